@@ -1,0 +1,1 @@
+//! ZLink mesh transport on libzmq.

@@ -1,0 +1,5 @@
+//! ZLink node runtime: lane runtime, actors and Spots, session binding, Location Store.
+
+pub mod runtime;
+pub mod store;
+pub mod sync;

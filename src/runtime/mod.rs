@@ -1,0 +1,1 @@
+//! Lane runtime (spec EG, SB-10, SB-11).

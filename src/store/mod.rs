@@ -1,0 +1,1 @@
+//! Location Store (spec SB-2, EG-14).
