@@ -1,0 +1,454 @@
+//! The frame layout of one ZeroMQ multipart message, and the codec.
+//!
+//! ```text
+//! part 0, the envelope (at most Limits::max_envelope bytes):
+//!   offset 0   u8      version      (VERSION = 1)
+//!   offset 1   u8      command      (Command number; 45 never)
+//!   offset 2   u8      flags        (bit 0 HAS_PAYLOAD, bit 1 REPLY, other bits 0)
+//!   offset 3   u8      reserved     (0)
+//!   offset 4   u64 BE  correlation  (0 = none / one-way)
+//!   offset 12  ...     msgpack body (rmp-serde compact form: a struct is an array of its fields)
+//! part 1, the payload (present iff HAS_PAYLOAD; at most Limits::max_payload bytes):
+//!   the application payload, carried as `Bytes`, never copied or re-encoded.
+//! ```
+//!
+//! Routing-id parts that a ROUTER socket prepends are not part of a frame: the transport strips
+//! them before calling [`decode`] and prepends them after [`encode`].
+//!
+//! Invariants of [`decode`]: sizes are checked before the header, the header before the body,
+//! and every rule that depends only on the header (version, reserved byte, command, flags,
+//! REPLY and correlation rules) before the part count and payload rules; only then is the body
+//! deserialised, borrowing strings from the envelope, and the whole envelope must be consumed.
+
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+
+use crate::command::{Command, CorrelationRule, PayloadRule, ReplyRule};
+use crate::error::{DecodeError, EncodeError};
+use crate::ids::{CorrelationId, INVALID_ID_MARKER};
+use crate::record::{ErrorReply, Record};
+
+/// Wire version carried in every header.
+pub const VERSION: u8 = 1;
+
+/// Length of the fixed header at the start of the envelope.
+pub const HEADER_LEN: usize = 12;
+
+/// The header's flag byte.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Flags(u8);
+
+impl Flags {
+    /// No flag.
+    pub const EMPTY: Flags = Flags(0);
+    /// The frame has a payload part.
+    pub const HAS_PAYLOAD: Flags = Flags(0x01);
+    /// The record is a terminal reply (distinguishes 38's reply from its request).
+    pub const REPLY: Flags = Flags(0x02);
+    /// Every defined bit.
+    pub const ALL: Flags = Flags(0x03);
+
+    /// The raw byte.
+    #[must_use]
+    pub const fn bits(self) -> u8 {
+        self.0
+    }
+
+    /// Flags from a raw byte, or `None` if undefined bits are set.
+    #[must_use]
+    pub const fn from_bits(bits: u8) -> Option<Flags> {
+        if bits & !Self::ALL.0 == 0 {
+            Some(Flags(bits))
+        } else {
+            None
+        }
+    }
+
+    /// `true` if every bit of `other` is set.
+    #[must_use]
+    pub const fn contains(self, other: Flags) -> bool {
+        self.0 & other.0 == other.0
+    }
+
+    /// Both sets of bits.
+    #[must_use]
+    pub const fn union(self, other: Flags) -> Flags {
+        Flags(self.0 | other.0)
+    }
+}
+
+/// The fixed header of a frame.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Header {
+    /// Command of the record.
+    pub command: Command,
+    /// Flags.
+    pub flags: Flags,
+    /// Request correlation (`NONE` for one-way records).
+    pub correlation: CorrelationId,
+}
+
+impl Header {
+    /// `true` if the frame has a payload part.
+    #[must_use]
+    pub const fn has_payload(&self) -> bool {
+        self.flags.contains(Flags::HAS_PAYLOAD)
+    }
+
+    /// `true` if the record is a terminal reply.
+    #[must_use]
+    pub const fn is_reply(&self) -> bool {
+        self.flags.contains(Flags::REPLY)
+    }
+
+    /// The header's bytes.
+    #[must_use]
+    pub fn to_bytes(&self) -> [u8; HEADER_LEN] {
+        let mut out = [0u8; HEADER_LEN];
+        out[0] = VERSION;
+        out[1] = self.command.number();
+        out[2] = self.flags.bits();
+        out[3] = 0;
+        out[4..].copy_from_slice(&self.correlation.get().to_be_bytes());
+        out
+    }
+}
+
+/// Receive-side size limits, checked before anything is decoded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Limits {
+    /// Largest envelope (header + msgpack body) in bytes.
+    pub max_envelope: usize,
+    /// Largest payload part in bytes.
+    pub max_payload: usize,
+}
+
+impl Limits {
+    /// 64 KiB envelopes, 4 MiB payloads.
+    pub const DEFAULT: Limits = Limits {
+        max_envelope: 64 * 1024,
+        max_payload: 4 * 1024 * 1024,
+    };
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self::DEFAULT
+    }
+}
+
+/// An encoded frame: the envelope part and the optional payload part, ready for a multipart send.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Frames {
+    envelope: Bytes,
+    payload: Option<Bytes>,
+}
+
+impl Frames {
+    /// Part 0: header + msgpack body.
+    #[must_use]
+    pub fn envelope(&self) -> &Bytes {
+        &self.envelope
+    }
+
+    /// Part 1: the payload, if any (the very `Bytes` given to [`encode`]).
+    #[must_use]
+    pub fn payload(&self) -> Option<&Bytes> {
+        self.payload.as_ref()
+    }
+
+    /// Number of parts: 1 or 2.
+    #[must_use]
+    pub fn part_count(&self) -> usize {
+        1 + usize::from(self.payload.is_some())
+    }
+
+    /// Total bytes of all parts.
+    #[must_use]
+    pub fn encoded_len(&self) -> usize {
+        self.envelope.len() + self.payload.as_ref().map_or(0, Bytes::len)
+    }
+
+    /// The parts as `(envelope, payload)`.
+    #[must_use]
+    pub fn into_parts(self) -> (Bytes, Option<Bytes>) {
+        (self.envelope, self.payload)
+    }
+
+    /// The parts in send order.
+    #[must_use]
+    pub fn into_vec(self) -> Vec<Bytes> {
+        let mut parts = Vec::with_capacity(2);
+        parts.push(self.envelope);
+        parts.extend(self.payload);
+        parts
+    }
+}
+
+/// A decoded frame.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Decoded {
+    /// The validated header.
+    pub header: Header,
+    /// The record.
+    pub record: Record,
+    /// The payload part, shared with the received `Bytes` (not copied).
+    pub payload: Option<Bytes>,
+}
+
+/// Encodes `record` with `correlation` and an optional `payload` into one or two parts.
+///
+/// The REPLY and HAS_PAYLOAD flags follow from the record and the payload. The payload `Bytes` is
+/// moved into [`Frames`] untouched.
+///
+/// # Errors
+/// [`EncodeError::Payload`] if the payload's presence violates the command's [`PayloadRule`],
+/// [`EncodeError::Correlation`] if `correlation` violates its [`CorrelationRule`],
+/// [`EncodeError::TooLong`] for an over-long error detail.
+pub fn encode(
+    record: &Record,
+    correlation: CorrelationId,
+    payload: Option<Bytes>,
+) -> Result<Frames, EncodeError> {
+    let command = record.command();
+    let present = payload.is_some();
+    if present != (command.payload() == PayloadRule::Required) {
+        return Err(EncodeError::Payload { command, present });
+    }
+    if !correlation_allowed(command.correlation(), correlation) {
+        return Err(EncodeError::Correlation {
+            command,
+            correlation,
+        });
+    }
+    if let Record::ErrorReply(r) = record {
+        if r.detail.len() > ErrorReply::MAX_DETAIL {
+            return Err(EncodeError::TooLong {
+                len: r.detail.len(),
+                max: ErrorReply::MAX_DETAIL,
+            });
+        }
+    }
+    let mut flags = Flags::EMPTY;
+    if present {
+        flags = flags.union(Flags::HAS_PAYLOAD);
+    }
+    if record.is_reply() {
+        flags = flags.union(Flags::REPLY);
+    }
+    let header = Header {
+        command,
+        flags,
+        correlation,
+    };
+    let mut buf = Vec::with_capacity(96);
+    buf.extend_from_slice(&header.to_bytes());
+    encode_body(record, &mut buf).map_err(|source| EncodeError::Body { command, source })?;
+    Ok(Frames {
+        envelope: Bytes::from(buf),
+        payload,
+    })
+}
+
+/// Reads and validates the fixed header of an envelope without touching the body: version,
+/// reserved byte, command (45 is [`DecodeError::ReservedCommand`]), flag bits, and the command's
+/// REPLY and correlation rules. Cheap enough for routing decisions.
+///
+/// # Errors
+/// The first [`DecodeError`] among those checks.
+pub fn peek_header(envelope: &[u8]) -> Result<Header, DecodeError> {
+    let Some((head, _)) = envelope.split_first_chunk::<HEADER_LEN>() else {
+        return Err(DecodeError::Truncated {
+            len: envelope.len(),
+        });
+    };
+    if head[0] != VERSION {
+        return Err(DecodeError::UnsupportedVersion { version: head[0] });
+    }
+    if head[3] != 0 {
+        return Err(DecodeError::ReservedByte { value: head[3] });
+    }
+    let command = Command::from_number(head[1])?;
+    let Some(flags) = Flags::from_bits(head[2]) else {
+        return Err(DecodeError::UnknownFlags { flags: head[2] });
+    };
+    let reply = flags.contains(Flags::REPLY);
+    let reply_ok = match command.reply() {
+        ReplyRule::Never => !reply,
+        ReplyRule::Always => reply,
+        ReplyRule::Either => true,
+    };
+    if !reply_ok {
+        return Err(DecodeError::ReplyFlag { command, reply });
+    }
+    let mut corr = [0u8; 8];
+    corr.copy_from_slice(&head[4..]);
+    let correlation = CorrelationId::new(u64::from_be_bytes(corr));
+    if !correlation_allowed(command.correlation(), correlation) {
+        return Err(DecodeError::Correlation {
+            command,
+            correlation,
+        });
+    }
+    Ok(Header {
+        command,
+        flags,
+        correlation,
+    })
+}
+
+/// Decodes a received multipart message: `parts` is `[envelope]` or `[envelope, payload]`.
+///
+/// # Errors
+/// [`DecodeError::PartCount`] for 0 or more than 2 parts, otherwise as [`decode_parts`].
+pub fn decode(parts: &[Bytes], limits: &Limits) -> Result<Decoded, DecodeError> {
+    match parts {
+        [envelope] => decode_parts(envelope, None, limits),
+        [envelope, payload] => decode_parts(envelope, Some(payload.clone()), limits),
+        _ => Err(DecodeError::PartCount { count: parts.len() }),
+    }
+}
+
+/// Decodes a frame given as its envelope bytes and optional payload part.
+///
+/// # Errors
+/// Any [`DecodeError`]: sizes first ([`DecodeError::EnvelopeTooLarge`],
+/// [`DecodeError::PayloadTooLarge`]), then the header ([`peek_header`]), the part rules
+/// ([`DecodeError::PayloadFlag`], [`DecodeError::Payload`]), then the body
+/// ([`DecodeError::InvalidId`], [`DecodeError::Body`], [`DecodeError::TrailingBytes`]).
+pub fn decode_parts(
+    envelope: &[u8],
+    payload: Option<Bytes>,
+    limits: &Limits,
+) -> Result<Decoded, DecodeError> {
+    if envelope.len() > limits.max_envelope {
+        return Err(DecodeError::EnvelopeTooLarge {
+            len: envelope.len(),
+            max: limits.max_envelope,
+        });
+    }
+    if let Some(p) = &payload {
+        if p.len() > limits.max_payload {
+            return Err(DecodeError::PayloadTooLarge {
+                len: p.len(),
+                max: limits.max_payload,
+            });
+        }
+    }
+    let header = peek_header(envelope)?;
+    let present = payload.is_some();
+    if header.has_payload() != present {
+        return Err(DecodeError::PayloadFlag {
+            flag: header.has_payload(),
+            parts: 1 + usize::from(present),
+        });
+    }
+    if present != (header.command.payload() == PayloadRule::Required) {
+        return Err(DecodeError::Payload {
+            command: header.command,
+            present,
+        });
+    }
+    let record = decode_body(&header, &envelope[HEADER_LEN..])?;
+    Ok(Decoded {
+        header,
+        record,
+        payload,
+    })
+}
+
+fn correlation_allowed(rule: CorrelationRule, correlation: CorrelationId) -> bool {
+    match rule {
+        CorrelationRule::None => correlation.is_none(),
+        CorrelationRule::Required => correlation.is_some(),
+        CorrelationRule::Optional => true,
+    }
+}
+
+fn encode_body(record: &Record, buf: &mut Vec<u8>) -> Result<(), rmp_serde::encode::Error> {
+    let mut ser = rmp_serde::Serializer::new(buf);
+    match record {
+        Record::ActorSend(r) => r.serialize(&mut ser),
+        Record::BoundSessionSend(r) => r.serialize(&mut ser),
+        Record::BoundSessionBind(r) => r.serialize(&mut ser),
+        Record::BoundSessionBindReply(r) => r.serialize(&mut ser),
+        Record::SessionRelocationSeal(r) => r.serialize(&mut ser),
+        Record::SessionRelocationSealed(r) => r.serialize(&mut ser),
+        Record::SessionRelocationRoute(r) => r.serialize(&mut ser),
+        Record::BoundSessionReplaced(r) => r.serialize(&mut ser),
+        Record::Hello(r) => r.serialize(&mut ser),
+        Record::Challenge(r) => r.serialize(&mut ser),
+        Record::Proof(r) => r.serialize(&mut ser),
+        Record::Welcome(r) => r.serialize(&mut ser),
+        Record::Reject(r) => r.serialize(&mut ser),
+        Record::Ping(r) => r.serialize(&mut ser),
+        Record::Pong(r) => r.serialize(&mut ser),
+        Record::FlowCredit(r) => r.serialize(&mut ser),
+        Record::Request(r) => r.serialize(&mut ser),
+        Record::Reply(r) => r.serialize(&mut ser),
+        Record::ErrorReply(r) => r.serialize(&mut ser),
+        Record::OneWay(r) => r.serialize(&mut ser),
+        Record::Push(r) => r.serialize(&mut ser),
+        Record::Disconnect(r) => r.serialize(&mut ser),
+        Record::ActorCall(r) => r.serialize(&mut ser),
+    }
+}
+
+// A `Read` over the envelope slice: it advances as the body is read, so what is left afterwards
+// is the trailing bytes. rmp-serde reads strings with `take(len)`, so a declared length never
+// allocates more than the bytes actually present in the (already bounded) envelope.
+type BodyDeserializer<'r, 'a> =
+    rmp_serde::Deserializer<rmp_serde::decode::ReadReader<&'r mut &'a [u8]>>;
+
+fn body<T: for<'de> Deserialize<'de>>(
+    de: &mut BodyDeserializer<'_, '_>,
+    wrap: fn(T) -> Record,
+) -> Result<Record, rmp_serde::decode::Error> {
+    T::deserialize(de).map(wrap)
+}
+
+fn decode_body(header: &Header, bytes: &[u8]) -> Result<Record, DecodeError> {
+    let command = header.command;
+    let mut rest = bytes;
+    let mut de = rmp_serde::Deserializer::new(&mut rest);
+    let de = &mut de;
+    let result = match command {
+        Command::ActorSend => body(de, Record::ActorSend),
+        Command::BoundSessionSend => body(de, Record::BoundSessionSend),
+        Command::BoundSessionBind if header.is_reply() => body(de, Record::BoundSessionBindReply),
+        Command::BoundSessionBind => body(de, Record::BoundSessionBind),
+        Command::SessionRelocationSeal => body(de, Record::SessionRelocationSeal),
+        Command::SessionRelocationSealed => body(de, Record::SessionRelocationSealed),
+        Command::SessionRelocationRoute => body(de, Record::SessionRelocationRoute),
+        Command::BoundSessionReplaced => body(de, Record::BoundSessionReplaced),
+        Command::Hello => body(de, Record::Hello),
+        Command::Challenge => body(de, Record::Challenge),
+        Command::Proof => body(de, Record::Proof),
+        Command::Welcome => body(de, Record::Welcome),
+        Command::Reject => body(de, Record::Reject),
+        Command::Ping => body(de, Record::Ping),
+        Command::Pong => body(de, Record::Pong),
+        Command::FlowCredit => body(de, Record::FlowCredit),
+        Command::Request => body(de, Record::Request),
+        Command::Reply => body(de, Record::Reply),
+        Command::ErrorReply => body(de, Record::ErrorReply),
+        Command::OneWay => body(de, Record::OneWay),
+        Command::Push => body(de, Record::Push),
+        Command::Disconnect => body(de, Record::Disconnect),
+        Command::ActorCall => body(de, Record::ActorCall),
+    };
+    let record = result.map_err(|source| match source {
+        rmp_serde::decode::Error::Syntax(msg) if msg.contains(INVALID_ID_MARKER) => {
+            DecodeError::InvalidId {
+                command,
+                detail: msg.replace(INVALID_ID_MARKER, ""),
+            }
+        }
+        source => DecodeError::Body { command, source },
+    })?;
+    let count = rest.len();
+    if count != 0 {
+        return Err(DecodeError::TrailingBytes { command, count });
+    }
+    Ok(record)
+}
