@@ -1,1 +1,245 @@
-//! Location Store (spec SB-2, EG-14).
+//! Location Store (spec glossary "Location Store", SB-2, SB-4.1, SB-12, EG-14).
+//!
+//! The Location Store is the shared record, per [`ActorId`], of where the current incarnation of
+//! an actor lives and who may act as its owner. Several node processes read and change it; every
+//! change is a compare-and-swap against a *fence* so that a node acting on stale knowledge is
+//! refused instead of overwriting newer state.
+//!
+//! # Contract (every backend)
+//!
+//! - **Owner leases.** A node process registers an owner lease ([`LocationStore::register_owner`])
+//!   for its ([`NodeRid`], [`NodeGeneration`]) and renews it before it expires. Each new lease
+//!   lifecycle gets a fresh, never reused [`OwnerLeaseGeneration`]. A lease is *live* while it is
+//!   the current lease of its node and its expiry lies in the future of the store's [`Clock`]. A
+//!   newer `NodeGeneration` of the same node supersedes the old lease at once (a restarted process
+//!   is a new owner); an older one is refused.
+//! - **Reservation (EG-14).** [`LocationStore::reserve_activation`] is the only way to create an
+//!   actor record. Exactly one concurrent caller gets [`Reservation::Won`]; only that caller runs
+//!   the actor factory, then commits [`LocationStore::mark_ready`]. Every other caller gets
+//!   [`Reservation::Held`] with the winner's location. A record whose owner lease is no longer
+//!   live can be re-reserved (same `ObjectGeneration`, new `AuthorityOwnerGeneration`).
+//! - **Fences.** [`AuthorityFence`] = (`ObjectGeneration`, `AuthorityOwnerGeneration`,
+//!   [`StoreVersion`]). `mark_ready` and `cas_owner` succeed only when the caller's fence equals
+//!   the stored one; otherwise [`StoreError::FenceMismatch`] (public kind `Unavailable`, never
+//!   redirected, SB-12).
+//! - **Monotonic counters per ActorId.** `ObjectGeneration`, `AuthorityOwnerGeneration` and
+//!   `StoreVersion` of one `ActorId` only grow, also across [`LocationStore::destroy`]: a
+//!   re-created actor gets a new `ObjectGeneration` and an old fence or ref can never match again
+//!   (SB-4.1).
+//! - **No SQLite assumption.** The trait speaks only in records, fences and leases; the decision
+//!   rules live in one pure core (`core.rs`) that each backend runs inside its own atomic section
+//!   (a SQLite `IMMEDIATE` transaction, a mutex, later a Redis `MULTI`/Lua script). See
+//!   `docs/STORE.md`.
+//!
+//! # Backends
+//! - [`MemoryStore`]: one process, for unit tests.
+//! - [`SqliteStore`]: the embedded default; one file shared by every node process of a machine.
+//! - [`CountingStore`]: wraps any store and counts every call per operation (SB-14.6).
+//!
+//! [`open`] builds a backend from a [`StoreUrl`] (`memory:`, `sqlite:///path`; `redis://` is
+//! reserved and refused for now).
+
+mod clock;
+pub mod contract;
+mod core;
+mod counting;
+mod error;
+mod memory;
+mod sqlite;
+mod types;
+mod url;
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+pub use clock::{Clock, ManualClock, StoreTime, SystemClock};
+pub use counting::{CountingStore, StoreCallCounts, StoreOp};
+pub use error::StoreError;
+pub use memory::MemoryStore;
+pub use sqlite::{SqliteOptions, SqliteStore};
+pub use types::{
+    ActivationRequest, ActivationState, ActorLocation, ActorOwner, AuthorityFence, LeaseHolder,
+    OwnerLease, Reservation, StoreVersion,
+};
+pub use url::StoreUrl;
+pub use zlink_wire::ids::{
+    ActorId, AuthorityOwnerGeneration, MeshName, NodeGeneration, NodeRid, ObjectGeneration,
+    OwnerLeaseGeneration,
+};
+
+/// The future every [`LocationStore`] operation returns: boxed so the trait stays object safe
+/// (`Arc<dyn LocationStore>`) and `Send` so it can be awaited on any tokio worker.
+pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'a>>;
+
+/// The shared owner record of actors: leases, reservations and fenced compare-and-swap.
+///
+/// All operations are atomic with respect to each other, across every handle and process that
+/// uses the same backing store. Time (lease expiry) is read from the store's own [`Clock`], so
+/// every caller of one store agrees on it; tests inject a [`ManualClock`].
+///
+/// Call order of one node: `register_owner` once per process start, `renew_owner` periodically
+/// (well before `ttl`), then any number of `reserve_activation` → (factory) → `mark_ready`,
+/// `lookup`, `cas_owner`, `destroy`; `release_owner` at graceful shutdown.
+pub trait LocationStore: Send + Sync + fmt::Debug {
+    /// Registers (or idempotently renews) the owner lease of one node process.
+    ///
+    /// - no lease for `node`, or a lower recorded `NodeGeneration`, or the same generation whose
+    ///   lease is no longer live → a new lease with a fresh [`OwnerLeaseGeneration`];
+    /// - the same generation with a live lease → that lease, renewed to `now + ttl`;
+    /// - a higher recorded `NodeGeneration` → [`StoreError::StaleNodeGeneration`].
+    fn register_owner(
+        &self,
+        node: NodeRid,
+        node_generation: NodeGeneration,
+        ttl: Duration,
+    ) -> StoreFuture<'_, OwnerLease>;
+
+    /// Extends a live lease to `now + ttl`. A lease that expired, was released or was superseded
+    /// is never revived: [`StoreError::LeaseNotLive`] (register again).
+    fn renew_owner(&self, holder: LeaseHolder, ttl: Duration) -> StoreFuture<'_, OwnerLease>;
+
+    /// Ends a live lease now (graceful shutdown): its actors become re-reservable at once.
+    /// Releasing a lease that is already not live is a no-op.
+    fn release_owner(&self, holder: LeaseHolder) -> StoreFuture<'_, ()>;
+
+    /// Reserves the activation of `request.actor_id` for the candidate owner (EG-14).
+    ///
+    /// Returns [`Reservation::Won`] with an `Activating` record when the candidate became the
+    /// owner (no record, or the recorded owner's lease is not live), and [`Reservation::Held`]
+    /// with the current record when another live owner holds it (or the candidate already does).
+    ///
+    /// # Errors
+    /// [`StoreError::LeaseNotLive`] when the candidate's own lease is not live;
+    /// [`StoreError::ActorTypeMismatch`] when a record of another actor type exists.
+    fn reserve_activation(&self, request: ActivationRequest) -> StoreFuture<'_, Reservation>;
+
+    /// Commits `Ready` for the reservation identified by `fence` (the fence of the `Won`
+    /// location). Idempotent when the record is already `Ready` with that fence.
+    ///
+    /// # Errors
+    /// [`StoreError::NotFound`], [`StoreError::GenerationMismatch`],
+    /// [`StoreError::FenceMismatch`] (the reservation was taken over),
+    /// [`StoreError::LeaseNotLive`] (the owner's lease ended before Ready).
+    fn mark_ready(
+        &self,
+        actor_id: ActorId,
+        fence: AuthorityFence,
+    ) -> StoreFuture<'_, ActorLocation>;
+
+    /// The current record of `actor_id`, or `None` when there is none (never created or
+    /// destroyed). A plain read: it does not check the owner's lease.
+    fn lookup(&self, actor_id: ActorId) -> StoreFuture<'_, Option<ActorLocation>>;
+
+    /// Moves the owner of a `Ready` actor to `new_owner` if the stored fence still equals
+    /// `expected` (the relocation source fence, SB-8.9). Returns the new record, with a new
+    /// `AuthorityOwnerGeneration` and version; `ObjectGeneration` is kept (SB-1.3).
+    ///
+    /// # Errors
+    /// [`StoreError::NotFound`], [`StoreError::GenerationMismatch`],
+    /// [`StoreError::FenceMismatch`], [`StoreError::InvalidState`] (still `Activating`),
+    /// [`StoreError::LeaseNotLive`] (the new owner's lease is not live).
+    fn cas_owner(
+        &self,
+        actor_id: ActorId,
+        expected: AuthorityFence,
+        new_owner: ActorOwner,
+    ) -> StoreFuture<'_, ActorLocation>;
+
+    /// Removes the record of incarnation `object_generation`. The per-ActorId counters survive,
+    /// so a later reservation creates a new `ObjectGeneration` (SB-4.1).
+    ///
+    /// # Errors
+    /// [`StoreError::NotFound`], [`StoreError::GenerationMismatch`].
+    fn destroy(
+        &self,
+        actor_id: ActorId,
+        object_generation: ObjectGeneration,
+    ) -> StoreFuture<'_, ()>;
+}
+
+macro_rules! forward_store {
+    ($($ty:ty),*) => {$(
+        impl<S: LocationStore + ?Sized> LocationStore for $ty {
+            fn register_owner(
+                &self,
+                node: NodeRid,
+                node_generation: NodeGeneration,
+                ttl: Duration,
+            ) -> StoreFuture<'_, OwnerLease> {
+                (**self).register_owner(node, node_generation, ttl)
+            }
+            fn renew_owner(&self, holder: LeaseHolder, ttl: Duration) -> StoreFuture<'_, OwnerLease> {
+                (**self).renew_owner(holder, ttl)
+            }
+            fn release_owner(&self, holder: LeaseHolder) -> StoreFuture<'_, ()> {
+                (**self).release_owner(holder)
+            }
+            fn reserve_activation(&self, request: ActivationRequest) -> StoreFuture<'_, Reservation> {
+                (**self).reserve_activation(request)
+            }
+            fn mark_ready(
+                &self,
+                actor_id: ActorId,
+                fence: AuthorityFence,
+            ) -> StoreFuture<'_, ActorLocation> {
+                (**self).mark_ready(actor_id, fence)
+            }
+            fn lookup(&self, actor_id: ActorId) -> StoreFuture<'_, Option<ActorLocation>> {
+                (**self).lookup(actor_id)
+            }
+            fn cas_owner(
+                &self,
+                actor_id: ActorId,
+                expected: AuthorityFence,
+                new_owner: ActorOwner,
+            ) -> StoreFuture<'_, ActorLocation> {
+                (**self).cas_owner(actor_id, expected, new_owner)
+            }
+            fn destroy(
+                &self,
+                actor_id: ActorId,
+                object_generation: ObjectGeneration,
+            ) -> StoreFuture<'_, ()> {
+                (**self).destroy(actor_id, object_generation)
+            }
+        }
+    )*};
+}
+
+forward_store!(Arc<S>, Box<S>, &S);
+
+/// Opens the backend named by `url` with the system clock.
+///
+/// `sqlite://` opens (creating if needed) the file and starts its store thread; this blocks
+/// briefly on file I/O, so call it at startup, not from a latency-sensitive task.
+///
+/// # Errors
+/// [`StoreError::UnsupportedBackend`] for `redis://` (reserved for a later backend);
+/// [`StoreError::Unavailable`] when the SQLite file cannot be opened or initialised.
+pub fn open(url: &StoreUrl) -> Result<Arc<dyn LocationStore>, StoreError> {
+    open_with_clock(url, Arc::new(SystemClock))
+}
+
+/// As [`open`], with an injected clock (tests).
+///
+/// # Errors
+/// As [`open`].
+pub fn open_with_clock(
+    url: &StoreUrl,
+    clock: Arc<dyn Clock>,
+) -> Result<Arc<dyn LocationStore>, StoreError> {
+    match url {
+        StoreUrl::Memory => Ok(Arc::new(MemoryStore::with_clock(clock))),
+        StoreUrl::Sqlite(path) => Ok(Arc::new(SqliteStore::open_with(
+            path,
+            SqliteOptions::default(),
+            clock,
+        )?)),
+        StoreUrl::Redis(_) => Err(StoreError::UnsupportedBackend {
+            scheme: "redis".to_owned(),
+        }),
+    }
+}
