@@ -1,1 +1,48 @@
-//! ZLink mesh transport on libzmq.
+//! ZLink mesh transport on libzmq: RouteMesh (ROUTER-ROUTER relay + a separate completion
+//! connection) and ClientServer (DEALER-ROUTER), bridged to tokio.
+//!
+//! Contract:
+//! - libzmq sockets live on one I/O thread per node ([`MeshNode`]) or client
+//!   ([`MeshClient`]); tokio code talks to it through a crossbeam channel plus an inproc PAIR
+//!   doorbell. No tokio worker ever blocks in a zmq call; the I/O thread never blocks on a peer
+//!   (non-blocking sends; EAGAIN = PAUSED).
+//! - Every network-facing socket sets `MAXMSGSIZE`, `SNDHWM`/`RCVHWM`, bounded `LINGER`,
+//!   ZMTP heartbeats and bounded reconnect backoff; ROUTERs use `ROUTER_MANDATORY`, mesh
+//!   ROUTERs also `ROUTER_HANDOVER`.
+//! - A peer is authenticated by an HMAC-SHA256 challenge-response ([`handshake`]) on each of
+//!   its two connections; afterwards every record is checked for the authenticated RID,
+//!   current NodeGeneration and frame format, else dropped and counted ([`DropReason`]).
+//! - Requests end in exactly one terminal ([`correlation`]); replies travel on the completion
+//!   connection; nothing is resent.
+//! - Outbound admission is bounded per destination ([`budget`]); a send that fails admission
+//!   within the send timeout fails with `DeadlineExceeded` and is never delivered.
+//!
+//! See `docs/MESH.md` for the design, the CURVE note and the limits.
+
+mod bridge;
+pub mod budget;
+pub mod client;
+pub mod codec;
+pub mod config;
+pub mod correlation;
+pub mod counters;
+mod engine;
+pub mod error;
+pub mod handshake;
+pub mod node;
+pub mod tap;
+pub mod types;
+
+pub use budget::OutboundBudget;
+pub use client::{ClientConfig, MeshClient, Push};
+pub use codec::{ErrorKind, Record};
+pub use config::{Liveness, MeshConfig, PeerAddress, TransportLimits};
+pub use counters::{Counters, DropReason, TransportEvent};
+pub use error::{ConfigError, RequestError, SendError};
+pub use handshake::MeshSecret;
+pub use node::{
+    BoundEndpoints, DownReason, Inbound, InboundReceiver, MeshNode, Origin, PeerEvent, ReplyHandle,
+    Response, SessionRid,
+};
+pub use tap::{TapDirection, TapFrame, WireTap};
+pub use types::{LinkKind, MeshName, NodeGeneration, NodeRid};

@@ -1,0 +1,510 @@
+//! ClientServer client: one DEALER connection to a node's client ROUTER carrying requests,
+//! one-way DATA, replies and server pushes, on its own I/O thread.
+//!
+//! Order on the connection is kept: a reply that arrives after pushes the application has not
+//! taken yet waits behind them (EG-4; the push channel is bounded and the I/O thread stops
+//! reading while it is full). If the request's deadline passes first, the request ends with
+//! `DeadlineExceeded` and the late reply is counted, never a second terminal (EG-16.26).
+//! Liveness: the client sends Ping every `ping_interval`; ZMTP heartbeats close dead TCP
+//! connections on both ends.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use tokio::sync::{mpsc, oneshot};
+
+use crate::bridge::{Bell, Door};
+use crate::budget::{Budget, OutboundBudget};
+use crate::codec::{self, Body, DecodeError, ErrorKind, Frame, Record};
+use crate::config::{Liveness, MeshConfig, TransportLimits};
+use crate::correlation::{Correlations, ReplyOutcome};
+use crate::counters::{Counters, DropReason};
+use crate::engine::{configure_network_socket, recv_multipart};
+use crate::error::{ConfigError, RequestError, SendError};
+use crate::node::Response;
+use crate::tap::{TapDirection, WireTap};
+use crate::types::{LinkKind, MeshName, NodeRid};
+
+/// Client configuration.
+#[derive(Clone, Debug)]
+pub struct ClientConfig {
+    /// The node's client endpoint (`tcp://127.0.0.1:port`).
+    pub endpoint: String,
+    /// libzmq limits.
+    pub transport: TransportLimits,
+    /// Heartbeat/ping timing.
+    pub liveness: Liveness,
+    /// Outbound admission budget.
+    pub budget: OutboundBudget,
+    /// Admission wait before `DeadlineExceeded`.
+    pub send_timeout: Duration,
+    /// Capacity of the push channel.
+    pub push_capacity: usize,
+    /// Optional wire tap.
+    pub tap: Option<WireTap>,
+}
+
+impl ClientConfig {
+    /// Defaults for `endpoint`.
+    pub fn new(endpoint: impl Into<String>) -> Self {
+        Self {
+            endpoint: endpoint.into(),
+            transport: TransportLimits::default(),
+            liveness: Liveness::default(),
+            budget: OutboundBudget::default(),
+            send_timeout: Duration::from_secs(5),
+            push_capacity: 1024,
+            tap: None,
+        }
+    }
+}
+
+/// A server push.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Push {
+    /// Dispatch key.
+    pub key: u32,
+    /// Payload.
+    pub payload: Option<Bytes>,
+}
+
+type Waiter = oneshot::Sender<Result<Response, RequestError>>;
+
+enum Cmd {
+    Send {
+        frames: Vec<Bytes>,
+        bytes: u64,
+    },
+    Request {
+        corr: u64,
+        deadline: Instant,
+        frames: Vec<Bytes>,
+        bytes: u64,
+        waiter: Waiter,
+    },
+    Cancel(u64),
+    Close,
+}
+
+struct ClientShared {
+    bell: Bell<Cmd>,
+    budget: Budget,
+    counters: Counters,
+    next_corr: AtomicU64,
+    send_timeout: Duration,
+    max_message_size: usize,
+}
+
+/// A ClientServer client.
+pub struct MeshClient {
+    shared: Arc<ClientShared>,
+    pushes: tokio::sync::Mutex<mpsc::Receiver<Push>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for MeshClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("MeshClient")
+    }
+}
+
+impl MeshClient {
+    /// Connects (libzmq connects in the background and reconnects with bounded backoff).
+    pub fn connect(cfg: ClientConfig) -> Result<MeshClient, ConfigError> {
+        let ctx = zmq::Context::new();
+        let terr = |what: &str| {
+            let what = what.to_string();
+            move |source| ConfigError::Transport { what, source }
+        };
+        let dealer = ctx.socket(zmq::DEALER).map_err(terr("dealer"))?;
+        // Reuse the node's socket option set (limits, heartbeats, reconnect backoff).
+        let mut mc = MeshConfig::new(
+            MeshName::new("client").expect("valid"),
+            NodeRid::new("client").expect("valid"),
+        );
+        mc.transport = cfg.transport;
+        mc.liveness = cfg.liveness;
+        configure_network_socket(&dealer, &mc).map_err(terr("dealer options"))?;
+        dealer.connect(&cfg.endpoint).map_err(terr("connect"))?;
+        let (bell, door) = crate::bridge::pair(&ctx).map_err(terr("doorbell"))?;
+        let shared = Arc::new(ClientShared {
+            bell,
+            budget: Budget::new(cfg.budget),
+            counters: Counters::default(),
+            next_corr: AtomicU64::new(1),
+            send_timeout: cfg.send_timeout,
+            max_message_size: cfg.transport.max_message_size,
+        });
+        let (push_tx, push_rx) = mpsc::channel(cfg.push_capacity.max(1));
+        let io = ClientIo {
+            dealer,
+            door,
+            shared: shared.clone(),
+            corr: Correlations::new(),
+            pushes: push_tx,
+            stalled: None,
+            queue: std::collections::VecDeque::new(),
+            ping_interval: cfg.liveness.ping_interval,
+            next_ping: Instant::now(),
+            seq: 0,
+            tap: cfg.tap,
+            _ctx: ctx,
+        };
+        let thread = std::thread::Builder::new()
+            .name("zlink-mesh-client".into())
+            .spawn(move || io.run())
+            .map_err(ConfigError::Thread)?;
+        Ok(MeshClient {
+            shared,
+            pushes: tokio::sync::Mutex::new(push_rx),
+            thread: Some(thread),
+        })
+    }
+
+    /// Counters (late replies, malformed frames …).
+    pub fn counters(&self) -> &Counters {
+        &self.shared.counters
+    }
+
+    fn frames(
+        &self,
+        corr: u64,
+        record: Record,
+        payload: Bytes,
+    ) -> Result<(Vec<Bytes>, u64), SendError> {
+        let frames = codec::encode(&Frame {
+            corr,
+            body: Body::App(record),
+            payload: Some(payload),
+        });
+        let mut total = 0;
+        for f in &frames {
+            if f.len() > self.shared.max_message_size {
+                return Err(SendError::TooLarge {
+                    size: f.len(),
+                    max: self.shared.max_message_size,
+                });
+            }
+            total += f.len() as u64;
+        }
+        Ok((frames, total))
+    }
+
+    /// Sends one-way DATA.
+    pub async fn send(&self, key: u32, payload: Bytes) -> Result<(), SendError> {
+        let (frames, bytes) = self.frames(0, Record::OneWay { key }, payload)?;
+        self.shared
+            .budget
+            .reserve(bytes, self.shared.send_timeout)
+            .await
+            .map_err(|e| SendError::DeadlineExceeded(e.waited))?;
+        self.shared
+            .bell
+            .submit(Cmd::Send { frames, bytes })
+            .map_err(|_| {
+                self.shared.budget.release(bytes);
+                SendError::Closed
+            })
+    }
+
+    /// Sends a request with a deadline; exactly one terminal.
+    pub async fn request(
+        &self,
+        key: u32,
+        payload: Bytes,
+        timeout: Duration,
+    ) -> Result<Response, RequestError> {
+        let deadline = Instant::now() + timeout;
+        let corr = self.shared.next_corr.fetch_add(1, Ordering::Relaxed);
+        let (frames, bytes) = self.frames(
+            corr,
+            Record::Request {
+                key,
+                deadline_ms: u32::try_from(timeout.as_millis()).unwrap_or(u32::MAX),
+            },
+            payload,
+        )?;
+        self.shared
+            .budget
+            .reserve(bytes, self.shared.send_timeout.min(timeout))
+            .await
+            .map_err(|e| SendError::DeadlineExceeded(e.waited))?;
+        let (tx, rx) = oneshot::channel();
+        if self
+            .shared
+            .bell
+            .submit(Cmd::Request {
+                corr,
+                deadline,
+                frames,
+                bytes,
+                waiter: tx,
+            })
+            .is_err()
+        {
+            self.shared.budget.release(bytes);
+            return Err(RequestError::Closed);
+        }
+        struct Guard<'a>(&'a ClientShared, u64, bool);
+        impl Drop for Guard<'_> {
+            fn drop(&mut self) {
+                if self.2 {
+                    let _ = self.0.bell.submit(Cmd::Cancel(self.1));
+                }
+            }
+        }
+        let mut g = Guard(&self.shared, corr, true);
+        let r = rx.await;
+        g.2 = false;
+        r.unwrap_or(Err(RequestError::Closed))
+    }
+
+    /// Receives the next server push (`None` after close).
+    pub async fn recv_push(&self) -> Option<Push> {
+        self.pushes.lock().await.recv().await
+    }
+
+    /// Receives a push, waiting at most `timeout`.
+    pub async fn recv_push_timeout(&self, timeout: Duration) -> Option<Push> {
+        tokio::time::timeout(timeout, self.recv_push())
+            .await
+            .ok()
+            .flatten()
+    }
+
+    /// Says Disconnect to the node and stops the I/O thread.
+    pub async fn close(mut self) {
+        let _ = self.shared.bell.submit(Cmd::Close);
+        if let Some(t) = self.thread.take() {
+            let _ = tokio::task::spawn_blocking(move || t.join()).await;
+        }
+    }
+}
+
+impl Drop for MeshClient {
+    fn drop(&mut self) {
+        let _ = self.shared.bell.submit(Cmd::Close);
+    }
+}
+
+struct ClientIo {
+    dealer: zmq::Socket,
+    door: Door<Cmd>,
+    shared: Arc<ClientShared>,
+    corr: Correlations<(), Waiter>,
+    pushes: mpsc::Sender<Push>,
+    stalled: Option<Push>,
+    queue: std::collections::VecDeque<(Vec<Bytes>, u64)>,
+    ping_interval: Duration,
+    next_ping: Instant,
+    seq: u64,
+    tap: Option<WireTap>,
+    _ctx: zmq::Context,
+}
+
+impl ClientIo {
+    fn run(mut self) {
+        loop {
+            let mut close = false;
+            while let Ok(cmd) = self.door.rx.try_recv() {
+                match cmd {
+                    Cmd::Send { frames, bytes } => self.send(frames, bytes),
+                    Cmd::Request {
+                        corr,
+                        deadline,
+                        frames,
+                        bytes,
+                        waiter,
+                    } => {
+                        if let Err(w) = self.corr.register(corr, (), deadline, waiter) {
+                            self.shared.budget.release(bytes);
+                            let _ = w.send(Err(RequestError::Closed));
+                        } else {
+                            self.send(frames, bytes);
+                        }
+                    }
+                    Cmd::Cancel(c) => drop(self.corr.handle_cancel(c)),
+                    Cmd::Close => close = true,
+                }
+            }
+            if close {
+                break;
+            }
+            self.flush();
+            if let Some(p) = self.stalled.take() {
+                match self.pushes.try_send(p) {
+                    Ok(()) => {}
+                    Err(mpsc::error::TrySendError::Full(p)) => self.stalled = Some(p),
+                    Err(mpsc::error::TrySendError::Closed(_)) => {}
+                }
+            }
+            let now = Instant::now();
+            for (_, w) in self.corr.handle_timeout(now) {
+                let _ = w.send(Err(RequestError::DeadlineExceeded));
+            }
+            if self.next_ping <= now {
+                self.seq += 1;
+                self.next_ping = now + self.ping_interval;
+                let f = codec::encode(&Frame {
+                    corr: 0,
+                    body: Body::Ping(self.seq),
+                    payload: None,
+                });
+                let _ = self.raw_send(&f);
+            }
+            let mut t = self.next_ping.saturating_duration_since(now);
+            if let Some(d) = self.corr.poll_timeout() {
+                t = t.min(d.saturating_duration_since(now));
+            }
+            if self.stalled.is_some() || !self.queue.is_empty() {
+                t = t.min(Duration::from_millis(1));
+            }
+            let ms = if self.shared.bell.prepare_sleep() {
+                t.as_millis().max(1) as i64
+            } else {
+                0
+            };
+            let (rd, rs) = {
+                let mut items = [
+                    self.door.socket.as_poll_item(zmq::POLLIN),
+                    self.dealer.as_poll_item(if self.stalled.is_none() {
+                        zmq::POLLIN
+                    } else {
+                        zmq::PollEvents::empty()
+                    }),
+                ];
+                let _ = zmq::poll(&mut items, ms);
+                (items[0].is_readable(), items[1].is_readable())
+            };
+            self.shared.bell.awake();
+            if rd {
+                self.door.drain_rings();
+            }
+            if rs {
+                self.read();
+            }
+        }
+        let f = codec::encode(&Frame {
+            corr: 0,
+            body: Body::Disconnect,
+            payload: None,
+        });
+        let _ = self.raw_send(&f);
+        for (_, w) in self
+            .corr
+            .handle_timeout(Instant::now() + Duration::from_secs(86_400 * 365))
+        {
+            let _ = w.send(Err(RequestError::Closed));
+        }
+    }
+
+    fn raw_send(&self, frames: &[Bytes]) -> bool {
+        let last = frames.len().saturating_sub(1);
+        for (i, f) in frames.iter().enumerate() {
+            let flags = if i == last {
+                zmq::DONTWAIT
+            } else {
+                zmq::SNDMORE | zmq::DONTWAIT
+            };
+            if self.dealer.send(&f[..], flags).is_err() {
+                return false;
+            }
+        }
+        if let Some(tap) = &self.tap {
+            tap.record(TapDirection::Sent, LinkKind::Client, b"", frames);
+        }
+        true
+    }
+
+    fn send(&mut self, frames: Vec<Bytes>, bytes: u64) {
+        if self.queue.is_empty() && self.raw_send(&frames) {
+            self.shared.budget.release(bytes);
+        } else {
+            self.queue.push_back((frames, bytes));
+        }
+    }
+
+    fn flush(&mut self) {
+        while let Some((f, b)) = self.queue.front() {
+            if !self.raw_send(f) {
+                break;
+            }
+            self.shared.budget.release(*b);
+            self.queue.pop_front();
+        }
+    }
+
+    fn read(&mut self) {
+        for _ in 0..512 {
+            if self.stalled.is_some() {
+                return;
+            }
+            let Some((first, rest)) = recv_multipart(&self.dealer) else {
+                return;
+            };
+            let mut parts = Vec::with_capacity(2);
+            parts.push(first);
+            parts.extend(rest);
+            if let Some(tap) = &self.tap {
+                tap.record(TapDirection::Received, LinkKind::Client, b"", &parts);
+            }
+            let frame = match codec::decode(&parts) {
+                Ok(f) => f,
+                Err(e) => {
+                    let r = match e {
+                        DecodeError::Reserved => DropReason::ReservedCommand,
+                        DecodeError::Unknown(_) => DropReason::UnknownCommand,
+                        DecodeError::Malformed => DropReason::Malformed,
+                    };
+                    self.shared.counters.drop(r, &e);
+                    continue;
+                }
+            };
+            match frame.body {
+                Body::Pong(_) | Body::Ping(_) => {}
+                Body::App(Record::Push { key }) => {
+                    let p = Push {
+                        key,
+                        payload: frame.payload,
+                    };
+                    match self.pushes.try_send(p) {
+                        Ok(()) => {}
+                        Err(mpsc::error::TrySendError::Full(p)) => self.stalled = Some(p),
+                        Err(mpsc::error::TrySendError::Closed(_)) => {}
+                    }
+                }
+                Body::App(rec @ (Record::Reply | Record::ErrorReply { .. })) => {
+                    match self.corr.handle_reply(frame.corr, &()) {
+                        ReplyOutcome::Deliver(w) => {
+                            let r = match rec {
+                                Record::ErrorReply { kind, detail } => Err(RequestError::Remote {
+                                    kind: ErrorKind::from_u8(kind).unwrap_or(ErrorKind::Internal),
+                                    detail,
+                                }),
+                                rec => Ok(Response {
+                                    record: rec,
+                                    payload: frame.payload,
+                                }),
+                            };
+                            let _ = w.send(r);
+                        }
+                        ReplyOutcome::Late(t) => self
+                            .shared
+                            .counters
+                            .drop(DropReason::LateReply, &format_args!("after {t:?}")),
+                        _ => self
+                            .shared
+                            .counters
+                            .drop(DropReason::UnknownReply, &frame.corr),
+                    }
+                }
+                _ => self
+                    .shared
+                    .counters
+                    .drop(DropReason::WrongConnection, &"client"),
+            }
+        }
+    }
+}

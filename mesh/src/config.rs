@@ -1,0 +1,144 @@
+//! Mesh node configuration.
+
+use std::time::Duration;
+
+use crate::budget::OutboundBudget;
+use crate::handshake::MeshSecret;
+use crate::tap::WireTap;
+use crate::types::{MeshName, NodeGeneration, NodeRid};
+
+/// Limits of the libzmq sockets (the *transport* limits of EG-1.2; distinct from the
+/// outbound admission budgets and from the inbound application channel capacity).
+#[derive(Clone, Copy, Debug)]
+pub struct TransportLimits {
+    /// `ZMQ_MAXMSGSIZE`: a peer sending a larger frame is disconnected by libzmq.
+    pub max_message_size: usize,
+    /// `ZMQ_SNDHWM` (messages per connection inside libzmq).
+    pub send_hwm: i32,
+    /// `ZMQ_RCVHWM`.
+    pub recv_hwm: i32,
+    /// `ZMQ_LINGER` (bounded, so shutdown never hangs on a dead peer).
+    pub linger: Duration,
+}
+
+impl Default for TransportLimits {
+    fn default() -> Self {
+        Self {
+            max_message_size: 16 * 1024 * 1024,
+            send_hwm: 1000,
+            recv_hwm: 1000,
+            linger: Duration::from_millis(200),
+        }
+    }
+}
+
+/// Liveness, handshake and reconnect timing.
+#[derive(Clone, Copy, Debug)]
+pub struct Liveness {
+    /// `ZMQ_HEARTBEAT_IVL`: ZMTP PING interval on every connection.
+    pub heartbeat_interval: Duration,
+    /// `ZMQ_HEARTBEAT_TIMEOUT`: libzmq closes a connection silent for this long.
+    pub heartbeat_timeout: Duration,
+    /// `ZMQ_HEARTBEAT_TTL` announced to the remote side.
+    pub heartbeat_ttl: Duration,
+    /// Interval of mesh Ping records on the completion connection.
+    pub ping_interval: Duration,
+    /// A peer (or client) silent for this long is reported down.
+    pub peer_timeout: Duration,
+    /// A handshake not finished within this time fails.
+    pub handshake_timeout: Duration,
+    /// `ZMQ_RECONNECT_IVL`; also the retry delay after a failed handshake.
+    pub reconnect_interval: Duration,
+    /// `ZMQ_RECONNECT_IVL_MAX`: bound of libzmq's exponential reconnect backoff.
+    pub reconnect_interval_max: Duration,
+}
+
+impl Default for Liveness {
+    fn default() -> Self {
+        Self {
+            heartbeat_interval: Duration::from_millis(1000),
+            heartbeat_timeout: Duration::from_millis(3000),
+            heartbeat_ttl: Duration::from_millis(3000),
+            ping_interval: Duration::from_millis(500),
+            peer_timeout: Duration::from_millis(3000),
+            handshake_timeout: Duration::from_millis(3000),
+            reconnect_interval: Duration::from_millis(100),
+            reconnect_interval_max: Duration::from_millis(2000),
+        }
+    }
+}
+
+/// Configuration of one mesh node.
+#[derive(Clone, Debug)]
+pub struct MeshConfig {
+    /// The mesh this node joins.
+    pub mesh: MeshName,
+    /// This node's routing id.
+    pub node: NodeRid,
+    /// Override of the NodeGeneration (tests); `None` = fresh at start.
+    pub generation: Option<NodeGeneration>,
+    /// Endpoint the relay ROUTER binds (`tcp://127.0.0.1:*` picks a free port).
+    pub relay_endpoint: String,
+    /// Endpoint the completion ROUTER binds.
+    pub completion_endpoint: String,
+    /// Endpoint the ClientServer ROUTER binds; `None` = no ClientServer.
+    pub client_endpoint: Option<String>,
+    /// The mesh secret (HMAC key). Required unless `insecure_dev_mode`.
+    pub secret: Option<MeshSecret>,
+    /// Allows starting without a secret (a fixed public key is used; proves nothing).
+    pub insecure_dev_mode: bool,
+    /// libzmq socket limits.
+    pub transport: TransportLimits,
+    /// Outbound admission budget per peer (relay data).
+    pub peer_budget: OutboundBudget,
+    /// Outbound admission budget per ClientServer client (pushes).
+    pub client_budget: OutboundBudget,
+    /// Capacity of the inbound channel to the layer above (application records).
+    pub inbound_capacity: usize,
+    /// How long a send waits for admission before `DeadlineExceeded` (SB-6.5).
+    pub send_timeout: Duration,
+    /// Liveness and handshake timing.
+    pub liveness: Liveness,
+    /// Most handshakes in progress at once (bounds state under a connection flood).
+    pub max_pending_handshakes: usize,
+    /// Most ClientServer clients tracked at once.
+    pub max_clients: usize,
+    /// Test-facing wire tap (off when `None`).
+    pub tap: Option<WireTap>,
+}
+
+impl MeshConfig {
+    /// Defaults: ephemeral loopback ports, no ClientServer, no secret (must be set).
+    pub fn new(mesh: MeshName, node: NodeRid) -> Self {
+        Self {
+            mesh,
+            node,
+            generation: None,
+            relay_endpoint: "tcp://127.0.0.1:*".into(),
+            completion_endpoint: "tcp://127.0.0.1:*".into(),
+            client_endpoint: None,
+            secret: None,
+            insecure_dev_mode: false,
+            transport: TransportLimits::default(),
+            peer_budget: OutboundBudget::default(),
+            client_budget: OutboundBudget::default(),
+            inbound_capacity: 4096,
+            send_timeout: Duration::from_secs(5),
+            liveness: Liveness::default(),
+            max_pending_handshakes: 256,
+            max_clients: 10_000,
+            tap: None,
+        }
+    }
+}
+
+/// Where to reach a peer node.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PeerAddress {
+    /// The peer's NodeRid (it must prove it in the handshake).
+    pub node: NodeRid,
+    /// The peer's relay endpoint (IP literal, e.g. `tcp://127.0.0.1:5555`).
+    pub relay: String,
+    /// The peer's completion endpoint.
+    pub completion: String,
+}

@@ -1,0 +1,240 @@
+//! Sans-IO request correlation table: every registered request ends in exactly one terminal.
+//!
+//! Inputs: [`Correlations::register`], [`Correlations::handle_reply`],
+//! [`Correlations::handle_cancel`], [`Correlations::handle_peer_lost`],
+//! [`Correlations::handle_timeout`] (with the driver's `now`). Outputs: the returned values; a
+//! waiter `W` is handed back exactly once, together with its terminal.
+//!
+//! Invariants (SB-12, EG-16.26):
+//! - an id is pending at most once; removing it is the only way to produce a terminal, so a
+//!   second terminal for the same id cannot be produced;
+//! - a reply for an id that already ended (timeout, cancel, peer lost) is classified
+//!   [`ReplyOutcome::Late`] and counted, never delivered;
+//! - a reply from a peer other than the one the request was sent to is
+//!   [`ReplyOutcome::WrongPeer`] and leaves the request pending;
+//! - nothing is ever resent (the table has no resend path at all).
+
+use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::time::Instant;
+
+/// How many recently ended ids are remembered to classify late replies.
+const RECENT_CAPACITY: usize = 4096;
+
+/// The terminal a request ended with, as seen by the table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Terminal {
+    /// A reply or error reply arrived in time.
+    Replied,
+    /// The deadline passed first.
+    TimedOut,
+    /// The caller cancelled (dropped the request).
+    Cancelled,
+    /// The peer's lifecycle ended (down or restarted with a new generation).
+    PeerLost,
+}
+
+/// Classification of an inbound reply.
+#[derive(Debug, PartialEq, Eq)]
+pub enum ReplyOutcome<W> {
+    /// First terminal: deliver to this waiter.
+    Deliver(W),
+    /// The request already ended with the given terminal; the reply is recorded and dropped.
+    Late(Terminal),
+    /// The id was never issued, or is too old to remember.
+    Unknown,
+    /// The reply came from a peer the request was not sent to; dropped, request stays pending.
+    WrongPeer,
+}
+
+struct Pending<P, W> {
+    peer: P,
+    deadline: Instant,
+    waiter: W,
+}
+
+/// The table. `P` identifies a peer lifecycle, `W` is the waiter to complete.
+pub struct Correlations<P, W> {
+    pending: HashMap<u64, Pending<P, W>>,
+    deadlines: BTreeSet<(Instant, u64)>,
+    recent: HashMap<u64, Terminal>,
+    recent_order: VecDeque<u64>,
+    late_replies: u64,
+}
+
+impl<P: PartialEq + Clone, W> Default for Correlations<P, W> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<P: PartialEq + Clone, W> Correlations<P, W> {
+    /// An empty table.
+    pub fn new() -> Self {
+        Self {
+            pending: HashMap::new(),
+            deadlines: BTreeSet::new(),
+            recent: HashMap::new(),
+            recent_order: VecDeque::new(),
+            late_replies: 0,
+        }
+    }
+
+    /// Registers a request under `id` (issued by the caller, unique per node lifetime).
+    /// Returns the waiter back if the id is already in use.
+    pub fn register(&mut self, id: u64, peer: P, deadline: Instant, waiter: W) -> Result<(), W> {
+        if self.pending.contains_key(&id) || self.recent.contains_key(&id) {
+            return Err(waiter);
+        }
+        self.deadlines.insert((deadline, id));
+        self.pending.insert(
+            id,
+            Pending {
+                peer,
+                deadline,
+                waiter,
+            },
+        );
+        Ok(())
+    }
+
+    /// A reply (or error reply) for `id` arrived from `from`.
+    pub fn handle_reply(&mut self, id: u64, from: &P) -> ReplyOutcome<W> {
+        match self.pending.get(&id) {
+            Some(p) if p.peer != *from => ReplyOutcome::WrongPeer,
+            Some(_) => {
+                let w = self.end(id, Terminal::Replied).expect("present");
+                ReplyOutcome::Deliver(w)
+            }
+            None => match self.recent.get(&id) {
+                Some(t) => {
+                    self.late_replies += 1;
+                    ReplyOutcome::Late(*t)
+                }
+                None => ReplyOutcome::Unknown,
+            },
+        }
+    }
+
+    /// The caller gave up on `id`. Returns the waiter if this was the terminal.
+    pub fn handle_cancel(&mut self, id: u64) -> Option<W> {
+        self.end(id, Terminal::Cancelled)
+    }
+
+    /// Ends every request sent to `peer`.
+    pub fn handle_peer_lost(&mut self, peer: &P) -> Vec<(u64, W)> {
+        let ids: Vec<u64> = self
+            .pending
+            .iter()
+            .filter(|(_, p)| p.peer == *peer)
+            .map(|(id, _)| *id)
+            .collect();
+        ids.into_iter()
+            .filter_map(|id| self.end(id, Terminal::PeerLost).map(|w| (id, w)))
+            .collect()
+    }
+
+    /// Ends every request whose deadline is at or before `now`.
+    pub fn handle_timeout(&mut self, now: Instant) -> Vec<(u64, W)> {
+        let mut out = Vec::new();
+        while let Some(&(d, id)) = self.deadlines.first() {
+            if d > now {
+                break;
+            }
+            if let Some(w) = self.end(id, Terminal::TimedOut) {
+                out.push((id, w));
+            }
+        }
+        out
+    }
+
+    /// The earliest pending deadline.
+    #[must_use]
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.deadlines.first().map(|(d, _)| *d)
+    }
+
+    /// Number of pending requests.
+    pub fn len(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// True if nothing is pending.
+    pub fn is_empty(&self) -> bool {
+        self.pending.is_empty()
+    }
+
+    /// Replies that arrived after their request had ended.
+    pub fn late_replies(&self) -> u64 {
+        self.late_replies
+    }
+
+    fn end(&mut self, id: u64, terminal: Terminal) -> Option<W> {
+        let p = self.pending.remove(&id)?;
+        self.deadlines.remove(&(p.deadline, id));
+        if self.recent_order.len() == RECENT_CAPACITY
+            && let Some(old) = self.recent_order.pop_front()
+        {
+            self.recent.remove(&old);
+        }
+        self.recent.insert(id, terminal);
+        self.recent_order.push_back(id);
+        Some(p.waiter)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    // spec: SB-12, EG-16.26 (exactly one terminal; late reply recorded, not delivered)
+    #[test]
+    fn timeout_then_late_reply_is_not_a_second_terminal() {
+        let t0 = Instant::now();
+        let mut c: Correlations<u8, &str> = Correlations::new();
+        c.register(1, 7, t0 + Duration::from_millis(10), "w1")
+            .unwrap();
+        c.register(2, 7, t0 + Duration::from_millis(20), "w2")
+            .unwrap();
+        assert_eq!(c.poll_timeout(), Some(t0 + Duration::from_millis(10)));
+        assert!(c.handle_timeout(t0 + Duration::from_millis(5)).is_empty());
+        assert_eq!(
+            c.handle_timeout(t0 + Duration::from_millis(10)),
+            vec![(1, "w1")]
+        );
+        assert_eq!(
+            c.handle_reply(1, &7),
+            ReplyOutcome::Late(Terminal::TimedOut)
+        );
+        assert_eq!(c.late_replies(), 1);
+        assert_eq!(c.handle_reply(2, &7), ReplyOutcome::Deliver("w2"));
+        assert_eq!(c.handle_reply(2, &7), ReplyOutcome::Late(Terminal::Replied));
+        assert!(c.handle_timeout(t0 + Duration::from_secs(1)).is_empty());
+        assert!(c.is_empty());
+    }
+
+    #[test]
+    fn cancel_peer_lost_wrong_peer_unknown() {
+        let t0 = Instant::now();
+        let d = t0 + Duration::from_secs(1);
+        let mut c: Correlations<u8, u32> = Correlations::new();
+        c.register(1, 1, d, 10).unwrap();
+        c.register(2, 2, d, 20).unwrap();
+        c.register(3, 2, d, 30).unwrap();
+        assert_eq!(c.register(3, 2, d, 31), Err(31));
+        assert_eq!(c.handle_reply(1, &2), ReplyOutcome::WrongPeer);
+        assert_eq!(c.handle_cancel(1), Some(10));
+        assert_eq!(c.handle_cancel(1), None);
+        assert_eq!(
+            c.handle_reply(1, &1),
+            ReplyOutcome::Late(Terminal::Cancelled)
+        );
+        let mut lost = c.handle_peer_lost(&2);
+        lost.sort();
+        assert_eq!(lost, vec![(2, 20), (3, 30)]);
+        assert_eq!(c.handle_reply(99, &1), ReplyOutcome::Unknown);
+        assert_eq!(c.poll_timeout(), None);
+        // an ended id is not reusable while remembered
+        assert_eq!(c.register(2, 2, d, 0), Err(0));
+    }
+}

@@ -1,0 +1,164 @@
+//! Drop and rejection counters with a closed reason vocabulary.
+//!
+//! Every inbound item the mesh refuses is counted here and logged with a `tracing` event
+//! (target `zlink_mesh::drop`, field `reason`); none of them is passed to the layer above.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Why the mesh dropped an inbound item or an outbound message (closed vocabulary).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum DropReason {
+    /// The frames did not decode (bad header, body, part count, ids …).
+    Malformed,
+    /// Command 45 (reserved): never accepted.
+    ReservedCommand,
+    /// A command number the codec does not know.
+    UnknownCommand,
+    /// A record from a connection that has not completed the handshake.
+    Unauthenticated,
+    /// A routing id that is not a valid NodeRid (e.g. a peer without identity).
+    InvalidRoutingId,
+    /// A handshake that failed (wrong secret, wrong mesh, protocol error, timeout).
+    HandshakeFailed,
+    /// A Hello whose NodeRid differs from the connection's routing id.
+    RidMismatch,
+    /// A Hello, or a record, of an older NodeGeneration than the peer's current one.
+    StaleGeneration,
+    /// A record that is not allowed on this kind of connection.
+    WrongConnection,
+    /// Too many handshakes in progress; the Hello was ignored.
+    HandshakeCapacity,
+    /// A reply whose request already ended (timeout, cancel, peer lost): EG-16.26.
+    LateReply,
+    /// A reply for a correlation id never issued (or from the wrong peer).
+    UnknownReply,
+    /// libzmq refused a connection at the ZMTP level (greeting/protocol error), from monitor
+    /// events.
+    ZmtpProtocol,
+    /// An outbound message discarded because its peer lifecycle ended before libzmq took it.
+    PeerLost,
+    /// A reply that could not be sent (requester gone, restarted, or completion queue full).
+    ReplyUndeliverable,
+}
+
+impl DropReason {
+    /// Every reason, in a fixed order.
+    pub const ALL: [DropReason; 15] = [
+        DropReason::Malformed,
+        DropReason::ReservedCommand,
+        DropReason::UnknownCommand,
+        DropReason::Unauthenticated,
+        DropReason::InvalidRoutingId,
+        DropReason::HandshakeFailed,
+        DropReason::RidMismatch,
+        DropReason::StaleGeneration,
+        DropReason::WrongConnection,
+        DropReason::HandshakeCapacity,
+        DropReason::LateReply,
+        DropReason::UnknownReply,
+        DropReason::ZmtpProtocol,
+        DropReason::PeerLost,
+        DropReason::ReplyUndeliverable,
+    ];
+
+    /// Stable snake_case name (metric label).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DropReason::Malformed => "malformed",
+            DropReason::ReservedCommand => "reserved_command",
+            DropReason::UnknownCommand => "unknown_command",
+            DropReason::Unauthenticated => "unauthenticated",
+            DropReason::InvalidRoutingId => "invalid_routing_id",
+            DropReason::HandshakeFailed => "handshake_failed",
+            DropReason::RidMismatch => "rid_mismatch",
+            DropReason::StaleGeneration => "stale_generation",
+            DropReason::WrongConnection => "wrong_connection",
+            DropReason::HandshakeCapacity => "handshake_capacity",
+            DropReason::LateReply => "late_reply",
+            DropReason::UnknownReply => "unknown_reply",
+            DropReason::ZmtpProtocol => "zmtp_protocol",
+            DropReason::PeerLost => "peer_lost",
+            DropReason::ReplyUndeliverable => "reply_undeliverable",
+        }
+    }
+
+    fn index(self) -> usize {
+        DropReason::ALL.iter().position(|r| *r == self).unwrap_or(0)
+    }
+}
+
+/// Transport-level event counts that are not drops.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum TransportEvent {
+    /// A TCP connection was accepted (monitor).
+    Accepted,
+    /// A connection was closed by libzmq (peer gone, oversized frame, heartbeat timeout …).
+    Disconnected,
+    /// A peer completed the handshake on both connections.
+    PeerUp,
+    /// A peer lifecycle ended.
+    PeerDown,
+    /// Outbound sends that found libzmq's HWM full (destination PAUSED).
+    Paused,
+}
+
+impl TransportEvent {
+    const ALL: [TransportEvent; 5] = [
+        TransportEvent::Accepted,
+        TransportEvent::Disconnected,
+        TransportEvent::PeerUp,
+        TransportEvent::PeerDown,
+        TransportEvent::Paused,
+    ];
+    fn index(self) -> usize {
+        TransportEvent::ALL
+            .iter()
+            .position(|r| *r == self)
+            .unwrap_or(0)
+    }
+}
+
+/// The node's counters (shared by the I/O thread and the API).
+#[derive(Debug, Default)]
+pub struct Counters {
+    drops: [AtomicU64; 15],
+    events: [AtomicU64; 5],
+    delivered: AtomicU64,
+}
+
+impl Counters {
+    pub(crate) fn drop(&self, reason: DropReason, detail: &dyn std::fmt::Display) {
+        self.drops[reason.index()].fetch_add(1, Ordering::Relaxed);
+        tracing::debug!(target: "zlink_mesh::drop", reason = reason.as_str(), %detail, "dropped");
+    }
+
+    pub(crate) fn event(&self, e: TransportEvent) {
+        self.events[e.index()].fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn delivered(&self, n: u64) {
+        self.delivered.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// How many items were dropped for `reason`.
+    pub fn dropped(&self, reason: DropReason) -> u64 {
+        self.drops[reason.index()].load(Ordering::Relaxed)
+    }
+
+    /// Sum over every drop reason.
+    pub fn dropped_total(&self) -> u64 {
+        self.drops.iter().map(|a| a.load(Ordering::Relaxed)).sum()
+    }
+
+    /// How many times `e` happened.
+    pub fn events(&self, e: TransportEvent) -> u64 {
+        self.events[e.index()].load(Ordering::Relaxed)
+    }
+
+    /// Records handed to the layer above (inbound channel).
+    pub fn delivered_total(&self) -> u64 {
+        self.delivered.load(Ordering::Relaxed)
+    }
+}

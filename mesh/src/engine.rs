@@ -1,0 +1,1583 @@
+//! The node's I/O thread: owns every libzmq socket of a node, validates ingress, runs the
+//! handshakes, the correlation table, liveness and the PAUSED queues.
+//!
+//! Loop order (one iteration): drain commands (batch) → flush PAUSED queues and pending
+//! handshake messages → hand stalled inbound records to the layer above → timers (handshake
+//! timeouts, pings, peer timeouts, request deadlines) → `zmq::poll` (doorbell, sockets,
+//! monitors) → read readable sockets in batches.
+//!
+//! Invariants:
+//! - no call here blocks: every send is `DONTWAIT` (EAGAIN = PAUSED), every receive too;
+//! - a record from a connection whose handshake has not completed, or from an older
+//!   NodeGeneration, is dropped and counted, never passed up (SB-2.1);
+//! - control records (handshake, Ping/Pong, Disconnect) are answered on the I/O thread and
+//!   never enter the inbound application channel (SB-5.4); Ping/Pong travel on the completion
+//!   connection, never behind relay data;
+//! - replies travel only on the completion connection (RouteMesh) and complete the
+//!   correlation table here, so they progress while the application is blocked or its
+//!   inbound channel is full (EG-16.21, EG-16.25);
+//! - every outbound message admitted against a budget is released exactly once (sent or
+//!   discarded on peer loss).
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use tokio::sync::{mpsc, oneshot};
+
+use crate::budget::Budget;
+use crate::codec::{self, Body, DecodeError, Frame, HandshakeMsg, HandshakeReject, Record};
+use crate::config::{MeshConfig, PeerAddress};
+use crate::correlation::{Correlations, ReplyOutcome, Terminal};
+use crate::counters::{DropReason, TransportEvent};
+use crate::error::RequestError;
+use crate::handshake::{Handshake, LocalIdentity, Outcome};
+use crate::node::{
+    DownReason, Inbound, Origin, PeerEvent, PeerSlot, ReplyHandle, ReplyTarget, Response, Shared,
+};
+use crate::tap::TapDirection;
+use crate::types::{LinkKind, NodeGeneration, NodeRid};
+
+/// Bound on how many messages one socket is read per loop iteration.
+const RECV_BATCH: usize = 512;
+/// Bound on commands drained per loop iteration.
+const CMD_BATCH: usize = 1024;
+/// Bound on replies waiting for a PAUSED completion connection, per peer.
+const MAX_QUEUED_REPLIES: usize = 65_536;
+/// More parts than this in one message is malformed (routing id + envelope + payload).
+const MAX_PARTS: usize = 3;
+
+pub(crate) type Waiter = oneshot::Sender<Result<Response, RequestError>>;
+
+/// Destination of an application send.
+#[derive(Clone, Debug)]
+pub(crate) enum Dest {
+    Peer {
+        node: NodeRid,
+        generation: NodeGeneration,
+    },
+    Client {
+        session: u64,
+    },
+}
+
+pub(crate) enum Command {
+    Connect(PeerAddress),
+    Send {
+        dest: Dest,
+        frames: Vec<Bytes>,
+        bytes: u64,
+    },
+    Request {
+        node: NodeRid,
+        generation: NodeGeneration,
+        corr: u64,
+        deadline: Instant,
+        frames: Vec<Bytes>,
+        bytes: u64,
+        waiter: Waiter,
+    },
+    Reply {
+        to: ReplyTarget,
+        frames: Vec<Bytes>,
+    },
+    Cancel {
+        corr: u64,
+    },
+    Shutdown,
+}
+
+struct Out {
+    frames: Vec<Bytes>,
+    /// Bytes reserved against the destination budget; `None` for replies (not budgeted).
+    bytes: Option<u64>,
+}
+
+fn release(budget: &Budget, out: &Out) {
+    if let Some(b) = out.bytes {
+        budget.release(b);
+    }
+}
+
+enum SendOutcome {
+    Sent,
+    Paused,
+    Unreachable,
+}
+
+enum Link {
+    Idle,
+    Handshaking {
+        hs: Box<Handshake>,
+        out: VecDeque<Vec<Bytes>>,
+    },
+    Retry {
+        at: Instant,
+    },
+    Up(NodeGeneration),
+}
+
+struct Peer {
+    node: NodeRid,
+    rid: Vec<u8>,
+    addr: Option<PeerAddress>,
+    generation: Option<NodeGeneration>,
+    relay: Link,
+    completion: Link,
+    up: bool,
+    budget: Arc<Budget>,
+    queue: VecDeque<Out>,
+    replies: VecDeque<Vec<Bytes>>,
+    last_rx: Instant,
+    next_ping: Instant,
+    ping_seq: u64,
+}
+
+impl Peer {
+    fn link_mut(&mut self, kind: LinkKind) -> &mut Link {
+        if kind == LinkKind::Relay {
+            &mut self.relay
+        } else {
+            &mut self.completion
+        }
+    }
+}
+
+struct Client {
+    rid: Vec<u8>,
+    budget: Arc<Budget>,
+    queue: VecDeque<Out>,
+    last_rx: Instant,
+}
+
+struct Sockets {
+    relay: zmq::Socket,
+    completion: zmq::Socket,
+    client: Option<zmq::Socket>,
+    mon_relay: zmq::Socket,
+    mon_completion: zmq::Socket,
+    mon_client: Option<zmq::Socket>,
+}
+
+pub(crate) struct Engine {
+    // Dropped last: sockets must close before the context terminates.
+    sockets: Sockets,
+    door: crate::bridge::Door<Command>,
+    shared: Arc<Shared>,
+    cfg: MeshConfig,
+    local: LocalIdentity,
+    peers: HashMap<NodeRid, Peer>,
+    endpoints: HashMap<String, (NodeRid, LinkKind)>,
+    paused: HashSet<NodeRid>,
+    clients: HashMap<u64, Client>,
+    clients_by_rid: HashMap<Vec<u8>, u64>,
+    paused_clients: HashSet<u64>,
+    next_session: u64,
+    corr: Correlations<(NodeRid, NodeGeneration), Waiter>,
+    inbound: mpsc::Sender<Inbound>,
+    stalled_relay: Option<Inbound>,
+    stalled_client: Option<Inbound>,
+    running: bool,
+    _ctx: zmq::Context,
+}
+
+pub(crate) struct Bound {
+    pub relay: String,
+    pub completion: String,
+    pub client: Option<String>,
+}
+
+fn setup_err(what: impl Into<String>) -> impl FnOnce(zmq::Error) -> crate::error::ConfigError {
+    let what = what.into();
+    move |source| crate::error::ConfigError::Transport { what, source }
+}
+
+/// Applies the options every network-facing socket gets.
+pub(crate) fn configure_network_socket(
+    s: &zmq::Socket,
+    cfg: &MeshConfig,
+) -> Result<(), zmq::Error> {
+    let l = &cfg.transport;
+    let v = &cfg.liveness;
+    s.set_maxmsgsize(l.max_message_size as i64)?;
+    s.set_sndhwm(l.send_hwm)?;
+    s.set_rcvhwm(l.recv_hwm)?;
+    s.set_linger(l.linger.as_millis() as i32)?;
+    s.set_heartbeat_ivl(v.heartbeat_interval.as_millis() as i32)?;
+    s.set_heartbeat_timeout(v.heartbeat_timeout.as_millis() as i32)?;
+    s.set_heartbeat_ttl(v.heartbeat_ttl.as_millis() as i32)?;
+    s.set_reconnect_ivl(v.reconnect_interval.as_millis() as i32)?;
+    s.set_reconnect_ivl_max(v.reconnect_interval_max.as_millis() as i32)?;
+    s.set_handshake_ivl(v.handshake_timeout.as_millis() as i32)?;
+    Ok(())
+}
+
+fn monitor(
+    ctx: &zmq::Context,
+    s: &zmq::Socket,
+    name: &str,
+) -> Result<zmq::Socket, crate::error::ConfigError> {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    let ep = format!(
+        "inproc://zlink-mesh-mon-{name}-{}",
+        NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    );
+    let events = zmq::SocketEvent::ACCEPTED as i32
+        | zmq::SocketEvent::DISCONNECTED as i32
+        | zmq::SocketEvent::HANDSHAKE_SUCCEEDED as i32
+        | zmq::SocketEvent::HANDSHAKE_FAILED_NO_DETAIL as i32
+        | zmq::SocketEvent::HANDSHAKE_FAILED_PROTOCOL as i32
+        | zmq::SocketEvent::HANDSHAKE_FAILED_AUTH as i32;
+    s.monitor(&ep, events).map_err(setup_err("monitor"))?;
+    let m = ctx.socket(zmq::PAIR).map_err(setup_err("monitor socket"))?;
+    m.set_linger(0).map_err(setup_err("monitor linger"))?;
+    m.connect(&ep).map_err(setup_err("monitor connect"))?;
+    Ok(m)
+}
+
+fn last_endpoint(s: &zmq::Socket) -> String {
+    match s.get_last_endpoint() {
+        Ok(Ok(e)) => e,
+        _ => String::new(),
+    }
+}
+
+impl Engine {
+    #[allow(clippy::type_complexity)]
+    pub(crate) fn new(
+        ctx: zmq::Context,
+        door: crate::bridge::Door<Command>,
+        shared: Arc<Shared>,
+        cfg: MeshConfig,
+        local: LocalIdentity,
+        inbound: mpsc::Sender<Inbound>,
+    ) -> Result<(Self, Bound), crate::error::ConfigError> {
+        let router =
+            |name: &str, ep: &str, mesh: bool| -> Result<zmq::Socket, crate::error::ConfigError> {
+                let s = ctx.socket(zmq::ROUTER).map_err(setup_err(name))?;
+                configure_network_socket(&s, &cfg).map_err(setup_err(format!("{name} options")))?;
+                s.set_router_mandatory(true)
+                    .map_err(setup_err("router_mandatory"))?;
+                if mesh {
+                    s.set_identity(cfg.node.as_bytes())
+                        .map_err(setup_err("identity"))?;
+                    s.set_router_handover(true)
+                        .map_err(setup_err("router_handover"))?;
+                }
+                s.bind(ep).map_err(setup_err(format!("bind {name} {ep}")))?;
+                Ok(s)
+            };
+        let relay = router("relay", &cfg.relay_endpoint, true)?;
+        let completion = router("completion", &cfg.completion_endpoint, true)?;
+        let client = match &cfg.client_endpoint {
+            Some(ep) => Some(router("client", ep, false)?),
+            None => None,
+        };
+        let mon_relay = monitor(&ctx, &relay, "relay")?;
+        let mon_completion = monitor(&ctx, &completion, "completion")?;
+        let mon_client = match &client {
+            Some(c) => Some(monitor(&ctx, c, "client")?),
+            None => None,
+        };
+        let bound = Bound {
+            relay: last_endpoint(&relay),
+            completion: last_endpoint(&completion),
+            client: client.as_ref().map(last_endpoint),
+        };
+        Ok((
+            Self {
+                sockets: Sockets {
+                    relay,
+                    completion,
+                    client,
+                    mon_relay,
+                    mon_completion,
+                    mon_client,
+                },
+                door,
+                shared,
+                cfg,
+                local,
+                peers: HashMap::new(),
+                endpoints: HashMap::new(),
+                paused: HashSet::new(),
+                clients: HashMap::new(),
+                clients_by_rid: HashMap::new(),
+                paused_clients: HashSet::new(),
+                next_session: 1,
+                corr: Correlations::new(),
+                inbound,
+                stalled_relay: None,
+                stalled_client: None,
+                running: true,
+                _ctx: ctx,
+            },
+            bound,
+        ))
+    }
+
+    pub(crate) fn run(mut self) {
+        let _span = tracing::debug_span!("zlink_mesh_io", node = %self.local.node).entered();
+        while self.running {
+            self.drain_commands();
+            if !self.running {
+                break;
+            }
+            self.flush_paused();
+            self.flush_handshakes();
+            self.retry_stalled();
+            let now = Instant::now();
+            self.timers(now);
+            self.poll_once();
+        }
+        self.shutdown_sequence();
+    }
+
+    // ---------------------------------------------------------------- commands
+
+    fn drain_commands(&mut self) {
+        for _ in 0..CMD_BATCH {
+            match self.door.rx.try_recv() {
+                Ok(cmd) => self.handle_command(cmd),
+                Err(_) => break,
+            }
+        }
+    }
+
+    fn handle_command(&mut self, cmd: Command) {
+        match cmd {
+            Command::Connect(addr) => self.connect(addr),
+            Command::Send {
+                dest,
+                frames,
+                bytes,
+            } => self.send_app(
+                dest,
+                Out {
+                    frames,
+                    bytes: Some(bytes),
+                },
+            ),
+            Command::Request {
+                node,
+                generation,
+                corr,
+                deadline,
+                frames,
+                bytes,
+                waiter,
+            } => {
+                let current = self
+                    .peers
+                    .get(&node)
+                    .filter(|p| p.up && p.generation == Some(generation))
+                    .is_some();
+                if !current {
+                    self.release_peer_budget(&node, bytes);
+                    let _ = waiter.send(Err(RequestError::PeerLost));
+                    return;
+                }
+                if let Err(w) =
+                    self.corr
+                        .register(corr, (node.clone(), generation), deadline, waiter)
+                {
+                    self.release_peer_budget(&node, bytes);
+                    let _ = w.send(Err(RequestError::Closed));
+                    return;
+                }
+                self.send_app(
+                    Dest::Peer { node, generation },
+                    Out {
+                        frames,
+                        bytes: Some(bytes),
+                    },
+                );
+            }
+            Command::Reply { to, frames } => self.send_reply(to, frames),
+            Command::Cancel { corr } => {
+                if let Some(w) = self.corr.handle_cancel(corr) {
+                    drop(w);
+                }
+            }
+            Command::Shutdown => self.running = false,
+        }
+    }
+
+    fn release_peer_budget(&self, node: &NodeRid, bytes: u64) {
+        if let Some(p) = self.peers.get(node) {
+            p.budget.release(bytes);
+        } else if let Some(slot) = self.shared.peer_slot(node) {
+            slot.budget.release(bytes);
+        }
+    }
+
+    fn connect(&mut self, addr: PeerAddress) {
+        if addr.node == self.local.node {
+            return;
+        }
+        if let Err(e) = self.sockets.relay.connect(&addr.relay) {
+            tracing::warn!(peer = %addr.node, error = %e, "relay connect failed");
+            return;
+        }
+        if let Err(e) = self.sockets.completion.connect(&addr.completion) {
+            tracing::warn!(peer = %addr.node, error = %e, "completion connect failed");
+            return;
+        }
+        self.endpoints
+            .insert(addr.relay.clone(), (addr.node.clone(), LinkKind::Relay));
+        self.endpoints.insert(
+            addr.completion.clone(),
+            (addr.node.clone(), LinkKind::Completion),
+        );
+        let node = addr.node.clone();
+        self.peer_entry(&node).addr = Some(addr);
+        let now = Instant::now();
+        self.start_initiator(&node, LinkKind::Relay, now);
+        self.start_initiator(&node, LinkKind::Completion, now);
+    }
+
+    fn peer_entry(&mut self, node: &NodeRid) -> &mut Peer {
+        let budget = self.cfg.peer_budget;
+        let now = Instant::now();
+        self.peers.entry(node.clone()).or_insert_with(|| Peer {
+            node: node.clone(),
+            rid: node.as_bytes().to_vec(),
+            addr: None,
+            generation: None,
+            relay: Link::Idle,
+            completion: Link::Idle,
+            up: false,
+            budget: Arc::new(Budget::new(budget)),
+            queue: VecDeque::new(),
+            replies: VecDeque::new(),
+            last_rx: now,
+            next_ping: now,
+            ping_seq: 0,
+        })
+    }
+
+    fn start_initiator(&mut self, node: &NodeRid, kind: LinkKind, now: Instant) {
+        let local = self.local.clone();
+        let timeout = self.cfg.liveness.handshake_timeout;
+        let Some(p) = self.peers.get_mut(node) else {
+            return;
+        };
+        let hs = Handshake::initiator(
+            local,
+            kind,
+            Some(node.clone()),
+            rand::random(),
+            now,
+            timeout,
+        );
+        *p.link_mut(kind) = Link::Handshaking {
+            hs: Box::new(hs),
+            out: VecDeque::new(),
+        };
+        self.pump_handshake(node, kind);
+    }
+
+    // ---------------------------------------------------------------- sending
+
+    fn socket(&self, kind: LinkKind) -> &zmq::Socket {
+        match kind {
+            LinkKind::Relay => &self.sockets.relay,
+            LinkKind::Completion => &self.sockets.completion,
+            LinkKind::Client => self.sockets.client.as_ref().expect("client socket"),
+        }
+    }
+
+    fn raw_send(&self, kind: LinkKind, rid: &[u8], frames: &[Bytes]) -> SendOutcome {
+        let s = self.socket(kind);
+        match s.send(rid, zmq::SNDMORE | zmq::DONTWAIT) {
+            Ok(()) => {}
+            Err(zmq::Error::EAGAIN) => return SendOutcome::Paused,
+            Err(_) => return SendOutcome::Unreachable,
+        }
+        let last = frames.len().saturating_sub(1);
+        for (i, f) in frames.iter().enumerate() {
+            let flags = if i == last {
+                zmq::DONTWAIT
+            } else {
+                zmq::SNDMORE | zmq::DONTWAIT
+            };
+            // After the routing id was accepted the remaining parts of the message are too.
+            let _ = s.send(&f[..], flags);
+        }
+        if let Some(tap) = &self.cfg.tap {
+            tap.record(TapDirection::Sent, kind, rid, frames);
+        }
+        SendOutcome::Sent
+    }
+
+    fn send_app(&mut self, dest: Dest, out: Out) {
+        match dest {
+            Dest::Peer { node, generation } => {
+                let Some(p) = self.peers.get(&node) else {
+                    if let Some(b) = out.bytes {
+                        self.release_peer_budget(&node, b);
+                    }
+                    self.shared.counters.drop(DropReason::PeerLost, &node);
+                    return;
+                };
+                if !p.up || p.generation != Some(generation) {
+                    release(&p.budget, &out);
+                    self.shared.counters.drop(DropReason::PeerLost, &node);
+                    return;
+                }
+                if !p.queue.is_empty() {
+                    self.peers
+                        .get_mut(&node)
+                        .expect("peer")
+                        .queue
+                        .push_back(out);
+                    return;
+                }
+                match self.raw_send(LinkKind::Relay, &p.rid, &out.frames) {
+                    SendOutcome::Sent => release(&p.budget, &out),
+                    SendOutcome::Paused => {
+                        self.shared.counters.event(TransportEvent::Paused);
+                        self.peers
+                            .get_mut(&node)
+                            .expect("peer")
+                            .queue
+                            .push_back(out);
+                        self.paused.insert(node);
+                    }
+                    SendOutcome::Unreachable => {
+                        release(&p.budget, &out);
+                        self.shared.counters.drop(DropReason::PeerLost, &node);
+                    }
+                }
+            }
+            Dest::Client { session } => {
+                let Some(c) = self.clients.get(&session) else {
+                    if let Some(b) = self.shared.client_budget(session) {
+                        if let Some(n) = out.bytes {
+                            b.release(n);
+                        }
+                    }
+                    self.shared.counters.drop(DropReason::PeerLost, &session);
+                    return;
+                };
+                if !c.queue.is_empty() {
+                    self.clients
+                        .get_mut(&session)
+                        .expect("client")
+                        .queue
+                        .push_back(out);
+                    return;
+                }
+                match self.raw_send(LinkKind::Client, &c.rid, &out.frames) {
+                    SendOutcome::Sent => release(&c.budget, &out),
+                    SendOutcome::Paused => {
+                        self.shared.counters.event(TransportEvent::Paused);
+                        self.clients
+                            .get_mut(&session)
+                            .expect("client")
+                            .queue
+                            .push_back(out);
+                        self.paused_clients.insert(session);
+                    }
+                    SendOutcome::Unreachable => {
+                        release(&c.budget, &out);
+                        self.shared.counters.drop(DropReason::PeerLost, &session);
+                    }
+                }
+            }
+        }
+    }
+
+    fn send_reply(&mut self, to: ReplyTarget, frames: Vec<Bytes>) {
+        match to {
+            ReplyTarget::Peer { node, generation } => {
+                let Some(p) = self.peers.get(&node) else {
+                    self.shared
+                        .counters
+                        .drop(DropReason::ReplyUndeliverable, &node);
+                    return;
+                };
+                if p.generation != Some(generation) || !matches!(p.completion, Link::Up(_)) {
+                    self.shared
+                        .counters
+                        .drop(DropReason::ReplyUndeliverable, &node);
+                    return;
+                }
+                if !p.replies.is_empty() {
+                    self.queue_reply(&node, frames);
+                    return;
+                }
+                match self.raw_send(LinkKind::Completion, &p.rid, &frames) {
+                    SendOutcome::Sent => {}
+                    SendOutcome::Paused => {
+                        self.queue_reply(&node, frames);
+                        self.paused.insert(node);
+                    }
+                    SendOutcome::Unreachable => self
+                        .shared
+                        .counters
+                        .drop(DropReason::ReplyUndeliverable, &node),
+                }
+            }
+            ReplyTarget::Client { session } => {
+                let Some(c) = self.clients.get(&session) else {
+                    self.shared
+                        .counters
+                        .drop(DropReason::ReplyUndeliverable, &session);
+                    return;
+                };
+                // ClientServer: one connection, so the reply is ordered after earlier data
+                // (EG-4: it may wait behind DATA and PAUSED); it does not take a budget.
+                if !c.queue.is_empty() {
+                    self.clients
+                        .get_mut(&session)
+                        .expect("client")
+                        .queue
+                        .push_back(Out {
+                            frames,
+                            bytes: None,
+                        });
+                    return;
+                }
+                match self.raw_send(LinkKind::Client, &c.rid, &frames) {
+                    SendOutcome::Sent => {}
+                    SendOutcome::Paused => {
+                        self.clients
+                            .get_mut(&session)
+                            .expect("client")
+                            .queue
+                            .push_back(Out {
+                                frames,
+                                bytes: None,
+                            });
+                        self.paused_clients.insert(session);
+                    }
+                    SendOutcome::Unreachable => self
+                        .shared
+                        .counters
+                        .drop(DropReason::ReplyUndeliverable, &session),
+                }
+            }
+        }
+    }
+
+    fn queue_reply(&mut self, node: &NodeRid, frames: Vec<Bytes>) {
+        let p = self.peers.get_mut(node).expect("peer");
+        if p.replies.len() >= MAX_QUEUED_REPLIES {
+            self.shared
+                .counters
+                .drop(DropReason::ReplyUndeliverable, node);
+        } else {
+            p.replies.push_back(frames);
+        }
+    }
+
+    fn flush_paused(&mut self) {
+        if !self.paused.is_empty() {
+            let nodes: Vec<NodeRid> = self.paused.iter().cloned().collect();
+            for node in nodes {
+                if self.flush_peer(&node) {
+                    self.paused.remove(&node);
+                }
+            }
+        }
+        if !self.paused_clients.is_empty() {
+            let sessions: Vec<u64> = self.paused_clients.iter().copied().collect();
+            for s in sessions {
+                if self.flush_client(s) {
+                    self.paused_clients.remove(&s);
+                }
+            }
+        }
+    }
+
+    /// Returns true when both queues of the peer are empty.
+    fn flush_peer(&mut self, node: &NodeRid) -> bool {
+        let Some(mut p) = self.peers.remove(node) else {
+            return true;
+        };
+        while let Some(frames) = p.replies.front() {
+            match self.raw_send(LinkKind::Completion, &p.rid, frames) {
+                SendOutcome::Sent => {
+                    p.replies.pop_front();
+                }
+                SendOutcome::Paused => break,
+                SendOutcome::Unreachable => {
+                    p.replies.pop_front();
+                    self.shared
+                        .counters
+                        .drop(DropReason::ReplyUndeliverable, node);
+                }
+            }
+        }
+        while let Some(out) = p.queue.front() {
+            match self.raw_send(LinkKind::Relay, &p.rid, &out.frames) {
+                SendOutcome::Sent => {
+                    release(&p.budget, out);
+                    p.queue.pop_front();
+                }
+                SendOutcome::Paused => break,
+                SendOutcome::Unreachable => {
+                    release(&p.budget, out);
+                    p.queue.pop_front();
+                    self.shared.counters.drop(DropReason::PeerLost, node);
+                }
+            }
+        }
+        let done = p.queue.is_empty() && p.replies.is_empty();
+        self.peers.insert(node.clone(), p);
+        done
+    }
+
+    fn flush_client(&mut self, session: u64) -> bool {
+        let Some(mut c) = self.clients.remove(&session) else {
+            return true;
+        };
+        while let Some(out) = c.queue.front() {
+            match self.raw_send(LinkKind::Client, &c.rid, &out.frames) {
+                SendOutcome::Sent => {
+                    release(&c.budget, out);
+                    c.queue.pop_front();
+                }
+                SendOutcome::Paused => break,
+                SendOutcome::Unreachable => {
+                    release(&c.budget, out);
+                    c.queue.pop_front();
+                    self.shared.counters.drop(DropReason::PeerLost, &session);
+                }
+            }
+        }
+        let done = c.queue.is_empty();
+        self.clients.insert(session, c);
+        done
+    }
+
+    /// Moves handshake messages from the state machine to the link's out queue and tries to
+    /// send them; an unreachable peer (not yet connected) keeps them for the next tick.
+    fn pump_handshake(&mut self, node: &NodeRid, kind: LinkKind) {
+        let Some(mut p) = self.peers.remove(node) else {
+            return;
+        };
+        if let Link::Handshaking { hs, out } = p.link_mut(kind) {
+            while let Some(m) = hs.poll_transmit() {
+                out.push_back(codec::encode(&Frame {
+                    corr: 0,
+                    body: Body::Handshake(m),
+                    payload: None,
+                }));
+            }
+        }
+        let rid = p.rid.clone();
+        if let Link::Handshaking { out, .. } = p.link_mut(kind) {
+            while let Some(f) = out.front() {
+                match self.raw_send(kind, &rid, f) {
+                    SendOutcome::Sent => {
+                        out.pop_front();
+                    }
+                    SendOutcome::Paused | SendOutcome::Unreachable => break,
+                }
+            }
+        }
+        self.peers.insert(node.clone(), p);
+        self.check_handshake(node, kind);
+    }
+
+    fn flush_handshakes(&mut self) {
+        let pending: Vec<(NodeRid, LinkKind)> = self
+            .peers
+            .values()
+            .flat_map(|p| {
+                let mut v = Vec::new();
+                for (kind, link) in [
+                    (LinkKind::Relay, &p.relay),
+                    (LinkKind::Completion, &p.completion),
+                ] {
+                    if let Link::Handshaking { out, .. } = link
+                        && !out.is_empty()
+                    {
+                        v.push((p.node.clone(), kind));
+                    }
+                }
+                v
+            })
+            .collect();
+        for (node, kind) in pending {
+            self.pump_handshake(&node, kind);
+        }
+    }
+
+    // ---------------------------------------------------------------- handshake
+
+    fn handle_handshake_msg(&mut self, kind: LinkKind, node: NodeRid, msg: HandshakeMsg) {
+        let now = Instant::now();
+        if let HandshakeMsg::Hello { generation, .. } = &msg {
+            let generation = *generation;
+            let known = self.peers.get(&node).and_then(|p| p.generation);
+            if known.is_some_and(|g| generation < g) {
+                self.shared.counters.drop(
+                    DropReason::StaleGeneration,
+                    &format_args!("{node} hello gen {generation}"),
+                );
+                self.send_control(
+                    kind,
+                    node.as_bytes(),
+                    Body::Handshake(HandshakeMsg::Reject {
+                        reason: HandshakeReject::Duplicate,
+                    }),
+                );
+                return;
+            }
+            if !self.peers.contains_key(&node) {
+                let handshaking = self
+                    .peers
+                    .values()
+                    .filter(|p| p.generation.is_none())
+                    .count();
+                if handshaking >= self.cfg.max_pending_handshakes {
+                    self.shared
+                        .counters
+                        .drop(DropReason::HandshakeCapacity, &node);
+                    return;
+                }
+            }
+            // A new Hello on a link restarts that link's handshake (reconnect or restart).
+            let was_up = self.peers.get(&node).is_some_and(|p| p.up);
+            if was_up {
+                self.peer_down(&node, DownReason::Reconnected, false);
+            }
+            let local = self.local.clone();
+            let timeout = self.cfg.liveness.handshake_timeout;
+            let p = self.peer_entry(&node);
+            let hs = Handshake::acceptor(
+                local,
+                kind,
+                Some(node.clone()),
+                rand::random(),
+                now,
+                timeout,
+            );
+            *p.link_mut(kind) = Link::Handshaking {
+                hs: Box::new(hs),
+                out: VecDeque::new(),
+            };
+        }
+        let Some(p) = self.peers.get_mut(&node) else {
+            self.shared
+                .counters
+                .drop(DropReason::Unauthenticated, &node);
+            return;
+        };
+        match p.link_mut(kind) {
+            Link::Handshaking { hs, .. } => hs.handle_message(msg, now),
+            _ => {
+                self.shared
+                    .counters
+                    .drop(DropReason::Unauthenticated, &node);
+                return;
+            }
+        }
+        self.pump_handshake(&node, kind);
+    }
+
+    fn check_handshake(&mut self, node: &NodeRid, kind: LinkKind) {
+        let Some(p) = self.peers.get_mut(node) else {
+            return;
+        };
+        let outcome = match p.link_mut(kind) {
+            Link::Handshaking { hs, out } if out.is_empty() => hs.poll_outcome().cloned(),
+            _ => None,
+        };
+        match outcome {
+            None => {}
+            Some(Outcome::Failed(why)) => {
+                self.shared.counters.drop(
+                    DropReason::HandshakeFailed,
+                    &format_args!("{node}: {why:?}"),
+                );
+                let retry = self.cfg.liveness.reconnect_interval;
+                let p = self.peers.get_mut(node).expect("peer");
+                if p.addr.is_some() {
+                    *p.link_mut(kind) = Link::Retry {
+                        at: Instant::now() + retry,
+                    };
+                } else {
+                    *p.link_mut(kind) = Link::Idle;
+                    if p.generation.is_none()
+                        && matches!(p.relay, Link::Idle)
+                        && matches!(p.completion, Link::Idle)
+                    {
+                        self.peers.remove(node);
+                    }
+                }
+            }
+            Some(Outcome::Established(id)) => {
+                if id.node != *node {
+                    self.shared.counters.drop(DropReason::RidMismatch, node);
+                    *self.peers.get_mut(node).expect("peer").link_mut(kind) = Link::Idle;
+                    return;
+                }
+                let old = self.peers.get(node).and_then(|p| p.generation);
+                if let Some(g) = old
+                    && id.generation < g
+                {
+                    self.shared.counters.drop(DropReason::StaleGeneration, node);
+                    *self.peers.get_mut(node).expect("peer").link_mut(kind) = Link::Idle;
+                    return;
+                }
+                if old.is_some_and(|g| g != id.generation) {
+                    // A restarted peer: the old lifecycle ends here.
+                    self.peer_down(node, DownReason::Restarted, false);
+                    let p = self.peers.get_mut(node).expect("peer");
+                    let other = if kind == LinkKind::Relay {
+                        &mut p.completion
+                    } else {
+                        &mut p.relay
+                    };
+                    if matches!(other, Link::Up(_)) {
+                        *other = Link::Idle;
+                    }
+                }
+                let now = Instant::now();
+                let p = self.peers.get_mut(node).expect("peer");
+                p.generation = Some(id.generation);
+                *p.link_mut(kind) = Link::Up(id.generation);
+                p.last_rx = now;
+                if matches!(p.relay, Link::Up(g) if g == id.generation)
+                    && matches!(p.completion, Link::Up(g) if g == id.generation)
+                    && !p.up
+                {
+                    p.up = true;
+                    p.next_ping = now + self.cfg.liveness.ping_interval;
+                    let slot = PeerSlot {
+                        generation: id.generation,
+                        budget: p.budget.clone(),
+                    };
+                    self.shared.set_peer(node.clone(), Some(slot));
+                    self.shared.counters.event(TransportEvent::PeerUp);
+                    tracing::debug!(peer = %node, generation = %id.generation, "peer up");
+                    self.shared.publish(PeerEvent::Up {
+                        node: node.clone(),
+                        generation: id.generation,
+                    });
+                }
+            }
+        }
+    }
+
+    /// Ends the peer's current lifecycle (if up): fails its requests, discards its queues.
+    fn peer_down(&mut self, node: &NodeRid, reason: DownReason, restart: bool) {
+        let Some(p) = self.peers.get_mut(node) else {
+            return;
+        };
+        let generation = p.generation;
+        let was_up = std::mem::replace(&mut p.up, false);
+        for out in p.queue.drain(..) {
+            release(&p.budget, &out);
+            self.shared.counters.drop(DropReason::PeerLost, node);
+        }
+        for _ in p.replies.drain(..) {
+            self.shared
+                .counters
+                .drop(DropReason::ReplyUndeliverable, node);
+        }
+        self.paused.remove(node);
+        if was_up {
+            self.shared.set_peer(node.clone(), None);
+            self.shared.counters.event(TransportEvent::PeerDown);
+            let generation = generation.expect("up peer has a generation");
+            tracing::debug!(peer = %node, %generation, ?reason, "peer down");
+            for (_, w) in self.corr.handle_peer_lost(&(node.clone(), generation)) {
+                let _ = w.send(Err(RequestError::PeerLost));
+            }
+            self.shared.publish(PeerEvent::Down {
+                node: node.clone(),
+                generation,
+                reason,
+            });
+        }
+        if restart {
+            let p = self.peers.get_mut(node).expect("peer");
+            if p.addr.is_some() {
+                let now = Instant::now();
+                self.start_initiator(node, LinkKind::Relay, now);
+                self.start_initiator(node, LinkKind::Completion, now);
+            } else {
+                p.relay = Link::Idle;
+                p.completion = Link::Idle;
+            }
+        }
+    }
+
+    fn send_control(&self, kind: LinkKind, rid: &[u8], body: Body) {
+        let frames = codec::encode(&Frame {
+            corr: 0,
+            body,
+            payload: None,
+        });
+        // Control never waits: if libzmq's pipe is full the next tick sends a fresh one.
+        let _ = self.raw_send(kind, rid, &frames);
+    }
+
+    // ---------------------------------------------------------------- timers
+
+    fn timers(&mut self, now: Instant) {
+        for (_, w) in self.corr.handle_timeout(now) {
+            let _ = w.send(Err(RequestError::DeadlineExceeded));
+        }
+        let mut to_check = Vec::new();
+        let mut to_retry = Vec::new();
+        let mut timed_out = Vec::new();
+        let mut ping = Vec::new();
+        let ping_ivl = self.cfg.liveness.ping_interval;
+        let peer_timeout = self.cfg.liveness.peer_timeout;
+        for p in self.peers.values_mut() {
+            for kind in [LinkKind::Relay, LinkKind::Completion] {
+                match p.link_mut(kind) {
+                    Link::Handshaking { hs, .. } if hs.poll_timeout().is_some_and(|t| t <= now) => {
+                        hs.handle_timeout(now);
+                        to_check.push((p.node.clone(), kind));
+                    }
+                    Link::Retry { at } if *at <= now => to_retry.push((p.node.clone(), kind)),
+                    _ => {}
+                }
+            }
+            if p.up {
+                if now.duration_since(p.last_rx) > peer_timeout {
+                    timed_out.push(p.node.clone());
+                } else if p.next_ping <= now {
+                    p.ping_seq += 1;
+                    p.next_ping = now + ping_ivl;
+                    ping.push((p.rid.clone(), p.ping_seq));
+                }
+            }
+        }
+        for (node, kind) in to_check {
+            self.check_handshake(&node, kind);
+        }
+        for (node, kind) in to_retry {
+            self.start_initiator(&node, kind, now);
+        }
+        for node in timed_out {
+            self.peer_down(&node, DownReason::Timeout, true);
+        }
+        for (rid, seq) in ping {
+            self.send_control(LinkKind::Completion, &rid, Body::Ping(seq));
+        }
+        // ClientServer liveness: forget clients silent for the peer timeout.
+        let dead: Vec<u64> = self
+            .clients
+            .iter()
+            .filter(|(_, c)| now.duration_since(c.last_rx) > peer_timeout)
+            .map(|(s, _)| *s)
+            .collect();
+        for s in dead {
+            self.remove_client(s);
+        }
+    }
+
+    fn remove_client(&mut self, session: u64) {
+        if let Some(mut c) = self.clients.remove(&session) {
+            for out in c.queue.drain(..) {
+                release(&c.budget, &out);
+            }
+            self.clients_by_rid.remove(&c.rid);
+            self.paused_clients.remove(&session);
+            self.shared.set_client(session, None);
+            self.shared.publish(PeerEvent::ClientDisconnected {
+                session: crate::node::SessionRid::new(session),
+            });
+        }
+    }
+
+    fn next_wake(&self, now: Instant) -> Duration {
+        let mut t = Duration::from_millis(100);
+        if !self.paused.is_empty()
+            || !self.paused_clients.is_empty()
+            || self.stalled_relay.is_some()
+            || self.stalled_client.is_some()
+        {
+            t = Duration::from_millis(1);
+        }
+        let pending_hs = self.peers.values().any(|p| {
+            matches!(&p.relay, Link::Handshaking { out, .. } if !out.is_empty())
+                || matches!(&p.completion, Link::Handshaking { out, .. } if !out.is_empty())
+        });
+        if pending_hs {
+            t = t.min(Duration::from_millis(5));
+        }
+        if let Some(d) = self.corr.poll_timeout() {
+            t = t.min(d.saturating_duration_since(now));
+        }
+        for p in self.peers.values() {
+            if p.up {
+                t = t.min(p.next_ping.saturating_duration_since(now));
+            }
+            for l in [&p.relay, &p.completion] {
+                match l {
+                    Link::Handshaking { hs, .. } => {
+                        if let Some(d) = hs.poll_timeout() {
+                            t = t.min(d.saturating_duration_since(now));
+                        }
+                    }
+                    Link::Retry { at } => t = t.min(at.saturating_duration_since(now)),
+                    _ => {}
+                }
+            }
+        }
+        t
+    }
+
+    // ---------------------------------------------------------------- polling
+
+    fn poll_once(&mut self) {
+        let now = Instant::now();
+        let mut timeout = self.next_wake(now);
+        let sleeping = self.shared.bell.prepare_sleep();
+        if !sleeping {
+            timeout = Duration::ZERO;
+        }
+        let relay_in = self.stalled_relay.is_none();
+        let client_in = self.stalled_client.is_none();
+        let (rd, rr, rc, rcl, mr, mc, mcl) = {
+            let s = &self.sockets;
+            let mut items = Vec::with_capacity(7);
+            items.push(self.door.socket.as_poll_item(zmq::POLLIN));
+            items.push(s.relay.as_poll_item(if relay_in {
+                zmq::POLLIN
+            } else {
+                zmq::PollEvents::empty()
+            }));
+            items.push(s.completion.as_poll_item(zmq::POLLIN));
+            items.push(s.mon_relay.as_poll_item(zmq::POLLIN));
+            items.push(s.mon_completion.as_poll_item(zmq::POLLIN));
+            if let (Some(c), Some(m)) = (&s.client, &s.mon_client) {
+                items.push(c.as_poll_item(if client_in {
+                    zmq::POLLIN
+                } else {
+                    zmq::PollEvents::empty()
+                }));
+                items.push(m.as_poll_item(zmq::POLLIN));
+            }
+            let ms = if timeout.is_zero() {
+                0
+            } else {
+                timeout.as_millis().max(1) as i64
+            };
+            let _ = zmq::poll(&mut items, ms);
+            let r = |i: usize| items.get(i).is_some_and(|it| it.is_readable());
+            (r(0), r(1), r(2), r(5), r(3), r(4), r(6))
+        };
+        self.shared.bell.awake();
+        if rd {
+            self.door.drain_rings();
+        }
+        if rc {
+            self.read_socket(LinkKind::Completion);
+        }
+        if rr {
+            self.read_socket(LinkKind::Relay);
+        }
+        if rcl {
+            self.read_socket(LinkKind::Client);
+        }
+        if mr {
+            self.read_monitor(LinkKind::Relay);
+        }
+        if mc {
+            self.read_monitor(LinkKind::Completion);
+        }
+        if mcl {
+            self.read_monitor(LinkKind::Client);
+        }
+    }
+
+    fn read_socket(&mut self, kind: LinkKind) {
+        for _ in 0..RECV_BATCH {
+            if kind == LinkKind::Relay && self.stalled_relay.is_some() {
+                return;
+            }
+            if kind == LinkKind::Client && self.stalled_client.is_some() {
+                return;
+            }
+            let Some((rid, parts)) = recv_multipart(self.socket(kind)) else {
+                return;
+            };
+            if let Some(tap) = &self.cfg.tap {
+                tap.record(TapDirection::Received, kind, &rid, &parts);
+            }
+            match kind {
+                LinkKind::Client => self.on_client_message(rid, parts),
+                _ => self.on_peer_message(kind, rid, parts),
+            }
+        }
+    }
+
+    fn read_monitor(&mut self, kind: LinkKind) {
+        let m = match kind {
+            LinkKind::Relay => &self.sockets.mon_relay,
+            LinkKind::Completion => &self.sockets.mon_completion,
+            LinkKind::Client => match &self.sockets.mon_client {
+                Some(m) => m,
+                None => return,
+            },
+        };
+        let mut events = Vec::new();
+        while let Some((first, parts)) = recv_multipart(m) {
+            if first.len() < 6 {
+                continue;
+            }
+            let ev = u16::from_le_bytes([first[0], first[1]]);
+            let addr = parts
+                .first()
+                .map(|a| String::from_utf8_lossy(a).into_owned())
+                .unwrap_or_default();
+            events.push((ev, addr));
+        }
+        for (ev, addr) in events {
+            let ev = zmq::SocketEvent::from_raw(ev);
+            match ev {
+                zmq::SocketEvent::ACCEPTED => self.shared.counters.event(TransportEvent::Accepted),
+                zmq::SocketEvent::HANDSHAKE_FAILED_NO_DETAIL
+                | zmq::SocketEvent::HANDSHAKE_FAILED_PROTOCOL
+                | zmq::SocketEvent::HANDSHAKE_FAILED_AUTH => {
+                    self.shared
+                        .counters
+                        .drop(DropReason::ZmtpProtocol, &format_args!("{kind:?} {addr}"));
+                }
+                zmq::SocketEvent::DISCONNECTED => {
+                    self.shared.counters.event(TransportEvent::Disconnected);
+                    if let Some((node, k)) = self.endpoints.get(&addr).cloned()
+                        && k == kind
+                    {
+                        // Our outbound connection dropped: libzmq reconnects; the handshake
+                        // re-runs on the new connection.
+                        self.peer_down(&node, DownReason::Disconnected, false);
+                        let now = Instant::now();
+                        self.start_initiator(&node, kind, now);
+                    }
+                }
+                zmq::SocketEvent::HANDSHAKE_SUCCEEDED => {
+                    if let Some((node, k)) = self.endpoints.get(&addr).cloned()
+                        && k == kind
+                    {
+                        self.pump_handshake(&node, kind);
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+
+    // ---------------------------------------------------------------- ingress
+
+    fn on_peer_message(&mut self, kind: LinkKind, rid: Bytes, parts: Vec<Bytes>) {
+        let node = match std::str::from_utf8(&rid)
+            .ok()
+            .and_then(|s| NodeRid::new(s).ok())
+        {
+            Some(n) => n,
+            None => {
+                self.shared
+                    .counters
+                    .drop(DropReason::InvalidRoutingId, &format_args!("{kind:?}"));
+                return;
+            }
+        };
+        let frame = match decode_counted(&self.shared, &parts, &node) {
+            Some(f) => f,
+            None => return,
+        };
+        if let Body::Handshake(m) = frame.body {
+            if frame.corr != 0 || frame.payload.is_some() {
+                self.shared.counters.drop(DropReason::Malformed, &node);
+                return;
+            }
+            self.handle_handshake_msg(kind, node, m);
+            return;
+        }
+        let Some(p) = self.peers.get_mut(&node) else {
+            self.shared
+                .counters
+                .drop(DropReason::Unauthenticated, &node);
+            return;
+        };
+        let current = p.generation;
+        let generation = match (p.link_mut(kind), current) {
+            (Link::Up(g), Some(cur)) if *g == cur => cur,
+            (Link::Up(_), _) => {
+                self.shared
+                    .counters
+                    .drop(DropReason::StaleGeneration, &node);
+                return;
+            }
+            _ => {
+                self.shared
+                    .counters
+                    .drop(DropReason::Unauthenticated, &node);
+                return;
+            }
+        };
+        p.last_rx = Instant::now();
+        let rid_vec = p.rid.clone();
+        match (kind, frame.body) {
+            (LinkKind::Completion, Body::Ping(seq)) => {
+                self.send_control(LinkKind::Completion, &rid_vec, Body::Pong(seq));
+            }
+            (LinkKind::Completion, Body::Pong(_)) => {}
+            (_, Body::Disconnect) => self.peer_down(&node, DownReason::Remote, true),
+            (
+                LinkKind::Completion,
+                Body::App(rec @ (Record::Reply | Record::ErrorReply { .. })),
+            ) => self.complete(frame.corr, (node, generation), rec, frame.payload),
+            (
+                LinkKind::Relay,
+                Body::App(rec @ (Record::Request { .. } | Record::OneWay { .. })),
+            ) => {
+                let is_request = matches!(rec, Record::Request { .. });
+                if is_request == (frame.corr == 0) {
+                    self.shared.counters.drop(DropReason::Malformed, &node);
+                    return;
+                }
+                let reply = is_request.then(|| {
+                    ReplyHandle::new(
+                        self.shared.clone(),
+                        ReplyTarget::Peer {
+                            node: node.clone(),
+                            generation,
+                        },
+                        frame.corr,
+                    )
+                });
+                let deadline = match &rec {
+                    Record::Request { deadline_ms, .. } => {
+                        Some(Instant::now() + Duration::from_millis(u64::from(*deadline_ms)))
+                    }
+                    _ => None,
+                };
+                let inb = Inbound {
+                    origin: Origin::Peer { node, generation },
+                    correlation: frame.corr,
+                    record: rec,
+                    payload: frame.payload,
+                    deadline,
+                    reply,
+                };
+                self.deliver(LinkKind::Relay, inb);
+            }
+            (_, _) => self.shared.counters.drop(
+                DropReason::WrongConnection,
+                &format_args!("{node} on {kind:?}"),
+            ),
+        }
+    }
+
+    fn complete(
+        &mut self,
+        corr: u64,
+        from: (NodeRid, NodeGeneration),
+        rec: Record,
+        payload: Option<Bytes>,
+    ) {
+        match self.corr.handle_reply(corr, &from) {
+            ReplyOutcome::Deliver(w) => {
+                let result = match rec {
+                    Record::ErrorReply { kind, detail } => Err(RequestError::Remote {
+                        kind: codec::ErrorKind::from_u8(kind).unwrap_or(codec::ErrorKind::Internal),
+                        detail,
+                    }),
+                    rec => Ok(Response {
+                        record: rec,
+                        payload,
+                    }),
+                };
+                let _ = w.send(result);
+            }
+            ReplyOutcome::Late(t) => {
+                debug_assert!(t != Terminal::Replied || corr != 0);
+                self.shared.counters.drop(
+                    DropReason::LateReply,
+                    &format_args!("corr {corr} after {t:?}"),
+                );
+            }
+            ReplyOutcome::Unknown | ReplyOutcome::WrongPeer => self
+                .shared
+                .counters
+                .drop(DropReason::UnknownReply, &format_args!("corr {corr}")),
+        }
+    }
+
+    fn on_client_message(&mut self, rid: Bytes, parts: Vec<Bytes>) {
+        let frame = match decode_counted(&self.shared, &parts, &"client") {
+            Some(f) => f,
+            None => return,
+        };
+        let now = Instant::now();
+        let session = match self.clients_by_rid.get(&rid[..]) {
+            Some(s) => *s,
+            None => {
+                if self.clients.len() >= self.cfg.max_clients {
+                    self.shared
+                        .counters
+                        .drop(DropReason::HandshakeCapacity, &"client");
+                    return;
+                }
+                let s = self.next_session;
+                self.next_session += 1;
+                let budget = Arc::new(Budget::new(self.cfg.client_budget));
+                self.clients.insert(
+                    s,
+                    Client {
+                        rid: rid.to_vec(),
+                        budget: budget.clone(),
+                        queue: VecDeque::new(),
+                        last_rx: now,
+                    },
+                );
+                self.clients_by_rid.insert(rid.to_vec(), s);
+                self.shared.set_client(s, Some(budget));
+                self.shared.publish(PeerEvent::ClientConnected {
+                    session: crate::node::SessionRid::new(s),
+                });
+                s
+            }
+        };
+        if let Some(c) = self.clients.get_mut(&session) {
+            c.last_rx = now;
+        }
+        match frame.body {
+            Body::Ping(seq) => self.send_control(LinkKind::Client, &rid, Body::Pong(seq)),
+            Body::Pong(_) => {}
+            Body::Disconnect => self.remove_client(session),
+            Body::App(rec @ (Record::Request { .. } | Record::OneWay { .. })) => {
+                let is_request = matches!(rec, Record::Request { .. });
+                if is_request == (frame.corr == 0) {
+                    self.shared.counters.drop(DropReason::Malformed, &"client");
+                    return;
+                }
+                let deadline = match &rec {
+                    Record::Request { deadline_ms, .. } => {
+                        Some(now + Duration::from_millis(u64::from(*deadline_ms)))
+                    }
+                    _ => None,
+                };
+                let reply = is_request.then(|| {
+                    ReplyHandle::new(
+                        self.shared.clone(),
+                        ReplyTarget::Client { session },
+                        frame.corr,
+                    )
+                });
+                let inb = Inbound {
+                    origin: Origin::Client {
+                        session: crate::node::SessionRid::new(session),
+                    },
+                    correlation: frame.corr,
+                    record: rec,
+                    payload: frame.payload,
+                    deadline,
+                    reply,
+                };
+                self.deliver(LinkKind::Client, inb);
+            }
+            _ => self
+                .shared
+                .counters
+                .drop(DropReason::WrongConnection, &"client"),
+        }
+    }
+
+    fn deliver(&mut self, kind: LinkKind, inb: Inbound) {
+        match self.inbound.try_send(inb) {
+            Ok(()) => self.shared.counters.delivered(1),
+            Err(mpsc::error::TrySendError::Full(inb)) => {
+                // The application queue is PAUSED: stop reading this socket (libzmq's RCVHWM
+                // and TCP push back on the sender); completion keeps being read.
+                if kind == LinkKind::Client {
+                    self.stalled_client = Some(inb);
+                } else {
+                    self.stalled_relay = Some(inb);
+                }
+            }
+            Err(mpsc::error::TrySendError::Closed(inb)) => {
+                // Nobody listens: requests get an Unavailable error reply via the handle drop.
+                drop(inb);
+            }
+        }
+    }
+
+    fn retry_stalled(&mut self) {
+        for kind in [LinkKind::Relay, LinkKind::Client] {
+            let slot = if kind == LinkKind::Relay {
+                &mut self.stalled_relay
+            } else {
+                &mut self.stalled_client
+            };
+            if let Some(inb) = slot.take() {
+                match self.inbound.try_send(inb) {
+                    Ok(()) => self.shared.counters.delivered(1),
+                    Err(mpsc::error::TrySendError::Full(inb)) => *slot = Some(inb),
+                    Err(mpsc::error::TrySendError::Closed(_)) => {}
+                }
+            }
+        }
+    }
+
+    fn shutdown_sequence(&mut self) {
+        let ups: Vec<Vec<u8>> = self
+            .peers
+            .values()
+            .filter(|p| p.up)
+            .map(|p| p.rid.clone())
+            .collect();
+        for rid in ups {
+            self.send_control(LinkKind::Completion, &rid, Body::Disconnect);
+        }
+        for (_, w) in self
+            .corr
+            .handle_timeout(Instant::now() + Duration::from_secs(86_400 * 365))
+        {
+            let _ = w.send(Err(RequestError::Closed));
+        }
+        self.shared.mark_closed();
+    }
+}
+
+fn decode_counted(shared: &Shared, parts: &[Bytes], who: &dyn std::fmt::Display) -> Option<Frame> {
+    match codec::decode(parts) {
+        Ok(f) => Some(f),
+        Err(e) => {
+            let reason = match e {
+                DecodeError::Reserved => DropReason::ReservedCommand,
+                DecodeError::Unknown(_) => DropReason::UnknownCommand,
+                DecodeError::Malformed => DropReason::Malformed,
+            };
+            shared.counters.drop(reason, &format_args!("{who}: {e}"));
+            None
+        }
+    }
+}
+
+/// Reads one multipart message without blocking: (first part, remaining parts). Messages with
+/// more than [`MAX_PARTS`] parts are consumed and returned truncated to one extra empty part
+/// so that they fail decoding.
+pub(crate) fn recv_multipart(s: &zmq::Socket) -> Option<(Bytes, Vec<Bytes>)> {
+    let first = s.recv_msg(zmq::DONTWAIT).ok()?;
+    let first_bytes = Bytes::copy_from_slice(&first);
+    let mut more = first.get_more();
+    let mut parts = Vec::new();
+    let mut n = 1;
+    while more {
+        let Ok(m) = s.recv_msg(zmq::DONTWAIT) else {
+            break;
+        };
+        more = m.get_more();
+        n += 1;
+        if n <= MAX_PARTS {
+            parts.push(Bytes::copy_from_slice(&m));
+        } else if n == MAX_PARTS + 1 {
+            parts.push(Bytes::new());
+        }
+    }
+    Some((first_bytes, parts))
+}

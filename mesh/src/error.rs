@@ -1,0 +1,109 @@
+//! Errors of the mesh boundary. One enum per operation family; peer faults never appear here
+//! (they are dropped and counted, see [`crate::DropReason`]).
+
+use std::time::Duration;
+
+use crate::codec::ErrorKind;
+
+/// Invalid configuration, reported by [`crate::MeshNode::start`] (startup configuration error).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// A multi-node mesh needs a secret unless `insecure_dev_mode` is set.
+    #[error("mesh secret missing: set `secret` or explicitly enable `insecure_dev_mode`")]
+    MissingSecret,
+    /// The secret is shorter than 16 bytes.
+    #[error("mesh secret shorter than 16 bytes")]
+    SecretTooShort,
+    /// A limit is zero or out of range.
+    #[error("invalid limit: {0}")]
+    InvalidLimit(&'static str),
+    /// A ZeroMQ call failed while creating or binding sockets.
+    #[error("transport setup failed ({what}): {source}")]
+    Transport {
+        /// What was being done.
+        what: String,
+        /// The libzmq error.
+        source: zmq::Error,
+    },
+    /// The I/O thread could not be spawned.
+    #[error("spawning the mesh I/O thread failed: {0}")]
+    Thread(std::io::Error),
+}
+
+/// A one-way send (or push) was not admitted. A failed send is never delivered later.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SendError {
+    /// The destination's outbound admission budget stayed exhausted for the whole send
+    /// timeout (SB-6.5, public kind `DeadlineExceeded`).
+    #[error("send admission timed out after {0:?} (destination PAUSED)")]
+    DeadlineExceeded(Duration),
+    /// The destination is not an authenticated, connected peer or client (public kind
+    /// `Unavailable`).
+    #[error("destination unavailable")]
+    Unavailable,
+    /// The message is larger than the configured maximum message size (local misuse).
+    #[error("message of {size} bytes exceeds the maximum message size {max}")]
+    TooLarge {
+        /// Bytes of the largest frame.
+        size: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// The record could not be encoded (local misuse).
+    #[error("encode: {0}")]
+    Encode(String),
+    /// The mesh node was shut down.
+    #[error("mesh node closed")]
+    Closed,
+}
+
+impl SendError {
+    /// The public error kind for this failure.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            SendError::DeadlineExceeded(_) => ErrorKind::DeadlineExceeded,
+            SendError::Unavailable | SendError::Closed => ErrorKind::Unavailable,
+            SendError::TooLarge { .. } | SendError::Encode(_) => ErrorKind::InvalidOperation,
+        }
+    }
+}
+
+/// A request ended without a reply. Exactly one terminal per request (SB-12).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum RequestError {
+    /// Admission failed (nothing was sent).
+    #[error("request not sent: {0}")]
+    Send(#[from] SendError),
+    /// The deadline passed before a reply arrived (the request is not resent).
+    #[error("request deadline exceeded")]
+    DeadlineExceeded,
+    /// The peer's lifecycle ended (down, or restarted with a new generation) before a reply.
+    #[error("peer lost before reply")]
+    PeerLost,
+    /// The remote handler answered with an error reply.
+    #[error("remote error {kind:?}: {detail}")]
+    Remote {
+        /// Public kind.
+        kind: ErrorKind,
+        /// Bounded detail text.
+        detail: String,
+    },
+    /// The mesh node was shut down.
+    #[error("mesh node closed")]
+    Closed,
+}
+
+impl RequestError {
+    /// The public error kind for this failure.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            RequestError::Send(s) => s.kind(),
+            RequestError::DeadlineExceeded => ErrorKind::DeadlineExceeded,
+            RequestError::PeerLost | RequestError::Closed => ErrorKind::Unavailable,
+            RequestError::Remote { kind, .. } => *kind,
+        }
+    }
+}

@@ -1,0 +1,629 @@
+//! The node-facing API: [`MeshNode`] (start, connect, send, request), the inbound stream
+//! ([`Inbound`] with its [`ReplyHandle`]) and peer events.
+//!
+//! Call order for a node binary: [`MeshNode::start`] → keep the returned
+//! [`InboundReceiver`] and read it in a task → [`MeshNode::connect`] to peers →
+//! [`MeshNode::wait_peer_up`] (or [`MeshNode::subscribe`]) → `send`/`request`/`push` →
+//! [`MeshNode::shutdown`].
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use tokio::sync::{broadcast, mpsc, oneshot};
+
+use crate::bridge::Bell;
+use crate::budget::Budget;
+use crate::codec::{self, Body, ErrorKind, Frame, Record};
+use crate::config::{MeshConfig, PeerAddress};
+use crate::counters::Counters;
+use crate::engine::{Command, Dest, Engine};
+use crate::error::{ConfigError, RequestError, SendError};
+use crate::handshake::{LocalIdentity, MeshSecret};
+use crate::types::{NodeGeneration, NodeRid, fresh_generation};
+
+/// Identity of one ClientServer connection on this node (never reused within the node's
+/// lifetime; a reconnecting client gets a new one, SB-9).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SessionRid(u64);
+
+impl SessionRid {
+    /// Wraps a raw value.
+    pub const fn new(v: u64) -> Self {
+        Self(v)
+    }
+    /// The raw value.
+    pub const fn get(self) -> u64 {
+        self.0
+    }
+}
+
+/// Where an inbound record came from (authenticated at the transport boundary, SB-2.1).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Origin {
+    /// An authenticated mesh peer in its current lifecycle.
+    Peer {
+        /// Proved NodeRid.
+        node: NodeRid,
+        /// Proved NodeGeneration.
+        generation: NodeGeneration,
+    },
+    /// A ClientServer client connection.
+    Client {
+        /// The connection's session id.
+        session: SessionRid,
+    },
+}
+
+/// One application record for the layer above. Control records never appear here (SB-5.4).
+#[derive(Debug)]
+pub struct Inbound {
+    /// Sender.
+    pub origin: Origin,
+    /// Correlation id (0 for one-way).
+    pub correlation: u64,
+    /// The decoded record.
+    pub record: Record,
+    /// The payload frame, never copied after receipt.
+    pub payload: Option<Bytes>,
+    /// Local deadline of a request (receipt time + the remaining time it carried).
+    pub deadline: Option<Instant>,
+    /// Present for requests: answer exactly once through it.
+    pub reply: Option<ReplyHandle>,
+}
+
+/// The receiving side of the inbound channel (bounded: `MeshConfig::inbound_capacity`).
+pub type InboundReceiver = mpsc::Receiver<Inbound>;
+
+/// Why a peer lifecycle ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum DownReason {
+    /// No traffic within the peer timeout.
+    Timeout,
+    /// Our outbound connection was closed by libzmq (heartbeat, peer exit …).
+    Disconnected,
+    /// The peer announced a Disconnect (graceful shutdown).
+    Remote,
+    /// The peer re-ran the handshake (reconnect of the same process).
+    Reconnected,
+    /// The peer restarted: a new NodeGeneration began a new lifecycle.
+    Restarted,
+}
+
+/// Peer and client lifecycle events (bounded broadcast; a slow subscriber loses old events
+/// and never slows the I/O thread, EG-13).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum PeerEvent {
+    /// Both connections of the peer completed the handshake.
+    Up {
+        /// Peer.
+        node: NodeRid,
+        /// Its generation.
+        generation: NodeGeneration,
+    },
+    /// The peer lifecycle ended; its in-flight requests ended with `PeerLost`.
+    Down {
+        /// Peer.
+        node: NodeRid,
+        /// The generation that ended.
+        generation: NodeGeneration,
+        /// Why.
+        reason: DownReason,
+    },
+    /// A ClientServer client sent its first record.
+    ClientConnected {
+        /// Its session id.
+        session: SessionRid,
+    },
+    /// A client said Disconnect or stayed silent past the peer timeout.
+    ClientDisconnected {
+        /// Its session id.
+        session: SessionRid,
+    },
+}
+
+/// A successful reply.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Response {
+    /// The reply record.
+    pub record: Record,
+    /// Its payload.
+    pub payload: Option<Bytes>,
+}
+
+#[derive(Clone, Debug)]
+pub(crate) struct PeerSlot {
+    pub generation: NodeGeneration,
+    pub budget: Arc<Budget>,
+}
+
+#[derive(Clone, Debug)]
+pub(crate) enum ReplyTarget {
+    Peer {
+        node: NodeRid,
+        generation: NodeGeneration,
+    },
+    Client {
+        session: u64,
+    },
+}
+
+/// State shared by the API handles and the I/O thread.
+pub(crate) struct Shared {
+    pub bell: Bell<Command>,
+    peers: RwLock<HashMap<NodeRid, PeerSlot>>,
+    clients: RwLock<HashMap<u64, Arc<Budget>>>,
+    pub counters: Counters,
+    next_corr: AtomicU64,
+    events: broadcast::Sender<PeerEvent>,
+    closed: AtomicBool,
+    max_message_size: usize,
+    send_timeout: Duration,
+}
+
+impl Shared {
+    pub(crate) fn peer_slot(&self, node: &NodeRid) -> Option<PeerSlot> {
+        self.peers
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(node)
+            .cloned()
+    }
+
+    pub(crate) fn set_peer(&self, node: NodeRid, slot: Option<PeerSlot>) {
+        let mut g = self.peers.write().unwrap_or_else(|e| e.into_inner());
+        match slot {
+            Some(s) => g.insert(node, s),
+            None => g.remove(&node),
+        };
+    }
+
+    pub(crate) fn client_budget(&self, session: u64) -> Option<Arc<Budget>> {
+        self.clients
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&session)
+            .cloned()
+    }
+
+    pub(crate) fn set_client(&self, session: u64, budget: Option<Arc<Budget>>) {
+        let mut g = self.clients.write().unwrap_or_else(|e| e.into_inner());
+        match budget {
+            Some(b) => g.insert(session, b),
+            None => g.remove(&session),
+        };
+    }
+
+    pub(crate) fn publish(&self, e: PeerEvent) {
+        let _ = self.events.send(e);
+    }
+
+    pub(crate) fn mark_closed(&self) {
+        self.closed.store(true, Ordering::SeqCst);
+    }
+
+    fn submit(&self, cmd: Command) -> Result<(), SendError> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(SendError::Closed);
+        }
+        self.bell.submit(cmd).map_err(|_| SendError::Closed)
+    }
+
+    fn check_size(&self, frames: &[Bytes]) -> Result<u64, SendError> {
+        let mut total = 0u64;
+        for f in frames {
+            if f.len() > self.max_message_size {
+                return Err(SendError::TooLarge {
+                    size: f.len(),
+                    max: self.max_message_size,
+                });
+            }
+            total += f.len() as u64;
+        }
+        Ok(total)
+    }
+}
+
+/// Answers one inbound request exactly once. Dropping it unanswered sends an `Internal`
+/// error reply (EG-15), so the requester always gets a terminal.
+#[derive(Debug)]
+pub struct ReplyHandle {
+    shared: Option<Arc<Shared>>,
+    target: ReplyTarget,
+    corr: u64,
+}
+
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Shared")
+    }
+}
+
+impl ReplyHandle {
+    pub(crate) fn new(shared: Arc<Shared>, target: ReplyTarget, corr: u64) -> Self {
+        Self {
+            shared: Some(shared),
+            target,
+            corr,
+        }
+    }
+
+    /// The request's correlation id.
+    pub fn correlation(&self) -> u64 {
+        self.corr
+    }
+
+    /// Sends a successful reply with `payload` (RouteMesh: on the completion connection).
+    pub fn reply(mut self, payload: Bytes) {
+        self.send(Body::App(Record::Reply), Some(payload));
+    }
+
+    /// Sends an error reply.
+    pub fn error(mut self, kind: ErrorKind, detail: impl Into<String>) {
+        let mut detail = detail.into();
+        truncate_utf8(&mut detail, 256);
+        self.send(
+            Body::App(Record::ErrorReply {
+                kind: kind as u8,
+                detail,
+            }),
+            None,
+        );
+    }
+
+    fn send(&mut self, body: Body, payload: Option<Bytes>) {
+        let Some(shared) = self.shared.take() else {
+            return;
+        };
+        let frames = codec::encode(&Frame {
+            corr: self.corr,
+            body,
+            payload,
+        });
+        let _ = shared.submit(Command::Reply {
+            to: self.target.clone(),
+            frames,
+        });
+    }
+}
+
+impl Drop for ReplyHandle {
+    fn drop(&mut self) {
+        if self.shared.is_some() {
+            self.send(
+                Body::App(Record::ErrorReply {
+                    kind: ErrorKind::Internal as u8,
+                    detail: "request dropped without reply".into(),
+                }),
+                None,
+            );
+        }
+    }
+}
+
+fn truncate_utf8(s: &mut String, max: usize) {
+    if s.len() > max {
+        let mut i = max;
+        while !s.is_char_boundary(i) {
+            i -= 1;
+        }
+        s.truncate(i);
+    }
+}
+
+/// Endpoints actually bound (ephemeral ports resolved).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BoundEndpoints {
+    /// Relay ROUTER.
+    pub relay: String,
+    /// Completion ROUTER.
+    pub completion: String,
+    /// ClientServer ROUTER, if configured.
+    pub client: Option<String>,
+}
+
+/// A running mesh node. Dropping it shuts the I/O thread down (without waiting).
+pub struct MeshNode {
+    shared: Arc<Shared>,
+    node: NodeRid,
+    generation: NodeGeneration,
+    endpoints: BoundEndpoints,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for MeshNode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MeshNode")
+            .field("node", &self.node)
+            .field("generation", &self.generation)
+            .field("endpoints", &self.endpoints)
+            .finish()
+    }
+}
+
+impl MeshNode {
+    /// Creates the sockets, binds them and starts the I/O thread.
+    ///
+    /// # Errors
+    /// [`ConfigError::MissingSecret`] without a secret unless `insecure_dev_mode`; transport
+    /// setup errors (bind failures).
+    pub fn start(cfg: MeshConfig) -> Result<(MeshNode, InboundReceiver), ConfigError> {
+        let secret = match (&cfg.secret, cfg.insecure_dev_mode) {
+            (Some(s), _) => s.clone(),
+            (None, true) => {
+                tracing::warn!(node = %cfg.node, "mesh started in INSECURE dev mode");
+                MeshSecret::insecure_dev()
+            }
+            (None, false) => return Err(ConfigError::MissingSecret),
+        };
+        if cfg.inbound_capacity == 0 {
+            return Err(ConfigError::InvalidLimit("inbound_capacity"));
+        }
+        if cfg.peer_budget.messages == 0 || cfg.client_budget.messages == 0 {
+            return Err(ConfigError::InvalidLimit("budget messages"));
+        }
+        let generation = cfg.generation.unwrap_or_else(fresh_generation);
+        let local = LocalIdentity {
+            mesh: cfg.mesh.clone(),
+            node: cfg.node.clone(),
+            generation,
+            secret,
+        };
+        let ctx = zmq::Context::new();
+        let (bell, door) = crate::bridge::pair(&ctx).map_err(|source| ConfigError::Transport {
+            what: "doorbell".into(),
+            source,
+        })?;
+        let (events, _) = broadcast::channel(1024);
+        let shared = Arc::new(Shared {
+            bell,
+            peers: RwLock::new(HashMap::new()),
+            clients: RwLock::new(HashMap::new()),
+            counters: Counters::default(),
+            next_corr: AtomicU64::new(1),
+            events,
+            closed: AtomicBool::new(false),
+            max_message_size: cfg.transport.max_message_size,
+            send_timeout: cfg.send_timeout,
+        });
+        let (tx, rx) = mpsc::channel(cfg.inbound_capacity);
+        let node = cfg.node.clone();
+        let (engine, bound) = Engine::new(ctx, door, shared.clone(), cfg, local, tx)?;
+        let thread = std::thread::Builder::new()
+            .name(format!("zlink-mesh-{node}"))
+            .spawn(move || engine.run())
+            .map_err(ConfigError::Thread)?;
+        Ok((
+            MeshNode {
+                shared,
+                node,
+                generation,
+                endpoints: BoundEndpoints {
+                    relay: bound.relay,
+                    completion: bound.completion,
+                    client: bound.client,
+                },
+                thread: Some(thread),
+            },
+            rx,
+        ))
+    }
+
+    /// This node's routing id.
+    pub fn node(&self) -> &NodeRid {
+        &self.node
+    }
+
+    /// This process' generation.
+    pub fn generation(&self) -> NodeGeneration {
+        self.generation
+    }
+
+    /// The bound endpoints.
+    pub fn endpoints(&self) -> &BoundEndpoints {
+        &self.endpoints
+    }
+
+    /// The address other nodes use to connect to this one.
+    pub fn address(&self) -> PeerAddress {
+        PeerAddress {
+            node: self.node.clone(),
+            relay: self.endpoints.relay.clone(),
+            completion: self.endpoints.completion.clone(),
+        }
+    }
+
+    /// Drop and event counters.
+    pub fn counters(&self) -> &Counters {
+        &self.shared.counters
+    }
+
+    /// Subscribes to peer/client lifecycle events.
+    pub fn subscribe(&self) -> broadcast::Receiver<PeerEvent> {
+        self.shared.events.subscribe()
+    }
+
+    /// The current generation of `node` if it is up.
+    pub fn peer_generation(&self, node: &NodeRid) -> Option<NodeGeneration> {
+        self.shared.peer_slot(node).map(|s| s.generation)
+    }
+
+    /// Connects to a peer (idempotent per address); the handshake runs in the background and
+    /// re-runs after every reconnect. Connect in one direction per pair of nodes.
+    pub fn connect(&self, peer: PeerAddress) -> Result<(), SendError> {
+        self.shared.submit(Command::Connect(peer))
+    }
+
+    /// Waits until `node` is up (any generation other than `not`), at most `timeout`.
+    pub async fn wait_peer_up(
+        &self,
+        node: &NodeRid,
+        not: Option<NodeGeneration>,
+        timeout: Duration,
+    ) -> Option<NodeGeneration> {
+        let mut events = self.subscribe();
+        let fits = |g: NodeGeneration| not != Some(g);
+        if let Some(g) = self.peer_generation(node).filter(|g| fits(*g)) {
+            return Some(g);
+        }
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            match tokio::time::timeout_at(deadline, events.recv()).await {
+                Err(_) => return self.peer_generation(node).filter(|g| fits(*g)),
+                Ok(Ok(PeerEvent::Up {
+                    node: n,
+                    generation,
+                })) if n == *node && fits(generation) => return Some(generation),
+                Ok(Err(broadcast::error::RecvError::Closed)) => return None,
+                Ok(_) => {
+                    if let Some(g) = self.peer_generation(node).filter(|g| fits(*g)) {
+                        return Some(g);
+                    }
+                }
+            }
+        }
+    }
+
+    fn admit_peer(&self, to: &NodeRid) -> Result<PeerSlot, SendError> {
+        self.shared.peer_slot(to).ok_or(SendError::Unavailable)
+    }
+
+    /// Sends a one-way record to a peer on the relay connection. Waits at most the send
+    /// timeout for admission (SB-6.5).
+    pub async fn send(&self, to: &NodeRid, key: u32, payload: Bytes) -> Result<(), SendError> {
+        let frames = codec::encode(&Frame {
+            corr: 0,
+            body: Body::App(Record::OneWay { key }),
+            payload: Some(payload),
+        });
+        let bytes = self.shared.check_size(&frames)?;
+        let slot = self.admit_peer(to)?;
+        slot.budget
+            .reserve(bytes, self.shared.send_timeout)
+            .await
+            .map_err(|e| SendError::DeadlineExceeded(e.waited))?;
+        self.shared
+            .submit(Command::Send {
+                dest: Dest::Peer {
+                    node: to.clone(),
+                    generation: slot.generation,
+                },
+                frames,
+                bytes,
+            })
+            .inspect_err(|_| slot.budget.release(bytes))
+    }
+
+    /// Sends a request on the relay connection; the reply comes back on the completion
+    /// connection. Exactly one terminal; never resent (SB-12).
+    pub async fn request(
+        &self,
+        to: &NodeRid,
+        key: u32,
+        payload: Bytes,
+        timeout: Duration,
+    ) -> Result<Response, RequestError> {
+        let deadline = Instant::now() + timeout;
+        let corr = self.shared.next_corr.fetch_add(1, Ordering::Relaxed);
+        let frames = codec::encode(&Frame {
+            corr,
+            body: Body::App(Record::Request {
+                key,
+                deadline_ms: u32::try_from(timeout.as_millis()).unwrap_or(u32::MAX),
+            }),
+            payload: Some(payload),
+        });
+        let bytes = self.shared.check_size(&frames)?;
+        let slot = self.admit_peer(to)?;
+        slot.budget
+            .reserve(bytes, self.shared.send_timeout.min(timeout))
+            .await
+            .map_err(|e| SendError::DeadlineExceeded(e.waited))?;
+        let (tx, rx) = oneshot::channel();
+        if let Err(e) = self.shared.submit(Command::Request {
+            node: to.clone(),
+            generation: slot.generation,
+            corr,
+            deadline,
+            frames,
+            bytes,
+            waiter: tx,
+        }) {
+            slot.budget.release(bytes);
+            return Err(e.into());
+        }
+        let guard = CancelGuard {
+            shared: &self.shared,
+            corr,
+            armed: true,
+        };
+        let r = rx.await;
+        let mut guard = guard;
+        guard.armed = false;
+        r.unwrap_or(Err(RequestError::Closed))
+    }
+
+    /// Pushes a record to a ClientServer client (server push), with admission.
+    pub async fn push(
+        &self,
+        session: SessionRid,
+        key: u32,
+        payload: Bytes,
+    ) -> Result<(), SendError> {
+        let frames = codec::encode(&Frame {
+            corr: 0,
+            body: Body::App(Record::Push { key }),
+            payload: Some(payload),
+        });
+        let bytes = self.shared.check_size(&frames)?;
+        let budget = self
+            .shared
+            .client_budget(session.get())
+            .ok_or(SendError::Unavailable)?;
+        budget
+            .reserve(bytes, self.shared.send_timeout)
+            .await
+            .map_err(|e| SendError::DeadlineExceeded(e.waited))?;
+        self.shared
+            .submit(Command::Send {
+                dest: Dest::Client {
+                    session: session.get(),
+                },
+                frames,
+                bytes,
+            })
+            .inspect_err(|_| budget.release(bytes))
+    }
+
+    /// Stops the I/O thread (peers get a Disconnect) and waits for it.
+    pub async fn shutdown(mut self) {
+        let _ = self.shared.bell.submit(Command::Shutdown);
+        if let Some(t) = self.thread.take() {
+            let _ = tokio::task::spawn_blocking(move || t.join()).await;
+        }
+    }
+}
+
+impl Drop for MeshNode {
+    fn drop(&mut self) {
+        let _ = self.shared.bell.submit(Command::Shutdown);
+    }
+}
+
+struct CancelGuard<'a> {
+    shared: &'a Shared,
+    corr: u64,
+    armed: bool,
+}
+
+impl Drop for CancelGuard<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            let _ = self.shared.submit(Command::Cancel { corr: self.corr });
+        }
+    }
+}

@@ -1,0 +1,102 @@
+//! RouteMesh: handshake, relay, completion-path replies between 3 nodes in one process.
+
+mod common;
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::*;
+use zlink_mesh::{ErrorKind, LinkKind, Origin, Record, RequestError, TapDirection, WireTap};
+
+// spec: SB-2.1, SB-14.7 — three nodes authenticate pairwise; one-way and requests relay over
+// ROUTER-ROUTER; replies come back on the completion connection (EG-4).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_nodes_relay_and_completion_replies() {
+    trace();
+    let tap = WireTap::new(10_000);
+    let mut ca = config("a");
+    ca.tap = Some(tap.clone());
+    let (a, _ra) = zlink_mesh::MeshNode::start(ca).unwrap();
+    let (b, mut rb) = start("b");
+    let (c, mut rc) = start("c");
+    link(&a, &b).await;
+    link(&a, &c).await;
+    link(&b, &c).await;
+
+    // one-way a -> b
+    a.send(b.node(), 7, Bytes::from_static(b"hello"))
+        .await
+        .unwrap();
+    let m = tokio::time::timeout(WAIT, rb.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(m.record, Record::OneWay { key: 7 });
+    assert_eq!(m.payload.as_deref(), Some(&b"hello"[..]));
+    assert_eq!(
+        m.origin,
+        Origin::Peer {
+            node: a.node().clone(),
+            generation: a.generation()
+        }
+    );
+    assert!(m.reply.is_none());
+
+    // request a -> c, answered by c
+    let server = tokio::spawn(async move {
+        let m = rc.recv().await.unwrap();
+        assert!(matches!(m.record, Record::Request { key: 9, .. }));
+        let p = m.payload.clone().unwrap();
+        m.reply
+            .unwrap()
+            .reply(Bytes::from([&b"re:"[..], &p[..]].concat()));
+        let m = rc.recv().await.unwrap();
+        m.reply.unwrap().error(ErrorKind::NotFound, "no such thing");
+        rc
+    });
+    let r = a
+        .request(c.node(), 9, Bytes::from_static(b"q"), WAIT)
+        .await
+        .unwrap();
+    assert_eq!(r.payload.as_deref(), Some(&b"re:q"[..]));
+    let e = a
+        .request(c.node(), 9, Bytes::from_static(b"q2"), WAIT)
+        .await
+        .unwrap_err();
+    assert_eq!(
+        e,
+        RequestError::Remote {
+            kind: ErrorKind::NotFound,
+            detail: "no such thing".into()
+        }
+    );
+    let _rc = server.await.unwrap();
+
+    // The tap saw the request on the relay connection and the reply on the completion one.
+    let frames = tap.frames();
+    assert!(frames.iter().any(|f| f.direction == TapDirection::Sent
+        && f.link == LinkKind::Relay
+        && f.command() == Some(144)));
+    assert!(frames.iter().any(|f| f.direction == TapDirection::Received
+        && f.link == LinkKind::Completion
+        && f.command() == Some(145)));
+    assert!(
+        !frames
+            .iter()
+            .any(|f| f.link == LinkKind::Relay && f.command() == Some(145)),
+        "replies never on relay"
+    );
+    // handshake records on both links
+    for link in [LinkKind::Relay, LinkKind::Completion] {
+        assert!(frames.iter().any(|f| f.link == link
+            && f.direction == TapDirection::Sent
+            && f.command() == Some(128)));
+    }
+    // spec: SB-14.26 — command 45 never appears on the wire
+    assert!(!frames.iter().any(|f| f.command() == Some(45)));
+    for n in [a, b, c] {
+        assert_eq!(n.counters().dropped_total(), 0, "{:?}", n.node());
+        n.shutdown().await;
+    }
+    let _ = Duration::ZERO;
+}
