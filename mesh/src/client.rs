@@ -17,7 +17,9 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::bridge::{Bell, Door};
 use crate::budget::{Budget, OutboundBudget};
-use crate::codec::{self, Body, DecodeError, ErrorKind, Frame, Record};
+use zlink_wire::{Disconnect, DisconnectReason, Limits, Ping};
+
+use crate::codec::{self, Class, Record};
 use crate::config::{Liveness, MeshConfig, TransportLimits};
 use crate::correlation::{Correlations, ReplyOutcome};
 use crate::counters::{Counters, DropReason};
@@ -25,7 +27,7 @@ use crate::engine::{configure_network_socket, recv_multipart};
 use crate::error::{ConfigError, RequestError, SendError};
 use crate::node::Response;
 use crate::tap::{TapDirection, WireTap};
-use crate::types::{LinkKind, MeshName, NodeRid};
+use crate::types::{Deadline, DispatchKey, LinkKind, MeshName, NodeRid};
 
 /// Client configuration.
 #[derive(Clone, Debug)]
@@ -65,7 +67,7 @@ impl ClientConfig {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Push {
     /// Dispatch key.
-    pub key: u32,
+    pub key: DispatchKey,
     /// Payload.
     pub payload: Option<Bytes>,
 }
@@ -149,6 +151,7 @@ impl MeshClient {
             ping_interval: cfg.liveness.ping_interval,
             next_ping: Instant::now(),
             seq: 0,
+            limits: codec::limits(cfg.transport.max_message_size),
             tap: cfg.tap,
             _ctx: ctx,
         };
@@ -174,11 +177,8 @@ impl MeshClient {
         record: Record,
         payload: Bytes,
     ) -> Result<(Vec<Bytes>, u64), SendError> {
-        let frames = codec::encode(&Frame {
-            corr,
-            body: Body::App(record),
-            payload: Some(payload),
-        });
+        let frames = codec::encode(&record, corr, Some(payload))
+            .map_err(|e| SendError::Encode(e.to_string()))?;
         let mut total = 0;
         for f in &frames {
             if f.len() > self.shared.max_message_size {
@@ -193,8 +193,9 @@ impl MeshClient {
     }
 
     /// Sends one-way DATA.
-    pub async fn send(&self, key: u32, payload: Bytes) -> Result<(), SendError> {
-        let (frames, bytes) = self.frames(0, Record::OneWay { key }, payload)?;
+    pub async fn send(&self, key: DispatchKey, payload: Bytes) -> Result<(), SendError> {
+        let (frames, bytes) =
+            self.frames(0, Record::OneWay(zlink_wire::OneWay { key }), payload)?;
         self.shared
             .budget
             .reserve(bytes, self.shared.send_timeout)
@@ -212,7 +213,7 @@ impl MeshClient {
     /// Sends a request with a deadline; exactly one terminal.
     pub async fn request(
         &self,
-        key: u32,
+        key: DispatchKey,
         payload: Bytes,
         timeout: Duration,
     ) -> Result<Response, RequestError> {
@@ -220,10 +221,10 @@ impl MeshClient {
         let corr = self.shared.next_corr.fetch_add(1, Ordering::Relaxed);
         let (frames, bytes) = self.frames(
             corr,
-            Record::Request {
+            Record::Request(zlink_wire::Request {
                 key,
-                deadline_ms: u32::try_from(timeout.as_millis()).unwrap_or(u32::MAX),
-            },
+                deadline: Deadline::from_remaining(timeout),
+            }),
             payload,
         )?;
         self.shared
@@ -301,6 +302,7 @@ struct ClientIo {
     next_ping: Instant,
     seq: u64,
     tap: Option<WireTap>,
+    limits: Limits,
     _ctx: zmq::Context,
 }
 
@@ -347,11 +349,7 @@ impl ClientIo {
             if self.next_ping <= now {
                 self.seq += 1;
                 self.next_ping = now + self.ping_interval;
-                let f = codec::encode(&Frame {
-                    corr: 0,
-                    body: Body::Ping(self.seq),
-                    payload: None,
-                });
+                let f = codec::encode_control(Record::Ping(Ping { seq: self.seq }));
                 let _ = self.raw_send(&f);
             }
             let mut t = self.next_ping.saturating_duration_since(now);
@@ -386,11 +384,9 @@ impl ClientIo {
                 self.read();
             }
         }
-        let f = codec::encode(&Frame {
-            corr: 0,
-            body: Body::Disconnect,
-            payload: None,
-        });
+        let f = codec::encode_control(Record::Disconnect(Disconnect {
+            reason: DisconnectReason::Shutdown,
+        }));
         let _ = self.raw_send(&f);
         for (_, w) in self
             .corr
@@ -450,24 +446,20 @@ impl ClientIo {
             if let Some(tap) = &self.tap {
                 tap.record(TapDirection::Received, LinkKind::Client, b"", &parts);
             }
-            let frame = match codec::decode(&parts) {
-                Ok(f) => f,
+            let d = match codec::decode(&parts, &self.limits) {
+                Ok(d) => d,
                 Err(e) => {
-                    let r = match e {
-                        DecodeError::Reserved => DropReason::ReservedCommand,
-                        DecodeError::Unknown(_) => DropReason::UnknownCommand,
-                        DecodeError::Malformed => DropReason::Malformed,
-                    };
-                    self.shared.counters.drop(r, &e);
+                    self.shared.counters.drop(codec::drop_reason(&e), &e);
                     continue;
                 }
             };
-            match frame.body {
-                Body::Pong(_) | Body::Ping(_) => {}
-                Body::App(Record::Push { key }) => {
+            let corr = d.header.correlation.get();
+            match codec::classify(d.record) {
+                (Class::Pong | Class::Ping(_), _) => {}
+                (Class::Push, Some(Record::Push(p))) => {
                     let p = Push {
-                        key,
-                        payload: frame.payload,
+                        key: p.key,
+                        payload: d.payload,
                     };
                     match self.pushes.try_send(p) {
                         Ok(()) => {}
@@ -475,31 +467,16 @@ impl ClientIo {
                         Err(mpsc::error::TrySendError::Closed(_)) => {}
                     }
                 }
-                Body::App(rec @ (Record::Reply | Record::ErrorReply { .. })) => {
-                    match self.corr.handle_reply(frame.corr, &()) {
-                        ReplyOutcome::Deliver(w) => {
-                            let r = match rec {
-                                Record::ErrorReply { kind, detail } => Err(RequestError::Remote {
-                                    kind: ErrorKind::from_u8(kind).unwrap_or(ErrorKind::Internal),
-                                    detail,
-                                }),
-                                rec => Ok(Response {
-                                    record: rec,
-                                    payload: frame.payload,
-                                }),
-                            };
-                            let _ = w.send(r);
-                        }
-                        ReplyOutcome::Late(t) => self
-                            .shared
-                            .counters
-                            .drop(DropReason::LateReply, &format_args!("after {t:?}")),
-                        _ => self
-                            .shared
-                            .counters
-                            .drop(DropReason::UnknownReply, &frame.corr),
+                (Class::Reply, Some(rec)) => match self.corr.handle_reply(corr, &()) {
+                    ReplyOutcome::Deliver(w) => {
+                        let _ = w.send(crate::engine::reply_result(rec, d.payload));
                     }
-                }
+                    ReplyOutcome::Late(t) => self
+                        .shared
+                        .counters
+                        .drop(DropReason::LateReply, &format_args!("after {t:?}")),
+                    _ => self.shared.counters.drop(DropReason::UnknownReply, &corr),
+                },
                 _ => self
                     .shared
                     .counters

@@ -1,285 +1,202 @@
-//! Adapter between the mesh and the wire codec. TEMPORARY format until `zlink-wire` lands.
+//! Adapter between the mesh and `zlink-wire`: encoding helpers, the handshake view of the
+//! mesh records, and the classification of every decoded record by the connection it may
+//! travel on.
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::Bytes;
+use zlink_wire::{
+    Challenge, CorrelationId, Decoded, EncodeError, Hello, Limits, Proof, Reject, Welcome,
+};
+
+pub use zlink_wire::{DecodeError, ErrorKind, HandshakeReject, Record};
 
 use crate::types::{MeshName, NodeGeneration, NodeRid};
 
-/// Why the peer rejected a handshake.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum HandshakeReject {
-    /// Different MeshName.
-    WrongMesh,
-    /// Proof did not verify.
-    BadProof,
-    /// Unexpected message.
-    Protocol,
-    /// Duplicate or stale lifecycle.
-    Duplicate,
-}
-
-/// Handshake records.
+/// The handshake records (128..=132) as one enum for the sans-IO handshake.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum HandshakeMsg {
-    /// 128
+    /// 128 Hello.
     Hello {
+        /// Mesh.
         mesh: MeshName,
+        /// Initiator.
         node: NodeRid,
+        /// Initiator generation.
         generation: NodeGeneration,
+        /// Initiator nonce.
         nonce: [u8; 32],
     },
-    /// 129
+    /// 129 Challenge.
     Challenge {
+        /// Mesh.
         mesh: MeshName,
+        /// Acceptor.
         node: NodeRid,
+        /// Acceptor generation.
         generation: NodeGeneration,
+        /// Acceptor nonce.
         nonce: [u8; 32],
+        /// Acceptor proof.
         proof: [u8; 32],
     },
-    /// 130
-    Proof { proof: [u8; 32] },
-    /// 131
+    /// 130 Proof.
+    Proof {
+        /// Initiator proof.
+        proof: [u8; 32],
+    },
+    /// 131 Welcome.
     Welcome,
-    /// 132
-    Reject { reason: HandshakeReject },
+    /// 132 Reject.
+    Reject {
+        /// Why.
+        reason: HandshakeReject,
+    },
 }
 
-/// Application record (temporary).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Record {
-    /// 144
-    Request { key: u32, deadline_ms: u32 },
-    /// 145
-    Reply,
-    /// 146
-    ErrorReply { kind: u8, detail: String },
-    /// 147
-    OneWay { key: u32 },
-    /// 148
-    Push { key: u32 },
+impl HandshakeMsg {
+    pub(crate) fn into_record(self) -> Record {
+        match self {
+            HandshakeMsg::Hello {
+                mesh,
+                node,
+                generation,
+                nonce,
+            } => Record::Hello(Hello {
+                mesh,
+                node,
+                generation,
+                nonce,
+            }),
+            HandshakeMsg::Challenge {
+                mesh,
+                node,
+                generation,
+                nonce,
+                proof,
+            } => Record::Challenge(Challenge {
+                mesh,
+                node,
+                generation,
+                nonce,
+                proof,
+            }),
+            HandshakeMsg::Proof { proof } => Record::Proof(Proof { proof }),
+            HandshakeMsg::Welcome => Record::Welcome(Welcome),
+            HandshakeMsg::Reject { reason } => Record::Reject(Reject { reason }),
+        }
+    }
 }
 
-/// A decoded frame.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Body {
+/// Which path a decoded record belongs to.
+#[derive(Debug)]
+pub(crate) enum Class {
+    /// 128..=132: handled by the handshake, never passed up.
     Handshake(HandshakeMsg),
+    /// 136.
     Ping(u64),
-    Pong(u64),
+    /// 137.
+    Pong,
+    /// 138 (accepted and ignored: budgets are local in this version).
+    FlowCredit,
+    /// 149.
     Disconnect,
-    App(Record),
+    /// A terminal reply (REPLY flag): completes a correlation.
+    Reply,
+    /// 148: server → client only.
+    Push,
+    /// A request (correlation set) or one-way record for the layer above.
+    App,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Frame {
-    pub corr: u64,
-    pub body: Body,
-    pub payload: Option<Bytes>,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum DecodeError {
-    #[error("malformed")]
-    Malformed,
-    #[error("reserved command")]
-    Reserved,
-    #[error("unknown command {0}")]
-    Unknown(u8),
-}
-
-pub fn encode(f: &Frame) -> Vec<Bytes> {
-    let mut b = BytesMut::with_capacity(64);
-    let cmd = match &f.body {
-        Body::Handshake(HandshakeMsg::Hello { .. }) => 128,
-        Body::Handshake(HandshakeMsg::Challenge { .. }) => 129,
-        Body::Handshake(HandshakeMsg::Proof { .. }) => 130,
-        Body::Handshake(HandshakeMsg::Welcome) => 131,
-        Body::Handshake(HandshakeMsg::Reject { .. }) => 132,
-        Body::Ping(_) => 136,
-        Body::Pong(_) => 137,
-        Body::App(Record::Request { .. }) => 144,
-        Body::App(Record::Reply) => 145,
-        Body::App(Record::ErrorReply { .. }) => 146,
-        Body::App(Record::OneWay { .. }) => 147,
-        Body::App(Record::Push { .. }) => 148,
-        Body::Disconnect => 149,
+pub(crate) fn classify(record: Record) -> (Class, Option<Record>) {
+    let class = match record {
+        Record::Hello(h) => Class::Handshake(HandshakeMsg::Hello {
+            mesh: h.mesh,
+            node: h.node,
+            generation: h.generation,
+            nonce: h.nonce,
+        }),
+        Record::Challenge(c) => Class::Handshake(HandshakeMsg::Challenge {
+            mesh: c.mesh,
+            node: c.node,
+            generation: c.generation,
+            nonce: c.nonce,
+            proof: c.proof,
+        }),
+        Record::Proof(p) => Class::Handshake(HandshakeMsg::Proof { proof: p.proof }),
+        Record::Welcome(_) => Class::Handshake(HandshakeMsg::Welcome),
+        Record::Reject(r) => Class::Handshake(HandshakeMsg::Reject { reason: r.reason }),
+        Record::Ping(p) => Class::Ping(p.seq),
+        Record::Pong(_) => Class::Pong,
+        Record::FlowCredit(_) => Class::FlowCredit,
+        Record::Disconnect(_) => Class::Disconnect,
+        r if r.is_reply() => return (Class::Reply, Some(r)),
+        r @ Record::Push(_) => return (Class::Push, Some(r)),
+        r => return (Class::App, Some(r)),
     };
-    b.put_u8(1);
-    b.put_u8(cmd);
-    b.put_u8(u8::from(f.payload.is_some()));
-    b.put_u64(f.corr);
-    let s = |b: &mut BytesMut, s: &str| {
-        b.put_u8(s.len() as u8);
-        b.put_slice(s.as_bytes());
-    };
-    match &f.body {
-        Body::Handshake(HandshakeMsg::Hello {
-            mesh,
-            node,
-            generation,
-            nonce,
-        }) => {
-            s(&mut b, mesh.as_str());
-            s(&mut b, node.as_str());
-            b.put_u64(generation.get());
-            b.put_slice(nonce);
-        }
-        Body::Handshake(HandshakeMsg::Challenge {
-            mesh,
-            node,
-            generation,
-            nonce,
-            proof,
-        }) => {
-            s(&mut b, mesh.as_str());
-            s(&mut b, node.as_str());
-            b.put_u64(generation.get());
-            b.put_slice(nonce);
-            b.put_slice(proof);
-        }
-        Body::Handshake(HandshakeMsg::Proof { proof }) => b.put_slice(proof),
-        Body::Handshake(HandshakeMsg::Welcome) | Body::Disconnect => {}
-        Body::Handshake(HandshakeMsg::Reject { reason }) => b.put_u8(*reason as u8),
-        Body::Ping(x) | Body::Pong(x) => b.put_u64(*x),
-        Body::App(Record::Request { key, deadline_ms }) => {
-            b.put_u32(*key);
-            b.put_u32(*deadline_ms);
-        }
-        Body::App(Record::Reply) => {}
-        Body::App(Record::ErrorReply { kind, detail }) => {
-            b.put_u8(*kind);
-            s(&mut b, &detail[..detail.len().min(200)]);
-        }
-        Body::App(Record::OneWay { key }) | Body::App(Record::Push { key }) => b.put_u32(*key),
-    }
-    let mut v = vec![b.freeze()];
-    if let Some(p) = &f.payload {
-        v.push(p.clone());
-    }
-    v
+    (class, None)
 }
 
-struct R<'a>(&'a [u8]);
-impl R<'_> {
-    fn take(&mut self, n: usize) -> Result<&[u8], DecodeError> {
-        if self.0.len() < n {
-            return Err(DecodeError::Malformed);
-        }
-        let (a, b) = self.0.split_at(n);
-        self.0 = b;
-        Ok(a)
-    }
-    fn u8(&mut self) -> Result<u8, DecodeError> {
-        Ok(self.take(1)?[0])
-    }
-    fn u32(&mut self) -> Result<u32, DecodeError> {
-        Ok(u32::from_be_bytes(self.take(4)?.try_into().unwrap()))
-    }
-    fn u64(&mut self) -> Result<u64, DecodeError> {
-        Ok(u64::from_be_bytes(self.take(8)?.try_into().unwrap()))
-    }
-    fn a32(&mut self) -> Result<[u8; 32], DecodeError> {
-        Ok(self.take(32)?.try_into().unwrap())
-    }
-    fn s(&mut self) -> Result<String, DecodeError> {
-        let n = self.u8()? as usize;
-        String::from_utf8(self.take(n)?.to_vec()).map_err(|_| DecodeError::Malformed)
+/// True for records the layer above may send as a request or one-way record (not control,
+/// not replies, not pushes).
+pub(crate) fn is_app_record(record: &Record) -> bool {
+    !record.command().is_mesh()
+        || matches!(
+            record,
+            Record::Request(_) | Record::OneWay(_) | Record::ActorCall(_)
+        )
+}
+
+/// The NodeGeneration a record says it targets, if it carries one (checked at ingress).
+pub(crate) fn target_generation(record: &Record) -> Option<NodeGeneration> {
+    match record {
+        Record::ActorCall(c) => Some(c.target_node_generation),
+        Record::BoundSessionBind(b) => Some(b.target_node_generation),
+        _ => None,
     }
 }
 
-pub fn decode(parts: &[Bytes]) -> Result<Frame, DecodeError> {
-    if parts.is_empty() || parts.len() > 2 {
-        return Err(DecodeError::Malformed);
+/// The deadline a record carries (remaining time at send), if any.
+pub(crate) fn record_deadline(record: &Record) -> Option<std::time::Duration> {
+    match record {
+        Record::Request(r) => Some(r.deadline.as_duration()),
+        Record::ActorCall(c) => c.deadline.map(|d| d.as_duration()),
+        Record::ActorSend(a) => a.deadline.map(|d| d.as_duration()),
+        Record::BoundSessionBind(b) => Some(b.deadline.as_duration()),
+        Record::SessionRelocationSeal(s) => Some(s.deadline.as_duration()),
+        _ => None,
     }
-    let mut r = R(&parts[0]);
-    if r.u8()? != 1 {
-        return Err(DecodeError::Malformed);
-    }
-    let cmd = r.u8()?;
-    let flags = r.u8()?;
-    if (flags == 1) != (parts.len() == 2) {
-        return Err(DecodeError::Malformed);
-    }
-    let corr = r.u64()?;
-    let bad = |_| DecodeError::Malformed;
-    let body = match cmd {
-        45 => return Err(DecodeError::Reserved),
-        128 => Body::Handshake(HandshakeMsg::Hello {
-            mesh: MeshName::new(r.s()?).map_err(bad)?,
-            node: NodeRid::new(r.s()?).map_err(bad)?,
-            generation: NodeGeneration::new(r.u64()?),
-            nonce: r.a32()?,
-        }),
-        129 => Body::Handshake(HandshakeMsg::Challenge {
-            mesh: MeshName::new(r.s()?).map_err(bad)?,
-            node: NodeRid::new(r.s()?).map_err(bad)?,
-            generation: NodeGeneration::new(r.u64()?),
-            nonce: r.a32()?,
-            proof: r.a32()?,
-        }),
-        130 => Body::Handshake(HandshakeMsg::Proof { proof: r.a32()? }),
-        131 => Body::Handshake(HandshakeMsg::Welcome),
-        132 => Body::Handshake(HandshakeMsg::Reject {
-            reason: match r.u8()? {
-                0 => HandshakeReject::WrongMesh,
-                1 => HandshakeReject::BadProof,
-                2 => HandshakeReject::Protocol,
-                3 => HandshakeReject::Duplicate,
-                _ => return Err(DecodeError::Malformed),
-            },
-        }),
-        136 => Body::Ping(r.u64()?),
-        137 => Body::Pong(r.u64()?),
-        144 => Body::App(Record::Request {
-            key: r.u32()?,
-            deadline_ms: r.u32()?,
-        }),
-        145 => Body::App(Record::Reply),
-        146 => Body::App(Record::ErrorReply {
-            kind: r.u8()?,
-            detail: r.s()?,
-        }),
-        147 => Body::App(Record::OneWay { key: r.u32()? }),
-        148 => Body::App(Record::Push { key: r.u32()? }),
-        149 => Body::Disconnect,
-        c => return Err(DecodeError::Unknown(c)),
-    };
-    if !r.0.is_empty() {
-        return Err(DecodeError::Malformed);
-    }
-    Ok(Frame {
-        corr,
-        body,
-        payload: parts.get(1).cloned(),
-    })
 }
 
-/// Public error kinds (temporary mirror of zlink-wire's `ErrorKind`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum ErrorKind {
-    /// Not available now.
-    Unavailable = 1,
-    /// Invalid in this state.
-    InvalidOperation = 2,
-    /// Target does not exist.
-    NotFound = 3,
-    /// Deadline passed.
-    DeadlineExceeded = 4,
-    /// Handler failed.
-    Internal = 5,
-    /// Cancelled.
-    Cancelled = 6,
+pub(crate) fn encode(
+    record: &Record,
+    corr: u64,
+    payload: Option<Bytes>,
+) -> Result<Vec<Bytes>, EncodeError> {
+    zlink_wire::encode(record, CorrelationId::new(corr), payload).map(|f| f.into_vec())
 }
 
-impl ErrorKind {
-    pub(crate) fn from_u8(v: u8) -> Option<Self> {
-        Some(match v {
-            1 => Self::Unavailable,
-            2 => Self::InvalidOperation,
-            3 => Self::NotFound,
-            4 => Self::DeadlineExceeded,
-            5 => Self::Internal,
-            6 => Self::Cancelled,
-            _ => return None,
-        })
+/// Encodes a control record (never fails for the records the mesh builds itself).
+pub(crate) fn encode_control(record: Record) -> Vec<Bytes> {
+    encode(&record, 0, None).unwrap_or_default()
+}
+
+pub(crate) fn decode(parts: &[Bytes], limits: &Limits) -> Result<Decoded, DecodeError> {
+    zlink_wire::decode(parts, limits)
+}
+
+pub(crate) fn limits(max_message_size: usize) -> Limits {
+    Limits {
+        max_envelope: Limits::DEFAULT.max_envelope.min(max_message_size),
+        max_payload: max_message_size,
+    }
+}
+
+/// Maps a decode error to the drop vocabulary.
+pub(crate) fn drop_reason(e: &DecodeError) -> crate::counters::DropReason {
+    use crate::counters::DropReason;
+    match e {
+        DecodeError::ReservedCommand => DropReason::ReservedCommand,
+        DecodeError::UnknownCommand { .. } => DropReason::UnknownCommand,
+        _ => DropReason::Malformed,
     }
 }

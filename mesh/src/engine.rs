@@ -27,9 +27,11 @@ use bytes::Bytes;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::budget::Budget;
-use crate::codec::{self, Body, DecodeError, Frame, HandshakeMsg, HandshakeReject, Record};
+use zlink_wire::{Decoded, Disconnect, DisconnectReason, Limits, Ping, Pong};
+
+use crate::codec::{self, Class, HandshakeMsg, HandshakeReject, Record};
 use crate::config::{MeshConfig, PeerAddress};
-use crate::correlation::{Correlations, ReplyOutcome, Terminal};
+use crate::correlation::{Correlations, ReplyOutcome};
 use crate::counters::{DropReason, TransportEvent};
 use crate::error::RequestError;
 use crate::handshake::{Handshake, LocalIdentity, Outcome};
@@ -37,7 +39,7 @@ use crate::node::{
     DownReason, Inbound, Origin, PeerEvent, PeerSlot, ReplyHandle, ReplyTarget, Response, Shared,
 };
 use crate::tap::TapDirection;
-use crate::types::{LinkKind, NodeGeneration, NodeRid};
+use crate::types::{LinkKind, NodeGeneration, NodeRid, SessionRid};
 
 /// Bound on how many messages one socket is read per loop iteration.
 const RECV_BATCH: usize = 512;
@@ -179,6 +181,7 @@ pub(crate) struct Engine {
     stalled_relay: Option<Inbound>,
     stalled_client: Option<Inbound>,
     running: bool,
+    limits: Limits,
     _ctx: zmq::Context,
 }
 
@@ -280,6 +283,7 @@ impl Engine {
             Some(c) => Some(monitor(&ctx, c, "client")?),
             None => None,
         };
+        let limits = codec::limits(cfg.transport.max_message_size);
         let bound = Bound {
             relay: last_endpoint(&relay),
             completion: last_endpoint(&completion),
@@ -311,6 +315,7 @@ impl Engine {
                 stalled_relay: None,
                 stalled_client: None,
                 running: true,
+                limits,
                 _ctx: ctx,
             },
             bound,
@@ -761,11 +766,7 @@ impl Engine {
         };
         if let Link::Handshaking { hs, out } = p.link_mut(kind) {
             while let Some(m) = hs.poll_transmit() {
-                out.push_back(codec::encode(&Frame {
-                    corr: 0,
-                    body: Body::Handshake(m),
-                    payload: None,
-                }));
+                out.push_back(codec::encode_control(m.into_record()));
             }
         }
         let rid = p.rid.clone();
@@ -822,9 +823,10 @@ impl Engine {
                 self.send_control(
                     kind,
                     node.as_bytes(),
-                    Body::Handshake(HandshakeMsg::Reject {
+                    HandshakeMsg::Reject {
                         reason: HandshakeReject::Duplicate,
-                    }),
+                    }
+                    .into_record(),
                 );
                 return;
             }
@@ -1009,12 +1011,8 @@ impl Engine {
         }
     }
 
-    fn send_control(&self, kind: LinkKind, rid: &[u8], body: Body) {
-        let frames = codec::encode(&Frame {
-            corr: 0,
-            body,
-            payload: None,
-        });
+    fn send_control(&self, kind: LinkKind, rid: &[u8], record: Record) {
+        let frames = codec::encode_control(record);
         // Control never waits: if libzmq's pipe is full the next tick sends a fresh one.
         let _ = self.raw_send(kind, rid, &frames);
     }
@@ -1062,7 +1060,7 @@ impl Engine {
             self.peer_down(&node, DownReason::Timeout, true);
         }
         for (rid, seq) in ping {
-            self.send_control(LinkKind::Completion, &rid, Body::Ping(seq));
+            self.send_control(LinkKind::Completion, &rid, Record::Ping(Ping { seq }));
         }
         // ClientServer liveness: forget clients silent for the peer timeout.
         let dead: Vec<u64> = self
@@ -1085,7 +1083,7 @@ impl Engine {
             self.paused_clients.remove(&session);
             self.shared.set_client(session, None);
             self.shared.publish(PeerEvent::ClientDisconnected {
-                session: crate::node::SessionRid::new(session),
+                session: SessionRid::new(session),
             });
         }
     }
@@ -1284,15 +1282,17 @@ impl Engine {
                 return;
             }
         };
-        let frame = match decode_counted(&self.shared, &parts, &node) {
-            Some(f) => f,
-            None => return,
+        let Some(Decoded {
+            header,
+            record,
+            payload,
+        }) = decode_counted(&self.shared, &self.limits, &parts, &node)
+        else {
+            return;
         };
-        if let Body::Handshake(m) = frame.body {
-            if frame.corr != 0 || frame.payload.is_some() {
-                self.shared.counters.drop(DropReason::Malformed, &node);
-                return;
-            }
+        let corr = header.correlation.get();
+        let (class, record) = codec::classify(record);
+        if let Class::Handshake(m) = class {
             self.handle_handshake_msg(kind, node, m);
             return;
         }
@@ -1320,52 +1320,60 @@ impl Engine {
         };
         p.last_rx = Instant::now();
         let rid_vec = p.rid.clone();
-        match (kind, frame.body) {
-            (LinkKind::Completion, Body::Ping(seq)) => {
-                self.send_control(LinkKind::Completion, &rid_vec, Body::Pong(seq));
+        match (kind, class, record) {
+            (LinkKind::Completion, Class::Ping(seq), _) => {
+                self.send_control(LinkKind::Completion, &rid_vec, Record::Pong(Pong { seq }));
             }
-            (LinkKind::Completion, Body::Pong(_)) => {}
-            (_, Body::Disconnect) => self.peer_down(&node, DownReason::Remote, true),
-            (
-                LinkKind::Completion,
-                Body::App(rec @ (Record::Reply | Record::ErrorReply { .. })),
-            ) => self.complete(frame.corr, (node, generation), rec, frame.payload),
-            (
-                LinkKind::Relay,
-                Body::App(rec @ (Record::Request { .. } | Record::OneWay { .. })),
-            ) => {
-                let is_request = matches!(rec, Record::Request { .. });
-                if is_request == (frame.corr == 0) {
-                    self.shared.counters.drop(DropReason::Malformed, &node);
+            (LinkKind::Completion, Class::Pong | Class::FlowCredit, _) => {}
+            (_, Class::Disconnect, _) => self.peer_down(&node, DownReason::Remote, true),
+            (LinkKind::Completion, Class::Reply, Some(rec)) => {
+                self.complete(corr, (node, generation), rec, payload)
+            }
+            (LinkKind::Relay, Class::App, Some(rec)) => {
+                if let Some(target) = codec::target_generation(&rec)
+                    && target != self.local.generation
+                {
+                    // A record addressed to an older (or other) lifecycle of this node.
+                    self.shared.counters.drop(
+                        DropReason::StaleGeneration,
+                        &format_args!("{node}: targets generation {target}"),
+                    );
+                    if corr != 0 {
+                        let frames = codec::encode(
+                            &Record::ErrorReply(zlink_wire::ErrorReply::new(
+                                codec::ErrorKind::Unavailable,
+                                "stale target node generation",
+                            )),
+                            corr,
+                            None,
+                        )
+                        .unwrap_or_default();
+                        self.send_reply(ReplyTarget::Peer { node, generation }, frames);
+                    }
                     return;
                 }
-                let reply = is_request.then(|| {
+                let reply = (corr != 0).then(|| {
                     ReplyHandle::new(
                         self.shared.clone(),
                         ReplyTarget::Peer {
                             node: node.clone(),
                             generation,
                         },
-                        frame.corr,
+                        corr,
                     )
                 });
-                let deadline = match &rec {
-                    Record::Request { deadline_ms, .. } => {
-                        Some(Instant::now() + Duration::from_millis(u64::from(*deadline_ms)))
-                    }
-                    _ => None,
-                };
+                let deadline = codec::record_deadline(&rec).map(|d| Instant::now() + d);
                 let inb = Inbound {
                     origin: Origin::Peer { node, generation },
-                    correlation: frame.corr,
+                    correlation: header.correlation,
                     record: rec,
-                    payload: frame.payload,
+                    payload,
                     deadline,
                     reply,
                 };
                 self.deliver(LinkKind::Relay, inb);
             }
-            (_, _) => self.shared.counters.drop(
+            (_, _, _) => self.shared.counters.drop(
                 DropReason::WrongConnection,
                 &format_args!("{node} on {kind:?}"),
             ),
@@ -1381,25 +1389,12 @@ impl Engine {
     ) {
         match self.corr.handle_reply(corr, &from) {
             ReplyOutcome::Deliver(w) => {
-                let result = match rec {
-                    Record::ErrorReply { kind, detail } => Err(RequestError::Remote {
-                        kind: codec::ErrorKind::from_u8(kind).unwrap_or(codec::ErrorKind::Internal),
-                        detail,
-                    }),
-                    rec => Ok(Response {
-                        record: rec,
-                        payload,
-                    }),
-                };
-                let _ = w.send(result);
+                let _ = w.send(reply_result(rec, payload));
             }
-            ReplyOutcome::Late(t) => {
-                debug_assert!(t != Terminal::Replied || corr != 0);
-                self.shared.counters.drop(
-                    DropReason::LateReply,
-                    &format_args!("corr {corr} after {t:?}"),
-                );
-            }
+            ReplyOutcome::Late(t) => self.shared.counters.drop(
+                DropReason::LateReply,
+                &format_args!("corr {corr} after {t:?}"),
+            ),
             ReplyOutcome::Unknown | ReplyOutcome::WrongPeer => self
                 .shared
                 .counters
@@ -1408,9 +1403,13 @@ impl Engine {
     }
 
     fn on_client_message(&mut self, rid: Bytes, parts: Vec<Bytes>) {
-        let frame = match decode_counted(&self.shared, &parts, &"client") {
-            Some(f) => f,
-            None => return,
+        let Some(Decoded {
+            header,
+            record,
+            payload,
+        }) = decode_counted(&self.shared, &self.limits, &parts, &"client")
+        else {
+            return;
         };
         let now = Instant::now();
         let session = match self.clients_by_rid.get(&rid[..]) {
@@ -1437,7 +1436,7 @@ impl Engine {
                 self.clients_by_rid.insert(rid.to_vec(), s);
                 self.shared.set_client(s, Some(budget));
                 self.shared.publish(PeerEvent::ClientConnected {
-                    session: crate::node::SessionRid::new(s),
+                    session: SessionRid::new(s),
                 });
                 s
             }
@@ -1445,36 +1444,29 @@ impl Engine {
         if let Some(c) = self.clients.get_mut(&session) {
             c.last_rx = now;
         }
-        match frame.body {
-            Body::Ping(seq) => self.send_control(LinkKind::Client, &rid, Body::Pong(seq)),
-            Body::Pong(_) => {}
-            Body::Disconnect => self.remove_client(session),
-            Body::App(rec @ (Record::Request { .. } | Record::OneWay { .. })) => {
-                let is_request = matches!(rec, Record::Request { .. });
-                if is_request == (frame.corr == 0) {
-                    self.shared.counters.drop(DropReason::Malformed, &"client");
-                    return;
-                }
-                let deadline = match &rec {
-                    Record::Request { deadline_ms, .. } => {
-                        Some(now + Duration::from_millis(u64::from(*deadline_ms)))
-                    }
-                    _ => None,
-                };
-                let reply = is_request.then(|| {
+        let corr = header.correlation;
+        match codec::classify(record) {
+            (Class::Ping(seq), _) => {
+                self.send_control(LinkKind::Client, &rid, Record::Pong(Pong { seq }))
+            }
+            (Class::Pong, _) => {}
+            (Class::Disconnect, _) => self.remove_client(session),
+            (Class::App, Some(rec @ (Record::Request(_) | Record::OneWay(_)))) => {
+                let deadline = codec::record_deadline(&rec).map(|d| now + d);
+                let reply = corr.is_some().then(|| {
                     ReplyHandle::new(
                         self.shared.clone(),
                         ReplyTarget::Client { session },
-                        frame.corr,
+                        corr.get(),
                     )
                 });
                 let inb = Inbound {
                     origin: Origin::Client {
-                        session: crate::node::SessionRid::new(session),
+                        session: SessionRid::new(session),
                     },
-                    correlation: frame.corr,
+                    correlation: corr,
                     record: rec,
-                    payload: frame.payload,
+                    payload,
                     deadline,
                     reply,
                 };
@@ -1531,7 +1523,13 @@ impl Engine {
             .map(|p| p.rid.clone())
             .collect();
         for rid in ups {
-            self.send_control(LinkKind::Completion, &rid, Body::Disconnect);
+            self.send_control(
+                LinkKind::Completion,
+                &rid,
+                Record::Disconnect(Disconnect {
+                    reason: DisconnectReason::Shutdown,
+                }),
+            );
         }
         for (_, w) in self
             .corr
@@ -1543,18 +1541,31 @@ impl Engine {
     }
 }
 
-fn decode_counted(shared: &Shared, parts: &[Bytes], who: &dyn std::fmt::Display) -> Option<Frame> {
-    match codec::decode(parts) {
+fn decode_counted(
+    shared: &Shared,
+    limits: &Limits,
+    parts: &[Bytes],
+    who: &dyn std::fmt::Display,
+) -> Option<Decoded> {
+    match codec::decode(parts, limits) {
         Ok(f) => Some(f),
         Err(e) => {
-            let reason = match e {
-                DecodeError::Reserved => DropReason::ReservedCommand,
-                DecodeError::Unknown(_) => DropReason::UnknownCommand,
-                DecodeError::Malformed => DropReason::Malformed,
-            };
-            shared.counters.drop(reason, &format_args!("{who}: {e}"));
+            shared
+                .counters
+                .drop(codec::drop_reason(&e), &format_args!("{who}: {e}"));
             None
         }
+    }
+}
+
+/// Turns a terminal reply record into the request's result.
+pub(crate) fn reply_result(rec: Record, payload: Option<Bytes>) -> Result<Response, RequestError> {
+    match rec {
+        Record::ErrorReply(e) => Err(RequestError::Remote {
+            kind: e.kind,
+            detail: e.detail,
+        }),
+        record => Ok(Response { record, payload }),
     }
 }
 

@@ -42,7 +42,10 @@ pub use error::{ConfigError, RequestError, SendError};
 pub use handshake::MeshSecret;
 pub use node::{
     BoundEndpoints, DownReason, Inbound, InboundReceiver, MeshNode, Origin, PeerEvent, ReplyHandle,
-    Response, SessionRid,
+    Response,
 };
 pub use tap::{TapDirection, TapFrame, WireTap};
-pub use types::{LinkKind, MeshName, NodeGeneration, NodeRid};
+pub use types::{
+    CorrelationId, Deadline, DispatchKey, LinkKind, MeshName, NodeGeneration, NodeRid, SessionRid,
+};
+pub use zlink_wire;

@@ -16,29 +16,15 @@ use tokio::sync::{broadcast, mpsc, oneshot};
 
 use crate::bridge::Bell;
 use crate::budget::Budget;
-use crate::codec::{self, Body, ErrorKind, Frame, Record};
+use crate::codec::{self, ErrorKind, Record};
 use crate::config::{MeshConfig, PeerAddress};
 use crate::counters::Counters;
 use crate::engine::{Command, Dest, Engine};
 use crate::error::{ConfigError, RequestError, SendError};
 use crate::handshake::{LocalIdentity, MeshSecret};
-use crate::types::{NodeGeneration, NodeRid, fresh_generation};
-
-/// Identity of one ClientServer connection on this node (never reused within the node's
-/// lifetime; a reconnecting client gets a new one, SB-9).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct SessionRid(u64);
-
-impl SessionRid {
-    /// Wraps a raw value.
-    pub const fn new(v: u64) -> Self {
-        Self(v)
-    }
-    /// The raw value.
-    pub const fn get(self) -> u64 {
-        self.0
-    }
-}
+use crate::types::{
+    CorrelationId, Deadline, DispatchKey, NodeGeneration, NodeRid, SessionRid, fresh_generation,
+};
 
 /// Where an inbound record came from (authenticated at the transport boundary, SB-2.1).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -62,8 +48,8 @@ pub enum Origin {
 pub struct Inbound {
     /// Sender.
     pub origin: Origin,
-    /// Correlation id (0 for one-way).
-    pub correlation: u64,
+    /// Correlation id (`NONE` for one-way).
+    pub correlation: CorrelationId,
     /// The decoded record.
     pub record: Record,
     /// The payload frame, never copied after receipt.
@@ -257,33 +243,50 @@ impl ReplyHandle {
         self.corr
     }
 
-    /// Sends a successful reply with `payload` (RouteMesh: on the completion connection).
+    /// Sends a successful reply (record 145) with `payload` (RouteMesh: on the completion
+    /// connection).
     pub fn reply(mut self, payload: Bytes) {
-        self.send(Body::App(Record::Reply), Some(payload));
+        self.send(Record::Reply(zlink_wire::Reply), Some(payload));
     }
 
-    /// Sends an error reply.
+    /// Sends a terminal reply record (e.g. the 38 reply or 43) — it must be a reply record.
+    ///
+    /// # Errors
+    /// [`SendError::Encode`] if `record` is not a reply or its payload rule is violated; the
+    /// handle is given back so the caller can still answer.
+    pub fn reply_record(
+        mut self,
+        record: Record,
+        payload: Option<Bytes>,
+    ) -> Result<(), Box<(Self, SendError)>> {
+        if !record.is_reply() {
+            return Err(Box::new((
+                self,
+                SendError::Encode("not a reply record".into()),
+            )));
+        }
+        if let Err(e) = codec::encode(&record, self.corr, payload.clone()) {
+            return Err(Box::new((self, SendError::Encode(e.to_string()))));
+        }
+        self.send(record, payload);
+        Ok(())
+    }
+
+    /// Sends an error reply (146); `detail` is cut to 256 bytes.
     pub fn error(mut self, kind: ErrorKind, detail: impl Into<String>) {
-        let mut detail = detail.into();
-        truncate_utf8(&mut detail, 256);
         self.send(
-            Body::App(Record::ErrorReply {
-                kind: kind as u8,
-                detail,
-            }),
+            Record::ErrorReply(zlink_wire::ErrorReply::new(kind, detail)),
             None,
         );
     }
 
-    fn send(&mut self, body: Body, payload: Option<Bytes>) {
+    fn send(&mut self, record: Record, payload: Option<Bytes>) {
         let Some(shared) = self.shared.take() else {
             return;
         };
-        let frames = codec::encode(&Frame {
-            corr: self.corr,
-            body,
-            payload,
-        });
+        let Ok(frames) = codec::encode(&record, self.corr, payload) else {
+            return;
+        };
         let _ = shared.submit(Command::Reply {
             to: self.target.clone(),
             frames,
@@ -295,23 +298,13 @@ impl Drop for ReplyHandle {
     fn drop(&mut self) {
         if self.shared.is_some() {
             self.send(
-                Body::App(Record::ErrorReply {
-                    kind: ErrorKind::Internal as u8,
-                    detail: "request dropped without reply".into(),
-                }),
+                Record::ErrorReply(zlink_wire::ErrorReply::new(
+                    ErrorKind::Internal,
+                    "request dropped without reply",
+                )),
                 None,
             );
         }
-    }
-}
-
-fn truncate_utf8(s: &mut String, max: usize) {
-    if s.len() > max {
-        let mut i = max;
-        while !s.is_char_boundary(i) {
-            i -= 1;
-        }
-        s.truncate(i);
     }
 }
 
@@ -492,14 +485,23 @@ impl MeshNode {
         self.shared.peer_slot(to).ok_or(SendError::Unavailable)
     }
 
-    /// Sends a one-way record to a peer on the relay connection. Waits at most the send
-    /// timeout for admission (SB-6.5).
-    pub async fn send(&self, to: &NodeRid, key: u32, payload: Bytes) -> Result<(), SendError> {
-        let frames = codec::encode(&Frame {
-            corr: 0,
-            body: Body::App(Record::OneWay { key }),
-            payload: Some(payload),
-        });
+    /// Sends a one-way application record (any spec record or 147/160 without correlation)
+    /// to a peer on the relay connection. Waits at most the send timeout for admission
+    /// (SB-6.5); a send that failed admission is never delivered.
+    pub async fn send_record(
+        &self,
+        to: &NodeRid,
+        record: Record,
+        payload: Option<Bytes>,
+    ) -> Result<(), SendError> {
+        if !codec::is_app_record(&record) || record.is_reply() {
+            return Err(SendError::Encode(format!(
+                "{} is not an application record",
+                record.command()
+            )));
+        }
+        let frames =
+            codec::encode(&record, 0, payload).map_err(|e| SendError::Encode(e.to_string()))?;
         let bytes = self.shared.check_size(&frames)?;
         let slot = self.admit_peer(to)?;
         slot.budget
@@ -518,25 +520,42 @@ impl MeshNode {
             .inspect_err(|_| slot.budget.release(bytes))
     }
 
-    /// Sends a request on the relay connection; the reply comes back on the completion
-    /// connection. Exactly one terminal; never resent (SB-12).
-    pub async fn request(
+    /// Sends a one-way 147 record with `key` and `payload`.
+    pub async fn send(
         &self,
         to: &NodeRid,
-        key: u32,
+        key: DispatchKey,
         payload: Bytes,
+    ) -> Result<(), SendError> {
+        self.send_record(
+            to,
+            Record::OneWay(zlink_wire::OneWay { key }),
+            Some(payload),
+        )
+        .await
+    }
+
+    /// Sends a request record (any record whose command takes a correlation: 38, 42, 144,
+    /// 160, 24) on the relay connection; the terminal comes back on the completion
+    /// connection. Exactly one terminal; never resent (SB-12).
+    pub async fn request_record(
+        &self,
+        to: &NodeRid,
+        record: Record,
+        payload: Option<Bytes>,
         timeout: Duration,
     ) -> Result<Response, RequestError> {
+        if !codec::is_app_record(&record) || record.is_reply() {
+            return Err(SendError::Encode(format!(
+                "{} is not an application record",
+                record.command()
+            ))
+            .into());
+        }
         let deadline = Instant::now() + timeout;
         let corr = self.shared.next_corr.fetch_add(1, Ordering::Relaxed);
-        let frames = codec::encode(&Frame {
-            corr,
-            body: Body::App(Record::Request {
-                key,
-                deadline_ms: u32::try_from(timeout.as_millis()).unwrap_or(u32::MAX),
-            }),
-            payload: Some(payload),
-        });
+        let frames =
+            codec::encode(&record, corr, payload).map_err(|e| SendError::Encode(e.to_string()))?;
         let bytes = self.shared.check_size(&frames)?;
         let slot = self.admit_peer(to)?;
         slot.budget
@@ -556,29 +575,41 @@ impl MeshNode {
             slot.budget.release(bytes);
             return Err(e.into());
         }
-        let guard = CancelGuard {
+        let mut guard = CancelGuard {
             shared: &self.shared,
             corr,
             armed: true,
         };
         let r = rx.await;
-        let mut guard = guard;
         guard.armed = false;
         r.unwrap_or(Err(RequestError::Closed))
     }
 
-    /// Pushes a record to a ClientServer client (server push), with admission.
+    /// Sends a 144 request with `key` and `payload`; its deadline field is `timeout`.
+    pub async fn request(
+        &self,
+        to: &NodeRid,
+        key: DispatchKey,
+        payload: Bytes,
+        timeout: Duration,
+    ) -> Result<Response, RequestError> {
+        let record = Record::Request(zlink_wire::Request {
+            key,
+            deadline: Deadline::from_remaining(timeout),
+        });
+        self.request_record(to, record, Some(payload), timeout)
+            .await
+    }
+
+    /// Pushes a 148 record to a ClientServer client (server push), with admission.
     pub async fn push(
         &self,
         session: SessionRid,
-        key: u32,
+        key: DispatchKey,
         payload: Bytes,
     ) -> Result<(), SendError> {
-        let frames = codec::encode(&Frame {
-            corr: 0,
-            body: Body::App(Record::Push { key }),
-            payload: Some(payload),
-        });
+        let frames = codec::encode(&Record::Push(zlink_wire::Push { key }), 0, Some(payload))
+            .map_err(|e| SendError::Encode(e.to_string()))?;
         let bytes = self.shared.check_size(&frames)?;
         let budget = self
             .shared

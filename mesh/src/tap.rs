@@ -34,7 +34,7 @@ pub struct TapFrame {
     /// The raw frames (envelope, payload).
     pub frames: Vec<Bytes>,
     /// The decoded record, or the decode error text.
-    pub decoded: Result<codec::Frame, String>,
+    pub decoded: Result<zlink_wire::Decoded, String>,
 }
 
 impl TapFrame {
@@ -72,7 +72,8 @@ impl WireTap {
         peer: &[u8],
         frames: &[Bytes],
     ) {
-        let decoded = codec::decode(frames).map_err(|e| e.to_string());
+        let decoded =
+            codec::decode(frames, &zlink_wire::Limits::DEFAULT).map_err(|e| e.to_string());
         let mut g = self.0.lock().unwrap_or_else(|e| e.into_inner());
         if g.frames.len() == g.capacity {
             g.frames.pop_front();

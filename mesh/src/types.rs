@@ -1,62 +1,8 @@
-//! Identity types used by the mesh, and the mesh's own connection vocabulary.
+//! Identity types used by the mesh (from `zlink-wire`) and the mesh's connection vocabulary.
 
-/// Temporary stand-ins for `zlink-wire`'s typed ids until that crate's API lands.
-mod ids {
-    use std::fmt;
-
-    macro_rules! text_id {
-        ($(#[$m:meta])* $name:ident, $check:expr) => {
-            $(#[$m])*
-            #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-            pub struct $name(Box<str>);
-            impl $name {
-                /// Validates and wraps.
-                pub fn new(v: impl AsRef<str>) -> Result<Self, String> {
-                    let v = v.as_ref();
-                    let check: fn(char) -> bool = $check;
-                    if v.is_empty() || v.len() > 64 || !v.chars().all(check) {
-                        return Err(format!("invalid {}", stringify!($name)));
-                    }
-                    Ok(Self(v.into()))
-                }
-                /// As text.
-                pub fn as_str(&self) -> &str { &self.0 }
-                /// As bytes.
-                pub fn as_bytes(&self) -> &[u8] { self.0.as_bytes() }
-            }
-            impl fmt::Display for $name {
-                fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result { f.write_str(&self.0) }
-            }
-        };
-    }
-    text_id!(
-        /// Node routing id.
-        NodeRid, |c| c.is_ascii_graphic());
-    text_id!(
-        /// Mesh name.
-        MeshName, |c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
-
-    /// Process generation.
-    #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
-    pub struct NodeGeneration(u64);
-    impl NodeGeneration {
-        /// Wraps.
-        pub const fn new(v: u64) -> Self {
-            Self(v)
-        }
-        /// Raw.
-        pub const fn get(self) -> u64 {
-            self.0
-        }
-    }
-    impl fmt::Display for NodeGeneration {
-        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-            self.0.fmt(f)
-        }
-    }
-}
-
-pub use ids::{MeshName, NodeGeneration, NodeRid};
+pub use zlink_wire::{
+    CorrelationId, Deadline, DispatchKey, MeshName, NodeGeneration, NodeRid, SessionRid,
+};
 
 /// The kind of a physical connection.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

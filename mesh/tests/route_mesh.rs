@@ -6,7 +6,10 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use common::*;
-use zlink_mesh::{ErrorKind, LinkKind, Origin, Record, RequestError, TapDirection, WireTap};
+use zlink_mesh::zlink_wire::{OneWay, Request};
+use zlink_mesh::{
+    DispatchKey, ErrorKind, LinkKind, Origin, Record, RequestError, TapDirection, WireTap,
+};
 
 // spec: SB-2.1, SB-14.7 — three nodes authenticate pairwise; one-way and requests relay over
 // ROUTER-ROUTER; replies come back on the completion connection (EG-4).
@@ -24,14 +27,19 @@ async fn three_nodes_relay_and_completion_replies() {
     link(&b, &c).await;
 
     // one-way a -> b
-    a.send(b.node(), 7, Bytes::from_static(b"hello"))
+    a.send(b.node(), DispatchKey::new(7), Bytes::from_static(b"hello"))
         .await
         .unwrap();
     let m = tokio::time::timeout(WAIT, rb.recv())
         .await
         .unwrap()
         .unwrap();
-    assert_eq!(m.record, Record::OneWay { key: 7 });
+    assert_eq!(
+        m.record,
+        Record::OneWay(OneWay {
+            key: DispatchKey::new(7)
+        })
+    );
     assert_eq!(m.payload.as_deref(), Some(&b"hello"[..]));
     assert_eq!(
         m.origin,
@@ -45,7 +53,9 @@ async fn three_nodes_relay_and_completion_replies() {
     // request a -> c, answered by c
     let server = tokio::spawn(async move {
         let m = rc.recv().await.unwrap();
-        assert!(matches!(m.record, Record::Request { key: 9, .. }));
+        assert!(
+            matches!(m.record, Record::Request(Request { key, .. }) if key == DispatchKey::new(9))
+        );
         let p = m.payload.clone().unwrap();
         m.reply
             .unwrap()
@@ -55,12 +65,22 @@ async fn three_nodes_relay_and_completion_replies() {
         rc
     });
     let r = a
-        .request(c.node(), 9, Bytes::from_static(b"q"), WAIT)
+        .request(
+            c.node(),
+            DispatchKey::new(9),
+            Bytes::from_static(b"q"),
+            WAIT,
+        )
         .await
         .unwrap();
     assert_eq!(r.payload.as_deref(), Some(&b"re:q"[..]));
     let e = a
-        .request(c.node(), 9, Bytes::from_static(b"q2"), WAIT)
+        .request(
+            c.node(),
+            DispatchKey::new(9),
+            Bytes::from_static(b"q2"),
+            WAIT,
+        )
         .await
         .unwrap_err();
     assert_eq!(
