@@ -128,7 +128,7 @@ impl MeshClient {
         );
         mc.transport = cfg.transport;
         mc.liveness = cfg.liveness;
-        configure_network_socket(&dealer, &mc).map_err(terr("dealer options"))?;
+        configure_network_socket(&dealer, &mc, true).map_err(terr("dealer options"))?;
         dealer.connect(&cfg.endpoint).map_err(terr("connect"))?;
         let (bell, door) = crate::bridge::pair(&ctx).map_err(terr("doorbell"))?;
         let shared = Arc::new(ClientShared {

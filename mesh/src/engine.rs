@@ -197,9 +197,16 @@ fn setup_err(what: impl Into<String>) -> impl FnOnce(zmq::Error) -> crate::error
 }
 
 /// Applies the options every network-facing socket gets.
+///
+/// `zmtp_heartbeats` is false for the relay socket: libzmq stops reading a connection whose
+/// pipe is full, so a PAUSED application queue would starve ZMTP PINGs and the heartbeat
+/// timeout would cut a healthy, merely backpressured relay connection (losing what libzmq
+/// buffered). Relay liveness comes from the completion connection (never backpressured by
+/// the application: ZMTP heartbeats + mesh Ping/Pong) and TCP keepalive.
 pub(crate) fn configure_network_socket(
     s: &zmq::Socket,
     cfg: &MeshConfig,
+    zmtp_heartbeats: bool,
 ) -> Result<(), zmq::Error> {
     let l = &cfg.transport;
     let v = &cfg.liveness;
@@ -207,9 +214,15 @@ pub(crate) fn configure_network_socket(
     s.set_sndhwm(l.send_hwm)?;
     s.set_rcvhwm(l.recv_hwm)?;
     s.set_linger(l.linger.as_millis() as i32)?;
-    s.set_heartbeat_ivl(v.heartbeat_interval.as_millis() as i32)?;
-    s.set_heartbeat_timeout(v.heartbeat_timeout.as_millis() as i32)?;
-    s.set_heartbeat_ttl(v.heartbeat_ttl.as_millis() as i32)?;
+    s.set_tcp_keepalive(1)?;
+    s.set_tcp_keepalive_idle(30)?;
+    s.set_tcp_keepalive_intvl(5)?;
+    s.set_tcp_keepalive_cnt(3)?;
+    if zmtp_heartbeats {
+        s.set_heartbeat_ivl(v.heartbeat_interval.as_millis() as i32)?;
+        s.set_heartbeat_timeout(v.heartbeat_timeout.as_millis() as i32)?;
+        s.set_heartbeat_ttl(v.heartbeat_ttl.as_millis() as i32)?;
+    }
     s.set_reconnect_ivl(v.reconnect_interval.as_millis() as i32)?;
     s.set_reconnect_ivl_max(v.reconnect_interval_max.as_millis() as i32)?;
     s.set_handshake_ivl(v.handshake_timeout.as_millis() as i32)?;
@@ -259,7 +272,8 @@ impl Engine {
         let router =
             |name: &str, ep: &str, mesh: bool| -> Result<zmq::Socket, crate::error::ConfigError> {
                 let s = ctx.socket(zmq::ROUTER).map_err(setup_err(name))?;
-                configure_network_socket(&s, &cfg).map_err(setup_err(format!("{name} options")))?;
+                configure_network_socket(&s, &cfg, name != "relay")
+                    .map_err(setup_err(format!("{name} options")))?;
                 s.set_router_mandatory(true)
                     .map_err(setup_err("router_mandatory"))?;
                 if mesh {

@@ -1,0 +1,182 @@
+//! ClientServer: a node's client ROUTER and the Rust client (DEALER) — request/reply,
+//! one-way DATA, server push, ordering of a reply behind unprocessed pushes.
+
+mod common;
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::*;
+use zlink_mesh::zlink_wire::{OneWay, Request};
+use zlink_mesh::{
+    ClientConfig, DispatchKey, DropReason, ErrorKind, MeshClient, MeshNode, Origin, PeerEvent,
+    Record, RequestError,
+};
+
+fn server() -> (MeshNode, zlink_mesh::InboundReceiver) {
+    let mut c = config("srv");
+    c.client_endpoint = Some("tcp://127.0.0.1:*".into());
+    MeshNode::start(c).unwrap()
+}
+
+fn client_config(node: &MeshNode) -> ClientConfig {
+    let mut c = ClientConfig::new(node.endpoints().client.clone().unwrap());
+    c.liveness = config("x").liveness;
+    c
+}
+
+// spec: EG-4 (ClientServer replies on the one connection), SB-14.8 (reply completes the
+// original correlation exactly once)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn request_reply_oneway_and_push() {
+    let (node, mut inbound) = server();
+    let mut events = node.subscribe();
+    let client = MeshClient::connect(client_config(&node)).unwrap();
+
+    client
+        .send(DispatchKey::new(1), Bytes::from_static(b"data"))
+        .await
+        .unwrap();
+    let m = tokio::time::timeout(WAIT, inbound.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        m.record,
+        Record::OneWay(OneWay {
+            key: DispatchKey::new(1)
+        })
+    );
+    let Origin::Client { session } = m.origin else {
+        panic!("not a client origin: {:?}", m.origin)
+    };
+    assert!(m.reply.is_none());
+    let ev = tokio::time::timeout(WAIT, events.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(ev, PeerEvent::ClientConnected { session });
+
+    let srv = tokio::spawn(async move {
+        let m = inbound.recv().await.unwrap();
+        assert!(
+            matches!(m.record, Record::Request(Request { key, .. }) if key == DispatchKey::new(2))
+        );
+        assert!(m.deadline.is_some());
+        m.reply.unwrap().reply(Bytes::from_static(b"pong"));
+        let m = inbound.recv().await.unwrap();
+        m.reply
+            .unwrap()
+            .error(ErrorKind::InvalidOperation, "session not bound");
+        let m = inbound.recv().await.unwrap();
+        drop(m); // dropped without reply → framework Internal error reply (EG-15)
+        inbound
+    });
+    let r = client
+        .request(DispatchKey::new(2), Bytes::from_static(b"ping"), WAIT)
+        .await
+        .unwrap();
+    assert_eq!(r.payload.as_deref(), Some(&b"pong"[..]));
+    let e = client
+        .request(DispatchKey::new(2), Bytes::new(), WAIT)
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidOperation);
+    let e = client
+        .request(DispatchKey::new(2), Bytes::new(), WAIT)
+        .await
+        .unwrap_err();
+    assert!(matches!(
+        e,
+        RequestError::Remote {
+            kind: ErrorKind::Internal,
+            ..
+        }
+    ));
+    let _inbound = srv.await.unwrap();
+
+    node.push(session, DispatchKey::new(5), Bytes::from_static(b"push-1"))
+        .await
+        .unwrap();
+    let p = client.recv_push_timeout(WAIT).await.unwrap();
+    assert_eq!(p.key, DispatchKey::new(5));
+    assert_eq!(p.payload.as_deref(), Some(&b"push-1"[..]));
+
+    client.close().await;
+    // The node forgets the session on Disconnect.
+    loop {
+        match tokio::time::timeout(WAIT, events.recv())
+            .await
+            .unwrap()
+            .unwrap()
+        {
+            PeerEvent::ClientDisconnected { session: s } if s == session => break,
+            _ => {}
+        }
+    }
+    assert!(
+        node.push(session, DispatchKey::new(5), Bytes::new())
+            .await
+            .is_err()
+    );
+    assert_eq!(node.counters().dropped_total(), 0);
+    node.shutdown().await;
+}
+
+// spec: EG-16.26 — the client does not process earlier one-way DATA (pushes), so the reply
+// on the same DEALER-ROUTER connection is late; the request times out first; the late reply
+// never makes a second terminal. Also SB-12 (no resend).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn late_reply_behind_unprocessed_pushes_is_not_a_second_terminal() {
+    let (node, mut inbound) = server();
+    let mut cc = client_config(&node);
+    cc.push_capacity = 1;
+    let client = MeshClient::connect(cc).unwrap();
+    client
+        .send(DispatchKey::new(1), Bytes::new())
+        .await
+        .unwrap();
+    let m = tokio::time::timeout(WAIT, inbound.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    let Origin::Client { session } = m.origin else {
+        panic!()
+    };
+
+    // Fill the client's push channel (capacity 1) and one more held by its I/O thread: the
+    // client stops reading its connection.
+    for i in 0..3u8 {
+        node.push(session, DispatchKey::new(9), Bytes::from(vec![i]))
+            .await
+            .unwrap();
+    }
+    let srv = tokio::spawn(async move {
+        let m = inbound.recv().await.unwrap();
+        // Reply immediately: it queues behind the unprocessed pushes on the one connection.
+        m.reply.unwrap().reply(Bytes::from_static(b"late"));
+        inbound
+    });
+    let e = client
+        .request(
+            DispatchKey::new(2),
+            Bytes::new(),
+            Duration::from_millis(300),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(e, RequestError::DeadlineExceeded);
+    let _inbound = srv.await.unwrap();
+    // Now drain the pushes; the reply behind them arrives and is counted as late.
+    for i in 0..3u8 {
+        let p = client.recv_push_timeout(WAIT).await.unwrap();
+        assert_eq!(p.payload.as_deref(), Some(&[i][..]));
+    }
+    eventually("late reply counted", || {
+        client.counters().dropped(DropReason::LateReply) == 1
+    })
+    .await;
+    assert_eq!(client.counters().dropped(DropReason::UnknownReply), 0);
+    client.close().await;
+    node.shutdown().await;
+}
