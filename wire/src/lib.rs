@@ -29,6 +29,31 @@
 //! Each value is validated once, here, at transport ingress (SB-2.1: frame format): code that
 //! receives a [`Decoded`] does not re-check identity formats, command/flag combinations or
 //! correlation rules.
+//!
+//! # Example
+//!
+//! ```
+//! use bytes::Bytes;
+//! use zlink_wire::{decode, encode, CorrelationId, Deadline, DispatchKey, Limits, Record, Request};
+//!
+//! let record = Record::Request(Request {
+//!     key: DispatchKey::new(7),
+//!     deadline: Deadline::from_millis(1_000),
+//! });
+//! let payload = Bytes::from_static(b"hello");
+//! let frames = encode(&record, CorrelationId::new(42), Some(payload.clone()))?;
+//! assert_eq!(frames.part_count(), 2);
+//!
+//! let parts = frames.into_vec(); // send as one multipart message
+//! let decoded = decode(&parts, &Limits::default())?;
+//! assert_eq!(decoded.record, record);
+//! assert_eq!(decoded.header.correlation, CorrelationId::new(42));
+//! assert_eq!(decoded.payload.unwrap().as_ptr(), payload.as_ptr()); // never copied
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
 
 macro_rules! wire_enum {
     (
