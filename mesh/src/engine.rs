@@ -34,7 +34,7 @@ use crate::config::{MeshConfig, PeerAddress};
 use crate::correlation::{Correlations, ReplyOutcome};
 use crate::counters::{DropReason, TransportEvent};
 use crate::error::RequestError;
-use crate::handshake::{Handshake, LocalIdentity, Outcome};
+use crate::handshake::{Handshake, HandshakeFailure, LocalIdentity, Outcome};
 use crate::node::{
     DownReason, Inbound, Origin, PeerEvent, PeerSlot, ReplyHandle, ReplyTarget, Response, Shared,
 };
@@ -860,7 +860,12 @@ impl Engine {
             // A new Hello on a link restarts that link's handshake (reconnect or restart).
             let was_up = self.peers.get(&node).is_some_and(|p| p.up);
             if was_up {
-                self.peer_down(&node, DownReason::Reconnected, false);
+                let reason = if known == Some(generation) {
+                    DownReason::Reconnected
+                } else {
+                    DownReason::Restarted
+                };
+                self.peer_down(&node, reason, false);
             }
             let local = self.local.clone();
             let timeout = self.cfg.liveness.handshake_timeout;
@@ -907,10 +912,13 @@ impl Engine {
         match outcome {
             None => {}
             Some(Outcome::Failed(why)) => {
-                self.shared.counters.drop(
-                    DropReason::HandshakeFailed,
-                    &format_args!("{node}: {why:?}"),
-                );
+                let reason = match why {
+                    HandshakeFailure::RidMismatch => DropReason::RidMismatch,
+                    _ => DropReason::HandshakeFailed,
+                };
+                self.shared
+                    .counters
+                    .drop(reason, &format_args!("{node}: {why:?}"));
                 let retry = self.cfg.liveness.reconnect_interval;
                 let p = self.peers.get_mut(node).expect("peer");
                 if p.addr.is_some() {
@@ -1016,12 +1024,35 @@ impl Engine {
             let p = self.peers.get_mut(node).expect("peer");
             if p.addr.is_some() {
                 let now = Instant::now();
-                self.start_initiator(node, LinkKind::Relay, now);
-                self.start_initiator(node, LinkKind::Completion, now);
+                for kind in [LinkKind::Relay, LinkKind::Completion] {
+                    self.reconnect(node, kind);
+                    self.start_initiator(node, kind, now);
+                }
             } else {
                 p.relay = Link::Idle;
                 p.completion = Link::Idle;
             }
+        }
+    }
+
+    /// Replaces our outbound connection of `kind` to `node` with a fresh TCP connection.
+    ///
+    /// Needed when the remote side may hold our old connection under another routing id
+    /// (ROUTER_HANDOVER gives a displaced connection a generated id and keeps it open), so
+    /// records on it could never be attributed to us again.
+    fn reconnect(&mut self, node: &NodeRid, kind: LinkKind) {
+        let Some(addr) = self.peers.get(node).and_then(|p| p.addr.clone()) else {
+            return;
+        };
+        let ep = if kind == LinkKind::Relay {
+            &addr.relay
+        } else {
+            &addr.completion
+        };
+        let s = self.socket(kind);
+        let _ = s.disconnect(ep);
+        if let Err(e) = s.connect(ep) {
+            tracing::warn!(peer = %node, error = %e, "reconnect failed");
         }
     }
 
@@ -1068,6 +1099,7 @@ impl Engine {
             self.check_handshake(&node, kind);
         }
         for (node, kind) in to_retry {
+            self.reconnect(&node, kind);
             self.start_initiator(&node, kind, now);
         }
         for node in timed_out {
