@@ -452,3 +452,57 @@ fn decode_body(header: &Header, bytes: &[u8]) -> Result<Record, DecodeError> {
     }
     Ok(record)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::{Ping, Reply};
+
+    #[test]
+    fn flags_reject_undefined_bits() {
+        assert_eq!(
+            Flags::from_bits(0x03),
+            Some(Flags::HAS_PAYLOAD.union(Flags::REPLY))
+        );
+        for bits in 0x04..=u8::MAX {
+            assert_eq!(Flags::from_bits(bits), None);
+        }
+    }
+
+    #[test]
+    fn header_bytes_round_trip() {
+        let header = Header {
+            command: Command::Reply,
+            flags: Flags::HAS_PAYLOAD.union(Flags::REPLY),
+            correlation: CorrelationId::new(0x0102_0304_0506_0708),
+        };
+        let bytes = header.to_bytes();
+        assert_eq!(bytes, [1, 145, 3, 0, 1, 2, 3, 4, 5, 6, 7, 8]);
+        assert_eq!(peek_header(&bytes).unwrap(), header);
+    }
+
+    #[test]
+    fn encode_sets_flags_from_record_and_payload() {
+        let frames = encode(
+            &Record::Reply(Reply),
+            CorrelationId::new(1),
+            Some(Bytes::new()),
+        )
+        .unwrap();
+        let header = peek_header(frames.envelope()).unwrap();
+        assert!(header.is_reply() && header.has_payload());
+        assert_eq!(frames.part_count(), 2);
+        let frames = encode(&Record::Ping(Ping { seq: 0 }), CorrelationId::NONE, None).unwrap();
+        assert_eq!(
+            frames.envelope().as_ref(),
+            &[1, 136, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x91, 0]
+        );
+        assert_eq!(frames.into_vec().len(), 1);
+    }
+
+    #[test]
+    fn default_limits() {
+        assert_eq!(Limits::default().max_envelope, 64 * 1024);
+        assert_eq!(Limits::default().max_payload, 4 * 1024 * 1024);
+    }
+}

@@ -267,6 +267,21 @@ macro_rules! text_id {
                 Ok(Self(value.into()))
             }
 
+            /// Validates raw bytes (for example a ZeroMQ routing-id part) and wraps them.
+            ///
+            /// # Errors
+            /// As [`Self::new`]; bytes that are not UTF-8 are [`InvalidId::BadCharacter`] at the
+            /// first invalid byte.
+            pub fn from_bytes(value: &[u8]) -> Result<Self, InvalidId> {
+                match std::str::from_utf8(value) {
+                    Ok(text) => Self::new(text),
+                    Err(e) => Err(InvalidId::BadCharacter {
+                        kind: stringify!($name),
+                        index: e.valid_up_to(),
+                    }),
+                }
+            }
+
             /// Checks `value` without allocating.
             ///
             /// # Errors
@@ -395,6 +410,18 @@ mod tests {
             Err(InvalidId::BadCharacter { index: 1, .. })
         ));
         assert!(NodeRid::new("\0ab").is_err());
+        assert_eq!(
+            NodeRid::from_bytes(b"node-2").unwrap().as_bytes(),
+            b"node-2"
+        );
+        assert!(matches!(
+            NodeRid::from_bytes(&[b'a', 0xff]),
+            Err(InvalidId::BadCharacter { index: 1, .. })
+        ));
+        assert!(
+            NodeRid::from_bytes(&[0, 0, 0, 0, 1]).is_err(),
+            "libzmq generated ids are not NodeRids"
+        );
     }
 
     #[test]
