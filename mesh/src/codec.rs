@@ -53,7 +53,16 @@ pub enum HandshakeMsg {
 }
 
 impl HandshakeMsg {
-    pub(crate) fn into_record(self) -> Record {
+    /// The handshake view of a record, if it is one of 128..=132.
+    pub fn from_record(record: Record) -> Option<HandshakeMsg> {
+        match classify(record) {
+            (Class::Handshake(m), _) => Some(m),
+            _ => None,
+        }
+    }
+
+    /// The wire record.
+    pub fn into_record(self) -> Record {
         match self {
             HandshakeMsg::Hello {
                 mesh,

@@ -1,0 +1,522 @@
+//! Bad input at every network-facing port: each case is rejected and counted, the node keeps
+//! serving its good peers, and nothing reaches the layer above.
+//!
+//! spec: SB-2.1 (validated once at transport ingress: authenticated peer RID, node
+//! generation, frame format), SB-14.26 (45 never accepted), EG-16.23 (peer accept keeps
+//! progressing).
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use common::*;
+use zlink_mesh::codec::HandshakeMsg;
+use zlink_mesh::handshake::{Handshake, LocalIdentity, Outcome};
+use zlink_mesh::zlink_wire::{self, CorrelationId, OneWay, Record};
+use zlink_mesh::{
+    DispatchKey, DropReason, InboundReceiver, LinkKind, MeshName, MeshNode, MeshSecret,
+    NodeGeneration, NodeRid, TransportEvent,
+};
+
+fn port(ep: &str) -> u16 {
+    ep.rsplit(':').next().unwrap().parse().unwrap()
+}
+
+/// A raw ZeroMQ ROUTER peer (libzmq through the `zmq` crate) that can run the mesh handshake
+/// itself and then send arbitrary frames.
+struct RawPeer {
+    _ctx: zmq::Context,
+    relay: zmq::Socket,
+    completion: zmq::Socket,
+    target: Vec<u8>,
+}
+
+impl RawPeer {
+    fn connect(identity: &str, node: &MeshNode) -> RawPeer {
+        let ctx = zmq::Context::new();
+        let mk = |ep: &str| {
+            let s = ctx.socket(zmq::ROUTER).unwrap();
+            s.set_identity(identity.as_bytes()).unwrap();
+            s.set_router_mandatory(true).unwrap();
+            s.set_linger(0).unwrap();
+            s.set_rcvtimeo(50).unwrap();
+            s.connect(ep).unwrap();
+            s
+        };
+        let relay = mk(&node.endpoints().relay);
+        let completion = mk(&node.endpoints().completion);
+        RawPeer {
+            _ctx: ctx,
+            relay,
+            completion,
+            target: node.node().as_bytes().to_vec(),
+        }
+    }
+
+    fn socket(&self, kind: LinkKind) -> &zmq::Socket {
+        if kind == LinkKind::Relay {
+            &self.relay
+        } else {
+            &self.completion
+        }
+    }
+
+    /// Sends raw parts to the node, waiting until the connection is routable.
+    fn send(&self, kind: LinkKind, parts: &[&[u8]]) {
+        let s = self.socket(kind);
+        let deadline = Instant::now() + WAIT;
+        loop {
+            match s.send(&self.target[..], zmq::SNDMORE | zmq::DONTWAIT) {
+                Ok(()) => break,
+                Err(_) => {
+                    assert!(Instant::now() < deadline, "node never routable");
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+            }
+        }
+        for (i, p) in parts.iter().enumerate() {
+            let more = if i + 1 < parts.len() { zmq::SNDMORE } else { 0 };
+            s.send(*p, more).unwrap();
+        }
+    }
+
+    fn send_record(&self, kind: LinkKind, record: &Record, corr: u64, payload: Option<Bytes>) {
+        let f = zlink_wire::encode(record, CorrelationId::new(corr), payload).unwrap();
+        let v: Vec<Bytes> = f.into_vec();
+        let parts: Vec<&[u8]> = v.iter().map(|b| &b[..]).collect();
+        self.send(kind, &parts);
+    }
+
+    fn recv(&self, kind: LinkKind, until: Instant) -> Option<Vec<Vec<u8>>> {
+        while Instant::now() < until {
+            if let Ok(parts) = self.socket(kind).recv_multipart(0) {
+                return Some(parts[1..].to_vec());
+            }
+        }
+        None
+    }
+
+    /// Runs the handshake on one link as `node`/`generation` with `secret`.
+    fn handshake(
+        &self,
+        kind: LinkKind,
+        node: &str,
+        generation: u64,
+        secret: &[u8],
+    ) -> Option<Outcome> {
+        let local = LocalIdentity {
+            mesh: MeshName::new("test").unwrap(),
+            node: NodeRid::new(node).unwrap(),
+            generation: NodeGeneration::new(generation),
+            secret: MeshSecret::new(secret.to_vec()).unwrap(),
+        };
+        let now = std::time::Instant::now();
+        let mut hs = Handshake::initiator(local, kind, None, [3; 32], now, WAIT);
+        let until = Instant::now() + WAIT;
+        loop {
+            while let Some(m) = hs.poll_transmit() {
+                self.send_record(kind, &m.into_record(), 0, None);
+            }
+            if let Some(o) = hs.poll_outcome() {
+                return Some(o.clone());
+            }
+            let parts = self.recv(kind, until)?;
+            let bytes: Vec<Bytes> = parts.into_iter().map(Bytes::from).collect();
+            let d = zlink_wire::decode(&bytes, &zlink_wire::Limits::DEFAULT).ok()?;
+            hs.handle_message(
+                HandshakeMsg::from_record(d.record)?,
+                std::time::Instant::now(),
+            );
+        }
+    }
+}
+
+/// Proves the node still serves a good peer and passes nothing else up.
+async fn still_serves(node: &MeshNode, good: &MeshNode, inbound: &mut InboundReceiver, tag: &str) {
+    good.send(
+        node.node(),
+        DispatchKey::new(1),
+        Bytes::from(tag.to_string()),
+    )
+    .await
+    .unwrap();
+    let m = tokio::time::timeout(WAIT, inbound.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        m.payload.as_deref(),
+        Some(tag.as_bytes()),
+        "only the good peer's record arrives"
+    );
+    assert!(
+        inbound.try_recv().is_err(),
+        "nothing else reached the layer above"
+    );
+}
+
+fn setup() -> (MeshNode, InboundReceiver, MeshNode) {
+    let mut c = config("victim");
+    c.client_endpoint = Some("tcp://127.0.0.1:*".into());
+    c.transport.max_message_size = 64 * 1024;
+    c.max_pending_handshakes = 16;
+    let (node, inbound) = MeshNode::start(c).unwrap();
+    let (good, _) = start("good");
+    (node, inbound, good)
+}
+
+// spec: SB-2.1 — garbage bytes, a ZMTP greeting + huge frame header, and a flood of
+// short-lived connections on each TCP port.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn raw_tcp_garbage_huge_header_and_connection_flood() {
+    trace();
+    let (node, mut inbound, good) = setup();
+    link(&good, &node).await;
+    let eps = [
+        node.endpoints().relay.clone(),
+        node.endpoints().completion.clone(),
+        node.endpoints().client.clone().unwrap(),
+    ];
+    for ep in &eps {
+        let before = node.counters().events(TransportEvent::Accepted);
+        // Garbage.
+        let mut s = TcpStream::connect(("127.0.0.1", port(ep))).unwrap();
+        let garbage: Vec<u8> = (0..4096u32)
+            .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+            .collect();
+        let _ = s.write_all(&garbage);
+        // ZMTP 3.0 greeting (NULL) + a frame header declaring 1 TiB (issue's hostile header).
+        let mut h = TcpStream::connect(("127.0.0.1", port(ep))).unwrap();
+        let mut greet = vec![0xffu8, 0, 0, 0, 0, 0, 0, 0, 0, 0x7f, 3, 0];
+        greet.extend_from_slice(b"NULL");
+        greet.resize(64, 0);
+        h.write_all(&greet).unwrap();
+        let mut peer_greet = [0u8; 64];
+        h.set_read_timeout(Some(WAIT)).unwrap();
+        h.read_exact(&mut peer_greet[..10]).unwrap();
+        let mut hdr = vec![0x06u8];
+        hdr.extend_from_slice(&(1u64 << 40).to_be_bytes());
+        let _ = h.write_all(&hdr);
+        let _ = h.write_all(&[b'x'; 1000]);
+        // libzmq drops this connection: the read side sees EOF (or reset), never a crash.
+        let mut buf = [0u8; 256];
+        let deadline = Instant::now() + WAIT;
+        loop {
+            match h.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(_) => assert!(Instant::now() < deadline, "hostile connection never closed"),
+            }
+        }
+        // Flood of short-lived connections.
+        for _ in 0..100 {
+            let c = TcpStream::connect(("127.0.0.1", port(ep))).unwrap();
+            drop(c);
+        }
+        drop(s);
+        eventually("connections accepted", || {
+            node.counters().events(TransportEvent::Accepted) >= before + 102
+        })
+        .await;
+        still_serves(&node, &good, &mut inbound, ep).await;
+    }
+    assert!(
+        node.counters().dropped(DropReason::ZmtpProtocol) >= 1,
+        "protocol errors counted"
+    );
+    node.shutdown().await;
+    good.shutdown().await;
+}
+
+// spec: SB-2.1 — a ZeroMQ peer without the handshake, a peer without identity, frames over
+// the size limit: dropped and counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zmq_peers_without_handshake_and_oversized_frames() {
+    let (node, mut inbound, good) = setup();
+    link(&good, &node).await;
+    let raw = RawPeer::connect("intruder", &node);
+    let rec = Record::OneWay(OneWay {
+        key: DispatchKey::new(1),
+    });
+    raw.send_record(LinkKind::Relay, &rec, 0, Some(Bytes::from_static(b"evil")));
+    eventually("unauthenticated drop", || {
+        node.counters().dropped(DropReason::Unauthenticated) >= 1
+    })
+    .await;
+
+    // A DEALER without identity: libzmq gives it a generated routing id, never a NodeRid.
+    let ctx = zmq::Context::new();
+    let d = ctx.socket(zmq::DEALER).unwrap();
+    d.set_linger(0).unwrap();
+    d.connect(&node.endpoints().relay).unwrap();
+    let f = zlink_wire::encode(&rec, CorrelationId::NONE, Some(Bytes::from_static(b"evil")))
+        .unwrap()
+        .into_vec();
+    d.send_multipart(f.iter().map(|b| &b[..]), 0).unwrap();
+    eventually("invalid routing id drop", || {
+        node.counters().dropped(DropReason::InvalidRoutingId) >= 1
+    })
+    .await;
+
+    // Over the size limit (64 KiB here): libzmq drops the connection, nothing is delivered.
+    let before = node.counters().events(TransportEvent::Disconnected);
+    let big = vec![0u8; 100 * 1024];
+    raw.send(LinkKind::Completion, &[&big]);
+    eventually("oversized frame disconnects", || {
+        node.counters().events(TransportEvent::Disconnected) > before
+    })
+    .await;
+    // Also through the client port.
+    let c = ctx.socket(zmq::DEALER).unwrap();
+    c.set_linger(0).unwrap();
+    c.connect(node.endpoints().client.as_ref().unwrap())
+        .unwrap();
+    c.send(&big[..], 0).unwrap();
+    eventually("oversized client frame disconnects", || {
+        node.counters().events(TransportEvent::Disconnected) > before + 1
+    })
+    .await;
+    still_serves(&node, &good, &mut inbound, "after-no-handshake").await;
+    node.shutdown().await;
+    good.shutdown().await;
+}
+
+// spec: SB-2.1 — wrong secret, a Hello claiming another RID, an old generation, too many
+// pending handshakes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wrong_secret_other_rid_and_handshake_flood() {
+    let (node, mut inbound, good) = setup();
+    link(&good, &node).await;
+
+    // A real node with the wrong secret never comes up, on either side.
+    let mut wc = config("wrong");
+    wc.secret = Some(MeshSecret::new(b"another-secret-entirely".to_vec()).unwrap());
+    let (wrong, _rw) = MeshNode::start(wc).unwrap();
+    wrong.connect(node.address()).unwrap();
+    eventually("bad proof counted", || {
+        node.counters().dropped(DropReason::HandshakeFailed) >= 1
+    })
+    .await;
+    assert!(node.peer_generation(wrong.node()).is_none());
+    assert!(wrong.peer_generation(node.node()).is_none());
+    wrong.shutdown().await;
+
+    // Identity "liar" announcing NodeRid "good".
+    let liar = RawPeer::connect("liar", &node);
+    let local = |n: &str| zlink_wire::Hello {
+        mesh: MeshName::new("test").unwrap(),
+        node: NodeRid::new(n).unwrap(),
+        generation: NodeGeneration::new(1),
+        nonce: [1; 32],
+    };
+    liar.send_record(LinkKind::Relay, &Record::Hello(local("good")), 0, None);
+    eventually("rid mismatch counted", || {
+        node.counters().dropped(DropReason::RidMismatch) >= 1
+    })
+    .await;
+
+    // Handshake flood: more distinct identities than max_pending_handshakes (16).
+    let flood: Vec<RawPeer> = (0..24)
+        .map(|i| RawPeer::connect(&format!("flood-{i}"), &node))
+        .collect();
+    for (i, p) in flood.iter().enumerate() {
+        p.send_record(
+            LinkKind::Relay,
+            &Record::Hello(local(&format!("flood-{i}"))),
+            0,
+            None,
+        );
+    }
+    eventually("handshake capacity enforced", || {
+        node.counters().dropped(DropReason::HandshakeCapacity) >= 8
+    })
+    .await;
+    drop(flood);
+    still_serves(&node, &good, &mut inbound, "after-flood").await;
+    node.shutdown().await;
+    good.shutdown().await;
+}
+
+// spec: SB-14.26 (45 never accepted), SB-2.1 (frame format; records on the wrong
+// connection) — from a peer that completed the handshake.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn authenticated_peer_sending_reserved_unknown_and_misplaced_records() {
+    let (node, mut inbound, good) = setup();
+    link(&good, &node).await;
+    let raw = RawPeer::connect("rawauth", &node);
+    for kind in [LinkKind::Relay, LinkKind::Completion] {
+        let o = raw.handshake(kind, "rawauth", 5, SECRET);
+        assert!(matches!(o, Some(Outcome::Established(_))), "{o:?}");
+    }
+    assert_eq!(
+        node.wait_peer_up(&NodeRid::new("rawauth").unwrap(), None, WAIT)
+            .await,
+        Some(NodeGeneration::new(5))
+    );
+
+    let header = |cmd: u8| {
+        let mut h = vec![1u8, cmd, 0, 0];
+        h.extend_from_slice(&0u64.to_be_bytes());
+        h
+    };
+    raw.send(LinkKind::Relay, &[&header(45)]);
+    eventually("45 rejected", || {
+        node.counters().dropped(DropReason::ReservedCommand) == 1
+    })
+    .await;
+    raw.send(LinkKind::Relay, &[&header(200)]);
+    raw.send(LinkKind::Relay, &[&header(99)]);
+    eventually("unknown rejected", || {
+        node.counters().dropped(DropReason::UnknownCommand) == 2
+    })
+    .await;
+    raw.send(LinkKind::Relay, &[b"\x01"]);
+    raw.send(LinkKind::Relay, &[&[7u8; 40]]);
+    raw.send(LinkKind::Relay, &[b"a", b"b", b"c", b"d"]);
+    eventually("malformed rejected", || {
+        node.counters().dropped(DropReason::Malformed) >= 3
+    })
+    .await;
+    // A one-way on the completion connection and a Ping on the relay connection.
+    let rec = Record::OneWay(OneWay {
+        key: DispatchKey::new(1),
+    });
+    raw.send_record(
+        LinkKind::Completion,
+        &rec,
+        0,
+        Some(Bytes::from_static(b"misplaced")),
+    );
+    raw.send_record(
+        LinkKind::Relay,
+        &Record::Ping(zlink_wire::Ping { seq: 1 }),
+        0,
+        None,
+    );
+    eventually("wrong connection", || {
+        node.counters().dropped(DropReason::WrongConnection) >= 2
+    })
+    .await;
+    // A reply nobody asked for.
+    raw.send_record(
+        LinkKind::Completion,
+        &Record::Reply(zlink_wire::Reply),
+        77,
+        Some(Bytes::new()),
+    );
+    eventually("unknown reply", || {
+        node.counters().dropped(DropReason::UnknownReply) >= 1
+    })
+    .await;
+    // The authenticated raw peer's valid record does arrive.
+    raw.send_record(LinkKind::Relay, &rec, 0, Some(Bytes::from_static(b"valid")));
+    let m = tokio::time::timeout(WAIT, inbound.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(m.payload.as_deref(), Some(&b"valid"[..]));
+    still_serves(&node, &good, &mut inbound, "after-garbage-records").await;
+    node.shutdown().await;
+    good.shutdown().await;
+}
+
+// spec: SB-2.1 — an independent ZeroMQ implementation (pyzmq, bundling its own libzmq)
+// speaking to the node: it gets a valid Challenge, fails the proof, then sends a reserved
+// and a garbage frame; all are rejected and counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pyzmq_peer_is_rejected() {
+    if std::process::Command::new("python3")
+        .args(["-c", "import zmq"])
+        .status()
+        .map(|s| !s.success())
+        .unwrap_or(true)
+    {
+        panic!("pyzmq is required: python3 -m pip install pyzmq");
+    }
+    let (node, mut inbound, good) = setup();
+    link(&good, &node).await;
+    let hello = zlink_wire::encode(
+        &Record::Hello(zlink_wire::Hello {
+            mesh: MeshName::new("test").unwrap(),
+            node: NodeRid::new("py").unwrap(),
+            generation: NodeGeneration::new(1),
+            nonce: [9; 32],
+        }),
+        CorrelationId::NONE,
+        None,
+    )
+    .unwrap();
+    let proof = zlink_wire::encode(
+        &Record::Proof(zlink_wire::Proof { proof: [0; 32] }),
+        CorrelationId::NONE,
+        None,
+    )
+    .unwrap();
+    let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
+    let script = r#"
+import sys, zmq
+ep, target, hello, proof = sys.argv[1], sys.argv[2].encode(), bytes.fromhex(sys.argv[3]), bytes.fromhex(sys.argv[4])
+ctx = zmq.Context()
+s = ctx.socket(zmq.ROUTER)
+s.setsockopt(zmq.IDENTITY, b"py")
+s.setsockopt(zmq.ROUTER_MANDATORY, 1)
+s.setsockopt(zmq.LINGER, 0)
+s.setsockopt(zmq.RCVTIMEO, 20000)
+s.connect(ep)
+import time
+for _ in range(2000):
+    try:
+        s.send_multipart([target, hello]); break
+    except zmq.ZMQError:
+        time.sleep(0.01)
+rid, env = s.recv_multipart()
+print("challenge", env[0], env[1])
+s.send_multipart([target, proof])
+rid, env = s.recv_multipart()
+print("reply", env[1])
+s.send_multipart([target, bytes([1, 45, 0, 0]) + bytes(8)])
+s.send_multipart([target, b"\x00garbage"])
+time.sleep(0.2)
+"#;
+    let out = tokio::process::Command::new("python3")
+        .args([
+            "-c",
+            script,
+            &node.endpoints().relay,
+            node.node().as_str(),
+            &hex(hello.envelope()),
+            &hex(proof.envelope()),
+        ])
+        .output()
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "pyzmq peer failed: {stdout} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("challenge 1 129"), "{stdout}");
+    assert!(
+        stdout.contains("reply 132"),
+        "a Reject after the bad proof: {stdout}"
+    );
+    eventually("py handshake failed", || {
+        node.counters().dropped(DropReason::HandshakeFailed) >= 1
+    })
+    .await;
+    eventually("py reserved", || {
+        node.counters().dropped(DropReason::ReservedCommand) >= 1
+    })
+    .await;
+    eventually("py garbage", || {
+        node.counters().dropped(DropReason::Malformed) >= 1
+    })
+    .await;
+    assert!(node.peer_generation(&NodeRid::new("py").unwrap()).is_none());
+    still_serves(&node, &good, &mut inbound, "after-pyzmq").await;
+    node.shutdown().await;
+    good.shutdown().await;
+}
