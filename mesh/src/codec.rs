@@ -104,8 +104,13 @@ pub(crate) enum Class {
     Ping(u64),
     /// 137.
     Pong,
-    /// 138 (accepted and ignored: budgets are local in this version).
-    FlowCredit,
+    /// 138: credit returned by the receiver of our relay data.
+    FlowCredit {
+        /// Messages.
+        messages: u32,
+        /// Bytes.
+        bytes: u64,
+    },
     /// 149.
     Disconnect,
     /// A terminal reply (REPLY flag): completes a correlation.
@@ -136,7 +141,10 @@ pub(crate) fn classify(record: Record) -> (Class, Option<Record>) {
         Record::Reject(r) => Class::Handshake(HandshakeMsg::Reject { reason: r.reason }),
         Record::Ping(p) => Class::Ping(p.seq),
         Record::Pong(_) => Class::Pong,
-        Record::FlowCredit(_) => Class::FlowCredit,
+        Record::FlowCredit(f) => Class::FlowCredit {
+            messages: f.messages,
+            bytes: f.bytes,
+        },
         Record::Disconnect(_) => Class::Disconnect,
         r if r.is_reply() => return (Class::Reply, Some(r)),
         r @ Record::Push(_) => return (Class::Push, Some(r)),

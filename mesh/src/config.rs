@@ -32,6 +32,31 @@ impl Default for TransportLimits {
     }
 }
 
+/// Per-peer receive window of the relay connection (credit-based flow control).
+///
+/// The receiver grants this many messages/bytes with a FlowCredit record (on the completion
+/// connection) and returns credit as records move into the inbound channel, so it can always
+/// keep reading its relay socket (handshakes and other peers progress while one peer's data
+/// waits, EG-16.23) with at most this much held per peer. Distinct from the outbound
+/// admission budget and from libzmq's HWM (EG-1.2).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct InboundWindow {
+    /// Messages a peer may have in flight towards this node.
+    pub messages: u32,
+    /// Bytes (all frames) a peer may have in flight towards this node (one message may
+    /// overshoot).
+    pub bytes: u64,
+}
+
+impl Default for InboundWindow {
+    fn default() -> Self {
+        Self {
+            messages: 1024,
+            bytes: 16 * 1024 * 1024,
+        }
+    }
+}
+
 /// Liveness, handshake and reconnect timing.
 #[derive(Clone, Copy, Debug)]
 pub struct Liveness {
@@ -91,6 +116,8 @@ pub struct MeshConfig {
     pub transport: TransportLimits,
     /// Outbound admission budget per peer (relay data).
     pub peer_budget: OutboundBudget,
+    /// Receive window granted to each peer (relay data).
+    pub peer_window: InboundWindow,
     /// Outbound admission budget per ClientServer client (pushes).
     pub client_budget: OutboundBudget,
     /// Capacity of the inbound channel to the layer above (application records).
@@ -121,6 +148,7 @@ impl MeshConfig {
             insecure_dev_mode: false,
             transport: TransportLimits::default(),
             peer_budget: OutboundBudget::default(),
+            peer_window: InboundWindow::default(),
             client_budget: OutboundBudget::default(),
             inbound_capacity: 4096,
             send_timeout: Duration::from_secs(5),

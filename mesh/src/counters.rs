@@ -40,11 +40,13 @@ pub enum DropReason {
     PeerLost,
     /// A reply that could not be sent (requester gone, restarted, or completion queue full).
     ReplyUndeliverable,
+    /// An authenticated peer sent relay data beyond the window it was granted.
+    CreditExceeded,
 }
 
 impl DropReason {
     /// Every reason, in a fixed order.
-    pub const ALL: [DropReason; 15] = [
+    pub const ALL: [DropReason; 16] = [
         DropReason::Malformed,
         DropReason::ReservedCommand,
         DropReason::UnknownCommand,
@@ -60,6 +62,7 @@ impl DropReason {
         DropReason::ZmtpProtocol,
         DropReason::PeerLost,
         DropReason::ReplyUndeliverable,
+        DropReason::CreditExceeded,
     ];
 
     /// Stable snake_case name (metric label).
@@ -80,6 +83,7 @@ impl DropReason {
             DropReason::ZmtpProtocol => "zmtp_protocol",
             DropReason::PeerLost => "peer_lost",
             DropReason::ReplyUndeliverable => "reply_undeliverable",
+            DropReason::CreditExceeded => "credit_exceeded",
         }
     }
 
@@ -123,7 +127,7 @@ impl TransportEvent {
 /// The node's counters (shared by the I/O thread and the API).
 #[derive(Debug, Default)]
 pub struct Counters {
-    drops: [AtomicU64; 15],
+    drops: [AtomicU64; 16],
     events: [AtomicU64; 5],
     delivered: AtomicU64,
 }

@@ -96,6 +96,10 @@ struct Out {
     bytes: Option<u64>,
 }
 
+fn out_len(out: &Out) -> u64 {
+    out.frames.iter().map(|f| f.len() as u64).sum()
+}
+
 fn release(budget: &Budget, out: &Out) {
     if let Some(b) = out.bytes {
         budget.release(b);
@@ -134,6 +138,15 @@ struct Peer {
     last_rx: Instant,
     next_ping: Instant,
     ping_seq: u64,
+    /// Sender side: credit granted by the peer for our relay data.
+    credit_msgs: u64,
+    credit_bytes: u64,
+    /// Receiver side: credit the peer has used and we have not yet returned.
+    rx_used_msgs: u64,
+    rx_used_bytes: u64,
+    /// Receiver side: credit freed (records handed up) waiting to be returned.
+    ret_msgs: u64,
+    ret_bytes: u64,
 }
 
 impl Peer {
@@ -178,7 +191,9 @@ pub(crate) struct Engine {
     next_session: u64,
     corr: Correlations<(NodeRid, NodeGeneration), Waiter>,
     inbound: mpsc::Sender<Inbound>,
-    stalled_relay: Option<Inbound>,
+    /// Relay records read but not yet taken by the inbound channel (bounded by the peers'
+    /// windows): (peer, generation, bytes, record).
+    held: VecDeque<(NodeRid, NodeGeneration, u64, Inbound)>,
     stalled_client: Option<Inbound>,
     running: bool,
     limits: Limits,
@@ -326,7 +341,7 @@ impl Engine {
                 next_session: 1,
                 corr: Correlations::new(),
                 inbound,
-                stalled_relay: None,
+                held: VecDeque::new(),
                 stalled_client: None,
                 running: true,
                 limits,
@@ -473,6 +488,12 @@ impl Engine {
             last_rx: now,
             next_ping: now,
             ping_seq: 0,
+            credit_msgs: 0,
+            credit_bytes: 0,
+            rx_used_msgs: 0,
+            rx_used_bytes: 0,
+            ret_msgs: 0,
+            ret_bytes: 0,
         })
     }
 
@@ -545,16 +566,23 @@ impl Engine {
                     self.shared.counters.drop(DropReason::PeerLost, &node);
                     return;
                 }
-                if !p.queue.is_empty() {
+                if !p.queue.is_empty() || p.credit_msgs == 0 || p.credit_bytes == 0 {
+                    // PAUSED: waiting for libzmq (HWM) or for the peer's credit.
                     self.peers
                         .get_mut(&node)
                         .expect("peer")
                         .queue
                         .push_back(out);
+                    self.paused.insert(node);
                     return;
                 }
                 match self.raw_send(LinkKind::Relay, &p.rid, &out.frames) {
-                    SendOutcome::Sent => release(&p.budget, &out),
+                    SendOutcome::Sent => {
+                        release(&p.budget, &out);
+                        let p = self.peers.get_mut(&node).expect("peer");
+                        p.credit_msgs -= 1;
+                        p.credit_bytes = p.credit_bytes.saturating_sub(out_len(&out));
+                    }
                     SendOutcome::Paused => {
                         self.shared.counters.event(TransportEvent::Paused);
                         self.peers
@@ -730,9 +758,18 @@ impl Engine {
                 }
             }
         }
+        // Blocked on the peer's credit (not on libzmq): no need to retry until a FlowCredit
+        // arrives (which puts the peer back into `paused`).
+        let mut credit_blocked = false;
         while let Some(out) = p.queue.front() {
+            if p.credit_msgs == 0 || p.credit_bytes == 0 {
+                credit_blocked = true;
+                break;
+            }
             match self.raw_send(LinkKind::Relay, &p.rid, &out.frames) {
                 SendOutcome::Sent => {
+                    p.credit_msgs -= 1;
+                    p.credit_bytes = p.credit_bytes.saturating_sub(out_len(out));
                     release(&p.budget, out);
                     p.queue.pop_front();
                 }
@@ -744,7 +781,7 @@ impl Engine {
                 }
             }
         }
-        let done = p.queue.is_empty() && p.replies.is_empty();
+        let done = (p.queue.is_empty() || credit_blocked) && p.replies.is_empty();
         self.peers.insert(node.clone(), p);
         done
     }
@@ -979,6 +1016,16 @@ impl Engine {
                     };
                     self.shared.set_peer(node.clone(), Some(slot));
                     self.shared.counters.event(TransportEvent::PeerUp);
+                    let window = self.cfg.peer_window;
+                    let rid = p.rid.clone();
+                    self.send_control(
+                        LinkKind::Completion,
+                        &rid,
+                        Record::FlowCredit(zlink_wire::FlowCredit {
+                            messages: window.messages,
+                            bytes: window.bytes,
+                        }),
+                    );
                     tracing::debug!(peer = %node, generation = %id.generation, "peer up");
                     self.shared.publish(PeerEvent::Up {
                         node: node.clone(),
@@ -996,6 +1043,12 @@ impl Engine {
         };
         let generation = p.generation;
         let was_up = std::mem::replace(&mut p.up, false);
+        p.credit_msgs = 0;
+        p.credit_bytes = 0;
+        p.rx_used_msgs = 0;
+        p.rx_used_bytes = 0;
+        p.ret_msgs = 0;
+        p.ret_bytes = 0;
         for out in p.queue.drain(..) {
             release(&p.budget, &out);
             self.shared.counters.drop(DropReason::PeerLost, node);
@@ -1138,7 +1191,7 @@ impl Engine {
         let mut t = Duration::from_millis(100);
         if !self.paused.is_empty()
             || !self.paused_clients.is_empty()
-            || self.stalled_relay.is_some()
+            || !self.held.is_empty()
             || self.stalled_client.is_some()
         {
             t = Duration::from_millis(1);
@@ -1181,17 +1234,13 @@ impl Engine {
         if !sleeping {
             timeout = Duration::ZERO;
         }
-        let relay_in = self.stalled_relay.is_none();
         let client_in = self.stalled_client.is_none();
         let (rd, rr, rc, rcl, mr, mc, mcl) = {
             let s = &self.sockets;
             let mut items = Vec::with_capacity(7);
             items.push(self.door.socket.as_poll_item(zmq::POLLIN));
-            items.push(s.relay.as_poll_item(if relay_in {
-                zmq::POLLIN
-            } else {
-                zmq::PollEvents::empty()
-            }));
+            // The relay socket is always read: peer windows bound what is held.
+            items.push(s.relay.as_poll_item(zmq::POLLIN));
             items.push(s.completion.as_poll_item(zmq::POLLIN));
             items.push(s.mon_relay.as_poll_item(zmq::POLLIN));
             items.push(s.mon_completion.as_poll_item(zmq::POLLIN));
@@ -1238,9 +1287,6 @@ impl Engine {
 
     fn read_socket(&mut self, kind: LinkKind) {
         for _ in 0..RECV_BATCH {
-            if kind == LinkKind::Relay && self.stalled_relay.is_some() {
-                return;
-            }
             if kind == LinkKind::Client && self.stalled_client.is_some() {
                 return;
             }
@@ -1337,6 +1383,7 @@ impl Engine {
             return;
         };
         let corr = header.correlation.get();
+        let bytes: u64 = parts.iter().map(|p| p.len() as u64).sum();
         let (class, record) = codec::classify(record);
         if let Class::Handshake(m) = class {
             self.handle_handshake_msg(kind, node, m);
@@ -1370,12 +1417,29 @@ impl Engine {
             (LinkKind::Completion, Class::Ping(seq), _) => {
                 self.send_control(LinkKind::Completion, &rid_vec, Record::Pong(Pong { seq }));
             }
-            (LinkKind::Completion, Class::Pong | Class::FlowCredit, _) => {}
+            (LinkKind::Completion, Class::Pong, _) => {}
+            (LinkKind::Completion, Class::FlowCredit { messages, bytes }, _) => {
+                let p = self.peers.get_mut(&node).expect("peer");
+                p.credit_msgs += u64::from(messages);
+                p.credit_bytes += bytes;
+                if !p.queue.is_empty() {
+                    self.paused.insert(node);
+                }
+            }
             (_, Class::Disconnect, _) => self.peer_down(&node, DownReason::Remote, true),
             (LinkKind::Completion, Class::Reply, Some(rec)) => {
                 self.complete(corr, (node, generation), rec, payload)
             }
             (LinkKind::Relay, Class::App, Some(rec)) => {
+                let window = self.cfg.peer_window;
+                let p = self.peers.get_mut(&node).expect("peer");
+                if p.rx_used_msgs >= u64::from(window.messages) || p.rx_used_bytes >= window.bytes {
+                    // The peer ignored its window: a protocol violation, counted.
+                    self.shared.counters.drop(DropReason::CreditExceeded, &node);
+                    return;
+                }
+                p.rx_used_msgs += 1;
+                p.rx_used_bytes += bytes;
                 if let Some(target) = codec::target_generation(&rec)
                     && target != self.local.generation
                 {
@@ -1409,15 +1473,19 @@ impl Engine {
                     )
                 });
                 let deadline = codec::record_deadline(&rec).map(|d| Instant::now() + d);
+                let origin = Origin::Peer {
+                    node: node.clone(),
+                    generation,
+                };
                 let inb = Inbound {
-                    origin: Origin::Peer { node, generation },
+                    origin,
                     correlation: header.correlation,
                     record: rec,
                     payload,
                     deadline,
                     reply,
                 };
-                self.deliver(LinkKind::Relay, inb);
+                self.deliver_relay(node, generation, bytes, inb);
             }
             (_, _, _) => self.shared.counters.drop(
                 DropReason::WrongConnection,
@@ -1516,7 +1584,7 @@ impl Engine {
                     deadline,
                     reply,
                 };
-                self.deliver(LinkKind::Client, inb);
+                self.deliver_client(inb);
             }
             _ => self
                 .shared
@@ -1525,38 +1593,91 @@ impl Engine {
         }
     }
 
-    fn deliver(&mut self, kind: LinkKind, inb: Inbound) {
+    /// Hands a client record up; when the inbound channel is full the client socket stops
+    /// being read (ClientServer: one connection, order kept; EG-4).
+    fn deliver_client(&mut self, inb: Inbound) {
         match self.inbound.try_send(inb) {
             Ok(()) => self.shared.counters.delivered(1),
-            Err(mpsc::error::TrySendError::Full(inb)) => {
-                // The application queue is PAUSED: stop reading this socket (libzmq's RCVHWM
-                // and TCP push back on the sender); completion keeps being read.
-                if kind == LinkKind::Client {
-                    self.stalled_client = Some(inb);
-                } else {
-                    self.stalled_relay = Some(inb);
+            Err(mpsc::error::TrySendError::Full(inb)) => self.stalled_client = Some(inb),
+            Err(mpsc::error::TrySendError::Closed(inb)) => drop(inb),
+        }
+    }
+
+    /// Hands a relay record up, or holds it (FIFO) while the inbound channel is full. The
+    /// peer's window bounds what is held; credit is returned once the record moved up.
+    fn deliver_relay(
+        &mut self,
+        node: NodeRid,
+        generation: NodeGeneration,
+        bytes: u64,
+        inb: Inbound,
+    ) {
+        if self.held.is_empty() {
+            match self.inbound.try_send(inb) {
+                Ok(()) => {
+                    self.shared.counters.delivered(1);
+                    self.credit_freed(&node, generation, bytes);
+                }
+                Err(mpsc::error::TrySendError::Full(inb)) => {
+                    self.held.push_back((node, generation, bytes, inb));
+                }
+                Err(mpsc::error::TrySendError::Closed(inb)) => {
+                    drop(inb);
+                    self.credit_freed(&node, generation, bytes);
                 }
             }
-            Err(mpsc::error::TrySendError::Closed(inb)) => {
-                // Nobody listens: requests get an Unavailable error reply via the handle drop.
-                drop(inb);
-            }
+        } else {
+            self.held.push_back((node, generation, bytes, inb));
+        }
+    }
+
+    /// Receiver side: one record of `bytes` left the window; return credit in batches.
+    fn credit_freed(&mut self, node: &NodeRid, generation: NodeGeneration, bytes: u64) {
+        let window = self.cfg.peer_window;
+        let Some(p) = self.peers.get_mut(node) else {
+            return;
+        };
+        if p.generation != Some(generation) {
+            return;
+        }
+        p.ret_msgs += 1;
+        p.ret_bytes += bytes;
+        let batch_msgs = u64::from(window.messages / 4).max(1);
+        if p.ret_msgs >= batch_msgs || p.ret_bytes >= window.bytes / 4 {
+            let grant = zlink_wire::FlowCredit {
+                messages: u32::try_from(p.ret_msgs).unwrap_or(u32::MAX),
+                bytes: p.ret_bytes,
+            };
+            p.rx_used_msgs = p.rx_used_msgs.saturating_sub(p.ret_msgs);
+            p.rx_used_bytes = p.rx_used_bytes.saturating_sub(p.ret_bytes);
+            p.ret_msgs = 0;
+            p.ret_bytes = 0;
+            let rid = p.rid.clone();
+            self.send_control(LinkKind::Completion, &rid, Record::FlowCredit(grant));
         }
     }
 
     fn retry_stalled(&mut self) {
-        for kind in [LinkKind::Relay, LinkKind::Client] {
-            let slot = if kind == LinkKind::Relay {
-                &mut self.stalled_relay
-            } else {
-                &mut self.stalled_client
-            };
-            if let Some(inb) = slot.take() {
-                match self.inbound.try_send(inb) {
-                    Ok(()) => self.shared.counters.delivered(1),
-                    Err(mpsc::error::TrySendError::Full(inb)) => *slot = Some(inb),
-                    Err(mpsc::error::TrySendError::Closed(_)) => {}
+        while let Some((node, generation, bytes, inb)) = self.held.pop_front() {
+            match self.inbound.try_send(inb) {
+                Ok(()) => {
+                    self.shared.counters.delivered(1);
+                    self.credit_freed(&node, generation, bytes);
                 }
+                Err(mpsc::error::TrySendError::Full(inb)) => {
+                    self.held.push_front((node, generation, bytes, inb));
+                    break;
+                }
+                Err(mpsc::error::TrySendError::Closed(_)) => {
+                    self.credit_freed(&node, generation, bytes);
+                }
+            }
+        }
+        if let Some(inb) = self.stalled_client.take() {
+            match self.inbound.try_send(inb) {
+                Ok(()) => self.shared.counters.delivered(1),
+                Err(mpsc::error::TrySendError::Full(inb)) => self.stalled_client = Some(inb),
+                Err(mpsc::error::TrySendError::Closed(_)) => {}
             }
         }
     }

@@ -520,3 +520,49 @@ time.sleep(0.2)
     node.shutdown().await;
     good.shutdown().await;
 }
+
+// spec: EG-1.2 (the receive window is its own limit), SB-2.1 — an authenticated peer that
+// ignores its window: the excess is dropped and counted, what fit is delivered in order, and
+// memory held for it stays bounded by the window.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn authenticated_peer_ignoring_its_window_is_bounded() {
+    let mut c = config("windowed");
+    c.inbound_capacity = 1;
+    c.peer_window = zlink_mesh::config::InboundWindow {
+        messages: 4,
+        bytes: 1 << 20,
+    };
+    let (node, mut inbound) = MeshNode::start(c).unwrap();
+    let raw = RawPeer::connect("greedy", &node);
+    for kind in [LinkKind::Relay, LinkKind::Completion] {
+        assert!(matches!(
+            raw.handshake(kind, "greedy", 1, SECRET),
+            Some(Outcome::Established(_))
+        ));
+    }
+    assert!(
+        node.wait_peer_up(&NodeRid::new("greedy").unwrap(), None, WAIT)
+            .await
+            .is_some()
+    );
+    for i in 0..10u8 {
+        let rec = Record::OneWay(OneWay {
+            key: DispatchKey::new(1),
+        });
+        raw.send_record(LinkKind::Relay, &rec, 0, Some(Bytes::from(vec![i])));
+    }
+    // 1 in the inbound channel + 4 held (the window) are accepted, 5 are over the window.
+    eventually("excess dropped", || {
+        node.counters().dropped(DropReason::CreditExceeded) == 5
+    })
+    .await;
+    for i in 0..5u8 {
+        let m = tokio::time::timeout(WAIT, inbound.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(m.payload.as_deref(), Some(&[i][..]));
+    }
+    assert!(inbound.try_recv().is_err());
+    node.shutdown().await;
+}
