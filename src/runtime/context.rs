@@ -1,0 +1,497 @@
+//! Handler contexts: what a handler may do during its turn.
+//!
+//! The context *type* says whether Yield is offered (EG-16.1–16.4): [`Ctx<CanYield>`] (alias
+//! [`SpotWideCtx`]) is handed only to SpotWide User Spot and Instance Spot turns (actor handlers,
+//! Spot handlers, timers, lifecycle callbacks); every other turn (Entry Spot, Entry actor,
+//! PerActor, Node, Channel, session) gets [`Ctx<NoYield>`] (alias [`SerialCtx`]), whose
+//! [`PendingCall`] has no `yielding()` method at all. Operations that offer no Yield (send,
+//! publish, timer registration, close, destroy, `defer()`) return plain results, not a
+//! [`PendingCall`].
+//!
+//! Run-time misuse (a context used outside the turn that holds the gate) fails with
+//! `InvalidOperation` before the call is submitted and before any queue changes (EG-16.5,
+//! EG-6.5): a [`PendingCall`] holds its submission as a closure that runs only after the checks.
+
+use std::any::Any;
+use std::future::{Future, IntoFuture};
+use std::marker::PhantomData;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use tokio::sync::oneshot;
+
+use super::core::{LaneClass, LaneId};
+use super::driver::{
+    Barrier, BoxFuture, Domain, GateInner, Handled, LaneHandle, TurnEnv, YieldPoint, with_deadline,
+};
+use super::error::{InvalidOperation, RuntimeError, Unavailable};
+use super::spot::{ActorRef, Payload, SpotKind, SpotRef, TimerRef};
+
+mod sealed {
+    pub trait Sealed {}
+}
+
+/// Whether a context offers Yield. Sealed: exactly [`CanYield`] and [`NoYield`].
+pub trait YieldMode: sealed::Sealed + Send + Sync + 'static {
+    /// `true` for [`CanYield`].
+    const ALLOWED: bool;
+}
+
+/// Marker: the turn belongs to a SpotWide User Spot or an Instance Spot; calls offer Yield.
+#[derive(Debug)]
+pub enum CanYield {}
+
+/// Marker: calls offer only the normal async terminal.
+#[derive(Debug)]
+pub enum NoYield {}
+
+impl sealed::Sealed for CanYield {}
+impl sealed::Sealed for NoYield {}
+impl YieldMode for CanYield {
+    const ALLOWED: bool = true;
+}
+impl YieldMode for NoYield {
+    const ALLOWED: bool = false;
+}
+
+/// Context of a SpotWide User Spot / Instance Spot turn (offers Yield).
+pub type SpotWideCtx = Ctx<CanYield>;
+/// Context of every other turn (normal async terminal only).
+pub type SerialCtx = Ctx<NoYield>;
+
+/// The handler context of one record. Cheap to clone; a clone that outlives the record's turn is
+/// rejected at run time (`InvalidOperation`).
+pub struct Ctx<Y> {
+    env: TurnEnv,
+    _y: PhantomData<fn() -> Y>,
+}
+
+impl<Y> Clone for Ctx<Y> {
+    fn clone(&self) -> Self {
+        Ctx {
+            env: self.env.clone(),
+            _y: PhantomData,
+        }
+    }
+}
+
+impl<Y> std::fmt::Debug for Ctx<Y> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Ctx")
+            .field("object", &self.env.lane.object)
+            .field("invocation", &self.env.invocation)
+            .field("class", &self.env.class)
+            .finish()
+    }
+}
+
+/// Identity of a call's target, for the re-entrancy checks of EG-6.5.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Target {
+    /// A remote or worker call: never behind this gate.
+    Elsewhere,
+    /// A lane behind some gate.
+    Lane(*const GateInner, LaneId),
+    /// Something that will need this gate (object creation in the same SpotWide Spot).
+    Gate(*const GateInner),
+}
+
+// The raw pointers are compared, never dereferenced.
+unsafe impl Send for Target {}
+
+impl Target {
+    fn lane(h: &LaneHandle) -> Target {
+        Target::Lane(Arc::as_ptr(&h.gate), h.lane)
+    }
+
+    fn check(self, own: &LaneHandle, holds_turn: bool) -> Result<(), RuntimeError> {
+        let own_gate = Arc::as_ptr(&own.gate);
+        match self {
+            Target::Elsewhere => Ok(()),
+            Target::Lane(g, l) if g == own_gate && l == own.lane => {
+                Err(InvalidOperation::AwaitOwnActor.into())
+            }
+            Target::Lane(g, _) | Target::Gate(g) if holds_turn && g == own_gate => {
+                Err(InvalidOperation::AwaitSameGate.into())
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+type Submit<T> = Box<dyn FnOnce() -> BoxFuture<Result<T, RuntimeError>> + Send>;
+
+/// A call made in a turn, not yet submitted. Await it for the normal async terminal (keeps the
+/// gate until the result, EG-2.6), or — only in SpotWide User/Instance turns — call
+/// [`PendingCall::yielding`] to release the Spot gate while waiting (EG-3).
+#[must_use = "a PendingCall does nothing until awaited"]
+pub struct PendingCall<T, Y> {
+    origin: TurnEnv,
+    target: Target,
+    submit: Submit<T>,
+    deadline: Option<Duration>,
+    _y: PhantomData<fn() -> Y>,
+}
+
+impl<T: Send + 'static, Y: YieldMode> PendingCall<T, Y> {
+    /// Fail with `DeadlineExceeded` unless the result arrives within `d`; the deadline is kept by
+    /// the infrastructure domain, so it fires even when application handlers wait (EG-16.21).
+    pub fn deadline(mut self, d: Duration) -> Self {
+        self.deadline = Some(d);
+        self
+    }
+}
+
+impl<T: Send + 'static, Y: YieldMode> IntoFuture for PendingCall<T, Y> {
+    type Output = Result<T, RuntimeError>;
+    type IntoFuture = BoxFuture<Result<T, RuntimeError>>;
+
+    /// The normal async terminal: checked, then submitted, then awaited while keeping the gate.
+    fn into_future(self) -> Self::IntoFuture {
+        let PendingCall {
+            origin,
+            target,
+            submit,
+            deadline,
+            ..
+        } = self;
+        Box::pin(async move {
+            let lane = &origin.lane;
+            if !lane.slot.holds_gate(origin.invocation) {
+                return Err(InvalidOperation::OutsideTurn.into());
+            }
+            target.check(lane, true)?;
+            with_deadline(lane.rt(), submit(), deadline).await
+        })
+    }
+}
+
+impl<T: Send + 'static> PendingCall<T, CanYield> {
+    /// The Yield terminal (EG-3): checked (EG-16.5, EG-6.5), submitted, then the Spot gate is
+    /// released while the result is awaited; the actor-queue claim is kept (EG-3.1). The result
+    /// re-enters as one resume record at the back of the gate's queue and the handler continues
+    /// in a new turn (EG-16.8). If the Spot ends or is sealed meanwhile, the continuation never
+    /// runs: the handler is dropped as cancelled (EG-4.1).
+    pub fn yielding(self) -> BoxFuture<Result<T, RuntimeError>> {
+        let PendingCall {
+            origin,
+            target,
+            submit,
+            deadline,
+            ..
+        } = self;
+        Box::pin(async move {
+            let lane = origin.lane.clone();
+            let inv = origin.invocation;
+            if !lane.yield_allowed {
+                return Err(InvalidOperation::YieldNotAllowed.into());
+            }
+            if !lane.slot.holds_gate(inv) {
+                return Err(InvalidOperation::YieldOutsideTurn.into());
+            }
+            target.check(&lane, false)?;
+            let fut = submit();
+            lane.slot.begin_yield();
+            YieldPoint::default().await;
+            let out = with_deadline(lane.rt(), fut, deadline).await;
+            let (grant_tx, grant_rx) = oneshot::channel();
+            lane.slot.set_grant(grant_tx);
+            let resumed = lane
+                .gate
+                .gate
+                .core
+                .lock()
+                .unwrap()
+                .handle_resume(lane.lane, inv);
+            match resumed {
+                Ok(()) => {
+                    if let Some(f) = lane.gate.gate.word.try_acquire() {
+                        lane.gate.kick(f);
+                    }
+                }
+                Err(_) => {
+                    lane.rt()
+                        .metrics
+                        .resumes_refused
+                        .fetch_add(1, crate::sync::atomic::Ordering::Relaxed);
+                    lane.slot.signal_abort();
+                    std::future::pending::<()>().await;
+                }
+            }
+            match grant_rx.await {
+                Ok(done) => lane.slot.regain(done),
+                Err(_) => {
+                    lane.slot.signal_abort();
+                    std::future::pending::<()>().await;
+                }
+            }
+            out
+        })
+    }
+}
+
+/// A Join intent for `defer()` (EG-5): what to run once the handler ended normally, and the
+/// moving actor whose completion callback receives the result.
+pub struct Join {
+    barrier: Barrier,
+}
+
+impl Join {
+    /// A Join of `moving`; `op` is the target operation (lookup, store I/O, ...), started only
+    /// after the registering handler ended normally (EG-16.9).
+    pub fn new<M, R, F, Fut>(moving: &ActorRef<M, R>, op: F) -> Join
+    where
+        F: FnOnce() -> Fut + Send + 'static,
+        Fut: Future<Output = Result<(), RuntimeError>> + Send + 'static,
+    {
+        Join {
+            barrier: Barrier {
+                moving: moving.lane_handle().clone(),
+                op: Box::new(move || Box::pin(op())),
+            },
+        }
+    }
+}
+
+impl<Y: YieldMode> Ctx<Y> {
+    pub(crate) fn new(env: TurnEnv) -> Self {
+        Ctx {
+            env,
+            _y: PhantomData,
+        }
+    }
+
+    fn call<T>(&self, target: Target, submit: Submit<T>) -> PendingCall<T, Y> {
+        PendingCall {
+            origin: self.env.clone(),
+            target,
+            submit,
+            deadline: None,
+            _y: PhantomData,
+        }
+    }
+
+    fn lane(&self) -> &Arc<LaneHandle> {
+        &self.env.lane
+    }
+
+    /// Never-reused identity of this record (its registration scope).
+    pub fn invocation(&self) -> u64 {
+        self.env.invocation
+    }
+
+    /// Fencing number of the processing right this turn runs under (white box, EG-6.1); changes
+    /// after a Yield or a budget hand-off.
+    pub fn right_fence(&self) -> u64 {
+        self.lane().slot.fence()
+    }
+
+    /// Which FIFO this record came from.
+    pub fn lane_class(&self) -> LaneClass {
+        self.env.class
+    }
+
+    /// The progress domain (always the application domain for handler contexts).
+    pub fn domain(&self) -> Domain {
+        Domain::Application
+    }
+
+    /// Whether this context's record holds the gate right now.
+    pub fn in_turn(&self) -> bool {
+        self.lane().slot.holds_gate(self.env.invocation)
+    }
+
+    /// Whether this context's calls offer Yield.
+    pub fn yield_offered(&self) -> bool {
+        Y::ALLOWED
+    }
+
+    /// A request to an actor. Awaiting one's own actor fails (EG-6.5, even with Yield); awaiting
+    /// a same-gate actor with the normal terminal fails (EG-16.7).
+    pub fn ask<M, R>(&self, target: &ActorRef<M, R>, msg: M) -> PendingCall<R, Y>
+    where
+        M: Payload + Send + 'static,
+        R: Send + 'static,
+    {
+        let t = target.clone();
+        self.call(
+            Target::lane(target.lane_handle()),
+            Box::new(move || Box::pin(t.ask(msg))),
+        )
+    }
+
+    /// A request to a Spot's own handler.
+    pub fn ask_spot<K: SpotKind>(&self, target: &SpotRef<K>, msg: Bytes) -> PendingCall<Bytes, Y> {
+        let t = target.clone();
+        self.call(
+            Target::lane(target.lane_handle()),
+            Box::new(move || Box::pin(t.ask(msg))),
+        )
+    }
+
+    /// A request to anything outside this gate (Channel, remote Spot/actor through the mesh):
+    /// `submit` is called only after the checks pass, so a rejected call submits nothing.
+    pub fn request<T, F, Fut>(&self, submit: F) -> PendingCall<T, Y>
+    where
+        T: Send + 'static,
+        F: FnOnce() -> Fut + Send + 'static,
+        Fut: Future<Output = Result<T, RuntimeError>> + Send + 'static,
+    {
+        self.call(Target::Elsewhere, Box::new(move || Box::pin(submit())))
+    }
+
+    /// A CPU/IO worker job on the application pool's blocking threads.
+    pub fn worker<T, F>(&self, f: F) -> PendingCall<T, Y>
+    where
+        T: Send + 'static,
+        F: FnOnce() -> T + Send + 'static,
+    {
+        let rt = self.lane().rt().app.clone();
+        self.call(
+            Target::Elsewhere,
+            Box::new(move || {
+                Box::pin(async move {
+                    rt.spawn_blocking(f)
+                        .await
+                        .map_err(|_| RuntimeError::Unavailable(Unavailable::Dropped))
+                })
+            }),
+        )
+    }
+
+    /// Create an actor in `spot` (EG-3.4, EG-16.2): the result is the Ready actor after its
+    /// activation ran in the actor's own turn. In this same SpotWide Spot that turn needs this
+    /// gate, so only the Yield terminal can await it.
+    pub fn create_actor<K, M, R, H>(
+        &self,
+        spot: &SpotRef<K>,
+        handler: H,
+    ) -> PendingCall<ActorRef<M, R>, Y>
+    where
+        K: SpotKind,
+        M: Payload + Send + 'static,
+        R: Send + 'static,
+        H: Fn(Ctx<K::Yield>, M) -> Handled<R> + Send + Sync + 'static,
+    {
+        let spot2 = spot.clone();
+        self.call(
+            spot.creation_target(),
+            Box::new(move || Box::pin(async move { spot2.create_actor_ready(handler).await })),
+        )
+    }
+
+    /// Get the actor registered under `key` in `spot`, or create it (EG-3.4, EG-16.2).
+    pub fn get_or_create_actor<K, M, R, H>(
+        &self,
+        spot: &SpotRef<K>,
+        key: &str,
+        handler: H,
+    ) -> PendingCall<ActorRef<M, R>, Y>
+    where
+        K: SpotKind,
+        M: Payload + Send + 'static,
+        R: Send + 'static,
+        H: Fn(Ctx<K::Yield>, M) -> Handled<R> + Send + Sync + 'static,
+    {
+        let spot2 = spot.clone();
+        let key = key.to_owned();
+        self.call(
+            spot.creation_target(),
+            Box::new(move || {
+                Box::pin(async move {
+                    if let Some(existing) = spot2.named::<M, R>(&key) {
+                        return Ok(existing);
+                    }
+                    let a = spot2.create_actor_ready(handler).await?;
+                    Ok(spot2.register_named(&key, a))
+                })
+            }),
+        )
+    }
+
+    /// Fire-and-forget to an actor (no Yield, EG-16.4). To oneself it is appended to the queue
+    /// (EG-6.5); a full lane refuses instead of running inline (EG-6.3).
+    pub fn send<M, R>(&self, target: &ActorRef<M, R>, msg: M) -> Result<(), RuntimeError>
+    where
+        M: Payload + Send + 'static,
+        R: Send + 'static,
+    {
+        target.tell(msg)
+    }
+
+    /// Send one message to each target (no Yield, EG-16.4). Returns how many were admitted.
+    pub fn publish<M, R>(&self, targets: &[ActorRef<M, R>], msg: M) -> Result<usize, RuntimeError>
+    where
+        M: Payload + Clone + Send + 'static,
+        R: Send + 'static,
+    {
+        let mut n = 0;
+        for t in targets {
+            if t.tell(msg.clone()).is_ok() {
+                n += 1;
+            }
+        }
+        Ok(n)
+    }
+
+    /// Register a timer in `spot` (no Yield, EG-16.4).
+    pub fn add_timer<K, F>(&self, spot: &SpotRef<K>, callback: F) -> Result<TimerRef, RuntimeError>
+    where
+        K: SpotKind,
+        F: Fn(Ctx<K::Yield>) -> Handled<()> + Send + Sync + 'static,
+    {
+        spot.add_timer(callback)
+    }
+
+    /// Destroy an actor (no Yield, EG-16.4): a lifecycle record of that actor removes it.
+    pub fn destroy<M, R>(&self, actor: &ActorRef<M, R>) -> Result<(), RuntimeError>
+    where
+        M: Send + 'static,
+        R: Send + 'static,
+    {
+        actor.destroy()
+    }
+
+    /// Close a Spot (no Yield, EG-16.4): queued work fails, waiting resumes fail (EG-4.1).
+    pub fn close<K: SpotKind>(&self, spot: &SpotRef<K>) -> Result<(), RuntimeError> {
+        spot.end();
+        Ok(())
+    }
+
+    /// Register a Join barrier (EG-5.1): synchronous, no result, no target I/O; keeps the gate and
+    /// the claim. Activated only when the handler ends normally (EG-5.2), discarded otherwise
+    /// (EG-5.3); the Join result goes to the moving actor's completion callback (EG-5.4).
+    /// Outside the registration scope: `InvalidOperation` (EG-5.5).
+    /// Registration errors (wrong scope, limit) are synchronous and before any target I/O
+    /// (EG-5.6); the `Ok` carries no result.
+    pub fn defer(&self, join: Join) -> Result<(), RuntimeError> {
+        let limit = self.lane().rt().config.max_defers_per_handler;
+        self.lane()
+            .slot
+            .register_barrier(self.env.invocation, limit, join.barrier)
+    }
+
+    /// Register post-processing for this record (EG-8): it runs at the record's terminal, before
+    /// the right moves on, exactly once.
+    pub fn after_turn<F: FnOnce() + Send + 'static>(&self, f: F) -> Result<(), RuntimeError> {
+        self.lane()
+            .slot
+            .register_after(self.env.invocation, Box::new(f))
+    }
+
+    /// Publish a status to the runtime's bounded, coalescing subscribers (EG-13).
+    pub fn publish_status(&self, source: &str, status: &str) {
+        self.lane().rt().status.publish(source, status);
+    }
+}
+
+pub(crate) fn downcast_actor<M: 'static, R: 'static>(
+    b: &(dyn Any + Send + Sync),
+) -> Option<ActorRef<M, R>> {
+    b.downcast_ref::<ActorRef<M, R>>().cloned()
+}
+
+pub(crate) fn gate_target(gate: &Arc<GateInner>) -> Target {
+    Target::Gate(Arc::as_ptr(gate))
+}

@@ -1,0 +1,732 @@
+//! Sans-IO scheduling core of the one serial-execution primitive (SB-11.1).
+//!
+//! A [`GateCore`] is everything that waits behind one execution gate: a set of *serial execution
+//! objects* ("lanes", EG-7.4: a Spot's own work, one actor's queue, one timer, one session), each
+//! with two FIFOs (application and lifecycle, EG-7.1), plus the gate's *ready set* (the order in
+//! which lanes and resume records get the right). It does no IO, owns no clock and no thread: the
+//! driver feeds inputs and asks for the next turn.
+//!
+//! Call order (the driver in `driver.rs` follows it):
+//! 1. inputs: [`GateCore::handle_submit`], [`GateCore::handle_resume`], [`GateCore::handle_seal`],
+//!    [`GateCore::handle_unseal`], [`GateCore::handle_end`];
+//! 2. while holding the right: [`GateCore::poll_turn`] → run the work → exactly one of
+//!    [`GateCore::handle_turn_finished`] or [`GateCore::handle_yield`] for that turn;
+//! 3. before dropping the right: [`GateCore::has_ready`] (the driver re-checks it after releasing).
+//!
+//! Invariants:
+//! - a lane appears at most once in the ready set and never while it holds a claim (one record of
+//!   a lane in flight at a time, EG-3.1);
+//! - reservations (count and bytes, per lane and per FIFO) are taken at admission and returned only
+//!   at the record's terminal (EG-7.2); the two FIFOs share nothing (EG-7.1, EG-7.6);
+//! - the lane decision is made once per turn, inside `poll_turn` (EG-7.3), with the rules of
+//!   EG-7.4/7.5 implemented by [`LaneDecision`];
+//! - FIFO inside each lane, no front insertion anywhere (EG-6.4); a resume record goes to the back
+//!   of the ready set (EG-3, EG-16.8).
+
+use std::collections::VecDeque;
+
+use super::config::LaneLimits;
+use super::error::{AdmissionError, ApplicationLaneFull, LaneLimitKind, LifecycleLaneFull};
+
+/// Index of a lane inside one [`GateCore`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct LaneId(pub(crate) u32);
+
+impl LaneId {
+    /// The raw index (diagnostics only).
+    pub fn index(self) -> u32 {
+        self.0
+    }
+}
+
+/// Which of a lane's two FIFOs a record belongs to (EG-7.1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum LaneClass {
+    /// Business payloads and timer callbacks.
+    Application,
+    /// Join, leave, relocation and lifecycle control.
+    Lifecycle,
+}
+
+/// The per-object lane decision state of EG-7.3–7.5: consecutive lifecycle turns and yield debt.
+///
+/// Kept per serial execution object, across occupancy hand-offs; dropped with the object.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LaneDecision {
+    /// Lifecycle turns chosen since the last application turn.
+    pub consecutive_lifecycle: u32,
+    /// Yield debt: set when `consecutive_lifecycle` reached the cap; cleared by an application turn.
+    pub debt: bool,
+}
+
+impl LaneDecision {
+    /// Choose the lane for the next turn (EG-7.3): lifecycle first, unless a yield debt stands and
+    /// the application lane is ready (EG-7.4). Returns `None` when neither lane is ready.
+    #[must_use]
+    pub fn choose(&self, lifecycle_ready: bool, application_ready: bool) -> Option<LaneClass> {
+        match (lifecycle_ready, application_ready) {
+            (true, true) if self.debt => Some(LaneClass::Application),
+            (true, _) => Some(LaneClass::Lifecycle),
+            (false, true) => Some(LaneClass::Application),
+            (false, false) => None,
+        }
+    }
+
+    /// Record that `class` was chosen (EG-7.4/7.5): a lifecycle turn counts towards the cap and
+    /// sets the debt on reaching it; an application turn (because lifecycle was empty, or to pay
+    /// the debt) resets the counter and clears the debt.
+    pub fn record(&mut self, class: LaneClass, cap: u32) {
+        match class {
+            LaneClass::Lifecycle => {
+                self.consecutive_lifecycle = self.consecutive_lifecycle.saturating_add(1);
+                if self.consecutive_lifecycle >= cap {
+                    self.debt = true;
+                }
+            }
+            LaneClass::Application => {
+                self.consecutive_lifecycle = 0;
+                self.debt = false;
+            }
+        }
+    }
+}
+
+/// Counters of one lane, for introspection and tests.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LaneStats {
+    /// Records waiting in the application FIFO.
+    pub application_queued: usize,
+    /// Records waiting in the lifecycle FIFO.
+    pub lifecycle_queued: usize,
+    /// Application reservations (queued + in flight): count.
+    pub application_reserved_items: usize,
+    /// Application reservations (queued + in flight): bytes (payload + fixed cost per work).
+    pub application_reserved_bytes: u64,
+    /// Lifecycle reservations (queued + in flight): count.
+    pub lifecycle_reserved_items: usize,
+    /// Lifecycle reservations (queued + in flight): bytes.
+    pub lifecycle_reserved_bytes: u64,
+    /// Lane decision state (EG-7.4).
+    pub decision: LaneDecision,
+    /// Whether a record of this lane is in flight (running or yielded).
+    pub claimed: bool,
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+struct Reservation {
+    items: usize,
+    bytes: u64,
+}
+
+struct Queued<W> {
+    bytes: u64,
+    item: W,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ClaimState {
+    Running,
+    Yielded,
+    ResumeQueued,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Claim {
+    invocation: u64,
+    class: LaneClass,
+    bytes: u64,
+    state: ClaimState,
+}
+
+struct LaneState<W, L> {
+    data: L,
+    application: VecDeque<Queued<W>>,
+    lifecycle: VecDeque<Queued<W>>,
+    application_reserved: Reservation,
+    lifecycle_reserved: Reservation,
+    decision: LaneDecision,
+    claim: Option<Claim>,
+    in_ready: bool,
+}
+
+impl<W, L> LaneState<W, L> {
+    fn has_work(&self) -> bool {
+        !self.application.is_empty() || !self.lifecycle.is_empty()
+    }
+
+    fn release(&mut self, class: LaneClass, bytes: u64) {
+        let r = match class {
+            LaneClass::Application => &mut self.application_reserved,
+            LaneClass::Lifecycle => &mut self.lifecycle_reserved,
+        };
+        r.items -= 1;
+        r.bytes -= bytes;
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ReadyEntry {
+    Lane(LaneId),
+    Resume(LaneId, u64),
+}
+
+/// One turn chosen by [`GateCore::poll_turn`].
+#[derive(Debug)]
+pub enum Turn<W, L> {
+    /// Run a new record of `lane`.
+    Run {
+        /// The lane.
+        lane: LaneId,
+        /// The lane's driver data.
+        data: L,
+        /// The FIFO the record came from.
+        class: LaneClass,
+        /// Never-reused identity of this record's processing (its registration scope).
+        invocation: u64,
+        /// The work.
+        item: W,
+    },
+    /// Continue the yielded record `invocation` of `lane` in a new turn.
+    Resume {
+        /// The lane.
+        lane: LaneId,
+        /// The lane's driver data.
+        data: L,
+        /// The yielded record.
+        invocation: u64,
+    },
+}
+
+/// Why a resume record was not accepted (EG-4.1): the continuation must fail instead of running.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ResumeRefused {
+    /// The unit was sealed for relocation while the record waited.
+    Sealed,
+    /// The Spot (or the lane) ended while the record waited.
+    Ended,
+    /// No yielded record with that invocation exists (late or duplicate completion, EG-6.1).
+    Stale,
+}
+
+/// A completion that does not belong to the current claim of the lane (EG-6.1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StaleCompletion;
+
+/// Why a submission was refused (the work is handed back, never run inline: EG-6.3).
+#[derive(Debug)]
+pub struct SubmitRefused<W> {
+    /// The reason.
+    pub reason: SubmitRefusal,
+    /// The work, handed back to the caller.
+    pub item: W,
+}
+
+/// Reason of a [`SubmitRefused`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SubmitRefusal {
+    /// A lane limit (distinct types per lane, EG-1.2).
+    Admission(AdmissionError),
+    /// The gate or the lane ended.
+    Ended,
+}
+
+/// The sans-IO scheduling core of one gate. `W` is the work type, `L` per-lane driver data.
+pub struct GateCore<W, L> {
+    limits: LaneLimits,
+    lanes: Vec<Option<LaneState<W, L>>>,
+    free: Vec<u32>,
+    ready: VecDeque<ReadyEntry>,
+    next_invocation: u64,
+    sealed: bool,
+    ended: bool,
+}
+
+impl<W, L: Clone> GateCore<W, L> {
+    /// An empty core with the given admission limits.
+    pub fn new(limits: LaneLimits) -> Self {
+        GateCore {
+            limits,
+            lanes: Vec::new(),
+            free: Vec::new(),
+            ready: VecDeque::new(),
+            next_invocation: 1,
+            sealed: false,
+            ended: false,
+        }
+    }
+
+    /// The admission limits.
+    pub fn limits(&self) -> &LaneLimits {
+        &self.limits
+    }
+
+    /// Add a serial execution object behind this gate. `None` once the gate ended.
+    pub fn add_lane(&mut self, data: L) -> Option<LaneId> {
+        if self.ended {
+            return None;
+        }
+        let state = LaneState {
+            data,
+            application: VecDeque::new(),
+            lifecycle: VecDeque::new(),
+            application_reserved: Reservation::default(),
+            lifecycle_reserved: Reservation::default(),
+            decision: LaneDecision::default(),
+            claim: None,
+            in_ready: false,
+        };
+        Some(match self.free.pop() {
+            Some(i) => {
+                self.lanes[i as usize] = Some(state);
+                LaneId(i)
+            }
+            None => {
+                self.lanes.push(Some(state));
+                LaneId((self.lanes.len() - 1) as u32)
+            }
+        })
+    }
+
+    /// The id the next [`GateCore::add_lane`] will return.
+    pub fn peek_next_lane(&self) -> LaneId {
+        match self.free.last() {
+            Some(i) => LaneId(*i),
+            None => LaneId(self.lanes.len() as u32),
+        }
+    }
+
+    /// The driver data of a lane.
+    pub fn lane_data(&self, lane: LaneId) -> Option<L> {
+        self.lanes
+            .get(lane.0 as usize)?
+            .as_ref()
+            .map(|s| s.data.clone())
+    }
+
+    /// Remove a lane (the object ended or moved): its queued work is returned, its counters and
+    /// debt are dropped (EG-7.5). A yielded record of it can no longer resume.
+    pub fn remove_lane(&mut self, lane: LaneId) -> Vec<W> {
+        let Some(state) = self.lanes.get_mut(lane.0 as usize).and_then(Option::take) else {
+            return Vec::new();
+        };
+        self.ready.retain(|e| match e {
+            ReadyEntry::Lane(l) | ReadyEntry::Resume(l, _) => *l != lane,
+        });
+        // the index is not reused: a stale handle can never reach another object's lane
+        state
+            .lifecycle
+            .into_iter()
+            .chain(state.application)
+            .map(|q| q.item)
+            .collect()
+    }
+
+    fn lane_mut(&mut self, lane: LaneId) -> Option<&mut LaneState<W, L>> {
+        self.lanes.get_mut(lane.0 as usize).and_then(Option::as_mut)
+    }
+
+    /// Admit one record into `lane`'s `class` FIFO, reserving count and `payload_len` + fixed
+    /// cost bytes (EG-7.1). A full lane refuses and hands the work back (EG-6.3); a full
+    /// application lane never blocks lifecycle admission (EG-7.6).
+    pub fn handle_submit(
+        &mut self,
+        lane: LaneId,
+        class: LaneClass,
+        payload_len: usize,
+        item: W,
+    ) -> Result<(), SubmitRefused<W>> {
+        if self.ended {
+            return Err(SubmitRefused {
+                reason: SubmitRefusal::Ended,
+                item,
+            });
+        }
+        let limits = self.limits.clone();
+        let sealed = self.sealed;
+        let Some(state) = self.lane_mut(lane) else {
+            return Err(SubmitRefused {
+                reason: SubmitRefusal::Ended,
+                item,
+            });
+        };
+        let bytes = payload_len as u64 + limits.per_work_overhead;
+        let refusal = match class {
+            LaneClass::Application => {
+                let r = state.application_reserved;
+                if r.items >= limits.application_items {
+                    Some(AdmissionError::Application(ApplicationLaneFull {
+                        limit: LaneLimitKind::Count,
+                    }))
+                } else if r.bytes + bytes > limits.application_bytes {
+                    Some(AdmissionError::Application(ApplicationLaneFull {
+                        limit: LaneLimitKind::Bytes,
+                    }))
+                } else {
+                    None
+                }
+            }
+            LaneClass::Lifecycle => {
+                let r = state.lifecycle_reserved;
+                if r.items >= limits.lifecycle_items {
+                    Some(AdmissionError::Lifecycle(LifecycleLaneFull {
+                        limit: LaneLimitKind::Count,
+                    }))
+                } else if r.bytes + bytes > limits.lifecycle_bytes {
+                    Some(AdmissionError::Lifecycle(LifecycleLaneFull {
+                        limit: LaneLimitKind::Bytes,
+                    }))
+                } else {
+                    None
+                }
+            }
+        };
+        if let Some(reason) = refusal {
+            return Err(SubmitRefused {
+                reason: SubmitRefusal::Admission(reason),
+                item,
+            });
+        }
+        let (fifo, res) = match class {
+            LaneClass::Application => (&mut state.application, &mut state.application_reserved),
+            LaneClass::Lifecycle => (&mut state.lifecycle, &mut state.lifecycle_reserved),
+        };
+        res.items += 1;
+        res.bytes += bytes;
+        fifo.push_back(Queued { bytes, item });
+        if !state.in_ready && state.claim.is_none() && !sealed {
+            state.in_ready = true;
+            self.ready.push_back(ReadyEntry::Lane(lane));
+        }
+        Ok(())
+    }
+
+    /// Whether [`GateCore::poll_turn`] would return a turn.
+    pub fn has_ready(&self) -> bool {
+        !self.ready.is_empty()
+    }
+
+    /// The one atomic lane decision at a turn boundary (EG-7.3): take the next ready entry; for a
+    /// lane, choose its FIFO by [`LaneDecision`], pop the front record and claim the lane.
+    pub fn poll_turn(&mut self) -> Option<Turn<W, L>> {
+        let cap = self.limits.lifecycle_turn_cap;
+        while let Some(entry) = self.ready.pop_front() {
+            match entry {
+                ReadyEntry::Lane(lane) => {
+                    let invocation = self.next_invocation;
+                    let Some(state) = self.lane_mut(lane) else {
+                        continue;
+                    };
+                    state.in_ready = false;
+                    let Some(class) = state
+                        .decision
+                        .choose(!state.lifecycle.is_empty(), !state.application.is_empty())
+                    else {
+                        continue;
+                    };
+                    state.decision.record(class, cap);
+                    let q = match class {
+                        LaneClass::Application => state.application.pop_front(),
+                        LaneClass::Lifecycle => state.lifecycle.pop_front(),
+                    }
+                    .expect("chosen lane is non-empty");
+                    state.claim = Some(Claim {
+                        invocation,
+                        class,
+                        bytes: q.bytes,
+                        state: ClaimState::Running,
+                    });
+                    let data = state.data.clone();
+                    self.next_invocation += 1;
+                    return Some(Turn::Run {
+                        lane,
+                        data,
+                        class,
+                        invocation,
+                        item: q.item,
+                    });
+                }
+                ReadyEntry::Resume(lane, invocation) => {
+                    let Some(state) = self.lane_mut(lane) else {
+                        continue;
+                    };
+                    match &mut state.claim {
+                        Some(c)
+                            if c.invocation == invocation
+                                && c.state == ClaimState::ResumeQueued =>
+                        {
+                            c.state = ClaimState::Running;
+                        }
+                        _ => continue,
+                    }
+                    return Some(Turn::Resume {
+                        lane,
+                        data: state.data.clone(),
+                        invocation,
+                    });
+                }
+            }
+        }
+        None
+    }
+
+    /// The record `invocation` of `lane` reached its terminal: return its reservation (EG-7.2),
+    /// drop the claim, and put the lane at the back of the ready set if it has more work.
+    pub fn handle_turn_finished(
+        &mut self,
+        lane: LaneId,
+        invocation: u64,
+    ) -> Result<(), StaleCompletion> {
+        let sealed = self.sealed;
+        let state = self.lane_mut(lane).ok_or(StaleCompletion)?;
+        match state.claim {
+            Some(c) if c.invocation == invocation && c.state == ClaimState::Running => {
+                state.claim = None;
+                state.release(c.class, c.bytes);
+            }
+            _ => return Err(StaleCompletion),
+        }
+        let requeue = state.has_work() && !state.in_ready && !sealed;
+        if requeue {
+            state.in_ready = true;
+            self.ready.push_back(ReadyEntry::Lane(lane));
+        }
+        Ok(())
+    }
+
+    /// The running record yielded (EG-3): the gate's turn ends, the lane keeps its claim and its
+    /// reservation, so its next record does not run (EG-3.1).
+    pub fn handle_yield(&mut self, lane: LaneId, invocation: u64) -> Result<(), StaleCompletion> {
+        let state = self.lane_mut(lane).ok_or(StaleCompletion)?;
+        match &mut state.claim {
+            Some(c) if c.invocation == invocation && c.state == ClaimState::Running => {
+                c.state = ClaimState::Yielded;
+                Ok(())
+            }
+            _ => Err(StaleCompletion),
+        }
+    }
+
+    /// The awaited result of a yielded record arrived: append one resume record at the back of the
+    /// ready set (EG-3, EG-16.8). Refused if the unit ended or was sealed meanwhile (EG-4.1); then
+    /// the record's claim and reservation are released here and it must not run.
+    pub fn handle_resume(&mut self, lane: LaneId, invocation: u64) -> Result<(), ResumeRefused> {
+        let (sealed, ended) = (self.sealed, self.ended);
+        let state = self.lane_mut(lane).ok_or(ResumeRefused::Ended)?;
+        let claim = match state.claim {
+            Some(c) if c.invocation == invocation && c.state == ClaimState::Yielded => c,
+            _ => return Err(ResumeRefused::Stale),
+        };
+        if sealed || ended {
+            state.claim = None;
+            state.release(claim.class, claim.bytes);
+            return Err(if ended {
+                ResumeRefused::Ended
+            } else {
+                ResumeRefused::Sealed
+            });
+        }
+        if let Some(c) = &mut state.claim {
+            c.state = ClaimState::ResumeQueued;
+        }
+        self.ready.push_back(ReadyEntry::Resume(lane, invocation));
+        Ok(())
+    }
+
+    fn refuse_queued_resumes(&mut self) -> Vec<(LaneId, u64)> {
+        let mut refused = Vec::new();
+        let entries: Vec<ReadyEntry> = self.ready.drain(..).collect();
+        for e in entries {
+            match e {
+                ReadyEntry::Resume(lane, inv) => {
+                    if let Some(state) = self.lane_mut(lane) {
+                        if let Some(c) = state.claim.filter(|c| c.invocation == inv) {
+                            state.claim = None;
+                            state.release(c.class, c.bytes);
+                        }
+                    }
+                    refused.push((lane, inv));
+                }
+                ReadyEntry::Lane(lane) => {
+                    if let Some(state) = self.lane_mut(lane) {
+                        state.in_ready = false;
+                    }
+                }
+            }
+        }
+        refused
+    }
+
+    /// Seal the unit for relocation (EG-4.1): no record starts any more (queued work stays for
+    /// [`GateCore::handle_return_pending`]); queued resume records are refused and returned.
+    pub fn handle_seal(&mut self) -> Vec<(LaneId, u64)> {
+        self.sealed = true;
+        self.refuse_queued_resumes()
+    }
+
+    /// Lift a seal (relocation aborted): lanes with work become ready again.
+    pub fn handle_unseal(&mut self) {
+        if !self.sealed {
+            return;
+        }
+        self.sealed = false;
+        for (i, slot) in self.lanes.iter_mut().enumerate() {
+            let Some(state) = slot else { continue };
+            if state.has_work() && state.claim.is_none() && !state.in_ready {
+                state.in_ready = true;
+                self.ready.push_back(ReadyEntry::Lane(LaneId(i as u32)));
+            }
+        }
+    }
+
+    /// Whether the unit is sealed.
+    pub fn is_sealed(&self) -> bool {
+        self.sealed
+    }
+
+    /// Whether the gate ended.
+    pub fn is_ended(&self) -> bool {
+        self.ended
+    }
+
+    /// Hand back every queued (not yet started) record, lifecycle first then application, per lane
+    /// in lane order, releasing their reservations (relocation "return pending").
+    pub fn handle_return_pending(&mut self) -> Vec<(LaneId, LaneClass, W)> {
+        let mut out = Vec::new();
+        for (i, slot) in self.lanes.iter_mut().enumerate() {
+            let Some(state) = slot else { continue };
+            while let Some(q) = state.lifecycle.pop_front() {
+                state.release(LaneClass::Lifecycle, q.bytes);
+                out.push((LaneId(i as u32), LaneClass::Lifecycle, q.item));
+            }
+            while let Some(q) = state.application.pop_front() {
+                state.release(LaneClass::Application, q.bytes);
+                out.push((LaneId(i as u32), LaneClass::Application, q.item));
+            }
+        }
+        self.ready.retain(|e| matches!(e, ReadyEntry::Resume(..)));
+        for state in self.lanes.iter_mut().flatten() {
+            state.in_ready = false;
+        }
+        out
+    }
+
+    /// End the gate (Spot ended, shutdown): refuse further work, refuse queued and future resumes,
+    /// and return all queued work (to be failed by the driver).
+    pub fn handle_end(&mut self) -> (Vec<W>, Vec<(LaneId, u64)>) {
+        self.ended = true;
+        let refused = self.refuse_queued_resumes();
+        let mut items = Vec::new();
+        for state in self.lanes.iter_mut().flatten() {
+            while let Some(q) = state.lifecycle.pop_front() {
+                state.release(LaneClass::Lifecycle, q.bytes);
+                items.push(q.item);
+            }
+            while let Some(q) = state.application.pop_front() {
+                state.release(LaneClass::Application, q.bytes);
+                items.push(q.item);
+            }
+        }
+        (items, refused)
+    }
+
+    /// Counters of one lane.
+    pub fn lane_stats(&self, lane: LaneId) -> Option<LaneStats> {
+        let s = self.lanes.get(lane.0 as usize)?.as_ref()?;
+        Some(LaneStats {
+            application_queued: s.application.len(),
+            lifecycle_queued: s.lifecycle.len(),
+            application_reserved_items: s.application_reserved.items,
+            application_reserved_bytes: s.application_reserved.bytes,
+            lifecycle_reserved_items: s.lifecycle_reserved.items,
+            lifecycle_reserved_bytes: s.lifecycle_reserved.bytes,
+            decision: s.decision,
+            claimed: s.claim.is_some(),
+        })
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    fn core() -> GateCore<u32, ()> {
+        GateCore::new(LaneLimits::default())
+    }
+
+    fn run(c: &mut GateCore<u32, ()>) -> Option<(LaneId, LaneClass, u32)> {
+        match c.poll_turn()? {
+            Turn::Run {
+                lane,
+                class,
+                invocation,
+                item,
+                ..
+            } => {
+                c.handle_turn_finished(lane, invocation).unwrap();
+                Some((lane, class, item))
+            }
+            Turn::Resume { .. } => panic!("unexpected resume"),
+        }
+    }
+
+    // spec: EG-7.3, EG-16.17
+    #[test]
+    fn lifecycle_first_when_both_ready() {
+        let mut c = core();
+        let l = c.add_lane(()).unwrap();
+        c.handle_submit(l, LaneClass::Application, 0, 1).unwrap();
+        c.handle_submit(l, LaneClass::Lifecycle, 0, 2).unwrap();
+        assert_eq!(run(&mut c).unwrap().2, 2);
+        assert_eq!(run(&mut c).unwrap().2, 1);
+        assert!(run(&mut c).is_none());
+    }
+
+    // spec: EG-7.4, EG-7.5
+    #[test]
+    fn cap_then_debt_then_reset() {
+        let mut c = core();
+        let l = c.add_lane(()).unwrap();
+        for i in 0..20 {
+            c.handle_submit(l, LaneClass::Lifecycle, 0, 100 + i)
+                .unwrap();
+        }
+        c.handle_submit(l, LaneClass::Application, 0, 1).unwrap();
+        let classes: Vec<LaneClass> = (0..10).map(|_| run(&mut c).unwrap().1).collect();
+        assert!(classes[..8].iter().all(|c| *c == LaneClass::Lifecycle));
+        assert_eq!(classes[8], LaneClass::Application);
+        assert_eq!(classes[9], LaneClass::Lifecycle);
+        assert_eq!(c.lane_stats(l).unwrap().decision.consecutive_lifecycle, 1);
+    }
+
+    // spec: EG-6.1
+    #[test]
+    fn late_completion_is_stale() {
+        let mut c = core();
+        let l = c.add_lane(()).unwrap();
+        c.handle_submit(l, LaneClass::Application, 0, 1).unwrap();
+        let Some(Turn::Run { invocation, .. }) = c.poll_turn() else {
+            panic!()
+        };
+        assert_eq!(
+            c.handle_turn_finished(l, invocation + 1),
+            Err(StaleCompletion)
+        );
+        c.handle_turn_finished(l, invocation).unwrap();
+        assert_eq!(c.handle_turn_finished(l, invocation), Err(StaleCompletion));
+    }
+
+    // spec: EG-4.1
+    #[test]
+    fn resume_after_seal_is_refused() {
+        let mut c = core();
+        let l = c.add_lane(()).unwrap();
+        c.handle_submit(l, LaneClass::Application, 10, 1).unwrap();
+        let Some(Turn::Run { invocation, .. }) = c.poll_turn() else {
+            panic!()
+        };
+        c.handle_yield(l, invocation).unwrap();
+        c.handle_seal();
+        assert_eq!(c.handle_resume(l, invocation), Err(ResumeRefused::Sealed));
+        assert_eq!(c.lane_stats(l).unwrap().application_reserved_items, 0);
+    }
+}

@@ -1,0 +1,829 @@
+//! The thin async layer over the scheduling core: drains gates on the application runtime's fixed
+//! worker pool, runs handlers inline, detaches yielded handlers, and keeps infrastructure in its
+//! own progress domain.
+//!
+//! * A gate is drained by at most one tokio task at a time, the one that took the right
+//!   ([`crate::runtime::gate::GateWord`]); there is no task or thread per Spot (EG-10).
+//! * A handler runs inline in the drain task. A normal await keeps the right (EG-2.6). A Yield
+//!   (EG-3) detaches the handler future into its own task, marks the lane's claim yielded in the
+//!   core and lets the drain continue with other lanes; the awaited result appends a resume record,
+//!   and the drain that pops it hands the right to the continuation and waits for its terminal.
+//! * Post-processing registered with `after_turn` and `defer()` barriers are handled at the
+//!   record's terminal, before the right moves on (EG-8, EG-5).
+//! * The occupancy budget (EG-7.4, EG-9) is read from the injected clock after each handler; when
+//!   spent, the drain releases the right and yields to the worker pool before re-acquiring.
+
+use std::future::Future;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::pin::Pin;
+use std::sync::{Arc, OnceLock, Weak};
+use std::task::{Context, Poll};
+
+use tokio::sync::oneshot;
+
+use crate::sync::Mutex;
+use crate::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering};
+
+use super::config::RuntimeConfig;
+use super::core::{LaneClass, LaneId, SubmitRefusal, Turn};
+use super::error::{HandlerError, InvalidOperation, RuntimeError, Unavailable};
+use super::gate::{Fence, GateShared};
+use super::status::StatusBus;
+
+/// A boxed, sendable future.
+pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
+
+/// What a handler returns: a result now (no allocation), or a future to await.
+pub enum Handled<R> {
+    /// The handler finished synchronously.
+    Now(Result<R, HandlerError>),
+    /// The handler continues asynchronously.
+    Later(BoxFuture<Result<R, HandlerError>>),
+}
+
+impl<R> Handled<R> {
+    /// Finished with `value`.
+    pub fn ok(value: R) -> Self {
+        Handled::Now(Ok(value))
+    }
+
+    /// Finished with an error.
+    pub fn err(e: HandlerError) -> Self {
+        Handled::Now(Err(e))
+    }
+
+    /// Continues as `fut`.
+    pub fn later<F>(fut: F) -> Self
+    where
+        F: Future<Output = Result<R, HandlerError>> + Send + 'static,
+    {
+        Handled::Later(Box::pin(fut))
+    }
+}
+
+/// The progress domain a task belongs to (EG-1.1, EG-13).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Domain {
+    /// Handlers, Spot/actor messages, timers, session callbacks, lifecycle callbacks.
+    Application,
+    /// Peer accept, completions, owner updates, relocation steps, shutdown.
+    Infrastructure,
+}
+
+tokio::task_local! {
+    // A marker only (EG-13): it records which domain runs the current task; no inter-work state
+    // is kept here (EG-6.2).
+    static DOMAIN: Domain;
+}
+
+/// The domain of the running task, if it runs in one of the runtime's domains.
+pub fn current_domain() -> Option<Domain> {
+    DOMAIN.try_with(|d| *d).ok()
+}
+
+/// Fail immediately (never wait) unless the caller runs in `expected` or outside both domains
+/// (EG-13: a cross-domain call fails rather than waiting).
+pub fn require_domain(expected: Domain) -> Result<(), RuntimeError> {
+    match current_domain() {
+        Some(d) if d != expected => Err(InvalidOperation::CrossDomain.into()),
+        _ => Ok(()),
+    }
+}
+
+/// Counters of the runtime (white box; cheap, not touched on the per-message fast path).
+#[derive(Default)]
+pub(crate) struct Metrics {
+    pub handler_errors: AtomicU64,
+    pub deadlines_fired: AtomicU64,
+    pub barriers_activated: AtomicU64,
+    pub barriers_discarded: AtomicU64,
+    pub resumes_refused: AtomicU64,
+}
+
+/// A snapshot of the runtime's counters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MetricsSnapshot {
+    /// Handlers that ended with an error (EG-15: logged and metered; a request handler's error
+    /// also became the request's error reply).
+    pub handler_errors: u64,
+    /// Call deadlines fired by the infrastructure domain.
+    pub deadlines_fired: u64,
+    /// `defer()` barriers activated (handler ended normally).
+    pub barriers_activated: u64,
+    /// `defer()` barriers discarded (handler failed or was cancelled).
+    pub barriers_discarded: u64,
+    /// Resume records refused because the unit ended or was sealed (EG-4.1).
+    pub resumes_refused: u64,
+}
+
+pub(crate) struct RtShared {
+    pub app: tokio::runtime::Handle,
+    pub infra: tokio::runtime::Handle,
+    pub config: RuntimeConfig,
+    pub metrics: Metrics,
+    pub status: StatusBus,
+    pub shutting_down: AtomicBool,
+    pub gates: Mutex<Vec<Weak<GateInner>>>,
+    pub next_object: AtomicU64,
+}
+
+pub(crate) type Job = Box<dyn FnOnce(TurnEnv) -> Handled<()> + Send>;
+pub(crate) type Gate = GateShared<Job, Arc<LaneHandle>>;
+
+/// A gate plus what the driver needs around it.
+pub(crate) struct GateInner {
+    pub gate: Gate,
+    pub rt: Arc<RtShared>,
+    space: tokio::sync::Notify,
+    space_waiters: AtomicUsize,
+}
+
+impl GateInner {
+    pub fn new(rt: &Arc<RtShared>) -> Arc<GateInner> {
+        let g = Arc::new(GateInner {
+            gate: GateShared::new(rt.config.limits.clone()),
+            rt: rt.clone(),
+            space: tokio::sync::Notify::new(),
+            space_waiters: AtomicUsize::new(0),
+        });
+        let mut gates = rt.gates.lock().unwrap();
+        gates.retain(|w| w.strong_count() > 0);
+        gates.push(Arc::downgrade(&g));
+        g
+    }
+
+    /// Start a drain task for a right just taken.
+    pub fn kick(self: &Arc<Self>, fence: Fence) {
+        let g = self.clone();
+        self.rt
+            .app
+            .spawn(DOMAIN.scope(Domain::Application, drain(g, fence)));
+    }
+
+    /// Register a lane behind this gate.
+    pub fn add_lane(
+        self: &Arc<Self>,
+        kind: LaneKind,
+        yield_allowed: bool,
+    ) -> Result<Arc<LaneHandle>, RuntimeError> {
+        let mut core = self.gate.core.lock().unwrap();
+        if core.is_ended() {
+            return Err(Unavailable::Ended.into());
+        }
+        let lane = core.peek_next_lane();
+        let handle = Arc::new(LaneHandle {
+            gate: self.clone(),
+            lane,
+            kind,
+            yield_allowed,
+            slot: Slot::new(),
+            completion: OnceLock::new(),
+            object: self.rt.next_object.fetch_add(1, Ordering::Relaxed),
+        });
+        let got = core
+            .add_lane(handle.clone())
+            .ok_or(RuntimeError::Unavailable(Unavailable::Ended))?;
+        debug_assert_eq!(got, lane);
+        Ok(handle)
+    }
+
+    /// End the gate: refuse new work, fail queued work and waiting resumes.
+    pub fn end(&self) {
+        let (items, refused) = self.gate.core.lock().unwrap().handle_end();
+        drop(items);
+        self.refuse_resumes(&refused);
+    }
+
+    pub fn refuse_resumes(&self, refused: &[(LaneId, u64)]) {
+        if refused.is_empty() {
+            return;
+        }
+        let handles: Vec<Arc<LaneHandle>> = {
+            let core = self.gate.core.lock().unwrap();
+            refused
+                .iter()
+                .filter_map(|(l, _)| core.lane_data(*l))
+                .collect()
+        };
+        for h in handles {
+            self.rt
+                .metrics
+                .resumes_refused
+                .fetch_add(1, Ordering::Relaxed);
+            // dropping the grant fails the waiting continuation (EG-4.1)
+            drop(h.slot.take_grant());
+        }
+    }
+
+    fn notify_space(&self) {
+        if self.space_waiters.load(Ordering::Acquire) > 0 {
+            self.space.notify_waiters();
+        }
+    }
+}
+
+/// What a lane serves (diagnostics and gate layout).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LaneKind {
+    /// A Spot's own work.
+    Spot,
+    /// One actor's queue.
+    Actor,
+    /// One timer.
+    Timer,
+    /// One client session.
+    Session,
+    /// A Node or Channel handler.
+    Handler,
+}
+
+pub(crate) type CompletionFn = Arc<dyn Fn(TurnEnv, CompletionEvent) -> Handled<()> + Send + Sync>;
+
+/// Delivered to an actor's completion callback.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum CompletionEvent {
+    /// The result of a Join registered with `defer()` for this (moving) actor (EG-5.4).
+    Join(Result<(), RuntimeError>),
+}
+
+/// One serial execution object: its place behind a gate and its per-record slot.
+pub(crate) struct LaneHandle {
+    pub gate: Arc<GateInner>,
+    pub lane: LaneId,
+    pub kind: LaneKind,
+    pub yield_allowed: bool,
+    pub slot: Slot,
+    pub completion: OnceLock<CompletionFn>,
+    pub object: u64,
+}
+
+impl LaneHandle {
+    pub fn rt(&self) -> &Arc<RtShared> {
+        &self.gate.rt
+    }
+
+    /// Admit a job; take the gate and start a drain if it is free. The job is handed back when
+    /// refused (never run inline, EG-6.3).
+    pub fn try_submit(
+        &self,
+        class: LaneClass,
+        payload_len: usize,
+        job: Job,
+    ) -> Result<(), (RuntimeError, Job)> {
+        if self.rt().shutting_down.load(Ordering::Acquire) {
+            return Err((Unavailable::ShutDown.into(), job));
+        }
+        let r =
+            self.gate
+                .gate
+                .core
+                .lock()
+                .unwrap()
+                .handle_submit(self.lane, class, payload_len, job);
+        match r {
+            Ok(()) => {
+                if let Some(f) = self.gate.gate.word.try_acquire() {
+                    self.gate.kick(f);
+                }
+                Ok(())
+            }
+            Err(refused) => {
+                let e = match refused.reason {
+                    SubmitRefusal::Admission(a) => a.into(),
+                    SubmitRefusal::Ended => Unavailable::Ended.into(),
+                };
+                Err((e, refused.item))
+            }
+        }
+    }
+
+    pub fn submit(
+        &self,
+        class: LaneClass,
+        payload_len: usize,
+        job: Job,
+    ) -> Result<(), RuntimeError> {
+        self.try_submit(class, payload_len, job).map_err(|(e, _)| e)
+    }
+
+    /// Admit a job, waiting for application-lane space instead of failing (backpressure); the
+    /// work still never runs inline.
+    pub async fn submit_wait(
+        &self,
+        class: LaneClass,
+        payload_len: usize,
+        mut job: Job,
+    ) -> Result<(), RuntimeError> {
+        loop {
+            match self.try_submit(class, payload_len, job) {
+                Ok(()) => return Ok(()),
+                Err((RuntimeError::ApplicationLaneFull(_), j))
+                | Err((RuntimeError::LifecycleLaneFull(_), j)) => {
+                    let notified = self.gate.space.notified();
+                    tokio::pin!(notified);
+                    notified.as_mut().enable();
+                    self.gate.space_waiters.fetch_add(1, Ordering::AcqRel);
+                    let again = self.try_submit(class, payload_len, j);
+                    match again {
+                        Ok(()) => {
+                            self.gate.space_waiters.fetch_sub(1, Ordering::AcqRel);
+                            return Ok(());
+                        }
+                        Err((RuntimeError::ApplicationLaneFull(_), j))
+                        | Err((RuntimeError::LifecycleLaneFull(_), j)) => {
+                            notified.await;
+                            self.gate.space_waiters.fetch_sub(1, Ordering::AcqRel);
+                            job = j;
+                        }
+                        Err((e, _)) => {
+                            self.gate.space_waiters.fetch_sub(1, Ordering::AcqRel);
+                            return Err(e);
+                        }
+                    }
+                }
+                Err((e, _)) => return Err(e),
+            }
+        }
+    }
+}
+
+const SIGNAL_NONE: u8 = 0;
+const SIGNAL_YIELD: u8 = 1;
+const SIGNAL_ABORT: u8 = 2;
+
+/// A barrier registered by `defer()` (EG-5), inactive until the handler ends normally.
+pub(crate) struct Barrier {
+    pub moving: Arc<LaneHandle>,
+    pub op: Box<dyn FnOnce() -> BoxFuture<Result<(), RuntimeError>> + Send>,
+}
+
+#[derive(Default)]
+pub(crate) struct SlotExt {
+    barriers: Vec<(u64, Barrier)>,
+    after: Vec<(u64, Box<dyn FnOnce() + Send>)>,
+    grant: Option<oneshot::Sender<oneshot::Sender<ContEnd>>>,
+    done: Option<oneshot::Sender<ContEnd>>,
+}
+
+/// Per-lane state of the record in flight (a lane has at most one, EG-3.1), reused across
+/// records; stale contexts are detected by the invocation number (EG-6.1).
+pub(crate) struct Slot {
+    invocation: AtomicU64,
+    holding: AtomicBool,
+    signal: AtomicU8,
+    fence: AtomicU64,
+    extras: AtomicBool,
+    ext: Mutex<SlotExt>,
+}
+
+pub(crate) enum ContEnd {
+    Finished(Result<(), HandlerError>),
+    Yielded,
+}
+
+impl Slot {
+    fn new() -> Slot {
+        Slot {
+            invocation: AtomicU64::new(0),
+            holding: AtomicBool::new(false),
+            signal: AtomicU8::new(SIGNAL_NONE),
+            fence: AtomicU64::new(0),
+            extras: AtomicBool::new(false),
+            ext: Mutex::new(SlotExt::default()),
+        }
+    }
+
+    fn begin(&self, invocation: u64, fence: Fence) {
+        self.fence.store(fence.0, Ordering::Relaxed);
+        self.invocation.store(invocation, Ordering::SeqCst);
+        self.holding.store(true, Ordering::SeqCst);
+    }
+
+    /// Close the registration scope; return the record's after-work and barriers.
+    fn end(&self, invocation: u64) -> (Vec<Box<dyn FnOnce() + Send>>, Vec<Barrier>) {
+        if self
+            .invocation
+            .compare_exchange(invocation, 0, Ordering::SeqCst, Ordering::SeqCst)
+            .is_err()
+        {
+            return (Vec::new(), Vec::new());
+        }
+        self.holding.store(false, Ordering::SeqCst);
+        self.signal.store(SIGNAL_NONE, Ordering::SeqCst);
+        if !self.extras.load(Ordering::SeqCst) {
+            return (Vec::new(), Vec::new());
+        }
+        let mut ext = self.ext.lock().unwrap();
+        self.extras.store(false, Ordering::SeqCst);
+        let after = std::mem::take(&mut ext.after)
+            .into_iter()
+            .filter(|(i, _)| *i == invocation)
+            .map(|(_, f)| f)
+            .collect();
+        let barriers = std::mem::take(&mut ext.barriers)
+            .into_iter()
+            .filter(|(i, _)| *i == invocation)
+            .map(|(_, b)| b)
+            .collect();
+        (after, barriers)
+    }
+
+    /// Whether `invocation`'s registration scope is open.
+    pub fn in_scope(&self, invocation: u64) -> bool {
+        self.invocation.load(Ordering::SeqCst) == invocation
+    }
+
+    /// Whether `invocation` is open and currently holds the gate (not yielded).
+    pub fn holds_gate(&self, invocation: u64) -> bool {
+        self.in_scope(invocation) && self.holding.load(Ordering::SeqCst)
+    }
+
+    pub fn fence(&self) -> u64 {
+        self.fence.load(Ordering::Relaxed)
+    }
+
+    pub fn register_barrier(
+        &self,
+        invocation: u64,
+        limit: usize,
+        b: Barrier,
+    ) -> Result<(), RuntimeError> {
+        let mut ext = self.ext.lock().unwrap();
+        if !self.in_scope(invocation) {
+            return Err(InvalidOperation::DeferOutsideScope.into());
+        }
+        if ext
+            .barriers
+            .iter()
+            .filter(|(i, _)| *i == invocation)
+            .count()
+            >= limit
+        {
+            return Err(InvalidOperation::DeferLimitExceeded.into());
+        }
+        ext.barriers.push((invocation, b));
+        self.extras.store(true, Ordering::SeqCst);
+        Ok(())
+    }
+
+    pub fn register_after(
+        &self,
+        invocation: u64,
+        f: Box<dyn FnOnce() + Send>,
+    ) -> Result<(), RuntimeError> {
+        let mut ext = self.ext.lock().unwrap();
+        if !self.in_scope(invocation) {
+            return Err(InvalidOperation::OutsideTurn.into());
+        }
+        ext.after.push((invocation, f));
+        self.extras.store(true, Ordering::SeqCst);
+        Ok(())
+    }
+
+    /// The record gives the gate up (Yield): signal the drain, which detaches it.
+    pub fn begin_yield(&self) {
+        self.holding.store(false, Ordering::SeqCst);
+        self.signal.store(SIGNAL_YIELD, Ordering::SeqCst);
+    }
+
+    pub fn signal_abort(&self) {
+        self.signal.store(SIGNAL_ABORT, Ordering::SeqCst);
+    }
+
+    fn take_signal(&self) -> u8 {
+        if self.signal.load(Ordering::SeqCst) == SIGNAL_NONE {
+            return SIGNAL_NONE;
+        }
+        self.signal.swap(SIGNAL_NONE, Ordering::SeqCst)
+    }
+
+    pub fn set_grant(&self, g: oneshot::Sender<oneshot::Sender<ContEnd>>) {
+        self.ext.lock().unwrap().grant = Some(g);
+    }
+
+    fn take_grant(&self) -> Option<oneshot::Sender<oneshot::Sender<ContEnd>>> {
+        self.ext.lock().unwrap().grant.take()
+    }
+
+    /// The continuation got the right back.
+    pub fn regain(&self, done: oneshot::Sender<ContEnd>) {
+        self.ext.lock().unwrap().done = Some(done);
+        self.holding.store(true, Ordering::SeqCst);
+    }
+
+    fn take_done(&self) -> Option<oneshot::Sender<ContEnd>> {
+        self.ext.lock().unwrap().done.take()
+    }
+}
+
+/// What a job receives when its turn starts.
+#[derive(Clone)]
+pub(crate) struct TurnEnv {
+    pub lane: Arc<LaneHandle>,
+    pub invocation: u64,
+    pub class: LaneClass,
+}
+
+enum InlineEnd {
+    Done(Result<(), HandlerError>),
+    Yielded(BoxFuture<Result<(), HandlerError>>),
+    Aborted,
+}
+
+/// Polls a handler future in place and reports a Yield or an aborted resume as soon as the
+/// handler signals it.
+struct Inline<'a> {
+    fut: Option<BoxFuture<Result<(), HandlerError>>>,
+    slot: &'a Slot,
+}
+
+impl Future for Inline<'_> {
+    type Output = InlineEnd;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<InlineEnd> {
+        let fut = self.fut.as_mut().expect("polled after end");
+        match catch_unwind(AssertUnwindSafe(|| fut.as_mut().poll(cx))) {
+            Err(_) => Poll::Ready(InlineEnd::Done(Err(HandlerError::Panicked))),
+            Ok(Poll::Ready(r)) => Poll::Ready(InlineEnd::Done(r)),
+            Ok(Poll::Pending) => match self.slot.take_signal() {
+                SIGNAL_YIELD => Poll::Ready(InlineEnd::Yielded(self.fut.take().unwrap())),
+                SIGNAL_ABORT => Poll::Ready(InlineEnd::Aborted),
+                _ => Poll::Pending,
+            },
+        }
+    }
+}
+
+/// Returns `Pending` exactly once without registering a waker: the driver polling the handler sees
+/// the yield signal and detaches the future, whose new task polls it again.
+#[derive(Default)]
+pub(crate) struct YieldPoint(bool);
+
+impl Future for YieldPoint {
+    type Output = ();
+    fn poll(mut self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<()> {
+        if self.0 {
+            Poll::Ready(())
+        } else {
+            self.0 = true;
+            Poll::Pending
+        }
+    }
+}
+
+fn run_job(job: Job, env: TurnEnv) -> Handled<()> {
+    catch_unwind(AssertUnwindSafe(move || job(env)))
+        .unwrap_or(Handled::Now(Err(HandlerError::Panicked)))
+}
+
+/// The record reached its terminal while the right is held: post-processing (EG-8), barriers
+/// (EG-5.2/5.3), reservation release (EG-7.2).
+fn finish(
+    gate: &Arc<GateInner>,
+    lane: &Arc<LaneHandle>,
+    invocation: u64,
+    r: Result<(), HandlerError>,
+) {
+    let (after, barriers) = lane.slot.end(invocation);
+    for f in after {
+        let _ = catch_unwind(AssertUnwindSafe(f));
+    }
+    let rt = &gate.rt;
+    if let Err(e) = &r {
+        rt.metrics.handler_errors.fetch_add(1, Ordering::Relaxed);
+        tracing::warn!(object = lane.object, kind = ?lane.kind, error = %e, "handler failed");
+    }
+    if r.is_ok() {
+        for b in barriers {
+            rt.metrics
+                .barriers_activated
+                .fetch_add(1, Ordering::Relaxed);
+            activate_barrier(rt, b);
+        }
+    } else if !barriers.is_empty() {
+        rt.metrics
+            .barriers_discarded
+            .fetch_add(barriers.len() as u64, Ordering::Relaxed);
+    }
+    let _ = gate
+        .gate
+        .core
+        .lock()
+        .unwrap()
+        .handle_turn_finished(lane.lane, invocation);
+    gate.notify_space();
+}
+
+fn activate_barrier(rt: &Arc<RtShared>, b: Barrier) {
+    let Barrier { moving, op } = b;
+    rt.app.spawn(DOMAIN.scope(Domain::Application, async move {
+        let result = op().await;
+        let Some(cb) = moving.completion.get().cloned() else {
+            tracing::warn!(
+                object = moving.object,
+                "join result without a completion callback"
+            );
+            return;
+        };
+        let job: Job = Box::new(move |env| cb(env, CompletionEvent::Join(result)));
+        if let Err(e) = moving.submit_wait(LaneClass::Lifecycle, 0, job).await {
+            tracing::warn!(object = moving.object, error = %e, "join completion not delivered");
+        }
+    }));
+}
+
+fn abort_record(lane: &Arc<LaneHandle>, invocation: u64) {
+    let (_after, barriers) = lane.slot.end(invocation);
+    if !barriers.is_empty() {
+        lane.rt()
+            .metrics
+            .barriers_discarded
+            .fetch_add(barriers.len() as u64, Ordering::Relaxed);
+    }
+}
+
+fn detach(
+    gate: &Arc<GateInner>,
+    lane: Arc<LaneHandle>,
+    invocation: u64,
+    fut: BoxFuture<Result<(), HandlerError>>,
+) {
+    let _ = gate
+        .gate
+        .core
+        .lock()
+        .unwrap()
+        .handle_yield(lane.lane, invocation);
+    gate.rt.app.spawn(DOMAIN.scope(
+        Domain::Application,
+        continuation(gate.clone(), lane, invocation, fut),
+    ));
+}
+
+/// A yielded handler's own task: it awaits the result, gets the right back through a resume
+/// record, and reports each terminal or further Yield to the drain holding the right.
+async fn continuation(
+    gate: Arc<GateInner>,
+    lane: Arc<LaneHandle>,
+    invocation: u64,
+    mut fut: BoxFuture<Result<(), HandlerError>>,
+) {
+    loop {
+        let end = Inline {
+            fut: Some(fut),
+            slot: &lane.slot,
+        }
+        .await;
+        match end {
+            InlineEnd::Done(r) => {
+                match lane.slot.take_done() {
+                    Some(done) => {
+                        let _ = done.send(ContEnd::Finished(r));
+                    }
+                    None => abort_record(&lane, invocation),
+                }
+                return;
+            }
+            InlineEnd::Yielded(f) => {
+                let _ = gate
+                    .gate
+                    .core
+                    .lock()
+                    .unwrap()
+                    .handle_yield(lane.lane, invocation);
+                if let Some(done) = lane.slot.take_done() {
+                    let _ = done.send(ContEnd::Yielded);
+                }
+                fut = f;
+            }
+            InlineEnd::Aborted => {
+                abort_record(&lane, invocation);
+                return;
+            }
+        }
+    }
+}
+
+async fn drain(gate: Arc<GateInner>, mut fence: Fence) {
+    let clock = gate.rt.config.clock.clone();
+    let budget = gate.rt.config.occupancy_budget;
+    let mut start = clock.now();
+    loop {
+        let next = gate.gate.core.lock().unwrap().poll_turn();
+        match next {
+            None => match gate.gate.release_and_recheck() {
+                Some(f) => {
+                    fence = f;
+                    start = clock.now();
+                    continue;
+                }
+                None => return,
+            },
+            Some(Turn::Run {
+                data,
+                class,
+                invocation,
+                item,
+                ..
+            }) => {
+                data.slot.begin(invocation, fence);
+                let env = TurnEnv {
+                    lane: data.clone(),
+                    invocation,
+                    class,
+                };
+                match run_job(item, env) {
+                    Handled::Now(r) => finish(&gate, &data, invocation, r),
+                    Handled::Later(fut) => {
+                        let end = Inline {
+                            fut: Some(fut),
+                            slot: &data.slot,
+                        }
+                        .await;
+                        match end {
+                            InlineEnd::Done(r) => finish(&gate, &data, invocation, r),
+                            InlineEnd::Yielded(fut) => detach(&gate, data, invocation, fut),
+                            InlineEnd::Aborted => {
+                                finish(&gate, &data, invocation, Err(HandlerError::Cancelled))
+                            }
+                        }
+                    }
+                }
+            }
+            Some(Turn::Resume {
+                data, invocation, ..
+            }) => {
+                let (done_tx, done_rx) = oneshot::channel();
+                data.slot.fence.store(fence.0, Ordering::Relaxed);
+                let granted = match data.slot.take_grant() {
+                    Some(grant) => grant.send(done_tx).is_ok(),
+                    None => false,
+                };
+                if granted {
+                    match done_rx.await {
+                        Ok(ContEnd::Finished(r)) => finish(&gate, &data, invocation, r),
+                        Ok(ContEnd::Yielded) => {}
+                        Err(_) => finish(&gate, &data, invocation, Err(HandlerError::Cancelled)),
+                    }
+                } else {
+                    finish(&gate, &data, invocation, Err(HandlerError::Cancelled));
+                }
+            }
+        }
+        // EG-9 / EG-7.4: budget checked at the handler boundary, never pre-empting a handler.
+        if clock.now().saturating_duration_since(start) >= budget {
+            gate.gate.word.release();
+            tokio::task::yield_now().await;
+            if !gate.gate.core.lock().unwrap().has_ready() {
+                return;
+            }
+            match gate.gate.word.try_acquire() {
+                Some(f) => {
+                    fence = f;
+                    start = clock.now();
+                }
+                None => return,
+            }
+        }
+    }
+}
+
+/// Await `fut`, failing with `DeadlineExceeded` when the deadline, kept by the infrastructure
+/// domain, fires first (EG-16.21).
+pub(crate) async fn with_deadline<T>(
+    rt: &Arc<RtShared>,
+    fut: BoxFuture<Result<T, RuntimeError>>,
+    deadline: Option<std::time::Duration>,
+) -> Result<T, RuntimeError> {
+    let Some(d) = deadline else {
+        return fut.await;
+    };
+    let (tx, rx) = oneshot::channel::<()>();
+    let rt2 = rt.clone();
+    rt.infra
+        .spawn(DOMAIN.scope(Domain::Infrastructure, async move {
+            let mut tx = tx;
+            let fired = tokio::select! {
+                _ = tokio::time::sleep(d) => true,
+                _ = tx.closed() => false,
+            };
+            if fired {
+                rt2.metrics.deadlines_fired.fetch_add(1, Ordering::Relaxed);
+                rt2.status.publish("deadline", "fired");
+                let _ = tx.send(());
+            }
+        }));
+    tokio::select! {
+        r = fut => r,
+        _ = rx => Err(RuntimeError::DeadlineExceeded),
+    }
+}
+
+pub(crate) fn spawn_infrastructure<F>(rt: &RtShared, fut: F) -> tokio::task::JoinHandle<F::Output>
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    rt.infra.spawn(DOMAIN.scope(Domain::Infrastructure, fut))
+}

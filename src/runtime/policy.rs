@@ -1,0 +1,210 @@
+//! Lane policy types (SB-11.2): the differences between Spot lanes, session lanes and
+//! actor-delivery lanes are *types*, so an invalid combination does not compile.
+//!
+//! | policy | return pending | relocation seal | connection closed |
+//! |---|---|---|---|
+//! | [`SpotLane`] | yes ([`ReturnPending`]) | yes ([`RelocationSeal`]) | — |
+//! | [`SessionLane`] | — | — | yes ([`ConnectionClosed`]) |
+//! | [`ActorDeliveryLane`] | — | — | — |
+//!
+//! The capability traits are sealed, so no other crate can add a capability to a policy; a
+//! [`SerialLane`] offers a capability's methods only when its policy implements the trait
+//! (`tests/ui/session_lane_seal.rs` is the compile-fail proof). All three use the same
+//! serial-execution primitive (SB-11.1): a lane behind a gate of `core::GateCore`.
+
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+use crate::sync::Mutex;
+
+use super::context::{Ctx, NoYield, YieldMode};
+use super::core::{LaneClass, LaneStats};
+use super::driver::{GateInner, Handled, LaneHandle};
+use super::error::RuntimeError;
+use super::spot::lane_stats;
+
+mod sealed {
+    pub trait Sealed {}
+}
+
+/// A lane policy. Sealed: exactly [`SpotLane`], [`SessionLane`], [`ActorDeliveryLane`].
+pub trait LanePolicy: sealed::Sealed + Send + Sync + 'static {
+    /// Name for diagnostics.
+    const NAME: &'static str;
+}
+
+/// Capability: hand back the queued, not yet started work (relocation).
+pub trait ReturnPending: LanePolicy {}
+/// Capability: seal the unit for relocation (EG-4.1).
+pub trait RelocationSeal: LanePolicy {}
+/// Capability: the client connection closed; queued work fails and new work is refused.
+pub trait ConnectionClosed: LanePolicy {}
+
+/// Policy of a Spot's lanes: {return-pending, relocation-seal}.
+#[derive(Debug)]
+pub enum SpotLane {}
+/// Policy of a session's lane: {connection-closed}.
+#[derive(Debug)]
+pub enum SessionLane {}
+/// Policy of an actor-delivery lane (also Node and Channel handler lanes): no extras.
+#[derive(Debug)]
+pub enum ActorDeliveryLane {}
+
+impl sealed::Sealed for SpotLane {}
+impl sealed::Sealed for SessionLane {}
+impl sealed::Sealed for ActorDeliveryLane {}
+impl LanePolicy for SpotLane {
+    const NAME: &'static str = "spot";
+}
+impl LanePolicy for SessionLane {
+    const NAME: &'static str = "session";
+}
+impl LanePolicy for ActorDeliveryLane {
+    const NAME: &'static str = "actor-delivery";
+}
+impl ReturnPending for SpotLane {}
+impl RelocationSeal for SpotLane {}
+impl ConnectionClosed for SessionLane {}
+
+/// The gates of one unit (a Spot and everything behind its gates; a session; a handler lane).
+pub(crate) struct Unit {
+    gates: Mutex<Vec<Arc<GateInner>>>,
+}
+
+impl Unit {
+    pub fn new(gate: Arc<GateInner>) -> Unit {
+        Unit {
+            gates: Mutex::new(vec![gate]),
+        }
+    }
+
+    pub fn add_gate(&self, g: Arc<GateInner>) {
+        self.gates.lock().unwrap().push(g);
+    }
+
+    fn gates(&self) -> Vec<Arc<GateInner>> {
+        self.gates.lock().unwrap().clone()
+    }
+
+    pub fn seal(&self) {
+        for g in self.gates() {
+            let refused = g.gate.core.lock().unwrap().handle_seal();
+            g.refuse_resumes(&refused);
+        }
+    }
+
+    pub fn unseal(&self) {
+        for g in self.gates() {
+            g.gate.core.lock().unwrap().handle_unseal();
+            if g.gate.core.lock().unwrap().has_ready() {
+                if let Some(f) = g.gate.word.try_acquire() {
+                    g.kick(f);
+                }
+            }
+        }
+    }
+
+    pub fn return_pending(&self) -> usize {
+        let mut n = 0;
+        for g in self.gates() {
+            let items = g.gate.core.lock().unwrap().handle_return_pending();
+            n += items.len();
+        }
+        n
+    }
+
+    pub fn end(&self) {
+        for g in self.gates() {
+            g.end();
+        }
+    }
+}
+
+/// A serial execution object with lane policy `P`, handing contexts of mode `Y` to its records.
+pub struct SerialLane<P: LanePolicy, Y: YieldMode = NoYield> {
+    lane: Arc<LaneHandle>,
+    unit: Arc<Unit>,
+    _p: PhantomData<fn() -> (P, Y)>,
+}
+
+impl<P: LanePolicy, Y: YieldMode> Clone for SerialLane<P, Y> {
+    fn clone(&self) -> Self {
+        SerialLane {
+            lane: self.lane.clone(),
+            unit: self.unit.clone(),
+            _p: PhantomData,
+        }
+    }
+}
+
+impl<P: LanePolicy, Y: YieldMode> SerialLane<P, Y> {
+    pub(crate) fn new(lane: Arc<LaneHandle>, unit: Arc<Unit>) -> Self {
+        SerialLane {
+            lane,
+            unit,
+            _p: PhantomData,
+        }
+    }
+
+    /// The policy's name.
+    pub fn policy(&self) -> &'static str {
+        P::NAME
+    }
+
+    /// Submit an application record of `payload_len` bytes.
+    pub fn submit<F>(&self, payload_len: usize, f: F) -> Result<(), RuntimeError>
+    where
+        F: FnOnce(Ctx<Y>) -> Handled<()> + Send + 'static,
+    {
+        self.lane.submit(
+            LaneClass::Application,
+            payload_len,
+            Box::new(move |env| f(Ctx::new(env))),
+        )
+    }
+
+    /// Submit a lifecycle record.
+    pub fn submit_lifecycle<F>(&self, f: F) -> Result<(), RuntimeError>
+    where
+        F: FnOnce(Ctx<Y>) -> Handled<()> + Send + 'static,
+    {
+        self.lane.submit(
+            LaneClass::Lifecycle,
+            0,
+            Box::new(move |env| f(Ctx::new(env))),
+        )
+    }
+
+    /// Counters of this lane.
+    pub fn stats(&self) -> LaneStats {
+        lane_stats(&self.lane)
+    }
+}
+
+impl<P: RelocationSeal, Y: YieldMode> SerialLane<P, Y> {
+    /// Seal the unit for relocation (EG-4.1).
+    pub fn seal(&self) {
+        self.unit.seal();
+    }
+
+    /// Lift the seal (relocation aborted).
+    pub fn unseal(&self) {
+        self.unit.unseal();
+    }
+}
+
+impl<P: ReturnPending, Y: YieldMode> SerialLane<P, Y> {
+    /// Take back all queued, not yet started records of the unit (their reservations are
+    /// released); returns how many. The records are dropped here: a relocation driver re-submits
+    /// them at the target (requests waiting on them see `Unavailable`).
+    pub fn return_pending(&self) -> usize {
+        self.unit.return_pending()
+    }
+}
+
+impl<P: ConnectionClosed, Y: YieldMode> SerialLane<P, Y> {
+    /// The client connection closed: queued records fail, new ones are refused.
+    pub fn connection_closed(&self) {
+        self.unit.end();
+    }
+}
