@@ -206,6 +206,9 @@ impl<T: Send + 'static> PendingCall<T, CanYield> {
                 .handle_resume(lane.lane, inv);
             match resumed {
                 Ok(()) => {
+                    lane.rt()
+                        .status
+                        .publish(&format!("lane/{}", lane.object), "resume-queued");
                     if let Some(f) = lane.gate.gate.word.try_acquire() {
                         lane.gate.kick(f);
                     }
@@ -215,6 +218,9 @@ impl<T: Send + 'static> PendingCall<T, CanYield> {
                         .metrics
                         .resumes_refused
                         .fetch_add(1, crate::sync::atomic::Ordering::Relaxed);
+                    lane.rt()
+                        .status
+                        .publish(&format!("lane/{}", lane.object), "resume-refused");
                     lane.slot.signal_abort();
                     std::future::pending::<()>().await;
                 }
@@ -222,6 +228,9 @@ impl<T: Send + 'static> PendingCall<T, CanYield> {
             match grant_rx.await {
                 Ok(done) => lane.slot.regain(done),
                 Err(_) => {
+                    lane.rt()
+                        .status
+                        .publish(&format!("lane/{}", lane.object), "resume-refused");
                     lane.slot.signal_abort();
                     std::future::pending::<()>().await;
                 }

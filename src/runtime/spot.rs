@@ -157,6 +157,15 @@ impl<K> Clone for SpotRef<K> {
     }
 }
 
+impl<K: SpotKind> std::fmt::Debug for SpotRef<K> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SpotRef")
+            .field("kind", &K::NAME)
+            .field("object", &self.inner.lane.object)
+            .finish()
+    }
+}
+
 fn to_ctx<Y: YieldMode>(env: TurnEnv) -> Ctx<Y> {
     Ctx::new(env)
 }
