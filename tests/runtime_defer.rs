@@ -1,0 +1,311 @@
+//! `defer()` / Join barrier contract tests (EG-5, EG-16.9–16.12).
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use tokio::sync::oneshot;
+use zlink::runtime::*;
+
+const GUARD: Duration = Duration::from_secs(30);
+
+fn runtime() -> Runtime {
+    Runtime::new(RuntimeConfig {
+        application_workers: 2,
+        ..Default::default()
+    })
+    .unwrap()
+}
+
+type Events = Arc<Mutex<mpsc::Sender<String>>>;
+
+fn events() -> (Events, mpsc::Receiver<String>) {
+    let (tx, rx) = mpsc::channel();
+    (Arc::new(Mutex::new(tx)), rx)
+}
+
+fn emit(e: &Events, s: impl Into<String>) {
+    e.lock().unwrap().send(s.into()).unwrap();
+}
+
+fn next(rx: &mpsc::Receiver<String>) -> String {
+    rx.recv_timeout(GUARD).expect("event did not arrive")
+}
+
+/// A moving actor whose completion callback reports Join results.
+fn moving_actor<K: SpotKind>(spot: &SpotRef<K>, e: &Events) -> ActorRef<(), ()> {
+    let e = e.clone();
+    spot.spawn_actor_with_completion(
+        |_ctx: Ctx<K::Yield>, _m: ()| Handled::ok(()),
+        move |ctx: Ctx<K::Yield>, ev| {
+            let CompletionEvent::Join(r) = ev else {
+                unreachable!()
+            };
+            // delivered in the moving actor's own lifecycle turn
+            assert_eq!(ctx.lane_class(), LaneClass::Lifecycle);
+            emit(&e, format!("completion:{r:?}"));
+            Handled::ok(())
+        },
+    )
+    .unwrap()
+}
+
+fn join_op(
+    io: &Arc<AtomicUsize>,
+    e: &Events,
+    moving: &ActorRef<(), ()>,
+    result: Result<(), RuntimeError>,
+) -> Join {
+    let (io, e) = (io.clone(), e.clone());
+    Join::new(moving, move || async move {
+        io.fetch_add(1, Ordering::SeqCst);
+        emit(&e, "join-io");
+        result
+    })
+}
+
+// spec: EG-16.9, EG-5.1, EG-5.2, EG-16.11, EG-5.4
+#[test]
+fn defer_is_synchronous_and_starts_no_io_before_the_handler_ends() {
+    let rt = runtime();
+    let (e, rx) = events();
+    let spot = rt
+        .create_spot::<SpotWideUser, _>(|_c, b| Handled::ok(b))
+        .unwrap();
+    let moving = moving_actor(&spot, &e);
+    let io = Arc::new(AtomicUsize::new(0));
+    let (release_tx, release_rx) = oneshot::channel::<()>();
+    let release_rx = Arc::new(Mutex::new(Some(release_rx)));
+    let (e2, io2, m2) = (e.clone(), io.clone(), moving.clone());
+    let h = spot
+        .spawn_actor(move |ctx: SpotWideCtx, _m: ()| {
+            // a plain function returning unit: nothing to await, no result
+            let registered: Result<(), RuntimeError> = ctx.defer(join_op(&io2, &e2, &m2, Ok(())));
+            registered.unwrap();
+            let (e, r) = (e2.clone(), release_rx.lock().unwrap().take().unwrap());
+            let io = io2.clone();
+            Handled::later(async move {
+                // the gate and claim are kept: the handler keeps running
+                assert!(ctx.in_turn());
+                emit(&e, format!("deferred io={}", io.load(Ordering::SeqCst)));
+                r.await.ok();
+                emit(&e, "handler-end");
+                Ok(())
+            })
+        })
+        .unwrap();
+    h.tell(()).unwrap();
+    assert_eq!(next(&rx), "deferred io=0");
+    assert_eq!(io.load(Ordering::SeqCst), 0);
+    release_tx.send(()).unwrap();
+    assert_eq!(next(&rx), "handler-end");
+    assert_eq!(next(&rx), "join-io");
+    // the result reaches the moving actor's completion callback, not the handler
+    assert_eq!(next(&rx), "completion:Ok(())");
+    assert_eq!(rt.metrics().barriers_activated, 1);
+}
+
+// spec: EG-5.1, EG-5.2 — registered before a Yield and in the continuation after it; both
+// activate only when the last continuation ends normally.
+#[test]
+fn defer_before_and_after_yield_activates_at_the_final_end() {
+    let rt = runtime();
+    let (e, rx) = events();
+    let spot = rt
+        .create_spot::<InstanceSpot, _>(|_c, b| Handled::ok(b))
+        .unwrap();
+    let moving = moving_actor(&spot, &e);
+    let io = Arc::new(AtomicUsize::new(0));
+    let (e2, io2, m2) = (e.clone(), io.clone(), moving.clone());
+    let h = spot
+        .spawn_actor(move |ctx: SpotWideCtx, _m: ()| {
+            let (e, io, m) = (e2.clone(), io2.clone(), m2.clone());
+            Handled::later(async move {
+                ctx.defer(join_op(&io, &e, &m, Ok(()))).unwrap();
+                ctx.request(|| async { Ok(()) }).yielding().await.unwrap();
+                ctx.defer(join_op(&io, &e, &m, Err(RuntimeError::NotFound)))
+                    .unwrap();
+                emit(&e, format!("end io={}", io.load(Ordering::SeqCst)));
+                Ok(())
+            })
+        })
+        .unwrap();
+    h.tell(()).unwrap();
+    assert_eq!(next(&rx), "end io=0");
+    let mut rest: Vec<String> = (0..4).map(|_| next(&rx)).collect();
+    rest.sort();
+    // EG-5.6: target-not-found arrives later through the actor completion
+    assert_eq!(
+        rest,
+        [
+            "completion:Err(NotFound)",
+            "completion:Ok(())",
+            "join-io",
+            "join-io"
+        ]
+    );
+}
+
+fn discarded_when(fail: HandlerError) {
+    let rt = runtime();
+    let (e, rx) = events();
+    let spot = rt
+        .create_spot::<SpotWideUser, _>(|_c, b| Handled::ok(b))
+        .unwrap();
+    let moving = moving_actor(&spot, &e);
+    let io = Arc::new(AtomicUsize::new(0));
+    let (e2, io2, m2) = (e.clone(), io.clone(), moving.clone());
+    let h = spot
+        .spawn_actor(move |ctx: SpotWideCtx, _m: ()| {
+            ctx.defer(join_op(&io2, &e2, &m2, Ok(()))).unwrap();
+            Handled::<u32>::err(fail.clone())
+        })
+        .unwrap();
+    let r = rt.block_on(h.ask(())).unwrap();
+    assert!(matches!(r, Err(RuntimeError::Handler(_))));
+    // a later record of the moving actor proves its lifecycle lane was idle: no Join arrived
+    rt.block_on(moving.ask(())).unwrap().unwrap();
+    let end = rt.block_on(async {
+        // the barrier decision happens at the failing record's terminal, before the next record
+        // of the same lane; ask the handler once more to pass that boundary
+        h.ask(()).await
+    });
+    assert!(end.is_ok());
+    assert_eq!(io.load(Ordering::SeqCst), 0);
+    assert!(rx.try_recv().is_err());
+    assert!(rt.metrics().barriers_discarded >= 1);
+    assert_eq!(rt.metrics().barriers_activated, 0);
+}
+
+// spec: EG-16.10, EG-5.3 — exception
+#[test]
+fn handler_error_discards_barriers() {
+    discarded_when(HandlerError::Failed("boom".into()));
+}
+
+// spec: EG-16.10, EG-5.3 — reply-encoding failure
+#[test]
+fn reply_encoding_failure_discards_barriers() {
+    discarded_when(HandlerError::ReplyEncoding("bad reply".into()));
+}
+
+// spec: EG-16.10, EG-5.3 — cancellation
+#[test]
+fn cancelled_handler_discards_barriers() {
+    discarded_when(HandlerError::Cancelled);
+}
+
+// spec: EG-16.10, EG-5.3, EG-4.1 — a handler cancelled because its resume was refused (Spot
+// sealed while it waited) discards its barriers; Join does not run.
+#[test]
+fn refused_resume_discards_barriers() {
+    let rt = runtime();
+    let sub = rt.subscribe_status(1024);
+    let (e, rx) = events();
+    let spot = rt
+        .create_spot::<SpotWideUser, _>(|_c, b| Handled::ok(b))
+        .unwrap();
+    let other = rt
+        .create_spot::<SpotWideUser, _>(|_c, b| Handled::ok(b))
+        .unwrap();
+    let moving = moving_actor(&other, &e);
+    let io = Arc::new(AtomicUsize::new(0));
+    let (release_tx, release_rx) = oneshot::channel::<()>();
+    let release_rx = Arc::new(Mutex::new(Some(release_rx)));
+    let (e2, io2, m2) = (e.clone(), io.clone(), moving.clone());
+    let h = spot
+        .spawn_actor(move |ctx: SpotWideCtx, _m: ()| {
+            ctx.defer(join_op(&io2, &e2, &m2, Ok(()))).unwrap();
+            let r = release_rx.lock().unwrap().take().unwrap();
+            let e = e2.clone();
+            Handled::later(async move {
+                emit(&e, "waiting");
+                let _ = ctx
+                    .request(move || async move {
+                        r.await.ok();
+                        Ok(())
+                    })
+                    .yielding()
+                    .await;
+                emit(&e, "continued");
+                Ok(())
+            })
+        })
+        .unwrap();
+    h.tell(()).unwrap();
+    assert_eq!(next(&rx), "waiting");
+    spot.seal();
+    release_tx.send(()).unwrap();
+    let source = format!("lane/{}", h.object_id());
+    rt.block_on(async {
+        tokio::time::timeout(GUARD, async {
+            loop {
+                let ev = sub.recv().await;
+                if ev.source == source && ev.status == "resume-refused" {
+                    return;
+                }
+            }
+        })
+        .await
+        .unwrap()
+    })
+    .unwrap();
+    // the refused continuation is dropped by its task; wait for the discard to be counted by
+    // probing the moving actor (a later record of an unrelated lane) — the count is set before
+    // the continuation task ends, so loop on events only
+    let done = rt.block_on(async {
+        tokio::time::timeout(GUARD, async {
+            while rt.metrics().barriers_discarded == 0 {
+                tokio::task::yield_now().await;
+            }
+        })
+        .await
+    });
+    assert!(done.unwrap().is_ok());
+    assert_eq!(io.load(Ordering::SeqCst), 0);
+    assert!(rx.try_recv().is_err());
+}
+
+// spec: EG-16.12, EG-5.5, EG-5.6
+#[test]
+fn defer_outside_the_registration_scope_is_invalid() {
+    let rt = runtime();
+    let (e, _rx) = events();
+    let spot = rt
+        .create_spot::<PerActorUser, _>(|_c, b| Handled::ok(b))
+        .unwrap();
+    let moving = moving_actor(&spot, &e);
+    let kept: Arc<Mutex<Option<SerialCtx>>> = Arc::default();
+    let io = Arc::new(AtomicUsize::new(0));
+    let (k, io2, e2, m2) = (kept.clone(), io.clone(), e.clone(), moving.clone());
+    let h = spot
+        .spawn_actor(move |ctx: SerialCtx, m: u32| {
+            if m == 0 {
+                k.lock().unwrap().get_or_insert(ctx);
+                return Handled::ok(Ok::<(), RuntimeError>(()));
+            }
+            // EG-5.6: registration limit exceeded is synchronous, before target I/O
+            let mut last = Ok(());
+            for _ in 0..17 {
+                last = ctx.defer(join_op(&io2, &e2, &m2, Ok(())));
+            }
+            assert_eq!(last, Err(InvalidOperation::DeferLimitExceeded.into()));
+            // fail the handler so the 16 accepted barriers are discarded (EG-5.3)
+            Handled::err(HandlerError::Failed("discard".into()))
+        })
+        .unwrap();
+    rt.block_on(h.ask(0)).unwrap().unwrap().unwrap();
+    rt.block_on(h.ask(0)).unwrap().unwrap().unwrap();
+    let stale = kept.lock().unwrap().take().unwrap();
+    let r = stale.defer(join_op(&io, &e, &moving, Ok(())));
+    assert_eq!(r, Err(InvalidOperation::DeferOutsideScope.into()));
+    assert_eq!(r.unwrap_err().kind(), ErrorKind::InvalidOperation);
+    let r = rt.block_on(h.ask(1)).unwrap();
+    assert!(matches!(r, Err(RuntimeError::Handler(_))));
+    rt.block_on(h.ask(0)).unwrap().unwrap().unwrap();
+    assert_eq!(io.load(Ordering::SeqCst), 0);
+    assert_eq!(rt.metrics().barriers_discarded, 16);
+    let _ = Bytes::new();
+}
