@@ -29,6 +29,7 @@ pub mod counters;
 mod engine;
 pub mod error;
 pub mod handshake;
+mod inbound;
 pub mod node;
 pub mod tap;
 pub mod types;

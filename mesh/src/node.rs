@@ -12,7 +12,7 @@ use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use tokio::sync::{broadcast, mpsc, oneshot};
+use tokio::sync::{broadcast, oneshot};
 
 use crate::bridge::Bell;
 use crate::budget::Budget;
@@ -60,8 +60,7 @@ pub struct Inbound {
     pub reply: Option<ReplyHandle>,
 }
 
-/// The receiving side of the inbound channel (bounded: `MeshConfig::inbound_capacity`).
-pub type InboundReceiver = mpsc::Receiver<Inbound>;
+pub use crate::inbound::InboundReceiver;
 
 /// Why a peer lifecycle ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -383,7 +382,7 @@ impl MeshNode {
             max_message_size: cfg.transport.max_message_size,
             send_timeout: cfg.send_timeout,
         });
-        let (tx, rx) = mpsc::channel(cfg.inbound_capacity);
+        let (tx, rx) = crate::inbound::channel(cfg.inbound_capacity);
         let node = cfg.node.clone();
         let (engine, bound) = Engine::new(ctx, door, shared.clone(), cfg, local, tx)?;
         let thread = std::thread::Builder::new()

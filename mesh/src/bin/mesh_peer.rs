@@ -3,7 +3,9 @@
 //! (echo) and prints `READY <node> <generation>` once the peer is up.
 //!
 //! Usage: `zlink-mesh-peer <mesh> <node> <peer-node> <peer-relay> <peer-completion>`;
-//! the secret comes from `ZLINK_MESH_SECRET` (or `--insecure` as 6th argument).
+//! the secret comes from `ZLINK_MESH_SECRET` (or `--insecure` as an extra argument).
+//! `--no-read` makes it never read its inbound channel (a peer that stopped reading, for the
+//! memory-bound benchmark).
 
 use std::io::Write;
 use std::time::Duration;
@@ -18,7 +20,8 @@ fn main() -> Result<(), Error> {
         return Err("usage: zlink-mesh-peer <mesh> <node> <peer-node> <peer-relay> <peer-completion> [--insecure]".into());
     }
     let mut cfg = MeshConfig::new(MeshName::new(&args[1])?, NodeRid::new(&args[2])?);
-    if args.get(6).map(String::as_str) == Some("--insecure") {
+    let no_read = args.iter().any(|a| a == "--no-read");
+    if args.iter().any(|a| a == "--insecure") {
         cfg.insecure_dev_mode = true;
     } else {
         let secret = std::env::var("ZLINK_MESH_SECRET")?;
@@ -55,6 +58,10 @@ fn main() -> Result<(), Error> {
             g
         )?;
         out.flush()?;
+        if no_read {
+            // Keep the receiver alive without ever reading it.
+            std::future::pending::<()>().await;
+        }
         while let Some(m) = inbound.recv().await {
             if let Some(reply) = m.reply {
                 reply.reply(m.payload.unwrap_or_default());

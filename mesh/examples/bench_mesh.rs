@@ -1,0 +1,310 @@
+//! Mesh transport benchmark (not a timed test). Run with
+//! `cargo run --release -p zlink-mesh --example bench_mesh` (build the `zlink-mesh-peer` bin
+//! first: `cargo build --release -p zlink-mesh --bins`). Prints JSON lines:
+//! `{"bench":…,"metric":…,"value":…,"baseline":…,"ratio":…}` where the baseline is raw
+//! libzmq measured in the same run.
+//!
+//! Args: `[oneway_msgs] [rtt_samples]` (defaults 1,000,000 and 10,000).
+
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use zlink_mesh::{DispatchKey, MeshConfig, MeshName, MeshNode, MeshSecret, NodeRid};
+
+const SIZE: usize = 64;
+const SECRET: &[u8] = b"bench-mesh-secret-0123456789";
+
+fn json(bench: &str, metric: &str, value: f64, baseline: Option<f64>) {
+    match baseline {
+        Some(b) => println!(
+            "{{\"bench\":\"{bench}\",\"metric\":\"{metric}\",\"value\":{value:.1},\"baseline\":{b:.1},\"ratio\":{:.3}}}",
+            value / b
+        ),
+        None => println!("{{\"bench\":\"{bench}\",\"metric\":\"{metric}\",\"value\":{value:.1}}}"),
+    }
+}
+
+fn percentile(v: &mut [f64], p: f64) -> f64 {
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    v[((v.len() as f64 * p) as usize).min(v.len() - 1)]
+}
+
+/// Raw libzmq ROUTER → ROUTER, 64 B, one thread each side.
+fn raw_oneway(n: usize) -> f64 {
+    let ctx_r = zmq::Context::new();
+    let r = ctx_r.socket(zmq::ROUTER).unwrap();
+    r.set_identity(b"rcv").unwrap();
+    r.bind("tcp://127.0.0.1:*").unwrap();
+    let ep = r.get_last_endpoint().unwrap().unwrap();
+    let recv = std::thread::spawn(move || {
+        let mut msg = zmq::Message::new();
+        r.recv(&mut msg, 0).unwrap();
+        r.recv(&mut msg, 0).unwrap();
+        let t0 = Instant::now();
+        for _ in 1..n {
+            r.recv(&mut msg, 0).unwrap();
+            r.recv(&mut msg, 0).unwrap();
+        }
+        t0.elapsed()
+    });
+    let ctx_s = zmq::Context::new();
+    let s = ctx_s.socket(zmq::ROUTER).unwrap();
+    s.set_identity(b"snd").unwrap();
+    s.set_router_mandatory(true).unwrap();
+    s.connect(&ep).unwrap();
+    let payload = [0x5au8; SIZE];
+    loop {
+        match s.send("rcv", zmq::SNDMORE) {
+            Ok(()) => break,
+            Err(_) => std::thread::sleep(Duration::from_millis(2)),
+        }
+    }
+    s.send(&payload[..], 0).unwrap();
+    for _ in 1..n {
+        s.send("rcv", zmq::SNDMORE).unwrap();
+        s.send(&payload[..], 0).unwrap();
+    }
+    let el = recv.join().unwrap();
+    (n - 1) as f64 / el.as_secs_f64()
+}
+
+/// Raw libzmq request/reply: ROUTER client → ROUTER echo server, sequential.
+fn raw_rtt(n: usize) -> Vec<f64> {
+    let ctx_r = zmq::Context::new();
+    let r = ctx_r.socket(zmq::ROUTER).unwrap();
+    r.set_identity(b"srv").unwrap();
+    r.bind("tcp://127.0.0.1:*").unwrap();
+    let ep = r.get_last_endpoint().unwrap().unwrap();
+    let warm = 1000;
+    let srv = std::thread::spawn(move || {
+        for _ in 0..(n + warm) {
+            let m = r.recv_multipart(0).unwrap();
+            r.send_multipart(m, 0).unwrap();
+        }
+    });
+    let ctx_c = zmq::Context::new();
+    let c = ctx_c.socket(zmq::ROUTER).unwrap();
+    c.set_identity(b"cli").unwrap();
+    c.set_router_mandatory(true).unwrap();
+    c.connect(&ep).unwrap();
+    while c.send("srv", zmq::SNDMORE).is_err() {
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let payload = [0x5au8; SIZE];
+    c.send(&payload[..], 0).unwrap();
+    let _ = c.recv_multipart(0).unwrap();
+    let mut v = Vec::with_capacity(n);
+    for i in 0..(n + warm - 1) {
+        let t = Instant::now();
+        c.send("srv", zmq::SNDMORE).unwrap();
+        c.send(&payload[..], 0).unwrap();
+        let _ = c.recv_multipart(0).unwrap();
+        if i >= warm - 1 {
+            v.push(t.elapsed().as_secs_f64() * 1e6);
+        }
+    }
+    srv.join().unwrap();
+    v
+}
+
+fn cfg(node: &str) -> MeshConfig {
+    let mut c = MeshConfig::new(MeshName::new("bench").unwrap(), NodeRid::new(node).unwrap());
+    c.secret = Some(MeshSecret::new(SECRET.to_vec()).unwrap());
+    c
+}
+
+async fn mesh_pair() -> (
+    MeshNode,
+    zlink_mesh::InboundReceiver,
+    MeshNode,
+    zlink_mesh::InboundReceiver,
+) {
+    let (a, ra) = MeshNode::start(cfg("a")).unwrap();
+    let (b, rb) = MeshNode::start(cfg("b")).unwrap();
+    a.connect(b.address()).unwrap();
+    a.wait_peer_up(b.node(), None, Duration::from_secs(30))
+        .await
+        .unwrap();
+    b.wait_peer_up(a.node(), None, Duration::from_secs(30))
+        .await
+        .unwrap();
+    (a, ra, b, rb)
+}
+
+async fn mesh_oneway(n: usize) -> f64 {
+    let (a, _ra, b, mut rb) = mesh_pair().await;
+    let recv = tokio::spawn(async move {
+        rb.recv().await.unwrap();
+        let t0 = Instant::now();
+        for _ in 1..n {
+            rb.recv().await.unwrap();
+        }
+        (t0.elapsed(), rb)
+    });
+    let payload = Bytes::from_static(&[0x5a; SIZE]);
+    let to = b.node().clone();
+    for _ in 0..n {
+        a.send(&to, DispatchKey::new(1), payload.clone())
+            .await
+            .unwrap();
+    }
+    let (el, _rb) = recv.await.unwrap();
+    a.shutdown().await;
+    b.shutdown().await;
+    (n - 1) as f64 / el.as_secs_f64()
+}
+
+async fn mesh_rtt(n: usize) -> Vec<f64> {
+    let (a, _ra, b, mut rb) = mesh_pair().await;
+    let echo = tokio::spawn(async move {
+        while let Some(m) = rb.recv().await {
+            if let Some(r) = m.reply {
+                r.reply(m.payload.unwrap_or_default());
+            }
+        }
+    });
+    let payload = Bytes::from_static(&[0x5a; SIZE]);
+    let to = b.node().clone();
+    let mut v = Vec::with_capacity(n);
+    for i in 0..(n + 1000) {
+        let t = Instant::now();
+        a.request(
+            &to,
+            DispatchKey::new(1),
+            payload.clone(),
+            Duration::from_secs(10),
+        )
+        .await
+        .unwrap();
+        if i >= 1000 {
+            v.push(t.elapsed().as_secs_f64() * 1e6);
+        }
+    }
+    a.shutdown().await;
+    b.shutdown().await;
+    let _ = echo.await;
+    v
+}
+
+fn vm_hwm_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse().ok()))
+        })
+        .unwrap_or(0)
+}
+
+/// Child mode: a sender whose peer (a separate process) never reads. Sends 1 KiB records
+/// until admission has failed 20 times; prints its peak RSS.
+async fn rss_child() {
+    let before = vm_hwm_kib();
+    let mut c = cfg("sender");
+    c.send_timeout = Duration::from_millis(50);
+    let (a, _ra) = MeshNode::start(c).unwrap();
+    let peer_bin = std::env::current_exe()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .join("zlink-mesh-peer");
+    let mut child = tokio::process::Command::new(peer_bin)
+        .args([
+            "bench",
+            "sink",
+            "sender",
+            &a.endpoints().relay,
+            &a.endpoints().completion,
+            "--no-read",
+        ])
+        .env("ZLINK_MESH_SECRET", std::str::from_utf8(SECRET).unwrap())
+        .stdout(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("build the zlink-mesh-peer bin first");
+    let sink = NodeRid::new("sink").unwrap();
+    a.wait_peer_up(&sink, None, Duration::from_secs(30))
+        .await
+        .unwrap();
+    let payload = Bytes::from(vec![0x5au8; 1024]);
+    let (mut ok, mut failed) = (0u64, 0u32);
+    let t0 = Instant::now();
+    while failed < 20 && t0.elapsed() < Duration::from_secs(60) {
+        match a.send(&sink, DispatchKey::new(1), payload.clone()).await {
+            Ok(()) => ok += 1,
+            Err(_) => failed += 1,
+        }
+    }
+    let after = vm_hwm_kib();
+    println!("{ok} {failed} {before} {after}");
+    let _ = child.start_kill();
+    let _ = child.wait().await;
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    if args.get(1).map(String::as_str) == Some("--rss-child") {
+        rt.block_on(rss_child());
+        return;
+    }
+    let n: usize = args
+        .get(1)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(1_000_000);
+    let rtt_n: usize = args.get(2).and_then(|a| a.parse().ok()).unwrap_or(10_000);
+
+    // Interleave raw and mesh runs, report medians of 3.
+    let mut raw = Vec::new();
+    let mut mesh = Vec::new();
+    for _ in 0..3 {
+        raw.push(raw_oneway(n));
+        mesh.push(rt.block_on(mesh_oneway(n)));
+    }
+    let raw_tp = percentile(&mut raw, 0.5);
+    let mesh_tp = percentile(&mut mesh, 0.5);
+    json("mesh_oneway", "msgs_per_s", mesh_tp, Some(raw_tp));
+
+    let mut raw_l = raw_rtt(rtt_n);
+    let mut mesh_l = rt.block_on(mesh_rtt(rtt_n));
+    let (r50, r99) = (percentile(&mut raw_l, 0.5), percentile(&mut raw_l, 0.99));
+    let (m50, m99) = (percentile(&mut mesh_l, 0.5), percentile(&mut mesh_l, 0.99));
+    json("mesh_request_reply", "p50_us", m50, Some(r50));
+    json("mesh_request_reply", "p99_us", m99, Some(r99));
+
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .arg("--rss-child")
+        .output()
+        .unwrap();
+    let line = String::from_utf8_lossy(&out.stdout);
+    let f: Vec<u64> = line
+        .split_whitespace()
+        .filter_map(|x| x.parse().ok())
+        .collect();
+    if f.len() == 4 {
+        json(
+            "mesh_stalled_peer_sender",
+            "admitted_msgs",
+            f[0] as f64,
+            None,
+        );
+        json(
+            "mesh_stalled_peer_sender",
+            "peak_rss_kib",
+            f[3] as f64,
+            None,
+        );
+    } else {
+        eprintln!(
+            "rss child failed: {line} {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
