@@ -12,6 +12,7 @@ use std::any::Any;
 use std::collections::HashMap;
 use std::future::Future;
 use std::marker::PhantomData;
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -197,15 +198,39 @@ fn reply<R>(tx: ReplyTx<R>, r: Result<R, HandlerError>) -> Result<(), HandlerErr
     }
 }
 
+/// Turns a panic of the wrapped future into `HandlerError::Panicked`, so a request still gets its
+/// framework error reply (EG-15).
+struct CatchPanic<F>(F);
+
+impl<R, F: Future<Output = Result<R, HandlerError>> + Unpin> Future for CatchPanic<F> {
+    type Output = Result<R, HandlerError>;
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        let inner = &mut self.0;
+        match catch_unwind(AssertUnwindSafe(|| std::pin::Pin::new(inner).poll(cx))) {
+            Ok(p) => p,
+            Err(_) => std::task::Poll::Ready(Err(HandlerError::Panicked)),
+        }
+    }
+}
+
 fn ask_job<M, R>(h: ActorHandler<M, R>, msg: M, tx: ReplyTx<R>) -> Job
 where
     M: Send + 'static,
     R: Send + 'static,
 {
-    Box::new(move |env| match h(env, msg) {
-        Handled::Now(r) => Handled::Now(reply(tx, r)),
-        Handled::Later(f) => Handled::Later(Box::pin(async move { reply(tx, f.await) })),
-    })
+    Box::new(
+        move |env| match catch_unwind(AssertUnwindSafe(|| h(env, msg))) {
+            Err(_) => Handled::Now(reply(tx, Err(HandlerError::Panicked))),
+            Ok(Handled::Now(r)) => Handled::Now(reply(tx, r)),
+            Ok(Handled::Later(f)) => Handled::Later(Box::pin(async move {
+                let r = CatchPanic(f).await;
+                reply(tx, r)
+            })),
+        },
+    )
 }
 
 async fn await_reply<R>(rx: oneshot::Receiver<Result<R, RuntimeError>>) -> Result<R, RuntimeError> {

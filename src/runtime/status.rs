@@ -71,11 +71,10 @@ impl StatusBus {
                         status: status.to_owned(),
                     });
                 } else {
+                    // full: latest wins per source; the reader sees these after the buffered
+                    // (older) events, so each source's last event read is its latest status
                     s.coalesced_total.fetch_add(1, Ordering::Relaxed);
-                    if let Some(e) = b.fifo.iter_mut().find(|e| e.source == source) {
-                        e.status = status.to_owned();
-                    } else if b
-                        .coalesced
+                    if b.coalesced
                         .insert(source.to_owned(), status.to_owned())
                         .is_none()
                     {
