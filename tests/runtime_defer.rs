@@ -66,7 +66,7 @@ fn join_op(
     })
 }
 
-// spec: EG-16.9, EG-5.1, EG-5.2, EG-16.11, EG-5.4
+// spec: EG-16.9, EG-5, EG-5.1, EG-5.2, EG-16.11, EG-5.4
 #[test]
 fn defer_is_synchronous_and_starts_no_io_before_the_handler_ends() {
     let rt = runtime();

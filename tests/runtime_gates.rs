@@ -62,7 +62,7 @@ fn overlap_handler<Y: YieldMode>(
     }
 }
 
-// spec: EG-16.13, EG-2.2, EG-1.3, EG-1.4, EG-2.6 — SpotWide: handlers of different actors never
+// spec: EG-16.13, EG-1, EG-2, EG-2.2, EG-1.3, EG-1.4, EG-2.6 — SpotWide: handlers of different actors never
 // overlap, even when they await inside the turn.
 #[test]
 fn spotwide_actor_handlers_never_overlap() {
@@ -330,7 +330,8 @@ fn session_callbacks_never_overlap() {
     ));
 }
 
-// spec: EG-2.6 — records of one gate are processed in order; a normal await keeps the gate
+// spec: EG-2.6, EG-12, EG-6.2 — records of one gate are processed in order while work hops
+// between the pool's threads (the observable order is the same as with pinning)
 #[test]
 fn fifo_order_per_actor() {
     let rt = runtime();

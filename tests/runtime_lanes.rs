@@ -179,7 +179,7 @@ fn count_and_byte_limits_per_lane() {
     assert_eq!(e.item, 3);
 }
 
-// spec: EG-16.17, EG-7.3, EG-7.6 — lifecycle does not consume application limits; a full
+// spec: EG-16.17, EG-7, EG-7.3, EG-7.6 — lifecycle does not consume application limits; a full
 // application lane does not block lifecycle; with both ready, lifecycle runs first.
 #[test]
 fn lifecycle_first_and_separate_limits() {

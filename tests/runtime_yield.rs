@@ -303,7 +303,7 @@ fn seal_stops_new_turns_until_unsealed() {
 
 type Slot<T> = Arc<OnceLock<T>>;
 
-// spec: EG-16.7, EG-6.5, EG-3.3
+// spec: EG-16.7, EG-6, EG-6.5, EG-3.3
 #[test]
 fn awaiting_oneself_fails_before_submission() {
     let rt = runtime();
