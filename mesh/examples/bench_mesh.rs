@@ -264,14 +264,18 @@ fn main() {
     // Interleave raw and mesh runs, report medians of 3.
     let mut raw = Vec::new();
     let mut mesh = Vec::new();
+    let only_mesh = std::env::var_os("BENCH_ONLY_MESH").is_some();
     for _ in 0..3 {
-        raw.push(raw_oneway(n));
+        raw.push(if only_mesh { 1.0 } else { raw_oneway(n) });
         mesh.push(rt.block_on(mesh_oneway(n)));
     }
     let raw_tp = percentile(&mut raw, 0.5);
     let mesh_tp = percentile(&mut mesh, 0.5);
     json("mesh_oneway", "msgs_per_s", mesh_tp, Some(raw_tp));
 
+    if rtt_n == 0 {
+        return;
+    }
     let mut raw_l = raw_rtt(rtt_n);
     let mut mesh_l = rt.block_on(mesh_rtt(rtt_n));
     let (r50, r99) = (percentile(&mut raw_l, 0.5), percentile(&mut raw_l, 0.99));

@@ -14,7 +14,9 @@
 //!   [`ReplyOutcome::WrongPeer`] and leaves the request pending;
 //! - nothing is ever resent (the table has no resend path at all).
 
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeSet, VecDeque};
+
+use crate::fxhash::FastMap;
 use std::time::Instant;
 
 /// How many recently ended ids are remembered to classify late replies.
@@ -54,9 +56,9 @@ struct Pending<P, W> {
 
 /// The table. `P` identifies a peer lifecycle, `W` is the waiter to complete.
 pub struct Correlations<P, W> {
-    pending: HashMap<u64, Pending<P, W>>,
+    pending: FastMap<u64, Pending<P, W>>,
     deadlines: BTreeSet<(Instant, u64)>,
-    recent: HashMap<u64, Terminal>,
+    recent: FastMap<u64, Terminal>,
     recent_order: VecDeque<u64>,
     late_replies: u64,
 }
@@ -71,9 +73,9 @@ impl<P: PartialEq + Clone, W> Correlations<P, W> {
     /// An empty table.
     pub fn new() -> Self {
         Self {
-            pending: HashMap::new(),
+            pending: FastMap::default(),
             deadlines: BTreeSet::new(),
-            recent: HashMap::new(),
+            recent: FastMap::default(),
             recent_order: VecDeque::new(),
             late_replies: 0,
         }

@@ -19,7 +19,7 @@
 //! - every outbound message admitted against a budget is released exactly once (sent or
 //!   discarded on peer loss).
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -34,6 +34,7 @@ use crate::config::{MeshConfig, PeerAddress};
 use crate::correlation::{Correlations, ReplyOutcome};
 use crate::counters::{DropReason, TransportEvent};
 use crate::error::RequestError;
+use crate::fxhash::FastMap;
 use crate::handshake::{Handshake, HandshakeFailure, LocalIdentity, Outcome};
 use crate::inbound::InboundSender;
 use crate::node::{
@@ -185,11 +186,13 @@ pub(crate) struct Engine {
     shared: Arc<Shared>,
     cfg: MeshConfig,
     local: LocalIdentity,
-    peers: HashMap<NodeRid, Peer>,
-    endpoints: HashMap<String, (NodeRid, LinkKind)>,
+    peers: FastMap<NodeRid, Peer>,
+    endpoints: FastMap<String, (NodeRid, LinkKind)>,
     paused: HashSet<NodeRid>,
-    clients: HashMap<u64, Client>,
-    clients_by_rid: HashMap<Vec<u8>, u64>,
+    /// Routing id bytes → NodeRid of known peers (avoids validating text per record).
+    rid_cache: FastMap<Vec<u8>, NodeRid>,
+    clients: FastMap<u64, Client>,
+    clients_by_rid: FastMap<Vec<u8>, u64>,
     paused_clients: HashSet<u64>,
     next_session: u64,
     corr: Correlations<(NodeRid, NodeGeneration), Waiter>,
@@ -335,11 +338,12 @@ impl Engine {
                 shared,
                 cfg,
                 local,
-                peers: HashMap::new(),
-                endpoints: HashMap::new(),
+                peers: FastMap::default(),
+                endpoints: FastMap::default(),
                 paused: HashSet::new(),
-                clients: HashMap::new(),
-                clients_by_rid: HashMap::new(),
+                rid_cache: FastMap::default(),
+                clients: FastMap::default(),
+                clients_by_rid: FastMap::default(),
                 paused_clients: HashSet::new(),
                 next_session: 1,
                 corr: Correlations::new(),
@@ -1353,16 +1357,17 @@ impl Engine {
             if kind == LinkKind::Client && self.stalled_client.is_some() {
                 break;
             }
-            let Some((rid, parts)) = recv_multipart(self.socket(kind)) else {
+            let Some((rid, parts)) = recv_frames(self.socket(kind)) else {
                 break;
             };
             n += 1;
             if let Some(tap) = &self.cfg.tap {
-                tap.record(TapDirection::Received, kind, &rid, &parts);
+                let copy: Vec<Bytes> = parts.iter().map(|m| Bytes::copy_from_slice(m)).collect();
+                tap.record(TapDirection::Received, kind, &rid, &copy);
             }
             match kind {
-                LinkKind::Client => self.on_client_message(rid, parts),
-                _ => self.on_peer_message(kind, rid, parts),
+                LinkKind::Client => self.on_client_message(&rid, &parts),
+                _ => self.on_peer_message(kind, &rid, &parts),
             }
         }
         n
@@ -1426,11 +1431,13 @@ impl Engine {
 
     // ---------------------------------------------------------------- ingress
 
-    fn on_peer_message(&mut self, kind: LinkKind, rid: Bytes, parts: Vec<Bytes>) {
-        let node = match std::str::from_utf8(&rid)
-            .ok()
-            .and_then(|s| NodeRid::new(s).ok())
-        {
+    fn on_peer_message(&mut self, kind: LinkKind, rid: &[u8], parts: &[zmq::Message]) {
+        let cached = self.rid_cache.get(rid).cloned();
+        let node = match cached.or_else(|| {
+            std::str::from_utf8(rid)
+                .ok()
+                .and_then(|s| NodeRid::new(s).ok())
+        }) {
             Some(n) => n,
             None => {
                 self.shared
@@ -1443,7 +1450,7 @@ impl Engine {
             header,
             record,
             payload,
-        }) = decode_counted(&self.shared, &self.limits, &parts, &node)
+        }) = decode_counted(&self.shared, &self.limits, parts, &node)
         else {
             return;
         };
@@ -1460,6 +1467,9 @@ impl Engine {
                 .drop(DropReason::Unauthenticated, &node);
             return;
         };
+        if self.rid_cache.len() < 4096 && !self.rid_cache.contains_key(rid) {
+            self.rid_cache.insert(rid.to_vec(), node.clone());
+        }
         let current = p.generation;
         let generation = match (p.link_mut(kind), current) {
             (Link::Up(g), Some(cur)) if *g == cur => cur,
@@ -1581,17 +1591,17 @@ impl Engine {
         }
     }
 
-    fn on_client_message(&mut self, rid: Bytes, parts: Vec<Bytes>) {
+    fn on_client_message(&mut self, rid: &[u8], parts: &[zmq::Message]) {
         let Some(Decoded {
             header,
             record,
             payload,
-        }) = decode_counted(&self.shared, &self.limits, &parts, &"client")
+        }) = decode_counted(&self.shared, &self.limits, parts, &"client")
         else {
             return;
         };
         let now = Instant::now();
-        let session = match self.clients_by_rid.get(&rid[..]) {
+        let session = match self.clients_by_rid.get(rid) {
             Some(s) => *s,
             None => {
                 if self.clients.len() >= self.cfg.max_clients {
@@ -1626,7 +1636,7 @@ impl Engine {
         let corr = header.correlation;
         match codec::classify(record) {
             (Class::Ping(seq), _) => {
-                self.send_control(LinkKind::Client, &rid, Record::Pong(Pong { seq }))
+                self.send_control(LinkKind::Client, rid, Record::Pong(Pong { seq }))
             }
             (Class::Pong, _) => {}
             (Class::Disconnect, _) => self.remove_client(session),
@@ -1766,10 +1776,25 @@ impl Engine {
 fn decode_counted(
     shared: &Shared,
     limits: &Limits,
-    parts: &[Bytes],
+    parts: &[zmq::Message],
     who: &dyn std::fmt::Display,
 ) -> Option<Decoded> {
-    match codec::decode(parts, limits) {
+    let decoded = match parts {
+        [envelope] => zlink_wire::decode_parts(envelope, None, limits),
+        [envelope, payload] => {
+            // Bound before copying: the decoder re-checks the same limit.
+            if payload.len() > limits.max_payload {
+                Err(zlink_wire::DecodeError::PayloadTooLarge {
+                    len: payload.len(),
+                    max: limits.max_payload,
+                })
+            } else {
+                zlink_wire::decode_parts(envelope, Some(Bytes::copy_from_slice(payload)), limits)
+            }
+        }
+        _ => Err(zlink_wire::DecodeError::PartCount { count: parts.len() }),
+    };
+    match decoded {
         Ok(f) => Some(f),
         Err(e) => {
             shared
@@ -1789,6 +1814,29 @@ pub(crate) fn reply_result(rec: Record, payload: Option<Bytes>) -> Result<Respon
         }),
         record => Ok(Response { record, payload }),
     }
+}
+
+/// Reads one multipart message without blocking, without copying: (routing id, frames).
+/// Messages with more than [`MAX_PARTS`] parts are consumed and returned with one extra empty
+/// frame so that they fail decoding.
+pub(crate) fn recv_frames(s: &zmq::Socket) -> Option<(zmq::Message, Vec<zmq::Message>)> {
+    let first = s.recv_msg(zmq::DONTWAIT).ok()?;
+    let mut more = first.get_more();
+    let mut parts = Vec::with_capacity(2);
+    let mut n = 1;
+    while more {
+        let Ok(m) = s.recv_msg(zmq::DONTWAIT) else {
+            break;
+        };
+        more = m.get_more();
+        n += 1;
+        if n <= MAX_PARTS {
+            parts.push(m);
+        } else if n == MAX_PARTS + 1 {
+            parts.push(zmq::Message::new());
+        }
+    }
+    Some((first, parts))
 }
 
 /// Reads one multipart message without blocking: (first part, remaining parts). Messages with

@@ -28,6 +28,7 @@ pub mod correlation;
 pub mod counters;
 mod engine;
 pub mod error;
+mod fxhash;
 pub mod handshake;
 mod inbound;
 pub mod node;

@@ -6,7 +6,7 @@
 //! [`MeshNode::wait_peer_up`] (or [`MeshNode::subscribe`]) → `send`/`request`/`push` →
 //! [`MeshNode::shutdown`].
 
-use std::collections::HashMap;
+use crate::fxhash::FastMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
@@ -140,8 +140,8 @@ pub(crate) enum ReplyTarget {
 /// State shared by the API handles and the I/O thread.
 pub(crate) struct Shared {
     pub bell: Bell<Command>,
-    peers: RwLock<HashMap<NodeRid, PeerSlot>>,
-    clients: RwLock<HashMap<u64, Arc<Budget>>>,
+    peers: RwLock<FastMap<NodeRid, PeerSlot>>,
+    clients: RwLock<FastMap<u64, Arc<Budget>>>,
     pub counters: Counters,
     next_corr: AtomicU64,
     events: broadcast::Sender<PeerEvent>,
@@ -373,8 +373,8 @@ impl MeshNode {
         let (events, _) = broadcast::channel(1024);
         let shared = Arc::new(Shared {
             bell,
-            peers: RwLock::new(HashMap::new()),
-            clients: RwLock::new(HashMap::new()),
+            peers: RwLock::new(FastMap::default()),
+            clients: RwLock::new(FastMap::default()),
             counters: Counters::default(),
             next_corr: AtomicU64::new(1),
             events,
