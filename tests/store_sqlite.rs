@@ -14,12 +14,23 @@ use std::time::Duration;
 use zlink::store::contract::{self, actor, node, owner, request};
 use zlink::store::{
     ActivationState, LocationStore, ManualClock, NodeGeneration, Reservation, SqliteOptions,
-    SqliteStore, StoreError,
+    SqliteStore, StoreError, SystemClock,
 };
 
+/// Generous lock wait: these tests run on loaded machines; only `lock_timeout_is_unavailable`
+/// wants a short one.
+fn patient() -> SqliteOptions {
+    let mut o = SqliteOptions::default();
+    o.busy_timeout = Duration::from_secs(60);
+    o
+}
+
 fn open(path: &Path, clock: &ManualClock) -> SqliteStore {
-    SqliteStore::open_with(path, SqliteOptions::default(), Arc::new(clock.clone()))
-        .expect("open sqlite store")
+    SqliteStore::open_with(path, patient(), Arc::new(clock.clone())).expect("open sqlite store")
+}
+
+fn open_system(path: impl AsRef<Path>) -> SqliteStore {
+    SqliteStore::open_with(path, patient(), Arc::new(SystemClock)).expect("open sqlite store")
 }
 
 // spec: EG-14, SB-8.9 — two independent handles (own connection and thread each) on one file
@@ -296,7 +307,7 @@ const CHILD_ACTORS: usize = 60;
 async fn two_processes_share_the_store_and_agree() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("processes.db");
-    let store = SqliteStore::open(&path).unwrap();
+    let store = open_system(&path);
     let lease = store
         .register_owner(
             node("parent"),
@@ -415,7 +426,7 @@ fn store_child_process() {
         .build()
         .unwrap();
     rt.block_on(async move {
-        let store = SqliteStore::open(&path).unwrap();
+        let store = open_system(&path);
         let lease = store
             .register_owner(
                 node("child"),

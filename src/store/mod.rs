@@ -83,6 +83,11 @@ pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>>
 /// Call order of one node: `register_owner` once per process start, `renew_owner` periodically
 /// (well before `ttl`), then any number of `reserve_activation` → (factory) → `mark_ready`,
 /// `lookup`, `cas_owner`, `destroy`; `release_owner` at graceful shutdown.
+///
+/// Cancellation: a future dropped before it is first polled does nothing; one dropped later may
+/// or may not have been applied (a networked backend cannot know either). Every write is fenced,
+/// so the caller re-reads (`lookup`) or repeats: a repeated `reserve_activation` answers
+/// [`Reservation::Held`] with the caller itself as owner, a repeated `mark_ready` is idempotent.
 pub trait LocationStore: Send + Sync + fmt::Debug {
     /// Registers (or idempotently renews) the owner lease of one node process.
     ///
