@@ -394,3 +394,23 @@ fn load_reads_a_file() {
     let err = NodeConfig::load(dir.path().join("missing.toml")).unwrap_err();
     assert!(matches!(err, ConfigError::Read { .. }), "{err}");
 }
+
+// spec: SB-3.5 — there is no hidden same-process authority: without a configured store, startup
+// with actor dispatch fails instead of silently using an in-process store, and a plan without a
+// store never hands one out.
+#[test]
+fn no_hidden_same_process_authority() {
+    let err = StartupBuilder::<&str>::new(rid("node-a"))
+        .mesh(mesh("main"))
+        .object_client()
+        .object_server()
+        .enable_actor_dispatch()
+        .build()
+        .unwrap_err();
+    assert!(matches!(err, ConfigError::NoLocationStore), "{err}");
+    let cfg = NodeConfig::from_toml_str("node = \"edge\"").unwrap();
+    cfg.validate().unwrap();
+    assert_eq!(cfg.store, None);
+    let plan = StartupBuilder::<()>::from_config(&cfg).build().unwrap();
+    assert!(plan.open_store().unwrap().is_none());
+}
