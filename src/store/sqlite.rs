@@ -143,7 +143,8 @@ const fn from_sql(v: i64) -> u64 {
 }
 
 impl SqliteStore {
-    /// Opens (creating if needed) the store file at `path` on the system clock.
+    /// Opens (creating it and its directory if needed) the store file at `path` on the system
+    /// clock.
     ///
     /// Blocks on file I/O and, if another process holds the write lock, for up to the busy
     /// timeout: call it at startup.
@@ -165,6 +166,9 @@ impl SqliteStore {
         clock: Arc<dyn Clock>,
     ) -> Result<Self, StoreError> {
         let path = path.as_ref().to_path_buf();
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(|e| StoreError::backend(BACKEND, e))?;
+        }
         let mut conn = Connection::open(&path).map_err(sql)?;
         initialise(&mut conn, &options)?;
         let (jobs, queue) = mpsc::channel::<Job>();
@@ -613,6 +617,14 @@ mod tests {
             .query_row("PRAGMA user_version", [], |r| r.get(0))
             .unwrap();
         assert_eq!(version, SCHEMA_VERSION);
+    }
+
+    #[test]
+    fn creates_missing_directories() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("run/node-a/store.db");
+        drop(SqliteStore::open(&path).unwrap());
+        assert!(path.exists());
     }
 
     #[test]
