@@ -111,10 +111,16 @@ impl Budget {
     }
 
     /// Releases one message of `bytes` (called by the I/O thread).
+    ///
+    /// Waiters are woken with hysteresis: only once usage fell to half of a limit (or to
+    /// zero), so a sender blocked on a full budget is woken once per half budget, not once
+    /// per message.
     pub fn release(&self, bytes: u64) {
-        self.messages.fetch_sub(1, Ordering::AcqRel);
-        self.bytes.fetch_sub(bytes, Ordering::AcqRel);
-        self.wake();
+        let m = self.messages.fetch_sub(1, Ordering::AcqRel) - 1;
+        let b = self.bytes.fetch_sub(bytes, Ordering::AcqRel) - bytes;
+        if m <= self.limit.messages / 2 && b <= self.limit.bytes / 2 {
+            self.wake();
+        }
     }
 
     /// Messages currently reserved.
