@@ -516,6 +516,15 @@ impl Engine {
         if addr.node == self.local.node {
             return;
         }
+        if self
+            .peers
+            .get(&addr.node)
+            .and_then(|p| p.addr.as_ref())
+            .is_some_and(|a| *a == addr)
+        {
+            // Idempotent: already connecting/connected to this address.
+            return;
+        }
         if let Err(e) = self.sockets.relay.connect(&addr.relay) {
             tracing::warn!(peer = %addr.node, error = %e, "relay connect failed");
             return;

@@ -120,3 +120,24 @@ async fn three_nodes_relay_and_completion_replies() {
     }
     let _ = Duration::ZERO;
 }
+
+// spec: SB-5.4 — connecting twice is idempotent and control traffic keeps the pair up; a
+// request to an unknown peer fails at admission (Unavailable), nothing is queued.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connect_is_idempotent_and_unknown_peer_is_unavailable() {
+    let (a, _ra) = start("ia");
+    let (b, mut rb) = start("ib");
+    link(&a, &b).await;
+    a.connect(b.address()).unwrap();
+    a.send(b.node(), DispatchKey::new(1), Bytes::from_static(b"one")).await.unwrap();
+    let m = tokio::time::timeout(WAIT, rb.recv()).await.unwrap().unwrap();
+    assert_eq!(m.payload.as_deref(), Some(&b"one"[..]));
+    let e = a
+        .send(&rid("nobody"), DispatchKey::new(1), Bytes::new())
+        .await
+        .unwrap_err();
+    assert_eq!(e, zlink_mesh::SendError::Unavailable);
+    assert_eq!(a.counters().events(zlink_mesh::TransportEvent::PeerDown), 0);
+    a.shutdown().await;
+    b.shutdown().await;
+}
