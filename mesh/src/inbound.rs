@@ -14,6 +14,10 @@ use tokio::sync::mpsc;
 
 use crate::node::Inbound;
 
+/// Records per batch: small enough that a batch stays well below malloc's 64 KiB
+/// consolidation threshold (an `Inbound` is ~300 bytes), large enough to amortise wake-ups.
+const BATCH: usize = 64;
+
 /// Sending half (I/O thread).
 pub(crate) struct InboundSender {
     tx: mpsc::UnboundedSender<Vec<Inbound>>,
@@ -38,7 +42,7 @@ pub(crate) fn channel(capacity: usize) -> (InboundSender, InboundReceiver) {
             tx,
             queued: queued.clone(),
             capacity,
-            batch: Vec::new(),
+            batch: Vec::with_capacity(BATCH),
         },
         InboundReceiver {
             rx,
@@ -60,6 +64,9 @@ impl InboundSender {
             return Err(inb);
         }
         self.batch.push(inb);
+        if self.batch.len() >= BATCH {
+            self.flush();
+        }
         Ok(())
     }
 
@@ -68,7 +75,7 @@ impl InboundSender {
         if self.batch.is_empty() {
             return;
         }
-        let batch = std::mem::take(&mut self.batch);
+        let batch = std::mem::replace(&mut self.batch, Vec::with_capacity(BATCH));
         self.queued.fetch_add(batch.len(), Ordering::AcqRel);
         if let Err(e) = self.tx.send(batch) {
             self.queued.fetch_sub(e.0.len(), Ordering::AcqRel);

@@ -129,8 +129,13 @@ async fn connect_is_idempotent_and_unknown_peer_is_unavailable() {
     let (b, mut rb) = start("ib");
     link(&a, &b).await;
     a.connect(b.address()).unwrap();
-    a.send(b.node(), DispatchKey::new(1), Bytes::from_static(b"one")).await.unwrap();
-    let m = tokio::time::timeout(WAIT, rb.recv()).await.unwrap().unwrap();
+    a.send(b.node(), DispatchKey::new(1), Bytes::from_static(b"one"))
+        .await
+        .unwrap();
+    let m = tokio::time::timeout(WAIT, rb.recv())
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(m.payload.as_deref(), Some(&b"one"[..]));
     let e = a
         .send(&rid("nobody"), DispatchKey::new(1), Bytes::new())
