@@ -1091,16 +1091,13 @@ impl Engine {
                     };
                     self.shared.set_peer(node.clone(), Some(slot));
                     self.shared.counters.event(TransportEvent::PeerUp);
+                    // The initial grant: the whole window, as if used and freed.
                     let window = self.cfg.peer_window;
-                    let rid = p.rid.clone();
-                    self.send_control(
-                        LinkKind::Completion,
-                        &rid,
-                        Record::FlowCredit(zlink_wire::FlowCredit {
-                            messages: window.messages,
-                            bytes: window.bytes,
-                        }),
-                    );
+                    p.rx_used_msgs = u64::from(window.messages);
+                    p.rx_used_bytes = window.bytes;
+                    p.ret_msgs = u64::from(window.messages);
+                    p.ret_bytes = window.bytes;
+                    self.flush_credit(node);
                     tracing::debug!(peer = %node, generation = %id.generation, "peer up");
                     self.shared.publish(PeerEvent::Up {
                         node: node.clone(),
@@ -1232,6 +1229,15 @@ impl Engine {
         }
         for node in timed_out {
             self.peer_down(&node, DownReason::Timeout, true);
+        }
+        let owed: Vec<NodeRid> = self
+            .peers
+            .values()
+            .filter(|p| p.up && (p.ret_msgs > 0 || p.ret_bytes > 0))
+            .map(|p| p.node.clone())
+            .collect();
+        for node in owed {
+            self.flush_credit(&node);
         }
         for (rid, seq) in ping {
             self.send_control(LinkKind::Completion, &rid, Record::Ping(Ping { seq }));
@@ -1721,16 +1727,34 @@ impl Engine {
         p.ret_bytes += bytes;
         let batch_msgs = u64::from(window.messages / 4).max(1);
         if p.ret_msgs >= batch_msgs || p.ret_bytes >= window.bytes / 4 {
-            let grant = zlink_wire::FlowCredit {
-                messages: u32::try_from(p.ret_msgs).unwrap_or(u32::MAX),
-                bytes: p.ret_bytes,
-            };
-            p.rx_used_msgs = p.rx_used_msgs.saturating_sub(p.ret_msgs);
-            p.rx_used_bytes = p.rx_used_bytes.saturating_sub(p.ret_bytes);
-            p.ret_msgs = 0;
-            p.ret_bytes = 0;
-            let rid = p.rid.clone();
-            self.send_control(LinkKind::Completion, &rid, Record::FlowCredit(grant));
+            self.flush_credit(node);
+        }
+    }
+
+    /// Returns the freed credit to the peer now. Credit is only considered returned once
+    /// libzmq took the FlowCredit record; otherwise it stays pending and housekeeping retries
+    /// (a lost grant would stall the peer for ever).
+    fn flush_credit(&mut self, node: &NodeRid) {
+        let Some(p) = self.peers.get(node) else {
+            return;
+        };
+        if p.ret_msgs == 0 && p.ret_bytes == 0 {
+            return;
+        }
+        let (msgs, bytes) = (p.ret_msgs.min(u64::from(u32::MAX)), p.ret_bytes);
+        let frames = codec::encode_control(Record::FlowCredit(zlink_wire::FlowCredit {
+            messages: msgs as u32,
+            bytes,
+        }));
+        if matches!(
+            self.raw_send(LinkKind::Completion, &p.rid, &frames),
+            SendOutcome::Sent
+        ) {
+            let p = self.peers.get_mut(node).expect("peer");
+            p.rx_used_msgs = p.rx_used_msgs.saturating_sub(msgs);
+            p.rx_used_bytes = p.rx_used_bytes.saturating_sub(bytes);
+            p.ret_msgs -= msgs;
+            p.ret_bytes -= bytes;
         }
     }
 
