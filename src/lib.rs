@@ -1,6 +1,8 @@
 //! ZLink node runtime: lane runtime, actors and Spots, session binding, Location Store.
 
+pub mod actor;
 pub mod config;
+pub mod node;
 pub mod runtime;
 pub mod store;
 pub mod sync;

@@ -1,3 +1,340 @@
-//! `zlink-node`: one ZLink mesh node process (placeholder while the node lands).
+//! `zlink-node`: one ZLink mesh node process.
+//!
+//! Configuration comes from a TOML file (`--config`), `ZLINK_*` environment variables and
+//! command-line flags; a flag beats the environment, which beats the file. The node hosts the
+//! demo actor types (`counter`, `echo`, `room`, `failing`), serves clients over ClientServer
+//! (the client protocol of `zlink::node::protocol`) and stops gracefully on SIGTERM/SIGINT
+//! (SB-10: stop accepting, drain accepted work until the drain deadline, release the owner
+//! lease, close the mesh).
 
-fn main() {}
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use clap::{Parser, ValueEnum};
+use serde::Deserialize;
+use zlink::config::{
+    ClientConfig, MeshConfig, MeshSecretText, NodeConfig, ObjectRoles, PeerConfig,
+};
+use zlink::node::{Node, NodeOptions, demo};
+use zlink::store::StoreUrl;
+use zlink_wire::{MeshName, NodeRid};
+
+const AFTER_HELP: &str = "\
+CONFIGURATION FILE (TOML, every key optional; flags and environment override it):
+  name = \"node1\"                          node name = routing id (NodeRid)
+  mesh = \"local\"                          mesh name
+  relay = \"tcp://127.0.0.1:7001\"          RouteMesh relay endpoint to bind
+  completion = \"tcp://127.0.0.1:7002\"     RouteMesh completion endpoint to bind (replies)
+  client = \"tcp://127.0.0.1:7003\"         ClientServer endpoint to bind (omit: no clients)
+  secret_file = \"/path/mesh.secret\"       mesh secret (HMAC key, >= 16 bytes, trimmed)
+  store = \"sqlite:///path/store.db\"       Location Store URL (sqlite:///PATH or memory:)
+  ready_file = \"/path/node1.ready\"        written once the node serves and its peers are up
+  drain_timeout_ms = 5000                 graceful shutdown drain deadline
+  lease_ttl_ms = 10000                    owner lease TTL in the Location Store
+  peer_wait_ms = 20000                    how long to wait for peers before `ready`
+  log_format = \"text\"                     text | json
+  insecure_dev_mode = false               run without a mesh secret (proves nothing)
+  [[peers]]                               every node of the mesh (its own entry is skipped);
+  name = \"node2\"                          a node dials the peers whose name sorts after its own
+  relay = \"tcp://127.0.0.1:7101\"
+  completion = \"tcp://127.0.0.1:7102\"
+
+ENVIRONMENT:
+  ZLINK_MESH_SECRET   the mesh secret itself (instead of a secret file)
+  RUST_LOG            log filter (default: info), e.g. RUST_LOG=zlink=debug
+
+SIGNALS:
+  SIGTERM, SIGINT     graceful shutdown: refuse new client work, drain accepted work until
+                      the drain deadline, release the owner lease, close the mesh, exit 0";
+
+/// A ZLink node: hosts actors, relays actor calls over RouteMesh and serves ClientServer
+/// clients.
+#[derive(Debug, Parser)]
+#[command(name = "zlink-node", version, about, after_help = AFTER_HELP)]
+struct Cli {
+    /// TOML configuration file (keys below).
+    #[arg(long, short = 'c', env = "ZLINK_CONFIG", value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Node name: the routing id (NodeRid) peers know this node by.
+    #[arg(long, env = "ZLINK_NAME")]
+    name: Option<String>,
+    /// Mesh name [default: local].
+    #[arg(long, env = "ZLINK_MESH")]
+    mesh: Option<String>,
+    /// RouteMesh relay endpoint to bind [default: tcp://127.0.0.1:*].
+    #[arg(long, env = "ZLINK_RELAY", value_name = "ENDPOINT")]
+    relay: Option<String>,
+    /// RouteMesh completion endpoint to bind; replies travel here [default: tcp://127.0.0.1:*].
+    #[arg(long, env = "ZLINK_COMPLETION", value_name = "ENDPOINT")]
+    completion: Option<String>,
+    /// ClientServer endpoint to bind (DEALER clients connect here).
+    #[arg(long, env = "ZLINK_CLIENT", value_name = "ENDPOINT")]
+    client: Option<String>,
+    /// File holding the mesh secret (>= 16 bytes after trimming).
+    #[arg(long, env = "ZLINK_SECRET_FILE", value_name = "FILE")]
+    secret_file: Option<PathBuf>,
+    /// Location Store URL: sqlite:///PATH (shared by every node on the machine) or memory:
+    /// [default: sqlite://./zlink-store.db].
+    #[arg(long, env = "ZLINK_STORE", value_name = "URL")]
+    store: Option<String>,
+    /// File written once the node serves and its peers are up (endpoints, generation).
+    #[arg(long, env = "ZLINK_READY_FILE", value_name = "FILE")]
+    ready_file: Option<PathBuf>,
+    /// A peer, NAME=RELAY,COMPLETION (repeatable; adds to the file's [[peers]]).
+    #[arg(long = "peer", value_name = "NAME=RELAY,COMPLETION")]
+    peers: Vec<String>,
+    /// Graceful shutdown drain deadline in ms [default: 5000].
+    #[arg(long, env = "ZLINK_DRAIN_TIMEOUT_MS", value_name = "MS")]
+    drain_timeout_ms: Option<u64>,
+    /// Owner lease TTL in the Location Store in ms [default: 10000].
+    #[arg(long, env = "ZLINK_LEASE_TTL_MS", value_name = "MS")]
+    lease_ttl_ms: Option<u64>,
+    /// How long to wait for the peers before writing the ready file, in ms [default: 20000].
+    #[arg(long, env = "ZLINK_PEER_WAIT_MS", value_name = "MS")]
+    peer_wait_ms: Option<u64>,
+    /// Log format [default: text].
+    #[arg(long, env = "ZLINK_LOG_FORMAT", value_enum)]
+    log_format: Option<LogFormat>,
+    /// Run the mesh without a secret (development only: the handshake proves nothing).
+    #[arg(long, env = "ZLINK_INSECURE_DEV_MODE")]
+    insecure_dev_mode: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Deserialize)]
+#[serde(rename_all = "lowercase")]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileConfig {
+    name: Option<String>,
+    mesh: Option<String>,
+    relay: Option<String>,
+    completion: Option<String>,
+    client: Option<String>,
+    secret_file: Option<PathBuf>,
+    store: Option<String>,
+    ready_file: Option<PathBuf>,
+    drain_timeout_ms: Option<u64>,
+    lease_ttl_ms: Option<u64>,
+    peer_wait_ms: Option<u64>,
+    log_format: Option<LogFormat>,
+    #[serde(default)]
+    insecure_dev_mode: bool,
+    #[serde(default)]
+    peers: Vec<FilePeer>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FilePeer {
+    name: String,
+    relay: String,
+    completion: String,
+}
+
+/// The merged settings of the process.
+struct Settings {
+    config: NodeConfig,
+    ready_file: Option<PathBuf>,
+    drain: Duration,
+    peer_wait: Duration,
+    log_format: LogFormat,
+}
+
+fn read_secret(path: &Path) -> anyhow::Result<MeshSecretText> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading the mesh secret file {}", path.display()))?;
+    Ok(MeshSecretText::new(text.trim()))
+}
+
+fn parse_peer(s: &str) -> anyhow::Result<FilePeer> {
+    let (name, rest) = s
+        .split_once('=')
+        .with_context(|| format!("--peer {s:?}: expected NAME=RELAY,COMPLETION"))?;
+    let (relay, completion) = rest
+        .split_once(',')
+        .with_context(|| format!("--peer {s:?}: expected NAME=RELAY,COMPLETION"))?;
+    Ok(FilePeer {
+        name: name.to_owned(),
+        relay: relay.to_owned(),
+        completion: completion.to_owned(),
+    })
+}
+
+fn settings(cli: Cli) -> anyhow::Result<Settings> {
+    let file: FileConfig = match &cli.config {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("reading {}", path.display()))?;
+            toml::from_str(&text).with_context(|| format!("parsing {}", path.display()))?
+        }
+        None => FileConfig::default(),
+    };
+    let name = cli
+        .name
+        .or(file.name)
+        .context("no node name: set `name` in the config file, ZLINK_NAME or --name")?;
+    let node = NodeRid::new(&name).with_context(|| format!("node name {name:?}"))?;
+    let mesh = cli.mesh.or(file.mesh).unwrap_or_else(|| "local".into());
+    let mesh = MeshName::new(&mesh).with_context(|| format!("mesh name {mesh:?}"))?;
+    let store = cli
+        .store
+        .or(file.store)
+        .unwrap_or_else(|| "sqlite://./zlink-store.db".into());
+    let store: StoreUrl = store
+        .parse()
+        .with_context(|| format!("store URL {store:?}"))?;
+    let insecure = cli.insecure_dev_mode || file.insecure_dev_mode;
+    let secret = match (
+        std::env::var("ZLINK_MESH_SECRET").ok(),
+        cli.secret_file.or(file.secret_file),
+    ) {
+        (Some(s), _) => Some(MeshSecretText::new(s.trim())),
+        (None, Some(path)) => Some(read_secret(&path)?),
+        (None, None) => None,
+    };
+    let mut peers: Vec<FilePeer> = file.peers;
+    for p in &cli.peers {
+        peers.push(parse_peer(p)?);
+    }
+    let mut peer_configs = Vec::new();
+    for p in peers {
+        let peer = NodeRid::new(&p.name).with_context(|| format!("peer name {:?}", p.name))?;
+        if peer == node {
+            continue;
+        }
+        peer_configs.push(PeerConfig {
+            node: peer,
+            relay: p.relay,
+            completion: p.completion,
+        });
+    }
+    let mut config = NodeConfig::new(node);
+    config.store = Some(store);
+    config.actor_dispatch = true;
+    config.roles = ObjectRoles {
+        object_client: true,
+        object_server: true,
+    };
+    config.mesh_secret = if insecure { None } else { secret };
+    config.insecure_dev_mode = insecure;
+    config.meshes = vec![MeshConfig {
+        name: mesh,
+        relay: cli
+            .relay
+            .or(file.relay)
+            .unwrap_or_else(|| "tcp://127.0.0.1:*".into()),
+        completion: cli
+            .completion
+            .or(file.completion)
+            .unwrap_or_else(|| "tcp://127.0.0.1:*".into()),
+        peers: peer_configs,
+    }];
+    config.client = cli
+        .client
+        .or(file.client)
+        .map(|endpoint| ClientConfig { endpoint });
+    if let Some(ms) = cli.lease_ttl_ms.or(file.lease_ttl_ms) {
+        config.timeouts.owner_lease_ttl = Duration::from_millis(ms);
+    }
+    Ok(Settings {
+        config,
+        ready_file: cli.ready_file.or(file.ready_file),
+        drain: Duration::from_millis(
+            cli.drain_timeout_ms
+                .or(file.drain_timeout_ms)
+                .unwrap_or(5_000),
+        ),
+        peer_wait: Duration::from_millis(cli.peer_wait_ms.or(file.peer_wait_ms).unwrap_or(20_000)),
+        log_format: cli
+            .log_format
+            .or(file.log_format)
+            .unwrap_or(LogFormat::Text),
+    })
+}
+
+fn init_logs(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}
+
+fn write_ready(path: &Path, node: &Node) -> anyhow::Result<()> {
+    let ep = node.endpoints();
+    let line = format!(
+        "name={} generation={} relay={} completion={} client={}\n",
+        node.node_rid(),
+        node.generation(),
+        ep.relay,
+        ep.completion,
+        ep.client.as_deref().unwrap_or("-")
+    );
+    let tmp = path.with_extension("ready.tmp");
+    std::fs::write(&tmp, line).with_context(|| format!("writing {}", tmp.display()))?;
+    std::fs::rename(&tmp, path).with_context(|| format!("renaming to {}", path.display()))?;
+    Ok(())
+}
+
+async fn shutdown_signal() -> anyhow::Result<&'static str> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
+    let mut int = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
+    Ok(tokio::select! {
+        _ = term.recv() => "SIGTERM",
+        _ = int.recv() => "SIGINT",
+    })
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    let s = settings(cli)?;
+    init_logs(s.log_format);
+    let registry = demo::registry().context("registering the demo actor types")?;
+    let options = NodeOptions::from_config(&s.config, registry).context("startup configuration")?;
+    let signal = tokio::spawn(shutdown_signal());
+    let node = Node::start(options).await.context("starting the node")?;
+    let ep = node.endpoints().clone();
+    tracing::info!(
+        node = %node.node_rid(),
+        generation = %node.generation(),
+        relay = %ep.relay,
+        completion = %ep.completion,
+        client = ep.client.as_deref().unwrap_or("-"),
+        "serving"
+    );
+    let down = node.wait_peers(s.peer_wait).await;
+    if down.is_empty() {
+        tracing::info!("all peers up");
+    } else {
+        tracing::warn!(?down, "peers still down after the peer wait");
+    }
+    if let Some(path) = &s.ready_file {
+        write_ready(path, &node)?;
+    }
+    let which = match signal.await {
+        Ok(Ok(which)) => which,
+        Ok(Err(e)) => return Err(e),
+        Err(e) => bail!("signal task failed: {e}"),
+    };
+    tracing::info!(signal = which, "shutting down");
+    let stats = node.stats();
+    node.shutdown(s.drain).await;
+    tracing::info!(
+        activations = stats.activations,
+        calls_in = stats.calls_in,
+        calls_out = stats.calls_out,
+        turns = stats.turns,
+        "stopped"
+    );
+    Ok(())
+}

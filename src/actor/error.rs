@@ -1,0 +1,151 @@
+//! Errors of the actor layer: configuration errors at startup, and call/lifecycle errors that
+//! map to the public error kinds of SB-12.
+
+use zlink_wire::{ActorId, DispatchKey, ErrorKind, NodeRid, ObjectGeneration};
+
+use crate::store::StoreError;
+
+/// A registration that cannot start (SB-3.3): reported when the registry is built.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ActorConfigError {
+    /// Two handlers were registered for one packet key of one actor type (SB-3.3).
+    #[error("actor type {actor_type:?} registers two handlers for dispatch key {key}")]
+    DuplicateHandler {
+        /// The actor type.
+        actor_type: String,
+        /// The key registered twice.
+        key: DispatchKey,
+    },
+    /// Two actor types of one name were registered.
+    #[error("actor type {actor_type:?} is registered twice")]
+    DuplicateType {
+        /// The type name.
+        actor_type: String,
+    },
+    /// An actor type name is empty or longer than 64 bytes.
+    #[error("invalid actor type name {actor_type:?}")]
+    InvalidTypeName {
+        /// The rejected name.
+        actor_type: String,
+    },
+}
+
+/// Why an actor operation (create, get, call, destroy) failed. [`ActorError::kind`] gives the
+/// public error kind (SB-12).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ActorError {
+    /// No factory is registered for the type on the owner node (`NotFound`; retrying cannot
+    /// help).
+    #[error("no actor factory for type {actor_type:?}")]
+    UnknownActorType {
+        /// The requested type.
+        actor_type: String,
+    },
+    /// No Ready incarnation of the actor exists (`NotFound`).
+    #[error("actor {actor_id} not found")]
+    ActorNotFound {
+        /// The actor.
+        actor_id: ActorId,
+    },
+    /// `create` found an existing incarnation (`InvalidOperation`; use get-or-create).
+    #[error("actor {actor_id} already exists (incarnation {object_generation})")]
+    AlreadyExists {
+        /// The actor.
+        actor_id: ActorId,
+        /// The existing incarnation.
+        object_generation: ObjectGeneration,
+    },
+    /// The ref names another incarnation than the current one (`InvalidOperation`, SB-12).
+    #[error("actor {actor_id}: ref incarnation {expected}, current incarnation {actual}")]
+    GenerationMismatch {
+        /// The actor.
+        actor_id: ActorId,
+        /// Incarnation in the ref.
+        expected: ObjectGeneration,
+        /// Current incarnation at the owner.
+        actual: ObjectGeneration,
+    },
+    /// A stale location, node, authority or lease fence (`Unavailable`, never redirected).
+    #[error("actor {actor_id}: stale {fence} fence")]
+    StaleFence {
+        /// The actor.
+        actor_id: ActorId,
+        /// Which fence did not match (`node generation`, `authority`, `lease`, `location`).
+        fence: &'static str,
+    },
+    /// The actor is still activating (`Unavailable`; only Ready actors are handed out).
+    #[error("actor {actor_id} is not Ready yet")]
+    NotReady {
+        /// The actor.
+        actor_id: ActorId,
+    },
+    /// The owner node is not connected (`Unavailable`).
+    #[error("node {node} is unavailable")]
+    NodeUnavailable {
+        /// The node.
+        node: NodeRid,
+    },
+    /// The actor's application lane is full (`Unavailable`; the work was not queued).
+    #[error("actor {actor_id}: application lane full")]
+    LaneFull {
+        /// The actor.
+        actor_id: ActorId,
+    },
+    /// The node is shutting down and accepts no new work (`Unavailable`, SB-10).
+    #[error("node is shutting down")]
+    ShuttingDown,
+    /// The deadline passed first; the call is not resent (`DeadlineExceeded`, SB-12).
+    #[error("deadline exceeded")]
+    DeadlineExceeded,
+    /// The actor type has no handler for the key (`NotFound`).
+    #[error("actor type {actor_type:?} has no handler for key {key}")]
+    UnknownMessage {
+        /// The actor type.
+        actor_type: String,
+        /// The key.
+        key: DispatchKey,
+    },
+    /// A payload or reply could not be (de)serialised (`InvalidOperation`).
+    #[error("codec: {0}")]
+    Codec(String),
+    /// The request handler failed: the framework error reply of EG-15 (`Internal`).
+    #[error("handler failed: {0}")]
+    Handler(String),
+    /// The remote side answered with an error reply of this kind.
+    #[error("remote {kind}: {detail}")]
+    Remote {
+        /// Public kind sent by the remote node.
+        kind: ErrorKind,
+        /// Bounded detail text.
+        detail: String,
+    },
+    /// A Location Store operation failed.
+    #[error("location store: {0}")]
+    Store(#[from] StoreError),
+}
+
+impl ActorError {
+    /// The public error kind (SB-12).
+    #[must_use]
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            ActorError::UnknownActorType { .. }
+            | ActorError::ActorNotFound { .. }
+            | ActorError::UnknownMessage { .. } => ErrorKind::NotFound,
+            ActorError::AlreadyExists { .. }
+            | ActorError::GenerationMismatch { .. }
+            | ActorError::Codec(_) => ErrorKind::InvalidOperation,
+            ActorError::StaleFence { .. }
+            | ActorError::NotReady { .. }
+            | ActorError::NodeUnavailable { .. }
+            | ActorError::LaneFull { .. }
+            | ActorError::ShuttingDown => ErrorKind::Unavailable,
+            ActorError::DeadlineExceeded => ErrorKind::DeadlineExceeded,
+            ActorError::Handler(_) => ErrorKind::Internal,
+            ActorError::Remote { kind, .. } => *kind,
+            ActorError::Store(e) => e.kind(),
+        }
+    }
+}

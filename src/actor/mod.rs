@@ -1,0 +1,40 @@
+//! Actors and Spots (spec glossary "Actor", "ActorRef", "Spot"; SB-4.1, SB-12, EG-2.1, EG-14, EG-15).
+//!
+//! An actor is an addressable object with a global [`ActorId`]. Each incarnation has an
+//! [`ObjectGeneration`]: kept across relocation, new after destroy + re-create. Applications hold
+//! an [`ActorRef`] — the id, the incarnation and a snapshot of the current location — and never a
+//! transport handle.
+//!
+//! # Contract
+//! - Actor *types* are registered once per node in an [`ActorRegistry`] ([`ActorTypeBuilder`]):
+//!   a factory and one typed handler per [`Message`] (a payload type, a reply type and a
+//!   [`DispatchKey`]). A second handler for one key, or a second type of one name, is a
+//!   configuration error (SB-3.3). Creating an actor of an unregistered type is `NotFound`.
+//! - Only the owner confirmed by a Location Store reservation runs the factory (EG-14); only
+//!   **Ready** actors are handed out as [`ActorRef`]s.
+//! - Every payload for an actor lands in that actor's own queue (EG-2.1) and its handler runs in
+//!   a serial turn: one message at a time per actor; a SpotWide Spot also serialises its member
+//!   actors behind one Spot gate (EG-1.3) — see [`spot`].
+//! - A request handler's error becomes an error reply for that request (kind `Internal`); a send
+//!   handler's error is logged and counted (EG-15).
+//! - Calls are validated on the owner against the ref's fences ([`fence::check_call`]): another
+//!   incarnation is `InvalidOperation`, a stale node/authority/lease fence is `Unavailable`, never
+//!   redirected (SB-12).
+
+mod error;
+pub(crate) mod exec;
+pub mod fence;
+mod message;
+mod reference;
+mod registry;
+pub mod spot;
+
+pub use error::{ActorConfigError, ActorError};
+pub use message::{ActorCtx, Handled, HandlerError, Message};
+pub use reference::{ActorRef, LocationSnapshot};
+pub use registry::{ActivationInfo, ActorRegistry, ActorType, ActorTypeBuilder};
+pub use spot::{SpotKind, SpotSpec, UserMode};
+pub use zlink_wire::{
+    ActorId, AuthorityOwnerGeneration, DispatchKey, ErrorKind, MeshName, NodeGeneration, NodeRid,
+    ObjectGeneration, OwnerLeaseGeneration,
+};

@@ -1,0 +1,244 @@
+//! Typed actor factories and handlers, registered per actor type (SB-3.3, EG-14).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use zlink_wire::{ActorId, DispatchKey, ObjectGeneration};
+
+use super::error::{ActorConfigError, ActorError};
+use super::message::{ActorCtx, BoxFuture, Handled, HandlerError, Message};
+
+/// What a factory learns about the incarnation it creates.
+#[derive(Clone, Debug)]
+pub struct ActivationInfo {
+    /// The actor.
+    pub actor_id: ActorId,
+    /// Its new incarnation.
+    pub object_generation: ObjectGeneration,
+}
+
+pub(crate) type Outcome = Result<Bytes, ActorError>;
+
+/// An erased handler result.
+pub(crate) enum Step {
+    Now(Outcome),
+    Later(BoxFuture<Outcome>),
+}
+
+type ErasedHandler<S> = Arc<dyn Fn(&mut S, &ActorCtx, Bytes) -> Step + Send + Sync>;
+type Factory<S> = Arc<dyn Fn(&ActivationInfo, Bytes) -> Result<S, HandlerError> + Send + Sync>;
+
+/// One live actor instance with its erased handler table.
+pub(crate) trait ActorInstance: Send + 'static {
+    fn handle(&mut self, ctx: &ActorCtx, key: DispatchKey, payload: Bytes) -> Step;
+}
+
+struct Instance<S> {
+    state: S,
+    type_name: Arc<str>,
+    handlers: Arc<HashMap<DispatchKey, ErasedHandler<S>>>,
+}
+
+impl<S: Send + 'static> ActorInstance for Instance<S> {
+    fn handle(&mut self, ctx: &ActorCtx, key: DispatchKey, payload: Bytes) -> Step {
+        match self.handlers.get(&key) {
+            Some(h) => h(&mut self.state, ctx, payload),
+            None => Step::Now(Err(ActorError::UnknownMessage {
+                actor_type: self.type_name.to_string(),
+                key,
+            })),
+        }
+    }
+}
+
+/// Builds one actor type: a factory creating the state `S` from the create request's init
+/// payload, and one typed handler per [`Message`].
+///
+/// ```
+/// use serde::{Deserialize, Serialize};
+/// use zlink::actor::{ActorTypeBuilder, DispatchKey, Handled, Message};
+///
+/// #[derive(Serialize, Deserialize)]
+/// struct Add(u64);
+/// impl Message for Add {
+///     const KEY: DispatchKey = DispatchKey::new(1);
+///     type Reply = u64;
+/// }
+///
+/// let counter = ActorTypeBuilder::new("counter", |_info, _init| Ok(0u64))
+///     .handle(|total: &mut u64, _ctx, Add(n)| {
+///         *total += n;
+///         Handled::ok(*total)
+///     })
+///     .build()
+///     .unwrap();
+/// assert_eq!(counter.name(), "counter");
+/// ```
+pub struct ActorTypeBuilder<S> {
+    name: String,
+    factory: Factory<S>,
+    handlers: HashMap<DispatchKey, ErasedHandler<S>>,
+    duplicate: Option<DispatchKey>,
+}
+
+impl<S: Send + 'static> ActorTypeBuilder<S> {
+    /// A type named `name` whose factory builds the state from the init payload.
+    pub fn new<F>(name: impl Into<String>, factory: F) -> Self
+    where
+        F: Fn(&ActivationInfo, Bytes) -> Result<S, HandlerError> + Send + Sync + 'static,
+    {
+        Self {
+            name: name.into(),
+            factory: Arc::new(factory),
+            handlers: HashMap::new(),
+            duplicate: None,
+        }
+    }
+
+    /// Registers the handler of message kind `M` (both for requests and sends). A second
+    /// handler for `M::KEY` makes [`ActorTypeBuilder::build`] fail (SB-3.3).
+    #[must_use]
+    pub fn handle<M, F>(mut self, f: F) -> Self
+    where
+        M: Message,
+        F: Fn(&mut S, &ActorCtx, M) -> Handled<M::Reply> + Send + Sync + 'static,
+    {
+        let erased: ErasedHandler<S> = Arc::new(move |state, ctx, payload| {
+            let msg: M = match rmp_serde::from_slice(&payload) {
+                Ok(m) => m,
+                Err(e) => return Step::Now(Err(ActorError::Codec(format!("payload: {e}")))),
+            };
+            match f(state, ctx, msg) {
+                Handled::Now(r) => Step::Now(encode_reply(r)),
+                Handled::Later(fut) => {
+                    Step::Later(Box::pin(async move { encode_reply(fut.await) }))
+                }
+            }
+        });
+        if self.handlers.insert(M::KEY, erased).is_some() && self.duplicate.is_none() {
+            self.duplicate = Some(M::KEY);
+        }
+        self
+    }
+
+    /// Finishes the type.
+    ///
+    /// # Errors
+    /// [`ActorConfigError::DuplicateHandler`] when one key got two handlers;
+    /// [`ActorConfigError::InvalidTypeName`] for an empty or over-long name.
+    pub fn build(self) -> Result<ActorType, ActorConfigError> {
+        if self.name.is_empty() || self.name.len() > 64 {
+            return Err(ActorConfigError::InvalidTypeName {
+                actor_type: self.name,
+            });
+        }
+        if let Some(key) = self.duplicate {
+            return Err(ActorConfigError::DuplicateHandler {
+                actor_type: self.name,
+                key,
+            });
+        }
+        let type_name: Arc<str> = Arc::from(self.name.as_str());
+        let handlers = Arc::new(self.handlers);
+        let factory = self.factory;
+        let make: MakeInstance = Arc::new(move |info, init| {
+            let state = factory(info, init)?;
+            Ok(Box::new(Instance {
+                state,
+                type_name: type_name.clone(),
+                handlers: handlers.clone(),
+            }) as Box<dyn ActorInstance>)
+        });
+        Ok(ActorType {
+            name: self.name,
+            make,
+        })
+    }
+}
+
+fn encode_reply<R: serde::Serialize>(r: Result<R, HandlerError>) -> Outcome {
+    match r {
+        Ok(v) => rmp_serde::to_vec_named(&v)
+            .map(Bytes::from)
+            .map_err(|e| ActorError::Codec(format!("reply: {e}"))),
+        Err(e) => Err(ActorError::Handler(e.to_string())),
+    }
+}
+
+type MakeInstance = Arc<
+    dyn Fn(&ActivationInfo, Bytes) -> Result<Box<dyn ActorInstance>, HandlerError> + Send + Sync,
+>;
+
+/// One registered actor type with its erased factory.
+#[derive(Clone)]
+pub struct ActorType {
+    name: String,
+    make: MakeInstance,
+}
+
+impl std::fmt::Debug for ActorType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ActorType")
+            .field("name", &self.name)
+            .finish()
+    }
+}
+
+impl ActorType {
+    /// The type name.
+    #[must_use]
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub(crate) fn instantiate(
+        &self,
+        info: &ActivationInfo,
+        init: Bytes,
+    ) -> Result<Box<dyn ActorInstance>, HandlerError> {
+        (self.make)(info, init)
+    }
+}
+
+/// The actor types a node hosts (by name).
+#[derive(Clone, Debug, Default)]
+pub struct ActorRegistry {
+    types: HashMap<String, ActorType>,
+}
+
+impl ActorRegistry {
+    /// An empty registry.
+    #[must_use]
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds a type.
+    ///
+    /// # Errors
+    /// [`ActorConfigError::DuplicateType`] when a type of that name is registered already.
+    pub fn register(&mut self, ty: ActorType) -> Result<&mut Self, ActorConfigError> {
+        if self.types.contains_key(ty.name()) {
+            return Err(ActorConfigError::DuplicateType {
+                actor_type: ty.name().to_owned(),
+            });
+        }
+        self.types.insert(ty.name().to_owned(), ty);
+        Ok(self)
+    }
+
+    /// The type named `name`.
+    #[must_use]
+    pub fn get(&self, name: &str) -> Option<&ActorType> {
+        self.types.get(name)
+    }
+
+    /// Registered type names, sorted.
+    #[must_use]
+    pub fn names(&self) -> Vec<String> {
+        let mut v: Vec<String> = self.types.keys().cloned().collect();
+        v.sort();
+        v
+    }
+}

@@ -1,0 +1,237 @@
+//! [`NodeClient`]: a typed client of the node's ClientServer protocol ([`super::protocol`]).
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use zlink_mesh::{ClientConfig, MeshClient, RequestError};
+use zlink_wire::{DispatchKey, ErrorKind};
+
+use super::protocol::{self, CallActor, CreateActor, DestroyActor, GetActor, NodeInfo};
+use crate::actor::{ActorRef, Message, SpotSpec};
+
+/// Why a client operation failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ClientError {
+    /// The node answered with an error reply.
+    #[error("{kind}: {detail}")]
+    Remote {
+        /// Public error kind.
+        kind: ErrorKind,
+        /// Detail text.
+        detail: String,
+    },
+    /// The request did not complete (deadline, connection, admission).
+    #[error("request: {0}")]
+    Request(RequestError),
+    /// A payload or reply did not (de)serialise.
+    #[error("codec: {0}")]
+    Codec(String),
+    /// The client could not connect.
+    #[error("connect: {0}")]
+    Connect(#[from] zlink_mesh::ConfigError),
+}
+
+impl ClientError {
+    /// The public error kind.
+    #[must_use]
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            ClientError::Remote { kind, .. } => *kind,
+            ClientError::Request(e) => e.kind(),
+            ClientError::Codec(_) => ErrorKind::InvalidOperation,
+            ClientError::Connect(_) => ErrorKind::Unavailable,
+        }
+    }
+}
+
+impl From<RequestError> for ClientError {
+    fn from(e: RequestError) -> Self {
+        match e {
+            RequestError::Remote { kind, detail } => ClientError::Remote { kind, detail },
+            other => ClientError::Request(other),
+        }
+    }
+}
+
+fn enc<T: Serialize>(v: &T) -> Result<Bytes, ClientError> {
+    rmp_serde::to_vec_named(v)
+        .map(Bytes::from)
+        .map_err(|e| ClientError::Codec(e.to_string()))
+}
+
+fn dec<T: DeserializeOwned>(b: Option<Bytes>) -> Result<T, ClientError> {
+    rmp_serde::from_slice(b.as_deref().unwrap_or_default())
+        .map_err(|e| ClientError::Codec(e.to_string()))
+}
+
+/// Where to create an actor from a client.
+#[derive(Clone, Debug, Default)]
+pub struct Placement {
+    /// Owner node; `None` = the node this client talks to.
+    pub node: Option<String>,
+    /// Spot; `None` = the owner's Entry Spot.
+    pub spot: Option<SpotSpec>,
+    /// Factory input.
+    pub init: Vec<u8>,
+}
+
+impl Placement {
+    /// On node `node`.
+    #[must_use]
+    pub fn on(node: impl Into<String>) -> Self {
+        Self {
+            node: Some(node.into()),
+            ..Self::default()
+        }
+    }
+}
+
+/// A client connected to one node over ClientServer (DEALER → the node's client ROUTER).
+#[derive(Debug)]
+pub struct NodeClient {
+    client: MeshClient,
+    timeout: Duration,
+}
+
+impl NodeClient {
+    /// Connects to `endpoint` (libzmq connects in the background); `timeout` bounds every
+    /// request.
+    ///
+    /// # Errors
+    /// [`ClientError::Connect`] when the socket cannot be created.
+    pub fn connect(endpoint: &str, timeout: Duration) -> Result<Self, ClientError> {
+        Ok(Self {
+            client: MeshClient::connect(ClientConfig::new(endpoint))?,
+            timeout,
+        })
+    }
+
+    /// The underlying mesh client.
+    #[must_use]
+    pub fn mesh_client(&self) -> &MeshClient {
+        &self.client
+    }
+
+    async fn call(&self, key: DispatchKey, payload: Bytes) -> Result<Option<Bytes>, ClientError> {
+        Ok(self
+            .client
+            .request(key, payload, self.timeout)
+            .await?
+            .payload)
+    }
+
+    /// Node identity, peers up, hosted types.
+    ///
+    /// # Errors
+    /// Request and codec failures.
+    pub async fn info(&self) -> Result<NodeInfo, ClientError> {
+        dec(self.call(protocol::NODE_INFO, enc(&())?).await?)
+    }
+
+    fn create_payload(
+        actor_type: &str,
+        actor_id: &str,
+        placement: Placement,
+    ) -> Result<Bytes, ClientError> {
+        enc(&CreateActor {
+            actor_type: actor_type.to_owned(),
+            actor_id: actor_id.to_owned(),
+            node: placement.node,
+            spot: placement.spot,
+            init: placement.init,
+        })
+    }
+
+    /// Creates a new incarnation (`InvalidOperation` if one exists, `NotFound` for an unknown
+    /// type).
+    ///
+    /// # Errors
+    /// The node's error reply, request and codec failures.
+    pub async fn create(
+        &self,
+        actor_type: &str,
+        actor_id: &str,
+        placement: Placement,
+    ) -> Result<ActorRef, ClientError> {
+        let p = Self::create_payload(actor_type, actor_id, placement)?;
+        dec(self.call(protocol::CREATE, p).await?)
+    }
+
+    /// Returns the Ready incarnation, creating it if absent.
+    ///
+    /// # Errors
+    /// As [`NodeClient::create`].
+    pub async fn get_or_create(
+        &self,
+        actor_type: &str,
+        actor_id: &str,
+        placement: Placement,
+    ) -> Result<ActorRef, ClientError> {
+        let p = Self::create_payload(actor_type, actor_id, placement)?;
+        dec(self.call(protocol::GET_OR_CREATE, p).await?)
+    }
+
+    /// The Ready ref of `actor_id`.
+    ///
+    /// # Errors
+    /// `NotFound` when none exists.
+    pub async fn get(&self, actor_id: &str) -> Result<ActorRef, ClientError> {
+        let p = enc(&GetActor {
+            actor_id: actor_id.to_owned(),
+        })?;
+        dec(self.call(protocol::GET, p).await?)
+    }
+
+    /// Destroys the incarnation.
+    ///
+    /// # Errors
+    /// `InvalidOperation` for another incarnation, `Unavailable` for a stale ref.
+    pub async fn destroy(&self, actor: &ActorRef) -> Result<(), ClientError> {
+        let p = enc(&DestroyActor {
+            actor: actor.clone(),
+        })?;
+        dec(self.call(protocol::DESTROY, p).await?)
+    }
+
+    fn call_payload<M: Message>(&self, actor: &ActorRef, msg: &M) -> Result<Bytes, ClientError> {
+        enc(&CallActor {
+            actor: actor.clone(),
+            key: M::KEY.get(),
+            payload: rmp_serde::to_vec_named(msg).map_err(|e| ClientError::Codec(e.to_string()))?,
+            timeout_ms: u32::try_from(self.timeout.as_millis()).unwrap_or(u32::MAX),
+        })
+    }
+
+    /// A typed request to an actor anywhere in the mesh (the node forwards it to the owner).
+    ///
+    /// # Errors
+    /// The owner's or node's error reply (SB-12 kinds), request and codec failures.
+    pub async fn request<M: Message>(
+        &self,
+        actor: &ActorRef,
+        msg: &M,
+    ) -> Result<M::Reply, ClientError> {
+        let p = self.call_payload(actor, msg)?;
+        dec(self.call(protocol::CALL, p).await?)
+    }
+
+    /// A typed send (no reply; failures are logged on the nodes).
+    ///
+    /// # Errors
+    /// Admission and codec failures.
+    pub async fn send<M: Message>(&self, actor: &ActorRef, msg: &M) -> Result<(), ClientError> {
+        let p = self.call_payload(actor, msg)?;
+        self.client
+            .send(protocol::CALL, p)
+            .await
+            .map_err(|e| ClientError::Request(RequestError::Send(e)))
+    }
+
+    /// Says Disconnect and closes.
+    pub async fn close(self) {
+        self.client.close().await;
+    }
+}

@@ -1,0 +1,278 @@
+//! The node's inbound loop: RouteMesh records from peers and ClientServer records from clients
+//! (infrastructure domain: it never runs an actor handler, it only validates and enqueues;
+//! anything that needs the store runs in its own task).
+
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use zlink_mesh::{Inbound, InboundReceiver, Origin, Record, ReplyHandle};
+use zlink_wire::{ActorCall, ActorId, DispatchKey, ErrorKind};
+
+use super::protocol::{self, Activate, CallActor, CreateActor, DestroyActor, GetActor};
+use super::{Create, Node};
+use crate::actor::ActorError;
+use crate::actor::exec::{ReplyTo, Work};
+use crate::actor::fence::CallFence;
+
+/// Runs until the mesh closes the inbound channel.
+pub(crate) async fn run(node: Node, mut rx: InboundReceiver) {
+    while let Some(inbound) = rx.recv().await {
+        handle(&node, inbound).await;
+    }
+    tracing::debug!("inbound loop ended");
+}
+
+fn answer(reply: ReplyHandle, out: Result<Bytes, ActorError>) {
+    match out {
+        Ok(b) => reply.reply(b),
+        Err(e) => reply.error(e.kind(), e.to_string()),
+    }
+}
+
+async fn handle(node: &Node, inbound: Inbound) {
+    let Inbound {
+        origin,
+        record,
+        payload,
+        deadline,
+        reply,
+        ..
+    } = inbound;
+    let payload = payload.unwrap_or_default();
+    match (origin, record) {
+        (Origin::Peer { .. }, Record::ActorCall(call)) => {
+            on_actor_call(node, call, payload, deadline, reply).await;
+        }
+        (Origin::Peer { .. }, Record::Request(r)) => match reply {
+            Some(reply) => on_peer_request(node, r.key, payload, reply),
+            None => tracing::debug!("peer request without reply handle"),
+        },
+        (Origin::Client { .. }, Record::Request(r)) => match reply {
+            Some(reply) => on_client_request(node, r.key, payload, deadline, reply).await,
+            None => tracing::debug!("client request without reply handle"),
+        },
+        (Origin::Client { .. }, Record::OneWay(o)) => on_client_send(node, o.key, payload).await,
+        (origin, record) => {
+            tracing::debug!(?origin, command = %record.command(), "record not served by the node");
+            if let Some(reply) = reply {
+                reply.error(
+                    ErrorKind::InvalidOperation,
+                    "record not served by this node",
+                );
+            }
+        }
+    }
+}
+
+/// 160 ActorCall from a peer: validate the fences and append to the actor's queue (EG-2.1).
+/// A full queue makes this loop wait (backpressure on the relay connection); it never runs the
+/// work inline.
+async fn on_actor_call(
+    node: &Node,
+    call: ActorCall,
+    payload: Bytes,
+    deadline: Option<Instant>,
+    reply: Option<ReplyHandle>,
+) {
+    node.count_call_in();
+    let fence = CallFence::of_call(&call);
+    let work = Work {
+        key: call.key,
+        payload,
+        reply: reply.map(ReplyTo::Wire),
+        deadline,
+        guard: Some(node.inflight().enter()),
+    };
+    if let Some(e) = node.submit_local(&fence, work).await {
+        node.count_send_dropped();
+        tracing::debug!(actor = %call.actor, error = %e, "actor send refused");
+    }
+}
+
+fn on_peer_request(node: &Node, key: DispatchKey, payload: Bytes, reply: ReplyHandle) {
+    let node = node.clone();
+    let guard = node.inflight().enter();
+    match key {
+        protocol::PEER_ACTIVATE => {
+            tokio::spawn(async move {
+                let out = async {
+                    let req: Activate = protocol::decode(&payload)?;
+                    let r = node.activate_local(req).await?;
+                    protocol::encode(&r)
+                }
+                .await;
+                answer(reply, out);
+                drop(guard);
+            });
+        }
+        protocol::PEER_DESTROY => {
+            tokio::spawn(async move {
+                let out = async {
+                    let req: DestroyActor = protocol::decode(&payload)?;
+                    node.destroy_local(&req.actor).await?;
+                    protocol::encode(&())
+                }
+                .await;
+                answer(reply, out);
+                drop(guard);
+            });
+        }
+        _ => reply.error(
+            ErrorKind::NotFound,
+            format!("no node handler for key {key}"),
+        ),
+    }
+}
+
+fn call_timeout(node: &Node, req: &CallActor, deadline: Option<Instant>) -> Duration {
+    let mut t = if req.timeout_ms == 0 {
+        node.request_timeout()
+    } else {
+        Duration::from_millis(u64::from(req.timeout_ms))
+    };
+    if let Some(d) = deadline {
+        t = t.min(d.saturating_duration_since(Instant::now()));
+    }
+    t
+}
+
+fn create_of(req: CreateActor) -> Result<Create, ActorError> {
+    let actor_id =
+        ActorId::new(&req.actor_id).map_err(|e| ActorError::Codec(format!("actor id: {e}")))?;
+    let node = match req.node {
+        Some(n) => Some(
+            zlink_wire::NodeRid::new(&n).map_err(|e| ActorError::Codec(format!("node: {e}")))?,
+        ),
+        None => None,
+    };
+    Ok(Create {
+        actor_type: req.actor_type,
+        actor_id,
+        node,
+        spot: req.spot,
+        init: Bytes::from(req.init),
+    })
+}
+
+/// A client's Request (144): the client protocol of [`protocol`].
+async fn on_client_request(
+    node: &Node,
+    key: DispatchKey,
+    payload: Bytes,
+    deadline: Option<Instant>,
+    reply: ReplyHandle,
+) {
+    if !node.accepting() {
+        reply.error(ErrorKind::Unavailable, ActorError::ShuttingDown.to_string());
+        return;
+    }
+    let guard = node.inflight().enter();
+    match key {
+        protocol::CALL => {
+            let req: CallActor = match protocol::decode(&payload) {
+                Ok(r) => r,
+                Err(e) => return answer(reply, Err(e)),
+            };
+            let timeout = call_timeout(node, &req, deadline);
+            if req.actor.node() == node.node_rid() {
+                let work = Work {
+                    key: DispatchKey::new(req.key),
+                    payload: Bytes::from(req.payload),
+                    reply: Some(ReplyTo::Wire(reply)),
+                    deadline: Some(Instant::now() + timeout),
+                    guard: Some(guard),
+                };
+                let _ = node
+                    .submit_local(&CallFence::of_ref(&req.actor), work)
+                    .await;
+            } else {
+                let node = node.clone();
+                tokio::spawn(async move {
+                    let out = node
+                        .request_raw(
+                            &req.actor,
+                            DispatchKey::new(req.key),
+                            Bytes::from(req.payload),
+                            timeout,
+                        )
+                        .await;
+                    answer(reply, out);
+                    drop(guard);
+                });
+            }
+        }
+        protocol::CREATE | protocol::GET_OR_CREATE => {
+            let node = node.clone();
+            tokio::spawn(async move {
+                let out = async {
+                    let c = create_of(protocol::decode(&payload)?)?;
+                    let r = if key == protocol::CREATE {
+                        node.create(c).await?
+                    } else {
+                        node.get_or_create(c).await?
+                    };
+                    protocol::encode(&r)
+                }
+                .await;
+                answer(reply, out);
+                drop(guard);
+            });
+        }
+        protocol::GET => {
+            let node = node.clone();
+            tokio::spawn(async move {
+                let out = async {
+                    let req: GetActor = protocol::decode(&payload)?;
+                    let id = ActorId::new(&req.actor_id)
+                        .map_err(|e| ActorError::Codec(format!("actor id: {e}")))?;
+                    protocol::encode(&node.get(&id).await?)
+                }
+                .await;
+                answer(reply, out);
+                drop(guard);
+            });
+        }
+        protocol::DESTROY => {
+            let node = node.clone();
+            tokio::spawn(async move {
+                let out = async {
+                    let req: DestroyActor = protocol::decode(&payload)?;
+                    node.destroy(&req.actor).await?;
+                    protocol::encode(&())
+                }
+                .await;
+                answer(reply, out);
+                drop(guard);
+            });
+        }
+        protocol::NODE_INFO => answer(reply, protocol::encode(&node.info())),
+        _ => reply.error(ErrorKind::NotFound, format!("no client operation {key}")),
+    }
+}
+
+/// A client's OneWay (147) `CALL`: an actor send; failures are logged and counted.
+async fn on_client_send(node: &Node, key: DispatchKey, payload: Bytes) {
+    if key != protocol::CALL || !node.accepting() {
+        node.count_send_dropped();
+        return;
+    }
+    let req: CallActor = match protocol::decode(&payload) {
+        Ok(r) => r,
+        Err(e) => {
+            node.count_send_dropped();
+            tracing::debug!(error = %e, "client send: bad payload");
+            return;
+        }
+    };
+    if let Err(e) = node
+        .send_raw(
+            &req.actor,
+            DispatchKey::new(req.key),
+            Bytes::from(req.payload),
+        )
+        .await
+    {
+        node.count_send_dropped();
+        tracing::debug!(actor = %req.actor, error = %e, "client send refused");
+    }
+}

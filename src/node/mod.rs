@@ -1,0 +1,1129 @@
+//! The ZLink node: one mesh process hosting actors (EG-14 placement and activation, direct actor
+//! send/request across nodes, SB-12 failures, SB-10 shutdown).
+//!
+//! # Contract
+//! - [`Node::start`] starts the mesh node, registers this process' owner lease in the Location
+//!   Store (a new `OwnerLeaseGeneration` per process start) and renews it; then it connects to
+//!   the configured peers (one direction per pair: a node dials the peers whose name sorts
+//!   after its own) and serves RouteMesh and ClientServer records.
+//! - Activation is infrastructure work: the node that is asked to own an actor reserves it in
+//!   the Location Store; only a `Won` reservation runs the factory, then commits `Ready`; every
+//!   other caller gets the holder's Ready ref or waits for it (EG-14). Only Ready actors are
+//!   handed out.
+//! - A call to an actor goes to the owner in the ref's location snapshot — as a 160 ActorCall on
+//!   the relay connection when it is another node, its reply on the completion connection. The
+//!   owner validates the fences ([`crate::actor::fence::check_call`]) and appends the payload to
+//!   the actor's own queue (EG-2.1). Nothing is resent after a timeout or a failure (SB-12);
+//!   the Location Store is not read per call (SB-1.2).
+//! - [`Node::shutdown`] (SB-10): stop accepting new client work and activations, drain accepted
+//!   work until a deadline, release the owner lease, close the mesh (peers get Disconnect).
+
+pub mod client;
+pub mod demo;
+mod dispatch;
+pub mod protocol;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use tokio::sync::{oneshot, watch};
+use tokio::task::JoinHandle;
+use zlink_mesh::{
+    BoundEndpoints, InboundReceiver, MeshConfig, MeshNode, MeshSecret, PeerAddress, Record,
+    RequestError, SendError,
+};
+use zlink_wire::{
+    ActorCall, ActorId, Deadline, DispatchKey, ErrorKind, MeshName, NodeGeneration, NodeRid,
+    ObjectGeneration,
+};
+
+use crate::actor::exec::{self, ExecShared, Inflight, Mailbox, ReplyTo, Work};
+use crate::actor::fence::{self, CallFence};
+use crate::actor::{
+    ActivationInfo, ActorCtx, ActorError, ActorRef, ActorRegistry, ActorType, Message, SpotKind,
+    SpotSpec,
+};
+use crate::config::{ConfigError, NodeConfig, StartupBuilder};
+use crate::store::{
+    ActivationRequest, ActivationState, ActorLocation, ActorOwner, LocationStore, OwnerLease,
+    Reservation, StoreError,
+};
+use protocol::{Activate, ActivateMode, DestroyActor, NodeInfo};
+
+/// Options of [`Node::start`].
+#[derive(Clone, Debug)]
+pub struct NodeOptions {
+    /// The mesh node's configuration (name, endpoints, secret, limits).
+    pub mesh: MeshConfig,
+    /// The Location Store (shared by every node of the mesh).
+    pub store: Arc<dyn LocationStore>,
+    /// The actor types this node hosts.
+    pub registry: ActorRegistry,
+    /// Peers of the mesh (this node dials those whose name sorts after its own; itself is
+    /// skipped).
+    pub peers: Vec<PeerAddress>,
+    /// Owner lease time to live; renewed every third of it.
+    pub lease_ttl: Duration,
+    /// Timeout of node-to-node control requests (activate, destroy) and of client calls that
+    /// name none.
+    pub request_timeout: Duration,
+    /// Items an actor's application queue holds (EG-7.1 default 1,024).
+    pub lane_capacity: usize,
+}
+
+impl NodeOptions {
+    /// Defaults: 10 s lease, 5 s request timeout, 1,024-item lanes, no peers.
+    #[must_use]
+    pub fn new(mesh: MeshConfig, store: Arc<dyn LocationStore>, registry: ActorRegistry) -> Self {
+        Self {
+            mesh,
+            store,
+            registry,
+            peers: Vec::new(),
+            lease_ttl: Duration::from_secs(10),
+            request_timeout: Duration::from_secs(5),
+            lane_capacity: 1024,
+        }
+    }
+}
+
+impl NodeOptions {
+    /// Options from an operator's [`NodeConfig`], through the SB-3 startup rules:
+    /// [`NodeConfig::validate`] and [`StartupBuilder`] (`EnableActorDispatch` without a
+    /// MeshName; no object role or no Location Store is a configuration error). The first mesh
+    /// of the configuration carries actor traffic (several meshes are accepted, SB-3.4).
+    ///
+    /// # Errors
+    /// [`NodeError::Config`] for every startup configuration error, including a configuration
+    /// that does not enable actor dispatch.
+    pub fn from_config(config: &NodeConfig, registry: ActorRegistry) -> Result<Self, NodeError> {
+        config.validate()?;
+        let startup = StartupBuilder::<()>::from_config(config).build()?;
+        if !startup.actor_dispatch {
+            return Err(NodeError::ActorDispatchDisabled);
+        }
+        let store = startup.open_store()?.ok_or(ConfigError::NoLocationStore)?;
+        let mesh = config.meshes.first().ok_or(ConfigError::NoMesh)?;
+        let mut mc = MeshConfig::new(mesh.name.clone(), config.node.clone());
+        mc.relay_endpoint = mesh.relay.clone();
+        mc.completion_endpoint = mesh.completion.clone();
+        mc.client_endpoint = config.client.as_ref().map(|c| c.endpoint.clone());
+        mc.insecure_dev_mode = config.insecure_dev_mode;
+        if let Some(secret) = &config.mesh_secret {
+            mc.secret = Some(MeshSecret::new(secret.as_bytes().to_vec()).map_err(NodeError::Mesh)?);
+        }
+        mc.send_timeout = config.timeouts.send;
+        mc.liveness.heartbeat_interval = config.timeouts.heartbeat_interval;
+        mc.liveness.heartbeat_timeout = config.timeouts.heartbeat_timeout;
+        mc.liveness.heartbeat_ttl = config.timeouts.heartbeat_timeout;
+        mc.liveness.peer_timeout = config.timeouts.heartbeat_timeout;
+        let mut options = NodeOptions::new(mc, store, registry);
+        options.peers = mesh
+            .peers
+            .iter()
+            .map(|p| PeerAddress {
+                node: p.node.clone(),
+                relay: p.relay.clone(),
+                completion: p.completion.clone(),
+            })
+            .collect();
+        options.lease_ttl = config.timeouts.owner_lease_ttl;
+        options.lane_capacity = config.lanes.application_items as usize;
+        Ok(options)
+    }
+}
+
+/// A node that could not start.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum NodeError {
+    /// The mesh could not start (configuration or bind failure).
+    #[error("mesh: {0}")]
+    Mesh(#[from] zlink_mesh::ConfigError),
+    /// The owner lease could not be registered.
+    #[error("location store: {0}")]
+    Store(#[from] StoreError),
+    /// A startup configuration error (SB-3, SB-14.1).
+    #[error("configuration: {0}")]
+    Config(#[from] ConfigError),
+    /// The configuration does not enable actor dispatch, which a node hosting actors needs.
+    #[error("configuration: actor dispatch is not enabled (actor_dispatch = true)")]
+    ActorDispatchDisabled,
+}
+
+/// What to create: type, id, and optionally the owner node, the Spot and the factory input.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Create {
+    /// Registered actor type.
+    pub actor_type: String,
+    /// Global id.
+    pub actor_id: ActorId,
+    /// Owner node; `None` = this node.
+    pub node: Option<NodeRid>,
+    /// Spot to join; `None` = the owner's Entry Spot.
+    pub spot: Option<SpotSpec>,
+    /// Factory input.
+    pub init: Bytes,
+}
+
+impl Create {
+    /// Create `actor_id` of `actor_type` on this node, in its Entry Spot, without init input.
+    pub fn new(actor_type: impl Into<String>, actor_id: ActorId) -> Self {
+        Self {
+            actor_type: actor_type.into(),
+            actor_id,
+            node: None,
+            spot: None,
+            init: Bytes::new(),
+        }
+    }
+
+    /// Owner node.
+    #[must_use]
+    pub fn on(mut self, node: NodeRid) -> Self {
+        self.node = Some(node);
+        self
+    }
+
+    /// Spot to join.
+    #[must_use]
+    pub fn in_spot(mut self, spot: SpotSpec) -> Self {
+        self.spot = Some(spot);
+        self
+    }
+
+    /// Factory input.
+    #[must_use]
+    pub fn init(mut self, init: Bytes) -> Self {
+        self.init = init;
+        self
+    }
+}
+
+/// Counters of one node (monotonic).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NodeStats {
+    /// Actors activated here (factory runs that reached Ready).
+    pub activations: u64,
+    /// Actor calls received over the mesh.
+    pub calls_in: u64,
+    /// Actor calls sent over the mesh.
+    pub calls_out: u64,
+    /// Handler turns run.
+    pub turns: u64,
+    /// Send-handler failures (EG-15).
+    pub send_failures: u64,
+    /// One-way sends refused (lane full, stale ref) and dropped.
+    pub sends_dropped: u64,
+}
+
+struct LocalActor {
+    actor_ref: ActorRef,
+    fence: CallFence,
+    mailbox: Mailbox,
+    spot: String,
+}
+
+#[derive(Default)]
+struct Actors {
+    live: HashMap<ActorId, LocalActor>,
+    /// Last incarnation destroyed here per actor (answers `NotFound` instead of `Unavailable`).
+    retired: HashMap<ActorId, ObjectGeneration>,
+}
+
+struct SpotState {
+    kind: SpotKind,
+    gate: Option<Arc<tokio::sync::Mutex<()>>>,
+    members: usize,
+}
+
+type ActivationWaiter = oneshot::Sender<Result<ActorRef, (ErrorKind, String)>>;
+
+struct Inner {
+    mesh: MeshNode,
+    mesh_name: MeshName,
+    store: Arc<dyn LocationStore>,
+    registry: ActorRegistry,
+    lease: Mutex<OwnerLease>,
+    actors: Mutex<Actors>,
+    spots: Mutex<HashMap<String, SpotState>>,
+    activations: Mutex<HashMap<ActorId, Vec<ActivationWaiter>>>,
+    exec: Arc<ExecShared>,
+    paused: watch::Sender<bool>,
+    inflight: Arc<Inflight>,
+    accepting: AtomicBool,
+    peers: Vec<PeerAddress>,
+    request_timeout: Duration,
+    lane_capacity: usize,
+    tasks: Mutex<Vec<JoinHandle<()>>>,
+    activations_done: AtomicU64,
+    calls_in: AtomicU64,
+    calls_out: AtomicU64,
+    sends_dropped: AtomicU64,
+}
+
+/// A running node. Cheap to clone (a handle).
+#[derive(Clone)]
+pub struct Node {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Node {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Node")
+            .field("node", self.node_rid())
+            .field("generation", &self.generation())
+            .finish()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Node {
+    /// Starts the mesh node, registers the owner lease, connects to peers and serves.
+    ///
+    /// # Errors
+    /// [`NodeError::Mesh`] when the mesh cannot start; [`NodeError::Store`] when the lease cannot
+    /// be registered.
+    pub async fn start(options: NodeOptions) -> Result<Node, NodeError> {
+        let mesh_name = options.mesh.mesh.clone();
+        let (mesh, inbound) = MeshNode::start(options.mesh)?;
+        let lease = options
+            .store
+            .register_owner(mesh.node().clone(), mesh.generation(), options.lease_ttl)
+            .await?;
+        let (paused, paused_rx) = watch::channel(false);
+        let node = Node {
+            inner: Arc::new(Inner {
+                mesh,
+                mesh_name,
+                store: options.store,
+                registry: options.registry,
+                lease: Mutex::new(lease),
+                actors: Mutex::new(Actors::default()),
+                spots: Mutex::new(HashMap::new()),
+                activations: Mutex::new(HashMap::new()),
+                exec: Arc::new(ExecShared {
+                    paused: paused_rx,
+                    send_failures: AtomicU64::new(0),
+                    turns: AtomicU64::new(0),
+                }),
+                paused,
+                inflight: Arc::new(Inflight::default()),
+                accepting: AtomicBool::new(true),
+                peers: options.peers,
+                request_timeout: options.request_timeout,
+                lane_capacity: options.lane_capacity,
+                tasks: Mutex::new(Vec::new()),
+                activations_done: AtomicU64::new(0),
+                calls_in: AtomicU64::new(0),
+                calls_out: AtomicU64::new(0),
+                sends_dropped: AtomicU64::new(0),
+            }),
+        };
+        node.spawn_background(inbound, options.lease_ttl);
+        let me = node.node_rid().clone();
+        for p in &node.inner.peers {
+            if p.node.as_str() > me.as_str() {
+                // A connect failure only means the mesh is closing.
+                let _ = node.inner.mesh.connect(p.clone());
+            }
+        }
+        tracing::info!(node = %me, generation = %node.generation(), "node started");
+        Ok(node)
+    }
+
+    fn spawn_background(&self, inbound: InboundReceiver, ttl: Duration) {
+        let d = tokio::spawn(dispatch::run(self.clone(), inbound));
+        let weak = Arc::downgrade(&self.inner);
+        let renew = tokio::spawn(async move {
+            let period = ttl / 3;
+            loop {
+                tokio::time::sleep(period).await;
+                let Some(inner) = weak.upgrade() else { return };
+                let holder = lock(&inner.lease).holder.clone();
+                match inner.store.renew_owner(holder, ttl).await {
+                    Ok(l) => *lock(&inner.lease) = l,
+                    Err(e) => tracing::error!(error = %e, "owner lease renewal failed"),
+                }
+            }
+        });
+        lock(&self.inner.tasks).extend([d, renew]);
+    }
+
+    /// This node's routing id.
+    #[must_use]
+    pub fn node_rid(&self) -> &NodeRid {
+        self.inner.mesh.node()
+    }
+
+    /// This process' generation (new on every start).
+    #[must_use]
+    pub fn generation(&self) -> NodeGeneration {
+        self.inner.mesh.generation()
+    }
+
+    /// The mesh name.
+    #[must_use]
+    pub fn mesh_name(&self) -> &MeshName {
+        &self.inner.mesh_name
+    }
+
+    /// The bound endpoints.
+    #[must_use]
+    pub fn endpoints(&self) -> &BoundEndpoints {
+        self.inner.mesh.endpoints()
+    }
+
+    /// The address peers dial.
+    #[must_use]
+    pub fn address(&self) -> PeerAddress {
+        self.inner.mesh.address()
+    }
+
+    /// The mesh node (counters, peer events).
+    #[must_use]
+    pub fn mesh(&self) -> &MeshNode {
+        &self.inner.mesh
+    }
+
+    /// The Location Store.
+    #[must_use]
+    pub fn store(&self) -> &Arc<dyn LocationStore> {
+        &self.inner.store
+    }
+
+    /// The current owner lease.
+    #[must_use]
+    pub fn lease(&self) -> OwnerLease {
+        lock(&self.inner.lease).clone()
+    }
+
+    /// Connects to a peer that was not in the options (dial direction is the caller's choice).
+    ///
+    /// # Errors
+    /// [`ActorError::ShuttingDown`] when the mesh is closed.
+    pub fn connect(&self, peer: PeerAddress) -> Result<(), ActorError> {
+        self.inner
+            .mesh
+            .connect(peer)
+            .map_err(|_| ActorError::ShuttingDown)
+    }
+
+    /// Waits until every configured peer is up, at most `timeout`; returns the peers still down.
+    pub async fn wait_peers(&self, timeout: Duration) -> Vec<NodeRid> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        let mut down = Vec::new();
+        for p in &self.inner.peers {
+            if p.node == *self.node_rid() {
+                continue;
+            }
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            if self
+                .inner
+                .mesh
+                .wait_peer_up(&p.node, None, left)
+                .await
+                .is_none()
+            {
+                down.push(p.node.clone());
+            }
+        }
+        down
+    }
+
+    /// PAUSES (`true`) or resumes the application domain: while paused no actor turn starts;
+    /// infrastructure (transport, completions, activation bookkeeping) keeps running
+    /// (EG-16.25). Turns already running continue.
+    pub fn set_application_paused(&self, paused: bool) {
+        self.inner.paused.send_replace(paused);
+    }
+
+    /// Counters.
+    #[must_use]
+    pub fn stats(&self) -> NodeStats {
+        let i = &self.inner;
+        NodeStats {
+            activations: i.activations_done.load(Ordering::Relaxed),
+            calls_in: i.calls_in.load(Ordering::Relaxed),
+            calls_out: i.calls_out.load(Ordering::Relaxed),
+            turns: i.exec.turns.load(Ordering::Relaxed),
+            send_failures: i.exec.send_failures.load(Ordering::Relaxed),
+            sends_dropped: i.sends_dropped.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Identity, peers that are up, hosted types and local actor count.
+    #[must_use]
+    pub fn info(&self) -> NodeInfo {
+        let peers_up = self
+            .inner
+            .peers
+            .iter()
+            .filter(|p| p.node != *self.node_rid())
+            .filter(|p| self.inner.mesh.peer_generation(&p.node).is_some())
+            .map(|p| p.node.to_string())
+            .collect();
+        NodeInfo {
+            node: self.node_rid().to_string(),
+            generation: self.generation().get(),
+            mesh: self.inner.mesh_name.to_string(),
+            peers_up,
+            actor_types: self.inner.registry.names(),
+            local_actors: lock(&self.inner.actors).live.len() as u64,
+        }
+    }
+
+    fn check_accepting(&self) -> Result<(), ActorError> {
+        if self.inner.accepting.load(Ordering::Acquire) {
+            Ok(())
+        } else {
+            Err(ActorError::ShuttingDown)
+        }
+    }
+
+    fn is_local(&self, node: &NodeRid) -> bool {
+        node == self.node_rid()
+    }
+
+    // ---------------------------------------------------------------------------------------
+    // Create, get, destroy
+    // ---------------------------------------------------------------------------------------
+
+    /// Creates a new incarnation of `c.actor_id` on `c.node` (default: this node).
+    ///
+    /// # Errors
+    /// `NotFound` ([`ActorError::UnknownActorType`]) when the owner has no factory for the
+    /// type; `InvalidOperation` ([`ActorError::AlreadyExists`]) when an incarnation exists;
+    /// `Unavailable` when the owner node is not connected; `Internal` when the factory fails.
+    pub async fn create(&self, c: Create) -> Result<ActorRef, ActorError> {
+        self.activate(c, ActivateMode::Create).await
+    }
+
+    /// Returns the Ready incarnation of `c.actor_id`, creating it on `c.node` if there is none.
+    /// An existing incarnation is returned wherever it lives.
+    ///
+    /// # Errors
+    /// As [`Node::create`], except that an existing incarnation is not an error.
+    pub async fn get_or_create(&self, c: Create) -> Result<ActorRef, ActorError> {
+        self.activate(c, ActivateMode::GetOrCreate).await
+    }
+
+    async fn activate(&self, c: Create, mode: ActivateMode) -> Result<ActorRef, ActorError> {
+        self.check_accepting()?;
+        let req = Activate {
+            mode,
+            actor_type: c.actor_type,
+            actor_id: c.actor_id.to_string(),
+            spot: c.spot,
+            init: c.init.to_vec(),
+        };
+        match c.node {
+            Some(n) if !self.is_local(&n) => self.activate_remote(&n, &req).await,
+            _ => self.activate_local(req).await,
+        }
+    }
+
+    async fn activate_remote(
+        &self,
+        node: &NodeRid,
+        req: &Activate,
+    ) -> Result<ActorRef, ActorError> {
+        let payload = protocol::encode(req)?;
+        let resp = self
+            .inner
+            .mesh
+            .request(
+                node,
+                protocol::PEER_ACTIVATE,
+                payload,
+                self.inner.request_timeout,
+            )
+            .await
+            .map_err(|e| request_error(node, e))?;
+        protocol::decode(resp.payload.as_deref().unwrap_or_default())
+    }
+
+    /// Activation on this node as the candidate owner (EG-14).
+    pub(crate) async fn activate_local(&self, req: Activate) -> Result<ActorRef, ActorError> {
+        self.check_accepting()?;
+        let actor_id =
+            ActorId::new(&req.actor_id).map_err(|e| ActorError::Codec(format!("actor id: {e}")))?;
+        let ty = self
+            .inner
+            .registry
+            .get(&req.actor_type)
+            .cloned()
+            .ok_or_else(|| ActorError::UnknownActorType {
+                actor_type: req.actor_type.clone(),
+            })?;
+        if let Some(spot) = &req.spot {
+            self.check_spot(spot)?;
+        }
+        if let Some(r) = self.local_ref(&actor_id) {
+            return existing(req.mode, r);
+        }
+        // One local activator per actor id; concurrent local callers wait for its result.
+        let waiter = {
+            let mut acts = lock(&self.inner.activations);
+            match acts.get_mut(&actor_id) {
+                Some(waiters) => {
+                    let (tx, rx) = oneshot::channel();
+                    waiters.push(tx);
+                    Some(rx)
+                }
+                None => {
+                    acts.insert(actor_id.clone(), Vec::new());
+                    None
+                }
+            }
+        };
+        if let Some(rx) = waiter {
+            return match rx.await {
+                Ok(Ok(r)) => existing(req.mode, r),
+                Ok(Err((kind, detail))) => Err(ActorError::Remote { kind, detail }),
+                Err(_) => Err(ActorError::ShuttingDown),
+            };
+        }
+        let result = self.reserve_and_activate(&ty, &actor_id, &req).await;
+        let waiters = lock(&self.inner.activations)
+            .remove(&actor_id)
+            .unwrap_or_default();
+        for w in waiters {
+            let _ = w.send(match &result {
+                Ok(r) => Ok(r.clone()),
+                Err(e) => Err((e.kind(), e.to_string())),
+            });
+        }
+        result
+    }
+
+    async fn reserve_and_activate(
+        &self,
+        ty: &ActorType,
+        actor_id: &ActorId,
+        req: &Activate,
+    ) -> Result<ActorRef, ActorError> {
+        let store = &self.inner.store;
+        let mut orphan_cleared = false;
+        loop {
+            let holder = lock(&self.inner.lease).holder.clone();
+            let reservation = store
+                .reserve_activation(ActivationRequest {
+                    actor_id: actor_id.clone(),
+                    actor_type: ty.name().to_owned(),
+                    owner: ActorOwner {
+                        mesh: self.inner.mesh_name.clone(),
+                        holder: holder.clone(),
+                    },
+                })
+                .await?;
+            let loc = match reservation {
+                Reservation::Won(loc) => return self.run_factory(ty, loc, req).await,
+                Reservation::Held(loc) => loc,
+            };
+            let mine = loc.owner_node == *self.node_rid()
+                && loc.node_generation == self.generation()
+                && loc.owner_lease_generation == holder.lease_generation;
+            if mine {
+                // Held by this process but not live here and no local activator: an orphan of
+                // a failed activation. Clear it once and reserve again.
+                if let Some(r) = self.local_ref(actor_id) {
+                    return existing(req.mode, r);
+                }
+                if orphan_cleared {
+                    return Err(ActorError::NotReady {
+                        actor_id: actor_id.clone(),
+                    });
+                }
+                orphan_cleared = true;
+                match store.destroy(actor_id.clone(), loc.object_generation).await {
+                    Ok(()) | Err(StoreError::NotFound { .. }) => continue,
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            return match (loc.state, req.mode) {
+                (ActivationState::Ready, ActivateMode::GetOrCreate) => {
+                    Ok(ActorRef::from_location(&loc))
+                }
+                (_, ActivateMode::Create) => Err(ActorError::AlreadyExists {
+                    actor_id: actor_id.clone(),
+                    object_generation: loc.object_generation,
+                }),
+                (ActivationState::Activating, ActivateMode::GetOrCreate) => {
+                    // The owner runs the factory; it answers when Ready.
+                    let node = loc.owner_node.clone();
+                    self.activate_remote(&node, req).await
+                }
+            };
+        }
+    }
+
+    async fn run_factory(
+        &self,
+        ty: &ActorType,
+        loc: ActorLocation,
+        req: &Activate,
+    ) -> Result<ActorRef, ActorError> {
+        let info = ActivationInfo {
+            actor_id: loc.actor_id.clone(),
+            object_generation: loc.object_generation,
+        };
+        let instance = match ty.instantiate(&info, Bytes::from(req.init.clone())) {
+            Ok(i) => i,
+            Err(e) => {
+                let _ = self
+                    .inner
+                    .store
+                    .destroy(loc.actor_id.clone(), loc.object_generation)
+                    .await;
+                return Err(ActorError::Handler(format!("factory: {e}")));
+            }
+        };
+        let ready = match self
+            .inner
+            .store
+            .mark_ready(loc.actor_id.clone(), loc.fence())
+            .await
+        {
+            Ok(r) => r,
+            Err(e) => return Err(e.into()),
+        };
+        let actor_ref = ActorRef::from_location(&ready);
+        let spot = req.spot.clone().unwrap_or_else(SpotSpec::entry);
+        let gate = self.join_spot(&spot)?;
+        let ctx = ActorCtx::new(actor_ref.clone(), self.clone());
+        let mailbox = exec::spawn(
+            ready.actor_id.clone(),
+            instance,
+            ctx,
+            gate,
+            self.inner.lane_capacity,
+            self.inner.exec.clone(),
+        );
+        {
+            let mut actors = lock(&self.inner.actors);
+            actors.retired.remove(&ready.actor_id);
+            actors.live.insert(
+                ready.actor_id.clone(),
+                LocalActor {
+                    fence: CallFence::of_ref(&actor_ref),
+                    actor_ref: actor_ref.clone(),
+                    mailbox,
+                    spot: spot.name,
+                },
+            );
+        }
+        self.inner.activations_done.fetch_add(1, Ordering::Relaxed);
+        tracing::debug!(actor = %actor_ref, "actor ready");
+        Ok(actor_ref)
+    }
+
+    fn check_spot(&self, spot: &SpotSpec) -> Result<(), ActorError> {
+        match lock(&self.inner.spots).get(&spot.name) {
+            Some(s) if s.kind != spot.kind => Err(ActorError::Codec(format!(
+                "spot {:?} is {:?}, not {:?}",
+                spot.name, s.kind, spot.kind
+            ))),
+            _ => Ok(()),
+        }
+    }
+
+    fn join_spot(
+        &self,
+        spot: &SpotSpec,
+    ) -> Result<Option<Arc<tokio::sync::Mutex<()>>>, ActorError> {
+        self.check_spot(spot)?;
+        let mut spots = lock(&self.inner.spots);
+        let s = spots.entry(spot.name.clone()).or_insert_with(|| SpotState {
+            kind: spot.kind,
+            gate: spot
+                .kind
+                .shares_gate()
+                .then(|| Arc::new(tokio::sync::Mutex::new(()))),
+            members: 0,
+        });
+        s.members += 1;
+        Ok(s.gate.clone())
+    }
+
+    fn leave_spot(&self, name: &str) {
+        let mut spots = lock(&self.inner.spots);
+        if let Some(s) = spots.get_mut(name) {
+            s.members = s.members.saturating_sub(1);
+            if s.members == 0 && s.kind != SpotKind::Entry {
+                spots.remove(name);
+            }
+        }
+    }
+
+    fn local_ref(&self, actor_id: &ActorId) -> Option<ActorRef> {
+        lock(&self.inner.actors)
+            .live
+            .get(actor_id)
+            .map(|a| a.actor_ref.clone())
+    }
+
+    /// The Ready ref of `actor_id` from the Location Store (one lookup).
+    ///
+    /// # Errors
+    /// `NotFound` when there is no incarnation; `Unavailable` while it is activating.
+    pub async fn get(&self, actor_id: &ActorId) -> Result<ActorRef, ActorError> {
+        match self.inner.store.lookup(actor_id.clone()).await? {
+            Some(loc) if loc.state == ActivationState::Ready => Ok(ActorRef::from_location(&loc)),
+            Some(_) => Err(ActorError::NotReady {
+                actor_id: actor_id.clone(),
+            }),
+            None => Err(ActorError::ActorNotFound {
+                actor_id: actor_id.clone(),
+            }),
+        }
+    }
+
+    /// Destroys the incarnation `actor` (on its owner): it ends, queued work fails with
+    /// `NotFound`, and a later create gets a new ObjectGeneration (SB-4.1).
+    ///
+    /// # Errors
+    /// `InvalidOperation` when `actor` is not the current incarnation; `Unavailable` for a
+    /// stale fence or an unreachable owner.
+    pub async fn destroy(&self, actor: &ActorRef) -> Result<(), ActorError> {
+        self.check_accepting()?;
+        if self.is_local(actor.node()) {
+            return self.destroy_local(actor).await;
+        }
+        let payload = protocol::encode(&DestroyActor {
+            actor: actor.clone(),
+        })?;
+        self.inner
+            .mesh
+            .request(
+                actor.node(),
+                protocol::PEER_DESTROY,
+                payload,
+                self.inner.request_timeout,
+            )
+            .await
+            .map_err(|e| request_error(actor.node(), e))?;
+        Ok(())
+    }
+
+    pub(crate) async fn destroy_local(&self, actor: &ActorRef) -> Result<(), ActorError> {
+        {
+            let actors = lock(&self.inner.actors);
+            let cur = actors.live.get(actor.id()).map(|a| &a.fence);
+            let retired = actors.retired.get(actor.id()).copied();
+            fence::check_call(self.generation(), cur, retired, &CallFence::of_ref(actor))?;
+        }
+        self.inner
+            .store
+            .destroy(actor.id().clone(), actor.object_generation())
+            .await?;
+        let removed = {
+            let mut actors = lock(&self.inner.actors);
+            let removed = actors.live.remove(actor.id());
+            actors
+                .retired
+                .insert(actor.id().clone(), actor.object_generation());
+            removed
+        };
+        if let Some(a) = removed {
+            a.mailbox.end();
+            self.leave_spot(&a.spot);
+        }
+        tracing::debug!(actor = %actor, "actor destroyed");
+        Ok(())
+    }
+
+    // ---------------------------------------------------------------------------------------
+    // Calls
+    // ---------------------------------------------------------------------------------------
+
+    /// Sends a typed request to `actor` and waits for its typed reply, at most `timeout`.
+    ///
+    /// # Errors
+    /// See [`Node::request_raw`]; a reply that does not decode as `M::Reply` is
+    /// [`ActorError::Codec`].
+    pub async fn request<M: Message>(
+        &self,
+        actor: &ActorRef,
+        msg: &M,
+        timeout: Duration,
+    ) -> Result<M::Reply, ActorError> {
+        let payload =
+            rmp_serde::to_vec_named(msg).map_err(|e| ActorError::Codec(format!("payload: {e}")))?;
+        let reply = self
+            .request_raw(actor, M::KEY, Bytes::from(payload), timeout)
+            .await?;
+        rmp_serde::from_slice(&reply).map_err(|e| ActorError::Codec(format!("reply: {e}")))
+    }
+
+    /// Sends a typed message to `actor` (no reply). Delivery to a remote owner is at most once;
+    /// a handler failure is logged on the owner (EG-15).
+    ///
+    /// # Errors
+    /// Local refusals (stale ref, full lane) and admission failures; remote refusals are only
+    /// logged on the owner.
+    pub async fn send<M: Message>(&self, actor: &ActorRef, msg: &M) -> Result<(), ActorError> {
+        let payload =
+            rmp_serde::to_vec_named(msg).map_err(|e| ActorError::Codec(format!("payload: {e}")))?;
+        self.send_raw(actor, M::KEY, Bytes::from(payload)).await
+    }
+
+    /// A request with an encoded payload: local owner → straight into the actor's queue;
+    /// remote owner → a 160 ActorCall on the relay connection, the reply back on the
+    /// completion connection. Exactly one terminal; never resent (SB-12).
+    ///
+    /// # Errors
+    /// `InvalidOperation` (another incarnation), `Unavailable` (stale fence, owner down, lane
+    /// full), `NotFound` (destroyed, unknown key), `DeadlineExceeded`, `Internal` (the handler
+    /// failed, EG-15).
+    pub async fn request_raw(
+        &self,
+        actor: &ActorRef,
+        key: DispatchKey,
+        payload: Bytes,
+        timeout: Duration,
+    ) -> Result<Bytes, ActorError> {
+        if self.is_local(actor.node()) {
+            let (tx, rx) = oneshot::channel();
+            let fence = CallFence::of_ref(actor);
+            // A refusal is delivered through the reply channel.
+            let submit = self.submit_local(
+                &fence,
+                Work {
+                    key,
+                    payload,
+                    reply: Some(ReplyTo::Local(tx)),
+                    deadline: Some(Instant::now() + timeout),
+                    guard: None,
+                },
+            );
+            let waited = async move {
+                let _ = submit.await;
+                rx.await
+            };
+            return match tokio::time::timeout(timeout, waited).await {
+                Ok(Ok(out)) => out,
+                Ok(Err(_)) => Err(ActorError::ActorNotFound {
+                    actor_id: actor.id().clone(),
+                }),
+                Err(_) => Err(ActorError::DeadlineExceeded),
+            };
+        }
+        self.inner.calls_out.fetch_add(1, Ordering::Relaxed);
+        let record = Record::ActorCall(actor_call(actor, key, Some(timeout)));
+        let resp = self
+            .inner
+            .mesh
+            .request_record(actor.node(), record, Some(payload), timeout)
+            .await
+            .map_err(|e| request_error(actor.node(), e))?;
+        Ok(resp.payload.unwrap_or_default())
+    }
+
+    /// A send with an encoded payload (see [`Node::send`]).
+    ///
+    /// # Errors
+    /// As [`Node::send`].
+    pub async fn send_raw(
+        &self,
+        actor: &ActorRef,
+        key: DispatchKey,
+        payload: Bytes,
+    ) -> Result<(), ActorError> {
+        if self.is_local(actor.node()) {
+            return match self
+                .submit_local(
+                    &CallFence::of_ref(actor),
+                    Work {
+                        key,
+                        payload,
+                        reply: None,
+                        deadline: None,
+                        guard: None,
+                    },
+                )
+                .await
+            {
+                None => Ok(()),
+                Some(e) => Err(e),
+            };
+        }
+        self.inner.calls_out.fetch_add(1, Ordering::Relaxed);
+        let record = Record::ActorCall(actor_call(actor, key, None));
+        self.inner
+            .mesh
+            .send_record(actor.node(), record, Some(payload))
+            .await
+            .map_err(|e| send_error(actor.node(), e))
+    }
+
+    /// Validates `call` against the local incarnation and appends `work` to its queue,
+    /// waiting while the queue is full (backpressure; work never runs inline, EG-6.3). A
+    /// refusal of a request is answered through its reply (and `None` returned); the refusal
+    /// of a send is returned.
+    pub(crate) async fn submit_local(&self, call: &CallFence, work: Work) -> Option<ActorError> {
+        let checked = {
+            let actors = lock(&self.inner.actors);
+            let live = actors.live.get(&call.actor_id);
+            fence::check_call(
+                self.generation(),
+                live.map(|a| &a.fence),
+                actors.retired.get(&call.actor_id).copied(),
+                call,
+            )
+            .and_then(|()| {
+                live.map(|a| a.mailbox.clone())
+                    .ok_or_else(|| ActorError::StaleFence {
+                        actor_id: call.actor_id.clone(),
+                        fence: "location",
+                    })
+            })
+        };
+        let refused = match checked {
+            Ok(mailbox) => match mailbox.try_submit(work) {
+                Ok(()) => return None,
+                Err(full) if matches!(full.0, ActorError::LaneFull { .. }) => {
+                    match mailbox.submit_wait(full.1).await {
+                        Ok(()) => return None,
+                        Err(refused) => *refused,
+                    }
+                }
+                Err(refused) => *refused,
+            },
+            Err(e) => (e, work),
+        };
+        let (error, work) = refused;
+        match work.reply {
+            Some(r) => {
+                r.complete(Err(error));
+                None
+            }
+            None => Some(error),
+        }
+    }
+
+    // ---------------------------------------------------------------------------------------
+    // Shutdown
+    // ---------------------------------------------------------------------------------------
+
+    /// Graceful shutdown (SB-10): refuse new client work and activations, wait until accepted
+    /// work has its terminal or `drain` passes, release the owner lease, end every actor and
+    /// close the mesh (peers get Disconnect).
+    pub async fn shutdown(self, drain: Duration) {
+        let inner = &self.inner;
+        inner.accepting.store(false, Ordering::Release);
+        tracing::info!(inflight = inner.inflight.current(), "shutdown: draining");
+        if tokio::time::timeout(drain, inner.inflight.wait_idle())
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                inflight = inner.inflight.current(),
+                "shutdown: drain deadline passed"
+            );
+        }
+        let holder = lock(&inner.lease).holder.clone();
+        if let Err(e) = inner.store.release_owner(holder).await {
+            tracing::warn!(error = %e, "shutdown: releasing the owner lease failed");
+        }
+        let live: Vec<LocalActor> = lock(&inner.actors).live.drain().map(|(_, a)| a).collect();
+        for a in &live {
+            a.mailbox.end();
+        }
+        drop(live);
+        for t in lock(&inner.tasks).drain(..) {
+            t.abort();
+        }
+        // Wait (bounded) until every other handle is gone, then join the mesh I/O thread.
+        let mut inner = self.inner;
+        let deadline = Instant::now() + Duration::from_secs(2);
+        loop {
+            match Arc::try_unwrap(inner) {
+                Ok(i) => {
+                    i.mesh.shutdown().await;
+                    break;
+                }
+                Err(again) => {
+                    if Instant::now() >= deadline {
+                        // Dropping the last handle later still closes the mesh.
+                        tracing::warn!("shutdown: node handles still alive; closing without join");
+                        break;
+                    }
+                    inner = again;
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            }
+        }
+        tracing::info!("shutdown: closed");
+    }
+
+    pub(crate) fn inflight(&self) -> &Arc<Inflight> {
+        &self.inner.inflight
+    }
+
+    pub(crate) fn accepting(&self) -> bool {
+        self.inner.accepting.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn request_timeout(&self) -> Duration {
+        self.inner.request_timeout
+    }
+
+    pub(crate) fn count_call_in(&self) {
+        self.inner.calls_in.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn count_send_dropped(&self) {
+        self.inner.sends_dropped.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+fn existing(mode: ActivateMode, r: ActorRef) -> Result<ActorRef, ActorError> {
+    match mode {
+        ActivateMode::GetOrCreate => Ok(r),
+        ActivateMode::Create => Err(ActorError::AlreadyExists {
+            actor_id: r.id().clone(),
+            object_generation: r.object_generation(),
+        }),
+    }
+}
+
+pub(crate) fn actor_call(
+    actor: &ActorRef,
+    key: DispatchKey,
+    timeout: Option<Duration>,
+) -> ActorCall {
+    let loc = actor.location();
+    ActorCall {
+        actor: actor.id().clone(),
+        object_generation: actor.object_generation(),
+        authority_owner_generation: loc.authority_owner_generation,
+        owner_lease_generation: loc.owner_lease_generation,
+        target_node_generation: loc.node_generation,
+        key,
+        deadline: timeout.map(Deadline::from_remaining),
+    }
+}
+
+pub(crate) fn request_error(node: &NodeRid, e: RequestError) -> ActorError {
+    match e {
+        RequestError::Remote { kind, detail } => ActorError::Remote { kind, detail },
+        RequestError::DeadlineExceeded => ActorError::DeadlineExceeded,
+        RequestError::Send(s) => send_error(node, s),
+        _ => ActorError::NodeUnavailable { node: node.clone() },
+    }
+}
+
+pub(crate) fn send_error(node: &NodeRid, e: SendError) -> ActorError {
+    match e {
+        SendError::DeadlineExceeded(_) => ActorError::DeadlineExceeded,
+        SendError::TooLarge { .. } | SendError::Encode(_) => ActorError::Codec(e.to_string()),
+        _ => ActorError::NodeUnavailable { node: node.clone() },
+    }
+}

@@ -1,0 +1,135 @@
+//! The client protocol (ClientServer, DEALER → node ROUTER) and the node-to-node control
+//! requests (RouteMesh). Documented in `docs/ARCHITECTURE.md` ("Client protocol").
+//!
+//! A client sends **Request (144)** records whose [`DispatchKey`] selects an operation; the
+//! payload and the reply payload are MessagePack (`rmp-serde`, named fields) of the types below.
+//! Failures come back as **ErrorReply (146)** with the public [`zlink_wire::ErrorKind`]. A
+//! **OneWay (147)** with key [`CALL`] is an actor *send* (no reply; failures are logged).
+//!
+//! | key | request payload | reply payload |
+//! |---|---|---|
+//! | 1 `CREATE` | [`CreateActor`] | [`ActorRef`] — a new incarnation; `InvalidOperation` if one exists |
+//! | 2 `GET_OR_CREATE` | [`CreateActor`] | [`ActorRef`] — the Ready incarnation, created if absent |
+//! | 3 `GET` | [`GetActor`] | [`ActorRef`] — `NotFound` if none, `Unavailable` while activating |
+//! | 4 `CALL` | [`CallActor`] | the handler's reply bytes (MessagePack of `M::Reply`) |
+//! | 5 `DESTROY` | [`DestroyActor`] | `()` |
+//! | 6 `NODE_INFO` | `()` | [`NodeInfo`] |
+//!
+//! `CreateActor::node` names the node that must own the new actor (any node of the mesh; the
+//! contacted node forwards the activation to it); `None` = the contacted node.
+
+use serde::{Deserialize, Serialize};
+use zlink_wire::DispatchKey;
+
+use crate::actor::{ActorRef, SpotSpec};
+
+/// Create an actor (client key 1).
+pub const CREATE: DispatchKey = DispatchKey::new(1);
+/// Get or create an actor (client key 2).
+pub const GET_OR_CREATE: DispatchKey = DispatchKey::new(2);
+/// Look up the Ready ref of an actor (client key 3).
+pub const GET: DispatchKey = DispatchKey::new(3);
+/// Call an actor: request (144) or send (147) (client key 4).
+pub const CALL: DispatchKey = DispatchKey::new(4);
+/// Destroy an incarnation (client key 5).
+pub const DESTROY: DispatchKey = DispatchKey::new(5);
+/// Node identity and peers (client key 6).
+pub const NODE_INFO: DispatchKey = DispatchKey::new(6);
+
+/// Node-to-node: activate an actor on the receiving node (payload [`Activate`]).
+pub(crate) const PEER_ACTIVATE: DispatchKey = DispatchKey::new(0xFFFF_FF01);
+/// Node-to-node: destroy an incarnation owned by the receiving node (payload [`DestroyActor`]).
+pub(crate) const PEER_DESTROY: DispatchKey = DispatchKey::new(0xFFFF_FF02);
+
+/// Payload of `CREATE` / `GET_OR_CREATE`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CreateActor {
+    /// Registered actor type (`NotFound` if the owner node has no factory for it).
+    pub actor_type: String,
+    /// Global actor id.
+    pub actor_id: String,
+    /// Owner node (NodeRid); `None` = the contacted node.
+    pub node: Option<String>,
+    /// Spot to join; `None` = the owner's Entry Spot.
+    pub spot: Option<SpotSpec>,
+    /// Factory input.
+    #[serde(with = "serde_bytes")]
+    pub init: Vec<u8>,
+}
+
+/// Payload of `GET`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GetActor {
+    /// Global actor id.
+    pub actor_id: String,
+}
+
+/// Payload of `CALL`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CallActor {
+    /// The target incarnation and its location snapshot.
+    pub actor: ActorRef,
+    /// The message kind's key.
+    pub key: u32,
+    /// MessagePack of the message.
+    #[serde(with = "serde_bytes")]
+    pub payload: Vec<u8>,
+    /// Time the node waits for the actor's reply, in ms (0 = the node default).
+    pub timeout_ms: u32,
+}
+
+/// Payload of `DESTROY` (and of the node-to-node destroy).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DestroyActor {
+    /// The incarnation to destroy.
+    pub actor: ActorRef,
+}
+
+/// Reply of `NODE_INFO`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeInfo {
+    /// NodeRid.
+    pub node: String,
+    /// Process generation.
+    pub generation: u64,
+    /// Mesh name.
+    pub mesh: String,
+    /// Configured peers that are up.
+    pub peers_up: Vec<String>,
+    /// Actor types this node hosts.
+    pub actor_types: Vec<String>,
+    /// Actors this node owns now.
+    pub local_actors: u64,
+}
+
+/// Whether an activation may return an existing incarnation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) enum ActivateMode {
+    Create,
+    GetOrCreate,
+}
+
+/// Node-to-node activation request.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Activate {
+    pub mode: ActivateMode,
+    pub actor_type: String,
+    pub actor_id: String,
+    pub spot: Option<SpotSpec>,
+    #[serde(with = "serde_bytes")]
+    pub init: Vec<u8>,
+}
+
+/// Encodes a protocol value (named-field MessagePack).
+pub(crate) fn encode<T: Serialize>(v: &T) -> Result<bytes::Bytes, crate::actor::ActorError> {
+    rmp_serde::to_vec_named(v)
+        .map(bytes::Bytes::from)
+        .map_err(|e| crate::actor::ActorError::Codec(e.to_string()))
+}
+
+/// Decodes a protocol value.
+pub(crate) fn decode<T: serde::de::DeserializeOwned>(
+    b: &[u8],
+) -> Result<T, crate::actor::ActorError> {
+    rmp_serde::from_slice(b).map_err(|e| crate::actor::ActorError::Codec(e.to_string()))
+}
