@@ -4,7 +4,9 @@
 //! `{"bench":…,"metric":…,"value":…,"baseline":…,"ratio":…}` where the baseline is raw
 //! libzmq measured in the same run.
 //!
-//! Args: `[oneway_msgs] [rtt_samples]` (defaults 1,000,000 and 10,000).
+//! Args: `[oneway_msgs] [rtt_samples]` (defaults 1,000,000 and 10,000; `rtt_samples` 0 skips
+//! the latency and memory parts). Knobs for experiments: `BENCH_ONLY_MESH=1` (skip raw),
+//! `BENCH_WINDOW=<msgs>` (receive window and budget), `BENCH_INBOUND=<records>`.
 
 use std::time::{Duration, Instant};
 
@@ -110,6 +112,19 @@ fn raw_rtt(n: usize) -> Vec<f64> {
 fn cfg(node: &str) -> MeshConfig {
     let mut c = MeshConfig::new(MeshName::new("bench").unwrap(), NodeRid::new(node).unwrap());
     c.secret = Some(MeshSecret::new(SECRET.to_vec()).unwrap());
+    if let Some(w) = std::env::var("BENCH_WINDOW")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        c.peer_window.messages = w;
+        c.peer_budget.messages = u64::from(w);
+    }
+    if let Some(w) = std::env::var("BENCH_INBOUND")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        c.inbound_capacity = w;
+    }
     c
 }
 
@@ -147,6 +162,36 @@ async fn mesh_oneway(n: usize) -> f64 {
         a.send(&to, DispatchKey::new(1), payload.clone())
             .await
             .unwrap();
+    }
+    let (el, _rb) = recv.await.unwrap();
+    a.shutdown().await;
+    b.shutdown().await;
+    (n - 1) as f64 / el.as_secs_f64()
+}
+
+async fn mesh_oneway_batched(n: usize, batch: usize) -> f64 {
+    let (a, _ra, b, mut rb) = mesh_pair().await;
+    let recv = tokio::spawn(async move {
+        rb.recv().await.unwrap();
+        let t0 = Instant::now();
+        for _ in 1..n {
+            rb.recv().await.unwrap();
+        }
+        (t0.elapsed(), rb)
+    });
+    let payload = Bytes::from_static(&[0x5a; SIZE]);
+    let to = b.node().clone();
+    let mut sent = 0;
+    while sent < n {
+        let k = batch.min(n - sent);
+        a.send_batch(
+            &to,
+            DispatchKey::new(1),
+            std::iter::repeat_n(payload.clone(), k),
+        )
+        .await
+        .unwrap();
+        sent += k;
     }
     let (el, _rb) = recv.await.unwrap();
     a.shutdown().await;
@@ -269,9 +314,19 @@ fn main() {
         raw.push(if only_mesh { 1.0 } else { raw_oneway(n) });
         mesh.push(rt.block_on(mesh_oneway(n)));
     }
+    let mut batched = Vec::new();
+    for _ in 0..3 {
+        batched.push(rt.block_on(mesh_oneway_batched(n, 64)));
+    }
     let raw_tp = percentile(&mut raw, 0.5);
     let mesh_tp = percentile(&mut mesh, 0.5);
     json("mesh_oneway", "msgs_per_s", mesh_tp, Some(raw_tp));
+    json(
+        "mesh_oneway_batch64",
+        "msgs_per_s",
+        percentile(&mut batched, 0.5),
+        Some(raw_tp),
+    );
 
     if rtt_n == 0 {
         return;

@@ -69,24 +69,44 @@ impl Budget {
     /// A single message larger than the byte budget is admitted only when nothing else is
     /// reserved (otherwise it could never be admitted).
     pub fn try_reserve(&self, bytes: u64) -> bool {
-        let m = self.messages.fetch_add(1, Ordering::AcqRel);
-        if m >= self.limit.messages {
-            self.messages.fetch_sub(1, Ordering::AcqRel);
+        self.try_reserve_n(1, bytes)
+    }
+
+    /// Tries to reserve `n` messages totalling `bytes` at once (all or nothing).
+    pub fn try_reserve_n(&self, n: u64, bytes: u64) -> bool {
+        let m = self.messages.fetch_add(n, Ordering::AcqRel);
+        if m + n > self.limit.messages {
+            self.messages.fetch_sub(n, Ordering::AcqRel);
             return false;
         }
         let b = self.bytes.fetch_add(bytes, Ordering::AcqRel);
         if b > 0 && b + bytes > self.limit.bytes {
             self.bytes.fetch_sub(bytes, Ordering::AcqRel);
-            self.messages.fetch_sub(1, Ordering::AcqRel);
+            self.messages.fetch_sub(n, Ordering::AcqRel);
             self.wake();
             return false;
         }
         true
     }
 
+    /// The configured limits.
+    pub fn limit(&self) -> OutboundBudget {
+        self.limit
+    }
+
     /// Reserves, waiting at most `timeout` for room.
     pub async fn reserve(&self, bytes: u64, timeout: Duration) -> Result<(), AdmissionTimeout> {
-        if self.try_reserve(bytes) {
+        self.reserve_n(1, bytes, timeout).await
+    }
+
+    /// Reserves `n` messages totalling `bytes` (all or nothing), waiting at most `timeout`.
+    pub async fn reserve_n(
+        &self,
+        n: u64,
+        bytes: u64,
+        timeout: Duration,
+    ) -> Result<(), AdmissionTimeout> {
+        if self.try_reserve_n(n, bytes) {
             return Ok(());
         }
         let deadline = tokio::time::Instant::now() + timeout;
@@ -96,12 +116,12 @@ impl Budget {
             let notified = self.notify.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            if self.try_reserve(bytes) {
+            if self.try_reserve_n(n, bytes) {
                 return Ok(());
             }
             if tokio::time::timeout_at(deadline, notified).await.is_err() {
                 // One last attempt: room may have appeared exactly at the deadline.
-                return if self.try_reserve(bytes) {
+                return if self.try_reserve_n(n, bytes) {
                     Ok(())
                 } else {
                     Err(AdmissionTimeout { waited: timeout })
@@ -116,7 +136,12 @@ impl Budget {
     /// zero), so a sender blocked on a full budget is woken once per half budget, not once
     /// per message.
     pub fn release(&self, bytes: u64) {
-        let m = self.messages.fetch_sub(1, Ordering::AcqRel) - 1;
+        self.release_n(1, bytes);
+    }
+
+    /// Releases `n` messages totalling `bytes`.
+    pub fn release_n(&self, n: u64, bytes: u64) {
+        let m = self.messages.fetch_sub(n, Ordering::AcqRel) - n;
         let b = self.bytes.fetch_sub(bytes, Ordering::AcqRel) - bytes;
         if m <= self.limit.messages / 2 && b <= self.limit.bytes / 2 {
             self.wake();

@@ -75,6 +75,11 @@ pub(crate) enum Command {
         frames: Vec<Bytes>,
         bytes: u64,
     },
+    /// Several one-way records to one peer, admitted together (one command, one doorbell).
+    SendBatch {
+        dest: Dest,
+        messages: Vec<Vec<Bytes>>,
+    },
     Request {
         node: NodeRid,
         generation: NodeGeneration,
@@ -459,6 +464,18 @@ impl Engine {
                     bytes: Some(bytes),
                 },
             ),
+            Command::SendBatch { dest, messages } => {
+                for frames in messages {
+                    let bytes = frames.iter().map(|f| f.len() as u64).sum();
+                    self.send_app(
+                        dest.clone(),
+                        Out {
+                            frames,
+                            bytes: Some(bytes),
+                        },
+                    );
+                }
+            }
             Command::Request {
                 node,
                 generation,

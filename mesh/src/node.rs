@@ -519,6 +519,51 @@ impl MeshNode {
             .inspect_err(|_| slot.budget.release(bytes))
     }
 
+    /// Sends several one-way 147 records to one peer with one admission (all or nothing,
+    /// within the send timeout) and one hand-off to the I/O thread. Order is kept. A batch
+    /// larger than the peer's budget can never be admitted: `SendError::TooLarge`.
+    pub async fn send_batch(
+        &self,
+        to: &NodeRid,
+        key: DispatchKey,
+        payloads: impl IntoIterator<Item = Bytes>,
+    ) -> Result<(), SendError> {
+        let record = Record::OneWay(zlink_wire::OneWay { key });
+        let mut messages = Vec::new();
+        let mut total = 0u64;
+        for p in payloads {
+            let frames =
+                codec::encode(&record, 0, Some(p)).map_err(|e| SendError::Encode(e.to_string()))?;
+            total += self.shared.check_size(&frames)?;
+            messages.push(frames);
+        }
+        if messages.is_empty() {
+            return Ok(());
+        }
+        let slot = self.admit_peer(to)?;
+        let n = messages.len() as u64;
+        let limit = slot.budget.limit();
+        if n > limit.messages || (n > 1 && total > limit.bytes) {
+            return Err(SendError::TooLarge {
+                size: messages.len(),
+                max: limit.messages as usize,
+            });
+        }
+        slot.budget
+            .reserve_n(n, total, self.shared.send_timeout)
+            .await
+            .map_err(|e| SendError::DeadlineExceeded(e.waited))?;
+        self.shared
+            .submit(Command::SendBatch {
+                dest: Dest::Peer {
+                    node: to.clone(),
+                    generation: slot.generation,
+                },
+                messages,
+            })
+            .inspect_err(|_| slot.budget.release_n(n, total))
+    }
+
     /// Sends a one-way 147 record with `key` and `payload`.
     pub async fn send(
         &self,

@@ -146,3 +146,36 @@ async fn connect_is_idempotent_and_unknown_peer_is_unavailable() {
     a.shutdown().await;
     b.shutdown().await;
 }
+
+// spec: SB-6.5, EG-1.2 — a batch is admitted all-or-nothing against the budget and arrives
+// in order; a batch larger than the whole budget is refused up front (never partially sent).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn send_batch_keeps_order_and_is_all_or_nothing() {
+    let (a, _ra) = start("ba");
+    let mut cb = config("bb");
+    cb.peer_budget = zlink_mesh::OutboundBudget {
+        messages: 64,
+        bytes: 1 << 20,
+    };
+    let (b, mut rb) = zlink_mesh::MeshNode::start(cb).unwrap();
+    link(&a, &b).await;
+    let payloads: Vec<Bytes> = (0..100u8).map(|i| Bytes::from(vec![i])).collect();
+    a.send_batch(b.node(), DispatchKey::new(4), payloads)
+        .await
+        .unwrap();
+    for i in 0..100u8 {
+        let m = tokio::time::timeout(WAIT, rb.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(m.payload.as_deref(), Some(&[i][..]));
+    }
+    let too_many: Vec<Bytes> = (0..65).map(|_| Bytes::new()).collect();
+    let e = b
+        .send_batch(a.node(), DispatchKey::new(4), too_many)
+        .await
+        .unwrap_err();
+    assert!(matches!(e, zlink_mesh::SendError::TooLarge { .. }));
+    a.shutdown().await;
+    b.shutdown().await;
+}
