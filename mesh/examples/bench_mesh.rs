@@ -6,7 +6,7 @@
 //!
 //! Args: `[oneway_msgs] [rtt_samples]` (defaults 1,000,000 and 10,000; `rtt_samples` 0 skips
 //! the latency and memory parts). Knobs for experiments: `BENCH_ONLY_MESH=1` (skip raw),
-//! `BENCH_WINDOW=<msgs>` (receive window and budget), `BENCH_INBOUND=<records>`.
+//! `BENCH_WINDOW=<msgs>` (receive window and budget), `BENCH_INBOUND=<records>`, `BENCH_SPIN=<yields>`.
 
 use std::time::{Duration, Instant};
 
@@ -118,6 +118,9 @@ fn cfg(node: &str) -> MeshConfig {
     {
         c.peer_window.messages = w;
         c.peer_budget.messages = u64::from(w);
+    }
+    if let Some(w) = std::env::var("BENCH_SPIN").ok().and_then(|v| v.parse().ok()) {
+        c.io_spin_yields = w;
     }
     if let Some(w) = std::env::var("BENCH_INBOUND")
         .ok()
