@@ -36,6 +36,7 @@ fn missing_secret_is_a_startup_error_unless_insecure_dev_mode() {
     ));
 }
 
+// spec: SB-2.1 (peers authenticated at the transport boundary even in dev mode)
 // Insecure dev mode still runs the handshake (fixed public key): two dev nodes connect, a
 // dev node and a node with a real secret do not.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
