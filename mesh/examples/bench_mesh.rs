@@ -119,7 +119,10 @@ fn cfg(node: &str) -> MeshConfig {
         c.peer_window.messages = w;
         c.peer_budget.messages = u64::from(w);
     }
-    if let Some(w) = std::env::var("BENCH_SPIN").ok().and_then(|v| v.parse().ok()) {
+    if let Some(w) = std::env::var("BENCH_SPIN")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
         c.io_spin_yields = w;
     }
     if let Some(w) = std::env::var("BENCH_INBOUND")

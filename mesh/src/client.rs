@@ -97,6 +97,11 @@ struct ClientShared {
     next_corr: AtomicU64,
     send_timeout: Duration,
     max_message_size: usize,
+    /// When the client started (base of `last_rx_ms`).
+    epoch: Instant,
+    /// Milliseconds since `epoch` of the last record received from the node (0 = never).
+    last_rx_ms: AtomicU64,
+    peer_timeout: Duration,
 }
 
 /// A ClientServer client.
@@ -138,6 +143,9 @@ impl MeshClient {
             next_corr: AtomicU64::new(1),
             send_timeout: cfg.send_timeout,
             max_message_size: cfg.transport.max_message_size,
+            epoch: Instant::now(),
+            last_rx_ms: AtomicU64::new(0),
+            peer_timeout: cfg.liveness.peer_timeout,
         });
         let (push_tx, push_rx) = mpsc::channel(cfg.push_capacity.max(1));
         let io = ClientIo {
@@ -164,6 +172,17 @@ impl MeshClient {
             pushes: tokio::sync::Mutex::new(push_rx),
             thread: Some(thread),
         })
+    }
+
+    /// True while the node answered within the peer timeout (the client pings every
+    /// `ping_interval`; any record from the node counts). False before the first answer.
+    pub fn server_alive(&self) -> bool {
+        let last = self.shared.last_rx_ms.load(Ordering::Acquire);
+        if last == 0 {
+            return false;
+        }
+        let now = self.shared.epoch.elapsed().as_millis() as u64;
+        now.saturating_sub(last) <= self.shared.peer_timeout.as_millis() as u64
     }
 
     /// Counters (late replies, malformed frames …).
@@ -454,6 +473,8 @@ impl ClientIo {
                 }
             };
             let corr = d.header.correlation.get();
+            let now_ms = (self.shared.epoch.elapsed().as_millis() as u64).max(1);
+            self.shared.last_rx_ms.store(now_ms, Ordering::Release);
             match codec::classify(d.record) {
                 (Class::Pong | Class::Ping(_), _) => {}
                 (Class::Push, Some(Record::Push(p))) => {

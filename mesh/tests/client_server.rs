@@ -180,3 +180,71 @@ async fn late_reply_behind_unprocessed_pushes_is_not_a_second_terminal() {
     client.close().await;
     node.shutdown().await;
 }
+
+// Heartbeats both ends: the client sees the node alive through its pings, and not alive once
+// the node is gone; the node forgets a silent client (ClientDisconnected).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn both_ends_detect_a_dead_peer() {
+    let (node, mut inbound) = server();
+    let mut events = node.subscribe();
+    let mut cc = client_config(&node);
+    cc.liveness.peer_timeout = std::time::Duration::from_millis(800);
+    let client = MeshClient::connect(cc).unwrap();
+    client
+        .send(DispatchKey::new(1), Bytes::new())
+        .await
+        .unwrap();
+    let _ = tokio::time::timeout(WAIT, inbound.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    eventually("client sees node alive", || client.server_alive()).await;
+    node.shutdown().await;
+    eventually("client sees node gone", || !client.server_alive()).await;
+    drop(events.try_recv());
+
+    // A client that vanishes without Disconnect is forgotten after the node's peer timeout.
+    let mut c = config("srv2");
+    c.client_endpoint = Some("tcp://127.0.0.1:*".into());
+    c.liveness.peer_timeout = std::time::Duration::from_millis(800);
+    let (node2, mut inbound2) = MeshNode::start(c).unwrap();
+    let mut events2 = node2.subscribe();
+    let ctx = zmq::Context::new();
+    let raw = ctx.socket(zmq::DEALER).unwrap();
+    raw.set_linger(0).unwrap();
+    raw.connect(node2.endpoints().client.as_ref().unwrap())
+        .unwrap();
+    let ping = zlink_mesh::zlink_wire::encode(
+        &Record::Ping(zlink_mesh::zlink_wire::Ping { seq: 1 }),
+        zlink_mesh::CorrelationId::NONE,
+        None,
+    )
+    .unwrap();
+    raw.send(&ping.envelope()[..], 0).unwrap();
+    let session = loop {
+        match tokio::time::timeout(WAIT, events2.recv())
+            .await
+            .unwrap()
+            .unwrap()
+        {
+            PeerEvent::ClientConnected { session } => break session,
+            _ => {}
+        }
+    };
+    drop(raw); // silent from now on
+    loop {
+        match tokio::time::timeout(WAIT, events2.recv())
+            .await
+            .unwrap()
+            .unwrap()
+        {
+            PeerEvent::ClientDisconnected { session: s } if s == session => break,
+            _ => {}
+        }
+    }
+    assert!(
+        inbound2.try_recv().is_none(),
+        "pings never reach the layer above (SB-5.4)"
+    );
+    node2.shutdown().await;
+}
