@@ -222,13 +222,12 @@ async fn both_ends_detect_a_dead_peer() {
     .unwrap();
     raw.send(&ping.envelope()[..], 0).unwrap();
     let session = loop {
-        match tokio::time::timeout(WAIT, events2.recv())
+        if let PeerEvent::ClientConnected { session } = tokio::time::timeout(WAIT, events2.recv())
             .await
             .unwrap()
             .unwrap()
         {
-            PeerEvent::ClientConnected { session } => break session,
-            _ => {}
+            break session;
         }
     };
     drop(raw); // silent from now on
