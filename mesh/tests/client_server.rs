@@ -181,6 +181,7 @@ async fn late_reply_behind_unprocessed_pushes_is_not_a_second_terminal() {
     node.shutdown().await;
 }
 
+// spec: SB-5.4 (pings never enter the application queue)
 // Heartbeats both ends: the client sees the node alive through its pings, and not alive once
 // the node is gone; the node forgets a silent client (ClientDisconnected).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
