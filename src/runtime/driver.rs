@@ -396,8 +396,8 @@ impl Slot {
 
     fn begin(&self, invocation: u64, fence: Fence) {
         self.fence.store(fence.0, Ordering::Relaxed);
-        self.invocation.store(invocation, Ordering::SeqCst);
-        self.holding.store(true, Ordering::SeqCst);
+        self.holding.store(true, Ordering::Release);
+        self.invocation.store(invocation, Ordering::Release);
     }
 
     /// Close the registration scope; return the record's after-work and barriers.
@@ -578,8 +578,9 @@ fn run_job(job: Job, env: TurnEnv) -> Handled<()> {
 }
 
 /// The record reached its terminal while the right is held: post-processing (EG-8), barriers
-/// (EG-5.2/5.3), reservation release (EG-7.2).
-fn finish(
+/// (EG-5.2/5.3). The caller then returns the reservation in the core (EG-7.2), batched with the
+/// next lane decision under one lock.
+fn end_record(
     gate: &Arc<GateInner>,
     lane: &Arc<LaneHandle>,
     invocation: u64,
@@ -606,13 +607,6 @@ fn finish(
             .barriers_discarded
             .fetch_add(barriers.len() as u64, Ordering::Relaxed);
     }
-    let _ = gate
-        .gate
-        .core
-        .lock()
-        .unwrap()
-        .handle_turn_finished(lane.lane, invocation);
-    gate.notify_space();
 }
 
 fn activate_barrier(rt: &Arc<RtShared>, b: Barrier) {
@@ -709,8 +703,19 @@ async fn drain(gate: Arc<GateInner>, mut fence: Fence) {
     let clock = gate.rt.config.clock.clone();
     let budget = gate.rt.config.occupancy_budget;
     let mut start = clock.now();
+    // a finished record whose reservation is returned together with the next lane decision
+    let mut finished: Option<(LaneId, u64)> = None;
     loop {
-        let next = gate.gate.core.lock().unwrap().poll_turn();
+        let next = {
+            let mut core = gate.gate.core.lock().unwrap();
+            if let Some((lane, inv)) = finished {
+                let _ = core.handle_turn_finished(lane, inv);
+            }
+            core.poll_turn()
+        };
+        if finished.take().is_some() {
+            gate.notify_space();
+        }
         match next {
             None => match gate.gate.release_and_recheck() {
                 Some(f) => {
@@ -721,11 +726,11 @@ async fn drain(gate: Arc<GateInner>, mut fence: Fence) {
                 None => return,
             },
             Some(Turn::Run {
+                lane,
                 data,
                 class,
                 invocation,
                 item,
-                ..
             }) => {
                 data.slot.begin(invocation, fence);
                 let env = TurnEnv {
@@ -734,7 +739,10 @@ async fn drain(gate: Arc<GateInner>, mut fence: Fence) {
                     class,
                 };
                 match run_job(item, env) {
-                    Handled::Now(r) => finish(&gate, &data, invocation, r),
+                    Handled::Now(r) => {
+                        end_record(&gate, &data, invocation, r);
+                        finished = Some((lane, invocation));
+                    }
                     Handled::Later(fut) => {
                         let end = Inline {
                             fut: Some(fut),
@@ -742,17 +750,23 @@ async fn drain(gate: Arc<GateInner>, mut fence: Fence) {
                         }
                         .await;
                         match end {
-                            InlineEnd::Done(r) => finish(&gate, &data, invocation, r),
+                            InlineEnd::Done(r) => {
+                                end_record(&gate, &data, invocation, r);
+                                finished = Some((lane, invocation));
+                            }
                             InlineEnd::Yielded(fut) => detach(&gate, data, invocation, fut),
                             InlineEnd::Aborted => {
-                                finish(&gate, &data, invocation, Err(HandlerError::Cancelled))
+                                end_record(&gate, &data, invocation, Err(HandlerError::Cancelled));
+                                finished = Some((lane, invocation));
                             }
                         }
                     }
                 }
             }
             Some(Turn::Resume {
-                data, invocation, ..
+                lane,
+                data,
+                invocation,
             }) => {
                 let (done_tx, done_rx) = oneshot::channel();
                 data.slot.fence.store(fence.0, Ordering::Relaxed);
@@ -760,19 +774,32 @@ async fn drain(gate: Arc<GateInner>, mut fence: Fence) {
                     Some(grant) => grant.send(done_tx).is_ok(),
                     None => false,
                 };
-                if granted {
+                let end = if granted {
                     match done_rx.await {
-                        Ok(ContEnd::Finished(r)) => finish(&gate, &data, invocation, r),
-                        Ok(ContEnd::Yielded) => {}
-                        Err(_) => finish(&gate, &data, invocation, Err(HandlerError::Cancelled)),
+                        Ok(ContEnd::Finished(r)) => Some(r),
+                        Ok(ContEnd::Yielded) => None,
+                        Err(_) => Some(Err(HandlerError::Cancelled)),
                     }
                 } else {
-                    finish(&gate, &data, invocation, Err(HandlerError::Cancelled));
+                    Some(Err(HandlerError::Cancelled))
+                };
+                if let Some(r) = end {
+                    end_record(&gate, &data, invocation, r);
+                    finished = Some((lane, invocation));
                 }
             }
         }
         // EG-9 / EG-7.4: budget checked at the handler boundary, never pre-empting a handler.
         if clock.now().saturating_duration_since(start) >= budget {
+            if let Some((lane, inv)) = finished.take() {
+                let _ = gate
+                    .gate
+                    .core
+                    .lock()
+                    .unwrap()
+                    .handle_turn_finished(lane, inv);
+                gate.notify_space();
+            }
             gate.gate.word.release();
             tokio::task::yield_now().await;
             if !gate.gate.core.lock().unwrap().has_ready() {
