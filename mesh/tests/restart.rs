@@ -215,3 +215,58 @@ async fn restarted_peer_is_a_new_lifecycle_and_old_generation_is_rejected() {
     echo.await.unwrap();
     a.shutdown().await;
 }
+
+// spec: SB-9, SB-2.1 — the *accepting* side restarts on the same endpoints: the connecting
+// side's libzmq reconnects by itself (bounded backoff), the handshake re-runs and the new
+// generation is a new lifecycle.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acceptor_restart_on_same_endpoints_reconnects() {
+    let (a, _ra) = start("xa");
+    let (b1, _rb1) = node_with_gen("xb", 10);
+    let addr = b1.address();
+    a.connect(addr.clone()).unwrap();
+    assert_eq!(
+        a.wait_peer_up(b1.node(), None, WAIT).await,
+        Some(NodeGeneration::new(10))
+    );
+    let mut events = a.subscribe();
+    b1.shutdown().await;
+    loop {
+        if let PeerEvent::Down {
+            node, generation, ..
+        } = next_event(&mut events).await
+        {
+            assert_eq!(node.as_str(), "xb");
+            assert_eq!(generation, NodeGeneration::new(10));
+            break;
+        }
+    }
+    let mut c = config("xb");
+    c.generation = Some(NodeGeneration::new(20));
+    c.relay_endpoint = addr.relay.clone();
+    c.completion_endpoint = addr.completion.clone();
+    let (b2, mut rb2) = MeshNode::start(c).unwrap();
+    assert_eq!(
+        a.wait_peer_up(b2.node(), Some(NodeGeneration::new(10)), WAIT)
+            .await,
+        Some(NodeGeneration::new(20))
+    );
+    let echo = tokio::spawn(async move {
+        let m = rb2.recv().await.unwrap();
+        m.reply.unwrap().reply(m.payload.unwrap());
+        rb2
+    });
+    let r = a
+        .request(
+            b2.node(),
+            DispatchKey::new(1),
+            Bytes::from_static(b"back"),
+            WAIT,
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.payload.as_deref(), Some(&b"back"[..]));
+    let _rb2 = echo.await.unwrap();
+    b2.shutdown().await;
+    a.shutdown().await;
+}
