@@ -1259,6 +1259,13 @@ impl Engine {
         for (rid, seq) in ping {
             self.send_control(LinkKind::Completion, &rid, Record::Ping(Ping { seq }));
         }
+        // While the client socket is not read (application queue full), silence proves
+        // nothing: nobody times out.
+        if self.stalled_client.is_some() {
+            for c in self.clients.values_mut() {
+                c.last_rx = now;
+            }
+        }
         // ClientServer liveness: forget clients silent for the peer timeout.
         let dead: Vec<u64> = self
             .clients
