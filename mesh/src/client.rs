@@ -362,6 +362,11 @@ impl ClientIo {
                 }
             }
             let now = Instant::now();
+            if self.stalled.is_some() {
+                // Not reading (pushes not taken): silence proves nothing about the node.
+                let ms = (self.shared.epoch.elapsed().as_millis() as u64).max(1);
+                self.shared.last_rx_ms.store(ms, Ordering::Release);
+            }
             for (_, w) in self.corr.handle_timeout(now) {
                 let _ = w.send(Err(RequestError::DeadlineExceeded));
             }
