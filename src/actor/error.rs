@@ -93,6 +93,10 @@ pub enum ActorError {
         /// The actor.
         actor_id: ActorId,
     },
+    /// The work was dropped before its terminal: the actor ended or the runtime shut down
+    /// while it was queued (`Unavailable`).
+    #[error("the actor ended before this work ran")]
+    Ended,
     /// The node is shutting down and accepts no new work (`Unavailable`, SB-10).
     #[error("node is shutting down")]
     ShuttingDown,
@@ -141,6 +145,7 @@ impl ActorError {
             | ActorError::NotReady { .. }
             | ActorError::NodeUnavailable { .. }
             | ActorError::LaneFull { .. }
+            | ActorError::Ended
             | ActorError::ShuttingDown => ErrorKind::Unavailable,
             ActorError::DeadlineExceeded => ErrorKind::DeadlineExceeded,
             ActorError::Handler(_) => ErrorKind::Internal,

@@ -1,28 +1,33 @@
-//! Actor execution: each actor has its own bounded queue (EG-2.1) drained by one task at a
-//! time, so its handler turns are serial; SpotWide Spots add one shared gate (EG-1.3, EG-2.2).
+//! Actor execution on the lane runtime (`crate::runtime`): each actor is an actor lane of its
+//! Spot (its own queue, EG-2.1); the Spot kind decides the gate (EG-1.3, EG-2): SpotWide User
+//! and Instance Spots share one gate, Entry and PerActor actors have their own.
 //!
-//! This is the narrow seam between the node and the execution engine: the node only calls
-//! [`spawn`], [`Mailbox::try_submit`] and [`Mailbox::end`]. It is written so that it can be
-//! switched to the lane runtime (`crate::runtime`) without touching the node: a mailbox becomes
-//! an actor lane, the Spot gate the runtime's Spot gate.
+//! This is the narrow seam between the node and the execution engine: the node calls
+//! [`RtSpot::create`], [`spawn`], [`Mailbox::submit`] and [`Mailbox::end`] only.
 //!
-//! Invariants: a turn starts only while the application domain is not PAUSED; a `Later`
-//! handler keeps the turn (and the Spot gate) until it completes (EG-2.6); a full queue refuses
-//! work instead of running it inline (EG-6.3); work queued when the actor ends is answered
-//! `NotFound`, never run.
+//! Invariants: a `Later` handler keeps the turn (and a SpotWide gate) until it completes
+//! (EG-2.6); a full lane makes the submitter wait — work never runs inline (EG-6.3); work that
+//! is dropped before its terminal (the actor ended, the runtime shut down) answers its request
+//! with [`ActorError::Ended`], never with silence; while the application domain is PAUSED a turn
+//! that starts waits before it runs the handler.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::Instant;
 
 use bytes::Bytes;
-use tokio::sync::{Mutex, Notify, mpsc, oneshot, watch};
+use tokio::sync::{Notify, oneshot, watch};
 use zlink_mesh::ReplyHandle;
 use zlink_wire::{ActorId, DispatchKey};
 
 use super::error::ActorError;
 use super::message::ActorCtx;
 use super::registry::{ActorInstance, Outcome, Step};
+use super::spot::{SpotKind, UserMode};
+use crate::runtime::{
+    self, Ctx, EntrySpot, InstanceSpot, Payload, PerActorUser, Runtime, RuntimeError, SpotRef,
+    SpotWideUser, YieldMode,
+};
 
 /// Where a request's terminal goes.
 pub(crate) enum ReplyTo {
@@ -87,19 +92,36 @@ impl Drop for InflightGuard {
     }
 }
 
-/// One queued message.
+/// One queued message. Dropping it unanswered answers its request with
+/// [`ActorError::Ended`] (exactly one terminal, SB-12).
 pub(crate) struct Work {
     pub key: DispatchKey,
     pub payload: Bytes,
     pub reply: Option<ReplyTo>,
     pub deadline: Option<Instant>,
+    /// Released when the work is dropped, i.e. after its terminal (shutdown drain, SB-10).
+    #[allow(dead_code)]
     pub guard: Option<InflightGuard>,
+}
+
+impl Drop for Work {
+    fn drop(&mut self) {
+        if let Some(r) = self.reply.take() {
+            r.complete(Err(ActorError::Ended));
+        }
+    }
+}
+
+impl Payload for Work {
+    fn payload_len(&self) -> usize {
+        self.payload.len()
+    }
 }
 
 /// State shared by every actor of a node.
 #[derive(Debug)]
 pub(crate) struct ExecShared {
-    /// `true` = the application domain is PAUSED: no new turn starts.
+    /// `true` = the application domain is PAUSED: no handler runs.
     pub paused: watch::Receiver<bool>,
     /// Send-handler failures (EG-15: logged and counted).
     pub send_failures: AtomicU64,
@@ -107,110 +129,219 @@ pub(crate) struct ExecShared {
     pub turns: AtomicU64,
 }
 
-/// The enqueue side of one actor's queue.
+/// A Spot on the runtime, whatever its kind.
+#[derive(Clone, Debug)]
+pub(crate) enum RtSpot {
+    Entry(SpotRef<EntrySpot>),
+    SpotWide(SpotRef<SpotWideUser>),
+    PerActor(SpotRef<PerActorUser>),
+    Instance(SpotRef<InstanceSpot>),
+}
+
+fn no_spot_handler<Y>(_: Ctx<Y>, _: Bytes) -> runtime::Handled<Bytes> {
+    runtime::Handled::ok(Bytes::new())
+}
+
+fn runtime_error(actor_id: &ActorId, e: RuntimeError) -> ActorError {
+    match e {
+        RuntimeError::ApplicationLaneFull(_) | RuntimeError::LifecycleLaneFull(_) => {
+            ActorError::LaneFull {
+                actor_id: actor_id.clone(),
+            }
+        }
+        RuntimeError::Unavailable(runtime::Unavailable::ShutDown) => ActorError::ShuttingDown,
+        RuntimeError::DeadlineExceeded => ActorError::DeadlineExceeded,
+        _ => ActorError::Ended,
+    }
+}
+
+impl RtSpot {
+    /// Creates a Spot of `kind` on `rt` (its own handler is a no-op for now).
+    pub(crate) fn create(rt: &Runtime, kind: SpotKind) -> Result<RtSpot, ActorError> {
+        let r = match kind {
+            SpotKind::Entry => rt
+                .create_spot::<EntrySpot, _>(no_spot_handler)
+                .map(RtSpot::Entry),
+            SpotKind::User(UserMode::SpotWide) => rt
+                .create_spot::<SpotWideUser, _>(no_spot_handler)
+                .map(RtSpot::SpotWide),
+            SpotKind::User(UserMode::PerActor) => rt
+                .create_spot::<PerActorUser, _>(no_spot_handler)
+                .map(RtSpot::PerActor),
+            SpotKind::Instance => rt
+                .create_spot::<InstanceSpot, _>(no_spot_handler)
+                .map(RtSpot::Instance),
+        };
+        r.map_err(|_| ActorError::ShuttingDown)
+    }
+
+    /// Ends the Spot (its queued work fails).
+    pub(crate) fn end(&self) {
+        match self {
+            RtSpot::Entry(s) => s.end(),
+            RtSpot::SpotWide(s) => s.end(),
+            RtSpot::PerActor(s) => s.end(),
+            RtSpot::Instance(s) => s.end(),
+        }
+    }
+}
+
+/// One actor's state and handler table, run by its lane's turns.
+struct Cell {
+    actor_id: ActorId,
+    instance: std::sync::Mutex<Box<dyn ActorInstance>>,
+    ctx: ActorCtx,
+    ended: Arc<AtomicBool>,
+    shared: Arc<ExecShared>,
+}
+
+impl Cell {
+    fn finish(&self, reply: Option<ReplyTo>, out: Outcome) {
+        match reply {
+            Some(r) => r.complete(out),
+            None => {
+                if let Err(e) = out {
+                    self.shared.send_failures.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(actor = %self.actor_id, error = %e, "send handler failed");
+                }
+            }
+        }
+    }
+
+    /// Runs the handler; the mutex is never held across an await (the gate already serialises
+    /// the turns of one actor, so it is uncontended).
+    fn step(&self, key: DispatchKey, payload: Bytes) -> Step {
+        self.shared.turns.fetch_add(1, Ordering::Relaxed);
+        let mut instance = self.instance.lock().unwrap_or_else(|e| e.into_inner());
+        instance.handle(&self.ctx, key, payload)
+    }
+
+    /// Checks that must pass before the handler runs; `Some` = answered without running.
+    fn refuse(&self, work: &Work) -> Option<ActorError> {
+        if self.ended.load(Ordering::Acquire) {
+            return Some(ActorError::ActorNotFound {
+                actor_id: self.actor_id.clone(),
+            });
+        }
+        if work.deadline.is_some_and(|d| Instant::now() >= d) {
+            return Some(ActorError::DeadlineExceeded);
+        }
+        None
+    }
+
+    fn run(self: &Arc<Self>, mut work: Work) -> runtime::Handled<()> {
+        let reply = work.reply.take();
+        if *self.shared.paused.borrow() {
+            let cell = self.clone();
+            return runtime::Handled::later(async move {
+                let mut paused = cell.shared.paused.clone();
+                while *paused.borrow_and_update() {
+                    if paused.changed().await.is_err() {
+                        break;
+                    }
+                }
+                if let Some(e) = cell.refuse(&work) {
+                    cell.finish(reply, Err(e));
+                    return Ok(());
+                }
+                let out = match cell.step(work.key, std::mem::take(&mut work.payload)) {
+                    Step::Now(o) => o,
+                    Step::Later(f) => f.await,
+                };
+                cell.finish(reply, out);
+                drop(work);
+                Ok(())
+            });
+        }
+        if let Some(e) = self.refuse(&work) {
+            self.finish(reply, Err(e));
+            return runtime::Handled::ok(());
+        }
+        match self.step(work.key, std::mem::take(&mut work.payload)) {
+            Step::Now(out) => {
+                self.finish(reply, out);
+                runtime::Handled::ok(())
+            }
+            Step::Later(f) => {
+                let cell = self.clone();
+                runtime::Handled::later(async move {
+                    let out = f.await;
+                    cell.finish(reply, out);
+                    drop(work);
+                    Ok(())
+                })
+            }
+        }
+    }
+}
+
+fn handler<Y: YieldMode>(
+    cell: Arc<Cell>,
+) -> impl Fn(Ctx<Y>, Work) -> runtime::Handled<()> + Send + Sync + 'static {
+    move |_ctx, work| cell.run(work)
+}
+
+/// The enqueue side of one actor's lane.
 #[derive(Clone, Debug)]
 pub(crate) struct Mailbox {
     actor_id: ActorId,
-    tx: mpsc::Sender<Work>,
+    lane: runtime::ActorRef<Work, ()>,
     ended: Arc<AtomicBool>,
 }
 
 impl Mailbox {
-    /// Appends `work` to the actor's queue; a full queue refuses (never runs inline).
-    pub(crate) fn try_submit(&self, work: Work) -> Result<(), Box<(ActorError, Work)>> {
+    /// Appends `work` to the actor's lane, waiting while the application lane is full
+    /// (backpressure; nothing runs inline). On failure the work was dropped, which already
+    /// answered its request.
+    pub(crate) async fn submit(&self, work: Work) -> Result<(), ActorError> {
         if self.ended.load(Ordering::Acquire) {
-            let id = self.actor_id.clone();
-            return Err(Box::new((ActorError::ActorNotFound { actor_id: id }, work)));
+            drop(work);
+            return Err(ActorError::ActorNotFound {
+                actor_id: self.actor_id.clone(),
+            });
         }
-        self.tx.try_send(work).map_err(|e| {
-            let actor_id = self.actor_id.clone();
-            Box::new(match e {
-                mpsc::error::TrySendError::Full(w) => (ActorError::LaneFull { actor_id }, w),
-                mpsc::error::TrySendError::Closed(w) => (ActorError::ActorNotFound { actor_id }, w),
-            })
-        })
+        self.lane
+            .send(work)
+            .await
+            .map_err(|e| runtime_error(&self.actor_id, e))
     }
 
-    /// Appends `work`, waiting for queue space while the lane is full (backpressure: the
-    /// caller stops taking new work; nothing runs inline).
-    pub(crate) async fn submit_wait(&self, work: Work) -> Result<(), Box<(ActorError, Work)>> {
-        if self.ended.load(Ordering::Acquire) {
-            let id = self.actor_id.clone();
-            return Err(Box::new((ActorError::ActorNotFound { actor_id: id }, work)));
-        }
-        self.tx.send(work).await.map_err(|e| {
-            let actor_id = self.actor_id.clone();
-            Box::new((ActorError::ActorNotFound { actor_id }, e.0))
-        })
-    }
-
-    /// Ends the actor: queued work is answered `NotFound`, the drain task stops.
+    /// Ends the actor: its lane is removed by a lifecycle record; queued work is answered
+    /// (`Ended`), never run.
     pub(crate) fn end(&self) {
-        // The drain task stops when the last sender (the node's entry) is dropped; the flag
-        // makes it answer the items still queued instead of running them.
         self.ended.store(true, Ordering::Release);
+        if let Err(e) = self.lane.destroy() {
+            tracing::debug!(actor = %self.actor_id, error = %e, "actor lane already gone");
+        }
     }
 }
 
-/// Starts the drain task of one actor. `gate` is the Spot gate for SpotWide kinds.
+/// Registers an actor lane on `spot` whose turns run `instance`.
 pub(crate) fn spawn(
     actor_id: ActorId,
-    mut instance: Box<dyn ActorInstance>,
+    instance: Box<dyn ActorInstance>,
     ctx: ActorCtx,
-    gate: Option<Arc<Mutex<()>>>,
-    capacity: usize,
+    spot: &RtSpot,
     shared: Arc<ExecShared>,
-) -> Mailbox {
-    let (tx, mut rx) = mpsc::channel::<Work>(capacity.max(1));
+) -> Result<Mailbox, ActorError> {
     let ended = Arc::new(AtomicBool::new(false));
-    let mailbox = Mailbox {
+    let cell = Arc::new(Cell {
         actor_id: actor_id.clone(),
-        tx,
+        instance: std::sync::Mutex::new(instance),
+        ctx,
         ended: ended.clone(),
-    };
-    tokio::spawn(async move {
-        let mut paused = shared.paused.clone();
-        while let Some(work) = rx.recv().await {
-            if ended.load(Ordering::Acquire) {
-                if let Some(r) = work.reply {
-                    r.complete(Err(ActorError::ActorNotFound {
-                        actor_id: actor_id.clone(),
-                    }));
-                }
-                continue;
-            }
-            // PAUSED: no application turn starts (infrastructure keeps going elsewhere).
-            while *paused.borrow_and_update() {
-                if paused.changed().await.is_err() {
-                    break;
-                }
-            }
-            if work.deadline.is_some_and(|d| Instant::now() >= d) {
-                if let Some(r) = work.reply {
-                    r.complete(Err(ActorError::DeadlineExceeded));
-                }
-                continue;
-            }
-            let _gate = match &gate {
-                Some(g) => Some(g.lock().await),
-                None => None,
-            };
-            shared.turns.fetch_add(1, Ordering::Relaxed);
-            let out = match instance.handle(&ctx, work.key, work.payload) {
-                Step::Now(o) => o,
-                Step::Later(f) => f.await,
-            };
-            match work.reply {
-                Some(r) => r.complete(out),
-                None => {
-                    if let Err(e) = out {
-                        shared.send_failures.fetch_add(1, Ordering::Relaxed);
-                        tracing::warn!(actor = %actor_id, key = %work.key, error = %e, "send handler failed");
-                    }
-                }
-            }
-            drop(work.guard);
-        }
+        shared,
     });
-    mailbox
+    let lane = match spot {
+        RtSpot::Entry(s) => s.spawn_actor(handler(cell)),
+        RtSpot::SpotWide(s) => s.spawn_actor(handler(cell)),
+        RtSpot::PerActor(s) => s.spawn_actor(handler(cell)),
+        RtSpot::Instance(s) => s.spawn_actor(handler(cell)),
+    }
+    .map_err(|e| runtime_error(&actor_id, e))?;
+    Ok(Mailbox {
+        actor_id,
+        lane,
+        ended,
+    })
 }

@@ -40,13 +40,14 @@ use zlink_wire::{
     ObjectGeneration,
 };
 
-use crate::actor::exec::{self, ExecShared, Inflight, Mailbox, ReplyTo, Work};
+use crate::actor::exec::{self, ExecShared, Inflight, Mailbox, ReplyTo, RtSpot, Work};
 use crate::actor::fence::{self, CallFence};
 use crate::actor::{
     ActivationInfo, ActorCtx, ActorError, ActorRef, ActorRegistry, ActorType, Message, SpotKind,
     SpotSpec,
 };
 use crate::config::{ConfigError, NodeConfig, StartupBuilder};
+use crate::runtime::{LaneLimits, Runtime, RuntimeConfig};
 use crate::store::{
     ActivationRequest, ActivationState, ActorLocation, ActorOwner, LocationStore, OwnerLease,
     Reservation, StoreError,
@@ -146,6 +147,9 @@ pub enum NodeError {
     /// The owner lease could not be registered.
     #[error("location store: {0}")]
     Store(#[from] StoreError),
+    /// The lane runtime could not start its worker pools.
+    #[error("lane runtime: {0}")]
+    Runtime(std::io::Error),
     /// A startup configuration error (SB-3, SB-14.1).
     #[error("configuration: {0}")]
     Config(#[from] ConfigError),
@@ -236,7 +240,7 @@ struct Actors {
 
 struct SpotState {
     kind: SpotKind,
-    gate: Option<Arc<tokio::sync::Mutex<()>>>,
+    spot: RtSpot,
     members: usize,
 }
 
@@ -244,6 +248,7 @@ type ActivationWaiter = oneshot::Sender<Result<ActorRef, (ErrorKind, String)>>;
 
 struct Inner {
     mesh: MeshNode,
+    runtime: Runtime,
     mesh_name: MeshName,
     store: Arc<dyn LocationStore>,
     registry: ActorRegistry,
@@ -257,7 +262,6 @@ struct Inner {
     accepting: AtomicBool,
     peers: Vec<PeerAddress>,
     request_timeout: Duration,
-    lane_capacity: usize,
     tasks: Mutex<Vec<JoinHandle<()>>>,
     activations_done: AtomicU64,
     calls_in: AtomicU64,
@@ -298,9 +302,18 @@ impl Node {
             .register_owner(mesh.node().clone(), mesh.generation(), options.lease_ttl)
             .await?;
         let (paused, paused_rx) = watch::channel(false);
+        let runtime = Runtime::new(RuntimeConfig {
+            limits: LaneLimits {
+                application_items: options.lane_capacity.max(1),
+                ..LaneLimits::default()
+            },
+            ..RuntimeConfig::default()
+        })
+        .map_err(NodeError::Runtime)?;
         let node = Node {
             inner: Arc::new(Inner {
                 mesh,
+                runtime,
                 mesh_name,
                 store: options.store,
                 registry: options.registry,
@@ -318,7 +331,6 @@ impl Node {
                 accepting: AtomicBool::new(true),
                 peers: options.peers,
                 request_timeout: options.request_timeout,
-                lane_capacity: options.lane_capacity,
                 tasks: Mutex::new(Vec::new()),
                 activations_done: AtomicU64::new(0),
                 calls_in: AtomicU64::new(0),
@@ -696,16 +708,21 @@ impl Node {
         };
         let actor_ref = ActorRef::from_location(&ready);
         let spot = req.spot.clone().unwrap_or_else(SpotSpec::entry);
-        let gate = self.join_spot(&spot)?;
+        let rt_spot = self.join_spot(&spot)?;
         let ctx = ActorCtx::new(actor_ref.clone(), self.clone());
-        let mailbox = exec::spawn(
+        let mailbox = match exec::spawn(
             ready.actor_id.clone(),
             instance,
             ctx,
-            gate,
-            self.inner.lane_capacity,
+            &rt_spot,
             self.inner.exec.clone(),
-        );
+        ) {
+            Ok(m) => m,
+            Err(e) => {
+                self.leave_spot(&spot.name);
+                return Err(e);
+            }
+        };
         {
             let mut actors = lock(&self.inner.actors);
             actors.retired.remove(&ready.actor_id);
@@ -734,22 +751,23 @@ impl Node {
         }
     }
 
-    fn join_spot(
-        &self,
-        spot: &SpotSpec,
-    ) -> Result<Option<Arc<tokio::sync::Mutex<()>>>, ActorError> {
+    fn join_spot(&self, spot: &SpotSpec) -> Result<RtSpot, ActorError> {
         self.check_spot(spot)?;
         let mut spots = lock(&self.inner.spots);
-        let s = spots.entry(spot.name.clone()).or_insert_with(|| SpotState {
-            kind: spot.kind,
-            gate: spot
-                .kind
-                .shares_gate()
-                .then(|| Arc::new(tokio::sync::Mutex::new(()))),
-            members: 0,
-        });
+        if !spots.contains_key(&spot.name) {
+            let rt_spot = RtSpot::create(&self.inner.runtime, spot.kind)?;
+            spots.insert(
+                spot.name.clone(),
+                SpotState {
+                    kind: spot.kind,
+                    spot: rt_spot,
+                    members: 0,
+                },
+            );
+        }
+        let s = spots.get_mut(&spot.name).ok_or(ActorError::ShuttingDown)?;
         s.members += 1;
-        Ok(s.gate.clone())
+        Ok(s.spot.clone())
     }
 
     fn leave_spot(&self, name: &str) {
@@ -757,7 +775,9 @@ impl Node {
         if let Some(s) = spots.get_mut(name) {
             s.members = s.members.saturating_sub(1);
             if s.members == 0 && s.kind != SpotKind::Entry {
-                spots.remove(name);
+                if let Some(s) = spots.remove(name) {
+                    s.spot.end();
+                }
             }
         }
     }
@@ -985,26 +1005,19 @@ impl Node {
                     })
             })
         };
-        let refused = match checked {
-            Ok(mailbox) => match mailbox.try_submit(work) {
-                Ok(()) => return None,
-                Err(full) if matches!(full.0, ActorError::LaneFull { .. }) => {
-                    match mailbox.submit_wait(full.1).await {
-                        Ok(()) => return None,
-                        Err(refused) => *refused,
+        match checked {
+            // A failed submission dropped the work, which answered a request already.
+            Ok(mailbox) => mailbox.submit(work).await.err(),
+            Err(error) => {
+                let mut work = work;
+                match work.reply.take() {
+                    Some(r) => {
+                        r.complete(Err(error));
+                        None
                     }
+                    None => Some(error),
                 }
-                Err(refused) => *refused,
-            },
-            Err(e) => (e, work),
-        };
-        let (error, work) = refused;
-        match work.reply {
-            Some(r) => {
-                r.complete(Err(error));
-                None
             }
-            None => Some(error),
         }
     }
 
@@ -1040,6 +1053,9 @@ impl Node {
         for t in lock(&inner.tasks).drain(..) {
             t.abort();
         }
+        lock(&inner.spots).clear();
+        let report = inner.runtime.shutdown().await;
+        tracing::debug!(gates = report.gates_ended, "shutdown: lane runtime stopped");
         // Wait (bounded) until every other handle is gone, then join the mesh I/O thread.
         let mut inner = self.inner;
         let deadline = Instant::now() + Duration::from_secs(2);
