@@ -1,0 +1,238 @@
+//! Two `zlink-node` processes sharing one embedded SQLite Location Store: they agree on owners;
+//! a restarted node has a new NodeGeneration and refuses refs from before the restart.
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use zlink::actor::ErrorKind;
+use zlink::node::client::{NodeClient, Placement};
+use zlink::node::demo::{Add, Get};
+
+const TIMEOUT: Duration = Duration::from_secs(10);
+
+struct Proc {
+    name: String,
+    config: PathBuf,
+    ready: PathBuf,
+    client: String,
+    child: Option<Child>,
+}
+
+impl Proc {
+    fn start(&mut self) {
+        let _ = std::fs::remove_file(&self.ready);
+        let log = std::fs::File::create(self.config.with_extension("log")).unwrap();
+        self.child = Some(
+            Command::new(env!("CARGO_BIN_EXE_zlink-node"))
+                .arg("--config")
+                .arg(&self.config)
+                .env("RUST_LOG", "info")
+                .stdout(Stdio::from(log.try_clone().unwrap()))
+                .stderr(Stdio::from(log))
+                .spawn()
+                .unwrap(),
+        );
+    }
+
+    /// Waits for the ready file (the node serves and its peers are up).
+    async fn wait_ready(&mut self) -> String {
+        let deadline = Instant::now() + TIMEOUT;
+        loop {
+            if let Ok(s) = std::fs::read_to_string(&self.ready) {
+                return s;
+            }
+            if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
+                panic!("{} exited during startup: {status}", self.name);
+            }
+            assert!(Instant::now() < deadline, "{} not ready", self.name);
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// SIGTERM and wait: graceful shutdown exits 0.
+    async fn stop(&mut self) {
+        let mut child = self.child.take().unwrap();
+        let ok = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(ok.success());
+        let status = tokio::task::spawn_blocking(move || child.wait().unwrap())
+            .await
+            .unwrap();
+        assert!(status.success(), "{} exited with {status}", self.name);
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn setup(dir: &Path, n: usize) -> Vec<Proc> {
+    std::fs::write(dir.join("secret"), "process-test-secret-0123456789\n").unwrap();
+    let ports: Vec<[u16; 3]> = (0..n)
+        .map(|_| [free_port(), free_port(), free_port()])
+        .collect();
+    let mut peers = String::new();
+    for (i, p) in ports.iter().enumerate() {
+        peers += &format!(
+            "[[peers]]\nname = \"node{}\"\nrelay = \"tcp://127.0.0.1:{}\"\ncompletion = \"tcp://127.0.0.1:{}\"\n",
+            i + 1,
+            p[0],
+            p[1]
+        );
+    }
+    let store = format!("sqlite://{}", dir.join("store.db").display());
+    (0..n)
+        .map(|i| {
+            let name = format!("node{}", i + 1);
+            let config = dir.join(format!("{name}.toml"));
+            let ready = dir.join(format!("{name}.ready"));
+            let p = ports[i];
+            std::fs::write(
+                &config,
+                format!(
+                    "name = \"{name}\"\nmesh = \"local\"\nrelay = \"tcp://127.0.0.1:{}\"\n\
+                     completion = \"tcp://127.0.0.1:{}\"\nclient = \"tcp://127.0.0.1:{}\"\n\
+                     secret_file = \"{}\"\nstore = \"{store}\"\nready_file = \"{}\"\n\
+                     drain_timeout_ms = 2000\n\n{peers}",
+                    p[0],
+                    p[1],
+                    p[2],
+                    dir.join("secret").display(),
+                    ready.display()
+                ),
+            )
+            .unwrap();
+            Proc {
+                name,
+                config,
+                ready,
+                client: format!("tcp://127.0.0.1:{}", p[2]),
+                child: None,
+            }
+        })
+        .collect()
+}
+
+fn generation(ready: &str) -> u64 {
+    ready
+        .split_whitespace()
+        .find_map(|kv| kv.strip_prefix("generation="))
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+// spec: EG-14 (the store reservation decides the owner, across processes), SB-12 (stale fence
+// after a restart → Unavailable), glossary NodeGeneration (new on every process start)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_processes_share_the_sqlite_store_and_a_restart_refuses_stale_refs() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut procs = setup(dir.path(), 2);
+    for p in procs.iter_mut() {
+        p.start();
+    }
+    let mut gens = Vec::new();
+    for p in procs.iter_mut() {
+        gens.push(generation(&p.wait_ready().await));
+    }
+    let c1 = NodeClient::connect(&procs[0].client, TIMEOUT).unwrap();
+    let c2 = NodeClient::connect(&procs[1].client, TIMEOUT).unwrap();
+
+    // Owners agree: created through node1 on node2, every lookup names node2.
+    let r = c1
+        .create("counter", "shared", Placement::on("node2"))
+        .await
+        .unwrap();
+    assert_eq!(r.node().as_str(), "node2");
+    assert_eq!(r.location().node_generation.get(), gens[1]);
+    assert_eq!(c2.get("shared").await.unwrap(), r);
+    assert_eq!(c1.get("shared").await.unwrap(), r);
+    // get-or-create on node1 finds node2's incarnation; create is refused.
+    assert_eq!(
+        c2.get_or_create("counter", "shared", Placement::on("node1"))
+            .await
+            .unwrap(),
+        r
+    );
+    assert_eq!(
+        c1.create("counter", "shared", Placement::default())
+            .await
+            .unwrap_err()
+            .kind(),
+        ErrorKind::InvalidOperation
+    );
+    assert_eq!(c1.request(&r, &Add(3)).await.unwrap(), 3);
+    assert_eq!(c2.request(&r, &Get).await.unwrap(), 3);
+
+    // Restart node2: a new NodeGeneration.
+    procs[1].stop().await;
+    procs[1].start();
+    let new_gen = generation(&procs[1].wait_ready().await);
+    assert_ne!(new_gen, gens[1]);
+    let c2 = NodeClient::connect(&procs[1].client, TIMEOUT).unwrap();
+    assert_eq!(c2.info().await.unwrap().generation, new_gen);
+    // node1 sees the new generation once its connections re-handshake.
+    let deadline = Instant::now() + TIMEOUT;
+    while !c1
+        .info()
+        .await
+        .unwrap()
+        .peers_up
+        .contains(&"node2".to_owned())
+    {
+        assert!(Instant::now() < deadline, "node2 not up again at node1");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // The ref from before the restart is refused (stale fence), from any node.
+    let deadline = Instant::now() + TIMEOUT;
+    loop {
+        let e = c1.request(&r, &Get).await.unwrap_err();
+        if e.kind() == ErrorKind::Unavailable && e.to_string().contains("stale") {
+            break;
+        }
+        // The old peer lifecycle may still be ending: only Unavailable is acceptable meanwhile.
+        assert_eq!(e.kind(), ErrorKind::Unavailable, "{e}");
+        assert!(Instant::now() < deadline, "{e}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(
+        c2.request(&r, &Get).await.unwrap_err().kind(),
+        ErrorKind::Unavailable
+    );
+    // Re-activation on the restarted node: same incarnation, new authority and generation.
+    let r2 = c1
+        .get_or_create("counter", "shared", Placement::on("node2"))
+        .await
+        .unwrap();
+    assert_eq!(r2.object_generation(), r.object_generation());
+    assert_eq!(r2.location().node_generation.get(), new_gen);
+    assert!(r2.location().authority_owner_generation > r.location().authority_owner_generation);
+    assert_eq!(c1.request(&r2, &Get).await.unwrap(), 0);
+    assert_eq!(
+        c1.request(&r, &Get).await.unwrap_err().kind(),
+        ErrorKind::Unavailable
+    );
+
+    c1.close().await;
+    c2.close().await;
+    for p in procs.iter_mut() {
+        p.stop().await;
+    }
+}

@@ -1,0 +1,135 @@
+//! Node startup through the SB-3 configuration rules and the `zlink-node` command line.
+
+mod node_common;
+
+use node_common::*;
+use zlink::config::{
+    ConfigError, MeshConfig, MeshSecretText, NodeConfig, ObjectRoles, StartupBuilder,
+};
+use zlink::node::demo;
+use zlink::node::{Node, NodeError, NodeOptions};
+use zlink::store::StoreUrl;
+use zlink_mesh::MeshName;
+
+fn config() -> NodeConfig {
+    let mut c = NodeConfig::new(rid("n1"));
+    c.store = Some("memory:".parse::<StoreUrl>().unwrap());
+    c.actor_dispatch = true;
+    c.roles = ObjectRoles {
+        object_client: true,
+        object_server: true,
+    };
+    c.mesh_secret = Some(MeshSecretText::new("zlink-test-secret-0123456789"));
+    c.meshes = vec![MeshConfig {
+        name: MeshName::new("main").unwrap(),
+        relay: "tcp://127.0.0.1:*".into(),
+        completion: "tcp://127.0.0.1:*".into(),
+        peers: vec![],
+    }];
+    c
+}
+
+fn options(c: &NodeConfig) -> Result<NodeOptions, NodeError> {
+    NodeOptions::from_config(c, demo::registry().unwrap())
+}
+
+// spec: SB-14.1, SB-3.1 (no object role → configuration error at startup)
+#[test]
+fn actor_dispatch_without_an_object_role_fails_startup() {
+    let mut c = config();
+    c.roles = ObjectRoles::default();
+    assert!(matches!(
+        options(&c),
+        Err(NodeError::Config(ConfigError::NoObjectRole))
+    ));
+}
+
+// spec: SB-14.1, SB-3.2 (no Location Store → configuration error at startup)
+#[test]
+fn actor_dispatch_without_a_location_store_fails_startup() {
+    let mut c = config();
+    c.store = None;
+    assert!(matches!(
+        options(&c),
+        Err(NodeError::Config(ConfigError::NoLocationStore))
+    ));
+}
+
+// spec: SB-14.1, SB-3, SB-3.4 — `enable_actor_dispatch()` takes no MeshName; several meshes are
+// fine; the node starts and serves.
+#[tokio::test]
+async fn enable_actor_dispatch_takes_no_mesh_name_and_the_node_starts() {
+    let startup = StartupBuilder::<()>::new(rid("n1"))
+        .mesh(MeshName::new("one").unwrap())
+        .mesh(MeshName::new("two").unwrap())
+        .object_server()
+        .location_store(memory_store())
+        .enable_actor_dispatch()
+        .build()
+        .unwrap();
+    assert!(startup.actor_dispatch);
+    let mut c = config();
+    c.meshes.push(MeshConfig {
+        name: MeshName::new("second").unwrap(),
+        relay: "tcp://127.0.0.1:*".into(),
+        completion: "tcp://127.0.0.1:*".into(),
+        peers: vec![],
+    });
+    let node = Node::start(options(&c).unwrap()).await.unwrap();
+    assert_eq!(node.info().node, "n1");
+    assert!(node.info().actor_types.contains(&"counter".to_owned()));
+    node.shutdown(TIMEOUT).await;
+}
+
+// A node hosting actors needs actor dispatch enabled.
+#[test]
+fn a_configuration_without_actor_dispatch_is_refused() {
+    let mut c = config();
+    c.actor_dispatch = false;
+    assert!(matches!(options(&c), Err(NodeError::ActorDispatchDisabled)));
+}
+
+#[test]
+fn help_explains_every_option() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_zlink-node"))
+        .arg("--help")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let help = String::from_utf8(out.stdout).unwrap();
+    for needle in [
+        "--config",
+        "--name",
+        "--mesh",
+        "--relay",
+        "--completion",
+        "--client",
+        "--secret-file",
+        "--store",
+        "--ready-file",
+        "--peer",
+        "--drain-timeout-ms",
+        "--lease-ttl-ms",
+        "--peer-wait-ms",
+        "--log-format",
+        "--insecure-dev-mode",
+        "ZLINK_MESH_SECRET",
+        "SIGTERM",
+        "[[peers]]",
+    ] {
+        assert!(help.contains(needle), "--help lacks {needle}:\n{help}");
+    }
+}
+
+// spec: SB-14.1 — a process without a secret (and without insecure dev mode) does not start.
+#[test]
+fn the_binary_refuses_a_mesh_without_a_secret() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_zlink-node"))
+        .args(["--name", "solo", "--store", "memory:"])
+        .env_remove("ZLINK_MESH_SECRET")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("secret"), "{err}");
+}
