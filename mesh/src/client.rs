@@ -316,7 +316,8 @@ struct ClientIo {
     corr: Correlations<(), Waiter>,
     pushes: mpsc::Sender<Push>,
     stalled: Option<Push>,
-    queue: std::collections::VecDeque<(Vec<Bytes>, u64)>,
+    /// PAUSED sends: (frames, budgeted bytes, correlation id of a request or 0).
+    queue: std::collections::VecDeque<(Vec<Bytes>, u64, u64)>,
     ping_interval: Duration,
     next_ping: Instant,
     seq: u64,
@@ -331,7 +332,7 @@ impl ClientIo {
             let mut close = false;
             while let Ok(cmd) = self.door.rx.try_recv() {
                 match cmd {
-                    Cmd::Send { frames, bytes } => self.send(frames, bytes),
+                    Cmd::Send { frames, bytes } => self.send(frames, bytes, 0),
                     Cmd::Request {
                         corr,
                         deadline,
@@ -343,7 +344,7 @@ impl ClientIo {
                             self.shared.budget.release(bytes);
                             let _ = w.send(Err(RequestError::Closed));
                         } else {
-                            self.send(frames, bytes);
+                            self.send(frames, bytes, corr);
                         }
                     }
                     Cmd::Cancel(c) => drop(self.corr.handle_cancel(c)),
@@ -438,22 +439,59 @@ impl ClientIo {
         true
     }
 
-    fn send(&mut self, frames: Vec<Bytes>, bytes: u64) {
-        if self.queue.is_empty() && self.raw_send(&frames) {
+    fn send(&mut self, frames: Vec<Bytes>, bytes: u64, corr: u64) {
+        if !self.queue.is_empty() {
+            self.queue.push_back((frames, bytes, corr));
+        } else if self.request_ended(corr) || self.raw_send(&frames) {
+            // Sent, or ended before transmission (never sent): the reservation is released.
             self.shared.budget.release(bytes);
         } else {
-            self.queue.push_back((frames, bytes));
+            self.queue.push_back((frames, bytes, corr));
         }
     }
 
     fn flush(&mut self) {
-        while let Some((f, b)) = self.queue.front() {
-            if !self.raw_send(f) {
+        while let Some(&(_, b, corr)) = self.queue.front() {
+            if self.request_ended(corr) {
+                self.shared.budget.release(b);
+                self.queue.pop_front();
+                continue;
+            }
+            if !self.raw_send(&self.queue.front().expect("front").0) {
                 break;
             }
-            self.shared.budget.release(*b);
+            self.shared.budget.release(b);
             self.queue.pop_front();
         }
+    }
+
+    /// True (and counted) if `corr` is a request that already reached its terminal, or whose
+    /// deadline passed (ended here): it is never transmitted (SB-12, EG-16.26).
+    fn request_ended(&mut self, corr: u64) -> bool {
+        if corr == 0 {
+            return false;
+        }
+        let ended = match self.corr.pending_deadline(corr) {
+            None => true,
+            Some(d) => {
+                let now = Instant::now();
+                if d <= now {
+                    for (_, w) in self.corr.handle_timeout(now) {
+                        let _ = w.send(Err(RequestError::DeadlineExceeded));
+                    }
+                    true
+                } else {
+                    false
+                }
+            }
+        };
+        if ended {
+            self.shared.counters.drop(
+                DropReason::RequestEnded,
+                &format_args!("client corr {corr} ended before transmission"),
+            );
+        }
+        ended
     }
 
     fn read(&mut self) {

@@ -155,6 +155,15 @@ impl<P: PartialEq + Clone, W> Correlations<P, W> {
         self.deadlines.first().map(|(d, _)| *d)
     }
 
+    /// The deadline of `id` while it is pending; `None` once it ended (or was never issued).
+    ///
+    /// The driver asks this at the moment of transmission: a request that already reached
+    /// its terminal must never be sent (SB-12, EG-16.26).
+    #[must_use]
+    pub fn pending_deadline(&self, id: u64) -> Option<Instant> {
+        self.pending.get(&id).map(|p| p.deadline)
+    }
+
     /// Number of pending requests.
     pub fn len(&self) -> usize {
         self.pending.len()
@@ -196,6 +205,7 @@ mod tests {
         let mut c: Correlations<u8, &str> = Correlations::new();
         c.register(1, 7, t0 + Duration::from_millis(10), "w1")
             .unwrap();
+        assert_eq!(c.pending_deadline(1), Some(t0 + Duration::from_millis(10)));
         c.register(2, 7, t0 + Duration::from_millis(20), "w2")
             .unwrap();
         assert_eq!(c.poll_timeout(), Some(t0 + Duration::from_millis(10)));
@@ -213,6 +223,8 @@ mod tests {
         assert_eq!(c.handle_reply(2, &7), ReplyOutcome::Late(Terminal::Replied));
         assert!(c.handle_timeout(t0 + Duration::from_secs(1)).is_empty());
         assert!(c.is_empty());
+        assert_eq!(c.pending_deadline(1), None, "ended: never transmitted");
+        assert_eq!(c.pending_deadline(2), None);
     }
 
     #[test]

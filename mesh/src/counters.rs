@@ -42,11 +42,15 @@ pub enum DropReason {
     ReplyUndeliverable,
     /// An authenticated peer sent relay data beyond the window it was granted.
     CreditExceeded,
+    /// An outbound request whose terminal (deadline passed, cancelled) came while it was
+    /// still queued (PAUSED): discarded at the moment of transmission, never sent (SB-12,
+    /// EG-16.26).
+    RequestEnded,
 }
 
 impl DropReason {
     /// Every reason, in a fixed order.
-    pub const ALL: [DropReason; 16] = [
+    pub const ALL: [DropReason; 17] = [
         DropReason::Malformed,
         DropReason::ReservedCommand,
         DropReason::UnknownCommand,
@@ -63,6 +67,7 @@ impl DropReason {
         DropReason::PeerLost,
         DropReason::ReplyUndeliverable,
         DropReason::CreditExceeded,
+        DropReason::RequestEnded,
     ];
 
     /// Stable snake_case name (metric label).
@@ -84,6 +89,7 @@ impl DropReason {
             DropReason::PeerLost => "peer_lost",
             DropReason::ReplyUndeliverable => "reply_undeliverable",
             DropReason::CreditExceeded => "credit_exceeded",
+            DropReason::RequestEnded => "request_ended",
         }
     }
 
@@ -127,7 +133,7 @@ impl TransportEvent {
 /// The node's counters (shared by the I/O thread and the API).
 #[derive(Debug, Default)]
 pub struct Counters {
-    drops: [AtomicU64; 16],
+    drops: [AtomicU64; DropReason::ALL.len()],
     events: [AtomicU64; 5],
     delivered: AtomicU64,
 }

@@ -103,6 +103,9 @@ struct Out {
     frames: Vec<Bytes>,
     /// Bytes reserved against the destination budget; `None` for replies (not budgeted).
     bytes: Option<u64>,
+    /// Correlation id of a request (0 = not a request). Checked against the correlation
+    /// table at the moment of transmission: a request that already ended is never sent.
+    corr: u64,
 }
 
 fn out_len(out: &Out) -> u64 {
@@ -462,6 +465,7 @@ impl Engine {
                 Out {
                     frames,
                     bytes: Some(bytes),
+                    corr: 0,
                 },
             ),
             Command::SendBatch { dest, messages } => {
@@ -472,6 +476,7 @@ impl Engine {
                         Out {
                             frames,
                             bytes: Some(bytes),
+                            corr: 0,
                         },
                     );
                 }
@@ -508,6 +513,7 @@ impl Engine {
                     Out {
                         frames,
                         bytes: Some(bytes),
+                        corr,
                     },
                 );
             }
@@ -518,6 +524,42 @@ impl Engine {
                 }
             }
             Command::Shutdown => self.running = false,
+        }
+    }
+
+    /// True if `corr` is a request that must not be transmitted any more: it already reached
+    /// its terminal (timeout, cancel, peer lost), or its deadline has passed (it is ended
+    /// here, with `DeadlineExceeded`, before the timer would). Asked at the moment of
+    /// transmission, so a request queued behind PAUSED data is never sent after its terminal.
+    fn request_ended(&mut self, corr: u64) -> bool {
+        if corr == 0 {
+            return false;
+        }
+        match self.corr.pending_deadline(corr) {
+            None => true,
+            Some(d) => {
+                let now = Instant::now();
+                if d <= now {
+                    self.expire_requests(now);
+                    true
+                } else {
+                    false
+                }
+            }
+        }
+    }
+
+    fn drop_ended(&self, node: &NodeRid, corr: u64) {
+        self.shared.counters.drop(
+            DropReason::RequestEnded,
+            &format_args!("{node}: corr {corr} ended before transmission"),
+        );
+    }
+
+    /// Ends every request whose deadline passed (`DeadlineExceeded`).
+    fn expire_requests(&mut self, now: Instant) {
+        for (_, w) in self.corr.handle_timeout(now) {
+            let _ = w.send(Err(RequestError::DeadlineExceeded));
         }
     }
 
@@ -658,6 +700,15 @@ impl Engine {
                     self.shared.counters.drop(DropReason::PeerLost, &node);
                     return;
                 }
+                if self.request_ended(out.corr) {
+                    // Its terminal came before transmission (e.g. the deadline passed while
+                    // it waited for admission): never sent (SB-12).
+                    let p = self.peers.get(&node).expect("peer");
+                    release(&p.budget, &out);
+                    self.drop_ended(&node, out.corr);
+                    return;
+                }
+                let p = self.peers.get(&node).expect("peer");
                 if !p.queue.is_empty() || p.credit_msgs == 0 || p.credit_bytes == 0 {
                     // PAUSED: waiting for libzmq (HWM) or for the peer's credit.
                     self.peers
@@ -776,6 +827,7 @@ impl Engine {
                         .push_back(Out {
                             frames,
                             bytes: None,
+                            corr: 0,
                         });
                     return;
                 }
@@ -789,6 +841,7 @@ impl Engine {
                             .push_back(Out {
                                 frames,
                                 bytes: None,
+                                corr: 0,
                             });
                         self.paused_clients.insert(session);
                     }
@@ -854,6 +907,15 @@ impl Engine {
         // arrives (which puts the peer back into `paused`).
         let mut credit_blocked = false;
         while let Some(out) = p.queue.front() {
+            if self.request_ended(out.corr) {
+                // The request reached its terminal (deadline, cancel) while queued: it must
+                // never be sent afterwards (SB-12, EG-16.26).
+                release(&p.budget, out);
+                let corr = out.corr;
+                p.queue.pop_front();
+                self.drop_ended(node, corr);
+                continue;
+            }
             if p.credit_msgs == 0 || p.credit_bytes == 0 {
                 credit_blocked = true;
                 break;
@@ -1207,9 +1269,7 @@ impl Engine {
     // ---------------------------------------------------------------- timers
 
     fn timers(&mut self, now: Instant) {
-        for (_, w) in self.corr.handle_timeout(now) {
-            let _ = w.send(Err(RequestError::DeadlineExceeded));
-        }
+        self.expire_requests(now);
         let mut to_check = Vec::new();
         let mut to_retry = Vec::new();
         let mut timed_out = Vec::new();

@@ -9,7 +9,8 @@ use bytes::Bytes;
 use common::*;
 use zlink_mesh::zlink_wire::{AbortAction, RouteAbort, SealIdentity, SessionRelocationRoute};
 use zlink_mesh::{
-    DispatchKey, LinkKind, MeshNode, Record, RequestError, SessionRid, TapDirection, WireTap,
+    DispatchKey, DropReason, InboundWindow, LinkKind, MeshNode, Record, RequestError, SessionRid,
+    TapDirection, WireTap,
 };
 
 // spec: SB-8.4, SB-14.9, SB-12 — a timed-out request is sent exactly once and never resent;
@@ -85,5 +86,112 @@ async fn timed_out_request_and_route_44_are_sent_exactly_once() {
     assert!(rb.try_recv().is_none());
     drop(held);
     a.shutdown().await;
+    b.shutdown().await;
+}
+
+// spec: SB-12, EG-16.26 — a request whose terminal (deadline passed, or cancelled) came while
+// it was still queued behind PAUSED relay data is never sent afterwards, not even once when
+// the queue drains; the discard is counted (`DropReason::RequestEnded`). A live request
+// queued the same way is still sent and answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn request_ended_while_queued_is_never_sent_when_the_queue_drains() {
+    let tap = WireTap::new(10_000);
+    let mut ca = config("qa");
+    ca.tap = Some(tap.clone());
+    let (a, _ra) = MeshNode::start(ca).unwrap();
+    let mut cb = config("qb");
+    cb.inbound_capacity = 4;
+    cb.peer_window = InboundWindow {
+        messages: 4,
+        bytes: 1 << 20,
+    };
+    let (b, mut rb) = MeshNode::start(cb).unwrap();
+    link(&a, &b).await;
+
+    // b's application does not read: after its window + inbound capacity, a's relay queue
+    // towards b is PAUSED (no credit); everything below waits in that queue, in order.
+    const ONE_WAY: u32 = 24;
+    for i in 0..ONE_WAY {
+        a.send(
+            b.node(),
+            DispatchKey::new(1),
+            Bytes::from(i.to_be_bytes().to_vec()),
+        )
+        .await
+        .unwrap();
+    }
+    // Terminal 1: the deadline passes while queued.
+    let e = a
+        .request(
+            b.node(),
+            DispatchKey::new(2),
+            Bytes::from_static(b"expired"),
+            Duration::from_millis(200),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(e, RequestError::DeadlineExceeded);
+    // Terminal 2: the caller cancels (drops the request future) while it is queued.
+    let cancelled = tokio::time::timeout(
+        Duration::from_millis(200),
+        a.request(
+            b.node(),
+            DispatchKey::new(3),
+            Bytes::from_static(b"cancelled"),
+            WAIT,
+        ),
+    )
+    .await;
+    assert!(cancelled.is_err(), "still queued: no terminal yet");
+    // A live request queued behind the same data.
+    let a = std::sync::Arc::new(a);
+    let a2 = a.clone();
+    let b_node = b.node().clone();
+    let live = tokio::spawn(async move {
+        a2.request(
+            &b_node,
+            DispatchKey::new(4),
+            Bytes::from_static(b"live"),
+            WAIT,
+        )
+        .await
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+
+    // Now b's application drains everything.
+    let mut one_way = 0;
+    let mut requests = Vec::new();
+    while one_way < ONE_WAY || !requests.iter().any(|(k, _)| *k == DispatchKey::new(4)) {
+        let m = tokio::time::timeout(WAIT, rb.recv())
+            .await
+            .expect("queued records arrive")
+            .unwrap();
+        match &m.record {
+            Record::OneWay(_) => one_way += 1,
+            Record::Request(r) => {
+                requests.push((r.key, m.payload.clone()));
+                m.reply.unwrap().reply(Bytes::from_static(b"ok"));
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    let r = live.await.unwrap().unwrap();
+    assert_eq!(r.payload.as_deref(), Some(&b"ok"[..]));
+    // Any (forbidden) late transmission would show up within this time.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(rb.try_recv().is_none());
+    assert_eq!(
+        requests,
+        vec![(DispatchKey::new(4), Some(Bytes::from_static(b"live")))],
+        "only the live request reached b"
+    );
+    let sent_requests: Vec<_> = tap
+        .frames()
+        .into_iter()
+        .filter(|f| f.direction == TapDirection::Sent && f.command() == Some(144))
+        .collect();
+    assert_eq!(sent_requests.len(), 1, "ended requests never hit the wire");
+    assert_eq!(a.counters().dropped(DropReason::RequestEnded), 2);
+    assert_eq!(a.counters().dropped(DropReason::PeerLost), 0);
     b.shutdown().await;
 }
