@@ -705,6 +705,7 @@ async fn drain(gate: Arc<GateInner>, mut fence: Fence) {
     let mut start = clock.now();
     // a finished record whose reservation is returned together with the next lane decision
     let mut finished: Option<(LaneId, u64)> = None;
+    let mut idled = false;
     loop {
         let next = {
             let mut core = gate.gate.core.lock().unwrap();
@@ -717,10 +718,19 @@ async fn drain(gate: Arc<GateInner>, mut fence: Fence) {
             gate.notify_space();
         }
         match next {
+            None if !idled => {
+                // Streaming senders usually refill the lane within one scheduler pass: give them
+                // that pass while holding the right instead of ending the task and having the
+                // next submitter spawn a new drain.
+                idled = true;
+                tokio::task::yield_now().await;
+                continue;
+            }
             None => match gate.gate.release_and_recheck() {
                 Some(f) => {
                     fence = f;
                     start = clock.now();
+                    idled = false;
                     continue;
                 }
                 None => return,
@@ -732,6 +742,7 @@ async fn drain(gate: Arc<GateInner>, mut fence: Fence) {
                 invocation,
                 item,
             }) => {
+                idled = false;
                 data.slot.begin(invocation, fence);
                 let env = TurnEnv {
                     lane: data.clone(),
