@@ -125,7 +125,7 @@ pub(crate) struct ExecShared {
     pub paused: watch::Receiver<bool>,
     /// Send-handler failures (EG-15: logged and counted).
     pub send_failures: AtomicU64,
-    /// Handler turns run.
+    /// Turns started (a PAUSED turn counts when it starts waiting).
     pub turns: AtomicU64,
 }
 
@@ -211,7 +211,6 @@ impl Cell {
     /// Runs the handler; the mutex is never held across an await (the gate already serialises
     /// the turns of one actor, so it is uncontended).
     fn step(&self, key: DispatchKey, payload: Bytes) -> Step {
-        self.shared.turns.fetch_add(1, Ordering::Relaxed);
         let mut instance = self.instance.lock().unwrap_or_else(|e| e.into_inner());
         instance.handle(&self.ctx, key, payload)
     }
@@ -230,6 +229,7 @@ impl Cell {
     }
 
     fn run(self: &Arc<Self>, mut work: Work) -> runtime::Handled<()> {
+        self.shared.turns.fetch_add(1, Ordering::Relaxed);
         let reply = work.reply.take();
         if *self.shared.paused.borrow() {
             let cell = self.clone();
