@@ -235,9 +235,11 @@ fn entry_spot_gates() {
         })
         .unwrap();
     let (ra, rs) = (actor.ask(()), spot.ask(Bytes::from_static(b"x")));
-    rt.block_on(async { tokio::time::timeout(GUARD, async { (ra.await, rs.await) }).await })
+    let (ra, rs) = rt
+        .block_on(async { tokio::time::timeout(GUARD, async { (ra.await, rs.await) }).await })
         .unwrap()
         .expect("Entry actor gate is not separate from the Spot gate");
+    assert!(ra.is_ok() && rs.is_ok());
 }
 
 fn hold_and_queue<K: SpotKind>() {

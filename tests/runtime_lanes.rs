@@ -445,7 +445,7 @@ impl Model {
     fn turn(&mut self) -> Option<(usize, bool, u32)> {
         let l = self.ready.pop_front()?;
         let debt = self.since_app[l] >= CAP;
-        let use_life = !self.life[l].is_empty() && !(debt && !self.app[l].is_empty());
+        let use_life = !self.life[l].is_empty() && (!debt || self.app[l].is_empty());
         let v = if use_life {
             self.since_app[l] += 1;
             self.life[l].pop_front().unwrap()

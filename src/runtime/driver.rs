@@ -358,10 +358,13 @@ pub(crate) struct Barrier {
     pub op: Box<dyn FnOnce() -> BoxFuture<Result<(), RuntimeError>> + Send>,
 }
 
+/// Post-processing registered with `after_turn` (EG-8).
+pub(crate) type AfterWork = Box<dyn FnOnce() + Send>;
+
 #[derive(Default)]
 pub(crate) struct SlotExt {
     barriers: Vec<(u64, Barrier)>,
-    after: Vec<(u64, Box<dyn FnOnce() + Send>)>,
+    after: Vec<(u64, AfterWork)>,
     grant: Option<oneshot::Sender<oneshot::Sender<ContEnd>>>,
     done: Option<oneshot::Sender<ContEnd>>,
 }
@@ -401,7 +404,7 @@ impl Slot {
     }
 
     /// Close the registration scope; return the record's after-work and barriers.
-    fn end(&self, invocation: u64) -> (Vec<Box<dyn FnOnce() + Send>>, Vec<Barrier>) {
+    fn end(&self, invocation: u64) -> (Vec<AfterWork>, Vec<Barrier>) {
         if self
             .invocation
             .compare_exchange(invocation, 0, Ordering::SeqCst, Ordering::SeqCst)
@@ -467,11 +470,7 @@ impl Slot {
         Ok(())
     }
 
-    pub fn register_after(
-        &self,
-        invocation: u64,
-        f: Box<dyn FnOnce() + Send>,
-    ) -> Result<(), RuntimeError> {
+    pub fn register_after(&self, invocation: u64, f: AfterWork) -> Result<(), RuntimeError> {
         let mut ext = self.ext.lock().unwrap();
         if !self.in_scope(invocation) {
             return Err(InvalidOperation::OutsideTurn.into());
