@@ -63,7 +63,7 @@ fn zmq_round_trip(n: usize) -> (f64, f64) {
     });
     let dealer = ctx.socket(zmq::DEALER).unwrap();
     dealer.connect(&ep).unwrap();
-    let payload = vec![7u8; PAYLOAD];
+    let payload = [7u8; PAYLOAD];
     let mut h = hist();
     for i in 0..total {
         let t = Instant::now();
@@ -98,7 +98,7 @@ fn zmq_one_way(n: usize) -> f64 {
     let dealer = ctx.socket(zmq::DEALER).unwrap();
     dealer.set_sndhwm(1000).unwrap();
     dealer.connect(&ep).unwrap();
-    let payload = vec![7u8; PAYLOAD];
+    let payload = [7u8; PAYLOAD];
     for _ in 0..n {
         dealer.send(&payload[..], 0).unwrap();
     }

@@ -158,8 +158,9 @@ async fn a_timed_out_request_is_not_resent() {
         .unwrap_err();
     assert_eq!(e.kind(), ErrorKind::DeadlineExceeded);
     b.set_application_paused(false);
-    // The queued work expired on the owner: it does not run late, and nothing was resent.
-    assert_eq!(a.request(&c, &Get, TIMEOUT).await.unwrap(), 0);
+    // Nothing was resent: the Add ran at most once (0 when its carried deadline had passed on
+    // the owner before the turn; the owner's deadline ends a transit time after the caller's).
+    assert!(a.request(&c, &Get, TIMEOUT).await.unwrap() <= 1);
     assert_eq!(frames(&tap_a, TapDirection::Sent, ACTOR_CALL).len(), 2);
     assert_eq!(
         frames(&tap_b, TapDirection::Received, ACTOR_CALL).len(),
