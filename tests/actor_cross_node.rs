@@ -219,3 +219,33 @@ async fn started_cross_node_request_completes_while_the_application_is_paused() 
     a.set_application_paused(false);
     assert_eq!(a.request(&other, &Get, TIMEOUT).await.unwrap(), 0);
 }
+
+// spec: SB-1.2 — per-call routing uses the ref's location snapshot; the Location Store is not
+// queried per message (observed through the counting store provider).
+#[tokio::test]
+async fn calls_do_not_read_the_location_store() {
+    use std::sync::Arc;
+    use zlink::store::{CountingStore, MemoryStore, StoreOp};
+    let store = Arc::new(CountingStore::new(MemoryStore::new()));
+    let (a, _b, _, _) = pair(store.clone()).await;
+    let c = a
+        .create(Create::new("counter", id("c")).on(rid("b")))
+        .await
+        .unwrap();
+    let before = store.counts();
+    for _ in 0..50 {
+        a.request(&c, &Add(1), TIMEOUT).await.unwrap();
+        a.send(&c, &Add(1)).await.unwrap();
+    }
+    assert_eq!(a.request(&c, &Get, TIMEOUT).await.unwrap(), 100);
+    let used = store.counts().since(&before);
+    for op in [
+        StoreOp::Lookup,
+        StoreOp::ReserveActivation,
+        StoreOp::MarkReady,
+        StoreOp::CasOwner,
+        StoreOp::Destroy,
+    ] {
+        assert_eq!(used.get(op), 0, "{op:?} during calls");
+    }
+}

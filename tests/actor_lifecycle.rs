@@ -76,7 +76,7 @@ async fn destroy_and_recreate_gives_a_new_incarnation_and_the_old_ref_is_invalid
     assert_eq!(a.request(&new, &Get, TIMEOUT).await.unwrap(), 0);
 }
 
-// spec: EG-14 (only the owner confirmed by a reservation runs the factory), SB-1
+// spec: EG-14 (only the owner confirmed by a reservation runs the factory)
 #[tokio::test]
 async fn concurrent_get_or_create_from_two_nodes_runs_the_factory_once() {
     let runs = Arc::new(AtomicUsize::new(0));
