@@ -178,6 +178,7 @@ impl GateInner {
             yield_allowed,
             slot: Slot::new(),
             completion: OnceLock::new(),
+            handler: OnceLock::new(),
             object: self.rt.next_object.fetch_add(1, Ordering::Relaxed),
         });
         let got = core
@@ -255,6 +256,9 @@ pub(crate) struct LaneHandle {
     pub yield_allowed: bool,
     pub slot: Slot,
     pub completion: OnceLock<CompletionFn>,
+    /// The actor handler (type-erased), read by each record's job: senders never touch its
+    /// reference count, so the sending and the draining core share no counter per message.
+    pub handler: OnceLock<Box<dyn std::any::Any + Send + Sync>>,
     pub object: u64,
 }
 
@@ -407,13 +411,15 @@ impl Slot {
     fn end(&self, invocation: u64) -> (Vec<AfterWork>, Vec<Barrier>) {
         if self
             .invocation
-            .compare_exchange(invocation, 0, Ordering::SeqCst, Ordering::SeqCst)
+            .compare_exchange(invocation, 0, Ordering::AcqRel, Ordering::Acquire)
             .is_err()
         {
             return (Vec::new(), Vec::new());
         }
-        self.holding.store(false, Ordering::SeqCst);
-        self.signal.store(SIGNAL_NONE, Ordering::SeqCst);
+        self.holding.store(false, Ordering::Release);
+        self.signal.store(SIGNAL_NONE, Ordering::Release);
+        // registrations happen under `ext` after an `in_scope` check; one that raced with the CAS
+        // above is tagged with this invocation and is either seen here or discarded later
         if !self.extras.load(Ordering::SeqCst) {
             return (Vec::new(), Vec::new());
         }

@@ -171,12 +171,25 @@ fn to_ctx<Y: YieldMode>(env: TurnEnv) -> Ctx<Y> {
     Ctx::new(env)
 }
 
-fn send_job<M, R>(h: ActorHandler<M, R>, msg: M) -> Job
+/// Call the actor handler stored in the record's lane.
+fn call_handler<M: 'static, R: 'static>(env: TurnEnv, msg: M) -> Handled<R> {
+    let lane = env.lane.clone();
+    match lane
+        .handler
+        .get()
+        .and_then(|b| b.downcast_ref::<ActorHandler<M, R>>())
+    {
+        Some(h) => h(env, msg),
+        None => Handled::err(HandlerError::Failed("actor handler missing".into())),
+    }
+}
+
+fn send_job<M, R>(msg: M) -> Job
 where
     M: Send + 'static,
     R: Send + 'static,
 {
-    Box::new(move |env| match h(env, msg) {
+    Box::new(move |env| match call_handler::<M, R>(env, msg) {
         Handled::Now(r) => Handled::Now(r.map(drop)),
         Handled::Later(f) => Handled::Later(Box::pin(async move { f.await.map(drop) })),
     })
@@ -216,13 +229,13 @@ impl<R, F: Future<Output = Result<R, HandlerError>> + Unpin> Future for CatchPan
     }
 }
 
-fn ask_job<M, R>(h: ActorHandler<M, R>, msg: M, tx: ReplyTx<R>) -> Job
+fn ask_job<M, R>(msg: M, tx: ReplyTx<R>) -> Job
 where
     M: Send + 'static,
     R: Send + 'static,
 {
     Box::new(
-        move |env| match catch_unwind(AssertUnwindSafe(|| h(env, msg))) {
+        move |env| match catch_unwind(AssertUnwindSafe(|| call_handler::<M, R>(env, msg))) {
             Err(_) => Handled::Now(reply(tx, Err(HandlerError::Panicked))),
             Ok(Handled::Now(r)) => Handled::Now(reply(tx, r)),
             Ok(Handled::Later(f)) => Handled::Later(Box::pin(async move {
@@ -319,9 +332,11 @@ impl<K: SpotKind> SpotRef<K> {
     {
         let gate = self.actor_gate()?;
         let lane = gate.add_lane(LaneKind::Actor, <K::Yield as YieldMode>::ALLOWED)?;
+        let h: ActorHandler<M, R> = Arc::new(move |env, msg| handler(to_ctx(env), msg));
+        let _ = lane.handler.set(Box::new(h));
         Ok(ActorRef {
             lane,
-            handler: Arc::new(move |env, msg| handler(to_ctx(env), msg)),
+            _m: PhantomData,
         })
     }
 
@@ -507,14 +522,14 @@ pub(crate) fn lane_stats(lane: &LaneHandle) -> LaneStats {
 /// A handle to an actor taking messages `M` and replying `R` to requests.
 pub struct ActorRef<M, R = ()> {
     lane: Arc<LaneHandle>,
-    handler: ActorHandler<M, R>,
+    _m: PhantomData<fn(M) -> R>,
 }
 
 impl<M, R> Clone for ActorRef<M, R> {
     fn clone(&self) -> Self {
         ActorRef {
             lane: self.lane.clone(),
-            handler: self.handler.clone(),
+            _m: PhantomData,
         }
     }
 }
@@ -572,22 +587,15 @@ where
     /// `ApplicationLaneFull` (EG-6.3). A failing handler is logged and metered (EG-15).
     pub fn tell(&self, msg: M) -> Result<(), RuntimeError> {
         let len = msg.payload_len();
-        self.lane.submit(
-            LaneClass::Application,
-            len,
-            send_job(self.handler.clone(), msg),
-        )
+        self.lane
+            .submit(LaneClass::Application, len, send_job::<M, R>(msg))
     }
 
     /// Fire-and-forget, waiting for application-lane space instead of failing (backpressure).
     pub async fn send(&self, msg: M) -> Result<(), RuntimeError> {
         let len = msg.payload_len();
         self.lane
-            .submit_wait(
-                LaneClass::Application,
-                len,
-                send_job(self.handler.clone(), msg),
-            )
+            .submit_wait(LaneClass::Application, len, send_job::<M, R>(msg))
             .await
     }
 
@@ -595,11 +603,9 @@ where
     pub fn ask(&self, msg: M) -> impl Future<Output = Result<R, RuntimeError>> + Send + 'static {
         let (tx, rx) = oneshot::channel();
         let len = msg.payload_len();
-        let submitted = self.lane.submit(
-            LaneClass::Application,
-            len,
-            ask_job(self.handler.clone(), msg, tx),
-        );
+        let submitted = self
+            .lane
+            .submit(LaneClass::Application, len, ask_job(msg, tx));
         async move {
             submitted?;
             await_reply(rx).await
