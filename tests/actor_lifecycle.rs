@@ -204,3 +204,35 @@ fn duplicate_keys_and_types_are_configuration_errors() {
         ActorConfigError::DuplicateType { .. }
     ));
 }
+
+// spec: EG-7.1 (timer callbacks are application work), EG-2.1 (they land in the actor's
+// queue), SB-4.1 (the timer ends with its incarnation)
+#[tokio::test]
+async fn a_spot_timer_sends_to_its_actor_until_the_actor_is_destroyed() {
+    let (a, b, _, _) = pair(memory_store()).await;
+    let c = a
+        .create(Create::new("counter", id("ticks")).on(rid("b")))
+        .await
+        .unwrap();
+    // Timers run on the owner.
+    assert_eq!(
+        a.start_timer(&c, std::time::Duration::from_millis(5), &Add(1))
+            .unwrap_err()
+            .kind(),
+        ErrorKind::InvalidOperation
+    );
+    b.start_timer(&c, std::time::Duration::from_millis(5), &Add(1))
+        .unwrap();
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    while a.request(&c, &Get, TIMEOUT).await.unwrap() < 3 {
+        assert!(tokio::time::Instant::now() < deadline, "timer did not tick");
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    b.destroy(&c).await.unwrap();
+    // A re-created incarnation does not inherit the old incarnation's timer.
+    let c2 = b.create(Create::new("counter", id("ticks"))).await.unwrap();
+    let turns = b.stats().turns;
+    a.request(&c2, &Add(0), TIMEOUT).await.unwrap();
+    assert_eq!(a.request(&c2, &Get, TIMEOUT).await.unwrap(), 0);
+    assert_eq!(b.stats().turns, turns + 2);
+}

@@ -175,6 +175,31 @@ impl RtSpot {
         r.map_err(|_| ActorError::ShuttingDown)
     }
 
+    /// Adds a timer to the Spot: each tick is application work on the timer's lane, behind the
+    /// Spot gate (SpotWide, Instance, Entry) or its own gate (PerActor) (EG-2.2, EG-2.3,
+    /// EG-2.5); the ticks are scheduled by the runtime's infrastructure domain.
+    pub(crate) fn start_timer(
+        &self,
+        period: std::time::Duration,
+        tick: impl Fn() + Send + Sync + 'static,
+    ) -> Result<tokio::task::JoinHandle<()>, ActorError> {
+        fn cb<Y>(tick: Arc<dyn Fn() + Send + Sync>) -> impl Fn(Ctx<Y>) -> runtime::Handled<()> {
+            move |_ctx| {
+                tick();
+                runtime::Handled::ok(())
+            }
+        }
+        let tick: Arc<dyn Fn() + Send + Sync> = Arc::new(tick);
+        let timer = match self {
+            RtSpot::Entry(s) => s.add_timer(cb(tick)),
+            RtSpot::SpotWide(s) => s.add_timer(cb(tick)),
+            RtSpot::PerActor(s) => s.add_timer(cb(tick)),
+            RtSpot::Instance(s) => s.add_timer(cb(tick)),
+        }
+        .map_err(|_| ActorError::ShuttingDown)?;
+        Ok(timer.start(period))
+    }
+
     /// Ends the Spot (its queued work fails).
     pub(crate) fn end(&self) {
         match self {
@@ -303,6 +328,19 @@ impl Mailbox {
         self.lane
             .send(work)
             .await
+            .map_err(|e| runtime_error(&self.actor_id, e))
+    }
+
+    /// Appends `work` without waiting; a full lane drops it (a timer tick is skipped, never
+    /// run inline).
+    pub(crate) fn tell(&self, work: Work) -> Result<(), ActorError> {
+        if self.ended.load(Ordering::Acquire) {
+            return Err(ActorError::ActorNotFound {
+                actor_id: self.actor_id.clone(),
+            });
+        }
+        self.lane
+            .tell(work)
             .map_err(|e| runtime_error(&self.actor_id, e))
     }
 

@@ -229,6 +229,16 @@ struct LocalActor {
     fence: CallFence,
     mailbox: Mailbox,
     spot: String,
+    timers: Vec<JoinHandle<()>>,
+}
+
+impl LocalActor {
+    fn end(&mut self) {
+        for t in self.timers.drain(..) {
+            t.abort();
+        }
+        self.mailbox.end();
+    }
 }
 
 #[derive(Default)]
@@ -733,6 +743,7 @@ impl Node {
                     actor_ref: actor_ref.clone(),
                     mailbox,
                     spot: spot.name,
+                    timers: Vec::new(),
                 },
             );
         }
@@ -851,8 +862,8 @@ impl Node {
                 .insert(actor.id().clone(), actor.object_generation());
             removed
         };
-        if let Some(a) = removed {
-            a.mailbox.end();
+        if let Some(mut a) = removed {
+            a.end();
             self.leave_spot(&a.spot);
         }
         tracing::debug!(actor = %actor, "actor destroyed");
@@ -1021,6 +1032,64 @@ impl Node {
         }
     }
 
+    /// Starts a timer on the owner of `actor` (this node): every `period` the actor's Spot
+    /// timer appends `msg` to the actor's queue as a send (EG-7.1 timer work; a tick that finds
+    /// the lane full is skipped). The timer ends with the incarnation (destroy, shutdown).
+    ///
+    /// # Errors
+    /// `InvalidOperation` when the actor is not owned by this node or `actor` is not its current
+    /// incarnation; `Unavailable` for a stale fence.
+    pub fn start_timer<M: Message>(
+        &self,
+        actor: &ActorRef,
+        period: Duration,
+        msg: &M,
+    ) -> Result<(), ActorError> {
+        if !self.is_local(actor.node()) {
+            return Err(ActorError::Codec(format!(
+                "timers run on the actor's owner ({}), not on {}",
+                actor.node(),
+                self.node_rid()
+            )));
+        }
+        let payload = Bytes::from(
+            rmp_serde::to_vec_named(msg).map_err(|e| ActorError::Codec(format!("payload: {e}")))?,
+        );
+        let mut actors = lock(&self.inner.actors);
+        let retired = actors.retired.get(actor.id()).copied();
+        let fence = CallFence::of_ref(actor);
+        fence::check_call(
+            self.generation(),
+            actors.live.get(actor.id()).map(|a| &a.fence),
+            retired,
+            &fence,
+        )?;
+        let Some(local) = actors.live.get_mut(actor.id()) else {
+            return Err(ActorError::ActorNotFound {
+                actor_id: actor.id().clone(),
+            });
+        };
+        let spot = lock(&self.inner.spots)
+            .get(&local.spot)
+            .map(|s| s.spot.clone())
+            .ok_or(ActorError::ShuttingDown)?;
+        let mailbox = local.mailbox.clone();
+        let handle = spot.start_timer(period, move || {
+            let work = Work {
+                key: M::KEY,
+                payload: payload.clone(),
+                reply: None,
+                deadline: None,
+                guard: None,
+            };
+            if let Err(e) = mailbox.tell(work) {
+                tracing::debug!(error = %e, "timer tick skipped");
+            }
+        })?;
+        local.timers.push(handle);
+        Ok(())
+    }
+
     // ---------------------------------------------------------------------------------------
     // Shutdown
     // ---------------------------------------------------------------------------------------
@@ -1045,9 +1114,9 @@ impl Node {
         if let Err(e) = inner.store.release_owner(holder).await {
             tracing::warn!(error = %e, "shutdown: releasing the owner lease failed");
         }
-        let live: Vec<LocalActor> = lock(&inner.actors).live.drain().map(|(_, a)| a).collect();
-        for a in &live {
-            a.mailbox.end();
+        let mut live: Vec<LocalActor> = lock(&inner.actors).live.drain().map(|(_, a)| a).collect();
+        for a in &mut live {
+            a.end();
         }
         drop(live);
         for t in lock(&inner.tasks).drain(..) {
