@@ -3,7 +3,7 @@
 //! Invariants: the I/O thread sets `asleep` before it checks the channel and blocks in
 //! `zmq::poll`; a submitter pushes first, then rings only if it swapped `asleep` from true.
 //! So a command is never left in the channel while the thread sleeps, and a busy thread is
-//! never rung (one atomic swap per submit on the fast path).
+//! never rung (one fence and one plain load per submit on the fast path).
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -60,7 +60,11 @@ impl<C> Bell<C> {
     }
 
     fn wake(&self) {
-        if self.asleep.swap(false, Ordering::SeqCst) {
+        // Dekker pairing with `prepare_sleep`: (push; fence; load asleep) here against
+        // (store asleep; fence; check channel) there — at least one side sees the other. The
+        // plain load keeps the busy path free of a locked read-modify-write per submit.
+        std::sync::atomic::fence(Ordering::SeqCst);
+        if self.asleep.load(Ordering::Relaxed) && self.asleep.swap(false, Ordering::SeqCst) {
             let ring = self.ring.lock().unwrap_or_else(|e| e.into_inner());
             // EAGAIN means rings are already pending: the thread will wake anyway.
             let _ = ring.send(&[][..], zmq::DONTWAIT);
@@ -71,6 +75,7 @@ impl<C> Bell<C> {
     /// block then).
     pub(crate) fn prepare_sleep(&self) -> bool {
         self.asleep.store(true, Ordering::SeqCst);
+        std::sync::atomic::fence(Ordering::SeqCst);
         if !self.tx.is_empty() {
             self.asleep.store(false, Ordering::SeqCst);
             return false;

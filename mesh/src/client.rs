@@ -19,7 +19,7 @@ use crate::bridge::{Bell, Door};
 use crate::budget::{Budget, OutboundBudget};
 use zlink_wire::{Disconnect, DisconnectReason, Limits, Ping};
 
-use crate::codec::{self, Class, Record};
+use crate::codec::{self, Class, Parts, Record};
 use crate::config::{Liveness, MeshConfig, TransportLimits};
 use crate::correlation::{Correlations, ReplyOutcome};
 use crate::counters::{Counters, DropReason};
@@ -76,13 +76,13 @@ type Waiter = oneshot::Sender<Result<Response, RequestError>>;
 
 enum Cmd {
     Send {
-        frames: Vec<Bytes>,
+        frames: Parts,
         bytes: u64,
     },
     Request {
         corr: u64,
         deadline: Instant,
-        frames: Vec<Bytes>,
+        frames: Parts,
         bytes: u64,
         waiter: Waiter,
     },
@@ -190,16 +190,11 @@ impl MeshClient {
         &self.shared.counters
     }
 
-    fn frames(
-        &self,
-        corr: u64,
-        record: Record,
-        payload: Bytes,
-    ) -> Result<(Vec<Bytes>, u64), SendError> {
+    fn frames(&self, corr: u64, record: Record, payload: Bytes) -> Result<(Parts, u64), SendError> {
         let frames = codec::encode(&record, corr, Some(payload))
             .map_err(|e| SendError::Encode(e.to_string()))?;
         let mut total = 0;
-        for f in &frames {
+        for f in frames.iter() {
             if f.len() > self.shared.max_message_size {
                 return Err(SendError::TooLarge {
                     size: f.len(),
@@ -317,7 +312,7 @@ struct ClientIo {
     pushes: mpsc::Sender<Push>,
     stalled: Option<Push>,
     /// PAUSED sends: (frames, budgeted bytes, correlation id of a request or 0).
-    queue: std::collections::VecDeque<(Vec<Bytes>, u64, u64)>,
+    queue: std::collections::VecDeque<(Parts, u64, u64)>,
     ping_interval: Duration,
     next_ping: Instant,
     seq: u64,
@@ -439,7 +434,7 @@ impl ClientIo {
         true
     }
 
-    fn send(&mut self, frames: Vec<Bytes>, bytes: u64, corr: u64) {
+    fn send(&mut self, frames: Parts, bytes: u64, corr: u64) {
         if !self.queue.is_empty() {
             self.queue.push_back((frames, bytes, corr));
         } else if self.request_ended(corr) || self.raw_send(&frames) {

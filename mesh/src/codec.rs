@@ -184,16 +184,50 @@ pub(crate) fn record_deadline(record: &Record) -> Option<std::time::Duration> {
     }
 }
 
+/// The parts of one outbound message in send order (envelope, optional payload), inline:
+/// no vector allocation per message. Dereferences to `&[Bytes]`.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Parts {
+    parts: [Bytes; 2],
+    len: u8,
+}
+
+impl Parts {
+    /// Envelope and optional payload.
+    pub(crate) fn new(envelope: Bytes, payload: Option<Bytes>) -> Self {
+        match payload {
+            Some(p) => Self {
+                parts: [envelope, p],
+                len: 2,
+            },
+            None => Self {
+                parts: [envelope, Bytes::new()],
+                len: 1,
+            },
+        }
+    }
+}
+
+impl std::ops::Deref for Parts {
+    type Target = [Bytes];
+    fn deref(&self) -> &[Bytes] {
+        &self.parts[..usize::from(self.len)]
+    }
+}
+
 pub(crate) fn encode(
     record: &Record,
     corr: u64,
     payload: Option<Bytes>,
-) -> Result<Vec<Bytes>, EncodeError> {
-    zlink_wire::encode(record, CorrelationId::new(corr), payload).map(|f| f.into_vec())
+) -> Result<Parts, EncodeError> {
+    zlink_wire::encode(record, CorrelationId::new(corr), payload).map(|f| {
+        let (envelope, payload) = f.into_parts();
+        Parts::new(envelope, payload)
+    })
 }
 
 /// Encodes a control record (never fails for the records the mesh builds itself).
-pub(crate) fn encode_control(record: Record) -> Vec<Bytes> {
+pub(crate) fn encode_control(record: Record) -> Parts {
     encode(&record, 0, None).unwrap_or_default()
 }
 

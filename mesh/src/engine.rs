@@ -29,7 +29,7 @@ use tokio::sync::oneshot;
 use crate::budget::Budget;
 use zlink_wire::{Decoded, Disconnect, DisconnectReason, Limits, Ping, Pong};
 
-use crate::codec::{self, Class, HandshakeMsg, HandshakeReject, Record};
+use crate::codec::{self, Class, HandshakeMsg, HandshakeReject, Parts, Record};
 use crate::config::{MeshConfig, PeerAddress};
 use crate::correlation::{Correlations, ReplyOutcome};
 use crate::counters::{DropReason, TransportEvent};
@@ -60,7 +60,7 @@ pub(crate) type Waiter = oneshot::Sender<Result<Response, RequestError>>;
 #[derive(Clone, Debug)]
 pub(crate) enum Dest {
     Peer {
-        node: NodeRid,
+        node: Arc<NodeRid>,
         generation: NodeGeneration,
     },
     Client {
@@ -72,26 +72,26 @@ pub(crate) enum Command {
     Connect(PeerAddress),
     Send {
         dest: Dest,
-        frames: Vec<Bytes>,
+        frames: Parts,
         bytes: u64,
     },
     /// Several one-way records to one peer, admitted together (one command, one doorbell).
     SendBatch {
         dest: Dest,
-        messages: Vec<Vec<Bytes>>,
+        messages: Vec<Parts>,
     },
     Request {
-        node: NodeRid,
+        node: Arc<NodeRid>,
         generation: NodeGeneration,
         corr: u64,
         deadline: Instant,
-        frames: Vec<Bytes>,
+        frames: Parts,
         bytes: u64,
         waiter: Waiter,
     },
     Reply {
         to: ReplyTarget,
-        frames: Vec<Bytes>,
+        frames: Parts,
     },
     Cancel {
         corr: u64,
@@ -100,7 +100,7 @@ pub(crate) enum Command {
 }
 
 struct Out {
-    frames: Vec<Bytes>,
+    frames: Parts,
     /// Bytes reserved against the destination budget; `None` for replies (not budgeted).
     bytes: Option<u64>,
     /// Correlation id of a request (0 = not a request). Checked against the correlation
@@ -128,7 +128,7 @@ enum Link {
     Idle,
     Handshaking {
         hs: Box<Handshake>,
-        out: VecDeque<Vec<Bytes>>,
+        out: VecDeque<Parts>,
     },
     Retry {
         at: Instant,
@@ -146,7 +146,7 @@ struct Peer {
     up: bool,
     budget: Arc<Budget>,
     queue: VecDeque<Out>,
-    replies: VecDeque<Vec<Bytes>>,
+    replies: VecDeque<Parts>,
     last_rx: Instant,
     next_ping: Instant,
     ping_seq: u64,
@@ -198,16 +198,21 @@ pub(crate) struct Engine {
     endpoints: FastMap<String, (NodeRid, LinkKind)>,
     paused: HashSet<NodeRid>,
     /// Routing id bytes → NodeRid of known peers (avoids validating text per record).
-    rid_cache: FastMap<Vec<u8>, NodeRid>,
+    rid_cache: FastMap<Vec<u8>, Arc<NodeRid>>,
+    /// Receive buffers reused across reads (no allocation per message).
+    rx_rid: zmq::Message,
+    rx_parts: Vec<zmq::Message>,
+    /// Time of the current read pass (one clock read per batch, not per record).
+    rx_now: Instant,
     clients: FastMap<u64, Client>,
     clients_by_rid: FastMap<Vec<u8>, u64>,
     paused_clients: HashSet<u64>,
     next_session: u64,
-    corr: Correlations<(NodeRid, NodeGeneration), Waiter>,
+    corr: Correlations<(Arc<NodeRid>, NodeGeneration), Waiter>,
     inbound: InboundSender,
     /// Relay records read but not yet taken by the inbound channel (bounded by the peers'
     /// windows): (peer, generation, bytes, record).
-    held: VecDeque<(NodeRid, NodeGeneration, u64, Inbound)>,
+    held: VecDeque<(Arc<NodeRid>, NodeGeneration, u64, Inbound)>,
     stalled_client: Option<Inbound>,
     running: bool,
     limits: Limits,
@@ -350,6 +355,9 @@ impl Engine {
                 endpoints: FastMap::default(),
                 paused: HashSet::new(),
                 rid_cache: FastMap::default(),
+                rx_rid: zmq::Message::new(),
+                rx_parts: Vec::with_capacity(MAX_PARTS),
+                rx_now: Instant::now(),
                 clients: FastMap::default(),
                 clients_by_rid: FastMap::default(),
                 paused_clients: HashSet::new(),
@@ -563,6 +571,12 @@ impl Engine {
         }
     }
 
+    fn mark_paused(&mut self, node: &NodeRid) {
+        if !self.paused.contains(node) {
+            self.paused.insert(node.clone());
+        }
+    }
+
     fn release_peer_budget(&self, node: &NodeRid, bytes: u64) {
         if let Some(p) = self.peers.get(node) {
             p.budget.release(bytes);
@@ -716,7 +730,7 @@ impl Engine {
                         .expect("peer")
                         .queue
                         .push_back(out);
-                    self.paused.insert(node);
+                    self.mark_paused(&node);
                     return;
                 }
                 match self.raw_send(LinkKind::Relay, &p.rid, &out.frames) {
@@ -733,7 +747,7 @@ impl Engine {
                             .expect("peer")
                             .queue
                             .push_back(out);
-                        self.paused.insert(node);
+                        self.mark_paused(&node);
                     }
                     SendOutcome::Unreachable => {
                         release(&p.budget, &out);
@@ -779,7 +793,7 @@ impl Engine {
         }
     }
 
-    fn send_reply(&mut self, to: ReplyTarget, frames: Vec<Bytes>) {
+    fn send_reply(&mut self, to: ReplyTarget, frames: Parts) {
         match to {
             ReplyTarget::Peer { node, generation } => {
                 let Some(p) = self.peers.get(&node) else {
@@ -802,7 +816,7 @@ impl Engine {
                     SendOutcome::Sent => {}
                     SendOutcome::Paused => {
                         self.queue_reply(&node, frames);
-                        self.paused.insert(node);
+                        self.mark_paused(&node);
                     }
                     SendOutcome::Unreachable => self
                         .shared
@@ -854,7 +868,7 @@ impl Engine {
         }
     }
 
-    fn queue_reply(&mut self, node: &NodeRid, frames: Vec<Bytes>) {
+    fn queue_reply(&mut self, node: &NodeRid, frames: Parts) {
         let p = self.peers.get_mut(node).expect("peer");
         if p.replies.len() >= MAX_QUEUED_REPLIES {
             self.shared
@@ -1165,6 +1179,7 @@ impl Engine {
                     p.up = true;
                     p.next_ping = now + self.cfg.liveness.ping_interval;
                     let slot = PeerSlot {
+                        node: Arc::new(node.clone()),
                         generation: id.generation,
                         budget: p.budget.clone(),
                     };
@@ -1215,7 +1230,10 @@ impl Engine {
             self.shared.counters.event(TransportEvent::PeerDown);
             let generation = generation.expect("up peer has a generation");
             tracing::debug!(peer = %node, %generation, ?reason, "peer down");
-            for (_, w) in self.corr.handle_peer_lost(&(node.clone(), generation)) {
+            for (_, w) in self
+                .corr
+                .handle_peer_lost(&(Arc::new(node.clone()), generation))
+            {
                 let _ = w.send(Err(RequestError::PeerLost));
             }
             self.shared.publish(PeerEvent::Down {
@@ -1452,23 +1470,31 @@ impl Engine {
 
     fn read_socket(&mut self, kind: LinkKind) -> usize {
         let mut n = 0;
+        // The receive buffers are reused for every message of the pass (libzmq closes the old
+        // content on each receive): no allocation per message on this path.
+        let mut rid = std::mem::replace(&mut self.rx_rid, zmq::Message::new());
+        let mut parts = std::mem::take(&mut self.rx_parts);
+        self.rx_now = Instant::now();
         while n < RECV_BATCH {
             if kind == LinkKind::Client && self.stalled_client.is_some() {
                 break;
             }
-            let Some((rid, parts)) = recv_frames(self.socket(kind)) else {
+            let Some(count) = recv_frames_into(self.socket(kind), &mut rid, &mut parts) else {
                 break;
             };
             n += 1;
+            let parts = &parts[..count];
             if let Some(tap) = &self.cfg.tap {
                 let copy: Vec<Bytes> = parts.iter().map(|m| Bytes::copy_from_slice(m)).collect();
                 tap.record(TapDirection::Received, kind, &rid, &copy);
             }
             match kind {
-                LinkKind::Client => self.on_client_message(&rid, &parts),
-                _ => self.on_peer_message(kind, &rid, &parts),
+                LinkKind::Client => self.on_client_message(&rid, parts),
+                _ => self.on_peer_message(kind, &rid, parts),
             }
         }
+        self.rx_rid = rid;
+        self.rx_parts = parts;
         n
     }
 
@@ -1532,10 +1558,11 @@ impl Engine {
 
     fn on_peer_message(&mut self, kind: LinkKind, rid: &[u8], parts: &[zmq::Message]) {
         let cached = self.rid_cache.get(rid).cloned();
-        let node = match cached.or_else(|| {
+        let node: Arc<NodeRid> = match cached.or_else(|| {
             std::str::from_utf8(rid)
                 .ok()
                 .and_then(|s| NodeRid::new(s).ok())
+                .map(Arc::new)
         }) {
             Some(n) => n,
             None => {
@@ -1557,10 +1584,10 @@ impl Engine {
         let bytes: u64 = parts.iter().map(|p| p.len() as u64).sum();
         let (class, record) = codec::classify(record);
         if let Class::Handshake(m) = class {
-            self.handle_handshake_msg(kind, node, m);
+            self.handle_handshake_msg(kind, NodeRid::clone(&node), m);
             return;
         }
-        let Some(p) = self.peers.get_mut(&node) else {
+        let Some(p) = self.peers.get_mut(&*node) else {
             self.shared
                 .counters
                 .drop(DropReason::Unauthenticated, &node);
@@ -1585,19 +1612,19 @@ impl Engine {
                 return;
             }
         };
-        p.last_rx = Instant::now();
-        let rid_vec = p.rid.clone();
+        p.last_rx = self.rx_now;
         match (kind, class, record) {
             (LinkKind::Completion, Class::Ping(seq), _) => {
+                let rid_vec = p.rid.clone();
                 self.send_control(LinkKind::Completion, &rid_vec, Record::Pong(Pong { seq }));
             }
             (LinkKind::Completion, Class::Pong, _) => {}
             (LinkKind::Completion, Class::FlowCredit { messages, bytes }, _) => {
-                let p = self.peers.get_mut(&node).expect("peer");
+                let p = self.peers.get_mut(&*node).expect("peer");
                 p.credit_msgs += u64::from(messages);
                 p.credit_bytes += bytes;
                 if !p.queue.is_empty() {
-                    self.paused.insert(node);
+                    self.paused.insert(NodeRid::clone(&node));
                 }
             }
             (_, Class::Disconnect, _) => self.peer_down(&node, DownReason::Remote, true),
@@ -1606,7 +1633,7 @@ impl Engine {
             }
             (LinkKind::Relay, Class::App, Some(rec)) => {
                 let window = self.cfg.peer_window;
-                let p = self.peers.get_mut(&node).expect("peer");
+                let p = self.peers.get_mut(&*node).expect("peer");
                 if p.rx_used_msgs >= u64::from(window.messages) || p.rx_used_bytes >= window.bytes {
                     // The peer ignored its window: a protocol violation, counted.
                     self.shared.counters.drop(DropReason::CreditExceeded, &node);
@@ -1646,9 +1673,9 @@ impl Engine {
                         corr,
                     )
                 });
-                let deadline = codec::record_deadline(&rec).map(|d| Instant::now() + d);
+                let deadline = codec::record_deadline(&rec).map(|d| self.rx_now + d);
                 let origin = Origin::Peer {
-                    node: node.clone(),
+                    node: NodeRid::clone(&node),
                     generation,
                 };
                 let inb = Inbound {
@@ -1671,7 +1698,7 @@ impl Engine {
     fn complete(
         &mut self,
         corr: u64,
-        from: (NodeRid, NodeGeneration),
+        from: (Arc<NodeRid>, NodeGeneration),
         rec: Record,
         payload: Option<Bytes>,
     ) {
@@ -1780,7 +1807,7 @@ impl Engine {
     /// peer's window bounds what is held; credit is returned once the record moved up.
     fn deliver_relay(
         &mut self,
-        node: NodeRid,
+        node: Arc<NodeRid>,
         generation: NodeGeneration,
         bytes: u64,
         inb: Inbound,
@@ -1933,27 +1960,35 @@ pub(crate) fn reply_result(rec: Record, payload: Option<Bytes>) -> Result<Respon
     }
 }
 
-/// Reads one multipart message without blocking, without copying: (routing id, frames).
-/// Messages with more than [`MAX_PARTS`] parts are consumed and returned with one extra empty
-/// frame so that they fail decoding.
-pub(crate) fn recv_frames(s: &zmq::Socket) -> Option<(zmq::Message, Vec<zmq::Message>)> {
-    let first = s.recv_msg(zmq::DONTWAIT).ok()?;
-    let mut more = first.get_more();
-    let mut parts = Vec::with_capacity(2);
+/// Reads one multipart message without blocking, without copying and without allocating,
+/// into reused buffers: the routing id into `rid`, the remaining parts into `parts[..count]`.
+/// Returns `count`. Messages with more than [`MAX_PARTS`] parts are consumed and returned
+/// with one extra empty part so that they fail decoding.
+pub(crate) fn recv_frames_into(
+    s: &zmq::Socket,
+    rid: &mut zmq::Message,
+    parts: &mut Vec<zmq::Message>,
+) -> Option<usize> {
+    s.recv(rid, zmq::DONTWAIT).ok()?;
+    let mut more = rid.get_more();
+    let mut count = 0;
     let mut n = 1;
     while more {
-        let Ok(m) = s.recv_msg(zmq::DONTWAIT) else {
-            break;
-        };
-        more = m.get_more();
-        n += 1;
-        if n <= MAX_PARTS {
-            parts.push(m);
-        } else if n == MAX_PARTS + 1 {
+        if count == parts.len() {
             parts.push(zmq::Message::new());
         }
+        if s.recv(&mut parts[count], zmq::DONTWAIT).is_err() {
+            break;
+        }
+        more = parts[count].get_more();
+        n += 1;
+        // Up to MAX_PARTS parts are kept; one more is kept as the marker (decoding fails on
+        // the part count); any further part is received into that scratch slot.
+        if n <= MAX_PARTS + 1 {
+            count += 1;
+        }
     }
-    Some((first, parts))
+    Some(count)
 }
 
 /// Reads one multipart message without blocking: (first part, remaining parts). Messages with

@@ -6,7 +6,6 @@
 //! the application queue is PAUSED (relay records wait in the peers' windows, the client
 //! socket stops being read).
 
-use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -30,7 +29,8 @@ pub(crate) struct InboundSender {
 #[derive(Debug)]
 pub struct InboundReceiver {
     rx: mpsc::UnboundedReceiver<Vec<Inbound>>,
-    buf: VecDeque<Inbound>,
+    /// The batch being taken: records are moved out once, in order (no re-queueing copy).
+    buf: std::vec::IntoIter<Inbound>,
     queued: Arc<AtomicUsize>,
 }
 
@@ -46,7 +46,7 @@ pub(crate) fn channel(capacity: usize) -> (InboundSender, InboundReceiver) {
         },
         InboundReceiver {
             rx,
-            buf: VecDeque::new(),
+            buf: Vec::new().into_iter(),
             queued,
         },
     )
@@ -55,6 +55,7 @@ pub(crate) fn channel(capacity: usize) -> (InboundSender, InboundReceiver) {
 impl InboundSender {
     /// Adds a record to the current batch, or gives it back when the channel is full.
     #[allow(clippy::result_large_err)] // hands the record back by value, no allocation
+    #[inline]
     pub(crate) fn try_push(&mut self, inb: Inbound) -> Result<(), Inbound> {
         if self.tx.is_closed() {
             // Nobody listens: dropping the record answers requests with an error reply.
@@ -87,24 +88,23 @@ impl InboundReceiver {
     /// The next record; `None` once the node has shut down and everything was taken.
     pub async fn recv(&mut self) -> Option<Inbound> {
         loop {
-            if let Some(x) = self.buf.pop_front() {
+            if let Some(x) = self.buf.next() {
                 self.queued.fetch_sub(1, Ordering::AcqRel);
                 return Some(x);
             }
-            let batch = self.rx.recv().await?;
-            self.buf.extend(batch);
+            self.buf = self.rx.recv().await?.into_iter();
         }
     }
 
     /// The next record if one is ready, without waiting.
     pub fn try_recv(&mut self) -> Option<Inbound> {
         loop {
-            if let Some(x) = self.buf.pop_front() {
+            if let Some(x) = self.buf.next() {
                 self.queued.fetch_sub(1, Ordering::AcqRel);
                 return Some(x);
             }
             match self.rx.try_recv() {
-                Ok(batch) => self.buf.extend(batch),
+                Ok(batch) => self.buf = batch.into_iter(),
                 Err(_) => return None,
             }
         }

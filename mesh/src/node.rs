@@ -16,7 +16,7 @@ use tokio::sync::{broadcast, oneshot};
 
 use crate::bridge::Bell;
 use crate::budget::Budget;
-use crate::codec::{self, ErrorKind, Record};
+use crate::codec::{self, ErrorKind, Parts, Record};
 use crate::config::{MeshConfig, PeerAddress};
 use crate::counters::Counters;
 use crate::engine::{Command, Dest, Engine};
@@ -122,6 +122,8 @@ pub struct Response {
 
 #[derive(Clone, Debug)]
 pub(crate) struct PeerSlot {
+    /// The peer's id, shared (cloning it per send is an atomic increment, no allocation).
+    pub node: Arc<NodeRid>,
     pub generation: NodeGeneration,
     pub budget: Arc<Budget>,
 }
@@ -129,7 +131,7 @@ pub(crate) struct PeerSlot {
 #[derive(Clone, Debug)]
 pub(crate) enum ReplyTarget {
     Peer {
-        node: NodeRid,
+        node: Arc<NodeRid>,
         generation: NodeGeneration,
     },
     Client {
@@ -510,7 +512,7 @@ impl MeshNode {
         self.shared
             .submit(Command::Send {
                 dest: Dest::Peer {
-                    node: to.clone(),
+                    node: slot.node.clone(),
                     generation: slot.generation,
                 },
                 frames,
@@ -528,12 +530,10 @@ impl MeshNode {
         key: DispatchKey,
         payloads: impl IntoIterator<Item = Bytes>,
     ) -> Result<(), SendError> {
-        let record = Record::OneWay(zlink_wire::OneWay { key });
         let mut messages = Vec::new();
         let mut total = 0u64;
         for p in payloads {
-            let frames =
-                codec::encode(&record, 0, Some(p)).map_err(|e| SendError::Encode(e.to_string()))?;
+            let frames = one_way_parts(key, p)?;
             total += self.shared.check_size(&frames)?;
             messages.push(frames);
         }
@@ -556,7 +556,7 @@ impl MeshNode {
         self.shared
             .submit(Command::SendBatch {
                 dest: Dest::Peer {
-                    node: to.clone(),
+                    node: slot.node.clone(),
                     generation: slot.generation,
                 },
                 messages,
@@ -571,12 +571,23 @@ impl MeshNode {
         key: DispatchKey,
         payload: Bytes,
     ) -> Result<(), SendError> {
-        self.send_record(
-            to,
-            Record::OneWay(zlink_wire::OneWay { key }),
-            Some(payload),
-        )
-        .await
+        let frames = one_way_parts(key, payload)?;
+        let bytes = self.shared.check_size(&frames)?;
+        let slot = self.admit_peer(to)?;
+        slot.budget
+            .reserve(bytes, self.shared.send_timeout)
+            .await
+            .map_err(|e| SendError::DeadlineExceeded(e.waited))?;
+        self.shared
+            .submit(Command::Send {
+                dest: Dest::Peer {
+                    node: slot.node.clone(),
+                    generation: slot.generation,
+                },
+                frames,
+                bytes,
+            })
+            .inspect_err(|_| slot.budget.release(bytes))
     }
 
     /// Sends a request record (any record whose command takes a correlation: 38, 42, 144,
@@ -608,7 +619,7 @@ impl MeshNode {
             .map_err(|e| SendError::DeadlineExceeded(e.waited))?;
         let (tx, rx) = oneshot::channel();
         if let Err(e) = self.shared.submit(Command::Request {
-            node: to.clone(),
+            node: slot.node.clone(),
             generation: slot.generation,
             corr,
             deadline,
@@ -689,6 +700,35 @@ impl Drop for MeshNode {
     }
 }
 
+thread_local! {
+    /// The last one-way (147) envelope encoded on this thread. A 147 envelope depends only on
+    /// its key (no correlation, no other field), so a run of sends with the same key encodes
+    /// it once and shares it (a reference count, no allocation per send).
+    static ONE_WAY_ENVELOPE: std::cell::RefCell<Option<(DispatchKey, Bytes)>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// The parts of a one-way 147 record with `key` and `payload`, byte-identical to
+/// `codec::encode(&Record::OneWay(..), 0, Some(payload))`.
+fn one_way_parts(key: DispatchKey, payload: Bytes) -> Result<Parts, SendError> {
+    ONE_WAY_ENVELOPE.with(|cache| {
+        let mut cache = cache.borrow_mut();
+        if let Some((k, envelope)) = cache.as_ref()
+            && *k == key
+        {
+            return Ok(Parts::new(envelope.clone(), Some(payload)));
+        }
+        let parts = codec::encode(
+            &Record::OneWay(zlink_wire::OneWay { key }),
+            0,
+            Some(payload),
+        )
+        .map_err(|e| SendError::Encode(e.to_string()))?;
+        *cache = Some((key, parts[0].clone()));
+        Ok(parts)
+    })
+}
+
 struct CancelGuard<'a> {
     shared: &'a Shared,
     corr: u64,
@@ -699,6 +739,29 @@ impl Drop for CancelGuard<'_> {
     fn drop(&mut self) {
         if self.armed {
             let _ = self.shared.submit(Command::Cancel { corr: self.corr });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // The cached one-way envelope is byte-identical to a fresh encode, for any key sequence.
+    #[test]
+    fn one_way_parts_match_the_codec() {
+        for key in [7u32, 7, 9, 7, 9, 9] {
+            let payload = Bytes::from_static(b"payload");
+            let cached = one_way_parts(DispatchKey::new(key), payload.clone()).unwrap();
+            let fresh = codec::encode(
+                &Record::OneWay(zlink_wire::OneWay {
+                    key: DispatchKey::new(key),
+                }),
+                0,
+                Some(payload),
+            )
+            .unwrap();
+            assert_eq!(&cached[..], &fresh[..]);
         }
     }
 }
