@@ -236,3 +236,47 @@ async fn a_spot_timer_sends_to_its_actor_until_the_actor_is_destroyed() {
     assert_eq!(a.request(&c2, &Get, TIMEOUT).await.unwrap(), 0);
     assert_eq!(b.stats().turns, turns + 2);
 }
+
+// spec: EG-14 (the owner lease fences store and runtime; ObjectGeneration stays the public
+// incarnation)
+#[tokio::test]
+async fn a_lost_owner_lease_ends_the_local_actors_and_another_node_can_take_over() {
+    use std::time::Duration;
+    use zlink::store::{ManualClock, MemoryStore, StoreTime};
+    let clock = ManualClock::new(StoreTime::from_millis(1_000_000));
+    let store: Arc<dyn zlink::store::LocationStore> =
+        Arc::new(MemoryStore::with_clock(Arc::new(clock.clone())));
+    let mut mc = mesh_config("b");
+    mc.client_endpoint = None;
+    let mut o = zlink::node::NodeOptions::new(mc, store.clone(), demo::registry().unwrap());
+    o.lease_ttl = Duration::from_millis(300);
+    let b = zlink::node::Node::start(o).await.unwrap();
+    let a = start_node("a", store, vec![b.address()], None, None).await;
+    assert!(a.wait_peers(TIMEOUT).await.is_empty());
+    let c = b
+        .create(Create::new("counter", id("leased")))
+        .await
+        .unwrap();
+    assert_eq!(a.request(&c, &Add(1), TIMEOUT).await.unwrap(), 1);
+    let lease = b.lease().holder.lease_generation;
+    // b's lease (300 ms) expires in store time before its next renewal; a's (10 s) does not.
+    clock.advance(Duration::from_secs(1));
+    wait_until("b's new lease", || {
+        b.lease().holder.lease_generation != lease
+    })
+    .await;
+    // The old incarnation is fenced off on b …
+    assert_eq!(
+        a.request(&c, &Get, TIMEOUT).await.unwrap_err().kind(),
+        ErrorKind::Unavailable
+    );
+    // … and another node may take the actor over: same incarnation, new authority.
+    let taken = a
+        .get_or_create(Create::new("counter", id("leased")))
+        .await
+        .unwrap();
+    assert_eq!(taken.node(), &rid("a"));
+    assert_eq!(taken.object_generation(), c.object_generation());
+    assert!(taken.location().authority_owner_generation > c.location().authority_owner_generation);
+    assert_eq!(b.request(&taken, &Get, TIMEOUT).await.unwrap(), 0);
+}
