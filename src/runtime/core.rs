@@ -471,11 +471,15 @@ impl<W, L: Clone> GateCore<W, L> {
 
     /// The record `invocation` of `lane` reached its terminal: return its reservation (EG-7.2),
     /// drop the claim, and put the lane at the back of the ready set if it has more work.
+    /// Returns whether the lane now has room in both FIFOs (at most half of each count limit
+    /// reserved): the driver wakes senders waiting for space only then, so a full lane does not
+    /// wake a waiting sender once per freed slot.
     pub fn handle_turn_finished(
         &mut self,
         lane: LaneId,
         invocation: u64,
-    ) -> Result<(), StaleCompletion> {
+    ) -> Result<bool, StaleCompletion> {
+        let limits = (self.limits.application_items, self.limits.lifecycle_items);
         let sealed = self.sealed;
         let state = self.lane_mut(lane).ok_or(StaleCompletion)?;
         match state.claim {
@@ -486,11 +490,13 @@ impl<W, L: Clone> GateCore<W, L> {
             _ => return Err(StaleCompletion),
         }
         let requeue = state.has_work() && !state.in_ready && !sealed;
+        let room = state.application_reserved.items <= limits.0 / 2
+            && state.lifecycle_reserved.items <= limits.1 / 2;
         if requeue {
             state.in_ready = true;
             self.ready.push_back(ReadyEntry::Lane(lane));
         }
-        Ok(())
+        Ok(room)
     }
 
     /// The running record yielded (EG-3): the gate's turn ends, the lane keeps its claim and its

@@ -712,14 +712,15 @@ async fn drain(gate: Arc<GateInner>, mut fence: Fence) {
     let mut finished: Option<(LaneId, u64)> = None;
     let mut idled = false;
     loop {
-        let next = {
+        let (next, room) = {
             let mut core = gate.gate.core.lock().unwrap();
-            if let Some((lane, inv)) = finished {
-                let _ = core.handle_turn_finished(lane, inv);
-            }
-            core.poll_turn()
+            let room = match finished.take() {
+                Some((lane, inv)) => core.handle_turn_finished(lane, inv).unwrap_or(false),
+                None => false,
+            };
+            (core.poll_turn(), room)
         };
-        if finished.take().is_some() {
+        if room || next.is_none() {
             gate.notify_space();
         }
         match next {
