@@ -647,16 +647,17 @@ impl Node {
                 Err(_) => Err(ActorError::ShuttingDown),
             };
         }
+        // The slot answers the waiters even if this future is dropped half-way.
+        let slot = ActivatorSlot {
+            node: self,
+            actor_id: actor_id.clone(),
+            done: false,
+        };
         let result = self.reserve_and_activate(&ty, &actor_id, &req).await;
-        let waiters = lock(&self.inner.activations)
-            .remove(&actor_id)
-            .unwrap_or_default();
-        for w in waiters {
-            let _ = w.send(match &result {
-                Ok(r) => Ok(r.clone()),
-                Err(e) => Err((e.kind(), e.to_string())),
-            });
-        }
+        slot.finish(match &result {
+            Ok(r) => Ok(r.clone()),
+            Err(e) => Err((e.kind(), e.to_string())),
+        });
         result
     }
 
@@ -1201,6 +1202,41 @@ impl Node {
 
     pub(crate) fn count_send_dropped(&self) {
         self.inner.sends_dropped.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// The local activator's claim on one actor id: answers every waiting local caller exactly once,
+/// also when the activation future is dropped before it finished.
+struct ActivatorSlot<'a> {
+    node: &'a Node,
+    actor_id: ActorId,
+    done: bool,
+}
+
+impl ActivatorSlot<'_> {
+    fn answer(&mut self, result: Result<ActorRef, (ErrorKind, String)>) {
+        self.done = true;
+        let waiters = lock(&self.node.inner.activations)
+            .remove(&self.actor_id)
+            .unwrap_or_default();
+        for w in waiters {
+            let _ = w.send(result.clone());
+        }
+    }
+
+    fn finish(mut self, result: Result<ActorRef, (ErrorKind, String)>) {
+        self.answer(result);
+    }
+}
+
+impl Drop for ActivatorSlot<'_> {
+    fn drop(&mut self) {
+        if !self.done {
+            self.answer(Err((
+                ErrorKind::Unavailable,
+                "the activation was abandoned".to_owned(),
+            )));
+        }
     }
 }
 
