@@ -295,6 +295,12 @@ fn seal_stops_new_turns_until_unsealed() {
     assert_eq!(a.stats().application_queued, 1);
     spot.lane().unseal();
     assert_eq!(rx.recv_timeout(GUARD).unwrap(), 2);
+    // wait (no sleep) for record 2's terminal, which returns its reservation
+    let deadline = std::time::Instant::now() + GUARD;
+    while a.stats().claimed {
+        assert!(std::time::Instant::now() < deadline);
+        std::thread::yield_now();
+    }
     spot.lane().seal();
     a.tell(3).unwrap();
     assert_eq!(spot.lane().return_pending(), 1);
