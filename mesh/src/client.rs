@@ -5,8 +5,11 @@
 //! taken yet waits behind them (EG-4; the push channel is bounded and the I/O thread stops
 //! reading while it is full). If the request's deadline passes first, the request ends with
 //! `DeadlineExceeded` and the late reply is counted, never a second terminal (EG-16.26).
-//! Liveness: the client sends Ping every `ping_interval`; ZMTP heartbeats close dead TCP
-//! connections on both ends.
+//! Liveness: the client sends Ping every `ping_interval` and reports `server_alive` from the
+//! node's answers; TCP keepalive closes dead TCP connections. No ZMTP heartbeats on this
+//! connection: a backpressured connection (a full application queue on the node, untaken
+//! pushes here) is not read by libzmq, and a heartbeat timeout would cut it and lose what
+//! libzmq had buffered.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -126,14 +129,14 @@ impl MeshClient {
             move |source| ConfigError::Transport { what, source }
         };
         let dealer = ctx.socket(zmq::DEALER).map_err(terr("dealer"))?;
-        // Reuse the node's socket option set (limits, heartbeats, reconnect backoff).
+        // Reuse the node's socket option set (limits, reconnect backoff; no ZMTP heartbeats).
         let mut mc = MeshConfig::new(
             MeshName::new("client").expect("valid"),
             NodeRid::new("client").expect("valid"),
         );
         mc.transport = cfg.transport;
         mc.liveness = cfg.liveness;
-        configure_network_socket(&dealer, &mc, true).map_err(terr("dealer options"))?;
+        configure_network_socket(&dealer, &mc, false).map_err(terr("dealer options"))?;
         dealer.connect(&cfg.endpoint).map_err(terr("connect"))?;
         let (bell, door) = crate::bridge::pair(&ctx).map_err(terr("doorbell"))?;
         let shared = Arc::new(ClientShared {

@@ -60,7 +60,8 @@ impl Default for InboundWindow {
 /// Liveness, handshake and reconnect timing.
 #[derive(Clone, Copy, Debug)]
 pub struct Liveness {
-    /// `ZMQ_HEARTBEAT_IVL`: ZMTP PING interval on every connection.
+    /// `ZMQ_HEARTBEAT_IVL`: ZMTP PING interval on the completion connections (relay and
+    /// ClientServer connections carry none: a backpressured connection would be cut).
     pub heartbeat_interval: Duration,
     /// `ZMQ_HEARTBEAT_TIMEOUT`: libzmq closes a connection silent for this long.
     pub heartbeat_timeout: Duration,

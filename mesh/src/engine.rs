@@ -232,11 +232,15 @@ fn setup_err(what: impl Into<String>) -> impl FnOnce(zmq::Error) -> crate::error
 
 /// Applies the options every network-facing socket gets.
 ///
-/// `zmtp_heartbeats` is false for the relay socket: libzmq stops reading a connection whose
-/// pipe is full, so a PAUSED application queue would starve ZMTP PINGs and the heartbeat
-/// timeout would cut a healthy, merely backpressured relay connection (losing what libzmq
-/// buffered). Relay liveness comes from the completion connection (never backpressured by
-/// the application: ZMTP heartbeats + mesh Ping/Pong) and TCP keepalive.
+/// `zmtp_heartbeats` is true only for the completion socket: libzmq stops reading a
+/// connection whose pipe is full, so a PAUSED application queue starves ZMTP PINGs and the
+/// heartbeat timeout would cut a healthy, merely backpressured connection, losing everything
+/// libzmq had buffered (records `send` had accepted). That applies to relay and to
+/// ClientServer (both ends: the node stops reading the client socket while its application
+/// queue is full; the client stops reading while its pushes are not taken). Relay liveness
+/// comes from the completion connection (never backpressured by the application: ZMTP
+/// heartbeats + mesh Ping/Pong); ClientServer liveness from mesh Ping/Pong (`peer_timeout`,
+/// `MeshClient::server_alive`); both also use TCP keepalive.
 pub(crate) fn configure_network_socket(
     s: &zmq::Socket,
     cfg: &MeshConfig,
@@ -306,7 +310,7 @@ impl Engine {
         let router =
             |name: &str, ep: &str, mesh: bool| -> Result<zmq::Socket, crate::error::ConfigError> {
                 let s = ctx.socket(zmq::ROUTER).map_err(setup_err(name))?;
-                configure_network_socket(&s, &cfg, name != "relay")
+                configure_network_socket(&s, &cfg, name == "completion")
                     .map_err(setup_err(format!("{name} options")))?;
                 s.set_router_mandatory(true)
                     .map_err(setup_err("router_mandatory"))?;

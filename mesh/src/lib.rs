@@ -7,7 +7,8 @@
 //!   doorbell. No tokio worker ever blocks in a zmq call; the I/O thread never blocks on a peer
 //!   (non-blocking sends; EAGAIN = PAUSED).
 //! - Every network-facing socket sets `MAXMSGSIZE`, `SNDHWM`/`RCVHWM`, bounded `LINGER`,
-//!   ZMTP heartbeats and bounded reconnect backoff; ROUTERs use `ROUTER_MANDATORY`, mesh
+//!   bounded reconnect backoff, and ZMTP heartbeats on completion connections only (a
+//!   backpressured relay or client connection must not be cut); ROUTERs use `ROUTER_MANDATORY`, mesh
 //!   ROUTERs also `ROUTER_HANDOVER`.
 //! - A peer is authenticated by an HMAC-SHA256 challenge-response ([`handshake`]) on each of
 //!   its two connections; afterwards every record is checked for the authenticated RID,

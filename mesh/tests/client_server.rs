@@ -10,7 +10,7 @@ use common::*;
 use zlink_mesh::zlink_wire::{OneWay, Request};
 use zlink_mesh::{
     ClientConfig, DispatchKey, DropReason, ErrorKind, MeshClient, MeshNode, Origin, PeerEvent,
-    Record, RequestError,
+    Record, RequestError, TransportEvent,
 };
 
 fn server() -> (MeshNode, zlink_mesh::InboundReceiver) {
@@ -247,4 +247,72 @@ async fn both_ends_detect_a_dead_peer() {
         "pings never reach the layer above (SB-5.4)"
     );
     node2.shutdown().await;
+}
+
+// spec: EG-1.2, EG-4, SB-6.5 — while the application queue is full the node stops reading the
+// client socket and libzmq stops reading the client's TCP connection. That backpressure must
+// never cut the connection (a ZMTP heartbeat timeout did: the records libzmq had buffered, all
+// accepted by `send`, were lost and the client came back under a new session). Every record
+// a client's `send` accepted arrives, in order, on one session; another client is unaffected.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stalled_app_queue_neither_cuts_nor_loses_a_backpressured_client() {
+    let mut c = config("srv");
+    c.client_endpoint = Some("tcp://127.0.0.1:*".into());
+    c.inbound_capacity = 2;
+    c.transport.recv_hwm = 4;
+    c.liveness.heartbeat_interval = std::time::Duration::from_millis(100);
+    c.liveness.heartbeat_timeout = std::time::Duration::from_millis(500);
+    c.liveness.heartbeat_ttl = std::time::Duration::from_millis(500);
+    let (node, mut inbound) = MeshNode::start(c).unwrap();
+    let mut cc = client_config(&node);
+    cc.transport.send_hwm = 4;
+    cc.liveness.heartbeat_interval = std::time::Duration::from_millis(100);
+    cc.liveness.heartbeat_timeout = std::time::Duration::from_millis(500);
+    let chatty = MeshClient::connect(cc.clone()).unwrap();
+    let other = MeshClient::connect(cc).unwrap();
+    other
+        .send(DispatchKey::new(2), Bytes::from_static(b"other"))
+        .await
+        .unwrap();
+    // The application does not read: 2 records fill its queue, the rest backs up into
+    // libzmq, TCP and the client's budget.
+    const N: u32 = 2000;
+    for i in 0..N {
+        let mut p = vec![0u8; 8 * 1024];
+        p[..4].copy_from_slice(&i.to_be_bytes());
+        chatty
+            .send(DispatchKey::new(1), Bytes::from(p))
+            .await
+            .unwrap();
+    }
+    // Several heartbeat timeouts long.
+    tokio::time::sleep(std::time::Duration::from_millis(2000)).await;
+    let mut sessions = std::collections::BTreeMap::<u64, Vec<u32>>::new();
+    let mut others = 0;
+    while sessions.values().map(Vec::len).sum::<usize>() < N as usize || others == 0 {
+        let m = tokio::time::timeout(WAIT, inbound.recv())
+            .await
+            .expect("every accepted record arrives")
+            .unwrap();
+        let Origin::Client { session } = m.origin else {
+            panic!("not a client")
+        };
+        let p = m.payload.unwrap();
+        if &p[..] == b"other" {
+            others += 1;
+            continue;
+        }
+        let seq = u32::from_be_bytes(p[..4].try_into().unwrap());
+        sessions.entry(session.get()).or_default().push(seq);
+    }
+    assert_eq!(others, 1);
+    assert_eq!(
+        sessions.len(),
+        1,
+        "one session: the connection was never cut"
+    );
+    let seqs = sessions.into_values().next().unwrap();
+    assert_eq!(seqs, (0..N).collect::<Vec<_>>(), "all records, in order");
+    assert_eq!(node.counters().events(TransportEvent::Disconnected), 0);
+    assert!(inbound.try_recv().is_none());
 }
