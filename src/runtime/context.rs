@@ -296,6 +296,12 @@ impl<Y: YieldMode> Ctx<Y> {
         self.lane().slot.fence()
     }
 
+    /// Number of the gate turn this code runs in (white box): a record continued after a Yield
+    /// runs in a new turn (EG-16.8) while its invocation stays the same.
+    pub fn turn_number(&self) -> u64 {
+        self.lane().slot.turn()
+    }
+
     /// Which FIFO this record came from.
     pub fn lane_class(&self) -> LaneClass {
         self.env.class

@@ -136,6 +136,8 @@ pub(crate) struct GateInner {
     pub rt: Arc<RtShared>,
     space: tokio::sync::Notify,
     space_waiters: AtomicUsize,
+    /// Turns started under this gate; written only by the right's holder.
+    turns: AtomicU64,
 }
 
 impl GateInner {
@@ -145,6 +147,7 @@ impl GateInner {
             rt: rt.clone(),
             space: tokio::sync::Notify::new(),
             space_waiters: AtomicUsize::new(0),
+            turns: AtomicU64::new(0),
         });
         let mut gates = rt.gates.lock().unwrap();
         gates.retain(|w| w.strong_count() > 0);
@@ -214,6 +217,13 @@ impl GateInner {
             // dropping the grant fails the waiting continuation (EG-4.1)
             drop(h.slot.take_grant());
         }
+    }
+
+    /// Number the next turn (only the holder of the right calls this).
+    fn next_turn(&self) -> u64 {
+        let t = self.turns.load(Ordering::Relaxed) + 1;
+        self.turns.store(t, Ordering::Relaxed);
+        t
     }
 
     fn notify_space(&self) {
@@ -380,6 +390,7 @@ pub(crate) struct Slot {
     holding: AtomicBool,
     signal: AtomicU8,
     fence: AtomicU64,
+    turn: AtomicU64,
     extras: AtomicBool,
     ext: Mutex<SlotExt>,
 }
@@ -396,13 +407,15 @@ impl Slot {
             holding: AtomicBool::new(false),
             signal: AtomicU8::new(SIGNAL_NONE),
             fence: AtomicU64::new(0),
+            turn: AtomicU64::new(0),
             extras: AtomicBool::new(false),
             ext: Mutex::new(SlotExt::default()),
         }
     }
 
-    fn begin(&self, invocation: u64, fence: Fence) {
+    fn begin(&self, invocation: u64, fence: Fence, turn: u64) {
         self.fence.store(fence.0, Ordering::Relaxed);
+        self.turn.store(turn, Ordering::Relaxed);
         self.holding.store(true, Ordering::Release);
         self.invocation.store(invocation, Ordering::Release);
     }
@@ -450,6 +463,10 @@ impl Slot {
 
     pub fn fence(&self) -> u64 {
         self.fence.load(Ordering::Relaxed)
+    }
+
+    pub fn turn(&self) -> u64 {
+        self.turn.load(Ordering::Relaxed)
     }
 
     pub fn register_barrier(
@@ -749,7 +766,7 @@ async fn drain(gate: Arc<GateInner>, mut fence: Fence) {
                 item,
             }) => {
                 idled = false;
-                data.slot.begin(invocation, fence);
+                data.slot.begin(invocation, fence, gate.next_turn());
                 let env = TurnEnv {
                     lane: data.clone(),
                     invocation,
@@ -787,6 +804,7 @@ async fn drain(gate: Arc<GateInner>, mut fence: Fence) {
             }) => {
                 let (done_tx, done_rx) = oneshot::channel();
                 data.slot.fence.store(fence.0, Ordering::Relaxed);
+                data.slot.turn.store(gate.next_turn(), Ordering::Relaxed);
                 let granted = match data.slot.take_grant() {
                     Some(grant) => grant.send(done_tx).is_ok(),
                     None => false,
