@@ -159,6 +159,9 @@ impl MeshClient {
             pushes: push_tx,
             stalled: None,
             queue: std::collections::VecDeque::new(),
+            credit_msgs: 0,
+            credit_bytes: 0,
+            pinged: false,
             ping_interval: cfg.liveness.ping_interval,
             next_ping: Instant::now(),
             seq: 0,
@@ -316,6 +319,12 @@ struct ClientIo {
     stalled: Option<Push>,
     /// PAUSED sends: (frames, budgeted bytes, correlation id of a request or 0).
     queue: std::collections::VecDeque<(Parts, u64, u64)>,
+    /// Receive window the node granted (FlowCredit): requests and DATA go out only within it;
+    /// none before the node's first grant (it answers the first Ping with one).
+    credit_msgs: u64,
+    credit_bytes: u64,
+    /// A Ping was taken by libzmq (the connection exists).
+    pinged: bool,
     ping_interval: Duration,
     next_ping: Instant,
     seq: u64,
@@ -369,17 +378,21 @@ impl ClientIo {
             for (_, w) in self.corr.handle_timeout(now) {
                 let _ = w.send(Err(RequestError::DeadlineExceeded));
             }
-            if self.next_ping <= now {
+            // Until a first Ping got through (the node creates the session and grants the
+            // window on it), retry it on every pass, not once per ping interval.
+            if self.next_ping <= now || !self.pinged {
                 self.seq += 1;
                 self.next_ping = now + self.ping_interval;
                 let f = codec::encode_control(Record::Ping(Ping { seq: self.seq }));
-                let _ = self.raw_send(&f);
+                if self.raw_send(&f) {
+                    self.pinged = true;
+                }
             }
             let mut t = self.next_ping.saturating_duration_since(now);
             if let Some(d) = self.corr.poll_timeout() {
                 t = t.min(d.saturating_duration_since(now));
             }
-            if self.stalled.is_some() || !self.queue.is_empty() {
+            if self.stalled.is_some() || !self.queue.is_empty() || !self.pinged {
                 t = t.min(Duration::from_millis(1));
             }
             let ms = if self.shared.bell.prepare_sleep() {
@@ -438,16 +451,11 @@ impl ClientIo {
     }
 
     fn send(&mut self, frames: Parts, bytes: u64, corr: u64) {
-        if !self.queue.is_empty() {
-            self.queue.push_back((frames, bytes, corr));
-        } else if self.request_ended(corr) || self.raw_send(&frames) {
-            // Sent, or ended before transmission (never sent): the reservation is released.
-            self.shared.budget.release(bytes);
-        } else {
-            self.queue.push_back((frames, bytes, corr));
-        }
+        self.queue.push_back((frames, bytes, corr));
+        self.flush();
     }
 
+    /// Sends queued records in order while libzmq takes them and the node's window allows.
     fn flush(&mut self) {
         while let Some(&(_, b, corr)) = self.queue.front() {
             if self.request_ended(corr) {
@@ -455,9 +463,14 @@ impl ClientIo {
                 self.queue.pop_front();
                 continue;
             }
+            if self.credit_msgs == 0 || self.credit_bytes == 0 {
+                break;
+            }
             if !self.raw_send(&self.queue.front().expect("front").0) {
                 break;
             }
+            self.credit_msgs -= 1;
+            self.credit_bytes = self.credit_bytes.saturating_sub(b);
             self.shared.budget.release(b);
             self.queue.pop_front();
         }
@@ -518,6 +531,11 @@ impl ClientIo {
             self.shared.last_rx_ms.store(now_ms, Ordering::Release);
             match codec::classify(d.record) {
                 (Class::Pong | Class::Ping(_), _) => {}
+                (Class::FlowCredit { messages, bytes }, _) => {
+                    self.credit_msgs += u64::from(messages);
+                    self.credit_bytes += bytes;
+                    self.flush();
+                }
                 (Class::Push, Some(Record::Push(p))) => {
                     let p = Push {
                         key: p.key,

@@ -121,6 +121,11 @@ pub struct MeshConfig {
     pub peer_window: InboundWindow,
     /// Outbound admission budget per ClientServer client (pushes).
     pub client_budget: OutboundBudget,
+    /// Receive window granted to each ClientServer client (requests and one-way DATA). The
+    /// node holds at most this much per client while its application queue is full and keeps
+    /// reading the client socket (Pings, other and new clients progress). Held memory is
+    /// bounded by this window times `max_clients`.
+    pub client_window: InboundWindow,
     /// Capacity of the inbound channel to the layer above (application records).
     pub inbound_capacity: usize,
     /// How long a send waits for admission before `DeadlineExceeded` (SB-6.5).
@@ -154,6 +159,10 @@ impl MeshConfig {
             peer_budget: OutboundBudget::default(),
             peer_window: InboundWindow::default(),
             client_budget: OutboundBudget::default(),
+            client_window: InboundWindow {
+                messages: 64,
+                bytes: 1024 * 1024,
+            },
             inbound_capacity: 4096,
             send_timeout: Duration::from_secs(5),
             liveness: Liveness::default(),

@@ -176,6 +176,12 @@ struct Client {
     budget: Arc<Budget>,
     queue: VecDeque<Out>,
     last_rx: Instant,
+    /// Receive window (like a peer's): credit the client used and we have not returned yet.
+    rx_used_msgs: u64,
+    rx_used_bytes: u64,
+    /// Credit freed (records handed up) waiting to be returned with a FlowCredit.
+    ret_msgs: u64,
+    ret_bytes: u64,
 }
 
 struct Sockets {
@@ -213,7 +219,9 @@ pub(crate) struct Engine {
     /// Relay records read but not yet taken by the inbound channel (bounded by the peers'
     /// windows): (peer, generation, bytes, record).
     held: VecDeque<(Arc<NodeRid>, NodeGeneration, u64, Inbound)>,
-    stalled_client: Option<Inbound>,
+    /// Client records read but not yet taken by the inbound channel (FIFO; bounded by the
+    /// clients' windows): (session, bytes, record).
+    held_clients: VecDeque<(u64, u64, Inbound)>,
     running: bool,
     limits: Limits,
     _ctx: zmq::Context,
@@ -236,8 +244,8 @@ fn setup_err(what: impl Into<String>) -> impl FnOnce(zmq::Error) -> crate::error
 /// connection whose pipe is full, so a PAUSED application queue starves ZMTP PINGs and the
 /// heartbeat timeout would cut a healthy, merely backpressured connection, losing everything
 /// libzmq had buffered (records `send` had accepted). That applies to relay and to
-/// ClientServer (both ends: the node stops reading the client socket while its application
-/// queue is full; the client stops reading while its pushes are not taken). Relay liveness
+/// ClientServer (a client that is out of credit backs up into libzmq; the client stops
+/// reading while its pushes are not taken). Relay liveness
 /// comes from the completion connection (never backpressured by the application: ZMTP
 /// heartbeats + mesh Ping/Pong); ClientServer liveness from mesh Ping/Pong (`peer_timeout`,
 /// `MeshClient::server_alive`); both also use TCP keepalive.
@@ -369,7 +377,7 @@ impl Engine {
                 corr: Correlations::new(),
                 inbound,
                 held: VecDeque::new(),
-                stalled_client: None,
+                held_clients: VecDeque::new(),
                 running: true,
                 limits,
                 _ctx: ctx,
@@ -389,7 +397,7 @@ impl Engine {
             if !self.paused.is_empty() || !self.paused_clients.is_empty() {
                 self.flush_paused();
             }
-            if !self.held.is_empty() || self.stalled_client.is_some() {
+            if !self.held.is_empty() || !self.held_clients.is_empty() {
                 self.retry_stalled();
             }
             let now = Instant::now();
@@ -1341,12 +1349,14 @@ impl Engine {
         for (rid, seq) in ping {
             self.send_control(LinkKind::Completion, &rid, Record::Ping(Ping { seq }));
         }
-        // While the client socket is not read (application queue full), silence proves
-        // nothing: nobody times out.
-        if self.stalled_client.is_some() {
-            for c in self.clients.values_mut() {
-                c.last_rx = now;
-            }
+        let owed: Vec<u64> = self
+            .clients
+            .iter()
+            .filter(|(_, c)| c.ret_msgs > 0 || c.ret_bytes > 0)
+            .map(|(s, _)| *s)
+            .collect();
+        for s in owed {
+            self.flush_client_credit(s);
         }
         // ClientServer liveness: forget clients silent for the peer timeout.
         let dead: Vec<u64> = self
@@ -1379,7 +1389,7 @@ impl Engine {
         if !self.paused.is_empty()
             || !self.paused_clients.is_empty()
             || !self.held.is_empty()
-            || self.stalled_client.is_some()
+            || !self.held_clients.is_empty()
         {
             t = Duration::from_millis(1);
         }
@@ -1421,7 +1431,6 @@ impl Engine {
         if !sleeping {
             timeout = Duration::ZERO;
         }
-        let client_in = self.stalled_client.is_none();
         let (rd, rr, rc, rcl, mr, mc, mcl) = {
             let s = &self.sockets;
             let mut items = Vec::with_capacity(7);
@@ -1432,11 +1441,8 @@ impl Engine {
             items.push(s.mon_relay.as_poll_item(zmq::POLLIN));
             items.push(s.mon_completion.as_poll_item(zmq::POLLIN));
             if let (Some(c), Some(m)) = (&s.client, &s.mon_client) {
-                items.push(c.as_poll_item(if client_in {
-                    zmq::POLLIN
-                } else {
-                    zmq::PollEvents::empty()
-                }));
+                // Always read: the client windows bound what is held.
+                items.push(c.as_poll_item(zmq::POLLIN));
                 items.push(m.as_poll_item(zmq::POLLIN));
             }
             let ms = if timeout.is_zero() {
@@ -1480,9 +1486,6 @@ impl Engine {
         let mut parts = std::mem::take(&mut self.rx_parts);
         self.rx_now = Instant::now();
         while n < RECV_BATCH {
-            if kind == LinkKind::Client && self.stalled_client.is_some() {
-                break;
-            }
             let Some(count) = recv_frames_into(self.socket(kind), &mut rid, &mut parts) else {
                 break;
             };
@@ -1750,10 +1753,16 @@ impl Engine {
                         budget: budget.clone(),
                         queue: VecDeque::new(),
                         last_rx: now,
+                        // The initial grant: the whole window, as if used and freed.
+                        rx_used_msgs: u64::from(self.cfg.client_window.messages),
+                        rx_used_bytes: self.cfg.client_window.bytes,
+                        ret_msgs: u64::from(self.cfg.client_window.messages),
+                        ret_bytes: self.cfg.client_window.bytes,
                     },
                 );
                 self.clients_by_rid.insert(rid.to_vec(), s);
                 self.shared.set_client(s, Some(budget));
+                self.flush_client_credit(s);
                 self.shared.publish(PeerEvent::ClientConnected {
                     session: SessionRid::new(s),
                 });
@@ -1771,6 +1780,19 @@ impl Engine {
             (Class::Pong, _) => {}
             (Class::Disconnect, _) => self.remove_client(session),
             (Class::App, Some(rec @ (Record::Request(_) | Record::OneWay(_)))) => {
+                let window = self.cfg.client_window;
+                let bytes: u64 = parts.iter().map(|p| p.len() as u64).sum();
+                let c = self.clients.get_mut(&session).expect("client");
+                if c.rx_used_msgs >= u64::from(window.messages) || c.rx_used_bytes >= window.bytes {
+                    // The client ignored its window: a protocol violation, counted.
+                    self.shared.counters.drop(
+                        DropReason::CreditExceeded,
+                        &format_args!("client {session}"),
+                    );
+                    return;
+                }
+                c.rx_used_msgs += 1;
+                c.rx_used_bytes += bytes;
                 let deadline = codec::record_deadline(&rec).map(|d| now + d);
                 let reply = corr.is_some().then(|| {
                     ReplyHandle::new(
@@ -1789,7 +1811,7 @@ impl Engine {
                     deadline,
                     reply,
                 };
-                self.deliver_client(inb);
+                self.deliver_client(session, bytes, inb);
             }
             _ => self
                 .shared
@@ -1798,12 +1820,61 @@ impl Engine {
         }
     }
 
-    /// Hands a client record up; when the inbound channel is full the client socket stops
-    /// being read (ClientServer: one connection, order kept; EG-4).
-    fn deliver_client(&mut self, inb: Inbound) {
-        match self.inbound.try_push(inb) {
-            Ok(()) => self.shared.counters.delivered(1),
-            Err(inb) => self.stalled_client = Some(inb),
+    /// Hands a client record up, or holds it (FIFO over all clients, so each client's order is
+    /// kept, EG-4) while the inbound channel is full. Each client's window bounds what is held,
+    /// so the client socket is always read (Pings, new clients); credit is returned once the
+    /// record moved up.
+    fn deliver_client(&mut self, session: u64, bytes: u64, inb: Inbound) {
+        if self.held_clients.is_empty() {
+            match self.inbound.try_push(inb) {
+                Ok(()) => {
+                    self.shared.counters.delivered(1);
+                    self.client_credit_freed(session, bytes);
+                }
+                Err(inb) => self.held_clients.push_back((session, bytes, inb)),
+            }
+        } else {
+            self.held_clients.push_back((session, bytes, inb));
+        }
+    }
+
+    /// One client record of `bytes` left the client's window; return credit in batches.
+    fn client_credit_freed(&mut self, session: u64, bytes: u64) {
+        let window = self.cfg.client_window;
+        let Some(c) = self.clients.get_mut(&session) else {
+            return;
+        };
+        c.ret_msgs += 1;
+        c.ret_bytes += bytes;
+        if c.ret_msgs >= u64::from(window.messages / 4).max(1) || c.ret_bytes >= window.bytes / 4 {
+            self.flush_client_credit(session);
+        }
+    }
+
+    /// Returns a client's freed credit now (FlowCredit on the client connection). Only once
+    /// libzmq took the record is the credit considered returned; otherwise housekeeping
+    /// retries (a lost grant would stall the client for ever).
+    fn flush_client_credit(&mut self, session: u64) {
+        let Some(c) = self.clients.get(&session) else {
+            return;
+        };
+        if c.ret_msgs == 0 && c.ret_bytes == 0 {
+            return;
+        }
+        let (msgs, bytes) = (c.ret_msgs.min(u64::from(u32::MAX)), c.ret_bytes);
+        let frames = codec::encode_control(Record::FlowCredit(zlink_wire::FlowCredit {
+            messages: msgs as u32,
+            bytes,
+        }));
+        if matches!(
+            self.raw_send(LinkKind::Client, &c.rid, &frames),
+            SendOutcome::Sent
+        ) {
+            let c = self.clients.get_mut(&session).expect("client");
+            c.rx_used_msgs = c.rx_used_msgs.saturating_sub(msgs);
+            c.rx_used_bytes = c.rx_used_bytes.saturating_sub(bytes);
+            c.ret_msgs -= msgs;
+            c.ret_bytes -= bytes;
         }
     }
 
@@ -1886,10 +1957,16 @@ impl Engine {
                 }
             }
         }
-        if let Some(inb) = self.stalled_client.take() {
+        while let Some((session, bytes, inb)) = self.held_clients.pop_front() {
             match self.inbound.try_push(inb) {
-                Ok(()) => self.shared.counters.delivered(1),
-                Err(inb) => self.stalled_client = Some(inb),
+                Ok(()) => {
+                    self.shared.counters.delivered(1);
+                    self.client_credit_freed(session, bytes);
+                }
+                Err(inb) => {
+                    self.held_clients.push_front((session, bytes, inb));
+                    break;
+                }
             }
         }
         self.inbound.flush();

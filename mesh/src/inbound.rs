@@ -3,8 +3,8 @@
 //! The I/O thread pushes a whole read pass as one batch (one wake-up of the receiving task per
 //! batch instead of per record). The bound is a shared record count: the I/O thread never
 //! hands over more than `capacity` records that the receiver has not taken yet; beyond that
-//! the application queue is PAUSED (relay records wait in the peers' windows, the client
-//! socket stops being read).
+//! the application queue is PAUSED (relay records wait in the peers' windows, client records
+//! in the clients' windows).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};

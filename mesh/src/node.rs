@@ -360,6 +360,9 @@ impl MeshNode {
         if cfg.peer_budget.messages == 0 || cfg.client_budget.messages == 0 {
             return Err(ConfigError::InvalidLimit("budget messages"));
         }
+        if cfg.client_window.messages == 0 || cfg.client_window.bytes == 0 {
+            return Err(ConfigError::InvalidLimit("client_window"));
+        }
         let generation = cfg.generation.unwrap_or_else(fresh_generation);
         let local = LocalIdentity {
             mesh: cfg.mesh.clone(),

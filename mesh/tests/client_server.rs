@@ -249,11 +249,13 @@ async fn both_ends_detect_a_dead_peer() {
     node2.shutdown().await;
 }
 
-// spec: EG-1.2, EG-4, SB-6.5 — while the application queue is full the node stops reading the
-// client socket and libzmq stops reading the client's TCP connection. That backpressure must
-// never cut the connection (a ZMTP heartbeat timeout did: the records libzmq had buffered, all
-// accepted by `send`, were lost and the client came back under a new session). Every record
-// a client's `send` accepted arrives, in order, on one session; another client is unaffected.
+// spec: EG-1.2, EG-4, SB-6.5, SB-5.4 — while the application queue is full, a chatty client is
+// held to its receive window (per-client credit) and backs up into its own queue and budget.
+// That backpressure must never cut the connection (a ZMTP heartbeat timeout did: the records
+// libzmq had buffered, all accepted by `send`, were lost and the client came back under a new
+// session). Every record a client's `send` accepted arrives, in order, on one session; the
+// client socket keeps being read meanwhile: Pings are answered (both clients see the node
+// alive past their peer timeout) and a new client gets its session during the stall.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stalled_app_queue_neither_cuts_nor_loses_a_backpressured_client() {
     let mut c = config("srv");
@@ -264,8 +266,10 @@ async fn stalled_app_queue_neither_cuts_nor_loses_a_backpressured_client() {
     c.liveness.heartbeat_timeout = std::time::Duration::from_millis(500);
     c.liveness.heartbeat_ttl = std::time::Duration::from_millis(500);
     let (node, mut inbound) = MeshNode::start(c).unwrap();
+    let mut events = node.subscribe();
     let mut cc = client_config(&node);
     cc.transport.send_hwm = 4;
+    cc.liveness.peer_timeout = std::time::Duration::from_millis(800);
     cc.liveness.heartbeat_interval = std::time::Duration::from_millis(100);
     cc.liveness.heartbeat_timeout = std::time::Duration::from_millis(500);
     let chatty = MeshClient::connect(cc.clone()).unwrap();
@@ -285,8 +289,25 @@ async fn stalled_app_queue_neither_cuts_nor_loses_a_backpressured_client() {
             .await
             .unwrap();
     }
-    // Several heartbeat timeouts long.
-    tokio::time::sleep(std::time::Duration::from_millis(2000)).await;
+    // Several heartbeat and peer timeouts long.
+    tokio::time::sleep(std::time::Duration::from_millis(1000)).await;
+    let late = MeshClient::connect(client_config(&node)).unwrap();
+    let connected = async {
+        let mut n = 0;
+        loop {
+            if let PeerEvent::ClientConnected { .. } = events.recv().await.unwrap() {
+                n += 1;
+                if n == 3 {
+                    break;
+                }
+            }
+        }
+    };
+    tokio::time::timeout(WAIT, connected)
+        .await
+        .expect("a new client gets its session while the application queue is full");
+    tokio::time::sleep(std::time::Duration::from_millis(1000)).await;
+    assert!(chatty.server_alive() && other.server_alive() && late.server_alive());
     let mut sessions = std::collections::BTreeMap::<u64, Vec<u32>>::new();
     let mut others = 0;
     while sessions.values().map(Vec::len).sum::<usize>() < N as usize || others == 0 {
@@ -314,5 +335,57 @@ async fn stalled_app_queue_neither_cuts_nor_loses_a_backpressured_client() {
     let seqs = sessions.into_values().next().unwrap();
     assert_eq!(seqs, (0..N).collect::<Vec<_>>(), "all records, in order");
     assert_eq!(node.counters().events(TransportEvent::Disconnected), 0);
+    assert_eq!(node.counters().dropped(DropReason::CreditExceeded), 0);
     assert!(inbound.try_recv().is_none());
+}
+
+// spec: SB-2.1, EG-1.2 — a client that ignores its receive window (a raw ZeroMQ DEALER that
+// never waits for FlowCredit) gets at most its window plus what moved up into the application
+// queue; the excess is dropped and counted (`CreditExceeded`), never held or passed up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_ignoring_its_window_is_dropped_and_counted() {
+    let mut c = config("srv");
+    c.client_endpoint = Some("tcp://127.0.0.1:*".into());
+    c.inbound_capacity = 1;
+    c.client_window = zlink_mesh::InboundWindow {
+        messages: 4,
+        bytes: 1 << 20,
+    };
+    let (node, mut inbound) = MeshNode::start(c).unwrap();
+    let ctx = zmq::Context::new();
+    let raw = ctx.socket(zmq::DEALER).unwrap();
+    raw.set_linger(0).unwrap();
+    raw.connect(node.endpoints().client.as_ref().unwrap())
+        .unwrap();
+    const N: usize = 10;
+    for _ in 0..N {
+        let f = zlink_mesh::zlink_wire::encode(
+            &Record::OneWay(OneWay {
+                key: DispatchKey::new(1),
+            }),
+            zlink_mesh::CorrelationId::NONE,
+            Some(Bytes::from_static(b"x")),
+        )
+        .unwrap();
+        raw.send(&f.envelope()[..], zmq::SNDMORE).unwrap();
+        raw.send(&f.payload().unwrap()[..], 0).unwrap();
+    }
+    // At most window (4) + application queue (1) are accepted before anything is taken.
+    eventually("excess dropped", || {
+        node.counters().dropped(DropReason::CreditExceeded) >= (N - 5) as u64
+    })
+    .await;
+    let dropped = node.counters().dropped(DropReason::CreditExceeded) as usize;
+    let mut got = 0;
+    while let Ok(Some(_)) =
+        tokio::time::timeout(std::time::Duration::from_millis(500), inbound.recv()).await
+    {
+        got += 1;
+    }
+    assert_eq!(
+        got + dropped,
+        N,
+        "every record is either delivered or counted"
+    );
+    assert!(got <= 5);
 }
