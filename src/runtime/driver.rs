@@ -150,7 +150,10 @@ impl GateInner {
             turns: AtomicU64::new(0),
         });
         let mut gates = rt.gates.lock().unwrap();
-        gates.retain(|w| w.strong_count() > 0);
+        if gates.len() >= 64 && gates.len().is_power_of_two() {
+            // amortised pruning of ended gates
+            gates.retain(|w| w.strong_count() > 0);
+        }
         gates.push(Arc::downgrade(&g));
         g
     }
