@@ -137,6 +137,7 @@ impl MeshClient {
         mc.transport = cfg.transport;
         mc.liveness = cfg.liveness;
         configure_network_socket(&dealer, &mc, false).map_err(terr("dealer options"))?;
+        let mon = crate::engine::monitor(&ctx, &dealer, "client")?;
         dealer.connect(&cfg.endpoint).map_err(terr("connect"))?;
         let (bell, door) = crate::bridge::pair(&ctx).map_err(terr("doorbell"))?;
         let shared = Arc::new(ClientShared {
@@ -153,6 +154,7 @@ impl MeshClient {
         let (push_tx, push_rx) = mpsc::channel(cfg.push_capacity.max(1));
         let io = ClientIo {
             dealer,
+            mon,
             door,
             shared: shared.clone(),
             corr: Correlations::new(),
@@ -312,6 +314,9 @@ impl Drop for MeshClient {
 
 struct ClientIo {
     dealer: zmq::Socket,
+    /// Connection events of the DEALER: a lost connection ends the node's session, and with
+    /// it the credit it granted.
+    mon: zmq::Socket,
     door: Door<Cmd>,
     shared: Arc<ClientShared>,
     corr: Correlations<(), Waiter>,
@@ -361,6 +366,7 @@ impl ClientIo {
             if close {
                 break;
             }
+            self.read_monitor();
             self.flush();
             if let Some(p) = self.stalled.take() {
                 match self.pushes.try_send(p) {
@@ -403,6 +409,7 @@ impl ClientIo {
             let (rd, rs) = {
                 let mut items = [
                     self.door.socket.as_poll_item(zmq::POLLIN),
+                    self.mon.as_poll_item(zmq::POLLIN),
                     self.dealer.as_poll_item(if self.stalled.is_none() {
                         zmq::POLLIN
                     } else {
@@ -410,7 +417,7 @@ impl ClientIo {
                     }),
                 ];
                 let _ = zmq::poll(&mut items, ms);
-                (items[0].is_readable(), items[1].is_readable())
+                (items[0].is_readable(), items[2].is_readable())
             };
             self.shared.bell.awake();
             if rd {
@@ -429,6 +436,21 @@ impl ClientIo {
             .handle_timeout(Instant::now() + Duration::from_secs(86_400 * 365))
         {
             let _ = w.send(Err(RequestError::Closed));
+        }
+    }
+
+    /// A lost connection ends the node's session: the credit it granted is void (the next
+    /// connection is a new session with a fresh grant, which the first Ping on it obtains).
+    fn read_monitor(&mut self) {
+        while let Some((first, _)) = recv_multipart(&self.mon) {
+            if first.len() >= 2
+                && zmq::SocketEvent::from_raw(u16::from_le_bytes([first[0], first[1]]))
+                    == zmq::SocketEvent::DISCONNECTED
+            {
+                self.credit_msgs = 0;
+                self.credit_bytes = 0;
+                self.pinged = false;
+            }
         }
     }
 

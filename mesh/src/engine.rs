@@ -275,7 +275,7 @@ pub(crate) fn configure_network_socket(
     Ok(())
 }
 
-fn monitor(
+pub(crate) fn monitor(
     ctx: &zmq::Context,
     s: &zmq::Socket,
     name: &str,

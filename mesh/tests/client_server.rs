@@ -389,3 +389,55 @@ async fn client_ignoring_its_window_is_dropped_and_counted() {
     );
     assert!(got <= 5);
 }
+
+// spec: EG-1.2, SB-9 — a client whose node restarted gets a new session on its new connection;
+// the old session's credit does not carry over: the client waits for the new grant, so
+// nothing it sends is dropped as `CreditExceeded`, even while the new node's application
+// queue is full, and everything arrives in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reconnected_client_waits_for_the_new_sessions_window() {
+    let (n1, mut in1) = server();
+    let ep = n1.endpoints().client.clone().unwrap();
+    let client = MeshClient::connect(client_config(&n1)).unwrap();
+    client
+        .send(DispatchKey::new(1), Bytes::from_static(b"first"))
+        .await
+        .unwrap();
+    tokio::time::timeout(WAIT, in1.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    n1.shutdown().await;
+    drop(in1);
+    // Let the client see its connection drop (it holds ~63 unused credits of the old session).
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let mut c = config("srv2");
+    c.client_endpoint = Some(ep);
+    c.inbound_capacity = 1;
+    c.client_window = zlink_mesh::InboundWindow {
+        messages: 4,
+        bytes: 1 << 20,
+    };
+    let (n2, mut in2) = MeshNode::start(c).unwrap();
+    const N: u32 = 20;
+    for i in 0..N {
+        client
+            .send(DispatchKey::new(1), Bytes::from(i.to_be_bytes().to_vec()))
+            .await
+            .unwrap();
+    }
+    // n2's application does not read for a while.
+    tokio::time::sleep(std::time::Duration::from_millis(1000)).await;
+    assert_eq!(n2.counters().dropped(DropReason::CreditExceeded), 0);
+    let mut seqs = Vec::new();
+    while seqs.len() < N as usize {
+        let m = tokio::time::timeout(WAIT, in2.recv())
+            .await
+            .expect("every accepted record arrives")
+            .unwrap();
+        seqs.push(u32::from_be_bytes(
+            m.payload.unwrap()[..4].try_into().unwrap(),
+        ));
+    }
+    assert_eq!(seqs, (0..N).collect::<Vec<_>>());
+}
