@@ -341,9 +341,10 @@ impl<W, L: Clone> GateCore<W, L> {
                 item,
             });
         }
-        let limits = self.limits.clone();
+        let limits = &self.limits;
         let sealed = self.sealed;
-        let Some(state) = self.lane_mut(lane) else {
+        // field-level borrows: `limits` and the lane are disjoint
+        let Some(state) = self.lanes.get_mut(lane.0 as usize).and_then(Option::as_mut) else {
             return Err(SubmitRefused {
                 reason: SubmitRefusal::Ended,
                 item,
