@@ -48,10 +48,13 @@ SIGNALS:
   SIGTERM, SIGINT     graceful shutdown: refuse new client work, drain accepted work until
                       the drain deadline, release the owner lease, close the mesh, exit 0";
 
-/// A ZLink node: hosts actors, relays actor calls over RouteMesh and serves ClientServer
-/// clients.
+const ABOUT: &str = "A ZLink mesh node: hosts actors (demo types counter, echo, room, failing), \
+relays actor calls to other nodes over RouteMesh (replies on the completion connection) and serves \
+clients over ClientServer. Owners are found through the Location Store (embedded SQLite by default).";
+
+/// Command line of `zlink-node` (see `--help`).
 #[derive(Debug, Parser)]
-#[command(name = "zlink-node", version, about, after_help = AFTER_HELP)]
+#[command(name = "zlink-node", version, about = ABOUT, after_help = AFTER_HELP)]
 struct Cli {
     /// TOML configuration file (keys below).
     #[arg(long, short = 'c', env = "ZLINK_CONFIG", value_name = "FILE")]
@@ -261,7 +264,10 @@ fn settings(cli: Cli) -> anyhow::Result<Settings> {
 fn init_logs(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter);
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stdout());
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(ansi);
     match format {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().init(),
