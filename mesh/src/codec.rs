@@ -121,6 +121,7 @@ pub(crate) enum Class {
     App,
 }
 
+#[inline]
 pub(crate) fn classify(record: Record) -> (Class, Option<Record>) {
     let class = match record {
         Record::Hello(h) => Class::Handshake(HandshakeMsg::Hello {

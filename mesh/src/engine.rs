@@ -1490,14 +1490,20 @@ impl Engine {
                 break;
             };
             n += 1;
-            let parts = &parts[..count];
+            // Each `zmq::Message` deref is two FFI calls (data, size): take the slices once.
+            let rid_bytes: &[u8] = &rid;
+            let mut slices: [&[u8]; MAX_PARTS] = [&[]; MAX_PARTS];
+            for (slot, m) in slices.iter_mut().zip(&parts[..count]) {
+                *slot = m;
+            }
+            let frames = &slices[..count.min(MAX_PARTS)];
             if let Some(tap) = &self.cfg.tap {
-                let copy: Vec<Bytes> = parts.iter().map(|m| Bytes::copy_from_slice(m)).collect();
-                tap.record(TapDirection::Received, kind, &rid, &copy);
+                let copy: Vec<Bytes> = frames.iter().map(|m| Bytes::copy_from_slice(m)).collect();
+                tap.record(TapDirection::Received, kind, rid_bytes, &copy);
             }
             match kind {
-                LinkKind::Client => self.on_client_message(&rid, parts),
-                _ => self.on_peer_message(kind, &rid, parts),
+                LinkKind::Client => self.on_client_message(rid_bytes, frames),
+                _ => self.on_peer_message(kind, rid_bytes, frames),
             }
         }
         self.rx_rid = rid;
@@ -1563,8 +1569,9 @@ impl Engine {
 
     // ---------------------------------------------------------------- ingress
 
-    fn on_peer_message(&mut self, kind: LinkKind, rid: &[u8], parts: &[zmq::Message]) {
+    fn on_peer_message(&mut self, kind: LinkKind, rid: &[u8], parts: &[&[u8]]) {
         let cached = self.rid_cache.get(rid).cloned();
+        let was_cached = cached.is_some();
         let node: Arc<NodeRid> = match cached.or_else(|| {
             std::str::from_utf8(rid)
                 .ok()
@@ -1600,7 +1607,7 @@ impl Engine {
                 .drop(DropReason::Unauthenticated, &node);
             return;
         };
-        if self.rid_cache.len() < 4096 && !self.rid_cache.contains_key(rid) {
+        if !was_cached && self.rid_cache.len() < 4096 {
             self.rid_cache.insert(rid.to_vec(), node.clone());
         }
         let current = p.generation;
@@ -1620,6 +1627,19 @@ impl Engine {
             }
         };
         p.last_rx = self.rx_now;
+        // Relay data: the receive window is checked and charged with this lookup of the peer.
+        let within_window = if kind == LinkKind::Relay && matches!(class, Class::App) {
+            let window = self.cfg.peer_window;
+            if p.rx_used_msgs >= u64::from(window.messages) || p.rx_used_bytes >= window.bytes {
+                false
+            } else {
+                p.rx_used_msgs += 1;
+                p.rx_used_bytes += bytes;
+                true
+            }
+        } else {
+            true
+        };
         match (kind, class, record) {
             (LinkKind::Completion, Class::Ping(seq), _) => {
                 let rid_vec = p.rid.clone();
@@ -1639,15 +1659,11 @@ impl Engine {
                 self.complete(corr, (node, generation), rec, payload)
             }
             (LinkKind::Relay, Class::App, Some(rec)) => {
-                let window = self.cfg.peer_window;
-                let p = self.peers.get_mut(&*node).expect("peer");
-                if p.rx_used_msgs >= u64::from(window.messages) || p.rx_used_bytes >= window.bytes {
+                if !within_window {
                     // The peer ignored its window: a protocol violation, counted.
                     self.shared.counters.drop(DropReason::CreditExceeded, &node);
                     return;
                 }
-                p.rx_used_msgs += 1;
-                p.rx_used_bytes += bytes;
                 if let Some(target) = codec::target_generation(&rec)
                     && target != self.local.generation
                 {
@@ -1724,7 +1740,7 @@ impl Engine {
         }
     }
 
-    fn on_client_message(&mut self, rid: &[u8], parts: &[zmq::Message]) {
+    fn on_client_message(&mut self, rid: &[u8], parts: &[&[u8]]) {
         let Some(Decoded {
             header,
             record,
@@ -1880,6 +1896,7 @@ impl Engine {
 
     /// Hands a relay record up, or holds it (FIFO) while the inbound channel is full. The
     /// peer's window bounds what is held; credit is returned once the record moved up.
+    #[inline]
     fn deliver_relay(
         &mut self,
         node: Arc<NodeRid>,
@@ -1998,10 +2015,11 @@ impl Engine {
     }
 }
 
+#[inline]
 fn decode_counted(
     shared: &Shared,
     limits: &Limits,
-    parts: &[zmq::Message],
+    parts: &[&[u8]],
     who: &dyn std::fmt::Display,
 ) -> Option<Decoded> {
     let decoded = match parts {
