@@ -309,3 +309,100 @@ fn defer_outside_the_registration_scope_is_invalid() {
     assert_eq!(rt.metrics().barriers_discarded, 16);
     let _ = Bytes::new();
 }
+
+// spec: EG-5.1, EG-5.2, EG-5.4 — once the registering handler ended normally, the barrier blocks
+// the moving actor's queue: a record submitted to it afterwards runs only after the Join's result
+// reached its completion callback, while other actors behind the same gate keep running.
+#[test]
+fn active_barrier_blocks_the_moving_actors_queue_until_the_join_completes() {
+    let rt = runtime();
+    let (e, rx) = events();
+    let spot = rt
+        .create_spot::<SpotWideUser, _>(|_c, b| Handled::ok(b))
+        .unwrap();
+    let (em, ec) = (e.clone(), e.clone());
+    let moving: ActorRef<u32, ()> = spot
+        .spawn_actor_with_completion(
+            move |_ctx: SpotWideCtx, m: u32| {
+                emit(&em, format!("moving-msg:{m}"));
+                Handled::ok(())
+            },
+            move |_ctx: SpotWideCtx, ev| {
+                let CompletionEvent::Join(r) = ev else {
+                    unreachable!()
+                };
+                emit(&ec, format!("completion:{r:?}"));
+                Handled::ok(())
+            },
+        )
+        .unwrap();
+    let e3 = e.clone();
+    let other: ActorRef<(), ()> = spot
+        .spawn_actor(move |_ctx: SpotWideCtx, _m: ()| {
+            emit(&e3, "other");
+            Handled::ok(())
+        })
+        .unwrap();
+    let (release_tx, release_rx) = oneshot::channel::<()>();
+    let release_rx = Arc::new(Mutex::new(Some(release_rx)));
+    let (e2, m2) = (e.clone(), moving.clone());
+    let h = spot
+        .spawn_actor(move |ctx: SpotWideCtx, _m: ()| {
+            let (e, r) = (e2.clone(), release_rx.lock().unwrap().take().unwrap());
+            let join = Join::new(&m2, move || async move {
+                emit(&e, "join-start");
+                r.await.ok();
+                Ok(())
+            });
+            ctx.defer(join).unwrap();
+            emit(&e2, "handler-end");
+            Handled::ok(())
+        })
+        .unwrap();
+    h.tell(()).unwrap();
+    assert_eq!(next(&rx), "handler-end");
+    // the Join starts only after activation, so the barrier stands from here on
+    assert_eq!(next(&rx), "join-start");
+    assert_eq!(moving.stats().barriers_active, 1);
+    moving.tell(7).unwrap();
+    other.tell(()).unwrap();
+    // same gate, FIFO ready set: without the barrier "moving-msg:7" would come first
+    assert_eq!(next(&rx), "other");
+    assert_eq!(moving.stats().application_queued, 1);
+    release_tx.send(()).unwrap();
+    // EG-5.4: the result goes to the moving actor's completion callback, before its next record
+    assert_eq!(next(&rx), "completion:Ok(())");
+    assert_eq!(next(&rx), "moving-msg:7");
+    assert_eq!(rt.metrics().barriers_activated, 1);
+}
+
+// spec: EG-5.3, EG-5.1 — a discarded barrier never blocks the moving actor's queue.
+#[test]
+fn discarded_barrier_does_not_block_the_moving_actor() {
+    let rt = runtime();
+    let (e, rx) = events();
+    let spot = rt
+        .create_spot::<PerActorUser, _>(|_c, b| Handled::ok(b))
+        .unwrap();
+    let em = e.clone();
+    let moving: ActorRef<u32, ()> = spot
+        .spawn_actor(move |_ctx: SerialCtx, m: u32| {
+            emit(&em, format!("moving-msg:{m}"));
+            Handled::ok(())
+        })
+        .unwrap();
+    let m2 = moving.clone();
+    let h = spot
+        .spawn_actor(move |ctx: SerialCtx, _m: ()| {
+            ctx.defer(Join::new(&m2, || async { Ok(()) })).unwrap();
+            assert_eq!(m2.stats().barriers_inactive, 1);
+            Handled::<u32>::err(HandlerError::Failed("discard".into()))
+        })
+        .unwrap();
+    let r = rt.block_on(h.ask(())).unwrap();
+    assert!(matches!(r, Err(RuntimeError::Handler(_))));
+    moving.tell(1).unwrap();
+    assert_eq!(next(&rx), "moving-msg:1");
+    let s = moving.stats();
+    assert_eq!((s.barriers_inactive, s.barriers_active), (0, 0));
+}

@@ -504,3 +504,114 @@ proptest! {
         }
     }
 }
+
+fn logging_actor<K: SpotKind>(
+    spot: &SpotRef<K>,
+    name: &'static str,
+    tx: &Arc<Mutex<mpsc::Sender<String>>>,
+) -> ActorRef<u32, ()> {
+    let tx = tx.clone();
+    spot.spawn_actor(move |_c: Ctx<K::Yield>, m: u32| {
+        tx.lock().unwrap().send(format!("{name}:{m}")).unwrap();
+        Handled::ok(())
+    })
+    .unwrap()
+}
+
+// spec: EG-1.4, EG-7.5 — per-actor queues let relocation split the leftover work: return_pending
+// hands back each object's queued records, owned and in FIFO order, with their reservations
+// released and the lane decision counters dropped (the object moves); carried to target actors
+// they run there in the same order.
+#[test]
+fn return_pending_hands_back_records_per_object_in_fifo_order() {
+    let rt = runtime_with(|_| {});
+    let (tx, rx) = mpsc::channel::<String>();
+    let tx = Arc::new(Mutex::new(tx));
+    let next = || rx.recv_timeout(GUARD).expect("event did not arrive");
+    let src = rt
+        .create_spot::<SpotWideUser, _>(|_c, b| Handled::ok(b))
+        .unwrap();
+    let a = logging_actor(&src, "a", &tx);
+    let b = logging_actor(&src, "b", &tx);
+    // build up a's lifecycle counter: three lifecycle turns with an empty application lane
+    for i in 0..3 {
+        let t = tx.clone();
+        src.actor_lifecycle(&a, move |_c| {
+            t.lock().unwrap().send(format!("lc{i}")).unwrap();
+            Handled::ok(())
+        })
+        .unwrap();
+    }
+    for i in 0..3 {
+        assert_eq!(next(), format!("lc{i}"));
+    }
+    let deadline = std::time::Instant::now() + GUARD;
+    while a.stats().claimed {
+        assert!(std::time::Instant::now() < deadline);
+        std::thread::yield_now();
+    }
+    assert_eq!(a.stats().decision.consecutive_lifecycle, 3);
+
+    src.lane().seal();
+    for m in [1, 2, 3] {
+        a.tell(m).unwrap();
+    }
+    for m in [10, 11] {
+        b.tell(m).unwrap();
+    }
+    let t = tx.clone();
+    src.actor_lifecycle(&a, move |_c| {
+        t.lock().unwrap().send("a-lifecycle".into()).unwrap();
+        Handled::ok(())
+    })
+    .unwrap();
+    assert_eq!(a.stats().application_reserved_items, 3);
+
+    let pending = src.lane().return_pending();
+    let shape: Vec<(u64, LaneClass, usize)> = pending
+        .iter()
+        .map(|p| (p.object(), p.class(), p.payload_len()))
+        .collect();
+    let (ao, bo) = (a.object_id(), b.object_id());
+    assert_eq!(
+        shape,
+        [
+            (ao, LaneClass::Lifecycle, 0),
+            (ao, LaneClass::Application, 4),
+            (ao, LaneClass::Application, 4),
+            (ao, LaneClass::Application, 4),
+            (bo, LaneClass::Application, 4),
+            (bo, LaneClass::Application, 4),
+        ]
+    );
+    for s in [a.stats(), b.stats()] {
+        assert_eq!(s.application_queued + s.lifecycle_queued, 0);
+        assert_eq!(s.application_reserved_items, 0);
+        assert_eq!(s.application_reserved_bytes, 0);
+        assert_eq!(s.lifecycle_reserved_items, 0);
+    }
+    // EG-7.5: counters and debt are dropped when the object moves
+    assert_eq!(a.stats().decision, LaneDecision::default());
+
+    // a relocation driver carries each object's records to its target
+    let dst = rt
+        .create_spot::<SpotWideUser, _>(|_c, b| Handled::ok(b))
+        .unwrap();
+    let a2 = logging_actor(&dst, "a2", &tx);
+    let b2 = logging_actor(&dst, "b2", &tx);
+    for p in pending {
+        let target = if p.object() == ao { &a2 } else { &b2 };
+        p.resubmit_to(target).map_err(|(e, _)| e).unwrap();
+    }
+    let got: Vec<String> = (0..6).map(|_| next()).collect();
+    let only = |prefix: &str| -> Vec<String> {
+        got.iter()
+            .filter(|s| s.starts_with(prefix))
+            .cloned()
+            .collect()
+    };
+    assert_eq!(only("a"), ["a-lifecycle", "a2:1", "a2:2", "a2:3"]);
+    assert_eq!(only("b2"), ["b2:10", "b2:11"]);
+    // nothing ran at the sealed source
+    assert!(rx.try_recv().is_err());
+}

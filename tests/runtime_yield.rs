@@ -303,7 +303,7 @@ fn seal_stops_new_turns_until_unsealed() {
     }
     spot.lane().seal();
     a.tell(3).unwrap();
-    assert_eq!(spot.lane().return_pending(), 1);
+    assert_eq!(spot.lane().return_pending().len(), 1);
     assert_eq!(a.stats().application_reserved_items, 0);
 }
 

@@ -255,10 +255,10 @@ impl Join {
         Fut: Future<Output = Result<(), RuntimeError>> + Send + 'static,
     {
         Join {
-            barrier: Barrier {
-                moving: moving.lane_handle().clone(),
-                op: Box::new(move || Box::pin(op())),
-            },
+            barrier: Barrier::new(
+                moving.lane_handle().clone(),
+                Box::new(move || Box::pin(op())),
+            ),
         }
     }
 }

@@ -110,6 +110,12 @@ pub struct LaneStats {
     pub decision: LaneDecision,
     /// Whether a record of this lane is in flight (running or yielded).
     pub claimed: bool,
+    /// `defer()` barriers registered for this (moving) object whose handler has not ended yet
+    /// (EG-5.1): they do not block anything.
+    pub barriers_inactive: u32,
+    /// Active barriers (EG-5.2): while any stands, no record of this object starts except the
+    /// Join results that lift them.
+    pub barriers_active: u32,
 }
 
 #[derive(Clone, Copy, Debug, Default)]
@@ -136,6 +142,8 @@ struct Claim {
     class: LaneClass,
     bytes: u64,
     state: ClaimState,
+    /// The record is a Join result: its terminal lifts one active barrier (EG-5.4).
+    lifts_barrier: bool,
 }
 
 struct LaneState<W, L> {
@@ -147,11 +155,32 @@ struct LaneState<W, L> {
     decision: LaneDecision,
     claim: Option<Claim>,
     in_ready: bool,
+    /// `defer()` barriers registered, handler not ended yet (EG-5.1).
+    barriers_inactive: u32,
+    /// Activated barriers whose Join result has not finished yet (EG-5.2).
+    barriers_active: u32,
+    /// Join results waiting to run: the explicit queue that lifts the barriers (no front
+    /// insertion into the FIFOs, EG-6.4). At most `barriers_active` entries.
+    join_results: VecDeque<Queued<W>>,
 }
 
 impl<W, L> LaneState<W, L> {
     fn has_work(&self) -> bool {
         !self.application.is_empty() || !self.lifecycle.is_empty()
+    }
+
+    /// Whether a record of this lane may start now: a Join result always; FIFO records only while
+    /// no barrier is active (EG-5.1/5.2).
+    fn runnable(&self) -> bool {
+        !self.join_results.is_empty() || (self.barriers_active == 0 && self.has_work())
+    }
+
+    /// Drop the claim's reservation (its terminal); a Join result also lifts its barrier.
+    fn finish_claim(&mut self, c: Claim) {
+        self.release(c.class, c.bytes);
+        if c.lifts_barrier {
+            self.barriers_active = self.barriers_active.saturating_sub(1);
+        }
     }
 
     fn release(&mut self, class: LaneClass, bytes: u64) {
@@ -206,6 +235,19 @@ pub enum ResumeRefused {
     Ended,
     /// No yielded record with that invocation exists (late or duplicate completion, EG-6.1).
     Stale,
+}
+
+/// A queued record handed back by [`GateCore::handle_return_pending`].
+#[derive(Debug)]
+pub struct Returned<W> {
+    /// The lane it was queued in.
+    pub lane: LaneId,
+    /// The FIFO it was queued in.
+    pub class: LaneClass,
+    /// The payload length it was admitted with (its reservation was `payload_len` + fixed cost).
+    pub payload_len: usize,
+    /// The work.
+    pub item: W,
 }
 
 /// A completion that does not belong to the current claim of the lane (EG-6.1).
@@ -274,6 +316,9 @@ impl<W, L: Clone> GateCore<W, L> {
             decision: LaneDecision::default(),
             claim: None,
             in_ready: false,
+            barriers_inactive: 0,
+            barriers_active: 0,
+            join_results: VecDeque::new(),
         };
         Some(match self.free.pop() {
             Some(i) => {
@@ -394,7 +439,7 @@ impl<W, L: Clone> GateCore<W, L> {
         res.items += 1;
         res.bytes += bytes;
         fifo.push_back(Queued { bytes, item });
-        if !state.in_ready && state.claim.is_none() && !sealed {
+        if !state.in_ready && state.claim.is_none() && !sealed && state.runnable() {
             state.in_ready = true;
             self.ready.push_back(ReadyEntry::Lane(lane));
         }
@@ -418,6 +463,30 @@ impl<W, L: Clone> GateCore<W, L> {
                         continue;
                     };
                     state.in_ready = false;
+                    if let Some(q) = state.join_results.pop_front() {
+                        // a Join result runs while its barrier stands (EG-5.4); outside the lane
+                        // decision, which stays with the object's two FIFOs
+                        state.claim = Some(Claim {
+                            invocation,
+                            class: LaneClass::Lifecycle,
+                            bytes: q.bytes,
+                            state: ClaimState::Running,
+                            lifts_barrier: true,
+                        });
+                        let data = state.data.clone();
+                        self.next_invocation += 1;
+                        return Some(Turn::Run {
+                            lane,
+                            data,
+                            class: LaneClass::Lifecycle,
+                            invocation,
+                            item: q.item,
+                        });
+                    }
+                    if state.barriers_active > 0 {
+                        // blocked by an active barrier (EG-5.2): made ready again when it lifts
+                        continue;
+                    }
                     let Some(class) = state
                         .decision
                         .choose(!state.lifecycle.is_empty(), !state.application.is_empty())
@@ -435,6 +504,7 @@ impl<W, L: Clone> GateCore<W, L> {
                         class,
                         bytes: q.bytes,
                         state: ClaimState::Running,
+                        lifts_barrier: false,
                     });
                     let data = state.data.clone();
                     self.next_invocation += 1;
@@ -486,11 +556,11 @@ impl<W, L: Clone> GateCore<W, L> {
         match state.claim {
             Some(c) if c.invocation == invocation && c.state == ClaimState::Running => {
                 state.claim = None;
-                state.release(c.class, c.bytes);
+                state.finish_claim(c);
             }
             _ => return Err(StaleCompletion),
         }
-        let requeue = state.has_work() && !state.in_ready && !sealed;
+        let requeue = state.runnable() && !state.in_ready && !sealed;
         let room = state.application_reserved.items <= limits.0 / 2
             && state.lifecycle_reserved.items <= limits.1 / 2;
         if requeue {
@@ -525,7 +595,7 @@ impl<W, L: Clone> GateCore<W, L> {
         };
         if sealed || ended {
             state.claim = None;
-            state.release(claim.class, claim.bytes);
+            state.finish_claim(claim);
             return Err(if ended {
                 ResumeRefused::Ended
             } else {
@@ -548,7 +618,7 @@ impl<W, L: Clone> GateCore<W, L> {
                     if let Some(state) = self.lane_mut(lane) {
                         if let Some(c) = state.claim.filter(|c| c.invocation == inv) {
                             state.claim = None;
-                            state.release(c.class, c.bytes);
+                            state.finish_claim(c);
                         }
                     }
                     refused.push((lane, inv));
@@ -578,7 +648,7 @@ impl<W, L: Clone> GateCore<W, L> {
         self.sealed = false;
         for (i, slot) in self.lanes.iter_mut().enumerate() {
             let Some(state) = slot else { continue };
-            if state.has_work() && state.claim.is_none() && !state.in_ready {
+            if state.runnable() && state.claim.is_none() && !state.in_ready {
                 state.in_ready = true;
                 self.ready.push_back(ReadyEntry::Lane(LaneId(i as u32)));
             }
@@ -595,20 +665,33 @@ impl<W, L: Clone> GateCore<W, L> {
         self.ended
     }
 
-    /// Hand back every queued (not yet started) record, lifecycle first then application, per lane
-    /// in lane order, releasing their reservations (relocation "return pending").
-    pub fn handle_return_pending(&mut self) -> Vec<(LaneId, LaneClass, W)> {
+    /// Hand back every queued (not yet started) record, per lane in lane order: the lifecycle FIFO
+    /// then the application FIFO, each in FIFO order; their reservations are released
+    /// (relocation "return pending"). The objects move: their lane decision counters and debt are
+    /// dropped (EG-7.5); per-object queues are what lets the leftover work be split per object
+    /// (EG-1.4). Records in flight, barriers and Join results stay.
+    pub fn handle_return_pending(&mut self) -> Vec<Returned<W>> {
+        let overhead = self.limits.per_work_overhead;
         let mut out = Vec::new();
         for (i, slot) in self.lanes.iter_mut().enumerate() {
             let Some(state) = slot else { continue };
-            while let Some(q) = state.lifecycle.pop_front() {
-                state.release(LaneClass::Lifecycle, q.bytes);
-                out.push((LaneId(i as u32), LaneClass::Lifecycle, q.item));
+            for class in [LaneClass::Lifecycle, LaneClass::Application] {
+                loop {
+                    let q = match class {
+                        LaneClass::Lifecycle => state.lifecycle.pop_front(),
+                        LaneClass::Application => state.application.pop_front(),
+                    };
+                    let Some(q) = q else { break };
+                    state.release(class, q.bytes);
+                    out.push(Returned {
+                        lane: LaneId(i as u32),
+                        class,
+                        payload_len: q.bytes.saturating_sub(overhead) as usize,
+                        item: q.item,
+                    });
+                }
             }
-            while let Some(q) = state.application.pop_front() {
-                state.release(LaneClass::Application, q.bytes);
-                out.push((LaneId(i as u32), LaneClass::Application, q.item));
-            }
+            state.decision = LaneDecision::default();
         }
         self.ready.retain(|e| matches!(e, ReadyEntry::Resume(..)));
         for state in self.lanes.iter_mut().flatten() {
@@ -624,6 +707,10 @@ impl<W, L: Clone> GateCore<W, L> {
         let refused = self.refuse_queued_resumes();
         let mut items = Vec::new();
         for state in self.lanes.iter_mut().flatten() {
+            while let Some(q) = state.join_results.pop_front() {
+                state.release(LaneClass::Lifecycle, q.bytes);
+                items.push(q.item);
+            }
             while let Some(q) = state.lifecycle.pop_front() {
                 state.release(LaneClass::Lifecycle, q.bytes);
                 items.push(q.item);
@@ -648,7 +735,78 @@ impl<W, L: Clone> GateCore<W, L> {
             lifecycle_reserved_bytes: s.lifecycle_reserved.bytes,
             decision: s.decision,
             claimed: s.claim.is_some(),
+            barriers_inactive: s.barriers_inactive,
+            barriers_active: s.barriers_active,
         })
+    }
+
+    /// A handler registered a `defer()` barrier for the moving object `lane` (EG-5.1): inactive,
+    /// it blocks nothing yet. `false` if the lane or the gate is gone.
+    pub fn handle_barrier_register(&mut self, lane: LaneId) -> bool {
+        if self.ended {
+            return false;
+        }
+        match self.lane_mut(lane) {
+            Some(s) => {
+                s.barriers_inactive += 1;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The registering handler ended normally (EG-5.2): the barrier activates, and no further
+    /// record of `lane` starts until its Join result arrives ([`GateCore::handle_join_result`]).
+    /// The record in flight, if any, finishes.
+    pub fn handle_barrier_activate(&mut self, lane: LaneId) {
+        if let Some(s) = self.lane_mut(lane) {
+            s.barriers_inactive = s.barriers_inactive.saturating_sub(1);
+            s.barriers_active += 1;
+        }
+    }
+
+    /// The registering handler failed or was cancelled (EG-5.3): the inactive barrier is dropped.
+    pub fn handle_barrier_discard(&mut self, lane: LaneId) {
+        if let Some(s) = self.lane_mut(lane) {
+            s.barriers_inactive = s.barriers_inactive.saturating_sub(1);
+        }
+    }
+
+    /// The Join of an active barrier of `lane` completed (EG-5.4). With `Some(item)` (the moving
+    /// object's completion callback) the item is queued as a Join result, which runs before any
+    /// further record of the object and lifts the barrier at its terminal; it is never refused
+    /// for capacity (at most one per active barrier) but is counted as a lifecycle reservation.
+    /// With `None` the barrier lifts now. The item is handed back if no barrier is active (stale)
+    /// or the lane is gone.
+    pub fn handle_join_result(&mut self, lane: LaneId, item: Option<W>) -> Result<(), Option<W>> {
+        if self.ended {
+            return Err(item);
+        }
+        let overhead = self.limits.per_work_overhead;
+        let sealed = self.sealed;
+        let Some(state) = self.lane_mut(lane) else {
+            return Err(item);
+        };
+        let pending = state.join_results.len() as u32;
+        if state.barriers_active <= pending {
+            return Err(item);
+        }
+        match item {
+            Some(item) => {
+                state.lifecycle_reserved.items += 1;
+                state.lifecycle_reserved.bytes += overhead;
+                state.join_results.push_back(Queued {
+                    bytes: overhead,
+                    item,
+                });
+            }
+            None => state.barriers_active -= 1,
+        }
+        if state.runnable() && state.claim.is_none() && !state.in_ready && !sealed {
+            state.in_ready = true;
+            self.ready.push_back(ReadyEntry::Lane(lane));
+        }
+        Ok(())
     }
 }
 

@@ -369,10 +369,113 @@ const SIGNAL_NONE: u8 = 0;
 const SIGNAL_YIELD: u8 = 1;
 const SIGNAL_ABORT: u8 = 2;
 
+/// The Join operation of a barrier.
+pub(crate) type JoinOp = Box<dyn FnOnce() -> BoxFuture<Result<(), RuntimeError>> + Send>;
+
 /// A barrier registered by `defer()` (EG-5), inactive until the handler ends normally.
+///
+/// Once registered, the moving object's core counts it as inactive; it is activated by
+/// [`Barrier::activate`] (handler ended normally, EG-5.2) or discarded when dropped otherwise
+/// (error, cancellation, refused resume, stale scope: EG-5.3).
 pub(crate) struct Barrier {
-    pub moving: Arc<LaneHandle>,
-    pub op: Box<dyn FnOnce() -> BoxFuture<Result<(), RuntimeError>> + Send>,
+    moving: Arc<LaneHandle>,
+    op: Option<JoinOp>,
+    registered: bool,
+}
+
+impl Barrier {
+    pub fn new(moving: Arc<LaneHandle>, op: JoinOp) -> Barrier {
+        Barrier {
+            moving,
+            op: Some(op),
+            registered: false,
+        }
+    }
+
+    /// Count the inactive barrier in the moving object's core. Called under the registering
+    /// slot's `ext` lock (lock order: slot `ext`, then a gate core; never the reverse).
+    fn register(&mut self) -> Result<(), RuntimeError> {
+        let core = &self.moving.gate.gate.core;
+        if !core
+            .lock()
+            .unwrap()
+            .handle_barrier_register(self.moving.lane)
+        {
+            return Err(Unavailable::Ended.into());
+        }
+        self.registered = true;
+        Ok(())
+    }
+
+    /// The handler ended normally: the barrier now blocks the moving object's queue (EG-5.2).
+    fn activate(mut self) -> (Arc<LaneHandle>, JoinOp) {
+        self.registered = false;
+        let core = &self.moving.gate.gate.core;
+        core.lock()
+            .unwrap()
+            .handle_barrier_activate(self.moving.lane);
+        (self.moving.clone(), self.op.take().expect("activated once"))
+    }
+}
+
+impl Drop for Barrier {
+    fn drop(&mut self) {
+        if self.registered {
+            // EG-5.3: discarded, the Join never runs
+            let core = &self.moving.gate.gate.core;
+            core.lock()
+                .unwrap()
+                .handle_barrier_discard(self.moving.lane);
+        }
+    }
+}
+
+/// Delivers an active barrier's Join result to the moving object exactly once; if the Join task
+/// is dropped or its operation panics, the result is `Unavailable::Dropped`, so a barrier never
+/// blocks the moving object's queue forever.
+struct JoinDelivery {
+    moving: Option<Arc<LaneHandle>>,
+}
+
+impl JoinDelivery {
+    fn deliver(&mut self, result: Result<(), RuntimeError>) {
+        let Some(moving) = self.moving.take() else {
+            return;
+        };
+        let job: Option<Job> = match moving.completion.get().cloned() {
+            Some(cb) => Some(Box::new(move |env| cb(env, CompletionEvent::Join(result)))),
+            None => {
+                tracing::warn!(
+                    object = moving.object,
+                    "join result without a completion callback"
+                );
+                None
+            }
+        };
+        let r = moving
+            .gate
+            .gate
+            .core
+            .lock()
+            .unwrap()
+            .handle_join_result(moving.lane, job);
+        match r {
+            Ok(()) => {
+                if let Some(f) = moving.gate.gate.word.try_acquire() {
+                    moving.gate.kick(f);
+                }
+            }
+            Err(_) => {
+                tracing::warn!(object = moving.object, "join completion not delivered");
+            }
+        }
+    }
+}
+
+impl Drop for JoinDelivery {
+    fn drop(&mut self) {
+        self.deliver(Err(Unavailable::Dropped.into()));
+    }
 }
 
 /// Post-processing registered with `after_turn` (EG-8).
@@ -491,6 +594,8 @@ impl Slot {
         {
             return Err(InvalidOperation::DeferLimitExceeded.into());
         }
+        let mut b = b;
+        b.register()?;
         ext.barriers.push((invocation, b));
         self.extras.store(true, Ordering::SeqCst);
         Ok(())
@@ -634,21 +739,17 @@ fn end_record(
     }
 }
 
+/// Activate the barrier (the moving object's queue stops starting records, EG-5.1/5.2) and run
+/// the Join; its result lifts the barrier through the moving object's completion callback, which
+/// runs before any further record of that object (EG-5.4).
 fn activate_barrier(rt: &Arc<RtShared>, b: Barrier) {
-    let Barrier { moving, op } = b;
+    let (moving, op) = b.activate();
+    let mut delivery = JoinDelivery {
+        moving: Some(moving),
+    };
     rt.app.spawn(DOMAIN.scope(Domain::Application, async move {
         let result = op().await;
-        let Some(cb) = moving.completion.get().cloned() else {
-            tracing::warn!(
-                object = moving.object,
-                "join result without a completion callback"
-            );
-            return;
-        };
-        let job: Job = Box::new(move |env| cb(env, CompletionEvent::Join(result)));
-        if let Err(e) = moving.submit_wait(LaneClass::Lifecycle, 0, job).await {
-            tracing::warn!(object = moving.object, error = %e, "join completion not delivered");
-        }
+        delivery.deliver(result);
     }));
 }
 

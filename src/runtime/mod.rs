@@ -45,8 +45,8 @@ pub use error::{
     LifecycleLaneFull, RuntimeError, Unavailable,
 };
 pub use policy::{
-    ActorDeliveryLane, ConnectionClosed, LanePolicy, RelocationSeal, ReturnPending, SerialLane,
-    SessionLane, SpotLane,
+    ActorDeliveryLane, ConnectionClosed, LanePolicy, PendingRecord, RelocationSeal, ReturnPending,
+    SerialLane, SessionLane, SpotLane,
 };
 pub use spot::{
     ActorRef, EntrySpot, GateLayout, InstanceSpot, Payload, PerActorUser, SpotKind, SpotRef,

@@ -19,9 +19,9 @@ use crate::sync::Mutex;
 
 use super::context::{Ctx, NoYield, YieldMode};
 use super::core::{LaneClass, LaneStats};
-use super::driver::{GateInner, Handled, LaneHandle};
+use super::driver::{GateInner, Handled, Job, LaneHandle};
 use super::error::RuntimeError;
-use super::spot::lane_stats;
+use super::spot::{ActorRef, lane_stats};
 
 mod sealed {
     pub trait Sealed {}
@@ -104,13 +104,19 @@ impl Unit {
         }
     }
 
-    pub fn return_pending(&self) -> usize {
-        let mut n = 0;
+    pub fn return_pending(&self) -> Vec<PendingRecord> {
+        let mut out = Vec::new();
         for g in self.gates() {
-            let items = g.gate.core.lock().unwrap().handle_return_pending();
-            n += items.len();
+            let mut core = g.gate.core.lock().unwrap();
+            let items = core.handle_return_pending();
+            out.extend(items.into_iter().map(|r| PendingRecord {
+                object: core.lane_data(r.lane).map_or(0, |l| l.object),
+                class: r.class,
+                payload_len: r.payload_len,
+                job: r.item,
+            }));
         }
-        n
+        out
     }
 
     pub fn end(&self) {
@@ -194,11 +200,76 @@ impl<P: RelocationSeal, Y: YieldMode> SerialLane<P, Y> {
 }
 
 impl<P: ReturnPending, Y: YieldMode> SerialLane<P, Y> {
-    /// Take back all queued, not yet started records of the unit (their reservations are
-    /// released); returns how many. The records are dropped here: a relocation driver re-submits
-    /// them at the target (requests waiting on them see `Unavailable`).
-    pub fn return_pending(&self) -> usize {
+    /// Take back all queued, not yet started records of the unit, owned: per object (gate and
+    /// lane order), its lifecycle FIFO then its application FIFO, each in FIFO order. Their
+    /// reservations are released and the objects' lane decision counters are dropped (the objects
+    /// move, EG-7.5). Because every actor has its own queue, the leftover work comes back split
+    /// per object (EG-1.4): a relocation driver carries each record to its target with
+    /// [`PendingRecord::resubmit_to`]. Dropping a record fails a request waiting on it
+    /// (`Unavailable`).
+    pub fn return_pending(&self) -> Vec<PendingRecord> {
         self.unit.return_pending()
+    }
+}
+
+/// A queued, not yet started record handed back by [`SerialLane::return_pending`].
+pub struct PendingRecord {
+    object: u64,
+    class: LaneClass,
+    payload_len: usize,
+    job: Job,
+}
+
+impl std::fmt::Debug for PendingRecord {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PendingRecord")
+            .field("object", &self.object)
+            .field("class", &self.class)
+            .field("payload_len", &self.payload_len)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PendingRecord {
+    /// Runtime-local id of the object whose queue held the record (`ActorRef::object_id`).
+    pub fn object(&self) -> u64 {
+        self.object
+    }
+
+    /// The FIFO it was queued in.
+    pub fn class(&self) -> LaneClass {
+        self.class
+    }
+
+    /// The payload length it was admitted with.
+    pub fn payload_len(&self) -> usize {
+        self.payload_len
+    }
+
+    /// Admit the record at the back of `target`'s queue, in the same FIFO and with the same
+    /// reservation (the target must take the same message type `M`). Refused like any submission
+    /// (full lane, ended: never run inline, EG-6.3); the record is then handed back.
+    pub fn resubmit_to<M, R>(self, target: &ActorRef<M, R>) -> Result<(), (RuntimeError, Self)> {
+        let PendingRecord {
+            object,
+            class,
+            payload_len,
+            job,
+        } = self;
+        target
+            .lane_handle()
+            .try_submit(class, payload_len, job)
+            .map_err(|(e, job)| {
+                (
+                    e,
+                    PendingRecord {
+                        object,
+                        class,
+                        payload_len,
+                        job,
+                    },
+                )
+            })
     }
 }
 
