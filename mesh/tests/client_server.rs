@@ -398,7 +398,9 @@ async fn client_ignoring_its_window_is_dropped_and_counted() {
 async fn reconnected_client_waits_for_the_new_sessions_window() {
     let (n1, mut in1) = server();
     let ep = n1.endpoints().client.clone().unwrap();
-    let client = MeshClient::connect(client_config(&n1)).unwrap();
+    let mut cc = client_config(&n1);
+    cc.liveness.peer_timeout = std::time::Duration::from_millis(500);
+    let client = MeshClient::connect(cc).unwrap();
     client
         .send(DispatchKey::new(1), Bytes::from_static(b"first"))
         .await
@@ -409,8 +411,10 @@ async fn reconnected_client_waits_for_the_new_sessions_window() {
         .unwrap();
     n1.shutdown().await;
     drop(in1);
-    // Let the client see its connection drop (it holds ~63 unused credits of the old session).
-    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    // Let the client see its connection drop (it holds ~63 unused credits of the old
+    // session): its I/O thread reads the monitor on every pass, and it passes at least once per
+    // ping interval, so by the time the node has been silent for the peer timeout it has.
+    eventually("client sees the node gone", || !client.server_alive()).await;
     let mut c = config("srv2");
     c.client_endpoint = Some(ep);
     c.inbound_capacity = 1;
