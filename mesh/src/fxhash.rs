@@ -2,7 +2,7 @@
 //! maps. Keys are NodeRids (bounded by `max_pending_handshakes` for unauthenticated ones),
 //! session ids and our own correlation ids, so hash flooding is not a concern here.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::hash::{BuildHasherDefault, Hasher};
 
 /// Fx hasher state.
@@ -56,3 +56,6 @@ impl Hasher for FxHasher {
 
 /// A `HashMap` with the Fx hasher.
 pub(crate) type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<FxHasher>>;
+
+/// A `HashSet` with the Fx hasher.
+pub(crate) type FastSet<K> = HashSet<K, BuildHasherDefault<FxHasher>>;
