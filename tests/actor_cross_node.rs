@@ -49,6 +49,11 @@ async fn cross_node_request_goes_out_on_relay_and_replies_on_completion() {
     let replies = frames(&tap_a, TapDirection::Received, REPLY);
     assert_eq!(replies.len(), 1);
     assert_eq!(replies[0].link, LinkKind::Completion);
+    // b's tap records its send after handing the frame to libzmq, possibly after a got it.
+    wait_until("b's tap entry of the sent reply", || {
+        !frames(&tap_b, TapDirection::Sent, REPLY).is_empty()
+    })
+    .await;
     let replies_sent = frames(&tap_b, TapDirection::Sent, REPLY);
     assert_eq!(replies_sent.len(), 1);
     assert_eq!(replies_sent[0].link, LinkKind::Completion);
