@@ -6,6 +6,7 @@
 //!
 //! Args: `[oneway_msgs] [rtt_samples]` (defaults 1,000,000 and 10,000; `rtt_samples` 0 skips
 //! the latency and memory parts). Knobs for experiments: `BENCH_ONLY_MESH=1` (skip raw),
+//! `BENCH_ONLY_RAW=1` (only the raw one-way runs: instruction counts of the baseline),
 //! `BENCH_WINDOW=<msgs>` (receive window and budget), `BENCH_INBOUND=<records>`, `BENCH_SPIN=<yields>`.
 
 use std::time::{Duration, Instant};
@@ -316,6 +317,13 @@ fn main() {
     let mut raw = Vec::new();
     let mut mesh = Vec::new();
     let only_mesh = std::env::var_os("BENCH_ONLY_MESH").is_some();
+    if std::env::var_os("BENCH_ONLY_RAW").is_some() {
+        for _ in 0..3 {
+            raw.push(raw_oneway(n));
+        }
+        json("raw_oneway", "msgs_per_s", percentile(&mut raw, 0.5), None);
+        return;
+    }
     for _ in 0..3 {
         raw.push(if only_mesh { 1.0 } else { raw_oneway(n) });
         mesh.push(rt.block_on(mesh_oneway(n)));

@@ -1745,31 +1745,35 @@ impl Engine {
                     node: NodeRid::clone(&node),
                     generation,
                 };
-                let inb = Inbound {
-                    origin,
-                    correlation: header.correlation,
-                    record: rec,
-                    payload,
-                    deadline,
-                    reply,
-                };
-                // Hand up (or hold, FIFO) and count the freed credit with this same lookup of
-                // the peer (as `deliver_relay` + `credit_freed` do).
-                if self.held.is_empty() {
-                    match self.inbound.try_push(inb) {
-                        Ok(()) => {
-                            self.shared.counters.delivered(1);
-                            p.ret_msgs += 1;
-                            p.ret_bytes += bytes;
-                            let window = self.cfg.peer_window;
-                            let batch_msgs = u64::from(window.messages / 4).max(1);
-                            if p.ret_msgs >= batch_msgs || p.ret_bytes >= window.bytes / 4 {
-                                self.flush_credit(&node);
-                            }
-                        }
-                        Err(inb) => self.held.push_back((node, generation, bytes, inb)),
+                // Hand up (or hold, FIFO, while the inbound channel is full) and count the
+                // freed credit with this same lookup of the peer. Room is checked before the
+                // record is built so that it is moved once, straight into the batch.
+                if self.held.is_empty() && self.inbound.has_room() {
+                    self.inbound.push(Inbound {
+                        origin,
+                        correlation: header.correlation,
+                        record: rec,
+                        payload,
+                        deadline,
+                        reply,
+                    });
+                    self.shared.counters.delivered(1);
+                    p.ret_msgs += 1;
+                    p.ret_bytes += bytes;
+                    let window = self.cfg.peer_window;
+                    let batch_msgs = u64::from(window.messages / 4).max(1);
+                    if p.ret_msgs >= batch_msgs || p.ret_bytes >= window.bytes / 4 {
+                        self.flush_credit(&node);
                     }
                 } else {
+                    let inb = Inbound {
+                        origin,
+                        correlation: header.correlation,
+                        record: rec,
+                        payload,
+                        deadline,
+                        reply,
+                    };
                     self.held.push_back((node, generation, bytes, inb));
                 }
             }

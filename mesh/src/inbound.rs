@@ -71,6 +71,27 @@ impl InboundSender {
         Ok(())
     }
 
+    /// True when a record can be pushed now (the channel is not full). Checked before the
+    /// record is built, so that [`InboundSender::push`] moves it once, straight into the batch.
+    #[inline]
+    pub(crate) fn has_room(&self) -> bool {
+        self.tx.is_closed()
+            || self.queued.load(Ordering::Acquire) + self.batch.len() < self.capacity
+    }
+
+    /// Adds a record after [`InboundSender::has_room`] returned true.
+    #[inline(always)]
+    pub(crate) fn push(&mut self, inb: Inbound) {
+        if self.tx.is_closed() {
+            // Nobody listens: dropping the record answers requests with an error reply.
+            return;
+        }
+        self.batch.push(inb);
+        if self.batch.len() >= BATCH {
+            self.flush();
+        }
+    }
+
     /// Hands the current batch over (one wake-up).
     pub(crate) fn flush(&mut self) {
         if self.batch.is_empty() {
