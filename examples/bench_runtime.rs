@@ -238,6 +238,22 @@ fn median(mut v: Vec<f64>) -> f64 {
 
 fn main() {
     let quick = std::env::args().any(|a| a == "--quick");
+    // `--tell1 N [ROUNDS]`: only the single-actor tell figure (profiling, peer comparison)
+    let args: Vec<String> = std::env::args().collect();
+    if let Some(i) = args.iter().position(|a| a == "--tell1") {
+        let n: u64 = args
+            .get(i + 1)
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(5_000_000);
+        let rounds: usize = args.get(i + 2).and_then(|s| s.parse().ok()).unwrap_or(3);
+        let (mut z, mut b) = (Vec::new(), Vec::new());
+        for _ in 0..rounds {
+            b.push(mpsc_tell(1, n));
+            z.push(zlink_tell::<SpotWideUser>(1, n));
+        }
+        line("runtime_tell_1", "msgs_per_s", median(z), median(b));
+        return;
+    }
     let rounds = if quick { 1 } else { 3 };
     let single: u64 = if quick { 1_000_000 } else { 5_000_000 };
     let per_actor: u64 = if quick { 500 } else { 2_000 };

@@ -136,8 +136,21 @@ pub(crate) struct GateInner {
     pub rt: Arc<RtShared>,
     space: tokio::sync::Notify,
     space_waiters: AtomicUsize,
-    /// Turns started under this gate; written only by the right's holder.
-    turns: AtomicU64,
+    /// Turns started under this gate; written only by the right's holder (on its own cache line:
+    /// submitters read the fields above on every submission).
+    turns: CachePadded<AtomicU64>,
+}
+
+/// Keeps a value on its own cache line(s), so that writes by the draining worker do not
+/// invalidate the line that submitters read (false sharing between the two cores).
+#[repr(align(128))]
+pub(crate) struct CachePadded<T>(pub T);
+
+impl<T> std::ops::Deref for CachePadded<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.0
+    }
 }
 
 impl GateInner {
@@ -147,7 +160,7 @@ impl GateInner {
             rt: rt.clone(),
             space: tokio::sync::Notify::new(),
             space_waiters: AtomicUsize::new(0),
-            turns: AtomicU64::new(0),
+            turns: CachePadded(AtomicU64::new(0)),
         });
         let mut gates = rt.gates.lock().unwrap();
         if gates.len() >= 64 && gates.len().is_power_of_two() {
@@ -182,7 +195,7 @@ impl GateInner {
             lane,
             kind,
             yield_allowed,
-            slot: Slot::new(),
+            slot: CachePadded(Slot::new()),
             completion: OnceLock::new(),
             handler: OnceLock::new(),
             object: self.rt.next_object.fetch_add(1, Ordering::Relaxed),
@@ -262,17 +275,23 @@ pub enum CompletionEvent {
 }
 
 /// One serial execution object: its place behind a gate and its per-record slot.
+///
+/// Layout (`repr(C)`, 128-byte aligned): the reference count (written by the draining worker)
+/// shares its cache line with fields only the drain reads (`handler`, `completion`, `object`);
+/// `gate` and `lane`, read by submitters on every submission, come next; the [`Slot`], written by
+/// the drain at every record's start and terminal, has its own lines.
+#[repr(C)]
 pub(crate) struct LaneHandle {
+    /// The actor handler (type-erased), read by each record's job: senders never touch its
+    /// reference count, so the sending and the draining core share no counter per message.
+    pub handler: OnceLock<Box<dyn std::any::Any + Send + Sync>>,
+    pub completion: OnceLock<CompletionFn>,
+    pub object: u64,
     pub gate: Arc<GateInner>,
     pub lane: LaneId,
     pub kind: LaneKind,
     pub yield_allowed: bool,
-    pub slot: Slot,
-    pub completion: OnceLock<CompletionFn>,
-    /// The actor handler (type-erased), read by each record's job: senders never touch its
-    /// reference count, so the sending and the draining core share no counter per message.
-    pub handler: OnceLock<Box<dyn std::any::Any + Send + Sync>>,
-    pub object: u64,
+    pub slot: CachePadded<Slot>,
 }
 
 impl LaneHandle {
@@ -300,7 +319,7 @@ impl LaneHandle {
                 .handle_submit(self.lane, class, payload_len, job);
         match r {
             Ok(()) => {
-                if let Some(f) = self.gate.gate.word.try_acquire() {
+                if let Some(f) = self.gate.gate.word.try_acquire_after_submit() {
                     self.gate.kick(f);
                 }
                 Ok(())

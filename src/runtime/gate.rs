@@ -16,7 +16,8 @@
 //! [`GateShared`] pairs the word with the scheduling core behind a mutex that protects the
 //! enqueuers (EG-11: there is no separate lock per actor queue; the gate's single core holds all
 //! of its lanes). Protocol, modelled by the loom test in this file:
-//! * submitter: lock, admit, unlock, then `try_acquire`; on success the submitter must drain;
+//! * submitter: lock, admit, unlock, then `try_acquire_after_submit` (a load, then `try_acquire`
+//!   only if the right looks free); on success the submitter must drain;
 //! * holder: loop `poll_turn` under the lock; when nothing is ready, `release`, then re-check
 //!   `has_ready` and `try_acquire` again. Either the submitter's acquire sees the released word,
 //!   or the holder's re-check sees the admitted work: no work is stranded.
@@ -52,6 +53,20 @@ impl GateWord {
         } else {
             None
         }
+    }
+
+    /// Submitter side: like [`GateWord::try_acquire`], but a right seen held is left alone
+    /// without a read-modify-write (while a drain streams, the submitting core does not take the
+    /// word's cache line exclusive on every submission). Sound under the protocol below: the
+    /// holder releases *before* its re-check under the core lock, and the submitter loads *after*
+    /// its admission under that lock, so either the load sees the release or the re-check sees
+    /// the admitted work.
+    #[must_use]
+    pub fn try_acquire_after_submit(&self) -> Option<Fence> {
+        if self.is_held() {
+            return None;
+        }
+        self.try_acquire()
     }
 
     /// Give the right back (the caller must hold it).
@@ -162,7 +177,7 @@ mod loom_tests {
     }
 
     fn kick(p: &Probe) {
-        if let Some(f) = p.gate.word.try_acquire() {
+        if let Some(f) = p.gate.word.try_acquire_after_submit() {
             drain(p, f);
         }
     }

@@ -173,12 +173,15 @@ fn to_ctx<Y: YieldMode>(env: TurnEnv) -> Ctx<Y> {
 
 /// Call the actor handler stored in the record's lane.
 fn call_handler<M: 'static, R: 'static>(env: TurnEnv, msg: M) -> Handled<R> {
-    let lane = env.lane.clone();
-    match lane
+    // clone the handler, not the lane: the lane's reference count shares a cache line with
+    // fields the submitting core reads
+    let handler = env
+        .lane
         .handler
         .get()
         .and_then(|b| b.downcast_ref::<ActorHandler<M, R>>())
-    {
+        .cloned();
+    match handler {
         Some(h) => h(env, msg),
         None => Handled::err(HandlerError::Failed("actor handler missing".into())),
     }
