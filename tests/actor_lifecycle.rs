@@ -280,3 +280,58 @@ async fn a_lost_owner_lease_ends_the_local_actors_and_another_node_can_take_over
     assert!(taken.location().authority_owner_generation > c.location().authority_owner_generation);
     assert_eq!(b.request(&taken, &Get, TIMEOUT).await.unwrap(), 0);
 }
+
+// spec: EG-14, EG-13 (the reservation winner's factory runs as lifecycle work in an application
+// turn of the new actor's lane — not in the infrastructure activation task, which awaits it; a
+// failed factory burns the reservation)
+#[tokio::test]
+async fn the_factory_runs_in_a_lifecycle_turn_of_the_actors_lane() {
+    use std::sync::Mutex;
+    use zlink::runtime::{Domain, current_domain};
+    let seen: Arc<Mutex<Vec<Option<Domain>>>> = Arc::new(Mutex::new(Vec::new()));
+    let mut registry = demo::registry().unwrap();
+    let s = seen.clone();
+    registry
+        .register(
+            ActorTypeBuilder::new("probed", move |_info, init: Bytes| {
+                s.lock().unwrap().push(current_domain());
+                if &init[..] == b"fail" {
+                    return Err(zlink::actor::HandlerError::new("factory refused"));
+                }
+                Ok(0u64)
+            })
+            .handle(|n: &mut u64, _ctx, Add(k)| {
+                *n += k;
+                Handled::ok(*n)
+            })
+            .build()
+            .unwrap(),
+        )
+        .unwrap();
+    let node = start_node("solo", memory_store(), vec![], None, Some(registry)).await;
+    // The caller (this test task) runs outside both domains; the factory does not run here.
+    assert_eq!(current_domain(), None);
+    let r = node
+        .create(Create::new("probed", id("p")).in_spot(zlink::actor::SpotSpec::entry()))
+        .await
+        .unwrap();
+    assert_eq!(*seen.lock().unwrap(), vec![Some(Domain::Application)]);
+    assert_eq!(node.request(&r, &Add(2), TIMEOUT).await.unwrap(), 2);
+
+    let e = node
+        .create(Create::new("probed", id("q")).init(Bytes::from_static(b"fail")))
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Internal);
+    assert!(e.to_string().contains("factory refused"), "{e}");
+    assert_eq!(seen.lock().unwrap().len(), 2);
+    assert_eq!(seen.lock().unwrap()[1], Some(Domain::Application));
+    // The failed activation left nothing behind: no record, and a new create succeeds.
+    assert_eq!(
+        node.get(&id("q")).await.unwrap_err().kind(),
+        ErrorKind::NotFound
+    );
+    let q = node.create(Create::new("probed", id("q"))).await.unwrap();
+    assert_eq!(node.request(&q, &Add(1), TIMEOUT).await.unwrap(), 1);
+    assert_eq!(node.stats().activations, 2);
+}

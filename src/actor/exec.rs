@@ -21,7 +21,7 @@ use zlink_mesh::ReplyHandle;
 use zlink_wire::{ActorId, DispatchKey};
 
 use super::error::ActorError;
-use super::message::ActorCtx;
+use super::message::{ActorCtx, HandlerError};
 use super::registry::{ActorInstance, Outcome, Step};
 use super::spot::{SpotKind, UserMode};
 use crate::runtime::{
@@ -211,10 +211,16 @@ impl RtSpot {
     }
 }
 
-/// One actor's state and handler table, run by its lane's turns.
+/// The user factory of one incarnation, run once in the actor's first lifecycle turn.
+pub(crate) type Factory =
+    Box<dyn FnOnce() -> Result<Box<dyn ActorInstance>, HandlerError> + Send + 'static>;
+
+/// One actor's state and handler table, run by its lane's turns. The instance is `None` until
+/// the factory's lifecycle turn filled it; no application record reaches the lane before that
+/// (the mailbox is published only after Ready).
 struct Cell {
     actor_id: ActorId,
-    instance: std::sync::Mutex<Box<dyn ActorInstance>>,
+    instance: std::sync::Mutex<Option<Box<dyn ActorInstance>>>,
     ctx: ActorCtx,
     ended: Arc<AtomicBool>,
     shared: Arc<ExecShared>,
@@ -237,7 +243,12 @@ impl Cell {
     /// the turns of one actor, so it is uncontended).
     fn step(&self, key: DispatchKey, payload: Bytes) -> Step {
         let mut instance = self.instance.lock().unwrap_or_else(|e| e.into_inner());
-        instance.handle(&self.ctx, key, payload)
+        match instance.as_mut() {
+            Some(i) => i.handle(&self.ctx, key, payload),
+            None => Step::Now(Err(ActorError::NotReady {
+                actor_id: self.actor_id.clone(),
+            })),
+        }
     }
 
     /// Checks that must pass before the handler runs; `Some` = answered without running.
@@ -354,32 +365,81 @@ impl Mailbox {
     }
 }
 
-/// Registers an actor lane on `spot` whose turns run `instance`.
-pub(crate) fn spawn(
+/// The lifecycle record that runs the factory on the actor's lane and installs its instance.
+fn factory_job<Y>(
+    cell: Arc<Cell>,
+    factory: Factory,
+    done: oneshot::Sender<Result<(), HandlerError>>,
+) -> impl FnOnce(Ctx<Y>) -> runtime::Handled<()> + Send + 'static {
+    move |_ctx| {
+        let result = factory().map(|instance| {
+            *cell.instance.lock().unwrap_or_else(|e| e.into_inner()) = Some(instance);
+        });
+        let _ = done.send(result);
+        runtime::Handled::ok(())
+    }
+}
+
+/// Why an activation's factory turn did not install an instance.
+#[derive(Debug)]
+pub(crate) enum FactoryFailed {
+    /// The user factory returned an error.
+    Factory(HandlerError),
+    /// The lane or the runtime ended before the factory turn ran.
+    Lane(ActorError),
+}
+
+/// Registers an actor lane on `spot` and runs `factory` as the first record of its lifecycle
+/// FIFO: an application turn on the actor's own lane, behind its gate (EG-14, EG-13, EG-1.1).
+/// Resolves once the factory turn has finished; on failure the lane is ended.
+pub(crate) async fn spawn(
     actor_id: ActorId,
-    instance: Box<dyn ActorInstance>,
+    factory: Factory,
     ctx: ActorCtx,
     spot: &RtSpot,
     shared: Arc<ExecShared>,
-) -> Result<Mailbox, ActorError> {
+) -> Result<Mailbox, FactoryFailed> {
     let ended = Arc::new(AtomicBool::new(false));
     let cell = Arc::new(Cell {
         actor_id: actor_id.clone(),
-        instance: std::sync::Mutex::new(instance),
+        instance: std::sync::Mutex::new(None),
         ctx,
         ended: ended.clone(),
         shared,
     });
     let lane = match spot {
-        RtSpot::Entry(s) => s.spawn_actor(handler(cell)),
-        RtSpot::SpotWide(s) => s.spawn_actor(handler(cell)),
-        RtSpot::PerActor(s) => s.spawn_actor(handler(cell)),
-        RtSpot::Instance(s) => s.spawn_actor(handler(cell)),
+        RtSpot::Entry(s) => s.spawn_actor(handler(cell.clone())),
+        RtSpot::SpotWide(s) => s.spawn_actor(handler(cell.clone())),
+        RtSpot::PerActor(s) => s.spawn_actor(handler(cell.clone())),
+        RtSpot::Instance(s) => s.spawn_actor(handler(cell.clone())),
     }
-    .map_err(|e| runtime_error(&actor_id, e))?;
-    Ok(Mailbox {
+    .map_err(|e| FactoryFailed::Lane(runtime_error(&actor_id, e)))?;
+    let mailbox = Mailbox {
         actor_id,
         lane,
         ended,
-    })
+    };
+    let (tx, rx) = oneshot::channel();
+    let submitted = match spot {
+        RtSpot::Entry(s) => s.actor_lifecycle(&mailbox.lane, factory_job(cell, factory, tx)),
+        RtSpot::SpotWide(s) => s.actor_lifecycle(&mailbox.lane, factory_job(cell, factory, tx)),
+        RtSpot::PerActor(s) => s.actor_lifecycle(&mailbox.lane, factory_job(cell, factory, tx)),
+        RtSpot::Instance(s) => s.actor_lifecycle(&mailbox.lane, factory_job(cell, factory, tx)),
+    };
+    let result = match submitted {
+        Err(e) => Err(FactoryFailed::Lane(runtime_error(&mailbox.actor_id, e))),
+        Ok(()) => match rx.await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(FactoryFailed::Factory(e)),
+            // The record was dropped unrun: the lane or the runtime ended.
+            Err(_) => Err(FactoryFailed::Lane(ActorError::Ended)),
+        },
+    };
+    match result {
+        Ok(()) => Ok(mailbox),
+        Err(e) => {
+            mailbox.end();
+            Err(e)
+        }
+    }
 }

@@ -722,6 +722,10 @@ impl Node {
         }
     }
 
+    /// The reservation winner's part of EG-14: the factory runs as the first lifecycle record
+    /// on the new actor's own lane (an application turn, EG-13, EG-1.1) while this
+    /// infrastructure task awaits it; then `Ready` is committed and the mailbox published. A
+    /// failure before `Ready` burns the reservation (the ObjectGeneration is never reused).
     async fn run_factory(
         &self,
         ty: &ActorType,
@@ -732,15 +736,37 @@ impl Node {
             actor_id: loc.actor_id.clone(),
             object_generation: loc.object_generation,
         };
-        let instance = match ty.instantiate(&info, Bytes::from(req.init.clone())) {
-            Ok(i) => i,
+        let spot = req.spot.clone().unwrap_or_else(SpotSpec::entry);
+        let rt_spot = match self.join_spot(&spot) {
+            Ok(s) => s,
             Err(e) => {
-                let _ = self
-                    .inner
-                    .store
-                    .destroy(loc.actor_id.clone(), loc.object_generation)
-                    .await;
-                return Err(ActorError::Handler(format!("factory: {e}")));
+                self.burn_reservation(&loc).await;
+                return Err(e);
+            }
+        };
+        let ctx = ActorCtx::new(ActorRef::from_location(&loc), self.clone());
+        let factory: exec::Factory = {
+            let ty = ty.clone();
+            let init = Bytes::from(req.init.clone());
+            Box::new(move || ty.instantiate(&info, init))
+        };
+        let spawned = exec::spawn(
+            loc.actor_id.clone(),
+            factory,
+            ctx,
+            &rt_spot,
+            self.inner.exec.clone(),
+        )
+        .await;
+        let mailbox = match spawned {
+            Ok(m) => m,
+            Err(failed) => {
+                self.leave_spot(&spot.name);
+                self.burn_reservation(&loc).await;
+                return Err(match failed {
+                    exec::FactoryFailed::Factory(e) => ActorError::Handler(format!("factory: {e}")),
+                    exec::FactoryFailed::Lane(e) => e,
+                });
             }
         };
         let ready = match self
@@ -750,25 +776,13 @@ impl Node {
             .await
         {
             Ok(r) => r,
-            Err(e) => return Err(e.into()),
-        };
-        let actor_ref = ActorRef::from_location(&ready);
-        let spot = req.spot.clone().unwrap_or_else(SpotSpec::entry);
-        let rt_spot = self.join_spot(&spot)?;
-        let ctx = ActorCtx::new(actor_ref.clone(), self.clone());
-        let mailbox = match exec::spawn(
-            ready.actor_id.clone(),
-            instance,
-            ctx,
-            &rt_spot,
-            self.inner.exec.clone(),
-        ) {
-            Ok(m) => m,
             Err(e) => {
+                mailbox.end();
                 self.leave_spot(&spot.name);
-                return Err(e);
+                return Err(e.into());
             }
         };
+        let actor_ref = ActorRef::from_location(&ready);
         {
             let mut actors = lock(&self.inner.actors);
             actors.retired.remove(&ready.actor_id);
@@ -786,6 +800,18 @@ impl Node {
         self.inner.activations_done.fetch_add(1, Ordering::Relaxed);
         tracing::debug!(actor = %actor_ref, "actor ready");
         Ok(actor_ref)
+    }
+
+    /// Destroys a reservation that never reached `Ready` (its ObjectGeneration is burnt).
+    async fn burn_reservation(&self, loc: &ActorLocation) {
+        if let Err(e) = self
+            .inner
+            .store
+            .destroy(loc.actor_id.clone(), loc.object_generation)
+            .await
+        {
+            tracing::debug!(actor = %loc.actor_id, error = %e, "reservation not destroyed");
+        }
     }
 
     fn check_spot(&self, spot: &SpotSpec) -> Result<(), ActorError> {
