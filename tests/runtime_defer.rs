@@ -406,3 +406,51 @@ fn discarded_barrier_does_not_block_the_moving_actor() {
     let s = moving.stats();
     assert_eq!((s.barriers_inactive, s.barriers_active), (0, 0));
 }
+
+// spec: EG-5.4, EG-5.6 — a Join whose operation panics still reaches the moving actor's
+// completion callback (as `Unavailable`), so its barrier never blocks the queue forever.
+#[test]
+fn panicking_join_still_lifts_the_barrier() {
+    let rt = runtime();
+    let (e, rx) = events();
+    let spot = rt
+        .create_spot::<PerActorUser, _>(|_c, b| Handled::ok(b))
+        .unwrap();
+    let (em, ec) = (e.clone(), e.clone());
+    let moving: ActorRef<u32, ()> = spot
+        .spawn_actor_with_completion(
+            move |_ctx: SerialCtx, m: u32| {
+                emit(&em, format!("moving-msg:{m}"));
+                Handled::ok(())
+            },
+            move |_ctx: SerialCtx, ev| {
+                let CompletionEvent::Join(r) = ev else {
+                    unreachable!()
+                };
+                emit(&ec, format!("completion:{r:?}"));
+                Handled::ok(())
+            },
+        )
+        .unwrap();
+    let (e2, m2) = (e.clone(), moving.clone());
+    let h = spot
+        .spawn_actor(move |ctx: SerialCtx, _m: ()| {
+            let m3 = m2.clone();
+            let e3 = e2.clone();
+            ctx.defer(Join::new(&m2, move || async move {
+                // the barrier is active while the Join runs: queue a record behind it
+                m3.tell(1).unwrap();
+                emit(&e3, "join-panics");
+                panic!("join failed");
+            }))
+            .unwrap();
+            Handled::ok(())
+        })
+        .unwrap();
+    h.tell(()).unwrap();
+    assert_eq!(next(&rx), "join-panics");
+    assert_eq!(next(&rx), "completion:Err(Unavailable(Dropped))");
+    assert_eq!(next(&rx), "moving-msg:1");
+    let s = moving.stats();
+    assert_eq!((s.barriers_inactive, s.barriers_active), (0, 0));
+}

@@ -880,6 +880,41 @@ mod tests {
         assert_eq!(c.handle_turn_finished(l, invocation), Err(StaleCompletion));
     }
 
+    // spec: EG-5.1, EG-5.2, EG-5.4 — the sans-IO barrier: inactive blocks nothing; active blocks
+    // the object's FIFOs; the Join result runs first and lifts it at its terminal.
+    #[test]
+    fn active_barrier_blocks_fifo_records_until_the_join_result_ran() {
+        let mut c = core();
+        let l = c.add_lane(()).unwrap();
+        assert!(c.handle_barrier_register(l));
+        c.handle_submit(l, LaneClass::Application, 0, 1).unwrap();
+        assert_eq!(
+            run(&mut c).unwrap().2,
+            1,
+            "an inactive barrier blocks nothing"
+        );
+        c.handle_barrier_activate(l);
+        c.handle_submit(l, LaneClass::Application, 0, 2).unwrap();
+        c.handle_submit(l, LaneClass::Lifecycle, 0, 3).unwrap();
+        assert!(
+            c.poll_turn().is_none(),
+            "active barrier: no FIFO record starts"
+        );
+        assert_eq!(c.handle_join_result(l, Some(99)), Ok(()));
+        assert_eq!(c.lane_stats(l).unwrap().lifecycle_reserved_items, 2);
+        assert_eq!(run(&mut c).unwrap(), (l, LaneClass::Lifecycle, 99));
+        assert_eq!(c.lane_stats(l).unwrap().barriers_active, 0);
+        assert_eq!(run(&mut c).unwrap().2, 3);
+        assert_eq!(run(&mut c).unwrap().2, 2);
+        // a stale Join result (no active barrier) is handed back
+        assert_eq!(c.handle_join_result(l, Some(7)), Err(Some(7)));
+        // discarded: nothing blocks
+        assert!(c.handle_barrier_register(l));
+        c.handle_barrier_discard(l);
+        c.handle_submit(l, LaneClass::Application, 0, 4).unwrap();
+        assert_eq!(run(&mut c).unwrap().2, 4);
+    }
+
     // spec: EG-4.1
     #[test]
     fn resume_after_seal_is_refused() {
