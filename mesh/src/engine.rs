@@ -244,14 +244,26 @@ struct DecodeMemo {
 const MEMO_ENVELOPE: usize = 32;
 
 impl DecodeMemo {
+    /// The memoized header if `envelope` is byte-identical to the memoized one.
     #[inline]
-    fn lookup(&self, envelope: &[u8]) -> Option<(zlink_wire::Header, Record)> {
+    fn header(&self, envelope: &[u8]) -> Option<zlink_wire::Header> {
         match &self.hit {
-            Some((h, r)) if envelope.len() == self.len && envelope == &self.bytes[..self.len] => {
-                Some((*h, r.clone()))
+            Some((h, _)) if envelope.len() == self.len && envelope == &self.bytes[..self.len] => {
+                Some(*h)
             }
             _ => None,
         }
+    }
+
+    /// The memoized record (after a hit of [`DecodeMemo::header`]).
+    #[inline]
+    fn record(&self) -> Record {
+        self.hit.as_ref().map(|(_, r)| r.clone()).expect("memo hit")
+    }
+
+    #[cfg(test)]
+    fn lookup(&self, envelope: &[u8]) -> Option<(zlink_wire::Header, Record)> {
+        self.header(envelope).map(|h| (h, self.record()))
     }
 
     fn store(&mut self, envelope: &[u8], decoded: &Decoded) {
@@ -1621,13 +1633,15 @@ impl Engine {
         let memo = match parts {
             [envelope, payload] if payload.len() <= self.limits.max_payload => self
                 .memo
-                .lookup(envelope)
-                .map(|(h, r)| (h, r, Bytes::copy_from_slice(payload))),
+                .header(envelope)
+                .map(|h| (h, Bytes::copy_from_slice(payload))),
             _ => None,
         };
+        // On a memo hit the record is cloned from the memo only where it is handed up.
+        let from_memo = memo.is_some();
         let (header, class, record, payload) = match memo {
             // The memo holds only one-way 147 records: application class.
-            Some((h, r, p)) => (h, Class::App, Some(r), Some(p)),
+            Some((h, p)) => (h, Class::App, None, Some(p)),
             None => {
                 let Some(d) = decode_counted(&self.shared, &self.limits, parts, &node) else {
                     return;
@@ -1702,7 +1716,11 @@ impl Engine {
             (LinkKind::Completion, Class::Reply, Some(rec)) => {
                 self.complete(corr, (node, generation), rec, payload)
             }
-            (LinkKind::Relay, Class::App, Some(rec)) => {
+            (LinkKind::Relay, Class::App, rec) if rec.is_some() || from_memo => {
+                let rec = match rec {
+                    Some(r) => r,
+                    None => self.memo.record(),
+                };
                 if !within_window {
                     // The peer ignored its window: a protocol violation, counted.
                     self.shared.counters.drop(DropReason::CreditExceeded, &node);
