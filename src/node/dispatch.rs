@@ -151,6 +151,7 @@ fn create_of(req: CreateActor) -> Result<Create, ActorError> {
         node,
         spot: req.spot,
         init: Bytes::from(req.init),
+        first: None,
     })
 }
 

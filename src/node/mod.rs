@@ -23,7 +23,7 @@ pub mod demo;
 mod dispatch;
 pub mod protocol;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -52,7 +52,11 @@ use crate::store::{
     ActivationRequest, ActivationState, ActorLocation, ActorOwner, LocationStore, OwnerLease,
     Reservation, StoreError,
 };
-use protocol::{Activate, ActivateMode, DestroyActor, NodeInfo};
+use protocol::{Activate, ActivateMode, DestroyActor, FirstRecord, NodeInfo};
+
+/// Records one activation barrier holds at most (the application lane's default capacity);
+/// beyond it a call is refused as `LaneFull`.
+const HELD_LIMIT: usize = 1024;
 
 /// Options of [`Node::start`].
 #[derive(Clone, Debug)]
@@ -171,6 +175,11 @@ pub struct Create {
     pub spot: Option<SpotSpec>,
     /// Factory input.
     pub init: Bytes,
+    /// The send that triggers the activation (EG-14 cold activation): if this call activates
+    /// the actor, the record runs first, before any record that arrived during the activation;
+    /// otherwise it is sent to the existing Ready incarnation once its ref is known. Not sent
+    /// when `create` is refused.
+    pub first: Option<(DispatchKey, Bytes)>,
 }
 
 impl Create {
@@ -182,7 +191,19 @@ impl Create {
             node: None,
             spot: None,
             init: Bytes::new(),
+            first: None,
         }
+    }
+
+    /// The send that triggers the activation (see [`Create::first`]).
+    ///
+    /// # Errors
+    /// [`ActorError::Codec`] when `msg` does not encode.
+    pub fn first_send<M: Message>(mut self, msg: &M) -> Result<Self, ActorError> {
+        let payload =
+            rmp_serde::to_vec_named(msg).map_err(|e| ActorError::Codec(format!("payload: {e}")))?;
+        self.first = Some((M::KEY, Bytes::from(payload)));
+        Ok(self)
     }
 
     /// Owner node.
@@ -230,6 +251,9 @@ struct LocalActor {
     mailbox: Mailbox,
     spot: String,
     timers: Vec<JoinHandle<()>>,
+    /// `Some` while the activation barrier is closed (EG-14 (4)): records admitted by the fence
+    /// wait here in arrival order and enter the lane after the first record.
+    held: Option<VecDeque<Work>>,
 }
 
 impl LocalActor {
@@ -272,6 +296,7 @@ struct Inner {
     accepting: AtomicBool,
     peers: Vec<PeerAddress>,
     request_timeout: Duration,
+    lease_ttl: Duration,
     tasks: Mutex<Vec<JoinHandle<()>>>,
     activations_done: AtomicU64,
     calls_in: AtomicU64,
@@ -341,6 +366,7 @@ impl Node {
                 accepting: AtomicBool::new(true),
                 peers: options.peers,
                 request_timeout: options.request_timeout,
+                lease_ttl: options.lease_ttl,
                 tasks: Mutex::new(Vec::new()),
                 activations_done: AtomicU64::new(0),
                 calls_in: AtomicU64::new(0),
@@ -579,6 +605,10 @@ impl Node {
             actor_id: c.actor_id.to_string(),
             spot: c.spot,
             init: c.init.to_vec(),
+            first: c.first.map(|(key, payload)| FirstRecord {
+                key: key.get(),
+                payload: payload.to_vec(),
+            }),
         };
         match c.node {
             Some(n) if !self.is_local(&n) => self.activate_remote(&n, &req).await,
@@ -607,7 +637,28 @@ impl Node {
     }
 
     /// Activation on this node as the candidate owner (EG-14).
-    pub(crate) async fn activate_local(&self, req: Activate) -> Result<ActorRef, ActorError> {
+    pub(crate) async fn activate_local(&self, mut req: Activate) -> Result<ActorRef, ActorError> {
+        let mut first = req.first.take();
+        let result = self.activate_here(req, &mut first).await;
+        // The first record did not trigger an activation here: it is an ordinary send to the
+        // Ready incarnation (never for a refused `create`).
+        if let (Ok(r), Some(f)) = (&result, first) {
+            if let Err(e) = self
+                .send_raw(r, DispatchKey::new(f.key), Bytes::from(f.payload))
+                .await
+            {
+                self.count_send_dropped();
+                tracing::warn!(actor = %r, error = %e, "first record not delivered");
+            }
+        }
+        result
+    }
+
+    async fn activate_here(
+        &self,
+        req: Activate,
+        first: &mut Option<FirstRecord>,
+    ) -> Result<ActorRef, ActorError> {
         self.check_accepting()?;
         let actor_id =
             ActorId::new(&req.actor_id).map_err(|e| ActorError::Codec(format!("actor id: {e}")))?;
@@ -653,7 +704,7 @@ impl Node {
             actor_id: actor_id.clone(),
             done: false,
         };
-        let result = self.reserve_and_activate(&ty, &actor_id, &req).await;
+        let result = self.reserve_and_activate(&ty, &actor_id, &req, first).await;
         slot.finish(match &result {
             Ok(r) => Ok(r.clone()),
             Err(e) => Err((e.kind(), e.to_string())),
@@ -666,6 +717,7 @@ impl Node {
         ty: &ActorType,
         actor_id: &ActorId,
         req: &Activate,
+        first: &mut Option<FirstRecord>,
     ) -> Result<ActorRef, ActorError> {
         let store = &self.inner.store;
         let mut orphan_cleared = false;
@@ -682,7 +734,7 @@ impl Node {
                 })
                 .await?;
             let loc = match reservation {
-                Reservation::Won(loc) => return self.run_factory(ty, loc, req).await,
+                Reservation::Won(loc) => return self.run_factory(ty, loc, req, first.take()).await,
                 Reservation::Held(loc) => loc,
             };
             let mine = loc.owner_node == *self.node_rid()
@@ -731,6 +783,7 @@ impl Node {
         ty: &ActorType,
         loc: ActorLocation,
         req: &Activate,
+        first: Option<FirstRecord>,
     ) -> Result<ActorRef, ActorError> {
         let info = ActivationInfo {
             actor_id: loc.actor_id.clone(),
@@ -769,6 +822,26 @@ impl Node {
                 });
             }
         };
+        // Cold activation (EG-14): (1) the first record was captured before the reservation;
+        // the local entry is published with a closed barrier, so a call that arrives once Ready
+        // is visible waits instead of missing the incarnation.
+        let expected = ActorRef::from_location(&loc);
+        {
+            let mut actors = lock(&self.inner.actors);
+            actors.retired.remove(&loc.actor_id);
+            actors.live.insert(
+                loc.actor_id.clone(),
+                LocalActor {
+                    fence: CallFence::of_ref(&expected),
+                    actor_ref: expected.clone(),
+                    mailbox: mailbox.clone(),
+                    spot: spot.name.clone(),
+                    timers: Vec::new(),
+                    held: Some(VecDeque::new()),
+                },
+            );
+        }
+        // (2) commit Ready.
         let ready = match self
             .inner
             .store
@@ -777,29 +850,91 @@ impl Node {
         {
             Ok(r) => r,
             Err(e) => {
-                mailbox.end();
-                self.leave_spot(&spot.name);
+                self.abort_activation(&expected);
                 return Err(e.into());
             }
         };
         let actor_ref = ActorRef::from_location(&ready);
-        {
-            let mut actors = lock(&self.inner.actors);
-            actors.retired.remove(&ready.actor_id);
-            actors.live.insert(
-                ready.actor_id.clone(),
-                LocalActor {
-                    fence: CallFence::of_ref(&actor_ref),
-                    actor_ref: actor_ref.clone(),
-                    mailbox,
-                    spot: spot.name,
-                    timers: Vec::new(),
-                },
-            );
+        // (3) the first record goes to the head of the new lane (nothing else can enter while
+        // the barrier is closed), admitted before the owner lease could have expired.
+        if let Some(f) = first {
+            let work = Work {
+                key: DispatchKey::new(f.key),
+                payload: Bytes::from(f.payload),
+                reply: None,
+                deadline: None,
+                guard: Some(self.inner.inflight.enter()),
+            };
+            let admitted =
+                tokio::time::timeout(self.admission_window(), mailbox.submit(work)).await;
+            if !matches!(admitted, Ok(Ok(()))) {
+                self.count_send_dropped();
+                tracing::warn!(actor = %actor_ref, "first record not admitted before the lease deadline");
+            }
         }
+        // (4) open the barrier: the held records enter in arrival order, then the gate is open.
+        self.open_barrier(&expected, &mailbox).await?;
         self.inner.activations_done.fetch_add(1, Ordering::Relaxed);
         tracing::debug!(actor = %actor_ref, "actor ready");
         Ok(actor_ref)
+    }
+
+    /// The admission deadline of a first record, derived from the owner lease: renewals run
+    /// every third of the TTL, so while the lease is live at least two thirds of the TTL are
+    /// left on it; a first record not admitted by then is dropped (and counted).
+    fn admission_window(&self) -> Duration {
+        self.inner.lease_ttl * 2 / 3
+    }
+
+    /// Moves the records held during activation into the lane in arrival order, then opens the
+    /// barrier. Records arriving meanwhile queue behind the held ones.
+    async fn open_barrier(&self, expected: &ActorRef, mailbox: &Mailbox) -> Result<(), ActorError> {
+        loop {
+            let batch =
+                {
+                    let mut actors = lock(&self.inner.actors);
+                    let Some(local) = actors.live.get_mut(expected.id()).filter(|a| {
+                        a.actor_ref.object_generation() == expected.object_generation()
+                    }) else {
+                        // Ended during activation (destroy, lease lost, shutdown).
+                        return Err(ActorError::Ended);
+                    };
+                    match local.held.as_mut() {
+                        Some(held) if !held.is_empty() => std::mem::take(held),
+                        _ => {
+                            local.held = None;
+                            return Ok(());
+                        }
+                    }
+                };
+            for work in batch {
+                // A refused submission dropped the work, which answered its request.
+                if mailbox.submit(work).await.is_err() {
+                    self.count_send_dropped();
+                }
+            }
+        }
+    }
+
+    /// Undoes a published activation that failed before Ready, unless something else (destroy,
+    /// lease lost, shutdown) ended it already.
+    fn abort_activation(&self, expected: &ActorRef) {
+        let removed = {
+            let mut actors = lock(&self.inner.actors);
+            let ours = actors
+                .live
+                .get(expected.id())
+                .is_some_and(|a| a.actor_ref.object_generation() == expected.object_generation());
+            if ours {
+                actors.live.remove(expected.id())
+            } else {
+                None
+            }
+        };
+        if let Some(mut a) = removed {
+            a.end();
+            self.leave_spot(&a.spot);
+        }
     }
 
     /// Destroys a reservation that never reached `Ready` (its ObjectGeneration is burnt).
@@ -859,6 +994,7 @@ impl Node {
         lock(&self.inner.actors)
             .live
             .get(actor_id)
+            .filter(|a| a.held.is_none())
             .map(|a| a.actor_ref.clone())
     }
 
@@ -1061,36 +1197,48 @@ impl Node {
     /// refusal of a request is answered through its reply (and `None` returned); the refusal
     /// of a send is returned.
     pub(crate) async fn submit_local(&self, call: &CallFence, work: Work) -> Option<ActorError> {
+        let mut work = work;
+        // One lock for the fence check and the barrier decision, so a record is held only by
+        // the incarnation that admitted it.
         let checked = {
-            let actors = lock(&self.inner.actors);
-            let live = actors.live.get(&call.actor_id);
-            fence::check_call(
+            let mut guard = lock(&self.inner.actors);
+            let actors = &mut *guard;
+            let live = actors.live.get_mut(&call.actor_id);
+            let checked = fence::check_call(
                 self.generation(),
-                live.map(|a| &a.fence),
+                live.as_deref().map(|a| &a.fence),
                 actors.retired.get(&call.actor_id).copied(),
                 call,
-            )
-            .and_then(|()| {
-                live.map(|a| a.mailbox.clone())
-                    .ok_or_else(|| ActorError::StaleFence {
+            );
+            match (checked, live) {
+                (Err(e), _) => Err(e),
+                (Ok(()), None) => Err(ActorError::StaleFence {
+                    actor_id: call.actor_id.clone(),
+                    fence: "location",
+                }),
+                // The activation barrier is closed: wait behind the first record (EG-14 (4)).
+                (Ok(()), Some(a)) => match a.held.as_mut() {
+                    Some(held) if held.len() >= HELD_LIMIT => Err(ActorError::LaneFull {
                         actor_id: call.actor_id.clone(),
-                        fence: "location",
-                    })
-            })
+                    }),
+                    Some(held) => {
+                        held.push_back(work);
+                        return None;
+                    }
+                    None => Ok(a.mailbox.clone()),
+                },
+            }
         };
         match checked {
             // A failed submission dropped the work, which answered a request already.
             Ok(mailbox) => mailbox.submit(work).await.err(),
-            Err(error) => {
-                let mut work = work;
-                match work.reply.take() {
-                    Some(r) => {
-                        r.complete(Err(error));
-                        None
-                    }
-                    None => Some(error),
+            Err(error) => match work.reply.take() {
+                Some(r) => {
+                    r.complete(Err(error));
+                    None
                 }
-            }
+                None => Some(error),
+            },
         }
     }
 

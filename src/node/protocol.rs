@@ -118,6 +118,18 @@ pub(crate) struct Activate {
     pub spot: Option<SpotSpec>,
     #[serde(with = "serde_bytes")]
     pub init: Vec<u8>,
+    /// The send that triggered this activation (EG-14 cold activation, step (1)); absent in
+    /// older peers' requests.
+    #[serde(default)]
+    pub first: Option<FirstRecord>,
+}
+
+/// The first record of a cold activation: a send captured before the reservation.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct FirstRecord {
+    pub key: u32,
+    #[serde(with = "serde_bytes")]
+    pub payload: Vec<u8>,
 }
 
 /// Encodes a protocol value (named-field MessagePack).
