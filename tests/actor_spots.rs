@@ -165,3 +165,99 @@ async fn a_spot_name_keeps_its_kind() {
         .unwrap_err();
     assert_eq!(e.kind(), ErrorKind::InvalidOperation);
 }
+
+#[derive(Serialize, Deserialize)]
+struct Wait;
+impl Message for Wait {
+    const KEY: DispatchKey = DispatchKey::new(30);
+    type Reply = u64;
+}
+
+#[derive(Serialize, Deserialize)]
+struct Poke(u64);
+impl Message for Poke {
+    const KEY: DispatchKey = DispatchKey::new(31);
+    type Reply = ();
+}
+
+// spec: EG-16.1 (in a SpotWide User / Instance Spot a handler's worker call offers Yield, which
+// releases the Spot gate so another actor of the Spot runs meanwhile), EG-16.3 (no Yield
+// elsewhere: a yielding actor type cannot join an Entry or PerActor Spot; ordinary handlers get
+// no runtime context at all)
+#[tokio::test]
+async fn a_yielding_handler_releases_the_spot_gate_and_only_shared_spots_offer_it() {
+    use std::sync::Mutex;
+    use std::sync::mpsc as std_mpsc;
+    use zlink::actor::HandlerError;
+    use zlink::runtime::SpotWideCtx;
+
+    let (value_tx, value_rx) = std_mpsc::channel::<u64>();
+    let value_rx = Arc::new(Mutex::new(value_rx));
+    let value_tx = Arc::new(Mutex::new(value_tx));
+    let (entered_tx, mut entered_rx) = tokio::sync::mpsc::unbounded_channel::<()>();
+    let mut registry = ActorRegistry::new();
+    registry
+        .register(
+            ActorTypeBuilder::new("waiter", |_info, _init| Ok(()))
+                .handle_yielding(move |_s: &mut (), _ctx, rt: SpotWideCtx, Wait| {
+                    let rx = value_rx.clone();
+                    let entered = entered_tx.clone();
+                    Handled::later(async move {
+                        rt.worker(move || {
+                            let _ = entered.send(());
+                            rx.lock().unwrap().recv().unwrap_or(0)
+                        })
+                        .yielding()
+                        .await
+                        .map_err(|e| HandlerError::new(e.to_string()))
+                    })
+                })
+                .build()
+                .unwrap(),
+        )
+        .unwrap();
+    registry
+        .register(
+            ActorTypeBuilder::new("poker", |_info, _init| Ok(()))
+                .handle(move |_s: &mut (), _ctx, Poke(n)| {
+                    value_tx.lock().unwrap().send(n).unwrap();
+                    Handled::ok(())
+                })
+                .build()
+                .unwrap(),
+        )
+        .unwrap();
+    let node = start_node("solo", memory_store(), vec![], None, Some(registry)).await;
+    let hall = spot("hall", SpotKind::User(UserMode::SpotWide));
+    let waiter = node
+        .create(Create::new("waiter", ActorId::new("w").unwrap()).in_spot(hall.clone()))
+        .await
+        .unwrap();
+    let poker = node
+        .create(Create::new("poker", ActorId::new("p").unwrap()).in_spot(hall))
+        .await
+        .unwrap();
+    let waiting = tokio::spawn({
+        let node = node.clone();
+        async move { node.request(&waiter, &Wait, TIMEOUT).await }
+    });
+    // The waiter's worker runs; its handler yielded the Spot gate, so the poker (same gate)
+    // runs now — with a normal await this request would wait behind the waiter forever.
+    entered_rx.recv().await.unwrap();
+    node.request(&poker, &Poke(7), TIMEOUT).await.unwrap();
+    assert_eq!(waiting.await.unwrap().unwrap(), 7);
+
+    for (name, kind) in [
+        ("entry", SpotKind::Entry),
+        ("solo-room", SpotKind::User(UserMode::PerActor)),
+    ] {
+        let id = ActorId::new(format!("w-{name}")).unwrap();
+        let e = node
+            .create(Create::new("waiter", id.clone()).in_spot(spot(name, kind)))
+            .await
+            .unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidOperation, "{name}: {e}");
+        // Nothing was left behind.
+        assert_eq!(node.get(&id).await.unwrap_err().kind(), ErrorKind::NotFound);
+    }
+}

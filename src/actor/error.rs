@@ -114,6 +114,15 @@ pub enum ActorError {
     /// A payload or reply could not be (de)serialised (`InvalidOperation`).
     #[error("codec: {0}")]
     Codec(String),
+    /// An actor type with Yield handlers asked to join a Spot whose turns cannot yield (only
+    /// SpotWide User and Instance Spots can, EG-16.1, EG-16.3) (`InvalidOperation`).
+    #[error("actor type {actor_type:?} yields; spot {spot:?} is not SpotWide or Instance")]
+    YieldNotOffered {
+        /// The actor type.
+        actor_type: String,
+        /// The requested Spot.
+        spot: String,
+    },
     /// The request handler failed: the framework error reply of EG-15 (`Internal`).
     #[error("handler failed: {0}")]
     Handler(String),
@@ -140,7 +149,8 @@ impl ActorError {
             | ActorError::UnknownMessage { .. } => ErrorKind::NotFound,
             ActorError::AlreadyExists { .. }
             | ActorError::GenerationMismatch { .. }
-            | ActorError::Codec(_) => ErrorKind::InvalidOperation,
+            | ActorError::Codec(_)
+            | ActorError::YieldNotOffered { .. } => ErrorKind::InvalidOperation,
             ActorError::StaleFence { .. }
             | ActorError::NotReady { .. }
             | ActorError::NodeUnavailable { .. }

@@ -22,11 +22,11 @@ use zlink_wire::{ActorId, DispatchKey};
 
 use super::error::ActorError;
 use super::message::{ActorCtx, HandlerError};
-use super::registry::{ActorInstance, Outcome, Step};
+use super::registry::{ActorInstance, Outcome, Step, TurnCtx};
 use super::spot::{SpotKind, UserMode};
 use crate::runtime::{
-    self, Ctx, EntrySpot, InstanceSpot, Payload, PerActorUser, Runtime, RuntimeError, SpotRef,
-    SpotWideUser, YieldMode,
+    self, CanYield, Ctx, EntrySpot, InstanceSpot, NoYield, Payload, PerActorUser, Runtime,
+    RuntimeError, SpotRef, SpotWideUser,
 };
 
 /// Where a request's terminal goes.
@@ -241,10 +241,10 @@ impl Cell {
 
     /// Runs the handler; the mutex is never held across an await (the gate already serialises
     /// the turns of one actor, so it is uncontended).
-    fn step(&self, key: DispatchKey, payload: Bytes) -> Step {
+    fn step(&self, turn: &TurnCtx, key: DispatchKey, payload: Bytes) -> Step {
         let mut instance = self.instance.lock().unwrap_or_else(|e| e.into_inner());
         match instance.as_mut() {
-            Some(i) => i.handle(&self.ctx, key, payload),
+            Some(i) => i.handle(&self.ctx, turn, key, payload),
             None => Step::Now(Err(ActorError::NotReady {
                 actor_id: self.actor_id.clone(),
             })),
@@ -264,7 +264,7 @@ impl Cell {
         None
     }
 
-    fn run(self: &Arc<Self>, mut work: Work) -> runtime::Handled<()> {
+    fn run(self: &Arc<Self>, turn: TurnCtx, mut work: Work) -> runtime::Handled<()> {
         self.shared.turns.fetch_add(1, Ordering::Relaxed);
         let reply = work.reply.take();
         if *self.shared.paused.borrow() {
@@ -280,7 +280,7 @@ impl Cell {
                     cell.finish(reply, Err(e));
                     return Ok(());
                 }
-                let out = match cell.step(work.key, std::mem::take(&mut work.payload)) {
+                let out = match cell.step(&turn, work.key, std::mem::take(&mut work.payload)) {
                     Step::Now(o) => o,
                     Step::Later(f) => f.await,
                 };
@@ -293,7 +293,7 @@ impl Cell {
             self.finish(reply, Err(e));
             return runtime::Handled::ok(());
         }
-        match self.step(work.key, std::mem::take(&mut work.payload)) {
+        match self.step(&turn, work.key, std::mem::take(&mut work.payload)) {
             Step::Now(out) => {
                 self.finish(reply, out);
                 runtime::Handled::ok(())
@@ -311,10 +311,18 @@ impl Cell {
     }
 }
 
-fn handler<Y: YieldMode>(
+/// The lane handler of an actor whose Spot turns can yield (SpotWide User, Instance).
+fn yielding_handler(
     cell: Arc<Cell>,
-) -> impl Fn(Ctx<Y>, Work) -> runtime::Handled<()> + Send + Sync + 'static {
-    move |_ctx, work| cell.run(work)
+) -> impl Fn(Ctx<CanYield>, Work) -> runtime::Handled<()> + Send + Sync + 'static {
+    move |ctx, work| cell.run(TurnCtx::Yielding(ctx), work)
+}
+
+/// The lane handler of an actor whose turns cannot yield (Entry, PerActor).
+fn serial_handler(
+    cell: Arc<Cell>,
+) -> impl Fn(Ctx<NoYield>, Work) -> runtime::Handled<()> + Send + Sync + 'static {
+    move |_ctx, work| cell.run(TurnCtx::Serial, work)
 }
 
 /// The enqueue side of one actor's lane.
@@ -408,10 +416,10 @@ pub(crate) async fn spawn(
         shared,
     });
     let lane = match spot {
-        RtSpot::Entry(s) => s.spawn_actor(handler(cell.clone())),
-        RtSpot::SpotWide(s) => s.spawn_actor(handler(cell.clone())),
-        RtSpot::PerActor(s) => s.spawn_actor(handler(cell.clone())),
-        RtSpot::Instance(s) => s.spawn_actor(handler(cell.clone())),
+        RtSpot::Entry(s) => s.spawn_actor(serial_handler(cell.clone())),
+        RtSpot::SpotWide(s) => s.spawn_actor(yielding_handler(cell.clone())),
+        RtSpot::PerActor(s) => s.spawn_actor(serial_handler(cell.clone())),
+        RtSpot::Instance(s) => s.spawn_actor(yielding_handler(cell.clone())),
     }
     .map_err(|e| FactoryFailed::Lane(runtime_error(&actor_id, e)))?;
     let mailbox = Mailbox {

@@ -8,6 +8,7 @@ use zlink_wire::{ActorId, DispatchKey, ObjectGeneration};
 
 use super::error::{ActorConfigError, ActorError};
 use super::message::{ActorCtx, BoxFuture, Handled, HandlerError, Message};
+use crate::runtime::SpotWideCtx;
 
 /// What a factory learns about the incarnation it creates.
 #[derive(Clone, Debug)]
@@ -26,12 +27,21 @@ pub(crate) enum Step {
     Later(BoxFuture<Outcome>),
 }
 
-type ErasedHandler<S> = Arc<dyn Fn(&mut S, &ActorCtx, Bytes) -> Step + Send + Sync>;
+type ErasedHandler<S> = Arc<dyn Fn(&mut S, &ActorCtx, &TurnCtx, Bytes) -> Step + Send + Sync>;
+
+/// The runtime context of the turn running a handler, by the Spot kind of the actor: SpotWide
+/// User and Instance Spots give `Ctx<CanYield>` (EG-16.1); other Spots' turns offer no Yield
+/// (EG-16.3), so nothing is passed on.
+#[derive(Clone, Debug)]
+pub(crate) enum TurnCtx {
+    Yielding(SpotWideCtx),
+    Serial,
+}
 type Factory<S> = Arc<dyn Fn(&ActivationInfo, Bytes) -> Result<S, HandlerError> + Send + Sync>;
 
 /// One live actor instance with its erased handler table.
 pub(crate) trait ActorInstance: Send + 'static {
-    fn handle(&mut self, ctx: &ActorCtx, key: DispatchKey, payload: Bytes) -> Step;
+    fn handle(&mut self, ctx: &ActorCtx, turn: &TurnCtx, key: DispatchKey, payload: Bytes) -> Step;
 }
 
 struct Instance<S> {
@@ -41,9 +51,9 @@ struct Instance<S> {
 }
 
 impl<S: Send + 'static> ActorInstance for Instance<S> {
-    fn handle(&mut self, ctx: &ActorCtx, key: DispatchKey, payload: Bytes) -> Step {
+    fn handle(&mut self, ctx: &ActorCtx, turn: &TurnCtx, key: DispatchKey, payload: Bytes) -> Step {
         match self.handlers.get(&key) {
-            Some(h) => h(&mut self.state, ctx, payload),
+            Some(h) => h(&mut self.state, ctx, turn, payload),
             None => Step::Now(Err(ActorError::UnknownMessage {
                 actor_type: self.type_name.to_string(),
                 key,
@@ -80,6 +90,7 @@ pub struct ActorTypeBuilder<S> {
     factory: Factory<S>,
     handlers: HashMap<DispatchKey, ErasedHandler<S>>,
     duplicate: Option<DispatchKey>,
+    yields: bool,
 }
 
 impl<S: Send + 'static> ActorTypeBuilder<S> {
@@ -93,31 +104,60 @@ impl<S: Send + 'static> ActorTypeBuilder<S> {
             factory: Arc::new(factory),
             handlers: HashMap::new(),
             duplicate: None,
+            yields: false,
         }
     }
 
     /// Registers the handler of message kind `M` (both for requests and sends). A second
     /// handler for `M::KEY` makes [`ActorTypeBuilder::build`] fail (SB-3.3).
     #[must_use]
-    pub fn handle<M, F>(mut self, f: F) -> Self
+    pub fn handle<M, F>(self, f: F) -> Self
     where
         M: Message,
         F: Fn(&mut S, &ActorCtx, M) -> Handled<M::Reply> + Send + Sync + 'static,
     {
-        let erased: ErasedHandler<S> = Arc::new(move |state, ctx, payload| {
+        let erased: ErasedHandler<S> = Arc::new(move |state, ctx, _turn, payload| {
             let msg: M = match rmp_serde::from_slice(&payload) {
                 Ok(m) => m,
                 Err(e) => return Step::Now(Err(ActorError::Codec(format!("payload: {e}")))),
             };
-            match f(state, ctx, msg) {
-                Handled::Now(r) => Step::Now(encode_reply(r)),
-                Handled::Later(fut) => {
-                    Step::Later(Box::pin(async move { encode_reply(fut.await) }))
-                }
-            }
+            erase_handled(f(state, ctx, msg))
         });
-        if self.handlers.insert(M::KEY, erased).is_some() && self.duplicate.is_none() {
-            self.duplicate = Some(M::KEY);
+        self.insert(M::KEY, erased)
+    }
+
+    /// Registers a handler of message kind `M` that gets the turn's runtime context with
+    /// Yield (`SpotWideCtx` = `Ctx<CanYield>`: `ctx.worker(..).yielding()`, `ctx.request(..)
+    /// .yielding()`, EG-16.1, EG-3). Yield exists only in SpotWide User and Instance Spots, so
+    /// an actor of a type with such a handler can only join those: activation in any other
+    /// Spot fails with [`ActorError::YieldNotOffered`] (`InvalidOperation`, EG-16.3). Ordinary
+    /// handlers ([`ActorTypeBuilder::handle`]) get no runtime context, hence no Yield.
+    #[must_use]
+    pub fn handle_yielding<M, F>(mut self, f: F) -> Self
+    where
+        M: Message,
+        F: Fn(&mut S, &ActorCtx, SpotWideCtx, M) -> Handled<M::Reply> + Send + Sync + 'static,
+    {
+        self.yields = true;
+        let erased: ErasedHandler<S> = Arc::new(move |state, ctx, turn, payload| {
+            let TurnCtx::Yielding(rt) = turn else {
+                return Step::Now(Err(ActorError::YieldNotOffered {
+                    actor_type: String::new(),
+                    spot: String::new(),
+                }));
+            };
+            let msg: M = match rmp_serde::from_slice(&payload) {
+                Ok(m) => m,
+                Err(e) => return Step::Now(Err(ActorError::Codec(format!("payload: {e}")))),
+            };
+            erase_handled(f(state, ctx, rt.clone(), msg))
+        });
+        self.insert(M::KEY, erased)
+    }
+
+    fn insert(mut self, key: DispatchKey, erased: ErasedHandler<S>) -> Self {
+        if self.handlers.insert(key, erased).is_some() && self.duplicate.is_none() {
+            self.duplicate = Some(key);
         }
         self
     }
@@ -153,7 +193,15 @@ impl<S: Send + 'static> ActorTypeBuilder<S> {
         Ok(ActorType {
             name: self.name,
             make,
+            yields: self.yields,
         })
+    }
+}
+
+fn erase_handled<R: serde::Serialize + Send + 'static>(h: Handled<R>) -> Step {
+    match h {
+        Handled::Now(r) => Step::Now(encode_reply(r)),
+        Handled::Later(fut) => Step::Later(Box::pin(async move { encode_reply(fut.await) })),
     }
 }
 
@@ -175,6 +223,7 @@ type MakeInstance = Arc<
 pub struct ActorType {
     name: String,
     make: MakeInstance,
+    yields: bool,
 }
 
 impl std::fmt::Debug for ActorType {
@@ -190,6 +239,12 @@ impl ActorType {
     #[must_use]
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// Whether a handler of this type yields (it can only live in SpotWide/Instance Spots).
+    #[must_use]
+    pub fn yields(&self) -> bool {
+        self.yields
     }
 
     pub(crate) fn instantiate(

@@ -790,6 +790,13 @@ impl Node {
             object_generation: loc.object_generation,
         };
         let spot = req.spot.clone().unwrap_or_else(SpotSpec::entry);
+        if ty.yields() && !spot.kind.shares_gate() {
+            self.burn_reservation(&loc).await;
+            return Err(ActorError::YieldNotOffered {
+                actor_type: ty.name().to_owned(),
+                spot: spot.name,
+            });
+        }
         let rt_spot = match self.join_spot(&spot) {
             Ok(s) => s,
             Err(e) => {
