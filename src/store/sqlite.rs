@@ -20,7 +20,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::mpsc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rusqlite::{Connection, OptionalExtension, Transaction, TransactionBehavior, params};
 use tokio::sync::oneshot;
@@ -170,7 +170,21 @@ impl SqliteStore {
             std::fs::create_dir_all(dir).map_err(|e| StoreError::backend(BACKEND, e))?;
         }
         let mut conn = Connection::open(&path).map_err(sql)?;
-        initialise(&mut conn, &options)?;
+        // Several node processes may open a fresh file at the same moment. SQLite answers some
+        // lock conflicts of the WAL switch and schema creation with SQLITE_BUSY without calling
+        // the busy handler (it would deadlock), so those are retried here up to the busy
+        // timeout; every other error ends the open at once.
+        let deadline = Instant::now() + options.busy_timeout;
+        loop {
+            match initialise(&mut conn, &options) {
+                Ok(()) => break,
+                Err(InitError::Sql(e)) if is_busy(&e) && Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                Err(InitError::Sql(e)) => return Err(sql(e)),
+                Err(InitError::Store(e)) => return Err(e),
+            }
+        }
         let (jobs, queue) = mpsc::channel::<Job>();
         std::thread::Builder::new()
             .name("zlink-store-sqlite".into())
@@ -228,42 +242,54 @@ impl SqliteStore {
     }
 }
 
-fn initialise(conn: &mut Connection, options: &SqliteOptions) -> Result<(), StoreError> {
-    conn.busy_timeout(options.busy_timeout).map_err(sql)?;
-    let mode: String = conn
-        .query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))
-        .map_err(sql)?;
+/// Why [`initialise`] failed: an SQLite error (maybe a retryable lock conflict) or a verdict.
+enum InitError {
+    Sql(rusqlite::Error),
+    Store(StoreError),
+}
+
+impl From<rusqlite::Error> for InitError {
+    fn from(e: rusqlite::Error) -> Self {
+        Self::Sql(e)
+    }
+}
+
+/// A lock conflict with another connection: worth another attempt.
+fn is_busy(e: &rusqlite::Error) -> bool {
+    matches!(
+        e.sqlite_error_code(),
+        Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
+    )
+}
+
+fn initialise(conn: &mut Connection, options: &SqliteOptions) -> Result<(), InitError> {
+    conn.busy_timeout(options.busy_timeout)?;
+    let mode: String = conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))?;
     if !mode.eq_ignore_ascii_case("wal") {
-        return Err(StoreError::backend(
+        return Err(InitError::Store(StoreError::backend(
             BACKEND,
             format!("cannot switch the store file to WAL (journal_mode = {mode})"),
-        ));
+        )));
     }
-    conn.pragma_update(None, "synchronous", "NORMAL")
-        .map_err(sql)?;
-    let tx = conn
-        .transaction_with_behavior(TransactionBehavior::Immediate)
-        .map_err(sql)?;
-    let version: i64 = tx
-        .query_row("PRAGMA user_version", [], |r| r.get(0))
-        .map_err(sql)?;
+    conn.pragma_update(None, "synchronous", "NORMAL")?;
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let version: i64 = tx.query_row("PRAGMA user_version", [], |r| r.get(0))?;
     match version {
         0 => {
-            tx.execute_batch(SCHEMA).map_err(sql)?;
-            tx.pragma_update(None, "user_version", SCHEMA_VERSION)
-                .map_err(sql)?;
+            tx.execute_batch(SCHEMA)?;
+            tx.pragma_update(None, "user_version", SCHEMA_VERSION)?;
         }
         SCHEMA_VERSION => {}
         other => {
-            return Err(StoreError::backend(
+            return Err(InitError::Store(StoreError::backend(
                 BACKEND,
                 format!(
                     "store schema version {other} is not supported (expected {SCHEMA_VERSION})"
                 ),
-            ));
+            )));
         }
     }
-    tx.commit().map_err(sql)
+    Ok(tx.commit()?)
 }
 
 fn load_meta(tx: &Transaction<'_>, key: &str) -> Result<u64, StoreError> {
@@ -602,6 +628,29 @@ impl LocationStore for SqliteStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Node processes of a mesh open the same fresh store file at once (scripts/mesh-up): every
+    /// open must succeed, whichever connection switches the file to WAL and creates the schema.
+    #[test]
+    fn concurrent_first_opens_of_one_fresh_file_all_succeed() {
+        for round in 0..20 {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join(format!("store-{round}.db"));
+            let barrier = Arc::new(std::sync::Barrier::new(4));
+            let openers: Vec<_> = (0..4)
+                .map(|_| {
+                    let (path, barrier) = (path.clone(), Arc::clone(&barrier));
+                    std::thread::spawn(move || {
+                        barrier.wait();
+                        SqliteStore::open(&path).map(drop)
+                    })
+                })
+                .collect();
+            for opener in openers {
+                opener.join().unwrap().unwrap();
+            }
+        }
+    }
 
     #[test]
     fn opens_in_wal_mode_with_schema_version() {
