@@ -506,22 +506,7 @@ impl MeshNode {
         }
         let frames =
             codec::encode(&record, 0, payload).map_err(|e| SendError::Encode(e.to_string()))?;
-        let bytes = self.shared.check_size(&frames)?;
-        let slot = self.admit_peer(to)?;
-        slot.budget
-            .reserve(bytes, self.shared.send_timeout)
-            .await
-            .map_err(|e| SendError::DeadlineExceeded(e.waited))?;
-        self.shared
-            .submit(Command::Send {
-                dest: Dest::Peer {
-                    node: slot.node.clone(),
-                    generation: slot.generation,
-                },
-                frames,
-                bytes,
-            })
-            .inspect_err(|_| slot.budget.release(bytes))
+        self.send_frames(to, frames).await
     }
 
     /// Sends several one-way 147 records to one peer with one admission (all or nothing,
@@ -575,6 +560,13 @@ impl MeshNode {
         payload: Bytes,
     ) -> Result<(), SendError> {
         let frames = one_way_parts(key, payload)?;
+        self.send_frames(to, frames).await
+    }
+
+    /// Admits encoded one-way frames against the peer's outbound budget (waiting at most the
+    /// send timeout) and hands them to the I/O thread; the reservation is released if the
+    /// hand-off fails, so a send that failed admission is never delivered later.
+    async fn send_frames(&self, to: &NodeRid, frames: Parts) -> Result<(), SendError> {
         let bytes = self.shared.check_size(&frames)?;
         let slot = self.admit_peer(to)?;
         slot.budget
