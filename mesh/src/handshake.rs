@@ -210,17 +210,8 @@ impl Handshake {
                     nonce,
                 },
             ) => {
-                if mesh != self.local.mesh {
-                    return self.fail(
-                        HandshakeFailure::WrongMesh,
-                        Some(HandshakeReject::WrongMesh),
-                    );
-                }
-                if self.expected_peer.as_ref().is_some_and(|e| *e != node) {
-                    return self.fail(
-                        HandshakeFailure::RidMismatch,
-                        Some(HandshakeReject::Protocol),
-                    );
+                if let Some((failure, reject)) = self.claim_failure(&mesh, &node) {
+                    return self.fail(failure, Some(reject));
                 }
                 let peer = PeerIdentity { node, generation };
                 let proof = self.proof(LABEL_ACCEPTOR, &peer, &nonce, &nonce_a, true);
@@ -247,17 +238,8 @@ impl Handshake {
                     proof,
                 },
             ) => {
-                if mesh != self.local.mesh {
-                    return self.fail(
-                        HandshakeFailure::WrongMesh,
-                        Some(HandshakeReject::WrongMesh),
-                    );
-                }
-                if self.expected_peer.as_ref().is_some_and(|e| *e != node) {
-                    return self.fail(
-                        HandshakeFailure::RidMismatch,
-                        Some(HandshakeReject::Protocol),
-                    );
+                if let Some((failure, reject)) = self.claim_failure(&mesh, &node) {
+                    return self.fail(failure, Some(reject));
                 }
                 let peer = PeerIdentity { node, generation };
                 if !self.verify(LABEL_ACCEPTOR, &peer, &nonce_i, &nonce, false, &proof) {
@@ -373,6 +355,22 @@ impl Handshake {
         put(&ga.get().to_be_bytes());
         put(nonce_a);
         mac
+    }
+
+    /// Why the peer's claimed identity is refused before any proof is checked: another mesh,
+    /// or (on the dialling side) not the node this connection was opened for.
+    fn claim_failure(
+        &self,
+        mesh: &MeshName,
+        node: &NodeRid,
+    ) -> Option<(HandshakeFailure, HandshakeReject)> {
+        if *mesh != self.local.mesh {
+            return Some((HandshakeFailure::WrongMesh, HandshakeReject::WrongMesh));
+        }
+        if self.expected_peer.as_ref().is_some_and(|e| e != node) {
+            return Some((HandshakeFailure::RidMismatch, HandshakeReject::Protocol));
+        }
+        None
     }
 
     fn proof(
