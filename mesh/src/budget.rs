@@ -16,6 +16,8 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 
+use crate::config::InboundWindow;
+
 /// Outbound admission limits for one destination.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct OutboundBudget {
@@ -173,6 +175,73 @@ impl Drop for WaiterGuard<'_> {
     }
 }
 
+/// Receive side of one credit window (a peer's relay data, or one ClientServer client): credit
+/// the sender has used and not been given back yet, and credit freed (records handed up)
+/// waiting to be returned with a FlowCredit (138). Sans-IO; the I/O thread owns one per sender.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct RxWindow {
+    used_msgs: u64,
+    used_bytes: u64,
+    ret_msgs: u64,
+    ret_bytes: u64,
+}
+
+impl RxWindow {
+    /// The initial grant: the whole window, as if used and freed.
+    pub(crate) fn initial_grant(window: InboundWindow) -> Self {
+        Self {
+            used_msgs: u64::from(window.messages),
+            used_bytes: window.bytes,
+            ret_msgs: u64::from(window.messages),
+            ret_bytes: window.bytes,
+        }
+    }
+
+    /// Charges one arriving record of `bytes`; `false` (nothing charged) when the sender had
+    /// already used its whole window.
+    pub(crate) fn try_charge(&mut self, window: InboundWindow, bytes: u64) -> bool {
+        if self.used_msgs >= u64::from(window.messages) || self.used_bytes >= window.bytes {
+            return false;
+        }
+        self.used_msgs += 1;
+        self.used_bytes += bytes;
+        true
+    }
+
+    /// One record of `bytes` left the window; `true` when a quarter of the window is freed and
+    /// the credit should be returned now (credit goes back in batches).
+    pub(crate) fn free(&mut self, window: InboundWindow, bytes: u64) -> bool {
+        self.ret_msgs += 1;
+        self.ret_bytes += bytes;
+        self.ret_msgs >= u64::from(window.messages / 4).max(1) || self.ret_bytes >= window.bytes / 4
+    }
+
+    /// Freed credit is waiting to be returned.
+    pub(crate) fn owes(&self) -> bool {
+        self.ret_msgs > 0 || self.ret_bytes > 0
+    }
+
+    /// The credit to return now (messages capped to the record's `u32`), if any.
+    pub(crate) fn pending(&self) -> Option<(u32, u64)> {
+        self.owes().then(|| {
+            (
+                u32::try_from(self.ret_msgs).unwrap_or(u32::MAX),
+                self.ret_bytes,
+            )
+        })
+    }
+
+    /// libzmq took the FlowCredit carrying `pending()`'s `(msgs, bytes)`: that credit is back
+    /// with the sender. Until then it stays pending (a lost grant would stall the sender).
+    pub(crate) fn returned(&mut self, msgs: u32, bytes: u64) {
+        let msgs = u64::from(msgs);
+        self.used_msgs = self.used_msgs.saturating_sub(msgs);
+        self.used_bytes = self.used_bytes.saturating_sub(bytes);
+        self.ret_msgs -= msgs;
+        self.ret_bytes -= bytes;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -216,5 +285,28 @@ mod tests {
         assert!(b.try_reserve(60));
         assert!(!b.try_reserve(60));
         assert!(b.try_reserve(40));
+    }
+
+    #[test]
+    fn rx_window_charges_refuses_and_returns_in_batches() {
+        let window = InboundWindow {
+            messages: 8,
+            bytes: 1 << 20,
+        };
+        let mut rx = RxWindow::initial_grant(window);
+        assert_eq!(rx.pending(), Some((8, 1 << 20)));
+        assert!(!rx.try_charge(window, 10), "nothing granted yet");
+        rx.returned(8, 1 << 20);
+        assert_eq!(rx, RxWindow::default());
+        for _ in 0..8 {
+            assert!(rx.try_charge(window, 10));
+        }
+        assert!(!rx.try_charge(window, 10), "window used up");
+        assert!(!rx.free(window, 10));
+        assert!(rx.free(window, 10), "a quarter of the window freed");
+        assert_eq!(rx.pending(), Some((2, 20)));
+        rx.returned(2, 20);
+        assert!(!rx.owes());
+        assert!(rx.try_charge(window, 10));
     }
 }

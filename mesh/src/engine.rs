@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use tokio::sync::oneshot;
 
-use crate::budget::Budget;
+use crate::budget::{Budget, RxWindow};
 use zlink_wire::{Decoded, Disconnect, DisconnectReason, Limits, Ping, Pong};
 
 use crate::codec::{self, Class, HandshakeMsg, HandshakeReject, Parts, Record};
@@ -153,12 +153,8 @@ struct Peer {
     /// Sender side: credit granted by the peer for our relay data.
     credit_msgs: u64,
     credit_bytes: u64,
-    /// Receiver side: credit the peer has used and we have not yet returned.
-    rx_used_msgs: u64,
-    rx_used_bytes: u64,
-    /// Receiver side: credit freed (records handed up) waiting to be returned.
-    ret_msgs: u64,
-    ret_bytes: u64,
+    /// Receiver side: the peer's relay-data window.
+    rx: RxWindow,
 }
 
 impl Peer {
@@ -176,12 +172,8 @@ struct Client {
     budget: Arc<Budget>,
     queue: VecDeque<Out>,
     last_rx: Instant,
-    /// Receive window (like a peer's): credit the client used and we have not returned yet.
-    rx_used_msgs: u64,
-    rx_used_bytes: u64,
-    /// Credit freed (records handed up) waiting to be returned with a FlowCredit.
-    ret_msgs: u64,
-    ret_bytes: u64,
+    /// Receive window (like a peer's).
+    rx: RxWindow,
 }
 
 struct Sockets {
@@ -702,10 +694,7 @@ impl Engine {
             ping_seq: 0,
             credit_msgs: 0,
             credit_bytes: 0,
-            rx_used_msgs: 0,
-            rx_used_bytes: 0,
-            ret_msgs: 0,
-            ret_bytes: 0,
+            rx: RxWindow::default(),
         })
     }
 
@@ -1239,12 +1228,7 @@ impl Engine {
                     };
                     self.shared.set_peer(node.clone(), Some(slot));
                     self.shared.counters.event(TransportEvent::PeerUp);
-                    // The initial grant: the whole window, as if used and freed.
-                    let window = self.cfg.peer_window;
-                    p.rx_used_msgs = u64::from(window.messages);
-                    p.rx_used_bytes = window.bytes;
-                    p.ret_msgs = u64::from(window.messages);
-                    p.ret_bytes = window.bytes;
+                    p.rx = RxWindow::initial_grant(self.cfg.peer_window);
                     self.flush_credit(node);
                     tracing::debug!(peer = %node, generation = %id.generation, "peer up");
                     self.shared.publish(PeerEvent::Up {
@@ -1265,10 +1249,7 @@ impl Engine {
         let was_up = std::mem::replace(&mut p.up, false);
         p.credit_msgs = 0;
         p.credit_bytes = 0;
-        p.rx_used_msgs = 0;
-        p.rx_used_bytes = 0;
-        p.ret_msgs = 0;
-        p.ret_bytes = 0;
+        p.rx = RxWindow::default();
         for out in p.queue.drain(..) {
             release(&p.budget, &out);
             self.shared.counters.drop(DropReason::PeerLost, node);
@@ -1382,7 +1363,7 @@ impl Engine {
         let owed: Vec<NodeRid> = self
             .peers
             .values()
-            .filter(|p| p.up && (p.ret_msgs > 0 || p.ret_bytes > 0))
+            .filter(|p| p.up && p.rx.owes())
             .map(|p| p.node.clone())
             .collect();
         for node in owed {
@@ -1394,7 +1375,7 @@ impl Engine {
         let owed: Vec<u64> = self
             .clients
             .iter()
-            .filter(|(_, c)| c.ret_msgs > 0 || c.ret_bytes > 0)
+            .filter(|(_, c)| c.rx.owes())
             .map(|(s, _)| *s)
             .collect();
         for s in owed {
@@ -1687,14 +1668,7 @@ impl Engine {
         p.last_rx = self.rx_now;
         // Relay data: the receive window is checked and charged with this lookup of the peer.
         let within_window = if kind == LinkKind::Relay && matches!(class, Class::App) {
-            let window = self.cfg.peer_window;
-            if p.rx_used_msgs >= u64::from(window.messages) || p.rx_used_bytes >= window.bytes {
-                false
-            } else {
-                p.rx_used_msgs += 1;
-                p.rx_used_bytes += bytes;
-                true
-            }
+            p.rx.try_charge(self.cfg.peer_window, bytes)
         } else {
             true
         };
@@ -1776,11 +1750,7 @@ impl Engine {
                         reply,
                     });
                     self.shared.counters.delivered(1);
-                    p.ret_msgs += 1;
-                    p.ret_bytes += bytes;
-                    let window = self.cfg.peer_window;
-                    let batch_msgs = u64::from(window.messages / 4).max(1);
-                    if p.ret_msgs >= batch_msgs || p.ret_bytes >= window.bytes / 4 {
+                    if p.rx.free(self.cfg.peer_window, bytes) {
                         self.flush_credit(&node);
                     }
                 } else {
@@ -1853,11 +1823,7 @@ impl Engine {
                         budget: budget.clone(),
                         queue: VecDeque::new(),
                         last_rx: now,
-                        // The initial grant: the whole window, as if used and freed.
-                        rx_used_msgs: u64::from(self.cfg.client_window.messages),
-                        rx_used_bytes: self.cfg.client_window.bytes,
-                        ret_msgs: u64::from(self.cfg.client_window.messages),
-                        ret_bytes: self.cfg.client_window.bytes,
+                        rx: RxWindow::initial_grant(self.cfg.client_window),
                     },
                 );
                 self.clients_by_rid.insert(rid.to_vec(), s);
@@ -1880,10 +1846,9 @@ impl Engine {
             (Class::Pong, _) => {}
             (Class::Disconnect, _) => self.remove_client(session),
             (Class::App, Some(rec @ (Record::Request(_) | Record::OneWay(_)))) => {
-                let window = self.cfg.client_window;
                 let bytes: u64 = parts.iter().map(|p| p.len() as u64).sum();
                 let c = self.clients.get_mut(&session).expect("client");
-                if c.rx_used_msgs >= u64::from(window.messages) || c.rx_used_bytes >= window.bytes {
+                if !c.rx.try_charge(self.cfg.client_window, bytes) {
                     // The client ignored its window: a protocol violation, counted.
                     self.shared.counters.drop(
                         DropReason::CreditExceeded,
@@ -1891,8 +1856,6 @@ impl Engine {
                     );
                     return;
                 }
-                c.rx_used_msgs += 1;
-                c.rx_used_bytes += bytes;
                 let deadline = codec::record_deadline(&rec).map(|d| now + d);
                 let reply = corr.is_some().then(|| {
                     ReplyHandle::new(
@@ -1944,9 +1907,7 @@ impl Engine {
         let Some(c) = self.clients.get_mut(&session) else {
             return;
         };
-        c.ret_msgs += 1;
-        c.ret_bytes += bytes;
-        if c.ret_msgs >= u64::from(window.messages / 4).max(1) || c.ret_bytes >= window.bytes / 4 {
+        if c.rx.free(window, bytes) {
             self.flush_client_credit(session);
         }
     }
@@ -1958,12 +1919,11 @@ impl Engine {
         let Some(c) = self.clients.get(&session) else {
             return;
         };
-        if c.ret_msgs == 0 && c.ret_bytes == 0 {
+        let Some((messages, bytes)) = c.rx.pending() else {
             return;
-        }
-        let (msgs, bytes) = (c.ret_msgs.min(u64::from(u32::MAX)), c.ret_bytes);
+        };
         let frames = codec::encode_control(Record::FlowCredit(zlink_wire::FlowCredit {
-            messages: msgs as u32,
+            messages,
             bytes,
         }));
         if matches!(
@@ -1971,10 +1931,7 @@ impl Engine {
             SendOutcome::Sent
         ) {
             let c = self.clients.get_mut(&session).expect("client");
-            c.rx_used_msgs = c.rx_used_msgs.saturating_sub(msgs);
-            c.rx_used_bytes = c.rx_used_bytes.saturating_sub(bytes);
-            c.ret_msgs -= msgs;
-            c.ret_bytes -= bytes;
+            c.rx.returned(messages, bytes);
         }
     }
 
@@ -1987,10 +1944,7 @@ impl Engine {
         if p.generation != Some(generation) {
             return;
         }
-        p.ret_msgs += 1;
-        p.ret_bytes += bytes;
-        let batch_msgs = u64::from(window.messages / 4).max(1);
-        if p.ret_msgs >= batch_msgs || p.ret_bytes >= window.bytes / 4 {
+        if p.rx.free(window, bytes) {
             self.flush_credit(node);
         }
     }
@@ -2002,12 +1956,11 @@ impl Engine {
         let Some(p) = self.peers.get(node) else {
             return;
         };
-        if p.ret_msgs == 0 && p.ret_bytes == 0 {
+        let Some((messages, bytes)) = p.rx.pending() else {
             return;
-        }
-        let (msgs, bytes) = (p.ret_msgs.min(u64::from(u32::MAX)), p.ret_bytes);
+        };
         let frames = codec::encode_control(Record::FlowCredit(zlink_wire::FlowCredit {
-            messages: msgs as u32,
+            messages,
             bytes,
         }));
         if matches!(
@@ -2015,10 +1968,7 @@ impl Engine {
             SendOutcome::Sent
         ) {
             let p = self.peers.get_mut(node).expect("peer");
-            p.rx_used_msgs = p.rx_used_msgs.saturating_sub(msgs);
-            p.rx_used_bytes = p.rx_used_bytes.saturating_sub(bytes);
-            p.ret_msgs -= msgs;
-            p.ret_bytes -= bytes;
+            p.rx.returned(messages, bytes);
         }
     }
 
