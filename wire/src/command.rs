@@ -54,6 +54,9 @@ pub enum Command {
     Pong = 137,
     /// 138 flow-control credit.
     FlowCredit = 138,
+    /// 139 batch: one frame holding several length-prefixed records (envelope and optional
+    /// payload each); never a record itself, read with [`crate::batch::BatchFrame`].
+    Batch = 139,
     /// 144 generic request envelope (payload frame).
     Request = 144,
     /// 145 generic reply envelope (payload frame).
@@ -103,7 +106,7 @@ pub enum ReplyRule {
 
 impl Command {
     /// Every command, in number order.
-    pub const ALL: [Command; 22] = [
+    pub const ALL: [Command; 23] = [
         Command::ActorSend,
         Command::BoundSessionSend,
         Command::BoundSessionBind,
@@ -119,6 +122,7 @@ impl Command {
         Command::Ping,
         Command::Pong,
         Command::FlowCredit,
+        Command::Batch,
         Command::Request,
         Command::Reply,
         Command::ErrorReply,
@@ -157,6 +161,7 @@ impl Command {
             136 => Command::Ping,
             137 => Command::Pong,
             138 => Command::FlowCredit,
+            139 => Command::Batch,
             144 => Command::Request,
             145 => Command::Reply,
             146 => Command::ErrorReply,
@@ -187,6 +192,7 @@ impl Command {
             Command::Ping => "ping",
             Command::Pong => "pong",
             Command::FlowCredit => "flowCredit",
+            Command::Batch => "batch",
             Command::Request => "request",
             Command::Reply => "reply",
             Command::ErrorReply => "errorReply",

@@ -159,6 +159,34 @@ pub enum DecodeError {
         #[source]
         source: rmp_serde::decode::Error,
     },
+    /// A 139 batch frame was given to the single-record decoder ([`crate::decode`]); batches
+    /// are read with [`crate::batch::BatchFrame::parse`].
+    #[error("command 139 is a batch frame, not a record")]
+    BatchNotRecord,
+    /// A batch frame declares no records or more than [`crate::batch::MAX_BATCH_RECORDS`].
+    #[error("batch declares {declared} records (1..={max} allowed)")]
+    BatchCount {
+        /// Records declared by the count field.
+        declared: u32,
+        /// Largest count accepted.
+        max: u32,
+    },
+    /// A batch frame's sub-records do not fill it exactly: a length runs past the end of the
+    /// frame, the frame ends before the declared count, or bytes remain after it.
+    #[error("batch framing broken at record {index}: {what}")]
+    BatchFraming {
+        /// Index of the sub-record where the framing broke (the declared count for trailing
+        /// bytes).
+        index: u32,
+        /// Which rule failed.
+        what: &'static str,
+    },
+    /// A record inside a batch is itself a batch.
+    #[error("record {index} of a batch is itself a batch")]
+    NestedBatch {
+        /// Index of the nested batch inside the outer one.
+        index: u32,
+    },
     /// Bytes remain in the envelope after the msgpack body.
     #[error("{count} trailing byte(s) after the {command:?} body")]
     TrailingBytes {
@@ -214,6 +242,13 @@ pub enum EncodeError {
         len: usize,
         /// Largest allowed length.
         max: usize,
+    },
+    /// A record cannot be added to a batch frame (it is a batch itself, or the batch already
+    /// holds [`crate::batch::MAX_BATCH_RECORDS`] records, or a part is longer than `u32`).
+    #[error("cannot add to a batch: {what}")]
+    Batch {
+        /// Which rule failed.
+        what: &'static str,
     },
     /// The msgpack encoder failed.
     #[error("cannot encode {command:?} body")]

@@ -429,6 +429,8 @@ fn decode_body(header: &Header, bytes: &[u8]) -> Result<Record, DecodeError> {
         Command::Ping => body(de, Record::Ping),
         Command::Pong => body(de, Record::Pong),
         Command::FlowCredit => body(de, Record::FlowCredit),
+        // A batch frame holds records but is none: `crate::batch::BatchFrame` reads it.
+        Command::Batch => return Err(DecodeError::BatchNotRecord),
         Command::Request => body(de, Record::Request),
         Command::Reply => body(de, Record::Reply),
         Command::ErrorReply => body(de, Record::ErrorReply),

@@ -112,6 +112,7 @@ macro_rules! wire_enum {
     };
 }
 
+pub mod batch;
 pub mod command;
 pub mod error;
 pub mod frame;
@@ -120,6 +121,9 @@ pub mod ids;
 pub mod record;
 mod support;
 
+pub use batch::{
+    BATCH_COMMAND, BatchEncoder, BatchFrame, BatchRecord, MAX_BATCH_RECORDS, encode_batch, is_batch,
+};
 pub use command::{Command, MESH_RANGE, RESERVED_COMMAND};
 pub use error::{DecodeError, EncodeError, ErrorKind};
 pub use frame::{

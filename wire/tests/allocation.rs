@@ -89,14 +89,48 @@ fn huge_declared_lengths_never_allocate_beyond_the_frame() {
             Bytes::from_static(b"p"),
         ],
     ];
-    let largest_frame = frames.iter().flatten().map(Bytes::len).max().unwrap();
+    // 139 batch frames declaring huge counts and lengths, and one valid batch holding one of the
+    // hostile envelopes above (its framing is fine; the sub-record fails to decode).
+    let batch = |count: u32, sub: &[u8]| {
+        let mut f = envelope(139, 0, 0, &count.to_be_bytes()).to_vec();
+        f.extend_from_slice(sub);
+        Bytes::from(f)
+    };
+    let hostile = &frames[0][0];
+    let mut inner = vec![1u8];
+    inner.extend_from_slice(&(hostile.len() as u32).to_be_bytes());
+    inner.extend_from_slice(hostile);
+    let batches = vec![
+        batch(u32::MAX, &[]),
+        batch(MAX_BATCH_RECORDS, &[1, 0xff, 0xff, 0xff, 0xff, 1]),
+        batch(1, &[2, 0, 0, 0, 1, 0x01, 0xff, 0xff, 0xff, 0xff]),
+        batch(1, &inner),
+    ];
+    let largest_frame = frames
+        .iter()
+        .flatten()
+        .chain(&batches)
+        .map(Bytes::len)
+        .max()
+        .unwrap();
+    let mut batch_results = Vec::with_capacity(batches.len());
     MEASURING.store(true, Ordering::SeqCst);
     let mut results = Vec::with_capacity(frames.len());
     for parts in &frames {
         results.push(decode(parts, &Limits::DEFAULT).is_ok());
     }
+    for b in &batches {
+        batch_results.push(BatchFrame::parse(b.clone()).map(|f| {
+            f.decode_all(&Limits::DEFAULT)
+                .iter()
+                .filter(|r| r.is_ok())
+                .count()
+        }));
+    }
     MEASURING.store(false, Ordering::SeqCst);
     assert_eq!(results, [false, false, false, false, false, false, true]);
+    assert!(batch_results[..3].iter().all(Result::is_err));
+    assert_eq!(batch_results[3].as_ref().ok(), Some(&0));
     let largest = LARGEST.load(Ordering::SeqCst);
     println!("largest allocation while decoding: {largest} bytes (largest frame {largest_frame})");
     // rmp-serde's fixed 128-byte scratch buffer, error messages and the decoded record itself are

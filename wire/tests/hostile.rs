@@ -390,3 +390,121 @@ fn every_golden_sample_peeks_the_same_header_it_decodes() {
         assert_eq!(header.has_payload(), frames.part_count() == 2, "{name}");
     }
 }
+
+/// Builds a batch frame from raw sub-record bytes and a declared count (no validation).
+fn raw_batch(count: u32, subs: &[u8]) -> Bytes {
+    let mut f = envelope(139, 0, 0, &count.to_be_bytes()).to_vec();
+    f.extend_from_slice(subs);
+    Bytes::from(f)
+}
+
+fn sub(envelope: &[u8], payload: Option<&[u8]>) -> Vec<u8> {
+    let mut v = vec![if payload.is_some() { 2 } else { 1 }];
+    v.extend_from_slice(&(envelope.len() as u32).to_be_bytes());
+    v.extend_from_slice(envelope);
+    if let Some(p) = payload {
+        v.extend_from_slice(&(p.len() as u32).to_be_bytes());
+        v.extend_from_slice(p);
+    }
+    v
+}
+
+type ErrorCheck = fn(&DecodeError) -> bool;
+
+// Batch framing: every broken rule is a typed error of the whole frame; nothing panics.
+#[test]
+fn broken_batch_framing_is_typed() {
+    let (e, p) = one_way();
+    let good = sub(&e, Some(&p));
+    assert_eq!(BatchFrame::parse(raw_batch(1, &good)).unwrap().len(), 1);
+    let cases: Vec<(Bytes, ErrorCheck)> = vec![
+        (raw_batch(0, &[]), |e| {
+            matches!(e, DecodeError::BatchCount { declared: 0, .. })
+        }),
+        (raw_batch(MAX_BATCH_RECORDS + 1, &good), |e| {
+            matches!(e, DecodeError::BatchCount { .. })
+        }),
+        // Fewer records than declared.
+        (raw_batch(2, &good), |e| {
+            matches!(e, DecodeError::BatchFraming { index: 1, .. })
+        }),
+        // More bytes than declared records.
+        (raw_batch(1, &[good.clone(), good.clone()].concat()), |e| {
+            matches!(e, DecodeError::BatchFraming { index: 1, .. })
+        }),
+        // Part count 3, 0.
+        (raw_batch(1, &[&[3u8][..], &good[1..]].concat()), |e| {
+            matches!(e, DecodeError::BatchFraming { index: 0, .. })
+        }),
+        (raw_batch(1, &[&[0u8][..], &good[1..]].concat()), |e| {
+            matches!(e, DecodeError::BatchFraming { index: 0, .. })
+        }),
+        // Envelope / payload length past the end (4 GiB declared).
+        (raw_batch(1, &[1, 0xff, 0xff, 0xff, 0xff, 1]), |e| {
+            matches!(e, DecodeError::BatchFraming { index: 0, .. })
+        }),
+        (
+            raw_batch(1, &[2, 0, 0, 0, 1, 1, 0xff, 0xff, 0xff, 0xff]),
+            |e| matches!(e, DecodeError::BatchFraming { index: 0, .. }),
+        ),
+        // A batch inside a batch.
+        (raw_batch(1, &sub(&raw_batch(1, &good), None)), |e| {
+            matches!(e, DecodeError::NestedBatch { index: 0 })
+        }),
+        // Flags, correlation and version of the outer header.
+        (envelope(139, 1, 0, &1u32.to_be_bytes()), |e| {
+            matches!(e, DecodeError::BatchFraming { .. })
+        }),
+        (envelope(139, 0, 5, &1u32.to_be_bytes()), |e| {
+            matches!(e, DecodeError::Correlation { .. })
+        }),
+        (envelope(139, 2, 0, &1u32.to_be_bytes()), |e| {
+            matches!(e, DecodeError::ReplyFlag { .. })
+        }),
+        // Count truncated.
+        (envelope(139, 0, 0, &[0, 0]), |e| {
+            matches!(e, DecodeError::BatchFraming { .. })
+        }),
+    ];
+    for (i, (frame, ok)) in cases.into_iter().enumerate() {
+        let err = BatchFrame::parse(frame).unwrap_err();
+        assert!(ok(&err), "case {i}: {err:?}");
+        assert!(!err.to_string().is_empty());
+    }
+    // The single-record decoder never accepts a batch frame.
+    assert!(matches!(
+        decode1(raw_batch(1, &good)),
+        Err(DecodeError::BatchNotRecord)
+    ));
+}
+
+// A bad sub-record fails alone: the framing is fine, so the other records still decode.
+#[test]
+fn bad_sub_record_fails_alone() {
+    let (e, p) = one_way();
+    let mut bad = e.to_vec();
+    bad[1] = 45;
+    let frame = raw_batch(
+        3,
+        &[
+            sub(&e, Some(&p)),
+            sub(&bad, Some(&p)),
+            sub(&e, None), // HAS_PAYLOAD set but no payload part
+        ]
+        .concat(),
+    );
+    let batch = BatchFrame::parse(frame).unwrap();
+    let results = batch.decode_all(&Limits::DEFAULT);
+    assert!(results[0].is_ok());
+    assert!(matches!(results[1], Err(DecodeError::ReservedCommand)));
+    assert!(matches!(results[2], Err(DecodeError::PayloadFlag { .. })));
+    // Sub-records obey the same size limits as whole messages.
+    let tight = Limits {
+        max_envelope: 4,
+        max_payload: 1,
+    };
+    assert!(matches!(
+        batch.records().next().unwrap().decode(&tight),
+        Err(DecodeError::EnvelopeTooLarge { .. })
+    ));
+}

@@ -385,6 +385,33 @@ proptest! {
         }
     }
 
+    // A batch of any records re-parses to the same records, in order, with the payloads as
+    // slices of the one frame buffer.
+    #[test]
+    fn batches_round_trip(records in prop::collection::vec(framed(), 1..12)) {
+        let frames: Vec<Frames> = records
+            .iter()
+            .map(|(r, c, p)| encode(r, *c, p.clone()).unwrap())
+            .collect();
+        let frame = encode_batch(
+            frames.iter().map(|f| (&f.envelope()[..], f.payload().map(|p| &p[..]))),
+        )
+        .unwrap();
+        let batch = BatchFrame::parse(frame.clone()).unwrap();
+        prop_assert_eq!(batch.len(), records.len());
+        for (sub, (record, correlation, payload)) in batch.records().zip(&records) {
+            let d = sub.decode(&Limits::DEFAULT).unwrap();
+            prop_assert_eq!(&d.record, record);
+            prop_assert_eq!(d.header.correlation, *correlation);
+            prop_assert_eq!(&d.payload, payload);
+            if let Some(p) = &d.payload {
+                let base = frame.as_ptr() as usize;
+                prop_assert!((p.as_ptr() as usize) >= base);
+                prop_assert!((p.as_ptr() as usize) + p.len() <= base + frame.len());
+            }
+        }
+    }
+
     #[test]
     fn mutated_frames_never_panic(
         (record, correlation, payload) in framed(),
