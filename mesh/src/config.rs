@@ -57,6 +57,34 @@ impl Default for InboundWindow {
     }
 }
 
+/// Natural batching of the relay connection: when the I/O thread finds several small records
+/// queued for one peer, it packs up to `max_records` of them (at most `max_bytes`) into one
+/// 139 batch frame, so libzmq moves one message instead of one per record. It never waits to
+/// fill a batch (no timer): a lone record goes out as its own frame, with unchanged latency.
+/// Every record still has its own credit, window charge and ingress checks. Distinct from the
+/// transport, budget and window limits (EG-1.2).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Batching {
+    /// Most records in one batch frame (at most `zlink_wire::MAX_BATCH_RECORDS`); 0 or 1 turns
+    /// batching off.
+    pub max_records: usize,
+    /// Most bytes of one batch frame (a first record larger than this travels alone).
+    pub max_bytes: usize,
+    /// Records whose payload is larger than this travel as their own message (not copied into
+    /// a batch).
+    pub max_record_payload: usize,
+}
+
+impl Default for Batching {
+    fn default() -> Self {
+        Self {
+            max_records: 64,
+            max_bytes: 64 * 1024,
+            max_record_payload: 4 * 1024,
+        }
+    }
+}
+
 /// Liveness, handshake and reconnect timing.
 #[derive(Clone, Copy, Debug)]
 pub struct Liveness {
@@ -119,6 +147,8 @@ pub struct MeshConfig {
     pub peer_budget: OutboundBudget,
     /// Receive window granted to each peer (relay data).
     pub peer_window: InboundWindow,
+    /// Natural batching of relay records (and of replies on the completion connection).
+    pub batching: Batching,
     /// Outbound admission budget per ClientServer client (pushes).
     pub client_budget: OutboundBudget,
     /// Receive window granted to each ClientServer client (requests and one-way DATA). The
@@ -158,6 +188,7 @@ impl MeshConfig {
             transport: TransportLimits::default(),
             peer_budget: OutboundBudget::default(),
             peer_window: InboundWindow::default(),
+            batching: Batching::default(),
             client_budget: OutboundBudget::default(),
             client_window: InboundWindow {
                 messages: 64,

@@ -218,6 +218,12 @@ pub(crate) struct Engine {
     limits: Limits,
     /// The last one-way envelope decoded (see [`DecodeMemo`]).
     memo: DecodeMemo,
+    /// Peers whose relay queue or reply queue got records in this pass and that were not
+    /// PAUSED: transmitted by [`Engine::flush_dirty`] at the end of the pass, small records
+    /// packed into batch frames (natural batching: nothing waits for a batch to fill).
+    dirty: Vec<Arc<NodeRid>>,
+    /// Reused buffer of the batch frame being built.
+    batch_buf: Vec<u8>,
     _ctx: zmq::Context,
 }
 
@@ -424,6 +430,8 @@ impl Engine {
                 running: true,
                 limits,
                 memo: DecodeMemo::default(),
+                dirty: Vec::new(),
+                batch_buf: Vec::new(),
                 _ctx: ctx,
             },
             bound,
@@ -457,6 +465,8 @@ impl Engine {
             if self.sockets.client.is_some() {
                 work += self.read_socket(LinkKind::Client);
             }
+            // Replies the reads queued (e.g. stale-generation error replies).
+            self.flush_dirty();
             self.inbound.flush();
             if work > 0 {
                 continue;
@@ -484,7 +494,25 @@ impl Engine {
                 Err(_) => break,
             }
         }
+        self.flush_dirty();
         n
+    }
+
+    /// Transmits what this pass queued for each dirty peer: the records queued behind each
+    /// other for one peer go out together, small ones packed into 139 batch frames (see
+    /// [`Engine::flush_peer`]). A peer that libzmq refuses (HWM) becomes PAUSED.
+    fn flush_dirty(&mut self) {
+        if self.dirty.is_empty() {
+            return;
+        }
+        let mut dirty = std::mem::take(&mut self.dirty);
+        for node in dirty.drain(..) {
+            if !self.flush_peer(&node) {
+                self.shared.counters.event(TransportEvent::Paused);
+                self.mark_paused(&node);
+            }
+        }
+        self.dirty = dirty;
     }
 
     /// Yields the CPU a few times while watching for commands or readable sockets.
@@ -733,6 +761,34 @@ impl Engine {
         raw_send_on(self.socket(kind), self.cfg.tap.as_ref(), kind, rid, frames)
     }
 
+    /// Sends `run` (one or more encoded records for one peer) as one message: a lone record as
+    /// its own frame, several as one 139 batch frame built in the reused buffer.
+    fn send_run<'a>(
+        &mut self,
+        kind: LinkKind,
+        rid: &[u8],
+        mut run: impl ExactSizeIterator<Item = &'a Parts>,
+    ) -> SendOutcome {
+        if run.len() <= 1 {
+            let Some(frames) = run.next() else {
+                return SendOutcome::Sent;
+            };
+            return self.raw_send(kind, rid, frames);
+        }
+        let mut enc = zlink_wire::BatchEncoder::new(std::mem::take(&mut self.batch_buf));
+        for frames in run {
+            // Cannot fail: an application record is never a batch, a run holds at most
+            // `Batching::max_records` (≤ MAX_BATCH_RECORDS, checked at start) records and
+            // every part is bounded by the message size.
+            let pushed = enc.push(&frames[0], frames.get(1).map(|p| &p[..]));
+            debug_assert!(pushed.is_ok(), "batch push: {pushed:?}");
+        }
+        let frame = enc.finish();
+        let outcome = raw_send_one(self.socket(kind), self.cfg.tap.as_ref(), kind, rid, &frame);
+        self.batch_buf = frame;
+        outcome
+    }
+
     fn send_app(&mut self, dest: Dest, out: Out) {
         match dest {
             Dest::Peer { node, generation } => {
@@ -762,40 +818,14 @@ impl Engine {
                     self.drop_ended(&node, out.corr);
                     return;
                 }
-                if !p.queue.is_empty() {
-                    // Already PAUSED: either listed in `paused` (libzmq HWM) or blocked on
-                    // credit (a FlowCredit lists it again). Queue behind, FIFO.
-                    p.queue.push_back(out);
-                    return;
-                }
-                if p.credit_msgs == 0 || p.credit_bytes == 0 {
-                    // PAUSED: waiting for the peer's credit.
-                    p.queue.push_back(out);
-                    self.mark_paused(&node);
-                    return;
-                }
-                let tap = self.cfg.tap.as_ref();
-                match raw_send_on(
-                    &self.sockets.relay,
-                    tap,
-                    LinkKind::Relay,
-                    &p.rid,
-                    &out.frames,
-                ) {
-                    SendOutcome::Sent => {
-                        release(&p.budget, &out);
-                        p.credit_msgs -= 1;
-                        p.credit_bytes = p.credit_bytes.saturating_sub(out_len(&out));
-                    }
-                    SendOutcome::Paused => {
-                        p.queue.push_back(out);
-                        self.shared.counters.event(TransportEvent::Paused);
-                        self.mark_paused(&node);
-                    }
-                    SendOutcome::Unreachable => {
-                        release(&p.budget, &out);
-                        self.shared.counters.drop(DropReason::PeerLost, &node);
-                    }
+                // Queued and transmitted at the end of this pass (`flush_dirty`), together
+                // with whatever else the pass queued for this peer. A queue that was not empty
+                // is already PAUSED (HWM: listed in `paused`; credit: a FlowCredit lists it)
+                // or dirty: the record waits behind, FIFO.
+                let was_empty = p.queue.is_empty();
+                p.queue.push_back(out);
+                if was_empty {
+                    self.dirty.push(node);
                 }
             }
             Dest::Client { session } => {
@@ -851,20 +881,12 @@ impl Engine {
                         .drop(DropReason::ReplyUndeliverable, &node);
                     return;
                 }
-                if !p.replies.is_empty() {
-                    self.queue_reply(&node, frames);
-                    return;
-                }
-                match self.raw_send(LinkKind::Completion, &p.rid, &frames) {
-                    SendOutcome::Sent => {}
-                    SendOutcome::Paused => {
-                        self.queue_reply(&node, frames);
-                        self.mark_paused(&node);
-                    }
-                    SendOutcome::Unreachable => self
-                        .shared
-                        .counters
-                        .drop(DropReason::ReplyUndeliverable, &node),
+                // Like relay data: queued, transmitted at the end of the pass with the other
+                // replies queued for this peer (`flush_dirty`); behind a PAUSED queue, FIFO.
+                let was_empty = p.replies.is_empty();
+                self.queue_reply(&node, frames);
+                if was_empty {
+                    self.dirty.push(node);
                 }
             }
             ReplyTarget::Client { session } => {
@@ -946,17 +968,23 @@ impl Engine {
         let Some(mut p) = self.peers.remove(node) else {
             return true;
         };
-        while let Some(frames) = p.replies.front() {
-            match self.raw_send(LinkKind::Completion, &p.rid, frames) {
+        while !p.replies.is_empty() {
+            let n = batch_run(
+                &self.cfg.batching,
+                p.replies.iter().map(|f| (&**f, 0)),
+                |_| true,
+            );
+            match self.send_run(LinkKind::Completion, &p.rid, p.replies.iter().take(n)) {
                 SendOutcome::Sent => {
-                    p.replies.pop_front();
+                    p.replies.drain(..n);
                 }
                 SendOutcome::Paused => break,
                 SendOutcome::Unreachable => {
-                    p.replies.pop_front();
-                    self.shared
-                        .counters
-                        .drop(DropReason::ReplyUndeliverable, node);
+                    for _ in p.replies.drain(..n) {
+                        self.shared
+                            .counters
+                            .drop(DropReason::ReplyUndeliverable, node);
+                    }
                 }
             }
         }
@@ -977,18 +1005,52 @@ impl Engine {
                 credit_blocked = true;
                 break;
             }
-            match self.raw_send(LinkKind::Relay, &p.rid, &out.frames) {
+            // The run of records that go out as one frame: each within the peer's credit
+            // (every record is charged on its own, as if sent alone), stopping before a
+            // request that already ended (it is discarded at the front next round).
+            let (mut msgs, mut credit) = (p.credit_msgs, p.credit_bytes);
+            let corr = &self.corr;
+            let now = Instant::now();
+            let n = batch_run(
+                &self.cfg.batching,
+                p.queue.iter().map(|o| (&*o.frames, o.corr)),
+                |(frames, c): (&[Bytes], u64)| {
+                    if msgs == 0
+                        || credit == 0
+                        || (c != 0 && corr.pending_deadline(c).is_none_or(|d| d <= now))
+                    {
+                        return false;
+                    }
+                    msgs -= 1;
+                    credit = credit.saturating_sub(frames.iter().map(|f| f.len() as u64).sum());
+                    true
+                },
+            );
+            match self.send_run(
+                LinkKind::Relay,
+                &p.rid,
+                p.queue.iter().take(n).map(|o| &o.frames),
+            ) {
                 SendOutcome::Sent => {
-                    p.credit_msgs -= 1;
-                    p.credit_bytes = p.credit_bytes.saturating_sub(out_len(out));
-                    release(&p.budget, out);
-                    p.queue.pop_front();
+                    let (mut reserved_n, mut reserved_bytes) = (0, 0);
+                    for out in p.queue.drain(..n) {
+                        p.credit_msgs -= 1;
+                        p.credit_bytes = p.credit_bytes.saturating_sub(out_len(&out));
+                        if let Some(b) = out.bytes {
+                            reserved_n += 1;
+                            reserved_bytes += b;
+                        }
+                    }
+                    if reserved_n > 0 {
+                        p.budget.release_n(reserved_n, reserved_bytes);
+                    }
                 }
                 SendOutcome::Paused => break,
                 SendOutcome::Unreachable => {
-                    release(&p.budget, out);
-                    p.queue.pop_front();
-                    self.shared.counters.drop(DropReason::PeerLost, node);
+                    for out in p.queue.drain(..n) {
+                        release(&p.budget, &out);
+                        self.shared.counters.drop(DropReason::PeerLost, node);
+                    }
                 }
             }
         }
@@ -1609,25 +1671,93 @@ impl Engine {
                 return;
             }
         };
+        match parts {
+            [frame] if zlink_wire::is_batch(frame) => {
+                self.on_peer_batch(kind, rid, &node, was_cached, frame)
+            }
+            [envelope] => {
+                self.on_peer_record(kind, rid, &node, was_cached, envelope, Pl::None, false)
+            }
+            [envelope, payload] => self.on_peer_record(
+                kind,
+                rid,
+                &node,
+                was_cached,
+                envelope,
+                Pl::Copy(payload),
+                false,
+            ),
+            _ => {
+                let e = zlink_wire::DecodeError::PartCount { count: parts.len() };
+                self.shared
+                    .counters
+                    .drop(codec::drop_reason(&e), &format_args!("{node}: {e}"));
+            }
+        }
+    }
+
+    /// A 139 batch frame: copied once into one buffer, its framing validated as a whole (a
+    /// broken frame is dropped once, `Malformed`), then every sub-record goes through exactly
+    /// the checks of a record received alone (authentication, generation, frame format,
+    /// connection kind, window), each rejected sub-record dropped and counted by itself.
+    /// Payloads are slices of the one buffer (no copy per record).
+    fn on_peer_batch(
+        &mut self,
+        kind: LinkKind,
+        rid: &[u8],
+        node: &Arc<NodeRid>,
+        was_cached: bool,
+        frame: &[u8],
+    ) {
+        let batch = match zlink_wire::BatchFrame::parse(Bytes::copy_from_slice(frame)) {
+            Ok(b) => b,
+            Err(e) => {
+                self.shared
+                    .counters
+                    .drop(codec::drop_reason(&e), &format_args!("{node}: batch: {e}"));
+                return;
+            }
+        };
+        for sub in batch.records() {
+            let payload = match sub.payload {
+                Some(p) => Pl::Shared(p),
+                None => Pl::None,
+            };
+            self.on_peer_record(kind, rid, node, was_cached, sub.envelope, payload, true);
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn on_peer_record(
+        &mut self,
+        kind: LinkKind,
+        rid: &[u8],
+        node: &Arc<NodeRid>,
+        was_cached: bool,
+        envelope: &[u8],
+        payload: Pl<'_>,
+        in_batch: bool,
+    ) {
         // A repeated one-way envelope (byte-identical to the last one decoded) is not decoded
         // again; the payload part is bounded and copied as `decode_counted` does.
-        let memo = match parts {
-            [envelope, payload] if payload.len() <= self.limits.max_payload => self
-                .memo
-                .header(envelope)
-                .map(|h| (h, Bytes::copy_from_slice(payload))),
+        let bytes = (envelope.len() + payload.len()) as u64;
+        let memo = match &payload {
+            Pl::None => None,
+            p if p.len() <= self.limits.max_payload => self.memo.header(envelope),
             _ => None,
         };
         // On a memo hit the record is cloned from the memo only where it is handed up.
         let from_memo = memo.is_some();
         let (header, class, record, payload) = match memo {
             // The memo holds only one-way 147 records: application class.
-            Some((h, p)) => (h, Class::App, None, Some(p)),
+            Some(h) => (h, Class::App, None, payload.into_bytes()),
             None => {
-                let Some(d) = decode_counted(&self.shared, &self.limits, parts, &node) else {
+                let has_payload = !matches!(payload, Pl::None);
+                let Some(d) = decode_counted(&self.shared, &self.limits, envelope, payload, node)
+                else {
                     return;
                 };
-                if let [envelope, _] = parts {
+                if has_payload {
                     self.memo.store(envelope, &d);
                 }
                 let (class, record) = codec::classify(d.record);
@@ -1635,15 +1765,21 @@ impl Engine {
             }
         };
         let corr = header.correlation.get();
-        let bytes: u64 = parts.iter().map(|p| p.len() as u64).sum();
-        if let Class::Handshake(m) = class {
-            self.handle_handshake_msg(kind, NodeRid::clone(&node), m);
+        if in_batch && !matches!(class, Class::App | Class::Reply) {
+            // Handshake and control records never travel in a batch (SB-5.4: control is sent
+            // alone, on the completion connection).
+            self.shared.counters.drop(
+                DropReason::WrongConnection,
+                &format_args!("{node}: control record inside a batch on {kind:?}"),
+            );
             return;
         }
-        let Some(p) = self.peers.get_mut(&*node) else {
-            self.shared
-                .counters
-                .drop(DropReason::Unauthenticated, &node);
+        if let Class::Handshake(m) = class {
+            self.handle_handshake_msg(kind, NodeRid::clone(node), m);
+            return;
+        }
+        let Some(p) = self.peers.get_mut(&**node) else {
+            self.shared.counters.drop(DropReason::Unauthenticated, node);
             return;
         };
         if !was_cached && self.rid_cache.len() < 4096 {
@@ -1653,15 +1789,11 @@ impl Engine {
         let generation = match (p.link_mut(kind), current) {
             (Link::Up(g), Some(cur)) if *g == cur => cur,
             (Link::Up(_), _) => {
-                self.shared
-                    .counters
-                    .drop(DropReason::StaleGeneration, &node);
+                self.shared.counters.drop(DropReason::StaleGeneration, node);
                 return;
             }
             _ => {
-                self.shared
-                    .counters
-                    .drop(DropReason::Unauthenticated, &node);
+                self.shared.counters.drop(DropReason::Unauthenticated, node);
                 return;
             }
         };
@@ -1679,16 +1811,16 @@ impl Engine {
             }
             (LinkKind::Completion, Class::Pong, _) => {}
             (LinkKind::Completion, Class::FlowCredit { messages, bytes }, _) => {
-                let p = self.peers.get_mut(&*node).expect("peer");
+                let p = self.peers.get_mut(&**node).expect("peer");
                 p.credit_msgs += u64::from(messages);
                 p.credit_bytes += bytes;
                 if !p.queue.is_empty() {
-                    self.paused.insert(NodeRid::clone(&node));
+                    self.paused.insert(NodeRid::clone(node));
                 }
             }
-            (_, Class::Disconnect, _) => self.peer_down(&node, DownReason::Remote, true),
+            (_, Class::Disconnect, _) => self.peer_down(node, DownReason::Remote, true),
             (LinkKind::Completion, Class::Reply, Some(rec)) => {
-                self.complete(corr, (node, generation), rec, payload)
+                self.complete(corr, (node.clone(), generation), rec, payload)
             }
             (LinkKind::Relay, Class::App, rec) if rec.is_some() || from_memo => {
                 let rec = match rec {
@@ -1697,7 +1829,7 @@ impl Engine {
                 };
                 if !within_window {
                     // The peer ignored its window: a protocol violation, counted.
-                    self.shared.counters.drop(DropReason::CreditExceeded, &node);
+                    self.shared.counters.drop(DropReason::CreditExceeded, node);
                     return;
                 }
                 if let Some(target) = codec::target_generation(&rec)
@@ -1718,7 +1850,13 @@ impl Engine {
                             None,
                         )
                         .unwrap_or_default();
-                        self.send_reply(ReplyTarget::Peer { node, generation }, frames);
+                        self.send_reply(
+                            ReplyTarget::Peer {
+                                node: node.clone(),
+                                generation,
+                            },
+                            frames,
+                        );
                     }
                     return;
                 }
@@ -1734,7 +1872,7 @@ impl Engine {
                 });
                 let deadline = codec::record_deadline(&rec).map(|d| self.rx_now + d);
                 let origin = Origin::Peer {
-                    node: NodeRid::clone(&node),
+                    node: NodeRid::clone(node),
                     generation,
                 };
                 // Hand up (or hold, FIFO, while the inbound channel is full) and count the
@@ -1751,7 +1889,7 @@ impl Engine {
                     });
                     self.shared.counters.delivered(1);
                     if p.rx.free(self.cfg.peer_window, bytes) {
-                        self.flush_credit(&node);
+                        self.flush_credit(node);
                     }
                 } else {
                     let inb = Inbound {
@@ -1762,7 +1900,7 @@ impl Engine {
                         deadline,
                         reply,
                     };
-                    self.held.push_back((node, generation, bytes, inb));
+                    self.held.push_back((node.clone(), generation, bytes, inb));
                 }
             }
             (_, _, _) => self.shared.counters.drop(
@@ -1799,7 +1937,23 @@ impl Engine {
             header,
             record,
             payload,
-        }) = decode_counted(&self.shared, &self.limits, parts, &"client")
+        }) = (match parts {
+            [envelope] => decode_counted(&self.shared, &self.limits, envelope, Pl::None, &"client"),
+            [envelope, payload] => decode_counted(
+                &self.shared,
+                &self.limits,
+                envelope,
+                Pl::Copy(payload),
+                &"client",
+            ),
+            _ => {
+                let e = zlink_wire::DecodeError::PartCount { count: parts.len() };
+                self.shared
+                    .counters
+                    .drop(codec::drop_reason(&e), &format_args!("client: {e}"));
+                None
+            }
+        })
         else {
             return;
         };
@@ -2056,27 +2210,107 @@ fn raw_send_on(
     SendOutcome::Sent
 }
 
+/// The payload part of a received record: none, a slice of a libzmq frame (copied once into
+/// its own `Bytes` after the size check, so libzmq's receive buffer is not pinned), or a slice
+/// already shared from a batch frame's buffer.
+pub(crate) enum Pl<'a> {
+    None,
+    Copy(&'a [u8]),
+    Shared(Bytes),
+}
+
+impl Pl<'_> {
+    #[inline]
+    fn len(&self) -> usize {
+        match self {
+            Pl::None => 0,
+            Pl::Copy(p) => p.len(),
+            Pl::Shared(p) => p.len(),
+        }
+    }
+
+    #[inline]
+    fn into_bytes(self) -> Option<Bytes> {
+        match self {
+            Pl::None => None,
+            Pl::Copy(p) => Some(Bytes::copy_from_slice(p)),
+            Pl::Shared(p) => Some(p),
+        }
+    }
+}
+
+/// Sends a one-part message (routing id, then `frame`) without blocking.
+fn raw_send_one(
+    s: &zmq::Socket,
+    tap: Option<&WireTap>,
+    kind: LinkKind,
+    rid: &[u8],
+    frame: &[u8],
+) -> SendOutcome {
+    match s.send(rid, zmq::SNDMORE | zmq::DONTWAIT) {
+        Ok(()) => {}
+        Err(zmq::Error::EAGAIN) => return SendOutcome::Paused,
+        Err(_) => return SendOutcome::Unreachable,
+    }
+    // After the routing id was accepted the remaining part of the message is too.
+    let _ = s.send(frame, zmq::DONTWAIT);
+    if let Some(tap) = tap {
+        tap.record(
+            TapDirection::Sent,
+            kind,
+            rid,
+            &[Bytes::copy_from_slice(frame)],
+        );
+    }
+    SendOutcome::Sent
+}
+
+/// How many records from the front of a queue go out as one message (natural batching): at
+/// least 1; more only while each record is small (payload ≤ `max_record_payload`), the frame
+/// stays within `max_records`/`max_bytes` and `admit` accepts the record (the caller's credit
+/// and request-ended checks). The first record is always taken (the caller checked it).
+fn batch_run<'a>(
+    cfg: &crate::config::Batching,
+    queue: impl Iterator<Item = (&'a [Bytes], u64)>,
+    mut admit: impl FnMut((&'a [Bytes], u64)) -> bool,
+) -> usize {
+    let mut n = 0;
+    let mut size = zlink_wire::batch::BATCH_PREFIX_LEN;
+    for (frames, corr) in queue.take(cfg.max_records.max(1)) {
+        let payload = frames.get(1).map(Bytes::len);
+        let sub = zlink_wire::batch::sub_record_len(frames[0].len(), payload);
+        let small = payload.is_none_or(|l| l <= cfg.max_record_payload);
+        if n > 0 && (!small || size + sub > cfg.max_bytes) {
+            break;
+        }
+        if !admit((frames, corr)) {
+            break;
+        }
+        n += 1;
+        if !small {
+            break;
+        }
+        size += sub;
+    }
+    n.max(1)
+}
+
 #[inline]
 fn decode_counted(
     shared: &Shared,
     limits: &Limits,
-    parts: &[&[u8]],
+    envelope: &[u8],
+    payload: Pl<'_>,
     who: &dyn std::fmt::Display,
 ) -> Option<Decoded> {
-    let decoded = match parts {
-        [envelope] => zlink_wire::decode_parts(envelope, None, limits),
-        [envelope, payload] => {
-            // Bound before copying: the decoder re-checks the same limit.
-            if payload.len() > limits.max_payload {
-                Err(zlink_wire::DecodeError::PayloadTooLarge {
-                    len: payload.len(),
-                    max: limits.max_payload,
-                })
-            } else {
-                zlink_wire::decode_parts(envelope, Some(Bytes::copy_from_slice(payload)), limits)
-            }
-        }
-        _ => Err(zlink_wire::DecodeError::PartCount { count: parts.len() }),
+    // Bound before copying: the decoder re-checks the same limit.
+    let decoded = if payload.len() > limits.max_payload {
+        Err(zlink_wire::DecodeError::PayloadTooLarge {
+            len: payload.len(),
+            max: limits.max_payload,
+        })
+    } else {
+        zlink_wire::decode_parts(envelope, payload.into_bytes(), limits)
     };
     match decoded {
         Ok(f) => Some(f),

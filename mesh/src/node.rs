@@ -363,6 +363,9 @@ impl MeshNode {
         if cfg.client_window.messages == 0 || cfg.client_window.bytes == 0 {
             return Err(ConfigError::InvalidLimit("client_window"));
         }
+        if cfg.batching.max_records > zlink_wire::MAX_BATCH_RECORDS as usize {
+            return Err(ConfigError::InvalidLimit("batching.max_records"));
+        }
         let generation = cfg.generation.unwrap_or_else(fresh_generation);
         let local = LocalIdentity {
             mesh: cfg.mesh.clone(),

@@ -4,6 +4,13 @@
 //! The tap is filled by the I/O thread at the socket boundary: what it records is exactly what
 //! libzmq was given or returned (routing-id frame stripped). It is bounded: when full, the
 //! oldest entries are discarded and counted in [`WireTap::overflowed`].
+//!
+//! A 139 batch frame is recorded as one entry for the frame itself (command 139, `batch` set,
+//! `decoded` an error text: a batch is not a record) followed by one entry per record it
+//! carried, in order, each with the same `batch` number and looking exactly like that record
+//! sent alone (`frames` = envelope and payload, `decoded` its record). So a test that counts
+//! records of a command on the wire counts batched and unbatched records alike; a test that
+//! wants to see batching looks for command 139 or a set `batch`.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
@@ -35,6 +42,9 @@ pub struct TapFrame {
     pub frames: Vec<Bytes>,
     /// The decoded record, or the decode error text.
     pub decoded: Result<zlink_wire::Decoded, String>,
+    /// For a batch frame and for each record it carried: the batch's number (unique per tap);
+    /// `None` for a message that is not (in) a batch.
+    pub batch: Option<u64>,
 }
 
 impl TapFrame {
@@ -49,6 +59,7 @@ struct Inner {
     frames: VecDeque<TapFrame>,
     capacity: usize,
     overflowed: u64,
+    next_batch: u64,
 }
 
 /// A bounded, shared recorder of wire traffic. Cloning shares the recording.
@@ -62,6 +73,7 @@ impl WireTap {
             frames: VecDeque::new(),
             capacity: capacity.max(1),
             overflowed: 0,
+            next_batch: 1,
         })))
     }
 
@@ -72,20 +84,57 @@ impl WireTap {
         peer: &[u8],
         frames: &[Bytes],
     ) {
-        let decoded =
-            codec::decode(frames, &zlink_wire::Limits::DEFAULT).map_err(|e| e.to_string());
+        let peer = Bytes::copy_from_slice(peer);
+        let mut entries = Vec::with_capacity(1);
+        let batch = match frames {
+            [frame] if zlink_wire::is_batch(frame) => zlink_wire::BatchFrame::parse(frame.clone()),
+            _ => Err(zlink_wire::DecodeError::BatchNotRecord),
+        };
         let mut g = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        if g.frames.len() == g.capacity {
-            g.frames.pop_front();
-            g.overflowed += 1;
+        match batch {
+            Ok(b) => {
+                let id = g.next_batch;
+                g.next_batch += 1;
+                entries.push(TapFrame {
+                    direction,
+                    link,
+                    peer: peer.clone(),
+                    frames: frames.to_vec(),
+                    decoded: Err(format!("batch frame of {} records", b.len())),
+                    batch: Some(id),
+                });
+                for r in b.records() {
+                    let mut parts = vec![Bytes::copy_from_slice(r.envelope)];
+                    parts.extend(r.payload.clone());
+                    entries.push(TapFrame {
+                        direction,
+                        link,
+                        peer: peer.clone(),
+                        decoded: r
+                            .decode(&zlink_wire::Limits::DEFAULT)
+                            .map_err(|e| e.to_string()),
+                        frames: parts,
+                        batch: Some(id),
+                    });
+                }
+            }
+            Err(_) => entries.push(TapFrame {
+                direction,
+                link,
+                peer,
+                frames: frames.to_vec(),
+                decoded: codec::decode(frames, &zlink_wire::Limits::DEFAULT)
+                    .map_err(|e| e.to_string()),
+                batch: None,
+            }),
         }
-        g.frames.push_back(TapFrame {
-            direction,
-            link,
-            peer: Bytes::copy_from_slice(peer),
-            frames: frames.to_vec(),
-            decoded,
-        });
+        for entry in entries {
+            if g.frames.len() == g.capacity {
+                g.frames.pop_front();
+                g.overflowed += 1;
+            }
+            g.frames.push_back(entry);
+        }
     }
 
     /// A copy of everything recorded so far.
