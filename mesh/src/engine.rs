@@ -2194,6 +2194,11 @@ fn raw_send_on(
         Err(zmq::Error::EAGAIN) => return SendOutcome::Paused,
         Err(_) => return SendOutcome::Unreachable,
     }
+    // Recorded once the routing id was accepted (the message will be sent) and before its
+    // last part completes it: the tap entry exists before the peer can receive the message.
+    if let Some(tap) = tap {
+        tap.record(TapDirection::Sent, kind, rid, frames);
+    }
     let last = frames.len().saturating_sub(1);
     for (i, f) in frames.iter().enumerate() {
         let flags = if i == last {
@@ -2203,9 +2208,6 @@ fn raw_send_on(
         };
         // After the routing id was accepted the remaining parts of the message are too.
         let _ = s.send(&f[..], flags);
-    }
-    if let Some(tap) = tap {
-        tap.record(TapDirection::Sent, kind, rid, frames);
     }
     SendOutcome::Sent
 }
@@ -2252,8 +2254,7 @@ fn raw_send_one(
         Err(zmq::Error::EAGAIN) => return SendOutcome::Paused,
         Err(_) => return SendOutcome::Unreachable,
     }
-    // After the routing id was accepted the remaining part of the message is too.
-    let _ = s.send(frame, zmq::DONTWAIT);
+    // Tap entry before the message is complete, as in `raw_send_on`.
     if let Some(tap) = tap {
         tap.record(
             TapDirection::Sent,
@@ -2262,6 +2263,8 @@ fn raw_send_one(
             &[Bytes::copy_from_slice(frame)],
         );
     }
+    // After the routing id was accepted the remaining part of the message is too.
+    let _ = s.send(frame, zmq::DONTWAIT);
     SendOutcome::Sent
 }
 

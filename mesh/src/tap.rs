@@ -2,7 +2,9 @@
 //! (SB-14.7, SB-14.26 contract tests assert on real wire traffic with it).
 //!
 //! The tap is filled by the I/O thread at the socket boundary: what it records is exactly what
-//! libzmq was given or returned (routing-id frame stripped). It is bounded: when full, the
+//! libzmq was given or returned (routing-id frame stripped). A sent message is recorded once libzmq
+//! accepted its routing id and before its last part is handed over, so its entry exists before
+//! the peer can receive it. It is bounded: when full, the
 //! oldest entries are discarded and counted in [`WireTap::overflowed`].
 //!
 //! A 139 batch frame is recorded as one entry for the frame itself (command 139, `batch` set,
