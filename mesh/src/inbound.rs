@@ -5,6 +5,11 @@
 //! hands over more than `capacity` records that the receiver has not taken yet; beyond that
 //! the application queue is PAUSED (relay records wait in the peers' windows, client records
 //! in the clients' windows).
+//!
+//! The shared count is touched per batch, not per record (one cache line bounced between the
+//! I/O thread and the receiving task per batch): the receiver subtracts a batch once it has
+//! taken all of it, and the sender reads the count only when the room it last saw is used up.
+//! Both err on the full side, so the bound holds.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -23,6 +28,9 @@ pub(crate) struct InboundSender {
     queued: Arc<AtomicUsize>,
     capacity: usize,
     batch: Vec<Inbound>,
+    /// Records that may still be pushed according to the last read of `queued` (stale on the
+    /// safe side: the receiver only ever lowers `queued`).
+    room: usize,
 }
 
 /// Receiving half: the records for the layer above, in arrival order.
@@ -31,6 +39,8 @@ pub struct InboundReceiver {
     rx: mpsc::UnboundedReceiver<Vec<Inbound>>,
     /// The batch being taken: records are moved out once, in order (no re-queueing copy).
     buf: std::vec::IntoIter<Inbound>,
+    /// Length of the batch in `buf`, subtracted from `queued` once it is all taken.
+    buf_len: usize,
     queued: Arc<AtomicUsize>,
 }
 
@@ -43,10 +53,12 @@ pub(crate) fn channel(capacity: usize) -> (InboundSender, InboundReceiver) {
             queued: queued.clone(),
             capacity,
             batch: Vec::with_capacity(BATCH),
+            room: capacity,
         },
         InboundReceiver {
             rx,
             buf: Vec::new().into_iter(),
+            buf_len: 0,
             queued,
         },
     )
@@ -61,9 +73,10 @@ impl InboundSender {
             // Nobody listens: dropping the record answers requests with an error reply.
             return Ok(());
         }
-        if self.queued.load(Ordering::Acquire) + self.batch.len() >= self.capacity {
+        if !self.has_room() {
             return Err(inb);
         }
+        self.room -= 1;
         self.batch.push(inb);
         if self.batch.len() >= BATCH {
             self.flush();
@@ -74,9 +87,12 @@ impl InboundSender {
     /// True when a record can be pushed now (the channel is not full). Checked before the
     /// record is built, so that [`InboundSender::push`] moves it once, straight into the batch.
     #[inline]
-    pub(crate) fn has_room(&self) -> bool {
-        self.tx.is_closed()
-            || self.queued.load(Ordering::Acquire) + self.batch.len() < self.capacity
+    pub(crate) fn has_room(&mut self) -> bool {
+        if self.room == 0 {
+            let queued = self.queued.load(Ordering::Acquire) + self.batch.len();
+            self.room = self.capacity.saturating_sub(queued);
+        }
+        self.room > 0 || self.tx.is_closed()
     }
 
     /// Adds a record after [`InboundSender::has_room`] returned true.
@@ -86,6 +102,7 @@ impl InboundSender {
             // Nobody listens: dropping the record answers requests with an error reply.
             return;
         }
+        self.room = self.room.saturating_sub(1);
         self.batch.push(inb);
         if self.batch.len() >= BATCH {
             self.flush();
@@ -110,10 +127,21 @@ impl InboundReceiver {
     pub async fn recv(&mut self) -> Option<Inbound> {
         loop {
             if let Some(x) = self.buf.next() {
-                self.queued.fetch_sub(1, Ordering::AcqRel);
                 return Some(x);
             }
-            self.buf = self.rx.recv().await?.into_iter();
+            self.batch_taken();
+            let batch = self.rx.recv().await?;
+            self.buf_len = batch.len();
+            self.buf = batch.into_iter();
+        }
+    }
+
+    /// The batch in `buf` was all taken: its records leave the shared count.
+    #[inline]
+    fn batch_taken(&mut self) {
+        if self.buf_len > 0 {
+            self.queued.fetch_sub(self.buf_len, Ordering::AcqRel);
+            self.buf_len = 0;
         }
     }
 
@@ -121,11 +149,14 @@ impl InboundReceiver {
     pub fn try_recv(&mut self) -> Option<Inbound> {
         loop {
             if let Some(x) = self.buf.next() {
-                self.queued.fetch_sub(1, Ordering::AcqRel);
                 return Some(x);
             }
+            self.batch_taken();
             match self.rx.try_recv() {
-                Ok(batch) => self.buf = batch.into_iter(),
+                Ok(batch) => {
+                    self.buf_len = batch.len();
+                    self.buf = batch.into_iter();
+                }
                 Err(_) => return None,
             }
         }
@@ -133,7 +164,7 @@ impl InboundReceiver {
 
     /// Records handed over and not yet taken.
     pub fn len(&self) -> usize {
-        self.queued.load(Ordering::Acquire)
+        self.queued.load(Ordering::Acquire) - (self.buf_len - self.buf.len())
     }
 
     /// True when nothing is waiting.

@@ -250,8 +250,10 @@ impl fmt::Display for Deadline {
 macro_rules! text_id {
     ($(#[$meta:meta])* $name:ident, max = $max:expr, check = $check:expr) => {
         $(#[$meta])*
+        ///
+        /// Cloning is a reference-count increment (the text is shared, never copied).
         #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-        pub struct $name(Box<str>);
+        pub struct $name(std::sync::Arc<str>);
 
         impl $name {
             /// Largest length in bytes.
@@ -325,7 +327,7 @@ macro_rules! text_id {
             type Error = InvalidId;
             fn try_from(value: String) -> Result<Self, InvalidId> {
                 Self::validate(&value)?;
-                Ok(Self(value.into_boxed_str()))
+                Ok(Self(value.into()))
             }
         }
 
