@@ -4,9 +4,9 @@
 #[cfg(loom)]
 pub use loom::sync::atomic;
 #[cfg(loom)]
-pub use loom::sync::{Arc, Mutex};
+pub use loom::sync::{Arc, Mutex, MutexGuard};
 
 #[cfg(not(loom))]
 pub use std::sync::atomic;
 #[cfg(not(loom))]
-pub use std::sync::{Arc, Mutex};
+pub use std::sync::{Arc, Mutex, MutexGuard};

@@ -197,13 +197,7 @@ impl<T: Send + 'static> PendingCall<T, CanYield> {
             let out = with_deadline(lane.rt(), fut, deadline).await;
             let (grant_tx, grant_rx) = oneshot::channel();
             lane.slot.set_grant(grant_tx);
-            let resumed = lane
-                .gate
-                .gate
-                .core
-                .lock()
-                .unwrap()
-                .handle_resume(lane.lane, inv);
+            let resumed = lane.gate.gate.lock().handle_resume(lane.lane, inv);
             match resumed {
                 Ok(()) => {
                     lane.rt()

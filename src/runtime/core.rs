@@ -281,6 +281,20 @@ pub struct GateCore<W, L> {
     next_invocation: u64,
     sealed: bool,
     ended: bool,
+    /// The batch taken by the right's holder, if one is outstanding (see [`GateCore::poll_turn_batch`]).
+    batch: Option<BatchInfo>,
+    /// An input arrived that the batch must not run ahead of (see [`GateCore::batch_preempted`]).
+    preempt: bool,
+}
+
+/// The outstanding batch: `extra` application records of `lane` taken behind the record with
+/// invocation `first`, which numbered `first + 1 ..= first + extra` in FIFO order.
+#[derive(Clone, Copy, Debug)]
+struct BatchInfo {
+    lane: LaneId,
+    first: u64,
+    first_bytes: u64,
+    extra: usize,
 }
 
 impl<W, L: Clone> GateCore<W, L> {
@@ -294,6 +308,8 @@ impl<W, L: Clone> GateCore<W, L> {
             next_invocation: 1,
             sealed: false,
             ended: false,
+            batch: None,
+            preempt: false,
         }
     }
 
@@ -351,6 +367,7 @@ impl<W, L: Clone> GateCore<W, L> {
     /// Remove a lane (the object ended or moved): its queued work is returned, its counters and
     /// debt are dropped (EG-7.5). A yielded record of it can no longer resume.
     pub fn remove_lane(&mut self, lane: LaneId) -> Vec<W> {
+        debug_assert!(self.batch.is_none(), "end the batch first");
         let Some(state) = self.lanes.get_mut(lane.0 as usize).and_then(Option::take) else {
             return Vec::new();
         };
@@ -439,9 +456,19 @@ impl<W, L: Clone> GateCore<W, L> {
         res.items += 1;
         res.bytes += bytes;
         fifo.push_back(Queued { bytes, item });
+        let mut readied = false;
         if !state.in_ready && state.claim.is_none() && !sealed && state.runnable() {
             state.in_ready = true;
             self.ready.push_back(ReadyEntry::Lane(lane));
+            readied = true;
+        }
+        if let Some(b) = &self.batch {
+            // EG-7.3: the next turn boundary must see this input. Another lane now waits in the
+            // ready set (it runs after the current record, as without a batch), or a lifecycle
+            // record of the batch's own lane must win the next lane decision.
+            if readied || (class == LaneClass::Lifecycle && b.lane == lane) {
+                self.preempt = true;
+            }
         }
         Ok(())
     }
@@ -451,9 +478,126 @@ impl<W, L: Clone> GateCore<W, L> {
         !self.ready.is_empty()
     }
 
+    /// [`GateCore::poll_turn`], then, if the turn is an application record of a lane that the
+    /// lane rules would pick again and again, take up to `max_extra` more of its application
+    /// records (in FIFO order) into `extra`, so the holder runs them one by one without taking
+    /// the core again: a *batch* (EG-9: several items per right, the budget still checked after
+    /// each). A batch is formed only when the result is exactly the sequence of turns the one-by-one
+    /// protocol would take if no input arrived meanwhile: nothing else is in the ready set, the
+    /// lane's lifecycle FIFO and Join results are empty, no barrier is active, the gate is not
+    /// sealed. Every input that could change that sequence ends the batch first (the driver's
+    /// quiesced lock, or [`GateCore::batch_preempted`] after an application submission), which
+    /// puts the records not started back at the front of the lane's application FIFO, where they
+    /// were ([`GateCore::handle_batch_end`]): so the next turn boundary sees the input (EG-7.3),
+    /// and seal, `return_pending` and end see every record not started (EG-4.1, EG-7.5).
+    ///
+    /// The extra records keep their reservations (EG-7.2) and are numbered `invocation + 1 ..`;
+    /// while the batch is outstanding the lane's claim stands for the record running now.
+    pub fn poll_turn_batch(
+        &mut self,
+        max_extra: usize,
+        extra: &mut VecDeque<(u64, W)>,
+    ) -> Option<Turn<W, L>> {
+        debug_assert!(self.batch.is_none(), "a batch is still outstanding");
+        let turn = self.poll_turn()?;
+        if let Turn::Run {
+            lane,
+            class: LaneClass::Application,
+            invocation,
+            ..
+        } = &turn
+        {
+            let (lane, first) = (*lane, *invocation);
+            let quiet = self.ready.is_empty() && !self.sealed && !self.ended;
+            if let Some(state) = self.lane_mut(lane).filter(|_| quiet && max_extra > 0) {
+                let n = max_extra.min(state.application.len());
+                if n > 0
+                    && state.lifecycle.is_empty()
+                    && state.join_results.is_empty()
+                    && state.barriers_active == 0
+                {
+                    let first_bytes = state.claim.map_or(0, |c| c.bytes);
+                    extra.extend(state.application.drain(..n).map(|q| (q.bytes, q.item)));
+                    self.next_invocation += n as u64;
+                    self.batch = Some(BatchInfo {
+                        lane,
+                        first,
+                        first_bytes,
+                        extra: n,
+                    });
+                    self.preempt = false;
+                }
+            }
+        }
+        Some(turn)
+    }
+
+    /// Whether a batch is outstanding.
+    pub fn batch_active(&self) -> bool {
+        self.batch.is_some()
+    }
+
+    /// The lane and the reservation bytes of the first record of the outstanding batch.
+    pub fn batch_first(&self) -> Option<(LaneId, u64)> {
+        self.batch.map(|b| (b.lane, b.first_bytes))
+    }
+
+    /// Whether an application or lifecycle submission since the batch was taken requires ending
+    /// it now (another lane became ready, or a lifecycle record arrived for the batch's lane).
+    pub fn batch_preempted(&self) -> bool {
+        self.batch.is_some() && self.preempt
+    }
+
+    /// Records of the outstanding batch reached their terminal: release their reservations now
+    /// (EG-7.2; `items` records, `bytes` reserved bytes), the batch goes on.
+    pub fn handle_batch_released(&mut self, items: usize, bytes: u64) {
+        let Some(b) = self.batch else { return };
+        if let Some(state) = self.lane_mut(b.lane) {
+            state.application_reserved.items -= items;
+            state.application_reserved.bytes -= bytes;
+        }
+    }
+
+    /// End the outstanding batch. `started` extra records were started (the last of them, or the
+    /// first record if `started == 0`, may still run: it keeps the lane's claim, with reservation
+    /// `current_bytes`); `released` = (count, bytes) of the records that reached their terminal
+    /// and were not yet released; `untaken` = the records not started, in FIFO order: they go back
+    /// to the front of the lane's application FIFO, where they were, and the invocation numbers
+    /// they had are handed out again (so the numbering is the one-by-one protocol's).
+    pub fn handle_batch_end(
+        &mut self,
+        started: usize,
+        current_bytes: u64,
+        released: (usize, u64),
+        untaken: impl DoubleEndedIterator<Item = (u64, W)>,
+    ) {
+        let Some(b) = self.batch.take() else { return };
+        self.preempt = false;
+        let Some(state) = self.lane_mut(b.lane) else {
+            return;
+        };
+        let mut back = 0;
+        for (bytes, item) in untaken.rev() {
+            state.application.push_front(Queued { bytes, item });
+            back += 1;
+        }
+        debug_assert_eq!(back + started, b.extra, "batch records lost");
+        state.application_reserved.items -= released.0;
+        state.application_reserved.bytes -= released.1;
+        let current = b.first + started as u64;
+        if let Some(c) = &mut state.claim {
+            if started > 0 {
+                c.invocation = current;
+                c.bytes = current_bytes;
+            }
+        }
+        self.next_invocation = current + 1;
+    }
+
     /// The one atomic lane decision at a turn boundary (EG-7.3): take the next ready entry; for a
     /// lane, choose its FIFO by [`LaneDecision`], pop the front record and claim the lane.
     pub fn poll_turn(&mut self) -> Option<Turn<W, L>> {
+        debug_assert!(self.batch.is_none(), "end the batch first");
         let cap = self.limits.lifecycle_turn_cap;
         while let Some(entry) = self.ready.pop_front() {
             match entry {
@@ -550,6 +694,7 @@ impl<W, L: Clone> GateCore<W, L> {
         lane: LaneId,
         invocation: u64,
     ) -> Result<bool, StaleCompletion> {
+        debug_assert!(self.batch.is_none(), "end the batch first");
         let limits = (self.limits.application_items, self.limits.lifecycle_items);
         let sealed = self.sealed;
         let state = self.lane_mut(lane).ok_or(StaleCompletion)?;
@@ -573,6 +718,7 @@ impl<W, L: Clone> GateCore<W, L> {
     /// The running record yielded (EG-3): the gate's turn ends, the lane keeps its claim and its
     /// reservation, so its next record does not run (EG-3.1).
     pub fn handle_yield(&mut self, lane: LaneId, invocation: u64) -> Result<(), StaleCompletion> {
+        debug_assert!(self.batch.is_none(), "end the batch first");
         let state = self.lane_mut(lane).ok_or(StaleCompletion)?;
         match &mut state.claim {
             Some(c) if c.invocation == invocation && c.state == ClaimState::Running => {
@@ -587,6 +733,7 @@ impl<W, L: Clone> GateCore<W, L> {
     /// ready set (EG-3, EG-16.8). Refused if the unit ended or was sealed meanwhile (EG-4.1); then
     /// the record's claim and reservation are released here and it must not run.
     pub fn handle_resume(&mut self, lane: LaneId, invocation: u64) -> Result<(), ResumeRefused> {
+        debug_assert!(self.batch.is_none(), "end the batch first");
         let (sealed, ended) = (self.sealed, self.ended);
         let state = self.lane_mut(lane).ok_or(ResumeRefused::Ended)?;
         let claim = match state.claim {
@@ -636,12 +783,14 @@ impl<W, L: Clone> GateCore<W, L> {
     /// Seal the unit for relocation (EG-4.1): no record starts any more (queued work stays for
     /// [`GateCore::handle_return_pending`]); queued resume records are refused and returned.
     pub fn handle_seal(&mut self) -> Vec<(LaneId, u64)> {
+        debug_assert!(self.batch.is_none(), "end the batch first");
         self.sealed = true;
         self.refuse_queued_resumes()
     }
 
     /// Lift a seal (relocation aborted): lanes with work become ready again.
     pub fn handle_unseal(&mut self) {
+        debug_assert!(self.batch.is_none(), "end the batch first");
         if !self.sealed {
             return;
         }
@@ -671,6 +820,7 @@ impl<W, L: Clone> GateCore<W, L> {
     /// dropped (EG-7.5); per-object queues are what lets the leftover work be split per object
     /// (EG-1.4). Records in flight, barriers and Join results stay.
     pub fn handle_return_pending(&mut self) -> Vec<Returned<W>> {
+        debug_assert!(self.batch.is_none(), "end the batch first");
         let overhead = self.limits.per_work_overhead;
         let mut out = Vec::new();
         for (i, slot) in self.lanes.iter_mut().enumerate() {
@@ -703,6 +853,7 @@ impl<W, L: Clone> GateCore<W, L> {
     /// End the gate (Spot ended, shutdown): refuse further work, refuse queued and future resumes,
     /// and return all queued work (to be failed by the driver).
     pub fn handle_end(&mut self) -> (Vec<W>, Vec<(LaneId, u64)>) {
+        debug_assert!(self.batch.is_none(), "end the batch first");
         self.ended = true;
         let refused = self.refuse_queued_resumes();
         let mut items = Vec::new();
@@ -725,6 +876,7 @@ impl<W, L: Clone> GateCore<W, L> {
 
     /// Counters of one lane.
     pub fn lane_stats(&self, lane: LaneId) -> Option<LaneStats> {
+        debug_assert!(self.batch.is_none(), "end the batch first");
         let s = self.lanes.get(lane.0 as usize)?.as_ref()?;
         Some(LaneStats {
             application_queued: s.application.len(),
@@ -759,6 +911,7 @@ impl<W, L: Clone> GateCore<W, L> {
     /// record of `lane` starts until its Join result arrives ([`GateCore::handle_join_result`]).
     /// The record in flight, if any, finishes.
     pub fn handle_barrier_activate(&mut self, lane: LaneId) {
+        debug_assert!(self.batch.is_none(), "end the batch first");
         if let Some(s) = self.lane_mut(lane) {
             s.barriers_inactive = s.barriers_inactive.saturating_sub(1);
             s.barriers_active += 1;
@@ -779,6 +932,7 @@ impl<W, L: Clone> GateCore<W, L> {
     /// With `None` the barrier lifts now. The item is handed back if no barrier is active (stale)
     /// or the lane is gone.
     pub fn handle_join_result(&mut self, lane: LaneId, item: Option<W>) -> Result<(), Option<W>> {
+        debug_assert!(self.batch.is_none(), "end the batch first");
         if self.ended {
             return Err(item);
         }

@@ -127,7 +127,7 @@ pub(crate) struct RtShared {
     pub next_object: AtomicU64,
 }
 
-pub(crate) type Job = Box<dyn FnOnce(TurnEnv) -> Handled<()> + Send>;
+pub(crate) use super::job::Job;
 pub(crate) type Gate = GateShared<Job, Arc<LaneHandle>>;
 
 /// A gate plus what the driver needs around it.
@@ -185,7 +185,7 @@ impl GateInner {
         kind: LaneKind,
         yield_allowed: bool,
     ) -> Result<Arc<LaneHandle>, RuntimeError> {
-        let mut core = self.gate.core.lock().unwrap();
+        let mut core = self.gate.lock();
         if core.is_ended() {
             return Err(Unavailable::Ended.into());
         }
@@ -209,7 +209,7 @@ impl GateInner {
 
     /// End the gate: refuse new work, fail queued work and waiting resumes.
     pub fn end(&self) {
-        let (items, refused) = self.gate.core.lock().unwrap().handle_end();
+        let (items, refused) = self.gate.lock().handle_end();
         drop(items);
         self.refuse_resumes(&refused);
     }
@@ -219,7 +219,7 @@ impl GateInner {
             return;
         }
         let handles: Vec<Arc<LaneHandle>> = {
-            let core = self.gate.core.lock().unwrap();
+            let core = self.gate.lock();
             refused
                 .iter()
                 .filter_map(|(l, _)| core.lane_data(*l))
@@ -310,13 +310,25 @@ impl LaneHandle {
         if self.rt().shutting_down.load(Ordering::Acquire) {
             return Err((Unavailable::ShutDown.into(), job));
         }
-        let r =
-            self.gate
-                .gate
-                .core
-                .lock()
-                .unwrap()
-                .handle_submit(self.lane, class, payload_len, job);
+        let r = {
+            let gate = &self.gate.gate;
+            let mut core = gate.lock_unquiesced();
+            let mut r = core.handle_submit(self.lane, class, payload_len, job);
+            if core.batch_active()
+                && matches!(&r, Err(e) if matches!(e.reason, SubmitRefusal::Admission(_)))
+            {
+                // exact admission (EG-7.1/7.2): records of the batch that reached their terminal
+                // return their reservations before the lane is called full
+                gate.release_batch_progress(&mut core);
+                if let Err(e) = r {
+                    r = core.handle_submit(self.lane, class, payload_len, e.item);
+                }
+            }
+            if r.is_ok() {
+                gate.after_submit(&mut core);
+            }
+            r
+        };
         match r {
             Ok(()) => {
                 if let Some(f) = self.gate.gate.word.try_acquire_after_submit() {
@@ -414,10 +426,11 @@ impl Barrier {
     /// Count the inactive barrier in the moving object's core. Called under the registering
     /// slot's `ext` lock (lock order: slot `ext`, then a gate core; never the reverse).
     fn register(&mut self) -> Result<(), RuntimeError> {
-        let core = &self.moving.gate.gate.core;
-        if !core
+        if !self
+            .moving
+            .gate
+            .gate
             .lock()
-            .unwrap()
             .handle_barrier_register(self.moving.lane)
         {
             return Err(Unavailable::Ended.into());
@@ -429,9 +442,10 @@ impl Barrier {
     /// The handler ended normally: the barrier now blocks the moving object's queue (EG-5.2).
     fn activate(mut self) -> (Arc<LaneHandle>, JoinOp) {
         self.registered = false;
-        let core = &self.moving.gate.gate.core;
-        core.lock()
-            .unwrap()
+        self.moving
+            .gate
+            .gate
+            .lock()
             .handle_barrier_activate(self.moving.lane);
         (self.moving.clone(), self.op.take().expect("activated once"))
     }
@@ -441,9 +455,10 @@ impl Drop for Barrier {
     fn drop(&mut self) {
         if self.registered {
             // EG-5.3: discarded, the Join never runs
-            let core = &self.moving.gate.gate.core;
-            core.lock()
-                .unwrap()
+            self.moving
+                .gate
+                .gate
+                .lock()
                 .handle_barrier_discard(self.moving.lane);
         }
     }
@@ -462,7 +477,7 @@ impl JoinDelivery {
             return;
         };
         let job: Option<Job> = match moving.completion.get().cloned() {
-            Some(cb) => Some(Box::new(move |env| cb(env, CompletionEvent::Join(result)))),
+            Some(cb) => Some(Job::new(move |env| cb(env, CompletionEvent::Join(result)))),
             None => {
                 tracing::warn!(
                     object = moving.object,
@@ -471,13 +486,7 @@ impl JoinDelivery {
                 None
             }
         };
-        let r = moving
-            .gate
-            .gate
-            .core
-            .lock()
-            .unwrap()
-            .handle_join_result(moving.lane, job);
+        let r = moving.gate.gate.lock().handle_join_result(moving.lane, job);
         match r {
             Ok(()) => {
                 if let Some(f) = moving.gate.gate.word.try_acquire() {
@@ -722,7 +731,7 @@ impl Future for YieldPoint {
 }
 
 fn run_job(job: Job, env: TurnEnv) -> Handled<()> {
-    catch_unwind(AssertUnwindSafe(move || job(env)))
+    catch_unwind(AssertUnwindSafe(move || job.run(env)))
         .unwrap_or(Handled::Now(Err(HandlerError::Panicked)))
 }
 
@@ -788,12 +797,7 @@ fn detach(
     invocation: u64,
     fut: BoxFuture<Result<(), HandlerError>>,
 ) {
-    let _ = gate
-        .gate
-        .core
-        .lock()
-        .unwrap()
-        .handle_yield(lane.lane, invocation);
+    let _ = gate.gate.lock().handle_yield(lane.lane, invocation);
     gate.rt.app.spawn(DOMAIN.scope(
         Domain::Application,
         continuation(gate.clone(), lane, invocation, fut),
@@ -825,12 +829,7 @@ async fn continuation(
                 return;
             }
             InlineEnd::Yielded(f) => {
-                let _ = gate
-                    .gate
-                    .core
-                    .lock()
-                    .unwrap()
-                    .handle_yield(lane.lane, invocation);
+                let _ = gate.gate.lock().handle_yield(lane.lane, invocation);
                 if let Some(done) = lane.slot.take_done() {
                     let _ = done.send(ContEnd::Yielded);
                 }
@@ -844,21 +843,69 @@ async fn continuation(
     }
 }
 
+/// Extra application records of one lane taken per turn boundary when the lane rules allow
+/// ([`super::core::GateCore::poll_turn_batch`]): the holder then takes the core once per batch
+/// instead of once per record.
+const BATCH_EXTRA: usize = 63;
+
+/// Run one record whose turn has started; `Some(result)` at its terminal, `None` if it yielded
+/// (detached: the claim stays, EG-3.1).
+async fn run_record(
+    gate: &Arc<GateInner>,
+    data: &Arc<LaneHandle>,
+    class: LaneClass,
+    invocation: u64,
+    item: Job,
+) -> Option<Result<(), HandlerError>> {
+    let env = TurnEnv {
+        lane: data.clone(),
+        invocation,
+        class,
+    };
+    match run_job(item, env) {
+        Handled::Now(r) => Some(r),
+        Handled::Later(fut) => {
+            // A record that awaits keeps the right for its whole continuation (EG-2.6) and may
+            // yield: end the batch first, so its records not started are back in the FIFO (seen
+            // by seal, return_pending, end) and the core's claim names this record.
+            drop(gate.gate.lock());
+            let end = Inline {
+                fut: Some(fut),
+                slot: &data.slot,
+            }
+            .await;
+            match end {
+                InlineEnd::Done(r) => Some(r),
+                InlineEnd::Yielded(fut) => {
+                    detach(gate, data.clone(), invocation, fut);
+                    None
+                }
+                InlineEnd::Aborted => Some(Err(HandlerError::Cancelled)),
+            }
+        }
+    }
+}
+
 async fn drain(gate: Arc<GateInner>, mut fence: Fence) {
     let clock = gate.rt.config.clock.clone();
     let budget = gate.rt.config.occupancy_budget;
-    let mut start = clock.now();
+    let mut start = clock.budget_start();
     // a finished record whose reservation is returned together with the next lane decision
     let mut finished: Option<(LaneId, u64)> = None;
     let mut idled = false;
+    // the buffer a batch is taken into (capacity reused)
+    let mut spare: std::collections::VecDeque<(u64, Job)> = std::collections::VecDeque::new();
     loop {
         let (next, room) = {
-            let mut core = gate.gate.core.lock().unwrap();
+            let g = &gate.gate;
+            let mut core = g.lock_unquiesced();
+            // the previous batch is exhausted, or was ended by an input: either way it is over
+            g.end_batch(&mut core);
             let room = match finished.take() {
                 Some((lane, inv)) => core.handle_turn_finished(lane, inv).unwrap_or(false),
                 None => false,
             };
-            (core.poll_turn(), room)
+            (g.poll_turn_batch(&mut core, BATCH_EXTRA, &mut spare), room)
         };
         if room || next.is_none() {
             gate.notify_space();
@@ -875,7 +922,7 @@ async fn drain(gate: Arc<GateInner>, mut fence: Fence) {
             None => match gate.gate.release_and_recheck() {
                 Some(f) => {
                     fence = f;
-                    start = clock.now();
+                    start = clock.budget_start();
                     idled = false;
                     continue;
                 }
@@ -889,33 +936,28 @@ async fn drain(gate: Arc<GateInner>, mut fence: Fence) {
                 item,
             }) => {
                 idled = false;
-                data.slot.begin(invocation, fence, gate.next_turn());
-                let env = TurnEnv {
-                    lane: data.clone(),
-                    invocation,
-                    class,
-                };
-                match run_job(item, env) {
-                    Handled::Now(r) => {
-                        end_record(&gate, &data, invocation, r);
+                let (mut invocation, mut item) = (invocation, item);
+                // the record, then the batch's next records while the batch goes on: each is
+                // its own turn (new turn number, own invocation and registration scope)
+                loop {
+                    data.slot.begin(invocation, fence, gate.next_turn());
+                    let Some(r) = run_record(&gate, &data, class, invocation, item).await else {
+                        break;
+                    };
+                    end_record(&gate, &data, invocation, r);
+                    // EG-9 / EG-7.4: budget checked after each handler, never pre-empting one
+                    if clock.budget_spent(&start, budget) {
                         finished = Some((lane, invocation));
+                        break;
                     }
-                    Handled::Later(fut) => {
-                        let end = Inline {
-                            fut: Some(fut),
-                            slot: &data.slot,
+                    match gate.gate.batch_next() {
+                        Some(next) => {
+                            invocation += 1;
+                            item = next;
                         }
-                        .await;
-                        match end {
-                            InlineEnd::Done(r) => {
-                                end_record(&gate, &data, invocation, r);
-                                finished = Some((lane, invocation));
-                            }
-                            InlineEnd::Yielded(fut) => detach(&gate, data, invocation, fut),
-                            InlineEnd::Aborted => {
-                                end_record(&gate, &data, invocation, Err(HandlerError::Cancelled));
-                                finished = Some((lane, invocation));
-                            }
+                        None => {
+                            finished = Some((lane, invocation));
+                            break;
                         }
                     }
                 }
@@ -948,25 +990,25 @@ async fn drain(gate: Arc<GateInner>, mut fence: Fence) {
             }
         }
         // EG-9 / EG-7.4: budget checked at the handler boundary, never pre-empting a handler.
-        if clock.now().saturating_duration_since(start) >= budget {
-            if let Some((lane, inv)) = finished.take() {
-                let _ = gate
-                    .gate
-                    .core
-                    .lock()
-                    .unwrap()
-                    .handle_turn_finished(lane, inv);
-                gate.notify_space();
+        if clock.budget_spent(&start, budget) {
+            {
+                let g = &gate.gate;
+                let mut core = g.lock_unquiesced();
+                g.end_batch(&mut core);
+                if let Some((lane, inv)) = finished.take() {
+                    let _ = core.handle_turn_finished(lane, inv);
+                }
             }
+            gate.notify_space();
             gate.gate.word.release();
             tokio::task::yield_now().await;
-            if !gate.gate.core.lock().unwrap().has_ready() {
+            if !gate.gate.lock_unquiesced().has_ready() {
                 return;
             }
             match gate.gate.word.try_acquire() {
                 Some(f) => {
                     fence = f;
-                    start = clock.now();
+                    start = clock.budget_start();
                 }
                 None => return,
             }

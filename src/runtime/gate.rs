@@ -22,11 +22,13 @@
 //!   `has_ready` and `try_acquire` again. Either the submitter's acquire sees the released word,
 //!   or the holder's re-check sees the admitted work: no work is stranded.
 
-use crate::sync::Mutex;
+use std::collections::VecDeque;
+
 use crate::sync::atomic::{AtomicU64, Ordering};
+use crate::sync::{Mutex, MutexGuard};
 
 use super::config::LaneLimits;
-use super::core::GateCore;
+use super::core::{GateCore, Turn};
 
 const HELD: u64 = 1;
 
@@ -88,11 +90,61 @@ impl Default for GateWord {
 }
 
 /// A gate: its word and the scheduling core of everything waiting behind it.
+///
+/// The core is reached through [`GateShared::lock`] (quiesced: no batch outstanding, the
+/// one-by-one state of the core) by every input except the two hot paths that take
+/// [`GateShared::lock_unquiesced`]: application submissions ([`GateShared::after_submit`] ends
+/// the batch when the core says the submission must be seen at the next turn boundary) and the
+/// right's holder ([`GateShared::poll_turn_batch`], [`GateShared::batch_next`]).
 pub struct GateShared<W, L> {
     /// The right.
     pub word: GateWord,
     /// Lanes and ready set (the lock protects enqueuers and the turn-boundary decision).
-    pub core: Mutex<GateCore<W, L>>,
+    core: Mutex<GateCore<W, L>>,
+    /// The records of the outstanding batch not yet started (lock order: `core`, then `batch`;
+    /// the holder takes `batch` alone, once per record, and never runs work while holding it).
+    batch: Mutex<BatchSlot<W>>,
+}
+
+/// The holder's progress through an outstanding batch ([`GateCore::poll_turn_batch`]).
+pub struct BatchSlot<W> {
+    /// Cleared when the batch is ended (by the holder or by an input that must not be overtaken).
+    active: bool,
+    /// Records not started, FIFO order, with their reserved bytes.
+    items: VecDeque<(u64, W)>,
+    /// Extra records started so far.
+    started: usize,
+    /// Reserved bytes of the record running now.
+    current_bytes: u64,
+    /// Records that reached their terminal, reservations not yet returned to the core: count,
+    /// bytes.
+    released: (usize, u64),
+}
+
+impl<W> BatchSlot<W> {
+    fn new() -> Self {
+        BatchSlot {
+            active: false,
+            items: VecDeque::new(),
+            started: 0,
+            current_bytes: 0,
+            released: (0, 0),
+        }
+    }
+
+    /// The record running now reached its terminal: the next record of the batch, if the batch
+    /// goes on (it is still active and not exhausted).
+    fn next(&mut self) -> Option<W> {
+        if !self.active {
+            return None;
+        }
+        let (bytes, item) = self.items.pop_front()?;
+        self.released.0 += 1;
+        self.released.1 += self.current_bytes;
+        self.started += 1;
+        self.current_bytes = bytes;
+        Some(item)
+    }
 }
 
 impl<W, L: Clone> GateShared<W, L> {
@@ -101,7 +153,85 @@ impl<W, L: Clone> GateShared<W, L> {
         GateShared {
             word: GateWord::new(),
             core: Mutex::new(GateCore::new(limits)),
+            batch: Mutex::new(BatchSlot::new()),
         }
+    }
+
+    /// Lock the core in its one-by-one state: an outstanding batch is ended first (its records
+    /// not started go back to the front of their FIFO, [`GateCore::handle_batch_end`]).
+    pub fn lock(&self) -> MutexGuard<'_, GateCore<W, L>> {
+        let mut core = self.core.lock().unwrap();
+        self.end_batch(&mut core);
+        core
+    }
+
+    /// Lock the core leaving an outstanding batch alone: only for application submissions
+    /// (followed by [`GateShared::after_submit`]) and for the right's holder.
+    pub fn lock_unquiesced(&self) -> MutexGuard<'_, GateCore<W, L>> {
+        self.core.lock().unwrap()
+    }
+
+    /// End the outstanding batch, if any.
+    pub fn end_batch(&self, core: &mut GateCore<W, L>) {
+        if !core.batch_active() {
+            return;
+        }
+        let mut slot = self.batch.lock().unwrap();
+        let slot = &mut *slot;
+        slot.active = false;
+        let released = std::mem::take(&mut slot.released);
+        core.handle_batch_end(
+            slot.started,
+            slot.current_bytes,
+            released,
+            slot.items.drain(..),
+        );
+    }
+
+    /// Return the reservations of the batch's records that reached their terminal (EG-7.2), so
+    /// an admission decision is exact; the batch goes on.
+    pub fn release_batch_progress(&self, core: &mut GateCore<W, L>) {
+        if !core.batch_active() {
+            return;
+        }
+        let released = std::mem::take(&mut self.batch.lock().unwrap().released);
+        core.handle_batch_released(released.0, released.1);
+    }
+
+    /// After an admitted submission (still under the lock): end the batch if the submission must
+    /// be seen at the next turn boundary ([`GateCore::batch_preempted`]).
+    pub fn after_submit(&self, core: &mut GateCore<W, L>) {
+        if core.batch_preempted() {
+            self.end_batch(core);
+        }
+    }
+
+    /// Holder side: [`GateCore::poll_turn_batch`] with up to `max_extra` extra records. `spare`
+    /// is an empty buffer the holder keeps between calls (its capacity is reused).
+    pub fn poll_turn_batch(
+        &self,
+        core: &mut GateCore<W, L>,
+        max_extra: usize,
+        spare: &mut VecDeque<(u64, W)>,
+    ) -> Option<Turn<W, L>> {
+        let turn = core.poll_turn_batch(max_extra, spare);
+        if let Some((_, first_bytes)) = core.batch_first() {
+            let mut slot = self.batch.lock().unwrap();
+            debug_assert!(slot.items.is_empty() && !slot.active);
+            std::mem::swap(&mut slot.items, spare);
+            slot.active = true;
+            slot.started = 0;
+            slot.current_bytes = first_bytes;
+            slot.released = (0, 0);
+        }
+        turn
+    }
+
+    /// Holder side, at the terminal of the record running now: the next record of the batch,
+    /// or `None` (no batch, exhausted, or ended by an input; the holder then goes back to the
+    /// core, ending the batch if it is still outstanding).
+    pub fn batch_next(&self) -> Option<W> {
+        self.batch.lock().unwrap().next()
     }
 
     /// Holder side: give the right back, then re-check the ready set. Returns a new right (and
@@ -109,7 +239,7 @@ impl<W, L: Clone> GateShared<W, L> {
     #[must_use]
     pub fn release_and_recheck(&self) -> Option<Fence> {
         self.word.release();
-        if self.core.lock().unwrap().has_ready() {
+        if self.lock_unquiesced().has_ready() {
             self.word.try_acquire()
         } else {
             None

@@ -21,6 +21,7 @@ pub mod core;
 mod driver;
 pub mod error;
 pub mod gate;
+mod job;
 pub mod policy;
 mod spot;
 pub mod status;
@@ -33,7 +34,7 @@ use bytes::Bytes;
 use crate::sync::Mutex;
 use crate::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-pub use config::{Clock, LaneLimits, ManualClock, RuntimeConfig, SystemClock};
+pub use config::{BudgetStart, Clock, LaneLimits, ManualClock, RuntimeConfig, SystemClock};
 pub use context::{CanYield, Ctx, Join, NoYield, PendingCall, SerialCtx, SpotWideCtx, YieldMode};
 pub use core::{LaneClass, LaneDecision, LaneStats};
 pub use driver::{

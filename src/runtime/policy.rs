@@ -88,15 +88,15 @@ impl Unit {
 
     pub fn seal(&self) {
         for g in self.gates() {
-            let refused = g.gate.core.lock().unwrap().handle_seal();
+            let refused = g.gate.lock().handle_seal();
             g.refuse_resumes(&refused);
         }
     }
 
     pub fn unseal(&self) {
         for g in self.gates() {
-            g.gate.core.lock().unwrap().handle_unseal();
-            if g.gate.core.lock().unwrap().has_ready() {
+            g.gate.lock().handle_unseal();
+            if g.gate.lock().has_ready() {
                 if let Some(f) = g.gate.word.try_acquire() {
                     g.kick(f);
                 }
@@ -107,7 +107,7 @@ impl Unit {
     pub fn return_pending(&self) -> Vec<PendingRecord> {
         let mut out = Vec::new();
         for g in self.gates() {
-            let mut core = g.gate.core.lock().unwrap();
+            let mut core = g.gate.lock();
             let items = core.handle_return_pending();
             out.extend(items.into_iter().map(|r| PendingRecord {
                 object: core.lane_data(r.lane).map_or(0, |l| l.object),
@@ -165,7 +165,7 @@ impl<P: LanePolicy, Y: YieldMode> SerialLane<P, Y> {
         self.lane.submit(
             LaneClass::Application,
             payload_len,
-            Box::new(move |env| f(Ctx::new(env))),
+            Job::new(move |env| f(Ctx::new(env))),
         )
     }
 
@@ -177,7 +177,7 @@ impl<P: LanePolicy, Y: YieldMode> SerialLane<P, Y> {
         self.lane.submit(
             LaneClass::Lifecycle,
             0,
-            Box::new(move |env| f(Ctx::new(env))),
+            Job::new(move |env| f(Ctx::new(env))),
         )
     }
 

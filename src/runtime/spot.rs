@@ -192,7 +192,7 @@ where
     M: Send + 'static,
     R: Send + 'static,
 {
-    Box::new(move |env| match call_handler::<M, R>(env, msg) {
+    Job::new(move |env| match call_handler::<M, R>(env, msg) {
         Handled::Now(r) => Handled::Now(r.map(drop)),
         Handled::Later(f) => Handled::Later(Box::pin(async move { f.await.map(drop) })),
     })
@@ -237,7 +237,7 @@ where
     M: Send + 'static,
     R: Send + 'static,
 {
-    Box::new(
+    Job::new(
         move |env| match catch_unwind(AssertUnwindSafe(|| call_handler::<M, R>(env, msg))) {
             Err(_) => Handled::Now(reply(tx, Err(HandlerError::Panicked))),
             Ok(Handled::Now(r)) => Handled::Now(reply(tx, r)),
@@ -298,7 +298,7 @@ impl<K: SpotKind> SpotRef<K> {
     }
 
     fn actor_gate(&self) -> Result<Arc<GateInner>, RuntimeError> {
-        if self.inner.gate.gate.core.lock().unwrap().is_ended() {
+        if self.inner.gate.gate.lock().is_ended() {
             return Err(Unavailable::Ended.into());
         }
         Ok(match K::LAYOUT {
@@ -312,7 +312,7 @@ impl<K: SpotKind> SpotRef<K> {
     }
 
     fn timer_gate(&self) -> Result<Arc<GateInner>, RuntimeError> {
-        if self.inner.gate.gate.core.lock().unwrap().is_ended() {
+        if self.inner.gate.gate.lock().is_ended() {
             return Err(Unavailable::Ended.into());
         }
         Ok(match K::LAYOUT {
@@ -379,7 +379,7 @@ impl<K: SpotKind> SpotRef<K> {
         a.lane.submit(
             LaneClass::Lifecycle,
             0,
-            Box::new(move |_env| {
+            Job::new(move |_env| {
                 let _ = tx.send(());
                 Handled::ok(())
             }),
@@ -429,7 +429,7 @@ impl<K: SpotKind> SpotRef<K> {
         self.inner.lane.submit(
             LaneClass::Application,
             len,
-            Box::new(move |env| match h(env, msg) {
+            Job::new(move |env| match h(env, msg) {
                 Handled::Now(r) => Handled::Now(r.map(drop)),
                 Handled::Later(f) => Handled::Later(Box::pin(async move { f.await.map(drop) })),
             }),
@@ -447,7 +447,7 @@ impl<K: SpotKind> SpotRef<K> {
         let submitted = self.inner.lane.submit(
             LaneClass::Application,
             len,
-            Box::new(move |env| match h(env, msg) {
+            Job::new(move |env| match h(env, msg) {
                 Handled::Now(r) => Handled::Now(reply(tx, r)),
                 Handled::Later(f) => Handled::Later(Box::pin(async move { reply(tx, f.await) })),
             }),
@@ -466,7 +466,7 @@ impl<K: SpotKind> SpotRef<K> {
     {
         self.inner
             .lane
-            .submit(LaneClass::Lifecycle, 0, Box::new(move |env| f(to_ctx(env))))
+            .submit(LaneClass::Lifecycle, 0, Job::new(move |env| f(to_ctx(env))))
     }
 
     /// Submit a lifecycle record to an actor's own lifecycle lane (EG-7.1).
@@ -476,7 +476,7 @@ impl<K: SpotKind> SpotRef<K> {
     {
         actor
             .lane
-            .submit(LaneClass::Lifecycle, 0, Box::new(move |env| f(to_ctx(env))))
+            .submit(LaneClass::Lifecycle, 0, Job::new(move |env| f(to_ctx(env))))
     }
 
     /// Submit application work to the Spot's own lane (a Spot handler job).
@@ -487,7 +487,7 @@ impl<K: SpotKind> SpotRef<K> {
         self.inner.lane.submit(
             LaneClass::Application,
             0,
-            Box::new(move |env| f(to_ctx(env))),
+            Job::new(move |env| f(to_ctx(env))),
         )
     }
 
@@ -515,9 +515,7 @@ impl<K: SpotKind> SpotRef<K> {
 pub(crate) fn lane_stats(lane: &LaneHandle) -> LaneStats {
     lane.gate
         .gate
-        .core
         .lock()
-        .unwrap()
         .lane_stats(lane.lane)
         .unwrap_or_default()
 }
@@ -572,8 +570,8 @@ where
         self.lane.submit(
             LaneClass::Lifecycle,
             0,
-            Box::new(move |_env| {
-                let items = lane.gate.gate.core.lock().unwrap().remove_lane(lane.lane);
+            Job::new(move |_env| {
+                let items = lane.gate.gate.lock().remove_lane(lane.lane);
                 drop(items);
                 Handled::ok(())
             }),
@@ -628,7 +626,7 @@ impl TimerRef {
     pub fn fire(&self) -> Result<(), RuntimeError> {
         let cb = self.callback.clone();
         self.lane
-            .submit(LaneClass::Application, 0, Box::new(move |env| cb(env)))
+            .submit(LaneClass::Application, 0, Job::new(move |env| cb(env)))
     }
 
     /// Fire every `period`, scheduled by the infrastructure domain, until the timer's gate ends.
