@@ -38,7 +38,8 @@ use crate::fxhash::FastMap;
 use crate::handshake::{Handshake, HandshakeFailure, LocalIdentity, Outcome};
 use crate::inbound::InboundSender;
 use crate::node::{
-    DownReason, Inbound, Origin, PeerEvent, PeerSlot, ReplyHandle, ReplyTarget, Response, Shared,
+    DownReason, Inbound, Origin, OutItem, Outbox, PeerEvent, PeerSlot, ReplyHandle, ReplyTarget,
+    Response, Shared,
 };
 use crate::tap::{TapDirection, WireTap};
 use crate::types::{LinkKind, NodeGeneration, NodeRid, SessionRid};
@@ -75,20 +76,8 @@ pub(crate) enum Command {
         frames: Parts,
         bytes: u64,
     },
-    /// Several one-way records to one peer, admitted together (one command, one doorbell).
-    SendBatch {
-        dest: Dest,
-        messages: Vec<Parts>,
-    },
-    Request {
-        node: Arc<NodeRid>,
-        generation: NodeGeneration,
-        corr: u64,
-        deadline: Instant,
-        frames: Parts,
-        bytes: u64,
-        waiter: Waiter,
-    },
+    /// A peer's outbox went from empty to non-empty: take everything in it, in order.
+    Flush(Arc<Outbox>),
     Reply {
         to: ReplyTarget,
         frames: Parts,
@@ -224,6 +213,8 @@ pub(crate) struct Engine {
     dirty: Vec<Arc<NodeRid>>,
     /// Reused buffer of the batch frame being built.
     batch_buf: Vec<u8>,
+    /// Reused buffer the items of an outbox are taken into.
+    outbox_buf: Vec<OutItem>,
     _ctx: zmq::Context,
 }
 
@@ -432,6 +423,7 @@ impl Engine {
                 memo: DecodeMemo::default(),
                 dirty: Vec::new(),
                 batch_buf: Vec::new(),
+                outbox_buf: Vec::new(),
                 _ctx: ctx,
             },
             bound,
@@ -560,54 +552,51 @@ impl Engine {
                     corr: 0,
                 },
             ),
-            Command::SendBatch { dest, messages } => {
-                for frames in messages {
-                    let bytes = frames.iter().map(|f| f.len() as u64).sum();
-                    self.send_app(
-                        dest.clone(),
-                        Out {
+            Command::Flush(outbox) => {
+                let mut items = std::mem::take(&mut self.outbox_buf);
+                outbox.take_into(&mut items);
+                let mut items_iter = items.drain(..);
+                while let Some(item) = items_iter.next() {
+                    match item {
+                        OutItem::Send { frames, bytes } => {
+                            // A run of one-way records: one peer lookup for the run.
+                            let mut run =
+                                std::iter::once((frames, bytes)).chain(std::iter::from_fn(|| {
+                                    let next = items_iter.as_slice().first()?;
+                                    if !matches!(next, OutItem::Send { .. }) {
+                                        return None;
+                                    }
+                                    match items_iter.next() {
+                                        Some(OutItem::Send { frames, bytes }) => {
+                                            Some((frames, bytes))
+                                        }
+                                        _ => None,
+                                    }
+                                }));
+                            self.queue_sends(&outbox, &mut run);
+                        }
+                        OutItem::Request {
+                            corr,
+                            deadline,
                             frames,
-                            bytes: Some(bytes),
-                            corr: 0,
-                        },
-                    );
+                            bytes,
+                            waiter,
+                        } => self.start_request(
+                            outbox.node.clone(),
+                            outbox.generation,
+                            corr,
+                            deadline,
+                            Out {
+                                frames,
+                                bytes: Some(bytes),
+                                corr,
+                            },
+                            waiter,
+                        ),
+                    }
                 }
-            }
-            Command::Request {
-                node,
-                generation,
-                corr,
-                deadline,
-                frames,
-                bytes,
-                waiter,
-            } => {
-                let current = self
-                    .peers
-                    .get(&node)
-                    .filter(|p| p.up && p.generation == Some(generation))
-                    .is_some();
-                if !current {
-                    self.release_peer_budget(&node, bytes);
-                    let _ = waiter.send(Err(RequestError::PeerLost));
-                    return;
-                }
-                if let Err(w) =
-                    self.corr
-                        .register(corr, (node.clone(), generation), deadline, waiter)
-                {
-                    self.release_peer_budget(&node, bytes);
-                    let _ = w.send(Err(RequestError::Closed));
-                    return;
-                }
-                self.send_app(
-                    Dest::Peer { node, generation },
-                    Out {
-                        frames,
-                        bytes: Some(bytes),
-                        corr,
-                    },
-                );
+                drop(items_iter);
+                self.outbox_buf = items;
             }
             Command::Reply { to, frames } => self.send_reply(to, frames),
             Command::Cancel { corr } => {
@@ -617,6 +606,69 @@ impl Engine {
             }
             Command::Shutdown => self.running = false,
         }
+    }
+
+    /// Queues a run of admitted one-way records of `outbox`'s lifecycle (transmitted at the end
+    /// of the pass, like [`Engine::send_app`]): one peer lookup for the whole run. Records of
+    /// a lifecycle that ended are discarded, their budget released, each counted `PeerLost`.
+    fn queue_sends(&mut self, outbox: &Outbox, run: &mut dyn Iterator<Item = (Parts, u64)>) {
+        let node = &outbox.node;
+        let Some(p) = self
+            .peers
+            .get_mut(&**node)
+            .filter(|p| p.up && p.generation == Some(outbox.generation))
+        else {
+            for (_, bytes) in run {
+                outbox.budget.release(bytes);
+                self.shared.counters.drop(DropReason::PeerLost, node);
+            }
+            return;
+        };
+        let was_empty = p.queue.is_empty();
+        for (frames, bytes) in run {
+            p.queue.push_back(Out {
+                frames,
+                bytes: Some(bytes),
+                corr: 0,
+            });
+        }
+        if was_empty && !p.queue.is_empty() {
+            self.dirty.push(node.clone());
+        }
+    }
+
+    /// Registers a request in the correlation table (its deadline and waiter live here from
+    /// now on) and queues it like relay data; a request for a lifecycle that already ended
+    /// ends at once with `PeerLost`.
+    fn start_request(
+        &mut self,
+        node: Arc<NodeRid>,
+        generation: NodeGeneration,
+        corr: u64,
+        deadline: Instant,
+        out: Out,
+        waiter: Waiter,
+    ) {
+        let bytes = out.bytes.unwrap_or(0);
+        let current = self
+            .peers
+            .get(&node)
+            .filter(|p| p.up && p.generation == Some(generation))
+            .is_some();
+        if !current {
+            self.release_peer_budget(&node, bytes);
+            let _ = waiter.send(Err(RequestError::PeerLost));
+            return;
+        }
+        if let Err(w) = self
+            .corr
+            .register(corr, (node.clone(), generation), deadline, waiter)
+        {
+            self.release_peer_budget(&node, bytes);
+            let _ = w.send(Err(RequestError::Closed));
+            return;
+        }
+        self.send_app(Dest::Peer { node, generation }, out);
     }
 
     /// True if `corr` is a request that must not be transmitted any more: it already reached
@@ -1283,10 +1335,11 @@ impl Engine {
                 {
                     p.up = true;
                     p.next_ping = now + self.cfg.liveness.ping_interval;
+                    let shared_node = Arc::new(node.clone());
                     let slot = PeerSlot {
-                        node: Arc::new(node.clone()),
                         generation: id.generation,
                         budget: p.budget.clone(),
+                        outbox: Arc::new(Outbox::new(shared_node, id.generation, p.budget.clone())),
                     };
                     self.shared.set_peer(node.clone(), Some(slot));
                     self.shared.counters.event(TransportEvent::PeerUp);

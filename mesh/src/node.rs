@@ -8,7 +8,7 @@
 
 use crate::fxhash::FastMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -122,10 +122,73 @@ pub struct Response {
 
 #[derive(Clone, Debug)]
 pub(crate) struct PeerSlot {
-    /// The peer's id, shared (cloning it per send is an atomic increment, no allocation).
-    pub node: Arc<NodeRid>,
     pub generation: NodeGeneration,
     pub budget: Arc<Budget>,
+    /// Relay data of this lifecycle on its way to the I/O thread.
+    pub outbox: Arc<Outbox>,
+}
+
+/// One admitted relay record on its way to the I/O thread.
+pub(crate) enum OutItem {
+    /// A one-way record.
+    Send { frames: Parts, bytes: u64 },
+    /// A request: registered in the correlation table when the I/O thread takes it.
+    Request {
+        corr: u64,
+        deadline: Instant,
+        frames: Parts,
+        bytes: u64,
+        waiter: crate::engine::Waiter,
+    },
+}
+
+/// The relay records of one peer lifecycle, admitted and waiting for the I/O thread, in send
+/// order. A sender appends under a short lock and submits [`Command::Flush`] only when the
+/// outbox was empty, so a burst of sends costs one command and one doorbell check instead of
+/// one per record; the I/O thread takes everything at once. One outbox carries one-way
+/// records and requests alike, so the order of a peer's relay records is the order in which
+/// their sends were admitted (EG-4).
+pub(crate) struct Outbox {
+    pub node: Arc<NodeRid>,
+    pub generation: NodeGeneration,
+    /// The peer's outbound budget (the same as its slot's).
+    pub budget: Arc<Budget>,
+    items: Mutex<Vec<OutItem>>,
+}
+
+impl std::fmt::Debug for Outbox {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Outbox")
+            .field("node", &self.node)
+            .field("generation", &self.generation)
+            .finish()
+    }
+}
+
+impl Outbox {
+    pub(crate) fn new(node: Arc<NodeRid>, generation: NodeGeneration, budget: Arc<Budget>) -> Self {
+        Self {
+            node,
+            generation,
+            budget,
+            items: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Appends `items` in order; true if the outbox was empty (the caller submits a Flush).
+    pub(crate) fn push(&self, items: impl IntoIterator<Item = OutItem>) -> bool {
+        let mut g = self.items.lock().unwrap_or_else(|e| e.into_inner());
+        let was_empty = g.is_empty();
+        g.extend(items);
+        was_empty
+    }
+
+    /// Takes everything (I/O thread): swaps with `into`, which must be empty, so both
+    /// vectors keep their capacity.
+    pub(crate) fn take_into(&self, into: &mut Vec<OutItem>) {
+        let mut g = self.items.lock().unwrap_or_else(|e| e.into_inner());
+        std::mem::swap(&mut *g, into);
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -159,6 +222,15 @@ impl Shared {
             .unwrap_or_else(|e| e.into_inner())
             .get(node)
             .cloned()
+    }
+
+    /// Runs `f` on `node`'s slot under the read lock (no clone of the slot).
+    pub(crate) fn with_peer<R>(&self, node: &NodeRid, f: impl FnOnce(&PeerSlot) -> R) -> Option<R> {
+        self.peers
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(node)
+            .map(f)
     }
 
     pub(crate) fn set_peer(&self, node: NodeRid, slot: Option<PeerSlot>) {
@@ -488,8 +560,65 @@ impl MeshNode {
         }
     }
 
-    fn admit_peer(&self, to: &NodeRid) -> Result<PeerSlot, SendError> {
-        self.shared.peer_slot(to).ok_or(SendError::Unavailable)
+    /// Admits `n` records of `bytes` in total against `to`'s outbound budget (all or nothing,
+    /// waiting at most `timeout`) and appends `items` to the peer's outbox, submitting a Flush
+    /// when it was empty. A failed admission appends nothing, so it is never delivered later.
+    /// Fast path (room in the budget): one read lock, no clone of the peer's slot.
+    async fn enqueue<I: IntoIterator<Item = OutItem>>(
+        &self,
+        to: &NodeRid,
+        n: u64,
+        bytes: u64,
+        timeout: Duration,
+        items: I,
+    ) -> Result<(), SendError> {
+        if self.shared.closed.load(Ordering::Acquire) {
+            return Err(SendError::Closed);
+        }
+        let fast = self.shared.with_peer(to, |slot| {
+            if slot.budget.try_reserve_n(n, bytes) {
+                Ok(slot.outbox.push(items).then(|| slot.outbox.clone()))
+            } else {
+                Err((items, slot.clone()))
+            }
+        });
+        match fast.ok_or(SendError::Unavailable)? {
+            Ok(None) => Ok(()),
+            Ok(Some(outbox)) => self.flush_outbox(outbox, n, bytes),
+            // Boxed: the waiting path is rare, and inline it would make every send's future
+            // (moved on each poll) several times larger.
+            Err((items, slot)) => {
+                Box::pin(self.enqueue_waiting(slot, n, bytes, timeout, items)).await
+            }
+        }
+    }
+
+    /// Admission when the budget is exhausted: waits at most `timeout` for room.
+    async fn enqueue_waiting<I: IntoIterator<Item = OutItem>>(
+        &self,
+        slot: PeerSlot,
+        n: u64,
+        bytes: u64,
+        timeout: Duration,
+        items: I,
+    ) -> Result<(), SendError> {
+        slot.budget
+            .reserve_n(n, bytes, timeout)
+            .await
+            .map_err(|e| SendError::DeadlineExceeded(e.waited))?;
+        if slot.outbox.push(items) {
+            self.flush_outbox(slot.outbox, n, bytes)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Tells the I/O thread that `outbox` has records (it was empty before this send).
+    fn flush_outbox(&self, outbox: Arc<Outbox>, n: u64, bytes: u64) -> Result<(), SendError> {
+        let budget = outbox.budget.clone();
+        self.shared
+            .submit(Command::Flush(outbox))
+            .inspect_err(|_| budget.release_n(n, bytes))
     }
 
     /// Sends a one-way application record (any spec record or 147/160 without correlation)
@@ -521,38 +650,30 @@ impl MeshNode {
         key: DispatchKey,
         payloads: impl IntoIterator<Item = Bytes>,
     ) -> Result<(), SendError> {
-        let mut messages = Vec::new();
+        let mut items = Vec::new();
         let mut total = 0u64;
         for p in payloads {
             let frames = one_way_parts(key, p)?;
-            total += self.shared.check_size(&frames)?;
-            messages.push(frames);
+            let bytes = self.shared.check_size(&frames)?;
+            total += bytes;
+            items.push(OutItem::Send { frames, bytes });
         }
-        if messages.is_empty() {
+        if items.is_empty() {
             return Ok(());
         }
-        let slot = self.admit_peer(to)?;
-        let n = messages.len() as u64;
-        let limit = slot.budget.limit();
+        let n = items.len() as u64;
+        let limit = self
+            .shared
+            .with_peer(to, |slot| slot.budget.limit())
+            .ok_or(SendError::Unavailable)?;
         if n > limit.messages || (n > 1 && total > limit.bytes) {
             return Err(SendError::TooLarge {
-                size: messages.len(),
+                size: items.len(),
                 max: limit.messages as usize,
             });
         }
-        slot.budget
-            .reserve_n(n, total, self.shared.send_timeout)
+        self.enqueue(to, n, total, self.shared.send_timeout, items)
             .await
-            .map_err(|e| SendError::DeadlineExceeded(e.waited))?;
-        self.shared
-            .submit(Command::SendBatch {
-                dest: Dest::Peer {
-                    node: slot.node.clone(),
-                    generation: slot.generation,
-                },
-                messages,
-            })
-            .inspect_err(|_| slot.budget.release_n(n, total))
     }
 
     /// Sends a one-way 147 record with `key` and `payload`.
@@ -571,21 +692,14 @@ impl MeshNode {
     /// hand-off fails, so a send that failed admission is never delivered later.
     async fn send_frames(&self, to: &NodeRid, frames: Parts) -> Result<(), SendError> {
         let bytes = self.shared.check_size(&frames)?;
-        let slot = self.admit_peer(to)?;
-        slot.budget
-            .reserve(bytes, self.shared.send_timeout)
-            .await
-            .map_err(|e| SendError::DeadlineExceeded(e.waited))?;
-        self.shared
-            .submit(Command::Send {
-                dest: Dest::Peer {
-                    node: slot.node.clone(),
-                    generation: slot.generation,
-                },
-                frames,
-                bytes,
-            })
-            .inspect_err(|_| slot.budget.release(bytes))
+        self.enqueue(
+            to,
+            1,
+            bytes,
+            self.shared.send_timeout,
+            [OutItem::Send { frames, bytes }],
+        )
+        .await
     }
 
     /// Sends a request record (any record whose command takes a correlation: 38, 42, 144,
@@ -610,24 +724,16 @@ impl MeshNode {
         let frames =
             codec::encode(&record, corr, payload).map_err(|e| SendError::Encode(e.to_string()))?;
         let bytes = self.shared.check_size(&frames)?;
-        let slot = self.admit_peer(to)?;
-        slot.budget
-            .reserve(bytes, self.shared.send_timeout.min(timeout))
-            .await
-            .map_err(|e| SendError::DeadlineExceeded(e.waited))?;
         let (tx, rx) = oneshot::channel();
-        if let Err(e) = self.shared.submit(Command::Request {
-            node: slot.node.clone(),
-            generation: slot.generation,
+        let item = OutItem::Request {
             corr,
             deadline,
             frames,
             bytes,
             waiter: tx,
-        }) {
-            slot.budget.release(bytes);
-            return Err(e.into());
-        }
+        };
+        self.enqueue(to, 1, bytes, self.shared.send_timeout.min(timeout), [item])
+            .await?;
         let mut guard = CancelGuard {
             shared: &self.shared,
             corr,
@@ -698,33 +804,53 @@ impl Drop for MeshNode {
     }
 }
 
+/// Most distinct dispatch keys whose one-way envelope is kept for the life of the process.
+const MAX_STATIC_ENVELOPES: usize = 4096;
+
+/// One-way (147) envelopes by key, encoded once per process and never freed (at most
+/// [`MAX_STATIC_ENVELOPES`] keys of ~14 bytes; keys come from local code, not the network).
+/// A 147 envelope depends only on its key, so every send with that key shares one static
+/// buffer: no reference count is touched per record by the sender and the I/O thread.
+static STATIC_ENVELOPES: Mutex<Option<FastMap<u32, &'static [u8]>>> = Mutex::new(None);
+
 thread_local! {
-    /// The last one-way (147) envelope encoded on this thread. A 147 envelope depends only on
-    /// its key (no correlation, no other field), so a run of sends with the same key encodes
-    /// it once and shares it (a reference count, no allocation per send).
-    static ONE_WAY_ENVELOPE: std::cell::RefCell<Option<(DispatchKey, Bytes)>> =
-        const { std::cell::RefCell::new(None) };
+    /// The last one-way envelope used on this thread (no lock in steady state).
+    static ONE_WAY_ENVELOPE: std::cell::Cell<Option<(DispatchKey, &'static [u8])>> =
+        const { std::cell::Cell::new(None) };
+}
+
+fn static_envelope(key: DispatchKey, envelope: &[u8]) -> Option<&'static [u8]> {
+    let mut g = STATIC_ENVELOPES.lock().unwrap_or_else(|e| e.into_inner());
+    let map = g.get_or_insert_with(FastMap::default);
+    if let Some(e) = map.get(&key.get()) {
+        return Some(e);
+    }
+    if map.len() >= MAX_STATIC_ENVELOPES {
+        return None;
+    }
+    let kept: &'static [u8] = Box::leak(envelope.to_vec().into_boxed_slice());
+    map.insert(key.get(), kept);
+    Some(kept)
 }
 
 /// The parts of a one-way 147 record with `key` and `payload`, byte-identical to
 /// `codec::encode(&Record::OneWay(..), 0, Some(payload))`.
 fn one_way_parts(key: DispatchKey, payload: Bytes) -> Result<Parts, SendError> {
-    ONE_WAY_ENVELOPE.with(|cache| {
-        let mut cache = cache.borrow_mut();
-        if let Some((k, envelope)) = cache.as_ref()
-            && *k == key
-        {
-            return Ok(Parts::new(envelope.clone(), Some(payload)));
-        }
-        let parts = codec::encode(
-            &Record::OneWay(zlink_wire::OneWay { key }),
-            0,
-            Some(payload),
-        )
-        .map_err(|e| SendError::Encode(e.to_string()))?;
-        *cache = Some((key, parts[0].clone()));
-        Ok(parts)
-    })
+    if let Some((k, envelope)) = ONE_WAY_ENVELOPE.with(std::cell::Cell::get)
+        && k == key
+    {
+        return Ok(Parts::new(Bytes::from_static(envelope), Some(payload)));
+    }
+    let parts = codec::encode(
+        &Record::OneWay(zlink_wire::OneWay { key }),
+        0,
+        Some(payload),
+    )
+    .map_err(|e| SendError::Encode(e.to_string()))?;
+    if let Some(envelope) = static_envelope(key, &parts[0]) {
+        ONE_WAY_ENVELOPE.with(|c| c.set(Some((key, envelope))));
+    }
+    Ok(parts)
 }
 
 struct CancelGuard<'a> {
