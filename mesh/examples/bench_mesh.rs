@@ -7,7 +7,8 @@
 //! Args: `[oneway_msgs] [rtt_samples]` (defaults 1,000,000 and 10,000; `rtt_samples` 0 skips
 //! the latency and memory parts). Knobs for experiments: `BENCH_ONLY_MESH=1` (skip raw),
 //! `BENCH_ONLY_RAW=1` (only the raw one-way runs: instruction counts of the baseline),
-//! `BENCH_WINDOW=<msgs>` (receive window and budget), `BENCH_INBOUND=<records>`, `BENCH_SPIN=<yields>`.
+//! `BENCH_WINDOW=<msgs>` (receive window and budget), `BENCH_INBOUND=<records>`, `BENCH_SPIN=<yields>`,
+//! `BENCH_BATCH=<records>` (most records per batch frame; 1 = batching off).
 
 use std::time::{Duration, Instant};
 
@@ -125,6 +126,12 @@ fn cfg(node: &str) -> MeshConfig {
         .and_then(|v| v.parse().ok())
     {
         c.io_spin_yields = w;
+    }
+    if let Some(b) = std::env::var("BENCH_BATCH")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        c.batching.max_records = b;
     }
     if let Some(w) = std::env::var("BENCH_INBOUND")
         .ok()
