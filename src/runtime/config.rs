@@ -269,3 +269,38 @@ impl fmt::Debug for RuntimeConfig {
             .finish_non_exhaustive()
     }
 }
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    // spec: EG-9, EG-7.4 — the cycle-counter guard of `SystemClock` never changes the answer of
+    // the budget check: whenever the clock says the budget has passed, the check says so too,
+    // and it never says so before. Budgets are placed just below and just above the elapsed
+    // time, where the guard has to fall back to the clock; the first 2 ms teach it a rate.
+    #[test]
+    fn system_clock_budget_check_is_exact() {
+        let c = SystemClock;
+        let start = c.budget_start();
+        let mut checks = 0u32;
+        while start.instant().elapsed() < Duration::from_millis(20) {
+            let near = start.instant().elapsed();
+            for delta in [0u64, 1, 5, 20, 100] {
+                let d = Duration::from_micros(delta);
+                for b in [near.saturating_sub(d), near + d, Duration::from_secs(3600)] {
+                    let before = start.instant().elapsed();
+                    let spent = c.budget_spent(&start, b);
+                    let after = start.instant().elapsed();
+                    if before >= b {
+                        assert!(spent, "budget {b:?} passed ({before:?}) but not reported");
+                    }
+                    if after < b {
+                        assert!(!spent, "budget {b:?} reported spent at {after:?}");
+                    }
+                    checks += 1;
+                }
+            }
+        }
+        assert!(checks > 0);
+    }
+}

@@ -124,9 +124,13 @@ struct Reservation {
     bytes: u64,
 }
 
-struct Queued<W> {
-    bytes: u64,
-    item: W,
+/// A queued record: its work and the bytes it reserved (payload + fixed cost, EG-7.1).
+#[derive(Debug)]
+pub struct Queued<W> {
+    /// Reserved bytes, returned at the record's terminal (EG-7.2).
+    pub bytes: u64,
+    /// The work.
+    pub item: W,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -496,7 +500,7 @@ impl<W, L: Clone> GateCore<W, L> {
     pub fn poll_turn_batch(
         &mut self,
         max_extra: usize,
-        extra: &mut VecDeque<(u64, W)>,
+        extra: &mut VecDeque<Queued<W>>,
     ) -> Option<Turn<W, L>> {
         debug_assert!(self.batch.is_none(), "a batch is still outstanding");
         let turn = self.poll_turn()?;
@@ -517,7 +521,12 @@ impl<W, L: Clone> GateCore<W, L> {
                     && state.barriers_active == 0
                 {
                     let first_bytes = state.claim.map_or(0, |c| c.bytes);
-                    extra.extend(state.application.drain(..n).map(|q| (q.bytes, q.item)));
+                    if n == state.application.len() && extra.is_empty() {
+                        // the whole FIFO: hand the buffers over instead of moving each record
+                        std::mem::swap(&mut state.application, extra);
+                    } else {
+                        extra.extend(state.application.drain(..n));
+                    }
                     self.next_invocation += n as u64;
                     self.batch = Some(BatchInfo {
                         lane,
@@ -569,7 +578,7 @@ impl<W, L: Clone> GateCore<W, L> {
         started: usize,
         current_bytes: u64,
         released: (usize, u64),
-        untaken: impl DoubleEndedIterator<Item = (u64, W)>,
+        untaken: impl DoubleEndedIterator<Item = Queued<W>>,
     ) {
         let Some(b) = self.batch.take() else { return };
         self.preempt = false;
@@ -577,8 +586,8 @@ impl<W, L: Clone> GateCore<W, L> {
             return;
         };
         let mut back = 0;
-        for (bytes, item) in untaken.rev() {
-            state.application.push_front(Queued { bytes, item });
+        for q in untaken.rev() {
+            state.application.push_front(q);
             back += 1;
         }
         debug_assert_eq!(back + started, b.extra, "batch records lost");
@@ -1067,6 +1076,74 @@ mod tests {
         c.handle_barrier_discard(l);
         c.handle_submit(l, LaneClass::Application, 0, 4).unwrap();
         assert_eq!(run(&mut c).unwrap().2, 4);
+    }
+
+    // spec: EG-9, EG-7.2, EG-7.3, EG-6.4 — a batch is the one-by-one sequence of turns: the extra
+    // records keep their reservations; ending it after one extra record started puts the others
+    // back at the front of the FIFO in order, the claim names the record in flight, and the
+    // invocation numbers continue as if no batch had been taken.
+    #[test]
+    fn batch_end_restores_the_one_by_one_state() {
+        let mut c = core();
+        let l = c.add_lane(()).unwrap();
+        for i in 1..=5 {
+            c.handle_submit(l, LaneClass::Application, 10, i).unwrap();
+        }
+        let mut extra = VecDeque::new();
+        let Some(Turn::Run {
+            invocation, item, ..
+        }) = c.poll_turn_batch(3, &mut extra)
+        else {
+            panic!("no turn")
+        };
+        assert_eq!(item, 1);
+        let taken: Vec<u32> = extra.iter().map(|q| q.item).collect();
+        assert_eq!(taken, [2, 3, 4]);
+        assert!(c.batch_active());
+        // an application record of the batch's own lane does not end it; a lifecycle one does
+        c.handle_submit(l, LaneClass::Application, 10, 6).unwrap();
+        assert!(!c.batch_preempted());
+        c.handle_submit(l, LaneClass::Lifecycle, 0, 100).unwrap();
+        assert!(c.batch_preempted());
+        // record 1 ended, record 2 started (in flight); 3 and 4 not started
+        let two = extra.pop_front().unwrap();
+        assert_eq!(two.item, 2);
+        let b = two.bytes;
+        c.handle_batch_end(1, b, (1, b), extra.drain(..));
+        assert!(!c.batch_active());
+        let s = c.lane_stats(l).unwrap();
+        assert_eq!(s.application_queued, 4, "3, 4 back at the front, then 5, 6");
+        assert_eq!(
+            s.application_reserved_items, 5,
+            "2 in flight, 3 to 6 queued"
+        );
+        assert!(s.claimed);
+        assert_eq!(c.handle_turn_finished(l, invocation), Err(StaleCompletion));
+        c.handle_turn_finished(l, invocation + 1).unwrap();
+        // lifecycle first at the next boundary, then the FIFO in order, numbering continued
+        let order: Vec<(u32, u64)> = std::iter::from_fn(|| match c.poll_turn()? {
+            Turn::Run {
+                lane,
+                invocation,
+                item,
+                ..
+            } => {
+                c.handle_turn_finished(lane, invocation).unwrap();
+                Some((item, invocation))
+            }
+            Turn::Resume { .. } => None,
+        })
+        .collect();
+        let n = invocation;
+        assert_eq!(
+            order,
+            [(100, n + 2), (3, n + 3), (4, n + 4), (5, n + 5), (6, n + 6)]
+        );
+        let s = c.lane_stats(l).unwrap();
+        assert_eq!(
+            (s.application_reserved_items, s.application_reserved_bytes),
+            (0, 0)
+        );
     }
 
     // spec: EG-4.1

@@ -25,7 +25,7 @@ use crate::sync::Mutex;
 use crate::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering};
 
 use super::config::RuntimeConfig;
-use super::core::{LaneClass, LaneId, SubmitRefusal, Turn};
+use super::core::{LaneClass, LaneId, Queued, SubmitRefusal, Turn};
 use super::error::{HandlerError, InvalidOperation, RuntimeError, Unavailable};
 use super::gate::{Fence, GateShared};
 use super::status::StatusBus;
@@ -554,21 +554,22 @@ impl Slot {
         self.invocation.store(invocation, Ordering::Release);
     }
 
-    /// Close the registration scope; return the record's after-work and barriers.
-    fn end(&self, invocation: u64) -> (Vec<AfterWork>, Vec<Barrier>) {
+    /// Close the registration scope; return the record's after-work and barriers (`None`: it
+    /// registered none, or the scope was already closed).
+    fn end(&self, invocation: u64) -> Option<(Vec<AfterWork>, Vec<Barrier>)> {
         if self
             .invocation
             .compare_exchange(invocation, 0, Ordering::AcqRel, Ordering::Acquire)
             .is_err()
         {
-            return (Vec::new(), Vec::new());
+            return None;
         }
         self.holding.store(false, Ordering::Release);
         self.signal.store(SIGNAL_NONE, Ordering::Release);
         // registrations happen under `ext` after an `in_scope` check; one that raced with the CAS
         // above is tagged with this invocation and is either seen here or discarded later
         if !self.extras.load(Ordering::SeqCst) {
-            return (Vec::new(), Vec::new());
+            return None;
         }
         let mut ext = self.ext.lock().unwrap();
         self.extras.store(false, Ordering::SeqCst);
@@ -582,7 +583,7 @@ impl Slot {
             .filter(|(i, _)| *i == invocation)
             .map(|(_, b)| b)
             .collect();
-        (after, barriers)
+        Some((after, barriers))
     }
 
     /// Whether `invocation`'s registration scope is open.
@@ -730,8 +731,8 @@ impl Future for YieldPoint {
     }
 }
 
-fn run_job(job: Job, env: TurnEnv) -> Handled<()> {
-    catch_unwind(AssertUnwindSafe(move || job.run(env)))
+fn run_job(job: Job, env: TurnEnv, lane: &LaneHandle) -> Handled<()> {
+    catch_unwind(AssertUnwindSafe(move || job.run(env, lane)))
         .unwrap_or(Handled::Now(Err(HandlerError::Panicked)))
 }
 
@@ -744,11 +745,18 @@ fn end_record(
     invocation: u64,
     r: Result<(), HandlerError>,
 ) {
-    let (after, barriers) = lane.slot.end(invocation);
+    let ended = lane.slot.end(invocation);
+    let rt = &gate.rt;
+    let Some((after, barriers)) = ended else {
+        if let Err(e) = &r {
+            rt.metrics.handler_errors.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(object = lane.object, kind = ?lane.kind, error = %e, "handler failed");
+        }
+        return;
+    };
     for f in after {
         let _ = catch_unwind(AssertUnwindSafe(f));
     }
-    let rt = &gate.rt;
     if let Err(e) = &r {
         rt.metrics.handler_errors.fetch_add(1, Ordering::Relaxed);
         tracing::warn!(object = lane.object, kind = ?lane.kind, error = %e, "handler failed");
@@ -782,7 +790,9 @@ fn activate_barrier(rt: &Arc<RtShared>, b: Barrier) {
 }
 
 fn abort_record(lane: &Arc<LaneHandle>, invocation: u64) {
-    let (_after, barriers) = lane.slot.end(invocation);
+    let Some((_after, barriers)) = lane.slot.end(invocation) else {
+        return;
+    };
     if !barriers.is_empty() {
         lane.rt()
             .metrics
@@ -845,8 +855,9 @@ async fn continuation(
 
 /// Extra application records of one lane taken per turn boundary when the lane rules allow
 /// ([`super::core::GateCore::poll_turn_batch`]): the holder then takes the core once per batch
-/// instead of once per record.
-const BATCH_EXTRA: usize = 63;
+/// instead of once per record. Up to a whole default lane: the records are taken by handing the
+/// FIFO's buffer over, and those not started go back when an input ends the batch.
+const BATCH_EXTRA: usize = 1024;
 
 /// Run one record whose turn has started; `Some(result)` at its terminal, `None` if it yielded
 /// (detached: the claim stays, EG-3.1).
@@ -862,7 +873,7 @@ async fn run_record(
         invocation,
         class,
     };
-    match run_job(item, env) {
+    match run_job(item, env, data) {
         Handled::Now(r) => Some(r),
         Handled::Later(fut) => {
             // A record that awaits keeps the right for its whole continuation (EG-2.6) and may
@@ -894,7 +905,7 @@ async fn drain(gate: Arc<GateInner>, mut fence: Fence) {
     let mut finished: Option<(LaneId, u64)> = None;
     let mut idled = false;
     // the buffer a batch is taken into (capacity reused)
-    let mut spare: std::collections::VecDeque<(u64, Job)> = std::collections::VecDeque::new();
+    let mut spare: std::collections::VecDeque<Queued<Job>> = std::collections::VecDeque::new();
     loop {
         let (next, room) = {
             let g = &gate.gate;

@@ -28,7 +28,7 @@ use crate::sync::atomic::{AtomicU64, Ordering};
 use crate::sync::{Mutex, MutexGuard};
 
 use super::config::LaneLimits;
-use super::core::{GateCore, Turn};
+use super::core::{GateCore, Queued, Turn};
 
 const HELD: u64 = 1;
 
@@ -111,7 +111,7 @@ pub struct BatchSlot<W> {
     /// Cleared when the batch is ended (by the holder or by an input that must not be overtaken).
     active: bool,
     /// Records not started, FIFO order, with their reserved bytes.
-    items: VecDeque<(u64, W)>,
+    items: VecDeque<Queued<W>>,
     /// Extra records started so far.
     started: usize,
     /// Reserved bytes of the record running now.
@@ -138,12 +138,12 @@ impl<W> BatchSlot<W> {
         if !self.active {
             return None;
         }
-        let (bytes, item) = self.items.pop_front()?;
+        let q = self.items.pop_front()?;
         self.released.0 += 1;
         self.released.1 += self.current_bytes;
         self.started += 1;
-        self.current_bytes = bytes;
-        Some(item)
+        self.current_bytes = q.bytes;
+        Some(q.item)
     }
 }
 
@@ -212,7 +212,7 @@ impl<W, L: Clone> GateShared<W, L> {
         &self,
         core: &mut GateCore<W, L>,
         max_extra: usize,
-        spare: &mut VecDeque<(u64, W)>,
+        spare: &mut VecDeque<Queued<W>>,
     ) -> Option<Turn<W, L>> {
         let turn = core.poll_turn_batch(max_extra, spare);
         if let Some((_, first_bytes)) = core.batch_first() {
@@ -252,8 +252,8 @@ mod loom_tests {
     //! `RUSTFLAGS="--cfg loom" cargo test -p zlink --lib --release loom` (see `scripts/loom`).
     use super::*;
     use crate::runtime::core::{LaneClass, LaneId, Turn};
-    use crate::sync::Arc;
     use crate::sync::atomic::AtomicBool;
+    use crate::sync::{Arc, Mutex};
 
     struct Probe {
         gate: GateShared<u32, ()>,
@@ -382,6 +382,79 @@ mod loom_tests {
             t1.join().unwrap();
             assert_eq!(p.ran.load(Ordering::SeqCst), 2);
             assert_quiescent(&p);
+        });
+    }
+
+    // spec: EG-9, EG-4.1, EG-7.5, EG-1.4 — a batch taken by the holder against a concurrent seal
+    // and return_pending: every record either runs or comes back, exactly once; the records that
+    // ran are a FIFO prefix and the ones handed back are the rest, in FIFO order.
+    #[test]
+    fn loom_batch_vs_return_pending() {
+        loom::model(|| {
+            let p = probe();
+            let a = p.gate.lock().add_lane(()).unwrap();
+            for v in 1..=3 {
+                p.gate
+                    .lock()
+                    .handle_submit(a, LaneClass::Application, 0, v)
+                    .ok()
+                    .unwrap();
+            }
+            let _right = p.gate.word.try_acquire().unwrap();
+            let ran = Arc::new(Mutex::new(Vec::new()));
+            let (p1, r1) = (p.clone(), ran.clone());
+            let holder = loom::thread::spawn(move || {
+                let mut spare = std::collections::VecDeque::new();
+                let mut finished = None;
+                loop {
+                    let turn = {
+                        let mut core = p1.gate.lock_unquiesced();
+                        p1.gate.end_batch(&mut core);
+                        if let Some((lane, inv)) = finished.take() {
+                            core.handle_turn_finished(lane, inv).unwrap();
+                        }
+                        p1.gate.poll_turn_batch(&mut core, 8, &mut spare)
+                    };
+                    let Some(Turn::Run {
+                        lane,
+                        invocation,
+                        item,
+                        ..
+                    }) = turn
+                    else {
+                        break;
+                    };
+                    let (mut inv, mut item) = (invocation, item);
+                    loop {
+                        r1.lock().unwrap().push(item);
+                        match p1.gate.batch_next() {
+                            Some(next) => {
+                                inv += 1;
+                                item = next;
+                            }
+                            None => break,
+                        }
+                    }
+                    finished = Some((lane, inv));
+                }
+                p1.gate.word.release();
+            });
+            let returned: Vec<u32> = {
+                let mut core = p.gate.lock();
+                core.handle_seal();
+                core.handle_return_pending()
+                    .into_iter()
+                    .map(|r| r.item)
+                    .collect()
+            };
+            holder.join().unwrap();
+            let mut all = ran.lock().unwrap().clone();
+            all.extend(returned);
+            assert_eq!(all, [1, 2, 3], "lost, duplicated or reordered");
+            let core = p.gate.lock();
+            let s = core.lane_stats(a).unwrap();
+            assert_eq!(s.application_reserved_items, 0, "reservation leaked");
+            assert!(!s.claimed);
         });
     }
 }

@@ -18,14 +18,15 @@
 use std::marker::PhantomData;
 use std::mem::{ManuallyDrop, MaybeUninit};
 
-use super::driver::{Handled, TurnEnv};
+use super::driver::{Handled, LaneHandle, TurnEnv};
 
-/// Inline storage: four words, word-aligned.
-type Inline = [usize; 4];
+/// Inline storage: two words, word-aligned (a `u64` message plus a reply sender fits; a queued
+/// record is then 32 bytes, two per cache line).
+type Inline = [usize; 2];
 
 struct VTable {
     /// Move the closure out of the storage and call it.
-    call: unsafe fn(*mut Inline, TurnEnv) -> Handled<()>,
+    call: unsafe fn(*mut Inline, TurnEnv, &LaneHandle) -> Handled<()>,
     /// Drop the closure in the storage without calling it.
     drop: unsafe fn(*mut Inline),
 }
@@ -33,15 +34,15 @@ struct VTable {
 struct Direct<F>(PhantomData<F>);
 struct Boxed<F>(PhantomData<F>);
 
-impl<F: FnOnce(TurnEnv) -> Handled<()> + Send + 'static> Direct<F> {
+impl<F: FnOnce(TurnEnv, &LaneHandle) -> Handled<()> + Send + 'static> Direct<F> {
     const VTABLE: VTable = VTable {
         call: Self::call,
         drop: Self::drop,
     };
-    unsafe fn call(p: *mut Inline, env: TurnEnv) -> Handled<()> {
+    unsafe fn call(p: *mut Inline, env: TurnEnv, lane: &LaneHandle) -> Handled<()> {
         // SAFETY: `p` holds an initialised `F` (written by `Job::new`), read exactly once.
         let f = unsafe { std::ptr::read(p.cast::<F>()) };
-        f(env)
+        f(env, lane)
     }
     unsafe fn drop(p: *mut Inline) {
         // SAFETY: as above; dropped exactly once, never called afterwards.
@@ -49,15 +50,15 @@ impl<F: FnOnce(TurnEnv) -> Handled<()> + Send + 'static> Direct<F> {
     }
 }
 
-impl<F: FnOnce(TurnEnv) -> Handled<()> + Send + 'static> Boxed<F> {
+impl<F: FnOnce(TurnEnv, &LaneHandle) -> Handled<()> + Send + 'static> Boxed<F> {
     const VTABLE: VTable = VTable {
         call: Self::call,
         drop: Self::drop,
     };
-    unsafe fn call(p: *mut Inline, env: TurnEnv) -> Handled<()> {
+    unsafe fn call(p: *mut Inline, env: TurnEnv, lane: &LaneHandle) -> Handled<()> {
         // SAFETY: `p` holds an initialised `Box<F>`, read exactly once.
         let f = unsafe { std::ptr::read(p.cast::<Box<F>>()) };
-        f(env)
+        f(env, lane)
     }
     unsafe fn drop(p: *mut Inline) {
         // SAFETY: as above.
@@ -80,6 +81,15 @@ impl Job {
     where
         F: FnOnce(TurnEnv) -> Handled<()> + Send + 'static,
     {
+        Job::with_lane(move |env, _lane: &LaneHandle| f(env))
+    }
+
+    /// Like [`Job::new`], for work that also borrows the lane running it (held by the drain for
+    /// the whole call: an actor's handler is used in place, without a reference-count update).
+    pub fn with_lane<F>(f: F) -> Job
+    where
+        F: FnOnce(TurnEnv, &LaneHandle) -> Handled<()> + Send + 'static,
+    {
         let mut storage = MaybeUninit::<Inline>::uninit();
         let fits = size_of::<F>() <= size_of::<Inline>() && align_of::<F>() <= align_of::<Inline>();
         if fits {
@@ -99,12 +109,12 @@ impl Job {
         }
     }
 
-    /// Run the work (consumes it).
-    pub fn run(self, env: TurnEnv) -> Handled<()> {
+    /// Run the work (consumes it) in a turn of `lane`.
+    pub fn run(self, env: TurnEnv, lane: &LaneHandle) -> Handled<()> {
         let mut this = ManuallyDrop::new(self);
         let call = this.vtable.call;
         // SAFETY: the storage is initialised and `this` is never dropped, so it is read once.
-        unsafe { call(this.storage.as_mut_ptr(), env) }
+        unsafe { call(this.storage.as_mut_ptr(), env, lane) }
     }
 }
 

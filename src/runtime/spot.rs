@@ -171,17 +171,14 @@ fn to_ctx<Y: YieldMode>(env: TurnEnv) -> Ctx<Y> {
     Ctx::new(env)
 }
 
-/// Call the actor handler stored in the record's lane.
-fn call_handler<M: 'static, R: 'static>(env: TurnEnv, msg: M) -> Handled<R> {
-    // clone the handler, not the lane: the lane's reference count shares a cache line with
-    // fields the submitting core reads
-    let handler = env
-        .lane
+/// Call the actor handler stored in the record's lane (borrowed from the lane the drain holds:
+/// no reference-count update per message).
+fn call_handler<M: 'static, R: 'static>(lane: &LaneHandle, env: TurnEnv, msg: M) -> Handled<R> {
+    match lane
         .handler
         .get()
         .and_then(|b| b.downcast_ref::<ActorHandler<M, R>>())
-        .cloned();
-    match handler {
+    {
         Some(h) => h(env, msg),
         None => Handled::err(HandlerError::Failed("actor handler missing".into())),
     }
@@ -192,10 +189,12 @@ where
     M: Send + 'static,
     R: Send + 'static,
 {
-    Job::new(move |env| match call_handler::<M, R>(env, msg) {
-        Handled::Now(r) => Handled::Now(r.map(drop)),
-        Handled::Later(f) => Handled::Later(Box::pin(async move { f.await.map(drop) })),
-    })
+    Job::with_lane(
+        move |env, lane| match call_handler::<M, R>(lane, env, msg) {
+            Handled::Now(r) => Handled::Now(r.map(drop)),
+            Handled::Later(f) => Handled::Later(Box::pin(async move { f.await.map(drop) })),
+        },
+    )
 }
 
 type ReplyTx<R> = oneshot::Sender<Result<R, RuntimeError>>;
@@ -237,16 +236,16 @@ where
     M: Send + 'static,
     R: Send + 'static,
 {
-    Job::new(
-        move |env| match catch_unwind(AssertUnwindSafe(|| call_handler::<M, R>(env, msg))) {
+    Job::with_lane(move |env, lane| {
+        match catch_unwind(AssertUnwindSafe(|| call_handler::<M, R>(lane, env, msg))) {
             Err(_) => Handled::Now(reply(tx, Err(HandlerError::Panicked))),
             Ok(Handled::Now(r)) => Handled::Now(reply(tx, r)),
             Ok(Handled::Later(f)) => Handled::Later(Box::pin(async move {
                 let r = CatchPanic(f).await;
                 reply(tx, r)
             })),
-        },
-    )
+        }
+    })
 }
 
 async fn await_reply<R>(rx: oneshot::Receiver<Result<R, RuntimeError>>) -> Result<R, RuntimeError> {
