@@ -82,9 +82,6 @@ pub(crate) enum Command {
         to: ReplyTarget,
         frames: Parts,
     },
-    Cancel {
-        corr: u64,
-    },
     Shutdown,
 }
 
@@ -575,6 +572,11 @@ impl Engine {
                                 }));
                             self.queue_sends(&outbox, &mut run);
                         }
+                        OutItem::Cancel { corr } => {
+                            if let Some(w) = self.corr.handle_cancel(corr) {
+                                drop(w);
+                            }
+                        }
                         OutItem::Request {
                             corr,
                             deadline,
@@ -599,11 +601,6 @@ impl Engine {
                 self.outbox_buf = items;
             }
             Command::Reply { to, frames } => self.send_reply(to, frames),
-            Command::Cancel { corr } => {
-                if let Some(w) = self.corr.handle_cancel(corr) {
-                    drop(w);
-                }
-            }
             Command::Shutdown => self.running = false,
         }
     }

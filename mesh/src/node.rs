@@ -132,6 +132,8 @@ pub(crate) struct PeerSlot {
 pub(crate) enum OutItem {
     /// A one-way record.
     Send { frames: Parts, bytes: u64 },
+    /// The cancellation of an earlier request of this outbox (its future was dropped).
+    Cancel { corr: u64 },
     /// A request: registered in the correlation table when the I/O thread takes it.
     Request {
         corr: u64,
@@ -571,24 +573,32 @@ impl MeshNode {
         bytes: u64,
         timeout: Duration,
         items: I,
-    ) -> Result<(), SendError> {
+        keep: bool,
+    ) -> Result<Option<Arc<Outbox>>, SendError> {
         if self.shared.closed.load(Ordering::Acquire) {
             return Err(SendError::Closed);
         }
         let fast = self.shared.with_peer(to, |slot| {
             if slot.budget.try_reserve_n(n, bytes) {
-                Ok(slot.outbox.push(items).then(|| slot.outbox.clone()))
+                let flush = slot.outbox.push(items);
+                Ok((flush || keep).then(|| (slot.outbox.clone(), flush)))
             } else {
                 Err((items, slot.clone()))
             }
         });
         match fast.ok_or(SendError::Unavailable)? {
-            Ok(None) => Ok(()),
-            Ok(Some(outbox)) => self.flush_outbox(outbox, n, bytes),
+            Ok(None) => Ok(None),
+            Ok(Some((outbox, flush))) => {
+                let kept = keep.then(|| outbox.clone());
+                if flush {
+                    self.flush_outbox(outbox, n, bytes)?;
+                }
+                Ok(kept)
+            }
             // Boxed: the waiting path is rare, and inline it would make every send's future
             // (moved on each poll) several times larger.
             Err((items, slot)) => {
-                Box::pin(self.enqueue_waiting(slot, n, bytes, timeout, items)).await
+                Box::pin(self.enqueue_waiting(slot, n, bytes, timeout, items, keep)).await
             }
         }
     }
@@ -601,16 +611,17 @@ impl MeshNode {
         bytes: u64,
         timeout: Duration,
         items: I,
-    ) -> Result<(), SendError> {
+        keep: bool,
+    ) -> Result<Option<Arc<Outbox>>, SendError> {
         slot.budget
             .reserve_n(n, bytes, timeout)
             .await
             .map_err(|e| SendError::DeadlineExceeded(e.waited))?;
+        let kept = keep.then(|| slot.outbox.clone());
         if slot.outbox.push(items) {
-            self.flush_outbox(slot.outbox, n, bytes)
-        } else {
-            Ok(())
+            self.flush_outbox(slot.outbox, n, bytes)?;
         }
+        Ok(kept)
     }
 
     /// Tells the I/O thread that `outbox` has records (it was empty before this send).
@@ -672,8 +683,9 @@ impl MeshNode {
                 max: limit.messages as usize,
             });
         }
-        self.enqueue(to, n, total, self.shared.send_timeout, items)
+        self.enqueue(to, n, total, self.shared.send_timeout, items, false)
             .await
+            .map(drop)
     }
 
     /// Sends a one-way 147 record with `key` and `payload`.
@@ -698,8 +710,10 @@ impl MeshNode {
             bytes,
             self.shared.send_timeout,
             [OutItem::Send { frames, bytes }],
+            false,
         )
         .await
+        .map(drop)
     }
 
     /// Sends a request record (any record whose command takes a correlation: 38, 42, 144,
@@ -732,10 +746,23 @@ impl MeshNode {
             bytes,
             waiter: tx,
         };
-        self.enqueue(to, 1, bytes, self.shared.send_timeout.min(timeout), [item])
+        let outbox = self
+            .enqueue(
+                to,
+                1,
+                bytes,
+                self.shared.send_timeout.min(timeout),
+                [item],
+                true,
+            )
             .await?;
+        // `keep` asked for the outbox: always there.
+        let Some(outbox) = outbox else {
+            return Err(RequestError::Closed);
+        };
         let mut guard = CancelGuard {
             shared: &self.shared,
+            outbox,
             corr,
             armed: true,
         };
@@ -853,16 +880,20 @@ fn one_way_parts(key: DispatchKey, payload: Bytes) -> Result<Parts, SendError> {
     Ok(parts)
 }
 
+/// Cancels a request whose future is dropped before its terminal. The cancel travels through
+/// the request's outbox, behind the request itself, so it can never overtake a request that
+/// is still waiting there (a cancelled request is never sent, SB-12).
 struct CancelGuard<'a> {
     shared: &'a Shared,
+    outbox: Arc<Outbox>,
     corr: u64,
     armed: bool,
 }
 
 impl Drop for CancelGuard<'_> {
     fn drop(&mut self) {
-        if self.armed {
-            let _ = self.shared.submit(Command::Cancel { corr: self.corr });
+        if self.armed && self.outbox.push([OutItem::Cancel { corr: self.corr }]) {
+            let _ = self.shared.submit(Command::Flush(self.outbox.clone()));
         }
     }
 }
