@@ -402,7 +402,8 @@ mod loom_tests {
             }
             let _right = p.gate.word.try_acquire().unwrap();
             let ran = Arc::new(Mutex::new(Vec::new()));
-            let (p1, r1) = (p.clone(), ran.clone());
+            let sealed = Arc::new(AtomicBool::new(false));
+            let (p1, r1, s1) = (p.clone(), ran.clone(), sealed.clone());
             let holder = loom::thread::spawn(move || {
                 let mut spare = std::collections::VecDeque::new();
                 let mut finished = None;
@@ -429,6 +430,8 @@ mod loom_tests {
                         r1.lock().unwrap().push(item);
                         match p1.gate.batch_next() {
                             Some(next) => {
+                                // EG-4.1: no record of the batch starts once the seal returned
+                                assert!(!s1.load(Ordering::SeqCst), "started after the seal");
                                 inv += 1;
                                 item = next;
                             }
@@ -442,10 +445,13 @@ mod loom_tests {
             let returned: Vec<u32> = {
                 let mut core = p.gate.lock();
                 core.handle_seal();
-                core.handle_return_pending()
+                let back = core
+                    .handle_return_pending()
                     .into_iter()
                     .map(|r| r.item)
-                    .collect()
+                    .collect();
+                sealed.store(true, Ordering::SeqCst);
+                back
             };
             holder.join().unwrap();
             let mut all = ran.lock().unwrap().clone();
