@@ -428,10 +428,11 @@ mod loom_tests {
                     let (mut inv, mut item) = (invocation, item);
                     loop {
                         r1.lock().unwrap().push(item);
+                        // EG-4.1: no record of the batch starts once the seal returned
+                        let seal_returned = s1.load(Ordering::SeqCst);
                         match p1.gate.batch_next() {
                             Some(next) => {
-                                // EG-4.1: no record of the batch starts once the seal returned
-                                assert!(!s1.load(Ordering::SeqCst), "started after the seal");
+                                assert!(!seal_returned, "started after the seal");
                                 inv += 1;
                                 item = next;
                             }
