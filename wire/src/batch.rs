@@ -189,27 +189,27 @@ fn walk_one(frame: &[u8], at: usize, index: u32) -> Result<usize, DecodeError> {
     let broken = |what| DecodeError::BatchFraming { index, what };
     let parts = *frame
         .get(at)
-        .ok_or(broken("frame ends before the record"))?;
+        .ok_or_else(|| broken("frame ends before the record"))?;
     if parts != 1 && parts != 2 {
         return Err(broken("part count is not 1 or 2"));
     }
-    let elen = read_u32(frame, at + 1).ok_or(broken("envelope length truncated"))? as usize;
+    let elen = read_u32(frame, at + 1).ok_or_else(|| broken("envelope length truncated"))? as usize;
     let start = at + 5;
     let end = start
         .checked_add(elen)
         .filter(|e| *e <= frame.len())
-        .ok_or(broken("envelope runs past the frame"))?;
+        .ok_or_else(|| broken("envelope runs past the frame"))?;
     if is_batch(&frame[start..end]) {
         return Err(DecodeError::NestedBatch { index });
     }
     if parts == 1 {
         return Ok(end);
     }
-    let plen = read_u32(frame, end).ok_or(broken("payload length truncated"))? as usize;
+    let plen = read_u32(frame, end).ok_or_else(|| broken("payload length truncated"))? as usize;
     (end + 4)
         .checked_add(plen)
         .filter(|e| *e <= frame.len())
-        .ok_or(broken("payload runs past the frame"))
+        .ok_or_else(|| broken("payload runs past the frame"))
 }
 
 impl BatchFrame {
