@@ -859,41 +859,30 @@ async fn continuation(
 /// FIFO's buffer over, and those not started go back when an input ends the batch.
 const BATCH_EXTRA: usize = 1024;
 
-/// Run one record whose turn has started; `Some(result)` at its terminal, `None` if it yielded
-/// (detached: the claim stays, EG-3.1).
-async fn run_record(
+/// Continue a record whose handler returned a future; `Some(result)` at its terminal, `None` if
+/// it yielded (detached: the claim stays, EG-3.1).
+async fn run_later(
     gate: &Arc<GateInner>,
     data: &Arc<LaneHandle>,
-    class: LaneClass,
     invocation: u64,
-    item: Job,
+    fut: BoxFuture<Result<(), HandlerError>>,
 ) -> Option<Result<(), HandlerError>> {
-    let env = TurnEnv {
-        lane: data.clone(),
-        invocation,
-        class,
-    };
-    match run_job(item, env, data) {
-        Handled::Now(r) => Some(r),
-        Handled::Later(fut) => {
-            // A record that awaits keeps the right for its whole continuation (EG-2.6) and may
-            // yield: end the batch first, so its records not started are back in the FIFO (seen
-            // by seal, return_pending, end) and the core's claim names this record.
-            drop(gate.gate.lock());
-            let end = Inline {
-                fut: Some(fut),
-                slot: &data.slot,
-            }
-            .await;
-            match end {
-                InlineEnd::Done(r) => Some(r),
-                InlineEnd::Yielded(fut) => {
-                    detach(gate, data.clone(), invocation, fut);
-                    None
-                }
-                InlineEnd::Aborted => Some(Err(HandlerError::Cancelled)),
-            }
+    // A record that awaits keeps the right for its whole continuation (EG-2.6) and may yield:
+    // end the batch first, so its records not started are back in the FIFO (seen by seal,
+    // return_pending, end) and the core's claim names this record.
+    drop(gate.gate.lock());
+    let end = Inline {
+        fut: Some(fut),
+        slot: &data.slot,
+    }
+    .await;
+    match end {
+        InlineEnd::Done(r) => Some(r),
+        InlineEnd::Yielded(fut) => {
+            detach(gate, data.clone(), invocation, fut);
+            None
         }
+        InlineEnd::Aborted => Some(Err(HandlerError::Cancelled)),
     }
 }
 
@@ -952,8 +941,20 @@ async fn drain(gate: Arc<GateInner>, mut fence: Fence) {
                 // its own turn (new turn number, own invocation and registration scope)
                 loop {
                     data.slot.begin(invocation, fence, gate.next_turn());
-                    let Some(r) = run_record(&gate, &data, class, invocation, item).await else {
-                        break;
+                    let env = TurnEnv {
+                        lane: data.clone(),
+                        invocation,
+                        class,
+                    };
+                    // a synchronous handler runs without an async frame of its own
+                    let r = match run_job(item, env, &data) {
+                        Handled::Now(r) => r,
+                        Handled::Later(fut) => {
+                            match run_later(&gate, &data, invocation, fut).await {
+                                Some(r) => r,
+                                None => break,
+                            }
+                        }
                     };
                     end_record(&gate, &data, invocation, r);
                     // EG-9 / EG-7.4: budget checked after each handler, never pre-empting one

@@ -594,9 +594,19 @@ where
     /// Fire-and-forget, waiting for application-lane space instead of failing (backpressure).
     pub async fn send(&self, msg: M) -> Result<(), RuntimeError> {
         let len = msg.payload_len();
-        self.lane
-            .submit_wait(LaneClass::Application, len, send_job::<M, R>(msg))
-            .await
+        // admitted at once in the common case: the waiting machinery is entered only when full
+        match self
+            .lane
+            .try_submit(LaneClass::Application, len, send_job::<M, R>(msg))
+        {
+            Ok(()) => Ok(()),
+            Err((RuntimeError::ApplicationLaneFull(_), job)) => {
+                self.lane
+                    .submit_wait(LaneClass::Application, len, job)
+                    .await
+            }
+            Err((e, _)) => Err(e),
+        }
     }
 
     /// A request from outside a turn; a handler error arrives as `RuntimeError::Handler` (EG-15).
