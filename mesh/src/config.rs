@@ -172,10 +172,7 @@ pub struct MeshConfig {
     /// Most ClientServer clients tracked at once.
     pub max_clients: usize,
     /// How many times the I/O thread yields the CPU, watching for work, before it sleeps in
-    /// `zmq::poll` (a sleep/wake-up costs 20-25 µs on small VMs; 0 = never spin). It spins only
-    /// while requests are in play (one outstanding either way, or one seen in the last 2 ms):
-    /// round trips keep the short wake-up, a stream of one-way records does not pay for the
-    /// yields.
+    /// `zmq::poll` (a sleep/wake-up costs 20-25 µs on small VMs; 0 = never spin).
     pub io_spin_yields: usize,
     /// Test-facing wire tap (off when `None`).
     pub tap: Option<WireTap>,

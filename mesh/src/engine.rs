@@ -48,8 +48,6 @@ use crate::types::{LinkKind, NodeGeneration, NodeRid, SessionRid};
 const RECV_BATCH: usize = 512;
 /// Housekeeping cadence (timers, handshake retries, monitor events) while busy.
 const HOUSEKEEPING: Duration = Duration::from_millis(1);
-/// How long after the last request activity the idle loop still spins (see `spin_for_work`).
-const SPIN_AFTER_REQUEST: Duration = Duration::from_millis(2);
 /// Bound on commands drained per loop iteration.
 const CMD_BATCH: usize = 1024;
 /// Bound on replies waiting for a PAUSED completion connection, per peer.
@@ -214,11 +212,6 @@ pub(crate) struct Engine {
     batch_buf: Vec<u8>,
     /// Reused buffer the items of an outbox are taken into.
     outbox_buf: Vec<OutItem>,
-    /// Requests handed up (or held) whose `ReplyHandle` has not answered yet (it always
-    /// answers, at the latest when dropped); decides whether the idle loop spins.
-    replies_owed: u64,
-    /// When a request was last answered here or registered (see `spin_for_work`).
-    last_request: Instant,
     _ctx: zmq::Context,
 }
 
@@ -428,8 +421,6 @@ impl Engine {
                 dirty: Vec::new(),
                 batch_buf: Vec::new(),
                 outbox_buf: Vec::new(),
-                replies_owed: 0,
-                last_request: Instant::now(),
                 _ctx: ctx,
             },
             bound,
@@ -513,18 +504,8 @@ impl Engine {
         self.dirty = dirty;
     }
 
-    /// Yields the CPU a few times while watching for commands or readable sockets — only while
-    /// requests are in play: one outstanding (ours awaiting its reply, or one handed up
-    /// awaiting the application's answer) or one seen within [`SPIN_AFTER_REQUEST`], where a
-    /// sleep/wake-up would add 20-25 µs to the next round trip. A stream of one-way records
-    /// does not spin: on a small machine the yields took CPU from the threads doing the work.
+    /// Yields the CPU a few times while watching for commands or readable sockets.
     fn spin_for_work(&self) -> bool {
-        if self.corr.is_empty()
-            && self.replies_owed == 0
-            && self.last_request.elapsed() > SPIN_AFTER_REQUEST
-        {
-            return false;
-        }
         for _ in 0..self.cfg.io_spin_yields {
             if !self.door.rx.is_empty() {
                 return true;
@@ -619,11 +600,7 @@ impl Engine {
                 drop(items_iter);
                 self.outbox_buf = items;
             }
-            Command::Reply { to, frames } => {
-                self.replies_owed = self.replies_owed.saturating_sub(1);
-                self.last_request = Instant::now();
-                self.send_reply(to, frames);
-            }
+            Command::Reply { to, frames } => self.send_reply(to, frames),
             Command::Shutdown => self.running = false,
         }
     }
@@ -1933,7 +1910,6 @@ impl Engine {
                     }
                     return;
                 }
-                self.replies_owed += u64::from(corr != 0);
                 let reply = (corr != 0).then(|| {
                     ReplyHandle::new(
                         self.shared.clone(),
@@ -1991,7 +1967,6 @@ impl Engine {
         rec: Record,
         payload: Option<Bytes>,
     ) {
-        self.last_request = self.rx_now;
         match self.corr.handle_reply(corr, &from) {
             ReplyOutcome::Deliver(w) => {
                 let _ = w.send(reply_result(rec, payload));
@@ -2086,7 +2061,6 @@ impl Engine {
                     return;
                 }
                 let deadline = codec::record_deadline(&rec).map(|d| now + d);
-                self.replies_owed += u64::from(corr.is_some());
                 let reply = corr.is_some().then(|| {
                     ReplyHandle::new(
                         self.shared.clone(),
