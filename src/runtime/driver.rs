@@ -731,6 +731,27 @@ impl Future for YieldPoint {
     }
 }
 
+/// Returns `Pending` once after waking its own task: the task goes to the back of its worker's
+/// run queue, so tasks already queued there (a sender just woken) run first. Unlike
+/// `tokio::task::yield_now`, whose deferred wake-up makes an otherwise idle worker poll the I/O
+/// driver (an `epoll_wait` system call) before running the task again — once per request in a
+/// request/reply ping-pong.
+#[derive(Default)]
+struct Requeue(bool);
+
+impl Future for Requeue {
+    type Output = ();
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        if self.0 {
+            Poll::Ready(())
+        } else {
+            self.0 = true;
+            cx.waker().wake_by_ref();
+            Poll::Pending
+        }
+    }
+}
+
 fn run_job(job: Job, env: TurnEnv, lane: &LaneHandle) -> Handled<()> {
     catch_unwind(AssertUnwindSafe(move || job.run(env, lane)))
         .unwrap_or(Handled::Now(Err(HandlerError::Panicked)))
@@ -892,7 +913,9 @@ async fn drain(gate: Arc<GateInner>, mut fence: Fence) {
     let mut start = clock.budget_start();
     // a finished record whose reservation is returned together with the next lane decision
     let mut finished: Option<(LaneId, u64)> = None;
-    let mut idled = false;
+    let mut idled: u8 = 0;
+    // the last turn ran a single record (no batch)
+    let mut lone = false;
     // the buffer a batch is taken into (capacity reused)
     let mut spare: std::collections::VecDeque<Queued<Job>> = std::collections::VecDeque::new();
     loop {
@@ -911,19 +934,27 @@ async fn drain(gate: Arc<GateInner>, mut fence: Fence) {
             gate.notify_space();
         }
         match next {
-            None if !idled => {
-                // Streaming senders usually refill the lane within one scheduler pass: give them
-                // that pass while holding the right instead of ending the task and having the
-                // next submitter spawn a new drain.
-                idled = true;
-                tokio::task::yield_now().await;
+            None if idled == 0 => {
+                // Senders usually refill the lane within a scheduler pass: give them that pass
+                // while holding the right instead of ending the task and having the next
+                // submitter spawn a new drain. After a lone record (request/reply ping-pong) a
+                // plain requeue: the requester woken by the reply runs first on this worker and
+                // its next request is found without a system call. After a batch tokio's
+                // deferred yield (the worker also polls its drivers: time for a streaming sender
+                // woken on another thread, and the drain stays off the stealable queue).
+                idled = 1;
+                if lone {
+                    Requeue::default().await;
+                } else {
+                    tokio::task::yield_now().await;
+                }
                 continue;
             }
             None => match gate.gate.release_and_recheck() {
                 Some(f) => {
                     fence = f;
                     start = clock.budget_start();
-                    idled = false;
+                    idled = 0;
                     continue;
                 }
                 None => return,
@@ -935,7 +966,8 @@ async fn drain(gate: Arc<GateInner>, mut fence: Fence) {
                 invocation,
                 item,
             }) => {
-                idled = false;
+                idled = 0;
+                lone = true;
                 let (mut invocation, mut item) = (invocation, item);
                 // the record, then the batch's next records while the batch goes on: each is
                 // its own turn (new turn number, own invocation and registration scope)
@@ -966,6 +998,7 @@ async fn drain(gate: Arc<GateInner>, mut fence: Fence) {
                         Some(next) => {
                             invocation += 1;
                             item = next;
+                            lone = false;
                         }
                         None => {
                             finished = Some((lane, invocation));
