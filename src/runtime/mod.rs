@@ -101,6 +101,9 @@ impl std::fmt::Debug for Runtime {
 impl Runtime {
     /// Start the two progress domains.
     pub fn new(config: RuntimeConfig) -> std::io::Result<Runtime> {
+        // the system clock's one-time probe (it reads /proc/cpuinfo) runs here, on the caller's
+        // thread, not in the first drain on a worker
+        let _ = config.clock.budget_start();
         let app = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(config.application_workers.max(1))
             .thread_name("zlink-app")
