@@ -33,7 +33,9 @@ use super::status::StatusBus;
 /// A boxed, sendable future.
 pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
 
-/// What a handler returns: a result now (no allocation), or a future to await.
+/// What a handler returns (runtime handlers and actor handlers alike): a result now (no
+/// allocation), or a future the turn awaits. A `Later` keeps the turn (and a SpotWide Spot's
+/// gate) until it completes (EG-2.6).
 pub enum Handled<R> {
     /// The handler finished synchronously.
     Now(Result<R, HandlerError>),

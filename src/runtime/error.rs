@@ -141,6 +141,14 @@ pub enum HandlerError {
     Panicked,
 }
 
+impl HandlerError {
+    /// A handler's own failure with a message ([`HandlerError::Failed`]): for a request it
+    /// becomes an error reply of kind `Internal`, for a send it is logged and counted (EG-15).
+    pub fn new(message: impl Into<String>) -> Self {
+        HandlerError::Failed(message.into())
+    }
+}
+
 /// Errors of the lane runtime's public operations.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
