@@ -54,6 +54,9 @@ const CMD_BATCH: usize = 1024;
 const MAX_QUEUED_REPLIES: usize = 65_536;
 /// More parts than this in one message is malformed (routing id + envelope + payload).
 const MAX_PARTS: usize = 3;
+/// Longest a test hold ([`Command::Hold`]) keeps the I/O thread, so a leaked guard can
+/// never wedge a node (or a `shutdown` waiting for its thread) for good.
+const HOLD_LIMIT: Duration = Duration::from_secs(60);
 
 pub(crate) type Waiter = oneshot::Sender<Result<Response, RequestError>>;
 
@@ -82,6 +85,10 @@ pub(crate) enum Command {
         to: ReplyTarget,
         frames: Parts,
     },
+    /// Test hook ([`crate::MeshNode::hold_io_for_tests`]): the I/O thread blocks until the
+    /// sender of this channel is dropped (at most [`HOLD_LIMIT`]). Commands submitted behind
+    /// it are drained in the same pass once it is released.
+    Hold(crossbeam_channel::Receiver<()>),
     Shutdown,
 }
 
@@ -601,6 +608,14 @@ impl Engine {
                 self.outbox_buf = items;
             }
             Command::Reply { to, frames } => self.send_reply(to, frames),
+            Command::Hold(release) => {
+                // Released when the guard (the only sender) is dropped: `recv` then fails.
+                if let Err(crossbeam_channel::RecvTimeoutError::Timeout) =
+                    release.recv_timeout(HOLD_LIMIT)
+                {
+                    tracing::warn!("test hold of the mesh I/O thread expired");
+                }
+            }
             Command::Shutdown => self.running = false,
         }
     }

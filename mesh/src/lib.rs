@@ -43,6 +43,8 @@ pub use config::{Batching, InboundWindow, Liveness, MeshConfig, PeerAddress, Tra
 pub use counters::{Counters, DropReason, TransportEvent};
 pub use error::{ConfigError, RequestError, SendError};
 pub use handshake::MeshSecret;
+#[doc(hidden)]
+pub use node::IoHold;
 pub use node::{
     BoundEndpoints, DownReason, Inbound, InboundReceiver, MeshNode, Origin, PeerEvent, ReplyHandle,
     Response,

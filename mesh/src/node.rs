@@ -861,6 +861,20 @@ impl MeshNode {
             .inspect_err(|_| budget.release(bytes))
     }
 
+    /// **For tests only.** Holds this node's I/O thread until the returned guard is dropped
+    /// (also on panic; at most 60 s): every command submitted after this call — sends,
+    /// replies (`ReplyHandle::reply` never blocks, the command channel is unbounded), flushes
+    /// — is handled only after the release, in one pass, so a test can make the I/O thread
+    /// find several of them queued together (e.g. to see them batched). Sockets are neither
+    /// read nor written while held; keep the hold short (peers time out after
+    /// `peer_timeout`). Returns at once; it does not wait until the thread is held.
+    #[doc(hidden)]
+    pub fn hold_io_for_tests(&self) -> IoHold {
+        let (release, held) = crossbeam_channel::bounded(0);
+        let _ = self.shared.submit(Command::Hold(held));
+        IoHold { _release: release }
+    }
+
     /// Stops the I/O thread (peers get a Disconnect) and waits for it.
     pub async fn shutdown(mut self) {
         let _ = self.shared.bell.submit(Command::Shutdown);
@@ -868,6 +882,14 @@ impl MeshNode {
             let _ = tokio::task::spawn_blocking(move || t.join()).await;
         }
     }
+}
+
+/// Guard of [`MeshNode::hold_io_for_tests`] (tests only): dropping it releases the I/O thread.
+#[doc(hidden)]
+#[derive(Debug)]
+#[must_use = "the I/O thread is released when the hold is dropped"]
+pub struct IoHold {
+    _release: crossbeam_channel::Sender<()>,
 }
 
 impl Drop for MeshNode {

@@ -151,54 +151,69 @@ async fn replies_queued_together_are_batched_on_completion() {
     let (b, mut rb) = MeshNode::start(cb).unwrap();
     link(&a, &b).await;
     let a = std::sync::Arc::new(a);
+    tap_b.clear();
 
-    // Whether the I/O thread finds several replies queued at once depends on scheduling, so
-    // rounds repeat (at most 20) until one batch was seen; every round checks every reply.
-    let mut batched = false;
-    for round in 0..20u32 {
-        tap_b.clear();
-        let mut calls = Vec::new();
-        for i in 0..N {
-            let a = a.clone();
-            let to = b.node().clone();
-            calls.push(tokio::spawn(async move {
-                a.request(&to, DispatchKey::new(1), payload(i), WAIT).await
-            }));
-        }
-        // b collects all requests first, then answers them back to back.
-        let mut pending = Vec::new();
-        for _ in 0..N {
-            let m = tokio::time::timeout(WAIT, rb.recv())
-                .await
-                .unwrap()
-                .unwrap();
-            pending.push(m);
-        }
-        for m in pending {
-            let p = m.payload.clone().unwrap();
-            m.reply.unwrap().reply(p);
-        }
-        for (i, c) in calls.into_iter().enumerate() {
-            let r = c.await.unwrap().expect("reply");
-            assert_eq!(index(r.payload.as_deref().unwrap()), i as u32);
-        }
-        let frames = tap_b.frames();
-        let replies: Vec<&TapFrame> = frames
-            .iter()
-            .filter(|f| f.direction == TapDirection::Sent && f.command() == Some(145))
-            .collect();
-        assert_eq!(
-            replies.len(),
-            N as usize,
-            "round {round}: one reply per request"
-        );
-        assert!(replies.iter().all(|f| f.link == LinkKind::Completion));
-        if replies.iter().any(|f| f.batch.is_some()) {
-            batched = true;
-            break;
-        }
+    let mut calls = Vec::new();
+    for i in 0..N {
+        let a = a.clone();
+        let to = b.node().clone();
+        calls.push(tokio::spawn(async move {
+            a.request(&to, DispatchKey::new(1), payload(i), WAIT).await
+        }));
     }
-    assert!(batched, "replies answered together travel batched");
+    // b collects all requests first, then answers them while its I/O thread is held: the
+    // replies wait together in its command channel and are drained in one pass on release,
+    // so they are queued together by construction (not by scheduling luck).
+    let mut pending = Vec::new();
+    for _ in 0..N {
+        let m = tokio::time::timeout(WAIT, rb.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        pending.push(m);
+    }
+    let hold = b.hold_io_for_tests();
+    for m in pending {
+        let p = m.payload.clone().unwrap();
+        m.reply.unwrap().reply(p);
+    }
+    drop(hold);
+    for (i, c) in calls.into_iter().enumerate() {
+        let r = c.await.unwrap().expect("reply");
+        assert_eq!(index(r.payload.as_deref().unwrap()), i as u32);
+    }
+
+    let frames = tap_b.frames();
+    assert_eq!(tap_b.overflowed(), 0);
+    let sent: Vec<&TapFrame> = frames
+        .iter()
+        .filter(|f| f.direction == TapDirection::Sent)
+        .collect();
+    let mut replies: Vec<u32> = sent
+        .iter()
+        .filter(|f| f.command() == Some(145))
+        .map(|f| {
+            assert_eq!(f.link, LinkKind::Completion, "replies only on completion");
+            index(&f.frames[1])
+        })
+        .collect();
+    replies.sort_unstable();
+    assert_eq!(
+        replies,
+        (0..N).collect::<Vec<_>>(),
+        "exactly one reply per request on the wire"
+    );
+    assert!(
+        sent.iter()
+            .any(|f| f.link == LinkKind::Completion
+                && f.command() == Some(zlink_wire::BATCH_COMMAND)),
+        "replies answered together travel batched"
+    );
+    assert!(
+        sent.iter()
+            .filter(|f| f.command() == Some(145))
+            .any(|f| f.batch.is_some())
+    );
     assert_eq!(a.counters().dropped_total(), 0);
     assert_eq!(b.counters().dropped_total(), 0);
     b.shutdown().await;
