@@ -254,6 +254,14 @@ impl DecodeMemo {
         self.hit.as_ref().map(|(_, r)| r.clone()).expect("memo hit")
     }
 
+    /// The dispatch key of the memoized one-way record (the memo holds only 147s).
+    fn one_way_key(&self) -> Option<crate::types::DispatchKey> {
+        match &self.hit {
+            Some((_, Record::OneWay(o))) => Some(o.key),
+            _ => None,
+        }
+    }
+
     #[cfg(test)]
     fn lookup(&self, envelope: &[u8]) -> Option<(zlink_wire::Header, Record)> {
         self.header(envelope).map(|h| (h, self.record()))
@@ -1888,15 +1896,41 @@ impl Engine {
                 self.complete(corr, (node.clone(), generation), rec, payload)
             }
             (LinkKind::Relay, Class::App, rec) if rec.is_some() || from_memo => {
-                let rec = match rec {
-                    Some(r) => r,
-                    None => self.memo.record(),
-                };
                 if !within_window {
                     // The peer ignored its window: a protocol violation, counted.
                     self.shared.counters.drop(DropReason::CreditExceeded, node);
                     return;
                 }
+                // A plain one-way record (no correlation, so no reply and no deadline) goes up
+                // in the compact form (see `inbound`); on a memo hit the record is not even
+                // cloned.
+                let one_way_key = match &rec {
+                    None => self.memo.one_way_key(),
+                    Some(Record::OneWay(o)) if corr == 0 => Some(o.key),
+                    Some(_) => None,
+                };
+                if let Some(key) = one_way_key
+                    && corr == 0
+                    && payload.is_some()
+                    && self.held.is_empty()
+                    && self.inbound.has_room()
+                {
+                    let origin = Origin::Peer {
+                        node: NodeRid::clone(node),
+                        generation,
+                    };
+                    self.inbound
+                        .push_one_way(origin, key, payload.expect("checked"));
+                    self.shared.counters.delivered(1);
+                    if p.rx.free(self.cfg.peer_window, bytes) {
+                        self.flush_credit(node);
+                    }
+                    return;
+                }
+                let rec = match rec {
+                    Some(r) => r,
+                    None => self.memo.record(),
+                };
                 if let Some(target) = codec::target_generation(&rec)
                     && target != self.local.generation
                 {

@@ -10,35 +10,101 @@
 //! I/O thread and the receiving task per batch): the receiver subtracts a batch once it has
 //! taken all of it, and the sender reads the count only when the room it last saw is used up.
 //! Both err on the full side, so the bound holds.
+//!
+//! Plain one-way records (147 without correlation, reply or deadline) cross in a compact form
+//! (`OneWayIn`, ~72 bytes: origin, key, payload) and become an [`Inbound`] (~280 bytes) only in
+//! the receiving task: the bytes written on the I/O thread's core and read on the receiver's
+//! are a quarter of the full record. A batch holds one form only (a change of form hands the
+//! current batch over first), so arrival order is kept.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use bytes::Bytes;
 use tokio::sync::mpsc;
 
-use crate::node::Inbound;
+use crate::codec::Record;
+use crate::node::{Inbound, Origin};
+use crate::types::{CorrelationId, DispatchKey};
 
 /// Records per batch: small enough that a batch stays well below malloc's 64 KiB
 /// consolidation threshold (an `Inbound` is ~300 bytes), large enough to amortise wake-ups.
 const BATCH: usize = 64;
 
+/// A one-way 147 record on its way up, before it is expanded into an [`Inbound`].
+pub(crate) struct OneWayIn {
+    pub(crate) origin: Origin,
+    pub(crate) key: DispatchKey,
+    pub(crate) payload: Bytes,
+}
+
+impl OneWayIn {
+    #[inline]
+    fn expand(self) -> Inbound {
+        Inbound {
+            origin: self.origin,
+            correlation: CorrelationId::NONE,
+            record: Record::OneWay(zlink_wire::OneWay { key: self.key }),
+            payload: Some(self.payload),
+            deadline: None,
+            reply: None,
+        }
+    }
+}
+
+/// What crosses the channel: a batch of one form.
+enum Batch {
+    Full(Vec<Inbound>),
+    OneWay(Vec<OneWayIn>),
+}
+
+/// The batch being taken by the receiver.
+enum Taking {
+    Full(std::vec::IntoIter<Inbound>),
+    OneWay(std::vec::IntoIter<OneWayIn>),
+}
+
+impl Taking {
+    #[inline]
+    fn next(&mut self) -> Option<Inbound> {
+        match self {
+            Taking::Full(it) => it.next(),
+            Taking::OneWay(it) => it.next().map(OneWayIn::expand),
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            Taking::Full(it) => it.len(),
+            Taking::OneWay(it) => it.len(),
+        }
+    }
+}
+
+impl std::fmt::Debug for Taking {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Taking({} left)", self.len())
+    }
+}
+
 /// Sending half (I/O thread).
 pub(crate) struct InboundSender {
-    tx: mpsc::UnboundedSender<Vec<Inbound>>,
+    tx: mpsc::UnboundedSender<Batch>,
     queued: Arc<AtomicUsize>,
     capacity: usize,
+    /// The current batch: at most one of `batch` and `one_way` is non-empty.
     batch: Vec<Inbound>,
+    one_way: Vec<OneWayIn>,
     /// Records that may still be pushed according to the last read of `queued` (stale on the
     /// safe side: the receiver only ever lowers `queued`).
     room: usize,
 }
 
 /// Receiving half: the records for the layer above, in arrival order.
-#[derive(Debug)]
 pub struct InboundReceiver {
-    rx: mpsc::UnboundedReceiver<Vec<Inbound>>,
+    rx: mpsc::UnboundedReceiver<Batch>,
     /// The batch being taken: records are moved out once, in order (no re-queueing copy).
-    buf: std::vec::IntoIter<Inbound>,
+    buf: Taking,
     /// Length of the batch in `buf`, subtracted from `queued` once it is all taken.
     buf_len: usize,
     queued: Arc<AtomicUsize>,
@@ -52,12 +118,13 @@ pub(crate) fn channel(capacity: usize) -> (InboundSender, InboundReceiver) {
             tx,
             queued: queued.clone(),
             capacity,
-            batch: Vec::with_capacity(BATCH),
+            batch: Vec::new(),
+            one_way: Vec::new(),
             room: capacity,
         },
         InboundReceiver {
             rx,
-            buf: Vec::new().into_iter(),
+            buf: Taking::Full(Vec::new().into_iter()),
             buf_len: 0,
             queued,
         },
@@ -77,11 +144,22 @@ impl InboundSender {
             return Err(inb);
         }
         self.room -= 1;
+        self.add(inb);
+        Ok(())
+    }
+
+    #[inline(always)]
+    fn add(&mut self, inb: Inbound) {
+        if !self.one_way.is_empty() {
+            self.flush();
+        }
+        if self.batch.capacity() == 0 {
+            self.batch.reserve_exact(BATCH);
+        }
         self.batch.push(inb);
         if self.batch.len() >= BATCH {
             self.flush();
         }
-        Ok(())
     }
 
     /// True when a record can be pushed now (the channel is not full). Checked before the
@@ -89,7 +167,8 @@ impl InboundSender {
     #[inline]
     pub(crate) fn has_room(&mut self) -> bool {
         if self.room == 0 {
-            let queued = self.queued.load(Ordering::Acquire) + self.batch.len();
+            let queued =
+                self.queued.load(Ordering::Acquire) + self.batch.len() + self.one_way.len();
             self.room = self.capacity.saturating_sub(queued);
         }
         self.room > 0 || self.tx.is_closed()
@@ -103,22 +182,66 @@ impl InboundSender {
             return;
         }
         self.room = self.room.saturating_sub(1);
-        self.batch.push(inb);
-        if self.batch.len() >= BATCH {
+        self.add(inb);
+    }
+
+    /// Adds a plain one-way 147 record (no correlation, reply or deadline) after
+    /// [`InboundSender::has_room`] returned true; it crosses in the compact form.
+    #[inline(always)]
+    pub(crate) fn push_one_way(&mut self, origin: Origin, key: DispatchKey, payload: Bytes) {
+        if self.tx.is_closed() {
+            return;
+        }
+        self.room = self.room.saturating_sub(1);
+        if !self.batch.is_empty() {
+            self.flush();
+        }
+        if self.one_way.capacity() == 0 {
+            self.one_way.reserve_exact(BATCH);
+        }
+        self.one_way.push(OneWayIn {
+            origin,
+            key,
+            payload,
+        });
+        if self.one_way.len() >= BATCH {
             self.flush();
         }
     }
 
-    /// Hands the current batch over (one wake-up).
+    /// Hands the current batch over (one wake-up). The next batch is allocated when its first
+    /// record comes.
     pub(crate) fn flush(&mut self) {
-        if self.batch.is_empty() {
+        let (batch, n) = if !self.batch.is_empty() {
+            let b = std::mem::take(&mut self.batch);
+            let n = b.len();
+            (Batch::Full(b), n)
+        } else if !self.one_way.is_empty() {
+            let b = std::mem::take(&mut self.one_way);
+            let n = b.len();
+            (Batch::OneWay(b), n)
+        } else {
             return;
+        };
+        self.queued.fetch_add(n, Ordering::AcqRel);
+        if self.tx.send(batch).is_err() {
+            self.queued.fetch_sub(n, Ordering::AcqRel);
         }
-        let batch = std::mem::replace(&mut self.batch, Vec::with_capacity(BATCH));
-        self.queued.fetch_add(batch.len(), Ordering::AcqRel);
-        if let Err(e) = self.tx.send(batch) {
-            self.queued.fetch_sub(e.0.len(), Ordering::AcqRel);
-        }
+    }
+}
+
+impl std::fmt::Debug for InboundReceiver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("InboundReceiver")
+            .field("len", &self.len())
+            .finish()
+    }
+}
+
+fn taking(batch: Batch) -> (usize, Taking) {
+    match batch {
+        Batch::Full(b) => (b.len(), Taking::Full(b.into_iter())),
+        Batch::OneWay(b) => (b.len(), Taking::OneWay(b.into_iter())),
     }
 }
 
@@ -131,8 +254,7 @@ impl InboundReceiver {
             }
             self.batch_taken();
             let batch = self.rx.recv().await?;
-            self.buf_len = batch.len();
-            self.buf = batch.into_iter();
+            (self.buf_len, self.buf) = taking(batch);
         }
     }
 
@@ -153,10 +275,7 @@ impl InboundReceiver {
             }
             self.batch_taken();
             match self.rx.try_recv() {
-                Ok(batch) => {
-                    self.buf_len = batch.len();
-                    self.buf = batch.into_iter();
-                }
+                Ok(batch) => (self.buf_len, self.buf) = taking(batch),
                 Err(_) => return None,
             }
         }

@@ -218,3 +218,67 @@ async fn replies_queued_together_are_batched_on_completion() {
     assert_eq!(b.counters().dropped_total(), 0);
     b.shutdown().await;
 }
+
+// spec: EG-4, SB-2.1 — plain one-way 147 records and other one-way records (160 with
+// correlation 0) from one peer, interleaved: the receiver gets every record exactly once, in
+// send order, each as sent (a 147 crosses the inbound channel in a compact form, other
+// records in full; a read pass holding both must keep the order). The receiver's I/O thread
+// is held while they are sent, so its read passes find them queued together.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_way_records_of_both_forms_arrive_in_send_order() {
+    const N: u32 = 600;
+    let (a, _ra) = start("ma");
+    let (b, mut rb) = start("mb");
+    link(&a, &b).await;
+    let key = DispatchKey::new(5);
+    let call = |i: u32| {
+        Record::ActorCall(zlink_wire::ActorCall {
+            actor: zlink_wire::ActorId::new("actor-1").unwrap(),
+            object_generation: 1.into(),
+            authority_owner_generation: 1.into(),
+            owner_lease_generation: 1.into(),
+            target_node_generation: b.generation(),
+            key: DispatchKey::new(100 + i),
+            deadline: None,
+        })
+    };
+    // Runs of 1..=4 records of one form, then the other form.
+    let full = |i: u32| (i / 3 + i / 7) % 2 == 1;
+    let hold = b.hold_io_for_tests();
+    for i in 0..N {
+        if full(i) {
+            a.send_record(b.node(), call(i), Some(payload(i)))
+                .await
+                .unwrap();
+        } else {
+            a.send(b.node(), key, payload(i)).await.unwrap();
+        }
+    }
+    drop(hold);
+    for want in 0..N {
+        let m = tokio::time::timeout(WAIT, rb.recv())
+            .await
+            .expect("record arrives")
+            .unwrap();
+        assert_eq!(index(m.payload.as_deref().unwrap()), want, "in send order");
+        if full(want) {
+            assert_eq!(m.record, call(want));
+        } else {
+            assert_eq!(m.record, Record::OneWay(OneWay { key }));
+        }
+        assert_eq!(m.correlation, zlink_wire::CorrelationId::NONE);
+        assert!(m.reply.is_none() && m.deadline.is_none());
+        assert_eq!(
+            m.origin,
+            Origin::Peer {
+                node: a.node().clone(),
+                generation: a.generation()
+            }
+        );
+    }
+    assert!(rb.is_empty());
+    assert_eq!(a.counters().dropped_total(), 0);
+    assert_eq!(b.counters().dropped_total(), 0);
+    a.shutdown().await;
+    b.shutdown().await;
+}
