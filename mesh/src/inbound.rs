@@ -118,8 +118,8 @@ pub(crate) fn channel(capacity: usize) -> (InboundSender, InboundReceiver) {
             tx,
             queued: queued.clone(),
             capacity,
-            batch: Vec::new(),
-            one_way: Vec::new(),
+            batch: Vec::with_capacity(BATCH),
+            one_way: Vec::with_capacity(BATCH),
             room: capacity,
         },
         InboundReceiver {
@@ -152,9 +152,6 @@ impl InboundSender {
     fn add(&mut self, inb: Inbound) {
         if !self.one_way.is_empty() {
             self.flush();
-        }
-        if self.batch.capacity() == 0 {
-            self.batch.reserve_exact(BATCH);
         }
         self.batch.push(inb);
         if self.batch.len() >= BATCH {
@@ -196,9 +193,6 @@ impl InboundSender {
         if !self.batch.is_empty() {
             self.flush();
         }
-        if self.one_way.capacity() == 0 {
-            self.one_way.reserve_exact(BATCH);
-        }
         self.one_way.push(OneWayIn {
             origin,
             key,
@@ -209,20 +203,21 @@ impl InboundSender {
         }
     }
 
-    /// Hands the current batch over (one wake-up). The next batch is allocated when its first
-    /// record comes.
+    /// Hands the current batch over (one wake-up). The next batch of that form is allocated
+    /// after the hand-over, off the path of the next record (a request's latency).
     pub(crate) fn flush(&mut self) {
-        let (batch, n) = if !self.batch.is_empty() {
+        if !self.batch.is_empty() {
             let b = std::mem::take(&mut self.batch);
-            let n = b.len();
-            (Batch::Full(b), n)
+            self.send(b.len(), Batch::Full(b));
+            self.batch = Vec::with_capacity(BATCH);
         } else if !self.one_way.is_empty() {
             let b = std::mem::take(&mut self.one_way);
-            let n = b.len();
-            (Batch::OneWay(b), n)
-        } else {
-            return;
-        };
+            self.send(b.len(), Batch::OneWay(b));
+            self.one_way = Vec::with_capacity(BATCH);
+        }
+    }
+
+    fn send(&mut self, n: usize, batch: Batch) {
         self.queued.fetch_add(n, Ordering::AcqRel);
         if self.tx.send(batch).is_err() {
             self.queued.fetch_sub(n, Ordering::AcqRel);
