@@ -1749,17 +1749,19 @@ impl Engine {
                 self.on_peer_batch(kind, rid, &node, was_cached, frame)
             }
             [envelope] => {
-                self.on_peer_record(kind, rid, &node, was_cached, envelope, Pl::None, false)
+                self.on_peer_record(kind, rid, &node, was_cached, envelope, Pl::None, false);
             }
-            [envelope, payload] => self.on_peer_record(
-                kind,
-                rid,
-                &node,
-                was_cached,
-                envelope,
-                Pl::Copy(payload),
-                false,
-            ),
+            [envelope, payload] => {
+                self.on_peer_record(
+                    kind,
+                    rid,
+                    &node,
+                    was_cached,
+                    envelope,
+                    Pl::Copy(payload),
+                    false,
+                );
+            }
             _ => {
                 let e = zlink_wire::DecodeError::PartCount { count: parts.len() };
                 self.shared
@@ -1791,12 +1793,86 @@ impl Engine {
                 return;
             }
         };
-        for sub in batch.records() {
+        let mut records = batch.records();
+        let mut next = records.next();
+        while let Some(sub) = next.take() {
             let payload = match sub.payload {
                 Some(p) => Pl::Shared(p),
                 None => Pl::None,
             };
-            self.on_peer_record(kind, rid, node, was_cached, sub.envelope, payload, true);
+            let Some(generation) =
+                self.on_peer_record(kind, rid, node, was_cached, sub.envelope, payload, true)
+            else {
+                next = records.next();
+                continue;
+            };
+            // That record was a memoized one-way 147 handed up in the compact form: the peer is
+            // authenticated, up in `generation` on relay, and nothing has changed since. The
+            // records after it that are byte-identical one-ways take the same path with the
+            // peer looked up once; each still has its payload bounded, its window charged and
+            // its credit freed, exactly as in `on_peer_record`. Anything else goes back there.
+            next = records.next();
+            next = self.fast_one_ways(node, generation, next, &mut records);
+        }
+    }
+
+    /// The run of memoized one-way records that follows one handed up by `on_peer_record`
+    /// (see [`Engine::on_peer_batch`]); returns the first record it did not take.
+    fn fast_one_ways<'a>(
+        &mut self,
+        node: &Arc<NodeRid>,
+        generation: NodeGeneration,
+        mut next: Option<zlink_wire::BatchRecord<'a>>,
+        records: &mut impl Iterator<Item = zlink_wire::BatchRecord<'a>>,
+    ) -> Option<zlink_wire::BatchRecord<'a>> {
+        let Some(key) = self.memo.one_way_key() else {
+            return next;
+        };
+        let window = self.cfg.peer_window;
+        let max_payload = self.limits.max_payload;
+        loop {
+            let Some(p) = self.peers.get_mut(&**node).filter(|p| {
+                p.generation == Some(generation)
+                    && matches!(p.relay, Link::Up(g) if g == generation)
+            }) else {
+                return next;
+            };
+            let mut credit = false;
+            while let Some(sub) = next.take() {
+                let eligible = sub
+                    .payload
+                    .as_ref()
+                    .is_some_and(|pl| pl.len() <= max_payload)
+                    && self.memo.header(sub.envelope).is_some()
+                    && self.held.is_empty()
+                    && self.inbound.has_room();
+                if !eligible {
+                    return Some(sub);
+                }
+                let payload = sub.payload.expect("checked");
+                let bytes = (sub.envelope.len() + payload.len()) as u64;
+                p.last_rx = self.rx_now;
+                if !p.rx.try_charge(window, bytes) {
+                    self.shared.counters.drop(DropReason::CreditExceeded, node);
+                    next = records.next();
+                    continue;
+                }
+                let origin = Origin::Peer {
+                    node: NodeRid::clone(node),
+                    generation,
+                };
+                self.inbound.push_one_way(origin, key, payload);
+                self.shared.counters.delivered(1);
+                next = records.next();
+                if p.rx.free(window, bytes) {
+                    credit = true;
+                    break;
+                }
+            }
+            if !credit {
+                return next;
+            }
+            self.flush_credit(node);
         }
     }
 
@@ -1810,7 +1886,7 @@ impl Engine {
         envelope: &[u8],
         payload: Pl<'_>,
         in_batch: bool,
-    ) {
+    ) -> Option<NodeGeneration> {
         // A repeated one-way envelope (byte-identical to the last one decoded) is not decoded
         // again; the payload part is bounded and copied as `decode_counted` does.
         let bytes = (envelope.len() + payload.len()) as u64;
@@ -1826,10 +1902,7 @@ impl Engine {
             Some(h) => (h, Class::App, None, payload.into_bytes()),
             None => {
                 let has_payload = !matches!(payload, Pl::None);
-                let Some(d) = decode_counted(&self.shared, &self.limits, envelope, payload, node)
-                else {
-                    return;
-                };
+                let d = decode_counted(&self.shared, &self.limits, envelope, payload, node)?;
                 if has_payload {
                     self.memo.store(envelope, &d);
                 }
@@ -1845,15 +1918,15 @@ impl Engine {
                 DropReason::WrongConnection,
                 &format_args!("{node}: control record inside a batch on {kind:?}"),
             );
-            return;
+            return None;
         }
         if let Class::Handshake(m) = class {
             self.handle_handshake_msg(kind, NodeRid::clone(node), m);
-            return;
+            return None;
         }
         let Some(p) = self.peers.get_mut(&**node) else {
             self.shared.counters.drop(DropReason::Unauthenticated, node);
-            return;
+            return None;
         };
         if !was_cached && self.rid_cache.len() < 4096 {
             self.rid_cache.insert(rid.to_vec(), node.clone());
@@ -1863,11 +1936,11 @@ impl Engine {
             (Link::Up(g), Some(cur)) if *g == cur => cur,
             (Link::Up(_), _) => {
                 self.shared.counters.drop(DropReason::StaleGeneration, node);
-                return;
+                return None;
             }
             _ => {
                 self.shared.counters.drop(DropReason::Unauthenticated, node);
-                return;
+                return None;
             }
         };
         p.last_rx = self.rx_now;
@@ -1899,7 +1972,7 @@ impl Engine {
                 if !within_window {
                     // The peer ignored its window: a protocol violation, counted.
                     self.shared.counters.drop(DropReason::CreditExceeded, node);
-                    return;
+                    return None;
                 }
                 // A plain one-way record (no correlation, so no reply and no deadline) goes up
                 // in the compact form (see `inbound`); on a memo hit the record is not even
@@ -1925,7 +1998,7 @@ impl Engine {
                     if p.rx.free(self.cfg.peer_window, bytes) {
                         self.flush_credit(node);
                     }
-                    return;
+                    return Some(generation);
                 }
                 let rec = match rec {
                     Some(r) => r,
@@ -1957,7 +2030,7 @@ impl Engine {
                             frames,
                         );
                     }
-                    return;
+                    return None;
                 }
                 let reply = (corr != 0).then(|| {
                     ReplyHandle::new(
@@ -2007,6 +2080,7 @@ impl Engine {
                 &format_args!("{node} on {kind:?}"),
             ),
         }
+        None
     }
 
     fn complete(

@@ -742,3 +742,91 @@ async fn batch_with_bad_sub_records_delivers_the_good_ones() {
     node.shutdown().await;
     good.shutdown().await;
 }
+
+// spec: SB-2.1, EG-1.2, EG-4 — one 139 frame from an authenticated peer carrying runs of
+// byte-identical one-way records (the receiver's fast path for repeated 147s) with the key
+// changing between runs: every record is delivered once, in order, with its own key, while
+// credit is returned in the middle of the frame (window of 4). Then the same kind of frame
+// while the application queue is full: what fits in the window is held and delivered in
+// order, the excess is dropped as `CreditExceeded`, exactly as for records sent alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batched_repeated_one_ways_are_checked_like_lone_ones() {
+    let window = zlink_mesh::config::InboundWindow {
+        messages: 4,
+        bytes: 1 << 20,
+    };
+    let one_way = |key: u32, i: u8| {
+        zlink_wire::encode(
+            &Record::OneWay(OneWay {
+                key: DispatchKey::new(key),
+            }),
+            CorrelationId::NONE,
+            Some(Bytes::from(vec![i])),
+        )
+        .unwrap()
+    };
+    let key_of = |i: u8| if (i / 7) % 2 == 0 { 1 } else { 2 };
+    for (capacity, n, delivered) in [(4096usize, 40u8, 40u8), (1, 10, 5)] {
+        let mut c = config("fastpath");
+        c.inbound_capacity = capacity;
+        c.peer_window = window;
+        let (node, mut inbound) = MeshNode::start(c).unwrap();
+        let raw = RawPeer::connect("repeater", &node);
+        for kind in [LinkKind::Relay, LinkKind::Completion] {
+            assert!(matches!(
+                raw.handshake(kind, "repeater", 1, SECRET),
+                Some(Outcome::Established(_))
+            ));
+        }
+        assert!(
+            node.wait_peer_up(&NodeRid::new("repeater").unwrap(), None, WAIT)
+                .await
+                .is_some()
+        );
+        let records: Vec<_> = (0..n).map(|i| one_way(key_of(i), i)).collect();
+        let frame = zlink_wire::encode_batch(
+            records
+                .iter()
+                .map(|r| (&r.envelope()[..], r.payload().map(|p| &p[..]))),
+        )
+        .unwrap();
+        raw.send(LinkKind::Relay, &[&frame]);
+        if delivered < n {
+            eventually("excess dropped", || {
+                node.counters().dropped(DropReason::CreditExceeded) == u64::from(n - delivered)
+            })
+            .await;
+        }
+        for i in 0..delivered {
+            let m = tokio::time::timeout(WAIT, inbound.recv())
+                .await
+                .unwrap()
+                .unwrap();
+            assert_eq!(m.payload.as_deref(), Some(&[i][..]), "in order");
+            assert_eq!(
+                m.record,
+                Record::OneWay(OneWay {
+                    key: DispatchKey::new(key_of(i))
+                })
+            );
+            assert_eq!(
+                m.origin,
+                zlink_mesh::Origin::Peer {
+                    node: NodeRid::new("repeater").unwrap(),
+                    generation: NodeGeneration::new(1)
+                }
+            );
+        }
+        assert!(inbound.try_recv().is_none());
+        assert_eq!(
+            node.counters().dropped(DropReason::CreditExceeded),
+            u64::from(n - delivered)
+        );
+        assert_eq!(
+            node.counters().dropped_total(),
+            u64::from(n - delivered),
+            "nothing else dropped"
+        );
+        node.shutdown().await;
+    }
+}
