@@ -12,8 +12,9 @@
 //!   inline storage holds a `Box<F>` (which always fits);
 //! * the storage is written once in [`Job::new`] and read (moved out) at most once: either by
 //!   [`Job::run`] (which forgets the `Job`, so its `Drop` does not run) or by `Drop`;
-//! * the closure is `Send`, so the `Job` is `Send`; it is never shared (`!Sync` by construction,
-//!   the storage is a plain `MaybeUninit`).
+//! * the closure is `Send`, so the `Job` is `Send`; it is never shared: `Job` is `!Sync` (a
+//!   `PhantomData<Cell<()>>` marker, since the plain `MaybeUninit` storage alone would be `Sync`
+//!   whatever the closure is).
 
 use std::marker::PhantomData;
 use std::mem::{ManuallyDrop, MaybeUninit};
@@ -70,6 +71,8 @@ impl<F: FnOnce(TurnEnv, &LaneHandle) -> Handled<()> + Send + 'static> Boxed<F> {
 pub(crate) struct Job {
     storage: MaybeUninit<Inline>,
     vtable: &'static VTable,
+    /// `!Sync`: the closure inside may be `!Sync`.
+    _not_sync: PhantomData<std::cell::Cell<()>>,
 }
 
 // SAFETY: a `Job` only ever holds an `F: Send` (inline or boxed) and gives no shared access to it.
@@ -98,6 +101,7 @@ impl Job {
             Job {
                 storage,
                 vtable: &Direct::<F>::VTABLE,
+                _not_sync: PhantomData,
             }
         } else {
             // SAFETY: a `Box<F>` is one pointer: it always fits the word-aligned storage.
@@ -105,6 +109,7 @@ impl Job {
             Job {
                 storage,
                 vtable: &Boxed::<F>::VTABLE,
+                _not_sync: PhantomData,
             }
         }
     }
