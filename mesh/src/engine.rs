@@ -2353,6 +2353,18 @@ impl Engine {
     }
 }
 
+/// Sends the routing id that starts a message, without blocking: `Err` with the outcome when
+/// libzmq refuses it (HWM: PAUSED; no such peer: unreachable). Once it is accepted, the rest of
+/// the message is too.
+#[inline]
+fn send_routing_id(s: &zmq::Socket, rid: &[u8]) -> Result<(), SendOutcome> {
+    match s.send(rid, zmq::SNDMORE | zmq::DONTWAIT) {
+        Ok(()) => Ok(()),
+        Err(zmq::Error::EAGAIN) => Err(SendOutcome::Paused),
+        Err(_) => Err(SendOutcome::Unreachable),
+    }
+}
+
 /// Sends one message (routing id, then the parts) without blocking.
 #[inline]
 fn raw_send_on(
@@ -2362,10 +2374,8 @@ fn raw_send_on(
     rid: &[u8],
     frames: &[Bytes],
 ) -> SendOutcome {
-    match s.send(rid, zmq::SNDMORE | zmq::DONTWAIT) {
-        Ok(()) => {}
-        Err(zmq::Error::EAGAIN) => return SendOutcome::Paused,
-        Err(_) => return SendOutcome::Unreachable,
+    if let Err(refused) = send_routing_id(s, rid) {
+        return refused;
     }
     // Recorded once the routing id was accepted (the message will be sent) and before its
     // last part completes it: the tap entry exists before the peer can receive the message.
@@ -2422,10 +2432,8 @@ fn raw_send_one(
     rid: &[u8],
     frame: &[u8],
 ) -> SendOutcome {
-    match s.send(rid, zmq::SNDMORE | zmq::DONTWAIT) {
-        Ok(()) => {}
-        Err(zmq::Error::EAGAIN) => return SendOutcome::Paused,
-        Err(_) => return SendOutcome::Unreachable,
+    if let Err(refused) = send_routing_id(s, rid) {
+        return refused;
     }
     // Tap entry before the message is complete, as in `raw_send_on`.
     if let Some(tap) = tap {

@@ -129,6 +129,9 @@ pub(crate) struct PeerSlot {
 }
 
 /// Outcome of the synchronous admission attempt.
+/// The rest of an admission that has to wait for budget (see `MeshNode::admit_frames`).
+type AdmitWait<'a> = std::pin::Pin<Box<dyn Future<Output = Result<(), SendError>> + Send + 'a>>;
+
 enum Admit<I> {
     /// Admitted and appended (the outbox if it was asked for).
     Queued(Option<Arc<Outbox>>),
@@ -674,7 +677,10 @@ impl MeshNode {
         }
         let frames =
             codec::encode(&record, 0, payload).map_err(|e| SendError::Encode(e.to_string()))?;
-        self.send_frames(to, frames).await
+        match self.admit_frames(to, frames)? {
+            None => Ok(()),
+            Some(wait) => wait.await,
+        }
     }
 
     /// Sends several one-way 147 records to one peer with one admission (all or nothing,
@@ -720,44 +726,30 @@ impl MeshNode {
         key: DispatchKey,
         payload: Bytes,
     ) -> Result<(), SendError> {
-        let frames = one_way_parts(key, payload)?;
-        // Not `send_frames(..).await`: one more async layer costs ≈ 280 instructions per send
-        // (callgrind) in future moves; the body is the same.
-        let bytes = self.shared.check_size(&frames)?;
-        match self.try_enqueue(to, 1, bytes, [OutItem::Send { frames, bytes }], false)? {
-            Admit::Queued(_) => Ok(()),
-            Admit::Wait(items, slot) => Box::pin(self.enqueue_waiting(
-                slot,
-                1,
-                bytes,
-                self.shared.send_timeout,
-                items,
-                false,
-            ))
-            .await
-            .map(drop),
+        match self.admit_frames(to, one_way_parts(key, payload)?)? {
+            None => Ok(()),
+            Some(wait) => wait.await,
         }
     }
 
-    /// Admits encoded one-way frames against the peer's outbound budget (waiting at most the
-    /// send timeout) and hands them to the I/O thread; the reservation is released if the
-    /// hand-off fails, so a send that failed admission is never delivered later.
-    async fn send_frames(&self, to: &NodeRid, frames: Parts) -> Result<(), SendError> {
+    /// Admits encoded one-way frames against the peer's outbound budget and hands them to the
+    /// I/O thread. Admitted synchronously when the budget has room (`None`: no future holds the
+    /// record, no async layer per send); otherwise the returned future waits at most the send
+    /// timeout. The reservation is released if the hand-off fails, so a send that failed
+    /// admission is never delivered later.
+    fn admit_frames(
+        &self,
+        to: &NodeRid,
+        frames: Parts,
+    ) -> Result<Option<AdmitWait<'_>>, SendError> {
         let bytes = self.shared.check_size(&frames)?;
-        // Admitted synchronously when the budget has room: the future holds no queued record
-        // across an await (only the boxed waiting path does).
         match self.try_enqueue(to, 1, bytes, [OutItem::Send { frames, bytes }], false)? {
-            Admit::Queued(_) => Ok(()),
-            Admit::Wait(items, slot) => Box::pin(self.enqueue_waiting(
-                slot,
-                1,
-                bytes,
-                self.shared.send_timeout,
-                items,
-                false,
-            ))
-            .await
-            .map(drop),
+            Admit::Queued(_) => Ok(None),
+            Admit::Wait(items, slot) => Ok(Some(Box::pin(async move {
+                self.enqueue_waiting(slot, 1, bytes, self.shared.send_timeout, items, false)
+                    .await
+                    .map(drop)
+            }))),
         }
     }
 
