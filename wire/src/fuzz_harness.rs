@@ -113,16 +113,21 @@ mod tests {
     use crate::ids::{CorrelationId, DispatchKey};
     use crate::record::{OneWay, Ping, Record};
 
-    #[test]
-    fn seeds_decode() {
-        let one_way = encode(
+    /// A one-way 147 record with key 7 and payload `hi`.
+    fn one_way_hi() -> crate::Frames {
+        encode(
             &Record::OneWay(OneWay {
                 key: DispatchKey::new(7),
             }),
             CorrelationId::NONE,
             Some(Bytes::from_static(b"hi")),
         )
-        .unwrap();
+        .unwrap()
+    }
+
+    #[test]
+    fn seeds_decode() {
+        let one_way = one_way_hi();
         let decoded = decode_any(&seed(&one_way)).expect("seed decodes");
         assert_eq!(decoded.payload.as_deref(), Some(&b"hi"[..]));
         let ping = encode(&Record::Ping(Ping { seq: 3 }), CorrelationId::NONE, None).unwrap();
@@ -155,14 +160,7 @@ mod tests {
 
     #[test]
     fn batch_seed_decodes_every_record() {
-        let one_way = encode(
-            &Record::OneWay(OneWay {
-                key: DispatchKey::new(7),
-            }),
-            CorrelationId::NONE,
-            Some(Bytes::from_static(b"hi")),
-        )
-        .unwrap();
+        let one_way = one_way_hi();
         let ping = encode(&Record::Ping(Ping { seq: 3 }), CorrelationId::NONE, None).unwrap();
         let frame = batch_of(&[
             (one_way.envelope().to_vec(), Some(b"hi".to_vec())),
