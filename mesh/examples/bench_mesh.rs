@@ -8,12 +8,24 @@
 //! the latency and memory parts). Knobs for experiments: `BENCH_ONLY_MESH=1` (skip raw),
 //! `BENCH_ONLY_RAW=1` (only the raw one-way runs: instruction counts of the baseline),
 //! `BENCH_WINDOW=<msgs>` (receive window and budget), `BENCH_INBOUND=<records>`, `BENCH_SPIN=<yields>`,
-//! `BENCH_BATCH=<records>` (most records per batch frame; 1 = batching off).
+//! `BENCH_BATCH=<records>` (most records per batch frame; 1 = batching off),
+//! `BENCH_ONLY_CLIENT=1` (only the ClientServer benchmarks), `BENCH_NO_CLIENT=1` (skip them),
+//! `BENCH_CLIENT_WINDOW=<records>` (the node's receive window per client).
+//!
+//! ClientServer (`client_*` lines, one `MeshClient` against one node's client ROUTER, 64 B):
+//! `client_oneway` (`MeshClient::send` → node inbound) against raw DEALER → ROUTER one-way,
+//! `client_push` (`MeshNode::push` → `MeshClient::recv_push`) against raw ROUTER → DEALER,
+//! both medians of 3 interleaved runs of `oneway_msgs`; `client_request_reply` p50/p99
+//! (`MeshClient::request`, a task on the node answers from the `InboundReceiver`) against a
+//! raw DEALER → ROUTER echo, `rtt_samples` round trips after 1,000 warm-up ones each.
 
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use zlink_mesh::{DispatchKey, MeshConfig, MeshName, MeshNode, MeshSecret, NodeRid};
+use zlink_mesh::{
+    ClientConfig, DispatchKey, MeshClient, MeshConfig, MeshName, MeshNode, MeshSecret, NodeRid,
+    PeerEvent, SessionRid,
+};
 
 const SIZE: usize = 64;
 const SECRET: &[u8] = b"bench-mesh-secret-0123456789";
@@ -245,6 +257,251 @@ async fn mesh_rtt(n: usize) -> Vec<f64> {
     v
 }
 
+// ---------------------------------------------------------------- ClientServer
+
+/// Raw libzmq DEALER → ROUTER one-way, 64 B, one thread each side (the client's shape).
+fn raw_client_oneway(n: usize) -> f64 {
+    let ctx_r = zmq::Context::new();
+    let r = ctx_r.socket(zmq::ROUTER).unwrap();
+    r.bind("tcp://127.0.0.1:*").unwrap();
+    let ep = r.get_last_endpoint().unwrap().unwrap();
+    let recv = std::thread::spawn(move || {
+        let mut msg = zmq::Message::new();
+        r.recv(&mut msg, 0).unwrap();
+        r.recv(&mut msg, 0).unwrap();
+        let t0 = Instant::now();
+        for _ in 1..n {
+            r.recv(&mut msg, 0).unwrap();
+            r.recv(&mut msg, 0).unwrap();
+        }
+        t0.elapsed()
+    });
+    let ctx_s = zmq::Context::new();
+    let s = ctx_s.socket(zmq::DEALER).unwrap();
+    s.connect(&ep).unwrap();
+    let payload = [0x5au8; SIZE];
+    for _ in 0..n {
+        s.send(&payload[..], 0).unwrap();
+    }
+    let el = recv.join().unwrap();
+    (n - 1) as f64 / el.as_secs_f64()
+}
+
+/// Raw libzmq ROUTER → DEALER one-way (a server push), 64 B, one thread each side.
+fn raw_client_push(n: usize) -> f64 {
+    let ctx_r = zmq::Context::new();
+    let d = ctx_r.socket(zmq::DEALER).unwrap();
+    d.set_identity(b"cli").unwrap();
+    let ctx_s = zmq::Context::new();
+    let s = ctx_s.socket(zmq::ROUTER).unwrap();
+    s.set_router_mandatory(true).unwrap();
+    s.bind("tcp://127.0.0.1:*").unwrap();
+    let ep = s.get_last_endpoint().unwrap().unwrap();
+    d.connect(&ep).unwrap();
+    let recv = std::thread::spawn(move || {
+        let mut msg = zmq::Message::new();
+        d.recv(&mut msg, 0).unwrap();
+        let t0 = Instant::now();
+        for _ in 1..n {
+            d.recv(&mut msg, 0).unwrap();
+        }
+        t0.elapsed()
+    });
+    let payload = [0x5au8; SIZE];
+    while s.send("cli", zmq::SNDMORE).is_err() {
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    s.send(&payload[..], 0).unwrap();
+    for _ in 1..n {
+        s.send("cli", zmq::SNDMORE).unwrap();
+        s.send(&payload[..], 0).unwrap();
+    }
+    let el = recv.join().unwrap();
+    (n - 1) as f64 / el.as_secs_f64()
+}
+
+/// Raw libzmq request/reply: DEALER client → ROUTER echo thread, sequential.
+fn raw_client_rtt(n: usize) -> Vec<f64> {
+    let ctx_r = zmq::Context::new();
+    let r = ctx_r.socket(zmq::ROUTER).unwrap();
+    r.bind("tcp://127.0.0.1:*").unwrap();
+    let ep = r.get_last_endpoint().unwrap().unwrap();
+    let warm = 1000;
+    let srv = std::thread::spawn(move || {
+        for _ in 0..(n + warm) {
+            let m = r.recv_multipart(0).unwrap();
+            r.send_multipart(m, 0).unwrap();
+        }
+    });
+    let ctx_c = zmq::Context::new();
+    let c = ctx_c.socket(zmq::DEALER).unwrap();
+    c.connect(&ep).unwrap();
+    let payload = [0x5au8; SIZE];
+    let mut v = Vec::with_capacity(n);
+    for i in 0..(n + warm) {
+        let t = Instant::now();
+        c.send(&payload[..], 0).unwrap();
+        let _ = c.recv_multipart(0).unwrap();
+        if i >= warm {
+            v.push(t.elapsed().as_secs_f64() * 1e6);
+        }
+    }
+    srv.join().unwrap();
+    v
+}
+
+fn client_node_cfg() -> MeshConfig {
+    let mut c = cfg("srv");
+    c.client_endpoint = Some("tcp://127.0.0.1:*".into());
+    if let Some(w) = std::env::var("BENCH_CLIENT_WINDOW")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        c.client_window.messages = w;
+    }
+    c
+}
+
+/// A node with its client endpoint and one connected `MeshClient`; the session is known
+/// (the node saw the client's first Ping).
+async fn client_pair() -> (
+    MeshNode,
+    zlink_mesh::InboundReceiver,
+    MeshClient,
+    SessionRid,
+) {
+    let (node, rx) = MeshNode::start(client_node_cfg()).unwrap();
+    let mut events = node.subscribe();
+    let ep = node.endpoints().client.clone().unwrap();
+    let client = MeshClient::connect(ClientConfig::new(ep)).unwrap();
+    let session = tokio::time::timeout(Duration::from_secs(30), async {
+        loop {
+            if let Ok(PeerEvent::ClientConnected { session }) = events.recv().await {
+                return session;
+            }
+        }
+    })
+    .await
+    .expect("client connected");
+    (node, rx, client, session)
+}
+
+async fn client_oneway(n: usize) -> f64 {
+    let (node, mut rx, client, _session) = client_pair().await;
+    let recv = tokio::spawn(async move {
+        rx.recv().await.unwrap();
+        let t0 = Instant::now();
+        for _ in 1..n {
+            rx.recv().await.unwrap();
+        }
+        (t0.elapsed(), rx)
+    });
+    let payload = Bytes::from_static(&[0x5a; SIZE]);
+    for _ in 0..n {
+        client
+            .send(DispatchKey::new(1), payload.clone())
+            .await
+            .unwrap();
+    }
+    let (el, _rx) = recv.await.unwrap();
+    client.close().await;
+    node.shutdown().await;
+    (n - 1) as f64 / el.as_secs_f64()
+}
+
+async fn client_push(n: usize) -> f64 {
+    let (node, _rx, client, session) = client_pair().await;
+    let client = std::sync::Arc::new(client);
+    let c2 = client.clone();
+    let recv = tokio::spawn(async move {
+        c2.recv_push().await.unwrap();
+        let t0 = Instant::now();
+        for _ in 1..n {
+            c2.recv_push().await.unwrap();
+        }
+        t0.elapsed()
+    });
+    let payload = Bytes::from_static(&[0x5a; SIZE]);
+    for _ in 0..n {
+        node.push(session, DispatchKey::new(1), payload.clone())
+            .await
+            .unwrap();
+    }
+    let el = recv.await.unwrap();
+    if let Ok(client) = std::sync::Arc::try_unwrap(client) {
+        client.close().await;
+    }
+    node.shutdown().await;
+    (n - 1) as f64 / el.as_secs_f64()
+}
+
+async fn client_rtt(n: usize) -> Vec<f64> {
+    let (node, mut rx, client, _session) = client_pair().await;
+    let echo = tokio::spawn(async move {
+        while let Some(m) = rx.recv().await {
+            if let Some(r) = m.reply {
+                r.reply(m.payload.unwrap_or_default());
+            }
+        }
+    });
+    let payload = Bytes::from_static(&[0x5a; SIZE]);
+    let mut v = Vec::with_capacity(n);
+    for i in 0..(n + 1000) {
+        let t = Instant::now();
+        client
+            .request(
+                DispatchKey::new(1),
+                payload.clone(),
+                Duration::from_secs(10),
+            )
+            .await
+            .unwrap();
+        if i >= 1000 {
+            v.push(t.elapsed().as_secs_f64() * 1e6);
+        }
+    }
+    client.close().await;
+    node.shutdown().await;
+    let _ = echo.await;
+    v
+}
+
+/// The ClientServer lines (see the module doc).
+fn client_benches(rt: &tokio::runtime::Runtime, n: usize, rtt_n: usize) {
+    let only_mesh = std::env::var_os("BENCH_ONLY_MESH").is_some();
+    let (mut raw, mut mesh) = (Vec::new(), Vec::new());
+    for _ in 0..3 {
+        raw.push(if only_mesh { 1.0 } else { raw_client_oneway(n) });
+        mesh.push(rt.block_on(client_oneway(n)));
+    }
+    json(
+        "client_oneway",
+        "msgs_per_s",
+        percentile(&mut mesh, 0.5),
+        Some(percentile(&mut raw, 0.5)),
+    );
+    let (mut raw, mut mesh) = (Vec::new(), Vec::new());
+    for _ in 0..3 {
+        raw.push(if only_mesh { 1.0 } else { raw_client_push(n) });
+        mesh.push(rt.block_on(client_push(n)));
+    }
+    json(
+        "client_push",
+        "msgs_per_s",
+        percentile(&mut mesh, 0.5),
+        Some(percentile(&mut raw, 0.5)),
+    );
+    if rtt_n == 0 {
+        return;
+    }
+    let mut raw_l = raw_client_rtt(rtt_n);
+    let mut mesh_l = rt.block_on(client_rtt(rtt_n));
+    let (r50, r99) = (percentile(&mut raw_l, 0.5), percentile(&mut raw_l, 0.99));
+    let (m50, m99) = (percentile(&mut mesh_l, 0.5), percentile(&mut mesh_l, 0.99));
+    json("client_request_reply", "p50_us", m50, Some(r50));
+    json("client_request_reply", "p99_us", m99, Some(r99));
+}
+
 fn vm_hwm_kib() -> u64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
@@ -320,6 +577,10 @@ fn main() {
         .unwrap_or(1_000_000);
     let rtt_n: usize = args.get(2).and_then(|a| a.parse().ok()).unwrap_or(10_000);
 
+    if std::env::var_os("BENCH_ONLY_CLIENT").is_some() {
+        client_benches(&rt, n, rtt_n);
+        return;
+    }
     // Interleave raw and mesh runs, report medians of 3.
     let mut raw = Vec::new();
     let mut mesh = Vec::new();
@@ -350,6 +611,9 @@ fn main() {
     );
 
     if rtt_n == 0 {
+        if std::env::var_os("BENCH_NO_CLIENT").is_none() {
+            client_benches(&rt, n, rtt_n);
+        }
         return;
     }
     let mut raw_l = raw_rtt(rtt_n);
@@ -358,6 +622,10 @@ fn main() {
     let (m50, m99) = (percentile(&mut mesh_l, 0.5), percentile(&mut mesh_l, 0.99));
     json("mesh_request_reply", "p50_us", m50, Some(r50));
     json("mesh_request_reply", "p99_us", m99, Some(r99));
+
+    if std::env::var_os("BENCH_NO_CLIENT").is_none() {
+        client_benches(&rt, n, rtt_n);
+    }
 
     let out = std::process::Command::new(std::env::current_exe().unwrap())
         .arg("--rss-child")
