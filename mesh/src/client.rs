@@ -23,10 +23,10 @@ use crate::budget::{Budget, OutboundBudget};
 use zlink_wire::{Disconnect, DisconnectReason, Limits, Ping};
 
 use crate::codec::{self, Class, Parts, Record};
-use crate::config::{Liveness, MeshConfig, TransportLimits};
+use crate::config::{Batching, Liveness, MeshConfig, TransportLimits};
 use crate::correlation::{Correlations, ReplyOutcome};
 use crate::counters::{Counters, DropReason};
-use crate::engine::{configure_network_socket, recv_multipart};
+use crate::engine::{batch_run, configure_network_socket, recv_multipart};
 use crate::error::{ConfigError, RequestError, SendError};
 use crate::node::Response;
 use crate::tap::{TapDirection, WireTap};
@@ -49,6 +49,13 @@ pub struct ClientConfig {
     pub push_capacity: usize,
     /// Optional wire tap.
     pub tap: Option<WireTap>,
+    /// Natural batching of requests and one-way DATA (as `MeshConfig::batching` for a node):
+    /// records queued in one pass of the client's I/O thread go out as one 139 batch frame
+    /// (a lone record alone; nothing waits for a batch to fill). `max_records` ≤ 1 = off.
+    pub batching: Batching,
+    /// How many times the client's I/O thread yields the CPU, watching for work, before it
+    /// sleeps in `zmq::poll` (as `MeshConfig::io_spin_yields`; 0 = never spin).
+    pub io_spin_yields: usize,
 }
 
 impl ClientConfig {
@@ -62,6 +69,8 @@ impl ClientConfig {
             send_timeout: Duration::from_secs(5),
             push_capacity: 1024,
             tap: None,
+            batching: Batching::default(),
+            io_spin_yields: 100,
         }
     }
 }
@@ -76,6 +85,9 @@ pub struct Push {
 }
 
 type Waiter = oneshot::Sender<Result<Response, RequestError>>;
+
+/// Longest the client's I/O thread spins (yields) watching for work before it sleeps.
+const SPIN_LIMIT: Duration = Duration::from_micros(200);
 
 enum Cmd {
     Send {
@@ -122,7 +134,12 @@ impl std::fmt::Debug for MeshClient {
 
 impl MeshClient {
     /// Connects (libzmq connects in the background and reconnects with bounded backoff).
+    /// `ConfigError::InvalidLimit` if `batching.max_records` exceeds
+    /// `zlink_wire::MAX_BATCH_RECORDS`.
     pub fn connect(cfg: ClientConfig) -> Result<MeshClient, ConfigError> {
+        if cfg.batching.max_records > zlink_wire::MAX_BATCH_RECORDS as usize {
+            return Err(ConfigError::InvalidLimit("batching.max_records"));
+        }
         let ctx = zmq::Context::new();
         let terr = |what: &str| {
             let what = what.to_string();
@@ -169,6 +186,11 @@ impl MeshClient {
             seq: 0,
             limits: codec::limits(cfg.transport.max_message_size),
             tap: cfg.tap,
+            batching: cfg.batching,
+            spin: cfg.io_spin_yields,
+            batch_buf: Vec::new(),
+            rest: None,
+            heard: false,
             _ctx: ctx,
         };
         let thread = std::thread::Builder::new()
@@ -201,6 +223,12 @@ impl MeshClient {
     fn frames(&self, corr: u64, record: Record, payload: Bytes) -> Result<(Parts, u64), SendError> {
         let frames = codec::encode(&record, corr, Some(payload))
             .map_err(|e| SendError::Encode(e.to_string()))?;
+        let total = self.check_size(&frames)?;
+        Ok((frames, total))
+    }
+
+    /// Bytes of `frames`, or `TooLarge` if a part exceeds the message size limit.
+    fn check_size(&self, frames: &Parts) -> Result<u64, SendError> {
         let mut total = 0;
         for f in frames.iter() {
             if f.len() > self.shared.max_message_size {
@@ -211,13 +239,14 @@ impl MeshClient {
             }
             total += f.len() as u64;
         }
-        Ok((frames, total))
+        Ok(total)
     }
 
     /// Sends one-way DATA.
     pub async fn send(&self, key: DispatchKey, payload: Bytes) -> Result<(), SendError> {
-        let (frames, bytes) =
-            self.frames(0, Record::OneWay(zlink_wire::OneWay { key }), payload)?;
+        // The envelope of a one-way record depends only on its key: shared, not encoded again.
+        let frames = crate::node::one_way_parts(key, payload)?;
+        let bytes = self.check_size(&frames)?;
         self.shared
             .budget
             .reserve(bytes, self.shared.send_timeout)
@@ -335,6 +364,17 @@ struct ClientIo {
     seq: u64,
     tap: Option<WireTap>,
     limits: Limits,
+    batching: Batching,
+    /// Yields before sleeping (`ClientConfig::io_spin_yields`).
+    spin: usize,
+    /// Reused buffer of the batch frame being built.
+    batch_buf: Vec<u8>,
+    /// The records of a received batch frame behind a push that found the push channel full
+    /// (`stalled`): the frame and the index of the first record not handled yet. Handled, in
+    /// order, once the stalled push was taken; nothing is read from the socket before that.
+    rest: Option<(zlink_wire::BatchFrame, usize)>,
+    /// A record from the node was handled in this read pass (liveness, see `read`).
+    heard: bool,
     _ctx: zmq::Context,
 }
 
@@ -364,16 +404,15 @@ impl ClientIo {
                 }
             }
             if close {
+                // What was admitted before the Close goes out as far as credit and libzmq
+                // allow, as it would have in a pass without the Close.
+                self.flush();
                 break;
             }
             self.read_monitor();
             self.flush();
-            if let Some(p) = self.stalled.take() {
-                match self.pushes.try_send(p) {
-                    Ok(()) => {}
-                    Err(mpsc::error::TrySendError::Full(p)) => self.stalled = Some(p),
-                    Err(mpsc::error::TrySendError::Closed(_)) => {}
-                }
+            if self.stalled.is_some() {
+                self.resume();
             }
             let now = Instant::now();
             if self.stalled.is_some() {
@@ -401,7 +440,11 @@ impl ClientIo {
             if self.stalled.is_some() || !self.queue.is_empty() || !self.pinged {
                 t = t.min(Duration::from_millis(1));
             }
-            let ms = if self.shared.bell.prepare_sleep() {
+            // Idle: yield a little before sleeping (a wake-up costs 20-25 µs on small VMs; a
+            // reply usually follows a request within that). Work found: poll without sleeping.
+            let ms = if self.spin_for_work(t) {
+                0
+            } else if self.shared.bell.prepare_sleep() {
                 t.as_millis().max(1) as i64
             } else {
                 0
@@ -439,6 +482,34 @@ impl ClientIo {
         }
     }
 
+    /// Yields the CPU up to `spin` times while watching for commands or a readable socket
+    /// (not while a full push channel keeps the socket unread), for at most [`SPIN_LIMIT`] and
+    /// never past `timer` (the next ping or deadline): on a busy machine one yield can last a
+    /// whole time slice, and a late Ping would make the node look dead.
+    fn spin_for_work(&self, timer: Duration) -> bool {
+        if self.stalled.is_some() || self.spin == 0 {
+            return false;
+        }
+        let end = Instant::now() + timer.min(SPIN_LIMIT);
+        for _ in 0..self.spin {
+            if Instant::now() >= end {
+                return false;
+            }
+            if !self.door.rx.is_empty() {
+                return true;
+            }
+            if self
+                .dealer
+                .get_events()
+                .is_ok_and(|e| e.contains(zmq::POLLIN))
+            {
+                return true;
+            }
+            std::thread::yield_now();
+        }
+        false
+    }
+
     /// A lost connection ends the node's session: the credit it granted is void (the next
     /// connection is a new session with a fresh grant, which the first Ping on it obtains).
     fn read_monitor(&mut self) {
@@ -472,12 +543,17 @@ impl ClientIo {
         true
     }
 
+    /// Queues a record; the queue is transmitted once the commands of this pass are drained
+    /// (`run` calls [`ClientIo::flush`]), so the records of one pass can share a batch frame.
     fn send(&mut self, frames: Parts, bytes: u64, corr: u64) {
         self.queue.push_back((frames, bytes, corr));
-        self.flush();
     }
 
-    /// Sends queued records in order while libzmq takes them and the node's window allows.
+    /// Sends queued records in order while libzmq takes them and the node's window allows: a
+    /// run of small records as one 139 batch frame, a lone or large record alone (as a node
+    /// sends to its peers). Each record of a run is charged to the credit on its own, as if
+    /// sent alone; a request that already ended is never put in a run (it is discarded at the
+    /// front, `RequestEnded`).
     fn flush(&mut self) {
         while let Some(&(_, b, corr)) = self.queue.front() {
             if self.request_ended(corr) {
@@ -488,14 +564,66 @@ impl ClientIo {
             if self.credit_msgs == 0 || self.credit_bytes == 0 {
                 break;
             }
-            if !self.raw_send(&self.queue.front().expect("front").0) {
+            let (mut msgs, mut credit) = (self.credit_msgs, self.credit_bytes);
+            let table = &self.corr;
+            let now = Instant::now();
+            let n = batch_run(
+                &self.batching,
+                self.queue.iter().map(|(f, _, c)| (&**f, *c)),
+                |(frames, c): (&[Bytes], u64)| {
+                    if msgs == 0
+                        || credit == 0
+                        || (c != 0 && table.pending_deadline(c).is_none_or(|d| d <= now))
+                    {
+                        return false;
+                    }
+                    msgs -= 1;
+                    credit = credit.saturating_sub(frames.iter().map(|f| f.len() as u64).sum());
+                    true
+                },
+            );
+            if !self.send_run(n) {
                 break;
             }
-            self.credit_msgs -= 1;
-            self.credit_bytes = self.credit_bytes.saturating_sub(b);
-            self.shared.budget.release(b);
-            self.queue.pop_front();
+            let mut released = 0;
+            for (_, b, _) in self.queue.drain(..n) {
+                self.credit_msgs -= 1;
+                self.credit_bytes = self.credit_bytes.saturating_sub(b);
+                released += b;
+            }
+            self.shared.budget.release_n(n as u64, released);
         }
+    }
+
+    /// Sends the first `n` queued records as one message: a lone record as its own frames,
+    /// several as one 139 batch frame built in the reused buffer. False if libzmq refused it.
+    fn send_run(&mut self, n: usize) -> bool {
+        if n <= 1 {
+            return match self.queue.front() {
+                Some((frames, _, _)) => self.raw_send(frames),
+                None => true,
+            };
+        }
+        let mut enc = zlink_wire::BatchEncoder::new(std::mem::take(&mut self.batch_buf));
+        for (frames, _, _) in self.queue.iter().take(n) {
+            // Cannot fail: a request or DATA record is never a batch, a run holds at most
+            // `Batching::max_records` (≤ MAX_BATCH_RECORDS) records and every part is bounded
+            // by the message size.
+            let pushed = enc.push(&frames[0], frames.get(1).map(|p| &p[..]));
+            debug_assert!(pushed.is_ok(), "batch push: {pushed:?}");
+        }
+        let frame = enc.finish();
+        let sent = self.dealer.send(&frame[..], zmq::DONTWAIT).is_ok();
+        if sent && let Some(tap) = &self.tap {
+            tap.record(
+                TapDirection::Sent,
+                LinkKind::Client,
+                b"",
+                &[Bytes::copy_from_slice(&frame)],
+            );
+        }
+        self.batch_buf = frame;
+        sent
     }
 
     /// True (and counted) if `corr` is a request that already reached its terminal, or whose
@@ -528,6 +656,18 @@ impl ClientIo {
     }
 
     fn read(&mut self) {
+        if !self.resume() {
+            return;
+        }
+        self.read_pass();
+        // Liveness: any record from the node counts; one clock read per pass, not per record.
+        if std::mem::take(&mut self.heard) {
+            let now_ms = (self.shared.epoch.elapsed().as_millis() as u64).max(1);
+            self.shared.last_rx_ms.store(now_ms, Ordering::Release);
+        }
+    }
+
+    fn read_pass(&mut self) {
         for _ in 0..512 {
             if self.stalled.is_some() {
                 return;
@@ -541,49 +681,108 @@ impl ClientIo {
             if let Some(tap) = &self.tap {
                 tap.record(TapDirection::Received, LinkKind::Client, b"", &parts);
             }
-            let d = match codec::decode(&parts, &self.limits) {
-                Ok(d) => d,
-                Err(e) => {
-                    self.shared.counters.drop(codec::drop_reason(&e), &e);
-                    continue;
-                }
-            };
-            let corr = d.header.correlation.get();
-            let now_ms = (self.shared.epoch.elapsed().as_millis() as u64).max(1);
-            self.shared.last_rx_ms.store(now_ms, Ordering::Release);
-            match codec::classify(d.record) {
-                (Class::Pong | Class::Ping(_), _) => {}
-                (Class::FlowCredit { messages, bytes }, _) => {
-                    self.credit_msgs += u64::from(messages);
-                    self.credit_bytes += bytes;
-                    self.flush();
-                }
-                (Class::Push, Some(Record::Push(p))) => {
-                    let p = Push {
-                        key: p.key,
-                        payload: d.payload,
-                    };
-                    match self.pushes.try_send(p) {
-                        Ok(()) => {}
-                        Err(mpsc::error::TrySendError::Full(p)) => self.stalled = Some(p),
-                        Err(mpsc::error::TrySendError::Closed(_)) => {}
-                    }
-                }
-                (Class::Reply, Some(rec)) => match self.corr.handle_reply(corr, &()) {
-                    ReplyOutcome::Deliver(w) => {
-                        let _ = w.send(crate::engine::reply_result(rec, d.payload));
-                    }
-                    ReplyOutcome::Late(t) => self
+            if let [frame] = &parts[..]
+                && zlink_wire::is_batch(frame)
+            {
+                match zlink_wire::BatchFrame::parse(frame.clone()) {
+                    Ok(batch) => self.on_batch(batch, 0),
+                    // Broken framing: the whole frame is dropped, once.
+                    Err(e) => self
                         .shared
                         .counters
-                        .drop(DropReason::LateReply, &format_args!("after {t:?}")),
-                    _ => self.shared.counters.drop(DropReason::UnknownReply, &corr),
-                },
-                _ => self
+                        .drop(codec::drop_reason(&e), &format_args!("client: batch: {e}")),
+                }
+                continue;
+            }
+            match codec::decode(&parts, &self.limits) {
+                Ok(d) => self.on_record(d, false),
+                Err(e) => self.shared.counters.drop(codec::drop_reason(&e), &e),
+            }
+        }
+    }
+
+    /// The sub-records of a batch frame from index `from` on, in order, each decoded and
+    /// checked exactly like a record received alone (same limits; a bad one is dropped and
+    /// counted by itself). A push that finds the push channel full stops the walk: the rest
+    /// of the frame waits in `rest` until that push was taken ([`ClientIo::resume`]).
+    fn on_batch(&mut self, batch: zlink_wire::BatchFrame, from: usize) {
+        let mut stopped_at = None;
+        for (i, sub) in batch.records().enumerate().skip(from) {
+            match sub.decode(&self.limits) {
+                Ok(d) => self.on_record(d, true),
+                Err(e) => self
                     .shared
                     .counters
-                    .drop(DropReason::WrongConnection, &"client"),
+                    .drop(codec::drop_reason(&e), &format_args!("client: batch: {e}")),
             }
+            if self.stalled.is_some() {
+                stopped_at = Some(i + 1);
+                break;
+            }
+        }
+        if let Some(next) = stopped_at
+            && next < batch.len()
+        {
+            self.rest = Some((batch, next));
+        }
+    }
+
+    /// Hands up what a full push channel held back: the stalled push, then the rest of its
+    /// batch frame. True when nothing is held back any more (reading may go on).
+    fn resume(&mut self) -> bool {
+        if let Some(p) = self.stalled.take() {
+            match self.pushes.try_send(p) {
+                Ok(()) | Err(mpsc::error::TrySendError::Closed(_)) => {}
+                Err(mpsc::error::TrySendError::Full(p)) => {
+                    self.stalled = Some(p);
+                    return false;
+                }
+            }
+        }
+        if let Some((batch, from)) = self.rest.take() {
+            self.on_batch(batch, from);
+        }
+        self.stalled.is_none()
+    }
+
+    /// One record from the node (alone or from a batch). Inside a batch only pushes and
+    /// replies are accepted (control records travel alone, SB-5.4): anything else there is
+    /// dropped as `WrongConnection`, like a record that has no business on this connection.
+    fn on_record(&mut self, d: zlink_wire::Decoded, in_batch: bool) {
+        let corr = d.header.correlation.get();
+        self.heard = true;
+        match codec::classify(d.record) {
+            (Class::Pong | Class::Ping(_), _) if !in_batch => {}
+            (Class::FlowCredit { messages, bytes }, _) if !in_batch => {
+                self.credit_msgs += u64::from(messages);
+                self.credit_bytes += bytes;
+                self.flush();
+            }
+            (Class::Push, Some(Record::Push(p))) => {
+                let p = Push {
+                    key: p.key,
+                    payload: d.payload,
+                };
+                match self.pushes.try_send(p) {
+                    Ok(()) => {}
+                    Err(mpsc::error::TrySendError::Full(p)) => self.stalled = Some(p),
+                    Err(mpsc::error::TrySendError::Closed(_)) => {}
+                }
+            }
+            (Class::Reply, Some(rec)) => match self.corr.handle_reply(corr, &()) {
+                ReplyOutcome::Deliver(w) => {
+                    let _ = w.send(crate::engine::reply_result(rec, d.payload));
+                }
+                ReplyOutcome::Late(t) => self
+                    .shared
+                    .counters
+                    .drop(DropReason::LateReply, &format_args!("after {t:?}")),
+                _ => self.shared.counters.drop(DropReason::UnknownReply, &corr),
+            },
+            _ => self
+                .shared
+                .counters
+                .drop(DropReason::WrongConnection, &"client"),
         }
     }
 }

@@ -159,7 +159,7 @@ pub struct MeshConfig {
     /// Receive window granted to each ClientServer client (requests and one-way DATA). The
     /// node holds at most this much per client while its application queue is full and keeps
     /// reading the client socket (Pings, other and new clients progress). Held memory is
-    /// bounded by this window times `max_clients`.
+    /// bounded by this window times `max_clients`. Default 4,096 records / 1 MiB.
     pub client_window: InboundWindow,
     /// Capacity of the inbound channel to the layer above (application records).
     pub inbound_capacity: usize,
@@ -195,8 +195,10 @@ impl MeshConfig {
             peer_window: InboundWindow::default(),
             batching: Batching::default(),
             client_budget: OutboundBudget::default(),
+            // 4,096 records as for peers (64 capped a client's one-way throughput at about
+            // 0.1× raw libzmq: the client idled waiting for credit); the bytes stay 1 MiB.
             client_window: InboundWindow {
-                messages: 64,
+                messages: 4096,
                 bytes: 1024 * 1024,
             },
             inbound_capacity: 4096,

@@ -215,6 +215,9 @@ pub(crate) struct Engine {
     /// PAUSED: transmitted by [`Engine::flush_dirty`] at the end of the pass, small records
     /// packed into batch frames (natural batching: nothing waits for a batch to fill).
     dirty: Vec<Arc<NodeRid>>,
+    /// Clients (sessions) whose queue went from empty to non-empty in this pass (pushes,
+    /// replies): transmitted by [`Engine::flush_dirty`] like the peers above.
+    dirty_clients: Vec<u64>,
     /// Reused buffer of the batch frame being built.
     batch_buf: Vec<u8>,
     /// Reused buffer the items of an outbox are taken into.
@@ -434,6 +437,7 @@ impl Engine {
                 limits,
                 memo: DecodeMemo::default(),
                 dirty: Vec::new(),
+                dirty_clients: Vec::new(),
                 batch_buf: Vec::new(),
                 outbox_buf: Vec::new(),
                 _ctx: ctx,
@@ -506,17 +510,26 @@ impl Engine {
     /// other for one peer go out together, small ones packed into 139 batch frames (see
     /// [`Engine::flush_peer`]). A peer that libzmq refuses (HWM) becomes PAUSED.
     fn flush_dirty(&mut self) {
-        if self.dirty.is_empty() {
-            return;
-        }
-        let mut dirty = std::mem::take(&mut self.dirty);
-        for node in dirty.drain(..) {
-            if !self.flush_peer(&node) {
-                self.shared.counters.event(TransportEvent::Paused);
-                self.mark_paused(&node);
+        if !self.dirty.is_empty() {
+            let mut dirty = std::mem::take(&mut self.dirty);
+            for node in dirty.drain(..) {
+                if !self.flush_peer(&node) {
+                    self.shared.counters.event(TransportEvent::Paused);
+                    self.mark_paused(&node);
+                }
             }
+            self.dirty = dirty;
         }
-        self.dirty = dirty;
+        if !self.dirty_clients.is_empty() {
+            let mut dirty = std::mem::take(&mut self.dirty_clients);
+            for session in dirty.drain(..) {
+                if !self.flush_client(session) {
+                    self.shared.counters.event(TransportEvent::Paused);
+                    self.paused_clients.insert(session);
+                }
+            }
+            self.dirty_clients = dirty;
+        }
     }
 
     /// Yields the CPU a few times while watching for commands or readable sockets.
@@ -901,7 +914,7 @@ impl Engine {
                 }
             }
             Dest::Client { session } => {
-                let Some(c) = self.clients.get(&session) else {
+                if !self.clients.contains_key(&session) {
                     if let Some(b) = self.shared.client_budget(session) {
                         if let Some(n) = out.bytes {
                             b.release(n);
@@ -909,31 +922,8 @@ impl Engine {
                     }
                     self.shared.counters.drop(DropReason::PeerLost, &session);
                     return;
-                };
-                if !c.queue.is_empty() {
-                    self.clients
-                        .get_mut(&session)
-                        .expect("client")
-                        .queue
-                        .push_back(out);
-                    return;
                 }
-                match self.raw_send(LinkKind::Client, &c.rid, &out.frames) {
-                    SendOutcome::Sent => release(&c.budget, &out),
-                    SendOutcome::Paused => {
-                        self.shared.counters.event(TransportEvent::Paused);
-                        self.clients
-                            .get_mut(&session)
-                            .expect("client")
-                            .queue
-                            .push_back(out);
-                        self.paused_clients.insert(session);
-                    }
-                    SendOutcome::Unreachable => {
-                        release(&c.budget, &out);
-                        self.shared.counters.drop(DropReason::PeerLost, &session);
-                    }
-                }
+                self.queue_client(session, out);
             }
         }
     }
@@ -962,46 +952,38 @@ impl Engine {
                 }
             }
             ReplyTarget::Client { session } => {
-                let Some(c) = self.clients.get(&session) else {
+                if !self.clients.contains_key(&session) {
                     self.shared
                         .counters
                         .drop(DropReason::ReplyUndeliverable, &session);
                     return;
-                };
-                // ClientServer: one connection, so the reply is ordered after earlier data
-                // (EG-4: it may wait behind DATA and PAUSED); it does not take a budget.
-                if !c.queue.is_empty() {
-                    self.clients
-                        .get_mut(&session)
-                        .expect("client")
-                        .queue
-                        .push_back(Out {
-                            frames,
-                            bytes: None,
-                            corr: 0,
-                        });
-                    return;
                 }
-                match self.raw_send(LinkKind::Client, &c.rid, &frames) {
-                    SendOutcome::Sent => {}
-                    SendOutcome::Paused => {
-                        self.clients
-                            .get_mut(&session)
-                            .expect("client")
-                            .queue
-                            .push_back(Out {
-                                frames,
-                                bytes: None,
-                                corr: 0,
-                            });
-                        self.paused_clients.insert(session);
-                    }
-                    SendOutcome::Unreachable => self
-                        .shared
-                        .counters
-                        .drop(DropReason::ReplyUndeliverable, &session),
-                }
+                // ClientServer: one connection, so the reply is ordered after earlier pushes
+                // (EG-4: it may wait behind them and PAUSED); it does not take a budget.
+                self.queue_client(
+                    session,
+                    Out {
+                        frames,
+                        bytes: None,
+                        corr: 0,
+                    },
+                );
             }
+        }
+    }
+
+    /// Queues a push or a reply for a client (FIFO: the connection's order). Transmitted at the
+    /// end of the pass ([`Engine::flush_dirty`]) with whatever else the pass queued for it,
+    /// small records packed into 139 batch frames; a queue that was not empty is already dirty
+    /// or PAUSED, and the record waits behind.
+    fn queue_client(&mut self, session: u64, out: Out) {
+        let Some(c) = self.clients.get_mut(&session) else {
+            return;
+        };
+        let was_empty = c.queue.is_empty();
+        c.queue.push_back(out);
+        if was_empty {
+            self.dirty_clients.push(session);
         }
     }
 
@@ -1131,21 +1113,47 @@ impl Engine {
         done
     }
 
+    /// Transmits a client's queue (pushes and replies, in order) while libzmq takes it: a run
+    /// of small records as one 139 batch frame, a lone or large record alone (as for peers,
+    /// [`Engine::flush_peer`]). Returns true when the queue is empty.
     fn flush_client(&mut self, session: u64) -> bool {
         let Some(mut c) = self.clients.remove(&session) else {
             return true;
         };
-        while let Some(out) = c.queue.front() {
-            match self.raw_send(LinkKind::Client, &c.rid, &out.frames) {
+        while !c.queue.is_empty() {
+            let n = batch_run(
+                &self.cfg.batching,
+                c.queue.iter().map(|o| (&*o.frames, 0)),
+                |_| true,
+            );
+            match self.send_run(
+                LinkKind::Client,
+                &c.rid,
+                c.queue.iter().take(n).map(|o| &o.frames),
+            ) {
                 SendOutcome::Sent => {
-                    release(&c.budget, out);
-                    c.queue.pop_front();
+                    let (mut reserved_n, mut reserved_bytes) = (0, 0);
+                    for out in c.queue.drain(..n) {
+                        if let Some(b) = out.bytes {
+                            reserved_n += 1;
+                            reserved_bytes += b;
+                        }
+                    }
+                    if reserved_n > 0 {
+                        c.budget.release_n(reserved_n, reserved_bytes);
+                    }
                 }
                 SendOutcome::Paused => break,
                 SendOutcome::Unreachable => {
-                    release(&c.budget, out);
-                    c.queue.pop_front();
-                    self.shared.counters.drop(DropReason::PeerLost, &session);
+                    for out in c.queue.drain(..n) {
+                        release(&c.budget, &out);
+                        let reason = if out.bytes.is_some() {
+                            DropReason::PeerLost
+                        } else {
+                            DropReason::ReplyUndeliverable
+                        };
+                        self.shared.counters.drop(reason, &session);
+                    }
                 }
             }
         }
@@ -2106,31 +2114,85 @@ impl Engine {
     }
 
     fn on_client_message(&mut self, rid: &[u8], parts: &[&[u8]]) {
-        let Some(Decoded {
-            header,
-            record,
-            payload,
-        }) = (match parts {
-            [envelope] => decode_counted(&self.shared, &self.limits, envelope, Pl::None, &"client"),
-            [envelope, payload] => decode_counted(
-                &self.shared,
-                &self.limits,
-                envelope,
-                Pl::Copy(payload),
-                &"client",
-            ),
+        match parts {
+            [frame] if zlink_wire::is_batch(frame) => self.on_client_batch(rid, frame),
+            [envelope] => self.on_client_record(rid, envelope, Pl::None, false),
+            [envelope, payload] => {
+                self.on_client_record(rid, envelope, Pl::Copy(payload), false);
+            }
             _ => {
                 let e = zlink_wire::DecodeError::PartCount { count: parts.len() };
                 self.shared
                     .counters
                     .drop(codec::drop_reason(&e), &format_args!("client: {e}"));
-                None
             }
-        })
-        else {
-            return;
+        }
+    }
+
+    /// A 139 batch frame from a client, handled like a peer's ([`Engine::on_peer_batch`]):
+    /// copied once, its framing validated as a whole (a broken frame is dropped once,
+    /// `Malformed`, none of its records delivered), then every sub-record goes through exactly
+    /// the checks of a record received alone ([`Engine::on_client_record`]), each rejected
+    /// sub-record dropped and counted by itself. Payloads are slices of the one buffer.
+    fn on_client_batch(&mut self, rid: &[u8], frame: &[u8]) {
+        let batch = match zlink_wire::BatchFrame::parse(Bytes::copy_from_slice(frame)) {
+            Ok(b) => b,
+            Err(e) => {
+                self.shared
+                    .counters
+                    .drop(codec::drop_reason(&e), &format_args!("client: batch: {e}"));
+                return;
+            }
         };
-        let now = Instant::now();
+        for sub in batch.records() {
+            let payload = match sub.payload {
+                Some(p) => Pl::Shared(p),
+                None => Pl::None,
+            };
+            self.on_client_record(rid, sub.envelope, payload, true);
+        }
+    }
+
+    /// One record from a client (alone or from a batch): decode (the one-way memo applies, as
+    /// for peers), control inside a batch rejected, session (created on the first record of a
+    /// connection, within `max_clients`), Ping/Pong/Disconnect answered here, requests and
+    /// one-way DATA charged to the client's receive window (`CreditExceeded`) and handed up —
+    /// a plain one-way in the compact form — or held (FIFO) while the application queue is
+    /// full; anything else `WrongConnection`.
+    fn on_client_record(&mut self, rid: &[u8], envelope: &[u8], payload: Pl<'_>, in_batch: bool) {
+        let bytes = (envelope.len() + payload.len()) as u64;
+        let memo = match &payload {
+            Pl::None => None,
+            p if p.len() <= self.limits.max_payload => self.memo.header(envelope),
+            _ => None,
+        };
+        let from_memo = memo.is_some();
+        let (header, class, record, payload) = match memo {
+            // The memo holds only one-way 147 records: application class.
+            Some(h) => (h, Class::App, None, payload.into_bytes()),
+            None => {
+                let has_payload = !matches!(payload, Pl::None);
+                let Some(d) =
+                    decode_counted(&self.shared, &self.limits, envelope, payload, &"client")
+                else {
+                    return;
+                };
+                if has_payload {
+                    self.memo.store(envelope, &d);
+                }
+                let (class, record) = codec::classify(d.record);
+                (d.header, class, record, d.payload)
+            }
+        };
+        if in_batch && !matches!(class, Class::App) {
+            // Control records (Ping, Disconnect, …) never travel in a batch (SB-5.4).
+            self.shared.counters.drop(
+                DropReason::WrongConnection,
+                &"client: control record inside a batch",
+            );
+            return;
+        }
+        let now = self.rx_now;
         let session = match self.clients_by_rid.get(rid) {
             Some(s) => *s,
             None => {
@@ -2162,20 +2224,23 @@ impl Engine {
                 s
             }
         };
-        if let Some(c) = self.clients.get_mut(&session) {
-            c.last_rx = now;
-        }
         let corr = header.correlation;
-        match codec::classify(record) {
+        match (class, record) {
             (Class::Ping(seq), _) => {
+                self.touch_client(session, now);
                 self.send_control(LinkKind::Client, rid, Record::Pong(Pong { seq }))
             }
-            (Class::Pong, _) => {}
+            (Class::Pong, _) => self.touch_client(session, now),
             (Class::Disconnect, _) => self.remove_client(session),
-            (Class::App, Some(rec @ (Record::Request(_) | Record::OneWay(_)))) => {
-                let bytes: u64 = parts.iter().map(|p| p.len() as u64).sum();
-                let c = self.clients.get_mut(&session).expect("client");
-                if !c.rx.try_charge(self.cfg.client_window, bytes) {
+            (Class::App, rec)
+                if from_memo || matches!(rec, Some(Record::Request(_) | Record::OneWay(_))) =>
+            {
+                let window = self.cfg.client_window;
+                let Some(c) = self.clients.get_mut(&session) else {
+                    return;
+                };
+                c.last_rx = now;
+                if !c.rx.try_charge(window, bytes) {
                     // The client ignored its window: a protocol violation, counted.
                     self.shared.counters.drop(
                         DropReason::CreditExceeded,
@@ -2183,6 +2248,34 @@ impl Engine {
                     );
                     return;
                 }
+                // A plain one-way record (no correlation: no reply, no deadline) goes up in the
+                // compact form, as from peers; on a memo hit the record is not even cloned.
+                let one_way_key = match &rec {
+                    None => self.memo.one_way_key(),
+                    Some(Record::OneWay(o)) if corr.is_none() => Some(o.key),
+                    Some(_) => None,
+                };
+                if let Some(key) = one_way_key
+                    && corr.is_none()
+                    && payload.is_some()
+                    && self.held_clients.is_empty()
+                    && self.inbound.has_room()
+                {
+                    let origin = Origin::Client {
+                        session: SessionRid::new(session),
+                    };
+                    self.inbound
+                        .push_one_way(origin, key, payload.expect("checked"));
+                    self.shared.counters.delivered(1);
+                    if c.rx.free(window, bytes) {
+                        self.flush_client_credit(session);
+                    }
+                    return;
+                }
+                let rec = match rec {
+                    Some(r) => r,
+                    None => self.memo.record(),
+                };
                 let deadline = codec::record_deadline(&rec).map(|d| now + d);
                 let reply = corr.is_some().then(|| {
                     ReplyHandle::new(
@@ -2203,10 +2296,20 @@ impl Engine {
                 };
                 self.deliver_client(session, bytes, inb);
             }
-            _ => self
-                .shared
-                .counters
-                .drop(DropReason::WrongConnection, &"client"),
+            _ => {
+                self.touch_client(session, now);
+                self.shared
+                    .counters
+                    .drop(DropReason::WrongConnection, &"client");
+            }
+        }
+    }
+
+    /// The client was heard from (liveness).
+    #[inline]
+    fn touch_client(&mut self, session: u64, now: Instant) {
+        if let Some(c) = self.clients.get_mut(&session) {
+            c.last_rx = now;
         }
     }
 
@@ -2453,7 +2556,7 @@ fn raw_send_one(
 /// least 1; more only while each record is small (payload ≤ `max_record_payload`), the frame
 /// stays within `max_records`/`max_bytes` and `admit` accepts the record (the caller's credit
 /// and request-ended checks). The first record is always taken (the caller checked it).
-fn batch_run<'a>(
+pub(crate) fn batch_run<'a>(
     cfg: &crate::config::Batching,
     queue: impl Iterator<Item = (&'a [Bytes], u64)>,
     mut admit: impl FnMut((&'a [Bytes], u64)) -> bool,

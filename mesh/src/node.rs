@@ -921,7 +921,7 @@ fn static_envelope(key: DispatchKey, envelope: &[u8]) -> Option<&'static [u8]> {
 
 /// The parts of a one-way 147 record with `key` and `payload`, byte-identical to
 /// `codec::encode(&Record::OneWay(..), 0, Some(payload))`.
-fn one_way_parts(key: DispatchKey, payload: Bytes) -> Result<Parts, SendError> {
+pub(crate) fn one_way_parts(key: DispatchKey, payload: Bytes) -> Result<Parts, SendError> {
     if let Some((k, envelope)) = ONE_WAY_ENVELOPE.with(std::cell::Cell::get)
         && k == key
     {
