@@ -10,7 +10,10 @@
 //! `BENCH_WINDOW=<msgs>` (receive window and budget), `BENCH_INBOUND=<records>`, `BENCH_SPIN=<yields>`,
 //! `BENCH_BATCH=<records>` (most records per batch frame; 1 = batching off),
 //! `BENCH_ONLY_CLIENT=1` (only the ClientServer benchmarks), `BENCH_NO_CLIENT=1` (skip them),
-//! `BENCH_CLIENT_WINDOW=<records>` (the node's receive window per client).
+//! `BENCH_CLIENT_WINDOW=<records>` (the node's receive window per client),
+//! `BENCH_CLIENT_SPIN=<yields>` (the client's `io_spin_yields`), `BENCH_CLIENT_BUDGET=<msgs>`
+//! (the node's push budget per client), `BENCH_PUSH_CAPACITY=<pushes>` (the client's), `BENCH_CLIENT_PARTS=<letters>`
+//! (which ClientServer lines: `o` one-way, `p` push, `r` request/reply; default all).
 //!
 //! ClientServer (`client_*` lines, one `MeshClient` against one node's client ROUTER, 64 B):
 //! `client_oneway` (`MeshClient::send` → node inbound) against raw DEALER → ROUTER one-way,
@@ -359,6 +362,12 @@ fn client_node_cfg() -> MeshConfig {
     {
         c.client_window.messages = w;
     }
+    if let Some(w) = std::env::var("BENCH_CLIENT_BUDGET")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        c.client_budget.messages = w;
+    }
     c
 }
 
@@ -373,7 +382,20 @@ async fn client_pair() -> (
     let (node, rx) = MeshNode::start(client_node_cfg()).unwrap();
     let mut events = node.subscribe();
     let ep = node.endpoints().client.clone().unwrap();
-    let client = MeshClient::connect(ClientConfig::new(ep)).unwrap();
+    let mut cc = ClientConfig::new(ep);
+    if let Some(w) = std::env::var("BENCH_CLIENT_SPIN")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        cc.io_spin_yields = w;
+    }
+    if let Some(w) = std::env::var("BENCH_PUSH_CAPACITY")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        cc.push_capacity = w;
+    }
+    let client = MeshClient::connect(cc).unwrap();
     let session = tokio::time::timeout(Duration::from_secs(30), async {
         loop {
             if let Ok(PeerEvent::ClientConnected { session }) = events.recv().await {
@@ -469,6 +491,25 @@ async fn client_rtt(n: usize) -> Vec<f64> {
 /// The ClientServer lines (see the module doc).
 fn client_benches(rt: &tokio::runtime::Runtime, n: usize, rtt_n: usize) {
     let only_mesh = std::env::var_os("BENCH_ONLY_MESH").is_some();
+    let parts = std::env::var("BENCH_CLIENT_PARTS").unwrap_or_else(|_| "opr".into());
+    if parts.contains('o') {
+        client_oneway_lines(rt, n, only_mesh);
+    }
+    if parts.contains('p') {
+        client_push_lines(rt, n, only_mesh);
+    }
+    if rtt_n == 0 || !parts.contains('r') {
+        return;
+    }
+    let mut raw_l = raw_client_rtt(rtt_n);
+    let mut mesh_l = rt.block_on(client_rtt(rtt_n));
+    let (r50, r99) = (percentile(&mut raw_l, 0.5), percentile(&mut raw_l, 0.99));
+    let (m50, m99) = (percentile(&mut mesh_l, 0.5), percentile(&mut mesh_l, 0.99));
+    json("client_request_reply", "p50_us", m50, Some(r50));
+    json("client_request_reply", "p99_us", m99, Some(r99));
+}
+
+fn client_oneway_lines(rt: &tokio::runtime::Runtime, n: usize, only_mesh: bool) {
     let (mut raw, mut mesh) = (Vec::new(), Vec::new());
     for _ in 0..3 {
         raw.push(if only_mesh { 1.0 } else { raw_client_oneway(n) });
@@ -480,6 +521,9 @@ fn client_benches(rt: &tokio::runtime::Runtime, n: usize, rtt_n: usize) {
         percentile(&mut mesh, 0.5),
         Some(percentile(&mut raw, 0.5)),
     );
+}
+
+fn client_push_lines(rt: &tokio::runtime::Runtime, n: usize, only_mesh: bool) {
     let (mut raw, mut mesh) = (Vec::new(), Vec::new());
     for _ in 0..3 {
         raw.push(if only_mesh { 1.0 } else { raw_client_push(n) });
@@ -491,15 +535,6 @@ fn client_benches(rt: &tokio::runtime::Runtime, n: usize, rtt_n: usize) {
         percentile(&mut mesh, 0.5),
         Some(percentile(&mut raw, 0.5)),
     );
-    if rtt_n == 0 {
-        return;
-    }
-    let mut raw_l = raw_client_rtt(rtt_n);
-    let mut mesh_l = rt.block_on(client_rtt(rtt_n));
-    let (r50, r99) = (percentile(&mut raw_l, 0.5), percentile(&mut raw_l, 0.99));
-    let (m50, m99) = (percentile(&mut mesh_l, 0.5), percentile(&mut mesh_l, 0.99));
-    json("client_request_reply", "p50_us", m50, Some(r50));
-    json("client_request_reply", "p99_us", m99, Some(r99));
 }
 
 fn vm_hwm_kib() -> u64 {

@@ -12,7 +12,7 @@
 //! libzmq had buffered.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -26,7 +26,7 @@ use crate::codec::{self, Class, Parts, Record};
 use crate::config::{Batching, Liveness, MeshConfig, TransportLimits};
 use crate::correlation::{Correlations, ReplyOutcome};
 use crate::counters::{Counters, DropReason};
-use crate::engine::{batch_run, configure_network_socket, recv_multipart};
+use crate::engine::{DecodeMemo, batch_run, configure_network_socket, recv_multipart};
 use crate::error::{ConfigError, RequestError, SendError};
 use crate::node::Response;
 use crate::tap::{TapDirection, WireTap};
@@ -86,6 +86,90 @@ pub struct Push {
 
 type Waiter = oneshot::Sender<Result<Response, RequestError>>;
 
+/// Most pushes handed to the application in one batch (one wake-up).
+const PUSH_BATCH: usize = 64;
+
+/// I/O-thread side of the push channel: pushes cross in batches (one wake-up of the receiving
+/// task per batch or read pass, as a node's inbound channel does), and the number of pushes
+/// not yet taken by the application — in the channel or in the batch being filled — is
+/// bounded by `ClientConfig::push_capacity`.
+struct PushSender {
+    tx: mpsc::UnboundedSender<Vec<Push>>,
+    /// Pushes handed over and not yet taken (the receiver subtracts each one it returns).
+    queued: Arc<AtomicUsize>,
+    /// Set when a push found no room: the receiver wakes the I/O thread once half the
+    /// capacity is free again (hysteresis, as the outbound budget wakes its senders).
+    waiting: Arc<AtomicBool>,
+    capacity: usize,
+    /// Pushes this side may still add before it must look at `queued` again.
+    room: usize,
+    batch: Vec<Push>,
+}
+
+impl PushSender {
+    /// Adds a push to the current batch, or gives it back when the application holds
+    /// `capacity` pushes it has not taken. With no receiver left the push is dropped.
+    fn try_push(&mut self, p: Push) -> Result<(), Push> {
+        if self.tx.is_closed() {
+            return Ok(());
+        }
+        if self.room == 0 {
+            let queued = self.queued.load(Ordering::Acquire) + self.batch.len();
+            self.room = self.capacity.saturating_sub(queued);
+            if self.room == 0 {
+                self.waiting.store(true, Ordering::SeqCst);
+                return Err(p);
+            }
+        }
+        self.room -= 1;
+        self.batch.push(p);
+        if self.batch.len() >= PUSH_BATCH {
+            self.flush();
+        }
+        Ok(())
+    }
+
+    /// Hands the current batch over (one wake-up).
+    fn flush(&mut self) {
+        if self.batch.is_empty() {
+            return;
+        }
+        let batch = std::mem::replace(&mut self.batch, Vec::with_capacity(PUSH_BATCH));
+        self.queued.fetch_add(batch.len(), Ordering::AcqRel);
+        let _ = self.tx.send(batch);
+    }
+}
+
+/// Application side of the push channel (see [`PushSender`]).
+struct PushReceiver {
+    rx: mpsc::UnboundedReceiver<Vec<Push>>,
+    current: std::vec::IntoIter<Push>,
+    queued: Arc<AtomicUsize>,
+    waiting: Arc<AtomicBool>,
+    capacity: usize,
+    shared: Arc<ClientShared>,
+}
+
+impl PushReceiver {
+    async fn recv(&mut self) -> Option<Push> {
+        loop {
+            if let Some(p) = self.current.next() {
+                // Taken: room for one more push on the I/O thread; once half the capacity is
+                // free, a stalled I/O thread is woken (it also looks again every millisecond).
+                let left = self.queued.fetch_sub(1, Ordering::AcqRel) - 1;
+                if left <= self.capacity / 2
+                    && self.waiting.load(Ordering::Relaxed)
+                    && self.waiting.swap(false, Ordering::SeqCst)
+                {
+                    let _ = self.shared.bell.submit(Cmd::Resume);
+                }
+                return Some(p);
+            }
+            self.current = self.rx.recv().await?.into_iter();
+        }
+    }
+}
+
 /// Longest the client's I/O thread spins (yields) watching for work before it sleeps.
 const SPIN_LIMIT: Duration = Duration::from_micros(200);
 
@@ -102,6 +186,8 @@ enum Cmd {
         waiter: Waiter,
     },
     Cancel(u64),
+    /// Room in the push channel again (see `PushReceiver::recv`): only wakes the I/O thread.
+    Resume,
     Close,
 }
 
@@ -122,7 +208,7 @@ struct ClientShared {
 /// A ClientServer client.
 pub struct MeshClient {
     shared: Arc<ClientShared>,
-    pushes: tokio::sync::Mutex<mpsc::Receiver<Push>>,
+    pushes: tokio::sync::Mutex<PushReceiver>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
@@ -168,7 +254,26 @@ impl MeshClient {
             last_rx_ms: AtomicU64::new(0),
             peer_timeout: cfg.liveness.peer_timeout,
         });
-        let (push_tx, push_rx) = mpsc::channel(cfg.push_capacity.max(1));
+        let (push_tx, push_rx) = mpsc::unbounded_channel();
+        let queued = Arc::new(AtomicUsize::new(0));
+        let waiting = Arc::new(AtomicBool::new(false));
+        let capacity = cfg.push_capacity.max(1);
+        let push_tx = PushSender {
+            tx: push_tx,
+            queued: queued.clone(),
+            waiting: waiting.clone(),
+            capacity,
+            room: 0,
+            batch: Vec::with_capacity(PUSH_BATCH),
+        };
+        let push_rx = PushReceiver {
+            rx: push_rx,
+            current: Vec::new().into_iter(),
+            queued,
+            waiting,
+            capacity,
+            shared: shared.clone(),
+        };
         let io = ClientIo {
             dealer,
             mon,
@@ -190,6 +295,7 @@ impl MeshClient {
             spin: cfg.io_spin_yields,
             batch_buf: Vec::new(),
             rest: None,
+            memo: DecodeMemo::for_command(zlink_wire::Command::Push),
             heard: false,
             _ctx: ctx,
         };
@@ -349,7 +455,7 @@ struct ClientIo {
     door: Door<Cmd>,
     shared: Arc<ClientShared>,
     corr: Correlations<(), Waiter>,
-    pushes: mpsc::Sender<Push>,
+    pushes: PushSender,
     stalled: Option<Push>,
     /// PAUSED sends: (frames, budgeted bytes, correlation id of a request or 0).
     queue: std::collections::VecDeque<(Parts, u64, u64)>,
@@ -373,6 +479,8 @@ struct ClientIo {
     /// (`stalled`): the frame and the index of the first record not handled yet. Handled, in
     /// order, once the stalled push was taken; nothing is read from the socket before that.
     rest: Option<(zlink_wire::BatchFrame, usize)>,
+    /// Decode memo of the last push envelope (see `engine::DecodeMemo`).
+    memo: DecodeMemo,
     /// A record from the node was handled in this read pass (liveness, see `read`).
     heard: bool,
     _ctx: zmq::Context,
@@ -400,6 +508,7 @@ impl ClientIo {
                         }
                     }
                     Cmd::Cancel(c) => drop(self.corr.handle_cancel(c)),
+                    Cmd::Resume => {}
                     Cmd::Close => close = true,
                 }
             }
@@ -440,6 +549,7 @@ impl ClientIo {
             if self.stalled.is_some() || !self.queue.is_empty() || !self.pinged {
                 t = t.min(Duration::from_millis(1));
             }
+            self.pushes.flush();
             // Idle: yield a little before sleeping (a wake-up costs 20-25 µs on small VMs; a
             // reply usually follows a request within that). Work found: poll without sleeping.
             let ms = if self.spin_for_work(t) {
@@ -470,6 +580,7 @@ impl ClientIo {
                 self.read();
             }
         }
+        self.pushes.flush();
         let f = codec::encode_control(Record::Disconnect(Disconnect {
             reason: DisconnectReason::Shutdown,
         }));
@@ -660,6 +771,7 @@ impl ClientIo {
             return;
         }
         self.read_pass();
+        self.pushes.flush();
         // Liveness: any record from the node counts; one clock read per pass, not per record.
         if std::mem::take(&mut self.heard) {
             let now_ms = (self.shared.epoch.elapsed().as_millis() as u64).max(1);
@@ -708,7 +820,7 @@ impl ClientIo {
     fn on_batch(&mut self, batch: zlink_wire::BatchFrame, from: usize) {
         let mut stopped_at = None;
         for (i, sub) in batch.records().enumerate().skip(from) {
-            match sub.decode(&self.limits) {
+            match self.decode_sub(sub) {
                 Ok(d) => self.on_record(d, true),
                 Err(e) => self
                     .shared
@@ -727,21 +839,45 @@ impl ClientIo {
         }
     }
 
+    /// Decodes a sub-record like a record received alone. A push envelope byte-identical to
+    /// the last one decoded (it depends only on the key) reuses that decode; the payload is
+    /// bounded as the decoder bounds it.
+    fn decode_sub(
+        &mut self,
+        sub: zlink_wire::BatchRecord<'_>,
+    ) -> Result<zlink_wire::Decoded, zlink_wire::DecodeError> {
+        if let Some(p) = &sub.payload
+            && p.len() <= self.limits.max_payload
+            && let Some(header) = self.memo.header(sub.envelope)
+        {
+            return Ok(zlink_wire::Decoded {
+                header,
+                record: self.memo.record(),
+                payload: sub.payload,
+            });
+        }
+        let d = sub.decode(&self.limits)?;
+        if d.payload.is_some() {
+            self.memo.store(sub.envelope, &d);
+        }
+        Ok(d)
+    }
+
     /// Hands up what a full push channel held back: the stalled push, then the rest of its
     /// batch frame. True when nothing is held back any more (reading may go on).
     fn resume(&mut self) -> bool {
         if let Some(p) = self.stalled.take() {
-            match self.pushes.try_send(p) {
-                Ok(()) | Err(mpsc::error::TrySendError::Closed(_)) => {}
-                Err(mpsc::error::TrySendError::Full(p)) => {
-                    self.stalled = Some(p);
-                    return false;
-                }
+            if let Err(p) = self.pushes.try_push(p) {
+                self.stalled = Some(p);
+                // What the application has not taken yet must reach it.
+                self.pushes.flush();
+                return false;
             }
         }
         if let Some((batch, from)) = self.rest.take() {
             self.on_batch(batch, from);
         }
+        self.pushes.flush();
         self.stalled.is_none()
     }
 
@@ -763,14 +899,14 @@ impl ClientIo {
                     key: p.key,
                     payload: d.payload,
                 };
-                match self.pushes.try_send(p) {
-                    Ok(()) => {}
-                    Err(mpsc::error::TrySendError::Full(p)) => self.stalled = Some(p),
-                    Err(mpsc::error::TrySendError::Closed(_)) => {}
+                if let Err(p) = self.pushes.try_push(p) {
+                    self.stalled = Some(p);
                 }
             }
             (Class::Reply, Some(rec)) => match self.corr.handle_reply(corr, &()) {
                 ReplyOutcome::Deliver(w) => {
+                    // The pushes that arrived before the reply are handed over first.
+                    self.pushes.flush();
                     let _ = w.send(crate::engine::reply_result(rec, d.payload));
                 }
                 ReplyOutcome::Late(t) => self

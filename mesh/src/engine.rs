@@ -230,8 +230,11 @@ pub(crate) struct Engine {
 /// record. Decoding is a pure function of (envelope bytes, payload presence, limits): a
 /// byte-identical envelope gives the same header and record, so the msgpack decode is skipped.
 /// Every other check still runs per record (payload size, routing id, generation, window).
-#[derive(Default)]
-struct DecodeMemo {
+/// The node memoizes one-way 147s; a `MeshClient` memoizes pushes (148, also a function of
+/// the key alone) with [`DecodeMemo::for_command`].
+pub(crate) struct DecodeMemo {
+    /// The only command this memo keeps (records without correlation and with a payload).
+    command: zlink_wire::Command,
     len: usize,
     bytes: [u8; MEMO_ENVELOPE],
     hit: Option<(zlink_wire::Header, Record)>,
@@ -239,10 +242,26 @@ struct DecodeMemo {
 
 const MEMO_ENVELOPE: usize = 32;
 
+impl Default for DecodeMemo {
+    fn default() -> Self {
+        Self::for_command(zlink_wire::Command::OneWay)
+    }
+}
+
 impl DecodeMemo {
+    /// A memo that keeps records of `command` only.
+    pub(crate) fn for_command(command: zlink_wire::Command) -> Self {
+        Self {
+            command,
+            len: 0,
+            bytes: [0; MEMO_ENVELOPE],
+            hit: None,
+        }
+    }
+
     /// The memoized header if `envelope` is byte-identical to the memoized one.
     #[inline]
-    fn header(&self, envelope: &[u8]) -> Option<zlink_wire::Header> {
+    pub(crate) fn header(&self, envelope: &[u8]) -> Option<zlink_wire::Header> {
         match &self.hit {
             Some((h, _)) if envelope.len() == self.len && envelope == &self.bytes[..self.len] => {
                 Some(*h)
@@ -253,7 +272,7 @@ impl DecodeMemo {
 
     /// The memoized record (after a hit of [`DecodeMemo::header`]).
     #[inline]
-    fn record(&self) -> Record {
+    pub(crate) fn record(&self) -> Record {
         self.hit.as_ref().map(|(_, r)| r.clone()).expect("memo hit")
     }
 
@@ -270,10 +289,12 @@ impl DecodeMemo {
         self.header(envelope).map(|h| (h, self.record()))
     }
 
-    fn store(&mut self, envelope: &[u8], decoded: &Decoded) {
+    /// Keeps `decoded` (decoded from `envelope` with a payload present) if it is a record of
+    /// this memo's command without correlation.
+    pub(crate) fn store(&mut self, envelope: &[u8], decoded: &Decoded) {
         if envelope.len() <= MEMO_ENVELOPE
             && decoded.header.correlation.get() == 0
-            && matches!(decoded.record, Record::OneWay(_))
+            && decoded.record.command() == self.command
         {
             self.len = envelope.len();
             self.bytes[..envelope.len()].copy_from_slice(envelope);

@@ -831,8 +831,7 @@ impl MeshNode {
         key: DispatchKey,
         payload: Bytes,
     ) -> Result<(), SendError> {
-        let frames = codec::encode(&Record::Push(zlink_wire::Push { key }), 0, Some(payload))
-            .map_err(|e| SendError::Encode(e.to_string()))?;
+        let frames = push_parts(key, payload)?;
         let bytes = self.shared.check_size(&frames)?;
         let budget = self
             .shared
@@ -890,14 +889,20 @@ impl Drop for MeshNode {
     }
 }
 
-/// Most distinct dispatch keys whose one-way envelope is kept for the life of the process.
+/// Most distinct (command, dispatch key) pairs whose envelope is kept for the life of the
+/// process.
 const MAX_STATIC_ENVELOPES: usize = 4096;
 
-/// One-way (147) envelopes by key, encoded once per process and never freed (at most
-/// [`MAX_STATIC_ENVELOPES`] keys of ~14 bytes; keys come from local code, not the network).
-/// A 147 envelope depends only on its key, so every send with that key shares one static
-/// buffer: no reference count is touched per record by the sender and the I/O thread.
-static STATIC_ENVELOPES: Mutex<Option<FastMap<u32, &'static [u8]>>> = Mutex::new(None);
+/// One-way (147) and push (148) envelopes by (command, key), encoded once per process and
+/// never freed (at most [`MAX_STATIC_ENVELOPES`] of ~14 bytes; keys come from local code, not
+/// the network). Such an envelope depends only on its key, so every send with that key shares
+/// one static buffer: nothing is allocated by the sender nor freed by the I/O thread, and no
+/// reference count is touched per record.
+static STATIC_ENVELOPES: Mutex<Option<FastMap<u64, &'static [u8]>>> = Mutex::new(None);
+
+fn static_key(command: zlink_wire::Command, key: DispatchKey) -> u64 {
+    (u64::from(command.number()) << 32) | u64::from(key.get())
+}
 
 thread_local! {
     /// The last one-way envelope used on this thread (no lock in steady state).
@@ -905,18 +910,38 @@ thread_local! {
         const { std::cell::Cell::new(None) };
 }
 
-fn static_envelope(key: DispatchKey, envelope: &[u8]) -> Option<&'static [u8]> {
+fn static_envelope(key: u64, envelope: &[u8]) -> Option<&'static [u8]> {
     let mut g = STATIC_ENVELOPES.lock().unwrap_or_else(|e| e.into_inner());
     let map = g.get_or_insert_with(FastMap::default);
-    if let Some(e) = map.get(&key.get()) {
+    if let Some(e) = map.get(&key) {
         return Some(e);
     }
     if map.len() >= MAX_STATIC_ENVELOPES {
         return None;
     }
     let kept: &'static [u8] = Box::leak(envelope.to_vec().into_boxed_slice());
-    map.insert(key.get(), kept);
+    map.insert(key, kept);
     Some(kept)
+}
+
+/// The kept envelope for `key`, if any (one short lock, no allocation).
+fn kept_envelope(key: u64) -> Option<&'static [u8]> {
+    let g = STATIC_ENVELOPES.lock().unwrap_or_else(|e| e.into_inner());
+    g.as_ref().and_then(|m| m.get(&key).copied())
+}
+
+/// The parts of a push 148 record with `key` and `payload`, byte-identical to
+/// `codec::encode(&Record::Push(..), 0, Some(payload))`; the envelope is shared from
+/// [`STATIC_ENVELOPES`] after the first push with that key.
+pub(crate) fn push_parts(key: DispatchKey, payload: Bytes) -> Result<Parts, SendError> {
+    let skey = static_key(zlink_wire::Command::Push, key);
+    if let Some(envelope) = kept_envelope(skey) {
+        return Ok(Parts::new(Bytes::from_static(envelope), Some(payload)));
+    }
+    let parts = codec::encode(&Record::Push(zlink_wire::Push { key }), 0, Some(payload))
+        .map_err(|e| SendError::Encode(e.to_string()))?;
+    static_envelope(skey, &parts[0]);
+    Ok(parts)
 }
 
 /// The parts of a one-way 147 record with `key` and `payload`, byte-identical to
@@ -933,7 +958,8 @@ pub(crate) fn one_way_parts(key: DispatchKey, payload: Bytes) -> Result<Parts, S
         Some(payload),
     )
     .map_err(|e| SendError::Encode(e.to_string()))?;
-    if let Some(envelope) = static_envelope(key, &parts[0]) {
+    if let Some(envelope) = static_envelope(static_key(zlink_wire::Command::OneWay, key), &parts[0])
+    {
         ONE_WAY_ENVELOPE.with(|c| c.set(Some((key, envelope))));
     }
     Ok(parts)
@@ -969,6 +995,26 @@ mod tests {
             let cached = one_way_parts(DispatchKey::new(key), payload.clone()).unwrap();
             let fresh = codec::encode(
                 &Record::OneWay(zlink_wire::OneWay {
+                    key: DispatchKey::new(key),
+                }),
+                0,
+                Some(payload),
+            )
+            .unwrap();
+            assert_eq!(&cached[..], &fresh[..]);
+        }
+    }
+
+    // The kept push envelope is byte-identical to a fresh encode, for any key sequence, and
+    // never confused with the one-way envelope of the same key.
+    #[test]
+    fn push_parts_match_the_codec() {
+        for key in [7u32, 7, 9, 7, 9, 9] {
+            let payload = Bytes::from_static(b"payload");
+            let _ = one_way_parts(DispatchKey::new(key), payload.clone()).unwrap();
+            let cached = push_parts(DispatchKey::new(key), payload.clone()).unwrap();
+            let fresh = codec::encode(
+                &Record::Push(zlink_wire::Push {
                     key: DispatchKey::new(key),
                 }),
                 0,
