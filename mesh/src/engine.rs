@@ -2137,7 +2137,9 @@ impl Engine {
     fn on_client_message(&mut self, rid: &[u8], parts: &[&[u8]]) {
         match parts {
             [frame] if zlink_wire::is_batch(frame) => self.on_client_batch(rid, frame),
-            [envelope] => self.on_client_record(rid, envelope, Pl::None, false),
+            [envelope] => {
+                self.on_client_record(rid, envelope, Pl::None, false);
+            }
             [envelope, payload] => {
                 self.on_client_record(rid, envelope, Pl::Copy(payload), false);
             }
@@ -2165,12 +2167,83 @@ impl Engine {
                 return;
             }
         };
-        for sub in batch.records() {
+        let mut records = batch.records();
+        let mut next = records.next();
+        while let Some(sub) = next.take() {
             let payload = match sub.payload {
                 Some(p) => Pl::Shared(p),
                 None => Pl::None,
             };
-            self.on_client_record(rid, sub.envelope, payload, true);
+            let fast = self.on_client_record(rid, sub.envelope, payload, true);
+            next = records.next();
+            if let Some(session) = fast {
+                // That record was a one-way handed up in the compact form: the records after it
+                // that are byte-identical (memo) take the same path with the session looked up
+                // once (nothing can end it between two sub-records of one frame: a Disconnect
+                // inside a batch is rejected, timers do not run here). Each still has its
+                // payload bounded, its window charged and its credit freed, exactly as in
+                // `on_client_record`; anything else goes back there.
+                next = self.fast_client_one_ways(session, next, &mut records);
+            }
+        }
+    }
+
+    /// The run of memoized one-way records that follows one handed up by `on_client_record`
+    /// (see [`Engine::on_client_batch`]); returns the first record it did not take.
+    fn fast_client_one_ways<'a>(
+        &mut self,
+        session: u64,
+        mut next: Option<zlink_wire::BatchRecord<'a>>,
+        records: &mut impl Iterator<Item = zlink_wire::BatchRecord<'a>>,
+    ) -> Option<zlink_wire::BatchRecord<'a>> {
+        let Some(key) = self.memo.one_way_key() else {
+            return next;
+        };
+        let window = self.cfg.client_window;
+        let max_payload = self.limits.max_payload;
+        loop {
+            let Some(c) = self.clients.get_mut(&session) else {
+                return next;
+            };
+            let mut credit = false;
+            while let Some(sub) = next.take() {
+                let eligible = sub
+                    .payload
+                    .as_ref()
+                    .is_some_and(|pl| pl.len() <= max_payload)
+                    && self.memo.header(sub.envelope).is_some()
+                    && self.held_clients.is_empty()
+                    && self.inbound.has_room();
+                if !eligible {
+                    return Some(sub);
+                }
+                let payload = sub.payload.expect("checked");
+                let bytes = (sub.envelope.len() + payload.len()) as u64;
+                c.last_rx = self.rx_now;
+                if !c.rx.try_charge(window, bytes) {
+                    // The client ignored its window: a protocol violation, counted.
+                    self.shared.counters.drop(
+                        DropReason::CreditExceeded,
+                        &format_args!("client {session}"),
+                    );
+                    next = records.next();
+                    continue;
+                }
+                let origin = Origin::Client {
+                    session: SessionRid::new(session),
+                };
+                self.inbound.push_one_way(origin, key, payload);
+                self.shared.counters.delivered(1);
+                next = records.next();
+                if c.rx.free(window, bytes) {
+                    credit = true;
+                    break;
+                }
+            }
+            if !credit {
+                return next;
+            }
+            self.flush_client_credit(session);
         }
     }
 
@@ -2179,8 +2252,15 @@ impl Engine {
     /// connection, within `max_clients`), Ping/Pong/Disconnect answered here, requests and
     /// one-way DATA charged to the client's receive window (`CreditExceeded`) and handed up —
     /// a plain one-way in the compact form — or held (FIFO) while the application queue is
-    /// full; anything else `WrongConnection`.
-    fn on_client_record(&mut self, rid: &[u8], envelope: &[u8], payload: Pl<'_>, in_batch: bool) {
+    /// full; anything else `WrongConnection`. Returns the session when the record was a plain
+    /// one-way handed up in the compact form (a batch's fast path may follow it).
+    fn on_client_record(
+        &mut self,
+        rid: &[u8],
+        envelope: &[u8],
+        payload: Pl<'_>,
+        in_batch: bool,
+    ) -> Option<u64> {
         let bytes = (envelope.len() + payload.len()) as u64;
         let memo = match &payload {
             Pl::None => None,
@@ -2193,11 +2273,7 @@ impl Engine {
             Some(h) => (h, Class::App, None, payload.into_bytes()),
             None => {
                 let has_payload = !matches!(payload, Pl::None);
-                let Some(d) =
-                    decode_counted(&self.shared, &self.limits, envelope, payload, &"client")
-                else {
-                    return;
-                };
+                let d = decode_counted(&self.shared, &self.limits, envelope, payload, &"client")?;
                 if has_payload {
                     self.memo.store(envelope, &d);
                 }
@@ -2211,7 +2287,7 @@ impl Engine {
                 DropReason::WrongConnection,
                 &"client: control record inside a batch",
             );
-            return;
+            return None;
         }
         let now = self.rx_now;
         let session = match self.clients_by_rid.get(rid) {
@@ -2221,7 +2297,7 @@ impl Engine {
                     self.shared
                         .counters
                         .drop(DropReason::HandshakeCapacity, &"client");
-                    return;
+                    return None;
                 }
                 let s = self.next_session;
                 self.next_session += 1;
@@ -2257,9 +2333,7 @@ impl Engine {
                 if from_memo || matches!(rec, Some(Record::Request(_) | Record::OneWay(_))) =>
             {
                 let window = self.cfg.client_window;
-                let Some(c) = self.clients.get_mut(&session) else {
-                    return;
-                };
+                let c = self.clients.get_mut(&session)?;
                 c.last_rx = now;
                 if !c.rx.try_charge(window, bytes) {
                     // The client ignored its window: a protocol violation, counted.
@@ -2267,7 +2341,7 @@ impl Engine {
                         DropReason::CreditExceeded,
                         &format_args!("client {session}"),
                     );
-                    return;
+                    return None;
                 }
                 // A plain one-way record (no correlation: no reply, no deadline) goes up in the
                 // compact form, as from peers; on a memo hit the record is not even cloned.
@@ -2291,7 +2365,7 @@ impl Engine {
                     if c.rx.free(window, bytes) {
                         self.flush_client_credit(session);
                     }
-                    return;
+                    return Some(session);
                 }
                 let rec = match rec {
                     Some(r) => r,
@@ -2324,6 +2398,7 @@ impl Engine {
                     .drop(DropReason::WrongConnection, &"client");
             }
         }
+        None
     }
 
     /// The client was heard from (liveness).
