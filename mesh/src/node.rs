@@ -8,7 +8,7 @@
 
 use crate::fxhash::FastMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -900,69 +900,100 @@ const MAX_STATIC_ENVELOPES: usize = 4096;
 /// reference count is touched per record.
 static STATIC_ENVELOPES: Mutex<Option<FastMap<u64, &'static [u8]>>> = Mutex::new(None);
 
+/// Slots of [`ENVELOPE_SLOTS`].
+const ENVELOPE_SLOT_COUNT: usize = 1024;
+
+/// Lock-free front of [`STATIC_ENVELOPES`]: a direct-mapped table, each slot set once to the
+/// first kept envelope whose key hashes there and never changed. A send finds its envelope
+/// with one acquire load and no lock, from any thread (no thread-local cache); a key whose slot
+/// belongs to another key takes the lock instead.
+static ENVELOPE_SLOTS: [OnceLock<(u64, &'static [u8])>; ENVELOPE_SLOT_COUNT] =
+    [const { OnceLock::new() }; ENVELOPE_SLOT_COUNT];
+
 fn static_key(command: zlink_wire::Command, key: DispatchKey) -> u64 {
     (u64::from(command.number()) << 32) | u64::from(key.get())
 }
 
-thread_local! {
-    /// The last one-way envelope used on this thread (no lock in steady state).
-    static ONE_WAY_ENVELOPE: std::cell::Cell<Option<(DispatchKey, &'static [u8])>> =
-        const { std::cell::Cell::new(None) };
+fn envelope_slot(key: u64) -> &'static OnceLock<(u64, &'static [u8])> {
+    // Fibonacci hashing: the top bits of the product spread consecutive keys over the table.
+    let h = key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - ENVELOPE_SLOT_COUNT.trailing_zeros());
+    &ENVELOPE_SLOTS[h as usize]
 }
 
+/// Keeps `envelope` as the envelope of `key` (or returns the one already kept); `None` once
+/// [`MAX_STATIC_ENVELOPES`] are kept.
 fn static_envelope(key: u64, envelope: &[u8]) -> Option<&'static [u8]> {
-    let mut g = STATIC_ENVELOPES.lock().unwrap_or_else(|e| e.into_inner());
-    let map = g.get_or_insert_with(FastMap::default);
-    if let Some(e) = map.get(&key) {
-        return Some(e);
-    }
-    if map.len() >= MAX_STATIC_ENVELOPES {
-        return None;
-    }
-    let kept: &'static [u8] = Box::leak(envelope.to_vec().into_boxed_slice());
-    map.insert(key, kept);
+    let kept = {
+        let mut g = STATIC_ENVELOPES.lock().unwrap_or_else(|e| e.into_inner());
+        let map = g.get_or_insert_with(FastMap::default);
+        match map.get(&key) {
+            Some(e) => *e,
+            None if map.len() >= MAX_STATIC_ENVELOPES => return None,
+            None => {
+                let kept: &'static [u8] = Box::leak(envelope.to_vec().into_boxed_slice());
+                map.insert(key, kept);
+                kept
+            }
+        }
+    };
+    // First key to reach the slot keeps it; another key's envelope stays behind the lock.
+    let _ = envelope_slot(key).set((key, kept));
     Some(kept)
 }
 
-/// The kept envelope for `key`, if any (one short lock, no allocation).
+/// The kept envelope for `key`, if any: its slot without a lock, else one short lock; no
+/// allocation.
 fn kept_envelope(key: u64) -> Option<&'static [u8]> {
-    let g = STATIC_ENVELOPES.lock().unwrap_or_else(|e| e.into_inner());
-    g.as_ref().and_then(|m| m.get(&key).copied())
+    match envelope_slot(key).get() {
+        Some(&(k, e)) if k == key => Some(e),
+        // An empty slot: nothing is kept for `key` (keeping sets the slot first time round).
+        None => None,
+        Some(_) => {
+            let g = STATIC_ENVELOPES.lock().unwrap_or_else(|e| e.into_inner());
+            g.as_ref().and_then(|m| m.get(&key).copied())
+        }
+    }
 }
 
-/// The parts of a push 148 record with `key` and `payload`, byte-identical to
-/// `codec::encode(&Record::Push(..), 0, Some(payload))`; the envelope is shared from
-/// [`STATIC_ENVELOPES`] after the first push with that key.
-pub(crate) fn push_parts(key: DispatchKey, payload: Bytes) -> Result<Parts, SendError> {
-    let skey = static_key(zlink_wire::Command::Push, key);
+/// The parts of a record without correlation that depends on `key` only (one-way 147, push
+/// 148): the kept envelope shared from [`STATIC_ENVELOPES`] after the first use of that key,
+/// else a fresh encode of `record`, then kept.
+fn keyed_parts(
+    command: zlink_wire::Command,
+    key: DispatchKey,
+    record: impl FnOnce() -> Record,
+    payload: Bytes,
+) -> Result<Parts, SendError> {
+    let skey = static_key(command, key);
     if let Some(envelope) = kept_envelope(skey) {
         return Ok(Parts::new(Bytes::from_static(envelope), Some(payload)));
     }
-    let parts = codec::encode(&Record::Push(zlink_wire::Push { key }), 0, Some(payload))
-        .map_err(|e| SendError::Encode(e.to_string()))?;
+    let parts =
+        codec::encode(&record(), 0, Some(payload)).map_err(|e| SendError::Encode(e.to_string()))?;
     static_envelope(skey, &parts[0]);
     Ok(parts)
+}
+
+/// The parts of a push 148 record with `key` and `payload`, byte-identical to
+/// `codec::encode(&Record::Push(..), 0, Some(payload))`.
+pub(crate) fn push_parts(key: DispatchKey, payload: Bytes) -> Result<Parts, SendError> {
+    keyed_parts(
+        zlink_wire::Command::Push,
+        key,
+        || Record::Push(zlink_wire::Push { key }),
+        payload,
+    )
 }
 
 /// The parts of a one-way 147 record with `key` and `payload`, byte-identical to
 /// `codec::encode(&Record::OneWay(..), 0, Some(payload))`.
 pub(crate) fn one_way_parts(key: DispatchKey, payload: Bytes) -> Result<Parts, SendError> {
-    if let Some((k, envelope)) = ONE_WAY_ENVELOPE.with(std::cell::Cell::get)
-        && k == key
-    {
-        return Ok(Parts::new(Bytes::from_static(envelope), Some(payload)));
-    }
-    let parts = codec::encode(
-        &Record::OneWay(zlink_wire::OneWay { key }),
-        0,
-        Some(payload),
+    keyed_parts(
+        zlink_wire::Command::OneWay,
+        key,
+        || Record::OneWay(zlink_wire::OneWay { key }),
+        payload,
     )
-    .map_err(|e| SendError::Encode(e.to_string()))?;
-    if let Some(envelope) = static_envelope(static_key(zlink_wire::Command::OneWay, key), &parts[0])
-    {
-        ONE_WAY_ENVELOPE.with(|c| c.set(Some((key, envelope))));
-    }
-    Ok(parts)
 }
 
 /// Cancels a request whose future is dropped before its terminal. The cancel travels through
@@ -1002,6 +1033,31 @@ mod tests {
             )
             .unwrap();
             assert_eq!(&cached[..], &fresh[..]);
+        }
+    }
+
+    // Keys that share a slot each get their own envelope (the slot's owner lock-free, the
+    // others behind the lock), byte-identical to a fresh encode.
+    #[test]
+    fn colliding_keys_keep_their_own_envelopes() {
+        let first = 1_000_000u32;
+        let slot =
+            |k: u32| envelope_slot(static_key(zlink_wire::Command::OneWay, DispatchKey::new(k)));
+        let other = (first + 1..)
+            .find(|&k| std::ptr::eq(slot(k), slot(first)))
+            .expect("a colliding key");
+        for key in [first, other, first, other] {
+            let payload = Bytes::from_static(b"p");
+            let cached = one_way_parts(DispatchKey::new(key), payload.clone()).unwrap();
+            let fresh = codec::encode(
+                &Record::OneWay(zlink_wire::OneWay {
+                    key: DispatchKey::new(key),
+                }),
+                0,
+                Some(payload),
+            )
+            .unwrap();
+            assert_eq!(&cached[..], &fresh[..], "key {key}");
         }
     }
 
