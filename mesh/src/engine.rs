@@ -30,9 +30,9 @@ use crate::budget::{Budget, RxWindow};
 use zlink_wire::{Decoded, Disconnect, DisconnectReason, Limits, Ping, Pong};
 
 use crate::codec::{self, Class, HandshakeMsg, HandshakeReject, Parts, Record};
-use crate::config::{MeshConfig, PeerAddress};
+use crate::config::{InboundWindow, MeshConfig, PeerAddress};
 use crate::correlation::{Correlations, ReplyOutcome};
-use crate::counters::{DropReason, TransportEvent};
+use crate::counters::{Counters, DropReason, TransportEvent};
 use crate::error::RequestError;
 use crate::fxhash::FastMap;
 use crate::handshake::{Handshake, HandshakeFailure, LocalIdentity, Outcome};
@@ -241,6 +241,76 @@ pub(crate) struct DecodeMemo {
 }
 
 const MEMO_ENVELOPE: usize = 32;
+
+/// The batch fast path's view of the engine (see [`Engine::on_peer_batch`],
+/// [`Engine::on_client_batch`]): the fields a run of repeated one-way records reads or updates
+/// besides its connection, borrowed apart from the connection maps.
+struct OneWayRun<'e> {
+    memo: &'e DecodeMemo,
+    inbound: &'e mut InboundSender,
+    counters: &'e Counters,
+    max_payload: usize,
+    now: Instant,
+    /// The key of the memoized one-way record.
+    key: crate::types::DispatchKey,
+}
+
+impl OneWayRun<'_> {
+    /// Takes, for one connection (its receive window `rx` within `window`, `last_rx`), the
+    /// records from `next` on that are byte-identical to the memoized one-way, each exactly as
+    /// a lone record: payload bounded, window charged (over it: dropped, `CreditExceeded`,
+    /// counted against `who`), handed up in the compact form from `origin()`, credit freed.
+    /// Stops at the first record it may not take — another envelope, a payload over the
+    /// bound, a full application queue — and returns it, or after a record whose return
+    /// frees credit the caller must grant first (then with `true`).
+    #[allow(clippy::too_many_arguments)]
+    fn take<'a>(
+        &mut self,
+        rx: &mut RxWindow,
+        last_rx: &mut Instant,
+        window: InboundWindow,
+        origin: &dyn Fn() -> Origin,
+        who: &dyn std::fmt::Display,
+        mut next: Option<zlink_wire::BatchRecord<'a>>,
+        records: &mut impl Iterator<Item = zlink_wire::BatchRecord<'a>>,
+    ) -> (Option<zlink_wire::BatchRecord<'a>>, bool) {
+        while let Some(sub) = next.take() {
+            let eligible = sub
+                .payload
+                .as_ref()
+                .is_some_and(|pl| pl.len() <= self.max_payload)
+                && self.memo.header(sub.envelope).is_some()
+                && self.inbound.has_room();
+            if !eligible {
+                return (Some(sub), false);
+            }
+            let payload = sub.payload.expect("checked");
+            let bytes = (sub.envelope.len() + payload.len()) as u64;
+            *last_rx = self.now;
+            next = records.next();
+            if !rx.try_charge(window, bytes) {
+                // The sender ignored its window: a protocol violation, counted.
+                self.counters.drop(DropReason::CreditExceeded, who);
+                continue;
+            }
+            self.inbound.push_one_way(origin(), self.key, payload);
+            self.counters.delivered(1);
+            if rx.free(window, bytes) {
+                return (next, true);
+            }
+        }
+        (None, false)
+    }
+}
+
+/// A client session as the detail of a recorded drop.
+struct ClientLabel(u64);
+
+impl std::fmt::Display for ClientLabel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "client {}", self.0)
+    }
+}
 
 impl Default for DecodeMemo {
     fn default() -> Self {
@@ -1857,8 +1927,10 @@ impl Engine {
         let Some(key) = self.memo.one_way_key() else {
             return next;
         };
-        let window = self.cfg.peer_window;
-        let max_payload = self.limits.max_payload;
+        // Held records go first (FIFO); nothing in a run adds to them.
+        if !self.held.is_empty() {
+            return next;
+        }
         loop {
             let Some(p) = self.peers.get_mut(&**node).filter(|p| {
                 p.generation == Some(generation)
@@ -1866,38 +1938,28 @@ impl Engine {
             }) else {
                 return next;
             };
-            let mut credit = false;
-            while let Some(sub) = next.take() {
-                let eligible = sub
-                    .payload
-                    .as_ref()
-                    .is_some_and(|pl| pl.len() <= max_payload)
-                    && self.memo.header(sub.envelope).is_some()
-                    && self.held.is_empty()
-                    && self.inbound.has_room();
-                if !eligible {
-                    return Some(sub);
-                }
-                let payload = sub.payload.expect("checked");
-                let bytes = (sub.envelope.len() + payload.len()) as u64;
-                p.last_rx = self.rx_now;
-                if !p.rx.try_charge(window, bytes) {
-                    self.shared.counters.drop(DropReason::CreditExceeded, node);
-                    next = records.next();
-                    continue;
-                }
-                let origin = Origin::Peer {
-                    node: NodeRid::clone(node),
-                    generation,
-                };
-                self.inbound.push_one_way(origin, key, payload);
-                self.shared.counters.delivered(1);
-                next = records.next();
-                if p.rx.free(window, bytes) {
-                    credit = true;
-                    break;
-                }
-            }
+            let mut run = OneWayRun {
+                memo: &self.memo,
+                inbound: &mut self.inbound,
+                counters: &self.shared.counters,
+                max_payload: self.limits.max_payload,
+                now: self.rx_now,
+                key,
+            };
+            let origin = || Origin::Peer {
+                node: NodeRid::clone(node),
+                generation,
+            };
+            let credit;
+            (next, credit) = run.take(
+                &mut p.rx,
+                &mut p.last_rx,
+                self.cfg.peer_window,
+                &origin,
+                &**node,
+                next,
+                records,
+            );
             if !credit {
                 return next;
             }
@@ -2199,47 +2261,35 @@ impl Engine {
         let Some(key) = self.memo.one_way_key() else {
             return next;
         };
-        let window = self.cfg.client_window;
-        let max_payload = self.limits.max_payload;
+        // Held records go first (FIFO); nothing in a run adds to them.
+        if !self.held_clients.is_empty() {
+            return next;
+        }
         loop {
             let Some(c) = self.clients.get_mut(&session) else {
                 return next;
             };
-            let mut credit = false;
-            while let Some(sub) = next.take() {
-                let eligible = sub
-                    .payload
-                    .as_ref()
-                    .is_some_and(|pl| pl.len() <= max_payload)
-                    && self.memo.header(sub.envelope).is_some()
-                    && self.held_clients.is_empty()
-                    && self.inbound.has_room();
-                if !eligible {
-                    return Some(sub);
-                }
-                let payload = sub.payload.expect("checked");
-                let bytes = (sub.envelope.len() + payload.len()) as u64;
-                c.last_rx = self.rx_now;
-                if !c.rx.try_charge(window, bytes) {
-                    // The client ignored its window: a protocol violation, counted.
-                    self.shared.counters.drop(
-                        DropReason::CreditExceeded,
-                        &format_args!("client {session}"),
-                    );
-                    next = records.next();
-                    continue;
-                }
-                let origin = Origin::Client {
-                    session: SessionRid::new(session),
-                };
-                self.inbound.push_one_way(origin, key, payload);
-                self.shared.counters.delivered(1);
-                next = records.next();
-                if c.rx.free(window, bytes) {
-                    credit = true;
-                    break;
-                }
-            }
+            let mut run = OneWayRun {
+                memo: &self.memo,
+                inbound: &mut self.inbound,
+                counters: &self.shared.counters,
+                max_payload: self.limits.max_payload,
+                now: self.rx_now,
+                key,
+            };
+            let origin = || Origin::Client {
+                session: SessionRid::new(session),
+            };
+            let credit;
+            (next, credit) = run.take(
+                &mut c.rx,
+                &mut c.last_rx,
+                self.cfg.client_window,
+                &origin,
+                &ClientLabel(session),
+                next,
+                records,
+            );
             if !credit {
                 return next;
             }
