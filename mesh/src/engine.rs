@@ -303,6 +303,17 @@ impl OneWayRun<'_> {
     }
 }
 
+/// A record as [`Engine::decode_memoized`] gives it.
+struct MemoDecoded {
+    header: zlink_wire::Header,
+    class: Class,
+    /// `None` for a memo hit (cloned from the memo where it is handed up) or a record whose
+    /// class carries it.
+    record: Option<Record>,
+    payload: Option<Bytes>,
+    from_memo: bool,
+}
+
 /// A client session as the detail of a recorded drop.
 struct ClientLabel(u64);
 
@@ -1967,6 +1978,49 @@ impl Engine {
         }
     }
 
+    /// Decodes one record (from a peer or a client, alone or from a batch) through the one-way
+    /// memo: a repeated one-way envelope (byte-identical to the last one decoded) is not
+    /// decoded again, its payload bounded and copied as [`decode_counted`] does; anything else
+    /// is decoded (rejections counted against `who`) and classified. On a memo hit the record
+    /// is cloned from the memo only where it is handed up (`record` is `None`).
+    fn decode_memoized(
+        &mut self,
+        envelope: &[u8],
+        payload: Pl<'_>,
+        who: &dyn std::fmt::Display,
+    ) -> Option<MemoDecoded> {
+        let memo = match &payload {
+            Pl::None => None,
+            p if p.len() <= self.limits.max_payload => self.memo.header(envelope),
+            _ => None,
+        };
+        Some(match memo {
+            // The memo holds only one-way 147 records: application class.
+            Some(header) => MemoDecoded {
+                header,
+                class: Class::App,
+                record: None,
+                payload: payload.into_bytes(),
+                from_memo: true,
+            },
+            None => {
+                let has_payload = !matches!(payload, Pl::None);
+                let d = decode_counted(&self.shared, &self.limits, envelope, payload, who)?;
+                if has_payload {
+                    self.memo.store(envelope, &d);
+                }
+                let (class, record) = codec::classify(d.record);
+                MemoDecoded {
+                    header: d.header,
+                    class,
+                    record,
+                    payload: d.payload,
+                    from_memo: false,
+                }
+            }
+        })
+    }
+
     #[allow(clippy::too_many_arguments)]
     fn on_peer_record(
         &mut self,
@@ -1978,29 +2032,14 @@ impl Engine {
         payload: Pl<'_>,
         in_batch: bool,
     ) -> Option<NodeGeneration> {
-        // A repeated one-way envelope (byte-identical to the last one decoded) is not decoded
-        // again; the payload part is bounded and copied as `decode_counted` does.
         let bytes = (envelope.len() + payload.len()) as u64;
-        let memo = match &payload {
-            Pl::None => None,
-            p if p.len() <= self.limits.max_payload => self.memo.header(envelope),
-            _ => None,
-        };
-        // On a memo hit the record is cloned from the memo only where it is handed up.
-        let from_memo = memo.is_some();
-        let (header, class, record, payload) = match memo {
-            // The memo holds only one-way 147 records: application class.
-            Some(h) => (h, Class::App, None, payload.into_bytes()),
-            None => {
-                let has_payload = !matches!(payload, Pl::None);
-                let d = decode_counted(&self.shared, &self.limits, envelope, payload, node)?;
-                if has_payload {
-                    self.memo.store(envelope, &d);
-                }
-                let (class, record) = codec::classify(d.record);
-                (d.header, class, record, d.payload)
-            }
-        };
+        let MemoDecoded {
+            header,
+            class,
+            record,
+            payload,
+            from_memo,
+        } = self.decode_memoized(envelope, payload, node)?;
         let corr = header.correlation.get();
         if in_batch && !matches!(class, Class::App | Class::Reply) {
             // Handshake and control records never travel in a batch (SB-5.4: control is sent
@@ -2312,25 +2351,13 @@ impl Engine {
         in_batch: bool,
     ) -> Option<u64> {
         let bytes = (envelope.len() + payload.len()) as u64;
-        let memo = match &payload {
-            Pl::None => None,
-            p if p.len() <= self.limits.max_payload => self.memo.header(envelope),
-            _ => None,
-        };
-        let from_memo = memo.is_some();
-        let (header, class, record, payload) = match memo {
-            // The memo holds only one-way 147 records: application class.
-            Some(h) => (h, Class::App, None, payload.into_bytes()),
-            None => {
-                let has_payload = !matches!(payload, Pl::None);
-                let d = decode_counted(&self.shared, &self.limits, envelope, payload, &"client")?;
-                if has_payload {
-                    self.memo.store(envelope, &d);
-                }
-                let (class, record) = codec::classify(d.record);
-                (d.header, class, record, d.payload)
-            }
-        };
+        let MemoDecoded {
+            header,
+            class,
+            record,
+            payload,
+            from_memo,
+        } = self.decode_memoized(envelope, payload, &"client")?;
         if in_batch && !matches!(class, Class::App) {
             // Control records (Ping, Disconnect, …) never travel in a batch (SB-5.4).
             self.shared.counters.drop(
