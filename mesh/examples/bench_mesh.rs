@@ -48,6 +48,28 @@ fn percentile(v: &mut [f64], p: f64) -> f64 {
     v[((v.len() as f64 * p) as usize).min(v.len() - 1)]
 }
 
+/// A thread that receives `n` messages of `parts` parts on `socket` and returns the time from
+/// the first message's arrival to the last's (the receiving side of the raw one-way baselines).
+fn timed_receiver(
+    socket: zmq::Socket,
+    n: usize,
+    parts: usize,
+) -> std::thread::JoinHandle<Duration> {
+    std::thread::spawn(move || {
+        let mut msg = zmq::Message::new();
+        for _ in 0..parts {
+            socket.recv(&mut msg, 0).unwrap();
+        }
+        let t0 = Instant::now();
+        for _ in 1..n {
+            for _ in 0..parts {
+                socket.recv(&mut msg, 0).unwrap();
+            }
+        }
+        t0.elapsed()
+    })
+}
+
 /// Raw libzmq ROUTER → ROUTER, 64 B, one thread each side.
 fn raw_oneway(n: usize) -> f64 {
     let ctx_r = zmq::Context::new();
@@ -55,17 +77,7 @@ fn raw_oneway(n: usize) -> f64 {
     r.set_identity(b"rcv").unwrap();
     r.bind("tcp://127.0.0.1:*").unwrap();
     let ep = r.get_last_endpoint().unwrap().unwrap();
-    let recv = std::thread::spawn(move || {
-        let mut msg = zmq::Message::new();
-        r.recv(&mut msg, 0).unwrap();
-        r.recv(&mut msg, 0).unwrap();
-        let t0 = Instant::now();
-        for _ in 1..n {
-            r.recv(&mut msg, 0).unwrap();
-            r.recv(&mut msg, 0).unwrap();
-        }
-        t0.elapsed()
-    });
+    let recv = timed_receiver(r, n, 2);
     let ctx_s = zmq::Context::new();
     let s = ctx_s.socket(zmq::ROUTER).unwrap();
     s.set_identity(b"snd").unwrap();
@@ -268,17 +280,7 @@ fn raw_client_oneway(n: usize) -> f64 {
     let r = ctx_r.socket(zmq::ROUTER).unwrap();
     r.bind("tcp://127.0.0.1:*").unwrap();
     let ep = r.get_last_endpoint().unwrap().unwrap();
-    let recv = std::thread::spawn(move || {
-        let mut msg = zmq::Message::new();
-        r.recv(&mut msg, 0).unwrap();
-        r.recv(&mut msg, 0).unwrap();
-        let t0 = Instant::now();
-        for _ in 1..n {
-            r.recv(&mut msg, 0).unwrap();
-            r.recv(&mut msg, 0).unwrap();
-        }
-        t0.elapsed()
-    });
+    let recv = timed_receiver(r, n, 2);
     let ctx_s = zmq::Context::new();
     let s = ctx_s.socket(zmq::DEALER).unwrap();
     s.connect(&ep).unwrap();
@@ -301,15 +303,7 @@ fn raw_client_push(n: usize) -> f64 {
     s.bind("tcp://127.0.0.1:*").unwrap();
     let ep = s.get_last_endpoint().unwrap().unwrap();
     d.connect(&ep).unwrap();
-    let recv = std::thread::spawn(move || {
-        let mut msg = zmq::Message::new();
-        d.recv(&mut msg, 0).unwrap();
-        let t0 = Instant::now();
-        for _ in 1..n {
-            d.recv(&mut msg, 0).unwrap();
-        }
-        t0.elapsed()
-    });
+    let recv = timed_receiver(d, n, 1);
     let payload = [0x5au8; SIZE];
     while s.send("cli", zmq::SNDMORE).is_err() {
         std::thread::sleep(Duration::from_millis(2));
