@@ -1,5 +1,6 @@
 //! `defer()` / Join barrier contract tests (EG-5, EG-16.9–16.12).
 
+use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
@@ -405,6 +406,71 @@ fn discarded_barrier_does_not_block_the_moving_actor() {
     assert_eq!(next(&rx), "moving-msg:1");
     let s = moving.stats();
     assert_eq!((s.barriers_inactive, s.barriers_active), (0, 0));
+}
+
+/// A request whose handler registers a barrier and after-work that waits for `go`: the reply
+/// must not be out while the after-work runs (barriers settle after it, the reply after them).
+fn reply_waits_until_barriers_are_settled(handler_ok: bool) {
+    let rt = runtime();
+    let (e, rx) = events();
+    let spot = rt
+        .create_spot::<PerActorUser, _>(|_c, b| Handled::ok(b))
+        .unwrap();
+    let moving = moving_actor(&spot, &e);
+    let (go_tx, go_rx) = mpsc::channel::<()>();
+    let go_rx = Arc::new(Mutex::new(Some(go_rx)));
+    let (m2, e2) = (moving.clone(), e.clone());
+    let h: ActorRef<(), ()> = spot
+        .spawn_actor(move |ctx: SerialCtx, _m: ()| {
+            ctx.defer(Join::new(&m2, || async { Ok(()) })).unwrap();
+            let (e, go) = (e2.clone(), go_rx.lock().unwrap().take().unwrap());
+            ctx.after_turn(move || {
+                emit(&e, "after-work");
+                go.recv_timeout(GUARD).expect("go");
+            })
+            .unwrap();
+            if handler_ok {
+                Handled::ok(())
+            } else {
+                Handled::err(HandlerError::Failed("discard".into()))
+            }
+        })
+        .unwrap();
+    // submitted now; polled by hand below
+    let mut ask = Box::pin(h.ask(()));
+    assert_eq!(next(&rx), "after-work");
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    // the handler has ended and its result is known, but its barrier is not settled yet
+    assert!(
+        ask.as_mut().poll(&mut cx).is_pending(),
+        "reply before the barrier settled"
+    );
+    go_tx.send(()).unwrap();
+    let r = rt.block_on(ask).unwrap();
+    let s = moving.stats();
+    assert_eq!(s.barriers_inactive, 0, "answered with an inactive barrier");
+    let m = rt.metrics();
+    if handler_ok {
+        assert!(r.is_ok(), "{r:?}");
+        assert_eq!((m.barriers_activated, m.barriers_discarded), (1, 0));
+        assert_eq!(next(&rx), "completion:Ok(())");
+    } else {
+        assert!(matches!(r, Err(RuntimeError::Handler(_))));
+        assert_eq!((m.barriers_activated, m.barriers_discarded), (0, 1));
+        assert_eq!((s.barriers_inactive, s.barriers_active), (0, 0));
+    }
+}
+
+// spec: EG-5.2 — a requester that acts on the reply finds the barrier already active.
+#[test]
+fn reply_is_released_after_the_barrier_activates() {
+    reply_waits_until_barriers_are_settled(true);
+}
+
+// spec: EG-5.3 — a requester that acts on the error reply finds the barrier already discarded.
+#[test]
+fn error_reply_is_released_after_the_barrier_is_discarded() {
+    reply_waits_until_barriers_are_settled(false);
 }
 
 // spec: EG-5.4, EG-5.6 — a Join whose operation panics still reaches the moving actor's

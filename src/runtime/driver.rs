@@ -511,10 +511,20 @@ impl Drop for JoinDelivery {
 /// Post-processing registered with `after_turn` (EG-8).
 pub(crate) type AfterWork = Box<dyn FnOnce() + Send>;
 
+/// What a record registered in its scope, taken when the scope closes ([`Slot::end`]).
+struct Ended {
+    after: Vec<AfterWork>,
+    barriers: Vec<Barrier>,
+    /// Replies held until the barriers are settled; run last.
+    replies: Vec<AfterWork>,
+}
+
 #[derive(Default)]
 pub(crate) struct SlotExt {
     barriers: Vec<(u64, Barrier)>,
     after: Vec<(u64, AfterWork)>,
+    /// Replies held until the record's barriers are settled ([`Slot::reply_after_barriers`]).
+    replies: Vec<(u64, AfterWork)>,
     grant: Option<oneshot::Sender<oneshot::Sender<ContEnd>>>,
     done: Option<oneshot::Sender<ContEnd>>,
 }
@@ -556,9 +566,9 @@ impl Slot {
         self.invocation.store(invocation, Ordering::Release);
     }
 
-    /// Close the registration scope; return the record's after-work and barriers (`None`: it
-    /// registered none, or the scope was already closed).
-    fn end(&self, invocation: u64) -> Option<(Vec<AfterWork>, Vec<Barrier>)> {
+    /// Close the registration scope; return the record's after-work, barriers and held replies
+    /// (`None`: it registered none, or the scope was already closed).
+    fn end(&self, invocation: u64) -> Option<Ended> {
         if self
             .invocation
             .compare_exchange(invocation, 0, Ordering::AcqRel, Ordering::Acquire)
@@ -585,7 +595,31 @@ impl Slot {
             .filter(|(i, _)| *i == invocation)
             .map(|(_, b)| b)
             .collect();
-        Some((after, barriers))
+        let replies = std::mem::take(&mut ext.replies)
+            .into_iter()
+            .filter(|(i, _)| *i == invocation)
+            .map(|(_, f)| f)
+            .collect();
+        Some(Ended {
+            after,
+            barriers,
+            replies,
+        })
+    }
+
+    /// Release a request's reply (`send`) once the record's `defer()` barriers are settled, so a
+    /// requester acting on the reply finds them active (EG-5.2) or discarded (EG-5.3), never
+    /// still inactive. Without a barrier of `invocation` (the usual case) `send` runs at once,
+    /// with no allocation; otherwise it runs when the record ends ([`end_record`]).
+    pub fn reply_after_barriers<F: FnOnce() + Send + 'static>(&self, invocation: u64, send: F) {
+        if self.extras.load(Ordering::SeqCst) {
+            let mut ext = self.ext.lock().unwrap();
+            if self.in_scope(invocation) && ext.barriers.iter().any(|(i, _)| *i == invocation) {
+                ext.replies.push((invocation, Box::new(send)));
+                return;
+            }
+        }
+        send();
     }
 
     /// Whether `invocation`'s registration scope is open.
@@ -770,7 +804,12 @@ fn end_record(
 ) {
     let ended = lane.slot.end(invocation);
     let rt = &gate.rt;
-    let Some((after, barriers)) = ended else {
+    let Some(Ended {
+        after,
+        barriers,
+        replies,
+    }) = ended
+    else {
         if let Err(e) = &r {
             rt.metrics.handler_errors.fetch_add(1, Ordering::Relaxed);
             tracing::warn!(object = lane.object, kind = ?lane.kind, error = %e, "handler failed");
@@ -795,6 +834,11 @@ fn end_record(
         rt.metrics
             .barriers_discarded
             .fetch_add(barriers.len() as u64, Ordering::Relaxed);
+        // EG-5.3: discarded (dropped) before any held reply goes out
+        drop(barriers);
+    }
+    for send in replies {
+        send();
     }
 }
 
@@ -813,7 +857,10 @@ fn activate_barrier(rt: &Arc<RtShared>, b: Barrier) {
 }
 
 fn abort_record(lane: &Arc<LaneHandle>, invocation: u64) {
-    let Some((_after, barriers)) = lane.slot.end(invocation) else {
+    let Some(Ended {
+        barriers, replies, ..
+    }) = lane.slot.end(invocation)
+    else {
         return;
     };
     if !barriers.is_empty() {
@@ -821,6 +868,10 @@ fn abort_record(lane: &Arc<LaneHandle>, invocation: u64) {
             .metrics
             .barriers_discarded
             .fetch_add(barriers.len() as u64, Ordering::Relaxed);
+        drop(barriers);
+    }
+    for send in replies {
+        send();
     }
 }
 

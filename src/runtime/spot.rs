@@ -199,18 +199,23 @@ where
 
 type ReplyTx<R> = oneshot::Sender<Result<R, RuntimeError>>;
 
-fn reply<R>(tx: ReplyTx<R>, r: Result<R, HandlerError>) -> Result<(), HandlerError> {
-    match r {
-        Ok(v) => {
-            let _ = tx.send(Ok(v));
-            Ok(())
-        }
-        Err(e) => {
-            // EG-15: a request handler's error becomes the framework error reply.
-            let _ = tx.send(Err(RuntimeError::Handler(e.clone())));
-            Err(e)
-        }
-    }
+/// Answer a request with the handler's result. The reply goes out once the record's `defer()`
+/// barriers are settled (EG-5.2/5.3), so whoever acts on it sees them active or discarded.
+fn reply<R: Send + 'static>(
+    lane: &LaneHandle,
+    invocation: u64,
+    tx: ReplyTx<R>,
+    r: Result<R, HandlerError>,
+) -> Result<(), HandlerError> {
+    let (out, end) = match r {
+        Ok(v) => (Ok(v), Ok(())),
+        // EG-15: a request handler's error becomes the framework error reply.
+        Err(e) => (Err(RuntimeError::Handler(e.clone())), Err(e)),
+    };
+    lane.slot.reply_after_barriers(invocation, move || {
+        let _ = tx.send(out);
+    });
+    end
 }
 
 /// Turns a panic of the wrapped future into `HandlerError::Panicked`, so a request still gets its
@@ -237,12 +242,14 @@ where
     R: Send + 'static,
 {
     Job::with_lane(move |env, lane| {
+        let invocation = env.invocation;
+        let env_lane = env.lane.clone();
         match catch_unwind(AssertUnwindSafe(|| call_handler::<M, R>(lane, env, msg))) {
-            Err(_) => Handled::Now(reply(tx, Err(HandlerError::Panicked))),
-            Ok(Handled::Now(r)) => Handled::Now(reply(tx, r)),
+            Err(_) => Handled::Now(reply(lane, invocation, tx, Err(HandlerError::Panicked))),
+            Ok(Handled::Now(r)) => Handled::Now(reply(lane, invocation, tx, r)),
             Ok(Handled::Later(f)) => Handled::Later(Box::pin(async move {
                 let r = CatchPanic(f).await;
-                reply(tx, r)
+                reply(&env_lane, invocation, tx, r)
             })),
         }
     })
@@ -443,14 +450,20 @@ impl<K: SpotKind> SpotRef<K> {
         let (tx, rx) = oneshot::channel();
         let h = self.inner.handler.clone();
         let len = msg.len();
-        let submitted = self.inner.lane.submit(
-            LaneClass::Application,
-            len,
-            Job::new(move |env| match h(env, msg) {
-                Handled::Now(r) => Handled::Now(reply(tx, r)),
-                Handled::Later(f) => Handled::Later(Box::pin(async move { reply(tx, f.await) })),
-            }),
-        );
+        let submitted =
+            self.inner.lane.submit(
+                LaneClass::Application,
+                len,
+                Job::new(move |env| {
+                    let (lane, invocation) = (env.lane.clone(), env.invocation);
+                    match h(env, msg) {
+                        Handled::Now(r) => Handled::Now(reply(&lane, invocation, tx, r)),
+                        Handled::Later(f) => Handled::Later(Box::pin(async move {
+                            reply(&lane, invocation, tx, f.await)
+                        })),
+                    }
+                }),
+            );
         async move {
             submitted?;
             await_reply(rx).await
