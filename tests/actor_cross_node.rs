@@ -166,7 +166,10 @@ async fn a_timed_out_request_is_not_resent() {
     // Nothing was resent: the Add ran at most once (0 when its carried deadline had passed on
     // the owner before the turn; the owner's deadline ends a transit time after the caller's).
     assert!(a.request(&c, &Get, TIMEOUT).await.unwrap() <= 1);
-    assert_eq!(frames(&tap_a, TapDirection::Sent, ACTOR_CALL).len(), 2);
+    // The Add left at most once (never, when a stalled I/O thread saw its deadline pass before
+    // the wire: a request is never sent after its deadline), then the Get.
+    let sent = frames(&tap_a, TapDirection::Sent, ACTOR_CALL).len();
+    assert!(sent == 1 || sent == 2, "{sent} actor calls sent");
     assert_eq!(
         frames(&tap_b, TapDirection::Received, ACTOR_CALL).len(),
         frames(&tap_a, TapDirection::Sent, ACTOR_CALL).len()

@@ -1,7 +1,6 @@
 //! Two `zlink-node` processes sharing one embedded SQLite Location Store: they agree on owners;
 //! a restarted node has a new NodeGeneration and refuses refs from before the restart.
 
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -10,7 +9,11 @@ use zlink::actor::ErrorKind;
 use zlink::node::client::{NodeClient, Placement};
 use zlink::node::demo::{Add, Get};
 
-const TIMEOUT: Duration = Duration::from_secs(10);
+#[path = "../mesh/tests/common/ports.rs"]
+mod ports;
+use ports::free_port;
+
+const TIMEOUT: Duration = Duration::from_secs(20);
 
 struct Proc {
     name: String,
@@ -92,37 +95,6 @@ impl Drop for Proc {
             let _ = c.wait();
         }
     }
-}
-
-/// A free listen port BELOW the kernel's ephemeral range. Ports from the ephemeral range (what
-/// binding port 0 returns) are unsafe for a node that restarts: while it is down, its peer keeps
-/// dialling the port, and a dial whose kernel-chosen source port equals it connects to itself
-/// (TCP simultaneous open) and holds the port, so the restarted node cannot bind it.
-fn free_port() -> u16 {
-    use std::sync::atomic::{AtomicU32, Ordering};
-    static NEXT: AtomicU32 = AtomicU32::new(0);
-    let eph_lo: u32 = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
-        .ok()
-        .and_then(|s| s.split_whitespace().next()?.parse().ok())
-        .unwrap_or(32768);
-    let (lo, hi) = (
-        eph_lo.saturating_sub(12_000).max(1024),
-        eph_lo.max(2048) - 1,
-    );
-    // Spread concurrent test processes over the range: start from the pid and the clock.
-    let seed = std::process::id()
-        ^ std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .subsec_nanos();
-    for _ in 0..(hi - lo) {
-        let n = NEXT.fetch_add(1, Ordering::Relaxed);
-        let port = lo + (seed.wrapping_add(n.wrapping_mul(7919))) % (hi - lo);
-        if TcpListener::bind(("127.0.0.1", port as u16)).is_ok() {
-            return port as u16;
-        }
-    }
-    panic!("no free port in {lo}..{hi}");
 }
 
 fn setup(dir: &Path, n: usize) -> Vec<Proc> {

@@ -2,8 +2,6 @@
 
 mod node_common;
 
-use std::time::Duration;
-
 use node_common::*;
 use zlink::actor::{ActorId, ErrorKind};
 use zlink::node::client::NodeClient;
@@ -43,7 +41,8 @@ async fn shutdown_refuses_new_work_and_drains_accepted_work() {
     });
     wait_until("the accepted request's turn", || node.stats().turns > turns).await;
     let handle = node.clone();
-    let shutdown = tokio::spawn(node.shutdown(Duration::from_secs(5)));
+    // a drain deadline well past every wait below: the drain ends when the accepted work does
+    let shutdown = tokio::spawn(node.shutdown(3 * TIMEOUT));
     // New client work is refused while draining (NODE_INFO is answered inline, so it shows
     // when the node stopped accepting).
     let refused = async {

@@ -235,7 +235,7 @@ fn refused_resume_discards_barriers() {
             })
         })
         .unwrap();
-    h.tell(()).unwrap();
+    let ask = h.ask(());
     assert_eq!(next(&rx), "waiting");
     spot.seal();
     release_tx.send(()).unwrap();
@@ -253,18 +253,15 @@ fn refused_resume_discards_barriers() {
         .unwrap()
     })
     .unwrap();
-    // the refused continuation is dropped by its task; wait for the discard to be counted by
-    // probing the moving actor (a later record of an unrelated lane) — the count is set before
-    // the continuation task ends, so loop on events only
-    let done = rt.block_on(async {
-        tokio::time::timeout(GUARD, async {
-            while rt.metrics().barriers_discarded == 0 {
-                tokio::task::yield_now().await;
-            }
-        })
-        .await
-    });
-    assert!(done.unwrap().is_ok());
+    // the refused continuation is dropped by its task, after its barrier was discarded: the
+    // requester, answered by that drop, sees the discard counted and the barrier gone
+    let r = rt
+        .block_on(async { tokio::time::timeout(GUARD, ask).await })
+        .unwrap()
+        .expect("answered");
+    assert!(r.is_err(), "{r:?}");
+    assert_eq!(rt.metrics().barriers_discarded, 1);
+    assert_eq!(moving.stats().barriers_inactive, 0);
     assert_eq!(io.load(Ordering::SeqCst), 0);
     assert!(rx.try_recv().is_err());
 }
@@ -408,9 +405,10 @@ fn discarded_barrier_does_not_block_the_moving_actor() {
     assert_eq!((s.barriers_inactive, s.barriers_active), (0, 0));
 }
 
-/// A request whose handler registers a barrier and after-work that waits for `go`: the reply
-/// must not be out while the after-work runs (barriers settle after it, the reply after them).
-fn reply_waits_until_barriers_are_settled(handler_ok: bool) {
+/// A request whose handler (optionally) registers a barrier and after-work that waits for `go`:
+/// the reply must not be out while the after-work runs (the record's error is counted and its
+/// barriers settle after it; the reply goes last).
+fn reply_waits_until_the_record_ends(handler_ok: bool, barrier: bool) {
     let rt = runtime();
     let (e, rx) = events();
     let spot = rt
@@ -422,7 +420,9 @@ fn reply_waits_until_barriers_are_settled(handler_ok: bool) {
     let (m2, e2) = (moving.clone(), e.clone());
     let h: ActorRef<(), ()> = spot
         .spawn_actor(move |ctx: SerialCtx, _m: ()| {
-            ctx.defer(Join::new(&m2, || async { Ok(()) })).unwrap();
+            if barrier {
+                ctx.defer(Join::new(&m2, || async { Ok(()) })).unwrap();
+            }
             let (e, go) = (e2.clone(), go_rx.lock().unwrap().take().unwrap());
             ctx.after_turn(move || {
                 emit(&e, "after-work");
@@ -440,23 +440,27 @@ fn reply_waits_until_barriers_are_settled(handler_ok: bool) {
     let mut ask = Box::pin(h.ask(()));
     assert_eq!(next(&rx), "after-work");
     let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-    // the handler has ended and its result is known, but its barrier is not settled yet
+    // the handler has ended and its result is known, but its record has not
     assert!(
         ask.as_mut().poll(&mut cx).is_pending(),
-        "reply before the barrier settled"
+        "reply before the record ended"
     );
     go_tx.send(()).unwrap();
     let r = rt.block_on(ask).unwrap();
     let s = moving.stats();
     assert_eq!(s.barriers_inactive, 0, "answered with an inactive barrier");
     let m = rt.metrics();
+    let barriers = u64::from(barrier);
     if handler_ok {
         assert!(r.is_ok(), "{r:?}");
-        assert_eq!((m.barriers_activated, m.barriers_discarded), (1, 0));
-        assert_eq!(next(&rx), "completion:Ok(())");
+        assert_eq!((m.barriers_activated, m.barriers_discarded), (barriers, 0));
+        if barrier {
+            assert_eq!(next(&rx), "completion:Ok(())");
+        }
     } else {
         assert!(matches!(r, Err(RuntimeError::Handler(_))));
-        assert_eq!((m.barriers_activated, m.barriers_discarded), (0, 1));
+        assert_eq!(m.handler_errors, 1, "answered before the error was counted");
+        assert_eq!((m.barriers_activated, m.barriers_discarded), (0, barriers));
         assert_eq!((s.barriers_inactive, s.barriers_active), (0, 0));
     }
 }
@@ -464,13 +468,19 @@ fn reply_waits_until_barriers_are_settled(handler_ok: bool) {
 // spec: EG-5.2 — a requester that acts on the reply finds the barrier already active.
 #[test]
 fn reply_is_released_after_the_barrier_activates() {
-    reply_waits_until_barriers_are_settled(true);
+    reply_waits_until_the_record_ends(true, true);
 }
 
 // spec: EG-5.3 — a requester that acts on the error reply finds the barrier already discarded.
 #[test]
 fn error_reply_is_released_after_the_barrier_is_discarded() {
-    reply_waits_until_barriers_are_settled(false);
+    reply_waits_until_the_record_ends(false, true);
+}
+
+// spec: EG-15 — an error reply goes out after the record's error is counted.
+#[test]
+fn error_reply_is_released_after_the_record_ends() {
+    reply_waits_until_the_record_ends(false, false);
 }
 
 // spec: EG-5.4, EG-5.6 — a Join whose operation panics still reaches the moving actor's

@@ -25,7 +25,7 @@ use zlink_wire::{Disconnect, DisconnectReason, Limits, Ping};
 use crate::codec::{self, Class, Parts, Record};
 use crate::config::{Batching, Liveness, MeshConfig, TransportLimits};
 use crate::correlation::{Correlations, ReplyOutcome};
-use crate::counters::{Counters, DropReason};
+use crate::counters::{Counters, DropReason, TransportEvent};
 use crate::engine::{DecodeMemo, batch_run, configure_network_socket, recv_multipart};
 use crate::error::{ConfigError, RequestError, SendError};
 use crate::node::Response;
@@ -636,6 +636,7 @@ impl ClientIo {
                 self.credit_msgs = 0;
                 self.credit_bytes = 0;
                 self.pinged = false;
+                self.shared.counters.event(TransportEvent::Disconnected);
             }
         }
     }

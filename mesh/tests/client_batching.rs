@@ -119,12 +119,8 @@ fn broken_batch(good: &zlink_wire::Frames) -> Vec<u8> {
 // so the records wait in the client for the session's first credit and leave together.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn client_flood_travels_batched_once_and_in_order() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let endpoint = format!("tcp://127.0.0.1:{port}");
+    // below the ephemeral range: the client dials it before the node binds it
+    let endpoint = format!("tcp://127.0.0.1:{}", free_port());
     let client = MeshClient::connect(client_config(endpoint.clone())).unwrap();
     const N: u32 = 300;
     for i in 0..N {

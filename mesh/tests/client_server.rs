@@ -151,22 +151,27 @@ async fn late_reply_behind_unprocessed_pushes_is_not_a_second_terminal() {
             .await
             .unwrap();
     }
-    let srv = tokio::spawn(async move {
-        let m = inbound.recv().await.unwrap();
-        // Reply immediately: it queues behind the unprocessed pushes on the one connection.
-        m.reply.unwrap().reply(Bytes::from_static(b"late"));
-        inbound
-    });
-    let e = client
-        .request(
-            DispatchKey::new(2),
-            Bytes::new(),
-            Duration::from_millis(300),
-        )
+    // The deadline only has to cover the request reaching the node (a request is never sent
+    // after its deadline); the reply then stays stuck behind the pushes until they are read.
+    let (e, _inbound) = {
+        let req = client.request(DispatchKey::new(2), Bytes::new(), Duration::from_secs(3));
+        tokio::pin!(req);
+        let inbound = tokio::time::timeout(WAIT, async {
+            tokio::select! {
+                m = inbound.recv() => {
+                    // Reply at once: it queues behind the unprocessed pushes on the connection.
+                    m.unwrap().reply.unwrap().reply(Bytes::from_static(b"late"));
+                    inbound
+                }
+                r = &mut req => panic!("the request ended before reaching the node: {r:?}"),
+            }
+        })
         .await
-        .unwrap_err();
+        .expect("the request reaches the node");
+        let e = tokio::time::timeout(WAIT, req).await.unwrap().unwrap_err();
+        (e, inbound)
+    };
     assert_eq!(e, RequestError::DeadlineExceeded);
-    let _inbound = srv.await.unwrap();
     // Now drain the pushes; the reply behind them arrives and is counted as late.
     for i in 0..3u8 {
         let p = client.recv_push_timeout(WAIT).await.unwrap();
@@ -307,7 +312,12 @@ async fn stalled_app_queue_neither_cuts_nor_loses_a_backpressured_client() {
         .await
         .expect("a new client gets its session while the application queue is full");
     tokio::time::sleep(std::time::Duration::from_millis(1000)).await;
-    assert!(chatty.server_alive() && other.server_alive() && late.server_alive());
+    // Pings are still answered during the stall (a check at one instant would also fail on a
+    // loaded machine that merely descheduled a client's I/O thread past its peer timeout)
+    eventually("every client sees the node alive", || {
+        chatty.server_alive() && other.server_alive() && late.server_alive()
+    })
+    .await;
     let mut sessions = std::collections::BTreeMap::<u64, Vec<u32>>::new();
     let mut others = 0;
     while sessions.values().map(Vec::len).sum::<usize>() < N as usize || others == 0 {
@@ -408,7 +418,10 @@ async fn client_ignoring_its_window_is_dropped_and_counted() {
 // queue is full, and everything arrives in order.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reconnected_client_waits_for_the_new_sessions_window() {
-    let (n1, mut in1) = server();
+    // an endpoint below the ephemeral range: the client keeps dialling it while no node is up
+    let mut c = config("srv");
+    c.client_endpoint = Some(format!("tcp://127.0.0.1:{}", free_port()));
+    let (n1, mut in1) = MeshNode::start(c).unwrap();
     let ep = n1.endpoints().client.clone().unwrap();
     let mut cc = client_config(&n1);
     cc.liveness.peer_timeout = std::time::Duration::from_millis(500);
@@ -427,6 +440,12 @@ async fn reconnected_client_waits_for_the_new_sessions_window() {
     // session): its I/O thread reads the monitor on every pass, and it passes at least once per
     // ping interval, so by the time the node has been silent for the peer timeout it has.
     eventually("client sees the node gone", || !client.server_alive()).await;
+    // and its I/O thread has voided the old session's credit (counted after the reset, in the
+    // thread that will send the records below)
+    eventually("client saw its connection drop", || {
+        client.counters().events(TransportEvent::Disconnected) >= 1
+    })
+    .await;
     let mut c = config("srv2");
     c.client_endpoint = Some(ep);
     c.inbound_capacity = 1;

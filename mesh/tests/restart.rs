@@ -222,7 +222,12 @@ async fn restarted_peer_is_a_new_lifecycle_and_old_generation_is_rejected() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acceptor_restart_on_same_endpoints_reconnects() {
     let (a, _ra) = start("xa");
-    let (b1, _rb1) = node_with_gen("xb", 10);
+    // endpoints below the ephemeral range: a keeps dialling them while b is down
+    let mut c = config("xb");
+    c.generation = Some(NodeGeneration::new(10));
+    c.relay_endpoint = format!("tcp://127.0.0.1:{}", free_port());
+    c.completion_endpoint = format!("tcp://127.0.0.1:{}", free_port());
+    let (b1, _rb1) = MeshNode::start(c).unwrap();
     let addr = b1.address();
     a.connect(addr.clone()).unwrap();
     assert_eq!(

@@ -523,7 +523,7 @@ struct Ended {
 pub(crate) struct SlotExt {
     barriers: Vec<(u64, Barrier)>,
     after: Vec<(u64, AfterWork)>,
-    /// Replies held until the record's barriers are settled ([`Slot::reply_after_barriers`]).
+    /// Replies held until the record ends ([`Slot::reply_at_end`]).
     replies: Vec<(u64, AfterWork)>,
     grant: Option<oneshot::Sender<oneshot::Sender<ContEnd>>>,
     done: Option<oneshot::Sender<ContEnd>>,
@@ -607,15 +607,25 @@ impl Slot {
         })
     }
 
-    /// Release a request's reply (`send`) once the record's `defer()` barriers are settled, so a
-    /// requester acting on the reply finds them active (EG-5.2) or discarded (EG-5.3), never
-    /// still inactive. Without a barrier of `invocation` (the usual case) `send` runs at once,
-    /// with no allocation; otherwise it runs when the record ends ([`end_record`]).
-    pub fn reply_after_barriers<F: FnOnce() + Send + 'static>(&self, invocation: u64, send: F) {
-        if self.extras.load(Ordering::SeqCst) {
+    /// Release a request's reply (`send`) as the record's last act when it matters: after its
+    /// `defer()` barriers are settled, so a requester acting on the reply finds them active
+    /// (EG-5.2) or discarded (EG-5.3), never still inactive; and, for an error reply
+    /// (`is_error`), after the record's error is counted in the metrics. Otherwise (a success
+    /// without barriers, the usual case) `send` runs at once, with no allocation; a held reply
+    /// runs when the record ends ([`end_record`], [`abort_record`]).
+    pub fn reply_at_end<F: FnOnce() + Send + 'static>(
+        &self,
+        invocation: u64,
+        is_error: bool,
+        send: F,
+    ) {
+        if is_error || self.extras.load(Ordering::SeqCst) {
             let mut ext = self.ext.lock().unwrap();
-            if self.in_scope(invocation) && ext.barriers.iter().any(|(i, _)| *i == invocation) {
+            if self.in_scope(invocation)
+                && (is_error || ext.barriers.iter().any(|(i, _)| *i == invocation))
+            {
                 ext.replies.push((invocation, Box::new(send)));
+                self.extras.store(true, Ordering::SeqCst);
                 return;
             }
         }
@@ -723,7 +733,9 @@ pub(crate) struct TurnEnv {
 enum InlineEnd {
     Done(Result<(), HandlerError>),
     Yielded(BoxFuture<Result<(), HandlerError>>),
-    Aborted,
+    /// The handler future, handed back so that it (and a requester's reply sender in it) is
+    /// dropped only after the record's barriers are discarded.
+    Aborted(BoxFuture<Result<(), HandlerError>>),
 }
 
 /// Polls a handler future in place and reports a Yield or an aborted resume as soon as the
@@ -743,7 +755,7 @@ impl Future for Inline<'_> {
             Ok(Poll::Ready(r)) => Poll::Ready(InlineEnd::Done(r)),
             Ok(Poll::Pending) => match self.slot.take_signal() {
                 SIGNAL_YIELD => Poll::Ready(InlineEnd::Yielded(self.fut.take().unwrap())),
-                SIGNAL_ABORT => Poll::Ready(InlineEnd::Aborted),
+                SIGNAL_ABORT => Poll::Ready(InlineEnd::Aborted(self.fut.take().unwrap())),
                 _ => Poll::Pending,
             },
         }
@@ -919,8 +931,9 @@ async fn continuation(
                 }
                 fut = f;
             }
-            InlineEnd::Aborted => {
+            InlineEnd::Aborted(fut) => {
                 abort_record(&lane, invocation);
+                drop(fut);
                 return;
             }
         }
@@ -934,12 +947,14 @@ async fn continuation(
 const BATCH_EXTRA: usize = 1024;
 
 /// Continue a record whose handler returned a future; `Some(result)` at its terminal, `None` if
-/// it yielded (detached: the claim stays, EG-3.1).
+/// it yielded (detached: the claim stays, EG-3.1). A cancelled handler's future is put in
+/// `cancelled`, for the caller to drop after [`end_record`].
 async fn run_later(
     gate: &Arc<GateInner>,
     data: &Arc<LaneHandle>,
     invocation: u64,
     fut: BoxFuture<Result<(), HandlerError>>,
+    cancelled: &mut Option<BoxFuture<Result<(), HandlerError>>>,
 ) -> Option<Result<(), HandlerError>> {
     // A record that awaits keeps the right for its whole continuation (EG-2.6) and may yield:
     // end the batch first, so its records not started are back in the FIFO (seen by seal,
@@ -956,7 +971,10 @@ async fn run_later(
             detach(gate, data.clone(), invocation, fut);
             None
         }
-        InlineEnd::Aborted => Some(Err(HandlerError::Cancelled)),
+        InlineEnd::Aborted(fut) => {
+            *cancelled = Some(fut);
+            Some(Err(HandlerError::Cancelled))
+        }
     }
 }
 
@@ -971,6 +989,8 @@ async fn drain(gate: Arc<GateInner>, mut fence: Fence) {
     let mut lone = false;
     // the buffer a batch is taken into (capacity reused)
     let mut spare: std::collections::VecDeque<Queued<Job>> = std::collections::VecDeque::new();
+    // the future of a handler cancelled in this turn, dropped once its record has ended
+    let mut cancelled: Option<BoxFuture<Result<(), HandlerError>>> = None;
     loop {
         let (next, room) = {
             let g = &gate.gate;
@@ -1036,13 +1056,15 @@ async fn drain(gate: Arc<GateInner>, mut fence: Fence) {
                     let r = match run_job(item, env, &data) {
                         Handled::Now(r) => r,
                         Handled::Later(fut) => {
-                            match run_later(&gate, &data, invocation, fut).await {
+                            match run_later(&gate, &data, invocation, fut, &mut cancelled).await {
                                 Some(r) => r,
                                 None => break,
                             }
                         }
                     };
                     end_record(&gate, &data, invocation, r);
+                    // a cancelled handler's future goes after its barriers (EG-5.3)
+                    drop(cancelled.take());
                     // EG-9 / EG-7.4: budget checked after each handler, never pre-empting one
                     if clock.budget_spent(&start, budget) {
                         finished = Some((lane, invocation));

@@ -200,7 +200,7 @@ where
 type ReplyTx<R> = oneshot::Sender<Result<R, RuntimeError>>;
 
 /// Answer a request with the handler's result. The reply goes out once the record's `defer()`
-/// barriers are settled (EG-5.2/5.3), so whoever acts on it sees them active or discarded.
+/// barriers are settled (EG-5.2/5.3) and its error counted, so whoever acts on it sees that.
 fn reply<R: Send + 'static>(
     lane: &LaneHandle,
     invocation: u64,
@@ -212,7 +212,7 @@ fn reply<R: Send + 'static>(
         // EG-15: a request handler's error becomes the framework error reply.
         Err(e) => (Err(RuntimeError::Handler(e.clone())), Err(e)),
     };
-    lane.slot.reply_after_barriers(invocation, move || {
+    lane.slot.reply_at_end(invocation, end.is_err(), move || {
         let _ = tx.send(out);
     });
     end

@@ -11,7 +11,7 @@ use zlink::node::{Node, NodeOptions, demo};
 use zlink::store::{LocationStore, MemoryStore};
 use zlink_mesh::{MeshConfig, MeshName, MeshSecret, NodeRid, PeerAddress, WireTap};
 
-pub const TIMEOUT: Duration = Duration::from_secs(5);
+pub const TIMEOUT: Duration = Duration::from_secs(20);
 
 pub fn rid(s: &str) -> NodeRid {
     NodeRid::new(s).unwrap()

@@ -5,6 +5,10 @@ use std::time::Duration;
 
 use zlink_mesh::{InboundReceiver, Liveness, MeshConfig, MeshName, MeshNode, MeshSecret, NodeRid};
 
+mod ports;
+#[allow(unused_imports)]
+pub use ports::free_port;
+
 /// Generous wait for events on a loaded 2-core machine.
 pub const WAIT: Duration = Duration::from_secs(20);
 
