@@ -2865,6 +2865,85 @@ mod tests {
         .unwrap()
     }
 
+    // spec: EG-1.2, SB-2.1 — the batch fast path charges the receive window per record, like
+    // a lone record: a sender past its window (here: the node's grants could not be sent, so
+    // the credit never came back) has each further record dropped and counted
+    // `CreditExceeded`, never handed up; the records before go up in order; the run stops
+    // after a record whose freed credit must be granted first, and at another envelope.
+    #[test]
+    fn one_way_run_charges_the_window_per_record() {
+        let limits = codec::limits(1 << 20);
+        let mut memo = DecodeMemo::default();
+        let a = one_way(7);
+        let d = zlink_wire::decode_parts(&a[0], Some(a[1].clone()), &limits).unwrap();
+        memo.store(&a[0], &d);
+        let other = one_way(8);
+        let mut parts: Vec<&Parts> = vec![&a; 10];
+        parts.push(&other);
+        let frame =
+            zlink_wire::encode_batch(parts.iter().map(|p| (&p[0][..], Some(&p[1][..])))).unwrap();
+        let batch = zlink_wire::BatchFrame::parse(frame).unwrap();
+        let mut records = batch.records();
+        let (mut inbound, mut app) = crate::inbound::channel(1024);
+        let counters = Counters::default();
+        // window of 4 records, a quarter (1 record) freed asks for a grant
+        let window = InboundWindow {
+            messages: 4,
+            bytes: 1 << 20,
+        };
+        let mut rx = RxWindow::initial_grant(window);
+        rx.returned(4, 1 << 20);
+        let now = Instant::now();
+        let mut last_rx = now - Duration::from_secs(1);
+        let mut run = OneWayRun {
+            memo: &memo,
+            inbound: &mut inbound,
+            counters: &counters,
+            max_payload: 1 << 20,
+            now,
+            key: DispatchKey::new(7),
+        };
+        let origin = || Origin::Client {
+            session: SessionRid::new(1),
+        };
+        let mut next = records.next();
+        let mut stops = 0;
+        loop {
+            let credit;
+            (next, credit) = run.take(
+                &mut rx,
+                &mut last_rx,
+                window,
+                &origin,
+                &ClientLabel(1),
+                next,
+                &mut records,
+            );
+            if !credit {
+                break;
+            }
+            // the grant cannot be sent: nothing is returned to the sender
+            stops += 1;
+        }
+        assert_eq!(stops, 4, "one stop per freed record, for its grant");
+        let rest = next.expect("stopped at the other envelope");
+        assert_eq!(rest.envelope, &other[0][..]);
+        assert!(records.next().is_none());
+        assert_eq!(last_rx, now);
+        assert_eq!(counters.dropped(DropReason::CreditExceeded), 6);
+        assert_eq!(counters.delivered_total(), 4);
+        inbound.flush();
+        let mut up = 0;
+        while let Some(m) = app.try_recv() {
+            let Record::OneWay(o) = m.record else {
+                panic!("{:?}", m.record)
+            };
+            assert_eq!(o.key, DispatchKey::new(7));
+            up += 1;
+        }
+        assert_eq!(up, 4, "exactly the charged records went up");
+    }
+
     // The memo answers only for a byte-identical one-way envelope, with exactly what the
     // decoder returns for it; other envelopes (other key, requests) are decoded afresh.
     #[test]
