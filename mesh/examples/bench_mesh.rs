@@ -70,6 +70,37 @@ fn timed_receiver(
     })
 }
 
+/// Sends `n` 64 B messages from ROUTER `s` to routing id `rid` (waiting until the route exists),
+/// then returns the receiver's rate over messages 2..=n (the first one starts its clock).
+fn router_stream(
+    s: &zmq::Socket,
+    rid: &str,
+    n: usize,
+    recv: std::thread::JoinHandle<Duration>,
+) -> f64 {
+    let payload = [0x5au8; SIZE];
+    while s.send(rid, zmq::SNDMORE).is_err() {
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    s.send(&payload[..], 0).unwrap();
+    for _ in 1..n {
+        s.send(rid, zmq::SNDMORE).unwrap();
+        s.send(&payload[..], 0).unwrap();
+    }
+    let el = recv.join().unwrap();
+    (n - 1) as f64 / el.as_secs_f64()
+}
+
+/// A raw ROUTER echo thread: sends each of `count` messages back as received.
+fn echo_server(r: zmq::Socket, count: usize) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        for _ in 0..count {
+            let m = r.recv_multipart(0).unwrap();
+            r.send_multipart(m, 0).unwrap();
+        }
+    })
+}
+
 /// Raw libzmq ROUTER → ROUTER, 64 B, one thread each side.
 fn raw_oneway(n: usize) -> f64 {
     let ctx_r = zmq::Context::new();
@@ -83,20 +114,7 @@ fn raw_oneway(n: usize) -> f64 {
     s.set_identity(b"snd").unwrap();
     s.set_router_mandatory(true).unwrap();
     s.connect(&ep).unwrap();
-    let payload = [0x5au8; SIZE];
-    loop {
-        match s.send("rcv", zmq::SNDMORE) {
-            Ok(()) => break,
-            Err(_) => std::thread::sleep(Duration::from_millis(2)),
-        }
-    }
-    s.send(&payload[..], 0).unwrap();
-    for _ in 1..n {
-        s.send("rcv", zmq::SNDMORE).unwrap();
-        s.send(&payload[..], 0).unwrap();
-    }
-    let el = recv.join().unwrap();
-    (n - 1) as f64 / el.as_secs_f64()
+    router_stream(&s, "rcv", n, recv)
 }
 
 /// Raw libzmq request/reply: ROUTER client → ROUTER echo server, sequential.
@@ -107,12 +125,7 @@ fn raw_rtt(n: usize) -> Vec<f64> {
     r.bind("tcp://127.0.0.1:*").unwrap();
     let ep = r.get_last_endpoint().unwrap().unwrap();
     let warm = 1000;
-    let srv = std::thread::spawn(move || {
-        for _ in 0..(n + warm) {
-            let m = r.recv_multipart(0).unwrap();
-            r.send_multipart(m, 0).unwrap();
-        }
-    });
+    let srv = echo_server(r, n + warm);
     let ctx_c = zmq::Context::new();
     let c = ctx_c.socket(zmq::ROUTER).unwrap();
     c.set_identity(b"cli").unwrap();
@@ -304,17 +317,7 @@ fn raw_client_push(n: usize) -> f64 {
     let ep = s.get_last_endpoint().unwrap().unwrap();
     d.connect(&ep).unwrap();
     let recv = timed_receiver(d, n, 1);
-    let payload = [0x5au8; SIZE];
-    while s.send("cli", zmq::SNDMORE).is_err() {
-        std::thread::sleep(Duration::from_millis(2));
-    }
-    s.send(&payload[..], 0).unwrap();
-    for _ in 1..n {
-        s.send("cli", zmq::SNDMORE).unwrap();
-        s.send(&payload[..], 0).unwrap();
-    }
-    let el = recv.join().unwrap();
-    (n - 1) as f64 / el.as_secs_f64()
+    router_stream(&s, "cli", n, recv)
 }
 
 /// Raw libzmq request/reply: DEALER client → ROUTER echo thread, sequential.
@@ -324,12 +327,7 @@ fn raw_client_rtt(n: usize) -> Vec<f64> {
     r.bind("tcp://127.0.0.1:*").unwrap();
     let ep = r.get_last_endpoint().unwrap().unwrap();
     let warm = 1000;
-    let srv = std::thread::spawn(move || {
-        for _ in 0..(n + warm) {
-            let m = r.recv_multipart(0).unwrap();
-            r.send_multipart(m, 0).unwrap();
-        }
-    });
+    let srv = echo_server(r, n + warm);
     let ctx_c = zmq::Context::new();
     let c = ctx_c.socket(zmq::DEALER).unwrap();
     c.connect(&ep).unwrap();
