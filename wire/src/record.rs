@@ -199,6 +199,11 @@ pub struct BoundSessionBind {
     pub owner_lease_generation: OwnerLeaseGeneration,
     /// Session owner lifecycle generation.
     pub session_lifecycle: SessionLifecycleGeneration,
+    /// The session owner's host identity (its [`OwnerId`]); the actor owner returns it in the
+    /// 51 that replaces this binding (SB-6.2 "previous session owner … owner id").
+    pub session_owner: OwnerId,
+    /// The session owner's own owner lease generation at bind time; returned in that 51 too.
+    pub session_owner_lease_generation: OwnerLeaseGeneration,
     /// Session being bound.
     pub session: SessionRid,
     /// Binding generation to register (or to tombstone).

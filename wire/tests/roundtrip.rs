@@ -146,13 +146,15 @@ fn spec_record() -> impl Strategy<Value = Record> {
             num!(AuthorityOwnerGeneration),
             num!(OwnerLeaseGeneration),
             num!(SessionLifecycleGeneration),
+            num!(OwnerId),
+            num!(OwnerLeaseGeneration),
             num!(SessionRid),
             num!(BindingGeneration),
             prop::sample::select(BindOperation::ALL),
             deadline(),
         )
             .prop_map(
-                |(actor, og, ng, ag, lg, sl, session, bg, operation, deadline)| {
+                |(actor, og, ng, ag, lg, sl, so, sol, session, bg, operation, deadline)| {
                     Record::BoundSessionBind(BoundSessionBind {
                         actor,
                         object_generation: og,
@@ -160,6 +162,8 @@ fn spec_record() -> impl Strategy<Value = Record> {
                         authority_owner_generation: ag,
                         owner_lease_generation: lg,
                         session_lifecycle: sl,
+                        session_owner: so,
+                        session_owner_lease_generation: sol,
                         session,
                         binding_generation: bg,
                         operation,

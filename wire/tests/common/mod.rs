@@ -114,6 +114,8 @@ pub fn samples() -> Vec<(&'static str, Record, CorrelationId, Option<Bytes>)> {
                 authority_owner_generation: AuthorityOwnerGeneration::new(9),
                 owner_lease_generation: OwnerLeaseGeneration::new(4),
                 session_lifecycle: SessionLifecycleGeneration::new(3),
+                session_owner: OwnerId::new(77),
+                session_owner_lease_generation: OwnerLeaseGeneration::new(6),
                 session: SessionRid::new(1001),
                 binding_generation: BindingGeneration::new(12),
                 operation: BindOperation::Bind,
