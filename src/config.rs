@@ -37,6 +37,9 @@ pub const SESSION_REPLACEMENT_CALLBACK_TIMEOUT: Duration = Duration::from_millis
 pub const SESSION_RELOCATION_SEAL_TIMEOUT: Duration = Duration::from_millis(3_000);
 /// Default send admission timeout (SB-6.5: wait up to the send timeout, then `DeadlineExceeded`).
 pub const SEND_TIMEOUT: Duration = Duration::from_millis(5_000);
+/// Default timeout of node-to-node control requests (activate, destroy) and of actor calls that
+/// name none (`timeouts.request_ms`).
+pub const REQUEST_TIMEOUT: Duration = Duration::from_millis(5_000);
 /// Default heartbeat interval of mesh connections.
 pub const HEARTBEAT_INTERVAL: Duration = Duration::from_millis(1_000);
 /// Default heartbeat timeout (a peer silent this long is down).
@@ -252,6 +255,10 @@ pub struct Timeouts {
     /// Send admission timeout (default 5,000 ms).
     #[serde(rename = "send_ms", deserialize_with = "millis")]
     pub send: Duration,
+    /// Timeout of node-to-node control requests (activate, destroy) and of actor calls that name
+    /// none (default 5,000 ms).
+    #[serde(rename = "request_ms", deserialize_with = "millis")]
+    pub request: Duration,
     /// Heartbeat interval (default 1,000 ms).
     #[serde(rename = "heartbeat_interval_ms", deserialize_with = "millis")]
     pub heartbeat_interval: Duration,
@@ -269,6 +276,7 @@ impl Default for Timeouts {
             session_replacement_callback: SESSION_REPLACEMENT_CALLBACK_TIMEOUT,
             session_relocation_seal: SESSION_RELOCATION_SEAL_TIMEOUT,
             send: SEND_TIMEOUT,
+            request: REQUEST_TIMEOUT,
             heartbeat_interval: HEARTBEAT_INTERVAL,
             heartbeat_timeout: HEARTBEAT_TIMEOUT,
             owner_lease_ttl: OWNER_LEASE_TTL,
@@ -311,6 +319,7 @@ fn millis<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
 /// session_replacement_callback_ms = 30000
 /// session_relocation_seal_ms = 3000
 /// send_ms = 5000
+/// request_ms = 5000
 /// heartbeat_interval_ms = 1000
 /// heartbeat_timeout_ms = 3000
 /// owner_lease_ttl_ms = 10000
@@ -464,6 +473,7 @@ impl NodeConfig {
                 t.session_relocation_seal,
             ),
             ("timeouts.send_ms", t.send),
+            ("timeouts.request_ms", t.request),
             ("timeouts.heartbeat_interval_ms", t.heartbeat_interval),
             ("timeouts.heartbeat_timeout_ms", t.heartbeat_timeout),
             ("timeouts.owner_lease_ttl_ms", t.owner_lease_ttl),

@@ -32,6 +32,8 @@ CONFIGURATION FILE (TOML, every key optional; flags and environment override it)
   ready_file = \"/path/node1.ready\"        written once the node serves and its peers are up
   drain_timeout_ms = 5000                 graceful shutdown drain deadline
   lease_ttl_ms = 10000                    owner lease TTL in the Location Store
+  request_timeout_ms = 5000               node-to-node control requests (activate, destroy)
+                                          and actor calls that name no timeout
   peer_wait_ms = 20000                    how long to wait for peers before `ready`
   log_format = \"text\"                     text | json
   insecure_dev_mode = false               run without a mesh secret (proves nothing)
@@ -93,6 +95,10 @@ struct Cli {
     /// Owner lease TTL in the Location Store in ms [default: 10000].
     #[arg(long, env = "ZLINK_LEASE_TTL_MS", value_name = "MS")]
     lease_ttl_ms: Option<u64>,
+    /// Timeout of node-to-node control requests (activate, destroy) and of actor calls that name
+    /// none, in ms [default: 5000].
+    #[arg(long, env = "ZLINK_REQUEST_TIMEOUT_MS", value_name = "MS")]
+    request_timeout_ms: Option<u64>,
     /// How long to wait for the peers before writing the ready file, in ms [default: 20000].
     #[arg(long, env = "ZLINK_PEER_WAIT_MS", value_name = "MS")]
     peer_wait_ms: Option<u64>,
@@ -124,6 +130,7 @@ struct FileConfig {
     ready_file: Option<PathBuf>,
     drain_timeout_ms: Option<u64>,
     lease_ttl_ms: Option<u64>,
+    request_timeout_ms: Option<u64>,
     peer_wait_ms: Option<u64>,
     log_format: Option<LogFormat>,
     #[serde(default)]
@@ -244,6 +251,9 @@ fn settings(cli: Cli) -> anyhow::Result<Settings> {
         .map(|endpoint| ClientConfig { endpoint });
     if let Some(ms) = cli.lease_ttl_ms.or(file.lease_ttl_ms) {
         config.timeouts.owner_lease_ttl = Duration::from_millis(ms);
+    }
+    if let Some(ms) = cli.request_timeout_ms.or(file.request_timeout_ms) {
+        config.timeouts.request = Duration::from_millis(ms);
     }
     Ok(Settings {
         config,

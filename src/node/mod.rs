@@ -46,17 +46,16 @@ use crate::actor::{
     ActivationInfo, ActorCtx, ActorError, ActorRef, ActorRegistry, ActorType, Message, SpotKind,
     SpotSpec,
 };
-use crate::config::{ConfigError, NodeConfig, StartupBuilder};
+use crate::config::{
+    ConfigError, NodeConfig, OWNER_LEASE_TTL, REQUEST_TIMEOUT, SESSION_RELOCATION_SEAL_TIMEOUT,
+    SESSION_REPLACEMENT_CALLBACK_TIMEOUT, StartupBuilder,
+};
 use crate::runtime::{LaneLimits, Runtime, RuntimeConfig};
 use crate::store::{
     ActivationRequest, ActivationState, ActorLocation, ActorOwner, LocationStore, OwnerLease,
     Reservation, StoreError,
 };
 use protocol::{Activate, ActivateMode, DestroyActor, FirstRecord, NodeInfo};
-
-/// Records one activation barrier holds at most (the application lane's default capacity);
-/// beyond it a call is refused as `LaneFull`.
-const HELD_LIMIT: usize = 1024;
 
 /// Options of [`Node::start`].
 #[derive(Clone, Debug)]
@@ -73,14 +72,22 @@ pub struct NodeOptions {
     /// Owner lease time to live; renewed every third of it.
     pub lease_ttl: Duration,
     /// Timeout of node-to-node control requests (activate, destroy) and of client calls that
-    /// name none.
+    /// name none (`timeouts.request_ms`).
     pub request_timeout: Duration,
-    /// Items an actor's application queue holds (EG-7.1 default 1,024).
-    pub lane_capacity: usize,
+    /// Admission limits of every actor lane (`[lanes]`, EG-7.1): items and bytes of the
+    /// application and lifecycle FIFOs. `application_items` also bounds the records one
+    /// activation barrier holds (beyond it a call is refused as `LaneFull`).
+    pub lanes: LaneLimits,
+    /// SessionReplacementCallbackTimeout (SB-6.4; `timeouts.session_replacement_callback_ms`).
+    pub session_replacement_callback_timeout: Duration,
+    /// SessionRelocationSealTimeout (SB-8.3; `timeouts.session_relocation_seal_ms`).
+    pub session_relocation_seal_timeout: Duration,
 }
 
 impl NodeOptions {
-    /// Defaults: 10 s lease, 5 s request timeout, 1,024-item lanes, no peers.
+    /// Defaults (those of [`NodeConfig`]): 10 s lease, 5 s request timeout, the EG-7.1 lane
+    /// limits (1,024 items / 64 MiB application, 128 items / 4 MiB lifecycle), 30 s session
+    /// replacement callback and 3 s relocation seal timeouts, no peers.
     #[must_use]
     pub fn new(mesh: MeshConfig, store: Arc<dyn LocationStore>, registry: ActorRegistry) -> Self {
         Self {
@@ -88,9 +95,11 @@ impl NodeOptions {
             store,
             registry,
             peers: Vec::new(),
-            lease_ttl: Duration::from_secs(10),
-            request_timeout: Duration::from_secs(5),
-            lane_capacity: 1024,
+            lease_ttl: OWNER_LEASE_TTL,
+            request_timeout: REQUEST_TIMEOUT,
+            lanes: LaneLimits::default(),
+            session_replacement_callback_timeout: SESSION_REPLACEMENT_CALLBACK_TIMEOUT,
+            session_relocation_seal_timeout: SESSION_RELOCATION_SEAL_TIMEOUT,
         }
     }
 }
@@ -136,7 +145,17 @@ impl NodeOptions {
             })
             .collect();
         options.lease_ttl = config.timeouts.owner_lease_ttl;
-        options.lane_capacity = config.lanes.application_items as usize;
+        options.request_timeout = config.timeouts.request;
+        options.session_replacement_callback_timeout = config.timeouts.session_replacement_callback;
+        options.session_relocation_seal_timeout = config.timeouts.session_relocation_seal;
+        let lanes = &config.lanes;
+        options.lanes = LaneLimits {
+            application_items: lanes.application_items as usize,
+            application_bytes: lanes.application_bytes,
+            lifecycle_items: lanes.lifecycle_items as usize,
+            lifecycle_bytes: lanes.lifecycle_bytes,
+            ..LaneLimits::default()
+        };
         Ok(options)
     }
 }
@@ -296,6 +315,8 @@ struct Inner {
     accepting: AtomicBool,
     peers: Vec<PeerAddress>,
     request_timeout: Duration,
+    /// Records one activation barrier holds at most (the application lane's item limit).
+    held_limit: usize,
     lease_ttl: Duration,
     tasks: Mutex<Vec<JoinHandle<()>>>,
     activations_done: AtomicU64,
@@ -337,11 +358,12 @@ impl Node {
             .register_owner(mesh.node().clone(), mesh.generation(), options.lease_ttl)
             .await?;
         let (paused, paused_rx) = watch::channel(false);
+        let mut limits = options.lanes;
+        limits.application_items = limits.application_items.max(1);
+        limits.lifecycle_items = limits.lifecycle_items.max(1);
+        let held_limit = limits.application_items;
         let runtime = Runtime::new(RuntimeConfig {
-            limits: LaneLimits {
-                application_items: options.lane_capacity.max(1),
-                ..LaneLimits::default()
-            },
+            limits,
             ..RuntimeConfig::default()
         })
         .map_err(NodeError::Runtime)?;
@@ -366,6 +388,7 @@ impl Node {
                 accepting: AtomicBool::new(true),
                 peers: options.peers,
                 request_timeout: options.request_timeout,
+                held_limit,
                 lease_ttl: options.lease_ttl,
                 tasks: Mutex::new(Vec::new()),
                 activations_done: AtomicU64::new(0),
@@ -1225,9 +1248,11 @@ impl Node {
                 }),
                 // The activation barrier is closed: wait behind the first record (EG-14 (4)).
                 (Ok(()), Some(a)) => match a.held.as_mut() {
-                    Some(held) if held.len() >= HELD_LIMIT => Err(ActorError::LaneFull {
-                        actor_id: call.actor_id.clone(),
-                    }),
+                    Some(held) if held.len() >= self.inner.held_limit => {
+                        Err(ActorError::LaneFull {
+                            actor_id: call.actor_id.clone(),
+                        })
+                    }
                     Some(held) => {
                         held.push_back(work);
                         return None;

@@ -1,0 +1,193 @@
+//! Configuration honesty: every `[lanes]` and `[timeouts]` key of a node's TOML reaches
+//! [`NodeOptions`], and the lane limit takes effect in a running node.
+
+mod node_common;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::task::Poll;
+use std::time::Duration;
+
+use node_common::*;
+use serde::{Deserialize, Serialize};
+use zlink::actor::{ActorId, ActorRegistry, ActorTypeBuilder, DispatchKey, Handled, Message};
+use zlink::config::{ConfigError, NodeConfig};
+use zlink::node::{Create, Node, NodeError, NodeOptions, demo};
+use zlink::runtime::LaneLimits;
+
+const BASE: &str = r#"
+node = "n1"
+store = "memory:"
+actor_dispatch = true
+mesh_secret = "zlink-test-secret-0123456789"
+
+[roles]
+object_client = true
+object_server = true
+
+[[mesh]]
+name = "main"
+relay = "tcp://127.0.0.1:*"
+completion = "tcp://127.0.0.1:*"
+"#;
+
+fn config(extra: &str) -> NodeConfig {
+    NodeConfig::from_toml_str(&format!("{BASE}\n{extra}")).unwrap()
+}
+
+fn options(c: &NodeConfig, registry: ActorRegistry) -> NodeOptions {
+    NodeOptions::from_config(c, registry).unwrap()
+}
+
+// Every lanes.* and timeouts.* key, each away from its default, arrives in the options.
+#[test]
+fn from_config_carries_every_lane_limit_and_timeout() {
+    let c = config(
+        "[lanes]
+application_items = 7
+application_bytes = 70000
+lifecycle_items = 9
+lifecycle_bytes = 90000
+
+[timeouts]
+session_replacement_callback_ms = 1234
+session_relocation_seal_ms = 567
+send_ms = 2500
+request_ms = 777
+heartbeat_interval_ms = 400
+heartbeat_timeout_ms = 1600
+owner_lease_ttl_ms = 4321
+",
+    );
+    let o = options(&c, demo::registry().unwrap());
+    assert_eq!(
+        o.lanes,
+        LaneLimits {
+            application_items: 7,
+            application_bytes: 70_000,
+            lifecycle_items: 9,
+            lifecycle_bytes: 90_000,
+            ..LaneLimits::default()
+        }
+    );
+    let ms = Duration::from_millis;
+    assert_eq!(o.session_replacement_callback_timeout, ms(1234));
+    assert_eq!(o.session_relocation_seal_timeout, ms(567));
+    assert_eq!(o.request_timeout, ms(777));
+    assert_eq!(o.lease_ttl, ms(4321));
+    assert_eq!(o.mesh.send_timeout, ms(2500));
+    assert_eq!(o.mesh.liveness.heartbeat_interval, ms(400));
+    assert_eq!(o.mesh.liveness.heartbeat_timeout, ms(1600));
+}
+
+// `NodeOptions::new` and a configuration that sets nothing agree on every default.
+#[test]
+fn node_options_defaults_equal_the_config_defaults() {
+    let from_config = options(&config(""), demo::registry().unwrap());
+    let new = NodeOptions::new(mesh_config("n1"), memory_store(), demo::registry().unwrap());
+    assert_eq!(new.lanes, from_config.lanes);
+    assert_eq!(new.lanes, LaneLimits::default());
+    assert_eq!(new.request_timeout, from_config.request_timeout);
+    assert_eq!(new.request_timeout, Duration::from_millis(5_000));
+    assert_eq!(new.lease_ttl, from_config.lease_ttl);
+    assert_eq!(
+        new.session_replacement_callback_timeout,
+        from_config.session_replacement_callback_timeout
+    );
+    assert_eq!(
+        new.session_relocation_seal_timeout,
+        from_config.session_relocation_seal_timeout
+    );
+    assert_eq!(
+        (
+            new.session_replacement_callback_timeout,
+            new.session_relocation_seal_timeout
+        ),
+        (Duration::from_millis(30_000), Duration::from_millis(3_000))
+    );
+}
+
+#[test]
+fn a_zero_request_timeout_is_refused() {
+    let c = config("[timeouts]\nrequest_ms = 0");
+    assert!(matches!(
+        NodeOptions::from_config(&c, demo::registry().unwrap()),
+        Err(NodeError::Config(ConfigError::InvalidValue {
+            field: "timeouts.request_ms",
+            ..
+        }))
+    ));
+}
+
+#[derive(Serialize, Deserialize)]
+struct Hold(u32);
+impl Message for Hold {
+    const KEY: DispatchKey = DispatchKey::new(1);
+    type Reply = ();
+}
+
+// spec: EG-7.1 — `lanes.application_items = 2` from the TOML bounds an actor's application lane
+// in the running node: with one record running (its handler blocked) and one queued, a third
+// send waits for space, and is admitted once the first record ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn configured_application_item_limit_bounds_the_actor_lane() {
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    let (entered_tx, mut entered) = tokio::sync::mpsc::unbounded_channel::<u32>();
+    let mut registry = ActorRegistry::new();
+    let handler_gate = gate.clone();
+    registry
+        .register(
+            ActorTypeBuilder::new("holder", |_i, _b| Ok(()))
+                .handle(move |_: &mut (), _ctx, Hold(n)| {
+                    let (gate, entered) = (handler_gate.clone(), entered_tx.clone());
+                    Handled::later(async move {
+                        let _ = entered.send(n);
+                        gate.acquire().await.unwrap().forget();
+                        Ok(())
+                    })
+                })
+                .build()
+                .unwrap(),
+        )
+        .unwrap();
+    let o = options(&config("[lanes]\napplication_items = 2"), registry);
+    assert_eq!(o.lanes.application_items, 2);
+    let node = Node::start(o).await.unwrap();
+    let a = node
+        .create(Create::new("holder", ActorId::new("h").unwrap()))
+        .await
+        .unwrap();
+
+    // Record 1 runs and blocks in its handler; it keeps its reservation until it ends.
+    node.send(&a, &Hold(1)).await.unwrap();
+    assert_eq!(entered.recv().await, Some(1));
+    // Record 2 fills the lane (2 items: one running, one queued): admitted at its first poll.
+    {
+        let mut second = std::pin::pin!(node.send(&a, &Hold(2)));
+        let first_poll = std::future::poll_fn(|cx| Poll::Ready(second.as_mut().poll(cx))).await;
+        assert!(
+            matches!(first_poll, Poll::Ready(Ok(()))),
+            "second record not admitted at once"
+        );
+    }
+    // Record 3 finds the lane full: the send waits (the default limit, 1,024, would admit it).
+    {
+        let mut third = std::pin::pin!(node.send(&a, &Hold(3)));
+        let first_poll = std::future::poll_fn(|cx| Poll::Ready(third.as_mut().poll(cx))).await;
+        assert!(
+            first_poll.is_pending(),
+            "third record admitted past a full lane"
+        );
+
+        // Record 1 ends: its item frees, so the waiting send is admitted, behind record 2.
+        gate.add_permits(1);
+        tokio::time::timeout(TIMEOUT, third)
+            .await
+            .expect("third send admitted once record 1 ended")
+            .unwrap();
+    }
+    gate.add_permits(2);
+    assert_eq!(entered.recv().await, Some(2));
+    assert_eq!(entered.recv().await, Some(3));
+    node.shutdown(TIMEOUT).await;
+}
