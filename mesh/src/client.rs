@@ -10,13 +10,21 @@
 //! connection: a backpressured connection (a full application queue on the node, untaken
 //! pushes here) is not read by libzmq, and a heartbeat timeout would cut it and lose what
 //! libzmq had buffered.
+//!
+//! Session end: when the node ends the session (timeout, `MeshNode::close_client`, node
+//! shutdown) it sends a 149 Disconnect with a reason. The client then stops its I/O thread
+//! (it sends nothing more, not even a Disconnect), records the reason
+//! ([`MeshClient::close_reason`], [`MeshClient::closed`]), ends the requests in flight with
+//! [`RequestError::SessionClosed`] and fails later requests and sends at once with it
+//! ([`SendError::SessionClosed`]); the pushes received before the Disconnect stay readable,
+//! then `recv_push` returns `None`. A new session needs a new `MeshClient`.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::bridge::{Bell, Door};
 use crate::budget::{Budget, OutboundBudget};
@@ -207,6 +215,35 @@ struct ClientShared {
     /// Milliseconds since `epoch` of the last record received from the node (0 = never).
     last_rx_ms: AtomicU64,
     peer_timeout: Duration,
+    /// Code of the reason the node closed the session with (0 = open); set before `close_tx`.
+    close_code: AtomicU8,
+    /// The same reason, for [`MeshClient::closed`] to wait on.
+    close_tx: watch::Sender<Option<DisconnectReason>>,
+}
+
+impl ClientShared {
+    fn close_reason(&self) -> Option<DisconnectReason> {
+        match self.close_code.load(Ordering::Acquire) {
+            0 => None,
+            c => DisconnectReason::from_code(c),
+        }
+    }
+
+    /// The error of a request whose I/O thread is gone: the session's close, if the node
+    /// closed it, else the client's own close.
+    fn request_gone(&self) -> RequestError {
+        match self.close_reason() {
+            Some(r) => RequestError::SessionClosed(r),
+            None => RequestError::Closed,
+        }
+    }
+
+    fn send_gone(&self) -> SendError {
+        match self.close_reason() {
+            Some(r) => SendError::SessionClosed(r),
+            None => SendError::Closed,
+        }
+    }
 }
 
 /// A ClientServer client.
@@ -257,6 +294,8 @@ impl MeshClient {
             epoch: Instant::now(),
             last_rx_ms: AtomicU64::new(0),
             peer_timeout: cfg.liveness.peer_timeout,
+            close_code: AtomicU8::new(0),
+            close_tx: watch::Sender::new(None),
         });
         let (push_tx, push_rx) = mpsc::unbounded_channel();
         let queued = Arc::new(AtomicUsize::new(0));
@@ -301,6 +340,7 @@ impl MeshClient {
             rest: None,
             memo: DecodeMemo::for_command(zlink_wire::Command::Push),
             heard: false,
+            server_closed: None,
             _ctx: ctx,
         };
         let thread = std::thread::Builder::new()
@@ -323,6 +363,23 @@ impl MeshClient {
         }
         let now = self.shared.epoch.elapsed().as_millis() as u64;
         now.saturating_sub(last) <= self.shared.peer_timeout.as_millis() as u64
+    }
+
+    /// The reason the node closed this client's session with (its 149 Disconnect), or `None`
+    /// while the session is open (or the client closed it itself).
+    pub fn close_reason(&self) -> Option<DisconnectReason> {
+        self.shared.close_reason()
+    }
+
+    /// Waits until the node closes this client's session and returns the reason (at once if
+    /// it already did). Waits for ever if the node never does.
+    pub async fn closed(&self) -> DisconnectReason {
+        let mut rx = self.shared.close_tx.subscribe();
+        match rx.wait_for(Option::is_some).await {
+            Ok(r) => r.expect("waited for Some"),
+            // The sender lives in `self.shared`: not dropped while `self` is borrowed.
+            Err(_) => std::future::pending().await,
+        }
     }
 
     /// Counters (late replies, malformed frames …).
@@ -352,8 +409,11 @@ impl MeshClient {
         Ok(total)
     }
 
-    /// Sends one-way DATA.
+    /// Sends one-way DATA. Fails [`SendError::SessionClosed`] once the node closed the session.
     pub async fn send(&self, key: DispatchKey, payload: Bytes) -> Result<(), SendError> {
+        if let Some(r) = self.shared.close_reason() {
+            return Err(SendError::SessionClosed(r));
+        }
         // The envelope of a one-way record depends only on its key: shared, not encoded again.
         let frames = crate::node::one_way_parts(key, payload)?;
         let bytes = self.check_size(&frames)?;
@@ -367,17 +427,22 @@ impl MeshClient {
             .submit(Cmd::Send { frames, bytes })
             .map_err(|_| {
                 self.shared.budget.release(bytes);
-                SendError::Closed
+                self.shared.send_gone()
             })
     }
 
-    /// Sends a request with a deadline; exactly one terminal.
+    /// Sends a request with a deadline; exactly one terminal. Fails
+    /// [`RequestError::SessionClosed`] once the node closed the session (also a request in
+    /// flight at that moment).
     pub async fn request(
         &self,
         key: DispatchKey,
         payload: Bytes,
         timeout: Duration,
     ) -> Result<Response, RequestError> {
+        if let Some(r) = self.shared.close_reason() {
+            return Err(RequestError::SessionClosed(r));
+        }
         let deadline = Instant::now() + timeout;
         let corr = self.shared.next_corr.fetch_add(1, Ordering::Relaxed);
         let (frames, bytes) = self.frames(
@@ -407,7 +472,7 @@ impl MeshClient {
             .is_err()
         {
             self.shared.budget.release(bytes);
-            return Err(RequestError::Closed);
+            return Err(self.shared.request_gone());
         }
         struct Guard<'a>(&'a ClientShared, u64, bool);
         impl Drop for Guard<'_> {
@@ -420,10 +485,11 @@ impl MeshClient {
         let mut g = Guard(&self.shared, corr, true);
         let r = rx.await;
         g.2 = false;
-        r.unwrap_or(Err(RequestError::Closed))
+        r.unwrap_or_else(|_| Err(self.shared.request_gone()))
     }
 
-    /// Receives the next server push (`None` after close).
+    /// Receives the next server push (`None` after close, or once the node closed the session
+    /// and the pushes received before its Disconnect were taken).
     pub async fn recv_push(&self) -> Option<Push> {
         self.pushes.lock().await.recv().await
     }
@@ -487,6 +553,8 @@ struct ClientIo {
     memo: DecodeMemo,
     /// A record from the node was handled in this read pass (liveness, see `read`).
     heard: bool,
+    /// The node closed the session (its 149 Disconnect): the I/O thread stops.
+    server_closed: Option<DisconnectReason>,
     _ctx: zmq::Context,
 }
 
@@ -582,18 +650,39 @@ impl ClientIo {
             }
             if rs {
                 self.read();
+                if self.server_closed.is_some() {
+                    break;
+                }
             }
         }
         self.pushes.flush();
-        let f = codec::encode_control(Record::Disconnect(Disconnect {
-            reason: DisconnectReason::Shutdown,
-        }));
-        let _ = self.raw_send(&f);
+        let error = match self.server_closed {
+            Some(reason) => {
+                // The node ended the session: nothing more is sent. The reason is visible
+                // before any request fails with it; the pushes received before the
+                // Disconnect are in the channel, which ends when this thread does.
+                self.shared
+                    .close_code
+                    .store(reason.code(), Ordering::Release);
+                self.shared.close_tx.send_replace(Some(reason));
+                RequestError::SessionClosed(reason)
+            }
+            None => {
+                let f = codec::encode_control(Record::Disconnect(Disconnect {
+                    reason: DisconnectReason::Shutdown,
+                }));
+                let _ = self.raw_send(&f);
+                RequestError::Closed
+            }
+        };
         for (_, w) in self
             .corr
             .handle_timeout(Instant::now() + Duration::from_secs(86_400 * 365))
         {
-            let _ = w.send(Err(RequestError::Closed));
+            let _ = w.send(Err(error.clone()));
+        }
+        for (_, bytes, _) in self.queue.drain(..) {
+            self.shared.budget.release(bytes);
         }
     }
 
@@ -786,7 +875,7 @@ impl ClientIo {
 
     fn read_pass(&mut self) {
         for _ in 0..512 {
-            if self.stalled.is_some() {
+            if self.stalled.is_some() || self.server_closed.is_some() {
                 return;
             }
             let Some((first, rest)) = recv_multipart(&self.dealer) else {
@@ -894,6 +983,8 @@ impl ClientIo {
         self.heard = true;
         match codec::classify(d.record) {
             (Class::Pong | Class::Ping(_), _) if !in_batch => {}
+            // The node ended this session: nothing after it on this connection counts.
+            (Class::Disconnect(reason), _) if !in_batch => self.server_closed = Some(reason),
             (Class::FlowCredit { messages, bytes }, _) if !in_batch => {
                 self.credit_msgs += u64::from(messages);
                 self.credit_bytes += bytes;

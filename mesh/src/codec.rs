@@ -111,8 +111,8 @@ pub(crate) enum Class {
         /// Bytes.
         bytes: u64,
     },
-    /// 149.
-    Disconnect,
+    /// 149, with its reason.
+    Disconnect(zlink_wire::DisconnectReason),
     /// A terminal reply (REPLY flag): completes a correlation.
     Reply,
     /// 148: server → client only.
@@ -146,7 +146,7 @@ pub(crate) fn classify(record: Record) -> (Class, Option<Record>) {
             messages: f.messages,
             bytes: f.bytes,
         },
-        Record::Disconnect(_) => Class::Disconnect,
+        Record::Disconnect(d) => Class::Disconnect(d.reason),
         r if r.is_reply() => return (Class::Reply, Some(r)),
         r @ Record::Push(_) => return (Class::Push, Some(r)),
         r => return (Class::App, Some(r)),

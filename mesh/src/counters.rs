@@ -46,11 +46,16 @@ pub enum DropReason {
     /// still queued (PAUSED): discarded at the moment of transmission, never sent (SB-12,
     /// EG-16.26).
     RequestEnded,
+    /// A record from a ClientServer connection whose session the node ended (timeout,
+    /// `MeshNode::close_client`, shutdown): its routing id is tombstoned, the record is
+    /// dropped and the client is answered with a 149 Disconnect again (docs/MESH.md, "Client
+    /// connection lifecycle"). Also a record from a session that is being closed.
+    SessionClosed,
 }
 
 impl DropReason {
     /// Every reason, in a fixed order.
-    pub const ALL: [DropReason; 17] = [
+    pub const ALL: [DropReason; 18] = [
         DropReason::Malformed,
         DropReason::ReservedCommand,
         DropReason::UnknownCommand,
@@ -68,6 +73,7 @@ impl DropReason {
         DropReason::ReplyUndeliverable,
         DropReason::CreditExceeded,
         DropReason::RequestEnded,
+        DropReason::SessionClosed,
     ];
 
     /// Stable snake_case name (metric label).
@@ -90,6 +96,7 @@ impl DropReason {
             DropReason::ReplyUndeliverable => "reply_undeliverable",
             DropReason::CreditExceeded => "credit_exceeded",
             DropReason::RequestEnded => "request_ended",
+            DropReason::SessionClosed => "session_closed",
         }
     }
 

@@ -38,8 +38,8 @@ use crate::fxhash::FastMap;
 use crate::handshake::{Handshake, HandshakeFailure, LocalIdentity, Outcome};
 use crate::inbound::InboundSender;
 use crate::node::{
-    DownReason, Inbound, Origin, OutItem, Outbox, PeerEvent, PeerSlot, ReplyHandle, ReplyTarget,
-    Response, Shared,
+    ClientCloseCause, ClientEvent, DownReason, Inbound, Origin, OutItem, Outbox, PeerEvent,
+    PeerSlot, ReplyHandle, ReplyTarget, Response, Shared,
 };
 use crate::tap::{TapDirection, WireTap};
 use crate::types::{LinkKind, NodeGeneration, NodeRid, SessionRid};
@@ -84,6 +84,13 @@ pub(crate) enum Command {
     Reply {
         to: ReplyTarget,
         frames: Parts,
+    },
+    /// [`crate::MeshNode::take_client_events`]: from now on session events go here.
+    ClientEvents(tokio::sync::mpsc::UnboundedSender<ClientEvent>),
+    /// [`crate::MeshNode::close_client`].
+    CloseClient {
+        session: u64,
+        reason: DisconnectReason,
     },
     /// Test hook ([`crate::MeshNode::hold_io_for_tests`]): the I/O thread blocks until the
     /// sender of this channel is dropped (at most [`HOLD_LIMIT`]). Commands submitted behind
@@ -167,6 +174,20 @@ struct Client {
     last_rx: Instant,
     /// Receive window (like a peer's).
     rx: RxWindow,
+    /// The node is closing this session (cause, since when): its queue drains first, then it
+    /// gets a Disconnect and is removed ([`Engine::close_client`]).
+    closing: Option<(ClientCloseCause, Instant)>,
+}
+
+/// An entry of the held client FIFO. Not boxed: almost every entry is a record (as before the
+/// `Ended` marker existed), and a box would cost an allocation per held record.
+#[allow(clippy::large_enum_variant)]
+enum HeldClient {
+    /// A record waiting for room in the inbound channel: (session, bytes, record).
+    Record(u64, u64, Inbound),
+    /// The `Disconnected` event of a session that ended while records of it were held: sent
+    /// once those went up (ordering rule of [`ClientEvent`]).
+    Ended(u64, ClientCloseCause),
 }
 
 struct Sockets {
@@ -206,7 +227,17 @@ pub(crate) struct Engine {
     held: VecDeque<(Arc<NodeRid>, NodeGeneration, u64, Inbound)>,
     /// Client records read but not yet taken by the inbound channel (FIFO; bounded by the
     /// clients' windows): (session, bytes, record).
-    held_clients: VecDeque<(u64, u64, Inbound)>,
+    held_clients: VecDeque<HeldClient>,
+    /// Routing ids of client connections whose session the node ended (not the client's own
+    /// Disconnect), with the reason sent: a record from one is dropped (`SessionClosed`) and
+    /// answered with that Disconnect again, never a new session. Bounded by `max_clients`
+    /// entries, oldest forgotten first (`tombstone_order`).
+    tombstones: FastMap<Vec<u8>, DisconnectReason>,
+    tombstone_order: VecDeque<Vec<u8>>,
+    /// A tombstoned connection was answered in this frame (at most one answer per frame).
+    tomb_answered: bool,
+    /// The lossless session event channel, once taken ([`Command::ClientEvents`]).
+    client_events: Option<tokio::sync::mpsc::UnboundedSender<ClientEvent>>,
     running: bool,
     limits: Limits,
     /// The last one-way envelope decoded (see [`DecodeMemo`]).
@@ -535,6 +566,10 @@ impl Engine {
                 inbound,
                 held: VecDeque::new(),
                 held_clients: VecDeque::new(),
+                tombstones: FastMap::default(),
+                tombstone_order: VecDeque::new(),
+                tomb_answered: false,
+                client_events: None,
                 running: true,
                 limits,
                 memo: DecodeMemo::default(),
@@ -731,6 +766,20 @@ impl Engine {
                 self.outbox_buf = items;
             }
             Command::Reply { to, frames } => self.send_reply(to, frames),
+            Command::ClientEvents(tx) => {
+                // Live sessions are announced first (they began before the channel existed).
+                let mut live: Vec<u64> = self.clients.keys().copied().collect();
+                live.sort_unstable();
+                self.client_events = Some(tx);
+                for session in live {
+                    self.client_event(ClientEvent::Connected {
+                        session: SessionRid::new(session),
+                    });
+                }
+            }
+            Command::CloseClient { session, reason } => {
+                self.close_client(session, ClientCloseCause::Closed(reason), Instant::now());
+            }
             Command::Hold(release) => {
                 // Released when the guard (the only sender) is dropped: `recv` then fails.
                 if let Err(crossbeam_channel::RecvTimeoutError::Timeout) =
@@ -1016,14 +1065,24 @@ impl Engine {
                 }
             }
             Dest::Client { session } => {
-                if !self.clients.contains_key(&session) {
-                    if let Some(b) = self.shared.client_budget(session) {
-                        if let Some(n) = out.bytes {
+                match self.clients.get(&session) {
+                    None => {
+                        if let Some(b) = self.shared.client_budget(session)
+                            && let Some(n) = out.bytes
+                        {
                             b.release(n);
                         }
+                        self.shared.counters.drop(DropReason::PeerLost, &session);
+                        return;
                     }
-                    self.shared.counters.drop(DropReason::PeerLost, &session);
-                    return;
+                    // Admitted before the close but handed over after it: never sent after
+                    // the Disconnect.
+                    Some(c) if c.closing.is_some() => {
+                        release(&c.budget, &out);
+                        self.shared.counters.drop(DropReason::PeerLost, &session);
+                        return;
+                    }
+                    Some(_) => {}
                 }
                 self.queue_client(session, out);
             }
@@ -1054,7 +1113,11 @@ impl Engine {
                 }
             }
             ReplyTarget::Client { session } => {
-                if !self.clients.contains_key(&session) {
+                if self
+                    .clients
+                    .get(&session)
+                    .is_none_or(|c| c.closing.is_some())
+                {
                     self.shared
                         .counters
                         .drop(DropReason::ReplyUndeliverable, &session);
@@ -1114,6 +1177,9 @@ impl Engine {
             for s in sessions {
                 if self.flush_client(s) {
                     self.paused_clients.remove(&s);
+                    if self.clients.get(&s).is_some_and(|c| c.closing.is_some()) {
+                        self.finish_client(s);
+                    }
                 }
             }
         }
@@ -1626,29 +1692,131 @@ impl Engine {
         for s in owed {
             self.flush_client_credit(s);
         }
-        // ClientServer liveness: forget clients silent for the peer timeout.
-        let dead: Vec<u64> = self
+        // ClientServer liveness: end the sessions of clients silent for the peer timeout (they
+        // are told Disconnect { Timeout }); a closing session whose queue did not drain within
+        // the peer timeout is ended with what it still holds dropped.
+        let dead: Vec<(u64, bool)> = self
             .clients
             .iter()
-            .filter(|(_, c)| now.duration_since(c.last_rx) > peer_timeout)
-            .map(|(s, _)| *s)
+            .filter_map(|(s, c)| match c.closing {
+                Some((_, since)) => {
+                    (now.duration_since(since) > peer_timeout).then_some((*s, true))
+                }
+                None => (now.duration_since(c.last_rx) > peer_timeout).then_some((*s, false)),
+            })
             .collect();
-        for s in dead {
-            self.remove_client(s);
+        for (s, closing) in dead {
+            if closing {
+                self.finish_client(s);
+            } else {
+                self.close_client(s, ClientCloseCause::Timeout, now);
+                // A silent client is not waited for: what did not go out now is dropped.
+                if self.clients.contains_key(&s) {
+                    self.finish_client(s);
+                }
+            }
         }
     }
 
-    fn remove_client(&mut self, session: u64) {
-        if let Some(mut c) = self.clients.remove(&session) {
-            for out in c.queue.drain(..) {
-                release(&c.budget, &out);
-            }
-            self.clients_by_rid.remove(&c.rid);
+    /// The node ends a session (`close_client`, timeout, shutdown): no new pushes are admitted
+    /// and records from the client are dropped from now on; what is queued for it goes out
+    /// first (FIFO), then [`Engine::finish_client`] sends the Disconnect and removes it. A
+    /// PAUSED queue is finished by `flush_paused` once it drained, or by the timers after the
+    /// peer timeout. Unknown or already closing sessions: nothing.
+    fn close_client(&mut self, session: u64, cause: ClientCloseCause, now: Instant) {
+        let Some(c) = self.clients.get_mut(&session) else {
+            return;
+        };
+        if c.closing.is_some() {
+            return;
+        }
+        c.closing = Some((cause, now));
+        self.shared.set_client(session, None);
+        if self.flush_client(session) {
             self.paused_clients.remove(&session);
-            self.shared.set_client(session, None);
-            self.shared.publish(PeerEvent::ClientDisconnected {
+            self.finish_client(session);
+        } else {
+            self.paused_clients.insert(session);
+        }
+    }
+
+    /// Ends a closing session: one last try at its queue, then Disconnect { reason } to the
+    /// client (best effort: control never waits), its routing id tombstoned, and removal
+    /// (what is still queued is dropped, counted `PeerLost`).
+    fn finish_client(&mut self, session: u64) {
+        let Some((cause, _)) = self.clients.get(&session).and_then(|c| c.closing) else {
+            return;
+        };
+        self.flush_client(session);
+        if let Some(reason) = cause.disconnect_reason()
+            && let Some(c) = self.clients.get(&session)
+        {
+            let rid = c.rid.clone();
+            self.send_control(
+                LinkKind::Client,
+                &rid,
+                Record::Disconnect(Disconnect { reason }),
+            );
+            self.tombstone(rid, reason);
+        }
+        self.remove_client(session, cause);
+    }
+
+    /// Remembers a closed connection's routing id (bounded: oldest forgotten first).
+    fn tombstone(&mut self, rid: Vec<u8>, reason: DisconnectReason) {
+        let cap = self.cfg.max_clients.max(1);
+        while self.tombstone_order.len() >= cap {
+            if let Some(old) = self.tombstone_order.pop_front() {
+                self.tombstones.remove(&old);
+            }
+        }
+        if self.tombstones.insert(rid.clone(), reason).is_none() {
+            self.tombstone_order.push_back(rid);
+        }
+    }
+
+    /// Removes a session: queued records released (counted `PeerLost`), maps cleaned, events
+    /// published (the lossless `Disconnected` after the session's last record went up).
+    fn remove_client(&mut self, session: u64, cause: ClientCloseCause) {
+        let Some(mut c) = self.clients.remove(&session) else {
+            return;
+        };
+        for out in c.queue.drain(..) {
+            release(&c.budget, &out);
+            self.shared.counters.drop(DropReason::PeerLost, &session);
+        }
+        self.clients_by_rid.remove(&c.rid);
+        self.paused_clients.remove(&session);
+        self.shared.set_client(session, None);
+        self.shared.publish(PeerEvent::ClientDisconnected {
+            session: SessionRid::new(session),
+        });
+        if self.client_events.is_none() {
+            return;
+        }
+        let held = self
+            .held_clients
+            .iter()
+            .any(|h| matches!(h, HeldClient::Record(s, ..) if *s == session));
+        if held {
+            self.held_clients
+                .push_back(HeldClient::Ended(session, cause));
+        } else {
+            // Records of this pass still in the inbound batch go up first.
+            self.inbound.flush();
+            self.client_event(ClientEvent::Disconnected {
                 session: SessionRid::new(session),
+                cause,
             });
+        }
+    }
+
+    /// Sends a session event on the lossless channel, if it was taken (and is still read).
+    fn client_event(&mut self, ev: ClientEvent) {
+        if let Some(tx) = &self.client_events
+            && tx.send(ev).is_err()
+        {
+            self.client_events = None;
         }
     }
 
@@ -2094,7 +2262,7 @@ impl Engine {
                     self.paused.insert(NodeRid::clone(node));
                 }
             }
-            (_, Class::Disconnect, _) => self.peer_down(node, DownReason::Remote, true),
+            (_, Class::Disconnect(_), _) => self.peer_down(node, DownReason::Remote, true),
             (LinkKind::Completion, Class::Reply, Some(rec)) => {
                 self.complete(corr, (node.clone(), generation), rec, payload)
             }
@@ -2236,6 +2404,7 @@ impl Engine {
     }
 
     fn on_client_message(&mut self, rid: &[u8], parts: &[&[u8]]) {
+        self.tomb_answered = false;
         match parts {
             [frame] if zlink_wire::is_batch(frame) => self.on_client_batch(rid, frame),
             [envelope] => {
@@ -2305,7 +2474,11 @@ impl Engine {
             return next;
         }
         loop {
-            let Some(c) = self.clients.get_mut(&session) else {
+            let Some(c) = self
+                .clients
+                .get_mut(&session)
+                .filter(|c| c.closing.is_none())
+            else {
                 return next;
             };
             let mut run = OneWayRun {
@@ -2370,6 +2543,22 @@ impl Engine {
         let session = match self.clients_by_rid.get(rid) {
             Some(s) => *s,
             None => {
+                if let Some(&reason) = self.tombstones.get(rid) {
+                    // The node ended this connection's session: no new one on it.
+                    self.shared.counters.drop(
+                        DropReason::SessionClosed,
+                        &"client: record on a closed session's connection",
+                    );
+                    if !self.tomb_answered && !matches!(class, Class::Disconnect(_)) {
+                        self.tomb_answered = true;
+                        self.send_control(
+                            LinkKind::Client,
+                            rid,
+                            Record::Disconnect(Disconnect { reason }),
+                        );
+                    }
+                    return None;
+                }
                 if self.clients.len() >= self.cfg.max_clients {
                     self.shared
                         .counters
@@ -2387,12 +2576,16 @@ impl Engine {
                         queue: VecDeque::new(),
                         last_rx: now,
                         rx: RxWindow::initial_grant(self.cfg.client_window),
+                        closing: None,
                     },
                 );
                 self.clients_by_rid.insert(rid.to_vec(), s);
                 self.shared.set_client(s, Some(budget));
                 self.flush_client_credit(s);
                 self.shared.publish(PeerEvent::ClientConnected {
+                    session: SessionRid::new(s),
+                });
+                self.client_event(ClientEvent::Connected {
                     session: SessionRid::new(s),
                 });
                 s
@@ -2405,12 +2598,30 @@ impl Engine {
                 self.send_control(LinkKind::Client, rid, Record::Pong(Pong { seq }))
             }
             (Class::Pong, _) => self.touch_client(session, now),
-            (Class::Disconnect, _) => self.remove_client(session),
+            (Class::Disconnect(_), _) => {
+                if self
+                    .clients
+                    .get(&session)
+                    .is_some_and(|c| c.closing.is_some())
+                {
+                    // The node was already closing it: that close stands.
+                    self.finish_client(session);
+                } else {
+                    self.remove_client(session, ClientCloseCause::Remote);
+                }
+            }
             (Class::App, rec)
                 if from_memo || matches!(rec, Some(Record::Request(_) | Record::OneWay(_))) =>
             {
                 let window = self.cfg.client_window;
                 let c = self.clients.get_mut(&session)?;
+                if c.closing.is_some() {
+                    self.shared.counters.drop(
+                        DropReason::SessionClosed,
+                        &format_args!("client {session}: session closing"),
+                    );
+                    return None;
+                }
                 c.last_rx = now;
                 if !c.rx.try_charge(window, bytes) {
                     // The client ignored its window: a protocol violation, counted.
@@ -2497,10 +2708,13 @@ impl Engine {
                     self.shared.counters.delivered(1);
                     self.client_credit_freed(session, bytes);
                 }
-                Err(inb) => self.held_clients.push_back((session, bytes, inb)),
+                Err(inb) => self
+                    .held_clients
+                    .push_back(HeldClient::Record(session, bytes, inb)),
             }
         } else {
-            self.held_clients.push_back((session, bytes, inb));
+            self.held_clients
+                .push_back(HeldClient::Record(session, bytes, inb));
         }
     }
 
@@ -2588,16 +2802,27 @@ impl Engine {
                 }
             }
         }
-        while let Some((session, bytes, inb)) = self.held_clients.pop_front() {
-            match self.inbound.try_push(inb) {
-                Ok(()) => {
-                    self.shared.counters.delivered(1);
-                    self.client_credit_freed(session, bytes);
+        while let Some(h) = self.held_clients.pop_front() {
+            match h {
+                HeldClient::Ended(session, cause) => {
+                    // Its last record went up just before: make it visible first.
+                    self.inbound.flush();
+                    self.client_event(ClientEvent::Disconnected {
+                        session: SessionRid::new(session),
+                        cause,
+                    });
                 }
-                Err(inb) => {
-                    self.held_clients.push_front((session, bytes, inb));
-                    break;
-                }
+                HeldClient::Record(session, bytes, inb) => match self.inbound.try_push(inb) {
+                    Ok(()) => {
+                        self.shared.counters.delivered(1);
+                        self.client_credit_freed(session, bytes);
+                    }
+                    Err(inb) => {
+                        self.held_clients
+                            .push_front(HeldClient::Record(session, bytes, inb));
+                        break;
+                    }
+                },
             }
         }
         self.inbound.flush();
@@ -2618,6 +2843,26 @@ impl Engine {
                     reason: DisconnectReason::Shutdown,
                 }),
             );
+        }
+        // Clients: what is queued goes out as far as libzmq takes it now, then Disconnect
+        // { Shutdown } (or the reason of a close in progress); each session reports its end.
+        let now = Instant::now();
+        let mut sessions: Vec<u64> = self.clients.keys().copied().collect();
+        sessions.sort_unstable();
+        for s in sessions {
+            self.close_client(s, ClientCloseCause::Shutdown, now);
+            if self.clients.contains_key(&s) {
+                self.finish_client(s);
+            }
+        }
+        // Held records are never handed up now; a pending end is still reported.
+        for h in std::mem::take(&mut self.held_clients) {
+            if let HeldClient::Ended(session, cause) = h {
+                self.client_event(ClientEvent::Disconnected {
+                    session: SessionRid::new(session),
+                    cause,
+                });
+            }
         }
         for (_, w) in self
             .corr

@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use crate::codec::ErrorKind;
+use zlink_wire::DisconnectReason;
 
 /// Invalid configuration, reported by [`crate::MeshNode::start`] (startup configuration error).
 #[derive(Debug, thiserror::Error)]
@@ -57,6 +58,10 @@ pub enum SendError {
     /// The mesh node was shut down.
     #[error("mesh node closed")]
     Closed,
+    /// `MeshClient`: the node ended this client's session with a 149 Disconnect carrying
+    /// this reason; nothing more is sent on it (public kind `Unavailable`).
+    #[error("session closed by the node: {0:?}")]
+    SessionClosed(DisconnectReason),
 }
 
 impl SendError {
@@ -64,7 +69,9 @@ impl SendError {
     pub fn kind(&self) -> ErrorKind {
         match self {
             SendError::DeadlineExceeded(_) => ErrorKind::DeadlineExceeded,
-            SendError::Unavailable | SendError::Closed => ErrorKind::Unavailable,
+            SendError::Unavailable | SendError::Closed | SendError::SessionClosed(_) => {
+                ErrorKind::Unavailable
+            }
             SendError::TooLarge { .. } | SendError::Encode(_) => ErrorKind::InvalidOperation,
         }
     }
@@ -94,6 +101,11 @@ pub enum RequestError {
     /// The mesh node was shut down.
     #[error("mesh node closed")]
     Closed,
+    /// `MeshClient`: the node ended this client's session with a 149 Disconnect carrying
+    /// this reason, before a reply (public kind `Unavailable`). Requests made after the close
+    /// fail with it at once.
+    #[error("session closed by the node: {0:?}")]
+    SessionClosed(DisconnectReason),
 }
 
 impl RequestError {
@@ -102,7 +114,9 @@ impl RequestError {
         match self {
             RequestError::Send(s) => s.kind(),
             RequestError::DeadlineExceeded => ErrorKind::DeadlineExceeded,
-            RequestError::PeerLost | RequestError::Closed => ErrorKind::Unavailable,
+            RequestError::PeerLost | RequestError::Closed | RequestError::SessionClosed(_) => {
+                ErrorKind::Unavailable
+            }
             RequestError::Remote { kind, .. } => *kind,
         }
     }

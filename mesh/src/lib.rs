@@ -46,8 +46,8 @@ pub use handshake::MeshSecret;
 #[doc(hidden)]
 pub use node::IoHold;
 pub use node::{
-    BoundEndpoints, DownReason, Inbound, InboundReceiver, MeshNode, Origin, PeerEvent, ReplyHandle,
-    Response,
+    BoundEndpoints, ClientCloseCause, ClientEvent, ClientEvents, DownReason, Inbound,
+    InboundReceiver, MeshNode, Origin, PeerEvent, ReplyHandle, Response,
 };
 pub use tap::{TapDirection, TapFrame, WireTap};
 pub use types::{

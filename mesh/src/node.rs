@@ -111,6 +111,84 @@ pub enum PeerEvent {
     },
 }
 
+/// Who ended a ClientServer session ([`ClientEvent::Disconnected`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ClientCloseCause {
+    /// The client said Disconnect (149) itself.
+    Remote,
+    /// The client was silent for longer than the peer timeout; it was sent
+    /// Disconnect { `Timeout` }.
+    Timeout,
+    /// [`MeshNode::close_client`] closed it; the client was sent Disconnect with this reason.
+    Closed(zlink_wire::DisconnectReason),
+    /// The node shut down; the client was sent Disconnect { `Shutdown` }.
+    Shutdown,
+}
+
+impl ClientCloseCause {
+    /// The reason a 149 Disconnect to the client carries for this cause (`None` for
+    /// `Remote`: the client ended it and is not told).
+    pub fn disconnect_reason(self) -> Option<zlink_wire::DisconnectReason> {
+        use zlink_wire::DisconnectReason as R;
+        match self {
+            ClientCloseCause::Remote => None,
+            ClientCloseCause::Timeout => Some(R::Timeout),
+            ClientCloseCause::Closed(r) => Some(r),
+            ClientCloseCause::Shutdown => Some(R::Shutdown),
+        }
+    }
+}
+
+/// The lifecycle of one ClientServer session, delivered losslessly on [`ClientEvents`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ClientEvent {
+    /// A session began (the connection's first record). Sent before any record of the
+    /// session is handed to the [`InboundReceiver`].
+    Connected {
+        /// The session.
+        session: SessionRid,
+    },
+    /// A session ended. Sent after the last record of the session was handed to the
+    /// [`InboundReceiver`] (records held while the application queue was full go up first).
+    Disconnected {
+        /// The session.
+        session: SessionRid,
+        /// Who ended it.
+        cause: ClientCloseCause,
+    },
+}
+
+/// The lossless stream of [`ClientEvent`]s ([`MeshNode::take_client_events`]).
+///
+/// Unbounded, which is bounded in practice by the session count: each session produces at
+/// most two events (Connected, Disconnected) and live sessions are bounded by
+/// `MeshConfig::max_clients`, so the backlog is at most two events per session that began
+/// since the reader last read. Ends (`None`) after the node shut down and every event was
+/// read. Dropping it stops the events (they are not kept for anyone).
+#[derive(Debug)]
+pub struct ClientEvents {
+    rx: tokio::sync::mpsc::UnboundedReceiver<ClientEvent>,
+}
+
+impl ClientEvents {
+    /// The next event, in the order the I/O thread produced them; `None` once the node has
+    /// shut down and everything was read.
+    pub async fn recv(&mut self) -> Option<ClientEvent> {
+        self.rx.recv().await
+    }
+
+    /// The next event if one is ready.
+    ///
+    /// # Errors
+    /// `Empty` if none is ready, `Disconnected` once the node has shut down and everything
+    /// was read.
+    pub fn try_recv(&mut self) -> Result<ClientEvent, tokio::sync::mpsc::error::TryRecvError> {
+        self.rx.try_recv()
+    }
+}
+
 /// A successful reply.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Response {
@@ -223,6 +301,8 @@ pub(crate) struct Shared {
     pub counters: Counters,
     next_corr: AtomicU64,
     events: broadcast::Sender<PeerEvent>,
+    /// [`MeshNode::take_client_events`] was called.
+    client_events_taken: AtomicBool,
     closed: AtomicBool,
     max_message_size: usize,
     send_timeout: Duration,
@@ -471,6 +551,7 @@ impl MeshNode {
             counters: Counters::default(),
             next_corr: AtomicU64::new(1),
             events,
+            client_events_taken: AtomicBool::new(false),
             closed: AtomicBool::new(false),
             max_message_size: cfg.transport.max_message_size,
             send_timeout: cfg.send_timeout,
@@ -530,6 +611,50 @@ impl MeshNode {
     /// Subscribes to peer/client lifecycle events.
     pub fn subscribe(&self) -> broadcast::Receiver<PeerEvent> {
         self.shared.events.subscribe()
+    }
+
+    /// Takes the lossless stream of ClientServer session events (once: `None` after the first
+    /// call). Take it right after [`MeshNode::start`]: the channel exists only once taken
+    /// (nothing accumulates for nobody), and sessions that are live when the I/O thread gets
+    /// it are announced first with a `Connected` each (their earlier records may already have
+    /// gone up). From then on every session gets `Connected` before any of its records is
+    /// handed to the [`InboundReceiver`] and `Disconnected` after the last of them. The
+    /// [`PeerEvent`] broadcast keeps carrying `ClientConnected`/`ClientDisconnected` too
+    /// (lossy for slow subscribers).
+    pub fn take_client_events(&self) -> Option<ClientEvents> {
+        if self.shared.client_events_taken.swap(true, Ordering::AcqRel) {
+            return None;
+        }
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        // After shutdown the sender is dropped here: the stream ends at once.
+        let _ = self.shared.submit(Command::ClientEvents(tx));
+        Some(ClientEvents { rx })
+    }
+
+    /// Closes a ClientServer session with `reason`; returns at once. On the I/O thread, in
+    /// this order: what is already queued for the client (pushes, replies admitted before this
+    /// call) is transmitted first (FIFO; if the client is PAUSED this waits, at most the peer
+    /// timeout, after which the rest is dropped and counted `PeerLost`); then the client gets a
+    /// 149 Disconnect { `reason` }; then the session is removed (budget released, maps
+    /// cleaned), its routing id tombstoned (a later record on that connection is dropped as
+    /// `DropReason::SessionClosed` and answered with Disconnect { `reason` } again) and
+    /// `ClientEvent::Disconnected { cause: ClientCloseCause::Closed(reason) }` plus
+    /// `PeerEvent::ClientDisconnected` are published. From this call on, pushes to the session
+    /// fail `Unavailable` and records it sends are dropped (`SessionClosed`).
+    ///
+    /// Closing an unknown or already closed (or closing) session is a no-op: `Ok(())`.
+    ///
+    /// # Errors
+    /// [`SendError::Closed`] after the node shut down.
+    pub fn close_client(
+        &self,
+        session: SessionRid,
+        reason: zlink_wire::DisconnectReason,
+    ) -> Result<(), SendError> {
+        self.shared.submit(Command::CloseClient {
+            session: session.get(),
+            reason,
+        })
     }
 
     /// The current generation of `node` if it is up.
@@ -866,7 +991,9 @@ impl MeshNode {
         IoHold { _release: release }
     }
 
-    /// Stops the I/O thread (peers get a Disconnect) and waits for it.
+    /// Stops the I/O thread and waits for it. Peers get a Disconnect; clients get what is
+    /// queued for them (best effort, without waiting) and a Disconnect { `Shutdown` }, and each
+    /// live session reports `ClientEvent::Disconnected { cause: Shutdown }`.
     pub async fn shutdown(mut self) {
         let _ = self.shared.bell.submit(Command::Shutdown);
         if let Some(t) = self.thread.take() {

@@ -118,16 +118,25 @@ wire_enum! {
 }
 
 wire_enum! {
-    /// Why a peer announces a disconnect (record 149).
+    /// Why a peer announces a disconnect, or why a node ended a client's session (record 149).
+    ///
+    /// Between nodes only `Shutdown` is sent today. On a ClientServer connection the node sends
+    /// it to the client when the session ends for any reason other than the client's own
+    /// Disconnect (docs/MESH.md, "Client connection lifecycle").
     pub enum DisconnectReason {
         /// Orderly shutdown of the sending node.
         Shutdown = 1,
         /// The peer violated the protocol (bad frames, bad sequence).
         Protocol = 2,
-        /// Heartbeats stopped arriving.
+        /// The session timed out: the peer was silent for longer than the peer timeout.
         Timeout = 3,
-        /// A newer generation of the same node replaced this connection.
+        /// A newer generation of the same node, or a newer login of the same client session
+        /// (SB-6.4), replaced this connection / session.
         Replaced = 4,
+        /// The application on the node closed the session.
+        Closed = 5,
+        /// A session relocation's seal timed out and the session was ended (SB-8.3).
+        RelocationSealTimeout = 6,
     }
 }
 
