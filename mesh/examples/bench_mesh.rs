@@ -21,6 +21,15 @@
 //! both medians of 3 interleaved runs of `oneway_msgs`; `client_request_reply` p50/p99
 //! (`MeshClient::request`, a task on the node answers from the `InboundReceiver`) against a
 //! raw DEALER → ROUTER echo, `rtt_samples` round trips after 1,000 warm-up ones each.
+//!
+//! `--only raw_2hop` (before the numbers: `bench_mesh --only raw_2hop [oneway_msgs]
+//! [rtt_samples]`) prints only the raw libzmq two-hop baselines of the session path (client →
+//! session owner → actor owner; `scripts/bench` runs it, pairs in docs/PERFORMANCE.md), and a
+//! longer prefix picks lines: `raw_2hop_pipeline` (DEALER → forwarder ROUTER, relayed over
+//! ROUTER → ROUTER to a sink; 1 sender) and `raw_2hop_pipeline_100` (100 DEALERs), one-way
+//! msgs/s at the sink; `raw_2hop_push` (ROUTER source → forwarder → DEALER), msgs/s at the
+//! client; `raw_2hop_echo` p50/p99 µs (DEALER → forwarder → echo → forwarder → DEALER, one
+//! request outstanding). These lines carry no baseline and no ratio: they are the baselines.
 
 use std::time::{Duration, Instant};
 
@@ -48,6 +57,33 @@ fn percentile(v: &mut [f64], p: f64) -> f64 {
     v[((v.len() as f64 * p) as usize).min(v.len() - 1)]
 }
 
+/// A ROUTER with `ROUTER_MANDATORY` (a send to an unknown peer fails instead of vanishing) and
+/// routing id `id` (none if empty).
+fn router(ctx: &zmq::Context, id: &[u8]) -> zmq::Socket {
+    let s = ctx.socket(zmq::ROUTER).unwrap();
+    if !id.is_empty() {
+        s.set_identity(id).unwrap();
+    }
+    s.set_router_mandatory(true).unwrap();
+    s
+}
+
+/// A DEALER with routing id `id` (none if empty) connected to `ep`.
+fn dealer(ctx: &zmq::Context, ep: &str, id: &[u8]) -> zmq::Socket {
+    let s = ctx.socket(zmq::DEALER).unwrap();
+    if !id.is_empty() {
+        s.set_identity(id).unwrap();
+    }
+    s.connect(ep).unwrap();
+    s
+}
+
+/// Binds `s` to a free loopback TCP port; returns the endpoint.
+fn bind_local(s: &zmq::Socket) -> String {
+    s.bind("tcp://127.0.0.1:*").unwrap();
+    s.get_last_endpoint().unwrap().unwrap()
+}
+
 /// A thread that receives `n` messages of `parts` parts on `socket` and returns the time from
 /// the first message's arrival to the last's (the receiving side of the raw one-way baselines).
 fn timed_receiver(
@@ -70,21 +106,26 @@ fn timed_receiver(
     })
 }
 
-/// Sends `n` 64 B messages from ROUTER `s` to routing id `rid` (waiting until the route exists),
-/// then returns the receiver's rate over messages 2..=n (the first one starts its clock).
+/// Sends `n` 64 B messages from ROUTER `s` along `route` (the routing id, then any further
+/// frames before the payload; waiting until the route exists), then returns the receiver's rate
+/// over messages 2..=n (the first one starts its clock).
 fn router_stream(
     s: &zmq::Socket,
-    rid: &str,
+    route: &[&str],
     n: usize,
     recv: std::thread::JoinHandle<Duration>,
 ) -> f64 {
     let payload = [0x5au8; SIZE];
-    while s.send(rid, zmq::SNDMORE).is_err() {
+    while s.send(route[0], zmq::SNDMORE).is_err() {
         std::thread::sleep(Duration::from_millis(2));
     }
-    s.send(&payload[..], 0).unwrap();
-    for _ in 1..n {
-        s.send(rid, zmq::SNDMORE).unwrap();
+    for i in 0..n {
+        if i > 0 {
+            s.send(route[0], zmq::SNDMORE).unwrap();
+        }
+        for frame in &route[1..] {
+            s.send(*frame, zmq::SNDMORE).unwrap();
+        }
         s.send(&payload[..], 0).unwrap();
     }
     let el = recv.join().unwrap();
@@ -103,33 +144,21 @@ fn echo_server(r: zmq::Socket, count: usize) -> std::thread::JoinHandle<()> {
 
 /// Raw libzmq ROUTER → ROUTER, 64 B, one thread each side.
 fn raw_oneway(n: usize) -> f64 {
-    let ctx_r = zmq::Context::new();
-    let r = ctx_r.socket(zmq::ROUTER).unwrap();
-    r.set_identity(b"rcv").unwrap();
-    r.bind("tcp://127.0.0.1:*").unwrap();
-    let ep = r.get_last_endpoint().unwrap().unwrap();
+    let r = router(&zmq::Context::new(), b"rcv");
+    let ep = bind_local(&r);
     let recv = timed_receiver(r, n, 2);
-    let ctx_s = zmq::Context::new();
-    let s = ctx_s.socket(zmq::ROUTER).unwrap();
-    s.set_identity(b"snd").unwrap();
-    s.set_router_mandatory(true).unwrap();
+    let s = router(&zmq::Context::new(), b"snd");
     s.connect(&ep).unwrap();
-    router_stream(&s, "rcv", n, recv)
+    router_stream(&s, &["rcv"], n, recv)
 }
 
 /// Raw libzmq request/reply: ROUTER client → ROUTER echo server, sequential.
 fn raw_rtt(n: usize) -> Vec<f64> {
-    let ctx_r = zmq::Context::new();
-    let r = ctx_r.socket(zmq::ROUTER).unwrap();
-    r.set_identity(b"srv").unwrap();
-    r.bind("tcp://127.0.0.1:*").unwrap();
-    let ep = r.get_last_endpoint().unwrap().unwrap();
-    let warm = 1000;
+    let r = router(&zmq::Context::new(), b"srv");
+    let ep = bind_local(&r);
+    let warm = WARM_UP;
     let srv = echo_server(r, n + warm);
-    let ctx_c = zmq::Context::new();
-    let c = ctx_c.socket(zmq::ROUTER).unwrap();
-    c.set_identity(b"cli").unwrap();
-    c.set_router_mandatory(true).unwrap();
+    let c = router(&zmq::Context::new(), b"cli");
     c.connect(&ep).unwrap();
     while c.send("srv", zmq::SNDMORE).is_err() {
         std::thread::sleep(Duration::from_millis(2));
@@ -289,60 +318,236 @@ async fn mesh_rtt(n: usize) -> Vec<f64> {
 
 /// Raw libzmq DEALER → ROUTER one-way, 64 B, one thread each side (the client's shape).
 fn raw_client_oneway(n: usize) -> f64 {
-    let ctx_r = zmq::Context::new();
-    let r = ctx_r.socket(zmq::ROUTER).unwrap();
-    r.bind("tcp://127.0.0.1:*").unwrap();
-    let ep = r.get_last_endpoint().unwrap().unwrap();
+    let r = router(&zmq::Context::new(), b"");
+    let ep = bind_local(&r);
     let recv = timed_receiver(r, n, 2);
-    let ctx_s = zmq::Context::new();
-    let s = ctx_s.socket(zmq::DEALER).unwrap();
-    s.connect(&ep).unwrap();
-    let payload = [0x5au8; SIZE];
-    for _ in 0..n {
-        s.send(&payload[..], 0).unwrap();
-    }
+    dealers_send(&ep, 1, n);
     let el = recv.join().unwrap();
     (n - 1) as f64 / el.as_secs_f64()
 }
 
+/// `senders` DEALERs (one context, one thread each) connect to `ep` and each sends `per` 64 B
+/// messages; returns when all have been handed to libzmq.
+fn dealers_send(ep: &str, senders: usize, per: usize) {
+    let ctx = zmq::Context::new();
+    let threads: Vec<_> = (0..senders)
+        .map(|_| {
+            let d = dealer(&ctx, ep, b"");
+            std::thread::spawn(move || {
+                let payload = [0x5au8; SIZE];
+                for _ in 0..per {
+                    d.send(&payload[..], 0).unwrap();
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+}
+
 /// Raw libzmq ROUTER → DEALER one-way (a server push), 64 B, one thread each side.
 fn raw_client_push(n: usize) -> f64 {
-    let ctx_r = zmq::Context::new();
-    let d = ctx_r.socket(zmq::DEALER).unwrap();
-    d.set_identity(b"cli").unwrap();
-    let ctx_s = zmq::Context::new();
-    let s = ctx_s.socket(zmq::ROUTER).unwrap();
-    s.set_router_mandatory(true).unwrap();
-    s.bind("tcp://127.0.0.1:*").unwrap();
-    let ep = s.get_last_endpoint().unwrap().unwrap();
-    d.connect(&ep).unwrap();
+    let s = router(&zmq::Context::new(), b"");
+    let ep = bind_local(&s);
+    let d = dealer(&zmq::Context::new(), &ep, b"cli");
     let recv = timed_receiver(d, n, 1);
-    router_stream(&s, "cli", n, recv)
+    router_stream(&s, &["cli"], n, recv)
 }
 
 /// Raw libzmq request/reply: DEALER client → ROUTER echo thread, sequential.
 fn raw_client_rtt(n: usize) -> Vec<f64> {
-    let ctx_r = zmq::Context::new();
-    let r = ctx_r.socket(zmq::ROUTER).unwrap();
-    r.bind("tcp://127.0.0.1:*").unwrap();
-    let ep = r.get_last_endpoint().unwrap().unwrap();
-    let warm = 1000;
-    let srv = echo_server(r, n + warm);
-    let ctx_c = zmq::Context::new();
-    let c = ctx_c.socket(zmq::DEALER).unwrap();
-    c.connect(&ep).unwrap();
+    let r = router(&zmq::Context::new(), b"");
+    let ep = bind_local(&r);
+    let srv = echo_server(r, n + WARM_UP);
+    let v = dealer_rtt(&ep, n);
+    srv.join().unwrap();
+    v
+}
+
+/// Round trips before the measured ones of every request/reply line.
+const WARM_UP: usize = 1000;
+
+/// A DEALER connected to `ep` sends 64 B requests one at a time and waits for each reply:
+/// `WARM_UP` round trips, then returns the next `n` ones' times in µs.
+fn dealer_rtt(ep: &str, n: usize) -> Vec<f64> {
+    let c = dealer(&zmq::Context::new(), ep, b"");
     let payload = [0x5au8; SIZE];
     let mut v = Vec::with_capacity(n);
-    for i in 0..(n + warm) {
+    for i in 0..(n + WARM_UP) {
         let t = Instant::now();
         c.send(&payload[..], 0).unwrap();
         let _ = c.recv_multipart(0).unwrap();
-        if i >= warm {
+        if i >= WARM_UP {
             v.push(t.elapsed().as_secs_f64() * 1e6);
         }
     }
-    srv.join().unwrap();
     v
+}
+
+// ------------------------------------------------------------ raw two-hop baselines
+
+/// Most messages the forwarder moves from one socket per wake-up.
+const BURST: usize = 256;
+
+/// The raw two-hop path's sockets, each end its own libzmq context (own I/O thread), as three
+/// processes would have: the far ROUTER (id "srv", bound: the sink, echo server or push source,
+/// as node b), and the forwarder's (as node a) ROUTER `front` (bound; the clients' DEALERs
+/// connect to the returned endpoint) and ROUTER `back` (id "fwd", `ROUTER_MANDATORY`,
+/// connected to "srv", as the mesh's relay socket). Returns `(srv, front, back, front_ep)`.
+fn two_hop() -> (zmq::Socket, zmq::Socket, zmq::Socket, String) {
+    let srv = router(&zmq::Context::new(), b"srv");
+    let srv_ep = bind_local(&srv);
+    let ctx = zmq::Context::new();
+    let front = router(&ctx, b"");
+    let front_ep = bind_local(&front);
+    let back = router(&ctx, b"fwd");
+    back.connect(&srv_ep).unwrap();
+    (srv, front, back, front_ep)
+}
+
+/// The forwarder thread of the raw two-hop path (no framework logic: the relay's limit):
+/// `[client, payload]` from `front` leaves `back` as `["srv", client, payload]`, and
+/// `["srv", client, payload]` from `back` leaves `front` as `[client, payload]`, frames moved
+/// without copies. Blocking `zmq::poll` on both, then drains each readable socket with
+/// `DONTWAIT` (at most `BURST` per wake-up); ends after `count` messages in all.
+fn forwarder(front: zmq::Socket, back: zmq::Socket, count: usize) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        let mut left = count;
+        let mut items = [
+            front.as_poll_item(zmq::POLLIN),
+            back.as_poll_item(zmq::POLLIN),
+        ];
+        while left > 0 {
+            zmq::poll(&mut items, -1).unwrap();
+            for (i, (from, to)) in [(&front, &back), (&back, &front)].into_iter().enumerate() {
+                if !items[i].is_readable() {
+                    continue;
+                }
+                for _ in 0..BURST.min(left) {
+                    if !forward_one(from, to, i == 0) {
+                        break;
+                    }
+                    left -= 1;
+                }
+            }
+        }
+    })
+}
+
+/// Moves one message if `from` has one (`up`: front → back); false if none was waiting.
+fn forward_one(from: &zmq::Socket, to: &zmq::Socket, up: bool) -> bool {
+    let mut first = zmq::Message::new();
+    match from.recv(&mut first, zmq::DONTWAIT) {
+        Ok(()) => {}
+        Err(zmq::Error::EAGAIN) => return false,
+        Err(e) => panic!("forwarder: {e}"),
+    }
+    let mut payload = zmq::Message::new();
+    if up {
+        from.recv(&mut payload, 0).unwrap();
+        send_route(to, b"srv");
+        to.send(first, zmq::SNDMORE).unwrap();
+    } else {
+        // `first` is "srv"; the client's routing id follows.
+        from.recv(&mut first, 0).unwrap();
+        from.recv(&mut payload, 0).unwrap();
+        send_route(to, &first);
+    }
+    to.send(payload, 0).unwrap();
+    true
+}
+
+/// Sends routing id `rid` on a `ROUTER_MANDATORY` socket, waiting while the peer is not yet
+/// connected (only before the first message of a run).
+fn send_route(s: &zmq::Socket, rid: &[u8]) {
+    loop {
+        match s.send(rid, zmq::SNDMORE) {
+            Ok(()) => return,
+            Err(zmq::Error::EHOSTUNREACH) => std::thread::sleep(Duration::from_millis(1)),
+            Err(e) => panic!("forwarder: {e}"),
+        }
+    }
+}
+
+/// `raw_2hop_pipeline`: `senders` DEALER clients → forwarder → ROUTER sink, one-way, `n`
+/// messages in all; the rate at the sink over messages 2..=n.
+fn raw_2hop_pipeline(n: usize, senders: usize) -> f64 {
+    let (sink, front, back, ep) = two_hop();
+    let per = n / senders;
+    let total = per * senders;
+    let recv = timed_receiver(sink, total, 3);
+    let fwd = forwarder(front, back, total);
+    dealers_send(&ep, senders, per);
+    let el = recv.join().unwrap();
+    fwd.join().unwrap();
+    (total - 1) as f64 / el.as_secs_f64()
+}
+
+/// `raw_2hop_echo`: DEALER client → forwarder → ROUTER echo → forwarder → client, one request
+/// outstanding; `n` round trip times in µs after `WARM_UP` ones.
+fn raw_2hop_echo(n: usize) -> Vec<f64> {
+    let (srv, front, back, ep) = two_hop();
+    let echo = echo_server(srv, n + WARM_UP);
+    let fwd = forwarder(front, back, 2 * (n + WARM_UP));
+    let v = dealer_rtt(&ep, n);
+    echo.join().unwrap();
+    fwd.join().unwrap();
+    v
+}
+
+/// `raw_2hop_push`: ROUTER source → forwarder → DEALER client (an actor's push through the
+/// session owner), one-way; the rate at the client over messages 2..=n.
+fn raw_2hop_push(n: usize) -> f64 {
+    let (src, front, back, ep) = two_hop();
+    let fwd = forwarder(front, back, n);
+    let d = dealer(&zmq::Context::new(), &ep, b"cli");
+    let recv = timed_receiver(d, n, 1);
+    let rate = router_stream(&src, &["fwd", "cli"], n, recv);
+    fwd.join().unwrap();
+    rate
+}
+
+/// Senders of the many-clients line `raw_2hop_pipeline_100`.
+const MANY_SENDERS: usize = 100;
+
+/// The raw two-hop lines whose name starts with `which` (`--only raw_2hop` runs them all):
+/// throughputs are medians of 3 interleaved runs of `n` messages, latencies of `rtt_n` round
+/// trips. No baseline: these *are* the baselines of the session path (docs/PERFORMANCE.md).
+fn raw_2hop_lines(which: &str, n: usize, rtt_n: usize) -> bool {
+    let want = |name: &str| name.starts_with(which);
+    let lines = [
+        "raw_2hop_pipeline",
+        "raw_2hop_pipeline_100",
+        "raw_2hop_push",
+        "raw_2hop_echo",
+    ];
+    if !lines.iter().any(|l| want(l)) {
+        return false;
+    }
+    let mut rates: [Vec<f64>; 3] = Default::default();
+    for _ in 0..3 {
+        if want(lines[0]) {
+            rates[0].push(raw_2hop_pipeline(n, 1));
+        }
+        if want(lines[1]) {
+            rates[1].push(raw_2hop_pipeline(n, MANY_SENDERS));
+        }
+        if want(lines[2]) {
+            rates[2].push(raw_2hop_push(n));
+        }
+    }
+    for (name, v) in lines.iter().zip(&mut rates) {
+        if !v.is_empty() {
+            json(name, "msgs_per_s", percentile(v, 0.5), None);
+        }
+    }
+    if want(lines[3]) && rtt_n > 0 {
+        let mut l = raw_2hop_echo(rtt_n);
+        json(lines[3], "p50_us", percentile(&mut l, 0.5), None);
+        json(lines[3], "p99_us", percentile(&mut l, 0.99), None);
+    }
+    true
 }
 
 fn client_node_cfg() -> MeshConfig {
@@ -588,7 +793,15 @@ async fn rss_child() {
 }
 
 fn main() {
-    let args: Vec<String> = std::env::args().collect();
+    let mut args: Vec<String> = std::env::args().collect();
+    let only = args.iter().position(|a| a == "--only").map(|i| {
+        args.remove(i);
+        if i == args.len() {
+            eprintln!("--only needs a value (raw_2hop)");
+            std::process::exit(2);
+        }
+        args.remove(i)
+    });
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -603,6 +816,13 @@ fn main() {
         .and_then(|a| a.parse().ok())
         .unwrap_or(1_000_000);
     let rtt_n: usize = args.get(2).and_then(|a| a.parse().ok()).unwrap_or(10_000);
+    if let Some(which) = only {
+        if !raw_2hop_lines(&which, n, rtt_n) {
+            eprintln!("--only {which}: no such line (raw_2hop…)");
+            std::process::exit(2);
+        }
+        return;
+    }
 
     if std::env::var_os("BENCH_ONLY_CLIENT").is_some() {
         client_benches(&rt, n, rtt_n);
