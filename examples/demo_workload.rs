@@ -12,7 +12,7 @@ use anyhow::{Context, bail, ensure};
 use hdrhistogram::Histogram;
 use zlink::actor::{ActorRef, ErrorKind, SpotKind, SpotSpec, UserMode};
 use zlink::node::client::{NodeClient, Placement};
-use zlink::node::demo::{Add, Echo, Fail, Get, Join, Relay, Say};
+use zlink::node::demo::{Add, CallEcho, Echo, Enter, Fail, Get, Say};
 
 const ROUNDS: u64 = 200;
 const SENDS: u64 = 2_000;
@@ -228,7 +228,7 @@ async fn main() -> anyhow::Result<()> {
         let members = c
             .request(
                 &room,
-                &Join {
+                &Enter {
                     player: format!("player-{i}"),
                 },
             )
@@ -257,7 +257,7 @@ async fn main() -> anyhow::Result<()> {
         let Echo(back) = clients[0]
             .request(
                 &room,
-                &Relay {
+                &CallEcho {
                     target: target.clone(),
                     data: b"relay".to_vec(),
                     timeout_ms: 2_000,

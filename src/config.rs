@@ -70,6 +70,13 @@ pub enum ConfigError {
         /// How many handlers were registered for it.
         count: usize,
     },
+    /// A session packet handler is registered for a key the framework reserves (0, or
+    /// `session::RESERVED_KEYS_START` and above: the client operations and node control).
+    #[error("packet key {key} is reserved for the framework (application keys are 1..0xFFFF0000)")]
+    ReservedPacketKey {
+        /// The packet key.
+        key: DispatchKey,
+    },
     /// Actor dispatch is enabled but the node belongs to no mesh (no owner could be reached).
     #[error("actor dispatch is enabled but no mesh is configured")]
     NoMesh,

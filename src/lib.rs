@@ -4,5 +4,6 @@ pub mod actor;
 pub mod config;
 pub mod node;
 pub mod runtime;
+pub mod session;
 pub mod store;
 pub mod sync;

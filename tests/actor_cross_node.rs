@@ -9,7 +9,7 @@ use node_common::*;
 use serde::{Deserialize, Serialize};
 use zlink::actor::{ActorId, ActorRef, ErrorKind};
 use zlink::node::Create;
-use zlink::node::demo::{Add, Echo, Get, Relay};
+use zlink::node::demo::{Add, CallEcho, Echo, Get};
 use zlink_mesh::{LinkKind, TapDirection, TapFrame, WireTap};
 
 const ACTOR_CALL: u8 = 160;
@@ -194,7 +194,7 @@ async fn started_cross_node_request_completes_while_the_application_is_paused() 
     let relay = tokio::spawn(async move {
         a2.request(
             &room,
-            &Relay {
+            &CallEcho {
                 target: echo,
                 data: b"through".to_vec(),
                 timeout_ms: 5_000,

@@ -14,6 +14,7 @@ use zlink::actor::{ActorId, ActorRegistry, ActorTypeBuilder, DispatchKey, Handle
 use zlink::config::{ConfigError, NodeConfig};
 use zlink::node::{Create, Node, NodeError, NodeOptions, demo};
 use zlink::runtime::LaneLimits;
+use zlink::session::SessionHandlers;
 
 const BASE: &str = r#"
 node = "n1"
@@ -36,7 +37,7 @@ fn config(extra: &str) -> NodeConfig {
 }
 
 fn options(c: &NodeConfig, registry: ActorRegistry) -> NodeOptions {
-    NodeOptions::from_config(c, registry).unwrap()
+    NodeOptions::from_config(c, registry, SessionHandlers::new()).unwrap()
 }
 
 // Every lanes.* and timeouts.* key, each away from its default, arrives in the options.
@@ -111,7 +112,7 @@ fn node_options_defaults_equal_the_config_defaults() {
 fn a_zero_request_timeout_is_refused() {
     let c = config("[timeouts]\nrequest_ms = 0");
     assert!(matches!(
-        NodeOptions::from_config(&c, demo::registry().unwrap()),
+        NodeOptions::from_config(&c, demo::registry().unwrap(), SessionHandlers::new()),
         Err(NodeError::Config(ConfigError::InvalidValue {
             field: "timeouts.request_ms",
             ..

@@ -8,6 +8,7 @@ use zlink::config::{
 };
 use zlink::node::demo;
 use zlink::node::{Node, NodeError, NodeOptions};
+use zlink::session::SessionHandlers;
 use zlink::store::StoreUrl;
 use zlink_mesh::MeshName;
 
@@ -30,7 +31,7 @@ fn config() -> NodeConfig {
 }
 
 fn options(c: &NodeConfig) -> Result<NodeOptions, NodeError> {
-    NodeOptions::from_config(c, demo::registry().unwrap())
+    NodeOptions::from_config(c, demo::registry().unwrap(), SessionHandlers::new())
 }
 
 // spec: SB-14.1, SB-3.1 (no object role → configuration error at startup)

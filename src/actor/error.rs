@@ -81,6 +81,13 @@ pub enum ActorError {
         /// The actor.
         actor_id: ActorId,
     },
+    /// Push or close without a current bound session (session-not-bound, `InvalidOperation`,
+    /// SB-12, SB-14.5); succeeds once bound.
+    #[error("actor {actor_id}: session not bound")]
+    SessionNotBound {
+        /// The actor.
+        actor_id: ActorId,
+    },
     /// The owner node is not connected (`Unavailable`).
     #[error("node {node} is unavailable")]
     NodeUnavailable {
@@ -150,6 +157,7 @@ impl ActorError {
             ActorError::AlreadyExists { .. }
             | ActorError::GenerationMismatch { .. }
             | ActorError::Codec(_)
+            | ActorError::SessionNotBound { .. }
             | ActorError::YieldNotOffered { .. } => ErrorKind::InvalidOperation,
             ActorError::StaleFence { .. }
             | ActorError::NotReady { .. }

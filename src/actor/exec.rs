@@ -175,6 +175,34 @@ impl RtSpot {
         r.map_err(|_| ActorError::ShuttingDown)
     }
 
+    /// Runs `f` as a lifecycle turn of the Spot's own lane (behind the Spot gate where the kind
+    /// shares it) and waits for its terminal (SB-7.6 Spot callbacks).
+    pub(crate) async fn run_lifecycle(
+        &self,
+        f: runtime::BoxFuture<Result<(), HandlerError>>,
+    ) -> Result<(), HandlerError> {
+        fn job<Y>(
+            f: runtime::BoxFuture<Result<(), HandlerError>>,
+            tx: oneshot::Sender<Result<(), HandlerError>>,
+        ) -> impl FnOnce(Ctx<Y>) -> runtime::Handled<()> {
+            move |_ctx| {
+                runtime::Handled::later(async move {
+                    let _ = tx.send(f.await);
+                    Ok(())
+                })
+            }
+        }
+        let (tx, rx) = oneshot::channel();
+        let submitted = match self {
+            RtSpot::Entry(s) => s.lifecycle(job(f, tx)),
+            RtSpot::SpotWide(s) => s.lifecycle(job(f, tx)),
+            RtSpot::PerActor(s) => s.lifecycle(job(f, tx)),
+            RtSpot::Instance(s) => s.lifecycle(job(f, tx)),
+        };
+        submitted.map_err(|e| HandlerError::new(format!("spot lane: {e}")))?;
+        rx.await.unwrap_or(Err(HandlerError::Cancelled))
+    }
+
     /// Adds a timer to the Spot: each tick is application work on the timer's lane, behind the
     /// Spot gate (SpotWide, Instance, Entry) or its own gate (PerActor) (EG-2.2, EG-2.3,
     /// EG-2.5); the ticks are scheduled by the runtime's infrastructure domain.

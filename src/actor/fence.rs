@@ -102,6 +102,25 @@ pub fn check_call(
     Ok(())
 }
 
+/// The actor owner's bind approval (SB-5.2): ObjectGeneration, target NodeGeneration and
+/// AuthorityOwnerGeneration only — never the lease. A caller's lease copy differing from the
+/// owner's current lease never rejects a bind (it is checked by route-fence validation, SB-5.11).
+///
+/// # Errors
+/// As [`check_call`] for the three values.
+pub fn check_bind(
+    node_generation: NodeGeneration,
+    current: Option<&CallFence>,
+    retired: Option<ObjectGeneration>,
+    bind: &CallFence,
+) -> Result<(), ActorError> {
+    let mut b = bind.clone();
+    if let Some(cur) = current {
+        b.owner_lease_generation = cur.owner_lease_generation;
+    }
+    check_call(node_generation, current, retired, &b)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -154,6 +173,26 @@ mod tests {
         assert_eq!(
             kind(check_call(node, None, Some(ObjectGeneration::new(2)), &cur)),
             Some(ErrorKind::NotFound)
+        );
+    }
+
+    // spec: SB-5.2
+    #[test]
+    fn bind_approval_ignores_the_lease() {
+        let node = NodeGeneration::new(7);
+        let cur = fence(2, 3, 4, 7);
+        assert_eq!(kind(check_bind(node, Some(&cur), None, &fence(2, 3, 99, 7))), None);
+        assert_eq!(
+            kind(check_bind(node, Some(&cur), None, &fence(1, 3, 4, 7))),
+            Some(ErrorKind::InvalidOperation)
+        );
+        assert_eq!(
+            kind(check_bind(node, Some(&cur), None, &fence(2, 9, 4, 7))),
+            Some(ErrorKind::Unavailable)
+        );
+        assert_eq!(
+            kind(check_bind(node, Some(&cur), None, &fence(2, 3, 4, 6))),
+            Some(ErrorKind::Unavailable)
         );
     }
 }

@@ -1,11 +1,15 @@
 //! Typed messages and handler results.
 
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use zlink_wire::DispatchKey;
 
+use super::error::ActorError;
 use super::reference::ActorRef;
-use crate::node::Node;
 pub use crate::runtime::{BoxFuture, Handled, HandlerError};
 
 /// A message kind an actor type handles: its payload type (`Self`), its reply type and its
@@ -17,16 +21,52 @@ pub trait Message: Serialize + DeserializeOwned + Send + 'static {
     type Reply: Serialize + DeserializeOwned + Send + 'static;
 }
 
-/// What a handler sees of its turn: its own ref and the node it runs on (to call other actors).
+/// What an actor's handler may ask of the node hosting it: calls to other actors and the
+/// bound-session API. The node implements it; actors never see the node itself (the actor room
+/// does not reach up into the node room).
+pub trait ActorHost: Send + Sync + std::fmt::Debug + 'static {
+    /// A request to `actor` (local or remote), its reply bytes; exactly one terminal.
+    fn request_raw(
+        &self,
+        actor: &ActorRef,
+        key: DispatchKey,
+        payload: Bytes,
+        timeout: Duration,
+    ) -> BoxFuture<Result<Bytes, ActorError>>;
+    /// A one-way send to `actor`.
+    fn send_raw(
+        &self,
+        actor: &ActorRef,
+        key: DispatchKey,
+        payload: Bytes,
+    ) -> BoxFuture<Result<(), ActorError>>;
+    /// A push (36) from incarnation `me` to its current bound session (`key` =
+    /// `session::CLOSE_SESSION_KEY` asks for the connection's close).
+    fn push_bound(
+        &self,
+        me: &ActorRef,
+        key: DispatchKey,
+        payload: Bytes,
+    ) -> BoxFuture<Result<(), ActorError>>;
+}
+
+/// What a handler sees of its turn: its own ref and a narrow handle to the hosting node (calls
+/// to other actors, the bound-session API).
 #[derive(Clone, Debug)]
 pub struct ActorCtx {
     me: ActorRef,
-    node: Node,
+    host: Arc<dyn ActorHost>,
+}
+
+fn encode<T: Serialize>(v: &T) -> Result<Bytes, ActorError> {
+    rmp_serde::to_vec_named(v)
+        .map(Bytes::from)
+        .map_err(|e| ActorError::Codec(format!("payload: {e}")))
 }
 
 impl ActorCtx {
-    pub(crate) fn new(me: ActorRef, node: Node) -> Self {
-        Self { me, node }
+    pub(crate) fn new(me: ActorRef, host: Arc<dyn ActorHost>) -> Self {
+        Self { me, host }
     }
 
     /// The ref of the actor whose turn this is.
@@ -35,9 +75,57 @@ impl ActorCtx {
         &self.me
     }
 
-    /// The node hosting the actor (requests to other actors, local or remote).
-    #[must_use]
-    pub fn node(&self) -> &Node {
-        &self.node
+    /// A typed request to another actor (local or remote), at most `timeout`.
+    ///
+    /// # Errors
+    /// The SB-12 kinds; [`ActorError::Codec`] when the reply does not decode.
+    pub async fn request<M: Message>(
+        &self,
+        actor: &ActorRef,
+        msg: &M,
+        timeout: Duration,
+    ) -> Result<M::Reply, ActorError> {
+        let reply = self
+            .host
+            .request_raw(actor, M::KEY, encode(msg)?, timeout)
+            .await?;
+        rmp_serde::from_slice(&reply).map_err(|e| ActorError::Codec(format!("reply: {e}")))
+    }
+
+    /// A typed one-way send to another actor.
+    ///
+    /// # Errors
+    /// Local refusals and admission failures.
+    pub async fn send<M: Message>(&self, actor: &ActorRef, msg: &M) -> Result<(), ActorError> {
+        self.host.send_raw(actor, M::KEY, encode(msg)?).await
+    }
+
+    /// Pushes `msg` one-way to this actor's current bound session (36, SB-5.5, SB-5.14). No
+    /// ack, no retransmit; the session owner drops (and counts) a push that is not current.
+    ///
+    /// # Errors
+    /// [`ActorError::SessionNotBound`] (`InvalidOperation`) without a current binding; it
+    /// succeeds once bound.
+    pub async fn push<M: Message>(&self, msg: &M) -> Result<(), ActorError> {
+        self.host.push_bound(&self.me, M::KEY, encode(msg)?).await
+    }
+
+    /// Raw form of [`ActorCtx::push`].
+    ///
+    /// # Errors
+    /// As [`ActorCtx::push`].
+    pub async fn push_raw(&self, key: DispatchKey, payload: Bytes) -> Result<(), ActorError> {
+        self.host.push_bound(&self.me, key, payload).await
+    }
+
+    /// Asks the session owner to close the bound session's connection (SB-5.14; the client
+    /// sees the close reason `Closed`).
+    ///
+    /// # Errors
+    /// [`ActorError::SessionNotBound`] without a current binding.
+    pub async fn close_session(&self) -> Result<(), ActorError> {
+        self.host
+            .push_bound(&self.me, crate::session::CLOSE_SESSION_KEY, Bytes::new())
+            .await
     }
 }

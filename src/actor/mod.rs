@@ -30,10 +30,10 @@ mod registry;
 pub mod spot;
 
 pub use error::{ActorConfigError, ActorError};
-pub use message::{ActorCtx, Handled, HandlerError, Message};
+pub use message::{ActorCtx, ActorHost, Handled, HandlerError, Message};
 pub use reference::{ActorRef, LocationSnapshot};
 pub use registry::{ActivationInfo, ActorRegistry, ActorType, ActorTypeBuilder};
-pub use spot::{SpotKind, SpotSpec, UserMode};
+pub use spot::{DisconnectHook, SpotHooks, SpotKind, SpotSpec, UserMode};
 pub use zlink_wire::{
     ActorId, AuthorityOwnerGeneration, DispatchKey, ErrorKind, MeshName, NodeGeneration, NodeRid,
     ObjectGeneration, OwnerLeaseGeneration,

@@ -51,6 +51,40 @@ impl ActorRef {
         }
     }
 
+    /// A ref from its parts: id, type name, incarnation and a wire location snapshot (a
+    /// binding's stored route).
+    pub(crate) fn from_parts(
+        actor_id: ActorId,
+        actor_type: String,
+        object_generation: ObjectGeneration,
+        loc: zlink_wire::ActorLocation,
+    ) -> Self {
+        Self {
+            actor_id,
+            actor_type,
+            object_generation,
+            location: LocationSnapshot {
+                mesh: loc.mesh,
+                node: loc.node,
+                node_generation: loc.node_generation,
+                authority_owner_generation: loc.authority_owner_generation,
+                owner_lease_generation: loc.owner_lease_generation,
+            },
+        }
+    }
+
+    /// The wire form of the location snapshot (route and fences).
+    #[must_use]
+    pub fn wire_location(&self) -> zlink_wire::ActorLocation {
+        zlink_wire::ActorLocation {
+            mesh: self.location.mesh.clone(),
+            node: self.location.node.clone(),
+            node_generation: self.location.node_generation,
+            authority_owner_generation: self.location.authority_owner_generation,
+            owner_lease_generation: self.location.owner_lease_generation,
+        }
+    }
+
     /// The global id.
     #[must_use]
     pub fn id(&self) -> &ActorId {

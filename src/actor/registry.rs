@@ -260,6 +260,7 @@ impl ActorType {
 #[derive(Clone, Debug, Default)]
 pub struct ActorRegistry {
     types: HashMap<String, ActorType>,
+    spots: HashMap<String, super::spot::SpotHooks>,
 }
 
 impl ActorRegistry {
@@ -287,6 +288,19 @@ impl ActorRegistry {
     #[must_use]
     pub fn get(&self, name: &str) -> Option<&ActorType> {
         self.types.get(name)
+    }
+
+    /// Sets the callbacks of the Spot named `name` (every Spot of that name on every node
+    /// hosting this registry; `"entry"` is the Entry Spot).
+    pub fn spot_hooks(&mut self, name: impl Into<String>, hooks: super::spot::SpotHooks) -> &mut Self {
+        self.spots.insert(name.into(), hooks);
+        self
+    }
+
+    /// The callbacks of the Spot named `name`.
+    #[must_use]
+    pub fn hooks_of(&self, name: &str) -> Option<&super::spot::SpotHooks> {
+        self.spots.get(name)
     }
 
     /// Registered type names, sorted.

@@ -64,3 +64,53 @@ impl SpotSpec {
         }
     }
 }
+
+/// The typed callback surface of a Spot (SB-7.6). Registered per Spot name in the
+/// [`super::ActorRegistry`]; a Spot without hooks has no-op callbacks. Callbacks run as
+/// lifecycle turns of the Spot's own lane (behind the Spot gate in SpotWide and Instance Spots).
+#[derive(Clone, Default)]
+pub struct SpotHooks {
+    on_disconnect_actor: Option<DisconnectHook>,
+}
+
+/// `OnDisconnectActor`: the Spot's name and the actor whose bound session disconnected (or was
+/// logically disconnected with `NotifyDisconnected`). It neither destroys the actor nor changes
+/// membership.
+pub type DisconnectHook = std::sync::Arc<
+    dyn Fn(String, super::ActorRef) -> crate::runtime::BoxFuture<Result<(), crate::runtime::HandlerError>>
+        + Send
+        + Sync,
+>;
+
+impl std::fmt::Debug for SpotHooks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SpotHooks")
+            .field("on_disconnect_actor", &self.on_disconnect_actor.is_some())
+            .finish()
+    }
+}
+
+impl SpotHooks {
+    /// No callbacks.
+    #[must_use]
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Sets `OnDisconnectActor` (SB-7.6).
+    #[must_use]
+    pub fn on_disconnect_actor<F, Fut>(mut self, f: F) -> Self
+    where
+        F: Fn(String, super::ActorRef) -> Fut + Send + Sync + 'static,
+        Fut: std::future::Future<Output = Result<(), crate::runtime::HandlerError>> + Send + 'static,
+    {
+        self.on_disconnect_actor = Some(std::sync::Arc::new(move |s, a| Box::pin(f(s, a))));
+        self
+    }
+
+    /// The `OnDisconnectActor` callback, if any.
+    #[must_use]
+    pub fn disconnect_hook(&self) -> Option<&DisconnectHook> {
+        self.on_disconnect_actor.as_ref()
+    }
+}

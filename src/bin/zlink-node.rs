@@ -316,7 +316,7 @@ async fn main() -> anyhow::Result<()> {
     let s = settings(cli)?;
     init_logs(s.log_format);
     let registry = demo::registry().context("registering the demo actor types")?;
-    let options = NodeOptions::from_config(&s.config, registry).context("startup configuration")?;
+    let options = NodeOptions::from_config(&s.config, registry, demo::sessions()).context("startup configuration")?;
     let signal = tokio::spawn(shutdown_signal());
     let node = Node::start(options).await.context("starting the node")?;
     let ep = node.endpoints().clone();

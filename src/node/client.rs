@@ -5,8 +5,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use zlink_mesh::{ClientConfig, MeshClient, RequestError};
-use zlink_wire::{DispatchKey, ErrorKind};
+use zlink_mesh::{ClientConfig, MeshClient, Push, RequestError};
+use zlink_wire::{DisconnectReason, DispatchKey, ErrorKind};
 
 use super::protocol::{self, CallActor, CreateActor, DestroyActor, GetActor, NodeInfo};
 use crate::actor::{ActorRef, Message, SpotSpec};
@@ -228,6 +228,52 @@ impl NodeClient {
             .send(protocol::CALL, p)
             .await
             .map_err(|e| ClientError::Request(RequestError::Send(e)))
+    }
+
+    /// Sends a request packet to the node's session handler for `M::KEY` (an application key)
+    /// and decodes its reply.
+    ///
+    /// # Errors
+    /// The handler's error reply (`Internal`), `NotFound` for a key without handler,
+    /// `Unavailable` when the session is closing or closed, request and codec failures.
+    pub async fn packet<M: Message>(&self, msg: &M) -> Result<M::Reply, ClientError> {
+        let p = enc(msg)?;
+        dec(self.call(M::KEY, p).await?)
+    }
+
+    /// Sends a one-way packet to the node's session handler for `M::KEY`.
+    ///
+    /// # Errors
+    /// Admission and codec failures.
+    pub async fn packet_send<M: Message>(&self, msg: &M) -> Result<(), ClientError> {
+        let p = enc(msg)?;
+        self.client
+            .send(M::KEY, p)
+            .await
+            .map_err(|e| ClientError::Request(RequestError::Send(e)))
+    }
+
+    /// The next push from the node (a bound actor's push or the session's own), `None` once the
+    /// connection is closed and every received push was read.
+    pub async fn recv_push(&self) -> Option<Push> {
+        self.client.recv_push().await
+    }
+
+    /// [`NodeClient::recv_push`] with a timeout.
+    pub async fn recv_push_timeout(&self, timeout: Duration) -> Option<Push> {
+        self.client.recv_push_timeout(timeout).await
+    }
+
+    /// Why the node closed this session, once it has (replaced, timed out, shutting down,
+    /// closed by the application, relocation seal timeout).
+    #[must_use]
+    pub fn close_reason(&self) -> Option<DisconnectReason> {
+        self.client.close_reason()
+    }
+
+    /// Waits until the node closes this session and returns why.
+    pub async fn closed(&self) -> DisconnectReason {
+        self.client.closed().await
     }
 
     /// Says Disconnect and closes.

@@ -3,8 +3,8 @@
 //! | type | messages |
 //! |---|---|
 //! | `counter` | [`Add`] → new total, [`Get`] → total |
-//! | `echo` | [`Echo`] → the same bytes |
-//! | `room` | [`Join`] → member count, [`Say`] → message sequence number, [`Relay`] → the reply of an `echo` actor the room calls (actor → actor, possibly cross-node) |
+//! | `echo` | [`Echo`] → the same bytes, [`EchoPush`] → pushes `Echo` to its bound session, [`CloseSession`] → closes its bound session's connection |
+//! | `room` | [`Enter`] → member count, [`Say`] → message sequence number, [`CallEcho`] → the reply of an `echo` actor the room calls (actor → actor, possibly cross-node) |
 //! | `failing` | [`Fail`] → always a handler error (EG-15 error reply) |
 
 use std::time::Duration;
@@ -41,13 +41,31 @@ impl Message for Echo {
     type Reply = Echo;
 }
 
+/// Pushes its bytes to the echo actor's bound session (36; the client receives a push with
+/// key [`Echo::KEY`] and payload `Echo(bytes)`); replies `()`. `InvalidOperation`
+/// (session-not-bound) when the actor has no bound session (SB-14.5).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct EchoPush(#[serde(with = "serde_bytes")] pub Vec<u8>);
+impl Message for EchoPush {
+    const KEY: DispatchKey = DispatchKey::new(11);
+    type Reply = ();
+}
+
+/// Asks the echo actor to close its bound session's connection (SB-5.14); replies `()`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct CloseSession;
+impl Message for CloseSession {
+    const KEY: DispatchKey = DispatchKey::new(12);
+    type Reply = ();
+}
+
 /// Joins a room; replies the member count.
 #[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct Join {
+pub struct Enter {
     /// Player name.
     pub player: String,
 }
-impl Message for Join {
+impl Message for Enter {
     const KEY: DispatchKey = DispatchKey::new(20);
     type Reply = u64;
 }
@@ -68,7 +86,7 @@ impl Message for Say {
 /// Asks a room to call an `echo` actor and return its reply (an actor → actor request that
 /// keeps the room's turn until the reply arrives, EG-2.6).
 #[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct Relay {
+pub struct CallEcho {
     /// The echo actor.
     pub target: ActorRef,
     /// Bytes to echo.
@@ -77,7 +95,7 @@ pub struct Relay {
     /// Timeout of the inner request in ms.
     pub timeout_ms: u32,
 }
-impl Message for Relay {
+impl Message for CallEcho {
     const KEY: DispatchKey = DispatchKey::new(22);
     type Reply = Echo;
 }
@@ -121,11 +139,27 @@ pub fn registry() -> Result<ActorRegistry, ActorConfigError> {
     r.register(
         ActorTypeBuilder::new("echo", |_info, _init| Ok(()))
             .handle(|_: &mut (), _ctx, msg: Echo| Handled::ok(msg))
+            .handle(|_: &mut (), ctx, EchoPush(data)| {
+                let ctx = ctx.clone();
+                Handled::later(async move {
+                    ctx.push(&Echo(data))
+                        .await
+                        .map_err(|e| HandlerError::new(e.to_string()))
+                })
+            })
+            .handle(|_: &mut (), ctx, _: CloseSession| {
+                let ctx = ctx.clone();
+                Handled::later(async move {
+                    ctx.close_session()
+                        .await
+                        .map_err(|e| HandlerError::new(e.to_string()))
+                })
+            })
             .build()?,
     )?;
     r.register(
         ActorTypeBuilder::new("room", |_info, _init| Ok(Room::default()))
-            .handle(|room: &mut Room, _ctx, j: Join| {
+            .handle(|room: &mut Room, _ctx, j: Enter| {
                 if !room.members.contains(&j.player) {
                     room.members.push(j.player);
                 }
@@ -141,10 +175,10 @@ pub fn registry() -> Result<ActorRegistry, ActorConfigError> {
                 room.said += 1;
                 Handled::ok(room.said)
             })
-            .handle(|_room: &mut Room, ctx, r: Relay| {
-                let node = ctx.node().clone();
+            .handle(|_room: &mut Room, ctx, r: CallEcho| {
+                let ctx = ctx.clone();
                 Handled::later(async move {
-                    node.request(
+                    ctx.request(
                         &r.target,
                         &Echo(r.data),
                         Duration::from_millis(u64::from(r.timeout_ms)),
@@ -163,4 +197,173 @@ pub fn registry() -> Result<ActorRegistry, ActorConfigError> {
             .build()?,
     )?;
     Ok(r)
+}
+
+/// The demo session application ([`sessions`]): generic packet handlers that let any client
+/// bind actors and relay to them. Keys and payloads are documented in `docs/CLIENT-PROTOCOL.md`.
+pub mod session {
+    use serde::{Deserialize, Serialize};
+    use zlink_wire::DispatchKey;
+
+    use crate::actor::{ActorRef, Message};
+
+    /// Binds the session to an actor (`session.actors().bind`); replies the bound ref.
+    #[derive(Clone, Debug, Serialize, Deserialize)]
+    pub struct Bind {
+        /// The incarnation to bind (from CREATE / GET / GET_OR_CREATE).
+        pub actor: ActorRef,
+    }
+    impl Message for Bind {
+        const KEY: DispatchKey = DispatchKey::new(1);
+        type Reply = ActorRef;
+    }
+
+    /// BindOrGet (SB-5.13); replies the bound ref.
+    #[derive(Clone, Debug, Serialize, Deserialize)]
+    pub struct BindOrGet {
+        /// The incarnation.
+        pub actor: ActorRef,
+    }
+    impl Message for BindOrGet {
+        const KEY: DispatchKey = DispatchKey::new(2);
+        type Reply = ActorRef;
+    }
+
+    /// Relays a request to a bound actor; replies the actor's reply bytes.
+    #[derive(Clone, Debug, Serialize, Deserialize)]
+    pub struct RelayRequest {
+        /// The bound actor.
+        pub actor_id: String,
+        /// The actor message's key.
+        pub key: u32,
+        /// MessagePack of the message.
+        #[serde(with = "serde_bytes")]
+        pub payload: Vec<u8>,
+        /// Timeout in ms (0 = 5,000).
+        pub timeout_ms: u32,
+    }
+    impl Message for RelayRequest {
+        const KEY: DispatchKey = DispatchKey::new(3);
+        type Reply = serde_bytes::ByteBuf;
+    }
+
+    /// Relays a one-way send to a bound actor (send it as a one-way packet, 147).
+    #[derive(Clone, Debug, Serialize, Deserialize)]
+    pub struct RelaySend {
+        /// The bound actor.
+        pub actor_id: String,
+        /// The actor message's key.
+        pub key: u32,
+        /// MessagePack of the message.
+        #[serde(with = "serde_bytes")]
+        pub payload: Vec<u8>,
+    }
+    impl Message for RelaySend {
+        const KEY: DispatchKey = DispatchKey::new(4);
+        type Reply = ();
+    }
+
+    /// Unbinds an actor (38 tombstone).
+    #[derive(Clone, Debug, Serialize, Deserialize)]
+    pub struct Unbind {
+        /// The bound actor.
+        pub actor_id: String,
+    }
+    impl Message for Unbind {
+        const KEY: DispatchKey = DispatchKey::new(5);
+        type Reply = ();
+    }
+
+    /// `NotifyDisconnected` for one bound actor (SB-7.5).
+    #[derive(Clone, Debug, Serialize, Deserialize)]
+    pub struct NotifyDisconnected {
+        /// The bound actor.
+        pub actor_id: String,
+    }
+    impl Message for NotifyDisconnected {
+        const KEY: DispatchKey = DispatchKey::new(6);
+        type Reply = ();
+    }
+
+    /// The session's bound actors; replies their refs.
+    #[derive(Clone, Debug, Serialize, Deserialize)]
+    pub struct Bound;
+    impl Message for Bound {
+        const KEY: DispatchKey = DispatchKey::new(7);
+        type Reply = Vec<ActorRef>;
+    }
+
+    /// Pushed by the demo session to its client when another session took over one of its
+    /// actors (the replaced-callback), just before the connection closes.
+    #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+    pub struct Replaced {
+        /// The actor that moved to the other session.
+        pub actor_id: String,
+    }
+    impl Message for Replaced {
+        const KEY: DispatchKey = DispatchKey::new(100);
+        type Reply = ();
+    }
+}
+
+fn find(s: &crate::session::Session, id: &str) -> Result<crate::session::BoundActor, HandlerError> {
+    let id = zlink_wire::ActorId::new(id).map_err(|e| HandlerError::new(format!("actor id: {e}")))?;
+    s.actors()
+        .find(&id)
+        .ok_or_else(|| HandlerError::new(format!("session not bound to {id}")))
+}
+
+fn timeout_of(ms: u32) -> Duration {
+    Duration::from_millis(if ms == 0 { 5_000 } else { u64::from(ms) })
+}
+
+/// The demo session application hosted by `zlink-node`: [`session`]'s packets, and a
+/// replaced-callback that tells the client which actor moved ([`session::Replaced`] push).
+#[must_use]
+pub fn sessions() -> crate::session::SessionHandlers {
+    use session::{Bind, BindOrGet, Bound, NotifyDisconnected, RelayRequest, RelaySend, Replaced, Unbind};
+    crate::session::SessionHandlers::new()
+        .packet(|s, b: Bind| async move {
+            Ok(s.actors().bind(&b.actor).await?.actor_ref())
+        })
+        .packet(|s, b: BindOrGet| async move {
+            Ok(s.actors().bind_or_get(&b.actor).await?.actor_ref())
+        })
+        .packet(|s, r: RelayRequest| async move {
+            let bound = find(&s, &r.actor_id)?;
+            let reply = bound
+                .relay(
+                    DispatchKey::new(r.key),
+                    Bytes::from(r.payload),
+                    Some(timeout_of(r.timeout_ms)),
+                )
+                .await?;
+            Ok(serde_bytes::ByteBuf::from(reply.unwrap_or_default().to_vec()))
+        })
+        .packet(|s, r: RelaySend| async move {
+            let bound = find(&s, &r.actor_id)?;
+            bound
+                .relay(DispatchKey::new(r.key), Bytes::from(r.payload), None)
+                .await?;
+            Ok(())
+        })
+        .packet(|s, u: Unbind| async move {
+            find(&s, &u.actor_id)?.unbind().await?;
+            Ok(())
+        })
+        .packet(|s, n: NotifyDisconnected| async move {
+            find(&s, &n.actor_id)?.notify_disconnected().await?;
+            Ok(())
+        })
+        .packet(|s, _: Bound| async move {
+            Ok(s.actors().bound().iter().map(|b| b.actor_ref()).collect())
+        })
+        .on_replaced(|s, actor| async move {
+            let _ = s
+                .send(&Replaced {
+                    actor_id: actor.to_string(),
+                })
+                .await;
+            Ok(())
+        })
 }

@@ -5,8 +5,8 @@
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use zlink_mesh::{Inbound, InboundReceiver, Origin, Record, ReplyHandle};
-use zlink_wire::{ActorCall, ActorId, DispatchKey, ErrorKind};
+use zlink_mesh::{ClientEvent, ClientEvents, Inbound, InboundReceiver, Origin, Record, ReplyHandle};
+use zlink_wire::{ActorCall, ActorId, BindOperation, DispatchKey, ErrorKind};
 
 use super::protocol::{self, Activate, CallActor, CreateActor, DestroyActor, GetActor};
 use super::{Create, Node};
@@ -14,12 +14,40 @@ use crate::actor::ActorError;
 use crate::actor::exec::{ReplyTo, Work};
 use crate::actor::fence::CallFence;
 
-/// Runs until the mesh closes the inbound channel.
-pub(crate) async fn run(node: Node, mut rx: InboundReceiver) {
-    while let Some(inbound) = rx.recv().await {
-        handle(&node, inbound).await;
+/// Runs until the mesh closes the inbound channel. Client session events come from the mesh's
+/// lossless event stream; records are taken first whenever both are ready, so a session's
+/// records handed up before its disconnect are served before the disconnect (the mesh sends
+/// the Disconnected event after them, and Connected before the first of them).
+pub(crate) async fn run(node: Node, mut rx: InboundReceiver, mut events: Option<ClientEvents>) {
+    loop {
+        let next = match events.as_mut() {
+            Some(ev) => tokio::select! {
+                biased;
+                inbound = rx.recv() => Next::Record(inbound),
+                event = ev.recv() => Next::Event(event),
+            },
+            None => Next::Record(rx.recv().await),
+        };
+        match next {
+            Next::Record(Some(inbound)) => handle(&node, inbound).await,
+            Next::Record(None) => break,
+            Next::Event(Some(ClientEvent::Connected { session })) => {
+                node.sessions().connected(session);
+            }
+            Next::Event(Some(ClientEvent::Disconnected { session, cause })) => {
+                tracing::debug!(%session, ?cause, "client session ended");
+                node.sessions().disconnected(session);
+            }
+            Next::Event(Some(_)) => {}
+            Next::Event(None) => events = None,
+        }
     }
     tracing::debug!("inbound loop ended");
+}
+
+enum Next {
+    Record(Option<Inbound>),
+    Event(Option<ClientEvent>),
 }
 
 fn answer(reply: ReplyHandle, out: Result<Bytes, ActorError>) {
@@ -42,6 +70,32 @@ async fn handle(node: &Node, inbound: Inbound) {
     match (origin, record) {
         (Origin::Peer { .. }, Record::ActorCall(call)) => {
             on_actor_call(node, call, payload, deadline, reply).await;
+        }
+        (Origin::Peer { node: sender, .. }, Record::ActorSend(rec)) => {
+            node.on_actor_send(&sender, rec, payload, deadline, reply.map(ReplyTo::Wire))
+                .await;
+        }
+        (Origin::Peer { node: sender, .. }, Record::BoundSessionBind(rec)) => {
+            if rec.operation == BindOperation::Bind {
+                // Inline: a bind is one owning step under the actors lock (SB-5.6).
+                node.on_bind_record(&sender, rec, reply).await;
+            } else {
+                // A disconnect waits for the Spot callback: never on the inbound loop.
+                let node = node.clone();
+                tokio::spawn(async move { node.on_bind_record(&sender, rec, reply).await });
+            }
+        }
+        (Origin::Peer { .. }, Record::BoundSessionSend(rec)) => {
+            node.sessions().handle_push(rec, payload).await;
+        }
+        (Origin::Peer { node: sender, generation }, Record::BoundSessionReplaced(rec)) => {
+            node.sessions().handle_replaced((&sender, generation), &rec);
+        }
+        (Origin::Client { session }, Record::Request(r)) if !protocol::is_framework_key(r.key) => {
+            node.sessions().packet(session, r.key, payload, reply);
+        }
+        (Origin::Client { session }, Record::OneWay(o)) if !protocol::is_framework_key(o.key) => {
+            node.sessions().packet(session, o.key, payload, None);
         }
         (Origin::Peer { .. }, Record::Request(r)) => match reply {
             Some(reply) => on_peer_request(node, r.key, payload, reply),

@@ -18,6 +18,7 @@
 //! - [`Node::shutdown`] (SB-10): stop accepting new client work and activations, drain accepted
 //!   work until a deadline, release the owner lease, close the mesh (peers get Disconnect).
 
+mod bound;
 pub mod client;
 pub mod demo;
 mod dispatch;
@@ -36,8 +37,8 @@ use zlink_mesh::{
     RequestError, SendError,
 };
 use zlink_wire::{
-    ActorCall, ActorId, Deadline, DispatchKey, ErrorKind, MeshName, NodeGeneration, NodeRid,
-    ObjectGeneration,
+    ActorCall, ActorId, BindingGeneration, Deadline, DisconnectReason, DispatchKey, ErrorKind,
+    MeshName, NodeGeneration, NodeRid, ObjectGeneration, SessionLifecycleGeneration, SessionRid,
 };
 
 use crate::actor::exec::{self, ExecShared, Inflight, Mailbox, ReplyTo, RtSpot, Work};
@@ -51,6 +52,10 @@ use crate::config::{
     SESSION_REPLACEMENT_CALLBACK_TIMEOUT, StartupBuilder,
 };
 use crate::runtime::{LaneLimits, Runtime, RuntimeConfig};
+use crate::session::{
+    BindingSlot, Clock, FlowCounters, SessionHandlers, SessionOwner, SessionOwnerConfig,
+    SystemClock,
+};
 use crate::store::{
     ActivationRequest, ActivationState, ActorLocation, ActorOwner, LocationStore, OwnerLease,
     Reservation, StoreError,
@@ -82,6 +87,11 @@ pub struct NodeOptions {
     pub session_replacement_callback_timeout: Duration,
     /// SessionRelocationSealTimeout (SB-8.3; `timeouts.session_relocation_seal_ms`).
     pub session_relocation_seal_timeout: Duration,
+    /// The session application: packet handlers by key and session callbacks (SB-5, SB-6).
+    pub sessions: SessionHandlers,
+    /// The clock of the session timers (the 100 ms replacement close, the callback timeout);
+    /// tests inject a [`crate::session::ManualClock`].
+    pub clock: Arc<dyn Clock>,
 }
 
 impl NodeOptions {
@@ -100,7 +110,19 @@ impl NodeOptions {
             lanes: LaneLimits::default(),
             session_replacement_callback_timeout: SESSION_REPLACEMENT_CALLBACK_TIMEOUT,
             session_relocation_seal_timeout: SESSION_RELOCATION_SEAL_TIMEOUT,
+            sessions: SessionHandlers::new(),
+            clock: Arc::new(SystemClock),
         }
+    }
+
+    /// The session application (packet handlers, callbacks).
+    ///
+    /// # Errors
+    /// [`NodeError::Config`] for a duplicate packet key (SB-3.3) or a reserved one.
+    pub fn with_sessions(mut self, sessions: SessionHandlers) -> Result<Self, NodeError> {
+        sessions.validate()?;
+        self.sessions = sessions;
+        Ok(self)
     }
 }
 
@@ -113,9 +135,18 @@ impl NodeOptions {
     /// # Errors
     /// [`NodeError::Config`] for every startup configuration error, including a configuration
     /// that does not enable actor dispatch.
-    pub fn from_config(config: &NodeConfig, registry: ActorRegistry) -> Result<Self, NodeError> {
+    pub fn from_config(
+        config: &NodeConfig,
+        registry: ActorRegistry,
+        sessions: SessionHandlers,
+    ) -> Result<Self, NodeError> {
         config.validate()?;
-        let startup = StartupBuilder::<()>::from_config(config).build()?;
+        sessions.validate()?;
+        let mut builder = StartupBuilder::from_config(config);
+        for (key, handler) in sessions.clone().into_parts().0 {
+            builder = builder.handler(key, handler);
+        }
+        let startup = builder.build()?;
         if !startup.actor_dispatch {
             return Err(NodeError::ActorDispatchDisabled);
         }
@@ -135,6 +166,7 @@ impl NodeOptions {
         mc.liveness.heartbeat_ttl = config.timeouts.heartbeat_timeout;
         mc.liveness.peer_timeout = config.timeouts.heartbeat_timeout;
         let mut options = NodeOptions::new(mc, store, registry);
+        options.sessions = sessions;
         options.peers = mesh
             .peers
             .iter()
@@ -273,6 +305,9 @@ struct LocalActor {
     /// `Some` while the activation barrier is closed (EG-14 (4)): records admitted by the fence
     /// wait here in arrival order and enter the lane after the first record.
     held: Option<VecDeque<Work>>,
+    /// The incarnation's bound session (SB-5.6): written and read under the actors lock, the
+    /// same lock as submission. Dropped with the incarnation (destroy, lease loss: SB-4.1).
+    binding: BindingSlot,
 }
 
 impl LocalActor {
@@ -301,6 +336,8 @@ type ActivationWaiter = oneshot::Sender<Result<ActorRef, (ErrorKind, String)>>;
 
 struct Inner {
     mesh: MeshNode,
+    /// The session owner of this node's client connections.
+    sessions: Arc<SessionOwner>,
     runtime: Runtime,
     mesh_name: MeshName,
     store: Arc<dyn LocationStore>,
@@ -367,8 +404,27 @@ impl Node {
             ..RuntimeConfig::default()
         })
         .map_err(NodeError::Runtime)?;
+        let (packets, callbacks) = {
+            let registry = options.sessions.registry()?;
+            (registry, options.sessions.into_parts().1)
+        };
+        let session_cfg = SessionOwnerConfig {
+            node: mesh.node().clone(),
+            lifecycle: SessionLifecycleGeneration::new(mesh.generation().get()),
+            callback_timeout: options.session_replacement_callback_timeout,
+            request_timeout: options.request_timeout,
+            clock: options.clock,
+        };
+        let session_runtime = runtime.clone();
         let node = Node {
-            inner: Arc::new(Inner {
+            inner: Arc::new_cyclic(|weak: &std::sync::Weak<Inner>| Inner {
+                sessions: Arc::new(SessionOwner::new(
+                    session_cfg,
+                    Box::new(bound::NodeSessionHost(weak.clone())),
+                    session_runtime,
+                    packets,
+                    callbacks,
+                )),
                 mesh,
                 runtime,
                 mesh_name,
@@ -410,7 +466,8 @@ impl Node {
     }
 
     fn spawn_background(&self, inbound: InboundReceiver, ttl: Duration) {
-        let d = tokio::spawn(dispatch::run(self.clone(), inbound));
+        let events = self.inner.mesh.take_client_events();
+        let d = tokio::spawn(dispatch::run(self.clone(), inbound, events));
         let weak = Arc::downgrade(&self.inner);
         let renew = tokio::spawn(async move {
             let period = ttl / 3;
@@ -827,7 +884,10 @@ impl Node {
                 return Err(e);
             }
         };
-        let ctx = ActorCtx::new(ActorRef::from_location(&loc), self.clone());
+        let ctx = ActorCtx::new(
+            ActorRef::from_location(&loc),
+            Arc::new(bound::NodeActorHost(Arc::downgrade(&self.inner))),
+        );
         let factory: exec::Factory = {
             let ty = ty.clone();
             let init = Bytes::from(req.init.clone());
@@ -868,6 +928,7 @@ impl Node {
                     spot: spot.name.clone(),
                     timers: Vec::new(),
                     held: Some(VecDeque::new()),
+                    binding: BindingSlot::default(),
                 },
             );
         }
@@ -1227,6 +1288,18 @@ impl Node {
     /// refusal of a request is answered through its reply (and `None` returned); the refusal
     /// of a send is returned.
     pub(crate) async fn submit_local(&self, call: &CallFence, work: Work) -> Option<ActorError> {
+        self.submit_checked(call, work, None).await
+    }
+
+    /// [`Node::submit_local`] with the bound-session check of a 24 (SB-5.3): under the same
+    /// lock as the fence check, the record's binding identity must be the incarnation's current
+    /// binding, else it is refused and counted.
+    pub(crate) async fn submit_checked(
+        &self,
+        call: &CallFence,
+        work: Work,
+        bound: Option<&BoundCheck>,
+    ) -> Option<ActorError> {
         let mut work = work;
         // One lock for the fence check and the barrier decision, so a record is held only by
         // the incarnation that admitted it.
@@ -1240,6 +1313,23 @@ impl Node {
                 actors.retired.get(&call.actor_id).copied(),
                 call,
             );
+            let bound_ok = match (&checked, live.as_deref(), bound) {
+                (Ok(()), Some(a), Some(b)) => a
+                    .binding
+                    .check_relay(&b.node, b.lifecycle, b.generation)
+                    .map_err(|r| {
+                        self.inner
+                            .sessions
+                            .flow()
+                            .reject(crate::session::FlowRecord::Relay, r, &call.actor_id);
+                        ActorError::StaleFence {
+                            actor_id: call.actor_id.clone(),
+                            fence: "binding",
+                        }
+                    }),
+                _ => Ok(()),
+            };
+            let checked = checked.and(bound_ok);
             match (checked, live) {
                 (Err(e), _) => Err(e),
                 (Ok(()), None) => Err(ActorError::StaleFence {
@@ -1342,6 +1432,7 @@ impl Node {
     pub async fn shutdown(self, drain: Duration) {
         let inner = &self.inner;
         inner.accepting.store(false, Ordering::Release);
+        inner.sessions.stop_accepting();
         tracing::info!(inflight = inner.inflight.current(), "shutdown: draining");
         if tokio::time::timeout(drain, inner.inflight.wait_idle())
             .await
@@ -1390,6 +1481,30 @@ impl Node {
         tracing::info!("shutdown: closed");
     }
 
+    /// This node's session owner.
+    pub(crate) fn sessions(&self) -> &Arc<SessionOwner> {
+        &self.inner.sessions
+    }
+
+    /// Counters of rejected session records by kind and reason (SB-5.9).
+    #[must_use]
+    pub fn session_flow(&self) -> &FlowCounters {
+        self.inner.sessions.flow()
+    }
+
+    /// Open client sessions on this node.
+    #[must_use]
+    pub fn session_count(&self) -> usize {
+        self.inner.sessions.session_count()
+    }
+
+    /// Closes a client connection; the client sees `reason` (SB-6.4, SB-5.14).
+    pub(crate) fn close_client(&self, session: SessionRid, reason: DisconnectReason) {
+        if let Err(e) = self.inner.mesh.close_client(session, reason) {
+            tracing::debug!(%session, error = %e, "close of a client connection failed");
+        }
+    }
+
     pub(crate) fn inflight(&self) -> &Arc<Inflight> {
         &self.inner.inflight
     }
@@ -1409,6 +1524,14 @@ impl Node {
     pub(crate) fn count_send_dropped(&self) {
         self.inner.sends_dropped.fetch_add(1, Ordering::Relaxed);
     }
+}
+
+/// The bound-session identity a 24 presents (SB-5.3): its session owner (the authenticated
+/// sender), that owner's lifecycle generation and the binding generation.
+pub(crate) struct BoundCheck {
+    pub node: NodeRid,
+    pub lifecycle: SessionLifecycleGeneration,
+    pub generation: BindingGeneration,
 }
 
 /// The local activator's claim on one actor id: answers every waiting local caller exactly once,

@@ -8,12 +8,12 @@
 //!
 //! | key | request payload | reply payload |
 //! |---|---|---|
-//! | 1 `CREATE` | [`CreateActor`] | [`ActorRef`] — a new incarnation; `InvalidOperation` if one exists |
-//! | 2 `GET_OR_CREATE` | [`CreateActor`] | [`ActorRef`] — the Ready incarnation, created if absent |
-//! | 3 `GET` | [`GetActor`] | [`ActorRef`] — `NotFound` if none, `Unavailable` while activating |
-//! | 4 `CALL` | [`CallActor`] | the handler's reply bytes (MessagePack of `M::Reply`) |
-//! | 5 `DESTROY` | [`DestroyActor`] | `()` |
-//! | 6 `NODE_INFO` | `()` | [`NodeInfo`] |
+//! | 0xFFFF0001 `CREATE` | [`CreateActor`] | [`ActorRef`] — a new incarnation; `InvalidOperation` if one exists |
+//! | 0xFFFF0002 `GET_OR_CREATE` | [`CreateActor`] | [`ActorRef`] — the Ready incarnation, created if absent |
+//! | 0xFFFF0003 `GET` | [`GetActor`] | [`ActorRef`] — `NotFound` if none, `Unavailable` while activating |
+//! | 0xFFFF0004 `CALL` | [`CallActor`] | the handler's reply bytes (MessagePack of `M::Reply`) |
+//! | 0xFFFF0005 `DESTROY` | [`DestroyActor`] | `()` |
+//! | 0xFFFF0006 `NODE_INFO` | `()` | [`NodeInfo`] |
 //!
 //! `CreateActor::node` names the node that must own the new actor (any node of the mesh; the
 //! contacted node forwards the activation to it); `None` = the contacted node.
@@ -23,18 +23,26 @@ use zlink_wire::DispatchKey;
 
 use crate::actor::{ActorRef, SpotSpec};
 
-/// Create an actor (client key 1).
-pub const CREATE: DispatchKey = DispatchKey::new(1);
-/// Get or create an actor (client key 2).
-pub const GET_OR_CREATE: DispatchKey = DispatchKey::new(2);
-/// Look up the Ready ref of an actor (client key 3).
-pub const GET: DispatchKey = DispatchKey::new(3);
-/// Call an actor: request (144) or send (147) (client key 4).
-pub const CALL: DispatchKey = DispatchKey::new(4);
-/// Destroy an incarnation (client key 5).
-pub const DESTROY: DispatchKey = DispatchKey::new(5);
-/// Node identity and peers (client key 6).
-pub const NODE_INFO: DispatchKey = DispatchKey::new(6);
+/// Create an actor (client key 0xFFFF0001).
+pub const CREATE: DispatchKey = DispatchKey::new(0xFFFF_0001);
+/// Get or create an actor (client key 0xFFFF0002).
+pub const GET_OR_CREATE: DispatchKey = DispatchKey::new(0xFFFF_0002);
+/// Look up the Ready ref of an actor (client key 0xFFFF0003).
+pub const GET: DispatchKey = DispatchKey::new(0xFFFF_0003);
+/// Call an actor: request (144) or send (147) (client key 0xFFFF0004).
+pub const CALL: DispatchKey = DispatchKey::new(0xFFFF_0004);
+/// Destroy an incarnation (client key 0xFFFF0005).
+pub const DESTROY: DispatchKey = DispatchKey::new(0xFFFF_0005);
+/// Node identity and peers (client key 0xFFFF0006).
+pub const NODE_INFO: DispatchKey = DispatchKey::new(0xFFFF_0006);
+
+/// Whether `key` is one of the framework's client operations or node control keys (the
+/// reserved range from [`crate::session::RESERVED_KEYS_START`]); every other key is an
+/// application packet for the session's handler registry.
+#[must_use]
+pub fn is_framework_key(key: DispatchKey) -> bool {
+    key.get() >= crate::session::RESERVED_KEYS_START
+}
 
 /// Node-to-node: activate an actor on the receiving node (payload [`Activate`]).
 pub(crate) const PEER_ACTIVATE: DispatchKey = DispatchKey::new(0xFFFF_FF01);

@@ -1,0 +1,511 @@
+//! The node's part in session binding: the actor owner's handling of 38 (bind, unbind,
+//! disconnect) and 24 (relay), the push path of `ActorCtx` (36), the 51 after a replacement,
+//! and the two narrow handles the node gives the rooms below it — [`SessionHost`] to the
+//! session owner and [`ActorHost`] to actors. The same rules hold when session and actor live on
+//! this node: the records take a direct call instead of a mesh hop, through the same checks.
+
+use std::sync::Weak;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use zlink_mesh::{Record, ReplyHandle, SendError};
+use zlink_wire::{
+    ActorSend, AuthorityFence, BindOperation, BindSnapshot, BoundSessionBind,
+    BoundSessionBindReply, BoundSessionReplaced, BoundSessionSend, DisconnectReason, DispatchKey,
+    ErrorKind, NodeRid, OwnerLeaseGeneration, PreviousSessionOwner, SessionRid,
+};
+
+use super::{Inner, Node, lock, request_error, send_error};
+use crate::actor::exec::{ReplyTo, Work};
+use crate::actor::fence::{self, CallFence};
+use crate::actor::{ActorError, ActorHost, ActorRef};
+use crate::runtime::BoxFuture;
+use crate::session::flow::{FlowRecord, FlowReject};
+use crate::session::owner::Refusal;
+use crate::session::{RegisteredBinding, SessionHost, slot::SlotBind};
+
+fn refusal(e: &ActorError) -> Refusal {
+    (e.kind(), e.to_string())
+}
+
+/// A binding the actor owner retired by registering another session's binding: the 51 to send
+/// once the 38 terminal has left (SB-6.1).
+pub(crate) struct Replacement {
+    to: NodeRid,
+    record: BoundSessionReplaced,
+}
+
+impl Node {
+    /// The actor owner's 38 (SB-5.2, SB-6.1, SB-6.6, SB-7): bind registers the identity in the
+    /// incarnation's binding slot under the actors lock — the same lock as submission, so a
+    /// handler running after the reply sees it (SB-5.6); unbind/disconnect tombstone exactly
+    /// their identity (a disconnect runs the Spot's `on_disconnect_actor` at most once first).
+    pub(crate) async fn bind_at_owner(
+        &self,
+        sender: &NodeRid,
+        req: BoundSessionBind,
+    ) -> (Result<BindSnapshot, Refusal>, Option<Replacement>) {
+        match req.operation {
+            BindOperation::Bind => self.register_binding(sender, &req),
+            _ => (self.tombstone_binding(sender, &req).await, None),
+        }
+    }
+
+    fn register_binding(
+        &self,
+        sender: &NodeRid,
+        req: &BoundSessionBind,
+    ) -> (Result<BindSnapshot, Refusal>, Option<Replacement>) {
+        if !self.accepting() {
+            self.sessions()
+                .flow()
+                .reject(FlowRecord::Bind, FlowReject::ShuttingDown, &req.actor);
+            return (Err(refusal(&ActorError::ShuttingDown)), None);
+        }
+        let fence = CallFence {
+            actor_id: req.actor.clone(),
+            object_generation: req.object_generation,
+            authority_owner_generation: req.authority_owner_generation,
+            owner_lease_generation: req.owner_lease_generation,
+            node_generation: req.target_node_generation,
+        };
+        let mut actors = lock(&self.inner.actors);
+        let actors = &mut *actors;
+        let retired = actors.retired.get(&req.actor).copied();
+        let live = actors.live.get_mut(&req.actor);
+        if let Err(e) = fence::check_bind(
+            self.generation(),
+            live.as_deref().map(|a| &a.fence),
+            retired,
+            &fence,
+        ) {
+            return (Err(refusal(&e)), None);
+        }
+        let Some(local) = live else {
+            return (
+                Err(refusal(&ActorError::StaleFence {
+                    actor_id: req.actor.clone(),
+                    fence: "location",
+                })),
+                None,
+            );
+        };
+        let reg = RegisteredBinding::of_bind(sender, req);
+        let replaced = match local.binding.bind(reg) {
+            SlotBind::Registered { replaced } => replaced,
+            SlotBind::Unchanged => None,
+        };
+        let location = local.actor_ref.wire_location();
+        let snapshot = BindSnapshot {
+            actor: req.actor.clone(),
+            object_generation: local.actor_ref.object_generation(),
+            location: location.clone(),
+            binding_generation: req.binding_generation,
+        };
+        let me = AuthorityFence {
+            node: location.node.clone(),
+            node_generation: location.node_generation,
+            authority_owner_generation: location.authority_owner_generation,
+            owner_lease_generation: location.owner_lease_generation,
+        };
+        let replacement = replaced.map(|old| Replacement {
+            to: old.session_owner.clone(),
+            record: BoundSessionReplaced {
+                actor: req.actor.clone(),
+                authority_source: me.clone(),
+                authority_target: me,
+                previous: PreviousSessionOwner {
+                    node: old.session_owner,
+                    lifecycle: old.lifecycle,
+                    owner: old.owner_id,
+                    owner_lease_generation: old.owner_lease,
+                    session: old.session,
+                    retired_binding_generation: old.generation,
+                },
+            },
+        });
+        (Ok(snapshot), replacement)
+    }
+
+    async fn tombstone_binding(
+        &self,
+        sender: &NodeRid,
+        req: &BoundSessionBind,
+    ) -> Result<BindSnapshot, Refusal> {
+        let found = {
+            let mut actors = lock(&self.inner.actors);
+            actors.live.get_mut(&req.actor).and_then(|a| {
+                let removed =
+                    a.binding
+                        .tombstone(sender, req.session_lifecycle, req.binding_generation);
+                removed.map(|_| (a.actor_ref.clone(), a.spot.clone()))
+            })
+        };
+        let Some((actor_ref, spot)) = found else {
+            // Not the current identity (already retired, replaced, or the actor ended): the
+            // late record changes nothing (SB-4.1, SB-6.6, SB-7.3).
+            self.sessions()
+                .flow()
+                .reject(FlowRecord::Bind, FlowReject::BindingRetired, &req.actor);
+            return Err((
+                ErrorKind::InvalidOperation,
+                format!("actor {}: binding not current", req.actor),
+            ));
+        };
+        if req.operation == BindOperation::Disconnect {
+            self.run_disconnect_hook(&spot, &actor_ref).await;
+        }
+        Ok(BindSnapshot {
+            actor: req.actor.clone(),
+            object_generation: actor_ref.object_generation(),
+            location: actor_ref.wire_location(),
+            binding_generation: req.binding_generation,
+        })
+    }
+
+    /// `OnDisconnectActor` of the actor's current Spot, as a lifecycle turn of the Spot's lane,
+    /// waited for within the request timeout (SB-7.4); a failure is logged, never retried
+    /// (SB-7.2, SB-7.5). Membership and the actor stay (SB-7.6).
+    async fn run_disconnect_hook(&self, spot: &str, actor: &ActorRef) {
+        let Some(hook) = self
+            .inner
+            .registry
+            .hooks_of(spot)
+            .and_then(|h| h.disconnect_hook())
+            .cloned()
+        else {
+            return;
+        };
+        let Some(rt_spot) = lock(&self.inner.spots).get(spot).map(|s| s.spot.clone()) else {
+            return;
+        };
+        let fut = hook(spot.to_owned(), actor.clone());
+        match tokio::time::timeout(self.request_timeout(), rt_spot.run_lifecycle(fut)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::info!(actor = %actor, error = %e, "on_disconnect_actor failed"),
+            Err(_) => tracing::warn!(actor = %actor, "on_disconnect_actor passed its deadline"),
+        }
+    }
+
+    /// Sends the 51 of a replacement (one-way, at most once, no ack, SB-6.1, SB-6.5): over the
+    /// mesh with normal admission, or straight to this node's session owner.
+    pub(crate) async fn send_replaced(&self, r: Replacement) {
+        if r.to == *self.node_rid() {
+            let me = self.node_rid().clone();
+            self.sessions()
+                .handle_replaced((&me, self.generation()), &r.record);
+            return;
+        }
+        if let Err(e) = self
+            .inner
+            .mesh
+            .send_record(&r.to, Record::BoundSessionReplaced(r.record), None)
+            .await
+        {
+            tracing::info!(to = %r.to, error = %e, "51 boundSessionReplaced not sent");
+        }
+    }
+
+    /// A 38 from a peer: exactly one terminal, then the 51 if the bind replaced another
+    /// session's binding.
+    pub(crate) async fn on_bind_record(
+        &self,
+        sender: &NodeRid,
+        req: BoundSessionBind,
+        reply: Option<ReplyHandle>,
+    ) {
+        let (out, replacement) = self.bind_at_owner(sender, req).await;
+        match reply {
+            Some(reply) => {
+                let rec = Record::BoundSessionBindReply(BoundSessionBindReply {
+                    result: out.map_err(|(k, _)| k),
+                });
+                if let Err(e) = reply.reply_record(rec, None) {
+                    let (reply, err) = *e;
+                    reply.error(ErrorKind::Internal, err.to_string());
+                }
+            }
+            None => self
+                .sessions()
+                .flow()
+                .reject(FlowRecord::Bind, FlowReject::Malformed, &"38 without correlation"),
+        }
+        if let Some(r) = replacement {
+            self.send_replaced(r).await;
+        }
+    }
+
+    /// A 24 (from a peer or this node's session owner): the binding generation is checked
+    /// against the incarnation's slot before the payload enters the actor's application queue
+    /// (SB-5.3); retired generations are refused even if their 51 never arrived.
+    pub(crate) async fn on_actor_send(
+        &self,
+        sender: &NodeRid,
+        rec: ActorSend,
+        payload: Bytes,
+        deadline: Option<Instant>,
+        reply: Option<ReplyTo>,
+    ) -> Option<ActorError> {
+        let fence = CallFence {
+            actor_id: rec.actor.clone(),
+            object_generation: rec.object_generation,
+            authority_owner_generation: rec.authority_owner_generation,
+            owner_lease_generation: rec.owner_lease_generation,
+            node_generation: self.generation(),
+        };
+        let work = Work {
+            key: rec.key,
+            payload,
+            reply,
+            deadline,
+            guard: Some(self.inflight().enter()),
+        };
+        let bound = super::BoundCheck {
+            node: sender.clone(),
+            lifecycle: rec.session_lifecycle,
+            generation: rec.tail.binding_generation,
+        };
+        let refused = self.submit_checked(&fence, work, Some(&bound)).await;
+        if let Some(e) = &refused {
+            self.count_send_dropped();
+            tracing::debug!(actor = %rec.actor, error = %e, "24 actorSend refused");
+        }
+        refused
+    }
+
+    /// `ActorCtx::push`: reads the incarnation's binding slot (under the actors lock) and sends
+    /// a 36 to its session owner (SB-5.5, SB-5.6).
+    async fn push_bound_inner(
+        &self,
+        me: &ActorRef,
+        key: DispatchKey,
+        payload: Bytes,
+    ) -> Result<(), ActorError> {
+        let (binding, location) = {
+            let actors = lock(&self.inner.actors);
+            let local = actors
+                .live
+                .get(me.id())
+                .filter(|a| a.actor_ref.object_generation() == me.object_generation())
+                .ok_or_else(|| ActorError::SessionNotBound {
+                    actor_id: me.id().clone(),
+                })?;
+            let b = local
+                .binding
+                .current()
+                .cloned()
+                .ok_or_else(|| ActorError::SessionNotBound {
+                    actor_id: me.id().clone(),
+                })?;
+            (b, local.actor_ref.wire_location())
+        };
+        let push = BoundSessionSend {
+            actor: me.id().clone(),
+            object_generation: me.object_generation(),
+            source_node_generation: location.node_generation,
+            authority_owner_generation: location.authority_owner_generation,
+            session_lifecycle: binding.lifecycle,
+            session: binding.session,
+            binding_generation: binding.generation,
+            key,
+        };
+        if binding.session_owner == *self.node_rid() {
+            self.sessions().handle_push(push, payload).await;
+            return Ok(());
+        }
+        self.inner
+            .mesh
+            .send_record(
+                &binding.session_owner,
+                Record::BoundSessionSend(push),
+                Some(payload),
+            )
+            .await
+            .map_err(|e| send_error(&binding.session_owner, e))
+    }
+}
+
+/// The node as the session owner's host: a weak handle (the session owner lives inside the node).
+pub(crate) struct NodeSessionHost(pub(crate) Weak<Inner>);
+
+impl NodeSessionHost {
+    fn node(&self) -> Option<Node> {
+        self.0.upgrade().map(|inner| Node { inner })
+    }
+}
+
+fn gone() -> Refusal {
+    (ErrorKind::Unavailable, "node shutting down".to_owned())
+}
+
+impl SessionHost for NodeSessionHost {
+    fn send_bind(
+        &self,
+        to: &NodeRid,
+        req: BoundSessionBind,
+        timeout: Duration,
+    ) -> BoxFuture<Result<BindSnapshot, Refusal>> {
+        let node = self.node();
+        let to = to.clone();
+        Box::pin(async move {
+            let node = node.ok_or_else(gone)?;
+            if to == *node.node_rid() {
+                let me = to.clone();
+                let (out, replacement) = node.bind_at_owner(&me, req).await;
+                if let Some(r) = replacement {
+                    let n = node.clone();
+                    tokio::spawn(async move { n.send_replaced(r).await });
+                }
+                return out;
+            }
+            let resp = node
+                .inner
+                .mesh
+                .request_record(&to, Record::BoundSessionBind(req), None, timeout)
+                .await
+                .map_err(|e| refusal(&request_error(&to, e)))?;
+            match resp.record {
+                Record::BoundSessionBindReply(r) => r
+                    .result
+                    .map_err(|k| (k, "refused by the actor owner".to_owned())),
+                other => Err((
+                    ErrorKind::Unavailable,
+                    format!("unexpected 38 terminal: {}", other.command()),
+                )),
+            }
+        })
+    }
+
+    fn send_relay(
+        &self,
+        to: &NodeRid,
+        rec: ActorSend,
+        payload: Bytes,
+        timeout: Option<Duration>,
+    ) -> BoxFuture<Result<Option<Bytes>, Refusal>> {
+        let node = self.node();
+        let to = to.clone();
+        Box::pin(async move {
+            let node = node.ok_or_else(gone)?;
+            if to == *node.node_rid() {
+                let me = to.clone();
+                return match timeout {
+                    None => match node.on_actor_send(&me, rec, payload, None, None).await {
+                        None => Ok(None),
+                        Some(e) => Err(refusal(&e)),
+                    },
+                    Some(t) => {
+                        let (tx, rx) = tokio::sync::oneshot::channel();
+                        let deadline = Instant::now() + t;
+                        let _ = node
+                            .on_actor_send(&me, rec, payload, Some(deadline), Some(ReplyTo::Local(tx)))
+                            .await;
+                        match tokio::time::timeout(t, rx).await {
+                            Ok(Ok(Ok(b))) => Ok(Some(b)),
+                            Ok(Ok(Err(e))) => Err(refusal(&e)),
+                            Ok(Err(_)) => Err(refusal(&ActorError::Ended)),
+                            Err(_) => Err(refusal(&ActorError::DeadlineExceeded)),
+                        }
+                    }
+                };
+            }
+            match timeout {
+                None => node
+                    .inner
+                    .mesh
+                    .send_record(&to, Record::ActorSend(rec), Some(payload))
+                    .await
+                    .map(|()| None)
+                    .map_err(|e| refusal(&send_error(&to, e))),
+                Some(t) => node
+                    .inner
+                    .mesh
+                    .request_record(&to, Record::ActorSend(rec), Some(payload), t)
+                    .await
+                    .map(|r| Some(r.payload.unwrap_or_default()))
+                    .map_err(|e| refusal(&request_error(&to, e))),
+            }
+        })
+    }
+
+    fn push(
+        &self,
+        session: SessionRid,
+        key: DispatchKey,
+        payload: Bytes,
+    ) -> BoxFuture<Result<(), SendError>> {
+        let node = self.node();
+        Box::pin(async move {
+            let node = node.ok_or(SendError::Unavailable)?;
+            node.inner.mesh.push(session, key, payload).await
+        })
+    }
+
+    fn close(&self, session: SessionRid, reason: DisconnectReason) {
+        if let Some(node) = self.node() {
+            node.close_client(session, reason);
+        }
+    }
+
+    fn owner_lease(&self) -> OwnerLeaseGeneration {
+        self.node()
+            .map_or(OwnerLeaseGeneration::new(0), |n| {
+                lock(&n.inner.lease).holder.lease_generation
+            })
+    }
+}
+
+impl std::fmt::Debug for NodeSessionHost {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("NodeSessionHost")
+    }
+}
+
+/// The node as an actor's host ([`ActorHost`]): calls to other actors and the push path.
+#[derive(Debug)]
+pub(crate) struct NodeActorHost(pub(crate) Weak<Inner>);
+
+impl NodeActorHost {
+    fn node(&self) -> Result<Node, ActorError> {
+        self.0
+            .upgrade()
+            .map(|inner| Node { inner })
+            .ok_or(ActorError::ShuttingDown)
+    }
+}
+
+impl ActorHost for NodeActorHost {
+    fn request_raw(
+        &self,
+        actor: &ActorRef,
+        key: DispatchKey,
+        payload: Bytes,
+        timeout: Duration,
+    ) -> BoxFuture<Result<Bytes, ActorError>> {
+        let node = self.node();
+        let actor = actor.clone();
+        Box::pin(async move { node?.request_raw(&actor, key, payload, timeout).await })
+    }
+
+    fn send_raw(
+        &self,
+        actor: &ActorRef,
+        key: DispatchKey,
+        payload: Bytes,
+    ) -> BoxFuture<Result<(), ActorError>> {
+        let node = self.node();
+        let actor = actor.clone();
+        Box::pin(async move { node?.send_raw(&actor, key, payload).await })
+    }
+
+    fn push_bound(
+        &self,
+        me: &ActorRef,
+        key: DispatchKey,
+        payload: Bytes,
+    ) -> BoxFuture<Result<(), ActorError>> {
+        let node = self.node();
+        let me = me.clone();
+        Box::pin(async move { node?.push_bound_inner(&me, key, payload).await })
+    }
+}

@@ -1,0 +1,1047 @@
+//! `SessionBindingAggregate`: the single serial section of one session on its session owner
+//! (glossary; SB-2, SB-4, SB-5, SB-6, SB-7). A plain state machine: inputs are `begin_*` /
+//! `complete_*` / `handle_*` calls with `now` where time matters, outputs are return values the
+//! driver turns into effects (a 38 to send, a callback to run, a connection to close). It never
+//! reads the Location Store, never picks relocation targets, never re-checks transport values
+//! (the sender of a record is authenticated by the mesh) and never re-validates actor authority
+//! (SB-2.1).
+//!
+//! What it validates, once: the physical session identity (session owner NodeRid, its lifecycle
+//! generation, SessionRid), the binding generation with its ActorId / ObjectGeneration, and — in
+//! the relocation issue — the relocation identity (SB-8.1). Per bound actor it keeps exactly the
+//! SB-4 fields ([`Binding`]).
+//!
+//! Relocation (SB-8) fits here without a rewrite: a binding's [`BindingState`] gains a `Sealed`
+//! state holding messages (relay returns "held" instead of a ticket), and a 44 input switches
+//! [`Binding::route`] in the same serial step that releases the held messages.
+
+use std::collections::{HashMap, VecDeque};
+use std::time::{Duration, Instant};
+
+use zlink_wire::{
+    ActorId, ActorLocation, BindSnapshot, BindingGeneration, BoundSessionReplaced,
+    BoundSessionSend, ErrorKind, NodeGeneration, NodeRid, ObjectGeneration, OwnerId,
+    OwnerLeaseGeneration, SessionLifecycleGeneration, SessionRid, SessionSequence,
+};
+
+use super::flow::FlowReject;
+
+/// The fixed delay between the replaced-callback terminal and the close of the old connection
+/// (SB-6.4; not shortened when the outbound queue drains).
+pub const REPLACEMENT_CLOSE_DELAY: Duration = Duration::from_millis(100);
+
+/// Retired binding generations remembered per session (to tell a duplicate 51 from a foreign
+/// one in the counters; rejection never depends on this memory).
+const RETIRED_MEMORY: usize = 64;
+
+/// The physical session identity (SB-4, SB-8.1): session owner NodeRid, its lifecycle
+/// generation (new per process start) and the SessionRid the mesh gave the connection.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct SessionIdentity {
+    /// The session owner node.
+    pub owner: NodeRid,
+    /// The session owner's lifecycle generation.
+    pub lifecycle: SessionLifecycleGeneration,
+    /// The connection's session id.
+    pub session: SessionRid,
+}
+
+/// A session-owner-local handle to one binding (never on the wire, SB-4).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct BindingToken(u64);
+
+/// What the application asks to bind: the ActorRef's id, incarnation and location snapshot.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BindTarget {
+    /// Actor.
+    pub actor: ActorId,
+    /// The ActorRef's type name (handed back in the bound actor's ref).
+    pub actor_type: String,
+    /// Incarnation.
+    pub object_generation: ObjectGeneration,
+    /// Location snapshot (the first route, SB-5.1).
+    pub location: ActorLocation,
+}
+
+/// Where a binding is in its life. Relocation adds a sealed state (SB-8).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum BindingState {
+    /// Relays go straight to the stored route.
+    Open,
+}
+
+/// One current binding, with exactly the SB-4 fields the session owner keeps per actor.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Binding {
+    /// ActorId.
+    pub actor: ActorId,
+    /// The ActorRef's type name.
+    pub actor_type: String,
+    /// ObjectGeneration.
+    pub object_generation: ObjectGeneration,
+    /// Route and owner fences: MeshName, owner NodeRid, NodeGeneration,
+    /// AuthorityOwnerGeneration, OwnerLeaseGeneration.
+    pub route: ActorLocation,
+    /// Binding generation (with the session identity: the binding identity).
+    pub generation: BindingGeneration,
+    /// Local token.
+    pub token: BindingToken,
+    /// The session owner's own lease generation sent with the 38 (returned by a 51).
+    pub owner_lease: OwnerLeaseGeneration,
+    /// Open (or, with relocation, sealed).
+    pub state: BindingState,
+}
+
+/// A bind to send: the values of one 38 Bind request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BindRequest {
+    /// What to bind.
+    pub target: BindTarget,
+    /// The binding generation to register.
+    pub generation: BindingGeneration,
+}
+
+/// The result of [`SessionBindingAggregate::begin_bind`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum BindStart {
+    /// This session already holds the current binding of that incarnation: idempotent success,
+    /// no 38, no 51, no close (SB-6.7, SB-5.13).
+    Current(Binding),
+    /// Send this 38 Bind; answer with [`SessionBindingAggregate::complete_bind`].
+    Request(BindRequest),
+}
+
+/// A binding the actor owner may still hold that this session will never use: tombstone it
+/// with a 38 Unbind (SB-6.6) over `route`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Tombstone {
+    /// Actor.
+    pub actor: ActorId,
+    /// Incarnation.
+    pub object_generation: ObjectGeneration,
+    /// Where the actor owner is.
+    pub route: ActorLocation,
+    /// The binding generation to tombstone.
+    pub generation: BindingGeneration,
+}
+
+/// The result of [`SessionBindingAggregate::complete_bind`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum BindCompletion {
+    /// Registered and published at one point (SB-5.7): relays and push checks use it from now
+    /// on. `previous` is this session's binding of an older incarnation it replaced.
+    Bound {
+        /// The new binding.
+        binding: Binding,
+        /// The binding of another incarnation of the same actor that it replaced.
+        previous: Option<Binding>,
+    },
+    /// The actor owner refused; any previous binding is kept (SB-6.1).
+    Failed(ErrorKind),
+    /// Nobody waits for this reply (the session ended, or another bind superseded it); the
+    /// reply is never applied to anything else (SB-12, SB-14.15). A successful late bind leaves
+    /// a binding at the actor owner that must be tombstoned.
+    Late {
+        /// Why it is late.
+        reason: FlowReject,
+        /// The binding to tombstone at the actor owner, if the bind succeeded there.
+        tombstone: Option<Tombstone>,
+    },
+}
+
+/// What a relay carries to the actor owner (24: route, fences and the bound-session tail).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RelayTicket {
+    /// Target actor.
+    pub actor: ActorId,
+    /// Its incarnation.
+    pub object_generation: ObjectGeneration,
+    /// The stored route (never re-resolved, SB-5.10).
+    pub route: ActorLocation,
+    /// Session owner lifecycle generation (scope of the binding generation, SB-4.3).
+    pub lifecycle: SessionLifecycleGeneration,
+    /// The registered binding generation.
+    pub generation: BindingGeneration,
+    /// The message's session sequence.
+    pub sequence: SessionSequence,
+}
+
+/// One replacement relation of a closing session (SB-6.9: told apart by the replacement
+/// sequence, together with the connection's SessionRid).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Replacement {
+    /// Replacement sequence within this session.
+    pub seq: u64,
+    /// The replaced actor.
+    pub actor: ActorId,
+    /// The retired binding generation.
+    pub retired: BindingGeneration,
+    /// When the session entered *closing*.
+    pub started: Instant,
+    /// When the replaced-callback reached its terminal.
+    pub callback_done: Option<Instant>,
+}
+
+/// Why a session ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SessionEnd {
+    /// The connection closed (client disconnect, liveness timeout, node close, shutdown).
+    Disconnected,
+    /// The replacement timer closed it (SB-6.4).
+    Replaced,
+}
+
+/// The session's phase.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Phase {
+    /// Serving.
+    Open,
+    /// Replaced (SB-6.3): no new inbound application dispatch; callback outbound sends allowed;
+    /// the connection closes 100 ms after the replaced-callback terminal or at the callback
+    /// timeout.
+    Closing(Replacement),
+    /// Ended; every input is refused.
+    Closed(SessionEnd),
+}
+
+/// The result of a 51 that applied.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ReplacedOutcome {
+    /// The binding is retired and the session entered *closing*: run the replaced-callback
+    /// (replacement `seq`), then report [`SessionBindingAggregate::callback_finished`].
+    Closing {
+        /// Replacement sequence.
+        seq: u64,
+        /// The retired binding.
+        retired: Binding,
+    },
+    /// The binding is retired; the session was already closing for an earlier replacement.
+    Retired(Binding),
+}
+
+/// A close the timers decided (SB-6.4).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CloseDecision {
+    /// The replacement relation that closes.
+    pub seq: u64,
+    /// `true` when the callback did not finish within the callback timeout.
+    pub forced: bool,
+}
+
+/// The serial section of one session (see the module docs).
+#[derive(Debug)]
+pub struct SessionBindingAggregate {
+    id: SessionIdentity,
+    owner_id: OwnerId,
+    callback_timeout: Duration,
+    phase: Phase,
+    bindings: HashMap<ActorId, Binding>,
+    pending: HashMap<ActorId, BindRequest>,
+    retired: VecDeque<BindingGeneration>,
+    next_sequence: u64,
+    next_token: u64,
+    next_replacement: u64,
+}
+
+impl SessionBindingAggregate {
+    /// A new open session. `owner_id` is the session owner's host id (SB-6.2);
+    /// `callback_timeout` is SessionReplacementCallbackTimeout.
+    #[must_use]
+    pub fn new(id: SessionIdentity, owner_id: OwnerId, callback_timeout: Duration) -> Self {
+        Self {
+            id,
+            owner_id,
+            callback_timeout,
+            phase: Phase::Open,
+            bindings: HashMap::new(),
+            pending: HashMap::new(),
+            retired: VecDeque::new(),
+            next_sequence: 1,
+            next_token: 1,
+            next_replacement: 1,
+        }
+    }
+
+    /// The session identity.
+    #[must_use]
+    pub fn identity(&self) -> &SessionIdentity {
+        &self.id
+    }
+
+    /// The phase.
+    #[must_use]
+    pub fn phase(&self) -> &Phase {
+        &self.phase
+    }
+
+    /// Whether new inbound application dispatch is allowed (SB-6.3).
+    #[must_use]
+    pub fn accepts_packets(&self) -> bool {
+        matches!(self.phase, Phase::Open)
+    }
+
+    /// The current bindings (`session.actors().bound()`).
+    pub fn bound(&self) -> impl Iterator<Item = &Binding> + '_ {
+        self.bindings.values()
+    }
+
+    /// The current binding of `actor` (`session.actors().find(id)`).
+    #[must_use]
+    pub fn find(&self, actor: &ActorId) -> Option<&Binding> {
+        self.bindings.get(actor)
+    }
+
+    /// Number of binds waiting for their terminal.
+    #[must_use]
+    pub fn pending_binds(&self) -> usize {
+        self.pending.len()
+    }
+
+    fn refuse_if_ended(&self) -> Result<(), FlowReject> {
+        match self.phase {
+            Phase::Open => Ok(()),
+            Phase::Closing(_) => Err(FlowReject::SessionClosing),
+            Phase::Closed(_) => Err(FlowReject::SessionClosed),
+        }
+    }
+
+    fn retire(&mut self, generation: BindingGeneration) {
+        if self.retired.len() == RETIRED_MEMORY {
+            self.retired.pop_front();
+        }
+        self.retired.push_back(generation);
+    }
+
+    fn stale(&self, generation: BindingGeneration) -> FlowReject {
+        if self.retired.contains(&generation) {
+            FlowReject::BindingRetired
+        } else {
+            FlowReject::NotBound
+        }
+    }
+
+    /// Starts a bind (SB-5.1): `generation` is a fresh binding generation of this session
+    /// owner's lifecycle, `owner_lease` the session owner's current lease generation.
+    ///
+    /// # Errors
+    /// The session is closing or closed, or a bind of that actor is already in flight.
+    pub fn begin_bind(
+        &mut self,
+        target: BindTarget,
+        generation: BindingGeneration,
+    ) -> Result<BindStart, FlowReject> {
+        self.refuse_if_ended()?;
+        if let Some(b) = self.bindings.get(&target.actor)
+            && b.object_generation == target.object_generation
+        {
+            return Ok(BindStart::Current(b.clone()));
+        }
+        if self.pending.contains_key(&target.actor) {
+            return Err(FlowReject::BindInProgress);
+        }
+        let req = BindRequest { target, generation };
+        self.pending.insert(req.target.actor.clone(), req.clone());
+        Ok(BindStart::Request(req))
+    }
+
+    /// The terminal of a 38 Bind (SB-5.2, SB-5.7): on success the binding is installed and
+    /// every derived state is published at this one point.
+    pub fn complete_bind(
+        &mut self,
+        actor: &ActorId,
+        generation: BindingGeneration,
+        owner_lease: OwnerLeaseGeneration,
+        result: Result<BindSnapshot, ErrorKind>,
+    ) -> BindCompletion {
+        let tombstone = |snap: &BindSnapshot| Tombstone {
+            actor: snap.actor.clone(),
+            object_generation: snap.object_generation,
+            route: snap.location.clone(),
+            generation: snap.binding_generation,
+        };
+        let ours = self
+            .pending
+            .get(actor)
+            .is_some_and(|p| p.generation == generation);
+        if !ours {
+            return BindCompletion::Late {
+                reason: FlowReject::LateBindReply,
+                tombstone: result.as_ref().ok().map(tombstone),
+            };
+        }
+        let Some(req) = self.pending.remove(actor) else {
+            return BindCompletion::Failed(ErrorKind::Unavailable);
+        };
+        if let Phase::Closed(_) = self.phase {
+            return BindCompletion::Late {
+                reason: FlowReject::SessionClosed,
+                tombstone: result.as_ref().ok().map(tombstone),
+            };
+        }
+        let snap = match result {
+            Err(kind) => return BindCompletion::Failed(kind),
+            Ok(s) => s,
+        };
+        if snap.actor != req.target.actor
+            || snap.object_generation != req.target.object_generation
+            || snap.binding_generation != generation
+        {
+            return BindCompletion::Late {
+                reason: FlowReject::Malformed,
+                tombstone: Some(Tombstone {
+                    actor: req.target.actor.clone(),
+                    object_generation: req.target.object_generation,
+                    route: req.target.location.clone(),
+                    generation,
+                }),
+            };
+        }
+        let token = BindingToken(self.next_token);
+        self.next_token += 1;
+        let binding = Binding {
+            actor: snap.actor,
+            actor_type: req.target.actor_type.clone(),
+            object_generation: snap.object_generation,
+            route: snap.location,
+            generation,
+            token,
+            owner_lease,
+            state: BindingState::Open,
+        };
+        let previous = self.bindings.insert(binding.actor.clone(), binding.clone());
+        if let Some(p) = &previous {
+            self.retire(p.generation);
+        }
+        BindCompletion::Bound { binding, previous }
+    }
+
+    /// A session → actor relay (SB-5.3, SB-5.10): the stored route and the bound-session tail,
+    /// with the next session sequence. Allowed while *closing* (the replaced-callback may still
+    /// talk to other actors).
+    ///
+    /// # Errors
+    /// [`FlowReject::NotBound`] without a current binding; [`FlowReject::SessionClosed`].
+    pub fn relay(&mut self, actor: &ActorId) -> Result<RelayTicket, FlowReject> {
+        if let Phase::Closed(_) = self.phase {
+            return Err(FlowReject::SessionClosed);
+        }
+        let b = self.bindings.get(actor).ok_or(FlowReject::NotBound)?;
+        let sequence = SessionSequence::new(self.next_sequence);
+        self.next_sequence += 1;
+        Ok(RelayTicket {
+            actor: b.actor.clone(),
+            object_generation: b.object_generation,
+            route: b.route.clone(),
+            lifecycle: self.id.lifecycle,
+            generation: b.generation,
+            sequence,
+        })
+    }
+
+    /// Checks an actor → session push (36) against exactly the four SB-5.5 values and the
+    /// binding identity (SB-5.8). Pushes of other bindings are allowed while *closing*.
+    ///
+    /// # Errors
+    /// The reason from the closed vocabulary (SB-5.9).
+    pub fn check_push(&self, push: &BoundSessionSend) -> Result<&Binding, FlowReject> {
+        if push.session_lifecycle != self.id.lifecycle {
+            return Err(FlowReject::LifecycleMismatch);
+        }
+        if push.session != self.id.session {
+            return Err(FlowReject::UnknownSession);
+        }
+        if let Phase::Closed(_) = self.phase {
+            return Err(FlowReject::SessionClosed);
+        }
+        let Some(b) = self.bindings.get(&push.actor) else {
+            return Err(self.stale(push.binding_generation));
+        };
+        if b.generation != push.binding_generation {
+            return Err(FlowReject::BindingRetired);
+        }
+        if b.object_generation != push.object_generation {
+            return Err(FlowReject::ObjectGenerationMismatch);
+        }
+        if b.route.node_generation != push.source_node_generation {
+            return Err(FlowReject::NodeGenerationMismatch);
+        }
+        if b.route.authority_owner_generation != push.authority_owner_generation {
+            return Err(FlowReject::AuthorityMismatch);
+        }
+        Ok(b)
+    }
+
+    /// A 51 boundSessionReplaced (SB-6.2, SB-6.3, SB-6.6) from `sender` (authenticated by the
+    /// mesh). Applies at most once: only if the sender is the record's authority target and
+    /// every previous-owner value matches this session and its current binding of the actor.
+    ///
+    /// # Errors
+    /// [`FlowReject::DuplicateReplacement`] for a retired identity,
+    /// [`FlowReject::ReplacedIdentityMismatch`] for anything else that does not match; the
+    /// session and its bindings are unchanged.
+    pub fn handle_replaced(
+        &mut self,
+        now: Instant,
+        sender: (&NodeRid, NodeGeneration),
+        rec: &BoundSessionReplaced,
+    ) -> Result<ReplacedOutcome, FlowReject> {
+        let p = &rec.previous;
+        if *sender.0 != rec.authority_target.node
+            || sender.1 != rec.authority_target.node_generation
+            || p.node != self.id.owner
+            || p.lifecycle != self.id.lifecycle
+            || p.session != self.id.session
+            || p.owner != self.owner_id
+        {
+            return Err(FlowReject::ReplacedIdentityMismatch);
+        }
+        let Some(b) = self.bindings.get(&rec.actor) else {
+            return Err(if self.retired.contains(&p.retired_binding_generation) {
+                FlowReject::DuplicateReplacement
+            } else {
+                FlowReject::ReplacedIdentityMismatch
+            });
+        };
+        if b.generation != p.retired_binding_generation {
+            return Err(if self.retired.contains(&p.retired_binding_generation) {
+                FlowReject::DuplicateReplacement
+            } else {
+                FlowReject::ReplacedIdentityMismatch
+            });
+        }
+        if b.owner_lease != p.owner_lease_generation {
+            return Err(FlowReject::ReplacedIdentityMismatch);
+        }
+        let retired = self
+            .bindings
+            .remove(&rec.actor)
+            .ok_or(FlowReject::ReplacedIdentityMismatch)?;
+        self.retire(retired.generation);
+        match self.phase {
+            Phase::Open => {
+                let seq = self.next_replacement;
+                self.next_replacement += 1;
+                self.phase = Phase::Closing(Replacement {
+                    seq,
+                    actor: retired.actor.clone(),
+                    retired: retired.generation,
+                    started: now,
+                    callback_done: None,
+                });
+                Ok(ReplacedOutcome::Closing { seq, retired })
+            }
+            _ => Ok(ReplacedOutcome::Retired(retired)),
+        }
+    }
+
+    /// The replaced-callback of replacement `seq` reached its terminal (success or failure);
+    /// the close is due [`REPLACEMENT_CLOSE_DELAY`] later. Returns `false` for another relation.
+    pub fn callback_finished(&mut self, now: Instant, seq: u64) -> bool {
+        match &mut self.phase {
+            Phase::Closing(r) if r.seq == seq && r.callback_done.is_none() => {
+                r.callback_done = Some(now);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// The next instant at which [`SessionBindingAggregate::handle_timeout`] has work.
+    #[must_use]
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        match &self.phase {
+            Phase::Closing(r) => {
+                let forced = r.started + self.callback_timeout;
+                Some(match r.callback_done {
+                    Some(done) => (done + REPLACEMENT_CLOSE_DELAY).min(forced),
+                    None => forced,
+                })
+            }
+            _ => None,
+        }
+    }
+
+    /// Fires due timers: the close of a replaced session 100 ms after its callback terminal, or
+    /// at the callback timeout (SB-6.4). The timer rechecks that the relation is still the
+    /// replacement target: `seq` must be the current closing relation.
+    pub fn handle_timeout(&mut self, now: Instant, seq: u64) -> Option<CloseDecision> {
+        let Phase::Closing(r) = &self.phase else {
+            return None;
+        };
+        if r.seq != seq || self.poll_timeout().is_none_or(|t| now < t) {
+            return None;
+        }
+        let forced = r
+            .callback_done
+            .is_none_or(|done| now < done + REPLACEMENT_CLOSE_DELAY);
+        self.phase = Phase::Closed(SessionEnd::Replaced);
+        Some(CloseDecision { seq, forced })
+    }
+
+    /// Removes this session's binding of `actor` for an application unbind or a public
+    /// `NotifyDisconnected` (SB-6.6, SB-7.5); the caller sends the 38 tombstone for exactly this
+    /// identity. A second call finds nothing (at most once per binding identity, SB-7.3).
+    ///
+    /// # Errors
+    /// [`FlowReject::NotBound`]; [`FlowReject::SessionClosed`].
+    pub fn remove(&mut self, actor: &ActorId) -> Result<Binding, FlowReject> {
+        if let Phase::Closed(_) = self.phase
+            && self.bindings.is_empty()
+        {
+            return Err(FlowReject::SessionClosed);
+        }
+        let b = self.bindings.remove(actor).ok_or(FlowReject::NotBound)?;
+        self.retire(b.generation);
+        Ok(b)
+    }
+
+    /// The physical connection ended (SB-7.1): the session is closed and the binding snapshot
+    /// frozen — every current binding identity, each to be notified once over its stored route.
+    /// A second call returns nothing. Binds still in flight become late (their replies are
+    /// tombstoned, never applied).
+    pub fn disconnect(&mut self) -> Vec<Binding> {
+        if !matches!(self.phase, Phase::Closed(_)) {
+            self.phase = Phase::Closed(SessionEnd::Disconnected);
+        }
+        let mut snapshot: Vec<Binding> = self.bindings.drain().map(|(_, b)| b).collect();
+        snapshot.sort_by_key(|b| b.token);
+        for b in &snapshot {
+            self.retire(b.generation);
+        }
+        snapshot
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use zlink_wire::{
+        AuthorityFence, AuthorityOwnerGeneration, MeshName, OwnerLeaseGeneration,
+        PreviousSessionOwner,
+    };
+
+    fn rid(s: &str) -> NodeRid {
+        NodeRid::new(s).unwrap()
+    }
+
+    fn ident() -> SessionIdentity {
+        SessionIdentity {
+            owner: rid("a"),
+            lifecycle: SessionLifecycleGeneration::new(7),
+            session: SessionRid::new(3),
+        }
+    }
+
+    const OWNER: OwnerId = OwnerId::new(99);
+    const LEASE: OwnerLeaseGeneration = OwnerLeaseGeneration::new(5);
+
+    fn agg() -> SessionBindingAggregate {
+        SessionBindingAggregate::new(ident(), OWNER, Duration::from_secs(30))
+    }
+
+    fn loc(node: &str) -> ActorLocation {
+        ActorLocation {
+            mesh: MeshName::new("m").unwrap(),
+            node: rid(node),
+            node_generation: NodeGeneration::new(11),
+            authority_owner_generation: AuthorityOwnerGeneration::new(2),
+            owner_lease_generation: OwnerLeaseGeneration::new(3),
+        }
+    }
+
+    fn actor(i: u8) -> ActorId {
+        ActorId::new(format!("actor-{i}")).unwrap()
+    }
+
+    fn target(i: u8, og: u64) -> BindTarget {
+        BindTarget {
+            actor: actor(i),
+            actor_type: "t".to_owned(),
+            object_generation: ObjectGeneration::new(og),
+            location: loc("b"),
+        }
+    }
+
+    fn snap(t: &BindTarget, g: BindingGeneration) -> BindSnapshot {
+        BindSnapshot {
+            actor: t.actor.clone(),
+            object_generation: t.object_generation,
+            location: t.location.clone(),
+            binding_generation: g,
+        }
+    }
+
+    fn bind(a: &mut SessionBindingAggregate, t: BindTarget, g: u64) -> Binding {
+        let g = BindingGeneration::new(g);
+        let BindStart::Request(req) = a.begin_bind(t.clone(), g).unwrap() else {
+            panic!("expected a 38")
+        };
+        match a.complete_bind(&t.actor, req.generation, LEASE, Ok(snap(&t, g))) {
+            BindCompletion::Bound { binding, .. } => binding,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    fn push_of(b: &Binding) -> BoundSessionSend {
+        BoundSessionSend {
+            actor: b.actor.clone(),
+            object_generation: b.object_generation,
+            source_node_generation: b.route.node_generation,
+            authority_owner_generation: b.route.authority_owner_generation,
+            session_lifecycle: ident().lifecycle,
+            session: ident().session,
+            binding_generation: b.generation,
+            key: zlink_wire::DispatchKey::new(1),
+        }
+    }
+
+    fn fence(node: &str) -> AuthorityFence {
+        AuthorityFence {
+            node: rid(node),
+            node_generation: NodeGeneration::new(11),
+            authority_owner_generation: AuthorityOwnerGeneration::new(2),
+            owner_lease_generation: OwnerLeaseGeneration::new(3),
+        }
+    }
+
+    fn replaced_of(b: &Binding) -> BoundSessionReplaced {
+        BoundSessionReplaced {
+            actor: b.actor.clone(),
+            authority_source: fence("b"),
+            authority_target: fence("b"),
+            previous: PreviousSessionOwner {
+                node: rid("a"),
+                lifecycle: ident().lifecycle,
+                owner: OWNER,
+                owner_lease_generation: LEASE,
+                session: ident().session,
+                retired_binding_generation: b.generation,
+            },
+        }
+    }
+
+    fn sender() -> (NodeRid, NodeGeneration) {
+        (rid("b"), NodeGeneration::new(11))
+    }
+
+    // spec: SB-14.2
+    #[test]
+    fn two_bindings_have_their_own_route_generation_and_token() {
+        let mut a = agg();
+        let b1 = bind(&mut a, target(1, 1), 1);
+        let b2 = bind(&mut a, target(2, 1), 2);
+        assert_ne!(b1.token, b2.token);
+        let r1 = a.relay(&b1.actor).unwrap();
+        let r2 = a.relay(&b2.actor).unwrap();
+        assert_eq!(r1.generation, b1.generation);
+        assert_eq!(r2.generation, b2.generation);
+        assert!(r2.sequence > r1.sequence);
+    }
+
+    // spec: SB-6.7
+    #[test]
+    fn rebinding_the_current_binding_is_idempotent() {
+        let mut a = agg();
+        let b = bind(&mut a, target(1, 1), 1);
+        assert_eq!(
+            a.begin_bind(target(1, 1), BindingGeneration::new(2)),
+            Ok(BindStart::Current(b))
+        );
+        assert_eq!(a.pending_binds(), 0);
+    }
+
+    // spec: SB-6.1
+    #[test]
+    fn a_failed_rebind_keeps_the_old_route() {
+        let mut a = agg();
+        let old = bind(&mut a, target(1, 1), 1);
+        let t2 = target(1, 2);
+        let BindStart::Request(req) = a.begin_bind(t2.clone(), BindingGeneration::new(2)).unwrap()
+        else {
+            panic!()
+        };
+        assert_eq!(
+            a.complete_bind(
+                &t2.actor,
+                req.generation,
+                LEASE,
+                Err(ErrorKind::InvalidOperation)
+            ),
+            BindCompletion::Failed(ErrorKind::InvalidOperation)
+        );
+        assert_eq!(a.find(&old.actor), Some(&old));
+    }
+
+    // spec: SB-5.5
+    // spec: SB-5.8
+    #[test]
+    fn push_is_current_only_with_all_four_values() {
+        let mut a = agg();
+        let b = bind(&mut a, target(1, 1), 1);
+        assert!(a.check_push(&push_of(&b)).is_ok());
+        let mut p = push_of(&b);
+        p.object_generation = ObjectGeneration::new(9);
+        assert_eq!(
+            a.check_push(&p).unwrap_err(),
+            FlowReject::ObjectGenerationMismatch
+        );
+        let mut p = push_of(&b);
+        p.source_node_generation = NodeGeneration::new(9);
+        assert_eq!(
+            a.check_push(&p).unwrap_err(),
+            FlowReject::NodeGenerationMismatch
+        );
+        let mut p = push_of(&b);
+        p.authority_owner_generation = AuthorityOwnerGeneration::new(9);
+        assert_eq!(a.check_push(&p).unwrap_err(), FlowReject::AuthorityMismatch);
+        let mut p = push_of(&b);
+        p.binding_generation = BindingGeneration::new(9);
+        assert_eq!(a.check_push(&p).unwrap_err(), FlowReject::BindingRetired);
+        let mut p = push_of(&b);
+        p.session_lifecycle = SessionLifecycleGeneration::new(1);
+        assert_eq!(a.check_push(&p).unwrap_err(), FlowReject::LifecycleMismatch);
+    }
+
+    // spec: SB-6.2
+    // spec: SB-6.6
+    #[test]
+    fn replaced_applies_once_and_only_with_every_previous_owner_value() {
+        let mut a = agg();
+        let b = bind(&mut a, target(1, 1), 1);
+        let now = Instant::now();
+        let (s, g) = sender();
+        for f in 0..6 {
+            let mut r = replaced_of(&b);
+            match f {
+                0 => r.previous.owner = OwnerId::new(1),
+                1 => r.previous.lifecycle = SessionLifecycleGeneration::new(1),
+                2 => r.previous.session = SessionRid::new(1),
+                3 => r.previous.node = rid("z"),
+                4 => r.previous.owner_lease_generation = OwnerLeaseGeneration::new(1),
+                _ => r.authority_target.node = rid("c"),
+            }
+            assert_eq!(
+                a.handle_replaced(now, (&s, g), &r).unwrap_err(),
+                FlowReject::ReplacedIdentityMismatch,
+                "field {f}"
+            );
+            assert_eq!(a.phase(), &Phase::Open);
+        }
+        let out = a.handle_replaced(now, (&s, g), &replaced_of(&b)).unwrap();
+        assert!(matches!(out, ReplacedOutcome::Closing { seq: 1, .. }));
+        assert!(a.find(&b.actor).is_none());
+        assert_eq!(
+            a.handle_replaced(now, (&s, g), &replaced_of(&b))
+                .unwrap_err(),
+            FlowReject::DuplicateReplacement
+        );
+        assert!(!a.accepts_packets());
+        assert_eq!(a.relay(&b.actor).unwrap_err(), FlowReject::NotBound);
+    }
+
+    // spec: SB-6.4
+    // spec: SB-14.13
+    #[test]
+    fn close_is_due_exactly_100ms_after_the_callback_terminal() {
+        let mut a = agg();
+        let b = bind(&mut a, target(1, 1), 1);
+        let t0 = Instant::now();
+        let (s, g) = sender();
+        a.handle_replaced(t0, (&s, g), &replaced_of(&b)).unwrap();
+        assert_eq!(a.poll_timeout(), Some(t0 + Duration::from_secs(30)));
+        let done = t0 + Duration::from_millis(5);
+        assert!(a.callback_finished(done, 1));
+        assert!(!a.callback_finished(done, 1), "terminal counted once");
+        assert_eq!(a.poll_timeout(), Some(done + REPLACEMENT_CLOSE_DELAY));
+        assert_eq!(
+            a.handle_timeout(done + Duration::from_millis(99), 1),
+            None
+        );
+        assert_eq!(a.handle_timeout(done + REPLACEMENT_CLOSE_DELAY, 2), None);
+        assert_eq!(
+            a.handle_timeout(done + REPLACEMENT_CLOSE_DELAY, 1),
+            Some(CloseDecision {
+                seq: 1,
+                forced: false
+            })
+        );
+        assert_eq!(a.phase(), &Phase::Closed(SessionEnd::Replaced));
+    }
+
+    // spec: SB-6.4
+    #[test]
+    fn callback_timeout_forces_the_close() {
+        let mut a = agg();
+        let b = bind(&mut a, target(1, 1), 1);
+        let t0 = Instant::now();
+        let (s, g) = sender();
+        a.handle_replaced(t0, (&s, g), &replaced_of(&b)).unwrap();
+        assert_eq!(a.handle_timeout(t0 + Duration::from_millis(29_999), 1), None);
+        assert_eq!(
+            a.handle_timeout(t0 + Duration::from_secs(30), 1),
+            Some(CloseDecision {
+                seq: 1,
+                forced: true
+            })
+        );
+    }
+
+    // spec: SB-7.1
+    // spec: SB-7.3
+    #[test]
+    fn disconnect_freezes_the_snapshot_once() {
+        let mut a = agg();
+        let b1 = bind(&mut a, target(1, 1), 1);
+        let b2 = bind(&mut a, target(2, 1), 2);
+        let removed = a.remove(&b1.actor).unwrap();
+        assert_eq!(removed.generation, b1.generation);
+        let snap = a.disconnect();
+        assert_eq!(snap, vec![b2]);
+        assert!(a.disconnect().is_empty());
+        assert_eq!(a.relay(&actor(2)).unwrap_err(), FlowReject::SessionClosed);
+    }
+
+    // spec: SB-14.15
+    #[test]
+    fn a_late_bind_reply_is_tombstoned_never_applied() {
+        let mut a = agg();
+        let t = target(1, 1);
+        let g = BindingGeneration::new(1);
+        a.begin_bind(t.clone(), g).unwrap();
+        a.disconnect();
+        let out = a.complete_bind(&t.actor, g, LEASE, Ok(snap(&t, g)));
+        assert!(matches!(
+            out,
+            BindCompletion::Late {
+                reason: FlowReject::SessionClosed,
+                tombstone: Some(_)
+            }
+        ));
+        assert!(a.find(&t.actor).is_none());
+    }
+
+    #[derive(Clone, Debug)]
+    enum Op {
+        Begin(u8, u64),
+        Complete(u8, u64, bool),
+        Relay(u8),
+        Push(u8, u64),
+        Replaced(u8, u64),
+        Remove(u8),
+        Disconnect,
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            (0u8..3, 1u64..3).prop_map(|(a, o)| Op::Begin(a, o)),
+            (0u8..3, 1u64..12, any::<bool>()).prop_map(|(a, g, ok)| Op::Complete(a, g, ok)),
+            (0u8..3).prop_map(Op::Relay),
+            (0u8..3, 1u64..12).prop_map(|(a, g)| Op::Push(a, g)),
+            (0u8..3, 1u64..12).prop_map(|(a, g)| Op::Replaced(a, g)),
+            (0u8..3).prop_map(Op::Remove),
+            Just(Op::Disconnect),
+        ]
+    }
+
+    proptest! {
+        /// Model: at most one current binding per actor; a retired generation never becomes
+        /// current again; a record for generation g changes nothing but the binding with g.
+        #[test]
+        fn bindings_model(ops in proptest::collection::vec(op(), 1..60)) {
+            let mut a = agg();
+            let mut next_gen = 1u64;
+            let mut ever_retired = std::collections::HashSet::new();
+            let mut pending: HashMap<u8, (BindTarget, BindingGeneration)> = HashMap::new();
+            let now = Instant::now();
+            let (s, sg) = sender();
+            for op in ops {
+                let only = match &op {
+                    Op::Begin(i, _) | Op::Complete(i, _, _) | Op::Relay(i) | Op::Push(i, _)
+                    | Op::Replaced(i, _) | Op::Remove(i) => Some(actor(*i)),
+                    Op::Disconnect => None,
+                };
+                let before: HashMap<ActorId, Binding> =
+                    a.bound().map(|b| (b.actor.clone(), b.clone())).collect();
+                match op.clone() {
+                    Op::Begin(i, og) => {
+                        let g = BindingGeneration::new(next_gen);
+                        next_gen += 1;
+                        if let Ok(BindStart::Request(r)) = a.begin_bind(target(i, og), g) {
+                            pending.insert(i, (r.target, r.generation));
+                        }
+                    }
+                    Op::Complete(i, g, ok) => {
+                        let (t, gen_) = match pending.get(&i) {
+                            Some((t, pg)) if g % 2 == 0 => (t.clone(), *pg),
+                            _ => (target(i, 1), BindingGeneration::new(g)),
+                        };
+                        let res = if ok { Ok(snap(&t, gen_)) } else { Err(ErrorKind::Unavailable) };
+                        if let BindCompletion::Bound { binding, previous } =
+                            a.complete_bind(&t.actor, gen_, LEASE, res)
+                        {
+                            prop_assert!(!ever_retired.contains(&binding.generation));
+                            if let Some(p) = previous { ever_retired.insert(p.generation); }
+                            pending.remove(&i);
+                        }
+                    }
+                    Op::Relay(i) => {
+                        if let Ok(t) = a.relay(&actor(i)) {
+                            prop_assert_eq!(Some(t.generation), before.get(&actor(i)).map(|b| b.generation));
+                        }
+                    }
+                    Op::Push(i, g) => {
+                        if let Some(b) = before.get(&actor(i)) {
+                            let mut p = push_of(b);
+                            p.binding_generation = BindingGeneration::new(g);
+                            prop_assert_eq!(a.check_push(&p).is_ok(), b.generation.get() == g);
+                        }
+                    }
+                    Op::Replaced(i, g) => {
+                        let mut b = before.get(&actor(i)).cloned().unwrap_or_else(|| Binding {
+                            actor: actor(i), actor_type: "t".to_owned(), object_generation: ObjectGeneration::new(1),
+                            route: loc("b"), generation: BindingGeneration::new(g),
+                            token: BindingToken(0), owner_lease: LEASE, state: BindingState::Open,
+                        });
+                        b.generation = BindingGeneration::new(g);
+                        let applied = a.handle_replaced(now, (&s, sg), &replaced_of(&b)).is_ok();
+                        let was_current = before.get(&actor(i)).is_some_and(|c| c.generation.get() == g);
+                        prop_assert_eq!(applied, was_current);
+                        if applied { ever_retired.insert(BindingGeneration::new(g)); }
+                    }
+                    Op::Remove(i) => {
+                        if let Ok(b) = a.remove(&actor(i)) { ever_retired.insert(b.generation); }
+                    }
+                    Op::Disconnect => {
+                        for b in a.disconnect() { ever_retired.insert(b.generation); }
+                    }
+                }
+                // Late records touch only their own identity: every other actor's binding is
+                // unchanged by this step.
+                let after: HashMap<ActorId, Binding> =
+                    a.bound().map(|b| (b.actor.clone(), b.clone())).collect();
+                for b in after.values() {
+                    prop_assert!(!ever_retired.contains(&b.generation), "retired identity revived");
+                }
+                if let Some(only) = only {
+                    for changed in changed_actors(&before, &after) {
+                        prop_assert_eq!(&changed, &only, "a record touched another binding");
+                    }
+                }
+            }
+        }
+    }
+
+    /// The actors whose binding differs between two states.
+    fn changed_actors(
+        before: &HashMap<ActorId, Binding>,
+        after: &HashMap<ActorId, Binding>,
+    ) -> Vec<ActorId> {
+        before
+            .keys()
+            .chain(after.keys())
+            .filter(|k| before.get(*k) != after.get(*k))
+            .cloned()
+            .collect()
+    }
+}

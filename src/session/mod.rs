@@ -1,0 +1,516 @@
+//! Sessions bound to actors (spec SB-1 … SB-7, SB-9, SB-10, SB-13).
+//!
+//! A ClientServer connection is a physical session. Its identity is (session owner NodeRid,
+//! [`SessionLifecycleGeneration`] — the node's NodeGeneration, new per process start —,
+//! [`SessionRid`]). The session owner is the node that holds the connection.
+//!
+//! # Rooms
+//! | module | holds |
+//! |---|---|
+//! | [`aggregate`] | `SessionBindingAggregate`: the sans-IO serial section of one session (bind, relay tickets, push checks, 51, replacement timers, disconnect snapshot) |
+//! | [`slot`] | the actor owner's `BindingSlot` beside each local incarnation (38 registration, 24 check, tombstones) |
+//! | [`flow`] | the closed vocabulary of rejected records and their counters (SB-5.9) |
+//! | [`clock`] | the injected monotonic clock of the session timers |
+//! | `owner` | the thin driver: sessions by SessionRid, session lanes, callbacks, timers, sending 38/24/36/51 through the node's [`SessionHost`] |
+//!
+//! # Contract
+//! - Session callbacks (connected, packet handlers, replaced, disconnected) run on the session's
+//!   own lane (`Runtime::session_lane`): two callbacks of one session never overlap and the
+//!   session context never runs an actor handler (SB-10.1). Binding updates, completions and
+//!   disconnect cleanup are infrastructure work and progress while a callback awaits (SB-10).
+//! - Packets from the client dispatch through the typed handler registry ([`SessionHandlers`])
+//!   by packet key; application keys are below [`RESERVED_KEYS_START`], the framework's client
+//!   operations above it.
+//! - `session.actors().bind(actor_ref)` sends one 38 to the ref's location (no store lookup,
+//!   SB-5.1) and publishes the binding at one point when its terminal arrives (SB-5.7).
+//!   `BoundActor::relay` sends a 24 with the bound-session tail over the stored route (SB-5.3,
+//!   SB-5.10); never re-resolved.
+//! - The actor's `ActorCtx::push` sends a 36 the session owner checks against the four SB-5.5
+//!   values before the client sees it; a rejected push is counted ([`FlowReject`]).
+//! - Rebind from another session replaces (SB-6): the actor owner registers the new binding,
+//!   answers, then sends 51 to the old session owner, whose session enters *closing*, runs the
+//!   replaced-callback and closes the connection 100 ms after its terminal (or at the callback
+//!   timeout).
+//! - Disconnect (SB-7) freezes the binding snapshot and notifies each bound actor's current Spot
+//!   once over the stored route (38 Disconnect); actor and membership stay.
+
+pub mod aggregate;
+pub mod clock;
+pub mod flow;
+pub(crate) mod owner;
+pub mod slot;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use zlink_wire::{ActorId, DispatchKey, ErrorKind, SessionLifecycleGeneration, SessionRid};
+
+use crate::actor::{ActorError, ActorRef, Message};
+use crate::config::{ConfigError, HandlerRegistry};
+use crate::runtime::{BoxFuture, HandlerError};
+
+pub use aggregate::{Binding, SessionBindingAggregate, SessionIdentity};
+pub use clock::{Clock, ManualClock, SystemClock};
+pub use flow::{FlowCounters, FlowRecord, FlowReject};
+pub(crate) use owner::{SessionHost, SessionOwner, SessionOwnerConfig};
+pub use slot::{BindingSlot, RegisteredBinding};
+
+/// First packet key reserved for the framework (client operations, node control). Application
+/// packet keys are `1 ..= RESERVED_KEYS_START - 1`.
+pub const RESERVED_KEYS_START: u32 = 0xFFFF_0000;
+
+/// The key of a 36 that asks the session owner to close the bound session's connection
+/// (`ActorCtx::close_session`, SB-5.14); checked like a push.
+pub const CLOSE_SESSION_KEY: DispatchKey = DispatchKey::new(0xFFFF_FFF0);
+
+/// Why a session operation failed.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum SessionError {
+    /// No current binding of the actor on this session (session-not-bound, `InvalidOperation`,
+    /// SB-12).
+    #[error("session is not bound to actor {actor}")]
+    NotBound {
+        /// The actor.
+        actor: ActorId,
+    },
+    /// A bind of that actor is already in flight on this session (`InvalidOperation`).
+    #[error("a bind of actor {actor} is already in progress")]
+    BindInProgress {
+        /// The actor.
+        actor: ActorId,
+    },
+    /// The session was replaced and is closing: no new binds (`Unavailable`).
+    #[error("the session is closing")]
+    Closing,
+    /// The session has ended (`Unavailable`).
+    #[error("the session has ended")]
+    Closed,
+    /// The node is shutting down: no new sessions or bindings (`Unavailable`, SB-10).
+    #[error("the session owner is shutting down")]
+    ShuttingDown,
+    /// The actor owner or the route refused (SB-12 kinds).
+    #[error("{kind}: {detail}")]
+    Remote {
+        /// Public kind.
+        kind: ErrorKind,
+        /// Detail.
+        detail: String,
+    },
+    /// A payload or reply did not (de)serialise.
+    #[error("codec: {0}")]
+    Codec(String),
+}
+
+impl SessionError {
+    /// The public error kind.
+    #[must_use]
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            SessionError::NotBound { .. }
+            | SessionError::BindInProgress { .. }
+            | SessionError::Codec(_) => ErrorKind::InvalidOperation,
+            SessionError::Closing | SessionError::Closed | SessionError::ShuttingDown => {
+                ErrorKind::Unavailable
+            }
+            SessionError::Remote { kind, .. } => *kind,
+        }
+    }
+
+    fn of_reject(actor: &ActorId, r: FlowReject) -> Self {
+        match r {
+            FlowReject::NotBound | FlowReject::BindingRetired => SessionError::NotBound {
+                actor: actor.clone(),
+            },
+            FlowReject::BindInProgress => SessionError::BindInProgress {
+                actor: actor.clone(),
+            },
+            FlowReject::SessionClosing => SessionError::Closing,
+            FlowReject::ShuttingDown => SessionError::ShuttingDown,
+            _ => SessionError::Closed,
+        }
+    }
+}
+
+impl From<ActorError> for SessionError {
+    fn from(e: ActorError) -> Self {
+        SessionError::Remote {
+            kind: e.kind(),
+            detail: e.to_string(),
+        }
+    }
+}
+
+impl From<SessionError> for HandlerError {
+    fn from(e: SessionError) -> Self {
+        HandlerError::new(e.to_string())
+    }
+}
+
+/// A packet handler: the session and the packet's payload; the reply bytes answer a request
+/// packet (ignored for a one-way packet).
+pub type PacketHandler = Arc<dyn Fn(Session, Bytes) -> BoxFuture<Result<Bytes, HandlerError>> + Send + Sync>;
+
+/// A lifecycle callback of a session (connected, disconnected).
+pub type LifecycleHandler =
+    Arc<dyn Fn(Session) -> BoxFuture<Result<(), HandlerError>> + Send + Sync>;
+
+/// The replaced-callback (SB-6.3): the session and the actor whose binding moved to another
+/// session. The application's last lifecycle turn to tell its client.
+pub type ReplacedHandler =
+    Arc<dyn Fn(Session, ActorId) -> BoxFuture<Result<(), HandlerError>> + Send + Sync>;
+
+/// The session application of a node: packet handlers by key and lifecycle callbacks.
+#[derive(Clone, Default)]
+pub struct SessionHandlers {
+    packets: Vec<(DispatchKey, PacketHandler)>,
+    on_connected: Option<LifecycleHandler>,
+    on_disconnected: Option<LifecycleHandler>,
+    on_replaced: Option<ReplacedHandler>,
+}
+
+impl std::fmt::Debug for SessionHandlers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SessionHandlers")
+            .field(
+                "packets",
+                &self.packets.iter().map(|(k, _)| *k).collect::<Vec<_>>(),
+            )
+            .finish_non_exhaustive()
+    }
+}
+
+fn encode<T: serde::Serialize>(v: &T) -> Result<Bytes, HandlerError> {
+    rmp_serde::to_vec_named(v)
+        .map(Bytes::from)
+        .map_err(|e| HandlerError::ReplyEncoding(e.to_string()))
+}
+
+impl SessionHandlers {
+    /// No handlers.
+    #[must_use]
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A typed packet handler for `M::KEY`: the payload decodes as `M`, the reply encodes
+    /// `M::Reply` (MessagePack, named fields).
+    #[must_use]
+    pub fn packet<M, F, Fut>(self, f: F) -> Self
+    where
+        M: Message,
+        F: Fn(Session, M) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<M::Reply, HandlerError>> + Send + 'static,
+    {
+        let f = Arc::new(f);
+        self.packet_raw(M::KEY, move |session, payload: Bytes| {
+            let f = f.clone();
+            Box::pin(async move {
+                let msg: M = rmp_serde::from_slice(&payload)
+                    .map_err(|e| HandlerError::new(format!("packet payload: {e}")))?;
+                let reply = f(session, msg).await?;
+                encode(&reply)
+            })
+        })
+    }
+
+    /// A packet handler on raw bytes for `key`.
+    #[must_use]
+    pub fn packet_raw<F>(mut self, key: DispatchKey, f: F) -> Self
+    where
+        F: Fn(Session, Bytes) -> BoxFuture<Result<Bytes, HandlerError>> + Send + Sync + 'static,
+    {
+        self.packets.push((key, Arc::new(f)));
+        self
+    }
+
+    /// The connected/authenticate callback: first turn of every session.
+    #[must_use]
+    pub fn on_connected<F, Fut>(mut self, f: F) -> Self
+    where
+        F: Fn(Session) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<(), HandlerError>> + Send + 'static,
+    {
+        self.on_connected = Some(Arc::new(move |s| Box::pin(f(s))));
+        self
+    }
+
+    /// The disconnected callback: last turn of every session (it does not iterate bound actors;
+    /// the framework notifies them, SB-7.1).
+    #[must_use]
+    pub fn on_disconnected<F, Fut>(mut self, f: F) -> Self
+    where
+        F: Fn(Session) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<(), HandlerError>> + Send + 'static,
+    {
+        self.on_disconnected = Some(Arc::new(move |s| Box::pin(f(s))));
+        self
+    }
+
+    /// The replaced-callback (duplicate connection, SB-6.3).
+    #[must_use]
+    pub fn on_replaced<F, Fut>(mut self, f: F) -> Self
+    where
+        F: Fn(Session, ActorId) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<(), HandlerError>> + Send + 'static,
+    {
+        self.on_replaced = Some(Arc::new(move |s, a| Box::pin(f(s, a))));
+        self
+    }
+
+    /// The packet keys with a handler.
+    pub fn keys(&self) -> impl Iterator<Item = DispatchKey> + '_ {
+        self.packets.iter().map(|(k, _)| *k)
+    }
+
+    /// Checks the registry: one handler per key (SB-3.3), application keys only.
+    ///
+    /// # Errors
+    /// [`ConfigError::DuplicateHandler`]; [`ConfigError::ReservedPacketKey`].
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        self.registry().map(|_| ())
+    }
+
+    pub(crate) fn registry(&self) -> Result<HandlerRegistry<PacketHandler>, ConfigError> {
+        let mut r = HandlerRegistry::new();
+        for (key, h) in &self.packets {
+            if key.get() >= RESERVED_KEYS_START || key.get() == 0 {
+                return Err(ConfigError::ReservedPacketKey { key: *key });
+            }
+            r.register(*key, h.clone()).map_err(|_| {
+                let count = self.packets.iter().filter(|(k, _)| k == key).count();
+                ConfigError::DuplicateHandler { key: *key, count }
+            })?;
+        }
+        Ok(r)
+    }
+
+    pub(crate) fn into_parts(self) -> (Vec<(DispatchKey, PacketHandler)>, Callbacks) {
+        (
+            self.packets,
+            Callbacks {
+                on_connected: self.on_connected,
+                on_disconnected: self.on_disconnected,
+                on_replaced: self.on_replaced,
+            },
+        )
+    }
+}
+
+/// The lifecycle callbacks of a session application.
+#[derive(Clone, Default)]
+pub(crate) struct Callbacks {
+    pub on_connected: Option<LifecycleHandler>,
+    pub on_disconnected: Option<LifecycleHandler>,
+    pub on_replaced: Option<ReplacedHandler>,
+}
+
+/// A session as its callbacks see it (a handle; cheap to clone).
+#[derive(Clone)]
+pub struct Session {
+    pub(crate) entry: Arc<owner::SessionEntry>,
+    pub(crate) owner: Arc<SessionOwner>,
+}
+
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session")
+            .field("session", &self.entry.rid)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Session {
+    /// The connection's SessionRid.
+    #[must_use]
+    pub fn rid(&self) -> SessionRid {
+        self.entry.rid
+    }
+
+    /// The session owner's lifecycle generation.
+    #[must_use]
+    pub fn lifecycle(&self) -> SessionLifecycleGeneration {
+        self.owner.lifecycle()
+    }
+
+    /// The session's bound actors (SB-13).
+    #[must_use]
+    pub fn actors(&self) -> SessionActors<'_> {
+        SessionActors { session: self }
+    }
+
+    /// Sends a push (148) straight to this session's client, e.g. from the replaced-callback.
+    ///
+    /// # Errors
+    /// [`SessionError::Closed`] when the connection is gone or admission failed.
+    pub async fn send<M: Message>(&self, msg: &M) -> Result<(), SessionError> {
+        let payload = rmp_serde::to_vec_named(msg).map_err(|e| SessionError::Codec(e.to_string()))?;
+        self.send_raw(M::KEY, Bytes::from(payload)).await
+    }
+
+    /// Raw form of [`Session::send`].
+    ///
+    /// # Errors
+    /// As [`Session::send`].
+    pub async fn send_raw(&self, key: DispatchKey, payload: Bytes) -> Result<(), SessionError> {
+        self.owner.push_to_client(self.entry.rid, key, payload).await
+    }
+}
+
+/// `session.actors()` (SB-13).
+#[derive(Debug)]
+pub struct SessionActors<'a> {
+    session: &'a Session,
+}
+
+impl SessionActors<'_> {
+    /// Every current binding.
+    #[must_use]
+    pub fn bound(&self) -> Vec<BoundActor> {
+        self.session
+            .entry
+            .bound()
+            .into_iter()
+            .map(|b| BoundActor {
+                session: self.session.clone(),
+                binding: b,
+            })
+            .collect()
+    }
+
+    /// The current binding of `actor`.
+    #[must_use]
+    pub fn find(&self, actor: &ActorId) -> Option<BoundActor> {
+        self.session.entry.find(actor).map(|b| BoundActor {
+            session: self.session.clone(),
+            binding: b,
+        })
+    }
+
+    /// Binds the session to the incarnation `actor` (SB-5.1, SB-5.2, SB-6.1): one 38 to the
+    /// ref's location; the terminal is returned once the route is stored (SB-5.7). Binding the
+    /// current binding again is idempotent (SB-6.7).
+    ///
+    /// # Errors
+    /// The SB-12 kinds: `InvalidOperation` (another incarnation), `Unavailable` (stale location,
+    /// owner down, session closing), `NotFound`.
+    pub async fn bind(&self, actor: &ActorRef) -> Result<BoundActor, SessionError> {
+        let binding = self.session.owner.bind(&self.session.entry, actor).await?;
+        Ok(BoundActor {
+            session: self.session.clone(),
+            binding,
+        })
+    }
+
+    /// BindOrGet (SB-5.13): this session's binding of exactly that ActorId + ObjectGeneration,
+    /// else a bind.
+    ///
+    /// # Errors
+    /// As [`SessionActors::bind`].
+    pub async fn bind_or_get(&self, actor: &ActorRef) -> Result<BoundActor, SessionError> {
+        if let Some(b) = self.session.entry.find(actor.id())
+            && b.object_generation == actor.object_generation()
+        {
+            return Ok(BoundActor {
+                session: self.session.clone(),
+                binding: b,
+            });
+        }
+        self.bind(actor).await
+    }
+}
+
+/// One bound actor of a session (SB-13).
+#[derive(Clone, Debug)]
+pub struct BoundActor {
+    session: Session,
+    binding: Binding,
+}
+
+impl BoundActor {
+    /// The bound incarnation with its current location snapshot.
+    #[must_use]
+    pub fn actor_ref(&self) -> ActorRef {
+        ActorRef::from_parts(
+            self.binding.actor.clone(),
+            self.binding.actor_type.clone(),
+            self.binding.object_generation,
+            self.binding.route.clone(),
+        )
+    }
+
+    /// The binding (identity, route, token).
+    #[must_use]
+    pub fn binding(&self) -> &Binding {
+        &self.binding
+    }
+
+    /// A typed request to the bound actor over the stored route (24 with the bound-session tail;
+    /// straight into the actor's queue). Exactly one terminal; never resent (SB-12).
+    ///
+    /// # Errors
+    /// `InvalidOperation` session-not-bound (replaced or unbound), the actor owner's kinds,
+    /// `DeadlineExceeded`.
+    pub async fn request<M: Message>(
+        &self,
+        msg: &M,
+        timeout: Duration,
+    ) -> Result<M::Reply, SessionError> {
+        let payload = rmp_serde::to_vec_named(msg).map_err(|e| SessionError::Codec(e.to_string()))?;
+        let reply = self.relay(M::KEY, Bytes::from(payload), Some(timeout)).await?;
+        rmp_serde::from_slice(&reply.unwrap_or_default())
+            .map_err(|e| SessionError::Codec(e.to_string()))
+    }
+
+    /// A typed one-way send to the bound actor (24 without correlation).
+    ///
+    /// # Errors
+    /// As [`BoundActor::request`] (local refusals only).
+    pub async fn send<M: Message>(&self, msg: &M) -> Result<(), SessionError> {
+        let payload = rmp_serde::to_vec_named(msg).map_err(|e| SessionError::Codec(e.to_string()))?;
+        self.relay(M::KEY, Bytes::from(payload), None).await.map(|_| ())
+    }
+
+    /// `relay(dispatch, payload)` (SB-13): a request when `timeout` is given (the reply bytes),
+    /// a one-way send otherwise.
+    ///
+    /// # Errors
+    /// As [`BoundActor::request`].
+    pub async fn relay(
+        &self,
+        key: DispatchKey,
+        payload: Bytes,
+        timeout: Option<Duration>,
+    ) -> Result<Option<Bytes>, SessionError> {
+        self.session
+            .owner
+            .relay(&self.session.entry, &self.binding.actor, key, payload, timeout)
+            .await
+    }
+
+    /// Application unbind: tombstones exactly this binding identity at the actor owner (38,
+    /// SB-6.6).
+    ///
+    /// # Errors
+    /// `InvalidOperation` when the binding is no longer current.
+    pub async fn unbind(&self) -> Result<(), SessionError> {
+        self.session
+            .owner
+            .remove(&self.session.entry, &self.binding.actor, false)
+            .await
+    }
+
+    /// Public `NotifyDisconnected` (SB-7.5): runs the actor's current Spot `on_disconnect_actor`
+    /// once, waits for its terminal, then tombstones the binding; the connection stays.
+    ///
+    /// # Errors
+    /// `InvalidOperation` when the binding is no longer current (already notified).
+    pub async fn notify_disconnected(&self) -> Result<(), SessionError> {
+        self.session
+            .owner
+            .remove(&self.session.entry, &self.binding.actor, true)
+            .await
+    }
+}

@@ -1,0 +1,665 @@
+//! The session owner's driver: a thin layer around [`SessionBindingAggregate`]. It keeps the
+//! sessions of this node by SessionRid, runs callbacks on each session's lane, turns aggregate
+//! outputs into records (38, 24) through the node's [`SessionHost`], applies 36 and 51, and
+//! runs the replacement timers on the injected [`Clock`].
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use bytes::Bytes;
+use tokio::sync::{Notify, oneshot};
+use zlink_mesh::{ReplyHandle, SendError};
+use zlink_wire::{
+    ActorId, ActorSend, BindOperation, BindSnapshot, BindingGeneration, BoundSessionBind,
+    BoundSessionReplaced, BoundSessionSend, BoundSessionTail, Deadline, DisconnectReason,
+    DispatchKey, ErrorKind, NodeGeneration, NodeRid, OwnerId, OwnerLeaseGeneration,
+    SessionLifecycleGeneration, SessionRid,
+};
+
+use super::aggregate::{
+    BindCompletion, BindStart, BindTarget, Binding, ReplacedOutcome, SessionBindingAggregate,
+    SessionIdentity, Tombstone,
+};
+use super::clock::Clock;
+use super::flow::{FlowCounters, FlowRecord, FlowReject};
+use super::{Callbacks, CLOSE_SESSION_KEY, PacketHandler, Session, SessionError};
+use crate::actor::ActorRef;
+use crate::config::HandlerRegistry;
+use crate::runtime::{BoxFuture, Handled, Runtime, SerialLane, SessionLane};
+use crate::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+/// A terminal of a record sent to the actor owner: the public kind and a detail.
+pub(crate) type Refusal = (ErrorKind, String);
+
+/// What the session owner needs from its node: sending to actor owners (the mesh, or the local
+/// actor side when the owner is this node) and to its clients.
+pub(crate) trait SessionHost: Send + Sync + 'static {
+    /// A 38 to the actor owner `to`; its one terminal.
+    fn send_bind(
+        &self,
+        to: &NodeRid,
+        req: BoundSessionBind,
+        timeout: Duration,
+    ) -> BoxFuture<Result<BindSnapshot, Refusal>>;
+    /// A 24 to the actor owner `to`: a request when `timeout` is given (its reply payload), a
+    /// one-way send otherwise.
+    fn send_relay(
+        &self,
+        to: &NodeRid,
+        rec: ActorSend,
+        payload: Bytes,
+        timeout: Option<Duration>,
+    ) -> BoxFuture<Result<Option<Bytes>, Refusal>>;
+    /// A push (148) to a client.
+    fn push(
+        &self,
+        session: SessionRid,
+        key: DispatchKey,
+        payload: Bytes,
+    ) -> BoxFuture<Result<(), SendError>>;
+    /// Closes a client connection with a reason (the client sees it).
+    fn close(&self, session: SessionRid, reason: DisconnectReason);
+    /// This node's current owner lease generation.
+    fn owner_lease(&self) -> OwnerLeaseGeneration;
+}
+
+/// Settings of the session owner.
+#[derive(Clone, Debug)]
+pub(crate) struct SessionOwnerConfig {
+    pub node: NodeRid,
+    pub lifecycle: SessionLifecycleGeneration,
+    pub callback_timeout: Duration,
+    pub request_timeout: Duration,
+    pub clock: Arc<dyn Clock>,
+}
+
+/// One session on this node.
+pub(crate) struct SessionEntry {
+    pub rid: SessionRid,
+    agg: Mutex<SessionBindingAggregate>,
+    lane: SerialLane<SessionLane>,
+    /// Wakes the replacement timer task when the close deadline moves.
+    timer: Notify,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl SessionEntry {
+    fn agg(&self) -> MutexGuard<'_, SessionBindingAggregate> {
+        lock(&self.agg)
+    }
+
+    pub(crate) fn bound(&self) -> Vec<Binding> {
+        let mut v: Vec<Binding> = self.agg().bound().cloned().collect();
+        v.sort_by_key(|b| b.token);
+        v
+    }
+
+    pub(crate) fn find(&self, actor: &ActorId) -> Option<Binding> {
+        self.agg().find(actor).cloned()
+    }
+}
+
+/// The OwnerId of a session owner host: FNV-1a 64 of its NodeRid (stable across restarts;
+/// the lifecycle generation and lease tell restarts apart). Carried in 38 and returned in 51.
+#[must_use]
+pub(crate) fn owner_id_of(node: &NodeRid) -> OwnerId {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in node.as_str().bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    OwnerId::new(h)
+}
+
+/// The session owner of one node.
+pub(crate) struct SessionOwner {
+    cfg: SessionOwnerConfig,
+    owner_id: OwnerId,
+    host: Box<dyn SessionHost>,
+    runtime: Runtime,
+    packets: HandlerRegistry<PacketHandler>,
+    callbacks: Callbacks,
+    sessions: Mutex<HashMap<SessionRid, Arc<SessionEntry>>>,
+    next_generation: AtomicU64,
+    accepting: AtomicBool,
+    flow: FlowCounters,
+}
+
+impl std::fmt::Debug for SessionOwner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SessionOwner")
+            .field("node", &self.cfg.node)
+            .field("lifecycle", &self.cfg.lifecycle)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SessionOwner {
+    pub(crate) fn new(
+        cfg: SessionOwnerConfig,
+        host: Box<dyn SessionHost>,
+        runtime: Runtime,
+        packets: HandlerRegistry<PacketHandler>,
+        callbacks: Callbacks,
+    ) -> Self {
+        Self {
+            owner_id: owner_id_of(&cfg.node),
+            cfg,
+            host,
+            runtime,
+            packets,
+            callbacks,
+            sessions: Mutex::new(HashMap::new()),
+            next_generation: AtomicU64::new(1),
+            accepting: AtomicBool::new(true),
+            flow: FlowCounters::default(),
+        }
+    }
+
+    pub(crate) fn lifecycle(&self) -> SessionLifecycleGeneration {
+        self.cfg.lifecycle
+    }
+
+    pub(crate) fn flow(&self) -> &FlowCounters {
+        &self.flow
+    }
+
+    pub(crate) fn session_count(&self) -> usize {
+        lock(&self.sessions).len()
+    }
+
+    /// SB-10: no new sessions or bindings from now on.
+    pub(crate) fn stop_accepting(&self) {
+        self.accepting.store(false, Ordering::Release);
+    }
+
+    fn entry(&self, rid: SessionRid) -> Option<Arc<SessionEntry>> {
+        lock(&self.sessions).get(&rid).cloned()
+    }
+
+    fn session(self: &Arc<Self>, entry: &Arc<SessionEntry>) -> Session {
+        Session {
+            entry: entry.clone(),
+            owner: self.clone(),
+        }
+    }
+
+    /// A client connection opened: its session, its lane, then the connected callback as the
+    /// session's first turn. Idempotent (the first packet may create the session too).
+    pub(crate) fn connected(self: &Arc<Self>, rid: SessionRid) -> Option<Arc<SessionEntry>> {
+        if !self.accepting.load(Ordering::Acquire) {
+            self.host.close(rid, DisconnectReason::Shutdown);
+            return None;
+        }
+        let entry = {
+            let mut sessions = lock(&self.sessions);
+            if let Some(e) = sessions.get(&rid) {
+                return Some(e.clone());
+            }
+            let lane = match self.runtime.session_lane() {
+                Ok(l) => l,
+                Err(e) => {
+                    tracing::warn!(session = %rid, error = %e, "no session lane");
+                    return None;
+                }
+            };
+            let id = SessionIdentity {
+                owner: self.cfg.node.clone(),
+                lifecycle: self.cfg.lifecycle,
+                session: rid,
+            };
+            let entry = Arc::new(SessionEntry {
+                rid,
+                agg: Mutex::new(SessionBindingAggregate::new(
+                    id,
+                    self.owner_id,
+                    self.cfg.callback_timeout,
+                )),
+                lane,
+                timer: Notify::new(),
+            });
+            sessions.insert(rid, entry.clone());
+            entry
+        };
+        tracing::debug!(session = %rid, "session opened");
+        if let Some(cb) = self.callbacks.on_connected.clone() {
+            let session = self.session(&entry);
+            let submitted = entry.lane.submit_lifecycle(move |_ctx| {
+                Handled::later(async move {
+                    if let Err(e) = cb(session).await {
+                        tracing::warn!(error = %e, "session connected-callback failed");
+                    }
+                    Ok(())
+                })
+            });
+            if let Err(e) = submitted {
+                tracing::warn!(session = %rid, error = %e, "connected-callback not queued");
+            }
+        }
+        Some(entry)
+    }
+
+    /// The physical connection ended (SB-7): freeze the binding snapshot, notify each bound
+    /// actor once over its stored route (all-settled, infrastructure work), run the
+    /// disconnected-callback, then end the session's lane.
+    pub(crate) fn disconnected(self: &Arc<Self>, rid: SessionRid) {
+        let Some(entry) = lock(&self.sessions).remove(&rid) else {
+            return;
+        };
+        let snapshot = entry.agg().disconnect();
+        entry.timer.notify_one();
+        tracing::debug!(session = %rid, bindings = snapshot.len(), "session disconnected");
+        for b in snapshot {
+            let owner = self.clone();
+            tokio::spawn(async move {
+                if let Err((kind, detail)) =
+                    owner.send_tombstone(rid, &b, BindOperation::Disconnect).await
+                {
+                    tracing::info!(session = %rid, actor = %b.actor, %kind, %detail, "disconnect notification failed");
+                }
+            });
+        }
+        let lane = entry.lane.clone();
+        let cb = self.callbacks.on_disconnected.clone();
+        let session = self.session(&entry);
+        let submitted = entry.lane.submit_lifecycle(move |_ctx| {
+            Handled::later(async move {
+                if let Some(cb) = cb
+                    && let Err(e) = cb(session).await
+                {
+                    tracing::warn!(error = %e, "session disconnected-callback failed");
+                }
+                lane.connection_closed();
+                Ok(())
+            })
+        });
+        if submitted.is_err() {
+            entry.lane.connection_closed();
+        }
+    }
+
+    /// A packet from the client (144 request or 147 one-way with an application key): the typed
+    /// handler runs on the session's lane (SB-5, SB-10.1).
+    pub(crate) fn packet(
+        self: &Arc<Self>,
+        rid: SessionRid,
+        key: DispatchKey,
+        payload: Bytes,
+        reply: Option<ReplyHandle>,
+    ) {
+        let refuse = |reply: Option<ReplyHandle>, kind: ErrorKind, detail: String| {
+            if let Some(r) = reply {
+                r.error(kind, detail);
+            }
+        };
+        let Some(entry) = self.entry(rid).or_else(|| self.connected(rid)) else {
+            self.flow
+                .reject(FlowRecord::Packet, FlowReject::ShuttingDown, &rid);
+            return refuse(reply, ErrorKind::Unavailable, "session owner shutting down".into());
+        };
+        if !entry.agg().accepts_packets() {
+            self.flow
+                .reject(FlowRecord::Packet, FlowReject::SessionClosing, &rid);
+            return refuse(reply, ErrorKind::Unavailable, "session is closing".into());
+        }
+        let Some(handler) = self.packets.get(key).cloned() else {
+            return refuse(reply, ErrorKind::NotFound, format!("no session handler for key {key}"));
+        };
+        let session = self.session(&entry);
+        let len = payload.len();
+        let submitted = entry.lane.submit(len, move |_ctx| {
+            Handled::later(async move {
+                let out = handler(session, payload).await;
+                match (reply, out) {
+                    (Some(r), Ok(b)) => r.reply(b),
+                    (Some(r), Err(e)) => r.error(ErrorKind::Internal, e.to_string()),
+                    (None, Err(e)) => tracing::info!(error = %e, "one-way session packet failed"),
+                    (None, Ok(_)) => {}
+                }
+                Ok(())
+            })
+        });
+        if let Err(e) = submitted {
+            tracing::debug!(session = %rid, error = %e, "packet refused by the session lane");
+        }
+    }
+
+    fn fresh_generation(&self) -> BindingGeneration {
+        BindingGeneration::new(self.next_generation.fetch_add(1, Ordering::Relaxed))
+    }
+
+    fn bind_record(
+        &self,
+        rid: SessionRid,
+        actor: &ActorId,
+        object_generation: zlink_wire::ObjectGeneration,
+        route: &zlink_wire::ActorLocation,
+        generation: BindingGeneration,
+        owner_lease: OwnerLeaseGeneration,
+        operation: BindOperation,
+    ) -> BoundSessionBind {
+        BoundSessionBind {
+            actor: actor.clone(),
+            object_generation,
+            target_node_generation: route.node_generation,
+            authority_owner_generation: route.authority_owner_generation,
+            owner_lease_generation: route.owner_lease_generation,
+            session_lifecycle: self.cfg.lifecycle,
+            session_owner: self.owner_id,
+            session_owner_lease_generation: owner_lease,
+            session: rid,
+            binding_generation: generation,
+            operation,
+            deadline: Deadline::from_remaining(self.cfg.request_timeout),
+        }
+    }
+
+    /// `session.actors().bind(actor)` (SB-5.1, SB-5.2, SB-5.7, SB-6.1). The 38 and its
+    /// completion run as infrastructure work: the aggregate gets the terminal even if the
+    /// caller's future is dropped.
+    pub(crate) async fn bind(
+        self: &Arc<Self>,
+        entry: &Arc<SessionEntry>,
+        actor: &ActorRef,
+    ) -> Result<Binding, SessionError> {
+        if !self.accepting.load(Ordering::Acquire) {
+            self.flow
+                .reject(FlowRecord::Bind, FlowReject::ShuttingDown, actor);
+            return Err(SessionError::ShuttingDown);
+        }
+        let target = BindTarget {
+            actor: actor.id().clone(),
+            actor_type: actor.actor_type().to_owned(),
+            object_generation: actor.object_generation(),
+            location: actor.wire_location(),
+        };
+        let generation = self.fresh_generation();
+        let start = entry.agg().begin_bind(target, generation);
+        let req = match start {
+            Ok(BindStart::Current(b)) => return Ok(b),
+            Ok(BindStart::Request(req)) => req,
+            Err(r) => {
+                self.flow.reject(FlowRecord::Bind, r, actor);
+                return Err(SessionError::of_reject(actor.id(), r));
+            }
+        };
+        let owner_lease = self.host.owner_lease();
+        let rec = self.bind_record(
+            entry.rid,
+            &req.target.actor,
+            req.target.object_generation,
+            &req.target.location,
+            req.generation,
+            owner_lease,
+            BindOperation::Bind,
+        );
+        let (tx, rx) = oneshot::channel();
+        let owner = self.clone();
+        let entry2 = entry.clone();
+        let actor_id = req.target.actor.clone();
+        let to = req.target.location.node.clone();
+        tokio::spawn(async move {
+            let result = owner
+                .host
+                .send_bind(&to, rec, owner.cfg.request_timeout)
+                .await;
+            let detail = result.as_ref().err().map(|(_, d)| d.clone());
+            let completion = entry2.agg().complete_bind(
+                &actor_id,
+                generation,
+                owner_lease,
+                result.map_err(|(k, _)| k),
+            );
+            let out = match completion {
+                BindCompletion::Bound { binding, .. } => Ok(binding),
+                BindCompletion::Failed(kind) => Err(SessionError::Remote {
+                    kind,
+                    detail: detail.unwrap_or_else(|| "bind refused".into()),
+                }),
+                BindCompletion::Late { reason, tombstone } => {
+                    owner.flow.reject(FlowRecord::Bind, reason, &actor_id);
+                    if let Some(t) = tombstone {
+                        owner.spawn_tombstone(entry2.rid, t);
+                    }
+                    Err(SessionError::Closed)
+                }
+            };
+            let _ = tx.send(out);
+        });
+        rx.await.unwrap_or(Err(SessionError::Closed))
+    }
+
+    fn spawn_tombstone(self: &Arc<Self>, rid: SessionRid, t: Tombstone) {
+        let owner = self.clone();
+        tokio::spawn(async move {
+            let rec = owner.bind_record(
+                rid,
+                &t.actor,
+                t.object_generation,
+                &t.route,
+                t.generation,
+                owner.host.owner_lease(),
+                BindOperation::Unbind,
+            );
+            if let Err((kind, detail)) = owner
+                .host
+                .send_bind(&t.route.node, rec, owner.cfg.request_timeout)
+                .await
+            {
+                tracing::debug!(actor = %t.actor, %kind, %detail, "tombstone of a late bind failed");
+            }
+        });
+    }
+
+    async fn send_tombstone(
+        &self,
+        rid: SessionRid,
+        b: &Binding,
+        operation: BindOperation,
+    ) -> Result<BindSnapshot, Refusal> {
+        let rec = self.bind_record(
+            rid,
+            &b.actor,
+            b.object_generation,
+            &b.route,
+            b.generation,
+            b.owner_lease,
+            operation,
+        );
+        self.host
+            .send_bind(&b.route.node, rec, self.cfg.request_timeout)
+            .await
+    }
+
+    /// Unbind (`notify == false`) or `NotifyDisconnected` (`notify == true`) of one binding
+    /// (SB-6.6, SB-7.5): removed from the aggregate at once (at most once per identity), then
+    /// the 38 tombstone; waits for its terminal (the Spot callback's, for a notify).
+    pub(crate) async fn remove(
+        self: &Arc<Self>,
+        entry: &Arc<SessionEntry>,
+        actor: &ActorId,
+        notify: bool,
+    ) -> Result<(), SessionError> {
+        let b = entry.agg().remove(actor).map_err(|r| {
+            self.flow.reject(FlowRecord::Bind, r, actor);
+            SessionError::of_reject(actor, r)
+        })?;
+        let op = if notify {
+            BindOperation::Disconnect
+        } else {
+            BindOperation::Unbind
+        };
+        let owner = self.clone();
+        let rid = entry.rid;
+        // Infrastructure work: the tombstone is sent even if the caller stops waiting.
+        let task = tokio::spawn(async move { owner.send_tombstone(rid, &b, op).await });
+        match task.await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err((kind, detail))) => Err(SessionError::Remote { kind, detail }),
+            Err(_) => Err(SessionError::Closed),
+        }
+    }
+
+    /// `BoundActor::relay` (SB-5.3, SB-5.10): a 24 over the stored route with the bound-session
+    /// tail.
+    pub(crate) async fn relay(
+        self: &Arc<Self>,
+        entry: &Arc<SessionEntry>,
+        actor: &ActorId,
+        key: DispatchKey,
+        payload: Bytes,
+        timeout: Option<Duration>,
+    ) -> Result<Option<Bytes>, SessionError> {
+        let ticket = entry.agg().relay(actor).map_err(|r| {
+            self.flow.reject(FlowRecord::Relay, r, actor);
+            SessionError::of_reject(actor, r)
+        })?;
+        let rec = ActorSend {
+            actor: ticket.actor,
+            object_generation: ticket.object_generation,
+            authority_owner_generation: ticket.route.authority_owner_generation,
+            owner_lease_generation: ticket.route.owner_lease_generation,
+            session_lifecycle: ticket.lifecycle,
+            key,
+            deadline: timeout.map(Deadline::from_remaining),
+            tail: BoundSessionTail {
+                binding_generation: ticket.generation,
+                session_sequence: ticket.sequence,
+            },
+        };
+        self.host
+            .send_relay(&ticket.route.node, rec, payload, timeout)
+            .await
+            .map_err(|(kind, detail)| SessionError::Remote { kind, detail })
+    }
+
+    /// Pushes straight to a session's client (the session's own sends).
+    pub(crate) async fn push_to_client(
+        &self,
+        rid: SessionRid,
+        key: DispatchKey,
+        payload: Bytes,
+    ) -> Result<(), SessionError> {
+        if self.entry(rid).is_none() {
+            return Err(SessionError::Closed);
+        }
+        self.host
+            .push(rid, key, payload)
+            .await
+            .map_err(|_| SessionError::Closed)
+    }
+
+    /// A 36 (or the same-node push): submitted to the client only if the four SB-5.5 values
+    /// are current (SB-5.8); otherwise counted with its reason (SB-5.9). A 36 with
+    /// [`CLOSE_SESSION_KEY`] closes the connection instead (SB-5.14).
+    pub(crate) async fn handle_push(&self, push: BoundSessionSend, payload: Bytes) {
+        let Some(entry) = self.entry(push.session) else {
+            let reason = if push.session_lifecycle == self.cfg.lifecycle {
+                FlowReject::UnknownSession
+            } else {
+                FlowReject::LifecycleMismatch
+            };
+            self.flow.reject(FlowRecord::Push, reason, &push.actor);
+            return;
+        };
+        if let Err(r) = entry.agg().check_push(&push).map(|_| ()) {
+            self.flow.reject(FlowRecord::Push, r, &push.actor);
+            return;
+        }
+        if push.key == CLOSE_SESSION_KEY {
+            tracing::debug!(session = %push.session, actor = %push.actor, "bound actor closed the session");
+            self.host.close(push.session, DisconnectReason::Closed);
+            return;
+        }
+        if let Err(e) = self.host.push(push.session, push.key, payload).await {
+            self.flow
+                .reject(FlowRecord::Push, FlowReject::SessionClosed, &e);
+        }
+    }
+
+    /// A 51 (or the same-node replacement) from `sender` (SB-6.2 … SB-6.5): retire the
+    /// binding, enter *closing*, run the replaced-callback, close 100 ms after its terminal.
+    pub(crate) fn handle_replaced(
+        self: &Arc<Self>,
+        sender: (&NodeRid, NodeGeneration),
+        rec: &BoundSessionReplaced,
+    ) {
+        let Some(entry) = self.entry(rec.previous.session) else {
+            self.flow
+                .reject(FlowRecord::Replaced, FlowReject::UnknownSession, &rec.actor);
+            return;
+        };
+        let now = self.cfg.clock.now();
+        let outcome = entry.agg().handle_replaced(now, sender, rec);
+        let seq = match outcome {
+            Err(r) => {
+                self.flow.reject(FlowRecord::Replaced, r, &rec.actor);
+                return;
+            }
+            Ok(ReplacedOutcome::Retired(_)) => return,
+            Ok(ReplacedOutcome::Closing { seq, .. }) => seq,
+        };
+        tracing::info!(session = %entry.rid, actor = %rec.actor, "session replaced: closing");
+        self.spawn_close_timer(&entry, seq);
+        let owner = self.clone();
+        let session = self.session(&entry);
+        let cb = self.callbacks.on_replaced.clone();
+        let actor = rec.actor.clone();
+        let entry2 = entry.clone();
+        let finished = move |owner: &Arc<SessionOwner>| {
+            let now = owner.cfg.clock.now();
+            if entry2.agg().callback_finished(now, seq) {
+                entry2.timer.notify_one();
+            }
+        };
+        let submitted = entry.lane.submit_lifecycle(move |_ctx| {
+            Handled::later(async move {
+                if let Some(cb) = cb
+                    && let Err(e) = cb(session, actor).await
+                {
+                    tracing::info!(error = %e, "replaced-callback failed");
+                }
+                finished(&owner);
+                Ok(())
+            })
+        });
+        if submitted.is_err() {
+            let now = self.cfg.clock.now();
+            if entry.agg().callback_finished(now, seq) {
+                entry.timer.notify_one();
+            }
+        }
+    }
+
+    /// The non-blocking replacement close timer (SB-6.4): sleeps on the injected clock until
+    /// the aggregate's deadline, re-reads it when woken, closes when the aggregate decides.
+    fn spawn_close_timer(self: &Arc<Self>, entry: &Arc<SessionEntry>, seq: u64) {
+        let owner = self.clone();
+        let entry = entry.clone();
+        tokio::spawn(async move {
+            loop {
+                let Some(deadline) = entry.agg().poll_timeout() else {
+                    return;
+                };
+                let woken = entry.timer.notified();
+                tokio::select! {
+                    () = owner.cfg.clock.sleep_until(deadline) => {}
+                    () = woken => continue,
+                }
+                let now = owner.cfg.clock.now();
+                let decision = entry.agg().handle_timeout(now, seq);
+                if let Some(d) = decision {
+                    if d.forced {
+                        tracing::warn!(session = %entry.rid, "replaced-callback timed out: closing");
+                    }
+                    owner.host.close(entry.rid, DisconnectReason::Replaced);
+                    return;
+                }
+            }
+        });
+    }
+}
