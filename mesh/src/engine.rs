@@ -97,6 +97,9 @@ pub(crate) enum Command {
     /// it are drained in the same pass once it is released.
     Hold(crossbeam_channel::Receiver<()>),
     Shutdown,
+    /// Test hook ([`crate::MeshNode::abort_for_tests`]): stop like a crashed process, without
+    /// telling peers or clients (no Disconnect, nothing queued flushed).
+    Abort,
 }
 
 struct Out {
@@ -179,6 +182,46 @@ struct Client {
     closing: Option<(ClientCloseCause, Instant)>,
 }
 
+/// Routing ids of client connections whose session the node ended, with the reason it sent.
+/// Bounded by a count (`MeshConfig::max_clients`, at least 1): the oldest is forgotten first,
+/// after which a record on that connection would start a new session again.
+struct Tombstones {
+    reasons: FastMap<Vec<u8>, DisconnectReason>,
+    order: VecDeque<Vec<u8>>,
+    cap: usize,
+}
+
+impl Tombstones {
+    fn new(cap: usize) -> Self {
+        Self {
+            reasons: FastMap::default(),
+            order: VecDeque::new(),
+            cap: cap.max(1),
+        }
+    }
+
+    fn insert(&mut self, rid: Vec<u8>, reason: DisconnectReason) {
+        if let Some(r) = self.reasons.get_mut(&rid) {
+            *r = reason;
+            return;
+        }
+        while self.order.len() >= self.cap {
+            if let Some(old) = self.order.pop_front() {
+                self.reasons.remove(&old);
+            }
+        }
+        self.reasons.insert(rid.clone(), reason);
+        self.order.push_back(rid);
+    }
+
+    fn get(&self, rid: &[u8]) -> Option<DisconnectReason> {
+        if self.reasons.is_empty() {
+            return None;
+        }
+        self.reasons.get(rid).copied()
+    }
+}
+
 /// An entry of the held client FIFO. Not boxed: almost every entry is a record (as before the
 /// `Ended` marker existed), and a box would cost an allocation per held record.
 #[allow(clippy::large_enum_variant)]
@@ -232,13 +275,14 @@ pub(crate) struct Engine {
     /// Disconnect), with the reason sent: a record from one is dropped (`SessionClosed`) and
     /// answered with that Disconnect again, never a new session. Bounded by `max_clients`
     /// entries, oldest forgotten first (`tombstone_order`).
-    tombstones: FastMap<Vec<u8>, DisconnectReason>,
-    tombstone_order: VecDeque<Vec<u8>>,
+    tombstones: Tombstones,
     /// A tombstoned connection was answered in this frame (at most one answer per frame).
     tomb_answered: bool,
     /// The lossless session event channel, once taken ([`Command::ClientEvents`]).
     client_events: Option<tokio::sync::mpsc::UnboundedSender<ClientEvent>>,
     running: bool,
+    /// Stopped by [`Command::Abort`]: no goodbyes at shutdown.
+    aborted: bool,
     limits: Limits,
     /// The last one-way envelope decoded (see [`DecodeMemo`]).
     memo: DecodeMemo,
@@ -537,6 +581,7 @@ impl Engine {
             completion: last_endpoint(&completion),
             client: client.as_ref().map(last_endpoint),
         };
+        let tombstones = Tombstones::new(cfg.max_clients);
         Ok((
             Self {
                 sockets: Sockets {
@@ -566,11 +611,11 @@ impl Engine {
                 inbound,
                 held: VecDeque::new(),
                 held_clients: VecDeque::new(),
-                tombstones: FastMap::default(),
-                tombstone_order: VecDeque::new(),
+                tombstones,
                 tomb_answered: false,
                 client_events: None,
                 running: true,
+                aborted: false,
                 limits,
                 memo: DecodeMemo::default(),
                 dirty: Vec::new(),
@@ -789,6 +834,10 @@ impl Engine {
                 }
             }
             Command::Shutdown => self.running = false,
+            Command::Abort => {
+                self.running = false;
+                self.aborted = true;
+            }
         }
     }
 
@@ -1757,22 +1806,9 @@ impl Engine {
                 &rid,
                 Record::Disconnect(Disconnect { reason }),
             );
-            self.tombstone(rid, reason);
+            self.tombstones.insert(rid, reason);
         }
         self.remove_client(session, cause);
-    }
-
-    /// Remembers a closed connection's routing id (bounded: oldest forgotten first).
-    fn tombstone(&mut self, rid: Vec<u8>, reason: DisconnectReason) {
-        let cap = self.cfg.max_clients.max(1);
-        while self.tombstone_order.len() >= cap {
-            if let Some(old) = self.tombstone_order.pop_front() {
-                self.tombstones.remove(&old);
-            }
-        }
-        if self.tombstones.insert(rid.clone(), reason).is_none() {
-            self.tombstone_order.push_back(rid);
-        }
     }
 
     /// Removes a session: queued records released (counted `PeerLost`), maps cleaned, events
@@ -2543,7 +2579,7 @@ impl Engine {
         let session = match self.clients_by_rid.get(rid) {
             Some(s) => *s,
             None => {
-                if let Some(&reason) = self.tombstones.get(rid) {
+                if let Some(reason) = self.tombstones.get(rid) {
                     // The node ended this connection's session: no new one on it.
                     self.shared.counters.drop(
                         DropReason::SessionClosed,
@@ -2829,6 +2865,17 @@ impl Engine {
     }
 
     fn shutdown_sequence(&mut self) {
+        if self.aborted {
+            // A crash as seen from outside: nobody is told; the requests here still end.
+            for (_, w) in self
+                .corr
+                .handle_timeout(Instant::now() + Duration::from_secs(86_400 * 365))
+            {
+                let _ = w.send(Err(RequestError::Closed));
+            }
+            self.shared.mark_closed();
+            return;
+        }
         let ups: Vec<Vec<u8>> = self
             .peers
             .values()
@@ -3187,6 +3234,28 @@ mod tests {
             up += 1;
         }
         assert_eq!(up, 4, "exactly the charged records went up");
+    }
+
+    // Tombstones are bounded by their count: the oldest routing id is forgotten first; closing
+    // the same connection again keeps one entry (with the latest reason).
+    #[test]
+    fn tombstones_forget_the_oldest_beyond_their_bound() {
+        let mut t = Tombstones::new(2);
+        assert_eq!(t.get(b"a"), None);
+        t.insert(b"a".to_vec(), DisconnectReason::Timeout);
+        t.insert(b"b".to_vec(), DisconnectReason::Closed);
+        t.insert(b"b".to_vec(), DisconnectReason::Replaced);
+        assert_eq!(t.get(b"a"), Some(DisconnectReason::Timeout));
+        assert_eq!(t.get(b"b"), Some(DisconnectReason::Replaced));
+        t.insert(b"c".to_vec(), DisconnectReason::Shutdown);
+        assert_eq!(t.get(b"a"), None, "oldest forgotten");
+        assert_eq!(t.get(b"b"), Some(DisconnectReason::Replaced));
+        assert_eq!(t.get(b"c"), Some(DisconnectReason::Shutdown));
+        assert_eq!((t.reasons.len(), t.order.len()), (2, 2));
+        // A bound of 0 still remembers the last one.
+        let mut t = Tombstones::new(0);
+        t.insert(b"x".to_vec(), DisconnectReason::Closed);
+        assert_eq!(t.get(b"x"), Some(DisconnectReason::Closed));
     }
 
     // The memo answers only for a byte-identical one-way envelope, with exactly what the

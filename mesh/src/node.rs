@@ -991,6 +991,17 @@ impl MeshNode {
         IoHold { _release: release }
     }
 
+    /// **For tests only.** Stops the I/O thread like a crashed process and waits for it: no
+    /// peer or client is told (no Disconnect, nothing queued is flushed), so they see the
+    /// connection drop, as after `kill -9`.
+    #[doc(hidden)]
+    pub async fn abort_for_tests(mut self) {
+        let _ = self.shared.bell.submit(Command::Abort);
+        if let Some(t) = self.thread.take() {
+            let _ = tokio::task::spawn_blocking(move || t.join()).await;
+        }
+    }
+
     /// Stops the I/O thread and waits for it. Peers get a Disconnect; clients get what is
     /// queued for them (best effort, without waiting) and a Disconnect { `Shutdown` }, and each
     /// live session reports `ClientEvent::Disconnected { cause: Shutdown }`.
@@ -1144,6 +1155,29 @@ impl Drop for CancelGuard<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    // Each close cause maps to the reason its Disconnect carries; the client's own Disconnect
+    // is not answered.
+    #[test]
+    fn close_causes_map_to_disconnect_reasons() {
+        use zlink_wire::DisconnectReason as R;
+        assert_eq!(ClientCloseCause::Remote.disconnect_reason(), None);
+        assert_eq!(
+            ClientCloseCause::Timeout.disconnect_reason(),
+            Some(R::Timeout)
+        );
+        assert_eq!(
+            ClientCloseCause::Shutdown.disconnect_reason(),
+            Some(R::Shutdown)
+        );
+        for &r in R::ALL {
+            assert_eq!(ClientCloseCause::Closed(r).disconnect_reason(), Some(r));
+        }
+        assert!(
+            crate::DropReason::ALL.contains(&crate::DropReason::SessionClosed)
+                && crate::DropReason::SessionClosed.as_str() == "session_closed"
+        );
+    }
 
     // The cached one-way envelope is byte-identical to a fresh encode, for any key sequence.
     #[test]

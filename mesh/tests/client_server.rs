@@ -412,7 +412,7 @@ async fn client_ignoring_its_window_is_dropped_and_counted() {
     assert!(inbound.try_recv().is_none(), "nothing arrives twice");
 }
 
-// spec: EG-1.2, SB-9 — a client whose node restarted gets a new session on its new connection;
+// spec: EG-1.2, SB-9 — a client whose node crashed and restarted gets a new session on its new connection;
 // the old session's credit does not carry over: the client waits for the new grant, so
 // nothing it sends is dropped as `CreditExceeded`, even while the new node's application
 // queue is full, and everything arrives in order.
@@ -434,7 +434,9 @@ async fn reconnected_client_waits_for_the_new_sessions_window() {
         .await
         .unwrap()
         .unwrap();
-    n1.shutdown().await;
+    // A node that vanishes without a goodbye (a crash): a graceful shutdown would close the
+    // client's session with Disconnect { Shutdown }, and a closed client does not reconnect.
+    n1.abort_for_tests().await;
     drop(in1);
     // Let the client see its connection drop (it holds ~63 unused credits of the old
     // session): its I/O thread reads the monitor on every pass, and it passes at least once per
