@@ -71,3 +71,86 @@ pub async fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
 }
+
+/// Options of a node for the session tests: demo types, the given session application, a
+/// client endpoint on loopback, an optional tap and clock.
+pub struct SessionNodeSpec {
+    pub name: &'static str,
+    pub peers: Vec<PeerAddress>,
+    pub tap: Option<WireTap>,
+    pub registry: Option<ActorRegistry>,
+    pub sessions: zlink::session::SessionHandlers,
+    pub clock: Option<Arc<dyn zlink::session::Clock>>,
+}
+
+impl SessionNodeSpec {
+    pub fn new(name: &'static str, sessions: zlink::session::SessionHandlers) -> Self {
+        Self {
+            name,
+            peers: Vec::new(),
+            tap: None,
+            registry: None,
+            sessions,
+            clock: None,
+        }
+    }
+}
+
+/// Starts a node that serves ClientServer sessions.
+pub async fn start_session_node(spec: SessionNodeSpec, store: Arc<dyn LocationStore>) -> Node {
+    let mut mc = mesh_config(spec.name);
+    mc.tap = spec.tap;
+    mc.client_endpoint = Some("tcp://127.0.0.1:*".to_owned());
+    let registry = spec.registry.unwrap_or_else(|| demo::registry().unwrap());
+    let mut options = NodeOptions::new(mc, store, registry)
+        .with_sessions(spec.sessions)
+        .unwrap();
+    options.peers = spec.peers;
+    if let Some(c) = spec.clock {
+        options.clock = c;
+    }
+    Node::start(options).await.unwrap()
+}
+
+/// Two connected session nodes: `a` (dials `b`), both with the demo session application unless
+/// `sessions` gives another, with wire taps.
+pub async fn session_pair(
+    store: Arc<dyn LocationStore>,
+    sessions: zlink::session::SessionHandlers,
+    registry: Option<ActorRegistry>,
+) -> (Node, Node, WireTap, WireTap) {
+    let tap_b = WireTap::new(20_000);
+    let mut sb = SessionNodeSpec::new("b", sessions.clone());
+    sb.tap = Some(tap_b.clone());
+    sb.registry = registry.clone();
+    let b = start_session_node(sb, store.clone()).await;
+    let tap_a = WireTap::new(20_000);
+    let mut sa = SessionNodeSpec::new("a", sessions);
+    sa.tap = Some(tap_a.clone());
+    sa.registry = registry;
+    sa.peers = vec![b.address()];
+    let a = start_session_node(sa, store).await;
+    assert!(a.wait_peers(TIMEOUT).await.is_empty(), "b did not come up");
+    assert!(
+        b.mesh()
+            .wait_peer_up(&rid("a"), None, TIMEOUT)
+            .await
+            .is_some(),
+        "a did not come up at b"
+    );
+    (a, b, tap_a, tap_b)
+}
+
+/// A client of `node`'s ClientServer endpoint.
+pub fn client_of(node: &Node) -> zlink::node::client::NodeClient {
+    let endpoint = node.endpoints().client.clone().expect("client endpoint");
+    zlink::node::client::NodeClient::connect(&endpoint, TIMEOUT).unwrap()
+}
+
+/// Records of `command` the tap saw in `direction`.
+pub fn tapped(tap: &WireTap, direction: zlink_mesh::TapDirection, command: u8) -> Vec<zlink_mesh::TapFrame> {
+    tap.frames()
+        .into_iter()
+        .filter(|f| f.direction == direction && f.command() == Some(command))
+        .collect()
+}
