@@ -181,7 +181,10 @@ mod tests {
     fn bind_approval_ignores_the_lease() {
         let node = NodeGeneration::new(7);
         let cur = fence(2, 3, 4, 7);
-        assert_eq!(kind(check_bind(node, Some(&cur), None, &fence(2, 3, 99, 7))), None);
+        assert_eq!(
+            kind(check_bind(node, Some(&cur), None, &fence(2, 3, 99, 7))),
+            None
+        );
         assert_eq!(
             kind(check_bind(node, Some(&cur), None, &fence(1, 3, 4, 7))),
             Some(ErrorKind::InvalidOperation)

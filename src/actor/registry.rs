@@ -292,7 +292,11 @@ impl ActorRegistry {
 
     /// Sets the callbacks of the Spot named `name` (every Spot of that name on every node
     /// hosting this registry; `"entry"` is the Entry Spot).
-    pub fn spot_hooks(&mut self, name: impl Into<String>, hooks: super::spot::SpotHooks) -> &mut Self {
+    pub fn spot_hooks(
+        &mut self,
+        name: impl Into<String>,
+        hooks: super::spot::SpotHooks,
+    ) -> &mut Self {
         self.spots.insert(name.into(), hooks);
         self
     }

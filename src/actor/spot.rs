@@ -77,7 +77,10 @@ pub struct SpotHooks {
 /// logically disconnected with `NotifyDisconnected`). It neither destroys the actor nor changes
 /// membership.
 pub type DisconnectHook = std::sync::Arc<
-    dyn Fn(String, super::ActorRef) -> crate::runtime::BoxFuture<Result<(), crate::runtime::HandlerError>>
+    dyn Fn(
+            String,
+            super::ActorRef,
+        ) -> crate::runtime::BoxFuture<Result<(), crate::runtime::HandlerError>>
         + Send
         + Sync,
 >;
@@ -102,7 +105,8 @@ impl SpotHooks {
     pub fn on_disconnect_actor<F, Fut>(mut self, f: F) -> Self
     where
         F: Fn(String, super::ActorRef) -> Fut + Send + Sync + 'static,
-        Fut: std::future::Future<Output = Result<(), crate::runtime::HandlerError>> + Send + 'static,
+        Fut:
+            std::future::Future<Output = Result<(), crate::runtime::HandlerError>> + Send + 'static,
     {
         self.on_disconnect_actor = Some(std::sync::Arc::new(move |s, a| Box::pin(f(s, a))));
         self

@@ -225,10 +225,11 @@ impl Node {
                     reply.error(ErrorKind::Internal, err.to_string());
                 }
             }
-            None => self
-                .sessions()
-                .flow()
-                .reject(FlowRecord::Bind, FlowReject::Malformed, &"38 without correlation"),
+            None => self.sessions().flow().reject(
+                FlowRecord::Bind,
+                FlowReject::Malformed,
+                &"38 without correlation",
+            ),
         }
         if let Some(r) = replacement {
             self.send_replaced(r).await;
@@ -281,24 +282,23 @@ impl Node {
         key: DispatchKey,
         payload: Bytes,
     ) -> Result<(), ActorError> {
-        let (binding, location) = {
-            let actors = lock(&self.inner.actors);
-            let local = actors
-                .live
-                .get(me.id())
-                .filter(|a| a.actor_ref.object_generation() == me.object_generation())
-                .ok_or_else(|| ActorError::SessionNotBound {
-                    actor_id: me.id().clone(),
+        let (binding, location) =
+            {
+                let actors = lock(&self.inner.actors);
+                let local = actors
+                    .live
+                    .get(me.id())
+                    .filter(|a| a.actor_ref.object_generation() == me.object_generation())
+                    .ok_or_else(|| ActorError::SessionNotBound {
+                        actor_id: me.id().clone(),
+                    })?;
+                let b = local.binding.current().cloned().ok_or_else(|| {
+                    ActorError::SessionNotBound {
+                        actor_id: me.id().clone(),
+                    }
                 })?;
-            let b = local
-                .binding
-                .current()
-                .cloned()
-                .ok_or_else(|| ActorError::SessionNotBound {
-                    actor_id: me.id().clone(),
-                })?;
-            (b, local.actor_ref.wire_location())
-        };
+                (b, local.actor_ref.wire_location())
+            };
         let push = BoundSessionSend {
             actor: me.id().clone(),
             object_generation: me.object_generation(),
@@ -398,7 +398,13 @@ impl SessionHost for NodeSessionHost {
                         let (tx, rx) = tokio::sync::oneshot::channel();
                         let deadline = Instant::now() + t;
                         let _ = node
-                            .on_actor_send(&me, rec, payload, Some(deadline), Some(ReplyTo::Local(tx)))
+                            .on_actor_send(
+                                &me,
+                                rec,
+                                payload,
+                                Some(deadline),
+                                Some(ReplyTo::Local(tx)),
+                            )
                             .await;
                         match tokio::time::timeout(t, rx).await {
                             Ok(Ok(Ok(b))) => Ok(Some(b)),
@@ -448,10 +454,9 @@ impl SessionHost for NodeSessionHost {
     }
 
     fn owner_lease(&self) -> OwnerLeaseGeneration {
-        self.node()
-            .map_or(OwnerLeaseGeneration::new(0), |n| {
-                lock(&n.inner.lease).holder.lease_generation
-            })
+        self.node().map_or(OwnerLeaseGeneration::new(0), |n| {
+            lock(&n.inner.lease).holder.lease_generation
+        })
     }
 }
 

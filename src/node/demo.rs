@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
-use zlink_wire::DispatchKey;
+use zlink_wire::{DispatchKey, ErrorKind};
 
 use crate::actor::{
     ActorConfigError, ActorRef, ActorRegistry, ActorTypeBuilder, Handled, HandlerError, Message,
@@ -306,11 +306,16 @@ pub mod session {
     }
 }
 
-fn find(s: &crate::session::Session, id: &str) -> Result<crate::session::BoundActor, HandlerError> {
-    let id = zlink_wire::ActorId::new(id).map_err(|e| HandlerError::new(format!("actor id: {e}")))?;
+fn find(
+    s: &crate::session::Session,
+    id: &str,
+) -> Result<crate::session::BoundActor, crate::session::PacketError> {
+    let id = zlink_wire::ActorId::new(id).map_err(|e| {
+        crate::session::PacketError::new(ErrorKind::InvalidOperation, format!("actor id: {e}"))
+    })?;
     s.actors()
         .find(&id)
-        .ok_or_else(|| HandlerError::new(format!("session not bound to {id}")))
+        .ok_or_else(|| crate::session::SessionError::NotBound { actor: id }.into())
 }
 
 fn timeout_of(ms: u32) -> Duration {
@@ -321,7 +326,9 @@ fn timeout_of(ms: u32) -> Duration {
 /// replaced-callback that tells the client which actor moved ([`session::Replaced`] push).
 #[must_use]
 pub fn sessions() -> crate::session::SessionHandlers {
-    use session::{Bind, BindOrGet, Bound, NotifyDisconnected, RelayRequest, RelaySend, Replaced, Unbind};
+    use session::{
+        Bind, BindOrGet, Bound, NotifyDisconnected, RelayRequest, RelaySend, Replaced, Unbind,
+    };
     crate::session::SessionHandlers::new()
         .packet(|s, b: Bind| async move {
             Ok(s.actors().bind(&b.actor).await?.actor_ref())

@@ -5,7 +5,9 @@
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use zlink_mesh::{ClientEvent, ClientEvents, Inbound, InboundReceiver, Origin, Record, ReplyHandle};
+use zlink_mesh::{
+    ClientEvent, ClientEvents, Inbound, InboundReceiver, Origin, Record, ReplyHandle,
+};
 use zlink_wire::{ActorCall, ActorId, BindOperation, DispatchKey, ErrorKind};
 
 use super::protocol::{self, Activate, CallActor, CreateActor, DestroyActor, GetActor};
@@ -88,7 +90,13 @@ async fn handle(node: &Node, inbound: Inbound) {
         (Origin::Peer { .. }, Record::BoundSessionSend(rec)) => {
             node.sessions().handle_push(rec, payload).await;
         }
-        (Origin::Peer { node: sender, generation }, Record::BoundSessionReplaced(rec)) => {
+        (
+            Origin::Peer {
+                node: sender,
+                generation,
+            },
+            Record::BoundSessionReplaced(rec),
+        ) => {
             node.sessions().handle_replaced((&sender, generation), &rec);
         }
         (Origin::Client { session }, Record::Request(r)) if !protocol::is_framework_key(r.key) => {

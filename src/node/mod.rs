@@ -1318,10 +1318,11 @@ impl Node {
                     .binding
                     .check_relay(&b.node, b.lifecycle, b.generation)
                     .map_err(|r| {
-                        self.inner
-                            .sessions
-                            .flow()
-                            .reject(crate::session::FlowRecord::Relay, r, &call.actor_id);
+                        self.inner.sessions.flow().reject(
+                            crate::session::FlowRecord::Relay,
+                            r,
+                            &call.actor_id,
+                        );
                         ActorError::StaleFence {
                             actor_id: call.actor_id.clone(),
                             fence: "binding",
@@ -1496,6 +1497,13 @@ impl Node {
     #[must_use]
     pub fn session_count(&self) -> usize {
         self.inner.sessions.session_count()
+    }
+
+    /// When a replaced session's connection is due to close (SB-6.4), on the session clock;
+    /// `None` when the session is not closing.
+    #[must_use]
+    pub fn session_close_deadline(&self, session: SessionRid) -> Option<std::time::Instant> {
+        self.inner.sessions.close_deadline(session)
     }
 
     /// Closes a client connection; the client sees `reason` (SB-6.4, SB-5.14).

@@ -854,10 +854,7 @@ mod tests {
         assert!(a.callback_finished(done, 1));
         assert!(!a.callback_finished(done, 1), "terminal counted once");
         assert_eq!(a.poll_timeout(), Some(done + REPLACEMENT_CLOSE_DELAY));
-        assert_eq!(
-            a.handle_timeout(done + Duration::from_millis(99), 1),
-            None
-        );
+        assert_eq!(a.handle_timeout(done + Duration::from_millis(99), 1), None);
         assert_eq!(a.handle_timeout(done + REPLACEMENT_CLOSE_DELAY, 2), None);
         assert_eq!(
             a.handle_timeout(done + REPLACEMENT_CLOSE_DELAY, 1),
@@ -877,7 +874,10 @@ mod tests {
         let t0 = Instant::now();
         let (s, g) = sender();
         a.handle_replaced(t0, (&s, g), &replaced_of(&b)).unwrap();
-        assert_eq!(a.handle_timeout(t0 + Duration::from_millis(29_999), 1), None);
+        assert_eq!(
+            a.handle_timeout(t0 + Duration::from_millis(29_999), 1),
+            None
+        );
         assert_eq!(
             a.handle_timeout(t0 + Duration::from_secs(30), 1),
             Some(CloseDecision {

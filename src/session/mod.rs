@@ -149,9 +149,50 @@ impl From<SessionError> for HandlerError {
     }
 }
 
+/// How a packet handler failed: the public kind the client's error reply carries and a detail.
+/// A [`SessionError`] keeps its SB-12 kind (`?` converts it); a [`HandlerError`] is `Internal`
+/// (EG-15).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{kind}: {detail}")]
+pub struct PacketError {
+    /// Public kind.
+    pub kind: ErrorKind,
+    /// Detail for the client.
+    pub detail: String,
+}
+
+impl PacketError {
+    /// A failure of `kind`.
+    pub fn new(kind: ErrorKind, detail: impl Into<String>) -> Self {
+        Self {
+            kind,
+            detail: detail.into(),
+        }
+    }
+}
+
+impl From<SessionError> for PacketError {
+    fn from(e: SessionError) -> Self {
+        Self::new(e.kind(), e.to_string())
+    }
+}
+
+impl From<HandlerError> for PacketError {
+    fn from(e: HandlerError) -> Self {
+        Self::new(ErrorKind::Internal, e.to_string())
+    }
+}
+
+impl From<ActorError> for PacketError {
+    fn from(e: ActorError) -> Self {
+        Self::new(e.kind(), e.to_string())
+    }
+}
+
 /// A packet handler: the session and the packet's payload; the reply bytes answer a request
 /// packet (ignored for a one-way packet).
-pub type PacketHandler = Arc<dyn Fn(Session, Bytes) -> BoxFuture<Result<Bytes, HandlerError>> + Send + Sync>;
+pub type PacketHandler =
+    Arc<dyn Fn(Session, Bytes) -> BoxFuture<Result<Bytes, PacketError>> + Send + Sync>;
 
 /// A lifecycle callback of a session (connected, disconnected).
 pub type LifecycleHandler =
@@ -182,10 +223,10 @@ impl std::fmt::Debug for SessionHandlers {
     }
 }
 
-fn encode<T: serde::Serialize>(v: &T) -> Result<Bytes, HandlerError> {
+fn encode<T: serde::Serialize>(v: &T) -> Result<Bytes, PacketError> {
     rmp_serde::to_vec_named(v)
         .map(Bytes::from)
-        .map_err(|e| HandlerError::ReplyEncoding(e.to_string()))
+        .map_err(|e| PacketError::new(ErrorKind::Internal, format!("reply encoding: {e}")))
 }
 
 impl SessionHandlers {
@@ -202,14 +243,15 @@ impl SessionHandlers {
     where
         M: Message,
         F: Fn(Session, M) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = Result<M::Reply, HandlerError>> + Send + 'static,
+        Fut: Future<Output = Result<M::Reply, PacketError>> + Send + 'static,
     {
         let f = Arc::new(f);
         self.packet_raw(M::KEY, move |session, payload: Bytes| {
             let f = f.clone();
             Box::pin(async move {
-                let msg: M = rmp_serde::from_slice(&payload)
-                    .map_err(|e| HandlerError::new(format!("packet payload: {e}")))?;
+                let msg: M = rmp_serde::from_slice(&payload).map_err(|e| {
+                    PacketError::new(ErrorKind::InvalidOperation, format!("packet payload: {e}"))
+                })?;
                 let reply = f(session, msg).await?;
                 encode(&reply)
             })
@@ -220,7 +262,7 @@ impl SessionHandlers {
     #[must_use]
     pub fn packet_raw<F>(mut self, key: DispatchKey, f: F) -> Self
     where
-        F: Fn(Session, Bytes) -> BoxFuture<Result<Bytes, HandlerError>> + Send + Sync + 'static,
+        F: Fn(Session, Bytes) -> BoxFuture<Result<Bytes, PacketError>> + Send + Sync + 'static,
     {
         self.packets.push((key, Arc::new(f)));
         self
@@ -346,7 +388,8 @@ impl Session {
     /// # Errors
     /// [`SessionError::Closed`] when the connection is gone or admission failed.
     pub async fn send<M: Message>(&self, msg: &M) -> Result<(), SessionError> {
-        let payload = rmp_serde::to_vec_named(msg).map_err(|e| SessionError::Codec(e.to_string()))?;
+        let payload =
+            rmp_serde::to_vec_named(msg).map_err(|e| SessionError::Codec(e.to_string()))?;
         self.send_raw(M::KEY, Bytes::from(payload)).await
     }
 
@@ -355,7 +398,9 @@ impl Session {
     /// # Errors
     /// As [`Session::send`].
     pub async fn send_raw(&self, key: DispatchKey, payload: Bytes) -> Result<(), SessionError> {
-        self.owner.push_to_client(self.entry.rid, key, payload).await
+        self.owner
+            .push_to_client(self.entry.rid, key, payload)
+            .await
     }
 }
 
@@ -458,8 +503,11 @@ impl BoundActor {
         msg: &M,
         timeout: Duration,
     ) -> Result<M::Reply, SessionError> {
-        let payload = rmp_serde::to_vec_named(msg).map_err(|e| SessionError::Codec(e.to_string()))?;
-        let reply = self.relay(M::KEY, Bytes::from(payload), Some(timeout)).await?;
+        let payload =
+            rmp_serde::to_vec_named(msg).map_err(|e| SessionError::Codec(e.to_string()))?;
+        let reply = self
+            .relay(M::KEY, Bytes::from(payload), Some(timeout))
+            .await?;
         rmp_serde::from_slice(&reply.unwrap_or_default())
             .map_err(|e| SessionError::Codec(e.to_string()))
     }
@@ -469,8 +517,11 @@ impl BoundActor {
     /// # Errors
     /// As [`BoundActor::request`] (local refusals only).
     pub async fn send<M: Message>(&self, msg: &M) -> Result<(), SessionError> {
-        let payload = rmp_serde::to_vec_named(msg).map_err(|e| SessionError::Codec(e.to_string()))?;
-        self.relay(M::KEY, Bytes::from(payload), None).await.map(|_| ())
+        let payload =
+            rmp_serde::to_vec_named(msg).map_err(|e| SessionError::Codec(e.to_string()))?;
+        self.relay(M::KEY, Bytes::from(payload), None)
+            .await
+            .map(|_| ())
     }
 
     /// `relay(dispatch, payload)` (SB-13): a request when `timeout` is given (the reply bytes),
@@ -486,7 +537,13 @@ impl BoundActor {
     ) -> Result<Option<Bytes>, SessionError> {
         self.session
             .owner
-            .relay(&self.session.entry, &self.binding.actor, key, payload, timeout)
+            .relay(
+                &self.session.entry,
+                &self.binding.actor,
+                key,
+                payload,
+                timeout,
+            )
             .await
     }
 

@@ -23,7 +23,7 @@ use super::aggregate::{
 };
 use super::clock::Clock;
 use super::flow::{FlowCounters, FlowRecord, FlowReject};
-use super::{Callbacks, CLOSE_SESSION_KEY, PacketHandler, Session, SessionError};
+use super::{CLOSE_SESSION_KEY, Callbacks, PacketHandler, Session, SessionError};
 use crate::actor::ActorRef;
 use crate::config::HandlerRegistry;
 use crate::runtime::{BoxFuture, Handled, Runtime, SerialLane, SessionLane};
@@ -172,6 +172,11 @@ impl SessionOwner {
         lock(&self.sessions).len()
     }
 
+    /// The replacement close deadline of a closing session.
+    pub(crate) fn close_deadline(&self, rid: SessionRid) -> Option<std::time::Instant> {
+        self.entry(rid).and_then(|e| e.agg().poll_timeout())
+    }
+
     /// SB-10: no new sessions or bindings from now on.
     pub(crate) fn stop_accepting(&self) {
         self.accepting.store(false, Ordering::Release);
@@ -256,8 +261,9 @@ impl SessionOwner {
         for b in snapshot {
             let owner = self.clone();
             tokio::spawn(async move {
-                if let Err((kind, detail)) =
-                    owner.send_tombstone(rid, &b, BindOperation::Disconnect).await
+                if let Err((kind, detail)) = owner
+                    .send_tombstone(rid, &b, BindOperation::Disconnect)
+                    .await
                 {
                     tracing::info!(session = %rid, actor = %b.actor, %kind, %detail, "disconnect notification failed");
                 }
@@ -299,7 +305,11 @@ impl SessionOwner {
         let Some(entry) = self.entry(rid).or_else(|| self.connected(rid)) else {
             self.flow
                 .reject(FlowRecord::Packet, FlowReject::ShuttingDown, &rid);
-            return refuse(reply, ErrorKind::Unavailable, "session owner shutting down".into());
+            return refuse(
+                reply,
+                ErrorKind::Unavailable,
+                "session owner shutting down".into(),
+            );
         };
         if !entry.agg().accepts_packets() {
             self.flow
@@ -307,7 +317,11 @@ impl SessionOwner {
             return refuse(reply, ErrorKind::Unavailable, "session is closing".into());
         }
         let Some(handler) = self.packets.get(key).cloned() else {
-            return refuse(reply, ErrorKind::NotFound, format!("no session handler for key {key}"));
+            return refuse(
+                reply,
+                ErrorKind::NotFound,
+                format!("no session handler for key {key}"),
+            );
         };
         let session = self.session(&entry);
         let len = payload.len();
@@ -316,7 +330,7 @@ impl SessionOwner {
                 let out = handler(session, payload).await;
                 match (reply, out) {
                     (Some(r), Ok(b)) => r.reply(b),
-                    (Some(r), Err(e)) => r.error(ErrorKind::Internal, e.to_string()),
+                    (Some(r), Err(e)) => r.error(e.kind, e.detail),
                     (None, Err(e)) => tracing::info!(error = %e, "one-way session packet failed"),
                     (None, Ok(_)) => {}
                 }

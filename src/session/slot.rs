@@ -44,7 +44,12 @@ impl RegisteredBinding {
 
     /// Same binding identity: session owner, lifecycle and binding generation (SB-4).
     #[must_use]
-    pub fn same_identity(&self, node: &NodeRid, lifecycle: SessionLifecycleGeneration, generation: BindingGeneration) -> bool {
+    pub fn same_identity(
+        &self,
+        node: &NodeRid,
+        lifecycle: SessionLifecycleGeneration,
+        generation: BindingGeneration,
+    ) -> bool {
         self.session_owner == *node && self.lifecycle == lifecycle && self.generation == generation
     }
 
@@ -164,7 +169,10 @@ mod tests {
     #[test]
     fn a_new_session_replaces_and_the_old_generation_is_rejected() {
         let mut s = BindingSlot::default();
-        assert_eq!(s.bind(b("a", 1, 1, 1)), SlotBind::Registered { replaced: None });
+        assert_eq!(
+            s.bind(b("a", 1, 1, 1)),
+            SlotBind::Registered { replaced: None }
+        );
         assert_eq!(
             s.bind(b("c", 1, 9, 4)),
             SlotBind::Registered {
@@ -173,13 +181,22 @@ mod tests {
         );
         let a = NodeRid::new("a").unwrap();
         assert_eq!(
-            s.check_relay(&a, SessionLifecycleGeneration::new(1), BindingGeneration::new(1)),
+            s.check_relay(
+                &a,
+                SessionLifecycleGeneration::new(1),
+                BindingGeneration::new(1)
+            ),
             Err(FlowReject::BindingRetired)
         );
         let c = NodeRid::new("c").unwrap();
-        assert!(s
-            .check_relay(&c, SessionLifecycleGeneration::new(1), BindingGeneration::new(4))
-            .is_ok());
+        assert!(
+            s.check_relay(
+                &c,
+                SessionLifecycleGeneration::new(1),
+                BindingGeneration::new(4)
+            )
+            .is_ok()
+        );
     }
 
     // spec: SB-6.7
@@ -188,7 +205,10 @@ mod tests {
         let mut s = BindingSlot::default();
         s.bind(b("a", 1, 1, 1));
         assert_eq!(s.bind(b("a", 1, 1, 1)), SlotBind::Unchanged);
-        assert_eq!(s.bind(b("a", 1, 1, 2)), SlotBind::Registered { replaced: None });
+        assert_eq!(
+            s.bind(b("a", 1, 1, 2)),
+            SlotBind::Registered { replaced: None }
+        );
     }
 
     // spec: SB-6.6
@@ -203,7 +223,10 @@ mod tests {
         let l = SessionLifecycleGeneration::new(1);
         assert_eq!(s.tombstone(&a, l, BindingGeneration::new(1)), None);
         assert!(s.current().is_some());
-        assert_eq!(s.tombstone(&c, l, BindingGeneration::new(4)), Some(b("c", 1, 9, 4)));
+        assert_eq!(
+            s.tombstone(&c, l, BindingGeneration::new(4)),
+            Some(b("c", 1, 9, 4))
+        );
         assert_eq!(s.tombstone(&c, l, BindingGeneration::new(4)), None);
     }
 }

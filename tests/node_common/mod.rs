@@ -148,7 +148,11 @@ pub fn client_of(node: &Node) -> zlink::node::client::NodeClient {
 }
 
 /// Records of `command` the tap saw in `direction`.
-pub fn tapped(tap: &WireTap, direction: zlink_mesh::TapDirection, command: u8) -> Vec<zlink_mesh::TapFrame> {
+pub fn tapped(
+    tap: &WireTap,
+    direction: zlink_mesh::TapDirection,
+    command: u8,
+) -> Vec<zlink_mesh::TapFrame> {
     tap.frames()
         .into_iter()
         .filter(|f| f.direction == direction && f.command() == Some(command))
