@@ -2,10 +2,11 @@
 //!
 //! Configuration comes from a TOML file (`--config`), `ZLINK_*` environment variables and
 //! command-line flags; a flag beats the environment, which beats the file. The node hosts the
-//! demo actor types (`counter`, `echo`, `room`, `failing`), serves clients over ClientServer
-//! (the client protocol of `zlink::node::protocol`) and stops gracefully on SIGTERM/SIGINT
-//! (SB-10: stop accepting, drain accepted work until the drain deadline, release the owner
-//! lease, close the mesh).
+//! demo actor types (`counter`, `echo`, `room`, `failing`) with the demo session app and the
+//! chat of `zlink::node::chat` (`chat_player`, `chat_room`, session packets 50..=53), serves
+//! clients over ClientServer (the client protocol of `zlink::node::protocol`) and stops
+//! gracefully on SIGTERM/SIGINT (SB-10: stop accepting, drain accepted work until the drain
+//! deadline, release the owner lease, close the mesh).
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -16,7 +17,7 @@ use serde::Deserialize;
 use zlink::config::{
     ClientConfig, MeshConfig, MeshSecretText, NodeConfig, ObjectRoles, PeerConfig,
 };
-use zlink::node::{Node, NodeOptions, demo};
+use zlink::node::{Node, NodeOptions, chat, demo};
 use zlink::store::StoreUrl;
 use zlink_wire::{MeshName, NodeRid};
 
@@ -50,7 +51,8 @@ SIGNALS:
   SIGTERM, SIGINT     graceful shutdown: refuse new client work, drain accepted work until
                       the drain deadline, release the owner lease, close the mesh, exit 0";
 
-const ABOUT: &str = "A ZLink mesh node: hosts actors (demo types counter, echo, room, failing), \
+const ABOUT: &str = "A ZLink mesh node: hosts actors (demo types counter, echo, room, failing; \
+chat types chat_player, chat_room), \
 relays actor calls to other nodes over RouteMesh (replies on the completion connection) and serves \
 clients over ClientServer. Owners are found through the Location Store (embedded SQLite by default).";
 
@@ -315,10 +317,26 @@ async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     let s = settings(cli)?;
     init_logs(s.log_format);
-    let registry = demo::registry().context("registering the demo actor types")?;
-    let options = NodeOptions::from_config(&s.config, registry, demo::sessions()).context("startup configuration")?;
+    // The chat app places its actors by a hash over every node of the mesh (this one and its
+    // configured peers; the first mesh carries actor traffic).
+    let chat = chat::Chat::new(
+        std::iter::once(s.config.node.to_string()).chain(
+            s.config
+                .meshes
+                .first()
+                .into_iter()
+                .flat_map(|m| m.peers.iter().map(|p| p.node.to_string())),
+        ),
+    );
+    let mut registry = demo::registry().context("registering the demo actor types")?;
+    chat.registry_into(&mut registry)
+        .context("registering the chat actor types")?;
+    let sessions = chat.sessions(demo::sessions());
+    let options =
+        NodeOptions::from_config(&s.config, registry, sessions).context("startup configuration")?;
     let signal = tokio::spawn(shutdown_signal());
     let node = Node::start(options).await.context("starting the node")?;
+    chat.attach(&node);
     let ep = node.endpoints().clone();
     tracing::info!(
         node = %node.node_rid(),
@@ -345,6 +363,7 @@ async fn main() -> anyhow::Result<()> {
     tracing::info!(signal = which, "shutting down");
     let stats = node.stats();
     node.shutdown(s.drain).await;
+    chat.detach(&s.config.node);
     tracing::info!(
         activations = stats.activations,
         calls_in = stats.calls_in,

@@ -19,6 +19,7 @@
 //!   work until a deadline, release the owner lease, close the mesh (peers get Disconnect).
 
 mod bound;
+pub mod chat;
 pub mod client;
 pub mod demo;
 mod dispatch;
