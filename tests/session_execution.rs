@@ -1,0 +1,361 @@
+//! Session execution and linearisation (SB-1.5, SB-4.3, SB-5.6, SB-5.7, SB-6.8, SB-10.1, SB-13):
+//! what runs where, what a bind publishes before its success is observable, and how replacement
+//! cleans the old connection.
+
+mod node_common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use node_common::*;
+use tokio::sync::Notify;
+use zlink::actor::{ActorId, ActorRef, ActorTypeBuilder, DispatchKey, Handled, Message, SpotHooks};
+use zlink::node::client::Placement;
+use zlink::node::demo::session::{Bind, Bound, RelayRequest};
+use zlink::node::demo::{self, Add, Echo, EchoPush};
+use zlink::node::{Create, Node};
+use zlink::session::{PacketError, SessionHandlers};
+use zlink_wire::{DisconnectReason, ErrorKind};
+
+fn relay<M: Message>(actor: &ActorRef, msg: &M) -> RelayRequest {
+    RelayRequest {
+        actor_id: actor.id().to_string(),
+        key: M::KEY.get(),
+        payload: rmp_serde::to_vec_named(msg).unwrap(),
+        timeout_ms: 10_000,
+    }
+}
+
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+struct Slow(u32);
+impl Message for Slow {
+    const KEY: DispatchKey = DispatchKey::new(500);
+    type Reply = usize;
+}
+
+// spec: SB-10.1
+// spec: SB-10
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_callbacks_of_one_session_never_overlap() {
+    let running = Arc::new(AtomicUsize::new(0));
+    let max = Arc::new(AtomicUsize::new(0));
+    let done = Arc::new(AtomicUsize::new(0));
+    let (r, m, d) = (running.clone(), max.clone(), done.clone());
+    let sessions = SessionHandlers::new().packet(move |_s, Slow(n)| {
+        let (r, m, d) = (r.clone(), m.clone(), d.clone());
+        async move {
+            let now = r.fetch_add(1, Ordering::SeqCst) + 1;
+            m.fetch_max(now, Ordering::SeqCst);
+            for _ in 0..n {
+                tokio::task::yield_now().await;
+            }
+            r.fetch_sub(1, Ordering::SeqCst);
+            Ok(d.fetch_add(1, Ordering::SeqCst) + 1)
+        }
+    });
+    let node = start_session_node(SessionNodeSpec::new("a", sessions), memory_store()).await;
+    let c = client_of(&node);
+    for i in 0..200 {
+        c.packet_send(&Slow(i % 7)).await.unwrap();
+    }
+    // A request after the 200 one-way packets runs after all of them (one lane, FIFO).
+    assert_eq!(c.packet(&Slow(0)).await.unwrap(), 201);
+    assert_eq!(max.load(Ordering::SeqCst), 1, "two callbacks overlapped");
+}
+
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+struct Wait;
+impl Message for Wait {
+    const KEY: DispatchKey = DispatchKey::new(60);
+    type Reply = ();
+}
+
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+struct Release;
+impl Message for Release {
+    const KEY: DispatchKey = DispatchKey::new(61);
+    type Reply = ();
+}
+
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+struct BothOnce {
+    first: String,
+    second: String,
+}
+impl Message for BothOnce {
+    const KEY: DispatchKey = DispatchKey::new(501);
+    type Reply = ();
+}
+
+// spec: SB-1.5
+// spec: SB-5.3
+// spec: SB-10.1
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn different_actors_are_never_serialised_on_the_session_context() {
+    // `waiter` blocks its turn until `releaser` has run; were the session's context running
+    // actor handlers, or serialising the two actors, the second relay could never run.
+    let gate = Arc::new(Notify::new());
+    let mut registry = demo::registry().unwrap();
+    let (g1, g2) = (gate.clone(), gate.clone());
+    registry
+        .register(
+            ActorTypeBuilder::new("waiter", |_i, _b| Ok(()))
+                .handle(move |_: &mut (), _ctx, _: Wait| {
+                    let g = g1.clone();
+                    Handled::later(async move {
+                        g.notified().await;
+                        Ok(())
+                    })
+                })
+                .build()
+                .unwrap(),
+        )
+        .unwrap();
+    registry
+        .register(
+            ActorTypeBuilder::new("releaser", |_i, _b| Ok(()))
+                .handle(move |_: &mut (), _ctx, _: Release| {
+                    g2.notify_one();
+                    Handled::ok(())
+                })
+                .build()
+                .unwrap(),
+        )
+        .unwrap();
+    let sessions = demo::sessions().packet(|s, b: BothOnce| async move {
+        let w = s.actors().find(&ActorId::new(&b.first).unwrap()).unwrap();
+        let r = s.actors().find(&ActorId::new(&b.second).unwrap()).unwrap();
+        // The session callback awaits the first actor's reply while the second runs.
+        let first = w.request(&Wait, Duration::from_secs(20));
+        let second = r.request(&Release, Duration::from_secs(20));
+        let (x, y) = tokio::join!(first, second);
+        x?;
+        y?;
+        Ok::<(), PacketError>(())
+    });
+    let (a, _b, _ta, _tb) = session_pair(memory_store(), sessions, Some(registry)).await;
+    let c = client_of(&a);
+    let w = c.create("waiter", "w", Placement::on("a")).await.unwrap();
+    let r = c.create("releaser", "r", Placement::on("b")).await.unwrap();
+    c.packet(&Bind { actor: w.clone() }).await.unwrap();
+    c.packet(&Bind { actor: r.clone() }).await.unwrap();
+    c.packet(&BothOnce {
+        first: "w".into(),
+        second: "r".into(),
+    })
+    .await
+    .unwrap();
+}
+
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+struct BindAndPush(ActorRef);
+impl Message for BindAndPush {
+    const KEY: DispatchKey = DispatchKey::new(502);
+    type Reply = ();
+}
+
+// spec: SB-5.6
+// spec: SB-5.7
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_push_right_after_the_bind_sees_the_binding() {
+    // In one callback: bind, then at once ask the actor to push. The actor side registered the
+    // binding (and what its push path reads) before the 38 reply; the session side published
+    // it before the bind's success was observable: the push is never refused.
+    let sessions = demo::sessions().packet(|s, BindAndPush(actor)| async move {
+        let bound = s.actors().bind(&actor).await?;
+        bound
+            .request(&EchoPush(b"now".to_vec()), Duration::from_secs(20))
+            .await?;
+        Ok::<(), PacketError>(())
+    });
+    let (a, _b, _ta, _tb) = session_pair(memory_store(), sessions, None).await;
+    let c = client_of(&a);
+    for (i, node) in ["a", "b"].iter().cycle().take(40).enumerate() {
+        let e = c
+            .create("echo", &format!("e{i}"), Placement::on(*node))
+            .await
+            .unwrap();
+        c.packet(&BindAndPush(e)).await.unwrap();
+        let p = c.recv_push_timeout(TIMEOUT).await.expect("the push");
+        assert_eq!(p.key, Echo::KEY);
+    }
+    assert_eq!(a.session_flow().total(zlink::session::FlowRecord::Push), 0);
+}
+
+// spec: SB-4.3
+// spec: SB-6.1
+// spec: SB-4
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn binding_generations_are_compared_only_within_one_session_owner() {
+    // Session owner a has handed out larger binding generations than b ever will; b's bind of
+    // the same actor still replaces a's: registration is by identity, never by comparing
+    // counters of different owners.
+    let (a, b, _ta, _tb) = session_pair(memory_store(), demo::sessions(), None).await;
+    let ca = client_of(&a);
+    let cb = client_of(&b);
+    for i in 0..5 {
+        let e = ca
+            .create("echo", &format!("x{i}"), Placement::on("b"))
+            .await
+            .unwrap();
+        ca.packet(&Bind { actor: e }).await.unwrap();
+    }
+    let counter = ca.create("counter", "c", Placement::on("b")).await.unwrap();
+    ca.packet(&Bind {
+        actor: counter.clone(),
+    })
+    .await
+    .unwrap();
+    cb.packet(&Bind {
+        actor: counter.clone(),
+    })
+    .await
+    .unwrap();
+    let n: u64 =
+        rmp_serde::from_slice(&cb.packet(&relay(&counter, &Add(3))).await.unwrap()).unwrap();
+    assert_eq!(n, 3);
+    assert_eq!(
+        tokio::time::timeout(TIMEOUT, ca.closed()).await.unwrap(),
+        DisconnectReason::Replaced
+    );
+}
+
+fn counting_hooks(registry: &mut zlink::actor::ActorRegistry, spot: &str) -> Arc<AtomicUsize> {
+    let n = Arc::new(AtomicUsize::new(0));
+    let h = n.clone();
+    registry.spot_hooks(
+        spot,
+        SpotHooks::new().on_disconnect_actor(move |_, _| {
+            h.fetch_add(1, Ordering::SeqCst);
+            async { Ok(()) }
+        }),
+    );
+    n
+}
+
+async fn create_in(node: &Node, ty: &str, id: &str, spot: &str) -> ActorRef {
+    node.create(
+        Create::new(ty, ActorId::new(id).unwrap())
+            .in_spot(zlink::actor::SpotSpec {
+                name: spot.to_owned(),
+                kind: zlink::actor::SpotKind::User(zlink::actor::UserMode::PerActor),
+            })
+            .on(zlink_wire::NodeRid::new("b").unwrap()),
+    )
+    .await
+    .unwrap()
+}
+
+// spec: SB-6.8
+// spec: SB-1.4
+// spec: SB-6
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn closing_the_replaced_connection_cleans_its_other_bindings_once() {
+    let mut registry = demo::registry().unwrap();
+    let moved_hook = counting_hooks(&mut registry, "moved");
+    let other_hook = counting_hooks(&mut registry, "other");
+    let (a, _b, _ta, _tb) = session_pair(memory_store(), demo::sessions(), Some(registry)).await;
+    let moved = create_in(&a, "echo", "m", "moved").await;
+    let other = create_in(&a, "echo", "o", "other").await;
+    let old = client_of(&a);
+    let new = client_of(&a);
+    old.packet(&Bind {
+        actor: moved.clone(),
+    })
+    .await
+    .unwrap();
+    old.packet(&Bind {
+        actor: other.clone(),
+    })
+    .await
+    .unwrap();
+    new.packet(&Bind {
+        actor: moved.clone(),
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        tokio::time::timeout(TIMEOUT, old.closed()).await.unwrap(),
+        DisconnectReason::Replaced
+    );
+    // The old connection's other binding is notified once through the disconnect path.
+    wait_until("the other actor notified", || {
+        other_hook.load(Ordering::SeqCst) == 1
+    })
+    .await;
+    // The moved actor's new binding is untouched: it still pushes to the new session.
+    new.packet(&relay(&moved, &EchoPush(b"still".to_vec())))
+        .await
+        .unwrap();
+    new.recv_push_timeout(TIMEOUT)
+        .await
+        .expect("push to the new session");
+    assert_eq!(moved_hook.load(Ordering::SeqCst), 0);
+    assert_eq!(new.packet(&Bound).await.unwrap(), vec![moved]);
+    // The other actor's binding was tombstoned at its owner: it has no session any more.
+    let e = a
+        .request(&other, &EchoPush(b"x".to_vec()), TIMEOUT)
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("session not bound"), "{e}");
+    assert_eq!(other_hook.load(Ordering::SeqCst), 1);
+}
+
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+struct Surface(ActorRef);
+impl Message for Surface {
+    const KEY: DispatchKey = DispatchKey::new(503);
+    type Reply = Vec<String>;
+}
+
+// spec: SB-13
+// spec: SB-1
+// spec: SB-5.13
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_public_session_surface() {
+    let sessions = SessionHandlers::new().packet(|s, Surface(actor)| async move {
+        let mut seen = Vec::new();
+        let actors = s.actors();
+        assert!(actors.bound().is_empty());
+        assert!(actors.find(actor.id()).is_none());
+        let bound = actors.bind(&actor).await?;
+        seen.push(format!("bound {}", bound.actor_ref().id()));
+        assert_eq!(bound.actor_ref(), actor);
+        let again = actors.bind_or_get(&actor).await?;
+        assert_eq!(again.binding().generation, bound.binding().generation);
+        let found = actors.find(actor.id()).expect("find");
+        let reply = found
+            .relay(
+                Echo::KEY,
+                rmp_serde::to_vec_named(&Echo(b"r".to_vec()))
+                    .unwrap()
+                    .into(),
+                Some(Duration::from_secs(20)),
+            )
+            .await?
+            .expect("a reply");
+        let e: Echo = rmp_serde::from_slice(&reply).unwrap();
+        seen.push(format!("relayed {}", String::from_utf8_lossy(&e.0)));
+        assert_eq!(actors.bound().len(), 1);
+        found.notify_disconnected().await?;
+        assert!(actors.find(actor.id()).is_none());
+        let err = found.relay(Echo::KEY, Default::default(), None).await;
+        seen.push(format!(
+            "after notify {:?}",
+            err.map_err(|e| e.kind()).err()
+        ));
+        Ok::<_, PacketError>(seen)
+    });
+    let (a, _b, _ta, _tb) = session_pair(memory_store(), sessions, None).await;
+    let c = client_of(&a);
+    let echo = c.create("echo", "e", Placement::on("b")).await.unwrap();
+    assert_eq!(
+        c.packet(&Surface(echo)).await.unwrap(),
+        vec![
+            "bound e".to_owned(),
+            "relayed r".to_owned(),
+            format!("after notify {:?}", Some(ErrorKind::InvalidOperation)),
+        ]
+    );
+}
