@@ -9,11 +9,12 @@ mod node_common;
 
 use std::process::Stdio;
 
-use node_common::{TIMEOUT, client_of, memory_store, session_pair};
+use node_common::{TIMEOUT, client_of, memory_store, session_pair, tapped};
 use tokio::io::{AsyncBufReadExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdout, Command};
 use zlink::node::client::Placement;
 use zlink::node::demo;
+use zlink_mesh::{LinkKind, TapDirection};
 use zlink_wire::DisconnectReason;
 
 const SCRIPT: &str = concat!(
@@ -66,7 +67,7 @@ impl Script {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn python_client_binds_relays_receives_pushes_and_is_replaced() {
     require_python();
-    let (a, b, _tap_a, _tap_b) = session_pair(memory_store(), demo::sessions(), None).await;
+    let (a, b, tap_a, _tap_b) = session_pair(memory_store(), demo::sessions(), None).await;
     let rust = client_of(&a);
     let echo = rust
         .create("echo", "e1", Placement::on("b"))
@@ -119,6 +120,31 @@ async fn python_client_binds_relays_receives_pushes_and_is_replaced() {
         .expect("python client did not exit")
         .expect("script status");
     assert!(status.success(), "python client failed: {status}");
+
+    // The bytes docs/CLIENT-PROTOCOL.md shows for the end of this session (section 10).
+    let sent = |cmd: u8| -> Vec<String> {
+        tapped(&tap_a, TapDirection::Sent, cmd)
+            .into_iter()
+            .filter(|f| f.link == LinkKind::Client)
+            .map(|f| {
+                f.frames
+                    .iter()
+                    .map(|p| hex(p))
+                    .collect::<Vec<_>>()
+                    .join("|")
+            })
+            .collect()
+    };
+    let replaced = "0194010000000000000000009164|81a86163746f725f6964a26531";
+    assert!(
+        sent(148).iter().any(|f| f == replaced),
+        "no Replaced push {replaced}"
+    );
+    let disconnect = "0195000000000000000000009104";
+    assert!(
+        sent(149).iter().any(|f| f == disconnect),
+        "no Disconnect {disconnect}"
+    );
 
     // The actor stays bound to the new session: its pushes reach the Rust client.
     let reply: serde_bytes::ByteBuf = other
