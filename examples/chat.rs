@@ -1,0 +1,398 @@
+//! The chat client driver (run by `scripts/demo` after `demo_workload`, against the same mesh).
+//!
+//! Logs players into two rooms whose actors live on different nodes (each player's session on
+//! another node than its player actor, so relays, actor sends and pushes cross the mesh),
+//! exchanges lines and checks that every member receives every line of its room and none of the
+//! other, performs a duplicate login (the old client must get `Kicked`, then the close reason
+//! `Replaced`), disconnects a client (the room's other members must see its `Presence`
+//! `Offline`, and it stays a member), and prints the counts. Exit code 0 only when every check
+//! passed. Names carry a per-run tag, so it can run again on the same mesh.
+//!
+//! Usage: `chat [ENDPOINT,...]` (default: `$ZLINK_CLIENT_ENDPOINTS`).
+
+use std::collections::{BTreeSet, VecDeque};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail, ensure};
+use zlink::actor::Message;
+use zlink::node::chat::{
+    self, ChatLine, Kicked, LoggedIn, Login, Member, Presence, PresenceStatus, Say, Who,
+};
+use zlink::node::client::NodeClient;
+use zlink_wire::DisconnectReason;
+
+/// Players per room.
+const PER_ROOM: usize = 3;
+/// Lines each player says.
+const LINES: usize = 5;
+/// Bound on every wait for a push or a close.
+const WAIT: Duration = Duration::from_secs(10);
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Got {
+    Line(ChatLine),
+    Presence(Presence),
+    Kicked(Kicked),
+    Other(u32),
+}
+
+fn decode(p: zlink_mesh::Push) -> anyhow::Result<Got> {
+    let bytes = p.payload.unwrap_or_default();
+    Ok(if p.key == ChatLine::KEY {
+        Got::Line(rmp_serde::from_slice(&bytes)?)
+    } else if p.key == Presence::KEY {
+        Got::Presence(rmp_serde::from_slice(&bytes)?)
+    } else if p.key == Kicked::KEY {
+        Got::Kicked(rmp_serde::from_slice(&bytes)?)
+    } else {
+        Got::Other(p.key.get())
+    })
+}
+
+/// One logged-in client and the pushes it received.
+struct Player {
+    name: String,
+    room: String,
+    node: usize,
+    c: NodeClient,
+    got: Vec<Got>,
+    unread: VecDeque<Got>,
+}
+
+impl Player {
+    async fn login(&mut self) -> anyhow::Result<LoggedIn> {
+        self.c
+            .packet(&Login {
+                player: self.name.clone(),
+                room: self.room.clone(),
+            })
+            .await
+            .with_context(|| format!("login {} into {}", self.name, self.room))
+    }
+
+    /// Waits for the first push matching `pred` not yet taken (others stay unread).
+    async fn expect(&mut self, what: &str, pred: impl Fn(&Got) -> bool) -> anyhow::Result<Got> {
+        if let Some(i) = self.unread.iter().position(&pred) {
+            return Ok(self.unread.remove(i).expect("index"));
+        }
+        loop {
+            let Some(p) = self.c.recv_push_timeout(WAIT).await else {
+                bail!("{}: no push {what} within {WAIT:?}", self.name);
+            };
+            let g = decode(p)?;
+            self.got.push(g.clone());
+            if pred(&g) {
+                return Ok(g);
+            }
+            self.unread.push_back(g);
+        }
+    }
+
+    fn lines(&self) -> impl Iterator<Item = &ChatLine> {
+        self.got.iter().filter_map(|g| match g {
+            Got::Line(l) => Some(l),
+            _ => None,
+        })
+    }
+}
+
+fn ok(what: impl std::fmt::Display) {
+    println!("  ok   {what}");
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let endpoints = std::env::args()
+        .nth(1)
+        .or_else(|| std::env::var("ZLINK_CLIENT_ENDPOINTS").ok())
+        .context("give the client endpoints (argument or ZLINK_CLIENT_ENDPOINTS)")?;
+    let endpoints: Vec<String> = endpoints
+        .split(',')
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned)
+        .collect();
+    ensure!(endpoints.len() >= 2, "the chat needs at least 2 nodes");
+    let started = Instant::now();
+
+    // Node names (the placement hash's domain), each node seeing all its peers.
+    let mut names = Vec::new();
+    for ep in &endpoints {
+        let c = NodeClient::connect(ep, WAIT)?;
+        let mut tries = 0;
+        let info = loop {
+            let info = c
+                .info()
+                .await
+                .with_context(|| format!("node info from {ep}"))?;
+            if info.peers_up.len() + 1 >= endpoints.len() {
+                break info;
+            }
+            tries += 1;
+            ensure!(
+                tries < 100,
+                "{} sees only peers {:?}",
+                info.node,
+                info.peers_up
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        ensure!(
+            info.actor_types.iter().any(|t| t == chat::PLAYER_TYPE),
+            "{} does not host the chat types",
+            info.node
+        );
+        names.push(info.node);
+        c.close().await;
+    }
+    let node_index = |name: &str| names.iter().position(|n| n == name);
+    let home = |id: &str| -> anyhow::Result<usize> {
+        let h = chat::home_node(id, &names).context("no nodes")?;
+        node_index(&h).context("home node not among the endpoints")
+    };
+    println!("chat: {} nodes: {}", names.len(), names.join(", "));
+
+    // Two rooms on different nodes; a per-run tag keeps names fresh on a reused mesh.
+    let tag = format!(
+        "{:x}",
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)?
+            .as_millis()
+            % 0xff_ffff
+    );
+    let mut rooms: Vec<String> = Vec::new();
+    for base in [
+        "lobby", "arena", "garden", "dock", "forge", "atrium", "cellar", "deck",
+    ] {
+        let name = format!("{base}-{tag}");
+        let h = home(&chat::room_id(&name))?;
+        if rooms
+            .iter()
+            .all(|r| home(&chat::room_id(r)).ok() != Some(h))
+        {
+            rooms.push(name);
+        }
+        if rooms.len() == 2 {
+            break;
+        }
+    }
+    ensure!(rooms.len() == 2, "no two room names on different nodes");
+
+    // Players: each session on the node after its player's home node.
+    let mut players: Vec<Player> = Vec::new();
+    for (ri, room) in rooms.iter().enumerate() {
+        for i in 0..PER_ROOM {
+            let name = format!("p{ri}{i}-{tag}");
+            let node = (home(&chat::player_id(&name))? + 1) % names.len();
+            players.push(Player {
+                name,
+                room: room.clone(),
+                node,
+                c: NodeClient::connect(&endpoints[node], WAIT)?,
+                got: Vec::new(),
+                unread: VecDeque::new(),
+            });
+        }
+    }
+
+    println!("checks:");
+    let mut cross_node = 0;
+    let mut room_nodes = BTreeSet::new();
+    for p in &mut players {
+        let li = p.login().await?;
+        ensure!(
+            li.session_node == names[p.node],
+            "{}: session on {}",
+            p.name,
+            li.session_node
+        );
+        ensure!(
+            li.members.iter().any(|m| m.player == p.name && m.online),
+            "{}: not among the members {:?}",
+            p.name,
+            li.members
+        );
+        if li.player_node != li.session_node {
+            cross_node += 1;
+        }
+        room_nodes.insert((li.room.clone(), li.room_node.clone()));
+    }
+    ensure!(
+        room_nodes.len() == 2
+            && room_nodes
+                .iter()
+                .map(|(_, n)| n)
+                .collect::<BTreeSet<_>>()
+                .len()
+                == 2,
+        "rooms not on two nodes: {room_nodes:?}"
+    );
+    ok(format!(
+        "{} logins into 2 rooms on {}; {cross_node} player actors on another node than their session",
+        players.len(),
+        room_nodes
+            .iter()
+            .map(|(r, n)| format!("{r}@{n}"))
+            .collect::<Vec<_>>()
+            .join(" and ")
+    ));
+    // Joined presence: member k of a room sees the PER_ROOM - 1 - k who came after it.
+    let mut joined = 0;
+    for (k, p) in players.iter_mut().enumerate() {
+        let later: Vec<String> = (k % PER_ROOM + 1..PER_ROOM)
+            .map(|j| format!("p{}{j}-{tag}", k / PER_ROOM))
+            .collect();
+        for who in later {
+            let room = p.room.clone();
+            p.expect("a Joined presence", |g| {
+                matches!(g, Got::Presence(x) if x.room == room && x.player == who && x.status == PresenceStatus::Joined)
+            })
+            .await?;
+            joined += 1;
+        }
+    }
+    ok(format!("{joined} Joined presence pushes"));
+
+    // Lines: every player says LINES lines; every member of the room must get all of them.
+    let t = Instant::now();
+    let mut said = 0u64;
+    for round in 0..LINES {
+        for p in &players {
+            let r =
+                p.c.packet(&Say {
+                    text: format!("line {round} from {}", p.name),
+                })
+                .await
+                .with_context(|| format!("{} says", p.name))?;
+            ensure!(
+                r.recipients as usize == PER_ROOM,
+                "{}: line sent to {} members",
+                p.name,
+                r.recipients
+            );
+            said += 1;
+        }
+    }
+    let mut delivered = 0u64;
+    for k in 0..players.len() {
+        let room = players[k].room.clone();
+        let speakers: Vec<String> = players
+            .iter()
+            .filter(|q| q.room == room)
+            .map(|q| q.name.clone())
+            .collect();
+        let p = &mut players[k];
+        for round in 0..LINES {
+            for s in &speakers {
+                let text = format!("line {round} from {s}");
+                p.expect(&format!("{text:?}"), |g| {
+                    matches!(g, Got::Line(l) if l.room == room && &l.from == s && l.text == text)
+                })
+                .await?;
+                delivered += 1;
+            }
+        }
+        let foreign = p.lines().filter(|l| l.room != room).count();
+        ensure!(foreign == 0, "{}: {foreign} lines of another room", p.name);
+    }
+    let expected = (players.len() * PER_ROOM * LINES) as u64;
+    ensure!(
+        delivered == expected,
+        "delivered {delivered}, expected {expected}"
+    );
+    ok(format!(
+        "{said} lines said, {delivered} delivered = every member got every line of its room, none of the other ({:?})",
+        t.elapsed()
+    ));
+
+    // Duplicate login: the first player of room 0 logs in from another node.
+    let old_node = players[0].node;
+    let new_node = (old_node + 1) % names.len();
+    let mut again = Player {
+        name: players[0].name.clone(),
+        room: players[0].room.clone(),
+        node: new_node,
+        c: NodeClient::connect(&endpoints[new_node], WAIT)?,
+        got: Vec::new(),
+        unread: VecDeque::new(),
+    };
+    let li = again.login().await?;
+    ensure!(
+        li.members.iter().filter(|m| m.online).count() == PER_ROOM,
+        "members after the duplicate login: {:?}",
+        li.members
+    );
+    let kicked = players[0]
+        .expect("Kicked", |g| matches!(g, Got::Kicked(_)))
+        .await?;
+    let reason = tokio::time::timeout(WAIT, players[0].c.closed())
+        .await
+        .context("the replaced session was not closed")?;
+    ensure!(
+        reason == DisconnectReason::Replaced,
+        "old session closed with {reason:?}"
+    );
+    ok(format!(
+        "duplicate login of {} ({} → {}): old client got {kicked:?}, then close reason {reason:?}",
+        again.name, names[old_node], names[new_node]
+    ));
+    let text = "after the duplicate login".to_owned();
+    players[1]
+        .c
+        .packet(&Say { text: text.clone() })
+        .await
+        .context("say after the duplicate login")?;
+    let from = players[1].name.clone();
+    again
+        .expect(
+            "the line at the new session",
+            |g| matches!(g, Got::Line(l) if l.from == from && l.text == text),
+        )
+        .await?;
+    ok("the new session of the player receives the room's lines");
+
+    // Disconnect: the first player of room 1 closes its client; the others see it offline.
+    let gone = players.remove(PER_ROOM);
+    let gone_name = gone.name.clone();
+    let gone_room = gone.room.clone();
+    gone.c.close().await;
+    let mut saw_offline = 0;
+    for p in players.iter_mut().filter(|p| p.room == gone_room) {
+        let (room, who) = (gone_room.clone(), gone_name.clone());
+        p.expect("an Offline presence", |g| {
+            matches!(g, Got::Presence(x) if x.room == room && x.player == who && x.status == PresenceStatus::Offline)
+        })
+        .await?;
+        saw_offline += 1;
+    }
+    ensure!(
+        saw_offline == PER_ROOM - 1,
+        "{saw_offline} saw the disconnect"
+    );
+    let who: Vec<Member> = players[PER_ROOM]
+        .c
+        .packet(&Who)
+        .await
+        .context("who after the disconnect")?;
+    ensure!(
+        who.iter().any(|m| m.player == gone_name && !m.online) && who.len() == PER_ROOM,
+        "members after the disconnect: {who:?}"
+    );
+    ok(format!(
+        "disconnect of {gone_name}: {saw_offline} members saw Presence Offline; still a member, offline"
+    ));
+
+    let pushes: usize = players.iter().map(|p| p.got.len()).sum::<usize>() + again.got.len();
+    println!("summary:");
+    println!(
+        "  nodes={} rooms=2 players={} lines_said={said} lines_delivered={delivered} joined_presence={joined} offline_presence={saw_offline} kicked=1 replaced_closes=1 pushes_total={pushes} elapsed={:?}",
+        names.len(),
+        players.len() + 1,
+        started.elapsed()
+    );
+    for p in players {
+        p.c.close().await;
+    }
+    again.c.close().await;
+    println!("chat: all checks passed");
+    Ok(())
+}
