@@ -414,7 +414,6 @@ async fn a_reconnected_client_does_not_get_the_old_bindings_back() {
 
 // spec: SB-7.4
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "bug: the actor owner tombstones the binding before OnDisconnectActor runs (node/bound.rs tombstone_binding); SB-7.4 wants it after the callback terminal"]
 async fn automatic_notification_tombstones_only_after_the_callback_terminal() {
     let entered = Arc::new(Semaphore::new(0));
     let release = Arc::new(Semaphore::new(0));

@@ -132,18 +132,24 @@ impl Node {
         sender: &NodeRid,
         req: &BoundSessionBind,
     ) -> Result<BindSnapshot, Refusal> {
+        let (lifecycle, generation) = (req.session_lifecycle, req.binding_generation);
+        let disconnect = req.operation == BindOperation::Disconnect;
+        // A disconnect keeps the binding current while the Spot callback runs (SB-7.4) and
+        // runs it at most once per identity (SB-7.3); an unbind tombstones at once (SB-6.6).
         let found = {
             let mut actors = lock(&self.inner.actors);
             actors.live.get_mut(&req.actor).and_then(|a| {
-                let removed =
-                    a.binding
-                        .tombstone(sender, req.session_lifecycle, req.binding_generation);
-                removed.map(|_| (a.actor_ref.clone(), a.spot.clone()))
+                let ours = if disconnect {
+                    a.binding.begin_disconnect(sender, lifecycle, generation)
+                } else {
+                    a.binding.tombstone(sender, lifecycle, generation).is_some()
+                };
+                ours.then(|| (a.actor_ref.clone(), a.spot.clone()))
             })
         };
         let Some((actor_ref, spot)) = found else {
-            // Not the current identity (already retired, replaced, or the actor ended): the
-            // late record changes nothing (SB-4.1, SB-6.6, SB-7.3).
+            // Not the current identity (already retired, replaced, being notified, or the
+            // actor ended): the late record changes nothing (SB-4.1, SB-6.6, SB-7.3).
             self.sessions()
                 .flow()
                 .reject(FlowRecord::Bind, FlowReject::BindingRetired, &req.actor);
@@ -152,8 +158,11 @@ impl Node {
                 format!("actor {}: binding not current", req.actor),
             ));
         };
-        if req.operation == BindOperation::Disconnect {
+        if disconnect {
             self.run_disconnect_hook(&spot, &actor_ref).await;
+            if let Some(a) = lock(&self.inner.actors).live.get_mut(&req.actor) {
+                a.binding.tombstone(sender, lifecycle, generation);
+            }
         }
         Ok(BindSnapshot {
             actor: req.actor.clone(),
@@ -268,6 +277,19 @@ impl Node {
         };
         let refused = self.submit_checked(&fence, work, Some(&bound)).await;
         if let Some(e) = &refused {
+            if !matches!(
+                e,
+                ActorError::StaleFence {
+                    fence: "binding",
+                    ..
+                }
+            ) {
+                // Binding refusals are counted where they are decided; this one is the
+                // incarnation's (destroyed, another incarnation, stale fence).
+                self.sessions()
+                    .flow()
+                    .reject(FlowRecord::Relay, FlowReject::ActorGone, &rec.actor);
+            }
             self.count_send_dropped();
             tracing::debug!(actor = %rec.actor, error = %e, "24 actorSend refused");
         }

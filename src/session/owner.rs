@@ -346,27 +346,25 @@ impl SessionOwner {
         BindingGeneration::new(self.next_generation.fetch_add(1, Ordering::Relaxed))
     }
 
+    /// The 38 for binding identity `t` of session `rid`.
     fn bind_record(
         &self,
         rid: SessionRid,
-        actor: &ActorId,
-        object_generation: zlink_wire::ObjectGeneration,
-        route: &zlink_wire::ActorLocation,
-        generation: BindingGeneration,
+        t: &Tombstone,
         owner_lease: OwnerLeaseGeneration,
         operation: BindOperation,
     ) -> BoundSessionBind {
         BoundSessionBind {
-            actor: actor.clone(),
-            object_generation,
-            target_node_generation: route.node_generation,
-            authority_owner_generation: route.authority_owner_generation,
-            owner_lease_generation: route.owner_lease_generation,
+            actor: t.actor.clone(),
+            object_generation: t.object_generation,
+            target_node_generation: t.route.node_generation,
+            authority_owner_generation: t.route.authority_owner_generation,
+            owner_lease_generation: t.route.owner_lease_generation,
             session_lifecycle: self.cfg.lifecycle,
             session_owner: self.owner_id,
             session_owner_lease_generation: owner_lease,
             session: rid,
-            binding_generation: generation,
+            binding_generation: t.generation,
             operation,
             deadline: Deadline::from_remaining(self.cfg.request_timeout),
         }
@@ -402,15 +400,13 @@ impl SessionOwner {
             }
         };
         let owner_lease = self.host.owner_lease();
-        let rec = self.bind_record(
-            entry.rid,
-            &req.target.actor,
-            req.target.object_generation,
-            &req.target.location,
-            req.generation,
-            owner_lease,
-            BindOperation::Bind,
-        );
+        let identity = Tombstone {
+            actor: req.target.actor.clone(),
+            object_generation: req.target.object_generation,
+            route: req.target.location.clone(),
+            generation: req.generation,
+        };
+        let rec = self.bind_record(entry.rid, &identity, owner_lease, BindOperation::Bind);
         let (tx, rx) = oneshot::channel();
         let owner = self.clone();
         let entry2 = entry.clone();
@@ -450,15 +446,7 @@ impl SessionOwner {
     fn spawn_tombstone(self: &Arc<Self>, rid: SessionRid, t: Tombstone) {
         let owner = self.clone();
         tokio::spawn(async move {
-            let rec = owner.bind_record(
-                rid,
-                &t.actor,
-                t.object_generation,
-                &t.route,
-                t.generation,
-                owner.host.owner_lease(),
-                BindOperation::Unbind,
-            );
+            let rec = owner.bind_record(rid, &t, owner.host.owner_lease(), BindOperation::Unbind);
             if let Err((kind, detail)) = owner
                 .host
                 .send_bind(&t.route.node, rec, owner.cfg.request_timeout)
@@ -475,15 +463,13 @@ impl SessionOwner {
         b: &Binding,
         operation: BindOperation,
     ) -> Result<BindSnapshot, Refusal> {
-        let rec = self.bind_record(
-            rid,
-            &b.actor,
-            b.object_generation,
-            &b.route,
-            b.generation,
-            b.owner_lease,
-            operation,
-        );
+        let identity = Tombstone {
+            actor: b.actor.clone(),
+            object_generation: b.object_generation,
+            route: b.route.clone(),
+            generation: b.generation,
+        };
+        let rec = self.bind_record(rid, &identity, b.owner_lease, operation);
         self.host
             .send_bind(&b.route.node, rec, self.cfg.request_timeout)
             .await

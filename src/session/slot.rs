@@ -80,6 +80,9 @@ pub enum SlotBind {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct BindingSlot {
     current: Option<RegisteredBinding>,
+    /// The current binding's disconnect notification has begun: its Spot callback runs (at
+    /// most once, SB-7.3), and the tombstone follows the callback terminal (SB-7.4).
+    notifying: bool,
 }
 
 impl BindingSlot {
@@ -95,6 +98,7 @@ impl BindingSlot {
         if self.current.as_ref() == Some(&b) {
             return SlotBind::Unchanged;
         }
+        self.notifying = false;
         let previous = self.current.replace(b);
         let replaced = match (previous, self.current.as_ref()) {
             (Some(p), Some(now)) if !p.same_session(now) => Some(p),
@@ -117,9 +121,32 @@ impl BindingSlot {
             .as_ref()
             .is_some_and(|c| c.same_identity(node, lifecycle, generation))
         {
+            self.notifying = false;
             self.current.take()
         } else {
             None
+        }
+    }
+
+    /// Starts the disconnect notification of exactly this identity (SB-7.3, SB-7.4): `true`
+    /// the first time (run the Spot callback, then [`BindingSlot::tombstone`]); `false` when
+    /// the identity is not current or its notification already began. The binding stays
+    /// current until the tombstone.
+    pub fn begin_disconnect(
+        &mut self,
+        node: &NodeRid,
+        lifecycle: SessionLifecycleGeneration,
+        generation: BindingGeneration,
+    ) -> bool {
+        let current = self
+            .current
+            .as_ref()
+            .is_some_and(|c| c.same_identity(node, lifecycle, generation));
+        if current && !self.notifying {
+            self.notifying = true;
+            true
+        } else {
+            false
         }
     }
 
@@ -145,6 +172,7 @@ impl BindingSlot {
 
     /// Ends every binding of the incarnation (destroy, lease loss: SB-4.1).
     pub fn clear(&mut self) -> Option<RegisteredBinding> {
+        self.notifying = false;
         self.current.take()
     }
 }
@@ -228,5 +256,24 @@ mod tests {
             Some(b("c", 1, 9, 4))
         );
         assert_eq!(s.tombstone(&c, l, BindingGeneration::new(4)), None);
+    }
+
+    // spec: SB-7.4
+    // spec: SB-7.3
+    #[test]
+    fn a_disconnect_notifies_once_and_tombstones_after() {
+        let mut s = BindingSlot::default();
+        s.bind(b("a", 1, 1, 1));
+        let a = NodeRid::new("a").unwrap();
+        let l = SessionLifecycleGeneration::new(1);
+        let g = BindingGeneration::new(1);
+        assert!(s.begin_disconnect(&a, l, g));
+        assert!(!s.begin_disconnect(&a, l, g), "at most once");
+        assert!(
+            s.check_relay(&a, l, g).is_ok(),
+            "current until the tombstone"
+        );
+        assert!(s.tombstone(&a, l, g).is_some());
+        assert!(!s.begin_disconnect(&a, l, g));
     }
 }
