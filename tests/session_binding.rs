@@ -215,8 +215,11 @@ async fn push_without_binding_is_session_not_bound_and_works_once_bound() {
     assert_eq!(push.key, Echo::KEY);
     let got: Echo = rmp_serde::from_slice(push.payload.as_deref().unwrap_or_default()).unwrap();
     assert_eq!(got.0, b"p");
-    // Close through the binding: the client sees the reason `Closed`.
-    assert_eq!(relay_req(&c, &p, &TryClose).await.unwrap(), None);
+    // Close through the binding: the client sees the reason `Closed`. The relay's own reply
+    // races the close (the 36 and the 145 travel on different connections), so it may be lost.
+    if let Ok(r) = relay_req(&c, &p, &TryClose).await {
+        assert_eq!(r, None);
+    }
     assert_eq!(
         tokio::time::timeout(TIMEOUT, c.closed()).await.unwrap(),
         DisconnectReason::Closed
