@@ -25,7 +25,8 @@
 //! (default: `bench_mesh` next to this executable: `cargo build --release -p zlink-mesh
 //! --example bench_mesh`). `BENCH_SESSION_ONLY=<letters>` picks session lines (`r` relay 1
 //! client, `m` relay 100 clients, `p` push, `q` request; raw child still runs every line);
-//! `BENCH_NO_RAW=1` skips the raw child (no baselines; for profiling).
+//! `BENCH_NO_RAW=1` skips the raw child (no baselines; for profiling); `BENCH_SPIN=<yields>`
+//! sets both nodes' `MeshConfig::io_spin_yields` (default 100); `BENCH_RELAY_WINDOW` below.
 
 use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -211,6 +212,12 @@ async fn start(name: &str, peers: Vec<zlink_mesh::PeerAddress>, store: Arc<Memor
     let mut mc = MeshConfig::new(MeshName::new("bench").unwrap(), NodeRid::new(name).unwrap());
     mc.secret = Some(MeshSecret::new(b"zlink-bench-secret-0123456789".to_vec()).unwrap());
     mc.client_endpoint = Some("tcp://127.0.0.1:*".into());
+    if let Some(spin) = std::env::var("BENCH_SPIN")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        mc.io_spin_yields = spin;
+    }
     let mut o = NodeOptions::new(mc, store, registry())
         .with_sessions(sessions())
         .unwrap();
@@ -325,8 +332,10 @@ async fn relay(clients: &[Arc<Bound>], lean: bool, per: usize) -> f64 {
 }
 
 /// `session_push`: the client's actor pushes `n`; the rate at the client over pushes 2..=n.
-async fn push(c: &Bound, lean: bool, n: usize) -> f64 {
-    let (key, p) = relay_packet(lean, &c.actor, &PushMany { n: n as u64 }, false);
+async fn push(c: &Bound, n: usize) -> f64 {
+    // The trigger is one packet: always the demo app's `RelaySend` (the lean handler relays
+    // `Sink` only).
+    let (key, p) = relay_packet(false, &c.actor, &PushMany { n: n as u64 }, false);
     c.client.mesh_client().send(key, p).await.unwrap();
     let mut first = None;
     for i in 0..n {
@@ -505,7 +514,7 @@ fn main() {
                 s.add("relay100", relay(&many, lean, n / MANY_CLIENTS).await);
             }
             if only.contains('p') {
-                s.add("push", push(&one, lean, n).await);
+                s.add("push", push(&one, n).await);
             }
             if only.contains('q') {
                 let mut v = request(&one, lean, rtt_n).await;
