@@ -359,3 +359,72 @@ async fn the_public_session_surface() {
         ]
     );
 }
+
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+struct Tick;
+impl Message for Tick {
+    const KEY: DispatchKey = DispatchKey::new(504);
+    type Reply = usize;
+}
+
+// spec: SB-10
+// spec: SB-5
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_session_lane_applies_backpressure_and_loses_nothing() {
+    // 5,000 one-way packets, far more than the session lane's 1,024 items, sent without
+    // pacing: every one runs (the inbound loop waits for lane space), in order.
+    let seen = Arc::new(AtomicUsize::new(0));
+    let s2 = seen.clone();
+    let sessions = SessionHandlers::new().packet(move |_s, _: Tick| {
+        let s2 = s2.clone();
+        async move {
+            tokio::task::yield_now().await;
+            Ok(s2.fetch_add(1, Ordering::SeqCst) + 1)
+        }
+    });
+    let node = start_session_node(SessionNodeSpec::new("a", sessions), memory_store()).await;
+    let c = client_of(&node);
+    for _ in 0..5_000 {
+        c.packet_send(&Tick).await.unwrap();
+    }
+    assert_eq!(c.packet(&Tick).await.unwrap(), 5_001);
+    assert_eq!(
+        node.session_flow()
+            .total(zlink::session::FlowRecord::Packet),
+        0
+    );
+}
+
+// spec: SB-9
+// spec: SB-7
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ended_sessions_are_forgotten() {
+    // What the session owner holds for a session ends with it: after 50 clients connected,
+    // bound and left, no session remains and every binding was tombstoned at the owner.
+    let (a, _b, _ta, _tb) = session_pair(memory_store(), demo::sessions(), None).await;
+    let setup = client_of(&a);
+    let echo = setup.create("echo", "e", Placement::on("b")).await.unwrap();
+    for _ in 0..50 {
+        let c = client_of(&a);
+        c.packet(&Bind {
+            actor: echo.clone(),
+        })
+        .await
+        .unwrap();
+        c.close().await;
+    }
+    wait_until("every session gone", || a.session_count() == 1).await;
+    setup.close().await;
+    wait_until("no session left", || a.session_count() == 0).await;
+    // The last binding was tombstoned by the disconnect path: the actor has no session.
+    let mut unbound = false;
+    for _ in 0..2_000 {
+        let e = a.request(&echo, &EchoPush(b"x".to_vec()), TIMEOUT).await;
+        if e.is_err_and(|e| e.to_string().contains("session not bound")) {
+            unbound = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert!(unbound, "the last binding was never tombstoned");
+}

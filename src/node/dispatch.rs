@@ -103,10 +103,10 @@ async fn handle(node: &Node, inbound: Inbound) {
             node.sessions().handle_replaced((&sender, generation), &rec);
         }
         (Origin::Client { session }, Record::Request(r)) if !protocol::is_framework_key(r.key) => {
-            node.sessions().packet(session, r.key, payload, reply);
+            node.sessions().packet(session, r.key, payload, reply).await;
         }
         (Origin::Client { session }, Record::OneWay(o)) if !protocol::is_framework_key(o.key) => {
-            node.sessions().packet(session, o.key, payload, None);
+            node.sessions().packet(session, o.key, payload, None).await;
         }
         (Origin::Peer { .. }, Record::Request(r)) => match reply {
             Some(reply) => on_peer_request(node, r.key, payload, reply),

@@ -169,6 +169,21 @@ impl<P: LanePolicy, Y: YieldMode> SerialLane<P, Y> {
         )
     }
 
+    /// Submit an application record of `payload_len` bytes, waiting while the lane is full
+    /// (backpressure; the record never runs inline, EG-6.3).
+    pub async fn submit_wait<F>(&self, payload_len: usize, f: F) -> Result<(), RuntimeError>
+    where
+        F: FnOnce(Ctx<Y>) -> Handled<()> + Send + 'static,
+    {
+        self.lane
+            .submit_wait(
+                LaneClass::Application,
+                payload_len,
+                Job::new(move |env| f(Ctx::new(env))),
+            )
+            .await
+    }
+
     /// Submit a lifecycle record.
     pub fn submit_lifecycle<F>(&self, f: F) -> Result<(), RuntimeError>
     where

@@ -103,6 +103,27 @@ impl SessionEntry {
     }
 }
 
+/// A packet's reply handle: answered `Unavailable` if the packet is dropped before its handler
+/// ran (the session ended while it waited), so every request packet gets exactly one terminal.
+struct PacketReply(Option<ReplyHandle>);
+
+impl PacketReply {
+    fn take(mut self) -> Option<ReplyHandle> {
+        self.0.take()
+    }
+}
+
+impl Drop for PacketReply {
+    fn drop(&mut self) {
+        if let Some(r) = self.0.take() {
+            r.error(
+                ErrorKind::Unavailable,
+                "the session ended before the packet ran",
+            );
+        }
+    }
+}
+
 /// The OwnerId of a session owner host: FNV-1a 64 of its NodeRid (stable across restarts;
 /// the lifecycle generation and lease tell restarts apart). Carried in 38 and returned in 51.
 #[must_use]
@@ -290,7 +311,7 @@ impl SessionOwner {
 
     /// A packet from the client (144 request or 147 one-way with an application key): the typed
     /// handler runs on the session's lane (SB-5, SB-10.1).
-    pub(crate) fn packet(
+    pub(crate) async fn packet(
         self: &Arc<Self>,
         rid: SessionRid,
         key: DispatchKey,
@@ -325,10 +346,13 @@ impl SessionOwner {
         };
         let session = self.session(&entry);
         let len = payload.len();
-        let submitted = entry.lane.submit(len, move |_ctx| {
+        // A full session lane makes the inbound loop wait (the client connection stops being
+        // read and its credit stops flowing): nothing accepted is dropped.
+        let reply = PacketReply(reply);
+        let submitted = entry.lane.submit_wait(len, move |_ctx| {
             Handled::later(async move {
                 let out = handler(session, payload).await;
-                match (reply, out) {
+                match (reply.take(), out) {
                     (Some(r), Ok(b)) => r.reply(b),
                     (Some(r), Err(e)) => r.error(e.kind, e.detail),
                     (None, Err(e)) => tracing::info!(error = %e, "one-way session packet failed"),
@@ -337,8 +361,10 @@ impl SessionOwner {
                 Ok(())
             })
         });
-        if let Err(e) = submitted {
-            tracing::debug!(session = %rid, error = %e, "packet refused by the session lane");
+        if let Err(e) = submitted.await {
+            // The session ended while the packet waited (its lane closed): counted.
+            self.flow
+                .reject(FlowRecord::Packet, FlowReject::SessionClosed, &e);
         }
     }
 
