@@ -48,12 +48,13 @@ const ROUNDS: usize = 3;
 const WARM_UP: usize = 1000;
 const MANY_CLIENTS: usize = 100;
 /// One-way relay packets a client sends before it waits for the previous window's barrier
-/// (see `relay`); `BENCH_RELAY_WINDOW=<packets>` overrides it (0 = no barriers).
+/// (see `relay`); default: no barriers (the session lane applies backpressure, nothing is
+/// dropped); `BENCH_RELAY_WINDOW=<packets>` sets one.
 fn window() -> usize {
     std::env::var("BENCH_RELAY_WINDOW")
         .ok()
         .and_then(|v| v.parse().ok())
-        .map_or(256, |w: usize| if w == 0 { usize::MAX } else { w })
+        .map_or(usize::MAX, |w: usize| if w == 0 { usize::MAX } else { w })
 }
 const TIMEOUT: Duration = Duration::from_secs(10);
 /// Lean app: one-way relay packet key.

@@ -350,16 +350,31 @@ impl SessionOwner {
         // read and its credit stops flowing): nothing accepted is dropped.
         let reply = PacketReply(reply);
         let submitted = entry.lane.submit_wait(len, move |_ctx| {
-            Handled::later(async move {
-                let out = handler(session, payload).await;
-                match (reply.take(), out) {
-                    (Some(r), Ok(b)) => r.reply(b),
-                    (Some(r), Err(e)) => r.error(e.kind, e.detail),
-                    (None, Err(e)) => tracing::info!(error = %e, "one-way session packet failed"),
-                    (None, Ok(_)) => {}
-                }
-                Ok(())
-            })
+            let mut turn: BoxFuture<Result<(), crate::runtime::HandlerError>> =
+                Box::pin(async move {
+                    let out = handler(session, payload).await;
+                    match (reply.take(), out) {
+                        (Some(r), Ok(b)) => r.reply(b),
+                        (Some(r), Err(e)) => r.error(e.kind, e.detail),
+                        (None, Err(e)) => {
+                            tracing::info!(error = %e, "one-way session packet failed");
+                        }
+                        (None, Ok(_)) => {}
+                    }
+                    Ok(())
+                });
+            // Most packet handlers finish without waiting (a one-way relay is admitted at
+            // once): poll the turn once here, so such a turn ends as a synchronous one and the
+            // lane keeps its batch. A session lane cannot yield (`NoYield`), and a pending
+            // future is polled again by the turn with its own waker.
+            let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+            match turn.as_mut().poll(&mut cx) {
+                std::task::Poll::Ready(r) => match r {
+                    Ok(()) => Handled::ok(()),
+                    Err(e) => Handled::err(e),
+                },
+                std::task::Poll::Pending => Handled::later(turn),
+            }
         });
         if let Err(e) = submitted.await {
             // The session ended while the packet waited (its lane closed): counted.
