@@ -134,3 +134,42 @@ fn the_binary_refuses_a_mesh_without_a_secret() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("secret"), "{err}");
 }
+
+// spec: SB-3.3 (two session handlers for one packet key → configuration error at startup)
+#[test]
+fn a_duplicate_session_packet_key_fails_startup() {
+    let twice = demo::sessions().packet(|_s, _b: demo::session::Bind| async move {
+        Err::<zlink::actor::ActorRef, _>(zlink::session::PacketError::new(
+            zlink::actor::ErrorKind::Internal,
+            "never",
+        ))
+    });
+    assert!(matches!(
+        NodeOptions::from_config(&config(), demo::registry().unwrap(), twice.clone()),
+        Err(NodeError::Config(ConfigError::DuplicateHandler {
+            count: 2,
+            ..
+        }))
+    ));
+    assert!(matches!(
+        twice.validate(),
+        Err(ConfigError::DuplicateHandler { .. })
+    ));
+    // The demo application alone is valid.
+    options(&config()).unwrap();
+    NodeOptions::from_config(&config(), demo::registry().unwrap(), demo::sessions()).unwrap();
+}
+
+// The framework's client operations own the keys from 0xFFFF0000: an application key there is
+// a configuration error, so application keys can never collide with them.
+#[test]
+fn a_reserved_session_packet_key_fails_startup() {
+    let reserved = SessionHandlers::new().packet_raw(
+        zlink::actor::DispatchKey::new(zlink::session::RESERVED_KEYS_START + 1),
+        |_s, _b| Box::pin(async { Ok(Default::default()) }),
+    );
+    assert!(matches!(
+        NodeOptions::from_config(&config(), demo::registry().unwrap(), reserved),
+        Err(NodeError::Config(ConfigError::ReservedPacketKey { .. }))
+    ));
+}

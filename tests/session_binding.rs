@@ -97,6 +97,8 @@ async fn two_actors_bound_on_one_session_relay_independently() {
 // spec: SB-14.3
 // spec: SB-5.1
 // spec: SB-5.10
+// spec: SB-5.12 (no Message Follow route: `Unavailable`; another incarnation: SB-14.4)
+// spec: SB-14
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn binding_a_stale_ref_is_unavailable_and_the_store_is_not_read() {
     let counting = Arc::new(CountingStore::new(MemoryStore::new()));
@@ -275,6 +277,7 @@ async fn relays_after_bind_read_no_store_and_need_no_spot_callback() {
 // spec: SB-14.7
 // spec: SB-5.1
 // spec: SB-5.5
+// spec: SB-2 (the session owner validates the binding identity once; the actor owner the fences)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cross_node_bind_relay_and_push_cross_the_router_path() {
     let (a, _b, ta, tb) = session_pair(memory_store(), demo::sessions(), None).await;

@@ -428,3 +428,62 @@ async fn ended_sessions_are_forgotten() {
     }
     assert!(unbound, "the last binding was never tombstoned");
 }
+
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+struct Hold;
+impl Message for Hold {
+    const KEY: DispatchKey = DispatchKey::new(505);
+    type Reply = String;
+}
+
+// spec: SB-10
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_refuses_new_packets_drains_accepted_ones_then_closes() {
+    let started = Arc::new(Notify::new());
+    let release = Arc::new(Notify::new());
+    let (st, rl) = (started.clone(), release.clone());
+    let sessions = SessionHandlers::new().packet(move |_s, _: Hold| {
+        let (st, rl) = (st.clone(), rl.clone());
+        async move {
+            st.notify_one();
+            rl.notified().await;
+            Ok("done".to_owned())
+        }
+    });
+    let node = start_session_node(SessionNodeSpec::new("a", sessions), memory_store()).await;
+    let c = Arc::new(client_of(&node));
+    let other = client_of(&node);
+    let accepted = {
+        let c = c.clone();
+        tokio::spawn(async move { c.packet(&Hold).await })
+    };
+    started.notified().await;
+    let shutdown = tokio::spawn(node.clone().shutdown(3 * TIMEOUT));
+    // New packets are refused while the accepted one drains.
+    let refused = async {
+        loop {
+            match other.packet(&Hold).await {
+                Err(e) if e.kind() == ErrorKind::Unavailable => return e,
+                Err(e) => panic!("unexpected {e}"),
+                Ok(r) => panic!("a new packet ran during shutdown: {r}"),
+            }
+        }
+    };
+    let e = tokio::time::timeout(TIMEOUT, refused).await.unwrap();
+    assert!(e.to_string().contains("shutting down"), "{e}");
+    assert!(
+        !shutdown.is_finished(),
+        "shutdown did not wait for the accepted packet"
+    );
+    release.notify_one();
+    assert_eq!(accepted.await.unwrap().unwrap(), "done");
+    drop(node);
+    tokio::time::timeout(TIMEOUT, shutdown)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        tokio::time::timeout(TIMEOUT, c.closed()).await.unwrap(),
+        DisconnectReason::Shutdown
+    );
+}

@@ -475,6 +475,10 @@ impl SessionHost for NodeSessionHost {
         }
     }
 
+    fn enter_work(&self) -> Option<crate::actor::exec::InflightGuard> {
+        self.node().map(|n| n.inflight().enter())
+    }
+
     fn owner_lease(&self) -> OwnerLeaseGeneration {
         self.node().map_or(OwnerLeaseGeneration::new(0), |n| {
             lock(&n.inner.lease).holder.lease_generation

@@ -25,6 +25,7 @@ use super::clock::Clock;
 use super::flow::{FlowCounters, FlowRecord, FlowReject};
 use super::{CLOSE_SESSION_KEY, Callbacks, PacketHandler, Session, SessionError};
 use crate::actor::ActorRef;
+use crate::actor::exec::InflightGuard;
 use crate::config::HandlerRegistry;
 use crate::runtime::{BoxFuture, Handled, Runtime, SerialLane, SessionLane};
 use crate::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -62,6 +63,9 @@ pub(crate) trait SessionHost: Send + Sync + 'static {
     fn close(&self, session: SessionRid, reason: DisconnectReason);
     /// This node's current owner lease generation.
     fn owner_lease(&self) -> OwnerLeaseGeneration;
+    /// Counts one accepted unit of session work (a packet, a callback, a disconnect
+    /// notification) until the guard drops; shutdown drains them (SB-10).
+    fn enter_work(&self) -> Option<InflightGuard>;
 }
 
 /// Settings of the session owner.
@@ -281,7 +285,9 @@ impl SessionOwner {
         tracing::debug!(session = %rid, bindings = snapshot.len(), "session disconnected");
         for b in snapshot {
             let owner = self.clone();
+            let guard = self.host.enter_work();
             tokio::spawn(async move {
+                let _guard = guard;
                 if let Err((kind, detail)) = owner
                     .send_tombstone(rid, &b, BindOperation::Disconnect)
                     .await
@@ -323,6 +329,15 @@ impl SessionOwner {
                 r.error(kind, detail);
             }
         };
+        if !self.accepting.load(Ordering::Acquire) {
+            self.flow
+                .reject(FlowRecord::Packet, FlowReject::ShuttingDown, &rid);
+            return refuse(
+                reply,
+                ErrorKind::Unavailable,
+                "session owner shutting down".into(),
+            );
+        }
         let Some(entry) = self.entry(rid).or_else(|| self.connected(rid)) else {
             self.flow
                 .reject(FlowRecord::Packet, FlowReject::ShuttingDown, &rid);
@@ -349,9 +364,11 @@ impl SessionOwner {
         // A full session lane makes the inbound loop wait (the client connection stops being
         // read and its credit stops flowing): nothing accepted is dropped.
         let reply = PacketReply(reply);
+        let guard = self.host.enter_work();
         let submitted = entry.lane.submit_wait(len, move |_ctx| {
             let mut turn: BoxFuture<Result<(), crate::runtime::HandlerError>> =
                 Box::pin(async move {
+                    let _guard = guard;
                     let out = handler(session, payload).await;
                     match (reply.take(), out) {
                         (Some(r), Ok(b)) => r.reply(b),
