@@ -176,8 +176,6 @@ async fn chat_rooms_across_two_nodes() {
     app.registry_into(&mut registry).unwrap();
     let sessions = app.sessions(demo::sessions());
     let (a, b, _ta, _tb) = session_pair(memory_store(), sessions, Some(registry)).await;
-    app.attach(&a);
-    app.attach(&b);
 
     // Room 1 lives on a, room 2 on b; every player's actor lives on the node its session is
     // not on, so relays (24), room → player sends (160) and pushes (36) cross the mesh.
@@ -344,9 +342,6 @@ async fn chat_rooms_across_two_nodes() {
             line(&r2, &da, 3, "bye r2"),
         ]
     );
-
-    app.detach(a.node_rid());
-    app.detach(b.node_rid());
 }
 
 // A second login as another player on one session, and packets before login, are refused.
@@ -355,14 +350,12 @@ async fn one_player_per_session() {
     let app = Chat::new(["a", "b"]);
     let mut registry = demo::registry().unwrap();
     app.registry_into(&mut registry).unwrap();
-    let (a, b, _ta, _tb) = session_pair(
+    let (a, _b, _ta, _tb) = session_pair(
         memory_store(),
         app.sessions(demo::sessions()),
         Some(registry),
     )
     .await;
-    app.attach(&a);
-    app.attach(&b);
     let c = client_of(&a);
     let e = c.packet(&Say { text: "x".into() }).await.unwrap_err();
     assert_eq!(e.kind(), zlink::actor::ErrorKind::InvalidOperation, "{e}");
@@ -397,6 +390,4 @@ async fn one_player_per_session() {
         .await
         .unwrap_err();
     assert_eq!(e.kind(), zlink::actor::ErrorKind::InvalidOperation, "{e}");
-    app.detach(a.node_rid());
-    app.detach(b.node_rid());
 }

@@ -90,8 +90,9 @@ impl HookLog {
 /// A hook that counts its runs and then succeeds (`fail == false`) or fails.
 fn counting_hook(log: &HookLog, fail: bool) -> SpotHooks {
     let log = log.clone();
-    SpotHooks::new().on_disconnect_actor(move |spot: String, actor: ActorRef| {
+    SpotHooks::new().on_disconnect_actor(move |spot: String, ctx: zlink::actor::ActorCtx| {
         let log = log.clone();
+        let actor = ctx.actor_ref().clone();
         async move {
             log.record(&spot, &actor);
             if fail {

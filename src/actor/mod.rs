@@ -21,6 +21,7 @@
 //!   incarnation is `InvalidOperation`, a stale node/authority/lease fence is `Unavailable`, never
 //!   redirected (SB-12).
 
+mod create;
 mod error;
 pub(crate) mod exec;
 pub mod fence;
@@ -29,6 +30,7 @@ mod reference;
 mod registry;
 pub mod spot;
 
+pub use create::Create;
 pub use error::{ActorConfigError, ActorError};
 pub use message::{ActorCtx, ActorHost, Handled, HandlerError, Message};
 pub use reference::{ActorRef, LocationSnapshot};

@@ -79,7 +79,7 @@ pub struct SpotHooks {
 pub type DisconnectHook = std::sync::Arc<
     dyn Fn(
             String,
-            super::ActorRef,
+            super::ActorCtx,
         ) -> crate::runtime::BoxFuture<Result<(), crate::runtime::HandlerError>>
         + Send
         + Sync,
@@ -104,7 +104,7 @@ impl SpotHooks {
     #[must_use]
     pub fn on_disconnect_actor<F, Fut>(mut self, f: F) -> Self
     where
-        F: Fn(String, super::ActorRef) -> Fut + Send + Sync + 'static,
+        F: Fn(String, super::ActorCtx) -> Fut + Send + Sync + 'static,
         Fut:
             std::future::Future<Output = Result<(), crate::runtime::HandlerError>> + Send + 'static,
     {

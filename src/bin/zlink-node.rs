@@ -336,7 +336,6 @@ async fn main() -> anyhow::Result<()> {
         NodeOptions::from_config(&s.config, registry, sessions).context("startup configuration")?;
     let signal = tokio::spawn(shutdown_signal());
     let node = Node::start(options).await.context("starting the node")?;
-    chat.attach(&node);
     let ep = node.endpoints().clone();
     tracing::info!(
         node = %node.node_rid(),
@@ -363,7 +362,6 @@ async fn main() -> anyhow::Result<()> {
     tracing::info!(signal = which, "shutting down");
     let stats = node.stats();
     node.shutdown(s.drain).await;
-    chat.detach(&s.config.node);
     tracing::info!(
         activations = stats.activations,
         calls_in = stats.calls_in,

@@ -18,7 +18,7 @@ use zlink_wire::{
 use super::{Inner, Node, lock, request_error, send_error};
 use crate::actor::exec::{ReplyTo, Work};
 use crate::actor::fence::{self, CallFence};
-use crate::actor::{ActorError, ActorHost, ActorRef};
+use crate::actor::{ActorCtx, ActorError, ActorHost, ActorRef};
 use crate::runtime::BoxFuture;
 use crate::session::flow::{FlowRecord, FlowReject};
 use crate::session::owner::Refusal;
@@ -188,7 +188,11 @@ impl Node {
         let Some(rt_spot) = lock(&self.inner.spots).get(spot).map(|s| s.spot.clone()) else {
             return;
         };
-        let fut = hook(spot.to_owned(), actor.clone());
+        let ctx = ActorCtx::new(
+            actor.clone(),
+            std::sync::Arc::new(NodeActorHost(std::sync::Arc::downgrade(&self.inner))),
+        );
+        let fut = hook(spot.to_owned(), ctx);
         match tokio::time::timeout(self.request_timeout(), rt_spot.run_lifecycle(fut)).await {
             Ok(Ok(())) => {}
             Ok(Err(e)) => tracing::info!(actor = %actor, error = %e, "on_disconnect_actor failed"),
@@ -473,6 +477,30 @@ impl SessionHost for NodeSessionHost {
         if let Some(node) = self.node() {
             node.close_client(session, reason);
         }
+    }
+
+    fn get_actor(&self, actor: zlink_wire::ActorId) -> BoxFuture<Result<ActorRef, ActorError>> {
+        let node = self.node();
+        Box::pin(async move {
+            let node = node.ok_or(ActorError::ShuttingDown)?;
+            node.get(&actor).await
+        })
+    }
+
+    fn create_actor(
+        &self,
+        create: crate::actor::Create,
+        or_get: bool,
+    ) -> BoxFuture<Result<ActorRef, ActorError>> {
+        let node = self.node();
+        Box::pin(async move {
+            let node = node.ok_or(ActorError::ShuttingDown)?;
+            if or_get {
+                node.get_or_create(create).await
+            } else {
+                node.create(create).await
+            }
+        })
     }
 
     fn enter_work(&self) -> Option<crate::actor::exec::InflightGuard> {

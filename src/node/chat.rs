@@ -46,21 +46,17 @@
 //!   the other online members a `Presence` `Offline`. Neither the actor nor the membership
 //!   changes (a later Login brings the member back `Online`).
 //!
-//! # Node handles
-//! A session callback and a Spot hook get no handle to the node (a [`Session`] can bind and
-//! relay but not create actors; a hook gets the Spot name and the actor's ref). [`Chat`]
-//! therefore keeps the nodes hosting it ([`Chat::attach`], right after [`Node::start`]), found
-//! by the session's lifecycle generation (the node's generation) and by the hooked actor's
-//! owner. That is a reference cycle node → session app → node: [`Chat::detach`] breaks it.
+//! The Login callback finds or creates its actors through the session
+//! ([`Session::get_or_create`], SB-1 step 2); the players' Spot hook gets the player's
+//! [`ActorCtx`] and sends it `Offline`.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use zlink_wire::{ActorId, DispatchKey, ErrorKind, NodeRid};
 
-use super::{Create, Node};
+use super::Create;
 use crate::actor::{
     ActorConfigError, ActorCtx, ActorRef, ActorRegistry, ActorTypeBuilder, Handled, HandlerError,
     Message, SpotHooks, SpotKind, SpotSpec, UserMode,
@@ -693,7 +689,7 @@ pub fn rooms_spot() -> SpotSpec {
 }
 
 /// The chat application: its actor types and Spot hook ([`Chat::registry_into`]), its session
-/// packets ([`Chat::sessions`]) and the nodes hosting it ([`Chat::attach`]). Cheap to clone.
+/// packets ([`Chat::sessions`]). Cheap to clone.
 #[derive(Clone, Debug)]
 pub struct Chat {
     inner: Arc<ChatInner>,
@@ -703,12 +699,6 @@ pub struct Chat {
 struct ChatInner {
     /// Every node of the mesh (the placement hash's domain).
     mesh_nodes: Vec<String>,
-    /// Attached nodes by NodeRid.
-    nodes: Mutex<HashMap<NodeRid, Node>>,
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl Chat {
@@ -719,10 +709,7 @@ impl Chat {
         mesh_nodes.sort_unstable();
         mesh_nodes.dedup();
         Self {
-            inner: Arc::new(ChatInner {
-                mesh_nodes,
-                nodes: Mutex::new(HashMap::new()),
-            }),
+            inner: Arc::new(ChatInner { mesh_nodes }),
         }
     }
 
@@ -739,20 +726,16 @@ impl Chat {
     pub fn registry_into(&self, registry: &mut ActorRegistry) -> Result<(), ActorConfigError> {
         registry.register(player_type()?)?;
         registry.register(room_type()?)?;
-        let app = self.clone();
         registry.spot_hooks(
             PLAYERS_SPOT,
-            SpotHooks::new().on_disconnect_actor(move |_spot, actor: ActorRef| {
-                let app = app.clone();
-                async move {
-                    if actor.actor_type() != PLAYER_TYPE {
-                        return Ok(());
-                    }
-                    let node = app.node_by_rid(actor.node())?;
-                    node.send(&actor, &Offline)
-                        .await
-                        .map_err(|e| herr("marking the player offline", e))
+            SpotHooks::new().on_disconnect_actor(move |_spot, ctx: ActorCtx| async move {
+                let actor = ctx.actor_ref();
+                if actor.actor_type() != PLAYER_TYPE {
+                    return Ok(());
                 }
+                ctx.send(actor, &Offline)
+                    .await
+                    .map_err(|e| herr("marking the player offline", e))
             }),
         );
         Ok(())
@@ -802,42 +785,10 @@ impl Chat {
         })
     }
 
-    /// Attaches a node hosting this app (call right after [`Node::start`], before clients log
-    /// in): session callbacks and Spot hooks of that node use it.
-    pub fn attach(&self, node: &Node) {
-        lock(&self.inner.nodes).insert(node.node_rid().clone(), node.clone());
-    }
-
-    /// Detaches a node (breaks the node → app → node reference cycle before shutdown).
-    pub fn detach(&self, node: &NodeRid) {
-        lock(&self.inner.nodes).remove(node);
-    }
-
-    fn node_by_rid(&self, rid: &NodeRid) -> Result<Node, HandlerError> {
-        lock(&self.inner.nodes)
-            .get(rid)
-            .cloned()
-            .ok_or_else(|| HandlerError::new(format!("chat: node {rid} is not attached")))
-    }
-
-    fn node_of_session(&self, s: &Session) -> Result<Node, PacketError> {
-        let generation = s.lifecycle().get();
-        lock(&self.inner.nodes)
-            .values()
-            .find(|n| n.generation().get() == generation)
-            .cloned()
-            .ok_or_else(|| {
-                PacketError::new(
-                    ErrorKind::Unavailable,
-                    "chat: the session's node is not attached",
-                )
-            })
-    }
-
     /// Get-or-create on the id's home node; on the contacted node when the home cannot.
     async fn place(
         &self,
-        node: &Node,
+        s: &Session,
         actor_type: &str,
         id: &str,
         spot: SpotSpec,
@@ -847,12 +798,12 @@ impl Chat {
         let create = Create::new(actor_type, actor_id).in_spot(spot);
         let home = home_node(id, &self.inner.mesh_nodes)
             .and_then(|h| NodeRid::new(&h).ok())
-            .unwrap_or_else(|| node.node_rid().clone());
-        match node.get_or_create(create.clone().on(home.clone())).await {
+            .unwrap_or_else(|| s.owner().clone());
+        match s.get_or_create(create.clone().on(home.clone())).await {
             Ok(r) => Ok(r),
-            Err(e) if e.kind() == ErrorKind::Unavailable && home != *node.node_rid() => {
+            Err(e) if e.kind() == ErrorKind::Unavailable && home != *s.owner() => {
                 tracing::warn!(%home, error = %e, "chat: home node unavailable, placing locally");
-                Ok(node.get_or_create(create).await?)
+                Ok(s.get_or_create(create).await?)
             }
             Err(e) => Err(e.into()),
         }
@@ -879,11 +830,10 @@ impl Chat {
                 ),
             ));
         }
-        let node = self.node_of_session(&s)?;
-        let player = self.place(&node, PLAYER_TYPE, &pid, players_spot()).await?;
+        let player = self.place(&s, PLAYER_TYPE, &pid, players_spot()).await?;
         let bound = s.actors().bind_or_get(&player).await?;
         let room = self
-            .place(&node, ROOM_TYPE, &room_id(&l.room), rooms_spot())
+            .place(&s, ROOM_TYPE, &room_id(&l.room), rooms_spot())
             .await?;
         let members = bound
             .request(
@@ -899,7 +849,7 @@ impl Chat {
             room: l.room,
             player_node: player.node().to_string(),
             room_node: room.node().to_string(),
-            session_node: node.node_rid().to_string(),
+            session_node: s.owner().to_string(),
             members,
         })
     }

@@ -371,10 +371,44 @@ impl Session {
         self.entry.rid
     }
 
+    /// The session owner node (this node).
+    #[must_use]
+    pub fn owner(&self) -> &zlink_wire::NodeRid {
+        self.owner.node()
+    }
+
     /// The session owner's lifecycle generation.
     #[must_use]
     pub fn lifecycle(&self) -> SessionLifecycleGeneration {
         self.owner.lifecycle()
+    }
+
+    /// The Ready ref of `actor` from the Location Store (SB-1 step 2: the session callback picks
+    /// the domain actor and looks it up by its global ActorId).
+    ///
+    /// # Errors
+    /// `NotFound` when there is no incarnation; `Unavailable` while it activates.
+    pub async fn get(&self, actor: &ActorId) -> Result<ActorRef, SessionError> {
+        self.owner.get_actor(actor.clone()).await
+    }
+
+    /// Creates the actor explicitly (SB-1 step 2; `InvalidOperation` if an incarnation exists).
+    ///
+    /// # Errors
+    /// As [`crate::node::Node::create`].
+    pub async fn create(&self, create: crate::actor::Create) -> Result<ActorRef, SessionError> {
+        self.owner.create_actor(create, false).await
+    }
+
+    /// The Ready incarnation of the actor, created if there is none (SB-1 step 2).
+    ///
+    /// # Errors
+    /// As [`crate::node::Node::get_or_create`].
+    pub async fn get_or_create(
+        &self,
+        create: crate::actor::Create,
+    ) -> Result<ActorRef, SessionError> {
+        self.owner.create_actor(create, true).await
     }
 
     /// The session's bound actors (SB-13).

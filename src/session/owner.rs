@@ -63,6 +63,14 @@ pub(crate) trait SessionHost: Send + Sync + 'static {
     fn close(&self, session: SessionRid, reason: DisconnectReason);
     /// This node's current owner lease generation.
     fn owner_lease(&self) -> OwnerLeaseGeneration;
+    /// Looks up the Ready ref of `actor` (one Location Store lookup; SB-1 step 2).
+    fn get_actor(&self, actor: ActorId) -> BoxFuture<Result<ActorRef, crate::actor::ActorError>>;
+    /// Creates an actor (`or_get`: returns the Ready incarnation if one exists).
+    fn create_actor(
+        &self,
+        create: crate::actor::Create,
+        or_get: bool,
+    ) -> BoxFuture<Result<ActorRef, crate::actor::ActorError>>;
     /// Counts one accepted unit of session work (a packet, a callback, a disconnect
     /// notification) until the guard drops; shutdown drains them (SB-10).
     fn enter_work(&self) -> Option<InflightGuard>;
@@ -183,6 +191,10 @@ impl SessionOwner {
             accepting: AtomicBool::new(true),
             flow: FlowCounters::default(),
         }
+    }
+
+    pub(crate) fn node(&self) -> &NodeRid {
+        &self.cfg.node
     }
 
     pub(crate) fn lifecycle(&self) -> SessionLifecycleGeneration {
@@ -593,6 +605,21 @@ impl SessionOwner {
             .send_relay(&ticket.route.node, rec, payload, timeout)
             .await
             .map_err(|(kind, detail)| SessionError::Remote { kind, detail })
+    }
+
+    pub(crate) async fn get_actor(&self, actor: ActorId) -> Result<ActorRef, SessionError> {
+        Ok(self.host.get_actor(actor).await?)
+    }
+
+    pub(crate) async fn create_actor(
+        &self,
+        create: crate::actor::Create,
+        or_get: bool,
+    ) -> Result<ActorRef, SessionError> {
+        if !self.accepting.load(Ordering::Acquire) {
+            return Err(SessionError::ShuttingDown);
+        }
+        Ok(self.host.create_actor(create, or_get).await?)
     }
 
     /// Pushes straight to a session's client (the session's own sends).
