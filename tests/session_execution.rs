@@ -489,3 +489,60 @@ async fn shutdown_refuses_new_packets_drains_accepted_ones_then_closes() {
         DisconnectReason::Shutdown
     );
 }
+
+// spec: SB-10.1
+// spec: SB-1 (the session callback is the application's entry: connected, packets, disconnected)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connected_runs_first_and_disconnected_last_on_the_session_lane() {
+    let log = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let (l1, l2, l3) = (log.clone(), log.clone(), log.clone());
+    let (done_tx, mut done_rx) = tokio::sync::mpsc::unbounded_channel();
+    let sessions = SessionHandlers::new()
+        .on_connected(move |s| {
+            let l1 = l1.clone();
+            async move {
+                // A slow first turn: packets that arrive meanwhile wait behind it.
+                for _ in 0..50 {
+                    tokio::task::yield_now().await;
+                }
+                l1.lock().unwrap().push(format!("connected {}", s.rid()));
+                Ok(())
+            }
+        })
+        .packet(move |s, Slow(n)| {
+            let l2 = l2.clone();
+            async move {
+                l2.lock().unwrap().push(format!("packet {n} {}", s.rid()));
+                Ok(n as usize)
+            }
+        })
+        .on_disconnected(move |s| {
+            let (l3, done_tx) = (l3.clone(), done_tx.clone());
+            async move {
+                l3.lock().unwrap().push(format!("disconnected {}", s.rid()));
+                let _ = done_tx.send(());
+                Ok(())
+            }
+        });
+    let node = start_session_node(SessionNodeSpec::new("a", sessions), memory_store()).await;
+    let c = client_of(&node);
+    for n in 1..=3 {
+        c.packet_send(&Slow(n)).await.unwrap();
+    }
+    assert_eq!(c.packet(&Slow(4)).await.unwrap(), 4);
+    c.close().await;
+    done_rx.recv().await.unwrap();
+    let log = log.lock().unwrap().clone();
+    let rid = log[0].split(' ').nth(1).unwrap().to_owned();
+    assert_eq!(
+        log,
+        vec![
+            format!("connected {rid}"),
+            format!("packet 1 {rid}"),
+            format!("packet 2 {rid}"),
+            format!("packet 3 {rid}"),
+            format!("packet 4 {rid}"),
+            format!("disconnected {rid}"),
+        ]
+    );
+}
