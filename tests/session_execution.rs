@@ -546,3 +546,66 @@ async fn connected_runs_first_and_disconnected_last_on_the_session_lane() {
         ]
     );
 }
+
+// spec: SB-10 (a node that is shutting down refuses new bindings of its actors)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_actor_owner_shutting_down_refuses_new_binds() {
+    let started = Arc::new(Notify::new());
+    let release = Arc::new(Notify::new());
+    let (st, rl) = (started.clone(), release.clone());
+    let sessions = demo::sessions().packet(move |_s, _: Hold| {
+        let (st, rl) = (st.clone(), rl.clone());
+        async move {
+            st.notify_one();
+            rl.notified().await;
+            Ok("done".to_owned())
+        }
+    });
+    let (a, b, _ta, _tb) = session_pair(memory_store(), sessions, None).await;
+    let c = client_of(&a);
+    let echo = c.create("echo", "e", Placement::on("b")).await.unwrap();
+    // A packet on b keeps b draining while the bind arrives.
+    let cb = Arc::new(client_of(&b));
+    let held = {
+        let cb = cb.clone();
+        tokio::spawn(async move { cb.packet(&Hold).await })
+    };
+    started.notified().await;
+    let shutdown = tokio::spawn(b.clone().shutdown(3 * TIMEOUT));
+    let refused = async {
+        loop {
+            match c
+                .packet(&Bind {
+                    actor: echo.clone(),
+                })
+                .await
+            {
+                Err(e) if e.kind() == ErrorKind::Unavailable => return e,
+                Err(e) => panic!("unexpected {e}"),
+                // Bound before b stopped accepting: let it go and try again.
+                Ok(_) => {
+                    c.packet(&zlink::node::demo::session::Unbind {
+                        actor_id: "e".into(),
+                    })
+                    .await
+                    .unwrap();
+                    tokio::task::yield_now().await;
+                }
+            }
+        }
+    };
+    tokio::time::timeout(TIMEOUT, refused).await.unwrap();
+    assert!(
+        b.session_flow().get(
+            zlink::session::FlowRecord::Bind,
+            zlink::session::FlowReject::ShuttingDown
+        ) >= 1
+    );
+    release.notify_one();
+    let _ = held.await;
+    drop(b);
+    tokio::time::timeout(TIMEOUT, shutdown)
+        .await
+        .unwrap()
+        .unwrap();
+}
