@@ -256,7 +256,8 @@ pub struct Timeouts {
         deserialize_with = "millis"
     )]
     pub session_replacement_callback: Duration,
-    /// SessionRelocationSealTimeout (default 3,000 ms).
+    /// SessionRelocationSealTimeout (default 3,000 ms). Reaches `NodeOptions`; the relocation
+    /// seal (SB-8) that it times is built by the relocation issue, so today it has no effect.
     #[serde(rename = "session_relocation_seal_ms", deserialize_with = "millis")]
     pub session_relocation_seal: Duration,
     /// Send admission timeout (default 5,000 ms).
@@ -324,7 +325,7 @@ fn millis<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
 ///
 /// [timeouts]         # defaults shown, milliseconds
 /// session_replacement_callback_ms = 30000
-/// session_relocation_seal_ms = 3000
+/// session_relocation_seal_ms = 3000     # the relocation seal (SB-8), not built yet
 /// send_ms = 5000
 /// request_ms = 5000
 /// heartbeat_interval_ms = 1000
