@@ -308,23 +308,32 @@ impl SessionOwner {
                 }
             });
         }
+        // The disconnected-callback queues behind the packets already accepted (they run
+        // first: nothing accepted is lost), then the lane closes.
         let lane = entry.lane.clone();
         let cb = self.callbacks.on_disconnected.clone();
         let session = self.session(&entry);
-        let submitted = entry.lane.submit_lifecycle(move |_ctx| {
-            Handled::later(async move {
-                if let Some(cb) = cb
-                    && let Err(e) = cb(session).await
-                {
-                    tracing::warn!(error = %e, "session disconnected-callback failed");
-                }
+        let guard = self.host.enter_work();
+        tokio::spawn(async move {
+            let closer = lane.clone();
+            let submitted = lane
+                .submit_wait(0, move |_ctx| {
+                    Handled::later(async move {
+                        let _guard = guard;
+                        if let Some(cb) = cb
+                            && let Err(e) = cb(session).await
+                        {
+                            tracing::warn!(error = %e, "session disconnected-callback failed");
+                        }
+                        closer.connection_closed();
+                        Ok(())
+                    })
+                })
+                .await;
+            if submitted.is_err() {
                 lane.connection_closed();
-                Ok(())
-            })
+            }
         });
-        if submitted.is_err() {
-            entry.lane.connection_closed();
-        }
     }
 
     /// A packet from the client (144 request or 147 one-way with an application key): the typed
