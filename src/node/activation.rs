@@ -1,0 +1,574 @@
+//! Activation and destruction (EG-14, SB-4.1): create / get_or_create on this node or a peer,
+//! the reservation in the Location Store, the factory run on the new actor's lane, the
+//! activation barrier, Spot membership, `get` and `destroy`.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use bytes::Bytes;
+use tokio::sync::oneshot;
+use zlink_wire::{ActorId, DispatchKey, ErrorKind, NodeRid};
+
+use super::local::{LocalActor, SpotState};
+use super::protocol::{self, Activate, ActivateMode, DestroyActor, FirstRecord};
+use super::{Create, Node, bound, lock, request_error};
+use crate::actor::exec::{self, Mailbox, RtSpot, Work};
+use crate::actor::fence::{self, CallFence};
+use crate::actor::{ActivationInfo, ActorCtx, ActorError, ActorRef, ActorType, SpotKind, SpotSpec};
+use crate::session::BindingSlot;
+use crate::store::{
+    ActivationRequest, ActivationState, ActorLocation, ActorOwner, Reservation, StoreError,
+};
+
+/// A local caller waiting for the local activator of the same actor id.
+pub(super) type ActivationWaiter = oneshot::Sender<Result<ActorRef, (ErrorKind, String)>>;
+
+impl Node {
+    /// Creates a new incarnation of `c.actor_id` on `c.node` (default: this node).
+    ///
+    /// # Errors
+    /// `NotFound` ([`ActorError::UnknownActorType`]) when the owner has no factory for the
+    /// type; `InvalidOperation` ([`ActorError::AlreadyExists`]) when an incarnation exists;
+    /// `Unavailable` when the owner node is not connected; `Internal` when the factory fails.
+    pub async fn create(&self, c: Create) -> Result<ActorRef, ActorError> {
+        self.activate(c, ActivateMode::Create).await
+    }
+
+    /// Returns the Ready incarnation of `c.actor_id`, creating it on `c.node` if there is none.
+    /// An existing incarnation is returned wherever it lives.
+    ///
+    /// # Errors
+    /// As [`Node::create`], except that an existing incarnation is not an error.
+    pub async fn get_or_create(&self, c: Create) -> Result<ActorRef, ActorError> {
+        self.activate(c, ActivateMode::GetOrCreate).await
+    }
+
+    async fn activate(&self, c: Create, mode: ActivateMode) -> Result<ActorRef, ActorError> {
+        self.check_accepting()?;
+        let req = Activate {
+            mode,
+            actor_type: c.actor_type,
+            actor_id: c.actor_id.to_string(),
+            spot: c.spot,
+            init: c.init.to_vec(),
+            first: c.first.map(|(key, payload)| FirstRecord {
+                key: key.get(),
+                payload: payload.to_vec(),
+            }),
+        };
+        match c.node {
+            Some(n) if !self.is_local(&n) => self.activate_remote(&n, &req).await,
+            _ => self.activate_local(req).await,
+        }
+    }
+
+    async fn activate_remote(
+        &self,
+        node: &NodeRid,
+        req: &Activate,
+    ) -> Result<ActorRef, ActorError> {
+        let payload = protocol::encode(req)?;
+        let resp = self
+            .inner
+            .mesh
+            .request(
+                node,
+                protocol::PEER_ACTIVATE,
+                payload,
+                self.inner.request_timeout,
+            )
+            .await
+            .map_err(|e| request_error(node, e))?;
+        protocol::decode(resp.payload.as_deref().unwrap_or_default())
+    }
+
+    /// Activation on this node as the candidate owner (EG-14).
+    pub(crate) async fn activate_local(&self, mut req: Activate) -> Result<ActorRef, ActorError> {
+        let mut first = req.first.take();
+        let result = self.activate_here(req, &mut first).await;
+        // The first record did not trigger an activation here: it is an ordinary send to the
+        // Ready incarnation (never for a refused `create`).
+        if let (Ok(r), Some(f)) = (&result, first) {
+            if let Err(e) = self
+                .send_raw(r, DispatchKey::new(f.key), Bytes::from(f.payload))
+                .await
+            {
+                self.count_send_dropped();
+                tracing::warn!(actor = %r, error = %e, "first record not delivered");
+            }
+        }
+        result
+    }
+
+    async fn activate_here(
+        &self,
+        req: Activate,
+        first: &mut Option<FirstRecord>,
+    ) -> Result<ActorRef, ActorError> {
+        self.check_accepting()?;
+        let actor_id =
+            ActorId::new(&req.actor_id).map_err(|e| ActorError::Codec(format!("actor id: {e}")))?;
+        let ty = self
+            .inner
+            .registry
+            .get(&req.actor_type)
+            .cloned()
+            .ok_or_else(|| ActorError::UnknownActorType {
+                actor_type: req.actor_type.clone(),
+            })?;
+        if let Some(spot) = &req.spot {
+            self.check_spot(spot)?;
+        }
+        if let Some(r) = self.local_ref(&actor_id) {
+            return existing(req.mode, r);
+        }
+        // One local activator per actor id; concurrent local callers wait for its result.
+        let waiter = {
+            let mut acts = lock(&self.inner.activations);
+            match acts.get_mut(&actor_id) {
+                Some(waiters) => {
+                    let (tx, rx) = oneshot::channel();
+                    waiters.push(tx);
+                    Some(rx)
+                }
+                None => {
+                    acts.insert(actor_id.clone(), Vec::new());
+                    None
+                }
+            }
+        };
+        if let Some(rx) = waiter {
+            return match rx.await {
+                Ok(Ok(r)) => existing(req.mode, r),
+                Ok(Err((kind, detail))) => Err(ActorError::Remote { kind, detail }),
+                Err(_) => Err(ActorError::ShuttingDown),
+            };
+        }
+        // The slot answers the waiters even if this future is dropped half-way.
+        let slot = ActivatorSlot {
+            node: self,
+            actor_id: actor_id.clone(),
+            done: false,
+        };
+        let result = self.reserve_and_activate(&ty, &actor_id, &req, first).await;
+        slot.finish(match &result {
+            Ok(r) => Ok(r.clone()),
+            Err(e) => Err((e.kind(), e.to_string())),
+        });
+        result
+    }
+
+    async fn reserve_and_activate(
+        &self,
+        ty: &ActorType,
+        actor_id: &ActorId,
+        req: &Activate,
+        first: &mut Option<FirstRecord>,
+    ) -> Result<ActorRef, ActorError> {
+        let store = &self.inner.store;
+        let mut orphan_cleared = false;
+        loop {
+            let holder = lock(&self.inner.lease).holder.clone();
+            let reservation = store
+                .reserve_activation(ActivationRequest {
+                    actor_id: actor_id.clone(),
+                    actor_type: ty.name().to_owned(),
+                    owner: ActorOwner {
+                        mesh: self.inner.mesh_name.clone(),
+                        holder: holder.clone(),
+                    },
+                })
+                .await?;
+            let loc = match reservation {
+                Reservation::Won(loc) => return self.run_factory(ty, loc, req, first.take()).await,
+                Reservation::Held(loc) => loc,
+            };
+            let mine = loc.owner_node == *self.node_rid()
+                && loc.node_generation == self.generation()
+                && loc.owner_lease_generation == holder.lease_generation;
+            if mine {
+                // Held by this process but not live here and no local activator: an orphan of
+                // a failed activation. Clear it once and reserve again.
+                if let Some(r) = self.local_ref(actor_id) {
+                    return existing(req.mode, r);
+                }
+                if orphan_cleared {
+                    return Err(ActorError::NotReady {
+                        actor_id: actor_id.clone(),
+                    });
+                }
+                orphan_cleared = true;
+                match store.destroy(actor_id.clone(), loc.object_generation).await {
+                    Ok(()) | Err(StoreError::NotFound { .. }) => continue,
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            return match (loc.state, req.mode) {
+                (ActivationState::Ready, ActivateMode::GetOrCreate) => {
+                    Ok(ActorRef::from_location(&loc))
+                }
+                (_, ActivateMode::Create) => Err(ActorError::AlreadyExists {
+                    actor_id: actor_id.clone(),
+                    object_generation: loc.object_generation,
+                }),
+                (ActivationState::Activating, ActivateMode::GetOrCreate) => {
+                    // The owner runs the factory; it answers when Ready.
+                    let node = loc.owner_node.clone();
+                    self.activate_remote(&node, req).await
+                }
+            };
+        }
+    }
+
+    /// The reservation winner's part of EG-14: the factory runs as the first lifecycle record
+    /// on the new actor's own lane (an application turn, EG-13, EG-1.1) while this
+    /// infrastructure task awaits it; then `Ready` is committed and the mailbox published. A
+    /// failure before `Ready` burns the reservation (the ObjectGeneration is never reused).
+    async fn run_factory(
+        &self,
+        ty: &ActorType,
+        loc: ActorLocation,
+        req: &Activate,
+        first: Option<FirstRecord>,
+    ) -> Result<ActorRef, ActorError> {
+        let info = ActivationInfo {
+            actor_id: loc.actor_id.clone(),
+            object_generation: loc.object_generation,
+        };
+        let spot = req.spot.clone().unwrap_or_else(SpotSpec::entry);
+        if ty.yields() && !spot.kind.shares_gate() {
+            self.burn_reservation(&loc).await;
+            return Err(ActorError::YieldNotOffered {
+                actor_type: ty.name().to_owned(),
+                spot: spot.name,
+            });
+        }
+        let rt_spot = match self.join_spot(&spot) {
+            Ok(s) => s,
+            Err(e) => {
+                self.burn_reservation(&loc).await;
+                return Err(e);
+            }
+        };
+        let ctx = ActorCtx::new(
+            ActorRef::from_location(&loc),
+            Arc::new(bound::NodeActorHost(Arc::downgrade(&self.inner))),
+        );
+        let factory: exec::Factory = {
+            let ty = ty.clone();
+            let init = Bytes::from(req.init.clone());
+            Box::new(move || ty.instantiate(&info, init))
+        };
+        let spawned = exec::spawn(
+            loc.actor_id.clone(),
+            factory,
+            ctx,
+            &rt_spot,
+            self.inner.exec.clone(),
+        )
+        .await;
+        let mailbox = match spawned {
+            Ok(m) => m,
+            Err(failed) => {
+                self.leave_spot(&spot.name);
+                self.burn_reservation(&loc).await;
+                return Err(match failed {
+                    exec::FactoryFailed::Factory(e) => ActorError::Handler(format!("factory: {e}")),
+                    exec::FactoryFailed::Lane(e) => e,
+                });
+            }
+        };
+        // Cold activation (EG-14): (1) the first record was captured before the reservation;
+        // the local entry is published with a closed barrier, so a call that arrives once Ready
+        // is visible waits instead of missing the incarnation.
+        let expected = ActorRef::from_location(&loc);
+        {
+            let mut actors = lock(&self.inner.actors);
+            actors.retired.remove(&loc.actor_id);
+            actors.live.insert(
+                loc.actor_id.clone(),
+                LocalActor {
+                    fence: CallFence::of_ref(&expected),
+                    actor_ref: expected.clone(),
+                    mailbox: mailbox.clone(),
+                    spot: spot.name.clone(),
+                    timers: Vec::new(),
+                    held: Some(VecDeque::new()),
+                    binding: BindingSlot::default(),
+                },
+            );
+        }
+        // (2) commit Ready.
+        let ready = match self
+            .inner
+            .store
+            .mark_ready(loc.actor_id.clone(), loc.fence())
+            .await
+        {
+            Ok(r) => r,
+            Err(e) => {
+                self.abort_activation(&expected);
+                return Err(e.into());
+            }
+        };
+        let actor_ref = ActorRef::from_location(&ready);
+        // (3) the first record goes to the head of the new lane (nothing else can enter while
+        // the barrier is closed), admitted before the owner lease could have expired.
+        if let Some(f) = first {
+            let work = Work {
+                key: DispatchKey::new(f.key),
+                payload: Bytes::from(f.payload),
+                reply: None,
+                deadline: None,
+                guard: Some(self.inner.inflight.enter()),
+            };
+            let admitted =
+                tokio::time::timeout(self.admission_window(), mailbox.submit(work)).await;
+            if !matches!(admitted, Ok(Ok(()))) {
+                self.count_send_dropped();
+                tracing::warn!(actor = %actor_ref, "first record not admitted before the lease deadline");
+            }
+        }
+        // (4) open the barrier: the held records enter in arrival order, then the gate is open.
+        self.open_barrier(&expected, &mailbox).await?;
+        self.inner.activations_done.fetch_add(1, Ordering::Relaxed);
+        tracing::debug!(actor = %actor_ref, "actor ready");
+        Ok(actor_ref)
+    }
+
+    /// The admission deadline of a first record, derived from the owner lease: renewals run
+    /// every third of the TTL, so while the lease is live at least two thirds of the TTL are
+    /// left on it; a first record not admitted by then is dropped (and counted).
+    fn admission_window(&self) -> Duration {
+        self.inner.lease_ttl * 2 / 3
+    }
+
+    /// Moves the records held during activation into the lane in arrival order, then opens the
+    /// barrier. Records arriving meanwhile queue behind the held ones.
+    async fn open_barrier(&self, expected: &ActorRef, mailbox: &Mailbox) -> Result<(), ActorError> {
+        loop {
+            let batch =
+                {
+                    let mut actors = lock(&self.inner.actors);
+                    let Some(local) = actors.live.get_mut(expected.id()).filter(|a| {
+                        a.actor_ref.object_generation() == expected.object_generation()
+                    }) else {
+                        // Ended during activation (destroy, lease lost, shutdown).
+                        return Err(ActorError::Ended);
+                    };
+                    match local.held.as_mut() {
+                        Some(held) if !held.is_empty() => std::mem::take(held),
+                        _ => {
+                            local.held = None;
+                            return Ok(());
+                        }
+                    }
+                };
+            for work in batch {
+                // A refused submission dropped the work, which answered its request.
+                if mailbox.submit(work).await.is_err() {
+                    self.count_send_dropped();
+                }
+            }
+        }
+    }
+
+    /// Undoes a published activation that failed before Ready, unless something else (destroy,
+    /// lease lost, shutdown) ended it already.
+    fn abort_activation(&self, expected: &ActorRef) {
+        let removed = {
+            let mut actors = lock(&self.inner.actors);
+            let ours = actors
+                .live
+                .get(expected.id())
+                .is_some_and(|a| a.actor_ref.object_generation() == expected.object_generation());
+            if ours {
+                actors.live.remove(expected.id())
+            } else {
+                None
+            }
+        };
+        if let Some(mut a) = removed {
+            a.end();
+            self.leave_spot(&a.spot);
+        }
+    }
+
+    /// Destroys a reservation that never reached `Ready` (its ObjectGeneration is burnt).
+    async fn burn_reservation(&self, loc: &ActorLocation) {
+        if let Err(e) = self
+            .inner
+            .store
+            .destroy(loc.actor_id.clone(), loc.object_generation)
+            .await
+        {
+            tracing::debug!(actor = %loc.actor_id, error = %e, "reservation not destroyed");
+        }
+    }
+
+    fn check_spot(&self, spot: &SpotSpec) -> Result<(), ActorError> {
+        match lock(&self.inner.spots).get(&spot.name) {
+            Some(s) if s.kind != spot.kind => Err(ActorError::Codec(format!(
+                "spot {:?} is {:?}, not {:?}",
+                spot.name, s.kind, spot.kind
+            ))),
+            _ => Ok(()),
+        }
+    }
+
+    fn join_spot(&self, spot: &SpotSpec) -> Result<RtSpot, ActorError> {
+        self.check_spot(spot)?;
+        let mut spots = lock(&self.inner.spots);
+        if !spots.contains_key(&spot.name) {
+            let rt_spot = RtSpot::create(&self.inner.runtime, spot.kind)?;
+            spots.insert(
+                spot.name.clone(),
+                SpotState {
+                    kind: spot.kind,
+                    spot: rt_spot,
+                    members: 0,
+                },
+            );
+        }
+        let s = spots.get_mut(&spot.name).ok_or(ActorError::ShuttingDown)?;
+        s.members += 1;
+        Ok(s.spot.clone())
+    }
+
+    pub(super) fn leave_spot(&self, name: &str) {
+        let mut spots = lock(&self.inner.spots);
+        if let Some(s) = spots.get_mut(name) {
+            s.members = s.members.saturating_sub(1);
+            if s.members == 0 && s.kind != SpotKind::Entry {
+                if let Some(s) = spots.remove(name) {
+                    s.spot.end();
+                }
+            }
+        }
+    }
+
+    fn local_ref(&self, actor_id: &ActorId) -> Option<ActorRef> {
+        lock(&self.inner.actors)
+            .live
+            .get(actor_id)
+            .filter(|a| a.held.is_none())
+            .map(|a| a.actor_ref.clone())
+    }
+
+    /// The Ready ref of `actor_id` from the Location Store (one lookup).
+    ///
+    /// # Errors
+    /// `NotFound` when there is no incarnation; `Unavailable` while it is activating.
+    pub async fn get(&self, actor_id: &ActorId) -> Result<ActorRef, ActorError> {
+        match self.inner.store.lookup(actor_id.clone()).await? {
+            Some(loc) if loc.state == ActivationState::Ready => Ok(ActorRef::from_location(&loc)),
+            Some(_) => Err(ActorError::NotReady {
+                actor_id: actor_id.clone(),
+            }),
+            None => Err(ActorError::ActorNotFound {
+                actor_id: actor_id.clone(),
+            }),
+        }
+    }
+
+    /// Destroys the incarnation `actor` (on its owner): it ends, queued work fails with
+    /// `NotFound`, and a later create gets a new ObjectGeneration (SB-4.1).
+    ///
+    /// # Errors
+    /// `InvalidOperation` when `actor` is not the current incarnation; `Unavailable` for a
+    /// stale fence or an unreachable owner.
+    pub async fn destroy(&self, actor: &ActorRef) -> Result<(), ActorError> {
+        self.check_accepting()?;
+        if self.is_local(actor.node()) {
+            return self.destroy_local(actor).await;
+        }
+        let payload = protocol::encode(&DestroyActor {
+            actor: actor.clone(),
+        })?;
+        self.inner
+            .mesh
+            .request(
+                actor.node(),
+                protocol::PEER_DESTROY,
+                payload,
+                self.inner.request_timeout,
+            )
+            .await
+            .map_err(|e| request_error(actor.node(), e))?;
+        Ok(())
+    }
+
+    pub(crate) async fn destroy_local(&self, actor: &ActorRef) -> Result<(), ActorError> {
+        {
+            let actors = lock(&self.inner.actors);
+            let cur = actors.live.get(actor.id()).map(|a| &a.fence);
+            let retired = actors.retired.get(actor.id()).copied();
+            fence::check_call(self.generation(), cur, retired, &CallFence::of_ref(actor))?;
+        }
+        self.inner
+            .store
+            .destroy(actor.id().clone(), actor.object_generation())
+            .await?;
+        let removed = {
+            let mut actors = lock(&self.inner.actors);
+            let removed = actors.live.remove(actor.id());
+            actors
+                .retired
+                .insert(actor.id().clone(), actor.object_generation());
+            removed
+        };
+        if let Some(mut a) = removed {
+            a.end();
+            self.leave_spot(&a.spot);
+        }
+        tracing::debug!(actor = %actor, "actor destroyed");
+        Ok(())
+    }
+}
+
+/// The local activator's claim on one actor id: answers every waiting local caller exactly once,
+/// also when the activation future is dropped before it finished.
+struct ActivatorSlot<'a> {
+    node: &'a Node,
+    actor_id: ActorId,
+    done: bool,
+}
+
+impl ActivatorSlot<'_> {
+    fn answer(&mut self, result: Result<ActorRef, (ErrorKind, String)>) {
+        self.done = true;
+        let waiters = lock(&self.node.inner.activations)
+            .remove(&self.actor_id)
+            .unwrap_or_default();
+        for w in waiters {
+            let _ = w.send(result.clone());
+        }
+    }
+
+    fn finish(mut self, result: Result<ActorRef, (ErrorKind, String)>) {
+        self.answer(result);
+    }
+}
+
+impl Drop for ActivatorSlot<'_> {
+    fn drop(&mut self) {
+        if !self.done {
+            self.answer(Err((
+                ErrorKind::Unavailable,
+                "the activation was abandoned".to_owned(),
+            )));
+        }
+    }
+}
+
+fn existing(mode: ActivateMode, r: ActorRef) -> Result<ActorRef, ActorError> {
+    match mode {
+        ActivateMode::GetOrCreate => Ok(r),
+        ActivateMode::Create => Err(ActorError::AlreadyExists {
+            actor_id: r.id().clone(),
+            object_generation: r.object_generation(),
+        }),
+    }
+}

@@ -1,0 +1,312 @@
+//! Calls to actors: typed and raw request / send (local queue or a 160 ActorCall to the
+//! owner, never resent, SB-12), the fence-checked local submission, Spot timers, and the
+//! mapping of mesh errors to [`ActorError`].
+
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use tokio::sync::oneshot;
+use zlink_mesh::{Record, RequestError, SendError};
+use zlink_wire::{ActorCall, Deadline, DispatchKey, NodeRid};
+
+use super::{BoundCheck, Node, lock};
+use crate::actor::exec::{ReplyTo, Work};
+use crate::actor::fence::{self, CallFence};
+use crate::actor::{ActorError, ActorRef, Message};
+
+impl Node {
+    /// Sends a typed request to `actor` and waits for its typed reply, at most `timeout`.
+    ///
+    /// # Errors
+    /// See [`Node::request_raw`]; a reply that does not decode as `M::Reply` is
+    /// [`ActorError::Codec`].
+    pub async fn request<M: Message>(
+        &self,
+        actor: &ActorRef,
+        msg: &M,
+        timeout: Duration,
+    ) -> Result<M::Reply, ActorError> {
+        let payload =
+            rmp_serde::to_vec_named(msg).map_err(|e| ActorError::Codec(format!("payload: {e}")))?;
+        let reply = self
+            .request_raw(actor, M::KEY, Bytes::from(payload), timeout)
+            .await?;
+        rmp_serde::from_slice(&reply).map_err(|e| ActorError::Codec(format!("reply: {e}")))
+    }
+
+    /// Sends a typed message to `actor` (no reply). Delivery to a remote owner is at most once;
+    /// a handler failure is logged on the owner (EG-15).
+    ///
+    /// # Errors
+    /// Local refusals (stale ref, full lane) and admission failures; remote refusals are only
+    /// logged on the owner.
+    pub async fn send<M: Message>(&self, actor: &ActorRef, msg: &M) -> Result<(), ActorError> {
+        let payload =
+            rmp_serde::to_vec_named(msg).map_err(|e| ActorError::Codec(format!("payload: {e}")))?;
+        self.send_raw(actor, M::KEY, Bytes::from(payload)).await
+    }
+
+    /// A request with an encoded payload: local owner → straight into the actor's queue;
+    /// remote owner → a 160 ActorCall on the relay connection, the reply back on the
+    /// completion connection. Exactly one terminal; never resent (SB-12).
+    ///
+    /// # Errors
+    /// `InvalidOperation` (another incarnation), `Unavailable` (stale fence, owner down, lane
+    /// full), `NotFound` (destroyed, unknown key), `DeadlineExceeded`, `Internal` (the handler
+    /// failed, EG-15).
+    pub async fn request_raw(
+        &self,
+        actor: &ActorRef,
+        key: DispatchKey,
+        payload: Bytes,
+        timeout: Duration,
+    ) -> Result<Bytes, ActorError> {
+        if self.is_local(actor.node()) {
+            let (tx, rx) = oneshot::channel();
+            let fence = CallFence::of_ref(actor);
+            // A refusal is delivered through the reply channel.
+            let submit = self.submit_local(
+                &fence,
+                Work {
+                    key,
+                    payload,
+                    reply: Some(ReplyTo::Local(tx)),
+                    deadline: Some(Instant::now() + timeout),
+                    guard: None,
+                },
+            );
+            let waited = async move {
+                let _ = submit.await;
+                rx.await
+            };
+            return match tokio::time::timeout(timeout, waited).await {
+                Ok(Ok(out)) => out,
+                Ok(Err(_)) => Err(ActorError::ActorNotFound {
+                    actor_id: actor.id().clone(),
+                }),
+                Err(_) => Err(ActorError::DeadlineExceeded),
+            };
+        }
+        self.inner.calls_out.fetch_add(1, Ordering::Relaxed);
+        let record = Record::ActorCall(actor_call(actor, key, Some(timeout)));
+        let resp = self
+            .inner
+            .mesh
+            .request_record(actor.node(), record, Some(payload), timeout)
+            .await
+            .map_err(|e| request_error(actor.node(), e))?;
+        Ok(resp.payload.unwrap_or_default())
+    }
+
+    /// A send with an encoded payload (see [`Node::send`]).
+    ///
+    /// # Errors
+    /// As [`Node::send`].
+    pub async fn send_raw(
+        &self,
+        actor: &ActorRef,
+        key: DispatchKey,
+        payload: Bytes,
+    ) -> Result<(), ActorError> {
+        if self.is_local(actor.node()) {
+            return match self
+                .submit_local(
+                    &CallFence::of_ref(actor),
+                    Work {
+                        key,
+                        payload,
+                        reply: None,
+                        deadline: None,
+                        guard: None,
+                    },
+                )
+                .await
+            {
+                None => Ok(()),
+                Some(e) => Err(e),
+            };
+        }
+        self.inner.calls_out.fetch_add(1, Ordering::Relaxed);
+        let record = Record::ActorCall(actor_call(actor, key, None));
+        self.inner
+            .mesh
+            .send_record(actor.node(), record, Some(payload))
+            .await
+            .map_err(|e| send_error(actor.node(), e))
+    }
+
+    /// Validates `call` against the local incarnation and appends `work` to its queue,
+    /// waiting while the queue is full (backpressure; work never runs inline, EG-6.3). A
+    /// refusal of a request is answered through its reply (and `None` returned); the refusal
+    /// of a send is returned.
+    pub(crate) async fn submit_local(&self, call: &CallFence, work: Work) -> Option<ActorError> {
+        self.submit_checked(call, work, None).await
+    }
+
+    /// [`Node::submit_local`] with the bound-session check of a 24 (SB-5.3): under the same
+    /// lock as the fence check, the record's binding identity must be the incarnation's current
+    /// binding, else it is refused and counted.
+    pub(crate) async fn submit_checked(
+        &self,
+        call: &CallFence,
+        work: Work,
+        bound: Option<&BoundCheck>,
+    ) -> Option<ActorError> {
+        let mut work = work;
+        // One lock for the fence check and the barrier decision, so a record is held only by
+        // the incarnation that admitted it.
+        let checked = {
+            let mut guard = lock(&self.inner.actors);
+            let actors = &mut *guard;
+            let live = actors.live.get_mut(&call.actor_id);
+            let checked = fence::check_call(
+                self.generation(),
+                live.as_deref().map(|a| &a.fence),
+                actors.retired.get(&call.actor_id).copied(),
+                call,
+            );
+            let bound_ok = match (&checked, live.as_deref(), bound) {
+                (Ok(()), Some(a), Some(b)) => a
+                    .binding
+                    .check_relay(&b.node, b.lifecycle, b.generation)
+                    .map_err(|r| {
+                        self.inner.sessions.flow().reject(
+                            crate::session::FlowRecord::Relay,
+                            r,
+                            &call.actor_id,
+                        );
+                        ActorError::StaleFence {
+                            actor_id: call.actor_id.clone(),
+                            fence: "binding",
+                        }
+                    }),
+                _ => Ok(()),
+            };
+            let checked = checked.and(bound_ok);
+            match (checked, live) {
+                (Err(e), _) => Err(e),
+                (Ok(()), None) => Err(ActorError::StaleFence {
+                    actor_id: call.actor_id.clone(),
+                    fence: "location",
+                }),
+                // The activation barrier is closed: wait behind the first record (EG-14 (4)).
+                (Ok(()), Some(a)) => match a.held.as_mut() {
+                    Some(held) if held.len() >= self.inner.held_limit => {
+                        Err(ActorError::LaneFull {
+                            actor_id: call.actor_id.clone(),
+                        })
+                    }
+                    Some(held) => {
+                        held.push_back(work);
+                        return None;
+                    }
+                    None => Ok(a.mailbox.clone()),
+                },
+            }
+        };
+        match checked {
+            // A failed submission dropped the work, which answered a request already.
+            Ok(mailbox) => mailbox.submit(work).await.err(),
+            Err(error) => match work.reply.take() {
+                Some(r) => {
+                    r.complete(Err(error));
+                    None
+                }
+                None => Some(error),
+            },
+        }
+    }
+
+    /// Starts a timer on the owner of `actor` (this node): every `period` the actor's Spot
+    /// timer appends `msg` to the actor's queue as a send (EG-7.1 timer work; a tick that finds
+    /// the lane full is skipped). The timer ends with the incarnation (destroy, shutdown).
+    ///
+    /// # Errors
+    /// `InvalidOperation` when the actor is not owned by this node or `actor` is not its current
+    /// incarnation; `Unavailable` for a stale fence.
+    pub fn start_timer<M: Message>(
+        &self,
+        actor: &ActorRef,
+        period: Duration,
+        msg: &M,
+    ) -> Result<(), ActorError> {
+        if !self.is_local(actor.node()) {
+            return Err(ActorError::Codec(format!(
+                "timers run on the actor's owner ({}), not on {}",
+                actor.node(),
+                self.node_rid()
+            )));
+        }
+        let payload = Bytes::from(
+            rmp_serde::to_vec_named(msg).map_err(|e| ActorError::Codec(format!("payload: {e}")))?,
+        );
+        let mut actors = lock(&self.inner.actors);
+        let retired = actors.retired.get(actor.id()).copied();
+        let fence = CallFence::of_ref(actor);
+        fence::check_call(
+            self.generation(),
+            actors.live.get(actor.id()).map(|a| &a.fence),
+            retired,
+            &fence,
+        )?;
+        let Some(local) = actors.live.get_mut(actor.id()) else {
+            return Err(ActorError::ActorNotFound {
+                actor_id: actor.id().clone(),
+            });
+        };
+        let spot = lock(&self.inner.spots)
+            .get(&local.spot)
+            .map(|s| s.spot.clone())
+            .ok_or(ActorError::ShuttingDown)?;
+        let mailbox = local.mailbox.clone();
+        let handle = spot.start_timer(period, move || {
+            let work = Work {
+                key: M::KEY,
+                payload: payload.clone(),
+                reply: None,
+                deadline: None,
+                guard: None,
+            };
+            if let Err(e) = mailbox.tell(work) {
+                tracing::debug!(error = %e, "timer tick skipped");
+            }
+        })?;
+        local.timers.push(handle);
+        Ok(())
+    }
+}
+
+pub(crate) fn actor_call(
+    actor: &ActorRef,
+    key: DispatchKey,
+    timeout: Option<Duration>,
+) -> ActorCall {
+    let loc = actor.location();
+    ActorCall {
+        actor: actor.id().clone(),
+        object_generation: actor.object_generation(),
+        authority_owner_generation: loc.authority_owner_generation,
+        owner_lease_generation: loc.owner_lease_generation,
+        target_node_generation: loc.node_generation,
+        key,
+        deadline: timeout.map(Deadline::from_remaining),
+    }
+}
+
+pub(crate) fn request_error(node: &NodeRid, e: RequestError) -> ActorError {
+    match e {
+        RequestError::Remote { kind, detail } => ActorError::Remote { kind, detail },
+        RequestError::DeadlineExceeded => ActorError::DeadlineExceeded,
+        RequestError::Send(s) => send_error(node, s),
+        _ => ActorError::NodeUnavailable { node: node.clone() },
+    }
+}
+
+pub(crate) fn send_error(node: &NodeRid, e: SendError) -> ActorError {
+    match e {
+        SendError::DeadlineExceeded(_) => ActorError::DeadlineExceeded,
+        SendError::TooLarge { .. } | SendError::Encode(_) => ActorError::Codec(e.to_string()),
+        _ => ActorError::NodeUnavailable { node: node.clone() },
+    }
+}
