@@ -455,6 +455,9 @@ async fn shutdown_refuses_new_packets_drains_accepted_ones_then_closes() {
     let node = start_session_node(SessionNodeSpec::new("a", sessions), memory_store()).await;
     let c = Arc::new(client_of(&node));
     let other = client_of(&node);
+    // `other`'s session exists before the shutdown (a session that begins during the
+    // shutdown is closed at once, see `fresh` below).
+    other.packet(&Tick).await.unwrap();
     let accepted = {
         let c = c.clone();
         tokio::spawn(async move { c.packet(&Hold).await })
@@ -476,6 +479,16 @@ async fn shutdown_refuses_new_packets_drains_accepted_ones_then_closes() {
     assert!(
         !shutdown.is_finished(),
         "shutdown did not wait for the accepted packet"
+    );
+    // A new session is not accepted during the shutdown: closed with `Shutdown`.
+    let fresh = client_of(&node);
+    assert_eq!(
+        fresh.packet(&Tick).await.unwrap_err().kind(),
+        ErrorKind::Unavailable
+    );
+    assert_eq!(
+        tokio::time::timeout(TIMEOUT, fresh.closed()).await.unwrap(),
+        DisconnectReason::Shutdown
     );
     release.notify_one();
     assert_eq!(accepted.await.unwrap().unwrap(), "done");

@@ -245,7 +245,10 @@ impl Node {
             ),
         }
         if let Some(r) = replacement {
-            self.send_replaced(r).await;
+            // After the terminal, off the inbound loop: the 51 waits for normal admission
+            // (SB-6.5) and must not hold up other records.
+            let node = self.clone();
+            tokio::spawn(async move { node.send_replaced(r).await });
         }
     }
 
