@@ -470,17 +470,9 @@ async fn replayed_or_mismatched_51_never_closes_the_current_session() {
     let (a, b, tap_a, _tb) = session_pair(memory_store(), sessions, None).await;
     let echo = create_on(&b, "echo", "r").await;
     let old = client_of(&a);
-    old.packet(&Bind {
-        actor: echo.clone(),
-    })
-    .await
-    .unwrap();
+    bind(&old, &echo).await;
     let new = client_of(&a);
-    new.packet(&Bind {
-        actor: echo.clone(),
-    })
-    .await
-    .unwrap();
+    bind(&new, &echo).await;
     // The real replacement: the old session is closing, its callback held.
     tokio::time::timeout(TIMEOUT, entered.acquire())
         .await

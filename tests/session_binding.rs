@@ -208,7 +208,7 @@ async fn push_without_binding_is_session_not_bound_and_works_once_bound() {
     );
     assert_eq!(c.request(&p, &TryClose).await.unwrap(), invalid);
     // The same calls succeed once bound.
-    c.packet(&Bind { actor: p.clone() }).await.unwrap();
+    bind(&c, &p).await;
     assert_eq!(
         relay_req(&c, &p, &TryPush(b"p".to_vec())).await.unwrap(),
         None
@@ -247,11 +247,7 @@ async fn relays_after_bind_read_no_store_and_need_no_spot_callback() {
     let (a, _b, _ta, _tb) = session_pair(counting.clone(), demo::sessions(), Some(registry)).await;
     let c = client_of(&a);
     let counter = c.create("counter", "c1", Placement::on("b")).await.unwrap();
-    c.packet(&Bind {
-        actor: counter.clone(),
-    })
-    .await
-    .unwrap();
+    bind(&c, &counter).await;
     let before = counting.counts();
     for i in 1..=50u64 {
         assert_eq!(relay_req(&c, &counter, &Add(1)).await.unwrap(), i);
@@ -283,11 +279,7 @@ async fn cross_node_bind_relay_and_push_cross_the_router_path() {
     let (a, _b, ta, tb) = session_pair(memory_store(), demo::sessions(), None).await;
     let c = client_of(&a);
     let echo = c.create("echo", "e1", Placement::on("b")).await.unwrap();
-    c.packet(&Bind {
-        actor: echo.clone(),
-    })
-    .await
-    .unwrap();
+    bind(&c, &echo).await;
     relay_req(&c, &echo, &EchoPush(b"hello".to_vec()))
         .await
         .unwrap();
@@ -325,11 +317,7 @@ async fn the_handler_reply_completes_the_client_request_exactly_once() {
     let (a, _b, ta, _tb) = session_pair(memory_store(), demo::sessions(), None).await;
     let c = client_of(&a);
     let counter = c.create("counter", "c1", Placement::on("b")).await.unwrap();
-    c.packet(&Bind {
-        actor: counter.clone(),
-    })
-    .await
-    .unwrap();
+    bind(&c, &counter).await;
     for i in 1..=20u64 {
         assert_eq!(relay_req(&c, &counter, &Add(1)).await.unwrap(), i);
     }
@@ -379,11 +367,7 @@ async fn a_timed_out_relay_is_never_resent_elsewhere() {
     let (a, b, ta, tb) = session_pair(memory_store(), short_deadline_sessions(200), None).await;
     let c = client_of(&a);
     let echo = c.create("echo", "e1", Placement::on("b")).await.unwrap();
-    c.packet(&Bind {
-        actor: echo.clone(),
-    })
-    .await
-    .unwrap();
+    bind(&c, &echo).await;
     // Hold b's application domain: the relayed request waits past its deadline.
     b.set_application_paused(true);
     let out = c
@@ -414,11 +398,7 @@ async fn a_reply_after_session_close_reaches_no_new_session() {
     let (a, b, _ta, tb) = session_pair(memory_store(), demo::sessions(), None).await;
     let c1 = client_of(&a);
     let echo = c1.create("echo", "e1", Placement::on("b")).await.unwrap();
-    c1.packet(&Bind {
-        actor: echo.clone(),
-    })
-    .await
-    .unwrap();
+    bind(&c1, &echo).await;
     b.set_application_paused(true);
     {
         let req = relay(&echo, &Echo(b"old".to_vec()));
@@ -433,11 +413,7 @@ async fn a_reply_after_session_close_reaches_no_new_session() {
     c1.close().await;
     wait_until("the old session gone", || a.session_count() == 0).await;
     let c2 = client_of(&a);
-    c2.packet(&Bind {
-        actor: echo.clone(),
-    })
-    .await
-    .unwrap();
+    bind(&c2, &echo).await;
     b.set_application_paused(false);
     // The new session gets its own reply only; no stray reply or push of the old one.
     assert_eq!(
@@ -503,17 +479,9 @@ async fn rebind_from_a_new_session_does_not_wait_for_the_old_one() {
     let old = client_of(&a);
     let new = client_of(&a);
     let echo = old.create("echo", "e1", Placement::on("b")).await.unwrap();
-    old.packet(&Bind {
-        actor: echo.clone(),
-    })
-    .await
-    .unwrap();
+    bind(&old, &echo).await;
     // The old session's replaced-callback blocks; the new bind completes anyway.
-    new.packet(&Bind {
-        actor: echo.clone(),
-    })
-    .await
-    .unwrap();
+    bind(&new, &echo).await;
     let replaced = old.recv_push_timeout(TIMEOUT).await.expect("Replaced push");
     assert_eq!(replaced.key, Replaced::KEY);
     relay_req(&new, &echo, &EchoPush(b"to-new".to_vec()))
@@ -562,17 +530,9 @@ async fn after_replacement_the_old_sessions_relays_are_rejected() {
         .create("counter", "c1", Placement::on("b"))
         .await
         .unwrap();
-    old.packet(&Bind {
-        actor: counter.clone(),
-    })
-    .await
-    .unwrap();
+    bind(&old, &counter).await;
     assert_eq!(relay_req(&old, &counter, &Add(1)).await.unwrap(), 1);
-    new.packet(&Bind {
-        actor: counter.clone(),
-    })
-    .await
-    .unwrap();
+    bind(&new, &counter).await;
     old.recv_push_timeout(TIMEOUT).await.expect("Replaced push");
     // The old session is closing: no new inbound dispatch, and its binding is retired.
     let e = relay_req(&old, &counter, &Add(100)).await.unwrap_err();
@@ -602,16 +562,8 @@ async fn the_old_connection_closes_100ms_after_the_callback_terminal() {
     let old = client_of(&a);
     let new = client_of(&a);
     let echo = old.create("echo", "e1", Placement::on("b")).await.unwrap();
-    old.packet(&Bind {
-        actor: echo.clone(),
-    })
-    .await
-    .unwrap();
-    new.packet(&Bind {
-        actor: echo.clone(),
-    })
-    .await
-    .unwrap();
+    bind(&old, &echo).await;
+    bind(&new, &echo).await;
     let rid = called.recv().await.unwrap();
     let terminal = clock.now();
     wait_until("the close scheduled", || {
@@ -644,16 +596,8 @@ async fn rebinding_the_current_binding_is_idempotent() {
     let (a, _b, ta, tb) = session_pair(memory_store(), sessions, None).await;
     let c = client_of(&a);
     let echo = c.create("echo", "e1", Placement::on("b")).await.unwrap();
-    c.packet(&Bind {
-        actor: echo.clone(),
-    })
-    .await
-    .unwrap();
-    c.packet(&Bind {
-        actor: echo.clone(),
-    })
-    .await
-    .unwrap();
+    bind(&c, &echo).await;
+    bind(&c, &echo).await;
     c.packet(&BindOrGet {
         actor: echo.clone(),
     })
@@ -700,11 +644,7 @@ async fn late_responses_via_the_old_connection_do_not_apply_to_the_current_one()
     wait_until("the old session gone", || a.session_count() == 0).await;
     drop(hold);
     let cur = client_of(&a);
-    cur.packet(&Bind {
-        actor: echo.clone(),
-    })
-    .await
-    .unwrap();
+    bind(&cur, &echo).await;
     relay_req(&cur, &echo, &EchoPush(b"cur".to_vec()))
         .await
         .unwrap();

@@ -176,16 +176,8 @@ async fn disconnect_runs_each_spots_callback_once_and_one_failure_does_not_stop_
     let local = echo_in(&a, "a", "d-local", per_actor("failing-spot")).await;
     let c = client_of(&a);
     // The failing Spot's actor is bound first: its notification is the first of the snapshot.
-    c.packet(&Bind {
-        actor: local.clone(),
-    })
-    .await
-    .unwrap();
-    c.packet(&Bind {
-        actor: remote.clone(),
-    })
-    .await
-    .unwrap();
+    bind(&c, &local).await;
+    bind(&c, &remote).await;
     assert_eq!(
         relay_req(&c, &remote, &Echo(b"r".to_vec()))
             .await
@@ -258,11 +250,7 @@ async fn notify_disconnected_racing_the_physical_disconnect_runs_the_callback_on
         let id = format!("race-{round}");
         let actor = echo_in(&a, owner, &id, per_actor("race-spot")).await;
         let c = client_of(&a);
-        c.packet(&Bind {
-            actor: actor.clone(),
-        })
-        .await
-        .unwrap();
+        bind(&c, &actor).await;
         assert!(bound_at_owner(&observer, &actor).await);
         // One-way NotifyDisconnected, then the physical disconnect right behind it.
         c.packet_send(&NotifyDisconnected {
@@ -313,7 +301,7 @@ async fn after_disconnect_notification_the_actor_lives_and_stays_in_its_spot() {
     let m2 = echo_in(&a, "b", "m2", wide.clone()).await;
     let members = b.info().local_actors;
     let c = client_of(&a);
-    c.packet(&Bind { actor: m1.clone() }).await.unwrap();
+    bind(&c, &m1).await;
 
     // Public NotifyDisconnected: its terminal comes after the Spot callback's terminal.
     c.packet(&NotifyDisconnected {
@@ -343,7 +331,7 @@ async fn after_disconnect_notification_the_actor_lives_and_stays_in_its_spot() {
     assert_eq!(c.request(&m2, &Echo(b"b".to_vec())).await.unwrap().0, b"b");
 
     // The physical disconnect after a new bind: same outcome.
-    c.packet(&Bind { actor: m1.clone() }).await.unwrap();
+    bind(&c, &m1).await;
     assert!(bound_at_owner(&c, &m1).await);
     c.close().await;
     wait_until("the second Spot callback ran", || {
@@ -369,11 +357,7 @@ async fn a_reconnected_client_does_not_get_the_old_bindings_back() {
     let (a, _b, _ta, _tb) = session_pair(memory_store(), demo::sessions(), None).await;
     let echo = echo_in(&a, "b", "rc", SpotSpec::entry()).await;
     let old = client_of(&a);
-    old.packet(&Bind {
-        actor: echo.clone(),
-    })
-    .await
-    .unwrap();
+    bind(&old, &echo).await;
     assert_eq!(
         relay_req(&old, &echo, &Echo(b"1".to_vec()))
             .await
@@ -435,11 +419,7 @@ async fn automatic_notification_tombstones_only_after_the_callback_terminal() {
     let (a, _b, _ta, _tb) = session_pair(memory_store(), demo::sessions(), Some(registry)).await;
     let actor = echo_in(&a, "b", "held", per_actor("slow")).await;
     let c = client_of(&a);
-    c.packet(&Bind {
-        actor: actor.clone(),
-    })
-    .await
-    .unwrap();
+    bind(&c, &actor).await;
     c.close().await;
 
     tokio::time::timeout(TIMEOUT, entered.acquire())

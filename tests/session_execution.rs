@@ -138,8 +138,8 @@ async fn different_actors_are_never_serialised_on_the_session_context() {
     let c = client_of(&a);
     let w = c.create("waiter", "w", Placement::on("a")).await.unwrap();
     let r = c.create("releaser", "r", Placement::on("b")).await.unwrap();
-    c.packet(&Bind { actor: w.clone() }).await.unwrap();
-    c.packet(&Bind { actor: r.clone() }).await.unwrap();
+    bind(&c, &w).await;
+    bind(&c, &r).await;
     c.packet(&BothOnce {
         first: "w".into(),
         second: "r".into(),
@@ -202,16 +202,8 @@ async fn binding_generations_are_compared_only_within_one_session_owner() {
         ca.packet(&Bind { actor: e }).await.unwrap();
     }
     let counter = ca.create("counter", "c", Placement::on("b")).await.unwrap();
-    ca.packet(&Bind {
-        actor: counter.clone(),
-    })
-    .await
-    .unwrap();
-    cb.packet(&Bind {
-        actor: counter.clone(),
-    })
-    .await
-    .unwrap();
+    bind(&ca, &counter).await;
+    bind(&cb, &counter).await;
     let n: u64 =
         rmp_serde::from_slice(&cb.packet(&relay(&counter, &Add(3))).await.unwrap()).unwrap();
     assert_eq!(n, 3);
@@ -260,21 +252,9 @@ async fn closing_the_replaced_connection_cleans_its_other_bindings_once() {
     let other = create_in(&a, "echo", "o", "other").await;
     let old = client_of(&a);
     let new = client_of(&a);
-    old.packet(&Bind {
-        actor: moved.clone(),
-    })
-    .await
-    .unwrap();
-    old.packet(&Bind {
-        actor: other.clone(),
-    })
-    .await
-    .unwrap();
-    new.packet(&Bind {
-        actor: moved.clone(),
-    })
-    .await
-    .unwrap();
+    bind(&old, &moved).await;
+    bind(&old, &other).await;
+    bind(&new, &moved).await;
     assert_eq!(
         tokio::time::timeout(TIMEOUT, old.closed()).await.unwrap(),
         DisconnectReason::Replaced
@@ -406,11 +386,7 @@ async fn ended_sessions_are_forgotten() {
     let echo = setup.create("echo", "e", Placement::on("b")).await.unwrap();
     for _ in 0..50 {
         let c = client_of(&a);
-        c.packet(&Bind {
-            actor: echo.clone(),
-        })
-        .await
-        .unwrap();
+        bind(&c, &echo).await;
         c.close().await;
     }
     wait_until("every session gone", || a.session_count() == 1).await;

@@ -158,3 +158,16 @@ pub fn tapped(
         .filter(|f| f.direction == direction && f.command() == Some(command))
         .collect()
 }
+
+/// Binds `client`'s session to `actor` through the demo session app's `Bind` packet.
+pub async fn bind(
+    client: &zlink::node::client::NodeClient,
+    actor: &zlink::actor::ActorRef,
+) -> zlink::actor::ActorRef {
+    client
+        .packet(&demo::session::Bind {
+            actor: actor.clone(),
+        })
+        .await
+        .unwrap()
+}
