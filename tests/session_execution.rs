@@ -596,3 +596,40 @@ async fn an_actor_owner_shutting_down_refuses_new_binds() {
         .unwrap()
         .unwrap();
 }
+
+// spec: SB-5.11 (the owner-lease part: a stored route is valid only within the current owner
+// lease; the local admission deadline during a store outage is issue 10's)
+// spec: SB-5.10
+// spec: SB-4.1
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_route_ends_with_its_owner_lease_and_is_never_re_resolved() {
+    let counting = Arc::new(zlink::store::CountingStore::new(
+        zlink::store::MemoryStore::new(),
+    ));
+    let store: Arc<dyn zlink::store::LocationStore> = counting.clone();
+    let mut sb = SessionNodeSpec::new("b", demo::sessions());
+    sb.lease_ttl = Some(Duration::from_millis(600));
+    let b = start_session_node(sb, store.clone()).await;
+    let mut sa = SessionNodeSpec::new("a", demo::sessions());
+    sa.peers = vec![b.address()];
+    let a = start_session_node(sa, store.clone()).await;
+    assert!(a.wait_peers(TIMEOUT).await.is_empty());
+    let c = client_of(&a);
+    let counter = c.create("counter", "c", Placement::on("b")).await.unwrap();
+    bind(&c, &counter).await;
+    let n: u64 =
+        rmp_serde::from_slice(&c.packet(&relay(&counter, &Add(1))).await.unwrap()).unwrap();
+    assert_eq!(n, 1);
+    // b's lease ends (superseded in the store): b ends its incarnations at its next renewal.
+    let old = b.lease().holder.lease_generation;
+    store.release_owner(b.lease().holder).await.unwrap();
+    wait_until("b registered a new lease", || {
+        b.lease().holder.lease_generation != old
+    })
+    .await;
+    let lookups = counting.count(zlink::store::StoreOp::Lookup);
+    let e = c.packet(&relay(&counter, &Add(1))).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Unavailable, "{e}");
+    // The session owner did not look for another owner.
+    assert_eq!(counting.count(zlink::store::StoreOp::Lookup), lookups);
+}

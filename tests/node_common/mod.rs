@@ -81,6 +81,7 @@ pub struct SessionNodeSpec {
     pub registry: Option<ActorRegistry>,
     pub sessions: zlink::session::SessionHandlers,
     pub clock: Option<Arc<dyn zlink::session::Clock>>,
+    pub lease_ttl: Option<Duration>,
 }
 
 impl SessionNodeSpec {
@@ -92,6 +93,7 @@ impl SessionNodeSpec {
             registry: None,
             sessions,
             clock: None,
+            lease_ttl: None,
         }
     }
 }
@@ -108,6 +110,9 @@ pub async fn start_session_node(spec: SessionNodeSpec, store: Arc<dyn LocationSt
     options.peers = spec.peers;
     if let Some(c) = spec.clock {
         options.clock = c;
+    }
+    if let Some(t) = spec.lease_ttl {
+        options.lease_ttl = t;
     }
     Node::start(options).await.unwrap()
 }
