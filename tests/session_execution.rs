@@ -608,7 +608,7 @@ async fn a_route_ends_with_its_owner_lease_and_is_never_re_resolved() {
     ));
     let store: Arc<dyn zlink::store::LocationStore> = counting.clone();
     let mut sb = SessionNodeSpec::new("b", demo::sessions());
-    sb.lease_ttl = Some(Duration::from_millis(600));
+    sb.lease_ttl = Some(Duration::from_secs(3));
     let b = start_session_node(sb, store.clone()).await;
     let mut sa = SessionNodeSpec::new("a", demo::sessions());
     sa.peers = vec![b.address()];
