@@ -633,3 +633,45 @@ async fn a_route_ends_with_its_owner_lease_and_is_never_re_resolved() {
     // The session owner did not look for another owner.
     assert_eq!(counting.count(zlink::store::StoreOp::Lookup), lookups);
 }
+
+// What one client can make its session owner hold is bounded: bindings per session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_holds_at_most_its_binding_limit() {
+    let mut spec = SessionNodeSpec::new("a", demo::sessions());
+    spec.max_bindings = Some(2);
+    let node = start_session_node(spec, memory_store()).await;
+    let c = client_of(&node);
+    let mut refs = Vec::new();
+    for i in 0..3 {
+        refs.push(
+            c.create("echo", &format!("e{i}"), Placement::default())
+                .await
+                .unwrap(),
+        );
+    }
+    bind(&c, &refs[0]).await;
+    bind(&c, &refs[1]).await;
+    let e = c
+        .packet(&Bind {
+            actor: refs[2].clone(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidOperation);
+    assert_eq!(
+        node.session_flow().get(
+            zlink::session::FlowRecord::Bind,
+            zlink::session::FlowReject::TooManyBindings
+        ),
+        1
+    );
+    // Unbinding makes room again; other sessions have their own limit.
+    c.packet(&zlink::node::demo::session::Unbind {
+        actor_id: "e0".into(),
+    })
+    .await
+    .unwrap();
+    bind(&c, &refs[2]).await;
+    let other = client_of(&node);
+    bind(&other, &refs[0]).await;
+}

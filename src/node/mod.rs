@@ -86,6 +86,9 @@ pub struct NodeOptions {
     pub session_replacement_callback_timeout: Duration,
     /// SessionRelocationSealTimeout (SB-8.3; `timeouts.session_relocation_seal_ms`).
     pub session_relocation_seal_timeout: Duration,
+    /// Bindings one session may hold, current and in flight (default 1,024): a bound on what a
+    /// client can make its session owner keep; a bind beyond it fails `InvalidOperation`.
+    pub max_bindings_per_session: usize,
     /// The session application: packet handlers by key and session callbacks (SB-5, SB-6).
     pub sessions: SessionHandlers,
     /// The clock of the session timers (the 100 ms replacement close, the callback timeout);
@@ -109,6 +112,7 @@ impl NodeOptions {
             lanes: LaneLimits::default(),
             session_replacement_callback_timeout: SESSION_REPLACEMENT_CALLBACK_TIMEOUT,
             session_relocation_seal_timeout: SESSION_RELOCATION_SEAL_TIMEOUT,
+            max_bindings_per_session: crate::session::aggregate::DEFAULT_BINDING_LIMIT,
             sessions: SessionHandlers::new(),
             clock: Arc::new(SystemClock),
         }
@@ -307,6 +311,7 @@ impl Node {
             node: mesh.node().clone(),
             lifecycle: SessionLifecycleGeneration::new(mesh.generation().get()),
             callback_timeout: options.session_replacement_callback_timeout,
+            binding_limit: options.max_bindings_per_session,
             request_timeout: options.request_timeout,
             clock: options.clock,
         };

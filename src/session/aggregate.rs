@@ -30,6 +30,10 @@ use super::flow::FlowReject;
 /// (SB-6.4; not shortened when the outbound queue drains).
 pub const REPLACEMENT_CLOSE_DELAY: Duration = Duration::from_millis(100);
 
+/// Bindings (current and in flight) one session may hold by default: what a client can make
+/// its session owner keep is bounded ([`SessionBindingAggregate::with_binding_limit`]).
+pub const DEFAULT_BINDING_LIMIT: usize = 1024;
+
 /// Retired binding generations remembered per session (to tell a duplicate 51 from a foreign
 /// one in the counters; rejection never depends on this memory).
 const RETIRED_MEMORY: usize = 64;
@@ -234,6 +238,7 @@ pub struct SessionBindingAggregate {
     id: SessionIdentity,
     owner_id: OwnerId,
     callback_timeout: Duration,
+    binding_limit: usize,
     phase: Phase,
     bindings: HashMap<ActorId, Binding>,
     pending: HashMap<ActorId, BindRequest>,
@@ -252,6 +257,7 @@ impl SessionBindingAggregate {
             id,
             owner_id,
             callback_timeout,
+            binding_limit: DEFAULT_BINDING_LIMIT,
             phase: Phase::Open,
             bindings: HashMap::new(),
             pending: HashMap::new(),
@@ -260,6 +266,13 @@ impl SessionBindingAggregate {
             next_token: 1,
             next_replacement: 1,
         }
+    }
+
+    /// At most `limit` bindings, current and in flight (at least 1).
+    #[must_use]
+    pub fn with_binding_limit(mut self, limit: usize) -> Self {
+        self.binding_limit = limit.max(1);
+        self
     }
 
     /// The session identity.
@@ -338,6 +351,11 @@ impl SessionBindingAggregate {
         }
         if self.pending.contains_key(&target.actor) {
             return Err(FlowReject::BindInProgress);
+        }
+        if !self.bindings.contains_key(&target.actor)
+            && self.bindings.len() + self.pending.len() >= self.binding_limit
+        {
+            return Err(FlowReject::TooManyBindings);
         }
         let req = BindRequest { target, generation };
         self.pending.insert(req.target.actor.clone(), req.clone());
@@ -749,6 +767,27 @@ mod tests {
             Ok(BindStart::Current(b))
         );
         assert_eq!(a.pending_binds(), 0);
+    }
+
+    #[test]
+    fn a_session_holds_at_most_its_binding_limit() {
+        let mut a = agg().with_binding_limit(2);
+        bind(&mut a, target(1, 1), 1);
+        let BindStart::Request(_) = a
+            .begin_bind(target(2, 1), BindingGeneration::new(2))
+            .unwrap()
+        else {
+            panic!()
+        };
+        assert_eq!(
+            a.begin_bind(target(3, 1), BindingGeneration::new(3)),
+            Err(FlowReject::TooManyBindings)
+        );
+        // Rebinding a bound actor to a new incarnation is not a new binding.
+        assert!(
+            a.begin_bind(target(1, 2), BindingGeneration::new(4))
+                .is_ok()
+        );
     }
 
     // spec: SB-6.1

@@ -44,11 +44,13 @@ pub enum FlowReject {
     ShuttingDown,
     /// A bind of that actor is already waiting for its terminal on this session.
     BindInProgress,
+    /// The session holds as many bindings as it may (`NodeOptions::max_bindings_per_session`).
+    TooManyBindings,
 }
 
 impl FlowReject {
     /// Every value, in a fixed order.
-    pub const ALL: [FlowReject; 16] = [
+    pub const ALL: [FlowReject; 17] = [
         FlowReject::NotBound,
         FlowReject::SessionClosing,
         FlowReject::SessionClosed,
@@ -65,6 +67,7 @@ impl FlowReject {
         FlowReject::ActorGone,
         FlowReject::ShuttingDown,
         FlowReject::BindInProgress,
+        FlowReject::TooManyBindings,
     ];
 
     /// The stable name used in logs and metrics.
@@ -87,6 +90,7 @@ impl FlowReject {
             FlowReject::ActorGone => "actor_gone",
             FlowReject::ShuttingDown => "shutting_down",
             FlowReject::BindInProgress => "bind_in_progress",
+            FlowReject::TooManyBindings => "too_many_bindings",
         }
     }
 

@@ -88,6 +88,9 @@ pub enum SessionError {
     /// The session has ended (`Unavailable`).
     #[error("the session has ended")]
     Closed,
+    /// The session holds as many bindings as it may (`InvalidOperation`).
+    #[error("the session holds its maximum of bindings")]
+    TooManyBindings,
     /// The node is shutting down: no new sessions or bindings (`Unavailable`, SB-10).
     #[error("the session owner is shutting down")]
     ShuttingDown,
@@ -111,6 +114,7 @@ impl SessionError {
         match self {
             SessionError::NotBound { .. }
             | SessionError::BindInProgress { .. }
+            | SessionError::TooManyBindings
             | SessionError::Codec(_) => ErrorKind::InvalidOperation,
             SessionError::Closing | SessionError::Closed | SessionError::ShuttingDown => {
                 ErrorKind::Unavailable
@@ -128,6 +132,7 @@ impl SessionError {
                 actor: actor.clone(),
             },
             FlowReject::SessionClosing => SessionError::Closing,
+            FlowReject::TooManyBindings => SessionError::TooManyBindings,
             FlowReject::ShuttingDown => SessionError::ShuttingDown,
             _ => SessionError::Closed,
         }

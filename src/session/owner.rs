@@ -82,6 +82,7 @@ pub(crate) struct SessionOwnerConfig {
     pub node: NodeRid,
     pub lifecycle: SessionLifecycleGeneration,
     pub callback_timeout: Duration,
+    pub binding_limit: usize,
     pub request_timeout: Duration,
     pub clock: Arc<dyn Clock>,
 }
@@ -256,11 +257,10 @@ impl SessionOwner {
             };
             let entry = Arc::new(SessionEntry {
                 rid,
-                agg: Mutex::new(SessionBindingAggregate::new(
-                    id,
-                    self.owner_id,
-                    self.cfg.callback_timeout,
-                )),
+                agg: Mutex::new(
+                    SessionBindingAggregate::new(id, self.owner_id, self.cfg.callback_timeout)
+                        .with_binding_limit(self.cfg.binding_limit),
+                ),
                 lane,
                 timer: Notify::new(),
             });

@@ -82,6 +82,7 @@ pub struct SessionNodeSpec {
     pub sessions: zlink::session::SessionHandlers,
     pub clock: Option<Arc<dyn zlink::session::Clock>>,
     pub lease_ttl: Option<Duration>,
+    pub max_bindings: Option<usize>,
 }
 
 impl SessionNodeSpec {
@@ -94,6 +95,7 @@ impl SessionNodeSpec {
             sessions,
             clock: None,
             lease_ttl: None,
+            max_bindings: None,
         }
     }
 }
@@ -113,6 +115,9 @@ pub async fn start_session_node(spec: SessionNodeSpec, store: Arc<dyn LocationSt
     }
     if let Some(t) = spec.lease_ttl {
         options.lease_ttl = t;
+    }
+    if let Some(m) = spec.max_bindings {
+        options.max_bindings_per_session = m;
     }
     Node::start(options).await.unwrap()
 }
