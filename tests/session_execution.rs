@@ -665,6 +665,10 @@ async fn a_session_holds_at_most_its_binding_limit() {
         ),
         1
     );
+    // An operator sees it through NODE_INFO.
+    let info = c.info().await.unwrap();
+    assert_eq!(info.sessions, 1);
+    assert_eq!(info.session_rejects.get("bind/too_many_bindings"), Some(&1));
     // Unbinding makes room again; other sessions have their own limit.
     c.packet(&zlink::node::demo::session::Unbind {
         actor_id: "e0".into(),

@@ -492,6 +492,15 @@ impl Node {
             peers_up,
             actor_types: self.inner.registry.names(),
             local_actors: lock(&self.inner.actors).live.len() as u64,
+            sessions: self.inner.sessions.session_count() as u64,
+            session_rejects: self
+                .inner
+                .sessions
+                .flow()
+                .snapshot()
+                .into_iter()
+                .map(|(record, reason, n)| (format!("{}/{}", record.as_str(), reason.as_str()), n))
+                .collect(),
         }
     }
 

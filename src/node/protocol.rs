@@ -108,6 +108,13 @@ pub struct NodeInfo {
     pub actor_types: Vec<String>,
     /// Actors this node owns now.
     pub local_actors: u64,
+    /// Client sessions open on this node now.
+    #[serde(default)]
+    pub sessions: u64,
+    /// Refused session records by `"<record>/<reason>"` (the closed vocabulary of
+    /// `session::FlowReject`, SB-5.9); only non-zero counters.
+    #[serde(default)]
+    pub session_rejects: std::collections::BTreeMap<String, u64>,
 }
 
 /// Whether an activation may return an existing incarnation.
