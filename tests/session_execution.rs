@@ -679,3 +679,85 @@ async fn a_session_holds_at_most_its_binding_limit() {
     let other = client_of(&node);
     bind(&other, &refs[0]).await;
 }
+
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+struct StaleHandle(ActorRef);
+impl Message for StaleHandle {
+    const KEY: DispatchKey = DispatchKey::new(506);
+    type Reply = Vec<String>;
+}
+
+// spec: SB-4.1
+// spec: SB-6.6
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handle_of_a_retired_binding_never_acts_on_the_current_one() {
+    let sessions = SessionHandlers::new().packet(|s, StaleHandle(actor)| async move {
+        let old = s.actors().bind(&actor).await?;
+        old.unbind().await?;
+        let current = s.actors().bind(&actor).await?;
+        assert_ne!(old.binding().generation, current.binding().generation);
+        let mut seen = Vec::new();
+        let kind = |r: Result<(), zlink::session::SessionError>| {
+            format!("{:?}", r.err().map(|e| e.kind()))
+        };
+        seen.push(kind(old.send(&Add(1)).await));
+        seen.push(kind(old.unbind().await));
+        seen.push(kind(old.notify_disconnected().await));
+        // The current binding is untouched and still relays.
+        assert_eq!(s.actors().bound().len(), 1);
+        let n = current.request(&Add(1), Duration::from_secs(20)).await?;
+        seen.push(format!("current {n}"));
+        Ok::<_, PacketError>(seen)
+    });
+    let (a, _b, _ta, _tb) = session_pair(memory_store(), sessions, None).await;
+    let c = client_of(&a);
+    let counter = c.create("counter", "c", Placement::on("b")).await.unwrap();
+    let invalid = format!("{:?}", Some(ErrorKind::InvalidOperation));
+    assert_eq!(
+        c.packet(&StaleHandle(counter)).await.unwrap(),
+        vec![
+            invalid.clone(),
+            invalid.clone(),
+            invalid,
+            "current 1".to_owned()
+        ]
+    );
+}
+
+// spec: SB-5.9
+// spec: SB-6.6
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refused_binds_and_relays_are_counted_at_the_actor_owner() {
+    use zlink::session::{FlowRecord, FlowReject};
+    let (a, b, _ta, _tb) = session_pair(memory_store(), demo::sessions(), None).await;
+    let c = client_of(&a);
+    let counter = c.create("counter", "c", Placement::on("b")).await.unwrap();
+    // Another incarnation: refused and counted by b.
+    let mut v = serde_json::to_value(&counter).unwrap();
+    v["object_generation"] = serde_json::json!(counter.object_generation().get() + 9);
+    let other: ActorRef = serde_json::from_value(v).unwrap();
+    assert_eq!(
+        c.packet(&Bind { actor: other }).await.unwrap_err().kind(),
+        ErrorKind::InvalidOperation
+    );
+    assert_eq!(
+        b.session_flow()
+            .get(FlowRecord::Bind, FlowReject::ObjectGenerationMismatch),
+        1
+    );
+    // A relay request to a destroyed incarnation: refused, answered and counted by b.
+    bind(&c, &counter).await;
+    c.destroy(&counter).await.unwrap();
+    assert_eq!(
+        c.packet(&relay(&counter, &Add(1)))
+            .await
+            .unwrap_err()
+            .kind(),
+        ErrorKind::NotFound
+    );
+    assert_eq!(
+        b.session_flow()
+            .get(FlowRecord::Relay, FlowReject::ActorGone),
+        1
+    );
+}

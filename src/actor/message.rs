@@ -107,14 +107,20 @@ impl ActorCtx {
     /// [`ActorError::SessionNotBound`] (`InvalidOperation`) without a current binding; it
     /// succeeds once bound.
     pub async fn push<M: Message>(&self, msg: &M) -> Result<(), ActorError> {
-        self.host.push_bound(&self.me, M::KEY, encode(msg)?).await
+        self.push_raw(M::KEY, encode(msg)?).await
     }
 
-    /// Raw form of [`ActorCtx::push`].
+    /// Raw form of [`ActorCtx::push`]. Keys from `session::RESERVED_KEYS_START` on are the
+    /// framework's (`InvalidOperation`).
     ///
     /// # Errors
     /// As [`ActorCtx::push`].
     pub async fn push_raw(&self, key: DispatchKey, payload: Bytes) -> Result<(), ActorError> {
+        if key.get() >= crate::session::RESERVED_KEYS_START {
+            return Err(ActorError::Codec(format!(
+                "push key {key} is reserved for the framework"
+            )));
+        }
         self.host.push_bound(&self.me, key, payload).await
     }
 

@@ -73,15 +73,29 @@ impl Node {
         let actors = &mut *actors;
         let retired = actors.retired.get(&req.actor).copied();
         let live = actors.live.get_mut(&req.actor);
+        let flow = self.sessions().flow();
         if let Err(e) = fence::check_bind(
             self.generation(),
             live.as_deref().map(|a| &a.fence),
             retired,
             &fence,
         ) {
+            let reason = match &e {
+                ActorError::GenerationMismatch { .. } => FlowReject::ObjectGenerationMismatch,
+                ActorError::StaleFence {
+                    fence: "authority", ..
+                } => FlowReject::AuthorityMismatch,
+                ActorError::StaleFence {
+                    fence: "node generation",
+                    ..
+                } => FlowReject::NodeGenerationMismatch,
+                _ => FlowReject::ActorGone,
+            };
+            flow.reject(FlowRecord::Bind, reason, &req.actor);
             return (Err(refusal(&e)), None);
         }
         let Some(local) = live else {
+            flow.reject(FlowRecord::Bind, FlowReject::ActorGone, &req.actor);
             return (
                 Err(refusal(&ActorError::StaleFence {
                     actor_id: req.actor.clone(),
@@ -227,22 +241,22 @@ impl Node {
         req: BoundSessionBind,
         reply: Option<ReplyHandle>,
     ) {
-        let (out, replacement) = self.bind_at_owner(sender, req).await;
-        match reply {
-            Some(reply) => {
-                let rec = Record::BoundSessionBindReply(BoundSessionBindReply {
-                    result: out.map_err(|(k, _)| k),
-                });
-                if let Err(e) = reply.reply_record(rec, None) {
-                    let (reply, err) = *e;
-                    reply.error(ErrorKind::Internal, err.to_string());
-                }
-            }
-            None => self.sessions().flow().reject(
+        let Some(reply) = reply else {
+            // A 38 is a request; without a correlation nothing takes effect (SB-6.6).
+            self.sessions().flow().reject(
                 FlowRecord::Bind,
                 FlowReject::Malformed,
                 &"38 without correlation",
-            ),
+            );
+            return;
+        };
+        let (out, replacement) = self.bind_at_owner(sender, req).await;
+        let rec = Record::BoundSessionBindReply(BoundSessionBindReply {
+            result: out.map_err(|(k, _)| k),
+        });
+        if let Err(e) = reply.reply_record(rec, None) {
+            let (reply, err) = *e;
+            reply.error(ErrorKind::Internal, err.to_string());
         }
         if let Some(r) = replacement {
             // After the terminal, off the inbound loop: the 51 waits for normal admission
@@ -284,19 +298,7 @@ impl Node {
         };
         let refused = self.submit_checked(&fence, work, Some(&bound)).await;
         if let Some(e) = &refused {
-            if !matches!(
-                e,
-                ActorError::StaleFence {
-                    fence: "binding",
-                    ..
-                }
-            ) {
-                // Binding refusals are counted where they are decided; this one is the
-                // incarnation's (destroyed, another incarnation, stale fence).
-                self.sessions()
-                    .flow()
-                    .reject(FlowRecord::Relay, FlowReject::ActorGone, &rec.actor);
-            }
+            // Counted with its reason where it was decided (`submit_checked`).
             self.count_send_dropped();
             tracing::debug!(actor = %rec.actor, error = %e, "24 actorSend refused");
         }

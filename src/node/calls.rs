@@ -2,6 +2,7 @@
 //! owner, never resent, SB-12), the fence-checked local submission, Spot timers, and the
 //! mapping of mesh errors to [`ActorError`].
 
+use crate::session::{FlowRecord, FlowReject};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
@@ -171,11 +172,10 @@ impl Node {
                     .binding
                     .check_relay(&b.node, b.lifecycle, b.generation)
                     .map_err(|r| {
-                        self.inner.sessions.flow().reject(
-                            crate::session::FlowRecord::Relay,
-                            r,
-                            &call.actor_id,
-                        );
+                        self.inner
+                            .sessions
+                            .flow()
+                            .reject(FlowRecord::Relay, r, &call.actor_id);
                         ActorError::StaleFence {
                             actor_id: call.actor_id.clone(),
                             fence: "binding",
@@ -205,6 +205,32 @@ impl Node {
                 },
             }
         };
+        if let (Err(error), Some(_)) = (&checked, bound) {
+            // A 24 refused by the incarnation's fences (binding refusals are counted above).
+            if !matches!(
+                error,
+                ActorError::StaleFence {
+                    fence: "binding",
+                    ..
+                }
+            ) {
+                let reason = match error {
+                    ActorError::GenerationMismatch { .. } => FlowReject::ObjectGenerationMismatch,
+                    ActorError::StaleFence {
+                        fence: "authority", ..
+                    } => FlowReject::AuthorityMismatch,
+                    ActorError::StaleFence {
+                        fence: "node generation",
+                        ..
+                    } => FlowReject::NodeGenerationMismatch,
+                    _ => FlowReject::ActorGone,
+                };
+                self.inner
+                    .sessions
+                    .flow()
+                    .reject(FlowRecord::Relay, reason, &call.actor_id);
+            }
+        }
         match checked {
             // A failed submission dropped the work, which answered a request already.
             Ok(mailbox) => mailbox.submit(work).await.err(),

@@ -433,17 +433,26 @@ impl SessionBindingAggregate {
         BindCompletion::Bound { binding, previous }
     }
 
-    /// A session → actor relay (SB-5.3, SB-5.10): the stored route and the bound-session tail,
-    /// with the next session sequence. Allowed while *closing* (the replaced-callback may still
+    /// A session → actor relay (SB-5.3, SB-5.10) through the binding `generation` (the
+    /// caller's handle): the stored route and the bound-session tail, with the next session
+    /// sequence. Allowed while *closing* (the replaced-callback may still
     /// talk to other actors).
     ///
     /// # Errors
     /// [`FlowReject::NotBound`] without a current binding; [`FlowReject::SessionClosed`].
-    pub fn relay(&mut self, actor: &ActorId) -> Result<RelayTicket, FlowReject> {
+    pub fn relay(
+        &mut self,
+        actor: &ActorId,
+        generation: BindingGeneration,
+    ) -> Result<RelayTicket, FlowReject> {
         if let Phase::Closed(_) = self.phase {
             return Err(FlowReject::SessionClosed);
         }
         let b = self.bindings.get(actor).ok_or(FlowReject::NotBound)?;
+        if b.generation != generation {
+            // A handle of a retired binding never acts on a newer one (SB-4.1).
+            return Err(self.stale(generation));
+        }
         let sequence = SessionSequence::new(self.next_sequence);
         self.next_sequence += 1;
         Ok(RelayTicket {
@@ -602,11 +611,20 @@ impl SessionBindingAggregate {
     ///
     /// # Errors
     /// [`FlowReject::NotBound`]; [`FlowReject::SessionClosed`].
-    pub fn remove(&mut self, actor: &ActorId) -> Result<Binding, FlowReject> {
+    pub fn remove(
+        &mut self,
+        actor: &ActorId,
+        generation: BindingGeneration,
+    ) -> Result<Binding, FlowReject> {
         if let Phase::Closed(_) = self.phase
             && self.bindings.is_empty()
         {
             return Err(FlowReject::SessionClosed);
+        }
+        match self.bindings.get(actor) {
+            None => return Err(FlowReject::NotBound),
+            Some(b) if b.generation != generation => return Err(self.stale(generation)),
+            Some(_) => {}
         }
         let b = self.bindings.remove(actor).ok_or(FlowReject::NotBound)?;
         self.retire(b.generation);
@@ -750,8 +768,8 @@ mod tests {
         let b1 = bind(&mut a, target(1, 1), 1);
         let b2 = bind(&mut a, target(2, 1), 2);
         assert_ne!(b1.token, b2.token);
-        let r1 = a.relay(&b1.actor).unwrap();
-        let r2 = a.relay(&b2.actor).unwrap();
+        let r1 = a.relay(&b1.actor, b1.generation).unwrap();
+        let r2 = a.relay(&b2.actor, b2.generation).unwrap();
         assert_eq!(r1.generation, b1.generation);
         assert_eq!(r2.generation, b2.generation);
         assert!(r2.sequence > r1.sequence);
@@ -876,7 +894,10 @@ mod tests {
             FlowReject::DuplicateReplacement
         );
         assert!(!a.accepts_packets());
-        assert_eq!(a.relay(&b.actor).unwrap_err(), FlowReject::NotBound);
+        assert_eq!(
+            a.relay(&b.actor, b.generation).unwrap_err(),
+            FlowReject::NotBound
+        );
     }
 
     // spec: SB-6.4
@@ -933,12 +954,15 @@ mod tests {
         let mut a = agg();
         let b1 = bind(&mut a, target(1, 1), 1);
         let b2 = bind(&mut a, target(2, 1), 2);
-        let removed = a.remove(&b1.actor).unwrap();
+        let removed = a.remove(&b1.actor, b1.generation).unwrap();
         assert_eq!(removed.generation, b1.generation);
         let snap = a.disconnect();
         assert_eq!(snap, vec![b2]);
         assert!(a.disconnect().is_empty());
-        assert_eq!(a.relay(&actor(2)).unwrap_err(), FlowReject::SessionClosed);
+        assert_eq!(
+            a.relay(&actor(2), BindingGeneration::new(2)).unwrap_err(),
+            FlowReject::SessionClosed
+        );
     }
 
     // spec: SB-14.15
@@ -964,10 +988,10 @@ mod tests {
     enum Op {
         Begin(u8, u64),
         Complete(u8, u64, bool),
-        Relay(u8),
+        Relay(u8, u64),
         Push(u8, u64),
         Replaced(u8, u64),
-        Remove(u8),
+        Remove(u8, u64),
         Disconnect,
     }
 
@@ -975,10 +999,10 @@ mod tests {
         prop_oneof![
             (0u8..3, 1u64..3).prop_map(|(a, o)| Op::Begin(a, o)),
             (0u8..3, 1u64..12, any::<bool>()).prop_map(|(a, g, ok)| Op::Complete(a, g, ok)),
-            (0u8..3).prop_map(Op::Relay),
+            (0u8..3, 1u64..12).prop_map(|(a, g)| Op::Relay(a, g)),
             (0u8..3, 1u64..12).prop_map(|(a, g)| Op::Push(a, g)),
             (0u8..3, 1u64..12).prop_map(|(a, g)| Op::Replaced(a, g)),
-            (0u8..3).prop_map(Op::Remove),
+            (0u8..3, 1u64..12).prop_map(|(a, g)| Op::Remove(a, g)),
             Just(Op::Disconnect),
         ]
     }
@@ -996,8 +1020,8 @@ mod tests {
             let (s, sg) = sender();
             for op in ops {
                 let only = match &op {
-                    Op::Begin(i, _) | Op::Complete(i, _, _) | Op::Relay(i) | Op::Push(i, _)
-                    | Op::Replaced(i, _) | Op::Remove(i) => Some(actor(*i)),
+                    Op::Begin(i, _) | Op::Complete(i, _, _) | Op::Relay(i, _) | Op::Push(i, _)
+                    | Op::Replaced(i, _) | Op::Remove(i, _) => Some(actor(*i)),
                     Op::Disconnect => None,
                 };
                 let before: HashMap<ActorId, Binding> =
@@ -1024,10 +1048,11 @@ mod tests {
                             pending.remove(&i);
                         }
                     }
-                    Op::Relay(i) => {
-                        if let Ok(t) = a.relay(&actor(i)) {
-                            prop_assert_eq!(Some(t.generation), before.get(&actor(i)).map(|b| b.generation));
-                        }
+                    Op::Relay(i, g) => {
+                        // Only the handle of the current binding relays (SB-4.1).
+                        let out = a.relay(&actor(i), BindingGeneration::new(g));
+                        let current = before.get(&actor(i)).is_some_and(|b| b.generation.get() == g);
+                        prop_assert_eq!(out.is_ok(), current && !matches!(a.phase(), Phase::Closed(_)));
                     }
                     Op::Push(i, g) => {
                         if let Some(b) = before.get(&actor(i)) {
@@ -1048,8 +1073,12 @@ mod tests {
                         prop_assert_eq!(applied, was_current);
                         if applied { ever_retired.insert(BindingGeneration::new(g)); }
                     }
-                    Op::Remove(i) => {
-                        if let Ok(b) = a.remove(&actor(i)) { ever_retired.insert(b.generation); }
+                    Op::Remove(i, g) => {
+                        let current = before.get(&actor(i)).is_some_and(|b| b.generation.get() == g);
+                        match a.remove(&actor(i), BindingGeneration::new(g)) {
+                            Ok(b) => { prop_assert!(current); ever_retired.insert(b.generation); }
+                            Err(_) => prop_assert!(!current),
+                        }
                     }
                     Op::Disconnect => {
                         for b in a.disconnect() { ever_retired.insert(b.generation); }

@@ -579,6 +579,7 @@ impl BoundActor {
             .relay(
                 &self.session.entry,
                 &self.binding.actor,
+                self.binding.generation,
                 key,
                 payload,
                 timeout,
@@ -594,7 +595,12 @@ impl BoundActor {
     pub async fn unbind(&self) -> Result<(), SessionError> {
         self.session
             .owner
-            .remove(&self.session.entry, &self.binding.actor, false)
+            .remove(
+                &self.session.entry,
+                &self.binding.actor,
+                self.binding.generation,
+                false,
+            )
             .await
     }
 
@@ -606,7 +612,12 @@ impl BoundActor {
     pub async fn notify_disconnected(&self) -> Result<(), SessionError> {
         self.session
             .owner
-            .remove(&self.session.entry, &self.binding.actor, true)
+            .remove(
+                &self.session.entry,
+                &self.binding.actor,
+                self.binding.generation,
+                true,
+            )
             .await
     }
 }

@@ -505,10 +505,19 @@ impl SessionOwner {
             );
             let out = match completion {
                 BindCompletion::Bound { binding, .. } => Ok(binding),
-                BindCompletion::Failed(kind) => Err(SessionError::Remote {
-                    kind,
-                    detail: detail.unwrap_or_else(|| "bind refused".into()),
-                }),
+                BindCompletion::Failed(kind) => {
+                    // An outcome the actor owner may not have decided (the request timed out,
+                    // the route failed) could have left the binding registered there: tombstone
+                    // exactly this identity (a no-op when it never was, SB-6.6). A refusal the
+                    // owner decided (another incarnation, no such actor) registered nothing.
+                    if !matches!(kind, ErrorKind::InvalidOperation | ErrorKind::NotFound) {
+                        owner.spawn_tombstone(entry2.rid, identity);
+                    }
+                    Err(SessionError::Remote {
+                        kind,
+                        detail: detail.unwrap_or_else(|| "bind refused".into()),
+                    })
+                }
                 BindCompletion::Late { reason, tombstone } => {
                     owner.flow.reject(FlowRecord::Bind, reason, &actor_id);
                     if let Some(t) = tombstone {
@@ -561,9 +570,10 @@ impl SessionOwner {
         self: &Arc<Self>,
         entry: &Arc<SessionEntry>,
         actor: &ActorId,
+        generation: BindingGeneration,
         notify: bool,
     ) -> Result<(), SessionError> {
-        let b = entry.agg().remove(actor).map_err(|r| {
+        let b = entry.agg().remove(actor, generation).map_err(|r| {
             self.flow.reject(FlowRecord::Bind, r, actor);
             SessionError::of_reject(actor, r)
         })?;
@@ -589,11 +599,12 @@ impl SessionOwner {
         self: &Arc<Self>,
         entry: &Arc<SessionEntry>,
         actor: &ActorId,
+        generation: BindingGeneration,
         key: DispatchKey,
         payload: Bytes,
         timeout: Option<Duration>,
     ) -> Result<Option<Bytes>, SessionError> {
-        let ticket = entry.agg().relay(actor).map_err(|r| {
+        let ticket = entry.agg().relay(actor, generation).map_err(|r| {
             self.flow.reject(FlowRecord::Relay, r, actor);
             SessionError::of_reject(actor, r)
         })?;
