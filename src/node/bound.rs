@@ -80,17 +80,7 @@ impl Node {
             retired,
             &fence,
         ) {
-            let reason = match &e {
-                ActorError::GenerationMismatch { .. } => FlowReject::ObjectGenerationMismatch,
-                ActorError::StaleFence {
-                    fence: "authority", ..
-                } => FlowReject::AuthorityMismatch,
-                ActorError::StaleFence {
-                    fence: "node generation",
-                    ..
-                } => FlowReject::NodeGenerationMismatch,
-                _ => FlowReject::ActorGone,
-            };
+            let reason = FlowReject::of_fence(&e);
             flow.reject(FlowRecord::Bind, reason, &req.actor);
             return (Err(refusal(&e)), None);
         }

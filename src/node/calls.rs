@@ -214,17 +214,7 @@ impl Node {
                     ..
                 }
             ) {
-                let reason = match error {
-                    ActorError::GenerationMismatch { .. } => FlowReject::ObjectGenerationMismatch,
-                    ActorError::StaleFence {
-                        fence: "authority", ..
-                    } => FlowReject::AuthorityMismatch,
-                    ActorError::StaleFence {
-                        fence: "node generation",
-                        ..
-                    } => FlowReject::NodeGenerationMismatch,
-                    _ => FlowReject::ActorGone,
-                };
+                let reason = FlowReject::of_fence(error);
                 self.inner
                     .sessions
                     .flow()

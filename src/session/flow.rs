@@ -102,6 +102,26 @@ impl FlowReject {
     }
 }
 
+impl FlowReject {
+    /// The reason for an actor owner's fence refusal of a session record (38 bind, 24 relay):
+    /// another incarnation, a stale authority or node generation, else the actor is gone.
+    #[must_use]
+    pub fn of_fence(e: &crate::actor::ActorError) -> FlowReject {
+        use crate::actor::ActorError;
+        match e {
+            ActorError::GenerationMismatch { .. } => FlowReject::ObjectGenerationMismatch,
+            ActorError::StaleFence {
+                fence: "authority", ..
+            } => FlowReject::AuthorityMismatch,
+            ActorError::StaleFence {
+                fence: "node generation",
+                ..
+            } => FlowReject::NodeGenerationMismatch,
+            _ => FlowReject::ActorGone,
+        }
+    }
+}
+
 impl fmt::Display for FlowReject {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
