@@ -350,16 +350,13 @@ impl SessionOwner {
                 r.error(kind, detail);
             }
         };
-        if !self.accepting.load(Ordering::Acquire) {
-            self.flow
-                .reject(FlowRecord::Packet, FlowReject::ShuttingDown, &rid);
-            return refuse(
-                reply,
-                ErrorKind::Unavailable,
-                "session owner shutting down".into(),
-            );
-        }
-        let Some(entry) = self.entry(rid).or_else(|| self.connected(rid)) else {
+        // During a shutdown no packet is accepted and no session begins (SB-10).
+        let entry = if self.accepting.load(Ordering::Acquire) {
+            self.entry(rid).or_else(|| self.connected(rid))
+        } else {
+            None
+        };
+        let Some(entry) = entry else {
             self.flow
                 .reject(FlowRecord::Packet, FlowReject::ShuttingDown, &rid);
             return refuse(
