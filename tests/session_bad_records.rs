@@ -12,7 +12,7 @@ use node_common::*;
 use tokio::sync::Semaphore;
 use zlink::actor::{ActorId, ActorRef, ErrorKind, Message, SpotSpec};
 use zlink::node::client::NodeClient;
-use zlink::node::demo::session::{Bind, Bound, RelayRequest};
+use zlink::node::demo::session::Bound;
 use zlink::node::demo::{self, Add, Echo, EchoPush, Get};
 use zlink::node::{Create, Node};
 use zlink::session::{FlowRecord, FlowReject, SessionHandlers};
@@ -176,16 +176,7 @@ async fn request_24<M: Message>(
 }
 
 async fn relay_req<M: Message>(c: &NodeClient, actor: &ActorRef, msg: &M) -> M::Reply {
-    let bytes = c
-        .packet(&RelayRequest {
-            actor_id: actor.id().to_string(),
-            key: M::KEY.get(),
-            payload: enc(msg).to_vec(),
-            timeout_ms: 10_000,
-        })
-        .await
-        .unwrap();
-    rmp_serde::from_slice(&bytes).unwrap()
+    node_common::relay_req(c, actor, msg).await.unwrap()
 }
 
 fn echo_of(push: &zlink_mesh::Push) -> Vec<u8> {
@@ -202,12 +193,7 @@ async fn forged_24_never_reaches_the_actor_queue_and_is_counted() {
     let (a, b, tap_a, _tb) = session_pair(memory_store(), demo::sessions(), None).await;
     let counter = create_on(&b, "counter", "k").await;
     let client = client_of(&a);
-    client
-        .packet(&Bind {
-            actor: counter.clone(),
-        })
-        .await
-        .unwrap();
+    bind(&client, &counter).await;
     assert_eq!(relay_req(&client, &counter, &Add(1)).await, 1);
     let real = binds_sent(&tap_a, "k")
         .pop()
@@ -350,12 +336,7 @@ async fn a_forged_36_reaches_no_client_and_is_counted_with_its_reason() {
     let (a, b, tap_a, _tb) = session_pair(memory_store(), demo::sessions(), None).await;
     let echo = create_on(&b, "echo", "p").await;
     let client = client_of(&a);
-    client
-        .packet(&Bind {
-            actor: echo.clone(),
-        })
-        .await
-        .unwrap();
+    bind(&client, &echo).await;
     client
         .request(&echo, &EchoPush(b"legit".to_vec()))
         .await
@@ -618,12 +599,7 @@ async fn a_38_unbind_of_an_identity_that_is_not_current_is_refused() {
     let (a, b, tap_a, _tb) = session_pair(memory_store(), demo::sessions(), None).await;
     let echo = create_on(&b, "echo", "u").await;
     let client = client_of(&a);
-    client
-        .packet(&Bind {
-            actor: echo.clone(),
-        })
-        .await
-        .unwrap();
+    bind(&client, &echo).await;
     let real = binds_sent(&tap_a, "u").pop().expect("a's 38 bind");
     let (c, _rx) = fake_peer(&b).await;
     let retired = flow(&b, FlowRecord::Bind, FlowReject::BindingRetired);

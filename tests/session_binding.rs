@@ -11,8 +11,8 @@ use std::time::Duration;
 use node_common::*;
 use tokio::sync::{Notify, mpsc};
 use zlink::actor::{ActorRef, ErrorKind, Message};
-use zlink::node::client::{ClientError, NodeClient, Placement};
-use zlink::node::demo::session::{Bind, BindOrGet, Bound, RelayRequest, RelaySend, Replaced};
+use zlink::node::client::{ClientError, Placement};
+use zlink::node::demo::session::{Bind, BindOrGet, Bound, RelaySend, Replaced};
 use zlink::node::demo::{self, Add, Echo, EchoPush, Get};
 use zlink::session::{Clock, ManualClock, SessionHandlers};
 use zlink::store::{CountingStore, MemoryStore, StoreOp};
@@ -21,24 +21,6 @@ use zlink_wire::DisconnectReason;
 
 fn enc<M: serde::Serialize>(m: &M) -> Vec<u8> {
     rmp_serde::to_vec_named(m).unwrap()
-}
-
-fn relay<M: Message>(actor: &ActorRef, msg: &M) -> RelayRequest {
-    RelayRequest {
-        actor_id: actor.id().to_string(),
-        key: M::KEY.get(),
-        payload: enc(msg),
-        timeout_ms: 10_000,
-    }
-}
-
-async fn relay_req<M: Message>(
-    c: &NodeClient,
-    actor: &ActorRef,
-    msg: &M,
-) -> Result<M::Reply, ClientError> {
-    let bytes = c.packet(&relay(actor, msg)).await?;
-    Ok(rmp_serde::from_slice(&bytes).unwrap())
 }
 
 fn kind<T: std::fmt::Debug>(r: Result<T, ClientError>) -> ErrorKind {
@@ -65,18 +47,8 @@ async fn two_actors_bound_on_one_session_relay_independently() {
     let c = client_of(&a);
     let echo = c.create("echo", "e1", Placement::on("b")).await.unwrap();
     let counter = c.create("counter", "c1", Placement::on("a")).await.unwrap();
-    let be = c
-        .packet(&Bind {
-            actor: echo.clone(),
-        })
-        .await
-        .unwrap();
-    let bc = c
-        .packet(&Bind {
-            actor: counter.clone(),
-        })
-        .await
-        .unwrap();
+    let be = bind(&c, &echo).await;
+    let bc = bind(&c, &counter).await;
     assert_eq!(be, echo);
     assert_eq!(bc, counter);
     assert_eq!(
@@ -401,7 +373,7 @@ async fn a_reply_after_session_close_reaches_no_new_session() {
     bind(&c1, &echo).await;
     b.set_application_paused(true);
     {
-        let req = relay(&echo, &Echo(b"old".to_vec()));
+        let req = relay_packet(&echo, &Echo(b"old".to_vec()));
         let fut = c1.packet(&req);
         tokio::pin!(fut);
         // The relay reached b's actor queue before the session closes.

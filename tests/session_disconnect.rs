@@ -19,34 +19,14 @@ use zlink::actor::{
     ActorId, ActorRef, ActorRegistry, HandlerError, Message, SpotHooks, SpotKind, SpotSpec,
     UserMode,
 };
-use zlink::node::client::{ClientError, NodeClient};
-use zlink::node::demo::session::{Bind, Bound, NotifyDisconnected, RelayRequest};
+use zlink::node::client::NodeClient;
+use zlink::node::demo::session::{Bound, NotifyDisconnected};
 use zlink::node::demo::{self, Echo, EchoPush};
 use zlink::node::{Create, Node};
 use zlink::session::{FlowRecord, FlowReject};
 use zlink::store::{CountingStore, MemoryStore, StoreOp};
 use zlink_mesh::zlink_wire::BindOperation;
 use zlink_mesh::{Record, TapDirection, WireTap};
-
-fn enc<M: serde::Serialize>(m: &M) -> Vec<u8> {
-    rmp_serde::to_vec_named(m).unwrap()
-}
-
-async fn relay_req<M: Message>(
-    c: &NodeClient,
-    actor: &ActorRef,
-    msg: &M,
-) -> Result<M::Reply, ClientError> {
-    let bytes = c
-        .packet(&RelayRequest {
-            actor_id: actor.id().to_string(),
-            key: M::KEY.get(),
-            payload: enc(msg),
-            timeout_ms: 10_000,
-        })
-        .await?;
-    Ok(rmp_serde::from_slice(&bytes).unwrap())
-}
 
 fn spot(name: &str, kind: SpotKind) -> SpotSpec {
     SpotSpec {
@@ -375,12 +355,7 @@ async fn a_reconnected_client_does_not_get_the_old_bindings_back() {
     // No push reaches the new client through the old binding.
     assert!(!bound_at_owner(&new, &echo).await);
 
-    let bound = new
-        .packet(&Bind {
-            actor: echo.clone(),
-        })
-        .await
-        .unwrap();
+    let bound = bind(&new, &echo).await;
     assert_eq!(bound, echo);
     assert_eq!(new.packet(&Bound).await.unwrap(), vec![echo.clone()]);
     assert_eq!(

@@ -12,20 +12,11 @@ use node_common::*;
 use tokio::sync::Notify;
 use zlink::actor::{ActorId, ActorRef, ActorTypeBuilder, DispatchKey, Handled, Message, SpotHooks};
 use zlink::node::client::Placement;
-use zlink::node::demo::session::{Bind, Bound, RelayRequest};
+use zlink::node::demo::session::{Bind, Bound};
 use zlink::node::demo::{self, Add, Echo, EchoPush};
 use zlink::node::{Create, Node};
 use zlink::session::{PacketError, SessionHandlers};
 use zlink_wire::{DisconnectReason, ErrorKind};
-
-fn relay<M: Message>(actor: &ActorRef, msg: &M) -> RelayRequest {
-    RelayRequest {
-        actor_id: actor.id().to_string(),
-        key: M::KEY.get(),
-        payload: rmp_serde::to_vec_named(msg).unwrap(),
-        timeout_ms: 10_000,
-    }
-}
 
 #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 struct Slow(u32);
@@ -205,7 +196,7 @@ async fn binding_generations_are_compared_only_within_one_session_owner() {
     bind(&ca, &counter).await;
     bind(&cb, &counter).await;
     let n: u64 =
-        rmp_serde::from_slice(&cb.packet(&relay(&counter, &Add(3))).await.unwrap()).unwrap();
+        rmp_serde::from_slice(&cb.packet(&relay_packet(&counter, &Add(3))).await.unwrap()).unwrap();
     assert_eq!(n, 3);
     assert_eq!(
         tokio::time::timeout(TIMEOUT, ca.closed()).await.unwrap(),
@@ -265,7 +256,7 @@ async fn closing_the_replaced_connection_cleans_its_other_bindings_once() {
     })
     .await;
     // The moved actor's new binding is untouched: it still pushes to the new session.
-    new.packet(&relay(&moved, &EchoPush(b"still".to_vec())))
+    new.packet(&relay_packet(&moved, &EchoPush(b"still".to_vec())))
         .await
         .unwrap();
     new.recv_push_timeout(TIMEOUT)
@@ -618,7 +609,7 @@ async fn a_route_ends_with_its_owner_lease_and_is_never_re_resolved() {
     let counter = c.create("counter", "c", Placement::on("b")).await.unwrap();
     bind(&c, &counter).await;
     let n: u64 =
-        rmp_serde::from_slice(&c.packet(&relay(&counter, &Add(1))).await.unwrap()).unwrap();
+        rmp_serde::from_slice(&c.packet(&relay_packet(&counter, &Add(1))).await.unwrap()).unwrap();
     assert_eq!(n, 1);
     // b's lease ends (superseded in the store): b ends its incarnations at its next renewal.
     let old = b.lease().holder.lease_generation;
@@ -628,7 +619,10 @@ async fn a_route_ends_with_its_owner_lease_and_is_never_re_resolved() {
     })
     .await;
     let lookups = counting.count(zlink::store::StoreOp::Lookup);
-    let e = c.packet(&relay(&counter, &Add(1))).await.unwrap_err();
+    let e = c
+        .packet(&relay_packet(&counter, &Add(1)))
+        .await
+        .unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Unavailable, "{e}");
     // The session owner did not look for another owner.
     assert_eq!(counting.count(zlink::store::StoreOp::Lookup), lookups);
@@ -749,7 +743,7 @@ async fn refused_binds_and_relays_are_counted_at_the_actor_owner() {
     bind(&c, &counter).await;
     c.destroy(&counter).await.unwrap();
     assert_eq!(
-        c.packet(&relay(&counter, &Add(1)))
+        c.packet(&relay_packet(&counter, &Add(1)))
             .await
             .unwrap_err()
             .kind(),

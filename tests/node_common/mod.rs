@@ -43,12 +43,8 @@ pub async fn start_node(
     Node::start(options).await.unwrap()
 }
 
-/// Two connected nodes `a` (dials) and `b`, sharing `store`, with wire taps.
-pub async fn pair(store: Arc<dyn LocationStore>) -> (Node, Node, WireTap, WireTap) {
-    let tap_b = WireTap::new(10_000);
-    let b = start_node("b", store.clone(), vec![], Some(tap_b.clone()), None).await;
-    let tap_a = WireTap::new(10_000);
-    let a = start_node("a", store, vec![b.address()], Some(tap_a.clone()), None).await;
+/// Waits until `a` (which dials `b`) sees `b` up and `b` sees `a` up.
+pub async fn wait_pair_up(a: &Node, b: &Node) {
     assert!(a.wait_peers(TIMEOUT).await.is_empty(), "b did not come up");
     assert!(
         b.mesh()
@@ -57,6 +53,15 @@ pub async fn pair(store: Arc<dyn LocationStore>) -> (Node, Node, WireTap, WireTa
             .is_some(),
         "a did not come up at b"
     );
+}
+
+/// Two connected nodes `a` (dials) and `b`, sharing `store`, with wire taps.
+pub async fn pair(store: Arc<dyn LocationStore>) -> (Node, Node, WireTap, WireTap) {
+    let tap_b = WireTap::new(10_000);
+    let b = start_node("b", store.clone(), vec![], Some(tap_b.clone()), None).await;
+    let tap_a = WireTap::new(10_000);
+    let a = start_node("a", store, vec![b.address()], Some(tap_a.clone()), None).await;
+    wait_pair_up(&a, &b).await;
     (a, b, tap_a, tap_b)
 }
 
@@ -140,14 +145,7 @@ pub async fn session_pair(
     sa.registry = registry;
     sa.peers = vec![b.address()];
     let a = start_session_node(sa, store).await;
-    assert!(a.wait_peers(TIMEOUT).await.is_empty(), "b did not come up");
-    assert!(
-        b.mesh()
-            .wait_peer_up(&rid("a"), None, TIMEOUT)
-            .await
-            .is_some(),
-        "a did not come up at b"
-    );
+    wait_pair_up(&a, &b).await;
     (a, b, tap_a, tap_b)
 }
 
@@ -180,4 +178,28 @@ pub async fn bind(
         })
         .await
         .unwrap()
+}
+
+/// The demo session app's `RelayRequest` packet carrying `msg` for the bound `actor`.
+pub fn relay_packet<M: zlink::actor::Message>(
+    actor: &zlink::actor::ActorRef,
+    msg: &M,
+) -> demo::session::RelayRequest {
+    demo::session::RelayRequest {
+        actor_id: actor.id().to_string(),
+        key: M::KEY.get(),
+        payload: rmp_serde::to_vec_named(msg).unwrap(),
+        timeout_ms: 10_000,
+    }
+}
+
+/// Relays `msg` to the bound `actor` as a request through the demo session app; the actor's
+/// typed reply.
+pub async fn relay_req<M: zlink::actor::Message>(
+    c: &zlink::node::client::NodeClient,
+    actor: &zlink::actor::ActorRef,
+    msg: &M,
+) -> Result<M::Reply, zlink::node::client::ClientError> {
+    let bytes = c.packet(&relay_packet(actor, msg)).await?;
+    Ok(rmp_serde::from_slice(&bytes).unwrap())
 }
