@@ -59,8 +59,9 @@ pub struct BindingToken(u64);
 pub struct BindTarget {
     /// Actor.
     pub actor: ActorId,
-    /// The ActorRef's type name (handed back in the bound actor's ref).
-    pub actor_type: String,
+    /// The ActorRef's type name (handed back in the bound actor's ref; shared, so a binding
+    /// clone on the relay path allocates nothing).
+    pub actor_type: std::sync::Arc<str>,
     /// Incarnation.
     pub object_generation: ObjectGeneration,
     /// Location snapshot (the first route, SB-5.1).
@@ -80,7 +81,7 @@ pub struct Binding {
     /// ActorId.
     pub actor: ActorId,
     /// The ActorRef's type name.
-    pub actor_type: String,
+    pub actor_type: std::sync::Arc<str>,
     /// ObjectGeneration.
     pub object_generation: ObjectGeneration,
     /// Route and owner fences: MeshName, owner NodeRid, NodeGeneration,
@@ -693,7 +694,7 @@ mod tests {
     fn target(i: u8, og: u64) -> BindTarget {
         BindTarget {
             actor: actor(i),
-            actor_type: "t".to_owned(),
+            actor_type: "t".into(),
             object_generation: ObjectGeneration::new(og),
             location: loc("b"),
         }
@@ -1063,7 +1064,7 @@ mod tests {
                     }
                     Op::Replaced(i, g) => {
                         let mut b = before.get(&actor(i)).cloned().unwrap_or_else(|| Binding {
-                            actor: actor(i), actor_type: "t".to_owned(), object_generation: ObjectGeneration::new(1),
+                            actor: actor(i), actor_type: "t".into(), object_generation: ObjectGeneration::new(1),
                             route: loc("b"), generation: BindingGeneration::new(g),
                             token: BindingToken(0), owner_lease: LEASE, state: BindingState::Open,
                         });

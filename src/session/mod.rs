@@ -519,7 +519,7 @@ impl BoundActor {
     pub fn actor_ref(&self) -> ActorRef {
         ActorRef::from_parts(
             self.binding.actor.clone(),
-            self.binding.actor_type.clone(),
+            self.binding.actor_type.to_string(),
             self.binding.object_generation,
             self.binding.route.clone(),
         )

@@ -461,7 +461,7 @@ impl SessionOwner {
         }
         let target = BindTarget {
             actor: actor.id().clone(),
-            actor_type: actor.actor_type().to_owned(),
+            actor_type: actor.actor_type().into(),
             object_generation: actor.object_generation(),
             location: actor.wire_location(),
         };
