@@ -119,6 +119,29 @@ pub enum ConfigError {
     /// The store URL is malformed or names a backend this build does not provide (`redis://`).
     #[error("location store: {0}")]
     Store(#[source] StoreError),
+    /// The owner lease TTL leaves a renewal less time than the store may make a write wait
+    /// (SB-5.11): a renewal sent on time could answer after the local lease deadline, so the
+    /// node would stop serving while its store is merely busy.
+    #[error(
+        "timeouts.owner_lease_ttl_ms = {} ms is too short for this store: a renewal sent every \
+         third of the TTL must answer before the local lease deadline (TTL minus a tenth), which \
+         leaves it {} ms, but a store write may wait up to {} ms (the store's busy timeout); \
+         use a TTL of at least {} ms",
+        ttl.as_millis(),
+        slack.as_millis(),
+        write_wait.as_millis(),
+        minimum.as_millis()
+    )]
+    LeaseTtlTooShort {
+        /// The configured TTL.
+        ttl: Duration,
+        /// What the TTL leaves a renewal ([`crate::node::renewal_slack`]).
+        slack: Duration,
+        /// The longest a store write may wait.
+        write_wait: Duration,
+        /// The shortest TTL this store accepts.
+        minimum: Duration,
+    },
     /// A numeric setting is out of range.
     #[error("{field}: {reason}")]
     InvalidValue {
@@ -493,6 +516,12 @@ impl NodeConfig {
                 });
             }
         }
+        if let Some(StoreUrl::Sqlite(_)) = &self.store {
+            check_lease_ttl(
+                t.owner_lease_ttl,
+                store::SqliteOptions::default().busy_timeout,
+            )?;
+        }
         if t.heartbeat_timeout <= t.heartbeat_interval {
             return Err(ConfigError::InvalidValue {
                 field: "timeouts.heartbeat_timeout_ms",
@@ -792,6 +821,27 @@ pub struct Startup<H> {
     pub actor_dispatch: bool,
     /// Handlers by packet key, each key once.
     pub handlers: HandlerRegistry<H>,
+}
+
+/// Refuses an owner lease TTL whose renewal slack is not longer than `write_wait`, the longest
+/// the store may make a write wait ([`LocationStore::write_wait_limit`]).
+///
+/// # Errors
+/// [`ConfigError::LeaseTtlTooShort`].
+pub fn check_lease_ttl(ttl: Duration, write_wait: Duration) -> Result<(), ConfigError> {
+    let slack = crate::node::renewal_slack(ttl);
+    if slack > write_wait {
+        return Ok(());
+    }
+    // slack = TTL − TTL/10 − TTL/3 = TTL · 17/30: the smallest TTL with slack > write_wait.
+    let ms = u64::try_from(write_wait.as_millis()).unwrap_or(u64::MAX);
+    let minimum = Duration::from_millis(ms.saturating_mul(30) / 17 + 2);
+    Err(ConfigError::LeaseTtlTooShort {
+        ttl,
+        slack,
+        write_wait,
+        minimum,
+    })
 }
 
 impl<H> Startup<H> {

@@ -414,3 +414,32 @@ fn no_hidden_same_process_authority() {
     let plan = StartupBuilder::<()>::from_config(&cfg).build().unwrap();
     assert!(plan.open_store().unwrap().is_none());
 }
+
+// spec: SB-5.11 — a lease TTL whose renewal cannot answer within the store's busy timeout
+// before the local lease deadline is a configuration error that says why.
+#[test]
+fn a_lease_ttl_shorter_than_the_store_busy_timeout_allows_is_refused() {
+    let sqlite = "store = \"sqlite:///tmp/zlink-never-opened.db\"\n";
+    let err = with(&format!("{sqlite}[timeouts]\nowner_lease_ttl_ms = 1500\n")).unwrap_err();
+    let ConfigError::LeaseTtlTooShort {
+        write_wait,
+        minimum,
+        ..
+    } = &err
+    else {
+        panic!("{err}");
+    };
+    assert_eq!(*write_wait, Duration::from_secs(5));
+    let text = err.to_string();
+    assert!(text.contains("busy timeout"), "{text}");
+    assert!(text.contains("1500 ms"), "{text}");
+    // The minimum it names is accepted, and so is the default TTL.
+    let ok = format!(
+        "{sqlite}[timeouts]\nowner_lease_ttl_ms = {}\n",
+        minimum.as_millis()
+    );
+    with(&ok).expect("the minimum named in the error");
+    with(sqlite).expect("the default TTL");
+    // A store without busy waits (memory) takes any TTL.
+    with("store = \"memory:\"\n[timeouts]\nowner_lease_ttl_ms = 1500\n").expect("memory");
+}

@@ -104,6 +104,10 @@ pub enum ActorError {
     /// while it was queued (`Unavailable`).
     #[error("the actor ended before this work ran")]
     Ended,
+    /// The owner's local lease deadline passed without a successful renewal: the node may no
+    /// longer be the owner and acts as none until a renewal succeeds (`Unavailable`, SB-5.11).
+    #[error("owner lease deadline passed without a renewal")]
+    LeaseLapsed,
     /// The node is shutting down and accepts no new work (`Unavailable`, SB-10).
     #[error("node is shutting down")]
     ShuttingDown,
@@ -164,6 +168,7 @@ impl ActorError {
             | ActorError::NodeUnavailable { .. }
             | ActorError::LaneFull { .. }
             | ActorError::Ended
+            | ActorError::LeaseLapsed
             | ActorError::ShuttingDown => ErrorKind::Unavailable,
             ActorError::DeadlineExceeded => ErrorKind::DeadlineExceeded,
             ActorError::Handler(_) => ErrorKind::Internal,

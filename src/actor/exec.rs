@@ -127,6 +127,8 @@ pub(crate) struct ExecShared {
     pub send_failures: AtomicU64,
     /// Turns started (a PAUSED turn counts when it starts waiting).
     pub turns: AtomicU64,
+    /// The owner's standing: past the local lease deadline no turn starts (SB-5.11).
+    pub gate: Arc<super::fence::OwnerGate>,
 }
 
 /// A Spot on the runtime, whatever its kind.
@@ -289,7 +291,7 @@ impl Cell {
         if work.deadline.is_some_and(|d| Instant::now() >= d) {
             return Some(ActorError::DeadlineExceeded);
         }
-        None
+        self.shared.gate.standing().run_turn().err()
     }
 
     fn run(self: &Arc<Self>, turn: TurnCtx, mut work: Work) -> runtime::Handled<()> {

@@ -8,6 +8,13 @@
 //! 3. the ObjectGeneration is the current incarnation, else `InvalidOperation`;
 //! 4. the AuthorityOwnerGeneration and OwnerLeaseGeneration equal the owner's, else
 //!    `Unavailable` — never redirected.
+//!
+//! Before any of these, the owner's own standing ([`OwnerStanding`], read from the
+//! [`OwnerGate`]) decides: past the local lease deadline (SB-5.11) or while shutting down
+//! (SB-10) nothing is admitted (`Unavailable`), whatever the fences say.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use zlink_wire::{
     ActorCall, ActorId, AuthorityOwnerGeneration, NodeGeneration, ObjectGeneration,
@@ -16,6 +23,118 @@ use zlink_wire::{
 
 use super::error::ActorError;
 use super::reference::ActorRef;
+use crate::session::Clock;
+use crate::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+/// Whether the owner node may act as owner now (its own view, on its monotonic clock).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OwnerStanding {
+    /// Within the local lease deadline and accepting work.
+    Serving,
+    /// Shutting down (SB-10): no new work of any origin is admitted; accepted work still runs.
+    Draining,
+    /// Past the local lease deadline without a successful renewal (SB-5.11): nothing is
+    /// admitted and no turn starts until a renewal of the same lease succeeds.
+    Lapsed,
+}
+
+impl OwnerStanding {
+    /// Admission of new work (calls, sends, relays, binds, timer ticks, activations).
+    ///
+    /// # Errors
+    /// [`ActorError::LeaseLapsed`] or [`ActorError::ShuttingDown`] (both `Unavailable`).
+    pub fn admit(self) -> Result<(), ActorError> {
+        match self {
+            OwnerStanding::Serving => Ok(()),
+            OwnerStanding::Draining => Err(ActorError::ShuttingDown),
+            OwnerStanding::Lapsed => Err(ActorError::LeaseLapsed),
+        }
+    }
+
+    /// The start of a turn of already accepted work: refused only past the lease deadline.
+    ///
+    /// # Errors
+    /// [`ActorError::LeaseLapsed`].
+    pub fn run_turn(self) -> Result<(), ActorError> {
+        match self {
+            OwnerStanding::Lapsed => Err(ActorError::LeaseLapsed),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// The shared, lock-free view of the owner's standing read on every admission and turn start:
+/// the local monotonic lease deadline (written by the lease driver, `node::lease`) and the
+/// shutdown flag. Reading it costs one clock read and two atomic loads.
+#[derive(Debug)]
+pub struct OwnerGate {
+    clock: Arc<dyn Clock>,
+    base: Instant,
+    /// The deadline as nanoseconds after `base` (0 = lapsed from the start).
+    deadline_ns: AtomicU64,
+    draining: AtomicBool,
+}
+
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+impl OwnerGate {
+    /// A gate on `clock` whose lease deadline is `deadline`.
+    #[must_use]
+    pub fn new(clock: Arc<dyn Clock>, deadline: Instant) -> Self {
+        let base = clock.now();
+        let gate = Self {
+            clock,
+            base,
+            deadline_ns: AtomicU64::new(0),
+            draining: AtomicBool::new(false),
+        };
+        gate.set_deadline(deadline);
+        gate
+    }
+
+    /// The monotonic clock the deadline is read on.
+    #[must_use]
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.clock
+    }
+
+    /// Publishes a new local lease deadline.
+    pub fn set_deadline(&self, deadline: Instant) {
+        let ns = nanos(deadline.saturating_duration_since(self.base));
+        self.deadline_ns.store(ns, Ordering::Release);
+    }
+
+    /// The local lease deadline.
+    #[must_use]
+    pub fn deadline(&self) -> Instant {
+        self.base + Duration::from_nanos(self.deadline_ns.load(Ordering::Acquire))
+    }
+
+    /// Time left before the local lease deadline (zero once past it).
+    #[must_use]
+    pub fn remaining(&self) -> Duration {
+        self.deadline().saturating_duration_since(self.clock.now())
+    }
+
+    /// Marks the node as shutting down: from now on nothing new is admitted.
+    pub fn close(&self) {
+        self.draining.store(true, Ordering::Release);
+    }
+
+    /// The standing now.
+    #[must_use]
+    pub fn standing(&self) -> OwnerStanding {
+        if self.clock.now() >= self.deadline() {
+            OwnerStanding::Lapsed
+        } else if self.draining.load(Ordering::Acquire) {
+            OwnerStanding::Draining
+        } else {
+            OwnerStanding::Serving
+        }
+    }
+}
 
 /// The fences a call presents (from the caller's [`ActorRef`]) or an owner holds.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -58,18 +177,20 @@ impl CallFence {
     }
 }
 
-/// Validates `call` on the owner node of generation `node_generation`, whose current local
-/// incarnation of the actor has fences `current` (if any) and which last destroyed incarnation
-/// `retired` of it (if any).
+/// Validates `call` on the owner node of generation `node_generation` and standing
+/// `standing`, whose current local incarnation of the actor has fences `current` (if any) and
+/// which last destroyed incarnation `retired` of it (if any).
 ///
 /// # Errors
 /// The [`ActorError`] of the first failing check (see the module docs).
 pub fn check_call(
+    standing: OwnerStanding,
     node_generation: NodeGeneration,
     current: Option<&CallFence>,
     retired: Option<ObjectGeneration>,
     call: &CallFence,
 ) -> Result<(), ActorError> {
+    standing.admit()?;
     let stale = |fence| ActorError::StaleFence {
         actor_id: call.actor_id.clone(),
         fence,
@@ -106,9 +227,13 @@ pub fn check_call(
 /// AuthorityOwnerGeneration only — never the lease. A caller's lease copy differing from the
 /// owner's current lease never rejects a bind (it is checked by route-fence validation, SB-5.11).
 ///
+/// The owner's standing is checked first, as for every admission (a bind past the local lease
+/// deadline or during shutdown is `Unavailable`).
+///
 /// # Errors
-/// As [`check_call`] for the three values.
+/// As [`check_call`] for the standing and the three values.
 pub fn check_bind(
+    standing: OwnerStanding,
     node_generation: NodeGeneration,
     current: Option<&CallFence>,
     retired: Option<ObjectGeneration>,
@@ -118,7 +243,7 @@ pub fn check_bind(
     if let Some(cur) = current {
         b.owner_lease_generation = cur.owner_lease_generation;
     }
-    check_call(node_generation, current, retired, &b)
+    check_call(standing, node_generation, current, retired, &b)
 }
 
 #[cfg(test)]
@@ -136,6 +261,8 @@ mod tests {
         }
     }
 
+    const S: OwnerStanding = OwnerStanding::Serving;
+
     fn kind(r: Result<(), ActorError>) -> Option<ErrorKind> {
         r.err().map(|e| e.kind())
     }
@@ -145,33 +272,39 @@ mod tests {
     fn owner_checks_follow_the_failure_table() {
         let node = NodeGeneration::new(7);
         let cur = fence(2, 3, 4, 7);
-        assert_eq!(kind(check_call(node, Some(&cur), None, &cur)), None);
+        assert_eq!(kind(check_call(S, node, Some(&cur), None, &cur)), None);
         // A ref from before a restart: stale node fence.
         assert_eq!(
-            kind(check_call(node, Some(&cur), None, &fence(2, 3, 4, 6))),
+            kind(check_call(S, node, Some(&cur), None, &fence(2, 3, 4, 6))),
             Some(ErrorKind::Unavailable)
         );
         // Another incarnation.
         assert_eq!(
-            kind(check_call(node, Some(&cur), None, &fence(1, 3, 4, 7))),
+            kind(check_call(S, node, Some(&cur), None, &fence(1, 3, 4, 7))),
             Some(ErrorKind::InvalidOperation)
         );
         // Stale authority or lease: Unavailable, never redirected.
         assert_eq!(
-            kind(check_call(node, Some(&cur), None, &fence(2, 2, 4, 7))),
+            kind(check_call(S, node, Some(&cur), None, &fence(2, 2, 4, 7))),
             Some(ErrorKind::Unavailable)
         );
         assert_eq!(
-            kind(check_call(node, Some(&cur), None, &fence(2, 3, 5, 7))),
+            kind(check_call(S, node, Some(&cur), None, &fence(2, 3, 5, 7))),
             Some(ErrorKind::Unavailable)
         );
         // Not here: stale location, or destroyed here.
         assert_eq!(
-            kind(check_call(node, None, None, &cur)),
+            kind(check_call(S, node, None, None, &cur)),
             Some(ErrorKind::Unavailable)
         );
         assert_eq!(
-            kind(check_call(node, None, Some(ObjectGeneration::new(2)), &cur)),
+            kind(check_call(
+                S,
+                node,
+                None,
+                Some(ObjectGeneration::new(2)),
+                &cur
+            )),
             Some(ErrorKind::NotFound)
         );
     }
@@ -182,20 +315,55 @@ mod tests {
         let node = NodeGeneration::new(7);
         let cur = fence(2, 3, 4, 7);
         assert_eq!(
-            kind(check_bind(node, Some(&cur), None, &fence(2, 3, 99, 7))),
+            kind(check_bind(S, node, Some(&cur), None, &fence(2, 3, 99, 7))),
             None
         );
         assert_eq!(
-            kind(check_bind(node, Some(&cur), None, &fence(1, 3, 4, 7))),
+            kind(check_bind(S, node, Some(&cur), None, &fence(1, 3, 4, 7))),
             Some(ErrorKind::InvalidOperation)
         );
         assert_eq!(
-            kind(check_bind(node, Some(&cur), None, &fence(2, 9, 4, 7))),
+            kind(check_bind(S, node, Some(&cur), None, &fence(2, 9, 4, 7))),
             Some(ErrorKind::Unavailable)
         );
         assert_eq!(
-            kind(check_bind(node, Some(&cur), None, &fence(2, 3, 4, 6))),
+            kind(check_bind(S, node, Some(&cur), None, &fence(2, 3, 4, 6))),
             Some(ErrorKind::Unavailable)
         );
+    }
+
+    // spec: SB-5.11 — past the local lease deadline nothing is admitted, binds included.
+    #[test]
+    fn a_lapsed_or_draining_owner_admits_nothing() {
+        let node = NodeGeneration::new(7);
+        let cur = fence(2, 3, 4, 7);
+        for standing in [OwnerStanding::Lapsed, OwnerStanding::Draining] {
+            assert_eq!(
+                kind(check_call(standing, node, Some(&cur), None, &cur)),
+                Some(ErrorKind::Unavailable)
+            );
+            assert_eq!(
+                kind(check_bind(standing, node, Some(&cur), None, &cur)),
+                Some(ErrorKind::Unavailable)
+            );
+        }
+        assert!(OwnerStanding::Draining.run_turn().is_ok());
+        assert!(OwnerStanding::Lapsed.run_turn().is_err());
+    }
+
+    #[test]
+    fn the_gate_lapses_at_its_deadline_on_the_injected_clock() {
+        let clock = crate::session::ManualClock::new();
+        let now = clock.now();
+        let gate = OwnerGate::new(Arc::new(clock.clone()), now + Duration::from_secs(2));
+        assert_eq!(gate.standing(), OwnerStanding::Serving);
+        assert_eq!(gate.remaining(), Duration::from_secs(2));
+        clock.advance(Duration::from_secs(2));
+        assert_eq!(gate.standing(), OwnerStanding::Lapsed);
+        assert_eq!(gate.remaining(), Duration::ZERO);
+        gate.set_deadline(clock.now() + Duration::from_secs(1));
+        assert_eq!(gate.standing(), OwnerStanding::Serving);
+        gate.close();
+        assert_eq!(gate.standing(), OwnerStanding::Draining);
     }
 }

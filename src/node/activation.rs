@@ -5,7 +5,6 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::Duration;
 
 use bytes::Bytes;
 use tokio::sync::oneshot;
@@ -170,7 +169,7 @@ impl Node {
         let store = &self.inner.store;
         let mut orphan_cleared = false;
         loop {
-            let holder = lock(&self.inner.lease).holder.clone();
+            let holder = lock(&self.inner.lease).lease().holder.clone();
             let reservation = store
                 .reserve_activation(ActivationRequest {
                     actor_id: actor_id.clone(),
@@ -300,7 +299,12 @@ impl Node {
                 },
             );
         }
-        // (2) commit Ready.
+        // (2) commit Ready — only while this node may still act as owner.
+        if let Err(e) = self.standing().admit() {
+            self.abort_activation(&expected);
+            self.burn_reservation(&loc).await;
+            return Err(e);
+        }
         let ready = match self
             .inner
             .store
@@ -324,9 +328,15 @@ impl Node {
                 deadline: None,
                 guard: Some(self.inner.inflight.enter()),
             };
-            let admitted =
-                tokio::time::timeout(self.admission_window(), mailbox.submit(work)).await;
-            if !matches!(admitted, Ok(Ok(()))) {
+            // The admission deadline is the local lease deadline itself (SB-5.11): the real
+            // time left on the lease, on the lease clock.
+            let gate = &self.inner.gate;
+            let admitted = tokio::select! {
+                biased;
+                r = mailbox.submit(work) => r.is_ok(),
+                () = gate.clock().sleep_until(gate.deadline()) => false,
+            };
+            if !admitted {
                 self.count_send_dropped();
                 tracing::warn!(actor = %actor_ref, "first record not admitted before the lease deadline");
             }
@@ -336,13 +346,6 @@ impl Node {
         self.inner.activations_done.fetch_add(1, Ordering::Relaxed);
         tracing::debug!(actor = %actor_ref, "actor ready");
         Ok(actor_ref)
-    }
-
-    /// The admission deadline of a first record, derived from the owner lease: renewals run
-    /// every third of the TTL, so while the lease is live at least two thirds of the TTL are
-    /// left on it; a first record not admitted by then is dropped (and counted).
-    fn admission_window(&self) -> Duration {
-        self.inner.lease_ttl * 2 / 3
     }
 
     /// Moves the records held during activation into the lane in arrival order, then opens the
@@ -505,7 +508,13 @@ impl Node {
             let actors = lock(&self.inner.actors);
             let cur = actors.live.get(actor.id()).map(|a| &a.fence);
             let retired = actors.retired.get(actor.id()).copied();
-            fence::check_call(self.generation(), cur, retired, &CallFence::of_ref(actor))?;
+            fence::check_call(
+                self.standing(),
+                self.generation(),
+                cur,
+                retired,
+                &CallFence::of_ref(actor),
+            )?;
         }
         self.inner
             .store

@@ -75,6 +75,7 @@ impl Node {
         let live = actors.live.get_mut(&req.actor);
         let flow = self.sessions().flow();
         if let Err(e) = fence::check_bind(
+            self.standing(),
             self.generation(),
             live.as_deref().map(|a| &a.fence),
             retired,
@@ -504,7 +505,7 @@ impl SessionHost for NodeSessionHost {
 
     fn owner_lease(&self) -> OwnerLeaseGeneration {
         self.node().map_or(OwnerLeaseGeneration::new(0), |n| {
-            lock(&n.inner.lease).holder.lease_generation
+            lock(&n.inner.lease).lease().holder.lease_generation
         })
     }
 }

@@ -162,6 +162,7 @@ impl Node {
             let actors = &mut *guard;
             let live = actors.live.get_mut(&call.actor_id);
             let checked = fence::check_call(
+                self.standing(),
                 self.generation(),
                 live.as_deref().map(|a| &a.fence),
                 actors.retired.get(&call.actor_id).copied(),
@@ -261,6 +262,7 @@ impl Node {
         let retired = actors.retired.get(actor.id()).copied();
         let fence = CallFence::of_ref(actor);
         fence::check_call(
+            self.standing(),
             self.generation(),
             actors.live.get(actor.id()).map(|a| &a.fence),
             retired,
@@ -276,7 +278,13 @@ impl Node {
             .map(|s| s.spot.clone())
             .ok_or(ActorError::ShuttingDown)?;
         let mailbox = local.mailbox.clone();
+        let gate = self.inner.gate.clone();
         let handle = spot.start_timer(period, move || {
+            // A tick is new work: past the lease deadline or during shutdown it is skipped.
+            if let Err(e) = gate.standing().admit() {
+                tracing::debug!(error = %e, "timer tick skipped");
+                return;
+            }
             let work = Work {
                 key: M::KEY,
                 payload: payload.clone(),

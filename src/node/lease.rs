@@ -1,41 +1,226 @@
-//! The owner lease of this process: its renewal task (every third of the TTL) and what
-//! happens when the lease is lost before it was renewed (EG-14 fencing).
+//! The owner lease of this process on its own clock (SB-5.11, EG-14 fencing).
+//!
+//! [`LeaseState`] is the sans-IO state machine: it is told when a renewal (or registration) was
+//! *sent* and what the store answered, and derives the **local lease deadline** on the node's
+//! monotonic clock: `sent + TTL − margin` ([`lease_margin`]) of the last renewal that
+//! succeeded. The store computed its own expiry as (its time at commit) + TTL, which is never
+//! earlier than the send time, so the local deadline passes before the store lease can expire
+//! as long as the two clocks advance at rates within the margin of each other. Past the local
+//! deadline the node serves nothing for its actors ([`crate::actor::fence::OwnerGate`]); a
+//! renewal of the same lease that succeeds restores service; `LeaseNotLive` ends every local
+//! incarnation and registers a new lease. A store outage never extends the deadline: only a
+//! successful renewal does.
+//!
+//! The renewal task (`Node::spawn_lease_renewal`) is the thin driver: it sleeps on the injected
+//! clock until [`LeaseState::next_renewal`], calls the store, feeds the answer back and
+//! publishes the deadline to the gate.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::task::JoinHandle;
 
 use super::local::LocalActor;
 use super::{Node, lock};
-use crate::store::StoreError;
+use crate::store::{LeaseHolder, OwnerLease, StoreError};
+
+/// The safety margin between the store's lease expiry and the local deadline: a tenth of the
+/// TTL. It absorbs a rate difference between the store's clock and this node's monotonic clock
+/// (and the latency of the store's answer is already covered by counting from the send time).
+#[must_use]
+pub(crate) fn lease_margin(ttl: Duration) -> Duration {
+    ttl / 10
+}
+
+/// Renewals are sent every third of the TTL.
+#[must_use]
+pub(crate) fn renewal_period(ttl: Duration) -> Duration {
+    ttl / 3
+}
+
+/// After a failed renewal the next attempt follows after a tenth of the TTL.
+#[must_use]
+fn retry_period(ttl: Duration) -> Duration {
+    (ttl / 10).max(Duration::from_millis(1))
+}
+
+/// How long an owner lease renewal sent on time may take to answer before the local lease
+/// deadline passes: `TTL − TTL/10 (margin) − TTL/3 (renewal period)`. A store whose writes can
+/// wait longer (the SQLite busy timeout) cannot keep such a lease; the configuration refuses it
+/// ([`crate::config::check_lease_ttl`]).
+#[must_use]
+pub fn renewal_slack(ttl: Duration) -> Duration {
+    ttl.saturating_sub(lease_margin(ttl))
+        .saturating_sub(renewal_period(ttl))
+}
+
+/// What the renewal driver does next.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum LeaseStep {
+    /// Renew this lease.
+    Renew(LeaseHolder),
+    /// The lease was lost: register a new one.
+    Register,
+}
+
+/// The owner lease and its local deadline (sans-IO; every input carries its `now`).
+#[derive(Debug)]
+pub(crate) struct LeaseState {
+    lease: OwnerLease,
+    ttl: Duration,
+    deadline: Instant,
+    next: Instant,
+    /// When the renewal or registration in flight was sent.
+    sent: Option<Instant>,
+    lost: bool,
+}
+
+impl LeaseState {
+    /// The lease just registered by a call sent at `sent`.
+    pub(crate) fn new(lease: OwnerLease, ttl: Duration, sent: Instant) -> Self {
+        Self {
+            lease,
+            ttl,
+            deadline: Self::deadline_of(ttl, sent),
+            next: sent + renewal_period(ttl),
+            sent: None,
+            lost: false,
+        }
+    }
+
+    fn deadline_of(ttl: Duration, sent: Instant) -> Instant {
+        sent + ttl.saturating_sub(lease_margin(ttl))
+    }
+
+    /// The current lease.
+    pub(crate) fn lease(&self) -> &OwnerLease {
+        &self.lease
+    }
+
+    /// The local lease deadline: past it the node acts as no owner.
+    pub(crate) fn deadline(&self) -> Instant {
+        self.deadline
+    }
+
+    /// When the driver sends the next renewal (or registration).
+    pub(crate) fn next_renewal(&self) -> Instant {
+        self.next
+    }
+
+    /// The renewal timer fired at `now`: the call the driver sends now.
+    pub(crate) fn handle_timer(&mut self, now: Instant) -> LeaseStep {
+        self.sent = Some(now);
+        if self.lost {
+            LeaseStep::Register
+        } else {
+            LeaseStep::Renew(self.lease.holder.clone())
+        }
+    }
+
+    /// The store renewed `lease`. Only the lease this state holds is extended, from the send
+    /// time of the renewal.
+    pub(crate) fn handle_renewed(&mut self, lease: OwnerLease) {
+        if self.lost || lease.holder != self.lease.holder {
+            return;
+        }
+        let sent = self.sent.take();
+        if let Some(sent) = sent {
+            self.deadline = self.deadline.max(Self::deadline_of(self.ttl, sent));
+            self.next = sent + renewal_period(self.ttl);
+        }
+        self.lease = lease;
+    }
+
+    /// A new lease was registered after a loss.
+    pub(crate) fn handle_registered(&mut self, lease: OwnerLease) {
+        let sent = self.sent.take();
+        self.lost = false;
+        self.lease = lease;
+        if let Some(sent) = sent {
+            self.deadline = Self::deadline_of(self.ttl, sent);
+            self.next = sent + renewal_period(self.ttl);
+        }
+    }
+
+    /// The renewal (or registration) failed at `now`. `not_live`: the store says the lease
+    /// ended (expired, released or superseded). Returns `true` when the lease was lost by this
+    /// failure, so every local incarnation must end. The deadline never moves forward here.
+    pub(crate) fn handle_failed(&mut self, now: Instant, not_live: bool) -> bool {
+        self.sent = None;
+        self.next = now + retry_period(self.ttl);
+        if not_live && !self.lost {
+            self.lost = true;
+            self.deadline = self.deadline.min(now);
+            return true;
+        }
+        false
+    }
+}
 
 impl Node {
-    /// Spawns the owner lease renewal task (every third of `ttl`).
-    pub(super) fn spawn_lease_renewal(&self, ttl: Duration) -> JoinHandle<()> {
+    /// Spawns the owner lease driver: renewals on the injected clock (see the module docs).
+    pub(super) fn spawn_lease_renewal(&self) -> JoinHandle<()> {
         let weak = Arc::downgrade(&self.inner);
+        let gate = self.inner.gate.clone();
+        let ttl = self.inner.lease_ttl;
         tokio::spawn(async move {
-            let period = ttl / 3;
             loop {
-                tokio::time::sleep(period).await;
+                let next = {
+                    let Some(inner) = weak.upgrade() else { return };
+                    lock(&inner.lease).next_renewal()
+                };
+                gate.clock().sleep_until(next).await;
                 let Some(inner) = weak.upgrade() else { return };
-                let holder = lock(&inner.lease).holder.clone();
-                match inner.store.renew_owner(holder, ttl).await {
-                    Ok(l) => *lock(&inner.lease) = l,
-                    Err(StoreError::LeaseNotLive { .. }) => {
-                        Node { inner }.handle_lease_lost(ttl).await;
+                let step = lock(&inner.lease).handle_timer(gate.clock().now());
+                let node = Node { inner };
+                match step {
+                    LeaseStep::Renew(holder) => {
+                        match node.inner.store.renew_owner(holder, ttl).await {
+                            Ok(l) => lock(&node.inner.lease).handle_renewed(l),
+                            Err(e) => {
+                                let not_live = matches!(e, StoreError::LeaseNotLive { .. });
+                                let lost = lock(&node.inner.lease)
+                                    .handle_failed(gate.clock().now(), not_live);
+                                tracing::error!(
+                                    error = %e,
+                                    left_ms = gate.remaining().as_millis(),
+                                    "owner lease renewal failed"
+                                );
+                                if lost {
+                                    gate.set_deadline(lock(&node.inner.lease).deadline());
+                                    node.end_every_incarnation();
+                                }
+                            }
+                        }
                     }
-                    Err(e) => tracing::error!(error = %e, "owner lease renewal failed"),
+                    LeaseStep::Register => {
+                        let registered = node
+                            .inner
+                            .store
+                            .register_owner(node.node_rid().clone(), node.generation(), ttl)
+                            .await;
+                        match registered {
+                            Ok(l) => {
+                                tracing::warn!(lease = %l.holder.lease_generation, "new owner lease registered");
+                                lock(&node.inner.lease).handle_registered(l);
+                            }
+                            Err(e) => {
+                                lock(&node.inner.lease).handle_failed(gate.clock().now(), false);
+                                tracing::error!(error = %e, "registering a new owner lease failed");
+                            }
+                        }
+                    }
                 }
+                gate.set_deadline(lock(&node.inner.lease).deadline());
             }
         })
     }
 
     /// The owner lease ended (expired or superseded) before it was renewed: other nodes may
     /// already own this node's actors. The lease fences the runtime (EG-14): every local
-    /// incarnation ends at once (later calls with their refs are `Unavailable`), then a new
-    /// lease — a new OwnerLeaseGeneration — is registered for future activations.
-    async fn handle_lease_lost(&self, ttl: Duration) {
+    /// incarnation ends at once (later calls with their refs are `Unavailable`); the driver
+    /// then registers a new lease — a new OwnerLeaseGeneration — for future activations.
+    fn end_every_incarnation(&self) {
         let ended: Vec<LocalActor> = lock(&self.inner.actors)
             .live
             .drain()
@@ -49,17 +234,92 @@ impl Node {
             a.end();
             self.leave_spot(&a.spot);
         }
-        match self
-            .inner
-            .store
-            .register_owner(self.node_rid().clone(), self.generation(), ttl)
-            .await
-        {
-            Ok(l) => {
-                tracing::warn!(lease = %l.holder.lease_generation, "new owner lease registered");
-                *lock(&self.inner.lease) = l;
-            }
-            Err(e) => tracing::error!(error = %e, "registering a new owner lease failed"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::{NodeGeneration, NodeRid, OwnerLeaseGeneration, StoreTime};
+
+    const TTL: Duration = Duration::from_secs(3);
+
+    fn lease(generation: u64) -> OwnerLease {
+        OwnerLease {
+            holder: LeaseHolder {
+                node: NodeRid::new("n").unwrap(),
+                node_generation: NodeGeneration::new(1),
+                lease_generation: OwnerLeaseGeneration::new(generation),
+            },
+            expires_at: StoreTime::from_millis(0),
         }
+    }
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    // spec: SB-5.11 — a store outage never extends the owner lease: the deadline moves only
+    // with a successful renewal, from the time it was sent.
+    #[test]
+    fn the_deadline_counts_from_the_send_time_of_the_last_successful_renewal() {
+        let t0 = Instant::now();
+        let mut s = LeaseState::new(lease(1), TTL, t0);
+        assert_eq!(s.deadline(), t0 + ms(2_700));
+        assert_eq!(s.next_renewal(), t0 + ms(1_000));
+        // A renewal sent at 1 s that answers at 2.5 s counts from 1 s.
+        assert_eq!(
+            s.handle_timer(t0 + ms(1_000)),
+            LeaseStep::Renew(lease(1).holder)
+        );
+        s.handle_renewed(lease(1));
+        assert_eq!(s.deadline(), t0 + ms(3_700));
+        assert_eq!(s.next_renewal(), t0 + ms(2_000));
+        // Outage: failures never move the deadline.
+        s.handle_timer(t0 + ms(2_000));
+        assert!(!s.handle_failed(t0 + ms(2_100), false));
+        assert_eq!(s.deadline(), t0 + ms(3_700));
+        assert_eq!(s.next_renewal(), t0 + ms(2_400));
+        s.handle_timer(t0 + ms(2_400));
+        s.handle_failed(t0 + ms(6_000), false);
+        assert_eq!(s.deadline(), t0 + ms(3_700));
+        // Recovery: the same lease renewed restores a deadline in the future.
+        s.handle_timer(t0 + ms(6_300));
+        s.handle_renewed(lease(1));
+        assert_eq!(s.deadline(), t0 + ms(9_000));
+    }
+
+    // spec: EG-14 — a lost lease ends the incarnations; a renewal answer for another lease
+    // never extends the deadline.
+    #[test]
+    fn a_lost_lease_lapses_at_once_and_is_registered_again() {
+        let t0 = Instant::now();
+        let mut s = LeaseState::new(lease(1), TTL, t0);
+        s.handle_timer(t0 + ms(1_000));
+        assert!(s.handle_failed(t0 + ms(1_100), true));
+        assert_eq!(s.deadline(), t0 + ms(1_100));
+        assert_eq!(s.handle_timer(t0 + ms(1_400)), LeaseStep::Register);
+        s.handle_renewed(lease(1));
+        assert_eq!(
+            s.deadline(),
+            t0 + ms(1_100),
+            "a stale answer extends nothing"
+        );
+        s.handle_registered(lease(2));
+        assert_eq!(s.lease().holder.lease_generation.get(), 2);
+        assert_eq!(s.deadline(), t0 + ms(1_400) + ms(2_700));
+        s.handle_timer(t0 + ms(2_400));
+        s.handle_renewed(lease(1));
+        assert_eq!(
+            s.deadline(),
+            t0 + ms(4_100),
+            "another lease's renewal is ignored"
+        );
+    }
+
+    #[test]
+    fn the_renewal_slack_is_what_is_left_after_one_period_and_the_margin() {
+        assert_eq!(renewal_slack(Duration::from_secs(10)).as_millis(), 5_666);
+        assert_eq!(renewal_slack(ms(1_500)), ms(850));
     }
 }

@@ -26,6 +26,7 @@ pub mod client;
 pub mod demo;
 mod dispatch;
 mod lease;
+pub use lease::renewal_slack;
 mod local;
 pub mod protocol;
 mod shutdown;
@@ -44,6 +45,7 @@ use zlink_wire::{
 };
 
 use crate::actor::exec::{ExecShared, Inflight};
+use crate::actor::fence::{OwnerGate, OwnerStanding};
 use crate::actor::{ActorError, ActorRegistry};
 use crate::config::{
     ConfigError, NodeConfig, OWNER_LEASE_TTL, REQUEST_TIMEOUT, SESSION_RELOCATION_SEAL_TIMEOUT,
@@ -56,6 +58,7 @@ use crate::session::{
 use crate::store::{LocationStore, OwnerLease, StoreError};
 use activation::ActivationWaiter;
 use calls::{request_error, send_error};
+use lease::LeaseState;
 use local::{Actors, SpotState};
 use protocol::NodeInfo;
 
@@ -94,6 +97,9 @@ pub struct NodeOptions {
     /// The clock of the session timers (the 100 ms replacement close, the callback timeout);
     /// tests inject a [`crate::session::ManualClock`].
     pub clock: Arc<dyn Clock>,
+    /// The monotonic clock of the owner lease: its renewal timer and the local lease deadline
+    /// (SB-5.11); tests inject a [`crate::session::ManualClock`].
+    pub lease_clock: Arc<dyn Clock>,
 }
 
 impl NodeOptions {
@@ -115,6 +121,7 @@ impl NodeOptions {
             max_bindings_per_session: crate::session::aggregate::DEFAULT_BINDING_LIMIT,
             sessions: SessionHandlers::new(),
             clock: Arc::new(SystemClock),
+            lease_clock: Arc::new(SystemClock),
         }
     }
 
@@ -241,7 +248,11 @@ struct Inner {
     mesh_name: MeshName,
     store: Arc<dyn LocationStore>,
     registry: ActorRegistry,
-    lease: Mutex<OwnerLease>,
+    /// The owner lease and its local deadline (`lease.rs`).
+    lease: Mutex<LeaseState>,
+    /// The owner's standing read by every admission and turn start (local lease deadline,
+    /// shutdown).
+    gate: Arc<OwnerGate>,
     actors: Mutex<Actors>,
     spots: Mutex<HashMap<String, SpotState>>,
     activations: Mutex<HashMap<ActorId, Vec<ActivationWaiter>>>,
@@ -287,12 +298,19 @@ impl Node {
     /// [`NodeError::Mesh`] when the mesh cannot start; [`NodeError::Store`] when the lease cannot
     /// be registered.
     pub async fn start(options: NodeOptions) -> Result<Node, NodeError> {
+        if let Some(wait) = options.store.write_wait_limit() {
+            crate::config::check_lease_ttl(options.lease_ttl, wait)?;
+        }
         let mesh_name = options.mesh.mesh.clone();
         let (mesh, inbound) = MeshNode::start(options.mesh)?;
+        let lease_clock = options.lease_clock;
+        let sent = lease_clock.now();
         let lease = options
             .store
             .register_owner(mesh.node().clone(), mesh.generation(), options.lease_ttl)
             .await?;
+        let lease = LeaseState::new(lease, options.lease_ttl, sent);
+        let gate = Arc::new(OwnerGate::new(lease_clock, lease.deadline()));
         let (paused, paused_rx) = watch::channel(false);
         let mut limits = options.lanes;
         limits.application_items = limits.application_items.max(1);
@@ -331,6 +349,7 @@ impl Node {
                 store: options.store,
                 registry: options.registry,
                 lease: Mutex::new(lease),
+                gate: gate.clone(),
                 actors: Mutex::new(Actors::default()),
                 spots: Mutex::new(HashMap::new()),
                 activations: Mutex::new(HashMap::new()),
@@ -338,6 +357,7 @@ impl Node {
                     paused: paused_rx,
                     send_failures: AtomicU64::new(0),
                     turns: AtomicU64::new(0),
+                    gate,
                 }),
                 paused,
                 inflight: Arc::new(Inflight::default()),
@@ -353,7 +373,7 @@ impl Node {
                 sends_dropped: AtomicU64::new(0),
             }),
         };
-        node.spawn_background(inbound, options.lease_ttl);
+        node.spawn_background(inbound);
         let me = node.node_rid().clone();
         for p in &node.inner.peers {
             if p.node.as_str() > me.as_str() {
@@ -365,10 +385,10 @@ impl Node {
         Ok(node)
     }
 
-    fn spawn_background(&self, inbound: InboundReceiver, ttl: Duration) {
+    fn spawn_background(&self, inbound: InboundReceiver) {
         let events = self.inner.mesh.take_client_events();
         let d = tokio::spawn(dispatch::run(self.clone(), inbound, events));
-        let renew = self.spawn_lease_renewal(ttl);
+        let renew = self.spawn_lease_renewal();
         lock(&self.inner.tasks).extend([d, renew]);
     }
 
@@ -417,7 +437,14 @@ impl Node {
     /// The current owner lease.
     #[must_use]
     pub fn lease(&self) -> OwnerLease {
-        lock(&self.inner.lease).clone()
+        lock(&self.inner.lease).lease().clone()
+    }
+
+    /// Time left before the local owner lease deadline (SB-5.11): zero once it passed without
+    /// a successful renewal — then the node serves nothing for its actors.
+    #[must_use]
+    pub fn lease_remaining(&self) -> Duration {
+        self.inner.gate.remaining()
     }
 
     /// Connects to a peer that was not in the options (dial direction is the caller's choice).
@@ -506,10 +533,15 @@ impl Node {
 
     fn check_accepting(&self) -> Result<(), ActorError> {
         if self.inner.accepting.load(Ordering::Acquire) {
-            Ok(())
+            self.standing().admit()
         } else {
             Err(ActorError::ShuttingDown)
         }
+    }
+
+    /// The owner's standing now (local lease deadline, shutdown).
+    pub(crate) fn standing(&self) -> OwnerStanding {
+        self.inner.gate.standing()
     }
 
     fn is_local(&self, node: &NodeRid) -> bool {

@@ -26,7 +26,7 @@ impl Node {
                 "shutdown: drain deadline passed"
             );
         }
-        let holder = lock(&inner.lease).holder.clone();
+        let holder = lock(&inner.lease).lease().holder.clone();
         if let Err(e) = inner.store.release_owner(holder).await {
             tracing::warn!(error = %e, "shutdown: releasing the owner lease failed");
         }

@@ -203,4 +203,8 @@ impl<S: LocationStore> LocationStore for CountingStore<S> {
         self.hit(StoreOp::Destroy);
         self.inner.destroy(actor_id, object_generation)
     }
+
+    fn write_wait_limit(&self) -> Option<Duration> {
+        self.inner.write_wait_limit()
+    }
 }

@@ -35,6 +35,7 @@
 //! - [`MemoryStore`]: one process, for unit tests.
 //! - [`SqliteStore`]: the embedded default; one file shared by every node process of a machine.
 //! - [`CountingStore`]: wraps any store and counts every call per operation (SB-14.6).
+//! - [`FaultStore`]: wraps any store and injects an outage (every call `Unavailable`).
 //!
 //! [`open`] builds a backend from a [`StoreUrl`] (`memory:`, `sqlite:///path`; `redis://` is
 //! reserved and refused for now).
@@ -44,6 +45,7 @@ pub mod contract;
 mod core;
 mod counting;
 mod error;
+mod fault;
 mod memory;
 mod sqlite;
 mod types;
@@ -58,6 +60,7 @@ use std::time::Duration;
 pub use clock::{Clock, ManualClock, StoreTime, SystemClock};
 pub use counting::{CountingStore, StoreCallCounts, StoreOp};
 pub use error::StoreError;
+pub use fault::FaultStore;
 pub use memory::MemoryStore;
 pub use sqlite::{SqliteOptions, SqliteStore};
 pub use types::{
@@ -163,6 +166,14 @@ pub trait LocationStore: Send + Sync + fmt::Debug {
         actor_id: ActorId,
         object_generation: ObjectGeneration,
     ) -> StoreFuture<'_, ()>;
+
+    /// The longest a write — a lease renewal included — can wait inside the backend before it
+    /// answers (SQLite: the busy timeout on another writer's lock); `None` when the backend
+    /// never waits on other writers (memory). A node refuses an owner lease TTL whose renewal
+    /// slack is not longer than this (`ConfigError::LeaseTtlTooShort`).
+    fn write_wait_limit(&self) -> Option<Duration> {
+        None
+    }
 }
 
 macro_rules! forward_store {
@@ -209,6 +220,9 @@ macro_rules! forward_store {
                 object_generation: ObjectGeneration,
             ) -> StoreFuture<'_, ()> {
                 (**self).destroy(actor_id, object_generation)
+            }
+            fn write_wait_limit(&self) -> Option<Duration> {
+                (**self).write_wait_limit()
             }
         }
     )*};

@@ -11,8 +11,12 @@
 //!   across process crashes, which is what a node restart needs), with a busy timeout: a writer
 //!   waits for the lock up to [`SqliteOptions::busy_timeout`], then the call fails with
 //!   [`StoreError::Unavailable`].
-//! - SQLite calls block; they run on one dedicated thread per handle, fed through a channel, and
+//! - SQLite calls block; they run on dedicated threads per handle, fed through channels, and
 //!   answer through a oneshot. No tokio worker ever blocks on the file.
+//! - Owner lease operations (register, renew, release) have their **own connection and
+//!   thread**: a renewal never queues behind activations or lookups of the same handle; it
+//!   waits only for SQLite's write lock (one short transaction at a time), at most the busy
+//!   timeout ([`LocationStore::write_wait_limit`]).
 //!
 //! Schema (version 1, `PRAGMA user_version`): see [`SCHEMA`] and `docs/STORE.md`.
 
@@ -98,6 +102,9 @@ type Job = Box<dyn FnOnce(&mut Connection) + Send>;
 
 struct Shared {
     jobs: mpsc::Sender<Job>,
+    /// The lease connection's queue: owner lease operations only.
+    lease_jobs: mpsc::Sender<Job>,
+    busy_timeout: Duration,
     clock: Arc<dyn Clock>,
     path: PathBuf,
 }
@@ -185,19 +192,19 @@ impl SqliteStore {
                 Err(InitError::Store(e)) => return Err(e),
             }
         }
-        let (jobs, queue) = mpsc::channel::<Job>();
-        std::thread::Builder::new()
-            .name("zlink-store-sqlite".into())
-            .spawn(move || {
-                let mut conn = conn;
-                // Ends when every handle clone is dropped.
-                while let Ok(job) = queue.recv() {
-                    job(&mut conn);
-                }
-            })
-            .map_err(|e| StoreError::backend(BACKEND, e))?;
+        // The schema exists now: the lease connection only needs its busy timeout.
+        let lease_conn = Connection::open(&path).map_err(sql)?;
+        lease_conn.busy_timeout(options.busy_timeout).map_err(sql)?;
+        let jobs = spawn_store_thread("zlink-store-sqlite", conn)?;
+        let lease_jobs = spawn_store_thread("zlink-store-lease", lease_conn)?;
         Ok(Self {
-            shared: Arc::new(Shared { jobs, clock, path }),
+            shared: Arc::new(Shared {
+                jobs,
+                lease_jobs,
+                busy_timeout: options.busy_timeout,
+                clock,
+                path,
+            }),
         })
     }
 
@@ -212,6 +219,15 @@ impl SqliteStore {
         &self,
         f: impl FnOnce(&mut Connection, &dyn Clock) -> Result<T, StoreError> + Send + 'static,
     ) -> StoreFuture<'_, T> {
+        self.call_on(&self.shared.jobs, f)
+    }
+
+    /// Runs `f` on the thread behind `queue` and answers with its result.
+    fn call_on<'a, T: Send + 'static>(
+        &'a self,
+        queue: &'a mpsc::Sender<Job>,
+        f: impl FnOnce(&mut Connection, &dyn Clock) -> Result<T, StoreError> + Send + 'static,
+    ) -> StoreFuture<'a, T> {
         Box::pin(async move {
             let (reply, answer) = oneshot::channel();
             let clock = Arc::clone(&self.shared.clock);
@@ -219,7 +235,7 @@ impl SqliteStore {
                 // The caller may have gone away; then nobody needs the answer.
                 let _ = reply.send(f(conn, clock.as_ref()));
             });
-            self.shared.jobs.send(job).map_err(|_| closed())?;
+            queue.send(job).map_err(|_| closed())?;
             answer.await.map_err(|_| closed())?
         })
     }
@@ -230,7 +246,23 @@ impl SqliteStore {
         &self,
         f: impl FnOnce(&Transaction<'_>, StoreTime) -> Result<T, StoreError> + Send + 'static,
     ) -> StoreFuture<'_, T> {
-        self.call(move |conn, clock| {
+        self.write_on(&self.shared.jobs, f)
+    }
+
+    /// As [`SqliteStore::write`], on the lease connection.
+    fn write_lease<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Transaction<'_>, StoreTime) -> Result<T, StoreError> + Send + 'static,
+    ) -> StoreFuture<'_, T> {
+        self.write_on(&self.shared.lease_jobs, f)
+    }
+
+    fn write_on<'a, T: Send + 'static>(
+        &'a self,
+        queue: &'a mpsc::Sender<Job>,
+        f: impl FnOnce(&Transaction<'_>, StoreTime) -> Result<T, StoreError> + Send + 'static,
+    ) -> StoreFuture<'a, T> {
+        self.call_on(queue, move |conn, clock| {
             let tx = conn
                 .transaction_with_behavior(TransactionBehavior::Immediate)
                 .map_err(sql)?;
@@ -240,6 +272,21 @@ impl SqliteStore {
             Ok(out)
         })
     }
+}
+
+/// Starts a thread that runs the jobs of one connection until every sender is gone.
+fn spawn_store_thread(name: &str, conn: Connection) -> Result<mpsc::Sender<Job>, StoreError> {
+    let (jobs, queue) = mpsc::channel::<Job>();
+    std::thread::Builder::new()
+        .name(name.into())
+        .spawn(move || {
+            let mut conn = conn;
+            while let Ok(job) = queue.recv() {
+                job(&mut conn);
+            }
+        })
+        .map_err(|e| StoreError::backend(BACKEND, e))?;
+    Ok(jobs)
 }
 
 /// Why [`initialise`] failed: an SQLite error (maybe a retryable lock conflict) or a verdict.
@@ -498,7 +545,7 @@ impl LocationStore for SqliteStore {
         node_generation: NodeGeneration,
         ttl: Duration,
     ) -> StoreFuture<'_, OwnerLease> {
-        self.write(move |tx, now| {
+        self.write_lease(move |tx, now| {
             let row = load_lease(tx, &node)?;
             let last = load_meta(tx, META_LAST_LEASE_GENERATION)?;
             let r = core::register(row.as_ref(), node, node_generation, ttl, now, last)?;
@@ -511,7 +558,7 @@ impl LocationStore for SqliteStore {
     }
 
     fn renew_owner(&self, holder: LeaseHolder, ttl: Duration) -> StoreFuture<'_, OwnerLease> {
-        self.write(move |tx, now| {
+        self.write_lease(move |tx, now| {
             let row = load_lease(tx, &holder.node)?;
             let lease = core::renew(row.as_ref(), &holder, ttl, now)?;
             store_lease(tx, &lease)?;
@@ -520,7 +567,7 @@ impl LocationStore for SqliteStore {
     }
 
     fn release_owner(&self, holder: LeaseHolder) -> StoreFuture<'_, ()> {
-        self.write(move |tx, now| {
+        self.write_lease(move |tx, now| {
             let row = load_lease(tx, &holder.node)?;
             if let Some(lease) = core::release(row.as_ref(), &holder, now) {
                 store_lease(tx, &lease)?;
@@ -623,6 +670,10 @@ impl LocationStore for SqliteStore {
             Ok(())
         })
     }
+
+    fn write_wait_limit(&self) -> Option<Duration> {
+        Some(self.shared.busy_timeout)
+    }
 }
 
 #[cfg(test)]
@@ -686,6 +737,47 @@ mod tests {
             .unwrap();
         let err = SqliteStore::open(&path).unwrap_err();
         assert!(matches!(err, StoreError::Unavailable { .. }), "{err}");
+    }
+
+    // spec: SB-5.11 — a renewal never waits behind other work queued on the same handle: the
+    // store thread is held by a job here, and the renewal still answers.
+    #[tokio::test]
+    async fn a_renewal_does_not_queue_behind_other_store_work() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(dir.path().join("store.db")).unwrap();
+        let lease = store
+            .register_owner(
+                NodeRid::new("n").unwrap(),
+                NodeGeneration::new(1),
+                Duration::from_secs(10),
+            )
+            .await
+            .unwrap();
+        let (release, held) = std::sync::mpsc::channel::<()>();
+        let blocked = tokio::spawn({
+            let store = store.clone();
+            async move {
+                store
+                    .call(move |_, _| {
+                        let _ = held.recv();
+                        Ok(())
+                    })
+                    .await
+            }
+        });
+        tokio::task::yield_now().await;
+        // The store thread is busy (or about to be) with the job above; work queued behind it
+        // cannot answer until it is released, the renewal can.
+        let renewed = tokio::time::timeout(
+            Duration::from_secs(20),
+            store.renew_owner(lease.holder.clone(), Duration::from_secs(10)),
+        )
+        .await
+        .expect("the renewal answered while the store thread was busy")
+        .unwrap();
+        assert_eq!(renewed.holder, lease.holder);
+        release.send(()).unwrap();
+        blocked.await.unwrap().unwrap();
     }
 
     #[test]
