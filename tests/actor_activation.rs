@@ -13,7 +13,7 @@ use zlink::actor::{ActorId, ActorRegistry, ActorTypeBuilder, DispatchKey, Handle
 use zlink::node::Create;
 use zlink::store::{
     ActivationRequest, ActorLocation, ActorOwner, AuthorityFence, LeaseHolder, LocationStore,
-    MemoryStore, NodeGeneration, NodeRid, ObjectGeneration, OwnerLease, Reservation, StoreFuture,
+    MemoryStore, NodeGeneration, NodeRid, OwnerFence, OwnerLease, Reservation, StoreFuture,
 };
 
 #[derive(Serialize, Deserialize)]
@@ -96,12 +96,8 @@ impl LocationStore for PausedAfterReady {
     ) -> StoreFuture<'_, ActorLocation> {
         self.inner.cas_owner(actor_id, expected, new_owner)
     }
-    fn destroy(
-        &self,
-        actor_id: ActorId,
-        object_generation: ObjectGeneration,
-    ) -> StoreFuture<'_, ()> {
-        self.inner.destroy(actor_id, object_generation)
+    fn destroy(&self, actor_id: ActorId, fence: OwnerFence) -> StoreFuture<'_, ()> {
+        self.inner.destroy(actor_id, fence)
     }
 }
 

@@ -9,7 +9,7 @@ use proptest::prelude::*;
 use zlink::store::contract::{self, actor, node};
 use zlink::store::{
     ActivationRequest, ActorLocation, ActorOwner, AuthorityFence, LocationStore, ManualClock,
-    MemoryStore, MeshName, NodeGeneration, ObjectGeneration, OwnerLease, SqliteOptions,
+    MemoryStore, MeshName, NodeGeneration, ObjectGeneration, OwnerFence, OwnerLease, SqliteOptions,
     SqliteStore, StoreVersion,
 };
 
@@ -109,6 +109,21 @@ impl Knowledge {
             fence.version = StoreVersion::new(fence.version.get().saturating_sub(1));
         }
         fence
+    }
+
+    /// The owner authority last seen for actor `a` (a guess on node 0's lease when none was).
+    fn owner_fence(&self, a: u8) -> OwnerFence {
+        self.last_seen.get(&a).map_or_else(
+            || {
+                let f = self.fence(a, false);
+                OwnerFence {
+                    object_generation: f.object_generation,
+                    authority_owner_generation: f.authority_owner_generation,
+                    holder: self.lease(0).holder,
+                }
+            },
+            ActorLocation::owner_fence,
+        )
     }
 
     /// Checks monotonicity (SB-4.1) and remembers a location observed for actor `a`.
@@ -211,14 +226,11 @@ async fn apply<S: LocationStore + ?Sized>(
                 .await
         ),
         Op::Destroy { actor: a, stale } => {
-            let mut generation = k.fence(a, false).object_generation;
+            let mut fence = k.owner_fence(a);
             if stale {
-                generation = ObjectGeneration::new(generation.get() + 1);
+                fence.object_generation = ObjectGeneration::new(fence.object_generation.get() + 1);
             }
-            format!(
-                "{:?}",
-                store.destroy(actor(&format!("a{a}")), generation).await
-            )
+            format!("{:?}", store.destroy(actor(&format!("a{a}")), fence).await)
         }
         Op::Lookup { actor: a } => {
             format!("{:?}", store.lookup(actor(&format!("a{a}"))).await)

@@ -145,7 +145,7 @@ async fn restart_reopens_data_and_refuses_stale_fences() {
         let ready = contract::create_ready(&first, "survivor", "T", &lease).await;
         let gone = contract::create_ready(&first, "destroyed", "T", &lease).await;
         first
-            .destroy(actor("destroyed"), gone.object_generation)
+            .destroy(actor("destroyed"), gone.owner_fence())
             .await
             .unwrap();
         (lease, ready, gone)

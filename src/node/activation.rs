@@ -18,7 +18,8 @@ use crate::actor::fence::{self, CallFence};
 use crate::actor::{ActivationInfo, ActorCtx, ActorError, ActorRef, ActorType, SpotKind, SpotSpec};
 use crate::session::BindingSlot;
 use crate::store::{
-    ActivationRequest, ActivationState, ActorLocation, ActorOwner, Reservation, StoreError,
+    ActivationRequest, ActivationState, ActorLocation, ActorOwner, LeaseHolder, OwnerFence,
+    Reservation, StoreError,
 };
 
 /// A local caller waiting for the local activator of the same actor id.
@@ -199,7 +200,7 @@ impl Node {
                     });
                 }
                 orphan_cleared = true;
-                match store.destroy(actor_id.clone(), loc.object_generation).await {
+                match store.destroy(actor_id.clone(), loc.owner_fence()).await {
                     Ok(()) | Err(StoreError::NotFound { .. }) => continue,
                     Err(e) => return Err(e.into()),
                 }
@@ -404,7 +405,7 @@ impl Node {
         if let Err(e) = self
             .inner
             .store
-            .destroy(loc.actor_id.clone(), loc.object_generation)
+            .destroy(loc.actor_id.clone(), loc.owner_fence())
             .await
         {
             tracing::debug!(actor = %loc.actor_id, error = %e, "reservation not destroyed");
@@ -518,7 +519,7 @@ impl Node {
         }
         self.inner
             .store
-            .destroy(actor.id().clone(), actor.object_generation())
+            .destroy(actor.id().clone(), owner_fence(actor))
             .await?;
         let removed = {
             let mut actors = lock(&self.inner.actors);
@@ -569,6 +570,20 @@ impl Drop for ActivatorSlot<'_> {
                 "the activation was abandoned".to_owned(),
             )));
         }
+    }
+}
+
+/// The owner authority of the incarnation `actor` names (its owner's destroy presents it).
+fn owner_fence(actor: &ActorRef) -> OwnerFence {
+    let loc = actor.location();
+    OwnerFence {
+        object_generation: actor.object_generation(),
+        authority_owner_generation: loc.authority_owner_generation,
+        holder: LeaseHolder {
+            node: actor.node().clone(),
+            node_generation: loc.node_generation,
+            lease_generation: loc.owner_lease_generation,
+        },
     }
 }
 

@@ -511,23 +511,20 @@ pub async fn check_destroy_and_recreate<S: LocationStore + ?Sized>(
     let a = register(store, "node-a", 1).await;
     let first = create_ready(store, "d", "T", &a).await;
 
-    let mut wrong = first.object_generation.get();
-    wrong += 1;
-    let err = store
-        .destroy(actor("d"), ObjectGeneration::new(wrong))
-        .await
-        .unwrap_err();
+    let mut wrong = first.owner_fence();
+    wrong.object_generation = ObjectGeneration::new(first.object_generation.get() + 1);
+    let err = store.destroy(actor("d"), wrong).await.unwrap_err();
     assert!(
         matches!(err, StoreError::GenerationMismatch { .. }),
         "{err}"
     );
     store
-        .destroy(actor("d"), first.object_generation)
+        .destroy(actor("d"), first.owner_fence())
         .await
         .expect("destroy");
     assert_eq!(store.lookup(actor("d")).await.expect("lookup"), None);
     let err = store
-        .destroy(actor("d"), first.object_generation)
+        .destroy(actor("d"), first.owner_fence())
         .await
         .unwrap_err();
     assert!(matches!(err, StoreError::NotFound { .. }), "{err}");
@@ -561,7 +558,7 @@ pub async fn check_destroy_and_recreate<S: LocationStore + ?Sized>(
 
     // Destroy + re-create under another type is allowed (the old record is gone).
     store
-        .destroy(actor("d"), second.object_generation)
+        .destroy(actor("d"), second.owner_fence())
         .await
         .expect("destroy");
     let third = create_ready(store, "d", "Other", &a).await;
@@ -637,8 +634,98 @@ pub async fn check_dead_owner_takeover<S: LocationStore + ?Sized>(store: &S, clo
     assert!(matches!(err, StoreError::FenceMismatch { .. }), "{err}");
 }
 
-/// Concurrency: many candidates racing for one actor — exactly one wins, and every loser sees the
-/// winner's record (EG-14).
+/// Owner-side writes are fenced by the full owner authority: after a takeover (same
+/// ObjectGeneration, new AuthorityOwnerGeneration) the old owner's destroy — a destroy proper,
+/// a burnt reservation or an orphan clearing, all the same call — leaves the new owner's record
+/// intact; a destroy under another lease of the same node, or under a lease that is no longer
+/// live, is refused too.
+///
+/// # Panics
+/// On a contract violation.
+pub async fn check_stale_destroy_after_takeover<S: LocationStore + ?Sized>(
+    store: &S,
+    clock: &ManualClock,
+) {
+    let a = register(store, "node-a", 1).await;
+    let b = register(store, "node-b", 1).await;
+    let old = create_ready(store, "t", "T", &a).await;
+    // a's lease expires (a store outage, a freeze); b stays live and takes the actor over.
+    clock.advance(TTL / 2);
+    let b = store
+        .renew_owner(b.holder.clone(), TTL)
+        .await
+        .expect("renew b");
+    clock.advance(TTL / 2);
+    let Reservation::Won(taken) = store
+        .reserve_activation(request("t", "T", &b))
+        .await
+        .expect("reserve")
+    else {
+        panic!("EG-14: the dead owner's actor is re-reservable");
+    };
+    assert_eq!(taken.object_generation, old.object_generation);
+    let new = store
+        .mark_ready(actor("t"), taken.fence())
+        .await
+        .expect("ready");
+
+    // The stale owner's destroy, whatever it was for, is refused and changes nothing.
+    let err = store
+        .destroy(actor("t"), old.owner_fence())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, StoreError::OwnerMismatch { .. }),
+        "a stale owner's destroy is refused: {err}"
+    );
+    assert_eq!(err.kind(), zlink_wire::ErrorKind::Unavailable);
+    // Even re-registered (a new lease of node-a), the old authority matches nothing.
+    let a2 = register(store, "node-a", 1).await;
+    assert_ne!(a2.holder, a.holder);
+    let mut forged = old.owner_fence();
+    forged.holder = a2.holder.clone();
+    let err = store.destroy(actor("t"), forged).await.unwrap_err();
+    assert!(matches!(err, StoreError::OwnerMismatch { .. }), "{err}");
+    assert_eq!(
+        store.lookup(actor("t")).await.expect("lookup").as_ref(),
+        Some(&new),
+        "the new owner's record is intact"
+    );
+
+    // The owner itself cannot destroy once its lease ended: it must not act as owner.
+    clock.advance(TTL);
+    let err = store
+        .destroy(actor("t"), new.owner_fence())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::LeaseNotLive { .. }), "{err}");
+    assert_eq!(
+        store.lookup(actor("t")).await.expect("lookup").as_ref(),
+        Some(&new)
+    );
+    // With a live lease the owner's destroy succeeds.
+    let b = store
+        .register_owner(node("node-b"), NodeGeneration::new(1), TTL)
+        .await
+        .expect("register b");
+    let Reservation::Won(again) = store
+        .reserve_activation(request("t", "T", &b))
+        .await
+        .expect("reserve")
+    else {
+        panic!("re-reservable");
+    };
+    store
+        .destroy(actor("t"), again.owner_fence())
+        .await
+        .expect("the owner's destroy");
+    assert_eq!(store.lookup(actor("t")).await.expect("lookup"), None);
+}
+
+/// Concurrency on one handle: many candidates' reservations of one actor in flight together —
+/// exactly one wins, and every loser sees the winner's record (EG-14). On a handle that
+/// serialises its calls this is interleaving, not a race; [`check_racing_reservations`] races
+/// independent handles on threads.
 ///
 /// # Panics
 /// On a contract violation.
@@ -663,6 +750,52 @@ pub async fn check_concurrent_reservations<S: LocationStore + ?Sized>(
             outcomes.into_iter().map(|r| r.expect("reserve")).collect();
         let winners: Vec<_> = outcomes.iter().filter(|r| r.is_won()).collect();
         assert_eq!(winners.len(), 1, "EG-14: exactly one reservation wins");
+        let winner = winners[0].location();
+        for o in &outcomes {
+            assert_eq!(o.location(), winner, "every loser sees the winner's record");
+        }
+    }
+}
+
+/// Racing reservations: every handle in `handles` (independent connections to one store, as
+/// separate processes would hold) reserves the same actor at the same moment from its own
+/// tokio task, released together by a barrier; exactly one wins and every loser sees the
+/// winner's record (EG-14). Run it on a multi-thread runtime so the tasks truly overlap.
+///
+/// # Panics
+/// On a contract violation.
+pub async fn check_racing_reservations<S: LocationStore + 'static>(
+    handles: Vec<std::sync::Arc<S>>,
+    rounds: usize,
+) {
+    let mut leases = Vec::new();
+    for (i, h) in handles.iter().enumerate() {
+        leases.push(register(h.as_ref(), &format!("racer-{i}"), 1).await);
+    }
+    for round in 0..rounds {
+        let id = format!("racing-{round}");
+        let barrier = std::sync::Arc::new(tokio::sync::Barrier::new(handles.len()));
+        let tasks: Vec<_> = handles
+            .iter()
+            .zip(&leases)
+            .map(|(h, l)| {
+                let (h, barrier, req) = (h.clone(), barrier.clone(), request(&id, "T", l));
+                tokio::spawn(async move {
+                    barrier.wait().await;
+                    h.reserve_activation(req).await
+                })
+            })
+            .collect();
+        let mut outcomes = Vec::new();
+        for t in tasks {
+            outcomes.push(t.await.expect("racer task").expect("reserve"));
+        }
+        let winners: Vec<_> = outcomes.iter().filter(|r| r.is_won()).collect();
+        assert_eq!(
+            winners.len(),
+            1,
+            "EG-14: exactly one racing reservation wins"
+        );
         let winner = winners[0].location();
         for o in &outcomes {
             assert_eq!(o.location(), winner, "every loser sees the winner's record");
@@ -695,6 +828,7 @@ where
         check_cas_owner_fences,
         check_destroy_and_recreate,
         check_dead_owner_takeover,
+        check_stale_destroy_after_takeover,
         check_concurrent_reservations,
     );
 }

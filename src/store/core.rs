@@ -9,7 +9,9 @@
 //! - per ActorId, `ObjectGeneration`, `AuthorityOwnerGeneration` and `StoreVersion` only grow,
 //!   across destroy + re-create ([`ActorCounters`] survive the record);
 //! - a lease is live iff it is the node's current lease row and `now < expires_at`;
-//! - only a live lease can become or stay an owner through a write.
+//! - only a live lease can become or stay an owner through a write, and every owner-side write
+//!   (`mark_ready`, `destroy`) is fenced by the authority and lease the record names: a stale
+//!   owner's write is refused, whatever the backend.
 
 use std::time::Duration;
 
@@ -17,7 +19,7 @@ use super::clock::StoreTime;
 use super::error::StoreError;
 use super::types::{
     ActivationRequest, ActivationState, ActorLocation, ActorOwner, AuthorityFence, LeaseHolder,
-    OwnerLease, StoreVersion,
+    OwnerFence, OwnerLease, StoreVersion,
 };
 use super::{
     ActorId, AuthorityOwnerGeneration, NodeGeneration, NodeRid, ObjectGeneration,
@@ -335,13 +337,27 @@ pub(crate) fn cas_owner(
     })
 }
 
-/// `destroy`: `Ok(())` means "delete the record, keep the counters".
+/// `destroy`: `Ok(())` means "delete the record, keep the counters". Fenced by the full owner
+/// authority: the incarnation, the AuthorityOwnerGeneration and the owner lease the record
+/// names, which must be live (`owner_lease` is the lease row of `fence.holder`'s node). A stale
+/// owner can therefore never remove a record another node took over.
 pub(crate) fn destroy(
     record: Option<&ActorLocation>,
+    owner_lease: Option<&OwnerLease>,
     actor_id: &ActorId,
-    object_generation: ObjectGeneration,
+    fence: &OwnerFence,
+    now: StoreTime,
 ) -> Result<(), StoreError> {
-    existing(record, actor_id, object_generation).map(|_| ())
+    let current = existing(record, actor_id, fence.object_generation)?;
+    let stored = current.owner_fence();
+    if stored != *fence {
+        return Err(StoreError::OwnerMismatch {
+            actor_id: actor_id.clone(),
+            presented: Box::new(fence.clone()),
+            stored: Box::new(stored),
+        });
+    }
+    require_live(owner_lease, &fence.holder, now)
 }
 
 #[cfg(test)]

@@ -9,10 +9,10 @@ use std::fmt;
 use std::time::Duration;
 
 use super::types::{
-    ActivationRequest, ActorLocation, ActorOwner, AuthorityFence, LeaseHolder, OwnerLease,
-    Reservation,
+    ActivationRequest, ActorLocation, ActorOwner, AuthorityFence, LeaseHolder, OwnerFence,
+    OwnerLease, Reservation,
 };
-use super::{ActorId, LocationStore, NodeGeneration, NodeRid, ObjectGeneration, StoreFuture};
+use super::{ActorId, LocationStore, NodeGeneration, NodeRid, StoreFuture};
 use crate::sync::atomic::{AtomicU64, Ordering};
 
 /// One operation of [`LocationStore`].
@@ -195,13 +195,9 @@ impl<S: LocationStore> LocationStore for CountingStore<S> {
         self.inner.cas_owner(actor_id, expected, new_owner)
     }
 
-    fn destroy(
-        &self,
-        actor_id: ActorId,
-        object_generation: ObjectGeneration,
-    ) -> StoreFuture<'_, ()> {
+    fn destroy(&self, actor_id: ActorId, fence: OwnerFence) -> StoreFuture<'_, ()> {
         self.hit(StoreOp::Destroy);
-        self.inner.destroy(actor_id, object_generation)
+        self.inner.destroy(actor_id, fence)
     }
 
     fn write_wait_limit(&self) -> Option<Duration> {

@@ -7,7 +7,7 @@
 
 use zlink_wire::ErrorKind;
 
-use super::types::{ActivationState, AuthorityFence};
+use super::types::{ActivationState, AuthorityFence, OwnerFence};
 use super::{ActorId, NodeGeneration, NodeRid, ObjectGeneration, OwnerLeaseGeneration};
 
 /// Boxed backend error (SQLite, I/O, later Redis).
@@ -34,6 +34,18 @@ pub enum StoreError {
         expected: AuthorityFence,
         /// Fence currently stored.
         actual: AuthorityFence,
+    },
+    /// An owner-side write (`destroy`) presented an owner authority that no longer holds the
+    /// record: another node took it over, or the caller's owner lease is another one. A stale
+    /// owner fence: public kind `Unavailable`, never redirected (SB-12).
+    #[error("owner fence mismatch for actor {actor_id}: presented {presented}, stored {stored}")]
+    OwnerMismatch {
+        /// Actor concerned.
+        actor_id: ActorId,
+        /// The authority the caller presented.
+        presented: Box<OwnerFence>,
+        /// The authority stored.
+        stored: Box<OwnerFence>,
     },
     /// The stored incarnation differs from the caller's `ObjectGeneration` (destroyed and
     /// re-created). Public kind `InvalidOperation` (SB-12, SB-4.1).
@@ -133,6 +145,7 @@ impl StoreError {
             | StoreError::InvalidUrl { .. }
             | StoreError::UnsupportedBackend { .. } => ErrorKind::InvalidOperation,
             StoreError::FenceMismatch { .. }
+            | StoreError::OwnerMismatch { .. }
             | StoreError::InvalidState { .. }
             | StoreError::LeaseNotLive { .. }
             | StoreError::StaleNodeGeneration { .. }

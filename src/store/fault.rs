@@ -7,12 +7,10 @@ use std::fmt;
 use std::time::Duration;
 
 use super::types::{
-    ActivationRequest, ActorLocation, ActorOwner, AuthorityFence, LeaseHolder, OwnerLease,
-    Reservation,
+    ActivationRequest, ActorLocation, ActorOwner, AuthorityFence, LeaseHolder, OwnerFence,
+    OwnerLease, Reservation,
 };
-use super::{
-    ActorId, LocationStore, NodeGeneration, NodeRid, ObjectGeneration, StoreError, StoreFuture,
-};
+use super::{ActorId, LocationStore, NodeGeneration, NodeRid, StoreError, StoreFuture};
 use crate::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// The fault-injecting wrapper (see the module docs).
@@ -143,13 +141,9 @@ impl<S: LocationStore> LocationStore for FaultStore<S> {
             .unwrap_or_else(|| self.inner.cas_owner(actor_id, expected, new_owner))
     }
 
-    fn destroy(
-        &self,
-        actor_id: ActorId,
-        object_generation: ObjectGeneration,
-    ) -> StoreFuture<'_, ()> {
+    fn destroy(&self, actor_id: ActorId, fence: OwnerFence) -> StoreFuture<'_, ()> {
         self.outage()
-            .unwrap_or_else(|| self.inner.destroy(actor_id, object_generation))
+            .unwrap_or_else(|| self.inner.destroy(actor_id, fence))
     }
 
     fn write_wait_limit(&self) -> Option<Duration> {

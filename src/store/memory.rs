@@ -12,12 +12,10 @@ use std::time::Duration;
 use super::clock::{Clock, SystemClock};
 use super::core::{self, ActorCounters, ReserveDecision};
 use super::types::{
-    ActivationRequest, ActorLocation, ActorOwner, AuthorityFence, LeaseHolder, OwnerLease,
-    Reservation,
+    ActivationRequest, ActorLocation, ActorOwner, AuthorityFence, LeaseHolder, OwnerFence,
+    OwnerLease, Reservation,
 };
-use super::{
-    ActorId, LocationStore, NodeGeneration, NodeRid, ObjectGeneration, StoreError, StoreFuture,
-};
+use super::{ActorId, LocationStore, NodeGeneration, NodeRid, StoreError, StoreFuture};
 use crate::sync::Mutex;
 
 #[derive(Default)]
@@ -208,14 +206,16 @@ impl LocationStore for MemoryStore {
         })
     }
 
-    fn destroy(
-        &self,
-        actor_id: ActorId,
-        object_generation: ObjectGeneration,
-    ) -> StoreFuture<'_, ()> {
+    fn destroy(&self, actor_id: ActorId, fence: OwnerFence) -> StoreFuture<'_, ()> {
         Box::pin(async move {
-            self.with_state(|s, _| {
-                core::destroy(s.actors.get(&actor_id), &actor_id, object_generation)?;
+            self.with_state(|s, now| {
+                core::destroy(
+                    s.actors.get(&actor_id),
+                    s.leases.get(&fence.holder.node),
+                    &actor_id,
+                    &fence,
+                    now,
+                )?;
                 s.actors.remove(&actor_id);
                 Ok(())
             })

@@ -21,7 +21,9 @@
 //! - **Fences.** [`AuthorityFence`] = (`ObjectGeneration`, `AuthorityOwnerGeneration`,
 //!   [`StoreVersion`]). `mark_ready` and `cas_owner` succeed only when the caller's fence equals
 //!   the stored one; otherwise [`StoreError::FenceMismatch`] (public kind `Unavailable`, never
-//!   redirected, SB-12).
+//!   redirected, SB-12). `destroy` is fenced by the full owner authority [`OwnerFence`]
+//!   (`ObjectGeneration`, `AuthorityOwnerGeneration`, the owner lease, which must be live);
+//!   otherwise [`StoreError::OwnerMismatch`] or [`StoreError::LeaseNotLive`].
 //! - **Monotonic counters per ActorId.** `ObjectGeneration`, `AuthorityOwnerGeneration` and
 //!   `StoreVersion` of one `ActorId` only grow, also across [`LocationStore::destroy`]: a
 //!   re-created actor gets a new `ObjectGeneration` and an old fence or ref can never match again
@@ -65,7 +67,7 @@ pub use memory::MemoryStore;
 pub use sqlite::{SqliteOptions, SqliteStore};
 pub use types::{
     ActivationRequest, ActivationState, ActorLocation, ActorOwner, AuthorityFence, LeaseHolder,
-    OwnerLease, Reservation, StoreVersion,
+    OwnerFence, OwnerLease, Reservation, StoreVersion,
 };
 pub use url::StoreUrl;
 pub use zlink_wire::ids::{
@@ -156,16 +158,17 @@ pub trait LocationStore: Send + Sync + fmt::Debug {
         new_owner: ActorOwner,
     ) -> StoreFuture<'_, ActorLocation>;
 
-    /// Removes the record of incarnation `object_generation`. The per-ActorId counters survive,
-    /// so a later reservation creates a new `ObjectGeneration` (SB-4.1).
+    /// Removes the record of incarnation `fence.object_generation`, by its owner: the record
+    /// must name exactly `fence` (AuthorityOwnerGeneration and owner lease) and that lease must
+    /// be live. The per-ActorId counters survive, so a later reservation creates a new
+    /// `ObjectGeneration` (SB-4.1). Every owner-side removal (destroy, a burnt reservation, the
+    /// clearing of an orphan) goes through here.
     ///
     /// # Errors
-    /// [`StoreError::NotFound`], [`StoreError::GenerationMismatch`].
-    fn destroy(
-        &self,
-        actor_id: ActorId,
-        object_generation: ObjectGeneration,
-    ) -> StoreFuture<'_, ()>;
+    /// [`StoreError::NotFound`], [`StoreError::GenerationMismatch`],
+    /// [`StoreError::OwnerMismatch`] (taken over, or another lease),
+    /// [`StoreError::LeaseNotLive`] (the caller's lease ended).
+    fn destroy(&self, actor_id: ActorId, fence: OwnerFence) -> StoreFuture<'_, ()>;
 
     /// The longest a write — a lease renewal included — can wait inside the backend before it
     /// answers (SQLite: the busy timeout on another writer's lock); `None` when the backend
@@ -214,12 +217,8 @@ macro_rules! forward_store {
             ) -> StoreFuture<'_, ActorLocation> {
                 (**self).cas_owner(actor_id, expected, new_owner)
             }
-            fn destroy(
-                &self,
-                actor_id: ActorId,
-                object_generation: ObjectGeneration,
-            ) -> StoreFuture<'_, ()> {
-                (**self).destroy(actor_id, object_generation)
+            fn destroy(&self, actor_id: ActorId, fence: OwnerFence) -> StoreFuture<'_, ()> {
+                (**self).destroy(actor_id, fence)
             }
             fn write_wait_limit(&self) -> Option<Duration> {
                 (**self).write_wait_limit()

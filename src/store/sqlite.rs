@@ -33,7 +33,7 @@ use super::clock::{Clock, StoreTime, SystemClock};
 use super::core::{self, ActorCounters, ActorWrite, ReserveDecision};
 use super::types::{
     ActivationRequest, ActivationState, ActorLocation, ActorOwner, AuthorityFence, LeaseHolder,
-    OwnerLease, Reservation, StoreVersion,
+    OwnerFence, OwnerLease, Reservation, StoreVersion,
 };
 use super::{
     ActorId, AuthorityOwnerGeneration, LocationStore, MeshName, NodeGeneration, NodeRid,
@@ -654,14 +654,11 @@ impl LocationStore for SqliteStore {
         })
     }
 
-    fn destroy(
-        &self,
-        actor_id: ActorId,
-        object_generation: ObjectGeneration,
-    ) -> StoreFuture<'_, ()> {
-        self.write(move |tx, _| {
+    fn destroy(&self, actor_id: ActorId, fence: OwnerFence) -> StoreFuture<'_, ()> {
+        self.write(move |tx, now| {
             let record = load_actor(tx, &actor_id)?;
-            core::destroy(record.as_ref(), &actor_id, object_generation)?;
+            let lease = load_lease(tx, &fence.holder.node)?;
+            core::destroy(record.as_ref(), lease.as_ref(), &actor_id, &fence, now)?;
             tx.execute(
                 "DELETE FROM actor_locations WHERE actor_id = ?1",
                 [actor_id.as_str()],

@@ -113,6 +113,36 @@ impl fmt::Display for AuthorityFence {
     }
 }
 
+/// The full owner authority over one incarnation, presented by every owner-side write that is
+/// not a compare-and-swap on the version (`destroy`: a destroy proper, a burnt reservation, the
+/// clearing of an orphan): the incarnation, the owner authority and the owner lease that holds
+/// it. It matches only while the record still names that owner under that authority and the
+/// lease is live, so a stale owner (after lease loss and takeover) can never remove the new
+/// owner's record.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct OwnerFence {
+    /// Incarnation the caller acts on.
+    pub object_generation: ObjectGeneration,
+    /// Owner authority the caller holds.
+    pub authority_owner_generation: AuthorityOwnerGeneration,
+    /// The owner lease the caller holds.
+    pub holder: LeaseHolder,
+}
+
+impl fmt::Display for OwnerFence {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "(object {}, authority {}, owner {} generation {} lease {})",
+            self.object_generation,
+            self.authority_owner_generation,
+            self.holder.node,
+            self.holder.node_generation,
+            self.holder.lease_generation
+        )
+    }
+}
+
 /// One stored actor record: the current location snapshot of an incarnation.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ActorLocation {
@@ -146,6 +176,16 @@ impl ActorLocation {
             object_generation: self.object_generation,
             authority_owner_generation: self.authority_owner_generation,
             version: self.version,
+        }
+    }
+
+    /// The owner authority a `destroy` by this record's owner presents.
+    #[must_use]
+    pub fn owner_fence(&self) -> OwnerFence {
+        OwnerFence {
+            object_generation: self.object_generation,
+            authority_owner_generation: self.authority_owner_generation,
+            holder: self.holder(),
         }
     }
 
