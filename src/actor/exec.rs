@@ -12,7 +12,7 @@
 //! that starts waits before it runs the handler.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU64, AtomicUsize, Ordering};
 use std::time::Instant;
 
 use bytes::Bytes;
@@ -118,6 +118,47 @@ impl Payload for Work {
     }
 }
 
+/// Why an actor's lane ended: decides the terminal of work that finds it ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum EndReason {
+    /// `destroy` (SB-4.1): later work is `NotFound`.
+    Destroyed,
+    /// The node stopped owning it (lease lost, shutdown, failed activation): later work is
+    /// `Unavailable` ([`ActorError::Ended`]).
+    Fenced,
+}
+
+const LIVE: u8 = 0;
+const DESTROYED: u8 = 1;
+const FENCED: u8 = 2;
+
+/// The end state of one actor lane, shared by its mailbox and its turns.
+#[derive(Debug, Default)]
+struct EndState(AtomicU8);
+
+impl EndState {
+    fn set(&self, reason: EndReason) {
+        let v = match reason {
+            EndReason::Destroyed => DESTROYED,
+            EndReason::Fenced => FENCED,
+        };
+        // The first reason stays.
+        let _ = self
+            .0
+            .compare_exchange(LIVE, v, Ordering::AcqRel, Ordering::Acquire);
+    }
+
+    fn error(&self, actor_id: &ActorId) -> Option<ActorError> {
+        match self.0.load(Ordering::Acquire) {
+            LIVE => None,
+            DESTROYED => Some(ActorError::ActorNotFound {
+                actor_id: actor_id.clone(),
+            }),
+            _ => Some(ActorError::Ended),
+        }
+    }
+}
+
 /// State shared by every actor of a node.
 #[derive(Debug)]
 pub(crate) struct ExecShared {
@@ -129,6 +170,9 @@ pub(crate) struct ExecShared {
     pub turns: AtomicU64,
     /// The owner's standing: past the local lease deadline no turn starts (SB-5.11).
     pub gate: Arc<super::fence::OwnerGate>,
+    /// Turns running now (started, terminal not reached): shutdown waits for none before it
+    /// releases the owner lease (SB-10).
+    pub running: Arc<Inflight>,
 }
 
 /// A Spot on the runtime, whatever its kind.
@@ -252,7 +296,7 @@ struct Cell {
     actor_id: ActorId,
     instance: std::sync::Mutex<Option<Box<dyn ActorInstance>>>,
     ctx: ActorCtx,
-    ended: Arc<AtomicBool>,
+    ended: Arc<EndState>,
     shared: Arc<ExecShared>,
 }
 
@@ -283,10 +327,8 @@ impl Cell {
 
     /// Checks that must pass before the handler runs; `Some` = answered without running.
     fn refuse(&self, work: &Work) -> Option<ActorError> {
-        if self.ended.load(Ordering::Acquire) {
-            return Some(ActorError::ActorNotFound {
-                actor_id: self.actor_id.clone(),
-            });
+        if let Some(e) = self.ended.error(&self.actor_id) {
+            return Some(e);
         }
         if work.deadline.is_some_and(|d| Instant::now() >= d) {
             return Some(ActorError::DeadlineExceeded);
@@ -296,10 +338,12 @@ impl Cell {
 
     fn run(self: &Arc<Self>, turn: TurnCtx, mut work: Work) -> runtime::Handled<()> {
         self.shared.turns.fetch_add(1, Ordering::Relaxed);
+        let running = self.shared.running.enter();
         let reply = work.reply.take();
         if *self.shared.paused.borrow() {
             let cell = self.clone();
             return runtime::Handled::later(async move {
+                let _running = running;
                 let mut paused = cell.shared.paused.clone();
                 while *paused.borrow_and_update() {
                     if paused.changed().await.is_err() {
@@ -331,6 +375,7 @@ impl Cell {
             Step::Later(f) => {
                 let cell = self.clone();
                 runtime::Handled::later(async move {
+                    let _running = running;
                     let out = f.await;
                     cell.finish(reply, out);
                     drop(work);
@@ -360,19 +405,22 @@ fn serial_handler(
 pub(crate) struct Mailbox {
     actor_id: ActorId,
     lane: runtime::ActorRef<Work, ()>,
-    ended: Arc<AtomicBool>,
+    ended: Arc<EndState>,
 }
 
 impl Mailbox {
     /// Appends `work` to the actor's lane, waiting while the application lane is full
     /// (backpressure; nothing runs inline). On failure the work was dropped, which already
     /// answered its request.
-    pub(crate) async fn submit(&self, work: Work) -> Result<(), ActorError> {
-        if self.ended.load(Ordering::Acquire) {
-            drop(work);
-            return Err(ActorError::ActorNotFound {
-                actor_id: self.actor_id.clone(),
-            });
+    pub(crate) async fn submit(&self, mut work: Work) -> Result<(), ActorError> {
+        if let Some(e) = self.ended.error(&self.actor_id) {
+            if let Some(r) = work.reply.take() {
+                r.complete(Err(self
+                    .ended
+                    .error(&self.actor_id)
+                    .unwrap_or(ActorError::Ended)));
+            }
+            return Err(e);
         }
         self.lane
             .send(work)
@@ -383,20 +431,18 @@ impl Mailbox {
     /// Appends `work` without waiting; a full lane drops it (a timer tick is skipped, never
     /// run inline).
     pub(crate) fn tell(&self, work: Work) -> Result<(), ActorError> {
-        if self.ended.load(Ordering::Acquire) {
-            return Err(ActorError::ActorNotFound {
-                actor_id: self.actor_id.clone(),
-            });
+        if let Some(e) = self.ended.error(&self.actor_id) {
+            return Err(e);
         }
         self.lane
             .tell(work)
             .map_err(|e| runtime_error(&self.actor_id, e))
     }
 
-    /// Ends the actor: its lane is removed by a lifecycle record; queued work is answered
-    /// (`Ended`), never run.
-    pub(crate) fn end(&self) {
-        self.ended.store(true, Ordering::Release);
+    /// Ends the actor for `reason`: its lane is removed by a lifecycle record; queued work is
+    /// answered (`Ended`, or `NotFound` after a destroy), never run.
+    pub(crate) fn end(&self, reason: EndReason) {
+        self.ended.set(reason);
         if let Err(e) = self.lane.destroy() {
             tracing::debug!(actor = %self.actor_id, error = %e, "actor lane already gone");
         }
@@ -437,7 +483,7 @@ pub(crate) async fn spawn(
     spot: &RtSpot,
     shared: Arc<ExecShared>,
 ) -> Result<Mailbox, FactoryFailed> {
-    let ended = Arc::new(AtomicBool::new(false));
+    let ended = Arc::new(EndState::default());
     let cell = Arc::new(Cell {
         actor_id: actor_id.clone(),
         instance: std::sync::Mutex::new(None),
@@ -476,7 +522,7 @@ pub(crate) async fn spawn(
     match result {
         Ok(()) => Ok(mailbox),
         Err(e) => {
-            mailbox.end();
+            mailbox.end(EndReason::Fenced);
             Err(e)
         }
     }

@@ -13,7 +13,7 @@ use zlink_wire::{ActorId, DispatchKey, ErrorKind, NodeRid};
 use super::local::{LocalActor, SpotState};
 use super::protocol::{self, Activate, ActivateMode, DestroyActor, FirstRecord};
 use super::{Create, Node, bound, lock, request_error};
-use crate::actor::exec::{self, Mailbox, RtSpot, Work};
+use crate::actor::exec::{self, EndReason, Mailbox, RtSpot, Work};
 use crate::actor::fence::{self, CallFence};
 use crate::actor::{ActivationInfo, ActorCtx, ActorError, ActorRef, ActorType, SpotKind, SpotSpec};
 use crate::session::BindingSlot;
@@ -395,7 +395,7 @@ impl Node {
             }
         };
         if let Some(mut a) = removed {
-            a.end();
+            a.end(EndReason::Fenced);
             self.leave_spot(&a.spot);
         }
     }
@@ -530,7 +530,7 @@ impl Node {
             removed
         };
         if let Some(mut a) = removed {
-            a.end();
+            a.end(EndReason::Destroyed);
             self.leave_spot(&a.spot);
         }
         tracing::debug!(actor = %actor, "actor destroyed");

@@ -254,14 +254,16 @@ async fn on_client_request(
             } else {
                 let node = node.clone();
                 tokio::spawn(async move {
-                    let out = node
-                        .request_raw(
+                    // Shutdown that stops waiting answers it at once (SB-10: one terminal).
+                    let out = tokio::select! {
+                        out = node.request_raw(
                             &req.actor,
                             DispatchKey::new(req.key),
                             Bytes::from(req.payload),
                             timeout,
-                        )
-                        .await;
+                        ) => out,
+                        () = node.closed() => Err(ActorError::ShuttingDown),
+                    };
                     answer(reply, out);
                     drop(guard);
                 });

@@ -22,6 +22,7 @@ use tokio::task::JoinHandle;
 
 use super::local::LocalActor;
 use super::{Node, lock};
+use crate::actor::exec::EndReason;
 use crate::store::{LeaseHolder, OwnerLease, StoreError};
 
 /// The safety margin between the store's lease expiry and the local deadline: a tenth of the
@@ -231,7 +232,7 @@ impl Node {
             "owner lease lost: ending every local actor"
         );
         for mut a in ended {
-            a.end();
+            a.end(EndReason::Fenced);
             self.leave_spot(&a.spot);
         }
     }

@@ -7,7 +7,7 @@ use std::collections::{HashMap, VecDeque};
 use tokio::task::JoinHandle;
 use zlink_wire::{ActorId, ObjectGeneration};
 
-use crate::actor::exec::{Mailbox, RtSpot, Work};
+use crate::actor::exec::{EndReason, Mailbox, RtSpot, Work};
 use crate::actor::fence::CallFence;
 use crate::actor::{ActorRef, SpotKind};
 use crate::session::BindingSlot;
@@ -27,11 +27,13 @@ pub(super) struct LocalActor {
 }
 
 impl LocalActor {
-    pub(super) fn end(&mut self) {
+    /// Ends the incarnation: its timers stop and its lane ends for `reason` (work that finds
+    /// it ended answers `NotFound` after a destroy, `Unavailable` otherwise).
+    pub(super) fn end(&mut self, reason: EndReason) {
         for t in self.timers.drain(..) {
             t.abort();
         }
-        self.mailbox.end();
+        self.mailbox.end(reason);
     }
 }
 

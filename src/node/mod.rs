@@ -15,8 +15,9 @@
 //!   owner validates the fences ([`crate::actor::fence::check_call`]) and appends the payload to
 //!   the actor's own queue (EG-2.1). Nothing is resent after a timeout or a failure (SB-12);
 //!   the Location Store is not read per call (SB-1.2).
-//! - [`Node::shutdown`] (SB-10): stop accepting new client work and activations, drain accepted
-//!   work until a deadline, release the owner lease, close the mesh (peers get Disconnect).
+//! - [`Node::shutdown`] (SB-10): refuse new work of every origin, drain accepted work until a
+//!   deadline, end the actors and wait for running turns, and only then release the owner
+//!   lease and close the mesh (peers get Disconnect).
 
 mod activation;
 mod bound;
@@ -258,6 +259,9 @@ struct Inner {
     activations: Mutex<HashMap<ActorId, Vec<ActivationWaiter>>>,
     exec: Arc<ExecShared>,
     paused: watch::Sender<bool>,
+    /// `true` once shutdown gave up draining: work still waiting elsewhere (a client call
+    /// forwarded to another node) answers `Unavailable` now, before the mesh closes.
+    closing: watch::Sender<bool>,
     inflight: Arc<Inflight>,
     accepting: AtomicBool,
     peers: Vec<PeerAddress>,
@@ -266,6 +270,8 @@ struct Inner {
     held_limit: usize,
     lease_ttl: Duration,
     tasks: Mutex<Vec<JoinHandle<()>>>,
+    /// The owner lease driver; stopped by shutdown before the lease is released.
+    lease_task: Mutex<Option<JoinHandle<()>>>,
     activations_done: AtomicU64,
     calls_in: AtomicU64,
     calls_out: AtomicU64,
@@ -358,8 +364,10 @@ impl Node {
                     send_failures: AtomicU64::new(0),
                     turns: AtomicU64::new(0),
                     gate,
+                    running: Arc::new(Inflight::default()),
                 }),
                 paused,
+                closing: watch::channel(false).0,
                 inflight: Arc::new(Inflight::default()),
                 accepting: AtomicBool::new(true),
                 peers: options.peers,
@@ -367,6 +375,7 @@ impl Node {
                 held_limit,
                 lease_ttl: options.lease_ttl,
                 tasks: Mutex::new(Vec::new()),
+                lease_task: Mutex::new(None),
                 activations_done: AtomicU64::new(0),
                 calls_in: AtomicU64::new(0),
                 calls_out: AtomicU64::new(0),
@@ -388,8 +397,8 @@ impl Node {
     fn spawn_background(&self, inbound: InboundReceiver) {
         let events = self.inner.mesh.take_client_events();
         let d = tokio::spawn(dispatch::run(self.clone(), inbound, events));
-        let renew = self.spawn_lease_renewal();
-        lock(&self.inner.tasks).extend([d, renew]);
+        lock(&self.inner.tasks).push(d);
+        *lock(&self.inner.lease_task) = Some(self.spawn_lease_renewal());
     }
 
     /// This node's routing id.
@@ -581,6 +590,17 @@ impl Node {
 
     pub(crate) fn inflight(&self) -> &Arc<Inflight> {
         &self.inner.inflight
+    }
+
+    /// Completes once shutdown stopped waiting for accepted work (SB-10): whoever still holds
+    /// a request then answers it `Unavailable` at once, so it gets its one terminal before the
+    /// mesh closes.
+    pub(crate) fn closed(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let mut rx = self.inner.closing.subscribe();
+        async move {
+            // An error means the node is gone, which is closed too.
+            let _ = rx.wait_for(|closed| *closed).await;
+        }
     }
 
     pub(crate) fn accepting(&self) -> bool {

@@ -1,5 +1,11 @@
-//! [`Node::shutdown`] (SB-10): refuse new work, drain, release the owner lease, end every actor,
-//! stop the lane runtime and close the mesh.
+//! [`Node::shutdown`] (SB-10): refuse new work of every origin, drain, end every actor, wait for
+//! running turns, and only then release the owner lease; stop the lane runtime and close the
+//! mesh.
+//!
+//! The order is the safety argument: another node may take an actor over as soon as the lease
+//! is released, so nothing of this node may still run a turn, accept a record or hold a
+//! request by then. Every accepted request gets exactly one terminal: its reply, or
+//! `Unavailable` (an actor ended by shutdown, a forwarded call still waiting at the deadline).
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -7,17 +13,29 @@ use std::time::{Duration, Instant};
 
 use super::local::LocalActor;
 use super::{Node, lock};
+use crate::actor::exec::EndReason;
 
 impl Node {
-    /// Graceful shutdown (SB-10): refuse new client work and activations, wait until accepted
-    /// work has its terminal or `drain` passes, release the owner lease, end every actor and
-    /// close the mesh (peers get Disconnect).
+    /// Graceful shutdown (SB-10), in this order:
+    /// 1. refuse new work of every origin: client records and activations, peer 160 calls, 24
+    ///    relays and 38 binds (the owner gate is closed: `Unavailable`), timer ticks, new
+    ///    sessions and bindings;
+    /// 2. drain: wait until accepted work has its terminal, at most `drain`;
+    /// 3. answer what still waits (`Unavailable`), end every actor (queued work `Unavailable`)
+    ///    and wait for the turns already running to finish;
+    /// 4. release the owner lease — only now may another node take the actors over — stop the
+    ///    lane runtime and close the mesh (peers get Disconnect).
+    ///
+    /// A turn still running when the deadline has passed keeps the lease: it is not released
+    /// (it expires in the store after its TTL), so no second owner can start while it runs.
     pub async fn shutdown(self, drain: Duration) {
         let inner = &self.inner;
+        let deadline = tokio::time::Instant::now() + drain;
         inner.accepting.store(false, Ordering::Release);
+        inner.gate.close();
         inner.sessions.stop_accepting();
         tracing::info!(inflight = inner.inflight.current(), "shutdown: draining");
-        if tokio::time::timeout(drain, inner.inflight.wait_idle())
+        if tokio::time::timeout_at(deadline, inner.inflight.wait_idle())
             .await
             .is_err()
         {
@@ -26,21 +44,41 @@ impl Node {
                 "shutdown: drain deadline passed"
             );
         }
-        let holder = lock(&inner.lease).lease().holder.clone();
-        if let Err(e) = inner.store.release_owner(holder).await {
-            tracing::warn!(error = %e, "shutdown: releasing the owner lease failed");
-        }
+        inner.closing.send_replace(true);
         let mut live: Vec<LocalActor> = lock(&inner.actors).live.drain().map(|(_, a)| a).collect();
         for a in &mut live {
-            a.end();
+            a.end(EndReason::Fenced);
         }
         drop(live);
+        // Turns already running finish on their own; the lease stays until they did.
+        let grace = deadline.max(tokio::time::Instant::now() + Duration::from_millis(100));
+        let turns_done = tokio::time::timeout_at(grace, inner.exec.running.wait_idle())
+            .await
+            .is_ok();
+        // Answers sent on `closing` drop their guards at once.
+        let _ = tokio::time::timeout_at(grace, inner.inflight.wait_idle()).await;
+        let report = inner.runtime.shutdown().await;
+        tracing::debug!(gates = report.gates_ended, "shutdown: lane runtime stopped");
+        // No renewal may run after the release (a renewal answered LeaseNotLive would register
+        // a new lease); the inbound loop keeps refusing records until the mesh closes.
+        if let Some(t) = lock(&inner.lease_task).take() {
+            t.abort();
+        }
+        if turns_done {
+            let holder = lock(&inner.lease).lease().holder.clone();
+            if let Err(e) = inner.store.release_owner(holder).await {
+                tracing::warn!(error = %e, "shutdown: releasing the owner lease failed");
+            }
+        } else {
+            tracing::warn!(
+                running = inner.exec.running.current(),
+                "shutdown: turns still running; the owner lease is left to expire"
+            );
+        }
         for t in lock(&inner.tasks).drain(..) {
             t.abort();
         }
         lock(&inner.spots).clear();
-        let report = inner.runtime.shutdown().await;
-        tracing::debug!(gates = report.gates_ended, "shutdown: lane runtime stopped");
         // Wait (bounded) until every other handle is gone, then join the mesh I/O thread.
         let mut inner = self.inner;
         let deadline = Instant::now() + Duration::from_secs(2);
