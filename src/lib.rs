@@ -1,6 +1,7 @@
 //! ZLink node runtime: lane runtime, actors and Spots, session binding, Location Store.
 
 pub mod actor;
+mod backlog;
 pub mod config;
 pub mod node;
 pub mod runtime;

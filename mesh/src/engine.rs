@@ -41,6 +41,7 @@ use crate::node::{
     ClientCloseCause, ClientEvent, DownReason, Inbound, Origin, OutItem, Outbox, PeerEvent,
     PeerSlot, ReplyHandle, ReplyTarget, Response, Shared,
 };
+use crate::sink::Offer;
 use crate::tap::{TapDirection, WireTap};
 use crate::types::{LinkKind, NodeGeneration, NodeRid, SessionRid};
 
@@ -92,6 +93,10 @@ pub(crate) enum Command {
         session: u64,
         reason: DisconnectReason,
     },
+    /// [`crate::MeshNode::set_sink`]: application records are offered to it from now on.
+    SetSink(Box<dyn crate::sink::InboundSink>),
+    /// [`crate::MeshNode::release_credit`]: a record the sink held left its sender's window.
+    ReleaseCredit(Origin, u64),
     /// Test hook ([`crate::MeshNode::hold_io_for_tests`]): the I/O thread blocks until the
     /// sender of this channel is dropped (at most [`HOLD_LIMIT`]). Commands submitted behind
     /// it are drained in the same pass once it is released.
@@ -265,6 +270,8 @@ pub(crate) struct Engine {
     next_session: u64,
     corr: Correlations<(Arc<NodeRid>, NodeGeneration), Waiter>,
     inbound: InboundSender,
+    /// Offered every application record before the inbound channel ([`crate::sink`]).
+    sink: Option<Box<dyn crate::sink::InboundSink>>,
     /// Relay records read but not yet taken by the inbound channel (bounded by the peers'
     /// windows): (peer, generation, bytes, record).
     held: VecDeque<(Arc<NodeRid>, NodeGeneration, u64, Inbound)>,
@@ -609,6 +616,7 @@ impl Engine {
                 next_session: 1,
                 corr: Correlations::new(),
                 inbound,
+                sink: None,
                 held: VecDeque::new(),
                 held_clients: VecDeque::new(),
                 tombstones,
@@ -825,6 +833,11 @@ impl Engine {
             Command::CloseClient { session, reason } => {
                 self.close_client(session, ClientCloseCause::Closed(reason), Instant::now());
             }
+            Command::SetSink(sink) => self.sink = Some(sink),
+            Command::ReleaseCredit(origin, bytes) => match origin {
+                Origin::Peer { node, generation } => self.credit_freed(&node, generation, bytes),
+                Origin::Client { session } => self.client_credit_freed(session.get(), bytes),
+            },
             Command::Hold(release) => {
                 // Released when the guard (the only sender) is dropped: `recv` then fails.
                 if let Err(crossbeam_channel::RecvTimeoutError::Timeout) =
@@ -2381,6 +2394,28 @@ impl Engine {
                     node: NodeRid::clone(node),
                     generation,
                 };
+                if let Some(sink) = self.sink.as_mut() {
+                    // Direct delivery (`crate::sink`); what it passes goes up as below.
+                    let inb = Inbound {
+                        origin,
+                        correlation: header.correlation,
+                        record: rec,
+                        payload,
+                        deadline,
+                        reply,
+                    };
+                    match sink.offer(inb, bytes) {
+                        Offer::Taken => {
+                            self.shared.counters.delivered(1);
+                            if p.rx.free(self.cfg.peer_window, bytes) {
+                                self.flush_credit(node);
+                            }
+                        }
+                        Offer::Held => self.shared.counters.delivered(1),
+                        Offer::Pass(inb) => self.hand_up_peer(node, generation, bytes, inb),
+                    }
+                    return None;
+                }
                 // Hand up (or hold, FIFO, while the inbound channel is full) and count the
                 // freed credit with this same lookup of the peer. Room is checked before the
                 // record is built so that it is moved once, straight into the batch.
@@ -2415,6 +2450,28 @@ impl Engine {
             ),
         }
         None
+    }
+
+    /// Hands a relay record up through the inbound channel, or holds it (FIFO) while the
+    /// channel is full; credit is returned once it moved up.
+    fn hand_up_peer(
+        &mut self,
+        node: &Arc<NodeRid>,
+        generation: NodeGeneration,
+        bytes: u64,
+        inb: Inbound,
+    ) {
+        if self.held.is_empty() {
+            match self.inbound.try_push(inb) {
+                Ok(()) => {
+                    self.shared.counters.delivered(1);
+                    self.credit_freed(node, generation, bytes);
+                }
+                Err(inb) => self.held.push_back((node.clone(), generation, bytes, inb)),
+            }
+        } else {
+            self.held.push_back((node.clone(), generation, bytes, inb));
+        }
     }
 
     fn complete(
@@ -2665,6 +2722,42 @@ impl Engine {
                         DropReason::CreditExceeded,
                         &format_args!("client {session}"),
                     );
+                    return None;
+                }
+                if let Some(sink) = self.sink.as_mut() {
+                    // Direct delivery (`crate::sink`); what it passes goes up as below.
+                    let rec = match rec {
+                        Some(r) => r,
+                        None => self.memo.record(),
+                    };
+                    let deadline = codec::record_deadline(&rec).map(|d| now + d);
+                    let reply = corr.is_some().then(|| {
+                        ReplyHandle::new(
+                            self.shared.clone(),
+                            ReplyTarget::Client { session },
+                            corr.get(),
+                        )
+                    });
+                    let inb = Inbound {
+                        origin: Origin::Client {
+                            session: SessionRid::new(session),
+                        },
+                        correlation: corr,
+                        record: rec,
+                        payload,
+                        deadline,
+                        reply,
+                    };
+                    match sink.offer(inb, bytes) {
+                        Offer::Taken => {
+                            self.shared.counters.delivered(1);
+                            if c.rx.free(window, bytes) {
+                                self.flush_client_credit(session);
+                            }
+                        }
+                        Offer::Held => self.shared.counters.delivered(1),
+                        Offer::Pass(inb) => self.deliver_client(session, bytes, inb),
+                    }
                     return None;
                 }
                 // A plain one-way record (no correlation: no reply, no deadline) goes up in the

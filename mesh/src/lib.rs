@@ -33,6 +33,7 @@ mod fxhash;
 pub mod handshake;
 mod inbound;
 pub mod node;
+pub mod sink;
 pub mod tap;
 pub mod types;
 
@@ -49,6 +50,7 @@ pub use node::{
     BoundEndpoints, ClientCloseCause, ClientEvent, ClientEvents, DownReason, Inbound,
     InboundReceiver, MeshNode, Origin, PeerEvent, ReplyHandle, Response,
 };
+pub use sink::{InboundSink, Offer};
 pub use tap::{TapDirection, TapFrame, WireTap};
 pub use types::{
     CorrelationId, Deadline, DispatchKey, LinkKind, MeshName, NodeGeneration, NodeRid, SessionRid,

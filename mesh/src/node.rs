@@ -657,6 +657,24 @@ impl MeshNode {
         })
     }
 
+    /// Installs the direct-delivery sink ([`crate::sink`]): from the I/O thread's next pass on,
+    /// every application record is offered to it before the inbound channel. Install it before
+    /// records arrive (right after [`MeshNode::start`]): records already in the channel are
+    /// not offered again.
+    ///
+    /// # Errors
+    /// [`SendError::Closed`] after the node shut down.
+    pub fn set_sink(&self, sink: Box<dyn crate::sink::InboundSink>) -> Result<(), SendError> {
+        self.shared.submit(Command::SetSink(sink))
+    }
+
+    /// Returns the receive-window credit of a record the sink took with
+    /// [`Offer::Held`](crate::Offer::Held): `origin` and `bytes` as it was offered. Credit of a
+    /// peer lifecycle or a session that ended meanwhile is ignored.
+    pub fn release_credit(&self, origin: Origin, bytes: u64) {
+        let _ = self.shared.submit(Command::ReleaseCredit(origin, bytes));
+    }
+
     /// The current generation of `node` if it is up.
     pub fn peer_generation(&self, node: &NodeRid) -> Option<NodeGeneration> {
         self.shared.peer_slot(node).map(|s| s.generation)

@@ -428,6 +428,24 @@ impl Mailbox {
             .map_err(|e| runtime_error(&self.actor_id, e))
     }
 
+    /// `work` prepared for this actor's lane, not yet submitted (see
+    /// [`crate::runtime::PendingSubmit`]): the submitter tries it without waiting and keeps it
+    /// when the lane is full.
+    pub(crate) fn prepare(&self, work: Work) -> Result<runtime::PendingSubmit, ActorError> {
+        if self.ended.load(Ordering::Acquire) {
+            drop(work);
+            return Err(ActorError::ActorNotFound {
+                actor_id: self.actor_id.clone(),
+            });
+        }
+        Ok(self.lane.prepare_send(work))
+    }
+
+    /// The error a refusal of this actor's lane means.
+    pub(crate) fn error_of(&self, e: RuntimeError) -> ActorError {
+        runtime_error(&self.actor_id, e)
+    }
+
     /// Appends `work` without waiting; a full lane drops it (a timer tick is skipped, never
     /// run inline).
     pub(crate) fn tell(&self, work: Work) -> Result<(), ActorError> {

@@ -19,6 +19,7 @@ use super::{Inner, Node, lock, request_error, send_error};
 use crate::actor::exec::{ReplyTo, Work};
 use crate::actor::fence::{self, CallFence};
 use crate::actor::{ActorCtx, ActorError, ActorHost, ActorRef};
+use crate::backlog::{Admitted, Done};
 use crate::runtime::BoxFuture;
 use crate::session::flow::{FlowRecord, FlowReject};
 use crate::session::owner::Refusal;
@@ -294,6 +295,46 @@ impl Node {
             tracing::debug!(actor = %rec.actor, error = %e, "24 actorSend refused");
         }
         refused
+    }
+
+    /// [`Node::on_actor_send`] without waiting (from the mesh I/O thread or the inbound
+    /// loop): a full lane keeps the record in the actor's backlog (see
+    /// [`Node::submit_checked_now`]; `done` runs once it entered the lane).
+    pub(crate) fn on_actor_send_now(
+        &self,
+        sender: &NodeRid,
+        rec: ActorSend,
+        payload: Bytes,
+        deadline: Option<Instant>,
+        reply: Option<ReplyTo>,
+        done: impl FnOnce() -> Done,
+    ) -> Admitted {
+        let fence = CallFence {
+            actor_id: rec.actor.clone(),
+            object_generation: rec.object_generation,
+            authority_owner_generation: rec.authority_owner_generation,
+            owner_lease_generation: rec.owner_lease_generation,
+            node_generation: self.generation(),
+        };
+        let work = Work {
+            key: rec.key,
+            payload,
+            reply,
+            deadline,
+            guard: Some(self.inflight().enter()),
+        };
+        let bound = super::BoundCheck {
+            node: sender.clone(),
+            lifecycle: rec.session_lifecycle,
+            generation: rec.tail.binding_generation,
+        };
+        let (admitted, refused) = self.submit_checked_now(&fence, work, Some(&bound), done);
+        if let Some(e) = &refused {
+            // Counted with its reason where it was decided (`submit_checked`).
+            self.count_send_dropped();
+            tracing::debug!(actor = %rec.actor, error = %e, "24 actorSend refused");
+        }
+        admitted
     }
 
     /// `ActorCtx::push`: reads the incarnation's binding slot (under the actors lock) and sends

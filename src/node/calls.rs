@@ -12,9 +12,10 @@ use zlink_mesh::{Record, RequestError, SendError};
 use zlink_wire::{ActorCall, Deadline, DispatchKey, NodeRid};
 
 use super::{BoundCheck, Node, lock};
-use crate::actor::exec::{ReplyTo, Work};
+use crate::actor::exec::{Mailbox, ReplyTo, Work};
 use crate::actor::fence::{self, CallFence};
 use crate::actor::{ActorError, ActorRef, Message};
+use crate::backlog::{Admitted, Done};
 
 impl Node {
     /// Sends a typed request to `actor` and waits for its typed reply, at most `timeout`.
@@ -154,6 +155,57 @@ impl Node {
         work: Work,
         bound: Option<&BoundCheck>,
     ) -> Option<ActorError> {
+        match self.check_submit(call, work, bound) {
+            Checked::Done(e) => e,
+            // A failed submission dropped the work, which answered a request already.
+            Checked::Ready(mailbox, work) => mailbox.submit(work).await.err(),
+        }
+    }
+
+    /// [`Node::submit_checked`] without waiting (the mesh I/O thread delivers with it): a full
+    /// lane keeps `work` in the actor's backlog, FIFO behind what waits there, and `done` runs
+    /// once it entered the lane ([`Admitted::Queued`]). A backlog at its limit (the
+    /// application lane's item limit) refuses with `LaneFull`, counted: a full lane holds only
+    /// what is addressed to it, a bounded amount.
+    pub(crate) fn submit_checked_now(
+        &self,
+        call: &CallFence,
+        work: Work,
+        bound: Option<&BoundCheck>,
+        done: impl FnOnce() -> Done,
+    ) -> (Admitted, Option<ActorError>) {
+        let (mailbox, mut work) = match self.check_submit(call, work, bound) {
+            Checked::Done(e) => return (Admitted::Now, e),
+            Checked::Ready(m, w) => (m, w),
+        };
+        let backlogs = &self.inner.actor_backlogs;
+        if backlogs.queued(&call.actor_id) >= self.inner.held_limit {
+            backlogs.count_refused();
+            let error = ActorError::LaneFull {
+                actor_id: call.actor_id.clone(),
+            };
+            return match work.reply.take() {
+                Some(r) => {
+                    r.complete(Err(error));
+                    (Admitted::Now, None)
+                }
+                None => (Admitted::Now, Some(error)),
+            };
+        }
+        let pending = match mailbox.prepare(work) {
+            Ok(p) => p,
+            Err(e) => return (Admitted::Now, Some(e)),
+        };
+        match backlogs.submit(&call.actor_id, pending, done, &self.inner.rt) {
+            Ok(a) => (a, None),
+            // The dropped work answered a request already.
+            Err(e) => (Admitted::Now, Some(mailbox.error_of(e))),
+        }
+    }
+
+    /// The checks of [`Node::submit_checked`]: fences, the 24's binding, the activation
+    /// barrier. `Ready` when the work may enter the actor's lane.
+    fn check_submit(&self, call: &CallFence, work: Work, bound: Option<&BoundCheck>) -> Checked {
         let mut work = work;
         // One lock for the fence check and the barrier decision, so a record is held only by
         // the incarnation that admitted it.
@@ -200,7 +252,7 @@ impl Node {
                     }
                     Some(held) => {
                         held.push_back(work);
-                        return None;
+                        return Checked::Done(None);
                     }
                     None => Ok(a.mailbox.clone()),
                 },
@@ -223,15 +275,14 @@ impl Node {
             }
         }
         match checked {
-            // A failed submission dropped the work, which answered a request already.
-            Ok(mailbox) => mailbox.submit(work).await.err(),
-            Err(error) => match work.reply.take() {
+            Ok(mailbox) => Checked::Ready(mailbox, work),
+            Err(error) => Checked::Done(match work.reply.take() {
                 Some(r) => {
                     r.complete(Err(error));
                     None
                 }
                 None => Some(error),
-            },
+            }),
         }
     }
 
@@ -333,4 +384,12 @@ pub(crate) fn send_error(node: &NodeRid, e: SendError) -> ActorError {
         SendError::TooLarge { .. } | SendError::Encode(_) => ActorError::Codec(e.to_string()),
         _ => ActorError::NodeUnavailable { node: node.clone() },
     }
+}
+
+/// What [`Node::check_submit`] decided.
+enum Checked {
+    /// Answered or refused without entering the lane (a refused send's error).
+    Done(Option<ActorError>),
+    /// May enter the actor's lane.
+    Ready(Mailbox, Work),
 }

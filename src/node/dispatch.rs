@@ -1,20 +1,137 @@
-//! The node's inbound loop: RouteMesh records from peers and ClientServer records from clients
-//! (infrastructure domain: it never runs an actor handler, it only validates and enqueues;
-//! anything that needs the store runs in its own task).
+//! Inbound records: RouteMesh records from peers and ClientServer records from clients.
+//!
+//! Two ways in. [`Sink`] runs on the mesh I/O thread and takes the per-message records — client
+//! packets (to the session lane) and 24 / 160 from peers (to the actor lane) — straight from
+//! the receive pass, without a hop through a task. [`run`], the inbound loop (a tokio task,
+//! infrastructure domain), takes everything else and the session events. Neither ever runs an
+//! actor handler or waits for one actor or one peer: a full lane keeps what is addressed to it
+//! in that target's backlog ([`crate::backlog`], bounded and counted) while the sender's credit
+//! stays charged (`Offer::Held`), and work that must wait for a peer or the store runs in its
+//! own task.
 
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use zlink_mesh::{
-    ClientEvent, ClientEvents, Inbound, InboundReceiver, Origin, Record, ReplyHandle,
+    ClientEvent, ClientEvents, Inbound, InboundReceiver, InboundSink, Offer, Origin, Record,
+    ReplyHandle,
 };
 use zlink_wire::{ActorCall, ActorId, BindOperation, DispatchKey, ErrorKind};
 
 use super::protocol::{self, Activate, CallActor, CreateActor, DestroyActor, GetActor};
-use super::{Create, Node};
+use super::{Create, Inner, Node};
 use crate::actor::ActorError;
 use crate::actor::exec::{ReplyTo, Work};
 use crate::actor::fence::CallFence;
+use crate::backlog::{Admitted, Done};
+use std::sync::{Arc, Weak};
+
+/// The direct delivery of per-message records on the mesh I/O thread (see the module doc).
+/// Everything it does is non-blocking: fence and binding checks under the actors lock, a
+/// session lookup, and a lane submission that keeps the record in the target's backlog when
+/// the lane is full.
+///
+/// It holds the node weakly: the mesh I/O thread that owns it must not keep the node alive
+/// (shutdown waits for the last handle before it joins that thread).
+pub(crate) struct Sink {
+    node: Weak<Inner>,
+}
+
+impl Sink {
+    pub(crate) fn new(node: &Node) -> Self {
+        Sink {
+            node: Arc::downgrade(&node.inner),
+        }
+    }
+}
+
+/// The credit release of a record that waits in a backlog: its sender's window stays charged
+/// until the record entered its lane.
+fn release(node: &Node, origin: Origin, bytes: u64) -> impl FnOnce() -> Done + use<> {
+    let node = Arc::downgrade(&node.inner);
+    move || {
+        Box::new(move || {
+            if let Some(inner) = node.upgrade() {
+                inner.mesh.release_credit(origin, bytes);
+            }
+        })
+    }
+}
+
+fn offer_of(a: Admitted) -> Offer {
+    match a {
+        Admitted::Now => Offer::Taken,
+        Admitted::Queued => Offer::Held,
+    }
+}
+
+impl InboundSink for Sink {
+    fn offer(&mut self, inbound: Inbound, bytes: u64) -> Offer {
+        let Some(inner) = self.node.upgrade() else {
+            return Offer::Pass(inbound);
+        };
+        let node = &Node { inner };
+        let direct = match (&inbound.origin, &inbound.record) {
+            (Origin::Client { .. }, Record::Request(r)) => !protocol::is_framework_key(r.key),
+            (Origin::Client { .. }, Record::OneWay(o)) => !protocol::is_framework_key(o.key),
+            (Origin::Peer { .. }, Record::ActorSend(_) | Record::ActorCall(_)) => true,
+            _ => false,
+        };
+        if !direct {
+            return Offer::Pass(inbound);
+        }
+        let Inbound {
+            origin,
+            record,
+            payload,
+            deadline,
+            reply,
+            ..
+        } = inbound;
+        let payload = payload.unwrap_or_default();
+        match (origin, record) {
+            (Origin::Client { session }, Record::Request(r)) => {
+                let done = release(node, Origin::Client { session }, bytes);
+                offer_of(node.sessions().packet(session, r.key, payload, reply, done))
+            }
+            (Origin::Client { session }, Record::OneWay(o)) => {
+                let done = release(node, Origin::Client { session }, bytes);
+                offer_of(node.sessions().packet(session, o.key, payload, None, done))
+            }
+            (
+                Origin::Peer {
+                    node: sender,
+                    generation,
+                },
+                Record::ActorSend(rec),
+            ) => {
+                let reply = reply.map(ReplyTo::Wire);
+                let origin = || Origin::Peer {
+                    node: sender.clone(),
+                    generation,
+                };
+                let done = || release(node, origin(), bytes)();
+                offer_of(node.on_actor_send_now(&sender, rec, payload, deadline, reply, done))
+            }
+            (
+                Origin::Peer {
+                    node: sender,
+                    generation,
+                },
+                Record::ActorCall(call),
+            ) => {
+                let origin = Origin::Peer {
+                    node: sender,
+                    generation,
+                };
+                let done = release(node, origin, bytes);
+                offer_of(on_actor_call(node, call, payload, deadline, reply, done))
+            }
+            // Filtered above.
+            _ => Offer::Taken,
+        }
+    }
+}
 
 /// Runs until the mesh closes the inbound channel. Client session events come from the mesh's
 /// lossless event stream; records are taken first whenever both are ready, so a session's
@@ -73,12 +190,13 @@ async fn handle(node: &Node, inbound: Inbound) {
     } = inbound;
     let payload = payload.unwrap_or_default();
     match (origin, record) {
+        // Records that came before the sink was installed: the same non-blocking path.
         (Origin::Peer { .. }, Record::ActorCall(call)) => {
-            on_actor_call(node, call, payload, deadline, reply).await;
+            on_actor_call(node, call, payload, deadline, reply, no_release);
         }
         (Origin::Peer { node: sender, .. }, Record::ActorSend(rec)) => {
-            node.on_actor_send(&sender, rec, payload, deadline, reply.map(ReplyTo::Wire))
-                .await;
+            let reply = reply.map(ReplyTo::Wire);
+            node.on_actor_send_now(&sender, rec, payload, deadline, reply, no_release);
         }
         (Origin::Peer { node: sender, .. }, Record::BoundSessionBind(rec)) => {
             if rec.operation == BindOperation::Bind {
@@ -103,10 +221,12 @@ async fn handle(node: &Node, inbound: Inbound) {
             node.sessions().handle_replaced((&sender, generation), &rec);
         }
         (Origin::Client { session }, Record::Request(r)) if !protocol::is_framework_key(r.key) => {
-            node.sessions().packet(session, r.key, payload, reply).await;
+            node.sessions()
+                .packet(session, r.key, payload, reply, no_release);
         }
         (Origin::Client { session }, Record::OneWay(o)) if !protocol::is_framework_key(o.key) => {
-            node.sessions().packet(session, o.key, payload, None).await;
+            node.sessions()
+                .packet(session, o.key, payload, None, no_release);
         }
         (Origin::Peer { .. }, Record::Request(r)) => match reply {
             Some(reply) => on_peer_request(node, r.key, payload, reply),
@@ -129,16 +249,22 @@ async fn handle(node: &Node, inbound: Inbound) {
     }
 }
 
+/// No credit to release (the inbound loop returned it when it took the record).
+fn no_release() -> Done {
+    Box::new(|| {})
+}
+
 /// 160 ActorCall from a peer: validate the fences and append to the actor's queue (EG-2.1).
-/// A full queue makes this loop wait (backpressure on the relay connection); it never runs the
-/// work inline.
-async fn on_actor_call(
+/// A full queue keeps it in the actor's backlog (`done` runs once it entered the lane); it
+/// never runs the work inline.
+fn on_actor_call(
     node: &Node,
     call: ActorCall,
     payload: Bytes,
     deadline: Option<Instant>,
     reply: Option<ReplyHandle>,
-) {
+    done: impl FnOnce() -> Done,
+) -> Admitted {
     node.count_call_in();
     let fence = CallFence::of_call(&call);
     let work = Work {
@@ -148,10 +274,12 @@ async fn on_actor_call(
         deadline,
         guard: Some(node.inflight().enter()),
     };
-    if let Some(e) = node.submit_local(&fence, work).await {
+    let (admitted, refused) = node.submit_checked_now(&fence, work, None, done);
+    if let Some(e) = refused {
         node.count_send_dropped();
         tracing::debug!(actor = %call.actor, error = %e, "actor send refused");
     }
+    admitted
 }
 
 fn on_peer_request(node: &Node, key: DispatchKey, payload: Bytes, reply: ReplyHandle) {
@@ -248,9 +376,9 @@ async fn on_client_request(
                     deadline: Some(Instant::now() + timeout),
                     guard: Some(guard),
                 };
-                let _ = node
-                    .submit_local(&CallFence::of_ref(&req.actor), work)
-                    .await;
+                // A full lane keeps it in the actor's backlog: this loop does not wait.
+                let _ =
+                    node.submit_checked_now(&CallFence::of_ref(&req.actor), work, None, no_release);
             } else {
                 let node = node.clone();
                 tokio::spawn(async move {

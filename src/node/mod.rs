@@ -48,6 +48,8 @@ use zlink_wire::{
 use crate::actor::exec::{ExecShared, Inflight};
 use crate::actor::fence::{OwnerGate, OwnerStanding};
 use crate::actor::{ActorError, ActorRegistry};
+pub use crate::backlog::BacklogStats;
+use crate::backlog::Backlogs;
 use crate::config::{
     ConfigError, NodeConfig, OWNER_LEASE_TTL, REQUEST_TIMEOUT, SESSION_RELOCATION_SEAL_TIMEOUT,
     SESSION_REPLACEMENT_CALLBACK_TIMEOUT, StartupBuilder,
@@ -266,8 +268,13 @@ struct Inner {
     accepting: AtomicBool,
     peers: Vec<PeerAddress>,
     request_timeout: Duration,
-    /// Records one activation barrier holds at most (the application lane's item limit).
+    /// Records one activation barrier holds at most (the application lane's item limit); also
+    /// the limit of an actor's backlog.
     held_limit: usize,
+    /// Records from the mesh waiting for a full actor lane ([`crate::backlog`]).
+    actor_backlogs: Arc<Backlogs<ActorId>>,
+    /// The tokio runtime the node was started on (backlog drains started off it).
+    rt: tokio::runtime::Handle,
     lease_ttl: Duration,
     tasks: Mutex<Vec<JoinHandle<()>>>,
     /// The owner lease driver; stopped by shutdown before the lease is released.
@@ -348,6 +355,7 @@ impl Node {
                     session_runtime,
                     packets,
                     callbacks,
+                    tokio::runtime::Handle::current(),
                 )),
                 mesh,
                 runtime,
@@ -373,6 +381,8 @@ impl Node {
                 peers: options.peers,
                 request_timeout: options.request_timeout,
                 held_limit,
+                actor_backlogs: Arc::new(Backlogs::default()),
+                rt: tokio::runtime::Handle::current(),
                 lease_ttl: options.lease_ttl,
                 tasks: Mutex::new(Vec::new()),
                 lease_task: Mutex::new(None),
@@ -396,6 +406,15 @@ impl Node {
 
     fn spawn_background(&self, inbound: InboundReceiver) {
         let events = self.inner.mesh.take_client_events();
+        // Records go from the mesh I/O thread straight into lanes where they can
+        // (`dispatch::Sink`); the rest comes through the inbound loop.
+        if let Err(e) = self
+            .inner
+            .mesh
+            .set_sink(Box::new(dispatch::Sink::new(self)))
+        {
+            tracing::debug!(error = %e, "mesh closed before the sink was installed");
+        }
         let d = tokio::spawn(dispatch::run(self.clone(), inbound, events));
         lock(&self.inner.tasks).push(d);
         *lock(&self.inner.lease_task) = Some(self.spawn_lease_renewal());
@@ -568,6 +587,18 @@ impl Node {
         self.inner.sessions.flow()
     }
 
+    /// Records from the mesh that waited for a full lane, per kind of target: actor lanes
+    /// (24 and 160 from peers) and session lanes (client packets). Each kind's `waited`
+    /// counts records that found their lane full and were kept (FIFO per target) instead of
+    /// making other targets wait; `refused` counts records an actor's full backlog refused.
+    #[must_use]
+    pub fn inbound_backlogs(&self) -> InboundBacklogs {
+        InboundBacklogs {
+            actors: self.inner.actor_backlogs.stats(),
+            sessions: self.inner.sessions.backlog_stats(),
+        }
+    }
+
     /// Open client sessions on this node.
     #[must_use]
     pub fn session_count(&self) -> usize {
@@ -618,6 +649,15 @@ impl Node {
     pub(crate) fn count_send_dropped(&self) {
         self.inner.sends_dropped.fetch_add(1, Ordering::Relaxed);
     }
+}
+
+/// What waited for full lanes on one node ([`Node::inbound_backlogs`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct InboundBacklogs {
+    /// Actor lanes.
+    pub actors: BacklogStats,
+    /// Session lanes.
+    pub sessions: BacklogStats,
 }
 
 /// The bound-session identity a 24 presents (SB-5.3): its session owner (the authenticated

@@ -22,6 +22,7 @@ mod driver;
 pub mod error;
 pub mod gate;
 mod job;
+mod pending;
 pub mod policy;
 mod spot;
 pub mod status;
@@ -45,6 +46,7 @@ pub use error::{
     AdmissionError, ApplicationLaneFull, ErrorKind, HandlerError, InvalidOperation, LaneLimitKind,
     LifecycleLaneFull, RuntimeError, Unavailable,
 };
+pub use pending::{PendingSubmit, TrySubmitError};
 pub use policy::{
     ActorDeliveryLane, ConnectionClosed, LanePolicy, PendingRecord, RelocationSeal, ReturnPending,
     SerialLane, SessionLane, SpotLane,

@@ -184,6 +184,21 @@ impl<P: LanePolicy, Y: YieldMode> SerialLane<P, Y> {
             .await
     }
 
+    /// An application record of `payload_len` bytes, prepared but not submitted: the caller
+    /// submits it with [`PendingSubmit::retry`](super::PendingSubmit::retry) (a full lane hands
+    /// it back, never dropped, never run inline) or waits for space.
+    pub fn prepare<F>(&self, payload_len: usize, f: F) -> super::PendingSubmit
+    where
+        F: FnOnce(Ctx<Y>) -> Handled<()> + Send + 'static,
+    {
+        super::PendingSubmit::new(
+            &self.lane,
+            LaneClass::Application,
+            payload_len,
+            Job::new(move |env| f(Ctx::new(env))),
+        )
+    }
+
     /// Submit a lifecycle record.
     pub fn submit_lifecycle<F>(&self, f: F) -> Result<(), RuntimeError>
     where

@@ -604,6 +604,19 @@ where
             .submit(LaneClass::Application, len, send_job::<M, R>(msg))
     }
 
+    /// A send of `msg`, prepared but not submitted: the caller submits it with
+    /// [`PendingSubmit::retry`](super::PendingSubmit::retry) (a full lane hands it back, never
+    /// dropped, never run inline) or waits for space.
+    pub fn prepare_send(&self, msg: M) -> super::PendingSubmit {
+        let len = msg.payload_len();
+        super::PendingSubmit::new(
+            &self.lane,
+            LaneClass::Application,
+            len,
+            send_job::<M, R>(msg),
+        )
+    }
+
     /// Fire-and-forget, waiting for application-lane space instead of failing (backpressure).
     pub async fn send(&self, msg: M) -> Result<(), RuntimeError> {
         let len = msg.payload_len();

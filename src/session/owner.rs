@@ -26,6 +26,7 @@ use super::flow::{FlowCounters, FlowRecord, FlowReject};
 use super::{CLOSE_SESSION_KEY, Callbacks, PacketHandler, Session, SessionError};
 use crate::actor::ActorRef;
 use crate::actor::exec::InflightGuard;
+use crate::backlog::{Admitted, BacklogStats, Backlogs, Done};
 use crate::config::HandlerRegistry;
 use crate::runtime::{BoxFuture, Handled, Runtime, SerialLane, SessionLane};
 use crate::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -161,6 +162,10 @@ pub(crate) struct SessionOwner {
     next_generation: AtomicU64,
     accepting: AtomicBool,
     flow: FlowCounters,
+    /// Packets (and the disconnected-callback behind them) waiting for a full session lane.
+    backlogs: Arc<Backlogs<SessionRid>>,
+    /// Where backlog drain tasks run (packets arrive on the mesh I/O thread).
+    rt: tokio::runtime::Handle,
 }
 
 impl std::fmt::Debug for SessionOwner {
@@ -179,6 +184,7 @@ impl SessionOwner {
         runtime: Runtime,
         packets: HandlerRegistry<PacketHandler>,
         callbacks: Callbacks,
+        rt: tokio::runtime::Handle,
     ) -> Self {
         Self {
             owner_id: owner_id_of(&cfg.node),
@@ -191,6 +197,8 @@ impl SessionOwner {
             next_generation: AtomicU64::new(1),
             accepting: AtomicBool::new(true),
             flow: FlowCounters::default(),
+            backlogs: Arc::new(Backlogs::default()),
+            rt,
         }
     }
 
@@ -310,45 +318,52 @@ impl SessionOwner {
         }
         // The disconnected-callback queues behind the packets already accepted (they run
         // first: nothing accepted is lost), then the lane closes.
+        // It goes through the session's backlog, behind packets that wait there.
         let lane = entry.lane.clone();
         let cb = self.callbacks.on_disconnected.clone();
         let session = self.session(&entry);
         let guard = self.host.enter_work();
-        tokio::spawn(async move {
-            let closer = lane.clone();
-            let submitted = lane
-                .submit_wait(0, move |_ctx| {
-                    Handled::later(async move {
-                        let _guard = guard;
-                        if let Some(cb) = cb
-                            && let Err(e) = cb(session).await
-                        {
-                            tracing::warn!(error = %e, "session disconnected-callback failed");
-                        }
-                        closer.connection_closed();
-                        Ok(())
-                    })
-                })
-                .await;
-            if submitted.is_err() {
-                lane.connection_closed();
-            }
+        let closer = lane.clone();
+        let job = lane.prepare(0, move |_ctx| {
+            Handled::later(async move {
+                let _guard = guard;
+                if let Some(cb) = cb
+                    && let Err(e) = cb(session).await
+                {
+                    tracing::warn!(error = %e, "session disconnected-callback failed");
+                }
+                closer.connection_closed();
+                Ok(())
+            })
         });
+        if self
+            .backlogs
+            .submit(&rid, job, || Box::new(|| {}), &self.rt)
+            .is_err()
+        {
+            lane.connection_closed();
+        }
     }
 
     /// A packet from the client (144 request or 147 one-way with an application key): the typed
-    /// handler runs on the session's lane (SB-5, SB-10.1).
-    pub(crate) async fn packet(
+    /// handler runs on the session's lane (SB-5, SB-10.1). Never waits: a full session lane
+    /// keeps the packet in the session's backlog (behind which the session's later packets
+    /// queue, FIFO) and returns [`Admitted::Queued`]; `done` runs once it entered the lane. The
+    /// caller holds the client's credit until then, so the client's own window holds it back
+    /// and no other session waits: nothing accepted is dropped.
+    pub(crate) fn packet(
         self: &Arc<Self>,
         rid: SessionRid,
         key: DispatchKey,
         payload: Bytes,
         reply: Option<ReplyHandle>,
-    ) {
+        done: impl FnOnce() -> Done,
+    ) -> Admitted {
         let refuse = |reply: Option<ReplyHandle>, kind: ErrorKind, detail: String| {
             if let Some(r) = reply {
                 r.error(kind, detail);
             }
+            Admitted::Now
         };
         // During a shutdown no packet is accepted and no session begins (SB-10).
         let entry = if self.accepting.load(Ordering::Acquire) {
@@ -379,11 +394,9 @@ impl SessionOwner {
         };
         let session = self.session(&entry);
         let len = payload.len();
-        // A full session lane makes the inbound loop wait (the client connection stops being
-        // read and its credit stops flowing): nothing accepted is dropped.
         let reply = PacketReply(reply);
         let guard = self.host.enter_work();
-        let submitted = entry.lane.submit_wait(len, move |_ctx| {
+        let job = entry.lane.prepare(len, move |_ctx| {
             let mut turn: BoxFuture<Result<(), crate::runtime::HandlerError>> =
                 Box::pin(async move {
                     let _guard = guard;
@@ -411,11 +424,20 @@ impl SessionOwner {
                 std::task::Poll::Pending => Handled::later(turn),
             }
         });
-        if let Err(e) = submitted.await {
-            // The session ended while the packet waited (its lane closed): counted.
-            self.flow
-                .reject(FlowRecord::Packet, FlowReject::SessionClosed, &e);
+        match self.backlogs.submit(&rid, job, done, &self.rt) {
+            Ok(a) => a,
+            Err(e) => {
+                // The session ended (its lane closed): counted; a request was answered.
+                self.flow
+                    .reject(FlowRecord::Packet, FlowReject::SessionClosed, &e);
+                Admitted::Now
+            }
         }
+    }
+
+    /// Counters of the session lanes' backlogs (packets that waited for a full session lane).
+    pub(crate) fn backlog_stats(&self) -> BacklogStats {
+        self.backlogs.stats()
     }
 
     fn fresh_generation(&self) -> BindingGeneration {

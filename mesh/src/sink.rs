@@ -1,0 +1,34 @@
+//! Direct delivery on the I/O thread: the layer above may take application records straight
+//! from the receive pass instead of through the [`InboundReceiver`](crate::InboundReceiver)
+//! (one thread hand-off less per record).
+//!
+//! The mesh knows nothing of what the layer above does with a record: it offers each
+//! authenticated, window-checked application record to the installed [`InboundSink`] in
+//! arrival order, and the sink either takes it, takes it while holding its connection's
+//! credit, or passes it on to the inbound channel. A sink runs on the I/O thread: it must
+//! never block (no waiting for space, no I/O), or every connection of the node stalls.
+
+use crate::node::Inbound;
+
+/// What the sink did with an offered record.
+#[derive(Debug)]
+#[allow(clippy::large_enum_variant)] // hands the record back by value, no allocation
+pub enum Offer {
+    /// Taken: the record's receive-window credit is returned to its sender now.
+    Taken,
+    /// Taken, but the sender's credit for it stays charged until the sink calls
+    /// [`MeshNode::release_credit`](crate::MeshNode::release_credit) with the `bytes` it was
+    /// offered with: a sender whose records wait above the mesh is held back by its own
+    /// window, and nobody else is.
+    Held,
+    /// Not for the sink: the record goes up through the inbound channel, as without a sink.
+    Pass(Inbound),
+}
+
+/// Receives application records on the mesh I/O thread (see the module doc).
+pub trait InboundSink: Send + 'static {
+    /// Offers one application record (a relay record from a peer, or a client record) of
+    /// `bytes` wire bytes (envelope + payload, the amount charged to its sender's window).
+    /// Records of one connection are offered in arrival order. Never blocks.
+    fn offer(&mut self, inbound: Inbound, bytes: u64) -> Offer;
+}

@@ -1,0 +1,184 @@
+//! Per-target backlogs of lane submissions that found their lane full.
+//!
+//! A submitter that must never block — the mesh I/O thread delivering records straight into
+//! lanes — tries each record without waiting. When the target's lane is full, the record (a
+//! [`PendingSubmit`]) waits in that target's backlog, behind which every later record for the
+//! same target queues (FIFO per target), and one drain task per backlog waits for lane space
+//! and submits them in order. Other targets are not affected: a full lane holds only what is
+//! addressed to it.
+//!
+//! Bounds: the caller checks [`Backlogs::queued`] against its own limit before it prepares a
+//! record (refusing over it), and a record that waits keeps its sender's receive-window credit
+//! until it entered the lane (the `done` hook), so what one sender can make a backlog hold is
+//! bounded by its window. Counted: records that waited, targets that had a backlog, records
+//! refused over the limit (`BacklogStats`).
+
+use std::collections::{HashMap, VecDeque};
+use std::hash::Hash;
+
+use crate::runtime::{PendingSubmit, RuntimeError, TrySubmitError};
+use crate::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use crate::sync::{Arc, Mutex, MutexGuard};
+
+/// Runs once a waiting record left its backlog (entered its lane, or was refused for good).
+pub(crate) type Done = Box<dyn FnOnce() + Send>;
+
+/// Counters of a [`Backlogs`] (monotonic, except `waiting_now`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct BacklogStats {
+    /// Records that waited in a backlog for their lane (instead of entering it at once).
+    pub waited: u64,
+    /// Backlogs opened (a target's lane was found full with nothing waiting for it yet).
+    pub opened: u64,
+    /// Records refused because their target's backlog was at its limit.
+    pub refused: u64,
+    /// Records waiting now, over all targets.
+    pub waiting_now: u64,
+}
+
+/// How a record was submitted.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Admitted {
+    /// Entered its lane at once (`done` was not kept: nothing to release).
+    Now,
+    /// Waits in its target's backlog; `done` runs once it left it.
+    Queued,
+}
+
+/// The backlogs of one kind of target (actors of a node, sessions of a node), keyed by `K`.
+pub(crate) struct Backlogs<K> {
+    /// Targets with a backlog: zero on the fast path, which then skips the map.
+    open: AtomicUsize,
+    map: Mutex<HashMap<K, VecDeque<(PendingSubmit, Done)>>>,
+    waited: AtomicU64,
+    opened: AtomicU64,
+    refused: AtomicU64,
+    waiting_now: AtomicU64,
+}
+
+impl<K> std::fmt::Debug for Backlogs<K> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Backlogs")
+            .field("stats", &self.stats())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<K> Default for Backlogs<K> {
+    fn default() -> Self {
+        Backlogs {
+            open: AtomicUsize::new(0),
+            map: Mutex::new(HashMap::new()),
+            waited: AtomicU64::new(0),
+            opened: AtomicU64::new(0),
+            refused: AtomicU64::new(0),
+            waiting_now: AtomicU64::new(0),
+        }
+    }
+}
+
+impl<K> Backlogs<K> {
+    /// The counters.
+    pub(crate) fn stats(&self) -> BacklogStats {
+        BacklogStats {
+            waited: self.waited.load(Ordering::Relaxed),
+            opened: self.opened.load(Ordering::Relaxed),
+            refused: self.refused.load(Ordering::Relaxed),
+            waiting_now: self.waiting_now.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Counts a record the caller refused over its limit.
+    pub(crate) fn count_refused(&self) {
+        self.refused.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl<K: Hash + Eq + Clone + Send + 'static> Backlogs<K> {
+    /// Records waiting for `key`.
+    pub(crate) fn queued(&self, key: &K) -> usize {
+        if self.open.load(Ordering::Acquire) == 0 {
+            return 0;
+        }
+        lock(&self.map).get(key).map_or(0, VecDeque::len)
+    }
+
+    /// Submits `pending` for `key` without waiting: into its lane at once when nothing waits
+    /// for `key` and the lane has space, else behind what waits (a drain task on `rt` waits
+    /// for space). A queued record keeps `done()` (made only then) and runs it once it left
+    /// the backlog. A lane that refuses for good (ended, shut down) drops the record and
+    /// returns the error.
+    pub(crate) fn submit(
+        self: &Arc<Self>,
+        key: &K,
+        pending: PendingSubmit,
+        done: impl FnOnce() -> Done,
+        rt: &tokio::runtime::Handle,
+    ) -> Result<Admitted, RuntimeError> {
+        if self.open.load(Ordering::Acquire) != 0 {
+            let mut map = lock(&self.map);
+            if let Some(q) = map.get_mut(key) {
+                q.push_back((pending, done()));
+                self.waited.fetch_add(1, Ordering::Relaxed);
+                self.waiting_now.fetch_add(1, Ordering::Relaxed);
+                return Ok(Admitted::Queued);
+            }
+        }
+        let pending = match pending.retry() {
+            Ok(()) => return Ok(Admitted::Now),
+            Err(TrySubmitError::Refused(e)) => return Err(e),
+            Err(TrySubmitError::Full(p)) => p,
+        };
+        {
+            let mut map = lock(&self.map);
+            if let Some(q) = map.get_mut(key) {
+                // Another submitter opened it meanwhile.
+                q.push_back((pending, done()));
+            } else {
+                let mut q = VecDeque::new();
+                q.push_back((pending, done()));
+                map.insert(key.clone(), q);
+                self.open.fetch_add(1, Ordering::AcqRel);
+                self.opened.fetch_add(1, Ordering::Relaxed);
+                let this = self.clone();
+                let key = key.clone();
+                rt.spawn(async move { this.drain(key).await });
+            }
+        }
+        self.waited.fetch_add(1, Ordering::Relaxed);
+        self.waiting_now.fetch_add(1, Ordering::Relaxed);
+        Ok(Admitted::Queued)
+    }
+
+    /// The backlog's drain task: submits its records in order, each after waiting for space.
+    /// The target's entry stays in the map while a record is in flight (later records queue
+    /// behind it) and is removed under the map's lock once empty, so a record submitted after
+    /// that goes to its lane directly, behind everything that waited.
+    async fn drain(self: Arc<Self>, key: K) {
+        loop {
+            let next = {
+                let mut map = lock(&self.map);
+                let q = map.get_mut(&key).expect("open backlog");
+                match q.pop_front() {
+                    Some(x) => x,
+                    None => {
+                        map.remove(&key);
+                        self.open.fetch_sub(1, Ordering::AcqRel);
+                        return;
+                    }
+                }
+            };
+            let (pending, done) = next;
+            if let Err(e) = pending.wait().await {
+                // Dropped unrun (its request, if any, was answered by the drop).
+                tracing::debug!(error = %e, "a waiting record was refused by its lane");
+            }
+            self.waiting_now.fetch_sub(1, Ordering::Relaxed);
+            done();
+        }
+    }
+}
