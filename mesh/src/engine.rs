@@ -488,7 +488,7 @@ pub(crate) fn configure_network_socket(
 ) -> Result<(), zmq::Error> {
     let l = &cfg.transport;
     let v = &cfg.liveness;
-    s.set_maxmsgsize(l.max_message_size as i64)?;
+    s.set_maxmsgsize(codec::socket_message_limit(l.max_message_size))?;
     s.set_sndhwm(l.send_hwm)?;
     s.set_rcvhwm(l.recv_hwm)?;
     s.set_linger(l.linger.as_millis() as i32)?;
@@ -2002,12 +2002,21 @@ impl Engine {
                 .first()
                 .map(|a| String::from_utf8_lossy(a).into_owned())
                 .unwrap_or_default();
-            events.push((ev, addr));
+            let value = u32::from_le_bytes([first[2], first[3], first[4], first[5]]);
+            events.push((ev, value, addr));
         }
-        for (ev, addr) in events {
+        for (ev, value, addr) in events {
             let ev = zmq::SocketEvent::from_raw(ev);
             match ev {
                 zmq::SocketEvent::ACCEPTED => self.shared.counters.event(TransportEvent::Accepted),
+                zmq::SocketEvent::HANDSHAKE_FAILED_PROTOCOL
+                    if value == codec::ZMQ_PROTOCOL_ERROR_MESSAGE_TOO_LARGE =>
+                {
+                    self.shared.counters.drop(
+                        DropReason::MessageTooLarge,
+                        &format_args!("{kind:?} {addr}"),
+                    );
+                }
                 zmq::SocketEvent::HANDSHAKE_FAILED_NO_DETAIL
                 | zmq::SocketEvent::HANDSHAKE_FAILED_PROTOCOL
                 | zmq::SocketEvent::HANDSHAKE_FAILED_AUTH => {

@@ -260,9 +260,11 @@ async fn zmq_peers_without_handshake_and_oversized_frames() {
     })
     .await;
 
-    // Over the size limit (64 KiB here): libzmq drops the connection, nothing is delivered.
+    // Over the size limit (64 KiB payload + 64 KiB envelope here): libzmq drops the
+    // connection, nothing is delivered, the drop is counted.
     let before = node.counters().events(TransportEvent::Disconnected);
-    let big = vec![0u8; 100 * 1024];
+    let too_large = node.counters().dropped(DropReason::MessageTooLarge);
+    let big = vec![0u8; 200 * 1024];
     raw.send(LinkKind::Completion, &[&big]);
     eventually("oversized frame disconnects", || {
         node.counters().events(TransportEvent::Disconnected) > before
@@ -276,6 +278,10 @@ async fn zmq_peers_without_handshake_and_oversized_frames() {
     c.send(&big[..], 0).unwrap();
     eventually("oversized client frame disconnects", || {
         node.counters().events(TransportEvent::Disconnected) > before + 1
+    })
+    .await;
+    eventually("oversized frames counted", || {
+        node.counters().dropped(DropReason::MessageTooLarge) >= too_large + 2
     })
     .await;
     still_serves(&node, &good, &mut inbound, "after-no-handshake").await;

@@ -176,6 +176,8 @@ impl Build {
     /// against the compiled lib from rust code.
     pub fn build(&mut self) {
         let vendor = Path::new(env!("CARGO_MANIFEST_DIR")).join("vendor");
+        // ZLINK PATCH: rebuild when the (patched) sources change.
+        println!("cargo:rerun-if-changed={}", vendor.display());
 
         let mut build = cc::Build::new();
         build

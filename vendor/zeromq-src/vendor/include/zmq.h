@@ -466,6 +466,9 @@ ZMQ_EXPORT const char *zmq_msg_gets (const zmq_msg_t *msg_,
 #define ZMQ_PROTOCOL_ERROR_ZMTP_MALFORMED_COMMAND_READY 0x10000016
 #define ZMQ_PROTOCOL_ERROR_ZMTP_MALFORMED_COMMAND_WELCOME 0x10000017
 #define ZMQ_PROTOCOL_ERROR_ZMTP_INVALID_METADATA 0x10000018
+/*  ZLINK PATCH (message total): a frame, or the parts of one message together,
+ *  exceeded ZMQ_MAXMSGSIZE; the connection is dropped.                       */
+#define ZMQ_PROTOCOL_ERROR_ZMTP_MESSAGE_TOO_LARGE 0x10000100
 // the following two may be due to erroneous configuration of a peer
 #define ZMQ_PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC 0x11000001
 #define ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH 0x11000002

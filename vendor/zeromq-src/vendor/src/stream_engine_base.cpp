@@ -302,6 +302,8 @@ bool zmq::stream_engine_base_t::in_event_internal ()
     while (_insize > 0) {
         rc = _decoder->decode (_inpos, _insize, processed);
         zmq_assert (processed <= _insize);
+        if (rc == -1 && errno == EMSGSIZE)
+            message_too_large ();
         _inpos += processed;
         _insize -= processed;
         if (rc == 0 || rc == -1)
@@ -433,6 +435,8 @@ bool zmq::stream_engine_base_t::restart_input ()
         size_t processed = 0;
         rc = _decoder->decode (_inpos, _insize, processed);
         zmq_assert (processed <= _insize);
+        if (rc == -1 && errno == EMSGSIZE)
+            message_too_large ();
         _inpos += processed;
         _insize -= processed;
         if (rc == 0 || rc == -1)
@@ -677,6 +681,16 @@ int zmq::stream_engine_base_t::pull_msg_from_session (msg_t *msg_)
 int zmq::stream_engine_base_t::push_msg_to_session (msg_t *msg_)
 {
     return _session->push_msg (msg_);
+}
+
+void zmq::stream_engine_base_t::message_too_large ()
+{
+    //  ZLINK PATCH (message total): tell the monitor why this connection is about
+    //  to be dropped (errno is kept: the caller still reads it).
+    const int err = errno;
+    _socket->event_handshake_failed_protocol (
+      _endpoint_uri_pair, ZMQ_PROTOCOL_ERROR_ZMTP_MESSAGE_TOO_LARGE);
+    errno = err;
 }
 
 void zmq::stream_engine_base_t::error (error_reason_t reason_)

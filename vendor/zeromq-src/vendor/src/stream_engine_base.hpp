@@ -83,6 +83,10 @@ class stream_engine_base_t : public io_object_t, public i_engine
     //  Function to handle network disconnections.
     virtual void error (error_reason_t reason_);
 
+    //  ZLINK PATCH (message total): reports a frame or message over ZMQ_MAXMSGSIZE
+    //  to the monitor (ZMQ_PROTOCOL_ERROR_ZMTP_MESSAGE_TOO_LARGE).
+    void message_too_large ();
+
     int next_handshake_command (msg_t *msg_);
     int process_handshake_command (msg_t *msg_);
 

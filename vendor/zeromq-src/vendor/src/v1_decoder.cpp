@@ -41,7 +41,8 @@
 
 zmq::v1_decoder_t::v1_decoder_t (size_t bufsize_, int64_t maxmsgsize_) :
     decoder_base_t<v1_decoder_t> (bufsize_),
-    _max_msg_size (maxmsgsize_)
+    _max_msg_size (maxmsgsize_),
+    _multipart_size (0)
 {
     int rc = _in_progress.init ();
     errno_assert (rc == 0);
@@ -72,6 +73,10 @@ int zmq::v1_decoder_t::one_byte_size_ready (unsigned char const *)
 
         if (_max_msg_size >= 0
             && static_cast<int64_t> (*_tmpbuf - 1) > _max_msg_size) {
+            errno = EMSGSIZE;
+            return -1;
+        }
+        if (exceeds_message_total (*_tmpbuf - 1)) {
             errno = EMSGSIZE;
             return -1;
         }
@@ -110,6 +115,10 @@ int zmq::v1_decoder_t::eight_byte_size_ready (unsigned char const *)
         errno = EMSGSIZE;
         return -1;
     }
+    if (exceeds_message_total (payload_length - 1)) {
+        errno = EMSGSIZE;
+        return -1;
+    }
 
 #ifndef __aarch64__
     //  Message size must fit within range of size_t data type.
@@ -141,10 +150,26 @@ int zmq::v1_decoder_t::flags_ready (unsigned char const *)
     //  Store the flags from the wire into the message structure.
     _in_progress.set_flags (_tmpbuf[0] & msg_t::more);
 
+    //  ZLINK PATCH (message total): a part with MORE adds to the message in
+    //  progress; the last part ends it.
+    if (_max_msg_size >= 0)
+        _multipart_size = (_tmpbuf[0] & msg_t::more)
+                            ? _multipart_size + _in_progress.size ()
+                                + sizeof (msg_t)
+                            : 0;
+
     next_step (_in_progress.data (), _in_progress.size (),
                &v1_decoder_t::message_ready);
 
     return 0;
+}
+
+bool zmq::v1_decoder_t::exceeds_message_total (uint64_t size_) const
+{
+    //  ZLINK PATCH (message total): see v2_decoder_t::size_ready. Both terms are
+    //  at most _max_msg_size (+ sizeof (msg_t)): no overflow.
+    return _max_msg_size >= 0
+           && _multipart_size + size_ > static_cast<uint64_t> (_max_msg_size);
 }
 
 int zmq::v1_decoder_t::message_ready (unsigned char const *)

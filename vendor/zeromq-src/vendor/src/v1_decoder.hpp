@@ -55,6 +55,13 @@ class v1_decoder_t ZMQ_FINAL : public decoder_base_t<v1_decoder_t>
 
     const int64_t _max_msg_size;
 
+    //  ZLINK PATCH (message total): see v2_decoder.hpp.
+    uint64_t _multipart_size;
+
+    //  ZLINK PATCH (message total): checks the next part of _size_ bytes against the
+    //  limit on the whole message.
+    bool exceeds_message_total (uint64_t size_) const;
+
     ZMQ_NON_COPYABLE_NOR_MOVABLE (v1_decoder_t)
 };
 }

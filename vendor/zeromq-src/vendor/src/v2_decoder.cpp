@@ -44,7 +44,8 @@ zmq::v2_decoder_t::v2_decoder_t (size_t bufsize_,
     decoder_base_t<v2_decoder_t, shared_message_memory_allocator> (bufsize_),
     _msg_flags (0),
     _zero_copy (zero_copy_),
-    _max_msg_size (maxmsgsize_)
+    _max_msg_size (maxmsgsize_),
+    _multipart_size (0)
 {
     int rc = _in_progress.init ();
     errno_assert (rc == 0);
@@ -100,6 +101,23 @@ int zmq::v2_decoder_t::size_ready (uint64_t msg_size_,
             errno = EMSGSIZE;
             return -1;
         }
+
+    //  ZLINK PATCH (message total): with ZMQ_MAXMSGSIZE set, the parts of one
+    //  multipart message together (each part after the first charged sizeof (msg_t)
+    //  more) must not exceed it either. libzmq keeps the parts of a message in the
+    //  pipe until its last part arrives and the HWM counts whole messages, so without
+    //  this a peer sending parts and never the last one grows memory without bound.
+    //  Commands are not parts of a message and neither count nor end one.
+    if (_max_msg_size >= 0 && !(_msg_flags & msg_t::command)) {
+        if (unlikely (_multipart_size + msg_size_
+                      > static_cast<uint64_t> (_max_msg_size))) {
+            errno = EMSGSIZE;
+            return -1;
+        }
+        _multipart_size = (_msg_flags & msg_t::more)
+                            ? _multipart_size + msg_size_ + sizeof (msg_t)
+                            : 0;
+    }
 
     //  Message size must fit into size_t data type.
     if (unlikely (msg_size_ != static_cast<size_t> (msg_size_))) {

@@ -63,6 +63,10 @@ class v2_decoder_t ZMQ_FINAL
     const bool _zero_copy;
     const int64_t _max_msg_size;
 
+    //  ZLINK PATCH (message total): the bytes of the parts received so far of the message
+    //  in progress, each part after the first charged sizeof (msg_t) more.
+    uint64_t _multipart_size;
+
     ZMQ_NON_COPYABLE_NOR_MOVABLE (v2_decoder_t)
 };
 }
