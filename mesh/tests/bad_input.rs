@@ -32,6 +32,7 @@ struct RawPeer {
     relay: zmq::Socket,
     completion: zmq::Socket,
     target: Vec<u8>,
+    identity: Vec<u8>,
 }
 
 impl RawPeer {
@@ -53,6 +54,7 @@ impl RawPeer {
             relay,
             completion,
             target: node.node().as_bytes().to_vec(),
+            identity: identity.as_bytes().to_vec(),
         }
     }
 
@@ -114,7 +116,7 @@ impl RawPeer {
             secret: MeshSecret::new(secret.to_vec()).unwrap(),
         };
         let now = std::time::Instant::now();
-        let mut hs = Handshake::initiator(local, kind, None, [3; 32], now, WAIT);
+        let mut hs = Handshake::initiator(local, kind, &self.identity, None, [3; 32], now, WAIT);
         let until = Instant::now() + WAIT;
         loop {
             while let Some(m) = hs.poll_transmit() {
@@ -289,8 +291,8 @@ async fn zmq_peers_without_handshake_and_oversized_frames() {
     good.shutdown().await;
 }
 
-// spec: SB-2.1 — wrong secret, a Hello claiming another RID, an old generation, too many
-// pending handshakes.
+// spec: SB-2.1 — wrong secret, a Hello claiming an up peer's RID, too many pending
+// handshakes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wrong_secret_other_rid_and_handshake_flood() {
     let (node, mut inbound, good) = setup();
@@ -309,19 +311,36 @@ async fn wrong_secret_other_rid_and_handshake_flood() {
     assert!(wrong.peer_generation(node.node()).is_none());
     wrong.shutdown().await;
 
-    // Identity "liar" announcing NodeRid "good".
+    // Identity "liar" claiming NodeRid "good" (which is up): the Hello is answered with a
+    // Challenge and changes nothing; a proof made without the secret fails the handshake, and
+    // the real "good" stays up throughout (impersonation is covered in impersonation.rs).
     let liar = RawPeer::connect("liar", &node);
     let local = |n: &str| zlink_wire::Hello {
         mesh: MeshName::new("test").unwrap(),
         node: NodeRid::new(n).unwrap(),
-        generation: NodeGeneration::new(1),
+        generation: NodeGeneration::new(u64::MAX),
         nonce: [1; 32],
     };
+    let failed = node.counters().dropped(DropReason::HandshakeFailed);
     liar.send_record(LinkKind::Relay, &Record::Hello(local("good")), 0, None);
-    eventually("rid mismatch counted", || {
-        node.counters().dropped(DropReason::RidMismatch) >= 1
+    let challenge = liar
+        .recv(LinkKind::Relay, Instant::now() + WAIT)
+        .expect("a Challenge");
+    let bytes: Vec<Bytes> = challenge.into_iter().map(Bytes::from).collect();
+    let d = zlink_wire::decode(&bytes, &zlink_wire::Limits::DEFAULT).unwrap();
+    assert!(matches!(d.record, Record::Challenge(_)), "{:?}", d.record);
+    liar.send_record(
+        LinkKind::Relay,
+        &Record::Proof(zlink_wire::Proof { proof: [0; 32] }),
+        0,
+        None,
+    );
+    eventually("bad proof counted", || {
+        node.counters().dropped(DropReason::HandshakeFailed) > failed
     })
     .await;
+    assert_eq!(node.counters().events(TransportEvent::PeerDown), 0);
+    assert!(node.peer_generation(good.node()).is_some());
 
     // Handshake flood: more distinct identities than max_pending_handshakes (16).
     let flood: Vec<RawPeer> = (0..24)
