@@ -2433,8 +2433,10 @@ impl Engine {
             (LinkKind::Completion, Class::Pong, _) => {}
             (LinkKind::Completion, Class::FlowCredit { messages, bytes }, _) => {
                 let p = self.peers.get_mut(&**node).expect("peer");
-                p.credit_msgs += u64::from(messages);
-                p.credit_bytes += bytes;
+                // Wire values: saturate (a peer granting "infinite" credit only gives up its
+                // own window).
+                p.credit_msgs = p.credit_msgs.saturating_add(u64::from(messages));
+                p.credit_bytes = p.credit_bytes.saturating_add(bytes);
                 if !p.queue.is_empty() {
                     self.paused.insert(NodeRid::clone(node));
                 }

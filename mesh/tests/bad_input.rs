@@ -855,3 +855,93 @@ async fn batched_repeated_one_ways_are_checked_like_lone_ones() {
         node.shutdown().await;
     }
 }
+
+/// FlowCredit with the largest values the wire allows, twice (a `u64 +=` would overflow).
+fn extreme_credit() -> Record {
+    Record::FlowCredit(zlink_wire::FlowCredit {
+        messages: u32::MAX,
+        bytes: u64::MAX,
+    })
+}
+
+// spec: SB-2.1 — wire arithmetic saturates: an authenticated peer granting the largest credit
+// twice neither panics nor wraps the node's I/O thread; the node keeps sending to it and
+// serving its good peer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn extreme_flow_credit_from_a_peer_saturates() {
+    let (node, mut inbound, good) = setup();
+    link(&good, &node).await;
+    let raw = RawPeer::connect("generous", &node);
+    for kind in [LinkKind::Relay, LinkKind::Completion] {
+        let o = raw.handshake(kind, "generous", 1, SECRET);
+        assert!(matches!(o, Some(Outcome::Established(_))), "{o:?}");
+    }
+    let generous = NodeRid::new("generous").unwrap();
+    assert!(node.wait_peer_up(&generous, None, WAIT).await.is_some());
+    raw.send_record(LinkKind::Completion, &extreme_credit(), 0, None);
+    raw.send_record(LinkKind::Completion, &extreme_credit(), 0, None);
+    for i in 0..3u8 {
+        node.send(&generous, DispatchKey::new(5), Bytes::from(vec![i]))
+            .await
+            .unwrap();
+    }
+    let until = Instant::now() + WAIT;
+    let mut got = Vec::new();
+    while got.len() < 3 {
+        let parts = raw
+            .recv(LinkKind::Relay, until)
+            .expect("relay data after the credit");
+        let bytes: Vec<Bytes> = parts.into_iter().map(Bytes::from).collect();
+        if zlink_wire::is_batch(&bytes[0]) {
+            let batch = zlink_wire::BatchFrame::parse(bytes[0].clone()).unwrap();
+            for r in batch.records() {
+                got.push(r.payload.unwrap().to_vec());
+            }
+        } else {
+            got.push(bytes[1].to_vec());
+        }
+    }
+    assert_eq!(got, vec![vec![0], vec![1], vec![2]]);
+    still_serves(&node, &good, &mut inbound, "after-extreme-credit").await;
+    node.shutdown().await;
+    good.shutdown().await;
+}
+
+// spec: SB-2.1 — the client side too: a node granting the largest credit twice; the client's
+// I/O thread neither panics nor wraps and keeps sending.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn extreme_flow_credit_to_a_client_saturates() {
+    let ctx = zmq::Context::new();
+    let fake_node = ctx.socket(zmq::ROUTER).unwrap();
+    fake_node.set_linger(0).unwrap();
+    fake_node.set_rcvtimeo(20_000).unwrap();
+    fake_node.bind("tcp://127.0.0.1:*").unwrap();
+    let ep = fake_node.get_last_endpoint().unwrap().unwrap();
+    let mut cc = zlink_mesh::ClientConfig::new(ep);
+    cc.liveness = config("x").liveness;
+    let client = zlink_mesh::MeshClient::connect(cc).unwrap();
+    // The client's first message (a Ping) tells its routing id.
+    let first = fake_node.recv_multipart(0).expect("the client speaks");
+    let rid = first[0].clone();
+    let credit = zlink_wire::encode(&extreme_credit(), CorrelationId::NONE, None)
+        .unwrap()
+        .into_vec();
+    for _ in 0..2 {
+        fake_node.send(&rid[..], zmq::SNDMORE).unwrap();
+        fake_node.send(&credit[0][..], 0).unwrap();
+    }
+    client
+        .send(DispatchKey::new(3), Bytes::from_static(b"still-here"))
+        .await
+        .unwrap();
+    loop {
+        let m = fake_node.recv_multipart(0).expect("the DATA record");
+        let bytes: Vec<Bytes> = m[1..].iter().cloned().map(Bytes::from).collect();
+        let d = zlink_wire::decode(&bytes, &zlink_wire::Limits::DEFAULT).unwrap();
+        if matches!(d.record, Record::OneWay(_)) {
+            assert_eq!(d.payload.as_deref(), Some(&b"still-here"[..]));
+            break;
+        }
+    }
+    client.close().await;
+}
