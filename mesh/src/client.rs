@@ -986,8 +986,9 @@ impl ClientIo {
             // The node ended this session: nothing after it on this connection counts.
             (Class::Disconnect(reason), _) if !in_batch => self.server_closed = Some(reason),
             (Class::FlowCredit { messages, bytes }, _) if !in_batch => {
-                self.credit_msgs += u64::from(messages);
-                self.credit_bytes += bytes;
+                // Wire values: saturate (never wrap or panic on a hostile grant).
+                self.credit_msgs = self.credit_msgs.saturating_add(u64::from(messages));
+                self.credit_bytes = self.credit_bytes.saturating_add(bytes);
                 self.flush();
             }
             (Class::Push, Some(Record::Push(p))) => {

@@ -236,6 +236,30 @@ pub(crate) fn decode(parts: &[Bytes], limits: &Limits) -> Result<Decoded, Decode
     zlink_wire::decode(parts, limits)
 }
 
+/// The monitor event value (`ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL`) with which the patched
+/// libzmq reports a connection dropped for a frame, or a multipart message in total, over the
+/// socket's `ZMQ_MAXMSGSIZE` (`vendor/zeromq-src/PATCHES.md`).
+pub(crate) const ZMQ_PROTOCOL_ERROR_MESSAGE_TOO_LARGE: u32 = 0x1000_0100;
+
+/// libzmq charges every part of a message after the first this much on top of its bytes
+/// (`sizeof (zmq::msg_t)`), so a message of many tiny parts is bounded too.
+pub(crate) const ZMQ_PART_OVERHEAD: usize = 64;
+
+/// `ZMQ_MAXMSGSIZE` of every network socket. The patched libzmq applies it to a frame and to
+/// the parts of one multipart message together (each part after the first charged
+/// [`ZMQ_PART_OVERHEAD`] more), so it must fit the largest valid record: an envelope of at
+/// most [`limits`]`.max_envelope` bytes and a payload of at most `max_message_size` bytes (the
+/// payload bound itself is checked by the codec). This is also the most one connection makes
+/// libzmq hold for a message still in progress.
+pub(crate) fn socket_message_limit(max_message_size: usize) -> i64 {
+    let l = limits(max_message_size);
+    let total = l
+        .max_payload
+        .saturating_add(l.max_envelope)
+        .saturating_add(ZMQ_PART_OVERHEAD);
+    i64::try_from(total).unwrap_or(i64::MAX)
+}
+
 pub(crate) fn limits(max_message_size: usize) -> Limits {
     Limits {
         max_envelope: Limits::DEFAULT.max_envelope.min(max_message_size),

@@ -51,11 +51,16 @@ pub enum DropReason {
     /// dropped and the client is answered with a 149 Disconnect again (docs/MESH.md, "Client
     /// connection lifecycle"). Also a record from a session that is being closed.
     SessionClosed,
+    /// libzmq dropped a connection whose frame, or whose multipart message in total (all its
+    /// parts, libzmq's bookkeeping per part included), exceeded the socket's message limit,
+    /// before buffering it (patched libzmq, docs/MESH.md "Memory bounds"); from monitor
+    /// events.
+    MessageTooLarge,
 }
 
 impl DropReason {
     /// Every reason, in a fixed order.
-    pub const ALL: [DropReason; 18] = [
+    pub const ALL: [DropReason; 19] = [
         DropReason::Malformed,
         DropReason::ReservedCommand,
         DropReason::UnknownCommand,
@@ -74,6 +79,7 @@ impl DropReason {
         DropReason::CreditExceeded,
         DropReason::RequestEnded,
         DropReason::SessionClosed,
+        DropReason::MessageTooLarge,
     ];
 
     /// Stable snake_case name (metric label).
@@ -97,6 +103,7 @@ impl DropReason {
             DropReason::CreditExceeded => "credit_exceeded",
             DropReason::RequestEnded => "request_ended",
             DropReason::SessionClosed => "session_closed",
+            DropReason::MessageTooLarge => "message_too_large",
         }
     }
 

@@ -146,7 +146,13 @@ enum Link {
 
 struct Peer {
     node: NodeRid,
-    rid: Vec<u8>,
+    /// The routing id this peer's relay / completion connection has on our socket: its
+    /// NodeRid on a connection we opened (the acceptor announces it), the routing id that
+    /// proved itself in the handshake on a connection it opened (`accept.rs`).
+    rids: [Vec<u8>; 2],
+    /// The fresh random routing id our own relay / completion connection to it announced (we
+    /// opened it), bound into the handshake transcript.
+    own_rids: [Vec<u8>; 2],
     addr: Option<PeerAddress>,
     generation: Option<NodeGeneration>,
     relay: Link,
@@ -165,7 +171,21 @@ struct Peer {
     rx: RxWindow,
 }
 
+/// Index of a mesh link kind in a peer's per-link arrays.
+fn link_index(kind: LinkKind) -> usize {
+    usize::from(kind != LinkKind::Relay)
+}
+
+/// A fresh random routing id for an outgoing mesh connection (printable, 32 hex digits).
+fn fresh_rid() -> Vec<u8> {
+    format!("{:032x}", rand::random::<u128>()).into_bytes()
+}
+
 impl Peer {
+    fn rid(&self, kind: LinkKind) -> &[u8] {
+        &self.rids[link_index(kind)]
+    }
+
     fn link_mut(&mut self, kind: LinkKind) -> &mut Link {
         if kind == LinkKind::Relay {
             &mut self.relay
@@ -257,6 +277,8 @@ pub(crate) struct Engine {
     peers: FastMap<NodeRid, Peer>,
     endpoints: FastMap<String, (NodeRid, LinkKind)>,
     paused: crate::fxhash::FastSet<NodeRid>,
+    /// Accepted relay/completion connections: handshakes in progress, proved routing ids.
+    accepts: crate::accept::Accepts,
     /// Routing id bytes → NodeRid of known peers (avoids validating text per record).
     rid_cache: FastMap<Vec<u8>, Arc<NodeRid>>,
     /// Receive buffers reused across reads (no allocation per message).
@@ -495,7 +517,7 @@ pub(crate) fn configure_network_socket(
 ) -> Result<(), zmq::Error> {
     let l = &cfg.transport;
     let v = &cfg.liveness;
-    s.set_maxmsgsize(l.max_message_size as i64)?;
+    s.set_maxmsgsize(codec::socket_message_limit(l.max_message_size))?;
     s.set_sndhwm(l.send_hwm)?;
     s.set_rcvhwm(l.recv_hwm)?;
     s.set_linger(l.linger.as_millis() as i32)?;
@@ -562,10 +584,12 @@ impl Engine {
                 s.set_router_mandatory(true)
                     .map_err(setup_err("router_mandatory"))?;
                 if mesh {
+                    // Announced on accepted connections (the listener keeps the options of
+                    // the bind); each outgoing connection announces a fresh random routing id
+                    // instead (`fresh_rid`). No ROUTER_HANDOVER: a connection announcing a
+                    // routing id in use is ignored, it never takes over the pipe.
                     s.set_identity(cfg.node.as_bytes())
                         .map_err(setup_err("identity"))?;
-                    s.set_router_handover(true)
-                        .map_err(setup_err("router_handover"))?;
                 }
                 s.bind(ep).map_err(setup_err(format!("bind {name} {ep}")))?;
                 Ok(s)
@@ -589,6 +613,7 @@ impl Engine {
             client: client.as_ref().map(last_endpoint),
         };
         let tombstones = Tombstones::new(cfg.max_clients);
+        let accepts = crate::accept::Accepts::new(cfg.max_pending_handshakes);
         Ok((
             Self {
                 sockets: Sockets {
@@ -607,6 +632,7 @@ impl Engine {
                 endpoints: FastMap::default(),
                 paused: Default::default(),
                 rid_cache: FastMap::default(),
+                accepts,
                 rx_rid: zmq::Message::new(),
                 rx_parts: Vec::with_capacity(MAX_PARTS),
                 rx_now: Instant::now(),
@@ -980,11 +1006,12 @@ impl Engine {
             // Idempotent: already connecting/connected to this address.
             return;
         }
-        if let Err(e) = self.sockets.relay.connect(&addr.relay) {
+        let own_rids = [fresh_rid(), fresh_rid()];
+        if let Err(e) = connect_as(&self.sockets.relay, &own_rids[0], &addr.relay) {
             tracing::warn!(peer = %addr.node, error = %e, "relay connect failed");
             return;
         }
-        if let Err(e) = self.sockets.completion.connect(&addr.completion) {
+        if let Err(e) = connect_as(&self.sockets.completion, &own_rids[1], &addr.completion) {
             tracing::warn!(peer = %addr.node, error = %e, "completion connect failed");
             return;
         }
@@ -995,7 +1022,10 @@ impl Engine {
             (addr.node.clone(), LinkKind::Completion),
         );
         let node = addr.node.clone();
-        self.peer_entry(&node).addr = Some(addr);
+        let p = self.peer_entry(&node);
+        p.addr = Some(addr);
+        p.own_rids = own_rids;
+        p.rids = [node.as_bytes().to_vec(), node.as_bytes().to_vec()];
         let now = Instant::now();
         self.start_initiator(&node, LinkKind::Relay, now);
         self.start_initiator(&node, LinkKind::Completion, now);
@@ -1006,7 +1036,8 @@ impl Engine {
         let now = Instant::now();
         self.peers.entry(node.clone()).or_insert_with(|| Peer {
             node: node.clone(),
-            rid: node.as_bytes().to_vec(),
+            rids: [node.as_bytes().to_vec(), node.as_bytes().to_vec()],
+            own_rids: [Vec::new(), Vec::new()],
             addr: None,
             generation: None,
             relay: Link::Idle,
@@ -1033,6 +1064,7 @@ impl Engine {
         let hs = Handshake::initiator(
             local,
             kind,
+            &p.own_rids[link_index(kind)],
             Some(node.clone()),
             rand::random(),
             now,
@@ -1258,7 +1290,11 @@ impl Engine {
                 p.replies.iter().map(|f| (&**f, 0)),
                 |_| true,
             );
-            match self.send_run(LinkKind::Completion, &p.rid, p.replies.iter().take(n)) {
+            match self.send_run(
+                LinkKind::Completion,
+                p.rid(LinkKind::Completion),
+                p.replies.iter().take(n),
+            ) {
                 SendOutcome::Sent => {
                     p.replies.drain(..n);
                 }
@@ -1312,7 +1348,7 @@ impl Engine {
             );
             match self.send_run(
                 LinkKind::Relay,
-                &p.rid,
+                p.rid(LinkKind::Relay),
                 p.queue.iter().take(n).map(|o| &o.frames),
             ) {
                 SendOutcome::Sent => {
@@ -1403,7 +1439,7 @@ impl Engine {
                 out.push_back(codec::encode_control(m.into_record()));
             }
         }
-        let rid = p.rid.clone();
+        let rid = p.rid(kind).to_vec();
         if let Link::Handshaking { out, .. } = p.link_mut(kind) {
             while let Some(f) = out.front() {
                 match self.raw_send(kind, &rid, f) {
@@ -1444,73 +1480,31 @@ impl Engine {
 
     // ---------------------------------------------------------------- handshake
 
-    fn handle_handshake_msg(&mut self, kind: LinkKind, node: NodeRid, msg: HandshakeMsg) {
+    /// A handshake message on connection `rid` of `kind`; `node` is the routing id read as a
+    /// NodeRid. On our own outgoing connection to `node` (the acceptor announces its NodeRid)
+    /// it feeds our initiator; on any other connection it goes to that connection's acceptor
+    /// handshake (`accept.rs`), which touches no peer until it completes.
+    fn handle_handshake_msg(
+        &mut self,
+        kind: LinkKind,
+        rid: &[u8],
+        node: NodeRid,
+        msg: HandshakeMsg,
+    ) {
         let now = Instant::now();
-        if let HandshakeMsg::Hello { generation, .. } = &msg {
-            let generation = *generation;
-            let known = self.peers.get(&node).and_then(|p| p.generation);
-            if known.is_some_and(|g| generation < g) {
-                self.shared.counters.drop(
-                    DropReason::StaleGeneration,
-                    &format_args!("{node} hello gen {generation}"),
-                );
-                self.send_control(
-                    kind,
-                    node.as_bytes(),
-                    HandshakeMsg::Reject {
-                        reason: HandshakeReject::Duplicate,
-                    }
-                    .into_record(),
-                );
-                return;
-            }
-            if !self.peers.contains_key(&node) {
-                let handshaking = self
-                    .peers
-                    .values()
-                    .filter(|p| p.generation.is_none())
-                    .count();
-                if handshaking >= self.cfg.max_pending_handshakes {
-                    self.shared
-                        .counters
-                        .drop(DropReason::HandshakeCapacity, &node);
-                    return;
-                }
-            }
-            // A new Hello on a link restarts that link's handshake (reconnect or restart).
-            let was_up = self.peers.get(&node).is_some_and(|p| p.up);
-            if was_up {
-                let reason = if known == Some(generation) {
-                    DownReason::Reconnected
-                } else {
-                    DownReason::Restarted
-                };
-                self.peer_down(&node, reason, false);
-            }
-            let local = self.local.clone();
-            let timeout = self.cfg.liveness.handshake_timeout;
-            let p = self.peer_entry(&node);
-            let hs = Handshake::acceptor(
-                local,
-                kind,
-                Some(node.clone()),
-                rand::random(),
-                now,
-                timeout,
-            );
-            *p.link_mut(kind) = Link::Handshaking {
-                hs: Box::new(hs),
-                out: VecDeque::new(),
-            };
-        }
-        let Some(p) = self.peers.get_mut(&node) else {
-            self.shared
-                .counters
-                .drop(DropReason::Unauthenticated, &node);
+        let outgoing = self
+            .peers
+            .get(&node)
+            .is_some_and(|p| p.addr.is_some() && p.rid(kind) == rid);
+        if !outgoing {
+            self.accept_handshake_msg(kind, rid, msg, now);
             return;
-        };
+        }
+        let p = self.peers.get_mut(&node).expect("peer");
         match p.link_mut(kind) {
-            Link::Handshaking { hs, .. } => hs.handle_message(msg, now),
+            Link::Handshaking { hs, .. } if !matches!(msg, HandshakeMsg::Hello { .. }) => {
+                hs.handle_message(msg, now)
+            }
             _ => {
                 self.shared
                     .counters
@@ -1519,6 +1513,127 @@ impl Engine {
             }
         }
         self.pump_handshake(&node, kind);
+    }
+
+    /// The acceptor side of a handshake on connection `rid`: a Hello starts (or restarts) the
+    /// connection's handshake, bounded by `max_pending_handshakes`; nothing about any peer
+    /// changes before the initiator proved the secret on this very connection.
+    fn accept_handshake_msg(
+        &mut self,
+        kind: LinkKind,
+        rid: &[u8],
+        msg: HandshakeMsg,
+        now: Instant,
+    ) {
+        let hs = if let HandshakeMsg::Hello {
+            node, generation, ..
+        } = &msg
+        {
+            let known = self.peers.get(node).and_then(|p| p.generation);
+            if known.is_some_and(|g| *generation < g) {
+                self.shared.counters.drop(
+                    DropReason::StaleGeneration,
+                    &format_args!("{node} hello gen {generation}"),
+                );
+                self.send_control(
+                    kind,
+                    rid,
+                    HandshakeMsg::Reject {
+                        reason: HandshakeReject::Duplicate,
+                    }
+                    .into_record(),
+                );
+                return;
+            }
+            let hs = Handshake::acceptor(
+                self.local.clone(),
+                kind,
+                rid,
+                None,
+                rand::random(),
+                now,
+                self.cfg.liveness.handshake_timeout,
+            );
+            match self.accepts.start(kind, rid, hs) {
+                Ok(hs) => hs,
+                Err(crate::accept::Full) => {
+                    self.shared
+                        .counters
+                        .drop(DropReason::HandshakeCapacity, node);
+                    return;
+                }
+            }
+        } else {
+            match self.accepts.pending_mut(kind, rid) {
+                Some(hs) => hs,
+                None => {
+                    self.shared.counters.drop(
+                        DropReason::Unauthenticated,
+                        &format_args!("{kind:?} handshake message without a Hello"),
+                    );
+                    return;
+                }
+            }
+        };
+        hs.handle_message(msg, now);
+        let mut out = Vec::new();
+        while let Some(m) = hs.poll_transmit() {
+            out.push(m);
+        }
+        let outcome = hs.poll_outcome().cloned();
+        for m in out {
+            self.send_control(kind, rid, m.into_record());
+        }
+        match outcome {
+            None => {}
+            Some(Outcome::Failed(why)) => {
+                self.accepts.finish(kind, rid);
+                let reason = match why {
+                    HandshakeFailure::RidMismatch => DropReason::RidMismatch,
+                    _ => DropReason::HandshakeFailed,
+                };
+                self.shared
+                    .counters
+                    .drop(reason, &format_args!("{kind:?} acceptor: {why:?}"));
+            }
+            Some(Outcome::Established(id)) => {
+                if let Some(hs) = self.accepts.finish(kind, rid) {
+                    self.install_accepted(kind, rid, id, hs);
+                }
+            }
+        }
+    }
+
+    /// A connection another node opened completed its handshake: from now on its routing id
+    /// (and only it) speaks for `id.node` on this link. A newer generation replaces the old
+    /// lifecycle (`check_handshake`); the same generation on a new connection is the peer
+    /// reconnecting (its old connection is forgotten); an older one is refused.
+    fn install_accepted(
+        &mut self,
+        kind: LinkKind,
+        rid: &[u8],
+        id: crate::handshake::PeerIdentity,
+        hs: Box<Handshake>,
+    ) {
+        let node = id.node.clone();
+        let known = self.peers.get(&node).and_then(|p| p.generation);
+        if known.is_some_and(|g| id.generation < g) {
+            self.shared
+                .counters
+                .drop(DropReason::StaleGeneration, &node);
+            return;
+        }
+        if known == Some(id.generation) && self.peers.get(&node).is_some_and(|p| p.up) {
+            self.peer_down(&node, DownReason::Reconnected, false);
+        }
+        self.accepts.prove(kind, rid, Arc::new(node.clone()));
+        let p = self.peer_entry(&node);
+        p.rids[link_index(kind)] = rid.to_vec();
+        *p.link_mut(kind) = Link::Handshaking {
+            hs,
+            out: VecDeque::new(),
+        };
+        self.check_handshake(&node, kind);
     }
 
     fn check_handshake(&mut self, node: &NodeRid, kind: LinkKind) {
@@ -1665,11 +1780,9 @@ impl Engine {
         }
     }
 
-    /// Replaces our outbound connection of `kind` to `node` with a fresh TCP connection.
-    ///
-    /// Needed when the remote side may hold our old connection under another routing id
-    /// (ROUTER_HANDOVER gives a displaced connection a generated id and keeps it open), so
-    /// records on it could never be attributed to us again.
+    /// Replaces our outbound connection of `kind` to `node` with a fresh TCP connection that
+    /// announces a fresh random routing id (the next handshake is bound to it; whatever the
+    /// remote side still holds of the old connection can never speak for us again).
     fn reconnect(&mut self, node: &NodeRid, kind: LinkKind) {
         let Some(addr) = self.peers.get(node).and_then(|p| p.addr.clone()) else {
             return;
@@ -1679,10 +1792,14 @@ impl Engine {
         } else {
             &addr.completion
         };
+        let rid = fresh_rid();
         let s = self.socket(kind);
         let _ = s.disconnect(ep);
-        if let Err(e) = s.connect(ep) {
+        if let Err(e) = connect_as(s, &rid, ep) {
             tracing::warn!(peer = %node, error = %e, "reconnect failed");
+        }
+        if let Some(p) = self.peers.get_mut(node) {
+            p.own_rids[link_index(kind)] = rid;
         }
     }
 
@@ -1719,12 +1836,18 @@ impl Engine {
                 } else if p.next_ping <= now {
                     p.ping_seq += 1;
                     p.next_ping = now + ping_ivl;
-                    ping.push((p.rid.clone(), p.ping_seq));
+                    ping.push((p.rid(LinkKind::Completion).to_vec(), p.ping_seq));
                 }
             }
         }
         for (node, kind) in to_check {
             self.check_handshake(&node, kind);
+        }
+        for (kind, hs) in self.accepts.expire(now) {
+            self.shared.counters.drop(
+                DropReason::HandshakeFailed,
+                &format_args!("{kind:?} acceptor: {:?}", hs.poll_outcome()),
+            );
         }
         for (node, kind) in to_retry {
             self.reconnect(&node, kind);
@@ -1888,6 +2011,9 @@ impl Engine {
         if let Some(d) = self.corr.poll_timeout() {
             t = t.min(d.saturating_duration_since(now));
         }
+        if let Some(d) = self.accepts.poll_timeout() {
+            t = t.min(d.saturating_duration_since(now));
+        }
         for p in self.peers.values() {
             if p.up {
                 t = t.min(p.next_ping.saturating_duration_since(now));
@@ -2015,12 +2141,21 @@ impl Engine {
                 .first()
                 .map(|a| String::from_utf8_lossy(a).into_owned())
                 .unwrap_or_default();
-            events.push((ev, addr));
+            let value = u32::from_le_bytes([first[2], first[3], first[4], first[5]]);
+            events.push((ev, value, addr));
         }
-        for (ev, addr) in events {
+        for (ev, value, addr) in events {
             let ev = zmq::SocketEvent::from_raw(ev);
             match ev {
                 zmq::SocketEvent::ACCEPTED => self.shared.counters.event(TransportEvent::Accepted),
+                zmq::SocketEvent::HANDSHAKE_FAILED_PROTOCOL
+                    if value == codec::ZMQ_PROTOCOL_ERROR_MESSAGE_TOO_LARGE =>
+                {
+                    self.shared.counters.drop(
+                        DropReason::MessageTooLarge,
+                        &format_args!("{kind:?} {addr}"),
+                    );
+                }
                 zmq::SocketEvent::HANDSHAKE_FAILED_NO_DETAIL
                 | zmq::SocketEvent::HANDSHAKE_FAILED_PROTOCOL
                 | zmq::SocketEvent::HANDSHAKE_FAILED_AUTH => {
@@ -2058,6 +2193,11 @@ impl Engine {
         let cached = self.rid_cache.get(rid).cloned();
         let was_cached = cached.is_some();
         let node: Arc<NodeRid> = match cached.or_else(|| {
+            // A connection another node opened, proved; else our own connection to the node
+            // named by its routing id (checked against the peer in `on_peer_record`).
+            if let Some(n) = self.accepts.proved(kind, rid) {
+                return Some(n.clone());
+            }
             std::str::from_utf8(rid)
                 .ok()
                 .and_then(|s| NodeRid::new(s).ok())
@@ -2268,10 +2408,11 @@ impl Engine {
             return None;
         }
         if let Class::Handshake(m) = class {
-            self.handle_handshake_msg(kind, NodeRid::clone(node), m);
+            self.handle_handshake_msg(kind, rid, NodeRid::clone(node), m);
             return None;
         }
-        let Some(p) = self.peers.get_mut(&**node) else {
+        let Some(p) = self.peers.get_mut(&**node).filter(|p| p.rid(kind) == rid) else {
+            // Unknown, or not the connection that proved itself for this node.
             self.shared.counters.drop(DropReason::Unauthenticated, node);
             return None;
         };
@@ -2299,14 +2440,16 @@ impl Engine {
         };
         match (kind, class, record) {
             (LinkKind::Completion, Class::Ping(seq), _) => {
-                let rid_vec = p.rid.clone();
+                let rid_vec = p.rid(LinkKind::Completion).to_vec();
                 self.send_control(LinkKind::Completion, &rid_vec, Record::Pong(Pong { seq }));
             }
             (LinkKind::Completion, Class::Pong, _) => {}
             (LinkKind::Completion, Class::FlowCredit { messages, bytes }, _) => {
                 let p = self.peers.get_mut(&**node).expect("peer");
-                p.credit_msgs += u64::from(messages);
-                p.credit_bytes += bytes;
+                // Wire values: saturate (a peer granting "infinite" credit only gives up its
+                // own window).
+                p.credit_msgs = p.credit_msgs.saturating_add(u64::from(messages));
+                p.credit_bytes = p.credit_bytes.saturating_add(bytes);
                 if !p.queue.is_empty() {
                     self.paused.insert(NodeRid::clone(node));
                 }
@@ -2910,7 +3053,7 @@ impl Engine {
             bytes,
         }));
         if matches!(
-            self.raw_send(LinkKind::Completion, &p.rid, &frames),
+            self.raw_send(LinkKind::Completion, p.rid(LinkKind::Completion), &frames),
             SendOutcome::Sent
         ) {
             let p = self.peers.get_mut(node).expect("peer");
@@ -2973,7 +3116,7 @@ impl Engine {
             .peers
             .values()
             .filter(|p| p.up)
-            .map(|p| p.rid.clone())
+            .map(|p| p.rid(LinkKind::Completion).to_vec())
             .collect();
         for rid in ups {
             self.send_control(
@@ -3018,6 +3161,13 @@ impl Engine {
 /// libzmq refuses it (HWM: PAUSED; no such peer: unreachable). Once it is accepted, the rest of
 /// the message is too.
 #[inline]
+/// Connects `s` to `ep` announcing the routing id `rid` on that connection (libzmq takes the
+/// socket's routing id at connect time; the bound listener keeps the one of the bind).
+fn connect_as(s: &zmq::Socket, rid: &[u8], ep: &str) -> Result<(), zmq::Error> {
+    s.set_identity(rid)?;
+    s.connect(ep)
+}
+
 fn send_routing_id(s: &zmq::Socket, rid: &[u8]) -> Result<(), SendOutcome> {
     match s.send(rid, zmq::SNDMORE | zmq::DONTWAIT) {
         Ok(()) => Ok(()),

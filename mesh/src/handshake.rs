@@ -12,10 +12,13 @@
 //!                                        ◀───── Welcome            (or Reject{reason})
 //! ```
 //!
-//! `proof_x = HMAC-SHA256(secret, label_x ‖ link ‖ mesh ‖ node_i ‖ gen_i ‖ nonce_i ‖ node_a ‖
-//! gen_a ‖ nonce_a)` with distinct labels for the two directions, so neither proof can be
-//! reflected, and the link kind bound in, so a relay proof cannot be replayed on a completion
-//! connection. Both sides prove knowledge of the secret before any record is accepted.
+//! `proof_x = HMAC-SHA256(secret, label_x ‖ link ‖ conn ‖ mesh ‖ node_i ‖ gen_i ‖ nonce_i ‖
+//! node_a ‖ gen_a ‖ nonce_a)` with distinct labels for the two directions, so neither proof can
+//! be reflected, the link kind bound in, so a relay proof cannot be replayed on a completion
+//! connection, and `conn`, the routing id the initiator's connection announced (fresh and
+//! random per outgoing connection), so a proof is bound to the connection it was made on: the
+//! acceptor attributes records to the routing id that proved itself, and only to it. Both
+//! sides prove knowledge of the secret before any record is accepted.
 //!
 //! Call order for a driver: `handle_*` for every inbound handshake message, then drain
 //! [`Handshake::poll_transmit`] and read [`Handshake::poll_outcome`]; call
@@ -131,6 +134,7 @@ enum State {
 pub struct Handshake {
     local: LocalIdentity,
     link: LinkKind,
+    conn: Vec<u8>,
     expected_peer: Option<NodeRid>,
     state: State,
     transmit: Vec<HandshakeMsg>,
@@ -138,16 +142,18 @@ pub struct Handshake {
     deadline: Instant,
 }
 
-const LABEL_ACCEPTOR: &[u8] = b"zlink-mesh-v1 acceptor";
-const LABEL_INITIATOR: &[u8] = b"zlink-mesh-v1 initiator";
+const LABEL_ACCEPTOR: &[u8] = b"zlink-mesh-v2 acceptor";
+const LABEL_INITIATOR: &[u8] = b"zlink-mesh-v2 initiator";
 
 impl Handshake {
     /// Starts the initiating side: queues Hello.
     ///
-    /// `expected_peer`, when known, is the NodeRid the acceptor must prove.
+    /// `conn` is the routing id this connection announced to the acceptor (bound into both
+    /// proofs); `expected_peer`, when known, is the NodeRid the acceptor must prove.
     pub fn initiator(
         local: LocalIdentity,
         link: LinkKind,
+        conn: &[u8],
         expected_peer: Option<NodeRid>,
         nonce_i: [u8; 32],
         now: Instant,
@@ -162,6 +168,7 @@ impl Handshake {
         Self {
             local,
             link,
+            conn: conn.to_vec(),
             expected_peer,
             state: State::AwaitChallenge { nonce_i },
             transmit: vec![hello],
@@ -170,10 +177,12 @@ impl Handshake {
         }
     }
 
-    /// Starts the accepting side; `claimed_rid` is the routing id the connection presented.
+    /// Starts the accepting side. `conn` is the routing id the connection presented (bound
+    /// into both proofs); `claimed_rid`, when set, is the NodeRid the initiator must claim.
     pub fn acceptor(
         local: LocalIdentity,
         link: LinkKind,
+        conn: &[u8],
         claimed_rid: Option<NodeRid>,
         nonce_a: [u8; 32],
         now: Instant,
@@ -182,6 +191,7 @@ impl Handshake {
         Self {
             local,
             link,
+            conn: conn.to_vec(),
             expected_peer: claimed_rid,
             state: State::AwaitHello { nonce_a },
             transmit: Vec::new(),
@@ -347,6 +357,7 @@ impl Handshake {
         };
         put(label);
         put(&[self.link as u8]);
+        put(&self.conn);
         put(self.local.mesh.as_str().as_bytes());
         put(ni.as_str().as_bytes());
         put(&gi.get().to_be_bytes());
@@ -429,14 +440,62 @@ mod tests {
     }
 
     const KEY: &[u8] = b"0123456789abcdef0123";
+    const CONN: &[u8] = b"conn-1";
+
+    // spec: SB-2.1 — a proof is bound to the connection's routing id: an acceptor that sees
+    // another routing id than the one the initiator announced rejects the proof.
+    #[test]
+    fn proof_is_bound_to_the_connection() {
+        let now = Instant::now();
+        let t = Duration::from_secs(1);
+        let i = Handshake::initiator(
+            ident("a", 1, KEY),
+            LinkKind::Relay,
+            CONN,
+            None,
+            [1; 32],
+            now,
+            t,
+        );
+        let a = Handshake::acceptor(
+            ident("b", 2, KEY),
+            LinkKind::Relay,
+            b"conn-2",
+            None,
+            [2; 32],
+            now,
+            t,
+        );
+        let (i, _a) = run(i, a, now);
+        assert_eq!(
+            i.poll_outcome(),
+            Some(&Outcome::Failed(HandshakeFailure::BadProof))
+        );
+    }
 
     // spec: SB-2.1 (peer RID and generation authenticated at the transport boundary)
     #[test]
     fn both_sides_establish_with_same_secret() {
         let now = Instant::now();
         let t = Duration::from_secs(1);
-        let i = Handshake::initiator(ident("a", 1, KEY), LinkKind::Relay, None, [1; 32], now, t);
-        let a = Handshake::acceptor(ident("b", 2, KEY), LinkKind::Relay, None, [2; 32], now, t);
+        let i = Handshake::initiator(
+            ident("a", 1, KEY),
+            LinkKind::Relay,
+            CONN,
+            None,
+            [1; 32],
+            now,
+            t,
+        );
+        let a = Handshake::acceptor(
+            ident("b", 2, KEY),
+            LinkKind::Relay,
+            CONN,
+            None,
+            [2; 32],
+            now,
+            t,
+        );
         let (i, a) = run(i, a, now);
         assert_eq!(
             i.poll_outcome(),
@@ -458,10 +517,19 @@ mod tests {
     fn wrong_secret_fails_on_both_sides() {
         let now = Instant::now();
         let t = Duration::from_secs(1);
-        let i = Handshake::initiator(ident("a", 1, KEY), LinkKind::Relay, None, [1; 32], now, t);
+        let i = Handshake::initiator(
+            ident("a", 1, KEY),
+            LinkKind::Relay,
+            CONN,
+            None,
+            [1; 32],
+            now,
+            t,
+        );
         let a = Handshake::acceptor(
             ident("b", 2, b"another-secret-of-16"),
             LinkKind::Relay,
+            CONN,
             None,
             [2; 32],
             now,
@@ -479,10 +547,19 @@ mod tests {
     fn proof_is_bound_to_link_kind() {
         let now = Instant::now();
         let t = Duration::from_secs(1);
-        let i = Handshake::initiator(ident("a", 1, KEY), LinkKind::Relay, None, [1; 32], now, t);
+        let i = Handshake::initiator(
+            ident("a", 1, KEY),
+            LinkKind::Relay,
+            CONN,
+            None,
+            [1; 32],
+            now,
+            t,
+        );
         let a = Handshake::acceptor(
             ident("b", 2, KEY),
             LinkKind::Completion,
+            CONN,
             None,
             [2; 32],
             now,
@@ -501,18 +578,35 @@ mod tests {
         let t = Duration::from_secs(1);
         let mut other = ident("a", 1, KEY);
         other.mesh = MeshName::new("other").unwrap();
-        let i = Handshake::initiator(other, LinkKind::Relay, None, [1; 32], now, t);
-        let a = Handshake::acceptor(ident("b", 2, KEY), LinkKind::Relay, None, [2; 32], now, t);
+        let i = Handshake::initiator(other, LinkKind::Relay, CONN, None, [1; 32], now, t);
+        let a = Handshake::acceptor(
+            ident("b", 2, KEY),
+            LinkKind::Relay,
+            CONN,
+            None,
+            [2; 32],
+            now,
+            t,
+        );
         let (_, a) = run(i, a, now);
         assert_eq!(
             a.poll_outcome(),
             Some(&Outcome::Failed(HandshakeFailure::WrongMesh))
         );
 
-        let i = Handshake::initiator(ident("a", 1, KEY), LinkKind::Relay, None, [1; 32], now, t);
+        let i = Handshake::initiator(
+            ident("a", 1, KEY),
+            LinkKind::Relay,
+            CONN,
+            None,
+            [1; 32],
+            now,
+            t,
+        );
         let a = Handshake::acceptor(
             ident("b", 2, KEY),
             LinkKind::Relay,
+            CONN,
             Some(NodeRid::new("z").unwrap()),
             [2; 32],
             now,
@@ -524,8 +618,15 @@ mod tests {
             Some(&Outcome::Failed(HandshakeFailure::RidMismatch))
         );
 
-        let mut i =
-            Handshake::initiator(ident("a", 1, KEY), LinkKind::Relay, None, [1; 32], now, t);
+        let mut i = Handshake::initiator(
+            ident("a", 1, KEY),
+            LinkKind::Relay,
+            CONN,
+            None,
+            [1; 32],
+            now,
+            t,
+        );
         assert_eq!(i.poll_timeout(), Some(now + t));
         i.handle_timeout(now + t);
         assert_eq!(
@@ -541,6 +642,7 @@ mod tests {
         let mut a = Handshake::acceptor(
             ident("b", 2, KEY),
             LinkKind::Relay,
+            CONN,
             None,
             [2; 32],
             now,

@@ -8,10 +8,12 @@
 //!   (non-blocking sends; EAGAIN = PAUSED).
 //! - Every network-facing socket sets `MAXMSGSIZE`, `SNDHWM`/`RCVHWM`, bounded `LINGER`,
 //!   bounded reconnect backoff, and ZMTP heartbeats on completion connections only (a
-//!   backpressured relay or client connection must not be cut); ROUTERs use `ROUTER_MANDATORY`, mesh
-//!   ROUTERs also `ROUTER_HANDOVER`.
+//!   backpressured relay or client connection must not be cut); ROUTERs use `ROUTER_MANDATORY` (no
+//!   `ROUTER_HANDOVER`: a connection never takes over another's routing id).
 //! - A peer is authenticated by an HMAC-SHA256 challenge-response ([`handshake`]) on each of
-//!   its two connections; afterwards every record is checked for the authenticated RID,
+//!   its two connections, bound to the connection's routing id (fresh and random per
+//!   outgoing connection); afterwards every record is checked for the routing id that proved
+//!   itself, the authenticated RID,
 //!   current NodeGeneration and frame format, else dropped and counted ([`DropReason`]).
 //! - Requests end in exactly one terminal ([`correlation`]); replies travel on the completion
 //!   connection; nothing is resent.
@@ -20,6 +22,7 @@
 //!
 //! See `docs/MESH.md` for the design, the CURVE note and the limits.
 
+mod accept;
 mod bridge;
 pub mod budget;
 pub mod client;

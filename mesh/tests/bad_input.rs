@@ -32,6 +32,7 @@ struct RawPeer {
     relay: zmq::Socket,
     completion: zmq::Socket,
     target: Vec<u8>,
+    identity: Vec<u8>,
 }
 
 impl RawPeer {
@@ -53,6 +54,7 @@ impl RawPeer {
             relay,
             completion,
             target: node.node().as_bytes().to_vec(),
+            identity: identity.as_bytes().to_vec(),
         }
     }
 
@@ -114,7 +116,7 @@ impl RawPeer {
             secret: MeshSecret::new(secret.to_vec()).unwrap(),
         };
         let now = std::time::Instant::now();
-        let mut hs = Handshake::initiator(local, kind, None, [3; 32], now, WAIT);
+        let mut hs = Handshake::initiator(local, kind, &self.identity, None, [3; 32], now, WAIT);
         let until = Instant::now() + WAIT;
         loop {
             while let Some(m) = hs.poll_transmit() {
@@ -260,9 +262,11 @@ async fn zmq_peers_without_handshake_and_oversized_frames() {
     })
     .await;
 
-    // Over the size limit (64 KiB here): libzmq drops the connection, nothing is delivered.
+    // Over the size limit (64 KiB payload + 64 KiB envelope here): libzmq drops the
+    // connection, nothing is delivered, the drop is counted.
     let before = node.counters().events(TransportEvent::Disconnected);
-    let big = vec![0u8; 100 * 1024];
+    let too_large = node.counters().dropped(DropReason::MessageTooLarge);
+    let big = vec![0u8; 200 * 1024];
     raw.send(LinkKind::Completion, &[&big]);
     eventually("oversized frame disconnects", || {
         node.counters().events(TransportEvent::Disconnected) > before
@@ -278,13 +282,17 @@ async fn zmq_peers_without_handshake_and_oversized_frames() {
         node.counters().events(TransportEvent::Disconnected) > before + 1
     })
     .await;
+    eventually("oversized frames counted", || {
+        node.counters().dropped(DropReason::MessageTooLarge) >= too_large + 2
+    })
+    .await;
     still_serves(&node, &good, &mut inbound, "after-no-handshake").await;
     node.shutdown().await;
     good.shutdown().await;
 }
 
-// spec: SB-2.1 — wrong secret, a Hello claiming another RID, an old generation, too many
-// pending handshakes.
+// spec: SB-2.1 — wrong secret, a Hello claiming an up peer's RID, too many pending
+// handshakes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wrong_secret_other_rid_and_handshake_flood() {
     let (node, mut inbound, good) = setup();
@@ -303,19 +311,36 @@ async fn wrong_secret_other_rid_and_handshake_flood() {
     assert!(wrong.peer_generation(node.node()).is_none());
     wrong.shutdown().await;
 
-    // Identity "liar" announcing NodeRid "good".
+    // Identity "liar" claiming NodeRid "good" (which is up): the Hello is answered with a
+    // Challenge and changes nothing; a proof made without the secret fails the handshake, and
+    // the real "good" stays up throughout (impersonation is covered in impersonation.rs).
     let liar = RawPeer::connect("liar", &node);
     let local = |n: &str| zlink_wire::Hello {
         mesh: MeshName::new("test").unwrap(),
         node: NodeRid::new(n).unwrap(),
-        generation: NodeGeneration::new(1),
+        generation: NodeGeneration::new(u64::MAX),
         nonce: [1; 32],
     };
+    let failed = node.counters().dropped(DropReason::HandshakeFailed);
     liar.send_record(LinkKind::Relay, &Record::Hello(local("good")), 0, None);
-    eventually("rid mismatch counted", || {
-        node.counters().dropped(DropReason::RidMismatch) >= 1
+    let challenge = liar
+        .recv(LinkKind::Relay, Instant::now() + WAIT)
+        .expect("a Challenge");
+    let bytes: Vec<Bytes> = challenge.into_iter().map(Bytes::from).collect();
+    let d = zlink_wire::decode(&bytes, &zlink_wire::Limits::DEFAULT).unwrap();
+    assert!(matches!(d.record, Record::Challenge(_)), "{:?}", d.record);
+    liar.send_record(
+        LinkKind::Relay,
+        &Record::Proof(zlink_wire::Proof { proof: [0; 32] }),
+        0,
+        None,
+    );
+    eventually("bad proof counted", || {
+        node.counters().dropped(DropReason::HandshakeFailed) > failed
     })
     .await;
+    assert_eq!(node.counters().events(TransportEvent::PeerDown), 0);
+    assert!(node.peer_generation(good.node()).is_some());
 
     // Handshake flood: more distinct identities than max_pending_handshakes (16).
     let flood: Vec<RawPeer> = (0..24)
@@ -829,4 +854,94 @@ async fn batched_repeated_one_ways_are_checked_like_lone_ones() {
         );
         node.shutdown().await;
     }
+}
+
+/// FlowCredit with the largest values the wire allows, twice (a `u64 +=` would overflow).
+fn extreme_credit() -> Record {
+    Record::FlowCredit(zlink_wire::FlowCredit {
+        messages: u32::MAX,
+        bytes: u64::MAX,
+    })
+}
+
+// spec: SB-2.1 — wire arithmetic saturates: an authenticated peer granting the largest credit
+// twice neither panics nor wraps the node's I/O thread; the node keeps sending to it and
+// serving its good peer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn extreme_flow_credit_from_a_peer_saturates() {
+    let (node, mut inbound, good) = setup();
+    link(&good, &node).await;
+    let raw = RawPeer::connect("generous", &node);
+    for kind in [LinkKind::Relay, LinkKind::Completion] {
+        let o = raw.handshake(kind, "generous", 1, SECRET);
+        assert!(matches!(o, Some(Outcome::Established(_))), "{o:?}");
+    }
+    let generous = NodeRid::new("generous").unwrap();
+    assert!(node.wait_peer_up(&generous, None, WAIT).await.is_some());
+    raw.send_record(LinkKind::Completion, &extreme_credit(), 0, None);
+    raw.send_record(LinkKind::Completion, &extreme_credit(), 0, None);
+    for i in 0..3u8 {
+        node.send(&generous, DispatchKey::new(5), Bytes::from(vec![i]))
+            .await
+            .unwrap();
+    }
+    let until = Instant::now() + WAIT;
+    let mut got = Vec::new();
+    while got.len() < 3 {
+        let parts = raw
+            .recv(LinkKind::Relay, until)
+            .expect("relay data after the credit");
+        let bytes: Vec<Bytes> = parts.into_iter().map(Bytes::from).collect();
+        if zlink_wire::is_batch(&bytes[0]) {
+            let batch = zlink_wire::BatchFrame::parse(bytes[0].clone()).unwrap();
+            for r in batch.records() {
+                got.push(r.payload.unwrap().to_vec());
+            }
+        } else {
+            got.push(bytes[1].to_vec());
+        }
+    }
+    assert_eq!(got, vec![vec![0], vec![1], vec![2]]);
+    still_serves(&node, &good, &mut inbound, "after-extreme-credit").await;
+    node.shutdown().await;
+    good.shutdown().await;
+}
+
+// spec: SB-2.1 — the client side too: a node granting the largest credit twice; the client's
+// I/O thread neither panics nor wraps and keeps sending.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn extreme_flow_credit_to_a_client_saturates() {
+    let ctx = zmq::Context::new();
+    let fake_node = ctx.socket(zmq::ROUTER).unwrap();
+    fake_node.set_linger(0).unwrap();
+    fake_node.set_rcvtimeo(20_000).unwrap();
+    fake_node.bind("tcp://127.0.0.1:*").unwrap();
+    let ep = fake_node.get_last_endpoint().unwrap().unwrap();
+    let mut cc = zlink_mesh::ClientConfig::new(ep);
+    cc.liveness = config("x").liveness;
+    let client = zlink_mesh::MeshClient::connect(cc).unwrap();
+    // The client's first message (a Ping) tells its routing id.
+    let first = fake_node.recv_multipart(0).expect("the client speaks");
+    let rid = first[0].clone();
+    let credit = zlink_wire::encode(&extreme_credit(), CorrelationId::NONE, None)
+        .unwrap()
+        .into_vec();
+    for _ in 0..2 {
+        fake_node.send(&rid[..], zmq::SNDMORE).unwrap();
+        fake_node.send(&credit[0][..], 0).unwrap();
+    }
+    client
+        .send(DispatchKey::new(3), Bytes::from_static(b"still-here"))
+        .await
+        .unwrap();
+    loop {
+        let m = fake_node.recv_multipart(0).expect("the DATA record");
+        let bytes: Vec<Bytes> = m[1..].iter().cloned().map(Bytes::from).collect();
+        let d = zlink_wire::decode(&bytes, &zlink_wire::Limits::DEFAULT).unwrap();
+        if matches!(d.record, Record::OneWay(_)) {
+            assert_eq!(d.payload.as_deref(), Some(&b"still-here"[..]));
+            break;
+        }
+    }
+    client.close().await;
 }

@@ -175,9 +175,8 @@ async fn restarted_peer_is_a_new_lifecycle_and_old_generation_is_rejected() {
         })
         .await;
     }
-    // b2 survives the intrusion: ROUTER_HANDOVER may hand b2's routing id to the intruder for
-    // a moment (see docs/MESH.md); b2 then reconnects and re-runs the handshake. The old
-    // generation never comes back up.
+    // b2 survives the intrusion (no ROUTER_HANDOVER, the Hello changes nothing before a
+    // proof; see impersonation.rs). The old generation never comes back up.
     let deadline = tokio::time::Instant::now() + WAIT;
     loop {
         assert!(tokio::time::Instant::now() < deadline, "b2 never recovered");

@@ -1,0 +1,206 @@
+//! Memory a stranger can make a node hold, measured: a raw ZMTP peer sending the parts of one
+//! multipart message and never its last part, on the relay port and on the client port, with
+//! large parts and with empty ones (libzmq keeps a 64-byte `msg_t` per part). Unpatched libzmq
+//! buffers every part until the last arrives (its HWM counts whole messages), so the node
+//! grew without bound; the patched libzmq (`vendor/zeromq-src/PATCHES.md`) drops the
+//! connection once the message in progress exceeds the socket's message limit, counted as
+//! `MessageTooLarge`. The node serves a well-behaved client in the middle of each attack.
+//!
+//! One test in this file on purpose: it measures the process's peak RSS (`VmHWM`, reset
+//! through `/proc/self/clear_refs`), which tests running in parallel would disturb.
+//!
+//! spec: SB-2.1 (ingress bounded and validated), EG-16.23 (accept keeps progressing).
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::sync::mpsc;
+
+use bytes::Bytes;
+use common::*;
+use zlink_mesh::{ClientConfig, DropReason, MeshClient, MeshNode};
+
+/// What one connection of the attack may make the node hold: the socket message limit
+/// (64 KiB payload + 64 KiB envelope here) plus libzmq's receive buffers. The stated bound for
+/// the whole process's peak RSS growth during an attack of `ATTACK_BYTES`.
+const RSS_BOUND: u64 = 48 * 1024 * 1024;
+/// What the attacker makes an unpatched libzmq hold per case (≈ 4 × `RSS_BOUND`).
+const ATTACK_HOLD: u64 = 192 * 1024 * 1024;
+
+fn port(ep: &str) -> u16 {
+    ep.rsplit(':').next().unwrap().parse().unwrap()
+}
+
+fn status_kib(field: &str) -> u64 {
+    let s = std::fs::read_to_string("/proc/self/status").unwrap();
+    s.lines()
+        .find_map(|l| l.strip_prefix(field))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap()
+}
+
+/// Resets the peak RSS (`VmHWM`) to the current RSS.
+fn reset_peak_rss() {
+    std::fs::write("/proc/self/clear_refs", "5").unwrap();
+}
+
+/// A ZMTP 3.0 NULL greeting and READY (socket type DEALER), written by hand.
+fn zmtp_open(port: u16) -> TcpStream {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let mut greet = vec![0xffu8, 0, 0, 0, 0, 0, 0, 0, 0, 0x7f, 3, 0];
+    greet.extend_from_slice(b"NULL");
+    greet.resize(64, 0);
+    s.write_all(&greet).unwrap();
+    let mut body = vec![5u8];
+    body.extend_from_slice(b"READY");
+    body.push(11);
+    body.extend_from_slice(b"Socket-Type");
+    body.extend_from_slice(&6u32.to_be_bytes());
+    body.extend_from_slice(b"DEALER");
+    let mut ready = vec![0x04u8, body.len() as u8];
+    ready.extend_from_slice(&body);
+    s.write_all(&ready).unwrap();
+    // The node's greeting: the connection is up on its side.
+    let mut peer = [0u8; 64];
+    s.read_exact(&mut peer).unwrap();
+    s
+}
+
+/// The attack: frames with MORE set (parts of one message that never ends) of `part` bytes
+/// each, until `total` bytes were written, reconnecting whenever the node drops the
+/// connection. Halfway through it tells `half` and waits for `go` (the test serves a client
+/// meanwhile). Returns the number of connections the node dropped.
+fn attack(
+    port: u16,
+    part: usize,
+    total: u64,
+    half: mpsc::Sender<()>,
+    go: mpsc::Receiver<()>,
+) -> u64 {
+    let mut frame = Vec::with_capacity(part + 9);
+    if part < 256 {
+        frame.extend_from_slice(&[0x01, part as u8]);
+    } else {
+        frame.push(0x03);
+        frame.extend_from_slice(&(part as u64).to_be_bytes());
+    }
+    frame.resize(frame.len() + part, b'x');
+    // Many frames per write (tiny frames one by one would measure syscalls, not libzmq).
+    let chunk: Vec<u8> = frame.repeat((64 * 1024 / frame.len()).max(1));
+    let mut written = 0u64;
+    let mut dropped = 0u64;
+    let mut halfway = false;
+    while written < total {
+        let mut s = zmtp_open(port);
+        loop {
+            if !halfway && written >= total / 2 {
+                halfway = true;
+                half.send(()).unwrap();
+                go.recv().unwrap();
+            }
+            match s.write_all(&chunk) {
+                Ok(()) => written += chunk.len() as u64,
+                Err(_) => {
+                    dropped += 1;
+                    break;
+                }
+            }
+            if written >= total {
+                break;
+            }
+        }
+    }
+    dropped
+}
+
+/// Runs one attack case against `port` while proving that `client` is served in its middle;
+/// returns (peak RSS growth in bytes, connections dropped).
+/// The attacker sends enough wire bytes that an unpatched libzmq holds [`ATTACK_HOLD`] bytes
+/// (a part costs its bytes plus a 64-byte `msg_t`; on the wire its bytes plus a 2- or 9-byte
+/// header).
+async fn measure(port: u16, part: usize, client: &MeshClient) -> (u64, u64) {
+    let wire = if part < 256 { part + 2 } else { part + 9 } as u64;
+    let total = ATTACK_HOLD / (part as u64 + 64) * wire;
+    let (half_tx, half_rx) = mpsc::channel();
+    let (go_tx, go_rx) = mpsc::channel();
+    let before = status_kib("VmRSS:") * 1024;
+    reset_peak_rss();
+    let t = std::thread::spawn(move || attack(port, part, total, half_tx, go_rx));
+    tokio::task::spawn_blocking(move || half_rx.recv().unwrap())
+        .await
+        .unwrap();
+    let r = client
+        .request(
+            zlink_mesh::DispatchKey::new(1),
+            Bytes::from_static(b"mid-attack"),
+            WAIT,
+        )
+        .await
+        .expect("a well-behaved client is served during the attack");
+    assert_eq!(r.payload.as_deref(), Some(&b"mid-attack"[..]));
+    go_tx.send(()).unwrap();
+    let dropped = tokio::task::spawn_blocking(move || t.join().unwrap())
+        .await
+        .unwrap();
+    let peak = status_kib("VmHWM:") * 1024;
+    (peak.saturating_sub(before), dropped)
+}
+
+// spec: SB-2.1 — a connection cannot make the node buffer without bound, whatever it sends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn endless_multipart_message_is_bounded_and_dropped() {
+    trace();
+    let mut c = config("victim");
+    c.client_endpoint = Some("tcp://127.0.0.1:*".into());
+    c.transport.max_message_size = 64 * 1024;
+    let (node, mut inbound) = MeshNode::start(c).unwrap();
+    // Echo every request (the well-behaved client's).
+    let echo = tokio::spawn(async move {
+        while let Some(m) = inbound.recv().await {
+            if let Some(r) = m.reply {
+                r.reply(m.payload.unwrap_or_default());
+            }
+        }
+    });
+    let mut cc = ClientConfig::new(node.endpoints().client.clone().unwrap());
+    cc.liveness = config("x").liveness;
+    let client = MeshClient::connect(cc).unwrap();
+    // Warm up (first session, allocator arenas) before measuring.
+    client
+        .request(
+            zlink_mesh::DispatchKey::new(1),
+            Bytes::from_static(b"warm"),
+            WAIT,
+        )
+        .await
+        .unwrap();
+
+    let relay = port(&node.endpoints().relay);
+    let client_port = port(node.endpoints().client.as_ref().unwrap());
+    let cases = [
+        ("relay, 32 KiB parts", relay, 32 * 1024),
+        ("client, 32 KiB parts", client_port, 32 * 1024),
+        ("client, empty parts", client_port, 0),
+    ];
+    for (name, p, part) in cases {
+        let before = node.counters().dropped(DropReason::MessageTooLarge);
+        let (growth, dropped) = measure(p, part, &client).await;
+        eprintln!(
+            "{name}: {ATTACK_HOLD} bytes held unpatched, {dropped} connections dropped, peak RSS +{} KiB",
+            growth / 1024
+        );
+        assert!(
+            growth < RSS_BOUND,
+            "{name}: peak RSS grew by {growth} bytes (bound {RSS_BOUND})"
+        );
+        assert!(dropped >= 1, "{name}: the node dropped the connection");
+        eventually("MessageTooLarge counted", || {
+            node.counters().dropped(DropReason::MessageTooLarge) >= before + dropped
+        })
+        .await;
+    }
+    client.close().await;
+    node.shutdown().await;
+    echo.abort();
+}
