@@ -28,14 +28,41 @@ use std::collections::VecDeque;
 use super::config::LaneLimits;
 use super::error::{AdmissionError, ApplicationLaneFull, LaneLimitKind, LifecycleLaneFull};
 
-/// Index of a lane inside one [`GateCore`].
+/// A lane inside one [`GateCore`]: its slot index and the slot's generation. A removed lane's
+/// slot is reused by the next lane with a new generation, so a stale id never reaches another
+/// object's lane.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct LaneId(pub(crate) u32);
+pub struct LaneId {
+    index: u32,
+    generation: u32,
+}
 
 impl LaneId {
-    /// The raw index (diagnostics only).
+    /// The raw slot index (diagnostics only; reused after the lane is removed).
     pub fn index(self) -> u32 {
-        self.0
+        self.index
+    }
+
+    /// The generation of the slot this lane occupies (diagnostics only).
+    pub fn generation(self) -> u32 {
+        self.generation
+    }
+}
+
+/// One slot of [`GateCore`]'s lane table: a lane, or a free slot remembering its generation.
+struct LaneSlot<W, L> {
+    generation: u32,
+    state: Option<LaneState<W, L>>,
+}
+
+/// An idle FIFO whose buffer holds more than this many records is given back to the allocator
+/// (a burst does not keep its buffer for the lane's lifetime); smaller buffers are kept, so a
+/// request/reply lane does not allocate per record.
+const IDLE_FIFO_KEEP: usize = 8;
+
+fn trim_fifo<T>(q: &mut VecDeque<T>) {
+    if q.is_empty() && q.capacity() > IDLE_FIFO_KEEP {
+        *q = VecDeque::new();
     }
 }
 
@@ -187,6 +214,13 @@ impl<W, L> LaneState<W, L> {
         }
     }
 
+    /// The lane went idle: give big FIFO buffers back (see [`IDLE_FIFO_KEEP`]).
+    fn trim(&mut self) {
+        trim_fifo(&mut self.application);
+        trim_fifo(&mut self.lifecycle);
+        trim_fifo(&mut self.join_results);
+    }
+
     fn release(&mut self, class: LaneClass, bytes: u64) {
         let r = match class {
             LaneClass::Application => &mut self.application_reserved,
@@ -254,6 +288,17 @@ pub struct Returned<W> {
     pub item: W,
 }
 
+/// What [`GateCore::handle_end`] took out of an ended gate.
+#[derive(Debug)]
+pub struct EndedGate<W, L> {
+    /// Queued work, never to run.
+    pub items: Vec<W>,
+    /// Resume records refused (lane, invocation).
+    pub refused: Vec<(LaneId, u64)>,
+    /// The removed lanes and their driver data.
+    pub lanes: Vec<(LaneId, L)>,
+}
+
 /// A completion that does not belong to the current claim of the lane (EG-6.1).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct StaleCompletion;
@@ -276,11 +321,24 @@ pub enum SubmitRefusal {
     Ended,
 }
 
+fn lane_in<W, L>(lanes: &mut [LaneSlot<W, L>], lane: LaneId) -> Option<&mut LaneState<W, L>> {
+    let slot = lanes.get_mut(lane.index as usize)?;
+    if slot.generation != lane.generation {
+        return None;
+    }
+    slot.state.as_mut()
+}
+
 /// The sans-IO scheduling core of one gate. `W` is the work type, `L` per-lane driver data.
 pub struct GateCore<W, L> {
     limits: LaneLimits,
-    lanes: Vec<Option<LaneState<W, L>>>,
+    lanes: Vec<LaneSlot<W, L>>,
     free: Vec<u32>,
+    /// Lanes present (not removed).
+    live: usize,
+    /// Generation of the next lane added (a slot's lanes never share one: stale ids are
+    /// recognised, [`LaneId`]).
+    next_generation: u32,
     ready: VecDeque<ReadyEntry>,
     next_invocation: u64,
     sealed: bool,
@@ -308,6 +366,8 @@ impl<W, L: Clone> GateCore<W, L> {
             limits,
             lanes: Vec::new(),
             free: Vec::new(),
+            live: 0,
+            next_generation: 0,
             ready: VecDeque::new(),
             next_invocation: 1,
             sealed: false,
@@ -340,55 +400,112 @@ impl<W, L: Clone> GateCore<W, L> {
             barriers_active: 0,
             join_results: VecDeque::new(),
         };
-        Some(match self.free.pop() {
+        self.live += 1;
+        let generation = self.next_generation;
+        self.next_generation = self.next_generation.wrapping_add(1);
+        let slot = LaneSlot {
+            generation,
+            state: Some(state),
+        };
+        let index = match self.free.pop() {
             Some(i) => {
-                self.lanes[i as usize] = Some(state);
-                LaneId(i)
+                self.lanes[i as usize] = slot;
+                i
             }
             None => {
-                self.lanes.push(Some(state));
-                LaneId((self.lanes.len() - 1) as u32)
+                self.lanes.push(slot);
+                (self.lanes.len() - 1) as u32
             }
-        })
+        };
+        Some(LaneId { index, generation })
     }
 
     /// The id the next [`GateCore::add_lane`] will return.
     pub fn peek_next_lane(&self) -> LaneId {
         match self.free.last() {
-            Some(i) => LaneId(*i),
-            None => LaneId(self.lanes.len() as u32),
+            Some(i) => LaneId {
+                index: *i,
+                generation: self.next_generation,
+            },
+            None => LaneId {
+                index: self.lanes.len() as u32,
+                generation: self.next_generation,
+            },
         }
+    }
+
+    /// Lanes present behind this gate (added, not removed).
+    pub fn lane_count(&self) -> usize {
+        self.live
     }
 
     /// The driver data of a lane.
     pub fn lane_data(&self, lane: LaneId) -> Option<L> {
-        self.lanes
-            .get(lane.0 as usize)?
-            .as_ref()
-            .map(|s| s.data.clone())
+        self.lane_ref(lane).map(|s| s.data.clone())
     }
 
-    /// Remove a lane (the object ended or moved): its queued work is returned, its counters and
-    /// debt are dropped (EG-7.5). A yielded record of it can no longer resume.
-    pub fn remove_lane(&mut self, lane: LaneId) -> Vec<W> {
+    /// Remove a lane (the object ended or moved): its driver data and queued work are returned
+    /// (to be dropped outside the caller's lock), its counters and debt are dropped (EG-7.5). A
+    /// yielded record of it can no longer resume. The slot is reused with a new generation, so
+    /// a stale [`LaneId`] never reaches the next lane in it.
+    pub fn remove_lane(&mut self, lane: LaneId) -> Option<(L, Vec<W>)> {
         debug_assert!(self.batch.is_none(), "end the batch first");
-        let Some(state) = self.lanes.get_mut(lane.0 as usize).and_then(Option::take) else {
-            return Vec::new();
-        };
+        let slot = self.lanes.get_mut(lane.index as usize)?;
+        if slot.generation != lane.generation {
+            return None;
+        }
+        let state = slot.state.take()?;
+        self.free.push(lane.index);
+        self.live -= 1;
         self.ready.retain(|e| match e {
             ReadyEntry::Lane(l) | ReadyEntry::Resume(l, _) => *l != lane,
         });
-        // the index is not reused: a stale handle can never reach another object's lane
-        state
-            .lifecycle
+        let items = state
+            .join_results
             .into_iter()
+            .chain(state.lifecycle)
             .chain(state.application)
             .map(|q| q.item)
-            .collect()
+            .collect();
+        if self.live == 0 {
+            // nothing left behind this gate: the table's memory goes back too
+            self.lanes = Vec::new();
+            self.free = Vec::new();
+        }
+        Some((state.data, items))
+    }
+
+    fn lane_ref(&self, lane: LaneId) -> Option<&LaneState<W, L>> {
+        let slot = self.lanes.get(lane.index as usize)?;
+        if slot.generation != lane.generation {
+            return None;
+        }
+        slot.state.as_ref()
     }
 
     fn lane_mut(&mut self, lane: LaneId) -> Option<&mut LaneState<W, L>> {
-        self.lanes.get_mut(lane.0 as usize).and_then(Option::as_mut)
+        lane_in(&mut self.lanes, lane)
+    }
+
+    /// Every present lane.
+    fn states_mut(&mut self) -> impl Iterator<Item = &mut LaneState<W, L>> {
+        self.lanes.iter_mut().filter_map(|slot| slot.state.as_mut())
+    }
+
+    /// Every present lane with its id.
+    fn lanes_mut(&mut self) -> impl Iterator<Item = (LaneId, &mut LaneState<W, L>)> {
+        self.lanes.iter_mut().enumerate().filter_map(|(i, slot)| {
+            let generation = slot.generation;
+            slot.state.as_mut().map(|s| {
+                (
+                    LaneId {
+                        index: i as u32,
+                        generation,
+                    },
+                    s,
+                )
+            })
+        })
     }
 
     /// Admit one record into `lane`'s `class` FIFO, reserving count and `payload_len` + fixed
@@ -410,7 +527,7 @@ impl<W, L: Clone> GateCore<W, L> {
         let limits = &self.limits;
         let sealed = self.sealed;
         // field-level borrows: `limits` and the lane are disjoint
-        let Some(state) = self.lanes.get_mut(lane.0 as usize).and_then(Option::as_mut) else {
+        let Some(state) = lane_in(&mut self.lanes, lane) else {
             return Err(SubmitRefused {
                 reason: SubmitRefusal::Ended,
                 item,
@@ -720,6 +837,8 @@ impl<W, L: Clone> GateCore<W, L> {
         if requeue {
             state.in_ready = true;
             self.ready.push_back(ReadyEntry::Lane(lane));
+        } else if !state.has_work() {
+            state.trim();
         }
         Ok(room)
     }
@@ -804,13 +923,14 @@ impl<W, L: Clone> GateCore<W, L> {
             return;
         }
         self.sealed = false;
-        for (i, slot) in self.lanes.iter_mut().enumerate() {
-            let Some(state) = slot else { continue };
+        let mut ready = std::mem::take(&mut self.ready);
+        for (id, state) in self.lanes_mut() {
             if state.runnable() && state.claim.is_none() && !state.in_ready {
                 state.in_ready = true;
-                self.ready.push_back(ReadyEntry::Lane(LaneId(i as u32)));
+                ready.push_back(ReadyEntry::Lane(id));
             }
         }
+        self.ready = ready;
     }
 
     /// Whether the unit is sealed.
@@ -832,8 +952,7 @@ impl<W, L: Clone> GateCore<W, L> {
         debug_assert!(self.batch.is_none(), "end the batch first");
         let overhead = self.limits.per_work_overhead;
         let mut out = Vec::new();
-        for (i, slot) in self.lanes.iter_mut().enumerate() {
-            let Some(state) = slot else { continue };
+        for (id, state) in self.lanes_mut() {
             for class in [LaneClass::Lifecycle, LaneClass::Application] {
                 loop {
                     let q = match class {
@@ -843,7 +962,7 @@ impl<W, L: Clone> GateCore<W, L> {
                     let Some(q) = q else { break };
                     state.release(class, q.bytes);
                     out.push(Returned {
-                        lane: LaneId(i as u32),
+                        lane: id,
                         class,
                         payload_len: q.bytes.saturating_sub(overhead) as usize,
                         item: q.item,
@@ -851,42 +970,56 @@ impl<W, L: Clone> GateCore<W, L> {
                 }
             }
             state.decision = LaneDecision::default();
+            state.trim();
         }
         self.ready.retain(|e| matches!(e, ReadyEntry::Resume(..)));
-        for state in self.lanes.iter_mut().flatten() {
+        for state in self.states_mut() {
             state.in_ready = false;
         }
         out
     }
 
     /// End the gate (Spot ended, shutdown): refuse further work, refuse queued and future resumes,
-    /// and return all queued work (to be failed by the driver).
-    pub fn handle_end(&mut self) -> (Vec<W>, Vec<(LaneId, u64)>) {
+    /// and remove every lane. Returns the queued work (to be failed by the driver), the refused
+    /// resume records, and the removed lanes' ids and driver data (to be dropped by the driver
+    /// outside its lock; a record in flight finds its lane gone and its terminal is stale).
+    pub fn handle_end(&mut self) -> EndedGate<W, L> {
         debug_assert!(self.batch.is_none(), "end the batch first");
         self.ended = true;
         let refused = self.refuse_queued_resumes();
         let mut items = Vec::new();
-        for state in self.lanes.iter_mut().flatten() {
-            while let Some(q) = state.join_results.pop_front() {
-                state.release(LaneClass::Lifecycle, q.bytes);
-                items.push(q.item);
-            }
-            while let Some(q) = state.lifecycle.pop_front() {
-                state.release(LaneClass::Lifecycle, q.bytes);
-                items.push(q.item);
-            }
-            while let Some(q) = state.application.pop_front() {
-                state.release(LaneClass::Application, q.bytes);
-                items.push(q.item);
-            }
+        let mut lanes = Vec::new();
+        let slots = std::mem::take(&mut self.lanes);
+        for (i, slot) in slots.into_iter().enumerate() {
+            let Some(state) = slot.state else { continue };
+            let id = LaneId {
+                index: i as u32,
+                generation: slot.generation,
+            };
+            items.extend(
+                state
+                    .join_results
+                    .into_iter()
+                    .chain(state.lifecycle)
+                    .chain(state.application)
+                    .map(|q| q.item),
+            );
+            lanes.push((id, state.data));
         }
-        (items, refused)
+        self.free = Vec::new();
+        self.ready = VecDeque::new();
+        self.live = 0;
+        EndedGate {
+            items,
+            refused,
+            lanes,
+        }
     }
 
     /// Counters of one lane.
     pub fn lane_stats(&self, lane: LaneId) -> Option<LaneStats> {
         debug_assert!(self.batch.is_none(), "end the batch first");
-        let s = self.lanes.get(lane.0 as usize)?.as_ref()?;
+        let s = self.lane_ref(lane)?;
         Some(LaneStats {
             application_queued: s.application.len(),
             lifecycle_queued: s.lifecycle.len(),
@@ -1159,5 +1292,56 @@ mod tests {
         c.handle_seal();
         assert_eq!(c.handle_resume(l, invocation), Err(ResumeRefused::Sealed));
         assert_eq!(c.lane_stats(l).unwrap().application_reserved_items, 0);
+    }
+
+    // Issue 12: a removed lane's slot is reused, a stale id never reaches the new lane, and an
+    // emptied core keeps no table.
+    #[test]
+    fn removed_slot_is_reused_and_stale_ids_refused() {
+        let mut c = core();
+        let a = c.add_lane(()).unwrap();
+        c.handle_submit(a, LaneClass::Application, 0, 1).unwrap();
+        let (_, items) = c.remove_lane(a).unwrap();
+        assert_eq!(items, vec![1]);
+        assert!(!c.has_ready());
+        assert_eq!(c.lane_count(), 0);
+        let b = c.add_lane(()).unwrap();
+        assert_eq!(b.index(), a.index());
+        assert_ne!(b, a);
+        assert!(c.handle_submit(a, LaneClass::Application, 0, 2).is_err());
+        assert!(c.lane_stats(a).is_none());
+        assert!(c.remove_lane(a).is_none());
+        c.handle_submit(b, LaneClass::Application, 0, 3).unwrap();
+        assert_eq!(run(&mut c).unwrap().2, 3);
+    }
+
+    // Issue 12: a FIFO that held a burst gives its buffer back when the lane goes idle.
+    #[test]
+    fn idle_lane_gives_big_buffers_back() {
+        let mut c = core();
+        let l = c.add_lane(()).unwrap();
+        for i in 0..100 {
+            c.handle_submit(l, LaneClass::Application, 0, i).unwrap();
+        }
+        while run(&mut c).is_some() {}
+        let s = c.lane_ref(l).unwrap();
+        assert!(s.application.capacity() <= IDLE_FIFO_KEEP);
+    }
+
+    // Issue 12: ending a gate removes every lane (their driver data is handed back).
+    #[test]
+    fn end_removes_every_lane() {
+        let mut c = core();
+        let a = c.add_lane(()).unwrap();
+        let b = c.add_lane(()).unwrap();
+        c.handle_submit(b, LaneClass::Lifecycle, 0, 7).unwrap();
+        let ended = c.handle_end();
+        assert_eq!(ended.items, vec![7]);
+        assert_eq!(
+            ended.lanes.iter().map(|(l, _)| *l).collect::<Vec<_>>(),
+            vec![a, b]
+        );
+        assert_eq!(c.lane_count(), 0);
+        assert!(c.add_lane(()).is_none());
     }
 }

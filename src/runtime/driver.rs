@@ -100,6 +100,10 @@ pub(crate) struct Metrics {
     pub barriers_activated: AtomicU64,
     pub barriers_discarded: AtomicU64,
     pub resumes_refused: AtomicU64,
+    /// Gates present (created, not yet dropped).
+    pub gates_live: AtomicU64,
+    /// Lanes present (`LaneHandle`s created, not yet dropped).
+    pub lanes_live: AtomicU64,
 }
 
 /// A snapshot of the runtime's counters.
@@ -116,6 +120,11 @@ pub struct MetricsSnapshot {
     pub barriers_discarded: u64,
     /// Resume records refused because the unit ended or was sealed (EG-4.1).
     pub resumes_refused: u64,
+    /// Gates whose memory is still held (created and not yet freed): an ended Spot, session or
+    /// destroyed Entry/PerActor actor gives its gate back once no handle and no task holds it.
+    pub gates_live: u64,
+    /// Lanes whose memory is still held (created and not yet freed).
+    pub lanes_live: u64,
 }
 
 pub(crate) struct RtShared {
@@ -125,7 +134,8 @@ pub(crate) struct RtShared {
     pub metrics: Metrics,
     pub status: StatusBus,
     pub shutting_down: AtomicBool,
-    pub gates: Mutex<Vec<Weak<GateInner>>>,
+    /// Every gate, for shutdown; a gate takes its entry out when it is dropped.
+    pub gates: Mutex<slab::Slab<Weak<GateInner>>>,
     pub next_object: AtomicU64,
 }
 
@@ -138,9 +148,28 @@ pub(crate) struct GateInner {
     pub rt: Arc<RtShared>,
     space: tokio::sync::Notify,
     space_waiters: AtomicUsize,
+    /// This gate's entry in [`RtShared::gates`].
+    key: usize,
+    /// The unit that lists this gate besides its own (an Entry/PerActor actor's or timer's gate),
+    /// and the entry there; taken out when the gate is dropped.
+    pub(crate) unit: OnceLock<(Weak<super::policy::Unit>, usize)>,
     /// Turns started under this gate; written only by the right's holder (on its own cache line:
     /// submitters read the fields above on every submission).
     turns: CachePadded<AtomicU64>,
+}
+
+impl Drop for GateInner {
+    fn drop(&mut self) {
+        self.rt.metrics.gates_live.fetch_sub(1, Ordering::Relaxed);
+        if let Ok(mut gates) = self.rt.gates.lock() {
+            gates.try_remove(self.key);
+        }
+        if let Some((unit, key)) = self.unit.get() {
+            if let Some(unit) = unit.upgrade() {
+                unit.forget_gate(*key);
+            }
+        }
+    }
 }
 
 /// Keeps a value on its own cache line(s), so that writes by the draining worker do not
@@ -157,19 +186,20 @@ impl<T> std::ops::Deref for CachePadded<T> {
 
 impl GateInner {
     pub fn new(rt: &Arc<RtShared>) -> Arc<GateInner> {
+        let mut gates = rt.gates.lock().unwrap();
+        let entry = gates.vacant_entry();
+        let key = entry.key();
         let g = Arc::new(GateInner {
             gate: GateShared::new(rt.config.limits.clone()),
             rt: rt.clone(),
             space: tokio::sync::Notify::new(),
             space_waiters: AtomicUsize::new(0),
+            key,
+            unit: OnceLock::new(),
             turns: CachePadded(AtomicU64::new(0)),
         });
-        let mut gates = rt.gates.lock().unwrap();
-        if gates.len() >= 64 && gates.len().is_power_of_two() {
-            // amortised pruning of ended gates
-            gates.retain(|w| w.strong_count() > 0);
-        }
-        gates.push(Arc::downgrade(&g));
+        entry.insert(Arc::downgrade(&g));
+        rt.metrics.gates_live.fetch_add(1, Ordering::Relaxed);
         g
     }
 
@@ -202,6 +232,7 @@ impl GateInner {
             handler: OnceLock::new(),
             object: self.rt.next_object.fetch_add(1, Ordering::Relaxed),
         });
+        self.rt.metrics.lanes_live.fetch_add(1, Ordering::Relaxed);
         let got = core
             .add_lane(handle.clone())
             .ok_or(RuntimeError::Unavailable(Unavailable::Ended))?;
@@ -209,11 +240,24 @@ impl GateInner {
         Ok(handle)
     }
 
-    /// End the gate: refuse new work, fail queued work and waiting resumes.
+    /// End the gate: refuse new work, fail queued work and waiting resumes, remove every lane
+    /// (their memory goes once no handle holds them).
     pub fn end(&self) {
-        let (items, refused) = self.gate.lock().handle_end();
-        drop(items);
-        self.refuse_resumes(&refused);
+        let ended = self.gate.lock().handle_end();
+        drop(ended.items);
+        let handles: Vec<Arc<LaneHandle>> = ended
+            .refused
+            .iter()
+            .filter_map(|(l, _)| {
+                ended
+                    .lanes
+                    .iter()
+                    .find(|(id, _)| id == l)
+                    .map(|(_, h)| h.clone())
+            })
+            .collect();
+        self.refuse_handles(handles);
+        drop(ended.lanes);
     }
 
     pub fn refuse_resumes(&self, refused: &[(LaneId, u64)]) {
@@ -227,6 +271,10 @@ impl GateInner {
                 .filter_map(|(l, _)| core.lane_data(*l))
                 .collect()
         };
+        self.refuse_handles(handles);
+    }
+
+    fn refuse_handles(&self, handles: Vec<Arc<LaneHandle>>) {
         for h in handles {
             self.rt
                 .metrics
@@ -296,7 +344,25 @@ pub(crate) struct LaneHandle {
     pub slot: CachePadded<Slot>,
 }
 
+impl Drop for LaneHandle {
+    fn drop(&mut self) {
+        self.gate
+            .rt
+            .metrics
+            .lanes_live
+            .fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
 impl LaneHandle {
+    /// Take this lane out of its gate (destroy, last timer handle dropped): its queued work is
+    /// dropped (failed), a record in flight finishes with a stale terminal. Outside a turn of this
+    /// lane, or as its own lifecycle record.
+    pub fn remove(&self) {
+        let removed = self.gate.gate.lock().remove_lane(self.lane);
+        drop(removed);
+    }
+
     pub fn rt(&self) -> &Arc<RtShared> {
         &self.gate.rt
     }

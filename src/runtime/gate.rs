@@ -32,6 +32,9 @@ use super::core::{GateCore, Queued, Turn};
 
 const HELD: u64 = 1;
 
+/// Capacity (records) of a batch buffer kept between batches; a bigger one is given back.
+const BATCH_SPARE_KEEP: usize = 8;
+
 /// A fencing number: identifies one processing right of one gate; never reused (EG-6.1).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Fence(pub u64);
@@ -186,6 +189,10 @@ impl<W, L: Clone> GateShared<W, L> {
             released,
             slot.items.drain(..),
         );
+        if slot.items.capacity() > BATCH_SPARE_KEEP {
+            // the taken buffer goes back to the allocator, not to the gate's idle state
+            slot.items = VecDeque::new();
+        }
     }
 
     /// Return the reservations of the batch's records that reached their terminal (EG-7.2), so
@@ -214,6 +221,11 @@ impl<W, L: Clone> GateShared<W, L> {
         max_extra: usize,
         spare: &mut VecDeque<Queued<W>>,
     ) -> Option<Turn<W, L>> {
+        // the lane is handed `spare`'s buffer when the batch takes its whole FIFO: never a big one
+        // left over from another lane (an idle lane keeps no burst-sized buffer)
+        if spare.capacity() > BATCH_SPARE_KEEP {
+            *spare = VecDeque::new();
+        }
         let turn = core.poll_turn_batch(max_extra, spare);
         if let Some((_, first_bytes)) = core.batch_first() {
             let mut slot = self.batch.lock().unwrap();

@@ -123,7 +123,7 @@ impl Runtime {
             metrics: Metrics::default(),
             status: StatusBus::new(),
             shutting_down: AtomicBool::new(false),
-            gates: Mutex::new(Vec::new()),
+            gates: Mutex::new(slab::Slab::new()),
             next_object: AtomicU64::new(1),
         });
         Ok(Runtime {
@@ -165,7 +165,8 @@ impl Runtime {
         self.check_running()?;
         let gate = GateInner::new(&self.shared);
         let lane = gate.add_lane(kind, false)?;
-        Ok(SerialLane::new(lane, Arc::new(Unit::new(gate))))
+        // a session's or handler's lane ends when its last handle is dropped
+        Ok(SerialLane::new(lane, Arc::new(Unit::standalone(gate))))
     }
 
     /// A session's serial lane (SB-10.1): its callbacks never overlap; contexts offer no Yield.
@@ -209,7 +210,7 @@ impl Runtime {
                 .lock()
                 .unwrap()
                 .iter()
-                .filter_map(|w| w.upgrade())
+                .filter_map(|(_, w)| w.upgrade())
                 .collect();
             for g in &gates {
                 g.end();
@@ -241,6 +242,8 @@ impl Runtime {
             barriers_activated: m.barriers_activated.load(Ordering::Relaxed),
             barriers_discarded: m.barriers_discarded.load(Ordering::Relaxed),
             resumes_refused: m.resumes_refused.load(Ordering::Relaxed),
+            gates_live: m.gates_live.load(Ordering::Relaxed),
+            lanes_live: m.lanes_live.load(Ordering::Relaxed),
         }
     }
 

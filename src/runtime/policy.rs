@@ -13,7 +13,7 @@
 //! serial-execution primitive (SB-11.1): a lane behind a gate of `core::GateCore`.
 
 use std::marker::PhantomData;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use crate::sync::Mutex;
 
@@ -67,23 +67,65 @@ impl RelocationSeal for SpotLane {}
 impl ConnectionClosed for SessionLane {}
 
 /// The gates of one unit (a Spot and everything behind its gates; a session; a handler lane).
+///
+/// The unit's own gate is held; the extra gates (one per Entry/PerActor actor or PerActor timer)
+/// are listed weakly, each gate taking its entry out when it is dropped (a destroyed actor's gate
+/// is not pinned by its Spot).
 pub(crate) struct Unit {
-    gates: Mutex<Vec<Arc<GateInner>>>,
+    own: Arc<GateInner>,
+    extra: Mutex<slab::Slab<Weak<GateInner>>>,
+    /// End the gates when the last handle of the unit is dropped (sessions, handler lanes).
+    end_on_drop: bool,
+}
+
+impl Drop for Unit {
+    fn drop(&mut self) {
+        if self.end_on_drop {
+            self.end();
+        }
+    }
 }
 
 impl Unit {
+    /// A Spot's unit: ended by [`Unit::end`] only.
     pub fn new(gate: Arc<GateInner>) -> Unit {
         Unit {
-            gates: Mutex::new(vec![gate]),
+            own: gate,
+            extra: Mutex::new(slab::Slab::new()),
+            end_on_drop: false,
         }
     }
 
-    pub fn add_gate(&self, g: Arc<GateInner>) {
-        self.gates.lock().unwrap().push(g);
+    /// A session's or handler's unit: ended by [`Unit::end`] or when its last handle is dropped.
+    pub fn standalone(gate: Arc<GateInner>) -> Unit {
+        Unit {
+            own: gate,
+            extra: Mutex::new(slab::Slab::new()),
+            end_on_drop: true,
+        }
+    }
+
+    pub fn add_gate(self: &Arc<Self>, g: &Arc<GateInner>) {
+        let key = self.extra.lock().unwrap().insert(Arc::downgrade(g));
+        let _ = g.unit.set((Arc::downgrade(self), key));
+    }
+
+    /// A listed gate was dropped: take its entry out.
+    pub fn forget_gate(&self, key: usize) {
+        if let Ok(mut extra) = self.extra.lock() {
+            extra.try_remove(key);
+        }
     }
 
     fn gates(&self) -> Vec<Arc<GateInner>> {
-        self.gates.lock().unwrap().clone()
+        let mut out = vec![self.own.clone()];
+        {
+            let extra = self.extra.lock().unwrap();
+            out.extend(extra.iter().filter_map(|(_, w)| w.upgrade()));
+        }
+        // the upgraded handles are dropped by the caller, outside the lock (a gate's drop takes
+        // its entry out under it)
+        out
     }
 
     pub fn seal(&self) {

@@ -311,7 +311,7 @@ impl<K: SpotKind> SpotRef<K> {
             GateLayout::SpotWide => self.inner.gate.clone(),
             GateLayout::Entry | GateLayout::PerActor => {
                 let g = GateInner::new(&self.inner.rt);
-                self.inner.unit.add_gate(g.clone());
+                self.inner.unit.add_gate(&g);
                 g
             }
         })
@@ -325,7 +325,7 @@ impl<K: SpotKind> SpotRef<K> {
             GateLayout::SpotWide | GateLayout::Entry => self.inner.gate.clone(),
             GateLayout::PerActor => {
                 let g = GateInner::new(&self.inner.rt);
-                self.inner.unit.add_gate(g.clone());
+                self.inner.unit.add_gate(&g);
                 g
             }
         })
@@ -423,8 +423,10 @@ impl<K: SpotKind> SpotRef<K> {
         let gate = self.timer_gate()?;
         let lane = gate.add_lane(LaneKind::Timer, <K::Yield as YieldMode>::ALLOWED)?;
         Ok(TimerRef {
-            lane,
-            callback: Arc::new(move |env| callback(to_ctx(env))),
+            inner: Arc::new(TimerInner {
+                lane,
+                callback: Arc::new(move |env| callback(to_ctx(env))),
+            }),
         })
     }
 
@@ -583,8 +585,7 @@ where
             LaneClass::Lifecycle,
             0,
             Job::new(move |_env| {
-                let items = lane.gate.gate.lock().remove_lane(lane.lane);
-                drop(items);
+                lane.remove();
                 Handled::ok(())
             }),
         )
@@ -649,25 +650,38 @@ where
     }
 }
 
-/// A handle to a timer.
+/// A handle to a timer. The timer's lane is removed (its memory released, queued runs dropped)
+/// when the last clone is dropped (a running [`TimerRef::start`] task holds one).
 #[derive(Clone)]
 pub struct TimerRef {
+    inner: Arc<TimerInner>,
+}
+
+struct TimerInner {
     lane: Arc<LaneHandle>,
+    /// Captured by each queued run (never the `TimerInner`: a queued run must not keep the lane).
     callback: Arc<dyn Fn(TurnEnv) -> Handled<()> + Send + Sync>,
+}
+
+impl Drop for TimerInner {
+    fn drop(&mut self) {
+        self.lane.remove();
+    }
 }
 
 impl TimerRef {
     /// Queue one callback run (an application record of the timer's lane).
     pub fn fire(&self) -> Result<(), RuntimeError> {
-        let cb = self.callback.clone();
-        self.lane
+        let cb = self.inner.callback.clone();
+        self.inner
+            .lane
             .submit(LaneClass::Application, 0, Job::new(move |env| cb(env)))
     }
 
     /// Fire every `period`, scheduled by the infrastructure domain, until the timer's gate ends.
     pub fn start(&self, period: Duration) -> tokio::task::JoinHandle<()> {
         let t = self.clone();
-        let rt = self.lane.rt().clone();
+        let rt = self.inner.lane.rt().clone();
         spawn_infrastructure(&rt, async move {
             let mut iv = tokio::time::interval(period);
             iv.tick().await;
@@ -683,6 +697,6 @@ impl TimerRef {
 
     /// Counters of the timer's lane.
     pub fn stats(&self) -> LaneStats {
-        lane_stats(&self.lane)
+        lane_stats(&self.inner.lane)
     }
 }

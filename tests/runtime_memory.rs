@@ -1,0 +1,238 @@
+//! Lifecycle memory of the lane runtime: ended lanes, gates, timers, Spots and session lanes give
+//! all their memory back (issue 12). Live heap bytes are counted by a counting global allocator
+//! (this binary only), lanes and gates by the runtime's own counters (`Runtime::metrics`).
+//!
+//! One test function: the allocator's count is process-wide, so scenarios run one after another.
+//! Each scenario runs a warm-up round (pools, slab and table capacities reach their steady state),
+//! then measures the live bytes around a second round of the same size: a leak of a few bytes per
+//! ended object shows as growth proportional to the round's size.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicIsize, Ordering};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use tokio::sync::oneshot;
+use zlink::runtime::*;
+
+struct Counting;
+
+static LIVE: AtomicIsize = AtomicIsize::new(0);
+
+// SAFETY: forwards to the system allocator; only counts.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        LIVE.fetch_add(layout.size() as isize, Ordering::Relaxed);
+        // SAFETY: same contract as the caller's.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        LIVE.fetch_sub(layout.size() as isize, Ordering::Relaxed);
+        // SAFETY: same contract as the caller's.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        LIVE.fetch_add(
+            new_size as isize - layout.size() as isize,
+            Ordering::Relaxed,
+        );
+        // SAFETY: same contract as the caller's.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static ALLOC: Counting = Counting;
+
+const GUARD: Duration = Duration::from_secs(20);
+/// Objects per round.
+const N: usize = 2_000;
+/// Growth allowed per ended object between the two rounds (allocator and tokio noise); a leak
+/// of a lane or a gate is hundreds of bytes per object.
+const SLACK_PER_OBJECT: isize = 16;
+
+fn runtime() -> Runtime {
+    Runtime::new(RuntimeConfig {
+        application_workers: 2,
+        ..Default::default()
+    })
+    .unwrap()
+}
+
+/// Wait until the runtime holds exactly `lanes` lanes and `gates` gates (the drains of ended
+/// lanes finish on the worker pool, so the last references go shortly after the events the test
+/// awaits).
+fn settle(rt: &Runtime, lanes: u64, gates: u64) {
+    let start = Instant::now();
+    loop {
+        let m = rt.metrics();
+        if m.lanes_live == lanes && m.gates_live == gates {
+            return;
+        }
+        assert!(
+            start.elapsed() < GUARD,
+            "lanes/gates not released: {} lanes (want {lanes}), {} gates (want {gates})",
+            m.lanes_live,
+            m.gates_live
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+fn live() -> isize {
+    LIVE.load(Ordering::SeqCst)
+}
+
+/// Run `round` twice; the second round must leave the lanes, gates and live bytes where they were.
+fn check(name: &str, rt: &Runtime, round: impl Fn()) {
+    let m = rt.metrics();
+    let (lanes, gates) = (m.lanes_live, m.gates_live);
+    round();
+    settle(rt, lanes, gates);
+    let before = live();
+    round();
+    settle(rt, lanes, gates);
+    let grown = live() - before;
+    eprintln!("{name}: live bytes grew by {grown} over {N} objects");
+    assert!(
+        grown < SLACK_PER_OBJECT * N as isize,
+        "{name}: {grown} live bytes kept after {N} objects ended"
+    );
+}
+
+/// Create `N` actors on `spot`, ask each once, destroy each; wait until every destroy ran (a
+/// lifecycle record queued behind it is dropped unrun when the lane is removed).
+fn actor_round<K: SpotKind>(rt: &Runtime, spot: &SpotRef<K>) {
+    rt.block_on(async {
+        let mut gone = Vec::with_capacity(N);
+        for _ in 0..N {
+            let a = spot
+                .spawn_actor(|_ctx: Ctx<K::Yield>, n: u64| Handled::ok(n + 1))
+                .unwrap();
+            assert_eq!(a.ask(1).await.unwrap(), 2);
+            a.destroy().unwrap();
+            let (tx, rx) = oneshot::channel::<()>();
+            // runs never: the destroy record before it removes the lane
+            let _ = spot.actor_lifecycle(&a, move |_ctx| {
+                let _ = tx.send(());
+                Handled::ok(())
+            });
+            gone.push(rx);
+        }
+        for rx in gone {
+            assert!(rx.await.is_err(), "a record ran after destroy");
+        }
+    })
+    .unwrap();
+}
+
+fn actors_of<K: SpotKind>(name: &str, rt: &Runtime) {
+    let spot = rt
+        .create_spot::<K, _>(|_ctx: Ctx<K::Yield>, m: Bytes| Handled::ok(m))
+        .unwrap();
+    check(name, rt, || actor_round(rt, &spot));
+    spot.end();
+}
+
+fn timers_of<K: SpotKind>(name: &str, rt: &Runtime) {
+    let spot = rt
+        .create_spot::<K, _>(|_ctx: Ctx<K::Yield>, m: Bytes| Handled::ok(m))
+        .unwrap();
+    check(name, rt, || {
+        rt.block_on(async {
+            for _ in 0..N {
+                let (tx, rx) = oneshot::channel::<()>();
+                let tx = std::sync::Mutex::new(Some(tx));
+                let t = spot
+                    .add_timer(move |_ctx| {
+                        if let Some(tx) = tx.lock().unwrap().take() {
+                            let _ = tx.send(());
+                        }
+                        Handled::ok(())
+                    })
+                    .unwrap();
+                t.fire().unwrap();
+                rx.await.unwrap();
+                drop(t);
+            }
+        })
+        .unwrap();
+    });
+    spot.end();
+}
+
+/// Spots with actors and timers, ended.
+fn spots_of<K: SpotKind>(name: &str, rt: &Runtime) {
+    check(name, rt, || {
+        rt.block_on(async {
+            for _ in 0..N / 4 {
+                let spot = rt
+                    .create_spot::<K, _>(|_ctx: Ctx<K::Yield>, m: Bytes| Handled::ok(m))
+                    .unwrap();
+                let a = spot
+                    .spawn_actor(|_ctx: Ctx<K::Yield>, n: u64| Handled::ok(n + 1))
+                    .unwrap();
+                assert_eq!(a.ask(1).await.unwrap(), 2);
+                let _t = spot.add_timer(|_ctx| Handled::ok(())).unwrap();
+                assert_eq!(
+                    spot.ask(Bytes::from_static(b"x")).await.unwrap(),
+                    Bytes::from_static(b"x")
+                );
+                // queued work of an ended Spot is dropped with it
+                a.tell(5).unwrap();
+                spot.end();
+            }
+        })
+        .unwrap();
+    });
+}
+
+fn sessions(rt: &Runtime, close: bool) {
+    let name = if close {
+        "session lanes closed"
+    } else {
+        "session lanes dropped"
+    };
+    check(name, rt, || {
+        rt.block_on(async {
+            for _ in 0..N {
+                let lane = rt.session_lane().unwrap();
+                let (tx, rx) = oneshot::channel::<()>();
+                lane.submit(0, move |_ctx| {
+                    let _ = tx.send(());
+                    Handled::ok(())
+                })
+                .unwrap();
+                rx.await.unwrap();
+                // a record still queued when the session goes
+                lane.submit(0, |_ctx| Handled::ok(())).unwrap();
+                if close {
+                    lane.connection_closed();
+                }
+                drop(lane);
+            }
+        })
+        .unwrap();
+    });
+}
+
+// Issue 12: destroyed actors (every Spot kind), dropped timers, ended Spots and ended or dropped
+// session lanes release their lanes, gates and memory.
+#[test]
+fn ended_objects_release_their_memory() {
+    let rt = runtime();
+    actors_of::<SpotWideUser>("SpotWide actors", &rt);
+    actors_of::<InstanceSpot>("Instance actors", &rt);
+    actors_of::<EntrySpot>("Entry actors", &rt);
+    actors_of::<PerActorUser>("PerActor actors", &rt);
+    timers_of::<SpotWideUser>("SpotWide timers", &rt);
+    timers_of::<PerActorUser>("PerActor timers", &rt);
+    spots_of::<SpotWideUser>("SpotWide Spots", &rt);
+    spots_of::<EntrySpot>("Entry Spots", &rt);
+    spots_of::<PerActorUser>("PerActor Spots", &rt);
+    sessions(&rt, true);
+    sessions(&rt, false);
+    let m = rt.metrics();
+    settle(&rt, 0, 0);
+    assert_eq!((m.lanes_live, m.gates_live), (0, 0));
+}
