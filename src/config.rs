@@ -116,7 +116,8 @@ pub enum ConfigError {
         /// Its length.
         len: usize,
     },
-    /// The store URL is malformed or names a backend this build does not provide (`redis://`).
+    /// The store URL is malformed or names a backend this build does not provide (`rediss://`:
+    /// Redis over TLS is not built in).
     #[error("location store: {0}")]
     Store(#[source] StoreError),
     /// The owner lease TTL leaves a renewal less time than the store may make a write wait
@@ -360,7 +361,7 @@ fn millis<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
 pub struct NodeConfig {
     /// Node name: the node's routing id.
     pub node: NodeRid,
-    /// Location Store URL (`sqlite:///path`, `memory:`; `redis://` reserved).
+    /// Location Store URL (`sqlite:///path`, `memory:`, `redis://HOST[:PORT][/DB][?prefix=NAME]`).
     #[serde(default)]
     pub store: Option<StoreUrl>,
     /// Whether global actor dispatch is enabled (`EnableActorDispatch`, SB-3).
@@ -776,10 +777,12 @@ impl<H> StartupBuilder<H> {
                 return Err(ConfigError::DuplicateMesh { mesh: mesh.clone() });
             }
         }
-        if let Some(StoreChoice::Url(StoreUrl::Redis(_))) = &self.store {
-            return Err(ConfigError::Store(StoreError::UnsupportedBackend {
-                scheme: "redis".to_owned(),
-            }));
+        if let Some(StoreChoice::Url(StoreUrl::Redis(url))) = &self.store {
+            if url.starts_with("rediss:") {
+                return Err(ConfigError::Store(StoreError::UnsupportedBackend {
+                    scheme: "rediss".to_owned(),
+                }));
+            }
         }
         Ok(())
     }

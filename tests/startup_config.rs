@@ -181,13 +181,23 @@ async fn provided_store_is_handed_out_untouched() {
     assert_eq!(counting.count(StoreOp::RegisterOwner), 1);
 }
 
-// spec: SB-3.2 — `redis://` is reserved: a clear configuration error for now.
+// spec: SB-3.2 — a `redis://` store is a Location Store like the others: startup accepts it and
+// opens a handle (which connects on its first call); `rediss://` (TLS) is not built in: a clear
+// configuration error.
 #[test]
-fn redis_store_is_a_clear_configuration_error() {
+fn redis_store_urls_are_accepted_and_tls_is_a_clear_configuration_error() {
+    let plan = StartupBuilder::<&str>::new(rid("node-a"))
+        .mesh(mesh("main"))
+        .object_server()
+        .location_store_url("redis://127.0.0.1:6379/0?prefix=main".parse().unwrap())
+        .enable_actor_dispatch()
+        .build()
+        .unwrap();
+    assert!(plan.open_store().unwrap().is_some());
     let err = StartupBuilder::<&str>::new(rid("node-a"))
         .mesh(mesh("main"))
         .object_server()
-        .location_store_url("redis://127.0.0.1:6379".parse().unwrap())
+        .location_store_url("rediss://127.0.0.1:6379".parse().unwrap())
         .enable_actor_dispatch()
         .build()
         .unwrap_err();
@@ -379,7 +389,7 @@ fn toml_errors_are_typed() {
         Err(ConfigError::InvalidValue { .. })
     ));
     assert!(matches!(
-        with("store = \"redis://localhost\"\n"),
+        with("store = \"rediss://localhost\"\n"),
         Err(ConfigError::Store(StoreError::UnsupportedBackend { .. }))
     ));
 }

@@ -172,3 +172,38 @@ async fn memory_url_opens_a_working_store() {
     let ready = contract::create_ready(&store, "u", "T", &lease).await;
     assert_eq!(ready.state, ActivationState::Ready);
 }
+
+// --- Redis backend (a real server: ZLINK_TEST_REDIS_URL, started by .ci/run) ---
+
+// spec: EG-14, SB-4.1, SB-12 — the whole contract on the Redis backend, opened from its URL as
+// the runtime does (`Arc<dyn LocationStore>`), each check under its own key prefix.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_store_meets_the_contract() {
+    let Some(url) = contract::redis_test_url("redis_store_meets_the_contract") else {
+        return;
+    };
+    contract::run_all(|clock| {
+        let url: StoreUrl = contract::with_unique_prefix(&url, "contract")
+            .parse()
+            .unwrap();
+        store::open_with_clock(&url, Arc::new(clock)).unwrap()
+    })
+    .await;
+}
+
+// spec: SB-14.6 — the counting wrapper composes with the Redis backend too.
+#[tokio::test]
+async fn redis_store_meets_the_contract_through_the_counting_wrapper() {
+    let Some(url) =
+        contract::redis_test_url("redis_store_meets_the_contract_through_the_counting_wrapper")
+    else {
+        return;
+    };
+    contract::run_all(|clock| {
+        let url: StoreUrl = contract::with_unique_prefix(&url, "counting")
+            .parse()
+            .unwrap();
+        CountingStore::new(store::open_with_clock(&url, Arc::new(clock)).unwrap())
+    })
+    .await;
+}

@@ -29,7 +29,7 @@ CONFIGURATION FILE (TOML, every key optional; flags and environment override it)
   completion = \"tcp://127.0.0.1:7002\"     RouteMesh completion endpoint to bind (replies)
   client = \"tcp://127.0.0.1:7003\"         ClientServer endpoint to bind (omit: no clients)
   secret_file = \"/path/mesh.secret\"       mesh secret (HMAC key, >= 16 bytes, trimmed)
-  store = \"sqlite:///path/store.db\"       Location Store URL (sqlite:///PATH or memory:)
+  store = \"sqlite:///path/store.db\"       Location Store URL (sqlite:///PATH, redis://HOST[:PORT] or memory:)
   ready_file = \"/path/node1.ready\"        written once the node serves and its peers are up
   drain_timeout_ms = 5000                 graceful shutdown drain deadline
   lease_ttl_ms = 10000                    owner lease TTL in the Location Store
@@ -81,7 +81,8 @@ struct Cli {
     /// File holding the mesh secret (>= 16 bytes after trimming).
     #[arg(long, env = "ZLINK_SECRET_FILE", value_name = "FILE")]
     secret_file: Option<PathBuf>,
-    /// Location Store URL: sqlite:///PATH (shared by every node on the machine) or memory:
+    /// Location Store URL: sqlite:///PATH (shared by every node on the machine),
+    /// redis://HOST[:PORT][/DB][?prefix=NAME] (shared by nodes on any machine) or memory:
     /// [default: sqlite://./zlink-store.db].
     #[arg(long, env = "ZLINK_STORE", value_name = "URL")]
     store: Option<String>,

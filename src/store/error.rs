@@ -10,7 +10,7 @@ use zlink_wire::ErrorKind;
 use super::types::{ActivationState, AuthorityFence, OwnerFence};
 use super::{ActorId, NodeGeneration, NodeRid, ObjectGeneration, OwnerLeaseGeneration};
 
-/// Boxed backend error (SQLite, I/O, later Redis).
+/// Boxed backend error (SQLite, Redis, I/O).
 pub type BackendError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
 /// Why a Location Store operation failed.
@@ -114,9 +114,11 @@ pub enum StoreError {
         /// What is wrong with it.
         reason: &'static str,
     },
-    /// The URL names a backend this build does not provide (`redis://` is reserved for a later
-    /// release; startup configuration error).
-    #[error("store backend {scheme:?} is not supported yet (use sqlite:///path or memory:)")]
+    /// The URL names a backend this build does not provide (`rediss://`: Redis over TLS is not
+    /// built in; startup configuration error).
+    #[error(
+        "store backend {scheme:?} is not supported (use sqlite:///path, redis://HOST or memory:)"
+    )]
     UnsupportedBackend {
         /// URL scheme.
         scheme: String,

@@ -30,17 +30,18 @@
 //!   (SB-4.1).
 //! - **No SQLite assumption.** The trait speaks only in records, fences and leases; the decision
 //!   rules live in one pure core (`core.rs`) that each backend runs inside its own atomic section
-//!   (a SQLite `IMMEDIATE` transaction, a mutex, later a Redis `MULTI`/Lua script). See
+//!   (a SQLite `IMMEDIATE` transaction, a mutex, a Redis `MULTI` read + compare-and-set script). See
 //!   `docs/STORE.md`.
 //!
 //! # Backends
 //! - [`MemoryStore`]: one process, for unit tests.
 //! - [`SqliteStore`]: the embedded default; one file shared by every node process of a machine.
+//! - [`RedisStore`]: a Redis server shared by the nodes of a mesh on any number of machines.
 //! - [`CountingStore`]: wraps any store and counts every call per operation (SB-14.6).
 //! - [`FaultStore`]: wraps any store and injects an outage (every call `Unavailable`).
 //!
-//! [`open`] builds a backend from a [`StoreUrl`] (`memory:`, `sqlite:///path`; `redis://` is
-//! reserved and refused for now).
+//! [`open`] builds a backend from a [`StoreUrl`] (`memory:`, `sqlite:///path`,
+//! `redis://HOST[:PORT][/DB][?prefix=NAME]`).
 
 mod clock;
 pub mod contract;
@@ -49,6 +50,7 @@ mod counting;
 mod error;
 mod fault;
 mod memory;
+mod redis;
 mod sqlite;
 mod types;
 mod url;
@@ -64,6 +66,7 @@ pub use counting::{CountingStore, StoreCallCounts, StoreOp};
 pub use error::StoreError;
 pub use fault::FaultStore;
 pub use memory::MemoryStore;
+pub use redis::{RedisOptions, RedisStore};
 pub use sqlite::{SqliteOptions, SqliteStore};
 pub use types::{
     ActivationRequest, ActivationState, ActorLocation, ActorOwner, AuthorityFence, LeaseHolder,
@@ -234,14 +237,25 @@ forward_store!(Arc<S>, Box<S>, &S);
 /// `sqlite://` opens (creating if needed) the file and starts its store thread; this blocks
 /// briefly on file I/O, so call it at startup, not from a latency-sensitive task.
 ///
+/// `redis://` builds a handle that connects on its first call (a server that cannot be reached
+/// fails that call `Unavailable`, not the open); its store time is the Redis server's `TIME`, so
+/// every node of a multi-machine mesh judges leases by one clock.
+///
 /// # Errors
-/// [`StoreError::UnsupportedBackend`] for `redis://` (reserved for a later backend);
+/// [`StoreError::InvalidUrl`] for a Redis URL the driver refuses;
 /// [`StoreError::Unavailable`] when the SQLite file cannot be opened or initialised.
 pub fn open(url: &StoreUrl) -> Result<Arc<dyn LocationStore>, StoreError> {
-    open_with_clock(url, Arc::new(SystemClock))
+    match url {
+        StoreUrl::Redis(redis_url) => Ok(Arc::new(RedisStore::open(
+            redis_url,
+            RedisOptions::default(),
+        )?)),
+        _ => open_with_clock(url, Arc::new(SystemClock)),
+    }
 }
 
-/// As [`open`], with an injected clock (tests).
+/// As [`open`], with an injected clock (tests); for `redis://` the clock replaces the server's
+/// `TIME`.
 ///
 /// # Errors
 /// As [`open`].
@@ -256,8 +270,10 @@ pub fn open_with_clock(
             SqliteOptions::default(),
             clock,
         )?)),
-        StoreUrl::Redis(_) => Err(StoreError::UnsupportedBackend {
-            scheme: "redis".to_owned(),
-        }),
+        StoreUrl::Redis(redis_url) => Ok(Arc::new(RedisStore::open_with_clock(
+            redis_url,
+            RedisOptions::default(),
+            clock,
+        )?)),
     }
 }

@@ -4,7 +4,8 @@
 //! |---|---|
 //! | `memory:` | [`super::MemoryStore`] (this process only) |
 //! | `sqlite:///abs/path.db`, `sqlite://rel/path.db` | [`super::SqliteStore`] on that file |
-//! | `redis://…`, `rediss://…` | reserved for the networked backend; parsed, refused by `open` |
+//! | `redis://HOST[:PORT][/DB][?prefix=NAME]` | [`super::RedisStore`] on that server, keys under `NAME` (default `zlink`) |
+//! | `rediss://…` | Redis over TLS: parsed, refused by `open` (not built in) |
 
 use std::fmt;
 use std::path::PathBuf;
@@ -22,7 +23,8 @@ pub enum StoreUrl {
     Memory,
     /// `sqlite://PATH` — the embedded store file (shared by every node process of a machine).
     Sqlite(PathBuf),
-    /// `redis://…` — reserved; [`super::open`] answers [`StoreError::UnsupportedBackend`].
+    /// `redis://…` — the networked backend ([`super::RedisStore`]); `rediss://…` (TLS) is parsed
+    /// and refused by [`super::open`] with [`StoreError::UnsupportedBackend`].
     Redis(String),
 }
 
@@ -133,8 +135,11 @@ mod tests {
     }
 
     #[test]
-    fn redis_is_reserved_and_refused_by_open() {
-        let url: StoreUrl = "redis://localhost".parse().unwrap();
+    fn redis_opens_lazily_and_tls_is_refused() {
+        // No server is contacted by open: the handle connects on its first call.
+        let url: StoreUrl = "redis://localhost:1/0?prefix=m".parse().unwrap();
+        crate::store::open(&url).unwrap();
+        let url: StoreUrl = "rediss://localhost".parse().unwrap();
         let err = crate::store::open(&url).unwrap_err();
         assert!(matches!(err, StoreError::UnsupportedBackend { .. }));
         assert!(err.is_configuration());

@@ -1,0 +1,514 @@
+//! The Redis Location Store against real `redis-server` processes: truly concurrent nodes on the
+//! shared test server (`ZLINK_TEST_REDIS_URL`), and failures on servers of the tests' own (a
+//! paused server, a restart with and without persistence). The contract suite itself runs in
+//! `tests/store_contract.rs`.
+//!
+//! In CI (`CI` set) a missing server or `redis-server` binary fails these tests; elsewhere they
+//! print `SKIPPED …` to stderr and pass.
+
+#[path = "../mesh/tests/common/ports.rs"]
+mod ports;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use zlink::store::contract::{self, START, TTL};
+use zlink::store::{
+    ActivationState, Clock, LocationStore, ManualClock, RedisOptions, RedisStore, Reservation,
+    StoreError, StoreTime,
+};
+use zlink_wire::ErrorKind;
+
+/// Guard for anything a test waits for.
+const WAIT: Duration = Duration::from_secs(20);
+
+/// Options that notice an unreachable server quickly.
+fn fast_options() -> RedisOptions {
+    let mut options = RedisOptions::default();
+    options.response_timeout = Duration::from_millis(300);
+    options.connection_timeout = Duration::from_millis(300);
+    options
+}
+
+fn unavailable<T: std::fmt::Debug>(result: Result<T, StoreError>) -> StoreError {
+    let err = result.expect_err("the store must refuse while Redis is unreachable");
+    assert!(
+        matches!(err, StoreError::Unavailable { .. }),
+        "SB-5.11: expected Unavailable, got {err}"
+    );
+    assert_eq!(err.kind(), ErrorKind::Unavailable);
+    err
+}
+
+/// Full error text, sources included.
+fn chain(err: &StoreError) -> String {
+    let mut text = err.to_string();
+    let mut source = std::error::Error::source(err);
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
+}
+
+/// The `redis-server` binary on PATH; fails in CI, skips loudly elsewhere.
+fn redis_server_binary(test: &str) -> Option<PathBuf> {
+    let found = std::env::var_os("PATH").and_then(|path| {
+        std::env::split_paths(&path)
+            .map(|dir| dir.join("redis-server"))
+            .find(|p| p.is_file())
+    });
+    if found.is_none() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "{test}: redis-server is not on PATH but CI is set (apt-get install redis-server)"
+        );
+        let _ = writeln!(
+            std::io::stderr(),
+            "SKIPPED {test}: redis-server is not on PATH"
+        );
+    }
+    found
+}
+
+/// A `redis-server` child process of one test, on a port of its own.
+struct OwnServer {
+    binary: PathBuf,
+    port: u16,
+    dir: tempfile::TempDir,
+    persistent: bool,
+    child: Option<Child>,
+}
+
+impl OwnServer {
+    /// Starts a server; `persistent` turns on the append-only file with fsync on every write, so
+    /// a restart keeps every acknowledged write.
+    fn start(test: &str, persistent: bool) -> Option<Self> {
+        let binary = redis_server_binary(test)?;
+        let mut server = Self {
+            binary,
+            port: ports::free_port(),
+            dir: tempfile::tempdir().unwrap(),
+            persistent,
+            child: None,
+        };
+        server.spawn();
+        Some(server)
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    fn spawn(&mut self) {
+        let child = Command::new(&self.binary)
+            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", ""])
+            .args(["--appendonly", if self.persistent { "yes" } else { "no" }])
+            .args(["--appendfsync", "always"])
+            .arg("--dir")
+            .arg(self.dir.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start redis-server");
+        self.child = Some(child);
+        // Wait for the server to answer PING (an external process: polled, with a guard).
+        let deadline = Instant::now() + WAIT;
+        loop {
+            if ping(self.port) {
+                return;
+            }
+            assert!(Instant::now() < deadline, "redis-server did not start");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn signal(&self, signal: &str) {
+        let pid = self.child.as_ref().expect("running").id().to_string();
+        let status = Command::new("kill").args([signal, &pid]).status().unwrap();
+        assert!(status.success(), "kill {signal} {pid}");
+    }
+
+    /// Freezes the server: connections stay open, nothing is answered.
+    fn pause(&self) {
+        self.signal("-STOP");
+    }
+
+    fn resume(&self) {
+        self.signal("-CONT");
+    }
+
+    /// Kills the server (SIGKILL: no shutdown save).
+    fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    fn restart(&mut self) {
+        self.kill();
+        self.spawn();
+    }
+}
+
+impl Drop for OwnServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+fn ping(port: u16) -> bool {
+    let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(1)));
+    let mut buf = [0_u8; 7];
+    s.write_all(b"PING\r\n").is_ok() && s.read_exact(&mut buf).is_ok() && &buf == b"+PONG\r\n"
+}
+
+/// Repeats `op` until it stops failing `Unavailable` (the handle reconnected), within [`WAIT`].
+async fn until_reachable<T, F, Fut>(mut op: F) -> Result<T, StoreError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, StoreError>>,
+{
+    let deadline = Instant::now() + WAIT;
+    loop {
+        match op().await {
+            Err(StoreError::Unavailable { .. }) if Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            other => return other,
+        }
+    }
+}
+
+fn own_store(server: &OwnServer, clock: &ManualClock) -> RedisStore {
+    RedisStore::open_with_clock(&server.url(), fast_options(), Arc::new(clock.clone())).unwrap()
+}
+
+// spec: SB-5.11 — a lease that expires while Redis is unreachable: every call during the outage
+// fails Unavailable (none is guessed), the handle reconnects by itself, and afterwards the lease
+// is dead for good (never extended) and its actor re-reservable by a live node.
+#[tokio::test]
+async fn a_lease_that_expires_while_redis_is_unreachable_is_never_extended() {
+    let Some(server) = OwnServer::start("lease_expires_while_unreachable", false) else {
+        return;
+    };
+    let clock = ManualClock::new(START);
+    let node_a = own_store(&server, &clock);
+    let node_b = own_store(&server, &clock);
+    let a = contract::register(&node_a, "node-a", 1).await;
+    let ready = contract::create_ready(&node_a, "p", "T", &a).await;
+    clock.advance(TTL / 2);
+    let b = contract::register(&node_b, "node-b", 1).await;
+
+    server.pause();
+    unavailable(node_a.renew_owner(a.holder.clone(), TTL).await);
+    unavailable(node_a.lookup(contract::actor("p")).await);
+    unavailable(
+        node_b
+            .reserve_activation(contract::request("p", "T", &b))
+            .await,
+    );
+    clock.advance(TTL / 2); // a's lease ends during the outage; b's is live.
+    server.resume();
+
+    let err = until_reachable(|| node_a.renew_owner(a.holder.clone(), TTL))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, StoreError::LeaseNotLive { .. }),
+        "SB-5.11: a lease that ended while Redis was unreachable is never extended: {err}"
+    );
+    assert_eq!(
+        node_a.lookup(contract::actor("p")).await.unwrap(),
+        Some(ready.clone()),
+        "the record is what it was: nothing was written during the outage"
+    );
+    let Reservation::Won(taken) =
+        until_reachable(|| node_b.reserve_activation(contract::request("p", "T", &b)))
+            .await
+            .unwrap()
+    else {
+        panic!("the actor of an expired lease is re-reservable");
+    };
+    assert_eq!(taken.object_generation, ready.object_generation);
+    assert!(taken.authority_owner_generation > ready.authority_owner_generation);
+    let err = node_a
+        .mark_ready(contract::actor("p"), ready.fence())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::FenceMismatch { .. }), "{err}");
+}
+
+// spec: SB-5.11 — a Redis restart (with persistence): calls fail Unavailable while it is down,
+// the handle reconnects by itself, and every record, lease and fence is as before.
+#[tokio::test]
+async fn a_restart_of_a_persistent_redis_reconnects_and_keeps_every_fence() {
+    let Some(mut server) = OwnServer::start("restart_persistent", true) else {
+        return;
+    };
+    let clock = ManualClock::new(START);
+    let store = own_store(&server, &clock);
+    let a = contract::register(&store, "node-a", 1).await;
+    let ready = contract::create_ready(&store, "p", "T", &a).await;
+
+    server.kill();
+    unavailable(store.lookup(contract::actor("p")).await);
+    unavailable(store.renew_owner(a.holder.clone(), TTL).await);
+    server.restart();
+
+    let found = until_reachable(|| store.lookup(contract::actor("p")))
+        .await
+        .unwrap();
+    assert_eq!(found, Some(ready.clone()));
+    let renewed = store.renew_owner(a.holder.clone(), TTL).await.unwrap();
+    assert_eq!(renewed.holder, a.holder, "the same lease lifecycle");
+    let b = contract::register(&store, "node-b", 1).await;
+    let moved = store
+        .cas_owner(contract::actor("p"), ready.fence(), contract::owner(&b))
+        .await
+        .unwrap();
+    assert_eq!(moved.object_generation, ready.object_generation);
+}
+
+// spec: SB-5.11, SB-4.1 — a Redis restart that lost the data: the handle never answers from the
+// empty store (no "no owner" guess, no counters restarted under it); it fails Unavailable and
+// says why. A new handle (a restarted node) starts on the new store.
+#[tokio::test]
+async fn a_redis_that_lost_its_data_is_unavailable_never_a_guess() {
+    let Some(mut server) = OwnServer::start("restart_lost_data", false) else {
+        return;
+    };
+    let clock = ManualClock::new(START);
+    let store = own_store(&server, &clock);
+    let a = contract::register(&store, "node-a", 1).await;
+    contract::create_ready(&store, "p", "T", &a).await;
+
+    server.restart();
+    // The first answers after the restart may be connection errors; then the verdict. Never a
+    // record or "no record" from the emptied store.
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let err = unavailable(store.lookup(contract::actor("p")).await);
+        if chain(&err).contains("lost its data") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no data-loss verdict: {}",
+            chain(&err)
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let err = unavailable(store.renew_owner(a.holder.clone(), TTL).await);
+    assert!(chain(&err).contains("lost its data"), "{}", chain(&err));
+    unavailable(
+        store
+            .reserve_activation(contract::request("p", "T", &a))
+            .await,
+    );
+
+    let fresh = own_store(&server, &clock);
+    let a2 = contract::register(&fresh, "node-a", 2).await;
+    assert_eq!(fresh.lookup(contract::actor("p")).await.unwrap(), None);
+    contract::create_ready(&fresh, "p", "T", &a2).await;
+}
+
+/// A clock that jumps once: after `after` more reads, it stands at `to`.
+#[derive(Debug)]
+struct JumpClock {
+    clock: ManualClock,
+    jump: Mutex<Option<(u32, StoreTime)>>,
+}
+
+impl JumpClock {
+    fn arm(&self, after: u32, to: StoreTime) {
+        *self.jump.lock().unwrap() = Some((after, to));
+    }
+}
+
+impl Clock for JumpClock {
+    fn now(&self) -> StoreTime {
+        let now = self.clock.now();
+        let mut jump = self.jump.lock().unwrap();
+        if let Some((after, to)) = jump.as_mut() {
+            *after -= 1;
+            if *after == 0 {
+                self.clock.set(*to);
+                *jump = None;
+            }
+        }
+        now
+    }
+}
+
+// spec: EG-14, SB-12 — a CAS racing a lease expiry: the core decided while the lease was live,
+// but the lease ended before the write; the write is refused and decided again (LeaseNotLive),
+// so no owner is confirmed and no lease extended after its end.
+#[tokio::test]
+async fn a_cas_racing_a_lease_expiry_never_confirms_an_expired_owner() {
+    let Some(url) = contract::redis_test_url("a_cas_racing_a_lease_expiry") else {
+        return;
+    };
+    let clock = Arc::new(JumpClock {
+        clock: ManualClock::new(START),
+        jump: Mutex::new(None),
+    });
+    let store = RedisStore::open_with_clock(
+        &contract::with_unique_prefix(&url, "race"),
+        RedisOptions::default(),
+        Arc::clone(&clock) as Arc<dyn Clock>,
+    )
+    .unwrap();
+    let a = contract::register(&store, "node-a", 1).await;
+    let b = contract::register(&store, "node-b", 1).await;
+    let p = contract::create_ready(&store, "p", "T", &a).await;
+    let q = contract::create_ready(&store, "q", "T", &a).await;
+    let expiry = b.expires_at;
+    clock
+        .clock
+        .set(StoreTime::from_millis(expiry.as_millis() - 1));
+
+    // Control: just before the expiry, with no race, the CAS to b succeeds.
+    let moved = store
+        .cas_owner(contract::actor("q"), q.fence(), contract::owner(&b))
+        .await
+        .unwrap();
+    assert_eq!(moved.owner_node, b.holder.node);
+
+    // The decision read sees b live; the lease ends before the write.
+    clock.arm(1, expiry);
+    let err = store
+        .cas_owner(contract::actor("p"), p.fence(), contract::owner(&b))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, StoreError::LeaseNotLive { .. }),
+        "a CAS decided before the new owner's lease ended must not be written after: {err}"
+    );
+    assert_eq!(
+        store.lookup(contract::actor("p")).await.unwrap(),
+        Some(p.clone())
+    );
+
+    // The same race on a renewal: the lease is not extended past its end.
+    clock
+        .clock
+        .set(StoreTime::from_millis(a.expires_at.as_millis() - 1));
+    clock.arm(1, a.expires_at);
+    let err = store.renew_owner(a.holder.clone(), TTL).await.unwrap_err();
+    assert!(matches!(err, StoreError::LeaseNotLive { .. }), "{err}");
+}
+
+// spec: EG-14 — two (here four) nodes, each with its own handle and connection, reserving the
+// same actors at the same moment from different threads: exactly one wins each actor and every
+// other sees the winner's record; then the winner commits Ready while the others retry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn nodes_reserving_one_actor_concurrently_have_exactly_one_winner() {
+    let Some(url) = contract::redis_test_url("nodes_reserving_one_actor_concurrently") else {
+        return;
+    };
+    const NODES: usize = 4;
+    const ACTORS: usize = 40;
+    let url = contract::with_unique_prefix(&url, "race");
+    // Default clock: the server's TIME, as between machines.
+    let mut stores = Vec::new();
+    let mut leases = Vec::new();
+    for i in 0..NODES {
+        let store = Arc::new(RedisStore::open(&url, RedisOptions::default()).unwrap());
+        leases.push(contract::register(&*store, &format!("node-{i}"), 1).await);
+        stores.push(store);
+    }
+    let barrier = Arc::new(tokio::sync::Barrier::new(NODES));
+    let tasks: Vec<_> = (0..NODES)
+        .map(|i| {
+            let (store, lease, barrier) = (
+                Arc::clone(&stores[i]),
+                leases[i].clone(),
+                Arc::clone(&barrier),
+            );
+            tokio::spawn(async move {
+                let mut outcomes = Vec::new();
+                for n in 0..ACTORS {
+                    barrier.wait().await;
+                    let id = format!("race-{n}");
+                    let outcome = store
+                        .reserve_activation(contract::request(&id, "T", &lease))
+                        .await
+                        .expect("reserve");
+                    let location = if outcome.is_won() {
+                        store
+                            .mark_ready(contract::actor(&id), outcome.location().fence())
+                            .await
+                            .expect("the winner commits Ready")
+                    } else {
+                        outcome.location().clone()
+                    };
+                    outcomes.push((outcome, location));
+                }
+                outcomes
+            })
+        })
+        .collect();
+    let mut per_node = Vec::new();
+    for task in tasks {
+        per_node.push(task.await.unwrap());
+    }
+    for n in 0..ACTORS {
+        let won: Vec<_> = per_node.iter().filter(|o| o[n].0.is_won()).collect();
+        assert_eq!(won.len(), 1, "EG-14: exactly one winner for race-{n}");
+        let winner = won[0][n].0.location().clone();
+        for outcomes in &per_node {
+            let seen = outcomes[n].0.location();
+            assert_eq!(seen.object_generation, winner.object_generation);
+            assert_eq!(
+                seen.authority_owner_generation,
+                winner.authority_owner_generation
+            );
+            assert_eq!(seen.owner_node, winner.owner_node);
+        }
+        let stored = stores[0]
+            .lookup(contract::actor(&format!("race-{n}")))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(stored.state, ActivationState::Ready);
+        assert_eq!(stored.owner_node, winner.owner_node);
+    }
+}
+
+// The default clock is the Redis server's TIME (one clock for every machine of a mesh).
+#[tokio::test]
+async fn the_default_clock_is_the_servers_time() {
+    let Some(url) = contract::redis_test_url("the_default_clock_is_the_servers_time") else {
+        return;
+    };
+    let url = contract::with_unique_prefix(&url, "time");
+    let store = RedisStore::open(&url, RedisOptions::default()).unwrap();
+    let mut conn = redis::Client::open(url.split('?').next().unwrap())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let time = |(s, us): (u64, u64)| s * 1_000 + us / 1_000;
+    let before: (u64, u64) = redis::cmd("TIME").query_async(&mut conn).await.unwrap();
+    let lease = contract::register(&store, "node-a", 1).await;
+    let after: (u64, u64) = redis::cmd("TIME").query_async(&mut conn).await.unwrap();
+    let ttl = u64::try_from(TTL.as_millis()).unwrap();
+    let expires = lease.expires_at.as_millis();
+    assert!(
+        (time(before) + ttl..=time(after) + ttl).contains(&expires),
+        "expiry {expires} is server TIME + TTL ({} ..= {})",
+        time(before) + ttl,
+        time(after) + ttl
+    );
+}
