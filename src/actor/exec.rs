@@ -432,11 +432,9 @@ impl Mailbox {
     /// [`crate::runtime::PendingSubmit`]): the submitter tries it without waiting and keeps it
     /// when the lane is full.
     pub(crate) fn prepare(&self, work: Work) -> Result<runtime::PendingSubmit, ActorError> {
-        if self.ended.load(Ordering::Acquire) {
+        if let Some(e) = self.ended.error(&self.actor_id) {
             drop(work);
-            return Err(ActorError::ActorNotFound {
-                actor_id: self.actor_id.clone(),
-            });
+            return Err(e);
         }
         Ok(self.lane.prepare_send(work))
     }

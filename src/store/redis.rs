@@ -44,7 +44,7 @@ use super::clock::{Clock, StoreTime};
 use super::core::{self, ActorCounters, ActorWrite, ReserveDecision};
 use super::types::{
     ActivationRequest, ActivationState, ActorLocation, ActorOwner, AuthorityFence, LeaseHolder,
-    OwnerLease, Reservation, StoreVersion,
+    OwnerFence, OwnerLease, Reservation, StoreVersion,
 };
 use super::{
     ActorId, AuthorityOwnerGeneration, LocationStore, MeshName, NodeGeneration, NodeRid,
@@ -938,18 +938,20 @@ impl LocationStore for RedisStore {
         }))
     }
 
-    fn destroy(
-        &self,
-        actor_id: ActorId,
-        object_generation: ObjectGeneration,
-    ) -> StoreFuture<'_, ()> {
+    fn destroy(&self, actor_id: ActorId, fence: OwnerFence) -> StoreFuture<'_, ()> {
         Box::pin(self.retry(move |mut tx| {
-            let actor_id = actor_id.clone();
+            let (actor_id, fence) = (actor_id.clone(), fence.clone());
             async move {
-                tx.begin(&[tx.keys().actor(&actor_id)]).await?;
+                let keys = [
+                    tx.keys().actor(&actor_id),
+                    tx.keys().lease(&fence.holder.node),
+                ];
+                tx.begin(&keys).await?;
                 let record = tx.actor(&actor_id).await?;
-                let outcome = core::destroy(record.as_ref(), &actor_id, object_generation)
-                    .map(|()| ((), vec![Write::Delete(tx.keys().actor(&actor_id))]));
+                let lease = tx.lease(&fence.holder.node).await?;
+                let outcome =
+                    core::destroy(record.as_ref(), lease.as_ref(), &actor_id, &fence, tx.now)
+                        .map(|()| ((), vec![Write::Delete(tx.keys().actor(&actor_id))]));
                 tx.finish(outcome).await
             }
         }))
