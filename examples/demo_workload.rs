@@ -12,7 +12,7 @@ use anyhow::{Context, bail, ensure};
 use hdrhistogram::Histogram;
 use zlink::actor::{ActorRef, ErrorKind, SpotKind, SpotSpec, UserMode};
 use zlink::node::client::{NodeClient, Placement};
-use zlink::node::demo::{Add, CallEcho, Echo, Enter, Fail, Get, Say};
+use zlink::node::demo::{Add, CallEcho, Checked, Echo, Enter, Fail, Get, Next, Say};
 
 const ROUNDS: u64 = 200;
 const SENDS: u64 = 2_000;
@@ -67,6 +67,8 @@ async fn main() -> anyhow::Result<()> {
         .context("give the client endpoints (argument or ZLINK_CLIENT_ENDPOINTS)")?;
     let endpoints: Vec<&str> = endpoints.split(',').filter(|s| !s.is_empty()).collect();
     ensure!(endpoints.len() >= 2, "the demo needs at least 2 nodes");
+    // With 2 nodes, "the third node" is the first again.
+    let n = endpoints.len();
     let started = Instant::now();
 
     // One client per node; learn each node's name and wait until it sees all its peers.
@@ -151,7 +153,7 @@ async fn main() -> anyhow::Result<()> {
         "get-or-create returned {again}, expected {}",
         counters[0]
     );
-    let looked_up = clients[2].get(counters[1].id().as_str()).await?;
+    let looked_up = clients[2 % n].get(counters[1].id().as_str()).await?;
     ensure!(looked_up == counters[1], "get returned {looked_up}");
     println!("  ok   get-or-create and get return the Ready incarnation");
 
@@ -286,19 +288,26 @@ async fn main() -> anyhow::Result<()> {
         ErrorKind::Internal,
     )?;
 
-    // One-way sends from node 2's client to the counter on node 3, then a request reads it.
-    let target = &counters[2 % counters.len()];
-    let before = clients[1].request(target, &Get).await?;
+    // One-way sends from node 2's client to a `sequence` actor on node 3 (node 1 with 2 nodes),
+    // then a request reads it: the actor counts every number that did not follow its
+    // predecessor, so a reordering shows (a sum would not).
+    let sequence = clients[0]
+        .create(
+            "sequence",
+            &format!("sequence-{run}"),
+            Placement::on(&names[2 % n]),
+        )
+        .await?;
     let t = Instant::now();
-    for _ in 0..SENDS {
-        clients[1].send(target, &Add(1)).await?;
+    for i in 0..SENDS {
+        clients[1].send(&sequence, &Next(i)).await?;
     }
-    let after = clients[1].request(target, &Get).await?;
+    let (next, out_of_order) = clients[1].request(&sequence, &Checked).await?;
     let send_secs = t.elapsed().as_secs_f64();
+    ensure!(next == SENDS, "sends delivered up to {next} of {SENDS}");
     ensure!(
-        after - before == SENDS,
-        "sends delivered {} of {SENDS}",
-        after - before
+        out_of_order == 0,
+        "{out_of_order} of {SENDS} sends arrived out of order"
     );
     println!(
         "  ok   {SENDS} one-way sends delivered in order ({:.0} msg/s incl. the final request)",
@@ -313,7 +322,7 @@ async fn main() -> anyhow::Result<()> {
         clients[0].request(&old, &Get).await,
         ErrorKind::NotFound,
     )?;
-    let new = clients[2]
+    let new = clients[2 % n]
         .create(
             "counter",
             old.id().as_str(),
@@ -349,7 +358,7 @@ async fn main() -> anyhow::Result<()> {
         .await?;
     expect_kind(
         "request to a failing handler",
-        clients[2].request(&failing, &Fail).await,
+        clients[2 % n].request(&failing, &Fail).await,
         ErrorKind::Internal,
     )?;
     // create twice → InvalidOperation.
@@ -367,7 +376,7 @@ async fn main() -> anyhow::Result<()> {
         .skip(2)
         .chain([&counters[0], &new])
         .chain(&echoes)
-        .chain([&room, &failing])
+        .chain([&room, &failing, &sequence])
     {
         clients[0].destroy(r).await?;
     }

@@ -9,7 +9,7 @@ use node_common::*;
 use serde::{Deserialize, Serialize};
 use zlink::actor::{ActorId, ActorRef, ErrorKind};
 use zlink::node::Create;
-use zlink::node::demo::{Add, CallEcho, Echo, Get};
+use zlink::node::demo::{Add, CallEcho, Checked, Echo, Get, Next};
 use zlink_mesh::{LinkKind, TapDirection, TapFrame, WireTap};
 
 const ACTOR_CALL: u8 = 160;
@@ -65,15 +65,16 @@ async fn cross_node_request_goes_out_on_relay_and_replies_on_completion() {
 #[tokio::test]
 async fn one_way_sends_across_nodes_arrive_in_order() {
     let (a, _b, _, tap_b) = pair(memory_store()).await;
-    let c = a
-        .create(Create::new("counter", id("c")).on(rid("b")))
+    let s = a
+        .create(Create::new("sequence", id("s")).on(rid("b")))
         .await
         .unwrap();
-    for _ in 0..500 {
-        a.send(&c, &Add(1)).await.unwrap();
+    for i in 0..500 {
+        a.send(&s, &Next(i)).await.unwrap();
     }
-    // A request on the same relay connection is queued behind the sends.
-    assert_eq!(a.request(&c, &Get, TIMEOUT).await.unwrap(), 500);
+    // A request on the same relay connection is queued behind the sends; the actor counts
+    // every number that did not follow its predecessor.
+    assert_eq!(a.request(&s, &Checked, TIMEOUT).await.unwrap(), (500, 0));
     assert_eq!(
         frames(&tap_b, TapDirection::Received, ACTOR_CALL).len(),
         501

@@ -235,6 +235,23 @@ async fn a_spot_timer_sends_to_its_actor_until_the_actor_is_destroyed() {
     a.request(&c2, &Add(0), TIMEOUT).await.unwrap();
     assert_eq!(a.request(&c2, &Get, TIMEOUT).await.unwrap(), 0);
     assert_eq!(b.stats().turns, turns + 2);
+    // The old timer ended with its incarnation: while a new timer of the same period ticks six
+    // times on the new incarnation, an old timer still running would have had its ticks
+    // refused by the ended lane and counted as skipped (one tick in flight at the destroy may
+    // still be).
+    let skipped = b.stats().timer_ticks_skipped;
+    b.start_timer(&c2, std::time::Duration::from_millis(5), &Add(1))
+        .unwrap();
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    while a.request(&c2, &Get, TIMEOUT).await.unwrap() < 6 {
+        assert!(tokio::time::Instant::now() < deadline, "timer did not tick");
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    let late = b.stats().timer_ticks_skipped - skipped;
+    assert!(
+        late <= 1,
+        "the destroyed incarnation's timer still ticks ({late} skipped)"
+    );
 }
 
 // spec: EG-14 (the owner lease fences store and runtime; ObjectGeneration stays the public

@@ -122,7 +122,8 @@ fn help_explains_every_option() {
     }
 }
 
-// spec: SB-14.1 — a process without a secret (and without insecure dev mode) does not start.
+// A process without a mesh secret (and without insecure dev mode) does not start: the mesh
+// authenticates its peers (docs/MESH.md); no spec id covers the secret itself.
 #[test]
 fn the_binary_refuses_a_mesh_without_a_secret() {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_zlink-node"))

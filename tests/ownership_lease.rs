@@ -111,3 +111,66 @@ async fn a_store_outage_stops_the_owner_at_its_local_deadline_and_a_renewal_rest
     assert_eq!(b.node.request(&c, &Get, TIMEOUT).await.unwrap(), 3);
     assert_eq!(a.request(&c, &Add(1), TIMEOUT).await.unwrap(), 4);
 }
+
+// spec: SB-5.11 — a stored route is valid only within the owner's local lease deadline: past
+// it the actor owner refuses the session's 24 relays and new 38 binds (`Unavailable`, counted
+// as `lease_lapsed`), and serves them again after a renewal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn past_the_deadline_the_owner_refuses_relays_and_binds() {
+    use zlink::node::client::Placement;
+    use zlink::session::{FlowRecord, FlowReject};
+    let shared = shared_store();
+    let b = owner("b", shared.clone(), vec![]).await;
+    let mut spec = SessionNodeSpec::new("a", demo::sessions());
+    spec.peers = vec![b.node.address()];
+    let a = start_session_node(spec, shared).await;
+    wait_pair_up(&a, &b.node).await;
+    let c = client_of(&a);
+    let counter = c.create("counter", "c", Placement::on("b")).await.unwrap();
+    bind(&c, &counter).await;
+    assert_eq!(relay_req(&c, &counter, &Add(1)).await.unwrap(), 1);
+
+    b.store.set_down(true);
+    b.clock.advance(Duration::from_millis(2_800));
+    wait_failed_renewals(&b, 1).await;
+    let relayed = relay_req(&c, &counter, &Add(1)).await.unwrap_err();
+    assert_eq!(relayed.kind(), ErrorKind::Unavailable, "{relayed}");
+    let other = client_of(&a);
+    let bound = other
+        .packet(&demo::session::Bind {
+            actor: counter.clone(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(bound.kind(), ErrorKind::Unavailable, "{bound}");
+    let flow = b.node.session_flow();
+    assert!(flow.get(FlowRecord::Relay, FlowReject::LeaseLapsed) >= 1);
+    assert!(flow.get(FlowRecord::Bind, FlowReject::LeaseLapsed) >= 1);
+
+    b.store.set_down(false);
+    b.clock.advance(Duration::from_millis(400));
+    wait_until("a live deadline", || {
+        b.node.lease_remaining() > Duration::ZERO
+    })
+    .await;
+    assert_eq!(relay_req(&c, &counter, &Add(1)).await.unwrap(), 2);
+}
+
+// spec: SB-5.11 — a TTL the store's busy timeout cannot renew in time is refused at start.
+#[tokio::test]
+async fn a_node_refuses_a_lease_ttl_its_store_cannot_renew_in_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let sqlite: Arc<dyn LocationStore> =
+        Arc::new(zlink::store::SqliteStore::open(dir.path().join("s.db")).unwrap());
+    let mut options = NodeOptions::new(mesh_config("n"), sqlite, demo::registry().unwrap());
+    options.lease_ttl = TTL;
+    let err = Node::start(options).await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            zlink::node::NodeError::Config(zlink::config::ConfigError::LeaseTtlTooShort { .. })
+        ),
+        "{err}"
+    );
+    assert!(err.to_string().contains("busy timeout"), "{err}");
+}

@@ -160,7 +160,7 @@ fn actor_dispatch_without_mesh_fails_startup() {
     assert!(matches!(err, ConfigError::DuplicateMesh { .. }), "{err}");
 }
 
-// spec: SB-14.1, SB-14.6 — an embedding program may provide its own store (e.g. the counting
+// spec: SB-3.2 — an embedding program may provide its own store (e.g. the counting
 // wrapper a contract test observes); startup hands out exactly that store and performs no
 // store call itself.
 #[tokio::test]

@@ -330,9 +330,11 @@ impl Node {
             .ok_or(ActorError::ShuttingDown)?;
         let mailbox = local.mailbox.clone();
         let gate = self.inner.gate.clone();
+        let skipped = self.inner.timer_ticks_skipped.clone();
         let handle = spot.start_timer(period, move || {
             // A tick is new work: past the lease deadline or during shutdown it is skipped.
             if let Err(e) = gate.standing().admit() {
+                skipped.fetch_add(1, Ordering::Relaxed);
                 tracing::debug!(error = %e, "timer tick skipped");
                 return;
             }
@@ -344,6 +346,7 @@ impl Node {
                 guard: None,
             };
             if let Err(e) = mailbox.tell(work) {
+                skipped.fetch_add(1, Ordering::Relaxed);
                 tracing::debug!(error = %e, "timer tick skipped");
             }
         })?;

@@ -6,6 +6,7 @@
 //! | `echo` | [`Echo`] → the same bytes, [`EchoPush`] → pushes `Echo` to its bound session, [`CloseSession`] → closes its bound session's connection |
 //! | `room` | [`Enter`] → member count, [`Say`] → message sequence number, [`CallEcho`] → the reply of an `echo` actor the room calls (actor → actor, possibly cross-node) |
 //! | `failing` | [`Fail`] → always a handler error (EG-15 error reply) |
+//! | `sequence` | [`Next`] (sent in order 0, 1, 2, …) → `()`, [`Checked`] → (next expected, out of order) |
 
 use std::time::Duration;
 
@@ -115,7 +116,24 @@ pub struct Room {
     said: u64,
 }
 
-/// The demo types: `counter`, `echo`, `room`, `failing`.
+/// The next number of a sequence: a `sequence` actor counts every `Next(n)` whose `n` is not
+/// one more than the previous one (so a reordering shows, unlike a sum).
+#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
+pub struct Next(pub u64);
+impl Message for Next {
+    const KEY: DispatchKey = DispatchKey::new(50);
+    type Reply = ();
+}
+
+/// Reads a `sequence` actor: (the next number it expects, how many arrived out of order).
+#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
+pub struct Checked;
+impl Message for Checked {
+    const KEY: DispatchKey = DispatchKey::new(51);
+    type Reply = (u64, u64);
+}
+
+/// The demo types: `counter`, `echo`, `room`, `failing`, `sequence`.
 ///
 /// # Errors
 /// Never in practice (the types are valid); registration errors are passed on.
@@ -187,6 +205,18 @@ pub fn registry() -> Result<ActorRegistry, ActorConfigError> {
                     .map_err(|e| HandlerError::new(format!("relay: {e}")))
                 })
             })
+            .build()?,
+    )?;
+    r.register(
+        ActorTypeBuilder::new("sequence", |_info, _init| Ok((0u64, 0u64)))
+            .handle(|(next, out_of_order): &mut (u64, u64), _ctx, Next(n)| {
+                if n != *next {
+                    *out_of_order += 1;
+                }
+                *next = n.saturating_add(1);
+                Handled::ok(())
+            })
+            .handle(|state: &mut (u64, u64), _ctx, Checked| Handled::ok(*state))
             .build()?,
     )?;
     r.register(

@@ -145,12 +145,16 @@ impl LeaseState {
 
     /// The renewal (or registration) failed at `now`. `not_live`: the store says the lease
     /// ended (expired, released or superseded). Returns `true` when the lease was lost by this
-    /// failure, so every local incarnation must end. The deadline never moves forward here.
+    /// failure, so every local incarnation must end (and a new lease is registered at once).
+    /// The deadline never moves forward here; other failures are retried after a tenth of the
+    /// TTL.
     pub(crate) fn handle_failed(&mut self, now: Instant, not_live: bool) -> bool {
         self.sent = None;
         self.next = now + retry_period(self.ttl);
         if not_live && !self.lost {
+            // Register a new lease at once.
             self.lost = true;
+            self.next = now;
             self.deadline = self.deadline.min(now);
             return true;
         }

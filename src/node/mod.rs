@@ -241,6 +241,9 @@ pub struct NodeStats {
     pub send_failures: u64,
     /// One-way sends refused (lane full, stale ref) and dropped.
     pub sends_dropped: u64,
+    /// Timer ticks skipped: the lane was full or ended, or the node may not act as owner
+    /// (past the local lease deadline, shutting down).
+    pub timer_ticks_skipped: u64,
 }
 
 struct Inner {
@@ -283,6 +286,7 @@ struct Inner {
     calls_in: AtomicU64,
     calls_out: AtomicU64,
     sends_dropped: AtomicU64,
+    timer_ticks_skipped: Arc<AtomicU64>,
 }
 
 /// A running node. Cheap to clone (a handle).
@@ -390,6 +394,7 @@ impl Node {
                 calls_in: AtomicU64::new(0),
                 calls_out: AtomicU64::new(0),
                 sends_dropped: AtomicU64::new(0),
+                timer_ticks_skipped: Arc::new(AtomicU64::new(0)),
             }),
         };
         node.spawn_background(inbound);
@@ -526,6 +531,7 @@ impl Node {
             turns: i.exec.turns.load(Ordering::Relaxed),
             send_failures: i.exec.send_failures.load(Ordering::Relaxed),
             sends_dropped: i.sends_dropped.load(Ordering::Relaxed),
+            timer_ticks_skipped: i.timer_ticks_skipped.load(Ordering::Relaxed),
         }
     }
 
