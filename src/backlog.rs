@@ -173,7 +173,14 @@ impl<K: Hash + Eq + Clone + Send + 'static> Backlogs<K> {
                 }
             };
             let (pending, done) = next;
-            if let Err(e) = pending.wait().await {
+            // Lane space comes back in batches (a woken drain usually finds room for several
+            // records): try first, wait only when still full.
+            let submitted = match pending.retry() {
+                Ok(()) => Ok(()),
+                Err(TrySubmitError::Full(p)) => p.wait().await,
+                Err(TrySubmitError::Refused(e)) => Err(e),
+            };
+            if let Err(e) = submitted {
                 // Dropped unrun (its request, if any, was answered by the drop).
                 tracing::debug!(error = %e, "a waiting record was refused by its lane");
             }

@@ -298,7 +298,7 @@ impl Node {
 
     /// [`Node::on_actor_send`] without waiting (from the mesh I/O thread or the inbound
     /// loop): a full lane keeps the record in the actor's backlog (see
-    /// [`Node::submit_checked_now`]; `done` runs once it entered the lane).
+    /// [`Node::submit_checked_now`] for `release`).
     pub(crate) fn on_actor_send_now(
         &self,
         sender: &NodeRid,
@@ -306,7 +306,7 @@ impl Node {
         payload: Bytes,
         deadline: Option<Instant>,
         reply: Option<ReplyTo>,
-        done: impl FnOnce() -> Done,
+        release: Option<impl FnOnce() -> Done>,
     ) -> Admitted {
         let fence = CallFence {
             actor_id: rec.actor.clone(),
@@ -327,7 +327,7 @@ impl Node {
             lifecycle: rec.session_lifecycle,
             generation: rec.tail.binding_generation,
         };
-        let (admitted, refused) = self.submit_checked_now(&fence, work, Some(&bound), done);
+        let (admitted, refused) = self.submit_checked_now(&fence, work, Some(&bound), release);
         if let Some(e) = &refused {
             // Counted with its reason where it was decided (`submit_checked`).
             self.count_send_dropped();

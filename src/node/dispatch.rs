@@ -111,7 +111,7 @@ impl InboundSink for Sink {
                     generation,
                 };
                 let done = || release(node, origin(), bytes)();
-                offer_of(node.on_actor_send_now(&sender, rec, payload, deadline, reply, done))
+                offer_of(node.on_actor_send_now(&sender, rec, payload, deadline, reply, Some(done)))
             }
             (
                 Origin::Peer {
@@ -125,7 +125,14 @@ impl InboundSink for Sink {
                     generation,
                 };
                 let done = release(node, origin, bytes);
-                offer_of(on_actor_call(node, call, payload, deadline, reply, done))
+                offer_of(on_actor_call(
+                    node,
+                    call,
+                    payload,
+                    deadline,
+                    reply,
+                    Some(done),
+                ))
             }
             // Filtered above.
             _ => Offer::Taken,
@@ -192,11 +199,11 @@ async fn handle(node: &Node, inbound: Inbound) {
     match (origin, record) {
         // Records that came before the sink was installed: the same non-blocking path.
         (Origin::Peer { .. }, Record::ActorCall(call)) => {
-            on_actor_call(node, call, payload, deadline, reply, no_release);
+            on_actor_call(node, call, payload, deadline, reply, NO_RELEASE);
         }
         (Origin::Peer { node: sender, .. }, Record::ActorSend(rec)) => {
             let reply = reply.map(ReplyTo::Wire);
-            node.on_actor_send_now(&sender, rec, payload, deadline, reply, no_release);
+            node.on_actor_send_now(&sender, rec, payload, deadline, reply, NO_RELEASE);
         }
         (Origin::Peer { node: sender, .. }, Record::BoundSessionBind(rec)) => {
             if rec.operation == BindOperation::Bind {
@@ -249,21 +256,26 @@ async fn handle(node: &Node, inbound: Inbound) {
     }
 }
 
-/// No credit to release (the inbound loop returned it when it took the record).
+/// No credit to release: the mesh returned it when the inbound loop took the record. Client
+/// packets and 24 / 160 reach the loop only before the sink is installed; the loop's own
+/// actor submissions (client `CALL`) are bounded by the lane's item limit.
 fn no_release() -> Done {
     Box::new(|| {})
 }
 
+/// `release` for records the inbound loop took (see [`no_release`]).
+const NO_RELEASE: Option<fn() -> Done> = None;
+
 /// 160 ActorCall from a peer: validate the fences and append to the actor's queue (EG-2.1).
-/// A full queue keeps it in the actor's backlog (`done` runs once it entered the lane); it
-/// never runs the work inline.
+/// A full queue keeps it in the actor's backlog (`release`: see [`Node::submit_checked_now`]);
+/// it never runs the work inline.
 fn on_actor_call(
     node: &Node,
     call: ActorCall,
     payload: Bytes,
     deadline: Option<Instant>,
     reply: Option<ReplyHandle>,
-    done: impl FnOnce() -> Done,
+    release: Option<impl FnOnce() -> Done>,
 ) -> Admitted {
     node.count_call_in();
     let fence = CallFence::of_call(&call);
@@ -274,7 +286,7 @@ fn on_actor_call(
         deadline,
         guard: Some(node.inflight().enter()),
     };
-    let (admitted, refused) = node.submit_checked_now(&fence, work, None, done);
+    let (admitted, refused) = node.submit_checked_now(&fence, work, None, release);
     if let Some(e) = refused {
         node.count_send_dropped();
         tracing::debug!(actor = %call.actor, error = %e, "actor send refused");
@@ -378,7 +390,7 @@ async fn on_client_request(
                 };
                 // A full lane keeps it in the actor's backlog: this loop does not wait.
                 let _ =
-                    node.submit_checked_now(&CallFence::of_ref(&req.actor), work, None, no_release);
+                    node.submit_checked_now(&CallFence::of_ref(&req.actor), work, None, NO_RELEASE);
             } else {
                 let node = node.clone();
                 tokio::spawn(async move {
