@@ -12,10 +12,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use node_common::*;
 use tokio::sync::Semaphore;
 use zlink::actor::{ActorRegistry, ActorTypeBuilder, Create, Handled, Message};
+use zlink::node::client::Placement;
+use zlink::node::demo::{Add, Get};
 use zlink::node::{Node, NodeOptions, demo};
 use zlink::session::SessionHandlers;
 use zlink::store::LocationStore;
-use zlink_mesh::{DispatchKey, PeerAddress};
+use zlink_mesh::{DispatchKey, InboundWindow, MeshConfig, OutboundBudget, PeerAddress};
 use zlink_wire::ActorId;
 
 /// The application lane's item limit of the nodes here: small, so a lane fills at once.
@@ -65,7 +67,19 @@ async fn start(
     registry: ActorRegistry,
     sessions: Option<SessionHandlers>,
 ) -> Node {
+    start_with(name, store, peers, registry, sessions, |_| {}).await
+}
+
+async fn start_with(
+    name: &str,
+    store: Arc<dyn LocationStore>,
+    peers: Vec<PeerAddress>,
+    registry: ActorRegistry,
+    sessions: Option<SessionHandlers>,
+    mesh: impl FnOnce(&mut MeshConfig),
+) -> Node {
     let mut mc = mesh_config(name);
+    mesh(&mut mc);
     let mut options = if let Some(s) = sessions {
         mc.client_endpoint = Some("tcp://127.0.0.1:*".to_owned());
         NodeOptions::new(mc, store, registry)
@@ -210,4 +224,88 @@ async fn one_full_session_lane_does_not_hold_up_other_sessions() {
         a.session_flow().total(zlink::session::FlowRecord::Packet),
         0
     );
+}
+
+/// Long enough that a held peer is not declared down, nor a waiting send timed out, while
+/// the test looks (the hold itself is released as soon as the checks are done).
+fn patient(c: &mut MeshConfig) {
+    c.liveness.peer_timeout = TIMEOUT;
+    c.liveness.heartbeat_timeout = TIMEOUT;
+    c.liveness.heartbeat_ttl = TIMEOUT;
+    c.send_timeout = TIMEOUT;
+}
+
+// The stalled-peer half of issue 10's head-of-line item: client sends to an actor on a peer
+// whose I/O is stalled wait for that peer only; a client's request to another node is served
+// meanwhile, and once the peer reads again every send arrives.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_peer_holds_up_only_what_is_addressed_to_it() {
+    let store = memory_store();
+    let (g, r) = (Arc::new(Semaphore::new(0)), Arc::new(AtomicUsize::new(0)));
+    let b = start_with("b", store.clone(), vec![], registry(&g, &r), None, patient).await;
+    // c grants a small window: a few records in flight to it and its sender must wait.
+    let c = start_with("c", store.clone(), vec![], registry(&g, &r), None, |m| {
+        patient(m);
+        m.peer_window = InboundWindow {
+            messages: 16,
+            bytes: 1 << 20,
+        };
+    })
+    .await;
+    let a = start_with(
+        "a",
+        store,
+        vec![b.address(), c.address()],
+        registry(&g, &r),
+        Some(SessionHandlers::new()),
+        |m| {
+            patient(m);
+            m.peer_budget = OutboundBudget {
+                messages: 16,
+                bytes: 1 << 20,
+            };
+        },
+    )
+    .await;
+    assert!(a.wait_peers(TIMEOUT).await.is_empty(), "peers down");
+    let client = client_of(&a);
+    let slow = client
+        .create("counter", "slow", Placement::on("c"))
+        .await
+        .unwrap();
+    let fast = client
+        .create("counter", "fast", Placement::on("b"))
+        .await
+        .unwrap();
+    // c's I/O thread stops: no credit comes back from it, a's budget for it fills up.
+    let hold = c.mesh().hold_io_for_tests();
+    let sends = 200;
+    for _ in 0..sends {
+        client.send(&slow, &Add(1)).await.unwrap();
+    }
+    wait_until("client sends wait for c", || {
+        a.inbound_backlogs().peer_sends.waiting_now > 0
+    })
+    .await;
+    // Records of the same client for another node are served meanwhile.
+    for i in 1..=LANE_ITEMS as u64 {
+        assert_eq!(client.request(&fast, &Add(1)).await.unwrap(), i);
+    }
+    let waiting = a.inbound_backlogs().peer_sends;
+    assert!(waiting.waiting_now > 0, "c was released early: {waiting:?}");
+    assert_eq!(waiting.opened, 1, "only c's sends waited: {waiting:?}");
+    drop(hold);
+    // Every send reaches c's actor once c reads again (the request may overtake queued sends:
+    // it is not one of them, so look until the total is there).
+    let mut total = 0;
+    for _ in 0..2_000 {
+        total = a.request(&slow, &Get, TIMEOUT).await.unwrap();
+        if total == sends {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    assert_eq!(total, sends);
+    assert_eq!(a.stats().sends_dropped, 0);
+    assert_eq!(a.inbound_backlogs().peer_sends.waiting_now, 0);
 }

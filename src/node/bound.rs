@@ -372,7 +372,7 @@ impl Node {
             key,
         };
         if binding.session_owner == *self.node_rid() {
-            self.sessions().handle_push(push, payload).await;
+            self.sessions().handle_push(push, payload);
             return Ok(());
         }
         self.inner
@@ -507,6 +507,18 @@ impl SessionHost for NodeSessionHost {
             let node = node.ok_or(SendError::Unavailable)?;
             node.inner.mesh.push(session, key, payload).await
         })
+    }
+
+    fn try_push(
+        &self,
+        session: SessionRid,
+        key: DispatchKey,
+        payload: Bytes,
+    ) -> Result<(), zlink_mesh::TryPushError> {
+        match self.node() {
+            Some(node) => node.inner.mesh.try_push(session, key, payload),
+            None => Err(zlink_mesh::TryPushError::Failed(SendError::Unavailable)),
+        }
     }
 
     fn close(&self, session: SessionRid, reason: DisconnectReason) {

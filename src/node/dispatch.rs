@@ -216,7 +216,7 @@ async fn handle(node: &Node, inbound: Inbound) {
             }
         }
         (Origin::Peer { .. }, Record::BoundSessionSend(rec)) => {
-            node.sessions().handle_push(rec, payload).await;
+            node.sessions().handle_push(rec, payload);
         }
         (
             Origin::Peer {
@@ -456,7 +456,10 @@ async fn on_client_request(
     }
 }
 
-/// A client's OneWay (147) `CALL`: an actor send; failures are logged and counted.
+/// A client's OneWay (147) `CALL`: an actor send; failures are logged and counted. Never
+/// waits on the inbound loop: a send that must wait (a full actor lane, a peer's window) waits
+/// in its target node's send queue, in order behind the client sends queued there before it
+/// (at most [`PEER_SEND_BACKLOG`]; more are dropped, counted).
 async fn on_client_send(node: &Node, key: DispatchKey, payload: Bytes) {
     if key != protocol::CALL || !node.accepting() {
         node.count_send_dropped();
@@ -470,15 +473,43 @@ async fn on_client_send(node: &Node, key: DispatchKey, payload: Bytes) {
             return;
         }
     };
-    if let Err(e) = node
-        .send_raw(
-            &req.actor,
-            DispatchKey::new(req.key),
-            Bytes::from(req.payload),
-        )
-        .await
+    let to = req.actor.node().clone();
+    let mut req = Some(req);
+    let attempt = |try_now: bool| -> Option<crate::runtime::BoxFuture<()>> {
+        let req = req.take().expect("one attempt");
+        let node = node.clone();
+        let mut send: crate::runtime::BoxFuture<()> = Box::pin(async move {
+            if let Err(e) = node
+                .send_raw(
+                    &req.actor,
+                    DispatchKey::new(req.key),
+                    Bytes::from(req.payload),
+                )
+                .await
+            {
+                node.count_send_dropped();
+                tracing::debug!(actor = %req.actor, error = %e, "client send refused");
+            }
+        });
+        if try_now {
+            let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+            if send.as_mut().poll(&mut cx).is_ready() {
+                return None;
+            }
+        }
+        // A pending future is polled again by the drain task with its own waker.
+        Some(send)
+    };
+    if node
+        .inner
+        .peer_sends
+        .run(&to, PEER_SEND_BACKLOG, attempt, &node.inner.rt)
+        .is_err()
     {
         node.count_send_dropped();
-        tracing::debug!(actor = %req.actor, error = %e, "client send refused");
+        tracing::debug!(node = %to, "client send dropped: too many sends wait for that node");
     }
 }
+
+/// Client sends that may wait for one target node (see [`on_client_send`]).
+const PEER_SEND_BACKLOG: usize = 1024;

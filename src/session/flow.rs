@@ -46,11 +46,13 @@ pub enum FlowReject {
     BindInProgress,
     /// The session holds as many bindings as it may (`NodeOptions::max_bindings_per_session`).
     TooManyBindings,
+    /// The client takes no pushes (no credit) and its session's push queue is full.
+    ClientBacklogFull,
 }
 
 impl FlowReject {
     /// Every value, in a fixed order.
-    pub const ALL: [FlowReject; 17] = [
+    pub const ALL: [FlowReject; 18] = [
         FlowReject::NotBound,
         FlowReject::SessionClosing,
         FlowReject::SessionClosed,
@@ -68,6 +70,7 @@ impl FlowReject {
         FlowReject::ShuttingDown,
         FlowReject::BindInProgress,
         FlowReject::TooManyBindings,
+        FlowReject::ClientBacklogFull,
     ];
 
     /// The stable name used in logs and metrics.
@@ -91,6 +94,7 @@ impl FlowReject {
             FlowReject::ShuttingDown => "shutting_down",
             FlowReject::BindInProgress => "bind_in_progress",
             FlowReject::TooManyBindings => "too_many_bindings",
+            FlowReject::ClientBacklogFull => "client_backlog_full",
         }
     }
 
