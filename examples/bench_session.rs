@@ -534,6 +534,13 @@ fn main() {
             if !drops.is_empty() {
                 eprintln!("bench_session: mesh drops at {name}: {}", drops.join(" "));
             }
+            let w = node.inbound_backlogs();
+            if w.actors.waited + w.sessions.waited > 0 {
+                eprintln!(
+                    "bench_session: records that waited for a full lane at {name}: actors {} (backlogs opened {}), sessions {} (opened {})",
+                    w.actors.waited, w.actors.opened, w.sessions.waited, w.sessions.opened
+                );
+            }
         }
         a.shutdown(Duration::from_secs(1)).await;
         b.shutdown(Duration::from_secs(1)).await;

@@ -16,7 +16,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::hash::Hash;
 
-use crate::runtime::{PendingSubmit, RuntimeError, TrySubmitError};
+use crate::runtime::{BoxFuture, PendingSubmit, RuntimeError, TrySubmitError};
 use crate::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use crate::sync::{Arc, Mutex, MutexGuard};
 
@@ -173,12 +173,130 @@ impl<K: Hash + Eq + Clone + Send + 'static> Backlogs<K> {
                 }
             };
             let (pending, done) = next;
-            if let Err(e) = pending.wait().await {
+            // Lane space comes back in batches (a woken drain usually finds room for several
+            // records): try first, wait only when still full.
+            let submitted = match pending.retry() {
+                Ok(()) => Ok(()),
+                Err(TrySubmitError::Full(p)) => p.wait().await,
+                Err(TrySubmitError::Refused(e)) => Err(e),
+            };
+            if let Err(e) = submitted {
                 // Dropped unrun (its request, if any, was answered by the drop).
                 tracing::debug!(error = %e, "a waiting record was refused by its lane");
             }
             self.waiting_now.fetch_sub(1, Ordering::Relaxed);
             done();
+        }
+    }
+}
+
+/// Per-key FIFOs of async work that could not finish at once: a push waiting for a client's
+/// credit, a send waiting for a peer's window. The same rule as [`Backlogs`]: what waits for
+/// one key holds up only that key (later work for it queues behind, in order), one drain task
+/// per key runs the waiting work in order, and a key's queue is bounded by the caller's limit
+/// (refused over it, counted).
+pub(crate) struct WaitQueues<K> {
+    map: Mutex<HashMap<K, VecDeque<BoxFuture<()>>>>,
+    waited: AtomicU64,
+    opened: AtomicU64,
+    refused: AtomicU64,
+    waiting_now: AtomicU64,
+}
+
+impl<K> Default for WaitQueues<K> {
+    fn default() -> Self {
+        WaitQueues {
+            map: Mutex::new(HashMap::new()),
+            waited: AtomicU64::new(0),
+            opened: AtomicU64::new(0),
+            refused: AtomicU64::new(0),
+            waiting_now: AtomicU64::new(0),
+        }
+    }
+}
+
+impl<K> std::fmt::Debug for WaitQueues<K> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WaitQueues")
+            .field("stats", &self.stats())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<K> WaitQueues<K> {
+    /// The counters.
+    pub(crate) fn stats(&self) -> BacklogStats {
+        BacklogStats {
+            waited: self.waited.load(Ordering::Relaxed),
+            opened: self.opened.load(Ordering::Relaxed),
+            refused: self.refused.load(Ordering::Relaxed),
+            waiting_now: self.waiting_now.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// Why [`WaitQueues::run`] did not take the work.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct QueueFull;
+
+impl<K: Hash + Eq + Clone + Send + 'static> WaitQueues<K> {
+    /// Runs work for `key` without waiting. `attempt(true)` tries it now (only when nothing
+    /// waits for `key`) and returns `None` when it is done, or the rest to wait for;
+    /// `attempt(false)` returns the whole work as a future, untried (it queues behind what
+    /// waits). A waiting future runs on a drain task on `rt`, after those before it. Over
+    /// `limit` waiting for `key`, the work is not taken: [`QueueFull`], counted.
+    pub(crate) fn run(
+        self: &Arc<Self>,
+        key: &K,
+        limit: usize,
+        attempt: impl FnOnce(bool) -> Option<BoxFuture<()>>,
+        rt: &tokio::runtime::Handle,
+    ) -> Result<Admitted, QueueFull> {
+        // The attempt runs under the lock: nothing for `key` can be queued meanwhile.
+        let mut map = lock(&self.map);
+        if let Some(q) = map.get_mut(key) {
+            if q.len() >= limit {
+                self.refused.fetch_add(1, Ordering::Relaxed);
+                return Err(QueueFull);
+            }
+            if let Some(f) = attempt(false) {
+                q.push_back(f);
+                self.waited.fetch_add(1, Ordering::Relaxed);
+                self.waiting_now.fetch_add(1, Ordering::Relaxed);
+            }
+            return Ok(Admitted::Queued);
+        }
+        let Some(f) = attempt(true) else {
+            return Ok(Admitted::Now);
+        };
+        let mut q = VecDeque::new();
+        q.push_back(f);
+        map.insert(key.clone(), q);
+        self.opened.fetch_add(1, Ordering::Relaxed);
+        self.waited.fetch_add(1, Ordering::Relaxed);
+        self.waiting_now.fetch_add(1, Ordering::Relaxed);
+        drop(map);
+        let this = self.clone();
+        let key = key.clone();
+        rt.spawn(async move { this.drain(key).await });
+        Ok(Admitted::Queued)
+    }
+
+    async fn drain(self: Arc<Self>, key: K) {
+        loop {
+            let next = {
+                let mut map = lock(&self.map);
+                let q = map.get_mut(&key).expect("open queue");
+                match q.pop_front() {
+                    Some(f) => f,
+                    None => {
+                        map.remove(&key);
+                        return;
+                    }
+                }
+            };
+            next.await;
+            self.waiting_now.fetch_sub(1, Ordering::Relaxed);
         }
     }
 }

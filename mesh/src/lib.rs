@@ -51,7 +51,7 @@ pub use handshake::MeshSecret;
 pub use node::IoHold;
 pub use node::{
     BoundEndpoints, ClientCloseCause, ClientEvent, ClientEvents, DownReason, Inbound,
-    InboundReceiver, MeshNode, Origin, PeerEvent, ReplyHandle, Response,
+    InboundReceiver, MeshNode, Origin, PeerEvent, ReplyHandle, Response, TryPushError,
 };
 pub use sink::{InboundSink, Offer};
 pub use tap::{TapDirection, TapFrame, WireTap};

@@ -62,6 +62,15 @@ pub struct Inbound {
 
 pub use crate::inbound::InboundReceiver;
 
+/// Why [`MeshNode::try_push`] did not push.
+#[derive(Debug)]
+pub enum TryPushError {
+    /// The client's outbound budget has no room now: the payload, back.
+    Full(Bytes),
+    /// The push cannot be sent (as [`MeshNode::push`] fails).
+    Failed(SendError),
+}
+
 /// Why a peer lifecycle ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -993,6 +1002,43 @@ impl MeshNode {
                 bytes,
             })
             .inspect_err(|_| budget.release(bytes))
+    }
+
+    /// [`MeshNode::push`] without waiting: pushes only if the client's outbound budget has
+    /// room now, else hands the payload back ([`TryPushError::Full`]) to be retried or waited
+    /// for with [`MeshNode::push`].
+    ///
+    /// # Errors
+    /// [`TryPushError::Full`] without room; [`TryPushError::Failed`] as [`MeshNode::push`]
+    /// fails (no such session, too large, closed).
+    pub fn try_push(
+        &self,
+        session: SessionRid,
+        key: DispatchKey,
+        payload: Bytes,
+    ) -> Result<(), TryPushError> {
+        let frames = push_parts(key, payload.clone()).map_err(TryPushError::Failed)?;
+        let bytes = self
+            .shared
+            .check_size(&frames)
+            .map_err(TryPushError::Failed)?;
+        let budget = self
+            .shared
+            .client_budget(session.get())
+            .ok_or(TryPushError::Failed(SendError::Unavailable))?;
+        if !budget.try_reserve(bytes) {
+            return Err(TryPushError::Full(payload));
+        }
+        self.shared
+            .submit(Command::Send {
+                dest: Dest::Client {
+                    session: session.get(),
+                },
+                frames,
+                bytes,
+            })
+            .inspect_err(|_| budget.release(bytes))
+            .map_err(TryPushError::Failed)
     }
 
     /// **For tests only.** Holds this node's I/O thread until the returned guard is dropped

@@ -299,7 +299,7 @@ impl Node {
 
     /// [`Node::on_actor_send`] without waiting (from the mesh I/O thread or the inbound
     /// loop): a full lane keeps the record in the actor's backlog (see
-    /// [`Node::submit_checked_now`]; `done` runs once it entered the lane).
+    /// [`Node::submit_checked_now`] for `release`).
     pub(crate) fn on_actor_send_now(
         &self,
         sender: &NodeRid,
@@ -307,7 +307,7 @@ impl Node {
         payload: Bytes,
         deadline: Option<Instant>,
         reply: Option<ReplyTo>,
-        done: impl FnOnce() -> Done,
+        release: Option<impl FnOnce() -> Done>,
     ) -> Admitted {
         let fence = CallFence {
             actor_id: rec.actor.clone(),
@@ -328,7 +328,7 @@ impl Node {
             lifecycle: rec.session_lifecycle,
             generation: rec.tail.binding_generation,
         };
-        let (admitted, refused) = self.submit_checked_now(&fence, work, Some(&bound), done);
+        let (admitted, refused) = self.submit_checked_now(&fence, work, Some(&bound), release);
         if let Some(e) = &refused {
             // Counted with its reason where it was decided (`submit_checked`).
             self.count_send_dropped();
@@ -373,7 +373,7 @@ impl Node {
             key,
         };
         if binding.session_owner == *self.node_rid() {
-            self.sessions().handle_push(push, payload).await;
+            self.sessions().handle_push(push, payload);
             return Ok(());
         }
         self.inner
@@ -508,6 +508,18 @@ impl SessionHost for NodeSessionHost {
             let node = node.ok_or(SendError::Unavailable)?;
             node.inner.mesh.push(session, key, payload).await
         })
+    }
+
+    fn try_push(
+        &self,
+        session: SessionRid,
+        key: DispatchKey,
+        payload: Bytes,
+    ) -> Result<(), zlink_mesh::TryPushError> {
+        match self.node() {
+            Some(node) => node.inner.mesh.try_push(session, key, payload),
+            None => Err(zlink_mesh::TryPushError::Failed(SendError::Unavailable)),
+        }
     }
 
     fn close(&self, session: SessionRid, reason: DisconnectReason) {

@@ -163,23 +163,24 @@ impl Node {
     }
 
     /// [`Node::submit_checked`] without waiting (the mesh I/O thread delivers with it): a full
-    /// lane keeps `work` in the actor's backlog, FIFO behind what waits there, and `done` runs
-    /// once it entered the lane ([`Admitted::Queued`]). A backlog at its limit (the
-    /// application lane's item limit) refuses with `LaneFull`, counted: a full lane holds only
-    /// what is addressed to it, a bounded amount.
+    /// lane keeps `work` in the actor's backlog, FIFO behind what waits there
+    /// ([`Admitted::Queued`]). What bounds a backlog: with `release`, the sender's window (its
+    /// credit for the record stays charged until the record entered the lane, then `release`
+    /// runs); without, the application lane's item limit, past which the record is refused
+    /// with `LaneFull`, counted. Either way a full lane holds only what is addressed to it.
     pub(crate) fn submit_checked_now(
         &self,
         call: &CallFence,
         work: Work,
         bound: Option<&BoundCheck>,
-        done: impl FnOnce() -> Done,
+        release: Option<impl FnOnce() -> Done>,
     ) -> (Admitted, Option<ActorError>) {
         let (mailbox, mut work) = match self.check_submit(call, work, bound) {
             Checked::Done(e) => return (Admitted::Now, e),
             Checked::Ready(m, w) => (m, w),
         };
         let backlogs = &self.inner.actor_backlogs;
-        if backlogs.queued(&call.actor_id) >= self.inner.held_limit {
+        if release.is_none() && backlogs.queued(&call.actor_id) >= self.inner.held_limit {
             backlogs.count_refused();
             let error = ActorError::LaneFull {
                 actor_id: call.actor_id.clone(),
@@ -195,6 +196,10 @@ impl Node {
         let pending = match mailbox.prepare(work) {
             Ok(p) => p,
             Err(e) => return (Admitted::Now, Some(e)),
+        };
+        let done = || match release {
+            Some(r) => r(),
+            None => Box::new(|| {}) as Done,
         };
         match backlogs.submit(&call.actor_id, pending, done, &self.inner.rt) {
             Ok(a) => (a, None),

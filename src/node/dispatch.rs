@@ -111,7 +111,7 @@ impl InboundSink for Sink {
                     generation,
                 };
                 let done = || release(node, origin(), bytes)();
-                offer_of(node.on_actor_send_now(&sender, rec, payload, deadline, reply, done))
+                offer_of(node.on_actor_send_now(&sender, rec, payload, deadline, reply, Some(done)))
             }
             (
                 Origin::Peer {
@@ -125,7 +125,14 @@ impl InboundSink for Sink {
                     generation,
                 };
                 let done = release(node, origin, bytes);
-                offer_of(on_actor_call(node, call, payload, deadline, reply, done))
+                offer_of(on_actor_call(
+                    node,
+                    call,
+                    payload,
+                    deadline,
+                    reply,
+                    Some(done),
+                ))
             }
             // Filtered above.
             _ => Offer::Taken,
@@ -192,11 +199,11 @@ async fn handle(node: &Node, inbound: Inbound) {
     match (origin, record) {
         // Records that came before the sink was installed: the same non-blocking path.
         (Origin::Peer { .. }, Record::ActorCall(call)) => {
-            on_actor_call(node, call, payload, deadline, reply, no_release);
+            on_actor_call(node, call, payload, deadline, reply, NO_RELEASE);
         }
         (Origin::Peer { node: sender, .. }, Record::ActorSend(rec)) => {
             let reply = reply.map(ReplyTo::Wire);
-            node.on_actor_send_now(&sender, rec, payload, deadline, reply, no_release);
+            node.on_actor_send_now(&sender, rec, payload, deadline, reply, NO_RELEASE);
         }
         (Origin::Peer { node: sender, .. }, Record::BoundSessionBind(rec)) => {
             if rec.operation == BindOperation::Bind {
@@ -209,7 +216,7 @@ async fn handle(node: &Node, inbound: Inbound) {
             }
         }
         (Origin::Peer { .. }, Record::BoundSessionSend(rec)) => {
-            node.sessions().handle_push(rec, payload).await;
+            node.sessions().handle_push(rec, payload);
         }
         (
             Origin::Peer {
@@ -249,21 +256,26 @@ async fn handle(node: &Node, inbound: Inbound) {
     }
 }
 
-/// No credit to release (the inbound loop returned it when it took the record).
+/// No credit to release: the mesh returned it when the inbound loop took the record. Client
+/// packets and 24 / 160 reach the loop only before the sink is installed; the loop's own
+/// actor submissions (client `CALL`) are bounded by the lane's item limit.
 fn no_release() -> Done {
     Box::new(|| {})
 }
 
+/// `release` for records the inbound loop took (see [`no_release`]).
+const NO_RELEASE: Option<fn() -> Done> = None;
+
 /// 160 ActorCall from a peer: validate the fences and append to the actor's queue (EG-2.1).
-/// A full queue keeps it in the actor's backlog (`done` runs once it entered the lane); it
-/// never runs the work inline.
+/// A full queue keeps it in the actor's backlog (`release`: see [`Node::submit_checked_now`]);
+/// it never runs the work inline.
 fn on_actor_call(
     node: &Node,
     call: ActorCall,
     payload: Bytes,
     deadline: Option<Instant>,
     reply: Option<ReplyHandle>,
-    done: impl FnOnce() -> Done,
+    release: Option<impl FnOnce() -> Done>,
 ) -> Admitted {
     node.count_call_in();
     let fence = CallFence::of_call(&call);
@@ -274,7 +286,7 @@ fn on_actor_call(
         deadline,
         guard: Some(node.inflight().enter()),
     };
-    let (admitted, refused) = node.submit_checked_now(&fence, work, None, done);
+    let (admitted, refused) = node.submit_checked_now(&fence, work, None, release);
     if let Some(e) = refused {
         node.count_send_dropped();
         tracing::debug!(actor = %call.actor, error = %e, "actor send refused");
@@ -378,7 +390,7 @@ async fn on_client_request(
                 };
                 // A full lane keeps it in the actor's backlog: this loop does not wait.
                 let _ =
-                    node.submit_checked_now(&CallFence::of_ref(&req.actor), work, None, no_release);
+                    node.submit_checked_now(&CallFence::of_ref(&req.actor), work, None, NO_RELEASE);
             } else {
                 let node = node.clone();
                 tokio::spawn(async move {
@@ -446,7 +458,10 @@ async fn on_client_request(
     }
 }
 
-/// A client's OneWay (147) `CALL`: an actor send; failures are logged and counted.
+/// A client's OneWay (147) `CALL`: an actor send; failures are logged and counted. Never
+/// waits on the inbound loop: a send that must wait (a full actor lane, a peer's window) waits
+/// in its target node's send queue, in order behind the client sends queued there before it
+/// (at most [`PEER_SEND_BACKLOG`]; more are dropped, counted).
 async fn on_client_send(node: &Node, key: DispatchKey, payload: Bytes) {
     if key != protocol::CALL || !node.accepting() {
         node.count_send_dropped();
@@ -460,15 +475,43 @@ async fn on_client_send(node: &Node, key: DispatchKey, payload: Bytes) {
             return;
         }
     };
-    if let Err(e) = node
-        .send_raw(
-            &req.actor,
-            DispatchKey::new(req.key),
-            Bytes::from(req.payload),
-        )
-        .await
+    let to = req.actor.node().clone();
+    let mut req = Some(req);
+    let attempt = |try_now: bool| -> Option<crate::runtime::BoxFuture<()>> {
+        let req = req.take().expect("one attempt");
+        let node = node.clone();
+        let mut send: crate::runtime::BoxFuture<()> = Box::pin(async move {
+            if let Err(e) = node
+                .send_raw(
+                    &req.actor,
+                    DispatchKey::new(req.key),
+                    Bytes::from(req.payload),
+                )
+                .await
+            {
+                node.count_send_dropped();
+                tracing::debug!(actor = %req.actor, error = %e, "client send refused");
+            }
+        });
+        if try_now {
+            let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+            if send.as_mut().poll(&mut cx).is_ready() {
+                return None;
+            }
+        }
+        // A pending future is polled again by the drain task with its own waker.
+        Some(send)
+    };
+    if node
+        .inner
+        .peer_sends
+        .run(&to, PEER_SEND_BACKLOG, attempt, &node.inner.rt)
+        .is_err()
     {
         node.count_send_dropped();
-        tracing::debug!(actor = %req.actor, error = %e, "client send refused");
+        tracing::debug!(node = %to, "client send dropped: too many sends wait for that node");
     }
 }
+
+/// Client sends that may wait for one target node (see [`on_client_send`]).
+const PEER_SEND_BACKLOG: usize = 1024;

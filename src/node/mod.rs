@@ -49,7 +49,7 @@ use crate::actor::exec::{ExecShared, Inflight};
 use crate::actor::fence::{OwnerGate, OwnerStanding};
 use crate::actor::{ActorError, ActorRegistry};
 pub use crate::backlog::BacklogStats;
-use crate::backlog::Backlogs;
+use crate::backlog::{Backlogs, WaitQueues};
 use crate::config::{
     ConfigError, NodeConfig, OWNER_LEASE_TTL, REQUEST_TIMEOUT, SESSION_RELOCATION_SEAL_TIMEOUT,
     SESSION_REPLACEMENT_CALLBACK_TIMEOUT, StartupBuilder,
@@ -276,6 +276,8 @@ struct Inner {
     held_limit: usize,
     /// Records from the mesh waiting for a full actor lane ([`crate::backlog`]).
     actor_backlogs: Arc<Backlogs<ActorId>>,
+    /// Client sends waiting for a target node (a full lane, a peer's window), per node.
+    peer_sends: Arc<WaitQueues<NodeRid>>,
     /// The tokio runtime the node was started on (backlog drains started off it).
     rt: tokio::runtime::Handle,
     lease_ttl: Duration,
@@ -386,6 +388,7 @@ impl Node {
                 request_timeout: options.request_timeout,
                 held_limit,
                 actor_backlogs: Arc::new(Backlogs::default()),
+                peer_sends: Arc::new(WaitQueues::default()),
                 rt: tokio::runtime::Handle::current(),
                 lease_ttl: options.lease_ttl,
                 tasks: Mutex::new(Vec::new()),
@@ -593,15 +596,18 @@ impl Node {
         self.inner.sessions.flow()
     }
 
-    /// Records from the mesh that waited for a full lane, per kind of target: actor lanes
-    /// (24 and 160 from peers) and session lanes (client packets). Each kind's `waited`
-    /// counts records that found their lane full and were kept (FIFO per target) instead of
-    /// making other targets wait; `refused` counts records an actor's full backlog refused.
+    /// Inbound work that had to wait, per kind of target: actor lanes (24 and 160 from peers),
+    /// session lanes (client packets), clients without credit (pushes) and target nodes of
+    /// client sends. Each kind's `waited` counts work that could not go on at once and was
+    /// kept (FIFO per target) instead of making other targets wait; `refused` what a full
+    /// queue refused.
     #[must_use]
     pub fn inbound_backlogs(&self) -> InboundBacklogs {
         InboundBacklogs {
             actors: self.inner.actor_backlogs.stats(),
             sessions: self.inner.sessions.backlog_stats(),
+            pushes: self.inner.sessions.push_backlog_stats(),
+            peer_sends: self.inner.peer_sends.stats(),
         }
     }
 
@@ -664,6 +670,10 @@ pub struct InboundBacklogs {
     pub actors: BacklogStats,
     /// Session lanes.
     pub sessions: BacklogStats,
+    /// Pushes waiting for a client's credit (per session).
+    pub pushes: BacklogStats,
+    /// Client `CALL` sends waiting for a target node (per node).
+    pub peer_sends: BacklogStats,
 }
 
 /// The bound-session identity a 24 presents (SB-5.3): its session owner (the authenticated

@@ -48,6 +48,8 @@ pub enum FlowReject {
     TooManyBindings,
     /// The actor owner's local lease deadline passed without a renewal (SB-5.11).
     LeaseLapsed,
+    /// The client takes no pushes (no credit) and its session's push queue is full.
+    ClientBacklogFull,
 }
 
 impl FlowReject {
@@ -71,6 +73,7 @@ impl FlowReject {
         FlowReject::BindInProgress,
         FlowReject::TooManyBindings,
         FlowReject::LeaseLapsed,
+        FlowReject::ClientBacklogFull,
     ];
 
     /// The stable name used in logs and metrics.
@@ -95,6 +98,7 @@ impl FlowReject {
             FlowReject::BindInProgress => "bind_in_progress",
             FlowReject::TooManyBindings => "too_many_bindings",
             FlowReject::LeaseLapsed => "lease_lapsed",
+            FlowReject::ClientBacklogFull => "client_backlog_full",
         }
     }
 

@@ -26,7 +26,7 @@ use super::flow::{FlowCounters, FlowRecord, FlowReject};
 use super::{CLOSE_SESSION_KEY, Callbacks, PacketHandler, Session, SessionError};
 use crate::actor::ActorRef;
 use crate::actor::exec::InflightGuard;
-use crate::backlog::{Admitted, BacklogStats, Backlogs, Done};
+use crate::backlog::{Admitted, BacklogStats, Backlogs, Done, WaitQueues};
 use crate::config::HandlerRegistry;
 use crate::runtime::{BoxFuture, Handled, Runtime, SerialLane, SessionLane};
 use crate::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -53,6 +53,13 @@ pub(crate) trait SessionHost: Send + Sync + 'static {
         payload: Bytes,
         timeout: Option<Duration>,
     ) -> BoxFuture<Result<Option<Bytes>, Refusal>>;
+    /// A push (148) to a client if its outbound budget has room now (never waits).
+    fn try_push(
+        &self,
+        session: SessionRid,
+        key: DispatchKey,
+        payload: Bytes,
+    ) -> Result<(), zlink_mesh::TryPushError>;
     /// A push (148) to a client.
     fn push(
         &self,
@@ -76,6 +83,9 @@ pub(crate) trait SessionHost: Send + Sync + 'static {
     /// notification) until the guard drops; shutdown drains them (SB-10).
     fn enter_work(&self) -> Option<InflightGuard>;
 }
+
+/// Pushes to one client that may wait for its credit; more are refused (`ClientBacklogFull`).
+pub(crate) const PUSH_BACKLOG: usize = 1024;
 
 /// Settings of the session owner.
 #[derive(Clone, Debug)]
@@ -164,6 +174,8 @@ pub(crate) struct SessionOwner {
     flow: FlowCounters,
     /// Packets (and the disconnected-callback behind them) waiting for a full session lane.
     backlogs: Arc<Backlogs<SessionRid>>,
+    /// Pushes waiting for a client's credit, per session.
+    pushes: Arc<WaitQueues<SessionRid>>,
     /// Where backlog drain tasks run (packets arrive on the mesh I/O thread).
     rt: tokio::runtime::Handle,
 }
@@ -198,6 +210,7 @@ impl SessionOwner {
             accepting: AtomicBool::new(true),
             flow: FlowCounters::default(),
             backlogs: Arc::new(Backlogs::default()),
+            pushes: Arc::new(WaitQueues::default()),
             rt,
         }
     }
@@ -680,7 +693,11 @@ impl SessionOwner {
     /// A 36 (or the same-node push): submitted to the client only if the four SB-5.5 values
     /// are current (SB-5.8); otherwise counted with its reason (SB-5.9). A 36 with
     /// [`CLOSE_SESSION_KEY`] closes the connection instead (SB-5.14).
-    pub(crate) async fn handle_push(&self, push: BoundSessionSend, payload: Bytes) {
+    ///
+    /// Never waits: a client without credit (its outbound budget full) holds up only its own
+    /// pushes, which wait in order in the session's push queue (at most [`PUSH_BACKLOG`],
+    /// beyond that refused and counted `ClientBacklogFull`), each at most the send timeout.
+    pub(crate) fn handle_push(self: &Arc<Self>, push: BoundSessionSend, payload: Bytes) {
         let Some(entry) = self.entry(push.session) else {
             let reason = if push.session_lifecycle == self.cfg.lifecycle {
                 FlowReject::UnknownSession
@@ -699,10 +716,45 @@ impl SessionOwner {
             self.host.close(push.session, DisconnectReason::Closed);
             return;
         }
-        if let Err(e) = self.host.push(push.session, push.key, payload).await {
+        let (session, key) = (push.session, push.key);
+        let owner = self.clone();
+        let mut payload = Some(payload);
+        let attempt = |try_now: bool| -> Option<BoxFuture<()>> {
+            let mut payload = payload.take().expect("one attempt");
+            if try_now {
+                match owner.host.try_push(session, key, payload) {
+                    Ok(()) => return None,
+                    Err(zlink_mesh::TryPushError::Full(p)) => payload = p,
+                    Err(zlink_mesh::TryPushError::Failed(e)) => {
+                        owner
+                            .flow
+                            .reject(FlowRecord::Push, FlowReject::SessionClosed, &e);
+                        return None;
+                    }
+                }
+            }
+            let owner = owner.clone();
+            Some(Box::pin(async move {
+                if let Err(e) = owner.host.push(session, key, payload).await {
+                    owner
+                        .flow
+                        .reject(FlowRecord::Push, FlowReject::SessionClosed, &e);
+                }
+            }))
+        };
+        if self
+            .pushes
+            .run(&session, PUSH_BACKLOG, attempt, &self.rt)
+            .is_err()
+        {
             self.flow
-                .reject(FlowRecord::Push, FlowReject::SessionClosed, &e);
+                .reject(FlowRecord::Push, FlowReject::ClientBacklogFull, &push.actor);
         }
+    }
+
+    /// Counters of the session push queues (pushes that waited for a client's credit).
+    pub(crate) fn push_backlog_stats(&self) -> BacklogStats {
+        self.pushes.stats()
     }
 
     /// A 51 (or the same-node replacement) from `sender` (SB-6.2 … SB-6.5): retire the
