@@ -2229,7 +2229,7 @@ impl Engine {
     /// broken frame is dropped once, `Malformed`), then every sub-record goes through exactly
     /// the checks of a record received alone (authentication, generation, frame format,
     /// connection kind, window), each rejected sub-record dropped and counted by itself.
-    /// Payloads are slices of the one buffer (no copy per record).
+    /// Payloads are copied out of the buffer ([`unpin`]): a held record pins only its bytes.
     fn on_peer_batch(
         &mut self,
         kind: LinkKind,
@@ -2247,7 +2247,7 @@ impl Engine {
                 return;
             }
         };
-        let mut records = batch.records();
+        let mut records = batch.records().map(unpin);
         let mut next = records.next();
         while let Some(sub) = next.take() {
             let payload = match sub.payload {
@@ -2616,7 +2616,7 @@ impl Engine {
                 return;
             }
         };
-        let mut records = batch.records();
+        let mut records = batch.records().map(unpin);
         let mut next = records.next();
         while let Some(sub) = next.take() {
             let payload = match sub.payload {
@@ -3068,6 +3068,15 @@ impl Engine {
 /// libzmq refuses it (HWM: PAUSED; no such peer: unreachable). Once it is accepted, the rest of
 /// the message is too.
 #[inline]
+/// A batch sub-record whose payload no longer points into the batch frame (copied out): a
+/// record the node holds pins only its own bytes, which its window charge counts. Slices would
+/// keep the whole frame alive — a frame of junk around one small valid record pinned the frame
+/// (up to the message limit) for a few bytes charged.
+fn unpin(mut r: zlink_wire::BatchRecord<'_>) -> zlink_wire::BatchRecord<'_> {
+    r.payload = r.payload.map(|p| Bytes::copy_from_slice(&p));
+    r
+}
+
 /// Connects `s` to `ep` announcing the routing id `rid` on that connection (libzmq takes the
 /// socket's routing id at connect time; the bound listener keeps the one of the bind).
 fn connect_as(s: &zmq::Socket, rid: &[u8], ep: &str) -> Result<(), zmq::Error> {

@@ -6,6 +6,7 @@ use std::time::Duration;
 use zlink_mesh::{InboundReceiver, Liveness, MeshConfig, MeshName, MeshNode, MeshSecret, NodeRid};
 
 mod ports;
+pub mod raw;
 #[allow(unused_imports)]
 pub use ports::free_port;
 
