@@ -189,7 +189,7 @@ async fn wrong_secret_other_rid_and_handshake_flood() {
 
     // A real node with the wrong secret never comes up, on either side.
     let mut wc = config("wrong");
-    wc.secret = Some(MeshSecret::new(b"another-secret-entirely".to_vec()).unwrap());
+    wc.secret = Some(MeshSecret::new(b"another-secret-entirely-different-32".to_vec()).unwrap());
     let (wrong, _rw) = MeshNode::start(wc).unwrap();
     wrong.connect(node.address()).unwrap();
     eventually("bad proof counted", || {

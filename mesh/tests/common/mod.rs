@@ -13,7 +13,7 @@ pub use ports::free_port;
 /// Generous wait for events on a loaded 2-core machine.
 pub const WAIT: Duration = Duration::from_secs(20);
 
-pub const SECRET: &[u8] = b"test-mesh-secret-0123456789";
+pub const SECRET: &[u8] = b"test-mesh-secret-0123456789abcdef-32";
 
 pub fn rid(s: &str) -> NodeRid {
     NodeRid::new(s).unwrap()
