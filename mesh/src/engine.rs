@@ -34,8 +34,8 @@ use crate::config::{InboundWindow, MeshConfig, PeerAddress};
 use crate::correlation::{Correlations, ReplyOutcome};
 use crate::counters::{Counters, DropReason, TransportEvent};
 use crate::error::RequestError;
-use crate::fxhash::FastMap;
 use crate::handshake::{Handshake, HandshakeFailure, LocalIdentity, Outcome};
+use crate::hashing::{FastMap, SeededMap};
 use crate::inbound::InboundSender;
 use crate::node::{
     ClientCloseCause, ClientEvent, DownReason, Inbound, Origin, OutItem, Outbox, PeerEvent,
@@ -206,7 +206,7 @@ struct Client {
 /// Bounded by a count (`MeshConfig::max_clients`, at least 1): the oldest is forgotten first,
 /// after which a record on that connection would start a new session again.
 struct Tombstones {
-    reasons: FastMap<Vec<u8>, DisconnectReason>,
+    reasons: SeededMap<Vec<u8>, DisconnectReason>,
     order: VecDeque<Vec<u8>>,
     cap: usize,
 }
@@ -214,7 +214,7 @@ struct Tombstones {
 impl Tombstones {
     fn new(cap: usize) -> Self {
         Self {
-            reasons: FastMap::default(),
+            reasons: SeededMap::default(),
             order: VecDeque::new(),
             cap: cap.max(1),
         }
@@ -271,18 +271,18 @@ pub(crate) struct Engine {
     local: LocalIdentity,
     peers: FastMap<NodeRid, Peer>,
     endpoints: FastMap<String, (NodeRid, LinkKind)>,
-    paused: crate::fxhash::FastSet<NodeRid>,
+    paused: crate::hashing::FastSet<NodeRid>,
     /// Accepted relay/completion connections: handshakes in progress, proved routing ids.
     accepts: crate::accept::Accepts,
     /// Routing id bytes → NodeRid of known peers (avoids validating text per record).
-    rid_cache: FastMap<Vec<u8>, Arc<NodeRid>>,
+    rid_cache: SeededMap<Vec<u8>, Arc<NodeRid>>,
     /// Receive buffers reused across reads (no allocation per message).
     rx_rid: zmq::Message,
     rx_parts: Vec<zmq::Message>,
     /// Time of the current read pass (one clock read per batch, not per record).
     rx_now: Instant,
     clients: FastMap<u64, Client>,
-    clients_by_rid: FastMap<Vec<u8>, u64>,
+    clients_by_rid: SeededMap<Vec<u8>, u64>,
     paused_clients: HashSet<u64>,
     next_session: u64,
     corr: Correlations<(Arc<NodeRid>, NodeGeneration), Waiter>,
@@ -624,13 +624,13 @@ impl Engine {
                 peers: FastMap::default(),
                 endpoints: FastMap::default(),
                 paused: Default::default(),
-                rid_cache: FastMap::default(),
+                rid_cache: SeededMap::default(),
                 accepts,
                 rx_rid: zmq::Message::new(),
                 rx_parts: Vec::with_capacity(MAX_PARTS),
                 rx_now: Instant::now(),
                 clients: FastMap::default(),
-                clients_by_rid: FastMap::default(),
+                clients_by_rid: SeededMap::default(),
                 paused_clients: HashSet::new(),
                 next_session: 1,
                 corr: Correlations::new(),
