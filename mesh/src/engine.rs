@@ -1800,6 +1800,7 @@ impl Engine {
 
     fn timers(&mut self, now: Instant) {
         self.expire_requests(now);
+        self.shared.counters.summarize(now);
         let mut to_check = Vec::new();
         let mut to_retry = Vec::new();
         let mut timed_out = Vec::new();
