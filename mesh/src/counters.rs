@@ -66,11 +66,14 @@ pub enum DropReason {
     /// before buffering it (patched libzmq, docs/MESH.md "Memory bounds"); from monitor
     /// events.
     MessageTooLarge,
+    /// A record that would open a ClientServer session from a source address that already
+    /// has `MeshConfig::max_clients_per_source` sessions.
+    SourceCapacity,
 }
 
 impl DropReason {
     /// Every reason, in a fixed order.
-    pub const ALL: [DropReason; 19] = [
+    pub const ALL: [DropReason; 20] = [
         DropReason::Malformed,
         DropReason::ReservedCommand,
         DropReason::UnknownCommand,
@@ -90,6 +93,7 @@ impl DropReason {
         DropReason::RequestEnded,
         DropReason::SessionClosed,
         DropReason::MessageTooLarge,
+        DropReason::SourceCapacity,
     ];
 
     /// Stable snake_case name (metric label).
@@ -114,6 +118,7 @@ impl DropReason {
             DropReason::RequestEnded => "request_ended",
             DropReason::SessionClosed => "session_closed",
             DropReason::MessageTooLarge => "message_too_large",
+            DropReason::SourceCapacity => "source_capacity",
         }
     }
 

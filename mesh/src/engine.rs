@@ -200,6 +200,8 @@ struct Client {
     /// The node is closing this session (cause, since when): its queue drains first, then it
     /// gets a Disconnect and is removed ([`Engine::close_client`]).
     closing: Option<(ClientCloseCause, Instant)>,
+    /// The connection's source address (peer IP), counted in `sessions_by_source`.
+    source: Option<Arc<str>>,
 }
 
 /// Routing ids of client connections whose session the node ended, with the reason it sent.
@@ -283,6 +285,11 @@ pub(crate) struct Engine {
     rx_now: Instant,
     clients: FastMap<u64, Client>,
     clients_by_rid: SeededMap<Vec<u8>, u64>,
+    /// Sessions per source address (`max_clients_per_source`).
+    sessions_by_source: SeededMap<Arc<str>, usize>,
+    /// The source address of the client message being handled, read only when its routing id
+    /// has no session yet (it may open one).
+    rx_source: Option<Arc<str>>,
     paused_clients: HashSet<u64>,
     next_session: u64,
     corr: Correlations<(Arc<NodeRid>, NodeGeneration), Waiter>,
@@ -631,6 +638,8 @@ impl Engine {
                 rx_now: Instant::now(),
                 clients: FastMap::default(),
                 clients_by_rid: SeededMap::default(),
+                sessions_by_source: SeededMap::default(),
+                rx_source: None,
                 paused_clients: HashSet::new(),
                 next_session: 1,
                 corr: Correlations::new(),
@@ -1946,6 +1955,14 @@ impl Engine {
             self.shared.counters.drop(DropReason::PeerLost, &session);
         }
         self.clients_by_rid.remove(&c.rid);
+        if let Some(src) = &c.source
+            && let Some(n) = self.sessions_by_source.get_mut(src)
+        {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                self.sessions_by_source.remove(src);
+            }
+        }
         self.paused_clients.remove(&session);
         self.shared.set_client(session, None);
         self.shared.publish(PeerEvent::ClientDisconnected {
@@ -2089,6 +2106,17 @@ impl Engine {
                 break;
             };
             n += 1;
+            if kind == LinkKind::Client {
+                // A connection without a session may open one: its source address counts.
+                self.rx_source = if self.clients_by_rid.contains_key(&rid[..]) {
+                    None
+                } else {
+                    parts
+                        .first_mut()
+                        .and_then(|m| m.gets("Peer-Address"))
+                        .map(Arc::from)
+                };
+            }
             // Each `zmq::Message` deref is two FFI calls (data, size): take the slices once.
             let rid_bytes: &[u8] = &rid;
             let mut slices: [&[u8]; MAX_PARTS] = [&[]; MAX_PARTS];
@@ -2745,6 +2773,17 @@ impl Engine {
                         .drop(DropReason::HandshakeCapacity, &"client");
                     return None;
                 }
+                let source = self.rx_source.clone();
+                if let Some(src) = &source {
+                    let n = self.sessions_by_source.entry(src.clone()).or_insert(0);
+                    if *n >= self.cfg.max_clients_per_source {
+                        self.shared
+                            .counters
+                            .drop(DropReason::SourceCapacity, &format_args!("client {src}"));
+                        return None;
+                    }
+                    *n += 1;
+                }
                 let s = self.next_session;
                 self.next_session += 1;
                 let budget = Arc::new(Budget::new(self.cfg.client_budget));
@@ -2757,6 +2796,7 @@ impl Engine {
                         last_rx: now,
                         rx: RxWindow::initial_grant(self.cfg.client_window),
                         closing: None,
+                        source,
                     },
                 );
                 self.clients_by_rid.insert(rid.to_vec(), s);
