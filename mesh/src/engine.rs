@@ -3475,22 +3475,35 @@ mod tests {
         truncated.pop();
         assert!(memo.lookup(&truncated).is_none());
 
+        // A record with a correlation (a request, 42) is never memoized, even by a memo for its
+        // command and short enough (its bytes depend on more than the key); nor is a record of
+        // another command than the memo's.
         let req = codec::encode(
-            &Record::OneWay(zlink_wire::OneWay {
+            &Record::Request(zlink_wire::Request {
                 key: DispatchKey::new(7),
+                deadline: zlink_wire::Deadline::from_millis(1000),
             }),
             42,
             Some(Bytes::from_static(b"payload")),
+        )
+        .expect("a request encodes");
+        let d = zlink_wire::decode_parts(&req[0], Some(req[1].clone()), &limits).unwrap();
+        assert_eq!(d.header.correlation.get(), 42);
+        assert!(
+            req[0].len() <= MEMO_ENVELOPE,
+            "short enough to be memoized by size"
         );
-        if let Ok(req) = req
-            && let Ok(d) = zlink_wire::decode_parts(&req[0], Some(req[1].clone()), &limits)
-        {
-            let mut m = DecodeMemo::default();
-            m.store(&req[0], &d);
-            assert!(
-                m.lookup(&req[0]).is_none(),
-                "records with a correlation are not memoized"
-            );
-        }
+        let mut m = DecodeMemo::for_command(zlink_wire::Command::Request);
+        m.store(&req[0], &d);
+        assert!(
+            m.lookup(&req[0]).is_none(),
+            "records with a correlation are not memoized"
+        );
+        let mut m = DecodeMemo::default();
+        m.store(&req[0], &d);
+        assert!(
+            m.lookup(&req[0]).is_none(),
+            "another command is not memoized"
+        );
     }
 }

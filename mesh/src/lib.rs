@@ -22,6 +22,8 @@
 //!
 //! See `docs/MESH.md` for the design, the CURVE note and the limits.
 
+#![forbid(unsafe_code)]
+
 mod accept;
 mod bridge;
 pub mod budget;
