@@ -112,7 +112,7 @@ async fn start(
     store: std::sync::Arc<MemoryStore>,
 ) -> Node {
     let mut mc = MeshConfig::new(MeshName::new("bench").unwrap(), NodeRid::new(name).unwrap());
-    mc.secret = Some(MeshSecret::new(b"zlink-bench-secret-0123456789".to_vec()).unwrap());
+    mc.secret = Some(MeshSecret::new(b"zlink-bench-secret-0123456789abcdef".to_vec()).unwrap());
     mc.client_endpoint = Some("tcp://127.0.0.1:*".into());
     let mut o = NodeOptions::new(mc, store, demo::registry().unwrap());
     o.peers = peers;

@@ -211,7 +211,7 @@ fn sessions() -> SessionHandlers {
 
 async fn start(name: &str, peers: Vec<zlink_mesh::PeerAddress>, store: Arc<MemoryStore>) -> Node {
     let mut mc = MeshConfig::new(MeshName::new("bench").unwrap(), NodeRid::new(name).unwrap());
-    mc.secret = Some(MeshSecret::new(b"zlink-bench-secret-0123456789".to_vec()).unwrap());
+    mc.secret = Some(MeshSecret::new(b"zlink-bench-secret-0123456789abcdef".to_vec()).unwrap());
     mc.client_endpoint = Some("tcp://127.0.0.1:*".into());
     if let Some(spin) = std::env::var("BENCH_SPIN")
         .ok()

@@ -47,7 +47,7 @@ pub const HEARTBEAT_TIMEOUT: Duration = Duration::from_millis(3_000);
 /// Default owner lease time-to-live in the Location Store (renewed at a third of it).
 pub const OWNER_LEASE_TTL: Duration = Duration::from_millis(10_000);
 /// Shortest accepted mesh secret, in bytes.
-pub const MIN_MESH_SECRET_LEN: usize = 16;
+pub const MIN_MESH_SECRET_LEN: usize = zlink_mesh::MeshSecret::MIN_LEN;
 
 /// Why a node cannot start: every startup configuration error of the spec ("configuration
 /// errors at startup") and of this implementation.

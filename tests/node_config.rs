@@ -20,7 +20,7 @@ const BASE: &str = r#"
 node = "n1"
 store = "memory:"
 actor_dispatch = true
-mesh_secret = "zlink-test-secret-0123456789"
+mesh_secret = "zlink-test-secret-0123456789abcdef"
 
 [roles]
 object_client = true

@@ -98,7 +98,7 @@ impl Drop for Proc {
 }
 
 fn setup(dir: &Path, n: usize) -> Vec<Proc> {
-    std::fs::write(dir.join("secret"), "process-test-secret-0123456789\n").unwrap();
+    std::fs::write(dir.join("secret"), "process-test-secret-0123456789abcdef\n").unwrap();
     let ports: Vec<[u16; 3]> = (0..n)
         .map(|_| [free_port(), free_port(), free_port()])
         .collect();

@@ -20,7 +20,7 @@ fn config() -> NodeConfig {
         object_client: true,
         object_server: true,
     };
-    c.mesh_secret = Some(MeshSecretText::new("zlink-test-secret-0123456789"));
+    c.mesh_secret = Some(MeshSecretText::new("zlink-test-secret-0123456789abcdef"));
     c.meshes = vec![MeshConfig {
         name: MeshName::new("main").unwrap(),
         relay: "tcp://127.0.0.1:*".into(),

@@ -214,7 +214,7 @@ const FULL: &str = r#"
 node = "node-a"
 store = "sqlite:///tmp/zlink-test/store.db"
 actor_dispatch = true
-mesh_secret = "0123456789abcdef-secret"
+mesh_secret = "0123456789abcdef0123456789abcdef-secret"
 
 [roles]
 object_client = true
@@ -321,7 +321,7 @@ fn with(extra: &str) -> Result<(), ConfigError> {
 // spec: SB-14.1, SB-3.1, SB-3.2 — the same startup rules apply to a TOML configuration.
 #[test]
 fn toml_actor_dispatch_needs_role_and_store() {
-    let mesh = "mesh_secret = \"0123456789abcdef\"\n[[mesh]]\nname = \"m\"\nrelay = \"tcp://127.0.0.1:1\"\ncompletion = \"tcp://127.0.0.1:2\"\n";
+    let mesh = "mesh_secret = \"0123456789abcdef0123456789abcdef\"\n[[mesh]]\nname = \"m\"\nrelay = \"tcp://127.0.0.1:1\"\ncompletion = \"tcp://127.0.0.1:2\"\n";
     let err = with(&format!(
         "actor_dispatch = true\nstore = \"memory:\"\n{mesh}"
     ))
@@ -362,7 +362,7 @@ fn toml_errors_are_typed() {
     ));
     assert!(matches!(
         with(&format!(
-            "mesh_secret = \"0123456789abcdef\"\ninsecure_dev_mode = true\n{mesh}"
+            "mesh_secret = \"0123456789abcdef0123456789abcdef\"\ninsecure_dev_mode = true\n{mesh}"
         )),
         Err(ConfigError::ConflictingSecurity)
     ));

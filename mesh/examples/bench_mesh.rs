@@ -40,7 +40,7 @@ use zlink_mesh::{
 };
 
 const SIZE: usize = 64;
-const SECRET: &[u8] = b"bench-mesh-secret-0123456789";
+const SECRET: &[u8] = b"bench-mesh-secret-0123456789abcdef";
 
 fn json(bench: &str, metric: &str, value: f64, baseline: Option<f64>) {
     match baseline {

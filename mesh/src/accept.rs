@@ -9,8 +9,9 @@
 //! by strangers: the maps use a randomly seeded hasher, and the handshakes in progress are
 //! bounded (`MeshConfig::max_pending_handshakes`).
 
-use std::collections::HashMap;
 use std::collections::hash_map::Entry;
+
+use crate::hashing::SeededMap as HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 

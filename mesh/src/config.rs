@@ -171,6 +171,10 @@ pub struct MeshConfig {
     pub max_pending_handshakes: usize,
     /// Most ClientServer clients tracked at once.
     pub max_clients: usize,
+    /// Most ClientServer sessions from one source address (the connection's peer IP) at once,
+    /// so one address cannot take all of `max_clients` (`SourceCapacity`). Default 1,000
+    /// (players behind one NAT share an address).
+    pub max_clients_per_source: usize,
     /// How many times the I/O thread yields the CPU, watching for work, before it sleeps in
     /// `zmq::poll` (a sleep/wake-up costs 20-25 µs on small VMs; 0 = never spin).
     pub io_spin_yields: usize,
@@ -206,6 +210,7 @@ impl MeshConfig {
             liveness: Liveness::default(),
             max_pending_handshakes: 256,
             max_clients: 10_000,
+            max_clients_per_source: 1_000,
             io_spin_yields: 100,
             tap: None,
         }

@@ -16,7 +16,7 @@
 
 use std::collections::{BTreeSet, VecDeque};
 
-use crate::fxhash::FastMap;
+use crate::hashing::FastMap;
 use std::time::Instant;
 
 /// How many recently ended ids are remembered to classify late replies.

@@ -1,9 +1,19 @@
 //! Drop and rejection counters with a closed reason vocabulary.
 //!
 //! Every inbound item the mesh refuses is counted here and logged with a `tracing` event
-//! (target `zlink_mesh::drop`, field `reason`); none of them is passed to the layer above.
+//! (target `zlink_mesh::drop`, field `reason`, at debug level); none of them is passed to the
+//! layer above. So that an attack shows at the default log level without a line per frame, the
+//! I/O thread logs a summary per reason every [`DROP_SUMMARY_INTERVAL`] (info level, target
+//! `zlink_mesh::drop`, fields `reason` and `count`: drops since the previous summary), only for
+//! reasons that dropped something. Operators read the totals with [`Counters::drops`] (the
+//! node's `NODE_INFO` reply carries them).
 
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// How often the I/O thread logs the drops per reason (when there were any).
+pub const DROP_SUMMARY_INTERVAL: Duration = Duration::from_secs(10);
 
 /// Why the mesh dropped an inbound item or an outbound message (closed vocabulary).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -56,11 +66,14 @@ pub enum DropReason {
     /// before buffering it (patched libzmq, docs/MESH.md "Memory bounds"); from monitor
     /// events.
     MessageTooLarge,
+    /// A record that would open a ClientServer session from a source address that already
+    /// has `MeshConfig::max_clients_per_source` sessions.
+    SourceCapacity,
 }
 
 impl DropReason {
     /// Every reason, in a fixed order.
-    pub const ALL: [DropReason; 19] = [
+    pub const ALL: [DropReason; 20] = [
         DropReason::Malformed,
         DropReason::ReservedCommand,
         DropReason::UnknownCommand,
@@ -80,6 +93,7 @@ impl DropReason {
         DropReason::RequestEnded,
         DropReason::SessionClosed,
         DropReason::MessageTooLarge,
+        DropReason::SourceCapacity,
     ];
 
     /// Stable snake_case name (metric label).
@@ -104,6 +118,7 @@ impl DropReason {
             DropReason::RequestEnded => "request_ended",
             DropReason::SessionClosed => "session_closed",
             DropReason::MessageTooLarge => "message_too_large",
+            DropReason::SourceCapacity => "source_capacity",
         }
     }
 
@@ -150,6 +165,16 @@ pub struct Counters {
     drops: [AtomicU64; DropReason::ALL.len()],
     events: [AtomicU64; 5],
     delivered: AtomicU64,
+    summary: Mutex<Summary>,
+}
+
+/// What the last drop summary covered.
+#[derive(Debug, Default)]
+struct Summary {
+    /// When the next summary is due (`None` before the first call).
+    next: Option<Instant>,
+    /// The drop totals at the last summary.
+    logged: [u64; DropReason::ALL.len()],
 }
 
 impl Counters {
@@ -184,5 +209,90 @@ impl Counters {
     /// Records handed to the layer above (inbound channel).
     pub fn delivered_total(&self) -> u64 {
         self.delivered.load(Ordering::Relaxed)
+    }
+
+    /// Every drop reason that dropped something, with its total (for an operator: metrics,
+    /// `NODE_INFO`).
+    pub fn drops(&self) -> Vec<(DropReason, u64)> {
+        DropReason::ALL
+            .iter()
+            .map(|r| (*r, self.dropped(*r)))
+            .filter(|(_, n)| *n > 0)
+            .collect()
+    }
+
+    /// Logs, once per [`DROP_SUMMARY_INTERVAL`], the drops per reason since the previous
+    /// summary (info level); returns what it logged. Called by the I/O thread's timers.
+    pub(crate) fn summarize(&self, now: Instant) -> Vec<(DropReason, u64)> {
+        let mut s = self.summary.lock().unwrap_or_else(|e| e.into_inner());
+        let due = match s.next {
+            None => {
+                s.next = Some(now + DROP_SUMMARY_INTERVAL);
+                return Vec::new();
+            }
+            Some(t) => t <= now,
+        };
+        if !due {
+            return Vec::new();
+        }
+        s.next = Some(now + DROP_SUMMARY_INTERVAL);
+        let mut out = Vec::new();
+        for (i, r) in DropReason::ALL.iter().enumerate() {
+            let total = self.drops[i].load(Ordering::Relaxed);
+            let since = total.saturating_sub(s.logged[i]);
+            s.logged[i] = total;
+            if since > 0 {
+                tracing::info!(
+                    target: "zlink_mesh::drop",
+                    reason = r.as_str(),
+                    count = since,
+                    total,
+                    "dropped in the last {}s",
+                    DROP_SUMMARY_INTERVAL.as_secs()
+                );
+                out.push((*r, since));
+            }
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // A summary per reason per interval, only for reasons that dropped something; nothing in
+    // between (rate-limited whatever the drop rate).
+    #[test]
+    fn drops_are_summarized_per_reason_per_interval() {
+        let c = Counters::default();
+        let t0 = Instant::now();
+        assert!(c.summarize(t0).is_empty());
+        for _ in 0..1000 {
+            c.drop(DropReason::Unauthenticated, &"x");
+        }
+        c.drop(DropReason::MessageTooLarge, &"y");
+        assert!(c.summarize(t0 + DROP_SUMMARY_INTERVAL / 2).is_empty());
+        assert_eq!(
+            c.summarize(t0 + DROP_SUMMARY_INTERVAL),
+            vec![
+                (DropReason::Unauthenticated, 1000),
+                (DropReason::MessageTooLarge, 1)
+            ]
+        );
+        c.drop(DropReason::Unauthenticated, &"x");
+        assert!(c.summarize(t0 + DROP_SUMMARY_INTERVAL * 3 / 2).is_empty());
+        assert_eq!(
+            c.summarize(t0 + DROP_SUMMARY_INTERVAL * 2),
+            vec![(DropReason::Unauthenticated, 1)]
+        );
+        assert!(c.summarize(t0 + DROP_SUMMARY_INTERVAL * 3).is_empty());
+        assert_eq!(
+            c.drops(),
+            vec![
+                (DropReason::Unauthenticated, 1001),
+                (DropReason::MessageTooLarge, 1)
+            ]
+        );
     }
 }

@@ -34,8 +34,8 @@ use crate::config::{InboundWindow, MeshConfig, PeerAddress};
 use crate::correlation::{Correlations, ReplyOutcome};
 use crate::counters::{Counters, DropReason, TransportEvent};
 use crate::error::RequestError;
-use crate::fxhash::FastMap;
 use crate::handshake::{Handshake, HandshakeFailure, LocalIdentity, Outcome};
+use crate::hashing::{FastMap, SeededMap};
 use crate::inbound::InboundSender;
 use crate::node::{
     ClientCloseCause, ClientEvent, DownReason, Inbound, Origin, OutItem, Outbox, PeerEvent,
@@ -205,13 +205,15 @@ struct Client {
     /// The node is closing this session (cause, since when): its queue drains first, then it
     /// gets a Disconnect and is removed ([`Engine::close_client`]).
     closing: Option<(ClientCloseCause, Instant)>,
+    /// The connection's source address (peer IP), counted in `sessions_by_source`.
+    source: Option<Arc<str>>,
 }
 
 /// Routing ids of client connections whose session the node ended, with the reason it sent.
 /// Bounded by a count (`MeshConfig::max_clients`, at least 1): the oldest is forgotten first,
 /// after which a record on that connection would start a new session again.
 struct Tombstones {
-    reasons: FastMap<Vec<u8>, DisconnectReason>,
+    reasons: SeededMap<Vec<u8>, DisconnectReason>,
     order: VecDeque<Vec<u8>>,
     cap: usize,
 }
@@ -219,7 +221,7 @@ struct Tombstones {
 impl Tombstones {
     fn new(cap: usize) -> Self {
         Self {
-            reasons: FastMap::default(),
+            reasons: SeededMap::default(),
             order: VecDeque::new(),
             cap: cap.max(1),
         }
@@ -276,18 +278,23 @@ pub(crate) struct Engine {
     local: LocalIdentity,
     peers: FastMap<NodeRid, Peer>,
     endpoints: FastMap<String, (NodeRid, LinkKind)>,
-    paused: crate::fxhash::FastSet<NodeRid>,
+    paused: crate::hashing::FastSet<NodeRid>,
     /// Accepted relay/completion connections: handshakes in progress, proved routing ids.
     accepts: crate::accept::Accepts,
     /// Routing id bytes → NodeRid of known peers (avoids validating text per record).
-    rid_cache: FastMap<Vec<u8>, Arc<NodeRid>>,
+    rid_cache: SeededMap<Vec<u8>, Arc<NodeRid>>,
     /// Receive buffers reused across reads (no allocation per message).
     rx_rid: zmq::Message,
     rx_parts: Vec<zmq::Message>,
     /// Time of the current read pass (one clock read per batch, not per record).
     rx_now: Instant,
     clients: FastMap<u64, Client>,
-    clients_by_rid: FastMap<Vec<u8>, u64>,
+    clients_by_rid: SeededMap<Vec<u8>, u64>,
+    /// Sessions per source address (`max_clients_per_source`).
+    sessions_by_source: SeededMap<Arc<str>, usize>,
+    /// The source address of the client message being handled, read only when its routing id
+    /// has no session yet (it may open one).
+    rx_source: Option<Arc<str>>,
     paused_clients: HashSet<u64>,
     next_session: u64,
     corr: Correlations<(Arc<NodeRid>, NodeGeneration), Waiter>,
@@ -631,13 +638,15 @@ impl Engine {
                 peers: FastMap::default(),
                 endpoints: FastMap::default(),
                 paused: Default::default(),
-                rid_cache: FastMap::default(),
+                rid_cache: SeededMap::default(),
                 accepts,
                 rx_rid: zmq::Message::new(),
                 rx_parts: Vec::with_capacity(MAX_PARTS),
                 rx_now: Instant::now(),
                 clients: FastMap::default(),
-                clients_by_rid: FastMap::default(),
+                clients_by_rid: SeededMap::default(),
+                sessions_by_source: SeededMap::default(),
+                rx_source: None,
                 paused_clients: HashSet::new(),
                 next_session: 1,
                 corr: Correlations::new(),
@@ -1813,6 +1822,7 @@ impl Engine {
 
     fn timers(&mut self, now: Instant) {
         self.expire_requests(now);
+        self.shared.counters.summarize(now);
         let mut to_check = Vec::new();
         let mut to_retry = Vec::new();
         let mut timed_out = Vec::new();
@@ -1958,6 +1968,14 @@ impl Engine {
             self.shared.counters.drop(DropReason::PeerLost, &session);
         }
         self.clients_by_rid.remove(&c.rid);
+        if let Some(src) = &c.source
+            && let Some(n) = self.sessions_by_source.get_mut(src)
+        {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                self.sessions_by_source.remove(src);
+            }
+        }
         self.paused_clients.remove(&session);
         self.shared.set_client(session, None);
         self.shared.publish(PeerEvent::ClientDisconnected {
@@ -2101,6 +2119,17 @@ impl Engine {
                 break;
             };
             n += 1;
+            if kind == LinkKind::Client {
+                // A connection without a session may open one: its source address counts.
+                self.rx_source = if self.clients_by_rid.contains_key(&rid[..]) {
+                    None
+                } else {
+                    parts
+                        .first_mut()
+                        .and_then(|m| m.gets("Peer-Address"))
+                        .map(Arc::from)
+                };
+            }
             // Each `zmq::Message` deref is two FFI calls (data, size): take the slices once.
             let rid_bytes: &[u8] = &rid;
             let mut slices: [&[u8]; MAX_PARTS] = [&[]; MAX_PARTS];
@@ -2242,7 +2271,7 @@ impl Engine {
     /// broken frame is dropped once, `Malformed`), then every sub-record goes through exactly
     /// the checks of a record received alone (authentication, generation, frame format,
     /// connection kind, window), each rejected sub-record dropped and counted by itself.
-    /// Payloads are slices of the one buffer (no copy per record).
+    /// Payloads are copied out of the buffer ([`unpin`]): a held record pins only its bytes.
     fn on_peer_batch(
         &mut self,
         kind: LinkKind,
@@ -2260,7 +2289,7 @@ impl Engine {
                 return;
             }
         };
-        let mut records = batch.records();
+        let mut records = batch.records().map(unpin);
         let mut next = records.next();
         while let Some(sub) = next.take() {
             let payload = match sub.payload {
@@ -2673,7 +2702,7 @@ impl Engine {
                 return;
             }
         };
-        let mut records = batch.records();
+        let mut records = batch.records().map(unpin);
         let mut next = records.next();
         while let Some(sub) = next.take() {
             let payload = match sub.payload {
@@ -2801,6 +2830,17 @@ impl Engine {
                         .drop(DropReason::HandshakeCapacity, &"client");
                     return None;
                 }
+                let source = self.rx_source.clone();
+                if let Some(src) = &source {
+                    let n = self.sessions_by_source.entry(src.clone()).or_insert(0);
+                    if *n >= self.cfg.max_clients_per_source {
+                        self.shared
+                            .counters
+                            .drop(DropReason::SourceCapacity, &format_args!("client {src}"));
+                        return None;
+                    }
+                    *n += 1;
+                }
                 let s = self.next_session;
                 self.next_session += 1;
                 let budget = Arc::new(Budget::new(self.cfg.client_budget));
@@ -2813,6 +2853,7 @@ impl Engine {
                         last_rx: now,
                         rx: RxWindow::initial_grant(self.cfg.client_window),
                         closing: None,
+                        source,
                     },
                 );
                 self.clients_by_rid.insert(rid.to_vec(), s);
@@ -3161,6 +3202,15 @@ impl Engine {
 /// libzmq refuses it (HWM: PAUSED; no such peer: unreachable). Once it is accepted, the rest of
 /// the message is too.
 #[inline]
+/// A batch sub-record whose payload no longer points into the batch frame (copied out): a
+/// record the node holds pins only its own bytes, which its window charge counts. Slices would
+/// keep the whole frame alive — a frame of junk around one small valid record pinned the frame
+/// (up to the message limit) for a few bytes charged.
+fn unpin(mut r: zlink_wire::BatchRecord<'_>) -> zlink_wire::BatchRecord<'_> {
+    r.payload = r.payload.map(|p| Bytes::copy_from_slice(&p));
+    r
+}
+
 /// Connects `s` to `ep` announcing the routing id `rid` on that connection (libzmq takes the
 /// socket's routing id at connect time; the bound listener keeps the one of the bind).
 fn connect_as(s: &zmq::Socket, rid: &[u8], ep: &str) -> Result<(), zmq::Error> {
@@ -3518,22 +3568,35 @@ mod tests {
         truncated.pop();
         assert!(memo.lookup(&truncated).is_none());
 
+        // A record with a correlation (a request, 42) is never memoized, even by a memo for its
+        // command and short enough (its bytes depend on more than the key); nor is a record of
+        // another command than the memo's.
         let req = codec::encode(
-            &Record::OneWay(zlink_wire::OneWay {
+            &Record::Request(zlink_wire::Request {
                 key: DispatchKey::new(7),
+                deadline: zlink_wire::Deadline::from_millis(1000),
             }),
             42,
             Some(Bytes::from_static(b"payload")),
+        )
+        .expect("a request encodes");
+        let d = zlink_wire::decode_parts(&req[0], Some(req[1].clone()), &limits).unwrap();
+        assert_eq!(d.header.correlation.get(), 42);
+        assert!(
+            req[0].len() <= MEMO_ENVELOPE,
+            "short enough to be memoized by size"
         );
-        if let Ok(req) = req
-            && let Ok(d) = zlink_wire::decode_parts(&req[0], Some(req[1].clone()), &limits)
-        {
-            let mut m = DecodeMemo::default();
-            m.store(&req[0], &d);
-            assert!(
-                m.lookup(&req[0]).is_none(),
-                "records with a correlation are not memoized"
-            );
-        }
+        let mut m = DecodeMemo::for_command(zlink_wire::Command::Request);
+        m.store(&req[0], &d);
+        assert!(
+            m.lookup(&req[0]).is_none(),
+            "records with a correlation are not memoized"
+        );
+        let mut m = DecodeMemo::default();
+        m.store(&req[0], &d);
+        assert!(
+            m.lookup(&req[0]).is_none(),
+            "another command is not memoized"
+        );
     }
 }

@@ -13,8 +13,8 @@ pub enum ConfigError {
     /// A multi-node mesh needs a secret unless `insecure_dev_mode` is set.
     #[error("mesh secret missing: set `secret` or explicitly enable `insecure_dev_mode`")]
     MissingSecret,
-    /// The secret is shorter than 16 bytes.
-    #[error("mesh secret shorter than 16 bytes")]
+    /// The secret is shorter than [`crate::MeshSecret::MIN_LEN`] (32) bytes.
+    #[error("mesh secret shorter than 32 bytes")]
     SecretTooShort,
     /// A limit is zero or out of range.
     #[error("invalid limit: {0}")]

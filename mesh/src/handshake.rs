@@ -28,8 +28,12 @@
 
 use std::time::{Duration, Instant};
 
+use std::sync::Arc;
+
 use hmac::{Hmac, Mac};
+use rand::RngCore;
 use sha2::Sha256;
+use zeroize::Zeroizing;
 
 use crate::codec::{HandshakeMsg, HandshakeReject};
 use crate::types::{LinkKind, MeshName, NodeGeneration, NodeRid};
@@ -37,22 +41,39 @@ use crate::types::{LinkKind, MeshName, NodeGeneration, NodeRid};
 type HmacSha256 = Hmac<Sha256>;
 
 /// A mesh secret (shared key). Its `Debug` never prints the key.
+///
+/// One allocation behind an `Arc`: clones (one per handshake) share it, nothing copies the key,
+/// and the bytes are zeroed when the last clone is dropped.
 #[derive(Clone)]
-pub struct MeshSecret(Vec<u8>);
+pub struct MeshSecret(Arc<Zeroizing<Vec<u8>>>);
 
 impl MeshSecret {
-    /// Wraps key bytes; at least 16 bytes are required.
+    /// Fewest key bytes accepted. The acceptor answers any Hello with an HMAC under the key, so
+    /// a stranger can test guesses offline: the key must be long and random
+    /// ([`MeshSecret::generate`], or 32 bytes from `/dev/urandom` as `scripts/mesh-up` writes).
+    pub const MIN_LEN: usize = 32;
+
+    /// Wraps key bytes; at least [`MeshSecret::MIN_LEN`] bytes are required.
     pub fn new(key: impl Into<Vec<u8>>) -> Result<Self, crate::error::ConfigError> {
-        let key = key.into();
-        if key.len() < 16 {
+        let key = Zeroizing::new(key.into());
+        if key.len() < Self::MIN_LEN {
             return Err(crate::error::ConfigError::SecretTooShort);
         }
-        Ok(Self(key))
+        Ok(Self(Arc::new(key)))
+    }
+
+    /// A fresh key of [`MeshSecret::MIN_LEN`] bytes from the operating system's random source.
+    pub fn generate() -> Self {
+        let mut key = Zeroizing::new(vec![0u8; Self::MIN_LEN]);
+        rand::rngs::OsRng.fill_bytes(&mut key);
+        Self(Arc::new(key))
     }
 
     /// The fixed, public key used in insecure dev mode (the handshake still runs, proves nothing).
     pub(crate) fn insecure_dev() -> Self {
-        Self(b"zlink-insecure-dev-mode-key".to_vec())
+        Self(Arc::new(Zeroizing::new(
+            b"zlink-insecure-dev-mode-key".to_vec(),
+        )))
     }
 }
 
@@ -439,8 +460,18 @@ mod tests {
         (i, a)
     }
 
-    const KEY: &[u8] = b"0123456789abcdef0123";
+    const KEY: &[u8] = b"0123456789abcdef0123456789abcdef";
     const CONN: &[u8] = b"conn-1";
+
+    #[test]
+    fn secrets_are_long_and_generated_keys_differ() {
+        assert!(MeshSecret::new(vec![7u8; MeshSecret::MIN_LEN - 1]).is_err());
+        assert!(MeshSecret::new(vec![7u8; MeshSecret::MIN_LEN]).is_ok());
+        let (a, b) = (MeshSecret::generate(), MeshSecret::generate());
+        assert_eq!(a.0.len(), MeshSecret::MIN_LEN);
+        assert_ne!(a.0.as_slice(), b.0.as_slice());
+        assert_eq!(format!("{a:?}"), "MeshSecret(..)");
+    }
 
     // spec: SB-2.1 — a proof is bound to the connection's routing id: an acceptor that sees
     // another routing id than the one the initiator announced rejects the proof.
@@ -527,7 +558,7 @@ mod tests {
             t,
         );
         let a = Handshake::acceptor(
-            ident("b", 2, b"another-secret-of-16"),
+            ident("b", 2, b"another-secret-of-32-bytes-length"),
             LinkKind::Relay,
             CONN,
             None,

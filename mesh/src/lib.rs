@@ -22,6 +22,8 @@
 //!
 //! See `docs/MESH.md` for the design, the CURVE note and the limits.
 
+#![forbid(unsafe_code)]
+
 mod accept;
 mod bridge;
 pub mod budget;
@@ -32,8 +34,8 @@ pub mod correlation;
 pub mod counters;
 mod engine;
 pub mod error;
-mod fxhash;
 pub mod handshake;
+mod hashing;
 mod inbound;
 pub mod node;
 pub mod sink;

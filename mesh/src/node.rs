@@ -6,7 +6,7 @@
 //! [`MeshNode::wait_peer_up`] (or [`MeshNode::subscribe`]) → `send`/`request`/`push` →
 //! [`MeshNode::shutdown`].
 
-use crate::fxhash::FastMap;
+use crate::hashing::FastMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::{Duration, Instant};

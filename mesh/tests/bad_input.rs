@@ -9,12 +9,12 @@ mod common;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use bytes::Bytes;
+use common::raw::RawPeer;
 use common::*;
-use zlink_mesh::codec::HandshakeMsg;
-use zlink_mesh::handshake::{Handshake, LocalIdentity, Outcome};
+use zlink_mesh::handshake::Outcome;
 use zlink_mesh::zlink_wire::{self, CorrelationId, OneWay, Record};
 use zlink_mesh::{
     DispatchKey, DropReason, InboundReceiver, LinkKind, MeshName, MeshNode, MeshSecret,
@@ -23,117 +23,6 @@ use zlink_mesh::{
 
 fn port(ep: &str) -> u16 {
     ep.rsplit(':').next().unwrap().parse().unwrap()
-}
-
-/// A raw ZeroMQ ROUTER peer (libzmq through the `zmq` crate) that can run the mesh handshake
-/// itself and then send arbitrary frames.
-struct RawPeer {
-    _ctx: zmq::Context,
-    relay: zmq::Socket,
-    completion: zmq::Socket,
-    target: Vec<u8>,
-    identity: Vec<u8>,
-}
-
-impl RawPeer {
-    fn connect(identity: &str, node: &MeshNode) -> RawPeer {
-        let ctx = zmq::Context::new();
-        let mk = |ep: &str| {
-            let s = ctx.socket(zmq::ROUTER).unwrap();
-            s.set_identity(identity.as_bytes()).unwrap();
-            s.set_router_mandatory(true).unwrap();
-            s.set_linger(0).unwrap();
-            s.set_rcvtimeo(50).unwrap();
-            s.connect(ep).unwrap();
-            s
-        };
-        let relay = mk(&node.endpoints().relay);
-        let completion = mk(&node.endpoints().completion);
-        RawPeer {
-            _ctx: ctx,
-            relay,
-            completion,
-            target: node.node().as_bytes().to_vec(),
-            identity: identity.as_bytes().to_vec(),
-        }
-    }
-
-    fn socket(&self, kind: LinkKind) -> &zmq::Socket {
-        if kind == LinkKind::Relay {
-            &self.relay
-        } else {
-            &self.completion
-        }
-    }
-
-    /// Sends raw parts to the node, waiting until the connection is routable.
-    fn send(&self, kind: LinkKind, parts: &[&[u8]]) {
-        let s = self.socket(kind);
-        let deadline = Instant::now() + WAIT;
-        loop {
-            match s.send(&self.target[..], zmq::SNDMORE | zmq::DONTWAIT) {
-                Ok(()) => break,
-                Err(_) => {
-                    assert!(Instant::now() < deadline, "node never routable");
-                    std::thread::sleep(Duration::from_millis(5));
-                }
-            }
-        }
-        for (i, p) in parts.iter().enumerate() {
-            let more = if i + 1 < parts.len() { zmq::SNDMORE } else { 0 };
-            s.send(*p, more).unwrap();
-        }
-    }
-
-    fn send_record(&self, kind: LinkKind, record: &Record, corr: u64, payload: Option<Bytes>) {
-        let f = zlink_wire::encode(record, CorrelationId::new(corr), payload).unwrap();
-        let v: Vec<Bytes> = f.into_vec();
-        let parts: Vec<&[u8]> = v.iter().map(|b| &b[..]).collect();
-        self.send(kind, &parts);
-    }
-
-    fn recv(&self, kind: LinkKind, until: Instant) -> Option<Vec<Vec<u8>>> {
-        while Instant::now() < until {
-            if let Ok(parts) = self.socket(kind).recv_multipart(0) {
-                return Some(parts[1..].to_vec());
-            }
-        }
-        None
-    }
-
-    /// Runs the handshake on one link as `node`/`generation` with `secret`.
-    fn handshake(
-        &self,
-        kind: LinkKind,
-        node: &str,
-        generation: u64,
-        secret: &[u8],
-    ) -> Option<Outcome> {
-        let local = LocalIdentity {
-            mesh: MeshName::new("test").unwrap(),
-            node: NodeRid::new(node).unwrap(),
-            generation: NodeGeneration::new(generation),
-            secret: MeshSecret::new(secret.to_vec()).unwrap(),
-        };
-        let now = std::time::Instant::now();
-        let mut hs = Handshake::initiator(local, kind, &self.identity, None, [3; 32], now, WAIT);
-        let until = Instant::now() + WAIT;
-        loop {
-            while let Some(m) = hs.poll_transmit() {
-                self.send_record(kind, &m.into_record(), 0, None);
-            }
-            if let Some(o) = hs.poll_outcome() {
-                return Some(o.clone());
-            }
-            let parts = self.recv(kind, until)?;
-            let bytes: Vec<Bytes> = parts.into_iter().map(Bytes::from).collect();
-            let d = zlink_wire::decode(&bytes, &zlink_wire::Limits::DEFAULT).ok()?;
-            hs.handle_message(
-                HandshakeMsg::from_record(d.record)?,
-                std::time::Instant::now(),
-            );
-        }
-    }
 }
 
 /// Proves the node still serves a good peer and passes nothing else up.
@@ -300,7 +189,7 @@ async fn wrong_secret_other_rid_and_handshake_flood() {
 
     // A real node with the wrong secret never comes up, on either side.
     let mut wc = config("wrong");
-    wc.secret = Some(MeshSecret::new(b"another-secret-entirely".to_vec()).unwrap());
+    wc.secret = Some(MeshSecret::new(b"another-secret-entirely-different-32".to_vec()).unwrap());
     let (wrong, _rw) = MeshNode::start(wc).unwrap();
     wrong.connect(node.address()).unwrap();
     eventually("bad proof counted", || {

@@ -502,3 +502,36 @@ async fn late_take_announces_live_sessions() {
     c.close().await;
     node.shutdown().await;
 }
+
+// spec: SB-2.1 — one source address cannot take every session slot: past
+// `max_clients_per_source` its records open no session (dropped, `SourceCapacity`); a slot
+// freed by a session that ended is usable again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_per_source_address_are_bounded() {
+    let mut c = server_config();
+    c.max_clients_per_source = 2;
+    let (node, _inbound, mut events) = server(c);
+    // Every client pings at once and then every 200 ms: its first record opens its session.
+    let a = client(&node);
+    let sa = connected(&mut events).await;
+    let b = client(&node);
+    let sb = connected(&mut events).await;
+    assert_ne!(sa, sb);
+    let third = client(&node);
+    let refused = node.counters().dropped(DropReason::SourceCapacity);
+    eventually("the third session from 127.0.0.1 refused twice", || {
+        node.counters().dropped(DropReason::SourceCapacity) >= refused + 2
+    })
+    .await;
+    assert!(events.try_recv().is_err(), "no third session");
+    a.close().await;
+    match next_event(&mut events).await {
+        ClientEvent::Disconnected { session, .. } => assert_eq!(session, sa),
+        e => panic!("expected Disconnected, got {e:?}"),
+    }
+    // The freed slot: the third client's next Ping opens its session.
+    let sc = connected(&mut events).await;
+    assert!(sc != sa && sc != sb);
+    drop((b, third));
+    node.shutdown().await;
+}

@@ -270,6 +270,8 @@ async fn stalled_app_queue_neither_cuts_nor_loses_a_backpressured_client() {
     c.liveness.heartbeat_interval = std::time::Duration::from_millis(100);
     c.liveness.heartbeat_timeout = std::time::Duration::from_millis(500);
     c.liveness.heartbeat_ttl = std::time::Duration::from_millis(500);
+    let tap = zlink_mesh::WireTap::new(10_000);
+    c.tap = Some(tap.clone());
     let (node, mut inbound) = MeshNode::start(c).unwrap();
     let mut events = node.subscribe();
     let mut cc = client_config(&node);
@@ -294,8 +296,9 @@ async fn stalled_app_queue_neither_cuts_nor_loses_a_backpressured_client() {
             .await
             .unwrap();
     }
-    // Several heartbeat and peer timeouts long.
-    tokio::time::sleep(std::time::Duration::from_millis(1000)).await;
+    // Several heartbeat and peer timeouts long: the node answered ten more Pings (two clients,
+    // one Ping per 200 ms each) meanwhile.
+    sent_later(&tap, 137, 10).await;
     let late = MeshClient::connect(client_config(&node)).unwrap();
     let connected = async {
         let mut n = 0;
@@ -311,7 +314,7 @@ async fn stalled_app_queue_neither_cuts_nor_loses_a_backpressured_client() {
     tokio::time::timeout(WAIT, connected)
         .await
         .expect("a new client gets its session while the application queue is full");
-    tokio::time::sleep(std::time::Duration::from_millis(1000)).await;
+    sent_later(&tap, 137, 15).await;
     // Pings are still answered during the stall (a check at one instant would also fail on a
     // loaded machine that merely descheduled a client's I/O thread past its peer timeout)
     eventually("every client sees the node alive", || {
@@ -448,8 +451,10 @@ async fn reconnected_client_waits_for_the_new_sessions_window() {
         client.counters().events(TransportEvent::Disconnected) >= 1
     })
     .await;
+    let tap = zlink_mesh::WireTap::new(10_000);
     let mut c = config("srv2");
     c.client_endpoint = Some(ep);
+    c.tap = Some(tap.clone());
     c.inbound_capacity = 1;
     c.client_window = zlink_mesh::InboundWindow {
         messages: 4,
@@ -463,8 +468,9 @@ async fn reconnected_client_waits_for_the_new_sessions_window() {
             .await
             .unwrap();
     }
-    // n2's application does not read for a while.
-    tokio::time::sleep(std::time::Duration::from_millis(1000)).await;
+    // n2's application does not read for a while: five of the client's ping intervals (n2's
+    // Pongs on the tap), in which a client ignoring its window would have sent the rest.
+    sent_later(&tap, 137, 5).await;
     assert_eq!(n2.counters().dropped(DropReason::CreditExceeded), 0);
     let mut seqs = Vec::new();
     while seqs.len() < N as usize {

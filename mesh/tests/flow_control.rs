@@ -33,8 +33,10 @@ fn small(node: &str) -> zlink_mesh::MeshConfig {
 // application queue is PAUSED).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn paused_peer_admission_times_out_and_failed_send_is_never_delivered() {
+    let tap = zlink_mesh::WireTap::new(10_000);
     let mut ca = small("fa");
     ca.liveness.peer_timeout = PEER_TIMEOUT;
+    ca.tap = Some(tap.clone());
     let mut cb = small("fb");
     cb.liveness.peer_timeout = PEER_TIMEOUT;
     let (a, mut ra) = MeshNode::start(ca).unwrap();
@@ -82,7 +84,11 @@ async fn paused_peer_admission_times_out_and_failed_send_is_never_delivered() {
 
     // SB-5.4: while relay data stays PAUSED for longer than the peer timeout, the peer stays
     // up (Ping/Pong on the completion connection are not queued behind the data).
-    tokio::time::sleep(PEER_TIMEOUT + Duration::from_millis(500)).await;
+    // Observed, not slept: a's housekeeping runs past a whole peer timeout (its pings, one per
+    // ping interval, on the tap) with the peer still up.
+    let ping = config("x").liveness.ping_interval;
+    let intervals = (PEER_TIMEOUT.as_millis() / ping.as_millis()) as usize + 2;
+    pings_later(&tap, intervals).await;
     assert!(a.peer_generation(b.node()).is_some());
     while let Ok(ev) = events.try_recv() {
         assert!(!matches!(ev, PeerEvent::Down { .. }), "unexpected {ev:?}");

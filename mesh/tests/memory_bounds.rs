@@ -18,8 +18,11 @@ use std::net::TcpStream;
 use std::sync::mpsc;
 
 use bytes::Bytes;
+use common::raw::RawPeer;
 use common::*;
-use zlink_mesh::{ClientConfig, DropReason, MeshClient, MeshNode};
+use zlink_mesh::handshake::Outcome;
+use zlink_mesh::zlink_wire::{self, CorrelationId, OneWay, Record};
+use zlink_mesh::{ClientConfig, DispatchKey, DropReason, LinkKind, MeshClient, MeshNode, NodeRid};
 
 /// What one connection of the attack may make the node hold: the socket message limit
 /// (64 KiB payload + 64 KiB envelope here) plus libzmq's receive buffers. The stated bound for
@@ -203,4 +206,74 @@ async fn endless_multipart_message_is_bounded_and_dropped() {
     client.close().await;
     node.shutdown().await;
     echo.abort();
+
+    batch_frames_do_not_pin_junk().await;
+}
+
+/// An authenticated peer sends batch frames of one small valid one-way record and ≈ 200 KiB
+/// of junk (a sub-record with an oversized envelope, dropped as `Malformed`), a window's worth,
+/// to a node whose application reads nothing: every valid record is held. Slices of the frame
+/// pinned ≈ 200 KiB per held record (≈ 100 MiB here); copied out, each pins its own bytes.
+async fn batch_frames_do_not_pin_junk() {
+    const FRAMES: u32 = 512;
+    let mut c = config("holder");
+    c.transport.max_message_size = 256 * 1024;
+    c.inbound_capacity = 1;
+    c.peer_window = zlink_mesh::config::InboundWindow {
+        messages: FRAMES,
+        bytes: 16 * 1024 * 1024,
+    };
+    let (node, _inbound) = MeshNode::start(c).unwrap();
+    let raw = RawPeer::connect("pinner", &node);
+    for kind in [LinkKind::Relay, LinkKind::Completion] {
+        let o = raw.handshake(kind, "pinner", 1, SECRET);
+        assert!(matches!(o, Some(Outcome::Established(_))), "{o:?}");
+    }
+    let pinner = NodeRid::new("pinner").unwrap();
+    assert!(node.wait_peer_up(&pinner, None, WAIT).await.is_some());
+    let valid = zlink_wire::encode(
+        &Record::OneWay(OneWay {
+            key: DispatchKey::new(1),
+        }),
+        CorrelationId::NONE,
+        Some(Bytes::from_static(b"tiny")),
+    )
+    .unwrap()
+    .into_vec();
+    let junk = vec![0xa5u8; 200 * 1024];
+    let frame = zlink_wire::encode_batch([(&valid[0][..], Some(&valid[1][..])), (&junk[..], None)])
+        .unwrap();
+    let c = node.counters();
+    let malformed = c.dropped(DropReason::Malformed);
+    let delivered = c.delivered_total();
+    let before = status_kib("VmRSS:") * 1024;
+    reset_peak_rss();
+    for i in 0..u64::from(FRAMES) {
+        raw.send(LinkKind::Relay, &[&frame]);
+        // One frame in flight at a time: the sender's queue does not count in the figure.
+        let deadline = std::time::Instant::now() + WAIT;
+        while c.dropped(DropReason::Malformed) < malformed + i + 1 {
+            assert!(std::time::Instant::now() < deadline, "frame {i} never read");
+            std::thread::yield_now();
+        }
+    }
+    let growth = (status_kib("VmHWM:") * 1024).saturating_sub(before);
+    eprintln!(
+        "{FRAMES} batch frames of 4 bytes valid + 200 KiB junk held: peak RSS +{} KiB",
+        growth / 1024
+    );
+    assert_eq!(
+        c.dropped(DropReason::CreditExceeded),
+        0,
+        "all within the window"
+    );
+    assert!(
+        c.delivered_total() <= delivered + 1,
+        "the application read nothing"
+    );
+    assert!(
+        growth < RSS_BOUND,
+        "held records pinned {growth} bytes (bound {RSS_BOUND})"
+    );
+    node.shutdown().await;
 }

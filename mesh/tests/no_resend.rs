@@ -66,8 +66,9 @@ async fn timed_out_request_and_route_44_are_sent_exactly_once() {
         held.len()
     );
 
-    // Give any (forbidden) retransmission ample time to show up on the wire, then count.
-    tokio::time::sleep(Duration::from_millis(1000)).await;
+    // Any (forbidden) retransmission shows up on the wire within a's next passes: wait for
+    // three ping intervals of a's housekeeping (observed on the tap), then count.
+    pings_later(&tap, 3).await;
     let frames = tap.frames();
     let sent = |cmd: u8| {
         frames
@@ -192,8 +193,8 @@ async fn request_ended_while_queued_is_never_sent_when_the_queue_drains() {
     }
     let r = live.await.unwrap().unwrap();
     assert_eq!(r.payload.as_deref(), Some(&b"ok"[..]));
-    // Any (forbidden) late transmission would show up within this time.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Any (forbidden) late transmission would show up within a's next passes.
+    pings_later(&tap, 3).await;
     assert!(rb.try_recv().is_none());
     assert_eq!(
         requests,

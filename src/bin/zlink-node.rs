@@ -28,7 +28,7 @@ CONFIGURATION FILE (TOML, every key optional; flags and environment override it)
   relay = \"tcp://127.0.0.1:7001\"          RouteMesh relay endpoint to bind
   completion = \"tcp://127.0.0.1:7002\"     RouteMesh completion endpoint to bind (replies)
   client = \"tcp://127.0.0.1:7003\"         ClientServer endpoint to bind (omit: no clients)
-  secret_file = \"/path/mesh.secret\"       mesh secret (HMAC key, >= 16 bytes, trimmed)
+  secret_file = \"/path/mesh.secret\"       mesh secret (HMAC key, >= 32 random bytes, trimmed)
   store = \"sqlite:///path/store.db\"       Location Store URL (sqlite:///PATH, redis://HOST[:PORT] or memory:)
   ready_file = \"/path/node1.ready\"        written once the node serves and its peers are up
   drain_timeout_ms = 5000                 graceful shutdown drain deadline
@@ -78,7 +78,7 @@ struct Cli {
     /// ClientServer endpoint to bind (DEALER clients connect here).
     #[arg(long, env = "ZLINK_CLIENT", value_name = "ENDPOINT")]
     client: Option<String>,
-    /// File holding the mesh secret (>= 16 bytes after trimming).
+    /// File holding the mesh secret (>= 32 bytes after trimming; make it random).
     #[arg(long, env = "ZLINK_SECRET_FILE", value_name = "FILE")]
     secret_file: Option<PathBuf>,
     /// Location Store URL: sqlite:///PATH (shared by every node on the machine),

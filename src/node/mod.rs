@@ -565,6 +565,14 @@ impl Node {
                 .into_iter()
                 .map(|(record, reason, n)| (format!("{}/{}", record.as_str(), reason.as_str()), n))
                 .collect(),
+            mesh_drops: self
+                .inner
+                .mesh
+                .counters()
+                .drops()
+                .into_iter()
+                .map(|(reason, n)| (reason.as_str().to_owned(), n))
+                .collect(),
         }
     }
 

@@ -115,6 +115,10 @@ pub struct NodeInfo {
     /// `session::FlowReject`, SB-5.9); only non-zero counters.
     #[serde(default)]
     pub session_rejects: std::collections::BTreeMap<String, u64>,
+    /// Records and connections the mesh transport dropped, by reason (the closed vocabulary of
+    /// `zlink_mesh::DropReason`, snake_case); only non-zero counters.
+    #[serde(default)]
+    pub mesh_drops: std::collections::BTreeMap<String, u64>,
 }
 
 /// Whether an activation may return an existing incarnation.

@@ -23,7 +23,7 @@ pub fn memory_store() -> Arc<dyn LocationStore> {
 
 pub fn mesh_config(name: &str) -> MeshConfig {
     let mut c = MeshConfig::new(MeshName::new("test").unwrap(), rid(name));
-    c.secret = Some(MeshSecret::new(b"zlink-test-secret-0123456789".to_vec()).unwrap());
+    c.secret = Some(MeshSecret::new(b"zlink-test-secret-0123456789abcdef".to_vec()).unwrap());
     c
 }
 

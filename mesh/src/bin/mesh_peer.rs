@@ -7,6 +7,8 @@
 //! `--no-read` makes it never read its inbound channel (a peer that stopped reading, for the
 //! memory-bound benchmark).
 
+#![forbid(unsafe_code)]
+
 use std::io::Write;
 use std::time::Duration;
 

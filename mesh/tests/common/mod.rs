@@ -6,13 +6,14 @@ use std::time::Duration;
 use zlink_mesh::{InboundReceiver, Liveness, MeshConfig, MeshName, MeshNode, MeshSecret, NodeRid};
 
 mod ports;
+pub mod raw;
 #[allow(unused_imports)]
 pub use ports::free_port;
 
 /// Generous wait for events on a loaded 2-core machine.
 pub const WAIT: Duration = Duration::from_secs(20);
 
-pub const SECRET: &[u8] = b"test-mesh-secret-0123456789";
+pub const SECRET: &[u8] = b"test-mesh-secret-0123456789abcdef-32";
 
 pub fn rid(s: &str) -> NodeRid {
     NodeRid::new(s).unwrap()
@@ -72,4 +73,28 @@ pub fn trace() {
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
         .with_test_writer()
         .try_init();
+}
+
+/// Waits until the node tapped by `tap` has sent `n` more mesh Pings (136) than now: its
+/// housekeeping ran at least `n` ping intervals (200 ms in [`config`]) further. A negative check
+/// ("nothing more was sent") waits for this instead of sleeping: anything the node would still
+/// transmit from a queue or a timer of that age has had as many passes to show up on the tap.
+pub async fn pings_later(tap: &zlink_mesh::WireTap, n: usize) {
+    sent_later(tap, 136, n).await;
+}
+
+/// Waits until the node tapped by `tap` has sent `n` more records of `command` than now (e.g.
+/// Pongs, 137: one per Ping its clients send every ping interval): evidence of elapsed protocol
+/// time for a negative check, instead of a sleep.
+pub async fn sent_later(tap: &zlink_mesh::WireTap, command: u8, n: usize) {
+    let sent = |tap: &zlink_mesh::WireTap| {
+        tap.frames()
+            .iter()
+            .filter(|f| {
+                f.direction == zlink_mesh::TapDirection::Sent && f.command() == Some(command)
+            })
+            .count()
+    };
+    let target = sent(tap) + n;
+    eventually("records sent later", || sent(tap) >= target).await;
 }
