@@ -584,3 +584,184 @@ fn other_turns_offer_only_the_normal_terminal() {
     .unwrap();
     assert_eq!(rx.recv_timeout(GUARD).unwrap(), (Ok(11), false));
 }
+
+/// How a test abandons a Yield.
+#[derive(Clone, Copy, Debug)]
+enum Abandon {
+    /// `tokio::time::timeout` of zero (it fires at the timer's next tick).
+    TimeoutNow,
+    /// `tokio::time::timeout` that fires while the record is parked.
+    TimeoutParked,
+    /// `select!` whose other branch the test completes while the record is parked.
+    SelectParked,
+    /// biased `select!` whose other branch is ready at once.
+    SelectReady,
+}
+
+/// A SpotWide actor abandons a yielding call whose result never comes; afterwards it still holds
+/// the gate in its own turn (a normal await works, EG-2.6), finishes, and serves its next record.
+fn abandoned_yield_leaves_the_actor_serving(how: Abandon) {
+    let rt = runtime();
+    let (ev, rx) = mpsc::channel::<String>();
+    let ev = Arc::new(Mutex::new(ev));
+    let spot = rt.create_spot::<SpotWideUser, _>(spot_noop()).unwrap();
+    let other = Gate::new();
+    let (e, o) = (ev.clone(), other.clone());
+    let a = spot
+        .spawn_actor(move |ctx: SpotWideCtx, msg: &'static str| {
+            let (e, o) = (e.clone(), o.clone());
+            if msg != "first" {
+                e.lock().unwrap().send(format!("A:{msg}")).unwrap();
+                return Handled::ok(());
+            }
+            Handled::later(async move {
+                let never = ctx
+                    .request(std::future::pending::<Result<u32, RuntimeError>>)
+                    .yielding();
+                let turn = ctx.turn_number();
+                let abandoned = match how {
+                    Abandon::TimeoutNow => {
+                        tokio::time::timeout(Duration::ZERO, never).await.is_err()
+                    }
+                    Abandon::TimeoutParked => {
+                        tokio::time::timeout(Duration::from_millis(50), never)
+                            .await
+                            .is_err()
+                    }
+                    Abandon::SelectParked => {
+                        let branch = o.take();
+                        tokio::select! {
+                            _ = never => false,
+                            _ = branch => true,
+                        }
+                    }
+                    Abandon::SelectReady => {
+                        tokio::select! {
+                            biased;
+                            _ = never => false,
+                            _ = std::future::ready(()) => true,
+                        }
+                    }
+                };
+                assert!(abandoned);
+                if matches!(how, Abandon::SelectReady) {
+                    // withdrawn before the gate was given up: still the same turn
+                    assert_eq!(ctx.turn_number(), turn);
+                }
+                // the record holds the gate again: a normal await is allowed (EG-2.6)
+                let n = ctx.request(|| async { Ok(1u32) }).await;
+                e.lock()
+                    .unwrap()
+                    .send(format!("A:abandoned {n:?}"))
+                    .unwrap();
+                Ok(())
+            })
+        })
+        .unwrap();
+    let e = ev.clone();
+    let b = spot
+        .spawn_actor(move |_ctx: SpotWideCtx, _m: ()| {
+            e.lock().unwrap().send("B".into()).unwrap();
+            Handled::ok(())
+        })
+        .unwrap();
+    a.tell("first").unwrap();
+    if matches!(how, Abandon::SelectParked) {
+        // B runs behind the same gate: A gave it up (parked)
+        b.tell(()).unwrap();
+        expect(&rx, "B");
+        other.open();
+    }
+    expect(&rx, "A:abandoned Ok(1)");
+    a.tell("second").unwrap();
+    expect(&rx, "A:second");
+    b.tell(()).unwrap();
+    expect(&rx, "B");
+    // the record's terminal returned its reservation and the claim
+    let deadline = std::time::Instant::now() + GUARD;
+    while a.stats().claimed || a.stats().application_reserved_items > 0 {
+        assert!(std::time::Instant::now() < deadline, "claim kept");
+        std::thread::yield_now();
+    }
+}
+
+// spec: EG-2.6, EG-16.13, EG-3 — a Yield dropped by a zero timeout
+#[test]
+fn yield_cancelled_by_a_zero_timeout_serves_the_next_record() {
+    abandoned_yield_leaves_the_actor_serving(Abandon::TimeoutNow);
+}
+
+// spec: EG-2.6, EG-16.13, EG-3 — a Yield dropped by a timeout while the record is parked
+#[test]
+fn yield_cancelled_by_a_timeout_while_parked_serves_the_next_record() {
+    abandoned_yield_leaves_the_actor_serving(Abandon::TimeoutParked);
+}
+
+// spec: EG-2.6, EG-16.13, EG-3 — a Yield dropped by `select!` while the record is parked
+#[test]
+fn yield_cancelled_by_select_while_parked_serves_the_next_record() {
+    abandoned_yield_leaves_the_actor_serving(Abandon::SelectParked);
+}
+
+// spec: EG-2.6, EG-16.13, EG-3 — a Yield dropped by a biased `select!` whose other branch is ready
+#[test]
+fn yield_cancelled_by_a_ready_select_branch_keeps_the_turn() {
+    abandoned_yield_leaves_the_actor_serving(Abandon::SelectReady);
+}
+
+// spec: EG-4.1, EG-6.1 — seal during a Yield, then unseal: the refused record is cancelled, and
+// nothing of it (its yield signal, its cancellation) reaches the lane's next record, which awaits
+// normally across several polls and finishes.
+#[test]
+fn seal_during_yield_then_unseal_leaves_the_next_record_alone() {
+    let rt = runtime();
+    let sub = rt.subscribe_status(1024);
+    let (ev, rx) = mpsc::channel::<String>();
+    let ev = Arc::new(Mutex::new(ev));
+    let spot = rt.create_spot::<SpotWideUser, _>(spot_noop()).unwrap();
+    let (first, second) = (Gate::new(), Gate::new());
+    let (e, f, s) = (ev.clone(), first.clone(), second.clone());
+    let a = spot
+        .spawn_actor(move |ctx: SpotWideCtx, msg: &'static str| {
+            let (e, f, s) = (e.clone(), f.clone(), s.clone());
+            Handled::later(async move {
+                e.lock().unwrap().send(format!("A:{msg}")).unwrap();
+                if msg == "first" {
+                    let _ = ctx
+                        .request(move || async move {
+                            f.take().await.ok();
+                            Ok(())
+                        })
+                        .yielding()
+                        .await;
+                    e.lock().unwrap().send("A:first resumed".into()).unwrap();
+                } else {
+                    let r = ctx
+                        .request(move || async move {
+                            s.take().await.ok();
+                            Ok(2u32)
+                        })
+                        .await;
+                    e.lock().unwrap().send(format!("A:second {r:?}")).unwrap();
+                }
+                Ok(())
+            })
+        })
+        .unwrap();
+    a.tell("first").unwrap();
+    expect(&rx, "A:first");
+    spot.seal();
+    first.open();
+    wait_status(
+        &sub,
+        &rt,
+        &format!("lane/{}", a.object_id()),
+        "resume-refused",
+    );
+    spot.unseal();
+    a.tell("second").unwrap();
+    expect(&rx, "A:second");
+    second.open();
+    expect(&rx, "A:second Ok(2)");
+    assert!(rx.try_recv().is_err(), "the refused record ran");
+}

@@ -40,12 +40,85 @@ impl LocalActor {
 #[derive(Default)]
 pub(super) struct Actors {
     pub(super) live: HashMap<ActorId, LocalActor>,
-    /// Last incarnation destroyed here per actor (answers `NotFound` instead of `Unavailable`).
-    pub(super) retired: HashMap<ActorId, ObjectGeneration>,
+    /// Last incarnation destroyed here per actor (answers `NotFound` instead of `Unavailable`),
+    /// bounded ([`Retired`]).
+    pub(super) retired: Retired,
+}
+
+/// The destroyed incarnations a node remembers for SB-12 `NotFound` answers: the last
+/// [`Retired::CAP`] destroyed actors, oldest forgotten first. A call naming an incarnation
+/// forgotten here is answered as for an actor this node never held. Bounded by count, so a
+/// client that creates and destroys actors all day cannot grow the node's memory.
+#[derive(Default)]
+pub(crate) struct Retired {
+    by_actor: HashMap<ActorId, (ObjectGeneration, u64)>,
+    /// Insertion order (actor, sequence); entries whose sequence no longer matches are stale.
+    order: VecDeque<(ActorId, u64)>,
+    next: u64,
+}
+
+impl Retired {
+    /// Destroyed incarnations remembered.
+    pub(crate) const CAP: usize = 65_536;
+
+    pub(crate) fn get(&self, actor: &ActorId) -> Option<&ObjectGeneration> {
+        self.by_actor.get(actor).map(|(g, _)| g)
+    }
+
+    pub(crate) fn insert(&mut self, actor: ActorId, generation: ObjectGeneration) {
+        self.next += 1;
+        self.by_actor.insert(actor.clone(), (generation, self.next));
+        self.order.push_back((actor, self.next));
+        while self.by_actor.len() > Self::CAP || self.order.len() > 2 * Self::CAP {
+            let Some((old, seq)) = self.order.pop_front() else {
+                break;
+            };
+            if self.by_actor.get(&old).is_some_and(|(_, s)| *s == seq) {
+                self.by_actor.remove(&old);
+            }
+        }
+    }
+
+    pub(crate) fn remove(&mut self, actor: &ActorId) {
+        self.by_actor.remove(actor);
+    }
+
+    /// Incarnations remembered.
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.by_actor.len()
+    }
 }
 
 pub(super) struct SpotState {
     pub(super) kind: SpotKind,
     pub(super) spot: RtSpot,
     pub(super) members: usize,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Issue 12: the record of destroyed incarnations is bounded by count, oldest first.
+    #[test]
+    fn retired_incarnations_are_bounded() {
+        let mut r = Retired::default();
+        let id = |i: usize| ActorId::new(format!("a{i}")).unwrap();
+        for i in 0..Retired::CAP + 10 {
+            r.insert(id(i), ObjectGeneration::new(1));
+        }
+        assert_eq!(r.len(), Retired::CAP);
+        assert!(r.get(&id(0)).is_none());
+        assert_eq!(
+            r.get(&id(Retired::CAP + 9)),
+            Some(&ObjectGeneration::new(1))
+        );
+        // re-destroyed and re-activated actors do not grow the order past its bound
+        for _ in 0..3 * Retired::CAP {
+            r.insert(id(1), ObjectGeneration::new(2));
+            r.remove(&id(1));
+        }
+        assert!(r.order.len() <= 2 * Retired::CAP);
+    }
 }

@@ -15,15 +15,17 @@
 use std::any::Any;
 use std::future::{Future, IntoFuture};
 use std::marker::PhantomData;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use bytes::Bytes;
-use tokio::sync::oneshot;
 
 use super::core::{LaneClass, LaneId};
 use super::driver::{
-    Barrier, BoxFuture, Domain, GateInner, Handled, LaneHandle, TurnEnv, YieldPoint, with_deadline,
+    Barrier, BoxFuture, Domain, GateInner, Handled, LaneHandle, TurnEnv, spawn_application,
+    with_deadline,
 };
 use super::error::{InvalidOperation, RuntimeError, Unavailable};
 use super::spot::{ActorRef, Payload, SpotKind, SpotRef, TimerRef};
@@ -191,46 +193,118 @@ impl<T: Send + 'static> PendingCall<T, CanYield> {
                 return Err(InvalidOperation::YieldOutsideTurn.into());
             }
             target.check(&lane, false)?;
-            let fut = submit();
-            lane.slot.begin_yield();
-            YieldPoint::default().await;
-            let out = with_deadline(lane.rt(), fut, deadline).await;
-            let (grant_tx, grant_rx) = oneshot::channel();
-            lane.slot.set_grant(grant_tx);
-            let resumed = lane.gate.gate.lock().handle_resume(lane.lane, inv);
-            match resumed {
-                Ok(()) => {
-                    lane.rt()
-                        .status
-                        .publish(&format!("lane/{}", lane.object), "resume-queued");
-                    if let Some(f) = lane.gate.gate.word.try_acquire() {
-                        lane.gate.kick(f);
-                    }
-                }
-                Err(_) => {
-                    lane.rt()
-                        .metrics
-                        .resumes_refused
-                        .fetch_add(1, crate::sync::atomic::Ordering::Relaxed);
-                    lane.rt()
-                        .status
-                        .publish(&format!("lane/{}", lane.object), "resume-refused");
-                    lane.slot.signal_abort();
-                    std::future::pending::<()>().await;
-                }
-            }
-            match grant_rx.await {
-                Ok(done) => lane.slot.regain(done),
-                Err(_) => {
-                    lane.rt()
-                        .status
-                        .publish(&format!("lane/{}", lane.object), "resume-refused");
-                    lane.slot.signal_abort();
-                    std::future::pending::<()>().await;
-                }
-            }
-            out
+            Yielding::start(lane, inv, submit(), deadline).await
         })
+    }
+}
+
+/// The result of a Yield's call (if it arrived) and the waker to wake when it does.
+type CallState<T> = (Option<Result<T, RuntimeError>>, Option<Waker>);
+
+/// The awaited result of a Yield, filled by the call's own task.
+struct CallCell<T> {
+    state: std::sync::Mutex<CallState<T>>,
+}
+
+impl<T> CallCell<T> {
+    fn put(&self, r: Result<T, RuntimeError>) {
+        let waker = {
+            let mut st = self.state.lock().unwrap();
+            st.0 = Some(r);
+            st.1.take()
+        };
+        if let Some(w) = waker {
+            w.wake();
+        }
+    }
+
+    /// The result if it arrived and `take`; otherwise `waker` is woken when it does. With `take`
+    /// false an arrived result stays and `waker` is woken now.
+    fn poll_result(&self, waker: &Waker, take: bool) -> Option<Result<T, RuntimeError>> {
+        let mut st = self.state.lock().unwrap();
+        if st.0.is_some() {
+            if take {
+                return st.0.take();
+            }
+            drop(st);
+            waker.wake_by_ref();
+            return None;
+        }
+        if !st.1.as_ref().is_some_and(|w| w.will_wake(waker)) {
+            st.1 = Some(waker.clone());
+        }
+        None
+    }
+}
+
+/// The Yield terminal's future (EG-3), cancel-safe (EG-2.6, EG-16.13).
+///
+/// The call runs in a task of its own and leaves its result in a [`CallCell`]. The first poll
+/// gives the gate up (the drain parks the handler's future; its next poll is in a resume turn,
+/// holding the right again). A poll holding the right returns the result if it is there, or gives
+/// the gate up again (the handler was woken by something else, e.g. a `timeout` or `select!`
+/// around the Yield). Dropped at any point, it leaves the record holding the gate in the turn that
+/// polls it: a drop in the poll that asked to yield withdraws the request
+/// ([`super::driver::Slot::cancel_yield`]); any other poll runs with the right held. The
+/// call's task is aborted.
+struct Yielding<T> {
+    lane: Arc<LaneHandle>,
+    invocation: u64,
+    cell: Arc<CallCell<T>>,
+    call: tokio::task::AbortHandle,
+    asked: bool,
+}
+
+impl<T: Send + 'static> Yielding<T> {
+    fn start(
+        lane: Arc<LaneHandle>,
+        invocation: u64,
+        fut: BoxFuture<Result<T, RuntimeError>>,
+        deadline: Option<Duration>,
+    ) -> Yielding<T> {
+        let cell = Arc::new(CallCell {
+            state: std::sync::Mutex::new((None, None)),
+        });
+        let rt = lane.rt().clone();
+        let filled = cell.clone();
+        let task = rt.clone();
+        let call = spawn_application(&rt, async move {
+            let r = with_deadline(&task, fut, deadline).await;
+            filled.put(r);
+        })
+        .abort_handle();
+        Yielding {
+            lane,
+            invocation,
+            cell,
+            call,
+            asked: false,
+        }
+    }
+}
+
+impl<T> Future for Yielding<T> {
+    type Output = Result<T, RuntimeError>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = &mut *self;
+        // the first poll always gives the gate up (a result that already arrived is kept for the
+        // resume turn, which the wake-up asks for at once)
+        let take = this.asked && this.lane.slot.holds_gate(this.invocation);
+        if let Some(r) = this.cell.poll_result(cx.waker(), take) {
+            return Poll::Ready(r);
+        }
+        // give the gate up (again): the drain parks the handler, a wake-up resumes it
+        this.asked = true;
+        this.lane.slot.begin_yield(this.invocation);
+        Poll::Pending
+    }
+}
+
+impl<T> Drop for Yielding<T> {
+    fn drop(&mut self) {
+        self.call.abort();
+        self.lane.slot.cancel_yield(self.invocation);
     }
 }
 

@@ -5,9 +5,11 @@
 //! * A gate is drained by at most one tokio task at a time, the one that took the right
 //!   ([`crate::runtime::gate::GateWord`]); there is no task or thread per Spot (EG-10).
 //! * A handler runs inline in the drain task. A normal await keeps the right (EG-2.6). A Yield
-//!   (EG-3) detaches the handler future into its own task, marks the lane's claim yielded in the
-//!   core and lets the drain continue with other lanes; the awaited result appends a resume record,
-//!   and the drain that pops it hands the right to the continuation and waits for its terminal.
+//!   (EG-3) parks the handler future in its lane's slot, marks the lane's claim yielded in the
+//!   core and lets the drain continue with other lanes; any wake-up of the parked future (the
+//!   awaited result, a timer or `select!` branch around the Yield) appends a resume record, and
+//!   the drain that pops it polls the future again, holding the right: handler code never runs
+//!   without the gate, whatever the handler does with the Yield's future.
 //! * Post-processing registered with `after_turn` and `defer()` barriers are handled at the
 //!   record's terminal, before the right moves on (EG-8, EG-5).
 //! * The occupancy budget (EG-7.4, EG-9) is read from the injected clock after each handler; when
@@ -17,15 +19,15 @@ use std::future::Future;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::pin::Pin;
 use std::sync::{Arc, OnceLock, Weak};
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, Waker};
 
 use tokio::sync::oneshot;
 
 use crate::sync::Mutex;
-use crate::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering};
+use crate::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 use super::config::RuntimeConfig;
-use super::core::{LaneClass, LaneId, Queued, SubmitRefusal, Turn};
+use super::core::{LaneClass, LaneId, Queued, ResumeRefused, SubmitRefusal, Turn};
 use super::error::{HandlerError, InvalidOperation, RuntimeError, Unavailable};
 use super::gate::{Fence, GateShared};
 use super::status::StatusBus;
@@ -228,6 +230,7 @@ impl GateInner {
             kind,
             yield_allowed,
             slot: CachePadded(Slot::new()),
+            wake: OnceLock::new(),
             completion: OnceLock::new(),
             handler: OnceLock::new(),
             object: self.rt.next_object.fetch_add(1, Ordering::Relaxed),
@@ -241,47 +244,31 @@ impl GateInner {
     }
 
     /// End the gate: refuse new work, fail queued work and waiting resumes, remove every lane
-    /// (their memory goes once no handle holds them).
+    /// (their memory goes once no handle holds them). A yielded record of a removed lane is
+    /// cancelled now (it could never resume, EG-4.1).
     pub fn end(&self) {
         let ended = self.gate.lock().handle_end();
         drop(ended.items);
-        let handles: Vec<Arc<LaneHandle>> = ended
-            .refused
-            .iter()
-            .filter_map(|(l, _)| {
-                ended
-                    .lanes
-                    .iter()
-                    .find(|(id, _)| id == l)
-                    .map(|(_, h)| h.clone())
-            })
-            .collect();
-        self.refuse_handles(handles);
+        for (_, h) in &ended.lanes {
+            cancel_parked(h, None);
+        }
         drop(ended.lanes);
     }
 
+    /// Resume records refused (seal): their yielded records are cancelled (EG-4.1).
     pub fn refuse_resumes(&self, refused: &[(LaneId, u64)]) {
         if refused.is_empty() {
             return;
         }
-        let handles: Vec<Arc<LaneHandle>> = {
+        let handles: Vec<(Arc<LaneHandle>, u64)> = {
             let core = self.gate.lock();
             refused
                 .iter()
-                .filter_map(|(l, _)| core.lane_data(*l))
+                .filter_map(|(l, inv)| core.lane_data(*l).map(|h| (h, *inv)))
                 .collect()
         };
-        self.refuse_handles(handles);
-    }
-
-    fn refuse_handles(&self, handles: Vec<Arc<LaneHandle>>) {
-        for h in handles {
-            self.rt
-                .metrics
-                .resumes_refused
-                .fetch_add(1, Ordering::Relaxed);
-            // dropping the grant fails the waiting continuation (EG-4.1)
-            drop(h.slot.take_grant());
+        for (h, inv) in handles {
+            cancel_parked(&h, Some(inv));
         }
     }
 
@@ -341,6 +328,9 @@ pub(crate) struct LaneHandle {
     pub lane: LaneId,
     pub kind: LaneKind,
     pub yield_allowed: bool,
+    /// The waker handler futures of this lane are polled with (created at the first poll of a
+    /// lane that may yield): it resumes a parked record, or wakes the drain polling it.
+    wake: OnceLock<(Arc<LaneWake>, Waker)>,
     pub slot: CachePadded<Slot>,
 }
 
@@ -360,7 +350,22 @@ impl LaneHandle {
     /// lane, or as its own lifecycle record.
     pub fn remove(&self) {
         let removed = self.gate.gate.lock().remove_lane(self.lane);
+        if removed.is_some() {
+            cancel_parked(self, None);
+        }
         drop(removed);
+    }
+
+    fn lane_wake(self: &Arc<Self>) -> &(Arc<LaneWake>, Waker) {
+        self.wake.get_or_init(|| {
+            let w = Arc::new(LaneWake {
+                lane: Arc::downgrade(self),
+                drain: Mutex::new(None),
+                parked: AtomicU64::new(0),
+                woke: AtomicBool::new(false),
+            });
+            (w.clone(), Waker::from(w))
+        })
     }
 
     pub fn rt(&self) -> &Arc<RtShared> {
@@ -464,9 +469,109 @@ impl LaneHandle {
     }
 }
 
-const SIGNAL_NONE: u8 = 0;
-const SIGNAL_YIELD: u8 = 1;
-const SIGNAL_ABORT: u8 = 2;
+/// Routes the wake-ups of a yield-capable lane's handler futures (they are polled with its waker,
+/// `LaneHandle::lane_wake`). While a record is parked (yielded, EG-3) any wake-up of its future
+/// (the awaited result, or a timer or `select!` branch around the Yield) appends its resume record
+/// (EG-16.8): the future is only ever polled by a drain holding the right, so no handler code runs
+/// without the gate (EG-2.6). Otherwise the wake-up goes to the drain polling the record.
+///
+/// Lost-wake-up protocol (`SeqCst` on both sides): the waker sets `woke`, then claims `parked`;
+/// the drain clears `woke` before each poll, and after parking sets `parked`, then reads `woke`
+/// and claims `parked` itself. Whoever wins the claim requests the resume, exactly once.
+struct LaneWake {
+    lane: Weak<LaneHandle>,
+    drain: Mutex<Option<Waker>>,
+    /// Invocation of the parked record whose resume has not been requested yet (0: none).
+    parked: AtomicU64,
+    woke: AtomicBool,
+}
+
+impl std::task::Wake for LaneWake {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.woke.store(true, Ordering::SeqCst);
+        if self.claim_parked() {
+            return;
+        }
+        let w = self.drain.lock().unwrap().clone();
+        if let Some(w) = w {
+            w.wake();
+        }
+    }
+}
+
+impl LaneWake {
+    /// Claim the parked record's resume request; `true` if this call made it.
+    fn claim_parked(&self) -> bool {
+        let inv = self.parked.load(Ordering::SeqCst);
+        if inv == 0
+            || self
+                .parked
+                .compare_exchange(inv, 0, Ordering::SeqCst, Ordering::SeqCst)
+                .is_err()
+        {
+            return false;
+        }
+        if let Some(lane) = self.lane.upgrade() {
+            request_resume(&lane, inv);
+        }
+        true
+    }
+
+    fn set_drain(&self, w: &Waker) {
+        let mut d = self.drain.lock().unwrap();
+        if !d.as_ref().is_some_and(|d| d.will_wake(w)) {
+            *d = Some(w.clone());
+        }
+    }
+}
+
+/// The parked record `invocation` of `lane` was woken: append its resume record (EG-3, EG-16.8),
+/// or cancel it if the unit was sealed or ended meanwhile (EG-4.1).
+fn request_resume(lane: &Arc<LaneHandle>, invocation: u64) {
+    let r = lane.gate.gate.lock().handle_resume(lane.lane, invocation);
+    match r {
+        Ok(()) => {
+            lane.rt()
+                .status
+                .publish(&format!("lane/{}", lane.object), "resume-queued");
+            if let Some(f) = lane.gate.gate.word.try_acquire() {
+                lane.gate.kick(f);
+            }
+        }
+        Err(ResumeRefused::Stale) => {}
+        Err(ResumeRefused::Sealed | ResumeRefused::Ended) => {
+            cancel_parked(lane, Some(invocation));
+        }
+    }
+}
+
+/// Cancel the parked record of `lane` (`invocation`, or whichever is parked): its resume was
+/// refused or its lane removed, so it never runs again (EG-4.1). Its registrations are discarded
+/// and its future dropped in a task of its own (not in the caller, which may be any waker).
+fn cancel_parked(lane: &LaneHandle, invocation: Option<u64>) {
+    let Some((inv, fut)) = lane.slot.take_parked(invocation) else {
+        return;
+    };
+    let rt = lane.rt().clone();
+    rt.metrics.resumes_refused.fetch_add(1, Ordering::Relaxed);
+    rt.status
+        .publish(&format!("lane/{}", lane.object), "resume-refused");
+    let ended = lane.slot.end(inv);
+    let task = rt.clone();
+    rt.app.spawn(DOMAIN.scope(Domain::Application, async move {
+        settle_aborted(&task, ended);
+        // a cancelled handler's future goes after its barriers (EG-5.3)
+        drop(fut);
+    }));
+}
+
+/// The yield signal word of a [`Slot`]: the invocation that asked to yield, 0 for none. Tagged,
+/// so a stale signal can never act on another record of the lane.
+const SIGNAL_NONE: u64 = 0;
 
 /// The Join operation of a barrier.
 pub(crate) type JoinOp = Box<dyn FnOnce() -> BoxFuture<Result<(), RuntimeError>> + Send>;
@@ -591,25 +696,24 @@ pub(crate) struct SlotExt {
     after: Vec<(u64, AfterWork)>,
     /// Replies held until the record ends ([`Slot::reply_at_end`]).
     replies: Vec<(u64, AfterWork)>,
-    grant: Option<oneshot::Sender<oneshot::Sender<ContEnd>>>,
-    done: Option<oneshot::Sender<ContEnd>>,
+    /// The future of the yielded record waiting for its resume turn, with its invocation.
+    parked: Option<(u64, HandlerFuture)>,
 }
+
+/// A handler's future, as the drain polls it.
+pub(crate) type HandlerFuture = BoxFuture<Result<(), HandlerError>>;
 
 /// Per-lane state of the record in flight (a lane has at most one, EG-3.1), reused across
 /// records; stale contexts are detected by the invocation number (EG-6.1).
 pub(crate) struct Slot {
     invocation: AtomicU64,
     holding: AtomicBool,
-    signal: AtomicU8,
+    /// [`SIGNAL_NONE`] or the invocation that asked to yield (tagged: EG-6.1).
+    signal: AtomicU64,
     fence: AtomicU64,
     turn: AtomicU64,
     extras: AtomicBool,
     ext: Mutex<SlotExt>,
-}
-
-pub(crate) enum ContEnd {
-    Finished(Result<(), HandlerError>),
-    Yielded,
 }
 
 impl Slot {
@@ -617,7 +721,7 @@ impl Slot {
         Slot {
             invocation: AtomicU64::new(0),
             holding: AtomicBool::new(false),
-            signal: AtomicU8::new(SIGNAL_NONE),
+            signal: AtomicU64::new(SIGNAL_NONE),
             fence: AtomicU64::new(0),
             turn: AtomicU64::new(0),
             extras: AtomicBool::new(false),
@@ -643,7 +747,12 @@ impl Slot {
             return None;
         }
         self.holding.store(false, Ordering::Release);
-        self.signal.store(SIGNAL_NONE, Ordering::Release);
+        let _ = self.signal.compare_exchange(
+            invocation,
+            SIGNAL_NONE,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        );
         // registrations happen under `ext` after an `in_scope` check; one that raced with the CAS
         // above is tagged with this invocation and is either seen here or discarded later
         if !self.extras.load(Ordering::SeqCst) {
@@ -752,39 +861,53 @@ impl Slot {
         Ok(())
     }
 
-    /// The record gives the gate up (Yield): signal the drain, which detaches it.
-    pub fn begin_yield(&self) {
+    /// The record `invocation` gives the gate up (Yield): signal the drain, which parks it.
+    pub fn begin_yield(&self, invocation: u64) {
         self.holding.store(false, Ordering::SeqCst);
-        self.signal.store(SIGNAL_YIELD, Ordering::SeqCst);
+        self.signal.store(invocation, Ordering::SeqCst);
     }
 
-    pub fn signal_abort(&self) {
-        self.signal.store(SIGNAL_ABORT, Ordering::SeqCst);
-    }
-
-    fn take_signal(&self) -> u8 {
-        if self.signal.load(Ordering::SeqCst) == SIGNAL_NONE {
-            return SIGNAL_NONE;
+    /// The Yield of `invocation` was abandoned in the poll that asked for it (its future was
+    /// dropped, e.g. by a `select!` whose other branch was ready): if the drain has not seen the
+    /// signal yet, the record keeps the gate and goes on in this turn.
+    pub fn cancel_yield(&self, invocation: u64) {
+        if self
+            .signal
+            .compare_exchange(invocation, SIGNAL_NONE, Ordering::SeqCst, Ordering::SeqCst)
+            .is_ok()
+        {
+            self.holding.store(true, Ordering::SeqCst);
         }
-        self.signal.swap(SIGNAL_NONE, Ordering::SeqCst)
     }
 
-    pub fn set_grant(&self, g: oneshot::Sender<oneshot::Sender<ContEnd>>) {
-        self.ext.lock().unwrap().grant = Some(g);
+    /// Whether `invocation` asked to yield (the signal is consumed; a stale one is cleared).
+    fn take_yield(&self, invocation: u64) -> bool {
+        if self.signal.load(Ordering::SeqCst) == SIGNAL_NONE {
+            return false;
+        }
+        self.signal.swap(SIGNAL_NONE, Ordering::SeqCst) == invocation
     }
 
-    fn take_grant(&self) -> Option<oneshot::Sender<oneshot::Sender<ContEnd>>> {
-        self.ext.lock().unwrap().grant.take()
+    fn park(&self, invocation: u64, fut: HandlerFuture) {
+        self.ext.lock().unwrap().parked = Some((invocation, fut));
     }
 
-    /// The continuation got the right back.
-    pub fn regain(&self, done: oneshot::Sender<ContEnd>) {
-        self.ext.lock().unwrap().done = Some(done);
+    /// Take the parked future (of `invocation`, or whichever is parked).
+    fn take_parked(&self, invocation: Option<u64>) -> Option<(u64, HandlerFuture)> {
+        let mut ext = self.ext.lock().unwrap();
+        match (&ext.parked, invocation) {
+            (Some((i, _)), Some(want)) if *i != want => None,
+            _ => ext.parked.take(),
+        }
+    }
+
+    /// The parked record `invocation` gets the right back in a new turn.
+    fn resume(&self, invocation: u64, fence: Fence, turn: u64) -> Option<HandlerFuture> {
+        let (_, fut) = self.take_parked(Some(invocation))?;
+        self.fence.store(fence.0, Ordering::Relaxed);
+        self.turn.store(turn, Ordering::Relaxed);
         self.holding.store(true, Ordering::SeqCst);
-    }
-
-    fn take_done(&self) -> Option<oneshot::Sender<ContEnd>> {
-        self.ext.lock().unwrap().done.take()
+        Some(fut)
     }
 }
 
@@ -798,49 +921,40 @@ pub(crate) struct TurnEnv {
 
 enum InlineEnd {
     Done(Result<(), HandlerError>),
-    Yielded(BoxFuture<Result<(), HandlerError>>),
-    /// The handler future, handed back so that it (and a requester's reply sender in it) is
-    /// dropped only after the record's barriers are discarded.
-    Aborted(BoxFuture<Result<(), HandlerError>>),
+    Yielded(HandlerFuture),
 }
 
-/// Polls a handler future in place and reports a Yield or an aborted resume as soon as the
-/// handler signals it.
+/// Polls a handler future in place (with the lane's waker when the lane may yield) and reports a
+/// Yield as soon as the handler signals it.
 struct Inline<'a> {
-    fut: Option<BoxFuture<Result<(), HandlerError>>>,
-    slot: &'a Slot,
+    fut: Option<HandlerFuture>,
+    lane: &'a Arc<LaneHandle>,
+    invocation: u64,
 }
 
 impl Future for Inline<'_> {
     type Output = InlineEnd;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<InlineEnd> {
-        let fut = self.fut.as_mut().expect("polled after end");
-        match catch_unwind(AssertUnwindSafe(|| fut.as_mut().poll(cx))) {
+        let lane = self.lane;
+        let polled = if lane.yield_allowed {
+            let (wake, waker) = lane.lane_wake();
+            wake.set_drain(cx.waker());
+            wake.woke.store(false, Ordering::SeqCst);
+            let mut lcx = Context::from_waker(waker);
+            let fut = self.fut.as_mut().expect("polled after end");
+            catch_unwind(AssertUnwindSafe(|| fut.as_mut().poll(&mut lcx)))
+        } else {
+            let fut = self.fut.as_mut().expect("polled after end");
+            catch_unwind(AssertUnwindSafe(|| fut.as_mut().poll(cx)))
+        };
+        match polled {
             Err(_) => Poll::Ready(InlineEnd::Done(Err(HandlerError::Panicked))),
             Ok(Poll::Ready(r)) => Poll::Ready(InlineEnd::Done(r)),
-            Ok(Poll::Pending) => match self.slot.take_signal() {
-                SIGNAL_YIELD => Poll::Ready(InlineEnd::Yielded(self.fut.take().unwrap())),
-                SIGNAL_ABORT => Poll::Ready(InlineEnd::Aborted(self.fut.take().unwrap())),
-                _ => Poll::Pending,
-            },
-        }
-    }
-}
-
-/// Returns `Pending` exactly once without registering a waker: the driver polling the handler sees
-/// the yield signal and detaches the future, whose new task polls it again.
-#[derive(Default)]
-pub(crate) struct YieldPoint(bool);
-
-impl Future for YieldPoint {
-    type Output = ();
-    fn poll(mut self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<()> {
-        if self.0 {
-            Poll::Ready(())
-        } else {
-            self.0 = true;
-            Poll::Pending
+            Ok(Poll::Pending) if lane.slot.take_yield(self.invocation) => {
+                Poll::Ready(InlineEnd::Yielded(self.fut.take().unwrap()))
+            }
+            Ok(Poll::Pending) => Poll::Pending,
         }
     }
 }
@@ -934,16 +1048,17 @@ fn activate_barrier(rt: &Arc<RtShared>, b: Barrier) {
     }));
 }
 
-fn abort_record(lane: &Arc<LaneHandle>, invocation: u64) {
+/// The registrations of a record that ended without finishing normally: barriers discarded
+/// (EG-5.3), held replies sent.
+fn settle_aborted(rt: &RtShared, ended: Option<Ended>) {
     let Some(Ended {
         barriers, replies, ..
-    }) = lane.slot.end(invocation)
+    }) = ended
     else {
         return;
     };
     if !barriers.is_empty() {
-        lane.rt()
-            .metrics
+        rt.metrics
             .barriers_discarded
             .fetch_add(barriers.len() as u64, Ordering::Relaxed);
         drop(barriers);
@@ -953,56 +1068,17 @@ fn abort_record(lane: &Arc<LaneHandle>, invocation: u64) {
     }
 }
 
-fn detach(
-    gate: &Arc<GateInner>,
-    lane: Arc<LaneHandle>,
-    invocation: u64,
-    fut: BoxFuture<Result<(), HandlerError>>,
-) {
+/// The running record yielded (EG-3): park its future in the lane's slot (the claim stays, the
+/// lane's next record does not run, EG-3.1) and let the drain go on. Any wake-up of the future
+/// appends its resume record ([`LaneWake`]); the drain that pops it polls the future again.
+fn park(gate: &GateInner, lane: &Arc<LaneHandle>, invocation: u64, fut: HandlerFuture) {
     let _ = gate.gate.lock().handle_yield(lane.lane, invocation);
-    gate.rt.app.spawn(DOMAIN.scope(
-        Domain::Application,
-        continuation(gate.clone(), lane, invocation, fut),
-    ));
-}
-
-/// A yielded handler's own task: it awaits the result, gets the right back through a resume
-/// record, and reports each terminal or further Yield to the drain holding the right.
-async fn continuation(
-    gate: Arc<GateInner>,
-    lane: Arc<LaneHandle>,
-    invocation: u64,
-    mut fut: BoxFuture<Result<(), HandlerError>>,
-) {
-    loop {
-        let end = Inline {
-            fut: Some(fut),
-            slot: &lane.slot,
-        }
-        .await;
-        match end {
-            InlineEnd::Done(r) => {
-                match lane.slot.take_done() {
-                    Some(done) => {
-                        let _ = done.send(ContEnd::Finished(r));
-                    }
-                    None => abort_record(&lane, invocation),
-                }
-                return;
-            }
-            InlineEnd::Yielded(f) => {
-                let _ = gate.gate.lock().handle_yield(lane.lane, invocation);
-                if let Some(done) = lane.slot.take_done() {
-                    let _ = done.send(ContEnd::Yielded);
-                }
-                fut = f;
-            }
-            InlineEnd::Aborted(fut) => {
-                abort_record(&lane, invocation);
-                drop(fut);
-                return;
-            }
-        }
+    lane.slot.park(invocation, fut);
+    let (wake, _) = lane.lane_wake();
+    wake.parked.store(invocation, Ordering::SeqCst);
+    if wake.woke.load(Ordering::SeqCst) {
+        // woken while it was being parked: nobody else saw it parked
+        wake.claim_parked();
     }
 }
 
@@ -1012,15 +1088,13 @@ async fn continuation(
 /// FIFO's buffer over, and those not started go back when an input ends the batch.
 const BATCH_EXTRA: usize = 1024;
 
-/// Continue a record whose handler returned a future; `Some(result)` at its terminal, `None` if
-/// it yielded (detached: the claim stays, EG-3.1). A cancelled handler's future is put in
-/// `cancelled`, for the caller to drop after [`end_record`].
+/// Continue a record whose handler returned a future (or a resumed one); `Some(result)` at its
+/// terminal, `None` if it yielded (parked: the claim stays, EG-3.1).
 async fn run_later(
     gate: &Arc<GateInner>,
     data: &Arc<LaneHandle>,
     invocation: u64,
-    fut: BoxFuture<Result<(), HandlerError>>,
-    cancelled: &mut Option<BoxFuture<Result<(), HandlerError>>>,
+    fut: HandlerFuture,
 ) -> Option<Result<(), HandlerError>> {
     // A record that awaits keeps the right for its whole continuation (EG-2.6) and may yield:
     // end the batch first, so its records not started are back in the FIFO (seen by seal,
@@ -1028,18 +1102,15 @@ async fn run_later(
     drop(gate.gate.lock());
     let end = Inline {
         fut: Some(fut),
-        slot: &data.slot,
+        lane: data,
+        invocation,
     }
     .await;
     match end {
         InlineEnd::Done(r) => Some(r),
         InlineEnd::Yielded(fut) => {
-            detach(gate, data.clone(), invocation, fut);
+            park(gate, data, invocation, fut);
             None
-        }
-        InlineEnd::Aborted(fut) => {
-            *cancelled = Some(fut);
-            Some(Err(HandlerError::Cancelled))
         }
     }
 }
@@ -1055,8 +1126,6 @@ async fn drain(gate: Arc<GateInner>, mut fence: Fence) {
     let mut lone = false;
     // the buffer a batch is taken into (capacity reused)
     let mut spare: std::collections::VecDeque<Queued<Job>> = std::collections::VecDeque::new();
-    // the future of a handler cancelled in this turn, dropped once its record has ended
-    let mut cancelled: Option<BoxFuture<Result<(), HandlerError>>> = None;
     loop {
         let (next, room) = {
             let g = &gate.gate;
@@ -1121,16 +1190,13 @@ async fn drain(gate: Arc<GateInner>, mut fence: Fence) {
                     // a synchronous handler runs without an async frame of its own
                     let r = match run_job(item, env, &data) {
                         Handled::Now(r) => r,
-                        Handled::Later(fut) => {
-                            match run_later(&gate, &data, invocation, fut, &mut cancelled).await {
-                                Some(r) => r,
-                                None => break,
-                            }
-                        }
+                        Handled::Later(fut) => match run_later(&gate, &data, invocation, fut).await
+                        {
+                            Some(r) => r,
+                            None => break,
+                        },
                     };
                     end_record(&gate, &data, invocation, r);
-                    // a cancelled handler's future goes after its barriers (EG-5.3)
-                    drop(cancelled.take());
                     // EG-9 / EG-7.4: budget checked after each handler, never pre-empting one
                     if clock.budget_spent(&start, budget) {
                         finished = Some((lane, invocation));
@@ -1154,21 +1220,12 @@ async fn drain(gate: Arc<GateInner>, mut fence: Fence) {
                 data,
                 invocation,
             }) => {
-                let (done_tx, done_rx) = oneshot::channel();
-                data.slot.fence.store(fence.0, Ordering::Relaxed);
-                data.slot.turn.store(gate.next_turn(), Ordering::Relaxed);
-                let granted = match data.slot.take_grant() {
-                    Some(grant) => grant.send(done_tx).is_ok(),
-                    None => false,
-                };
-                let end = if granted {
-                    match done_rx.await {
-                        Ok(ContEnd::Finished(r)) => Some(r),
-                        Ok(ContEnd::Yielded) => None,
-                        Err(_) => Some(Err(HandlerError::Cancelled)),
-                    }
-                } else {
-                    Some(Err(HandlerError::Cancelled))
+                idled = 0;
+                lone = true;
+                let end = match data.slot.resume(invocation, fence, gate.next_turn()) {
+                    Some(fut) => run_later(&gate, &data, invocation, fut).await,
+                    // cancelled meanwhile (its lane was removed)
+                    None => Some(Err(HandlerError::Cancelled)),
                 };
                 if let Some(r) = end {
                     end_record(&gate, &data, invocation, r);
@@ -1232,6 +1289,15 @@ pub(crate) async fn with_deadline<T>(
         r = fut => r,
         _ = rx => Err(RuntimeError::DeadlineExceeded),
     }
+}
+
+/// Spawn `fut` as application work (a Yield's call, EG-3).
+pub(crate) fn spawn_application<F>(rt: &RtShared, fut: F) -> tokio::task::JoinHandle<F::Output>
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    rt.app.spawn(DOMAIN.scope(Domain::Application, fut))
 }
 
 pub(crate) fn spawn_infrastructure<F>(rt: &RtShared, fut: F) -> tokio::task::JoinHandle<F::Output>
