@@ -30,8 +30,8 @@ const WAIT: Duration = Duration::from_secs(20);
 /// Options that notice an unreachable server quickly.
 fn fast_options() -> RedisOptions {
     let mut options = RedisOptions::default();
-    options.response_timeout = Duration::from_millis(300);
-    options.connection_timeout = Duration::from_millis(300);
+    options.response_timeout = Duration::from_secs(1);
+    options.connection_timeout = Duration::from_secs(1);
     options
 }
 
