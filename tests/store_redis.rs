@@ -1,11 +1,12 @@
 //! The Redis Location Store against real `redis-server` processes: truly concurrent nodes on the
 //! shared test server (`ZLINK_TEST_REDIS_URL`), and failures on servers of the tests' own (a
-//! paused server, a restart with and without persistence). The contract suite itself runs in
-//! `tests/store_contract.rs`.
+//! paused server, a restart with and without persistence), and two in-process nodes on a Redis
+//! store. The contract suite itself runs in `tests/store_contract.rs`.
 //!
 //! In CI (`CI` set) a missing server or `redis-server` binary fails these tests; elsewhere they
 //! print `SKIPPED …` to stderr and pass.
 
+mod node_common;
 #[path = "../mesh/tests/common/ports.rs"]
 mod ports;
 
@@ -29,8 +30,8 @@ const WAIT: Duration = Duration::from_secs(20);
 /// Options that notice an unreachable server quickly.
 fn fast_options() -> RedisOptions {
     let mut options = RedisOptions::default();
-    options.response_timeout = Duration::from_millis(300);
-    options.connection_timeout = Duration::from_millis(300);
+    options.response_timeout = Duration::from_secs(1);
+    options.connection_timeout = Duration::from_secs(1);
     options
 }
 
@@ -511,4 +512,64 @@ async fn the_default_clock_is_the_servers_time() {
         time(before) + ttl,
         time(after) + ttl
     );
+}
+
+// spec: SB-1.2, EG-14, SB-4.1 — two in-process nodes on one Redis store (server TIME): actors are
+// created on either node, found by the other through the store, called across nodes without a
+// single store call per message, destroyed and re-created as a new incarnation.
+#[tokio::test]
+async fn two_nodes_run_actors_on_a_redis_store() {
+    use node_common::{TIMEOUT, pair, rid};
+    use zlink::actor::ActorId;
+    use zlink::node::Create;
+    use zlink::node::demo::{Add, Get};
+    use zlink::store::{CountingStore, StoreOp};
+
+    let Some(url) = contract::redis_test_url("two_nodes_run_actors_on_a_redis_store") else {
+        return;
+    };
+    let redis = RedisStore::open(
+        &contract::with_unique_prefix(&url, "nodes"),
+        RedisOptions::default(),
+    )
+    .unwrap();
+    let store = Arc::new(CountingStore::new(redis));
+    let (a, b, _, _) = pair(store.clone()).await;
+    let id = |s: &str| ActorId::new(s).unwrap();
+    let on_b = a
+        .create(Create::new("counter", id("c-b")).on(rid("b")))
+        .await
+        .unwrap();
+    let on_a = b
+        .create(Create::new("counter", id("c-a")).on(rid("a")))
+        .await
+        .unwrap();
+    let found = b.get(&id("c-b")).await.unwrap();
+    assert_eq!(found.object_generation(), on_b.object_generation());
+
+    let before = store.counts();
+    for _ in 0..50 {
+        a.request(&on_b, &Add(1), TIMEOUT).await.unwrap();
+        b.send(&on_a, &Add(2)).await.unwrap();
+    }
+    assert_eq!(a.request(&on_b, &Get, TIMEOUT).await.unwrap(), 50);
+    assert_eq!(b.request(&on_a, &Get, TIMEOUT).await.unwrap(), 100);
+    let used = store.counts().since(&before);
+    for op in [
+        StoreOp::Lookup,
+        StoreOp::ReserveActivation,
+        StoreOp::MarkReady,
+        StoreOp::CasOwner,
+        StoreOp::Destroy,
+    ] {
+        assert_eq!(used.get(op), 0, "SB-1.2: {op:?} during calls");
+    }
+
+    a.destroy(&on_b).await.unwrap();
+    let again = a
+        .create(Create::new("counter", id("c-b")).on(rid("b")))
+        .await
+        .unwrap();
+    assert!(again.object_generation() > on_b.object_generation());
+    assert_eq!(b.request(&again, &Get, TIMEOUT).await.unwrap(), 0);
 }

@@ -54,7 +54,7 @@ pub enum FlowReject {
 
 impl FlowReject {
     /// Every value, in a fixed order.
-    pub const ALL: [FlowReject; 18] = [
+    pub const ALL: [FlowReject; 19] = [
         FlowReject::NotBound,
         FlowReject::SessionClosing,
         FlowReject::SessionClosed,

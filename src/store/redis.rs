@@ -137,6 +137,9 @@ struct Shared {
 /// A handle on a Redis Location Store. Cloning shares the connection; another
 /// [`RedisStore::open`] is an independent handle with its own connection, like another node.
 ///
+/// The connection is made on the first call, on the tokio runtime of that call, whose tasks
+/// then drive it: use one handle from one long-lived runtime (the node's).
+///
 /// Key layout (`P` = prefix), every value a string:
 ///
 /// | key | value |
@@ -329,11 +332,18 @@ impl RedisStore {
         Fut: Future<Output = Result<Option<T>, StoreError>>,
     {
         let conn = self.conn().await?;
-        for _ in 0..self.shared.options.max_attempts {
+        for n in 0..self.shared.options.max_attempts {
             if let Some(out) = attempt(Tx::new(&self.shared, conn)).await? {
                 return Ok(out);
             }
-            tokio::task::yield_now().await;
+            // Contended: let the others finish; after a few rounds, back off a little (random,
+            // up to `n` ms) so that racing handles spread out.
+            if n < 4 {
+                tokio::task::yield_now().await;
+            } else {
+                let ms = rand_u64() % u64::from(n);
+                tokio::time::sleep(Duration::from_millis(ms)).await;
+            }
         }
         Err(StoreError::backend(
             BACKEND,
