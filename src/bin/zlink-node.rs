@@ -32,7 +32,11 @@ CONFIGURATION FILE (TOML, every key optional; flags and environment override it)
   store = \"sqlite:///path/store.db\"       Location Store URL (sqlite:///PATH, redis://HOST[:PORT] or memory:)
   ready_file = \"/path/node1.ready\"        written once the node serves and its peers are up
   drain_timeout_ms = 5000                 graceful shutdown drain deadline
-  lease_ttl_ms = 10000                    owner lease TTL in the Location Store
+  lease_ttl_ms = 10000                    owner lease TTL in the Location Store; renewed every
+                                          third of it; the node serves its actors only until
+                                          TTL - TTL/10 after the last renewal it sent that
+                                          succeeded. With SQLite (busy timeout 5 s) at least
+                                          8825 ms, else a configuration error
   request_timeout_ms = 5000               node-to-node control requests (activate, destroy)
                                           and actor calls that name no timeout
   peer_wait_ms = 20000                    how long to wait for peers before `ready`
@@ -48,10 +52,12 @@ ENVIRONMENT:
   RUST_LOG            log filter (default: info), e.g. RUST_LOG=zlink=debug
 
 SIGNALS:
-  SIGTERM, SIGINT     graceful shutdown: refuse new client work, drain accepted work until
-                      the drain deadline, release the owner lease, close the mesh, exit 0";
+  SIGTERM, SIGINT     graceful shutdown: refuse new work (clients, peers, timers), drain
+                      accepted work until the drain deadline, end the actors, release the
+                      owner lease, close the mesh, exit 0";
 
-const ABOUT: &str = "A ZLink mesh node: hosts actors (demo types counter, echo, room, failing; \
+const ABOUT: &str = "A ZLink mesh node: hosts actors (demo types counter, echo, room, failing, \
+sequence; \
 chat types chat_player, chat_room), \
 relays actor calls to other nodes over RouteMesh (replies on the completion connection) and serves \
 clients over ClientServer. Owners are found through the Location Store (embedded SQLite by default).";

@@ -108,6 +108,8 @@ impl Node {
         first: &mut Option<FirstRecord>,
     ) -> Result<ActorRef, ActorError> {
         self.check_accepting()?;
+        // No activation starts here past the local lease deadline (SB-5.11).
+        self.standing().admit()?;
         let actor_id =
             ActorId::new(&req.actor_id).map_err(|e| ActorError::Codec(format!("actor id: {e}")))?;
         let ty = self

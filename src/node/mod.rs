@@ -578,7 +578,7 @@ impl Node {
 
     fn check_accepting(&self) -> Result<(), ActorError> {
         if self.inner.accepting.load(Ordering::Acquire) {
-            self.standing().admit()
+            Ok(())
         } else {
             Err(ActorError::ShuttingDown)
         }
