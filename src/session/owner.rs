@@ -23,6 +23,7 @@ use super::aggregate::{
 };
 use super::clock::Clock;
 use super::flow::{FlowCounters, FlowRecord, FlowReject};
+use super::inline::InlineTurn;
 use super::{CLOSE_SESSION_KEY, Callbacks, PacketHandler, Session, SessionError};
 use crate::actor::ActorRef;
 use crate::actor::exec::InflightGuard;
@@ -436,15 +437,25 @@ impl SessionOwner {
                 });
             // Most packet handlers finish without waiting (a one-way relay is admitted at
             // once): poll the turn once here, so such a turn ends as a synchronous one and the
-            // lane keeps its batch. A session lane cannot yield (`NoYield`), and a pending
-            // future is polled again by the turn with its own waker.
+            // lane keeps its batch. A session lane cannot yield (`NoYield`). A turn that waits
+            // (a relay request) is polled once more right where it is woken — the mesh I/O
+            // thread that received the actor's reply — so the answer to the client leaves from
+            // there (`InlineTurn`).
             let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-            match turn.as_mut().poll(&mut cx) {
-                std::task::Poll::Ready(r) => match r {
-                    Ok(()) => Handled::ok(()),
-                    Err(e) => Handled::err(e),
+            let out = match turn.as_mut().poll(&mut cx) {
+                std::task::Poll::Ready(out) => out,
+                std::task::Poll::Pending => match tokio::runtime::Handle::try_current() {
+                    // The lane's runtime: where the turn would be polled otherwise.
+                    Ok(rt) => match InlineTurn::start(turn, rt) {
+                        Ok(out) => out,
+                        Err(proxy) => return Handled::later(proxy),
+                    },
+                    Err(_) => return Handled::later(turn),
                 },
-                std::task::Poll::Pending => Handled::later(turn),
+            };
+            match out {
+                Ok(()) => Handled::ok(()),
+                Err(e) => Handled::err(e),
             }
         });
         match self.backlogs.submit(&rid, job, done, &self.rt) {
