@@ -105,13 +105,23 @@ impl Wake for InlineTurn {
         let polled = {
             let _rt = self.rt.enter();
             let waker = Waker::from(self.clone());
-            fut.as_mut().poll(&mut Context::from_waker(&waker))
+            // A panicking handler must not unwind into the thread that woke it (the mesh I/O
+            // thread): it ends the turn as the runtime would (`Panicked`).
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                fut.as_mut().poll(&mut Context::from_waker(&waker))
+            }))
+        };
+        let (fut, out) = match polled {
+            Ok(Poll::Ready(out)) => (None, Some(out)),
+            Ok(Poll::Pending) => (Some(fut), None),
+            Err(_) => {
+                drop(fut);
+                (None, Some(Err(HandlerError::Panicked)))
+            }
         };
         let mut st = self.lock();
-        match polled {
-            Poll::Ready(out) => st.out = Some(out),
-            Poll::Pending => st.fut = Some(fut),
-        }
+        st.fut = fut;
+        st.out = out;
         // The lane's task takes over: the result, or polling from now on.
         let w = st.runtime.clone();
         drop(st);
