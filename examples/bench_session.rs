@@ -535,10 +535,16 @@ fn main() {
                 eprintln!("bench_session: mesh drops at {name}: {}", drops.join(" "));
             }
             let w = node.inbound_backlogs();
-            if w.actors.waited + w.sessions.waited > 0 {
+            if w.actors.waited + w.sessions.waited + w.pushes.waited > 0 {
                 eprintln!(
-                    "bench_session: records that waited for a full lane at {name}: actors {} (backlogs opened {}), sessions {} (opened {})",
-                    w.actors.waited, w.actors.opened, w.sessions.waited, w.sessions.opened
+                    "bench_session: inbound work that waited at {name}: for actor lanes {} (queues opened {}), for session lanes {} (opened {}), pushes for client credit {} (opened {}, refused {})",
+                    w.actors.waited,
+                    w.actors.opened,
+                    w.sessions.waited,
+                    w.sessions.opened,
+                    w.pushes.waited,
+                    w.pushes.opened,
+                    w.pushes.refused
                 );
             }
         }

@@ -373,7 +373,7 @@ impl Node {
             key,
         };
         if binding.session_owner == *self.node_rid() {
-            self.sessions().handle_push(push, payload);
+            self.sessions().handle_local_push(push, payload).await;
             return Ok(());
         }
         self.inner

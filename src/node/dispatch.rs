@@ -74,7 +74,10 @@ impl InboundSink for Sink {
         let direct = match (&inbound.origin, &inbound.record) {
             (Origin::Client { .. }, Record::Request(r)) => !protocol::is_framework_key(r.key),
             (Origin::Client { .. }, Record::OneWay(o)) => !protocol::is_framework_key(o.key),
-            (Origin::Peer { .. }, Record::ActorSend(_) | Record::ActorCall(_)) => true,
+            (
+                Origin::Peer { .. },
+                Record::ActorSend(_) | Record::ActorCall(_) | Record::BoundSessionSend(_),
+            ) => true,
             _ => false,
         };
         if !direct {
@@ -133,6 +136,20 @@ impl InboundSink for Sink {
                     reply,
                     Some(done),
                 ))
+            }
+            (
+                Origin::Peer {
+                    node: sender,
+                    generation,
+                },
+                Record::BoundSessionSend(rec),
+            ) => {
+                let origin = Origin::Peer {
+                    node: sender,
+                    generation,
+                };
+                let done = release(node, origin, bytes);
+                offer_of(node.sessions().handle_push(rec, payload, Some(done)))
             }
             // Filtered above.
             _ => Offer::Taken,
@@ -216,7 +233,7 @@ async fn handle(node: &Node, inbound: Inbound) {
             }
         }
         (Origin::Peer { .. }, Record::BoundSessionSend(rec)) => {
-            node.sessions().handle_push(rec, payload);
+            node.sessions().handle_push(rec, payload, NO_RELEASE);
         }
         (
             Origin::Peer {

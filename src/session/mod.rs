@@ -37,6 +37,7 @@
 pub mod aggregate;
 pub mod clock;
 pub mod flow;
+mod inline;
 pub(crate) mod owner;
 pub mod slot;
 

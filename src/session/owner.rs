@@ -23,6 +23,7 @@ use super::aggregate::{
 };
 use super::clock::Clock;
 use super::flow::{FlowCounters, FlowRecord, FlowReject};
+use super::inline::InlineTurn;
 use super::{CLOSE_SESSION_KEY, Callbacks, PacketHandler, Session, SessionError};
 use crate::actor::ActorRef;
 use crate::actor::exec::InflightGuard;
@@ -105,6 +106,8 @@ pub(crate) struct SessionEntry {
     lane: SerialLane<SessionLane>,
     /// Wakes the replacement timer task when the close deadline moves.
     timer: Notify,
+    /// A push to the client timed out waiting for its credit and none went through since.
+    push_stalled: AtomicBool,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -124,6 +127,13 @@ impl SessionEntry {
 
     pub(crate) fn find(&self, actor: &ActorId) -> Option<Binding> {
         self.agg().find(actor).cloned()
+    }
+
+    /// A push reached the client's queue: the session is not stalled (any more).
+    fn push_sent(&self) {
+        if self.push_stalled.load(Ordering::Relaxed) {
+            self.push_stalled.store(false, Ordering::Release);
+        }
     }
 }
 
@@ -284,6 +294,7 @@ impl SessionOwner {
                 ),
                 lane,
                 timer: Notify::new(),
+                push_stalled: AtomicBool::new(false),
             });
             sessions.insert(rid, entry.clone());
             entry
@@ -426,15 +437,25 @@ impl SessionOwner {
                 });
             // Most packet handlers finish without waiting (a one-way relay is admitted at
             // once): poll the turn once here, so such a turn ends as a synchronous one and the
-            // lane keeps its batch. A session lane cannot yield (`NoYield`), and a pending
-            // future is polled again by the turn with its own waker.
+            // lane keeps its batch. A session lane cannot yield (`NoYield`). A turn that waits
+            // (a relay request) is polled once more right where it is woken — the mesh I/O
+            // thread that received the actor's reply — so the answer to the client leaves from
+            // there (`InlineTurn`).
             let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-            match turn.as_mut().poll(&mut cx) {
-                std::task::Poll::Ready(r) => match r {
-                    Ok(()) => Handled::ok(()),
-                    Err(e) => Handled::err(e),
+            let out = match turn.as_mut().poll(&mut cx) {
+                std::task::Poll::Ready(out) => out,
+                std::task::Poll::Pending => match tokio::runtime::Handle::try_current() {
+                    // The lane's runtime: where the turn would be polled otherwise.
+                    Ok(rt) => match InlineTurn::start(turn, rt) {
+                        Ok(out) => out,
+                        Err(proxy) => return Handled::later(proxy),
+                    },
+                    Err(_) => return Handled::later(turn),
                 },
-                std::task::Poll::Pending => Handled::later(turn),
+            };
+            match out {
+                Ok(()) => Handled::ok(()),
+                Err(e) => Handled::err(e),
             }
         });
         match self.backlogs.submit(&rid, job, done, &self.rt) {
@@ -690,14 +711,11 @@ impl SessionOwner {
             .map_err(|_| SessionError::Closed)
     }
 
-    /// A 36 (or the same-node push): submitted to the client only if the four SB-5.5 values
-    /// are current (SB-5.8); otherwise counted with its reason (SB-5.9). A 36 with
-    /// [`CLOSE_SESSION_KEY`] closes the connection instead (SB-5.14).
-    ///
-    /// Never waits: a client without credit (its outbound budget full) holds up only its own
-    /// pushes, which wait in order in the session's push queue (at most [`PUSH_BACKLOG`],
-    /// beyond that refused and counted `ClientBacklogFull`), each at most the send timeout.
-    pub(crate) fn handle_push(self: &Arc<Self>, push: BoundSessionSend, payload: Bytes) {
+    /// The checks of a 36 (or the same-node push): the session must be known and the four
+    /// SB-5.5 values current (SB-5.8); otherwise counted with its reason (SB-5.9). A 36 with
+    /// [`CLOSE_SESSION_KEY`] closes the connection instead (SB-5.14). `Some` when the payload
+    /// goes to the client.
+    fn accept_push(&self, push: &BoundSessionSend) -> Option<Arc<SessionEntry>> {
         let Some(entry) = self.entry(push.session) else {
             let reason = if push.session_lifecycle == self.cfg.lifecycle {
                 FlowReject::UnknownSession
@@ -705,25 +723,66 @@ impl SessionOwner {
                 FlowReject::LifecycleMismatch
             };
             self.flow.reject(FlowRecord::Push, reason, &push.actor);
-            return;
+            return None;
         };
-        if let Err(r) = entry.agg().check_push(&push).map(|_| ()) {
+        if let Err(r) = entry.agg().check_push(push).map(|_| ()) {
             self.flow.reject(FlowRecord::Push, r, &push.actor);
-            return;
+            return None;
         }
         if push.key == CLOSE_SESSION_KEY {
             tracing::debug!(session = %push.session, actor = %push.actor, "bound actor closed the session");
             self.host.close(push.session, DisconnectReason::Closed);
+            return None;
+        }
+        Some(entry)
+    }
+
+    /// A push from a bound actor on this node: checked as a 36, then sent, waiting for the
+    /// client's credit (the pushing handler is held back, as a remote one is by its window).
+    pub(crate) async fn handle_local_push(&self, push: BoundSessionSend, payload: Bytes) {
+        if self.accept_push(&push).is_none() {
             return;
         }
+        if let Err(e) = self.host.push(push.session, push.key, payload).await {
+            self.flow
+                .reject(FlowRecord::Push, FlowReject::SessionClosed, &e);
+        }
+    }
+
+    /// A 36 from a peer (see [`SessionOwner::accept_push`] for the checks). Never waits: a
+    /// client without credit (its outbound budget full) holds up only its own pushes, which
+    /// wait in order in the session's push queue, each at most the send timeout; once one timed
+    /// out the session is *stalled* and its pushes are sent only if there is room at once
+    /// (else refused, counted `ClientBacklogFull`) until the client takes one again. With
+    /// `release` the sender's credit for a waiting push stays charged until it left the queue
+    /// (its window bounds the queue); without, at most [`PUSH_BACKLOG`] wait (more are
+    /// refused, counted).
+    pub(crate) fn handle_push(
+        self: &Arc<Self>,
+        push: BoundSessionSend,
+        payload: Bytes,
+        release: Option<impl FnOnce() -> Done>,
+    ) -> Admitted {
+        let Some(entry) = self.accept_push(&push) else {
+            return Admitted::Now;
+        };
         let (session, key) = (push.session, push.key);
         let owner = self.clone();
         let mut payload = Some(payload);
+        let mut release = Some(release);
+        let limit = if matches!(release, Some(Some(_))) {
+            usize::MAX
+        } else {
+            PUSH_BACKLOG
+        };
         let attempt = |try_now: bool| -> Option<BoxFuture<()>> {
             let mut payload = payload.take().expect("one attempt");
             if try_now {
                 match owner.host.try_push(session, key, payload) {
-                    Ok(()) => return None,
+                    Ok(()) => {
+                        entry.push_sent();
+                        return None;
+                    }
                     Err(zlink_mesh::TryPushError::Full(p)) => payload = p,
                     Err(zlink_mesh::TryPushError::Failed(e)) => {
                         owner
@@ -734,21 +793,51 @@ impl SessionOwner {
                 }
             }
             let owner = owner.clone();
+            let entry = entry.clone();
+            let done = release.take().flatten().map(|r| r());
             Some(Box::pin(async move {
-                if let Err(e) = owner.host.push(session, key, payload).await {
-                    owner
-                        .flow
-                        .reject(FlowRecord::Push, FlowReject::SessionClosed, &e);
+                owner.push_waiting(&entry, key, payload).await;
+                if let Some(done) = done {
+                    done();
                 }
             }))
         };
-        if self
-            .pushes
-            .run(&session, PUSH_BACKLOG, attempt, &self.rt)
-            .is_err()
-        {
-            self.flow
-                .reject(FlowRecord::Push, FlowReject::ClientBacklogFull, &push.actor);
+        match self.pushes.run(&session, limit, attempt, &self.rt) {
+            Ok(a) => a,
+            Err(_) => {
+                self.flow
+                    .reject(FlowRecord::Push, FlowReject::ClientBacklogFull, &push.actor);
+                Admitted::Now
+            }
+        }
+    }
+
+    /// A push that waits for the client's credit, unless the session is stalled (a push of it
+    /// timed out and none went through since): then only if there is room at once.
+    async fn push_waiting(&self, entry: &SessionEntry, key: DispatchKey, payload: Bytes) {
+        let session = entry.rid;
+        let out = if entry.push_stalled.load(Ordering::Acquire) {
+            match self.host.try_push(session, key, payload) {
+                Ok(()) => Ok(()),
+                Err(zlink_mesh::TryPushError::Full(_)) => {
+                    self.flow
+                        .reject(FlowRecord::Push, FlowReject::ClientBacklogFull, &session);
+                    return;
+                }
+                Err(zlink_mesh::TryPushError::Failed(e)) => Err(e),
+            }
+        } else {
+            self.host.push(session, key, payload).await
+        };
+        match out {
+            Ok(()) => entry.push_sent(),
+            Err(e) => {
+                if matches!(e, SendError::DeadlineExceeded(_)) {
+                    entry.push_stalled.store(true, Ordering::Release);
+                }
+                self.flow
+                    .reject(FlowRecord::Push, FlowReject::SessionClosed, &e);
+            }
         }
     }
 

@@ -1,0 +1,170 @@
+//! A packet turn that may finish on the thread that wakes it.
+//!
+//! A session packet handler typically awaits one thing — the reply of the relay it sent to the
+//! bound actor — and then answers the client. Woken the usual way, the 145 reply crosses from
+//! the mesh I/O thread to the lane's task and the answer back to the I/O thread: two thread
+//! hand-offs on the latency path of every request. [`InlineTurn`] instead polls the turn once,
+//! right where its first wake-up happens when that is a thread outside any tokio runtime (the
+//! mesh I/O thread that completed the relay; the poll runs inside the lane runtime's context),
+//! so the answer leaves from there; the lane task only learns that the
+//! turn ended. The turn still holds the session's lane until it ends (SB-10.1: two callbacks of
+//! one session never overlap), and only that first wake-up is taken inline: after it, a turn
+//! that waits again is polled by the lane's task as any other.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll, Wake, Waker};
+
+use crate::runtime::{BoxFuture, HandlerError};
+
+type Out = Result<(), HandlerError>;
+
+struct State {
+    /// The turn; `None` while somebody polls it, and after it ended.
+    fut: Option<BoxFuture<Out>>,
+    /// Its result, until the lane's task takes it.
+    out: Option<Out>,
+    /// The lane task's waker, once it polled [`Proxy`].
+    runtime: Option<Waker>,
+    /// The first wake-up may still be taken inline.
+    inline: bool,
+    /// Woken while somebody polled it.
+    woken: bool,
+}
+
+/// A turn shared between its inline waker and the lane task's [`Proxy`].
+pub(crate) struct InlineTurn {
+    state: Mutex<State>,
+    rt: tokio::runtime::Handle,
+}
+
+impl InlineTurn {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Polls `fut` (a turn found pending) again with the inline waker, on the calling thread
+    /// (the lane's, whose runtime is `rt`): `Ok` when it finished, else the future for the turn
+    /// to await ([`Proxy`]).
+    pub(crate) fn start(mut fut: BoxFuture<Out>, rt: tokio::runtime::Handle) -> Result<Out, Proxy> {
+        let turn = Arc::new(InlineTurn {
+            state: Mutex::new(State {
+                fut: None,
+                out: None,
+                runtime: None,
+                inline: true,
+                woken: false,
+            }),
+            rt,
+        });
+        let waker = Waker::from(turn.clone());
+        if let Poll::Ready(out) = fut.as_mut().poll(&mut Context::from_waker(&waker)) {
+            return Ok(out);
+        }
+        let mut st = turn.lock();
+        st.fut = Some(fut);
+        if st.woken {
+            // Woken during this first poll: the lane's task polls it next.
+            st.woken = false;
+            st.inline = false;
+        }
+        drop(st);
+        Err(Proxy(turn))
+    }
+}
+
+impl Wake for InlineTurn {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        let mut st = self.lock();
+        if st.out.is_some() {
+            return;
+        }
+        let Some(mut fut) = st.fut.take() else {
+            // Being polled: the poller looks again.
+            st.woken = true;
+            return;
+        };
+        // Only a plain thread (the mesh I/O thread) polls inline: a tokio worker may be waking
+        // us from inside its scheduler, which must not be re-entered.
+        if !st.inline || tokio::runtime::Handle::try_current().is_ok() {
+            st.inline = false;
+            st.fut = Some(fut);
+            if let Some(w) = st.runtime.clone() {
+                drop(st);
+                w.wake();
+            }
+            return;
+        }
+        st.inline = false;
+        drop(st);
+        let polled = {
+            let _rt = self.rt.enter();
+            let waker = Waker::from(self.clone());
+            // A panicking handler must not unwind into the thread that woke it (the mesh I/O
+            // thread): it ends the turn as the runtime would (`Panicked`).
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                fut.as_mut().poll(&mut Context::from_waker(&waker))
+            }))
+        };
+        let (fut, out) = match polled {
+            Ok(Poll::Ready(out)) => (None, Some(out)),
+            Ok(Poll::Pending) => (Some(fut), None),
+            Err(_) => {
+                drop(fut);
+                (None, Some(Err(HandlerError::Panicked)))
+            }
+        };
+        let mut st = self.lock();
+        st.fut = fut;
+        st.out = out;
+        // The lane's task takes over: the result, or polling from now on.
+        let w = st.runtime.clone();
+        drop(st);
+        if let Some(w) = w {
+            w.wake();
+        }
+    }
+}
+
+/// The lane task's side of an [`InlineTurn`]: ready once the turn ended, wherever it did.
+pub(crate) struct Proxy(Arc<InlineTurn>);
+
+impl Future for Proxy {
+    type Output = Out;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Out> {
+        let turn = &self.0;
+        let mut st = turn.lock();
+        if let Some(out) = st.out.take() {
+            return Poll::Ready(out);
+        }
+        st.runtime = Some(cx.waker().clone());
+        if st.inline {
+            // Not woken yet: its first wake-up polls it inline, then wakes us.
+            return Poll::Pending;
+        }
+        let Some(mut fut) = st.fut.take() else {
+            // Polled inline right now: that poll wakes us when done.
+            return Poll::Pending;
+        };
+        st.woken = false;
+        drop(st);
+        let polled = fut.as_mut().poll(cx);
+        let mut st = turn.lock();
+        match polled {
+            Poll::Ready(out) => Poll::Ready(out),
+            Poll::Pending => {
+                st.fut = Some(fut);
+                if std::mem::take(&mut st.woken) {
+                    cx.waker().wake_by_ref();
+                }
+                Poll::Pending
+            }
+        }
+    }
+}
