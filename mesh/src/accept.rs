@@ -21,26 +21,44 @@ use crate::types::{LinkKind, NodeRid};
 /// Handshakes in progress and proved routing ids of accepted relay/completion connections.
 #[derive(Debug)]
 pub(crate) struct Accepts {
-    pending: [HashMap<Vec<u8>, Box<Handshake>>; 2],
+    pending: [HashMap<Vec<u8>, Pending>; 2],
     proved: [HashMap<Vec<u8>, Arc<NodeRid>>; 2],
+    /// Handshakes in progress per source address.
+    by_source: HashMap<Arc<str>, usize>,
     cap: usize,
+    cap_per_source: usize,
 }
 
-/// Too many handshakes in progress; the Hello is ignored.
+/// A handshake in progress and the source address it counts against.
+#[derive(Debug)]
+struct Pending {
+    hs: Box<Handshake>,
+    source: Option<Arc<str>>,
+}
+
+/// Why a Hello starts no handshake.
 #[derive(Debug, PartialEq, Eq)]
-pub(crate) struct Full;
+pub(crate) enum Full {
+    /// `max_pending_handshakes` in progress.
+    Total,
+    /// `max_pending_handshakes_per_source` in progress from this source address.
+    Source,
+}
 
 fn index(kind: LinkKind) -> usize {
     usize::from(kind != LinkKind::Relay)
 }
 
 impl Accepts {
-    /// At most `cap` handshakes in progress (both link kinds together).
-    pub(crate) fn new(cap: usize) -> Self {
+    /// At most `cap` handshakes in progress (both link kinds together), `cap_per_source` from
+    /// one source address.
+    pub(crate) fn new(cap: usize, cap_per_source: usize) -> Self {
         Self {
             pending: Default::default(),
             proved: Default::default(),
+            by_source: HashMap::default(),
             cap,
+            cap_per_source,
         }
     }
 
@@ -49,37 +67,65 @@ impl Accepts {
         self.pending.iter().map(HashMap::len).sum()
     }
 
-    /// Starts (or restarts: same routing id) a handshake on an accepted connection.
+    /// Starts (or restarts: same routing id) a handshake on an accepted connection from
+    /// `source` (its peer address, when known).
     pub(crate) fn start(
         &mut self,
         kind: LinkKind,
         rid: &[u8],
+        source: Option<Arc<str>>,
         hs: Handshake,
     ) -> Result<&mut Handshake, Full> {
-        let known = self.pending[index(kind)].contains_key(rid);
-        if !known && self.pending_len() >= self.cap {
-            return Err(Full);
+        if let Some(mut old) = self.pending[index(kind)].remove(rid) {
+            // A new Hello on the same connection replaces its handshake (same slot).
+            old.hs = Box::new(hs);
+            let slot = match self.pending[index(kind)].entry(rid.to_vec()) {
+                Entry::Occupied(e) => e.into_mut(),
+                Entry::Vacant(e) => e.insert(old),
+            };
+            return Ok(&mut slot.hs);
         }
-        let map = &mut self.pending[index(kind)];
-        let slot = match map.entry(rid.to_vec()) {
-            Entry::Occupied(e) => {
-                let slot = e.into_mut();
-                **slot = hs;
-                slot
+        if self.pending_len() >= self.cap {
+            return Err(Full::Total);
+        }
+        if let Some(src) = &source {
+            let n = self.by_source.entry(src.clone()).or_insert(0);
+            if *n >= self.cap_per_source {
+                return Err(Full::Source);
             }
-            Entry::Vacant(e) => e.insert(Box::new(hs)),
+            *n += 1;
+        }
+        let slot = match self.pending[index(kind)].entry(rid.to_vec()) {
+            Entry::Occupied(e) => e.into_mut(),
+            Entry::Vacant(e) => e.insert(Pending {
+                hs: Box::new(hs),
+                source,
+            }),
         };
-        Ok(&mut **slot)
+        Ok(&mut slot.hs)
+    }
+
+    fn release(&mut self, source: Option<Arc<str>>) {
+        if let Some(src) = source
+            && let Some(n) = self.by_source.get_mut(&src)
+        {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                self.by_source.remove(&src);
+            }
+        }
     }
 
     /// The handshake in progress on this connection.
     pub(crate) fn pending_mut(&mut self, kind: LinkKind, rid: &[u8]) -> Option<&mut Handshake> {
-        self.pending[index(kind)].get_mut(rid).map(|b| &mut **b)
+        self.pending[index(kind)].get_mut(rid).map(|p| &mut *p.hs)
     }
 
     /// Ends the handshake in progress on this connection.
     pub(crate) fn finish(&mut self, kind: LinkKind, rid: &[u8]) -> Option<Box<Handshake>> {
-        self.pending[index(kind)].remove(rid)
+        let p = self.pending[index(kind)].remove(rid)?;
+        self.release(p.source);
+        Some(p.hs)
     }
 
     /// The connection proved to be `node`: its records are attributed to `node` from now on.
@@ -98,14 +144,13 @@ impl Accepts {
     pub(crate) fn expire(&mut self, now: Instant) -> Vec<(LinkKind, Box<Handshake>)> {
         let mut out = Vec::new();
         for kind in [LinkKind::Relay, LinkKind::Completion] {
-            let map = &mut self.pending[index(kind)];
-            let due: Vec<Vec<u8>> = map
+            let due: Vec<Vec<u8>> = self.pending[index(kind)]
                 .iter()
-                .filter(|(_, hs)| hs.poll_timeout().is_some_and(|t| t <= now))
+                .filter(|(_, p)| p.hs.poll_timeout().is_some_and(|t| t <= now))
                 .map(|(r, _)| r.clone())
                 .collect();
             for r in due {
-                if let Some(mut hs) = map.remove(&r) {
+                if let Some(mut hs) = self.finish(kind, &r) {
                     hs.handle_timeout(now);
                     out.push((kind, hs));
                 }
@@ -119,7 +164,7 @@ impl Accepts {
         self.pending
             .iter()
             .flat_map(HashMap::values)
-            .filter_map(|hs| hs.poll_timeout())
+            .filter_map(|p| p.hs.poll_timeout())
             .min()
     }
 }

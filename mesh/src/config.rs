@@ -169,6 +169,9 @@ pub struct MeshConfig {
     pub liveness: Liveness,
     /// Most handshakes in progress at once (bounds state under a connection flood).
     pub max_pending_handshakes: usize,
+    /// Most handshakes in progress from one source address (the connection's peer IP), so one
+    /// address cannot take all of `max_pending_handshakes` (`SourceCapacity`). Default 64.
+    pub max_pending_handshakes_per_source: usize,
     /// Most ClientServer clients tracked at once.
     pub max_clients: usize,
     /// Most ClientServer sessions from one source address (the connection's peer IP) at once,
@@ -209,6 +212,7 @@ impl MeshConfig {
             send_timeout: Duration::from_secs(5),
             liveness: Liveness::default(),
             max_pending_handshakes: 256,
+            max_pending_handshakes_per_source: 64,
             max_clients: 10_000,
             max_clients_per_source: 1_000,
             io_spin_yields: 100,

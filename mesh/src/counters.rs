@@ -67,7 +67,8 @@ pub enum DropReason {
     /// events.
     MessageTooLarge,
     /// A record that would open a ClientServer session from a source address that already
-    /// has `MeshConfig::max_clients_per_source` sessions.
+    /// has `MeshConfig::max_clients_per_source` sessions, or a Hello from a source address
+    /// with `max_pending_handshakes_per_source` handshakes in progress.
     SourceCapacity,
 }
 

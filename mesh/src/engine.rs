@@ -292,8 +292,8 @@ pub(crate) struct Engine {
     clients_by_rid: SeededMap<Vec<u8>, u64>,
     /// Sessions per source address (`max_clients_per_source`).
     sessions_by_source: SeededMap<Arc<str>, usize>,
-    /// The source address of the client message being handled, read only when its routing id
-    /// has no session yet (it may open one).
+    /// The source address of the message being handled, read only for a client connection
+    /// without a session (it may open one) and for a Hello (it starts a handshake).
     rx_source: Option<Arc<str>>,
     paused_clients: HashSet<u64>,
     next_session: u64,
@@ -620,7 +620,10 @@ impl Engine {
             client: client.as_ref().map(last_endpoint),
         };
         let tombstones = Tombstones::new(cfg.max_clients);
-        let accepts = crate::accept::Accepts::new(cfg.max_pending_handshakes);
+        let accepts = crate::accept::Accepts::new(
+            cfg.max_pending_handshakes,
+            cfg.max_pending_handshakes_per_source,
+        );
         Ok((
             Self {
                 sockets: Sockets {
@@ -1563,12 +1566,14 @@ impl Engine {
                 now,
                 self.cfg.liveness.handshake_timeout,
             );
-            match self.accepts.start(kind, rid, hs) {
+            match self.accepts.start(kind, rid, self.rx_source.clone(), hs) {
                 Ok(hs) => hs,
-                Err(crate::accept::Full) => {
-                    self.shared
-                        .counters
-                        .drop(DropReason::HandshakeCapacity, node);
+                Err(full) => {
+                    let reason = match full {
+                        crate::accept::Full::Total => DropReason::HandshakeCapacity,
+                        crate::accept::Full::Source => DropReason::SourceCapacity,
+                    };
+                    self.shared.counters.drop(reason, node);
                     return;
                 }
             }
@@ -2119,17 +2124,22 @@ impl Engine {
                 break;
             };
             n += 1;
-            if kind == LinkKind::Client {
+            self.rx_source = if kind == LinkKind::Client {
                 // A connection without a session may open one: its source address counts.
-                self.rx_source = if self.clients_by_rid.contains_key(&rid[..]) {
+                if self.clients_by_rid.contains_key(&rid[..]) {
                     None
                 } else {
                     parts
                         .first_mut()
                         .and_then(|m| m.gets("Peer-Address"))
                         .map(Arc::from)
-                };
-            }
+                }
+            } else if count == 1 && parts[0].get(1) == Some(&zlink_wire::Command::Hello.number()) {
+                // A Hello starts a handshake that counts against its source address.
+                parts[0].gets("Peer-Address").map(Arc::from)
+            } else {
+                None
+            };
             // Each `zmq::Message` deref is two FFI calls (data, size): take the slices once.
             let rid_bytes: &[u8] = &rid;
             let mut slices: [&[u8]; MAX_PARTS] = [&[]; MAX_PARTS];

@@ -834,3 +834,34 @@ async fn extreme_flow_credit_to_a_client_saturates() {
     }
     client.close().await;
 }
+
+// spec: SB-2.1 — one source address cannot take every handshake slot: past
+// `max_pending_handshakes_per_source` its Hellos start nothing (`SourceCapacity`), while
+// the total bound is not reached.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pending_handshakes_are_bounded_per_source() {
+    let mut c = config("victim");
+    c.max_pending_handshakes = 64;
+    c.max_pending_handshakes_per_source = 4;
+    let (node, _inbound) = MeshNode::start(c).unwrap();
+    let hello = |n: &str| {
+        Record::Hello(zlink_wire::Hello {
+            mesh: MeshName::new("test").unwrap(),
+            node: NodeRid::new(n).unwrap(),
+            generation: NodeGeneration::new(1),
+            nonce: [1; 32],
+        })
+    };
+    let flood: Vec<RawPeer> = (0..10)
+        .map(|i| RawPeer::connect(&format!("src-{i}"), &node))
+        .collect();
+    for (i, p) in flood.iter().enumerate() {
+        p.send_record(LinkKind::Relay, &hello(&format!("src-{i}")), 0, None);
+    }
+    eventually("per-source bound enforced", || {
+        node.counters().dropped(DropReason::SourceCapacity) >= 6
+    })
+    .await;
+    assert_eq!(node.counters().dropped(DropReason::HandshakeCapacity), 0);
+    node.shutdown().await;
+}
