@@ -1,5 +1,6 @@
-//! Two `zlink-node` processes sharing one embedded SQLite Location Store: they agree on owners;
-//! a restarted node has a new NodeGeneration and refuses refs from before the restart.
+//! Two `zlink-node` processes sharing one Location Store (the embedded SQLite file, or a Redis
+//! server): they agree on owners; a restarted node has a new NodeGeneration and refuses refs from
+//! before the restart.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -97,7 +98,7 @@ impl Drop for Proc {
     }
 }
 
-fn setup(dir: &Path, n: usize) -> Vec<Proc> {
+fn setup(dir: &Path, n: usize, store: &str) -> Vec<Proc> {
     std::fs::write(dir.join("secret"), "process-test-secret-0123456789\n").unwrap();
     let ports: Vec<[u16; 3]> = (0..n)
         .map(|_| [free_port(), free_port(), free_port()])
@@ -111,7 +112,6 @@ fn setup(dir: &Path, n: usize) -> Vec<Proc> {
             p[1]
         );
     }
-    let store = format!("sqlite://{}", dir.join("store.db").display());
     (0..n)
         .map(|i| {
             let name = format!("node{}", i + 1);
@@ -158,7 +158,24 @@ fn generation(ready: &str) -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_processes_share_the_sqlite_store_and_a_restart_refuses_stale_refs() {
     let dir = tempfile::tempdir().unwrap();
-    let mut procs = setup(dir.path(), 2);
+    let store = format!("sqlite://{}", dir.path().join("store.db").display());
+    two_processes_share_a_store_and_a_restart_refuses_stale_refs(dir.path(), &store).await;
+}
+
+// spec: EG-14, SB-12 — the same on a Redis Location Store (ZLINK_TEST_REDIS_URL; server TIME).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_processes_share_a_redis_store_and_a_restart_refuses_stale_refs() {
+    use zlink::store::contract;
+    let Some(url) = contract::redis_test_url("two_processes_share_a_redis_store") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let store = contract::with_unique_prefix(&url, "process");
+    two_processes_share_a_store_and_a_restart_refuses_stale_refs(dir.path(), &store).await;
+}
+
+async fn two_processes_share_a_store_and_a_restart_refuses_stale_refs(dir: &Path, store: &str) {
+    let mut procs = setup(dir, 2, store);
     for p in procs.iter_mut() {
         p.start();
     }
