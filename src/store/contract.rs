@@ -131,59 +131,6 @@ pub async fn join_all<F: Future>(futures: Vec<F>) -> Vec<F::Output> {
     outputs.into_iter().map(|o| o.expect("completed")).collect()
 }
 
-/// Environment variable naming the Redis server the Redis tests run against, e.g.
-/// `redis://127.0.0.1:16379` (`.ci/run` starts one and sets it).
-pub const REDIS_URL_VAR: &str = "ZLINK_TEST_REDIS_URL";
-
-/// The Redis URL of the test server, from [`REDIS_URL_VAR`].
-///
-/// When it is unset: in CI (`CI` set) the test fails with a message saying so — a Redis test is
-/// never skipped silently there; elsewhere a `SKIPPED` line naming `test` goes straight to
-/// stderr (past the test harness's capture) and `None` is returned.
-///
-/// # Panics
-/// When the variable is unset and `CI` is set.
-#[must_use]
-pub fn redis_test_url(test: &str) -> Option<String> {
-    use std::io::Write as _;
-    if let Some(url) = std::env::var(REDIS_URL_VAR).ok().filter(|u| !u.is_empty()) {
-        return Some(url);
-    }
-    assert!(
-        std::env::var_os("CI").is_none(),
-        "{test}: {REDIS_URL_VAR} is not set but CI is: the Redis tests need a server \
-         (.ci/run starts redis-server and exports {REDIS_URL_VAR}=redis://127.0.0.1:16379)"
-    );
-    let _ = writeln!(
-        std::io::stderr(),
-        "SKIPPED {test}: {REDIS_URL_VAR} is not set (start redis-server and set it to run the \
-         Redis tests)"
-    );
-    None
-}
-
-/// A key prefix no other test (or test process) uses: `zlink-test-{tag}-{pid}-{n}-{nanos}`.
-#[must_use]
-pub fn unique_prefix(tag: &str) -> String {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.subsec_nanos());
-    format!(
-        "zlink-test-{tag}-{}-{}-{nanos}",
-        std::process::id(),
-        NEXT.fetch_add(1, Ordering::Relaxed)
-    )
-}
-
-/// `url` with `prefix=` set to a fresh [`unique_prefix`].
-#[must_use]
-pub fn with_unique_prefix(url: &str, tag: &str) -> String {
-    let sep = if url.contains('?') { '&' } else { '?' };
-    format!("{url}{sep}prefix={}", unique_prefix(tag))
-}
-
 /// Leases: register, idempotent re-register, renew, expiry, restart, stale generation, release.
 ///
 /// # Panics
@@ -724,6 +671,59 @@ pub async fn check_concurrent_reservations<S: LocationStore + ?Sized>(
             assert_eq!(o.location(), winner, "every loser sees the winner's record");
         }
     }
+}
+
+/// Environment variable naming the Redis server the Redis tests run against, e.g.
+/// `redis://127.0.0.1:16379` (`.ci/run` starts one and sets it).
+pub const REDIS_URL_VAR: &str = "ZLINK_TEST_REDIS_URL";
+
+/// The Redis URL of the test server, from [`REDIS_URL_VAR`].
+///
+/// When it is unset: in CI (`CI` set) the test fails with a message saying so — a Redis test is
+/// never skipped silently there; elsewhere a `SKIPPED` line naming `test` goes straight to
+/// stderr (past the test harness's capture) and `None` is returned.
+///
+/// # Panics
+/// When the variable is unset and `CI` is set.
+#[must_use]
+pub fn redis_test_url(test: &str) -> Option<String> {
+    use std::io::Write as _;
+    if let Some(url) = std::env::var(REDIS_URL_VAR).ok().filter(|u| !u.is_empty()) {
+        return Some(url);
+    }
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "{test}: {REDIS_URL_VAR} is not set but CI is: the Redis tests need a server \
+         (.ci/run starts redis-server and exports {REDIS_URL_VAR}=redis://127.0.0.1:16379)"
+    );
+    let _ = writeln!(
+        std::io::stderr(),
+        "SKIPPED {test}: {REDIS_URL_VAR} is not set (start redis-server and set it to run the \
+         Redis tests)"
+    );
+    None
+}
+
+/// A key prefix no other test (or test process) uses: `zlink-test-{tag}-{pid}-{n}-{nanos}`.
+#[must_use]
+pub fn unique_prefix(tag: &str) -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    format!(
+        "zlink-test-{tag}-{}-{}-{nanos}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// `url` with `prefix=` set to a fresh [`unique_prefix`].
+#[must_use]
+pub fn with_unique_prefix(url: &str, tag: &str) -> String {
+    let sep = if url.contains('?') { '&' } else { '?' };
+    format!("{url}{sep}prefix={}", unique_prefix(tag))
 }
 
 /// Runs every check, each on a fresh store from `make` reading a fresh [`ManualClock`] at
