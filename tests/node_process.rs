@@ -98,7 +98,7 @@ impl Drop for Proc {
     }
 }
 
-fn setup(dir: &Path, n: usize, store: &str) -> Vec<Proc> {
+fn setup(dir: &Path, n: usize) -> Vec<Proc> {
     std::fs::write(dir.join("secret"), "process-test-secret-0123456789\n").unwrap();
     let ports: Vec<[u16; 3]> = (0..n)
         .map(|_| [free_port(), free_port(), free_port()])
@@ -112,6 +112,7 @@ fn setup(dir: &Path, n: usize, store: &str) -> Vec<Proc> {
             p[1]
         );
     }
+    let store = store_url(dir);
     (0..n)
         .map(|i| {
             let name = format!("node{}", i + 1);
@@ -144,6 +145,13 @@ fn setup(dir: &Path, n: usize, store: &str) -> Vec<Proc> {
         .collect()
 }
 
+/// The Location Store of the processes set up in `dir`: the URL in `dir/store.url` when a test
+/// wrote one (Redis), else a SQLite file in `dir`.
+fn store_url(dir: &Path) -> String {
+    std::fs::read_to_string(dir.join("store.url"))
+        .unwrap_or_else(|_| format!("sqlite://{}", dir.join("store.db").display()))
+}
+
 fn generation(ready: &str) -> u64 {
     ready
         .split_whitespace()
@@ -158,8 +166,7 @@ fn generation(ready: &str) -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_processes_share_the_sqlite_store_and_a_restart_refuses_stale_refs() {
     let dir = tempfile::tempdir().unwrap();
-    let store = format!("sqlite://{}", dir.path().join("store.db").display());
-    two_processes_share_a_store_and_a_restart_refuses_stale_refs(dir.path(), &store).await;
+    two_processes_share_a_store_and_a_restart_refuses_stale_refs(dir.path()).await;
 }
 
 // spec: EG-14, SB-12 — the same on a Redis Location Store (ZLINK_TEST_REDIS_URL; server TIME).
@@ -171,11 +178,12 @@ async fn two_processes_share_a_redis_store_and_a_restart_refuses_stale_refs() {
     };
     let dir = tempfile::tempdir().unwrap();
     let store = contract::with_unique_prefix(&url, "process");
-    two_processes_share_a_store_and_a_restart_refuses_stale_refs(dir.path(), &store).await;
+    std::fs::write(dir.path().join("store.url"), store).unwrap();
+    two_processes_share_a_store_and_a_restart_refuses_stale_refs(dir.path()).await;
 }
 
-async fn two_processes_share_a_store_and_a_restart_refuses_stale_refs(dir: &Path, store: &str) {
-    let mut procs = setup(dir, 2, store);
+async fn two_processes_share_a_store_and_a_restart_refuses_stale_refs(dir: &Path) {
+    let mut procs = setup(dir, 2);
     for p in procs.iter_mut() {
         p.start();
     }
