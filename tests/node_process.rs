@@ -1,5 +1,6 @@
-//! Two `zlink-node` processes sharing one embedded SQLite Location Store: they agree on owners;
-//! a restarted node has a new NodeGeneration and refuses refs from before the restart.
+//! Two `zlink-node` processes sharing one Location Store (the embedded SQLite file, or a Redis
+//! server): they agree on owners; a restarted node has a new NodeGeneration and refuses refs from
+//! before the restart.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -111,7 +112,7 @@ fn setup(dir: &Path, n: usize) -> Vec<Proc> {
             p[1]
         );
     }
-    let store = format!("sqlite://{}", dir.join("store.db").display());
+    let store = store_url(dir);
     (0..n)
         .map(|i| {
             let name = format!("node{}", i + 1);
@@ -144,6 +145,13 @@ fn setup(dir: &Path, n: usize) -> Vec<Proc> {
         .collect()
 }
 
+/// The Location Store of the processes set up in `dir`: the URL in `dir/store.url` when a test
+/// wrote one (Redis), else a SQLite file in `dir`.
+fn store_url(dir: &Path) -> String {
+    std::fs::read_to_string(dir.join("store.url"))
+        .unwrap_or_else(|_| format!("sqlite://{}", dir.join("store.db").display()))
+}
+
 fn generation(ready: &str) -> u64 {
     ready
         .split_whitespace()
@@ -158,7 +166,24 @@ fn generation(ready: &str) -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_processes_share_the_sqlite_store_and_a_restart_refuses_stale_refs() {
     let dir = tempfile::tempdir().unwrap();
-    let mut procs = setup(dir.path(), 2);
+    two_processes_share_a_store_and_a_restart_refuses_stale_refs(dir.path()).await;
+}
+
+// spec: EG-14, SB-12 — the same on a Redis Location Store (ZLINK_TEST_REDIS_URL; server TIME).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_processes_share_a_redis_store_and_a_restart_refuses_stale_refs() {
+    use zlink::store::contract;
+    let Some(url) = contract::redis_test_url("two_processes_share_a_redis_store") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let store = contract::with_unique_prefix(&url, "process");
+    std::fs::write(dir.path().join("store.url"), store).unwrap();
+    two_processes_share_a_store_and_a_restart_refuses_stale_refs(dir.path()).await;
+}
+
+async fn two_processes_share_a_store_and_a_restart_refuses_stale_refs(dir: &Path) {
+    let mut procs = setup(dir, 2);
     for p in procs.iter_mut() {
         p.start();
     }
