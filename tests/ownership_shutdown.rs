@@ -248,7 +248,8 @@ async fn shutdown_under_load_answers_every_request_once_and_releases_the_lease_l
     // New work is refused while the accepted work waits.
     let refused = async {
         loop {
-            match a.request(&on_b, &Get, TIMEOUT).await {
+            // A short deadline: a probe accepted before the gate closed must not block the loop.
+            match a.request(&on_b, &Get, Duration::from_millis(300)).await {
                 Err(e) if e.kind() == ErrorKind::Unavailable => return,
                 _ => tokio::task::yield_now().await,
             }
