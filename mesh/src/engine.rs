@@ -95,8 +95,9 @@ pub(crate) enum Command {
     },
     /// [`crate::MeshNode::set_sink`]: application records are offered to it from now on.
     SetSink(Box<dyn crate::sink::InboundSink>),
-    /// [`crate::MeshNode::release_credit`]: a record the sink held left its sender's window.
-    ReleaseCredit(Origin, u64),
+    /// [`crate::MeshNode::release_credit`]: records the sink held left their senders' windows
+    /// (the list is in `Shared::released`).
+    ReleaseCredit,
     /// Test hook ([`crate::MeshNode::hold_io_for_tests`]): the I/O thread blocks until the
     /// sender of this channel is dropped (at most [`HOLD_LIMIT`]). Commands submitted behind
     /// it are drained in the same pass once it is released.
@@ -872,10 +873,25 @@ impl Engine {
                 self.close_client(session, ClientCloseCause::Closed(reason), Instant::now());
             }
             Command::SetSink(sink) => self.sink = Some(sink),
-            Command::ReleaseCredit(origin, bytes) => match origin {
-                Origin::Peer { node, generation } => self.credit_freed(&node, generation, bytes),
-                Origin::Client { session } => self.client_credit_freed(session.get(), bytes),
-            },
+            Command::ReleaseCredit => {
+                let released = std::mem::take(
+                    &mut *self
+                        .shared
+                        .released
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner()),
+                );
+                for (origin, bytes) in released {
+                    match origin {
+                        Origin::Peer { node, generation } => {
+                            self.credit_freed(&node, generation, bytes)
+                        }
+                        Origin::Client { session } => {
+                            self.client_credit_freed(session.get(), bytes)
+                        }
+                    }
+                }
+            }
             Command::Hold(release) => {
                 // Released when the guard (the only sender) is dropped: `recv` then fails.
                 if let Err(crossbeam_channel::RecvTimeoutError::Timeout) =

@@ -315,6 +315,9 @@ pub(crate) struct Shared {
     closed: AtomicBool,
     max_message_size: usize,
     send_timeout: Duration,
+    /// Credit released by the layer above ([`MeshNode::release_credit`]) and not yet taken by
+    /// the I/O thread: one command per burst, not per record.
+    pub released: std::sync::Mutex<Vec<(Origin, u64)>>,
 }
 
 impl Shared {
@@ -564,6 +567,7 @@ impl MeshNode {
             closed: AtomicBool::new(false),
             max_message_size: cfg.transport.max_message_size,
             send_timeout: cfg.send_timeout,
+            released: std::sync::Mutex::new(Vec::new()),
         });
         let (tx, rx) = crate::inbound::channel(cfg.inbound_capacity);
         let node = cfg.node.clone();
@@ -681,7 +685,19 @@ impl MeshNode {
     /// [`Offer::Held`](crate::Offer::Held): `origin` and `bytes` as it was offered. Credit of a
     /// peer lifecycle or a session that ended meanwhile is ignored.
     pub fn release_credit(&self, origin: Origin, bytes: u64) {
-        let _ = self.shared.submit(Command::ReleaseCredit(origin, bytes));
+        let first = {
+            let mut released = self
+                .shared
+                .released
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            released.push((origin, bytes));
+            released.len() == 1
+        };
+        if first {
+            // The I/O thread takes everything released until it handles this command.
+            let _ = self.shared.submit(Command::ReleaseCredit);
+        }
     }
 
     /// The current generation of `node` if it is up.

@@ -244,6 +244,11 @@ impl SessionHandlers {
 
     /// A typed packet handler for `M::KEY`: the payload decodes as `M`, the reply encodes
     /// `M::Reply` (MessagePack, named fields).
+    ///
+    /// The handler runs as a turn of the session's lane. When it waits for the node's
+    /// transport (a relay request), the part after that wait may run on the mesh I/O thread
+    /// that received the reply, inside the lane runtime's context (so its reply leaves at
+    /// once): keep what follows such an await short and never block in it.
     #[must_use]
     pub fn packet<M, F, Fut>(self, f: F) -> Self
     where
@@ -264,7 +269,7 @@ impl SessionHandlers {
         })
     }
 
-    /// A packet handler on raw bytes for `key`.
+    /// A packet handler on raw bytes for `key` (runs as [`SessionHandlers::packet`] says).
     #[must_use]
     pub fn packet_raw<F>(mut self, key: DispatchKey, f: F) -> Self
     where

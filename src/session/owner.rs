@@ -827,7 +827,12 @@ impl SessionOwner {
                 Err(zlink_mesh::TryPushError::Failed(e)) => Err(e),
             }
         } else {
-            self.host.push(session, key, payload).await
+            // Room comes back in batches: most waiting pushes find it at once.
+            match self.host.try_push(session, key, payload) {
+                Ok(()) => Ok(()),
+                Err(zlink_mesh::TryPushError::Full(p)) => self.host.push(session, key, p).await,
+                Err(zlink_mesh::TryPushError::Failed(e)) => Err(e),
+            }
         };
         match out {
             Ok(()) => entry.push_sent(),
