@@ -128,8 +128,8 @@ impl Accepts {
         Some(p.hs)
     }
 
-    /// The connection proved to be `node`: its records are attributed to `node` from now on.
-    /// Returns the routing id `node` proved before on this link kind, now forgotten.
+    /// The connection proved to be `node`: its records are attributed to `node` from now on,
+    /// and the routing id `node` proved before on this link kind is forgotten.
     pub(crate) fn prove(&mut self, kind: LinkKind, rid: &[u8], node: Arc<NodeRid>) {
         self.proved[index(kind)].retain(|r, n| **n != *node || r.as_slice() == rid);
         self.proved[index(kind)].insert(rid.to_vec(), node);
@@ -166,5 +166,101 @@ impl Accepts {
             .flat_map(HashMap::values)
             .filter_map(|p| p.hs.poll_timeout())
             .min()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::handshake::{LocalIdentity, MeshSecret};
+    use crate::types::{MeshName, NodeGeneration};
+
+    fn hs(now: Instant) -> Handshake {
+        let local = LocalIdentity {
+            mesh: MeshName::new("m").unwrap(),
+            node: NodeRid::new("me").unwrap(),
+            generation: NodeGeneration::new(1),
+            secret: MeshSecret::new(vec![1u8; 32]).unwrap(),
+        };
+        Handshake::acceptor(
+            local,
+            LinkKind::Relay,
+            b"r",
+            None,
+            [0; 32],
+            now,
+            Duration::from_secs(1),
+        )
+    }
+
+    // spec: SB-2.1 — handshakes of strangers are bounded in total and per source address; a
+    // Hello again on the same connection takes no new slot; an ended handshake frees its slot.
+    #[test]
+    fn pending_handshakes_are_bounded_in_total_and_per_source() {
+        let now = Instant::now();
+        let mut a = Accepts::new(3, 2);
+        let src = |s: &str| Some(Arc::<str>::from(s));
+        assert!(
+            a.start(LinkKind::Relay, b"r1", src("10.0.0.1"), hs(now))
+                .is_ok()
+        );
+        assert!(
+            a.start(LinkKind::Relay, b"r2", src("10.0.0.1"), hs(now))
+                .is_ok()
+        );
+        assert_eq!(
+            a.start(LinkKind::Relay, b"r3", src("10.0.0.1"), hs(now))
+                .err(),
+            Some(Full::Source)
+        );
+        // The same connection restarts its handshake in its slot.
+        assert!(
+            a.start(LinkKind::Relay, b"r2", src("10.0.0.1"), hs(now))
+                .is_ok()
+        );
+        assert!(
+            a.start(LinkKind::Completion, b"r1", src("10.0.0.2"), hs(now))
+                .is_ok()
+        );
+        assert_eq!(a.pending_len(), 3);
+        assert_eq!(
+            a.start(LinkKind::Relay, b"r4", src("10.0.0.3"), hs(now))
+                .err(),
+            Some(Full::Total)
+        );
+        // Ending one frees its slot and its source's count.
+        assert!(a.finish(LinkKind::Relay, b"r1").is_some());
+        assert!(
+            a.start(LinkKind::Relay, b"r5", src("10.0.0.1"), hs(now))
+                .is_ok()
+        );
+        // Expired handshakes are handed out with their timeout and free their slots.
+        assert_eq!(a.poll_timeout(), Some(now + Duration::from_secs(1)));
+        let expired = a.expire(now + Duration::from_secs(1));
+        assert_eq!(expired.len(), 3);
+        assert!(expired.iter().all(|(_, h)| matches!(
+            h.poll_outcome(),
+            Some(crate::handshake::Outcome::Failed(
+                crate::handshake::HandshakeFailure::Timeout
+            ))
+        )));
+        assert_eq!(a.pending_len(), 0);
+        assert!(a.by_source.is_empty());
+    }
+
+    // Only the routing id proved last speaks for a node on a link kind.
+    #[test]
+    fn a_node_is_proved_by_one_routing_id_per_link() {
+        let mut a = Accepts::new(1, 1);
+        let node = Arc::new(NodeRid::new("peer").unwrap());
+        a.prove(LinkKind::Relay, b"old", node.clone());
+        a.prove(LinkKind::Completion, b"c", node.clone());
+        a.prove(LinkKind::Relay, b"new", node.clone());
+        assert!(a.proved(LinkKind::Relay, b"old").is_none());
+        assert_eq!(a.proved(LinkKind::Relay, b"new"), Some(&node));
+        assert_eq!(a.proved(LinkKind::Completion, b"c"), Some(&node));
+        assert!(a.proved(LinkKind::Completion, b"new").is_none());
     }
 }
