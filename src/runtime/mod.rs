@@ -22,6 +22,7 @@ mod driver;
 pub mod error;
 pub mod gate;
 mod job;
+mod park;
 pub mod policy;
 mod spot;
 pub mod status;
