@@ -118,7 +118,7 @@ impl Clock for SystemClock {
 }
 
 /// The cycle counter behind [`SystemClock::budget_spent`] (x86-64 Linux, invariant TSC only).
-#[cfg(all(target_arch = "x86_64", target_os = "linux", not(loom)))]
+#[cfg(all(target_arch = "x86_64", target_os = "linux", not(feature = "loom")))]
 mod cycles {
     use std::sync::OnceLock;
 
@@ -176,7 +176,7 @@ mod cycles {
 }
 
 /// No cycle counter: every budget check reads the clock.
-#[cfg(not(all(target_arch = "x86_64", target_os = "linux", not(loom))))]
+#[cfg(not(all(target_arch = "x86_64", target_os = "linux", not(feature = "loom"))))]
 mod cycles {
     pub fn read() -> u64 {
         0
@@ -270,7 +270,7 @@ impl fmt::Debug for RuntimeConfig {
     }
 }
 
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(feature = "loom")))]
 mod tests {
     use super::*;
 

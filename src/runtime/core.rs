@@ -1106,7 +1106,7 @@ impl<W, L: Clone> GateCore<W, L> {
     }
 }
 
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(feature = "loom")))]
 mod tests {
     use super::*;
 

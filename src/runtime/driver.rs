@@ -30,6 +30,7 @@ use super::config::RuntimeConfig;
 use super::core::{LaneClass, LaneId, Queued, ResumeRefused, SubmitRefusal, Turn};
 use super::error::{HandlerError, InvalidOperation, RuntimeError, Unavailable};
 use super::gate::{Fence, GateShared};
+use super::park::ParkWord;
 use super::status::StatusBus;
 
 /// A boxed, sendable future.
@@ -361,8 +362,7 @@ impl LaneHandle {
             let w = Arc::new(LaneWake {
                 lane: Arc::downgrade(self),
                 drain: Mutex::new(None),
-                parked: AtomicU64::new(0),
-                woke: AtomicBool::new(false),
+                word: ParkWord::default(),
             });
             (w.clone(), Waker::from(w))
         })
@@ -473,17 +473,12 @@ impl LaneHandle {
 /// `LaneHandle::lane_wake`). While a record is parked (yielded, EG-3) any wake-up of its future
 /// (the awaited result, or a timer or `select!` branch around the Yield) appends its resume record
 /// (EG-16.8): the future is only ever polled by a drain holding the right, so no handler code runs
-/// without the gate (EG-2.6). Otherwise the wake-up goes to the drain polling the record.
-///
-/// Lost-wake-up protocol (`SeqCst` on both sides): the waker sets `woke`, then claims `parked`;
-/// the drain clears `woke` before each poll, and after parking sets `parked`, then reads `woke`
-/// and claims `parked` itself. Whoever wins the claim requests the resume, exactly once.
+/// without the gate (EG-2.6). Otherwise the wake-up goes to the drain polling the record. Who
+/// requests the resume is decided by the [`ParkWord`] (exactly once per park, no lost wake-up).
 struct LaneWake {
     lane: Weak<LaneHandle>,
     drain: Mutex<Option<Waker>>,
-    /// Invocation of the parked record whose resume has not been requested yet (0: none).
-    parked: AtomicU64,
-    woke: AtomicBool,
+    word: ParkWord,
 }
 
 impl std::task::Wake for LaneWake {
@@ -492,8 +487,10 @@ impl std::task::Wake for LaneWake {
     }
 
     fn wake_by_ref(self: &Arc<Self>) {
-        self.woke.store(true, Ordering::SeqCst);
-        if self.claim_parked() {
+        if let Some(inv) = self.word.wake() {
+            if let Some(lane) = self.lane.upgrade() {
+                request_resume(&lane, inv);
+            }
             return;
         }
         let w = self.drain.lock().unwrap().clone();
@@ -504,23 +501,6 @@ impl std::task::Wake for LaneWake {
 }
 
 impl LaneWake {
-    /// Claim the parked record's resume request; `true` if this call made it.
-    fn claim_parked(&self) -> bool {
-        let inv = self.parked.load(Ordering::SeqCst);
-        if inv == 0
-            || self
-                .parked
-                .compare_exchange(inv, 0, Ordering::SeqCst, Ordering::SeqCst)
-                .is_err()
-        {
-            return false;
-        }
-        if let Some(lane) = self.lane.upgrade() {
-            request_resume(&lane, inv);
-        }
-        true
-    }
-
     fn set_drain(&self, w: &Waker) {
         let mut d = self.drain.lock().unwrap();
         if !d.as_ref().is_some_and(|d| d.will_wake(w)) {
@@ -940,7 +920,7 @@ impl Future for Inline<'_> {
         let polled = if lane.yield_allowed {
             let (wake, waker) = lane.lane_wake();
             wake.set_drain(cx.waker());
-            wake.woke.store(false, Ordering::SeqCst);
+            wake.word.before_poll();
             let mut lcx = Context::from_waker(waker);
             let fut = self.fut.as_mut().expect("polled after end");
             catch_unwind(AssertUnwindSafe(|| fut.as_mut().poll(&mut lcx)))
@@ -1075,10 +1055,9 @@ fn park(gate: &GateInner, lane: &Arc<LaneHandle>, invocation: u64, fut: HandlerF
     let _ = gate.gate.lock().handle_yield(lane.lane, invocation);
     lane.slot.park(invocation, fut);
     let (wake, _) = lane.lane_wake();
-    wake.parked.store(invocation, Ordering::SeqCst);
-    if wake.woke.load(Ordering::SeqCst) {
+    if let Some(inv) = wake.word.park(invocation) {
         // woken while it was being parked: nobody else saw it parked
-        wake.claim_parked();
+        request_resume(lane, inv);
     }
 }
 
@@ -1306,4 +1285,52 @@ where
     F::Output: Send + 'static,
 {
     rt.infra.spawn(DOMAIN.scope(Domain::Infrastructure, fut))
+}
+
+/// A lane behind a gate of its own, for unit tests of the runtime's parts.
+#[cfg(all(test, not(feature = "loom")))]
+pub(crate) fn test_lane() -> Arc<LaneHandle> {
+    let rt = super::Runtime::new(RuntimeConfig {
+        application_workers: 1,
+        infrastructure_workers: 1,
+        ..Default::default()
+    })
+    .unwrap();
+    let gate = GateInner::new(&rt.shared);
+    gate.add_lane(LaneKind::Actor, false).unwrap()
+}
+
+#[cfg(all(test, not(feature = "loom")))]
+mod tests {
+    use super::*;
+
+    // EG-6.1, issue 12: the yield signal names its invocation; a stale one never acts on another
+    // record, and a Yield withdrawn before the drain saw it leaves the record holding the gate.
+    #[test]
+    fn yield_signal_is_tagged_with_its_invocation() {
+        let s = Slot::new();
+        s.begin(5, Fence(0), 1);
+        s.begin_yield(5);
+        assert!(!s.holds_gate(5));
+        // another invocation's drain never sees it (and clears it)
+        assert!(!s.take_yield(6));
+        assert!(!s.take_yield(5));
+        // a stale withdrawal does nothing
+        s.begin_yield(5);
+        s.cancel_yield(4);
+        assert!(!s.holds_gate(5));
+        assert!(s.take_yield(5));
+        // withdrawn after the drain took it (parked): nothing to undo
+        s.cancel_yield(5);
+        assert!(!s.holds_gate(5));
+        // withdrawn in the poll that asked: the record keeps the gate, the drain sees nothing
+        s.begin_yield(5);
+        s.cancel_yield(5);
+        assert!(s.holds_gate(5));
+        assert!(!s.take_yield(5));
+        // the record's end clears its own signal only
+        s.begin_yield(5);
+        assert!(s.end(5).is_none());
+        assert!(!s.take_yield(7));
+    }
 }

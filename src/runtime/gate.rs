@@ -259,7 +259,7 @@ impl<W, L: Clone> GateShared<W, L> {
     }
 }
 
-#[cfg(all(test, loom))]
+#[cfg(all(test, feature = "loom"))]
 mod loom_tests {
     //! `RUSTFLAGS="--cfg loom" cargo test -p zlink --lib --release loom` (see `scripts/loom`).
     use super::*;
@@ -474,6 +474,151 @@ mod loom_tests {
             let s = core.lane_stats(a).unwrap();
             assert_eq!(s.application_reserved_items, 0, "reservation leaked");
             assert!(!s.claimed);
+        });
+    }
+
+    // The park word (`park.rs`): a wake-up racing the park of a yielded record requests its
+    // resume exactly once, with one or two wake-ups (EG-3, EG-16.8: the resume record is neither
+    // lost nor duplicated).
+    #[test]
+    fn loom_park_requests_resume_once() {
+        use crate::runtime::park::ParkWord;
+        for wakers in 1..=2 {
+            loom::model(move || {
+                let w = Arc::new(ParkWord::default());
+                let requests = Arc::new(AtomicU64::new(0));
+                w.before_poll();
+                let threads: Vec<_> = (0..wakers)
+                    .map(|_| {
+                        let (w, r) = (w.clone(), requests.clone());
+                        loom::thread::spawn(move || {
+                            if w.wake() == Some(7) {
+                                r.fetch_add(1, Ordering::SeqCst);
+                            }
+                        })
+                    })
+                    .collect();
+                if w.park(7) == Some(7) {
+                    requests.fetch_add(1, Ordering::SeqCst);
+                }
+                for t in threads {
+                    t.join().unwrap();
+                }
+                assert_eq!(requests.load(Ordering::SeqCst), 1, "resume lost or doubled");
+            });
+        }
+    }
+
+    // spec: EG-4.1, EG-3.1, EG-6.1 — seal and unseal while a yielded record's result arrives: the
+    // record is resumed or cancelled, exactly once; the lane's next record (queued behind the
+    // claim) runs exactly once after it; nothing is stranded and the right is free at the end.
+    #[test]
+    fn loom_seal_during_yield() {
+        use crate::runtime::park::ParkWord;
+        loom::model(|| {
+            let p = probe();
+            let a = p.gate.lock().add_lane(()).unwrap();
+            // record 1 runs and yields: claim yielded, future parked
+            let inv = {
+                let mut core = p.gate.lock();
+                core.handle_submit(a, LaneClass::Application, 0, 1)
+                    .ok()
+                    .unwrap();
+                let _right = p.gate.word.try_acquire().unwrap();
+                let Some(Turn::Run { invocation, .. }) = core.poll_turn() else {
+                    panic!("no turn")
+                };
+                core.handle_yield(a, invocation).unwrap();
+                // record 2 waits behind the claim (EG-3.1)
+                core.handle_submit(a, LaneClass::Application, 0, 2)
+                    .ok()
+                    .unwrap();
+                invocation
+            };
+            let word = Arc::new(ParkWord::default());
+            word.before_poll();
+            assert_eq!(word.park(inv), None);
+            assert!(p.gate.release_and_recheck().is_none());
+            let cancelled = Arc::new(AtomicU64::new(0));
+            // the awaited result arrives: the wake-up requests the resume
+            let (p1, w1, c1) = (p.clone(), word.clone(), cancelled.clone());
+            let waker = loom::thread::spawn(move || {
+                let Some(inv) = w1.wake() else { return };
+                let r = p1.gate.lock().handle_resume(a, inv);
+                match r {
+                    Ok(()) => kick(&p1),
+                    Err(crate::runtime::core::ResumeRefused::Sealed) => {
+                        c1.fetch_add(1, Ordering::SeqCst);
+                    }
+                    Err(e) => panic!("resume {e:?}"),
+                }
+            });
+            // relocation starts and is aborted
+            let refused = p.gate.lock().handle_seal();
+            cancelled.fetch_add(refused.len() as u64, Ordering::SeqCst);
+            p.gate.lock().handle_unseal();
+            kick(&p);
+            waker.join().unwrap();
+            let (ran, cancelled) = (
+                p.ran.load(Ordering::SeqCst),
+                cancelled.load(Ordering::SeqCst),
+            );
+            assert_eq!(ran + cancelled, 2, "ran {ran}, cancelled {cancelled}");
+            assert_quiescent(&p);
+            let s = p.gate.lock().lane_stats(a).unwrap();
+            assert!(!s.claimed && s.application_reserved_items == 0);
+        });
+    }
+
+    /// The drain's budget hand-off (`driver::drain`): finish the record, release the right, then
+    /// re-check the ready set and take the right again if work is there.
+    fn budget_release(p: &Probe, lane: LaneId, invocation: u64) {
+        {
+            let mut core = p.gate.lock_unquiesced();
+            p.gate.end_batch(&mut core);
+            core.handle_turn_finished(lane, invocation).unwrap();
+        }
+        p.gate.word.release();
+        if !p.gate.lock_unquiesced().has_ready() {
+            return;
+        }
+        if let Some(f) = p.gate.word.try_acquire() {
+            drain(p, f);
+        }
+    }
+
+    // spec: EG-9, EG-7.4, EG-11 — the budget hand-off against a concurrent submission (to the
+    // same lane, then to another): no work stranded, no overlap, the right free at the end.
+    #[test]
+    fn loom_budget_release_strands_nothing() {
+        loom::model(|| {
+            let p = probe();
+            let (a, b) = {
+                let mut core = p.gate.lock();
+                (core.add_lane(()).unwrap(), core.add_lane(()).unwrap())
+            };
+            let f = p.gate.word.try_acquire().unwrap();
+            let inv = {
+                let mut core = p.gate.lock();
+                core.handle_submit(a, LaneClass::Application, 0, 1)
+                    .ok()
+                    .unwrap();
+                let Some(Turn::Run { invocation, .. }) = core.poll_turn() else {
+                    panic!("no turn")
+                };
+                invocation
+            };
+            let _ = f;
+            let p1 = p.clone();
+            let t1 = loom::thread::spawn(move || {
+                submit(&p1, a, 2);
+                submit(&p1, b, 3);
+            });
+            // the record ran; its handler spent the budget
+            budget_release(&p, a, inv);
+            t1.join().unwrap();
+            assert_eq!(p.ran.load(Ordering::SeqCst), 2, "work stranded");
+            assert_quiescent(&p);
         });
     }
 }

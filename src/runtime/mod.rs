@@ -22,6 +22,7 @@ mod driver;
 pub mod error;
 pub mod gate;
 mod job;
+mod park;
 mod pending;
 pub mod policy;
 mod spot;
