@@ -290,6 +290,16 @@ impl RedisStore {
         &self.shared.keys.prefix
     }
 
+    /// The longest a call without write conflicts (a lease renewal) waits for the server before
+    /// it fails `Unavailable`: one connection attempt plus two round trips (the read snapshot and
+    /// the write script), each bounded by [`RedisOptions`]. A lease TTL must leave more slack
+    /// than this between a renewal and the expiry.
+    #[must_use]
+    pub fn longest_wait(&self) -> Duration {
+        let o = &self.shared.options;
+        o.connection_timeout + o.response_timeout * 2
+    }
+
     /// The established connection, connecting on first use.
     async fn conn(&self) -> Result<&Conn, StoreError> {
         self.shared
@@ -1046,6 +1056,12 @@ mod tests {
         let outcome = attempt(server_now - 10_000, server_now + 60_000).await;
         assert!(outcome.unwrap().is_some());
         assert_eq!(read(manager).await, Some(b"written".to_vec()));
+    }
+
+    #[test]
+    fn the_longest_wait_is_a_connection_and_two_round_trips() {
+        let store = RedisStore::open("redis://h:1", RedisOptions::default()).unwrap();
+        assert_eq!(store.longest_wait(), Duration::from_secs(5));
     }
 
     #[test]
