@@ -768,6 +768,10 @@ fn decode_actor(id: &ActorId, raw: &[u8]) -> Result<ActorLocation, StoreError> {
 }
 
 impl LocationStore for RedisStore {
+    fn write_wait_limit(&self) -> Option<Duration> {
+        Some(self.longest_wait())
+    }
+
     fn register_owner(
         &self,
         node: NodeRid,
