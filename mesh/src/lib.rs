@@ -5,7 +5,9 @@
 //! - libzmq sockets live on one I/O thread per node ([`MeshNode`]) or client
 //!   ([`MeshClient`]); tokio code talks to it through a crossbeam channel plus an inproc PAIR
 //!   doorbell. No tokio worker ever blocks in a zmq call; the I/O thread never blocks on a peer
-//!   (non-blocking sends; EAGAIN = PAUSED).
+//!   (non-blocking sends; EAGAIN = PAUSED). The layer above may take application records on
+//!   the I/O thread itself ([`InboundSink`], never blocking; held records keep their sender's
+//!   credit charged until [`MeshNode::release_credit`]).
 //! - Every network-facing socket sets `MAXMSGSIZE`, `SNDHWM`/`RCVHWM`, bounded `LINGER`,
 //!   bounded reconnect backoff, and ZMTP heartbeats on completion connections only (a
 //!   backpressured relay or client connection must not be cut); ROUTERs use `ROUTER_MANDATORY` (no
