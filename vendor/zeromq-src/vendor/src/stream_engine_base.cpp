@@ -768,6 +768,15 @@ void zmq::stream_engine_base_t::timer_event (int id_)
         //  handshake timer expired before handshake completed, so engine fail
         error (timeout_error);
     } else if (id_ == heartbeat_ivl_timer_id) {
+        //  ZLINK PATCH (io error): after a hang-up while input was stopped (pipe
+        //  full) the fd is out of the poller and out_event asserts !_io_error, so
+        //  a PING here aborted the process. Send none and stop the interval timer:
+        //  the connection ends through restart_input -> error once the
+        //  application drains the pipe (or by the heartbeat timeout/TTL timers).
+        if (_io_error) {
+            _has_heartbeat_timer = false;
+            return;
+        }
         _next_msg = &stream_engine_base_t::produce_ping_message;
         out_event ();
         add_timer (_options.heartbeat_interval, heartbeat_ivl_timer_id);

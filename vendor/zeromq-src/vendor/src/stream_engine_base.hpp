@@ -87,6 +87,10 @@ class stream_engine_base_t : public io_object_t, public i_engine
     //  to the monitor (ZMQ_PROTOCOL_ERROR_ZMTP_MESSAGE_TOO_LARGE).
     void message_too_large ();
 
+    //  ZLINK PATCH (io error): true once the peer hung up while input was stopped
+    //  (see in_event_internal); nothing may be written any more (out_event asserts).
+    bool io_error () const { return _io_error; }
+
     int next_handshake_command (msg_t *msg_);
     int process_handshake_command (msg_t *msg_);
 

@@ -528,6 +528,12 @@ int zmq::zmtp_engine_t::process_heartbeat_message (msg_t *msg_)
             _has_ttl_timer = true;
         }
 
+        //  ZLINK PATCH (io error): a PING still in the input buffer is decoded by
+        //  restart_input after the peer hung up (_io_error); out_event would
+        //  assert. The peer is gone: no PONG.
+        if (io_error ())
+            return 0;
+
         //  As per ZMTP 3.1 the PING command might contain an up to 16 bytes
         //  context which needs to be PONGed back, so build the pong message
         //  here and store it. Truncate it if it's too long.
