@@ -928,14 +928,20 @@ impl Future for Inline<'_> {
             let fut = self.fut.as_mut().expect("polled after end");
             catch_unwind(AssertUnwindSafe(|| fut.as_mut().poll(cx)))
         };
-        match polled {
-            Err(_) => Poll::Ready(InlineEnd::Done(Err(HandlerError::Panicked))),
-            Ok(Poll::Ready(r)) => Poll::Ready(InlineEnd::Done(r)),
+        let end = match polled {
+            Err(_) => InlineEnd::Done(Err(HandlerError::Panicked)),
+            Ok(Poll::Ready(r)) => InlineEnd::Done(r),
             Ok(Poll::Pending) if lane.slot.take_yield(self.invocation) => {
-                Poll::Ready(InlineEnd::Yielded(self.fut.take().unwrap()))
+                InlineEnd::Yielded(self.fut.take().unwrap())
             }
-            Ok(Poll::Pending) => Poll::Pending,
+            Ok(Poll::Pending) => return Poll::Pending,
+        };
+        if let Some((wake, _)) = lane.wake.get() {
+            // the record no longer runs in this drain: keep no waker of it (it would keep the
+            // drain task's memory after the task ended)
+            *wake.drain.lock().unwrap() = None;
         }
+        Poll::Ready(end)
     }
 }
 

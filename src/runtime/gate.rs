@@ -587,8 +587,9 @@ mod loom_tests {
         }
     }
 
-    // spec: EG-9, EG-7.4, EG-11 — the budget hand-off against a concurrent submission (to the
-    // same lane, then to another): no work stranded, no overlap, the right free at the end.
+    // spec: EG-9, EG-7.4, EG-11 — the budget hand-off against concurrent submissions to the same
+    // lane and to another: no work stranded, no overlap, the right free at the end. Checked to
+    // fail when the re-check after the release is removed.
     #[test]
     fn loom_budget_release_strands_nothing() {
         loom::model(|| {
@@ -610,13 +611,13 @@ mod loom_tests {
             };
             let _ = f;
             let p1 = p.clone();
-            let t1 = loom::thread::spawn(move || {
-                submit(&p1, a, 2);
-                submit(&p1, b, 3);
-            });
+            let t1 = loom::thread::spawn(move || submit(&p1, a, 2));
+            let p2 = p.clone();
+            let t2 = loom::thread::spawn(move || submit(&p2, b, 3));
             // the record ran; its handler spent the budget
             budget_release(&p, a, inv);
             t1.join().unwrap();
+            t2.join().unwrap();
             assert_eq!(p.ran.load(Ordering::SeqCst), 2, "work stranded");
             assert_quiescent(&p);
         });
