@@ -381,3 +381,95 @@ async fn a_turn_running_past_the_drain_deadline_keeps_the_lease() {
     let _ = tokio::time::timeout(TIMEOUT, running).await.unwrap();
     drop(store);
 }
+
+/// A store whose activations never complete: each `reserve_activation` signals `entered` and
+/// then waits for ever (a store that hangs, as one node sees it).
+#[derive(Debug)]
+struct StuckActivation {
+    inner: Arc<dyn LocationStore>,
+    entered: Arc<tokio::sync::Notify>,
+}
+
+impl LocationStore for StuckActivation {
+    fn register_owner(
+        &self,
+        node: NodeRid,
+        generation: NodeGeneration,
+        ttl: Duration,
+    ) -> StoreFuture<'_, OwnerLease> {
+        self.inner.register_owner(node, generation, ttl)
+    }
+    fn renew_owner(&self, holder: LeaseHolder, ttl: Duration) -> StoreFuture<'_, OwnerLease> {
+        self.inner.renew_owner(holder, ttl)
+    }
+    fn release_owner(&self, holder: LeaseHolder) -> StoreFuture<'_, ()> {
+        self.inner.release_owner(holder)
+    }
+    fn reserve_activation(&self, _request: ActivationRequest) -> StoreFuture<'_, Reservation> {
+        self.entered.notify_one();
+        Box::pin(std::future::pending())
+    }
+    fn mark_ready(
+        &self,
+        actor_id: ActorId,
+        fence: AuthorityFence,
+    ) -> StoreFuture<'_, ActorLocation> {
+        self.inner.mark_ready(actor_id, fence)
+    }
+    fn lookup(&self, actor_id: ActorId) -> StoreFuture<'_, Option<ActorLocation>> {
+        self.inner.lookup(actor_id)
+    }
+    fn cas_owner(
+        &self,
+        actor_id: ActorId,
+        expected: AuthorityFence,
+        new_owner: ActorOwner,
+    ) -> StoreFuture<'_, ActorLocation> {
+        self.inner.cas_owner(actor_id, expected, new_owner)
+    }
+    fn destroy(&self, actor_id: ActorId, fence: OwnerFence) -> StoreFuture<'_, ()> {
+        self.inner.destroy(actor_id, fence)
+    }
+}
+
+/// A client operation that runs off the inbound loop (here a CREATE waiting on a store that
+/// hangs) still gets exactly one terminal when shutdown stops waiting for it: `Unavailable`,
+/// never silence.
+// spec: SB-10
+#[tokio::test]
+async fn a_client_create_stuck_on_the_store_is_answered_unavailable_at_shutdown() {
+    let entered = Arc::new(tokio::sync::Notify::new());
+    let stuck: Arc<dyn LocationStore> = Arc::new(StuckActivation {
+        inner: memory_store(),
+        entered: entered.clone(),
+    });
+    let mut mc = mesh_config("b");
+    mc.client_endpoint = Some("tcp://127.0.0.1:*".into());
+    let b = Node::start(NodeOptions::new(mc, stuck, demo::registry().unwrap()))
+        .await
+        .unwrap();
+    let client = client_of(&b);
+    let create = tokio::spawn(async move {
+        client
+            .create(
+                "counter",
+                "stuck-1",
+                zlink::node::client::Placement::default(),
+            )
+            .await
+    });
+    tokio::time::timeout(TIMEOUT, entered.notified())
+        .await
+        .expect("the CREATE reached the store");
+    b.shutdown(Duration::from_millis(50)).await;
+    let out = tokio::time::timeout(TIMEOUT, create)
+        .await
+        .expect("the CREATE was answered")
+        .unwrap();
+    match out {
+        Err(zlink::node::client::ClientError::Remote { kind, .. }) => {
+            assert_eq!(kind, ErrorKind::Unavailable);
+        }
+        other => panic!("expected an Unavailable answer, got {other:?}"),
+    }
+}

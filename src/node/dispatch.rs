@@ -21,7 +21,7 @@ use zlink_wire::{ActorCall, ActorId, BindOperation, DispatchKey, ErrorKind};
 use super::protocol::{self, Activate, CallActor, CreateActor, DestroyActor, GetActor};
 use super::{Create, Inner, Node};
 use crate::actor::ActorError;
-use crate::actor::exec::{ReplyTo, Work};
+use crate::actor::exec::{InflightGuard, ReplyTo, Work};
 use crate::actor::fence::CallFence;
 use crate::backlog::{Admitted, Done};
 use std::sync::{Arc, Weak};
@@ -203,6 +203,23 @@ fn answer(reply: ReplyHandle, out: Result<Bytes, ActorError>) {
     }
 }
 
+/// Runs `work` off the inbound loop and answers `reply` with its result — or with `Unavailable`
+/// (`ShuttingDown`) once shutdown stops waiting for it, so every accepted request gets exactly
+/// one terminal (SB-10). `guard` keeps the request counted as in flight until it is answered.
+fn spawn_answered<F>(node: Node, reply: ReplyHandle, guard: InflightGuard, work: F)
+where
+    F: std::future::Future<Output = Result<Bytes, ActorError>> + Send + 'static,
+{
+    tokio::spawn(async move {
+        let out = tokio::select! {
+            out = work => out,
+            () = node.closed() => Err(ActorError::ShuttingDown),
+        };
+        answer(reply, out);
+        drop(guard);
+    });
+}
+
 async fn handle(node: &Node, inbound: Inbound) {
     let Inbound {
         origin,
@@ -316,28 +333,26 @@ fn on_peer_request(node: &Node, key: DispatchKey, payload: Bytes, reply: ReplyHa
     let guard = node.inflight().enter();
     match key {
         protocol::PEER_ACTIVATE => {
-            tokio::spawn(async move {
-                let out = async {
+            let work = {
+                let node = node.clone();
+                async move {
                     let req: Activate = protocol::decode(&payload)?;
                     let r = node.activate_local(req).await?;
                     protocol::encode(&r)
                 }
-                .await;
-                answer(reply, out);
-                drop(guard);
-            });
+            };
+            spawn_answered(node, reply, guard, work);
         }
         protocol::PEER_DESTROY => {
-            tokio::spawn(async move {
-                let out = async {
+            let work = {
+                let node = node.clone();
+                async move {
                     let req: DestroyActor = protocol::decode(&payload)?;
                     node.destroy_local(&req.actor).await?;
                     protocol::encode(&())
                 }
-                .await;
-                answer(reply, out);
-                drop(guard);
-            });
+            };
+            spawn_answered(node, reply, guard, work);
         }
         _ => reply.error(
             ErrorKind::NotFound,
@@ -409,27 +424,25 @@ async fn on_client_request(
                 let _ =
                     node.submit_checked_now(&CallFence::of_ref(&req.actor), work, None, NO_RELEASE);
             } else {
-                let node = node.clone();
-                tokio::spawn(async move {
-                    // Shutdown that stops waiting answers it at once (SB-10: one terminal).
-                    let out = tokio::select! {
-                        out = node.request_raw(
+                let work = {
+                    let node = node.clone();
+                    async move {
+                        node.request_raw(
                             &req.actor,
                             DispatchKey::new(req.key),
                             Bytes::from(req.payload),
                             timeout,
-                        ) => out,
-                        () = node.closed() => Err(ActorError::ShuttingDown),
-                    };
-                    answer(reply, out);
-                    drop(guard);
-                });
+                        )
+                        .await
+                    }
+                };
+                spawn_answered(node.clone(), reply, guard, work);
             }
         }
         protocol::CREATE | protocol::GET_OR_CREATE => {
-            let node = node.clone();
-            tokio::spawn(async move {
-                let out = async {
+            let work = {
+                let node = node.clone();
+                async move {
                     let c = create_of(protocol::decode(&payload)?)?;
                     let r = if key == protocol::CREATE {
                         node.create(c).await?
@@ -438,37 +451,31 @@ async fn on_client_request(
                     };
                     protocol::encode(&r)
                 }
-                .await;
-                answer(reply, out);
-                drop(guard);
-            });
+            };
+            spawn_answered(node.clone(), reply, guard, work);
         }
         protocol::GET => {
-            let node = node.clone();
-            tokio::spawn(async move {
-                let out = async {
+            let work = {
+                let node = node.clone();
+                async move {
                     let req: GetActor = protocol::decode(&payload)?;
                     let id = ActorId::new(&req.actor_id)
                         .map_err(|e| ActorError::Codec(format!("actor id: {e}")))?;
                     protocol::encode(&node.get(&id).await?)
                 }
-                .await;
-                answer(reply, out);
-                drop(guard);
-            });
+            };
+            spawn_answered(node.clone(), reply, guard, work);
         }
         protocol::DESTROY => {
-            let node = node.clone();
-            tokio::spawn(async move {
-                let out = async {
+            let work = {
+                let node = node.clone();
+                async move {
                     let req: DestroyActor = protocol::decode(&payload)?;
                     node.destroy(&req.actor).await?;
                     protocol::encode(&())
                 }
-                .await;
-                answer(reply, out);
-                drop(guard);
-            });
+            };
+            spawn_answered(node.clone(), reply, guard, work);
         }
         protocol::NODE_INFO => answer(reply, protocol::encode(&node.info())),
         _ => reply.error(ErrorKind::NotFound, format!("no client operation {key}")),
