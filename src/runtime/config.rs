@@ -118,7 +118,12 @@ impl Clock for SystemClock {
 }
 
 /// The cycle counter behind [`SystemClock::budget_spent`] (x86-64 Linux, invariant TSC only).
-#[cfg(all(target_arch = "x86_64", target_os = "linux", not(feature = "loom")))]
+#[cfg(all(
+    target_arch = "x86_64",
+    target_os = "linux",
+    not(feature = "loom"),
+    not(miri)
+))]
 mod cycles {
     use std::sync::OnceLock;
 
@@ -176,7 +181,12 @@ mod cycles {
 }
 
 /// No cycle counter: every budget check reads the clock.
-#[cfg(not(all(target_arch = "x86_64", target_os = "linux", not(feature = "loom"))))]
+#[cfg(not(all(
+    target_arch = "x86_64",
+    target_os = "linux",
+    not(feature = "loom"),
+    not(miri)
+)))]
 mod cycles {
     pub fn read() -> u64 {
         0
