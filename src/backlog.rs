@@ -18,7 +18,8 @@ use std::hash::Hash;
 
 use crate::runtime::{BoxFuture, PendingSubmit, RuntimeError, TrySubmitError};
 use crate::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use crate::sync::{Arc, Mutex, MutexGuard};
+use crate::sync::{Mutex, MutexGuard};
+use std::sync::Arc;
 
 /// Runs once a waiting record left its backlog (entered its lane, or was refused for good).
 pub(crate) type Done = Box<dyn FnOnce() + Send>;
