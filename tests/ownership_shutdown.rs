@@ -67,11 +67,14 @@ fn registry(log: &Log, gate: &watch::Receiver<bool>) -> ActorRegistry {
     r
 }
 
-/// Logs every owner lease release (when it is issued) among the turns' events.
+/// The shared store as one node sees it: logs every owner lease release (when it is issued)
+/// among the turns' events, and with `stuck` set, makes every activation hang after signalling
+/// it (a store that stops answering).
 #[derive(Debug)]
 struct Recording {
     inner: Arc<dyn LocationStore>,
     log: Log,
+    stuck: Option<Arc<tokio::sync::Notify>>,
 }
 
 impl LocationStore for Recording {
@@ -94,6 +97,10 @@ impl LocationStore for Recording {
         self.inner.release_owner(holder)
     }
     fn reserve_activation(&self, request: ActivationRequest) -> StoreFuture<'_, Reservation> {
+        if let Some(entered) = &self.stuck {
+            entered.notify_one();
+            return Box::pin(std::future::pending());
+        }
         self.inner.reserve_activation(request)
     }
     fn mark_ready(
@@ -141,6 +148,7 @@ async fn mesh() -> Mesh {
     let recording: Arc<dyn LocationStore> = Arc::new(Recording {
         inner: store.clone(),
         log: log.clone(),
+        stuck: None,
     });
     let b = Node::start(NodeOptions::new(mc, recording, registry(&log, &gate_rx)))
         .await
@@ -382,56 +390,6 @@ async fn a_turn_running_past_the_drain_deadline_keeps_the_lease() {
     drop(store);
 }
 
-/// A store whose activations never complete: each `reserve_activation` signals `entered` and
-/// then waits for ever (a store that hangs, as one node sees it).
-#[derive(Debug)]
-struct StuckActivation {
-    inner: Arc<dyn LocationStore>,
-    entered: Arc<tokio::sync::Notify>,
-}
-
-impl LocationStore for StuckActivation {
-    fn register_owner(
-        &self,
-        node: NodeRid,
-        generation: NodeGeneration,
-        ttl: Duration,
-    ) -> StoreFuture<'_, OwnerLease> {
-        self.inner.register_owner(node, generation, ttl)
-    }
-    fn renew_owner(&self, holder: LeaseHolder, ttl: Duration) -> StoreFuture<'_, OwnerLease> {
-        self.inner.renew_owner(holder, ttl)
-    }
-    fn release_owner(&self, holder: LeaseHolder) -> StoreFuture<'_, ()> {
-        self.inner.release_owner(holder)
-    }
-    fn reserve_activation(&self, _request: ActivationRequest) -> StoreFuture<'_, Reservation> {
-        self.entered.notify_one();
-        Box::pin(std::future::pending())
-    }
-    fn mark_ready(
-        &self,
-        actor_id: ActorId,
-        fence: AuthorityFence,
-    ) -> StoreFuture<'_, ActorLocation> {
-        self.inner.mark_ready(actor_id, fence)
-    }
-    fn lookup(&self, actor_id: ActorId) -> StoreFuture<'_, Option<ActorLocation>> {
-        self.inner.lookup(actor_id)
-    }
-    fn cas_owner(
-        &self,
-        actor_id: ActorId,
-        expected: AuthorityFence,
-        new_owner: ActorOwner,
-    ) -> StoreFuture<'_, ActorLocation> {
-        self.inner.cas_owner(actor_id, expected, new_owner)
-    }
-    fn destroy(&self, actor_id: ActorId, fence: OwnerFence) -> StoreFuture<'_, ()> {
-        self.inner.destroy(actor_id, fence)
-    }
-}
-
 /// A client operation that runs off the inbound loop (here a CREATE waiting on a store that
 /// hangs) still gets exactly one terminal when shutdown stops waiting for it: `Unavailable`,
 /// never silence.
@@ -439,9 +397,10 @@ impl LocationStore for StuckActivation {
 #[tokio::test]
 async fn a_client_create_stuck_on_the_store_is_answered_unavailable_at_shutdown() {
     let entered = Arc::new(tokio::sync::Notify::new());
-    let stuck: Arc<dyn LocationStore> = Arc::new(StuckActivation {
+    let stuck: Arc<dyn LocationStore> = Arc::new(Recording {
         inner: memory_store(),
-        entered: entered.clone(),
+        log: Log::default(),
+        stuck: Some(entered.clone()),
     });
     let mut mc = mesh_config("b");
     mc.client_endpoint = Some("tcp://127.0.0.1:*".into());
