@@ -318,3 +318,187 @@ async fn a_stalled_peer_holds_up_only_what_is_addressed_to_it() {
     })
     .await;
 }
+
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+struct PushSeq {
+    from: u32,
+    n: u32,
+}
+impl Message for PushSeq {
+    const KEY: DispatchKey = DispatchKey::new(720);
+    type Reply = ();
+}
+
+/// What a `pusher` actor pushes: a sequence number and padding (so that a few hundred pushes
+/// fill the socket buffers between the node and a client that does not read).
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+struct Seq {
+    i: u32,
+    #[serde(with = "serde_bytes")]
+    pad: Vec<u8>,
+}
+impl Message for Seq {
+    const KEY: DispatchKey = DispatchKey::new(721);
+    type Reply = ();
+}
+
+/// The demo types plus `pusher`: `PushSeq { from, n }` pushes `Seq` from..from+n to its bound
+/// session, in order.
+fn pusher_registry() -> ActorRegistry {
+    let mut r = demo::registry().unwrap();
+    r.register(
+        ActorTypeBuilder::new("pusher", |_info, _init| Ok(()))
+            .handle(|_s: &mut (), ctx, PushSeq { from, n }| {
+                let ctx = ctx.clone();
+                Handled::later(async move {
+                    for i in from..from + n {
+                        ctx.push(&Seq {
+                            i,
+                            pad: vec![0x5a; 1024],
+                        })
+                        .await
+                        .map_err(|e| zlink::actor::HandlerError::new(e.to_string()))?;
+                    }
+                    Ok(())
+                })
+            })
+            .handle(|_s: &mut (), _ctx, _: Ping| Handled::ok(7))
+            .build()
+            .unwrap(),
+    )
+    .unwrap();
+    r
+}
+
+fn seq_of(p: &zlink_mesh::Push) -> u32 {
+    assert_eq!(p.key, Seq::KEY);
+    rmp_serde::from_slice::<Seq>(p.payload.as_deref().unwrap_or_default())
+        .unwrap()
+        .i
+}
+
+// A client that does not read (grants no credit) holds up only its own pushes: they wait in
+// its session's push queue on the session owner (bounded, counted), while another client of
+// the same node, whose actor pushes over the same peer connection, keeps receiving its pushes
+// and its requests are served; once the stalled client reads again, every push arrives, in
+// order.
+// spec: SB-5.5 (the session owner submits a push to the real connection: when that connection
+// has no credit, the push waits for it, without holding up other sessions)
+// spec: SB-5.9 (no push is lost or refused meanwhile: nothing counted rejected)
+// spec: EG-6.3 (a full queue never runs work inline, and nothing accepted is dropped)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_without_credit_holds_up_only_its_own_pushes() {
+    let store = memory_store();
+    let b = start_with(
+        "b",
+        store.clone(),
+        vec![],
+        pusher_registry(),
+        Some(demo::sessions()),
+        patient,
+    )
+    .await;
+    let a = start_with(
+        "a",
+        store,
+        vec![b.address()],
+        pusher_registry(),
+        Some(demo::sessions()),
+        |m| {
+            patient(m);
+            // Few pushes in flight per client (a few hundred of these), so a client that
+            // stops reading stalls soon; 32 pushes at once always fit.
+            m.client_budget = OutboundBudget {
+                messages: 4096,
+                bytes: 256 << 10,
+            };
+            m.transport.send_hwm = 16;
+        },
+    )
+    .await;
+    wait_pair_up(&a, &b).await;
+    let endpoint = a.endpoints().client.clone().unwrap();
+    let mut cfg = zlink_mesh::ClientConfig::new(&endpoint);
+    cfg.push_capacity = 4;
+    cfg.transport.recv_hwm = 4;
+    let stalled = zlink::node::client::NodeClient::connect_with(cfg, TIMEOUT).unwrap();
+    let other = client_of(&a);
+    let slow = stalled
+        .create("pusher", "slow", Placement::on("b"))
+        .await
+        .unwrap();
+    let fast = other
+        .create("pusher", "fast", Placement::on("b"))
+        .await
+        .unwrap();
+    bind(&stalled, &slow).await;
+    bind(&other, &fast).await;
+    // `stalled` takes no push: its channel, its socket buffers and its budget on a fill, then
+    // the pushes of its actor wait on a, in its session's queue.
+    const BATCH: u32 = 32;
+    let mut pushed = 0;
+    // (The kernel's socket buffers take a varying amount first: push until a few batches wait.)
+    while a.inbound_backlogs().pushes.waiting_now < u64::from(4 * BATCH) {
+        assert!(pushed < 20_000, "the client never stalled");
+        a.request(
+            &slow,
+            &PushSeq {
+                from: pushed,
+                n: BATCH,
+            },
+            TIMEOUT,
+        )
+        .await
+        .unwrap();
+        pushed += BATCH;
+    }
+    let before = a.inbound_backlogs().pushes;
+    // The other client receives its pushes, in order, and is served, meanwhile.
+    let mut next = 0;
+    for round in 0..4 {
+        other
+            .request(
+                &fast,
+                &PushSeq {
+                    from: next,
+                    n: BATCH,
+                },
+            )
+            .await
+            .unwrap();
+        for _ in 0..BATCH {
+            let p = other.recv_push_timeout(TIMEOUT).await.expect("a push");
+            assert_eq!(seq_of(&p), next, "round {round}");
+            next += 1;
+        }
+        assert_eq!(other.request(&fast, &Ping).await.unwrap(), 7);
+        // (Not `stalled`'s: its replies queue behind the pushes it has not taken, EG-4.)
+    }
+    // Still stalled: pushes of `stalled` wait, in one session's queue only.
+    let held = a.inbound_backlogs().pushes;
+    assert!(
+        held.waiting_now > 0,
+        "the stalled client was released: {held:?}"
+    );
+    assert_eq!(
+        held.opened, before.opened,
+        "no other session's pushes waited, the stalled queue stayed: {before:?} → {held:?}"
+    );
+    assert_eq!(held.refused, 0, "{held:?}");
+    // It reads again: every push arrives, in order, none lost.
+    for i in 0..pushed {
+        let p = stalled.recv_push_timeout(TIMEOUT).await.expect("a push");
+        assert_eq!(seq_of(&p), i);
+    }
+    wait_until("the push queue is empty", || {
+        a.inbound_backlogs().pushes.waiting_now == 0
+    })
+    .await;
+    let held = a.inbound_backlogs().pushes;
+    assert!(held.waited > 0, "{held:?}");
+    assert_eq!(
+        a.session_flow().total(zlink::session::FlowRecord::Push),
+        0,
+        "no push refused"
+    );
+}

@@ -109,6 +109,18 @@ impl NodeClient {
         })
     }
 
+    /// Connects with a full client configuration (push channel capacity, libzmq limits, …);
+    /// `timeout` bounds every request.
+    ///
+    /// # Errors
+    /// [`ClientError::Connect`] when the socket cannot be created.
+    pub fn connect_with(config: ClientConfig, timeout: Duration) -> Result<Self, ClientError> {
+        Ok(Self {
+            client: MeshClient::connect(config)?,
+            timeout,
+        })
+    }
+
     /// The underlying mesh client.
     #[must_use]
     pub fn mesh_client(&self) -> &MeshClient {
