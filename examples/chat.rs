@@ -111,12 +111,18 @@ async fn main() -> anyhow::Result<()> {
         .filter(|s| !s.is_empty())
         .map(str::to_owned)
         .collect();
+    run(&endpoints).await
+}
+
+/// The whole chat driver against the nodes serving clients at `endpoints` (also run by
+/// `tests/node_process.rs` on a mesh of `zlink-node` processes); `Err` on the first failed check.
+pub async fn run(endpoints: &[String]) -> anyhow::Result<()> {
     ensure!(endpoints.len() >= 2, "the chat needs at least 2 nodes");
     let started = Instant::now();
 
     // Node names (the placement hash's domain), each node seeing all its peers.
     let mut names = Vec::new();
-    for ep in &endpoints {
+    for ep in endpoints {
         let c = NodeClient::connect(ep, WAIT)?;
         let mut tries = 0;
         let info = loop {

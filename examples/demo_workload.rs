@@ -66,6 +66,12 @@ async fn main() -> anyhow::Result<()> {
         .or_else(|| std::env::var("ZLINK_CLIENT_ENDPOINTS").ok())
         .context("give the client endpoints (argument or ZLINK_CLIENT_ENDPOINTS)")?;
     let endpoints: Vec<&str> = endpoints.split(',').filter(|s| !s.is_empty()).collect();
+    run(&endpoints).await
+}
+
+/// The whole workload against the nodes serving clients at `endpoints` (also run by
+/// `tests/node_process.rs` on a mesh of `zlink-node` processes); `Err` on the first failed check.
+pub async fn run(endpoints: &[&str]) -> anyhow::Result<()> {
     ensure!(endpoints.len() >= 2, "the demo needs at least 2 nodes");
     // With 2 nodes, "the third node" is the first again.
     let n = endpoints.len();
@@ -74,7 +80,7 @@ async fn main() -> anyhow::Result<()> {
     // One client per node; learn each node's name and wait until it sees all its peers.
     let mut clients = Vec::new();
     let mut names = Vec::new();
-    for ep in &endpoints {
+    for ep in endpoints {
         let c = NodeClient::connect(ep, Duration::from_secs(5))?;
         let info = c
             .info()

@@ -1,6 +1,7 @@
-//! Two `zlink-node` processes sharing one Location Store (the embedded SQLite file, or a Redis
-//! server): they agree on owners; a restarted node has a new NodeGeneration and refuses refs from
-//! before the restart.
+//! `zlink-node` processes sharing one Location Store (the embedded SQLite file, or a Redis
+//! server): two agree on owners, and a restarted node has a new NodeGeneration and refuses refs
+//! from before the restart; three on Redis pass the demo workload and the chat driver of
+//! `scripts/demo` (the examples' own code, included below).
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -13,6 +14,14 @@ use zlink::node::demo::{Add, Get};
 #[path = "../mesh/tests/common/ports.rs"]
 mod ports;
 use ports::free_port;
+
+// The drivers `scripts/demo` runs (their `main`s are unused here).
+#[path = "../examples/chat.rs"]
+#[allow(dead_code)]
+mod chat;
+#[path = "../examples/demo_workload.rs"]
+#[allow(dead_code)]
+mod demo_workload;
 
 const TIMEOUT: Duration = Duration::from_secs(20);
 
@@ -271,6 +280,69 @@ async fn two_processes_share_a_store_and_a_restart_refuses_stale_refs(dir: &Path
 
     c1.close().await;
     c2.close().await;
+    for p in procs.iter_mut() {
+        p.stop().await;
+    }
+}
+
+/// Bound on the whole demo workload or chat run (each of their waits has its own, shorter one).
+const DEMO_TIMEOUT: Duration = Duration::from_secs(120);
+
+// spec: EG-14, SB-12, EG-15 (the demo workload's checks) — `scripts/demo` as a test: three
+// processes on one SQLite Location Store file pass the demo workload and the chat driver.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_processes_on_the_sqlite_store_pass_the_demo_workload_and_the_chat() {
+    let dir = tempfile::tempdir().unwrap();
+    three_processes_pass_the_demo_workload_and_the_chat(dir.path()).await;
+}
+
+// spec: EG-14, SB-12, EG-15 — `scripts/demo --store redis` as a test: the same on one Redis
+// Location Store (ZLINK_TEST_REDIS_URL, a key prefix of this test's own).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_processes_on_a_redis_store_pass_the_demo_workload_and_the_chat() {
+    use zlink::store::contract;
+    let Some(url) = contract::redis_test_url("three_processes_on_a_redis_store_pass_the_demo")
+    else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let store = contract::with_unique_prefix(&url, "demo");
+    std::fs::write(dir.path().join("store.url"), store).unwrap();
+    three_processes_pass_the_demo_workload_and_the_chat(dir.path()).await;
+}
+
+/// Three processes set up in `dir` run the demo workload, then the chat driver, and stop
+/// gracefully (exit code 0 after SIGTERM, as `scripts/mesh-down` checks).
+async fn three_processes_pass_the_demo_workload_and_the_chat(dir: &Path) {
+    let mut procs = setup(dir, 3);
+    for p in procs.iter_mut() {
+        p.start();
+    }
+    for p in procs.iter_mut() {
+        p.wait_ready().await;
+    }
+    let endpoints: Vec<String> = procs.iter().map(|p| p.client.clone()).collect();
+    let logs = |procs: &[Proc]| {
+        procs
+            .iter()
+            .map(|p| format!("--- {} ---\n{}", p.name, p.log()))
+            .collect::<String>()
+    };
+
+    let eps: Vec<&str> = endpoints.iter().map(String::as_str).collect();
+    match tokio::time::timeout(DEMO_TIMEOUT, demo_workload::run(&eps)).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => panic!("demo workload failed: {e:#}\n{}", logs(&procs)),
+        Err(_) => panic!(
+            "demo workload not done in {DEMO_TIMEOUT:?}\n{}",
+            logs(&procs)
+        ),
+    }
+    match tokio::time::timeout(DEMO_TIMEOUT, chat::run(&endpoints)).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => panic!("chat failed: {e:#}\n{}", logs(&procs)),
+        Err(_) => panic!("chat not done in {DEMO_TIMEOUT:?}\n{}", logs(&procs)),
+    }
     for p in procs.iter_mut() {
         p.stop().await;
     }
