@@ -30,7 +30,7 @@ use crate::budget::{Budget, RxWindow};
 use zlink_wire::{Decoded, Disconnect, DisconnectReason, Limits, Ping, Pong};
 
 use crate::codec::{self, Class, HandshakeMsg, HandshakeReject, Parts, Record};
-use crate::config::{InboundWindow, MeshConfig, PeerAddress};
+use crate::config::{ClientAdmission, InboundWindow, MeshConfig, PeerAddress};
 use crate::correlation::{Correlations, ReplyOutcome};
 use crate::counters::{Counters, DropReason, TransportEvent};
 use crate::error::RequestError;
@@ -92,6 +92,10 @@ pub(crate) enum Command {
     CloseClient {
         session: u64,
         reason: DisconnectReason,
+    },
+    /// [`crate::MeshNode::accept_client`].
+    AcceptClient {
+        session: u64,
     },
     /// [`crate::MeshNode::set_sink`]: application records are offered to it from now on.
     SetSink(Box<dyn crate::sink::InboundSink>),
@@ -203,6 +207,11 @@ struct Client {
     last_rx: Instant,
     /// Receive window (like a peer's).
     rx: RxWindow,
+    /// The window in force: `client_window`, or the strangers' window until accepted.
+    window: InboundWindow,
+    /// Not yet accepted ([`crate::ClientAdmission::OnAccept`]): counted in
+    /// `Engine::strangers` (and per source).
+    stranger: bool,
     /// The node is closing this session (cause, since when): its queue drains first, then it
     /// gets a Disconnect and is removed ([`Engine::close_client`]).
     closing: Option<(ClientCloseCause, Instant)>,
@@ -293,6 +302,9 @@ pub(crate) struct Engine {
     clients_by_rid: SeededMap<Vec<u8>, u64>,
     /// Sessions per source address (`max_clients_per_source`).
     sessions_by_source: SeededMap<Arc<str>, usize>,
+    /// Sessions not yet accepted, in all and per source address (`ClientAdmission::OnAccept`).
+    strangers: usize,
+    strangers_by_source: SeededMap<Arc<str>, usize>,
     /// The source address of the message being handled, read only for a client connection
     /// without a session (it may open one) and for a Hello (it starts a handshake).
     rx_source: Option<Arc<str>>,
@@ -650,6 +662,8 @@ impl Engine {
                 clients: FastMap::default(),
                 clients_by_rid: SeededMap::default(),
                 sessions_by_source: SeededMap::default(),
+                strangers: 0,
+                strangers_by_source: SeededMap::default(),
                 rx_source: None,
                 paused_clients: HashSet::new(),
                 next_session: 1,
@@ -872,6 +886,7 @@ impl Engine {
             Command::CloseClient { session, reason } => {
                 self.close_client(session, ClientCloseCause::Closed(reason), Instant::now());
             }
+            Command::AcceptClient { session } => self.accept_client(session),
             Command::SetSink(sink) => self.sink = Some(sink),
             Command::ReleaseCredit => {
                 let released = std::mem::take(
@@ -1989,12 +2004,13 @@ impl Engine {
             self.shared.counters.drop(DropReason::PeerLost, &session);
         }
         self.clients_by_rid.remove(&c.rid);
-        if let Some(src) = &c.source
-            && let Some(n) = self.sessions_by_source.get_mut(src)
-        {
-            *n = n.saturating_sub(1);
-            if *n == 0 {
-                self.sessions_by_source.remove(src);
+        if let Some(src) = &c.source {
+            count_down(&mut self.sessions_by_source, src);
+        }
+        if c.stranger {
+            self.strangers = self.strangers.saturating_sub(1);
+            if let Some(src) = &c.source {
+                count_down(&mut self.strangers_by_source, src);
             }
         }
         self.paused_clients.remove(&session);
@@ -2020,6 +2036,24 @@ impl Engine {
                 cause,
             });
         }
+    }
+
+    /// The node's session layer accepted a stranger's session: full window (the difference
+    /// granted now), no longer counted as a stranger. A no-op for unknown or accepted sessions.
+    fn accept_client(&mut self, session: u64) {
+        let full = self.cfg.client_window;
+        let Some(c) = self.clients.get_mut(&session).filter(|c| c.stranger) else {
+            return;
+        };
+        c.stranger = false;
+        c.rx.widen(c.window, full);
+        c.window = full;
+        let source = c.source.clone();
+        self.strangers = self.strangers.saturating_sub(1);
+        if let Some(src) = &source {
+            count_down(&mut self.strangers_by_source, src);
+        }
+        self.flush_client_credit(session);
     }
 
     /// Sends a session event on the lossless channel, if it was taken (and is still read).
@@ -2787,7 +2821,7 @@ impl Engine {
             (next, credit) = run.take(
                 &mut c.rx,
                 &mut c.last_rx,
-                self.cfg.client_window,
+                c.window,
                 &origin,
                 &ClientLabel(session),
                 next,
@@ -2857,16 +2891,38 @@ impl Engine {
                     return None;
                 }
                 let source = self.rx_source.clone();
+                let stranger = match self.cfg.client_admission {
+                    ClientAdmission::Open => None,
+                    ClientAdmission::OnAccept(strangers) => Some(strangers),
+                };
+                if let Some(st) = stranger
+                    && self.strangers >= st.max
+                {
+                    self.shared
+                        .counters
+                        .drop(DropReason::HandshakeCapacity, &"client: strangers");
+                    return None;
+                }
                 if let Some(src) = &source {
-                    let n = self.sessions_by_source.entry(src.clone()).or_insert(0);
-                    if *n >= self.cfg.max_clients_per_source {
+                    let n = self.sessions_by_source.get(src).copied().unwrap_or(0);
+                    let m = self.strangers_by_source.get(src).copied().unwrap_or(0);
+                    if n >= self.cfg.max_clients_per_source
+                        || stranger.is_some_and(|st| m >= st.max_per_source)
+                    {
                         self.shared
                             .counters
                             .drop(DropReason::SourceCapacity, &format_args!("client {src}"));
                         return None;
                     }
-                    *n += 1;
+                    *self.sessions_by_source.entry(src.clone()).or_insert(0) += 1;
+                    if stranger.is_some() {
+                        *self.strangers_by_source.entry(src.clone()).or_insert(0) += 1;
+                    }
                 }
+                if stranger.is_some() {
+                    self.strangers += 1;
+                }
+                let window = stranger.map_or(self.cfg.client_window, |st| st.window);
                 let s = self.next_session;
                 self.next_session += 1;
                 let budget = Arc::new(Budget::new(self.cfg.client_budget));
@@ -2877,7 +2933,9 @@ impl Engine {
                         budget: budget.clone(),
                         queue: VecDeque::new(),
                         last_rx: now,
-                        rx: RxWindow::initial_grant(self.cfg.client_window),
+                        rx: RxWindow::initial_grant(window),
+                        window,
+                        stranger: stranger.is_some(),
                         closing: None,
                         source,
                     },
@@ -2916,8 +2974,8 @@ impl Engine {
             (Class::App, rec)
                 if from_memo || matches!(rec, Some(Record::Request(_) | Record::OneWay(_))) =>
             {
-                let window = self.cfg.client_window;
                 let c = self.clients.get_mut(&session)?;
+                let window = c.window;
                 if c.closing.is_some() {
                     self.shared.counters.drop(
                         DropReason::SessionClosed,
@@ -3059,11 +3117,10 @@ impl Engine {
 
     /// One client record of `bytes` left the client's window; return credit in batches.
     fn client_credit_freed(&mut self, session: u64, bytes: u64) {
-        let window = self.cfg.client_window;
         let Some(c) = self.clients.get_mut(&session) else {
             return;
         };
-        if c.rx.free(window, bytes) {
+        if c.rx.free(c.window, bytes) {
             self.flush_client_credit(session);
         }
     }
@@ -3232,6 +3289,17 @@ impl Engine {
 /// record the node holds pins only its own bytes, which its window charge counts. Slices would
 /// keep the whole frame alive — a frame of junk around one small valid record pinned the frame
 /// (up to the message limit) for a few bytes charged.
+/// One session from `src` ended (or stopped being a stranger): count it down, forget the
+/// source at zero.
+fn count_down(by_source: &mut SeededMap<Arc<str>, usize>, src: &Arc<str>) {
+    if let Some(n) = by_source.get_mut(src) {
+        *n = n.saturating_sub(1);
+        if *n == 0 {
+            by_source.remove(src);
+        }
+    }
+}
+
 fn unpin(mut r: zlink_wire::BatchRecord<'_>) -> zlink_wire::BatchRecord<'_> {
     r.payload = r.payload.map(|p| Bytes::copy_from_slice(&p));
     r

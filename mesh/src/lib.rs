@@ -47,7 +47,10 @@ pub mod types;
 pub use budget::OutboundBudget;
 pub use client::{ClientConfig, MeshClient, Push};
 pub use codec::{ErrorKind, Record};
-pub use config::{Batching, InboundWindow, Liveness, MeshConfig, PeerAddress, TransportLimits};
+pub use config::{
+    Batching, ClientAdmission, InboundWindow, Liveness, MeshConfig, PeerAddress, Strangers,
+    TransportLimits,
+};
 pub use counters::{Counters, DropReason, TransportEvent};
 pub use error::{ConfigError, RequestError, SendError};
 pub use handshake::MeshSecret;

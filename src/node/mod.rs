@@ -639,6 +639,13 @@ impl Node {
         }
     }
 
+    /// The session layer admitted a client session: it gets the full client window.
+    pub(crate) fn accept_client(&self, session: SessionRid) {
+        if let Err(e) = self.inner.mesh.accept_client(session) {
+            tracing::debug!(%session, error = %e, "accept of a client connection failed");
+        }
+    }
+
     pub(crate) fn inflight(&self) -> &Arc<Inflight> {
         &self.inner.inflight
     }

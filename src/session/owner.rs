@@ -70,6 +70,9 @@ pub(crate) trait SessionHost: Send + Sync + 'static {
     ) -> BoxFuture<Result<(), SendError>>;
     /// Closes a client connection with a reason (the client sees it).
     fn close(&self, session: SessionRid, reason: DisconnectReason);
+    /// The connected/authenticate callback admitted the session (or there is none): the
+    /// transport lifts its stranger bounds and grants the full client window.
+    fn accept(&self, session: SessionRid);
     /// This node's current owner lease generation.
     fn owner_lease(&self) -> OwnerLeaseGeneration;
     /// Looks up the Ready ref of `actor` (one Location Store lookup; SB-1 step 2).
@@ -302,10 +305,13 @@ impl SessionOwner {
         tracing::debug!(session = %rid, "session opened");
         if let Some(cb) = self.callbacks.on_connected.clone() {
             let session = self.session(&entry);
+            let owner = self.clone();
             let submitted = entry.lane.submit_lifecycle(move |_ctx| {
                 Handled::later(async move {
-                    if let Err(e) = cb(session).await {
-                        tracing::warn!(error = %e, "session connected-callback failed");
+                    match cb(session).await {
+                        // Accepted: the session leaves the transport's stranger bounds.
+                        Ok(()) => owner.host.accept(rid),
+                        Err(e) => tracing::warn!(error = %e, "session connected-callback failed"),
                     }
                     Ok(())
                 })
@@ -313,6 +319,8 @@ impl SessionOwner {
             if let Err(e) = submitted {
                 tracing::warn!(session = %rid, error = %e, "connected-callback not queued");
             }
+        } else {
+            self.host.accept(rid);
         }
         Some(entry)
     }
