@@ -26,11 +26,12 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use tokio::sync::oneshot;
 
-use crate::budget::{Budget, RxWindow};
-use zlink_wire::{Decoded, Disconnect, DisconnectReason, Limits, Ping, Pong};
+use crate::budget::Budget;
+use zlink_wire::{Decoded, Disconnect, DisconnectReason, Limits, Ping};
 
 use crate::codec::{self, Class, HandshakeMsg, HandshakeReject, Parts, Record};
-use crate::config::{ClientAdmission, InboundWindow, MeshConfig, PeerAddress};
+use crate::config::{ClientAdmission, MeshConfig, PeerAddress};
+use crate::conn::{Conn, Lane, Verdict};
 use crate::correlation::{Correlations, ReplyOutcome};
 use crate::counters::{Counters, DropReason, TransportEvent};
 use crate::error::RequestError;
@@ -166,14 +167,11 @@ struct Peer {
     budget: Arc<Budget>,
     queue: VecDeque<Out>,
     replies: VecDeque<Parts>,
-    last_rx: Instant,
     next_ping: Instant,
     ping_seq: u64,
-    /// Sender side: credit granted by the peer for our relay data.
-    credit_msgs: u64,
-    credit_bytes: u64,
-    /// Receiver side: the peer's relay-data window.
-    rx: RxWindow,
+    /// Flow of relay data both ways (the peer's receive window, our send credit) and
+    /// liveness: the sans-IO core ([`crate::conn`]).
+    conn: Conn,
 }
 
 /// Index of a mesh link kind in a peer's per-link arrays.
@@ -204,11 +202,9 @@ struct Client {
     rid: Vec<u8>,
     budget: Arc<Budget>,
     queue: VecDeque<Out>,
-    last_rx: Instant,
-    /// Receive window (like a peer's).
-    rx: RxWindow,
-    /// The window in force: `client_window`, or the strangers' window until accepted.
-    window: InboundWindow,
+    /// Receive window (like a peer's; `client_window`, or the strangers' window until
+    /// accepted) and liveness: the sans-IO core ([`crate::conn`]).
+    conn: Conn,
     /// Not yet accepted ([`crate::ClientAdmission::OnAccept`]): counted in
     /// `Engine::strangers` (and per source).
     stranger: bool,
@@ -380,7 +376,7 @@ struct OneWayRun<'e> {
 }
 
 impl OneWayRun<'_> {
-    /// Takes, for one connection (its receive window `rx` within `window`, `last_rx`), the
+    /// Takes, for one connection (its core `conn`: receive window, liveness), the
     /// records from `next` on that are byte-identical to the memoized one-way, each exactly as
     /// a lone record: payload bounded, window charged (over it: dropped, `CreditExceeded`,
     /// counted against `who`), handed up in the compact form from `origin()`, credit freed.
@@ -390,9 +386,7 @@ impl OneWayRun<'_> {
     #[allow(clippy::too_many_arguments)]
     fn take<'a>(
         &mut self,
-        rx: &mut RxWindow,
-        last_rx: &mut Instant,
-        window: InboundWindow,
+        conn: &mut Conn,
         origin: &dyn Fn() -> Origin,
         who: &dyn std::fmt::Display,
         mut next: Option<zlink_wire::BatchRecord<'a>>,
@@ -410,16 +404,16 @@ impl OneWayRun<'_> {
             }
             let payload = sub.payload.expect("checked");
             let bytes = (sub.envelope.len() + payload.len()) as u64;
-            *last_rx = self.now;
+            conn.last_rx = self.now;
             next = records.next();
-            if !rx.try_charge(window, bytes) {
+            if let Verdict::Drop(reason) = conn.charge(bytes) {
                 // The sender ignored its window: a protocol violation, counted.
-                self.counters.drop(DropReason::CreditExceeded, who);
+                self.counters.drop(reason, who);
                 continue;
             }
             self.inbound.push_one_way(origin(), self.key, payload);
             self.counters.delivered(1);
-            if rx.free(window, bytes) {
+            if conn.released(bytes) {
                 return (next, true);
             }
         }
@@ -899,10 +893,10 @@ impl Engine {
                 for (origin, bytes) in released {
                     match origin {
                         Origin::Peer { node, generation } => {
-                            self.credit_freed(&node, generation, bytes)
+                            self.credit_freed(ConnRef::Peer(&node, Some(generation)), bytes)
                         }
                         Origin::Client { session } => {
-                            self.client_credit_freed(session.get(), bytes)
+                            self.credit_freed(ConnRef::Client(session.get()), bytes)
                         }
                     }
                 }
@@ -1076,6 +1070,7 @@ impl Engine {
 
     fn peer_entry(&mut self, node: &NodeRid) -> &mut Peer {
         let budget = self.cfg.peer_budget;
+        let peer_window = self.cfg.peer_window;
         let now = Instant::now();
         self.peers.entry(node.clone()).or_insert_with(|| Peer {
             node: node.clone(),
@@ -1089,12 +1084,9 @@ impl Engine {
             budget: Arc::new(Budget::new(budget)),
             queue: VecDeque::new(),
             replies: VecDeque::new(),
-            last_rx: now,
             next_ping: now,
             ping_seq: 0,
-            credit_msgs: 0,
-            credit_bytes: 0,
-            rx: RxWindow::default(),
+            conn: Conn::idle(peer_window, now),
         })
     }
 
@@ -1364,14 +1356,14 @@ impl Engine {
                 self.drop_ended(node, corr);
                 continue;
             }
-            if p.credit_msgs == 0 || p.credit_bytes == 0 {
+            if !p.conn.credit.open() {
                 credit_blocked = true;
                 break;
             }
             // The run of records that go out as one frame: each within the peer's credit
             // (every record is charged on its own, as if sent alone), stopping before a
             // request that already ended (it is discarded at the front next round).
-            let (mut msgs, mut credit) = (p.credit_msgs, p.credit_bytes);
+            let (mut msgs, mut credit) = p.conn.credit.left();
             let corr = &self.corr;
             let now = Instant::now();
             let n = batch_run(
@@ -1397,8 +1389,7 @@ impl Engine {
                 SendOutcome::Sent => {
                     let (mut reserved_n, mut reserved_bytes) = (0, 0);
                     for out in p.queue.drain(..n) {
-                        p.credit_msgs -= 1;
-                        p.credit_bytes = p.credit_bytes.saturating_sub(out_len(&out));
+                        p.conn.credit.charge(out_len(&out));
                         if let Some(b) = out.bytes {
                             reserved_n += 1;
                             reserved_bytes += b;
@@ -1746,7 +1737,7 @@ impl Engine {
                 let p = self.peers.get_mut(node).expect("peer");
                 p.generation = Some(id.generation);
                 *p.link_mut(kind) = Link::Up(id.generation);
-                p.last_rx = now;
+                p.conn.last_rx = now;
                 if matches!(p.relay, Link::Up(g) if g == id.generation)
                     && matches!(p.completion, Link::Up(g) if g == id.generation)
                     && !p.up
@@ -1761,8 +1752,8 @@ impl Engine {
                     };
                     self.shared.set_peer(node.clone(), Some(slot));
                     self.shared.counters.event(TransportEvent::PeerUp);
-                    p.rx = RxWindow::initial_grant(self.cfg.peer_window);
-                    self.flush_credit(node);
+                    p.conn.regrant();
+                    self.flush_grant(ConnRef::Peer(node, None));
                     tracing::debug!(peer = %node, generation = %id.generation, "peer up");
                     self.shared.publish(PeerEvent::Up {
                         node: node.clone(),
@@ -1780,9 +1771,7 @@ impl Engine {
         };
         let generation = p.generation;
         let was_up = std::mem::replace(&mut p.up, false);
-        p.credit_msgs = 0;
-        p.credit_bytes = 0;
-        p.rx = RxWindow::default();
+        p.conn.reset();
         for out in p.queue.drain(..) {
             release(&p.budget, &out);
             self.shared.counters.drop(DropReason::PeerLost, node);
@@ -1877,7 +1866,7 @@ impl Engine {
                 }
             }
             if p.up {
-                if now.duration_since(p.last_rx) > peer_timeout {
+                if now.duration_since(p.conn.last_rx) > peer_timeout {
                     timed_out.push(p.node.clone());
                 } else if p.next_ping <= now {
                     p.ping_seq += 1;
@@ -1905,11 +1894,11 @@ impl Engine {
         let owed: Vec<NodeRid> = self
             .peers
             .values()
-            .filter(|p| p.up && p.rx.owes())
+            .filter(|p| p.up && p.conn.owes())
             .map(|p| p.node.clone())
             .collect();
         for node in owed {
-            self.flush_credit(&node);
+            self.flush_grant(ConnRef::Peer(&node, None));
         }
         for (rid, seq) in ping {
             self.send_control(LinkKind::Completion, &rid, Record::Ping(Ping { seq }));
@@ -1917,11 +1906,11 @@ impl Engine {
         let owed: Vec<u64> = self
             .clients
             .iter()
-            .filter(|(_, c)| c.rx.owes())
+            .filter(|(_, c)| c.conn.owes())
             .map(|(s, _)| *s)
             .collect();
         for s in owed {
-            self.flush_client_credit(s);
+            self.flush_grant(ConnRef::Client(s));
         }
         // ClientServer liveness: end the sessions of clients silent for the peer timeout (they
         // are told Disconnect { Timeout }); a closing session whose queue did not drain within
@@ -1933,7 +1922,7 @@ impl Engine {
                 Some((_, since)) => {
                     (now.duration_since(since) > peer_timeout).then_some((*s, true))
                 }
-                None => (now.duration_since(c.last_rx) > peer_timeout).then_some((*s, false)),
+                None => (now.duration_since(c.conn.last_rx) > peer_timeout).then_some((*s, false)),
             })
             .collect();
         for (s, closing) in dead {
@@ -2046,14 +2035,13 @@ impl Engine {
             return;
         };
         c.stranger = false;
-        c.rx.widen(c.window, full);
-        c.window = full;
+        c.conn.widen(full);
         let source = c.source.clone();
         self.strangers = self.strangers.saturating_sub(1);
         if let Some(src) = &source {
             count_down(&mut self.strangers_by_source, src);
         }
-        self.flush_client_credit(session);
+        self.flush_grant(ConnRef::Client(session));
     }
 
     /// Sends a session event on the lossless channel, if it was taken (and is still read).
@@ -2408,19 +2396,11 @@ impl Engine {
                 generation,
             };
             let credit;
-            (next, credit) = run.take(
-                &mut p.rx,
-                &mut p.last_rx,
-                self.cfg.peer_window,
-                &origin,
-                &**node,
-                next,
-                records,
-            );
+            (next, credit) = run.take(&mut p.conn, &origin, &**node, next, records);
             if !credit {
                 return next;
             }
-            self.flush_credit(node);
+            self.flush_grant(ConnRef::Peer(node, None));
         }
     }
 
@@ -2520,39 +2500,32 @@ impl Engine {
                 return None;
             }
         };
-        p.last_rx = self.rx_now;
-        // Relay data: the receive window is checked and charged with this lookup of the peer.
-        let within_window = if kind == LinkKind::Relay && matches!(class, Class::App) {
-            p.rx.try_charge(self.cfg.peer_window, bytes)
+        // The connection core decides (window charged, credit added, liveness noted) with
+        // this one lookup of the peer; the rest here acts on its verdict.
+        let lane = if kind == LinkKind::Relay {
+            Lane::Relay
         } else {
-            true
+            Lane::Completion
         };
-        match (kind, class, record) {
-            (LinkKind::Completion, Class::Ping(seq), _) => {
+        match (p.conn.ingress(lane, &class, bytes, self.rx_now), record) {
+            (Verdict::Answer(answer), _) => {
                 let rid_vec = p.rid(LinkKind::Completion).to_vec();
-                self.send_control(LinkKind::Completion, &rid_vec, Record::Pong(Pong { seq }));
+                self.send_control(LinkKind::Completion, &rid_vec, answer);
             }
-            (LinkKind::Completion, Class::Pong, _) => {}
-            (LinkKind::Completion, Class::FlowCredit { messages, bytes }, _) => {
-                let p = self.peers.get_mut(&**node).expect("peer");
-                // Wire values: saturate (a peer granting "infinite" credit only gives up its
-                // own window).
-                p.credit_msgs = p.credit_msgs.saturating_add(u64::from(messages));
-                p.credit_bytes = p.credit_bytes.saturating_add(bytes);
-                if !p.queue.is_empty() {
+            (Verdict::Control { resume }, _) => {
+                if resume && !p.queue.is_empty() {
                     self.paused.insert(NodeRid::clone(node));
                 }
             }
-            (_, Class::Disconnect(_), _) => self.peer_down(node, DownReason::Remote, true),
-            (LinkKind::Completion, Class::Reply, Some(rec)) => {
+            (Verdict::Disconnect, _) => self.peer_down(node, DownReason::Remote, true),
+            (Verdict::Complete, Some(rec)) => {
                 self.complete(corr, (node.clone(), generation), rec, payload)
             }
-            (LinkKind::Relay, Class::App, rec) if rec.is_some() || from_memo => {
-                if !within_window {
-                    // The peer ignored its window: a protocol violation, counted.
-                    self.shared.counters.drop(DropReason::CreditExceeded, node);
-                    return None;
-                }
+            (Verdict::Drop(DropReason::CreditExceeded), _) => {
+                // The peer ignored its window: a protocol violation, counted.
+                self.shared.counters.drop(DropReason::CreditExceeded, node);
+            }
+            (Verdict::Deliver, rec) if rec.is_some() || from_memo => {
                 // A plain one-way record (no correlation, so no reply and no deadline) goes up
                 // in the compact form (see `inbound`); on a memo hit the record is not even
                 // cloned.
@@ -2574,8 +2547,8 @@ impl Engine {
                     self.inbound
                         .push_one_way(origin, key, payload.expect("checked"));
                     self.shared.counters.delivered(1);
-                    if p.rx.free(self.cfg.peer_window, bytes) {
-                        self.flush_credit(node);
+                    if p.conn.released(bytes) {
+                        self.flush_grant(ConnRef::Peer(node, None));
                     }
                     return Some(generation);
                 }
@@ -2639,8 +2612,8 @@ impl Engine {
                     match sink.offer(inb, bytes) {
                         Offer::Taken => {
                             self.shared.counters.delivered(1);
-                            if p.rx.free(self.cfg.peer_window, bytes) {
-                                self.flush_credit(node);
+                            if p.conn.released(bytes) {
+                                self.flush_grant(ConnRef::Peer(node, None));
                             }
                         }
                         Offer::Held => self.shared.counters.delivered(1),
@@ -2661,8 +2634,8 @@ impl Engine {
                         reply,
                     });
                     self.shared.counters.delivered(1);
-                    if p.rx.free(self.cfg.peer_window, bytes) {
-                        self.flush_credit(node);
+                    if p.conn.released(bytes) {
+                        self.flush_grant(ConnRef::Peer(node, None));
                     }
                 } else {
                     let inb = Inbound {
@@ -2676,7 +2649,11 @@ impl Engine {
                     self.held.push_back((node.clone(), generation, bytes, inb));
                 }
             }
-            (_, _, _) => self.shared.counters.drop(
+            (Verdict::Drop(reason), _) => self
+                .shared
+                .counters
+                .drop(reason, &format_args!("{node} on {kind:?}")),
+            (Verdict::Complete | Verdict::Deliver, _) => self.shared.counters.drop(
                 DropReason::WrongConnection,
                 &format_args!("{node} on {kind:?}"),
             ),
@@ -2697,7 +2674,7 @@ impl Engine {
             match self.inbound.try_push(inb) {
                 Ok(()) => {
                     self.shared.counters.delivered(1);
-                    self.credit_freed(node, generation, bytes);
+                    self.credit_freed(ConnRef::Peer(node, Some(generation)), bytes);
                 }
                 Err(inb) => self.held.push_back((node.clone(), generation, bytes, inb)),
             }
@@ -2818,19 +2795,11 @@ impl Engine {
                 session: SessionRid::new(session),
             };
             let credit;
-            (next, credit) = run.take(
-                &mut c.rx,
-                &mut c.last_rx,
-                c.window,
-                &origin,
-                &ClientLabel(session),
-                next,
-                records,
-            );
+            (next, credit) = run.take(&mut c.conn, &origin, &ClientLabel(session), next, records);
             if !credit {
                 return next;
             }
-            self.flush_client_credit(session);
+            self.flush_grant(ConnRef::Client(session));
         }
     }
 
@@ -2932,9 +2901,7 @@ impl Engine {
                         rid: rid.to_vec(),
                         budget: budget.clone(),
                         queue: VecDeque::new(),
-                        last_rx: now,
-                        rx: RxWindow::initial_grant(window),
-                        window,
+                        conn: Conn::granted(window, now),
                         stranger: stranger.is_some(),
                         closing: None,
                         source,
@@ -2942,7 +2909,7 @@ impl Engine {
                 );
                 self.clients_by_rid.insert(rid.to_vec(), s);
                 self.shared.set_client(s, Some(budget));
-                self.flush_client_credit(s);
+                self.flush_grant(ConnRef::Client(s));
                 self.shared.publish(PeerEvent::ClientConnected {
                     session: SessionRid::new(s),
                 });
@@ -2953,13 +2920,30 @@ impl Engine {
             }
         };
         let corr = header.correlation;
-        match (class, record) {
-            (Class::Ping(seq), _) => {
-                self.touch_client(session, now);
-                self.send_control(LinkKind::Client, rid, Record::Pong(Pong { seq }))
+        let c = self.clients.get_mut(&session)?;
+        if matches!(class, Class::App) {
+            if !(from_memo || matches!(record, Some(Record::Request(_) | Record::OneWay(_)))) {
+                // Only requests and one-way DATA are application records from a client.
+                c.conn.last_rx = now;
+                self.shared
+                    .counters
+                    .drop(DropReason::WrongConnection, &"client");
+                return None;
             }
-            (Class::Pong, _) => self.touch_client(session, now),
-            (Class::Disconnect(_), _) => {
+            if c.closing.is_some() {
+                self.shared.counters.drop(
+                    DropReason::SessionClosed,
+                    &format_args!("client {session}: session closing"),
+                );
+                return None;
+            }
+        }
+        // The connection core decides (window charged, liveness noted); the rest here acts on
+        // its verdict.
+        match (c.conn.ingress(Lane::Client, &class, bytes, now), record) {
+            (Verdict::Answer(answer), _) => self.send_control(LinkKind::Client, rid, answer),
+            (Verdict::Control { .. }, _) => {}
+            (Verdict::Disconnect, _) => {
                 if self
                     .clients
                     .get(&session)
@@ -2971,27 +2955,8 @@ impl Engine {
                     self.remove_client(session, ClientCloseCause::Remote);
                 }
             }
-            (Class::App, rec)
-                if from_memo || matches!(rec, Some(Record::Request(_) | Record::OneWay(_))) =>
-            {
+            (Verdict::Deliver, rec) => {
                 let c = self.clients.get_mut(&session)?;
-                let window = c.window;
-                if c.closing.is_some() {
-                    self.shared.counters.drop(
-                        DropReason::SessionClosed,
-                        &format_args!("client {session}: session closing"),
-                    );
-                    return None;
-                }
-                c.last_rx = now;
-                if !c.rx.try_charge(window, bytes) {
-                    // The client ignored its window: a protocol violation, counted.
-                    self.shared.counters.drop(
-                        DropReason::CreditExceeded,
-                        &format_args!("client {session}"),
-                    );
-                    return None;
-                }
                 if let Some(sink) = self.sink.as_mut() {
                     // Direct delivery (`crate::sink`); what it passes goes up as below.
                     let rec = match rec {
@@ -3019,8 +2984,8 @@ impl Engine {
                     match sink.offer(inb, bytes) {
                         Offer::Taken => {
                             self.shared.counters.delivered(1);
-                            if c.rx.free(window, bytes) {
-                                self.flush_client_credit(session);
+                            if c.conn.released(bytes) {
+                                self.flush_grant(ConnRef::Client(session));
                             }
                         }
                         Offer::Held => self.shared.counters.delivered(1),
@@ -3047,8 +3012,8 @@ impl Engine {
                     self.inbound
                         .push_one_way(origin, key, payload.expect("checked"));
                     self.shared.counters.delivered(1);
-                    if c.rx.free(window, bytes) {
-                        self.flush_client_credit(session);
+                    if c.conn.released(bytes) {
+                        self.flush_grant(ConnRef::Client(session));
                     }
                     return Some(session);
                 }
@@ -3076,22 +3041,18 @@ impl Engine {
                 };
                 self.deliver_client(session, bytes, inb);
             }
-            _ => {
-                self.touch_client(session, now);
+            (Verdict::Drop(reason), _) => {
+                // CreditExceeded: the client ignored its window, a protocol violation.
                 self.shared
                     .counters
-                    .drop(DropReason::WrongConnection, &"client");
+                    .drop(reason, &format_args!("client {session}"));
             }
+            (Verdict::Complete, _) => self
+                .shared
+                .counters
+                .drop(DropReason::WrongConnection, &"client"),
         }
         None
-    }
-
-    /// The client was heard from (liveness).
-    #[inline]
-    fn touch_client(&mut self, session: u64, now: Instant) {
-        if let Some(c) = self.clients.get_mut(&session) {
-            c.last_rx = now;
-        }
     }
 
     /// Hands a client record up, or holds it (FIFO over all clients, so each client's order is
@@ -3103,7 +3064,7 @@ impl Engine {
             match self.inbound.try_push(inb) {
                 Ok(()) => {
                     self.shared.counters.delivered(1);
-                    self.client_credit_freed(session, bytes);
+                    self.credit_freed(ConnRef::Client(session), bytes);
                 }
                 Err(inb) => self
                     .held_clients
@@ -3115,73 +3076,57 @@ impl Engine {
         }
     }
 
-    /// One client record of `bytes` left the client's window; return credit in batches.
-    fn client_credit_freed(&mut self, session: u64, bytes: u64) {
-        let Some(c) = self.clients.get_mut(&session) else {
-            return;
-        };
-        if c.rx.free(c.window, bytes) {
-            self.flush_client_credit(session);
+    /// The connection core of a peer (in `generation`, if given) or a client session, with
+    /// the connection its grants go out on.
+    fn conn_of(&self, to: ConnRef<'_>) -> Option<(&Conn, LinkKind, &[u8])> {
+        match to {
+            ConnRef::Peer(node, generation) => self
+                .peers
+                .get(node)
+                .filter(|p| generation.is_none() || p.generation == generation)
+                .map(|p| (&p.conn, LinkKind::Completion, p.rid(LinkKind::Completion))),
+            ConnRef::Client(session) => self
+                .clients
+                .get(&session)
+                .map(|c| (&c.conn, LinkKind::Client, &c.rid[..])),
         }
     }
 
-    /// Returns a client's freed credit now (FlowCredit on the client connection). Only once
-    /// libzmq took the record is the credit considered returned; otherwise housekeeping
-    /// retries (a lost grant would stall the client for ever).
-    fn flush_client_credit(&mut self, session: u64) {
-        let Some(c) = self.clients.get(&session) else {
-            return;
-        };
-        let Some((messages, bytes)) = c.rx.pending() else {
-            return;
-        };
-        let frames = codec::encode_control(Record::FlowCredit(zlink_wire::FlowCredit {
-            messages,
-            bytes,
-        }));
-        if matches!(
-            self.raw_send(LinkKind::Client, &c.rid, &frames),
-            SendOutcome::Sent
-        ) {
-            let c = self.clients.get_mut(&session).expect("client");
-            c.rx.returned(messages, bytes);
+    fn conn_mut(&mut self, to: ConnRef<'_>) -> Option<&mut Conn> {
+        match to {
+            ConnRef::Peer(node, generation) => self
+                .peers
+                .get_mut(node)
+                .filter(|p| generation.is_none() || p.generation == generation)
+                .map(|p| &mut p.conn),
+            ConnRef::Client(session) => self.clients.get_mut(&session).map(|c| &mut c.conn),
         }
     }
 
-    /// Receiver side: one record of `bytes` left the window; return credit in batches.
-    fn credit_freed(&mut self, node: &NodeRid, generation: NodeGeneration, bytes: u64) {
-        let window = self.cfg.peer_window;
-        let Some(p) = self.peers.get_mut(node) else {
-            return;
-        };
-        if p.generation != Some(generation) {
-            return;
-        }
-        if p.rx.free(window, bytes) {
-            self.flush_credit(node);
+    /// One delivered record of `bytes` left the receive window of `from`; credit goes back in
+    /// batches (a peer's only within the generation that sent the record).
+    fn credit_freed(&mut self, from: ConnRef<'_>, bytes: u64) {
+        if self.conn_mut(from).is_some_and(|c| c.released(bytes)) {
+            self.flush_grant(from);
         }
     }
 
-    /// Returns the freed credit to the peer now. Credit is only considered returned once
-    /// libzmq took the FlowCredit record; otherwise it stays pending and housekeeping retries
-    /// (a lost grant would stall the peer for ever).
-    fn flush_credit(&mut self, node: &NodeRid) {
-        let Some(p) = self.peers.get(node) else {
+    /// Grants `to` its freed credit now (a FlowCredit on the peer's completion connection or
+    /// on the client connection). Only once libzmq took the record is the credit considered
+    /// returned; otherwise it stays owed and housekeeping retries (a lost grant would stall
+    /// the sender for ever).
+    fn flush_grant(&mut self, to: ConnRef<'_>) {
+        let Some((conn, kind, rid)) = self.conn_of(to) else {
             return;
         };
-        let Some((messages, bytes)) = p.rx.pending() else {
+        let Some(grant) = conn.poll_grant() else {
             return;
         };
-        let frames = codec::encode_control(Record::FlowCredit(zlink_wire::FlowCredit {
-            messages,
-            bytes,
-        }));
-        if matches!(
-            self.raw_send(LinkKind::Completion, p.rid(LinkKind::Completion), &frames),
-            SendOutcome::Sent
-        ) {
-            let p = self.peers.get_mut(node).expect("peer");
-            p.rx.returned(messages, bytes);
+        let frames = codec::encode_control(Record::FlowCredit(grant));
+        if matches!(self.raw_send(kind, rid, &frames), SendOutcome::Sent)
+            && let Some(conn) = self.conn_mut(to)
+        {
+            conn.grant_sent(grant);
         }
     }
 
@@ -3190,7 +3135,7 @@ impl Engine {
             match self.inbound.try_push(inb) {
                 Ok(()) => {
                     self.shared.counters.delivered(1);
-                    self.credit_freed(&node, generation, bytes);
+                    self.credit_freed(ConnRef::Peer(&node, Some(generation)), bytes);
                 }
                 Err(inb) => {
                     self.held.push_front((node, generation, bytes, inb));
@@ -3211,7 +3156,7 @@ impl Engine {
                 HeldClient::Record(session, bytes, inb) => match self.inbound.try_push(inb) {
                     Ok(()) => {
                         self.shared.counters.delivered(1);
-                        self.client_credit_freed(session, bytes);
+                        self.credit_freed(ConnRef::Client(session), bytes);
                     }
                     Err(inb) => {
                         self.held_clients
@@ -3281,14 +3226,14 @@ impl Engine {
     }
 }
 
-/// Sends the routing id that starts a message, without blocking: `Err` with the outcome when
-/// libzmq refuses it (HWM: PAUSED; no such peer: unreachable). Once it is accepted, the rest of
-/// the message is too.
-#[inline]
-/// A batch sub-record whose payload no longer points into the batch frame (copied out): a
-/// record the node holds pins only its own bytes, which its window charge counts. Slices would
-/// keep the whole frame alive — a frame of junk around one small valid record pinned the frame
-/// (up to the message limit) for a few bytes charged.
+/// Whose connection core: a peer's (in a generation; `None`: the current one) or a client
+/// session's.
+#[derive(Clone, Copy, Debug)]
+enum ConnRef<'a> {
+    Peer(&'a NodeRid, Option<NodeGeneration>),
+    Client(u64),
+}
+
 /// One session from `src` ended (or stopped being a stranger): count it down, forget the
 /// source at zero.
 fn count_down(by_source: &mut SeededMap<Arc<str>, usize>, src: &Arc<str>) {
@@ -3300,6 +3245,10 @@ fn count_down(by_source: &mut SeededMap<Arc<str>, usize>, src: &Arc<str>) {
     }
 }
 
+/// A batch sub-record whose payload no longer points into the batch frame (copied out): a
+/// record the node holds pins only its own bytes, which its window charge counts. Slices would
+/// keep the whole frame alive — a frame of junk around one small valid record pinned the frame
+/// (up to the message limit) for a few bytes charged.
 fn unpin(mut r: zlink_wire::BatchRecord<'_>) -> zlink_wire::BatchRecord<'_> {
     r.payload = r.payload.map(|p| Bytes::copy_from_slice(&p));
     r
@@ -3312,6 +3261,10 @@ fn connect_as(s: &zmq::Socket, rid: &[u8], ep: &str) -> Result<(), zmq::Error> {
     s.connect(ep)
 }
 
+/// Sends the routing id that starts a message, without blocking: `Err` with the outcome when
+/// libzmq refuses it (HWM: PAUSED; no such peer: unreachable). Once it is accepted, the rest of
+/// the message is too.
+#[inline]
 fn send_routing_id(s: &zmq::Socket, rid: &[u8]) -> Result<(), SendOutcome> {
     match s.send(rid, zmq::SNDMORE | zmq::DONTWAIT) {
         Ok(()) => Ok(()),
@@ -3566,14 +3519,13 @@ mod tests {
         let (mut inbound, mut app) = crate::inbound::channel(1024);
         let counters = Counters::default();
         // window of 4 records, a quarter (1 record) freed asks for a grant
-        let window = InboundWindow {
+        let window = crate::config::InboundWindow {
             messages: 4,
             bytes: 1 << 20,
         };
-        let mut rx = RxWindow::initial_grant(window);
-        rx.returned(4, 1 << 20);
         let now = Instant::now();
-        let mut last_rx = now - Duration::from_secs(1);
+        let mut conn = Conn::granted(window, now - Duration::from_secs(1));
+        conn.grant_sent(conn.poll_grant().expect("initial grant"));
         let mut run = OneWayRun {
             memo: &memo,
             inbound: &mut inbound,
@@ -3589,15 +3541,7 @@ mod tests {
         let mut stops = 0;
         loop {
             let credit;
-            (next, credit) = run.take(
-                &mut rx,
-                &mut last_rx,
-                window,
-                &origin,
-                &ClientLabel(1),
-                next,
-                &mut records,
-            );
+            (next, credit) = run.take(&mut conn, &origin, &ClientLabel(1), next, &mut records);
             if !credit {
                 break;
             }
@@ -3608,7 +3552,7 @@ mod tests {
         let rest = next.expect("stopped at the other envelope");
         assert_eq!(rest.envelope, &other[0][..]);
         assert!(records.next().is_none());
-        assert_eq!(last_rx, now);
+        assert_eq!(conn.last_rx, now);
         assert_eq!(counters.dropped(DropReason::CreditExceeded), 6);
         assert_eq!(counters.delivered_total(), 4);
         inbound.flush();

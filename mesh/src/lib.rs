@@ -32,6 +32,7 @@ pub mod budget;
 pub mod client;
 pub mod codec;
 pub mod config;
+mod conn;
 pub mod correlation;
 pub mod counters;
 mod engine;
