@@ -8,11 +8,12 @@
 
 use std::time::Instant;
 
+use bytes::Bytes;
 use zlink_wire::{FlowCredit, Pong};
 
 use crate::budget::RxWindow;
 use crate::codec::{Class, Record};
-use crate::config::InboundWindow;
+use crate::config::{Batching, InboundWindow};
 use crate::counters::DropReason;
 
 /// Which connection a record arrived on: the records each may carry differ.
@@ -79,6 +80,57 @@ impl SendCredit {
         self.msgs = self.msgs.saturating_sub(1);
         self.bytes = self.bytes.saturating_sub(bytes);
     }
+
+    /// How many records from the front of `queue` ((frames, correlation id or 0)) go out as
+    /// one message within this credit: the batching rule ([`batch_run`]), each record charged
+    /// on its own as if sent alone, stopping before a request that already `ended`. At least 1
+    /// (the caller checked the first record and that the credit is open).
+    pub(crate) fn run<'a>(
+        &self,
+        batching: &Batching,
+        queue: impl Iterator<Item = (&'a [Bytes], u64)>,
+        ended: impl Fn(u64) -> bool,
+    ) -> usize {
+        let (mut msgs, mut bytes) = self.left();
+        batch_run(batching, queue, |(frames, corr)| {
+            if msgs == 0 || bytes == 0 || (corr != 0 && ended(corr)) {
+                return false;
+            }
+            msgs -= 1;
+            bytes = bytes.saturating_sub(frames.iter().map(|f| f.len() as u64).sum());
+            true
+        })
+    }
+}
+
+/// How many records from the front of a queue go out as one message (natural batching): at
+/// least 1; more only while each record is small (payload ≤ `max_record_payload`), the frame
+/// stays within `max_records`/`max_bytes` and `admit` accepts the record (the caller's credit
+/// and request-ended checks). The first record is always taken (the caller checked it).
+pub(crate) fn batch_run<'a>(
+    cfg: &Batching,
+    queue: impl Iterator<Item = (&'a [Bytes], u64)>,
+    mut admit: impl FnMut((&'a [Bytes], u64)) -> bool,
+) -> usize {
+    let mut n = 0;
+    let mut size = zlink_wire::batch::BATCH_PREFIX_LEN;
+    for (frames, corr) in queue.take(cfg.max_records.max(1)) {
+        let payload = frames.get(1).map(Bytes::len);
+        let sub = zlink_wire::batch::sub_record_len(frames[0].len(), payload);
+        let small = payload.is_none_or(|l| l <= cfg.max_record_payload);
+        if n > 0 && (!small || size + sub > cfg.max_bytes) {
+            break;
+        }
+        if !admit((frames, corr)) {
+            break;
+        }
+        n += 1;
+        if !small {
+            break;
+        }
+        size += sub;
+    }
+    n.max(1)
 }
 
 /// One connection's flow state (a mesh peer's relay data, or a client session).

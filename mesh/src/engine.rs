@@ -31,7 +31,7 @@ use zlink_wire::{Decoded, Disconnect, DisconnectReason, Limits, Ping};
 
 use crate::codec::{self, Class, HandshakeMsg, HandshakeReject, Parts, Record};
 use crate::config::{ClientAdmission, MeshConfig, PeerAddress};
-use crate::conn::{Conn, Lane, Verdict};
+use crate::conn::{Conn, Lane, Verdict, batch_run};
 use crate::correlation::{Correlations, ReplyOutcome};
 use crate::counters::{Counters, DropReason, TransportEvent};
 use crate::error::RequestError;
@@ -124,6 +124,29 @@ struct Out {
 
 fn out_len(out: &Out) -> u64 {
     out.frames.iter().map(|f| f.len() as u64).sum()
+}
+
+/// The first `n` queued records went out as one frame: each charged to the send `credit` (on a
+/// credit-limited connection), their budget released at once.
+fn take_sent(
+    queue: &mut VecDeque<Out>,
+    n: usize,
+    budget: &Budget,
+    mut credit: Option<&mut crate::conn::SendCredit>,
+) {
+    let (mut reserved_n, mut reserved_bytes) = (0, 0);
+    for out in queue.drain(..n) {
+        if let Some(c) = credit.as_deref_mut() {
+            c.charge(out_len(&out));
+        }
+        if let Some(b) = out.bytes {
+            reserved_n += 1;
+            reserved_bytes += b;
+        }
+    }
+    if reserved_n > 0 {
+        budget.release_n(reserved_n, reserved_bytes);
+    }
 }
 
 fn release(budget: &Budget, out: &Out) {
@@ -1363,23 +1386,12 @@ impl Engine {
             // The run of records that go out as one frame: each within the peer's credit
             // (every record is charged on its own, as if sent alone), stopping before a
             // request that already ended (it is discarded at the front next round).
-            let (mut msgs, mut credit) = p.conn.credit.left();
             let corr = &self.corr;
             let now = Instant::now();
-            let n = batch_run(
+            let n = p.conn.credit.run(
                 &self.cfg.batching,
                 p.queue.iter().map(|o| (&*o.frames, o.corr)),
-                |(frames, c): (&[Bytes], u64)| {
-                    if msgs == 0
-                        || credit == 0
-                        || (c != 0 && corr.pending_deadline(c).is_none_or(|d| d <= now))
-                    {
-                        return false;
-                    }
-                    msgs -= 1;
-                    credit = credit.saturating_sub(frames.iter().map(|f| f.len() as u64).sum());
-                    true
-                },
+                |c| corr.pending_deadline(c).is_none_or(|d| d <= now),
             );
             match self.send_run(
                 LinkKind::Relay,
@@ -1387,17 +1399,7 @@ impl Engine {
                 p.queue.iter().take(n).map(|o| &o.frames),
             ) {
                 SendOutcome::Sent => {
-                    let (mut reserved_n, mut reserved_bytes) = (0, 0);
-                    for out in p.queue.drain(..n) {
-                        p.conn.credit.charge(out_len(&out));
-                        if let Some(b) = out.bytes {
-                            reserved_n += 1;
-                            reserved_bytes += b;
-                        }
-                    }
-                    if reserved_n > 0 {
-                        p.budget.release_n(reserved_n, reserved_bytes);
-                    }
+                    take_sent(&mut p.queue, n, &p.budget, Some(&mut p.conn.credit));
                 }
                 SendOutcome::Paused => break,
                 SendOutcome::Unreachable => {
@@ -1431,18 +1433,7 @@ impl Engine {
                 &c.rid,
                 c.queue.iter().take(n).map(|o| &o.frames),
             ) {
-                SendOutcome::Sent => {
-                    let (mut reserved_n, mut reserved_bytes) = (0, 0);
-                    for out in c.queue.drain(..n) {
-                        if let Some(b) = out.bytes {
-                            reserved_n += 1;
-                            reserved_bytes += b;
-                        }
-                    }
-                    if reserved_n > 0 {
-                        c.budget.release_n(reserved_n, reserved_bytes);
-                    }
-                }
+                SendOutcome::Sent => take_sent(&mut c.queue, n, &c.budget, None),
                 SendOutcome::Paused => break,
                 SendOutcome::Unreachable => {
                     for out in c.queue.drain(..n) {
@@ -2356,16 +2347,30 @@ impl Engine {
             // peer looked up once; each still has its payload bounded, its window charged and
             // its credit freed, exactly as in `on_peer_record`. Anything else goes back there.
             next = records.next();
-            next = self.fast_one_ways(node, generation, next, &mut records);
+            let origin = || Origin::Peer {
+                node: NodeRid::clone(node),
+                generation,
+            };
+            next = self.fast_one_ways(
+                ConnRef::Peer(node, Some(generation)),
+                &origin,
+                &**node,
+                next,
+                &mut records,
+            );
         }
     }
 
-    /// The run of memoized one-way records that follows one handed up by `on_peer_record`
-    /// (see [`Engine::on_peer_batch`]); returns the first record it did not take.
+    /// The run of memoized one-way records that follows one handed up by `on_peer_record` or
+    /// `on_client_record` (see [`Engine::on_peer_batch`], [`Engine::on_client_batch`]), for the
+    /// connection `of` (a peer in the generation the first record proved, or a session), each
+    /// taken by [`OneWayRun::take`] exactly as a lone record would be; returns the first
+    /// record it did not take.
     fn fast_one_ways<'a>(
         &mut self,
-        node: &Arc<NodeRid>,
-        generation: NodeGeneration,
+        of: ConnRef<'_>,
+        origin: &dyn Fn() -> Origin,
+        who: &dyn std::fmt::Display,
         mut next: Option<zlink_wire::BatchRecord<'a>>,
         records: &mut impl Iterator<Item = zlink_wire::BatchRecord<'a>>,
     ) -> Option<zlink_wire::BatchRecord<'a>> {
@@ -2373,14 +2378,33 @@ impl Engine {
             return next;
         };
         // Held records go first (FIFO); nothing in a run adds to them.
-        if !self.held.is_empty() {
+        let held = match of {
+            ConnRef::Peer(..) => !self.held.is_empty(),
+            ConnRef::Client(_) => !self.held_clients.is_empty(),
+        };
+        if held {
             return next;
         }
         loop {
-            let Some(p) = self.peers.get_mut(&**node).filter(|p| {
-                p.generation == Some(generation)
-                    && matches!(p.relay, Link::Up(g) if g == generation)
-            }) else {
+            // Looked up again after each grant: the peer must still be up in the generation
+            // of the run on relay, the session not closing.
+            let conn = match of {
+                ConnRef::Peer(node, Some(generation)) => self
+                    .peers
+                    .get_mut(node)
+                    .filter(|p| {
+                        p.generation == Some(generation)
+                            && matches!(p.relay, Link::Up(g) if g == generation)
+                    })
+                    .map(|p| &mut p.conn),
+                ConnRef::Peer(_, None) => None,
+                ConnRef::Client(session) => self
+                    .clients
+                    .get_mut(&session)
+                    .filter(|c| c.closing.is_none())
+                    .map(|c| &mut c.conn),
+            };
+            let Some(conn) = conn else {
                 return next;
             };
             let mut run = OneWayRun {
@@ -2391,16 +2415,12 @@ impl Engine {
                 now: self.rx_now,
                 key,
             };
-            let origin = || Origin::Peer {
-                node: NodeRid::clone(node),
-                generation,
-            };
             let credit;
-            (next, credit) = run.take(&mut p.conn, &origin, &**node, next, records);
+            (next, credit) = run.take(conn, origin, who, next, records);
             if !credit {
                 return next;
             }
-            self.flush_grant(ConnRef::Peer(node, None));
+            self.flush_grant(of);
         }
     }
 
@@ -2755,51 +2775,17 @@ impl Engine {
                 // inside a batch is rejected, timers do not run here). Each still has its
                 // payload bounded, its window charged and its credit freed, exactly as in
                 // `on_client_record`; anything else goes back there.
-                next = self.fast_client_one_ways(session, next, &mut records);
+                let origin = || Origin::Client {
+                    session: SessionRid::new(session),
+                };
+                next = self.fast_one_ways(
+                    ConnRef::Client(session),
+                    &origin,
+                    &ClientLabel(session),
+                    next,
+                    &mut records,
+                );
             }
-        }
-    }
-
-    /// The run of memoized one-way records that follows one handed up by `on_client_record`
-    /// (see [`Engine::on_client_batch`]); returns the first record it did not take.
-    fn fast_client_one_ways<'a>(
-        &mut self,
-        session: u64,
-        mut next: Option<zlink_wire::BatchRecord<'a>>,
-        records: &mut impl Iterator<Item = zlink_wire::BatchRecord<'a>>,
-    ) -> Option<zlink_wire::BatchRecord<'a>> {
-        let Some(key) = self.memo.one_way_key() else {
-            return next;
-        };
-        // Held records go first (FIFO); nothing in a run adds to them.
-        if !self.held_clients.is_empty() {
-            return next;
-        }
-        loop {
-            let Some(c) = self
-                .clients
-                .get_mut(&session)
-                .filter(|c| c.closing.is_none())
-            else {
-                return next;
-            };
-            let mut run = OneWayRun {
-                memo: &self.memo,
-                inbound: &mut self.inbound,
-                counters: &self.shared.counters,
-                max_payload: self.limits.max_payload,
-                now: self.rx_now,
-                key,
-            };
-            let origin = || Origin::Client {
-                session: SessionRid::new(session),
-            };
-            let credit;
-            (next, credit) = run.take(&mut c.conn, &origin, &ClientLabel(session), next, records);
-            if !credit {
-                return next;
-            }
-            self.flush_grant(ConnRef::Client(session));
         }
     }
 
@@ -3355,36 +3341,6 @@ fn raw_send_one(
     // After the routing id was accepted the remaining part of the message is too.
     let _ = s.send(frame, zmq::DONTWAIT);
     SendOutcome::Sent
-}
-
-/// How many records from the front of a queue go out as one message (natural batching): at
-/// least 1; more only while each record is small (payload ≤ `max_record_payload`), the frame
-/// stays within `max_records`/`max_bytes` and `admit` accepts the record (the caller's credit
-/// and request-ended checks). The first record is always taken (the caller checked it).
-pub(crate) fn batch_run<'a>(
-    cfg: &crate::config::Batching,
-    queue: impl Iterator<Item = (&'a [Bytes], u64)>,
-    mut admit: impl FnMut((&'a [Bytes], u64)) -> bool,
-) -> usize {
-    let mut n = 0;
-    let mut size = zlink_wire::batch::BATCH_PREFIX_LEN;
-    for (frames, corr) in queue.take(cfg.max_records.max(1)) {
-        let payload = frames.get(1).map(Bytes::len);
-        let sub = zlink_wire::batch::sub_record_len(frames[0].len(), payload);
-        let small = payload.is_none_or(|l| l <= cfg.max_record_payload);
-        if n > 0 && (!small || size + sub > cfg.max_bytes) {
-            break;
-        }
-        if !admit((frames, corr)) {
-            break;
-        }
-        n += 1;
-        if !small {
-            break;
-        }
-        size += sub;
-    }
-    n.max(1)
 }
 
 #[inline]
