@@ -48,7 +48,7 @@ pub use budget::OutboundBudget;
 pub use client::{ClientConfig, MeshClient, Push};
 pub use codec::{ErrorKind, Record};
 pub use config::{Batching, InboundWindow, Liveness, MeshConfig, PeerAddress, TransportLimits};
-pub use counters::{Counters, DropReason, TransportEvent};
+pub use counters::{Counters, DropReason, ReplyOrigin, TransportEvent};
 pub use error::{ConfigError, RequestError, SendError};
 pub use handshake::MeshSecret;
 #[doc(hidden)]

@@ -18,7 +18,7 @@ use crate::bridge::Bell;
 use crate::budget::Budget;
 use crate::codec::{self, ErrorKind, Parts, Record};
 use crate::config::{MeshConfig, PeerAddress};
-use crate::counters::Counters;
+use crate::counters::{Counters, ReplyOrigin};
 use crate::engine::{Command, Dest, Engine};
 use crate::error::{ConfigError, RequestError, SendError};
 use crate::handshake::{LocalIdentity, MeshSecret};
@@ -462,6 +462,15 @@ impl ReplyHandle {
         let Some(shared) = self.shared.take() else {
             return;
         };
+        let to = match self.target {
+            ReplyTarget::Peer { .. } => ReplyOrigin::Peer,
+            ReplyTarget::Client { .. } => ReplyOrigin::Client,
+        };
+        let error = match &record {
+            Record::ErrorReply(e) => Some(e.kind),
+            _ => None,
+        };
+        shared.counters.reply(to, error);
         let Ok(frames) = codec::encode(&record, self.corr, payload) else {
             return;
         };

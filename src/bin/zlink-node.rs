@@ -31,6 +31,10 @@ CONFIGURATION FILE (TOML, every key optional; flags and environment override it)
   secret_file = \"/path/mesh.secret\"       mesh secret (HMAC key, >= 32 random bytes, trimmed)
   store = \"sqlite:///path/store.db\"       Location Store URL (sqlite:///PATH, redis://HOST[:PORT] or memory:)
   ready_file = \"/path/node1.ready\"        written once the node serves and its peers are up
+  metrics = \"127.0.0.1:9464\"              serve Prometheus metrics (text format) at
+                                          http://ADDR/metrics (omit: none; port 0: any free
+                                          port, logged at startup). No authentication: bind
+                                          it to a trusted network
   drain_timeout_ms = 5000                 graceful shutdown drain deadline
   lease_ttl_ms = 10000                    owner lease TTL in the Location Store; renewed every
                                           third of it; the node serves its actors only until
@@ -95,6 +99,10 @@ struct Cli {
     /// File written once the node serves and its peers are up (endpoints, generation).
     #[arg(long, env = "ZLINK_READY_FILE", value_name = "FILE")]
     ready_file: Option<PathBuf>,
+    /// Serve Prometheus metrics (text format) at http://ADDR/metrics, e.g. 127.0.0.1:9464
+    /// [default: none].
+    #[arg(long, env = "ZLINK_METRICS", value_name = "ADDR")]
+    metrics: Option<std::net::SocketAddr>,
     /// A peer, NAME=RELAY,COMPLETION (repeatable; adds to the file's [[peers]]).
     #[arg(long = "peer", value_name = "NAME=RELAY,COMPLETION")]
     peers: Vec<String>,
@@ -137,6 +145,7 @@ struct FileConfig {
     secret_file: Option<PathBuf>,
     store: Option<String>,
     ready_file: Option<PathBuf>,
+    metrics: Option<std::net::SocketAddr>,
     drain_timeout_ms: Option<u64>,
     lease_ttl_ms: Option<u64>,
     request_timeout_ms: Option<u64>,
@@ -258,6 +267,7 @@ fn settings(cli: Cli) -> anyhow::Result<Settings> {
         .client
         .or(file.client)
         .map(|endpoint| ClientConfig { endpoint });
+    config.metrics = cli.metrics.or(file.metrics);
     if let Some(ms) = cli.lease_ttl_ms.or(file.lease_ttl_ms) {
         config.timeouts.owner_lease_ttl = Duration::from_millis(ms);
     }
@@ -296,12 +306,14 @@ fn init_logs(format: LogFormat) {
 fn write_ready(path: &Path, node: &Node) -> anyhow::Result<()> {
     let ep = node.endpoints();
     let line = format!(
-        "name={} generation={} relay={} completion={} client={}\n",
+        "name={} generation={} relay={} completion={} client={} metrics={}\n",
         node.node_rid(),
         node.generation(),
         ep.relay,
         ep.completion,
-        ep.client.as_deref().unwrap_or("-")
+        ep.client.as_deref().unwrap_or("-"),
+        node.metrics_addr()
+            .map_or_else(|| "-".to_owned(), |a| a.to_string())
     );
     let tmp = path.with_extension("ready.tmp");
     std::fs::write(&tmp, line).with_context(|| format!("writing {}", tmp.display()))?;

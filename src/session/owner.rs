@@ -137,6 +137,18 @@ impl SessionEntry {
     }
 }
 
+/// One session as an operator sees it ([`SessionOwner::views`]).
+#[derive(Clone, Debug)]
+pub(crate) struct SessionView {
+    pub session: SessionRid,
+    /// `open`, `closing` (replaced, SB-6.3) or `closed`.
+    pub phase: &'static str,
+    /// Actors bound now, by id.
+    pub bound: Vec<ActorId>,
+    /// Binds in flight.
+    pub pending_binds: usize,
+}
+
 /// A packet's reply handle: answered `Unavailable` if the packet is dropped before its handler
 /// ran (the session ended while it waited), so every request packet gets exactly one terminal.
 struct PacketReply(Option<ReplyHandle>);
@@ -239,6 +251,39 @@ impl SessionOwner {
 
     pub(crate) fn session_count(&self) -> usize {
         lock(&self.sessions).len()
+    }
+
+    /// The sessions now, for an operator (`ctl sessions`, metrics): id, phase and bound
+    /// actors, ordered by session id. Each aggregate is locked on its own, never under the
+    /// sessions lock.
+    pub(crate) fn views(&self) -> Vec<SessionView> {
+        let mut entries: Vec<Arc<SessionEntry>> = lock(&self.sessions).values().cloned().collect();
+        entries.sort_by_key(|e| e.rid.get());
+        entries
+            .iter()
+            .map(|e| {
+                let agg = e.agg();
+                let phase = match agg.phase() {
+                    super::aggregate::Phase::Open => "open",
+                    super::aggregate::Phase::Closing(_) => "closing",
+                    super::aggregate::Phase::Closed(_) => "closed",
+                };
+                let mut bound: Vec<ActorId> = agg.bound().map(|b| b.actor.clone()).collect();
+                bound.sort_by(|a, b| a.as_str().cmp(b.as_str()));
+                SessionView {
+                    session: e.rid,
+                    phase,
+                    bound,
+                    pending_binds: agg.pending_binds(),
+                }
+            })
+            .collect()
+    }
+
+    /// Current bindings over every session of this node.
+    pub(crate) fn binding_count(&self) -> usize {
+        let entries: Vec<Arc<SessionEntry>> = lock(&self.sessions).values().cloned().collect();
+        entries.iter().map(|e| e.agg().bound().count()).sum()
     }
 
     /// The replacement close deadline of a closing session.
