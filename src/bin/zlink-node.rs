@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use clap::{Parser, ValueEnum};
+use clap::{Parser, Subcommand, ValueEnum};
 use serde::Deserialize;
 use zlink::config::{
     ClientConfig, MeshConfig, MeshSecretText, NodeConfig, ObjectRoles, PeerConfig,
@@ -20,6 +20,9 @@ use zlink::config::{
 use zlink::node::{Node, NodeOptions, chat, demo};
 use zlink::store::StoreUrl;
 use zlink_wire::{MeshName, NodeRid};
+
+#[path = "zlink-node/ctl.rs"]
+mod ctl;
 
 const AFTER_HELP: &str = "\
 CONFIGURATION FILE (TOML, every key optional; flags and environment override it):
@@ -51,6 +54,11 @@ CONFIGURATION FILE (TOML, every key optional; flags and environment override it)
   relay = \"tcp://127.0.0.1:7101\"
   completion = \"tcp://127.0.0.1:7102\"
 
+OPERATOR (zlink-node ctl --help):
+  zlink-node ctl -e tcp://127.0.0.1:7003 nodes|actors|sessions|counters [--json]
+                                          asks running nodes over their client endpoints
+                                          (ZLINK_CLIENT_ENDPOINTS: comma-separated)
+
 ENVIRONMENT:
   ZLINK_MESH_SECRET   the mesh secret itself (instead of a secret file)
   RUST_LOG            log filter (default: info), e.g. RUST_LOG=zlink=debug
@@ -70,6 +78,9 @@ clients over ClientServer. Owners are found through the Location Store (embedded
 #[derive(Debug, Parser)]
 #[command(name = "zlink-node", version, about = ABOUT, after_help = AFTER_HELP)]
 struct Cli {
+    /// Run a tool instead of a node.
+    #[command(subcommand)]
+    command: Option<Command>,
     /// TOML configuration file (keys below).
     #[arg(long, short = 'c', env = "ZLINK_CONFIG", value_name = "FILE")]
     config: Option<PathBuf>,
@@ -125,6 +136,14 @@ struct Cli {
     /// Run the mesh without a secret (development only: the handshake proves nothing).
     #[arg(long, env = "ZLINK_INSECURE_DEV_MODE")]
     insecure_dev_mode: bool,
+}
+
+/// Tools of `zlink-node` other than the node itself.
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// An operator's view of running nodes over their client endpoints: `nodes`, `actors`,
+    /// `sessions`, `counters`; a table, or JSON with --json.
+    Ctl(ctl::CtlArgs),
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Deserialize)]
@@ -333,7 +352,10 @@ async fn shutdown_signal() -> anyhow::Result<&'static str> {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let cli = Cli::parse();
+    let mut cli = Cli::parse();
+    if let Some(Command::Ctl(args)) = cli.command.take() {
+        return ctl::run(args).await;
+    }
     let s = settings(cli)?;
     init_logs(s.log_format);
     // The chat app places its actors by a hash over every node of the mesh (this one and its

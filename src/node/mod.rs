@@ -591,11 +591,19 @@ impl Node {
             .filter(|p| self.inner.mesh.peer_generation(&p.node).is_some())
             .map(|p| p.node.to_string())
             .collect();
+        let peers = self
+            .inner
+            .peers
+            .iter()
+            .filter(|p| p.node != *self.node_rid())
+            .map(|p| p.node.to_string())
+            .collect();
         NodeInfo {
             node: self.node_rid().to_string(),
             generation: self.generation().get(),
             mesh: self.inner.mesh_name.to_string(),
             peers_up,
+            peers,
             actor_types: self.inner.registry.names(),
             local_actors: lock(&self.inner.actors).live.len() as u64,
             sessions: self.inner.sessions.session_count() as u64,

@@ -120,6 +120,9 @@ pub struct NodeInfo {
     pub mesh: String,
     /// Configured peers that are up.
     pub peers_up: Vec<String>,
+    /// Every configured peer (itself excluded), up or not.
+    #[serde(default)]
+    pub peers: Vec<String>,
     /// Actor types this node hosts.
     pub actor_types: Vec<String>,
     /// Actors this node owns now.
