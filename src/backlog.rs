@@ -25,7 +25,7 @@ use std::sync::Arc;
 pub(crate) type Done = Box<dyn FnOnce() + Send>;
 
 /// Counters of a [`Backlogs`] (monotonic, except `waiting_now`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct BacklogStats {
     /// Records that waited in a backlog for their lane (instead of entering it at once).
     pub waited: u64,

@@ -327,6 +327,7 @@ fn millis<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
 /// store = "sqlite:///var/lib/zlink/store.db"
 /// actor_dispatch = true
 /// mesh_secret = "at-least-16-bytes-of-secret"   # or: insecure_dev_mode = true
+/// metrics = "127.0.0.1:9464"   # optional: Prometheus text format on http://ADDR/metrics
 ///
 /// [roles]
 /// object_client = true
@@ -382,6 +383,10 @@ pub struct NodeConfig {
     /// ClientServer endpoint, if this node serves clients.
     #[serde(default)]
     pub client: Option<ClientConfig>,
+    /// Address of the node's Prometheus endpoint (`GET /metrics`, text format); `None` (the
+    /// default) serves none. Port 0 picks a free port.
+    #[serde(default)]
+    pub metrics: Option<std::net::SocketAddr>,
     /// Lane admission limits.
     #[serde(default)]
     pub lanes: LaneLimits,
@@ -403,6 +408,7 @@ impl NodeConfig {
             insecure_dev_mode: false,
             meshes: Vec::new(),
             client: None,
+            metrics: None,
             lanes: LaneLimits::default(),
             timeouts: Timeouts::default(),
         }

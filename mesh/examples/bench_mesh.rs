@@ -183,6 +183,8 @@ fn raw_rtt(n: usize) -> Vec<f64> {
 fn cfg(node: &str) -> MeshConfig {
     let mut c = MeshConfig::new(MeshName::new("bench").unwrap(), NodeRid::new(node).unwrap());
     c.secret = Some(MeshSecret::new(SECRET.to_vec()).unwrap());
+    // No session layer accepts clients here: full window at once.
+    c.client_admission = zlink_mesh::ClientAdmission::Open;
     if let Some(w) = std::env::var("BENCH_WINDOW")
         .ok()
         .and_then(|v| v.parse().ok())

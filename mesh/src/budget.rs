@@ -231,6 +231,17 @@ impl RxWindow {
         })
     }
 
+    /// The window grows from `from` to `to` (a stranger's session accepted): the difference is
+    /// owed to the sender as if it had been used and freed, so the next `pending()` grants it.
+    pub(crate) fn widen(&mut self, from: InboundWindow, to: InboundWindow) {
+        let msgs = u64::from(to.messages.saturating_sub(from.messages));
+        let bytes = to.bytes.saturating_sub(from.bytes);
+        self.used_msgs += msgs;
+        self.used_bytes += bytes;
+        self.ret_msgs += msgs;
+        self.ret_bytes += bytes;
+    }
+
     /// libzmq took the FlowCredit carrying `pending()`'s `(msgs, bytes)`: that credit is back
     /// with the sender. Until then it stays pending (a lost grant would stall the sender).
     pub(crate) fn returned(&mut self, msgs: u32, bytes: u64) {
@@ -308,5 +319,38 @@ mod tests {
         rx.returned(2, 20);
         assert!(!rx.owes());
         assert!(rx.try_charge(window, 10));
+    }
+
+    #[test]
+    fn rx_window_widens_when_a_stranger_is_accepted() {
+        let small = InboundWindow {
+            messages: 4,
+            bytes: 100,
+        };
+        let full = InboundWindow {
+            messages: 64,
+            bytes: 10_000,
+        };
+        let mut rx = RxWindow::initial_grant(small);
+        rx.returned(4, 100);
+        for _ in 0..4 {
+            assert!(rx.try_charge(small, 10));
+        }
+        assert!(!rx.try_charge(small, 10), "a stranger's window is small");
+        rx.widen(small, full);
+        // The difference is granted; what the stranger used stays charged.
+        assert_eq!(rx.pending(), Some((60, 9_900)));
+        assert!(
+            !rx.try_charge(full, 10),
+            "nothing more before the grant left"
+        );
+        rx.returned(60, 9_900);
+        for _ in 0..60 {
+            assert!(rx.try_charge(full, 10));
+        }
+        assert!(
+            !rx.try_charge(full, 10),
+            "the full window, less the 4 still held"
+        );
     }
 }

@@ -32,9 +32,10 @@ use zlink_wire::{Disconnect, DisconnectReason, Limits, Ping};
 
 use crate::codec::{self, Class, Parts, Record};
 use crate::config::{Batching, Liveness, MeshConfig, TransportLimits};
+use crate::conn::SendCredit;
 use crate::correlation::{Correlations, ReplyOutcome};
 use crate::counters::{Counters, DropReason, TransportEvent};
-use crate::engine::{DecodeMemo, batch_run, configure_network_socket, recv_multipart};
+use crate::engine::{DecodeMemo, configure_network_socket, recv_multipart};
 use crate::error::{ConfigError, RequestError, SendError};
 use crate::node::Response;
 use crate::tap::{TapDirection, WireTap};
@@ -326,8 +327,7 @@ impl MeshClient {
             pushes: push_tx,
             stalled: None,
             queue: std::collections::VecDeque::new(),
-            credit_msgs: 0,
-            credit_bytes: 0,
+            credit: SendCredit::default(),
             pinged: false,
             ping_interval: cfg.liveness.ping_interval,
             next_ping: Instant::now(),
@@ -531,8 +531,7 @@ struct ClientIo {
     queue: std::collections::VecDeque<(Parts, u64, u64)>,
     /// Receive window the node granted (FlowCredit): requests and DATA go out only within it;
     /// none before the node's first grant (it answers the first Ping with one).
-    credit_msgs: u64,
-    credit_bytes: u64,
+    credit: SendCredit,
     /// A Ping was taken by libzmq (the connection exists).
     pinged: bool,
     ping_interval: Duration,
@@ -722,8 +721,7 @@ impl ClientIo {
                 && zmq::SocketEvent::from_raw(u16::from_le_bytes([first[0], first[1]]))
                     == zmq::SocketEvent::DISCONNECTED
             {
-                self.credit_msgs = 0;
-                self.credit_bytes = 0;
+                self.credit = SendCredit::default();
                 self.pinged = false;
                 self.shared.counters.event(TransportEvent::Disconnected);
             }
@@ -766,34 +764,22 @@ impl ClientIo {
                 self.queue.pop_front();
                 continue;
             }
-            if self.credit_msgs == 0 || self.credit_bytes == 0 {
+            if !self.credit.open() {
                 break;
             }
-            let (mut msgs, mut credit) = (self.credit_msgs, self.credit_bytes);
             let table = &self.corr;
             let now = Instant::now();
-            let n = batch_run(
+            let n = self.credit.run(
                 &self.batching,
                 self.queue.iter().map(|(f, _, c)| (&**f, *c)),
-                |(frames, c): (&[Bytes], u64)| {
-                    if msgs == 0
-                        || credit == 0
-                        || (c != 0 && table.pending_deadline(c).is_none_or(|d| d <= now))
-                    {
-                        return false;
-                    }
-                    msgs -= 1;
-                    credit = credit.saturating_sub(frames.iter().map(|f| f.len() as u64).sum());
-                    true
-                },
+                |c| table.pending_deadline(c).is_none_or(|d| d <= now),
             );
             if !self.send_run(n) {
                 break;
             }
             let mut released = 0;
             for (_, b, _) in self.queue.drain(..n) {
-                self.credit_msgs -= 1;
-                self.credit_bytes = self.credit_bytes.saturating_sub(b);
+                self.credit.charge(b);
                 released += b;
             }
             self.shared.budget.release_n(n as u64, released);
@@ -987,8 +973,7 @@ impl ClientIo {
             (Class::Disconnect(reason), _) if !in_batch => self.server_closed = Some(reason),
             (Class::FlowCredit { messages, bytes }, _) if !in_batch => {
                 // Wire values: saturate (never wrap or panic on a hostile grant).
-                self.credit_msgs = self.credit_msgs.saturating_add(u64::from(messages));
-                self.credit_bytes = self.credit_bytes.saturating_add(bytes);
+                self.credit.grant(messages, bytes);
                 self.flush();
             }
             (Class::Push, Some(Record::Push(p))) => {

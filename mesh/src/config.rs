@@ -127,6 +127,54 @@ impl Default for Liveness {
     }
 }
 
+/// How ClientServer sessions are admitted to the full receive window.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ClientAdmission {
+    /// Every session is granted `MeshConfig::client_window` on its first record (a mesh used
+    /// without a session layer that authenticates clients: tests, benchmarks).
+    Open,
+    /// A session is a stranger until the node's session layer admits it
+    /// ([`crate::MeshNode::accept_client`], called when its connected/authenticate callback
+    /// accepts the session): strangers get a small window and are bounded in count, in all and
+    /// per source address; accepting one grants the full `client_window`.
+    OnAccept(Strangers),
+}
+
+impl Default for ClientAdmission {
+    /// [`ClientAdmission::OnAccept`] with [`Strangers::default`].
+    fn default() -> Self {
+        Self::OnAccept(Strangers::default())
+    }
+}
+
+/// Bounds on ClientServer sessions not yet accepted ([`ClientAdmission::OnAccept`]): what a
+/// stranger can make the node hold is at most `window` (plus a few hundred bytes of session
+/// state), and at most `max` strangers (`max_per_source` from one address) exist at once.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Strangers {
+    /// The receive window of a session until it is accepted. Default 16 records / 16 KiB
+    /// (room for a login request and its retries, not for a stream).
+    pub window: InboundWindow,
+    /// Most sessions not yet accepted at once (beyond: `HandshakeCapacity`). Default 1,024.
+    pub max: usize,
+    /// Most sessions not yet accepted from one source address (the connection's peer IP) at
+    /// once (beyond: `SourceCapacity`). Default 64.
+    pub max_per_source: usize,
+}
+
+impl Default for Strangers {
+    fn default() -> Self {
+        Self {
+            window: InboundWindow {
+                messages: 16,
+                bytes: 16 * 1024,
+            },
+            max: 1024,
+            max_per_source: 64,
+        }
+    }
+}
+
 /// Configuration of one mesh node.
 #[derive(Clone, Debug)]
 pub struct MeshConfig {
@@ -161,6 +209,9 @@ pub struct MeshConfig {
     /// reading the client socket (Pings, other and new clients progress). Held memory is
     /// bounded by this window times `max_clients`. Default 4,096 records / 1 MiB.
     pub client_window: InboundWindow,
+    /// Whether a session gets `client_window` at once or only once accepted (strangers are
+    /// bounded until then). Default [`ClientAdmission::OnAccept`].
+    pub client_admission: ClientAdmission,
     /// Capacity of the inbound channel to the layer above (application records).
     pub inbound_capacity: usize,
     /// How long a send waits for admission before `DeadlineExceeded` (SB-6.5).
@@ -208,6 +259,7 @@ impl MeshConfig {
                 messages: 4096,
                 bytes: 1024 * 1024,
             },
+            client_admission: ClientAdmission::default(),
             inbound_capacity: 4096,
             send_timeout: Duration::from_secs(5),
             liveness: Liveness::default(),

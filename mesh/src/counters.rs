@@ -160,11 +160,38 @@ impl TransportEvent {
     }
 }
 
+/// Who a terminal reply went to (see [`Counters::replies`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ReplyOrigin {
+    /// A ClientServer client's request.
+    Client,
+    /// A mesh peer's request.
+    Peer,
+}
+
+impl ReplyOrigin {
+    /// Both origins, in a fixed order.
+    pub const ALL: [ReplyOrigin; 2] = [ReplyOrigin::Client, ReplyOrigin::Peer];
+
+    /// Stable snake_case name (metric label).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReplyOrigin::Client => "client",
+            ReplyOrigin::Peer => "peer",
+        }
+    }
+}
+
+/// Slots of the reply counters per origin: success, then one per `ErrorKind` code (1..=6).
+const REPLY_SLOTS: usize = 7;
+
 /// The node's counters (shared by the I/O thread and the API).
 #[derive(Debug, Default)]
 pub struct Counters {
     drops: [AtomicU64; DropReason::ALL.len()],
     events: [AtomicU64; 5],
+    /// Terminal replies handed to the I/O thread, per origin and result (`ReplyHandle`).
+    replies: [[AtomicU64; REPLY_SLOTS]; 2],
     delivered: AtomicU64,
     summary: Mutex<Summary>,
 }
@@ -186,6 +213,22 @@ impl Counters {
 
     pub(crate) fn event(&self, e: TransportEvent) {
         self.events[e.index()].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts one terminal answer to a request: `None` = a reply, `Some(kind)` = an error
+    /// reply (146) of that kind.
+    pub(crate) fn reply(&self, to: ReplyOrigin, error: Option<zlink_wire::ErrorKind>) {
+        self.replies[to as usize][Self::reply_slot(error)].fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn reply_slot(error: Option<zlink_wire::ErrorKind>) -> usize {
+        error.map_or(0, |k| usize::from(k.code()).min(REPLY_SLOTS - 1))
+    }
+
+    /// Terminal answers this node gave to requests from `to`: replies (`error` = `None`) or
+    /// error replies of one kind. Every request the node accepted gets exactly one.
+    pub fn replies(&self, to: ReplyOrigin, error: Option<zlink_wire::ErrorKind>) -> u64 {
+        self.replies[to as usize][Self::reply_slot(error)].load(Ordering::Relaxed)
     }
 
     pub(crate) fn delivered(&self, n: u64) {

@@ -26,11 +26,12 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use tokio::sync::oneshot;
 
-use crate::budget::{Budget, RxWindow};
-use zlink_wire::{Decoded, Disconnect, DisconnectReason, Limits, Ping, Pong};
+use crate::budget::Budget;
+use zlink_wire::{Decoded, Disconnect, DisconnectReason, Limits, Ping};
 
 use crate::codec::{self, Class, HandshakeMsg, HandshakeReject, Parts, Record};
-use crate::config::{InboundWindow, MeshConfig, PeerAddress};
+use crate::config::{ClientAdmission, MeshConfig, PeerAddress};
+use crate::conn::{Conn, Lane, Verdict, batch_run};
 use crate::correlation::{Correlations, ReplyOutcome};
 use crate::counters::{Counters, DropReason, TransportEvent};
 use crate::error::RequestError;
@@ -93,6 +94,10 @@ pub(crate) enum Command {
         session: u64,
         reason: DisconnectReason,
     },
+    /// [`crate::MeshNode::accept_client`].
+    AcceptClient {
+        session: u64,
+    },
     /// [`crate::MeshNode::set_sink`]: application records are offered to it from now on.
     SetSink(Box<dyn crate::sink::InboundSink>),
     /// [`crate::MeshNode::release_credit`]: records the sink held left their senders' windows
@@ -119,6 +124,29 @@ struct Out {
 
 fn out_len(out: &Out) -> u64 {
     out.frames.iter().map(|f| f.len() as u64).sum()
+}
+
+/// The first `n` queued records went out as one frame: each charged to the send `credit` (on a
+/// credit-limited connection), their budget released at once.
+fn take_sent(
+    queue: &mut VecDeque<Out>,
+    n: usize,
+    budget: &Budget,
+    mut credit: Option<&mut crate::conn::SendCredit>,
+) {
+    let (mut reserved_n, mut reserved_bytes) = (0, 0);
+    for out in queue.drain(..n) {
+        if let Some(c) = credit.as_deref_mut() {
+            c.charge(out_len(&out));
+        }
+        if let Some(b) = out.bytes {
+            reserved_n += 1;
+            reserved_bytes += b;
+        }
+    }
+    if reserved_n > 0 {
+        budget.release_n(reserved_n, reserved_bytes);
+    }
 }
 
 fn release(budget: &Budget, out: &Out) {
@@ -162,14 +190,11 @@ struct Peer {
     budget: Arc<Budget>,
     queue: VecDeque<Out>,
     replies: VecDeque<Parts>,
-    last_rx: Instant,
     next_ping: Instant,
     ping_seq: u64,
-    /// Sender side: credit granted by the peer for our relay data.
-    credit_msgs: u64,
-    credit_bytes: u64,
-    /// Receiver side: the peer's relay-data window.
-    rx: RxWindow,
+    /// Flow of relay data both ways (the peer's receive window, our send credit) and
+    /// liveness: the sans-IO core ([`crate::conn`]).
+    conn: Conn,
 }
 
 /// Index of a mesh link kind in a peer's per-link arrays.
@@ -200,9 +225,12 @@ struct Client {
     rid: Vec<u8>,
     budget: Arc<Budget>,
     queue: VecDeque<Out>,
-    last_rx: Instant,
-    /// Receive window (like a peer's).
-    rx: RxWindow,
+    /// Receive window (like a peer's; `client_window`, or the strangers' window until
+    /// accepted) and liveness: the sans-IO core ([`crate::conn`]).
+    conn: Conn,
+    /// Not yet accepted ([`crate::ClientAdmission::OnAccept`]): counted in
+    /// `Engine::strangers` (and per source).
+    stranger: bool,
     /// The node is closing this session (cause, since when): its queue drains first, then it
     /// gets a Disconnect and is removed ([`Engine::close_client`]).
     closing: Option<(ClientCloseCause, Instant)>,
@@ -293,6 +321,9 @@ pub(crate) struct Engine {
     clients_by_rid: SeededMap<Vec<u8>, u64>,
     /// Sessions per source address (`max_clients_per_source`).
     sessions_by_source: SeededMap<Arc<str>, usize>,
+    /// Sessions not yet accepted, in all and per source address (`ClientAdmission::OnAccept`).
+    strangers: usize,
+    strangers_by_source: SeededMap<Arc<str>, usize>,
     /// The source address of the message being handled, read only for a client connection
     /// without a session (it may open one) and for a Hello (it starts a handshake).
     rx_source: Option<Arc<str>>,
@@ -368,7 +399,7 @@ struct OneWayRun<'e> {
 }
 
 impl OneWayRun<'_> {
-    /// Takes, for one connection (its receive window `rx` within `window`, `last_rx`), the
+    /// Takes, for one connection (its core `conn`: receive window, liveness), the
     /// records from `next` on that are byte-identical to the memoized one-way, each exactly as
     /// a lone record: payload bounded, window charged (over it: dropped, `CreditExceeded`,
     /// counted against `who`), handed up in the compact form from `origin()`, credit freed.
@@ -378,9 +409,7 @@ impl OneWayRun<'_> {
     #[allow(clippy::too_many_arguments)]
     fn take<'a>(
         &mut self,
-        rx: &mut RxWindow,
-        last_rx: &mut Instant,
-        window: InboundWindow,
+        conn: &mut Conn,
         origin: &dyn Fn() -> Origin,
         who: &dyn std::fmt::Display,
         mut next: Option<zlink_wire::BatchRecord<'a>>,
@@ -398,16 +427,16 @@ impl OneWayRun<'_> {
             }
             let payload = sub.payload.expect("checked");
             let bytes = (sub.envelope.len() + payload.len()) as u64;
-            *last_rx = self.now;
+            conn.last_rx = self.now;
             next = records.next();
-            if !rx.try_charge(window, bytes) {
+            if let Verdict::Drop(reason) = conn.charge(bytes) {
                 // The sender ignored its window: a protocol violation, counted.
-                self.counters.drop(DropReason::CreditExceeded, who);
+                self.counters.drop(reason, who);
                 continue;
             }
             self.inbound.push_one_way(origin(), self.key, payload);
             self.counters.delivered(1);
-            if rx.free(window, bytes) {
+            if conn.released(bytes) {
                 return (next, true);
             }
         }
@@ -650,6 +679,8 @@ impl Engine {
                 clients: FastMap::default(),
                 clients_by_rid: SeededMap::default(),
                 sessions_by_source: SeededMap::default(),
+                strangers: 0,
+                strangers_by_source: SeededMap::default(),
                 rx_source: None,
                 paused_clients: HashSet::new(),
                 next_session: 1,
@@ -872,6 +903,7 @@ impl Engine {
             Command::CloseClient { session, reason } => {
                 self.close_client(session, ClientCloseCause::Closed(reason), Instant::now());
             }
+            Command::AcceptClient { session } => self.accept_client(session),
             Command::SetSink(sink) => self.sink = Some(sink),
             Command::ReleaseCredit => {
                 let released = std::mem::take(
@@ -884,10 +916,10 @@ impl Engine {
                 for (origin, bytes) in released {
                     match origin {
                         Origin::Peer { node, generation } => {
-                            self.credit_freed(&node, generation, bytes)
+                            self.credit_freed(ConnRef::Peer(&node, Some(generation)), bytes)
                         }
                         Origin::Client { session } => {
-                            self.client_credit_freed(session.get(), bytes)
+                            self.credit_freed(ConnRef::Client(session.get()), bytes)
                         }
                     }
                 }
@@ -1061,6 +1093,7 @@ impl Engine {
 
     fn peer_entry(&mut self, node: &NodeRid) -> &mut Peer {
         let budget = self.cfg.peer_budget;
+        let peer_window = self.cfg.peer_window;
         let now = Instant::now();
         self.peers.entry(node.clone()).or_insert_with(|| Peer {
             node: node.clone(),
@@ -1074,12 +1107,9 @@ impl Engine {
             budget: Arc::new(Budget::new(budget)),
             queue: VecDeque::new(),
             replies: VecDeque::new(),
-            last_rx: now,
             next_ping: now,
             ping_seq: 0,
-            credit_msgs: 0,
-            credit_bytes: 0,
-            rx: RxWindow::default(),
+            conn: Conn::idle(peer_window, now),
         })
     }
 
@@ -1349,30 +1379,19 @@ impl Engine {
                 self.drop_ended(node, corr);
                 continue;
             }
-            if p.credit_msgs == 0 || p.credit_bytes == 0 {
+            if !p.conn.credit.open() {
                 credit_blocked = true;
                 break;
             }
             // The run of records that go out as one frame: each within the peer's credit
             // (every record is charged on its own, as if sent alone), stopping before a
             // request that already ended (it is discarded at the front next round).
-            let (mut msgs, mut credit) = (p.credit_msgs, p.credit_bytes);
             let corr = &self.corr;
             let now = Instant::now();
-            let n = batch_run(
+            let n = p.conn.credit.run(
                 &self.cfg.batching,
                 p.queue.iter().map(|o| (&*o.frames, o.corr)),
-                |(frames, c): (&[Bytes], u64)| {
-                    if msgs == 0
-                        || credit == 0
-                        || (c != 0 && corr.pending_deadline(c).is_none_or(|d| d <= now))
-                    {
-                        return false;
-                    }
-                    msgs -= 1;
-                    credit = credit.saturating_sub(frames.iter().map(|f| f.len() as u64).sum());
-                    true
-                },
+                |c| corr.pending_deadline(c).is_none_or(|d| d <= now),
             );
             match self.send_run(
                 LinkKind::Relay,
@@ -1380,18 +1399,7 @@ impl Engine {
                 p.queue.iter().take(n).map(|o| &o.frames),
             ) {
                 SendOutcome::Sent => {
-                    let (mut reserved_n, mut reserved_bytes) = (0, 0);
-                    for out in p.queue.drain(..n) {
-                        p.credit_msgs -= 1;
-                        p.credit_bytes = p.credit_bytes.saturating_sub(out_len(&out));
-                        if let Some(b) = out.bytes {
-                            reserved_n += 1;
-                            reserved_bytes += b;
-                        }
-                    }
-                    if reserved_n > 0 {
-                        p.budget.release_n(reserved_n, reserved_bytes);
-                    }
+                    take_sent(&mut p.queue, n, &p.budget, Some(&mut p.conn.credit));
                 }
                 SendOutcome::Paused => break,
                 SendOutcome::Unreachable => {
@@ -1425,18 +1433,7 @@ impl Engine {
                 &c.rid,
                 c.queue.iter().take(n).map(|o| &o.frames),
             ) {
-                SendOutcome::Sent => {
-                    let (mut reserved_n, mut reserved_bytes) = (0, 0);
-                    for out in c.queue.drain(..n) {
-                        if let Some(b) = out.bytes {
-                            reserved_n += 1;
-                            reserved_bytes += b;
-                        }
-                    }
-                    if reserved_n > 0 {
-                        c.budget.release_n(reserved_n, reserved_bytes);
-                    }
-                }
+                SendOutcome::Sent => take_sent(&mut c.queue, n, &c.budget, None),
                 SendOutcome::Paused => break,
                 SendOutcome::Unreachable => {
                     for out in c.queue.drain(..n) {
@@ -1731,7 +1728,7 @@ impl Engine {
                 let p = self.peers.get_mut(node).expect("peer");
                 p.generation = Some(id.generation);
                 *p.link_mut(kind) = Link::Up(id.generation);
-                p.last_rx = now;
+                p.conn.last_rx = now;
                 if matches!(p.relay, Link::Up(g) if g == id.generation)
                     && matches!(p.completion, Link::Up(g) if g == id.generation)
                     && !p.up
@@ -1746,8 +1743,8 @@ impl Engine {
                     };
                     self.shared.set_peer(node.clone(), Some(slot));
                     self.shared.counters.event(TransportEvent::PeerUp);
-                    p.rx = RxWindow::initial_grant(self.cfg.peer_window);
-                    self.flush_credit(node);
+                    p.conn.regrant();
+                    self.flush_grant(ConnRef::Peer(node, None));
                     tracing::debug!(peer = %node, generation = %id.generation, "peer up");
                     self.shared.publish(PeerEvent::Up {
                         node: node.clone(),
@@ -1765,9 +1762,7 @@ impl Engine {
         };
         let generation = p.generation;
         let was_up = std::mem::replace(&mut p.up, false);
-        p.credit_msgs = 0;
-        p.credit_bytes = 0;
-        p.rx = RxWindow::default();
+        p.conn.reset();
         for out in p.queue.drain(..) {
             release(&p.budget, &out);
             self.shared.counters.drop(DropReason::PeerLost, node);
@@ -1862,7 +1857,7 @@ impl Engine {
                 }
             }
             if p.up {
-                if now.duration_since(p.last_rx) > peer_timeout {
+                if now.duration_since(p.conn.last_rx) > peer_timeout {
                     timed_out.push(p.node.clone());
                 } else if p.next_ping <= now {
                     p.ping_seq += 1;
@@ -1890,11 +1885,11 @@ impl Engine {
         let owed: Vec<NodeRid> = self
             .peers
             .values()
-            .filter(|p| p.up && p.rx.owes())
+            .filter(|p| p.up && p.conn.owes())
             .map(|p| p.node.clone())
             .collect();
         for node in owed {
-            self.flush_credit(&node);
+            self.flush_grant(ConnRef::Peer(&node, None));
         }
         for (rid, seq) in ping {
             self.send_control(LinkKind::Completion, &rid, Record::Ping(Ping { seq }));
@@ -1902,11 +1897,11 @@ impl Engine {
         let owed: Vec<u64> = self
             .clients
             .iter()
-            .filter(|(_, c)| c.rx.owes())
+            .filter(|(_, c)| c.conn.owes())
             .map(|(s, _)| *s)
             .collect();
         for s in owed {
-            self.flush_client_credit(s);
+            self.flush_grant(ConnRef::Client(s));
         }
         // ClientServer liveness: end the sessions of clients silent for the peer timeout (they
         // are told Disconnect { Timeout }); a closing session whose queue did not drain within
@@ -1918,7 +1913,7 @@ impl Engine {
                 Some((_, since)) => {
                     (now.duration_since(since) > peer_timeout).then_some((*s, true))
                 }
-                None => (now.duration_since(c.last_rx) > peer_timeout).then_some((*s, false)),
+                None => (now.duration_since(c.conn.last_rx) > peer_timeout).then_some((*s, false)),
             })
             .collect();
         for (s, closing) in dead {
@@ -1989,12 +1984,13 @@ impl Engine {
             self.shared.counters.drop(DropReason::PeerLost, &session);
         }
         self.clients_by_rid.remove(&c.rid);
-        if let Some(src) = &c.source
-            && let Some(n) = self.sessions_by_source.get_mut(src)
-        {
-            *n = n.saturating_sub(1);
-            if *n == 0 {
-                self.sessions_by_source.remove(src);
+        if let Some(src) = &c.source {
+            count_down(&mut self.sessions_by_source, src);
+        }
+        if c.stranger {
+            self.strangers = self.strangers.saturating_sub(1);
+            if let Some(src) = &c.source {
+                count_down(&mut self.strangers_by_source, src);
             }
         }
         self.paused_clients.remove(&session);
@@ -2020,6 +2016,23 @@ impl Engine {
                 cause,
             });
         }
+    }
+
+    /// The node's session layer accepted a stranger's session: full window (the difference
+    /// granted now), no longer counted as a stranger. A no-op for unknown or accepted sessions.
+    fn accept_client(&mut self, session: u64) {
+        let full = self.cfg.client_window;
+        let Some(c) = self.clients.get_mut(&session).filter(|c| c.stranger) else {
+            return;
+        };
+        c.stranger = false;
+        c.conn.widen(full);
+        let source = c.source.clone();
+        self.strangers = self.strangers.saturating_sub(1);
+        if let Some(src) = &source {
+            count_down(&mut self.strangers_by_source, src);
+        }
+        self.flush_grant(ConnRef::Client(session));
     }
 
     /// Sends a session event on the lossless channel, if it was taken (and is still read).
@@ -2334,16 +2347,30 @@ impl Engine {
             // peer looked up once; each still has its payload bounded, its window charged and
             // its credit freed, exactly as in `on_peer_record`. Anything else goes back there.
             next = records.next();
-            next = self.fast_one_ways(node, generation, next, &mut records);
+            let origin = || Origin::Peer {
+                node: NodeRid::clone(node),
+                generation,
+            };
+            next = self.fast_one_ways(
+                ConnRef::Peer(node, Some(generation)),
+                &origin,
+                &**node,
+                next,
+                &mut records,
+            );
         }
     }
 
-    /// The run of memoized one-way records that follows one handed up by `on_peer_record`
-    /// (see [`Engine::on_peer_batch`]); returns the first record it did not take.
+    /// The run of memoized one-way records that follows one handed up by `on_peer_record` or
+    /// `on_client_record` (see [`Engine::on_peer_batch`], [`Engine::on_client_batch`]), for the
+    /// connection `of` (a peer in the generation the first record proved, or a session), each
+    /// taken by [`OneWayRun::take`] exactly as a lone record would be; returns the first
+    /// record it did not take.
     fn fast_one_ways<'a>(
         &mut self,
-        node: &Arc<NodeRid>,
-        generation: NodeGeneration,
+        of: ConnRef<'_>,
+        origin: &dyn Fn() -> Origin,
+        who: &dyn std::fmt::Display,
         mut next: Option<zlink_wire::BatchRecord<'a>>,
         records: &mut impl Iterator<Item = zlink_wire::BatchRecord<'a>>,
     ) -> Option<zlink_wire::BatchRecord<'a>> {
@@ -2351,14 +2378,33 @@ impl Engine {
             return next;
         };
         // Held records go first (FIFO); nothing in a run adds to them.
-        if !self.held.is_empty() {
+        let held = match of {
+            ConnRef::Peer(..) => !self.held.is_empty(),
+            ConnRef::Client(_) => !self.held_clients.is_empty(),
+        };
+        if held {
             return next;
         }
         loop {
-            let Some(p) = self.peers.get_mut(&**node).filter(|p| {
-                p.generation == Some(generation)
-                    && matches!(p.relay, Link::Up(g) if g == generation)
-            }) else {
+            // Looked up again after each grant: the peer must still be up in the generation
+            // of the run on relay, the session not closing.
+            let conn = match of {
+                ConnRef::Peer(node, Some(generation)) => self
+                    .peers
+                    .get_mut(node)
+                    .filter(|p| {
+                        p.generation == Some(generation)
+                            && matches!(p.relay, Link::Up(g) if g == generation)
+                    })
+                    .map(|p| &mut p.conn),
+                ConnRef::Peer(_, None) => None,
+                ConnRef::Client(session) => self
+                    .clients
+                    .get_mut(&session)
+                    .filter(|c| c.closing.is_none())
+                    .map(|c| &mut c.conn),
+            };
+            let Some(conn) = conn else {
                 return next;
             };
             let mut run = OneWayRun {
@@ -2369,24 +2415,12 @@ impl Engine {
                 now: self.rx_now,
                 key,
             };
-            let origin = || Origin::Peer {
-                node: NodeRid::clone(node),
-                generation,
-            };
             let credit;
-            (next, credit) = run.take(
-                &mut p.rx,
-                &mut p.last_rx,
-                self.cfg.peer_window,
-                &origin,
-                &**node,
-                next,
-                records,
-            );
+            (next, credit) = run.take(conn, origin, who, next, records);
             if !credit {
                 return next;
             }
-            self.flush_credit(node);
+            self.flush_grant(of);
         }
     }
 
@@ -2486,39 +2520,32 @@ impl Engine {
                 return None;
             }
         };
-        p.last_rx = self.rx_now;
-        // Relay data: the receive window is checked and charged with this lookup of the peer.
-        let within_window = if kind == LinkKind::Relay && matches!(class, Class::App) {
-            p.rx.try_charge(self.cfg.peer_window, bytes)
+        // The connection core decides (window charged, credit added, liveness noted) with
+        // this one lookup of the peer; the rest here acts on its verdict.
+        let lane = if kind == LinkKind::Relay {
+            Lane::Relay
         } else {
-            true
+            Lane::Completion
         };
-        match (kind, class, record) {
-            (LinkKind::Completion, Class::Ping(seq), _) => {
+        match (p.conn.ingress(lane, &class, bytes, self.rx_now), record) {
+            (Verdict::Answer(answer), _) => {
                 let rid_vec = p.rid(LinkKind::Completion).to_vec();
-                self.send_control(LinkKind::Completion, &rid_vec, Record::Pong(Pong { seq }));
+                self.send_control(LinkKind::Completion, &rid_vec, answer);
             }
-            (LinkKind::Completion, Class::Pong, _) => {}
-            (LinkKind::Completion, Class::FlowCredit { messages, bytes }, _) => {
-                let p = self.peers.get_mut(&**node).expect("peer");
-                // Wire values: saturate (a peer granting "infinite" credit only gives up its
-                // own window).
-                p.credit_msgs = p.credit_msgs.saturating_add(u64::from(messages));
-                p.credit_bytes = p.credit_bytes.saturating_add(bytes);
-                if !p.queue.is_empty() {
+            (Verdict::Control { resume }, _) => {
+                if resume && !p.queue.is_empty() {
                     self.paused.insert(NodeRid::clone(node));
                 }
             }
-            (_, Class::Disconnect(_), _) => self.peer_down(node, DownReason::Remote, true),
-            (LinkKind::Completion, Class::Reply, Some(rec)) => {
+            (Verdict::Disconnect, _) => self.peer_down(node, DownReason::Remote, true),
+            (Verdict::Complete, Some(rec)) => {
                 self.complete(corr, (node.clone(), generation), rec, payload)
             }
-            (LinkKind::Relay, Class::App, rec) if rec.is_some() || from_memo => {
-                if !within_window {
-                    // The peer ignored its window: a protocol violation, counted.
-                    self.shared.counters.drop(DropReason::CreditExceeded, node);
-                    return None;
-                }
+            (Verdict::Drop(DropReason::CreditExceeded), _) => {
+                // The peer ignored its window: a protocol violation, counted.
+                self.shared.counters.drop(DropReason::CreditExceeded, node);
+            }
+            (Verdict::Deliver, rec) if rec.is_some() || from_memo => {
                 // A plain one-way record (no correlation, so no reply and no deadline) goes up
                 // in the compact form (see `inbound`); on a memo hit the record is not even
                 // cloned.
@@ -2540,8 +2567,8 @@ impl Engine {
                     self.inbound
                         .push_one_way(origin, key, payload.expect("checked"));
                     self.shared.counters.delivered(1);
-                    if p.rx.free(self.cfg.peer_window, bytes) {
-                        self.flush_credit(node);
+                    if p.conn.released(bytes) {
+                        self.flush_grant(ConnRef::Peer(node, None));
                     }
                     return Some(generation);
                 }
@@ -2605,8 +2632,8 @@ impl Engine {
                     match sink.offer(inb, bytes) {
                         Offer::Taken => {
                             self.shared.counters.delivered(1);
-                            if p.rx.free(self.cfg.peer_window, bytes) {
-                                self.flush_credit(node);
+                            if p.conn.released(bytes) {
+                                self.flush_grant(ConnRef::Peer(node, None));
                             }
                         }
                         Offer::Held => self.shared.counters.delivered(1),
@@ -2627,8 +2654,8 @@ impl Engine {
                         reply,
                     });
                     self.shared.counters.delivered(1);
-                    if p.rx.free(self.cfg.peer_window, bytes) {
-                        self.flush_credit(node);
+                    if p.conn.released(bytes) {
+                        self.flush_grant(ConnRef::Peer(node, None));
                     }
                 } else {
                     let inb = Inbound {
@@ -2642,7 +2669,11 @@ impl Engine {
                     self.held.push_back((node.clone(), generation, bytes, inb));
                 }
             }
-            (_, _, _) => self.shared.counters.drop(
+            (Verdict::Drop(reason), _) => self
+                .shared
+                .counters
+                .drop(reason, &format_args!("{node} on {kind:?}")),
+            (Verdict::Complete | Verdict::Deliver, _) => self.shared.counters.drop(
                 DropReason::WrongConnection,
                 &format_args!("{node} on {kind:?}"),
             ),
@@ -2663,7 +2694,7 @@ impl Engine {
             match self.inbound.try_push(inb) {
                 Ok(()) => {
                     self.shared.counters.delivered(1);
-                    self.credit_freed(node, generation, bytes);
+                    self.credit_freed(ConnRef::Peer(node, Some(generation)), bytes);
                 }
                 Err(inb) => self.held.push_back((node.clone(), generation, bytes, inb)),
             }
@@ -2744,59 +2775,17 @@ impl Engine {
                 // inside a batch is rejected, timers do not run here). Each still has its
                 // payload bounded, its window charged and its credit freed, exactly as in
                 // `on_client_record`; anything else goes back there.
-                next = self.fast_client_one_ways(session, next, &mut records);
+                let origin = || Origin::Client {
+                    session: SessionRid::new(session),
+                };
+                next = self.fast_one_ways(
+                    ConnRef::Client(session),
+                    &origin,
+                    &ClientLabel(session),
+                    next,
+                    &mut records,
+                );
             }
-        }
-    }
-
-    /// The run of memoized one-way records that follows one handed up by `on_client_record`
-    /// (see [`Engine::on_client_batch`]); returns the first record it did not take.
-    fn fast_client_one_ways<'a>(
-        &mut self,
-        session: u64,
-        mut next: Option<zlink_wire::BatchRecord<'a>>,
-        records: &mut impl Iterator<Item = zlink_wire::BatchRecord<'a>>,
-    ) -> Option<zlink_wire::BatchRecord<'a>> {
-        let Some(key) = self.memo.one_way_key() else {
-            return next;
-        };
-        // Held records go first (FIFO); nothing in a run adds to them.
-        if !self.held_clients.is_empty() {
-            return next;
-        }
-        loop {
-            let Some(c) = self
-                .clients
-                .get_mut(&session)
-                .filter(|c| c.closing.is_none())
-            else {
-                return next;
-            };
-            let mut run = OneWayRun {
-                memo: &self.memo,
-                inbound: &mut self.inbound,
-                counters: &self.shared.counters,
-                max_payload: self.limits.max_payload,
-                now: self.rx_now,
-                key,
-            };
-            let origin = || Origin::Client {
-                session: SessionRid::new(session),
-            };
-            let credit;
-            (next, credit) = run.take(
-                &mut c.rx,
-                &mut c.last_rx,
-                self.cfg.client_window,
-                &origin,
-                &ClientLabel(session),
-                next,
-                records,
-            );
-            if !credit {
-                return next;
-            }
-            self.flush_client_credit(session);
         }
     }
 
@@ -2857,16 +2846,38 @@ impl Engine {
                     return None;
                 }
                 let source = self.rx_source.clone();
+                let stranger = match self.cfg.client_admission {
+                    ClientAdmission::Open => None,
+                    ClientAdmission::OnAccept(strangers) => Some(strangers),
+                };
+                if let Some(st) = stranger
+                    && self.strangers >= st.max
+                {
+                    self.shared
+                        .counters
+                        .drop(DropReason::HandshakeCapacity, &"client: strangers");
+                    return None;
+                }
                 if let Some(src) = &source {
-                    let n = self.sessions_by_source.entry(src.clone()).or_insert(0);
-                    if *n >= self.cfg.max_clients_per_source {
+                    let n = self.sessions_by_source.get(src).copied().unwrap_or(0);
+                    let m = self.strangers_by_source.get(src).copied().unwrap_or(0);
+                    if n >= self.cfg.max_clients_per_source
+                        || stranger.is_some_and(|st| m >= st.max_per_source)
+                    {
                         self.shared
                             .counters
                             .drop(DropReason::SourceCapacity, &format_args!("client {src}"));
                         return None;
                     }
-                    *n += 1;
+                    *self.sessions_by_source.entry(src.clone()).or_insert(0) += 1;
+                    if stranger.is_some() {
+                        *self.strangers_by_source.entry(src.clone()).or_insert(0) += 1;
+                    }
                 }
+                if stranger.is_some() {
+                    self.strangers += 1;
+                }
+                let window = stranger.map_or(self.cfg.client_window, |st| st.window);
                 let s = self.next_session;
                 self.next_session += 1;
                 let budget = Arc::new(Budget::new(self.cfg.client_budget));
@@ -2876,15 +2887,15 @@ impl Engine {
                         rid: rid.to_vec(),
                         budget: budget.clone(),
                         queue: VecDeque::new(),
-                        last_rx: now,
-                        rx: RxWindow::initial_grant(self.cfg.client_window),
+                        conn: Conn::granted(window, now),
+                        stranger: stranger.is_some(),
                         closing: None,
                         source,
                     },
                 );
                 self.clients_by_rid.insert(rid.to_vec(), s);
                 self.shared.set_client(s, Some(budget));
-                self.flush_client_credit(s);
+                self.flush_grant(ConnRef::Client(s));
                 self.shared.publish(PeerEvent::ClientConnected {
                     session: SessionRid::new(s),
                 });
@@ -2895,13 +2906,30 @@ impl Engine {
             }
         };
         let corr = header.correlation;
-        match (class, record) {
-            (Class::Ping(seq), _) => {
-                self.touch_client(session, now);
-                self.send_control(LinkKind::Client, rid, Record::Pong(Pong { seq }))
+        let c = self.clients.get_mut(&session)?;
+        if matches!(class, Class::App) {
+            if !(from_memo || matches!(record, Some(Record::Request(_) | Record::OneWay(_)))) {
+                // Only requests and one-way DATA are application records from a client.
+                c.conn.last_rx = now;
+                self.shared
+                    .counters
+                    .drop(DropReason::WrongConnection, &"client");
+                return None;
             }
-            (Class::Pong, _) => self.touch_client(session, now),
-            (Class::Disconnect(_), _) => {
+            if c.closing.is_some() {
+                self.shared.counters.drop(
+                    DropReason::SessionClosed,
+                    &format_args!("client {session}: session closing"),
+                );
+                return None;
+            }
+        }
+        // The connection core decides (window charged, liveness noted); the rest here acts on
+        // its verdict.
+        match (c.conn.ingress(Lane::Client, &class, bytes, now), record) {
+            (Verdict::Answer(answer), _) => self.send_control(LinkKind::Client, rid, answer),
+            (Verdict::Control { .. }, _) => {}
+            (Verdict::Disconnect, _) => {
                 if self
                     .clients
                     .get(&session)
@@ -2913,27 +2941,8 @@ impl Engine {
                     self.remove_client(session, ClientCloseCause::Remote);
                 }
             }
-            (Class::App, rec)
-                if from_memo || matches!(rec, Some(Record::Request(_) | Record::OneWay(_))) =>
-            {
-                let window = self.cfg.client_window;
+            (Verdict::Deliver, rec) => {
                 let c = self.clients.get_mut(&session)?;
-                if c.closing.is_some() {
-                    self.shared.counters.drop(
-                        DropReason::SessionClosed,
-                        &format_args!("client {session}: session closing"),
-                    );
-                    return None;
-                }
-                c.last_rx = now;
-                if !c.rx.try_charge(window, bytes) {
-                    // The client ignored its window: a protocol violation, counted.
-                    self.shared.counters.drop(
-                        DropReason::CreditExceeded,
-                        &format_args!("client {session}"),
-                    );
-                    return None;
-                }
                 if let Some(sink) = self.sink.as_mut() {
                     // Direct delivery (`crate::sink`); what it passes goes up as below.
                     let rec = match rec {
@@ -2961,8 +2970,8 @@ impl Engine {
                     match sink.offer(inb, bytes) {
                         Offer::Taken => {
                             self.shared.counters.delivered(1);
-                            if c.rx.free(window, bytes) {
-                                self.flush_client_credit(session);
+                            if c.conn.released(bytes) {
+                                self.flush_grant(ConnRef::Client(session));
                             }
                         }
                         Offer::Held => self.shared.counters.delivered(1),
@@ -2989,8 +2998,8 @@ impl Engine {
                     self.inbound
                         .push_one_way(origin, key, payload.expect("checked"));
                     self.shared.counters.delivered(1);
-                    if c.rx.free(window, bytes) {
-                        self.flush_client_credit(session);
+                    if c.conn.released(bytes) {
+                        self.flush_grant(ConnRef::Client(session));
                     }
                     return Some(session);
                 }
@@ -3018,22 +3027,18 @@ impl Engine {
                 };
                 self.deliver_client(session, bytes, inb);
             }
-            _ => {
-                self.touch_client(session, now);
+            (Verdict::Drop(reason), _) => {
+                // CreditExceeded: the client ignored its window, a protocol violation.
                 self.shared
                     .counters
-                    .drop(DropReason::WrongConnection, &"client");
+                    .drop(reason, &format_args!("client {session}"));
             }
+            (Verdict::Complete, _) => self
+                .shared
+                .counters
+                .drop(DropReason::WrongConnection, &"client"),
         }
         None
-    }
-
-    /// The client was heard from (liveness).
-    #[inline]
-    fn touch_client(&mut self, session: u64, now: Instant) {
-        if let Some(c) = self.clients.get_mut(&session) {
-            c.last_rx = now;
-        }
     }
 
     /// Hands a client record up, or holds it (FIFO over all clients, so each client's order is
@@ -3045,7 +3050,7 @@ impl Engine {
             match self.inbound.try_push(inb) {
                 Ok(()) => {
                     self.shared.counters.delivered(1);
-                    self.client_credit_freed(session, bytes);
+                    self.credit_freed(ConnRef::Client(session), bytes);
                 }
                 Err(inb) => self
                     .held_clients
@@ -3057,74 +3062,57 @@ impl Engine {
         }
     }
 
-    /// One client record of `bytes` left the client's window; return credit in batches.
-    fn client_credit_freed(&mut self, session: u64, bytes: u64) {
-        let window = self.cfg.client_window;
-        let Some(c) = self.clients.get_mut(&session) else {
-            return;
-        };
-        if c.rx.free(window, bytes) {
-            self.flush_client_credit(session);
+    /// The connection core of a peer (in `generation`, if given) or a client session, with
+    /// the connection its grants go out on.
+    fn conn_of(&self, to: ConnRef<'_>) -> Option<(&Conn, LinkKind, &[u8])> {
+        match to {
+            ConnRef::Peer(node, generation) => self
+                .peers
+                .get(node)
+                .filter(|p| generation.is_none() || p.generation == generation)
+                .map(|p| (&p.conn, LinkKind::Completion, p.rid(LinkKind::Completion))),
+            ConnRef::Client(session) => self
+                .clients
+                .get(&session)
+                .map(|c| (&c.conn, LinkKind::Client, &c.rid[..])),
         }
     }
 
-    /// Returns a client's freed credit now (FlowCredit on the client connection). Only once
-    /// libzmq took the record is the credit considered returned; otherwise housekeeping
-    /// retries (a lost grant would stall the client for ever).
-    fn flush_client_credit(&mut self, session: u64) {
-        let Some(c) = self.clients.get(&session) else {
-            return;
-        };
-        let Some((messages, bytes)) = c.rx.pending() else {
-            return;
-        };
-        let frames = codec::encode_control(Record::FlowCredit(zlink_wire::FlowCredit {
-            messages,
-            bytes,
-        }));
-        if matches!(
-            self.raw_send(LinkKind::Client, &c.rid, &frames),
-            SendOutcome::Sent
-        ) {
-            let c = self.clients.get_mut(&session).expect("client");
-            c.rx.returned(messages, bytes);
+    fn conn_mut(&mut self, to: ConnRef<'_>) -> Option<&mut Conn> {
+        match to {
+            ConnRef::Peer(node, generation) => self
+                .peers
+                .get_mut(node)
+                .filter(|p| generation.is_none() || p.generation == generation)
+                .map(|p| &mut p.conn),
+            ConnRef::Client(session) => self.clients.get_mut(&session).map(|c| &mut c.conn),
         }
     }
 
-    /// Receiver side: one record of `bytes` left the window; return credit in batches.
-    fn credit_freed(&mut self, node: &NodeRid, generation: NodeGeneration, bytes: u64) {
-        let window = self.cfg.peer_window;
-        let Some(p) = self.peers.get_mut(node) else {
-            return;
-        };
-        if p.generation != Some(generation) {
-            return;
-        }
-        if p.rx.free(window, bytes) {
-            self.flush_credit(node);
+    /// One delivered record of `bytes` left the receive window of `from`; credit goes back in
+    /// batches (a peer's only within the generation that sent the record).
+    fn credit_freed(&mut self, from: ConnRef<'_>, bytes: u64) {
+        if self.conn_mut(from).is_some_and(|c| c.released(bytes)) {
+            self.flush_grant(from);
         }
     }
 
-    /// Returns the freed credit to the peer now. Credit is only considered returned once
-    /// libzmq took the FlowCredit record; otherwise it stays pending and housekeeping retries
-    /// (a lost grant would stall the peer for ever).
-    fn flush_credit(&mut self, node: &NodeRid) {
-        let Some(p) = self.peers.get(node) else {
+    /// Grants `to` its freed credit now (a FlowCredit on the peer's completion connection or
+    /// on the client connection). Only once libzmq took the record is the credit considered
+    /// returned; otherwise it stays owed and housekeeping retries (a lost grant would stall
+    /// the sender for ever).
+    fn flush_grant(&mut self, to: ConnRef<'_>) {
+        let Some((conn, kind, rid)) = self.conn_of(to) else {
             return;
         };
-        let Some((messages, bytes)) = p.rx.pending() else {
+        let Some(grant) = conn.poll_grant() else {
             return;
         };
-        let frames = codec::encode_control(Record::FlowCredit(zlink_wire::FlowCredit {
-            messages,
-            bytes,
-        }));
-        if matches!(
-            self.raw_send(LinkKind::Completion, p.rid(LinkKind::Completion), &frames),
-            SendOutcome::Sent
-        ) {
-            let p = self.peers.get_mut(node).expect("peer");
-            p.rx.returned(messages, bytes);
+        let frames = codec::encode_control(Record::FlowCredit(grant));
+        if matches!(self.raw_send(kind, rid, &frames), SendOutcome::Sent)
+            && let Some(conn) = self.conn_mut(to)
+        {
+            conn.grant_sent(grant);
         }
     }
 
@@ -3133,7 +3121,7 @@ impl Engine {
             match self.inbound.try_push(inb) {
                 Ok(()) => {
                     self.shared.counters.delivered(1);
-                    self.credit_freed(&node, generation, bytes);
+                    self.credit_freed(ConnRef::Peer(&node, Some(generation)), bytes);
                 }
                 Err(inb) => {
                     self.held.push_front((node, generation, bytes, inb));
@@ -3154,7 +3142,7 @@ impl Engine {
                 HeldClient::Record(session, bytes, inb) => match self.inbound.try_push(inb) {
                     Ok(()) => {
                         self.shared.counters.delivered(1);
-                        self.client_credit_freed(session, bytes);
+                        self.credit_freed(ConnRef::Client(session), bytes);
                     }
                     Err(inb) => {
                         self.held_clients
@@ -3224,10 +3212,25 @@ impl Engine {
     }
 }
 
-/// Sends the routing id that starts a message, without blocking: `Err` with the outcome when
-/// libzmq refuses it (HWM: PAUSED; no such peer: unreachable). Once it is accepted, the rest of
-/// the message is too.
-#[inline]
+/// Whose connection core: a peer's (in a generation; `None`: the current one) or a client
+/// session's.
+#[derive(Clone, Copy, Debug)]
+enum ConnRef<'a> {
+    Peer(&'a NodeRid, Option<NodeGeneration>),
+    Client(u64),
+}
+
+/// One session from `src` ended (or stopped being a stranger): count it down, forget the
+/// source at zero.
+fn count_down(by_source: &mut SeededMap<Arc<str>, usize>, src: &Arc<str>) {
+    if let Some(n) = by_source.get_mut(src) {
+        *n = n.saturating_sub(1);
+        if *n == 0 {
+            by_source.remove(src);
+        }
+    }
+}
+
 /// A batch sub-record whose payload no longer points into the batch frame (copied out): a
 /// record the node holds pins only its own bytes, which its window charge counts. Slices would
 /// keep the whole frame alive — a frame of junk around one small valid record pinned the frame
@@ -3244,6 +3247,10 @@ fn connect_as(s: &zmq::Socket, rid: &[u8], ep: &str) -> Result<(), zmq::Error> {
     s.connect(ep)
 }
 
+/// Sends the routing id that starts a message, without blocking: `Err` with the outcome when
+/// libzmq refuses it (HWM: PAUSED; no such peer: unreachable). Once it is accepted, the rest of
+/// the message is too.
+#[inline]
 fn send_routing_id(s: &zmq::Socket, rid: &[u8]) -> Result<(), SendOutcome> {
     match s.send(rid, zmq::SNDMORE | zmq::DONTWAIT) {
         Ok(()) => Ok(()),
@@ -3334,36 +3341,6 @@ fn raw_send_one(
     // After the routing id was accepted the remaining part of the message is too.
     let _ = s.send(frame, zmq::DONTWAIT);
     SendOutcome::Sent
-}
-
-/// How many records from the front of a queue go out as one message (natural batching): at
-/// least 1; more only while each record is small (payload ≤ `max_record_payload`), the frame
-/// stays within `max_records`/`max_bytes` and `admit` accepts the record (the caller's credit
-/// and request-ended checks). The first record is always taken (the caller checked it).
-pub(crate) fn batch_run<'a>(
-    cfg: &crate::config::Batching,
-    queue: impl Iterator<Item = (&'a [Bytes], u64)>,
-    mut admit: impl FnMut((&'a [Bytes], u64)) -> bool,
-) -> usize {
-    let mut n = 0;
-    let mut size = zlink_wire::batch::BATCH_PREFIX_LEN;
-    for (frames, corr) in queue.take(cfg.max_records.max(1)) {
-        let payload = frames.get(1).map(Bytes::len);
-        let sub = zlink_wire::batch::sub_record_len(frames[0].len(), payload);
-        let small = payload.is_none_or(|l| l <= cfg.max_record_payload);
-        if n > 0 && (!small || size + sub > cfg.max_bytes) {
-            break;
-        }
-        if !admit((frames, corr)) {
-            break;
-        }
-        n += 1;
-        if !small {
-            break;
-        }
-        size += sub;
-    }
-    n.max(1)
 }
 
 #[inline]
@@ -3498,14 +3475,13 @@ mod tests {
         let (mut inbound, mut app) = crate::inbound::channel(1024);
         let counters = Counters::default();
         // window of 4 records, a quarter (1 record) freed asks for a grant
-        let window = InboundWindow {
+        let window = crate::config::InboundWindow {
             messages: 4,
             bytes: 1 << 20,
         };
-        let mut rx = RxWindow::initial_grant(window);
-        rx.returned(4, 1 << 20);
         let now = Instant::now();
-        let mut last_rx = now - Duration::from_secs(1);
+        let mut conn = Conn::granted(window, now - Duration::from_secs(1));
+        conn.grant_sent(conn.poll_grant().expect("initial grant"));
         let mut run = OneWayRun {
             memo: &memo,
             inbound: &mut inbound,
@@ -3521,15 +3497,7 @@ mod tests {
         let mut stops = 0;
         loop {
             let credit;
-            (next, credit) = run.take(
-                &mut rx,
-                &mut last_rx,
-                window,
-                &origin,
-                &ClientLabel(1),
-                next,
-                &mut records,
-            );
+            (next, credit) = run.take(&mut conn, &origin, &ClientLabel(1), next, &mut records);
             if !credit {
                 break;
             }
@@ -3540,7 +3508,7 @@ mod tests {
         let rest = next.expect("stopped at the other envelope");
         assert_eq!(rest.envelope, &other[0][..]);
         assert!(records.next().is_none());
-        assert_eq!(last_rx, now);
+        assert_eq!(conn.last_rx, now);
         assert_eq!(counters.dropped(DropReason::CreditExceeded), 6);
         assert_eq!(counters.delivered_total(), 4);
         inbound.flush();

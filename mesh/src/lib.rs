@@ -32,6 +32,7 @@ pub mod budget;
 pub mod client;
 pub mod codec;
 pub mod config;
+mod conn;
 pub mod correlation;
 pub mod counters;
 mod engine;
@@ -47,8 +48,11 @@ pub mod types;
 pub use budget::OutboundBudget;
 pub use client::{ClientConfig, MeshClient, Push};
 pub use codec::{ErrorKind, Record};
-pub use config::{Batching, InboundWindow, Liveness, MeshConfig, PeerAddress, TransportLimits};
-pub use counters::{Counters, DropReason, TransportEvent};
+pub use config::{
+    Batching, ClientAdmission, InboundWindow, Liveness, MeshConfig, PeerAddress, Strangers,
+    TransportLimits,
+};
+pub use counters::{Counters, DropReason, ReplyOrigin, TransportEvent};
 pub use error::{ConfigError, RequestError, SendError};
 pub use handshake::MeshSecret;
 #[doc(hidden)]

@@ -18,7 +18,7 @@ use crate::bridge::Bell;
 use crate::budget::Budget;
 use crate::codec::{self, ErrorKind, Parts, Record};
 use crate::config::{MeshConfig, PeerAddress};
-use crate::counters::Counters;
+use crate::counters::{Counters, ReplyOrigin};
 use crate::engine::{Command, Dest, Engine};
 use crate::error::{ConfigError, RequestError, SendError};
 use crate::handshake::{LocalIdentity, MeshSecret};
@@ -462,6 +462,15 @@ impl ReplyHandle {
         let Some(shared) = self.shared.take() else {
             return;
         };
+        let to = match self.target {
+            ReplyTarget::Peer { .. } => ReplyOrigin::Peer,
+            ReplyTarget::Client { .. } => ReplyOrigin::Client,
+        };
+        let error = match &record {
+            Record::ErrorReply(e) => Some(e.kind),
+            _ => None,
+        };
+        shared.counters.reply(to, error);
         let Ok(frames) = codec::encode(&record, self.corr, payload) else {
             return;
         };
@@ -539,6 +548,14 @@ impl MeshNode {
         }
         if cfg.client_window.messages == 0 || cfg.client_window.bytes == 0 {
             return Err(ConfigError::InvalidLimit("client_window"));
+        }
+        if let crate::config::ClientAdmission::OnAccept(s) = cfg.client_admission
+            && (s.window.messages == 0
+                || s.window.bytes == 0
+                || s.window.messages > cfg.client_window.messages
+                || s.window.bytes > cfg.client_window.bytes)
+        {
+            return Err(ConfigError::InvalidLimit("client_admission window"));
         }
         if cfg.batching.max_records > zlink_wire::MAX_BATCH_RECORDS as usize {
             return Err(ConfigError::InvalidLimit("batching.max_records"));
@@ -667,6 +684,23 @@ impl MeshNode {
         self.shared.submit(Command::CloseClient {
             session: session.get(),
             reason,
+        })
+    }
+
+    /// Admits a ClientServer session ([`crate::ClientAdmission::OnAccept`]): the node's session
+    /// layer calls it when its connected/authenticate callback accepts the session. Until
+    /// then the session is a stranger (a small window, counted against the strangers' bounds,
+    /// [`crate::Strangers`]); from now on it has the full `client_window` (the difference is
+    /// granted to the client with a FlowCredit) and no longer counts as a stranger.
+    ///
+    /// Accepting an unknown, ended or already accepted session, or any session with
+    /// [`crate::ClientAdmission::Open`], is a no-op: `Ok(())`.
+    ///
+    /// # Errors
+    /// [`SendError::Closed`] after the node shut down.
+    pub fn accept_client(&self, session: SessionRid) -> Result<(), SendError> {
+        self.shared.submit(Command::AcceptClient {
+            session: session.get(),
         })
     }
 

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use clap::{Parser, ValueEnum};
+use clap::{Parser, Subcommand, ValueEnum};
 use serde::Deserialize;
 use zlink::config::{
     ClientConfig, MeshConfig, MeshSecretText, NodeConfig, ObjectRoles, PeerConfig,
@@ -20,6 +20,9 @@ use zlink::config::{
 use zlink::node::{Node, NodeOptions, chat, demo};
 use zlink::store::StoreUrl;
 use zlink_wire::{MeshName, NodeRid};
+
+#[path = "zlink-node/ctl.rs"]
+mod ctl;
 
 const AFTER_HELP: &str = "\
 CONFIGURATION FILE (TOML, every key optional; flags and environment override it):
@@ -31,6 +34,10 @@ CONFIGURATION FILE (TOML, every key optional; flags and environment override it)
   secret_file = \"/path/mesh.secret\"       mesh secret (HMAC key, >= 32 random bytes, trimmed)
   store = \"sqlite:///path/store.db\"       Location Store URL (sqlite:///PATH, redis://HOST[:PORT] or memory:)
   ready_file = \"/path/node1.ready\"        written once the node serves and its peers are up
+  metrics = \"127.0.0.1:9464\"              serve Prometheus metrics (text format) at
+                                          http://ADDR/metrics (omit: none; port 0: any free
+                                          port, logged at startup). No authentication: bind
+                                          it to a trusted network
   drain_timeout_ms = 5000                 graceful shutdown drain deadline
   lease_ttl_ms = 10000                    owner lease TTL in the Location Store; renewed every
                                           third of it; the node serves its actors only until
@@ -46,6 +53,11 @@ CONFIGURATION FILE (TOML, every key optional; flags and environment override it)
   name = \"node2\"                          a node dials the peers whose name sorts after its own
   relay = \"tcp://127.0.0.1:7101\"
   completion = \"tcp://127.0.0.1:7102\"
+
+OPERATOR (zlink-node ctl --help):
+  zlink-node ctl -e tcp://127.0.0.1:7003 nodes|actors|sessions|counters [--json]
+                                          asks running nodes over their client endpoints
+                                          (ZLINK_CLIENT_ENDPOINTS: comma-separated)
 
 ENVIRONMENT:
   ZLINK_MESH_SECRET   the mesh secret itself (instead of a secret file)
@@ -66,6 +78,9 @@ clients over ClientServer. Owners are found through the Location Store (embedded
 #[derive(Debug, Parser)]
 #[command(name = "zlink-node", version, about = ABOUT, after_help = AFTER_HELP)]
 struct Cli {
+    /// Run a tool instead of a node.
+    #[command(subcommand)]
+    command: Option<Command>,
     /// TOML configuration file (keys below).
     #[arg(long, short = 'c', env = "ZLINK_CONFIG", value_name = "FILE")]
     config: Option<PathBuf>,
@@ -95,6 +110,10 @@ struct Cli {
     /// File written once the node serves and its peers are up (endpoints, generation).
     #[arg(long, env = "ZLINK_READY_FILE", value_name = "FILE")]
     ready_file: Option<PathBuf>,
+    /// Serve Prometheus metrics (text format) at http://ADDR/metrics, e.g. 127.0.0.1:9464
+    /// [default: none].
+    #[arg(long, env = "ZLINK_METRICS", value_name = "ADDR")]
+    metrics: Option<std::net::SocketAddr>,
     /// A peer, NAME=RELAY,COMPLETION (repeatable; adds to the file's [[peers]]).
     #[arg(long = "peer", value_name = "NAME=RELAY,COMPLETION")]
     peers: Vec<String>,
@@ -119,6 +138,14 @@ struct Cli {
     insecure_dev_mode: bool,
 }
 
+/// Tools of `zlink-node` other than the node itself.
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// An operator's view of running nodes over their client endpoints: `nodes`, `actors`,
+    /// `sessions`, `counters`; a table, or JSON with --json.
+    Ctl(ctl::CtlArgs),
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Deserialize)]
 #[serde(rename_all = "lowercase")]
 enum LogFormat {
@@ -137,6 +164,7 @@ struct FileConfig {
     secret_file: Option<PathBuf>,
     store: Option<String>,
     ready_file: Option<PathBuf>,
+    metrics: Option<std::net::SocketAddr>,
     drain_timeout_ms: Option<u64>,
     lease_ttl_ms: Option<u64>,
     request_timeout_ms: Option<u64>,
@@ -258,6 +286,7 @@ fn settings(cli: Cli) -> anyhow::Result<Settings> {
         .client
         .or(file.client)
         .map(|endpoint| ClientConfig { endpoint });
+    config.metrics = cli.metrics.or(file.metrics);
     if let Some(ms) = cli.lease_ttl_ms.or(file.lease_ttl_ms) {
         config.timeouts.owner_lease_ttl = Duration::from_millis(ms);
     }
@@ -296,12 +325,14 @@ fn init_logs(format: LogFormat) {
 fn write_ready(path: &Path, node: &Node) -> anyhow::Result<()> {
     let ep = node.endpoints();
     let line = format!(
-        "name={} generation={} relay={} completion={} client={}\n",
+        "name={} generation={} relay={} completion={} client={} metrics={}\n",
         node.node_rid(),
         node.generation(),
         ep.relay,
         ep.completion,
-        ep.client.as_deref().unwrap_or("-")
+        ep.client.as_deref().unwrap_or("-"),
+        node.metrics_addr()
+            .map_or_else(|| "-".to_owned(), |a| a.to_string())
     );
     let tmp = path.with_extension("ready.tmp");
     std::fs::write(&tmp, line).with_context(|| format!("writing {}", tmp.display()))?;
@@ -321,7 +352,10 @@ async fn shutdown_signal() -> anyhow::Result<&'static str> {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let cli = Cli::parse();
+    let mut cli = Cli::parse();
+    if let Some(Command::Ctl(args)) = cli.command.take() {
+        return ctl::run(args).await;
+    }
     let s = settings(cli)?;
     init_logs(s.log_format);
     // The chat app places its actors by a hash over every node of the mesh (this one and its

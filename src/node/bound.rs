@@ -528,6 +528,12 @@ impl SessionHost for NodeSessionHost {
         }
     }
 
+    fn accept(&self, session: SessionRid) {
+        if let Some(node) = self.node() {
+            node.accept_client(session);
+        }
+    }
+
     fn get_actor(&self, actor: zlink_wire::ActorId) -> BoxFuture<Result<ActorRef, ActorError>> {
         let node = self.node();
         Box::pin(async move {

@@ -8,7 +8,10 @@ use serde::de::DeserializeOwned;
 use zlink_mesh::{ClientConfig, MeshClient, Push, RequestError};
 use zlink_wire::{DisconnectReason, DispatchKey, ErrorKind};
 
-use super::protocol::{self, CallActor, CreateActor, DestroyActor, GetActor, NodeInfo};
+use super::protocol::{
+    self, ActorList, CallActor, CreateActor, DestroyActor, GetActor, ListActors, ListSessions,
+    NodeCounters, NodeInfo, SessionList,
+};
 use crate::actor::{ActorRef, Message, SpotSpec};
 
 /// Why a client operation failed.
@@ -141,6 +144,30 @@ impl NodeClient {
     /// Request and codec failures.
     pub async fn info(&self) -> Result<NodeInfo, ClientError> {
         dec(self.call(protocol::NODE_INFO, enc(&())?).await?)
+    }
+
+    /// The node's counters (`COUNTERS`, what its metrics endpoint serves).
+    ///
+    /// # Errors
+    /// Request and codec failures.
+    pub async fn counters(&self) -> Result<NodeCounters, ClientError> {
+        dec(self.call(protocol::COUNTERS, enc(&())?).await?)
+    }
+
+    /// One page of the node's own actors (`LIST_ACTORS`).
+    ///
+    /// # Errors
+    /// Request and codec failures.
+    pub async fn list_actors(&self, req: &ListActors) -> Result<ActorList, ClientError> {
+        dec(self.call(protocol::LIST_ACTORS, enc(req)?).await?)
+    }
+
+    /// One page of the node's client sessions (`LIST_SESSIONS`).
+    ///
+    /// # Errors
+    /// Request and codec failures.
+    pub async fn list_sessions(&self, req: &ListSessions) -> Result<SessionList, ClientError> {
+        dec(self.call(protocol::LIST_SESSIONS, enc(req)?).await?)
     }
 
     fn create_payload(

@@ -400,6 +400,10 @@ async fn on_client_request(
     deadline: Option<Instant>,
     reply: ReplyHandle,
 ) {
+    node.inner
+        .metrics
+        .client_ops
+        .count(super::metrics::ClientOp::of_request(key));
     if !node.accepting() {
         reply.error(ErrorKind::Unavailable, ActorError::ShuttingDown.to_string());
         return;
@@ -478,6 +482,15 @@ async fn on_client_request(
             spawn_answered(node.clone(), reply, guard, work);
         }
         protocol::NODE_INFO => answer(reply, protocol::encode(&node.info())),
+        protocol::LIST_ACTORS => answer(
+            reply,
+            protocol::decode(&payload).and_then(|req| protocol::encode(&node.list_actors(&req))),
+        ),
+        protocol::LIST_SESSIONS => answer(
+            reply,
+            protocol::decode(&payload).and_then(|req| protocol::encode(&node.list_sessions(&req))),
+        ),
+        protocol::COUNTERS => answer(reply, protocol::encode(&node.counters())),
         _ => reply.error(ErrorKind::NotFound, format!("no client operation {key}")),
     }
 }
@@ -487,6 +500,14 @@ async fn on_client_request(
 /// in its target node's send queue, in order behind the client sends queued there before it
 /// (at most [`PEER_SEND_BACKLOG`]; more are dropped, counted).
 async fn on_client_send(node: &Node, key: DispatchKey, payload: Bytes) {
+    node.inner
+        .metrics
+        .client_ops
+        .count(if key == protocol::CALL {
+            super::metrics::ClientOp::Send
+        } else {
+            super::metrics::ClientOp::Unknown
+        });
     if key != protocol::CALL || !node.accepting() {
         node.count_send_dropped();
         return;

@@ -20,6 +20,7 @@
 //!   lease and close the mesh (peers get Disconnect).
 
 mod activation;
+mod admin;
 mod bound;
 mod calls;
 pub mod chat;
@@ -29,6 +30,7 @@ mod dispatch;
 mod lease;
 pub use lease::renewal_slack;
 mod local;
+pub mod metrics;
 pub mod protocol;
 mod shutdown;
 
@@ -103,6 +105,9 @@ pub struct NodeOptions {
     /// The monotonic clock of the owner lease: its renewal timer and the local lease deadline
     /// (SB-5.11); tests inject a [`crate::session::ManualClock`].
     pub lease_clock: Arc<dyn Clock>,
+    /// Where to serve the Prometheus endpoint (`GET /metrics`, [`metrics`]); `None` (the
+    /// default) serves none. Port 0 picks a free port ([`Node::metrics_addr`]).
+    pub metrics: Option<std::net::SocketAddr>,
 }
 
 impl NodeOptions {
@@ -125,6 +130,7 @@ impl NodeOptions {
             sessions: SessionHandlers::new(),
             clock: Arc::new(SystemClock),
             lease_clock: Arc::new(SystemClock),
+            metrics: None,
         }
     }
 
@@ -189,6 +195,7 @@ impl NodeOptions {
                 completion: p.completion.clone(),
             })
             .collect();
+        options.metrics = config.metrics;
         options.lease_ttl = config.timeouts.owner_lease_ttl;
         options.request_timeout = config.timeouts.request;
         options.session_replacement_callback_timeout = config.timeouts.session_replacement_callback;
@@ -221,6 +228,14 @@ pub enum NodeError {
     /// A startup configuration error (SB-3, SB-14.1).
     #[error("configuration: {0}")]
     Config(#[from] ConfigError),
+    /// The metrics endpoint could not be bound.
+    #[error("metrics endpoint {addr}: {source}")]
+    Metrics {
+        /// The configured address.
+        addr: std::net::SocketAddr,
+        /// Why binding failed.
+        source: std::io::Error,
+    },
     /// The configuration does not enable actor dispatch, which a node hosting actors needs.
     #[error("configuration: actor dispatch is not enabled (actor_dispatch = true)")]
     ActorDispatchDisabled,
@@ -289,6 +304,10 @@ struct Inner {
     calls_out: AtomicU64,
     sends_dropped: AtomicU64,
     timer_ticks_skipped: Arc<AtomicU64>,
+    /// Client operations and store latency ([`metrics`]).
+    metrics: metrics::NodeMetrics,
+    /// The bound metrics endpoint.
+    metrics_addr: Option<std::net::SocketAddr>,
 }
 
 /// A running node. Cheap to clone (a handle).
@@ -320,12 +339,28 @@ impl Node {
         if let Some(wait) = options.store.write_wait_limit() {
             crate::config::check_lease_ttl(options.lease_ttl, wait)?;
         }
+        let node_metrics = metrics::NodeMetrics::default();
+        let store: Arc<dyn LocationStore> = Arc::new(metrics::TimedStore::new(
+            options.store,
+            node_metrics.store.clone(),
+        ));
+        let metrics_listener = match options.metrics {
+            Some(addr) => {
+                let l = tokio::net::TcpListener::bind(addr)
+                    .await
+                    .map_err(|source| NodeError::Metrics { addr, source })?;
+                let bound = l
+                    .local_addr()
+                    .map_err(|source| NodeError::Metrics { addr, source })?;
+                Some((l, bound))
+            }
+            None => None,
+        };
         let mesh_name = options.mesh.mesh.clone();
         let (mesh, inbound) = MeshNode::start(options.mesh)?;
         let lease_clock = options.lease_clock;
         let sent = lease_clock.now();
-        let lease = options
-            .store
+        let lease = store
             .register_owner(mesh.node().clone(), mesh.generation(), options.lease_ttl)
             .await?;
         let lease = LeaseState::new(lease, options.lease_ttl, sent);
@@ -366,7 +401,7 @@ impl Node {
                 mesh,
                 runtime,
                 mesh_name,
-                store: options.store,
+                store,
                 registry: options.registry,
                 lease: Mutex::new(lease),
                 gate: gate.clone(),
@@ -398,9 +433,16 @@ impl Node {
                 calls_out: AtomicU64::new(0),
                 sends_dropped: AtomicU64::new(0),
                 timer_ticks_skipped: Arc::new(AtomicU64::new(0)),
+                metrics: node_metrics,
+                metrics_addr: metrics_listener.as_ref().map(|(_, a)| *a),
             }),
         };
         node.spawn_background(inbound);
+        if let Some((listener, addr)) = metrics_listener {
+            let server = tokio::spawn(metrics::serve(listener, Arc::downgrade(&node.inner)));
+            lock(&node.inner.tasks).push(server);
+            tracing::info!(%addr, "metrics served at /metrics");
+        }
         let me = node.node_rid().clone();
         for p in &node.inner.peers {
             if p.node.as_str() > me.as_str() {
@@ -549,11 +591,19 @@ impl Node {
             .filter(|p| self.inner.mesh.peer_generation(&p.node).is_some())
             .map(|p| p.node.to_string())
             .collect();
+        let peers = self
+            .inner
+            .peers
+            .iter()
+            .filter(|p| p.node != *self.node_rid())
+            .map(|p| p.node.to_string())
+            .collect();
         NodeInfo {
             node: self.node_rid().to_string(),
             generation: self.generation().get(),
             mesh: self.inner.mesh_name.to_string(),
             peers_up,
+            peers,
             actor_types: self.inner.registry.names(),
             local_actors: lock(&self.inner.actors).live.len() as u64,
             sessions: self.inner.sessions.session_count() as u64,
@@ -636,6 +686,13 @@ impl Node {
     pub(crate) fn close_client(&self, session: SessionRid, reason: DisconnectReason) {
         if let Err(e) = self.inner.mesh.close_client(session, reason) {
             tracing::debug!(%session, error = %e, "close of a client connection failed");
+        }
+    }
+
+    /// The session layer admitted a client session: it gets the full client window.
+    pub(crate) fn accept_client(&self, session: SessionRid) {
+        if let Err(e) = self.inner.mesh.accept_client(session) {
+            tracing::debug!(%session, error = %e, "accept of a client connection failed");
         }
     }
 

@@ -14,6 +14,12 @@
 //! | 0xFFFF0004 `CALL` | [`CallActor`] | the handler's reply bytes (MessagePack of `M::Reply`) |
 //! | 0xFFFF0005 `DESTROY` | [`DestroyActor`] | `()` |
 //! | 0xFFFF0006 `NODE_INFO` | `()` | [`NodeInfo`] |
+//! | 0xFFFF0007 `LIST_ACTORS` | [`ListActors`] | [`ActorList`] — the node's own actors, by id, a page at a time |
+//! | 0xFFFF0008 `LIST_SESSIONS` | [`ListSessions`] | [`SessionList`] — the node's client sessions, by id, a page at a time |
+//! | 0xFFFF0009 `COUNTERS` | `()` | [`NodeCounters`] — what the metrics endpoint serves |
+//!
+//! The last three are the operator's (`zlink-node ctl`); they read the node's state and change
+//! nothing.
 //!
 //! `CreateActor::node` names the node that must own the new actor (any node of the mesh; the
 //! contacted node forwards the activation to it); `None` = the contacted node.
@@ -35,6 +41,16 @@ pub const CALL: DispatchKey = DispatchKey::new(0xFFFF_0004);
 pub const DESTROY: DispatchKey = DispatchKey::new(0xFFFF_0005);
 /// Node identity and peers (client key 0xFFFF0006).
 pub const NODE_INFO: DispatchKey = DispatchKey::new(0xFFFF_0006);
+/// The node's actors, a page at a time (client key 0xFFFF0007, operator).
+pub const LIST_ACTORS: DispatchKey = DispatchKey::new(0xFFFF_0007);
+/// The node's client sessions, a page at a time (client key 0xFFFF0008, operator).
+pub const LIST_SESSIONS: DispatchKey = DispatchKey::new(0xFFFF_0008);
+/// The node's counters (client key 0xFFFF0009, operator).
+pub const COUNTERS: DispatchKey = DispatchKey::new(0xFFFF_0009);
+
+/// The most entries one `LIST_ACTORS` / `LIST_SESSIONS` reply carries (a larger `limit` is
+/// cut to it).
+pub const MAX_PAGE: u32 = 1_000;
 
 /// Whether `key` is one of the framework's client operations or node control keys (the
 /// reserved range from [`crate::session::RESERVED_KEYS_START`]); every other key is an
@@ -104,6 +120,9 @@ pub struct NodeInfo {
     pub mesh: String,
     /// Configured peers that are up.
     pub peers_up: Vec<String>,
+    /// Every configured peer (itself excluded), up or not.
+    #[serde(default)]
+    pub peers: Vec<String>,
     /// Actor types this node hosts.
     pub actor_types: Vec<String>,
     /// Actors this node owns now.
@@ -119,6 +138,146 @@ pub struct NodeInfo {
     /// `zlink_mesh::DropReason`, snake_case); only non-zero counters.
     #[serde(default)]
     pub mesh_drops: std::collections::BTreeMap<String, u64>,
+}
+
+/// Payload of `LIST_ACTORS`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ListActors {
+    /// Only actors whose id sorts after this one (the `next` of the previous page).
+    #[serde(default)]
+    pub after: Option<String>,
+    /// Page size; 0 or more than [`MAX_PAGE`] = [`MAX_PAGE`].
+    #[serde(default)]
+    pub limit: u32,
+}
+
+/// One actor owned by the answering node.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ActorEntry {
+    /// Global actor id.
+    pub actor_id: String,
+    /// Registered actor type.
+    pub actor_type: String,
+    /// The incarnation (ObjectGeneration).
+    pub object_generation: u64,
+    /// Name of the Spot it joined.
+    pub spot: String,
+    /// Kind of that Spot: `entry`, `spot_wide`, `per_actor` or `instance`.
+    pub spot_kind: String,
+    /// Whether a client session is bound to it now (SB-5).
+    pub bound: bool,
+}
+
+/// Reply of `LIST_ACTORS`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ActorList {
+    /// Actors the node owns now (all of them, not only this page).
+    pub total: u64,
+    /// This page, ascending by id.
+    pub actors: Vec<ActorEntry>,
+    /// `after` of the next page; `None` on the last page.
+    pub next: Option<String>,
+}
+
+/// Payload of `LIST_SESSIONS`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ListSessions {
+    /// Only sessions whose id is greater (the `next` of the previous page).
+    #[serde(default)]
+    pub after: Option<u64>,
+    /// Page size; 0 or more than [`MAX_PAGE`] = [`MAX_PAGE`].
+    #[serde(default)]
+    pub limit: u32,
+}
+
+/// One client session of the answering node.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionEntry {
+    /// SessionRid (node-local).
+    pub session: u64,
+    /// `open`, `closing` (replaced by another session, SB-6.3) or `closed`.
+    pub phase: String,
+    /// Actors bound to the session now, by id.
+    pub bound: Vec<String>,
+    /// Binds in flight.
+    pub pending_binds: u64,
+}
+
+/// Reply of `LIST_SESSIONS`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionList {
+    /// Sessions open on the node now (all of them).
+    pub total: u64,
+    /// This page, ascending by session id.
+    pub sessions: Vec<SessionEntry>,
+    /// `after` of the next page; `None` on the last page.
+    pub next: Option<u64>,
+}
+
+/// Latency totals of one Location Store operation.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct StoreOpStats {
+    /// Completed calls (success or error).
+    pub count: u64,
+    /// Their summed duration in seconds.
+    pub seconds: f64,
+}
+
+/// Reply of `COUNTERS`: one snapshot of the node's counters, read when asked — the same values
+/// the metrics endpoint serves. Counters are monotonic since the process started; gauges
+/// (`peers_up`, `sessions`, `bindings`, `actors`, `waiting_now`) are the value now. Every map
+/// holds every key of its closed vocabulary, zeros included.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct NodeCounters {
+    /// NodeRid.
+    pub node: String,
+    /// Process generation.
+    pub generation: u64,
+    /// Peers in the configuration (itself excluded).
+    pub peers_configured: u64,
+    /// Of them, up now.
+    pub peers_up: u64,
+    /// Client sessions open now.
+    pub sessions: u64,
+    /// Bindings of those sessions now.
+    pub bindings: u64,
+    /// Actors owned now, by Spot kind (`entry`, `spot_wide`, `per_actor`, `instance`).
+    pub actors: std::collections::BTreeMap<String, u64>,
+    /// Actors activated here (factory runs that reached Ready).
+    pub activations: u64,
+    /// Actor calls received from peers (160).
+    pub calls_in: u64,
+    /// Actor calls sent to peers (160).
+    pub calls_out: u64,
+    /// Actor handler turns run.
+    pub turns: u64,
+    /// Send-handler failures (EG-15).
+    pub send_failures: u64,
+    /// One-way sends refused and dropped.
+    pub sends_dropped: u64,
+    /// Timer ticks skipped.
+    pub timer_ticks_skipped: u64,
+    /// Client requests (144) and sends (147) by framework operation (`create`, `get_or_create`,
+    /// `get`, `call`, `send`, `destroy`, `node_info`, `list_actors`, `list_sessions`,
+    /// `counters`, `unknown`); session packets are not in it.
+    pub client_operations: std::collections::BTreeMap<String, u64>,
+    /// Terminal answers to requests by `"<origin>/<result>"`: origin `client` or `peer`,
+    /// result `ok` or the error kind (`unavailable`, `invalid_operation`, `not_found`,
+    /// `deadline_exceeded`, `internal`, `cancelled`).
+    pub replies: std::collections::BTreeMap<String, u64>,
+    /// Inbound work that waited for a full lane, per kind of target (`actors`, `sessions`,
+    /// `pushes`, `peer_sends`).
+    pub backlogs: std::collections::BTreeMap<String, crate::backlog::BacklogStats>,
+    /// Records and connections the mesh dropped, by `zlink_mesh::DropReason` (snake_case).
+    pub mesh_drops: std::collections::BTreeMap<String, u64>,
+    /// Refused session records by `"<record>/<reason>"` (`session::FlowRecord` /
+    /// `session::FlowReject`, SB-5.9).
+    pub session_rejects: std::collections::BTreeMap<String, u64>,
+    /// Actor relocations completed here (none until relocation exists).
+    pub relocations: u64,
+    /// Location Store calls by operation (`register_owner`, `renew_owner`, …) with their
+    /// summed latency.
+    pub store: std::collections::BTreeMap<String, StoreOpStats>,
 }
 
 /// Whether an activation may return an existing incarnation.

@@ -70,6 +70,9 @@ pub(crate) trait SessionHost: Send + Sync + 'static {
     ) -> BoxFuture<Result<(), SendError>>;
     /// Closes a client connection with a reason (the client sees it).
     fn close(&self, session: SessionRid, reason: DisconnectReason);
+    /// The connected/authenticate callback admitted the session (or there is none): the
+    /// transport lifts its stranger bounds and grants the full client window.
+    fn accept(&self, session: SessionRid);
     /// This node's current owner lease generation.
     fn owner_lease(&self) -> OwnerLeaseGeneration;
     /// Looks up the Ready ref of `actor` (one Location Store lookup; SB-1 step 2).
@@ -135,6 +138,18 @@ impl SessionEntry {
             self.push_stalled.store(false, Ordering::Release);
         }
     }
+}
+
+/// One session as an operator sees it ([`SessionOwner::views`]).
+#[derive(Clone, Debug)]
+pub(crate) struct SessionView {
+    pub session: SessionRid,
+    /// `open`, `closing` (replaced, SB-6.3) or `closed`.
+    pub phase: &'static str,
+    /// Actors bound now, by id.
+    pub bound: Vec<ActorId>,
+    /// Binds in flight.
+    pub pending_binds: usize,
 }
 
 /// A packet's reply handle: answered `Unavailable` if the packet is dropped before its handler
@@ -241,6 +256,39 @@ impl SessionOwner {
         lock(&self.sessions).len()
     }
 
+    /// The sessions now, for an operator (`ctl sessions`, metrics): id, phase and bound
+    /// actors, ordered by session id. Each aggregate is locked on its own, never under the
+    /// sessions lock.
+    pub(crate) fn views(&self) -> Vec<SessionView> {
+        let mut entries: Vec<Arc<SessionEntry>> = lock(&self.sessions).values().cloned().collect();
+        entries.sort_by_key(|e| e.rid.get());
+        entries
+            .iter()
+            .map(|e| {
+                let agg = e.agg();
+                let phase = match agg.phase() {
+                    super::aggregate::Phase::Open => "open",
+                    super::aggregate::Phase::Closing(_) => "closing",
+                    super::aggregate::Phase::Closed(_) => "closed",
+                };
+                let mut bound: Vec<ActorId> = agg.bound().map(|b| b.actor.clone()).collect();
+                bound.sort_by(|a, b| a.as_str().cmp(b.as_str()));
+                SessionView {
+                    session: e.rid,
+                    phase,
+                    bound,
+                    pending_binds: agg.pending_binds(),
+                }
+            })
+            .collect()
+    }
+
+    /// Current bindings over every session of this node.
+    pub(crate) fn binding_count(&self) -> usize {
+        let entries: Vec<Arc<SessionEntry>> = lock(&self.sessions).values().cloned().collect();
+        entries.iter().map(|e| e.agg().bound().count()).sum()
+    }
+
     /// The replacement close deadline of a closing session.
     pub(crate) fn close_deadline(&self, rid: SessionRid) -> Option<std::time::Instant> {
         self.entry(rid).and_then(|e| e.agg().poll_timeout())
@@ -302,10 +350,13 @@ impl SessionOwner {
         tracing::debug!(session = %rid, "session opened");
         if let Some(cb) = self.callbacks.on_connected.clone() {
             let session = self.session(&entry);
+            let owner = self.clone();
             let submitted = entry.lane.submit_lifecycle(move |_ctx| {
                 Handled::later(async move {
-                    if let Err(e) = cb(session).await {
-                        tracing::warn!(error = %e, "session connected-callback failed");
+                    match cb(session).await {
+                        // Accepted: the session leaves the transport's stranger bounds.
+                        Ok(()) => owner.host.accept(rid),
+                        Err(e) => tracing::warn!(error = %e, "session connected-callback failed"),
                     }
                     Ok(())
                 })
@@ -313,6 +364,8 @@ impl SessionOwner {
             if let Err(e) = submitted {
                 tracing::warn!(session = %rid, error = %e, "connected-callback not queued");
             }
+        } else {
+            self.host.accept(rid);
         }
         Some(entry)
     }

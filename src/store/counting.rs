@@ -50,6 +50,21 @@ impl StoreOp {
         StoreOp::Destroy,
     ];
 
+    /// Stable snake_case name (metric label).
+    #[must_use]
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            StoreOp::RegisterOwner => "register_owner",
+            StoreOp::RenewOwner => "renew_owner",
+            StoreOp::ReleaseOwner => "release_owner",
+            StoreOp::ReserveActivation => "reserve_activation",
+            StoreOp::MarkReady => "mark_ready",
+            StoreOp::Lookup => "lookup",
+            StoreOp::CasOwner => "cas_owner",
+            StoreOp::Destroy => "destroy",
+        }
+    }
+
     const fn index(self) -> usize {
         match self {
             StoreOp::RegisterOwner => 0,

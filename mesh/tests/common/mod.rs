@@ -22,6 +22,9 @@ pub fn rid(s: &str) -> NodeRid {
 pub fn config(node: &str) -> MeshConfig {
     let mut c = MeshConfig::new(MeshName::new("test").unwrap(), rid(node));
     c.secret = Some(MeshSecret::new(SECRET.to_vec()).unwrap());
+    // No session layer here: every client session gets its full window at once
+    // (`client_admission.rs` tests the stranger bounds).
+    c.client_admission = zlink_mesh::ClientAdmission::Open;
     c.liveness = Liveness {
         heartbeat_interval: Duration::from_millis(200),
         heartbeat_timeout: Duration::from_millis(2000),

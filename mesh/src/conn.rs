@@ -1,0 +1,409 @@
+//! The sans-IO core of one connection's application data flow, shared by mesh peers and
+//! ClientServer sessions (the quinn-proto / quinn split, like [`crate::handshake`] and
+//! [`crate::correlation`]): the receive window (what the other end may have in flight towards
+//! us, charged per record, credit returned in batches), the send credit (what the other end
+//! granted us) and liveness (when it was last heard). [`Conn::ingress`] classifies one
+//! decoded record into a [`Verdict`]; the zmq driver ([`crate::engine`]) acts on it (hands the
+//! record up, sends the answer, counts the drop). No sockets, no clock reads: `now` is an input.
+
+use std::time::Instant;
+
+use bytes::Bytes;
+use zlink_wire::{FlowCredit, Pong};
+
+use crate::budget::RxWindow;
+use crate::codec::{Class, Record};
+use crate::config::{Batching, InboundWindow};
+use crate::counters::DropReason;
+
+/// Which connection a record arrived on: the records each may carry differ.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Lane {
+    /// Mesh relay connection: application records (requests, one-way records).
+    Relay,
+    /// Mesh completion connection: replies and control (Ping/Pong, FlowCredit, Disconnect).
+    Completion,
+    /// ClientServer connection (node side): requests, one-way DATA and control.
+    Client,
+}
+
+/// What the driver does with one record, as decided by [`Conn::ingress`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Verdict {
+    /// An application record within the receive window (charged): hand it up, then
+    /// [`Conn::released`] once it left the window.
+    Deliver,
+    /// A reply to one of our requests: complete its correlation (not charged to the window;
+    /// replies answer what we sent).
+    Complete,
+    /// Answer on the same connection (a Pong for a Ping).
+    Answer(Record),
+    /// Control handled here (send credit added, liveness noted); `resume` when queued data
+    /// may go out now (credit arrived).
+    Control {
+        /// The send credit grew.
+        resume: bool,
+    },
+    /// The other end said goodbye (149).
+    Disconnect,
+    /// Dropped: count it with this reason.
+    Drop(DropReason),
+}
+
+/// Credit the other end granted for our data on this connection. Wire values saturate (a
+/// receiver granting "infinite" credit only gives up its own window).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct SendCredit {
+    msgs: u64,
+    bytes: u64,
+}
+
+impl SendCredit {
+    /// A FlowCredit arrived.
+    pub(crate) fn grant(&mut self, msgs: u32, bytes: u64) {
+        self.msgs = self.msgs.saturating_add(u64::from(msgs));
+        self.bytes = self.bytes.saturating_add(bytes);
+    }
+
+    /// At least one more record may go out.
+    pub(crate) fn open(&self) -> bool {
+        self.msgs > 0 && self.bytes > 0
+    }
+
+    /// The credit left: (messages, bytes).
+    pub(crate) fn left(&self) -> (u64, u64) {
+        (self.msgs, self.bytes)
+    }
+
+    /// One record of `bytes` went out.
+    pub(crate) fn charge(&mut self, bytes: u64) {
+        self.msgs = self.msgs.saturating_sub(1);
+        self.bytes = self.bytes.saturating_sub(bytes);
+    }
+
+    /// How many records from the front of `queue` ((frames, correlation id or 0)) go out as
+    /// one message within this credit: the batching rule ([`batch_run`]), each record charged
+    /// on its own as if sent alone, stopping before a request that already `ended`. At least 1
+    /// (the caller checked the first record and that the credit is open).
+    pub(crate) fn run<'a>(
+        &self,
+        batching: &Batching,
+        queue: impl Iterator<Item = (&'a [Bytes], u64)>,
+        ended: impl Fn(u64) -> bool,
+    ) -> usize {
+        let (mut msgs, mut bytes) = self.left();
+        batch_run(batching, queue, |(frames, corr)| {
+            if msgs == 0 || bytes == 0 || (corr != 0 && ended(corr)) {
+                return false;
+            }
+            msgs -= 1;
+            bytes = bytes.saturating_sub(frames.iter().map(|f| f.len() as u64).sum());
+            true
+        })
+    }
+}
+
+/// How many records from the front of a queue go out as one message (natural batching): at
+/// least 1; more only while each record is small (payload ≤ `max_record_payload`), the frame
+/// stays within `max_records`/`max_bytes` and `admit` accepts the record (the caller's credit
+/// and request-ended checks). The first record is always taken (the caller checked it).
+pub(crate) fn batch_run<'a>(
+    cfg: &Batching,
+    queue: impl Iterator<Item = (&'a [Bytes], u64)>,
+    mut admit: impl FnMut((&'a [Bytes], u64)) -> bool,
+) -> usize {
+    let mut n = 0;
+    let mut size = zlink_wire::batch::BATCH_PREFIX_LEN;
+    for (frames, corr) in queue.take(cfg.max_records.max(1)) {
+        let payload = frames.get(1).map(Bytes::len);
+        let sub = zlink_wire::batch::sub_record_len(frames[0].len(), payload);
+        let small = payload.is_none_or(|l| l <= cfg.max_record_payload);
+        if n > 0 && (!small || size + sub > cfg.max_bytes) {
+            break;
+        }
+        if !admit((frames, corr)) {
+            break;
+        }
+        n += 1;
+        if !small {
+            break;
+        }
+        size += sub;
+    }
+    n.max(1)
+}
+
+/// One connection's flow state (a mesh peer's relay data, or a client session).
+#[derive(Debug)]
+pub(crate) struct Conn {
+    /// The receive window in force (a client's grows once accepted, [`Conn::widen`]).
+    window: InboundWindow,
+    rx: RxWindow,
+    /// Send side: credit granted by the other end.
+    pub(crate) credit: SendCredit,
+    /// When the other end was last heard from.
+    pub(crate) last_rx: Instant,
+}
+
+impl Conn {
+    /// A connection whose window is not granted yet (a mesh peer before its lifecycle is up).
+    pub(crate) fn idle(window: InboundWindow, now: Instant) -> Self {
+        Self {
+            window,
+            rx: RxWindow::default(),
+            credit: SendCredit::default(),
+            last_rx: now,
+        }
+    }
+
+    /// A connection granted its whole `window` at once (the grant leaves with the next
+    /// [`Conn::poll_grant`]).
+    pub(crate) fn granted(window: InboundWindow, now: Instant) -> Self {
+        Self {
+            window,
+            rx: RxWindow::initial_grant(window),
+            credit: SendCredit::default(),
+            last_rx: now,
+        }
+    }
+
+    /// A new lifecycle of the other end came up: its whole window is granted afresh (our send
+    /// credit is its to grant, and may already have arrived).
+    pub(crate) fn regrant(&mut self) {
+        self.rx = RxWindow::initial_grant(self.window);
+    }
+
+    /// The lifecycle ended: nothing granted either way.
+    pub(crate) fn reset(&mut self) {
+        self.rx = RxWindow::default();
+        self.credit = SendCredit::default();
+    }
+
+    /// The receive window in force.
+    #[cfg(test)]
+    pub(crate) fn window(&self) -> InboundWindow {
+        self.window
+    }
+
+    /// One decoded record of `bytes` (all frames) arrived on `lane` at `now`. Handshake
+    /// records are the handshake's, never a connection's ([`Verdict::Drop`] if passed here).
+    pub(crate) fn ingress(
+        &mut self,
+        lane: Lane,
+        class: &Class,
+        bytes: u64,
+        now: Instant,
+    ) -> Verdict {
+        self.last_rx = now;
+        match (lane, class) {
+            (Lane::Completion | Lane::Client, Class::Ping(seq)) => {
+                Verdict::Answer(Record::Pong(Pong { seq: *seq }))
+            }
+            (Lane::Completion | Lane::Client, Class::Pong) => Verdict::Control { resume: false },
+            (Lane::Completion, Class::FlowCredit { messages, bytes }) => {
+                self.credit.grant(*messages, *bytes);
+                Verdict::Control { resume: true }
+            }
+            (_, Class::Disconnect(_)) => Verdict::Disconnect,
+            (Lane::Completion, Class::Reply) => Verdict::Complete,
+            (Lane::Relay | Lane::Client, Class::App) => self.charge(bytes),
+            _ => Verdict::Drop(DropReason::WrongConnection),
+        }
+    }
+
+    /// Charges one application record of `bytes` to the receive window: [`Verdict::Deliver`],
+    /// or a drop when the other end ignored its window (a protocol violation, counted).
+    pub(crate) fn charge(&mut self, bytes: u64) -> Verdict {
+        if self.rx.try_charge(self.window, bytes) {
+            Verdict::Deliver
+        } else {
+            Verdict::Drop(DropReason::CreditExceeded)
+        }
+    }
+
+    /// A delivered record of `bytes` left the window; `true` when credit should be granted
+    /// back now ([`Conn::poll_grant`]; credit goes back in quarters of the window).
+    pub(crate) fn released(&mut self, bytes: u64) -> bool {
+        self.rx.free(self.window, bytes)
+    }
+
+    /// Freed credit is waiting to be granted back.
+    pub(crate) fn owes(&self) -> bool {
+        self.rx.owes()
+    }
+
+    /// The FlowCredit to send now, if credit is owed. It counts as granted only once the
+    /// driver's transport took it ([`Conn::grant_sent`]); a lost grant would stall the sender.
+    pub(crate) fn poll_grant(&self) -> Option<FlowCredit> {
+        self.rx
+            .pending()
+            .map(|(messages, bytes)| FlowCredit { messages, bytes })
+    }
+
+    /// The transport took the FlowCredit [`Conn::poll_grant`] gave.
+    pub(crate) fn grant_sent(&mut self, grant: FlowCredit) {
+        self.rx.returned(grant.messages, grant.bytes);
+    }
+
+    /// The window grows to `to` (a stranger's session accepted): the difference is owed to
+    /// the other end and leaves with the next grant.
+    pub(crate) fn widen(&mut self, to: InboundWindow) {
+        self.rx.widen(self.window, to);
+        self.window = to;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const WINDOW: InboundWindow = InboundWindow {
+        messages: 4,
+        bytes: 1000,
+    };
+
+    fn app(conn: &mut Conn, bytes: u64) -> Verdict {
+        conn.ingress(Lane::Relay, &Class::App, bytes, Instant::now())
+    }
+
+    /// The window-drop branch, deterministically: a sender that ignores its window has the
+    /// excess dropped (`CreditExceeded`), what fit is delivered, and credit granted back lets
+    /// it send again — no sockets, no timing.
+    #[test]
+    fn records_beyond_the_window_are_dropped_until_credit_returns() {
+        let now = Instant::now();
+        let mut conn = Conn::granted(WINDOW, now);
+        // Nothing may arrive before the initial grant left.
+        assert_eq!(
+            app(&mut conn, 10),
+            Verdict::Drop(DropReason::CreditExceeded)
+        );
+        let grant = conn.poll_grant().expect("the initial grant");
+        assert_eq!((grant.messages, grant.bytes), (4, 1000));
+        conn.grant_sent(grant);
+        assert_eq!(conn.poll_grant(), None);
+        for _ in 0..4 {
+            assert_eq!(app(&mut conn, 10), Verdict::Deliver);
+        }
+        // The sender ignores its window: the fifth record is dropped.
+        assert_eq!(
+            app(&mut conn, 10),
+            Verdict::Drop(DropReason::CreditExceeded)
+        );
+        // One delivered record left the window: a quarter of it, granted back now.
+        assert!(conn.released(10));
+        let grant = conn.poll_grant().expect("credit owed");
+        assert_eq!((grant.messages, grant.bytes), (1, 10));
+        // Not granted until the transport took it: still refused.
+        assert_eq!(
+            app(&mut conn, 10),
+            Verdict::Drop(DropReason::CreditExceeded)
+        );
+        conn.grant_sent(grant);
+        assert_eq!(app(&mut conn, 10), Verdict::Deliver);
+        // The byte bound applies too (one record may overshoot it).
+        let mut conn = Conn::granted(WINDOW, now);
+        conn.grant_sent(conn.poll_grant().unwrap());
+        assert_eq!(app(&mut conn, 999), Verdict::Deliver);
+        assert_eq!(app(&mut conn, 500), Verdict::Deliver);
+        assert_eq!(app(&mut conn, 1), Verdict::Drop(DropReason::CreditExceeded));
+    }
+
+    #[test]
+    fn each_lane_takes_only_its_records() {
+        let now = Instant::now();
+        let mut conn = Conn::granted(WINDOW, now);
+        conn.grant_sent(conn.poll_grant().unwrap());
+        let wrong = Verdict::Drop(DropReason::WrongConnection);
+        assert_eq!(conn.ingress(Lane::Relay, &Class::Ping(1), 8, now), wrong);
+        assert_eq!(conn.ingress(Lane::Relay, &Class::Reply, 8, now), wrong);
+        assert_eq!(conn.ingress(Lane::Completion, &Class::App, 8, now), wrong);
+        assert_eq!(conn.ingress(Lane::Client, &Class::Reply, 8, now), wrong);
+        assert_eq!(conn.ingress(Lane::Client, &Class::Push, 8, now), wrong);
+        let credit = Class::FlowCredit {
+            messages: 1,
+            bytes: 1,
+        };
+        assert_eq!(conn.ingress(Lane::Client, &credit, 8, now), wrong);
+        assert_eq!(conn.ingress(Lane::Relay, &credit, 8, now), wrong);
+        assert_eq!(
+            conn.ingress(Lane::Client, &Class::Ping(7), 8, now),
+            Verdict::Answer(Record::Pong(Pong { seq: 7 }))
+        );
+        assert_eq!(
+            conn.ingress(Lane::Completion, &Class::Reply, 8, now),
+            Verdict::Complete
+        );
+        assert_eq!(
+            conn.ingress(
+                Lane::Relay,
+                &Class::Disconnect(zlink_wire::DisconnectReason::Shutdown),
+                8,
+                now
+            ),
+            Verdict::Disconnect
+        );
+        assert_eq!(
+            conn.ingress(Lane::Client, &Class::App, 8, now),
+            Verdict::Deliver
+        );
+        // Replies and control are not charged to the window.
+        assert_eq!(conn.rx, {
+            let mut w = RxWindow::default();
+            assert!(w.try_charge(WINDOW, 8));
+            w
+        });
+    }
+
+    #[test]
+    fn send_credit_saturates_and_resumes() {
+        let now = Instant::now();
+        let mut conn = Conn::idle(WINDOW, now);
+        assert!(!conn.credit.open());
+        let max = Class::FlowCredit {
+            messages: u32::MAX,
+            bytes: u64::MAX,
+        };
+        assert_eq!(
+            conn.ingress(Lane::Completion, &max, 8, now),
+            Verdict::Control { resume: true }
+        );
+        assert_eq!(
+            conn.ingress(Lane::Completion, &max, 8, now),
+            Verdict::Control { resume: true }
+        );
+        assert_eq!(conn.credit.left(), (2 * u64::from(u32::MAX), u64::MAX));
+        conn.credit.charge(10);
+        assert!(conn.credit.open());
+        conn.reset();
+        assert!(!conn.credit.open());
+    }
+
+    #[test]
+    fn widening_grants_the_difference() {
+        let now = Instant::now();
+        let small = InboundWindow {
+            messages: 2,
+            bytes: 100,
+        };
+        let mut conn = Conn::granted(small, now);
+        conn.grant_sent(conn.poll_grant().unwrap());
+        assert_eq!(app(&mut conn, 10), Verdict::Deliver);
+        assert_eq!(app(&mut conn, 10), Verdict::Deliver);
+        assert_eq!(
+            app(&mut conn, 10),
+            Verdict::Drop(DropReason::CreditExceeded)
+        );
+        conn.widen(WINDOW);
+        assert_eq!(conn.window(), WINDOW);
+        let grant = conn.poll_grant().unwrap();
+        assert_eq!((grant.messages, grant.bytes), (2, 900));
+        conn.grant_sent(grant);
+        assert_eq!(app(&mut conn, 10), Verdict::Deliver);
+        assert_eq!(app(&mut conn, 10), Verdict::Deliver);
+        assert_eq!(
+            app(&mut conn, 10),
+            Verdict::Drop(DropReason::CreditExceeded)
+        );
+    }
+}

@@ -1,0 +1,464 @@
+//! `zlink-node ctl`: an operator's view of running nodes over the client protocol
+//! (`docs/CLIENT-PROTOCOL.md`, section 7): `NODE_INFO`, `LIST_ACTORS`, `LIST_SESSIONS` and
+//! `COUNTERS`, asked of every given client endpoint. Output is a table for people, or JSON
+//! (`--json`, one array with an element per node or entry) for scripts.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use clap::{Args, Subcommand};
+use serde::Serialize;
+use zlink::node::client::NodeClient;
+use zlink::node::protocol::{
+    ActorEntry, ListActors, ListSessions, NodeCounters, NodeInfo, SessionEntry,
+};
+
+/// `zlink-node ctl`.
+#[derive(Debug, Args)]
+pub struct CtlArgs {
+    /// A node's client endpoint (repeatable, or comma-separated; `scripts/mesh-up` writes them
+    /// to RUN_DIR/endpoints.env as ZLINK_CLIENT_ENDPOINTS).
+    #[arg(
+        long = "endpoint",
+        short = 'e',
+        env = "ZLINK_CLIENT_ENDPOINTS",
+        value_delimiter = ',',
+        value_name = "ENDPOINT",
+        required = true
+    )]
+    endpoints: Vec<String>,
+    /// Print JSON (for scripts) instead of a table.
+    #[arg(long, global = true)]
+    json: bool,
+    /// Time each request may take, in ms.
+    #[arg(long, default_value_t = 5_000, value_name = "MS")]
+    timeout_ms: u64,
+    #[command(subcommand)]
+    command: CtlCommand,
+}
+
+/// What `ctl` shows.
+#[derive(Debug, Subcommand)]
+enum CtlCommand {
+    /// Every node asked: generation, mesh, its peers (up or down), actors and sessions.
+    Nodes,
+    /// The actors each node owns: id, type, incarnation, Spot and its kind, bound or not.
+    Actors {
+        /// At most this many actors per node (pages of up to 1,000 are fetched until then).
+        #[arg(long, default_value_t = 10_000)]
+        limit: u64,
+    },
+    /// The client sessions of each node: id, phase, bound actors.
+    Sessions {
+        /// At most this many sessions per node.
+        #[arg(long, default_value_t = 10_000)]
+        limit: u64,
+    },
+    /// The counters of each node (what its metrics endpoint serves). The table leaves out the
+    /// counters that are zero on every node unless `--all`.
+    Counters {
+        /// Show zero counters too.
+        #[arg(long)]
+        all: bool,
+    },
+}
+
+/// One node asked.
+struct Target {
+    endpoint: String,
+    client: NodeClient,
+}
+
+/// Connects to every endpoint (libzmq connects in the background; a dead endpoint shows as a
+/// request that times out, named in the error).
+fn targets(args: &CtlArgs) -> anyhow::Result<Vec<Target>> {
+    let timeout = Duration::from_millis(args.timeout_ms);
+    args.endpoints
+        .iter()
+        .filter(|e| !e.trim().is_empty())
+        .map(|e| {
+            let endpoint = e.trim().to_owned();
+            let client = NodeClient::connect(&endpoint, timeout)
+                .with_context(|| format!("connecting to {endpoint}"))?;
+            Ok(Target { endpoint, client })
+        })
+        .collect()
+}
+
+/// Runs `zlink-node ctl`: prints to stdout, fails naming the node that did not answer.
+pub async fn run(args: CtlArgs) -> anyhow::Result<()> {
+    let targets = targets(&args)?;
+    if targets.is_empty() {
+        bail!("no endpoint: give --endpoint or ZLINK_CLIENT_ENDPOINTS");
+    }
+    let out = match args.command {
+        CtlCommand::Nodes => nodes(&targets, args.json).await?,
+        CtlCommand::Actors { limit } => actors(&targets, limit, args.json).await?,
+        CtlCommand::Sessions { limit } => sessions(&targets, limit, args.json).await?,
+        CtlCommand::Counters { all } => counters(&targets, all, args.json).await?,
+    };
+    print!("{out}");
+    for t in targets {
+        t.client.close().await;
+    }
+    Ok(())
+}
+
+fn json<T: Serialize>(v: &T) -> anyhow::Result<String> {
+    Ok(serde_json::to_string_pretty(v)? + "\n")
+}
+
+/// Left-aligned columns, two spaces apart; a header line first.
+fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
+    for row in rows {
+        for (i, cell) in row.iter().enumerate() {
+            if let Some(w) = widths.get_mut(i) {
+                *w = (*w).max(cell.chars().count());
+            }
+        }
+    }
+    let line = |cells: &mut dyn Iterator<Item = &str>| {
+        let mut s = String::new();
+        for (i, c) in cells.enumerate() {
+            if i > 0 {
+                s.push_str("  ");
+            }
+            s.push_str(c);
+            let pad = widths[i].saturating_sub(c.chars().count());
+            s.extend(std::iter::repeat_n(' ', pad));
+        }
+        s.trim_end().to_owned() + "\n"
+    };
+    let mut out = line(&mut headers.iter().copied());
+    for row in rows {
+        out += &line(&mut row.iter().map(String::as_str));
+    }
+    out
+}
+
+/// `nodes --json`: one element per node asked.
+#[derive(Serialize)]
+struct NodeRow {
+    endpoint: String,
+    #[serde(flatten)]
+    info: NodeInfo,
+}
+
+async fn nodes(targets: &[Target], as_json: bool) -> anyhow::Result<String> {
+    let mut rows = Vec::new();
+    for t in targets {
+        let info = t
+            .client
+            .info()
+            .await
+            .with_context(|| format!("NODE_INFO of {}", t.endpoint))?;
+        rows.push(NodeRow {
+            endpoint: t.endpoint.clone(),
+            info,
+        });
+    }
+    if as_json {
+        return json(&rows);
+    }
+    let cells: Vec<Vec<String>> = rows
+        .iter()
+        .map(|r| {
+            let i = &r.info;
+            let up: BTreeSet<&str> = i.peers_up.iter().map(String::as_str).collect();
+            let down: Vec<&str> = i
+                .peers
+                .iter()
+                .map(String::as_str)
+                .filter(|p| !up.contains(p))
+                .collect();
+            vec![
+                i.node.clone(),
+                i.generation.to_string(),
+                i.mesh.clone(),
+                r.endpoint.clone(),
+                format!(
+                    "{}/{}",
+                    i.peers_up.len(),
+                    i.peers.len().max(i.peers_up.len())
+                ),
+                if down.is_empty() {
+                    "-".to_owned()
+                } else {
+                    down.join(",")
+                },
+                i.local_actors.to_string(),
+                i.sessions.to_string(),
+            ]
+        })
+        .collect();
+    Ok(table(
+        &[
+            "NODE",
+            "GENERATION",
+            "MESH",
+            "ENDPOINT",
+            "PEERS_UP",
+            "PEERS_DOWN",
+            "ACTORS",
+            "SESSIONS",
+        ],
+        &cells,
+    ))
+}
+
+/// `actors --json`: one element per actor.
+#[derive(Serialize)]
+struct ActorRow {
+    node: String,
+    #[serde(flatten)]
+    actor: ActorEntry,
+}
+
+async fn actors(targets: &[Target], limit: u64, as_json: bool) -> anyhow::Result<String> {
+    let mut rows = Vec::new();
+    let mut truncated = Vec::new();
+    for t in targets {
+        let node = t
+            .client
+            .info()
+            .await
+            .with_context(|| format!("NODE_INFO of {}", t.endpoint))?
+            .node;
+        let mut after = None;
+        let mut taken = 0u64;
+        loop {
+            let want = u32::try_from(limit.saturating_sub(taken).min(1_000)).unwrap_or(1_000);
+            let page = t
+                .client
+                .list_actors(&ListActors { after, limit: want })
+                .await
+                .with_context(|| format!("LIST_ACTORS of {}", t.endpoint))?;
+            taken += page.actors.len() as u64;
+            rows.extend(page.actors.into_iter().map(|actor| ActorRow {
+                node: node.clone(),
+                actor,
+            }));
+            match page.next {
+                Some(next) if taken < limit => after = Some(next),
+                Some(_) => {
+                    truncated.push(format!("{node}: {taken} of {} actors shown", page.total));
+                    break;
+                }
+                None => break,
+            }
+        }
+    }
+    if as_json {
+        return json(&rows);
+    }
+    let cells: Vec<Vec<String>> = rows
+        .iter()
+        .map(|r| {
+            let a = &r.actor;
+            vec![
+                r.node.clone(),
+                a.actor_id.clone(),
+                a.actor_type.clone(),
+                a.object_generation.to_string(),
+                a.spot.clone(),
+                a.spot_kind.clone(),
+                if a.bound { "yes" } else { "no" }.to_owned(),
+            ]
+        })
+        .collect();
+    let mut out = table(
+        &[
+            "NODE",
+            "ACTOR",
+            "TYPE",
+            "GENERATION",
+            "SPOT",
+            "SPOT_KIND",
+            "BOUND",
+        ],
+        &cells,
+    );
+    for t in truncated {
+        out += &format!("({t}; raise --limit)\n");
+    }
+    Ok(out)
+}
+
+/// `sessions --json`: one element per session.
+#[derive(Serialize)]
+struct SessionRow {
+    node: String,
+    #[serde(flatten)]
+    session: SessionEntry,
+}
+
+async fn sessions(targets: &[Target], limit: u64, as_json: bool) -> anyhow::Result<String> {
+    let mut rows = Vec::new();
+    for t in targets {
+        let node = t
+            .client
+            .info()
+            .await
+            .with_context(|| format!("NODE_INFO of {}", t.endpoint))?
+            .node;
+        let mut after = None;
+        let mut taken = 0u64;
+        loop {
+            let want = u32::try_from(limit.saturating_sub(taken).min(1_000)).unwrap_or(1_000);
+            let page = t
+                .client
+                .list_sessions(&ListSessions { after, limit: want })
+                .await
+                .with_context(|| format!("LIST_SESSIONS of {}", t.endpoint))?;
+            taken += page.sessions.len() as u64;
+            rows.extend(page.sessions.into_iter().map(|session| SessionRow {
+                node: node.clone(),
+                session,
+            }));
+            match page.next {
+                Some(next) if taken < limit => after = Some(next),
+                _ => break,
+            }
+        }
+    }
+    if as_json {
+        return json(&rows);
+    }
+    let cells: Vec<Vec<String>> = rows
+        .iter()
+        .map(|r| {
+            let s = &r.session;
+            vec![
+                r.node.clone(),
+                s.session.to_string(),
+                s.phase.clone(),
+                s.bound.len().to_string(),
+                s.pending_binds.to_string(),
+                if s.bound.is_empty() {
+                    "-".to_owned()
+                } else {
+                    s.bound.join(",")
+                },
+            ]
+        })
+        .collect();
+    Ok(table(
+        &["NODE", "SESSION", "PHASE", "BINDINGS", "PENDING", "BOUND"],
+        &cells,
+    ))
+}
+
+/// Every counter of a snapshot as `name → value`, maps flattened as `map.key`.
+fn flatten(c: &NodeCounters) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    let mut put = |k: String, v: String| {
+        out.insert(k, v);
+    };
+    put("generation".into(), c.generation.to_string());
+    for (k, v) in [
+        ("peers_configured", c.peers_configured),
+        ("peers_up", c.peers_up),
+        ("sessions", c.sessions),
+        ("bindings", c.bindings),
+        ("activations", c.activations),
+        ("calls_in", c.calls_in),
+        ("calls_out", c.calls_out),
+        ("turns", c.turns),
+        ("send_failures", c.send_failures),
+        ("sends_dropped", c.sends_dropped),
+        ("timer_ticks_skipped", c.timer_ticks_skipped),
+        ("relocations", c.relocations),
+    ] {
+        put(k.into(), v.to_string());
+    }
+    for (map, values) in [
+        ("actors", &c.actors),
+        ("client_operations", &c.client_operations),
+        ("replies", &c.replies),
+        ("mesh_drops", &c.mesh_drops),
+        ("session_rejects", &c.session_rejects),
+    ] {
+        for (k, v) in values {
+            put(format!("{map}.{k}"), v.to_string());
+        }
+    }
+    for (k, b) in &c.backlogs {
+        put(
+            format!("backlogs.{k}.waiting_now"),
+            b.waiting_now.to_string(),
+        );
+        put(format!("backlogs.{k}.waited"), b.waited.to_string());
+        put(format!("backlogs.{k}.refused"), b.refused.to_string());
+    }
+    for (k, s) in &c.store {
+        put(format!("store.{k}.count"), s.count.to_string());
+        let mean_ms = if s.count == 0 {
+            0.0
+        } else {
+            s.seconds * 1_000.0 / s.count as f64
+        };
+        put(format!("store.{k}.mean_ms"), format!("{mean_ms:.3}"));
+    }
+    out
+}
+
+fn is_zero(v: &str) -> bool {
+    v.parse::<f64>().is_ok_and(|x| x == 0.0)
+}
+
+async fn counters(targets: &[Target], all: bool, as_json: bool) -> anyhow::Result<String> {
+    let mut snapshots = Vec::new();
+    for t in targets {
+        snapshots.push(
+            t.client
+                .counters()
+                .await
+                .with_context(|| format!("COUNTERS of {}", t.endpoint))?,
+        );
+    }
+    if as_json {
+        return json(&snapshots);
+    }
+    let flat: Vec<BTreeMap<String, String>> = snapshots.iter().map(flatten).collect();
+    let names: BTreeSet<&String> = flat.iter().flat_map(|f| f.keys()).collect();
+    let rows: Vec<Vec<String>> = names
+        .into_iter()
+        .filter(|name| {
+            all || *name == "generation"
+                || flat
+                    .iter()
+                    .any(|f| f.get(*name).is_some_and(|v| !is_zero(v)))
+        })
+        .map(|name| {
+            std::iter::once(name.clone())
+                .chain(
+                    flat.iter()
+                        .map(|f| f.get(name).cloned().unwrap_or_else(|| "-".into())),
+                )
+                .collect()
+        })
+        .collect();
+    let headers: Vec<&str> = std::iter::once("COUNTER")
+        .chain(snapshots.iter().map(|s| s.node.as_str()))
+        .collect();
+    Ok(table(&headers, &rows))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_aligns_columns() {
+        let t = table(
+            &["A", "LONG_HEADER"],
+            &[
+                vec!["wide cell".into(), "x".into()],
+                vec!["b".into(), "y".into()],
+            ],
+        );
+        assert_eq!(t, "A          LONG_HEADER\nwide cell  x\nb          y\n");
+    }
+}

@@ -1,0 +1,289 @@
+//! The operator's view of running `zlink-node` processes: two nodes (one with the TOML key
+//! `metrics`, one with the `--metrics` flag) sharing a SQLite Location Store; known actors and
+//! a bound session; `zlink-node ctl` lists nodes, actors, sessions and counters as a table and
+//! as JSON, and a node's metrics endpoint is scraped over HTTP.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use zlink::node::client::{NodeClient, Placement};
+use zlink::node::demo;
+
+#[path = "../mesh/tests/common/ports.rs"]
+mod ports;
+use ports::free_port;
+
+const TIMEOUT: Duration = Duration::from_secs(20);
+const BIN: &str = env!("CARGO_BIN_EXE_zlink-node");
+
+/// A `zlink-node` process, killed on drop.
+struct Proc {
+    config: PathBuf,
+    ready: PathBuf,
+    client: String,
+    child: tokio::process::Child,
+}
+
+impl Proc {
+    fn start(config: PathBuf, ready: PathBuf, client: String, args: &[&str]) -> Proc {
+        let log = std::fs::File::create(config.with_extension("log")).unwrap();
+        let child = tokio::process::Command::new(BIN)
+            .arg("--config")
+            .arg(&config)
+            .args(args)
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::from(log.try_clone().unwrap()))
+            .stderr(Stdio::from(log))
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        Proc {
+            config,
+            ready,
+            client,
+            child,
+        }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.config.with_extension("log")).unwrap_or_default()
+    }
+
+    /// Waits for the ready file (the node serves and its peers are up); its `key=value` fields.
+    async fn wait_ready(&mut self) -> std::collections::HashMap<String, String> {
+        let deadline = Instant::now() + TIMEOUT;
+        loop {
+            if let Ok(s) = std::fs::read_to_string(&self.ready) {
+                return s
+                    .split_whitespace()
+                    .filter_map(|kv| kv.split_once('='))
+                    .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                    .collect();
+            }
+            if let Some(status) = self.child.try_wait().unwrap() {
+                panic!("exited during startup: {status}\n{}", self.log());
+            }
+            assert!(Instant::now() < deadline, "not ready\n{}", self.log());
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+}
+
+fn setup(dir: &Path) -> Vec<(PathBuf, PathBuf, String)> {
+    std::fs::write(dir.join("secret"), "ctl-test-secret-0123456789abcdef-xyz\n").unwrap();
+    let ports: Vec<[u16; 3]> = (0..2)
+        .map(|_| [free_port(), free_port(), free_port()])
+        .collect();
+    let mut peers = String::new();
+    for (i, p) in ports.iter().enumerate() {
+        peers += &format!(
+            "[[peers]]\nname = \"node{}\"\nrelay = \"tcp://127.0.0.1:{}\"\ncompletion = \"tcp://127.0.0.1:{}\"\n",
+            i + 1,
+            p[0],
+            p[1]
+        );
+    }
+    (0..2)
+        .map(|i| {
+            let name = format!("node{}", i + 1);
+            let config = dir.join(format!("{name}.toml"));
+            let ready = dir.join(format!("{name}.ready"));
+            let p = ports[i];
+            // node1 names its metrics address in the file; node2 gets the flag.
+            let metrics = if i == 0 {
+                "metrics = \"127.0.0.1:0\"\n"
+            } else {
+                ""
+            };
+            std::fs::write(
+                &config,
+                format!(
+                    "name = \"{name}\"\nrelay = \"tcp://127.0.0.1:{}\"\n\
+                     completion = \"tcp://127.0.0.1:{}\"\nclient = \"tcp://127.0.0.1:{}\"\n\
+                     secret_file = \"{}\"\nstore = \"sqlite://{}\"\nready_file = \"{}\"\n\
+                     drain_timeout_ms = 2000\n{metrics}\n{peers}",
+                    p[0],
+                    p[1],
+                    p[2],
+                    dir.join("secret").display(),
+                    dir.join("store.db").display(),
+                    ready.display()
+                ),
+            )
+            .unwrap();
+            (config, ready, format!("tcp://127.0.0.1:{}", p[2]))
+        })
+        .collect()
+}
+
+/// Runs `zlink-node ctl -e EP1 -e EP2 ARGS…`; its stdout (it must succeed).
+async fn ctl(endpoints: &[&str], args: &[&str]) -> String {
+    let mut cmd = tokio::process::Command::new(BIN);
+    cmd.arg("ctl");
+    for e in endpoints {
+        cmd.args(["-e", e]);
+    }
+    let out = tokio::time::timeout(TIMEOUT, cmd.args(args).output())
+        .await
+        .expect("ctl in time")
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "ctl {args:?}: {}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+async fn ctl_json(endpoints: &[&str], args: &[&str]) -> Vec<Value> {
+    let mut a = args.to_vec();
+    a.push("--json");
+    let out = ctl(endpoints, &a).await;
+    serde_json::from_str::<Vec<Value>>(&out).unwrap_or_else(|e| panic!("{e}: {out}"))
+}
+
+/// The table row whose first cells are `first` (cells split on runs of spaces).
+fn row<'a>(table: &'a str, first: &[&str]) -> Vec<&'a str> {
+    table
+        .lines()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .find(|cells| cells.starts_with(first))
+        .unwrap_or_else(|| panic!("no row {first:?} in\n{table}"))
+}
+
+async fn scrape(addr: &str) -> String {
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut buf = String::new();
+    tokio::time::timeout(TIMEOUT, s.read_to_string(&mut buf))
+        .await
+        .expect("scrape in time")
+        .unwrap();
+    assert!(buf.starts_with("HTTP/1.1 200"), "{buf}");
+    buf
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ctl_lists_nodes_actors_sessions_and_counters() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut specs = setup(dir.path()).into_iter();
+    let (c1, r1, e1) = specs.next().unwrap();
+    let (c2, r2, e2) = specs.next().unwrap();
+    let mut p1 = Proc::start(c1, r1, e1, &[]);
+    let mut p2 = Proc::start(c2, r2, e2, &["--metrics", "127.0.0.1:0"]);
+    let ready1 = p1.wait_ready().await;
+    let ready2 = p2.wait_ready().await;
+    let eps = [p1.client.as_str(), p2.client.as_str()];
+
+    // Known state: a counter on node1, an echo on node2 bound to a session on node1.
+    let client = NodeClient::connect(&p1.client, TIMEOUT).unwrap();
+    client
+        .create("counter", "ctl-counter", Placement::default())
+        .await
+        .unwrap();
+    let echo = client
+        .create("echo", "ctl-echo", Placement::on("node2"))
+        .await
+        .unwrap();
+    client
+        .packet(&demo::session::Bind { actor: echo })
+        .await
+        .unwrap();
+
+    // nodes: a row per node, peers up, generations as in the ready files.
+    let t = ctl(&eps, &["nodes"]).await;
+    assert!(t.starts_with("NODE "), "{t}");
+    let n1 = row(&t, &["node1"]);
+    assert_eq!(n1[1], ready1["generation"]);
+    assert_eq!(n1[4], "1/1", "{t}");
+    assert_eq!(n1[5], "-", "{t}");
+    assert_eq!(row(&t, &["node2"])[1], ready2["generation"]);
+    let j = ctl_json(&eps, &["nodes"]).await;
+    assert_eq!(j.len(), 2);
+    assert_eq!(j[0]["node"], "node1");
+    assert_eq!(j[0]["endpoint"], p1.client.as_str());
+    assert_eq!(j[0]["peers_up"], serde_json::json!(["node2"]));
+    assert_eq!(j[1]["generation"].to_string(), ready2["generation"]);
+
+    // actors: each node lists its own.
+    let t = ctl(&eps, &["actors"]).await;
+    let a = row(&t, &["node1", "ctl-counter"]);
+    assert_eq!(&a[2..], ["counter", "1", "entry", "entry", "no"], "{t}");
+    let a = row(&t, &["node2", "ctl-echo"]);
+    assert_eq!(&a[2..], ["echo", "1", "entry", "entry", "yes"], "{t}");
+    let j = ctl_json(&eps, &["actors"]).await;
+    assert_eq!(j.len(), 2, "{j:?}");
+    assert_eq!(j[1]["node"], "node2");
+    assert_eq!(j[1]["actor_id"], "ctl-echo");
+    assert_eq!(j[1]["bound"], true);
+
+    // sessions: the client's session on node1, bound to the echo.
+    let t = ctl(&eps, &["sessions"]).await;
+    assert!(t.starts_with("NODE "), "{t}");
+    let s: Vec<&str> = t
+        .lines()
+        .find(|l| l.ends_with("ctl-echo"))
+        .unwrap_or_else(|| panic!("no bound session in\n{t}"))
+        .split_whitespace()
+        .collect();
+    assert_eq!(s[0], "node1");
+    assert_eq!(&s[2..], ["open", "1", "0", "ctl-echo"], "{t}");
+    let j = ctl_json(&eps, &["sessions"]).await;
+    // ctl's own connections are sessions too while it asks: find the bound one.
+    let bound: Vec<&Value> = j
+        .iter()
+        .filter(|s| s["bound"] == serde_json::json!(["ctl-echo"]))
+        .collect();
+    assert_eq!(bound.len(), 1, "{j:?}");
+    assert_eq!(bound[0]["node"], "node1");
+    assert_eq!(bound[0]["phase"], "open");
+
+    // counters: a column per node; JSON is the COUNTERS snapshot of each.
+    let t = ctl(&eps, &["counters"]).await;
+    assert_eq!(row(&t, &["COUNTER"]), ["COUNTER", "node1", "node2"]);
+    assert_eq!(row(&t, &["client_operations.create"])[1..], ["2", "0"]);
+    assert_eq!(row(&t, &["actors.entry"])[1..], ["1", "1"]);
+    assert_eq!(row(&t, &["bindings"])[1..], ["1", "0"]);
+    assert!(
+        !t.contains("mesh_drops.malformed"),
+        "zeros are left out\n{t}"
+    );
+    let all = ctl(&eps, &["counters", "--all"]).await;
+    assert_eq!(row(&all, &["mesh_drops.malformed"])[1..], ["0", "0"]);
+    let j = ctl_json(&eps, &["counters"]).await;
+    assert_eq!(j[0]["client_operations"]["create"], 2);
+    assert_eq!(j[1]["actors"]["entry"], 1);
+    assert_eq!(j[1]["activations"], 1);
+    assert_eq!(j[0]["relocations"], 0);
+
+    // The metrics endpoints (TOML key on node1, flag on node2) serve the same counters.
+    let m1 = scrape(&ready1["metrics"]).await;
+    assert!(
+        m1.contains("\nzlink_actors{spot_kind=\"entry\"} 1\n"),
+        "{m1}"
+    );
+    assert!(m1.contains("\nzlink_session_bindings 1\n"), "{m1}");
+    let m2 = scrape(&ready2["metrics"]).await;
+    assert!(m2.contains("\nzlink_activations_total 1\n"), "{m2}");
+
+    // A node that does not answer fails ctl, naming its endpoint.
+    let dead = format!("tcp://127.0.0.1:{}", free_port());
+    let out = tokio::process::Command::new(BIN)
+        .args(["ctl", "-e", &dead, "--timeout-ms", "300", "nodes"])
+        .output()
+        .await
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains(&dead),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    client.close().await;
+}

@@ -1,0 +1,223 @@
+//! The node's Prometheus endpoint: a node started with a metrics address serves
+//! `GET /metrics` (Prometheus text format); known work done over the client protocol — creates,
+//! calls, a session bind and relay, a refused bind and a malformed record — shows up as exactly
+//! that much in the scraped counters, every value of the closed drop and rejection vocabularies
+//! is a series (zeros included), and the `COUNTERS` client operation answers the same values.
+//!
+//! spec: SB-2.1, SB-5.9 (rejections counted with a closed vocabulary, visible to an operator).
+
+mod node_common;
+
+use std::collections::BTreeMap;
+
+use node_common::*;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use zlink::actor::ErrorKind;
+use zlink::node::client::Placement;
+use zlink::node::demo::{self, Add, Echo, Fail};
+use zlink::node::{Node, NodeOptions};
+
+async fn start_metrics_node() -> Node {
+    let mut mc = mesh_config("m1");
+    mc.client_endpoint = Some("tcp://127.0.0.1:*".to_owned());
+    let mut options = NodeOptions::new(mc, memory_store(), demo::registry().unwrap())
+        .with_sessions(demo::sessions())
+        .unwrap();
+    options.metrics = Some("127.0.0.1:0".parse().unwrap());
+    Node::start(options).await.unwrap()
+}
+
+/// One HTTP/1.1 GET; (status line, headers, body).
+async fn http_get(addr: std::net::SocketAddr, path: &str) -> (String, String, String) {
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let mut buf = Vec::new();
+    tokio::time::timeout(TIMEOUT, s.read_to_end(&mut buf))
+        .await
+        .expect("response in time")
+        .unwrap();
+    let text = String::from_utf8(buf).unwrap();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap();
+    let (status, headers) = head.split_once("\r\n").unwrap_or((head, ""));
+    (status.to_owned(), headers.to_lowercase(), body.to_owned())
+}
+
+/// Scrapes `/metrics`: every sample by `name{labels}` (labels as written).
+async fn scrape(node: &Node) -> BTreeMap<String, f64> {
+    let (status, headers, body) = http_get(node.metrics_addr().unwrap(), "/metrics").await;
+    assert!(status.contains("200"), "{status}");
+    assert!(
+        headers.contains("content-type: text/plain; version=0.0.4"),
+        "{headers}"
+    );
+    body.lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .map(|l| {
+            let (k, v) = l.rsplit_once(' ').unwrap();
+            (k.to_owned(), v.parse::<f64>().unwrap())
+        })
+        .collect()
+}
+
+fn get(m: &BTreeMap<String, f64>, key: &str) -> f64 {
+    *m.get(key)
+        .unwrap_or_else(|| panic!("no series {key} in\n{m:#?}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scraped_counters_match_the_work_done() {
+    let node = start_metrics_node().await;
+    let before = scrape(&node).await;
+    assert_eq!(get(&before, "zlink_client_sessions"), 0.0);
+    assert_eq!(get(&before, r#"zlink_actors{spot_kind="entry"}"#), 0.0);
+    assert_eq!(get(&before, "zlink_relocations_total"), 0.0);
+    // Every reason of the closed vocabularies is a series, zeros included.
+    for r in zlink_mesh::DropReason::ALL {
+        get(
+            &before,
+            &format!(r#"zlink_mesh_drops_total{{reason="{}"}}"#, r.as_str()),
+        );
+    }
+    for rec in zlink::session::FlowRecord::ALL {
+        for r in zlink::session::FlowReject::ALL {
+            get(
+                &before,
+                &format!(
+                    r#"zlink_session_rejects_total{{record="{}",reason="{}"}}"#,
+                    rec.as_str(),
+                    r.as_str()
+                ),
+            );
+        }
+    }
+
+    // The work: 3 creates, 2 good calls and a failing one, NODE_INFO, a bind and a relay, a
+    // bind of a stale incarnation (refused), and a malformed record on the client port.
+    let c = client_of(&node);
+    let counter = c
+        .create("counter", "m-counter", Placement::default())
+        .await
+        .unwrap();
+    let echo = c
+        .create("echo", "m-echo", Placement::default())
+        .await
+        .unwrap();
+    let failing = c
+        .create("failing", "m-failing", Placement::default())
+        .await
+        .unwrap();
+    assert_eq!(c.request(&counter, &Add(2)).await.unwrap(), 2);
+    assert_eq!(c.request(&counter, &Add(3)).await.unwrap(), 5);
+    let err = c.request(&failing, &Fail).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Internal);
+    c.info().await.unwrap();
+    bind(&c, &echo).await;
+    let reply = relay_req(&c, &echo, &Echo(b"hi".to_vec())).await.unwrap();
+    assert_eq!(reply.0, b"hi");
+    let mut stale = serde_json::to_value(&counter).unwrap();
+    stale["object_generation"] = serde_json::json!(99);
+    let stale: zlink::actor::ActorRef = serde_json::from_value(stale).unwrap();
+    let err = c
+        .packet(&demo::session::Bind { actor: stale })
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidOperation);
+    let ctx = zmq::Context::new();
+    let raw = ctx.socket(zmq::DEALER).unwrap();
+    raw.set_linger(0).unwrap();
+    raw.connect(node.endpoints().client.as_ref().unwrap())
+        .unwrap();
+    raw.send_multipart([&b"not a record"[..]], 0).unwrap();
+    wait_until("the malformed record is counted", || {
+        node.mesh()
+            .counters()
+            .dropped(zlink_mesh::DropReason::Malformed)
+            >= 1
+    })
+    .await;
+
+    let m = scrape(&node).await;
+    let op = |o: &str| {
+        get(
+            &m,
+            &format!(r#"zlink_client_operations_total{{operation="{o}"}}"#),
+        )
+    };
+    assert_eq!(op("create"), 3.0);
+    assert_eq!(op("call"), 3.0);
+    assert_eq!(op("node_info"), 1.0);
+    assert_eq!(op("get"), 0.0);
+    assert_eq!(get(&m, r#"zlink_actors{spot_kind="entry"}"#), 3.0);
+    assert_eq!(get(&m, r#"zlink_actors{spot_kind="spot_wide"}"#), 0.0);
+    assert_eq!(get(&m, "zlink_activations_total"), 3.0);
+    assert_eq!(get(&m, "zlink_client_sessions"), 1.0);
+    assert_eq!(get(&m, "zlink_session_bindings"), 1.0);
+    assert_eq!(get(&m, "zlink_peers_up"), 0.0);
+    // Replies to the client: 3 creates, 2 calls, NODE_INFO, the bind and the relay packets;
+    // errors: the failing call (Internal) and the stale bind (InvalidOperation).
+    let replies = |r: &str| {
+        get(
+            &m,
+            &format!(r#"zlink_replies_total{{origin="client",result="{r}"}}"#),
+        )
+    };
+    assert_eq!(replies("ok"), 8.0);
+    assert_eq!(replies("internal"), 1.0);
+    assert_eq!(replies("invalid_operation"), 1.0);
+    assert_eq!(replies("unavailable"), 0.0);
+    assert_eq!(
+        get(&m, r#"zlink_mesh_drops_total{reason="malformed"}"#),
+        1.0
+    );
+    assert_eq!(
+        get(
+            &m,
+            r#"zlink_session_rejects_total{record="bind",reason="object_generation_mismatch"}"#
+        ),
+        1.0
+    );
+    assert_eq!(get(&m, "zlink_relocations_total"), 0.0);
+    // Store latency: one histogram per operation; the activations reserved and committed 3.
+    let store = |op: &str| {
+        get(
+            &m,
+            &format!(r#"zlink_store_operation_duration_seconds_count{{op="{op}"}}"#),
+        )
+    };
+    assert_eq!(store("register_owner"), 1.0);
+    assert_eq!(store("reserve_activation"), 3.0);
+    assert_eq!(store("mark_ready"), 3.0);
+    assert_eq!(store("cas_owner"), 0.0);
+    assert_eq!(
+        get(
+            &m,
+            r#"zlink_store_operation_duration_seconds_bucket{op="mark_ready",le="+Inf"}"#
+        ),
+        3.0
+    );
+
+    // The COUNTERS client operation answers the same snapshot.
+    let counters = c.counters().await.unwrap();
+    assert_eq!(counters.client_operations["create"], 3);
+    assert_eq!(counters.client_operations["counters"], 1);
+    assert_eq!(counters.actors["entry"], 3);
+    assert_eq!(counters.bindings, 1);
+    assert_eq!(counters.mesh_drops["malformed"], 1);
+    assert_eq!(counters.replies["client/internal"], 1);
+    assert_eq!(counters.store["reserve_activation"].count, 3);
+
+    // Only /metrics is served.
+    let (status, _, _) = http_get(node.metrics_addr().unwrap(), "/other").await;
+    assert!(status.contains("404"), "{status}");
+    c.close().await;
+    node.shutdown(TIMEOUT).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_metrics_endpoint_unless_configured() {
+    let node = start_node("plain", memory_store(), vec![], None, None).await;
+    assert_eq!(node.metrics_addr(), None);
+    node.shutdown(TIMEOUT).await;
+}
