@@ -215,6 +215,119 @@ async fn scraped_counters_match_the_work_done() {
     node.shutdown(TIMEOUT).await;
 }
 
+// What a stranger on the metrics port can make the node hold is bounded: idle connections
+// beyond `MAX_CONNECTIONS` are closed at once; once they go, scrapes are served again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_connections_are_bounded() {
+    use zlink::node::metrics::MAX_CONNECTIONS;
+    let node = start_metrics_node().await;
+    let addr = node.metrics_addr().unwrap();
+    let mut idle = Vec::new();
+    for _ in 0..MAX_CONNECTIONS {
+        idle.push(tokio::net::TcpStream::connect(addr).await.unwrap());
+    }
+    // Accepted after the others (one accept loop, in order): no permit left, so it is closed
+    // without an answer to its request.
+    let mut extra = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let _ = extra
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .await;
+    let mut answer = Vec::new();
+    let _ = tokio::time::timeout(TIMEOUT, extra.read_to_end(&mut answer))
+        .await
+        .expect("the extra connection is closed in time");
+    assert!(
+        answer.is_empty(),
+        "the connection beyond the bound got an answer: {}",
+        String::from_utf8_lossy(&answer)
+    );
+    drop(idle);
+    // The idle connections' permits come back as the server sees them close.
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    loop {
+        let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        let mut text = String::new();
+        let _ = tokio::time::timeout(TIMEOUT, s.read_to_string(&mut text)).await;
+        if text.starts_with("HTTP/1.1 200") {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no scrape served again"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    node.shutdown(TIMEOUT).await;
+}
+
+// LIST_ACTORS and LIST_SESSIONS page through the node's tables in id order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn listings_page_in_id_order() {
+    use zlink::node::protocol::{ListActors, ListSessions};
+    let node = start_metrics_node().await;
+    let c = client_of(&node);
+    for id in ["p-3", "p-1", "p-5", "p-2", "p-4"] {
+        c.create("echo", id, Placement::default()).await.unwrap();
+    }
+    let mut seen = Vec::new();
+    let mut after = None;
+    loop {
+        let page = c
+            .list_actors(&ListActors { after, limit: 2 })
+            .await
+            .unwrap();
+        assert_eq!(page.total, 5);
+        assert!(page.actors.len() <= 2);
+        seen.extend(page.actors.iter().map(|a| a.actor_id.clone()));
+        match page.next {
+            Some(next) => after = Some(next),
+            None => break,
+        }
+    }
+    assert_eq!(seen, ["p-1", "p-2", "p-3", "p-4", "p-5"]);
+    let all = c.list_actors(&ListActors::default()).await.unwrap();
+    assert_eq!(all.actors.len(), 5);
+    assert_eq!(all.next, None);
+    assert!(all.actors.iter().all(|a| a.actor_type == "echo"
+        && a.spot_kind == "entry"
+        && a.object_generation == 1
+        && !a.bound));
+
+    let others = [client_of(&node), client_of(&node)];
+    for o in &others {
+        o.info().await.unwrap();
+    }
+    let first = c
+        .list_sessions(&ListSessions {
+            after: None,
+            limit: 2,
+        })
+        .await
+        .unwrap();
+    assert_eq!(first.total, 3);
+    assert_eq!(first.sessions.len(), 2);
+    assert!(first.sessions[0].session < first.sessions[1].session);
+    let rest = c
+        .list_sessions(&ListSessions {
+            after: first.next,
+            limit: 2,
+        })
+        .await
+        .unwrap();
+    assert_eq!(rest.sessions.len(), 1);
+    assert_eq!(rest.next, None);
+    assert!(rest.sessions[0].session > first.sessions[1].session);
+    assert!(rest.sessions.iter().all(|s| s.phase == "open"));
+    c.close().await;
+    for o in others {
+        o.close().await;
+    }
+    node.shutdown(TIMEOUT).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_metrics_endpoint_unless_configured() {
     let node = start_node("plain", memory_store(), vec![], None, None).await;

@@ -6,7 +6,7 @@
 //! Who owns the counters: each layer counts its own events where they happen — the mesh its
 //! drops (`DropReason`) and terminal replies (`zlink_mesh::Counters`), the session owner its
 //! refusals (`FlowCounters`) and backlogs, the node its calls, turns, activations and client
-//! operations ([`ClientOps`]), the [`TimedStore`] wrapper the Location Store latency. This module
+//! operations (`ClientOps`), the `TimedStore` wrapper the Location Store latency. This module
 //! adds no counter to the per-message path: a scrape reads them all at once (gauges such as
 //! sessions, bindings and actors per Spot kind are computed at that moment from the node's
 //! tables).
