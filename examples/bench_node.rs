@@ -22,6 +22,9 @@ use zlink::node::{Create, Node, NodeOptions};
 use zlink::store::MemoryStore;
 use zlink_mesh::{MeshConfig, MeshName, MeshSecret, NodeRid};
 
+#[path = "support/progress.rs"]
+mod progress;
+
 const PAYLOAD: usize = 64;
 
 fn quick() -> bool {
@@ -34,14 +37,14 @@ fn line(bench: &str, metric: &str, value: f64, baseline: f64) {
     } else {
         0.0
     };
-    println!(
+    progress::out(format_args!(
         "{{\"bench\":{},\"metric\":{},\"value\":{:.1},\"baseline\":{:.1},\"ratio\":{:.3}}}",
         serde_json::Value::from(bench),
         serde_json::Value::from(metric),
         value,
         baseline,
         ratio
-    );
+    ));
 }
 
 fn hist() -> Histogram<u64> {
@@ -126,6 +129,8 @@ async fn main() {
     } else {
         (10_000, 200_000)
     };
+    progress::start("bench_node", 5);
+    progress::step(format!("libzmq round trip baseline ({rt_n})"));
     let zmq_rt = tokio::task::spawn_blocking(move || zmq_round_trip(rt_n))
         .await
         .unwrap();
@@ -151,6 +156,7 @@ async fn main() {
     let msg = Echo(vec![7u8; PAYLOAD]);
 
     // Node API request/reply.
+    progress::step(format!("actor requests via the node API ({rt_n})"));
     let mut h = hist();
     for i in 0..rt_n + 1000 {
         let t = Instant::now();
@@ -173,6 +179,7 @@ async fn main() {
     );
 
     // ClientServer client → node a → actor on node b.
+    progress::step(format!("actor requests via a client ({rt_n})"));
     let client = NodeClient::connect(a.endpoints().client.as_deref().unwrap(), timeout).unwrap();
     let via = client
         .get_or_create("echo", "bench-echo", Placement::default())
@@ -202,6 +209,9 @@ async fn main() {
     client.close().await;
 
     // One-way sends, counted by the actor.
+    progress::step(format!(
+        "one-way sends, libzmq baseline then actor ({send_n})"
+    ));
     let zmq_tput = tokio::task::spawn_blocking(move || zmq_one_way(send_n))
         .await
         .unwrap();
@@ -222,6 +232,8 @@ async fn main() {
         zmq_tput,
     );
 
+    progress::step("shutdown");
     a.shutdown(Duration::from_secs(1)).await;
     b.shutdown(Duration::from_secs(1)).await;
+    progress::finish();
 }
