@@ -10,7 +10,8 @@
 //! - `actor_send`: one-way `Add` sends from node a to a `counter` on node b, counted by the
 //!   actor; baseline: libzmq DEALER→ROUTER one-way throughput of 64-byte messages.
 //!
-//! `BENCH_QUICK=1` shortens every run.
+//! `BENCH_QUICK=1` shortens every run. `BENCH_SAMPLES=FILE` appends the request round trips
+//! (and the libzmq baseline's) to FILE for `bench_plot`'s histograms. Progress on stderr.
 
 use std::time::{Duration, Instant};
 
@@ -24,6 +25,8 @@ use zlink_mesh::{MeshConfig, MeshName, MeshSecret, NodeRid};
 
 #[path = "support/progress.rs"]
 mod progress;
+#[path = "support/samples.rs"]
+mod samples;
 
 const PAYLOAD: usize = 64;
 
@@ -52,7 +55,7 @@ fn hist() -> Histogram<u64> {
 }
 
 /// libzmq DEALER → ROUTER echo round trips (two threads, tcp loopback): p50/p99 in µs.
-fn zmq_round_trip(n: usize) -> (f64, f64) {
+fn zmq_round_trip(n: usize) -> (f64, f64, Vec<f64>) {
     let ctx = zmq::Context::new();
     let router = ctx.socket(zmq::ROUTER).unwrap();
     router.bind("tcp://127.0.0.1:*").unwrap();
@@ -80,6 +83,7 @@ fn zmq_round_trip(n: usize) -> (f64, f64) {
     (
         h.value_at_quantile(0.5) as f64,
         h.value_at_quantile(0.99) as f64,
+        samples::of_histogram(&h),
     )
 }
 
@@ -177,6 +181,12 @@ async fn main() {
         h.value_at_quantile(0.99) as f64,
         zmq_rt.1,
     );
+    samples::write(
+        "actor_request_node",
+        samples::ZLINK,
+        &samples::of_histogram(&h),
+    );
+    samples::write("actor_request_node", samples::BASELINE, &zmq_rt.2);
 
     // ClientServer client → node a → actor on node b.
     progress::step(format!("actor requests via a client ({rt_n})"));
@@ -206,6 +216,12 @@ async fn main() {
         h.value_at_quantile(0.99) as f64,
         zmq_rt.1,
     );
+    samples::write(
+        "actor_request_client",
+        samples::ZLINK,
+        &samples::of_histogram(&h),
+    );
+    samples::write("actor_request_client", samples::BASELINE, &zmq_rt.2);
     client.close().await;
 
     // One-way sends, counted by the actor.

@@ -10,9 +10,14 @@
 //!   several runs the bar is the median ratio and a whisker spans the lowest to the highest.
 //! - `bench-latency.svg`: each benchmark with `p50_us` / `p99_us` figures, ZLink next to its
 //!   baseline (µs, log scale; medians over the runs).
+//! - with `--samples FILE` (the request latencies the benchmarks wrote with
+//!   `BENCH_SAMPLES=FILE`, `examples/support/samples.rs`): `bench-latency-hist.svg`, a latency
+//!   histogram per request benchmark, ZLink over its baseline (log-spaced bins, share of the
+//!   requests per bin; all runs together).
 //!
-//! Usage: `scripts/bench > target/bench.jsonl` then
-//! `cargo run --release --example bench_plot -- target/bench.jsonl [more runs…]`.
+//! Usage: `BENCH_SAMPLES=target/bench-samples.jsonl scripts/bench > target/bench.jsonl` then
+//! `cargo run --release --example bench_plot -- target/bench.jsonl [more runs…]
+//! --samples target/bench-samples.jsonl`.
 //! SVG text only, so no font or image library is needed.
 
 use std::collections::BTreeMap;
@@ -38,6 +43,18 @@ struct Args {
     /// A note under the titles (the machine, the commit, the number of runs).
     #[arg(long, default_value = "")]
     note: String,
+    /// Latency samples written by the benchmarks (`BENCH_SAMPLES=FILE scripts/bench`): adds
+    /// the histograms.
+    #[arg(long)]
+    samples: Option<PathBuf>,
+}
+
+/// One line of a samples file (`examples/support/samples.rs`).
+#[derive(Deserialize)]
+struct SampleLine {
+    bench: String,
+    series: String,
+    samples_us: Vec<f64>,
 }
 
 /// One JSON line of `scripts/bench`.
@@ -124,7 +141,61 @@ fn main() -> anyhow::Result<()> {
         path.display(),
         latencies.len()
     );
+
+    if let Some(file) = &args.samples {
+        let hists = read_samples(file)?;
+        let path = args.out_dir.join("bench-latency-hist.svg");
+        plot_histograms(&path, &hists, &args.note)?;
+        eprintln!(
+            "bench_plot: {} ({} benchmarks)",
+            path.display(),
+            hists.len()
+        );
+    }
     Ok(())
+}
+
+/// A request benchmark's latency samples and its baseline's, all runs together (µs).
+struct Samples {
+    bench: String,
+    zlink: Vec<f64>,
+    baseline: Vec<f64>,
+}
+
+fn read_samples(file: &PathBuf) -> anyhow::Result<Vec<Samples>> {
+    let text =
+        std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
+    let mut out: Vec<Samples> = Vec::new();
+    for (no, line) in text
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+    {
+        let l: SampleLine = serde_json::from_str(line)
+            .with_context(|| format!("{}:{}: not a samples line", file.display(), no + 1))?;
+        let i = match out.iter().position(|s| s.bench == l.bench) {
+            Some(i) => i,
+            None => {
+                out.push(Samples {
+                    bench: l.bench.clone(),
+                    zlink: Vec::new(),
+                    baseline: Vec::new(),
+                });
+                out.len() - 1
+            }
+        };
+        let keep = l
+            .samples_us
+            .into_iter()
+            .filter(|v| v.is_finite() && *v > 0.0);
+        match l.series.as_str() {
+            "baseline" => out[i].baseline.extend(keep),
+            _ => out[i].zlink.extend(keep),
+        }
+    }
+    out.retain(|s| !s.zlink.is_empty() || !s.baseline.is_empty());
+    ensure!(!out.is_empty(), "no samples in {}", file.display());
+    Ok(out)
 }
 
 /// How a ratio compares with its baseline.
@@ -411,6 +482,98 @@ fn plot_latency(path: &PathBuf, latencies: &[Latency], note: &str) -> anyhow::Re
             TextStyle::from(("sans-serif", 12).into_font()).pos(Pos::new(HPos::Left, VPos::Center)),
         )
     }))?;
+    root.present()?;
+    Ok(())
+}
+
+/// Log-spaced histogram bins over the range of every series of a panel.
+const BINS: usize = 60;
+
+/// Share of `v` (percent) in each of the [`BINS`] log-spaced bins from `lo` to `hi`.
+fn histogram(v: &[f64], lo: f64, hi: f64) -> Vec<f64> {
+    let mut counts = vec![0u64; BINS];
+    let span = (hi / lo).ln();
+    for x in v {
+        let at = ((x / lo).ln() / span * BINS as f64) as usize;
+        counts[at.min(BINS - 1)] += 1;
+    }
+    let n = v.len().max(1) as f64;
+    counts.iter().map(|c| *c as f64 * 100.0 / n).collect()
+}
+
+/// The `q` quantile of `v` (nearest rank); 0 for no samples.
+fn quantile(v: &[f64], q: f64) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    let mut v = v.to_vec();
+    v.sort_by(f64::total_cmp);
+    v[((v.len() - 1) as f64 * q).round() as usize]
+}
+
+fn plot_histograms(path: &PathBuf, hists: &[Samples], note: &str) -> anyhow::Result<()> {
+    const PANEL: u32 = 240;
+    let height = 60 + PANEL * hists.len() as u32;
+    let root = SVGBackend::new(path, (WIDTH, height)).into_drawing_area();
+    let area = titled(
+        &root,
+        "scripts/bench: request latency histograms (blue ZLink, grey its baseline)",
+        note,
+    )?;
+    for (panel, h) in area.split_evenly((hists.len(), 1)).iter().zip(hists) {
+        let all = h.zlink.iter().chain(&h.baseline);
+        let lo = all.clone().copied().fold(f64::INFINITY, f64::min) * 0.95;
+        let hi = all.copied().fold(0.0, f64::max) * 1.05;
+        let series = [(&h.baseline, BASE, "baseline"), (&h.zlink, ZLINK, "ZLink")];
+        let bins: Vec<Vec<f64>> = series
+            .iter()
+            .map(|(v, _, _)| histogram(v, lo, hi))
+            .collect();
+        let top = bins.iter().flatten().copied().fold(1.0, f64::max) * 1.1;
+        let caption = series
+            .iter()
+            .rev()
+            .filter(|(v, _, _)| !v.is_empty())
+            .map(|(v, _, name)| {
+                format!(
+                    "{name}: n={} p50 {} p99 {} µs",
+                    v.len(),
+                    number(quantile(v, 0.5)),
+                    number(quantile(v, 0.99))
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("; ");
+        let mut chart = ChartBuilder::on(panel)
+            .margin(10)
+            .caption(format!("{} ({caption})", h.bench), ("sans-serif", 14))
+            .x_label_area_size(35)
+            .y_label_area_size(60)
+            .build_cartesian_2d((lo..hi).log_scale(), 0.0..top)?;
+        chart
+            .configure_mesh()
+            .disable_x_mesh()
+            .x_desc("µs (log scale)")
+            .y_desc("% of requests")
+            .x_label_formatter(&|x| number(*x))
+            .y_label_formatter(&|y| format!("{y:.0}"))
+            .draw()?;
+        let edge = |i: usize| lo * (hi / lo).powf(i as f64 / BINS as f64);
+        for ((_, color, _), shares) in series.iter().zip(&bins) {
+            chart.draw_series(
+                shares
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, share)| **share > 0.0)
+                    .map(|(i, share)| {
+                        Rectangle::new(
+                            [(edge(i), 0.0), (edge(i + 1), *share)],
+                            color.mix(0.6).filled(),
+                        )
+                    }),
+            )?;
+        }
+    }
     root.present()?;
     Ok(())
 }

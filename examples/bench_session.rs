@@ -27,6 +27,8 @@
 //! client, `m` relay 100 clients, `p` push, `q` request; raw child still runs every line);
 //! `BENCH_NO_RAW=1` skips the raw child (no baselines; for profiling); `BENCH_SPIN=<yields>`
 //! sets both nodes' `MeshConfig::io_spin_yields` (default 100); `BENCH_RELAY_WINDOW` below.
+//! `BENCH_SAMPLES=FILE` appends the request round trips (and the raw child's echo ones, as the
+//! baseline) to FILE for `bench_plot`'s histograms. Progress on stderr.
 
 use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -45,6 +47,8 @@ use zlink_mesh::{DispatchKey, MeshConfig, MeshName, MeshSecret, NodeRid};
 
 #[path = "support/progress.rs"]
 mod progress;
+#[path = "support/samples.rs"]
+mod samples;
 
 const PAYLOAD: usize = 64;
 const ROUNDS: usize = 3;
@@ -389,6 +393,8 @@ fn raw_child(n: usize, rtt_n: usize) -> Vec<(String, f64)> {
     );
     let out = Command::new(&bin)
         .args(["--only", "raw_2hop", &n.to_string(), &rtt_n.to_string()])
+        // Its echo samples (BENCH_SAMPLES) are the baseline of session_request.
+        .env("BENCH_SAMPLES_BENCH", "session_request")
         .output()
         .unwrap_or_else(|e| {
             panic!(
@@ -541,6 +547,7 @@ fn main() {
             if only.contains('q') {
                 progress::step(format!("round {round_no}/{ROUNDS}: requests ({rtt_n})"));
                 let mut v = request(&one, lean, rtt_n).await;
+                samples::write("session_request", samples::ZLINK, &v);
                 s.add("p50", percentile(&mut v, 0.5));
                 s.add("p99", percentile(&mut v, 0.99));
             }

@@ -15,6 +15,8 @@
 //! `BENCH_CLIENT_SPIN=<yields>` (the client's `io_spin_yields`), `BENCH_CLIENT_BUDGET=<msgs>`
 //! (the node's push budget per client), `BENCH_PUSH_CAPACITY=<pushes>` (the client's), `BENCH_CLIENT_PARTS=<letters>`
 //! (which ClientServer lines: `o` one-way, `p` push, `r` request/reply; default all).
+//! `BENCH_SAMPLES=FILE` appends the request/reply round trips (ZLink and raw) to FILE for
+//! `bench_plot`'s histograms (`examples/bench_plot.rs`).
 //!
 //! ClientServer (`client_*` lines, one `MeshClient` against one node's client ROUTER, 64 B):
 //! `client_oneway` (`MeshClient::send` → node inbound) against raw DEALER → ROUTER one-way,
@@ -46,6 +48,9 @@ const SECRET: &[u8] = b"bench-mesh-secret-0123456789abcdef";
 // The progress helper of the root package's examples (a bar on a terminal, lines otherwise).
 #[path = "../../examples/support/progress.rs"]
 mod progress;
+// Latency samples for bench_plot's histograms (BENCH_SAMPLES=FILE).
+#[path = "../../examples/support/samples.rs"]
+mod samples;
 
 fn json(bench: &str, metric: &str, value: f64, baseline: Option<f64>) {
     match baseline {
@@ -551,6 +556,9 @@ fn raw_2hop_lines(which: &str, n: usize, rtt_n: usize) -> bool {
     }
     if want(lines[3]) && rtt_n > 0 {
         let mut l = raw_2hop_echo(rtt_n);
+        // The baseline of the benchmark that runs this (bench_session: session_request).
+        let of = std::env::var("BENCH_SAMPLES_BENCH").unwrap_or_else(|_| lines[3].to_owned());
+        samples::write(&of, samples::BASELINE, &l);
         json(lines[3], "p50_us", percentile(&mut l, 0.5), None);
         json(lines[3], "p99_us", percentile(&mut l, 0.99), None);
     }
@@ -709,6 +717,8 @@ fn client_benches(rt: &tokio::runtime::Runtime, n: usize, rtt_n: usize) {
     let mut mesh_l = rt.block_on(client_rtt(rtt_n));
     let (r50, r99) = (percentile(&mut raw_l, 0.5), percentile(&mut raw_l, 0.99));
     let (m50, m99) = (percentile(&mut mesh_l, 0.5), percentile(&mut mesh_l, 0.99));
+    samples::write("client_request_reply", samples::ZLINK, &mesh_l);
+    samples::write("client_request_reply", samples::BASELINE, &raw_l);
     json("client_request_reply", "p50_us", m50, Some(r50));
     json("client_request_reply", "p99_us", m99, Some(r99));
 }
@@ -884,6 +894,8 @@ fn main() {
     let mut mesh_l = rt.block_on(mesh_rtt(rtt_n));
     let (r50, r99) = (percentile(&mut raw_l, 0.5), percentile(&mut raw_l, 0.99));
     let (m50, m99) = (percentile(&mut mesh_l, 0.5), percentile(&mut mesh_l, 0.99));
+    samples::write("mesh_request_reply", samples::ZLINK, &mesh_l);
+    samples::write("mesh_request_reply", samples::BASELINE, &raw_l);
     json("mesh_request_reply", "p50_us", m50, Some(r50));
     json("mesh_request_reply", "p99_us", m99, Some(r99));
 
