@@ -18,6 +18,9 @@ use bytes::Bytes;
 use tokio::sync::oneshot;
 use zlink::runtime::*;
 
+#[path = "support/progress.rs"]
+mod progress;
+
 struct Counting;
 
 static LIVE: AtomicIsize = AtomicIsize::new(0);
@@ -68,11 +71,13 @@ fn line(bench: &str, metric: &str, value: f64, baseline: Option<f64>) {
     match baseline {
         Some(b) => {
             let ratio = if b > 0.0 { value / b } else { 0.0 };
-            println!(
+            progress::out(format_args!(
                 "{{\"bench\":\"{bench}\",\"metric\":\"{metric}\",\"value\":{value:.1},\"baseline\":{b:.1},\"ratio\":{ratio:.3}}}"
-            )
+            ))
         }
-        None => println!("{{\"bench\":\"{bench}\",\"metric\":\"{metric}\",\"value\":{value:.1}}}"),
+        None => progress::out(format_args!(
+            "{{\"bench\":\"{bench}\",\"metric\":\"{metric}\",\"value\":{value:.1}}}"
+        )),
     }
 }
 
@@ -184,7 +189,10 @@ fn report_churn(bench: &str, rt: &Runtime, n: usize, round: impl Fn()) {
     line(bench, "rss_kib_growth", (rss_kib() - r0) as f64, Some(0.0));
     line(bench, "lanes_live", m.lanes_live as f64, None);
     line(bench, "gates_live", m.gates_live as f64, None);
-    eprintln!("{bench}: {:.0} cycles/s", n as f64 / el.as_secs_f64());
+    progress::note(format_args!(
+        "{bench}: {:.0} cycles/s",
+        n as f64 / el.as_secs_f64()
+    ));
 }
 
 fn main() {
@@ -208,8 +216,10 @@ fn main() {
         return;
     }
     let me = std::env::current_exe().unwrap();
+    progress::start("bench_memory", sizes.len() as u64 * 4 + 3);
     for &n in sizes {
         for kind in ["spotwide", "instance", "entry", "peractor"] {
+            progress::step(format!("{n} idle {kind} actors (a child process)"));
             let ok = std::process::Command::new(&me)
                 .args(["--idle", kind, &n.to_string()])
                 .status()
@@ -218,7 +228,11 @@ fn main() {
         }
     }
     let cycles = if quick { 100_000 } else { 1_000_000 };
+    progress::step(format!("{cycles} create + destroy cycles, SpotWide"));
     churn::<SpotWideUser>("spotwide", cycles);
+    progress::step(format!("{cycles} create + destroy cycles, Entry"));
     churn::<EntrySpot>("entry", cycles);
+    progress::step(format!("{cycles} session lane cycles"));
     session_churn(cycles);
+    progress::finish();
 }

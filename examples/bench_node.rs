@@ -10,7 +10,8 @@
 //! - `actor_send`: one-way `Add` sends from node a to a `counter` on node b, counted by the
 //!   actor; baseline: libzmq DEALER→ROUTER one-way throughput of 64-byte messages.
 //!
-//! `BENCH_QUICK=1` shortens every run.
+//! `BENCH_QUICK=1` shortens every run. `BENCH_SAMPLES=FILE` appends the request round trips
+//! (and the libzmq baseline's) to FILE for `bench_plot`'s histograms. Progress on stderr.
 
 use std::time::{Duration, Instant};
 
@@ -21,6 +22,11 @@ use zlink::node::demo::{self, Add, Echo, Get};
 use zlink::node::{Create, Node, NodeOptions};
 use zlink::store::MemoryStore;
 use zlink_mesh::{MeshConfig, MeshName, MeshSecret, NodeRid};
+
+#[path = "support/progress.rs"]
+mod progress;
+#[path = "support/samples.rs"]
+mod samples;
 
 const PAYLOAD: usize = 64;
 
@@ -34,14 +40,14 @@ fn line(bench: &str, metric: &str, value: f64, baseline: f64) {
     } else {
         0.0
     };
-    println!(
+    progress::out(format_args!(
         "{{\"bench\":{},\"metric\":{},\"value\":{:.1},\"baseline\":{:.1},\"ratio\":{:.3}}}",
         serde_json::Value::from(bench),
         serde_json::Value::from(metric),
         value,
         baseline,
         ratio
-    );
+    ));
 }
 
 fn hist() -> Histogram<u64> {
@@ -49,7 +55,7 @@ fn hist() -> Histogram<u64> {
 }
 
 /// libzmq DEALER → ROUTER echo round trips (two threads, tcp loopback): p50/p99 in µs.
-fn zmq_round_trip(n: usize) -> (f64, f64) {
+fn zmq_round_trip(n: usize) -> (f64, f64, Vec<f64>) {
     let ctx = zmq::Context::new();
     let router = ctx.socket(zmq::ROUTER).unwrap();
     router.bind("tcp://127.0.0.1:*").unwrap();
@@ -77,6 +83,7 @@ fn zmq_round_trip(n: usize) -> (f64, f64) {
     (
         h.value_at_quantile(0.5) as f64,
         h.value_at_quantile(0.99) as f64,
+        samples::of_histogram(&h),
     )
 }
 
@@ -126,6 +133,8 @@ async fn main() {
     } else {
         (10_000, 200_000)
     };
+    progress::start("bench_node", 5);
+    progress::step(format!("libzmq round trip baseline ({rt_n})"));
     let zmq_rt = tokio::task::spawn_blocking(move || zmq_round_trip(rt_n))
         .await
         .unwrap();
@@ -151,6 +160,7 @@ async fn main() {
     let msg = Echo(vec![7u8; PAYLOAD]);
 
     // Node API request/reply.
+    progress::step(format!("actor requests via the node API ({rt_n})"));
     let mut h = hist();
     for i in 0..rt_n + 1000 {
         let t = Instant::now();
@@ -171,8 +181,15 @@ async fn main() {
         h.value_at_quantile(0.99) as f64,
         zmq_rt.1,
     );
+    samples::write(
+        "actor_request_node",
+        samples::ZLINK,
+        &samples::of_histogram(&h),
+    );
+    samples::write("actor_request_node", samples::BASELINE, &zmq_rt.2);
 
     // ClientServer client → node a → actor on node b.
+    progress::step(format!("actor requests via a client ({rt_n})"));
     let client = NodeClient::connect(a.endpoints().client.as_deref().unwrap(), timeout).unwrap();
     let via = client
         .get_or_create("echo", "bench-echo", Placement::default())
@@ -199,9 +216,18 @@ async fn main() {
         h.value_at_quantile(0.99) as f64,
         zmq_rt.1,
     );
+    samples::write(
+        "actor_request_client",
+        samples::ZLINK,
+        &samples::of_histogram(&h),
+    );
+    samples::write("actor_request_client", samples::BASELINE, &zmq_rt.2);
     client.close().await;
 
     // One-way sends, counted by the actor.
+    progress::step(format!(
+        "one-way sends, libzmq baseline then actor ({send_n})"
+    ));
     let zmq_tput = tokio::task::spawn_blocking(move || zmq_one_way(send_n))
         .await
         .unwrap();
@@ -222,6 +248,8 @@ async fn main() {
         zmq_tput,
     );
 
+    progress::step("shutdown");
     a.shutdown(Duration::from_secs(1)).await;
     b.shutdown(Duration::from_secs(1)).await;
+    progress::finish();
 }

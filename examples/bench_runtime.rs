@@ -2,7 +2,7 @@
 //! PerActor), ask round trip, threads with 10 and 10,000 Spots — each against a
 //! `tokio::sync::mpsc` baseline measured in the same run on a runtime of the same size.
 //!
-//! `cargo run --release --example bench_runtime [-- --quick]` prints one JSON line per figure:
+//! `cargo run --release --example bench_runtime [-- --quick]` (or `BENCH_QUICK=1`) prints one JSON line per figure:
 //! `{"bench":"runtime_tell_1","metric":"msgs_per_s","value":…,"baseline":…,"ratio":…}`.
 
 use std::sync::Arc;
@@ -12,6 +12,9 @@ use std::time::{Duration, Instant};
 use tokio::sync::{Notify, mpsc, oneshot};
 use zlink::runtime::*;
 
+#[path = "support/progress.rs"]
+mod progress;
+
 const WORKERS: usize = 2;
 
 fn line(bench: &str, metric: &str, value: f64, baseline: f64) {
@@ -20,9 +23,9 @@ fn line(bench: &str, metric: &str, value: f64, baseline: f64) {
     } else {
         0.0
     };
-    println!(
+    progress::out(format_args!(
         "{{\"bench\":\"{bench}\",\"metric\":\"{metric}\",\"value\":{value:.1},\"baseline\":{baseline:.1},\"ratio\":{ratio:.3}}}"
-    );
+    ));
 }
 
 fn baseline_rt() -> tokio::runtime::Runtime {
@@ -237,7 +240,8 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 fn main() {
-    let quick = std::env::args().any(|a| a == "--quick");
+    let quick = std::env::args().any(|a| a == "--quick")
+        || std::env::var("BENCH_QUICK").is_ok_and(|v| v == "1");
     // `--tell1 N [ROUNDS]`: only the single-actor tell figure (profiling, peer comparison)
     let args: Vec<String> = std::env::args().collect();
     if let Some(i) = args.iter().position(|a| a == "--tell1") {
@@ -259,10 +263,13 @@ fn main() {
     let per_actor: u64 = if quick { 500 } else { 2_000 };
     let asks = if quick { 50_000 } else { 200_000 };
 
+    progress::start("bench_runtime", 5);
     // first, before other runtimes' threads come and go
+    progress::step("threads with 10 and 10,000 Spots");
     let (t10, t10k) = spots_threads();
 
     // interleave ZLink and baseline runs; report medians
+    progress::step(format!("tell, 1 actor ({rounds} rounds)"));
     let (mut z, mut b) = (Vec::new(), Vec::new());
     for _ in 0..rounds {
         b.push(mpsc_tell(1, single));
@@ -270,6 +277,7 @@ fn main() {
     }
     line("runtime_tell_1", "msgs_per_s", median(z), median(b));
 
+    progress::step(format!("tell, 1,000 actors ({rounds} rounds)"));
     let (mut z, mut zp, mut b) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..rounds {
         b.push(mpsc_tell(1000, per_actor));
@@ -281,6 +289,7 @@ fn main() {
     line("runtime_tell_1000_peractor", "msgs_per_s", median(zp), base);
 
     let (mut z, mut b) = (Vec::new(), Vec::new());
+    progress::step(format!("ask ({rounds} rounds)"));
     for _ in 0..rounds {
         b.push(mpsc_ask(asks));
         z.push(zlink_ask(asks));
@@ -313,14 +322,16 @@ fn main() {
         pick(&b, |x| x.3),
     );
 
+    progress::step("threads and peak RSS");
     line(
         "runtime_threads_10k_spots",
         "threads",
         t10k as f64,
         t10 as f64,
     );
-    println!(
+    progress::out(format_args!(
         "{{\"bench\":\"runtime_process\",\"metric\":\"peak_rss_kib\",\"value\":{}}}",
         peak_rss_kib()
-    );
+    ));
+    progress::finish();
 }

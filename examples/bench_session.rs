@@ -27,6 +27,8 @@
 //! client, `m` relay 100 clients, `p` push, `q` request; raw child still runs every line);
 //! `BENCH_NO_RAW=1` skips the raw child (no baselines; for profiling); `BENCH_SPIN=<yields>`
 //! sets both nodes' `MeshConfig::io_spin_yields` (default 100); `BENCH_RELAY_WINDOW` below.
+//! `BENCH_SAMPLES=FILE` appends the request round trips (and the raw child's echo ones, as the
+//! baseline) to FILE for `bench_plot`'s histograms. Progress on stderr.
 
 use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -42,6 +44,11 @@ use zlink::node::{Create, Node, NodeOptions};
 use zlink::session::SessionHandlers;
 use zlink::store::MemoryStore;
 use zlink_mesh::{DispatchKey, MeshConfig, MeshName, MeshSecret, NodeRid};
+
+#[path = "support/progress.rs"]
+mod progress;
+#[path = "support/samples.rs"]
+mod samples;
 
 const PAYLOAD: usize = 64;
 const ROUNDS: usize = 3;
@@ -386,6 +393,8 @@ fn raw_child(n: usize, rtt_n: usize) -> Vec<(String, f64)> {
     );
     let out = Command::new(&bin)
         .args(["--only", "raw_2hop", &n.to_string(), &rtt_n.to_string()])
+        // Its echo samples (BENCH_SAMPLES) are the baseline of session_request.
+        .env("BENCH_SAMPLES_BENCH", "session_request")
         .output()
         .unwrap_or_else(|e| {
             panic!(
@@ -447,11 +456,13 @@ fn line(bench: &str, metric: &str, value: f64, baseline: Option<f64>) {
     let b = serde_json::Value::from(bench);
     let m = serde_json::Value::from(metric);
     match baseline {
-        Some(base) if base > 0.0 => println!(
+        Some(base) if base > 0.0 => progress::out(format_args!(
             "{{\"bench\":{b},\"metric\":{m},\"value\":{value:.1},\"baseline\":{base:.1},\"ratio\":{:.3}}}",
             value / base
-        ),
-        _ => println!("{{\"bench\":{b},\"metric\":{m},\"value\":{value:.1}}}"),
+        )),
+        _ => progress::out(format_args!(
+            "{{\"bench\":{b},\"metric\":{m},\"value\":{value:.1}}}"
+        )),
     }
 }
 
@@ -482,6 +493,13 @@ fn main() {
         .build()
         .unwrap();
     let mut s = Series::default();
+    let parts = u64::from(!no_raw)
+        + ["r", "m", "p", "q"]
+            .iter()
+            .filter(|p| only.contains(*p))
+            .count() as u64;
+    progress::start("bench_session", 1 + ROUNDS as u64 * parts);
+    progress::step("starting two nodes and binding the clients");
     rt.block_on(async {
         let store = Arc::new(MemoryStore::new());
         let b = start("b", vec![], store.clone()).await;
@@ -500,7 +518,11 @@ fn main() {
             Vec::new()
         };
         for round in 0..ROUNDS {
+            let round_no = round + 1;
             if !no_raw {
+                progress::step(format!(
+                    "round {round_no}/{ROUNDS}: raw libzmq 2-hop baselines (bench_mesh child)"
+                ));
                 for (name, v) in tokio::task::spawn_blocking(move || raw_child(n, rtt_n))
                     .await
                     .unwrap()
@@ -509,20 +531,26 @@ fn main() {
                 }
             }
             if only.contains('r') {
+                progress::step(format!("round {round_no}/{ROUNDS}: relay, 1 client ({n})"));
                 s.add("relay1", relay(std::slice::from_ref(&one), lean, n).await);
             }
             if only.contains('m') {
+                progress::step(format!(
+                    "round {round_no}/{ROUNDS}: relay, {MANY_CLIENTS} clients ({n})"
+                ));
                 s.add("relay100", relay(&many, lean, n / MANY_CLIENTS).await);
             }
             if only.contains('p') {
+                progress::step(format!("round {round_no}/{ROUNDS}: push ({n})"));
                 s.add("push", push(&one, n).await);
             }
             if only.contains('q') {
+                progress::step(format!("round {round_no}/{ROUNDS}: requests ({rtt_n})"));
                 let mut v = request(&one, lean, rtt_n).await;
+                samples::write("session_request", samples::ZLINK, &v);
                 s.add("p50", percentile(&mut v, 0.5));
                 s.add("p99", percentile(&mut v, 0.99));
             }
-            eprintln!("bench_session: round {} of {ROUNDS} done", round + 1);
         }
         for (name, node) in [("a", &a), ("b", &b)] {
             let c = node.mesh().counters();
@@ -532,11 +560,14 @@ fn main() {
                 .map(|r| format!("{r:?}={}", c.dropped(*r)))
                 .collect();
             if !drops.is_empty() {
-                eprintln!("bench_session: mesh drops at {name}: {}", drops.join(" "));
+                progress::note(format_args!(
+                    "bench_session: mesh drops at {name}: {}",
+                    drops.join(" ")
+                ));
             }
             let w = node.inbound_backlogs();
             if w.actors.waited + w.sessions.waited + w.pushes.waited > 0 {
-                eprintln!(
+                progress::note(format_args!(
                     "bench_session: inbound work that waited at {name}: for actor lanes {} (queues opened {}), for session lanes {} (opened {}), pushes for client credit {} (opened {}, refused {})",
                     w.actors.waited,
                     w.actors.opened,
@@ -545,7 +576,7 @@ fn main() {
                     w.pushes.waited,
                     w.pushes.opened,
                     w.pushes.refused
-                );
+                ));
             }
         }
         a.shutdown(Duration::from_secs(1)).await;
@@ -585,4 +616,5 @@ fn main() {
             line(bench, metric, v, None);
         }
     }
+    progress::finish();
 }

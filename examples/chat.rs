@@ -14,6 +14,18 @@ use std::collections::{BTreeSet, VecDeque};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail, ensure};
+
+// tests/node_process.rs includes both drivers, so this file twice.
+#[allow(clippy::duplicate_mod)]
+#[path = "support/progress.rs"]
+mod progress;
+
+/// A line of the driver's output on stdout (through the progress, which may show a bar).
+macro_rules! say {
+    ($($t:tt)*) => {
+        progress::out(format_args!($($t)*))
+    };
+}
 use zlink::actor::Message;
 use zlink::node::chat::{
     self, ChatLine, Kicked, LoggedIn, Login, Member, Presence, PresenceStatus, Say, Who,
@@ -97,7 +109,7 @@ impl Player {
 }
 
 fn ok(what: impl std::fmt::Display) {
-    println!("  ok   {what}");
+    say!("  ok   {what}");
 }
 
 #[tokio::main]
@@ -111,8 +123,14 @@ async fn main() -> anyhow::Result<()> {
         .filter(|s| !s.is_empty())
         .map(str::to_owned)
         .collect();
-    run(&endpoints).await
+    progress::start("chat", STEPS);
+    let result = run(&endpoints).await;
+    progress::finish();
+    result
 }
+
+/// The driver's steps, for the progress.
+const STEPS: u64 = 6;
 
 /// The whole chat driver against the nodes serving clients at `endpoints` (also run by
 /// `tests/node_process.rs` on a mesh of `zlink-node` processes); `Err` on the first failed check.
@@ -121,6 +139,7 @@ pub async fn run(endpoints: &[String]) -> anyhow::Result<()> {
     let started = Instant::now();
 
     // Node names (the placement hash's domain), each node seeing all its peers.
+    progress::step("waiting for every node to see its peers");
     let mut names = Vec::new();
     for ep in endpoints {
         let c = NodeClient::connect(ep, WAIT)?;
@@ -155,7 +174,7 @@ pub async fn run(endpoints: &[String]) -> anyhow::Result<()> {
         let h = chat::home_node(id, &names).context("no nodes")?;
         node_index(&h).context("home node not among the endpoints")
     };
-    println!("chat: {} nodes: {}", names.len(), names.join(", "));
+    say!("chat: {} nodes: {}", names.len(), names.join(", "));
 
     // Two rooms on different nodes; a per-run tag keeps names fresh on a reused mesh.
     let tag = format!(
@@ -184,6 +203,7 @@ pub async fn run(endpoints: &[String]) -> anyhow::Result<()> {
     ensure!(rooms.len() == 2, "no two room names on different nodes");
 
     // Players: each session on the node after its player's home node.
+    progress::step("logging players into two rooms");
     let mut players: Vec<Player> = Vec::new();
     for (ri, room) in rooms.iter().enumerate() {
         for i in 0..PER_ROOM {
@@ -200,7 +220,7 @@ pub async fn run(endpoints: &[String]) -> anyhow::Result<()> {
         }
     }
 
-    println!("checks:");
+    say!("checks:");
     let mut cross_node = 0;
     let mut room_nodes = BTreeSet::new();
     for p in &mut players {
@@ -258,6 +278,7 @@ pub async fn run(endpoints: &[String]) -> anyhow::Result<()> {
     }
     ok(format!("{joined} Joined presence pushes"));
 
+    progress::step("every player says its lines");
     // Lines: every player says LINES lines; every member of the room must get all of them.
     let t = Instant::now();
     let mut said = 0u64;
@@ -310,6 +331,7 @@ pub async fn run(endpoints: &[String]) -> anyhow::Result<()> {
         t.elapsed()
     ));
 
+    progress::step("a duplicate login");
     // Duplicate login: the first player of room 0 logs in from another node.
     let old_node = players[0].node;
     let new_node = (old_node + 1) % names.len();
@@ -356,6 +378,7 @@ pub async fn run(endpoints: &[String]) -> anyhow::Result<()> {
         .await?;
     ok("the new session of the player receives the room's lines");
 
+    progress::step("a disconnect");
     // Disconnect: the first player of room 1 closes its client; the others see it offline.
     let gone = players.remove(PER_ROOM);
     let gone_name = gone.name.clone();
@@ -387,9 +410,10 @@ pub async fn run(endpoints: &[String]) -> anyhow::Result<()> {
         "disconnect of {gone_name}: {saw_offline} members saw Presence Offline; still a member, offline"
     ));
 
+    progress::step("summary");
     let pushes: usize = players.iter().map(|p| p.got.len()).sum::<usize>() + again.got.len();
-    println!("summary:");
-    println!(
+    say!("summary:");
+    say!(
         "  nodes={} rooms=2 players={} lines_said={said} lines_delivered={delivered} joined_presence={joined} offline_presence={saw_offline} kicked=1 replaced_closes=1 pushes_total={pushes} elapsed={:?}",
         names.len(),
         players.len() + 1,
@@ -399,6 +423,6 @@ pub async fn run(endpoints: &[String]) -> anyhow::Result<()> {
         p.c.close().await;
     }
     again.c.close().await;
-    println!("chat: all checks passed");
+    say!("chat: all checks passed");
     Ok(())
 }

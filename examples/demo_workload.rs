@@ -9,6 +9,18 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail, ensure};
+
+// tests/node_process.rs includes both drivers, so this file twice.
+#[allow(clippy::duplicate_mod)]
+#[path = "support/progress.rs"]
+mod progress;
+
+/// A line of the driver's output on stdout (through the progress, which may show a bar).
+macro_rules! say {
+    ($($t:tt)*) => {
+        progress::out(format_args!($($t)*))
+    };
+}
 use hdrhistogram::Histogram;
 use zlink::actor::{ActorRef, ErrorKind, SpotKind, SpotSpec, UserMode};
 use zlink::node::client::{NodeClient, Placement};
@@ -52,7 +64,7 @@ fn expect_kind<T: std::fmt::Debug>(
 ) -> anyhow::Result<()> {
     match r {
         Err(e) if e.kind() == kind => {
-            println!("  ok   {what}: {kind:?} ({e})");
+            say!("  ok   {what}: {kind:?} ({e})");
             Ok(())
         }
         other => bail!("{what}: expected {kind:?}, got {other:?}"),
@@ -66,8 +78,14 @@ async fn main() -> anyhow::Result<()> {
         .or_else(|| std::env::var("ZLINK_CLIENT_ENDPOINTS").ok())
         .context("give the client endpoints (argument or ZLINK_CLIENT_ENDPOINTS)")?;
     let endpoints: Vec<&str> = endpoints.split(',').filter(|s| !s.is_empty()).collect();
-    run(&endpoints).await
+    progress::start("demo_workload", STEPS);
+    let result = run(&endpoints).await;
+    progress::finish();
+    result
 }
+
+/// The workload's steps, for the progress.
+const STEPS: u64 = 8;
 
 /// The whole workload against the nodes serving clients at `endpoints` (also run by
 /// `tests/node_process.rs` on a mesh of `zlink-node` processes); `Err` on the first failed check.
@@ -78,6 +96,7 @@ pub async fn run(endpoints: &[&str]) -> anyhow::Result<()> {
     let started = Instant::now();
 
     // One client per node; learn each node's name and wait until it sees all its peers.
+    progress::step("connecting a client to every node");
     let mut clients = Vec::new();
     let mut names = Vec::new();
     for ep in endpoints {
@@ -101,9 +120,10 @@ pub async fn run(endpoints: &[&str]) -> anyhow::Result<()> {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
-    println!("demo: {} nodes: {}", names.len(), names.join(", "));
+    say!("demo: {} nodes: {}", names.len(), names.join(", "));
 
-    println!("checks:");
+    say!("checks:");
+    progress::step("creating actors on every node");
     // SB-12: no factory for the type → NotFound.
     expect_kind(
         "create an unknown actor type",
@@ -143,7 +163,7 @@ pub async fn run(endpoints: &[&str]) -> anyhow::Result<()> {
     for (r, name) in counters.iter().zip(&names) {
         ensure!(r.node().as_str() == name, "{r} not on {name}");
     }
-    println!(
+    say!(
         "  ok   {} counters and {} echo actors on {} nodes",
         counters.len(),
         echoes.len(),
@@ -161,7 +181,7 @@ pub async fn run(endpoints: &[&str]) -> anyhow::Result<()> {
     );
     let looked_up = clients[2 % n].get(counters[1].id().as_str()).await?;
     ensure!(looked_up == counters[1], "get returned {looked_up}");
-    println!("  ok   get-or-create and get return the Ready incarnation");
+    say!("  ok   get-or-create and get return the Ready incarnation");
 
     // A room in a SpotWide User Spot on the last node.
     let lobby = SpotSpec {
@@ -182,6 +202,10 @@ pub async fn run(endpoints: &[&str]) -> anyhow::Result<()> {
         .await?;
 
     // Cross-node requests: every client adds to every counter.
+    progress::step(format!(
+        "{} Add requests",
+        ROUNDS * (clients.len() * counters.len()) as u64
+    ));
     let mut add_local = Lat::new("counter Add, owner = client's node");
     let mut add_remote = Lat::new("counter Add, cross-node");
     let mut requests = 0u64;
@@ -204,7 +228,7 @@ pub async fn run(endpoints: &[&str]) -> anyhow::Result<()> {
         requests += 1;
         ensure!(total == ROUNDS * clients.len() as u64, "{k}: total {total}");
     }
-    println!(
+    say!(
         "  ok   {} Add requests from {} clients: every counter = {}",
         ROUNDS * (clients.len() * counters.len()) as u64,
         clients.len(),
@@ -212,6 +236,7 @@ pub async fn run(endpoints: &[&str]) -> anyhow::Result<()> {
     );
 
     // 64-byte echo requests across nodes.
+    progress::step(format!("{} cross-node echo requests", ROUNDS * 3));
     let mut echo = Lat::new("echo 64 B, cross-node");
     let payload = vec![7u8; 64];
     for i in 0..ROUNDS as usize * 3 {
@@ -225,11 +250,12 @@ pub async fn run(endpoints: &[&str]) -> anyhow::Result<()> {
         requests += 1;
         ensure!(back == payload, "echo payload changed");
     }
-    println!(
+    say!(
         "  ok   {} cross-node echo requests returned their payload",
         ROUNDS * 3
     );
 
+    progress::step("a room calling actors on other nodes");
     // Room: players join from every node, talk, and the room calls an echo actor on another
     // node from inside its handler (actor → actor, cross-node).
     for (i, c) in clients.iter().enumerate() {
@@ -276,7 +302,7 @@ pub async fn run(endpoints: &[&str]) -> anyhow::Result<()> {
         requests += 1;
         ensure!(back == b"relay", "relay reply");
     }
-    println!(
+    say!(
         "  ok   room on {room_node}: {} members, {said} messages, {ROUNDS} actor→actor relays",
         clients.len()
     );
@@ -294,6 +320,7 @@ pub async fn run(endpoints: &[&str]) -> anyhow::Result<()> {
         ErrorKind::Internal,
     )?;
 
+    progress::step(format!("{SENDS} one-way sends"));
     // One-way sends from node 2's client to a `sequence` actor on node 3 (node 1 with 2 nodes),
     // then a request reads it: the actor counts every number that did not follow its
     // predecessor, so a reordering shows (a sum would not).
@@ -315,11 +342,12 @@ pub async fn run(endpoints: &[&str]) -> anyhow::Result<()> {
         out_of_order == 0,
         "{out_of_order} of {SENDS} sends arrived out of order"
     );
-    println!(
+    say!(
         "  ok   {SENDS} one-way sends delivered in order ({:.0} msg/s incl. the final request)",
         SENDS as f64 / send_secs
     );
 
+    progress::step("destroy, re-create and error replies");
     // Destroy + re-create: a new ObjectGeneration; the old ref gets InvalidOperation (SB-4.1).
     let old = counters[1].clone();
     clients[0].destroy(&old).await?;
@@ -339,7 +367,7 @@ pub async fn run(endpoints: &[&str]) -> anyhow::Result<()> {
         new.object_generation() > old.object_generation(),
         "re-created {new} after {old}"
     );
-    println!(
+    say!(
         "  ok   destroy + re-create: incarnation {} -> {}",
         old.object_generation(),
         new.object_generation()
@@ -377,6 +405,7 @@ pub async fn run(endpoints: &[&str]) -> anyhow::Result<()> {
     )?;
 
     // Clean up so the store holds nothing of this run.
+    progress::step("cleaning up");
     for r in counters
         .iter()
         .skip(2)
@@ -391,8 +420,8 @@ pub async fn run(endpoints: &[&str]) -> anyhow::Result<()> {
     for c in &clients {
         infos.push(c.info().await?);
     }
-    println!("summary:");
-    println!(
+    say!("summary:");
+    say!(
         "  nodes {}, actors created {}, requests {}, one-way sends {}, elapsed {:.2} s",
         names.len(),
         counters.len() + echoes.len() + 3,
@@ -401,17 +430,20 @@ pub async fn run(endpoints: &[&str]) -> anyhow::Result<()> {
         started.elapsed().as_secs_f64()
     );
     for l in [&create, &add_local, &add_remote, &echo, &relay] {
-        println!("{}", l.line());
+        say!("{}", l.line());
     }
     for i in &infos {
-        println!(
+        say!(
             "  {} (generation {}): peers up {:?}, actors now {}",
-            i.node, i.generation, i.peers_up, i.local_actors
+            i.node,
+            i.generation,
+            i.peers_up,
+            i.local_actors
         );
     }
     for c in clients {
         c.close().await;
     }
-    println!("demo: OK");
+    say!("demo: OK");
     Ok(())
 }

@@ -4,8 +4,9 @@
 //! `{"bench":…,"metric":…,"value":…,"baseline":…,"ratio":…}` where the baseline is raw
 //! libzmq measured in the same run.
 //!
-//! Args: `[oneway_msgs] [rtt_samples]` (defaults 1,000,000 and 10,000; `rtt_samples` 0 skips
-//! the latency and memory parts). Knobs for experiments: `BENCH_ONLY_MESH=1` (skip raw),
+//! Args: `[oneway_msgs] [rtt_samples]` (defaults 1,000,000 and 10,000, `BENCH_QUICK=1`: 100,000
+//! and 2,000; `rtt_samples` 0 skips the latency and memory parts). Progress on stderr (a bar on
+//! a terminal). Knobs for experiments: `BENCH_ONLY_MESH=1` (skip raw),
 //! `BENCH_ONLY_RAW=1` (only the raw one-way runs: instruction counts of the baseline),
 //! `BENCH_WINDOW=<msgs>` (receive window and budget), `BENCH_INBOUND=<records>`, `BENCH_SPIN=<yields>`,
 //! `BENCH_BATCH=<records>` (most records per batch frame; 1 = batching off),
@@ -14,6 +15,8 @@
 //! `BENCH_CLIENT_SPIN=<yields>` (the client's `io_spin_yields`), `BENCH_CLIENT_BUDGET=<msgs>`
 //! (the node's push budget per client), `BENCH_PUSH_CAPACITY=<pushes>` (the client's), `BENCH_CLIENT_PARTS=<letters>`
 //! (which ClientServer lines: `o` one-way, `p` push, `r` request/reply; default all).
+//! `BENCH_SAMPLES=FILE` appends the request/reply round trips (ZLink and raw) to FILE for
+//! `bench_plot`'s histograms (`examples/bench_plot.rs`).
 //!
 //! ClientServer (`client_*` lines, one `MeshClient` against one node's client ROUTER, 64 B):
 //! `client_oneway` (`MeshClient::send` → node inbound) against raw DEALER → ROUTER one-way,
@@ -42,13 +45,22 @@ use zlink_mesh::{
 const SIZE: usize = 64;
 const SECRET: &[u8] = b"bench-mesh-secret-0123456789abcdef";
 
+// The progress helper of the root package's examples (a bar on a terminal, lines otherwise).
+#[path = "../../examples/support/progress.rs"]
+mod progress;
+// Latency samples for bench_plot's histograms (BENCH_SAMPLES=FILE).
+#[path = "../../examples/support/samples.rs"]
+mod samples;
+
 fn json(bench: &str, metric: &str, value: f64, baseline: Option<f64>) {
     match baseline {
-        Some(b) => println!(
+        Some(b) => progress::out(format_args!(
             "{{\"bench\":\"{bench}\",\"metric\":\"{metric}\",\"value\":{value:.1},\"baseline\":{b:.1},\"ratio\":{:.3}}}",
             value / b
-        ),
-        None => println!("{{\"bench\":\"{bench}\",\"metric\":\"{metric}\",\"value\":{value:.1}}}"),
+        )),
+        None => progress::out(format_args!(
+            "{{\"bench\":\"{bench}\",\"metric\":\"{metric}\",\"value\":{value:.1}}}"
+        )),
     }
 }
 
@@ -546,6 +558,9 @@ fn raw_2hop_lines(which: &str, n: usize, rtt_n: usize) -> bool {
     }
     if want(lines[3]) && rtt_n > 0 {
         let mut l = raw_2hop_echo(rtt_n);
+        // The baseline of the benchmark that runs this (bench_session: session_request).
+        let of = std::env::var("BENCH_SAMPLES_BENCH").unwrap_or_else(|_| lines[3].to_owned());
+        samples::write(&of, samples::BASELINE, &l);
         json(lines[3], "p50_us", percentile(&mut l, 0.5), None);
         json(lines[3], "p99_us", percentile(&mut l, 0.99), None);
     }
@@ -704,6 +719,8 @@ fn client_benches(rt: &tokio::runtime::Runtime, n: usize, rtt_n: usize) {
     let mut mesh_l = rt.block_on(client_rtt(rtt_n));
     let (r50, r99) = (percentile(&mut raw_l, 0.5), percentile(&mut raw_l, 0.99));
     let (m50, m99) = (percentile(&mut mesh_l, 0.5), percentile(&mut mesh_l, 0.99));
+    samples::write("client_request_reply", samples::ZLINK, &mesh_l);
+    samples::write("client_request_reply", samples::BASELINE, &raw_l);
     json("client_request_reply", "p50_us", m50, Some(r50));
     json("client_request_reply", "p99_us", m99, Some(r99));
 }
@@ -813,11 +830,15 @@ fn main() {
         rt.block_on(rss_child());
         return;
     }
+    let quick = std::env::var("BENCH_QUICK").is_ok_and(|v| v == "1");
     let n: usize = args
         .get(1)
         .and_then(|a| a.parse().ok())
-        .unwrap_or(1_000_000);
-    let rtt_n: usize = args.get(2).and_then(|a| a.parse().ok()).unwrap_or(10_000);
+        .unwrap_or(if quick { 100_000 } else { 1_000_000 });
+    let rtt_n: usize = args
+        .get(2)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(if quick { 2_000 } else { 10_000 });
     if let Some(which) = only {
         if !raw_2hop_lines(&which, n, rtt_n) {
             eprintln!("--only {which}: no such line (raw_2hop…)");
@@ -841,10 +862,13 @@ fn main() {
         json("raw_oneway", "msgs_per_s", percentile(&mut raw, 0.5), None);
         return;
     }
+    progress::start("bench_mesh", 5);
+    progress::step(format!("one-way, raw libzmq and mesh, 3 rounds ({n})"));
     for _ in 0..3 {
         raw.push(if only_mesh { 1.0 } else { raw_oneway(n) });
         mesh.push(rt.block_on(mesh_oneway(n)));
     }
+    progress::step(format!("one-way in batches of 64, 3 rounds ({n})"));
     let mut batched = Vec::new();
     for _ in 0..3 {
         batched.push(rt.block_on(mesh_oneway_batched(n, 64)));
@@ -861,21 +885,28 @@ fn main() {
 
     if rtt_n == 0 {
         if std::env::var_os("BENCH_NO_CLIENT").is_none() {
+            progress::step("ClientServer benchmarks");
             client_benches(&rt, n, rtt_n);
         }
+        progress::finish();
         return;
     }
+    progress::step(format!("request/reply, raw libzmq and mesh ({rtt_n})"));
     let mut raw_l = raw_rtt(rtt_n);
     let mut mesh_l = rt.block_on(mesh_rtt(rtt_n));
     let (r50, r99) = (percentile(&mut raw_l, 0.5), percentile(&mut raw_l, 0.99));
     let (m50, m99) = (percentile(&mut mesh_l, 0.5), percentile(&mut mesh_l, 0.99));
+    samples::write("mesh_request_reply", samples::ZLINK, &mesh_l);
+    samples::write("mesh_request_reply", samples::BASELINE, &raw_l);
     json("mesh_request_reply", "p50_us", m50, Some(r50));
     json("mesh_request_reply", "p99_us", m99, Some(r99));
 
     if std::env::var_os("BENCH_NO_CLIENT").is_none() {
+        progress::step("ClientServer benchmarks");
         client_benches(&rt, n, rtt_n);
     }
 
+    progress::step("stalled peer: sender memory (a child process)");
     let out = std::process::Command::new(std::env::current_exe().unwrap())
         .arg("--rss-child")
         .output()
@@ -899,9 +930,10 @@ fn main() {
             None,
         );
     } else {
-        eprintln!(
+        progress::note(format_args!(
             "rss child failed: {line} {}",
             String::from_utf8_lossy(&out.stderr)
-        );
+        ));
     }
+    progress::finish();
 }
