@@ -226,6 +226,8 @@ impl GateInner {
             completion: OnceLock::new(),
             handler: OnceLock::new(),
             object: self.rt.next_object.fetch_add(1, Ordering::Relaxed),
+            ending: AtomicBool::new(false),
+            actor_refs: AtomicUsize::new(0),
         });
         self.rt.metrics.lanes_live.fetch_add(1, Ordering::Relaxed);
         let got = core
@@ -322,6 +324,11 @@ pub(crate) struct LaneHandle {
     pub lane: LaneId,
     pub kind: LaneKind,
     pub yield_allowed: bool,
+    /// An actor lane's end was asked for (`destroy`, or its last `ActorRef` dropped).
+    pub ending: AtomicBool,
+    /// `ActorRef`s of this (actor) lane alive; the last one dropped ends the actor after the
+    /// work queued before (`spot::ActorRef`'s `Drop`).
+    pub actor_refs: AtomicUsize,
     /// The waker handler futures of this lane are polled with (created at the first poll of a
     /// lane that may yield): it resumes a parked record, or wakes the drain polling it.
     wake: OnceLock<(Arc<LaneWake>, Waker)>,
