@@ -37,8 +37,12 @@ fn baseline_rt() -> tokio::runtime::Runtime {
 }
 
 fn zlink_rt() -> Runtime {
+    zlink_rt_with(WORKERS)
+}
+
+fn zlink_rt_with(workers: usize) -> Runtime {
     Runtime::new(RuntimeConfig {
-        application_workers: WORKERS,
+        application_workers: workers,
         infrastructure_workers: 1,
         ..Default::default()
     })
@@ -130,9 +134,21 @@ fn percentile(sorted: &[Duration], p: f64) -> f64 {
     sorted[i].as_secs_f64() * 1e6
 }
 
-/// Ask round trip from one asker; returns (asks/s, mean µs, p50 µs, p99 µs).
-fn mpsc_ask(n: usize) -> (f64, f64, f64, f64) {
-    let rt = baseline_rt();
+/// Ask round trip from one asker; returns (asks/s, mean µs, p50 µs, p99 µs). `workers` 0: a
+/// tokio `current_thread` runtime (as actix's figure in `../shared/BASELINES.md`).
+fn mpsc_ask(n: usize, workers: usize) -> (f64, f64, f64, f64) {
+    let rt = if workers == 0 {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(workers)
+            .enable_all()
+            .build()
+            .unwrap()
+    };
     rt.block_on(async move {
         let (tx, mut rx) = mpsc::channel::<(u64, oneshot::Sender<u64>)>(1024);
         tokio::spawn(async move {
@@ -164,8 +180,8 @@ fn mpsc_ask(n: usize) -> (f64, f64, f64, f64) {
     })
 }
 
-fn zlink_ask(n: usize) -> (f64, f64, f64, f64) {
-    let rt = zlink_rt();
+fn zlink_ask(n: usize, workers: usize) -> (f64, f64, f64, f64) {
+    let rt = zlink_rt_with(workers);
     let spot = rt
         .create_spot::<SpotWideUser, _>(|_c, b| Handled::ok(b))
         .unwrap();
@@ -258,10 +274,20 @@ fn main() {
         line("runtime_tell_1", "msgs_per_s", median(z), median(b));
         return;
     }
+    // `--ask1 N [ROUNDS]`: only the ask figures (profiling)
+    if let Some(i) = args.iter().position(|a| a == "--ask1") {
+        let n: usize = args
+            .get(i + 1)
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(200_000);
+        let rounds: usize = args.get(i + 2).and_then(|s| s.parse().ok()).unwrap_or(3);
+        asks(n, rounds);
+        return;
+    }
     let rounds = if quick { 1 } else { 3 };
     let single: u64 = if quick { 1_000_000 } else { 5_000_000 };
     let per_actor: u64 = if quick { 500 } else { 2_000 };
-    let asks = if quick { 50_000 } else { 200_000 };
+    let n_asks = if quick { 50_000 } else { 200_000 };
 
     progress::start("bench_runtime", 5);
     // first, before other runtimes' threads come and go
@@ -288,12 +314,40 @@ fn main() {
     line("runtime_tell_1000_spotwide", "msgs_per_s", median(z), base);
     line("runtime_tell_1000_peractor", "msgs_per_s", median(zp), base);
 
-    let (mut z, mut b) = (Vec::new(), Vec::new());
     progress::step(format!("ask ({rounds} rounds)"));
+    asks(n_asks, rounds);
+
+    progress::step("threads and peak RSS");
+    line(
+        "runtime_threads_10k_spots",
+        "threads",
+        t10k as f64,
+        t10 as f64,
+    );
+    progress::out(format_args!(
+        "{{\"bench\":\"runtime_process\",\"metric\":\"peak_rss_kib\",\"value\":{}}}",
+        peak_rss_kib()
+    ));
+    progress::finish();
+}
+
+/// `runtime_ask_1`: ZLink's 2 application workers against tokio mpsc + oneshot on a 2-worker
+/// multi-thread runtime; `runtime_ask_1_w1`: one application worker against tokio
+/// `current_thread` (actix's figure in `../shared/BASELINES.md` is current_thread).
+fn asks(n: usize, rounds: usize) {
+    let (mut z, mut b, mut z1, mut b1) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for _ in 0..rounds {
-        b.push(mpsc_ask(asks));
-        z.push(zlink_ask(asks));
+        b.push(mpsc_ask(n, WORKERS));
+        z.push(zlink_ask(n, WORKERS));
+        b1.push(mpsc_ask(n, 0));
+        z1.push(zlink_ask(n, 1));
     }
+    line(
+        "runtime_ask_1_w1",
+        "asks_per_s",
+        median(z1.iter().map(|x| x.0).collect()),
+        median(b1.iter().map(|x| x.0).collect()),
+    );
     let pick = |v: &[(f64, f64, f64, f64)], f: fn(&(f64, f64, f64, f64)) -> f64| {
         median(v.iter().map(f).collect())
     };
@@ -321,17 +375,4 @@ fn main() {
         pick(&z, |x| x.3),
         pick(&b, |x| x.3),
     );
-
-    progress::step("threads and peak RSS");
-    line(
-        "runtime_threads_10k_spots",
-        "threads",
-        t10k as f64,
-        t10 as f64,
-    );
-    progress::out(format_args!(
-        "{{\"bench\":\"runtime_process\",\"metric\":\"peak_rss_kib\",\"value\":{}}}",
-        peak_rss_kib()
-    ));
-    progress::finish();
 }

@@ -24,6 +24,7 @@
 //!   of the ready set (EG-3, EG-16.8).
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 
 use super::config::LaneLimits;
 use super::error::{AdmissionError, ApplicationLaneFull, LaneLimitKind, LifecycleLaneFull};
@@ -59,6 +60,15 @@ struct LaneSlot<W, L> {
 /// (a burst does not keep its buffer for the lane's lifetime); smaller buffers are kept, so a
 /// request/reply lane does not allocate per record.
 const IDLE_FIFO_KEEP: usize = 8;
+
+/// `q.push_back(item)`, but a first push reserves room for one item, not four: an idle lane
+/// (one request at a time) or a gate with one lane keeps a buffer of one.
+fn push_back_small<T>(q: &mut VecDeque<T>, item: T) {
+    if q.capacity() == 0 {
+        q.reserve_exact(1);
+    }
+    q.push_back(item);
+}
 
 fn trim_fifo<T>(q: &mut VecDeque<T>) {
     if q.is_empty() && q.capacity() > IDLE_FIFO_KEEP {
@@ -192,7 +202,40 @@ struct LaneState<W, L> {
     barriers_active: u32,
     /// Join results waiting to run: the explicit queue that lifts the barriers (no front
     /// insertion into the FIFOs, EG-6.4). At most `barriers_active` entries.
-    join_results: VecDeque<Queued<W>>,
+    join_results: JoinQueue<W>,
+}
+
+/// A lane's Join-result queue, allocated only while it holds results (they are rare: a lane
+/// that never is the moving object of a `defer()` does not carry a queue).
+// the box is the point: 8 bytes per idle lane instead of the 32 of an empty `VecDeque`
+#[allow(clippy::box_collection)]
+struct JoinQueue<W>(Option<Box<VecDeque<Queued<W>>>>);
+
+impl<W> JoinQueue<W> {
+    fn is_empty(&self) -> bool {
+        self.0.as_ref().is_none_or(|q| q.is_empty())
+    }
+
+    fn len(&self) -> usize {
+        self.0.as_ref().map_or(0, |q| q.len())
+    }
+
+    fn push_back(&mut self, q: Queued<W>) {
+        self.0.get_or_insert_default().push_back(q);
+    }
+
+    fn pop_front(&mut self) -> Option<Queued<W>> {
+        let q = self.0.as_mut()?;
+        let item = q.pop_front();
+        if q.is_empty() {
+            self.0 = None;
+        }
+        item
+    }
+
+    fn into_iter(self) -> impl Iterator<Item = Queued<W>> {
+        self.0.into_iter().flat_map(|q| *q)
+    }
 }
 
 impl<W, L> LaneState<W, L> {
@@ -218,7 +261,6 @@ impl<W, L> LaneState<W, L> {
     fn trim(&mut self) {
         trim_fifo(&mut self.application);
         trim_fifo(&mut self.lifecycle);
-        trim_fifo(&mut self.join_results);
     }
 
     fn release(&mut self, class: LaneClass, bytes: u64) {
@@ -331,7 +373,8 @@ fn lane_in<W, L>(lanes: &mut [LaneSlot<W, L>], lane: LaneId) -> Option<&mut Lane
 
 /// The sans-IO scheduling core of one gate. `W` is the work type, `L` per-lane driver data.
 pub struct GateCore<W, L> {
-    limits: LaneLimits,
+    /// Shared by the runtime's gates (one allocation, not 48 bytes per gate).
+    limits: Arc<LaneLimits>,
     lanes: Vec<LaneSlot<W, L>>,
     free: Vec<u32>,
     /// Lanes present (not removed).
@@ -361,9 +404,9 @@ struct BatchInfo {
 
 impl<W, L: Clone> GateCore<W, L> {
     /// An empty core with the given admission limits.
-    pub fn new(limits: LaneLimits) -> Self {
+    pub fn new(limits: impl Into<Arc<LaneLimits>>) -> Self {
         GateCore {
-            limits,
+            limits: limits.into(),
             lanes: Vec::new(),
             free: Vec::new(),
             live: 0,
@@ -398,7 +441,7 @@ impl<W, L: Clone> GateCore<W, L> {
             in_ready: false,
             barriers_inactive: 0,
             barriers_active: 0,
-            join_results: VecDeque::new(),
+            join_results: JoinQueue(None),
         };
         self.live += 1;
         let generation = self.next_generation;
@@ -413,6 +456,11 @@ impl<W, L: Clone> GateCore<W, L> {
                 i
             }
             None => {
+                if self.lanes.capacity() == 0 {
+                    // most gates serve one lane (an Entry/PerActor actor, a timer, a session):
+                    // a table of one, not the four slots a first push would reserve
+                    self.lanes.reserve_exact(1);
+                }
                 self.lanes.push(slot);
                 (self.lanes.len() - 1) as u32
             }
@@ -576,11 +624,11 @@ impl<W, L: Clone> GateCore<W, L> {
         };
         res.items += 1;
         res.bytes += bytes;
-        fifo.push_back(Queued { bytes, item });
+        push_back_small(fifo, Queued { bytes, item });
         let mut readied = false;
         if !state.in_ready && state.claim.is_none() && !sealed && state.runnable() {
             state.in_ready = true;
-            self.ready.push_back(ReadyEntry::Lane(lane));
+            push_back_small(&mut self.ready, ReadyEntry::Lane(lane));
             readied = true;
         }
         if let Some(b) = &self.batch {
@@ -836,7 +884,7 @@ impl<W, L: Clone> GateCore<W, L> {
             && state.lifecycle_reserved.items <= limits.1 / 2;
         if requeue {
             state.in_ready = true;
-            self.ready.push_back(ReadyEntry::Lane(lane));
+            push_back_small(&mut self.ready, ReadyEntry::Lane(lane));
         } else if !state.has_work() {
             state.trim();
         }
@@ -880,7 +928,7 @@ impl<W, L: Clone> GateCore<W, L> {
         if let Some(c) = &mut state.claim {
             c.state = ClaimState::ResumeQueued;
         }
-        self.ready.push_back(ReadyEntry::Resume(lane, invocation));
+        push_back_small(&mut self.ready, ReadyEntry::Resume(lane, invocation));
         Ok(())
     }
 
@@ -927,7 +975,7 @@ impl<W, L: Clone> GateCore<W, L> {
         for (id, state) in self.lanes_mut() {
             if state.runnable() && state.claim.is_none() && !state.in_ready {
                 state.in_ready = true;
-                ready.push_back(ReadyEntry::Lane(id));
+                push_back_small(&mut ready, ReadyEntry::Lane(id));
             }
         }
         self.ready = ready;
@@ -1100,7 +1148,7 @@ impl<W, L: Clone> GateCore<W, L> {
         }
         if state.runnable() && state.claim.is_none() && !state.in_ready && !sealed {
             state.in_ready = true;
-            self.ready.push_back(ReadyEntry::Lane(lane));
+            push_back_small(&mut self.ready, ReadyEntry::Lane(lane));
         }
         Ok(())
     }

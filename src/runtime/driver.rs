@@ -134,6 +134,8 @@ pub(crate) struct RtShared {
     pub app: tokio::runtime::Handle,
     pub infra: tokio::runtime::Handle,
     pub config: RuntimeConfig,
+    /// `config.limits`, shared by every gate's core.
+    pub limits: Arc<super::config::LaneLimits>,
     pub metrics: Metrics,
     pub status: StatusBus,
     pub shutting_down: AtomicBool,
@@ -156,9 +158,10 @@ pub(crate) struct GateInner {
     /// The unit that lists this gate besides its own (an Entry/PerActor actor's or timer's gate),
     /// and the entry there; taken out when the gate is dropped.
     pub(crate) unit: OnceLock<(Weak<super::policy::Unit>, usize)>,
-    /// Turns started under this gate; written only by the right's holder (on its own cache line:
-    /// submitters read the fields above on every submission).
-    turns: CachePadded<AtomicU64>,
+    /// Turns started under this gate; written only by the right's holder. Not on a cache line of
+    /// its own: the padding (about 120 B per gate) bought no throughput measurable in
+    /// `bench_runtime` (`docs/PERFORMANCE.md`, "Lane runtime memory").
+    turns: AtomicU64,
 }
 
 impl Drop for GateInner {
@@ -175,31 +178,19 @@ impl Drop for GateInner {
     }
 }
 
-/// Keeps a value on its own cache line(s), so that writes by the draining worker do not
-/// invalidate the line that submitters read (false sharing between the two cores).
-#[repr(align(128))]
-pub(crate) struct CachePadded<T>(pub T);
-
-impl<T> std::ops::Deref for CachePadded<T> {
-    type Target = T;
-    fn deref(&self) -> &T {
-        &self.0
-    }
-}
-
 impl GateInner {
     pub fn new(rt: &Arc<RtShared>) -> Arc<GateInner> {
         let mut gates = rt.gates.lock().unwrap();
         let entry = gates.vacant_entry();
         let key = entry.key();
         let g = Arc::new(GateInner {
-            gate: GateShared::new(rt.config.limits.clone()),
+            gate: GateShared::new(rt.limits.clone()),
             rt: rt.clone(),
             space: tokio::sync::Notify::new(),
             space_waiters: AtomicUsize::new(0),
             key,
             unit: OnceLock::new(),
-            turns: CachePadded(AtomicU64::new(0)),
+            turns: AtomicU64::new(0),
         });
         entry.insert(Arc::downgrade(&g));
         rt.metrics.gates_live.fetch_add(1, Ordering::Relaxed);
@@ -230,11 +221,13 @@ impl GateInner {
             lane,
             kind,
             yield_allowed,
-            slot: CachePadded(Slot::new()),
+            slot: Slot::new(),
             wake: OnceLock::new(),
             completion: OnceLock::new(),
             handler: OnceLock::new(),
             object: self.rt.next_object.fetch_add(1, Ordering::Relaxed),
+            ending: AtomicBool::new(false),
+            actor_refs: AtomicUsize::new(0),
         });
         self.rt.metrics.lanes_live.fetch_add(1, Ordering::Relaxed);
         let got = core
@@ -314,10 +307,12 @@ pub enum CompletionEvent {
 
 /// One serial execution object: its place behind a gate and its per-record slot.
 ///
-/// Layout (`repr(C)`, 128-byte aligned): the reference count (written by the draining worker)
-/// shares its cache line with fields only the drain reads (`handler`, `completion`, `object`);
-/// `gate` and `lane`, read by submitters on every submission, come next; the [`Slot`], written by
-/// the drain at every record's start and terminal, has its own lines.
+/// Layout (`repr(C)`, no alignment beyond the allocator's: an idle actor's lane is about 200 B
+/// with its `Arc` header): the reference count (written by the draining worker) comes with fields
+/// only the drain reads (`handler`, `completion`, `object`); `gate` and `lane`, read by
+/// submitters on every submission, come next, then the [`Slot`], written by the drain at every
+/// record's start and terminal. 128-byte padding around the slot (512 B per lane) bought no
+/// throughput measurable in `bench_runtime` (`docs/PERFORMANCE.md`, "Lane runtime memory").
 #[repr(C)]
 pub(crate) struct LaneHandle {
     /// The actor handler (type-erased), read by each record's job: senders never touch its
@@ -329,10 +324,15 @@ pub(crate) struct LaneHandle {
     pub lane: LaneId,
     pub kind: LaneKind,
     pub yield_allowed: bool,
+    /// An actor lane's end was asked for (`destroy`, or its last `ActorRef` dropped).
+    pub ending: AtomicBool,
+    /// `ActorRef`s of this (actor) lane alive; the last one dropped ends the actor after the
+    /// work queued before (`spot::ActorRef`'s `Drop`).
+    pub actor_refs: AtomicUsize,
     /// The waker handler futures of this lane are polled with (created at the first poll of a
     /// lane that may yield): it resumes a parked record, or wakes the drain polling it.
     wake: OnceLock<(Arc<LaneWake>, Waker)>,
-    pub slot: CachePadded<Slot>,
+    pub slot: Slot,
 }
 
 impl Drop for LaneHandle {
@@ -693,7 +693,9 @@ pub(crate) struct Slot {
     fence: AtomicU64,
     turn: AtomicU64,
     extras: AtomicBool,
-    ext: Mutex<SlotExt>,
+    /// Registrations and the parked future; allocated by the lane's first registration or
+    /// Yield (most lanes never make one: an idle actor does not carry it).
+    ext: Mutex<Option<Box<SlotExt>>>,
 }
 
 impl Slot {
@@ -705,7 +707,7 @@ impl Slot {
             fence: AtomicU64::new(0),
             turn: AtomicU64::new(0),
             extras: AtomicBool::new(false),
-            ext: Mutex::new(SlotExt::default()),
+            ext: Mutex::new(None),
         }
     }
 
@@ -740,6 +742,7 @@ impl Slot {
         }
         let mut ext = self.ext.lock().unwrap();
         self.extras.store(false, Ordering::SeqCst);
+        let ext = ext.get_or_insert_default();
         let after = std::mem::take(&mut ext.after)
             .into_iter()
             .filter(|(i, _)| *i == invocation)
@@ -776,6 +779,7 @@ impl Slot {
     ) {
         if is_error || self.extras.load(Ordering::SeqCst) {
             let mut ext = self.ext.lock().unwrap();
+            let ext = ext.get_or_insert_default();
             if self.in_scope(invocation)
                 && (is_error || ext.barriers.iter().any(|(i, _)| *i == invocation))
             {
@@ -815,6 +819,7 @@ impl Slot {
         if !self.in_scope(invocation) {
             return Err(InvalidOperation::DeferOutsideScope.into());
         }
+        let ext = ext.get_or_insert_default();
         if ext
             .barriers
             .iter()
@@ -836,6 +841,7 @@ impl Slot {
         if !self.in_scope(invocation) {
             return Err(InvalidOperation::OutsideTurn.into());
         }
+        let ext = ext.get_or_insert_default();
         ext.after.push((invocation, f));
         self.extras.store(true, Ordering::SeqCst);
         Ok(())
@@ -869,12 +875,13 @@ impl Slot {
     }
 
     fn park(&self, invocation: u64, fut: HandlerFuture) {
-        self.ext.lock().unwrap().parked = Some((invocation, fut));
+        self.ext.lock().unwrap().get_or_insert_default().parked = Some((invocation, fut));
     }
 
     /// Take the parked future (of `invocation`, or whichever is parked).
     fn take_parked(&self, invocation: Option<u64>) -> Option<(u64, HandlerFuture)> {
         let mut ext = self.ext.lock().unwrap();
+        let ext = ext.as_mut()?;
         match (&ext.parked, invocation) {
             (Some((i, _)), Some(want)) if *i != want => None,
             _ => ext.parked.take(),

@@ -152,7 +152,7 @@ impl<W> BatchSlot<W> {
 
 impl<W, L: Clone> GateShared<W, L> {
     /// A free gate with no lanes.
-    pub fn new(limits: LaneLimits) -> Self {
+    pub fn new(limits: impl Into<std::sync::Arc<LaneLimits>>) -> Self {
         GateShared {
             word: GateWord::new(),
             core: Mutex::new(GateCore::new(limits)),

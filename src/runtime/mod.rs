@@ -120,6 +120,7 @@ impl Runtime {
         let shared = Arc::new(RtShared {
             app: app.handle().clone(),
             infra: infra.handle().clone(),
+            limits: Arc::new(config.limits.clone()),
             config,
             metrics: Metrics::default(),
             status: StatusBus::new(),

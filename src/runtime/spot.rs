@@ -20,6 +20,7 @@ use bytes::Bytes;
 use tokio::sync::oneshot;
 
 use crate::sync::Mutex;
+use crate::sync::atomic::Ordering;
 
 use super::context::{CanYield, Ctx, NoYield, Target, YieldMode, downcast_actor, gate_target};
 use super::core::{LaneClass, LaneStats};
@@ -343,10 +344,7 @@ impl<K: SpotKind> SpotRef<K> {
         let lane = gate.add_lane(LaneKind::Actor, <K::Yield as YieldMode>::ALLOWED)?;
         let h: ActorHandler<M, R> = Arc::new(move |env, msg| handler(to_ctx(env), msg));
         let _ = lane.handler.set(Box::new(h));
-        Ok(ActorRef {
-            lane,
-            _m: PhantomData,
-        })
+        Ok(ActorRef::first(lane))
     }
 
     /// [`SpotRef::spawn_actor`] with a completion callback, which receives e.g. Join results
@@ -535,17 +533,56 @@ pub(crate) fn lane_stats(lane: &LaneHandle) -> LaneStats {
 }
 
 /// A handle to an actor taking messages `M` and replying `R` to requests.
+///
+/// An actor is reachable only through its `ActorRef`s: when the last clone is dropped without
+/// [`ActorRef::destroy`], the actor ends once the work queued before has run (an application
+/// record at the back of its FIFO removes its lane), and its memory goes (issue 12). A Spot's
+/// named actors are held by the Spot, the node's actors by the node.
 pub struct ActorRef<M, R = ()> {
     lane: Arc<LaneHandle>,
     _m: PhantomData<fn(M) -> R>,
 }
 
+impl<M, R> ActorRef<M, R> {
+    /// The first handle of a new actor lane.
+    fn first(lane: Arc<LaneHandle>) -> Self {
+        lane.actor_refs.store(1, Ordering::Relaxed);
+        ActorRef {
+            lane,
+            _m: PhantomData,
+        }
+    }
+}
+
 impl<M, R> Clone for ActorRef<M, R> {
     fn clone(&self) -> Self {
+        self.lane.actor_refs.fetch_add(1, Ordering::Relaxed);
         ActorRef {
             lane: self.lane.clone(),
             _m: PhantomData,
         }
+    }
+}
+
+impl<M, R> Drop for ActorRef<M, R> {
+    fn drop(&mut self) {
+        if self.lane.actor_refs.fetch_sub(1, Ordering::AcqRel) != 1
+            || self.lane.ending.swap(true, Ordering::AcqRel)
+        {
+            return;
+        }
+        // The last handle: end the actor after the work already queued. Submitted from a task of
+        // the infrastructure domain, never here (a handle may be dropped where a gate's core is
+        // locked); a full lane is waited for (the record must come after the queued work).
+        let lane = self.lane.clone();
+        let rt = lane.rt().clone();
+        spawn_infrastructure(&rt, async move {
+            let end = Job::new(|env| {
+                env.lane.remove();
+                Handled::ok(())
+            });
+            let _ = lane.submit_wait(LaneClass::Application, 0, end).await;
+        });
     }
 }
 
@@ -580,15 +617,18 @@ where
 
     /// Destroy: a lifecycle record of this actor removes its lane; queued work fails.
     pub fn destroy(&self) -> Result<(), RuntimeError> {
-        let lane = self.lane.clone();
-        self.lane.submit(
+        let r = self.lane.submit(
             LaneClass::Lifecycle,
             0,
-            Job::new(move |_env| {
-                lane.remove();
+            Job::new(|env| {
+                env.lane.remove();
                 Handled::ok(())
             }),
-        )
+        );
+        if r.is_ok() {
+            self.lane.ending.store(true, Ordering::Release);
+        }
+        r
     }
 }
 
