@@ -12,7 +12,7 @@ use bytes::Bytes;
 use zlink_wire::{FlowCredit, Pong};
 
 use crate::budget::RxWindow;
-use crate::codec::{Class, Record};
+use crate::codec::Class;
 use crate::config::{Batching, InboundWindow};
 use crate::counters::DropReason;
 
@@ -27,8 +27,9 @@ pub(crate) enum Lane {
     Client,
 }
 
-/// What the driver does with one record, as decided by [`Conn::ingress`].
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// What the driver does with one record, as decided by [`Conn::ingress`]. Small and `Copy`:
+/// it is made for every record on the hot path.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Verdict {
     /// An application record within the receive window (charged): hand it up, then
     /// [`Conn::released`] once it left the window.
@@ -37,7 +38,7 @@ pub(crate) enum Verdict {
     /// replies answer what we sent).
     Complete,
     /// Answer on the same connection (a Pong for a Ping).
-    Answer(Record),
+    Answer(Pong),
     /// Control handled here (send credit added, liveness noted); `resume` when queued data
     /// may go out now (credit arrived).
     Control {
@@ -60,12 +61,14 @@ pub(crate) struct SendCredit {
 
 impl SendCredit {
     /// A FlowCredit arrived.
+    #[inline]
     pub(crate) fn grant(&mut self, msgs: u32, bytes: u64) {
         self.msgs = self.msgs.saturating_add(u64::from(msgs));
         self.bytes = self.bytes.saturating_add(bytes);
     }
 
     /// At least one more record may go out.
+    #[inline]
     pub(crate) fn open(&self) -> bool {
         self.msgs > 0 && self.bytes > 0
     }
@@ -76,6 +79,7 @@ impl SendCredit {
     }
 
     /// One record of `bytes` went out.
+    #[inline]
     pub(crate) fn charge(&mut self, bytes: u64) {
         self.msgs = self.msgs.saturating_sub(1);
         self.bytes = self.bytes.saturating_sub(bytes);
@@ -85,6 +89,7 @@ impl SendCredit {
     /// one message within this credit: the batching rule ([`batch_run`]), each record charged
     /// on its own as if sent alone, stopping before a request that already `ended`. At least 1
     /// (the caller checked the first record and that the credit is open).
+    #[inline]
     pub(crate) fn run<'a>(
         &self,
         batching: &Batching,
@@ -107,6 +112,7 @@ impl SendCredit {
 /// least 1; more only while each record is small (payload ≤ `max_record_payload`), the frame
 /// stays within `max_records`/`max_bytes` and `admit` accepts the record (the caller's credit
 /// and request-ended checks). The first record is always taken (the caller checked it).
+#[inline]
 pub(crate) fn batch_run<'a>(
     cfg: &Batching,
     queue: impl Iterator<Item = (&'a [Bytes], u64)>,
@@ -187,6 +193,7 @@ impl Conn {
 
     /// One decoded record of `bytes` (all frames) arrived on `lane` at `now`. Handshake
     /// records are the handshake's, never a connection's ([`Verdict::Drop`] if passed here).
+    #[inline]
     pub(crate) fn ingress(
         &mut self,
         lane: Lane,
@@ -197,7 +204,7 @@ impl Conn {
         self.last_rx = now;
         match (lane, class) {
             (Lane::Completion | Lane::Client, Class::Ping(seq)) => {
-                Verdict::Answer(Record::Pong(Pong { seq: *seq }))
+                Verdict::Answer(Pong { seq: *seq })
             }
             (Lane::Completion | Lane::Client, Class::Pong) => Verdict::Control { resume: false },
             (Lane::Completion, Class::FlowCredit { messages, bytes }) => {
@@ -213,16 +220,25 @@ impl Conn {
 
     /// Charges one application record of `bytes` to the receive window: [`Verdict::Deliver`],
     /// or a drop when the other end ignored its window (a protocol violation, counted).
+    #[inline]
     pub(crate) fn charge(&mut self, bytes: u64) -> Verdict {
-        if self.rx.try_charge(self.window, bytes) {
+        if self.try_charge(bytes) {
             Verdict::Deliver
         } else {
             Verdict::Drop(DropReason::CreditExceeded)
         }
     }
 
+    /// [`Conn::charge`] as a plain answer (the batch fast path): `false` when the other end
+    /// had used its whole window (nothing charged; count a `CreditExceeded` drop).
+    #[inline]
+    pub(crate) fn try_charge(&mut self, bytes: u64) -> bool {
+        self.rx.try_charge(self.window, bytes)
+    }
+
     /// A delivered record of `bytes` left the window; `true` when credit should be granted
     /// back now ([`Conn::poll_grant`]; credit goes back in quarters of the window).
+    #[inline]
     pub(crate) fn released(&mut self, bytes: u64) -> bool {
         self.rx.free(self.window, bytes)
     }
@@ -328,7 +344,7 @@ mod tests {
         assert_eq!(conn.ingress(Lane::Relay, &credit, 8, now), wrong);
         assert_eq!(
             conn.ingress(Lane::Client, &Class::Ping(7), 8, now),
-            Verdict::Answer(Record::Pong(Pong { seq: 7 }))
+            Verdict::Answer(Pong { seq: 7 })
         );
         assert_eq!(
             conn.ingress(Lane::Completion, &Class::Reply, 8, now),

@@ -128,6 +128,7 @@ fn out_len(out: &Out) -> u64 {
 
 /// The first `n` queued records went out as one frame: each charged to the send `credit` (on a
 /// credit-limited connection), their budget released at once.
+#[inline]
 fn take_sent(
     queue: &mut VecDeque<Out>,
     n: usize,
@@ -406,7 +407,6 @@ impl OneWayRun<'_> {
     /// Stops at the first record it may not take — another envelope, a payload over the
     /// bound, a full application queue — and returns it, or after a record whose return
     /// frees credit the caller must grant first (then with `true`).
-    #[allow(clippy::too_many_arguments)]
     fn take<'a>(
         &mut self,
         conn: &mut Conn,
@@ -429,9 +429,9 @@ impl OneWayRun<'_> {
             let bytes = (sub.envelope.len() + payload.len()) as u64;
             conn.last_rx = self.now;
             next = records.next();
-            if let Verdict::Drop(reason) = conn.charge(bytes) {
+            if !conn.try_charge(bytes) {
                 // The sender ignored its window: a protocol violation, counted.
-                self.counters.drop(reason, who);
+                self.counters.drop(DropReason::CreditExceeded, who);
                 continue;
             }
             self.inbound.push_one_way(origin(), self.key, payload);
@@ -2528,9 +2528,9 @@ impl Engine {
             Lane::Completion
         };
         match (p.conn.ingress(lane, &class, bytes, self.rx_now), record) {
-            (Verdict::Answer(answer), _) => {
+            (Verdict::Answer(pong), _) => {
                 let rid_vec = p.rid(LinkKind::Completion).to_vec();
-                self.send_control(LinkKind::Completion, &rid_vec, answer);
+                self.send_control(LinkKind::Completion, &rid_vec, Record::Pong(pong));
             }
             (Verdict::Control { resume }, _) => {
                 if resume && !p.queue.is_empty() {
@@ -2927,7 +2927,9 @@ impl Engine {
         // The connection core decides (window charged, liveness noted); the rest here acts on
         // its verdict.
         match (c.conn.ingress(Lane::Client, &class, bytes, now), record) {
-            (Verdict::Answer(answer), _) => self.send_control(LinkKind::Client, rid, answer),
+            (Verdict::Answer(pong), _) => {
+                self.send_control(LinkKind::Client, rid, Record::Pong(pong))
+            }
             (Verdict::Control { .. }, _) => {}
             (Verdict::Disconnect, _) => {
                 if self
