@@ -126,30 +126,6 @@ fn out_len(out: &Out) -> u64 {
     out.frames.iter().map(|f| f.len() as u64).sum()
 }
 
-/// The first `n` queued records went out as one frame: each charged to the send `credit` (on a
-/// credit-limited connection), their budget released at once.
-#[inline]
-fn take_sent(
-    queue: &mut VecDeque<Out>,
-    n: usize,
-    budget: &Budget,
-    mut credit: Option<&mut crate::conn::SendCredit>,
-) {
-    let (mut reserved_n, mut reserved_bytes) = (0, 0);
-    for out in queue.drain(..n) {
-        if let Some(c) = credit.as_deref_mut() {
-            c.charge(out_len(&out));
-        }
-        if let Some(b) = out.bytes {
-            reserved_n += 1;
-            reserved_bytes += b;
-        }
-    }
-    if reserved_n > 0 {
-        budget.release_n(reserved_n, reserved_bytes);
-    }
-}
-
 fn release(budget: &Budget, out: &Out) {
     if let Some(b) = out.bytes {
         budget.release(b);
@@ -1399,7 +1375,19 @@ impl Engine {
                 p.queue.iter().take(n).map(|o| &o.frames),
             ) {
                 SendOutcome::Sent => {
-                    take_sent(&mut p.queue, n, &p.budget, Some(&mut p.conn.credit));
+                    // Each record of the run is charged to the credit on its own; the budget
+                    // of the run is released at once.
+                    let (mut reserved_n, mut reserved_bytes) = (0, 0);
+                    for out in p.queue.drain(..n) {
+                        p.conn.credit.charge(out_len(&out));
+                        if let Some(b) = out.bytes {
+                            reserved_n += 1;
+                            reserved_bytes += b;
+                        }
+                    }
+                    if reserved_n > 0 {
+                        p.budget.release_n(reserved_n, reserved_bytes);
+                    }
                 }
                 SendOutcome::Paused => break,
                 SendOutcome::Unreachable => {
@@ -1433,7 +1421,18 @@ impl Engine {
                 &c.rid,
                 c.queue.iter().take(n).map(|o| &o.frames),
             ) {
-                SendOutcome::Sent => take_sent(&mut c.queue, n, &c.budget, None),
+                SendOutcome::Sent => {
+                    let (mut reserved_n, mut reserved_bytes) = (0, 0);
+                    for out in c.queue.drain(..n) {
+                        if let Some(b) = out.bytes {
+                            reserved_n += 1;
+                            reserved_bytes += b;
+                        }
+                    }
+                    if reserved_n > 0 {
+                        c.budget.release_n(reserved_n, reserved_bytes);
+                    }
+                }
                 SendOutcome::Paused => break,
                 SendOutcome::Unreachable => {
                     for out in c.queue.drain(..n) {
@@ -2279,52 +2278,73 @@ impl Engine {
                 return;
             }
         };
+        let from = Sender::Peer {
+            kind,
+            rid,
+            node: &node,
+            was_cached,
+        };
+        self.on_parts(from, parts);
+    }
+
+    /// One message from a peer or a client: a 139 batch frame, or one record (envelope and
+    /// optional payload); any other part count is `Malformed`.
+    fn on_parts(&mut self, from: Sender<'_>, parts: &[&[u8]]) {
         match parts {
-            [frame] if zlink_wire::is_batch(frame) => {
-                self.on_peer_batch(kind, rid, &node, was_cached, frame)
-            }
+            [frame] if zlink_wire::is_batch(frame) => self.on_batch(from, frame),
             [envelope] => {
-                self.on_peer_record(kind, rid, &node, was_cached, envelope, Pl::None, false);
+                self.on_record(from, envelope, Pl::None, false);
             }
             [envelope, payload] => {
-                self.on_peer_record(
-                    kind,
-                    rid,
-                    &node,
-                    was_cached,
-                    envelope,
-                    Pl::Copy(payload),
-                    false,
-                );
+                self.on_record(from, envelope, Pl::Copy(payload), false);
             }
             _ => {
                 let e = zlink_wire::DecodeError::PartCount { count: parts.len() };
                 self.shared
                     .counters
-                    .drop(codec::drop_reason(&e), &format_args!("{node}: {e}"));
+                    .drop(codec::drop_reason(&e), &format_args!("{from}: {e}"));
             }
         }
     }
 
-    /// A 139 batch frame: copied once into one buffer, its framing validated as a whole (a
-    /// broken frame is dropped once, `Malformed`), then every sub-record goes through exactly
-    /// the checks of a record received alone (authentication, generation, frame format,
-    /// connection kind, window), each rejected sub-record dropped and counted by itself.
-    /// Payloads are copied out of the buffer ([`unpin`]): a held record pins only its bytes.
-    fn on_peer_batch(
+    /// One record from a peer or a client (alone or from a batch), through the path of its
+    /// kind of connection. `Some` when it was a plain one-way handed up in the compact form:
+    /// a batch's fast path may follow it for that connection.
+    fn on_record(
         &mut self,
-        kind: LinkKind,
-        rid: &[u8],
-        node: &Arc<NodeRid>,
-        was_cached: bool,
-        frame: &[u8],
-    ) {
+        from: Sender<'_>,
+        envelope: &[u8],
+        payload: Pl<'_>,
+        in_batch: bool,
+    ) -> Option<Run> {
+        match from {
+            Sender::Peer {
+                kind,
+                rid,
+                node,
+                was_cached,
+            } => self
+                .on_peer_record(kind, rid, node, was_cached, envelope, payload, in_batch)
+                .map(Run::Peer),
+            Sender::Client { rid } => self
+                .on_client_record(rid, envelope, payload, in_batch)
+                .map(Run::Client),
+        }
+    }
+
+    /// A 139 batch frame (from a peer or a client): copied once into one buffer, its framing
+    /// validated as a whole (a broken frame is dropped once, `Malformed`, none of its records
+    /// delivered), then every sub-record goes through exactly the checks of a record received
+    /// alone (authentication, generation, frame format, connection kind, window), each
+    /// rejected sub-record dropped and counted by itself. Payloads are copied out of the
+    /// buffer ([`unpin`]): a held record pins only its bytes.
+    fn on_batch(&mut self, from: Sender<'_>, frame: &[u8]) {
         let batch = match zlink_wire::BatchFrame::parse(Bytes::copy_from_slice(frame)) {
             Ok(b) => b,
             Err(e) => {
                 self.shared
                     .counters
-                    .drop(codec::drop_reason(&e), &format_args!("{node}: batch: {e}"));
+                    .drop(codec::drop_reason(&e), &format_args!("{from}: batch: {e}"));
                 return;
             }
         };
@@ -2335,29 +2355,43 @@ impl Engine {
                 Some(p) => Pl::Shared(p),
                 None => Pl::None,
             };
-            let Some(generation) =
-                self.on_peer_record(kind, rid, node, was_cached, sub.envelope, payload, true)
-            else {
-                next = records.next();
-                continue;
-            };
-            // That record was a memoized one-way 147 handed up in the compact form: the peer is
-            // authenticated, up in `generation` on relay, and nothing has changed since. The
-            // records after it that are byte-identical one-ways take the same path with the
-            // peer looked up once; each still has its payload bounded, its window charged and
-            // its credit freed, exactly as in `on_peer_record`. Anything else goes back there.
+            let run = self.on_record(from, sub.envelope, payload, true);
             next = records.next();
-            let origin = || Origin::Peer {
-                node: NodeRid::clone(node),
-                generation,
-            };
-            next = self.fast_one_ways(
-                ConnRef::Peer(node, Some(generation)),
-                &origin,
-                &**node,
-                next,
-                &mut records,
-            );
+            // That record was a memoized one-way handed up in the compact form: the sender is
+            // authenticated (a peer up in that generation on relay, a session not closing) and
+            // nothing can change that between two sub-records of one frame (control inside a
+            // batch is rejected, timers do not run here). The records after it that are
+            // byte-identical one-ways take the same path with the connection looked up once;
+            // each still has its payload bounded, its window charged and its credit freed,
+            // exactly as a lone record. Anything else goes back through `on_record`.
+            match (run, from) {
+                (Some(Run::Peer(generation)), Sender::Peer { node, .. }) => {
+                    let origin = || Origin::Peer {
+                        node: NodeRid::clone(node),
+                        generation,
+                    };
+                    next = self.fast_one_ways(
+                        ConnRef::Peer(node, Some(generation)),
+                        &origin,
+                        &**node,
+                        next,
+                        &mut records,
+                    );
+                }
+                (Some(Run::Client(session)), Sender::Client { .. }) => {
+                    let origin = || Origin::Client {
+                        session: SessionRid::new(session),
+                    };
+                    next = self.fast_one_ways(
+                        ConnRef::Client(session),
+                        &origin,
+                        &ClientLabel(session),
+                        next,
+                        &mut records,
+                    );
+                }
+                _ => {}
+            }
         }
     }
 
@@ -2727,66 +2761,7 @@ impl Engine {
 
     fn on_client_message(&mut self, rid: &[u8], parts: &[&[u8]]) {
         self.tomb_answered = false;
-        match parts {
-            [frame] if zlink_wire::is_batch(frame) => self.on_client_batch(rid, frame),
-            [envelope] => {
-                self.on_client_record(rid, envelope, Pl::None, false);
-            }
-            [envelope, payload] => {
-                self.on_client_record(rid, envelope, Pl::Copy(payload), false);
-            }
-            _ => {
-                let e = zlink_wire::DecodeError::PartCount { count: parts.len() };
-                self.shared
-                    .counters
-                    .drop(codec::drop_reason(&e), &format_args!("client: {e}"));
-            }
-        }
-    }
-
-    /// A 139 batch frame from a client, handled like a peer's ([`Engine::on_peer_batch`]):
-    /// copied once, its framing validated as a whole (a broken frame is dropped once,
-    /// `Malformed`, none of its records delivered), then every sub-record goes through exactly
-    /// the checks of a record received alone ([`Engine::on_client_record`]), each rejected
-    /// sub-record dropped and counted by itself. Payloads are slices of the one buffer.
-    fn on_client_batch(&mut self, rid: &[u8], frame: &[u8]) {
-        let batch = match zlink_wire::BatchFrame::parse(Bytes::copy_from_slice(frame)) {
-            Ok(b) => b,
-            Err(e) => {
-                self.shared
-                    .counters
-                    .drop(codec::drop_reason(&e), &format_args!("client: batch: {e}"));
-                return;
-            }
-        };
-        let mut records = batch.records().map(unpin);
-        let mut next = records.next();
-        while let Some(sub) = next.take() {
-            let payload = match sub.payload {
-                Some(p) => Pl::Shared(p),
-                None => Pl::None,
-            };
-            let fast = self.on_client_record(rid, sub.envelope, payload, true);
-            next = records.next();
-            if let Some(session) = fast {
-                // That record was a one-way handed up in the compact form: the records after it
-                // that are byte-identical (memo) take the same path with the session looked up
-                // once (nothing can end it between two sub-records of one frame: a Disconnect
-                // inside a batch is rejected, timers do not run here). Each still has its
-                // payload bounded, its window charged and its credit freed, exactly as in
-                // `on_client_record`; anything else goes back there.
-                let origin = || Origin::Client {
-                    session: SessionRid::new(session),
-                };
-                next = self.fast_one_ways(
-                    ConnRef::Client(session),
-                    &origin,
-                    &ClientLabel(session),
-                    next,
-                    &mut records,
-                );
-            }
-        }
+        self.on_parts(Sender::Client { rid }, parts);
     }
 
     /// One record from a client (alone or from a batch): decode (the one-way memo applies, as
@@ -3220,6 +3195,39 @@ impl Engine {
 enum ConnRef<'a> {
     Peer(&'a NodeRid, Option<NodeGeneration>),
     Client(u64),
+}
+
+/// A record was a plain one-way handed up in the compact form ([`Engine::on_record`]): the
+/// connection a batch's fast path may continue with — the sending peer in the generation it
+/// proved, or the session.
+#[derive(Clone, Copy, Debug)]
+enum Run {
+    Peer(NodeGeneration),
+    Client(u64),
+}
+
+/// Who sent the message being handled: a peer (on which mesh connection, by which routing
+/// id, resolved to which node, whether from the routing-id cache) or a client connection.
+#[derive(Clone, Copy)]
+enum Sender<'m> {
+    Peer {
+        kind: LinkKind,
+        rid: &'m [u8],
+        node: &'m Arc<NodeRid>,
+        was_cached: bool,
+    },
+    Client {
+        rid: &'m [u8],
+    },
+}
+
+impl std::fmt::Display for Sender<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Sender::Peer { node, .. } => write!(f, "{node}"),
+            Sender::Client { .. } => f.write_str("client"),
+        }
+    }
 }
 
 /// One session from `src` ended (or stopped being a stranger): count it down, forget the
