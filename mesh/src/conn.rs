@@ -6,13 +6,16 @@
 //! decoded record into a [`Verdict`]; the zmq driver ([`crate::engine`]) acts on it (hands the
 //! record up, sends the answer, counts the drop). No sockets, no clock reads: `now` is an input.
 
+use std::collections::VecDeque;
+use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
 use zlink_wire::{FlowCredit, Pong};
 
-use crate::budget::RxWindow;
+use crate::budget::{Budget, RxWindow};
 use crate::codec::Class;
+use crate::codec::Parts;
 use crate::config::{Batching, InboundWindow};
 use crate::counters::DropReason;
 
@@ -139,36 +142,68 @@ pub(crate) fn batch_run<'a>(
     n.max(1)
 }
 
+/// A record queued for a connection (its frames), with what it reserved.
+pub(crate) struct Out {
+    pub(crate) frames: Parts,
+    /// Bytes reserved against the destination budget; `None` for replies (not budgeted).
+    pub(crate) bytes: Option<u64>,
+    /// Correlation id of a request (0 = not a request). Checked against the correlation
+    /// table at the moment of transmission: a request that already ended is never sent.
+    pub(crate) corr: u64,
+}
+
+/// All bytes of a queued record.
+pub(crate) fn out_len(out: &Out) -> u64 {
+    out.frames.iter().map(|f| f.len() as u64).sum()
+}
+
+/// Gives a queued record's reservation back to its budget.
+pub(crate) fn release(budget: &Budget, out: &Out) {
+    if let Some(b) = out.bytes {
+        budget.release(b);
+    }
+}
+
 /// One connection's flow state (a mesh peer's relay data, or a client session).
-#[derive(Debug)]
 pub(crate) struct Conn {
     /// The receive window in force (a client's grows once accepted, [`Conn::widen`]).
     window: InboundWindow,
     rx: RxWindow,
-    /// Send side: credit granted by the other end.
+    /// Send side: credit granted by the other end (peers; a client session's pushes are not
+    /// credit-limited).
     pub(crate) credit: SendCredit,
+    /// Send side: records admitted for the other end, in order, not yet taken by libzmq
+    /// (PAUSED, or waiting for the end of the pass to go out in one batch frame).
+    pub(crate) queue: VecDeque<Out>,
+    /// Send side: the outbound admission budget the queued records reserved (also held by
+    /// the senders, which wait on it).
+    pub(crate) budget: Arc<Budget>,
     /// When the other end was last heard from.
     pub(crate) last_rx: Instant,
 }
 
 impl Conn {
     /// A connection whose window is not granted yet (a mesh peer before its lifecycle is up).
-    pub(crate) fn idle(window: InboundWindow, now: Instant) -> Self {
+    pub(crate) fn idle(window: InboundWindow, budget: Arc<Budget>, now: Instant) -> Self {
         Self {
             window,
             rx: RxWindow::default(),
             credit: SendCredit::default(),
+            queue: VecDeque::new(),
+            budget,
             last_rx: now,
         }
     }
 
     /// A connection granted its whole `window` at once (the grant leaves with the next
     /// [`Conn::poll_grant`]).
-    pub(crate) fn granted(window: InboundWindow, now: Instant) -> Self {
+    pub(crate) fn granted(window: InboundWindow, budget: Arc<Budget>, now: Instant) -> Self {
         Self {
             window,
             rx: RxWindow::initial_grant(window),
             credit: SendCredit::default(),
+            queue: VecDeque::new(),
+            budget,
             last_rx: now,
         }
     }
@@ -278,6 +313,10 @@ mod tests {
         bytes: 1000,
     };
 
+    fn budget() -> Arc<Budget> {
+        Arc::new(Budget::new(crate::budget::OutboundBudget::default()))
+    }
+
     fn app(conn: &mut Conn, bytes: u64) -> Verdict {
         conn.ingress(Lane::Relay, &Class::App, bytes, Instant::now())
     }
@@ -288,7 +327,7 @@ mod tests {
     #[test]
     fn records_beyond_the_window_are_dropped_until_credit_returns() {
         let now = Instant::now();
-        let mut conn = Conn::granted(WINDOW, now);
+        let mut conn = Conn::granted(WINDOW, budget(), now);
         // Nothing may arrive before the initial grant left.
         assert_eq!(
             app(&mut conn, 10),
@@ -318,7 +357,7 @@ mod tests {
         conn.grant_sent(grant);
         assert_eq!(app(&mut conn, 10), Verdict::Deliver);
         // The byte bound applies too (one record may overshoot it).
-        let mut conn = Conn::granted(WINDOW, now);
+        let mut conn = Conn::granted(WINDOW, budget(), now);
         conn.grant_sent(conn.poll_grant().unwrap());
         assert_eq!(app(&mut conn, 999), Verdict::Deliver);
         assert_eq!(app(&mut conn, 500), Verdict::Deliver);
@@ -328,7 +367,7 @@ mod tests {
     #[test]
     fn each_lane_takes_only_its_records() {
         let now = Instant::now();
-        let mut conn = Conn::granted(WINDOW, now);
+        let mut conn = Conn::granted(WINDOW, budget(), now);
         conn.grant_sent(conn.poll_grant().unwrap());
         let wrong = Verdict::Drop(DropReason::WrongConnection);
         assert_eq!(conn.ingress(Lane::Relay, &Class::Ping(1), 8, now), wrong);
@@ -374,7 +413,7 @@ mod tests {
     #[test]
     fn send_credit_saturates_and_resumes() {
         let now = Instant::now();
-        let mut conn = Conn::idle(WINDOW, now);
+        let mut conn = Conn::idle(WINDOW, budget(), now);
         assert!(!conn.credit.open());
         let max = Class::FlowCredit {
             messages: u32::MAX,
@@ -402,7 +441,7 @@ mod tests {
             messages: 2,
             bytes: 100,
         };
-        let mut conn = Conn::granted(small, now);
+        let mut conn = Conn::granted(small, budget(), now);
         conn.grant_sent(conn.poll_grant().unwrap());
         assert_eq!(app(&mut conn, 10), Verdict::Deliver);
         assert_eq!(app(&mut conn, 10), Verdict::Deliver);

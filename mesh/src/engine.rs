@@ -31,7 +31,7 @@ use zlink_wire::{Decoded, Disconnect, DisconnectReason, Limits, Ping};
 
 use crate::codec::{self, Class, HandshakeMsg, HandshakeReject, Parts, Record};
 use crate::config::{ClientAdmission, MeshConfig, PeerAddress};
-use crate::conn::{Conn, Lane, Verdict, batch_run};
+use crate::conn::{Conn, Lane, Out, Verdict, batch_run, out_len, release};
 use crate::correlation::{Correlations, ReplyOutcome};
 use crate::counters::{Counters, DropReason, TransportEvent};
 use crate::error::RequestError;
@@ -113,25 +113,6 @@ pub(crate) enum Command {
     Abort,
 }
 
-struct Out {
-    frames: Parts,
-    /// Bytes reserved against the destination budget; `None` for replies (not budgeted).
-    bytes: Option<u64>,
-    /// Correlation id of a request (0 = not a request). Checked against the correlation
-    /// table at the moment of transmission: a request that already ended is never sent.
-    corr: u64,
-}
-
-fn out_len(out: &Out) -> u64 {
-    out.frames.iter().map(|f| f.len() as u64).sum()
-}
-
-fn release(budget: &Budget, out: &Out) {
-    if let Some(b) = out.bytes {
-        budget.release(b);
-    }
-}
-
 enum SendOutcome {
     Sent,
     Paused,
@@ -164,13 +145,11 @@ struct Peer {
     relay: Link,
     completion: Link,
     up: bool,
-    budget: Arc<Budget>,
-    queue: VecDeque<Out>,
     replies: VecDeque<Parts>,
     next_ping: Instant,
     ping_seq: u64,
-    /// Flow of relay data both ways (the peer's receive window, our send credit) and
-    /// liveness: the sans-IO core ([`crate::conn`]).
+    /// Flow of relay data both ways (the peer's receive window; our send credit, queue and
+    /// budget) and liveness: the sans-IO core ([`crate::conn`]).
     conn: Conn,
 }
 
@@ -200,10 +179,9 @@ impl Peer {
 
 struct Client {
     rid: Vec<u8>,
-    budget: Arc<Budget>,
-    queue: VecDeque<Out>,
     /// Receive window (like a peer's; `client_window`, or the strangers' window until
-    /// accepted) and liveness: the sans-IO core ([`crate::conn`]).
+    /// accepted), the queue of pushes and replies with the push budget, and liveness: the
+    /// sans-IO core ([`crate::conn`]).
     conn: Conn,
     /// Not yet accepted ([`crate::ClientAdmission::OnAccept`]): counted in
     /// `Engine::strangers` (and per source).
@@ -932,15 +910,15 @@ impl Engine {
             }
             return;
         };
-        let was_empty = p.queue.is_empty();
+        let was_empty = p.conn.queue.is_empty();
         for (frames, bytes) in run {
-            p.queue.push_back(Out {
+            p.conn.queue.push_back(Out {
                 frames,
                 bytes: Some(bytes),
                 corr: 0,
             });
         }
-        if was_empty && !p.queue.is_empty() {
+        if was_empty && !p.conn.queue.is_empty() {
             self.dirty.push(node.clone());
         }
     }
@@ -1023,7 +1001,7 @@ impl Engine {
 
     fn release_peer_budget(&self, node: &NodeRid, bytes: u64) {
         if let Some(p) = self.peers.get(node) {
-            p.budget.release(bytes);
+            p.conn.budget.release(bytes);
         } else if let Some(slot) = self.shared.peer_slot(node) {
             slot.budget.release(bytes);
         }
@@ -1080,12 +1058,10 @@ impl Engine {
             relay: Link::Idle,
             completion: Link::Idle,
             up: false,
-            budget: Arc::new(Budget::new(budget)),
-            queue: VecDeque::new(),
             replies: VecDeque::new(),
             next_ping: now,
             ping_seq: 0,
-            conn: Conn::idle(peer_window, now),
+            conn: Conn::idle(peer_window, Arc::new(Budget::new(budget)), now),
         })
     }
 
@@ -1173,12 +1149,12 @@ impl Engine {
                     return;
                 };
                 if !p.up || p.generation != Some(generation) {
-                    release(&p.budget, &out);
+                    release(&p.conn.budget, &out);
                     self.shared.counters.drop(DropReason::PeerLost, &node);
                     return;
                 }
                 if ended {
-                    release(&p.budget, &out);
+                    release(&p.conn.budget, &out);
                     self.drop_ended(&node, out.corr);
                     return;
                 }
@@ -1186,8 +1162,8 @@ impl Engine {
                 // with whatever else the pass queued for this peer. A queue that was not empty
                 // is already PAUSED (HWM: listed in `paused`; credit: a FlowCredit lists it)
                 // or dirty: the record waits behind, FIFO.
-                let was_empty = p.queue.is_empty();
-                p.queue.push_back(out);
+                let was_empty = p.conn.queue.is_empty();
+                p.conn.queue.push_back(out);
                 if was_empty {
                     self.dirty.push(node);
                 }
@@ -1206,7 +1182,7 @@ impl Engine {
                     // Admitted before the close but handed over after it: never sent after
                     // the Disconnect.
                     Some(c) if c.closing.is_some() => {
-                        release(&c.budget, &out);
+                        release(&c.conn.budget, &out);
                         self.shared.counters.drop(DropReason::PeerLost, &session);
                         return;
                     }
@@ -1273,8 +1249,8 @@ impl Engine {
         let Some(c) = self.clients.get_mut(&session) else {
             return;
         };
-        let was_empty = c.queue.is_empty();
-        c.queue.push_back(out);
+        let was_empty = c.conn.queue.is_empty();
+        c.conn.queue.push_back(out);
         if was_empty {
             self.dirty_clients.push(session);
         }
@@ -1345,13 +1321,13 @@ impl Engine {
         // Blocked on the peer's credit (not on libzmq): no need to retry until a FlowCredit
         // arrives (which puts the peer back into `paused`).
         let mut credit_blocked = false;
-        while let Some(out) = p.queue.front() {
+        while let Some(out) = p.conn.queue.front() {
             if self.request_ended(out.corr) {
                 // The request reached its terminal (deadline, cancel) while queued: it must
                 // never be sent afterwards (SB-12, EG-16.26).
-                release(&p.budget, out);
+                release(&p.conn.budget, out);
                 let corr = out.corr;
-                p.queue.pop_front();
+                p.conn.queue.pop_front();
                 self.drop_ended(node, corr);
                 continue;
             }
@@ -1366,19 +1342,19 @@ impl Engine {
             let now = Instant::now();
             let n = p.conn.credit.run(
                 &self.cfg.batching,
-                p.queue.iter().map(|o| (&*o.frames, o.corr)),
+                p.conn.queue.iter().map(|o| (&*o.frames, o.corr)),
                 |c| corr.pending_deadline(c).is_none_or(|d| d <= now),
             );
             match self.send_run(
                 LinkKind::Relay,
                 p.rid(LinkKind::Relay),
-                p.queue.iter().take(n).map(|o| &o.frames),
+                p.conn.queue.iter().take(n).map(|o| &o.frames),
             ) {
                 SendOutcome::Sent => {
                     // Each record of the run is charged to the credit on its own; the budget
                     // of the run is released at once.
                     let (mut reserved_n, mut reserved_bytes) = (0, 0);
-                    for out in p.queue.drain(..n) {
+                    for out in p.conn.queue.drain(..n) {
                         p.conn.credit.charge(out_len(&out));
                         if let Some(b) = out.bytes {
                             reserved_n += 1;
@@ -1386,19 +1362,19 @@ impl Engine {
                         }
                     }
                     if reserved_n > 0 {
-                        p.budget.release_n(reserved_n, reserved_bytes);
+                        p.conn.budget.release_n(reserved_n, reserved_bytes);
                     }
                 }
                 SendOutcome::Paused => break,
                 SendOutcome::Unreachable => {
-                    for out in p.queue.drain(..n) {
-                        release(&p.budget, &out);
+                    for out in p.conn.queue.drain(..n) {
+                        release(&p.conn.budget, &out);
                         self.shared.counters.drop(DropReason::PeerLost, node);
                     }
                 }
             }
         }
-        let done = (p.queue.is_empty() || credit_blocked) && p.replies.is_empty();
+        let done = (p.conn.queue.is_empty() || credit_blocked) && p.replies.is_empty();
         self.peers.insert(node.clone(), p);
         done
     }
@@ -1410,33 +1386,33 @@ impl Engine {
         let Some(mut c) = self.clients.remove(&session) else {
             return true;
         };
-        while !c.queue.is_empty() {
+        while !c.conn.queue.is_empty() {
             let n = batch_run(
                 &self.cfg.batching,
-                c.queue.iter().map(|o| (&*o.frames, 0)),
+                c.conn.queue.iter().map(|o| (&*o.frames, 0)),
                 |_| true,
             );
             match self.send_run(
                 LinkKind::Client,
                 &c.rid,
-                c.queue.iter().take(n).map(|o| &o.frames),
+                c.conn.queue.iter().take(n).map(|o| &o.frames),
             ) {
                 SendOutcome::Sent => {
                     let (mut reserved_n, mut reserved_bytes) = (0, 0);
-                    for out in c.queue.drain(..n) {
+                    for out in c.conn.queue.drain(..n) {
                         if let Some(b) = out.bytes {
                             reserved_n += 1;
                             reserved_bytes += b;
                         }
                     }
                     if reserved_n > 0 {
-                        c.budget.release_n(reserved_n, reserved_bytes);
+                        c.conn.budget.release_n(reserved_n, reserved_bytes);
                     }
                 }
                 SendOutcome::Paused => break,
                 SendOutcome::Unreachable => {
-                    for out in c.queue.drain(..n) {
-                        release(&c.budget, &out);
+                    for out in c.conn.queue.drain(..n) {
+                        release(&c.conn.budget, &out);
                         let reason = if out.bytes.is_some() {
                             DropReason::PeerLost
                         } else {
@@ -1447,7 +1423,7 @@ impl Engine {
                 }
             }
         }
-        let done = c.queue.is_empty();
+        let done = c.conn.queue.is_empty();
         self.clients.insert(session, c);
         done
     }
@@ -1737,8 +1713,12 @@ impl Engine {
                     let shared_node = Arc::new(node.clone());
                     let slot = PeerSlot {
                         generation: id.generation,
-                        budget: p.budget.clone(),
-                        outbox: Arc::new(Outbox::new(shared_node, id.generation, p.budget.clone())),
+                        budget: p.conn.budget.clone(),
+                        outbox: Arc::new(Outbox::new(
+                            shared_node,
+                            id.generation,
+                            p.conn.budget.clone(),
+                        )),
                     };
                     self.shared.set_peer(node.clone(), Some(slot));
                     self.shared.counters.event(TransportEvent::PeerUp);
@@ -1762,8 +1742,8 @@ impl Engine {
         let generation = p.generation;
         let was_up = std::mem::replace(&mut p.up, false);
         p.conn.reset();
-        for out in p.queue.drain(..) {
-            release(&p.budget, &out);
+        for out in p.conn.queue.drain(..) {
+            release(&p.conn.budget, &out);
             self.shared.counters.drop(DropReason::PeerLost, node);
         }
         for _ in p.replies.drain(..) {
@@ -1978,8 +1958,8 @@ impl Engine {
         let Some(mut c) = self.clients.remove(&session) else {
             return;
         };
-        for out in c.queue.drain(..) {
-            release(&c.budget, &out);
+        for out in c.conn.queue.drain(..) {
+            release(&c.conn.budget, &out);
             self.shared.counters.drop(DropReason::PeerLost, &session);
         }
         self.clients_by_rid.remove(&c.rid);
@@ -2567,7 +2547,7 @@ impl Engine {
                 self.send_control(LinkKind::Completion, &rid_vec, Record::Pong(pong));
             }
             (Verdict::Control { resume }, _) => {
-                if resume && !p.queue.is_empty() {
+                if resume && !p.conn.queue.is_empty() {
                     self.paused.insert(NodeRid::clone(node));
                 }
             }
@@ -2860,9 +2840,7 @@ impl Engine {
                     s,
                     Client {
                         rid: rid.to_vec(),
-                        budget: budget.clone(),
-                        queue: VecDeque::new(),
-                        conn: Conn::granted(window, now),
+                        conn: Conn::granted(window, budget.clone(), now),
                         stranger: stranger.is_some(),
                         closing: None,
                         source,
@@ -3490,7 +3468,8 @@ mod tests {
             bytes: 1 << 20,
         };
         let now = Instant::now();
-        let mut conn = Conn::granted(window, now - Duration::from_secs(1));
+        let budget = Arc::new(Budget::new(crate::budget::OutboundBudget::default()));
+        let mut conn = Conn::granted(window, budget, now - Duration::from_secs(1));
         conn.grant_sent(conn.poll_grant().expect("initial grant"));
         let mut run = OneWayRun {
             memo: &memo,
