@@ -52,6 +52,7 @@ fn next_grant(s: &zmq::Socket) -> (u32, u64) {
     }
 }
 
+// spec: SB-1 (step 1: the session callback authenticates), EG-1.2
 // A client's first record opens its session with the strangers' window; once the connected
 // callback returns Ok the node accepts the session and grants it the rest of the full client
 // window (a FlowCredit of the difference).

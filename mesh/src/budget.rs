@@ -199,6 +199,7 @@ impl RxWindow {
 
     /// Charges one arriving record of `bytes`; `false` (nothing charged) when the sender had
     /// already used its whole window.
+    #[inline]
     pub(crate) fn try_charge(&mut self, window: InboundWindow, bytes: u64) -> bool {
         if self.used_msgs >= u64::from(window.messages) || self.used_bytes >= window.bytes {
             return false;
@@ -210,6 +211,7 @@ impl RxWindow {
 
     /// One record of `bytes` left the window; `true` when a quarter of the window is freed and
     /// the credit should be returned now (credit goes back in batches).
+    #[inline]
     pub(crate) fn free(&mut self, window: InboundWindow, bytes: u64) -> bool {
         self.ret_msgs += 1;
         self.ret_bytes += bytes;

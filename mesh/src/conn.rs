@@ -6,13 +6,16 @@
 //! decoded record into a [`Verdict`]; the zmq driver ([`crate::engine`]) acts on it (hands the
 //! record up, sends the answer, counts the drop). No sockets, no clock reads: `now` is an input.
 
+use std::collections::VecDeque;
+use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
 use zlink_wire::{FlowCredit, Pong};
 
-use crate::budget::RxWindow;
-use crate::codec::{Class, Record};
+use crate::budget::{Budget, RxWindow};
+use crate::codec::Class;
+use crate::codec::Parts;
 use crate::config::{Batching, InboundWindow};
 use crate::counters::DropReason;
 
@@ -27,8 +30,9 @@ pub(crate) enum Lane {
     Client,
 }
 
-/// What the driver does with one record, as decided by [`Conn::ingress`].
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// What the driver does with one record, as decided by [`Conn::ingress`]. Small and `Copy`:
+/// it is made for every record on the hot path.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Verdict {
     /// An application record within the receive window (charged): hand it up, then
     /// [`Conn::released`] once it left the window.
@@ -37,7 +41,7 @@ pub(crate) enum Verdict {
     /// replies answer what we sent).
     Complete,
     /// Answer on the same connection (a Pong for a Ping).
-    Answer(Record),
+    Answer(Pong),
     /// Control handled here (send credit added, liveness noted); `resume` when queued data
     /// may go out now (credit arrived).
     Control {
@@ -60,12 +64,14 @@ pub(crate) struct SendCredit {
 
 impl SendCredit {
     /// A FlowCredit arrived.
+    #[inline]
     pub(crate) fn grant(&mut self, msgs: u32, bytes: u64) {
         self.msgs = self.msgs.saturating_add(u64::from(msgs));
         self.bytes = self.bytes.saturating_add(bytes);
     }
 
     /// At least one more record may go out.
+    #[inline]
     pub(crate) fn open(&self) -> bool {
         self.msgs > 0 && self.bytes > 0
     }
@@ -76,6 +82,7 @@ impl SendCredit {
     }
 
     /// One record of `bytes` went out.
+    #[inline]
     pub(crate) fn charge(&mut self, bytes: u64) {
         self.msgs = self.msgs.saturating_sub(1);
         self.bytes = self.bytes.saturating_sub(bytes);
@@ -85,6 +92,7 @@ impl SendCredit {
     /// one message within this credit: the batching rule ([`batch_run`]), each record charged
     /// on its own as if sent alone, stopping before a request that already `ended`. At least 1
     /// (the caller checked the first record and that the credit is open).
+    #[inline]
     pub(crate) fn run<'a>(
         &self,
         batching: &Batching,
@@ -107,6 +115,7 @@ impl SendCredit {
 /// least 1; more only while each record is small (payload ≤ `max_record_payload`), the frame
 /// stays within `max_records`/`max_bytes` and `admit` accepts the record (the caller's credit
 /// and request-ended checks). The first record is always taken (the caller checked it).
+#[inline]
 pub(crate) fn batch_run<'a>(
     cfg: &Batching,
     queue: impl Iterator<Item = (&'a [Bytes], u64)>,
@@ -133,36 +142,68 @@ pub(crate) fn batch_run<'a>(
     n.max(1)
 }
 
+/// A record queued for a connection (its frames), with what it reserved.
+pub(crate) struct Out {
+    pub(crate) frames: Parts,
+    /// Bytes reserved against the destination budget; `None` for replies (not budgeted).
+    pub(crate) bytes: Option<u64>,
+    /// Correlation id of a request (0 = not a request). Checked against the correlation
+    /// table at the moment of transmission: a request that already ended is never sent.
+    pub(crate) corr: u64,
+}
+
+/// All bytes of a queued record.
+pub(crate) fn out_len(out: &Out) -> u64 {
+    out.frames.iter().map(|f| f.len() as u64).sum()
+}
+
+/// Gives a queued record's reservation back to its budget.
+pub(crate) fn release(budget: &Budget, out: &Out) {
+    if let Some(b) = out.bytes {
+        budget.release(b);
+    }
+}
+
 /// One connection's flow state (a mesh peer's relay data, or a client session).
-#[derive(Debug)]
 pub(crate) struct Conn {
     /// The receive window in force (a client's grows once accepted, [`Conn::widen`]).
     window: InboundWindow,
     rx: RxWindow,
-    /// Send side: credit granted by the other end.
+    /// Send side: credit granted by the other end (peers; a client session's pushes are not
+    /// credit-limited).
     pub(crate) credit: SendCredit,
+    /// Send side: records admitted for the other end, in order, not yet taken by libzmq
+    /// (PAUSED, or waiting for the end of the pass to go out in one batch frame).
+    pub(crate) queue: VecDeque<Out>,
+    /// Send side: the outbound admission budget the queued records reserved (also held by
+    /// the senders, which wait on it).
+    pub(crate) budget: Arc<Budget>,
     /// When the other end was last heard from.
     pub(crate) last_rx: Instant,
 }
 
 impl Conn {
     /// A connection whose window is not granted yet (a mesh peer before its lifecycle is up).
-    pub(crate) fn idle(window: InboundWindow, now: Instant) -> Self {
+    pub(crate) fn idle(window: InboundWindow, budget: Arc<Budget>, now: Instant) -> Self {
         Self {
             window,
             rx: RxWindow::default(),
             credit: SendCredit::default(),
+            queue: VecDeque::new(),
+            budget,
             last_rx: now,
         }
     }
 
     /// A connection granted its whole `window` at once (the grant leaves with the next
     /// [`Conn::poll_grant`]).
-    pub(crate) fn granted(window: InboundWindow, now: Instant) -> Self {
+    pub(crate) fn granted(window: InboundWindow, budget: Arc<Budget>, now: Instant) -> Self {
         Self {
             window,
             rx: RxWindow::initial_grant(window),
             credit: SendCredit::default(),
+            queue: VecDeque::new(),
+            budget,
             last_rx: now,
         }
     }
@@ -187,6 +228,7 @@ impl Conn {
 
     /// One decoded record of `bytes` (all frames) arrived on `lane` at `now`. Handshake
     /// records are the handshake's, never a connection's ([`Verdict::Drop`] if passed here).
+    #[inline]
     pub(crate) fn ingress(
         &mut self,
         lane: Lane,
@@ -197,7 +239,7 @@ impl Conn {
         self.last_rx = now;
         match (lane, class) {
             (Lane::Completion | Lane::Client, Class::Ping(seq)) => {
-                Verdict::Answer(Record::Pong(Pong { seq: *seq }))
+                Verdict::Answer(Pong { seq: *seq })
             }
             (Lane::Completion | Lane::Client, Class::Pong) => Verdict::Control { resume: false },
             (Lane::Completion, Class::FlowCredit { messages, bytes }) => {
@@ -213,16 +255,25 @@ impl Conn {
 
     /// Charges one application record of `bytes` to the receive window: [`Verdict::Deliver`],
     /// or a drop when the other end ignored its window (a protocol violation, counted).
+    #[inline]
     pub(crate) fn charge(&mut self, bytes: u64) -> Verdict {
-        if self.rx.try_charge(self.window, bytes) {
+        if self.try_charge(bytes) {
             Verdict::Deliver
         } else {
             Verdict::Drop(DropReason::CreditExceeded)
         }
     }
 
+    /// [`Conn::charge`] as a plain answer (the batch fast path): `false` when the other end
+    /// had used its whole window (nothing charged; count a `CreditExceeded` drop).
+    #[inline]
+    pub(crate) fn try_charge(&mut self, bytes: u64) -> bool {
+        self.rx.try_charge(self.window, bytes)
+    }
+
     /// A delivered record of `bytes` left the window; `true` when credit should be granted
     /// back now ([`Conn::poll_grant`]; credit goes back in quarters of the window).
+    #[inline]
     pub(crate) fn released(&mut self, bytes: u64) -> bool {
         self.rx.free(self.window, bytes)
     }
@@ -262,6 +313,10 @@ mod tests {
         bytes: 1000,
     };
 
+    fn budget() -> Arc<Budget> {
+        Arc::new(Budget::new(crate::budget::OutboundBudget::default()))
+    }
+
     fn app(conn: &mut Conn, bytes: u64) -> Verdict {
         conn.ingress(Lane::Relay, &Class::App, bytes, Instant::now())
     }
@@ -272,7 +327,7 @@ mod tests {
     #[test]
     fn records_beyond_the_window_are_dropped_until_credit_returns() {
         let now = Instant::now();
-        let mut conn = Conn::granted(WINDOW, now);
+        let mut conn = Conn::granted(WINDOW, budget(), now);
         // Nothing may arrive before the initial grant left.
         assert_eq!(
             app(&mut conn, 10),
@@ -302,7 +357,7 @@ mod tests {
         conn.grant_sent(grant);
         assert_eq!(app(&mut conn, 10), Verdict::Deliver);
         // The byte bound applies too (one record may overshoot it).
-        let mut conn = Conn::granted(WINDOW, now);
+        let mut conn = Conn::granted(WINDOW, budget(), now);
         conn.grant_sent(conn.poll_grant().unwrap());
         assert_eq!(app(&mut conn, 999), Verdict::Deliver);
         assert_eq!(app(&mut conn, 500), Verdict::Deliver);
@@ -312,7 +367,7 @@ mod tests {
     #[test]
     fn each_lane_takes_only_its_records() {
         let now = Instant::now();
-        let mut conn = Conn::granted(WINDOW, now);
+        let mut conn = Conn::granted(WINDOW, budget(), now);
         conn.grant_sent(conn.poll_grant().unwrap());
         let wrong = Verdict::Drop(DropReason::WrongConnection);
         assert_eq!(conn.ingress(Lane::Relay, &Class::Ping(1), 8, now), wrong);
@@ -328,7 +383,7 @@ mod tests {
         assert_eq!(conn.ingress(Lane::Relay, &credit, 8, now), wrong);
         assert_eq!(
             conn.ingress(Lane::Client, &Class::Ping(7), 8, now),
-            Verdict::Answer(Record::Pong(Pong { seq: 7 }))
+            Verdict::Answer(Pong { seq: 7 })
         );
         assert_eq!(
             conn.ingress(Lane::Completion, &Class::Reply, 8, now),
@@ -358,7 +413,7 @@ mod tests {
     #[test]
     fn send_credit_saturates_and_resumes() {
         let now = Instant::now();
-        let mut conn = Conn::idle(WINDOW, now);
+        let mut conn = Conn::idle(WINDOW, budget(), now);
         assert!(!conn.credit.open());
         let max = Class::FlowCredit {
             messages: u32::MAX,
@@ -386,7 +441,7 @@ mod tests {
             messages: 2,
             bytes: 100,
         };
-        let mut conn = Conn::granted(small, now);
+        let mut conn = Conn::granted(small, budget(), now);
         conn.grant_sent(conn.poll_grant().unwrap());
         assert_eq!(app(&mut conn, 10), Verdict::Deliver);
         assert_eq!(app(&mut conn, 10), Verdict::Deliver);

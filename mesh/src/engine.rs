@@ -31,7 +31,7 @@ use zlink_wire::{Decoded, Disconnect, DisconnectReason, Limits, Ping};
 
 use crate::codec::{self, Class, HandshakeMsg, HandshakeReject, Parts, Record};
 use crate::config::{ClientAdmission, MeshConfig, PeerAddress};
-use crate::conn::{Conn, Lane, Verdict, batch_run};
+use crate::conn::{Conn, Lane, Out, Verdict, batch_run, out_len, release};
 use crate::correlation::{Correlations, ReplyOutcome};
 use crate::counters::{Counters, DropReason, TransportEvent};
 use crate::error::RequestError;
@@ -113,48 +113,6 @@ pub(crate) enum Command {
     Abort,
 }
 
-struct Out {
-    frames: Parts,
-    /// Bytes reserved against the destination budget; `None` for replies (not budgeted).
-    bytes: Option<u64>,
-    /// Correlation id of a request (0 = not a request). Checked against the correlation
-    /// table at the moment of transmission: a request that already ended is never sent.
-    corr: u64,
-}
-
-fn out_len(out: &Out) -> u64 {
-    out.frames.iter().map(|f| f.len() as u64).sum()
-}
-
-/// The first `n` queued records went out as one frame: each charged to the send `credit` (on a
-/// credit-limited connection), their budget released at once.
-fn take_sent(
-    queue: &mut VecDeque<Out>,
-    n: usize,
-    budget: &Budget,
-    mut credit: Option<&mut crate::conn::SendCredit>,
-) {
-    let (mut reserved_n, mut reserved_bytes) = (0, 0);
-    for out in queue.drain(..n) {
-        if let Some(c) = credit.as_deref_mut() {
-            c.charge(out_len(&out));
-        }
-        if let Some(b) = out.bytes {
-            reserved_n += 1;
-            reserved_bytes += b;
-        }
-    }
-    if reserved_n > 0 {
-        budget.release_n(reserved_n, reserved_bytes);
-    }
-}
-
-fn release(budget: &Budget, out: &Out) {
-    if let Some(b) = out.bytes {
-        budget.release(b);
-    }
-}
-
 enum SendOutcome {
     Sent,
     Paused,
@@ -187,13 +145,11 @@ struct Peer {
     relay: Link,
     completion: Link,
     up: bool,
-    budget: Arc<Budget>,
-    queue: VecDeque<Out>,
     replies: VecDeque<Parts>,
     next_ping: Instant,
     ping_seq: u64,
-    /// Flow of relay data both ways (the peer's receive window, our send credit) and
-    /// liveness: the sans-IO core ([`crate::conn`]).
+    /// Flow of relay data both ways (the peer's receive window; our send credit, queue and
+    /// budget) and liveness: the sans-IO core ([`crate::conn`]).
     conn: Conn,
 }
 
@@ -223,10 +179,9 @@ impl Peer {
 
 struct Client {
     rid: Vec<u8>,
-    budget: Arc<Budget>,
-    queue: VecDeque<Out>,
     /// Receive window (like a peer's; `client_window`, or the strangers' window until
-    /// accepted) and liveness: the sans-IO core ([`crate::conn`]).
+    /// accepted), the queue of pushes and replies with the push budget, and liveness: the
+    /// sans-IO core ([`crate::conn`]).
     conn: Conn,
     /// Not yet accepted ([`crate::ClientAdmission::OnAccept`]): counted in
     /// `Engine::strangers` (and per source).
@@ -406,7 +361,6 @@ impl OneWayRun<'_> {
     /// Stops at the first record it may not take — another envelope, a payload over the
     /// bound, a full application queue — and returns it, or after a record whose return
     /// frees credit the caller must grant first (then with `true`).
-    #[allow(clippy::too_many_arguments)]
     fn take<'a>(
         &mut self,
         conn: &mut Conn,
@@ -429,9 +383,9 @@ impl OneWayRun<'_> {
             let bytes = (sub.envelope.len() + payload.len()) as u64;
             conn.last_rx = self.now;
             next = records.next();
-            if let Verdict::Drop(reason) = conn.charge(bytes) {
+            if !conn.try_charge(bytes) {
                 // The sender ignored its window: a protocol violation, counted.
-                self.counters.drop(reason, who);
+                self.counters.drop(DropReason::CreditExceeded, who);
                 continue;
             }
             self.inbound.push_one_way(origin(), self.key, payload);
@@ -956,15 +910,15 @@ impl Engine {
             }
             return;
         };
-        let was_empty = p.queue.is_empty();
+        let was_empty = p.conn.queue.is_empty();
         for (frames, bytes) in run {
-            p.queue.push_back(Out {
+            p.conn.queue.push_back(Out {
                 frames,
                 bytes: Some(bytes),
                 corr: 0,
             });
         }
-        if was_empty && !p.queue.is_empty() {
+        if was_empty && !p.conn.queue.is_empty() {
             self.dirty.push(node.clone());
         }
     }
@@ -1047,7 +1001,7 @@ impl Engine {
 
     fn release_peer_budget(&self, node: &NodeRid, bytes: u64) {
         if let Some(p) = self.peers.get(node) {
-            p.budget.release(bytes);
+            p.conn.budget.release(bytes);
         } else if let Some(slot) = self.shared.peer_slot(node) {
             slot.budget.release(bytes);
         }
@@ -1104,12 +1058,10 @@ impl Engine {
             relay: Link::Idle,
             completion: Link::Idle,
             up: false,
-            budget: Arc::new(Budget::new(budget)),
-            queue: VecDeque::new(),
             replies: VecDeque::new(),
             next_ping: now,
             ping_seq: 0,
-            conn: Conn::idle(peer_window, now),
+            conn: Conn::idle(peer_window, Arc::new(Budget::new(budget)), now),
         })
     }
 
@@ -1197,12 +1149,12 @@ impl Engine {
                     return;
                 };
                 if !p.up || p.generation != Some(generation) {
-                    release(&p.budget, &out);
+                    release(&p.conn.budget, &out);
                     self.shared.counters.drop(DropReason::PeerLost, &node);
                     return;
                 }
                 if ended {
-                    release(&p.budget, &out);
+                    release(&p.conn.budget, &out);
                     self.drop_ended(&node, out.corr);
                     return;
                 }
@@ -1210,8 +1162,8 @@ impl Engine {
                 // with whatever else the pass queued for this peer. A queue that was not empty
                 // is already PAUSED (HWM: listed in `paused`; credit: a FlowCredit lists it)
                 // or dirty: the record waits behind, FIFO.
-                let was_empty = p.queue.is_empty();
-                p.queue.push_back(out);
+                let was_empty = p.conn.queue.is_empty();
+                p.conn.queue.push_back(out);
                 if was_empty {
                     self.dirty.push(node);
                 }
@@ -1230,7 +1182,7 @@ impl Engine {
                     // Admitted before the close but handed over after it: never sent after
                     // the Disconnect.
                     Some(c) if c.closing.is_some() => {
-                        release(&c.budget, &out);
+                        release(&c.conn.budget, &out);
                         self.shared.counters.drop(DropReason::PeerLost, &session);
                         return;
                     }
@@ -1297,8 +1249,8 @@ impl Engine {
         let Some(c) = self.clients.get_mut(&session) else {
             return;
         };
-        let was_empty = c.queue.is_empty();
-        c.queue.push_back(out);
+        let was_empty = c.conn.queue.is_empty();
+        c.conn.queue.push_back(out);
         if was_empty {
             self.dirty_clients.push(session);
         }
@@ -1369,13 +1321,13 @@ impl Engine {
         // Blocked on the peer's credit (not on libzmq): no need to retry until a FlowCredit
         // arrives (which puts the peer back into `paused`).
         let mut credit_blocked = false;
-        while let Some(out) = p.queue.front() {
+        while let Some(out) = p.conn.queue.front() {
             if self.request_ended(out.corr) {
                 // The request reached its terminal (deadline, cancel) while queued: it must
                 // never be sent afterwards (SB-12, EG-16.26).
-                release(&p.budget, out);
+                release(&p.conn.budget, out);
                 let corr = out.corr;
-                p.queue.pop_front();
+                p.conn.queue.pop_front();
                 self.drop_ended(node, corr);
                 continue;
             }
@@ -1390,27 +1342,39 @@ impl Engine {
             let now = Instant::now();
             let n = p.conn.credit.run(
                 &self.cfg.batching,
-                p.queue.iter().map(|o| (&*o.frames, o.corr)),
+                p.conn.queue.iter().map(|o| (&*o.frames, o.corr)),
                 |c| corr.pending_deadline(c).is_none_or(|d| d <= now),
             );
             match self.send_run(
                 LinkKind::Relay,
                 p.rid(LinkKind::Relay),
-                p.queue.iter().take(n).map(|o| &o.frames),
+                p.conn.queue.iter().take(n).map(|o| &o.frames),
             ) {
                 SendOutcome::Sent => {
-                    take_sent(&mut p.queue, n, &p.budget, Some(&mut p.conn.credit));
+                    // Each record of the run is charged to the credit on its own; the budget
+                    // of the run is released at once.
+                    let (mut reserved_n, mut reserved_bytes) = (0, 0);
+                    for out in p.conn.queue.drain(..n) {
+                        p.conn.credit.charge(out_len(&out));
+                        if let Some(b) = out.bytes {
+                            reserved_n += 1;
+                            reserved_bytes += b;
+                        }
+                    }
+                    if reserved_n > 0 {
+                        p.conn.budget.release_n(reserved_n, reserved_bytes);
+                    }
                 }
                 SendOutcome::Paused => break,
                 SendOutcome::Unreachable => {
-                    for out in p.queue.drain(..n) {
-                        release(&p.budget, &out);
+                    for out in p.conn.queue.drain(..n) {
+                        release(&p.conn.budget, &out);
                         self.shared.counters.drop(DropReason::PeerLost, node);
                     }
                 }
             }
         }
-        let done = (p.queue.is_empty() || credit_blocked) && p.replies.is_empty();
+        let done = (p.conn.queue.is_empty() || credit_blocked) && p.replies.is_empty();
         self.peers.insert(node.clone(), p);
         done
     }
@@ -1422,22 +1386,33 @@ impl Engine {
         let Some(mut c) = self.clients.remove(&session) else {
             return true;
         };
-        while !c.queue.is_empty() {
+        while !c.conn.queue.is_empty() {
             let n = batch_run(
                 &self.cfg.batching,
-                c.queue.iter().map(|o| (&*o.frames, 0)),
+                c.conn.queue.iter().map(|o| (&*o.frames, 0)),
                 |_| true,
             );
             match self.send_run(
                 LinkKind::Client,
                 &c.rid,
-                c.queue.iter().take(n).map(|o| &o.frames),
+                c.conn.queue.iter().take(n).map(|o| &o.frames),
             ) {
-                SendOutcome::Sent => take_sent(&mut c.queue, n, &c.budget, None),
+                SendOutcome::Sent => {
+                    let (mut reserved_n, mut reserved_bytes) = (0, 0);
+                    for out in c.conn.queue.drain(..n) {
+                        if let Some(b) = out.bytes {
+                            reserved_n += 1;
+                            reserved_bytes += b;
+                        }
+                    }
+                    if reserved_n > 0 {
+                        c.conn.budget.release_n(reserved_n, reserved_bytes);
+                    }
+                }
                 SendOutcome::Paused => break,
                 SendOutcome::Unreachable => {
-                    for out in c.queue.drain(..n) {
-                        release(&c.budget, &out);
+                    for out in c.conn.queue.drain(..n) {
+                        release(&c.conn.budget, &out);
                         let reason = if out.bytes.is_some() {
                             DropReason::PeerLost
                         } else {
@@ -1448,7 +1423,7 @@ impl Engine {
                 }
             }
         }
-        let done = c.queue.is_empty();
+        let done = c.conn.queue.is_empty();
         self.clients.insert(session, c);
         done
     }
@@ -1738,8 +1713,12 @@ impl Engine {
                     let shared_node = Arc::new(node.clone());
                     let slot = PeerSlot {
                         generation: id.generation,
-                        budget: p.budget.clone(),
-                        outbox: Arc::new(Outbox::new(shared_node, id.generation, p.budget.clone())),
+                        budget: p.conn.budget.clone(),
+                        outbox: Arc::new(Outbox::new(
+                            shared_node,
+                            id.generation,
+                            p.conn.budget.clone(),
+                        )),
                     };
                     self.shared.set_peer(node.clone(), Some(slot));
                     self.shared.counters.event(TransportEvent::PeerUp);
@@ -1763,8 +1742,8 @@ impl Engine {
         let generation = p.generation;
         let was_up = std::mem::replace(&mut p.up, false);
         p.conn.reset();
-        for out in p.queue.drain(..) {
-            release(&p.budget, &out);
+        for out in p.conn.queue.drain(..) {
+            release(&p.conn.budget, &out);
             self.shared.counters.drop(DropReason::PeerLost, node);
         }
         for _ in p.replies.drain(..) {
@@ -1979,8 +1958,8 @@ impl Engine {
         let Some(mut c) = self.clients.remove(&session) else {
             return;
         };
-        for out in c.queue.drain(..) {
-            release(&c.budget, &out);
+        for out in c.conn.queue.drain(..) {
+            release(&c.conn.budget, &out);
             self.shared.counters.drop(DropReason::PeerLost, &session);
         }
         self.clients_by_rid.remove(&c.rid);
@@ -2279,52 +2258,73 @@ impl Engine {
                 return;
             }
         };
+        let from = Sender::Peer {
+            kind,
+            rid,
+            node: &node,
+            was_cached,
+        };
+        self.on_parts(from, parts);
+    }
+
+    /// One message from a peer or a client: a 139 batch frame, or one record (envelope and
+    /// optional payload); any other part count is `Malformed`.
+    fn on_parts(&mut self, from: Sender<'_>, parts: &[&[u8]]) {
         match parts {
-            [frame] if zlink_wire::is_batch(frame) => {
-                self.on_peer_batch(kind, rid, &node, was_cached, frame)
-            }
+            [frame] if zlink_wire::is_batch(frame) => self.on_batch(from, frame),
             [envelope] => {
-                self.on_peer_record(kind, rid, &node, was_cached, envelope, Pl::None, false);
+                self.on_record(from, envelope, Pl::None, false);
             }
             [envelope, payload] => {
-                self.on_peer_record(
-                    kind,
-                    rid,
-                    &node,
-                    was_cached,
-                    envelope,
-                    Pl::Copy(payload),
-                    false,
-                );
+                self.on_record(from, envelope, Pl::Copy(payload), false);
             }
             _ => {
                 let e = zlink_wire::DecodeError::PartCount { count: parts.len() };
                 self.shared
                     .counters
-                    .drop(codec::drop_reason(&e), &format_args!("{node}: {e}"));
+                    .drop(codec::drop_reason(&e), &format_args!("{from}: {e}"));
             }
         }
     }
 
-    /// A 139 batch frame: copied once into one buffer, its framing validated as a whole (a
-    /// broken frame is dropped once, `Malformed`), then every sub-record goes through exactly
-    /// the checks of a record received alone (authentication, generation, frame format,
-    /// connection kind, window), each rejected sub-record dropped and counted by itself.
-    /// Payloads are copied out of the buffer ([`unpin`]): a held record pins only its bytes.
-    fn on_peer_batch(
+    /// One record from a peer or a client (alone or from a batch), through the path of its
+    /// kind of connection. `Some` when it was a plain one-way handed up in the compact form:
+    /// a batch's fast path may follow it for that connection.
+    fn on_record(
         &mut self,
-        kind: LinkKind,
-        rid: &[u8],
-        node: &Arc<NodeRid>,
-        was_cached: bool,
-        frame: &[u8],
-    ) {
+        from: Sender<'_>,
+        envelope: &[u8],
+        payload: Pl<'_>,
+        in_batch: bool,
+    ) -> Option<Run> {
+        match from {
+            Sender::Peer {
+                kind,
+                rid,
+                node,
+                was_cached,
+            } => self
+                .on_peer_record(kind, rid, node, was_cached, envelope, payload, in_batch)
+                .map(Run::Peer),
+            Sender::Client { rid } => self
+                .on_client_record(rid, envelope, payload, in_batch)
+                .map(Run::Client),
+        }
+    }
+
+    /// A 139 batch frame (from a peer or a client): copied once into one buffer, its framing
+    /// validated as a whole (a broken frame is dropped once, `Malformed`, none of its records
+    /// delivered), then every sub-record goes through exactly the checks of a record received
+    /// alone (authentication, generation, frame format, connection kind, window), each
+    /// rejected sub-record dropped and counted by itself. Payloads are copied out of the
+    /// buffer ([`unpin`]): a held record pins only its bytes.
+    fn on_batch(&mut self, from: Sender<'_>, frame: &[u8]) {
         let batch = match zlink_wire::BatchFrame::parse(Bytes::copy_from_slice(frame)) {
             Ok(b) => b,
             Err(e) => {
                 self.shared
                     .counters
-                    .drop(codec::drop_reason(&e), &format_args!("{node}: batch: {e}"));
+                    .drop(codec::drop_reason(&e), &format_args!("{from}: batch: {e}"));
                 return;
             }
         };
@@ -2335,29 +2335,43 @@ impl Engine {
                 Some(p) => Pl::Shared(p),
                 None => Pl::None,
             };
-            let Some(generation) =
-                self.on_peer_record(kind, rid, node, was_cached, sub.envelope, payload, true)
-            else {
-                next = records.next();
-                continue;
-            };
-            // That record was a memoized one-way 147 handed up in the compact form: the peer is
-            // authenticated, up in `generation` on relay, and nothing has changed since. The
-            // records after it that are byte-identical one-ways take the same path with the
-            // peer looked up once; each still has its payload bounded, its window charged and
-            // its credit freed, exactly as in `on_peer_record`. Anything else goes back there.
+            let run = self.on_record(from, sub.envelope, payload, true);
             next = records.next();
-            let origin = || Origin::Peer {
-                node: NodeRid::clone(node),
-                generation,
-            };
-            next = self.fast_one_ways(
-                ConnRef::Peer(node, Some(generation)),
-                &origin,
-                &**node,
-                next,
-                &mut records,
-            );
+            // That record was a memoized one-way handed up in the compact form: the sender is
+            // authenticated (a peer up in that generation on relay, a session not closing) and
+            // nothing can change that between two sub-records of one frame (control inside a
+            // batch is rejected, timers do not run here). The records after it that are
+            // byte-identical one-ways take the same path with the connection looked up once;
+            // each still has its payload bounded, its window charged and its credit freed,
+            // exactly as a lone record. Anything else goes back through `on_record`.
+            match (run, from) {
+                (Some(Run::Peer(generation)), Sender::Peer { node, .. }) => {
+                    let origin = || Origin::Peer {
+                        node: NodeRid::clone(node),
+                        generation,
+                    };
+                    next = self.fast_one_ways(
+                        ConnRef::Peer(node, Some(generation)),
+                        &origin,
+                        &**node,
+                        next,
+                        &mut records,
+                    );
+                }
+                (Some(Run::Client(session)), Sender::Client { .. }) => {
+                    let origin = || Origin::Client {
+                        session: SessionRid::new(session),
+                    };
+                    next = self.fast_one_ways(
+                        ConnRef::Client(session),
+                        &origin,
+                        &ClientLabel(session),
+                        next,
+                        &mut records,
+                    );
+                }
+                _ => {}
+            }
         }
     }
 
@@ -2528,12 +2542,12 @@ impl Engine {
             Lane::Completion
         };
         match (p.conn.ingress(lane, &class, bytes, self.rx_now), record) {
-            (Verdict::Answer(answer), _) => {
+            (Verdict::Answer(pong), _) => {
                 let rid_vec = p.rid(LinkKind::Completion).to_vec();
-                self.send_control(LinkKind::Completion, &rid_vec, answer);
+                self.send_control(LinkKind::Completion, &rid_vec, Record::Pong(pong));
             }
             (Verdict::Control { resume }, _) => {
-                if resume && !p.queue.is_empty() {
+                if resume && !p.conn.queue.is_empty() {
                     self.paused.insert(NodeRid::clone(node));
                 }
             }
@@ -2727,66 +2741,7 @@ impl Engine {
 
     fn on_client_message(&mut self, rid: &[u8], parts: &[&[u8]]) {
         self.tomb_answered = false;
-        match parts {
-            [frame] if zlink_wire::is_batch(frame) => self.on_client_batch(rid, frame),
-            [envelope] => {
-                self.on_client_record(rid, envelope, Pl::None, false);
-            }
-            [envelope, payload] => {
-                self.on_client_record(rid, envelope, Pl::Copy(payload), false);
-            }
-            _ => {
-                let e = zlink_wire::DecodeError::PartCount { count: parts.len() };
-                self.shared
-                    .counters
-                    .drop(codec::drop_reason(&e), &format_args!("client: {e}"));
-            }
-        }
-    }
-
-    /// A 139 batch frame from a client, handled like a peer's ([`Engine::on_peer_batch`]):
-    /// copied once, its framing validated as a whole (a broken frame is dropped once,
-    /// `Malformed`, none of its records delivered), then every sub-record goes through exactly
-    /// the checks of a record received alone ([`Engine::on_client_record`]), each rejected
-    /// sub-record dropped and counted by itself. Payloads are slices of the one buffer.
-    fn on_client_batch(&mut self, rid: &[u8], frame: &[u8]) {
-        let batch = match zlink_wire::BatchFrame::parse(Bytes::copy_from_slice(frame)) {
-            Ok(b) => b,
-            Err(e) => {
-                self.shared
-                    .counters
-                    .drop(codec::drop_reason(&e), &format_args!("client: batch: {e}"));
-                return;
-            }
-        };
-        let mut records = batch.records().map(unpin);
-        let mut next = records.next();
-        while let Some(sub) = next.take() {
-            let payload = match sub.payload {
-                Some(p) => Pl::Shared(p),
-                None => Pl::None,
-            };
-            let fast = self.on_client_record(rid, sub.envelope, payload, true);
-            next = records.next();
-            if let Some(session) = fast {
-                // That record was a one-way handed up in the compact form: the records after it
-                // that are byte-identical (memo) take the same path with the session looked up
-                // once (nothing can end it between two sub-records of one frame: a Disconnect
-                // inside a batch is rejected, timers do not run here). Each still has its
-                // payload bounded, its window charged and its credit freed, exactly as in
-                // `on_client_record`; anything else goes back there.
-                let origin = || Origin::Client {
-                    session: SessionRid::new(session),
-                };
-                next = self.fast_one_ways(
-                    ConnRef::Client(session),
-                    &origin,
-                    &ClientLabel(session),
-                    next,
-                    &mut records,
-                );
-            }
-        }
+        self.on_parts(Sender::Client { rid }, parts);
     }
 
     /// One record from a client (alone or from a batch): decode (the one-way memo applies, as
@@ -2885,9 +2840,7 @@ impl Engine {
                     s,
                     Client {
                         rid: rid.to_vec(),
-                        budget: budget.clone(),
-                        queue: VecDeque::new(),
-                        conn: Conn::granted(window, now),
+                        conn: Conn::granted(window, budget.clone(), now),
                         stranger: stranger.is_some(),
                         closing: None,
                         source,
@@ -2927,7 +2880,9 @@ impl Engine {
         // The connection core decides (window charged, liveness noted); the rest here acts on
         // its verdict.
         match (c.conn.ingress(Lane::Client, &class, bytes, now), record) {
-            (Verdict::Answer(answer), _) => self.send_control(LinkKind::Client, rid, answer),
+            (Verdict::Answer(pong), _) => {
+                self.send_control(LinkKind::Client, rid, Record::Pong(pong))
+            }
             (Verdict::Control { .. }, _) => {}
             (Verdict::Disconnect, _) => {
                 if self
@@ -3220,6 +3175,39 @@ enum ConnRef<'a> {
     Client(u64),
 }
 
+/// A record was a plain one-way handed up in the compact form ([`Engine::on_record`]): the
+/// connection a batch's fast path may continue with — the sending peer in the generation it
+/// proved, or the session.
+#[derive(Clone, Copy, Debug)]
+enum Run {
+    Peer(NodeGeneration),
+    Client(u64),
+}
+
+/// Who sent the message being handled: a peer (on which mesh connection, by which routing
+/// id, resolved to which node, whether from the routing-id cache) or a client connection.
+#[derive(Clone, Copy)]
+enum Sender<'m> {
+    Peer {
+        kind: LinkKind,
+        rid: &'m [u8],
+        node: &'m Arc<NodeRid>,
+        was_cached: bool,
+    },
+    Client {
+        rid: &'m [u8],
+    },
+}
+
+impl std::fmt::Display for Sender<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Sender::Peer { node, .. } => write!(f, "{node}"),
+            Sender::Client { .. } => f.write_str("client"),
+        }
+    }
+}
+
 /// One session from `src` ended (or stopped being a stranger): count it down, forget the
 /// source at zero.
 fn count_down(by_source: &mut SeededMap<Arc<str>, usize>, src: &Arc<str>) {
@@ -3480,7 +3468,8 @@ mod tests {
             bytes: 1 << 20,
         };
         let now = Instant::now();
-        let mut conn = Conn::granted(window, now - Duration::from_secs(1));
+        let budget = Arc::new(Budget::new(crate::budget::OutboundBudget::default()));
+        let mut conn = Conn::granted(window, budget, now - Duration::from_secs(1));
         conn.grant_sent(conn.poll_grant().expect("initial grant"));
         let mut run = OneWayRun {
             memo: &memo,

@@ -81,6 +81,8 @@ fn ping_pong(s: &zmq::Socket, seq: u64) {
     }
 }
 
+// spec: EG-1.2 (the receive window is its own limit), SB-1 (the session callback authenticates:
+// until then a session is a stranger), SB-2.1 (rejections counted)
 // Many strangers, each ignoring its window (a raw DEALER sending 40 × 1 KiB one-ways), while
 // the application reads nothing: each is held to the strangers' window (8 records / 8 KiB),
 // the excess dropped and counted. An accepted client meanwhile gets its full window: 500
@@ -187,6 +189,7 @@ async fn strangers_hold_only_their_small_window_while_an_accepted_client_is_serv
     node.shutdown().await;
 }
 
+// spec: SB-1, SB-2.1
 // Strangers are bounded per source address and in all; accepting one frees its stranger slot.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn strangers_are_bounded_per_source_and_in_all_until_accepted() {
