@@ -35,6 +35,15 @@ use crate::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 /// A terminal of a record sent to the actor owner: the public kind and a detail.
 pub(crate) type Refusal = (ErrorKind, String);
 
+/// The terminal of a 24 ([`SessionHost::send_relay`]): at once (a one-way send admitted or
+/// refused without waiting, no future allocated), or to wait for.
+pub(crate) enum RelaySent {
+    /// Decided now.
+    Now(Result<Option<Bytes>, Refusal>),
+    /// Waits: admission, a request's reply, the same-node path.
+    Later(BoxFuture<Result<Option<Bytes>, Refusal>>),
+}
+
 /// What the session owner needs from its node: sending to actor owners (the mesh, or the local
 /// actor side when the owner is this node) and to its clients.
 pub(crate) trait SessionHost: Send + Sync + 'static {
@@ -53,7 +62,7 @@ pub(crate) trait SessionHost: Send + Sync + 'static {
         rec: ActorSend,
         payload: Bytes,
         timeout: Option<Duration>,
-    ) -> BoxFuture<Result<Option<Bytes>, Refusal>>;
+    ) -> RelaySent;
     /// A push (148) to a client if its outbound budget has room now (never waits).
     fn try_push(
         &self,
@@ -674,10 +683,14 @@ impl SessionOwner {
                 session_sequence: ticket.sequence,
             },
         };
-        self.host
+        let out = match self
+            .host
             .send_relay(&ticket.route.node, rec, payload, timeout)
-            .await
-            .map_err(|(kind, detail)| SessionError::Remote { kind, detail })
+        {
+            RelaySent::Now(out) => out,
+            RelaySent::Later(wait) => wait.await,
+        };
+        out.map_err(|(kind, detail)| SessionError::Remote { kind, detail })
     }
 
     pub(crate) async fn get_actor(&self, actor: ActorId) -> Result<ActorRef, SessionError> {
