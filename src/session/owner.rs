@@ -430,37 +430,42 @@ impl SessionOwner {
         let reply = PacketReply(reply);
         let guard = self.host.enter_work();
         let job = entry.lane.prepare(len, move |_ctx| {
-            let mut turn: BoxFuture<Result<(), crate::runtime::HandlerError>> =
-                Box::pin(async move {
-                    let _guard = guard;
-                    let out = handler(session, payload).await;
-                    match (reply.take(), out) {
-                        (Some(r), Ok(b)) => r.reply(b),
-                        (Some(r), Err(e)) => r.error(e.kind, e.detail),
-                        (None, Err(e)) => {
-                            tracing::info!(error = %e, "one-way session packet failed");
-                        }
-                        (None, Ok(_)) => {}
-                    }
-                    Ok(())
-                });
+            let finish = |reply: PacketReply, out: Result<Bytes, super::PacketError>| match (
+                reply.take(),
+                out,
+            ) {
+                (Some(r), Ok(b)) => r.reply(b),
+                (Some(r), Err(e)) => r.error(e.kind, e.detail),
+                (None, Err(e)) => {
+                    tracing::info!(error = %e, "one-way session packet failed");
+                }
+                (None, Ok(_)) => {}
+            };
             // Most packet handlers finish without waiting (a one-way relay is admitted at
-            // once): poll the turn once here, so such a turn ends as a synchronous one and the
-            // lane keeps its batch. A session lane cannot yield (`NoYield`). A turn that waits
-            // (a relay request) is polled once more right where it is woken — the mesh I/O
-            // thread that received the actor's reply — so the answer to the client leaves from
-            // there (`InlineTurn`).
+            // once): poll the handler once here, so such a turn ends as a synchronous one (no
+            // turn future allocated) and the lane keeps its batch. A session lane cannot
+            // yield (`NoYield`). A turn that waits (a relay request) is polled once more right
+            // where it is woken — the mesh I/O thread that received the actor's reply — so the
+            // answer to the client leaves from there (`InlineTurn`).
+            let mut handler_turn = handler(session, payload);
             let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-            let out = match turn.as_mut().poll(&mut cx) {
-                std::task::Poll::Ready(out) => out,
-                std::task::Poll::Pending => match tokio::runtime::Handle::try_current() {
-                    // The lane's runtime: where the turn would be polled otherwise.
-                    Ok(rt) => match InlineTurn::start(turn, rt) {
-                        Ok(out) => out,
-                        Err(proxy) => return Handled::later(proxy),
-                    },
-                    Err(_) => return Handled::later(turn),
+            if let std::task::Poll::Ready(out) = handler_turn.as_mut().poll(&mut cx) {
+                finish(reply, out);
+                drop(guard);
+                return Handled::ok(());
+            }
+            let turn: BoxFuture<Result<(), crate::runtime::HandlerError>> = Box::pin(async move {
+                let _guard = guard;
+                finish(reply, handler_turn.await);
+                Ok(())
+            });
+            let out = match tokio::runtime::Handle::try_current() {
+                // The lane's runtime: where the turn would be polled otherwise.
+                Ok(rt) => match InlineTurn::start(turn, rt) {
+                    Ok(out) => out,
+                    Err(proxy) => return Handled::later(proxy),
                 },
+                Err(_) => return Handled::later(turn),
             };
             match out {
                 Ok(()) => Handled::ok(()),
