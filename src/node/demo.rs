@@ -10,7 +10,7 @@
 
 use std::time::Duration;
 
-use bytes::Bytes;
+use bytes::{Buf, Bytes};
 use serde::{Deserialize, Serialize};
 use zlink_wire::{DispatchKey, ErrorKind};
 
@@ -364,27 +364,31 @@ struct RelayView<'a> {
     timeout_ms: u32,
 }
 
-/// A relay packet's binding, key, message (a slice of `packet`) and timeout.
+/// A relay packet's binding, key, message (the packet narrowed to it) and timeout.
 type Relay = (crate::session::BoundActor, DispatchKey, Bytes, u32);
 
 impl RelayView<'_> {
     fn parse(
         s: &crate::session::Session,
-        packet: &Bytes,
+        mut packet: Bytes,
     ) -> Result<Relay, crate::session::PacketError> {
-        let v: RelayView<'_> = rmp_serde::from_slice(packet).map_err(|e| {
-            crate::session::PacketError::new(
-                ErrorKind::InvalidOperation,
-                format!("packet payload: {e}"),
-            )
-        })?;
-        let bound = find(s, v.actor_id)?;
-        Ok((
-            bound,
-            DispatchKey::new(v.key),
-            packet.slice_ref(v.payload),
-            v.timeout_ms,
-        ))
+        let (bound, key, start, len, timeout_ms) = {
+            let v: RelayView<'_> = rmp_serde::from_slice(&packet).map_err(|e| {
+                crate::session::PacketError::new(
+                    ErrorKind::InvalidOperation,
+                    format!("packet payload: {e}"),
+                )
+            })?;
+            // Borrowed from `packet`: its offset there.
+            let start = v.payload.as_ptr() as usize - packet.as_ptr() as usize;
+            let bound = find(s, v.actor_id)?;
+            (bound, v.key, start, v.payload.len(), v.timeout_ms)
+        };
+        // The packet itself narrowed to the message: no copy, and no shared handle to
+        // allocate as a clone of it would.
+        packet.advance(start);
+        packet.truncate(len);
+        Ok((bound, DispatchKey::new(key), packet, timeout_ms))
     }
 }
 
@@ -410,7 +414,7 @@ pub fn sessions() -> crate::session::SessionHandlers {
         // packet) and their binding looked up before the turn's future exists: no copy of the
         // message, no allocation beyond the relay's own.
         .packet_raw(RelayRequest::KEY, |s, packet| {
-            let relay = RelayView::parse(&s, &packet);
+            let relay = RelayView::parse(&s, packet);
             Box::pin(async move {
                 let (bound, key, payload, timeout_ms) = relay?;
                 let reply = bound
@@ -426,7 +430,7 @@ pub fn sessions() -> crate::session::SessionHandlers {
             })
         })
         .packet_raw(RelaySend::KEY, |s, packet| {
-            let relay = RelayView::parse(&s, &packet);
+            let relay = RelayView::parse(&s, packet);
             Box::pin(async move {
                 let (bound, key, payload, _) = relay?;
                 bound.relay(key, payload, None).await?;
