@@ -340,12 +340,14 @@ fn find(
     s: &crate::session::Session,
     id: &str,
 ) -> Result<crate::session::BoundActor, crate::session::PacketError> {
+    // Looked up by its text: the identity is built (and validated) only for an error.
+    if let Some(b) = s.actors().find(id) {
+        return Ok(b);
+    }
     let id = zlink_wire::ActorId::new(id).map_err(|e| {
         crate::session::PacketError::new(ErrorKind::InvalidOperation, format!("actor id: {e}"))
     })?;
-    s.actors()
-        .find(&id)
-        .ok_or_else(|| crate::session::SessionError::NotBound { actor: id }.into())
+    Err(crate::session::SessionError::NotBound { actor: id }.into())
 }
 
 /// MessagePack of `()` (nil): the reply of a packet whose reply type is `()`.

@@ -134,7 +134,11 @@ impl SessionEntry {
         v
     }
 
-    pub(crate) fn find(&self, actor: &ActorId) -> Option<Binding> {
+    pub(crate) fn find<Q>(&self, actor: &Q) -> Option<Binding>
+    where
+        ActorId: std::borrow::Borrow<Q>,
+        Q: std::hash::Hash + Eq + ?Sized,
+    {
         self.agg().find(actor).cloned()
     }
 
