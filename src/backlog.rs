@@ -197,6 +197,8 @@ impl<K: Hash + Eq + Clone + Send + 'static> Backlogs<K> {
 /// per key runs the waiting work in order, and a key's queue is bounded by the caller's limit
 /// (refused over it, counted).
 pub(crate) struct WaitQueues<K> {
+    /// Keys with a queue: zero on the fast path, which then skips the map.
+    open: AtomicUsize,
     map: Mutex<HashMap<K, VecDeque<BoxFuture<()>>>>,
     waited: AtomicU64,
     opened: AtomicU64,
@@ -207,6 +209,7 @@ pub(crate) struct WaitQueues<K> {
 impl<K> Default for WaitQueues<K> {
     fn default() -> Self {
         WaitQueues {
+            open: AtomicUsize::new(0),
             map: Mutex::new(HashMap::new()),
             waited: AtomicU64::new(0),
             opened: AtomicU64::new(0),
@@ -253,26 +256,46 @@ impl<K: Hash + Eq + Clone + Send + 'static> WaitQueues<K> {
         attempt: impl FnOnce(bool) -> Option<BoxFuture<()>>,
         rt: &tokio::runtime::Handle,
     ) -> Result<Admitted, QueueFull> {
-        // The attempt runs under the lock: nothing for `key` can be queued meanwhile.
-        let mut map = lock(&self.map);
-        if let Some(q) = map.get_mut(key) {
-            if q.len() >= limit {
-                self.refused.fetch_add(1, Ordering::Relaxed);
-                return Err(QueueFull);
-            }
-            if let Some(f) = attempt(false) {
+        // Nothing waits for any key (the common case): try at once without the map. What one
+        // submitter queued is seen by its own next call (`open` is raised under the lock
+        // before it returns), so its work never overtakes its own waiting work.
+        let (mut map, f) = if self.open.load(Ordering::Acquire) == 0 {
+            let Some(f) = attempt(true) else {
+                return Ok(Admitted::Now);
+            };
+            let mut map = lock(&self.map);
+            if let Some(q) = map.get_mut(key) {
+                // Another submitter opened it meanwhile: behind what waits.
                 q.push_back(f);
                 self.waited.fetch_add(1, Ordering::Relaxed);
                 self.waiting_now.fetch_add(1, Ordering::Relaxed);
+                return Ok(Admitted::Queued);
             }
-            return Ok(Admitted::Queued);
-        }
-        let Some(f) = attempt(true) else {
-            return Ok(Admitted::Now);
+            (map, f)
+        } else {
+            // The attempt runs under the lock: nothing for `key` can be queued meanwhile.
+            let mut map = lock(&self.map);
+            if let Some(q) = map.get_mut(key) {
+                if q.len() >= limit {
+                    self.refused.fetch_add(1, Ordering::Relaxed);
+                    return Err(QueueFull);
+                }
+                if let Some(f) = attempt(false) {
+                    q.push_back(f);
+                    self.waited.fetch_add(1, Ordering::Relaxed);
+                    self.waiting_now.fetch_add(1, Ordering::Relaxed);
+                }
+                return Ok(Admitted::Queued);
+            }
+            let Some(f) = attempt(true) else {
+                return Ok(Admitted::Now);
+            };
+            (map, f)
         };
         let mut q = VecDeque::new();
         q.push_back(f);
         map.insert(key.clone(), q);
+        self.open.fetch_add(1, Ordering::AcqRel);
         self.opened.fetch_add(1, Ordering::Relaxed);
         self.waited.fetch_add(1, Ordering::Relaxed);
         self.waiting_now.fetch_add(1, Ordering::Relaxed);
@@ -292,6 +315,7 @@ impl<K: Hash + Eq + Clone + Send + 'static> WaitQueues<K> {
                     Some(f) => f,
                     None => {
                         map.remove(&key);
+                        self.open.fetch_sub(1, Ordering::AcqRel);
                         return;
                     }
                 }

@@ -323,13 +323,14 @@ async fn a_stalled_peer_holds_up_only_what_is_addressed_to_it() {
 struct PushSeq {
     from: u32,
     n: u32,
+    pad: u32,
 }
 impl Message for PushSeq {
     const KEY: DispatchKey = DispatchKey::new(720);
     type Reply = ();
 }
 
-/// What a `pusher` actor pushes: a sequence number and padding (so that a few hundred pushes
+/// What a `pusher` actor pushes: a sequence number and padding (so that a few dozen pushes
 /// fill the socket buffers between the node and a client that does not read).
 #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 struct Seq {
@@ -342,19 +343,19 @@ impl Message for Seq {
     type Reply = ();
 }
 
-/// The demo types plus `pusher`: `PushSeq { from, n }` pushes `Seq` from..from+n to its bound
-/// session, in order.
+/// The demo types plus `pusher`: `PushSeq { from, n, pad }` pushes `Seq` from..from+n, each
+/// with `pad` bytes, to its bound session, in order.
 fn pusher_registry() -> ActorRegistry {
     let mut r = demo::registry().unwrap();
     r.register(
         ActorTypeBuilder::new("pusher", |_info, _init| Ok(()))
-            .handle(|_s: &mut (), ctx, PushSeq { from, n }| {
+            .handle(|_s: &mut (), ctx, PushSeq { from, n, pad }| {
                 let ctx = ctx.clone();
                 Handled::later(async move {
                     for i in from..from + n {
                         ctx.push(&Seq {
                             i,
-                            pad: vec![0x5a; 1024],
+                            pad: vec![0x5a; pad as usize],
                         })
                         .await
                         .map_err(|e| zlink::actor::HandlerError::new(e.to_string()))?;
@@ -406,8 +407,8 @@ async fn a_client_without_credit_holds_up_only_its_own_pushes() {
         Some(demo::sessions()),
         |m| {
             patient(m);
-            // Few pushes in flight per client (a few hundred of these), so a client that
-            // stops reading stalls soon; 32 pushes at once always fit.
+            // Few of the stalled client's pushes in flight, so it stalls soon; 32 small pushes
+            // at once always fit.
             m.client_budget = OutboundBudget {
                 messages: 4096,
                 bytes: 256 << 10,
@@ -434,17 +435,21 @@ async fn a_client_without_credit_holds_up_only_its_own_pushes() {
     bind(&stalled, &slow).await;
     bind(&other, &fast).await;
     // `stalled` takes no push: its channel, its socket buffers and its budget on a fill, then
-    // the pushes of its actor wait on a, in its session's queue.
+    // the pushes of its actor wait on a, in its session's queue. They are large (64 KiB): the
+    // kernel may grow the connection's send buffer later (up to `tcp_wmem`'s 4 MiB), which
+    // must not be able to take all that waits (at least 128 × 64 KiB = 8 MiB).
     const BATCH: u32 = 32;
+    const LARGE: u32 = 64 << 10;
     let mut pushed = 0;
     // (The kernel's socket buffers take a varying amount first: push until a few batches wait.)
     while a.inbound_backlogs().pushes.waiting_now < u64::from(4 * BATCH) {
-        assert!(pushed < 20_000, "the client never stalled");
+        assert!(pushed < 2_000, "the client never stalled");
         a.request(
             &slow,
             &PushSeq {
                 from: pushed,
                 n: BATCH,
+                pad: LARGE,
             },
             TIMEOUT,
         )
@@ -462,6 +467,7 @@ async fn a_client_without_credit_holds_up_only_its_own_pushes() {
                 &PushSeq {
                     from: next,
                     n: BATCH,
+                    pad: 16,
                 },
             )
             .await

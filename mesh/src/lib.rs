@@ -59,7 +59,8 @@ pub use handshake::MeshSecret;
 pub use node::IoHold;
 pub use node::{
     BoundEndpoints, ClientCloseCause, ClientEvent, ClientEvents, DownReason, Inbound,
-    InboundReceiver, MeshNode, Origin, PeerEvent, ReplyHandle, Response, TryPushError,
+    InboundReceiver, MeshNode, Origin, PeerEvent, PendingRecord, ReplyHandle, Response,
+    TryPushError, TrySendError,
 };
 pub use sink::{InboundSink, Offer};
 pub use tap::{TapDirection, TapFrame, WireTap};

@@ -71,6 +71,23 @@ pub enum TryPushError {
     Failed(SendError),
 }
 
+/// A one-way record that [`MeshNode::try_send_record`] encoded but could not admit at once
+/// (the peer's outbound budget is full): wait for admission with [`MeshNode::send_pending`].
+#[derive(Debug)]
+pub struct PendingRecord {
+    frames: Parts,
+    bytes: u64,
+}
+
+/// Why [`MeshNode::try_send_record`] did not send.
+#[derive(Debug)]
+pub enum TrySendError {
+    /// The peer's outbound budget has no room now: the encoded record, back.
+    Full(PendingRecord),
+    /// The record cannot be sent (as [`MeshNode::send_record`] fails).
+    Failed(SendError),
+}
+
 /// Why a peer lifecycle ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -877,11 +894,61 @@ impl MeshNode {
                 record.command()
             )));
         }
-        let frames =
-            codec::encode(&record, 0, payload).map_err(|e| SendError::Encode(e.to_string()))?;
-        match self.admit_frames(to, frames)? {
-            None => Ok(()),
-            Some(wait) => wait.await,
+        match self.try_send_record(to, record, payload) {
+            Ok(()) => Ok(()),
+            Err(TrySendError::Full(p)) => self.send_pending(to, p).await,
+            Err(TrySendError::Failed(e)) => Err(e),
+        }
+    }
+
+    /// [`MeshNode::send_record`] without waiting: the record is admitted now or handed back
+    /// encoded ([`TrySendError::Full`]) to be waited for with [`MeshNode::send_pending`] (so
+    /// the common case costs no future). Order: a record handed back is not queued; records
+    /// admitted after it may overtake it unless the caller waits for it first.
+    ///
+    /// # Errors
+    /// As [`MeshNode::send_record`], and [`TrySendError::Full`].
+    pub fn try_send_record(
+        &self,
+        to: &NodeRid,
+        record: Record,
+        payload: Option<Bytes>,
+    ) -> Result<(), TrySendError> {
+        if !codec::is_app_record(&record) || record.is_reply() {
+            return Err(TrySendError::Failed(SendError::Encode(format!(
+                "{} is not an application record",
+                record.command()
+            ))));
+        }
+        let frames = codec::encode(&record, 0, payload)
+            .map_err(|e| TrySendError::Failed(SendError::Encode(e.to_string())))?;
+        let bytes = self
+            .shared
+            .check_size(&frames)
+            .map_err(TrySendError::Failed)?;
+        match self.try_enqueue(to, 1, bytes, [OutItem::Send { frames, bytes }], false) {
+            Ok(Admit::Queued(_)) => Ok(()),
+            Ok(Admit::Wait([OutItem::Send { frames, bytes }], _)) => {
+                Err(TrySendError::Full(PendingRecord { frames, bytes }))
+            }
+            Ok(Admit::Wait(..)) => unreachable!("one Send item in, one back"),
+            Err(e) => Err(TrySendError::Failed(e)),
+        }
+    }
+
+    /// Waits (at most the send timeout) for the admission of a record
+    /// [`MeshNode::try_send_record`] handed back.
+    ///
+    /// # Errors
+    /// As [`MeshNode::send_record`].
+    pub async fn send_pending(&self, to: &NodeRid, p: PendingRecord) -> Result<(), SendError> {
+        let PendingRecord { frames, bytes } = p;
+        match self.try_enqueue(to, 1, bytes, [OutItem::Send { frames, bytes }], false)? {
+            Admit::Queued(_) => Ok(()),
+            Admit::Wait(items, slot) => self
+                .enqueue_waiting(slot, 1, bytes, self.shared.send_timeout, items, false)
+                .await
+                .map(drop),
         }
     }
 

@@ -205,13 +205,26 @@ fn erase_handled<R: serde::Serialize + Send + 'static>(h: Handled<R>) -> Step {
     }
 }
 
+/// MessagePack nil: the encoding of `()`.
+static NIL: &[u8] = &[0xc0];
+
 fn encode_reply<R: serde::Serialize>(r: Result<R, HandlerError>) -> Outcome {
     match r {
+        // A reply without data (`()`, the reply of most one-way messages) is one static byte:
+        // no buffer allocated per message for a reply nobody may read.
+        Ok(v) if std::mem::size_of::<R>() == 0 && is_nil(&v) => Ok(Bytes::from_static(NIL)),
         Ok(v) => rmp_serde::to_vec_named(&v)
             .map(Bytes::from)
             .map_err(|e| ActorError::Codec(format!("reply: {e}"))),
         Err(e) => Err(ActorError::Handler(e.to_string())),
     }
+}
+
+/// Whether `v` (a zero-sized value) encodes as nil, encoded on the stack.
+fn is_nil<R: serde::Serialize>(v: &R) -> bool {
+    let mut buf = [0u8; 4];
+    let mut w = &mut buf[..];
+    rmp_serde::encode::write_named(&mut w, v).is_ok() && w.len() == 3 && buf[0] == NIL[0]
 }
 
 type MakeInstance = Arc<
@@ -313,5 +326,34 @@ impl ActorRegistry {
         let mut v: Vec<String> = self.types.keys().cloned().collect();
         v.sort();
         v
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(serde::Serialize)]
+    struct Ack;
+
+    #[test]
+    fn a_reply_without_data_is_the_static_nil_and_others_encode_as_before() {
+        let nil = encode_reply(Ok(())).unwrap();
+        assert_eq!(&nil[..], NIL);
+        assert_eq!(nil.as_ptr(), NIL.as_ptr(), "static, not allocated");
+        // Zero-sized but not nil (a unit struct is an empty array here): encoded as before.
+        assert_eq!(
+            encode_reply(Ok(Ack)).unwrap(),
+            rmp_serde::to_vec_named(&Ack).unwrap()
+        );
+        let empty: [u8; 0] = [];
+        assert_eq!(
+            encode_reply(Ok(empty)).unwrap(),
+            rmp_serde::to_vec_named(&empty).unwrap()
+        );
+        assert_eq!(
+            encode_reply(Ok(7u32)).unwrap(),
+            rmp_serde::to_vec_named(&7u32).unwrap()
+        );
     }
 }

@@ -8,7 +8,7 @@ use std::sync::Weak;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use zlink_mesh::{Record, ReplyHandle, SendError};
+use zlink_mesh::{Record, ReplyHandle, SendError, TrySendError};
 use zlink_wire::{
     ActorSend, AuthorityFence, BindOperation, BindSnapshot, BoundSessionBind,
     BoundSessionBindReply, BoundSessionReplaced, BoundSessionSend, DisconnectReason, DispatchKey,
@@ -22,7 +22,7 @@ use crate::actor::{ActorCtx, ActorError, ActorHost, ActorRef};
 use crate::backlog::{Admitted, Done};
 use crate::runtime::BoxFuture;
 use crate::session::flow::{FlowRecord, FlowReject};
-use crate::session::owner::Refusal;
+use crate::session::owner::{Refusal, RelaySent};
 use crate::session::{RegisteredBinding, SessionHost, slot::SlotBind};
 
 fn refusal(e: &ActorError) -> Refusal {
@@ -445,14 +445,15 @@ impl SessionHost for NodeSessionHost {
         rec: ActorSend,
         payload: Bytes,
         timeout: Option<Duration>,
-    ) -> BoxFuture<Result<Option<Bytes>, Refusal>> {
-        let node = self.node();
+    ) -> RelaySent {
+        let Some(node) = self.node() else {
+            return RelaySent::Now(Err(gone()));
+        };
         let to = to.clone();
-        Box::pin(async move {
-            let node = node.ok_or_else(gone)?;
-            if to == *node.node_rid() {
-                let me = to.clone();
-                return match timeout {
+        if to == *node.node_rid() {
+            return RelaySent::Later(Box::pin(async move {
+                let me = to;
+                match timeout {
                     None => match node.on_actor_send(&me, rec, payload, None, None).await {
                         None => Ok(None),
                         Some(e) => Err(refusal(&e)),
@@ -476,25 +477,40 @@ impl SessionHost for NodeSessionHost {
                             Err(_) => Err(refusal(&ActorError::DeadlineExceeded)),
                         }
                     }
-                };
-            }
-            match timeout {
-                None => node
+                }
+            }));
+        }
+        match timeout {
+            // A one-way 24 admitted at once costs no future (the common case).
+            None => {
+                match node
                     .inner
                     .mesh
-                    .send_record(&to, Record::ActorSend(rec), Some(payload))
-                    .await
-                    .map(|()| None)
-                    .map_err(|e| refusal(&send_error(&to, e))),
-                Some(t) => node
-                    .inner
+                    .try_send_record(&to, Record::ActorSend(rec), Some(payload))
+                {
+                    Ok(()) => RelaySent::Now(Ok(None)),
+                    Err(TrySendError::Failed(e)) => {
+                        RelaySent::Now(Err(refusal(&send_error(&to, e))))
+                    }
+                    Err(TrySendError::Full(p)) => RelaySent::Later(Box::pin(async move {
+                        node.inner
+                            .mesh
+                            .send_pending(&to, p)
+                            .await
+                            .map(|()| None)
+                            .map_err(|e| refusal(&send_error(&to, e)))
+                    })),
+                }
+            }
+            Some(t) => RelaySent::Later(Box::pin(async move {
+                node.inner
                     .mesh
                     .request_record(&to, Record::ActorSend(rec), Some(payload), t)
                     .await
                     .map(|r| Some(r.payload.unwrap_or_default()))
-                    .map_err(|e| refusal(&request_error(&to, e))),
-            }
-        })
+                    .map_err(|e| refusal(&request_error(&to, e)))
+            })),
+        }
     }
 
     fn push(

@@ -10,7 +10,7 @@
 
 use std::time::Duration;
 
-use bytes::Bytes;
+use bytes::{Buf, Bytes};
 use serde::{Deserialize, Serialize};
 use zlink_wire::{DispatchKey, ErrorKind};
 
@@ -340,12 +340,58 @@ fn find(
     s: &crate::session::Session,
     id: &str,
 ) -> Result<crate::session::BoundActor, crate::session::PacketError> {
+    // Looked up by its text: the identity is built (and validated) only for an error.
+    if let Some(b) = s.actors().find(id) {
+        return Ok(b);
+    }
     let id = zlink_wire::ActorId::new(id).map_err(|e| {
         crate::session::PacketError::new(ErrorKind::InvalidOperation, format!("actor id: {e}"))
     })?;
-    s.actors()
-        .find(&id)
-        .ok_or_else(|| crate::session::SessionError::NotBound { actor: id }.into())
+    Err(crate::session::SessionError::NotBound { actor: id }.into())
+}
+
+/// MessagePack of `()` (nil): the reply of a packet whose reply type is `()`.
+const UNIT: &[u8] = &[0xc0];
+
+/// [`session::RelaySend`] / [`session::RelayRequest`] read in place (the same fields; a
+/// `RelaySend` has no `timeout_ms`).
+#[derive(Deserialize)]
+struct RelayView<'a> {
+    #[serde(borrow)]
+    actor_id: &'a str,
+    key: u32,
+    #[serde(borrow)]
+    payload: &'a [u8],
+    #[serde(default)]
+    timeout_ms: u32,
+}
+
+/// A relay packet's binding, key, message (the packet narrowed to it) and timeout.
+type Relay = (crate::session::BoundActor, DispatchKey, Bytes, u32);
+
+impl RelayView<'_> {
+    fn parse(
+        s: &crate::session::Session,
+        mut packet: Bytes,
+    ) -> Result<Relay, crate::session::PacketError> {
+        let (bound, key, start, len, timeout_ms) = {
+            let v: RelayView<'_> = rmp_serde::from_slice(&packet).map_err(|e| {
+                crate::session::PacketError::new(
+                    ErrorKind::InvalidOperation,
+                    format!("packet payload: {e}"),
+                )
+            })?;
+            // Borrowed from `packet`: its offset there.
+            let start = v.payload.as_ptr() as usize - packet.as_ptr() as usize;
+            let bound = find(s, v.actor_id)?;
+            (bound, v.key, start, v.payload.len(), v.timeout_ms)
+        };
+        // The packet itself narrowed to the message: no copy, and no shared handle to
+        // allocate as a clone of it would.
+        packet.advance(start);
+        packet.truncate(len);
+        Ok((bound, DispatchKey::new(key), packet, timeout_ms))
+    }
 }
 
 fn timeout_of(ms: u32) -> Duration {
@@ -366,23 +412,32 @@ pub fn sessions() -> crate::session::SessionHandlers {
         .packet(|s, b: BindOrGet| async move {
             Ok(s.actors().bind_or_get(&b.actor).await?.actor_ref())
         })
-        .packet(|s, r: RelayRequest| async move {
-            let bound = find(&s, &r.actor_id)?;
-            let reply = bound
-                .relay(
-                    DispatchKey::new(r.key),
-                    Bytes::from(r.payload),
-                    Some(timeout_of(r.timeout_ms)),
-                )
-                .await?;
-            Ok(serde_bytes::ByteBuf::from(reply.unwrap_or_default().to_vec()))
+        // The two relay packets are decoded in place (the actor message stays a slice of the
+        // packet) and their binding looked up before the turn's future exists: no copy of the
+        // message, no allocation beyond the relay's own.
+        .packet_raw(RelayRequest::KEY, |s, packet| {
+            let relay = RelayView::parse(&s, packet);
+            Box::pin(async move {
+                let (bound, key, payload, timeout_ms) = relay?;
+                let reply = bound
+                    .relay(key, payload, Some(timeout_of(timeout_ms)))
+                    .await?
+                    .unwrap_or_default();
+                // The reply as MessagePack bin (what `serde_bytes::ByteBuf` encodes to).
+                rmp_serde::to_vec(serde_bytes::Bytes::new(&reply))
+                    .map(Bytes::from)
+                    .map_err(|e| {
+                        crate::session::PacketError::new(ErrorKind::Internal, e.to_string())
+                    })
+            })
         })
-        .packet(|s, r: RelaySend| async move {
-            let bound = find(&s, &r.actor_id)?;
-            bound
-                .relay(DispatchKey::new(r.key), Bytes::from(r.payload), None)
-                .await?;
-            Ok(())
+        .packet_raw(RelaySend::KEY, |s, packet| {
+            let relay = RelayView::parse(&s, packet);
+            Box::pin(async move {
+                let (bound, key, payload, _) = relay?;
+                bound.relay(key, payload, None).await?;
+                Ok(Bytes::from_static(UNIT))
+            })
         })
         .packet(|s, u: Unbind| async move {
             find(&s, &u.actor_id)?.unbind().await?;

@@ -301,7 +301,11 @@ impl SessionBindingAggregate {
 
     /// The current binding of `actor` (`session.actors().find(id)`).
     #[must_use]
-    pub fn find(&self, actor: &ActorId) -> Option<&Binding> {
+    pub fn find<Q>(&self, actor: &Q) -> Option<&Binding>
+    where
+        ActorId: std::borrow::Borrow<Q>,
+        Q: std::hash::Hash + Eq + ?Sized,
+    {
         self.bindings.get(actor)
     }
 

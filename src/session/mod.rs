@@ -470,9 +470,13 @@ impl SessionActors<'_> {
             .collect()
     }
 
-    /// The current binding of `actor`.
+    /// The current binding of `actor` (an [`ActorId`], or its text: `find("player-7")`).
     #[must_use]
-    pub fn find(&self, actor: &ActorId) -> Option<BoundActor> {
+    pub fn find<Q>(&self, actor: &Q) -> Option<BoundActor>
+    where
+        ActorId: std::borrow::Borrow<Q>,
+        Q: std::hash::Hash + Eq + ?Sized,
+    {
         self.session.entry.find(actor).map(|b| BoundActor {
             session: self.session.clone(),
             binding: b,

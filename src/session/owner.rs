@@ -35,6 +35,15 @@ use crate::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 /// A terminal of a record sent to the actor owner: the public kind and a detail.
 pub(crate) type Refusal = (ErrorKind, String);
 
+/// The terminal of a 24 ([`SessionHost::send_relay`]): at once (a one-way send admitted or
+/// refused without waiting, no future allocated), or to wait for.
+pub(crate) enum RelaySent {
+    /// Decided now.
+    Now(Result<Option<Bytes>, Refusal>),
+    /// Waits: admission, a request's reply, the same-node path.
+    Later(BoxFuture<Result<Option<Bytes>, Refusal>>),
+}
+
 /// What the session owner needs from its node: sending to actor owners (the mesh, or the local
 /// actor side when the owner is this node) and to its clients.
 pub(crate) trait SessionHost: Send + Sync + 'static {
@@ -53,7 +62,7 @@ pub(crate) trait SessionHost: Send + Sync + 'static {
         rec: ActorSend,
         payload: Bytes,
         timeout: Option<Duration>,
-    ) -> BoxFuture<Result<Option<Bytes>, Refusal>>;
+    ) -> RelaySent;
     /// A push (148) to a client if its outbound budget has room now (never waits).
     fn try_push(
         &self,
@@ -128,7 +137,11 @@ impl SessionEntry {
         v
     }
 
-    pub(crate) fn find(&self, actor: &ActorId) -> Option<Binding> {
+    pub(crate) fn find<Q>(&self, actor: &Q) -> Option<Binding>
+    where
+        ActorId: std::borrow::Borrow<Q>,
+        Q: std::hash::Hash + Eq + ?Sized,
+    {
         self.agg().find(actor).cloned()
     }
 
@@ -474,37 +487,42 @@ impl SessionOwner {
         let reply = PacketReply(reply);
         let guard = self.host.enter_work();
         let job = entry.lane.prepare(len, move |_ctx| {
-            let mut turn: BoxFuture<Result<(), crate::runtime::HandlerError>> =
-                Box::pin(async move {
-                    let _guard = guard;
-                    let out = handler(session, payload).await;
-                    match (reply.take(), out) {
-                        (Some(r), Ok(b)) => r.reply(b),
-                        (Some(r), Err(e)) => r.error(e.kind, e.detail),
-                        (None, Err(e)) => {
-                            tracing::info!(error = %e, "one-way session packet failed");
-                        }
-                        (None, Ok(_)) => {}
-                    }
-                    Ok(())
-                });
+            let finish = |reply: PacketReply, out: Result<Bytes, super::PacketError>| match (
+                reply.take(),
+                out,
+            ) {
+                (Some(r), Ok(b)) => r.reply(b),
+                (Some(r), Err(e)) => r.error(e.kind, e.detail),
+                (None, Err(e)) => {
+                    tracing::info!(error = %e, "one-way session packet failed");
+                }
+                (None, Ok(_)) => {}
+            };
             // Most packet handlers finish without waiting (a one-way relay is admitted at
-            // once): poll the turn once here, so such a turn ends as a synchronous one and the
-            // lane keeps its batch. A session lane cannot yield (`NoYield`). A turn that waits
-            // (a relay request) is polled once more right where it is woken — the mesh I/O
-            // thread that received the actor's reply — so the answer to the client leaves from
-            // there (`InlineTurn`).
+            // once): poll the handler once here, so such a turn ends as a synchronous one (no
+            // turn future allocated) and the lane keeps its batch. A session lane cannot
+            // yield (`NoYield`). A turn that waits (a relay request) is polled once more right
+            // where it is woken — the mesh I/O thread that received the actor's reply — so the
+            // answer to the client leaves from there (`InlineTurn`).
+            let mut handler_turn = handler(session, payload);
             let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-            let out = match turn.as_mut().poll(&mut cx) {
-                std::task::Poll::Ready(out) => out,
-                std::task::Poll::Pending => match tokio::runtime::Handle::try_current() {
-                    // The lane's runtime: where the turn would be polled otherwise.
-                    Ok(rt) => match InlineTurn::start(turn, rt) {
-                        Ok(out) => out,
-                        Err(proxy) => return Handled::later(proxy),
-                    },
-                    Err(_) => return Handled::later(turn),
+            if let std::task::Poll::Ready(out) = handler_turn.as_mut().poll(&mut cx) {
+                finish(reply, out);
+                drop(guard);
+                return Handled::ok(());
+            }
+            let turn: BoxFuture<Result<(), crate::runtime::HandlerError>> = Box::pin(async move {
+                let _guard = guard;
+                finish(reply, handler_turn.await);
+                Ok(())
+            });
+            let out = match tokio::runtime::Handle::try_current() {
+                // The lane's runtime: where the turn would be polled otherwise.
+                Ok(rt) => match InlineTurn::start(turn, rt) {
+                    Ok(out) => out,
+                    Err(proxy) => return Handled::later(proxy),
                 },
+                Err(_) => return Handled::later(turn),
             };
             match out {
                 Ok(()) => Handled::ok(()),
@@ -727,10 +745,14 @@ impl SessionOwner {
                 session_sequence: ticket.sequence,
             },
         };
-        self.host
+        let out = match self
+            .host
             .send_relay(&ticket.route.node, rec, payload, timeout)
-            .await
-            .map_err(|(kind, detail)| SessionError::Remote { kind, detail })
+        {
+            RelaySent::Now(out) => out,
+            RelaySent::Later(wait) => wait.await,
+        };
+        out.map_err(|(kind, detail)| SessionError::Remote { kind, detail })
     }
 
     pub(crate) async fn get_actor(&self, actor: ActorId) -> Result<ActorRef, SessionError> {

@@ -394,6 +394,14 @@ text_id! {
     ActorId, max = 128, check = |c| !c.is_control()
 }
 
+/// Hash and equality are those of the text, so a map keyed by actor can be searched with a
+/// `&str` (no identity built, nor validated, for a lookup).
+impl std::borrow::Borrow<str> for ActorId {
+    fn borrow(&self) -> &str {
+        &self.0
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
