@@ -43,6 +43,10 @@ use zlink::session::SessionHandlers;
 use zlink::store::MemoryStore;
 use zlink_mesh::{DispatchKey, MeshConfig, MeshName, MeshSecret, NodeRid};
 
+/// The allocator `zlink-node` links, so the session path is measured as it ships.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 const PAYLOAD: usize = 64;
 const ROUNDS: usize = 3;
 const WARM_UP: usize = 1000;

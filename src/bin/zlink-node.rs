@@ -21,6 +21,11 @@ use zlink::node::{Node, NodeOptions, chat, demo};
 use zlink::store::StoreUrl;
 use zlink_wire::{MeshName, NodeRid};
 
+/// mimalloc: cheaper than glibc's malloc for the node's cross-thread alloc/free pattern
+/// (records allocated on a mesh I/O thread, freed on a lane worker).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 const AFTER_HELP: &str = "\
 CONFIGURATION FILE (TOML, every key optional; flags and environment override it):
   name = \"node1\"                          node name = routing id (NodeRid)
