@@ -49,6 +49,9 @@ use zlink_mesh::{DispatchKey, MeshConfig, MeshName, MeshSecret, NodeRid};
 mod progress;
 #[path = "support/samples.rs"]
 mod samples;
+/// The allocator `zlink-node` links, so the session path is measured as it ships.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 const PAYLOAD: usize = 64;
 const ROUNDS: usize = 3;

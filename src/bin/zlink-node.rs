@@ -23,6 +23,10 @@ use zlink_wire::{MeshName, NodeRid};
 
 #[path = "zlink-node/ctl.rs"]
 mod ctl;
+/// mimalloc: cheaper than glibc's malloc for the node's cross-thread alloc/free pattern
+/// (records allocated on a mesh I/O thread, freed on a lane worker).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 const AFTER_HELP: &str = "\
 CONFIGURATION FILE (TOML, every key optional; flags and environment override it):
