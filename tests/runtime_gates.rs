@@ -358,3 +358,25 @@ fn fifo_order_per_actor() {
     rt.block_on(a.ask(500)).unwrap().unwrap();
     assert_eq!(*seen.lock().unwrap(), (0..=500).collect::<Vec<_>>());
 }
+
+// Issue 12: an actor ends when its last handle is dropped; handles dropped after the runtime
+// (shut down, or dropped without a shutdown) end nothing and do not panic.
+#[test]
+fn handles_dropped_after_the_runtime_go_quietly() {
+    let rt = runtime();
+    let spot = rt
+        .create_spot::<EntrySpot, _>(|_c: SerialCtx, m: Bytes| Handled::ok(m))
+        .unwrap();
+    let a = spot
+        .spawn_actor(|_c: SerialCtx, n: u64| Handled::ok(n + 1))
+        .unwrap();
+    let b = spot
+        .spawn_actor(|_c: SerialCtx, n: u64| Handled::ok(n + 1))
+        .unwrap();
+    assert_eq!(rt.block_on(a.ask(1)).unwrap().unwrap(), 2);
+    rt.block_on(rt.shutdown()).unwrap();
+    drop(a);
+    drop(rt);
+    drop(b);
+    drop(spot);
+}

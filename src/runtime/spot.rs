@@ -576,6 +576,10 @@ impl<M, R> Drop for ActorRef<M, R> {
         // locked); a full lane is waited for (the record must come after the queued work).
         let lane = self.lane.clone();
         let rt = lane.rt().clone();
+        if rt.shutting_down.load(Ordering::Acquire) {
+            // shutdown ends every gate: nothing to end here
+            return;
+        }
         spawn_infrastructure(&rt, async move {
             let end = Job::new(|env| {
                 env.lane.remove();
