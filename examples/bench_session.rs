@@ -145,7 +145,9 @@ impl Meter {
                 seen = c;
                 since = Instant::now();
             } else if since.elapsed() > Duration::from_secs(5) {
-                eprintln!("bench_session: only {c} of {n} messages arrived at the actors");
+                progress::note(format_args!(
+                    "bench_session: only {c} of {n} messages arrived at the actors"
+                ));
                 break;
             }
             tokio::time::sleep(Duration::from_millis(1)).await;
