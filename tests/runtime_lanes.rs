@@ -615,3 +615,31 @@ fn return_pending_hands_back_records_per_object_in_fifo_order() {
     // nothing ran at the sealed source
     assert!(rx.try_recv().is_err());
 }
+
+// Issue 12: the record that ends an actor (destroy, or its last handle dropped) ends only that
+// actor: handed back by return_pending and carried to another actor, it ends nothing there.
+#[test]
+fn an_end_record_carried_to_another_actor_ends_nothing() {
+    let rt = runtime_with(|_| {});
+    let src = rt
+        .create_spot::<SpotWideUser, _>(|_c, b| Handled::ok(b))
+        .unwrap();
+    let a = src
+        .spawn_actor(|_c: SpotWideCtx, n: u64| Handled::ok(n + 1))
+        .unwrap();
+    src.lane().seal();
+    a.destroy().unwrap();
+    let pending = src.lane().return_pending();
+    assert_eq!(pending.len(), 1);
+    let dst = rt
+        .create_spot::<SpotWideUser, _>(|_c, b| Handled::ok(b))
+        .unwrap();
+    let a2 = dst
+        .spawn_actor(|_c: SpotWideCtx, n: u64| Handled::ok(n + 1))
+        .unwrap();
+    for p in pending {
+        p.resubmit_to(&a2).map_err(|(e, _)| e).unwrap();
+    }
+    assert_eq!(rt.block_on(a2.ask(1)).unwrap().unwrap(), 2);
+    assert_eq!(rt.block_on(a2.ask(2)).unwrap().unwrap(), 3);
+}

@@ -532,6 +532,18 @@ pub(crate) fn lane_stats(lane: &LaneHandle) -> LaneStats {
         .unwrap_or_default()
 }
 
+/// The record that ends actor `object` (destroy, last handle dropped): it removes its lane —
+/// only its own: a record handed back by `return_pending` and resubmitted to another actor ends
+/// nothing.
+fn end_job(object: u64) -> Job {
+    Job::new(move |env| {
+        if env.lane.object == object {
+            env.lane.remove();
+        }
+        Handled::ok(())
+    })
+}
+
 /// A handle to an actor taking messages `M` and replying `R` to requests.
 ///
 /// An actor is reachable only through its `ActorRef`s: when the last clone is dropped without
@@ -581,10 +593,7 @@ impl<M, R> Drop for ActorRef<M, R> {
             return;
         }
         spawn_infrastructure(&rt, async move {
-            let end = Job::new(|env| {
-                env.lane.remove();
-                Handled::ok(())
-            });
+            let end = end_job(lane.object);
             let _ = lane.submit_wait(LaneClass::Application, 0, end).await;
         });
     }
@@ -621,14 +630,9 @@ where
 
     /// Destroy: a lifecycle record of this actor removes its lane; queued work fails.
     pub fn destroy(&self) -> Result<(), RuntimeError> {
-        let r = self.lane.submit(
-            LaneClass::Lifecycle,
-            0,
-            Job::new(|env| {
-                env.lane.remove();
-                Handled::ok(())
-            }),
-        );
+        let r = self
+            .lane
+            .submit(LaneClass::Lifecycle, 0, end_job(self.lane.object));
         if r.is_ok() {
             self.lane.ending.store(true, Ordering::Release);
         }
