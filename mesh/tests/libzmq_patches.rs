@@ -1,4 +1,5 @@
-//! Regression tests for `ZLINK PATCH (io error)` in the vendored libzmq
+//! Regression tests for `ZLINK PATCH (io error)` and `ZLINK PATCH (disconnect mid-message)`
+//! in the vendored libzmq
 //! (`vendor/zeromq-src/PATCHES.md`), through the `zmq` crate directly (the same libzmq build
 //! the mesh links).
 //!
@@ -367,5 +368,68 @@ fn ping_buffered_by_stalled_peer_that_hung_up_does_not_abort() {
     in_child(
         "ping_buffered_by_stalled_peer_that_hung_up_does_not_abort",
         ping_in_buffer_scenario,
+    );
+}
+
+/// `ZLINK PATCH (disconnect mid-message)`: a ROUTER that connected to a peer is told by
+/// `get_events` (as `zmq::poll` and the mesh engine's spin do) that a message is readable;
+/// that prefetches the message's first part from the connection's pipe. The application then
+/// disconnects that endpoint (`zmq_disconnect` terminates the pipe synchronously) and reads the
+/// message. Unpatched, the read of the second part aborts the process with
+/// `Assertion failed: !_more (src/fq.cpp:112)` (libzmq#3485).
+fn disconnect_mid_message_scenario() {
+    let ctx = zmq::Context::new();
+    // Both ROUTERs announce a routing id (as mesh sockets do); the client's is known to the
+    // server from the handshake, the server's to the client once the connection is up.
+    let server = ctx.socket(zmq::ROUTER).unwrap();
+    server.set_linger(0).unwrap();
+    server.set_identity(b"server").unwrap();
+    server.bind("tcp://127.0.0.1:*").unwrap();
+    let ep = server.get_last_endpoint().unwrap().unwrap();
+    let client = ctx.socket(zmq::ROUTER).unwrap();
+    client.set_linger(0).unwrap();
+    client.set_router_mandatory(true).unwrap();
+    client.set_identity(b"client").unwrap();
+    client.connect(&ep).unwrap();
+    let deadline = Instant::now() + WAIT;
+    while client
+        .send_multipart([&b"server"[..], b"hello"], zmq::DONTWAIT)
+        .is_err()
+    {
+        assert!(Instant::now() < deadline, "the connection never came up");
+        std::thread::yield_now();
+    }
+    server.set_rcvtimeo(WAIT.as_millis() as i32).unwrap();
+    let hello = server.recv_multipart(0).unwrap();
+    assert_eq!(hello, vec![b"client".to_vec(), b"hello".to_vec()]);
+    server
+        .send_multipart([&b"client"[..], b"one", b"two", b"three"], 0)
+        .unwrap();
+    let deadline = Instant::now() + WAIT;
+    while !client.get_events().unwrap().contains(zmq::POLLIN) {
+        assert!(Instant::now() < deadline, "the message never arrived");
+        std::thread::yield_now();
+    }
+    client.disconnect(&ep).unwrap();
+    // The message prefetched before the disconnect is delivered whole.
+    let got = client.recv_multipart(zmq::DONTWAIT).unwrap();
+    assert_eq!(
+        got,
+        vec![
+            b"server".to_vec(),
+            b"one".to_vec(),
+            b"two".to_vec(),
+            b"three".to_vec()
+        ]
+    );
+    // Nothing else comes from the terminated pipe.
+    assert!(client.recv_msg(zmq::DONTWAIT).is_err());
+}
+
+#[test]
+fn disconnect_after_poll_mid_message_does_not_abort() {
+    in_child(
+        "disconnect_after_poll_mid_message_does_not_abort",
+        disconnect_mid_message_scenario,
     );
 }

@@ -110,6 +110,7 @@ zmq::pipe_t::pipe_t (object_t *parent_,
     _out_pipe (outpipe_),
     _in_active (true),
     _out_active (true),
+    _in_mid_message (false),
     _hwm (outhwm_),
     _lwm (compute_lwm (inhwm_)),
     _in_hwm_boost (-1),
@@ -198,7 +199,14 @@ bool zmq::pipe_t::read (msg_t *msg_)
 {
     if (unlikely (!_in_active))
         return false;
-    if (unlikely (_state != active && _state != waiting_for_delimiter))
+    //  ZLINK PATCH (disconnect mid-message): the socket may terminate this pipe
+    //  (zmq_disconnect / zmq_unbind: terminate (false), synchronously) while its
+    //  reader is between the parts of a message, e.g. a ROUTER whose has_in
+    //  (ZMQ_EVENTS, zmq_poll) prefetched the first part. The reader (fq_t) asserts
+    //  that the rest of a message it has started is readable, so that rest stays
+    //  readable until its last part; no new message is started.
+    const bool terminating = _state != active && _state != waiting_for_delimiter;
+    if (unlikely (terminating && !_in_mid_message))
         return false;
 
     while (true) {
@@ -222,10 +230,14 @@ bool zmq::pipe_t::read (msg_t *msg_)
         return false;
     }
 
+    //  ZLINK PATCH (disconnect mid-message): see above.
+    _in_mid_message = (msg_->flags () & msg_t::more) != 0;
+
     if (!(msg_->flags () & msg_t::more) && !msg_->is_routing_id ())
         _msgs_read++;
 
-    if (_lwm > 0 && _msgs_read % _lwm == 0)
+    //  ZLINK PATCH (disconnect mid-message): a terminating pipe's peer may be gone.
+    if (_lwm > 0 && _msgs_read % _lwm == 0 && !terminating)
         send_activate_write (_peer, _msgs_read);
 
     return true;

@@ -193,6 +193,10 @@ class pipe_t ZMQ_FINAL : public object_t,
     bool _in_active;
     bool _out_active;
 
+    //  ZLINK PATCH (disconnect mid-message): the last part read had MORE set, so the
+    //  rest of that message is in _in_pipe (ypipe publishes whole messages only).
+    bool _in_mid_message;
+
     //  High watermark for the outbound pipe.
     int _hwm;
 
