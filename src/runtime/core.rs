@@ -1082,6 +1082,15 @@ impl<W, L: Clone> GateCore<W, L> {
         })
     }
 
+    /// Every present lane's data with its application and lifecycle FIFO lengths (records a
+    /// batch has taken out are not in them).
+    pub fn queue_lengths(&self) -> impl Iterator<Item = (&L, usize, usize)> {
+        self.lanes
+            .iter()
+            .filter_map(|slot| slot.state.as_ref())
+            .map(|s| (&s.data, s.application.len(), s.lifecycle.len()))
+    }
+
     /// A handler registered a `defer()` barrier for the moving object `lane` (EG-5.1): inactive,
     /// it blocks nothing yet. `false` if the lane or the gate is gone.
     pub fn handle_barrier_register(&mut self, lane: LaneId) -> bool {

@@ -117,7 +117,7 @@ impl Unit {
         }
     }
 
-    fn gates(&self) -> Vec<Arc<GateInner>> {
+    pub(crate) fn gates(&self) -> Vec<Arc<GateInner>> {
         let mut out = vec![self.own.clone()];
         {
             let extra = self.extra.lock().unwrap();
