@@ -225,7 +225,7 @@ pub struct StoreOpStats {
 
 /// Reply of `COUNTERS`: one snapshot of the node's counters, read when asked — the same values
 /// the metrics endpoint serves. Counters are monotonic since the process started; gauges
-/// (`peers_up`, `sessions`, `bindings`, `actors`, `waiting_now`) are the value now. Every map
+/// (`peers_up`, `sessions`, `bindings`, `actors`, `waiting_now`, `lanes`) are the value now. Every map
 /// holds every key of its closed vocabulary, zeros included.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct NodeCounters {
