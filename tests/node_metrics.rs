@@ -287,14 +287,7 @@ async fn lane_depths_are_the_queued_records_behind_a_held_handler() {
         get(m, &format!(r#"zlink_lane_depth_max{{spot_kind="{kind}"}}"#))
     };
     let before = scrape(&node).await;
-    for kind in [
-        "entry",
-        "spot_wide",
-        "per_actor",
-        "instance",
-        "session",
-        "handler",
-    ] {
+    for kind in ["entry", "spot_wide", "per_actor", "instance", "session"] {
         assert_eq!(queued(&before, kind, "application"), 0.0, "{kind}");
         assert_eq!(queued(&before, kind, "lifecycle"), 0.0, "{kind}");
         assert_eq!(deepest(&before, kind), 0.0, "{kind}");

@@ -406,12 +406,13 @@ impl Node {
         }
     }
 
-    /// Lanes' own queue lengths now, by Spot kind plus `session` and `handler` (see
-    /// [`NodeCounters::lanes`]): read from the lane runtime's FIFOs, one short lock per gate.
+    /// Lanes' own queue lengths now, by Spot kind plus `session` (see [`NodeCounters::lanes`]):
+    /// read from the lane runtime's FIFOs, one short lock per gate of each Spot, then of every
+    /// live gate for the session lanes.
     fn lane_depths(&self) -> BTreeMap<String, LaneDepthStats> {
         let mut out: BTreeMap<String, LaneDepthStats> = SPOT_KINDS
             .iter()
-            .chain(&["session", "handler"])
+            .chain(&["session"])
             .map(|k| ((*k).to_owned(), LaneDepthStats::default()))
             .collect();
         let spots: Vec<_> = lock(&self.inner.spots)
@@ -423,14 +424,9 @@ impl Node {
                 row.add(spot.lane_depths().total());
             }
         }
-        let all = self.inner.runtime.lane_depths();
-        for (key, kind) in [
-            ("session", LaneKind::Session),
-            ("handler", LaneKind::Handler),
-        ] {
-            if let Some(row) = out.get_mut(key) {
-                row.add(all.get(kind));
-            }
+        let sessions = self.inner.runtime.lane_depths().get(LaneKind::Session);
+        if let Some(row) = out.get_mut("session") {
+            row.add(sessions);
         }
         out
     }
@@ -632,7 +628,7 @@ impl Collector for NodeCollector {
         for (name, help, pick) in [
             (
                 "zlink_lanes",
-                "Lanes now, by owner (Spot kind, session, handler)",
+                "Lanes now, by owner (Spot kind or session)",
                 (|s: &LaneDepthStats| s.lanes) as fn(&_) -> u64,
             ),
             (
@@ -648,7 +644,7 @@ impl Collector for NodeCollector {
         family(
             e,
             "zlink_lane_queued",
-            "Records queued in lanes now, by owner (Spot kind, session, handler) and FIFO",
+            "Records queued in lanes now, by owner (Spot kind or session) and FIFO",
             MetricType::Gauge,
             c.lanes.iter().flat_map(|(k, s)| {
                 [

@@ -270,8 +270,8 @@ pub struct NodeCounters {
     pub backlogs: std::collections::BTreeMap<String, crate::backlog::BacklogStats>,
     /// Lanes' own queue lengths now, read from the lane runtime's FIFOs: per Spot kind (`entry`,
     /// `spot_wide`, `per_actor`, `instance`: every lane of those Spots — their own, their
-    /// actors' and timers'), `session` (client session lanes) and `handler` (Node and Channel
-    /// handler lanes). Absent from older nodes' replies.
+    /// actors' and timers') and `session` (client session lanes). Absent from older nodes'
+    /// replies.
     #[serde(default)]
     pub lanes: std::collections::BTreeMap<String, LaneDepthStats>,
     /// Records and connections the mesh dropped, by `zlink_mesh::DropReason` (snake_case).
