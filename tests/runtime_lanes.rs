@@ -650,7 +650,7 @@ fn an_end_record_carried_to_another_actor_ends_nothing() {
 fn lane_depths_of<K: SpotKind>() {
     let rt = runtime_with(|_| {});
     let spot = rt.create_spot::<K, _>(|_c, b| Handled::ok(b)).unwrap();
-    let _session = rt.session_lane().unwrap();
+    let session = rt.session_lane().unwrap();
     let mut h = held(&spot);
     let idle = spot
         .spawn_actor(|_c: Ctx<K::Yield>, _m: u32| Handled::ok(()))
@@ -673,6 +673,8 @@ fn lane_depths_of<K: SpotKind>() {
     assert_eq!(all.get(LaneKind::Actor), want, "{}", K::NAME);
     assert_eq!(all.get(LaneKind::Session).lanes, 1);
     assert_eq!(all.get(LaneKind::Session).queued(), 0);
+    assert_eq!(session.lane_depths().lanes, 1);
+    assert_eq!(h.actor.stats().application_queued, 3);
     assert_eq!(all.total().queued(), 5);
     h.release();
     wait_until(&rt, || spot.lane_depths().total().queued() == 0);

@@ -39,7 +39,6 @@ use super::protocol::{LaneDepthStats, NodeCounters, StoreOpStats};
 use super::{Inner, Node, lock};
 use crate::actor::SpotKind;
 use crate::actor::spot::UserMode;
-use crate::runtime::LaneKind;
 use crate::session::{FlowRecord, FlowReject};
 use crate::store::{
     ActivationRequest, ActorId, ActorLocation, ActorOwner, AuthorityFence, LeaseHolder,
@@ -407,8 +406,7 @@ impl Node {
     }
 
     /// Lanes' own queue lengths now, by Spot kind plus `session` (see [`NodeCounters::lanes`]):
-    /// read from the lane runtime's FIFOs, one short lock per gate of each Spot, then of every
-    /// live gate for the session lanes.
+    /// read from the lane runtime's FIFOs, one short lock per gate of each Spot and per session.
     fn lane_depths(&self) -> BTreeMap<String, LaneDepthStats> {
         let mut out: BTreeMap<String, LaneDepthStats> = SPOT_KINDS
             .iter()
@@ -424,9 +422,8 @@ impl Node {
                 row.add(spot.lane_depths().total());
             }
         }
-        let sessions = self.inner.runtime.lane_depths().get(LaneKind::Session);
         if let Some(row) = out.get_mut("session") {
-            row.add(sessions);
+            row.add(self.inner.sessions.lane_depths());
         }
         out
     }

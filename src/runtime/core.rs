@@ -1091,6 +1091,12 @@ impl<W, L: Clone> GateCore<W, L> {
             .map(|s| (&s.data, s.application.len(), s.lifecycle.len()))
     }
 
+    /// One lane's application and lifecycle FIFO lengths (`None` if the lane is gone).
+    pub fn queue_length(&self, lane: LaneId) -> Option<(usize, usize)> {
+        self.lane_ref(lane)
+            .map(|s| (s.application.len(), s.lifecycle.len()))
+    }
+
     /// A handler registered a `defer()` barrier for the moving object `lane` (EG-5.1): inactive,
     /// it blocks nothing yet. `false` if the lane or the gate is gone.
     pub fn handle_barrier_register(&mut self, lane: LaneId) -> bool {

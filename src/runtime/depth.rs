@@ -89,6 +89,17 @@ impl LaneDepthsByKind {
     }
 }
 
+/// One lane's depths (a lane already removed counts as none).
+pub(crate) fn of_lane(lane: &super::driver::LaneHandle) -> LaneDepths {
+    let mut d = LaneDepths::default();
+    // read-only: an outstanding batch is left alone (`lock` would end it)
+    if let Some((application, lifecycle)) = lane.gate.gate.lock_unquiesced().queue_length(lane.lane)
+    {
+        d.add_lane(application, lifecycle);
+    }
+    d
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -257,6 +257,12 @@ impl<P: LanePolicy, Y: YieldMode> SerialLane<P, Y> {
     pub fn stats(&self) -> LaneStats {
         lane_stats(&self.lane)
     }
+
+    /// This lane's queue lengths now, read from its FIFOs without ending a drain's batch (see
+    /// [`super::LaneDepths`]): for an operator's snapshot.
+    pub fn lane_depths(&self) -> super::LaneDepths {
+        super::depth::of_lane(&self.lane)
+    }
 }
 
 impl<P: RelocationSeal, Y: YieldMode> SerialLane<P, Y> {
