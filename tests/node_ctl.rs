@@ -256,11 +256,17 @@ async fn ctl_lists_nodes_actors_sessions_and_counters() {
     );
     let all = ctl(&eps, &["counters", "--all"]).await;
     assert_eq!(row(&all, &["mesh_drops.malformed"])[1..], ["0", "0"]);
+    // lane depths: each node's Entry Spot has its own lane and its actor's, none queued now
+    for lanes in &row(&all, &["lanes.entry.lanes"])[1..] {
+        assert!(lanes.parse::<u64>().unwrap() >= 2, "{all}");
+    }
+    assert_eq!(row(&all, &["lanes.entry.deepest"])[1..], ["0", "0"]);
     let j = ctl_json(&eps, &["counters"]).await;
     assert_eq!(j[0]["client_operations"]["create"], 2);
     assert_eq!(j[1]["actors"]["entry"], 1);
     assert_eq!(j[1]["activations"], 1);
     assert_eq!(j[0]["relocations"], 0);
+    assert_eq!(j[0]["lanes"]["entry"]["application_queued"], 0);
 
     // The metrics endpoints (TOML key on node1, flag on node2) serve the same counters.
     let m1 = scrape(&ready1["metrics"]).await;
@@ -269,6 +275,10 @@ async fn ctl_lists_nodes_actors_sessions_and_counters() {
         "{m1}"
     );
     assert!(m1.contains("\nzlink_session_bindings 1\n"), "{m1}");
+    assert!(
+        m1.contains("\nzlink_lane_queued{spot_kind=\"entry\",lane=\"application\"} 0\n"),
+        "{m1}"
+    );
     let m2 = scrape(&ready2["metrics"]).await;
     assert!(m2.contains("\nzlink_activations_total 1\n"), "{m2}");
 

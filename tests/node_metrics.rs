@@ -9,19 +9,29 @@
 mod node_common;
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use node_common::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use zlink::actor::ErrorKind;
+use tokio::sync::Semaphore;
+use zlink::actor::{ActorRegistry, ActorTypeBuilder, Create, ErrorKind, Handled, Message};
 use zlink::node::client::Placement;
 use zlink::node::demo::{self, Add, Echo, Fail};
 use zlink::node::{Node, NodeOptions};
+use zlink::session::SessionHandlers;
+use zlink_mesh::DispatchKey;
+use zlink_wire::ActorId;
 
 async fn start_metrics_node() -> Node {
+    start_metrics_node_with(demo::registry().unwrap(), demo::sessions()).await
+}
+
+async fn start_metrics_node_with(registry: ActorRegistry, sessions: SessionHandlers) -> Node {
     let mut mc = mesh_config("m1");
     mc.client_endpoint = Some("tcp://127.0.0.1:*".to_owned());
-    let mut options = NodeOptions::new(mc, memory_store(), demo::registry().unwrap())
-        .with_sessions(demo::sessions())
+    let mut options = NodeOptions::new(mc, memory_store(), registry)
+        .with_sessions(sessions)
         .unwrap();
     options.metrics = Some("127.0.0.1:0".parse().unwrap());
     Node::start(options).await.unwrap()
@@ -211,6 +221,135 @@ async fn scraped_counters_match_the_work_done() {
     // Only /metrics is served.
     let (status, _, _) = http_get(node.metrics_addr().unwrap(), "/other").await;
     assert!(status.contains("404"), "{status}");
+    c.close().await;
+    node.shutdown(TIMEOUT).await;
+}
+
+/// Held until the test gives a permit (an actor's handler).
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+struct Wait;
+impl Message for Wait {
+    const KEY: DispatchKey = DispatchKey::new(700);
+    type Reply = ();
+}
+
+/// Held until the test gives a permit (a session's packet handler).
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+struct Hold;
+impl Message for Hold {
+    const KEY: DispatchKey = DispatchKey::new(710);
+    type Reply = ();
+}
+
+/// Lane depths are the lanes' own queue lengths, read when scraped: while an actor's handler
+/// and a session's packet handler are held, the records sent behind them are the depth of their
+/// lanes (application FIFO, deepest lane); released, the depths return to 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lane_depths_are_the_queued_records_behind_a_held_handler() {
+    const N: usize = 5;
+    let gate = Arc::new(Semaphore::new(0));
+    let ran = Arc::new(AtomicUsize::new(0));
+    let held = Arc::new(AtomicUsize::new(0));
+    let mut registry = demo::registry().unwrap();
+    let (g, r) = (gate.clone(), ran.clone());
+    registry
+        .register(
+            ActorTypeBuilder::new("gated", |_info, _init| Ok(()))
+                .handle(move |_s: &mut (), _ctx, _: Wait| {
+                    r.fetch_add(1, Ordering::SeqCst);
+                    let g = g.clone();
+                    Handled::later(async move {
+                        g.acquire().await.unwrap().forget();
+                        Ok(())
+                    })
+                })
+                .build()
+                .unwrap(),
+        )
+        .unwrap();
+    let (g, h) = (gate.clone(), held.clone());
+    let sessions = SessionHandlers::new().packet(move |_s, _: Hold| {
+        let (g, h) = (g.clone(), h.clone());
+        async move {
+            h.fetch_add(1, Ordering::SeqCst);
+            g.acquire().await.unwrap().forget();
+            Ok(())
+        }
+    });
+    let node = start_metrics_node_with(registry, sessions).await;
+    let queued = |m: &BTreeMap<String, f64>, kind: &str, lane: &str| {
+        get(
+            m,
+            &format!(r#"zlink_lane_queued{{spot_kind="{kind}",lane="{lane}"}}"#),
+        )
+    };
+    let deepest = |m: &BTreeMap<String, f64>, kind: &str| {
+        get(m, &format!(r#"zlink_lane_depth_max{{spot_kind="{kind}"}}"#))
+    };
+    let before = scrape(&node).await;
+    for kind in ["entry", "spot_wide", "per_actor", "instance", "session"] {
+        assert_eq!(queued(&before, kind, "application"), 0.0, "{kind}");
+        assert_eq!(queued(&before, kind, "lifecycle"), 0.0, "{kind}");
+        assert_eq!(deepest(&before, kind), 0.0, "{kind}");
+    }
+
+    // The first Wait holds x's turn; N more wait in x's lane.
+    let x = node
+        .create(Create::new("gated", ActorId::new("lane-x").unwrap()))
+        .await
+        .unwrap();
+    for _ in 0..=N {
+        node.send(&x, &Wait).await.unwrap();
+    }
+    wait_until("x's handler is held with N records behind it", || {
+        ran.load(Ordering::SeqCst) == 1
+            && node.counters().lanes["entry"].application_queued == N as u64
+    })
+    .await;
+    // The first Hold holds the session's turn; N more wait in its lane.
+    let c = client_of(&node);
+    for _ in 0..=N {
+        c.packet_send(&Hold).await.unwrap();
+    }
+    wait_until(
+        "the session's handler is held with N packets behind it",
+        || {
+            held.load(Ordering::SeqCst) == 1
+                && node.counters().lanes["session"].application_queued == N as u64
+        },
+    )
+    .await;
+
+    let m = scrape(&node).await;
+    assert_eq!(queued(&m, "entry", "application"), N as f64);
+    assert_eq!(queued(&m, "entry", "lifecycle"), 0.0);
+    assert_eq!(deepest(&m, "entry"), N as f64);
+    // the Entry Spot's own lane and x's
+    assert!(get(&m, r#"zlink_lanes{spot_kind="entry"}"#) >= 2.0);
+    assert_eq!(queued(&m, "session", "application"), N as f64);
+    assert_eq!(deepest(&m, "session"), N as f64);
+    assert_eq!(get(&m, r#"zlink_lanes{spot_kind="session"}"#), 1.0);
+    assert_eq!(queued(&m, "spot_wide", "application"), 0.0);
+    // COUNTERS answers the same depths.
+    let counters = c.counters().await.unwrap();
+    assert_eq!(counters.lanes["entry"].deepest, N as u64);
+    assert_eq!(counters.lanes["session"].application_queued, N as u64);
+
+    // Released: every record runs and the depths return to 0.
+    gate.add_permits(2 * (N + 1));
+    wait_until("every held record ran", || {
+        ran.load(Ordering::SeqCst) == N + 1 && held.load(Ordering::SeqCst) == N + 1
+    })
+    .await;
+    wait_until("the lanes are empty", || {
+        node.counters().lanes.values().all(|d| d.deepest == 0)
+    })
+    .await;
+    let m = scrape(&node).await;
+    for kind in ["entry", "session"] {
+        assert_eq!(queued(&m, kind, "application"), 0.0, "{kind}");
+        assert_eq!(deepest(&m, kind), 0.0, "{kind}");
+    }
     c.close().await;
     node.shutdown(TIMEOUT).await;
 }

@@ -643,3 +643,47 @@ fn an_end_record_carried_to_another_actor_ends_nothing() {
     assert_eq!(rt.block_on(a2.ask(1)).unwrap().unwrap(), 2);
     assert_eq!(rt.block_on(a2.ask(2)).unwrap().unwrap(), 3);
 }
+
+/// Queue lengths of a Spot's lanes and of the runtime's, read from the FIFOs: records behind a
+/// held record are the held actor's depth, per FIFO; an idle actor counts as a lane of depth 0;
+/// released, the depths return to 0.
+fn lane_depths_of<K: SpotKind>() {
+    let rt = runtime_with(|_| {});
+    let spot = rt.create_spot::<K, _>(|_c, b| Handled::ok(b)).unwrap();
+    let session = rt.session_lane().unwrap();
+    let mut h = held(&spot);
+    let idle = spot
+        .spawn_actor(|_c: Ctx<K::Yield>, _m: u32| Handled::ok(()))
+        .unwrap();
+    for i in 1..=3 {
+        h.actor.tell(i).unwrap();
+    }
+    for _ in 0..2 {
+        spot.actor_lifecycle(&h.actor, |_c| Handled::ok(()))
+            .unwrap();
+    }
+    let want = LaneDepths {
+        lanes: 2,
+        application_queued: 3,
+        lifecycle_queued: 2,
+        deepest: 5,
+    };
+    assert_eq!(spot.lane_depths().get(LaneKind::Actor), want, "{}", K::NAME);
+    let all = rt.lane_depths();
+    assert_eq!(all.get(LaneKind::Actor), want, "{}", K::NAME);
+    assert_eq!(all.get(LaneKind::Session).lanes, 1);
+    assert_eq!(all.get(LaneKind::Session).queued(), 0);
+    assert_eq!(session.lane_depths().lanes, 1);
+    assert_eq!(h.actor.stats().application_queued, 3);
+    assert_eq!(all.total().queued(), 5);
+    h.release();
+    wait_until(&rt, || spot.lane_depths().total().queued() == 0);
+    assert_eq!(rt.lane_depths().get(LaneKind::Actor).deepest, 0);
+    drop(idle);
+}
+
+#[test]
+fn lane_depths_are_the_fifo_lengths() {
+    lane_depths_of::<PerActorUser>();
+    lane_depths_of::<SpotWideUser>();
+}

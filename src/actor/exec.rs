@@ -221,6 +221,16 @@ impl RtSpot {
         r.map_err(|_| ActorError::ShuttingDown)
     }
 
+    /// Queue lengths of the Spot's lanes now (its own, its actors' and timers').
+    pub(crate) fn lane_depths(&self) -> runtime::LaneDepthsByKind {
+        match self {
+            RtSpot::Entry(s) => s.lane_depths(),
+            RtSpot::SpotWide(s) => s.lane_depths(),
+            RtSpot::PerActor(s) => s.lane_depths(),
+            RtSpot::Instance(s) => s.lane_depths(),
+        }
+    }
+
     /// Runs `f` as a lifecycle turn of the Spot's own lane (behind the Spot gate where the kind
     /// shares it) and waits for its terminal (SB-7.6 Spot callbacks).
     pub(crate) async fn run_lifecycle(

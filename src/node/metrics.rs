@@ -35,7 +35,7 @@ use prometheus_client::registry::Registry;
 use zlink_mesh::{DropReason, ReplyOrigin};
 use zlink_wire::ErrorKind;
 
-use super::protocol::{NodeCounters, StoreOpStats};
+use super::protocol::{LaneDepthStats, NodeCounters, StoreOpStats};
 use super::{Inner, Node, lock};
 use crate::actor::SpotKind;
 use crate::actor::spot::UserMode;
@@ -367,6 +367,7 @@ impl Node {
             }
         }
         let b = self.inbound_backlogs();
+        let lanes = self.lane_depths();
         NodeCounters {
             node: me.to_string(),
             generation: self.generation().get(),
@@ -393,6 +394,7 @@ impl Node {
             .into_iter()
             .map(|(k, v)| (k.to_owned(), v))
             .collect(),
+            lanes,
             mesh_drops: DropReason::ALL
                 .iter()
                 .map(|r| (r.as_str().to_owned(), mesh_counters.dropped(*r)))
@@ -401,6 +403,29 @@ impl Node {
             relocations: 0,
             store: i.metrics.store.snapshot(),
         }
+    }
+
+    /// Lanes' own queue lengths now, by Spot kind plus `session` (see [`NodeCounters::lanes`]):
+    /// read from the lane runtime's FIFOs, one short lock per gate of each Spot and per session.
+    fn lane_depths(&self) -> BTreeMap<String, LaneDepthStats> {
+        let mut out: BTreeMap<String, LaneDepthStats> = SPOT_KINDS
+            .iter()
+            .chain(&["session"])
+            .map(|k| ((*k).to_owned(), LaneDepthStats::default()))
+            .collect();
+        let spots: Vec<_> = lock(&self.inner.spots)
+            .values()
+            .map(|s| (spot_kind_name(s.kind), s.spot.clone()))
+            .collect();
+        for (kind, spot) in spots {
+            if let Some(row) = out.get_mut(kind) {
+                row.add(spot.lane_depths().total());
+            }
+        }
+        if let Some(row) = out.get_mut("session") {
+            row.add(self.inner.sessions.lane_depths());
+        }
+        out
     }
 
     /// The address of the metrics endpoint, when the node serves one
@@ -597,6 +622,40 @@ impl Collector for NodeCollector {
                 .collect();
             family(e, name, help, MetricType::Counter, singles(&m, "target"))?;
         }
+        for (name, help, pick) in [
+            (
+                "zlink_lanes",
+                "Lanes now, by owner (Spot kind or session)",
+                (|s: &LaneDepthStats| s.lanes) as fn(&_) -> u64,
+            ),
+            (
+                "zlink_lane_depth_max",
+                "The deepest lane's queued records now (both FIFOs), by owner",
+                |s| s.deepest,
+            ),
+        ] {
+            let m: BTreeMap<String, u64> =
+                c.lanes.iter().map(|(k, s)| (k.clone(), pick(s))).collect();
+            family(e, name, help, MetricType::Gauge, singles(&m, "spot_kind"))?;
+        }
+        family(
+            e,
+            "zlink_lane_queued",
+            "Records queued in lanes now, by owner (Spot kind or session) and FIFO",
+            MetricType::Gauge,
+            c.lanes.iter().flat_map(|(k, s)| {
+                [
+                    (
+                        vec![("spot_kind", k.as_str()), ("lane", "application")],
+                        s.application_queued,
+                    ),
+                    (
+                        vec![("spot_kind", k.as_str()), ("lane", "lifecycle")],
+                        s.lifecycle_queued,
+                    ),
+                ]
+            }),
+        )?;
         family(
             e,
             "zlink_mesh_drops",

@@ -225,7 +225,7 @@ pub struct StoreOpStats {
 
 /// Reply of `COUNTERS`: one snapshot of the node's counters, read when asked — the same values
 /// the metrics endpoint serves. Counters are monotonic since the process started; gauges
-/// (`peers_up`, `sessions`, `bindings`, `actors`, `waiting_now`) are the value now. Every map
+/// (`peers_up`, `sessions`, `bindings`, `actors`, `waiting_now`, `lanes`) are the value now. Every map
 /// holds every key of its closed vocabulary, zeros included.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct NodeCounters {
@@ -268,6 +268,12 @@ pub struct NodeCounters {
     /// Inbound work that waited for a full lane, per kind of target (`actors`, `sessions`,
     /// `pushes`, `peer_sends`).
     pub backlogs: std::collections::BTreeMap<String, crate::backlog::BacklogStats>,
+    /// Lanes' own queue lengths now, read from the lane runtime's FIFOs: per Spot kind (`entry`,
+    /// `spot_wide`, `per_actor`, `instance`: every lane of those Spots — their own, their
+    /// actors' and timers') and `session` (client session lanes). Absent from older nodes'
+    /// replies.
+    #[serde(default)]
+    pub lanes: std::collections::BTreeMap<String, LaneDepthStats>,
     /// Records and connections the mesh dropped, by `zlink_mesh::DropReason` (snake_case).
     pub mesh_drops: std::collections::BTreeMap<String, u64>,
     /// Refused session records by `"<record>/<reason>"` (`session::FlowRecord` /
@@ -278,6 +284,29 @@ pub struct NodeCounters {
     /// Location Store calls by operation (`register_owner`, `renew_owner`, …) with their
     /// summed latency.
     pub store: std::collections::BTreeMap<String, StoreOpStats>,
+}
+
+/// Queue lengths of a group of lanes now (a row of [`NodeCounters::lanes`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LaneDepthStats {
+    /// Lanes in the group.
+    pub lanes: u64,
+    /// Records waiting in their application FIFOs.
+    pub application_queued: u64,
+    /// Records waiting in their lifecycle FIFOs.
+    pub lifecycle_queued: u64,
+    /// The deepest lane's length (both FIFOs).
+    pub deepest: u64,
+}
+
+impl LaneDepthStats {
+    /// Fold the runtime's depths of some lanes into this row.
+    pub(crate) fn add(&mut self, d: crate::runtime::LaneDepths) {
+        self.lanes += d.lanes;
+        self.application_queued += d.application_queued;
+        self.lifecycle_queued += d.lifecycle_queued;
+        self.deepest = self.deepest.max(d.deepest);
+    }
 }
 
 /// Whether an activation may return an existing incarnation.

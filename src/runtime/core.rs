@@ -1082,6 +1082,21 @@ impl<W, L: Clone> GateCore<W, L> {
         })
     }
 
+    /// Every present lane's data with its application and lifecycle FIFO lengths (records a
+    /// batch has taken out are not in them).
+    pub fn queue_lengths(&self) -> impl Iterator<Item = (&L, usize, usize)> {
+        self.lanes
+            .iter()
+            .filter_map(|slot| slot.state.as_ref())
+            .map(|s| (&s.data, s.application.len(), s.lifecycle.len()))
+    }
+
+    /// One lane's application and lifecycle FIFO lengths (`None` if the lane is gone).
+    pub fn queue_length(&self, lane: LaneId) -> Option<(usize, usize)> {
+        self.lane_ref(lane)
+            .map(|s| (s.application.len(), s.lifecycle.len()))
+    }
+
     /// A handler registered a `defer()` barrier for the moving object `lane` (EG-5.1): inactive,
     /// it blocks nothing yet. `false` if the lane or the gate is gone.
     pub fn handle_barrier_register(&mut self, lane: LaneId) -> bool {

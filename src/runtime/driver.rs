@@ -295,6 +295,29 @@ pub enum LaneKind {
     Handler,
 }
 
+impl LaneKind {
+    /// Every kind, in declaration order.
+    pub const ALL: [LaneKind; 5] = [
+        LaneKind::Spot,
+        LaneKind::Actor,
+        LaneKind::Timer,
+        LaneKind::Session,
+        LaneKind::Handler,
+    ];
+
+    /// The kind's name in snake_case (metric labels, diagnostics).
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LaneKind::Spot => "spot",
+            LaneKind::Actor => "actor",
+            LaneKind::Timer => "timer",
+            LaneKind::Session => "session",
+            LaneKind::Handler => "handler",
+        }
+    }
+}
+
 pub(crate) type CompletionFn = Arc<dyn Fn(TurnEnv, CompletionEvent) -> Handled<()> + Send + Sync>;
 
 /// Delivered to an actor's completion callback.

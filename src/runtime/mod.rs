@@ -18,6 +18,7 @@
 pub mod config;
 mod context;
 pub mod core;
+mod depth;
 mod driver;
 pub mod error;
 pub mod gate;
@@ -39,6 +40,7 @@ use crate::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 pub use config::{BudgetStart, Clock, LaneLimits, ManualClock, RuntimeConfig, SystemClock};
 pub use context::{CanYield, Ctx, Join, NoYield, PendingCall, SerialCtx, SpotWideCtx, YieldMode};
 pub use core::{LaneClass, LaneDecision, LaneStats};
+pub use depth::{LaneDepths, LaneDepthsByKind};
 pub use driver::{
     BoxFuture, CompletionEvent, Domain, Handled, LaneKind, MetricsSnapshot, current_domain,
     require_domain,
@@ -247,6 +249,26 @@ impl Runtime {
             gates_live: m.gates_live.load(Ordering::Relaxed),
             lanes_live: m.lanes_live.load(Ordering::Relaxed),
         }
+    }
+
+    /// Queue lengths of every live lane now, by [`LaneKind`] (read from the lanes' FIFOs, one
+    /// gate at a time; see [`LaneDepths`]). Costs one short lock per live gate: for a scrape, not
+    /// for the message path.
+    pub fn lane_depths(&self) -> LaneDepthsByKind {
+        let gates: Vec<Arc<GateInner>> = self
+            .shared
+            .gates
+            .lock()
+            .unwrap()
+            .iter()
+            .filter_map(|(_, w)| w.upgrade())
+            .collect();
+        let mut d = LaneDepthsByKind::default();
+        d.add_gates(&gates);
+        // the upgraded handles are dropped here, outside the registry's lock (a gate's drop
+        // takes its entry out under it)
+        drop(gates);
+        d
     }
 
     /// Handle of the application worker pool (for bridging; never spawn per Spot on it).

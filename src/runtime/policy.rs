@@ -117,7 +117,7 @@ impl Unit {
         }
     }
 
-    fn gates(&self) -> Vec<Arc<GateInner>> {
+    pub(crate) fn gates(&self) -> Vec<Arc<GateInner>> {
         let mut out = vec![self.own.clone()];
         {
             let extra = self.extra.lock().unwrap();
@@ -256,6 +256,12 @@ impl<P: LanePolicy, Y: YieldMode> SerialLane<P, Y> {
     /// Counters of this lane.
     pub fn stats(&self) -> LaneStats {
         lane_stats(&self.lane)
+    }
+
+    /// This lane's queue lengths now, read from its FIFOs without ending a drain's batch (see
+    /// [`super::LaneDepths`]): for an operator's snapshot.
+    pub fn lane_depths(&self) -> super::LaneDepths {
+        super::depth::of_lane(&self.lane)
     }
 }
 

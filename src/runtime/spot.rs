@@ -522,6 +522,15 @@ impl<K: SpotKind> SpotRef<K> {
     pub fn stats(&self) -> LaneStats {
         lane_stats(&self.inner.lane)
     }
+
+    /// Queue lengths of this Spot's lanes now (its own lane, its actors' and timers'), by
+    /// [`super::LaneKind`]; one short lock per gate of the Spot (see [`super::LaneDepths`]).
+    pub fn lane_depths(&self) -> super::LaneDepthsByKind {
+        let gates = self.inner.unit.gates();
+        let mut d = super::LaneDepthsByKind::default();
+        d.add_gates(&gates);
+        d
+    }
 }
 
 pub(crate) fn lane_stats(lane: &LaneHandle) -> LaneStats {

@@ -296,6 +296,17 @@ impl SessionOwner {
             .collect()
     }
 
+    /// The session lanes' queue lengths now, summed (each lane read on its own, never under the
+    /// sessions lock).
+    pub(crate) fn lane_depths(&self) -> crate::runtime::LaneDepths {
+        let entries: Vec<Arc<SessionEntry>> = lock(&self.sessions).values().cloned().collect();
+        let mut d = crate::runtime::LaneDepths::default();
+        for e in &entries {
+            d.merge(&e.lane.lane_depths());
+        }
+        d
+    }
+
     /// Current bindings over every session of this node.
     pub(crate) fn binding_count(&self) -> usize {
         let entries: Vec<Arc<SessionEntry>> = lock(&self.sessions).values().cloned().collect();

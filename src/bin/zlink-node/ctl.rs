@@ -392,6 +392,16 @@ fn flatten(c: &NodeCounters) -> BTreeMap<String, String> {
         put(format!("backlogs.{k}.waited"), b.waited.to_string());
         put(format!("backlogs.{k}.refused"), b.refused.to_string());
     }
+    for (k, d) in &c.lanes {
+        for (field, v) in [
+            ("lanes", d.lanes),
+            ("application_queued", d.application_queued),
+            ("lifecycle_queued", d.lifecycle_queued),
+            ("deepest", d.deepest),
+        ] {
+            put(format!("lanes.{k}.{field}"), v.to_string());
+        }
+    }
     for (k, s) in &c.store {
         put(format!("store.{k}.count"), s.count.to_string());
         let mean_ms = if s.count == 0 {
