@@ -120,3 +120,41 @@ async fn the_connected_callback_accepting_a_session_grants_the_full_window() {
     drop(raw);
     node.shutdown(TIMEOUT).await;
 }
+
+// spec: SB-1 (step 1: the session callback authenticates)
+// A connected/authenticate callback that returns Err refuses the session: the node closes it
+// with `DisconnectReason::Refused` (the client sees the reason), counts it
+// (`FlowRecord::Connected` / `FlowReject::Refused`) and frees the session (its entry, its
+// lane). Without the close the session stayed a stranger, open and holding its slot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_the_connected_callback_refuses_is_closed_and_freed() {
+    let sessions = SessionHandlers::new()
+        .on_connected(|_s| async { Err(zlink::actor::HandlerError::new("bad credentials")) })
+        .packet_raw(KEY, |_s, _payload| Box::pin(async { Ok(Bytes::new()) }));
+    let node = start_session_node(SessionNodeSpec::new("a", sessions), memory_store()).await;
+    for n in 1..=2u64 {
+        let c = client_of(&node);
+        // Any first record opens the session (its answer may or may not arrive first).
+        let _ = c.info().await;
+        let reason = tokio::time::timeout(TIMEOUT, c.closed())
+            .await
+            .expect("the node closes a refused session");
+        assert_eq!(reason, zlink_wire::DisconnectReason::Refused);
+        assert_eq!(
+            c.close_reason(),
+            Some(zlink_wire::DisconnectReason::Refused)
+        );
+        wait_until("the refused session left its owner", || {
+            node.session_count() == 0
+        })
+        .await;
+        assert_eq!(
+            node.session_flow().get(
+                zlink::session::FlowRecord::Connected,
+                zlink::session::FlowReject::Refused
+            ),
+            n
+        );
+    }
+    node.shutdown(TIMEOUT).await;
+}

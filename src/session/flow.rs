@@ -50,11 +50,14 @@ pub enum FlowReject {
     LeaseLapsed,
     /// The client takes no pushes (no credit) and its session's push queue is full.
     ClientBacklogFull,
+    /// The connected/authenticate callback refused the session (returned `Err`): the session
+    /// is closed with `DisconnectReason::Refused`.
+    Refused,
 }
 
 impl FlowReject {
     /// Every value, in a fixed order.
-    pub const ALL: [FlowReject; 19] = [
+    pub const ALL: [FlowReject; 20] = [
         FlowReject::NotBound,
         FlowReject::SessionClosing,
         FlowReject::SessionClosed,
@@ -74,6 +77,7 @@ impl FlowReject {
         FlowReject::TooManyBindings,
         FlowReject::LeaseLapsed,
         FlowReject::ClientBacklogFull,
+        FlowReject::Refused,
     ];
 
     /// The stable name used in logs and metrics.
@@ -99,6 +103,7 @@ impl FlowReject {
             FlowReject::TooManyBindings => "too_many_bindings",
             FlowReject::LeaseLapsed => "lease_lapsed",
             FlowReject::ClientBacklogFull => "client_backlog_full",
+            FlowReject::Refused => "refused",
         }
     }
 
@@ -151,16 +156,19 @@ pub enum FlowRecord {
     Replaced,
     /// A session packet from the client.
     Packet,
+    /// A session's admission by the connected/authenticate callback.
+    Connected,
 }
 
 impl FlowRecord {
     /// Every value, in a fixed order.
-    pub const ALL: [FlowRecord; 5] = [
+    pub const ALL: [FlowRecord; 6] = [
         FlowRecord::Relay,
         FlowRecord::Push,
         FlowRecord::Bind,
         FlowRecord::Replaced,
         FlowRecord::Packet,
+        FlowRecord::Connected,
     ];
 
     /// The stable name used in logs and metrics.
@@ -172,6 +180,7 @@ impl FlowRecord {
             FlowRecord::Bind => "bind",
             FlowRecord::Replaced => "replaced",
             FlowRecord::Packet => "packet",
+            FlowRecord::Connected => "connected",
         }
     }
 

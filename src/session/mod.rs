@@ -279,7 +279,9 @@ impl SessionHandlers {
         self
     }
 
-    /// The connected/authenticate callback: first turn of every session.
+    /// The connected/authenticate callback: first turn of every session. `Ok` admits the
+    /// session (it leaves the strangers' bounds); `Err` refuses it: the node closes it with
+    /// `DisconnectReason::Refused` and counts it (`FlowRecord::Connected`, `FlowReject::Refused`).
     #[must_use]
     pub fn on_connected<F, Fut>(mut self, f: F) -> Self
     where

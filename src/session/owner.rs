@@ -380,7 +380,14 @@ impl SessionOwner {
                     match cb(session).await {
                         // Accepted: the session leaves the transport's stranger bounds.
                         Ok(()) => owner.host.accept(rid),
-                        Err(e) => tracing::warn!(error = %e, "session connected-callback failed"),
+                        // Refused: counted and closed, the client sees why; the close ends
+                        // the session (`disconnected`) and frees what it holds.
+                        Err(e) => {
+                            owner
+                                .flow
+                                .reject(FlowRecord::Connected, FlowReject::Refused, &e);
+                            owner.host.close(rid, DisconnectReason::Refused);
+                        }
                     }
                     Ok(())
                 })

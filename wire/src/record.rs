@@ -137,6 +137,9 @@ wire_enum! {
         Closed = 5,
         /// A session relocation's seal timed out and the session was ended (SB-8.3).
         RelocationSealTimeout = 6,
+        /// The node's connected/authenticate callback refused the session (it returned an
+        /// error): the client was not admitted.
+        Refused = 7,
     }
 }
 
