@@ -155,10 +155,19 @@ async fn impostor_before_and_after_the_real_node_is_up() {
     attempt_is_refused(&victim, &early).await;
     assert!(victim.peer_generation(good.node()).is_none());
 
-    // The real node comes up although the impostor still holds the routing id "good".
+    // The real node comes up although the impostor still holds the routing id "good". The
+    // subscription starts before the link, so the link's own Up is in it (subscribing after
+    // `link` raced with that Up: the state is set before the event is published).
+    let mut events = victim.subscribe();
     link(&good, &victim).await;
     let generation = victim.peer_generation(good.node()).unwrap();
-    let mut events = victim.subscribe();
+    match tokio::time::timeout(WAIT, events.recv()).await {
+        Ok(Ok(zlink_mesh::PeerEvent::Up {
+            node,
+            generation: g,
+        })) if &node == good.node() && g == generation => {}
+        other => panic!("expected good's Up first, got {other:?}"),
+    }
     only_good_arrives(&victim, &good, &mut inbound).await;
 
     // While "good" is up: the early impostor again; a connection announcing another routing
