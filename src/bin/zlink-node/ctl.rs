@@ -216,39 +216,65 @@ struct ActorRow {
     actor: ActorEntry,
 }
 
+/// The name a node reports in `NODE_INFO`.
+async fn node_name(t: &Target) -> anyhow::Result<String> {
+    Ok(t.client
+        .info()
+        .await
+        .with_context(|| format!("NODE_INFO of {}", t.endpoint))?
+        .node)
+}
+
+/// One node's listing, page by page (at most 1,000 entries a page), up to `limit` entries:
+/// `fetch(after, want)` answers `(entries, next, total)`. Returns the entries and, when `limit`
+/// cut the listing short, a note saying how many of how many are shown.
+async fn paged<K, E, F, Fut>(
+    node: &str,
+    what: &str,
+    limit: u64,
+    mut fetch: F,
+) -> anyhow::Result<(Vec<E>, Option<String>)>
+where
+    F: FnMut(Option<K>, u32) -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<(Vec<E>, Option<K>, u64)>>,
+{
+    let mut out = Vec::new();
+    let mut after = None;
+    loop {
+        let taken = out.len() as u64;
+        let want = u32::try_from(limit.saturating_sub(taken).min(1_000)).unwrap_or(1_000);
+        let (page, next, total) = fetch(after.take(), want).await?;
+        out.extend(page);
+        match next {
+            Some(next) if (out.len() as u64) < limit => after = Some(next),
+            Some(_) => {
+                let note = format!("{node}: {} of {total} {what} shown", out.len());
+                return Ok((out, Some(note)));
+            }
+            None => return Ok((out, None)),
+        }
+    }
+}
+
 async fn actors(targets: &[Target], limit: u64, as_json: bool) -> anyhow::Result<String> {
     let mut rows = Vec::new();
     let mut truncated = Vec::new();
     for t in targets {
-        let node = t
-            .client
-            .info()
-            .await
-            .with_context(|| format!("NODE_INFO of {}", t.endpoint))?
-            .node;
-        let mut after = None;
-        let mut taken = 0u64;
-        loop {
-            let want = u32::try_from(limit.saturating_sub(taken).min(1_000)).unwrap_or(1_000);
+        let node = node_name(t).await?;
+        let (actors, cut) = paged(&node, "actors", limit, |after, limit| async move {
             let page = t
                 .client
-                .list_actors(&ListActors { after, limit: want })
+                .list_actors(&ListActors { after, limit })
                 .await
                 .with_context(|| format!("LIST_ACTORS of {}", t.endpoint))?;
-            taken += page.actors.len() as u64;
-            rows.extend(page.actors.into_iter().map(|actor| ActorRow {
-                node: node.clone(),
-                actor,
-            }));
-            match page.next {
-                Some(next) if taken < limit => after = Some(next),
-                Some(_) => {
-                    truncated.push(format!("{node}: {taken} of {} actors shown", page.total));
-                    break;
-                }
-                None => break,
-            }
-        }
+            Ok((page.actors, page.next, page.total))
+        })
+        .await?;
+        rows.extend(actors.into_iter().map(|actor| ActorRow {
+            node: node.clone(),
+            actor,
+        }));
+        truncated.extend(cut);
     }
     if as_json {
         return json(&rows);
@@ -296,32 +322,23 @@ struct SessionRow {
 
 async fn sessions(targets: &[Target], limit: u64, as_json: bool) -> anyhow::Result<String> {
     let mut rows = Vec::new();
+    let mut truncated = Vec::new();
     for t in targets {
-        let node = t
-            .client
-            .info()
-            .await
-            .with_context(|| format!("NODE_INFO of {}", t.endpoint))?
-            .node;
-        let mut after = None;
-        let mut taken = 0u64;
-        loop {
-            let want = u32::try_from(limit.saturating_sub(taken).min(1_000)).unwrap_or(1_000);
+        let node = node_name(t).await?;
+        let (sessions, cut) = paged(&node, "sessions", limit, |after, limit| async move {
             let page = t
                 .client
-                .list_sessions(&ListSessions { after, limit: want })
+                .list_sessions(&ListSessions { after, limit })
                 .await
                 .with_context(|| format!("LIST_SESSIONS of {}", t.endpoint))?;
-            taken += page.sessions.len() as u64;
-            rows.extend(page.sessions.into_iter().map(|session| SessionRow {
-                node: node.clone(),
-                session,
-            }));
-            match page.next {
-                Some(next) if taken < limit => after = Some(next),
-                _ => break,
-            }
-        }
+            Ok((page.sessions, page.next, page.total))
+        })
+        .await?;
+        rows.extend(sessions.into_iter().map(|session| SessionRow {
+            node: node.clone(),
+            session,
+        }));
+        truncated.extend(cut);
     }
     if as_json {
         return json(&rows);
@@ -344,10 +361,14 @@ async fn sessions(targets: &[Target], limit: u64, as_json: bool) -> anyhow::Resu
             ]
         })
         .collect();
-    Ok(table(
+    let mut out = table(
         &["NODE", "SESSION", "PHASE", "BINDINGS", "PENDING", "BOUND"],
         &cells,
-    ))
+    );
+    for t in truncated {
+        out += &format!("({t}; raise --limit)\n");
+    }
+    Ok(out)
 }
 
 /// Every counter of a snapshot as `name → value`, maps flattened as `map.key`.
