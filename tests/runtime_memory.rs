@@ -7,43 +7,17 @@
 //! then measures the live bytes around a second round of the same size: a leak of a few bytes per
 //! ended object shows as growth proportional to the round's size.
 
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicIsize, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use tokio::sync::oneshot;
 use zlink::runtime::*;
 
-struct Counting;
-
-static LIVE: AtomicIsize = AtomicIsize::new(0);
-
-// SAFETY: forwards to the system allocator; only counts.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        LIVE.fetch_add(layout.size() as isize, Ordering::Relaxed);
-        // SAFETY: same contract as the caller's.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        LIVE.fetch_sub(layout.size() as isize, Ordering::Relaxed);
-        // SAFETY: same contract as the caller's.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        LIVE.fetch_add(
-            new_size as isize - layout.size() as isize,
-            Ordering::Relaxed,
-        );
-        // SAFETY: same contract as the caller's.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
-#[global_allocator]
-static ALLOC: Counting = Counting;
+#[path = "../examples/support/counting_alloc.rs"]
+mod counting_alloc;
+use counting_alloc::live;
 
 const GUARD: Duration = Duration::from_secs(20);
 /// Objects per round.
@@ -78,10 +52,6 @@ fn settle(rt: &Runtime, lanes: u64, gates: u64) {
         );
         std::thread::sleep(Duration::from_millis(1));
     }
-}
-
-fn live() -> isize {
-    LIVE.load(Ordering::SeqCst)
 }
 
 /// Run `round` twice; the second round must leave the lanes, gates and live bytes where they were.
