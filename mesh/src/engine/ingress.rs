@@ -1,0 +1,1242 @@
+//! Ingress: messages read from the sockets, decoded (the one-way memo), authenticated and
+//! classified by the connection core ([`crate::conn::Conn::ingress`]), and delivered to the
+//! layer above (inbound channel or sink) or answered.
+
+use super::*;
+
+/// Memo of the last decoded one-way envelope. A one-way 147 envelope depends only on its
+/// dispatch key (no correlation, no deadline), so a sender repeats the same bytes record after
+/// record. Decoding is a pure function of (envelope bytes, payload presence, limits): a
+/// byte-identical envelope gives the same header and record, so the msgpack decode is skipped.
+/// Every other check still runs per record (payload size, routing id, generation, window).
+/// The node memoizes one-way 147s; a `MeshClient` memoizes pushes (148, also a function of
+/// the key alone) with [`DecodeMemo::for_command`].
+pub(crate) struct DecodeMemo {
+    /// The only command this memo keeps (records without correlation and with a payload).
+    command: zlink_wire::Command,
+    len: usize,
+    bytes: [u8; MEMO_ENVELOPE],
+    hit: Option<(zlink_wire::Header, Record)>,
+}
+
+const MEMO_ENVELOPE: usize = 32;
+
+/// The batch fast path's view of the engine (see [`Engine::on_peer_batch`],
+/// [`Engine::on_client_batch`]): the fields a run of repeated one-way records reads or updates
+/// besides its connection, borrowed apart from the connection maps.
+struct OneWayRun<'e> {
+    memo: &'e DecodeMemo,
+    inbound: &'e mut InboundSender,
+    counters: &'e Counters,
+    max_payload: usize,
+    now: Instant,
+    /// The key of the memoized one-way record.
+    key: crate::types::DispatchKey,
+}
+
+impl OneWayRun<'_> {
+    /// Takes, for one connection (its core `conn`: receive window, liveness), the
+    /// records from `next` on that are byte-identical to the memoized one-way, each exactly as
+    /// a lone record: payload bounded, window charged (over it: dropped, `CreditExceeded`,
+    /// counted against `who`), handed up in the compact form from `origin()`, credit freed.
+    /// Stops at the first record it may not take — another envelope, a payload over the
+    /// bound, a full application queue — and returns it, or after a record whose return
+    /// frees credit the caller must grant first (then with `true`).
+    fn take<'a>(
+        &mut self,
+        conn: &mut Conn,
+        origin: &dyn Fn() -> Origin,
+        who: &dyn std::fmt::Display,
+        mut next: Option<zlink_wire::BatchRecord<'a>>,
+        records: &mut impl Iterator<Item = zlink_wire::BatchRecord<'a>>,
+    ) -> (Option<zlink_wire::BatchRecord<'a>>, bool) {
+        while let Some(sub) = next.take() {
+            let eligible = sub
+                .payload
+                .as_ref()
+                .is_some_and(|pl| pl.len() <= self.max_payload)
+                && self.memo.header(sub.envelope).is_some()
+                && self.inbound.has_room();
+            if !eligible {
+                return (Some(sub), false);
+            }
+            let payload = sub.payload.expect("checked");
+            let bytes = (sub.envelope.len() + payload.len()) as u64;
+            conn.last_rx = self.now;
+            next = records.next();
+            if !conn.try_charge(bytes) {
+                // The sender ignored its window: a protocol violation, counted.
+                self.counters.drop(DropReason::CreditExceeded, who);
+                continue;
+            }
+            self.inbound.push_one_way(origin(), self.key, payload);
+            self.counters.delivered(1);
+            if conn.released(bytes) {
+                return (next, true);
+            }
+        }
+        (None, false)
+    }
+}
+
+/// A record as [`Engine::decode_memoized`] gives it.
+struct MemoDecoded {
+    header: zlink_wire::Header,
+    class: Class,
+    /// `None` for a memo hit (cloned from the memo where it is handed up) or a record whose
+    /// class carries it.
+    record: Option<Record>,
+    payload: Option<Bytes>,
+    from_memo: bool,
+}
+
+/// A client session as the detail of a recorded drop.
+struct ClientLabel(u64);
+
+impl std::fmt::Display for ClientLabel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "client {}", self.0)
+    }
+}
+
+impl Default for DecodeMemo {
+    fn default() -> Self {
+        Self::for_command(zlink_wire::Command::OneWay)
+    }
+}
+
+impl DecodeMemo {
+    /// A memo that keeps records of `command` only.
+    pub(crate) fn for_command(command: zlink_wire::Command) -> Self {
+        Self {
+            command,
+            len: 0,
+            bytes: [0; MEMO_ENVELOPE],
+            hit: None,
+        }
+    }
+
+    /// The memoized header if `envelope` is byte-identical to the memoized one.
+    #[inline]
+    pub(crate) fn header(&self, envelope: &[u8]) -> Option<zlink_wire::Header> {
+        match &self.hit {
+            Some((h, _)) if envelope.len() == self.len && envelope == &self.bytes[..self.len] => {
+                Some(*h)
+            }
+            _ => None,
+        }
+    }
+
+    /// The memoized record (after a hit of [`DecodeMemo::header`]).
+    #[inline]
+    pub(crate) fn record(&self) -> Record {
+        self.hit.as_ref().map(|(_, r)| r.clone()).expect("memo hit")
+    }
+
+    /// The dispatch key of the memoized one-way record (the memo holds only 147s).
+    fn one_way_key(&self) -> Option<crate::types::DispatchKey> {
+        match &self.hit {
+            Some((_, Record::OneWay(o))) => Some(o.key),
+            _ => None,
+        }
+    }
+
+    #[cfg(test)]
+    fn lookup(&self, envelope: &[u8]) -> Option<(zlink_wire::Header, Record)> {
+        self.header(envelope).map(|h| (h, self.record()))
+    }
+
+    /// Keeps `decoded` (decoded from `envelope` with a payload present) if it is a record of
+    /// this memo's command without correlation.
+    pub(crate) fn store(&mut self, envelope: &[u8], decoded: &Decoded) {
+        if envelope.len() <= MEMO_ENVELOPE
+            && decoded.header.correlation.get() == 0
+            && decoded.record.command() == self.command
+        {
+            self.len = envelope.len();
+            self.bytes[..envelope.len()].copy_from_slice(envelope);
+            self.hit = Some((decoded.header, decoded.record.clone()));
+        }
+    }
+}
+
+impl Engine {
+    // ---------------------------------------------------------------- ingress
+
+    pub(super) fn on_peer_message(&mut self, kind: LinkKind, rid: &[u8], parts: &[&[u8]]) {
+        let cached = self.rid_cache.get(rid).cloned();
+        let was_cached = cached.is_some();
+        let node: Arc<NodeRid> = match cached.or_else(|| {
+            // A connection another node opened, proved; else our own connection to the node
+            // named by its routing id (checked against the peer in `on_peer_record`).
+            if let Some(n) = self.accepts.proved(kind, rid) {
+                return Some(n.clone());
+            }
+            std::str::from_utf8(rid)
+                .ok()
+                .and_then(|s| NodeRid::new(s).ok())
+                .map(Arc::new)
+        }) {
+            Some(n) => n,
+            None => {
+                self.shared
+                    .counters
+                    .drop(DropReason::InvalidRoutingId, &format_args!("{kind:?}"));
+                return;
+            }
+        };
+        let from = Sender::Peer {
+            kind,
+            rid,
+            node: &node,
+            was_cached,
+        };
+        self.on_parts(from, parts);
+    }
+
+    /// One message from a peer or a client: a 139 batch frame, or one record (envelope and
+    /// optional payload); any other part count is `Malformed`.
+    pub(super) fn on_parts(&mut self, from: Sender<'_>, parts: &[&[u8]]) {
+        match parts {
+            [frame] if zlink_wire::is_batch(frame) => self.on_batch(from, frame),
+            [envelope] => {
+                self.on_record(from, envelope, Pl::None, false);
+            }
+            [envelope, payload] => {
+                self.on_record(from, envelope, Pl::Copy(payload), false);
+            }
+            _ => {
+                let e = zlink_wire::DecodeError::PartCount { count: parts.len() };
+                self.shared
+                    .counters
+                    .drop(codec::drop_reason(&e), &format_args!("{from}: {e}"));
+            }
+        }
+    }
+
+    /// One record from a peer or a client (alone or from a batch), through the path of its
+    /// kind of connection. `Some` when it was a plain one-way handed up in the compact form:
+    /// a batch's fast path may follow it for that connection.
+    pub(super) fn on_record(
+        &mut self,
+        from: Sender<'_>,
+        envelope: &[u8],
+        payload: Pl<'_>,
+        in_batch: bool,
+    ) -> Option<Run> {
+        match from {
+            Sender::Peer {
+                kind,
+                rid,
+                node,
+                was_cached,
+            } => self
+                .on_peer_record(kind, rid, node, was_cached, envelope, payload, in_batch)
+                .map(Run::Peer),
+            Sender::Client { rid } => self
+                .on_client_record(rid, envelope, payload, in_batch)
+                .map(Run::Client),
+        }
+    }
+
+    /// A 139 batch frame (from a peer or a client): copied once into one buffer, its framing
+    /// validated as a whole (a broken frame is dropped once, `Malformed`, none of its records
+    /// delivered), then every sub-record goes through exactly the checks of a record received
+    /// alone (authentication, generation, frame format, connection kind, window), each
+    /// rejected sub-record dropped and counted by itself. Payloads are copied out of the
+    /// buffer ([`unpin`]): a held record pins only its bytes.
+    pub(super) fn on_batch(&mut self, from: Sender<'_>, frame: &[u8]) {
+        let batch = match zlink_wire::BatchFrame::parse(Bytes::copy_from_slice(frame)) {
+            Ok(b) => b,
+            Err(e) => {
+                self.shared
+                    .counters
+                    .drop(codec::drop_reason(&e), &format_args!("{from}: batch: {e}"));
+                return;
+            }
+        };
+        let mut records = batch.records().map(unpin);
+        let mut next = records.next();
+        while let Some(sub) = next.take() {
+            let payload = match sub.payload {
+                Some(p) => Pl::Shared(p),
+                None => Pl::None,
+            };
+            let run = self.on_record(from, sub.envelope, payload, true);
+            next = records.next();
+            // That record was a memoized one-way handed up in the compact form: the sender is
+            // authenticated (a peer up in that generation on relay, a session not closing) and
+            // nothing can change that between two sub-records of one frame (control inside a
+            // batch is rejected, timers do not run here). The records after it that are
+            // byte-identical one-ways take the same path with the connection looked up once;
+            // each still has its payload bounded, its window charged and its credit freed,
+            // exactly as a lone record. Anything else goes back through `on_record`.
+            match (run, from) {
+                (Some(Run::Peer(generation)), Sender::Peer { node, .. }) => {
+                    let origin = || Origin::Peer {
+                        node: NodeRid::clone(node),
+                        generation,
+                    };
+                    next = self.fast_one_ways(
+                        ConnRef::Peer(node, Some(generation)),
+                        &origin,
+                        &**node,
+                        next,
+                        &mut records,
+                    );
+                }
+                (Some(Run::Client(session)), Sender::Client { .. }) => {
+                    let origin = || Origin::Client {
+                        session: SessionRid::new(session),
+                    };
+                    next = self.fast_one_ways(
+                        ConnRef::Client(session),
+                        &origin,
+                        &ClientLabel(session),
+                        next,
+                        &mut records,
+                    );
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// The run of memoized one-way records that follows one handed up by `on_peer_record` or
+    /// `on_client_record` (see [`Engine::on_peer_batch`], [`Engine::on_client_batch`]), for the
+    /// connection `of` (a peer in the generation the first record proved, or a session), each
+    /// taken by [`OneWayRun::take`] exactly as a lone record would be; returns the first
+    /// record it did not take.
+    pub(super) fn fast_one_ways<'a>(
+        &mut self,
+        of: ConnRef<'_>,
+        origin: &dyn Fn() -> Origin,
+        who: &dyn std::fmt::Display,
+        mut next: Option<zlink_wire::BatchRecord<'a>>,
+        records: &mut impl Iterator<Item = zlink_wire::BatchRecord<'a>>,
+    ) -> Option<zlink_wire::BatchRecord<'a>> {
+        let Some(key) = self.memo.one_way_key() else {
+            return next;
+        };
+        // Held records go first (FIFO); nothing in a run adds to them.
+        let held = match of {
+            ConnRef::Peer(..) => !self.held.is_empty(),
+            ConnRef::Client(_) => !self.held_clients.is_empty(),
+        };
+        if held {
+            return next;
+        }
+        loop {
+            // Looked up again after each grant: the peer must still be up in the generation
+            // of the run on relay, the session not closing.
+            let conn = match of {
+                ConnRef::Peer(node, Some(generation)) => self
+                    .peers
+                    .get_mut(node)
+                    .filter(|p| {
+                        p.generation == Some(generation)
+                            && matches!(p.relay, Link::Up(g) if g == generation)
+                    })
+                    .map(|p| &mut p.conn),
+                ConnRef::Peer(_, None) => None,
+                ConnRef::Client(session) => self
+                    .clients
+                    .get_mut(&session)
+                    .filter(|c| c.closing.is_none())
+                    .map(|c| &mut c.conn),
+            };
+            let Some(conn) = conn else {
+                return next;
+            };
+            let mut run = OneWayRun {
+                memo: &self.memo,
+                inbound: &mut self.inbound,
+                counters: &self.shared.counters,
+                max_payload: self.limits.max_payload,
+                now: self.rx_now,
+                key,
+            };
+            let credit;
+            (next, credit) = run.take(conn, origin, who, next, records);
+            if !credit {
+                return next;
+            }
+            self.flush_grant(of);
+        }
+    }
+
+    /// Decodes one record (from a peer or a client, alone or from a batch) through the one-way
+    /// memo: a repeated one-way envelope (byte-identical to the last one decoded) is not
+    /// decoded again, its payload bounded and copied as [`decode_counted`] does; anything else
+    /// is decoded (rejections counted against `who`) and classified. On a memo hit the record
+    /// is cloned from the memo only where it is handed up (`record` is `None`).
+    fn decode_memoized(
+        &mut self,
+        envelope: &[u8],
+        payload: Pl<'_>,
+        who: &dyn std::fmt::Display,
+    ) -> Option<MemoDecoded> {
+        let memo = match &payload {
+            Pl::None => None,
+            p if p.len() <= self.limits.max_payload => self.memo.header(envelope),
+            _ => None,
+        };
+        Some(match memo {
+            // The memo holds only one-way 147 records: application class.
+            Some(header) => MemoDecoded {
+                header,
+                class: Class::App,
+                record: None,
+                payload: payload.into_bytes(),
+                from_memo: true,
+            },
+            None => {
+                let has_payload = !matches!(payload, Pl::None);
+                let d = decode_counted(&self.shared, &self.limits, envelope, payload, who)?;
+                if has_payload {
+                    self.memo.store(envelope, &d);
+                }
+                let (class, record) = codec::classify(d.record);
+                MemoDecoded {
+                    header: d.header,
+                    class,
+                    record,
+                    payload: d.payload,
+                    from_memo: false,
+                }
+            }
+        })
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn on_peer_record(
+        &mut self,
+        kind: LinkKind,
+        rid: &[u8],
+        node: &Arc<NodeRid>,
+        was_cached: bool,
+        envelope: &[u8],
+        payload: Pl<'_>,
+        in_batch: bool,
+    ) -> Option<NodeGeneration> {
+        let bytes = (envelope.len() + payload.len()) as u64;
+        let MemoDecoded {
+            header,
+            class,
+            record,
+            payload,
+            from_memo,
+        } = self.decode_memoized(envelope, payload, node)?;
+        let corr = header.correlation.get();
+        if in_batch && !matches!(class, Class::App | Class::Reply) {
+            // Handshake and control records never travel in a batch (SB-5.4: control is sent
+            // alone, on the completion connection).
+            self.shared.counters.drop(
+                DropReason::WrongConnection,
+                &format_args!("{node}: control record inside a batch on {kind:?}"),
+            );
+            return None;
+        }
+        if let Class::Handshake(m) = class {
+            self.handle_handshake_msg(kind, rid, NodeRid::clone(node), m);
+            return None;
+        }
+        let Some(p) = self.peers.get_mut(&**node).filter(|p| p.rid(kind) == rid) else {
+            // Unknown, or not the connection that proved itself for this node.
+            self.shared.counters.drop(DropReason::Unauthenticated, node);
+            return None;
+        };
+        if !was_cached && self.rid_cache.len() < 4096 {
+            self.rid_cache.insert(rid.to_vec(), node.clone());
+        }
+        let current = p.generation;
+        let generation = match (p.link_mut(kind), current) {
+            (Link::Up(g), Some(cur)) if *g == cur => cur,
+            (Link::Up(_), _) => {
+                self.shared.counters.drop(DropReason::StaleGeneration, node);
+                return None;
+            }
+            _ => {
+                self.shared.counters.drop(DropReason::Unauthenticated, node);
+                return None;
+            }
+        };
+        // The connection core decides (window charged, credit added, liveness noted) with
+        // this one lookup of the peer; the rest here acts on its verdict.
+        let lane = if kind == LinkKind::Relay {
+            Lane::Relay
+        } else {
+            Lane::Completion
+        };
+        match (p.conn.ingress(lane, &class, bytes, self.rx_now), record) {
+            (Verdict::Answer(pong), _) => {
+                let rid_vec = p.rid(LinkKind::Completion).to_vec();
+                self.send_control(LinkKind::Completion, &rid_vec, Record::Pong(pong));
+            }
+            (Verdict::Control { resume }, _) => {
+                if resume && !p.conn.queue.is_empty() {
+                    self.paused.insert(NodeRid::clone(node));
+                }
+            }
+            (Verdict::Disconnect, _) => self.peer_down(node, DownReason::Remote, true),
+            (Verdict::Complete, Some(rec)) => {
+                self.complete(corr, (node.clone(), generation), rec, payload)
+            }
+            (Verdict::Drop(DropReason::CreditExceeded), _) => {
+                // The peer ignored its window: a protocol violation, counted.
+                self.shared.counters.drop(DropReason::CreditExceeded, node);
+            }
+            (Verdict::Deliver, rec) if rec.is_some() || from_memo => {
+                // A plain one-way record (no correlation, so no reply and no deadline) goes up
+                // in the compact form (see `inbound`); on a memo hit the record is not even
+                // cloned.
+                let one_way_key = match &rec {
+                    None => self.memo.one_way_key(),
+                    Some(Record::OneWay(o)) if corr == 0 => Some(o.key),
+                    Some(_) => None,
+                };
+                if let Some(key) = one_way_key
+                    && corr == 0
+                    && payload.is_some()
+                    && self.held.is_empty()
+                    && self.inbound.has_room()
+                {
+                    let origin = Origin::Peer {
+                        node: NodeRid::clone(node),
+                        generation,
+                    };
+                    self.inbound
+                        .push_one_way(origin, key, payload.expect("checked"));
+                    self.shared.counters.delivered(1);
+                    if p.conn.released(bytes) {
+                        self.flush_grant(ConnRef::Peer(node, None));
+                    }
+                    return Some(generation);
+                }
+                let rec = match rec {
+                    Some(r) => r,
+                    None => self.memo.record(),
+                };
+                if let Some(target) = codec::target_generation(&rec)
+                    && target != self.local.generation
+                {
+                    // A record addressed to an older (or other) lifecycle of this node.
+                    self.shared.counters.drop(
+                        DropReason::StaleGeneration,
+                        &format_args!("{node}: targets generation {target}"),
+                    );
+                    if corr != 0 {
+                        let frames = codec::encode(
+                            &Record::ErrorReply(zlink_wire::ErrorReply::new(
+                                codec::ErrorKind::Unavailable,
+                                "stale target node generation",
+                            )),
+                            corr,
+                            None,
+                        )
+                        .unwrap_or_default();
+                        self.send_reply(
+                            ReplyTarget::Peer {
+                                node: node.clone(),
+                                generation,
+                            },
+                            frames,
+                        );
+                    }
+                    return None;
+                }
+                let reply = (corr != 0).then(|| {
+                    ReplyHandle::new(
+                        self.shared.clone(),
+                        ReplyTarget::Peer {
+                            node: node.clone(),
+                            generation,
+                        },
+                        corr,
+                    )
+                });
+                let deadline = codec::record_deadline(&rec).map(|d| self.rx_now + d);
+                let origin = Origin::Peer {
+                    node: NodeRid::clone(node),
+                    generation,
+                };
+                if let Some(sink) = self.sink.as_mut() {
+                    // Direct delivery (`crate::sink`); what it passes goes up as below.
+                    let inb = Inbound {
+                        origin,
+                        correlation: header.correlation,
+                        record: rec,
+                        payload,
+                        deadline,
+                        reply,
+                    };
+                    match sink.offer(inb, bytes) {
+                        Offer::Taken => {
+                            self.shared.counters.delivered(1);
+                            if p.conn.released(bytes) {
+                                self.flush_grant(ConnRef::Peer(node, None));
+                            }
+                        }
+                        Offer::Held => self.shared.counters.delivered(1),
+                        Offer::Pass(inb) => self.hand_up_peer(node, generation, bytes, inb),
+                    }
+                    return None;
+                }
+                // Hand up (or hold, FIFO, while the inbound channel is full) and count the
+                // freed credit with this same lookup of the peer. Room is checked before the
+                // record is built so that it is moved once, straight into the batch.
+                if self.held.is_empty() && self.inbound.has_room() {
+                    self.inbound.push(Inbound {
+                        origin,
+                        correlation: header.correlation,
+                        record: rec,
+                        payload,
+                        deadline,
+                        reply,
+                    });
+                    self.shared.counters.delivered(1);
+                    if p.conn.released(bytes) {
+                        self.flush_grant(ConnRef::Peer(node, None));
+                    }
+                } else {
+                    let inb = Inbound {
+                        origin,
+                        correlation: header.correlation,
+                        record: rec,
+                        payload,
+                        deadline,
+                        reply,
+                    };
+                    self.held.push_back((node.clone(), generation, bytes, inb));
+                }
+            }
+            (Verdict::Drop(reason), _) => self
+                .shared
+                .counters
+                .drop(reason, &format_args!("{node} on {kind:?}")),
+            (Verdict::Complete | Verdict::Deliver, _) => self.shared.counters.drop(
+                DropReason::WrongConnection,
+                &format_args!("{node} on {kind:?}"),
+            ),
+        }
+        None
+    }
+
+    /// Hands a relay record up through the inbound channel, or holds it (FIFO) while the
+    /// channel is full; credit is returned once it moved up.
+    pub(super) fn hand_up_peer(
+        &mut self,
+        node: &Arc<NodeRid>,
+        generation: NodeGeneration,
+        bytes: u64,
+        inb: Inbound,
+    ) {
+        if self.held.is_empty() {
+            match self.inbound.try_push(inb) {
+                Ok(()) => {
+                    self.shared.counters.delivered(1);
+                    self.credit_freed(ConnRef::Peer(node, Some(generation)), bytes);
+                }
+                Err(inb) => self.held.push_back((node.clone(), generation, bytes, inb)),
+            }
+        } else {
+            self.held.push_back((node.clone(), generation, bytes, inb));
+        }
+    }
+
+    pub(super) fn complete(
+        &mut self,
+        corr: u64,
+        from: (Arc<NodeRid>, NodeGeneration),
+        rec: Record,
+        payload: Option<Bytes>,
+    ) {
+        match self.corr.handle_reply(corr, &from) {
+            ReplyOutcome::Deliver(w) => {
+                let _ = w.send(reply_result(rec, payload));
+            }
+            ReplyOutcome::Late(t) => self.shared.counters.drop(
+                DropReason::LateReply,
+                &format_args!("corr {corr} after {t:?}"),
+            ),
+            ReplyOutcome::Unknown | ReplyOutcome::WrongPeer => self
+                .shared
+                .counters
+                .drop(DropReason::UnknownReply, &format_args!("corr {corr}")),
+        }
+    }
+
+    pub(super) fn on_client_message(&mut self, rid: &[u8], parts: &[&[u8]]) {
+        self.tomb_answered = false;
+        self.on_parts(Sender::Client { rid }, parts);
+    }
+
+    /// One record from a client (alone or from a batch): decode (the one-way memo applies, as
+    /// for peers), control inside a batch rejected, session (created on the first record of a
+    /// connection, within `max_clients`), Ping/Pong/Disconnect answered here, requests and
+    /// one-way DATA charged to the client's receive window (`CreditExceeded`) and handed up —
+    /// a plain one-way in the compact form — or held (FIFO) while the application queue is
+    /// full; anything else `WrongConnection`. Returns the session when the record was a plain
+    /// one-way handed up in the compact form (a batch's fast path may follow it).
+    pub(super) fn on_client_record(
+        &mut self,
+        rid: &[u8],
+        envelope: &[u8],
+        payload: Pl<'_>,
+        in_batch: bool,
+    ) -> Option<u64> {
+        let bytes = (envelope.len() + payload.len()) as u64;
+        let MemoDecoded {
+            header,
+            class,
+            record,
+            payload,
+            from_memo,
+        } = self.decode_memoized(envelope, payload, &"client")?;
+        if in_batch && !matches!(class, Class::App) {
+            // Control records (Ping, Disconnect, …) never travel in a batch (SB-5.4).
+            self.shared.counters.drop(
+                DropReason::WrongConnection,
+                &"client: control record inside a batch",
+            );
+            return None;
+        }
+        let now = self.rx_now;
+        let session = match self.clients_by_rid.get(rid) {
+            Some(s) => *s,
+            None => {
+                if let Some(reason) = self.tombstones.get(rid) {
+                    // The node ended this connection's session: no new one on it.
+                    self.shared.counters.drop(
+                        DropReason::SessionClosed,
+                        &"client: record on a closed session's connection",
+                    );
+                    if !self.tomb_answered && !matches!(class, Class::Disconnect(_)) {
+                        self.tomb_answered = true;
+                        self.send_control(
+                            LinkKind::Client,
+                            rid,
+                            Record::Disconnect(Disconnect { reason }),
+                        );
+                    }
+                    return None;
+                }
+                if self.clients.len() >= self.cfg.max_clients {
+                    self.shared
+                        .counters
+                        .drop(DropReason::HandshakeCapacity, &"client");
+                    return None;
+                }
+                let source = self.rx_source.clone();
+                let stranger = match self.cfg.client_admission {
+                    ClientAdmission::Open => None,
+                    ClientAdmission::OnAccept(strangers) => Some(strangers),
+                };
+                if let Some(st) = stranger
+                    && self.strangers >= st.max
+                {
+                    self.shared
+                        .counters
+                        .drop(DropReason::HandshakeCapacity, &"client: strangers");
+                    return None;
+                }
+                if let Some(src) = &source {
+                    let n = self.sessions_by_source.get(src).copied().unwrap_or(0);
+                    let m = self.strangers_by_source.get(src).copied().unwrap_or(0);
+                    if n >= self.cfg.max_clients_per_source
+                        || stranger.is_some_and(|st| m >= st.max_per_source)
+                    {
+                        self.shared
+                            .counters
+                            .drop(DropReason::SourceCapacity, &format_args!("client {src}"));
+                        return None;
+                    }
+                    *self.sessions_by_source.entry(src.clone()).or_insert(0) += 1;
+                    if stranger.is_some() {
+                        *self.strangers_by_source.entry(src.clone()).or_insert(0) += 1;
+                    }
+                }
+                if stranger.is_some() {
+                    self.strangers += 1;
+                }
+                let window = stranger.map_or(self.cfg.client_window, |st| st.window);
+                let s = self.next_session;
+                self.next_session += 1;
+                let budget = Arc::new(Budget::new(self.cfg.client_budget));
+                self.clients.insert(
+                    s,
+                    Client {
+                        rid: rid.to_vec(),
+                        conn: Conn::granted(window, budget.clone(), now),
+                        stranger: stranger.is_some(),
+                        closing: None,
+                        source,
+                    },
+                );
+                self.clients_by_rid.insert(rid.to_vec(), s);
+                self.shared.set_client(s, Some(budget));
+                self.flush_grant(ConnRef::Client(s));
+                self.shared.publish(PeerEvent::ClientConnected {
+                    session: SessionRid::new(s),
+                });
+                self.client_event(ClientEvent::Connected {
+                    session: SessionRid::new(s),
+                });
+                s
+            }
+        };
+        let corr = header.correlation;
+        let c = self.clients.get_mut(&session)?;
+        if matches!(class, Class::App) {
+            if !(from_memo || matches!(record, Some(Record::Request(_) | Record::OneWay(_)))) {
+                // Only requests and one-way DATA are application records from a client.
+                c.conn.last_rx = now;
+                self.shared
+                    .counters
+                    .drop(DropReason::WrongConnection, &"client");
+                return None;
+            }
+            if c.closing.is_some() {
+                self.shared.counters.drop(
+                    DropReason::SessionClosed,
+                    &format_args!("client {session}: session closing"),
+                );
+                return None;
+            }
+        }
+        // The connection core decides (window charged, liveness noted); the rest here acts on
+        // its verdict.
+        match (c.conn.ingress(Lane::Client, &class, bytes, now), record) {
+            (Verdict::Answer(pong), _) => {
+                self.send_control(LinkKind::Client, rid, Record::Pong(pong))
+            }
+            (Verdict::Control { .. }, _) => {}
+            (Verdict::Disconnect, _) => {
+                if self
+                    .clients
+                    .get(&session)
+                    .is_some_and(|c| c.closing.is_some())
+                {
+                    // The node was already closing it: that close stands.
+                    self.finish_client(session);
+                } else {
+                    self.remove_client(session, ClientCloseCause::Remote);
+                }
+            }
+            (Verdict::Deliver, rec) => {
+                let c = self.clients.get_mut(&session)?;
+                if let Some(sink) = self.sink.as_mut() {
+                    // Direct delivery (`crate::sink`); what it passes goes up as below.
+                    let rec = match rec {
+                        Some(r) => r,
+                        None => self.memo.record(),
+                    };
+                    let deadline = codec::record_deadline(&rec).map(|d| now + d);
+                    let reply = corr.is_some().then(|| {
+                        ReplyHandle::new(
+                            self.shared.clone(),
+                            ReplyTarget::Client { session },
+                            corr.get(),
+                        )
+                    });
+                    let inb = Inbound {
+                        origin: Origin::Client {
+                            session: SessionRid::new(session),
+                        },
+                        correlation: corr,
+                        record: rec,
+                        payload,
+                        deadline,
+                        reply,
+                    };
+                    match sink.offer(inb, bytes) {
+                        Offer::Taken => {
+                            self.shared.counters.delivered(1);
+                            if c.conn.released(bytes) {
+                                self.flush_grant(ConnRef::Client(session));
+                            }
+                        }
+                        Offer::Held => self.shared.counters.delivered(1),
+                        Offer::Pass(inb) => self.deliver_client(session, bytes, inb),
+                    }
+                    return None;
+                }
+                // A plain one-way record (no correlation: no reply, no deadline) goes up in the
+                // compact form, as from peers; on a memo hit the record is not even cloned.
+                let one_way_key = match &rec {
+                    None => self.memo.one_way_key(),
+                    Some(Record::OneWay(o)) if corr.is_none() => Some(o.key),
+                    Some(_) => None,
+                };
+                if let Some(key) = one_way_key
+                    && corr.is_none()
+                    && payload.is_some()
+                    && self.held_clients.is_empty()
+                    && self.inbound.has_room()
+                {
+                    let origin = Origin::Client {
+                        session: SessionRid::new(session),
+                    };
+                    self.inbound
+                        .push_one_way(origin, key, payload.expect("checked"));
+                    self.shared.counters.delivered(1);
+                    if c.conn.released(bytes) {
+                        self.flush_grant(ConnRef::Client(session));
+                    }
+                    return Some(session);
+                }
+                let rec = match rec {
+                    Some(r) => r,
+                    None => self.memo.record(),
+                };
+                let deadline = codec::record_deadline(&rec).map(|d| now + d);
+                let reply = corr.is_some().then(|| {
+                    ReplyHandle::new(
+                        self.shared.clone(),
+                        ReplyTarget::Client { session },
+                        corr.get(),
+                    )
+                });
+                let inb = Inbound {
+                    origin: Origin::Client {
+                        session: SessionRid::new(session),
+                    },
+                    correlation: corr,
+                    record: rec,
+                    payload,
+                    deadline,
+                    reply,
+                };
+                self.deliver_client(session, bytes, inb);
+            }
+            (Verdict::Drop(reason), _) => {
+                // CreditExceeded: the client ignored its window, a protocol violation.
+                self.shared
+                    .counters
+                    .drop(reason, &format_args!("client {session}"));
+            }
+            (Verdict::Complete, _) => self
+                .shared
+                .counters
+                .drop(DropReason::WrongConnection, &"client"),
+        }
+        None
+    }
+
+    /// Hands a client record up, or holds it (FIFO over all clients, so each client's order is
+    /// kept, EG-4) while the inbound channel is full. Each client's window bounds what is held,
+    /// so the client socket is always read (Pings, new clients); credit is returned once the
+    /// record moved up.
+    pub(super) fn deliver_client(&mut self, session: u64, bytes: u64, inb: Inbound) {
+        if self.held_clients.is_empty() {
+            match self.inbound.try_push(inb) {
+                Ok(()) => {
+                    self.shared.counters.delivered(1);
+                    self.credit_freed(ConnRef::Client(session), bytes);
+                }
+                Err(inb) => self
+                    .held_clients
+                    .push_back(HeldClient::Record(session, bytes, inb)),
+            }
+        } else {
+            self.held_clients
+                .push_back(HeldClient::Record(session, bytes, inb));
+        }
+    }
+
+    /// The connection core of a peer (in `generation`, if given) or a client session, with
+    /// the connection its grants go out on.
+    pub(super) fn conn_of(&self, to: ConnRef<'_>) -> Option<(&Conn, LinkKind, &[u8])> {
+        match to {
+            ConnRef::Peer(node, generation) => self
+                .peers
+                .get(node)
+                .filter(|p| generation.is_none() || p.generation == generation)
+                .map(|p| (&p.conn, LinkKind::Completion, p.rid(LinkKind::Completion))),
+            ConnRef::Client(session) => self
+                .clients
+                .get(&session)
+                .map(|c| (&c.conn, LinkKind::Client, &c.rid[..])),
+        }
+    }
+
+    pub(super) fn conn_mut(&mut self, to: ConnRef<'_>) -> Option<&mut Conn> {
+        match to {
+            ConnRef::Peer(node, generation) => self
+                .peers
+                .get_mut(node)
+                .filter(|p| generation.is_none() || p.generation == generation)
+                .map(|p| &mut p.conn),
+            ConnRef::Client(session) => self.clients.get_mut(&session).map(|c| &mut c.conn),
+        }
+    }
+
+    /// One delivered record of `bytes` left the receive window of `from`; credit goes back in
+    /// batches (a peer's only within the generation that sent the record).
+    pub(super) fn credit_freed(&mut self, from: ConnRef<'_>, bytes: u64) {
+        if self.conn_mut(from).is_some_and(|c| c.released(bytes)) {
+            self.flush_grant(from);
+        }
+    }
+
+    /// Grants `to` its freed credit now (a FlowCredit on the peer's completion connection or
+    /// on the client connection). Only once libzmq took the record is the credit considered
+    /// returned; otherwise it stays owed and housekeeping retries (a lost grant would stall
+    /// the sender for ever).
+    pub(super) fn flush_grant(&mut self, to: ConnRef<'_>) {
+        let Some((conn, kind, rid)) = self.conn_of(to) else {
+            return;
+        };
+        let Some(grant) = conn.poll_grant() else {
+            return;
+        };
+        let frames = codec::encode_control(Record::FlowCredit(grant));
+        if matches!(self.raw_send(kind, rid, &frames), SendOutcome::Sent)
+            && let Some(conn) = self.conn_mut(to)
+        {
+            conn.grant_sent(grant);
+        }
+    }
+
+    pub(super) fn retry_stalled(&mut self) {
+        while let Some((node, generation, bytes, inb)) = self.held.pop_front() {
+            match self.inbound.try_push(inb) {
+                Ok(()) => {
+                    self.shared.counters.delivered(1);
+                    self.credit_freed(ConnRef::Peer(&node, Some(generation)), bytes);
+                }
+                Err(inb) => {
+                    self.held.push_front((node, generation, bytes, inb));
+                    break;
+                }
+            }
+        }
+        while let Some(h) = self.held_clients.pop_front() {
+            match h {
+                HeldClient::Ended(session, cause) => {
+                    // Its last record went up just before: make it visible first.
+                    self.inbound.flush();
+                    self.client_event(ClientEvent::Disconnected {
+                        session: SessionRid::new(session),
+                        cause,
+                    });
+                }
+                HeldClient::Record(session, bytes, inb) => match self.inbound.try_push(inb) {
+                    Ok(()) => {
+                        self.shared.counters.delivered(1);
+                        self.credit_freed(ConnRef::Client(session), bytes);
+                    }
+                    Err(inb) => {
+                        self.held_clients
+                            .push_front(HeldClient::Record(session, bytes, inb));
+                        break;
+                    }
+                },
+            }
+        }
+        self.inbound.flush();
+    }
+}
+
+/// A batch sub-record whose payload no longer points into the batch frame (copied out): a
+/// record the node holds pins only its own bytes, which its window charge counts. Slices would
+/// keep the whole frame alive — a frame of junk around one small valid record pinned the frame
+/// (up to the message limit) for a few bytes charged.
+pub(super) fn unpin(mut r: zlink_wire::BatchRecord<'_>) -> zlink_wire::BatchRecord<'_> {
+    r.payload = r.payload.map(|p| Bytes::copy_from_slice(&p));
+    r
+}
+
+/// The payload part of a received record: none, a slice of a libzmq frame (copied once into
+/// its own `Bytes` after the size check, so libzmq's receive buffer is not pinned), or a slice
+/// already shared from a batch frame's buffer.
+pub(crate) enum Pl<'a> {
+    None,
+    Copy(&'a [u8]),
+    Shared(Bytes),
+}
+
+impl Pl<'_> {
+    #[inline]
+    pub(super) fn len(&self) -> usize {
+        match self {
+            Pl::None => 0,
+            Pl::Copy(p) => p.len(),
+            Pl::Shared(p) => p.len(),
+        }
+    }
+
+    #[inline]
+    pub(super) fn into_bytes(self) -> Option<Bytes> {
+        match self {
+            Pl::None => None,
+            Pl::Copy(p) => Some(Bytes::copy_from_slice(p)),
+            Pl::Shared(p) => Some(p),
+        }
+    }
+}
+
+#[inline]
+pub(super) fn decode_counted(
+    shared: &Shared,
+    limits: &Limits,
+    envelope: &[u8],
+    payload: Pl<'_>,
+    who: &dyn std::fmt::Display,
+) -> Option<Decoded> {
+    // Bound before copying: the decoder re-checks the same limit.
+    let decoded = if payload.len() > limits.max_payload {
+        Err(zlink_wire::DecodeError::PayloadTooLarge {
+            len: payload.len(),
+            max: limits.max_payload,
+        })
+    } else {
+        zlink_wire::decode_parts(envelope, payload.into_bytes(), limits)
+    };
+    match decoded {
+        Ok(f) => Some(f),
+        Err(e) => {
+            shared
+                .counters
+                .drop(codec::drop_reason(&e), &format_args!("{who}: {e}"));
+            None
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use zlink_wire::DispatchKey;
+
+    fn one_way(key: u32) -> Parts {
+        codec::encode(
+            &Record::OneWay(zlink_wire::OneWay {
+                key: DispatchKey::new(key),
+            }),
+            0,
+            Some(Bytes::from_static(b"payload")),
+        )
+        .unwrap()
+    }
+
+    // spec: EG-1.2, SB-2.1 — the batch fast path charges the receive window per record, like
+    // a lone record: a sender past its window (here: the node's grants could not be sent, so
+    // the credit never came back) has each further record dropped and counted
+    // `CreditExceeded`, never handed up; the records before go up in order; the run stops
+    // after a record whose freed credit must be granted first, and at another envelope.
+    #[test]
+    fn one_way_run_charges_the_window_per_record() {
+        let limits = codec::limits(1 << 20);
+        let mut memo = DecodeMemo::default();
+        let a = one_way(7);
+        let d = zlink_wire::decode_parts(&a[0], Some(a[1].clone()), &limits).unwrap();
+        memo.store(&a[0], &d);
+        let other = one_way(8);
+        let mut parts: Vec<&Parts> = vec![&a; 10];
+        parts.push(&other);
+        let frame =
+            zlink_wire::encode_batch(parts.iter().map(|p| (&p[0][..], Some(&p[1][..])))).unwrap();
+        let batch = zlink_wire::BatchFrame::parse(frame).unwrap();
+        let mut records = batch.records();
+        let (mut inbound, mut app) = crate::inbound::channel(1024);
+        let counters = Counters::default();
+        // window of 4 records, a quarter (1 record) freed asks for a grant
+        let window = crate::config::InboundWindow {
+            messages: 4,
+            bytes: 1 << 20,
+        };
+        let now = Instant::now();
+        let budget = Arc::new(Budget::new(crate::budget::OutboundBudget::default()));
+        let mut conn = Conn::granted(window, budget, now - Duration::from_secs(1));
+        conn.grant_sent(conn.poll_grant().expect("initial grant"));
+        let mut run = OneWayRun {
+            memo: &memo,
+            inbound: &mut inbound,
+            counters: &counters,
+            max_payload: 1 << 20,
+            now,
+            key: DispatchKey::new(7),
+        };
+        let origin = || Origin::Client {
+            session: SessionRid::new(1),
+        };
+        let mut next = records.next();
+        let mut stops = 0;
+        loop {
+            let credit;
+            (next, credit) = run.take(&mut conn, &origin, &ClientLabel(1), next, &mut records);
+            if !credit {
+                break;
+            }
+            // the grant cannot be sent: nothing is returned to the sender
+            stops += 1;
+        }
+        assert_eq!(stops, 4, "one stop per freed record, for its grant");
+        let rest = next.expect("stopped at the other envelope");
+        assert_eq!(rest.envelope, &other[0][..]);
+        assert!(records.next().is_none());
+        assert_eq!(conn.last_rx, now);
+        assert_eq!(counters.dropped(DropReason::CreditExceeded), 6);
+        assert_eq!(counters.delivered_total(), 4);
+        inbound.flush();
+        let mut up = 0;
+        while let Some(m) = app.try_recv() {
+            let Record::OneWay(o) = m.record else {
+                panic!("{:?}", m.record)
+            };
+            assert_eq!(o.key, DispatchKey::new(7));
+            up += 1;
+        }
+        assert_eq!(up, 4, "exactly the charged records went up");
+    }
+
+    // The memo answers only for a byte-identical one-way envelope, with exactly what the
+    // decoder returns for it; other envelopes (other key, requests) are decoded afresh.
+    #[test]
+    fn decode_memo_matches_the_decoder() {
+        let limits = codec::limits(1 << 20);
+        let mut memo = DecodeMemo::default();
+        let a = one_way(7);
+        assert!(memo.lookup(&a[0]).is_none());
+        let d = zlink_wire::decode_parts(&a[0], Some(a[1].clone()), &limits).unwrap();
+        memo.store(&a[0], &d);
+        let (h, r) = memo.lookup(&one_way(7)[0]).expect("hit");
+        assert_eq!((h, r), (d.header, d.record));
+        assert!(memo.lookup(&one_way(8)[0]).is_none());
+        let mut truncated = a[0].to_vec();
+        truncated.pop();
+        assert!(memo.lookup(&truncated).is_none());
+
+        // A record with a correlation (a request, 42) is never memoized, even by a memo for its
+        // command and short enough (its bytes depend on more than the key); nor is a record of
+        // another command than the memo's.
+        let req = codec::encode(
+            &Record::Request(zlink_wire::Request {
+                key: DispatchKey::new(7),
+                deadline: zlink_wire::Deadline::from_millis(1000),
+            }),
+            42,
+            Some(Bytes::from_static(b"payload")),
+        )
+        .expect("a request encodes");
+        let d = zlink_wire::decode_parts(&req[0], Some(req[1].clone()), &limits).unwrap();
+        assert_eq!(d.header.correlation.get(), 42);
+        assert!(
+            req[0].len() <= MEMO_ENVELOPE,
+            "short enough to be memoized by size"
+        );
+        let mut m = DecodeMemo::for_command(zlink_wire::Command::Request);
+        m.store(&req[0], &d);
+        assert!(
+            m.lookup(&req[0]).is_none(),
+            "records with a correlation are not memoized"
+        );
+        let mut m = DecodeMemo::default();
+        m.store(&req[0], &d);
+        assert!(
+            m.lookup(&req[0]).is_none(),
+            "another command is not memoized"
+        );
+    }
+}

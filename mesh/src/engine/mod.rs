@@ -1,0 +1,1568 @@
+//! The node's I/O thread: owns every libzmq socket of a node, validates ingress, runs the
+//! handshakes, the correlation table, liveness and the PAUSED queues.
+//!
+//! Loop order (one iteration): drain commands (batch) → flush PAUSED queues and pending
+//! handshake messages → hand stalled inbound records to the layer above → timers (handshake
+//! timeouts, pings, peer timeouts, request deadlines) → `zmq::poll` (doorbell, sockets,
+//! monitors) → read readable sockets in batches.
+//!
+//! Invariants:
+//! - no call here blocks: every send is `DONTWAIT` (EAGAIN = PAUSED), every receive too;
+//! - a record from a connection whose handshake has not completed, or from an older
+//!   NodeGeneration, is dropped and counted, never passed up (SB-2.1);
+//! - control records (handshake, Ping/Pong, Disconnect) are answered on the I/O thread and
+//!   never enter the inbound application channel (SB-5.4); Ping/Pong travel on the completion
+//!   connection, never behind relay data;
+//! - replies travel only on the completion connection (RouteMesh) and complete the
+//!   correlation table here, so they progress while the application is blocked or its
+//!   inbound channel is full (EG-16.21, EG-16.25);
+//! - every outbound message admitted against a budget is released exactly once (sent or
+//!   discarded on peer loss).
+
+use std::collections::{HashSet, VecDeque};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use tokio::sync::oneshot;
+
+use crate::budget::Budget;
+use zlink_wire::{Decoded, Disconnect, DisconnectReason, Limits, Ping};
+
+use crate::codec::{self, Class, HandshakeMsg, HandshakeReject, Parts, Record};
+use crate::config::{ClientAdmission, MeshConfig, PeerAddress};
+use crate::conn::{Conn, Lane, Out, Verdict, batch_run, out_len, release};
+use crate::correlation::{Correlations, ReplyOutcome};
+use crate::counters::{Counters, DropReason, TransportEvent};
+use crate::error::RequestError;
+use crate::handshake::{Handshake, HandshakeFailure, LocalIdentity, Outcome};
+use crate::hashing::{FastMap, SeededMap};
+use crate::inbound::InboundSender;
+use crate::node::{
+    ClientCloseCause, ClientEvent, DownReason, Inbound, Origin, OutItem, Outbox, PeerEvent,
+    PeerSlot, ReplyHandle, ReplyTarget, Response, Shared,
+};
+use crate::sink::Offer;
+use crate::tap::{TapDirection, WireTap};
+use crate::types::{LinkKind, NodeGeneration, NodeRid, SessionRid};
+
+mod ingress;
+mod link;
+mod send;
+
+pub(crate) use ingress::DecodeMemo;
+
+/// Bound on how many messages one socket is read per loop iteration.
+const RECV_BATCH: usize = 512;
+/// Housekeeping cadence (timers, handshake retries, monitor events) while busy.
+const HOUSEKEEPING: Duration = Duration::from_millis(1);
+/// Bound on commands drained per loop iteration.
+const CMD_BATCH: usize = 1024;
+/// Bound on replies waiting for a PAUSED completion connection, per peer.
+const MAX_QUEUED_REPLIES: usize = 65_536;
+/// More parts than this in one message is malformed (routing id + envelope + payload).
+const MAX_PARTS: usize = 3;
+/// Longest a test hold ([`Command::Hold`]) keeps the I/O thread, so a leaked guard can
+/// never wedge a node (or a `shutdown` waiting for its thread) for good.
+const HOLD_LIMIT: Duration = Duration::from_secs(60);
+
+pub(crate) type Waiter = oneshot::Sender<Result<Response, RequestError>>;
+
+/// Destination of an application send.
+#[derive(Clone, Debug)]
+pub(crate) enum Dest {
+    Peer {
+        node: Arc<NodeRid>,
+        generation: NodeGeneration,
+    },
+    Client {
+        session: u64,
+    },
+}
+
+pub(crate) enum Command {
+    Connect(PeerAddress),
+    Send {
+        dest: Dest,
+        frames: Parts,
+        bytes: u64,
+    },
+    /// A peer's outbox went from empty to non-empty: take everything in it, in order.
+    Flush(Arc<Outbox>),
+    Reply {
+        to: ReplyTarget,
+        frames: Parts,
+    },
+    /// [`crate::MeshNode::take_client_events`]: from now on session events go here.
+    ClientEvents(tokio::sync::mpsc::UnboundedSender<ClientEvent>),
+    /// [`crate::MeshNode::close_client`].
+    CloseClient {
+        session: u64,
+        reason: DisconnectReason,
+    },
+    /// [`crate::MeshNode::accept_client`].
+    AcceptClient {
+        session: u64,
+    },
+    /// [`crate::MeshNode::set_sink`]: application records are offered to it from now on.
+    SetSink(Box<dyn crate::sink::InboundSink>),
+    /// [`crate::MeshNode::release_credit`]: records the sink held left their senders' windows
+    /// (the list is in `Shared::released`).
+    ReleaseCredit,
+    /// Test hook ([`crate::MeshNode::hold_io_for_tests`]): the I/O thread blocks until the
+    /// sender of this channel is dropped (at most [`HOLD_LIMIT`]). Commands submitted behind
+    /// it are drained in the same pass once it is released.
+    Hold(crossbeam_channel::Receiver<()>),
+    Shutdown,
+    /// Test hook ([`crate::MeshNode::abort_for_tests`]): stop like a crashed process, without
+    /// telling peers or clients (no Disconnect, nothing queued flushed).
+    Abort,
+}
+
+enum SendOutcome {
+    Sent,
+    Paused,
+    Unreachable,
+}
+
+enum Link {
+    Idle,
+    Handshaking {
+        hs: Box<Handshake>,
+        out: VecDeque<Parts>,
+    },
+    Retry {
+        at: Instant,
+    },
+    Up(NodeGeneration),
+}
+
+struct Peer {
+    node: NodeRid,
+    /// The routing id this peer's relay / completion connection has on our socket: its
+    /// NodeRid on a connection we opened (the acceptor announces it), the routing id that
+    /// proved itself in the handshake on a connection it opened (`accept.rs`).
+    rids: [Vec<u8>; 2],
+    /// The fresh random routing id our own relay / completion connection to it announced (we
+    /// opened it), bound into the handshake transcript.
+    own_rids: [Vec<u8>; 2],
+    addr: Option<PeerAddress>,
+    generation: Option<NodeGeneration>,
+    relay: Link,
+    completion: Link,
+    up: bool,
+    replies: VecDeque<Parts>,
+    next_ping: Instant,
+    ping_seq: u64,
+    /// Flow of relay data both ways (the peer's receive window; our send credit, queue and
+    /// budget) and liveness: the sans-IO core ([`crate::conn`]).
+    conn: Conn,
+}
+
+/// Index of a mesh link kind in a peer's per-link arrays.
+fn link_index(kind: LinkKind) -> usize {
+    usize::from(kind != LinkKind::Relay)
+}
+
+/// A fresh random routing id for an outgoing mesh connection (printable, 32 hex digits).
+fn fresh_rid() -> Vec<u8> {
+    format!("{:032x}", rand::random::<u128>()).into_bytes()
+}
+
+impl Peer {
+    fn rid(&self, kind: LinkKind) -> &[u8] {
+        &self.rids[link_index(kind)]
+    }
+
+    fn link_mut(&mut self, kind: LinkKind) -> &mut Link {
+        if kind == LinkKind::Relay {
+            &mut self.relay
+        } else {
+            &mut self.completion
+        }
+    }
+}
+
+struct Client {
+    rid: Vec<u8>,
+    /// Receive window (like a peer's; `client_window`, or the strangers' window until
+    /// accepted), the queue of pushes and replies with the push budget, and liveness: the
+    /// sans-IO core ([`crate::conn`]).
+    conn: Conn,
+    /// Not yet accepted ([`crate::ClientAdmission::OnAccept`]): counted in
+    /// `Engine::strangers` (and per source).
+    stranger: bool,
+    /// The node is closing this session (cause, since when): its queue drains first, then it
+    /// gets a Disconnect and is removed ([`Engine::close_client`]).
+    closing: Option<(ClientCloseCause, Instant)>,
+    /// The connection's source address (peer IP), counted in `sessions_by_source`.
+    source: Option<Arc<str>>,
+}
+
+/// Routing ids of client connections whose session the node ended, with the reason it sent.
+/// Bounded by a count (`MeshConfig::max_clients`, at least 1): the oldest is forgotten first,
+/// after which a record on that connection would start a new session again.
+struct Tombstones {
+    reasons: SeededMap<Vec<u8>, DisconnectReason>,
+    order: VecDeque<Vec<u8>>,
+    cap: usize,
+}
+
+impl Tombstones {
+    fn new(cap: usize) -> Self {
+        Self {
+            reasons: SeededMap::default(),
+            order: VecDeque::new(),
+            cap: cap.max(1),
+        }
+    }
+
+    fn insert(&mut self, rid: Vec<u8>, reason: DisconnectReason) {
+        if let Some(r) = self.reasons.get_mut(&rid) {
+            *r = reason;
+            return;
+        }
+        while self.order.len() >= self.cap {
+            if let Some(old) = self.order.pop_front() {
+                self.reasons.remove(&old);
+            }
+        }
+        self.reasons.insert(rid.clone(), reason);
+        self.order.push_back(rid);
+    }
+
+    fn get(&self, rid: &[u8]) -> Option<DisconnectReason> {
+        if self.reasons.is_empty() {
+            return None;
+        }
+        self.reasons.get(rid).copied()
+    }
+}
+
+/// An entry of the held client FIFO. Not boxed: almost every entry is a record (as before the
+/// `Ended` marker existed), and a box would cost an allocation per held record.
+#[allow(clippy::large_enum_variant)]
+enum HeldClient {
+    /// A record waiting for room in the inbound channel: (session, bytes, record).
+    Record(u64, u64, Inbound),
+    /// The `Disconnected` event of a session that ended while records of it were held: sent
+    /// once those went up (ordering rule of [`ClientEvent`]).
+    Ended(u64, ClientCloseCause),
+}
+
+struct Sockets {
+    relay: zmq::Socket,
+    completion: zmq::Socket,
+    client: Option<zmq::Socket>,
+    mon_relay: zmq::Socket,
+    mon_completion: zmq::Socket,
+    mon_client: Option<zmq::Socket>,
+}
+
+pub(crate) struct Engine {
+    // Dropped last: sockets must close before the context terminates.
+    sockets: Sockets,
+    door: crate::bridge::Door<Command>,
+    shared: Arc<Shared>,
+    cfg: MeshConfig,
+    local: LocalIdentity,
+    peers: FastMap<NodeRid, Peer>,
+    endpoints: FastMap<String, (NodeRid, LinkKind)>,
+    paused: crate::hashing::FastSet<NodeRid>,
+    /// Accepted relay/completion connections: handshakes in progress, proved routing ids.
+    accepts: crate::accept::Accepts,
+    /// Routing id bytes → NodeRid of known peers (avoids validating text per record).
+    rid_cache: SeededMap<Vec<u8>, Arc<NodeRid>>,
+    /// Receive buffers reused across reads (no allocation per message).
+    rx_rid: zmq::Message,
+    rx_parts: Vec<zmq::Message>,
+    /// Time of the current read pass (one clock read per batch, not per record).
+    rx_now: Instant,
+    clients: FastMap<u64, Client>,
+    clients_by_rid: SeededMap<Vec<u8>, u64>,
+    /// Sessions per source address (`max_clients_per_source`).
+    sessions_by_source: SeededMap<Arc<str>, usize>,
+    /// Sessions not yet accepted, in all and per source address (`ClientAdmission::OnAccept`).
+    strangers: usize,
+    strangers_by_source: SeededMap<Arc<str>, usize>,
+    /// The source address of the message being handled, read only for a client connection
+    /// without a session (it may open one) and for a Hello (it starts a handshake).
+    rx_source: Option<Arc<str>>,
+    paused_clients: HashSet<u64>,
+    next_session: u64,
+    corr: Correlations<(Arc<NodeRid>, NodeGeneration), Waiter>,
+    inbound: InboundSender,
+    /// Offered every application record before the inbound channel ([`crate::sink`]).
+    sink: Option<Box<dyn crate::sink::InboundSink>>,
+    /// Relay records read but not yet taken by the inbound channel (bounded by the peers'
+    /// windows): (peer, generation, bytes, record).
+    held: VecDeque<(Arc<NodeRid>, NodeGeneration, u64, Inbound)>,
+    /// Client records read but not yet taken by the inbound channel (FIFO; bounded by the
+    /// clients' windows): (session, bytes, record).
+    held_clients: VecDeque<HeldClient>,
+    /// Routing ids of client connections whose session the node ended (not the client's own
+    /// Disconnect), with the reason sent: a record from one is dropped (`SessionClosed`) and
+    /// answered with that Disconnect again, never a new session. Bounded by `max_clients`
+    /// entries, oldest forgotten first (`tombstone_order`).
+    tombstones: Tombstones,
+    /// A tombstoned connection was answered in this frame (at most one answer per frame).
+    tomb_answered: bool,
+    /// The lossless session event channel, once taken ([`Command::ClientEvents`]).
+    client_events: Option<tokio::sync::mpsc::UnboundedSender<ClientEvent>>,
+    running: bool,
+    /// Stopped by [`Command::Abort`]: no goodbyes at shutdown.
+    aborted: bool,
+    limits: Limits,
+    /// The last one-way envelope decoded (see [`DecodeMemo`]).
+    memo: DecodeMemo,
+    /// Peers whose relay queue or reply queue got records in this pass and that were not
+    /// PAUSED: transmitted by [`Engine::flush_dirty`] at the end of the pass, small records
+    /// packed into batch frames (natural batching: nothing waits for a batch to fill).
+    dirty: Vec<Arc<NodeRid>>,
+    /// Clients (sessions) whose queue went from empty to non-empty in this pass (pushes,
+    /// replies): transmitted by [`Engine::flush_dirty`] like the peers above.
+    dirty_clients: Vec<u64>,
+    /// Reused buffer of the batch frame being built.
+    batch_buf: Vec<u8>,
+    /// Reused buffer the items of an outbox are taken into.
+    outbox_buf: Vec<OutItem>,
+    _ctx: zmq::Context,
+}
+
+pub(crate) struct Bound {
+    pub relay: String,
+    pub completion: String,
+    pub client: Option<String>,
+}
+
+fn setup_err(what: impl Into<String>) -> impl FnOnce(zmq::Error) -> crate::error::ConfigError {
+    let what = what.into();
+    move |source| crate::error::ConfigError::Transport { what, source }
+}
+
+/// Applies the options every network-facing socket gets.
+///
+/// `zmtp_heartbeats` is true only for the completion socket: libzmq stops reading a
+/// connection whose pipe is full, so a PAUSED application queue starves ZMTP PINGs and the
+/// heartbeat timeout would cut a healthy, merely backpressured connection, losing everything
+/// libzmq had buffered (records `send` had accepted). That applies to relay and to
+/// ClientServer (a client that is out of credit backs up into libzmq; the client stops
+/// reading while its pushes are not taken). Relay liveness
+/// comes from the completion connection (never backpressured by the application: ZMTP
+/// heartbeats + mesh Ping/Pong); ClientServer liveness from mesh Ping/Pong (`peer_timeout`,
+/// `MeshClient::server_alive`); both also use TCP keepalive.
+pub(crate) fn configure_network_socket(
+    s: &zmq::Socket,
+    cfg: &MeshConfig,
+    zmtp_heartbeats: bool,
+) -> Result<(), zmq::Error> {
+    let l = &cfg.transport;
+    let v = &cfg.liveness;
+    s.set_maxmsgsize(codec::socket_message_limit(l.max_message_size))?;
+    s.set_sndhwm(l.send_hwm)?;
+    s.set_rcvhwm(l.recv_hwm)?;
+    s.set_linger(l.linger.as_millis() as i32)?;
+    s.set_tcp_keepalive(1)?;
+    s.set_tcp_keepalive_idle(30)?;
+    s.set_tcp_keepalive_intvl(5)?;
+    s.set_tcp_keepalive_cnt(3)?;
+    if zmtp_heartbeats {
+        s.set_heartbeat_ivl(v.heartbeat_interval.as_millis() as i32)?;
+        s.set_heartbeat_timeout(v.heartbeat_timeout.as_millis() as i32)?;
+        s.set_heartbeat_ttl(v.heartbeat_ttl.as_millis() as i32)?;
+    }
+    s.set_reconnect_ivl(v.reconnect_interval.as_millis() as i32)?;
+    s.set_reconnect_ivl_max(v.reconnect_interval_max.as_millis() as i32)?;
+    s.set_handshake_ivl(v.handshake_timeout.as_millis() as i32)?;
+    Ok(())
+}
+
+pub(crate) fn monitor(
+    ctx: &zmq::Context,
+    s: &zmq::Socket,
+    name: &str,
+) -> Result<zmq::Socket, crate::error::ConfigError> {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    let ep = format!(
+        "inproc://zlink-mesh-mon-{name}-{}",
+        NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    );
+    let events = zmq::SocketEvent::ACCEPTED as i32
+        | zmq::SocketEvent::DISCONNECTED as i32
+        | zmq::SocketEvent::HANDSHAKE_SUCCEEDED as i32
+        | zmq::SocketEvent::HANDSHAKE_FAILED_NO_DETAIL as i32
+        | zmq::SocketEvent::HANDSHAKE_FAILED_PROTOCOL as i32
+        | zmq::SocketEvent::HANDSHAKE_FAILED_AUTH as i32;
+    s.monitor(&ep, events).map_err(setup_err("monitor"))?;
+    let m = ctx.socket(zmq::PAIR).map_err(setup_err("monitor socket"))?;
+    m.set_linger(0).map_err(setup_err("monitor linger"))?;
+    m.connect(&ep).map_err(setup_err("monitor connect"))?;
+    Ok(m)
+}
+
+fn last_endpoint(s: &zmq::Socket) -> String {
+    match s.get_last_endpoint() {
+        Ok(Ok(e)) => e,
+        _ => String::new(),
+    }
+}
+
+impl Engine {
+    #[allow(clippy::type_complexity)]
+    pub(crate) fn new(
+        ctx: zmq::Context,
+        door: crate::bridge::Door<Command>,
+        shared: Arc<Shared>,
+        cfg: MeshConfig,
+        local: LocalIdentity,
+        inbound: InboundSender,
+    ) -> Result<(Self, Bound), crate::error::ConfigError> {
+        let router =
+            |name: &str, ep: &str, mesh: bool| -> Result<zmq::Socket, crate::error::ConfigError> {
+                let s = ctx.socket(zmq::ROUTER).map_err(setup_err(name))?;
+                configure_network_socket(&s, &cfg, name == "completion")
+                    .map_err(setup_err(format!("{name} options")))?;
+                s.set_router_mandatory(true)
+                    .map_err(setup_err("router_mandatory"))?;
+                if mesh {
+                    // Announced on accepted connections (the listener keeps the options of
+                    // the bind); each outgoing connection announces a fresh random routing id
+                    // instead (`fresh_rid`). No ROUTER_HANDOVER: a connection announcing a
+                    // routing id in use is ignored, it never takes over the pipe.
+                    s.set_identity(cfg.node.as_bytes())
+                        .map_err(setup_err("identity"))?;
+                }
+                s.bind(ep).map_err(setup_err(format!("bind {name} {ep}")))?;
+                Ok(s)
+            };
+        let relay = router("relay", &cfg.relay_endpoint, true)?;
+        let completion = router("completion", &cfg.completion_endpoint, true)?;
+        let client = match &cfg.client_endpoint {
+            Some(ep) => Some(router("client", ep, false)?),
+            None => None,
+        };
+        let mon_relay = monitor(&ctx, &relay, "relay")?;
+        let mon_completion = monitor(&ctx, &completion, "completion")?;
+        let mon_client = match &client {
+            Some(c) => Some(monitor(&ctx, c, "client")?),
+            None => None,
+        };
+        let limits = codec::limits(cfg.transport.max_message_size);
+        let bound = Bound {
+            relay: last_endpoint(&relay),
+            completion: last_endpoint(&completion),
+            client: client.as_ref().map(last_endpoint),
+        };
+        let tombstones = Tombstones::new(cfg.max_clients);
+        let accepts = crate::accept::Accepts::new(
+            cfg.max_pending_handshakes,
+            cfg.max_pending_handshakes_per_source,
+        );
+        Ok((
+            Self {
+                sockets: Sockets {
+                    relay,
+                    completion,
+                    client,
+                    mon_relay,
+                    mon_completion,
+                    mon_client,
+                },
+                door,
+                shared,
+                cfg,
+                local,
+                peers: FastMap::default(),
+                endpoints: FastMap::default(),
+                paused: Default::default(),
+                rid_cache: SeededMap::default(),
+                accepts,
+                rx_rid: zmq::Message::new(),
+                rx_parts: Vec::with_capacity(MAX_PARTS),
+                rx_now: Instant::now(),
+                clients: FastMap::default(),
+                clients_by_rid: SeededMap::default(),
+                sessions_by_source: SeededMap::default(),
+                strangers: 0,
+                strangers_by_source: SeededMap::default(),
+                rx_source: None,
+                paused_clients: HashSet::new(),
+                next_session: 1,
+                corr: Correlations::new(),
+                inbound,
+                sink: None,
+                held: VecDeque::new(),
+                held_clients: VecDeque::new(),
+                tombstones,
+                tomb_answered: false,
+                client_events: None,
+                running: true,
+                aborted: false,
+                limits,
+                memo: DecodeMemo::default(),
+                dirty: Vec::new(),
+                dirty_clients: Vec::new(),
+                batch_buf: Vec::new(),
+                outbox_buf: Vec::new(),
+                _ctx: ctx,
+            },
+            bound,
+        ))
+    }
+
+    pub(crate) fn run(mut self) {
+        let _span = tracing::debug_span!("zlink_mesh_io", node = %self.local.node).entered();
+        let mut next_housekeeping = Instant::now();
+        while self.running {
+            let mut work = self.drain_commands();
+            if !self.running {
+                break;
+            }
+            if !self.paused.is_empty() || !self.paused_clients.is_empty() {
+                self.flush_paused();
+            }
+            if !self.held.is_empty() || !self.held_clients.is_empty() {
+                self.retry_stalled();
+            }
+            let now = Instant::now();
+            if now >= next_housekeeping {
+                self.flush_handshakes();
+                self.timers(now);
+                self.read_monitors();
+                next_housekeeping = now + HOUSEKEEPING;
+            }
+            // Busy path: read every socket without polling first.
+            work += self.read_socket(LinkKind::Completion);
+            work += self.read_socket(LinkKind::Relay);
+            if self.sockets.client.is_some() {
+                work += self.read_socket(LinkKind::Client);
+            }
+            // Replies the reads queued (e.g. stale-generation error replies).
+            self.flush_dirty();
+            self.inbound.flush();
+            if work > 0 {
+                continue;
+            }
+            // Idle: yield a little before sleeping (a wake-up costs 20-25 µs on small VMs).
+            if self.spin_for_work() {
+                continue;
+            }
+            self.poll_once();
+            next_housekeeping = next_housekeeping.min(Instant::now());
+        }
+        self.shutdown_sequence();
+    }
+
+    // ---------------------------------------------------------------- commands
+
+    fn drain_commands(&mut self) -> usize {
+        let mut n = 0;
+        while n < CMD_BATCH {
+            match self.door.rx.try_recv() {
+                Ok(cmd) => {
+                    self.handle_command(cmd);
+                    n += 1;
+                }
+                Err(_) => break,
+            }
+        }
+        self.flush_dirty();
+        n
+    }
+
+    /// Transmits what this pass queued for each dirty peer: the records queued behind each
+    /// other for one peer go out together, small ones packed into 139 batch frames (see
+    /// [`Engine::flush_peer`]). A peer that libzmq refuses (HWM) becomes PAUSED.
+    fn flush_dirty(&mut self) {
+        if !self.dirty.is_empty() {
+            let mut dirty = std::mem::take(&mut self.dirty);
+            for node in dirty.drain(..) {
+                if !self.flush_peer(&node) {
+                    self.shared.counters.event(TransportEvent::Paused);
+                    self.mark_paused(&node);
+                }
+            }
+            self.dirty = dirty;
+        }
+        if !self.dirty_clients.is_empty() {
+            let mut dirty = std::mem::take(&mut self.dirty_clients);
+            for session in dirty.drain(..) {
+                if !self.flush_client(session) {
+                    self.shared.counters.event(TransportEvent::Paused);
+                    self.paused_clients.insert(session);
+                }
+            }
+            self.dirty_clients = dirty;
+        }
+    }
+
+    /// Yields the CPU a few times while watching for commands or readable sockets.
+    fn spin_for_work(&self) -> bool {
+        for _ in 0..self.cfg.io_spin_yields {
+            if !self.door.rx.is_empty() {
+                return true;
+            }
+            let readable = |s: &zmq::Socket| {
+                s.get_events()
+                    .map(|e| e.contains(zmq::POLLIN))
+                    .unwrap_or(false)
+            };
+            if readable(&self.sockets.relay)
+                || readable(&self.sockets.completion)
+                || self.sockets.client.as_ref().is_some_and(readable)
+            {
+                return true;
+            }
+            std::thread::yield_now();
+        }
+        false
+    }
+
+    fn read_monitors(&mut self) {
+        self.read_monitor(LinkKind::Relay);
+        self.read_monitor(LinkKind::Completion);
+        if self.sockets.mon_client.is_some() {
+            self.read_monitor(LinkKind::Client);
+        }
+    }
+
+    fn handle_command(&mut self, cmd: Command) {
+        match cmd {
+            Command::Connect(addr) => self.connect(addr),
+            Command::Send {
+                dest,
+                frames,
+                bytes,
+            } => self.send_app(
+                dest,
+                Out {
+                    frames,
+                    bytes: Some(bytes),
+                    corr: 0,
+                },
+            ),
+            Command::Flush(outbox) => {
+                let mut items = std::mem::take(&mut self.outbox_buf);
+                outbox.take_into(&mut items);
+                let mut items_iter = items.drain(..);
+                while let Some(item) = items_iter.next() {
+                    match item {
+                        OutItem::Send { frames, bytes } => {
+                            // A run of one-way records: one peer lookup for the run.
+                            let mut run =
+                                std::iter::once((frames, bytes)).chain(std::iter::from_fn(|| {
+                                    let next = items_iter.as_slice().first()?;
+                                    if !matches!(next, OutItem::Send { .. }) {
+                                        return None;
+                                    }
+                                    match items_iter.next() {
+                                        Some(OutItem::Send { frames, bytes }) => {
+                                            Some((frames, bytes))
+                                        }
+                                        _ => None,
+                                    }
+                                }));
+                            self.queue_sends(&outbox, &mut run);
+                        }
+                        OutItem::Cancel { corr } => {
+                            if let Some(w) = self.corr.handle_cancel(corr) {
+                                drop(w);
+                            }
+                        }
+                        OutItem::Request {
+                            corr,
+                            deadline,
+                            frames,
+                            bytes,
+                            waiter,
+                        } => self.start_request(
+                            outbox.node.clone(),
+                            outbox.generation,
+                            corr,
+                            deadline,
+                            Out {
+                                frames,
+                                bytes: Some(bytes),
+                                corr,
+                            },
+                            waiter,
+                        ),
+                    }
+                }
+                drop(items_iter);
+                self.outbox_buf = items;
+            }
+            Command::Reply { to, frames } => self.send_reply(to, frames),
+            Command::ClientEvents(tx) => {
+                // Live sessions are announced first (they began before the channel existed).
+                let mut live: Vec<u64> = self.clients.keys().copied().collect();
+                live.sort_unstable();
+                self.client_events = Some(tx);
+                for session in live {
+                    self.client_event(ClientEvent::Connected {
+                        session: SessionRid::new(session),
+                    });
+                }
+            }
+            Command::CloseClient { session, reason } => {
+                self.close_client(session, ClientCloseCause::Closed(reason), Instant::now());
+            }
+            Command::AcceptClient { session } => self.accept_client(session),
+            Command::SetSink(sink) => self.sink = Some(sink),
+            Command::ReleaseCredit => {
+                let released = std::mem::take(
+                    &mut *self
+                        .shared
+                        .released
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner()),
+                );
+                for (origin, bytes) in released {
+                    match origin {
+                        Origin::Peer { node, generation } => {
+                            self.credit_freed(ConnRef::Peer(&node, Some(generation)), bytes)
+                        }
+                        Origin::Client { session } => {
+                            self.credit_freed(ConnRef::Client(session.get()), bytes)
+                        }
+                    }
+                }
+            }
+            Command::Hold(release) => {
+                // Released when the guard (the only sender) is dropped: `recv` then fails.
+                if let Err(crossbeam_channel::RecvTimeoutError::Timeout) =
+                    release.recv_timeout(HOLD_LIMIT)
+                {
+                    tracing::warn!("test hold of the mesh I/O thread expired");
+                }
+            }
+            Command::Shutdown => self.running = false,
+            Command::Abort => {
+                self.running = false;
+                self.aborted = true;
+            }
+        }
+    }
+
+    /// Queues a run of admitted one-way records of `outbox`'s lifecycle (transmitted at the end
+    /// of the pass, like [`Engine::send_app`]): one peer lookup for the whole run. Records of
+    /// a lifecycle that ended are discarded, their budget released, each counted `PeerLost`.
+    fn queue_sends(&mut self, outbox: &Outbox, run: &mut dyn Iterator<Item = (Parts, u64)>) {
+        let node = &outbox.node;
+        let Some(p) = self
+            .peers
+            .get_mut(&**node)
+            .filter(|p| p.up && p.generation == Some(outbox.generation))
+        else {
+            for (_, bytes) in run {
+                outbox.budget.release(bytes);
+                self.shared.counters.drop(DropReason::PeerLost, node);
+            }
+            return;
+        };
+        let was_empty = p.conn.queue.is_empty();
+        for (frames, bytes) in run {
+            p.conn.queue.push_back(Out {
+                frames,
+                bytes: Some(bytes),
+                corr: 0,
+            });
+        }
+        if was_empty && !p.conn.queue.is_empty() {
+            self.dirty.push(node.clone());
+        }
+    }
+
+    /// Registers a request in the correlation table (its deadline and waiter live here from
+    /// now on) and queues it like relay data; a request for a lifecycle that already ended
+    /// ends at once with `PeerLost`.
+    fn start_request(
+        &mut self,
+        node: Arc<NodeRid>,
+        generation: NodeGeneration,
+        corr: u64,
+        deadline: Instant,
+        out: Out,
+        waiter: Waiter,
+    ) {
+        let bytes = out.bytes.unwrap_or(0);
+        let current = self
+            .peers
+            .get(&node)
+            .filter(|p| p.up && p.generation == Some(generation))
+            .is_some();
+        if !current {
+            self.release_peer_budget(&node, bytes);
+            let _ = waiter.send(Err(RequestError::PeerLost));
+            return;
+        }
+        if let Err(w) = self
+            .corr
+            .register(corr, (node.clone(), generation), deadline, waiter)
+        {
+            self.release_peer_budget(&node, bytes);
+            let _ = w.send(Err(RequestError::Closed));
+            return;
+        }
+        self.send_app(Dest::Peer { node, generation }, out);
+    }
+
+    /// True if `corr` is a request that must not be transmitted any more: it already reached
+    /// its terminal (timeout, cancel, peer lost), or its deadline has passed (it is ended
+    /// here, with `DeadlineExceeded`, before the timer would). Asked at the moment of
+    /// transmission, so a request queued behind PAUSED data is never sent after its terminal.
+    fn request_ended(&mut self, corr: u64) -> bool {
+        if corr == 0 {
+            return false;
+        }
+        match self.corr.pending_deadline(corr) {
+            None => true,
+            Some(d) => {
+                let now = Instant::now();
+                if d <= now {
+                    self.expire_requests(now);
+                    true
+                } else {
+                    false
+                }
+            }
+        }
+    }
+
+    fn drop_ended(&self, node: &NodeRid, corr: u64) {
+        self.shared.counters.drop(
+            DropReason::RequestEnded,
+            &format_args!("{node}: corr {corr} ended before transmission"),
+        );
+    }
+
+    /// Ends every request whose deadline passed (`DeadlineExceeded`).
+    fn expire_requests(&mut self, now: Instant) {
+        for (_, w) in self.corr.handle_timeout(now) {
+            let _ = w.send(Err(RequestError::DeadlineExceeded));
+        }
+    }
+
+    fn mark_paused(&mut self, node: &NodeRid) {
+        if !self.paused.contains(node) {
+            self.paused.insert(node.clone());
+        }
+    }
+
+    fn release_peer_budget(&self, node: &NodeRid, bytes: u64) {
+        if let Some(p) = self.peers.get(node) {
+            p.conn.budget.release(bytes);
+        } else if let Some(slot) = self.shared.peer_slot(node) {
+            slot.budget.release(bytes);
+        }
+    }
+
+    fn connect(&mut self, addr: PeerAddress) {
+        if addr.node == self.local.node {
+            return;
+        }
+        if self
+            .peers
+            .get(&addr.node)
+            .and_then(|p| p.addr.as_ref())
+            .is_some_and(|a| *a == addr)
+        {
+            // Idempotent: already connecting/connected to this address.
+            return;
+        }
+        let own_rids = [fresh_rid(), fresh_rid()];
+        if let Err(e) = connect_as(&self.sockets.relay, &own_rids[0], &addr.relay) {
+            tracing::warn!(peer = %addr.node, error = %e, "relay connect failed");
+            return;
+        }
+        if let Err(e) = connect_as(&self.sockets.completion, &own_rids[1], &addr.completion) {
+            tracing::warn!(peer = %addr.node, error = %e, "completion connect failed");
+            return;
+        }
+        self.endpoints
+            .insert(addr.relay.clone(), (addr.node.clone(), LinkKind::Relay));
+        self.endpoints.insert(
+            addr.completion.clone(),
+            (addr.node.clone(), LinkKind::Completion),
+        );
+        let node = addr.node.clone();
+        let p = self.peer_entry(&node);
+        p.addr = Some(addr);
+        p.own_rids = own_rids;
+        p.rids = [node.as_bytes().to_vec(), node.as_bytes().to_vec()];
+        let now = Instant::now();
+        self.start_initiator(&node, LinkKind::Relay, now);
+        self.start_initiator(&node, LinkKind::Completion, now);
+    }
+
+    fn peer_entry(&mut self, node: &NodeRid) -> &mut Peer {
+        let budget = self.cfg.peer_budget;
+        let peer_window = self.cfg.peer_window;
+        let now = Instant::now();
+        self.peers.entry(node.clone()).or_insert_with(|| Peer {
+            node: node.clone(),
+            rids: [node.as_bytes().to_vec(), node.as_bytes().to_vec()],
+            own_rids: [Vec::new(), Vec::new()],
+            addr: None,
+            generation: None,
+            relay: Link::Idle,
+            completion: Link::Idle,
+            up: false,
+            replies: VecDeque::new(),
+            next_ping: now,
+            ping_seq: 0,
+            conn: Conn::idle(peer_window, Arc::new(Budget::new(budget)), now),
+        })
+    }
+
+    fn start_initiator(&mut self, node: &NodeRid, kind: LinkKind, now: Instant) {
+        let local = self.local.clone();
+        let timeout = self.cfg.liveness.handshake_timeout;
+        let Some(p) = self.peers.get_mut(node) else {
+            return;
+        };
+        let hs = Handshake::initiator(
+            local,
+            kind,
+            &p.own_rids[link_index(kind)],
+            Some(node.clone()),
+            rand::random(),
+            now,
+            timeout,
+        );
+        *p.link_mut(kind) = Link::Handshaking {
+            hs: Box::new(hs),
+            out: VecDeque::new(),
+        };
+        self.pump_handshake(node, kind);
+    }
+
+    // ---------------------------------------------------------------- timers
+
+    fn timers(&mut self, now: Instant) {
+        self.expire_requests(now);
+        self.shared.counters.summarize(now);
+        let mut to_check = Vec::new();
+        let mut to_retry = Vec::new();
+        let mut timed_out = Vec::new();
+        let mut ping = Vec::new();
+        let ping_ivl = self.cfg.liveness.ping_interval;
+        let peer_timeout = self.cfg.liveness.peer_timeout;
+        for p in self.peers.values_mut() {
+            for kind in [LinkKind::Relay, LinkKind::Completion] {
+                match p.link_mut(kind) {
+                    Link::Handshaking { hs, .. } if hs.poll_timeout().is_some_and(|t| t <= now) => {
+                        hs.handle_timeout(now);
+                        to_check.push((p.node.clone(), kind));
+                    }
+                    Link::Retry { at } if *at <= now => to_retry.push((p.node.clone(), kind)),
+                    _ => {}
+                }
+            }
+            if p.up {
+                if now.duration_since(p.conn.last_rx) > peer_timeout {
+                    timed_out.push(p.node.clone());
+                } else if p.next_ping <= now {
+                    p.ping_seq += 1;
+                    p.next_ping = now + ping_ivl;
+                    ping.push((p.rid(LinkKind::Completion).to_vec(), p.ping_seq));
+                }
+            }
+        }
+        for (node, kind) in to_check {
+            self.check_handshake(&node, kind);
+        }
+        for (kind, hs) in self.accepts.expire(now) {
+            self.shared.counters.drop(
+                DropReason::HandshakeFailed,
+                &format_args!("{kind:?} acceptor: {:?}", hs.poll_outcome()),
+            );
+        }
+        for (node, kind) in to_retry {
+            self.reconnect(&node, kind);
+            self.start_initiator(&node, kind, now);
+        }
+        for node in timed_out {
+            self.peer_down(&node, DownReason::Timeout, true);
+        }
+        let owed: Vec<NodeRid> = self
+            .peers
+            .values()
+            .filter(|p| p.up && p.conn.owes())
+            .map(|p| p.node.clone())
+            .collect();
+        for node in owed {
+            self.flush_grant(ConnRef::Peer(&node, None));
+        }
+        for (rid, seq) in ping {
+            self.send_control(LinkKind::Completion, &rid, Record::Ping(Ping { seq }));
+        }
+        let owed: Vec<u64> = self
+            .clients
+            .iter()
+            .filter(|(_, c)| c.conn.owes())
+            .map(|(s, _)| *s)
+            .collect();
+        for s in owed {
+            self.flush_grant(ConnRef::Client(s));
+        }
+        // ClientServer liveness: end the sessions of clients silent for the peer timeout (they
+        // are told Disconnect { Timeout }); a closing session whose queue did not drain within
+        // the peer timeout is ended with what it still holds dropped.
+        let dead: Vec<(u64, bool)> = self
+            .clients
+            .iter()
+            .filter_map(|(s, c)| match c.closing {
+                Some((_, since)) => {
+                    (now.duration_since(since) > peer_timeout).then_some((*s, true))
+                }
+                None => (now.duration_since(c.conn.last_rx) > peer_timeout).then_some((*s, false)),
+            })
+            .collect();
+        for (s, closing) in dead {
+            if closing {
+                self.finish_client(s);
+            } else {
+                self.close_client(s, ClientCloseCause::Timeout, now);
+                // A silent client is not waited for: what did not go out now is dropped.
+                if self.clients.contains_key(&s) {
+                    self.finish_client(s);
+                }
+            }
+        }
+    }
+
+    /// The node ends a session (`close_client`, timeout, shutdown): no new pushes are admitted
+    /// and records from the client are dropped from now on; what is queued for it goes out
+    /// first (FIFO), then [`Engine::finish_client`] sends the Disconnect and removes it. A
+    /// PAUSED queue is finished by `flush_paused` once it drained, or by the timers after the
+    /// peer timeout. Unknown or already closing sessions: nothing.
+    fn close_client(&mut self, session: u64, cause: ClientCloseCause, now: Instant) {
+        let Some(c) = self.clients.get_mut(&session) else {
+            return;
+        };
+        if c.closing.is_some() {
+            return;
+        }
+        c.closing = Some((cause, now));
+        self.shared.set_client(session, None);
+        if self.flush_client(session) {
+            self.paused_clients.remove(&session);
+            self.finish_client(session);
+        } else {
+            self.paused_clients.insert(session);
+        }
+    }
+
+    /// Ends a closing session: one last try at its queue, then Disconnect { reason } to the
+    /// client (best effort: control never waits), its routing id tombstoned, and removal
+    /// (what is still queued is dropped, counted `PeerLost`).
+    fn finish_client(&mut self, session: u64) {
+        let Some((cause, _)) = self.clients.get(&session).and_then(|c| c.closing) else {
+            return;
+        };
+        self.flush_client(session);
+        if let Some(reason) = cause.disconnect_reason()
+            && let Some(c) = self.clients.get(&session)
+        {
+            let rid = c.rid.clone();
+            self.send_control(
+                LinkKind::Client,
+                &rid,
+                Record::Disconnect(Disconnect { reason }),
+            );
+            self.tombstones.insert(rid, reason);
+        }
+        self.remove_client(session, cause);
+    }
+
+    /// Removes a session: queued records released (counted `PeerLost`), maps cleaned, events
+    /// published (the lossless `Disconnected` after the session's last record went up).
+    fn remove_client(&mut self, session: u64, cause: ClientCloseCause) {
+        let Some(mut c) = self.clients.remove(&session) else {
+            return;
+        };
+        for out in c.conn.queue.drain(..) {
+            release(&c.conn.budget, &out);
+            self.shared.counters.drop(DropReason::PeerLost, &session);
+        }
+        self.clients_by_rid.remove(&c.rid);
+        if let Some(src) = &c.source {
+            count_down(&mut self.sessions_by_source, src);
+        }
+        if c.stranger {
+            self.strangers = self.strangers.saturating_sub(1);
+            if let Some(src) = &c.source {
+                count_down(&mut self.strangers_by_source, src);
+            }
+        }
+        self.paused_clients.remove(&session);
+        self.shared.set_client(session, None);
+        self.shared.publish(PeerEvent::ClientDisconnected {
+            session: SessionRid::new(session),
+        });
+        if self.client_events.is_none() {
+            return;
+        }
+        let held = self
+            .held_clients
+            .iter()
+            .any(|h| matches!(h, HeldClient::Record(s, ..) if *s == session));
+        if held {
+            self.held_clients
+                .push_back(HeldClient::Ended(session, cause));
+        } else {
+            // Records of this pass still in the inbound batch go up first.
+            self.inbound.flush();
+            self.client_event(ClientEvent::Disconnected {
+                session: SessionRid::new(session),
+                cause,
+            });
+        }
+    }
+
+    /// The node's session layer accepted a stranger's session: full window (the difference
+    /// granted now), no longer counted as a stranger. A no-op for unknown or accepted sessions.
+    fn accept_client(&mut self, session: u64) {
+        let full = self.cfg.client_window;
+        let Some(c) = self.clients.get_mut(&session).filter(|c| c.stranger) else {
+            return;
+        };
+        c.stranger = false;
+        c.conn.widen(full);
+        let source = c.source.clone();
+        self.strangers = self.strangers.saturating_sub(1);
+        if let Some(src) = &source {
+            count_down(&mut self.strangers_by_source, src);
+        }
+        self.flush_grant(ConnRef::Client(session));
+    }
+
+    /// Sends a session event on the lossless channel, if it was taken (and is still read).
+    fn client_event(&mut self, ev: ClientEvent) {
+        if let Some(tx) = &self.client_events
+            && tx.send(ev).is_err()
+        {
+            self.client_events = None;
+        }
+    }
+
+    fn next_wake(&self, now: Instant) -> Duration {
+        let mut t = Duration::from_millis(100);
+        if !self.paused.is_empty()
+            || !self.paused_clients.is_empty()
+            || !self.held.is_empty()
+            || !self.held_clients.is_empty()
+        {
+            t = Duration::from_millis(1);
+        }
+        let pending_hs = self.peers.values().any(|p| {
+            matches!(&p.relay, Link::Handshaking { out, .. } if !out.is_empty())
+                || matches!(&p.completion, Link::Handshaking { out, .. } if !out.is_empty())
+        });
+        if pending_hs {
+            t = t.min(Duration::from_millis(5));
+        }
+        if let Some(d) = self.corr.poll_timeout() {
+            t = t.min(d.saturating_duration_since(now));
+        }
+        if let Some(d) = self.accepts.poll_timeout() {
+            t = t.min(d.saturating_duration_since(now));
+        }
+        for p in self.peers.values() {
+            if p.up {
+                t = t.min(p.next_ping.saturating_duration_since(now));
+            }
+            for l in [&p.relay, &p.completion] {
+                match l {
+                    Link::Handshaking { hs, .. } => {
+                        if let Some(d) = hs.poll_timeout() {
+                            t = t.min(d.saturating_duration_since(now));
+                        }
+                    }
+                    Link::Retry { at } => t = t.min(at.saturating_duration_since(now)),
+                    _ => {}
+                }
+            }
+        }
+        t
+    }
+
+    // ---------------------------------------------------------------- polling
+
+    fn poll_once(&mut self) {
+        let now = Instant::now();
+        let mut timeout = self.next_wake(now);
+        let sleeping = self.shared.bell.prepare_sleep();
+        if !sleeping {
+            timeout = Duration::ZERO;
+        }
+        let (rd, rr, rc, rcl, mr, mc, mcl) = {
+            let s = &self.sockets;
+            let mut items = Vec::with_capacity(7);
+            items.push(self.door.socket.as_poll_item(zmq::POLLIN));
+            // The relay socket is always read: peer windows bound what is held.
+            items.push(s.relay.as_poll_item(zmq::POLLIN));
+            items.push(s.completion.as_poll_item(zmq::POLLIN));
+            items.push(s.mon_relay.as_poll_item(zmq::POLLIN));
+            items.push(s.mon_completion.as_poll_item(zmq::POLLIN));
+            if let (Some(c), Some(m)) = (&s.client, &s.mon_client) {
+                // Always read: the client windows bound what is held.
+                items.push(c.as_poll_item(zmq::POLLIN));
+                items.push(m.as_poll_item(zmq::POLLIN));
+            }
+            let ms = if timeout.is_zero() {
+                0
+            } else {
+                timeout.as_millis().max(1) as i64
+            };
+            let _ = zmq::poll(&mut items, ms);
+            let r = |i: usize| items.get(i).is_some_and(|it| it.is_readable());
+            (r(0), r(1), r(2), r(5), r(3), r(4), r(6))
+        };
+        self.shared.bell.awake();
+        if rd {
+            self.door.drain_rings();
+        }
+        if rc {
+            self.read_socket(LinkKind::Completion);
+        }
+        if rr {
+            self.read_socket(LinkKind::Relay);
+        }
+        if rcl {
+            self.read_socket(LinkKind::Client);
+        }
+        if mr {
+            self.read_monitor(LinkKind::Relay);
+        }
+        if mc {
+            self.read_monitor(LinkKind::Completion);
+        }
+        if mcl {
+            self.read_monitor(LinkKind::Client);
+        }
+    }
+
+    fn read_socket(&mut self, kind: LinkKind) -> usize {
+        let mut n = 0;
+        // The receive buffers are reused for every message of the pass (libzmq closes the old
+        // content on each receive): no allocation per message on this path.
+        let mut rid = std::mem::replace(&mut self.rx_rid, zmq::Message::new());
+        let mut parts = std::mem::take(&mut self.rx_parts);
+        self.rx_now = Instant::now();
+        while n < RECV_BATCH {
+            let Some(count) = recv_frames_into(self.socket(kind), &mut rid, &mut parts) else {
+                break;
+            };
+            n += 1;
+            self.rx_source = if kind == LinkKind::Client {
+                // A connection without a session may open one: its source address counts.
+                if self.clients_by_rid.contains_key(&rid[..]) {
+                    None
+                } else {
+                    parts
+                        .first_mut()
+                        .and_then(|m| m.gets("Peer-Address"))
+                        .map(Arc::from)
+                }
+            } else if count == 1 && parts[0].get(1) == Some(&zlink_wire::Command::Hello.number()) {
+                // A Hello starts a handshake that counts against its source address.
+                parts[0].gets("Peer-Address").map(Arc::from)
+            } else {
+                None
+            };
+            // Each `zmq::Message` deref is two FFI calls (data, size): take the slices once.
+            let rid_bytes: &[u8] = &rid;
+            let mut slices: [&[u8]; MAX_PARTS] = [&[]; MAX_PARTS];
+            for (slot, m) in slices.iter_mut().zip(&parts[..count]) {
+                *slot = m;
+            }
+            let frames = &slices[..count.min(MAX_PARTS)];
+            if let Some(tap) = &self.cfg.tap {
+                let copy: Vec<Bytes> = frames.iter().map(|m| Bytes::copy_from_slice(m)).collect();
+                tap.record(TapDirection::Received, kind, rid_bytes, &copy);
+            }
+            match kind {
+                LinkKind::Client => self.on_client_message(rid_bytes, frames),
+                _ => self.on_peer_message(kind, rid_bytes, frames),
+            }
+        }
+        self.rx_rid = rid;
+        self.rx_parts = parts;
+        n
+    }
+
+    fn read_monitor(&mut self, kind: LinkKind) {
+        let m = match kind {
+            LinkKind::Relay => &self.sockets.mon_relay,
+            LinkKind::Completion => &self.sockets.mon_completion,
+            LinkKind::Client => match &self.sockets.mon_client {
+                Some(m) => m,
+                None => return,
+            },
+        };
+        let mut events = Vec::new();
+        while let Some((first, parts)) = recv_multipart(m) {
+            if first.len() < 6 {
+                continue;
+            }
+            let ev = u16::from_le_bytes([first[0], first[1]]);
+            let addr = parts
+                .first()
+                .map(|a| String::from_utf8_lossy(a).into_owned())
+                .unwrap_or_default();
+            let value = u32::from_le_bytes([first[2], first[3], first[4], first[5]]);
+            events.push((ev, value, addr));
+        }
+        for (ev, value, addr) in events {
+            let ev = zmq::SocketEvent::from_raw(ev);
+            match ev {
+                zmq::SocketEvent::ACCEPTED => self.shared.counters.event(TransportEvent::Accepted),
+                zmq::SocketEvent::HANDSHAKE_FAILED_PROTOCOL
+                    if value == codec::ZMQ_PROTOCOL_ERROR_MESSAGE_TOO_LARGE =>
+                {
+                    self.shared.counters.drop(
+                        DropReason::MessageTooLarge,
+                        &format_args!("{kind:?} {addr}"),
+                    );
+                }
+                zmq::SocketEvent::HANDSHAKE_FAILED_NO_DETAIL
+                | zmq::SocketEvent::HANDSHAKE_FAILED_PROTOCOL
+                | zmq::SocketEvent::HANDSHAKE_FAILED_AUTH => {
+                    self.shared
+                        .counters
+                        .drop(DropReason::ZmtpProtocol, &format_args!("{kind:?} {addr}"));
+                }
+                zmq::SocketEvent::DISCONNECTED => {
+                    self.shared.counters.event(TransportEvent::Disconnected);
+                    if let Some((node, k)) = self.endpoints.get(&addr).cloned()
+                        && k == kind
+                    {
+                        // Our outbound connection dropped: libzmq reconnects; the handshake
+                        // re-runs on the new connection.
+                        self.peer_down(&node, DownReason::Disconnected, false);
+                        let now = Instant::now();
+                        self.start_initiator(&node, kind, now);
+                    }
+                }
+                zmq::SocketEvent::HANDSHAKE_SUCCEEDED => {
+                    if let Some((node, k)) = self.endpoints.get(&addr).cloned()
+                        && k == kind
+                    {
+                        self.pump_handshake(&node, kind);
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+
+    fn shutdown_sequence(&mut self) {
+        if self.aborted {
+            // A crash as seen from outside: nobody is told; the requests here still end.
+            for (_, w) in self
+                .corr
+                .handle_timeout(Instant::now() + Duration::from_secs(86_400 * 365))
+            {
+                let _ = w.send(Err(RequestError::Closed));
+            }
+            self.shared.mark_closed();
+            return;
+        }
+        let ups: Vec<Vec<u8>> = self
+            .peers
+            .values()
+            .filter(|p| p.up)
+            .map(|p| p.rid(LinkKind::Completion).to_vec())
+            .collect();
+        for rid in ups {
+            self.send_control(
+                LinkKind::Completion,
+                &rid,
+                Record::Disconnect(Disconnect {
+                    reason: DisconnectReason::Shutdown,
+                }),
+            );
+        }
+        // Clients: what is queued goes out as far as libzmq takes it now, then Disconnect
+        // { Shutdown } (or the reason of a close in progress); each session reports its end.
+        let now = Instant::now();
+        let mut sessions: Vec<u64> = self.clients.keys().copied().collect();
+        sessions.sort_unstable();
+        for s in sessions {
+            self.close_client(s, ClientCloseCause::Shutdown, now);
+            if self.clients.contains_key(&s) {
+                self.finish_client(s);
+            }
+        }
+        // Held records are never handed up now; a pending end is still reported.
+        for h in std::mem::take(&mut self.held_clients) {
+            if let HeldClient::Ended(session, cause) = h {
+                self.client_event(ClientEvent::Disconnected {
+                    session: SessionRid::new(session),
+                    cause,
+                });
+            }
+        }
+        for (_, w) in self
+            .corr
+            .handle_timeout(Instant::now() + Duration::from_secs(86_400 * 365))
+        {
+            let _ = w.send(Err(RequestError::Closed));
+        }
+        self.shared.mark_closed();
+    }
+}
+
+/// Whose connection core: a peer's (in a generation; `None`: the current one) or a client
+/// session's.
+#[derive(Clone, Copy, Debug)]
+enum ConnRef<'a> {
+    Peer(&'a NodeRid, Option<NodeGeneration>),
+    Client(u64),
+}
+
+/// A record was a plain one-way handed up in the compact form ([`Engine::on_record`]): the
+/// connection a batch's fast path may continue with — the sending peer in the generation it
+/// proved, or the session.
+#[derive(Clone, Copy, Debug)]
+enum Run {
+    Peer(NodeGeneration),
+    Client(u64),
+}
+
+/// Who sent the message being handled: a peer (on which mesh connection, by which routing
+/// id, resolved to which node, whether from the routing-id cache) or a client connection.
+#[derive(Clone, Copy)]
+enum Sender<'m> {
+    Peer {
+        kind: LinkKind,
+        rid: &'m [u8],
+        node: &'m Arc<NodeRid>,
+        was_cached: bool,
+    },
+    Client {
+        rid: &'m [u8],
+    },
+}
+
+impl std::fmt::Display for Sender<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Sender::Peer { node, .. } => write!(f, "{node}"),
+            Sender::Client { .. } => f.write_str("client"),
+        }
+    }
+}
+
+/// One session from `src` ended (or stopped being a stranger): count it down, forget the
+/// source at zero.
+fn count_down(by_source: &mut SeededMap<Arc<str>, usize>, src: &Arc<str>) {
+    if let Some(n) = by_source.get_mut(src) {
+        *n = n.saturating_sub(1);
+        if *n == 0 {
+            by_source.remove(src);
+        }
+    }
+}
+
+/// Connects `s` to `ep` announcing the routing id `rid` on that connection (libzmq takes the
+/// socket's routing id at connect time; the bound listener keeps the one of the bind).
+fn connect_as(s: &zmq::Socket, rid: &[u8], ep: &str) -> Result<(), zmq::Error> {
+    s.set_identity(rid)?;
+    s.connect(ep)
+}
+
+/// Turns a terminal reply record into the request's result.
+pub(crate) fn reply_result(rec: Record, payload: Option<Bytes>) -> Result<Response, RequestError> {
+    match rec {
+        Record::ErrorReply(e) => Err(RequestError::Remote {
+            kind: e.kind,
+            detail: e.detail,
+        }),
+        record => Ok(Response { record, payload }),
+    }
+}
+
+/// Reads one multipart message without blocking, without copying and without allocating,
+/// into reused buffers: the routing id into `rid`, the remaining parts into `parts[..count]`.
+/// Returns `count`. Messages with more than [`MAX_PARTS`] parts are consumed and returned
+/// with one extra empty part so that they fail decoding.
+pub(crate) fn recv_frames_into(
+    s: &zmq::Socket,
+    rid: &mut zmq::Message,
+    parts: &mut Vec<zmq::Message>,
+) -> Option<usize> {
+    s.recv(rid, zmq::DONTWAIT).ok()?;
+    let mut more = rid.get_more();
+    let mut count = 0;
+    let mut n = 1;
+    while more {
+        if count == parts.len() {
+            parts.push(zmq::Message::new());
+        }
+        if s.recv(&mut parts[count], zmq::DONTWAIT).is_err() {
+            break;
+        }
+        more = parts[count].get_more();
+        n += 1;
+        // Up to MAX_PARTS parts are kept; one more is kept as the marker (decoding fails on
+        // the part count); any further part is received into that scratch slot.
+        if n <= MAX_PARTS + 1 {
+            count += 1;
+        }
+    }
+    Some(count)
+}
+
+/// Reads one multipart message without blocking: (first part, remaining parts). Messages with
+/// more than [`MAX_PARTS`] parts are consumed and returned truncated to one extra empty part
+/// so that they fail decoding.
+pub(crate) fn recv_multipart(s: &zmq::Socket) -> Option<(Bytes, Vec<Bytes>)> {
+    let first = s.recv_msg(zmq::DONTWAIT).ok()?;
+    let first_bytes = Bytes::copy_from_slice(&first);
+    let mut more = first.get_more();
+    let mut parts = Vec::new();
+    let mut n = 1;
+    while more {
+        let Ok(m) = s.recv_msg(zmq::DONTWAIT) else {
+            break;
+        };
+        more = m.get_more();
+        n += 1;
+        if n <= MAX_PARTS {
+            parts.push(Bytes::copy_from_slice(&m));
+        } else if n == MAX_PARTS + 1 {
+            parts.push(Bytes::new());
+        }
+    }
+    Some((first_bytes, parts))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Tombstones are bounded by their count: the oldest routing id is forgotten first; closing
+    // the same connection again keeps one entry (with the latest reason).
+    #[test]
+    fn tombstones_forget_the_oldest_beyond_their_bound() {
+        let mut t = Tombstones::new(2);
+        assert_eq!(t.get(b"a"), None);
+        t.insert(b"a".to_vec(), DisconnectReason::Timeout);
+        t.insert(b"b".to_vec(), DisconnectReason::Closed);
+        t.insert(b"b".to_vec(), DisconnectReason::Replaced);
+        assert_eq!(t.get(b"a"), Some(DisconnectReason::Timeout));
+        assert_eq!(t.get(b"b"), Some(DisconnectReason::Replaced));
+        t.insert(b"c".to_vec(), DisconnectReason::Shutdown);
+        assert_eq!(t.get(b"a"), None, "oldest forgotten");
+        assert_eq!(t.get(b"b"), Some(DisconnectReason::Replaced));
+        assert_eq!(t.get(b"c"), Some(DisconnectReason::Shutdown));
+        assert_eq!((t.reasons.len(), t.order.len()), (2, 2));
+        // A bound of 0 still remembers the last one.
+        let mut t = Tombstones::new(0);
+        t.insert(b"x".to_vec(), DisconnectReason::Closed);
+        assert_eq!(t.get(b"x"), Some(DisconnectReason::Closed));
+    }
+}

@@ -1,0 +1,414 @@
+//! Sending: application records and replies queued per connection, transmitted at the end of
+//! a pass (small records packed into 139 batch frames), PAUSED queues retried.
+
+use super::*;
+
+impl Engine {
+    // ---------------------------------------------------------------- sending
+
+    pub(super) fn socket(&self, kind: LinkKind) -> &zmq::Socket {
+        match kind {
+            LinkKind::Relay => &self.sockets.relay,
+            LinkKind::Completion => &self.sockets.completion,
+            LinkKind::Client => self.sockets.client.as_ref().expect("client socket"),
+        }
+    }
+
+    pub(super) fn raw_send(&self, kind: LinkKind, rid: &[u8], frames: &[Bytes]) -> SendOutcome {
+        raw_send_on(self.socket(kind), self.cfg.tap.as_ref(), kind, rid, frames)
+    }
+
+    /// Sends `run` (one or more encoded records for one peer) as one message: a lone record as
+    /// its own frame, several as one 139 batch frame built in the reused buffer.
+    pub(super) fn send_run<'a>(
+        &mut self,
+        kind: LinkKind,
+        rid: &[u8],
+        mut run: impl ExactSizeIterator<Item = &'a Parts>,
+    ) -> SendOutcome {
+        if run.len() <= 1 {
+            let Some(frames) = run.next() else {
+                return SendOutcome::Sent;
+            };
+            return self.raw_send(kind, rid, frames);
+        }
+        let mut enc = zlink_wire::BatchEncoder::new(std::mem::take(&mut self.batch_buf));
+        for frames in run {
+            // Cannot fail: an application record is never a batch, a run holds at most
+            // `Batching::max_records` (≤ MAX_BATCH_RECORDS, checked at start) records and
+            // every part is bounded by the message size.
+            let pushed = enc.push(&frames[0], frames.get(1).map(|p| &p[..]));
+            debug_assert!(pushed.is_ok(), "batch push: {pushed:?}");
+        }
+        let frame = enc.finish();
+        let outcome = raw_send_one(self.socket(kind), self.cfg.tap.as_ref(), kind, rid, &frame);
+        self.batch_buf = frame;
+        outcome
+    }
+
+    pub(super) fn send_app(&mut self, dest: Dest, out: Out) {
+        match dest {
+            Dest::Peer { node, generation } => {
+                // A request that reached its terminal before transmission (e.g. the deadline
+                // passed while it waited for admission) is never sent (SB-12). Asked first only
+                // for requests (one-way records have no correlation): one peer lookup below.
+                let ended = out.corr != 0
+                    && self
+                        .peers
+                        .get(&node)
+                        .is_some_and(|p| p.up && p.generation == Some(generation))
+                    && self.request_ended(out.corr);
+                let Some(p) = self.peers.get_mut(&node) else {
+                    if let Some(b) = out.bytes {
+                        self.release_peer_budget(&node, b);
+                    }
+                    self.shared.counters.drop(DropReason::PeerLost, &node);
+                    return;
+                };
+                if !p.up || p.generation != Some(generation) {
+                    release(&p.conn.budget, &out);
+                    self.shared.counters.drop(DropReason::PeerLost, &node);
+                    return;
+                }
+                if ended {
+                    release(&p.conn.budget, &out);
+                    self.drop_ended(&node, out.corr);
+                    return;
+                }
+                // Queued and transmitted at the end of this pass (`flush_dirty`), together
+                // with whatever else the pass queued for this peer. A queue that was not empty
+                // is already PAUSED (HWM: listed in `paused`; credit: a FlowCredit lists it)
+                // or dirty: the record waits behind, FIFO.
+                let was_empty = p.conn.queue.is_empty();
+                p.conn.queue.push_back(out);
+                if was_empty {
+                    self.dirty.push(node);
+                }
+            }
+            Dest::Client { session } => {
+                match self.clients.get(&session) {
+                    None => {
+                        if let Some(b) = self.shared.client_budget(session)
+                            && let Some(n) = out.bytes
+                        {
+                            b.release(n);
+                        }
+                        self.shared.counters.drop(DropReason::PeerLost, &session);
+                        return;
+                    }
+                    // Admitted before the close but handed over after it: never sent after
+                    // the Disconnect.
+                    Some(c) if c.closing.is_some() => {
+                        release(&c.conn.budget, &out);
+                        self.shared.counters.drop(DropReason::PeerLost, &session);
+                        return;
+                    }
+                    Some(_) => {}
+                }
+                self.queue_client(session, out);
+            }
+        }
+    }
+
+    pub(super) fn send_reply(&mut self, to: ReplyTarget, frames: Parts) {
+        match to {
+            ReplyTarget::Peer { node, generation } => {
+                let Some(p) = self.peers.get(&node) else {
+                    self.shared
+                        .counters
+                        .drop(DropReason::ReplyUndeliverable, &node);
+                    return;
+                };
+                if p.generation != Some(generation) || !matches!(p.completion, Link::Up(_)) {
+                    self.shared
+                        .counters
+                        .drop(DropReason::ReplyUndeliverable, &node);
+                    return;
+                }
+                // Like relay data: queued, transmitted at the end of the pass with the other
+                // replies queued for this peer (`flush_dirty`); behind a PAUSED queue, FIFO.
+                let was_empty = p.replies.is_empty();
+                self.queue_reply(&node, frames);
+                if was_empty {
+                    self.dirty.push(node);
+                }
+            }
+            ReplyTarget::Client { session } => {
+                if self
+                    .clients
+                    .get(&session)
+                    .is_none_or(|c| c.closing.is_some())
+                {
+                    self.shared
+                        .counters
+                        .drop(DropReason::ReplyUndeliverable, &session);
+                    return;
+                }
+                // ClientServer: one connection, so the reply is ordered after earlier pushes
+                // (EG-4: it may wait behind them and PAUSED); it does not take a budget.
+                self.queue_client(
+                    session,
+                    Out {
+                        frames,
+                        bytes: None,
+                        corr: 0,
+                    },
+                );
+            }
+        }
+    }
+
+    /// Queues a push or a reply for a client (FIFO: the connection's order). Transmitted at the
+    /// end of the pass ([`Engine::flush_dirty`]) with whatever else the pass queued for it,
+    /// small records packed into 139 batch frames; a queue that was not empty is already dirty
+    /// or PAUSED, and the record waits behind.
+    pub(super) fn queue_client(&mut self, session: u64, out: Out) {
+        let Some(c) = self.clients.get_mut(&session) else {
+            return;
+        };
+        let was_empty = c.conn.queue.is_empty();
+        c.conn.queue.push_back(out);
+        if was_empty {
+            self.dirty_clients.push(session);
+        }
+    }
+
+    pub(super) fn queue_reply(&mut self, node: &NodeRid, frames: Parts) {
+        let p = self.peers.get_mut(node).expect("peer");
+        if p.replies.len() >= MAX_QUEUED_REPLIES {
+            self.shared
+                .counters
+                .drop(DropReason::ReplyUndeliverable, node);
+        } else {
+            p.replies.push_back(frames);
+        }
+    }
+
+    pub(super) fn flush_paused(&mut self) {
+        if !self.paused.is_empty() {
+            let nodes: Vec<NodeRid> = self.paused.iter().cloned().collect();
+            for node in nodes {
+                if self.flush_peer(&node) {
+                    self.paused.remove(&node);
+                }
+            }
+        }
+        if !self.paused_clients.is_empty() {
+            let sessions: Vec<u64> = self.paused_clients.iter().copied().collect();
+            for s in sessions {
+                if self.flush_client(s) {
+                    self.paused_clients.remove(&s);
+                    if self.clients.get(&s).is_some_and(|c| c.closing.is_some()) {
+                        self.finish_client(s);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Returns true when both queues of the peer are empty.
+    pub(super) fn flush_peer(&mut self, node: &NodeRid) -> bool {
+        let Some(mut p) = self.peers.remove(node) else {
+            return true;
+        };
+        while !p.replies.is_empty() {
+            let n = batch_run(
+                &self.cfg.batching,
+                p.replies.iter().map(|f| (&**f, 0)),
+                |_| true,
+            );
+            match self.send_run(
+                LinkKind::Completion,
+                p.rid(LinkKind::Completion),
+                p.replies.iter().take(n),
+            ) {
+                SendOutcome::Sent => {
+                    p.replies.drain(..n);
+                }
+                SendOutcome::Paused => break,
+                SendOutcome::Unreachable => {
+                    for _ in p.replies.drain(..n) {
+                        self.shared
+                            .counters
+                            .drop(DropReason::ReplyUndeliverable, node);
+                    }
+                }
+            }
+        }
+        // Blocked on the peer's credit (not on libzmq): no need to retry until a FlowCredit
+        // arrives (which puts the peer back into `paused`).
+        let mut credit_blocked = false;
+        while let Some(out) = p.conn.queue.front() {
+            if self.request_ended(out.corr) {
+                // The request reached its terminal (deadline, cancel) while queued: it must
+                // never be sent afterwards (SB-12, EG-16.26).
+                release(&p.conn.budget, out);
+                let corr = out.corr;
+                p.conn.queue.pop_front();
+                self.drop_ended(node, corr);
+                continue;
+            }
+            if !p.conn.credit.open() {
+                credit_blocked = true;
+                break;
+            }
+            // The run of records that go out as one frame: each within the peer's credit
+            // (every record is charged on its own, as if sent alone), stopping before a
+            // request that already ended (it is discarded at the front next round).
+            let corr = &self.corr;
+            let now = Instant::now();
+            let n = p.conn.credit.run(
+                &self.cfg.batching,
+                p.conn.queue.iter().map(|o| (&*o.frames, o.corr)),
+                |c| corr.pending_deadline(c).is_none_or(|d| d <= now),
+            );
+            match self.send_run(
+                LinkKind::Relay,
+                p.rid(LinkKind::Relay),
+                p.conn.queue.iter().take(n).map(|o| &o.frames),
+            ) {
+                SendOutcome::Sent => {
+                    // Each record of the run is charged to the credit on its own; the budget
+                    // of the run is released at once.
+                    let (mut reserved_n, mut reserved_bytes) = (0, 0);
+                    for out in p.conn.queue.drain(..n) {
+                        p.conn.credit.charge(out_len(&out));
+                        if let Some(b) = out.bytes {
+                            reserved_n += 1;
+                            reserved_bytes += b;
+                        }
+                    }
+                    if reserved_n > 0 {
+                        p.conn.budget.release_n(reserved_n, reserved_bytes);
+                    }
+                }
+                SendOutcome::Paused => break,
+                SendOutcome::Unreachable => {
+                    for out in p.conn.queue.drain(..n) {
+                        release(&p.conn.budget, &out);
+                        self.shared.counters.drop(DropReason::PeerLost, node);
+                    }
+                }
+            }
+        }
+        let done = (p.conn.queue.is_empty() || credit_blocked) && p.replies.is_empty();
+        self.peers.insert(node.clone(), p);
+        done
+    }
+
+    /// Transmits a client's queue (pushes and replies, in order) while libzmq takes it: a run
+    /// of small records as one 139 batch frame, a lone or large record alone (as for peers,
+    /// [`Engine::flush_peer`]). Returns true when the queue is empty.
+    pub(super) fn flush_client(&mut self, session: u64) -> bool {
+        let Some(mut c) = self.clients.remove(&session) else {
+            return true;
+        };
+        while !c.conn.queue.is_empty() {
+            let n = batch_run(
+                &self.cfg.batching,
+                c.conn.queue.iter().map(|o| (&*o.frames, 0)),
+                |_| true,
+            );
+            match self.send_run(
+                LinkKind::Client,
+                &c.rid,
+                c.conn.queue.iter().take(n).map(|o| &o.frames),
+            ) {
+                SendOutcome::Sent => {
+                    let (mut reserved_n, mut reserved_bytes) = (0, 0);
+                    for out in c.conn.queue.drain(..n) {
+                        if let Some(b) = out.bytes {
+                            reserved_n += 1;
+                            reserved_bytes += b;
+                        }
+                    }
+                    if reserved_n > 0 {
+                        c.conn.budget.release_n(reserved_n, reserved_bytes);
+                    }
+                }
+                SendOutcome::Paused => break,
+                SendOutcome::Unreachable => {
+                    for out in c.conn.queue.drain(..n) {
+                        release(&c.conn.budget, &out);
+                        let reason = if out.bytes.is_some() {
+                            DropReason::PeerLost
+                        } else {
+                            DropReason::ReplyUndeliverable
+                        };
+                        self.shared.counters.drop(reason, &session);
+                    }
+                }
+            }
+        }
+        let done = c.conn.queue.is_empty();
+        self.clients.insert(session, c);
+        done
+    }
+}
+
+/// Sends the routing id that starts a message, without blocking: `Err` with the outcome when
+/// libzmq refuses it (HWM: PAUSED; no such peer: unreachable). Once it is accepted, the rest of
+/// the message is too.
+#[inline]
+pub(super) fn send_routing_id(s: &zmq::Socket, rid: &[u8]) -> Result<(), SendOutcome> {
+    match s.send(rid, zmq::SNDMORE | zmq::DONTWAIT) {
+        Ok(()) => Ok(()),
+        Err(zmq::Error::EAGAIN) => Err(SendOutcome::Paused),
+        Err(_) => Err(SendOutcome::Unreachable),
+    }
+}
+
+/// Sends one message (routing id, then the parts) without blocking.
+#[inline]
+pub(super) fn raw_send_on(
+    s: &zmq::Socket,
+    tap: Option<&WireTap>,
+    kind: LinkKind,
+    rid: &[u8],
+    frames: &[Bytes],
+) -> SendOutcome {
+    if let Err(refused) = send_routing_id(s, rid) {
+        return refused;
+    }
+    // Recorded once the routing id was accepted (the message will be sent) and before its
+    // last part completes it: the tap entry exists before the peer can receive the message.
+    if let Some(tap) = tap {
+        tap.record(TapDirection::Sent, kind, rid, frames);
+    }
+    let last = frames.len().saturating_sub(1);
+    for (i, f) in frames.iter().enumerate() {
+        let flags = if i == last {
+            zmq::DONTWAIT
+        } else {
+            zmq::SNDMORE | zmq::DONTWAIT
+        };
+        // After the routing id was accepted the remaining parts of the message are too.
+        let _ = s.send(&f[..], flags);
+    }
+    SendOutcome::Sent
+}
+
+/// Sends a one-part message (routing id, then `frame`) without blocking.
+pub(super) fn raw_send_one(
+    s: &zmq::Socket,
+    tap: Option<&WireTap>,
+    kind: LinkKind,
+    rid: &[u8],
+    frame: &[u8],
+) -> SendOutcome {
+    if let Err(refused) = send_routing_id(s, rid) {
+        return refused;
+    }
+    // Tap entry before the message is complete, as in `raw_send_on`.
+    if let Some(tap) = tap {
+        tap.record(
+            TapDirection::Sent,
+            kind,
+            rid,
+            &[Bytes::copy_from_slice(frame)],
+        );
+    }
+    // After the routing id was accepted the remaining part of the message is too.
+    let _ = s.send(frame, zmq::DONTWAIT);
+    SendOutcome::Sent
+}
