@@ -30,6 +30,19 @@ pub(crate) enum Lane {
     Client,
 }
 
+impl Lane {
+    /// Whether a record of `class` may travel inside a 139 batch frame on this connection:
+    /// application records and (mesh) replies only; handshake and control records are sent
+    /// alone (SB-5.4). Checked before anything else about a sub-record.
+    #[inline]
+    pub(crate) fn batchable(self, class: &Class) -> bool {
+        match self {
+            Lane::Relay | Lane::Completion => matches!(class, Class::App | Class::Reply),
+            Lane::Client => matches!(class, Class::App),
+        }
+    }
+}
+
 /// What the driver does with one record, as decided by [`Conn::ingress`]. Small and `Copy`:
 /// it is made for every record on the hot path.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -408,6 +421,27 @@ mod tests {
             assert!(w.try_charge(WINDOW, 8));
             w
         });
+    }
+
+    // SB-5.4: inside a batch frame only application records (and, between nodes, replies)
+    // are accepted; handshake and control records travel alone.
+    #[test]
+    fn only_data_travels_in_a_batch() {
+        let credit = Class::FlowCredit {
+            messages: 1,
+            bytes: 1,
+        };
+        for lane in [Lane::Relay, Lane::Completion, Lane::Client] {
+            assert!(lane.batchable(&Class::App));
+            for control in [&Class::Ping(1), &Class::Pong, &credit] {
+                assert!(!lane.batchable(control), "{lane:?} {control:?}");
+            }
+            let bye = Class::Disconnect(zlink_wire::DisconnectReason::Shutdown);
+            assert!(!lane.batchable(&bye));
+        }
+        assert!(Lane::Relay.batchable(&Class::Reply));
+        assert!(Lane::Completion.batchable(&Class::Reply));
+        assert!(!Lane::Client.batchable(&Class::Reply));
     }
 
     #[test]

@@ -338,6 +338,27 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
+    /// A `Shared` with no node behind it (its doorbell goes nowhere): for the unit tests of
+    /// the I/O thread's sans-IO parts.
+    #[cfg(test)]
+    pub(crate) fn for_tests() -> Arc<Self> {
+        let ctx = zmq::Context::new();
+        let (bell, _door) = crate::bridge::pair(&ctx).expect("doorbell");
+        Arc::new(Shared {
+            bell,
+            peers: RwLock::new(FastMap::default()),
+            clients: RwLock::new(FastMap::default()),
+            counters: Counters::default(),
+            next_corr: AtomicU64::new(1),
+            events: broadcast::channel(16).0,
+            client_events_taken: AtomicBool::new(false),
+            closed: AtomicBool::new(false),
+            max_message_size: 1 << 20,
+            send_timeout: Duration::from_secs(1),
+            released: std::sync::Mutex::new(Vec::new()),
+        })
+    }
+
     pub(crate) fn peer_slot(&self, node: &NodeRid) -> Option<PeerSlot> {
         self.peers
             .read()

@@ -21,8 +21,8 @@ pub(crate) struct DecodeMemo {
 
 const MEMO_ENVELOPE: usize = 32;
 
-/// The batch fast path's view of the engine (see [`Engine::on_peer_batch`],
-/// [`Engine::on_client_batch`]): the fields a run of repeated one-way records reads or updates
+/// The batch fast path's view of the engine (see [`Engine::fast_one_ways`]):
+/// the fields a run of repeated one-way records reads or updates
 /// besides its connection, borrowed apart from the connection maps.
 struct OneWayRun<'e> {
     memo: &'e DecodeMemo,
@@ -90,15 +90,6 @@ struct MemoDecoded {
     from_memo: bool,
 }
 
-/// A client session as the detail of a recorded drop.
-struct ClientLabel(u64);
-
-impl std::fmt::Display for ClientLabel {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "client {}", self.0)
-    }
-}
-
 impl Default for DecodeMemo {
     fn default() -> Self {
         Self::for_command(zlink_wire::Command::OneWay)
@@ -134,7 +125,7 @@ impl DecodeMemo {
     }
 
     /// The dispatch key of the memoized one-way record (the memo holds only 147s).
-    fn one_way_key(&self) -> Option<crate::types::DispatchKey> {
+    pub(super) fn one_way_key(&self) -> Option<crate::types::DispatchKey> {
         match &self.hit {
             Some((_, Record::OneWay(o))) => Some(o.key),
             _ => None,
@@ -168,7 +159,7 @@ impl Engine {
         let was_cached = cached.is_some();
         let node: Arc<NodeRid> = match cached.or_else(|| {
             // A connection another node opened, proved; else our own connection to the node
-            // named by its routing id (checked against the peer in `on_peer_record`).
+            // named by its routing id (checked against the peer in `on_record`).
             if let Some(n) = self.accepts.proved(kind, rid) {
                 return Some(n.clone());
             }
@@ -214,28 +205,201 @@ impl Engine {
         }
     }
 
-    /// One record from a peer or a client (alone or from a batch), through the path of its
-    /// kind of connection. `Some` when it was a plain one-way handed up in the compact form:
-    /// a batch's fast path may follow it for that connection.
-    pub(super) fn on_record(
+    /// One record from a peer or a client (alone or from a batch), one path for both kinds of
+    /// connection: decoded through the one-way memo; control inside a batch rejected
+    /// ([`Lane::batchable`]); the sender authenticated — a peer by the connection that proved
+    /// itself, up in the peer's current generation; a client connection by its session
+    /// ([`Engine::client_session`], opened on its first record); the connection core's
+    /// [`Verdict`] ([`Conn::ingress`]: window charged, credit added, liveness noted) acted on,
+    /// an application record delivered ([`Delivery::deliver`]). Returns the source when the
+    /// record was a plain one-way handed up in the compact form: a batch's fast path may
+    /// follow it for that connection.
+    pub(super) fn on_record<'m>(
         &mut self,
-        from: Sender<'_>,
+        from: Sender<'m>,
         envelope: &[u8],
         payload: Pl<'_>,
         in_batch: bool,
-    ) -> Option<Run> {
-        match from {
+    ) -> Option<Source<'m>> {
+        let bytes = (envelope.len() + payload.len()) as u64;
+        let MemoDecoded {
+            header,
+            class,
+            record,
+            payload,
+            from_memo,
+        } = self.decode_memoized(envelope, payload, &from)?;
+        let lane = from.lane();
+        if in_batch && !lane.batchable(&class) {
+            // Handshake and control records never travel in a batch (SB-5.4: control is sent
+            // alone, on the completion connection).
+            self.shared.counters.drop(
+                DropReason::WrongConnection,
+                &format_args!("{from}: control record inside a batch on {lane:?}"),
+            );
+            return None;
+        }
+        let now = self.rx_now;
+        // Authenticated: the sender's connection core, found with one lookup.
+        let (conn, src) = match from {
             Sender::Peer {
                 kind,
                 rid,
                 node,
                 was_cached,
-            } => self
-                .on_peer_record(kind, rid, node, was_cached, envelope, payload, in_batch)
-                .map(Run::Peer),
-            Sender::Client { rid } => self
-                .on_client_record(rid, envelope, payload, in_batch)
-                .map(Run::Client),
+            } => {
+                if let Class::Handshake(m) = class {
+                    self.handle_handshake_msg(kind, rid, NodeRid::clone(node), m);
+                    return None;
+                }
+                let Some(p) = self.peers.get_mut(&**node).filter(|p| p.rid(kind) == rid) else {
+                    // Unknown, or not the connection that proved itself for this node.
+                    self.shared.counters.drop(DropReason::Unauthenticated, node);
+                    return None;
+                };
+                if !was_cached && self.rid_cache.len() < 4096 {
+                    self.rid_cache.insert(rid.to_vec(), node.clone());
+                }
+                let current = p.generation;
+                let generation = match (p.link_mut(kind), current) {
+                    (Link::Up(g), Some(cur)) if *g == cur => cur,
+                    (Link::Up(_), _) => {
+                        self.shared.counters.drop(DropReason::StaleGeneration, node);
+                        return None;
+                    }
+                    _ => {
+                        self.shared.counters.drop(DropReason::Unauthenticated, node);
+                        return None;
+                    }
+                };
+                (&mut p.conn, Source::Peer { node, generation })
+            }
+            Sender::Client { rid } => {
+                let session = self.client_session(rid, &class)?;
+                let c = self.clients.get_mut(&session)?;
+                if matches!(class, Class::App) {
+                    if !(from_memo
+                        || matches!(record, Some(Record::Request(_) | Record::OneWay(_))))
+                    {
+                        // Only requests and one-way DATA are application records from a client.
+                        c.conn.last_rx = now;
+                        self.shared
+                            .counters
+                            .drop(DropReason::WrongConnection, &"client");
+                        return None;
+                    }
+                    if c.closing.is_some() {
+                        self.shared.counters.drop(
+                            DropReason::SessionClosed,
+                            &format_args!("client {session}: session closing"),
+                        );
+                        return None;
+                    }
+                }
+                (&mut c.conn, Source::Client(session))
+            }
+        };
+        let verdict = conn.ingress(lane, &class, bytes, now);
+        if verdict == Verdict::Deliver && (record.is_some() || from_memo) {
+            let cx = Context {
+                memo: &self.memo,
+                shared: &self.shared,
+                local: self.local.generation,
+                now,
+            };
+            let arrived = Arrived {
+                header,
+                record,
+                payload,
+                bytes,
+            };
+            match self.up.deliver(conn, src, arrived, &cx) {
+                Delivered::OneWay { grant } => {
+                    if grant {
+                        self.flush_grant(src.conn_ref());
+                    }
+                    return Some(src);
+                }
+                Delivered::Up { grant } => {
+                    if grant {
+                        self.flush_grant(src.conn_ref());
+                    }
+                }
+                Delivered::Stale { target, corr } => self.stale(src, target, corr),
+            }
+            return None;
+        }
+        let queued = !conn.queue.is_empty();
+        match verdict {
+            Verdict::Answer(pong) => self.answer(src.conn_ref(), Record::Pong(pong)),
+            Verdict::Control { resume } => {
+                if resume && queued {
+                    // Credit arrived for queued data: it goes out with the PAUSED queues.
+                    match src {
+                        Source::Peer { node, .. } => self.mark_paused(node),
+                        Source::Client(session) => {
+                            self.paused_clients.insert(session);
+                        }
+                    }
+                }
+            }
+            Verdict::Disconnect => match src {
+                Source::Peer { node, .. } => self.peer_down(node, DownReason::Remote, true),
+                Source::Client(session) => {
+                    if self
+                        .clients
+                        .get(&session)
+                        .is_some_and(|c| c.closing.is_some())
+                    {
+                        // The node was already closing it: that close stands.
+                        self.finish_client(session);
+                    } else {
+                        self.remove_client(session, ClientCloseCause::Remote);
+                    }
+                }
+            },
+            Verdict::Complete => match (src, record) {
+                (Source::Peer { node, generation }, Some(rec)) => self.complete(
+                    header.correlation.get(),
+                    (node.clone(), generation),
+                    rec,
+                    payload,
+                ),
+                _ => self.shared.counters.drop(DropReason::WrongConnection, &src),
+            },
+            // CreditExceeded: the sender ignored its window, a protocol violation.
+            Verdict::Drop(reason) => self.shared.counters.drop(reason, &src),
+            Verdict::Deliver => self.shared.counters.drop(DropReason::WrongConnection, &src),
+        }
+        None
+    }
+
+    /// A record addressed to an older (or other) lifecycle of this node: dropped and counted;
+    /// a request is answered with an `Unavailable` error reply.
+    fn stale(&mut self, src: Source<'_>, target: NodeGeneration, corr: u64) {
+        self.shared.counters.drop(
+            DropReason::StaleGeneration,
+            &format_args!("{src}: targets generation {target}"),
+        );
+        if corr != 0 {
+            let frames = codec::encode(
+                &Record::ErrorReply(zlink_wire::ErrorReply::new(
+                    codec::ErrorKind::Unavailable,
+                    "stale target node generation",
+                )),
+                corr,
+                None,
+            )
+            .unwrap_or_default();
+            self.send_reply(src.reply_target(), frames);
+        }
+    }
+
+    /// Sends a control record (a Pong) on the connection grants go out on: a peer's
+    /// completion connection, or the client connection.
+    fn answer(&self, to: ConnRef<'_>, record: Record) {
+        if let Some((_, kind, rid)) = self.conn_of(to) {
+            self.send_control(kind, rid, record);
         }
     }
 
@@ -271,47 +435,19 @@ impl Engine {
             // byte-identical one-ways take the same path with the connection looked up once;
             // each still has its payload bounded, its window charged and its credit freed,
             // exactly as a lone record. Anything else goes back through `on_record`.
-            match (run, from) {
-                (Some(Run::Peer(generation)), Sender::Peer { node, .. }) => {
-                    let origin = || Origin::Peer {
-                        node: NodeRid::clone(node),
-                        generation,
-                    };
-                    next = self.fast_one_ways(
-                        ConnRef::Peer(node, Some(generation)),
-                        &origin,
-                        &**node,
-                        next,
-                        &mut records,
-                    );
-                }
-                (Some(Run::Client(session)), Sender::Client { .. }) => {
-                    let origin = || Origin::Client {
-                        session: SessionRid::new(session),
-                    };
-                    next = self.fast_one_ways(
-                        ConnRef::Client(session),
-                        &origin,
-                        &ClientLabel(session),
-                        next,
-                        &mut records,
-                    );
-                }
-                _ => {}
+            if let Some(src) = run {
+                next = self.fast_one_ways(src, next, &mut records);
             }
         }
     }
 
-    /// The run of memoized one-way records that follows one handed up by `on_peer_record` or
-    /// `on_client_record` (see [`Engine::on_peer_batch`], [`Engine::on_client_batch`]), for the
-    /// connection `of` (a peer in the generation the first record proved, or a session), each
-    /// taken by [`OneWayRun::take`] exactly as a lone record would be; returns the first
-    /// record it did not take.
+    /// The run of memoized one-way records that follows one `on_record` handed up in the
+    /// compact form, for its source `src` (a peer in the generation the first record proved,
+    /// or a session), each taken by [`OneWayRun::take`] exactly as a lone record would be;
+    /// returns the first record it did not take.
     pub(super) fn fast_one_ways<'a>(
         &mut self,
-        of: ConnRef<'_>,
-        origin: &dyn Fn() -> Origin,
-        who: &dyn std::fmt::Display,
+        src: Source<'_>,
         mut next: Option<zlink_wire::BatchRecord<'a>>,
         records: &mut impl Iterator<Item = zlink_wire::BatchRecord<'a>>,
     ) -> Option<zlink_wire::BatchRecord<'a>> {
@@ -319,27 +455,23 @@ impl Engine {
             return next;
         };
         // Held records go first (FIFO); nothing in a run adds to them.
-        let held = match of {
-            ConnRef::Peer(..) => !self.held.is_empty(),
-            ConnRef::Client(_) => !self.held_clients.is_empty(),
-        };
-        if held {
+        if !self.up.held.is_empty() {
             return next;
         }
+        let origin = || src.origin();
         loop {
             // Looked up again after each grant: the peer must still be up in the generation
             // of the run on relay, the session not closing.
-            let conn = match of {
-                ConnRef::Peer(node, Some(generation)) => self
+            let conn = match src {
+                Source::Peer { node, generation } => self
                     .peers
-                    .get_mut(node)
+                    .get_mut(&**node)
                     .filter(|p| {
                         p.generation == Some(generation)
                             && matches!(p.relay, Link::Up(g) if g == generation)
                     })
                     .map(|p| &mut p.conn),
-                ConnRef::Peer(_, None) => None,
-                ConnRef::Client(session) => self
+                Source::Client(session) => self
                     .clients
                     .get_mut(&session)
                     .filter(|c| c.closing.is_none())
@@ -350,18 +482,18 @@ impl Engine {
             };
             let mut run = OneWayRun {
                 memo: &self.memo,
-                inbound: &mut self.inbound,
+                inbound: &mut self.up.inbound,
                 counters: &self.shared.counters,
                 max_payload: self.limits.max_payload,
                 now: self.rx_now,
                 key,
             };
             let credit;
-            (next, credit) = run.take(conn, origin, who, next, records);
+            (next, credit) = run.take(conn, &origin, &src, next, records);
             if !credit {
                 return next;
             }
-            self.flush_grant(of);
+            self.flush_grant(src.conn_ref());
         }
     }
 
@@ -408,242 +540,6 @@ impl Engine {
         })
     }
 
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn on_peer_record(
-        &mut self,
-        kind: LinkKind,
-        rid: &[u8],
-        node: &Arc<NodeRid>,
-        was_cached: bool,
-        envelope: &[u8],
-        payload: Pl<'_>,
-        in_batch: bool,
-    ) -> Option<NodeGeneration> {
-        let bytes = (envelope.len() + payload.len()) as u64;
-        let MemoDecoded {
-            header,
-            class,
-            record,
-            payload,
-            from_memo,
-        } = self.decode_memoized(envelope, payload, node)?;
-        let corr = header.correlation.get();
-        if in_batch && !matches!(class, Class::App | Class::Reply) {
-            // Handshake and control records never travel in a batch (SB-5.4: control is sent
-            // alone, on the completion connection).
-            self.shared.counters.drop(
-                DropReason::WrongConnection,
-                &format_args!("{node}: control record inside a batch on {kind:?}"),
-            );
-            return None;
-        }
-        if let Class::Handshake(m) = class {
-            self.handle_handshake_msg(kind, rid, NodeRid::clone(node), m);
-            return None;
-        }
-        let Some(p) = self.peers.get_mut(&**node).filter(|p| p.rid(kind) == rid) else {
-            // Unknown, or not the connection that proved itself for this node.
-            self.shared.counters.drop(DropReason::Unauthenticated, node);
-            return None;
-        };
-        if !was_cached && self.rid_cache.len() < 4096 {
-            self.rid_cache.insert(rid.to_vec(), node.clone());
-        }
-        let current = p.generation;
-        let generation = match (p.link_mut(kind), current) {
-            (Link::Up(g), Some(cur)) if *g == cur => cur,
-            (Link::Up(_), _) => {
-                self.shared.counters.drop(DropReason::StaleGeneration, node);
-                return None;
-            }
-            _ => {
-                self.shared.counters.drop(DropReason::Unauthenticated, node);
-                return None;
-            }
-        };
-        // The connection core decides (window charged, credit added, liveness noted) with
-        // this one lookup of the peer; the rest here acts on its verdict.
-        let lane = if kind == LinkKind::Relay {
-            Lane::Relay
-        } else {
-            Lane::Completion
-        };
-        match (p.conn.ingress(lane, &class, bytes, self.rx_now), record) {
-            (Verdict::Answer(pong), _) => {
-                let rid_vec = p.rid(LinkKind::Completion).to_vec();
-                self.send_control(LinkKind::Completion, &rid_vec, Record::Pong(pong));
-            }
-            (Verdict::Control { resume }, _) => {
-                if resume && !p.conn.queue.is_empty() {
-                    self.paused.insert(NodeRid::clone(node));
-                }
-            }
-            (Verdict::Disconnect, _) => self.peer_down(node, DownReason::Remote, true),
-            (Verdict::Complete, Some(rec)) => {
-                self.complete(corr, (node.clone(), generation), rec, payload)
-            }
-            (Verdict::Drop(DropReason::CreditExceeded), _) => {
-                // The peer ignored its window: a protocol violation, counted.
-                self.shared.counters.drop(DropReason::CreditExceeded, node);
-            }
-            (Verdict::Deliver, rec) if rec.is_some() || from_memo => {
-                // A plain one-way record (no correlation, so no reply and no deadline) goes up
-                // in the compact form (see `inbound`); on a memo hit the record is not even
-                // cloned.
-                let one_way_key = match &rec {
-                    None => self.memo.one_way_key(),
-                    Some(Record::OneWay(o)) if corr == 0 => Some(o.key),
-                    Some(_) => None,
-                };
-                if let Some(key) = one_way_key
-                    && corr == 0
-                    && payload.is_some()
-                    && self.held.is_empty()
-                    && self.inbound.has_room()
-                {
-                    let origin = Origin::Peer {
-                        node: NodeRid::clone(node),
-                        generation,
-                    };
-                    self.inbound
-                        .push_one_way(origin, key, payload.expect("checked"));
-                    self.shared.counters.delivered(1);
-                    if p.conn.released(bytes) {
-                        self.flush_grant(ConnRef::Peer(node, None));
-                    }
-                    return Some(generation);
-                }
-                let rec = match rec {
-                    Some(r) => r,
-                    None => self.memo.record(),
-                };
-                if let Some(target) = codec::target_generation(&rec)
-                    && target != self.local.generation
-                {
-                    // A record addressed to an older (or other) lifecycle of this node.
-                    self.shared.counters.drop(
-                        DropReason::StaleGeneration,
-                        &format_args!("{node}: targets generation {target}"),
-                    );
-                    if corr != 0 {
-                        let frames = codec::encode(
-                            &Record::ErrorReply(zlink_wire::ErrorReply::new(
-                                codec::ErrorKind::Unavailable,
-                                "stale target node generation",
-                            )),
-                            corr,
-                            None,
-                        )
-                        .unwrap_or_default();
-                        self.send_reply(
-                            ReplyTarget::Peer {
-                                node: node.clone(),
-                                generation,
-                            },
-                            frames,
-                        );
-                    }
-                    return None;
-                }
-                let reply = (corr != 0).then(|| {
-                    ReplyHandle::new(
-                        self.shared.clone(),
-                        ReplyTarget::Peer {
-                            node: node.clone(),
-                            generation,
-                        },
-                        corr,
-                    )
-                });
-                let deadline = codec::record_deadline(&rec).map(|d| self.rx_now + d);
-                let origin = Origin::Peer {
-                    node: NodeRid::clone(node),
-                    generation,
-                };
-                if let Some(sink) = self.sink.as_mut() {
-                    // Direct delivery (`crate::sink`); what it passes goes up as below.
-                    let inb = Inbound {
-                        origin,
-                        correlation: header.correlation,
-                        record: rec,
-                        payload,
-                        deadline,
-                        reply,
-                    };
-                    match sink.offer(inb, bytes) {
-                        Offer::Taken => {
-                            self.shared.counters.delivered(1);
-                            if p.conn.released(bytes) {
-                                self.flush_grant(ConnRef::Peer(node, None));
-                            }
-                        }
-                        Offer::Held => self.shared.counters.delivered(1),
-                        Offer::Pass(inb) => self.hand_up_peer(node, generation, bytes, inb),
-                    }
-                    return None;
-                }
-                // Hand up (or hold, FIFO, while the inbound channel is full) and count the
-                // freed credit with this same lookup of the peer. Room is checked before the
-                // record is built so that it is moved once, straight into the batch.
-                if self.held.is_empty() && self.inbound.has_room() {
-                    self.inbound.push(Inbound {
-                        origin,
-                        correlation: header.correlation,
-                        record: rec,
-                        payload,
-                        deadline,
-                        reply,
-                    });
-                    self.shared.counters.delivered(1);
-                    if p.conn.released(bytes) {
-                        self.flush_grant(ConnRef::Peer(node, None));
-                    }
-                } else {
-                    let inb = Inbound {
-                        origin,
-                        correlation: header.correlation,
-                        record: rec,
-                        payload,
-                        deadline,
-                        reply,
-                    };
-                    self.held.push_back((node.clone(), generation, bytes, inb));
-                }
-            }
-            (Verdict::Drop(reason), _) => self
-                .shared
-                .counters
-                .drop(reason, &format_args!("{node} on {kind:?}")),
-            (Verdict::Complete | Verdict::Deliver, _) => self.shared.counters.drop(
-                DropReason::WrongConnection,
-                &format_args!("{node} on {kind:?}"),
-            ),
-        }
-        None
-    }
-
-    /// Hands a relay record up through the inbound channel, or holds it (FIFO) while the
-    /// channel is full; credit is returned once it moved up.
-    pub(super) fn hand_up_peer(
-        &mut self,
-        node: &Arc<NodeRid>,
-        generation: NodeGeneration,
-        bytes: u64,
-        inb: Inbound,
-    ) {
-        if self.held.is_empty() {
-            match self.inbound.try_push(inb) {
-                Ok(()) => {
-                    self.shared.counters.delivered(1);
-                    self.credit_freed(ConnRef::Peer(node, Some(generation)), bytes);
-                }
-                Err(inb) => self.held.push_back((node.clone(), generation, bytes, inb)),
-            }
-        } else {
-            self.held.push_back((node.clone(), generation, bytes, inb));
-        }
-    }
-
     pub(super) fn complete(
         &mut self,
         corr: u64,
@@ -671,277 +567,102 @@ impl Engine {
         self.on_parts(Sender::Client { rid }, parts);
     }
 
-    /// One record from a client (alone or from a batch): decode (the one-way memo applies, as
-    /// for peers), control inside a batch rejected, session (created on the first record of a
-    /// connection, within `max_clients`), Ping/Pong/Disconnect answered here, requests and
-    /// one-way DATA charged to the client's receive window (`CreditExceeded`) and handed up —
-    /// a plain one-way in the compact form — or held (FIFO) while the application queue is
-    /// full; anything else `WrongConnection`. Returns the session when the record was a plain
-    /// one-way handed up in the compact form (a batch's fast path may follow it).
-    pub(super) fn on_client_record(
-        &mut self,
-        rid: &[u8],
-        envelope: &[u8],
-        payload: Pl<'_>,
-        in_batch: bool,
-    ) -> Option<u64> {
-        let bytes = (envelope.len() + payload.len()) as u64;
-        let MemoDecoded {
-            header,
-            class,
-            record,
-            payload,
-            from_memo,
-        } = self.decode_memoized(envelope, payload, &"client")?;
-        if in_batch && !matches!(class, Class::App) {
-            // Control records (Ping, Disconnect, …) never travel in a batch (SB-5.4).
-            self.shared.counters.drop(
-                DropReason::WrongConnection,
-                &"client: control record inside a batch",
-            );
-            return None;
+    /// The session of the client connection `rid`; on the connection's first record a new
+    /// session is opened ([`Engine::open_session`]).
+    #[inline]
+    fn client_session(&mut self, rid: &[u8], class: &Class) -> Option<u64> {
+        match self.clients_by_rid.get(rid) {
+            Some(s) => Some(*s),
+            None => self.open_session(rid, class),
         }
-        let now = self.rx_now;
-        let session = match self.clients_by_rid.get(rid) {
-            Some(s) => *s,
-            None => {
-                if let Some(reason) = self.tombstones.get(rid) {
-                    // The node ended this connection's session: no new one on it.
-                    self.shared.counters.drop(
-                        DropReason::SessionClosed,
-                        &"client: record on a closed session's connection",
-                    );
-                    if !self.tomb_answered && !matches!(class, Class::Disconnect(_)) {
-                        self.tomb_answered = true;
-                        self.send_control(
-                            LinkKind::Client,
-                            rid,
-                            Record::Disconnect(Disconnect { reason }),
-                        );
-                    }
-                    return None;
-                }
-                if self.clients.len() >= self.cfg.max_clients {
-                    self.shared
-                        .counters
-                        .drop(DropReason::HandshakeCapacity, &"client");
-                    return None;
-                }
-                let source = self.rx_source.clone();
-                let stranger = match self.cfg.client_admission {
-                    ClientAdmission::Open => None,
-                    ClientAdmission::OnAccept(strangers) => Some(strangers),
-                };
-                if let Some(st) = stranger
-                    && self.strangers >= st.max
-                {
-                    self.shared
-                        .counters
-                        .drop(DropReason::HandshakeCapacity, &"client: strangers");
-                    return None;
-                }
-                if let Some(src) = &source {
-                    let n = self.sessions_by_source.get(src).copied().unwrap_or(0);
-                    let m = self.strangers_by_source.get(src).copied().unwrap_or(0);
-                    if n >= self.cfg.max_clients_per_source
-                        || stranger.is_some_and(|st| m >= st.max_per_source)
-                    {
-                        self.shared
-                            .counters
-                            .drop(DropReason::SourceCapacity, &format_args!("client {src}"));
-                        return None;
-                    }
-                    *self.sessions_by_source.entry(src.clone()).or_insert(0) += 1;
-                    if stranger.is_some() {
-                        *self.strangers_by_source.entry(src.clone()).or_insert(0) += 1;
-                    }
-                }
-                if stranger.is_some() {
-                    self.strangers += 1;
-                }
-                let window = stranger.map_or(self.cfg.client_window, |st| st.window);
-                let s = self.next_session;
-                self.next_session += 1;
-                let budget = Arc::new(Budget::new(self.cfg.client_budget));
-                self.clients.insert(
-                    s,
-                    Client {
-                        rid: rid.to_vec(),
-                        conn: Conn::granted(window, budget.clone(), now),
-                        stranger: stranger.is_some(),
-                        closing: None,
-                        source,
-                    },
-                );
-                self.clients_by_rid.insert(rid.to_vec(), s);
-                self.shared.set_client(s, Some(budget));
-                self.flush_grant(ConnRef::Client(s));
-                self.shared.publish(PeerEvent::ClientConnected {
-                    session: SessionRid::new(s),
-                });
-                self.client_event(ClientEvent::Connected {
-                    session: SessionRid::new(s),
-                });
-                s
-            }
-        };
-        let corr = header.correlation;
-        let c = self.clients.get_mut(&session)?;
-        if matches!(class, Class::App) {
-            if !(from_memo || matches!(record, Some(Record::Request(_) | Record::OneWay(_)))) {
-                // Only requests and one-way DATA are application records from a client.
-                c.conn.last_rx = now;
-                self.shared
-                    .counters
-                    .drop(DropReason::WrongConnection, &"client");
-                return None;
-            }
-            if c.closing.is_some() {
-                self.shared.counters.drop(
-                    DropReason::SessionClosed,
-                    &format_args!("client {session}: session closing"),
-                );
-                return None;
-            }
-        }
-        // The connection core decides (window charged, liveness noted); the rest here acts on
-        // its verdict.
-        match (c.conn.ingress(Lane::Client, &class, bytes, now), record) {
-            (Verdict::Answer(pong), _) => {
-                self.send_control(LinkKind::Client, rid, Record::Pong(pong))
-            }
-            (Verdict::Control { .. }, _) => {}
-            (Verdict::Disconnect, _) => {
-                if self
-                    .clients
-                    .get(&session)
-                    .is_some_and(|c| c.closing.is_some())
-                {
-                    // The node was already closing it: that close stands.
-                    self.finish_client(session);
-                } else {
-                    self.remove_client(session, ClientCloseCause::Remote);
-                }
-            }
-            (Verdict::Deliver, rec) => {
-                let c = self.clients.get_mut(&session)?;
-                if let Some(sink) = self.sink.as_mut() {
-                    // Direct delivery (`crate::sink`); what it passes goes up as below.
-                    let rec = match rec {
-                        Some(r) => r,
-                        None => self.memo.record(),
-                    };
-                    let deadline = codec::record_deadline(&rec).map(|d| now + d);
-                    let reply = corr.is_some().then(|| {
-                        ReplyHandle::new(
-                            self.shared.clone(),
-                            ReplyTarget::Client { session },
-                            corr.get(),
-                        )
-                    });
-                    let inb = Inbound {
-                        origin: Origin::Client {
-                            session: SessionRid::new(session),
-                        },
-                        correlation: corr,
-                        record: rec,
-                        payload,
-                        deadline,
-                        reply,
-                    };
-                    match sink.offer(inb, bytes) {
-                        Offer::Taken => {
-                            self.shared.counters.delivered(1);
-                            if c.conn.released(bytes) {
-                                self.flush_grant(ConnRef::Client(session));
-                            }
-                        }
-                        Offer::Held => self.shared.counters.delivered(1),
-                        Offer::Pass(inb) => self.deliver_client(session, bytes, inb),
-                    }
-                    return None;
-                }
-                // A plain one-way record (no correlation: no reply, no deadline) goes up in the
-                // compact form, as from peers; on a memo hit the record is not even cloned.
-                let one_way_key = match &rec {
-                    None => self.memo.one_way_key(),
-                    Some(Record::OneWay(o)) if corr.is_none() => Some(o.key),
-                    Some(_) => None,
-                };
-                if let Some(key) = one_way_key
-                    && corr.is_none()
-                    && payload.is_some()
-                    && self.held_clients.is_empty()
-                    && self.inbound.has_room()
-                {
-                    let origin = Origin::Client {
-                        session: SessionRid::new(session),
-                    };
-                    self.inbound
-                        .push_one_way(origin, key, payload.expect("checked"));
-                    self.shared.counters.delivered(1);
-                    if c.conn.released(bytes) {
-                        self.flush_grant(ConnRef::Client(session));
-                    }
-                    return Some(session);
-                }
-                let rec = match rec {
-                    Some(r) => r,
-                    None => self.memo.record(),
-                };
-                let deadline = codec::record_deadline(&rec).map(|d| now + d);
-                let reply = corr.is_some().then(|| {
-                    ReplyHandle::new(
-                        self.shared.clone(),
-                        ReplyTarget::Client { session },
-                        corr.get(),
-                    )
-                });
-                let inb = Inbound {
-                    origin: Origin::Client {
-                        session: SessionRid::new(session),
-                    },
-                    correlation: corr,
-                    record: rec,
-                    payload,
-                    deadline,
-                    reply,
-                };
-                self.deliver_client(session, bytes, inb);
-            }
-            (Verdict::Drop(reason), _) => {
-                // CreditExceeded: the client ignored its window, a protocol violation.
-                self.shared
-                    .counters
-                    .drop(reason, &format_args!("client {session}"));
-            }
-            (Verdict::Complete, _) => self
-                .shared
-                .counters
-                .drop(DropReason::WrongConnection, &"client"),
-        }
-        None
     }
 
-    /// Hands a client record up, or holds it (FIFO over all clients, so each client's order is
-    /// kept, EG-4) while the inbound channel is full. Each client's window bounds what is held,
-    /// so the client socket is always read (Pings, new clients); credit is returned once the
-    /// record moved up.
-    pub(super) fn deliver_client(&mut self, session: u64, bytes: u64, inb: Inbound) {
-        if self.held_clients.is_empty() {
-            match self.inbound.try_push(inb) {
-                Ok(()) => {
-                    self.shared.counters.delivered(1);
-                    self.credit_freed(ConnRef::Client(session), bytes);
-                }
-                Err(inb) => self
-                    .held_clients
-                    .push_back(HeldClient::Record(session, bytes, inb)),
+    /// The first record on a client connection: a tombstoned connection (the node ended its
+    /// session) is answered with its Disconnect again, never a new session; otherwise a
+    /// session is opened within `max_clients`, the strangers' bounds and the per-source
+    /// bounds (each refusal counted), granted its window (the strangers' until accepted), and
+    /// announced.
+    #[cold]
+    fn open_session(&mut self, rid: &[u8], class: &Class) -> Option<u64> {
+        let now = self.rx_now;
+        if let Some(reason) = self.tombstones.get(rid) {
+            // The node ended this connection's session: no new one on it.
+            self.shared.counters.drop(
+                DropReason::SessionClosed,
+                &"client: record on a closed session's connection",
+            );
+            if !self.tomb_answered && !matches!(class, Class::Disconnect(_)) {
+                self.tomb_answered = true;
+                self.send_control(
+                    LinkKind::Client,
+                    rid,
+                    Record::Disconnect(Disconnect { reason }),
+                );
             }
-        } else {
-            self.held_clients
-                .push_back(HeldClient::Record(session, bytes, inb));
+            return None;
         }
+        if self.clients.len() >= self.cfg.max_clients {
+            self.shared
+                .counters
+                .drop(DropReason::HandshakeCapacity, &"client");
+            return None;
+        }
+        let source = self.rx_source.clone();
+        let stranger = match self.cfg.client_admission {
+            ClientAdmission::Open => None,
+            ClientAdmission::OnAccept(strangers) => Some(strangers),
+        };
+        if let Some(st) = stranger
+            && self.strangers >= st.max
+        {
+            self.shared
+                .counters
+                .drop(DropReason::HandshakeCapacity, &"client: strangers");
+            return None;
+        }
+        if let Some(src) = &source {
+            let n = self.sessions_by_source.get(src).copied().unwrap_or(0);
+            let m = self.strangers_by_source.get(src).copied().unwrap_or(0);
+            if n >= self.cfg.max_clients_per_source
+                || stranger.is_some_and(|st| m >= st.max_per_source)
+            {
+                self.shared
+                    .counters
+                    .drop(DropReason::SourceCapacity, &format_args!("client {src}"));
+                return None;
+            }
+            *self.sessions_by_source.entry(src.clone()).or_insert(0) += 1;
+            if stranger.is_some() {
+                *self.strangers_by_source.entry(src.clone()).or_insert(0) += 1;
+            }
+        }
+        if stranger.is_some() {
+            self.strangers += 1;
+        }
+        let window = stranger.map_or(self.cfg.client_window, |st| st.window);
+        let s = self.next_session;
+        self.next_session += 1;
+        let budget = Arc::new(Budget::new(self.cfg.client_budget));
+        self.clients.insert(
+            s,
+            Client {
+                rid: rid.to_vec(),
+                conn: Conn::granted(window, budget.clone(), now),
+                stranger: stranger.is_some(),
+                closing: None,
+                source,
+            },
+        );
+        self.clients_by_rid.insert(rid.to_vec(), s);
+        self.shared.set_client(s, Some(budget));
+        self.flush_grant(ConnRef::Client(s));
+        self.shared.publish(PeerEvent::ClientConnected {
+            session: SessionRid::new(s),
+        });
+        self.client_event(ClientEvent::Connected {
+            session: SessionRid::new(s),
+        });
+        Some(s)
     }
 
     /// The connection core of a peer (in `generation`, if given) or a client session, with
@@ -998,43 +719,32 @@ impl Engine {
         }
     }
 
+    /// Hands held records up in order while the inbound channel has room (each one's credit
+    /// freed), and reports the session ends that waited behind them.
     pub(super) fn retry_stalled(&mut self) {
-        while let Some((node, generation, bytes, inb)) = self.held.pop_front() {
-            match self.inbound.try_push(inb) {
-                Ok(()) => {
-                    self.shared.counters.delivered(1);
-                    self.credit_freed(ConnRef::Peer(&node, Some(generation)), bytes);
-                }
-                Err(inb) => {
-                    self.held.push_front((node, generation, bytes, inb));
-                    break;
-                }
-            }
-        }
-        while let Some(h) = self.held_clients.pop_front() {
+        while let Some(h) = self.up.held.pop_front() {
             match h {
-                HeldClient::Ended(session, cause) => {
+                Held::Ended(session, cause) => {
                     // Its last record went up just before: make it visible first.
-                    self.inbound.flush();
+                    self.up.inbound.flush();
                     self.client_event(ClientEvent::Disconnected {
                         session: SessionRid::new(session),
                         cause,
                     });
                 }
-                HeldClient::Record(session, bytes, inb) => match self.inbound.try_push(inb) {
+                Held::Record(owner, bytes, inb) => match self.up.inbound.try_push(inb) {
                     Ok(()) => {
                         self.shared.counters.delivered(1);
-                        self.credit_freed(ConnRef::Client(session), bytes);
+                        self.credit_freed(owner.conn_ref(), bytes);
                     }
                     Err(inb) => {
-                        self.held_clients
-                            .push_front(HeldClient::Record(session, bytes, inb));
+                        self.up.held.push_front(Held::Record(owner, bytes, inb));
                         break;
                     }
                 },
             }
         }
-        self.inbound.flush();
+        self.up.inbound.flush();
     }
 }
 
@@ -1165,7 +875,7 @@ mod tests {
         let mut stops = 0;
         loop {
             let credit;
-            (next, credit) = run.take(&mut conn, &origin, &ClientLabel(1), next, &mut records);
+            (next, credit) = run.take(&mut conn, &origin, &Source::Client(1), next, &mut records);
             if !credit {
                 break;
             }

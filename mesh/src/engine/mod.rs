@@ -46,9 +46,12 @@ use crate::sink::Offer;
 use crate::tap::{TapDirection, WireTap};
 use crate::types::{LinkKind, NodeGeneration, NodeRid, SessionRid};
 
+mod deliver;
 mod ingress;
 mod link;
 mod send;
+
+use deliver::{Arrived, Context, Delivered, Delivery, Held, Source};
 
 pub(crate) use ingress::DecodeMemo;
 
@@ -239,17 +242,6 @@ impl Tombstones {
     }
 }
 
-/// An entry of the held client FIFO. Not boxed: almost every entry is a record (as before the
-/// `Ended` marker existed), and a box would cost an allocation per held record.
-#[allow(clippy::large_enum_variant)]
-enum HeldClient {
-    /// A record waiting for room in the inbound channel: (session, bytes, record).
-    Record(u64, u64, Inbound),
-    /// The `Disconnected` event of a session that ended while records of it were held: sent
-    /// once those went up (ordering rule of [`ClientEvent`]).
-    Ended(u64, ClientCloseCause),
-}
-
 struct Sockets {
     relay: zmq::Socket,
     completion: zmq::Socket,
@@ -291,15 +283,8 @@ pub(crate) struct Engine {
     paused_clients: HashSet<u64>,
     next_session: u64,
     corr: Correlations<(Arc<NodeRid>, NodeGeneration), Waiter>,
-    inbound: InboundSender,
-    /// Offered every application record before the inbound channel ([`crate::sink`]).
-    sink: Option<Box<dyn crate::sink::InboundSink>>,
-    /// Relay records read but not yet taken by the inbound channel (bounded by the peers'
-    /// windows): (peer, generation, bytes, record).
-    held: VecDeque<(Arc<NodeRid>, NodeGeneration, u64, Inbound)>,
-    /// Client records read but not yet taken by the inbound channel (FIFO; bounded by the
-    /// clients' windows): (session, bytes, record).
-    held_clients: VecDeque<HeldClient>,
+    /// The layer above: sink, inbound channel, held records ([`deliver`]).
+    up: Delivery,
     /// Routing ids of client connections whose session the node ended (not the client's own
     /// Disconnect), with the reason sent: a record from one is dropped (`SessionClosed`) and
     /// answered with that Disconnect again, never a new session. Bounded by `max_clients`
@@ -489,10 +474,7 @@ impl Engine {
                 paused_clients: HashSet::new(),
                 next_session: 1,
                 corr: Correlations::new(),
-                inbound,
-                sink: None,
-                held: VecDeque::new(),
-                held_clients: VecDeque::new(),
+                up: Delivery::new(inbound),
                 tombstones,
                 tomb_answered: false,
                 client_events: None,
@@ -521,7 +503,7 @@ impl Engine {
             if !self.paused.is_empty() || !self.paused_clients.is_empty() {
                 self.flush_paused();
             }
-            if !self.held.is_empty() || !self.held_clients.is_empty() {
+            if !self.up.held.is_empty() {
                 self.retry_stalled();
             }
             let now = Instant::now();
@@ -539,7 +521,7 @@ impl Engine {
             }
             // Replies the reads queued (e.g. stale-generation error replies).
             self.flush_dirty();
-            self.inbound.flush();
+            self.up.inbound.flush();
             if work > 0 {
                 continue;
             }
@@ -708,7 +690,7 @@ impl Engine {
                 self.close_client(session, ClientCloseCause::Closed(reason), Instant::now());
             }
             Command::AcceptClient { session } => self.accept_client(session),
-            Command::SetSink(sink) => self.sink = Some(sink),
+            Command::SetSink(sink) => self.up.sink = Some(sink),
             Command::ReleaseCredit => {
                 let released = std::mem::take(
                     &mut *self
@@ -1104,16 +1086,11 @@ impl Engine {
         if self.client_events.is_none() {
             return;
         }
-        let held = self
-            .held_clients
-            .iter()
-            .any(|h| matches!(h, HeldClient::Record(s, ..) if *s == session));
-        if held {
-            self.held_clients
-                .push_back(HeldClient::Ended(session, cause));
+        if self.up.holds_session(session) {
+            self.up.held.push_back(Held::Ended(session, cause));
         } else {
             // Records of this pass still in the inbound batch go up first.
-            self.inbound.flush();
+            self.up.inbound.flush();
             self.client_event(ClientEvent::Disconnected {
                 session: SessionRid::new(session),
                 cause,
@@ -1149,11 +1126,7 @@ impl Engine {
 
     fn next_wake(&self, now: Instant) -> Duration {
         let mut t = Duration::from_millis(100);
-        if !self.paused.is_empty()
-            || !self.paused_clients.is_empty()
-            || !self.held.is_empty()
-            || !self.held_clients.is_empty()
-        {
+        if !self.paused.is_empty() || !self.paused_clients.is_empty() || !self.up.held.is_empty() {
             t = Duration::from_millis(1);
         }
         let pending_hs = self.peers.values().any(|p| {
@@ -1397,8 +1370,8 @@ impl Engine {
             }
         }
         // Held records are never handed up now; a pending end is still reported.
-        for h in std::mem::take(&mut self.held_clients) {
-            if let HeldClient::Ended(session, cause) = h {
+        for h in std::mem::take(&mut self.up.held) {
+            if let Held::Ended(session, cause) = h {
                 self.client_event(ClientEvent::Disconnected {
                     session: SessionRid::new(session),
                     cause,
@@ -1423,15 +1396,6 @@ enum ConnRef<'a> {
     Client(u64),
 }
 
-/// A record was a plain one-way handed up in the compact form ([`Engine::on_record`]): the
-/// connection a batch's fast path may continue with — the sending peer in the generation it
-/// proved, or the session.
-#[derive(Clone, Copy, Debug)]
-enum Run {
-    Peer(NodeGeneration),
-    Client(u64),
-}
-
 /// Who sent the message being handled: a peer (on which mesh connection, by which routing
 /// id, resolved to which node, whether from the routing-id cache) or a client connection.
 #[derive(Clone, Copy)]
@@ -1445,6 +1409,21 @@ enum Sender<'m> {
     Client {
         rid: &'m [u8],
     },
+}
+
+impl Sender<'_> {
+    /// The connection kind the message arrived on.
+    #[inline]
+    fn lane(&self) -> Lane {
+        match self {
+            Sender::Peer {
+                kind: LinkKind::Relay,
+                ..
+            } => Lane::Relay,
+            Sender::Peer { .. } => Lane::Completion,
+            Sender::Client { .. } => Lane::Client,
+        }
+    }
 }
 
 impl std::fmt::Display for Sender<'_> {

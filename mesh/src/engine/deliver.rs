@@ -1,0 +1,451 @@
+//! Delivery of application records to the layer above, one path for peers and clients: a
+//! record the connection core let in ([`Verdict::Deliver`](crate::conn::Verdict::Deliver),
+//! charged to its sender's window) is offered to the sink, handed up through the inbound
+//! channel (a plain one-way in the compact form), or held (FIFO) while that channel is full;
+//! the caller grants the credit a record freed. What differs between a peer and a client is
+//! data ([`Source`]: origin, reply target, whose window), not a second copy of the path.
+//! No sockets here: the driver sends the grants and error replies the outcome asks for.
+
+use super::*;
+
+/// Who sent an authenticated application record: a mesh peer in the generation its connection
+/// proved, or a client session. Everything delivery does differently for the two is read from
+/// here.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Source<'a> {
+    Peer {
+        node: &'a Arc<NodeRid>,
+        generation: NodeGeneration,
+    },
+    Client(u64),
+}
+
+impl<'a> Source<'a> {
+    /// The origin the layer above sees.
+    #[inline]
+    pub(super) fn origin(self) -> Origin {
+        match self {
+            Source::Peer { node, generation } => Origin::Peer {
+                node: NodeRid::clone(node),
+                generation,
+            },
+            Source::Client(session) => Origin::Client {
+                session: SessionRid::new(session),
+            },
+        }
+    }
+
+    /// Where a reply to a request from this source goes.
+    pub(super) fn reply_target(self) -> ReplyTarget {
+        match self {
+            Source::Peer { node, generation } => ReplyTarget::Peer {
+                node: node.clone(),
+                generation,
+            },
+            Source::Client(session) => ReplyTarget::Client { session },
+        }
+    }
+
+    /// The connection core whose window the record was charged to (a peer's only in this
+    /// generation).
+    #[inline]
+    pub(super) fn conn_ref(self) -> ConnRef<'a> {
+        match self {
+            Source::Peer { node, generation } => ConnRef::Peer(node, Some(generation)),
+            Source::Client(session) => ConnRef::Client(session),
+        }
+    }
+
+    /// The owner of a held record (kept past this message).
+    pub(super) fn owner(self) -> Owner {
+        match self {
+            Source::Peer { node, generation } => Owner::Peer(node.clone(), generation),
+            Source::Client(session) => Owner::Client(session),
+        }
+    }
+}
+
+impl std::fmt::Display for Source<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Source::Peer { node, .. } => write!(f, "{node}"),
+            Source::Client(session) => write!(f, "client {session}"),
+        }
+    }
+}
+
+/// The owner of a held record: whose window it is charged to until it went up.
+pub(super) enum Owner {
+    Peer(Arc<NodeRid>, NodeGeneration),
+    Client(u64),
+}
+
+impl Owner {
+    /// Its connection core (a peer's only in the generation that sent the record).
+    pub(super) fn conn_ref(&self) -> ConnRef<'_> {
+        match self {
+            Owner::Peer(node, generation) => ConnRef::Peer(node, Some(*generation)),
+            Owner::Client(session) => ConnRef::Client(*session),
+        }
+    }
+}
+
+/// An entry of the held FIFO (records read but not yet taken by the inbound channel, peers'
+/// and clients' in arrival order). Not boxed: almost every entry is a record, and a box would
+/// cost an allocation per held record.
+#[allow(clippy::large_enum_variant)]
+pub(super) enum Held {
+    /// A record waiting for room in the inbound channel, with the bytes charged to its
+    /// owner's window.
+    Record(Owner, u64, Inbound),
+    /// The `Disconnected` event of a session that ended while records of it were held: sent
+    /// once those went up (ordering rule of [`ClientEvent`]).
+    Ended(u64, ClientCloseCause),
+}
+
+/// An application record let in by its connection core, to deliver.
+pub(super) struct Arrived {
+    pub(super) header: zlink_wire::Header,
+    /// `None` on a memo hit: the record is cloned from the memo only where it is handed up.
+    pub(super) record: Option<Record>,
+    pub(super) payload: Option<Bytes>,
+    /// Envelope and payload: what was charged to the sender's window.
+    pub(super) bytes: u64,
+}
+
+/// What the rest of the node is, as delivery reads it.
+pub(super) struct Context<'e> {
+    pub(super) memo: &'e DecodeMemo,
+    pub(super) shared: &'e Arc<Shared>,
+    /// This node's generation (a record addressed to another is stale).
+    pub(super) local: NodeGeneration,
+    pub(super) now: Instant,
+}
+
+/// What became of a delivered record; `grant`: it left its sender's window and freed credit
+/// the driver grants now ([`Engine::flush_grant`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Delivered {
+    /// A plain one-way handed up in the compact form: a batch's fast path may follow it.
+    OneWay { grant: bool },
+    /// Taken by the sink, handed up, or held.
+    Up { grant: bool },
+    /// Addressed to another lifecycle of this node (`target`): dropped and counted; the
+    /// driver answers a request (`corr` ≠ 0) with an error reply.
+    Stale { target: NodeGeneration, corr: u64 },
+}
+
+/// The layer above as the receive pass sees it: the sink, the inbound channel, and the
+/// records held for it.
+pub(super) struct Delivery {
+    pub(super) inbound: InboundSender,
+    /// Offered every application record before the inbound channel ([`crate::sink`]).
+    pub(super) sink: Option<Box<dyn crate::sink::InboundSink>>,
+    /// Records read but not yet taken by the inbound channel (FIFO over peers and clients, so
+    /// each connection's order is kept, EG-4; bounded by the senders' windows), and the
+    /// session ends that wait behind them.
+    pub(super) held: VecDeque<Held>,
+}
+
+impl Delivery {
+    pub(super) fn new(inbound: InboundSender) -> Self {
+        Self {
+            inbound,
+            sink: None,
+            held: VecDeque::new(),
+        }
+    }
+
+    /// Delivers one application record from `src`, charged to `conn`'s receive window: offered
+    /// to the sink if one is installed (every application record is, in arrival order), else
+    /// a plain one-way (no correlation: no reply, no deadline) goes up in the compact form; a
+    /// record addressed to another generation of this node is stale; anything else goes up as
+    /// an [`Inbound`] (built once, moved straight into the channel's batch), or is held while
+    /// the channel is full or older records are held.
+    #[inline]
+    pub(super) fn deliver(
+        &mut self,
+        conn: &mut Conn,
+        src: Source<'_>,
+        rec: Arrived,
+        cx: &Context<'_>,
+    ) -> Delivered {
+        let Arrived {
+            header,
+            record,
+            payload,
+            bytes,
+        } = rec;
+        let corr = header.correlation;
+        if self.sink.is_none() {
+            let one_way_key = match &record {
+                None => cx.memo.one_way_key(),
+                Some(Record::OneWay(o)) => Some(o.key),
+                Some(_) => None,
+            };
+            if let Some(key) = one_way_key
+                && corr.is_none()
+                && payload.is_some()
+                && self.held.is_empty()
+                && self.inbound.has_room()
+            {
+                let payload = payload.expect("checked");
+                self.inbound.push_one_way(src.origin(), key, payload);
+                cx.shared.counters.delivered(1);
+                return Delivered::OneWay {
+                    grant: conn.released(bytes),
+                };
+            }
+        }
+        let record = match record {
+            Some(r) => r,
+            None => cx.memo.record(),
+        };
+        if let Some(target) = codec::target_generation(&record)
+            && target != cx.local
+        {
+            return Delivered::Stale {
+                target,
+                corr: corr.get(),
+            };
+        }
+        let inb = Inbound {
+            origin: src.origin(),
+            correlation: corr,
+            deadline: codec::record_deadline(&record).map(|d| cx.now + d),
+            reply: corr
+                .is_some()
+                .then(|| ReplyHandle::new(cx.shared.clone(), src.reply_target(), corr.get())),
+            record,
+            payload,
+        };
+        let inb = match self.sink.as_mut() {
+            None => inb,
+            Some(sink) => match sink.offer(inb, bytes) {
+                Offer::Taken => {
+                    cx.shared.counters.delivered(1);
+                    return Delivered::Up {
+                        grant: conn.released(bytes),
+                    };
+                }
+                // The sink returns the credit later (`MeshNode::release_credit`).
+                Offer::Held => {
+                    cx.shared.counters.delivered(1);
+                    return Delivered::Up { grant: false };
+                }
+                Offer::Pass(inb) => inb,
+            },
+        };
+        if self.held.is_empty() && self.inbound.has_room() {
+            self.inbound.push(inb);
+            cx.shared.counters.delivered(1);
+            Delivered::Up {
+                grant: conn.released(bytes),
+            }
+        } else {
+            self.held.push_back(Held::Record(src.owner(), bytes, inb));
+            Delivered::Up { grant: false }
+        }
+    }
+
+    /// Some record of `session` is held.
+    pub(super) fn holds_session(&self, session: u64) -> bool {
+        self.held
+            .iter()
+            .any(|h| matches!(h, Held::Record(Owner::Client(s), ..) if *s == session))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::InboundWindow;
+    use zlink_wire::{CorrelationId, DispatchKey};
+
+    const WINDOW: InboundWindow = InboundWindow {
+        messages: 64,
+        bytes: 1 << 20,
+    };
+
+    fn conn(now: Instant) -> Conn {
+        let budget = Arc::new(Budget::new(crate::budget::OutboundBudget::default()));
+        let mut c = Conn::granted(WINDOW, budget, now);
+        c.grant_sent(c.poll_grant().expect("initial grant"));
+        c
+    }
+
+    /// A record as decoded from the wire, with a payload.
+    fn arrived(record: Record, corr: u64) -> Arrived {
+        let parts = codec::encode(&record, corr, Some(Bytes::from_static(b"p"))).expect("encodes");
+        let d =
+            zlink_wire::decode_parts(&parts[0], Some(parts[1].clone()), &codec::limits(1 << 20))
+                .expect("decodes");
+        Arrived {
+            header: d.header,
+            record: Some(d.record),
+            payload: d.payload,
+            bytes: 10,
+        }
+    }
+
+    fn one_way(key: u32) -> Arrived {
+        arrived(
+            Record::OneWay(zlink_wire::OneWay {
+                key: DispatchKey::new(key),
+            }),
+            0,
+        )
+    }
+
+    fn request(key: u32, corr: u64) -> Arrived {
+        arrived(
+            Record::Request(zlink_wire::Request {
+                key: DispatchKey::new(key),
+                deadline: zlink_wire::Deadline::from_millis(1000),
+            }),
+            corr,
+        )
+    }
+
+    /// Records every offer; takes requests, passes everything else.
+    struct Recorder(Arc<std::sync::Mutex<Vec<Origin>>>);
+
+    impl crate::sink::InboundSink for Recorder {
+        fn offer(&mut self, inbound: Inbound, _bytes: u64) -> Offer {
+            self.0.lock().unwrap().push(inbound.origin.clone());
+            match inbound.record {
+                Record::Request(_) => Offer::Taken,
+                _ => Offer::Pass(inbound),
+            }
+        }
+    }
+
+    // spec: EG-4 — peers and clients share one delivery path and one held FIFO: once a record
+    // is held (the inbound channel is full), every later record of any connection is held
+    // behind it, even a plain one-way that would otherwise go up in the compact form; the
+    // compact form is used only with nothing held and room in the channel.
+    #[test]
+    fn held_records_keep_arrival_order_over_peers_and_clients() {
+        let shared = Shared::for_tests();
+        let memo = DecodeMemo::default();
+        let now = Instant::now();
+        let cx = Context {
+            memo: &memo,
+            shared: &shared,
+            local: NodeGeneration::new(1),
+            now,
+        };
+        let (tx, mut rx) = crate::inbound::channel(1);
+        let mut up = Delivery::new(tx);
+        let node = Arc::new(NodeRid::new("a").unwrap());
+        let peer = Source::Peer {
+            node: &node,
+            generation: NodeGeneration::new(7),
+        };
+        let (mut pc, mut cc) = (conn(now), conn(now));
+        assert_eq!(
+            up.deliver(&mut pc, peer, one_way(1), &cx),
+            Delivered::OneWay { grant: false }
+        );
+        // The channel is full: the client's request is held, and so is the peer's one-way.
+        assert_eq!(
+            up.deliver(&mut cc, Source::Client(3), request(2, 5), &cx),
+            Delivered::Up { grant: false }
+        );
+        up.inbound.flush();
+        assert!(rx.try_recv().is_some(), "the first record went up");
+        assert_eq!(
+            up.deliver(&mut pc, peer, one_way(3), &cx),
+            Delivered::Up { grant: false },
+            "behind the held request, not in the compact form"
+        );
+        let held: Vec<_> = up
+            .held
+            .iter()
+            .map(|h| match h {
+                Held::Record(Owner::Client(s), bytes, inb) => {
+                    (format!("client {s}"), *bytes, inb.correlation)
+                }
+                Held::Record(Owner::Peer(n, g), bytes, inb) => {
+                    (format!("{n} {g}"), *bytes, inb.correlation)
+                }
+                Held::Ended(..) => panic!("no session ended"),
+            })
+            .collect();
+        assert_eq!(
+            held,
+            vec![
+                ("client 3".to_owned(), 10, CorrelationId::new(5)),
+                (format!("{node} 7"), 10, CorrelationId::NONE),
+            ]
+        );
+        assert!(up.holds_session(3) && !up.holds_session(4));
+        // A held record is still charged to its window: no credit freed for it yet.
+        assert!(!cc.owes());
+    }
+
+    // Every application record is offered to the sink, a plain one-way from a peer too (it is
+    // not handed up in the compact form around the sink); what the sink takes frees its
+    // sender's credit at once, what it passes goes up through the channel.
+    #[test]
+    fn the_sink_is_offered_every_application_record() {
+        let shared = Shared::for_tests();
+        let memo = DecodeMemo::default();
+        let now = Instant::now();
+        let cx = Context {
+            memo: &memo,
+            shared: &shared,
+            local: NodeGeneration::new(1),
+            now,
+        };
+        let (tx, mut rx) = crate::inbound::channel(16);
+        let mut up = Delivery::new(tx);
+        let offers = Arc::new(std::sync::Mutex::new(Vec::new()));
+        up.sink = Some(Box::new(Recorder(offers.clone())));
+        let node = Arc::new(NodeRid::new("a").unwrap());
+        let peer = Source::Peer {
+            node: &node,
+            generation: NodeGeneration::new(7),
+        };
+        // A window of 64 records: a quarter of it freed asks for a grant.
+        let mut pc = conn(now);
+        let mut grants = 0;
+        for i in 0..16 {
+            match up.deliver(&mut pc, peer, one_way(i), &cx) {
+                Delivered::Up { grant } => grants += usize::from(grant),
+                d => panic!("passed by the sink, then up through the channel: {d:?}"),
+            }
+        }
+        assert_eq!(
+            grants, 1,
+            "up: credit freed (a quarter of the window: one grant)"
+        );
+        assert_eq!(offers.lock().unwrap().len(), 16);
+        up.inbound.flush();
+        let mut got = 0;
+        while let Some(m) = rx.try_recv() {
+            assert!(matches!(m.record, Record::OneWay(_)));
+            got += 1;
+        }
+        assert_eq!(got, 16);
+        let mut cc = conn(now);
+        grants = 0;
+        for i in 0..16 {
+            match up.deliver(
+                &mut cc,
+                Source::Client(3),
+                request(i, u64::from(i) + 1),
+                &cx,
+            ) {
+                Delivered::Up { grant } => grants += usize::from(grant),
+                d => panic!("{d:?}"),
+            }
+        }
+        assert_eq!(
+            grants, 1,
+            "taken records free their credit (a quarter: one grant)"
+        );
+        assert_eq!(offers.lock().unwrap().len(), 32);
+        assert!(rx.try_recv().is_none(), "taken by the sink, not handed up");
+    }
+}
