@@ -209,6 +209,70 @@ fn zlink_ask(n: usize, workers: usize) -> (f64, f64, f64, f64) {
     )
 }
 
+/// mpsc + oneshot ask rate from one asker task, without per-ask timing (the baseline of the
+/// actor-asker lines). `workers` 0: tokio `current_thread`.
+fn mpsc_ask_rate(n: usize, workers: usize) -> f64 {
+    let rt = if workers == 0 {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(workers)
+            .enable_all()
+            .build()
+            .unwrap()
+    };
+    rt.block_on(async move {
+        let (tx, mut rx) = mpsc::channel::<(u64, oneshot::Sender<u64>)>(1024);
+        tokio::spawn(async move {
+            while let Some((v, r)) = rx.recv().await {
+                let _ = r.send(v + 1);
+            }
+        });
+        let h = tokio::spawn(async move {
+            let start = Instant::now();
+            for i in 0..n as u64 {
+                let (rtx, rrx) = oneshot::channel();
+                tx.send((i, rtx)).await.unwrap();
+                assert_eq!(rrx.await.unwrap(), i + 1);
+            }
+            start.elapsed()
+        });
+        n as f64 / h.await.unwrap().as_secs_f64()
+    })
+}
+
+/// Ask rate of an actor asking another actor (actor → actor requests): the asker's handler
+/// continuation makes `n` sequential `ctx.ask` calls to an actor of another Spot (another
+/// gate); returns asks per second, timed inside the handler.
+fn zlink_ask_actor(n: usize, workers: usize) -> f64 {
+    let rt = zlink_rt_with(workers);
+    let spot_a = rt
+        .create_spot::<SpotWideUser, _>(|_c, b| Handled::ok(b))
+        .unwrap();
+    let spot_b = rt
+        .create_spot::<SpotWideUser, _>(|_c, b| Handled::ok(b))
+        .unwrap();
+    let target = spot_b
+        .spawn_actor(|_c: SpotWideCtx, v: u64| Handled::ok(v + 1))
+        .unwrap();
+    let asker = spot_a
+        .spawn_actor(move |ctx: SpotWideCtx, n: u64| {
+            let t = target.clone();
+            Handled::later(async move {
+                let start = Instant::now();
+                for i in 0..n {
+                    assert_eq!(ctx.ask(&t, i).await.unwrap(), i + 1);
+                }
+                Ok(n as f64 / start.elapsed().as_secs_f64())
+            })
+        })
+        .unwrap();
+    rt.block_on(asker.ask(n as u64)).unwrap().unwrap()
+}
+
 fn threads() -> usize {
     std::fs::read_dir("/proc/self/task")
         .map(|d| d.count())
@@ -274,6 +338,19 @@ fn main() {
         line("runtime_tell_1", "msgs_per_s", median(z), median(b));
         return;
     }
+    // `--ask-actor N [ROUNDS] [WORKERS]`: only the actor-asker ZLink figure, no baseline
+    // (profiling: callgrind, perf)
+    if let Some(i) = args.iter().position(|a| a == "--ask-actor") {
+        let n: usize = args
+            .get(i + 1)
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(200_000);
+        let rounds: usize = args.get(i + 2).and_then(|s| s.parse().ok()).unwrap_or(1);
+        let workers: usize = args.get(i + 3).and_then(|s| s.parse().ok()).unwrap_or(1);
+        let z: Vec<f64> = (0..rounds).map(|_| zlink_ask_actor(n, workers)).collect();
+        line("runtime_ask_1_actor_only", "asks_per_s", median(z), 0.0);
+        return;
+    }
     // `--ask1 N [ROUNDS]`: only the ask figures (profiling)
     if let Some(i) = args.iter().position(|a| a == "--ask1") {
         let n: usize = args
@@ -333,15 +410,32 @@ fn main() {
 
 /// `runtime_ask_1`: ZLink's 2 application workers against tokio mpsc + oneshot on a 2-worker
 /// multi-thread runtime; `runtime_ask_1_w1`: one application worker against tokio
-/// `current_thread` (actix's figure in `../shared/BASELINES.md` is current_thread).
+/// `current_thread` (actix's figure in `../shared/BASELINES.md` is current_thread). The asker
+/// of these is an external task (`ActorRef::ask`: queued, two scheduler hops per ask).
+/// `runtime_ask_1_actor` / `runtime_ask_1_actor_w1`: the asker is an actor's handler
+/// continuation (`Ctx::ask` to an actor of another Spot: the inline path), on 2 workers against
+/// the 2-worker mpsc + oneshot, on 1 worker against `current_thread` (both baselines without
+/// per-ask timing, as the actor line).
 fn asks(n: usize, rounds: usize) {
     let (mut z, mut b, mut z1, mut b1) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut za, mut ba, mut za1, mut ba1) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for _ in 0..rounds {
         b.push(mpsc_ask(n, WORKERS));
         z.push(zlink_ask(n, WORKERS));
         b1.push(mpsc_ask(n, 0));
         z1.push(zlink_ask(n, 1));
+        ba.push(mpsc_ask_rate(n, WORKERS));
+        za.push(zlink_ask_actor(n, WORKERS));
+        ba1.push(mpsc_ask_rate(n, 0));
+        za1.push(zlink_ask_actor(n, 1));
     }
+    line(
+        "runtime_ask_1_actor_w1",
+        "asks_per_s",
+        median(za1),
+        median(ba1),
+    );
+    line("runtime_ask_1_actor", "asks_per_s", median(za), median(ba));
     line(
         "runtime_ask_1_w1",
         "asks_per_s",

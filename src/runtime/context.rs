@@ -24,11 +24,13 @@ use bytes::Bytes;
 
 use super::core::{LaneClass, LaneId};
 use super::driver::{
-    Barrier, BoxFuture, Domain, GateInner, Handled, LaneHandle, TurnEnv, spawn_application,
-    with_deadline,
+    Barrier, BoxFuture, Domain, GateInner, Handled, LaneHandle, TurnEnv, current_domain,
+    spawn_application, with_deadline,
 };
 use super::error::{InvalidOperation, RuntimeError, Unavailable};
-use super::spot::{ActorRef, Payload, SpotKind, SpotRef, TimerRef};
+use super::spot::{
+    ActorRef, AskStart, Payload, SpotKind, SpotRef, TimerRef, ask_lane_in_turn, await_reply,
+};
 
 mod sealed {
     pub trait Sealed {}
@@ -124,6 +126,31 @@ impl Target {
 
 type Submit<T> = Box<dyn FnOnce() -> BoxFuture<Result<T, RuntimeError>> + Send>;
 
+/// A request to an actor lane, started inline (`true`) when the gate allows it, or queued.
+type AskOp<T> = Box<dyn FnOnce(bool) -> AskStart<T> + Send>;
+
+/// What a [`PendingCall`] does once its checks passed.
+enum CallOp<T> {
+    /// Any call: submitted, then awaited.
+    Submit(Submit<T>),
+    /// A request to an actor: may run inline in the caller's task (`docs/RUNTIME.md`, "Inline
+    /// ask").
+    Ask(AskOp<T>),
+}
+
+impl<T: Send + 'static> CallOp<T> {
+    /// Submit the call the queued way; the future of its result.
+    fn submit(self) -> BoxFuture<Result<T, RuntimeError>> {
+        match self {
+            CallOp::Submit(s) => s(),
+            CallOp::Ask(a) => match a(false) {
+                AskStart::Done(r) => Box::pin(std::future::ready(r)),
+                AskStart::Waiting(rx) => Box::pin(await_reply(rx)),
+            },
+        }
+    }
+}
+
 /// A call made in a turn, not yet submitted. Await it for the normal async terminal (keeps the
 /// gate until the result, EG-2.6), or — only in SpotWide User/Instance turns — call
 /// [`PendingCall::yielding`] to release the Spot gate while waiting (EG-3).
@@ -131,7 +158,7 @@ type Submit<T> = Box<dyn FnOnce() -> BoxFuture<Result<T, RuntimeError>> + Send>;
 pub struct PendingCall<T, Y> {
     origin: TurnEnv,
     target: Target,
-    submit: Submit<T>,
+    op: CallOp<T>,
     deadline: Option<Duration>,
     _y: PhantomData<fn() -> Y>,
 }
@@ -147,25 +174,129 @@ impl<T: Send + 'static, Y: YieldMode> PendingCall<T, Y> {
 
 impl<T: Send + 'static, Y: YieldMode> IntoFuture for PendingCall<T, Y> {
     type Output = Result<T, RuntimeError>;
-    type IntoFuture = BoxFuture<Result<T, RuntimeError>>;
+    type IntoFuture = CallFuture<T>;
 
-    /// The normal async terminal: checked, then submitted, then awaited while keeping the gate.
-    fn into_future(self) -> Self::IntoFuture {
+    /// The normal async terminal: checked, then submitted (or run inline), then awaited while
+    /// keeping the gate.
+    fn into_future(self) -> CallFuture<T> {
         let PendingCall {
             origin,
             target,
-            submit,
+            op,
             deadline,
             ..
         } = self;
-        Box::pin(async move {
-            let lane = &origin.lane;
-            if !lane.slot.holds_gate(origin.invocation) {
-                return Err(InvalidOperation::OutsideTurn.into());
+        CallFuture {
+            state: CallStep::Start {
+                origin,
+                target,
+                op,
+                deadline,
+            },
+        }
+    }
+}
+
+/// The normal async terminal of a [`PendingCall`] (EG-2.6: the gate is kept until the result).
+/// At its first poll the call is checked (EG-16.5, EG-6.5: nothing is submitted when a check
+/// fails), then submitted and awaited — except a request to an actor (`Ctx::ask`) without a
+/// deadline, made from the application domain: if the target actor is idle, its gate free and
+/// nothing waits there, its handler runs right here, in the caller's task, and the result
+/// comes back by value (`docs/RUNTIME.md`, "Inline ask"). Such a request counts against tokio's
+/// cooperative budget like a channel receive, so a handler asking in a loop still lets the
+/// worker run other tasks.
+#[must_use = "futures do nothing unless polled"]
+pub struct CallFuture<T> {
+    state: CallStep<T>,
+}
+
+enum CallStep<T> {
+    Start {
+        origin: TurnEnv,
+        target: Target,
+        op: CallOp<T>,
+        deadline: Option<Duration>,
+    },
+    Reply(tokio::sync::oneshot::Receiver<Result<T, RuntimeError>>),
+    Boxed(BoxFuture<Result<T, RuntimeError>>),
+    Done,
+}
+
+impl<T: Send + 'static> Future for CallFuture<T> {
+    type Output = Result<T, RuntimeError>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = &mut *self;
+        loop {
+            match &mut this.state {
+                CallStep::Start { op, deadline, .. } => {
+                    let may_inline = matches!(op, CallOp::Ask(_)) && deadline.is_none();
+                    // a request that may complete without ever returning `Pending` takes from
+                    // the task's cooperative budget first (as a channel receive does)
+                    let coop = if may_inline {
+                        Some(std::task::ready!(tokio::task::coop::poll_proceed(cx)))
+                    } else {
+                        None
+                    };
+                    let CallStep::Start {
+                        origin,
+                        target,
+                        op,
+                        deadline,
+                    } = std::mem::replace(&mut this.state, CallStep::Done)
+                    else {
+                        unreachable!()
+                    };
+                    let lane = &origin.lane;
+                    if !lane.slot.holds_gate(origin.invocation) {
+                        return Poll::Ready(Err(InvalidOperation::OutsideTurn.into()));
+                    }
+                    // EG-6.5: never one's own actor, never a same-gate target: the inline path
+                    // below only ever sees a target behind another gate
+                    if let Err(e) = target.check(lane, true) {
+                        return Poll::Ready(Err(e));
+                    }
+                    if let Some(c) = &coop {
+                        c.made_progress();
+                    }
+                    match op {
+                        CallOp::Ask(ask) if deadline.is_none() => {
+                            // EG-13: only application-domain callers run a handler inline
+                            let inline = current_domain() == Some(Domain::Application);
+                            match ask(inline) {
+                                AskStart::Done(r) => return Poll::Ready(r),
+                                AskStart::Waiting(rx) => this.state = CallStep::Reply(rx),
+                            }
+                        }
+                        op => {
+                            let fut = op.submit();
+                            this.state = match deadline {
+                                None => CallStep::Boxed(fut),
+                                Some(_) => {
+                                    let rt = lane.rt().clone();
+                                    CallStep::Boxed(Box::pin(async move {
+                                        with_deadline(&rt, fut, deadline).await
+                                    }))
+                                }
+                            };
+                        }
+                    }
+                }
+                CallStep::Reply(rx) => {
+                    let r = std::task::ready!(Pin::new(rx).poll(cx));
+                    this.state = CallStep::Done;
+                    return Poll::Ready(
+                        r.unwrap_or(Err(RuntimeError::Unavailable(Unavailable::Dropped))),
+                    );
+                }
+                CallStep::Boxed(f) => {
+                    let r = std::task::ready!(f.as_mut().poll(cx));
+                    this.state = CallStep::Done;
+                    return Poll::Ready(r);
+                }
+                CallStep::Done => panic!("CallFuture polled after completion"),
             }
-            target.check(lane, true)?;
-            with_deadline(lane.rt(), submit(), deadline).await
-        })
+        }
     }
 }
 
@@ -179,7 +310,7 @@ impl<T: Send + 'static> PendingCall<T, CanYield> {
         let PendingCall {
             origin,
             target,
-            submit,
+            op,
             deadline,
             ..
         } = self;
@@ -193,7 +324,7 @@ impl<T: Send + 'static> PendingCall<T, CanYield> {
                 return Err(InvalidOperation::YieldOutsideTurn.into());
             }
             target.check(&lane, false)?;
-            Yielding::start(lane, inv, submit(), deadline).await
+            Yielding::start(lane, inv, op.submit(), deadline).await
         })
     }
 }
@@ -340,10 +471,14 @@ impl<Y: YieldMode> Ctx<Y> {
     }
 
     fn call<T>(&self, target: Target, submit: Submit<T>) -> PendingCall<T, Y> {
+        self.call_op(target, CallOp::Submit(submit))
+    }
+
+    fn call_op<T>(&self, target: Target, op: CallOp<T>) -> PendingCall<T, Y> {
         PendingCall {
             origin: self.env.clone(),
             target,
-            submit,
+            op,
             deadline: None,
             _y: PhantomData,
         }
@@ -397,10 +532,12 @@ impl<Y: YieldMode> Ctx<Y> {
         M: Payload + Send + 'static,
         R: Send + 'static,
     {
-        let t = target.clone();
-        self.call(
-            Target::lane(target.lane_handle()),
-            Box::new(move || Box::pin(t.ask(msg))),
+        let lane = target.lane_handle().clone();
+        self.call_op(
+            Target::lane(&lane),
+            CallOp::Ask(Box::new(move |inline| {
+                ask_lane_in_turn::<M, R>(&lane, msg, inline)
+            })),
         )
     }
 

@@ -642,6 +642,65 @@ impl<W, L: Clone> GateCore<W, L> {
         Ok(())
     }
 
+    /// Whether an application record of `lane` with `payload_len` bytes may run at once in the
+    /// caller's task instead of being queued (an *inline request*, see `docs/RUNTIME.md`, "Inline
+    /// ask"): only when it overtakes and delays nothing — the gate is neither sealed nor ended, no
+    /// batch is outstanding, the ready set is empty (no lane and no resume record waits for the
+    /// right), and the lane is idle (no record in flight or yielded, both FIFOs and the Join
+    /// results empty, no active barrier) — and when the record fits the application lane's
+    /// limits (EG-7.1). The right itself is the caller's to take ([`GateCore::handle_inline_start`]).
+    pub fn inline_admissible(&self, lane: LaneId, payload_len: usize) -> bool {
+        if self.sealed || self.ended || self.batch.is_some() || !self.ready.is_empty() {
+            return false;
+        }
+        let Some(state) = self.lane_ref(lane) else {
+            return false;
+        };
+        let r = state.application_reserved;
+        state.claim.is_none()
+            && !state.in_ready
+            && !state.has_work()
+            && state.join_results.is_empty()
+            && state.barriers_active == 0
+            && r.items < self.limits.application_items
+            && r.bytes + payload_len as u64 + self.limits.per_work_overhead
+                <= self.limits.application_bytes
+    }
+
+    /// Admit and start, in one step, an application record of `lane` that runs in the caller's
+    /// task ([`GateCore::inline_admissible`] must hold, and the caller must hold the gate's
+    /// right): the same state as [`GateCore::handle_submit`] followed by the
+    /// [`GateCore::poll_turn`] that would pick it — the reservation taken (EG-7.1/7.2), the lane
+    /// decision recorded (an application turn, EG-7.3–7.5), the lane claimed with a new
+    /// invocation number, which is returned. The record ends with
+    /// [`GateCore::handle_turn_finished`] (or [`GateCore::handle_yield`]) like any other turn.
+    /// `None` if the record is not admissible.
+    pub fn handle_inline_start(&mut self, lane: LaneId, payload_len: usize) -> Option<u64> {
+        if !self.inline_admissible(lane, payload_len) {
+            return None;
+        }
+        let cap = self.limits.lifecycle_turn_cap;
+        let bytes = payload_len as u64 + self.limits.per_work_overhead;
+        let invocation = self.next_invocation;
+        let state = self.lane_mut(lane)?;
+        state.application_reserved.items += 1;
+        state.application_reserved.bytes += bytes;
+        debug_assert_eq!(
+            state.decision.choose(false, true),
+            Some(LaneClass::Application)
+        );
+        state.decision.record(LaneClass::Application, cap);
+        state.claim = Some(Claim {
+            invocation,
+            class: LaneClass::Application,
+            bytes,
+            state: ClaimState::Running,
+            lifts_barrier: false,
+        });
+        self.next_invocation += 1;
+        Some(invocation)
+    }
+
     /// Whether [`GateCore::poll_turn`] would return a turn.
     pub fn has_ready(&self) -> bool {
         !self.ready.is_empty()
@@ -1406,5 +1465,92 @@ mod tests {
         );
         assert_eq!(c.lane_count(), 0);
         assert!(c.add_lane(()).is_none());
+    }
+
+    // Inline request (docs/RUNTIME.md "Inline ask"): starting a record in the caller's task
+    // leaves the core exactly as submit + poll_turn would (reservation, lane decision, claim,
+    // invocation numbering), and its terminal is an ordinary one.
+    // spec: EG-7.2, EG-7.3, EG-7.5, EG-6.1
+    #[test]
+    fn inline_start_is_submit_then_poll_turn() {
+        let (mut inline, mut queued) = (core(), core());
+        let (a, b) = (inline.add_lane(()).unwrap(), queued.add_lane(()).unwrap());
+        for (c, l) in [(&mut inline, a), (&mut queued, b)] {
+            for i in 0..9 {
+                c.handle_submit(l, LaneClass::Lifecycle, 0, i).unwrap();
+            }
+            while run(c).is_some() {}
+            assert!(c.lane_stats(l).unwrap().decision.debt);
+        }
+        let inv = inline.handle_inline_start(a, 10).unwrap();
+        queued
+            .handle_submit(b, LaneClass::Application, 10, 0)
+            .unwrap();
+        let Some(Turn::Run { invocation, .. }) = queued.poll_turn() else {
+            panic!("no turn")
+        };
+        assert_eq!(inv, invocation);
+        assert_eq!(inline.lane_stats(a), queued.lane_stats(b));
+        assert!(!inline.lane_stats(a).unwrap().decision.debt);
+        // a record submitted meanwhile waits behind the claim and runs after the terminal
+        inline
+            .handle_submit(a, LaneClass::Application, 0, 7)
+            .unwrap();
+        assert!(!inline.has_ready());
+        inline.handle_turn_finished(a, inv).unwrap();
+        assert_eq!(run(&mut inline).unwrap().2, 7);
+        queued.handle_turn_finished(b, invocation).unwrap();
+        assert_eq!(inline.lane_stats(a), queued.lane_stats(b));
+        // numbering goes on as one-by-one
+        assert_eq!(inline.handle_inline_start(a, 0), Some(invocation + 2));
+    }
+
+    // EG-6.4, EG-7.6, EG-3.1, EG-4.1, EG-5.2, EG-7.1: nothing queued is ever overtaken — an
+    // inline start is refused whenever anything waits for the right, the lane is not idle, the
+    // gate is sealed or ended, or the record would not fit.
+    #[test]
+    fn inline_start_refused_unless_nothing_waits() {
+        let mut c = core();
+        let (a, b) = (c.add_lane(()).unwrap(), c.add_lane(()).unwrap());
+        assert!(c.inline_admissible(a, 0));
+        // another lane waits in the ready set
+        c.handle_submit(b, LaneClass::Application, 0, 1).unwrap();
+        assert!(!c.inline_admissible(a, 0));
+        assert_eq!(c.handle_inline_start(a, 0), None);
+        assert_eq!(run(&mut c).unwrap().2, 1);
+        // the lane's own FIFOs hold work
+        c.handle_submit(a, LaneClass::Lifecycle, 0, 2).unwrap();
+        assert!(!c.inline_admissible(a, 0));
+        assert_eq!(run(&mut c).unwrap().2, 2);
+        // a record of the lane is in flight (or yielded)
+        let inv = c.handle_inline_start(a, 0).unwrap();
+        assert!(!c.inline_admissible(a, 0));
+        c.handle_yield(a, inv).unwrap();
+        assert!(!c.inline_admissible(a, 0));
+        assert!(c.inline_admissible(b, 0), "another idle lane may still run");
+        c.handle_resume(a, inv).unwrap();
+        assert!(!c.inline_admissible(b, 0), "the resume record waits");
+        let Some(Turn::Resume { .. }) = c.poll_turn() else {
+            panic!("no resume")
+        };
+        c.handle_turn_finished(a, inv).unwrap();
+        assert!(c.inline_admissible(a, 0));
+        // an active barrier
+        assert!(c.handle_barrier_register(a));
+        c.handle_barrier_activate(a);
+        assert!(!c.inline_admissible(a, 0));
+        c.handle_join_result(a, None).unwrap();
+        while run(&mut c).is_some() {}
+        assert!(c.inline_admissible(a, 0));
+        // too big for the application lane
+        let max = c.limits().application_bytes as usize;
+        assert!(!c.inline_admissible(a, max));
+        // sealed, then ended
+        c.handle_seal();
+        assert!(!c.inline_admissible(a, 0));
+        c.handle_unseal();
+        assert!(c.inline_admissible(a, 0));
+        let _ = c.handle_end();
+        assert!(!c.inline_admissible(a, 0));
     }
 }

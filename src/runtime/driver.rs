@@ -202,7 +202,16 @@ impl GateInner {
         let g = self.clone();
         self.rt
             .app
-            .spawn(DOMAIN.scope(Domain::Application, drain(g, fence)));
+            .spawn(DOMAIN.scope(Domain::Application, drain(g, fence, None)));
+    }
+
+    /// Start a drain task that keeps the right `fence` and first continues `first`, a record
+    /// started inline whose handler returned a future.
+    fn kick_in_flight(self: &Arc<Self>, fence: Fence, first: InFlight) {
+        let g = self.clone();
+        self.rt
+            .app
+            .spawn(DOMAIN.scope(Domain::Application, drain(g, fence, Some(first))));
     }
 
     /// Register a lane behind this gate.
@@ -449,6 +458,50 @@ impl LaneHandle {
         job: Job,
     ) -> Result<(), RuntimeError> {
         self.try_submit(class, payload_len, job).map_err(|(e, _)| e)
+    }
+
+    /// Inline request, start (`docs/RUNTIME.md`, "Inline ask"): if this lane is idle, its gate
+    /// free and nothing waits for the gate's right, take the right and start an application
+    /// record of `payload_len` bytes in the caller's task — admitted, claimed and numbered as if
+    /// it had been queued and picked (`GateCore::handle_inline_start`), its registration scope
+    /// open. The caller runs the record and ends it with [`LaneHandle::finish_inline`] or
+    /// [`LaneHandle::hand_off_inline`]. `None`: the caller queues the record instead.
+    pub fn try_start_inline(&self, payload_len: usize) -> Option<InlineTurn> {
+        if self.rt().shutting_down.load(Ordering::Acquire) {
+            return None;
+        }
+        let (fence, invocation) = self.gate.gate.try_start_inline(self.lane, payload_len)?;
+        self.slot.begin(invocation, fence, self.gate.next_turn());
+        Some(InlineTurn { fence, invocation })
+    }
+
+    /// Inline request, terminal (the handler finished with `r`): post-processing, barriers and
+    /// held replies as at any record's terminal (EG-8, EG-5), the reservation returned (EG-7.2),
+    /// the right released; work admitted meanwhile gets a new drain.
+    pub fn finish_inline(self: &Arc<Self>, turn: InlineTurn, r: Result<(), HandlerError>) {
+        end_record(&self.gate, self, turn.invocation, r);
+        let (room, next) = self.gate.gate.finish_inline(self.lane, turn.invocation);
+        if room || next.is_none() {
+            self.gate.notify_space();
+        }
+        if let Some(f) = next {
+            self.gate.kick(f);
+        }
+    }
+
+    /// Inline request whose handler returned a future: a new drain task takes over the right and
+    /// continues the record as a normal turn (it may await, keeping the gate, or yield), then
+    /// drains the gate as usual.
+    pub fn hand_off_inline(self: &Arc<Self>, turn: InlineTurn, fut: HandlerFuture) {
+        self.gate.kick_in_flight(
+            turn.fence,
+            InFlight {
+                lane: self.lane,
+                data: self.clone(),
+                invocation: turn.invocation,
+                fut,
+            },
+        );
     }
 
     /// Admit a job, waiting for application-lane space instead of failing (backpressure); the
@@ -929,6 +982,23 @@ pub(crate) struct TurnEnv {
     pub class: LaneClass,
 }
 
+/// A record started inline ([`LaneHandle::try_start_inline`]): the caller holds the gate's right
+/// (fencing number `fence`) for it.
+#[must_use = "an inline turn holds the gate's right until finished or handed off"]
+pub(crate) struct InlineTurn {
+    fence: Fence,
+    /// The record's invocation (its registration scope).
+    pub invocation: u64,
+}
+
+/// A record started inline whose handler returned a future, handed to a new drain.
+struct InFlight {
+    lane: LaneId,
+    data: Arc<LaneHandle>,
+    invocation: u64,
+    fut: HandlerFuture,
+}
+
 enum InlineEnd {
     Done(Result<(), HandlerError>),
     Yielded(HandlerFuture),
@@ -1130,7 +1200,13 @@ async fn run_later(
     }
 }
 
-async fn drain(gate: Arc<GateInner>, mut fence: Fence) {
+/// What the drain runs next: a turn the core chose, or the in-flight record it was started with.
+enum Step {
+    Turn(Turn<Job, Arc<LaneHandle>>),
+    InFlight(InFlight),
+}
+
+async fn drain(gate: Arc<GateInner>, mut fence: Fence, mut first: Option<InFlight>) {
     let clock = gate.rt.config.clock.clone();
     let budget = gate.rt.config.occupancy_budget;
     let mut start = clock.budget_start();
@@ -1142,16 +1218,20 @@ async fn drain(gate: Arc<GateInner>, mut fence: Fence) {
     // the buffer a batch is taken into (capacity reused)
     let mut spare: std::collections::VecDeque<Queued<Job>> = std::collections::VecDeque::new();
     loop {
-        let (next, room) = {
-            let g = &gate.gate;
-            let mut core = g.lock_unquiesced();
-            // the previous batch is exhausted, or was ended by an input: either way it is over
-            g.end_batch(&mut core);
-            let room = match finished.take() {
-                Some((lane, inv)) => core.handle_turn_finished(lane, inv).unwrap_or(false),
-                None => false,
-            };
-            (g.poll_turn_batch(&mut core, BATCH_EXTRA, &mut spare), room)
+        let (next, room) = match first.take() {
+            Some(f) => (Some(Step::InFlight(f)), false),
+            None => {
+                let g = &gate.gate;
+                let mut core = g.lock_unquiesced();
+                // the previous batch is exhausted, or was ended by an input: either way it is over
+                g.end_batch(&mut core);
+                let room = match finished.take() {
+                    Some((lane, inv)) => core.handle_turn_finished(lane, inv).unwrap_or(false),
+                    None => false,
+                };
+                let turn = g.poll_turn_batch(&mut core, BATCH_EXTRA, &mut spare);
+                (turn.map(Step::Turn), room)
+            }
         };
         if room || next.is_none() {
             gate.notify_space();
@@ -1183,13 +1263,13 @@ async fn drain(gate: Arc<GateInner>, mut fence: Fence) {
                 }
                 None => return,
             },
-            Some(Turn::Run {
+            Some(Step::Turn(Turn::Run {
                 lane,
                 data,
                 class,
                 invocation,
                 item,
-            }) => {
+            })) => {
                 idled = 0;
                 lone = true;
                 let (mut invocation, mut item) = (invocation, item);
@@ -1230,11 +1310,24 @@ async fn drain(gate: Arc<GateInner>, mut fence: Fence) {
                     }
                 }
             }
-            Some(Turn::Resume {
+            Some(Step::InFlight(InFlight {
                 lane,
                 data,
                 invocation,
-            }) => {
+                fut,
+            })) => {
+                idled = 0;
+                lone = true;
+                if let Some(r) = run_later(&gate, &data, invocation, fut).await {
+                    end_record(&gate, &data, invocation, r);
+                    finished = Some((lane, invocation));
+                }
+            }
+            Some(Step::Turn(Turn::Resume {
+                lane,
+                data,
+                invocation,
+            })) => {
                 idled = 0;
                 lone = true;
                 let end = match data.slot.resume(invocation, fence, gate.next_turn()) {

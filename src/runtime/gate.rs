@@ -259,6 +259,65 @@ impl<W, L: Clone> GateShared<W, L> {
     }
 }
 
+impl<W, L: Clone> GateShared<W, L> {
+    /// Inline request, start (see `docs/RUNTIME.md`, "Inline ask"): under the core lock, if an
+    /// application record of `lane` is admissible inline ([`GateCore::inline_admissible`]: the
+    /// ready set empty, the lane idle, ...) and the right is free, take the right and start the
+    /// record ([`GateCore::handle_inline_start`]). Returns the right's fencing number and the
+    /// record's invocation; the caller runs the record and ends it with
+    /// [`GateShared::finish_inline`] (or hands it to a drain, keeping the right).
+    ///
+    /// Taking the right under the lock is what makes it exact: no record can be admitted
+    /// between the check and the acquisition, and every party that admits work afterwards
+    /// (submitter, resume, Join result) tries the right only after its admission, so it either
+    /// finds the right held (and the holder's finish sees its work) or free again.
+    #[must_use]
+    pub fn try_start_inline(
+        &self,
+        lane: super::core::LaneId,
+        payload_len: usize,
+    ) -> Option<(Fence, u64)> {
+        let mut core = self.core.lock().unwrap();
+        if !core.inline_admissible(lane, payload_len) {
+            return None;
+        }
+        let fence = self.word.try_acquire_after_submit()?;
+        let invocation = core.handle_inline_start(lane, payload_len);
+        debug_assert!(invocation.is_some(), "admissible under the same lock");
+        match invocation {
+            Some(inv) => Some((fence, inv)),
+            None => {
+                self.word.release();
+                None
+            }
+        }
+    }
+
+    /// Inline request, terminal: return the record's reservation and claim
+    /// ([`GateCore::handle_turn_finished`]) and give the right back — all under one lock, so the
+    /// re-check of the ready set is the release's own: if work is ready (admitted while the
+    /// record ran), the right is taken again and returned for a new drain. Also returns whether
+    /// the lane has room (wake waiting senders).
+    #[must_use]
+    pub fn finish_inline(
+        &self,
+        lane: super::core::LaneId,
+        invocation: u64,
+    ) -> (bool, Option<Fence>) {
+        let mut core = self.core.lock().unwrap();
+        // a batch is never outstanding here: only a drain takes one, and it holds the right
+        self.end_batch(&mut core);
+        let room = core.handle_turn_finished(lane, invocation).unwrap_or(false);
+        self.word.release();
+        let next = if core.has_ready() {
+            self.word.try_acquire()
+        } else {
+            None
+        };
+        (room, next)
+    }
+}
+
 #[cfg(all(test, feature = "loom"))]
 mod loom_tests {
     //! `RUSTFLAGS="--cfg loom" cargo test -p zlink --lib --release loom` (see `scripts/loom`).
@@ -619,6 +678,113 @@ mod loom_tests {
             t1.join().unwrap();
             t2.join().unwrap();
             assert_eq!(p.ran.load(Ordering::SeqCst), 2, "work stranded");
+            assert_quiescent(&p);
+        });
+    }
+
+    /// An inline request (`driver::LaneHandle::try_start_inline`): start the record in the
+    /// caller's thread if the gate allows it, else submit it like any other record. Returns
+    /// whether it ran inline.
+    fn ask_inline(p: &Probe, lane: LaneId, v: u32) -> bool {
+        let Some((fence, inv)) = p.gate.try_start_inline(lane, 0) else {
+            submit(p, lane, v);
+            return false;
+        };
+        let last = p.last_fence.swap(fence.0 + 1, Ordering::SeqCst);
+        assert!(fence.0 + 1 > last, "fence reused");
+        assert!(!p.in_turn.swap(true, Ordering::SeqCst), "overlap");
+        p.ran.fetch_add(1, Ordering::SeqCst);
+        p.in_turn.store(false, Ordering::SeqCst);
+        let (_, next) = p.gate.finish_inline(lane, inv);
+        if let Some(f) = next {
+            drain(p, f);
+        }
+        true
+    }
+
+    // spec: EG-11, EG-6.1, EG-6.4, EG-2.6 — the inline acquire (under the core lock) against a
+    // holder finishing its turn and releasing with its re-check, and against a concurrent
+    // submission to the same lane: every record runs exactly once, turns never overlap, fences
+    // are never reused, the right is free at the end. Checked to fail when `finish_inline` does
+    // not re-check the ready set after its release. (That the start refuses while anything
+    // waits — no overtaking — is the core's unit test `inline_start_refused_unless_nothing_waits`.)
+    #[test]
+    fn loom_inline_acquire_vs_release_and_submit() {
+        loom::model(|| {
+            let p = probe();
+            let (a, b) = {
+                let mut core = p.gate.lock();
+                (core.add_lane(()).unwrap(), core.add_lane(()).unwrap())
+            };
+            // a holder runs a record of lane `b`
+            let f = p.gate.word.try_acquire().unwrap();
+            p.last_fence.store(f.0 + 1, Ordering::SeqCst);
+            let inv = {
+                let mut core = p.gate.lock();
+                core.handle_submit(b, LaneClass::Application, 0, 1)
+                    .ok()
+                    .unwrap();
+                let Some(Turn::Run { invocation, .. }) = core.poll_turn() else {
+                    panic!("no turn")
+                };
+                invocation
+            };
+            let p1 = p.clone();
+            let holder = loom::thread::spawn(move || {
+                p1.gate
+                    .lock_unquiesced()
+                    .handle_turn_finished(b, inv)
+                    .unwrap();
+                if let Some(f) = p1.gate.release_and_recheck() {
+                    drain(&p1, f);
+                }
+            });
+            let p2 = p.clone();
+            let submitter = loom::thread::spawn(move || submit(&p2, a, 2));
+            ask_inline(&p, a, 3);
+            holder.join().unwrap();
+            submitter.join().unwrap();
+            assert_eq!(p.ran.load(Ordering::SeqCst), 2, "work stranded or doubled");
+            assert_quiescent(&p);
+            let s = p.gate.lock().lane_stats(a).unwrap();
+            assert!(!s.claimed && s.application_reserved_items == 0);
+        });
+    }
+
+    // spec: EG-3.1, EG-16.8, EG-11 — an inline request to an idle lane of a gate where another
+    // lane's yielded record is resumed concurrently: the resume is never stranded, never
+    // overlaps the inline record, and the right is free at the end.
+    #[test]
+    fn loom_inline_acquire_vs_resume() {
+        loom::model(|| {
+            let p = probe();
+            let (a, b) = {
+                let mut core = p.gate.lock();
+                (core.add_lane(()).unwrap(), core.add_lane(()).unwrap())
+            };
+            // lane `b` runs a record that yields (claim kept, right released)
+            let inv = {
+                let mut core = p.gate.lock();
+                core.handle_submit(b, LaneClass::Application, 0, 1)
+                    .ok()
+                    .unwrap();
+                let _right = p.gate.word.try_acquire().unwrap();
+                let Some(Turn::Run { invocation, .. }) = core.poll_turn() else {
+                    panic!("no turn")
+                };
+                core.handle_yield(b, invocation).unwrap();
+                invocation
+            };
+            assert!(p.gate.release_and_recheck().is_none());
+            let p1 = p.clone();
+            let waker = loom::thread::spawn(move || {
+                p1.gate.lock().handle_resume(b, inv).unwrap();
+                kick(&p1);
+            });
+            ask_inline(&p, a, 2);
+            waker.join().unwrap();
+            // the inline record and the resume turn of `b`
+            assert_eq!(p.ran.load(Ordering::SeqCst), 2, "work stranded or doubled");
             assert_quiescent(&p);
         });
     }

@@ -38,7 +38,9 @@ use crate::sync::Mutex;
 use crate::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 pub use config::{BudgetStart, Clock, LaneLimits, ManualClock, RuntimeConfig, SystemClock};
-pub use context::{CanYield, Ctx, Join, NoYield, PendingCall, SerialCtx, SpotWideCtx, YieldMode};
+pub use context::{
+    CallFuture, CanYield, Ctx, Join, NoYield, PendingCall, SerialCtx, SpotWideCtx, YieldMode,
+};
 pub use core::{LaneClass, LaneDecision, LaneStats};
 pub use depth::{LaneDepths, LaneDepthsByKind};
 pub use driver::{

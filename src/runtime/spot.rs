@@ -208,11 +208,8 @@ fn reply<R: Send + 'static>(
     tx: ReplyTx<R>,
     r: Result<R, HandlerError>,
 ) -> Result<(), HandlerError> {
-    let (out, end) = match r {
-        Ok(v) => (Ok(v), Ok(())),
-        // EG-15: a request handler's error becomes the framework error reply.
-        Err(e) => (Err(RuntimeError::Handler(e.clone())), Err(e)),
-    };
+    // EG-15: a request handler's error becomes the framework error reply.
+    let (out, end) = split_reply(r);
     lane.slot.reply_at_end(invocation, end.is_err(), move || {
         let _ = tx.send(out);
     });
@@ -256,7 +253,28 @@ where
     })
 }
 
-async fn await_reply<R>(rx: oneshot::Receiver<Result<R, RuntimeError>>) -> Result<R, RuntimeError> {
+/// How a request made from a handler turn started ([`ActorRef::ask_in_turn`]).
+pub(crate) enum AskStart<R> {
+    /// It ran inline to its terminal (or was refused): the result.
+    Done(Result<R, RuntimeError>),
+    /// It was queued, or it ran inline and its handler continues in a drain: the reply comes here.
+    Waiting(oneshot::Receiver<Result<R, RuntimeError>>),
+}
+
+/// A request's result and the record's own terminal (EG-15: a handler error becomes the
+/// framework error reply and is the record's error).
+fn split_reply<R>(
+    r: Result<R, HandlerError>,
+) -> (Result<R, RuntimeError>, Result<(), HandlerError>) {
+    match r {
+        Ok(v) => (Ok(v), Ok(())),
+        Err(e) => (Err(RuntimeError::Handler(e.clone())), Err(e)),
+    }
+}
+
+pub(crate) async fn await_reply<R>(
+    rx: oneshot::Receiver<Result<R, RuntimeError>>,
+) -> Result<R, RuntimeError> {
     rx.await
         .unwrap_or(Err(RuntimeError::Unavailable(Unavailable::Dropped)))
 }
@@ -705,6 +723,60 @@ where
             await_reply(rx).await
         }
     }
+}
+
+/// A request made from a handler turn of another gate (`Ctx::ask`'s normal terminal, after
+/// its EG-6.5 checks). With `inline`, a request to an idle actor whose gate is free and has
+/// nothing waiting runs in the caller's task (`docs/RUNTIME.md`, "Inline ask"): the right
+/// is taken, the handler runs, the result comes back by value and the right is released;
+/// a handler that returns a future is continued by a new drain that keeps the right.
+/// Otherwise the request is queued like [`ActorRef::ask`].
+/// (`Ctx::ask` holds the actor's lane, not an `ActorRef`: no handle count to update per request.)
+pub(crate) fn ask_lane_in_turn<M, R>(lane: &Arc<LaneHandle>, msg: M, inline: bool) -> AskStart<R>
+where
+    M: Payload + Send + 'static,
+    R: Send + 'static,
+{
+    let len = msg.payload_len();
+    let turn = if inline {
+        lane.try_start_inline(len)
+    } else {
+        None
+    };
+    let Some(turn) = turn else {
+        let (tx, rx) = oneshot::channel();
+        return match lane.submit(LaneClass::Application, len, ask_job(msg, tx)) {
+            Ok(()) => AskStart::Waiting(rx),
+            Err(e) => AskStart::Done(Err(e)),
+        };
+    };
+    let invocation = turn.invocation;
+    let env = TurnEnv {
+        lane: lane.clone(),
+        invocation,
+        class: LaneClass::Application,
+    };
+    let r = match catch_unwind(AssertUnwindSafe(|| call_handler::<M, R>(lane, env, msg))) {
+        Err(_) => Err(HandlerError::Panicked),
+        Ok(Handled::Now(r)) => r,
+        Ok(Handled::Later(f)) => {
+            let (tx, rx) = oneshot::channel();
+            let env_lane = lane.clone();
+            lane.hand_off_inline(
+                turn,
+                Box::pin(async move {
+                    let r = CatchPanic(f).await;
+                    reply(&env_lane, invocation, tx, r)
+                }),
+            );
+            return AskStart::Waiting(rx);
+        }
+    };
+    let (out, end) = split_reply(r);
+    // the record's terminal (after-work, barriers, error counted) comes before the caller
+    // sees the reply, as a held reply would (EG-5.2/5.3, EG-15)
+    lane.finish_inline(turn, end);
+    AskStart::Done(out)
 }
 
 /// A handle to a timer. The timer's lane is removed (its memory released, queued runs dropped)
