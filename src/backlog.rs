@@ -13,9 +13,10 @@
 //! bounded by its window. Counted: records that waited, targets that had a backlog, records
 //! refused over the limit (`BacklogStats`).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::hash::Hash;
 
+use crate::hashing::SeededMap;
 use crate::runtime::{BoxFuture, PendingSubmit, RuntimeError, TrySubmitError};
 use crate::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use crate::sync::{Mutex, MutexGuard};
@@ -50,7 +51,7 @@ pub(crate) enum Admitted {
 pub(crate) struct Backlogs<K> {
     /// Targets with a backlog: zero on the fast path, which then skips the map.
     open: AtomicUsize,
-    map: Mutex<HashMap<K, VecDeque<(PendingSubmit, Done)>>>,
+    map: Mutex<SeededMap<K, VecDeque<(PendingSubmit, Done)>>>,
     waited: AtomicU64,
     opened: AtomicU64,
     refused: AtomicU64,
@@ -69,7 +70,7 @@ impl<K> Default for Backlogs<K> {
     fn default() -> Self {
         Backlogs {
             open: AtomicUsize::new(0),
-            map: Mutex::new(HashMap::new()),
+            map: Mutex::new(SeededMap::default()),
             waited: AtomicU64::new(0),
             opened: AtomicU64::new(0),
             refused: AtomicU64::new(0),
@@ -199,7 +200,7 @@ impl<K: Hash + Eq + Clone + Send + 'static> Backlogs<K> {
 pub(crate) struct WaitQueues<K> {
     /// Keys with a queue: zero on the fast path, which then skips the map.
     open: AtomicUsize,
-    map: Mutex<HashMap<K, VecDeque<BoxFuture<()>>>>,
+    map: Mutex<SeededMap<K, VecDeque<BoxFuture<()>>>>,
     waited: AtomicU64,
     opened: AtomicU64,
     refused: AtomicU64,
@@ -210,7 +211,7 @@ impl<K> Default for WaitQueues<K> {
     fn default() -> Self {
         WaitQueues {
             open: AtomicUsize::new(0),
-            map: Mutex::new(HashMap::new()),
+            map: Mutex::new(SeededMap::default()),
             waited: AtomicU64::new(0),
             opened: AtomicU64::new(0),
             refused: AtomicU64::new(0),

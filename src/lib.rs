@@ -3,6 +3,7 @@
 pub mod actor;
 mod backlog;
 pub mod config;
+mod hashing;
 pub mod node;
 pub mod runtime;
 pub mod session;

@@ -1,6 +1,8 @@
 //! Typed actor factories and handlers, registered per actor type (SB-3.3, EG-14).
 
 use std::collections::HashMap;
+
+use crate::hashing::FastMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -47,7 +49,7 @@ pub(crate) trait ActorInstance: Send + 'static {
 struct Instance<S> {
     state: S,
     type_name: Arc<str>,
-    handlers: Arc<HashMap<DispatchKey, ErasedHandler<S>>>,
+    handlers: Arc<FastMap<DispatchKey, ErasedHandler<S>>>,
 }
 
 impl<S: Send + 'static> ActorInstance for Instance<S> {
@@ -88,7 +90,7 @@ impl<S: Send + 'static> ActorInstance for Instance<S> {
 pub struct ActorTypeBuilder<S> {
     name: String,
     factory: Factory<S>,
-    handlers: HashMap<DispatchKey, ErasedHandler<S>>,
+    handlers: FastMap<DispatchKey, ErasedHandler<S>>,
     duplicate: Option<DispatchKey>,
     yields: bool,
 }
@@ -102,7 +104,7 @@ impl<S: Send + 'static> ActorTypeBuilder<S> {
         Self {
             name: name.into(),
             factory: Arc::new(factory),
-            handlers: HashMap::new(),
+            handlers: FastMap::default(),
             duplicate: None,
             yields: false,
         }

@@ -2,7 +2,7 @@
 //! barrier, bound-session slot), [`Actors`] (live and retired, under the actors lock) and
 //! [`SpotState`] (one runtime Spot per `SpotSpec` name with its member count).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 
 use tokio::task::JoinHandle;
 use zlink_wire::{ActorId, ObjectGeneration};
@@ -10,6 +10,7 @@ use zlink_wire::{ActorId, ObjectGeneration};
 use crate::actor::exec::{EndReason, Mailbox, RtSpot, Work};
 use crate::actor::fence::CallFence;
 use crate::actor::{ActorRef, SpotKind};
+use crate::hashing::SeededMap;
 use crate::session::BindingSlot;
 
 pub(super) struct LocalActor {
@@ -39,7 +40,7 @@ impl LocalActor {
 
 #[derive(Default)]
 pub(super) struct Actors {
-    pub(super) live: HashMap<ActorId, LocalActor>,
+    pub(super) live: SeededMap<ActorId, LocalActor>,
     /// Last incarnation destroyed here per actor (answers `NotFound` instead of `Unavailable`),
     /// bounded ([`Retired`]).
     pub(super) retired: Retired,
@@ -51,7 +52,7 @@ pub(super) struct Actors {
 /// client that creates and destroys actors all day cannot grow the node's memory.
 #[derive(Default)]
 pub(crate) struct Retired {
-    by_actor: HashMap<ActorId, (ObjectGeneration, u64)>,
+    by_actor: SeededMap<ActorId, (ObjectGeneration, u64)>,
     /// Insertion order (actor, sequence); entries whose sequence no longer matches are stale.
     order: VecDeque<(ActorId, u64)>,
     next: u64,

@@ -15,7 +15,7 @@
 //! state holding messages (relay returns "held" instead of a ticket), and a 44 input switches
 //! [`Binding::route`] in the same serial step that releases the held messages.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use zlink_wire::{
@@ -25,6 +25,7 @@ use zlink_wire::{
 };
 
 use super::flow::FlowReject;
+use crate::hashing::SeededMap;
 
 /// The fixed delay between the replaced-callback terminal and the close of the old connection
 /// (SB-6.4; not shortened when the outbound queue drains).
@@ -241,8 +242,8 @@ pub struct SessionBindingAggregate {
     callback_timeout: Duration,
     binding_limit: usize,
     phase: Phase,
-    bindings: HashMap<ActorId, Binding>,
-    pending: HashMap<ActorId, BindRequest>,
+    bindings: SeededMap<ActorId, Binding>,
+    pending: SeededMap<ActorId, BindRequest>,
     retired: VecDeque<BindingGeneration>,
     next_sequence: u64,
     next_token: u64,
@@ -260,8 +261,8 @@ impl SessionBindingAggregate {
             callback_timeout,
             binding_limit: DEFAULT_BINDING_LIMIT,
             phase: Phase::Open,
-            bindings: HashMap::new(),
-            pending: HashMap::new(),
+            bindings: SeededMap::default(),
+            pending: SeededMap::default(),
             retired: VecDeque::new(),
             next_sequence: 1,
             next_token: 1,
@@ -657,6 +658,7 @@ impl SessionBindingAggregate {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+    use std::collections::HashMap;
     use zlink_wire::{
         AuthorityFence, AuthorityOwnerGeneration, MeshName, OwnerLeaseGeneration,
         PreviousSessionOwner,

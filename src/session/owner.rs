@@ -3,7 +3,7 @@
 //! outputs into records (38, 24) through the node's [`SessionHost`], applies 36 and 51, and
 //! runs the replacement timers on the injected [`Clock`].
 
-use std::collections::HashMap;
+use crate::hashing::FastMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -206,7 +206,7 @@ pub(crate) struct SessionOwner {
     runtime: Runtime,
     packets: HandlerRegistry<PacketHandler>,
     callbacks: Callbacks,
-    sessions: Mutex<HashMap<SessionRid, Arc<SessionEntry>>>,
+    sessions: Mutex<FastMap<SessionRid, Arc<SessionEntry>>>,
     next_generation: AtomicU64,
     accepting: AtomicBool,
     flow: FlowCounters,
@@ -243,7 +243,7 @@ impl SessionOwner {
             runtime,
             packets,
             callbacks,
-            sessions: Mutex::new(HashMap::new()),
+            sessions: Mutex::new(FastMap::default()),
             next_generation: AtomicU64::new(1),
             accepting: AtomicBool::new(true),
             flow: FlowCounters::default(),

@@ -25,6 +25,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::command::{Command, CorrelationRule, PayloadRule, ReplyRule};
 use crate::error::{DecodeError, EncodeError};
+use crate::fast;
 use crate::ids::{CorrelationId, INVALID_ID_MARKER};
 use crate::record::{ErrorReply, Record};
 
@@ -366,6 +367,18 @@ fn correlation_allowed(rule: CorrelationRule, correlation: CorrelationId) -> boo
 }
 
 fn encode_body(record: &Record, buf: &mut Vec<u8>) -> Result<(), rmp_serde::encode::Error> {
+    // The per-message session records: the same bytes, hand-written (`fast`).
+    match record {
+        Record::ActorSend(r) => {
+            fast::encode_actor_send(r, buf);
+            return Ok(());
+        }
+        Record::BoundSessionSend(r) => {
+            fast::encode_bound_session_send(r, buf);
+            return Ok(());
+        }
+        _ => {}
+    }
     let mut ser = rmp_serde::Serializer::new(buf);
     match record {
         Record::ActorSend(r) => r.serialize(&mut ser),
@@ -409,6 +422,18 @@ fn body<T: for<'de> Deserialize<'de>>(
 
 fn decode_body(header: &Header, bytes: &[u8]) -> Result<Record, DecodeError> {
     let command = header.command;
+    // The per-message session records in their canonical form; anything else (and every
+    // error) is rmp-serde's below (`fast`).
+    let fast = match command {
+        Command::ActorSend => fast::decode_actor_send(bytes).map(Record::ActorSend),
+        Command::BoundSessionSend => {
+            fast::decode_bound_session_send(bytes).map(Record::BoundSessionSend)
+        }
+        _ => None,
+    };
+    if let Some(record) = fast {
+        return Ok(record);
+    }
     let mut rest = bytes;
     let mut de = rmp_serde::Deserializer::new(&mut rest);
     let de = &mut de;

@@ -115,6 +115,7 @@ macro_rules! wire_enum {
 pub mod batch;
 pub mod command;
 pub mod error;
+mod fast;
 pub mod frame;
 pub mod fuzz_harness;
 pub mod ids;

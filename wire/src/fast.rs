@@ -1,0 +1,385 @@
+//! Hand-written bodies of the per-message session records — 24 [`ActorSend`] and 36
+//! [`BoundSessionSend`] — beside the serde codec of every record (`frame`).
+//!
+//! One of these crosses the mesh per relayed packet or push; through `rmp-serde` the 24's body
+//! cost about 1,200 instructions to decode and 430 to encode (callgrind), most of it the generic
+//! visitor machinery. Invariants:
+//! - **Encode** writes the bytes `rmp-serde` writes (the same `rmp` primitives, in field order:
+//!   an array of the fields, the smallest integer and length markers), so a peer cannot tell
+//!   the two apart; a property test compares them byte for byte.
+//! - **Decode** reads only that canonical form and returns `None` for anything else — another
+//!   marker, a short or over-long slice, trailing bytes, an invalid identity. The caller then
+//!   decodes with `rmp-serde`, which stays the one authority on what is accepted and on every
+//!   error. The fast path never accepts bytes `rmp-serde` would refuse, and yields the same
+//!   record when both accept (property-tested on valid and mutated bodies).
+//! - Every read is a bounds-checked `get`: no panic on untrusted bytes, no arithmetic that can
+//!   overflow (lengths come from at most 4 bytes and are checked against the slice).
+
+use crate::ids::{
+    ActorId, AuthorityOwnerGeneration, BindingGeneration, Deadline, DispatchKey, NodeGeneration,
+    ObjectGeneration, OwnerLeaseGeneration, SessionLifecycleGeneration, SessionRid,
+    SessionSequence,
+};
+use crate::record::{ActorSend, BoundSessionSend, BoundSessionTail};
+
+/// Fields of a 24 body (one array).
+const ACTOR_SEND_FIELDS: u32 = 8;
+/// Fields of a 36 body (one array).
+const BOUND_SESSION_SEND_FIELDS: u32 = 8;
+
+// ---------------------------------------------------------------- encode
+
+// `Vec<u8>` as `rmp`'s writer never fails.
+fn uint(buf: &mut Vec<u8>, v: u64) {
+    let _ = rmp::encode::write_uint(buf, v);
+}
+
+fn array(buf: &mut Vec<u8>, len: u32) {
+    let _ = rmp::encode::write_array_len(buf, len);
+}
+
+fn text(buf: &mut Vec<u8>, s: &str) {
+    let _ = rmp::encode::write_str(buf, s);
+}
+
+/// Appends the body of a 24 (what `rmp-serde` writes for it).
+pub(crate) fn encode_actor_send(r: &ActorSend, buf: &mut Vec<u8>) {
+    array(buf, ACTOR_SEND_FIELDS);
+    text(buf, r.actor.as_str());
+    uint(buf, r.object_generation.get());
+    uint(buf, r.authority_owner_generation.get());
+    uint(buf, r.owner_lease_generation.get());
+    uint(buf, r.session_lifecycle.get());
+    uint(buf, u64::from(r.key.get()));
+    match r.deadline {
+        None => {
+            let _ = rmp::encode::write_nil(buf);
+        }
+        Some(d) => uint(buf, u64::from(d.as_millis())),
+    }
+    array(buf, 2);
+    uint(buf, r.tail.binding_generation.get());
+    uint(buf, r.tail.session_sequence.get());
+}
+
+/// Appends the body of a 36 (what `rmp-serde` writes for it).
+pub(crate) fn encode_bound_session_send(r: &BoundSessionSend, buf: &mut Vec<u8>) {
+    array(buf, BOUND_SESSION_SEND_FIELDS);
+    text(buf, r.actor.as_str());
+    uint(buf, r.object_generation.get());
+    uint(buf, r.source_node_generation.get());
+    uint(buf, r.authority_owner_generation.get());
+    uint(buf, r.session_lifecycle.get());
+    uint(buf, r.session.get());
+    uint(buf, r.binding_generation.get());
+    uint(buf, u64::from(r.key.get()));
+}
+
+// ---------------------------------------------------------------- decode
+
+/// A cursor over a body; every read is bounds-checked and `None` on anything unexpected.
+struct Reader<'a>(&'a [u8]);
+
+impl<'a> Reader<'a> {
+    fn byte(&mut self) -> Option<u8> {
+        let (&b, rest) = self.0.split_first()?;
+        self.0 = rest;
+        Some(b)
+    }
+
+    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+        if n > self.0.len() {
+            return None;
+        }
+        let (head, rest) = self.0.split_at(n);
+        self.0 = rest;
+        Some(head)
+    }
+
+    fn be(&mut self, n: usize) -> Option<u64> {
+        Some(
+            self.take(n)?
+                .iter()
+                .fold(0u64, |acc, &b| (acc << 8) | u64::from(b)),
+        )
+    }
+
+    /// An unsigned integer in any of MessagePack's unsigned forms.
+    fn uint(&mut self) -> Option<u64> {
+        match self.byte()? {
+            b @ 0x00..=0x7f => Some(u64::from(b)),
+            0xcc => self.be(1),
+            0xcd => self.be(2),
+            0xce => self.be(4),
+            0xcf => self.be(8),
+            _ => None,
+        }
+    }
+
+    fn u32(&mut self) -> Option<u32> {
+        u32::try_from(self.uint()?).ok()
+    }
+
+    fn array(&mut self) -> Option<u32> {
+        match self.byte()? {
+            b @ 0x90..=0x9f => Some(u32::from(b & 0x0f)),
+            0xdc => u32::try_from(self.be(2)?).ok(),
+            0xdd => u32::try_from(self.be(4)?).ok(),
+            _ => None,
+        }
+    }
+
+    fn text(&mut self) -> Option<&'a str> {
+        let len = match self.byte()? {
+            b @ 0xa0..=0xbf => u64::from(b & 0x1f),
+            0xd9 => self.be(1)?,
+            0xda => self.be(2)?,
+            0xdb => self.be(4)?,
+            _ => return None,
+        };
+        std::str::from_utf8(self.take(usize::try_from(len).ok()?)?).ok()
+    }
+
+    fn nil(&mut self) -> bool {
+        if self.0.first() == Some(&0xc0) {
+            self.0 = &self.0[1..];
+            true
+        } else {
+            false
+        }
+    }
+
+    fn end(&self) -> Option<()> {
+        self.0.is_empty().then_some(())
+    }
+}
+
+/// The body of a 24 in its canonical form; `None` for anything else (see the module doc).
+pub(crate) fn decode_actor_send(body: &[u8]) -> Option<ActorSend> {
+    let mut r = Reader(body);
+    if r.array()? != ACTOR_SEND_FIELDS {
+        return None;
+    }
+    let actor = r.text()?;
+    let object_generation = ObjectGeneration::new(r.uint()?);
+    let authority_owner_generation = AuthorityOwnerGeneration::new(r.uint()?);
+    let owner_lease_generation = OwnerLeaseGeneration::new(r.uint()?);
+    let session_lifecycle = SessionLifecycleGeneration::new(r.uint()?);
+    let key = DispatchKey::new(r.u32()?);
+    let deadline = if r.nil() {
+        None
+    } else {
+        Some(Deadline::from_millis(r.u32()?))
+    };
+    if r.array()? != 2 {
+        return None;
+    }
+    let binding_generation = BindingGeneration::new(r.uint()?);
+    let session_sequence = SessionSequence::new(r.uint()?);
+    r.end()?;
+    // Validated last: the only allocation, made for a body that is otherwise complete.
+    let actor = ActorId::new(actor).ok()?;
+    Some(ActorSend {
+        actor,
+        object_generation,
+        authority_owner_generation,
+        owner_lease_generation,
+        session_lifecycle,
+        key,
+        deadline,
+        tail: BoundSessionTail {
+            binding_generation,
+            session_sequence,
+        },
+    })
+}
+
+/// The body of a 36 in its canonical form; `None` for anything else (see the module doc).
+pub(crate) fn decode_bound_session_send(body: &[u8]) -> Option<BoundSessionSend> {
+    let mut r = Reader(body);
+    if r.array()? != BOUND_SESSION_SEND_FIELDS {
+        return None;
+    }
+    let actor = r.text()?;
+    let object_generation = ObjectGeneration::new(r.uint()?);
+    let source_node_generation = NodeGeneration::new(r.uint()?);
+    let authority_owner_generation = AuthorityOwnerGeneration::new(r.uint()?);
+    let session_lifecycle = SessionLifecycleGeneration::new(r.uint()?);
+    let session = SessionRid::new(r.uint()?);
+    let binding_generation = BindingGeneration::new(r.uint()?);
+    let key = DispatchKey::new(r.u32()?);
+    r.end()?;
+    let actor = ActorId::new(actor).ok()?;
+    Some(BoundSessionSend {
+        actor,
+        object_generation,
+        source_node_generation,
+        authority_owner_generation,
+        session_lifecycle,
+        session,
+        binding_generation,
+        key,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+    use serde::Serialize;
+
+    use super::*;
+
+    fn serde_bytes<T: Serialize>(v: &T) -> Vec<u8> {
+        let mut buf = Vec::new();
+        v.serialize(&mut rmp_serde::Serializer::new(&mut buf))
+            .unwrap();
+        buf
+    }
+
+    fn serde_decode<T: for<'de> serde::Deserialize<'de>>(b: &[u8]) -> Option<T> {
+        let mut rest = b;
+        let v = T::deserialize(&mut rmp_serde::Deserializer::new(&mut rest)).ok()?;
+        rest.is_empty().then_some(v)
+    }
+
+    /// Integers at every boundary of MessagePack's unsigned forms.
+    fn int() -> impl Strategy<Value = u64> {
+        prop_oneof![
+            0u64..300,
+            (0u32..64).prop_map(|s| 1u64 << s),
+            (1u32..64).prop_map(|s| (1u64 << s) - 1),
+            any::<u64>(),
+        ]
+    }
+
+    fn id() -> impl Strategy<Value = ActorId> {
+        prop_oneof!["[a-z:/0-9]{1,40}", "\\PC{1,40}", "[a-z]{100,128}",]
+            .prop_filter_map("valid id", |s| ActorId::new(s).ok())
+    }
+
+    prop_compose! {
+        fn actor_send()(actor in id(), og in int(), aog in int(), olg in int(), lc in int(),
+            key in any::<u32>(), deadline in proptest::option::of(any::<u32>()), bg in int(),
+            seq in int()) -> ActorSend {
+            ActorSend {
+                actor,
+                object_generation: ObjectGeneration::new(og),
+                authority_owner_generation: AuthorityOwnerGeneration::new(aog),
+                owner_lease_generation: OwnerLeaseGeneration::new(olg),
+                session_lifecycle: SessionLifecycleGeneration::new(lc),
+                key: DispatchKey::new(key),
+                deadline: deadline.map(Deadline::from_millis),
+                tail: BoundSessionTail {
+                    binding_generation: BindingGeneration::new(bg),
+                    session_sequence: SessionSequence::new(seq),
+                },
+            }
+        }
+    }
+
+    prop_compose! {
+        fn bound_session_send()(actor in id(), og in int(), ng in int(), aog in int(),
+            lc in int(), session in int(), bg in int(), key in any::<u32>()) -> BoundSessionSend {
+            BoundSessionSend {
+                actor,
+                object_generation: ObjectGeneration::new(og),
+                source_node_generation: NodeGeneration::new(ng),
+                authority_owner_generation: AuthorityOwnerGeneration::new(aog),
+                session_lifecycle: SessionLifecycleGeneration::new(lc),
+                session: SessionRid::new(session),
+                binding_generation: BindingGeneration::new(bg),
+                key: DispatchKey::new(key),
+            }
+        }
+    }
+
+    /// A mutation of valid bytes: a byte changed, a byte dropped or one appended.
+    fn mutate(mut b: Vec<u8>, at: usize, byte: u8, how: u8) -> Vec<u8> {
+        let i = at % (b.len() + 1);
+        match how % 3 {
+            0 if i < b.len() => b[i] = byte,
+            1 if i < b.len() => {
+                b.remove(i);
+            }
+            _ => b.insert(i, byte),
+        }
+        b
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2000))]
+
+        #[test]
+        fn actor_send_encodes_as_serde_and_decodes_back(r in actor_send()) {
+            let mut fast = Vec::new();
+            encode_actor_send(&r, &mut fast);
+            prop_assert_eq!(&fast, &serde_bytes(&r));
+            prop_assert_eq!(decode_actor_send(&fast), Some(r));
+        }
+
+        #[test]
+        fn bound_session_send_encodes_as_serde_and_decodes_back(r in bound_session_send()) {
+            let mut fast = Vec::new();
+            encode_bound_session_send(&r, &mut fast);
+            prop_assert_eq!(&fast, &serde_bytes(&r));
+            prop_assert_eq!(decode_bound_session_send(&fast), Some(r));
+        }
+
+        /// The fast path accepts only what rmp-serde accepts, with the same record.
+        #[test]
+        fn mutated_bodies_are_never_accepted_beyond_serde(r in actor_send(),
+            p in bound_session_send(), at in any::<usize>(), byte in any::<u8>(),
+            how in any::<u8>()) {
+            let b = mutate(serde_bytes(&r), at, byte, how);
+            if let Some(fast) = decode_actor_send(&b) {
+                prop_assert_eq!(Some(fast), serde_decode::<ActorSend>(&b));
+            }
+            let b = mutate(serde_bytes(&p), at, byte, how);
+            if let Some(fast) = decode_bound_session_send(&b) {
+                prop_assert_eq!(Some(fast), serde_decode::<BoundSessionSend>(&b));
+            }
+        }
+
+        #[test]
+        fn arbitrary_bytes_never_panic(b in proptest::collection::vec(any::<u8>(), 0..80)) {
+            if let Some(fast) = decode_actor_send(&b) {
+                prop_assert_eq!(Some(fast), serde_decode::<ActorSend>(&b));
+            }
+            if let Some(fast) = decode_bound_session_send(&b) {
+                prop_assert_eq!(Some(fast), serde_decode::<BoundSessionSend>(&b));
+            }
+        }
+    }
+
+    #[test]
+    fn non_canonical_forms_fall_back() {
+        let r = ActorSend {
+            actor: ActorId::new("a").unwrap(),
+            object_generation: ObjectGeneration::new(1),
+            authority_owner_generation: AuthorityOwnerGeneration::new(1),
+            owner_lease_generation: OwnerLeaseGeneration::new(1),
+            session_lifecycle: SessionLifecycleGeneration::new(1),
+            key: DispatchKey::new(1),
+            deadline: None,
+            tail: BoundSessionTail {
+                binding_generation: BindingGeneration::new(1),
+                session_sequence: SessionSequence::new(1),
+            },
+        };
+        let canonical = serde_bytes(&r);
+        // The same record as a signed integer (0xd0 1): rmp-serde's business, not ours.
+        let mut signed = canonical.clone();
+        let at = 1 + 2; // array marker, fixstr "a"
+        signed.splice(at..=at, [0xd0, 1]);
+        assert_eq!(decode_actor_send(&signed), None);
+        // Trailing bytes and a truncated body.
+        let mut trailing = canonical.clone();
+        trailing.push(0);
+        assert_eq!(decode_actor_send(&trailing), None);
+        assert_eq!(decode_actor_send(&canonical[..canonical.len() - 1]), None);
+        // An invalid identity (a control character) is left to the serde path's error.
+        let mut bad = canonical;
+        bad[2] = b'\n';
+        assert_eq!(decode_actor_send(&bad), None);
+    }
+}
