@@ -28,6 +28,9 @@ pub(crate) enum Lane {
     Completion,
     /// ClientServer connection (node side): requests, one-way DATA and control.
     Client,
+    /// ClientServer connection (client side, `MeshClient`): pushes, replies and control from
+    /// the node. No receive window: pushes are bounded by the client's push channel.
+    Server,
 }
 
 impl Lane {
@@ -39,6 +42,7 @@ impl Lane {
         match self {
             Lane::Relay | Lane::Completion => matches!(class, Class::App | Class::Reply),
             Lane::Client => matches!(class, Class::App),
+            Lane::Server => matches!(class, Class::Push | Class::Reply),
         }
     }
 }
@@ -110,7 +114,7 @@ impl SendCredit {
         &self,
         batching: &Batching,
         queue: impl Iterator<Item = (&'a [Bytes], u64)>,
-        ended: impl Fn(u64) -> bool,
+        mut ended: impl FnMut(u64) -> bool,
     ) -> usize {
         let (mut msgs, mut bytes) = self.left();
         batch_run(batching, queue, |(frames, corr)| {
@@ -153,6 +157,163 @@ pub(crate) fn batch_run<'a>(
         size += sub;
     }
     n.max(1)
+}
+
+/// What limits the records a queue may transmit besides the transport: the other end's
+/// credit ([`SendCredit`]: mesh relay data, a client's requests and DATA), or nothing
+/// ([`Unlimited`]: replies, a session's pushes). A type parameter of [`flush`], so each kind of
+/// queue gets its own monomorphic, inlined loop.
+pub(crate) trait Credit {
+    /// At least one more record may go out.
+    fn open(&self) -> bool;
+    /// How many records from the front of `queue` go out as one message (see
+    /// [`SendCredit::run`]); never a request that `ended`.
+    fn run<'a>(
+        &self,
+        batching: &Batching,
+        queue: impl Iterator<Item = (&'a [Bytes], u64)>,
+        ended: impl FnMut(u64) -> bool,
+    ) -> usize;
+    /// One record of `bytes` went out.
+    fn charge(&mut self, bytes: u64);
+}
+
+impl Credit for SendCredit {
+    #[inline]
+    fn open(&self) -> bool {
+        SendCredit::open(self)
+    }
+
+    #[inline]
+    fn run<'a>(
+        &self,
+        batching: &Batching,
+        queue: impl Iterator<Item = (&'a [Bytes], u64)>,
+        ended: impl FnMut(u64) -> bool,
+    ) -> usize {
+        SendCredit::run(self, batching, queue, ended)
+    }
+
+    #[inline]
+    fn charge(&mut self, bytes: u64) {
+        SendCredit::charge(self, bytes);
+    }
+}
+
+/// No credit limit: only the transport and the batching rule bound a run.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Unlimited;
+
+impl Credit for Unlimited {
+    #[inline]
+    fn open(&self) -> bool {
+        true
+    }
+
+    #[inline]
+    fn run<'a>(
+        &self,
+        batching: &Batching,
+        queue: impl Iterator<Item = (&'a [Bytes], u64)>,
+        mut ended: impl FnMut(u64) -> bool,
+    ) -> usize {
+        batch_run(batching, queue, |(_, corr)| corr == 0 || !ended(corr))
+    }
+
+    #[inline]
+    fn charge(&mut self, _bytes: u64) {}
+}
+
+/// What the transport did with one message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum SendOutcome {
+    /// Taken (libzmq queued it).
+    Sent,
+    /// Refused for now (high-water mark): retry later, in order.
+    Paused,
+    /// The connection is gone: the records are lost.
+    Unreachable,
+}
+
+/// The driver's side of a queue being flushed: the transport, and what only the driver knows
+/// (the correlation table, the counters).
+pub(crate) trait Transport {
+    /// Sends `run` (one or more records for this connection) as one message: a lone record as
+    /// its own frames, several as one 139 batch frame.
+    fn send_run<'a>(&mut self, run: impl ExactSizeIterator<Item = &'a Parts>) -> SendOutcome;
+    /// The request `corr` (≠ 0) must not be transmitted any more: it reached its terminal, or
+    /// its deadline passed (then it is ended now). Counted by the driver.
+    fn ended(&mut self, corr: u64) -> bool;
+    /// Like [`Transport::ended`] but only asks (nothing ended, nothing counted): a run stops
+    /// before such a request (it is discarded at the front next round).
+    fn expired(&self, corr: u64) -> bool;
+    /// A record could not be sent: the connection is gone (counted by the driver).
+    fn lost(&mut self, out: &Out);
+}
+
+/// Why [`flush`] stopped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Flushed {
+    /// Everything went out (or was discarded).
+    Empty,
+    /// The other end's credit is used up: nothing to retry until a grant arrives.
+    CreditBlocked,
+    /// The transport refused (PAUSED): retry later.
+    Paused,
+}
+
+/// Transmits `queue` in order while the transport takes it and `credit` allows: a request that
+/// already ended is discarded at the front (its reservation released); then the run of records
+/// that go out as one message (natural batching within the credit, [`Credit::run`]); a sent
+/// run is charged to the credit record by record and its reservations released to `budget` at
+/// once; a run the transport could not deliver is released and reported lost. One loop for
+/// every queue of a mesh node and of a `MeshClient`, monomorphic in the credit and transport.
+#[inline]
+pub(crate) fn flush<C: Credit, T: Transport>(
+    queue: &mut VecDeque<Out>,
+    credit: &mut C,
+    budget: &Budget,
+    batching: &Batching,
+    t: &mut T,
+) -> Flushed {
+    while let Some(out) = queue.front() {
+        if out.corr != 0 && t.ended(out.corr) {
+            // The request reached its terminal (deadline, cancel) while queued: it must never
+            // be sent afterwards (SB-12, EG-16.26).
+            release(budget, out);
+            queue.pop_front();
+            continue;
+        }
+        if !credit.open() {
+            return Flushed::CreditBlocked;
+        }
+        let n = credit.run(batching, queue.iter().map(|o| (&*o.frames, o.corr)), |c| {
+            t.expired(c)
+        });
+        match t.send_run(queue.iter().take(n).map(|o| &o.frames)) {
+            SendOutcome::Sent => {
+                let (mut reserved_n, mut reserved_bytes) = (0, 0);
+                for out in queue.drain(..n) {
+                    credit.charge(out_len(&out));
+                    if let Some(b) = out.bytes {
+                        reserved_n += 1;
+                        reserved_bytes += b;
+                    }
+                }
+                if reserved_n > 0 {
+                    budget.release_n(reserved_n, reserved_bytes);
+                }
+            }
+            SendOutcome::Paused => return Flushed::Paused,
+            SendOutcome::Unreachable => {
+                for out in queue.drain(..n) {
+                    release(budget, &out);
+                    t.lost(&out);
+                }
+            }
+        }
+    }
+    Flushed::Empty
 }
 
 /// A record queued for a connection (its frames), with what it reserved.
@@ -254,14 +415,20 @@ impl Conn {
             (Lane::Completion | Lane::Client, Class::Ping(seq)) => {
                 Verdict::Answer(Pong { seq: *seq })
             }
-            (Lane::Completion | Lane::Client, Class::Pong) => Verdict::Control { resume: false },
-            (Lane::Completion, Class::FlowCredit { messages, bytes }) => {
+            (Lane::Completion | Lane::Client | Lane::Server, Class::Pong) => {
+                Verdict::Control { resume: false }
+            }
+            // A node does not ping its clients; a Ping it sends is only liveness.
+            (Lane::Server, Class::Ping(_)) => Verdict::Control { resume: false },
+            (Lane::Completion | Lane::Server, Class::FlowCredit { messages, bytes }) => {
                 self.credit.grant(*messages, *bytes);
                 Verdict::Control { resume: true }
             }
             (_, Class::Disconnect(_)) => Verdict::Disconnect,
-            (Lane::Completion, Class::Reply) => Verdict::Complete,
+            (Lane::Completion | Lane::Server, Class::Reply) => Verdict::Complete,
             (Lane::Relay | Lane::Client, Class::App) => self.charge(bytes),
+            // Not charged: the client's push channel bounds what it holds.
+            (Lane::Server, Class::Push) => Verdict::Deliver,
             _ => Verdict::Drop(DropReason::WrongConnection),
         }
     }
@@ -415,6 +582,26 @@ mod tests {
             conn.ingress(Lane::Client, &Class::App, 8, now),
             Verdict::Deliver
         );
+        // The client side of a ClientServer connection: pushes delivered uncharged, replies
+        // completed, credit granted, Pings only noted; no application records.
+        assert_eq!(
+            conn.ingress(Lane::Server, &Class::Push, 8, now),
+            Verdict::Deliver
+        );
+        assert_eq!(
+            conn.ingress(Lane::Server, &Class::Reply, 8, now),
+            Verdict::Complete
+        );
+        assert_eq!(
+            conn.ingress(Lane::Server, &Class::Ping(3), 8, now),
+            Verdict::Control { resume: false }
+        );
+        assert_eq!(
+            conn.ingress(Lane::Server, &credit, 8, now),
+            Verdict::Control { resume: true }
+        );
+        assert_eq!(conn.ingress(Lane::Server, &Class::App, 8, now), wrong);
+        assert_eq!(conn.ingress(Lane::Client, &Class::Push, 8, now), wrong);
         // Replies and control are not charged to the window.
         assert_eq!(conn.rx, {
             let mut w = RxWindow::default();
@@ -431,17 +618,21 @@ mod tests {
             messages: 1,
             bytes: 1,
         };
-        for lane in [Lane::Relay, Lane::Completion, Lane::Client] {
-            assert!(lane.batchable(&Class::App));
+        for lane in [Lane::Relay, Lane::Completion, Lane::Client, Lane::Server] {
             for control in [&Class::Ping(1), &Class::Pong, &credit] {
                 assert!(!lane.batchable(control), "{lane:?} {control:?}");
             }
             let bye = Class::Disconnect(zlink_wire::DisconnectReason::Shutdown);
             assert!(!lane.batchable(&bye));
         }
+        for lane in [Lane::Relay, Lane::Completion, Lane::Client] {
+            assert!(lane.batchable(&Class::App));
+        }
         assert!(Lane::Relay.batchable(&Class::Reply));
         assert!(Lane::Completion.batchable(&Class::Reply));
         assert!(!Lane::Client.batchable(&Class::Reply));
+        assert!(Lane::Server.batchable(&Class::Push) && Lane::Server.batchable(&Class::Reply));
+        assert!(!Lane::Server.batchable(&Class::App));
     }
 
     #[test]
@@ -494,5 +685,135 @@ mod tests {
             app(&mut conn, 10),
             Verdict::Drop(DropReason::CreditExceeded)
         );
+    }
+
+    /// A transport that takes `room` messages, then refuses (PAUSED) or reports the peer
+    /// gone; requests in `ended` have reached their terminal.
+    #[derive(Default)]
+    struct Fake {
+        room: usize,
+        gone: bool,
+        ended: Vec<u64>,
+        sent: Vec<usize>,
+        discarded: Vec<u64>,
+        lost: usize,
+    }
+
+    impl Transport for Fake {
+        fn send_run<'a>(&mut self, run: impl ExactSizeIterator<Item = &'a Parts>) -> SendOutcome {
+            if self.gone {
+                return SendOutcome::Unreachable;
+            }
+            if self.room == 0 {
+                return SendOutcome::Paused;
+            }
+            self.room -= 1;
+            self.sent.push(run.len());
+            SendOutcome::Sent
+        }
+
+        fn ended(&mut self, corr: u64) -> bool {
+            let ended = self.ended.contains(&corr);
+            if ended {
+                self.discarded.push(corr);
+            }
+            ended
+        }
+
+        fn expired(&self, corr: u64) -> bool {
+            self.ended.contains(&corr)
+        }
+
+        fn lost(&mut self, _out: &Out) {
+            self.lost += 1;
+        }
+    }
+
+    fn queue_of(records: &[(usize, u64)], budget: &Budget) -> VecDeque<Out> {
+        records
+            .iter()
+            .map(|&(len, corr)| {
+                let frames = crate::codec::Parts::new(
+                    Bytes::from(vec![0u8; 8]),
+                    Some(Bytes::from(vec![0u8; len])),
+                );
+                let bytes = out_len(&Out {
+                    frames: frames.clone(),
+                    bytes: None,
+                    corr,
+                });
+                assert!(budget.try_reserve(bytes));
+                Out {
+                    frames,
+                    bytes: Some(bytes),
+                    corr,
+                }
+            })
+            .collect()
+    }
+
+    // The one send loop of every queue: runs batched within the credit (each record charged on
+    // its own), a request that ended discarded at the front and never put in a run, PAUSED and
+    // credit-blocked told apart, every reservation released exactly once (sent, discarded or
+    // lost).
+    #[test]
+    fn flush_batches_within_credit_and_releases_every_reservation() {
+        let budget = budget();
+        let batching = Batching {
+            max_records: 3,
+            ..Batching::default()
+        };
+        let mut q = queue_of(
+            &[
+                (10, 0),
+                (10, 0),
+                (10, 7),
+                (10, 0),
+                (10, 0),
+                (10, 0),
+                (10, 0),
+            ],
+            &budget,
+        );
+        let mut credit = SendCredit::default();
+        credit.grant(5, 1 << 20);
+        let mut t = Fake {
+            room: 10,
+            ended: vec![7],
+            ..Fake::default()
+        };
+        // The run stops before the ended request, which is then discarded at the front; the
+        // credit (5 records) ends the second run of 3 after 3 more.
+        let r = flush(&mut q, &mut credit, &budget, &batching, &mut t);
+        assert_eq!(r, Flushed::CreditBlocked);
+        assert_eq!(t.sent, vec![2, 3]);
+        assert_eq!(t.discarded, vec![7]);
+        assert_eq!(q.len(), 1, "one record waits for credit");
+        assert!(!credit.open());
+        assert_eq!(
+            budget.reserved_messages(),
+            1,
+            "only the waiting record still reserved"
+        );
+        // Without credit limit: the rest goes as soon as the transport takes it.
+        t.room = 0;
+        assert_eq!(
+            flush(&mut q, &mut Unlimited, &budget, &batching, &mut t),
+            Flushed::Paused
+        );
+        t.room = 1;
+        assert_eq!(
+            flush(&mut q, &mut Unlimited, &budget, &batching, &mut t),
+            Flushed::Empty
+        );
+        assert_eq!(budget.reserved_messages(), 0);
+        // A connection that is gone: each record lost, reservation released.
+        let mut q = queue_of(&[(10, 0), (10, 0)], &budget);
+        t.gone = true;
+        assert_eq!(
+            flush(&mut q, &mut Unlimited, &budget, &batching, &mut t),
+            Flushed::Empty
+        );
+        assert_eq!((t.lost, budget.reserved_messages()), (2, 0));
     }
 }

@@ -31,7 +31,9 @@ use zlink_wire::{Decoded, Disconnect, DisconnectReason, Limits, Ping};
 
 use crate::codec::{self, Class, HandshakeMsg, HandshakeReject, Parts, Record};
 use crate::config::{ClientAdmission, MeshConfig, PeerAddress};
-use crate::conn::{Conn, Lane, Out, Verdict, batch_run, out_len, release};
+use crate::conn::{
+    self, Conn, Flushed, Lane, Out, SendOutcome, Transport, Unlimited, Verdict, release,
+};
 use crate::correlation::{Correlations, ReplyOutcome};
 use crate::counters::{Counters, DropReason, TransportEvent};
 use crate::error::RequestError;
@@ -122,12 +124,6 @@ pub(crate) enum Command {
     Abort,
 }
 
-enum SendOutcome {
-    Sent,
-    Paused,
-    Unreachable,
-}
-
 enum Link {
     Idle,
     Handshaking {
@@ -154,7 +150,8 @@ struct Peer {
     relay: Link,
     completion: Link,
     up: bool,
-    replies: VecDeque<Parts>,
+    /// Replies waiting for the completion connection (not budgeted: `bytes` is `None`).
+    replies: VecDeque<Out>,
     next_ping: Instant,
     ping_seq: u64,
     /// Flow of relay data both ways (the peer's receive window; our send credit, queue and
