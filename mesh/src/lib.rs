@@ -27,6 +27,7 @@
 #![forbid(unsafe_code)]
 
 mod accept;
+mod admission;
 mod bridge;
 pub mod budget;
 pub mod client;

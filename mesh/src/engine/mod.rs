@@ -30,7 +30,7 @@ use crate::budget::Budget;
 use zlink_wire::{Decoded, Disconnect, DisconnectReason, Limits, Ping};
 
 use crate::codec::{self, Class, HandshakeMsg, HandshakeReject, Parts, Record};
-use crate::config::{ClientAdmission, MeshConfig, PeerAddress};
+use crate::config::{MeshConfig, PeerAddress};
 use crate::conn::{
     self, Conn, Flushed, Lane, Out, SendOutcome, Transport, Unlimited, Verdict, release,
 };
@@ -48,11 +48,13 @@ use crate::sink::Offer;
 use crate::tap::{TapDirection, WireTap};
 use crate::types::{LinkKind, NodeGeneration, NodeRid, SessionRid};
 
+mod clients;
 mod deliver;
 mod ingress;
 mod link;
 mod send;
 
+use clients::{Client, Tombstones};
 use deliver::{Arrived, Context, Delivered, Delivery, Held, Source};
 
 pub(crate) use ingress::DecodeMemo;
@@ -183,62 +185,6 @@ impl Peer {
     }
 }
 
-struct Client {
-    rid: Vec<u8>,
-    /// Receive window (like a peer's; `client_window`, or the strangers' window until
-    /// accepted), the queue of pushes and replies with the push budget, and liveness: the
-    /// sans-IO core ([`crate::conn`]).
-    conn: Conn,
-    /// Not yet accepted ([`crate::ClientAdmission::OnAccept`]): counted in
-    /// `Engine::strangers` (and per source).
-    stranger: bool,
-    /// The node is closing this session (cause, since when): its queue drains first, then it
-    /// gets a Disconnect and is removed ([`Engine::close_client`]).
-    closing: Option<(ClientCloseCause, Instant)>,
-    /// The connection's source address (peer IP), counted in `sessions_by_source`.
-    source: Option<Arc<str>>,
-}
-
-/// Routing ids of client connections whose session the node ended, with the reason it sent.
-/// Bounded by a count (`MeshConfig::max_clients`, at least 1): the oldest is forgotten first,
-/// after which a record on that connection would start a new session again.
-struct Tombstones {
-    reasons: SeededMap<Vec<u8>, DisconnectReason>,
-    order: VecDeque<Vec<u8>>,
-    cap: usize,
-}
-
-impl Tombstones {
-    fn new(cap: usize) -> Self {
-        Self {
-            reasons: SeededMap::default(),
-            order: VecDeque::new(),
-            cap: cap.max(1),
-        }
-    }
-
-    fn insert(&mut self, rid: Vec<u8>, reason: DisconnectReason) {
-        if let Some(r) = self.reasons.get_mut(&rid) {
-            *r = reason;
-            return;
-        }
-        while self.order.len() >= self.cap {
-            if let Some(old) = self.order.pop_front() {
-                self.reasons.remove(&old);
-            }
-        }
-        self.reasons.insert(rid.clone(), reason);
-        self.order.push_back(rid);
-    }
-
-    fn get(&self, rid: &[u8]) -> Option<DisconnectReason> {
-        if self.reasons.is_empty() {
-            return None;
-        }
-        self.reasons.get(rid).copied()
-    }
-}
-
 struct Sockets {
     relay: zmq::Socket,
     completion: zmq::Socket,
@@ -269,11 +215,8 @@ pub(crate) struct Engine {
     rx_now: Instant,
     clients: FastMap<u64, Client>,
     clients_by_rid: SeededMap<Vec<u8>, u64>,
-    /// Sessions per source address (`max_clients_per_source`).
-    sessions_by_source: SeededMap<Arc<str>, usize>,
-    /// Sessions not yet accepted, in all and per source address (`ClientAdmission::OnAccept`).
-    strangers: usize,
-    strangers_by_source: SeededMap<Arc<str>, usize>,
+    /// Session counts and bounds (in all, per source, strangers): sans-IO.
+    admission: crate::admission::Admission,
     /// The source address of the message being handled, read only for a client connection
     /// without a session (it may open one) and for a Hello (it starts a handshake).
     rx_source: Option<Arc<str>>,
@@ -436,6 +379,7 @@ impl Engine {
             client: client.as_ref().map(last_endpoint),
         };
         let tombstones = Tombstones::new(cfg.max_clients);
+        let admission = crate::admission::Admission::new(&cfg);
         let accepts = crate::accept::Accepts::new(
             cfg.max_pending_handshakes,
             cfg.max_pending_handshakes_per_source,
@@ -464,9 +408,7 @@ impl Engine {
                 rx_now: Instant::now(),
                 clients: FastMap::default(),
                 clients_by_rid: SeededMap::default(),
-                sessions_by_source: SeededMap::default(),
-                strangers: 0,
-                strangers_by_source: SeededMap::default(),
+                admission,
                 rx_source: None,
                 paused_clients: HashSet::new(),
                 next_session: 1,
@@ -1011,116 +953,6 @@ impl Engine {
         }
     }
 
-    /// The node ends a session (`close_client`, timeout, shutdown): no new pushes are admitted
-    /// and records from the client are dropped from now on; what is queued for it goes out
-    /// first (FIFO), then [`Engine::finish_client`] sends the Disconnect and removes it. A
-    /// PAUSED queue is finished by `flush_paused` once it drained, or by the timers after the
-    /// peer timeout. Unknown or already closing sessions: nothing.
-    fn close_client(&mut self, session: u64, cause: ClientCloseCause, now: Instant) {
-        let Some(c) = self.clients.get_mut(&session) else {
-            return;
-        };
-        if c.closing.is_some() {
-            return;
-        }
-        c.closing = Some((cause, now));
-        self.shared.set_client(session, None);
-        if self.flush_client(session) {
-            self.paused_clients.remove(&session);
-            self.finish_client(session);
-        } else {
-            self.paused_clients.insert(session);
-        }
-    }
-
-    /// Ends a closing session: one last try at its queue, then Disconnect { reason } to the
-    /// client (best effort: control never waits), its routing id tombstoned, and removal
-    /// (what is still queued is dropped, counted `PeerLost`).
-    fn finish_client(&mut self, session: u64) {
-        let Some((cause, _)) = self.clients.get(&session).and_then(|c| c.closing) else {
-            return;
-        };
-        self.flush_client(session);
-        if let Some(reason) = cause.disconnect_reason()
-            && let Some(c) = self.clients.get(&session)
-        {
-            let rid = c.rid.clone();
-            self.send_control(
-                LinkKind::Client,
-                &rid,
-                Record::Disconnect(Disconnect { reason }),
-            );
-            self.tombstones.insert(rid, reason);
-        }
-        self.remove_client(session, cause);
-    }
-
-    /// Removes a session: queued records released (counted `PeerLost`), maps cleaned, events
-    /// published (the lossless `Disconnected` after the session's last record went up).
-    fn remove_client(&mut self, session: u64, cause: ClientCloseCause) {
-        let Some(mut c) = self.clients.remove(&session) else {
-            return;
-        };
-        for out in c.conn.queue.drain(..) {
-            release(&c.conn.budget, &out);
-            self.shared.counters.drop(DropReason::PeerLost, &session);
-        }
-        self.clients_by_rid.remove(&c.rid);
-        if let Some(src) = &c.source {
-            count_down(&mut self.sessions_by_source, src);
-        }
-        if c.stranger {
-            self.strangers = self.strangers.saturating_sub(1);
-            if let Some(src) = &c.source {
-                count_down(&mut self.strangers_by_source, src);
-            }
-        }
-        self.paused_clients.remove(&session);
-        self.shared.set_client(session, None);
-        self.shared.publish(PeerEvent::ClientDisconnected {
-            session: SessionRid::new(session),
-        });
-        if self.client_events.is_none() {
-            return;
-        }
-        if self.up.holds_session(session) {
-            self.up.held.push_back(Held::Ended(session, cause));
-        } else {
-            // Records of this pass still in the inbound batch go up first.
-            self.up.inbound.flush();
-            self.client_event(ClientEvent::Disconnected {
-                session: SessionRid::new(session),
-                cause,
-            });
-        }
-    }
-
-    /// The node's session layer accepted a stranger's session: full window (the difference
-    /// granted now), no longer counted as a stranger. A no-op for unknown or accepted sessions.
-    fn accept_client(&mut self, session: u64) {
-        let full = self.cfg.client_window;
-        let Some(c) = self.clients.get_mut(&session).filter(|c| c.stranger) else {
-            return;
-        };
-        c.stranger = false;
-        c.conn.widen(full);
-        let source = c.source.clone();
-        self.strangers = self.strangers.saturating_sub(1);
-        if let Some(src) = &source {
-            count_down(&mut self.strangers_by_source, src);
-        }
-        self.flush_grant(ConnRef::Client(session));
-    }
-
-    /// Sends a session event on the lossless channel, if it was taken (and is still read).
-    fn client_event(&mut self, ev: ClientEvent) {
-        if let Some(tx) = &self.client_events
-            && tx.send(ev).is_err()
-        {
-            self.client_events = None;
-        }
-    }
-
     fn next_wake(&self, now: Instant) -> Duration {
         let mut t = Duration::from_millis(100);
         if !self.paused.is_empty() || !self.paused_clients.is_empty() || !self.up.held.is_empty() {
@@ -1432,17 +1264,6 @@ impl std::fmt::Display for Sender<'_> {
     }
 }
 
-/// One session from `src` ended (or stopped being a stranger): count it down, forget the
-/// source at zero.
-fn count_down(by_source: &mut SeededMap<Arc<str>, usize>, src: &Arc<str>) {
-    if let Some(n) = by_source.get_mut(src) {
-        *n = n.saturating_sub(1);
-        if *n == 0 {
-            by_source.remove(src);
-        }
-    }
-}
-
 /// Connects `s` to `ep` announcing the routing id `rid` on that connection (libzmq takes the
 /// socket's routing id at connect time; the bound listener keeps the one of the bind).
 fn connect_as(s: &zmq::Socket, rid: &[u8], ep: &str) -> Result<(), zmq::Error> {
@@ -1514,31 +1335,4 @@ pub(crate) fn recv_multipart(s: &zmq::Socket) -> Option<(Bytes, Vec<Bytes>)> {
         }
     }
     Some((first_bytes, parts))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    // Tombstones are bounded by their count: the oldest routing id is forgotten first; closing
-    // the same connection again keeps one entry (with the latest reason).
-    #[test]
-    fn tombstones_forget_the_oldest_beyond_their_bound() {
-        let mut t = Tombstones::new(2);
-        assert_eq!(t.get(b"a"), None);
-        t.insert(b"a".to_vec(), DisconnectReason::Timeout);
-        t.insert(b"b".to_vec(), DisconnectReason::Closed);
-        t.insert(b"b".to_vec(), DisconnectReason::Replaced);
-        assert_eq!(t.get(b"a"), Some(DisconnectReason::Timeout));
-        assert_eq!(t.get(b"b"), Some(DisconnectReason::Replaced));
-        t.insert(b"c".to_vec(), DisconnectReason::Shutdown);
-        assert_eq!(t.get(b"a"), None, "oldest forgotten");
-        assert_eq!(t.get(b"b"), Some(DisconnectReason::Replaced));
-        assert_eq!(t.get(b"c"), Some(DisconnectReason::Shutdown));
-        assert_eq!((t.reasons.len(), t.order.len()), (2, 2));
-        // A bound of 0 still remembers the last one.
-        let mut t = Tombstones::new(0);
-        t.insert(b"x".to_vec(), DisconnectReason::Closed);
-        assert_eq!(t.get(b"x"), Some(DisconnectReason::Closed));
-    }
 }
