@@ -28,7 +28,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::bridge::{Bell, Door};
 use crate::budget::{Budget, OutboundBudget};
-use zlink_wire::{Disconnect, DisconnectReason, Limits, Ping};
+use zlink_wire::{Disconnect, DisconnectReason, Limits};
 
 use crate::codec::{self, Class, Parts, Record};
 use crate::config::{Batching, Liveness, MeshConfig, TransportLimits};
@@ -333,10 +333,7 @@ impl MeshClient {
                 Instant::now(),
             ),
             rx_now: Instant::now(),
-            pinged: false,
             ping_interval: cfg.liveness.ping_interval,
-            next_ping: Instant::now(),
-            seq: 0,
             limits: codec::limits(cfg.transport.max_message_size),
             tap: cfg.tap,
             batching: cfg.batching,
@@ -540,11 +537,8 @@ struct ClientIo {
     conn: Conn,
     /// Time of the current read pass (one clock read per pass, not per record).
     rx_now: Instant,
-    /// A Ping was taken by libzmq (the connection exists).
-    pinged: bool,
+    /// Mesh Ping interval (the Pings themselves: [`Conn::poll_ping`]).
     ping_interval: Duration,
-    next_ping: Instant,
-    seq: u64,
     tap: Option<WireTap>,
     limits: Limits,
     batching: Batching,
@@ -611,21 +605,20 @@ impl ClientIo {
             for (_, w) in self.corr.handle_timeout(now) {
                 let _ = w.send(Err(RequestError::DeadlineExceeded));
             }
-            // Until a first Ping got through (the node creates the session and grants the
-            // window on it), retry it on every pass, not once per ping interval.
-            if self.next_ping <= now || !self.pinged {
-                self.seq += 1;
-                self.next_ping = now + self.ping_interval;
-                let f = codec::encode_control(Record::Ping(Ping { seq: self.seq }));
-                if self.raw_send(&f) {
-                    self.pinged = true;
+            // Until a Ping got through (the first creates the session on the node, which
+            // grants the window on it), it is retried on every pass, not once per interval.
+            if let Some(ping) = self.conn.poll_ping(now, self.ping_interval) {
+                let f = codec::encode_control(Record::Ping(ping));
+                if !self.raw_send(&f) {
+                    self.conn.ping_again(now);
                 }
             }
-            let mut t = self.next_ping.saturating_duration_since(now);
+            let pinged = self.conn.next_ping() > now;
+            let mut t = self.conn.next_ping().saturating_duration_since(now);
             if let Some(d) = self.corr.poll_timeout() {
                 t = t.min(d.saturating_duration_since(now));
             }
-            if self.stalled.is_some() || !self.conn.queue.is_empty() || !self.pinged {
+            if self.stalled.is_some() || !self.conn.queue.is_empty() || !pinged {
                 t = t.min(Duration::from_millis(1));
             }
             self.pushes.flush();
@@ -729,8 +722,9 @@ impl ClientIo {
                 && zmq::SocketEvent::from_raw(u16::from_le_bytes([first[0], first[1]]))
                     == zmq::SocketEvent::DISCONNECTED
             {
+                // A new connection is a new session: Ping at once (it grants the window).
                 self.conn.reset();
-                self.pinged = false;
+                self.conn.ping_again(Instant::now());
                 self.shared.counters.event(TransportEvent::Disconnected);
             }
         }

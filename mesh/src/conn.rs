@@ -8,15 +8,15 @@
 
 use std::collections::VecDeque;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use zlink_wire::{FlowCredit, Pong};
+use zlink_wire::{FlowCredit, Ping, Pong};
 
 use crate::budget::{Budget, RxWindow};
 use crate::codec::Class;
 use crate::codec::Parts;
-use crate::config::{Batching, InboundWindow};
+use crate::config::{Batching, InboundWindow, Liveness};
 use crate::counters::DropReason;
 
 /// Which connection a record arrived on: the records each may carry differ.
@@ -354,6 +354,20 @@ pub(crate) struct Conn {
     pub(crate) budget: Arc<Budget>,
     /// When the other end was last heard from.
     pub(crate) last_rx: Instant,
+    /// When our next Ping is due, and the sequence number of the last one.
+    next_ping: Instant,
+    ping_seq: u64,
+}
+
+/// What a connection's liveness asks of the driver at some `now` ([`Conn::poll_liveness`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Alive {
+    /// Nothing to do.
+    Quiet,
+    /// Send this Ping (on the connection control travels on).
+    Ping(Ping),
+    /// Silent for longer than the peer timeout: the other end is down.
+    TimedOut,
 }
 
 impl Conn {
@@ -366,6 +380,8 @@ impl Conn {
             queue: VecDeque::new(),
             budget,
             last_rx: now,
+            next_ping: now,
+            ping_seq: 0,
         }
     }
 
@@ -379,6 +395,8 @@ impl Conn {
             queue: VecDeque::new(),
             budget,
             last_rx: now,
+            next_ping: now,
+            ping_seq: 0,
         }
     }
 
@@ -386,6 +404,51 @@ impl Conn {
     /// credit is its to grant, and may already have arrived).
     pub(crate) fn regrant(&mut self) {
         self.rx = RxWindow::initial_grant(self.window);
+    }
+
+    /// The other end came up at `now`: heard from now, the first Ping due `ping_interval`
+    /// later.
+    pub(crate) fn came_up(&mut self, now: Instant, ping_interval: Duration) {
+        self.last_rx = now;
+        self.next_ping = now + ping_interval;
+    }
+
+    /// Liveness at `now` of a connection that pings its other end (a mesh peer): down once
+    /// silent for longer than `peer_timeout`, else a Ping every `ping_interval`.
+    pub(crate) fn poll_liveness(&mut self, now: Instant, liveness: &Liveness) -> Alive {
+        if self.silent(now, liveness.peer_timeout) {
+            Alive::TimedOut
+        } else {
+            self.poll_ping(now, liveness.ping_interval)
+                .map_or(Alive::Quiet, Alive::Ping)
+        }
+    }
+
+    /// Nothing was heard from the other end for longer than `timeout` at `now` (a client
+    /// session: the node does not ping its clients, they ping it).
+    pub(crate) fn silent(&self, now: Instant, timeout: Duration) -> bool {
+        now.saturating_duration_since(self.last_rx) > timeout
+    }
+
+    /// The Ping to send at `now`, if one is due (the next one is then due `interval` later).
+    pub(crate) fn poll_ping(&mut self, now: Instant, interval: Duration) -> Option<Ping> {
+        if self.next_ping > now {
+            return None;
+        }
+        self.ping_seq = self.ping_seq.wrapping_add(1);
+        self.next_ping = now + interval;
+        Some(Ping { seq: self.ping_seq })
+    }
+
+    /// The transport did not take the Ping (or the connection was lost): one is due again at
+    /// `now`, retried on every pass until one gets through.
+    pub(crate) fn ping_again(&mut self, now: Instant) {
+        self.next_ping = now;
+    }
+
+    /// When the next Ping is due.
+    pub(crate) fn next_ping(&self) -> Instant {
+        self.next_ping
     }
 
     /// The lifecycle ended: nothing granted either way.
@@ -815,5 +878,43 @@ mod tests {
             Flushed::Empty
         );
         assert_eq!((t.lost, budget.reserved_messages()), (2, 0));
+    }
+
+    // Liveness without a clock: a Ping per interval while the other end is heard from,
+    // down after the peer timeout of silence; a Ping the transport refused is due again at
+    // once.
+    #[test]
+    fn liveness_pings_per_interval_and_times_out_on_silence() {
+        let t0 = Instant::now();
+        let s = Duration::from_secs(1);
+        let liveness = Liveness {
+            ping_interval: s,
+            peer_timeout: 3 * s,
+            ..Liveness::default()
+        };
+        let mut conn = Conn::idle(WINDOW, budget(), t0);
+        conn.came_up(t0, s);
+        assert_eq!(conn.poll_liveness(t0, &liveness), Alive::Quiet);
+        assert_eq!(conn.next_ping(), t0 + s);
+        assert_eq!(
+            conn.poll_liveness(t0 + s, &liveness),
+            Alive::Ping(Ping { seq: 1 })
+        );
+        assert_eq!(conn.poll_liveness(t0 + s, &liveness), Alive::Quiet);
+        conn.ping_again(t0 + s);
+        assert_eq!(
+            conn.poll_liveness(t0 + s, &liveness),
+            Alive::Ping(Ping { seq: 2 })
+        );
+        // Heard from (any record): the silence starts over.
+        assert_eq!(
+            conn.ingress(Lane::Completion, &Class::Pong, 8, t0 + 2 * s),
+            Verdict::Control { resume: false }
+        );
+        assert!(!conn.silent(t0 + 5 * s, 3 * s));
+        assert_eq!(
+            conn.poll_liveness(t0 + 5 * s + s / 2, &liveness),
+            Alive::TimedOut
+        );
     }
 }

@@ -285,7 +285,7 @@ impl Engine {
                     && !p.up
                 {
                     p.up = true;
-                    p.next_ping = now + self.cfg.liveness.ping_interval;
+                    p.conn.came_up(now, self.cfg.liveness.ping_interval);
                     let shared_node = Arc::new(node.clone());
                     let slot = PeerSlot {
                         generation: id.generation,

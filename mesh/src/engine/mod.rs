@@ -27,12 +27,12 @@ use bytes::Bytes;
 use tokio::sync::oneshot;
 
 use crate::budget::Budget;
-use zlink_wire::{Decoded, Disconnect, DisconnectReason, Limits, Ping};
+use zlink_wire::{Decoded, Disconnect, DisconnectReason, Limits};
 
 use crate::codec::{self, Class, HandshakeMsg, HandshakeReject, Parts, Record};
 use crate::config::{MeshConfig, PeerAddress};
 use crate::conn::{
-    self, Conn, Flushed, Lane, Out, SendOutcome, Transport, Unlimited, Verdict, release,
+    self, Alive, Conn, Flushed, Lane, Out, SendOutcome, Transport, Unlimited, Verdict, release,
 };
 use crate::correlation::{Correlations, ReplyOutcome};
 use crate::counters::{Counters, DropReason, TransportEvent};
@@ -154,8 +154,6 @@ struct Peer {
     up: bool,
     /// Replies waiting for the completion connection (not budgeted: `bytes` is `None`).
     replies: VecDeque<Out>,
-    next_ping: Instant,
-    ping_seq: u64,
     /// Flow of relay data both ways (the peer's receive window; our send credit, queue and
     /// budget) and liveness: the sans-IO core ([`crate::conn`]).
     conn: Conn,
@@ -830,8 +828,6 @@ impl Engine {
             completion: Link::Idle,
             up: false,
             replies: VecDeque::new(),
-            next_ping: now,
-            ping_seq: 0,
             conn: Conn::idle(peer_window, Arc::new(Budget::new(budget)), now),
         })
     }
@@ -867,7 +863,6 @@ impl Engine {
         let mut to_retry = Vec::new();
         let mut timed_out = Vec::new();
         let mut ping = Vec::new();
-        let ping_ivl = self.cfg.liveness.ping_interval;
         let peer_timeout = self.cfg.liveness.peer_timeout;
         for p in self.peers.values_mut() {
             for kind in [LinkKind::Relay, LinkKind::Completion] {
@@ -881,12 +876,10 @@ impl Engine {
                 }
             }
             if p.up {
-                if now.duration_since(p.conn.last_rx) > peer_timeout {
-                    timed_out.push(p.node.clone());
-                } else if p.next_ping <= now {
-                    p.ping_seq += 1;
-                    p.next_ping = now + ping_ivl;
-                    ping.push((p.rid(LinkKind::Completion).to_vec(), p.ping_seq));
+                match p.conn.poll_liveness(now, &self.cfg.liveness) {
+                    Alive::TimedOut => timed_out.push(p.node.clone()),
+                    Alive::Ping(seq) => ping.push((p.rid(LinkKind::Completion).to_vec(), seq)),
+                    Alive::Quiet => {}
                 }
             }
         }
@@ -915,8 +908,8 @@ impl Engine {
         for node in owed {
             self.flush_grant(ConnRef::Peer(&node, None));
         }
-        for (rid, seq) in ping {
-            self.send_control(LinkKind::Completion, &rid, Record::Ping(Ping { seq }));
+        for (rid, ping) in ping {
+            self.send_control(LinkKind::Completion, &rid, Record::Ping(ping));
         }
         let owed: Vec<u64> = self
             .clients
@@ -937,7 +930,7 @@ impl Engine {
                 Some((_, since)) => {
                     (now.duration_since(since) > peer_timeout).then_some((*s, true))
                 }
-                None => (now.duration_since(c.conn.last_rx) > peer_timeout).then_some((*s, false)),
+                None => c.conn.silent(now, peer_timeout).then_some((*s, false)),
             })
             .collect();
         for (s, closing) in dead {
@@ -973,7 +966,7 @@ impl Engine {
         }
         for p in self.peers.values() {
             if p.up {
-                t = t.min(p.next_ping.saturating_duration_since(now));
+                t = t.min(p.conn.next_ping().saturating_duration_since(now));
             }
             for l in [&p.relay, &p.completion] {
                 match l {
