@@ -35,8 +35,9 @@ use crate::config::{Batching, Liveness, MeshConfig, TransportLimits};
 use crate::conn::{self, Conn, Lane, Out, SendOutcome, Transport, Verdict};
 use crate::correlation::{Correlations, ReplyOutcome};
 use crate::counters::{Counters, DropReason, TransportEvent};
-use crate::engine::{DecodeMemo, configure_network_socket, recv_multipart};
+use crate::engine::{configure_network_socket, recv_multipart};
 use crate::error::{ConfigError, RequestError, SendError};
+use crate::memo::DecodeMemo;
 use crate::node::Response;
 use crate::tap::{TapDirection, WireTap};
 use crate::types::{Deadline, DispatchKey, LinkKind, MeshName, NodeRid};
@@ -550,7 +551,7 @@ struct ClientIo {
     /// (`stalled`): the frame and the index of the first record not handled yet. Handled, in
     /// order, once the stalled push was taken; nothing is read from the socket before that.
     rest: Option<(zlink_wire::BatchFrame, usize)>,
-    /// Decode memo of the last push envelope (see `engine::DecodeMemo`).
+    /// Decode memo of the last push envelope (see `memo::DecodeMemo`).
     memo: DecodeMemo,
     /// A record from the node was handled in this read pass (liveness, see `read`).
     heard: bool,

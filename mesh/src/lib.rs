@@ -41,6 +41,7 @@ pub mod error;
 pub mod handshake;
 mod hashing;
 mod inbound;
+mod memo;
 pub mod node;
 pub mod sink;
 pub mod tap;

@@ -59,7 +59,7 @@ mod timers;
 use clients::{Client, Tombstones};
 use deliver::{Arrived, Context, Delivered, Delivery, Held, Source};
 
-pub(crate) use ingress::DecodeMemo;
+use crate::memo::DecodeMemo;
 
 /// Bound on how many messages one socket is read per loop iteration.
 const RECV_BATCH: usize = 512;
