@@ -28,15 +28,16 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::bridge::{Bell, Door};
 use crate::budget::{Budget, OutboundBudget};
-use zlink_wire::{Disconnect, DisconnectReason, Limits, Ping};
+use zlink_wire::{Disconnect, DisconnectReason, Limits};
 
 use crate::codec::{self, Class, Parts, Record};
 use crate::config::{Batching, Liveness, MeshConfig, TransportLimits};
-use crate::conn::SendCredit;
+use crate::conn::{self, Conn, Lane, Out, SendOutcome, Transport, Verdict};
 use crate::correlation::{Correlations, ReplyOutcome};
 use crate::counters::{Counters, DropReason, TransportEvent};
-use crate::engine::{DecodeMemo, configure_network_socket, recv_multipart};
+use crate::engine::{configure_network_socket, recv_multipart};
 use crate::error::{ConfigError, RequestError, SendError};
+use crate::memo::DecodeMemo;
 use crate::node::Response;
 use crate::tap::{TapDirection, WireTap};
 use crate::types::{Deadline, DispatchKey, LinkKind, MeshName, NodeRid};
@@ -206,7 +207,8 @@ enum Cmd {
 
 struct ClientShared {
     bell: Bell<Cmd>,
-    budget: Budget,
+    /// The outbound admission budget (also the connection core's, [`Conn::budget`]).
+    budget: Arc<Budget>,
     counters: Counters,
     next_corr: AtomicU64,
     send_timeout: Duration,
@@ -287,7 +289,7 @@ impl MeshClient {
         let (bell, door) = crate::bridge::pair(&ctx).map_err(terr("doorbell"))?;
         let shared = Arc::new(ClientShared {
             bell,
-            budget: Budget::new(cfg.budget),
+            budget: Arc::new(Budget::new(cfg.budget)),
             counters: Counters::default(),
             next_corr: AtomicU64::new(1),
             send_timeout: cfg.send_timeout,
@@ -326,12 +328,13 @@ impl MeshClient {
             corr: Correlations::new(),
             pushes: push_tx,
             stalled: None,
-            queue: std::collections::VecDeque::new(),
-            credit: SendCredit::default(),
-            pinged: false,
+            conn: Conn::idle(
+                crate::config::InboundWindow::default(),
+                shared.budget.clone(),
+                Instant::now(),
+            ),
+            rx_now: Instant::now(),
             ping_interval: cfg.liveness.ping_interval,
-            next_ping: Instant::now(),
-            seq: 0,
             limits: codec::limits(cfg.transport.max_message_size),
             tap: cfg.tap,
             batching: cfg.batching,
@@ -527,16 +530,16 @@ struct ClientIo {
     corr: Correlations<(), Waiter>,
     pushes: PushSender,
     stalled: Option<Push>,
-    /// PAUSED sends: (frames, budgeted bytes, correlation id of a request or 0).
-    queue: std::collections::VecDeque<(Parts, u64, u64)>,
-    /// Receive window the node granted (FlowCredit): requests and DATA go out only within it;
-    /// none before the node's first grant (it answers the first Ping with one).
-    credit: SendCredit,
-    /// A Ping was taken by libzmq (the connection exists).
-    pinged: bool,
+    /// The connection core ([`crate::conn`]), the node's as seen from here: the send queue
+    /// (requests and DATA, PAUSED or waiting for the end of the pass to share a batch frame)
+    /// with the admission budget, and the credit the node granted (FlowCredit: requests and
+    /// DATA go out only within it; none before the node's first grant, which answers the
+    /// first Ping). No receive window: what the node sends is bounded by the push channel.
+    conn: Conn,
+    /// Time of the current read pass (one clock read per pass, not per record).
+    rx_now: Instant,
+    /// Mesh Ping interval (the Pings themselves: [`Conn::poll_ping`]).
     ping_interval: Duration,
-    next_ping: Instant,
-    seq: u64,
     tap: Option<WireTap>,
     limits: Limits,
     batching: Batching,
@@ -548,7 +551,7 @@ struct ClientIo {
     /// (`stalled`): the frame and the index of the first record not handled yet. Handled, in
     /// order, once the stalled push was taken; nothing is read from the socket before that.
     rest: Option<(zlink_wire::BatchFrame, usize)>,
-    /// Decode memo of the last push envelope (see `engine::DecodeMemo`).
+    /// Decode memo of the last push envelope (see `memo::DecodeMemo`).
     memo: DecodeMemo,
     /// A record from the node was handled in this read pass (liveness, see `read`).
     heard: bool,
@@ -603,21 +606,20 @@ impl ClientIo {
             for (_, w) in self.corr.handle_timeout(now) {
                 let _ = w.send(Err(RequestError::DeadlineExceeded));
             }
-            // Until a first Ping got through (the node creates the session and grants the
-            // window on it), retry it on every pass, not once per ping interval.
-            if self.next_ping <= now || !self.pinged {
-                self.seq += 1;
-                self.next_ping = now + self.ping_interval;
-                let f = codec::encode_control(Record::Ping(Ping { seq: self.seq }));
-                if self.raw_send(&f) {
-                    self.pinged = true;
+            // Until a Ping got through (the first creates the session on the node, which
+            // grants the window on it), it is retried on every pass, not once per interval.
+            if let Some(ping) = self.conn.poll_ping(now, self.ping_interval) {
+                let f = codec::encode_control(Record::Ping(ping));
+                if !self.raw_send(&f) {
+                    self.conn.ping_again(now);
                 }
             }
-            let mut t = self.next_ping.saturating_duration_since(now);
+            let pinged = self.conn.next_ping() > now;
+            let mut t = self.conn.next_ping().saturating_duration_since(now);
             if let Some(d) = self.corr.poll_timeout() {
                 t = t.min(d.saturating_duration_since(now));
             }
-            if self.stalled.is_some() || !self.queue.is_empty() || !self.pinged {
+            if self.stalled.is_some() || !self.conn.queue.is_empty() || !pinged {
                 t = t.min(Duration::from_millis(1));
             }
             self.pushes.flush();
@@ -680,8 +682,8 @@ impl ClientIo {
         {
             let _ = w.send(Err(error.clone()));
         }
-        for (_, bytes, _) in self.queue.drain(..) {
-            self.shared.budget.release(bytes);
+        for out in self.conn.queue.drain(..) {
+            conn::release(&self.conn.budget, &out);
         }
     }
 
@@ -721,135 +723,55 @@ impl ClientIo {
                 && zmq::SocketEvent::from_raw(u16::from_le_bytes([first[0], first[1]]))
                     == zmq::SocketEvent::DISCONNECTED
             {
-                self.credit = SendCredit::default();
-                self.pinged = false;
+                // A new connection is a new session: Ping at once (it grants the window).
+                self.conn.reset();
+                self.conn.ping_again(Instant::now());
                 self.shared.counters.event(TransportEvent::Disconnected);
             }
         }
     }
 
     fn raw_send(&self, frames: &[Bytes]) -> bool {
-        let last = frames.len().saturating_sub(1);
-        for (i, f) in frames.iter().enumerate() {
-            let flags = if i == last {
-                zmq::DONTWAIT
-            } else {
-                zmq::SNDMORE | zmq::DONTWAIT
-            };
-            if self.dealer.send(&f[..], flags).is_err() {
-                return false;
-            }
-        }
-        if let Some(tap) = &self.tap {
-            tap.record(TapDirection::Sent, LinkKind::Client, b"", frames);
-        }
-        true
+        dealer_send(&self.dealer, self.tap.as_ref(), frames)
     }
 
     /// Queues a record; the queue is transmitted once the commands of this pass are drained
     /// (`run` calls [`ClientIo::flush`]), so the records of one pass can share a batch frame.
     fn send(&mut self, frames: Parts, bytes: u64, corr: u64) {
-        self.queue.push_back((frames, bytes, corr));
+        self.conn.queue.push_back(Out {
+            frames,
+            bytes: Some(bytes),
+            corr,
+        });
     }
 
-    /// Sends queued records in order while libzmq takes them and the node's window allows: a
-    /// run of small records as one 139 batch frame, a lone or large record alone (as a node
-    /// sends to its peers). Each record of a run is charged to the credit on its own, as if
-    /// sent alone; a request that already ended is never put in a run (it is discarded at the
-    /// front, `RequestEnded`).
+    /// Sends queued records in order while libzmq takes them and the node's window allows
+    /// ([`conn::flush`], the loop a node runs for its peers): a run of small records as one
+    /// 139 batch frame, a lone or large record alone, each record of a run charged to the
+    /// credit on its own; a request that already ended is never put in a run (it is
+    /// discarded at the front, `RequestEnded`).
     fn flush(&mut self) {
-        while let Some(&(_, b, corr)) = self.queue.front() {
-            if self.request_ended(corr) {
-                self.shared.budget.release(b);
-                self.queue.pop_front();
-                continue;
-            }
-            if !self.credit.open() {
-                break;
-            }
-            let table = &self.corr;
-            let now = Instant::now();
-            let n = self.credit.run(
-                &self.batching,
-                self.queue.iter().map(|(f, _, c)| (&**f, *c)),
-                |c| table.pending_deadline(c).is_none_or(|d| d <= now),
-            );
-            if !self.send_run(n) {
-                break;
-            }
-            let mut released = 0;
-            for (_, b, _) in self.queue.drain(..n) {
-                self.credit.charge(b);
-                released += b;
-            }
-            self.shared.budget.release_n(n as u64, released);
-        }
-    }
-
-    /// Sends the first `n` queued records as one message: a lone record as its own frames,
-    /// several as one 139 batch frame built in the reused buffer. False if libzmq refused it.
-    fn send_run(&mut self, n: usize) -> bool {
-        if n <= 1 {
-            return match self.queue.front() {
-                Some((frames, _, _)) => self.raw_send(frames),
-                None => true,
-            };
-        }
-        let mut enc = zlink_wire::BatchEncoder::new(std::mem::take(&mut self.batch_buf));
-        for (frames, _, _) in self.queue.iter().take(n) {
-            // Cannot fail: a request or DATA record is never a batch, a run holds at most
-            // `Batching::max_records` (≤ MAX_BATCH_RECORDS) records and every part is bounded
-            // by the message size.
-            let pushed = enc.push(&frames[0], frames.get(1).map(|p| &p[..]));
-            debug_assert!(pushed.is_ok(), "batch push: {pushed:?}");
-        }
-        let frame = enc.finish();
-        let sent = self.dealer.send(&frame[..], zmq::DONTWAIT).is_ok();
-        if sent && let Some(tap) = &self.tap {
-            tap.record(
-                TapDirection::Sent,
-                LinkKind::Client,
-                b"",
-                &[Bytes::copy_from_slice(&frame)],
-            );
-        }
-        self.batch_buf = frame;
-        sent
-    }
-
-    /// True (and counted) if `corr` is a request that already reached its terminal, or whose
-    /// deadline passed (ended here): it is never transmitted (SB-12, EG-16.26).
-    fn request_ended(&mut self, corr: u64) -> bool {
-        if corr == 0 {
-            return false;
-        }
-        let ended = match self.corr.pending_deadline(corr) {
-            None => true,
-            Some(d) => {
-                let now = Instant::now();
-                if d <= now {
-                    for (_, w) in self.corr.handle_timeout(now) {
-                        let _ = w.send(Err(RequestError::DeadlineExceeded));
-                    }
-                    true
-                } else {
-                    false
-                }
-            }
+        let mut wire = DealerWire {
+            dealer: &self.dealer,
+            tap: self.tap.as_ref(),
+            batch_buf: &mut self.batch_buf,
+            corr: &mut self.corr,
+            counters: &self.shared.counters,
         };
-        if ended {
-            self.shared.counters.drop(
-                DropReason::RequestEnded,
-                &format_args!("client corr {corr} ended before transmission"),
-            );
-        }
-        ended
+        conn::flush(
+            &mut self.conn.queue,
+            &mut self.conn.credit,
+            &self.conn.budget,
+            &self.batching,
+            &mut wire,
+        );
     }
 
     fn read(&mut self) {
         if !self.resume() {
             return;
         }
+        self.rx_now = Instant::now();
         self.read_pass();
         self.pushes.flush();
         // Liveness: any record from the node counts; one clock read per pass, not per record.
@@ -967,29 +889,43 @@ impl ClientIo {
     fn on_record(&mut self, d: zlink_wire::Decoded, in_batch: bool) {
         let corr = d.header.correlation.get();
         self.heard = true;
-        match codec::classify(d.record) {
-            (Class::Pong | Class::Ping(_), _) if !in_batch => {}
-            // The node ended this session: nothing after it on this connection counts.
-            (Class::Disconnect(reason), _) if !in_batch => self.server_closed = Some(reason),
-            (Class::FlowCredit { messages, bytes }, _) if !in_batch => {
-                // Wire values: saturate (never wrap or panic on a hostile grant).
-                self.credit.grant(messages, bytes);
-                self.flush();
-            }
-            (Class::Push, Some(Record::Push(p))) => {
+        // A push (the hot path) is classified without moving its record out.
+        if let Record::Push(p) = &d.record {
+            let key = p.key;
+            if self.verdict(&Class::Push, in_batch) == Some(Verdict::Deliver) {
                 let p = Push {
-                    key: p.key,
+                    key,
                     payload: d.payload,
                 };
                 if let Err(p) = self.pushes.try_push(p) {
                     self.stalled = Some(p);
                 }
             }
-            (Class::Reply, Some(rec)) => match self.corr.handle_reply(corr, &()) {
+            return;
+        }
+        let (class, record) = codec::classify(d.record);
+        let Some(verdict) = self.verdict(&class, in_batch) else {
+            return;
+        };
+        match verdict {
+            Verdict::Control { resume } => {
+                if resume {
+                    self.flush();
+                }
+            }
+            // The node ended this session: nothing after it on this connection counts.
+            Verdict::Disconnect => {
+                if let Class::Disconnect(reason) = class {
+                    self.server_closed = Some(reason);
+                }
+            }
+            Verdict::Complete => match self.corr.handle_reply(corr, &()) {
                 ReplyOutcome::Deliver(w) => {
                     // The pushes that arrived before the reply are handed over first.
                     self.pushes.flush();
-                    let _ = w.send(crate::engine::reply_result(rec, d.payload));
+                    if let Some(rec) = record {
+                        let _ = w.send(crate::engine::reply_result(rec, d.payload));
+                    }
                 }
                 ReplyOutcome::Late(t) => self
                     .shared
@@ -997,10 +933,136 @@ impl ClientIo {
                     .drop(DropReason::LateReply, &format_args!("after {t:?}")),
                 _ => self.shared.counters.drop(DropReason::UnknownReply, &corr),
             },
-            _ => self
+            Verdict::Deliver | Verdict::Answer(_) | Verdict::Drop(_) => self
                 .shared
                 .counters
                 .drop(DropReason::WrongConnection, &"client"),
         }
+    }
+
+    /// One record's verdict from the connection core ([`Conn::ingress`]: credit added,
+    /// liveness noted), after the batch rule (inside a batch only pushes and replies; control
+    /// records travel alone, SB-5.4); `None` when it was dropped (counted here).
+    #[inline]
+    fn verdict(&mut self, class: &Class, in_batch: bool) -> Option<Verdict> {
+        if in_batch && !Lane::Server.batchable(class) {
+            self.shared.counters.drop(
+                DropReason::WrongConnection,
+                &"client: control record inside a batch",
+            );
+            return None;
+        }
+        match self.conn.ingress(Lane::Server, class, 0, self.rx_now) {
+            Verdict::Drop(reason) => {
+                self.shared.counters.drop(reason, &"client");
+                None
+            }
+            v => Some(v),
+        }
+    }
+}
+
+/// Sends one message on the client's DEALER without blocking; false if libzmq refused it.
+fn dealer_send(dealer: &zmq::Socket, tap: Option<&WireTap>, frames: &[Bytes]) -> bool {
+    let last = frames.len().saturating_sub(1);
+    for (i, f) in frames.iter().enumerate() {
+        let flags = if i == last {
+            zmq::DONTWAIT
+        } else {
+            zmq::SNDMORE | zmq::DONTWAIT
+        };
+        if dealer.send(&f[..], flags).is_err() {
+            return false;
+        }
+    }
+    if let Some(tap) = tap {
+        tap.record(TapDirection::Sent, LinkKind::Client, b"", frames);
+    }
+    true
+}
+
+/// The client's DEALER as the [`Transport`] of [`conn::flush`]: the socket, the reused batch
+/// buffer, and the correlation table a queued request is checked against at transmission.
+struct DealerWire<'c> {
+    dealer: &'c zmq::Socket,
+    tap: Option<&'c WireTap>,
+    batch_buf: &'c mut Vec<u8>,
+    corr: &'c mut Correlations<(), Waiter>,
+    counters: &'c Counters,
+}
+
+impl Transport for DealerWire<'_> {
+    /// A lone record as its own frames, several as one 139 batch frame built in the reused
+    /// buffer; a refusal (HWM) is PAUSED (a DEALER has no unreachable peer).
+    #[inline]
+    fn send_run<'a>(&mut self, mut run: impl ExactSizeIterator<Item = &'a Parts>) -> SendOutcome {
+        let sent = if run.len() <= 1 {
+            match run.next() {
+                Some(frames) => dealer_send(self.dealer, self.tap, frames),
+                None => true,
+            }
+        } else {
+            let mut enc = zlink_wire::BatchEncoder::new(std::mem::take(self.batch_buf));
+            for frames in run {
+                // Cannot fail: a request or DATA record is never a batch, a run holds at most
+                // `Batching::max_records` (≤ MAX_BATCH_RECORDS) records and every part is
+                // bounded by the message size.
+                let pushed = enc.push(&frames[0], frames.get(1).map(|p| &p[..]));
+                debug_assert!(pushed.is_ok(), "batch push: {pushed:?}");
+            }
+            let frame = enc.finish();
+            let sent = self.dealer.send(&frame[..], zmq::DONTWAIT).is_ok();
+            if sent && let Some(tap) = self.tap {
+                tap.record(
+                    TapDirection::Sent,
+                    LinkKind::Client,
+                    b"",
+                    &[Bytes::copy_from_slice(&frame)],
+                );
+            }
+            *self.batch_buf = frame;
+            sent
+        };
+        if sent {
+            SendOutcome::Sent
+        } else {
+            SendOutcome::Paused
+        }
+    }
+
+    /// True (and counted) if `corr` is a request that already reached its terminal, or whose
+    /// deadline passed (ended here): it is never transmitted (SB-12, EG-16.26).
+    fn ended(&mut self, corr: u64) -> bool {
+        let ended = match self.corr.pending_deadline(corr) {
+            None => true,
+            Some(d) => {
+                let now = Instant::now();
+                if d <= now {
+                    for (_, w) in self.corr.handle_timeout(now) {
+                        let _ = w.send(Err(RequestError::DeadlineExceeded));
+                    }
+                    true
+                } else {
+                    false
+                }
+            }
+        };
+        if ended {
+            self.counters.drop(
+                DropReason::RequestEnded,
+                &format_args!("client corr {corr} ended before transmission"),
+            );
+        }
+        ended
+    }
+
+    fn expired(&self, corr: u64) -> bool {
+        self.corr
+            .pending_deadline(corr)
+            .is_none_or(|d| d <= Instant::now())
+    }
+
+    fn lost(&mut self, _out: &Out) {
+        self.counters.drop(DropReason::PeerLost, &"client");
     }
 }

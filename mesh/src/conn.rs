@@ -8,15 +8,15 @@
 
 use std::collections::VecDeque;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use zlink_wire::{FlowCredit, Pong};
+use zlink_wire::{FlowCredit, Ping, Pong};
 
 use crate::budget::{Budget, RxWindow};
 use crate::codec::Class;
 use crate::codec::Parts;
-use crate::config::{Batching, InboundWindow};
+use crate::config::{Batching, InboundWindow, Liveness};
 use crate::counters::DropReason;
 
 /// Which connection a record arrived on: the records each may carry differ.
@@ -28,6 +28,9 @@ pub(crate) enum Lane {
     Completion,
     /// ClientServer connection (node side): requests, one-way DATA and control.
     Client,
+    /// ClientServer connection (client side, `MeshClient`): pushes, replies and control from
+    /// the node. No receive window: pushes are bounded by the client's push channel.
+    Server,
 }
 
 impl Lane {
@@ -39,6 +42,7 @@ impl Lane {
         match self {
             Lane::Relay | Lane::Completion => matches!(class, Class::App | Class::Reply),
             Lane::Client => matches!(class, Class::App),
+            Lane::Server => matches!(class, Class::Push | Class::Reply),
         }
     }
 }
@@ -110,7 +114,7 @@ impl SendCredit {
         &self,
         batching: &Batching,
         queue: impl Iterator<Item = (&'a [Bytes], u64)>,
-        ended: impl Fn(u64) -> bool,
+        mut ended: impl FnMut(u64) -> bool,
     ) -> usize {
         let (mut msgs, mut bytes) = self.left();
         batch_run(batching, queue, |(frames, corr)| {
@@ -155,6 +159,163 @@ pub(crate) fn batch_run<'a>(
     n.max(1)
 }
 
+/// What limits the records a queue may transmit besides the transport: the other end's
+/// credit ([`SendCredit`]: mesh relay data, a client's requests and DATA), or nothing
+/// ([`Unlimited`]: replies, a session's pushes). A type parameter of [`flush`], so each kind of
+/// queue gets its own monomorphic, inlined loop.
+pub(crate) trait Credit {
+    /// At least one more record may go out.
+    fn open(&self) -> bool;
+    /// How many records from the front of `queue` go out as one message (see
+    /// [`SendCredit::run`]); never a request that `ended`.
+    fn run<'a>(
+        &self,
+        batching: &Batching,
+        queue: impl Iterator<Item = (&'a [Bytes], u64)>,
+        ended: impl FnMut(u64) -> bool,
+    ) -> usize;
+    /// One record of `bytes` went out.
+    fn charge(&mut self, bytes: u64);
+}
+
+impl Credit for SendCredit {
+    #[inline]
+    fn open(&self) -> bool {
+        SendCredit::open(self)
+    }
+
+    #[inline]
+    fn run<'a>(
+        &self,
+        batching: &Batching,
+        queue: impl Iterator<Item = (&'a [Bytes], u64)>,
+        ended: impl FnMut(u64) -> bool,
+    ) -> usize {
+        SendCredit::run(self, batching, queue, ended)
+    }
+
+    #[inline]
+    fn charge(&mut self, bytes: u64) {
+        SendCredit::charge(self, bytes);
+    }
+}
+
+/// No credit limit: only the transport and the batching rule bound a run.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Unlimited;
+
+impl Credit for Unlimited {
+    #[inline]
+    fn open(&self) -> bool {
+        true
+    }
+
+    #[inline]
+    fn run<'a>(
+        &self,
+        batching: &Batching,
+        queue: impl Iterator<Item = (&'a [Bytes], u64)>,
+        mut ended: impl FnMut(u64) -> bool,
+    ) -> usize {
+        batch_run(batching, queue, |(_, corr)| corr == 0 || !ended(corr))
+    }
+
+    #[inline]
+    fn charge(&mut self, _bytes: u64) {}
+}
+
+/// What the transport did with one message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum SendOutcome {
+    /// Taken (libzmq queued it).
+    Sent,
+    /// Refused for now (high-water mark): retry later, in order.
+    Paused,
+    /// The connection is gone: the records are lost.
+    Unreachable,
+}
+
+/// The driver's side of a queue being flushed: the transport, and what only the driver knows
+/// (the correlation table, the counters).
+pub(crate) trait Transport {
+    /// Sends `run` (one or more records for this connection) as one message: a lone record as
+    /// its own frames, several as one 139 batch frame.
+    fn send_run<'a>(&mut self, run: impl ExactSizeIterator<Item = &'a Parts>) -> SendOutcome;
+    /// The request `corr` (≠ 0) must not be transmitted any more: it reached its terminal, or
+    /// its deadline passed (then it is ended now). Counted by the driver.
+    fn ended(&mut self, corr: u64) -> bool;
+    /// Like [`Transport::ended`] but only asks (nothing ended, nothing counted): a run stops
+    /// before such a request (it is discarded at the front next round).
+    fn expired(&self, corr: u64) -> bool;
+    /// A record could not be sent: the connection is gone (counted by the driver).
+    fn lost(&mut self, out: &Out);
+}
+
+/// Why [`flush`] stopped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Flushed {
+    /// Everything went out (or was discarded).
+    Empty,
+    /// The other end's credit is used up: nothing to retry until a grant arrives.
+    CreditBlocked,
+    /// The transport refused (PAUSED): retry later.
+    Paused,
+}
+
+/// Transmits `queue` in order while the transport takes it and `credit` allows: a request that
+/// already ended is discarded at the front (its reservation released); then the run of records
+/// that go out as one message (natural batching within the credit, [`Credit::run`]); a sent
+/// run is charged to the credit record by record and its reservations released to `budget` at
+/// once; a run the transport could not deliver is released and reported lost. One loop for
+/// every queue of a mesh node and of a `MeshClient`, monomorphic in the credit and transport.
+#[inline]
+pub(crate) fn flush<C: Credit, T: Transport>(
+    queue: &mut VecDeque<Out>,
+    credit: &mut C,
+    budget: &Budget,
+    batching: &Batching,
+    t: &mut T,
+) -> Flushed {
+    while let Some(out) = queue.front() {
+        if out.corr != 0 && t.ended(out.corr) {
+            // The request reached its terminal (deadline, cancel) while queued: it must never
+            // be sent afterwards (SB-12, EG-16.26).
+            release(budget, out);
+            queue.pop_front();
+            continue;
+        }
+        if !credit.open() {
+            return Flushed::CreditBlocked;
+        }
+        let n = credit.run(batching, queue.iter().map(|o| (&*o.frames, o.corr)), |c| {
+            t.expired(c)
+        });
+        match t.send_run(queue.iter().take(n).map(|o| &o.frames)) {
+            SendOutcome::Sent => {
+                let (mut reserved_n, mut reserved_bytes) = (0, 0);
+                for out in queue.drain(..n) {
+                    credit.charge(out_len(&out));
+                    if let Some(b) = out.bytes {
+                        reserved_n += 1;
+                        reserved_bytes += b;
+                    }
+                }
+                if reserved_n > 0 {
+                    budget.release_n(reserved_n, reserved_bytes);
+                }
+            }
+            SendOutcome::Paused => return Flushed::Paused,
+            SendOutcome::Unreachable => {
+                for out in queue.drain(..n) {
+                    release(budget, &out);
+                    t.lost(&out);
+                }
+            }
+        }
+    }
+    Flushed::Empty
+}
+
 /// A record queued for a connection (its frames), with what it reserved.
 pub(crate) struct Out {
     pub(crate) frames: Parts,
@@ -193,6 +354,20 @@ pub(crate) struct Conn {
     pub(crate) budget: Arc<Budget>,
     /// When the other end was last heard from.
     pub(crate) last_rx: Instant,
+    /// When our next Ping is due, and the sequence number of the last one.
+    next_ping: Instant,
+    ping_seq: u64,
+}
+
+/// What a connection's liveness asks of the driver at some `now` ([`Conn::poll_liveness`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Alive {
+    /// Nothing to do.
+    Quiet,
+    /// Send this Ping (on the connection control travels on).
+    Ping(Ping),
+    /// Silent for longer than the peer timeout: the other end is down.
+    TimedOut,
 }
 
 impl Conn {
@@ -205,6 +380,8 @@ impl Conn {
             queue: VecDeque::new(),
             budget,
             last_rx: now,
+            next_ping: now,
+            ping_seq: 0,
         }
     }
 
@@ -218,6 +395,8 @@ impl Conn {
             queue: VecDeque::new(),
             budget,
             last_rx: now,
+            next_ping: now,
+            ping_seq: 0,
         }
     }
 
@@ -225,6 +404,51 @@ impl Conn {
     /// credit is its to grant, and may already have arrived).
     pub(crate) fn regrant(&mut self) {
         self.rx = RxWindow::initial_grant(self.window);
+    }
+
+    /// The other end came up at `now`: heard from now, the first Ping due `ping_interval`
+    /// later.
+    pub(crate) fn came_up(&mut self, now: Instant, ping_interval: Duration) {
+        self.last_rx = now;
+        self.next_ping = now + ping_interval;
+    }
+
+    /// Liveness at `now` of a connection that pings its other end (a mesh peer): down once
+    /// silent for longer than `peer_timeout`, else a Ping every `ping_interval`.
+    pub(crate) fn poll_liveness(&mut self, now: Instant, liveness: &Liveness) -> Alive {
+        if self.silent(now, liveness.peer_timeout) {
+            Alive::TimedOut
+        } else {
+            self.poll_ping(now, liveness.ping_interval)
+                .map_or(Alive::Quiet, Alive::Ping)
+        }
+    }
+
+    /// Nothing was heard from the other end for longer than `timeout` at `now` (a client
+    /// session: the node does not ping its clients, they ping it).
+    pub(crate) fn silent(&self, now: Instant, timeout: Duration) -> bool {
+        now.saturating_duration_since(self.last_rx) > timeout
+    }
+
+    /// The Ping to send at `now`, if one is due (the next one is then due `interval` later).
+    pub(crate) fn poll_ping(&mut self, now: Instant, interval: Duration) -> Option<Ping> {
+        if self.next_ping > now {
+            return None;
+        }
+        self.ping_seq = self.ping_seq.wrapping_add(1);
+        self.next_ping = now + interval;
+        Some(Ping { seq: self.ping_seq })
+    }
+
+    /// The transport did not take the Ping (or the connection was lost): one is due again at
+    /// `now`, retried on every pass until one gets through.
+    pub(crate) fn ping_again(&mut self, now: Instant) {
+        self.next_ping = now;
+    }
+
+    /// When the next Ping is due.
+    pub(crate) fn next_ping(&self) -> Instant {
+        self.next_ping
     }
 
     /// The lifecycle ended: nothing granted either way.
@@ -254,14 +478,20 @@ impl Conn {
             (Lane::Completion | Lane::Client, Class::Ping(seq)) => {
                 Verdict::Answer(Pong { seq: *seq })
             }
-            (Lane::Completion | Lane::Client, Class::Pong) => Verdict::Control { resume: false },
-            (Lane::Completion, Class::FlowCredit { messages, bytes }) => {
+            (Lane::Completion | Lane::Client | Lane::Server, Class::Pong) => {
+                Verdict::Control { resume: false }
+            }
+            // A node does not ping its clients; a Ping it sends is only liveness.
+            (Lane::Server, Class::Ping(_)) => Verdict::Control { resume: false },
+            (Lane::Completion | Lane::Server, Class::FlowCredit { messages, bytes }) => {
                 self.credit.grant(*messages, *bytes);
                 Verdict::Control { resume: true }
             }
             (_, Class::Disconnect(_)) => Verdict::Disconnect,
-            (Lane::Completion, Class::Reply) => Verdict::Complete,
+            (Lane::Completion | Lane::Server, Class::Reply) => Verdict::Complete,
             (Lane::Relay | Lane::Client, Class::App) => self.charge(bytes),
+            // Not charged: the client's push channel bounds what it holds.
+            (Lane::Server, Class::Push) => Verdict::Deliver,
             _ => Verdict::Drop(DropReason::WrongConnection),
         }
     }
@@ -415,6 +645,26 @@ mod tests {
             conn.ingress(Lane::Client, &Class::App, 8, now),
             Verdict::Deliver
         );
+        // The client side of a ClientServer connection: pushes delivered uncharged, replies
+        // completed, credit granted, Pings only noted; no application records.
+        assert_eq!(
+            conn.ingress(Lane::Server, &Class::Push, 8, now),
+            Verdict::Deliver
+        );
+        assert_eq!(
+            conn.ingress(Lane::Server, &Class::Reply, 8, now),
+            Verdict::Complete
+        );
+        assert_eq!(
+            conn.ingress(Lane::Server, &Class::Ping(3), 8, now),
+            Verdict::Control { resume: false }
+        );
+        assert_eq!(
+            conn.ingress(Lane::Server, &credit, 8, now),
+            Verdict::Control { resume: true }
+        );
+        assert_eq!(conn.ingress(Lane::Server, &Class::App, 8, now), wrong);
+        assert_eq!(conn.ingress(Lane::Client, &Class::Push, 8, now), wrong);
         // Replies and control are not charged to the window.
         assert_eq!(conn.rx, {
             let mut w = RxWindow::default();
@@ -431,17 +681,21 @@ mod tests {
             messages: 1,
             bytes: 1,
         };
-        for lane in [Lane::Relay, Lane::Completion, Lane::Client] {
-            assert!(lane.batchable(&Class::App));
+        for lane in [Lane::Relay, Lane::Completion, Lane::Client, Lane::Server] {
             for control in [&Class::Ping(1), &Class::Pong, &credit] {
                 assert!(!lane.batchable(control), "{lane:?} {control:?}");
             }
             let bye = Class::Disconnect(zlink_wire::DisconnectReason::Shutdown);
             assert!(!lane.batchable(&bye));
         }
+        for lane in [Lane::Relay, Lane::Completion, Lane::Client] {
+            assert!(lane.batchable(&Class::App));
+        }
         assert!(Lane::Relay.batchable(&Class::Reply));
         assert!(Lane::Completion.batchable(&Class::Reply));
         assert!(!Lane::Client.batchable(&Class::Reply));
+        assert!(Lane::Server.batchable(&Class::Push) && Lane::Server.batchable(&Class::Reply));
+        assert!(!Lane::Server.batchable(&Class::App));
     }
 
     #[test]
@@ -493,6 +747,174 @@ mod tests {
         assert_eq!(
             app(&mut conn, 10),
             Verdict::Drop(DropReason::CreditExceeded)
+        );
+    }
+
+    /// A transport that takes `room` messages, then refuses (PAUSED) or reports the peer
+    /// gone; requests in `ended` have reached their terminal.
+    #[derive(Default)]
+    struct Fake {
+        room: usize,
+        gone: bool,
+        ended: Vec<u64>,
+        sent: Vec<usize>,
+        discarded: Vec<u64>,
+        lost: usize,
+    }
+
+    impl Transport for Fake {
+        fn send_run<'a>(&mut self, run: impl ExactSizeIterator<Item = &'a Parts>) -> SendOutcome {
+            if self.gone {
+                return SendOutcome::Unreachable;
+            }
+            if self.room == 0 {
+                return SendOutcome::Paused;
+            }
+            self.room -= 1;
+            self.sent.push(run.len());
+            SendOutcome::Sent
+        }
+
+        fn ended(&mut self, corr: u64) -> bool {
+            let ended = self.ended.contains(&corr);
+            if ended {
+                self.discarded.push(corr);
+            }
+            ended
+        }
+
+        fn expired(&self, corr: u64) -> bool {
+            self.ended.contains(&corr)
+        }
+
+        fn lost(&mut self, _out: &Out) {
+            self.lost += 1;
+        }
+    }
+
+    fn queue_of(records: &[(usize, u64)], budget: &Budget) -> VecDeque<Out> {
+        records
+            .iter()
+            .map(|&(len, corr)| {
+                let frames = crate::codec::Parts::new(
+                    Bytes::from(vec![0u8; 8]),
+                    Some(Bytes::from(vec![0u8; len])),
+                );
+                let bytes = out_len(&Out {
+                    frames: frames.clone(),
+                    bytes: None,
+                    corr,
+                });
+                assert!(budget.try_reserve(bytes));
+                Out {
+                    frames,
+                    bytes: Some(bytes),
+                    corr,
+                }
+            })
+            .collect()
+    }
+
+    // The one send loop of every queue: runs batched within the credit (each record charged on
+    // its own), a request that ended discarded at the front and never put in a run, PAUSED and
+    // credit-blocked told apart, every reservation released exactly once (sent, discarded or
+    // lost).
+    #[test]
+    fn flush_batches_within_credit_and_releases_every_reservation() {
+        let budget = budget();
+        let batching = Batching {
+            max_records: 3,
+            ..Batching::default()
+        };
+        let mut q = queue_of(
+            &[
+                (10, 0),
+                (10, 0),
+                (10, 7),
+                (10, 0),
+                (10, 0),
+                (10, 0),
+                (10, 0),
+            ],
+            &budget,
+        );
+        let mut credit = SendCredit::default();
+        credit.grant(5, 1 << 20);
+        let mut t = Fake {
+            room: 10,
+            ended: vec![7],
+            ..Fake::default()
+        };
+        // The run stops before the ended request, which is then discarded at the front; the
+        // credit (5 records) ends the second run of 3 after 3 more.
+        let r = flush(&mut q, &mut credit, &budget, &batching, &mut t);
+        assert_eq!(r, Flushed::CreditBlocked);
+        assert_eq!(t.sent, vec![2, 3]);
+        assert_eq!(t.discarded, vec![7]);
+        assert_eq!(q.len(), 1, "one record waits for credit");
+        assert!(!credit.open());
+        assert_eq!(
+            budget.reserved_messages(),
+            1,
+            "only the waiting record still reserved"
+        );
+        // Without credit limit: the rest goes as soon as the transport takes it.
+        t.room = 0;
+        assert_eq!(
+            flush(&mut q, &mut Unlimited, &budget, &batching, &mut t),
+            Flushed::Paused
+        );
+        t.room = 1;
+        assert_eq!(
+            flush(&mut q, &mut Unlimited, &budget, &batching, &mut t),
+            Flushed::Empty
+        );
+        assert_eq!(budget.reserved_messages(), 0);
+        // A connection that is gone: each record lost, reservation released.
+        let mut q = queue_of(&[(10, 0), (10, 0)], &budget);
+        t.gone = true;
+        assert_eq!(
+            flush(&mut q, &mut Unlimited, &budget, &batching, &mut t),
+            Flushed::Empty
+        );
+        assert_eq!((t.lost, budget.reserved_messages()), (2, 0));
+    }
+
+    // Liveness without a clock: a Ping per interval while the other end is heard from,
+    // down after the peer timeout of silence; a Ping the transport refused is due again at
+    // once.
+    #[test]
+    fn liveness_pings_per_interval_and_times_out_on_silence() {
+        let t0 = Instant::now();
+        let s = Duration::from_secs(1);
+        let liveness = Liveness {
+            ping_interval: s,
+            peer_timeout: 3 * s,
+            ..Liveness::default()
+        };
+        let mut conn = Conn::idle(WINDOW, budget(), t0);
+        conn.came_up(t0, s);
+        assert_eq!(conn.poll_liveness(t0, &liveness), Alive::Quiet);
+        assert_eq!(conn.next_ping(), t0 + s);
+        assert_eq!(
+            conn.poll_liveness(t0 + s, &liveness),
+            Alive::Ping(Ping { seq: 1 })
+        );
+        assert_eq!(conn.poll_liveness(t0 + s, &liveness), Alive::Quiet);
+        conn.ping_again(t0 + s);
+        assert_eq!(
+            conn.poll_liveness(t0 + s, &liveness),
+            Alive::Ping(Ping { seq: 2 })
+        );
+        // Heard from (any record): the silence starts over.
+        assert_eq!(
+            conn.ingress(Lane::Completion, &Class::Pong, 8, t0 + 2 * s),
+            Verdict::Control { resume: false }
+        );
+        assert!(!conn.silent(t0 + 5 * s, 3 * s));
+        assert_eq!(
+            conn.poll_liveness(t0 + 5 * s + s / 2, &liveness),
+            Alive::TimedOut
         );
     }
 }

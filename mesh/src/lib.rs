@@ -27,6 +27,7 @@
 #![forbid(unsafe_code)]
 
 mod accept;
+mod admission;
 mod bridge;
 pub mod budget;
 pub mod client;
@@ -40,6 +41,7 @@ pub mod error;
 pub mod handshake;
 mod hashing;
 mod inbound;
+mod memo;
 pub mod node;
 pub mod sink;
 pub mod tap;

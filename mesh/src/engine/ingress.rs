@@ -4,23 +4,6 @@
 
 use super::*;
 
-/// Memo of the last decoded one-way envelope. A one-way 147 envelope depends only on its
-/// dispatch key (no correlation, no deadline), so a sender repeats the same bytes record after
-/// record. Decoding is a pure function of (envelope bytes, payload presence, limits): a
-/// byte-identical envelope gives the same header and record, so the msgpack decode is skipped.
-/// Every other check still runs per record (payload size, routing id, generation, window).
-/// The node memoizes one-way 147s; a `MeshClient` memoizes pushes (148, also a function of
-/// the key alone) with [`DecodeMemo::for_command`].
-pub(crate) struct DecodeMemo {
-    /// The only command this memo keeps (records without correlation and with a payload).
-    command: zlink_wire::Command,
-    len: usize,
-    bytes: [u8; MEMO_ENVELOPE],
-    hit: Option<(zlink_wire::Header, Record)>,
-}
-
-const MEMO_ENVELOPE: usize = 32;
-
 /// The batch fast path's view of the engine (see [`Engine::fast_one_ways`]):
 /// the fields a run of repeated one-way records reads or updates
 /// besides its connection, borrowed apart from the connection maps.
@@ -88,67 +71,6 @@ struct MemoDecoded {
     record: Option<Record>,
     payload: Option<Bytes>,
     from_memo: bool,
-}
-
-impl Default for DecodeMemo {
-    fn default() -> Self {
-        Self::for_command(zlink_wire::Command::OneWay)
-    }
-}
-
-impl DecodeMemo {
-    /// A memo that keeps records of `command` only.
-    pub(crate) fn for_command(command: zlink_wire::Command) -> Self {
-        Self {
-            command,
-            len: 0,
-            bytes: [0; MEMO_ENVELOPE],
-            hit: None,
-        }
-    }
-
-    /// The memoized header if `envelope` is byte-identical to the memoized one.
-    #[inline]
-    pub(crate) fn header(&self, envelope: &[u8]) -> Option<zlink_wire::Header> {
-        match &self.hit {
-            Some((h, _)) if envelope.len() == self.len && envelope == &self.bytes[..self.len] => {
-                Some(*h)
-            }
-            _ => None,
-        }
-    }
-
-    /// The memoized record (after a hit of [`DecodeMemo::header`]).
-    #[inline]
-    pub(crate) fn record(&self) -> Record {
-        self.hit.as_ref().map(|(_, r)| r.clone()).expect("memo hit")
-    }
-
-    /// The dispatch key of the memoized one-way record (the memo holds only 147s).
-    pub(super) fn one_way_key(&self) -> Option<crate::types::DispatchKey> {
-        match &self.hit {
-            Some((_, Record::OneWay(o))) => Some(o.key),
-            _ => None,
-        }
-    }
-
-    #[cfg(test)]
-    fn lookup(&self, envelope: &[u8]) -> Option<(zlink_wire::Header, Record)> {
-        self.header(envelope).map(|h| (h, self.record()))
-    }
-
-    /// Keeps `decoded` (decoded from `envelope` with a payload present) if it is a record of
-    /// this memo's command without correlation.
-    pub(crate) fn store(&mut self, envelope: &[u8], decoded: &Decoded) {
-        if envelope.len() <= MEMO_ENVELOPE
-            && decoded.header.correlation.get() == 0
-            && decoded.record.command() == self.command
-        {
-            self.len = envelope.len();
-            self.bytes[..envelope.len()].copy_from_slice(envelope);
-            self.hit = Some((decoded.header, decoded.record.clone()));
-        }
-    }
 }
 
 impl Engine {
@@ -567,104 +489,6 @@ impl Engine {
         self.on_parts(Sender::Client { rid }, parts);
     }
 
-    /// The session of the client connection `rid`; on the connection's first record a new
-    /// session is opened ([`Engine::open_session`]).
-    #[inline]
-    fn client_session(&mut self, rid: &[u8], class: &Class) -> Option<u64> {
-        match self.clients_by_rid.get(rid) {
-            Some(s) => Some(*s),
-            None => self.open_session(rid, class),
-        }
-    }
-
-    /// The first record on a client connection: a tombstoned connection (the node ended its
-    /// session) is answered with its Disconnect again, never a new session; otherwise a
-    /// session is opened within `max_clients`, the strangers' bounds and the per-source
-    /// bounds (each refusal counted), granted its window (the strangers' until accepted), and
-    /// announced.
-    #[cold]
-    fn open_session(&mut self, rid: &[u8], class: &Class) -> Option<u64> {
-        let now = self.rx_now;
-        if let Some(reason) = self.tombstones.get(rid) {
-            // The node ended this connection's session: no new one on it.
-            self.shared.counters.drop(
-                DropReason::SessionClosed,
-                &"client: record on a closed session's connection",
-            );
-            if !self.tomb_answered && !matches!(class, Class::Disconnect(_)) {
-                self.tomb_answered = true;
-                self.send_control(
-                    LinkKind::Client,
-                    rid,
-                    Record::Disconnect(Disconnect { reason }),
-                );
-            }
-            return None;
-        }
-        if self.clients.len() >= self.cfg.max_clients {
-            self.shared
-                .counters
-                .drop(DropReason::HandshakeCapacity, &"client");
-            return None;
-        }
-        let source = self.rx_source.clone();
-        let stranger = match self.cfg.client_admission {
-            ClientAdmission::Open => None,
-            ClientAdmission::OnAccept(strangers) => Some(strangers),
-        };
-        if let Some(st) = stranger
-            && self.strangers >= st.max
-        {
-            self.shared
-                .counters
-                .drop(DropReason::HandshakeCapacity, &"client: strangers");
-            return None;
-        }
-        if let Some(src) = &source {
-            let n = self.sessions_by_source.get(src).copied().unwrap_or(0);
-            let m = self.strangers_by_source.get(src).copied().unwrap_or(0);
-            if n >= self.cfg.max_clients_per_source
-                || stranger.is_some_and(|st| m >= st.max_per_source)
-            {
-                self.shared
-                    .counters
-                    .drop(DropReason::SourceCapacity, &format_args!("client {src}"));
-                return None;
-            }
-            *self.sessions_by_source.entry(src.clone()).or_insert(0) += 1;
-            if stranger.is_some() {
-                *self.strangers_by_source.entry(src.clone()).or_insert(0) += 1;
-            }
-        }
-        if stranger.is_some() {
-            self.strangers += 1;
-        }
-        let window = stranger.map_or(self.cfg.client_window, |st| st.window);
-        let s = self.next_session;
-        self.next_session += 1;
-        let budget = Arc::new(Budget::new(self.cfg.client_budget));
-        self.clients.insert(
-            s,
-            Client {
-                rid: rid.to_vec(),
-                conn: Conn::granted(window, budget.clone(), now),
-                stranger: stranger.is_some(),
-                closing: None,
-                source,
-            },
-        );
-        self.clients_by_rid.insert(rid.to_vec(), s);
-        self.shared.set_client(s, Some(budget));
-        self.flush_grant(ConnRef::Client(s));
-        self.shared.publish(PeerEvent::ClientConnected {
-            session: SessionRid::new(s),
-        });
-        self.client_event(ClientEvent::Connected {
-            session: SessionRid::new(s),
-        });
-        Some(s)
-    }
-
     /// The connection core of a peer (in `generation`, if given) or a client session, with
     /// the connection its grants go out on.
     pub(super) fn conn_of(&self, to: ConnRef<'_>) -> Option<(&Conn, LinkKind, &[u8])> {
@@ -899,54 +723,5 @@ mod tests {
             up += 1;
         }
         assert_eq!(up, 4, "exactly the charged records went up");
-    }
-
-    // The memo answers only for a byte-identical one-way envelope, with exactly what the
-    // decoder returns for it; other envelopes (other key, requests) are decoded afresh.
-    #[test]
-    fn decode_memo_matches_the_decoder() {
-        let limits = codec::limits(1 << 20);
-        let mut memo = DecodeMemo::default();
-        let a = one_way(7);
-        assert!(memo.lookup(&a[0]).is_none());
-        let d = zlink_wire::decode_parts(&a[0], Some(a[1].clone()), &limits).unwrap();
-        memo.store(&a[0], &d);
-        let (h, r) = memo.lookup(&one_way(7)[0]).expect("hit");
-        assert_eq!((h, r), (d.header, d.record));
-        assert!(memo.lookup(&one_way(8)[0]).is_none());
-        let mut truncated = a[0].to_vec();
-        truncated.pop();
-        assert!(memo.lookup(&truncated).is_none());
-
-        // A record with a correlation (a request, 42) is never memoized, even by a memo for its
-        // command and short enough (its bytes depend on more than the key); nor is a record of
-        // another command than the memo's.
-        let req = codec::encode(
-            &Record::Request(zlink_wire::Request {
-                key: DispatchKey::new(7),
-                deadline: zlink_wire::Deadline::from_millis(1000),
-            }),
-            42,
-            Some(Bytes::from_static(b"payload")),
-        )
-        .expect("a request encodes");
-        let d = zlink_wire::decode_parts(&req[0], Some(req[1].clone()), &limits).unwrap();
-        assert_eq!(d.header.correlation.get(), 42);
-        assert!(
-            req[0].len() <= MEMO_ENVELOPE,
-            "short enough to be memoized by size"
-        );
-        let mut m = DecodeMemo::for_command(zlink_wire::Command::Request);
-        m.store(&req[0], &d);
-        assert!(
-            m.lookup(&req[0]).is_none(),
-            "records with a correlation are not memoized"
-        );
-        let mut m = DecodeMemo::default();
-        m.store(&req[0], &d);
-        assert!(
-            m.lookup(&req[0]).is_none(),
-            "another command is not memoized"
-        );
     }
 }

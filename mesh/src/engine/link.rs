@@ -285,7 +285,7 @@ impl Engine {
                     && !p.up
                 {
                     p.up = true;
-                    p.next_ping = now + self.cfg.liveness.ping_interval;
+                    p.conn.came_up(now, self.cfg.liveness.ping_interval);
                     let shared_node = Arc::new(node.clone());
                     let slot = PeerSlot {
                         generation: id.generation,
@@ -387,5 +387,83 @@ impl Engine {
         let frames = codec::encode_control(record);
         // Control never waits: if libzmq's pipe is full the next tick sends a fresh one.
         let _ = self.raw_send(kind, rid, &frames);
+    }
+
+    pub(super) fn connect(&mut self, addr: PeerAddress) {
+        if addr.node == self.local.node {
+            return;
+        }
+        if self
+            .peers
+            .get(&addr.node)
+            .and_then(|p| p.addr.as_ref())
+            .is_some_and(|a| *a == addr)
+        {
+            // Idempotent: already connecting/connected to this address.
+            return;
+        }
+        let own_rids = [fresh_rid(), fresh_rid()];
+        if let Err(e) = connect_as(&self.sockets.relay, &own_rids[0], &addr.relay) {
+            tracing::warn!(peer = %addr.node, error = %e, "relay connect failed");
+            return;
+        }
+        if let Err(e) = connect_as(&self.sockets.completion, &own_rids[1], &addr.completion) {
+            tracing::warn!(peer = %addr.node, error = %e, "completion connect failed");
+            return;
+        }
+        self.endpoints
+            .insert(addr.relay.clone(), (addr.node.clone(), LinkKind::Relay));
+        self.endpoints.insert(
+            addr.completion.clone(),
+            (addr.node.clone(), LinkKind::Completion),
+        );
+        let node = addr.node.clone();
+        let p = self.peer_entry(&node);
+        p.addr = Some(addr);
+        p.own_rids = own_rids;
+        p.rids = [node.as_bytes().to_vec(), node.as_bytes().to_vec()];
+        let now = Instant::now();
+        self.start_initiator(&node, LinkKind::Relay, now);
+        self.start_initiator(&node, LinkKind::Completion, now);
+    }
+
+    pub(super) fn peer_entry(&mut self, node: &NodeRid) -> &mut Peer {
+        let budget = self.cfg.peer_budget;
+        let peer_window = self.cfg.peer_window;
+        let now = Instant::now();
+        self.peers.entry(node.clone()).or_insert_with(|| Peer {
+            node: node.clone(),
+            rids: [node.as_bytes().to_vec(), node.as_bytes().to_vec()],
+            own_rids: [Vec::new(), Vec::new()],
+            addr: None,
+            generation: None,
+            relay: Link::Idle,
+            completion: Link::Idle,
+            up: false,
+            replies: VecDeque::new(),
+            conn: Conn::idle(peer_window, Arc::new(Budget::new(budget)), now),
+        })
+    }
+
+    pub(super) fn start_initiator(&mut self, node: &NodeRid, kind: LinkKind, now: Instant) {
+        let local = self.local.clone();
+        let timeout = self.cfg.liveness.handshake_timeout;
+        let Some(p) = self.peers.get_mut(node) else {
+            return;
+        };
+        let hs = Handshake::initiator(
+            local,
+            kind,
+            &p.own_rids[link_index(kind)],
+            Some(node.clone()),
+            rand::random(),
+            now,
+            timeout,
+        );
+        *p.link_mut(kind) = Link::Handshaking {
+            hs: Box::new(hs),
+            out: VecDeque::new(),
+        };
+        self.pump_handshake(node, kind);
     }
 }

@@ -27,11 +27,13 @@ use bytes::Bytes;
 use tokio::sync::oneshot;
 
 use crate::budget::Budget;
-use zlink_wire::{Decoded, Disconnect, DisconnectReason, Limits, Ping};
+use zlink_wire::{Decoded, Disconnect, DisconnectReason, Limits};
 
 use crate::codec::{self, Class, HandshakeMsg, HandshakeReject, Parts, Record};
-use crate::config::{ClientAdmission, MeshConfig, PeerAddress};
-use crate::conn::{Conn, Lane, Out, Verdict, batch_run, out_len, release};
+use crate::config::{MeshConfig, PeerAddress};
+use crate::conn::{
+    self, Alive, Conn, Flushed, Lane, Out, SendOutcome, Transport, Unlimited, Verdict, release,
+};
 use crate::correlation::{Correlations, ReplyOutcome};
 use crate::counters::{Counters, DropReason, TransportEvent};
 use crate::error::RequestError;
@@ -46,14 +48,18 @@ use crate::sink::Offer;
 use crate::tap::{TapDirection, WireTap};
 use crate::types::{LinkKind, NodeGeneration, NodeRid, SessionRid};
 
+mod clients;
+mod commands;
 mod deliver;
 mod ingress;
 mod link;
 mod send;
+mod timers;
 
+use clients::{Client, Tombstones};
 use deliver::{Arrived, Context, Delivered, Delivery, Held, Source};
 
-pub(crate) use ingress::DecodeMemo;
+use crate::memo::DecodeMemo;
 
 /// Bound on how many messages one socket is read per loop iteration.
 const RECV_BATCH: usize = 512;
@@ -122,12 +128,6 @@ pub(crate) enum Command {
     Abort,
 }
 
-enum SendOutcome {
-    Sent,
-    Paused,
-    Unreachable,
-}
-
 enum Link {
     Idle,
     Handshaking {
@@ -154,9 +154,8 @@ struct Peer {
     relay: Link,
     completion: Link,
     up: bool,
-    replies: VecDeque<Parts>,
-    next_ping: Instant,
-    ping_seq: u64,
+    /// Replies waiting for the completion connection (not budgeted: `bytes` is `None`).
+    replies: VecDeque<Out>,
     /// Flow of relay data both ways (the peer's receive window; our send credit, queue and
     /// budget) and liveness: the sans-IO core ([`crate::conn`]).
     conn: Conn,
@@ -183,62 +182,6 @@ impl Peer {
         } else {
             &mut self.completion
         }
-    }
-}
-
-struct Client {
-    rid: Vec<u8>,
-    /// Receive window (like a peer's; `client_window`, or the strangers' window until
-    /// accepted), the queue of pushes and replies with the push budget, and liveness: the
-    /// sans-IO core ([`crate::conn`]).
-    conn: Conn,
-    /// Not yet accepted ([`crate::ClientAdmission::OnAccept`]): counted in
-    /// `Engine::strangers` (and per source).
-    stranger: bool,
-    /// The node is closing this session (cause, since when): its queue drains first, then it
-    /// gets a Disconnect and is removed ([`Engine::close_client`]).
-    closing: Option<(ClientCloseCause, Instant)>,
-    /// The connection's source address (peer IP), counted in `sessions_by_source`.
-    source: Option<Arc<str>>,
-}
-
-/// Routing ids of client connections whose session the node ended, with the reason it sent.
-/// Bounded by a count (`MeshConfig::max_clients`, at least 1): the oldest is forgotten first,
-/// after which a record on that connection would start a new session again.
-struct Tombstones {
-    reasons: SeededMap<Vec<u8>, DisconnectReason>,
-    order: VecDeque<Vec<u8>>,
-    cap: usize,
-}
-
-impl Tombstones {
-    fn new(cap: usize) -> Self {
-        Self {
-            reasons: SeededMap::default(),
-            order: VecDeque::new(),
-            cap: cap.max(1),
-        }
-    }
-
-    fn insert(&mut self, rid: Vec<u8>, reason: DisconnectReason) {
-        if let Some(r) = self.reasons.get_mut(&rid) {
-            *r = reason;
-            return;
-        }
-        while self.order.len() >= self.cap {
-            if let Some(old) = self.order.pop_front() {
-                self.reasons.remove(&old);
-            }
-        }
-        self.reasons.insert(rid.clone(), reason);
-        self.order.push_back(rid);
-    }
-
-    fn get(&self, rid: &[u8]) -> Option<DisconnectReason> {
-        if self.reasons.is_empty() {
-            return None;
-        }
-        self.reasons.get(rid).copied()
     }
 }
 
@@ -272,11 +215,8 @@ pub(crate) struct Engine {
     rx_now: Instant,
     clients: FastMap<u64, Client>,
     clients_by_rid: SeededMap<Vec<u8>, u64>,
-    /// Sessions per source address (`max_clients_per_source`).
-    sessions_by_source: SeededMap<Arc<str>, usize>,
-    /// Sessions not yet accepted, in all and per source address (`ClientAdmission::OnAccept`).
-    strangers: usize,
-    strangers_by_source: SeededMap<Arc<str>, usize>,
+    /// Session counts and bounds (in all, per source, strangers): sans-IO.
+    admission: crate::admission::Admission,
     /// The source address of the message being handled, read only for a client connection
     /// without a session (it may open one) and for a Hello (it starts a handshake).
     rx_source: Option<Arc<str>>,
@@ -439,6 +379,7 @@ impl Engine {
             client: client.as_ref().map(last_endpoint),
         };
         let tombstones = Tombstones::new(cfg.max_clients);
+        let admission = crate::admission::Admission::new(&cfg);
         let accepts = crate::accept::Accepts::new(
             cfg.max_pending_handshakes,
             cfg.max_pending_handshakes_per_source,
@@ -467,9 +408,7 @@ impl Engine {
                 rx_now: Instant::now(),
                 clients: FastMap::default(),
                 clients_by_rid: SeededMap::default(),
-                sessions_by_source: SeededMap::default(),
-                strangers: 0,
-                strangers_by_source: SeededMap::default(),
+                admission,
                 rx_source: None,
                 paused_clients: HashSet::new(),
                 next_session: 1,
@@ -606,559 +545,6 @@ impl Engine {
         if self.sockets.mon_client.is_some() {
             self.read_monitor(LinkKind::Client);
         }
-    }
-
-    fn handle_command(&mut self, cmd: Command) {
-        match cmd {
-            Command::Connect(addr) => self.connect(addr),
-            Command::Send {
-                dest,
-                frames,
-                bytes,
-            } => self.send_app(
-                dest,
-                Out {
-                    frames,
-                    bytes: Some(bytes),
-                    corr: 0,
-                },
-            ),
-            Command::Flush(outbox) => {
-                let mut items = std::mem::take(&mut self.outbox_buf);
-                outbox.take_into(&mut items);
-                let mut items_iter = items.drain(..);
-                while let Some(item) = items_iter.next() {
-                    match item {
-                        OutItem::Send { frames, bytes } => {
-                            // A run of one-way records: one peer lookup for the run.
-                            let mut run =
-                                std::iter::once((frames, bytes)).chain(std::iter::from_fn(|| {
-                                    let next = items_iter.as_slice().first()?;
-                                    if !matches!(next, OutItem::Send { .. }) {
-                                        return None;
-                                    }
-                                    match items_iter.next() {
-                                        Some(OutItem::Send { frames, bytes }) => {
-                                            Some((frames, bytes))
-                                        }
-                                        _ => None,
-                                    }
-                                }));
-                            self.queue_sends(&outbox, &mut run);
-                        }
-                        OutItem::Cancel { corr } => {
-                            if let Some(w) = self.corr.handle_cancel(corr) {
-                                drop(w);
-                            }
-                        }
-                        OutItem::Request {
-                            corr,
-                            deadline,
-                            frames,
-                            bytes,
-                            waiter,
-                        } => self.start_request(
-                            outbox.node.clone(),
-                            outbox.generation,
-                            corr,
-                            deadline,
-                            Out {
-                                frames,
-                                bytes: Some(bytes),
-                                corr,
-                            },
-                            waiter,
-                        ),
-                    }
-                }
-                drop(items_iter);
-                self.outbox_buf = items;
-            }
-            Command::Reply { to, frames } => self.send_reply(to, frames),
-            Command::ClientEvents(tx) => {
-                // Live sessions are announced first (they began before the channel existed).
-                let mut live: Vec<u64> = self.clients.keys().copied().collect();
-                live.sort_unstable();
-                self.client_events = Some(tx);
-                for session in live {
-                    self.client_event(ClientEvent::Connected {
-                        session: SessionRid::new(session),
-                    });
-                }
-            }
-            Command::CloseClient { session, reason } => {
-                self.close_client(session, ClientCloseCause::Closed(reason), Instant::now());
-            }
-            Command::AcceptClient { session } => self.accept_client(session),
-            Command::SetSink(sink) => self.up.sink = Some(sink),
-            Command::ReleaseCredit => {
-                let released = std::mem::take(
-                    &mut *self
-                        .shared
-                        .released
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner()),
-                );
-                for (origin, bytes) in released {
-                    match origin {
-                        Origin::Peer { node, generation } => {
-                            self.credit_freed(ConnRef::Peer(&node, Some(generation)), bytes)
-                        }
-                        Origin::Client { session } => {
-                            self.credit_freed(ConnRef::Client(session.get()), bytes)
-                        }
-                    }
-                }
-            }
-            Command::Hold(release) => {
-                // Released when the guard (the only sender) is dropped: `recv` then fails.
-                if let Err(crossbeam_channel::RecvTimeoutError::Timeout) =
-                    release.recv_timeout(HOLD_LIMIT)
-                {
-                    tracing::warn!("test hold of the mesh I/O thread expired");
-                }
-            }
-            Command::Shutdown => self.running = false,
-            Command::Abort => {
-                self.running = false;
-                self.aborted = true;
-            }
-        }
-    }
-
-    /// Queues a run of admitted one-way records of `outbox`'s lifecycle (transmitted at the end
-    /// of the pass, like [`Engine::send_app`]): one peer lookup for the whole run. Records of
-    /// a lifecycle that ended are discarded, their budget released, each counted `PeerLost`.
-    fn queue_sends(&mut self, outbox: &Outbox, run: &mut dyn Iterator<Item = (Parts, u64)>) {
-        let node = &outbox.node;
-        let Some(p) = self
-            .peers
-            .get_mut(&**node)
-            .filter(|p| p.up && p.generation == Some(outbox.generation))
-        else {
-            for (_, bytes) in run {
-                outbox.budget.release(bytes);
-                self.shared.counters.drop(DropReason::PeerLost, node);
-            }
-            return;
-        };
-        let was_empty = p.conn.queue.is_empty();
-        for (frames, bytes) in run {
-            p.conn.queue.push_back(Out {
-                frames,
-                bytes: Some(bytes),
-                corr: 0,
-            });
-        }
-        if was_empty && !p.conn.queue.is_empty() {
-            self.dirty.push(node.clone());
-        }
-    }
-
-    /// Registers a request in the correlation table (its deadline and waiter live here from
-    /// now on) and queues it like relay data; a request for a lifecycle that already ended
-    /// ends at once with `PeerLost`.
-    fn start_request(
-        &mut self,
-        node: Arc<NodeRid>,
-        generation: NodeGeneration,
-        corr: u64,
-        deadline: Instant,
-        out: Out,
-        waiter: Waiter,
-    ) {
-        let bytes = out.bytes.unwrap_or(0);
-        let current = self
-            .peers
-            .get(&node)
-            .filter(|p| p.up && p.generation == Some(generation))
-            .is_some();
-        if !current {
-            self.release_peer_budget(&node, bytes);
-            let _ = waiter.send(Err(RequestError::PeerLost));
-            return;
-        }
-        if let Err(w) = self
-            .corr
-            .register(corr, (node.clone(), generation), deadline, waiter)
-        {
-            self.release_peer_budget(&node, bytes);
-            let _ = w.send(Err(RequestError::Closed));
-            return;
-        }
-        self.send_app(Dest::Peer { node, generation }, out);
-    }
-
-    /// True if `corr` is a request that must not be transmitted any more: it already reached
-    /// its terminal (timeout, cancel, peer lost), or its deadline has passed (it is ended
-    /// here, with `DeadlineExceeded`, before the timer would). Asked at the moment of
-    /// transmission, so a request queued behind PAUSED data is never sent after its terminal.
-    fn request_ended(&mut self, corr: u64) -> bool {
-        if corr == 0 {
-            return false;
-        }
-        match self.corr.pending_deadline(corr) {
-            None => true,
-            Some(d) => {
-                let now = Instant::now();
-                if d <= now {
-                    self.expire_requests(now);
-                    true
-                } else {
-                    false
-                }
-            }
-        }
-    }
-
-    fn drop_ended(&self, node: &NodeRid, corr: u64) {
-        self.shared.counters.drop(
-            DropReason::RequestEnded,
-            &format_args!("{node}: corr {corr} ended before transmission"),
-        );
-    }
-
-    /// Ends every request whose deadline passed (`DeadlineExceeded`).
-    fn expire_requests(&mut self, now: Instant) {
-        for (_, w) in self.corr.handle_timeout(now) {
-            let _ = w.send(Err(RequestError::DeadlineExceeded));
-        }
-    }
-
-    fn mark_paused(&mut self, node: &NodeRid) {
-        if !self.paused.contains(node) {
-            self.paused.insert(node.clone());
-        }
-    }
-
-    fn release_peer_budget(&self, node: &NodeRid, bytes: u64) {
-        if let Some(p) = self.peers.get(node) {
-            p.conn.budget.release(bytes);
-        } else if let Some(slot) = self.shared.peer_slot(node) {
-            slot.budget.release(bytes);
-        }
-    }
-
-    fn connect(&mut self, addr: PeerAddress) {
-        if addr.node == self.local.node {
-            return;
-        }
-        if self
-            .peers
-            .get(&addr.node)
-            .and_then(|p| p.addr.as_ref())
-            .is_some_and(|a| *a == addr)
-        {
-            // Idempotent: already connecting/connected to this address.
-            return;
-        }
-        let own_rids = [fresh_rid(), fresh_rid()];
-        if let Err(e) = connect_as(&self.sockets.relay, &own_rids[0], &addr.relay) {
-            tracing::warn!(peer = %addr.node, error = %e, "relay connect failed");
-            return;
-        }
-        if let Err(e) = connect_as(&self.sockets.completion, &own_rids[1], &addr.completion) {
-            tracing::warn!(peer = %addr.node, error = %e, "completion connect failed");
-            return;
-        }
-        self.endpoints
-            .insert(addr.relay.clone(), (addr.node.clone(), LinkKind::Relay));
-        self.endpoints.insert(
-            addr.completion.clone(),
-            (addr.node.clone(), LinkKind::Completion),
-        );
-        let node = addr.node.clone();
-        let p = self.peer_entry(&node);
-        p.addr = Some(addr);
-        p.own_rids = own_rids;
-        p.rids = [node.as_bytes().to_vec(), node.as_bytes().to_vec()];
-        let now = Instant::now();
-        self.start_initiator(&node, LinkKind::Relay, now);
-        self.start_initiator(&node, LinkKind::Completion, now);
-    }
-
-    fn peer_entry(&mut self, node: &NodeRid) -> &mut Peer {
-        let budget = self.cfg.peer_budget;
-        let peer_window = self.cfg.peer_window;
-        let now = Instant::now();
-        self.peers.entry(node.clone()).or_insert_with(|| Peer {
-            node: node.clone(),
-            rids: [node.as_bytes().to_vec(), node.as_bytes().to_vec()],
-            own_rids: [Vec::new(), Vec::new()],
-            addr: None,
-            generation: None,
-            relay: Link::Idle,
-            completion: Link::Idle,
-            up: false,
-            replies: VecDeque::new(),
-            next_ping: now,
-            ping_seq: 0,
-            conn: Conn::idle(peer_window, Arc::new(Budget::new(budget)), now),
-        })
-    }
-
-    fn start_initiator(&mut self, node: &NodeRid, kind: LinkKind, now: Instant) {
-        let local = self.local.clone();
-        let timeout = self.cfg.liveness.handshake_timeout;
-        let Some(p) = self.peers.get_mut(node) else {
-            return;
-        };
-        let hs = Handshake::initiator(
-            local,
-            kind,
-            &p.own_rids[link_index(kind)],
-            Some(node.clone()),
-            rand::random(),
-            now,
-            timeout,
-        );
-        *p.link_mut(kind) = Link::Handshaking {
-            hs: Box::new(hs),
-            out: VecDeque::new(),
-        };
-        self.pump_handshake(node, kind);
-    }
-
-    // ---------------------------------------------------------------- timers
-
-    fn timers(&mut self, now: Instant) {
-        self.expire_requests(now);
-        self.shared.counters.summarize(now);
-        let mut to_check = Vec::new();
-        let mut to_retry = Vec::new();
-        let mut timed_out = Vec::new();
-        let mut ping = Vec::new();
-        let ping_ivl = self.cfg.liveness.ping_interval;
-        let peer_timeout = self.cfg.liveness.peer_timeout;
-        for p in self.peers.values_mut() {
-            for kind in [LinkKind::Relay, LinkKind::Completion] {
-                match p.link_mut(kind) {
-                    Link::Handshaking { hs, .. } if hs.poll_timeout().is_some_and(|t| t <= now) => {
-                        hs.handle_timeout(now);
-                        to_check.push((p.node.clone(), kind));
-                    }
-                    Link::Retry { at } if *at <= now => to_retry.push((p.node.clone(), kind)),
-                    _ => {}
-                }
-            }
-            if p.up {
-                if now.duration_since(p.conn.last_rx) > peer_timeout {
-                    timed_out.push(p.node.clone());
-                } else if p.next_ping <= now {
-                    p.ping_seq += 1;
-                    p.next_ping = now + ping_ivl;
-                    ping.push((p.rid(LinkKind::Completion).to_vec(), p.ping_seq));
-                }
-            }
-        }
-        for (node, kind) in to_check {
-            self.check_handshake(&node, kind);
-        }
-        for (kind, hs) in self.accepts.expire(now) {
-            self.shared.counters.drop(
-                DropReason::HandshakeFailed,
-                &format_args!("{kind:?} acceptor: {:?}", hs.poll_outcome()),
-            );
-        }
-        for (node, kind) in to_retry {
-            self.reconnect(&node, kind);
-            self.start_initiator(&node, kind, now);
-        }
-        for node in timed_out {
-            self.peer_down(&node, DownReason::Timeout, true);
-        }
-        let owed: Vec<NodeRid> = self
-            .peers
-            .values()
-            .filter(|p| p.up && p.conn.owes())
-            .map(|p| p.node.clone())
-            .collect();
-        for node in owed {
-            self.flush_grant(ConnRef::Peer(&node, None));
-        }
-        for (rid, seq) in ping {
-            self.send_control(LinkKind::Completion, &rid, Record::Ping(Ping { seq }));
-        }
-        let owed: Vec<u64> = self
-            .clients
-            .iter()
-            .filter(|(_, c)| c.conn.owes())
-            .map(|(s, _)| *s)
-            .collect();
-        for s in owed {
-            self.flush_grant(ConnRef::Client(s));
-        }
-        // ClientServer liveness: end the sessions of clients silent for the peer timeout (they
-        // are told Disconnect { Timeout }); a closing session whose queue did not drain within
-        // the peer timeout is ended with what it still holds dropped.
-        let dead: Vec<(u64, bool)> = self
-            .clients
-            .iter()
-            .filter_map(|(s, c)| match c.closing {
-                Some((_, since)) => {
-                    (now.duration_since(since) > peer_timeout).then_some((*s, true))
-                }
-                None => (now.duration_since(c.conn.last_rx) > peer_timeout).then_some((*s, false)),
-            })
-            .collect();
-        for (s, closing) in dead {
-            if closing {
-                self.finish_client(s);
-            } else {
-                self.close_client(s, ClientCloseCause::Timeout, now);
-                // A silent client is not waited for: what did not go out now is dropped.
-                if self.clients.contains_key(&s) {
-                    self.finish_client(s);
-                }
-            }
-        }
-    }
-
-    /// The node ends a session (`close_client`, timeout, shutdown): no new pushes are admitted
-    /// and records from the client are dropped from now on; what is queued for it goes out
-    /// first (FIFO), then [`Engine::finish_client`] sends the Disconnect and removes it. A
-    /// PAUSED queue is finished by `flush_paused` once it drained, or by the timers after the
-    /// peer timeout. Unknown or already closing sessions: nothing.
-    fn close_client(&mut self, session: u64, cause: ClientCloseCause, now: Instant) {
-        let Some(c) = self.clients.get_mut(&session) else {
-            return;
-        };
-        if c.closing.is_some() {
-            return;
-        }
-        c.closing = Some((cause, now));
-        self.shared.set_client(session, None);
-        if self.flush_client(session) {
-            self.paused_clients.remove(&session);
-            self.finish_client(session);
-        } else {
-            self.paused_clients.insert(session);
-        }
-    }
-
-    /// Ends a closing session: one last try at its queue, then Disconnect { reason } to the
-    /// client (best effort: control never waits), its routing id tombstoned, and removal
-    /// (what is still queued is dropped, counted `PeerLost`).
-    fn finish_client(&mut self, session: u64) {
-        let Some((cause, _)) = self.clients.get(&session).and_then(|c| c.closing) else {
-            return;
-        };
-        self.flush_client(session);
-        if let Some(reason) = cause.disconnect_reason()
-            && let Some(c) = self.clients.get(&session)
-        {
-            let rid = c.rid.clone();
-            self.send_control(
-                LinkKind::Client,
-                &rid,
-                Record::Disconnect(Disconnect { reason }),
-            );
-            self.tombstones.insert(rid, reason);
-        }
-        self.remove_client(session, cause);
-    }
-
-    /// Removes a session: queued records released (counted `PeerLost`), maps cleaned, events
-    /// published (the lossless `Disconnected` after the session's last record went up).
-    fn remove_client(&mut self, session: u64, cause: ClientCloseCause) {
-        let Some(mut c) = self.clients.remove(&session) else {
-            return;
-        };
-        for out in c.conn.queue.drain(..) {
-            release(&c.conn.budget, &out);
-            self.shared.counters.drop(DropReason::PeerLost, &session);
-        }
-        self.clients_by_rid.remove(&c.rid);
-        if let Some(src) = &c.source {
-            count_down(&mut self.sessions_by_source, src);
-        }
-        if c.stranger {
-            self.strangers = self.strangers.saturating_sub(1);
-            if let Some(src) = &c.source {
-                count_down(&mut self.strangers_by_source, src);
-            }
-        }
-        self.paused_clients.remove(&session);
-        self.shared.set_client(session, None);
-        self.shared.publish(PeerEvent::ClientDisconnected {
-            session: SessionRid::new(session),
-        });
-        if self.client_events.is_none() {
-            return;
-        }
-        if self.up.holds_session(session) {
-            self.up.held.push_back(Held::Ended(session, cause));
-        } else {
-            // Records of this pass still in the inbound batch go up first.
-            self.up.inbound.flush();
-            self.client_event(ClientEvent::Disconnected {
-                session: SessionRid::new(session),
-                cause,
-            });
-        }
-    }
-
-    /// The node's session layer accepted a stranger's session: full window (the difference
-    /// granted now), no longer counted as a stranger. A no-op for unknown or accepted sessions.
-    fn accept_client(&mut self, session: u64) {
-        let full = self.cfg.client_window;
-        let Some(c) = self.clients.get_mut(&session).filter(|c| c.stranger) else {
-            return;
-        };
-        c.stranger = false;
-        c.conn.widen(full);
-        let source = c.source.clone();
-        self.strangers = self.strangers.saturating_sub(1);
-        if let Some(src) = &source {
-            count_down(&mut self.strangers_by_source, src);
-        }
-        self.flush_grant(ConnRef::Client(session));
-    }
-
-    /// Sends a session event on the lossless channel, if it was taken (and is still read).
-    fn client_event(&mut self, ev: ClientEvent) {
-        if let Some(tx) = &self.client_events
-            && tx.send(ev).is_err()
-        {
-            self.client_events = None;
-        }
-    }
-
-    fn next_wake(&self, now: Instant) -> Duration {
-        let mut t = Duration::from_millis(100);
-        if !self.paused.is_empty() || !self.paused_clients.is_empty() || !self.up.held.is_empty() {
-            t = Duration::from_millis(1);
-        }
-        let pending_hs = self.peers.values().any(|p| {
-            matches!(&p.relay, Link::Handshaking { out, .. } if !out.is_empty())
-                || matches!(&p.completion, Link::Handshaking { out, .. } if !out.is_empty())
-        });
-        if pending_hs {
-            t = t.min(Duration::from_millis(5));
-        }
-        if let Some(d) = self.corr.poll_timeout() {
-            t = t.min(d.saturating_duration_since(now));
-        }
-        if let Some(d) = self.accepts.poll_timeout() {
-            t = t.min(d.saturating_duration_since(now));
-        }
-        for p in self.peers.values() {
-            if p.up {
-                t = t.min(p.next_ping.saturating_duration_since(now));
-            }
-            for l in [&p.relay, &p.completion] {
-                match l {
-                    Link::Handshaking { hs, .. } => {
-                        if let Some(d) = hs.poll_timeout() {
-                            t = t.min(d.saturating_duration_since(now));
-                        }
-                    }
-                    Link::Retry { at } => t = t.min(at.saturating_duration_since(now)),
-                    _ => {}
-                }
-            }
-        }
-        t
     }
 
     // ---------------------------------------------------------------- polling
@@ -1435,17 +821,6 @@ impl std::fmt::Display for Sender<'_> {
     }
 }
 
-/// One session from `src` ended (or stopped being a stranger): count it down, forget the
-/// source at zero.
-fn count_down(by_source: &mut SeededMap<Arc<str>, usize>, src: &Arc<str>) {
-    if let Some(n) = by_source.get_mut(src) {
-        *n = n.saturating_sub(1);
-        if *n == 0 {
-            by_source.remove(src);
-        }
-    }
-}
-
 /// Connects `s` to `ep` announcing the routing id `rid` on that connection (libzmq takes the
 /// socket's routing id at connect time; the bound listener keeps the one of the bind).
 fn connect_as(s: &zmq::Socket, rid: &[u8], ep: &str) -> Result<(), zmq::Error> {
@@ -1517,31 +892,4 @@ pub(crate) fn recv_multipart(s: &zmq::Socket) -> Option<(Bytes, Vec<Bytes>)> {
         }
     }
     Some((first_bytes, parts))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    // Tombstones are bounded by their count: the oldest routing id is forgotten first; closing
-    // the same connection again keeps one entry (with the latest reason).
-    #[test]
-    fn tombstones_forget_the_oldest_beyond_their_bound() {
-        let mut t = Tombstones::new(2);
-        assert_eq!(t.get(b"a"), None);
-        t.insert(b"a".to_vec(), DisconnectReason::Timeout);
-        t.insert(b"b".to_vec(), DisconnectReason::Closed);
-        t.insert(b"b".to_vec(), DisconnectReason::Replaced);
-        assert_eq!(t.get(b"a"), Some(DisconnectReason::Timeout));
-        assert_eq!(t.get(b"b"), Some(DisconnectReason::Replaced));
-        t.insert(b"c".to_vec(), DisconnectReason::Shutdown);
-        assert_eq!(t.get(b"a"), None, "oldest forgotten");
-        assert_eq!(t.get(b"b"), Some(DisconnectReason::Replaced));
-        assert_eq!(t.get(b"c"), Some(DisconnectReason::Shutdown));
-        assert_eq!((t.reasons.len(), t.order.len()), (2, 2));
-        // A bound of 0 still remembers the last one.
-        let mut t = Tombstones::new(0);
-        t.insert(b"x".to_vec(), DisconnectReason::Closed);
-        assert_eq!(t.get(b"x"), Some(DisconnectReason::Closed));
-    }
 }

@@ -18,34 +18,6 @@ impl Engine {
         raw_send_on(self.socket(kind), self.cfg.tap.as_ref(), kind, rid, frames)
     }
 
-    /// Sends `run` (one or more encoded records for one peer) as one message: a lone record as
-    /// its own frame, several as one 139 batch frame built in the reused buffer.
-    pub(super) fn send_run<'a>(
-        &mut self,
-        kind: LinkKind,
-        rid: &[u8],
-        mut run: impl ExactSizeIterator<Item = &'a Parts>,
-    ) -> SendOutcome {
-        if run.len() <= 1 {
-            let Some(frames) = run.next() else {
-                return SendOutcome::Sent;
-            };
-            return self.raw_send(kind, rid, frames);
-        }
-        let mut enc = zlink_wire::BatchEncoder::new(std::mem::take(&mut self.batch_buf));
-        for frames in run {
-            // Cannot fail: an application record is never a batch, a run holds at most
-            // `Batching::max_records` (≤ MAX_BATCH_RECORDS, checked at start) records and
-            // every part is bounded by the message size.
-            let pushed = enc.push(&frames[0], frames.get(1).map(|p| &p[..]));
-            debug_assert!(pushed.is_ok(), "batch push: {pushed:?}");
-        }
-        let frame = enc.finish();
-        let outcome = raw_send_one(self.socket(kind), self.cfg.tap.as_ref(), kind, rid, &frame);
-        self.batch_buf = frame;
-        outcome
-    }
-
     pub(super) fn send_app(&mut self, dest: Dest, out: Out) {
         match dest {
             Dest::Peer { node, generation } => {
@@ -180,7 +152,11 @@ impl Engine {
                 .counters
                 .drop(DropReason::ReplyUndeliverable, node);
         } else {
-            p.replies.push_back(frames);
+            p.replies.push_back(Out {
+                frames,
+                bytes: None,
+                corr: 0,
+            });
         }
     }
 
@@ -206,143 +182,146 @@ impl Engine {
         }
     }
 
-    /// Returns true when both queues of the peer are empty.
+    /// Transmits a peer's queues — replies on the completion connection, then relay data
+    /// within the peer's credit — while libzmq takes them ([`conn::flush`]). Returns true when
+    /// both are empty, or the relay queue waits only for credit (a FlowCredit puts the peer
+    /// back into `paused`).
     pub(super) fn flush_peer(&mut self, node: &NodeRid) -> bool {
-        let Some(mut p) = self.peers.remove(node) else {
+        let Some(p) = self.peers.get_mut(node) else {
             return true;
         };
-        while !p.replies.is_empty() {
-            let n = batch_run(
-                &self.cfg.batching,
-                p.replies.iter().map(|f| (&**f, 0)),
-                |_| true,
-            );
-            match self.send_run(
-                LinkKind::Completion,
-                p.rid(LinkKind::Completion),
-                p.replies.iter().take(n),
-            ) {
-                SendOutcome::Sent => {
-                    p.replies.drain(..n);
-                }
-                SendOutcome::Paused => break,
-                SendOutcome::Unreachable => {
-                    for _ in p.replies.drain(..n) {
-                        self.shared
-                            .counters
-                            .drop(DropReason::ReplyUndeliverable, node);
-                    }
-                }
-            }
-        }
-        // Blocked on the peer's credit (not on libzmq): no need to retry until a FlowCredit
-        // arrives (which puts the peer back into `paused`).
-        let mut credit_blocked = false;
-        while let Some(out) = p.conn.queue.front() {
-            if self.request_ended(out.corr) {
-                // The request reached its terminal (deadline, cancel) while queued: it must
-                // never be sent afterwards (SB-12, EG-16.26).
-                release(&p.conn.budget, out);
-                let corr = out.corr;
-                p.conn.queue.pop_front();
-                self.drop_ended(node, corr);
-                continue;
-            }
-            if !p.conn.credit.open() {
-                credit_blocked = true;
-                break;
-            }
-            // The run of records that go out as one frame: each within the peer's credit
-            // (every record is charged on its own, as if sent alone), stopping before a
-            // request that already ended (it is discarded at the front next round).
-            let corr = &self.corr;
-            let now = Instant::now();
-            let n = p.conn.credit.run(
-                &self.cfg.batching,
-                p.conn.queue.iter().map(|o| (&*o.frames, o.corr)),
-                |c| corr.pending_deadline(c).is_none_or(|d| d <= now),
-            );
-            match self.send_run(
-                LinkKind::Relay,
-                p.rid(LinkKind::Relay),
-                p.conn.queue.iter().take(n).map(|o| &o.frames),
-            ) {
-                SendOutcome::Sent => {
-                    // Each record of the run is charged to the credit on its own; the budget
-                    // of the run is released at once.
-                    let (mut reserved_n, mut reserved_bytes) = (0, 0);
-                    for out in p.conn.queue.drain(..n) {
-                        p.conn.credit.charge(out_len(&out));
-                        if let Some(b) = out.bytes {
-                            reserved_n += 1;
-                            reserved_bytes += b;
-                        }
-                    }
-                    if reserved_n > 0 {
-                        p.conn.budget.release_n(reserved_n, reserved_bytes);
-                    }
-                }
-                SendOutcome::Paused => break,
-                SendOutcome::Unreachable => {
-                    for out in p.conn.queue.drain(..n) {
-                        release(&p.conn.budget, &out);
-                        self.shared.counters.drop(DropReason::PeerLost, node);
-                    }
-                }
-            }
-        }
-        let done = (p.conn.queue.is_empty() || credit_blocked) && p.replies.is_empty();
-        self.peers.insert(node.clone(), p);
-        done
+        let mut wire = Wire {
+            socket: &self.sockets.completion,
+            tap: self.cfg.tap.as_ref(),
+            kind: LinkKind::Completion,
+            rid: &p.rids[link_index(LinkKind::Completion)],
+            batch_buf: &mut self.batch_buf,
+            corr: &mut self.corr,
+            counters: &self.shared.counters,
+            who: node,
+        };
+        let budget = &p.conn.budget;
+        let batching = &self.cfg.batching;
+        let replies = conn::flush(&mut p.replies, &mut Unlimited, budget, batching, &mut wire);
+        wire.socket = &self.sockets.relay;
+        wire.kind = LinkKind::Relay;
+        wire.rid = &p.rids[link_index(LinkKind::Relay)];
+        let relay = conn::flush(
+            &mut p.conn.queue,
+            &mut p.conn.credit,
+            budget,
+            batching,
+            &mut wire,
+        );
+        replies == Flushed::Empty && relay != Flushed::Paused
     }
 
-    /// Transmits a client's queue (pushes and replies, in order) while libzmq takes it: a run
-    /// of small records as one 139 batch frame, a lone or large record alone (as for peers,
-    /// [`Engine::flush_peer`]). Returns true when the queue is empty.
+    /// Transmits a client's queue (pushes and replies, in order) while libzmq takes it, as for
+    /// peers ([`Engine::flush_peer`]; no credit: pushes are bounded by the session's budget).
+    /// Returns true when the queue is empty.
     pub(super) fn flush_client(&mut self, session: u64) -> bool {
-        let Some(mut c) = self.clients.remove(&session) else {
+        let Some(c) = self.clients.get_mut(&session) else {
             return true;
         };
-        while !c.conn.queue.is_empty() {
-            let n = batch_run(
-                &self.cfg.batching,
-                c.conn.queue.iter().map(|o| (&*o.frames, 0)),
-                |_| true,
-            );
-            match self.send_run(
-                LinkKind::Client,
-                &c.rid,
-                c.conn.queue.iter().take(n).map(|o| &o.frames),
-            ) {
-                SendOutcome::Sent => {
-                    let (mut reserved_n, mut reserved_bytes) = (0, 0);
-                    for out in c.conn.queue.drain(..n) {
-                        if let Some(b) = out.bytes {
-                            reserved_n += 1;
-                            reserved_bytes += b;
-                        }
+        let mut wire = Wire {
+            socket: self.sockets.client.as_ref().expect("client socket"),
+            tap: self.cfg.tap.as_ref(),
+            kind: LinkKind::Client,
+            rid: &c.rid,
+            batch_buf: &mut self.batch_buf,
+            corr: &mut self.corr,
+            counters: &self.shared.counters,
+            who: &session,
+        };
+        conn::flush(
+            &mut c.conn.queue,
+            &mut Unlimited,
+            &c.conn.budget,
+            &self.cfg.batching,
+            &mut wire,
+        ) == Flushed::Empty
+    }
+}
+
+/// One connection of the node's sockets as the [`Transport`] of [`conn::flush`]: its socket
+/// and routing id, the reused batch buffer, and the correlation table a queued request is
+/// checked against at the moment of transmission.
+pub(super) struct Wire<'e> {
+    pub(super) socket: &'e zmq::Socket,
+    pub(super) tap: Option<&'e WireTap>,
+    pub(super) kind: LinkKind,
+    pub(super) rid: &'e [u8],
+    pub(super) batch_buf: &'e mut Vec<u8>,
+    pub(super) corr: &'e mut Correlations<(Arc<NodeRid>, NodeGeneration), Waiter>,
+    pub(super) counters: &'e Counters,
+    /// The other end, as the detail of a drop.
+    pub(super) who: &'e dyn std::fmt::Display,
+}
+
+impl Transport for Wire<'_> {
+    /// A lone record as its own frames, several as one 139 batch frame built in the reused
+    /// buffer.
+    #[inline]
+    fn send_run<'a>(&mut self, mut run: impl ExactSizeIterator<Item = &'a Parts>) -> SendOutcome {
+        if run.len() <= 1 {
+            let Some(frames) = run.next() else {
+                return SendOutcome::Sent;
+            };
+            return raw_send_on(self.socket, self.tap, self.kind, self.rid, frames);
+        }
+        let mut enc = zlink_wire::BatchEncoder::new(std::mem::take(self.batch_buf));
+        for frames in run {
+            // Cannot fail: an application record is never a batch, a run holds at most
+            // `Batching::max_records` (≤ MAX_BATCH_RECORDS, checked at start) records and
+            // every part is bounded by the message size.
+            let pushed = enc.push(&frames[0], frames.get(1).map(|p| &p[..]));
+            debug_assert!(pushed.is_ok(), "batch push: {pushed:?}");
+        }
+        let frame = enc.finish();
+        let outcome = raw_send_one(self.socket, self.tap, self.kind, self.rid, &frame);
+        *self.batch_buf = frame;
+        outcome
+    }
+
+    /// Ended: it reached its terminal (timeout, cancel, peer lost), or its deadline has passed
+    /// (every expired request is ended here, with `DeadlineExceeded`, before the timer would).
+    fn ended(&mut self, corr: u64) -> bool {
+        let ended = match self.corr.pending_deadline(corr) {
+            None => true,
+            Some(d) => {
+                let now = Instant::now();
+                if d <= now {
+                    for (_, w) in self.corr.handle_timeout(now) {
+                        let _ = w.send(Err(RequestError::DeadlineExceeded));
                     }
-                    if reserved_n > 0 {
-                        c.conn.budget.release_n(reserved_n, reserved_bytes);
-                    }
-                }
-                SendOutcome::Paused => break,
-                SendOutcome::Unreachable => {
-                    for out in c.conn.queue.drain(..n) {
-                        release(&c.conn.budget, &out);
-                        let reason = if out.bytes.is_some() {
-                            DropReason::PeerLost
-                        } else {
-                            DropReason::ReplyUndeliverable
-                        };
-                        self.shared.counters.drop(reason, &session);
-                    }
+                    true
+                } else {
+                    false
                 }
             }
+        };
+        if ended {
+            self.counters.drop(
+                DropReason::RequestEnded,
+                &format_args!("{}: corr {corr} ended before transmission", self.who),
+            );
         }
-        let done = c.conn.queue.is_empty();
-        self.clients.insert(session, c);
-        done
+        ended
+    }
+
+    fn expired(&self, corr: u64) -> bool {
+        self.corr
+            .pending_deadline(corr)
+            .is_none_or(|d| d <= Instant::now())
+    }
+
+    fn lost(&mut self, out: &Out) {
+        let reason = if out.bytes.is_some() {
+            DropReason::PeerLost
+        } else {
+            DropReason::ReplyUndeliverable
+        };
+        self.counters.drop(reason, self.who);
     }
 }
 

@@ -1,0 +1,241 @@
+//! Commands from the API handles ([`Command`]): sends and requests queued for their
+//! connection, replies, session and sink control.
+
+use super::*;
+
+impl Engine {
+    pub(super) fn handle_command(&mut self, cmd: Command) {
+        match cmd {
+            Command::Connect(addr) => self.connect(addr),
+            Command::Send {
+                dest,
+                frames,
+                bytes,
+            } => self.send_app(
+                dest,
+                Out {
+                    frames,
+                    bytes: Some(bytes),
+                    corr: 0,
+                },
+            ),
+            Command::Flush(outbox) => {
+                let mut items = std::mem::take(&mut self.outbox_buf);
+                outbox.take_into(&mut items);
+                let mut items_iter = items.drain(..);
+                while let Some(item) = items_iter.next() {
+                    match item {
+                        OutItem::Send { frames, bytes } => {
+                            // A run of one-way records: one peer lookup for the run.
+                            let mut run =
+                                std::iter::once((frames, bytes)).chain(std::iter::from_fn(|| {
+                                    let next = items_iter.as_slice().first()?;
+                                    if !matches!(next, OutItem::Send { .. }) {
+                                        return None;
+                                    }
+                                    match items_iter.next() {
+                                        Some(OutItem::Send { frames, bytes }) => {
+                                            Some((frames, bytes))
+                                        }
+                                        _ => None,
+                                    }
+                                }));
+                            self.queue_sends(&outbox, &mut run);
+                        }
+                        OutItem::Cancel { corr } => {
+                            if let Some(w) = self.corr.handle_cancel(corr) {
+                                drop(w);
+                            }
+                        }
+                        OutItem::Request {
+                            corr,
+                            deadline,
+                            frames,
+                            bytes,
+                            waiter,
+                        } => self.start_request(
+                            outbox.node.clone(),
+                            outbox.generation,
+                            corr,
+                            deadline,
+                            Out {
+                                frames,
+                                bytes: Some(bytes),
+                                corr,
+                            },
+                            waiter,
+                        ),
+                    }
+                }
+                drop(items_iter);
+                self.outbox_buf = items;
+            }
+            Command::Reply { to, frames } => self.send_reply(to, frames),
+            Command::ClientEvents(tx) => {
+                // Live sessions are announced first (they began before the channel existed).
+                let mut live: Vec<u64> = self.clients.keys().copied().collect();
+                live.sort_unstable();
+                self.client_events = Some(tx);
+                for session in live {
+                    self.client_event(ClientEvent::Connected {
+                        session: SessionRid::new(session),
+                    });
+                }
+            }
+            Command::CloseClient { session, reason } => {
+                self.close_client(session, ClientCloseCause::Closed(reason), Instant::now());
+            }
+            Command::AcceptClient { session } => self.accept_client(session),
+            Command::SetSink(sink) => self.up.sink = Some(sink),
+            Command::ReleaseCredit => {
+                let released = std::mem::take(
+                    &mut *self
+                        .shared
+                        .released
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner()),
+                );
+                for (origin, bytes) in released {
+                    match origin {
+                        Origin::Peer { node, generation } => {
+                            self.credit_freed(ConnRef::Peer(&node, Some(generation)), bytes)
+                        }
+                        Origin::Client { session } => {
+                            self.credit_freed(ConnRef::Client(session.get()), bytes)
+                        }
+                    }
+                }
+            }
+            Command::Hold(release) => {
+                // Released when the guard (the only sender) is dropped: `recv` then fails.
+                if let Err(crossbeam_channel::RecvTimeoutError::Timeout) =
+                    release.recv_timeout(HOLD_LIMIT)
+                {
+                    tracing::warn!("test hold of the mesh I/O thread expired");
+                }
+            }
+            Command::Shutdown => self.running = false,
+            Command::Abort => {
+                self.running = false;
+                self.aborted = true;
+            }
+        }
+    }
+
+    /// Queues a run of admitted one-way records of `outbox`'s lifecycle (transmitted at the end
+    /// of the pass, like [`Engine::send_app`]): one peer lookup for the whole run. Records of
+    /// a lifecycle that ended are discarded, their budget released, each counted `PeerLost`.
+    pub(super) fn queue_sends(
+        &mut self,
+        outbox: &Outbox,
+        run: &mut dyn Iterator<Item = (Parts, u64)>,
+    ) {
+        let node = &outbox.node;
+        let Some(p) = self
+            .peers
+            .get_mut(&**node)
+            .filter(|p| p.up && p.generation == Some(outbox.generation))
+        else {
+            for (_, bytes) in run {
+                outbox.budget.release(bytes);
+                self.shared.counters.drop(DropReason::PeerLost, node);
+            }
+            return;
+        };
+        let was_empty = p.conn.queue.is_empty();
+        for (frames, bytes) in run {
+            p.conn.queue.push_back(Out {
+                frames,
+                bytes: Some(bytes),
+                corr: 0,
+            });
+        }
+        if was_empty && !p.conn.queue.is_empty() {
+            self.dirty.push(node.clone());
+        }
+    }
+
+    /// Registers a request in the correlation table (its deadline and waiter live here from
+    /// now on) and queues it like relay data; a request for a lifecycle that already ended
+    /// ends at once with `PeerLost`.
+    pub(super) fn start_request(
+        &mut self,
+        node: Arc<NodeRid>,
+        generation: NodeGeneration,
+        corr: u64,
+        deadline: Instant,
+        out: Out,
+        waiter: Waiter,
+    ) {
+        let bytes = out.bytes.unwrap_or(0);
+        let current = self
+            .peers
+            .get(&node)
+            .filter(|p| p.up && p.generation == Some(generation))
+            .is_some();
+        if !current {
+            self.release_peer_budget(&node, bytes);
+            let _ = waiter.send(Err(RequestError::PeerLost));
+            return;
+        }
+        if let Err(w) = self
+            .corr
+            .register(corr, (node.clone(), generation), deadline, waiter)
+        {
+            self.release_peer_budget(&node, bytes);
+            let _ = w.send(Err(RequestError::Closed));
+            return;
+        }
+        self.send_app(Dest::Peer { node, generation }, out);
+    }
+
+    /// True if `corr` is a request that must not be transmitted any more: it already reached
+    /// its terminal (timeout, cancel, peer lost), or its deadline has passed (it is ended
+    /// here, with `DeadlineExceeded`, before the timer would). Asked at the moment of
+    /// transmission, so a request queued behind PAUSED data is never sent after its terminal.
+    pub(super) fn request_ended(&mut self, corr: u64) -> bool {
+        if corr == 0 {
+            return false;
+        }
+        match self.corr.pending_deadline(corr) {
+            None => true,
+            Some(d) => {
+                let now = Instant::now();
+                if d <= now {
+                    self.expire_requests(now);
+                    true
+                } else {
+                    false
+                }
+            }
+        }
+    }
+
+    pub(super) fn drop_ended(&self, node: &NodeRid, corr: u64) {
+        self.shared.counters.drop(
+            DropReason::RequestEnded,
+            &format_args!("{node}: corr {corr} ended before transmission"),
+        );
+    }
+
+    /// Ends every request whose deadline passed (`DeadlineExceeded`).
+    pub(super) fn expire_requests(&mut self, now: Instant) {
+        for (_, w) in self.corr.handle_timeout(now) {
+            let _ = w.send(Err(RequestError::DeadlineExceeded));
+        }
+    }
+
+    pub(super) fn mark_paused(&mut self, node: &NodeRid) {
+        if !self.paused.contains(node) {
+            self.paused.insert(node.clone());
+        }
+    }
+
+    pub(super) fn release_peer_budget(&self, node: &NodeRid, bytes: u64) {
+        if let Some(p) = self.peers.get(node) {
+            p.conn.budget.release(bytes);
+        } else if let Some(slot) = self.shared.peer_slot(node) {
+            slot.budget.release(bytes);
+        }
+    }
+}
