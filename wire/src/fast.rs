@@ -20,6 +20,7 @@ use crate::ids::{
     ObjectGeneration, OwnerLeaseGeneration, SessionLifecycleGeneration, SessionRid,
     SessionSequence,
 };
+use crate::msgpack::Reader;
 use crate::record::{ActorSend, BoundSessionSend, BoundSessionTail};
 
 /// Fields of a 24 body (one array).
@@ -77,87 +78,10 @@ pub(crate) fn encode_bound_session_send(r: &BoundSessionSend, buf: &mut Vec<u8>)
 
 // ---------------------------------------------------------------- decode
 
-/// A cursor over a body; every read is bounds-checked and `None` on anything unexpected.
-struct Reader<'a>(&'a [u8]);
-
-impl<'a> Reader<'a> {
-    fn byte(&mut self) -> Option<u8> {
-        let (&b, rest) = self.0.split_first()?;
-        self.0 = rest;
-        Some(b)
-    }
-
-    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
-        if n > self.0.len() {
-            return None;
-        }
-        let (head, rest) = self.0.split_at(n);
-        self.0 = rest;
-        Some(head)
-    }
-
-    fn be(&mut self, n: usize) -> Option<u64> {
-        Some(
-            self.take(n)?
-                .iter()
-                .fold(0u64, |acc, &b| (acc << 8) | u64::from(b)),
-        )
-    }
-
-    /// An unsigned integer in any of MessagePack's unsigned forms.
-    fn uint(&mut self) -> Option<u64> {
-        match self.byte()? {
-            b @ 0x00..=0x7f => Some(u64::from(b)),
-            0xcc => self.be(1),
-            0xcd => self.be(2),
-            0xce => self.be(4),
-            0xcf => self.be(8),
-            _ => None,
-        }
-    }
-
-    fn u32(&mut self) -> Option<u32> {
-        u32::try_from(self.uint()?).ok()
-    }
-
-    fn array(&mut self) -> Option<u32> {
-        match self.byte()? {
-            b @ 0x90..=0x9f => Some(u32::from(b & 0x0f)),
-            0xdc => u32::try_from(self.be(2)?).ok(),
-            0xdd => u32::try_from(self.be(4)?).ok(),
-            _ => None,
-        }
-    }
-
-    fn text(&mut self) -> Option<&'a str> {
-        let len = match self.byte()? {
-            b @ 0xa0..=0xbf => u64::from(b & 0x1f),
-            0xd9 => self.be(1)?,
-            0xda => self.be(2)?,
-            0xdb => self.be(4)?,
-            _ => return None,
-        };
-        std::str::from_utf8(self.take(usize::try_from(len).ok()?)?).ok()
-    }
-
-    fn nil(&mut self) -> bool {
-        if self.0.first() == Some(&0xc0) {
-            self.0 = &self.0[1..];
-            true
-        } else {
-            false
-        }
-    }
-
-    fn end(&self) -> Option<()> {
-        self.0.is_empty().then_some(())
-    }
-}
-
 /// The body of a 24 in its canonical form; `None` for anything else (see the module doc).
 pub(crate) fn decode_actor_send(body: &[u8]) -> Option<ActorSend> {
-    let mut r = Reader(body);
-    if r.array()? != ACTOR_SEND_FIELDS {
+    let mut r = Reader::new(body);
+    if r.array()? != ACTOR_SEND_FIELDS as usize {
         return None;
     }
     let actor = r.text()?;
@@ -196,8 +120,8 @@ pub(crate) fn decode_actor_send(body: &[u8]) -> Option<ActorSend> {
 
 /// The body of a 36 in its canonical form; `None` for anything else (see the module doc).
 pub(crate) fn decode_bound_session_send(body: &[u8]) -> Option<BoundSessionSend> {
-    let mut r = Reader(body);
-    if r.array()? != BOUND_SESSION_SEND_FIELDS {
+    let mut r = Reader::new(body);
+    if r.array()? != BOUND_SESSION_SEND_FIELDS as usize {
         return None;
     }
     let actor = r.text()?;

@@ -119,6 +119,7 @@ mod fast;
 pub mod frame;
 pub mod fuzz_harness;
 pub mod ids;
+pub mod msgpack;
 pub mod record;
 mod support;
 
