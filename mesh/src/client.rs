@@ -341,7 +341,7 @@ impl MeshClient {
             spin: cfg.io_spin_yields,
             batch_buf: Vec::new(),
             rest: None,
-            memo: DecodeMemo::for_command(zlink_wire::Command::Push),
+            memo: DecodeMemo::for_commands(&[zlink_wire::Command::Push]),
             heard: false,
             server_closed: None,
             _ctx: ctx,

@@ -865,3 +865,70 @@ async fn pending_handshakes_are_bounded_per_source() {
     assert_eq!(node.counters().dropped(DropReason::HandshakeCapacity), 0);
     node.shutdown().await;
 }
+
+// spec: SB-2.1 — the node's decode memo keeps the last repeated envelope it decoded, a peer's
+// 36 (BoundSessionSend) included; a client that replays that envelope byte for byte is refused
+// like any 36 from a client (`WrongConnection`): a memo hit is checked like a decoded record.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_replaying_a_peers_bound_session_send_is_refused() {
+    use zlink_wire::{
+        ActorId, AuthorityOwnerGeneration, BindingGeneration, ObjectGeneration,
+        SessionLifecycleGeneration, SessionRid,
+    };
+    let (node, mut inbound, good) = setup();
+    link(&good, &node).await;
+    let rec = Record::BoundSessionSend(zlink_wire::BoundSessionSend {
+        actor: ActorId::new("user:42").unwrap(),
+        object_generation: ObjectGeneration::new(3),
+        source_node_generation: good.generation(),
+        authority_owner_generation: AuthorityOwnerGeneration::new(4),
+        session_lifecycle: SessionLifecycleGeneration::new(5),
+        session: SessionRid::new(6),
+        binding_generation: BindingGeneration::new(7),
+        key: DispatchKey::new(8),
+    });
+    let payload = Bytes::from_static(b"from the peer");
+    good.send_record(node.node(), rec.clone(), Some(payload.clone()))
+        .await
+        .unwrap();
+    let m = tokio::time::timeout(WAIT, inbound.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(m.record, rec, "the peer's 36 goes up (and is memoized)");
+
+    let ctx = zmq::Context::new();
+    let c = ctx.socket(zmq::DEALER).unwrap();
+    c.set_linger(0).unwrap();
+    c.connect(node.endpoints().client.as_ref().unwrap())
+        .unwrap();
+    let wrong = node.counters().dropped(DropReason::WrongConnection);
+    let f = zlink_wire::encode(&rec, CorrelationId::NONE, Some(payload))
+        .unwrap()
+        .into_vec();
+    c.send_multipart(f.iter().map(|b| &b[..]), 0).unwrap();
+    eventually("the replayed 36 is refused", || {
+        node.counters().dropped(DropReason::WrongConnection) > wrong
+    })
+    .await;
+    // The same client's one-way DATA still goes up, alone.
+    let data = Record::OneWay(OneWay {
+        key: DispatchKey::new(1),
+    });
+    let f = zlink_wire::encode(
+        &data,
+        CorrelationId::NONE,
+        Some(Bytes::from_static(b"data")),
+    )
+    .unwrap()
+    .into_vec();
+    c.send_multipart(f.iter().map(|b| &b[..]), 0).unwrap();
+    let m = tokio::time::timeout(WAIT, inbound.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(m.record, data, "nothing but the client's one-way went up");
+    assert!(inbound.try_recv().is_none());
+    node.shutdown().await;
+    good.shutdown().await;
+}

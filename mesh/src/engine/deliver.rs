@@ -1,5 +1,5 @@
 //! Delivery of application records to the layer above, one path for peers and clients: a
-//! record the connection core let in ([`Verdict::Deliver`](crate::conn::Verdict::Deliver),
+//! record the connection core let in ([`Verdict::Deliver`],
 //! charged to its sender's window) is offered to the sink, handed up through the inbound
 //! channel (a plain one-way in the compact form), or held (FIFO) while that channel is full;
 //! the caller grants the credit a record freed. What differs between a peer and a client is

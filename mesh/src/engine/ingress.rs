@@ -200,10 +200,14 @@ impl Engine {
                 let session = self.client_session(rid, &class)?;
                 let c = self.clients.get_mut(&session)?;
                 if matches!(class, Class::App) {
-                    if !(from_memo
-                        || matches!(record, Some(Record::Request(_) | Record::OneWay(_))))
-                    {
-                        // Only requests and one-way DATA are application records from a client.
+                    // Only requests and one-way DATA are application records from a client (a
+                    // memo hit is one only if the memo holds a one-way 147: it also keeps the
+                    // 36s peers send).
+                    let client_record = match &record {
+                        Some(r) => matches!(r, Record::Request(_) | Record::OneWay(_)),
+                        None => self.memo.one_way_key().is_some(),
+                    };
+                    if !client_record {
                         c.conn.last_rx = now;
                         self.shared
                             .counters
@@ -436,7 +440,7 @@ impl Engine {
             _ => None,
         };
         Some(match memo {
-            // The memo holds only one-way 147 records: application class.
+            // The memo holds only 147 and 36 records: application class.
             Some(header) => MemoDecoded {
                 header,
                 class: Class::App,

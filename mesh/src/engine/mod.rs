@@ -1,6 +1,16 @@
 //! The node's I/O thread: owns every libzmq socket of a node, validates ingress, runs the
 //! handshakes, the correlation table, liveness and the PAUSED queues.
 //!
+//! A zmq driver around sans-IO state: the protocol decisions are the connection core's
+//! ([`crate::conn`]: what a record may do on its connection, window and credit, the send
+//! loop, liveness), the handshakes' ([`crate::handshake`], [`crate::accept`]), the
+//! correlation table's ([`crate::correlation`]) and the session admission's
+//! ([`crate::admission`]); this module reads and writes the sockets and acts on their
+//! verdicts. Modules: [`ingress`] (read, decode, authenticate, act on the verdict),
+//! [`deliver`] (one delivery path for peers and clients), [`send`] (queues and the transport of
+//! the send loop), [`link`] (handshakes, peers up and down), [`clients`] (sessions),
+//! [`commands`] (the API's commands), [`timers`] (housekeeping).
+//!
 //! Loop order (one iteration): drain commands (batch) → flush PAUSED queues and pending
 //! handshake messages → hand stalled inbound records to the layer above → timers (handshake
 //! timeouts, pings, peer timeouts, request deadlines) → `zmq::poll` (doorbell, sockets,
