@@ -10,7 +10,9 @@
 //! 1. inputs: [`GateCore::handle_submit`], [`GateCore::handle_resume`], [`GateCore::handle_seal`],
 //!    [`GateCore::handle_unseal`], [`GateCore::handle_end`];
 //! 2. while holding the right: [`GateCore::poll_turn`] → run the work → exactly one of
-//!    [`GateCore::handle_turn_finished`] or [`GateCore::handle_yield`] for that turn;
+//!    [`GateCore::handle_turn_finished`] or [`GateCore::handle_yield`] for that turn; or, for an
+//!    inline request, [`GateCore::inline_admissible`] → take the right →
+//!    [`GateCore::handle_inline_start`] (admit and start in one step) → the same terminal;
 //! 3. before dropping the right: [`GateCore::has_ready`] (the driver re-checks it after releasing).
 //!
 //! Invariants:

@@ -21,6 +21,11 @@
 //! * holder: loop `poll_turn` under the lock; when nothing is ready, `release`, then re-check
 //!   `has_ready` and `try_acquire` again. Either the submitter's acquire sees the released word,
 //!   or the holder's re-check sees the admitted work: no work is stranded.
+//! * inline request ([`GateShared::try_start_inline`], [`GateShared::finish_inline`]): lock,
+//!   check that nothing waits, take the right *under the lock*, unlock, run one record; then lock,
+//!   finish it, release the right and re-check the ready set under that same lock (taking the
+//!   right again for a new drain if work is ready). Submitters admit under the lock and try the
+//!   right after unlocking, so they find it either held (the finish sees their work) or free.
 
 use std::collections::VecDeque;
 
