@@ -28,9 +28,7 @@ use super::driver::{
     spawn_application, with_deadline,
 };
 use super::error::{InvalidOperation, RuntimeError, Unavailable};
-use super::spot::{
-    ActorRef, AskStart, Payload, SpotKind, SpotRef, TimerRef, ask_lane_in_turn, await_reply,
-};
+use super::spot::{ActorRef, AskStart, Payload, SpotKind, SpotRef, TimerRef, await_reply};
 
 mod sealed {
     pub trait Sealed {}
@@ -532,12 +530,12 @@ impl<Y: YieldMode> Ctx<Y> {
         M: Payload + Send + 'static,
         R: Send + 'static,
     {
-        let lane = target.lane_handle().clone();
+        // a handle, not just the lane: while the call is pending the actor is not ended by its
+        // last other handle being dropped (the end record would come before this request)
+        let t = target.clone();
         self.call_op(
-            Target::lane(&lane),
-            CallOp::Ask(Box::new(move |inline| {
-                ask_lane_in_turn::<M, R>(&lane, msg, inline)
-            })),
+            Target::lane(target.lane_handle()),
+            CallOp::Ask(Box::new(move |inline| t.ask_in_turn(msg, inline))),
         )
     }
 

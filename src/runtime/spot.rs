@@ -711,6 +711,16 @@ where
         }
     }
 
+    /// A request made from a handler turn of another gate (`Ctx::ask`'s normal terminal, after
+    /// its EG-6.5 checks). With `inline`, a request to an idle actor whose gate is free and has
+    /// nothing waiting runs in the caller's task (`docs/RUNTIME.md`, "Inline ask"): the right
+    /// is taken, the handler runs, the result comes back by value and the right is released;
+    /// a handler that returns a future is continued by a new drain that keeps the right.
+    /// Otherwise the request is queued like [`ActorRef::ask`].
+    pub(crate) fn ask_in_turn(&self, msg: M, inline: bool) -> AskStart<R> {
+        ask_lane_in_turn::<M, R>(&self.lane, msg, inline)
+    }
+
     /// A request from outside a turn; a handler error arrives as `RuntimeError::Handler` (EG-15).
     pub fn ask(&self, msg: M) -> impl Future<Output = Result<R, RuntimeError>> + Send + 'static {
         let (tx, rx) = oneshot::channel();
@@ -725,14 +735,7 @@ where
     }
 }
 
-/// A request made from a handler turn of another gate (`Ctx::ask`'s normal terminal, after
-/// its EG-6.5 checks). With `inline`, a request to an idle actor whose gate is free and has
-/// nothing waiting runs in the caller's task (`docs/RUNTIME.md`, "Inline ask"): the right
-/// is taken, the handler runs, the result comes back by value and the right is released;
-/// a handler that returns a future is continued by a new drain that keeps the right.
-/// Otherwise the request is queued like [`ActorRef::ask`].
-/// (`Ctx::ask` holds the actor's lane, not an `ActorRef`: no handle count to update per request.)
-pub(crate) fn ask_lane_in_turn<M, R>(lane: &Arc<LaneHandle>, msg: M, inline: bool) -> AskStart<R>
+fn ask_lane_in_turn<M, R>(lane: &Arc<LaneHandle>, msg: M, inline: bool) -> AskStart<R>
 where
     M: Payload + Send + 'static,
     R: Send + 'static,
