@@ -262,7 +262,6 @@ fn queued_records_are_never_overtaken() {
     // B's record yielded (C ran behind the same gate); B's gate goes free
     c.tell(()).unwrap();
     assert_eq!(next(&rx), "c");
-    wait_until("B's gate idle", || c.stats().application_queued == 0);
     a.tell(()).unwrap();
     assert_eq!(next(&rx), "asking");
     wait_until("the request queued", || b.stats().application_queued == 3);
@@ -314,7 +313,6 @@ fn yielded_target_is_not_run_inline() {
     assert_eq!(next(&rx), "b:0");
     c.tell(()).unwrap();
     assert_eq!(next(&rx), "c");
-    wait_until("B's gate idle", || c.stats().application_queued == 0);
     a.tell(()).unwrap();
     assert_eq!(next(&rx), "asking");
     wait_until("the request queued", || b.stats().application_queued == 1);
