@@ -1507,9 +1507,9 @@ mod tests {
         assert_eq!(inline.handle_inline_start(a, 0), Some(invocation + 2));
     }
 
-    // EG-6.4, EG-7.6, EG-3.1, EG-4.1, EG-5.2, EG-7.1: nothing queued is ever overtaken — an
-    // inline start is refused whenever anything waits for the right, the lane is not idle, the
-    // gate is sealed or ended, or the record would not fit.
+    // Nothing queued is ever overtaken: an inline start is refused whenever anything waits for
+    // the right, the lane is not idle, the gate is sealed or ended, or the record would not fit.
+    // spec: EG-6.4, EG-7.6, EG-3.1, EG-4.1, EG-5.2, EG-7.1
     #[test]
     fn inline_start_refused_unless_nothing_waits() {
         let mut c = core();
