@@ -351,6 +351,19 @@ fn main() {
         line("runtime_ask_1_actor_only", "asks_per_s", median(z), 0.0);
         return;
     }
+    // `--ask-base N [ROUNDS] [WORKERS]`: only the mpsc + oneshot baseline of the actor-asker
+    // lines (WORKERS 0: current_thread), for the same profiling
+    if let Some(i) = args.iter().position(|a| a == "--ask-base") {
+        let n: usize = args
+            .get(i + 1)
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(200_000);
+        let rounds: usize = args.get(i + 2).and_then(|s| s.parse().ok()).unwrap_or(1);
+        let workers: usize = args.get(i + 3).and_then(|s| s.parse().ok()).unwrap_or(0);
+        let b: Vec<f64> = (0..rounds).map(|_| mpsc_ask_rate(n, workers)).collect();
+        line("runtime_ask_1_base_only", "asks_per_s", median(b), 0.0);
+        return;
+    }
     // `--ask1 N [ROUNDS]`: only the ask figures (profiling)
     if let Some(i) = args.iter().position(|a| a == "--ask1") {
         let n: usize = args

@@ -28,9 +28,7 @@ use super::driver::{
     spawn_application, with_deadline,
 };
 use super::error::{InvalidOperation, RuntimeError, Unavailable};
-use super::spot::{
-    ActorRef, AskStart, Payload, SpotKind, SpotRef, TimerRef, ask_lane_in_turn, await_reply,
-};
+use super::spot::{ActorRef, AskStart, Payload, SpotKind, SpotRef, TimerRef, await_reply};
 
 mod sealed {
     pub trait Sealed {}
@@ -126,8 +124,9 @@ impl Target {
 
 type Submit<T> = Box<dyn FnOnce() -> BoxFuture<Result<T, RuntimeError>> + Send>;
 
-/// A request to an actor lane, started inline (`true`) when the gate allows it, or queued.
-type AskOp<T> = Box<dyn FnOnce(bool) -> AskStart<T> + Send>;
+/// A request to an actor lane: started inline when given the asker's task context (`Some`) and
+/// the gate allows it, otherwise queued.
+type AskOp<T> = Box<dyn for<'a, 'b> FnOnce(Option<&'a mut Context<'b>>) -> AskStart<T> + Send>;
 
 /// What a [`PendingCall`] does once its checks passed.
 enum CallOp<T> {
@@ -143,7 +142,7 @@ impl<T: Send + 'static> CallOp<T> {
     fn submit(self) -> BoxFuture<Result<T, RuntimeError>> {
         match self {
             CallOp::Submit(s) => s(),
-            CallOp::Ask(a) => match a(false) {
+            CallOp::Ask(a) => match a(None) {
                 AskStart::Done(r) => Box::pin(std::future::ready(r)),
                 AskStart::Waiting(rx) => Box::pin(await_reply(rx)),
             },
@@ -263,7 +262,7 @@ impl<T: Send + 'static> Future for CallFuture<T> {
                         CallOp::Ask(ask) if deadline.is_none() => {
                             // EG-13: only application-domain callers run a handler inline
                             let inline = current_domain() == Some(Domain::Application);
-                            match ask(inline) {
+                            match ask(if inline { Some(&mut *cx) } else { None }) {
                                 AskStart::Done(r) => return Poll::Ready(r),
                                 AskStart::Waiting(rx) => this.state = CallStep::Reply(rx),
                             }
@@ -532,12 +531,12 @@ impl<Y: YieldMode> Ctx<Y> {
         M: Payload + Send + 'static,
         R: Send + 'static,
     {
-        let lane = target.lane_handle().clone();
+        // a handle, not just the lane: while the call is pending the actor is not ended by its
+        // last other handle being dropped (the end record would come before this request)
+        let t = target.clone();
         self.call_op(
-            Target::lane(&lane),
-            CallOp::Ask(Box::new(move |inline| {
-                ask_lane_in_turn::<M, R>(&lane, msg, inline)
-            })),
+            Target::lane(target.lane_handle()),
+            CallOp::Ask(Box::new(move |cx| t.ask_in_turn(msg, cx))),
         )
     }
 

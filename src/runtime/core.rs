@@ -10,7 +10,9 @@
 //! 1. inputs: [`GateCore::handle_submit`], [`GateCore::handle_resume`], [`GateCore::handle_seal`],
 //!    [`GateCore::handle_unseal`], [`GateCore::handle_end`];
 //! 2. while holding the right: [`GateCore::poll_turn`] → run the work → exactly one of
-//!    [`GateCore::handle_turn_finished`] or [`GateCore::handle_yield`] for that turn;
+//!    [`GateCore::handle_turn_finished`] or [`GateCore::handle_yield`] for that turn; or, for an
+//!    inline request, [`GateCore::inline_admissible`] → take the right →
+//!    [`GateCore::handle_inline_start`] (admit and start in one step) → the same terminal;
 //! 3. before dropping the right: [`GateCore::has_ready`] (the driver re-checks it after releasing).
 //!
 //! Invariants:
@@ -1505,9 +1507,9 @@ mod tests {
         assert_eq!(inline.handle_inline_start(a, 0), Some(invocation + 2));
     }
 
-    // EG-6.4, EG-7.6, EG-3.1, EG-4.1, EG-5.2, EG-7.1: nothing queued is ever overtaken — an
-    // inline start is refused whenever anything waits for the right, the lane is not idle, the
-    // gate is sealed or ended, or the record would not fit.
+    // Nothing queued is ever overtaken: an inline start is refused whenever anything waits for
+    // the right, the lane is not idle, the gate is sealed or ended, or the record would not fit.
+    // spec: EG-6.4, EG-7.6, EG-3.1, EG-4.1, EG-5.2, EG-7.1
     #[test]
     fn inline_start_refused_unless_nothing_waits() {
         let mut c = core();

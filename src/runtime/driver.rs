@@ -489,6 +489,45 @@ impl LaneHandle {
         }
     }
 
+    /// Inline request whose handler returned a future: poll it once in the caller's task,
+    /// holding the right, as a drain polls a record's future (with the lane's own waker where the
+    /// lane may yield, so a Yield is seen; a panic is the caller's to catch).
+    pub fn poll_inline<F: Future + Unpin>(
+        self: &Arc<Self>,
+        invocation: u64,
+        cx: &mut Context<'_>,
+        fut: &mut F,
+    ) -> InlinePoll<F::Output> {
+        let polled = if self.yield_allowed {
+            let (wake, waker) = self.lane_wake();
+            wake.set_drain(cx.waker());
+            wake.word.before_poll();
+            Pin::new(&mut *fut).poll(&mut Context::from_waker(waker))
+        } else {
+            Pin::new(&mut *fut).poll(cx)
+        };
+        if let Some((wake, _)) = self.wake.get() {
+            // the record does not go on in the caller's task: keep no waker of it (a wake-up
+            // before the drain's first poll is not needed, that poll happens anyway)
+            *wake.drain.lock().unwrap() = None;
+        }
+        match polled {
+            Poll::Ready(out) => InlinePoll::Ready(out),
+            Poll::Pending if self.slot.take_yield(invocation) => InlinePoll::Yielded,
+            Poll::Pending => InlinePoll::Pending,
+        }
+    }
+
+    /// Inline request whose handler yielded at its first poll (EG-3): park its future as a drain
+    /// does (the claim stays, a wake-up appends its resume record), then release the right and
+    /// re-check the ready set like any holder.
+    pub fn park_inline(self: &Arc<Self>, turn: InlineTurn, fut: HandlerFuture) {
+        park(&self.gate, self, turn.invocation, fut);
+        if let Some(f) = self.gate.gate.release_and_recheck() {
+            self.gate.kick(f);
+        }
+    }
+
     /// Inline request whose handler returned a future: a new drain task takes over the right and
     /// continues the record as a normal turn (it may await, keeping the gate, or yield), then
     /// drains the gate as usual.
@@ -989,6 +1028,16 @@ pub(crate) struct InlineTurn {
     fence: Fence,
     /// The record's invocation (its registration scope).
     pub invocation: u64,
+}
+
+/// What one inline poll of a handler's future gave ([`LaneHandle::poll_inline`]).
+pub(crate) enum InlinePoll<O> {
+    /// It finished.
+    Ready(O),
+    /// It waits for something: a drain continues it.
+    Pending,
+    /// It asked to yield (EG-3): it is parked.
+    Yielded,
 }
 
 /// A record started inline whose handler returned a future, handed to a new drain.

@@ -21,6 +21,11 @@
 //! * holder: loop `poll_turn` under the lock; when nothing is ready, `release`, then re-check
 //!   `has_ready` and `try_acquire` again. Either the submitter's acquire sees the released word,
 //!   or the holder's re-check sees the admitted work: no work is stranded.
+//! * inline request ([`GateShared::try_start_inline`], [`GateShared::finish_inline`]): lock,
+//!   check that nothing waits, take the right *under the lock*, unlock, run one record; then lock,
+//!   finish it, release the right and re-check the ready set under that same lock (taking the
+//!   right again for a new drain if work is ready). Submitters admit under the lock and try the
+//!   right after unlocking, so they find it either held (the finish sees their work) or free.
 
 use std::collections::VecDeque;
 
@@ -786,6 +791,42 @@ mod loom_tests {
             // the inline record and the resume turn of `b`
             assert_eq!(p.ran.load(Ordering::SeqCst), 2, "work stranded or doubled");
             assert_quiescent(&p);
+        });
+    }
+
+    // spec: EG-3, EG-3.1, EG-16.8, EG-11 — an inline record that yields at its first poll
+    // (`LaneHandle::park_inline`: the claim kept, the right released with the holder's re-check)
+    // against its resume arriving concurrently and a submission to another lane: the resume runs
+    // exactly once, after the park, never overlapping another turn; nothing is stranded.
+    #[test]
+    fn loom_inline_yield_vs_resume_and_submit() {
+        loom::model(|| {
+            let p = probe();
+            let (a, b) = {
+                let mut core = p.gate.lock();
+                (core.add_lane(()).unwrap(), core.add_lane(()).unwrap())
+            };
+            let (fence, inv) = p.gate.try_start_inline(a, 0).expect("idle gate");
+            p.last_fence.store(fence.0 + 1, Ordering::SeqCst);
+            let p1 = p.clone();
+            let submitter = loom::thread::spawn(move || submit(&p1, b, 1));
+            // the record yields: the claim stays, then the right goes with the re-check
+            p.gate.lock().handle_yield(a, inv).unwrap();
+            let p2 = p.clone();
+            let waker = loom::thread::spawn(move || {
+                p2.gate.lock().handle_resume(a, inv).unwrap();
+                kick(&p2);
+            });
+            if let Some(f) = p.gate.release_and_recheck() {
+                drain(&p, f);
+            }
+            submitter.join().unwrap();
+            waker.join().unwrap();
+            // the submitted record and the resume turn
+            assert_eq!(p.ran.load(Ordering::SeqCst), 2, "work stranded or doubled");
+            assert_quiescent(&p);
+            let s = p.gate.lock().lane_stats(a).unwrap();
+            assert!(!s.claimed && s.application_reserved_items == 0);
         });
     }
 }

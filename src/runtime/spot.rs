@@ -25,8 +25,8 @@ use crate::sync::atomic::Ordering;
 use super::context::{CanYield, Ctx, NoYield, Target, YieldMode, downcast_actor, gate_target};
 use super::core::{LaneClass, LaneStats};
 use super::driver::{
-    CompletionEvent, GateInner, Handled, Job, LaneHandle, LaneKind, RtShared, TurnEnv,
-    spawn_infrastructure,
+    CompletionEvent, GateInner, Handled, HandlerFuture, InlinePoll, Job, LaneHandle, LaneKind,
+    RtShared, TurnEnv, spawn_infrastructure,
 };
 use super::error::{HandlerError, RuntimeError, Unavailable};
 use super::policy::{SerialLane, SpotLane, Unit};
@@ -711,6 +711,21 @@ where
         }
     }
 
+    /// A request made from a handler turn of another gate (`Ctx::ask`'s normal terminal, after
+    /// its EG-6.5 checks). Given the caller's task context (`cx`), a request to an idle actor
+    /// whose gate is free and has nothing waiting runs in the caller's task (`docs/RUNTIME.md`,
+    /// "Inline ask"): the right is taken, the handler runs (a future it returns is polled once),
+    /// the result comes back by value and the right is released; a future not ready at that poll
+    /// is continued by a new drain that keeps the right (or parked, if it yielded). Otherwise the
+    /// request is queued like [`ActorRef::ask`].
+    pub(crate) fn ask_in_turn(
+        &self,
+        msg: M,
+        cx: Option<&mut std::task::Context<'_>>,
+    ) -> AskStart<R> {
+        ask_lane_in_turn::<M, R>(&self.lane, msg, cx)
+    }
+
     /// A request from outside a turn; a handler error arrives as `RuntimeError::Handler` (EG-15).
     pub fn ask(&self, msg: M) -> impl Future<Output = Result<R, RuntimeError>> + Send + 'static {
         let (tx, rx) = oneshot::channel();
@@ -725,25 +740,21 @@ where
     }
 }
 
-/// A request made from a handler turn of another gate (`Ctx::ask`'s normal terminal, after
-/// its EG-6.5 checks). With `inline`, a request to an idle actor whose gate is free and has
-/// nothing waiting runs in the caller's task (`docs/RUNTIME.md`, "Inline ask"): the right
-/// is taken, the handler runs, the result comes back by value and the right is released;
-/// a handler that returns a future is continued by a new drain that keeps the right.
-/// Otherwise the request is queued like [`ActorRef::ask`].
-/// (`Ctx::ask` holds the actor's lane, not an `ActorRef`: no handle count to update per request.)
-pub(crate) fn ask_lane_in_turn<M, R>(lane: &Arc<LaneHandle>, msg: M, inline: bool) -> AskStart<R>
+fn ask_lane_in_turn<M, R>(
+    lane: &Arc<LaneHandle>,
+    msg: M,
+    cx: Option<&mut std::task::Context<'_>>,
+) -> AskStart<R>
 where
     M: Payload + Send + 'static,
     R: Send + 'static,
 {
     let len = msg.payload_len();
-    let turn = if inline {
-        lane.try_start_inline(len)
-    } else {
-        None
+    let started = match cx {
+        Some(cx) => lane.try_start_inline(len).map(|t| (t, cx)),
+        None => None,
     };
-    let Some(turn) = turn else {
+    let Some((turn, cx)) = started else {
         let (tx, rx) = oneshot::channel();
         return match lane.submit(LaneClass::Application, len, ask_job(msg, tx)) {
             Ok(()) => AskStart::Waiting(rx),
@@ -760,16 +771,26 @@ where
         Err(_) => Err(HandlerError::Panicked),
         Ok(Handled::Now(r)) => r,
         Ok(Handled::Later(f)) => {
-            let (tx, rx) = oneshot::channel();
-            let env_lane = lane.clone();
-            lane.hand_off_inline(
-                turn,
-                Box::pin(async move {
-                    let r = CatchPanic(f).await;
+            // polled once here, holding the right, as a drain would poll it first
+            let mut f = CatchPanic(f);
+            let polled = lane.poll_inline(invocation, cx, &mut f);
+            if let InlinePoll::Ready(r) = polled {
+                r
+            } else {
+                let (tx, rx) = oneshot::channel();
+                let env_lane = lane.clone();
+                let fut: HandlerFuture = Box::pin(async move {
+                    let r = f.await;
                     reply(&env_lane, invocation, tx, r)
-                }),
-            );
-            return AskStart::Waiting(rx);
+                });
+                match polled {
+                    // a new drain takes the right over and continues it as a normal turn
+                    InlinePoll::Pending => lane.hand_off_inline(turn, fut),
+                    // it asked to yield (EG-3): parked as a drain parks it, the right released
+                    _ => lane.park_inline(turn, fut),
+                }
+                return AskStart::Waiting(rx);
+            }
         }
     };
     let (out, end) = split_reply(r);
