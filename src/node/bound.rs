@@ -270,7 +270,7 @@ impl Node {
         reply: Option<ReplyTo>,
     ) -> Option<ActorError> {
         let fence = CallFence {
-            actor_id: rec.actor.clone(),
+            actor_id: rec.actor,
             object_generation: rec.object_generation,
             authority_owner_generation: rec.authority_owner_generation,
             owner_lease_generation: rec.owner_lease_generation,
@@ -284,7 +284,7 @@ impl Node {
             guard: Some(self.inflight().enter()),
         };
         let bound = super::BoundCheck {
-            node: sender.clone(),
+            node: sender,
             lifecycle: rec.session_lifecycle,
             generation: rec.tail.binding_generation,
         };
@@ -292,7 +292,7 @@ impl Node {
         if let Some(e) = &refused {
             // Counted with its reason where it was decided (`submit_checked`).
             self.count_send_dropped();
-            tracing::debug!(actor = %rec.actor, error = %e, "24 actorSend refused");
+            tracing::debug!(actor = %fence.actor_id, error = %e, "24 actorSend refused");
         }
         refused
     }
@@ -310,7 +310,7 @@ impl Node {
         release: Option<impl FnOnce() -> Done>,
     ) -> Admitted {
         let fence = CallFence {
-            actor_id: rec.actor.clone(),
+            actor_id: rec.actor,
             object_generation: rec.object_generation,
             authority_owner_generation: rec.authority_owner_generation,
             owner_lease_generation: rec.owner_lease_generation,
@@ -324,7 +324,7 @@ impl Node {
             guard: Some(self.inflight().enter()),
         };
         let bound = super::BoundCheck {
-            node: sender.clone(),
+            node: sender,
             lifecycle: rec.session_lifecycle,
             generation: rec.tail.binding_generation,
         };
@@ -332,7 +332,7 @@ impl Node {
         if let Some(e) = &refused {
             // Counted with its reason where it was decided (`submit_checked`).
             self.count_send_dropped();
-            tracing::debug!(actor = %rec.actor, error = %e, "24 actorSend refused");
+            tracing::debug!(actor = %fence.actor_id, error = %e, "24 actorSend refused");
         }
         admitted
     }
