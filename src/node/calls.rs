@@ -223,11 +223,16 @@ impl Node {
             let mut guard = lock(&self.inner.actors);
             let actors = &mut *guard;
             let live = actors.live.get_mut(&call.actor_id);
+            // The retired record matters only for an actor not live here (a second lookup).
+            let retired = match live {
+                None => actors.retired.get(&call.actor_id).copied(),
+                Some(_) => None,
+            };
             let checked = fence::check_call(
                 self.standing(),
                 self.generation(),
                 live.as_deref().map(|a| &a.fence),
-                actors.retired.get(&call.actor_id).copied(),
+                retired,
                 call,
             );
             let bound_ok = match (&checked, live.as_deref(), bound) {
