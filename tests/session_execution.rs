@@ -264,11 +264,19 @@ async fn closing_the_replaced_connection_cleans_its_other_bindings_once() {
         .expect("push to the new session");
     assert_eq!(moved_hook.load(Ordering::SeqCst), 0);
     assert_eq!(new.packet(&Bound).await.unwrap(), vec![moved]);
-    // The other actor's binding was tombstoned at its owner: it has no session any more.
-    let e = a
-        .request(&other, &EchoPush(b"x".to_vec()), TIMEOUT)
-        .await
-        .unwrap_err();
+    // The other actor's binding was tombstoned at its owner: it has no session any more. The
+    // tombstone follows the Spot callback's terminal (the binding stays current while it runs,
+    // SB-7.4), so the count above may be seen a moment before it: wait for the refusal.
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    let e = loop {
+        match a.request(&other, &EchoPush(b"x".to_vec()), TIMEOUT).await {
+            Err(e) => break e,
+            Ok(()) => assert!(
+                tokio::time::Instant::now() < deadline,
+                "the other binding was never tombstoned"
+            ),
+        }
+    };
     assert!(e.to_string().contains("session not bound"), "{e}");
     assert_eq!(other_hook.load(Ordering::SeqCst), 1);
 }

@@ -55,6 +55,10 @@ impl ReplyTo {
 #[derive(Debug, Default)]
 pub(crate) struct Inflight {
     count: AtomicUsize,
+    /// Tasks in [`Inflight::wait_idle`]. The guard that brings the count to zero notifies only
+    /// when one waits: an actor's turn counter reaches zero after every message, and
+    /// `Notify::notify_waiters` takes a lock each time.
+    waiters: AtomicUsize,
     idle: Notify,
 }
 
@@ -70,9 +74,20 @@ impl Inflight {
 
     /// Waits until no work is in flight.
     pub(crate) async fn wait_idle(&self) {
+        // Registered before the count is read, both sequentially consistent with the guard's
+        // decrement and its read of `waiters`: either the guard sees this waiter (and
+        // notifies), or this read sees the count the guard left.
+        struct Waiting<'a>(&'a AtomicUsize);
+        impl Drop for Waiting<'_> {
+            fn drop(&mut self) {
+                self.0.fetch_sub(1, Ordering::SeqCst);
+            }
+        }
+        self.waiters.fetch_add(1, Ordering::SeqCst);
+        let _waiting = Waiting(&self.waiters);
         loop {
             let notified = self.idle.notified();
-            if self.current() == 0 {
+            if self.count.load(Ordering::SeqCst) == 0 {
                 return;
             }
             notified.await;
@@ -86,7 +101,9 @@ pub(crate) struct InflightGuard(Arc<Inflight>);
 
 impl Drop for InflightGuard {
     fn drop(&mut self) {
-        if self.0.count.fetch_sub(1, Ordering::AcqRel) == 1 {
+        if self.0.count.fetch_sub(1, Ordering::SeqCst) == 1
+            && self.0.waiters.load(Ordering::SeqCst) > 0
+        {
             self.0.idle.notify_waiters();
         }
     }
@@ -551,5 +568,40 @@ pub(crate) async fn spawn(
             mailbox.end(EndReason::Fenced);
             Err(e)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The last guard notifies a waiter that registered while work was in flight, and a
+    /// waiter that comes after the count reached zero returns at once (no lost wake-up either
+    /// way, SB-10's drain).
+    #[tokio::test]
+    async fn wait_idle_wakes_when_the_last_guard_drops() {
+        let inflight = Arc::new(Inflight::default());
+        let guard = inflight.enter();
+        let second = inflight.enter();
+        let waiter = tokio::spawn({
+            let inflight = inflight.clone();
+            async move { inflight.wait_idle().await }
+        });
+        while inflight.waiters.load(Ordering::SeqCst) == 0 {
+            tokio::task::yield_now().await;
+        }
+        drop(second);
+        assert!(!waiter.is_finished());
+        drop(guard);
+        tokio::time::timeout(std::time::Duration::from_secs(20), waiter)
+            .await
+            .expect("wait_idle woke")
+            .unwrap();
+        assert_eq!(inflight.waiters.load(Ordering::SeqCst), 0);
+        // Nobody waits now: the guard skips the notification, a later waiter sees zero.
+        drop(inflight.enter());
+        tokio::time::timeout(std::time::Duration::from_secs(20), inflight.wait_idle())
+            .await
+            .expect("idle at once");
     }
 }

@@ -270,7 +270,7 @@ impl Node {
         reply: Option<ReplyTo>,
     ) -> Option<ActorError> {
         let fence = CallFence {
-            actor_id: rec.actor.clone(),
+            actor_id: rec.actor,
             object_generation: rec.object_generation,
             authority_owner_generation: rec.authority_owner_generation,
             owner_lease_generation: rec.owner_lease_generation,
@@ -284,7 +284,7 @@ impl Node {
             guard: Some(self.inflight().enter()),
         };
         let bound = super::BoundCheck {
-            node: sender.clone(),
+            node: sender,
             lifecycle: rec.session_lifecycle,
             generation: rec.tail.binding_generation,
         };
@@ -292,7 +292,7 @@ impl Node {
         if let Some(e) = &refused {
             // Counted with its reason where it was decided (`submit_checked`).
             self.count_send_dropped();
-            tracing::debug!(actor = %rec.actor, error = %e, "24 actorSend refused");
+            tracing::debug!(actor = %fence.actor_id, error = %e, "24 actorSend refused");
         }
         refused
     }
@@ -310,7 +310,7 @@ impl Node {
         release: Option<impl FnOnce() -> Done>,
     ) -> Admitted {
         let fence = CallFence {
-            actor_id: rec.actor.clone(),
+            actor_id: rec.actor,
             object_generation: rec.object_generation,
             authority_owner_generation: rec.authority_owner_generation,
             owner_lease_generation: rec.owner_lease_generation,
@@ -324,7 +324,7 @@ impl Node {
             guard: Some(self.inflight().enter()),
         };
         let bound = super::BoundCheck {
-            node: sender.clone(),
+            node: sender,
             lifecycle: rec.session_lifecycle,
             generation: rec.tail.binding_generation,
         };
@@ -332,7 +332,7 @@ impl Node {
         if let Some(e) = &refused {
             // Counted with its reason where it was decided (`submit_checked`).
             self.count_send_dropped();
-            tracing::debug!(actor = %rec.actor, error = %e, "24 actorSend refused");
+            tracing::debug!(actor = %fence.actor_id, error = %e, "24 actorSend refused");
         }
         admitted
     }
@@ -449,10 +449,9 @@ impl SessionHost for NodeSessionHost {
         let Some(node) = self.node() else {
             return RelaySent::Now(Err(gone()));
         };
-        let to = to.clone();
-        if to == *node.node_rid() {
+        if to == node.node_rid() {
+            let me = to.clone();
             return RelaySent::Later(Box::pin(async move {
-                let me = to;
                 match timeout {
                     None => match node.on_actor_send(&me, rec, payload, None, None).await {
                         None => Ok(None),
@@ -486,30 +485,36 @@ impl SessionHost for NodeSessionHost {
                 match node
                     .inner
                     .mesh
-                    .try_send_record(&to, Record::ActorSend(rec), Some(payload))
+                    .try_send_record(to, Record::ActorSend(rec), Some(payload))
                 {
                     Ok(()) => RelaySent::Now(Ok(None)),
                     Err(TrySendError::Failed(e)) => {
-                        RelaySent::Now(Err(refusal(&send_error(&to, e))))
+                        RelaySent::Now(Err(refusal(&send_error(to, e))))
                     }
-                    Err(TrySendError::Full(p)) => RelaySent::Later(Box::pin(async move {
-                        node.inner
-                            .mesh
-                            .send_pending(&to, p)
-                            .await
-                            .map(|()| None)
-                            .map_err(|e| refusal(&send_error(&to, e)))
-                    })),
+                    Err(TrySendError::Full(p)) => RelaySent::Later({
+                        let to = to.clone();
+                        Box::pin(async move {
+                            node.inner
+                                .mesh
+                                .send_pending(&to, p)
+                                .await
+                                .map(|()| None)
+                                .map_err(|e| refusal(&send_error(&to, e)))
+                        })
+                    }),
                 }
             }
-            Some(t) => RelaySent::Later(Box::pin(async move {
-                node.inner
-                    .mesh
-                    .request_record(&to, Record::ActorSend(rec), Some(payload), t)
-                    .await
-                    .map(|r| Some(r.payload.unwrap_or_default()))
-                    .map_err(|e| refusal(&request_error(&to, e)))
-            })),
+            Some(t) => RelaySent::Later({
+                let to = to.clone();
+                Box::pin(async move {
+                    node.inner
+                        .mesh
+                        .request_record(&to, Record::ActorSend(rec), Some(payload), t)
+                        .await
+                        .map(|r| Some(r.payload.unwrap_or_default()))
+                        .map_err(|e| refusal(&request_error(&to, e)))
+                })
+            }),
         }
     }
 

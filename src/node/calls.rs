@@ -153,7 +153,7 @@ impl Node {
         &self,
         call: &CallFence,
         work: Work,
-        bound: Option<&BoundCheck>,
+        bound: Option<&BoundCheck<'_>>,
     ) -> Option<ActorError> {
         match self.check_submit(call, work, bound) {
             Checked::Done(e) => e,
@@ -172,7 +172,7 @@ impl Node {
         &self,
         call: &CallFence,
         work: Work,
-        bound: Option<&BoundCheck>,
+        bound: Option<&BoundCheck<'_>>,
         release: Option<impl FnOnce() -> Done>,
     ) -> (Admitted, Option<ActorError>) {
         let (mailbox, mut work) = match self.check_submit(call, work, bound) {
@@ -210,7 +210,12 @@ impl Node {
 
     /// The checks of [`Node::submit_checked`]: fences, the 24's binding, the activation
     /// barrier. `Ready` when the work may enter the actor's lane.
-    fn check_submit(&self, call: &CallFence, work: Work, bound: Option<&BoundCheck>) -> Checked {
+    fn check_submit(
+        &self,
+        call: &CallFence,
+        work: Work,
+        bound: Option<&BoundCheck<'_>>,
+    ) -> Checked {
         let mut work = work;
         // One lock for the fence check and the barrier decision, so a record is held only by
         // the incarnation that admitted it.
@@ -218,17 +223,22 @@ impl Node {
             let mut guard = lock(&self.inner.actors);
             let actors = &mut *guard;
             let live = actors.live.get_mut(&call.actor_id);
+            // The retired record matters only for an actor not live here (a second lookup).
+            let retired = match live {
+                None => actors.retired.get(&call.actor_id).copied(),
+                Some(_) => None,
+            };
             let checked = fence::check_call(
                 self.standing(),
                 self.generation(),
                 live.as_deref().map(|a| &a.fence),
-                actors.retired.get(&call.actor_id).copied(),
+                retired,
                 call,
             );
             let bound_ok = match (&checked, live.as_deref(), bound) {
                 (Ok(()), Some(a), Some(b)) => a
                     .binding
-                    .check_relay(&b.node, b.lifecycle, b.generation)
+                    .check_relay(b.node, b.lifecycle, b.generation)
                     .map_err(|r| {
                         self.inner
                             .sessions

@@ -459,13 +459,14 @@ pub fn sessions() -> crate::session::SessionHandlers {
                     })
             })
         })
-        .packet_raw(RelaySend::KEY, |s, packet| {
-            let relay = RelayView::parse(&s, packet);
-            Box::pin(async move {
-                let (bound, key, payload, _) = relay?;
-                bound.relay(key, payload, None).await?;
-                Ok(Bytes::from_static(UNIT))
-            })
+        // A one-way relay admitted at once finishes without a future (`send_turn`).
+        .packet_turn(RelaySend::KEY, |s, packet| {
+            match RelayView::parse(&s, packet) {
+                Ok((bound, key, payload, _)) => {
+                    bound.send_turn(key, payload, Bytes::from_static(UNIT))
+                }
+                Err(e) => crate::session::PacketTurn::Done(Err(e)),
+            }
         })
         .packet(|s, u: Unbind| async move {
             find(&s, &u.actor_id)?.unbind().await?;

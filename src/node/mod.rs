@@ -743,8 +743,8 @@ pub struct InboundBacklogs {
 
 /// The bound-session identity a 24 presents (SB-5.3): its session owner (the authenticated
 /// sender), that owner's lifecycle generation and the binding generation.
-pub(crate) struct BoundCheck {
-    pub node: NodeRid,
+pub(crate) struct BoundCheck<'a> {
+    pub node: &'a NodeRid,
     pub lifecycle: SessionLifecycleGeneration,
     pub generation: BindingGeneration,
 }

@@ -197,8 +197,26 @@ impl From<ActorError> for PacketError {
 
 /// A packet handler: the session and the packet's payload; the reply bytes answer a request
 /// packet (ignored for a one-way packet).
-pub type PacketHandler =
-    Arc<dyn Fn(Session, Bytes) -> BoxFuture<Result<Bytes, PacketError>> + Send + Sync>;
+pub type PacketHandler = Arc<dyn Fn(Session, Bytes) -> PacketTurn + Send + Sync>;
+
+/// What a packet handler registered with [`SessionHandlers::packet_turn`] returns: its result
+/// at once, or the turn that waits for it. A handler that usually finishes without waiting (a
+/// one-way relay the peer's budget admits at once, [`BoundActor::send_turn`]) costs no future.
+pub enum PacketTurn {
+    /// Finished: the reply bytes (ignored for a one-way packet) or the error.
+    Done(Result<Bytes, PacketError>),
+    /// Waits: the turn (still holding the session's lane) ends when this future does.
+    Later(BoxFuture<Result<Bytes, PacketError>>),
+}
+
+impl std::fmt::Debug for PacketTurn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PacketTurn::Done(out) => f.debug_tuple("Done").field(out).finish(),
+            PacketTurn::Later(_) => f.write_str("Later(..)"),
+        }
+    }
+}
 
 /// A lifecycle callback of a session (connected, disconnected).
 pub type LifecycleHandler =
@@ -271,9 +289,21 @@ impl SessionHandlers {
 
     /// A packet handler on raw bytes for `key` (runs as [`SessionHandlers::packet`] says).
     #[must_use]
-    pub fn packet_raw<F>(mut self, key: DispatchKey, f: F) -> Self
+    pub fn packet_raw<F>(self, key: DispatchKey, f: F) -> Self
     where
         F: Fn(Session, Bytes) -> BoxFuture<Result<Bytes, PacketError>> + Send + Sync + 'static,
+    {
+        self.packet_turn(key, move |session, payload| {
+            PacketTurn::Later(f(session, payload))
+        })
+    }
+
+    /// A packet handler on raw bytes for `key` that may finish without a future
+    /// ([`PacketTurn::Done`]); otherwise as [`SessionHandlers::packet_raw`].
+    #[must_use]
+    pub fn packet_turn<F>(mut self, key: DispatchKey, f: F) -> Self
+    where
+        F: Fn(Session, Bytes) -> PacketTurn + Send + Sync + 'static,
     {
         self.packets.push((key, Arc::new(f)));
         self
@@ -597,6 +627,32 @@ impl BoundActor {
                 timeout,
             )
             .await
+    }
+
+    /// A one-way [`BoundActor::relay`] for a [`SessionHandlers::packet_turn`] handler:
+    /// [`PacketTurn::Done`] with `reply` (or the refusal) when the 24 was admitted at once —
+    /// the common case, no future allocated — else the turn that waits for the peer's budget.
+    /// The same checks and the same 24 as `relay` (SB-5.3, SB-5.10).
+    #[must_use]
+    pub fn send_turn(&self, key: DispatchKey, payload: Bytes, reply: Bytes) -> PacketTurn {
+        let sent = self.session.owner.relay_start(
+            &self.session.entry,
+            &self.binding.actor,
+            self.binding.generation,
+            key,
+            payload,
+            None,
+        );
+        match sent {
+            Err(e) => PacketTurn::Done(Err(e.into())),
+            Ok(owner::RelaySent::Now(out)) => {
+                PacketTurn::Done(out.map(|_| reply).map_err(|e| owner::remote(e).into()))
+            }
+            Ok(owner::RelaySent::Later(wait)) => PacketTurn::Later(Box::pin(async move {
+                wait.await.map_err(owner::remote)?;
+                Ok(reply)
+            })),
+        }
     }
 
     /// Application unbind: tombstones exactly this binding identity at the actor owner (38,

@@ -24,7 +24,7 @@ use super::aggregate::{
 use super::clock::Clock;
 use super::flow::{FlowCounters, FlowRecord, FlowReject};
 use super::inline::InlineTurn;
-use super::{CLOSE_SESSION_KEY, Callbacks, PacketHandler, Session, SessionError};
+use super::{CLOSE_SESSION_KEY, Callbacks, PacketHandler, PacketTurn, Session, SessionError};
 use crate::actor::ActorRef;
 use crate::actor::exec::InflightGuard;
 use crate::backlog::{Admitted, BacklogStats, Backlogs, Done, WaitQueues};
@@ -42,6 +42,11 @@ pub(crate) enum RelaySent {
     Now(Result<Option<Bytes>, Refusal>),
     /// Waits: admission, a request's reply, the same-node path.
     Later(BoxFuture<Result<Option<Bytes>, Refusal>>),
+}
+
+/// A refusal of the actor owner or the transport, as the application sees it.
+pub(crate) fn remote((kind, detail): Refusal) -> SessionError {
+    SessionError::Remote { kind, detail }
 }
 
 /// What the session owner needs from its node: sending to actor owners (the mesh, or the local
@@ -522,7 +527,14 @@ impl SessionOwner {
             // yield (`NoYield`). A turn that waits (a relay request) is polled once more right
             // where it is woken — the mesh I/O thread that received the actor's reply — so the
             // answer to the client leaves from there (`InlineTurn`).
-            let mut handler_turn = handler(session, payload);
+            let mut handler_turn = match handler(session, payload) {
+                PacketTurn::Done(out) => {
+                    finish(reply, out);
+                    drop(guard);
+                    return Handled::ok(());
+                }
+                PacketTurn::Later(turn) => turn,
+            };
             let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
             if let std::task::Poll::Ready(out) = handler_turn.as_mut().poll(&mut cx) {
                 finish(reply, out);
@@ -746,6 +758,24 @@ impl SessionOwner {
         payload: Bytes,
         timeout: Option<Duration>,
     ) -> Result<Option<Bytes>, SessionError> {
+        let out = match self.relay_start(entry, actor, generation, key, payload, timeout)? {
+            RelaySent::Now(out) => out,
+            RelaySent::Later(wait) => wait.await,
+        };
+        out.map_err(remote)
+    }
+
+    /// [`SessionOwner::relay`] up to the 24's hand-off: the aggregate's ticket (a refusal is
+    /// counted) and the send, which either completed at once or waits.
+    pub(crate) fn relay_start(
+        &self,
+        entry: &Arc<SessionEntry>,
+        actor: &ActorId,
+        generation: BindingGeneration,
+        key: DispatchKey,
+        payload: Bytes,
+        timeout: Option<Duration>,
+    ) -> Result<RelaySent, SessionError> {
         let ticket = entry.agg().relay(actor, generation).map_err(|r| {
             self.flow.reject(FlowRecord::Relay, r, actor);
             SessionError::of_reject(actor, r)
@@ -763,14 +793,9 @@ impl SessionOwner {
                 session_sequence: ticket.sequence,
             },
         };
-        let out = match self
+        Ok(self
             .host
-            .send_relay(&ticket.route.node, rec, payload, timeout)
-        {
-            RelaySent::Now(out) => out,
-            RelaySent::Later(wait) => wait.await,
-        };
-        out.map_err(|(kind, detail)| SessionError::Remote { kind, detail })
+            .send_relay(&ticket.route.node, rec, payload, timeout))
     }
 
     pub(crate) async fn get_actor(&self, actor: ActorId) -> Result<ActorRef, SessionError> {

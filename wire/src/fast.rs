@@ -15,65 +15,120 @@
 //! - Every read is a bounds-checked `get`: no panic on untrusted bytes, no arithmetic that can
 //!   overflow (lengths come from at most 4 bytes and are checked against the slice).
 
+use bytes::Bytes;
+
 use crate::ids::{
     ActorId, AuthorityOwnerGeneration, BindingGeneration, Deadline, DispatchKey, NodeGeneration,
     ObjectGeneration, OwnerLeaseGeneration, SessionLifecycleGeneration, SessionRid,
     SessionSequence,
 };
 use crate::msgpack::Reader;
-use crate::record::{ActorSend, BoundSessionSend, BoundSessionTail};
+use crate::record::{ActorSend, BoundSessionSend, BoundSessionTail, Record};
 
 /// Fields of a 24 body (one array).
-const ACTOR_SEND_FIELDS: u32 = 8;
+const ACTOR_SEND_FIELDS: usize = 8;
 /// Fields of a 36 body (one array).
-const BOUND_SESSION_SEND_FIELDS: u32 = 8;
+const BOUND_SESSION_SEND_FIELDS: usize = 8;
 
 // ---------------------------------------------------------------- encode
 
-// `Vec<u8>` as `rmp`'s writer never fails.
-fn uint(buf: &mut Vec<u8>, v: u64) {
-    let _ = rmp::encode::write_uint(buf, v);
+/// Room for the largest envelope written here: header, array marker, the longest actor id
+/// with its marker, eight integers of at most 9 bytes and the tail's array marker.
+const ENVELOPE_MAX: usize = crate::frame::HEADER_LEN + 1 + 5 + ActorId::MAX_LEN + 8 * 9 + 1;
+
+/// An envelope built on the stack, then copied once into a `Bytes` of exactly its size (one
+/// allocation; a `Bytes` made from a `Vec` with spare capacity allocates a second block).
+struct Out {
+    buf: [u8; ENVELOPE_MAX],
+    len: usize,
 }
 
-fn array(buf: &mut Vec<u8>, len: u32) {
-    let _ = rmp::encode::write_array_len(buf, len);
-}
-
-fn text(buf: &mut Vec<u8>, s: &str) {
-    let _ = rmp::encode::write_str(buf, s);
-}
-
-/// Appends the body of a 24 (what `rmp-serde` writes for it).
-pub(crate) fn encode_actor_send(r: &ActorSend, buf: &mut Vec<u8>) {
-    array(buf, ACTOR_SEND_FIELDS);
-    text(buf, r.actor.as_str());
-    uint(buf, r.object_generation.get());
-    uint(buf, r.authority_owner_generation.get());
-    uint(buf, r.owner_lease_generation.get());
-    uint(buf, r.session_lifecycle.get());
-    uint(buf, u64::from(r.key.get()));
-    match r.deadline {
-        None => {
-            let _ = rmp::encode::write_nil(buf);
-        }
-        Some(d) => uint(buf, u64::from(d.as_millis())),
+impl Out {
+    fn put(&mut self, bytes: &[u8]) -> Option<()> {
+        let end = self.len.checked_add(bytes.len())?;
+        self.buf.get_mut(self.len..end)?.copy_from_slice(bytes);
+        self.len = end;
+        Some(())
     }
-    array(buf, 2);
-    uint(buf, r.tail.binding_generation.get());
-    uint(buf, r.tail.session_sequence.get());
+
+    /// `v` as `rmp::encode::write_uint` writes it: the smallest unsigned form.
+    fn uint(&mut self, v: u64) -> Option<()> {
+        let b = v.to_be_bytes();
+        match v {
+            0..=0x7f => self.put(&b[7..]),
+            0x80..=0xff => self.put(&[0xcc, b[7]]),
+            0x100..=0xffff => self.put(&[0xcd, b[6], b[7]]),
+            0x1_0000..=0xffff_ffff => self.put(&[0xce, b[4], b[5], b[6], b[7]]),
+            _ => {
+                self.put(&[0xcf])?;
+                self.put(&b)
+            }
+        }
+    }
+
+    /// `s` as `rmp::encode::write_str` writes it.
+    fn text(&mut self, s: &str) -> Option<()> {
+        let len = u32::try_from(s.len()).ok()?;
+        let b = len.to_be_bytes();
+        match len {
+            0..=31 => self.put(&[0xa0 | b[3]])?,
+            32..=0xff => self.put(&[0xd9, b[3]])?,
+            0x100..=0xffff => self.put(&[0xda, b[2], b[3]])?,
+            _ => self.put(&[0xdb, b[0], b[1], b[2], b[3]])?,
+        }
+        self.put(s.as_bytes())
+    }
+
+    /// A fixarray marker (`n` < 16).
+    fn array(&mut self, n: u8) -> Option<()> {
+        (n < 16).then_some(())?;
+        self.put(&[0x90 | n])
+    }
 }
 
-/// Appends the body of a 36 (what `rmp-serde` writes for it).
-pub(crate) fn encode_bound_session_send(r: &BoundSessionSend, buf: &mut Vec<u8>) {
-    array(buf, BOUND_SESSION_SEND_FIELDS);
-    text(buf, r.actor.as_str());
-    uint(buf, r.object_generation.get());
-    uint(buf, r.source_node_generation.get());
-    uint(buf, r.authority_owner_generation.get());
-    uint(buf, r.session_lifecycle.get());
-    uint(buf, r.session.get());
-    uint(buf, r.binding_generation.get());
-    uint(buf, u64::from(r.key.get()));
+fn actor_send(r: &ActorSend, o: &mut Out) -> Option<()> {
+    o.array(8)?;
+    o.text(r.actor.as_str())?;
+    o.uint(r.object_generation.get())?;
+    o.uint(r.authority_owner_generation.get())?;
+    o.uint(r.owner_lease_generation.get())?;
+    o.uint(r.session_lifecycle.get())?;
+    o.uint(u64::from(r.key.get()))?;
+    match r.deadline {
+        None => o.put(&[0xc0])?,
+        Some(d) => o.uint(u64::from(d.as_millis()))?,
+    }
+    o.array(2)?;
+    o.uint(r.tail.binding_generation.get())?;
+    o.uint(r.tail.session_sequence.get())
+}
+
+fn bound_session_send(r: &BoundSessionSend, o: &mut Out) -> Option<()> {
+    o.array(8)?;
+    o.text(r.actor.as_str())?;
+    o.uint(r.object_generation.get())?;
+    o.uint(r.source_node_generation.get())?;
+    o.uint(r.authority_owner_generation.get())?;
+    o.uint(r.session_lifecycle.get())?;
+    o.uint(r.session.get())?;
+    o.uint(r.binding_generation.get())?;
+    o.uint(u64::from(r.key.get()))
+}
+
+/// `header` followed by the body of a 24 or 36 (the bytes `rmp-serde` writes for it); `None`
+/// for any other record (the caller encodes it with `rmp-serde`).
+pub(crate) fn envelope(header: &[u8], record: &Record) -> Option<Bytes> {
+    let mut o = Out {
+        buf: [0; ENVELOPE_MAX],
+        len: 0,
+    };
+    o.put(header)?;
+    match record {
+        Record::ActorSend(r) => actor_send(r, &mut o)?,
+        Record::BoundSessionSend(r) => bound_session_send(r, &mut o)?,
+        _ => return None,
+    }
+    Some(Bytes::copy_from_slice(o.buf.get(..o.len)?))
 }
 
 // ---------------------------------------------------------------- decode
@@ -81,7 +136,7 @@ pub(crate) fn encode_bound_session_send(r: &BoundSessionSend, buf: &mut Vec<u8>)
 /// The body of a 24 in its canonical form; `None` for anything else (see the module doc).
 pub(crate) fn decode_actor_send(body: &[u8]) -> Option<ActorSend> {
     let mut r = Reader::new(body);
-    if r.array()? != ACTOR_SEND_FIELDS as usize {
+    if r.array()? != ACTOR_SEND_FIELDS {
         return None;
     }
     let actor = r.text()?;
@@ -121,7 +176,7 @@ pub(crate) fn decode_actor_send(body: &[u8]) -> Option<ActorSend> {
 /// The body of a 36 in its canonical form; `None` for anything else (see the module doc).
 pub(crate) fn decode_bound_session_send(body: &[u8]) -> Option<BoundSessionSend> {
     let mut r = Reader::new(body);
-    if r.array()? != BOUND_SESSION_SEND_FIELDS as usize {
+    if r.array()? != BOUND_SESSION_SEND_FIELDS {
         return None;
     }
     let actor = r.text()?;
@@ -235,17 +290,15 @@ mod tests {
 
         #[test]
         fn actor_send_encodes_as_serde_and_decodes_back(r in actor_send()) {
-            let mut fast = Vec::new();
-            encode_actor_send(&r, &mut fast);
-            prop_assert_eq!(&fast, &serde_bytes(&r));
+            let fast = envelope(&[], &Record::ActorSend(r.clone())).unwrap();
+            prop_assert_eq!(&fast[..], &serde_bytes(&r)[..]);
             prop_assert_eq!(decode_actor_send(&fast), Some(r));
         }
 
         #[test]
         fn bound_session_send_encodes_as_serde_and_decodes_back(r in bound_session_send()) {
-            let mut fast = Vec::new();
-            encode_bound_session_send(&r, &mut fast);
-            prop_assert_eq!(&fast, &serde_bytes(&r));
+            let fast = envelope(&[], &Record::BoundSessionSend(r.clone())).unwrap();
+            prop_assert_eq!(&fast[..], &serde_bytes(&r)[..]);
             prop_assert_eq!(decode_bound_session_send(&fast), Some(r));
         }
 

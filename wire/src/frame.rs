@@ -242,6 +242,10 @@ pub fn encode(
         flags,
         correlation,
     };
+    // The per-message session records: the same bytes, hand-written, one allocation (`fast`).
+    if let Some(envelope) = fast::envelope(&header.to_bytes(), record) {
+        return Ok(Frames { envelope, payload });
+    }
     let mut buf = Vec::with_capacity(96);
     buf.extend_from_slice(&header.to_bytes());
     encode_body(record, &mut buf).map_err(|source| EncodeError::Body { command, source })?;
@@ -367,18 +371,6 @@ fn correlation_allowed(rule: CorrelationRule, correlation: CorrelationId) -> boo
 }
 
 fn encode_body(record: &Record, buf: &mut Vec<u8>) -> Result<(), rmp_serde::encode::Error> {
-    // The per-message session records: the same bytes, hand-written (`fast`).
-    match record {
-        Record::ActorSend(r) => {
-            fast::encode_actor_send(r, buf);
-            return Ok(());
-        }
-        Record::BoundSessionSend(r) => {
-            fast::encode_bound_session_send(r, buf);
-            return Ok(());
-        }
-        _ => {}
-    }
     let mut ser = rmp_serde::Serializer::new(buf);
     match record {
         Record::ActorSend(r) => r.serialize(&mut ser),

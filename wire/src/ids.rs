@@ -297,6 +297,15 @@ macro_rules! text_id {
                     return Err(InvalidId::TooLong { kind, len: value.len(), max: $max });
                 }
                 let check: fn(char) -> bool = $check;
+                let bytes = value.as_bytes();
+                if bytes.is_ascii() {
+                    // One byte per character: the same check without decoding UTF-8 (an id of
+                    // every 24 and 36 is validated on receipt).
+                    return match bytes.iter().position(|&b| !check(char::from(b))) {
+                        Some(index) => Err(InvalidId::BadCharacter { kind, index }),
+                        None => Ok(()),
+                    };
+                }
                 match value.char_indices().find(|&(_, c)| !check(c)) {
                     Some((index, _)) => Err(InvalidId::BadCharacter { kind, index }),
                     None => Ok(()),
@@ -442,6 +451,43 @@ mod tests {
         assert!(ActorId::new("a\nb").is_err());
         assert!(ActorId::new("x".repeat(128)).is_ok());
         assert!(ActorId::new("x".repeat(129)).is_err());
+    }
+
+    /// The ASCII shortcut of `validate` decides as the per-character check does, with the same
+    /// error index.
+    #[test]
+    fn ascii_validation_matches_the_character_check() {
+        fn by_chars(
+            v: &str,
+            max: usize,
+            check: fn(char) -> bool,
+            kind: &'static str,
+        ) -> Result<(), InvalidId> {
+            if v.is_empty() {
+                return Err(InvalidId::Empty { kind });
+            }
+            if v.len() > max {
+                return Err(InvalidId::TooLong {
+                    kind,
+                    len: v.len(),
+                    max,
+                });
+            }
+            match v.char_indices().find(|&(_, c)| !check(c)) {
+                Some((index, _)) => Err(InvalidId::BadCharacter { kind, index }),
+                None => Ok(()),
+            }
+        }
+        proptest::proptest!(|(v in "[\\x00-\\x7f]{0,70}|\\PC{0,20}|[ -~]{1,70}")| {
+            proptest::prop_assert_eq!(
+                ActorId::validate(&v),
+                by_chars(&v, 128, |c| !c.is_control(), "ActorId")
+            );
+            proptest::prop_assert_eq!(
+                NodeRid::validate(&v),
+                by_chars(&v, 64, |c| c.is_ascii_graphic(), "NodeRid")
+            );
+        });
     }
 
     #[test]
