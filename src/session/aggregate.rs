@@ -16,6 +16,7 @@
 //! [`Binding::route`] in the same serial step that releases the held messages.
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use zlink_wire::{
@@ -242,7 +243,8 @@ pub struct SessionBindingAggregate {
     callback_timeout: Duration,
     binding_limit: usize,
     phase: Phase,
-    bindings: SeededMap<ActorId, Binding>,
+    /// Shared: a handle (`BoundActor`) takes a reference, not a copy of the fields' ids.
+    bindings: SeededMap<ActorId, Arc<Binding>>,
     pending: SeededMap<ActorId, BindRequest>,
     retired: VecDeque<BindingGeneration>,
     next_sequence: u64,
@@ -297,6 +299,11 @@ impl SessionBindingAggregate {
 
     /// The current bindings (`session.actors().bound()`).
     pub fn bound(&self) -> impl Iterator<Item = &Binding> + '_ {
+        self.bindings.values().map(|b| &**b)
+    }
+
+    /// [`SessionBindingAggregate::bound`] as shared handles.
+    pub(crate) fn bound_shared(&self) -> impl Iterator<Item = &Arc<Binding>> + '_ {
         self.bindings.values()
     }
 
@@ -307,7 +314,16 @@ impl SessionBindingAggregate {
         ActorId: std::borrow::Borrow<Q>,
         Q: std::hash::Hash + Eq + ?Sized,
     {
-        self.bindings.get(actor)
+        self.bindings.get(actor).map(|b| &**b)
+    }
+
+    /// [`SessionBindingAggregate::find`] as a shared handle (one reference count, no copy).
+    pub(crate) fn find_shared<Q>(&self, actor: &Q) -> Option<Arc<Binding>>
+    where
+        ActorId: std::borrow::Borrow<Q>,
+        Q: std::hash::Hash + Eq + ?Sized,
+    {
+        self.bindings.get(actor).cloned()
     }
 
     /// Number of binds waiting for their terminal.
@@ -353,7 +369,7 @@ impl SessionBindingAggregate {
         if let Some(b) = self.bindings.get(&target.actor)
             && b.object_generation == target.object_generation
         {
-            return Ok(BindStart::Current(b.clone()));
+            return Ok(BindStart::Current(Binding::clone(b)));
         }
         if self.pending.contains_key(&target.actor) {
             return Err(FlowReject::BindInProgress);
@@ -432,7 +448,10 @@ impl SessionBindingAggregate {
             owner_lease,
             state: BindingState::Open,
         };
-        let previous = self.bindings.insert(binding.actor.clone(), binding.clone());
+        let previous = self
+            .bindings
+            .insert(binding.actor.clone(), Arc::new(binding.clone()))
+            .map(Arc::unwrap_or_clone);
         if let Some(p) = &previous {
             self.retire(p.generation);
         }
@@ -548,6 +567,7 @@ impl SessionBindingAggregate {
         let retired = self
             .bindings
             .remove(&rec.actor)
+            .map(Arc::unwrap_or_clone)
             .ok_or(FlowReject::ReplacedIdentityMismatch)?;
         self.retire(retired.generation);
         match self.phase {
@@ -634,7 +654,7 @@ impl SessionBindingAggregate {
         }
         let b = self.bindings.remove(actor).ok_or(FlowReject::NotBound)?;
         self.retire(b.generation);
-        Ok(b)
+        Ok(Arc::unwrap_or_clone(b))
     }
 
     /// The physical connection ended (SB-7.1): the session is closed and the binding snapshot
@@ -645,7 +665,11 @@ impl SessionBindingAggregate {
         if !matches!(self.phase, Phase::Closed(_)) {
             self.phase = Phase::Closed(SessionEnd::Disconnected);
         }
-        let mut snapshot: Vec<Binding> = self.bindings.drain().map(|(_, b)| b).collect();
+        let mut snapshot: Vec<Binding> = self
+            .bindings
+            .drain()
+            .map(|(_, b)| Arc::unwrap_or_clone(b))
+            .collect();
         snapshot.sort_by_key(|b| b.token);
         for b in &snapshot {
             self.retire(b.generation);

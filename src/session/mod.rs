@@ -526,7 +526,7 @@ impl SessionActors<'_> {
         let binding = self.session.owner.bind(&self.session.entry, actor).await?;
         Ok(BoundActor {
             session: self.session.clone(),
-            binding,
+            binding: Arc::new(binding),
         })
     }
 
@@ -552,7 +552,8 @@ impl SessionActors<'_> {
 #[derive(Clone, Debug)]
 pub struct BoundActor {
     session: Session,
-    binding: Binding,
+    /// Shared with the aggregate's entry (`find` takes a reference, not a copy).
+    binding: Arc<Binding>,
 }
 
 impl BoundActor {

@@ -136,18 +136,18 @@ impl SessionEntry {
         lock(&self.agg)
     }
 
-    pub(crate) fn bound(&self) -> Vec<Binding> {
-        let mut v: Vec<Binding> = self.agg().bound().cloned().collect();
+    pub(crate) fn bound(&self) -> Vec<Arc<Binding>> {
+        let mut v: Vec<Arc<Binding>> = self.agg().bound_shared().cloned().collect();
         v.sort_by_key(|b| b.token);
         v
     }
 
-    pub(crate) fn find<Q>(&self, actor: &Q) -> Option<Binding>
+    pub(crate) fn find<Q>(&self, actor: &Q) -> Option<Arc<Binding>>
     where
         ActorId: std::borrow::Borrow<Q>,
         Q: std::hash::Hash + Eq + ?Sized,
     {
-        self.agg().find(actor).cloned()
+        self.agg().find_shared(actor)
     }
 
     /// A push reached the client's queue: the session is not stalled (any more).
