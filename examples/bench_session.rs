@@ -41,7 +41,7 @@ use zlink::actor::{ActorId, ActorRef, ActorTypeBuilder, Handled, HandlerError, M
 use zlink::node::client::NodeClient;
 use zlink::node::demo::{self, Echo};
 use zlink::node::{Create, Node, NodeOptions};
-use zlink::session::SessionHandlers;
+use zlink::session::{PacketTurn, SessionHandlers};
 use zlink::store::MemoryStore;
 use zlink_mesh::{DispatchKey, MeshConfig, MeshName, MeshSecret, NodeRid};
 
@@ -194,16 +194,10 @@ fn registry() -> zlink::actor::ActorRegistry {
 /// relayed to the session's one binding).
 fn sessions() -> SessionHandlers {
     demo::sessions()
-        .packet_raw(LEAN_SEND, |s, payload| {
-            Box::pin(async move {
-                let b = s
-                    .actors()
-                    .bound()
-                    .pop()
-                    .ok_or_else(|| HandlerError::new("unbound"))?;
-                b.relay(Sink::KEY, payload, None).await?;
-                Ok(Bytes::new())
-            })
+        // A one-way relay admitted at once finishes without a future (`send_turn`).
+        .packet_turn(LEAN_SEND, |s, payload| match s.actors().bound().pop() {
+            Some(b) => b.send_turn(Sink::KEY, payload, Bytes::new()),
+            None => PacketTurn::Done(Err(HandlerError::new("unbound").into())),
         })
         .packet_raw(LEAN_REQUEST, |s, payload| {
             Box::pin(async move {

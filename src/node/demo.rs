@@ -513,7 +513,7 @@ mod tests {
     }
 
     proptest! {
-        #![proptest_config(ProptestConfig::with_cases(2000))]
+        #![proptest_config(ProptestConfig::with_cases(1000))]
 
         /// The relay packets as clients write them read the same without serde, and the fast
         /// reader never accepts what rmp-serde refuses (mutated packets).

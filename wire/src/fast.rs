@@ -286,7 +286,7 @@ mod tests {
     }
 
     proptest! {
-        #![proptest_config(ProptestConfig::with_cases(2000))]
+        #![proptest_config(ProptestConfig::with_cases(1000))]
 
         #[test]
         fn actor_send_encodes_as_serde_and_decodes_back(r in actor_send()) {
