@@ -56,7 +56,7 @@ impl HandshakeMsg {
     /// The handshake view of a record, if it is one of 128..=132.
     pub fn from_record(record: Record) -> Option<HandshakeMsg> {
         match classify(record) {
-            (Class::Handshake(m), _) => Some(m),
+            (Class::Handshake(m), _) => Some(*m),
             _ => None,
         }
     }
@@ -98,8 +98,10 @@ impl HandshakeMsg {
 /// Which path a decoded record belongs to.
 #[derive(Debug)]
 pub(crate) enum Class {
-    /// 128..=132: handled by the handshake, never passed up.
-    Handshake(HandshakeMsg),
+    /// 128..=132: handled by the handshake, never passed up. Boxed: a handshake message is
+    /// rare and large (≈ 110 bytes), and every record's class is moved through the receive
+    /// pass (the application classes are a few bytes).
+    Handshake(Box<HandshakeMsg>),
     /// 136.
     Ping(u64),
     /// 137.
@@ -124,22 +126,22 @@ pub(crate) enum Class {
 #[inline]
 pub(crate) fn classify(record: Record) -> (Class, Option<Record>) {
     let class = match record {
-        Record::Hello(h) => Class::Handshake(HandshakeMsg::Hello {
+        Record::Hello(h) => Class::Handshake(Box::new(HandshakeMsg::Hello {
             mesh: h.mesh,
             node: h.node,
             generation: h.generation,
             nonce: h.nonce,
-        }),
-        Record::Challenge(c) => Class::Handshake(HandshakeMsg::Challenge {
+        })),
+        Record::Challenge(c) => Class::Handshake(Box::new(HandshakeMsg::Challenge {
             mesh: c.mesh,
             node: c.node,
             generation: c.generation,
             nonce: c.nonce,
             proof: c.proof,
-        }),
-        Record::Proof(p) => Class::Handshake(HandshakeMsg::Proof { proof: p.proof }),
-        Record::Welcome(_) => Class::Handshake(HandshakeMsg::Welcome),
-        Record::Reject(r) => Class::Handshake(HandshakeMsg::Reject { reason: r.reason }),
+        })),
+        Record::Proof(p) => Class::Handshake(Box::new(HandshakeMsg::Proof { proof: p.proof })),
+        Record::Welcome(_) => Class::Handshake(Box::new(HandshakeMsg::Welcome)),
+        Record::Reject(r) => Class::Handshake(Box::new(HandshakeMsg::Reject { reason: r.reason })),
         Record::Ping(p) => Class::Ping(p.seq),
         Record::Pong(_) => Class::Pong,
         Record::FlowCredit(f) => Class::FlowCredit {

@@ -171,7 +171,7 @@ impl Engine {
                 was_cached,
             } => {
                 if let Class::Handshake(m) = class {
-                    self.handle_handshake_msg(kind, rid, NodeRid::clone(node), m);
+                    self.handle_handshake_msg(kind, rid, NodeRid::clone(node), *m);
                     return None;
                 }
                 let Some(p) = self.peers.get_mut(&**node).filter(|p| p.rid(kind) == rid) else {
