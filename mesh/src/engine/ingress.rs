@@ -66,8 +66,7 @@ impl OneWayRun<'_> {
 struct MemoDecoded {
     header: zlink_wire::Header,
     class: Class,
-    /// `None` for a memo hit (cloned from the memo where it is handed up) or a record whose
-    /// class carries it.
+    /// `None` for a memo hit (cloned from the memo where it is handed up).
     record: Option<Record>,
     payload: Option<Bytes>,
     from_memo: bool,
@@ -170,8 +169,10 @@ impl Engine {
                 node,
                 was_cached,
             } => {
-                if let Class::Handshake(m) = class {
-                    self.handle_handshake_msg(kind, rid, NodeRid::clone(node), *m);
+                if let Class::Handshake = class {
+                    if let Some(m) = record.and_then(HandshakeMsg::from_record) {
+                        self.handle_handshake_msg(kind, rid, NodeRid::clone(node), m);
+                    }
                     return None;
                 }
                 let Some(p) = self.peers.get_mut(&**node).filter(|p| p.rid(kind) == rid) else {
@@ -454,11 +455,11 @@ impl Engine {
                 if has_payload {
                     self.memo.store(envelope, &d);
                 }
-                let (class, record) = codec::classify(d.record);
+                let class = codec::classify(&d.record);
                 MemoDecoded {
                     header: d.header,
                     class,
-                    record,
+                    record: Some(d.record),
                     payload: d.payload,
                     from_memo: false,
                 }
