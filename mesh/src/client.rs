@@ -903,7 +903,8 @@ impl ClientIo {
             }
             return;
         }
-        let (class, record) = codec::classify(d.record);
+        let class = codec::classify(&d.record);
+        let record = Some(d.record);
         let Some(verdict) = self.verdict(&class, in_batch) else {
             return;
         };

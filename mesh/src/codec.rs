@@ -55,10 +55,25 @@ pub enum HandshakeMsg {
 impl HandshakeMsg {
     /// The handshake view of a record, if it is one of 128..=132.
     pub fn from_record(record: Record) -> Option<HandshakeMsg> {
-        match classify(record) {
-            (Class::Handshake(m), _) => Some(m),
-            _ => None,
-        }
+        Some(match record {
+            Record::Hello(h) => HandshakeMsg::Hello {
+                mesh: h.mesh,
+                node: h.node,
+                generation: h.generation,
+                nonce: h.nonce,
+            },
+            Record::Challenge(c) => HandshakeMsg::Challenge {
+                mesh: c.mesh,
+                node: c.node,
+                generation: c.generation,
+                nonce: c.nonce,
+                proof: c.proof,
+            },
+            Record::Proof(p) => HandshakeMsg::Proof { proof: p.proof },
+            Record::Welcome(_) => HandshakeMsg::Welcome,
+            Record::Reject(r) => HandshakeMsg::Reject { reason: r.reason },
+            _ => return None,
+        })
     }
 
     /// The wire record.
@@ -98,8 +113,9 @@ impl HandshakeMsg {
 /// Which path a decoded record belongs to.
 #[derive(Debug)]
 pub(crate) enum Class {
-    /// 128..=132: handled by the handshake, never passed up.
-    Handshake(HandshakeMsg),
+    /// 128..=132: handled by the handshake, never passed up (its message is taken from the
+    /// record: [`HandshakeMsg::from_record`]).
+    Handshake,
     /// 136.
     Ping(u64),
     /// 137.
@@ -121,25 +137,16 @@ pub(crate) enum Class {
     App,
 }
 
+/// The class of a record, read in place: the record itself is not moved (it is 160 bytes and
+/// crosses the receive pass once, from the decoder to delivery).
 #[inline]
-pub(crate) fn classify(record: Record) -> (Class, Option<Record>) {
-    let class = match record {
-        Record::Hello(h) => Class::Handshake(HandshakeMsg::Hello {
-            mesh: h.mesh,
-            node: h.node,
-            generation: h.generation,
-            nonce: h.nonce,
-        }),
-        Record::Challenge(c) => Class::Handshake(HandshakeMsg::Challenge {
-            mesh: c.mesh,
-            node: c.node,
-            generation: c.generation,
-            nonce: c.nonce,
-            proof: c.proof,
-        }),
-        Record::Proof(p) => Class::Handshake(HandshakeMsg::Proof { proof: p.proof }),
-        Record::Welcome(_) => Class::Handshake(HandshakeMsg::Welcome),
-        Record::Reject(r) => Class::Handshake(HandshakeMsg::Reject { reason: r.reason }),
+pub(crate) fn classify(record: &Record) -> Class {
+    match record {
+        Record::Hello(_)
+        | Record::Challenge(_)
+        | Record::Proof(_)
+        | Record::Welcome(_)
+        | Record::Reject(_) => Class::Handshake,
         Record::Ping(p) => Class::Ping(p.seq),
         Record::Pong(_) => Class::Pong,
         Record::FlowCredit(f) => Class::FlowCredit {
@@ -147,11 +154,10 @@ pub(crate) fn classify(record: Record) -> (Class, Option<Record>) {
             bytes: f.bytes,
         },
         Record::Disconnect(d) => Class::Disconnect(d.reason),
-        r if r.is_reply() => return (Class::Reply, Some(r)),
-        r @ Record::Push(_) => return (Class::Push, Some(r)),
-        r => return (Class::App, Some(r)),
-    };
-    (class, None)
+        r if r.is_reply() => Class::Reply,
+        Record::Push(_) => Class::Push,
+        _ => Class::App,
+    }
 }
 
 /// True for records the layer above may send as a request or one-way record (not control,

@@ -66,8 +66,7 @@ impl OneWayRun<'_> {
 struct MemoDecoded {
     header: zlink_wire::Header,
     class: Class,
-    /// `None` for a memo hit (cloned from the memo where it is handed up) or a record whose
-    /// class carries it.
+    /// `None` for a memo hit (cloned from the memo where it is handed up).
     record: Option<Record>,
     payload: Option<Bytes>,
     from_memo: bool,
@@ -76,7 +75,7 @@ struct MemoDecoded {
 impl Engine {
     // ---------------------------------------------------------------- ingress
 
-    pub(super) fn on_peer_message(&mut self, kind: LinkKind, rid: &[u8], parts: &[&[u8]]) {
+    pub(super) fn on_peer_message(&mut self, kind: LinkKind, rid: &[u8], msg: Rx<'_>) {
         let cached = self.rid_cache.get(rid).cloned();
         let was_cached = cached.is_some();
         let node: Arc<NodeRid> = match cached.or_else(|| {
@@ -104,14 +103,20 @@ impl Engine {
             node: &node,
             was_cached,
         };
-        self.on_parts(from, parts);
+        self.on_parts(from, msg);
     }
 
     /// One message from a peer or a client: a 139 batch frame, or one record (envelope and
     /// optional payload); any other part count is `Malformed`.
-    pub(super) fn on_parts(&mut self, from: Sender<'_>, parts: &[&[u8]]) {
+    pub(super) fn on_parts(&mut self, from: Sender<'_>, msg: Rx<'_>) {
+        let parts = match msg {
+            Rx::Batch(frame) => return self.on_batch(from, frame),
+            Rx::Parts(parts) => parts,
+        };
         match parts {
-            [frame] if zlink_wire::is_batch(frame) => self.on_batch(from, frame),
+            [frame] if zlink_wire::is_batch(frame) => {
+                self.on_batch(from, Bytes::copy_from_slice(frame));
+            }
             [envelope] => {
                 self.on_record(from, envelope, Pl::None, false);
             }
@@ -170,8 +175,10 @@ impl Engine {
                 node,
                 was_cached,
             } => {
-                if let Class::Handshake(m) = class {
-                    self.handle_handshake_msg(kind, rid, NodeRid::clone(node), m);
+                if let Class::Handshake = class {
+                    if let Some(m) = record.and_then(HandshakeMsg::from_record) {
+                        self.handle_handshake_msg(kind, rid, NodeRid::clone(node), m);
+                    }
                     return None;
                 }
                 let Some(p) = self.peers.get_mut(&**node).filter(|p| p.rid(kind) == rid) else {
@@ -329,14 +336,15 @@ impl Engine {
         }
     }
 
-    /// A 139 batch frame (from a peer or a client): copied once into one buffer, its framing
-    /// validated as a whole (a broken frame is dropped once, `Malformed`, none of its records
-    /// delivered), then every sub-record goes through exactly the checks of a record received
-    /// alone (authentication, generation, frame format, connection kind, window), each
-    /// rejected sub-record dropped and counted by itself. Payloads are copied out of the
-    /// buffer ([`unpin`]): a held record pins only its bytes.
-    pub(super) fn on_batch(&mut self, from: Sender<'_>, frame: &[u8]) {
-        let batch = match zlink_wire::BatchFrame::parse(Bytes::copy_from_slice(frame)) {
+    /// A 139 batch frame (from a peer or a client; the received libzmq message itself, see
+    /// [`Rx::Batch`]): its framing validated as a whole (a broken frame is dropped once,
+    /// `Malformed`, none of its records delivered), then every sub-record goes through exactly
+    /// the checks of a record received alone (authentication, generation, frame format,
+    /// connection kind, window), each rejected sub-record dropped and counted by itself.
+    /// Payloads are copied out of the frame ([`unpin`]): a held record pins only its bytes,
+    /// and the frame is released when this returns.
+    pub(super) fn on_batch(&mut self, from: Sender<'_>, frame: Bytes) {
+        let batch = match zlink_wire::BatchFrame::parse(frame) {
             Ok(b) => b,
             Err(e) => {
                 self.shared
@@ -454,11 +462,11 @@ impl Engine {
                 if has_payload {
                     self.memo.store(envelope, &d);
                 }
-                let (class, record) = codec::classify(d.record);
+                let class = codec::classify(&d.record);
                 MemoDecoded {
                     header: d.header,
                     class,
-                    record,
+                    record: Some(d.record),
                     payload: d.payload,
                     from_memo: false,
                 }
@@ -488,9 +496,9 @@ impl Engine {
         }
     }
 
-    pub(super) fn on_client_message(&mut self, rid: &[u8], parts: &[&[u8]]) {
+    pub(super) fn on_client_message(&mut self, rid: &[u8], msg: Rx<'_>) {
         self.tomb_answered = false;
-        self.on_parts(Sender::Client { rid }, parts);
+        self.on_parts(Sender::Client { rid }, msg);
     }
 
     /// The connection core of a peer (in `generation`, if given) or a client session, with
@@ -573,6 +581,25 @@ impl Engine {
             }
         }
         self.up.inbound.flush();
+    }
+}
+
+/// A message read from a socket, as the receive pass hands it to ingress.
+pub(crate) enum Rx<'a> {
+    /// Its parts after the routing id, borrowed from the reused receive buffers.
+    Parts(&'a [&'a [u8]]),
+    /// A single-part 139 batch frame: the libzmq message itself, taken out of the receive
+    /// buffer and wrapped without copying ([`ZmqFrame`]). It lives only for the frame's
+    /// [`Engine::on_batch`]: every payload is copied out of it ([`unpin`]).
+    Batch(Bytes),
+}
+
+/// A received libzmq message as the owner of a [`Bytes`] (zero-copy receive of a batch frame).
+pub(crate) struct ZmqFrame(pub(crate) zmq::Message);
+
+impl AsRef<[u8]> for ZmqFrame {
+    fn as_ref(&self) -> &[u8] {
+        &self.0
     }
 }
 

@@ -68,6 +68,7 @@ mod timers;
 
 use clients::{Client, Tombstones};
 use deliver::{Arrived, Context, Delivered, Delivery, Held, Source};
+use ingress::{Rx, ZmqFrame};
 
 use crate::memo::DecodeMemo;
 
@@ -641,8 +642,20 @@ impl Engine {
             } else {
                 None
             };
-            // Each `zmq::Message` deref is two FFI calls (data, size): take the slices once.
             let rid_bytes: &[u8] = &rid;
+            if count == 1 && self.cfg.tap.is_none() && zlink_wire::is_batch(&parts[0]) {
+                // A batch frame is not copied: the message leaves the receive buffer (a fresh
+                // one takes its slot) and is wrapped as the frame's `Bytes`; it is released at
+                // the end of `on_batch`, which copies each payload out of it.
+                let msg = std::mem::replace(&mut parts[0], zmq::Message::new());
+                let frame = Rx::Batch(Bytes::from_owner(ZmqFrame(msg)));
+                match kind {
+                    LinkKind::Client => self.on_client_message(rid_bytes, frame),
+                    _ => self.on_peer_message(kind, rid_bytes, frame),
+                }
+                continue;
+            }
+            // Each `zmq::Message` deref is two FFI calls (data, size): take the slices once.
             let mut slices: [&[u8]; MAX_PARTS] = [&[]; MAX_PARTS];
             for (slot, m) in slices.iter_mut().zip(&parts[..count]) {
                 *slot = m;
@@ -653,8 +666,8 @@ impl Engine {
                 tap.record(TapDirection::Received, kind, rid_bytes, &copy);
             }
             match kind {
-                LinkKind::Client => self.on_client_message(rid_bytes, frames),
-                _ => self.on_peer_message(kind, rid_bytes, frames),
+                LinkKind::Client => self.on_client_message(rid_bytes, Rx::Parts(frames)),
+                _ => self.on_peer_message(kind, rid_bytes, Rx::Parts(frames)),
             }
         }
         self.rx_rid = rid;
