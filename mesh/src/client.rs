@@ -1034,33 +1034,21 @@ impl Transport for DealerWire<'_> {
     /// True (and counted) if `corr` is a request that already reached its terminal, or whose
     /// deadline passed (ended here): it is never transmitted (SB-12, EG-16.26).
     fn ended(&mut self, corr: u64) -> bool {
-        let ended = match self.corr.pending_deadline(corr) {
-            None => true,
-            Some(d) => {
-                let now = Instant::now();
-                if d <= now {
-                    for (_, w) in self.corr.handle_timeout(now) {
-                        let _ = w.send(Err(RequestError::DeadlineExceeded));
-                    }
-                    true
-                } else {
-                    false
-                }
-            }
+        let Some(expired) = self.corr.handle_transmit(corr, Instant::now()) else {
+            return false;
         };
-        if ended {
-            self.counters.drop(
-                DropReason::RequestEnded,
-                &format_args!("client corr {corr} ended before transmission"),
-            );
+        for (_, w) in expired {
+            let _ = w.send(Err(RequestError::DeadlineExceeded));
         }
-        ended
+        self.counters.drop(
+            DropReason::RequestEnded,
+            &format_args!("client corr {corr} ended before transmission"),
+        );
+        true
     }
 
     fn expired(&self, corr: u64) -> bool {
-        self.corr
-            .pending_deadline(corr)
-            .is_none_or(|d| d <= Instant::now())
+        self.corr.is_ended_at(corr, Instant::now())
     }
 
     fn lost(&mut self, _out: &Out) {

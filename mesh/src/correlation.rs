@@ -164,6 +164,26 @@ impl<P: PartialEq + Clone, W> Correlations<P, W> {
         self.pending.get(&id).map(|p| p.deadline)
     }
 
+    /// Asked at the moment of transmission (SB-12, EG-16.26): `None` if `id` is pending and its
+    /// deadline is after `now` (send it); otherwise `id` has ended — it reached its terminal
+    /// before, or its deadline is at or before `now` — and must never be sent. Then every
+    /// request due at `now` is ended here, before the timer would, and returned (as
+    /// [`Correlations::handle_timeout`] does) for the driver to fail its waiter.
+    pub fn handle_transmit(&mut self, id: u64, now: Instant) -> Option<Vec<(u64, W)>> {
+        match self.pending_deadline(id) {
+            Some(d) if d > now => None,
+            Some(_) => Some(self.handle_timeout(now)),
+            None => Some(Vec::new()),
+        }
+    }
+
+    /// Whether `id` has ended or is due at `now` (what [`Correlations::handle_transmit`] would
+    /// refuse), without ending anything.
+    #[must_use]
+    pub fn is_ended_at(&self, id: u64, now: Instant) -> bool {
+        self.pending_deadline(id).is_none_or(|d| d <= now)
+    }
+
     /// Number of pending requests.
     pub fn len(&self) -> usize {
         self.pending.len()
@@ -250,5 +270,36 @@ mod tests {
         assert_eq!(c.poll_timeout(), None);
         // an ended id is not reusable while remembered
         assert_eq!(c.register(2, 2, d, 0), Err(0));
+    }
+
+    // spec: SB-12, EG-16.26 — checked at transmission: a pending request before its deadline is
+    // sent; one due at `now` ends there (with every other due request, for their waiters), and
+    // an ended one is refused without ending anything else.
+    #[test]
+    fn transmit_check_ends_due_requests_and_refuses_ended_ones() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let mut c: Correlations<u8, &str> = Correlations::new();
+        c.register(1, 7, t0 + ms(10), "w1").unwrap();
+        c.register(2, 7, t0 + ms(20), "w2").unwrap();
+        c.register(3, 7, t0 + ms(30), "w3").unwrap();
+        assert!(!c.is_ended_at(2, t0 + ms(5)));
+        assert_eq!(c.handle_transmit(2, t0 + ms(5)), None);
+        assert_eq!(c.len(), 3, "a check before the deadline ends nothing");
+        assert!(c.is_ended_at(2, t0 + ms(20)));
+        assert_eq!(c.len(), 3, "is_ended_at ends nothing");
+        assert_eq!(
+            c.handle_transmit(2, t0 + ms(20)),
+            Some(vec![(1, "w1"), (2, "w2")])
+        );
+        assert_eq!(c.handle_transmit(1, t0 + ms(20)), Some(vec![]));
+        assert_eq!(
+            c.handle_reply(2, &7),
+            ReplyOutcome::Late(Terminal::TimedOut)
+        );
+        assert_eq!(c.handle_transmit(3, t0 + ms(20)), None);
+        assert_eq!(c.handle_cancel(3), Some("w3"));
+        assert_eq!(c.handle_transmit(3, t0), Some(vec![]), "ended: never sent");
+        assert!(c.is_ended_at(3, t0));
     }
 }

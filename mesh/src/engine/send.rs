@@ -286,33 +286,21 @@ impl Transport for Wire<'_> {
     /// Ended: it reached its terminal (timeout, cancel, peer lost), or its deadline has passed
     /// (every expired request is ended here, with `DeadlineExceeded`, before the timer would).
     fn ended(&mut self, corr: u64) -> bool {
-        let ended = match self.corr.pending_deadline(corr) {
-            None => true,
-            Some(d) => {
-                let now = Instant::now();
-                if d <= now {
-                    for (_, w) in self.corr.handle_timeout(now) {
-                        let _ = w.send(Err(RequestError::DeadlineExceeded));
-                    }
-                    true
-                } else {
-                    false
-                }
-            }
+        let Some(expired) = self.corr.handle_transmit(corr, Instant::now()) else {
+            return false;
         };
-        if ended {
-            self.counters.drop(
-                DropReason::RequestEnded,
-                &format_args!("{}: corr {corr} ended before transmission", self.who),
-            );
+        for (_, w) in expired {
+            let _ = w.send(Err(RequestError::DeadlineExceeded));
         }
-        ended
+        self.counters.drop(
+            DropReason::RequestEnded,
+            &format_args!("{}: corr {corr} ended before transmission", self.who),
+        );
+        true
     }
 
     fn expired(&self, corr: u64) -> bool {
-        self.corr
-            .pending_deadline(corr)
-            .is_none_or(|d| d <= Instant::now())
+        self.corr.is_ended_at(corr, Instant::now())
     }
 
     fn lost(&mut self, out: &Out) {
