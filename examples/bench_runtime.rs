@@ -319,17 +319,19 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
+/// The argument at `at` parsed as a `T`, or `default` when it is missing or does not parse.
+fn arg<T: std::str::FromStr>(args: &[String], at: usize, default: T) -> T {
+    args.get(at).and_then(|s| s.parse().ok()).unwrap_or(default)
+}
+
 fn main() {
     let quick = std::env::args().any(|a| a == "--quick")
         || std::env::var("BENCH_QUICK").is_ok_and(|v| v == "1");
     // `--tell1 N [ROUNDS]`: only the single-actor tell figure (profiling, peer comparison)
     let args: Vec<String> = std::env::args().collect();
     if let Some(i) = args.iter().position(|a| a == "--tell1") {
-        let n: u64 = args
-            .get(i + 1)
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(5_000_000);
-        let rounds: usize = args.get(i + 2).and_then(|s| s.parse().ok()).unwrap_or(3);
+        let n: u64 = arg(&args, i + 1, 5_000_000);
+        let rounds: usize = arg(&args, i + 2, 3);
         let (mut z, mut b) = (Vec::new(), Vec::new());
         for _ in 0..rounds {
             b.push(mpsc_tell(1, n));
@@ -341,12 +343,9 @@ fn main() {
     // `--ask-actor N [ROUNDS] [WORKERS]`: only the actor-asker ZLink figure, no baseline
     // (profiling: callgrind, perf)
     if let Some(i) = args.iter().position(|a| a == "--ask-actor") {
-        let n: usize = args
-            .get(i + 1)
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(200_000);
-        let rounds: usize = args.get(i + 2).and_then(|s| s.parse().ok()).unwrap_or(1);
-        let workers: usize = args.get(i + 3).and_then(|s| s.parse().ok()).unwrap_or(1);
+        let n: usize = arg(&args, i + 1, 200_000);
+        let rounds: usize = arg(&args, i + 2, 1);
+        let workers: usize = arg(&args, i + 3, 1);
         let z: Vec<f64> = (0..rounds).map(|_| zlink_ask_actor(n, workers)).collect();
         line("runtime_ask_1_actor_only", "asks_per_s", median(z), 0.0);
         return;
@@ -354,23 +353,17 @@ fn main() {
     // `--ask-base N [ROUNDS] [WORKERS]`: only the mpsc + oneshot baseline of the actor-asker
     // lines (WORKERS 0: current_thread), for the same profiling
     if let Some(i) = args.iter().position(|a| a == "--ask-base") {
-        let n: usize = args
-            .get(i + 1)
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(200_000);
-        let rounds: usize = args.get(i + 2).and_then(|s| s.parse().ok()).unwrap_or(1);
-        let workers: usize = args.get(i + 3).and_then(|s| s.parse().ok()).unwrap_or(0);
+        let n: usize = arg(&args, i + 1, 200_000);
+        let rounds: usize = arg(&args, i + 2, 1);
+        let workers: usize = arg(&args, i + 3, 0);
         let b: Vec<f64> = (0..rounds).map(|_| mpsc_ask_rate(n, workers)).collect();
         line("runtime_ask_1_base_only", "asks_per_s", median(b), 0.0);
         return;
     }
     // `--ask1 N [ROUNDS]`: only the ask figures (profiling)
     if let Some(i) = args.iter().position(|a| a == "--ask1") {
-        let n: usize = args
-            .get(i + 1)
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(200_000);
-        let rounds: usize = args.get(i + 2).and_then(|s| s.parse().ok()).unwrap_or(3);
+        let n: usize = arg(&args, i + 1, 200_000);
+        let rounds: usize = arg(&args, i + 2, 3);
         asks(n, rounds);
         return;
     }
