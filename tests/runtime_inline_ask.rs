@@ -218,69 +218,16 @@ fn sealed_target_is_not_run_inline() {
     assert_eq!(next(&rx), "reply:Ok(7)");
 }
 
-// spec: EG-6.4, EG-7.6, EG-3.1 — records queued for the target run before the ask, in FIFO
-// order, even while the target's gate is free (its record in flight yielded): an ask never
-// overtakes them.
-#[test]
-fn queued_records_are_never_overtaken() {
-    let rt = runtime();
-    let (e, rx) = events();
-    let sb = spot::<SpotWideUser>(&rt);
+/// A SpotWide target `b` that logs `b:{v}` and answers `v`, except that its record 0 yields
+/// (releasing the gate, keeping its claim) until `go` is sent, then logs `b:0-end`; and `c`,
+/// behind the same gate, which logs `c` — it runs only once `b`'s record released the gate.
+fn yielding_target(
+    sb: &SpotRef<SpotWideUser>,
+    e: &Events,
+) -> (oneshot::Sender<()>, ActorRef<i64, i64>, ActorRef<(), ()>) {
     let (go, hold) = release();
     let e2 = e.clone();
-    let b: ActorRef<i64, i64> = sb
-        .spawn_actor(move |ctx: SpotWideCtx, v: i64| {
-            emit(&e2, format!("b:{v}"));
-            if v != 0 {
-                return Handled::ok(v);
-            }
-            let r = hold.take();
-            Handled::later(async move {
-                ctx.request(move || async move {
-                    r.await.ok();
-                    Ok(())
-                })
-                .yielding()
-                .await
-                .unwrap();
-                Ok(0)
-            })
-        })
-        .unwrap();
-    let e3 = e.clone();
-    let c: ActorRef<(), ()> = sb
-        .spawn_actor(move |_ctx: SpotWideCtx, _m: ()| {
-            emit(&e3, "c");
-            Handled::ok(())
-        })
-        .unwrap();
-    let a = asker_of(&rt, &b, &e, 3);
-    b.tell(0).unwrap();
-    assert_eq!(next(&rx), "b:0");
-    b.tell(1).unwrap();
-    b.tell(2).unwrap();
-    // B's record yielded (C ran behind the same gate); B's gate goes free
-    c.tell(()).unwrap();
-    assert_eq!(next(&rx), "c");
-    a.tell(()).unwrap();
-    assert_eq!(next(&rx), "asking");
-    wait_until("the request queued", || b.stats().application_queued == 3);
-    go.send(()).unwrap();
-    for want in ["b:1", "b:2", "b:3", "reply:Ok(3)"] {
-        assert_eq!(next(&rx), want);
-    }
-}
-
-// spec: EG-3.1, EG-16.6 — a SpotWide actor whose record yielded keeps its claim: an ask to it
-// (its gate free meanwhile) is not run inline; it runs after the yielded record finished.
-#[test]
-fn yielded_target_is_not_run_inline() {
-    let rt = runtime();
-    let (e, rx) = events();
-    let sb = spot::<SpotWideUser>(&rt);
-    let (go, hold) = release();
-    let e2 = e.clone();
-    let b: ActorRef<i64, i64> = sb
+    let b = sb
         .spawn_actor(move |ctx: SpotWideCtx, v: i64| {
             emit(&e2, format!("b:{v}"));
             if v != 0 {
@@ -300,14 +247,50 @@ fn yielded_target_is_not_run_inline() {
             })
         })
         .unwrap();
-    // another actor behind B's gate runs only once B's record released the gate (yielded)
     let e3 = e.clone();
-    let c: ActorRef<(), ()> = sb
+    let c = sb
         .spawn_actor(move |_ctx: SpotWideCtx, _m: ()| {
             emit(&e3, "c");
             Handled::ok(())
         })
         .unwrap();
+    (go, b, c)
+}
+
+// spec: EG-6.4, EG-7.6, EG-3.1 — records queued for the target run before the ask, in FIFO
+// order, even while the target's gate is free (its record in flight yielded): an ask never
+// overtakes them.
+#[test]
+fn queued_records_are_never_overtaken() {
+    let rt = runtime();
+    let (e, rx) = events();
+    let sb = spot::<SpotWideUser>(&rt);
+    let (go, b, c) = yielding_target(&sb, &e);
+    let a = asker_of(&rt, &b, &e, 3);
+    b.tell(0).unwrap();
+    assert_eq!(next(&rx), "b:0");
+    b.tell(1).unwrap();
+    b.tell(2).unwrap();
+    // B's record yielded (C ran behind the same gate); B's gate goes free
+    c.tell(()).unwrap();
+    assert_eq!(next(&rx), "c");
+    a.tell(()).unwrap();
+    assert_eq!(next(&rx), "asking");
+    wait_until("the request queued", || b.stats().application_queued == 3);
+    go.send(()).unwrap();
+    for want in ["b:0-end", "b:1", "b:2", "b:3", "reply:Ok(3)"] {
+        assert_eq!(next(&rx), want);
+    }
+}
+
+// spec: EG-3.1, EG-16.6 — a SpotWide actor whose record yielded keeps its claim: an ask to it
+// (its gate free meanwhile) is not run inline; it runs after the yielded record finished.
+#[test]
+fn yielded_target_is_not_run_inline() {
+    let rt = runtime();
+    let (e, rx) = events();
+    let sb = spot::<SpotWideUser>(&rt);
+    let (go, b, c) = yielding_target(&sb, &e);
     let a = asker_of(&rt, &b, &e, 5);
     b.tell(0).unwrap();
     assert_eq!(next(&rx), "b:0");
