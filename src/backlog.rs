@@ -47,6 +47,27 @@ pub(crate) enum Admitted {
     Queued,
 }
 
+/// Whether a record that finds its target's lane idle may run at once on the submitting thread
+/// ([`crate::runtime::PendingSubmit::try_run_inline`]; `docs/RUNTIME.md`, "Inline delivery").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum RunMode {
+    /// Always through the lane (a drain task runs it).
+    Queue,
+    /// On the submitting thread when the lane is idle, its gate free and nothing waits for the
+    /// target (neither in its lane nor in its backlog); else through the lane.
+    InlineIfIdle,
+}
+
+/// How a submitter that must never wait hands a record in.
+pub(crate) struct Intake<R> {
+    /// Makes the hook that returns the sender's credit once a record that had to wait in a
+    /// backlog entered its lane; `None`: nothing to return (the record is then refused over the
+    /// caller's held limit instead of waiting without a bound).
+    pub(crate) release: Option<R>,
+    /// Whether an idle lane may run it on the submitting thread.
+    pub(crate) mode: RunMode,
+}
+
 /// The backlogs of one kind of target (actors of a node, sessions of a node), keyed by `K`.
 pub(crate) struct Backlogs<K> {
     /// Targets with a backlog: zero on the fast path, which then skips the map.
@@ -120,6 +141,7 @@ impl<K: Hash + Eq + Clone + Send + 'static> Backlogs<K> {
         pending: PendingSubmit,
         done: impl FnOnce() -> Done,
         rt: &tokio::runtime::Handle,
+        mode: RunMode,
     ) -> Result<Admitted, RuntimeError> {
         if self.open.load(Ordering::Acquire) != 0 {
             let mut map = lock(&self.map);
@@ -130,6 +152,15 @@ impl<K: Hash + Eq + Clone + Send + 'static> Backlogs<K> {
                 return Ok(Admitted::Queued);
             }
         }
+        // Nothing waits for `key` in a backlog (an open one, even empty, may have a record in
+        // flight to the lane): an idle lane may run it here.
+        let pending = match mode {
+            RunMode::InlineIfIdle => match pending.try_run_inline() {
+                Ok(()) => return Ok(Admitted::Now),
+                Err(p) => p,
+            },
+            RunMode::Queue => pending,
+        };
         let pending = match pending.retry() {
             Ok(()) => return Ok(Admitted::Now),
             Err(TrySubmitError::Refused(e)) => return Err(e),

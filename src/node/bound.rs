@@ -19,7 +19,7 @@ use super::{Inner, Node, lock, request_error, send_error};
 use crate::actor::exec::{ReplyTo, Work};
 use crate::actor::fence::{self, CallFence};
 use crate::actor::{ActorCtx, ActorError, ActorHost, ActorRef};
-use crate::backlog::{Admitted, Done};
+use crate::backlog::{Admitted, Done, Intake};
 use crate::runtime::BoxFuture;
 use crate::session::flow::{FlowRecord, FlowReject};
 use crate::session::owner::{Refusal, RelaySent};
@@ -307,7 +307,7 @@ impl Node {
         payload: Bytes,
         deadline: Option<Instant>,
         reply: Option<ReplyTo>,
-        release: Option<impl FnOnce() -> Done>,
+        intake: Intake<impl FnOnce() -> Done>,
     ) -> Admitted {
         let fence = CallFence {
             actor_id: rec.actor,
@@ -328,7 +328,8 @@ impl Node {
             lifecycle: rec.session_lifecycle,
             generation: rec.tail.binding_generation,
         };
-        let (admitted, refused) = self.submit_checked_now(&fence, work, Some(&bound), release);
+        let (admitted, refused) =
+            self.submit_checked_now(&fence, work, Some(&bound), intake.release, intake.mode);
         if let Some(e) = &refused {
             // Counted with its reason where it was decided (`submit_checked`).
             self.count_send_dropped();

@@ -15,7 +15,7 @@ use super::{BoundCheck, Node, lock};
 use crate::actor::exec::{Mailbox, ReplyTo, Work};
 use crate::actor::fence::{self, CallFence};
 use crate::actor::{ActorError, ActorRef, Message};
-use crate::backlog::{Admitted, Done};
+use crate::backlog::{Admitted, Done, RunMode};
 
 impl Node {
     /// Sends a typed request to `actor` and waits for its typed reply, at most `timeout`.
@@ -174,6 +174,7 @@ impl Node {
         work: Work,
         bound: Option<&BoundCheck<'_>>,
         release: Option<impl FnOnce() -> Done>,
+        mode: RunMode,
     ) -> (Admitted, Option<ActorError>) {
         let (mailbox, mut work) = match self.check_submit(call, work, bound) {
             Checked::Done(e) => return (Admitted::Now, e),
@@ -201,7 +202,7 @@ impl Node {
             Some(r) => r(),
             None => Box::new(|| {}) as Done,
         };
-        match backlogs.submit(&call.actor_id, pending, done, &self.inner.rt) {
+        match backlogs.submit(&call.actor_id, pending, done, &self.inner.rt, mode) {
             Ok(a) => (a, None),
             // The dropped work answered a request already.
             Err(e) => (Admitted::Now, Some(mailbox.error_of(e))),

@@ -23,7 +23,7 @@ use super::{Create, Inner, Node};
 use crate::actor::ActorError;
 use crate::actor::exec::{InflightGuard, ReplyTo, Work};
 use crate::actor::fence::CallFence;
-use crate::backlog::{Admitted, Done};
+use crate::backlog::{Admitted, Done, Intake, RunMode};
 use std::sync::{Arc, Weak};
 
 /// The direct delivery of per-message records on the mesh I/O thread (see the module doc).
@@ -35,12 +35,15 @@ use std::sync::{Arc, Weak};
 /// (shutdown waits for the last handle before it joins that thread).
 pub(crate) struct Sink {
     node: Weak<Inner>,
+    /// Whether an offered record whose target lane is idle runs here, on the I/O thread.
+    mode: RunMode,
 }
 
 impl Sink {
     pub(crate) fn new(node: &Node) -> Self {
         Sink {
             node: Arc::downgrade(&node.inner),
+            mode: RunMode::InlineIfIdle,
         }
     }
 }
@@ -95,11 +98,17 @@ impl InboundSink for Sink {
         match (origin, record) {
             (Origin::Client { session }, Record::Request(r)) => {
                 let done = release(node, Origin::Client { session }, bytes);
-                offer_of(node.sessions().packet(session, r.key, payload, reply, done))
+                offer_of(
+                    node.sessions()
+                        .packet(session, r.key, payload, reply, done, self.mode),
+                )
             }
             (Origin::Client { session }, Record::OneWay(o)) => {
                 let done = release(node, Origin::Client { session }, bytes);
-                offer_of(node.sessions().packet(session, o.key, payload, None, done))
+                offer_of(
+                    node.sessions()
+                        .packet(session, o.key, payload, None, done, self.mode),
+                )
             }
             (
                 Origin::Peer {
@@ -114,7 +123,17 @@ impl InboundSink for Sink {
                     generation,
                 };
                 let done = || release(node, origin(), bytes)();
-                offer_of(node.on_actor_send_now(&sender, rec, payload, deadline, reply, Some(done)))
+                offer_of(node.on_actor_send_now(
+                    &sender,
+                    rec,
+                    payload,
+                    deadline,
+                    reply,
+                    Intake {
+                        release: Some(done),
+                        mode: self.mode,
+                    },
+                ))
             }
             (
                 Origin::Peer {
@@ -135,6 +154,7 @@ impl InboundSink for Sink {
                     deadline,
                     reply,
                     Some(done),
+                    self.mode,
                 ))
             }
             (
@@ -233,11 +253,29 @@ async fn handle(node: &Node, inbound: Inbound) {
     match (origin, record) {
         // Records that came before the sink was installed: the same non-blocking path.
         (Origin::Peer { .. }, Record::ActorCall(call)) => {
-            on_actor_call(node, call, payload, deadline, reply, NO_RELEASE);
+            on_actor_call(
+                node,
+                call,
+                payload,
+                deadline,
+                reply,
+                NO_RELEASE,
+                RunMode::Queue,
+            );
         }
         (Origin::Peer { node: sender, .. }, Record::ActorSend(rec)) => {
             let reply = reply.map(ReplyTo::Wire);
-            node.on_actor_send_now(&sender, rec, payload, deadline, reply, NO_RELEASE);
+            node.on_actor_send_now(
+                &sender,
+                rec,
+                payload,
+                deadline,
+                reply,
+                Intake {
+                    release: NO_RELEASE,
+                    mode: RunMode::Queue,
+                },
+            );
         }
         (Origin::Peer { node: sender, .. }, Record::BoundSessionBind(rec)) => {
             if rec.operation == BindOperation::Bind {
@@ -263,11 +301,11 @@ async fn handle(node: &Node, inbound: Inbound) {
         }
         (Origin::Client { session }, Record::Request(r)) if !protocol::is_framework_key(r.key) => {
             node.sessions()
-                .packet(session, r.key, payload, reply, no_release);
+                .packet(session, r.key, payload, reply, no_release, RunMode::Queue);
         }
         (Origin::Client { session }, Record::OneWay(o)) if !protocol::is_framework_key(o.key) => {
             node.sessions()
-                .packet(session, o.key, payload, None, no_release);
+                .packet(session, o.key, payload, None, no_release, RunMode::Queue);
         }
         (Origin::Peer { .. }, Record::Request(r)) => match reply {
             Some(reply) => on_peer_request(node, r.key, payload, reply),
@@ -310,6 +348,7 @@ fn on_actor_call(
     deadline: Option<Instant>,
     reply: Option<ReplyHandle>,
     release: Option<impl FnOnce() -> Done>,
+    mode: RunMode,
 ) -> Admitted {
     node.count_call_in();
     let fence = CallFence::of_call(&call);
@@ -320,7 +359,7 @@ fn on_actor_call(
         deadline,
         guard: Some(node.inflight().enter()),
     };
-    let (admitted, refused) = node.submit_checked_now(&fence, work, None, release);
+    let (admitted, refused) = node.submit_checked_now(&fence, work, None, release, mode);
     if let Some(e) = refused {
         node.count_send_dropped();
         tracing::debug!(actor = %call.actor, error = %e, "actor send refused");
@@ -425,8 +464,13 @@ async fn on_client_request(
                     guard: Some(guard),
                 };
                 // A full lane keeps it in the actor's backlog: this loop does not wait.
-                let _ =
-                    node.submit_checked_now(&CallFence::of_ref(&req.actor), work, None, NO_RELEASE);
+                let _ = node.submit_checked_now(
+                    &CallFence::of_ref(&req.actor),
+                    work,
+                    None,
+                    NO_RELEASE,
+                    RunMode::Queue,
+                );
             } else {
                 let work = {
                     let node = node.clone();

@@ -1115,6 +1115,37 @@ impl Future for Requeue {
     }
 }
 
+/// Runs `job`, an application record started inline (`PendingSubmit::try_run_inline`), on the
+/// calling thread to its terminal or its first wait: the application domain marker set (EG-13),
+/// the lane runtime's context entered (a handler may spawn or start timers), a panic caught as
+/// a drain catches it.
+pub(crate) fn run_started_inline(lane: &Arc<LaneHandle>, turn: InlineTurn, job: Job) {
+    let _rt = lane.rt().app.enter();
+    DOMAIN.sync_scope(Domain::Application, || {
+        let invocation = turn.invocation;
+        let env = TurnEnv {
+            lane: lane.clone(),
+            invocation,
+            class: LaneClass::Application,
+        };
+        let mut fut = match run_job(job, env, lane) {
+            Handled::Now(r) => return lane.finish_inline(turn, r),
+            Handled::Later(f) => f,
+        };
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        let polled = catch_unwind(AssertUnwindSafe(|| {
+            lane.poll_inline(invocation, &mut cx, &mut fut)
+        }));
+        match polled {
+            Err(_) => lane.finish_inline(turn, Err(HandlerError::Panicked)),
+            Ok(InlinePoll::Ready(r)) => lane.finish_inline(turn, r),
+            // a new drain polls it again (with its own waker) and keeps the right
+            Ok(InlinePoll::Pending) => lane.hand_off_inline(turn, fut),
+            Ok(InlinePoll::Yielded) => lane.park_inline(turn, fut),
+        }
+    })
+}
+
 fn run_job(job: Job, env: TurnEnv, lane: &LaneHandle) -> Handled<()> {
     catch_unwind(AssertUnwindSafe(move || job.run(env, lane)))
         .unwrap_or(Handled::Now(Err(HandlerError::Panicked)))

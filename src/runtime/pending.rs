@@ -73,6 +73,25 @@ impl PendingSubmit {
         }
     }
 
+    /// Runs the record now, on the calling thread, when its lane is idle, its gate free and
+    /// nothing waits for the gate's right (`docs/RUNTIME.md`, "Inline delivery"): admitted,
+    /// started and ended exactly as if it had been queued and picked, in the application domain
+    /// (EG-13) with the lane runtime's context entered. A handler future not ready at its first
+    /// poll goes on in a new drain that keeps the right (or is parked, if it yielded), as an
+    /// inline ask's does. `Err` hands the record back untouched: the lane is busy (or the record
+    /// is not an application record); the caller submits it instead, so nothing overtakes
+    /// what waits (a full or busy lane never runs work inline, EG-6.3).
+    pub fn try_run_inline(self) -> Result<(), PendingSubmit> {
+        if self.class != LaneClass::Application {
+            return Err(self);
+        }
+        let Some(turn) = self.lane.try_start_inline(self.payload_len) else {
+            return Err(self);
+        };
+        super::driver::run_started_inline(&self.lane, turn, self.job);
+        Ok(())
+    }
+
     /// Waits for lane space and submits (backpressure; the record never runs inline).
     pub async fn wait(self) -> Result<(), RuntimeError> {
         self.lane

@@ -27,7 +27,7 @@ use super::inline::InlineTurn;
 use super::{CLOSE_SESSION_KEY, Callbacks, PacketHandler, PacketTurn, Session, SessionError};
 use crate::actor::ActorRef;
 use crate::actor::exec::InflightGuard;
-use crate::backlog::{Admitted, BacklogStats, Backlogs, Done, WaitQueues};
+use crate::backlog::{Admitted, BacklogStats, Backlogs, Done, RunMode, WaitQueues};
 use crate::config::HandlerRegistry;
 use crate::runtime::{BoxFuture, Handled, Runtime, SerialLane, SessionLane};
 use crate::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -451,7 +451,7 @@ impl SessionOwner {
         });
         if self
             .backlogs
-            .submit(&rid, job, || Box::new(|| {}), &self.rt)
+            .submit(&rid, job, || Box::new(|| {}), &self.rt, RunMode::Queue)
             .is_err()
         {
             lane.connection_closed();
@@ -471,6 +471,7 @@ impl SessionOwner {
         payload: Bytes,
         reply: Option<ReplyHandle>,
         done: impl FnOnce() -> Done,
+        mode: RunMode,
     ) -> Admitted {
         let refuse = |reply: Option<ReplyHandle>, kind: ErrorKind, detail: String| {
             if let Some(r) = reply {
@@ -559,7 +560,7 @@ impl SessionOwner {
                 Err(e) => Handled::err(e),
             }
         });
-        match self.backlogs.submit(&rid, job, done, &self.rt) {
+        match self.backlogs.submit(&rid, job, done, &self.rt, mode) {
             Ok(a) => a,
             Err(e) => {
                 // The session ended (its lane closed): counted; a request was answered.
