@@ -17,7 +17,7 @@ use std::collections::VecDeque;
 use std::hash::Hash;
 
 use crate::hashing::SeededMap;
-use crate::runtime::{BoxFuture, PendingSubmit, RuntimeError, TrySubmitError};
+use crate::runtime::{BoxFuture, BudgetStart, Clock, PendingSubmit, RuntimeError, TrySubmitError};
 use crate::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use crate::sync::{Mutex, MutexGuard};
 use std::sync::Arc;
@@ -56,6 +56,49 @@ pub(crate) enum RunMode {
     /// On the submitting thread when the lane is idle, its gate free and nothing waits for the
     /// target (neither in its lane nor in its backlog); else through the lane.
     InlineIfIdle,
+}
+
+/// How long one receive pass of a mesh I/O thread may spend running records inline
+/// ([`RunMode::InlineIfIdle`]) before it hands the rest of the pass to the lanes: a sans-IO
+/// meter over the runtime's [`Clock`] (the budget check of EG-9, a cycle-counter read on the
+/// system clock). The pass's time is counted from its first inline record, so a pass of cheap
+/// records stays inline and a slow handler cannot keep the thread from its sockets for more
+/// than the budget plus that one handler. A zero budget never runs anything inline.
+#[derive(Debug)]
+pub(crate) struct InlineBudget {
+    budget: std::time::Duration,
+    /// When this pass ran its first inline record.
+    started: Option<BudgetStart>,
+}
+
+impl InlineBudget {
+    /// A meter of `budget` per pass.
+    pub(crate) fn new(budget: std::time::Duration) -> Self {
+        InlineBudget {
+            budget,
+            started: None,
+        }
+    }
+
+    /// How the next record of this pass may run, read from `clock`.
+    pub(crate) fn poll_mode(&mut self, clock: &dyn Clock) -> RunMode {
+        if self.budget.is_zero() {
+            return RunMode::Queue;
+        }
+        match &self.started {
+            None => {
+                self.started = Some(clock.budget_start());
+                RunMode::InlineIfIdle
+            }
+            Some(start) if clock.budget_spent(start, self.budget) => RunMode::Queue,
+            Some(_) => RunMode::InlineIfIdle,
+        }
+    }
+
+    /// The receive pass ended: the next one starts with the whole budget.
+    pub(crate) fn handle_pass_end(&mut self) {
+        self.started = None;
+    }
 }
 
 /// How a submitter that must never wait hands a record in.
@@ -355,5 +398,47 @@ impl<K: Hash + Eq + Clone + Send + 'static> WaitQueues<K> {
             next.await;
             self.waiting_now.fetch_sub(1, Ordering::Relaxed);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::{InlineBudget, RunMode};
+    use crate::runtime::ManualClock;
+
+    #[test]
+    fn a_pass_runs_inline_until_its_budget_is_spent_and_the_next_pass_starts_over() {
+        let clock = ManualClock::new();
+        let mut b = InlineBudget::new(Duration::from_millis(1));
+        // the pass's time counts from its first inline record
+        assert_eq!(b.poll_mode(&clock), RunMode::InlineIfIdle);
+        clock.advance(Duration::from_micros(999));
+        assert_eq!(b.poll_mode(&clock), RunMode::InlineIfIdle);
+        clock.advance(Duration::from_micros(1));
+        assert_eq!(
+            b.poll_mode(&clock),
+            RunMode::Queue,
+            "spent at exactly the budget"
+        );
+        assert_eq!(
+            b.poll_mode(&clock),
+            RunMode::Queue,
+            "for the rest of the pass"
+        );
+        b.handle_pass_end();
+        assert_eq!(b.poll_mode(&clock), RunMode::InlineIfIdle);
+        clock.advance(Duration::from_micros(500));
+        assert_eq!(b.poll_mode(&clock), RunMode::InlineIfIdle);
+    }
+
+    #[test]
+    fn a_zero_budget_never_runs_inline() {
+        let clock = ManualClock::new();
+        let mut b = InlineBudget::new(Duration::ZERO);
+        assert_eq!(b.poll_mode(&clock), RunMode::Queue);
+        b.handle_pass_end();
+        assert_eq!(b.poll_mode(&clock), RunMode::Queue);
     }
 }

@@ -35,6 +35,9 @@ use crate::store::{self, LocationStore, StoreError, StoreUrl};
 pub const SESSION_REPLACEMENT_CALLBACK_TIMEOUT: Duration = Duration::from_millis(30_000);
 /// Default SessionRelocationSealTimeout (server setting, SB-8.3): 3,000 ms.
 pub const SESSION_RELOCATION_SEAL_TIMEOUT: Duration = Duration::from_millis(3_000);
+/// Time one receive pass of a mesh I/O thread may spend running records inline (inline
+/// delivery, `docs/RUNTIME.md`).
+pub const INLINE_DELIVERY_BUDGET: Duration = Duration::from_millis(1);
 /// Default send admission timeout (SB-6.5: wait up to the send timeout, then `DeadlineExceeded`).
 pub const SEND_TIMEOUT: Duration = Duration::from_millis(5_000);
 /// Default timeout of node-to-node control requests (activate, destroy) and of actor calls that
@@ -300,6 +303,10 @@ pub struct Timeouts {
     /// Owner lease TTL in the Location Store (default 10,000 ms).
     #[serde(rename = "owner_lease_ttl_ms", deserialize_with = "millis")]
     pub owner_lease_ttl: Duration,
+    /// Inline delivery: time one receive pass of the mesh I/O thread may spend running the
+    /// turns of records whose lane is idle on that thread (default 1 ms; 0: never inline).
+    #[serde(rename = "inline_delivery_budget_ms", deserialize_with = "millis")]
+    pub inline_delivery_budget: Duration,
 }
 
 impl Default for Timeouts {
@@ -312,6 +319,7 @@ impl Default for Timeouts {
             heartbeat_interval: HEARTBEAT_INTERVAL,
             heartbeat_timeout: HEARTBEAT_TIMEOUT,
             owner_lease_ttl: OWNER_LEASE_TTL,
+            inline_delivery_budget: INLINE_DELIVERY_BUDGET,
         }
     }
 }
@@ -356,6 +364,7 @@ fn millis<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
 /// heartbeat_interval_ms = 1000
 /// heartbeat_timeout_ms = 3000
 /// owner_lease_ttl_ms = 10000
+/// inline_delivery_budget_ms = 1         # 0: records never run on the mesh I/O thread
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]

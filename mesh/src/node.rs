@@ -1185,11 +1185,17 @@ impl MeshNode {
     /// — is handled only after the release, in one pass, so a test can make the I/O thread
     /// find several of them queued together (e.g. to see them batched). Sockets are neither
     /// read nor written while held; keep the hold short (peers time out after
-    /// `peer_timeout`). Returns at once; it does not wait until the thread is held.
+    /// `peer_timeout`). Returns once the thread is held (what it received before was handled
+    /// first); blocks the caller for that long (at most 20 s).
     #[doc(hidden)]
     pub fn hold_io_for_tests(&self) -> IoHold {
-        let (release, held) = crossbeam_channel::bounded(0);
-        let _ = self.shared.submit(Command::Hold(held));
+        let (release, held_rx) = crossbeam_channel::bounded(0);
+        let (held, is_held) = crossbeam_channel::bounded(1);
+        let _ = self.shared.submit(Command::Hold {
+            release: held_rx,
+            held,
+        });
+        let _ = is_held.recv_timeout(std::time::Duration::from_secs(20));
         IoHold { _release: release }
     }
 

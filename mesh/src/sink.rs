@@ -31,4 +31,9 @@ pub trait InboundSink: Send + 'static {
     /// `bytes` wire bytes (envelope + payload, the amount charged to its sender's window).
     /// Records of one connection are offered in arrival order. Never blocks.
     fn offer(&mut self, inbound: Inbound, bytes: u64) -> Offer;
+
+    /// The receive pass that offered records has ended: the I/O thread goes on to transmit,
+    /// then reads again or sleeps. A sink that meters the time it takes per pass starts over.
+    /// Default: nothing.
+    fn end_pass(&mut self) {}
 }

@@ -23,7 +23,8 @@ use super::{Create, Inner, Node};
 use crate::actor::ActorError;
 use crate::actor::exec::{InflightGuard, ReplyTo, Work};
 use crate::actor::fence::CallFence;
-use crate::backlog::{Admitted, Done, Intake, RunMode};
+use crate::backlog::{Admitted, Done, InlineBudget, Intake, RunMode};
+use crate::runtime::Clock;
 use std::sync::{Arc, Weak};
 
 /// The direct delivery of per-message records on the mesh I/O thread (see the module doc).
@@ -35,15 +36,18 @@ use std::sync::{Arc, Weak};
 /// (shutdown waits for the last handle before it joins that thread).
 pub(crate) struct Sink {
     node: Weak<Inner>,
-    /// Whether an offered record whose target lane is idle runs here, on the I/O thread.
-    mode: RunMode,
+    /// The lane runtime's clock, which meters the inline budget.
+    clock: Arc<dyn Clock>,
+    /// How long this receive pass may still run records inline.
+    budget: InlineBudget,
 }
 
 impl Sink {
     pub(crate) fn new(node: &Node) -> Self {
         Sink {
             node: Arc::downgrade(&node.inner),
-            mode: RunMode::InlineIfIdle,
+            clock: node.inner.runtime.config().clock.clone(),
+            budget: InlineBudget::new(node.inner.inline_budget),
         }
     }
 }
@@ -95,19 +99,20 @@ impl InboundSink for Sink {
             ..
         } = inbound;
         let payload = payload.unwrap_or_default();
+        let mode = self.budget.poll_mode(&*self.clock);
         match (origin, record) {
             (Origin::Client { session }, Record::Request(r)) => {
                 let done = release(node, Origin::Client { session }, bytes);
                 offer_of(
                     node.sessions()
-                        .packet(session, r.key, payload, reply, done, self.mode),
+                        .packet(session, r.key, payload, reply, done, mode),
                 )
             }
             (Origin::Client { session }, Record::OneWay(o)) => {
                 let done = release(node, Origin::Client { session }, bytes);
                 offer_of(
                     node.sessions()
-                        .packet(session, o.key, payload, None, done, self.mode),
+                        .packet(session, o.key, payload, None, done, mode),
                 )
             }
             (
@@ -131,7 +136,7 @@ impl InboundSink for Sink {
                     reply,
                     Intake {
                         release: Some(done),
-                        mode: self.mode,
+                        mode,
                     },
                 ))
             }
@@ -154,7 +159,7 @@ impl InboundSink for Sink {
                     deadline,
                     reply,
                     Some(done),
-                    self.mode,
+                    mode,
                 ))
             }
             (
@@ -174,6 +179,10 @@ impl InboundSink for Sink {
             // Filtered above.
             _ => Offer::Taken,
         }
+    }
+
+    fn end_pass(&mut self) {
+        self.budget.handle_pass_end();
     }
 }
 

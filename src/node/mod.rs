@@ -53,8 +53,8 @@ use crate::actor::{ActorError, ActorRegistry};
 pub use crate::backlog::BacklogStats;
 use crate::backlog::{Backlogs, WaitQueues};
 use crate::config::{
-    ConfigError, NodeConfig, OWNER_LEASE_TTL, REQUEST_TIMEOUT, SESSION_RELOCATION_SEAL_TIMEOUT,
-    SESSION_REPLACEMENT_CALLBACK_TIMEOUT, StartupBuilder,
+    ConfigError, INLINE_DELIVERY_BUDGET, NodeConfig, OWNER_LEASE_TTL, REQUEST_TIMEOUT,
+    SESSION_RELOCATION_SEAL_TIMEOUT, SESSION_REPLACEMENT_CALLBACK_TIMEOUT, StartupBuilder,
 };
 use crate::runtime::{LaneLimits, Runtime, RuntimeConfig};
 use crate::session::{
@@ -94,6 +94,11 @@ pub struct NodeOptions {
     pub session_replacement_callback_timeout: Duration,
     /// SessionRelocationSealTimeout (SB-8.3; `timeouts.session_relocation_seal_ms`).
     pub session_relocation_seal_timeout: Duration,
+    /// Inline delivery (`docs/RUNTIME.md`, "Inline delivery"): how long one receive pass of the
+    /// mesh I/O thread may spend running the turns of records whose lane was idle right there,
+    /// instead of handing them to the lane runtime's workers (default 1 ms; zero: never). Past
+    /// it, the rest of the pass goes through the lanes (`timeouts.inline_delivery_budget_ms`).
+    pub inline_delivery_budget: Duration,
     /// Bindings one session may hold, current and in flight (default 1,024): a bound on what a
     /// client can make its session owner keep; a bind beyond it fails `InvalidOperation`.
     pub max_bindings_per_session: usize,
@@ -126,6 +131,7 @@ impl NodeOptions {
             lanes: LaneLimits::default(),
             session_replacement_callback_timeout: SESSION_REPLACEMENT_CALLBACK_TIMEOUT,
             session_relocation_seal_timeout: SESSION_RELOCATION_SEAL_TIMEOUT,
+            inline_delivery_budget: INLINE_DELIVERY_BUDGET,
             max_bindings_per_session: crate::session::aggregate::DEFAULT_BINDING_LIMIT,
             sessions: SessionHandlers::new(),
             clock: Arc::new(SystemClock),
@@ -200,6 +206,7 @@ impl NodeOptions {
         options.request_timeout = config.timeouts.request;
         options.session_replacement_callback_timeout = config.timeouts.session_replacement_callback;
         options.session_relocation_seal_timeout = config.timeouts.session_relocation_seal;
+        options.inline_delivery_budget = config.timeouts.inline_delivery_budget;
         let lanes = &config.lanes;
         options.lanes = LaneLimits {
             application_items: lanes.application_items as usize,
@@ -286,6 +293,8 @@ struct Inner {
     accepting: AtomicBool,
     peers: Vec<PeerAddress>,
     request_timeout: Duration,
+    /// What one receive pass of the mesh I/O thread may spend running records inline.
+    inline_budget: Duration,
     /// Records one activation barrier holds at most (the application lane's item limit); also
     /// the limit of an actor's backlog.
     held_limit: usize,
@@ -421,6 +430,7 @@ impl Node {
                 accepting: AtomicBool::new(true),
                 peers: options.peers,
                 request_timeout: options.request_timeout,
+                inline_budget: options.inline_delivery_budget,
                 held_limit,
                 actor_backlogs: Arc::new(Backlogs::default()),
                 peer_sends: Arc::new(WaitQueues::default()),

@@ -106,7 +106,8 @@ impl Engine {
                     }
                 }
             }
-            Command::Hold(release) => {
+            Command::Hold { release, held } => {
+                let _ = held.send(());
                 // Released when the guard (the only sender) is dropped: `recv` then fails.
                 if let Err(crossbeam_channel::RecvTimeoutError::Timeout) =
                     release.recv_timeout(HOLD_LIMIT)

@@ -156,6 +156,13 @@ impl Delivery {
         }
     }
 
+    /// The receive pass ended: the sink (if any) is told.
+    pub(super) fn end_pass(&mut self) {
+        if let Some(sink) = self.sink.as_mut() {
+            sink.end_pass();
+        }
+    }
+
     /// Delivers one application record from `src`, charged to `conn`'s receive window: offered
     /// to the sink if one is installed (every application record is, in arrival order), else
     /// a plain one-way (no correlation: no reply, no deadline) goes up in the compact form; a

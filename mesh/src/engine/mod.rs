@@ -132,7 +132,12 @@ pub(crate) enum Command {
     /// Test hook ([`crate::MeshNode::hold_io_for_tests`]): the I/O thread blocks until the
     /// sender of this channel is dropped (at most [`HOLD_LIMIT`]). Commands submitted behind
     /// it are drained in the same pass once it is released.
-    Hold(crossbeam_channel::Receiver<()>),
+    Hold {
+        /// Dropped (disconnected) by the guard to release the thread.
+        release: crossbeam_channel::Receiver<()>,
+        /// Told once the thread is held.
+        held: crossbeam_channel::Sender<()>,
+    },
     Shutdown,
     /// Test hook ([`crate::MeshNode::abort_for_tests`]): stop like a crashed process, without
     /// telling peers or clients (no Disconnect, nothing queued flushed).
@@ -469,6 +474,7 @@ impl Engine {
             if self.sockets.client.is_some() {
                 work += self.read_socket(LinkKind::Client);
             }
+            self.up.end_pass();
             // Replies the reads queued (e.g. stale-generation error replies).
             self.flush_dirty();
             self.up.inbound.flush();
