@@ -373,12 +373,23 @@ impl SessionOwner {
                 timer: Notify::new(),
                 push_stalled: AtomicBool::new(false),
             });
+            // The connected-callback is the session's first turn: it is queued before the
+            // entry becomes visible, so no packet can find the lane idle ahead of it (a
+            // packet that finds the entry may run inline, `docs/RUNTIME.md`).
+            self.submit_connected(&entry);
             sessions.insert(rid, entry.clone());
             entry
         };
         tracing::debug!(session = %rid, "session opened");
+        Some(entry)
+    }
+
+    /// Queues the connected-callback as the session's first (lifecycle) turn, or accepts the
+    /// session at once when the application has none.
+    fn submit_connected(self: &Arc<Self>, entry: &Arc<SessionEntry>) {
+        let rid = entry.rid;
         if let Some(cb) = self.callbacks.on_connected.clone() {
-            let session = self.session(&entry);
+            let session = self.session(entry);
             let owner = self.clone();
             let submitted = entry.lane.submit_lifecycle(move |_ctx| {
                 Handled::later(async move {
@@ -403,7 +414,6 @@ impl SessionOwner {
         } else {
             self.host.accept(rid);
         }
-        Some(entry)
     }
 
     /// The physical connection ended (SB-7): freeze the binding snapshot, notify each bound
