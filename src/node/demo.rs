@@ -341,13 +341,32 @@ fn find(
     id: &str,
 ) -> Result<crate::session::BoundActor, crate::session::PacketError> {
     // Looked up by its text: the identity is built (and validated) only for an error.
-    if let Some(b) = s.actors().find(id) {
-        return Ok(b);
+    match s.actors().find(id) {
+        Some(b) => Ok(b),
+        None => Err(not_bound(id)),
     }
-    let id = zlink_wire::ActorId::new(id).map_err(|e| {
-        crate::session::PacketError::new(ErrorKind::InvalidOperation, format!("actor id: {e}"))
-    })?;
-    Err(crate::session::SessionError::NotBound { actor: id }.into())
+}
+
+/// The error of a relay packet whose actor has no current binding.
+fn not_bound(id: &str) -> crate::session::PacketError {
+    match zlink_wire::ActorId::new(id) {
+        Ok(actor) => crate::session::SessionError::NotBound { actor }.into(),
+        Err(e) => {
+            crate::session::PacketError::new(ErrorKind::InvalidOperation, format!("actor id: {e}"))
+        }
+    }
+}
+
+/// The ticket of a one-way relay to the current binding of `id` (`find`, then the
+/// aggregate's relay step, as one step; the same errors).
+fn relay_ticket(
+    s: &crate::session::Session,
+    id: &str,
+) -> Result<crate::session::aggregate::RelayTicket, crate::session::PacketError> {
+    match s.relay_ticket(id) {
+        Some(ticket) => ticket.map_err(Into::into),
+        None => Err(not_bound(id)),
+    }
 }
 
 /// MessagePack of `()` (nil): the reply of a packet whose reply type is `()`.
@@ -366,8 +385,9 @@ struct RelayView<'a> {
     timeout_ms: u32,
 }
 
-/// A relay packet's binding, key, message (the packet narrowed to it) and timeout.
-type Relay = (crate::session::BoundActor, DispatchKey, Bytes, u32);
+/// A relay packet's target (`T`: its binding, or a relay ticket), key, message (the packet
+/// narrowed to it) and timeout.
+type Relay<T> = (T, DispatchKey, Bytes, u32);
 
 impl<'a> RelayView<'a> {
     /// The packet in the form a client's `rmp_serde::to_vec_named` writes (a map of the
@@ -395,10 +415,12 @@ impl<'a> RelayView<'a> {
         })
     }
 
-    fn parse(
-        s: &crate::session::Session,
+    /// The packet read (`read`, else `rmp-serde`) with its actor id resolved by `target`
+    /// while the packet is still whole.
+    fn parse<T>(
         mut packet: Bytes,
-    ) -> Result<Relay, crate::session::PacketError> {
+        target: impl FnOnce(&str) -> Result<T, crate::session::PacketError>,
+    ) -> Result<Relay<T>, crate::session::PacketError> {
         let (bound, key, start, len, timeout_ms) = {
             let v = match RelayView::read(&packet) {
                 Some(v) => v,
@@ -411,7 +433,7 @@ impl<'a> RelayView<'a> {
             };
             // Borrowed from `packet`: its offset there.
             let start = v.payload.as_ptr() as usize - packet.as_ptr() as usize;
-            let bound = find(s, v.actor_id)?;
+            let bound = target(v.actor_id)?;
             (bound, v.key, start, v.payload.len(), v.timeout_ms)
         };
         // The packet itself narrowed to the message: no copy, and no shared handle to
@@ -444,7 +466,7 @@ pub fn sessions() -> crate::session::SessionHandlers {
         // packet) and their binding looked up before the turn's future exists: no copy of the
         // message, no allocation beyond the relay's own.
         .packet_raw(RelayRequest::KEY, |s, packet| {
-            let relay = RelayView::parse(&s, packet);
+            let relay = RelayView::parse(packet, |id| find(&s, id));
             Box::pin(async move {
                 let (bound, key, payload, timeout_ms) = relay?;
                 let reply = bound
@@ -459,11 +481,12 @@ pub fn sessions() -> crate::session::SessionHandlers {
                     })
             })
         })
-        // A one-way relay admitted at once finishes without a future (`send_turn`).
+        // A one-way relay admitted at once finishes without a future (`send_turn`); its
+        // binding is found and its ticket taken in one step of the session's aggregate.
         .packet_turn(RelaySend::KEY, |s, packet| {
-            match RelayView::parse(&s, packet) {
-                Ok((bound, key, payload, _)) => {
-                    bound.send_turn(key, payload, Bytes::from_static(UNIT))
+            match RelayView::parse(packet, |id| relay_ticket(&s, id)) {
+                Ok((ticket, key, payload, _)) => {
+                    s.send_ticket_turn(ticket, key, payload, Bytes::from_static(UNIT))
                 }
                 Err(e) => crate::session::PacketTurn::Done(Err(e)),
             }
