@@ -110,6 +110,14 @@ impl<'a> Reader<'a> {
         self.take(len)
     }
 
+    /// Consumes `raw` if the next bytes are exactly it (a known item written in advance, such
+    /// as a map's field name with its marker); else reads nothing and returns `None`.
+    #[inline]
+    pub fn expect(&mut self, raw: &[u8]) -> Option<()> {
+        self.0 = self.0.strip_prefix(raw)?;
+        Some(())
+    }
+
     /// Consumes a nil if one is next.
     pub fn nil(&mut self) -> bool {
         match self.0.split_first() {
@@ -153,6 +161,13 @@ mod tests {
         for n in 0..s.len() {
             assert_eq!(Reader::new(&s[..n]).text(), None);
         }
+        // `expect` consumes exactly its bytes, or nothing.
+        let mut r = Reader::new(&[0xa3, b'k', b'e', b'y', 7]);
+        assert_eq!(r.expect(&[0xa3, b'k', b'e', b'x']), None);
+        assert_eq!(r.expect(&[0xa3, b'k', b'e', b'y']), Some(()));
+        assert_eq!(r.expect(&[7, 8]), None);
+        assert_eq!(r.uint(), Some(7));
+        assert_eq!(r.end(), Some(()));
         // A 4-byte length larger than the input.
         assert_eq!(Reader::new(&[0xc6, 0xff, 0xff, 0xff, 0xff, 1]).bin(), None);
     }
