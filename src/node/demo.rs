@@ -341,13 +341,32 @@ fn find(
     id: &str,
 ) -> Result<crate::session::BoundActor, crate::session::PacketError> {
     // Looked up by its text: the identity is built (and validated) only for an error.
-    if let Some(b) = s.actors().find(id) {
-        return Ok(b);
+    match s.actors().find(id) {
+        Some(b) => Ok(b),
+        None => Err(not_bound(id)),
     }
-    let id = zlink_wire::ActorId::new(id).map_err(|e| {
-        crate::session::PacketError::new(ErrorKind::InvalidOperation, format!("actor id: {e}"))
-    })?;
-    Err(crate::session::SessionError::NotBound { actor: id }.into())
+}
+
+/// The error of a relay packet whose actor has no current binding.
+fn not_bound(id: &str) -> crate::session::PacketError {
+    match zlink_wire::ActorId::new(id) {
+        Ok(actor) => crate::session::SessionError::NotBound { actor }.into(),
+        Err(e) => {
+            crate::session::PacketError::new(ErrorKind::InvalidOperation, format!("actor id: {e}"))
+        }
+    }
+}
+
+/// The ticket of a one-way relay to the current binding of `id` (`find`, then the
+/// aggregate's relay step, as one step; the same errors).
+fn relay_ticket(
+    s: &crate::session::Session,
+    id: &str,
+) -> Result<crate::session::aggregate::RelayTicket, crate::session::PacketError> {
+    match s.relay_ticket(id) {
+        Some(ticket) => ticket.map_err(Into::into),
+        None => Err(not_bound(id)),
+    }
 }
 
 /// MessagePack of `()` (nil): the reply of a packet whose reply type is `()`.
@@ -366,8 +385,9 @@ struct RelayView<'a> {
     timeout_ms: u32,
 }
 
-/// A relay packet's binding, key, message (the packet narrowed to it) and timeout.
-type Relay = (crate::session::BoundActor, DispatchKey, Bytes, u32);
+/// A relay packet's target (`T`: its binding, or a relay ticket), key, message (the packet
+/// narrowed to it) and timeout.
+type Relay<T> = (T, DispatchKey, Bytes, u32);
 
 impl<'a> RelayView<'a> {
     /// The packet in the form a client's `rmp_serde::to_vec_named` writes (a map of the
@@ -375,6 +395,41 @@ impl<'a> RelayView<'a> {
     /// instructions per relayed packet). `None` for anything else: [`RelayView::parse`] then
     /// asks `rmp-serde`, which stays the authority on what is accepted and on every error.
     fn read(packet: &'a [u8]) -> Option<Self> {
+        Self::read_in_order(packet).or_else(|| Self::read_any_order(packet))
+    }
+
+    /// [`RelayView::read`] of the fields in declaration order (what `to_vec_named` writes):
+    /// each field name compared as the bytes it is written as. `None` for anything else
+    /// ([`RelayView::read_any_order`] then reads it).
+    fn read_in_order(packet: &'a [u8]) -> Option<Self> {
+        let mut r = zlink_wire::msgpack::Reader::new(packet);
+        let fields = r.map()?;
+        if !(3..=4).contains(&fields) {
+            return None;
+        }
+        r.expect(b"\xa8actor_id")?;
+        let actor_id = r.text()?;
+        r.expect(b"\xa3key")?;
+        let key = r.u32()?;
+        r.expect(b"\xa7payload")?;
+        let payload = r.bin()?;
+        let timeout_ms = if fields == 4 {
+            r.expect(b"\xaatimeout_ms")?;
+            r.u32()?
+        } else {
+            0
+        };
+        r.end()?;
+        Some(RelayView {
+            actor_id,
+            key,
+            payload,
+            timeout_ms,
+        })
+    }
+
+    /// [`RelayView::read`] of the fields in any order, each once.
+    fn read_any_order(packet: &'a [u8]) -> Option<Self> {
         let mut r = zlink_wire::msgpack::Reader::new(packet);
         let (mut actor_id, mut key, mut payload, mut timeout_ms) = (None, None, None, None);
         for _ in 0..r.map()? {
@@ -395,10 +450,12 @@ impl<'a> RelayView<'a> {
         })
     }
 
-    fn parse(
-        s: &crate::session::Session,
+    /// The packet read (`read`, else `rmp-serde`) with its actor id resolved by `target`
+    /// while the packet is still whole.
+    fn parse<T>(
         mut packet: Bytes,
-    ) -> Result<Relay, crate::session::PacketError> {
+        target: impl FnOnce(&str) -> Result<T, crate::session::PacketError>,
+    ) -> Result<Relay<T>, crate::session::PacketError> {
         let (bound, key, start, len, timeout_ms) = {
             let v = match RelayView::read(&packet) {
                 Some(v) => v,
@@ -411,7 +468,7 @@ impl<'a> RelayView<'a> {
             };
             // Borrowed from `packet`: its offset there.
             let start = v.payload.as_ptr() as usize - packet.as_ptr() as usize;
-            let bound = find(s, v.actor_id)?;
+            let bound = target(v.actor_id)?;
             (bound, v.key, start, v.payload.len(), v.timeout_ms)
         };
         // The packet itself narrowed to the message: no copy, and no shared handle to
@@ -444,7 +501,7 @@ pub fn sessions() -> crate::session::SessionHandlers {
         // packet) and their binding looked up before the turn's future exists: no copy of the
         // message, no allocation beyond the relay's own.
         .packet_raw(RelayRequest::KEY, |s, packet| {
-            let relay = RelayView::parse(&s, packet);
+            let relay = RelayView::parse(packet, |id| find(&s, id));
             Box::pin(async move {
                 let (bound, key, payload, timeout_ms) = relay?;
                 let reply = bound
@@ -459,11 +516,12 @@ pub fn sessions() -> crate::session::SessionHandlers {
                     })
             })
         })
-        // A one-way relay admitted at once finishes without a future (`send_turn`).
+        // A one-way relay admitted at once finishes without a future (`send_turn`); its
+        // binding is found and its ticket taken in one step of the session's aggregate.
         .packet_turn(RelaySend::KEY, |s, packet| {
-            match RelayView::parse(&s, packet) {
-                Ok((bound, key, payload, _)) => {
-                    bound.send_turn(key, payload, Bytes::from_static(UNIT))
+            match RelayView::parse(packet, |id| relay_ticket(&s, id)) {
+                Ok((ticket, key, payload, _)) => {
+                    s.send_ticket_turn(ticket, key, payload, Bytes::from_static(UNIT))
                 }
                 Err(e) => crate::session::PacketTurn::Done(Err(e)),
             }
@@ -494,6 +552,18 @@ mod tests {
     use proptest::prelude::*;
 
     use super::{RelayView, session};
+
+    /// One value as rmp-serde writes it, whatever its type.
+    mod erased {
+        pub(super) trait Enc {
+            fn enc(&self) -> Vec<u8>;
+        }
+        impl<T: serde::Serialize> Enc for T {
+            fn enc(&self) -> Vec<u8> {
+                rmp_serde::to_vec(self).unwrap()
+            }
+        }
+    }
 
     fn same(a: &RelayView<'_>, b: &RelayView<'_>) -> bool {
         (a.actor_id, a.key, a.payload, a.timeout_ms) == (b.actor_id, b.key, b.payload, b.timeout_ms)
@@ -533,10 +603,51 @@ mod tests {
             let fast = RelayView::read(&packet);
             let slow: RelayView<'_> = rmp_serde::from_slice(&packet).unwrap();
             prop_assert!(fast.as_ref().is_some_and(|f| same(f, &slow)));
+            // The packets clients write take the in-order path; the any-order one reads them
+            // the same.
+            let ordered = RelayView::read_in_order(&packet);
+            prop_assert!(ordered.as_ref().is_some_and(|f| same(f, &slow)));
+            let any = RelayView::read_any_order(&packet);
+            prop_assert!(any.as_ref().is_some_and(|f| same(f, &slow)));
             let bad = mutate(packet, at, byte, how);
-            if let Some(f) = RelayView::read(&bad) {
+            for f in [RelayView::read_in_order(&bad), RelayView::read(&bad)].into_iter().flatten() {
                 let slow = rmp_serde::from_slice::<RelayView<'_>>(&bad);
                 prop_assert!(slow.as_ref().is_ok_and(|s| same(&f, s)));
+            }
+        }
+
+        /// Fields in another order, or fewer / more of them: not the in-order path; the
+        /// any-order path reads what rmp-serde reads.
+        #[test]
+        fn relay_packets_in_any_order_read_as_serde_reads_them(actor_id in "\\PC{1,40}",
+            key in any::<u32>(), payload in proptest::collection::vec(any::<u8>(), 0..100),
+            timeout_ms in any::<u32>(), order in Just(vec![0usize, 1, 2, 3]).prop_shuffle(),
+            fields in 1usize..=4) {
+            // A fixmap of the chosen fields, each name and value as rmp-serde writes it.
+            let enc = |v: &dyn erased::Enc| v.enc();
+            let mut buf = vec![0x80 | fields as u8];
+            for &f in order.iter().take(fields) {
+                let (name, value) = match f {
+                    0 => ("actor_id", enc(&actor_id.as_str())),
+                    1 => ("key", enc(&key)),
+                    2 => ("payload", enc(&serde_bytes::Bytes::new(&payload))),
+                    _ => ("timeout_ms", enc(&timeout_ms)),
+                };
+                buf.extend(enc(&name));
+                buf.extend(value);
+            }
+            let slow = rmp_serde::from_slice::<RelayView<'_>>(&buf);
+            let fast = RelayView::read(&buf);
+            match (&fast, &slow) {
+                (Some(f), Ok(s)) => prop_assert!(same(f, s)),
+                (Some(_), Err(_)) => prop_assert!(false, "fast path accepted what serde refuses"),
+                // The fast path reads every complete set of fields in any order.
+                (None, Ok(_)) => prop_assert!(fields < 3 || !order[..3].contains(&0)
+                    || !order[..3].contains(&1) || !order[..3].contains(&2)),
+                (None, Err(_)) => {}
+            }
+            if order[..fields.min(4)] != [0, 1, 2, 3][..fields.min(4)] {
+                prop_assert!(RelayView::read_in_order(&buf).is_none());
             }
         }
     }

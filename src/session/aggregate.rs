@@ -478,16 +478,45 @@ impl SessionBindingAggregate {
             // A handle of a retired binding never acts on a newer one (SB-4.1).
             return Err(self.stale(generation));
         }
-        let sequence = SessionSequence::new(self.next_sequence);
-        self.next_sequence += 1;
-        Ok(RelayTicket {
+        Ok(Self::ticket(b, self.id.lifecycle, &mut self.next_sequence))
+    }
+
+    /// [`SessionBindingAggregate::relay`] through the current binding of `actor` (its text),
+    /// looked up in this same step — what `find` and then `relay` with the found binding's
+    /// generation decide, in one lookup: `None` without a current binding (nothing counted, as
+    /// for a `find` that finds nothing); else the ticket, or [`FlowReject::SessionClosed`] with
+    /// the binding's id.
+    pub(crate) fn relay_current(
+        &mut self,
+        actor: &str,
+    ) -> Option<Result<RelayTicket, (FlowReject, ActorId)>> {
+        let b = self.bindings.get(actor)?;
+        if let Phase::Closed(_) = self.phase {
+            return Some(Err((FlowReject::SessionClosed, b.actor.clone())));
+        }
+        Some(Ok(Self::ticket(
+            b,
+            self.id.lifecycle,
+            &mut self.next_sequence,
+        )))
+    }
+
+    /// The ticket of a relay through `b`, with the next session sequence.
+    fn ticket(
+        b: &Binding,
+        lifecycle: SessionLifecycleGeneration,
+        next_sequence: &mut u64,
+    ) -> RelayTicket {
+        let sequence = SessionSequence::new(*next_sequence);
+        *next_sequence += 1;
+        RelayTicket {
             actor: b.actor.clone(),
             object_generation: b.object_generation,
             route: b.route.clone(),
-            lifecycle: self.id.lifecycle,
+            lifecycle,
             generation: b.generation,
             sequence,
-        })
+        }
     }
 
     /// Checks an actor → session push (36) against exactly the four SB-5.5 values and the
@@ -804,6 +833,52 @@ mod tests {
         assert_eq!(r1.generation, b1.generation);
         assert_eq!(r2.generation, b2.generation);
         assert!(r2.sequence > r1.sequence);
+    }
+
+    /// `relay_current` decides what `find` and then `relay` with the found generation decide:
+    /// no binding → `None` (nothing to count); open → the same ticket, the next sequence;
+    /// closed → `SessionClosed`.
+    #[test]
+    fn relay_current_is_find_then_relay_in_one_step() {
+        let mut a = agg();
+        let b1 = bind(&mut a, target(1, 1), 1);
+        let b2 = bind(&mut a, target(2, 1), 2);
+        assert!(a.relay_current("nobody").is_none());
+        let r1 = a.relay(&b1.actor, b1.generation).unwrap();
+        let c1 = a.relay_current(b1.actor.as_str()).unwrap().unwrap();
+        assert_eq!(c1.sequence.get(), r1.sequence.get() + 1);
+        assert_eq!(
+            (
+                c1.actor,
+                c1.object_generation,
+                c1.route,
+                c1.lifecycle,
+                c1.generation
+            ),
+            (
+                r1.actor,
+                r1.object_generation,
+                r1.route,
+                r1.lifecycle,
+                r1.generation
+            )
+        );
+        // Replaced and then closed: the other binding is refused by both, with its id.
+        let t0 = Instant::now();
+        let (s, g) = sender();
+        a.handle_replaced(t0, (&s, g), &replaced_of(&b1)).unwrap();
+        assert!(a.callback_finished(t0, 1));
+        assert!(a.handle_timeout(t0 + REPLACEMENT_CLOSE_DELAY, 1).is_some());
+        assert!(a.find(&b2.actor).is_some());
+        assert_eq!(
+            a.relay(&b2.actor, b2.generation).unwrap_err(),
+            FlowReject::SessionClosed
+        );
+        assert_eq!(
+            a.relay_current(b2.actor.as_str()).unwrap().unwrap_err(),
+            (FlowReject::SessionClosed, b2.actor.clone())
+        );
+        assert!(a.relay_current(b1.actor.as_str()).is_none());
     }
 
     // spec: SB-6.7

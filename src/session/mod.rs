@@ -454,6 +454,29 @@ impl Session {
         self.owner.create_actor(create, true).await
     }
 
+    /// The ticket of a one-way relay to the current binding of `actor` (its text), found and
+    /// taken in one step: what `actors().find(actor)` and then [`BoundActor::send_turn`] decide
+    /// (the same checks, the same counted refusals), without a [`BoundActor`] in between.
+    /// `None` when there is no current binding (nothing counted, as for a `find`); send the
+    /// ticket with [`Session::send_ticket_turn`].
+    pub(crate) fn relay_ticket(
+        &self,
+        actor: &str,
+    ) -> Option<Result<aggregate::RelayTicket, SessionError>> {
+        self.owner.relay_ticket(&self.entry, actor)
+    }
+
+    /// The one-way 24 of a [`Session::relay_ticket`], as [`BoundActor::send_turn`] ends.
+    pub(crate) fn send_ticket_turn(
+        &self,
+        ticket: aggregate::RelayTicket,
+        key: DispatchKey,
+        payload: Bytes,
+        reply: Bytes,
+    ) -> PacketTurn {
+        turn_of(self.owner.send_ticket(ticket, key, payload, None), reply)
+    }
+
     /// The session's bound actors (SB-13).
     #[must_use]
     pub fn actors(&self) -> SessionActors<'_> {
@@ -545,6 +568,20 @@ impl SessionActors<'_> {
             });
         }
         self.bind(actor).await
+    }
+}
+
+/// The packet turn of a one-way 24 handed to the host: [`PacketTurn::Done`] with `reply` (or
+/// the refusal) when it was decided at once, else the turn that waits for it.
+fn turn_of(sent: owner::RelaySent, reply: Bytes) -> PacketTurn {
+    match sent {
+        owner::RelaySent::Now(out) => {
+            PacketTurn::Done(out.map(|_| reply).map_err(|e| owner::remote(e).into()))
+        }
+        owner::RelaySent::Later(wait) => PacketTurn::Later(Box::pin(async move {
+            wait.await.map_err(owner::remote)?;
+            Ok(reply)
+        })),
     }
 }
 
@@ -646,13 +683,7 @@ impl BoundActor {
         );
         match sent {
             Err(e) => PacketTurn::Done(Err(e.into())),
-            Ok(owner::RelaySent::Now(out)) => {
-                PacketTurn::Done(out.map(|_| reply).map_err(|e| owner::remote(e).into()))
-            }
-            Ok(owner::RelaySent::Later(wait)) => PacketTurn::Later(Box::pin(async move {
-                wait.await.map_err(owner::remote)?;
-                Ok(reply)
-            })),
+            Ok(sent) => turn_of(sent, reply),
         }
     }
 

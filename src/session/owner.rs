@@ -18,8 +18,8 @@ use zlink_wire::{
 };
 
 use super::aggregate::{
-    BindCompletion, BindStart, BindTarget, Binding, ReplacedOutcome, SessionBindingAggregate,
-    SessionIdentity, Tombstone,
+    BindCompletion, BindStart, BindTarget, Binding, RelayTicket, ReplacedOutcome,
+    SessionBindingAggregate, SessionIdentity, Tombstone,
 };
 use super::clock::Clock;
 use super::flow::{FlowCounters, FlowRecord, FlowReject};
@@ -791,6 +791,34 @@ impl SessionOwner {
             self.flow.reject(FlowRecord::Relay, r, actor);
             SessionError::of_reject(actor, r)
         })?;
+        Ok(self.send_ticket(ticket, key, payload, timeout))
+    }
+
+    /// The ticket of a relay through the current binding of `actor` (its text), found and
+    /// taken in one step of the aggregate ([`SessionBindingAggregate::relay_current`]): `None`
+    /// without a current binding (nothing counted); a refusal is counted as in
+    /// [`SessionOwner::relay_start`].
+    pub(crate) fn relay_ticket(
+        &self,
+        entry: &SessionEntry,
+        actor: &str,
+    ) -> Option<Result<RelayTicket, SessionError>> {
+        let out = entry.agg().relay_current(actor)?;
+        Some(out.map_err(|(r, actor)| {
+            self.flow.reject(FlowRecord::Relay, r, &actor);
+            SessionError::of_reject(&actor, r)
+        }))
+    }
+
+    /// The 24 of a relay ticket, handed to the host: [`SessionOwner::relay_start`] after the
+    /// aggregate's step.
+    pub(crate) fn send_ticket(
+        &self,
+        ticket: RelayTicket,
+        key: DispatchKey,
+        payload: Bytes,
+        timeout: Option<Duration>,
+    ) -> RelaySent {
         let rec = ActorSend {
             actor: ticket.actor,
             object_generation: ticket.object_generation,
@@ -804,9 +832,8 @@ impl SessionOwner {
                 session_sequence: ticket.sequence,
             },
         };
-        Ok(self
-            .host
-            .send_relay(&ticket.route.node, rec, payload, timeout))
+        self.host
+            .send_relay(&ticket.route.node, rec, payload, timeout)
     }
 
     pub(crate) async fn get_actor(&self, actor: ActorId) -> Result<ActorRef, SessionError> {

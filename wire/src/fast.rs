@@ -44,6 +44,8 @@ struct Out {
 }
 
 impl Out {
+    // Inlined: as calls they cost about 40 instructions per envelope.
+    #[inline(always)]
     fn put(&mut self, bytes: &[u8]) -> Option<()> {
         let end = self.len.checked_add(bytes.len())?;
         self.buf.get_mut(self.len..end)?.copy_from_slice(bytes);
@@ -52,6 +54,7 @@ impl Out {
     }
 
     /// `v` as `rmp::encode::write_uint` writes it: the smallest unsigned form.
+    #[inline(always)]
     fn uint(&mut self, v: u64) -> Option<()> {
         let b = v.to_be_bytes();
         match v {
@@ -67,6 +70,7 @@ impl Out {
     }
 
     /// `s` as `rmp::encode::write_str` writes it.
+    #[inline(always)]
     fn text(&mut self, s: &str) -> Option<()> {
         let len = u32::try_from(s.len()).ok()?;
         let b = len.to_be_bytes();
@@ -80,6 +84,7 @@ impl Out {
     }
 
     /// A fixarray marker (`n` < 16).
+    #[inline(always)]
     fn array(&mut self, n: u8) -> Option<()> {
         (n < 16).then_some(())?;
         self.put(&[0x90 | n])

@@ -13,16 +13,19 @@ pub struct Reader<'a>(&'a [u8]);
 impl<'a> Reader<'a> {
     /// A reader at the start of `bytes`.
     #[must_use]
+    #[inline]
     pub fn new(bytes: &'a [u8]) -> Self {
         Self(bytes)
     }
 
+    #[inline]
     fn byte(&mut self) -> Option<u8> {
         let (&b, rest) = self.0.split_first()?;
         self.0 = rest;
         Some(b)
     }
 
+    #[inline]
     fn take(&mut self, n: usize) -> Option<&'a [u8]> {
         if n > self.0.len() {
             return None;
@@ -32,6 +35,7 @@ impl<'a> Reader<'a> {
         Some(head)
     }
 
+    #[inline]
     fn be(&mut self, n: usize) -> Option<u64> {
         Some(
             self.take(n)?
@@ -40,11 +44,13 @@ impl<'a> Reader<'a> {
         )
     }
 
+    #[inline]
     fn len(&mut self, n: usize) -> Option<usize> {
         usize::try_from(self.be(n)?).ok()
     }
 
     /// An unsigned integer in any of MessagePack's unsigned forms (not a signed one).
+    #[inline]
     pub fn uint(&mut self) -> Option<u64> {
         match self.byte()? {
             b @ 0x00..=0x7f => Some(u64::from(b)),
@@ -57,11 +63,13 @@ impl<'a> Reader<'a> {
     }
 
     /// [`Reader::uint`] that fits a `u32`.
+    #[inline]
     pub fn u32(&mut self) -> Option<u32> {
         u32::try_from(self.uint()?).ok()
     }
 
     /// An array header: its element count.
+    #[inline]
     pub fn array(&mut self) -> Option<usize> {
         match self.byte()? {
             b @ 0x90..=0x9f => Some(usize::from(b & 0x0f)),
@@ -72,6 +80,7 @@ impl<'a> Reader<'a> {
     }
 
     /// A map header: its entry count.
+    #[inline]
     pub fn map(&mut self) -> Option<usize> {
         match self.byte()? {
             b @ 0x80..=0x8f => Some(usize::from(b & 0x0f)),
@@ -82,12 +91,14 @@ impl<'a> Reader<'a> {
     }
 
     /// A string (UTF-8 checked), borrowed.
+    #[inline]
     pub fn text(&mut self) -> Option<&'a str> {
         std::str::from_utf8(self.text_bytes()?).ok()
     }
 
     /// A string's bytes, not checked for UTF-8: for comparing with known names (a map's field
     /// names), where any other bytes are refused anyway.
+    #[inline]
     pub fn text_bytes(&mut self) -> Option<&'a [u8]> {
         let len = match self.byte()? {
             b @ 0xa0..=0xbf => usize::from(b & 0x1f),
@@ -100,6 +111,7 @@ impl<'a> Reader<'a> {
     }
 
     /// A binary value, borrowed.
+    #[inline]
     pub fn bin(&mut self) -> Option<&'a [u8]> {
         let len = match self.byte()? {
             0xc4 => self.len(1)?,
@@ -110,7 +122,16 @@ impl<'a> Reader<'a> {
         self.take(len)
     }
 
+    /// Consumes `raw` if the next bytes are exactly it (a known item written in advance, such
+    /// as a map's field name with its marker); else reads nothing and returns `None`.
+    #[inline]
+    pub fn expect(&mut self, raw: &[u8]) -> Option<()> {
+        self.0 = self.0.strip_prefix(raw)?;
+        Some(())
+    }
+
     /// Consumes a nil if one is next.
+    #[inline]
     pub fn nil(&mut self) -> bool {
         match self.0.split_first() {
             Some((0xc0, rest)) => {
@@ -123,6 +144,7 @@ impl<'a> Reader<'a> {
 
     /// `Some` when every byte was read.
     #[must_use]
+    #[inline]
     pub fn end(&self) -> Option<()> {
         self.0.is_empty().then_some(())
     }
@@ -153,6 +175,13 @@ mod tests {
         for n in 0..s.len() {
             assert_eq!(Reader::new(&s[..n]).text(), None);
         }
+        // `expect` consumes exactly its bytes, or nothing.
+        let mut r = Reader::new(&[0xa3, b'k', b'e', b'y', 7]);
+        assert_eq!(r.expect(&[0xa3, b'k', b'e', b'x']), None);
+        assert_eq!(r.expect(&[0xa3, b'k', b'e', b'y']), Some(()));
+        assert_eq!(r.expect(&[7, 8]), None);
+        assert_eq!(r.uint(), Some(7));
+        assert_eq!(r.end(), Some(()));
         // A 4-byte length larger than the input.
         assert_eq!(Reader::new(&[0xc6, 0xff, 0xff, 0xff, 0xff, 1]).bin(), None);
     }
