@@ -73,10 +73,17 @@ fn push_back_small<T>(q: &mut VecDeque<T>, item: T) {
     q.push_back(item);
 }
 
+#[inline]
 fn trim_fifo<T>(q: &mut VecDeque<T>) {
     if q.is_empty() && q.capacity() > IDLE_FIFO_KEEP {
-        *q = VecDeque::new();
+        free_fifo(q);
     }
+}
+
+/// Out of line: an idle lane's terminal checks [`trim_fifo`], a burst's end frees.
+#[inline(never)]
+fn free_fifo<T>(q: &mut VecDeque<T>) {
+    *q = VecDeque::new();
 }
 
 /// Which of a lane's two FIFOs a record belongs to (EG-7.1).

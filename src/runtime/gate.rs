@@ -180,10 +180,17 @@ impl<W, L: Clone> GateShared<W, L> {
     }
 
     /// End the outstanding batch, if any.
+    #[inline]
     pub fn end_batch(&self, core: &mut GateCore<W, L>) {
-        if !core.batch_active() {
-            return;
+        if core.batch_active() {
+            self.end_outstanding_batch(core);
         }
+    }
+
+    /// [`GateShared::end_batch`] when a batch is outstanding (out of line: every quiesced lock
+    /// checks, few find one).
+    #[inline(never)]
+    fn end_outstanding_batch(&self, core: &mut GateCore<W, L>) {
         let mut slot = self.batch.lock().unwrap();
         let slot = &mut *slot;
         slot.active = false;
