@@ -11,8 +11,9 @@
 //!    [`GateCore::handle_unseal`], [`GateCore::handle_end`];
 //! 2. while holding the right: [`GateCore::poll_turn`] → run the work → exactly one of
 //!    [`GateCore::handle_turn_finished`] or [`GateCore::handle_yield`] for that turn; or, for an
-//!    inline request, [`GateCore::inline_admissible`] → take the right →
-//!    [`GateCore::handle_inline_start`] (admit and start in one step) → the same terminal;
+//!    inline request, [`GateCore::handle_inline_start_with`] (check
+//!    [`GateCore::inline_admissible`], take the right, admit and start in one step) → the same
+//!    terminal;
 //! 3. before dropping the right: [`GateCore::has_ready`] (the driver re-checks it after releasing).
 //!
 //! Invariants:
@@ -72,10 +73,17 @@ fn push_back_small<T>(q: &mut VecDeque<T>, item: T) {
     q.push_back(item);
 }
 
+#[inline]
 fn trim_fifo<T>(q: &mut VecDeque<T>) {
     if q.is_empty() && q.capacity() > IDLE_FIFO_KEEP {
-        *q = VecDeque::new();
+        free_fifo(q);
     }
+}
+
+/// Out of line: an idle lane's terminal checks [`trim_fifo`], a burst's end frees.
+#[inline(never)]
+fn free_fifo<T>(q: &mut VecDeque<T>) {
+    *q = VecDeque::new();
 }
 
 /// Which of a lane's two FIFOs a record belongs to (EG-7.1).
@@ -249,6 +257,20 @@ impl<W, L> LaneState<W, L> {
     /// no barrier is active (EG-5.1/5.2).
     fn runnable(&self) -> bool {
         !self.join_results.is_empty() || (self.barriers_active == 0 && self.has_work())
+    }
+
+    /// The lane half of [`GateCore::inline_admissible`]: no record in flight or yielded, not in
+    /// the ready set, both FIFOs and the Join results empty, no active barrier, and an
+    /// application record of `payload_len` bytes fits the lane's limits (EG-7.1).
+    fn inline_idle(&self, limits: &LaneLimits, payload_len: usize) -> bool {
+        let r = self.application_reserved;
+        self.claim.is_none()
+            && !self.in_ready
+            && !self.has_work()
+            && self.join_results.is_empty()
+            && self.barriers_active == 0
+            && r.items < limits.application_items
+            && r.bytes + payload_len as u64 + limits.per_work_overhead <= limits.application_bytes
     }
 
     /// Drop the claim's reservation (its terminal); a Join result also lifts its barrier.
@@ -652,21 +674,17 @@ impl<W, L: Clone> GateCore<W, L> {
     /// results empty, no active barrier) — and when the record fits the application lane's
     /// limits (EG-7.1). The right itself is the caller's to take ([`GateCore::handle_inline_start`]).
     pub fn inline_admissible(&self, lane: LaneId, payload_len: usize) -> bool {
-        if self.sealed || self.ended || self.batch.is_some() || !self.ready.is_empty() {
+        if !self.inline_gate_quiet() {
             return false;
         }
-        let Some(state) = self.lane_ref(lane) else {
-            return false;
-        };
-        let r = state.application_reserved;
-        state.claim.is_none()
-            && !state.in_ready
-            && !state.has_work()
-            && state.join_results.is_empty()
-            && state.barriers_active == 0
-            && r.items < self.limits.application_items
-            && r.bytes + payload_len as u64 + self.limits.per_work_overhead
-                <= self.limits.application_bytes
+        self.lane_ref(lane)
+            .is_some_and(|state| state.inline_idle(&self.limits, payload_len))
+    }
+
+    /// The gate-wide half of [`GateCore::inline_admissible`]: not sealed, not ended, no batch
+    /// outstanding, nothing in the ready set.
+    fn inline_gate_quiet(&self) -> bool {
+        !self.sealed && !self.ended && self.batch.is_none() && self.ready.is_empty()
     }
 
     /// Admit and start, in one step, an application record of `lane` that runs in the caller's
@@ -678,13 +696,33 @@ impl<W, L: Clone> GateCore<W, L> {
     /// [`GateCore::handle_turn_finished`] (or [`GateCore::handle_yield`]) like any other turn.
     /// `None` if the record is not admissible.
     pub fn handle_inline_start(&mut self, lane: LaneId, payload_len: usize) -> Option<u64> {
-        if !self.inline_admissible(lane, payload_len) {
+        self.handle_inline_start_with(lane, payload_len, || Some(()))
+            .map(|((), invocation)| invocation)
+    }
+
+    /// [`GateCore::handle_inline_start`] with the right taken in between: checks
+    /// [`GateCore::inline_admissible`] (once), then calls `take_right` (the caller's acquisition
+    /// of the gate's right, `None` if it is held), and only if it succeeded admits and starts the
+    /// record. Returns what `take_right` gave and the record's invocation. One lane lookup and
+    /// one check for the whole step (the driver's [`super::gate::GateShared::try_start_inline`]
+    /// runs it under the core lock).
+    pub fn handle_inline_start_with<R>(
+        &mut self,
+        lane: LaneId,
+        payload_len: usize,
+        take_right: impl FnOnce() -> Option<R>,
+    ) -> Option<(R, u64)> {
+        if !self.inline_gate_quiet() {
             return None;
         }
         let cap = self.limits.lifecycle_turn_cap;
         let bytes = payload_len as u64 + self.limits.per_work_overhead;
         let invocation = self.next_invocation;
-        let state = self.lane_mut(lane)?;
+        let state = lane_in(&mut self.lanes, lane)?;
+        if !state.inline_idle(&self.limits, payload_len) {
+            return None;
+        }
+        let right = take_right()?;
         state.application_reserved.items += 1;
         state.application_reserved.bytes += bytes;
         debug_assert_eq!(
@@ -700,7 +738,7 @@ impl<W, L: Clone> GateCore<W, L> {
             lifts_barrier: false,
         });
         self.next_invocation += 1;
-        Some(invocation)
+        Some((right, invocation))
     }
 
     /// Whether [`GateCore::poll_turn`] would return a turn.

@@ -835,6 +835,7 @@ impl Slot {
 
     /// Close the registration scope; return the record's after-work, barriers and held replies
     /// (`None`: it registered none, or the scope was already closed).
+    #[inline]
     fn end(&self, invocation: u64) -> Option<Ended> {
         if self
             .invocation
@@ -844,17 +845,27 @@ impl Slot {
             return None;
         }
         self.holding.store(false, Ordering::Release);
-        let _ = self.signal.compare_exchange(
-            invocation,
-            SIGNAL_NONE,
-            Ordering::AcqRel,
-            Ordering::Acquire,
-        );
+        // only this record sets its own tag (`begin_yield`), so a signal read as anything else
+        // is not this record's to clear: no read-modify-write at the usual terminal
+        if self.signal.load(Ordering::Acquire) == invocation {
+            let _ = self.signal.compare_exchange(
+                invocation,
+                SIGNAL_NONE,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            );
+        }
         // registrations happen under `ext` after an `in_scope` check; one that raced with the CAS
         // above is tagged with this invocation and is either seen here or discarded later
         if !self.extras.load(Ordering::SeqCst) {
             return None;
         }
+        self.take_ended(invocation)
+    }
+
+    /// The registrations of `invocation`, whose scope [`Slot::end`] just closed.
+    #[inline(never)]
+    fn take_ended(&self, invocation: u64) -> Option<Ended> {
         let mut ext = self.ext.lock().unwrap();
         self.extras.store(false, Ordering::SeqCst);
         let ext = ext.get_or_insert_default();

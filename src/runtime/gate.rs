@@ -180,10 +180,17 @@ impl<W, L: Clone> GateShared<W, L> {
     }
 
     /// End the outstanding batch, if any.
+    #[inline]
     pub fn end_batch(&self, core: &mut GateCore<W, L>) {
-        if !core.batch_active() {
-            return;
+        if core.batch_active() {
+            self.end_outstanding_batch(core);
         }
+    }
+
+    /// [`GateShared::end_batch`] when a batch is outstanding (out of line: every quiesced lock
+    /// checks, few find one).
+    #[inline(never)]
+    fn end_outstanding_batch(&self, core: &mut GateCore<W, L>) {
         let mut slot = self.batch.lock().unwrap();
         let slot = &mut *slot;
         slot.active = false;
@@ -282,20 +289,12 @@ impl<W, L: Clone> GateShared<W, L> {
         lane: super::core::LaneId,
         payload_len: usize,
     ) -> Option<(Fence, u64)> {
-        let mut core = self.core.lock().unwrap();
-        if !core.inline_admissible(lane, payload_len) {
-            return None;
-        }
-        let fence = self.word.try_acquire_after_submit()?;
-        let invocation = core.handle_inline_start(lane, payload_len);
-        debug_assert!(invocation.is_some(), "admissible under the same lock");
-        match invocation {
-            Some(inv) => Some((fence, inv)),
-            None => {
-                self.word.release();
-                None
-            }
-        }
+        // one check of admissibility, then the right, then the start, all under the one lock
+        // (`GateCore::handle_inline_start_with`)
+        self.core
+            .lock()
+            .unwrap()
+            .handle_inline_start_with(lane, payload_len, || self.word.try_acquire_after_submit())
     }
 
     /// Inline request, terminal: return the record's reservation and claim
