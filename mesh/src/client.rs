@@ -19,8 +19,8 @@
 //! ([`SendError::SessionClosed`]); the pushes received before the Disconnect stay readable,
 //! then `recv_push` returns `None`. A new session needs a new `MeshClient`.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -187,26 +187,53 @@ impl PushReceiver {
 /// Longest the client's I/O thread spins (yields) watching for work before it sleeps.
 const SPIN_LIMIT: Duration = Duration::from_micros(200);
 
+/// What the tokio side rings the I/O thread for. Records and cancels do not travel here: they
+/// go through the [`Outbox`], and only the first one put into an empty outbox rings.
 enum Cmd {
-    Send {
-        frames: Parts,
-        bytes: u64,
-    },
-    Request {
-        corr: u64,
-        deadline: Instant,
-        frames: Parts,
-        bytes: u64,
-        waiter: Waiter,
-    },
-    Cancel(u64),
+    /// The outbox went from empty to non-empty: take it.
+    Outbox,
     /// Room in the push channel again (see `PushReceiver::recv`): only wakes the I/O thread.
     Resume,
     Close,
 }
 
+/// A request among the records of the [`Outbox`]: registered in the correlation table when the
+/// outbox is taken, before anything of that take is transmitted.
+struct NewRequest {
+    corr: u64,
+    deadline: Instant,
+    waiter: Waiter,
+}
+
+/// The hand-off from the senders (tokio side) to the client's I/O thread: the admitted
+/// records in submission order, the requests among them and the cancels, taken whole once per
+/// pass of the I/O thread (one lock per pass, however many records). A sender locks it once
+/// per record and rings the I/O thread only when it found the outbox empty (the I/O thread
+/// takes it on every pass, so a non-empty outbox always has a ring on its way, see
+/// [`MeshClient::hand_over`]).
+#[derive(Default)]
+struct Outbox {
+    /// Requests and one-way DATA, in order, each with its reservation of the budget.
+    queue: std::collections::VecDeque<Out>,
+    /// The requests among `queue`, in order.
+    requests: Vec<NewRequest>,
+    /// Cancelled requests (each behind its request: a request is in the outbox, or taken
+    /// already, before its cancel can exist).
+    cancels: Vec<u64>,
+    /// The I/O thread is gone: nothing is accepted any more.
+    closed: bool,
+}
+
+impl Outbox {
+    fn is_empty(&self) -> bool {
+        self.queue.is_empty() && self.cancels.is_empty()
+    }
+}
+
 struct ClientShared {
     bell: Bell<Cmd>,
+    /// Records, requests and cancels on their way to the I/O thread (see [`Outbox`]).
+    outbox: Mutex<Outbox>,
     /// The outbound admission budget (also the connection core's, [`Conn::budget`]).
     budget: Arc<Budget>,
     counters: Counters,
@@ -245,6 +272,54 @@ impl ClientShared {
         match self.close_reason() {
             Some(r) => SendError::SessionClosed(r),
             None => SendError::Closed,
+        }
+    }
+
+    fn outbox(&self) -> MutexGuard<'_, Outbox> {
+        self.outbox.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Hands an admitted record (and, for a request, its registration) to the I/O thread,
+    /// ringing it if the outbox was empty. False when the I/O thread is gone: nothing was
+    /// queued and the record's reservation is released.
+    ///
+    /// No hand-over is lost: the I/O thread takes the whole outbox on every pass, and the
+    /// sender that finds it empty rings after putting its record in; the I/O thread does not
+    /// sleep with a ring pending ([`Bell`]), and every record put in behind that one is taken
+    /// by the same take or an earlier one.
+    fn hand_over(&self, out: Out, request: Option<NewRequest>) -> bool {
+        let mut outbox = self.outbox();
+        if outbox.closed {
+            drop(outbox);
+            conn::release(&self.budget, &out);
+            return false;
+        }
+        let ring = outbox.is_empty();
+        outbox.queue.push_back(out);
+        if let Some(r) = request {
+            outbox.requests.push(r);
+        }
+        drop(outbox);
+        if ring {
+            // Err: the I/O thread just ended; it closes the outbox on its way out and ends
+            // what it finds there.
+            let _ = self.bell.submit(Cmd::Outbox);
+        }
+        true
+    }
+
+    /// Cancels request `corr` (its future was dropped before the terminal), behind the
+    /// request in the outbox: a cancelled request is never transmitted (SB-12).
+    fn cancel(&self, corr: u64) {
+        let mut outbox = self.outbox();
+        if outbox.closed {
+            return;
+        }
+        let ring = outbox.is_empty();
+        outbox.cancels.push(corr);
+        drop(outbox);
+        if ring {
+            let _ = self.bell.submit(Cmd::Outbox);
         }
     }
 }
@@ -289,6 +364,7 @@ impl MeshClient {
         let (bell, door) = crate::bridge::pair(&ctx).map_err(terr("doorbell"))?;
         let shared = Arc::new(ClientShared {
             bell,
+            outbox: Mutex::new(Outbox::default()),
             budget: Arc::new(Budget::new(cfg.budget)),
             counters: Counters::default(),
             next_corr: AtomicU64::new(1),
@@ -340,6 +416,8 @@ impl MeshClient {
             batching: cfg.batching,
             spin: cfg.io_spin_yields,
             batch_buf: Vec::new(),
+            taken_requests: Vec::new(),
+            taken_cancels: Vec::new(),
             rest: None,
             memo: DecodeMemo::for_commands(&[zlink_wire::Command::Push]),
             heard: false,
@@ -420,18 +498,24 @@ impl MeshClient {
         // The envelope of a one-way record depends only on its key: shared, not encoded again.
         let frames = crate::node::one_way_parts(key, payload)?;
         let bytes = self.check_size(&frames)?;
-        self.shared
-            .budget
-            .reserve(bytes, self.shared.send_timeout)
-            .await
-            .map_err(|e| SendError::DeadlineExceeded(e.waited))?;
-        self.shared
-            .bell
-            .submit(Cmd::Send { frames, bytes })
-            .map_err(|_| {
-                self.shared.budget.release(bytes);
-                self.shared.send_gone()
-            })
+        // Room in the budget (the common case) is taken without building the waiting future.
+        if !self.shared.budget.try_reserve(bytes) {
+            self.shared
+                .budget
+                .reserve(bytes, self.shared.send_timeout)
+                .await
+                .map_err(|e| SendError::DeadlineExceeded(e.waited))?;
+        }
+        let out = Out {
+            frames,
+            bytes: Some(bytes),
+            corr: 0,
+        };
+        if self.shared.hand_over(out, None) {
+            Ok(())
+        } else {
+            Err(self.shared.send_gone())
+        }
     }
 
     /// Sends a request with a deadline; exactly one terminal. Fails
@@ -462,26 +546,24 @@ impl MeshClient {
             .await
             .map_err(|e| SendError::DeadlineExceeded(e.waited))?;
         let (tx, rx) = oneshot::channel();
-        if self
-            .shared
-            .bell
-            .submit(Cmd::Request {
-                corr,
-                deadline,
-                frames,
-                bytes,
-                waiter: tx,
-            })
-            .is_err()
-        {
-            self.shared.budget.release(bytes);
+        let out = Out {
+            frames,
+            bytes: Some(bytes),
+            corr,
+        };
+        let request = NewRequest {
+            corr,
+            deadline,
+            waiter: tx,
+        };
+        if !self.shared.hand_over(out, Some(request)) {
             return Err(self.shared.request_gone());
         }
         struct Guard<'a>(&'a ClientShared, u64, bool);
         impl Drop for Guard<'_> {
             fn drop(&mut self) {
                 if self.2 {
-                    let _ = self.0.bell.submit(Cmd::Cancel(self.1));
+                    self.0.cancel(self.1);
                 }
             }
         }
@@ -547,6 +629,9 @@ struct ClientIo {
     spin: usize,
     /// Reused buffer of the batch frame being built.
     batch_buf: Vec<u8>,
+    /// Reused buffers of [`ClientIo::take_outbox`].
+    taken_requests: Vec<NewRequest>,
+    taken_cancels: Vec<u64>,
     /// The records of a received batch frame behind a push that found the push channel full
     /// (`stalled`): the frame and the index of the first record not handled yet. Handled, in
     /// order, once the stalled push was taken; nothing is read from the socket before that.
@@ -566,26 +651,12 @@ impl ClientIo {
             let mut close = false;
             while let Ok(cmd) = self.door.rx.try_recv() {
                 match cmd {
-                    Cmd::Send { frames, bytes } => self.send(frames, bytes, 0),
-                    Cmd::Request {
-                        corr,
-                        deadline,
-                        frames,
-                        bytes,
-                        waiter,
-                    } => {
-                        if let Err(w) = self.corr.register(corr, (), deadline, waiter) {
-                            self.shared.budget.release(bytes);
-                            let _ = w.send(Err(RequestError::Closed));
-                        } else {
-                            self.send(frames, bytes, corr);
-                        }
-                    }
-                    Cmd::Cancel(c) => drop(self.corr.handle_cancel(c)),
-                    Cmd::Resume => {}
+                    Cmd::Outbox | Cmd::Resume => {}
                     Cmd::Close => close = true,
                 }
             }
+            // After the rings: a Close comes behind every record handed over before it.
+            self.take_outbox();
             if close {
                 // What was admitted before the Close goes out as far as credit and libzmq
                 // allow, as it would have in a pass without the Close.
@@ -685,6 +756,53 @@ impl ClientIo {
         for out in self.conn.queue.drain(..) {
             conn::release(&self.conn.budget, &out);
         }
+        // What was handed over since the last take is never transmitted: closed out here.
+        let mut outbox = self.shared.outbox();
+        outbox.closed = true;
+        let Outbox {
+            queue, requests, ..
+        } = std::mem::take(&mut *outbox);
+        drop(outbox);
+        for out in &queue {
+            conn::release(&self.conn.budget, out);
+        }
+        for r in requests {
+            let _ = r.waiter.send(Err(error.clone()));
+        }
+    }
+
+    /// Takes what the senders handed over ([`Outbox`]): its records join the send queue
+    /// behind those already there, in order; then its requests are registered (before any of
+    /// them can be transmitted) and its cancels applied (each behind its request).
+    fn take_outbox(&mut self) {
+        let mut requests = std::mem::take(&mut self.taken_requests);
+        let mut cancels = std::mem::take(&mut self.taken_cancels);
+        {
+            let mut outbox = self.shared.outbox();
+            if self.conn.queue.is_empty() {
+                std::mem::swap(&mut self.conn.queue, &mut outbox.queue);
+            } else {
+                self.conn.queue.append(&mut outbox.queue);
+            }
+            std::mem::swap(&mut requests, &mut outbox.requests);
+            std::mem::swap(&mut cancels, &mut outbox.cancels);
+        }
+        for r in requests.drain(..) {
+            if let Err(w) = self.corr.register(r.corr, (), r.deadline, r.waiter) {
+                // Never transmitted: out of the queue again, its reservation released.
+                if let Some(i) = self.conn.queue.iter().rposition(|o| o.corr == r.corr)
+                    && let Some(out) = self.conn.queue.remove(i)
+                {
+                    conn::release(&self.conn.budget, &out);
+                }
+                let _ = w.send(Err(RequestError::Closed));
+            }
+        }
+        for c in cancels.drain(..) {
+            drop(self.corr.handle_cancel(c));
+        }
+        self.taken_requests = requests;
+        self.taken_cancels = cancels;
     }
 
     /// Yields the CPU up to `spin` times while watching for commands or a readable socket
@@ -733,16 +851,6 @@ impl ClientIo {
 
     fn raw_send(&self, frames: &[Bytes]) -> bool {
         dealer_send(&self.dealer, self.tap.as_ref(), frames)
-    }
-
-    /// Queues a record; the queue is transmitted once the commands of this pass are drained
-    /// (`run` calls [`ClientIo::flush`]), so the records of one pass can share a batch frame.
-    fn send(&mut self, frames: Parts, bytes: u64, corr: u64) {
-        self.conn.queue.push_back(Out {
-            frames,
-            bytes: Some(bytes),
-            corr,
-        });
     }
 
     /// Sends queued records in order while libzmq takes them and the node's window allows

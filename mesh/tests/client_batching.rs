@@ -621,3 +621,59 @@ async fn client_batched_repeated_one_ways_are_checked_like_lone_ones() {
         node.shutdown().await;
     }
 }
+
+// spec: EG-4, SB-12 — one-way DATA and requests handed to the client's I/O thread keep their
+// submission order on the wire, and a request cancelled (its future dropped) before it was
+// transmitted is never sent. Deterministic: the node starts only after the client queued
+// everything, so nothing leaves before the session's first credit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sends_and_requests_keep_their_order_and_a_cancelled_request_never_leaves() {
+    use futures::FutureExt;
+    let endpoint = format!("tcp://127.0.0.1:{}", free_port());
+    let client = MeshClient::connect(client_config(endpoint.clone())).unwrap();
+    let data = DispatchKey::new(1);
+    let req = DispatchKey::new(2);
+    client.send(data, payload(0)).await.unwrap();
+    // Polled once: admitted and handed over, then waiting for its reply.
+    let mut kept = Box::pin(client.request(req, payload(1), WAIT));
+    assert!(kept.as_mut().now_or_never().is_none());
+    client.send(data, payload(2)).await.unwrap();
+    let mut cancelled = Box::pin(client.request(req, payload(3), WAIT));
+    assert!(cancelled.as_mut().now_or_never().is_none());
+    drop(cancelled);
+    client.send(data, payload(4)).await.unwrap();
+
+    let (node, mut inbound) = {
+        let mut c = config("srv");
+        c.client_endpoint = Some(endpoint);
+        MeshNode::start(c).unwrap()
+    };
+    let mut got = Vec::new();
+    for _ in 0..4 {
+        let m = tokio::time::timeout(WAIT, inbound.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        let i = index(m.payload.as_deref().unwrap());
+        got.push(i);
+        if let Some(r) = m.reply {
+            r.reply(payload(i));
+        }
+    }
+    assert_eq!(
+        got,
+        [0, 1, 2, 4],
+        "in submission order, the cancelled request never sent"
+    );
+    let r = tokio::time::timeout(WAIT, kept).await.unwrap().unwrap();
+    assert_eq!(index(r.payload.as_deref().unwrap()), 1);
+    // The next record is the next one sent: the cancelled request did not follow late.
+    client.send(data, payload(5)).await.unwrap();
+    let m = tokio::time::timeout(WAIT, inbound.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(index(m.payload.as_deref().unwrap()), 5);
+    client.close().await;
+    node.shutdown().await;
+}
