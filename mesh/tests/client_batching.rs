@@ -19,7 +19,7 @@ use common::*;
 use zlink_mesh::zlink_wire::{self, CorrelationId, OneWay};
 use zlink_mesh::{
     ClientConfig, DispatchKey, DropReason, LinkKind, MeshClient, MeshNode, Origin, Record,
-    TapDirection, TapFrame, WireTap,
+    SendError, TapDirection, TapFrame, WireTap,
 };
 
 fn payload(i: u32) -> Bytes {
@@ -674,6 +674,63 @@ async fn sends_and_requests_keep_their_order_and_a_cancelled_request_never_leave
         .unwrap()
         .unwrap();
     assert_eq!(index(m.payload.as_deref().unwrap()), 5);
+    client.close().await;
+    node.shutdown().await;
+}
+
+// spec: EG-4, SB-6.5 — `send_many` sends the same records as one `send` per payload: more than
+// a chunk of them arrive exactly once and in order; a payload over the message size stops the
+// call after the records before it (reported as sent, and delivered), and nothing after it is
+// sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn send_many_sends_in_order_and_stops_at_the_first_failure() {
+    let (node, mut inbound) = server(None);
+    let mut cfg = client_config(node.endpoints().client.clone().unwrap());
+    cfg.transport.max_message_size = 1024;
+    let client = MeshClient::connect(cfg).unwrap();
+    let key = DispatchKey::new(1);
+    let n = zlink_mesh::SEND_MANY_CHUNK as u32 * 2 + 10;
+    client.send_many(key, (0..n).map(payload)).await.unwrap();
+    for i in 0..n {
+        let m = tokio::time::timeout(WAIT, inbound.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(index(m.payload.as_deref().unwrap()), i, "in send order");
+    }
+
+    let mut too_large = vec![0u8; 1025];
+    too_large[..4].copy_from_slice(&u32::MAX.to_be_bytes());
+    let batch = vec![
+        payload(n),
+        payload(n + 1),
+        Bytes::from(too_large),
+        payload(n + 2),
+    ];
+    let e = client.send_many(key, batch).await.unwrap_err();
+    assert_eq!(e.sent, 2);
+    assert!(
+        matches!(
+            e.error,
+            SendError::TooLarge {
+                size: 1025,
+                max: 1024
+            }
+        ),
+        "{e}"
+    );
+    client.send(key, payload(n + 3)).await.unwrap();
+    for i in [n, n + 1, n + 3] {
+        let m = tokio::time::timeout(WAIT, inbound.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            index(m.payload.as_deref().unwrap()),
+            i,
+            "nothing after the failure"
+        );
+    }
     client.close().await;
     node.shutdown().await;
 }
