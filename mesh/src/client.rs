@@ -239,8 +239,16 @@ struct Outbox {
 }
 
 impl Outbox {
+    /// Nothing waits: a record put in now must ring.
     fn is_empty(&self) -> bool {
-        self.queue.is_empty() && self.cancels.is_empty()
+        self.queue.is_empty() && !self.registers()
+    }
+
+    /// Requests or cancels wait (taken on every pass; a new one rings unless one already
+    /// waits, so none waits behind records the I/O thread leaves here, see
+    /// [`ClientIo::take_outbox`]).
+    fn registers(&self) -> bool {
+        !self.requests.is_empty() || !self.cancels.is_empty()
     }
 }
 
@@ -297,10 +305,11 @@ impl ClientShared {
     /// ringing it if the outbox was empty. False when the I/O thread is gone: nothing was
     /// queued and the record's reservation is released.
     ///
-    /// No hand-over is lost: the I/O thread takes the whole outbox on every pass, and the
-    /// sender that finds it empty rings after putting its record in; the I/O thread does not
-    /// sleep with a ring pending ([`Bell`]), and every record put in behind that one is taken
-    /// by the same take or an earlier one.
+    /// No hand-over is lost: the I/O thread takes the outbox's requests and cancels on every
+    /// pass, and its records whenever its send queue is empty (so on every pass it could send
+    /// them); the sender that finds the outbox empty (for a request: without requests and
+    /// cancels) rings after putting its record in; the I/O thread does not sleep with a ring
+    /// pending ([`Bell`]), nor while records wait in its send queue.
     fn hand_over(&self, out: Out, request: Option<NewRequest>) -> bool {
         let mut outbox = self.outbox();
         if outbox.closed {
@@ -308,7 +317,10 @@ impl ClientShared {
             conn::release(&self.budget, &out);
             return false;
         }
-        let ring = outbox.is_empty();
+        let ring = match request {
+            Some(_) => !outbox.registers(),
+            None => outbox.is_empty(),
+        };
         outbox.queue.push_back(out);
         if let Some(r) = request {
             outbox.requests.push(r);
@@ -350,7 +362,7 @@ impl ClientShared {
         if outbox.closed {
             return;
         }
-        let ring = outbox.is_empty();
+        let ring = !outbox.registers();
         outbox.cancels.push(corr);
         drop(outbox);
         if ring {
@@ -891,30 +903,29 @@ impl ClientIo {
         }
     }
 
-    /// Takes what the senders handed over ([`Outbox`]): its records join the send queue
-    /// behind those already there, in order; then its requests are registered (before any of
-    /// them can be transmitted) and its cancels applied (each behind its request).
-    fn take_outbox(&mut self) {
+    /// Takes what the senders handed over ([`Outbox`]): its requests are registered (before
+    /// any of them can be transmitted), then its cancels applied (each behind its request);
+    /// its records become the send queue if that is empty — moved whole, not copied record by
+    /// record. While the send queue holds records (waiting for credit or libzmq), the records
+    /// behind them wait in the outbox: [`ClientIo::flush`] takes them once the queue drained.
+    /// True if records were taken.
+    fn take_outbox(&mut self) -> bool {
         let mut requests = std::mem::take(&mut self.taken_requests);
         let mut cancels = std::mem::take(&mut self.taken_cancels);
-        {
+        let took = {
             let mut outbox = self.shared.outbox();
-            if self.conn.queue.is_empty() {
+            let took = self.conn.queue.is_empty() && !outbox.queue.is_empty();
+            if took {
                 std::mem::swap(&mut self.conn.queue, &mut outbox.queue);
-            } else {
-                self.conn.queue.append(&mut outbox.queue);
             }
             std::mem::swap(&mut requests, &mut outbox.requests);
             std::mem::swap(&mut cancels, &mut outbox.cancels);
-        }
+            took
+        };
         for r in requests.drain(..) {
             if let Err(w) = self.corr.register(r.corr, (), r.deadline, r.waiter) {
-                // Never transmitted: out of the queue again, its reservation released.
-                if let Some(i) = self.conn.queue.iter().rposition(|o| o.corr == r.corr)
-                    && let Some(out) = self.conn.queue.remove(i)
-                {
-                    conn::release(&self.conn.budget, &out);
-                }
+                // Never transmitted: out of the queues again, its reservation released.
+                self.unqueue(r.corr);
                 let _ = w.send(Err(RequestError::Closed));
             }
         }
@@ -923,6 +934,24 @@ impl ClientIo {
         }
         self.taken_requests = requests;
         self.taken_cancels = cancels;
+        took
+    }
+
+    /// Removes the last queued record of request `corr` (send queue or outbox) and releases
+    /// its reservation.
+    fn unqueue(&mut self, corr: u64) {
+        let mut outbox = self.shared.outbox();
+        let out = match outbox.queue.iter().rposition(|o| o.corr == corr) {
+            Some(i) => outbox.queue.remove(i),
+            None => {
+                drop(outbox);
+                let i = self.conn.queue.iter().rposition(|o| o.corr == corr);
+                i.and_then(|i| self.conn.queue.remove(i))
+            }
+        };
+        if let Some(out) = out {
+            conn::release(&self.conn.budget, &out);
+        }
     }
 
     /// Yields the CPU up to `spin` times while watching for commands or a readable socket
@@ -977,22 +1006,28 @@ impl ClientIo {
     /// ([`conn::flush`], the loop a node runs for its peers): a run of small records as one
     /// 139 batch frame, a lone or large record alone, each record of a run charged to the
     /// credit on its own; a request that already ended is never put in a run (it is
-    /// discarded at the front, `RequestEnded`).
+    /// discarded at the front, `RequestEnded`). Once the queue drained, the records waiting
+    /// in the outbox behind it follow ([`ClientIo::take_outbox`]).
     fn flush(&mut self) {
-        let mut wire = DealerWire {
-            dealer: &self.dealer,
-            tap: self.tap.as_ref(),
-            batch_buf: &mut self.batch_buf,
-            corr: &mut self.corr,
-            counters: &self.shared.counters,
-        };
-        conn::flush(
-            &mut self.conn.queue,
-            &mut self.conn.credit,
-            &self.conn.budget,
-            &self.batching,
-            &mut wire,
-        );
+        loop {
+            let mut wire = DealerWire {
+                dealer: &self.dealer,
+                tap: self.tap.as_ref(),
+                batch_buf: &mut self.batch_buf,
+                corr: &mut self.corr,
+                counters: &self.shared.counters,
+            };
+            conn::flush(
+                &mut self.conn.queue,
+                &mut self.conn.credit,
+                &self.conn.budget,
+                &self.batching,
+                &mut wire,
+            );
+            if !self.conn.queue.is_empty() || !self.take_outbox() {
+                return;
+            }
+        }
     }
 
     fn read(&mut self) {
