@@ -256,6 +256,10 @@ struct ClientShared {
     bell: Bell<Cmd>,
     /// Records, requests and cancels on their way to the I/O thread (see [`Outbox`]).
     outbox: Mutex<Outbox>,
+    /// The outbox holds something: set under its lock by whoever leaves it non-empty, read
+    /// without the lock by the I/O thread, which skips the lock while it is false (a record
+    /// put into an outbox seen empty rings, so the thread looks again).
+    outbox_full: AtomicBool,
     /// The outbound admission budget (also the connection core's, [`Conn::budget`]).
     budget: Arc<Budget>,
     counters: Counters,
@@ -325,6 +329,7 @@ impl ClientShared {
         if let Some(r) = request {
             outbox.requests.push(r);
         }
+        self.outbox_full.store(true, Ordering::Release);
         drop(outbox);
         if ring {
             // Err: the I/O thread just ended; it closes the outbox on its way out and ends
@@ -348,6 +353,7 @@ impl ClientShared {
         }
         let ring = outbox.is_empty();
         outbox.queue.extend(chunk.drain(..));
+        self.outbox_full.store(true, Ordering::Release);
         drop(outbox);
         if ring {
             let _ = self.bell.submit(Cmd::Outbox);
@@ -364,6 +370,7 @@ impl ClientShared {
         }
         let ring = !outbox.registers();
         outbox.cancels.push(corr);
+        self.outbox_full.store(true, Ordering::Release);
         drop(outbox);
         if ring {
             let _ = self.bell.submit(Cmd::Outbox);
@@ -412,6 +419,7 @@ impl MeshClient {
         let shared = Arc::new(ClientShared {
             bell,
             outbox: Mutex::new(Outbox::default()),
+            outbox_full: AtomicBool::new(false),
             budget: Arc::new(Budget::new(cfg.budget)),
             counters: Counters::default(),
             next_corr: AtomicU64::new(1),
@@ -891,9 +899,8 @@ impl ClientIo {
         // What was handed over since the last take is never transmitted: closed out here.
         let mut outbox = self.shared.outbox();
         outbox.closed = true;
-        let Outbox {
-            queue, requests, ..
-        } = std::mem::take(&mut *outbox);
+        let queue = std::mem::take(&mut outbox.queue);
+        let requests = std::mem::take(&mut outbox.requests);
         drop(outbox);
         for out in &queue {
             conn::release(&self.conn.budget, out);
@@ -910,6 +917,9 @@ impl ClientIo {
     /// behind them wait in the outbox: [`ClientIo::flush`] takes them once the queue drained.
     /// True if records were taken.
     fn take_outbox(&mut self) -> bool {
+        if !self.shared.outbox_full.load(Ordering::Acquire) {
+            return false;
+        }
         let mut requests = std::mem::take(&mut self.taken_requests);
         let mut cancels = std::mem::take(&mut self.taken_cancels);
         let took = {
@@ -920,6 +930,9 @@ impl ClientIo {
             }
             std::mem::swap(&mut requests, &mut outbox.requests);
             std::mem::swap(&mut cancels, &mut outbox.cancels);
+            self.shared
+                .outbox_full
+                .store(!outbox.queue.is_empty(), Ordering::Release);
             took
         };
         for r in requests.drain(..) {
