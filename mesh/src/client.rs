@@ -553,7 +553,10 @@ impl MeshClient {
         // The envelope of a one-way record depends only on its key: shared, not encoded again.
         let frames = crate::node::one_way_parts(key, payload)?;
         let bytes = self.check_size(&frames)?;
-        self.reserve(1, bytes).await?;
+        // The fast path of `reserve`, written out: an async call is not inlined.
+        if !self.shared.budget.try_reserve(bytes) {
+            self.reserve_waiting(1, bytes).await?;
+        }
         let out = Out {
             frames,
             bytes: Some(bytes),
@@ -574,6 +577,12 @@ impl MeshClient {
         if self.shared.budget.try_reserve_n(n, bytes) {
             return Ok(());
         }
+        self.reserve_waiting(n, bytes).await
+    }
+
+    /// [`MeshClient::reserve`] when the budget had no room: the waiting future on the heap.
+    #[inline(never)]
+    async fn reserve_waiting(&self, n: u64, bytes: u64) -> Result<(), SendError> {
         Box::pin(
             self.shared
                 .budget
