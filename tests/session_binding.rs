@@ -233,8 +233,17 @@ async fn relays_after_bind_read_no_store_and_need_no_spot_callback() {
         .await
         .unwrap();
     }
-    wait_until_async("50 sends", || async {
-        relay_req(&c, &counter, &Get).await.unwrap() == 100
+    // The same packets handed over at once (`packet_send_many`) relay the same way.
+    let many: Vec<RelaySend> = (0..50)
+        .map(|_| RelaySend {
+            actor_id: counter.id().to_string(),
+            key: Add::KEY.get(),
+            payload: enc(&Add(1)),
+        })
+        .collect();
+    c.packet_send_many(&many).await.unwrap();
+    wait_until_async("100 sends", || async {
+        relay_req(&c, &counter, &Get).await.unwrap() == 150
     })
     .await;
     assert_eq!(counting.counts().since(&before).total(), 0);

@@ -19,8 +19,8 @@
 //! ([`SendError::SessionClosed`]); the pushes received before the Disconnect stay readable,
 //! then `recv_push` returns `None`. A new session needs a new `MeshClient`.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -184,29 +184,82 @@ impl PushReceiver {
     }
 }
 
+/// Most records [`MeshClient::send_many`] admits and hands over at once.
+pub const SEND_MANY_CHUNK: usize = 256;
+
+/// [`MeshClient::send_many`] failed after `sent` records were handed over (they go out); the
+/// record that failed and those after it were not sent.
+#[derive(Debug, thiserror::Error)]
+#[error("send_many: {error} (after {sent} records sent)")]
+pub struct SendManyError {
+    /// Records handed over before the failure, in order (the first `sent` payloads).
+    pub sent: usize,
+    /// Why the next record could not be sent (as [`MeshClient::send`] fails).
+    pub error: SendError,
+}
+
 /// Longest the client's I/O thread spins (yields) watching for work before it sleeps.
 const SPIN_LIMIT: Duration = Duration::from_micros(200);
 
+/// What the tokio side rings the I/O thread for. Records and cancels do not travel here: they
+/// go through the [`Outbox`], and only the first one put into an empty outbox rings.
 enum Cmd {
-    Send {
-        frames: Parts,
-        bytes: u64,
-    },
-    Request {
-        corr: u64,
-        deadline: Instant,
-        frames: Parts,
-        bytes: u64,
-        waiter: Waiter,
-    },
-    Cancel(u64),
+    /// The outbox went from empty to non-empty: take it.
+    Outbox,
     /// Room in the push channel again (see `PushReceiver::recv`): only wakes the I/O thread.
     Resume,
     Close,
 }
 
+/// A request among the records of the [`Outbox`]: registered in the correlation table when the
+/// outbox is taken, before anything of that take is transmitted.
+struct NewRequest {
+    corr: u64,
+    deadline: Instant,
+    waiter: Waiter,
+}
+
+/// The hand-off from the senders (tokio side) to the client's I/O thread: the admitted
+/// records in submission order, the requests among them and the cancels, taken whole once per
+/// pass of the I/O thread (one lock per pass, however many records). A sender locks it once
+/// per record and rings the I/O thread only when it found the outbox empty (the I/O thread
+/// takes it on every pass, so a non-empty outbox always has a ring on its way, see
+/// [`MeshClient::hand_over`]).
+#[derive(Default)]
+struct Outbox {
+    /// Requests and one-way DATA, in order, each with its reservation of the budget.
+    queue: std::collections::VecDeque<Out>,
+    /// The requests among `queue`, in order.
+    requests: Vec<NewRequest>,
+    /// Cancelled requests (each behind its request: a request is in the outbox, or taken
+    /// already, before its cancel can exist).
+    cancels: Vec<u64>,
+    /// The I/O thread is gone: nothing is accepted any more.
+    closed: bool,
+}
+
+impl Outbox {
+    /// Nothing waits: a record put in now must ring.
+    fn is_empty(&self) -> bool {
+        self.queue.is_empty() && !self.registers()
+    }
+
+    /// Requests or cancels wait (taken on every pass; a new one rings unless one already
+    /// waits, so none waits behind records the I/O thread leaves here, see
+    /// [`ClientIo::take_outbox`]).
+    fn registers(&self) -> bool {
+        !self.requests.is_empty() || !self.cancels.is_empty()
+    }
+}
+
 struct ClientShared {
     bell: Bell<Cmd>,
+    /// Records, requests and cancels on their way to the I/O thread (see [`Outbox`]).
+    outbox: Mutex<Outbox>,
+    /// The outbox holds something: set under its lock by whoever leaves it non-empty, read
+    /// without the lock by the I/O thread, which skips the lock while it is false (a record
+    /// put into an outbox seen empty rings, so the thread looks again).
+    outbox_full: AtomicBool,
     /// The outbound admission budget (also the connection core's, [`Conn::budget`]).
     budget: Arc<Budget>,
     counters: Counters,
@@ -245,6 +298,82 @@ impl ClientShared {
         match self.close_reason() {
             Some(r) => SendError::SessionClosed(r),
             None => SendError::Closed,
+        }
+    }
+
+    fn outbox(&self) -> MutexGuard<'_, Outbox> {
+        self.outbox.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Hands an admitted record (and, for a request, its registration) to the I/O thread,
+    /// ringing it if the outbox was empty. False when the I/O thread is gone: nothing was
+    /// queued and the record's reservation is released.
+    ///
+    /// No hand-over is lost: the I/O thread takes the outbox's requests and cancels on every
+    /// pass, and its records whenever its send queue is empty (so on every pass it could send
+    /// them); the sender that finds the outbox empty (for a request: without requests and
+    /// cancels) rings after putting its record in; the I/O thread does not sleep with a ring
+    /// pending ([`Bell`]), nor while records wait in its send queue.
+    fn hand_over(&self, out: Out, request: Option<NewRequest>) -> bool {
+        let mut outbox = self.outbox();
+        if outbox.closed {
+            drop(outbox);
+            conn::release(&self.budget, &out);
+            return false;
+        }
+        let ring = match request {
+            Some(_) => !outbox.registers(),
+            None => outbox.is_empty(),
+        };
+        outbox.queue.push_back(out);
+        if let Some(r) = request {
+            outbox.requests.push(r);
+        }
+        self.outbox_full.store(true, Ordering::Release);
+        drop(outbox);
+        if ring {
+            // Err: the I/O thread just ended; it closes the outbox on its way out and ends
+            // what it finds there.
+            let _ = self.bell.submit(Cmd::Outbox);
+        }
+        true
+    }
+
+    /// [`ClientShared::hand_over`] for admitted one-way records, in order, under one lock (the
+    /// vector is left empty). False when the I/O thread is gone: nothing was queued and the
+    /// reservations are released.
+    fn hand_over_all(&self, chunk: &mut Vec<Out>) -> bool {
+        let mut outbox = self.outbox();
+        if outbox.closed {
+            drop(outbox);
+            for out in chunk.drain(..) {
+                conn::release(&self.budget, &out);
+            }
+            return false;
+        }
+        let ring = outbox.is_empty();
+        outbox.queue.extend(chunk.drain(..));
+        self.outbox_full.store(true, Ordering::Release);
+        drop(outbox);
+        if ring {
+            let _ = self.bell.submit(Cmd::Outbox);
+        }
+        true
+    }
+
+    /// Cancels request `corr` (its future was dropped before the terminal), behind the
+    /// request in the outbox: a cancelled request is never transmitted (SB-12).
+    fn cancel(&self, corr: u64) {
+        let mut outbox = self.outbox();
+        if outbox.closed {
+            return;
+        }
+        let ring = !outbox.registers();
+        outbox.cancels.push(corr);
+        self.outbox_full.store(true, Ordering::Release);
+        drop(outbox);
+        if ring {
+            let _ = self.bell.submit(Cmd::Outbox);
         }
     }
 }
@@ -289,6 +418,8 @@ impl MeshClient {
         let (bell, door) = crate::bridge::pair(&ctx).map_err(terr("doorbell"))?;
         let shared = Arc::new(ClientShared {
             bell,
+            outbox: Mutex::new(Outbox::default()),
+            outbox_full: AtomicBool::new(false),
             budget: Arc::new(Budget::new(cfg.budget)),
             counters: Counters::default(),
             next_corr: AtomicU64::new(1),
@@ -340,6 +471,8 @@ impl MeshClient {
             batching: cfg.batching,
             spin: cfg.io_spin_yields,
             batch_buf: Vec::new(),
+            taken_requests: Vec::new(),
+            taken_cancels: Vec::new(),
             rest: None,
             memo: DecodeMemo::for_commands(&[zlink_wire::Command::Push]),
             heard: false,
@@ -420,18 +553,118 @@ impl MeshClient {
         // The envelope of a one-way record depends only on its key: shared, not encoded again.
         let frames = crate::node::one_way_parts(key, payload)?;
         let bytes = self.check_size(&frames)?;
-        self.shared
-            .budget
-            .reserve(bytes, self.shared.send_timeout)
-            .await
-            .map_err(|e| SendError::DeadlineExceeded(e.waited))?;
-        self.shared
-            .bell
-            .submit(Cmd::Send { frames, bytes })
-            .map_err(|_| {
-                self.shared.budget.release(bytes);
-                self.shared.send_gone()
-            })
+        // The fast path of `reserve`, written out: an async call is not inlined.
+        if !self.shared.budget.try_reserve(bytes) {
+            self.reserve_waiting(1, bytes).await?;
+        }
+        let out = Out {
+            frames,
+            bytes: Some(bytes),
+            corr: 0,
+        };
+        if self.shared.hand_over(out, None) {
+            Ok(())
+        } else {
+            Err(self.shared.send_gone())
+        }
+    }
+
+    /// Reserves `n` records of `bytes` in all in the outbound budget, waiting at most the send
+    /// timeout. Room in the budget (the common case) is taken without building the waiting
+    /// future, which lives on the heap only while a sender waits (the caller's future stays
+    /// small: it is moved on every poll chain that awaits it).
+    async fn reserve(&self, n: u64, bytes: u64) -> Result<(), SendError> {
+        if self.shared.budget.try_reserve_n(n, bytes) {
+            return Ok(());
+        }
+        self.reserve_waiting(n, bytes).await
+    }
+
+    /// [`MeshClient::reserve`] when the budget had no room: the waiting future on the heap.
+    #[inline(never)]
+    async fn reserve_waiting(&self, n: u64, bytes: u64) -> Result<(), SendError> {
+        Box::pin(
+            self.shared
+                .budget
+                .reserve_n(n, bytes, self.shared.send_timeout),
+        )
+        .await
+        .map_err(|e| SendError::DeadlineExceeded(e.waited))
+    }
+
+    /// Sends one-way DATA records with `key`, one per payload, in order: the same records, on
+    /// the same connection and under the same budget, credit and close rules as
+    /// [`MeshClient::send`] called once per payload, for a fraction of the cost per record —
+    /// the records are admitted to the budget and handed to the I/O thread in chunks of at
+    /// most [`SEND_MANY_CHUNK`] (and at most half the budget's message limit): one
+    /// reservation, one lock and at most one wake-up of the I/O thread per chunk. For a client
+    /// that has many packets at hand at once (a burst, a tick's worth of input, a flood).
+    ///
+    /// A chunk waits (at most the send timeout) until the budget has room for the whole chunk,
+    /// where single sends would trickle in one by one.
+    ///
+    /// # Errors
+    /// As [`MeshClient::send`], with the number of records sent before the failing one
+    /// ([`SendManyError::sent`]): those are handed over and go out; the failing one and the
+    /// rest of `payloads` are not sent.
+    pub async fn send_many<I>(&self, key: DispatchKey, payloads: I) -> Result<(), SendManyError>
+    where
+        I: IntoIterator<Item = Bytes>,
+    {
+        let mut sent = 0;
+        let fail = |sent, error| SendManyError { sent, error };
+        if let Some(r) = self.shared.close_reason() {
+            return Err(fail(sent, SendError::SessionClosed(r)));
+        }
+        // The envelope of a one-way record depends only on its key: encoded once.
+        let envelope =
+            crate::node::one_way_parts(key, Bytes::new()).map_err(|e| fail(sent, e))?[0].clone();
+        let limit = self.shared.budget.limit().messages;
+        let chunk_len =
+            SEND_MANY_CHUNK.min(usize::try_from(limit / 2).unwrap_or(usize::MAX).max(1));
+        let mut payloads = payloads.into_iter();
+        let mut chunk: Vec<Out> = Vec::new();
+        loop {
+            // Up to a chunk of records; a payload over the message size ends the chunk and,
+            // once the records before it are handed over, the call.
+            let (mut bytes, mut error, mut more) = (0, None, false);
+            for p in payloads.by_ref() {
+                let frames = Parts::new(envelope.clone(), Some(p));
+                let b = match self.check_size(&frames) {
+                    Ok(b) => b,
+                    Err(e) => {
+                        error = Some(e);
+                        break;
+                    }
+                };
+                bytes += b;
+                chunk.push(Out {
+                    frames,
+                    bytes: Some(b),
+                    corr: 0,
+                });
+                if chunk.len() >= chunk_len {
+                    more = true;
+                    break;
+                }
+            }
+            if !chunk.is_empty() {
+                let n = chunk.len();
+                self.reserve(n as u64, bytes)
+                    .await
+                    .map_err(|e| fail(sent, e))?;
+                if !self.shared.hand_over_all(&mut chunk) {
+                    return Err(fail(sent, self.shared.send_gone()));
+                }
+                sent += n;
+            }
+            if let Some(e) = error {
+                return Err(fail(sent, e));
+            }
+            if !more {
+                return Ok(());
+            }
+        }
     }
 
     /// Sends a request with a deadline; exactly one terminal. Fails
@@ -462,26 +695,24 @@ impl MeshClient {
             .await
             .map_err(|e| SendError::DeadlineExceeded(e.waited))?;
         let (tx, rx) = oneshot::channel();
-        if self
-            .shared
-            .bell
-            .submit(Cmd::Request {
-                corr,
-                deadline,
-                frames,
-                bytes,
-                waiter: tx,
-            })
-            .is_err()
-        {
-            self.shared.budget.release(bytes);
+        let out = Out {
+            frames,
+            bytes: Some(bytes),
+            corr,
+        };
+        let request = NewRequest {
+            corr,
+            deadline,
+            waiter: tx,
+        };
+        if !self.shared.hand_over(out, Some(request)) {
             return Err(self.shared.request_gone());
         }
         struct Guard<'a>(&'a ClientShared, u64, bool);
         impl Drop for Guard<'_> {
             fn drop(&mut self) {
                 if self.2 {
-                    let _ = self.0.bell.submit(Cmd::Cancel(self.1));
+                    self.0.cancel(self.1);
                 }
             }
         }
@@ -547,6 +778,9 @@ struct ClientIo {
     spin: usize,
     /// Reused buffer of the batch frame being built.
     batch_buf: Vec<u8>,
+    /// Reused buffers of [`ClientIo::take_outbox`].
+    taken_requests: Vec<NewRequest>,
+    taken_cancels: Vec<u64>,
     /// The records of a received batch frame behind a push that found the push channel full
     /// (`stalled`): the frame and the index of the first record not handled yet. Handled, in
     /// order, once the stalled push was taken; nothing is read from the socket before that.
@@ -566,26 +800,12 @@ impl ClientIo {
             let mut close = false;
             while let Ok(cmd) = self.door.rx.try_recv() {
                 match cmd {
-                    Cmd::Send { frames, bytes } => self.send(frames, bytes, 0),
-                    Cmd::Request {
-                        corr,
-                        deadline,
-                        frames,
-                        bytes,
-                        waiter,
-                    } => {
-                        if let Err(w) = self.corr.register(corr, (), deadline, waiter) {
-                            self.shared.budget.release(bytes);
-                            let _ = w.send(Err(RequestError::Closed));
-                        } else {
-                            self.send(frames, bytes, corr);
-                        }
-                    }
-                    Cmd::Cancel(c) => drop(self.corr.handle_cancel(c)),
-                    Cmd::Resume => {}
+                    Cmd::Outbox | Cmd::Resume => {}
                     Cmd::Close => close = true,
                 }
             }
+            // After the rings: a Close comes behind every record handed over before it.
+            self.take_outbox();
             if close {
                 // What was admitted before the Close goes out as far as credit and libzmq
                 // allow, as it would have in a pass without the Close.
@@ -685,6 +905,75 @@ impl ClientIo {
         for out in self.conn.queue.drain(..) {
             conn::release(&self.conn.budget, &out);
         }
+        // What was handed over since the last take is never transmitted: closed out here.
+        let mut outbox = self.shared.outbox();
+        outbox.closed = true;
+        let queue = std::mem::take(&mut outbox.queue);
+        let requests = std::mem::take(&mut outbox.requests);
+        drop(outbox);
+        for out in &queue {
+            conn::release(&self.conn.budget, out);
+        }
+        for r in requests {
+            let _ = r.waiter.send(Err(error.clone()));
+        }
+    }
+
+    /// Takes what the senders handed over ([`Outbox`]): its requests are registered (before
+    /// any of them can be transmitted), then its cancels applied (each behind its request);
+    /// its records become the send queue if that is empty — moved whole, not copied record by
+    /// record. While the send queue holds records (waiting for credit or libzmq), the records
+    /// behind them wait in the outbox: [`ClientIo::flush`] takes them once the queue drained.
+    /// True if records were taken.
+    fn take_outbox(&mut self) -> bool {
+        if !self.shared.outbox_full.load(Ordering::Acquire) {
+            return false;
+        }
+        let mut requests = std::mem::take(&mut self.taken_requests);
+        let mut cancels = std::mem::take(&mut self.taken_cancels);
+        let took = {
+            let mut outbox = self.shared.outbox();
+            let took = self.conn.queue.is_empty() && !outbox.queue.is_empty();
+            if took {
+                std::mem::swap(&mut self.conn.queue, &mut outbox.queue);
+            }
+            std::mem::swap(&mut requests, &mut outbox.requests);
+            std::mem::swap(&mut cancels, &mut outbox.cancels);
+            self.shared
+                .outbox_full
+                .store(!outbox.queue.is_empty(), Ordering::Release);
+            took
+        };
+        for r in requests.drain(..) {
+            if let Err(w) = self.corr.register(r.corr, (), r.deadline, r.waiter) {
+                // Never transmitted: out of the queues again, its reservation released.
+                self.unqueue(r.corr);
+                let _ = w.send(Err(RequestError::Closed));
+            }
+        }
+        for c in cancels.drain(..) {
+            drop(self.corr.handle_cancel(c));
+        }
+        self.taken_requests = requests;
+        self.taken_cancels = cancels;
+        took
+    }
+
+    /// Removes the last queued record of request `corr` (send queue or outbox) and releases
+    /// its reservation.
+    fn unqueue(&mut self, corr: u64) {
+        let mut outbox = self.shared.outbox();
+        let out = match outbox.queue.iter().rposition(|o| o.corr == corr) {
+            Some(i) => outbox.queue.remove(i),
+            None => {
+                drop(outbox);
+                let i = self.conn.queue.iter().rposition(|o| o.corr == corr);
+                i.and_then(|i| self.conn.queue.remove(i))
+            }
+        };
+        if let Some(out) = out {
+            conn::release(&self.conn.budget, &out);
+        }
     }
 
     /// Yields the CPU up to `spin` times while watching for commands or a readable socket
@@ -735,36 +1024,32 @@ impl ClientIo {
         dealer_send(&self.dealer, self.tap.as_ref(), frames)
     }
 
-    /// Queues a record; the queue is transmitted once the commands of this pass are drained
-    /// (`run` calls [`ClientIo::flush`]), so the records of one pass can share a batch frame.
-    fn send(&mut self, frames: Parts, bytes: u64, corr: u64) {
-        self.conn.queue.push_back(Out {
-            frames,
-            bytes: Some(bytes),
-            corr,
-        });
-    }
-
     /// Sends queued records in order while libzmq takes them and the node's window allows
     /// ([`conn::flush`], the loop a node runs for its peers): a run of small records as one
     /// 139 batch frame, a lone or large record alone, each record of a run charged to the
     /// credit on its own; a request that already ended is never put in a run (it is
-    /// discarded at the front, `RequestEnded`).
+    /// discarded at the front, `RequestEnded`). Once the queue drained, the records waiting
+    /// in the outbox behind it follow ([`ClientIo::take_outbox`]).
     fn flush(&mut self) {
-        let mut wire = DealerWire {
-            dealer: &self.dealer,
-            tap: self.tap.as_ref(),
-            batch_buf: &mut self.batch_buf,
-            corr: &mut self.corr,
-            counters: &self.shared.counters,
-        };
-        conn::flush(
-            &mut self.conn.queue,
-            &mut self.conn.credit,
-            &self.conn.budget,
-            &self.batching,
-            &mut wire,
-        );
+        loop {
+            let mut wire = DealerWire {
+                dealer: &self.dealer,
+                tap: self.tap.as_ref(),
+                batch_buf: &mut self.batch_buf,
+                corr: &mut self.corr,
+                counters: &self.shared.counters,
+            };
+            conn::flush(
+                &mut self.conn.queue,
+                &mut self.conn.credit,
+                &self.conn.budget,
+                &self.batching,
+                &mut wire,
+            );
+            if !self.conn.queue.is_empty() || !self.take_outbox() {
+                return;
+            }
+        }
     }
 
     fn read(&mut self) {

@@ -48,7 +48,7 @@ pub mod tap;
 pub mod types;
 
 pub use budget::OutboundBudget;
-pub use client::{ClientConfig, MeshClient, Push};
+pub use client::{ClientConfig, MeshClient, Push, SEND_MANY_CHUNK, SendManyError};
 pub use codec::{ErrorKind, Record};
 pub use config::{
     Batching, ClientAdmission, InboundWindow, Liveness, MeshConfig, PeerAddress, Strangers,

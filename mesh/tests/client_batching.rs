@@ -19,7 +19,7 @@ use common::*;
 use zlink_mesh::zlink_wire::{self, CorrelationId, OneWay};
 use zlink_mesh::{
     ClientConfig, DispatchKey, DropReason, LinkKind, MeshClient, MeshNode, Origin, Record,
-    TapDirection, TapFrame, WireTap,
+    SendError, TapDirection, TapFrame, WireTap,
 };
 
 fn payload(i: u32) -> Bytes {
@@ -620,4 +620,117 @@ async fn client_batched_repeated_one_ways_are_checked_like_lone_ones() {
         assert!(inbound.try_recv().is_none(), "nothing arrives twice");
         node.shutdown().await;
     }
+}
+
+// spec: EG-4, SB-12 — one-way DATA and requests handed to the client's I/O thread keep their
+// submission order on the wire, and a request cancelled (its future dropped) before it was
+// transmitted is never sent. Deterministic: the node starts only after the client queued
+// everything, so nothing leaves before the session's first credit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sends_and_requests_keep_their_order_and_a_cancelled_request_never_leaves() {
+    use futures::FutureExt;
+    let endpoint = format!("tcp://127.0.0.1:{}", free_port());
+    let client = MeshClient::connect(client_config(endpoint.clone())).unwrap();
+    let data = DispatchKey::new(1);
+    let req = DispatchKey::new(2);
+    client.send(data, payload(0)).await.unwrap();
+    // Polled once: admitted and handed over, then waiting for its reply.
+    let mut kept = Box::pin(client.request(req, payload(1), WAIT));
+    assert!(kept.as_mut().now_or_never().is_none());
+    client.send(data, payload(2)).await.unwrap();
+    let mut cancelled = Box::pin(client.request(req, payload(3), WAIT));
+    assert!(cancelled.as_mut().now_or_never().is_none());
+    drop(cancelled);
+    client.send(data, payload(4)).await.unwrap();
+
+    let (node, mut inbound) = {
+        let mut c = config("srv");
+        c.client_endpoint = Some(endpoint);
+        MeshNode::start(c).unwrap()
+    };
+    let mut got = Vec::new();
+    for _ in 0..4 {
+        let m = tokio::time::timeout(WAIT, inbound.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        let i = index(m.payload.as_deref().unwrap());
+        got.push(i);
+        if let Some(r) = m.reply {
+            r.reply(payload(i));
+        }
+    }
+    assert_eq!(
+        got,
+        [0, 1, 2, 4],
+        "in submission order, the cancelled request never sent"
+    );
+    let r = tokio::time::timeout(WAIT, kept).await.unwrap().unwrap();
+    assert_eq!(index(r.payload.as_deref().unwrap()), 1);
+    // The next record is the next one sent: the cancelled request did not follow late.
+    client.send(data, payload(5)).await.unwrap();
+    let m = tokio::time::timeout(WAIT, inbound.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(index(m.payload.as_deref().unwrap()), 5);
+    client.close().await;
+    node.shutdown().await;
+}
+
+// spec: EG-4, SB-6.5 — `send_many` sends the same records as one `send` per payload: more than
+// a chunk of them arrive exactly once and in order; a payload over the message size stops the
+// call after the records before it (reported as sent, and delivered), and nothing after it is
+// sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn send_many_sends_in_order_and_stops_at_the_first_failure() {
+    let (node, mut inbound) = server(None);
+    let mut cfg = client_config(node.endpoints().client.clone().unwrap());
+    cfg.transport.max_message_size = 1024;
+    let client = MeshClient::connect(cfg).unwrap();
+    let key = DispatchKey::new(1);
+    let n = zlink_mesh::SEND_MANY_CHUNK as u32 * 2 + 10;
+    client.send_many(key, (0..n).map(payload)).await.unwrap();
+    for i in 0..n {
+        let m = tokio::time::timeout(WAIT, inbound.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(index(m.payload.as_deref().unwrap()), i, "in send order");
+    }
+
+    let mut too_large = vec![0u8; 1025];
+    too_large[..4].copy_from_slice(&u32::MAX.to_be_bytes());
+    let batch = vec![
+        payload(n),
+        payload(n + 1),
+        Bytes::from(too_large),
+        payload(n + 2),
+    ];
+    let e = client.send_many(key, batch).await.unwrap_err();
+    assert_eq!(e.sent, 2);
+    assert!(
+        matches!(
+            e.error,
+            SendError::TooLarge {
+                size: 1025,
+                max: 1024
+            }
+        ),
+        "{e}"
+    );
+    client.send(key, payload(n + 3)).await.unwrap();
+    for i in [n, n + 1, n + 3] {
+        let m = tokio::time::timeout(WAIT, inbound.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            index(m.payload.as_deref().unwrap()),
+            i,
+            "nothing after the failure"
+        );
+    }
+    client.close().await;
+    node.shutdown().await;
 }
