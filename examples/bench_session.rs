@@ -6,7 +6,7 @@
 //!
 //! | line | path | baseline |
 //! |---|---|---|
-//! | `session_relay` `msgs_per_s_1_client` | one client sends one-way `RelaySend` packets (147; each window handed to its client with one `MeshClient::send_many`, `BENCH_RELAY_SINGLE=1`: one `send` per packet) to node a's session app, whose handler relays each over the stored route (24) to a bound actor on b; counted at the actor: messages 2..=n over first → last arrival | `raw_2hop_pipeline` |
+//! | `session_relay` `msgs_per_s_1_client` | one client sends one-way `RelaySend` packets (147; one `MeshClient::send` per packet, `BENCH_RELAY_MANY=1`: each window handed over with one `MeshClient::send_many`) to node a's session app, whose handler relays each over the stored route (24) to a bound actor on b; counted at the actor: messages 2..=n over first → last arrival | `raw_2hop_pipeline` |
 //! | `session_relay` `msgs_per_s_100_clients` | 100 clients (one task each, n/100 each), each bound to its own actor on b | `raw_2hop_pipeline_100` |
 //! | `session_push` `msgs_per_s` | an actor on b pushes n messages with `ctx.push_raw` (36 → a's session owner → 148 → client); at the client, messages 2..=n | `raw_2hop_push` |
 //! | `session_request` `p50_us` / `p99_us` | a `RelayRequest` packet (144) → handler → `BoundActor::relay` as a request (24) → `Echo` handler on b → reply → client; one outstanding, 1,000 warm-up round trips | `raw_2hop_echo` |
@@ -66,11 +66,12 @@ fn window() -> usize {
         .and_then(|v| v.parse().ok())
         .map_or(usize::MAX, |w: usize| if w == 0 { usize::MAX } else { w })
 }
-/// `BENCH_RELAY_SINGLE=1`: the relay clients send one packet per `MeshClient::send` call
-/// instead of handing each window over with one `MeshClient::send_many` (the same records on
-/// the wire; only the client's cost per packet differs).
+/// `BENCH_RELAY_MANY=1`: the relay clients hand each window over with one
+/// `MeshClient::send_many` instead of one `MeshClient::send` per packet (the default, like the
+/// raw baseline's one `zmq_send` per message; the same records on the wire, only the client's
+/// cost per packet differs).
 fn single_sends() -> bool {
-    std::env::var("BENCH_RELAY_SINGLE").is_ok_and(|v| v == "1")
+    !std::env::var("BENCH_RELAY_MANY").is_ok_and(|v| v == "1")
 }
 const TIMEOUT: Duration = Duration::from_secs(10);
 /// Lean app: one-way relay packet key.
