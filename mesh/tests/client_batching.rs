@@ -157,9 +157,18 @@ async fn client_flood_travels_batched_once_and_in_order() {
         (0..N).collect::<Vec<_>>(),
         "every record on the wire exactly once, in order"
     );
+    // The first record may leave alone: the first send wakes the client's I/O thread, which
+    // hands what is queued at that moment to libzmq at once (nothing waits for a batch to
+    // fill); every later one was queued behind it and left in a batch.
+    let alone: Vec<usize> = data
+        .iter()
+        .enumerate()
+        .filter(|(_, f)| f.batch.is_none())
+        .map(|(i, _)| i)
+        .collect();
     assert!(
-        data.iter().all(|f| f.batch.is_some()),
-        "the queued flood left in batches"
+        alone.is_empty() || alone == [0],
+        "the queued flood left in batches; alone: {alone:?}"
     );
 
     // A lone record is sent alone (nothing waits for a batch to fill).
