@@ -26,7 +26,9 @@
 //! --example bench_mesh`). `BENCH_SESSION_ONLY=<letters>` picks session lines (`r` relay 1
 //! client, `m` relay 100 clients, `p` push, `q` request; raw child still runs every line);
 //! `BENCH_NO_RAW=1` skips the raw child (no baselines; for profiling); `BENCH_SPIN=<yields>`
-//! sets both nodes' `MeshConfig::io_spin_yields` (default 100); `BENCH_RELAY_WINDOW` below.
+//! sets both nodes' `MeshConfig::io_spin_yields` (default 100); `BENCH_INLINE_BUDGET_US=<µs>`
+//! sets both nodes' `NodeOptions::inline_delivery_budget` (0: no inline delivery);
+//! `BENCH_RELAY_WINDOW` below.
 //! `BENCH_SAMPLES=FILE` appends the request round trips (and the raw child's echo ones, as the
 //! baseline) to FILE for `bench_plot`'s histograms. Progress on stderr.
 
@@ -236,6 +238,12 @@ async fn start(name: &str, peers: Vec<zlink_mesh::PeerAddress>, store: Arc<Memor
         .with_sessions(sessions())
         .unwrap();
     o.peers = peers;
+    if let Some(us) = std::env::var("BENCH_INLINE_BUDGET_US")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        o.inline_delivery_budget = Duration::from_micros(us);
+    }
     Node::start(o).await.unwrap()
 }
 
