@@ -353,7 +353,7 @@ impl Engine {
                 return;
             }
         };
-        let mut records = batch.records().map(unpin);
+        let mut records = batch.raw_records().map(unpin);
         let mut next = records.next();
         while let Some(sub) = next.take() {
             let payload = match sub.payload {
@@ -606,10 +606,14 @@ impl AsRef<[u8]> for ZmqFrame {
 /// A batch sub-record whose payload no longer points into the batch frame (copied out): a
 /// record the node holds pins only its own bytes, which its window charge counts. Slices would
 /// keep the whole frame alive — a frame of junk around one small valid record pinned the frame
-/// (up to the message limit) for a few bytes charged.
-pub(super) fn unpin(mut r: zlink_wire::BatchRecord<'_>) -> zlink_wire::BatchRecord<'_> {
-    r.payload = r.payload.map(|p| Bytes::copy_from_slice(&p));
-    r
+/// (up to the message limit) for a few bytes charged. Copied from the plain slice: no shared
+/// handle on the frame is taken and dropped per record.
+#[inline]
+pub(super) fn unpin(r: zlink_wire::RawRecord<'_>) -> zlink_wire::BatchRecord<'_> {
+    zlink_wire::BatchRecord {
+        envelope: r.envelope,
+        payload: r.payload.map(Bytes::copy_from_slice),
+    }
 }
 
 /// The payload part of a received record: none, a slice of a libzmq frame (copied once into
