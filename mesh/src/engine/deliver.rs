@@ -163,8 +163,8 @@ impl Delivery {
     /// the channel is full or older records are held.
     ///
     /// `record` is `None` on a memo hit (cloned from the memo only where it is handed up). It
-    /// is a parameter of its own, not a field of `rec`, and the `Inbound` is built in the
-    /// sink's argument: each wrapping of the 160-byte record into another value is a copy.
+    /// is a parameter of its own, not a field of `rec`: each wrapping of the 160-byte record
+    /// into another value is a copy.
     #[inline]
     pub(super) fn deliver(
         &mut self,
@@ -212,7 +212,7 @@ impl Delivery {
                 corr: corr.get(),
             };
         }
-        let inbound = |record: Option<Record>, payload| Inbound {
+        let inb = Inbound {
             origin: src.origin(),
             correlation: corr,
             deadline: deadline.map(|d| cx.now + d),
@@ -226,8 +226,8 @@ impl Delivery {
             payload,
         };
         let inb = match self.sink.as_mut() {
-            None => inbound(record, payload),
-            Some(sink) => match sink.offer(inbound(record, payload), bytes) {
+            None => inb,
+            Some(sink) => match sink.offer(inb, bytes) {
                 Offer::Taken => {
                     cx.shared.counters.delivered(1);
                     return Delivered::Up {
