@@ -62,7 +62,13 @@ impl DecodeMemo {
     /// The memoized record (after a hit of [`DecodeMemo::header`]).
     #[inline]
     pub(crate) fn record(&self) -> Record {
-        self.hit.as_ref().map(|(_, r)| r.clone()).expect("memo hit")
+        self.record_ref().clone()
+    }
+
+    /// The memoized record, borrowed (after a hit of [`DecodeMemo::header`]).
+    #[inline]
+    pub(crate) fn record_ref(&self) -> &Record {
+        self.hit.as_ref().map(|(_, r)| r).expect("memo hit")
     }
 
     /// The dispatch key of the memoized record if it is a one-way 147.

@@ -850,25 +850,25 @@ impl MeshNode {
         if self.shared.closed.load(Ordering::Acquire) {
             return Err(SendError::Closed);
         }
-        let fast = self.shared.with_peer(to, |slot| {
-            if slot.budget.try_reserve_n(n, bytes) {
-                let flush = slot.outbox.push(items);
-                Ok((flush || keep).then(|| (slot.outbox.clone(), flush)))
-            } else {
-                Err((items, slot.clone()))
+        // Admission and append under the peers' read lock, as `Shared::with_peer` does, but
+        // without a closure: the items (≈ 110 bytes each) are not copied into its captures.
+        let (outbox, flush) = {
+            let peers = self.shared.peers.read().unwrap_or_else(|e| e.into_inner());
+            let slot = peers.get(to).ok_or(SendError::Unavailable)?;
+            if !slot.budget.try_reserve_n(n, bytes) {
+                return Ok(Admit::Wait(items, slot.clone()));
             }
-        });
-        match fast.ok_or(SendError::Unavailable)? {
-            Ok(None) => Ok(Admit::Queued(None)),
-            Ok(Some((outbox, flush))) => {
-                let kept = keep.then(|| outbox.clone());
-                if flush {
-                    self.flush_outbox(outbox, n, bytes)?;
-                }
-                Ok(Admit::Queued(kept))
-            }
-            Err((items, slot)) => Ok(Admit::Wait(items, slot)),
+            let flush = slot.outbox.push(items);
+            ((flush || keep).then(|| slot.outbox.clone()), flush)
+        };
+        let Some(outbox) = outbox else {
+            return Ok(Admit::Queued(None));
+        };
+        let kept = keep.then(|| outbox.clone());
+        if flush {
+            self.flush_outbox(outbox, n, bytes)?;
         }
+        Ok(Admit::Queued(kept))
     }
 
     /// Admission when the budget is exhausted: waits at most `timeout` for room.

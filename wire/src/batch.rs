@@ -285,8 +285,17 @@ impl BatchFrame {
     pub fn records(&self) -> BatchRecords<'_> {
         BatchRecords {
             frame: &self.frame,
-            at: BATCH_PREFIX_LEN,
-            left: self.count,
+            walk: Walk::new(self.count),
+        }
+    }
+
+    /// The sub-records in order as plain slices of the frame: for a reader that copies each
+    /// payload out (no shared handle on the frame is taken or dropped per record).
+    #[must_use]
+    pub fn raw_records(&self) -> RawRecords<'_> {
+        RawRecords {
+            frame: &self.frame,
+            walk: Walk::new(self.count),
         }
     }
 
@@ -298,29 +307,40 @@ impl BatchFrame {
     }
 }
 
-/// Iterator over the sub-records of a [`BatchFrame`].
+/// The position of an iteration over a validated batch frame's sub-records.
 #[derive(Debug)]
-pub struct BatchRecords<'a> {
-    frame: &'a Bytes,
+struct Walk {
     at: usize,
     left: u32,
 }
 
-impl<'a> Iterator for BatchRecords<'a> {
-    type Item = BatchRecord<'a>;
+/// Where one sub-record's parts lie in the frame: envelope range, payload range if any.
+type Spans = (std::ops::Range<usize>, Option<std::ops::Range<usize>>);
 
-    fn next(&mut self) -> Option<BatchRecord<'a>> {
+impl Walk {
+    fn new(count: u32) -> Self {
+        Self {
+            at: BATCH_PREFIX_LEN,
+            left: count,
+        }
+    }
+
+    /// The next sub-record's spans in `frame`. The framing was validated by
+    /// [`BatchFrame::parse`]; the reads are checked anyway, so a broken invariant ends the
+    /// iteration instead of panicking.
+    #[inline]
+    fn next(&mut self, frame: &[u8]) -> Option<Spans> {
         if self.left == 0 {
             return None;
         }
-        // The framing was validated by `BatchFrame::parse`; the reads are checked anyway, so a
-        // broken invariant ends the iteration instead of panicking.
-        let frame: &'a [u8] = self.frame;
         let parts = *frame.get(self.at)?;
         let elen = read_u32(frame, self.at + 1)? as usize;
         let start = self.at + 5;
-        let envelope = frame.get(start..start.checked_add(elen)?)?;
-        let mut end = start + elen;
+        let mut end = start.checked_add(elen)?;
+        if end > frame.len() {
+            return None;
+        }
+        let envelope = start..end;
         let payload = if parts == 2 {
             let plen = read_u32(frame, end)? as usize;
             let p = end + 4;
@@ -328,17 +348,71 @@ impl<'a> Iterator for BatchRecords<'a> {
             if end > frame.len() {
                 return None;
             }
-            Some(self.frame.slice(p..end))
+            Some(p..end)
         } else {
             None
         };
         self.at = end;
         self.left -= 1;
-        Some(BatchRecord { envelope, payload })
+        Some((envelope, payload))
+    }
+}
+
+/// Iterator over the sub-records of a [`BatchFrame`].
+#[derive(Debug)]
+pub struct BatchRecords<'a> {
+    frame: &'a Bytes,
+    walk: Walk,
+}
+
+impl<'a> Iterator for BatchRecords<'a> {
+    type Item = BatchRecord<'a>;
+
+    fn next(&mut self) -> Option<BatchRecord<'a>> {
+        let frame: &'a [u8] = self.frame;
+        let (envelope, payload) = self.walk.next(frame)?;
+        Some(BatchRecord {
+            envelope: &frame[envelope],
+            payload: payload.map(|p| self.frame.slice(p)),
+        })
     }
 
     fn size_hint(&self) -> (usize, Option<usize>) {
-        (0, Some(self.left as usize))
+        (0, Some(self.walk.left as usize))
+    }
+}
+
+/// One sub-record of a batch as plain slices of the frame ([`BatchFrame::raw_records`]).
+#[derive(Clone, Copy, Debug)]
+pub struct RawRecord<'a> {
+    /// The record's envelope (header + msgpack body), not yet decoded.
+    pub envelope: &'a [u8],
+    /// The record's payload part, if any.
+    pub payload: Option<&'a [u8]>,
+}
+
+/// Iterator over the sub-records of a [`BatchFrame`] as plain slices.
+#[derive(Debug)]
+pub struct RawRecords<'a> {
+    frame: &'a [u8],
+    walk: Walk,
+}
+
+impl<'a> Iterator for RawRecords<'a> {
+    type Item = RawRecord<'a>;
+
+    #[inline]
+    fn next(&mut self) -> Option<RawRecord<'a>> {
+        let frame = self.frame;
+        let (envelope, payload) = self.walk.next(frame)?;
+        Some(RawRecord {
+            envelope: &frame[envelope],
+            payload: payload.map(|p| &frame[p]),
+        })
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        (0, Some(self.walk.left as usize))
     }
 }
 
@@ -400,6 +474,13 @@ mod tests {
         let base = frame.as_ptr() as usize;
         assert!((p.as_ptr() as usize) > base && (p.as_ptr() as usize) < base + frame.len());
         assert!(recs[1].payload.is_none());
+        // The raw walk sees exactly the same parts.
+        let raw: Vec<_> = batch.raw_records().collect();
+        assert_eq!(raw.len(), recs.len());
+        for (r, b) in raw.iter().zip(&recs) {
+            assert_eq!(r.envelope, b.envelope);
+            assert_eq!(r.payload, b.payload.as_deref());
+        }
         let all = batch.decode_all(&Limits::DEFAULT);
         assert_eq!(
             all[1].as_ref().unwrap().record,

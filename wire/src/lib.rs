@@ -124,7 +124,8 @@ pub mod record;
 mod support;
 
 pub use batch::{
-    BATCH_COMMAND, BatchEncoder, BatchFrame, BatchRecord, MAX_BATCH_RECORDS, encode_batch, is_batch,
+    BATCH_COMMAND, BatchEncoder, BatchFrame, BatchRecord, BatchRecords, MAX_BATCH_RECORDS,
+    RawRecord, RawRecords, encode_batch, is_batch,
 };
 pub use command::{Command, MESH_RANGE, RESERVED_COMMAND};
 pub use error::{DecodeError, EncodeError, ErrorKind};

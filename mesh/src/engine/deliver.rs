@@ -103,11 +103,10 @@ pub(super) enum Held {
     Ended(u64, ClientCloseCause),
 }
 
-/// An application record let in by its connection core, to deliver.
+/// An application record let in by its connection core, to deliver (its record travels
+/// beside it: [`Delivery::deliver`]).
 pub(super) struct Arrived {
     pub(super) header: zlink_wire::Header,
-    /// `None` on a memo hit: the record is cloned from the memo only where it is handed up.
-    pub(super) record: Option<Record>,
     pub(super) payload: Option<Bytes>,
     /// Envelope and payload: what was charged to the sender's window.
     pub(super) bytes: u64,
@@ -169,17 +168,21 @@ impl Delivery {
     /// record addressed to another generation of this node is stale; anything else goes up as
     /// an [`Inbound`] (built once, moved straight into the channel's batch), or is held while
     /// the channel is full or older records are held.
+    ///
+    /// `record` is `None` on a memo hit (cloned from the memo only where it is handed up). It
+    /// is a parameter of its own, not a field of `rec`: each wrapping of the 160-byte record
+    /// into another value is a copy.
     #[inline]
     pub(super) fn deliver(
         &mut self,
         conn: &mut Conn,
         src: Source<'_>,
         rec: Arrived,
+        record: Option<Record>,
         cx: &Context<'_>,
     ) -> Delivered {
         let Arrived {
             header,
-            record,
             payload,
             bytes,
         } = rec;
@@ -204,11 +207,11 @@ impl Delivery {
                 };
             }
         }
-        let record = match record {
-            Some(r) => r,
-            None => cx.memo.record(),
+        let (target, deadline) = {
+            let r = record.as_ref().unwrap_or_else(|| cx.memo.record_ref());
+            (codec::target_generation(r), codec::record_deadline(r))
         };
-        if let Some(target) = codec::target_generation(&record)
+        if let Some(target) = target
             && target != cx.local
         {
             return Delivered::Stale {
@@ -219,11 +222,14 @@ impl Delivery {
         let inb = Inbound {
             origin: src.origin(),
             correlation: corr,
-            deadline: codec::record_deadline(&record).map(|d| cx.now + d),
+            deadline: deadline.map(|d| cx.now + d),
             reply: corr
                 .is_some()
                 .then(|| ReplyHandle::new(cx.shared.clone(), src.reply_target(), corr.get())),
-            record,
+            record: match record {
+                Some(r) => r,
+                None => cx.memo.record(),
+            },
             payload,
         };
         let inb = match self.sink.as_mut() {
@@ -282,20 +288,30 @@ mod tests {
     }
 
     /// A record as decoded from the wire, with a payload.
-    fn arrived(record: Record, corr: u64) -> Arrived {
+    fn arrived(record: Record, corr: u64) -> (Arrived, Option<Record>) {
         let parts = codec::encode(&record, corr, Some(Bytes::from_static(b"p"))).expect("encodes");
         let d =
             zlink_wire::decode_parts(&parts[0], Some(parts[1].clone()), &codec::limits(1 << 20))
                 .expect("decodes");
-        Arrived {
+        let arrived = Arrived {
             header: d.header,
-            record: Some(d.record),
             payload: d.payload,
             bytes: 10,
-        }
+        };
+        (arrived, Some(d.record))
     }
 
-    fn one_way(key: u32) -> Arrived {
+    fn deliver(
+        up: &mut Delivery,
+        conn: &mut Conn,
+        src: Source<'_>,
+        (arrived, record): (Arrived, Option<Record>),
+        cx: &Context<'_>,
+    ) -> Delivered {
+        up.deliver(conn, src, arrived, record, cx)
+    }
+
+    fn one_way(key: u32) -> (Arrived, Option<Record>) {
         arrived(
             Record::OneWay(zlink_wire::OneWay {
                 key: DispatchKey::new(key),
@@ -304,7 +320,7 @@ mod tests {
         )
     }
 
-    fn request(key: u32, corr: u64) -> Arrived {
+    fn request(key: u32, corr: u64) -> (Arrived, Option<Record>) {
         arrived(
             Record::Request(zlink_wire::Request {
                 key: DispatchKey::new(key),
@@ -351,18 +367,18 @@ mod tests {
         };
         let (mut pc, mut cc) = (conn(now), conn(now));
         assert_eq!(
-            up.deliver(&mut pc, peer, one_way(1), &cx),
+            deliver(&mut up, &mut pc, peer, one_way(1), &cx),
             Delivered::OneWay { grant: false }
         );
         // The channel is full: the client's request is held, and so is the peer's one-way.
         assert_eq!(
-            up.deliver(&mut cc, Source::Client(3), request(2, 5), &cx),
+            deliver(&mut up, &mut cc, Source::Client(3), request(2, 5), &cx),
             Delivered::Up { grant: false }
         );
         up.inbound.flush();
         assert!(rx.try_recv().is_some(), "the first record went up");
         assert_eq!(
-            up.deliver(&mut pc, peer, one_way(3), &cx),
+            deliver(&mut up, &mut pc, peer, one_way(3), &cx),
             Delivered::Up { grant: false },
             "behind the held request, not in the compact form"
         );
@@ -418,7 +434,7 @@ mod tests {
         let mut pc = conn(now);
         let mut grants = 0;
         for i in 0..16 {
-            match up.deliver(&mut pc, peer, one_way(i), &cx) {
+            match deliver(&mut up, &mut pc, peer, one_way(i), &cx) {
                 Delivered::Up { grant } => grants += usize::from(grant),
                 d => panic!("passed by the sink, then up through the channel: {d:?}"),
             }
@@ -438,7 +454,8 @@ mod tests {
         let mut cc = conn(now);
         grants = 0;
         for i in 0..16 {
-            match up.deliver(
+            match deliver(
+                &mut up,
                 &mut cc,
                 Source::Client(3),
                 request(i, u64::from(i) + 1),

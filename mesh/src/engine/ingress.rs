@@ -62,12 +62,11 @@ impl OneWayRun<'_> {
     }
 }
 
-/// A record as [`Engine::decode_memoized`] gives it.
+/// A record as [`Engine::decode_memoized`] gives it (the decoded record itself goes into the
+/// caller's slot: a 160-byte value is moved as few times as possible).
 struct MemoDecoded {
     header: zlink_wire::Header,
     class: Class,
-    /// `None` for a memo hit (cloned from the memo where it is handed up).
-    record: Option<Record>,
     payload: Option<Bytes>,
     from_memo: bool,
 }
@@ -149,13 +148,14 @@ impl Engine {
         in_batch: bool,
     ) -> Option<Source<'m>> {
         let bytes = (envelope.len() + payload.len()) as u64;
+        // `None` on a memo hit: the record is cloned from the memo only where it is handed up.
+        let mut record = None;
         let MemoDecoded {
             header,
             class,
-            record,
             payload,
             from_memo,
-        } = self.decode_memoized(envelope, payload, &from)?;
+        } = self.decode_memoized(envelope, payload, &from, &mut record)?;
         let lane = from.lane();
         if in_batch && !lane.batchable(&class) {
             // Handshake and control records never travel in a batch (SB-5.4: control is sent
@@ -242,11 +242,10 @@ impl Engine {
             };
             let arrived = Arrived {
                 header,
-                record,
                 payload,
                 bytes,
             };
-            match self.up.deliver(conn, src, arrived, &cx) {
+            match self.up.deliver(conn, src, arrived, record, &cx) {
                 Delivered::OneWay { grant } => {
                     if grant {
                         self.flush_grant(src.conn_ref());
@@ -353,7 +352,7 @@ impl Engine {
                 return;
             }
         };
-        let mut records = batch.records().map(unpin);
+        let mut records = batch.raw_records().map(unpin);
         let mut next = records.next();
         while let Some(sub) = next.take() {
             let payload = match sub.payload {
@@ -434,43 +433,50 @@ impl Engine {
     /// Decodes one record (from a peer or a client, alone or from a batch) through the one-way
     /// memo: a repeated one-way envelope (byte-identical to the last one decoded) is not
     /// decoded again, its payload bounded and copied as [`decode_counted`] does; anything else
-    /// is decoded (rejections counted against `who`) and classified. On a memo hit the record
-    /// is cloned from the memo only where it is handed up (`record` is `None`).
+    /// is decoded (rejections counted against `who`), its record put into `record`, and
+    /// classified. On a memo hit `record` stays `None` (the record is cloned from the memo only
+    /// where it is handed up).
+    #[inline]
     fn decode_memoized(
         &mut self,
         envelope: &[u8],
         payload: Pl<'_>,
         who: &dyn std::fmt::Display,
+        record: &mut Option<Record>,
     ) -> Option<MemoDecoded> {
         let memo = match &payload {
             Pl::None => None,
             p if p.len() <= self.limits.max_payload => self.memo.header(envelope),
             _ => None,
         };
-        Some(match memo {
+        if let Some(header) = memo {
             // The memo holds only 147 and 36 records: application class.
-            Some(header) => MemoDecoded {
+            return Some(MemoDecoded {
                 header,
                 class: Class::App,
-                record: None,
                 payload: payload.into_bytes(),
                 from_memo: true,
-            },
-            None => {
-                let has_payload = !matches!(payload, Pl::None);
-                let d = decode_counted(&self.shared, &self.limits, envelope, payload, who)?;
-                if has_payload {
-                    self.memo.store(envelope, &d);
-                }
-                let class = codec::classify(&d.record);
-                MemoDecoded {
-                    header: d.header,
-                    class,
-                    record: Some(d.record),
-                    payload: d.payload,
-                    from_memo: false,
-                }
-            }
+            });
+        }
+        let has_payload = !matches!(payload, Pl::None);
+        let Ok(d) = decode_counted(&self.shared, &self.limits, envelope, payload, who) else {
+            return None;
+        };
+        if has_payload {
+            self.memo.store(envelope, &d);
+        }
+        let class = codec::classify(&d.record);
+        let zlink_wire::Decoded {
+            header,
+            record: decoded,
+            payload,
+        } = d;
+        *record = Some(decoded);
+        Some(MemoDecoded {
+            header,
+            class,
+            payload,
+            from_memo: false,
         })
     }
 
@@ -606,10 +612,14 @@ impl AsRef<[u8]> for ZmqFrame {
 /// A batch sub-record whose payload no longer points into the batch frame (copied out): a
 /// record the node holds pins only its own bytes, which its window charge counts. Slices would
 /// keep the whole frame alive — a frame of junk around one small valid record pinned the frame
-/// (up to the message limit) for a few bytes charged.
-pub(super) fn unpin(mut r: zlink_wire::BatchRecord<'_>) -> zlink_wire::BatchRecord<'_> {
-    r.payload = r.payload.map(|p| Bytes::copy_from_slice(&p));
-    r
+/// (up to the message limit) for a few bytes charged. Copied from the plain slice: no shared
+/// handle on the frame is taken and dropped per record.
+#[inline]
+pub(super) fn unpin(r: zlink_wire::RawRecord<'_>) -> zlink_wire::BatchRecord<'_> {
+    zlink_wire::BatchRecord {
+        envelope: r.envelope,
+        payload: r.payload.map(Bytes::copy_from_slice),
+    }
 }
 
 /// The payload part of a received record: none, a slice of a libzmq frame (copied once into
@@ -641,6 +651,8 @@ impl Pl<'_> {
     }
 }
 
+/// Decodes one record, its payload bounded before it is copied (the decoder re-checks the
+/// same limit); a rejection is counted against `who`.
 #[inline]
 pub(super) fn decode_counted(
     shared: &Shared,
@@ -648,8 +660,7 @@ pub(super) fn decode_counted(
     envelope: &[u8],
     payload: Pl<'_>,
     who: &dyn std::fmt::Display,
-) -> Option<Decoded> {
-    // Bound before copying: the decoder re-checks the same limit.
+) -> Result<Decoded, ()> {
     let decoded = if payload.len() > limits.max_payload {
         Err(zlink_wire::DecodeError::PayloadTooLarge {
             len: payload.len(),
@@ -658,15 +669,12 @@ pub(super) fn decode_counted(
     } else {
         zlink_wire::decode_parts(envelope, payload.into_bytes(), limits)
     };
-    match decoded {
-        Ok(f) => Some(f),
-        Err(e) => {
-            shared
-                .counters
-                .drop(codec::drop_reason(&e), &format_args!("{who}: {e}"));
-            None
-        }
-    }
+    // The decoded record stays where the decoder wrote it (no re-wrapping into an `Option`).
+    decoded.map_err(|e| {
+        shared
+            .counters
+            .drop(codec::drop_reason(&e), &format_args!("{who}: {e}"));
+    })
 }
 
 #[cfg(test)]
