@@ -718,3 +718,55 @@ fn target_yielding_at_first_poll_is_parked_and_resumes() {
     assert_eq!(next(&rx), "b resumed, new turn:true");
     assert_eq!(next(&rx), "a:Ok(30)");
 }
+
+// A record run inline from a plain thread (`PendingSubmit::try_run_inline`, as a mesh I/O thread
+// runs one) runs there, in the application domain; an ask its handler makes is queued, never
+// nested on that thread: a plain thread has no task budget to bound a chain of inline asks, so
+// nesting there could grow its stack without bound (fails without the task check in `Ctx::ask`).
+#[test]
+fn a_record_run_inline_on_a_plain_thread_never_nests_an_ask_there() {
+    let rt = runtime();
+    let (sa, sb) = (spot::<SpotWideUser>(&rt), spot::<SpotWideUser>(&rt));
+    let (e, rx) = events();
+    let here = || std::thread::current().name().unwrap_or("?").to_owned();
+    let t: ActorRef<i64, i64> = {
+        let e = e.clone();
+        sb.spawn_actor(move |_ctx: SpotWideCtx, v: i64| {
+            emit(&e, format!("target on {}", here()));
+            Handled::ok(v)
+        })
+        .unwrap()
+    };
+    let a: ActorRef<(), ()> = {
+        let e = e.clone();
+        sa.spawn_actor(move |ctx: SpotWideCtx, _m: ()| {
+            emit(&e, format!("asker on {}", here()));
+            let (t, e) = (t.clone(), e.clone());
+            Handled::later(async move {
+                let r = ctx.ask(&t, 7).await;
+                emit(&e, format!("reply:{r:?}"));
+                Ok(())
+            })
+        })
+        .unwrap()
+    };
+    let pending = a.prepare_send(());
+    std::thread::Builder::new()
+        .name("plain-io".into())
+        .spawn(move || {
+            assert!(
+                pending.try_run_inline().is_ok(),
+                "the idle actor's record ran here"
+            );
+        })
+        .unwrap()
+        .join()
+        .unwrap();
+    assert_eq!(next(&rx), "asker on plain-io");
+    let target = next(&rx);
+    assert_ne!(
+        target, "target on plain-io",
+        "the ask was nested on the plain thread"
+    );
+    assert_eq!(next(&rx), "reply:Ok(7)");
+}

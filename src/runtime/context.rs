@@ -260,8 +260,12 @@ impl<T: Send + 'static> Future for CallFuture<T> {
                     }
                     match op {
                         CallOp::Ask(ask) if deadline.is_none() => {
-                            // EG-13: only application-domain callers run a handler inline
-                            let inline = current_domain() == Some(Domain::Application);
+                            // EG-13: only application-domain callers run a handler inline,
+                            // and only in a tokio task, whose cooperative budget bounds a chain
+                            // of inline asks (a record run inline on a plain thread, such as a
+                            // mesh I/O thread, has no task budget: its asks are queued)
+                            let inline = current_domain() == Some(Domain::Application)
+                                && tokio::task::try_id().is_some();
                             match ask(if inline { Some(&mut *cx) } else { None }) {
                                 AskStart::Done(r) => return Poll::Ready(r),
                                 AskStart::Waiting(rx) => this.state = CallStep::Reply(rx),
