@@ -328,8 +328,7 @@ impl Node {
             lifecycle: rec.session_lifecycle,
             generation: rec.tail.binding_generation,
         };
-        let (admitted, refused) =
-            self.submit_checked_now(&fence, work, Some(&bound), intake.release, intake.mode);
+        let (admitted, refused) = self.submit_checked_now(&fence, work, Some(&bound), intake);
         if let Some(e) = &refused {
             // Counted with its reason where it was decided (`submit_checked`).
             self.count_send_dropped();

@@ -15,7 +15,7 @@ use super::{BoundCheck, Node, lock};
 use crate::actor::exec::{Mailbox, ReplyTo, Work};
 use crate::actor::fence::{self, CallFence};
 use crate::actor::{ActorError, ActorRef, Message};
-use crate::backlog::{Admitted, Done, RunMode};
+use crate::backlog::{Admitted, Done, Intake};
 
 impl Node {
     /// Sends a typed request to `actor` and waits for its typed reply, at most `timeout`.
@@ -162,20 +162,21 @@ impl Node {
         }
     }
 
-    /// [`Node::submit_checked`] without waiting (the mesh I/O thread delivers with it): a full
-    /// lane keeps `work` in the actor's backlog, FIFO behind what waits there
-    /// ([`Admitted::Queued`]). What bounds a backlog: with `release`, the sender's window (its
-    /// credit for the record stays charged until the record entered the lane, then `release`
-    /// runs); without, the application lane's item limit, past which the record is refused
-    /// with `LaneFull`, counted. Either way a full lane holds only what is addressed to it.
+    /// [`Node::submit_checked`] without waiting (the mesh I/O thread delivers with it): an idle
+    /// lane may run `work` right here (`intake.mode`), a full one keeps it in the actor's
+    /// backlog, FIFO behind what waits there ([`Admitted::Queued`]). What bounds a backlog:
+    /// with `intake.release`, the sender's window (its credit for the record stays charged
+    /// until the record entered the lane, then the release runs); without, the application
+    /// lane's item limit, past which the record is refused with `LaneFull`, counted. Either way
+    /// a full lane holds only what is addressed to it.
     pub(crate) fn submit_checked_now(
         &self,
         call: &CallFence,
         work: Work,
         bound: Option<&BoundCheck<'_>>,
-        release: Option<impl FnOnce() -> Done>,
-        mode: RunMode,
+        intake: Intake<impl FnOnce() -> Done>,
     ) -> (Admitted, Option<ActorError>) {
+        let Intake { release, mode } = intake;
         let (mailbox, mut work) = match self.check_submit(call, work, bound) {
             Checked::Done(e) => return (Admitted::Now, e),
             Checked::Ready(m, w) => (m, w),

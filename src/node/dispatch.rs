@@ -99,7 +99,11 @@ impl InboundSink for Sink {
             ..
         } = inbound;
         let payload = payload.unwrap_or_default();
-        let mode = self.budget.poll_mode(&*self.clock);
+        // Only records that may run a turn here meter the pass (a 36 is forwarded, never run).
+        let mode = match record {
+            Record::BoundSessionSend(_) => RunMode::Queue,
+            _ => self.budget.poll_mode(&*self.clock),
+        };
         match (origin, record) {
             (Origin::Client { session }, Record::Request(r)) => {
                 let done = release(node, Origin::Client { session }, bytes);
@@ -158,8 +162,10 @@ impl InboundSink for Sink {
                     payload,
                     deadline,
                     reply,
-                    Some(done),
-                    mode,
+                    Intake {
+                        release: Some(done),
+                        mode,
+                    },
                 ))
             }
             (
@@ -262,29 +268,11 @@ async fn handle(node: &Node, inbound: Inbound) {
     match (origin, record) {
         // Records that came before the sink was installed: the same non-blocking path.
         (Origin::Peer { .. }, Record::ActorCall(call)) => {
-            on_actor_call(
-                node,
-                call,
-                payload,
-                deadline,
-                reply,
-                NO_RELEASE,
-                RunMode::Queue,
-            );
+            on_actor_call(node, call, payload, deadline, reply, QUEUED);
         }
         (Origin::Peer { node: sender, .. }, Record::ActorSend(rec)) => {
             let reply = reply.map(ReplyTo::Wire);
-            node.on_actor_send_now(
-                &sender,
-                rec,
-                payload,
-                deadline,
-                reply,
-                Intake {
-                    release: NO_RELEASE,
-                    mode: RunMode::Queue,
-                },
-            );
+            node.on_actor_send_now(&sender, rec, payload, deadline, reply, QUEUED);
         }
         (Origin::Peer { node: sender, .. }, Record::BoundSessionBind(rec)) => {
             if rec.operation == BindOperation::Bind {
@@ -297,7 +285,7 @@ async fn handle(node: &Node, inbound: Inbound) {
             }
         }
         (Origin::Peer { .. }, Record::BoundSessionSend(rec)) => {
-            node.sessions().handle_push(rec, payload, NO_RELEASE);
+            node.sessions().handle_push(rec, payload, QUEUED.release);
         }
         (
             Origin::Peer {
@@ -344,20 +332,23 @@ fn no_release() -> Done {
     Box::new(|| {})
 }
 
-/// `release` for records the inbound loop took (see [`no_release`]).
-const NO_RELEASE: Option<fn() -> Done> = None;
+/// How the inbound loop hands records in: no credit to release (see [`no_release`]), never
+/// inline (the loop is a tokio task, not the receive pass the inline budget meters).
+const QUEUED: Intake<fn() -> Done> = Intake {
+    release: None,
+    mode: RunMode::Queue,
+};
 
-/// 160 ActorCall from a peer: validate the fences and append to the actor's queue (EG-2.1).
-/// A full queue keeps it in the actor's backlog (`release`: see [`Node::submit_checked_now`]);
-/// it never runs the work inline.
+/// 160 ActorCall from a peer: validate the fences and append to the actor's queue (EG-2.1),
+/// or run it at once if the lane is idle and `intake` allows it. A full queue keeps it in the
+/// actor's backlog (see [`Node::submit_checked_now`]).
 fn on_actor_call(
     node: &Node,
     call: ActorCall,
     payload: Bytes,
     deadline: Option<Instant>,
     reply: Option<ReplyHandle>,
-    release: Option<impl FnOnce() -> Done>,
-    mode: RunMode,
+    intake: Intake<impl FnOnce() -> Done>,
 ) -> Admitted {
     node.count_call_in();
     let fence = CallFence::of_call(&call);
@@ -368,7 +359,7 @@ fn on_actor_call(
         deadline,
         guard: Some(node.inflight().enter()),
     };
-    let (admitted, refused) = node.submit_checked_now(&fence, work, None, release, mode);
+    let (admitted, refused) = node.submit_checked_now(&fence, work, None, intake);
     if let Some(e) = refused {
         node.count_send_dropped();
         tracing::debug!(actor = %call.actor, error = %e, "actor send refused");
@@ -473,13 +464,7 @@ async fn on_client_request(
                     guard: Some(guard),
                 };
                 // A full lane keeps it in the actor's backlog: this loop does not wait.
-                let _ = node.submit_checked_now(
-                    &CallFence::of_ref(&req.actor),
-                    work,
-                    None,
-                    NO_RELEASE,
-                    RunMode::Queue,
-                );
+                let _ = node.submit_checked_now(&CallFence::of_ref(&req.actor), work, None, QUEUED);
             } else {
                 let work = {
                     let node = node.clone();
