@@ -105,14 +105,19 @@ impl Message for PushMany {
 const PUSHED: DispatchKey = DispatchKey::new(42);
 
 /// Arrivals at the sink actors of one run: count and first/last arrival (ns since `epoch()`).
+/// Like the raw pipeline's receiver, it reads the clock at the first arrival and at the
+/// expected last one only (an arrival costs one atomic add otherwise).
 struct Meter {
     count: AtomicU64,
+    /// Arrivals expected in this run.
+    expected: AtomicU64,
     first: AtomicU64,
     last: AtomicU64,
 }
 
 static METER: Meter = Meter {
     count: AtomicU64::new(0),
+    expected: AtomicU64::new(0),
     first: AtomicU64::new(0),
     last: AtomicU64::new(0),
 };
@@ -127,22 +132,28 @@ fn now_ns() -> u64 {
 }
 
 impl Meter {
-    fn reset(&self) {
+    fn reset(&self, expected: u64) {
+        self.expected.store(expected, Ordering::SeqCst);
         self.count.store(0, Ordering::SeqCst);
         self.first.store(0, Ordering::SeqCst);
         self.last.store(0, Ordering::SeqCst);
     }
 
     fn arrive(&self) {
-        let t = now_ns();
-        if self.count.fetch_add(1, Ordering::AcqRel) == 0 {
-            self.first.store(t, Ordering::Release);
+        let c = self.count.fetch_add(1, Ordering::AcqRel) + 1;
+        if c == 1 {
+            self.first.store(now_ns(), Ordering::Release);
         }
-        self.last.fetch_max(t, Ordering::AcqRel);
+        if c == self.expected.load(Ordering::Acquire) {
+            self.last.store(now_ns(), Ordering::Release);
+        }
     }
 
-    /// Waits until `n` arrived (or 5 s without progress); the rate over arrivals 2..=count.
-    async fn wait(&self, n: u64) -> f64 {
+    /// Waits until the expected arrivals arrived (or 5 s without progress: then the last
+    /// arrival is taken as when the count was last seen to change); the rate over arrivals
+    /// 2..=count.
+    async fn wait(&self) -> f64 {
+        let n = self.expected.load(Ordering::Acquire);
         let mut seen = 0;
         let mut since = Instant::now();
         loop {
@@ -157,12 +168,17 @@ impl Meter {
                 progress::note(format_args!(
                     "bench_session: only {c} of {n} messages arrived at the actors"
                 ));
+                let at = u64::try_from(since.duration_since(epoch()).as_nanos());
+                self.last.store(at.unwrap_or(u64::MAX), Ordering::Release);
                 break;
             }
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
         let c = self.count.load(Ordering::Acquire);
-        let span = self.last.load(Ordering::Acquire) - self.first.load(Ordering::Acquire);
+        let span = self
+            .last
+            .load(Ordering::Acquire)
+            .saturating_sub(self.first.load(Ordering::Acquire));
         if c < 2 || span == 0 {
             return 0.0;
         }
@@ -308,7 +324,7 @@ fn relay_packet<M: Message>(
 /// `session_relay`: every client sends `per` one-way relay packets (one task each); the rate
 /// at the actors.
 async fn relay(clients: &[Arc<Bound>], lean: bool, per: usize) -> f64 {
-    METER.reset();
+    METER.reset((per * clients.len()) as u64);
     let tasks: Vec<_> = clients
         .iter()
         .map(|c| {
@@ -357,7 +373,7 @@ async fn relay(clients: &[Arc<Bound>], lean: bool, per: usize) -> f64 {
     for t in tasks {
         t.await.unwrap();
     }
-    METER.wait((per * clients.len()) as u64).await
+    METER.wait().await
 }
 
 /// `session_push`: the client's actor pushes `n`; the rate at the client over pushes 2..=n.
