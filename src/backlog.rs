@@ -63,12 +63,24 @@ pub(crate) enum RunMode {
 /// meter over the runtime's [`Clock`] (the budget check of EG-9, a cycle-counter read on the
 /// system clock). The pass's time is counted from its first inline record, so a pass of cheap
 /// records stays inline and a slow handler cannot keep the thread from its sockets for more
-/// than the budget plus that one handler. A zero budget never runs anything inline.
+/// than the budget plus that one handler. Once the budget is spent the rest of the pass reads
+/// no clock (a monotonic clock's elapsed time only grows). A zero budget never runs anything
+/// inline.
 #[derive(Debug)]
 pub(crate) struct InlineBudget {
     budget: std::time::Duration,
-    /// When this pass ran its first inline record.
-    started: Option<BudgetStart>,
+    pass: PassBudget,
+}
+
+/// Where the current receive pass stands with its inline budget.
+#[derive(Debug)]
+enum PassBudget {
+    /// No record of this pass asked yet.
+    Fresh,
+    /// Running inline since its first record.
+    Running(BudgetStart),
+    /// Spent: the rest of the pass goes through the lanes.
+    Spent,
 }
 
 impl InlineBudget {
@@ -76,7 +88,7 @@ impl InlineBudget {
     pub(crate) fn new(budget: std::time::Duration) -> Self {
         InlineBudget {
             budget,
-            started: None,
+            pass: PassBudget::Fresh,
         }
     }
 
@@ -85,19 +97,23 @@ impl InlineBudget {
         if self.budget.is_zero() {
             return RunMode::Queue;
         }
-        match &self.started {
-            None => {
-                self.started = Some(clock.budget_start());
+        match &self.pass {
+            PassBudget::Fresh => {
+                self.pass = PassBudget::Running(clock.budget_start());
                 RunMode::InlineIfIdle
             }
-            Some(start) if clock.budget_spent(start, self.budget) => RunMode::Queue,
-            Some(_) => RunMode::InlineIfIdle,
+            PassBudget::Running(start) if clock.budget_spent(start, self.budget) => {
+                self.pass = PassBudget::Spent;
+                RunMode::Queue
+            }
+            PassBudget::Running(_) => RunMode::InlineIfIdle,
+            PassBudget::Spent => RunMode::Queue,
         }
     }
 
     /// The receive pass ended: the next one starts with the whole budget.
     pub(crate) fn handle_pass_end(&mut self) {
-        self.started = None;
+        self.pass = PassBudget::Fresh;
     }
 }
 
@@ -405,8 +421,10 @@ impl<K: Hash + Eq + Clone + Send + 'static> WaitQueues<K> {
 mod tests {
     use std::time::Duration;
 
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
     use super::{InlineBudget, RunMode};
-    use crate::runtime::ManualClock;
+    use crate::runtime::{Clock, ManualClock};
 
     #[test]
     fn a_pass_runs_inline_until_its_budget_is_spent_and_the_next_pass_starts_over() {
@@ -431,6 +449,35 @@ mod tests {
         assert_eq!(b.poll_mode(&clock), RunMode::InlineIfIdle);
         clock.advance(Duration::from_micros(500));
         assert_eq!(b.poll_mode(&clock), RunMode::InlineIfIdle);
+    }
+
+    /// A [`ManualClock`] that counts its readings.
+    struct Counting(ManualClock, AtomicUsize);
+    impl Clock for Counting {
+        fn now(&self) -> std::time::Instant {
+            self.1.fetch_add(1, Ordering::Relaxed);
+            self.0.now()
+        }
+    }
+
+    // Once a pass's budget is spent, its later records read no clock (a cycle counter and the
+    // monotonic clock on the system clock, each record of a long pass otherwise).
+    #[test]
+    fn a_spent_pass_reads_no_clock() {
+        let clock = Counting(ManualClock::new(), AtomicUsize::new(0));
+        let reads = || clock.1.load(Ordering::Relaxed);
+        let mut b = InlineBudget::new(Duration::from_millis(1));
+        assert_eq!(b.poll_mode(&clock), RunMode::InlineIfIdle);
+        clock.0.advance(Duration::from_millis(1));
+        assert_eq!(b.poll_mode(&clock), RunMode::Queue);
+        let spent_at = reads();
+        for _ in 0..10 {
+            assert_eq!(b.poll_mode(&clock), RunMode::Queue);
+        }
+        assert_eq!(reads(), spent_at, "no clock read once spent");
+        b.handle_pass_end();
+        assert_eq!(b.poll_mode(&clock), RunMode::InlineIfIdle);
+        assert_eq!(reads(), spent_at + 1, "the next pass starts over");
     }
 
     #[test]
