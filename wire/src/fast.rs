@@ -138,13 +138,43 @@ pub(crate) fn envelope(header: &[u8], record: &Record) -> Option<Bytes> {
 
 // ---------------------------------------------------------------- decode
 
+/// The last actor identity the fast decoders built (from a 24 or a 36 body), kept by a
+/// receiver across records: the same actor receives record after record, so a body naming it
+/// again reuses the identity (an `Arc` count increment) instead of checking its UTF-8,
+/// validating and allocating it again, and the record's drop frees nothing.
+///
+/// Exact: whether text bytes are a valid [`ActorId`], and which one, is a pure function of
+/// those bytes, so bytes equal to the cached identity's give the identity built from them the
+/// first time. Any other bytes are decoded as without a cache (and replace the entry). One
+/// entry: a receiver keeps one per decoding thread ([`crate::decode_parts_cached`]).
+#[derive(Clone, Debug, Default)]
+pub struct IdCache {
+    actor: Option<ActorId>,
+}
+
+impl IdCache {
+    /// The identity named by `bytes` (a string's bytes as read from the body), from the cache
+    /// when they are its identity's bytes; `None` if they are not a valid [`ActorId`].
+    #[inline]
+    fn actor(&mut self, bytes: &[u8]) -> Option<ActorId> {
+        if let Some(id) = &self.actor
+            && id.as_bytes() == bytes
+        {
+            return Some(id.clone());
+        }
+        let id = ActorId::new(std::str::from_utf8(bytes).ok()?).ok()?;
+        self.actor = Some(id.clone());
+        Some(id)
+    }
+}
+
 /// The body of a 24 in its canonical form; `None` for anything else (see the module doc).
-pub(crate) fn decode_actor_send(body: &[u8]) -> Option<ActorSend> {
+pub(crate) fn decode_actor_send(body: &[u8], ids: &mut IdCache) -> Option<ActorSend> {
     let mut r = Reader::new(body);
     if r.array()? != ACTOR_SEND_FIELDS {
         return None;
     }
-    let actor = r.text()?;
+    let actor = r.text_bytes()?;
     let object_generation = ObjectGeneration::new(r.uint()?);
     let authority_owner_generation = AuthorityOwnerGeneration::new(r.uint()?);
     let owner_lease_generation = OwnerLeaseGeneration::new(r.uint()?);
@@ -161,8 +191,9 @@ pub(crate) fn decode_actor_send(body: &[u8]) -> Option<ActorSend> {
     let binding_generation = BindingGeneration::new(r.uint()?);
     let session_sequence = SessionSequence::new(r.uint()?);
     r.end()?;
-    // Validated last: the only allocation, made for a body that is otherwise complete.
-    let actor = ActorId::new(actor).ok()?;
+    // Validated last: the only allocation (none on a cache hit), made for a body that is
+    // otherwise complete.
+    let actor = ids.actor(actor)?;
     Some(ActorSend {
         actor,
         object_generation,
@@ -179,12 +210,15 @@ pub(crate) fn decode_actor_send(body: &[u8]) -> Option<ActorSend> {
 }
 
 /// The body of a 36 in its canonical form; `None` for anything else (see the module doc).
-pub(crate) fn decode_bound_session_send(body: &[u8]) -> Option<BoundSessionSend> {
+pub(crate) fn decode_bound_session_send(
+    body: &[u8],
+    ids: &mut IdCache,
+) -> Option<BoundSessionSend> {
     let mut r = Reader::new(body);
     if r.array()? != BOUND_SESSION_SEND_FIELDS {
         return None;
     }
-    let actor = r.text()?;
+    let actor = r.text_bytes()?;
     let object_generation = ObjectGeneration::new(r.uint()?);
     let source_node_generation = NodeGeneration::new(r.uint()?);
     let authority_owner_generation = AuthorityOwnerGeneration::new(r.uint()?);
@@ -193,7 +227,7 @@ pub(crate) fn decode_bound_session_send(body: &[u8]) -> Option<BoundSessionSend>
     let binding_generation = BindingGeneration::new(r.uint()?);
     let key = DispatchKey::new(r.u32()?);
     r.end()?;
-    let actor = ActorId::new(actor).ok()?;
+    let actor = ids.actor(actor)?;
     Some(BoundSessionSend {
         actor,
         object_generation,
@@ -297,14 +331,26 @@ mod tests {
         fn actor_send_encodes_as_serde_and_decodes_back(r in actor_send()) {
             let fast = envelope(&[], &Record::ActorSend(r.clone())).unwrap();
             prop_assert_eq!(&fast[..], &serde_bytes(&r)[..]);
-            prop_assert_eq!(decode_actor_send(&fast), Some(r));
+            prop_assert_eq!(decode_actor_send(&fast, &mut IdCache::default()), Some(r.clone()));
+            // A cache that holds this actor (a hit) or another one (a miss) changes nothing.
+            let mut ids = IdCache::default();
+            for _ in 0..2 {
+                prop_assert_eq!(decode_actor_send(&fast, &mut ids), Some(r.clone()));
+            }
         }
 
         #[test]
         fn bound_session_send_encodes_as_serde_and_decodes_back(r in bound_session_send()) {
             let fast = envelope(&[], &Record::BoundSessionSend(r.clone())).unwrap();
             prop_assert_eq!(&fast[..], &serde_bytes(&r)[..]);
-            prop_assert_eq!(decode_bound_session_send(&fast), Some(r));
+            prop_assert_eq!(
+                decode_bound_session_send(&fast, &mut IdCache::default()),
+                Some(r.clone())
+            );
+            let mut ids = IdCache::default();
+            for _ in 0..2 {
+                prop_assert_eq!(decode_bound_session_send(&fast, &mut ids), Some(r.clone()));
+            }
         }
 
         /// The fast path accepts only what rmp-serde accepts, with the same record.
@@ -312,22 +358,34 @@ mod tests {
         fn mutated_bodies_are_never_accepted_beyond_serde(r in actor_send(),
             p in bound_session_send(), at in any::<usize>(), byte in any::<u8>(),
             how in any::<u8>()) {
-            let b = mutate(serde_bytes(&r), at, byte, how);
-            if let Some(fast) = decode_actor_send(&b) {
-                prop_assert_eq!(Some(fast), serde_decode::<ActorSend>(&b));
+            // Each decoded with a fresh cache and with one that holds the unmutated record's
+            // actor: a mutation of the identity's bytes must miss the cache and be validated.
+            let valid = serde_bytes(&r);
+            let b = mutate(valid.clone(), at, byte, how);
+            let mut warm = IdCache::default();
+            prop_assert!(decode_actor_send(&valid, &mut warm).is_some());
+            for ids in [&mut IdCache::default(), &mut warm] {
+                if let Some(fast) = decode_actor_send(&b, ids) {
+                    prop_assert_eq!(Some(fast), serde_decode::<ActorSend>(&b));
+                }
             }
-            let b = mutate(serde_bytes(&p), at, byte, how);
-            if let Some(fast) = decode_bound_session_send(&b) {
-                prop_assert_eq!(Some(fast), serde_decode::<BoundSessionSend>(&b));
+            let valid = serde_bytes(&p);
+            let b = mutate(valid.clone(), at, byte, how);
+            let mut warm = IdCache::default();
+            prop_assert!(decode_bound_session_send(&valid, &mut warm).is_some());
+            for ids in [&mut IdCache::default(), &mut warm] {
+                if let Some(fast) = decode_bound_session_send(&b, ids) {
+                    prop_assert_eq!(Some(fast), serde_decode::<BoundSessionSend>(&b));
+                }
             }
         }
 
         #[test]
         fn arbitrary_bytes_never_panic(b in proptest::collection::vec(any::<u8>(), 0..80)) {
-            if let Some(fast) = decode_actor_send(&b) {
+            if let Some(fast) = decode_actor_send(&b, &mut IdCache::default()) {
                 prop_assert_eq!(Some(fast), serde_decode::<ActorSend>(&b));
             }
-            if let Some(fast) = decode_bound_session_send(&b) {
+            if let Some(fast) = decode_bound_session_send(&b, &mut IdCache::default()) {
                 prop_assert_eq!(Some(fast), serde_decode::<BoundSessionSend>(&b));
             }
         }
@@ -353,15 +411,44 @@ mod tests {
         let mut signed = canonical.clone();
         let at = 1 + 2; // array marker, fixstr "a"
         signed.splice(at..=at, [0xd0, 1]);
-        assert_eq!(decode_actor_send(&signed), None);
+        assert_eq!(decode_actor_send(&signed, &mut IdCache::default()), None);
         // Trailing bytes and a truncated body.
         let mut trailing = canonical.clone();
         trailing.push(0);
-        assert_eq!(decode_actor_send(&trailing), None);
-        assert_eq!(decode_actor_send(&canonical[..canonical.len() - 1]), None);
+        assert_eq!(decode_actor_send(&trailing, &mut IdCache::default()), None);
+        assert_eq!(
+            decode_actor_send(&canonical[..canonical.len() - 1], &mut IdCache::default()),
+            None
+        );
         // An invalid identity (a control character) is left to the serde path's error.
-        let mut bad = canonical;
+        let mut bad = canonical.clone();
         bad[2] = b'\n';
-        assert_eq!(decode_actor_send(&bad), None);
+        assert_eq!(decode_actor_send(&bad, &mut IdCache::default()), None);
+        // Nor does a cache that holds a valid identity let an invalid one through.
+        let mut ids = IdCache::default();
+        assert_eq!(decode_actor_send(&canonical, &mut ids), Some(r));
+        assert_eq!(decode_actor_send(&bad, &mut ids), None);
+    }
+
+    /// The cache hands out the identity it holds for equal bytes (a count increment, no new
+    /// allocation) and replaces it for other bytes.
+    #[test]
+    fn id_cache_reuses_the_identity_for_equal_bytes_only() {
+        let mut ids = IdCache::default();
+        let a = ids.actor(b"actor-a").expect("valid");
+        let again = ids.actor(b"actor-a").expect("valid");
+        assert!(
+            std::ptr::eq(a.as_str(), again.as_str()),
+            "the same text, shared"
+        );
+        let b = ids.actor(b"actor-b").expect("valid");
+        assert_eq!(b.as_str(), "actor-b");
+        assert!(!std::ptr::eq(
+            a.as_str(),
+            ids.actor(b"actor-a").expect("valid").as_str()
+        ));
+        assert_eq!(ids.actor(b"bad\x01"), None);
+        assert_eq!(ids.actor(&[0xff, 0xfe]), None);
+        assert_eq!(ids.actor(b""), None);
     }
 }

@@ -25,7 +25,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::command::{Command, CorrelationRule, PayloadRule, ReplyRule};
 use crate::error::{DecodeError, EncodeError};
-use crate::fast;
+use crate::fast::{self, IdCache};
 use crate::ids::{CorrelationId, INVALID_ID_MARKER};
 use crate::record::{ErrorReply, Record};
 
@@ -326,6 +326,22 @@ pub fn decode_parts(
     payload: Option<Bytes>,
     limits: &Limits,
 ) -> Result<Decoded, DecodeError> {
+    decode_parts_cached(envelope, payload, limits, &mut IdCache::default())
+}
+
+/// [`decode_parts`] for a receiver that decodes record after record: `ids` keeps the last
+/// actor identity a 24 or 36 named, so the next record for the same actor does not validate
+/// and allocate it again ([`IdCache`]; the result and every error are those of
+/// [`decode_parts`]).
+///
+/// # Errors
+/// As [`decode_parts`].
+pub fn decode_parts_cached(
+    envelope: &[u8],
+    payload: Option<Bytes>,
+    limits: &Limits,
+    ids: &mut IdCache,
+) -> Result<Decoded, DecodeError> {
     if envelope.len() > limits.max_envelope {
         return Err(DecodeError::EnvelopeTooLarge {
             len: envelope.len(),
@@ -354,7 +370,7 @@ pub fn decode_parts(
             present,
         });
     }
-    let record = decode_body(&header, &envelope[HEADER_LEN..])?;
+    let record = decode_body(&header, &envelope[HEADER_LEN..], ids)?;
     Ok(Decoded {
         header,
         record,
@@ -412,14 +428,14 @@ fn body<T: for<'de> Deserialize<'de>>(
     T::deserialize(de).map(wrap)
 }
 
-fn decode_body(header: &Header, bytes: &[u8]) -> Result<Record, DecodeError> {
+fn decode_body(header: &Header, bytes: &[u8], ids: &mut IdCache) -> Result<Record, DecodeError> {
     let command = header.command;
     // The per-message session records in their canonical form; anything else (and every
     // error) is rmp-serde's below (`fast`).
     let fast = match command {
-        Command::ActorSend => fast::decode_actor_send(bytes).map(Record::ActorSend),
+        Command::ActorSend => fast::decode_actor_send(bytes, ids).map(Record::ActorSend),
         Command::BoundSessionSend => {
-            fast::decode_bound_session_send(bytes).map(Record::BoundSessionSend)
+            fast::decode_bound_session_send(bytes, ids).map(Record::BoundSessionSend)
         }
         _ => None,
     };

@@ -459,7 +459,14 @@ impl Engine {
             });
         }
         let has_payload = !matches!(payload, Pl::None);
-        let Ok(d) = decode_counted(&self.shared, &self.limits, envelope, payload, who) else {
+        let Ok(d) = decode_counted(
+            &self.shared,
+            &self.limits,
+            envelope,
+            payload,
+            who,
+            &mut self.ids,
+        ) else {
             return None;
         };
         if has_payload {
@@ -652,7 +659,8 @@ impl Pl<'_> {
 }
 
 /// Decodes one record, its payload bounded before it is copied (the decoder re-checks the
-/// same limit); a rejection is counted against `who`.
+/// same limit), an actor identity taken from `ids` when it names the last one; a rejection
+/// is counted against `who`.
 #[inline]
 pub(super) fn decode_counted(
     shared: &Shared,
@@ -660,6 +668,7 @@ pub(super) fn decode_counted(
     envelope: &[u8],
     payload: Pl<'_>,
     who: &dyn std::fmt::Display,
+    ids: &mut zlink_wire::IdCache,
 ) -> Result<Decoded, ()> {
     let decoded = if payload.len() > limits.max_payload {
         Err(zlink_wire::DecodeError::PayloadTooLarge {
@@ -667,7 +676,7 @@ pub(super) fn decode_counted(
             max: limits.max_payload,
         })
     } else {
-        zlink_wire::decode_parts(envelope, payload.into_bytes(), limits)
+        zlink_wire::decode_parts_cached(envelope, payload.into_bytes(), limits, ids)
     };
     // The decoded record stays where the decoder wrote it (no re-wrapping into an `Option`).
     decoded.map_err(|e| {

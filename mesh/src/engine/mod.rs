@@ -256,6 +256,9 @@ pub(crate) struct Engine {
     limits: Limits,
     /// The last one-way envelope decoded (see [`DecodeMemo`]).
     memo: DecodeMemo,
+    /// The last actor identity a decoded 24 or 36 named (`zlink_wire::IdCache`): the next
+    /// record for that actor reuses it instead of validating and allocating it again.
+    ids: zlink_wire::IdCache,
     /// Peers whose relay queue or reply queue got records in this pass and that were not
     /// PAUSED: transmitted by [`Engine::flush_dirty`] at the end of the pass, small records
     /// packed into batch frames (natural batching: nothing waits for a batch to fill).
@@ -437,6 +440,7 @@ impl Engine {
                 aborted: false,
                 limits,
                 memo: DecodeMemo::default(),
+                ids: zlink_wire::IdCache::default(),
                 dirty: Vec::new(),
                 dirty_clients: Vec::new(),
                 batch_buf: Vec::new(),
