@@ -9,9 +9,15 @@
 //!
 //! Bounds: the caller checks [`Backlogs::queued`] against its own limit before it prepares a
 //! record (refusing over it), and a record that waits keeps its sender's receive-window credit
-//! until it entered the lane (the `done` hook), so what one sender can make a backlog hold is
+//! until it entered the lane (its [`Done`]), so what one sender can make a backlog hold is
 //! bounded by its window. Counted: records that waited, targets that had a backlog, records
 //! refused over the limit (`BacklogStats`).
+//!
+//! The drain moves records in runs: it takes everything queued for its target under one lock
+//! (the target still counts them as waiting, and later records queue behind them), submits them
+//! in order, and returns the credit of a run of records of one sender that entered the lane as
+//! one release ([`Done::absorb`]) — before it waits for lane space and at the end of each run,
+//! never before a record entered its lane.
 
 use std::collections::VecDeque;
 use std::hash::Hash;
@@ -20,10 +26,135 @@ use crate::hashing::SeededMap;
 use crate::runtime::{BoxFuture, BudgetStart, Clock, PendingSubmit, RuntimeError, TrySubmitError};
 use crate::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use crate::sync::{Mutex, MutexGuard};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
+use zlink_mesh::Origin;
 
-/// Runs once a waiting record left its backlog (entered its lane, or was refused for good).
-pub(crate) type Done = Box<dyn FnOnce() + Send>;
+/// Where held receive-window credit goes back (the node's mesh; implemented in
+/// `node::dispatch`).
+pub(crate) trait CreditReturn: Send + Sync + 'static {
+    /// `records` records of `bytes` bytes in total from `origin` left their backlog.
+    fn return_credit(&self, origin: Origin, records: u32, bytes: u64);
+}
+
+/// What a waiting record's leaving its backlog (entered its lane, or refused for good) must
+/// run: return its sender's credit, or nothing. Plain data, so a run of records of one sender
+/// returns its credit at once ([`Done::absorb`]) and a record that waits allocates nothing for
+/// it. Dropped without [`Done::run`], it returns nothing (its record did not leave the backlog).
+pub(crate) struct Done(Credit);
+
+enum Credit {
+    Nothing,
+    Held {
+        to: Weak<dyn CreditReturn>,
+        origin: Origin,
+        records: u32,
+        bytes: u64,
+    },
+}
+
+impl Done {
+    /// Nothing to return.
+    pub(crate) fn nothing() -> Self {
+        Done(Credit::Nothing)
+    }
+
+    /// One record of `bytes` from `origin`, returned to `to` (held weakly: a record that waits
+    /// does not keep the node alive).
+    pub(crate) fn credit(to: Weak<dyn CreditReturn>, origin: Origin, bytes: u64) -> Self {
+        Done(Credit::Held {
+            to,
+            origin,
+            records: 1,
+            bytes,
+        })
+    }
+
+    /// Adds `other` to this release when both return credit of one sender to one place (or
+    /// `other` returns nothing); else hands `other` back.
+    pub(crate) fn absorb(&mut self, other: Done) -> Result<(), Done> {
+        match (&mut self.0, other.0) {
+            (_, Credit::Nothing) => Ok(()),
+            (this @ Credit::Nothing, held) => {
+                *this = held;
+                Ok(())
+            }
+            (
+                Credit::Held {
+                    to,
+                    origin,
+                    records,
+                    bytes,
+                },
+                Credit::Held {
+                    to: to2,
+                    origin: origin2,
+                    records: records2,
+                    bytes: bytes2,
+                },
+            ) => {
+                if Weak::ptr_eq(to, &to2) && *origin == origin2 {
+                    if let Some(n) = records.checked_add(records2) {
+                        *records = n;
+                        *bytes = bytes.saturating_add(bytes2);
+                        return Ok(());
+                    }
+                }
+                Err(Done(Credit::Held {
+                    to: to2,
+                    origin: origin2,
+                    records: records2,
+                    bytes: bytes2,
+                }))
+            }
+        }
+    }
+
+    /// Returns the credit (ignored when its node is gone).
+    pub(crate) fn run(self) {
+        if let Credit::Held {
+            to,
+            origin,
+            records,
+            bytes,
+        } = self.0
+            && let Some(to) = to.upgrade()
+        {
+            to.return_credit(origin, records, bytes);
+        }
+    }
+}
+
+/// The credit of records that entered their lane, returned by [`Released::flush`] (or when
+/// dropped, e.g. with a drain task at runtime shutdown: those records did enter their lane).
+#[derive(Default)]
+struct Released(Option<Done>);
+
+impl Released {
+    fn add(&mut self, done: Done) {
+        match &mut self.0 {
+            None => self.0 = Some(done),
+            Some(acc) => {
+                if let Err(other) = acc.absorb(done) {
+                    if let Some(prev) = self.0.replace(other) {
+                        prev.run();
+                    }
+                }
+            }
+        }
+    }
+
+    fn flush(&mut self) {
+        if let Some(done) = self.0.take() {
+            done.run();
+        }
+    }
+}
+
+impl Drop for Released {
+    fn drop(&mut self) {
+        self.flush();
+    }
+}
 
 /// Counters of a [`Backlogs`] (monotonic, except `waiting_now`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -127,11 +258,19 @@ pub(crate) struct Intake<R> {
     pub(crate) mode: RunMode,
 }
 
+/// What waits for one target: the records its drain has not taken yet, and how many it took
+/// and has not started to submit yet (they still count as waiting, [`Backlogs::queued`]).
+#[derive(Default)]
+struct Waiting {
+    queue: VecDeque<(PendingSubmit, Done)>,
+    taken: Arc<AtomicUsize>,
+}
+
 /// The backlogs of one kind of target (actors of a node, sessions of a node), keyed by `K`.
 pub(crate) struct Backlogs<K> {
     /// Targets with a backlog: zero on the fast path, which then skips the map.
     open: AtomicUsize,
-    map: Mutex<SeededMap<K, VecDeque<(PendingSubmit, Done)>>>,
+    map: Mutex<SeededMap<K, Waiting>>,
     waited: AtomicU64,
     opened: AtomicU64,
     refused: AtomicU64,
@@ -186,7 +325,9 @@ impl<K: Hash + Eq + Clone + Send + 'static> Backlogs<K> {
         if self.open.load(Ordering::Acquire) == 0 {
             return 0;
         }
-        lock(&self.map).get(key).map_or(0, VecDeque::len)
+        lock(&self.map)
+            .get(key)
+            .map_or(0, |w| w.queue.len() + w.taken.load(Ordering::Relaxed))
     }
 
     /// Submits `pending` for `key` without waiting: into its lane at once when nothing waits
@@ -204,8 +345,8 @@ impl<K: Hash + Eq + Clone + Send + 'static> Backlogs<K> {
     ) -> Result<Admitted, RuntimeError> {
         if self.open.load(Ordering::Acquire) != 0 {
             let mut map = lock(&self.map);
-            if let Some(q) = map.get_mut(key) {
-                q.push_back((pending, done()));
+            if let Some(w) = map.get_mut(key) {
+                w.queue.push_back((pending, done()));
                 self.waited.fetch_add(1, Ordering::Relaxed);
                 self.waiting_now.fetch_add(1, Ordering::Relaxed);
                 return Ok(Admitted::Queued);
@@ -227,13 +368,13 @@ impl<K: Hash + Eq + Clone + Send + 'static> Backlogs<K> {
         };
         {
             let mut map = lock(&self.map);
-            if let Some(q) = map.get_mut(key) {
+            if let Some(w) = map.get_mut(key) {
                 // Another submitter opened it meanwhile.
-                q.push_back((pending, done()));
+                w.queue.push_back((pending, done()));
             } else {
-                let mut q = VecDeque::new();
-                q.push_back((pending, done()));
-                map.insert(key.clone(), q);
+                let mut w = Waiting::default();
+                w.queue.push_back((pending, done()));
+                map.insert(key.clone(), w);
                 self.open.fetch_add(1, Ordering::AcqRel);
                 self.opened.fetch_add(1, Ordering::Relaxed);
                 let this = self.clone();
@@ -247,37 +388,53 @@ impl<K: Hash + Eq + Clone + Send + 'static> Backlogs<K> {
     }
 
     /// The backlog's drain task: submits its records in order, each after waiting for space.
-    /// The target's entry stays in the map while a record is in flight (later records queue
-    /// behind it) and is removed under the map's lock once empty, so a record submitted after
-    /// that goes to its lane directly, behind everything that waited.
+    /// It takes all that waits under one lock (a run; the records stay counted for the target,
+    /// and later ones queue behind them) and submits the run without the map's lock. The
+    /// target's entry stays in the map while a record is in flight (later records queue behind
+    /// it) and is removed under the map's lock once empty, so a record submitted after that
+    /// goes to its lane directly, behind everything that waited. The credit of the records
+    /// that entered the lane goes back per sender and run ([`Released`]): before the drain
+    /// waits for space and after each run.
     async fn drain(self: Arc<Self>, key: K) {
+        let mut run = VecDeque::new();
+        let mut released = Released::default();
+        let mut taken: Option<Arc<AtomicUsize>> = None;
         loop {
-            let next = {
+            let taken = {
                 let mut map = lock(&self.map);
-                let q = map.get_mut(&key).expect("open backlog");
-                match q.pop_front() {
-                    Some(x) => x,
-                    None => {
-                        map.remove(&key);
-                        self.open.fetch_sub(1, Ordering::AcqRel);
-                        return;
-                    }
+                let w = map.get_mut(&key).expect("open backlog");
+                if w.queue.is_empty() {
+                    map.remove(&key);
+                    self.open.fetch_sub(1, Ordering::AcqRel);
+                    return;
                 }
+                // The empty buffer of the last run goes back: no allocation per run.
+                std::mem::swap(&mut w.queue, &mut run);
+                w.taken.store(run.len(), Ordering::Relaxed);
+                &*taken.get_or_insert_with(|| w.taken.clone())
             };
-            let (pending, done) = next;
-            // Lane space comes back in batches (a woken drain usually finds room for several
-            // records): try first, wait only when still full.
-            let submitted = match pending.retry() {
-                Ok(()) => Ok(()),
-                Err(TrySubmitError::Full(p)) => p.wait().await,
-                Err(TrySubmitError::Refused(e)) => Err(e),
-            };
-            if let Err(e) = submitted {
-                // Dropped unrun (its request, if any, was answered by the drop).
-                tracing::debug!(error = %e, "a waiting record was refused by its lane");
+            while let Some((pending, done)) = run.pop_front() {
+                // In flight: no longer counted as waiting for the target (as a record popped
+                // from the queue).
+                taken.fetch_sub(1, Ordering::Relaxed);
+                // Lane space comes back in batches (a woken drain usually finds room for
+                // several records): try first, wait only when still full.
+                let submitted = match pending.retry() {
+                    Ok(()) => Ok(()),
+                    Err(TrySubmitError::Full(p)) => {
+                        released.flush();
+                        p.wait().await
+                    }
+                    Err(TrySubmitError::Refused(e)) => Err(e),
+                };
+                if let Err(e) = submitted {
+                    // Dropped unrun (its request, if any, was answered by the drop).
+                    tracing::debug!(error = %e, "a waiting record was refused by its lane");
+                }
+                self.waiting_now.fetch_sub(1, Ordering::Relaxed);
+                released.add(done);
             }
-            self.waiting_now.fetch_sub(1, Ordering::Relaxed);
-            done();
+            released.flush();
         }
     }
 }
@@ -419,12 +576,78 @@ impl<K: Hash + Eq + Clone + Send + 'static> WaitQueues<K> {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::{Arc, Mutex, Weak};
     use std::time::Duration;
 
     use std::sync::atomic::{AtomicUsize, Ordering};
 
-    use super::{InlineBudget, RunMode};
+    use zlink_mesh::Origin;
+    use zlink_wire::SessionRid;
+
+    use super::{CreditReturn, Done, InlineBudget, Released, RunMode};
     use crate::runtime::{Clock, ManualClock};
+
+    #[derive(Default)]
+    struct Returned(Mutex<Vec<(Origin, u32, u64)>>);
+
+    impl CreditReturn for Returned {
+        fn return_credit(&self, origin: Origin, records: u32, bytes: u64) {
+            self.0.lock().unwrap().push((origin, records, bytes));
+        }
+    }
+
+    impl Returned {
+        fn take(&self) -> Vec<(Origin, u32, u64)> {
+            std::mem::take(&mut *self.0.lock().unwrap())
+        }
+    }
+
+    fn client(n: u64) -> Origin {
+        Origin::Client {
+            session: SessionRid::new(n),
+        }
+    }
+
+    #[test]
+    fn a_run_of_one_senders_records_returns_its_credit_once_and_never_early() {
+        let sink = Arc::new(Returned::default());
+        let other = Arc::new(Returned::default());
+        let to: Weak<dyn CreditReturn> = Arc::downgrade(&sink) as Weak<Returned>;
+        let to_other: Weak<dyn CreditReturn> = Arc::downgrade(&other) as Weak<Returned>;
+        let mut run = Released::default();
+        run.add(Done::credit(to.clone(), client(1), 10));
+        run.add(Done::nothing());
+        run.add(Done::credit(to.clone(), client(1), 20));
+        assert!(
+            sink.take().is_empty(),
+            "nothing returned before the run ends"
+        );
+        // another sender: the first sender's run goes back, the new one starts
+        run.add(Done::credit(to.clone(), client(2), 5));
+        assert_eq!(sink.take(), vec![(client(1), 2, 30)]);
+        // the same sender through another mesh is another release
+        run.add(Done::credit(to_other.clone(), client(2), 7));
+        assert_eq!(sink.take(), vec![(client(2), 1, 5)]);
+        run.flush();
+        assert_eq!(other.take(), vec![(client(2), 1, 7)]);
+        run.flush();
+        assert!(
+            sink.take().is_empty() && other.take().is_empty(),
+            "returned once"
+        );
+        // dropped with credit of records that entered their lane (a drain task dropped at
+        // shutdown): returned
+        let mut run = Released::default();
+        run.add(Done::credit(to.clone(), client(3), 1));
+        drop(run);
+        assert_eq!(sink.take(), vec![(client(3), 1, 1)]);
+        // a record that never left its backlog returns nothing
+        drop(Done::credit(to.clone(), client(4), 1));
+        assert!(sink.take().is_empty());
+        // the node gone: ignored
+        drop(sink);
+        Done::credit(to, client(5), 1).run();
+    }
 
     #[test]
     fn a_pass_runs_inline_until_its_budget_is_spent_and_the_next_pass_starts_over() {

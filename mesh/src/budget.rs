@@ -213,7 +213,13 @@ impl RxWindow {
     /// the credit should be returned now (credit goes back in batches).
     #[inline]
     pub(crate) fn free(&mut self, window: InboundWindow, bytes: u64) -> bool {
-        self.ret_msgs += 1;
+        self.free_n(window, 1, bytes)
+    }
+
+    /// [`RxWindow::free`] for `records` records of `bytes` bytes in total.
+    #[inline]
+    pub(crate) fn free_n(&mut self, window: InboundWindow, records: u32, bytes: u64) -> bool {
+        self.ret_msgs += u64::from(records);
         self.ret_bytes += bytes;
         self.ret_msgs >= u64::from(window.messages / 4).max(1) || self.ret_bytes >= window.bytes / 4
     }
@@ -321,6 +327,21 @@ mod tests {
         rx.returned(2, 20);
         assert!(!rx.owes());
         assert!(rx.try_charge(window, 10));
+    }
+
+    #[test]
+    fn rx_window_frees_a_run_of_records_at_once() {
+        let window = InboundWindow {
+            messages: 8,
+            bytes: 1 << 20,
+        };
+        let mut rx = RxWindow::default();
+        for _ in 0..8 {
+            assert!(rx.try_charge(window, 10));
+        }
+        assert!(!rx.free_n(window, 1, 10), "one record is not a quarter");
+        assert!(rx.free_n(window, 3, 30), "four records: counted as four");
+        assert_eq!(rx.pending(), Some((4, 40)));
     }
 
     #[test]

@@ -521,6 +521,12 @@ impl Conn {
         self.rx.free(self.window, bytes)
     }
 
+    /// [`Conn::released`] for `records` records of `bytes` bytes in total.
+    #[inline]
+    pub(crate) fn released_n(&mut self, records: u32, bytes: u64) -> bool {
+        self.rx.free_n(self.window, records, bytes)
+    }
+
     /// Freed credit is waiting to be granted back.
     pub(crate) fn owes(&self) -> bool {
         self.rx.owes()

@@ -319,6 +319,14 @@ pub(crate) enum ReplyTarget {
     },
 }
 
+/// Credit the layer above returned ([`MeshNode::release_credits`]): `records` records of
+/// `bytes` bytes in total from `origin`.
+pub(crate) struct Released {
+    pub origin: Origin,
+    pub records: u32,
+    pub bytes: u64,
+}
+
 /// State shared by the API handles and the I/O thread.
 pub(crate) struct Shared {
     pub bell: Bell<Command>,
@@ -334,7 +342,7 @@ pub(crate) struct Shared {
     send_timeout: Duration,
     /// Credit released by the layer above ([`MeshNode::release_credit`]) and not yet taken by
     /// the I/O thread: one command per burst, not per record.
-    pub released: std::sync::Mutex<Vec<(Origin, u64)>>,
+    pub released: std::sync::Mutex<Vec<Released>>,
 }
 
 impl Shared {
@@ -757,13 +765,27 @@ impl MeshNode {
     /// [`Offer::Held`](crate::Offer::Held): `origin` and `bytes` as it was offered. Credit of a
     /// peer lifecycle or a session that ended meanwhile is ignored.
     pub fn release_credit(&self, origin: Origin, bytes: u64) {
+        self.release_credits(origin, 1, bytes);
+    }
+
+    /// [`MeshNode::release_credit`] for `records` records of `bytes` bytes in total, all from
+    /// `origin` (a run of held records that left the layer above together: one entry for the
+    /// I/O thread instead of one per record).
+    pub fn release_credits(&self, origin: Origin, records: u32, bytes: u64) {
+        if records == 0 {
+            return;
+        }
         let first = {
             let mut released = self
                 .shared
                 .released
                 .lock()
                 .unwrap_or_else(|e| e.into_inner());
-            released.push((origin, bytes));
+            released.push(Released {
+                origin,
+                records,
+                bytes,
+            });
             released.len() == 1
         };
         if first {

@@ -201,7 +201,7 @@ impl Node {
         };
         let done = || match release {
             Some(r) => r(),
-            None => Box::new(|| {}) as Done,
+            None => Done::nothing(),
         };
         match backlogs.submit(&call.actor_id, pending, done, &self.inner.rt, mode) {
             Ok(a) => (a, None),

@@ -23,7 +23,7 @@ use super::{Create, Inner, Node};
 use crate::actor::ActorError;
 use crate::actor::exec::{InflightGuard, ReplyTo, Work};
 use crate::actor::fence::CallFence;
-use crate::backlog::{Admitted, Done, InlineBudget, Intake, RunMode};
+use crate::backlog::{Admitted, CreditReturn, Done, InlineBudget, Intake, RunMode};
 use crate::runtime::Clock;
 use std::sync::{Arc, Weak};
 
@@ -53,15 +53,18 @@ impl Sink {
 }
 
 /// The credit release of a record that waits in a backlog: its sender's window stays charged
-/// until the record entered its lane.
-fn release(node: &Node, origin: Origin, bytes: u64) -> impl FnOnce() -> Done + use<> {
-    let node = Arc::downgrade(&node.inner);
+/// until the record entered its lane. Made only when the record waits (a record taken at once
+/// costs nothing here); the backlog returns the credit of a run of one sender's records at once.
+fn release(node: &Node, origin: Origin, bytes: u64) -> impl FnOnce() -> Done + '_ {
     move || {
-        Box::new(move || {
-            if let Some(inner) = node.upgrade() {
-                inner.mesh.release_credit(origin, bytes);
-            }
-        })
+        let to: Weak<dyn CreditReturn> = Arc::downgrade(&node.inner) as Weak<Inner>;
+        Done::credit(to, origin, bytes)
+    }
+}
+
+impl CreditReturn for Inner {
+    fn return_credit(&self, origin: Origin, records: u32, bytes: u64) {
+        self.mesh.release_credits(origin, records, bytes);
     }
 }
 
@@ -329,7 +332,7 @@ async fn handle(node: &Node, inbound: Inbound) {
 /// packets and 24 / 160 reach the loop only before the sink is installed; the loop's own
 /// actor submissions (client `CALL`) are bounded by the lane's item limit.
 fn no_release() -> Done {
-    Box::new(|| {})
+    Done::nothing()
 }
 
 /// How the inbound loop hands records in: no credit to release (see [`no_release`]), never

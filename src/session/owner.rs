@@ -461,7 +461,7 @@ impl SessionOwner {
         });
         if self
             .backlogs
-            .submit(&rid, job, || Box::new(|| {}), &self.rt, RunMode::Queue)
+            .submit(&rid, job, Done::nothing, &self.rt, RunMode::Queue)
             .is_err()
         {
             lane.connection_closed();
@@ -954,7 +954,7 @@ impl SessionOwner {
             Some(Box::pin(async move {
                 owner.push_waiting(&entry, key, payload).await;
                 if let Some(done) = done {
-                    done();
+                    done.run();
                 }
             }))
         };

@@ -95,14 +95,21 @@ impl Engine {
                         .lock()
                         .unwrap_or_else(|e| e.into_inner()),
                 );
-                for (origin, bytes) in released {
-                    match origin {
-                        Origin::Peer { node, generation } => {
-                            self.credit_freed(ConnRef::Peer(&node, Some(generation)), bytes)
-                        }
-                        Origin::Client { session } => {
-                            self.credit_freed(ConnRef::Client(session.get()), bytes)
-                        }
+                for crate::node::Released {
+                    origin,
+                    records,
+                    bytes,
+                } in released
+                {
+                    let from = match &origin {
+                        Origin::Peer { node, generation } => ConnRef::Peer(node, Some(*generation)),
+                        Origin::Client { session } => ConnRef::Client(session.get()),
+                    };
+                    if self
+                        .conn_mut(from)
+                        .is_some_and(|c| c.released_n(records, bytes))
+                    {
+                        self.flush_grant(from);
                     }
                 }
             }
