@@ -23,7 +23,9 @@ use std::collections::VecDeque;
 use std::hash::Hash;
 
 use crate::hashing::SeededMap;
-use crate::runtime::{BoxFuture, BudgetStart, Clock, PendingSubmit, RuntimeError, TrySubmitError};
+use crate::runtime::{
+    BoxFuture, BudgetStart, Clock, PendingSubmit, RuntimeError, Submission, TrySubmitError,
+};
 use crate::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use crate::sync::{Mutex, MutexGuard};
 use std::sync::{Arc, Weak};
@@ -338,7 +340,7 @@ impl<K: Hash + Eq + Clone + Send + 'static> Backlogs<K> {
     pub(crate) fn submit(
         self: &Arc<Self>,
         key: &K,
-        pending: PendingSubmit,
+        pending: impl Submission,
         done: impl FnOnce() -> Done,
         rt: &tokio::runtime::Handle,
         mode: RunMode,
@@ -346,7 +348,7 @@ impl<K: Hash + Eq + Clone + Send + 'static> Backlogs<K> {
         if self.open.load(Ordering::Acquire) != 0 {
             let mut map = lock(&self.map);
             if let Some(w) = map.get_mut(key) {
-                w.queue.push_back((pending, done()));
+                w.queue.push_back((pending.into_pending(), done()));
                 self.waited.fetch_add(1, Ordering::Relaxed);
                 self.waiting_now.fetch_add(1, Ordering::Relaxed);
                 return Ok(Admitted::Queued);
@@ -357,9 +359,9 @@ impl<K: Hash + Eq + Clone + Send + 'static> Backlogs<K> {
         let pending = match mode {
             RunMode::InlineIfIdle => match pending.try_run_inline() {
                 Ok(()) => return Ok(Admitted::Now),
-                Err(p) => p,
+                Err(p) => p.into_pending(),
             },
-            RunMode::Queue => pending,
+            RunMode::Queue => pending.into_pending(),
         };
         let pending = match pending.retry() {
             Ok(()) => return Ok(Admitted::Now),

@@ -458,12 +458,15 @@ impl Mailbox {
     /// `work` prepared for this actor's lane, not yet submitted (see
     /// [`crate::runtime::PendingSubmit`]): the submitter tries it without waiting and keeps it
     /// when the lane is full.
-    pub(crate) fn prepare(&self, work: Work) -> Result<runtime::PendingSubmit, ActorError> {
+    pub(crate) fn prepare(
+        &self,
+        work: Work,
+    ) -> Result<impl runtime::Submission + use<>, ActorError> {
         if let Some(e) = self.ended.error(&self.actor_id) {
             drop(work);
             return Err(e);
         }
-        Ok(self.lane.prepare_send(work))
+        Ok(self.lane.prepare_send_unboxed(work))
     }
 
     /// The error a refusal of this actor's lane means.

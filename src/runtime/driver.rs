@@ -1130,7 +1130,10 @@ impl Future for Requeue {
 /// calling thread to its terminal or its first wait: the application domain marker set (EG-13),
 /// the lane runtime's context entered (a handler may spawn or start timers), a panic caught as
 /// a drain catches it.
-pub(crate) fn run_started_inline(lane: &Arc<LaneHandle>, turn: InlineTurn, job: Job) {
+pub(crate) fn run_started_inline<F>(lane: &Arc<LaneHandle>, turn: InlineTurn, work: F)
+where
+    F: FnOnce(TurnEnv, &LaneHandle) -> Handled<()>,
+{
     let _rt = lane.rt().app.enter();
     DOMAIN.sync_scope(Domain::Application, || {
         let invocation = turn.invocation;
@@ -1139,7 +1142,9 @@ pub(crate) fn run_started_inline(lane: &Arc<LaneHandle>, turn: InlineTurn, job: 
             invocation,
             class: LaneClass::Application,
         };
-        let mut fut = match run_job(job, env, lane) {
+        let ran = catch_unwind(AssertUnwindSafe(move || work(env, lane)))
+            .unwrap_or(Handled::Now(Err(HandlerError::Panicked)));
+        let mut fut = match ran {
             Handled::Now(r) => return lane.finish_inline(turn, r),
             Handled::Later(f) => f,
         };

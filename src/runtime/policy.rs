@@ -241,6 +241,24 @@ impl<P: LanePolicy, Y: YieldMode> SerialLane<P, Y> {
         )
     }
 
+    /// [`SerialLane::prepare`] with the work unboxed until it must enter the lane
+    /// ([`super::pending::Prepared`]: a record that runs inline is never boxed).
+    pub(crate) fn prepare_unboxed<F>(
+        &self,
+        payload_len: usize,
+        f: F,
+    ) -> impl super::pending::Submission + use<P, Y, F>
+    where
+        F: FnOnce(Ctx<Y>) -> Handled<()> + Send + 'static,
+    {
+        super::pending::Prepared::new(
+            &self.lane,
+            LaneClass::Application,
+            payload_len,
+            move |env, _lane: &LaneHandle| f(Ctx::new(env)),
+        )
+    }
+
     /// Submit a lifecycle record.
     pub fn submit_lifecycle<F>(&self, f: F) -> Result<(), RuntimeError>
     where

@@ -190,12 +190,19 @@ where
     M: Send + 'static,
     R: Send + 'static,
 {
-    Job::with_lane(
-        move |env, lane| match call_handler::<M, R>(lane, env, msg) {
-            Handled::Now(r) => Handled::Now(r.map(drop)),
-            Handled::Later(f) => Handled::Later(Box::pin(async move { f.await.map(drop) })),
-        },
-    )
+    Job::with_lane(send_work::<M, R>(msg))
+}
+
+/// The work of a send of `msg`, unboxed.
+fn send_work<M, R>(msg: M) -> impl FnOnce(TurnEnv, &LaneHandle) -> Handled<()> + Send + 'static
+where
+    M: Send + 'static,
+    R: Send + 'static,
+{
+    move |env, lane| match call_handler::<M, R>(lane, env, msg) {
+        Handled::Now(r) => Handled::Now(r.map(drop)),
+        Handled::Later(f) => Handled::Later(Box::pin(async move { f.await.map(drop) })),
+    }
 }
 
 type ReplyTx<R> = oneshot::Sender<Result<R, RuntimeError>>;
@@ -690,6 +697,21 @@ where
             LaneClass::Application,
             len,
             send_job::<M, R>(msg),
+        )
+    }
+
+    /// [`ActorRef::prepare_send`] with the work unboxed until it must enter the lane
+    /// ([`super::pending::Prepared`]: a record that runs inline is never boxed).
+    pub(crate) fn prepare_send_unboxed(
+        &self,
+        msg: M,
+    ) -> impl super::pending::Submission + use<M, R> {
+        let len = msg.payload_len();
+        super::pending::Prepared::new(
+            &self.lane,
+            LaneClass::Application,
+            len,
+            send_work::<M, R>(msg),
         )
     }
 

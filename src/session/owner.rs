@@ -520,7 +520,7 @@ impl SessionOwner {
         let len = payload.len();
         let reply = PacketReply(reply);
         let guard = self.host.enter_work();
-        let job = entry.lane.prepare(len, move |_ctx| {
+        let job = entry.lane.prepare_unboxed(len, move |_ctx| {
             let finish = |reply: PacketReply, out: Result<Bytes, super::PacketError>| match (
                 reply.take(),
                 out,
