@@ -163,10 +163,16 @@ pub(crate) fn classify(record: &Record) -> Class {
 /// True for records the layer above may send as a request or one-way record (not control,
 /// not replies, not pushes).
 pub(crate) fn is_app_record(record: &Record) -> bool {
-    !record.command().is_mesh()
+    is_app_command(record.command())
+}
+
+/// [`is_app_record`] by the command alone.
+pub(crate) fn is_app_command(command: zlink_wire::Command) -> bool {
+    use zlink_wire::Command;
+    !command.is_mesh()
         || matches!(
-            record,
-            Record::Request(_) | Record::OneWay(_) | Record::ActorCall(_)
+            command,
+            Command::Request | Command::OneWay | Command::ActorCall
         )
 }
 

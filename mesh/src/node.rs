@@ -965,6 +965,38 @@ impl MeshNode {
         }
         let frames = codec::encode(&record, 0, payload)
             .map_err(|e| TrySendError::Failed(SendError::Encode(e.to_string())))?;
+        self.try_send_parts(to, frames)
+    }
+
+    /// [`MeshNode::try_send_record`] for a record encoded already (a binding's one-way 24
+    /// from its [`zlink_wire::ActorSendTemplate`], whose envelope repeats): the same rule on
+    /// its header — an application record, not a reply, no correlation — and the same size
+    /// check and admission.
+    ///
+    /// # Errors
+    /// As [`MeshNode::try_send_record`].
+    pub fn try_send_frames(
+        &self,
+        to: &NodeRid,
+        frames: zlink_wire::Frames,
+    ) -> Result<(), TrySendError> {
+        let header = zlink_wire::peek_header(frames.envelope())
+            .map_err(|e| TrySendError::Failed(SendError::Encode(e.to_string())))?;
+        if !codec::is_app_command(header.command)
+            || header.is_reply()
+            || header.correlation.is_some()
+        {
+            return Err(TrySendError::Failed(SendError::Encode(format!(
+                "{} is not a one-way application record",
+                header.command
+            ))));
+        }
+        let (envelope, payload) = frames.into_parts();
+        self.try_send_parts(to, Parts::new(envelope, payload))
+    }
+
+    /// Admits one encoded one-way record now, or hands it back.
+    fn try_send_parts(&self, to: &NodeRid, frames: Parts) -> Result<(), TrySendError> {
         let bytes = self
             .shared
             .check_size(&frames)

@@ -282,3 +282,88 @@ async fn one_way_records_of_both_forms_arrive_in_send_order() {
     a.shutdown().await;
     b.shutdown().await;
 }
+
+// spec: SB-5.3, EG-4 — a binding's one-way 24s sent pre-encoded from its template
+// (`MeshNode::try_send_frames`), interleaved with 24s encoded whole (`try_send_record`), arrive
+// exactly once, in send order, each decoded to the record it stands for; frames that are not
+// a one-way application record (a request's correlation, a control record, a reply) are
+// refused before admission.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pre_encoded_one_way_records_arrive_as_the_records_they_encode() {
+    use zlink_wire::{ActorSend, ActorSendTemplate, BoundSessionTail, CorrelationId};
+    const N: u32 = 300;
+    let (a, _ra) = start("fa");
+    let (b, mut rb) = start("fb");
+    link(&a, &b).await;
+    let rec = |i: u32| ActorSend {
+        actor: zlink_wire::ActorId::new("actor-7").unwrap(),
+        object_generation: 3.into(),
+        authority_owner_generation: 4.into(),
+        owner_lease_generation: 5.into(),
+        session_lifecycle: 6.into(),
+        key: DispatchKey::new(100 + i % 3),
+        deadline: None,
+        tail: BoundSessionTail {
+            binding_generation: 8.into(),
+            session_sequence: u64::from(i).into(),
+        },
+    };
+    let template = ActorSendTemplate::new(&rec(0)).expect("a one-way 24");
+    for i in 0..N {
+        let r = rec(i);
+        if i % 4 == 3 {
+            a.try_send_record(b.node(), Record::ActorSend(r), Some(payload(i)))
+                .unwrap();
+        } else {
+            let frames = template
+                .frames(r.key, r.tail.session_sequence, payload(i))
+                .unwrap();
+            a.try_send_frames(b.node(), frames).unwrap();
+        }
+    }
+    for want in 0..N {
+        let m = tokio::time::timeout(WAIT, rb.recv())
+            .await
+            .expect("record arrives")
+            .unwrap();
+        assert_eq!(index(m.payload.as_deref().unwrap()), want, "in send order");
+        assert_eq!(m.record, Record::ActorSend(rec(want)));
+        assert_eq!(m.correlation, CorrelationId::NONE);
+    }
+    let refused = |frames| {
+        matches!(
+            a.try_send_frames(b.node(), frames),
+            Err(zlink_mesh::TrySendError::Failed(
+                zlink_mesh::SendError::Encode(_)
+            ))
+        )
+    };
+    let request = zlink_wire::encode(
+        &Record::ActorSend(ActorSend {
+            deadline: Some(zlink_wire::Deadline::from_millis(1000)),
+            ..rec(0)
+        }),
+        CorrelationId::new(9),
+        Some(payload(0)),
+    )
+    .unwrap();
+    assert!(refused(request), "a request's correlation is the mesh's");
+    let ping = zlink_wire::encode(
+        &Record::Ping(zlink_wire::Ping { seq: 1 }),
+        CorrelationId::NONE,
+        None,
+    )
+    .unwrap();
+    assert!(refused(ping), "control records are the mesh's");
+    let reply = zlink_wire::encode(
+        &Record::Reply(zlink_wire::Reply),
+        CorrelationId::new(9),
+        Some(payload(0)),
+    )
+    .unwrap();
+    assert!(refused(reply), "replies answer requests");
+    assert!(rb.is_empty());
+    assert_eq!(b.counters().dropped_total(), 0);
+    a.shutdown().await;
+    b.shutdown().await;
+}

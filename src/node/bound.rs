@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use zlink_mesh::{Record, ReplyHandle, SendError, TrySendError};
 use zlink_wire::{
-    ActorSend, AuthorityFence, BindOperation, BindSnapshot, BoundSessionBind,
+    ActorSend, ActorSendTemplate, AuthorityFence, BindOperation, BindSnapshot, BoundSessionBind,
     BoundSessionBindReply, BoundSessionReplaced, BoundSessionSend, DisconnectReason, DispatchKey,
     ErrorKind, NodeRid, OwnerLeaseGeneration, PreviousSessionOwner, SessionRid,
 };
@@ -443,6 +443,7 @@ impl SessionHost for NodeSessionHost {
         &self,
         to: &NodeRid,
         rec: ActorSend,
+        template: Option<&ActorSendTemplate>,
         payload: Bytes,
         timeout: Option<Duration>,
     ) -> RelaySent {
@@ -482,11 +483,33 @@ impl SessionHost for NodeSessionHost {
         match timeout {
             // A one-way 24 admitted at once costs no future (the common case).
             None => {
-                match node
-                    .inner
-                    .mesh
-                    .try_send_record(to, Record::ActorSend(rec), Some(payload))
-                {
+                let mesh = &node.inner.mesh;
+                // The binding's envelope, completed with the key and sequence (the bytes of
+                // `rec` encoded whole, checked in debug builds); without one, `rec` encoded.
+                let sent = match template {
+                    Some(t) => match t.frames(rec.key, rec.tail.session_sequence, payload) {
+                        Ok(frames) => {
+                            debug_assert_eq!(
+                                Some(frames.envelope()),
+                                zlink_wire::encode(
+                                    &Record::ActorSend(rec.clone()),
+                                    zlink_wire::CorrelationId::NONE,
+                                    frames.payload().cloned(),
+                                )
+                                .ok()
+                                .as_ref()
+                                .map(zlink_wire::Frames::envelope),
+                                "a binding's 24 template encodes its record"
+                            );
+                            mesh.try_send_frames(to, frames)
+                        }
+                        Err(payload) => {
+                            mesh.try_send_record(to, Record::ActorSend(rec), Some(payload))
+                        }
+                    },
+                    None => mesh.try_send_record(to, Record::ActorSend(rec), Some(payload)),
+                };
+                match sent {
                     Ok(()) => RelaySent::Now(Ok(None)),
                     Err(TrySendError::Failed(e)) => {
                         RelaySent::Now(Err(refusal(&send_error(to, e))))

@@ -20,9 +20,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use zlink_wire::{
-    ActorId, ActorLocation, BindSnapshot, BindingGeneration, BoundSessionReplaced,
-    BoundSessionSend, ErrorKind, NodeGeneration, NodeRid, ObjectGeneration, OwnerId,
-    OwnerLeaseGeneration, SessionLifecycleGeneration, SessionRid, SessionSequence,
+    ActorId, ActorLocation, ActorSend, ActorSendTemplate, BindSnapshot, BindingGeneration,
+    BoundSessionReplaced, BoundSessionSend, BoundSessionTail, DispatchKey, ErrorKind,
+    NodeGeneration, NodeRid, ObjectGeneration, OwnerId, OwnerLeaseGeneration,
+    SessionLifecycleGeneration, SessionRid, SessionSequence,
 };
 
 use super::flow::FlowReject;
@@ -97,6 +98,38 @@ pub struct Binding {
     pub owner_lease: OwnerLeaseGeneration,
     /// Open (or, with relocation, sealed).
     pub state: BindingState,
+    /// Not state: the envelope of this binding's one-way 24s up to the key, encoded once from
+    /// the fields above when the binding is made ([`ActorSendTemplate`]; `None` only if it
+    /// could not be, then each 24 is encoded whole). A binding is never changed after that
+    /// (a rebind makes a new one), so it always matches them.
+    relay: Option<Arc<ActorSendTemplate>>,
+}
+
+impl Binding {
+    /// The one-way 24 template of a binding with these fields in session lifecycle
+    /// `lifecycle`.
+    fn relay_template(
+        actor: &ActorId,
+        object_generation: ObjectGeneration,
+        route: &ActorLocation,
+        lifecycle: SessionLifecycleGeneration,
+        generation: BindingGeneration,
+    ) -> Option<Arc<ActorSendTemplate>> {
+        ActorSendTemplate::new(&ActorSend {
+            actor: actor.clone(),
+            object_generation,
+            authority_owner_generation: route.authority_owner_generation,
+            owner_lease_generation: route.owner_lease_generation,
+            session_lifecycle: lifecycle,
+            key: DispatchKey::new(0),
+            deadline: None,
+            tail: BoundSessionTail {
+                binding_generation: generation,
+                session_sequence: SessionSequence::new(0),
+            },
+        })
+        .map(Arc::new)
+    }
 }
 
 /// A bind to send: the values of one 38 Bind request.
@@ -171,6 +204,9 @@ pub struct RelayTicket {
     pub generation: BindingGeneration,
     /// The message's session sequence.
     pub sequence: SessionSequence,
+    /// The binding's one-way 24 template (`Binding`'s own), which a one-way relay completes
+    /// with its key and `sequence` instead of encoding the whole record.
+    pub(crate) template: Option<Arc<ActorSendTemplate>>,
 }
 
 /// One replacement relation of a closing session (SB-6.9: told apart by the replacement
@@ -438,6 +474,13 @@ impl SessionBindingAggregate {
         }
         let token = BindingToken(self.next_token);
         self.next_token += 1;
+        let relay = Binding::relay_template(
+            &snap.actor,
+            snap.object_generation,
+            &snap.location,
+            self.id.lifecycle,
+            generation,
+        );
         let binding = Binding {
             actor: snap.actor,
             actor_type: req.target.actor_type.clone(),
@@ -447,6 +490,7 @@ impl SessionBindingAggregate {
             token,
             owner_lease,
             state: BindingState::Open,
+            relay,
         };
         let previous = self
             .bindings
@@ -516,6 +560,7 @@ impl SessionBindingAggregate {
             lifecycle,
             generation: b.generation,
             sequence,
+            template: b.relay.clone(),
         }
     }
 
@@ -1172,6 +1217,7 @@ mod tests {
                             actor: actor(i), actor_type: "t".into(), object_generation: ObjectGeneration::new(1),
                             route: loc("b"), generation: BindingGeneration::new(g),
                             token: BindingToken(0), owner_lease: LEASE, state: BindingState::Open,
+                            relay: None,
                         });
                         b.generation = BindingGeneration::new(g);
                         let applied = a.handle_replaced(now, (&s, sg), &replaced_of(&b)).is_ok();

@@ -11,10 +11,10 @@ use bytes::Bytes;
 use tokio::sync::{Notify, oneshot};
 use zlink_mesh::{ReplyHandle, SendError};
 use zlink_wire::{
-    ActorId, ActorSend, BindOperation, BindSnapshot, BindingGeneration, BoundSessionBind,
-    BoundSessionReplaced, BoundSessionSend, BoundSessionTail, Deadline, DisconnectReason,
-    DispatchKey, ErrorKind, NodeGeneration, NodeRid, OwnerId, OwnerLeaseGeneration,
-    SessionLifecycleGeneration, SessionRid,
+    ActorId, ActorSend, ActorSendTemplate, BindOperation, BindSnapshot, BindingGeneration,
+    BoundSessionBind, BoundSessionReplaced, BoundSessionSend, BoundSessionTail, Deadline,
+    DisconnectReason, DispatchKey, ErrorKind, NodeGeneration, NodeRid, OwnerId,
+    OwnerLeaseGeneration, SessionLifecycleGeneration, SessionRid,
 };
 
 use super::aggregate::{
@@ -60,11 +60,14 @@ pub(crate) trait SessionHost: Send + Sync + 'static {
         timeout: Duration,
     ) -> BoxFuture<Result<BindSnapshot, Refusal>>;
     /// A 24 to the actor owner `to`: a request when `timeout` is given (its reply payload), a
-    /// one-way send otherwise.
+    /// one-way send otherwise. `template`: the binding's one-way 24 template, which encodes
+    /// exactly `rec` with its key and session sequence (a one-way send to a peer uses it
+    /// instead of encoding the record).
     fn send_relay(
         &self,
         to: &NodeRid,
         rec: ActorSend,
+        template: Option<&ActorSendTemplate>,
         payload: Bytes,
         timeout: Option<Duration>,
     ) -> RelaySent;
@@ -832,8 +835,13 @@ impl SessionOwner {
                 session_sequence: ticket.sequence,
             },
         };
-        self.host
-            .send_relay(&ticket.route.node, rec, payload, timeout)
+        self.host.send_relay(
+            &ticket.route.node,
+            rec,
+            ticket.template.as_deref(),
+            payload,
+            timeout,
+        )
     }
 
     pub(crate) async fn get_actor(&self, actor: ActorId) -> Result<ActorRef, SessionError> {

@@ -17,6 +17,9 @@
 
 use bytes::Bytes;
 
+use crate::command::Command;
+use crate::frame::{Flags, Frames, Header};
+use crate::ids::CorrelationId;
 use crate::ids::{
     ActorId, AuthorityOwnerGeneration, BindingGeneration, Deadline, DispatchKey, NodeGeneration,
     ObjectGeneration, OwnerLeaseGeneration, SessionLifecycleGeneration, SessionRid,
@@ -38,12 +41,12 @@ const ENVELOPE_MAX: usize = crate::frame::HEADER_LEN + 1 + 5 + ActorId::MAX_LEN 
 
 /// An envelope built on the stack, then copied once into a `Bytes` of exactly its size (one
 /// allocation; a `Bytes` made from a `Vec` with spare capacity allocates a second block).
-struct Out {
-    buf: [u8; ENVELOPE_MAX],
+struct Out<const N: usize = ENVELOPE_MAX> {
+    buf: [u8; N],
     len: usize,
 }
 
-impl Out {
+impl<const N: usize> Out<N> {
     // Inlined: as calls they cost about 40 instructions per envelope.
     #[inline(always)]
     fn put(&mut self, bytes: &[u8]) -> Option<()> {
@@ -134,6 +137,97 @@ pub(crate) fn envelope(header: &[u8], record: &Record) -> Option<Bytes> {
         _ => return None,
     }
     Some(Bytes::copy_from_slice(o.buf.get(..o.len)?))
+}
+
+/// What a binding's one-way 24 adds to its [`ActorSendTemplate`]: the dispatch key (at most
+/// 5 bytes), the nil deadline, the tail's array marker and two integers of at most 9 bytes.
+const TAIL_MAX: usize = 5 + 1 + 1 + 9 + 9;
+
+/// The envelope of the one-way 24s relayed through one binding, encoded once: the header (no
+/// correlation, a payload) and the body's fields that stay the same record after record —
+/// target actor, its fences, the session lifecycle, and the binding generation (SB-5.3). Each
+/// record then writes only its dispatch key and session sequence ([`Self::frames`]): the
+/// bytes are those [`crate::encode`] writes for the whole record, so the receiver decodes and
+/// checks it exactly as any other 24.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ActorSendTemplate {
+    /// Header, array marker, actor, object, authority and lease generations, lifecycle.
+    head: Box<[u8]>,
+    binding_generation: BindingGeneration,
+}
+
+impl ActorSendTemplate {
+    /// The template of the one-way 24s of `record`'s binding (its key, deadline and session
+    /// sequence are not part of it); `None` for a request relay (a deadline).
+    #[must_use]
+    pub fn new(record: &ActorSend) -> Option<Self> {
+        if record.deadline.is_some() {
+            return None;
+        }
+        let header = Header {
+            command: Command::ActorSend,
+            flags: Flags::HAS_PAYLOAD,
+            correlation: CorrelationId::NONE,
+        };
+        let mut o = Out {
+            buf: [0; ENVELOPE_MAX],
+            len: 0,
+        };
+        o.put(&header.to_bytes())?;
+        o.array(8)?;
+        o.text(record.actor.as_str())?;
+        o.uint(record.object_generation.get())?;
+        o.uint(record.authority_owner_generation.get())?;
+        o.uint(record.owner_lease_generation.get())?;
+        o.uint(record.session_lifecycle.get())?;
+        Some(Self {
+            head: o.buf.get(..o.len)?.into(),
+            binding_generation: record.tail.binding_generation,
+        })
+    }
+
+    /// The frames of one one-way 24 of this binding with `key`, `sequence` and `payload`: what
+    /// [`crate::encode`] gives for the record with the template's fields, no deadline and no
+    /// correlation (one allocation of exactly the envelope's size). The tail has a fixed
+    /// bound, so this never fails in practice; if it did, the payload comes back (`Err`) for
+    /// the caller to encode the record instead.
+    ///
+    /// # Errors
+    /// The payload, when the tail did not fit (never, see above).
+    pub fn frames(
+        &self,
+        key: DispatchKey,
+        sequence: SessionSequence,
+        payload: Bytes,
+    ) -> Result<Frames, Bytes> {
+        let mut tail = Out {
+            buf: [0; TAIL_MAX],
+            len: 0,
+        };
+        let Some(tail) = Self::tail(&mut tail, key, self.binding_generation, sequence)
+            .and_then(|()| tail.buf.get(..tail.len))
+        else {
+            return Err(payload);
+        };
+        let mut envelope = Vec::with_capacity(self.head.len() + tail.len());
+        envelope.extend_from_slice(&self.head);
+        envelope.extend_from_slice(tail);
+        Ok(Frames::from_parts(Bytes::from(envelope), Some(payload)))
+    }
+
+    #[inline(always)]
+    fn tail(
+        o: &mut Out<TAIL_MAX>,
+        key: DispatchKey,
+        generation: BindingGeneration,
+        sequence: SessionSequence,
+    ) -> Option<()> {
+        o.uint(u64::from(key.get()))?;
+        o.put(&[0xc0])?;
+        o.array(2)?;
+        o.uint(generation.get())?;
+        o.uint(sequence.get())
+    }
 }
 
 // ---------------------------------------------------------------- decode
@@ -350,6 +444,24 @@ mod tests {
             let mut ids = IdCache::default();
             for _ in 0..2 {
                 prop_assert_eq!(decode_bound_session_send(&fast, &mut ids), Some(r.clone()));
+            }
+        }
+
+        /// A binding's template writes the bytes `encode` writes for each of its one-way 24s.
+        #[test]
+        fn actor_send_template_writes_what_encode_writes(r in actor_send(),
+            payload in proptest::collection::vec(any::<u8>(), 0..8)) {
+            let payload = Bytes::from(payload);
+            let t = ActorSendTemplate::new(&r);
+            prop_assert_eq!(t.is_some(), r.deadline.is_none());
+            if let Some(t) = t {
+                let frames = t.frames(r.key, r.tail.session_sequence, payload.clone()).unwrap();
+                let encoded = crate::encode(
+                    &Record::ActorSend(r.clone()),
+                    CorrelationId::NONE,
+                    Some(payload),
+                ).unwrap();
+                prop_assert_eq!(frames, encoded);
             }
         }
 

@@ -146,6 +146,11 @@ pub struct Frames {
 }
 
 impl Frames {
+    /// Frames whose envelope the caller encoded (`fast`).
+    pub(crate) fn from_parts(envelope: Bytes, payload: Option<Bytes>) -> Self {
+        Self { envelope, payload }
+    }
+
     /// Part 0: header + msgpack body.
     #[must_use]
     pub fn envelope(&self) -> &Bytes {
