@@ -260,11 +260,19 @@ pub(crate) struct Intake<R> {
     pub(crate) mode: RunMode,
 }
 
+/// Records waiting for one target, in order.
+type Queue = VecDeque<(PendingSubmit, Done)>;
+
+/// Spare queue buffers a [`Backlogs`] keeps: two per backlog (its queue and its drain's run).
+const SPARE_BUFFERS: usize = 4;
+
+/// The capacity, in records, a spare queue buffer keeps at most.
+const SPARE_CAPACITY: usize = 1024;
+
 /// What waits for one target: the records its drain has not taken yet, and how many it took
 /// and has not started to submit yet (they still count as waiting, [`Backlogs::queued`]).
-#[derive(Default)]
 struct Waiting {
-    queue: VecDeque<(PendingSubmit, Done)>,
+    queue: Queue,
     taken: Arc<AtomicUsize>,
 }
 
@@ -273,6 +281,10 @@ pub(crate) struct Backlogs<K> {
     /// Targets with a backlog: zero on the fast path, which then skips the map.
     open: AtomicUsize,
     map: Mutex<SeededMap<K, Waiting>>,
+    /// Empty queue buffers of ended backlog episodes, kept for the next ones (at most
+    /// [`SPARE_BUFFERS`], each at most [`SPARE_CAPACITY`] records): a flood that opens a
+    /// backlog again and again does not grow its buffers from nothing each time.
+    spare: Mutex<Vec<Queue>>,
     waited: AtomicU64,
     opened: AtomicU64,
     refused: AtomicU64,
@@ -292,6 +304,7 @@ impl<K> Default for Backlogs<K> {
         Backlogs {
             open: AtomicUsize::new(0),
             map: Mutex::new(SeededMap::default()),
+            spare: Mutex::new(Vec::new()),
             waited: AtomicU64::new(0),
             opened: AtomicU64::new(0),
             refused: AtomicU64::new(0),
@@ -301,6 +314,24 @@ impl<K> Default for Backlogs<K> {
 }
 
 impl<K> Backlogs<K> {
+    /// An empty queue buffer, a spare one if there is one.
+    fn buffer(&self) -> Queue {
+        lock(&self.spare).pop().unwrap_or_default()
+    }
+
+    /// Keeps the empty buffer `q` for a later backlog (within the bounds).
+    fn keep(&self, mut q: Queue) {
+        debug_assert!(q.is_empty());
+        if q.capacity() == 0 {
+            return;
+        }
+        let mut spare = lock(&self.spare);
+        if spare.len() < SPARE_BUFFERS {
+            q.shrink_to(SPARE_CAPACITY);
+            spare.push(q);
+        }
+    }
+
     /// The counters.
     pub(crate) fn stats(&self) -> BacklogStats {
         BacklogStats {
@@ -374,7 +405,10 @@ impl<K: Hash + Eq + Clone + Send + 'static> Backlogs<K> {
                 // Another submitter opened it meanwhile.
                 w.queue.push_back((pending, done()));
             } else {
-                let mut w = Waiting::default();
+                let mut w = Waiting {
+                    queue: self.buffer(),
+                    taken: Arc::default(),
+                };
                 w.queue.push_back((pending, done()));
                 map.insert(key.clone(), w);
                 self.open.fetch_add(1, Ordering::AcqRel);
@@ -398,7 +432,7 @@ impl<K: Hash + Eq + Clone + Send + 'static> Backlogs<K> {
     /// that entered the lane goes back per sender and run ([`Released`]): before the drain
     /// waits for space and after each run.
     async fn drain(self: Arc<Self>, key: K) {
-        let mut run = VecDeque::new();
+        let mut run = self.buffer();
         let mut released = Released::default();
         let mut taken: Option<Arc<AtomicUsize>> = None;
         loop {
@@ -406,8 +440,11 @@ impl<K: Hash + Eq + Clone + Send + 'static> Backlogs<K> {
                 let mut map = lock(&self.map);
                 let w = map.get_mut(&key).expect("open backlog");
                 if w.queue.is_empty() {
-                    map.remove(&key);
+                    let w = map.remove(&key).expect("open backlog");
                     self.open.fetch_sub(1, Ordering::AcqRel);
+                    drop(map);
+                    self.keep(w.queue);
+                    self.keep(run);
                     return;
                 }
                 // The empty buffer of the last run goes back: no allocation per run.

@@ -374,6 +374,49 @@ async fn a_full_session_lane_applies_backpressure_and_loses_nothing() {
     );
 }
 
+// spec: SB-10
+// spec: SB-5
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_past_the_clients_window_through_a_full_lane_gets_every_held_credit_back() {
+    // Three client windows of one-way packets through a session lane held full until a whole
+    // window waits in the session's backlog: those packets kept the client's credit until
+    // they entered the lane and must give it back (the backlog's drain returns it per run),
+    // or the client stalls for good.
+    let seen = Arc::new(AtomicUsize::new(0));
+    let s2 = seen.clone();
+    let (open_tx, open_rx) = tokio::sync::watch::channel(false);
+    let sessions = SessionHandlers::new().packet(move |_s, _: Tick| {
+        let s2 = s2.clone();
+        let mut open = open_rx.clone();
+        async move {
+            let _ = open.wait_for(|open| *open).await;
+            Ok(s2.fetch_add(1, Ordering::SeqCst) + 1)
+        }
+    });
+    let node = start_session_node(SessionNodeSpec::new("a", sessions), memory_store()).await;
+    let c = client_of(&node);
+    const WINDOW: u64 = 4_096; // `MeshConfig::client_window`
+    const N: usize = 3 * WINDOW as usize;
+    let sender = tokio::spawn(async move {
+        for _ in 0..N {
+            c.packet_send(&Tick).await.unwrap();
+        }
+        c
+    });
+    // The lane is full and a whole window waits in the backlog: the client cannot send more
+    // until that credit comes back.
+    wait_until("a window's worth of packets waits in the backlog", || {
+        node.inbound_backlogs().sessions.waiting_now >= WINDOW
+    })
+    .await;
+    open_tx.send(true).unwrap();
+    let c = tokio::time::timeout(TIMEOUT, sender)
+        .await
+        .expect("the client stalled: held credit was not returned")
+        .unwrap();
+    assert_eq!(c.packet(&Tick).await.unwrap(), N + 1);
+}
+
 // spec: SB-9
 // spec: SB-7
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -98,16 +98,17 @@ impl SendCredit {
         (self.msgs, self.bytes)
     }
 
-    /// One record of `bytes` went out.
+    /// The records of `run` went out: each charged as if sent alone (the counts saturate at
+    /// zero, as record by record).
     #[inline]
-    pub(crate) fn charge(&mut self, bytes: u64) {
-        self.msgs = self.msgs.saturating_sub(1);
-        self.bytes = self.bytes.saturating_sub(bytes);
+    pub(crate) fn charge_run(&mut self, run: Run) {
+        self.msgs = self.msgs.saturating_sub(run.n as u64);
+        self.bytes = self.bytes.saturating_sub(run.bytes);
     }
 
-    /// How many records from the front of `queue` ((frames, correlation id or 0)) go out as
-    /// one message within this credit: the batching rule ([`batch_run`]), each record charged
-    /// on its own as if sent alone, stopping before a request that already `ended`. At least 1
+    /// Which records from the front of `queue` ((frames, correlation id or 0)) go out as one
+    /// message within this credit: the batching rule ([`batch_run`]), each record charged on
+    /// its own as if sent alone, stopping before a request that already `ended`. At least 1
     /// (the caller checked the first record and that the credit is open).
     #[inline]
     pub(crate) fn run<'a>(
@@ -115,48 +116,70 @@ impl SendCredit {
         batching: &Batching,
         queue: impl Iterator<Item = (&'a [Bytes], u64)>,
         mut ended: impl FnMut(u64) -> bool,
-    ) -> usize {
+    ) -> Run {
         let (mut msgs, mut bytes) = self.left();
-        batch_run(batching, queue, |(frames, corr)| {
+        batch_run(batching, queue, |len, corr| {
             if msgs == 0 || bytes == 0 || (corr != 0 && ended(corr)) {
                 return false;
             }
             msgs -= 1;
-            bytes = bytes.saturating_sub(frames.iter().map(|f| f.len() as u64).sum());
+            bytes = bytes.saturating_sub(len);
             true
         })
     }
 }
 
-/// How many records from the front of a queue go out as one message (natural batching): at
+/// The records from the front of a queue that go out as one message: how many, and their
+/// bytes (all parts of each record), the unit credit is charged in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Run {
+    /// Records (at least 1).
+    pub(crate) n: usize,
+    /// Their bytes in total.
+    pub(crate) bytes: u64,
+}
+
+/// Which records from the front of a queue go out as one message (natural batching): at
 /// least 1; more only while each record is small (payload ≤ `max_record_payload`), the frame
-/// stays within `max_records`/`max_bytes` and `admit` accepts the record (the caller's credit
-/// and request-ended checks). The first record is always taken (the caller checked it).
+/// stays within `max_records`/`max_bytes` and `admit(len, corr)` accepts the record (the
+/// caller's credit and request-ended checks; `len` its bytes). The first record is always
+/// taken (the caller checked it). One walk: each record's parts are measured once.
 #[inline]
 pub(crate) fn batch_run<'a>(
     cfg: &Batching,
     queue: impl Iterator<Item = (&'a [Bytes], u64)>,
-    mut admit: impl FnMut((&'a [Bytes], u64)) -> bool,
-) -> usize {
+    mut admit: impl FnMut(u64, u64) -> bool,
+) -> Run {
     let mut n = 0;
+    let mut total = 0u64;
     let mut size = zlink_wire::batch::BATCH_PREFIX_LEN;
     for (frames, corr) in queue.take(cfg.max_records.max(1)) {
+        let envelope = frames[0].len();
         let payload = frames.get(1).map(Bytes::len);
-        let sub = zlink_wire::batch::sub_record_len(frames[0].len(), payload);
+        let len = (envelope + payload.unwrap_or(0)) as u64;
+        let sub = zlink_wire::batch::sub_record_len(envelope, payload);
         let small = payload.is_none_or(|l| l <= cfg.max_record_payload);
         if n > 0 && (!small || size + sub > cfg.max_bytes) {
             break;
         }
-        if !admit((frames, corr)) {
+        if !admit(len, corr) {
+            if n == 0 {
+                // Taken anyway (see above).
+                return Run { n: 1, bytes: len };
+            }
             break;
         }
         n += 1;
+        total += len;
         if !small {
             break;
         }
         size += sub;
     }
-    n.max(1)
+    Run {
+        n: n.max(1),
+        bytes: total,
+    }
 }
 
 /// What limits the records a queue may transmit besides the transport: the other end's
@@ -166,16 +189,16 @@ pub(crate) fn batch_run<'a>(
 pub(crate) trait Credit {
     /// At least one more record may go out.
     fn open(&self) -> bool;
-    /// How many records from the front of `queue` go out as one message (see
+    /// Which records from the front of `queue` go out as one message (see
     /// [`SendCredit::run`]); never a request that `ended`.
     fn run<'a>(
         &self,
         batching: &Batching,
         queue: impl Iterator<Item = (&'a [Bytes], u64)>,
         ended: impl FnMut(u64) -> bool,
-    ) -> usize;
-    /// One record of `bytes` went out.
-    fn charge(&mut self, bytes: u64);
+    ) -> Run;
+    /// The records of `run` went out.
+    fn charge_run(&mut self, run: Run);
 }
 
 impl Credit for SendCredit {
@@ -190,13 +213,13 @@ impl Credit for SendCredit {
         batching: &Batching,
         queue: impl Iterator<Item = (&'a [Bytes], u64)>,
         ended: impl FnMut(u64) -> bool,
-    ) -> usize {
+    ) -> Run {
         SendCredit::run(self, batching, queue, ended)
     }
 
     #[inline]
-    fn charge(&mut self, bytes: u64) {
-        SendCredit::charge(self, bytes);
+    fn charge_run(&mut self, run: Run) {
+        SendCredit::charge_run(self, run);
     }
 }
 
@@ -216,12 +239,12 @@ impl Credit for Unlimited {
         batching: &Batching,
         queue: impl Iterator<Item = (&'a [Bytes], u64)>,
         mut ended: impl FnMut(u64) -> bool,
-    ) -> usize {
-        batch_run(batching, queue, |(_, corr)| corr == 0 || !ended(corr))
+    ) -> Run {
+        batch_run(batching, queue, |_, corr| corr == 0 || !ended(corr))
     }
 
     #[inline]
-    fn charge(&mut self, _bytes: u64) {}
+    fn charge_run(&mut self, _run: Run) {}
 }
 
 /// What the transport did with one message.
@@ -268,6 +291,7 @@ pub(crate) enum Flushed {
 /// run is charged to the credit record by record and its reservations released to `budget` at
 /// once; a run the transport could not deliver is released and reported lost. One loop for
 /// every queue of a mesh node and of a `MeshClient`, monomorphic in the credit and transport.
+/// Each run is measured once ([`Credit::run`] returns its bytes with its length).
 #[inline]
 pub(crate) fn flush<C: Credit, T: Transport>(
     queue: &mut VecDeque<Out>,
@@ -287,14 +311,15 @@ pub(crate) fn flush<C: Credit, T: Transport>(
         if !credit.open() {
             return Flushed::CreditBlocked;
         }
-        let n = credit.run(batching, queue.iter().map(|o| (&*o.frames, o.corr)), |c| {
+        let run = credit.run(batching, queue.iter().map(|o| (&*o.frames, o.corr)), |c| {
             t.expired(c)
         });
+        let n = run.n;
         match t.send_run(queue.iter().take(n).map(|o| &o.frames)) {
             SendOutcome::Sent => {
+                credit.charge_run(run);
                 let (mut reserved_n, mut reserved_bytes) = (0, 0);
                 for out in queue.drain(..n) {
-                    credit.charge(out_len(&out));
                     if let Some(b) = out.bytes {
                         reserved_n += 1;
                         reserved_bytes += b;
@@ -327,6 +352,7 @@ pub(crate) struct Out {
 }
 
 /// All bytes of a queued record.
+#[cfg(test)]
 pub(crate) fn out_len(out: &Out) -> u64 {
     out.frames.iter().map(|f| f.len() as u64).sum()
 }
@@ -722,7 +748,7 @@ mod tests {
             Verdict::Control { resume: true }
         );
         assert_eq!(conn.credit.left(), (2 * u64::from(u32::MAX), u64::MAX));
-        conn.credit.charge(10);
+        conn.credit.charge_run(Run { n: 1, bytes: 10 });
         assert!(conn.credit.open());
         conn.reset();
         assert!(!conn.credit.open());
@@ -859,6 +885,11 @@ mod tests {
         assert_eq!(t.discarded, vec![7]);
         assert_eq!(q.len(), 1, "one record waits for credit");
         assert!(!credit.open());
+        assert_eq!(
+            credit.left(),
+            (0, (1 << 20) - 5 * 18),
+            "each sent record charged with all its bytes"
+        );
         assert_eq!(
             budget.reserved_messages(),
             1,

@@ -107,8 +107,13 @@ impl BatchEncoder {
                 what: "a part is longer than u32::MAX",
             });
         };
-        self.buf.push(if payload.is_some() { 2 } else { 1 });
-        self.buf.extend_from_slice(&elen.to_be_bytes());
+        // One capacity check for the whole sub-record; the part count and the envelope's
+        // length go in as one 5-byte head.
+        self.buf
+            .reserve(sub_record_len(envelope.len(), payload.map(<[u8]>::len)));
+        let [a, b, c, d] = elen.to_be_bytes();
+        let parts = if payload.is_some() { 2 } else { 1 };
+        self.buf.extend_from_slice(&[parts, a, b, c, d]);
         self.buf.extend_from_slice(envelope);
         if let Some(p) = payload {
             self.buf.extend_from_slice(&plen.to_be_bytes());
