@@ -623,7 +623,10 @@ mod tests {
     use zlink_mesh::Origin;
     use zlink_wire::SessionRid;
 
-    use super::{CreditReturn, Done, InlineBudget, Released, RunMode};
+    use super::{
+        Backlogs, CreditReturn, Done, InlineBudget, Queue, Released, RunMode, SPARE_BUFFERS,
+        SPARE_CAPACITY,
+    };
     use crate::runtime::{Clock, ManualClock};
 
     #[derive(Default)]
@@ -645,6 +648,29 @@ mod tests {
         Origin::Client {
             session: SessionRid::new(n),
         }
+    }
+
+    // What a `Backlogs` keeps between backlog episodes is bounded: at most `SPARE_BUFFERS`
+    // empty buffers, each shrunk to `SPARE_CAPACITY` records, however large a flood grew them.
+    #[test]
+    fn spare_queue_buffers_are_bounded_in_number_and_size() {
+        let b = Backlogs::<u64>::default();
+        for _ in 0..SPARE_BUFFERS + 3 {
+            b.keep(Queue::with_capacity(16 * SPARE_CAPACITY));
+        }
+        b.keep(Queue::new()); // nothing to keep
+        let spare = b.spare.lock().unwrap();
+        assert_eq!(spare.len(), SPARE_BUFFERS);
+        assert!(
+            spare
+                .iter()
+                .all(|q| q.is_empty() && q.capacity() < 2 * SPARE_CAPACITY),
+            "{:?}",
+            spare.iter().map(Queue::capacity).collect::<Vec<_>>()
+        );
+        drop(spare);
+        // handed out again (capacity kept)
+        assert!(b.buffer().capacity() >= SPARE_CAPACITY);
     }
 
     #[test]

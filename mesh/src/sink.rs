@@ -18,8 +18,9 @@ pub enum Offer {
     Taken,
     /// Taken, but the sender's credit for it stays charged until the sink calls
     /// [`MeshNode::release_credit`](crate::MeshNode::release_credit) with the `bytes` it was
-    /// offered with: a sender whose records wait above the mesh is held back by its own
-    /// window, and nobody else is.
+    /// offered with (or [`MeshNode::release_credits`](crate::MeshNode::release_credits) for
+    /// several held records of one origin at once): a sender whose records wait above the mesh
+    /// is held back by its own window, and nobody else is.
     Held,
     /// Not for the sink: the record goes up through the inbound channel, as without a sink.
     Pass(Inbound),
