@@ -922,9 +922,9 @@ impl ClientIo {
     /// Takes what the senders handed over ([`Outbox`]): its requests are registered (before
     /// any of them can be transmitted), then its cancels applied (each behind its request);
     /// its records become the send queue if that is empty — moved whole, not copied record by
-    /// record. While the send queue holds records (waiting for credit or libzmq), the records
-    /// behind them wait in the outbox: [`ClientIo::flush`] takes them once the queue drained.
-    /// True if records were taken.
+    /// record — or go behind the records it holds (waiting for credit or libzmq), so a run of
+    /// small records is never cut where one take ended and the next began. True if records
+    /// were taken.
     fn take_outbox(&mut self) -> bool {
         if !self.shared.outbox_full.load(Ordering::Acquire) {
             return false;
@@ -933,9 +933,13 @@ impl ClientIo {
         let mut cancels = std::mem::take(&mut self.taken_cancels);
         let took = {
             let mut outbox = self.shared.outbox();
-            let took = self.conn.queue.is_empty() && !outbox.queue.is_empty();
+            let took = !outbox.queue.is_empty();
             if took {
-                std::mem::swap(&mut self.conn.queue, &mut outbox.queue);
+                if self.conn.queue.is_empty() {
+                    std::mem::swap(&mut self.conn.queue, &mut outbox.queue);
+                } else {
+                    self.conn.queue.append(&mut outbox.queue);
+                }
             }
             std::mem::swap(&mut requests, &mut outbox.requests);
             std::mem::swap(&mut cancels, &mut outbox.cancels);
@@ -1028,8 +1032,8 @@ impl ClientIo {
     /// ([`conn::flush`], the loop a node runs for its peers): a run of small records as one
     /// 139 batch frame, a lone or large record alone, each record of a run charged to the
     /// credit on its own; a request that already ended is never put in a run (it is
-    /// discarded at the front, `RequestEnded`). Once the queue drained, the records waiting
-    /// in the outbox behind it follow ([`ClientIo::take_outbox`]).
+    /// discarded at the front, `RequestEnded`). Once the queue drained, records handed over
+    /// since the last take follow ([`ClientIo::take_outbox`]).
     fn flush(&mut self) {
         loop {
             let mut wire = DealerWire {
