@@ -53,10 +53,11 @@ impl Sink {
 }
 
 /// The credit release of a record that waits in a backlog: its sender's window stays charged
-/// until the record entered its lane.
-fn release(node: &Node, origin: Origin, bytes: u64) -> impl FnOnce() -> Done + use<> {
-    let node = Arc::downgrade(&node.inner);
+/// until the record entered its lane. Made only for a record that waits (a record admitted at
+/// once touches no reference count for it).
+fn release(node: &Node, origin: Origin, bytes: u64) -> impl FnOnce() -> Done + use<'_> {
     move || {
+        let node = Arc::downgrade(&node.inner);
         Box::new(move || {
             if let Some(inner) = node.upgrade() {
                 inner.mesh.release_credit(origin, bytes);
