@@ -103,29 +103,30 @@ impl PendingSubmit {
 
 /// A record prepared for one lane with its work still unboxed (`F` is the closure itself, not a
 /// [`Job`]): the submitter on a mesh I/O thread first tries to run it inline
-/// ([`Prepared::try_run_inline`]), which calls the closure without allocating, and makes it a
+/// ([`Submission::try_run_inline`]), which calls the closure without allocating, and makes it a
 /// [`PendingSubmit`] (the work boxed when larger than a lane slot) only when it must go through
 /// the lane. Generic, so the closure is moved by value through inlined code instead of copied
-/// through a 160-byte wide slot (measured: such a slot's moves cost more than the box).
-pub(crate) struct Prepared<F> {
-    lane: Arc<LaneHandle>,
+/// through a 160-byte wide slot (measured: such a slot's moves cost more than the box). It
+/// borrows its lane's handle (no reference count touched unless it becomes a `PendingSubmit`).
+pub(crate) struct Prepared<'a, F> {
+    lane: &'a Arc<LaneHandle>,
     class: LaneClass,
     payload_len: usize,
     work: F,
 }
 
-impl<F> Prepared<F>
+impl<'a, F> Prepared<'a, F>
 where
     F: FnOnce(TurnEnv, &LaneHandle) -> Handled<()> + Send + 'static,
 {
     pub(crate) fn new(
-        lane: &Arc<LaneHandle>,
+        lane: &'a Arc<LaneHandle>,
         class: LaneClass,
         payload_len: usize,
         work: F,
     ) -> Self {
         Prepared {
-            lane: lane.clone(),
+            lane,
             class,
             payload_len,
             work,
@@ -153,7 +154,7 @@ impl Submission for PendingSubmit {
     }
 }
 
-impl<F> Submission for Prepared<F>
+impl<F> Submission for Prepared<'_, F>
 where
     F: FnOnce(TurnEnv, &LaneHandle) -> Handled<()> + Send + 'static,
 {
@@ -166,14 +167,14 @@ where
         let Some(turn) = self.lane.try_start_inline(self.payload_len) else {
             return Err(self);
         };
-        super::driver::run_started_inline(&self.lane, turn, self.work);
+        super::driver::run_started_inline(self.lane, turn, self.work);
         Ok(())
     }
 
     #[inline]
     fn into_pending(self) -> PendingSubmit {
         PendingSubmit {
-            lane: self.lane,
+            lane: self.lane.clone(),
             class: self.class,
             payload_len: self.payload_len,
             job: Job::with_lane(self.work),
