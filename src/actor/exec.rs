@@ -461,7 +461,7 @@ impl Mailbox {
     pub(crate) fn prepare(
         &self,
         work: Work,
-    ) -> Result<impl runtime::Submission + use<>, ActorError> {
+    ) -> Result<impl runtime::Submission + use<'_>, ActorError> {
         if let Some(e) = self.ended.error(&self.actor_id) {
             drop(work);
             return Err(e);

@@ -107,28 +107,36 @@ impl InboundSink for Sink {
             Record::BoundSessionSend(_) => RunMode::Queue,
             _ => self.budget.poll_mode(&*self.clock),
         };
-        match (origin, record) {
-            (Origin::Client { session }, Record::Request(r)) => {
+        // Matched on the record alone (no tuple of origin and record: that copied the record).
+        match record {
+            Record::Request(r) => {
+                let Origin::Client { session } = origin else {
+                    return Offer::Taken; // filtered above
+                };
                 let done = release(node, Origin::Client { session }, bytes);
                 offer_of(
                     node.sessions()
                         .packet(session, r.key, payload, reply, done, mode),
                 )
             }
-            (Origin::Client { session }, Record::OneWay(o)) => {
+            Record::OneWay(o) => {
+                let Origin::Client { session } = origin else {
+                    return Offer::Taken; // filtered above
+                };
                 let done = release(node, Origin::Client { session }, bytes);
                 offer_of(
                     node.sessions()
                         .packet(session, o.key, payload, None, done, mode),
                 )
             }
-            (
-                Origin::Peer {
+            Record::ActorSend(rec) => {
+                let Origin::Peer {
                     node: sender,
                     generation,
-                },
-                Record::ActorSend(rec),
-            ) => {
+                } = origin
+                else {
+                    return Offer::Taken; // filtered above
+                };
                 let reply = reply.map(ReplyTo::Wire);
                 let origin = || Origin::Peer {
                     node: sender.clone(),
@@ -147,16 +155,9 @@ impl InboundSink for Sink {
                     },
                 ))
             }
-            (
-                Origin::Peer {
-                    node: sender,
-                    generation,
-                },
-                Record::ActorCall(call),
-            ) => {
-                let origin = Origin::Peer {
-                    node: sender,
-                    generation,
+            Record::ActorCall(call) => {
+                let Origin::Peer { .. } = origin else {
+                    return Offer::Taken; // filtered above
                 };
                 let done = release(node, origin, bytes);
                 offer_of(on_actor_call(
@@ -171,16 +172,9 @@ impl InboundSink for Sink {
                     },
                 ))
             }
-            (
-                Origin::Peer {
-                    node: sender,
-                    generation,
-                },
-                Record::BoundSessionSend(rec),
-            ) => {
-                let origin = Origin::Peer {
-                    node: sender,
-                    generation,
+            Record::BoundSessionSend(rec) => {
+                let Origin::Peer { .. } = origin else {
+                    return Offer::Taken; // filtered above
                 };
                 let done = release(node, origin, bytes);
                 offer_of(node.sessions().handle_push(rec, payload, Some(done)))

@@ -247,7 +247,7 @@ impl<P: LanePolicy, Y: YieldMode> SerialLane<P, Y> {
         &self,
         payload_len: usize,
         f: F,
-    ) -> impl super::pending::Submission + use<P, Y, F>
+    ) -> impl super::pending::Submission + use<'_, P, Y, F>
     where
         F: FnOnce(Ctx<Y>) -> Handled<()> + Send + 'static,
     {

@@ -705,7 +705,7 @@ where
     pub(crate) fn prepare_send_unboxed(
         &self,
         msg: M,
-    ) -> impl super::pending::Submission + use<M, R> {
+    ) -> impl super::pending::Submission + use<'_, M, R> {
         let len = msg.payload_len();
         super::pending::Prepared::new(
             &self.lane,
