@@ -980,8 +980,9 @@ impl MeshNode {
         to: &NodeRid,
         frames: zlink_wire::Frames,
     ) -> Result<(), TrySendError> {
-        let header = zlink_wire::peek_header(frames.envelope())
-            .map_err(|e| TrySendError::Failed(SendError::Encode(e.to_string())))?;
+        // Frames are made only by `zlink_wire` (`encode`, a template), which knows the header
+        // it wrote: no need to read it back.
+        let header = frames.header();
         if !codec::is_app_command(header.command)
             || header.is_reply()
             || header.correlation.is_some()

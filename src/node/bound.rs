@@ -10,9 +10,9 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use zlink_mesh::{Record, ReplyHandle, SendError, TrySendError};
 use zlink_wire::{
-    ActorSend, ActorSendTemplate, AuthorityFence, BindOperation, BindSnapshot, BoundSessionBind,
-    BoundSessionBindReply, BoundSessionReplaced, BoundSessionSend, DisconnectReason, DispatchKey,
-    ErrorKind, NodeRid, OwnerLeaseGeneration, PreviousSessionOwner, SessionRid,
+    ActorSend, AuthorityFence, BindOperation, BindSnapshot, BoundSessionBind,
+    BoundSessionBindReply, BoundSessionReplaced, BoundSessionSend, Deadline, DisconnectReason,
+    DispatchKey, ErrorKind, NodeRid, OwnerLeaseGeneration, PreviousSessionOwner, SessionRid,
 };
 
 use super::{Inner, Node, lock, request_error, send_error};
@@ -21,6 +21,7 @@ use crate::actor::fence::{self, CallFence};
 use crate::actor::{ActorCtx, ActorError, ActorHost, ActorRef};
 use crate::backlog::{Admitted, Done, Intake};
 use crate::runtime::BoxFuture;
+use crate::session::aggregate::RelayTicket;
 use crate::session::flow::{FlowRecord, FlowReject};
 use crate::session::owner::{Refusal, RelaySent};
 use crate::session::{RegisteredBinding, SessionHost, slot::SlotBind};
@@ -441,17 +442,19 @@ impl SessionHost for NodeSessionHost {
 
     fn send_relay(
         &self,
-        to: &NodeRid,
-        rec: ActorSend,
-        template: Option<&ActorSendTemplate>,
+        ticket: RelayTicket,
+        key: DispatchKey,
         payload: Bytes,
         timeout: Option<Duration>,
     ) -> RelaySent {
         let Some(node) = self.node() else {
             return RelaySent::Now(Err(gone()));
         };
+        let to = ticket.to();
+        let deadline = timeout.map(Deadline::from_remaining);
         if to == node.node_rid() {
             let me = to.clone();
+            let rec = ticket.record(key, deadline);
             return RelaySent::Later(Box::pin(async move {
                 match timeout {
                     None => match node.on_actor_send(&me, rec, payload, None, None).await {
@@ -484,15 +487,16 @@ impl SessionHost for NodeSessionHost {
             // A one-way 24 admitted at once costs no future (the common case).
             None => {
                 let mesh = &node.inner.mesh;
-                // The binding's envelope, completed with the key and sequence (the bytes of
-                // `rec` encoded whole, checked in debug builds); without one, `rec` encoded.
-                let sent = match template {
-                    Some(t) => match t.frames(rec.key, rec.tail.session_sequence, payload) {
+                // The binding's envelope completed with the key and sequence (the bytes of the
+                // record encoded whole, checked in debug builds; no record built otherwise);
+                // without a template, the record encoded.
+                let sent = match ticket.template() {
+                    Some(t) => match t.frames(key, ticket.sequence, payload) {
                         Ok(frames) => {
                             debug_assert_eq!(
                                 Some(frames.envelope()),
                                 zlink_wire::encode(
-                                    &Record::ActorSend(rec.clone()),
+                                    &Record::ActorSend(ticket.record(key, None)),
                                     zlink_wire::CorrelationId::NONE,
                                     frames.payload().cloned(),
                                 )
@@ -503,11 +507,17 @@ impl SessionHost for NodeSessionHost {
                             );
                             mesh.try_send_frames(to, frames)
                         }
-                        Err(payload) => {
-                            mesh.try_send_record(to, Record::ActorSend(rec), Some(payload))
-                        }
+                        Err(payload) => mesh.try_send_record(
+                            to,
+                            Record::ActorSend(ticket.record(key, None)),
+                            Some(payload),
+                        ),
                     },
-                    None => mesh.try_send_record(to, Record::ActorSend(rec), Some(payload)),
+                    None => mesh.try_send_record(
+                        to,
+                        Record::ActorSend(ticket.record(key, None)),
+                        Some(payload),
+                    ),
                 };
                 match sent {
                     Ok(()) => RelaySent::Now(Ok(None)),
@@ -529,6 +539,7 @@ impl SessionHost for NodeSessionHost {
             }
             Some(t) => RelaySent::Later({
                 let to = to.clone();
+                let rec = ticket.record(key, deadline);
                 Box::pin(async move {
                     node.inner
                         .mesh

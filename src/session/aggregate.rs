@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use zlink_wire::{
     ActorId, ActorLocation, ActorSend, ActorSendTemplate, BindSnapshot, BindingGeneration,
-    BoundSessionReplaced, BoundSessionSend, BoundSessionTail, DispatchKey, ErrorKind,
+    BoundSessionReplaced, BoundSessionSend, BoundSessionTail, Deadline, DispatchKey, ErrorKind,
     NodeGeneration, NodeRid, ObjectGeneration, OwnerId, OwnerLeaseGeneration,
     SessionLifecycleGeneration, SessionRid, SessionSequence,
 };
@@ -189,24 +189,56 @@ pub enum BindCompletion {
     },
 }
 
-/// What a relay carries to the actor owner (24: route, fences and the bound-session tail).
+/// What a relay carries to the actor owner (24: route, fences and the bound-session tail): the
+/// binding it goes through (shared, not copied field by field) and its session sequence.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RelayTicket {
-    /// Target actor.
-    pub actor: ActorId,
-    /// Its incarnation.
-    pub object_generation: ObjectGeneration,
-    /// The stored route (never re-resolved, SB-5.10).
-    pub route: ActorLocation,
+    /// The binding: target actor, incarnation, the stored route (never re-resolved, SB-5.10)
+    /// and the registered binding generation.
+    pub binding: Arc<Binding>,
     /// Session owner lifecycle generation (scope of the binding generation, SB-4.3).
     pub lifecycle: SessionLifecycleGeneration,
-    /// The registered binding generation.
-    pub generation: BindingGeneration,
     /// The message's session sequence.
     pub sequence: SessionSequence,
-    /// The binding's one-way 24 template (`Binding`'s own), which a one-way relay completes
-    /// with its key and `sequence` instead of encoding the whole record.
-    pub(crate) template: Option<Arc<ActorSendTemplate>>,
+}
+
+impl RelayTicket {
+    /// The actor owner's node (the stored route).
+    #[must_use]
+    pub fn to(&self) -> &NodeRid {
+        &self.binding.route.node
+    }
+
+    /// The registered binding generation.
+    #[must_use]
+    pub fn generation(&self) -> BindingGeneration {
+        self.binding.generation
+    }
+
+    /// The 24 of this relay with `key` (a request relay: with its `deadline`).
+    #[must_use]
+    pub fn record(&self, key: DispatchKey, deadline: Option<Deadline>) -> ActorSend {
+        let b = &*self.binding;
+        ActorSend {
+            actor: b.actor.clone(),
+            object_generation: b.object_generation,
+            authority_owner_generation: b.route.authority_owner_generation,
+            owner_lease_generation: b.route.owner_lease_generation,
+            session_lifecycle: self.lifecycle,
+            key,
+            deadline,
+            tail: BoundSessionTail {
+                binding_generation: b.generation,
+                session_sequence: self.sequence,
+            },
+        }
+    }
+
+    /// The binding's one-way 24 template, which encodes [`Self::record`] without a deadline
+    /// from a key and [`Self::sequence`] alone (`None`: encode the record).
+    pub(crate) fn template(&self) -> Option<&ActorSendTemplate> {
+        self.binding.relay.as_deref()
+    }
 }
 
 /// One replacement relation of a closing session (SB-6.9: told apart by the replacement
@@ -547,20 +579,16 @@ impl SessionBindingAggregate {
 
     /// The ticket of a relay through `b`, with the next session sequence.
     fn ticket(
-        b: &Binding,
+        b: &Arc<Binding>,
         lifecycle: SessionLifecycleGeneration,
         next_sequence: &mut u64,
     ) -> RelayTicket {
         let sequence = SessionSequence::new(*next_sequence);
         *next_sequence += 1;
         RelayTicket {
-            actor: b.actor.clone(),
-            object_generation: b.object_generation,
-            route: b.route.clone(),
+            binding: b.clone(),
             lifecycle,
-            generation: b.generation,
             sequence,
-            template: b.relay.clone(),
         }
     }
 
@@ -875,8 +903,8 @@ mod tests {
         assert_ne!(b1.token, b2.token);
         let r1 = a.relay(&b1.actor, b1.generation).unwrap();
         let r2 = a.relay(&b2.actor, b2.generation).unwrap();
-        assert_eq!(r1.generation, b1.generation);
-        assert_eq!(r2.generation, b2.generation);
+        assert_eq!(r1.generation(), b1.generation);
+        assert_eq!(r2.generation(), b2.generation);
         assert!(r2.sequence > r1.sequence);
     }
 
@@ -892,21 +920,28 @@ mod tests {
         let r1 = a.relay(&b1.actor, b1.generation).unwrap();
         let c1 = a.relay_current(b1.actor.as_str()).unwrap().unwrap();
         assert_eq!(c1.sequence.get(), r1.sequence.get() + 1);
+        assert_eq!((&c1.binding, c1.lifecycle), (&r1.binding, r1.lifecycle));
+        let key = zlink_wire::DispatchKey::new(3);
+        let rec = c1.record(key, None);
         assert_eq!(
             (
-                c1.actor,
-                c1.object_generation,
-                c1.route,
-                c1.lifecycle,
-                c1.generation
+                &rec.actor,
+                rec.object_generation,
+                rec.tail.binding_generation
             ),
-            (
-                r1.actor,
-                r1.object_generation,
-                r1.route,
-                r1.lifecycle,
-                r1.generation
+            (&b1.actor, b1.object_generation, b1.generation)
+        );
+        assert_eq!(rec.tail.session_sequence, c1.sequence);
+        // The binding's template writes exactly that record.
+        let t = c1.template().expect("a template");
+        assert_eq!(
+            t.frames(key, c1.sequence, bytes::Bytes::from_static(b"p")),
+            zlink_wire::encode(
+                &zlink_wire::Record::ActorSend(rec),
+                zlink_wire::CorrelationId::NONE,
+                Some(bytes::Bytes::from_static(b"p"))
             )
+            .map_err(|_| bytes::Bytes::new())
         );
         // Replaced and then closed: the other binding is refused by both, with its id.
         let t0 = Instant::now();

@@ -11,10 +11,9 @@ use bytes::Bytes;
 use tokio::sync::{Notify, oneshot};
 use zlink_mesh::{ReplyHandle, SendError};
 use zlink_wire::{
-    ActorId, ActorSend, ActorSendTemplate, BindOperation, BindSnapshot, BindingGeneration,
-    BoundSessionBind, BoundSessionReplaced, BoundSessionSend, BoundSessionTail, Deadline,
-    DisconnectReason, DispatchKey, ErrorKind, NodeGeneration, NodeRid, OwnerId,
-    OwnerLeaseGeneration, SessionLifecycleGeneration, SessionRid,
+    ActorId, BindOperation, BindSnapshot, BindingGeneration, BoundSessionBind,
+    BoundSessionReplaced, BoundSessionSend, Deadline, DisconnectReason, DispatchKey, ErrorKind,
+    NodeGeneration, NodeRid, OwnerId, OwnerLeaseGeneration, SessionLifecycleGeneration, SessionRid,
 };
 
 use super::aggregate::{
@@ -59,15 +58,13 @@ pub(crate) trait SessionHost: Send + Sync + 'static {
         req: BoundSessionBind,
         timeout: Duration,
     ) -> BoxFuture<Result<BindSnapshot, Refusal>>;
-    /// A 24 to the actor owner `to`: a request when `timeout` is given (its reply payload), a
-    /// one-way send otherwise. `template`: the binding's one-way 24 template, which encodes
-    /// exactly `rec` with its key and session sequence (a one-way send to a peer uses it
-    /// instead of encoding the record).
+    /// The 24 of `ticket` with `key` to its actor owner: a request when `timeout` is given
+    /// (its reply payload), a one-way send otherwise (to a peer: from the binding's template,
+    /// [`RelayTicket::template`], when it has one).
     fn send_relay(
         &self,
-        to: &NodeRid,
-        rec: ActorSend,
-        template: Option<&ActorSendTemplate>,
+        ticket: RelayTicket,
+        key: DispatchKey,
         payload: Bytes,
         timeout: Option<Duration>,
     ) -> RelaySent;
@@ -822,26 +819,7 @@ impl SessionOwner {
         payload: Bytes,
         timeout: Option<Duration>,
     ) -> RelaySent {
-        let rec = ActorSend {
-            actor: ticket.actor,
-            object_generation: ticket.object_generation,
-            authority_owner_generation: ticket.route.authority_owner_generation,
-            owner_lease_generation: ticket.route.owner_lease_generation,
-            session_lifecycle: ticket.lifecycle,
-            key,
-            deadline: timeout.map(Deadline::from_remaining),
-            tail: BoundSessionTail {
-                binding_generation: ticket.generation,
-                session_sequence: ticket.sequence,
-            },
-        };
-        self.host.send_relay(
-            &ticket.route.node,
-            rec,
-            ticket.template.as_deref(),
-            payload,
-            timeout,
-        )
+        self.host.send_relay(ticket, key, payload, timeout)
     }
 
     pub(crate) async fn get_actor(&self, actor: ActorId) -> Result<ActorRef, SessionError> {

@@ -157,6 +157,13 @@ pub struct ActorSendTemplate {
 }
 
 impl ActorSendTemplate {
+    /// The header of every envelope of a template: a one-way 24 with a payload.
+    const HEADER: Header = Header {
+        command: Command::ActorSend,
+        flags: Flags::HAS_PAYLOAD,
+        correlation: CorrelationId::NONE,
+    };
+
     /// The template of the one-way 24s of `record`'s binding (its key, deadline and session
     /// sequence are not part of it); `None` for a request relay (a deadline).
     #[must_use]
@@ -164,11 +171,7 @@ impl ActorSendTemplate {
         if record.deadline.is_some() {
             return None;
         }
-        let header = Header {
-            command: Command::ActorSend,
-            flags: Flags::HAS_PAYLOAD,
-            correlation: CorrelationId::NONE,
-        };
+        let header = Self::HEADER;
         let mut o = Out {
             buf: [0; ENVELOPE_MAX],
             len: 0,
@@ -212,7 +215,11 @@ impl ActorSendTemplate {
         let mut envelope = Vec::with_capacity(self.head.len() + tail.len());
         envelope.extend_from_slice(&self.head);
         envelope.extend_from_slice(tail);
-        Ok(Frames::from_parts(Bytes::from(envelope), Some(payload)))
+        Ok(Frames::from_parts(
+            Self::HEADER,
+            Bytes::from(envelope),
+            Some(payload),
+        ))
     }
 
     #[inline(always)]
@@ -461,6 +468,7 @@ mod tests {
                     CorrelationId::NONE,
                     Some(payload),
                 ).unwrap();
+                prop_assert_eq!(frames.header(), crate::peek_header(frames.envelope()).unwrap());
                 prop_assert_eq!(frames, encoded);
             }
         }

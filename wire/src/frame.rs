@@ -141,14 +141,27 @@ impl Default for Limits {
 /// An encoded frame: the envelope part and the optional payload part, ready for a multipart send.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Frames {
+    /// The header written at the start of `envelope`.
+    header: Header,
     envelope: Bytes,
     payload: Option<Bytes>,
 }
 
 impl Frames {
-    /// Frames whose envelope the caller encoded (`fast`).
-    pub(crate) fn from_parts(envelope: Bytes, payload: Option<Bytes>) -> Self {
-        Self { envelope, payload }
+    /// Frames whose envelope the caller encoded (`fast`), starting with `header`.
+    pub(crate) fn from_parts(header: Header, envelope: Bytes, payload: Option<Bytes>) -> Self {
+        Self {
+            header,
+            envelope,
+            payload,
+        }
+    }
+
+    /// The header the envelope starts with (as [`peek_header`] reads it back, without
+    /// reading it).
+    #[must_use]
+    pub fn header(&self) -> Header {
+        self.header
     }
 
     /// Part 0: header + msgpack body.
@@ -249,12 +262,17 @@ pub fn encode(
     };
     // The per-message session records: the same bytes, hand-written, one allocation (`fast`).
     if let Some(envelope) = fast::envelope(&header.to_bytes(), record) {
-        return Ok(Frames { envelope, payload });
+        return Ok(Frames {
+            header,
+            envelope,
+            payload,
+        });
     }
     let mut buf = Vec::with_capacity(96);
     buf.extend_from_slice(&header.to_bytes());
     encode_body(record, &mut buf).map_err(|source| EncodeError::Body { command, source })?;
     Ok(Frames {
+        header,
         envelope: Bytes::from(buf),
         payload,
     })
@@ -530,6 +548,7 @@ mod tests {
         )
         .unwrap();
         let header = peek_header(frames.envelope()).unwrap();
+        assert_eq!(frames.header(), header);
         assert!(header.is_reply() && header.has_payload());
         assert_eq!(frames.part_count(), 2);
         let frames = encode(&Record::Ping(Ping { seq: 0 }), CorrelationId::NONE, None).unwrap();

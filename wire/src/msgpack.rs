@@ -50,7 +50,8 @@ impl<'a> Reader<'a> {
     }
 
     /// An unsigned integer in any of MessagePack's unsigned forms (not a signed one).
-    #[inline]
+    // Always inlined: a 24's body reads seven (as calls: about 20 instructions each).
+    #[inline(always)]
     pub fn uint(&mut self) -> Option<u64> {
         match self.byte()? {
             b @ 0x00..=0x7f => Some(u64::from(b)),
