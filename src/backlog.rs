@@ -126,8 +126,10 @@ impl Done {
     }
 }
 
-/// The credit of records that entered their lane, returned by [`Released::flush`] (or when
-/// dropped, e.g. with a drain task at runtime shutdown: those records did enter their lane).
+/// The credit of records that entered their lane, returned by [`Released::flush`]. The drain
+/// flushes before it waits and after each run, so it is empty whenever the drain task can be
+/// dropped; returning it on drop covers an unwinding drain (those records did enter their
+/// lane).
 #[derive(Default)]
 struct Released(Option<Done>);
 
@@ -712,6 +714,97 @@ mod tests {
         // the node gone: ignored
         drop(sink);
         Done::credit(to, client(5), 1).run();
+    }
+
+    // The drain returns a waiting record's credit only once the record entered its lane, and
+    // once: with the lane full nothing comes back; each record that enters comes back exactly
+    // once, in runs per sender.
+    #[test]
+    fn the_drain_returns_credit_only_once_records_entered_their_lane() {
+        use crate::runtime::{
+            Handled, Job, LaneClass, LaneHandle, LaneLimits, PendingSubmit, Runtime, RuntimeConfig,
+            TurnEnv, test_lane_in,
+        };
+        use std::time::Instant;
+
+        let rt = Runtime::new(RuntimeConfig {
+            limits: LaneLimits {
+                application_items: 1,
+                ..LaneLimits::default()
+            },
+            application_workers: 1,
+            infrastructure_workers: 1,
+            ..RuntimeConfig::default()
+        })
+        .unwrap();
+        let lane = test_lane_in(&rt);
+        let ran = Arc::new(AtomicUsize::new(0));
+        let (open_tx, open_rx) = tokio::sync::oneshot::channel::<()>();
+        // The first record holds the lane's only place until `open_tx` fires.
+        let first = PendingSubmit::new(
+            &lane,
+            LaneClass::Application,
+            1,
+            Job::with_lane(move |_env: TurnEnv, _lane: &LaneHandle| {
+                Handled::later(async move {
+                    let _ = open_rx.await;
+                    Ok(())
+                })
+            }),
+        );
+        assert!(first.retry().is_ok());
+        let sink = Arc::new(Returned::default());
+        let to: Weak<dyn CreditReturn> = Arc::downgrade(&sink) as Weak<Returned>;
+        let backlogs = Arc::new(Backlogs::<u64>::default());
+        const N: usize = 5;
+        for _ in 0..N {
+            let ran = ran.clone();
+            let work = Job::with_lane(move |_env: TurnEnv, _lane: &LaneHandle| {
+                ran.fetch_add(1, Ordering::SeqCst);
+                Handled::ok(())
+            });
+            let p = PendingSubmit::new(&lane, LaneClass::Application, 1, work);
+            let to = to.clone();
+            let admitted = backlogs
+                .submit(
+                    &7,
+                    p,
+                    move || Done::credit(to, client(1), 10),
+                    rt.application_handle(),
+                    RunMode::Queue,
+                )
+                .unwrap();
+            assert!(matches!(admitted, super::Admitted::Queued));
+        }
+        // The drain took the first record and waits for lane space (the record no longer
+        // counts as waiting once its submission started): nothing entered, nothing returned.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while backlogs.queued(&7) != N - 1 {
+            assert!(Instant::now() < deadline, "the drain did not start");
+            std::thread::yield_now();
+        }
+        assert!(
+            sink.take().is_empty(),
+            "credit returned before its record entered"
+        );
+        assert_eq!(ran.load(Ordering::SeqCst), 0);
+        open_tx.send(()).unwrap();
+        let mut back = Vec::new();
+        while back.iter().map(|(_, n, _)| *n as usize).sum::<usize>() < N {
+            assert!(Instant::now() < deadline, "credit not returned: {back:?}");
+            back.extend(sink.take());
+            std::thread::yield_now();
+        }
+        assert!(back.iter().all(|(o, _, _)| *o == client(1)));
+        assert_eq!(back.iter().map(|(_, _, b)| *b).sum::<u64>(), 10 * N as u64);
+        // Each returned record had entered its lane (a record's credit comes back after its
+        // submission succeeded; with one place, after the one before it ran).
+        while ran.load(Ordering::SeqCst) < N {
+            assert!(Instant::now() < deadline, "records did not run");
+            std::thread::yield_now();
+        }
+        assert!(sink.take().is_empty(), "returned once");
+        lane.remove();
     }
 
     #[test]

@@ -309,9 +309,8 @@ impl ClientShared {
     /// ringing it if the outbox was empty. False when the I/O thread is gone: nothing was
     /// queued and the record's reservation is released.
     ///
-    /// No hand-over is lost: the I/O thread takes the outbox's requests and cancels on every
-    /// pass, and its records whenever its send queue is empty (so on every pass it could send
-    /// them); the sender that finds the outbox empty (for a request: without requests and
+    /// No hand-over is lost: the I/O thread takes the outbox's requests, cancels and records
+    /// on every pass (the records behind what its send queue still holds); the sender that finds the outbox empty (for a request: without requests and
     /// cancels) rings after putting its record in; the I/O thread does not sleep with a ring
     /// pending ([`Bell`]), nor while records wait in its send queue.
     fn hand_over(&self, out: Out, request: Option<NewRequest>) -> bool {

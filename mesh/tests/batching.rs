@@ -362,7 +362,6 @@ async fn pre_encoded_one_way_records_arrive_as_the_records_they_encode() {
     )
     .unwrap();
     assert!(refused(reply), "replies answer requests");
-    assert!(rb.is_empty());
     assert_eq!(b.counters().dropped_total(), 0);
     a.shutdown().await;
     b.shutdown().await;

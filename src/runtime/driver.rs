@@ -1126,7 +1126,7 @@ impl Future for Requeue {
     }
 }
 
-/// Runs `job`, an application record started inline (`PendingSubmit::try_run_inline`), on the
+/// Runs `work`, an application record started inline (`Submission::try_run_inline`), on the
 /// calling thread to its terminal or its first wait: the application domain marker set (EG-13),
 /// the lane runtime's context entered (a handler may spawn or start timers), a panic caught as
 /// a drain catches it.
@@ -1510,6 +1510,13 @@ where
     F::Output: Send + 'static,
 {
     rt.infra.spawn(DOMAIN.scope(Domain::Infrastructure, fut))
+}
+
+/// A lane behind a gate of its own in `rt`, for unit tests of the parts around the runtime.
+#[cfg(all(test, not(feature = "loom")))]
+pub(crate) fn test_lane_in(rt: &super::Runtime) -> Arc<LaneHandle> {
+    let gate = GateInner::new(&rt.shared);
+    gate.add_lane(LaneKind::Actor, false).unwrap()
 }
 
 /// A lane behind a gate of its own, for unit tests of the runtime's parts.

@@ -47,6 +47,8 @@ pub use driver::{
     BoxFuture, CompletionEvent, Domain, Handled, LaneKind, MetricsSnapshot, current_domain,
     require_domain,
 };
+#[cfg(all(test, not(feature = "loom")))]
+pub(crate) use driver::{Job, LaneHandle, TurnEnv, test_lane_in};
 pub use error::{
     AdmissionError, ApplicationLaneFull, ErrorKind, HandlerError, InvalidOperation, LaneLimitKind,
     LifecycleLaneFull, RuntimeError, Unavailable,

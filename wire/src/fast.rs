@@ -263,7 +263,7 @@ impl IdCache {
         {
             return Some(id.clone());
         }
-        let id = ActorId::new(std::str::from_utf8(bytes).ok()?).ok()?;
+        let id = ActorId::from_bytes(bytes).ok()?;
         self.actor = Some(id.clone());
         Some(id)
     }

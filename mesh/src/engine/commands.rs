@@ -105,12 +105,7 @@ impl Engine {
                         Origin::Peer { node, generation } => ConnRef::Peer(node, Some(*generation)),
                         Origin::Client { session } => ConnRef::Client(session.get()),
                     };
-                    if self
-                        .conn_mut(from)
-                        .is_some_and(|c| c.released_n(records, bytes))
-                    {
-                        self.flush_grant(from);
-                    }
+                    self.credit_freed(from, records, bytes);
                 }
             }
             Command::Hold { release, held } => {

@@ -541,10 +541,14 @@ impl Engine {
         }
     }
 
-    /// One delivered record of `bytes` left the receive window of `from`; credit goes back in
-    /// batches (a peer's only within the generation that sent the record).
-    pub(super) fn credit_freed(&mut self, from: ConnRef<'_>, bytes: u64) {
-        if self.conn_mut(from).is_some_and(|c| c.released(bytes)) {
+    /// `records` delivered records of `bytes` bytes in total left the receive window of
+    /// `from`; credit goes back in batches (a peer's only within the generation that sent the
+    /// records).
+    pub(super) fn credit_freed(&mut self, from: ConnRef<'_>, records: u32, bytes: u64) {
+        if self
+            .conn_mut(from)
+            .is_some_and(|c| c.released_n(records, bytes))
+        {
             self.flush_grant(from);
         }
     }
@@ -584,7 +588,7 @@ impl Engine {
                 Held::Record(owner, bytes, inb) => match self.up.inbound.try_push(inb) {
                     Ok(()) => {
                         self.shared.counters.delivered(1);
-                        self.credit_freed(owner.conn_ref(), bytes);
+                        self.credit_freed(owner.conn_ref(), 1, bytes);
                     }
                     Err(inb) => {
                         self.up.held.push_front(Held::Record(owner, bytes, inb));
