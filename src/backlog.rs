@@ -3,9 +3,12 @@
 //! A submitter that must never block — the mesh I/O thread delivering records straight into
 //! lanes — tries each record without waiting. When the target's lane is full, the record (a
 //! [`PendingSubmit`]) waits in that target's backlog, behind which every later record for the
-//! same target queues (FIFO per target), and one drain task per backlog waits for lane space
-//! and submits them in order. Other targets are not affected: a full lane holds only what is
-//! addressed to it.
+//! same target queues (FIFO per target). No task waits for the lane: the backlog arms a space
+//! waiter on the full lane (`LaneHandle::wait_for_space`), and the thread that ends a turn of
+//! that lane with room (its lane worker, or an inline finish) refills the lane from the backlog
+//! right there, in order, until the lane is full again ([`Backlogs::refill`]; the protocol and
+//! why it strands nothing: `docs/RUNTIME.md`, "Backlog refill"). Other targets are not
+//! affected: a full lane holds only what is addressed to it.
 //!
 //! Bounds: the caller checks [`Backlogs::queued`] against its own limit before it prepares a
 //! record (refusing over it), and a record that waits keeps its sender's receive-window credit
@@ -13,18 +16,20 @@
 //! bounded by its window. Counted: records that waited, targets that had a backlog, records
 //! refused over the limit (`BacklogStats`).
 //!
-//! The drain moves records in runs: it takes everything queued for its target under one lock
+//! The refill moves records in runs: it takes everything queued for its target under one lock
 //! (the target still counts them as waiting, and later records queue behind them), submits them
 //! in order, and returns the credit of a run of records of one sender that entered the lane as
-//! one release ([`Done::absorb`]) — before it waits for lane space and at the end of each run,
-//! never before a record entered its lane.
+//! one release ([`Done::absorb`]) — before it stops and at the end of each run, never before a
+//! record entered its lane.
 
 use std::collections::VecDeque;
 use std::hash::Hash;
 
 use crate::hashing::SeededMap;
+use crate::runtime::gate::SpaceWaiter;
 use crate::runtime::{
-    BoxFuture, BudgetStart, Clock, PendingSubmit, RuntimeError, Submission, TrySubmitError,
+    BoxFuture, BudgetStart, Clock, LaneHandle, PendingSubmit, RuntimeError, Submission,
+    TrySubmitError,
 };
 use crate::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use crate::sync::{Mutex, MutexGuard};
@@ -126,10 +131,9 @@ impl Done {
     }
 }
 
-/// The credit of records that entered their lane, returned by [`Released::flush`]. The drain
-/// flushes before it waits and after each run, so it is empty whenever the drain task can be
-/// dropped; returning it on drop covers an unwinding drain (those records did enter their
-/// lane).
+/// The credit of records that entered their lane, returned by [`Released::flush`]. The refill
+/// flushes before it stops; returning it on drop covers an unwinding refill (those records did
+/// enter their lane).
 #[derive(Default)]
 struct Released(Option<Done>);
 
@@ -186,7 +190,7 @@ pub(crate) enum Admitted {
 /// ([`crate::runtime::PendingSubmit::try_run_inline`]; `docs/RUNTIME.md`, "Inline delivery").
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum RunMode {
-    /// Always through the lane (a drain task runs it).
+    /// Always through the lane (a lane drain runs it).
     Queue,
     /// On the submitting thread when the lane is idle, its gate free and nothing waits for the
     /// target (neither in its lane nor in its backlog); else through the lane.
@@ -265,24 +269,37 @@ pub(crate) struct Intake<R> {
 /// Records waiting for one target, in order.
 type Queue = VecDeque<(PendingSubmit, Done)>;
 
-/// Spare queue buffers a [`Backlogs`] keeps: two per backlog (its queue and its drain's run).
+/// Spare queue buffers a [`Backlogs`] keeps: for one backlog its queue, the records its refill
+/// handed back, and the refill's run, and one more.
 const SPARE_BUFFERS: usize = 4;
 
 /// The capacity, in records, a spare queue buffer keeps at most.
 const SPARE_CAPACITY: usize = 1024;
 
-/// What waits for one target: the records its drain has not taken yet, and how many it took
-/// and has not started to submit yet (they still count as waiting, [`Backlogs::queued`]).
-struct Waiting {
+/// What waits for one target: the records its refiller has not taken yet (the ones it handed
+/// back first), and how many it took and has not submitted yet (they still count as waiting,
+/// [`Backlogs::queued`]).
+struct Waiting<K> {
+    /// Records a refiller took and handed back when their lane was full: they go first.
+    front: Queue,
+    /// Records queued behind.
     queue: Queue,
+    /// Records of the run a refiller is submitting now.
     taken: Arc<AtomicUsize>,
+    /// A refiller is at work (one at a time: the FIFO).
+    refilling: bool,
+    /// A turn of the lane ended with room while the refiller was at work: it tries again
+    /// before it stops.
+    again: bool,
+    /// What this backlog arms on a full lane.
+    waiter: Arc<Refill<K>>,
 }
 
 /// The backlogs of one kind of target (actors of a node, sessions of a node), keyed by `K`.
 pub(crate) struct Backlogs<K> {
     /// Targets with a backlog: zero on the fast path, which then skips the map.
     open: AtomicUsize,
-    map: Mutex<SeededMap<K, Waiting>>,
+    map: Mutex<SeededMap<K, Waiting<K>>>,
     /// Empty queue buffers of ended backlog episodes, kept for the next ones (at most
     /// [`SPARE_BUFFERS`], each at most [`SPARE_CAPACITY`] records): a flood that opens a
     /// backlog again and again does not grow its buffers from nothing each time.
@@ -354,28 +371,27 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-impl<K: Hash + Eq + Clone + Send + 'static> Backlogs<K> {
+impl<K: Hash + Eq + Clone + Send + Sync + 'static> Backlogs<K> {
     /// Records waiting for `key`.
     pub(crate) fn queued(&self, key: &K) -> usize {
         if self.open.load(Ordering::Acquire) == 0 {
             return 0;
         }
-        lock(&self.map)
-            .get(key)
-            .map_or(0, |w| w.queue.len() + w.taken.load(Ordering::Relaxed))
+        lock(&self.map).get(key).map_or(0, |w| {
+            w.front.len() + w.queue.len() + w.taken.load(Ordering::Relaxed)
+        })
     }
 
     /// Submits `pending` for `key` without waiting: into its lane at once when nothing waits
-    /// for `key` and the lane has space, else behind what waits (a drain task on `rt` waits
-    /// for space). A queued record keeps `done()` (made only then) and runs it once it left
-    /// the backlog. A lane that refuses for good (ended, shut down) drops the record and
-    /// returns the error.
+    /// for `key` and the lane has space, else behind what waits (refilled into the lane when a
+    /// turn of the lane ends with room, [`Backlogs::refill`]). A queued record keeps `done()`
+    /// (made only then) and runs it once it left the backlog. A lane that refuses for good
+    /// (ended, shut down) drops the record and returns the error.
     pub(crate) fn submit(
         self: &Arc<Self>,
         key: &K,
         pending: impl Submission,
         done: impl FnOnce() -> Done,
-        rt: &tokio::runtime::Handle,
         mode: RunMode,
     ) -> Result<Admitted, RuntimeError> {
         if self.open.load(Ordering::Acquire) != 0 {
@@ -401,70 +417,109 @@ impl<K: Hash + Eq + Clone + Send + 'static> Backlogs<K> {
             Err(TrySubmitError::Refused(e)) => return Err(e),
             Err(TrySubmitError::Full(p)) => p,
         };
-        {
+        let lane = {
             let mut map = lock(&self.map);
+            self.waited.fetch_add(1, Ordering::Relaxed);
+            self.waiting_now.fetch_add(1, Ordering::Relaxed);
             if let Some(w) = map.get_mut(key) {
-                // Another submitter opened it meanwhile.
+                // Another submitter opened it meanwhile: its refiller, or the waiter armed on
+                // the full lane, takes this record too.
                 w.queue.push_back((pending, done()));
-            } else {
-                let mut w = Waiting {
-                    queue: self.buffer(),
-                    taken: Arc::default(),
-                };
-                w.queue.push_back((pending, done()));
-                map.insert(key.clone(), w);
-                self.open.fetch_add(1, Ordering::AcqRel);
-                self.opened.fetch_add(1, Ordering::Relaxed);
-                let this = self.clone();
-                let key = key.clone();
-                rt.spawn(async move { this.drain(key).await });
+                return Ok(Admitted::Queued);
             }
-        }
-        self.waited.fetch_add(1, Ordering::Relaxed);
-        self.waiting_now.fetch_add(1, Ordering::Relaxed);
+            // A new backlog episode; this submitter is its refiller until it armed a waiter on
+            // the full lane and found the lane still full after arming.
+            let waiter = Arc::new(Refill {
+                backlogs: Arc::downgrade(self),
+                key: key.clone(),
+            });
+            let lane = pending.lane().clone();
+            lane.wait_for_space(waiter.clone());
+            let mut w = Waiting {
+                front: Queue::new(),
+                queue: self.buffer(),
+                taken: Arc::default(),
+                refilling: true,
+                again: false,
+                waiter,
+            };
+            w.queue.push_back((pending, done()));
+            map.insert(key.clone(), w);
+            self.open.fetch_add(1, Ordering::AcqRel);
+            self.opened.fetch_add(1, Ordering::Relaxed);
+            lane
+        };
+        // Armed before this retry: a turn that frees room after it finds the waiter armed.
+        self.refill_owned(key, Some(lane));
         Ok(Admitted::Queued)
     }
 
-    /// The backlog's drain task: submits its records in order, each after waiting for space.
-    /// It takes all that waits under one lock (a run; the records stay counted for the target,
-    /// and later ones queue behind them) and submits the run without the map's lock. The
-    /// target's entry stays in the map while a record is in flight (later records queue behind
-    /// it) and is removed under the map's lock once empty, so a record submitted after that
-    /// goes to its lane directly, behind everything that waited. The credit of the records
-    /// that entered the lane goes back per sender and run ([`Released`]): before the drain
-    /// waits for space and after each run.
-    async fn drain(self: Arc<Self>, key: K) {
+    /// A turn of a lane that `key`'s records wait for ended with room (its armed [`Refill`]):
+    /// moves them into their lane in order, on this thread. One refiller at a time per key (the
+    /// FIFO): a call while another refills only tells it to look again before it stops.
+    fn refill(self: &Arc<Self>, key: &K) {
+        {
+            let mut map = lock(&self.map);
+            let Some(w) = map.get_mut(key) else {
+                // a waiter of an ended episode
+                return;
+            };
+            if w.refilling {
+                w.again = true;
+                return;
+            }
+            w.refilling = true;
+        }
+        self.refill_owned(key, None);
+    }
+
+    /// The refiller of `key` (its entry's `refilling` is set by the caller): submits what waits,
+    /// in order, without waiting. It takes a run of records under the map's lock (they still
+    /// count as waiting, later records queue behind them) and submits it without the lock. A
+    /// record the lane refuses as full goes back to the front with the rest of its run, and the
+    /// refiller stops only once it armed a waiter on that lane ([`LaneHandle::wait_for_space`])
+    /// *before* a try that found the lane full, and no turn told it of room since (`again`):
+    /// the next turn of the lane that ends with room refills it then. Empty, the entry leaves
+    /// the map under the map's lock, so a record submitted after that goes to its lane
+    /// directly, behind everything that waited. The credit of the records that entered the lane
+    /// goes back per sender and run ([`Released`]) before the refiller stops.
+    /// `armed_on`: the lane the entry's waiter is armed on, not told since.
+    fn refill_owned(self: &Arc<Self>, key: &K, mut armed_on: Option<Arc<LaneHandle>>) {
+        // The empty buffer a run is swapped in for: no allocation per run.
         let mut run = self.buffer();
         let mut released = Released::default();
-        let mut taken: Option<Arc<AtomicUsize>> = None;
+        let mut map = lock(&self.map);
         loop {
-            let taken = {
-                let mut map = lock(&self.map);
-                let w = map.get_mut(&key).expect("open backlog");
+            let w = map.get_mut(key).expect("refilling backlog");
+            if std::mem::take(&mut w.again) {
+                // A turn took the armed waiter: this try sees the room it freed.
+                armed_on = None;
+            }
+            if w.front.is_empty() {
                 if w.queue.is_empty() {
-                    let w = map.remove(&key).expect("open backlog");
+                    let w = map.remove(key).expect("refilling backlog");
                     self.open.fetch_sub(1, Ordering::AcqRel);
                     drop(map);
                     self.keep(w.queue);
+                    self.keep(w.front);
                     self.keep(run);
+                    released.flush();
                     return;
                 }
-                // The empty buffer of the last run goes back: no allocation per run.
                 std::mem::swap(&mut w.queue, &mut run);
-                w.taken.store(run.len(), Ordering::Relaxed);
-                &*taken.get_or_insert_with(|| w.taken.clone())
-            };
+            } else {
+                std::mem::swap(&mut w.front, &mut run);
+            }
+            w.taken.store(run.len(), Ordering::Relaxed);
+            let taken = w.taken.clone();
+            drop(map);
+            let mut stuck = None;
             while let Some((pending, done)) = run.pop_front() {
-                // In flight: no longer counted as waiting for the target (as a record popped
-                // from the queue).
-                taken.fetch_sub(1, Ordering::Relaxed);
-                // Lane space comes back in batches (a woken drain usually finds room for
-                // several records): try first, wait only when still full.
                 let submitted = match pending.retry() {
                     Ok(()) => Ok(()),
                     Err(TrySubmitError::Full(p)) => {
-                        released.flush();
-                        p.wait().await
+                        stuck = Some((p, done));
+                        break;
                     }
                     Err(TrySubmitError::Refused(e)) => Err(e),
                 };
@@ -472,10 +527,52 @@ impl<K: Hash + Eq + Clone + Send + 'static> Backlogs<K> {
                     // Dropped unrun (its request, if any, was answered by the drop).
                     tracing::debug!(error = %e, "a waiting record was refused by its lane");
                 }
+                // Left the backlog: no longer counted as waiting for the target.
+                taken.fetch_sub(1, Ordering::Relaxed);
                 self.waiting_now.fetch_sub(1, Ordering::Relaxed);
                 released.add(done);
             }
+            map = lock(&self.map);
+            let Some((pending, done)) = stuck else {
+                continue;
+            };
+            let lane = pending.lane().clone();
+            run.push_front((pending, done));
+            let w = map.get_mut(key).expect("refilling backlog");
+            // Back at the front, in order (before the records queued meanwhile).
+            debug_assert!(w.front.is_empty());
+            std::mem::swap(&mut w.front, &mut run);
+            w.taken.store(0, Ordering::Relaxed);
+            if std::mem::take(&mut w.again) {
+                armed_on = None;
+                continue;
+            }
+            if !armed_on.as_ref().is_some_and(|a| Arc::ptr_eq(a, &lane)) {
+                lane.wait_for_space(w.waiter.clone());
+                armed_on = Some(lane);
+                // Try once more after arming: room freed before the arming is seen now.
+                continue;
+            }
+            w.refilling = false;
+            drop(map);
+            self.keep(run);
             released.flush();
+            return;
+        }
+    }
+}
+
+/// The waiter a backlog arms on the full lane its first record waits for: the turn that ends
+/// with room on that lane refills it ([`Backlogs::refill`]).
+struct Refill<K> {
+    backlogs: Weak<Backlogs<K>>,
+    key: K,
+}
+
+impl<K: Hash + Eq + Clone + Send + Sync + 'static> SpaceWaiter for Refill<K> {
+    fn on_space(&self) {
+        if let Some(b) = self.backlogs.upgrade() {
+            b.refill(&self.key);
         }
     }
 }
@@ -702,7 +799,7 @@ mod tests {
             sink.take().is_empty() && other.take().is_empty(),
             "returned once"
         );
-        // dropped with credit of records that entered their lane (a drain task dropped at
+        // dropped with credit of records that entered their lane (a refill unwound, or dropped at
         // shutdown): returned
         let mut run = Released::default();
         run.add(Done::credit(to.clone(), client(3), 1));
@@ -716,12 +813,12 @@ mod tests {
         Done::credit(to, client(5), 1).run();
     }
 
-    // The drain returns a waiting record's credit only once the record entered its lane, and
+    // The refill returns a waiting record's credit only once the record entered its lane, and
     // once: with the lane full nothing comes back; each record that enters comes back exactly
-    // once, in runs per sender.
+    // once, in runs per sender. No task drains the backlog: the lane's turns refill it.
     #[cfg(not(feature = "loom"))]
     #[test]
-    fn the_drain_returns_credit_only_once_records_entered_their_lane() {
+    fn the_refill_returns_credit_only_once_records_entered_their_lane() {
         use crate::runtime::{
             Handled, Job, LaneClass, LaneHandle, LaneLimits, PendingSubmit, Runtime, RuntimeConfig,
             TurnEnv, test_lane_in,
@@ -771,19 +868,15 @@ mod tests {
                     &7,
                     p,
                     move || Done::credit(to, client(1), 10),
-                    rt.application_handle(),
                     RunMode::Queue,
                 )
                 .unwrap();
             assert!(matches!(admitted, super::Admitted::Queued));
         }
-        // The drain took the first record and waits for lane space (the record no longer
-        // counts as waiting once its submission started): nothing entered, nothing returned.
+        // All wait (the lane is full; a waiter is armed on it): nothing entered, nothing
+        // returned.
         let deadline = Instant::now() + Duration::from_secs(20);
-        while backlogs.queued(&7) != N - 1 {
-            assert!(Instant::now() < deadline, "the drain did not start");
-            std::thread::yield_now();
-        }
+        assert_eq!(backlogs.queued(&7), N);
         assert!(
             sink.take().is_empty(),
             "credit returned before its record entered"
@@ -794,6 +887,14 @@ mod tests {
         while back.iter().map(|(_, n, _)| *n as usize).sum::<usize>() < N {
             assert!(Instant::now() < deadline, "credit not returned: {back:?}");
             back.extend(sink.take());
+            // With one place, record k enters once record k - 1 ran: credit of k records back
+            // means at least k - 1 ran (credit returned when a record is taken from the backlog
+            // would come back for all of them at once).
+            let returned: usize = back.iter().map(|(_, n, _)| *n as usize).sum();
+            assert!(
+                returned <= ran.load(Ordering::SeqCst) + 1,
+                "credit of {returned} records back before they entered"
+            );
             std::thread::yield_now();
         }
         assert!(back.iter().all(|(o, _, _)| *o == client(1)));

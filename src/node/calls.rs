@@ -203,7 +203,7 @@ impl Node {
             Some(r) => r(),
             None => Done::nothing(),
         };
-        match backlogs.submit(&call.actor_id, pending, done, &self.inner.rt, mode) {
+        match backlogs.submit(&call.actor_id, pending, done, mode) {
             Ok(a) => (a, None),
             // The dropped work answered a request already.
             Err(e) => (Admitted::Now, Some(mailbox.error_of(e))),

@@ -516,6 +516,11 @@ impl<W, L: Clone> GateCore<W, L> {
         self.lane_ref(lane).map(|s| s.data.clone())
     }
 
+    /// The driver data of `lane`, borrowed (nothing cloned).
+    pub fn lane_data_ref(&self, lane: LaneId) -> Option<&L> {
+        self.lane_ref(lane).map(|s| &s.data)
+    }
+
     /// Remove a lane (the object ended or moved): its driver data and queued work are returned
     /// (to be dropped outside the caller's lock), its counters and debt are dropped (EG-7.5). A
     /// yielded record of it can no longer resume. The slot is reused with a new generation, so

@@ -29,7 +29,7 @@ use crate::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use super::config::RuntimeConfig;
 use super::core::{LaneClass, LaneId, Queued, ResumeRefused, SubmitRefusal, Turn};
 use super::error::{HandlerError, InvalidOperation, RuntimeError, Unavailable};
-use super::gate::{Fence, GateShared};
+use super::gate::{Fence, GateShared, SpaceSlot, SpaceWaiter};
 use super::park::ParkWord;
 use super::status::StatusBus;
 
@@ -237,6 +237,7 @@ impl GateInner {
             object: self.rt.next_object.fetch_add(1, Ordering::Relaxed),
             ending: AtomicBool::new(false),
             actor_refs: AtomicUsize::new(0),
+            space: SpaceSlot::new(),
         });
         self.rt.metrics.lanes_live.fetch_add(1, Ordering::Relaxed);
         let got = core
@@ -254,6 +255,10 @@ impl GateInner {
         drop(ended.items);
         for (_, h) in &ended.lanes {
             cancel_parked(h, None);
+        }
+        // waiters for space find the lanes ended (and drop what they kept for them)
+        for (_, h) in &ended.lanes {
+            h.space_changed();
         }
         drop(ended.lanes);
     }
@@ -365,6 +370,8 @@ pub(crate) struct LaneHandle {
     /// lane that may yield): it resumes a parked record, or wakes the drain polling it.
     wake: OnceLock<(Arc<LaneWake>, Waker)>,
     pub slot: Slot,
+    /// Waiters told when a turn of this lane ends with room ([`LaneHandle::wait_for_space`]).
+    space: SpaceSlot<Arc<dyn SpaceWaiter>>,
 }
 
 impl Drop for LaneHandle {
@@ -387,6 +394,34 @@ impl LaneHandle {
             cancel_parked(self, None);
         }
         drop(removed);
+        // waiters for space find the lane ended (and drop what they kept for it)
+        self.space_changed();
+    }
+
+    /// Arms `waiter` to be told ([`SpaceWaiter::on_space`]) when a turn of this lane ends with
+    /// room (at most half of each count limit reserved, as for [`LaneHandle::submit_wait`]) or
+    /// the lane is removed: on the thread that ended the turn, once. The caller found the lane
+    /// full and must try it again after arming (the turn that freed the room may have ended
+    /// before the arming: `gate::SpaceSlot`).
+    pub fn wait_for_space(&self, waiter: Arc<dyn SpaceWaiter>) {
+        self.space.arm(waiter, |a, b| {
+            std::ptr::addr_eq(Arc::as_ptr(a), Arc::as_ptr(b))
+        });
+    }
+
+    /// A turn of this lane ended with room (no runtime lock held): tell the armed waiters.
+    #[inline]
+    fn space_changed(&self) {
+        if self.space.is_armed() {
+            self.tell_space();
+        }
+    }
+
+    #[inline(never)]
+    fn tell_space(&self) {
+        for w in self.space.take() {
+            w.on_space();
+        }
     }
 
     fn lane_wake(self: &Arc<Self>) -> &(Arc<LaneWake>, Waker) {
@@ -483,6 +518,9 @@ impl LaneHandle {
         let (room, next) = self.gate.gate.finish_inline(self.lane, turn.invocation);
         if room || next.is_none() {
             self.gate.notify_space();
+        }
+        if room {
+            self.space_changed();
         }
         if let Some(f) = next {
             self.gate.kick(f);
@@ -1322,7 +1360,24 @@ async fn drain(gate: Arc<GateInner>, mut fence: Fence, mut first: Option<InFligh
                 // the previous batch is exhausted, or was ended by an input: either way it is over
                 g.end_batch(&mut core);
                 let room = match finished.take() {
-                    Some((lane, inv)) => core.handle_turn_finished(lane, inv).unwrap_or(false),
+                    Some((lane, inv)) => {
+                        let room = core.handle_turn_finished(lane, inv).unwrap_or(false);
+                        // A waiter for the lane's space (a backlog) refills it here, on this
+                        // thread, before the next lane decision: its records join this turn's
+                        // batch, no task is woken.
+                        let waiting = room
+                            .then(|| core.lane_data_ref(lane))
+                            .flatten()
+                            .filter(|l| l.space.is_armed())
+                            .cloned();
+                        if let Some(l) = waiting {
+                            drop(core);
+                            l.tell_space();
+                            core = g.lock_unquiesced();
+                            g.end_batch(&mut core);
+                        }
+                        room
+                    }
                     None => false,
                 };
                 let turn = g.poll_turn_batch(&mut core, BATCH_EXTRA, &mut spare);
@@ -1439,15 +1494,24 @@ async fn drain(gate: Arc<GateInner>, mut fence: Fence, mut first: Option<InFligh
         }
         // EG-9 / EG-7.4: budget checked at the handler boundary, never pre-empting a handler.
         if clock.budget_spent(&start, budget) {
+            let mut waiting: Option<Arc<LaneHandle>> = None;
             {
                 let g = &gate.gate;
                 let mut core = g.lock_unquiesced();
                 g.end_batch(&mut core);
                 if let Some((lane, inv)) = finished.take() {
-                    let _ = core.handle_turn_finished(lane, inv);
+                    let room = core.handle_turn_finished(lane, inv).unwrap_or(false);
+                    waiting = room
+                        .then(|| core.lane_data_ref(lane))
+                        .flatten()
+                        .filter(|l| l.space.is_armed())
+                        .cloned();
                 }
             }
             gate.notify_space();
+            if let Some(l) = waiting.take() {
+                l.tell_space();
+            }
             gate.gate.word.release();
             tokio::task::yield_now().await;
             if !gate.gate.lock_unquiesced().has_ready() {

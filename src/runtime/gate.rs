@@ -29,7 +29,7 @@
 
 use std::collections::VecDeque;
 
-use crate::sync::atomic::{AtomicU64, Ordering};
+use crate::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use crate::sync::{Mutex, MutexGuard};
 
 use super::config::LaneLimits;
@@ -319,6 +319,66 @@ impl<W, L: Clone> GateShared<W, L> {
             None
         };
         (room, next)
+    }
+}
+
+/// Told that a lane may have room again: a submitter that must never wait and keeps what did not
+/// fit (a backlog) arms one on the full lane ([`SpaceSlot::arm`]) instead of parking a task on
+/// the lane's space notification. The runtime knows nothing else about it.
+pub trait SpaceWaiter: Send + Sync {
+    /// The lane it was armed on had a turn end with room (or was removed): called once per
+    /// arming, on the thread that ended the turn (a lane worker holding the gate's right, or an
+    /// inline submitter), with no lock of the runtime held. It may submit to that lane.
+    fn on_space(&self);
+}
+
+/// The space waiters armed on one lane. Protocol (modelled by `loom_space_refill_strands_nothing`
+/// below): the waiter side finds the lane full under the core lock, arms, then tries the lane
+/// again (a submission, under the core lock); the turn side frees the lane's room under the core
+/// lock, then takes what is armed ([`SpaceSlot::take`]) after unlocking. Either the waiter's
+/// retry comes after the freeing (it sees the room), or the turn side's take comes after the
+/// arming (the arming precedes the retry, which precedes the freeing in the lock's order): no
+/// waiter is left armed on a lane whose room it did not see.
+pub struct SpaceSlot<H> {
+    armed: AtomicBool,
+    waiters: Mutex<Vec<H>>,
+}
+
+impl<H> SpaceSlot<H> {
+    /// Nothing armed.
+    pub fn new() -> Self {
+        SpaceSlot {
+            armed: AtomicBool::new(false),
+            waiters: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Arms `waiter` (once: a waiter `same` as one armed already is not added again).
+    pub fn arm(&self, waiter: H, same: impl Fn(&H, &H) -> bool) {
+        let mut w = self.waiters.lock().unwrap();
+        if !w.iter().any(|x| same(x, &waiter)) {
+            w.push(waiter);
+        }
+        self.armed.store(true, Ordering::Release);
+    }
+
+    /// Whether a waiter is armed (one load; the turn side reads it after its unlock).
+    #[inline]
+    pub fn is_armed(&self) -> bool {
+        self.armed.load(Ordering::Acquire)
+    }
+
+    /// Takes every armed waiter (they are called by the caller, outside every lock).
+    pub fn take(&self) -> Vec<H> {
+        let mut w = self.waiters.lock().unwrap();
+        self.armed.store(false, Ordering::Release);
+        std::mem::take(&mut *w)
+    }
+}
+
+impl<H> Default for SpaceSlot<H> {
+    fn default() -> Self {
+        Self::new()
     }
 }
 
@@ -826,6 +886,210 @@ mod loom_tests {
             assert_quiescent(&p);
             let s = p.gate.lock().lane_stats(a).unwrap();
             assert!(!s.claimed && s.application_reserved_items == 0);
+        });
+    }
+
+    /// A backlog in front of a one-place lane, as `crate::backlog::Backlogs` keeps one target's
+    /// records (one record per run here): its refiller protocol against the lane's turns.
+    struct Refilled {
+        gate: GateShared<u32, ()>,
+        lane: LaneId,
+        space: SpaceSlot<()>,
+        backlog: Mutex<Waiting>,
+        entered: Mutex<Vec<u32>>,
+        ran: Mutex<Vec<u32>>,
+    }
+
+    #[derive(Default)]
+    struct Waiting {
+        open: bool,
+        queue: std::collections::VecDeque<u32>,
+        refilling: bool,
+        again: bool,
+        queued: Vec<u32>,
+    }
+
+    /// Admits `v`; a free right is taken and drained on this thread.
+    fn enter(m: &Refilled, v: u32) -> Result<(), u32> {
+        {
+            let mut core = m.gate.lock();
+            core.handle_submit(m.lane, LaneClass::Application, 0, v)
+                .map_err(|r| r.item)?;
+            // in admission order
+            m.entered.lock().unwrap().push(v);
+        }
+        if let Some(f) = m.gate.word.try_acquire_after_submit() {
+            drain_refilled(m, f);
+        }
+        Ok(())
+    }
+
+    /// The lane worker (`driver::drain`): after a turn that ends with room, the armed waiters
+    /// are told on this thread, outside the core lock, before the next lane decision.
+    fn drain_refilled(m: &Refilled, _fence: Fence) {
+        loop {
+            loop {
+                let turn = m.gate.lock().poll_turn();
+                let Some(Turn::Run {
+                    lane,
+                    invocation,
+                    item,
+                    ..
+                }) = turn
+                else {
+                    break;
+                };
+                m.ran.lock().unwrap().push(item);
+                let room = m
+                    .gate
+                    .lock()
+                    .handle_turn_finished(lane, invocation)
+                    .unwrap();
+                if room && m.space.is_armed() {
+                    for () in m.space.take() {
+                        refill(m);
+                    }
+                }
+            }
+            match m.gate.release_and_recheck() {
+                Some(_) => continue,
+                None => return,
+            }
+        }
+    }
+
+    /// `Backlogs::submit`: behind what waits, else into the lane, else a new backlog whose
+    /// refiller this submitter is (armed before its retry).
+    fn submit_refilled(m: &Refilled, v: u32) {
+        {
+            let mut b = m.backlog.lock().unwrap();
+            if b.open {
+                b.queue.push_back(v);
+                b.queued.push(v);
+                return;
+            }
+        }
+        let Err(v) = enter(m, v) else { return };
+        {
+            let mut b = m.backlog.lock().unwrap();
+            b.queue.push_back(v);
+            b.queued.push(v);
+            if b.open {
+                return;
+            }
+            b.open = true;
+            b.refilling = true;
+            m.space.arm((), |_, _| true);
+        }
+        refill_owned(m, true);
+    }
+
+    /// The armed waiter told of room (`Backlogs::refill`).
+    fn refill(m: &Refilled) {
+        {
+            let mut b = m.backlog.lock().unwrap();
+            if !b.open {
+                return;
+            }
+            if b.refilling {
+                b.again = true;
+                return;
+            }
+            b.refilling = true;
+        }
+        refill_owned(m, false);
+    }
+
+    /// `Backlogs::refill_owned`.
+    fn refill_owned(m: &Refilled, mut armed: bool) {
+        loop {
+            let v = {
+                let mut b = m.backlog.lock().unwrap();
+                if std::mem::take(&mut b.again) {
+                    armed = false;
+                }
+                let Some(v) = b.queue.pop_front() else {
+                    b.open = false;
+                    b.refilling = false;
+                    return;
+                };
+                v
+            };
+            let Err(v) = enter(m, v) else { continue };
+            let mut b = m.backlog.lock().unwrap();
+            b.queue.push_front(v);
+            if std::mem::take(&mut b.again) {
+                armed = false;
+                continue;
+            }
+            if !armed {
+                m.space.arm((), |_, _| true);
+                armed = true;
+                continue;
+            }
+            b.refilling = false;
+            return;
+        }
+    }
+
+    // The backlog's refill on the thread that ends a turn (`crate::backlog`): a submitter finds
+    // the one-place lane full and opens a backlog (armed, then retried) while the lane's last
+    // turn ends and tells what is armed, and a second submitter queues behind or enters:
+    // every record enters its lane exactly once, those that waited in the order they queued,
+    // nothing is stranded in the backlog or the lane, the right is free at the end. Checked to
+    // fail when the refiller stops without its retry after arming, when the turn side reads
+    // the armed waiters before it frees the room, and when a turn that finds the refiller at
+    // work does not make it look again.
+    #[test]
+    fn loom_space_refill_strands_nothing() {
+        loom::model(|| {
+            let gate = GateShared::new(LaneLimits {
+                application_items: 1,
+                ..LaneLimits::default()
+            });
+            let lane = gate.lock().add_lane(()).unwrap();
+            let m = Arc::new(Refilled {
+                gate,
+                lane,
+                space: SpaceSlot::new(),
+                backlog: Mutex::new(Waiting::default()),
+                entered: Mutex::new(Vec::new()),
+                ran: Mutex::new(Vec::new()),
+            });
+            // record 1 holds the lane's place and runs on the worker
+            let fence = {
+                m.gate
+                    .lock()
+                    .handle_submit(lane, LaneClass::Application, 0, 1)
+                    .ok()
+                    .unwrap();
+                m.entered.lock().unwrap().push(1);
+                m.gate.word.try_acquire().unwrap()
+            };
+            let m1 = m.clone();
+            let worker = loom::thread::spawn(move || drain_refilled(&m1, fence));
+            let m2 = m.clone();
+            let second = loom::thread::spawn(move || submit_refilled(&m2, 3));
+            submit_refilled(&m, 2);
+            worker.join().unwrap();
+            second.join().unwrap();
+            let entered = m.entered.lock().unwrap().clone();
+            let mut sorted = entered.clone();
+            sorted.sort_unstable();
+            assert_eq!(sorted, [1, 2, 3], "stranded or entered twice: {entered:?}");
+            assert_eq!(*m.ran.lock().unwrap(), entered, "ran out of lane order");
+            let b = m.backlog.lock().unwrap();
+            assert!(
+                !b.open && b.queue.is_empty() && !b.refilling,
+                "backlog left"
+            );
+            let waited: Vec<u32> = entered
+                .iter()
+                .copied()
+                .filter(|v| b.queued.contains(v))
+                .collect();
+            assert_eq!(waited, b.queued, "a waiting record was overtaken");
+            assert!(!m.gate.word.is_held(), "right leaked");
         });
     }
 }

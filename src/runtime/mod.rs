@@ -43,12 +43,13 @@ pub use context::{
 };
 pub use core::{LaneClass, LaneDecision, LaneStats};
 pub use depth::{LaneDepths, LaneDepthsByKind};
+pub(crate) use driver::LaneHandle;
 pub use driver::{
     BoxFuture, CompletionEvent, Domain, Handled, LaneKind, MetricsSnapshot, current_domain,
     require_domain,
 };
 #[cfg(all(test, not(feature = "loom")))]
-pub(crate) use driver::{Job, LaneHandle, TurnEnv, test_lane_in};
+pub(crate) use driver::{Job, TurnEnv, test_lane_in};
 pub use error::{
     AdmissionError, ApplicationLaneFull, ErrorKind, HandlerError, InvalidOperation, LaneLimitKind,
     LifecycleLaneFull, RuntimeError, Unavailable,

@@ -93,6 +93,11 @@ impl PendingSubmit {
         Ok(())
     }
 
+    /// The lane it is for.
+    pub(crate) fn lane(&self) -> &Arc<LaneHandle> {
+        &self.lane
+    }
+
     /// Waits for lane space and submits (backpressure; the record never runs inline).
     pub async fn wait(self) -> Result<(), RuntimeError> {
         self.lane

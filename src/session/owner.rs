@@ -461,7 +461,7 @@ impl SessionOwner {
         });
         if self
             .backlogs
-            .submit(&rid, job, Done::nothing, &self.rt, RunMode::Queue)
+            .submit(&rid, job, Done::nothing, RunMode::Queue)
             .is_err()
         {
             lane.connection_closed();
@@ -570,7 +570,7 @@ impl SessionOwner {
                 Err(e) => Handled::err(e),
             }
         });
-        match self.backlogs.submit(&rid, job, done, &self.rt, mode) {
+        match self.backlogs.submit(&rid, job, done, mode) {
             Ok(a) => a,
             Err(e) => {
                 // The session ended (its lane closed): counted; a request was answered.
