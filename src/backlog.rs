@@ -28,7 +28,7 @@ use std::hash::Hash;
 use crate::hashing::SeededMap;
 use crate::runtime::gate::SpaceWaiter;
 use crate::runtime::{
-    BoxFuture, BudgetStart, Clock, LaneHandle, PendingSubmit, RuntimeError, Submission,
+    BoxFuture, BudgetStart, Clock, LaneHandle, Offered, PendingSubmit, RuntimeError, Submission,
     TrySubmitError,
 };
 use crate::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -403,19 +403,13 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Backlogs<K> {
                 return Ok(Admitted::Queued);
             }
         }
-        // Nothing waits for `key` in a backlog (an open one, even empty, may have a record in
-        // flight to the lane): an idle lane may run it here.
-        let pending = match mode {
-            RunMode::InlineIfIdle => match pending.try_run_inline() {
-                Ok(()) => return Ok(Admitted::Now),
-                Err(p) => p.into_pending(),
-            },
-            RunMode::Queue => pending.into_pending(),
-        };
-        let pending = match pending.retry() {
-            Ok(()) => return Ok(Admitted::Now),
-            Err(TrySubmitError::Refused(e)) => return Err(e),
-            Err(TrySubmitError::Full(p)) => p,
+        // Nothing waits for `key` in a backlog (an open one is kept until its refiller took its
+        // last record into the lane): an idle lane may run it here, else it enters the lane if
+        // it has room (one core lock for both).
+        let pending = match pending.offer(mode == RunMode::InlineIfIdle) {
+            Offered::Taken => return Ok(Admitted::Now),
+            Offered::Refused(e) => return Err(e),
+            Offered::Full(p) => p,
         };
         let lane = {
             let mut map = lock(&self.map);

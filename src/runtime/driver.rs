@@ -486,6 +486,67 @@ impl LaneHandle {
         }
     }
 
+    /// An inline start ([`LaneHandle::try_start_inline`], only when `inline` and for an
+    /// application record), else an admission ([`LaneHandle::try_submit`]), decided under one
+    /// core lock: the record's job is made (`job()`, boxed) only when it must enter the lane,
+    /// under that lock. A refused record's job is handed back with why.
+    pub fn try_start_inline_or_submit(
+        &self,
+        class: LaneClass,
+        payload_len: usize,
+        inline: bool,
+        job: impl FnOnce() -> Job,
+    ) -> StartOrSubmit {
+        if self.rt().shutting_down.load(Ordering::Acquire) {
+            return StartOrSubmit::Refused(Unavailable::ShutDown.into(), job());
+        }
+        let r = {
+            let gate = &self.gate.gate;
+            let mut core = gate.lock_unquiesced();
+            if inline
+                && class == LaneClass::Application
+                && let Some((fence, invocation)) =
+                    core.handle_inline_start_with(self.lane, payload_len, || {
+                        gate.word.try_acquire_after_submit()
+                    })
+            {
+                drop(core);
+                self.slot.begin(invocation, fence, self.gate.next_turn());
+                return StartOrSubmit::Inline(InlineTurn { fence, invocation });
+            }
+            let job = job();
+            let mut r = core.handle_submit(self.lane, class, payload_len, job);
+            if core.batch_active()
+                && matches!(&r, Err(e) if matches!(e.reason, SubmitRefusal::Admission(_)))
+            {
+                // exact admission, as in `try_submit`
+                gate.release_batch_progress(&mut core);
+                if let Err(e) = r {
+                    r = core.handle_submit(self.lane, class, payload_len, e.item);
+                }
+            }
+            if r.is_ok() {
+                gate.after_submit(&mut core);
+            }
+            r
+        };
+        match r {
+            Ok(()) => {
+                if let Some(f) = self.gate.gate.word.try_acquire_after_submit() {
+                    self.gate.kick(f);
+                }
+                StartOrSubmit::Submitted
+            }
+            Err(refused) => {
+                let e = match refused.reason {
+                    SubmitRefusal::Admission(a) => a.into(),
+                    SubmitRefusal::Ended => Unavailable::Ended.into(),
+                };
+                StartOrSubmit::Refused(e, refused.item)
+            }
+        }
+    }
+
     pub fn submit(
         &self,
         class: LaneClass,
@@ -1077,6 +1138,16 @@ pub(crate) struct InlineTurn {
     fence: Fence,
     /// The record's invocation (its registration scope).
     pub invocation: u64,
+}
+
+/// What [`LaneHandle::try_start_inline_or_submit`] did.
+pub(crate) enum StartOrSubmit {
+    /// Started inline: the caller runs the record ([`run_started_inline`]).
+    Inline(InlineTurn),
+    /// Admitted into the lane.
+    Submitted,
+    /// Refused (full, ended, shut down): the job comes back.
+    Refused(RuntimeError, Job),
 }
 
 /// What one inline poll of a handler's future gave ([`LaneHandle::poll_inline`]).

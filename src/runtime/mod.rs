@@ -54,7 +54,7 @@ pub use error::{
     AdmissionError, ApplicationLaneFull, ErrorKind, HandlerError, InvalidOperation, LaneLimitKind,
     LifecycleLaneFull, RuntimeError, Unavailable,
 };
-pub(crate) use pending::Submission;
+pub(crate) use pending::{Offered, Submission};
 pub use pending::{PendingSubmit, TrySubmitError};
 pub use policy::{
     ActorDeliveryLane, ConnectionClosed, LanePolicy, PendingRecord, RelocationSeal, ReturnPending,

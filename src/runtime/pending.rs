@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use super::core::LaneClass;
-use super::driver::{Handled, Job, LaneHandle, TurnEnv};
+use super::driver::{Handled, Job, LaneHandle, StartOrSubmit, TurnEnv};
 use super::error::RuntimeError;
 
 /// A record for one lane that has not been admitted: it has not run and holds no reservation.
@@ -107,10 +107,9 @@ impl PendingSubmit {
 }
 
 /// A record prepared for one lane with its work still unboxed (`F` is the closure itself, not a
-/// [`Job`]): the submitter on a mesh I/O thread first tries to run it inline
-/// ([`Submission::try_run_inline`]), which calls the closure without allocating, and makes it a
-/// [`PendingSubmit`] (the work boxed when larger than a lane slot) only when it must go through
-/// the lane. Generic, so the closure is moved by value through inlined code instead of copied
+/// [`Job`]): the submitter on a mesh I/O thread offers it ([`Submission::offer`]): run inline,
+/// it calls the closure without allocating; the work is boxed (when larger than a lane slot)
+/// only when it must go through the lane. Generic, so the closure is moved by value through inlined code instead of copied
 /// through a 160-byte wide slot (measured: such a slot's moves cost more than the box). It
 /// borrows its lane's handle (no reference count touched unless it becomes a `PendingSubmit`).
 pub(crate) struct Prepared<'a, F> {
@@ -139,20 +138,74 @@ where
     }
 }
 
+/// What [`Submission::offer`] did with a record.
+pub(crate) enum Offered {
+    /// It ran inline, or entered its lane.
+    Taken,
+    /// Its lane is full: it comes back.
+    Full(PendingSubmit),
+    /// Refused for good (the lane ended, the runtime shut down); the record was dropped.
+    Refused(RuntimeError),
+}
+
+impl Offered {
+    fn of(
+        lane: &Arc<LaneHandle>,
+        class: LaneClass,
+        payload_len: usize,
+        r: Result<(), (RuntimeError, Job)>,
+    ) -> Self {
+        match r {
+            Ok(()) => Offered::Taken,
+            Err((
+                RuntimeError::ApplicationLaneFull(_) | RuntimeError::LifecycleLaneFull(_),
+                job,
+            )) => Offered::Full(PendingSubmit {
+                lane: lane.clone(),
+                class,
+                payload_len,
+                job,
+            }),
+            Err((e, _)) => Offered::Refused(e),
+        }
+    }
+}
+
 /// A record for one lane not yet admitted, as a non-blocking submitter hands it in (see
 /// `crate::backlog::Backlogs::submit`): a [`PendingSubmit`] or a [`Prepared`] record.
 pub(crate) trait Submission: Sized {
-    /// [`PendingSubmit::try_run_inline`].
-    fn try_run_inline(self) -> Result<(), Self>;
+    /// Runs it inline when `inline` and [`PendingSubmit::try_run_inline`] would, else submits
+    /// it without waiting ([`PendingSubmit::retry`]): both decided under one core lock
+    /// ([`LaneHandle::try_start_inline_or_submit`]).
+    fn offer(self, inline: bool) -> Offered;
     /// The record as a [`PendingSubmit`], to enter its lane or wait in a backlog.
     fn into_pending(self) -> PendingSubmit;
 }
 
 impl Submission for PendingSubmit {
-    #[inline]
-    fn try_run_inline(self) -> Result<(), Self> {
-        PendingSubmit::try_run_inline(self)
+    fn offer(self, inline: bool) -> Offered {
+        let PendingSubmit {
+            lane,
+            class,
+            payload_len,
+            job,
+        } = self;
+        let mut job = Some(job);
+        let r = lane.try_start_inline_or_submit(class, payload_len, inline, || {
+            job.take().expect("made once")
+        });
+        let r = match r {
+            StartOrSubmit::Inline(turn) => {
+                let job = job.take().expect("not made: it runs inline");
+                super::driver::run_started_inline(&lane, turn, move |env, lane| job.run(env, lane));
+                Ok(())
+            }
+            StartOrSubmit::Submitted => Ok(()),
+            StartOrSubmit::Refused(e, job) => Err((e, job)),
+        };
+        Offered::of(&lane, class, payload_len, r)
     }
+
     #[inline]
     fn into_pending(self) -> PendingSubmit {
         self
@@ -163,17 +216,29 @@ impl<F> Submission for Prepared<'_, F>
 where
     F: FnOnce(TurnEnv, &LaneHandle) -> Handled<()> + Send + 'static,
 {
-    /// As [`PendingSubmit::try_run_inline`]; the closure runs unboxed.
+    /// The closure runs unboxed inline; it is boxed only to enter the lane.
     #[inline]
-    fn try_run_inline(self) -> Result<(), Self> {
-        if self.class != LaneClass::Application {
-            return Err(self);
-        }
-        let Some(turn) = self.lane.try_start_inline(self.payload_len) else {
-            return Err(self);
+    fn offer(self, inline: bool) -> Offered {
+        let Prepared {
+            lane,
+            class,
+            payload_len,
+            work,
+        } = self;
+        let mut work = Some(work);
+        let r = lane.try_start_inline_or_submit(class, payload_len, inline, || {
+            Job::with_lane(work.take().expect("made once"))
+        });
+        let r = match r {
+            StartOrSubmit::Inline(turn) => {
+                let work = work.take().expect("not boxed: it runs inline");
+                super::driver::run_started_inline(lane, turn, work);
+                Ok(())
+            }
+            StartOrSubmit::Submitted => Ok(()),
+            StartOrSubmit::Refused(e, job) => Err((e, job)),
         };
-        super::driver::run_started_inline(self.lane, turn, self.work);
-        Ok(())
+        Offered::of(lane, class, payload_len, r)
     }
 
     #[inline]
@@ -246,10 +311,10 @@ mod tests {
         let ran = Arc::new(AtomicUsize::new(0));
         // warm-up: first-use allocations of the runtime and the thread
         let p = Prepared::new(&lane, LaneClass::Application, 8, work(&ran));
-        assert!(Submission::try_run_inline(p).is_ok());
+        assert!(matches!(p.offer(true), Offered::Taken));
         let before = allocs();
         let p = Prepared::new(&lane, LaneClass::Application, 8, work(&ran));
-        assert!(Submission::try_run_inline(p).is_ok());
+        assert!(matches!(p.offer(true), Offered::Taken));
         let unboxed = allocs() - before;
         let before = allocs();
         let p = PendingSubmit {
