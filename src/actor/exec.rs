@@ -427,12 +427,25 @@ fn serial_handler(
     move |_ctx, work| cell.run(TurnCtx::Serial, work)
 }
 
-/// The enqueue side of one actor's lane.
+/// The enqueue side of one actor's lane. One shared allocation: the submitter takes a copy of
+/// it out of the actors lock for each record, and a copy is one reference count (the lane's
+/// handle and end state, whose counts the lane's workers touch, are not counted per record).
 #[derive(Clone, Debug)]
-pub(crate) struct Mailbox {
+pub(crate) struct Mailbox(Arc<MailboxInner>);
+
+#[derive(Debug)]
+pub(crate) struct MailboxInner {
     actor_id: ActorId,
     lane: runtime::ActorRef<Work, ()>,
     ended: Arc<EndState>,
+}
+
+impl std::ops::Deref for Mailbox {
+    type Target = MailboxInner;
+
+    fn deref(&self) -> &MailboxInner {
+        &self.0
+    }
 }
 
 impl Mailbox {
@@ -544,11 +557,11 @@ pub(crate) async fn spawn(
         RtSpot::Instance(s) => s.spawn_actor(yielding_handler(cell.clone())),
     }
     .map_err(|e| FactoryFailed::Lane(runtime_error(&actor_id, e)))?;
-    let mailbox = Mailbox {
+    let mailbox = Mailbox(Arc::new(MailboxInner {
         actor_id,
         lane,
         ended,
-    };
+    }));
     let (tx, rx) = oneshot::channel();
     let submitted = match spot {
         RtSpot::Entry(s) => s.actor_lifecycle(&mailbox.lane, factory_job(cell, factory, tx)),
