@@ -23,9 +23,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use bytes::Bytes;
 use tokio::sync::mpsc;
 
-use crate::codec::Record;
 use crate::node::{Inbound, Origin};
-use crate::types::{CorrelationId, DispatchKey};
+use crate::types::DispatchKey;
 
 /// Records per batch: small enough that a batch stays well below malloc's 64 KiB
 /// consolidation threshold (an `Inbound` is ~300 bytes), large enough to amortise wake-ups.
@@ -41,14 +40,7 @@ pub(crate) struct OneWayIn {
 impl OneWayIn {
     #[inline]
     fn expand(self) -> Inbound {
-        Inbound {
-            origin: self.origin,
-            correlation: CorrelationId::NONE,
-            record: Record::OneWay(zlink_wire::OneWay { key: self.key }),
-            payload: Some(self.payload),
-            deadline: None,
-            reply: None,
-        }
+        Inbound::one_way(self.origin, self.key, self.payload)
     }
 }
 

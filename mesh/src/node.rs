@@ -60,6 +60,22 @@ pub struct Inbound {
     pub reply: Option<ReplyHandle>,
 }
 
+impl Inbound {
+    /// A plain one-way 147 record (no correlation, deadline or reply handle) from `origin`.
+    #[must_use]
+    #[inline]
+    pub fn one_way(origin: Origin, key: DispatchKey, payload: Bytes) -> Self {
+        Inbound {
+            origin,
+            correlation: CorrelationId::NONE,
+            record: Record::OneWay(zlink_wire::OneWay { key }),
+            payload: Some(payload),
+            deadline: None,
+            reply: None,
+        }
+    }
+}
+
 pub use crate::inbound::InboundReceiver;
 
 /// Why [`MeshNode::try_push`] did not push.

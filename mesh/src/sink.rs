@@ -8,7 +8,10 @@
 //! credit, or passes it on to the inbound channel. A sink runs on the I/O thread: it must
 //! never block (no waiting for space, no I/O), or every connection of the node stalls.
 
-use crate::node::Inbound;
+use bytes::Bytes;
+
+use crate::node::{Inbound, Origin};
+use crate::types::DispatchKey;
 
 /// What the sink did with an offered record.
 #[derive(Debug)]
@@ -32,6 +35,22 @@ pub trait InboundSink: Send + 'static {
     /// `bytes` wire bytes (envelope + payload, the amount charged to its sender's window).
     /// Records of one connection are offered in arrival order. Never blocks.
     fn offer(&mut self, inbound: Inbound, bytes: u64) -> Offer;
+
+    /// Offers a plain one-way 147 record (no correlation, no deadline, no reply handle) in
+    /// the compact form, exactly as [`InboundSink::offer`] would be offered
+    /// [`Inbound::one_way`]`(origin, key, payload)`: the full record (≈ 280 bytes) is built
+    /// only if the sink passes it on. The mesh uses this for every such record, and for the
+    /// runs of byte-identical one-ways of one batch frame (a client's packets) it takes
+    /// without looking the connection up again. Default: builds the record and offers it.
+    fn offer_one_way(
+        &mut self,
+        origin: Origin,
+        key: DispatchKey,
+        payload: Bytes,
+        bytes: u64,
+    ) -> Offer {
+        self.offer(Inbound::one_way(origin, key, payload), bytes)
+    }
 
     /// The receive pass that offered records has ended: the I/O thread goes on to transmit,
     /// then reads again or sleeps. A sink that meters the time it takes per pass starts over.

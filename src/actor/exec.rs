@@ -68,6 +68,22 @@ impl Inflight {
         InflightGuard(self.clone())
     }
 
+    /// [`Inflight::enter`] for work that ends before the caller returns: counted the same,
+    /// without a reference count of its own ([`InflightRef::into_owned`] takes one when the
+    /// work outlives the call).
+    pub(crate) fn enter_ref(&self) -> InflightRef<'_> {
+        self.count.fetch_add(1, Ordering::AcqRel);
+        InflightRef(self)
+    }
+
+    /// Leaves: the last one out wakes the waiters of [`Inflight::wait_idle`].
+    fn leave(&self) {
+        if self.count.fetch_sub(1, Ordering::SeqCst) == 1 && self.waiters.load(Ordering::SeqCst) > 0
+        {
+            self.idle.notify_waiters();
+        }
+    }
+
     pub(crate) fn current(&self) -> usize {
         self.count.load(Ordering::Acquire)
     }
@@ -101,11 +117,28 @@ pub(crate) struct InflightGuard(Arc<Inflight>);
 
 impl Drop for InflightGuard {
     fn drop(&mut self) {
-        if self.0.count.fetch_sub(1, Ordering::SeqCst) == 1
-            && self.0.waiters.load(Ordering::SeqCst) > 0
-        {
-            self.0.idle.notify_waiters();
-        }
+        self.0.leave();
+    }
+}
+
+/// Held by one accepted unit of work that ends within its caller's scope
+/// ([`Inflight::enter_ref`]).
+#[derive(Debug)]
+pub(crate) struct InflightRef<'a>(&'a Inflight);
+
+impl InflightRef<'_> {
+    /// The same unit of work, held past the caller's scope; `of` is the [`Inflight`] this guard
+    /// counts in (its count is not touched: the work stays counted once).
+    pub(crate) fn into_owned(self, of: &Arc<Inflight>) -> InflightGuard {
+        debug_assert!(std::ptr::eq(self.0, Arc::as_ptr(of)));
+        std::mem::forget(self);
+        InflightGuard(of.clone())
+    }
+}
+
+impl Drop for InflightRef<'_> {
+    fn drop(&mut self) {
+        self.0.leave();
     }
 }
 
@@ -179,7 +212,10 @@ impl EndState {
 /// State shared by every actor of a node.
 #[derive(Debug)]
 pub(crate) struct ExecShared {
-    /// `true` = the application domain is PAUSED: no handler runs.
+    /// `true` = the application domain is PAUSED: no handler runs. The receiver of
+    /// `watch::channel(false)` itself, never marked seen: while its value never changed
+    /// (`has_changed` is `false`, one atomic load) the domain was never paused, and a turn
+    /// start skips the value's read lock.
     pub paused: watch::Receiver<bool>,
     /// Send-handler failures (EG-15: logged and counted).
     pub send_failures: AtomicU64,
@@ -363,11 +399,20 @@ impl Cell {
         self.shared.gate.standing().run_turn().err()
     }
 
+    /// Whether the application domain is PAUSED now (see [`ExecShared::paused`]).
+    fn paused(&self) -> bool {
+        match self.shared.paused.has_changed() {
+            Ok(false) => false,
+            _ => *self.shared.paused.borrow(),
+        }
+    }
+
     fn run(self: &Arc<Self>, turn: TurnCtx, mut work: Work) -> runtime::Handled<()> {
         self.shared.turns.fetch_add(1, Ordering::Relaxed);
-        let running = self.shared.running.enter();
+        let running = self.shared.running.enter_ref();
         let reply = work.reply.take();
-        if *self.shared.paused.borrow() {
+        if self.paused() {
+            let running = running.into_owned(&self.shared.running);
             let cell = self.clone();
             return runtime::Handled::later(async move {
                 let _running = running;
@@ -400,6 +445,7 @@ impl Cell {
                 runtime::Handled::ok(())
             }
             Step::Later(f) => {
+                let running = running.into_owned(&self.shared.running);
                 let cell = self.clone();
                 runtime::Handled::later(async move {
                     let _running = running;
@@ -427,12 +473,25 @@ fn serial_handler(
     move |_ctx, work| cell.run(TurnCtx::Serial, work)
 }
 
-/// The enqueue side of one actor's lane.
+/// The enqueue side of one actor's lane. One shared allocation: the submitter takes a copy of
+/// it out of the actors lock for each record, and a copy is one reference count (the lane's
+/// handle and end state, whose counts the lane's workers touch, are not counted per record).
 #[derive(Clone, Debug)]
-pub(crate) struct Mailbox {
+pub(crate) struct Mailbox(Arc<MailboxInner>);
+
+#[derive(Debug)]
+pub(crate) struct MailboxInner {
     actor_id: ActorId,
     lane: runtime::ActorRef<Work, ()>,
     ended: Arc<EndState>,
+}
+
+impl std::ops::Deref for Mailbox {
+    type Target = MailboxInner;
+
+    fn deref(&self) -> &MailboxInner {
+        &self.0
+    }
 }
 
 impl Mailbox {
@@ -544,11 +603,11 @@ pub(crate) async fn spawn(
         RtSpot::Instance(s) => s.spawn_actor(yielding_handler(cell.clone())),
     }
     .map_err(|e| FactoryFailed::Lane(runtime_error(&actor_id, e)))?;
-    let mailbox = Mailbox {
+    let mailbox = Mailbox(Arc::new(MailboxInner {
         actor_id,
         lane,
         ended,
-    };
+    }));
     let (tx, rx) = oneshot::channel();
     let submitted = match spot {
         RtSpot::Entry(s) => s.actor_lifecycle(&mailbox.lane, factory_job(cell, factory, tx)),
@@ -606,5 +665,32 @@ mod tests {
         tokio::time::timeout(std::time::Duration::from_secs(20), inflight.wait_idle())
             .await
             .expect("idle at once");
+    }
+
+    /// A borrowed guard counts like an owned one, and one turned into an owned guard stays
+    /// counted once until that guard drops (a turn that goes `Later` keeps shutdown waiting).
+    #[tokio::test]
+    async fn a_borrowed_guard_counts_once_and_can_outlive_its_scope() {
+        let inflight = Arc::new(Inflight::default());
+        let borrowed = inflight.enter_ref();
+        assert_eq!(inflight.current(), 1);
+        drop(borrowed);
+        assert_eq!(inflight.current(), 0);
+        let owned = inflight.enter_ref().into_owned(&inflight);
+        assert_eq!(inflight.current(), 1);
+        let waiter = tokio::spawn({
+            let inflight = inflight.clone();
+            async move { inflight.wait_idle().await }
+        });
+        while inflight.waiters.load(Ordering::SeqCst) == 0 {
+            tokio::task::yield_now().await;
+        }
+        assert!(!waiter.is_finished());
+        drop(owned);
+        tokio::time::timeout(std::time::Duration::from_secs(20), waiter)
+            .await
+            .expect("wait_idle woke")
+            .unwrap();
+        assert_eq!(inflight.current(), 0);
     }
 }

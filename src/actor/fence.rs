@@ -23,6 +23,7 @@ use zlink_wire::{
 
 use super::error::ActorError;
 use super::reference::ActorRef;
+use crate::runtime::config::CycleDeadline;
 use crate::session::Clock;
 use crate::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
@@ -65,7 +66,10 @@ impl OwnerStanding {
 
 /// The shared, lock-free view of the owner's standing read on every admission and turn start:
 /// the local monotonic lease deadline (written by the lease driver, `node::lease`) and the
-/// shutdown flag. Reading it costs one clock read and two atomic loads.
+/// shutdown flag. Reading it costs two atomic loads and, on the system clock, one cycle counter
+/// read while the deadline is far enough ahead ([`CycleDeadline`]: exact, the clock is read
+/// whenever the counter's upper bound of now reaches the deadline); on any other clock, one
+/// clock read.
 #[derive(Debug)]
 pub struct OwnerGate {
     clock: Arc<dyn Clock>,
@@ -73,6 +77,8 @@ pub struct OwnerGate {
     /// The deadline as nanoseconds after `base` (0 = lapsed from the start).
     deadline_ns: AtomicU64,
     draining: AtomicBool,
+    /// The cycle-counter guard of the deadline when `clock` is the system clock.
+    cycles: Option<CycleDeadline>,
 }
 
 fn nanos(d: Duration) -> u64 {
@@ -84,11 +90,17 @@ impl OwnerGate {
     #[must_use]
     pub fn new(clock: Arc<dyn Clock>, deadline: Instant) -> Self {
         let base = clock.now();
+        let cycles = if clock.is_system() {
+            CycleDeadline::new()
+        } else {
+            None
+        };
         let gate = Self {
             clock,
             base,
             deadline_ns: AtomicU64::new(0),
             draining: AtomicBool::new(false),
+            cycles,
         };
         gate.set_deadline(deadline);
         gate
@@ -103,7 +115,12 @@ impl OwnerGate {
     /// Publishes a new local lease deadline.
     pub fn set_deadline(&self, deadline: Instant) {
         let ns = nanos(deadline.saturating_duration_since(self.base));
-        self.deadline_ns.store(ns, Ordering::Release);
+        let publish = || self.deadline_ns.store(ns, Ordering::Release);
+        match &self.cycles {
+            // No check uses a cycle limit of the old deadline once this returns.
+            Some(c) => c.disarm(publish),
+            None => publish(),
+        }
     }
 
     /// The local lease deadline.
@@ -126,7 +143,11 @@ impl OwnerGate {
     /// The standing now.
     #[must_use]
     pub fn standing(&self) -> OwnerStanding {
-        if self.clock.now() >= self.deadline() {
+        let lapsed = match &self.cycles {
+            Some(c) => !c.certainly_before() && !c.read_before(|| self.deadline()).before,
+            None => self.clock.now() >= self.deadline(),
+        };
+        if lapsed {
             OwnerStanding::Lapsed
         } else if self.draining.load(Ordering::Acquire) {
             OwnerStanding::Draining
@@ -349,6 +370,53 @@ mod tests {
         }
         assert!(OwnerStanding::Draining.run_turn().is_ok());
         assert!(OwnerStanding::Lapsed.run_turn().is_err());
+    }
+
+    // spec: SB-5.11 — on the system clock the gate mostly reads only the cycle counter, and its
+    // answer is still the clock's: whenever the clock has passed the deadline the gate says
+    // Lapsed (never a stale Serving), and never before. Deadlines are placed just ahead of now,
+    // where the cycle limit has to give way to the clock; the first millisecond teaches a rate.
+    #[test]
+    fn the_gate_on_the_system_clock_is_exact_at_its_deadline() {
+        let clock: Arc<dyn Clock> = Arc::new(crate::session::SystemClock);
+        let start = Instant::now();
+        let gate = OwnerGate::new(clock, start + Duration::from_secs(3600));
+        let mut armed = false;
+        let mut checks = 0u32;
+        while start.elapsed() < Duration::from_millis(30) {
+            // Far deadline: a limit gets armed (the rate is learned from the gate's own reads).
+            gate.set_deadline(Instant::now() + Duration::from_secs(3600));
+            for _ in 0..50 {
+                assert_eq!(gate.standing(), OwnerStanding::Serving);
+            }
+            armed |= gate.cycles.as_ref().is_some_and(CycleDeadline::armed);
+            for delta in [0u64, 1, 5, 20, 100] {
+                let deadline = Instant::now() + Duration::from_micros(delta);
+                gate.set_deadline(deadline);
+                loop {
+                    let before = Instant::now();
+                    let standing = gate.standing();
+                    let after = Instant::now();
+                    if before >= deadline {
+                        assert_eq!(standing, OwnerStanding::Lapsed, "passed, not reported");
+                        break;
+                    }
+                    if after < deadline {
+                        assert_eq!(standing, OwnerStanding::Serving, "reported early");
+                    }
+                    checks += 1;
+                }
+            }
+            // A deadline moved back to the past lapses at once, whatever limit was armed.
+            gate.set_deadline(Instant::now() + Duration::from_secs(3600));
+            assert_eq!(gate.standing(), OwnerStanding::Serving);
+            gate.set_deadline(Instant::now());
+            assert_eq!(gate.standing(), OwnerStanding::Lapsed);
+        }
+        assert!(checks > 0);
+        if CycleDeadline::new().is_some() {
+            assert!(armed, "the cycle limit was never armed");
+        }
     }
 
     #[test]

@@ -184,6 +184,33 @@ impl InboundSink for Sink {
         }
     }
 
+    /// A client's one-way packet in the compact form (the full record is built only when it
+    /// is passed on): the same path as [`Sink::offer`] takes for it.
+    fn offer_one_way(
+        &mut self,
+        origin: Origin,
+        key: DispatchKey,
+        payload: Bytes,
+        bytes: u64,
+    ) -> Offer {
+        let Origin::Client { session } = origin else {
+            return Offer::Pass(Inbound::one_way(origin, key, payload));
+        };
+        if protocol::is_framework_key(key) {
+            return Offer::Pass(Inbound::one_way(origin, key, payload));
+        }
+        let Some(inner) = self.node.upgrade() else {
+            return Offer::Pass(Inbound::one_way(origin, key, payload));
+        };
+        let node = &Node { inner };
+        let mode = self.budget.poll_mode(&*self.clock);
+        let done = release(node, Origin::Client { session }, bytes);
+        offer_of(
+            node.sessions()
+                .packet(session, key, payload, None, done, mode),
+        )
+    }
+
     fn end_pass(&mut self) {
         self.budget.handle_pass_end();
     }

@@ -166,6 +166,25 @@ mod cycles {
         Some(ns + (ns >> 6))
     }
 
+    /// The first cycle reading at which [`upper_ns`]`(from, reading)` may reach `ns_left`: every
+    /// reading below it bounds the time since `from` under `ns_left` (`None`: no rate known yet).
+    pub fn limit(from: u64, ns_left: u128) -> Option<u64> {
+        let q = NS_PER_CYCLE_Q32.load(Ordering::Relaxed);
+        if q == 0 || from == 0 {
+            return None;
+        }
+        // ns + ns / 64 < ns_left holds for every ns <= ns_left * 64 / 65 - 1.
+        let ns_max = (ns_left * 64 / 65).checked_sub(1)?;
+        let span = (ns_max << 32) / q as u128;
+        let span = u64::try_from(span).unwrap_or(u64::MAX);
+        let limit = from.saturating_add(span);
+        // Checked against the bound itself, so the two can never disagree.
+        match upper_ns(from, limit.saturating_sub(1)) {
+            Some(upper) if upper < ns_left => Some(limit),
+            _ => None,
+        }
+    }
+
     /// Learn from a clock reading: `ns` elapsed between the budget's instant and a clock read
     /// taken after the cycle reading `to`; `from` was read after the budget's instant, so
     /// `to - from` is at most the cycles of that interval and `ns / (to - from)` at least the rate.
@@ -195,6 +214,115 @@ mod cycles {
         None
     }
     pub fn learn(_from: u64, _to: u64, _ns: u128) {}
+    pub fn limit(_from: u64, _ns_left: u128) -> Option<u64> {
+        None
+    }
+}
+
+/// An exact test of "the system monotonic clock ([`Instant::now`]) is still before a deadline"
+/// that usually reads only the CPU cycle counter: the owner lease check (SB-5.11) asked on every
+/// admission and turn start. Where [`SystemClock::budget_spent`] bounds the time elapsed since a
+/// budget's start from above, this bounds *now* from above: after a clock reading taken before
+/// the deadline it arms a cycle *limit*, the first cycle reading at which that reading plus the
+/// upper bound of the time since it (the learned rate, plus its 1/64 margin) may reach the
+/// deadline. A check whose cycle reading is below the limit is certainly before the deadline and
+/// reads no clock; any other check reads the clock (and arms again from that reading), so the
+/// answer is always the plain comparison's — a deadline that passes between two checks is seen
+/// by the first check after it. Moving the deadline ([`CycleDeadline::disarm`], under the same
+/// lock as arming) withdraws the limit before the new deadline is used.
+///
+/// Only where the cycle counter is usable (x86-64 Linux with an invariant TSC):
+/// [`CycleDeadline::new`] is `None` elsewhere, and then every check reads the clock.
+#[derive(Debug)]
+pub struct CycleDeadline {
+    /// Cycle readings below it are before the deadline (0: not armed).
+    limit: crate::sync::atomic::AtomicU64,
+    /// Serialises arming against a deadline change; holds the last clock reading (the cycle
+    /// counter just after it, the instant), from which a later reading learns the rate.
+    arming: Mutex<Option<(u64, Instant)>>,
+}
+
+/// A clock reading taken by [`CycleDeadline::read_before`].
+#[derive(Clone, Copy, Debug)]
+pub struct DeadlineReading {
+    /// The system clock's instant.
+    pub now: Instant,
+    /// Whether it is before the deadline.
+    pub before: bool,
+}
+
+impl CycleDeadline {
+    /// A disarmed guard, or `None` where the cycle counter cannot be used.
+    #[must_use]
+    pub fn new() -> Option<Self> {
+        (cycles::read() != 0).then(|| CycleDeadline {
+            limit: crate::sync::atomic::AtomicU64::new(0),
+            arming: Mutex::new(None),
+        })
+    }
+
+    /// `true`: the system clock is certainly before the armed deadline now (one cycle counter
+    /// read). `false`: unknown; ask [`CycleDeadline::read_before`].
+    #[inline]
+    pub fn certainly_before(&self) -> bool {
+        let limit = self.limit.load(crate::sync::atomic::Ordering::Acquire);
+        limit != 0 && {
+            let c = cycles::read();
+            c != 0 && c < limit
+        }
+    }
+
+    /// Reads the system clock and compares it with `deadline()` (read under the arming lock, so
+    /// a concurrent [`CycleDeadline::disarm`] is either before or after both); before it, arms
+    /// the limit from this reading. When another thread is arming, only reads and compares.
+    pub fn read_before(&self, deadline: impl FnOnce() -> Instant) -> DeadlineReading {
+        let Ok(mut last) = self.arming.try_lock() else {
+            let now = Instant::now();
+            return DeadlineReading {
+                now,
+                before: now < deadline(),
+            };
+        };
+        let before_read = cycles::read();
+        let now = Instant::now();
+        let after_read = cycles::read();
+        let deadline = deadline();
+        if let Some((from, then)) = *last {
+            cycles::learn(
+                from,
+                before_read,
+                now.saturating_duration_since(then).as_nanos(),
+            );
+        }
+        let before = now < deadline;
+        if before {
+            let left = deadline.saturating_duration_since(now).as_nanos();
+            if let Some(limit) = cycles::limit(before_read, left) {
+                self.limit
+                    .store(limit, crate::sync::atomic::Ordering::Release);
+            }
+        }
+        // The first reading stays the anchor until it taught a rate: readings 1 ms apart teach.
+        match *last {
+            Some((_, then)) if now.saturating_duration_since(then) < Duration::from_millis(1) => {}
+            _ => *last = Some((after_read, now)),
+        }
+        DeadlineReading { now, before }
+    }
+
+    /// The deadline is about to change: call with `change` publishing the new deadline; no check
+    /// uses a limit armed for the old one after this returns.
+    pub fn disarm(&self, change: impl FnOnce()) {
+        let _arming = self.arming.lock().unwrap_or_else(|e| e.into_inner());
+        self.limit.store(0, crate::sync::atomic::Ordering::Release);
+        change();
+    }
+
+    /// Whether a limit is armed (tests).
+    #[cfg(test)]
+    pub(crate) fn armed(&self) -> bool {
+        self.limit.load(crate::sync::atomic::Ordering::Acquire) != 0
+    }
 }
 
 /// A clock that moves only when told to.

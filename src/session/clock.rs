@@ -21,6 +21,13 @@ pub trait Clock: Send + Sync + fmt::Debug + 'static {
     fn now(&self) -> Instant;
     /// A future that completes once [`Clock::now`] has reached `deadline`.
     fn sleep_until(&self, deadline: Instant) -> Sleep;
+    /// Whether [`Clock::now`] is the process' monotonic clock ([`Instant::now`]), which the CPU
+    /// cycle counter can bound from above ([`crate::runtime::config::CycleDeadline`]): a
+    /// deadline on it is then checked without a clock read while far enough ahead. Default
+    /// `false` (an injected clock): every check reads [`Clock::now`].
+    fn is_system(&self) -> bool {
+        false
+    }
 }
 
 /// The process' monotonic clock (tokio timers).
@@ -34,6 +41,10 @@ impl Clock for SystemClock {
 
     fn sleep_until(&self, deadline: Instant) -> Sleep {
         Box::pin(tokio::time::sleep_until(deadline.into()))
+    }
+
+    fn is_system(&self) -> bool {
+        true
     }
 }
 

@@ -125,13 +125,24 @@ pub(super) struct Context<'e> {
 /// the driver grants now ([`Engine::flush_grant`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Delivered {
-    /// A plain one-way handed up in the compact form: a batch's fast path may follow it.
+    /// A plain one-way taken by the sink or handed up in the compact form: a batch's fast
+    /// path may follow it.
     OneWay { grant: bool },
     /// Taken by the sink, handed up, or held.
     Up { grant: bool },
     /// Addressed to another lifecycle of this node (`target`): dropped and counted; the
     /// driver answers a request (`corr` ≠ 0) with an error reply.
     Stale { target: NodeGeneration, corr: u64 },
+}
+
+impl Delivered {
+    /// Whether freed credit is to be granted now.
+    pub(super) fn grant(self) -> bool {
+        match self {
+            Delivered::OneWay { grant } | Delivered::Up { grant } => grant,
+            Delivered::Stale { .. } => false,
+        }
+    }
 }
 
 /// The layer above as the receive pass sees it: the sink, the inbound channel, and the
@@ -187,25 +198,18 @@ impl Delivery {
             bytes,
         } = rec;
         let corr = header.correlation;
-        if self.sink.is_none() {
-            let one_way_key = match &record {
-                None => cx.memo.one_way_key(),
-                Some(Record::OneWay(o)) => Some(o.key),
-                Some(_) => None,
-            };
-            if let Some(key) = one_way_key
-                && corr.is_none()
-                && payload.is_some()
-                && self.held.is_empty()
-                && self.inbound.has_room()
-            {
-                let payload = payload.expect("checked");
-                self.inbound.push_one_way(src.origin(), key, payload);
-                cx.shared.counters.delivered(1);
-                return Delivered::OneWay {
-                    grant: conn.released(bytes),
-                };
-            }
+        let one_way_key = match &record {
+            None => cx.memo.one_way_key(),
+            Some(Record::OneWay(o)) => Some(o.key),
+            Some(_) => None,
+        };
+        if let Some(key) = one_way_key
+            && corr.is_none()
+            && let Some(payload) = payload
+        {
+            // A plain one-way (no correlation: no reply, no deadline, no target generation):
+            // offered to the sink in the compact form, or handed up in it.
+            return self.one_way(conn, src, key, payload, bytes, cx);
         }
         let (target, deadline) = {
             let r = record.as_ref().unwrap_or_else(|| cx.memo.record_ref());
@@ -249,15 +253,76 @@ impl Delivery {
                 Offer::Pass(inb) => inb,
             },
         };
+        Delivered::Up {
+            grant: self.channel(conn, src, inb, bytes, cx),
+        }
+    }
+
+    /// Delivers a plain one-way 147 (`key`, `payload`; no correlation) from `src`, charged to
+    /// `conn`'s window: offered to the sink in the compact form
+    /// ([`InboundSink::offer_one_way`](crate::sink::InboundSink::offer_one_way)); without a
+    /// sink handed up in the compact form while nothing is held and the channel has room;
+    /// else (or passed by the sink) up through the channel as a full record, or held.
+    /// [`Delivered::OneWay`] when the sink took it or it went up in the compact form: the
+    /// batch fast path (`Engine::fast_one_ways`) may follow.
+    #[inline]
+    pub(super) fn one_way(
+        &mut self,
+        conn: &mut Conn,
+        src: Source<'_>,
+        key: crate::types::DispatchKey,
+        payload: Bytes,
+        bytes: u64,
+        cx: &Context<'_>,
+    ) -> Delivered {
+        let inb = match self.sink.as_mut() {
+            None => {
+                if self.held.is_empty() && self.inbound.has_room() {
+                    self.inbound.push_one_way(src.origin(), key, payload);
+                    cx.shared.counters.delivered(1);
+                    return Delivered::OneWay {
+                        grant: conn.released(bytes),
+                    };
+                }
+                Inbound::one_way(src.origin(), key, payload)
+            }
+            Some(sink) => match sink.offer_one_way(src.origin(), key, payload, bytes) {
+                Offer::Taken => {
+                    cx.shared.counters.delivered(1);
+                    return Delivered::OneWay {
+                        grant: conn.released(bytes),
+                    };
+                }
+                // The sink returns the credit later (`MeshNode::release_credit`).
+                Offer::Held => {
+                    cx.shared.counters.delivered(1);
+                    return Delivered::OneWay { grant: false };
+                }
+                Offer::Pass(inb) => inb,
+            },
+        };
+        Delivered::Up {
+            grant: self.channel(conn, src, inb, bytes, cx),
+        }
+    }
+
+    /// Hands `inb` up through the inbound channel, or holds it (FIFO) while the channel is
+    /// full or older records are held; true when its credit was freed and should be granted.
+    fn channel(
+        &mut self,
+        conn: &mut Conn,
+        src: Source<'_>,
+        inb: Inbound,
+        bytes: u64,
+        cx: &Context<'_>,
+    ) -> bool {
         if self.held.is_empty() && self.inbound.has_room() {
             self.inbound.push(inb);
             cx.shared.counters.delivered(1);
-            Delivered::Up {
-                grant: conn.released(bytes),
-            }
+            conn.released(bytes)
         } else {
             self.held.push_back(Held::Record(src.owner(), bytes, inb));
-            Delivered::Up { grant: false }
+            false
         }
     }
 

@@ -8,11 +8,9 @@ use super::*;
 /// the fields a run of repeated one-way records reads or updates
 /// besides its connection, borrowed apart from the connection maps.
 struct OneWayRun<'e> {
-    memo: &'e DecodeMemo,
-    inbound: &'e mut InboundSender,
-    counters: &'e Counters,
+    up: &'e mut Delivery,
+    cx: Context<'e>,
     max_payload: usize,
-    now: Instant,
     /// The key of the memoized one-way record.
     key: crate::types::DispatchKey,
 }
@@ -21,15 +19,16 @@ impl OneWayRun<'_> {
     /// Takes, for one connection (its core `conn`: receive window, liveness), the
     /// records from `next` on that are byte-identical to the memoized one-way, each exactly as
     /// a lone record: payload bounded, window charged (over it: dropped, `CreditExceeded`,
-    /// counted against `who`), handed up in the compact form from `origin()`, credit freed.
+    /// counted against `src`), delivered by [`Delivery::one_way`] (offered to the sink in the
+    /// compact form, or handed up in it), credit freed.
     /// Stops at the first record it may not take — another envelope, a payload over the
-    /// bound, a full application queue — and returns it, or after a record whose return
-    /// frees credit the caller must grant first (then with `true`).
+    /// bound — and returns it, or after a record that did not take the compact way (passed up
+    /// as a full record, or held), or whose return frees credit the caller must grant first
+    /// (then with `true`).
     fn take<'a>(
         &mut self,
         conn: &mut Conn,
-        origin: &dyn Fn() -> Origin,
-        who: &dyn std::fmt::Display,
+        src: Source<'_>,
         mut next: Option<zlink_wire::BatchRecord<'a>>,
         records: &mut impl Iterator<Item = zlink_wire::BatchRecord<'a>>,
     ) -> (Option<zlink_wire::BatchRecord<'a>>, bool) {
@@ -38,24 +37,28 @@ impl OneWayRun<'_> {
                 .payload
                 .as_ref()
                 .is_some_and(|pl| pl.len() <= self.max_payload)
-                && self.memo.header(sub.envelope).is_some()
-                && self.inbound.has_room();
+                && self.cx.memo.header(sub.envelope).is_some();
             if !eligible {
                 return (Some(sub), false);
             }
             let payload = sub.payload.expect("checked");
             let bytes = (sub.envelope.len() + payload.len()) as u64;
-            conn.last_rx = self.now;
+            conn.last_rx = self.cx.now;
             next = records.next();
             if !conn.try_charge(bytes) {
                 // The sender ignored its window: a protocol violation, counted.
-                self.counters.drop(DropReason::CreditExceeded, who);
+                self.cx
+                    .shared
+                    .counters
+                    .drop(DropReason::CreditExceeded, &src);
                 continue;
             }
-            self.inbound.push_one_way(origin(), self.key, payload);
-            self.counters.delivered(1);
-            if conn.released(bytes) {
-                return (next, true);
+            match self
+                .up
+                .one_way(conn, src, self.key, payload, bytes, &self.cx)
+            {
+                Delivered::OneWay { grant: false } => {}
+                d => return (next, d.grant()),
             }
         }
         (None, false)
@@ -391,7 +394,6 @@ impl Engine {
         if !self.up.held.is_empty() {
             return next;
         }
-        let origin = || src.origin();
         loop {
             // Looked up again after each grant: the peer must still be up in the generation
             // of the run on relay, the session not closing.
@@ -414,15 +416,18 @@ impl Engine {
                 return next;
             };
             let mut run = OneWayRun {
-                memo: &self.memo,
-                inbound: &mut self.up.inbound,
-                counters: &self.shared.counters,
+                up: &mut self.up,
+                cx: Context {
+                    memo: &self.memo,
+                    shared: &self.shared,
+                    local: self.local.generation,
+                    now: self.rx_now,
+                },
                 max_payload: self.limits.max_payload,
-                now: self.rx_now,
                 key,
             };
             let credit;
-            (next, credit) = run.take(conn, &origin, &src, next, records);
+            (next, credit) = run.take(conn, src, next, records);
             if !credit {
                 return next;
             }
@@ -706,13 +711,11 @@ mod tests {
         .unwrap()
     }
 
-    // spec: EG-1.2, SB-2.1 — the batch fast path charges the receive window per record, like
-    // a lone record: a sender past its window (here: the node's grants could not be sent, so
-    // the credit never came back) has each further record dropped and counted
-    // `CreditExceeded`, never handed up; the records before go up in order; the run stops
-    // after a record whose freed credit must be granted first, and at another envelope.
-    #[test]
-    fn one_way_run_charges_the_window_per_record() {
+    /// Takes a batch frame of ten identical one-ways (key 7) then one other (key 8) with
+    /// the fast path into `up`, on a connection whose window is 4 records and whose grants
+    /// are never sent (credit never comes back): the number of stops for a grant, the
+    /// counters, and the other envelope it stopped at.
+    fn run_ten(up: &mut Delivery) -> (usize, Arc<Shared>) {
         let limits = codec::limits(1 << 20);
         let mut memo = DecodeMemo::default();
         let a = one_way(7);
@@ -725,8 +728,7 @@ mod tests {
             zlink_wire::encode_batch(parts.iter().map(|p| (&p[0][..], Some(&p[1][..])))).unwrap();
         let batch = zlink_wire::BatchFrame::parse(frame).unwrap();
         let mut records = batch.records();
-        let (mut inbound, mut app) = crate::inbound::channel(1024);
-        let counters = Counters::default();
+        let shared = Shared::for_tests();
         // window of 4 records, a quarter (1 record) freed asks for a grant
         let window = crate::config::InboundWindow {
             messages: 4,
@@ -737,43 +739,110 @@ mod tests {
         let mut conn = Conn::granted(window, budget, now - Duration::from_secs(1));
         conn.grant_sent(conn.poll_grant().expect("initial grant"));
         let mut run = OneWayRun {
-            memo: &memo,
-            inbound: &mut inbound,
-            counters: &counters,
+            up,
+            cx: Context {
+                memo: &memo,
+                shared: &shared,
+                local: NodeGeneration::new(1),
+                now,
+            },
             max_payload: 1 << 20,
-            now,
             key: DispatchKey::new(7),
-        };
-        let origin = || Origin::Client {
-            session: SessionRid::new(1),
         };
         let mut next = records.next();
         let mut stops = 0;
         loop {
             let credit;
-            (next, credit) = run.take(&mut conn, &origin, &Source::Client(1), next, &mut records);
+            (next, credit) = run.take(&mut conn, Source::Client(1), next, &mut records);
             if !credit {
                 break;
             }
             // the grant cannot be sent: nothing is returned to the sender
             stops += 1;
         }
-        assert_eq!(stops, 4, "one stop per freed record, for its grant");
         let rest = next.expect("stopped at the other envelope");
         assert_eq!(rest.envelope, &other[0][..]);
         assert!(records.next().is_none());
         assert_eq!(conn.last_rx, now);
-        assert_eq!(counters.dropped(DropReason::CreditExceeded), 6);
-        assert_eq!(counters.delivered_total(), 4);
-        inbound.flush();
-        let mut up = 0;
+        (stops, shared)
+    }
+
+    // spec: EG-1.2, SB-2.1 — the batch fast path charges the receive window per record, like
+    // a lone record: a sender past its window (here: the node's grants could not be sent, so
+    // the credit never came back) has each further record dropped and counted
+    // `CreditExceeded`, never handed up; the records before go up in order; the run stops
+    // after a record whose freed credit must be granted first, and at another envelope.
+    #[test]
+    fn one_way_run_charges_the_window_per_record() {
+        let (inbound, mut app) = crate::inbound::channel(1024);
+        let mut up = Delivery::new(inbound);
+        let (stops, shared) = run_ten(&mut up);
+        assert_eq!(stops, 4, "one stop per freed record, for its grant");
+        assert_eq!(shared.counters.dropped(DropReason::CreditExceeded), 6);
+        assert_eq!(shared.counters.delivered_total(), 4);
+        up.inbound.flush();
+        let mut went_up = 0;
         while let Some(m) = app.try_recv() {
             let Record::OneWay(o) = m.record else {
                 panic!("{:?}", m.record)
             };
             assert_eq!(o.key, DispatchKey::new(7));
-            up += 1;
+            went_up += 1;
         }
-        assert_eq!(up, 4, "exactly the charged records went up");
+        assert_eq!(went_up, 4, "exactly the charged records went up");
+    }
+
+    /// Takes every record offered in the compact form, holding the credit of the first two
+    /// (`Offer::Held`); a full record offered is a test failure.
+    struct CompactSink(Arc<std::sync::Mutex<Vec<(Origin, DispatchKey, u64)>>>);
+
+    impl crate::sink::InboundSink for CompactSink {
+        fn offer(&mut self, inbound: Inbound, _bytes: u64) -> crate::sink::Offer {
+            panic!("offered in full: {:?}", inbound.record)
+        }
+
+        fn offer_one_way(
+            &mut self,
+            origin: Origin,
+            key: DispatchKey,
+            _payload: Bytes,
+            bytes: u64,
+        ) -> crate::sink::Offer {
+            let mut offers = self.0.lock().unwrap();
+            offers.push((origin, key, bytes));
+            if offers.len() <= 2 {
+                crate::sink::Offer::Held
+            } else {
+                crate::sink::Offer::Taken
+            }
+        }
+    }
+
+    // spec: EG-1.2, SB-2.1 — with a sink installed, the batch fast path offers each record of
+    // a run to the sink in the compact form, charged to the window one by one exactly as a
+    // lone record: what the sink holds keeps its credit charged (no grant), what it takes
+    // frees its credit (a grant stop per freed quarter), and once the window is used up the
+    // rest is dropped `CreditExceeded`, never offered.
+    #[test]
+    fn one_way_run_offers_the_sink_the_compact_form() {
+        let (inbound, mut app) = crate::inbound::channel(1024);
+        let mut up = Delivery::new(inbound);
+        let offers = Arc::new(std::sync::Mutex::new(Vec::new()));
+        up.sink = Some(Box::new(CompactSink(offers.clone())));
+        let (stops, shared) = run_ten(&mut up);
+        // The window admits 4 records: 2 held, 2 taken (each frees a quarter: a grant stop).
+        assert_eq!(stops, 2, "one stop per taken record, for its grant");
+        assert_eq!(shared.counters.delivered_total(), 4);
+        assert_eq!(shared.counters.dropped(DropReason::CreditExceeded), 6);
+        let offers = offers.lock().unwrap();
+        assert_eq!(offers.len(), 4);
+        let session = SessionRid::new(1);
+        assert!(offers.iter().all(|(o, k, b)| {
+            matches!(o, Origin::Client { session: s } if *s == session)
+                && *k == DispatchKey::new(7)
+                && *b > 0
+        }));
+        up.inbound.flush();
+        assert!(app.try_recv().is_none(), "nothing passed up the channel");
     }
 }
