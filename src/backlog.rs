@@ -903,6 +903,78 @@ mod tests {
         lane.remove();
     }
 
+    // A lane removed while records wait for its space tells the backlog's waiter: the records
+    // are dropped unrun (as refused submissions), their credit goes back (they left the
+    // backlog), and the backlog closes — nothing stays held for a lane that is gone.
+    #[cfg(not(feature = "loom"))]
+    #[test]
+    fn a_removed_lane_releases_what_waited_for_it() {
+        use crate::runtime::{
+            Handled, Job, LaneClass, LaneHandle, LaneLimits, PendingSubmit, Runtime, RuntimeConfig,
+            TurnEnv, test_lane_in,
+        };
+        use std::time::Instant;
+
+        let rt = Runtime::new(RuntimeConfig {
+            limits: LaneLimits {
+                application_items: 1,
+                ..LaneLimits::default()
+            },
+            application_workers: 1,
+            infrastructure_workers: 1,
+            ..RuntimeConfig::default()
+        })
+        .unwrap();
+        let lane = test_lane_in(&rt);
+        let (open_tx, open_rx) = tokio::sync::oneshot::channel::<()>();
+        let first = PendingSubmit::new(
+            &lane,
+            LaneClass::Application,
+            1,
+            Job::with_lane(move |_env: TurnEnv, _lane: &LaneHandle| {
+                Handled::later(async move {
+                    let _ = open_rx.await;
+                    Ok(())
+                })
+            }),
+        );
+        assert!(first.retry().is_ok());
+        let sink = Arc::new(Returned::default());
+        let to: Weak<dyn CreditReturn> = Arc::downgrade(&sink) as Weak<Returned>;
+        let backlogs = Arc::new(Backlogs::<u64>::default());
+        let ran = Arc::new(AtomicUsize::new(0));
+        const N: usize = 3;
+        for _ in 0..N {
+            let ran = ran.clone();
+            let work = Job::with_lane(move |_env: TurnEnv, _lane: &LaneHandle| {
+                ran.fetch_add(1, Ordering::SeqCst);
+                Handled::ok(())
+            });
+            let p = PendingSubmit::new(&lane, LaneClass::Application, 1, work);
+            let to = to.clone();
+            let admitted = backlogs
+                .submit(
+                    &7,
+                    p,
+                    move || Done::credit(to, client(1), 10),
+                    RunMode::Queue,
+                )
+                .unwrap();
+            assert!(matches!(admitted, super::Admitted::Queued));
+        }
+        assert_eq!(backlogs.queued(&7), N);
+        lane.remove();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while backlogs.queued(&7) != 0 {
+            assert!(Instant::now() < deadline, "records kept for a removed lane");
+            std::thread::yield_now();
+        }
+        assert_eq!(sink.take(), vec![(client(1), N as u32, 10 * N as u64)]);
+        assert_eq!(backlogs.stats().waiting_now, 0);
+        assert_eq!(ran.load(Ordering::SeqCst), 0, "nothing ran");
+        drop(open_tx);
+    }
+
     #[test]
     fn a_pass_runs_inline_until_its_budget_is_spent_and_the_next_pass_starts_over() {
         let clock = ManualClock::new();

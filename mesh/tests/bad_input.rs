@@ -481,6 +481,96 @@ async fn authenticated_peer_ignoring_its_window_is_bounded() {
     node.shutdown().await;
 }
 
+// spec: SB-2.1, EG-4 — a peer's batch of 24s (the relay run: after the first one goes up, the
+// peer's connection is looked up once for the records that follow): each sub-record is still
+// decoded and checked by itself — a malformed 24 and a 24 whose payload part is missing are
+// dropped and counted, a control record in the middle ends the run and is dropped as
+// `WrongConnection` — and the good 24s before and after are delivered once, in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batched_relay_records_are_checked_one_by_one() {
+    let (node, mut inbound, good) = setup();
+    link(&good, &node).await;
+    let raw = RawPeer::connect("rawrun", &node);
+    for kind in [LinkKind::Relay, LinkKind::Completion] {
+        let o = raw.handshake(kind, "rawrun", 5, SECRET);
+        assert!(matches!(o, Some(Outcome::Established(_))), "{o:?}");
+    }
+    assert!(
+        node.wait_peer_up(&NodeRid::new("rawrun").unwrap(), None, WAIT)
+            .await
+            .is_some()
+    );
+    let send = |seq: u64| {
+        zlink_wire::encode(
+            &Record::ActorSend(zlink_wire::ActorSend {
+                actor: zlink_wire::ActorId::new("actor-1").unwrap(),
+                object_generation: 3.into(),
+                authority_owner_generation: 4.into(),
+                owner_lease_generation: 5.into(),
+                session_lifecycle: 6.into(),
+                key: DispatchKey::new(7),
+                deadline: None,
+                tail: zlink_wire::BoundSessionTail {
+                    binding_generation: 8.into(),
+                    session_sequence: seq.into(),
+                },
+            }),
+            CorrelationId::NONE,
+            Some(Bytes::from(seq.to_string())),
+        )
+        .unwrap()
+    };
+    let records: Vec<_> = (0..5).map(send).collect();
+    let mut malformed = records[1].envelope().to_vec();
+    malformed.push(0xc0); // trailing byte after the body
+    let ping = zlink_wire::encode(
+        &Record::Ping(zlink_wire::Ping { seq: 1 }),
+        CorrelationId::NONE,
+        None,
+    )
+    .unwrap();
+    let payload = |f: &zlink_wire::Frames| f.payload().map(|p| p.to_vec());
+    let p: Vec<_> = records.iter().map(payload).collect();
+    let frame = zlink_wire::encode_batch([
+        (&records[0].envelope()[..], p[0].as_deref()),
+        (&malformed[..], p[1].as_deref()),
+        (&records[2].envelope()[..], p[2].as_deref()),
+        (&records[1].envelope()[..], None),
+        (&records[3].envelope()[..], p[3].as_deref()),
+        (&ping.envelope()[..], None),
+        (&records[4].envelope()[..], p[4].as_deref()),
+    ])
+    .unwrap();
+    let before = |r| node.counters().dropped(r);
+    let (m0, f0, w0) = (
+        before(DropReason::Malformed),
+        node.counters().dropped_total(),
+        before(DropReason::WrongConnection),
+    );
+    raw.send(LinkKind::Relay, &[&frame]);
+    for seq in [0u64, 2, 3, 4] {
+        let m = tokio::time::timeout(WAIT, inbound.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(m.payload.as_deref(), Some(seq.to_string().as_bytes()));
+        let Record::ActorSend(a) = &m.record else {
+            panic!("{:?}", m.record)
+        };
+        assert_eq!(a.tail.session_sequence, seq.into());
+    }
+    // Handled in order on the I/O thread: the drops before the last record are counted.
+    assert_eq!(
+        before(DropReason::Malformed),
+        m0 + 2,
+        "the trailing byte, the missing payload part"
+    );
+    assert_eq!(before(DropReason::WrongConnection), w0 + 1);
+    assert_eq!(node.counters().dropped_total(), f0 + 3);
+    assert!(inbound.try_recv().is_none());
+    still_serves(&node, &good, &mut inbound, "after-run").await;
+}
+
 // spec: SB-2.1 — a batch frame from an authenticated peer: every sub-record is validated like
 // a record sent alone, a bad one (malformed, reserved 45, stale target generation, control
 // inside a batch) is dropped and counted by itself and the good ones around it are delivered

@@ -183,7 +183,7 @@ impl Delivery {
     /// `record` is `None` on a memo hit (cloned from the memo only where it is handed up). It
     /// is a parameter of its own, not a field of `rec`: each wrapping of the 160-byte record
     /// into another value is a copy.
-    #[inline]
+    #[inline(always)]
     pub(super) fn deliver(
         &mut self,
         conn: &mut Conn,

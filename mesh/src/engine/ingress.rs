@@ -141,8 +141,9 @@ impl Engine {
     /// ([`Engine::client_session`], opened on its first record); the connection core's
     /// [`Verdict`] ([`Conn::ingress`]: window charged, credit added, liveness noted) acted on,
     /// an application record delivered ([`Delivery::deliver`]). Returns the source when the
-    /// record was a plain one-way handed up in the compact form: a batch's fast path may
-    /// follow it for that connection.
+    /// record was a plain one-way taken by the sink or handed up in the compact form, or an
+    /// application record from a peer that went up: a batch's fast paths may follow it for
+    /// that connection ([`Engine::fast_one_ways`], [`Engine::fast_peer_records`]).
     pub(super) fn on_record<'m>(
         &mut self,
         from: Sender<'m>,
@@ -259,6 +260,10 @@ impl Engine {
                     if grant {
                         self.flush_grant(src.conn_ref());
                     }
+                    // A peer's record on relay: a batch's relay run may follow.
+                    if let Source::Peer { .. } = src {
+                        return Some(src);
+                    }
                 }
                 Delivered::Stale { target, corr } => self.stale(src, target, corr),
             }
@@ -364,15 +369,20 @@ impl Engine {
             };
             let run = self.on_record(from, sub.envelope, payload, true);
             next = records.next();
-            // That record was a memoized one-way handed up in the compact form: the sender is
-            // authenticated (a peer up in that generation on relay, a session not closing) and
-            // nothing can change that between two sub-records of one frame (control inside a
-            // batch is rejected, timers do not run here). The records after it that are
-            // byte-identical one-ways take the same path with the connection looked up once;
-            // each still has its payload bounded, its window charged and its credit freed,
-            // exactly as a lone record. Anything else goes back through `on_record`.
+            // That record was a memoized one-way taken by the sink or handed up in the compact
+            // form, or a peer's application record that went up: the sender is authenticated
+            // (a peer up in that generation on relay, a session not closing) and nothing can
+            // change that between two sub-records of one frame (control inside a batch is
+            // rejected, timers do not run here). The records after it that are byte-identical
+            // one-ways, or a peer's 24s and 36s, take the same path with the connection looked
+            // up once; each still has its payload bounded (and, off the memo, is decoded), its
+            // window charged and its credit freed, exactly as a lone record. Anything else
+            // goes back through `on_record`.
             if let Some(src) = run {
                 next = self.fast_one_ways(src, next, &mut records);
+                if let Source::Peer { node, generation } = src {
+                    next = self.fast_peer_records(node, generation, next, &mut records);
+                }
             }
         }
     }
@@ -435,12 +445,121 @@ impl Engine {
         }
     }
 
-    /// Decodes one record (from a peer or a client, alone or from a batch) through the one-way
-    /// memo: a repeated one-way envelope (byte-identical to the last one decoded) is not
-    /// decoded again, its payload bounded and copied as [`decode_counted`] does; anything else
-    /// is decoded (rejections counted against `who`), its record put into `record`, and
-    /// classified. On a memo hit `record` stays `None` (the record is cloned from the memo only
-    /// where it is handed up).
+    /// The run of relay records — 24 ActorSend and 36 BoundSessionSend, the per-message
+    /// records between nodes — that follows an application record from peer `node` (up in
+    /// `generation` on relay) in one batch frame: the peer is authenticated for the frame
+    /// (nothing can change that between two sub-records, as for [`Engine::fast_one_ways`]), so
+    /// its connection is looked up once per run instead of once per record. Each record still
+    /// takes exactly the steps of a lone one after authentication: decoded through the memo
+    /// (a rejection counted and dropped), the batch rule of the relay lane, the window
+    /// charged ([`Conn::ingress`]), delivered ([`Delivery::deliver`]), its freed credit
+    /// granted (then the peer is looked up again). Stops at the first record of another
+    /// command (its envelope's command byte), which goes through `on_record`; returns it.
+    pub(super) fn fast_peer_records<'a>(
+        &mut self,
+        node: &Arc<NodeRid>,
+        generation: NodeGeneration,
+        mut next: Option<zlink_wire::BatchRecord<'a>>,
+        records: &mut impl Iterator<Item = zlink_wire::BatchRecord<'a>>,
+    ) -> Option<zlink_wire::BatchRecord<'a>> {
+        let src = Source::Peer { node, generation };
+        let lane = Lane::Relay;
+        let now = self.rx_now;
+        loop {
+            let Some(p) = self.peers.get_mut(&**node).filter(|p| {
+                p.generation == Some(generation)
+                    && matches!(p.relay, Link::Up(g) if g == generation)
+            }) else {
+                return next;
+            };
+            let conn = &mut p.conn;
+            // What ended the inner run: a grant to send, or a stale record to answer.
+            let mut grant = false;
+            let mut stale = None;
+            while let Some(sub) = next.take() {
+                if !is_relay_record(sub.envelope) {
+                    return Some(sub);
+                }
+                next = records.next();
+                let payload = match sub.payload {
+                    Some(p) => Pl::Shared(p),
+                    None => Pl::None,
+                };
+                let bytes = (sub.envelope.len() + payload.len()) as u64;
+                let mut record = None;
+                let Some(MemoDecoded {
+                    header,
+                    class,
+                    payload,
+                    from_memo,
+                }) = decode_memoized(
+                    Decoding {
+                        memo: &mut self.memo,
+                        shared: &self.shared,
+                        limits: &self.limits,
+                        ids: &mut self.ids,
+                    },
+                    sub.envelope,
+                    payload,
+                    &src,
+                    &mut record,
+                )
+                else {
+                    continue;
+                };
+                if !lane.batchable(&class) {
+                    self.shared.counters.drop(
+                        DropReason::WrongConnection,
+                        &format_args!("{src}: control record inside a batch on {lane:?}"),
+                    );
+                    continue;
+                }
+                match conn.ingress(lane, &class, bytes, now) {
+                    Verdict::Deliver if record.is_some() || from_memo => {}
+                    Verdict::Drop(reason) => {
+                        self.shared.counters.drop(reason, &src);
+                        continue;
+                    }
+                    // Not an application verdict (a 24 or 36 is one): as `on_record` drops it.
+                    _ => {
+                        self.shared.counters.drop(DropReason::WrongConnection, &src);
+                        continue;
+                    }
+                }
+                let cx = Context {
+                    memo: &self.memo,
+                    shared: &self.shared,
+                    local: self.local.generation,
+                    now,
+                };
+                let arrived = Arrived {
+                    header,
+                    payload,
+                    bytes,
+                };
+                match self.up.deliver(conn, src, arrived, record, &cx) {
+                    Delivered::OneWay { grant: false } | Delivered::Up { grant: false } => {}
+                    Delivered::OneWay { grant: true } | Delivered::Up { grant: true } => {
+                        grant = true;
+                        break;
+                    }
+                    Delivered::Stale { target, corr } => {
+                        stale = Some((target, corr));
+                        break;
+                    }
+                }
+            }
+            if grant {
+                self.flush_grant(src.conn_ref());
+            } else if let Some((target, corr)) = stale {
+                self.stale(src, target, corr);
+            } else {
+                return None;
+            }
+        }
+    }
+
+    /// [`decode_memoized`] with the engine's own memo, limits and id cache.
     #[inline]
     fn decode_memoized(
         &mut self,
@@ -449,47 +568,18 @@ impl Engine {
         who: &dyn std::fmt::Display,
         record: &mut Option<Record>,
     ) -> Option<MemoDecoded> {
-        let memo = match &payload {
-            Pl::None => None,
-            p if p.len() <= self.limits.max_payload => self.memo.header(envelope),
-            _ => None,
-        };
-        if let Some(header) = memo {
-            // The memo holds only 147 and 36 records: application class.
-            return Some(MemoDecoded {
-                header,
-                class: Class::App,
-                payload: payload.into_bytes(),
-                from_memo: true,
-            });
-        }
-        let has_payload = !matches!(payload, Pl::None);
-        let Ok(d) = decode_counted(
-            &self.shared,
-            &self.limits,
+        decode_memoized(
+            Decoding {
+                memo: &mut self.memo,
+                shared: &self.shared,
+                limits: &self.limits,
+                ids: &mut self.ids,
+            },
             envelope,
             payload,
             who,
-            &mut self.ids,
-        ) else {
-            return None;
-        };
-        if has_payload {
-            self.memo.store(envelope, &d);
-        }
-        let class = codec::classify(&d.record);
-        let zlink_wire::Decoded {
-            header,
-            record: decoded,
-            payload,
-        } = d;
-        *record = Some(decoded);
-        Some(MemoDecoded {
-            header,
-            class,
-            payload,
-            from_memo: false,
-        })
+            record,
+        )
     }
 
     pub(super) fn complete(
@@ -606,6 +696,77 @@ impl Engine {
     }
 }
 
+/// The engine's fields a decode reads or updates (borrowed apart from the connection maps, so
+/// a run can decode while it holds a connection).
+struct Decoding<'e> {
+    memo: &'e mut DecodeMemo,
+    shared: &'e Shared,
+    limits: &'e Limits,
+    ids: &'e mut zlink_wire::IdCache,
+}
+
+/// A relay record by its envelope's command byte (24 ActorSend, 36 BoundSessionSend): a routing
+/// decision only, the decoder validates the envelope.
+#[inline]
+fn is_relay_record(envelope: &[u8]) -> bool {
+    envelope.get(1).is_some_and(|&c| {
+        matches!(
+            zlink_wire::Command::from_number(c),
+            Ok(zlink_wire::Command::ActorSend | zlink_wire::Command::BoundSessionSend)
+        )
+    })
+}
+
+/// Decodes one record (from a peer or a client, alone or from a batch) through the one-way
+/// memo: a repeated one-way envelope (byte-identical to the last one decoded) is not
+/// decoded again, its payload bounded and copied as [`decode_counted`] does; anything else
+/// is decoded (rejections counted against `who`), its record put into `record`, and
+/// classified. On a memo hit `record` stays `None` (the record is cloned from the memo only
+/// where it is handed up).
+#[inline(always)]
+fn decode_memoized(
+    d: Decoding<'_>,
+    envelope: &[u8],
+    payload: Pl<'_>,
+    who: &dyn std::fmt::Display,
+    record: &mut Option<Record>,
+) -> Option<MemoDecoded> {
+    let memo = match &payload {
+        Pl::None => None,
+        p if p.len() <= d.limits.max_payload => d.memo.header(envelope),
+        _ => None,
+    };
+    if let Some(header) = memo {
+        // The memo holds only 147 and 36 records: application class.
+        return Some(MemoDecoded {
+            header,
+            class: Class::App,
+            payload: payload.into_bytes(),
+            from_memo: true,
+        });
+    }
+    let has_payload = !matches!(payload, Pl::None);
+    let Ok(decoded) = decode_counted(d.shared, d.limits, envelope, payload, who, d.ids) else {
+        return None;
+    };
+    if has_payload {
+        d.memo.store(envelope, &decoded);
+    }
+    let class = codec::classify(&decoded.record);
+    let zlink_wire::Decoded {
+        header,
+        record: decoded,
+        payload,
+    } = decoded;
+    *record = Some(decoded);
+    Some(MemoDecoded {
+        header,
+        class,
+        payload,
+        from_memo: false,
+    })
+}
+
 /// A message read from a socket, as the receive pass hands it to ingress.
 pub(crate) enum Rx<'a> {
     /// Its parts after the routing id, borrowed from the reused receive buffers.
@@ -670,7 +831,7 @@ impl Pl<'_> {
 /// Decodes one record, its payload bounded before it is copied (the decoder re-checks the
 /// same limit), an actor identity taken from `ids` when it names the last one; a rejection
 /// is counted against `who`.
-#[inline]
+#[inline(always)]
 pub(super) fn decode_counted(
     shared: &Shared,
     limits: &Limits,
