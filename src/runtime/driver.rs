@@ -237,7 +237,7 @@ impl GateInner {
             object: self.rt.next_object.fetch_add(1, Ordering::Relaxed),
             ending: AtomicBool::new(false),
             actor_refs: AtomicUsize::new(0),
-            space: SpaceSlot::new(),
+            space: OnceLock::new(),
         });
         self.rt.metrics.lanes_live.fetch_add(1, Ordering::Relaxed);
         let got = core
@@ -370,8 +370,9 @@ pub(crate) struct LaneHandle {
     /// lane that may yield): it resumes a parked record, or wakes the drain polling it.
     wake: OnceLock<(Arc<LaneWake>, Waker)>,
     pub slot: Slot,
-    /// Waiters told when a turn of this lane ends with room ([`LaneHandle::wait_for_space`]).
-    space: SpaceSlot<Arc<dyn SpaceWaiter>>,
+    /// Waiters told when a turn of this lane ends with room ([`LaneHandle::wait_for_space`]);
+    /// made at the first arming (a lane that never had a backlog pays one word for it).
+    space: OnceLock<Box<SpaceSlot<Arc<dyn SpaceWaiter>>>>,
 }
 
 impl Drop for LaneHandle {
@@ -404,7 +405,8 @@ impl LaneHandle {
     /// full and must try it again after arming (the turn that freed the room may have ended
     /// before the arming: `gate::SpaceSlot`).
     pub fn wait_for_space(&self, waiter: Arc<dyn SpaceWaiter>) {
-        self.space.arm(waiter, |a, b| {
+        let space = self.space.get_or_init(|| Box::new(SpaceSlot::new()));
+        space.arm(waiter, |a, b| {
             std::ptr::addr_eq(Arc::as_ptr(a), Arc::as_ptr(b))
         });
     }
@@ -412,14 +414,23 @@ impl LaneHandle {
     /// A turn of this lane ended with room (no runtime lock held): tell the armed waiters.
     #[inline]
     fn space_changed(&self) {
-        if self.space.is_armed() {
+        if self.space_armed() {
             self.tell_space();
         }
     }
 
+    /// Whether a space waiter is armed (one load where one ever was).
+    #[inline]
+    fn space_armed(&self) -> bool {
+        self.space.get().is_some_and(|s| s.is_armed())
+    }
+
     #[inline(never)]
     fn tell_space(&self) {
-        for w in self.space.take() {
+        let Some(space) = self.space.get() else {
+            return;
+        };
+        for w in space.take() {
             w.on_space();
         }
     }
@@ -1439,7 +1450,7 @@ async fn drain(gate: Arc<GateInner>, mut fence: Fence, mut first: Option<InFligh
                         let waiting = room
                             .then(|| core.lane_data_ref(lane))
                             .flatten()
-                            .filter(|l| l.space.is_armed())
+                            .filter(|l| l.space_armed())
                             .cloned();
                         if let Some(l) = waiting {
                             drop(core);
@@ -1575,7 +1586,7 @@ async fn drain(gate: Arc<GateInner>, mut fence: Fence, mut first: Option<InFligh
                     waiting = room
                         .then(|| core.lane_data_ref(lane))
                         .flatten()
-                        .filter(|l| l.space.is_armed())
+                        .filter(|l| l.space_armed())
                         .cloned();
                 }
             }
