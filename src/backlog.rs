@@ -31,7 +31,7 @@ use crate::runtime::{
     BoxFuture, BudgetStart, Clock, LaneHandle, Offered, PendingSubmit, RuntimeError, Submission,
     TrySubmitError,
 };
-use crate::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use crate::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use crate::sync::{Mutex, MutexGuard};
 use std::sync::{Arc, Weak};
 use zlink_mesh::Origin;
@@ -187,7 +187,7 @@ pub(crate) enum Admitted {
 }
 
 /// Whether a record that finds its target's lane idle may run at once on the submitting thread
-/// ([`crate::runtime::PendingSubmit::try_run_inline`]; `docs/RUNTIME.md`, "Inline delivery").
+/// ([`crate::runtime::Submission::offer`]; `docs/RUNTIME.md`, "Inline delivery").
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum RunMode {
     /// Always through the lane (a lane drain runs it).
@@ -426,6 +426,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Backlogs<K> {
             let waiter = Arc::new(Refill {
                 backlogs: Arc::downgrade(self),
                 key: key.clone(),
+                ended: AtomicBool::new(false),
             });
             let lane = pending.lane().clone();
             lane.wait_for_space(waiter.clone());
@@ -492,6 +493,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Backlogs<K> {
             if w.front.is_empty() {
                 if w.queue.is_empty() {
                     let w = map.remove(key).expect("refilling backlog");
+                    w.waiter.ended.store(true, Ordering::Relaxed);
                     self.open.fetch_sub(1, Ordering::AcqRel);
                     drop(map);
                     self.keep(w.queue);
@@ -526,6 +528,9 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Backlogs<K> {
                 self.waiting_now.fetch_sub(1, Ordering::Relaxed);
                 released.add(done);
             }
+            // The run's credit goes back now, not only when the refiller stops: a refiller that
+            // keeps finding records does not keep their senders' windows charged meanwhile.
+            released.flush();
             map = lock(&self.map);
             let Some((pending, done)) = stuck else {
                 continue;
@@ -561,6 +566,9 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Backlogs<K> {
 struct Refill<K> {
     backlogs: Weak<Backlogs<K>>,
     key: K,
+    /// Its backlog episode ended (set under the map's lock as the entry leaves it): a lane
+    /// arming a later waiter drops this one ([`SpaceWaiter::is_live`]).
+    ended: AtomicBool,
 }
 
 impl<K: Hash + Eq + Clone + Send + Sync + 'static> SpaceWaiter for Refill<K> {
@@ -569,12 +577,16 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> SpaceWaiter for Refill<K> {
             b.refill(&self.key);
         }
     }
+
+    fn is_live(&self) -> bool {
+        !self.ended.load(Ordering::Relaxed)
+    }
 }
 
 /// Per-key FIFOs of async work that could not finish at once: a push waiting for a client's
 /// credit, a send waiting for a peer's window. The same rule as [`Backlogs`]: what waits for
-/// one key holds up only that key (later work for it queues behind, in order), one drain task
-/// per key runs the waiting work in order, and a key's queue is bounded by the caller's limit
+/// one key holds up only that key (later work for it queues behind, in order); here one drain
+/// task per key runs the waiting work in order (the work is async: it waits for credit), and a key's queue is bounded by the caller's limit
 /// (refused over it, counted).
 pub(crate) struct WaitQueues<K> {
     /// Keys with a queue: zero on the fast path, which then skips the map.
@@ -969,7 +981,12 @@ mod tests {
             assert!(Instant::now() < deadline, "records kept for a removed lane");
             std::thread::yield_now();
         }
-        assert_eq!(sink.take(), vec![(client(1), N as u32, 10 * N as u64)]);
+        // every record's credit back once (in one release per run the refill took)
+        let back = sink.take();
+        assert!(back.iter().all(|(o, _, _)| *o == client(1)), "{back:?}");
+        let records: u32 = back.iter().map(|r| r.1).sum();
+        let bytes: u64 = back.iter().map(|r| r.2).sum();
+        assert_eq!((records, bytes), (N as u32, 10 * N as u64), "{back:?}");
         assert_eq!(backlogs.stats().waiting_now, 0);
         assert_eq!(ran.load(Ordering::SeqCst), 0, "nothing ran");
         drop(open_tx);

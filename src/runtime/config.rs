@@ -141,7 +141,14 @@ mod cycles {
             let info = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
             let flags = info.lines().find(|l| l.starts_with("flags")).unwrap_or("");
             let has = |f: &str| flags.split_whitespace().any(|x| x == f);
-            has("constant_tsc") && has("nonstop_tsc")
+            // The flags say the counter could serve; the kernel's current clocksource says it
+            // does: a TSC the kernel found unstable (watchdog, failed sync between cores) is
+            // no longer `Instant::now`'s source, and must not bound it either.
+            let source = std::fs::read_to_string(
+                "/sys/devices/system/clocksource/clocksource0/current_clocksource",
+            )
+            .unwrap_or_default();
+            has("constant_tsc") && has("nonstop_tsc") && source.trim() == "tsc"
         })
     }
 
@@ -231,12 +238,16 @@ mod cycles {
 /// by the first check after it. Moving the deadline ([`CycleDeadline::disarm`], under the same
 /// lock as arming) withdraws the limit before the new deadline is used.
 ///
-/// Only where the cycle counter is usable (x86-64 Linux with an invariant TSC):
+/// Only where the cycle counter is usable (x86-64 Linux with an invariant TSC that is the
+/// kernel's current clocksource; a reading below the one the limit was armed from never counts):
 /// [`CycleDeadline::new`] is `None` elsewhere, and then every check reads the clock.
 #[derive(Debug)]
 pub struct CycleDeadline {
     /// Cycle readings below it are before the deadline (0: not armed).
     limit: crate::sync::atomic::AtomicU64,
+    /// The cycle reading the limit was armed from: a reading below it (a counter that went
+    /// back: reset, restored, or another core's lagging one) proves nothing.
+    anchor: crate::sync::atomic::AtomicU64,
     /// Serialises arming against a deadline change; holds the last clock reading (the cycle
     /// counter just after it, the instant), from which a later reading learns the rate.
     arming: Mutex<Option<(u64, Instant)>>,
@@ -257,6 +268,7 @@ impl CycleDeadline {
     pub fn new() -> Option<Self> {
         (cycles::read() != 0).then(|| CycleDeadline {
             limit: crate::sync::atomic::AtomicU64::new(0),
+            anchor: crate::sync::atomic::AtomicU64::new(0),
             arming: Mutex::new(None),
         })
     }
@@ -267,8 +279,11 @@ impl CycleDeadline {
     pub fn certainly_before(&self) -> bool {
         let limit = self.limit.load(crate::sync::atomic::Ordering::Acquire);
         limit != 0 && {
+            // Stored before the limit (Release above): at least this limit's anchor, or a
+            // later one (a later arming's anchor is larger: only stricter).
+            let anchor = self.anchor.load(crate::sync::atomic::Ordering::Relaxed);
             let c = cycles::read();
-            c != 0 && c < limit
+            c != 0 && anchor <= c && c < limit
         }
     }
 
@@ -298,6 +313,8 @@ impl CycleDeadline {
         if before {
             let left = deadline.saturating_duration_since(now).as_nanos();
             if let Some(limit) = cycles::limit(before_read, left) {
+                self.anchor
+                    .store(before_read, crate::sync::atomic::Ordering::Relaxed);
                 self.limit
                     .store(limit, crate::sync::atomic::Ordering::Release);
             }

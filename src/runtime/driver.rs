@@ -371,7 +371,7 @@ pub(crate) struct LaneHandle {
     wake: OnceLock<(Arc<LaneWake>, Waker)>,
     pub slot: Slot,
     /// Waiters told when a turn of this lane ends with room ([`LaneHandle::wait_for_space`]);
-    /// made at the first arming (a lane that never had a backlog pays one word for it).
+    /// made at the first arming (a lane that never had a backlog pays the empty cell's 16 bytes).
     space: OnceLock<Box<SpaceSlot<Arc<dyn SpaceWaiter>>>>,
 }
 
@@ -406,9 +406,11 @@ impl LaneHandle {
     /// before the arming: `gate::SpaceSlot`).
     pub fn wait_for_space(&self, waiter: Arc<dyn SpaceWaiter>) {
         let space = self.space.get_or_init(|| Box::new(SpaceSlot::new()));
-        space.arm(waiter, |a, b| {
-            std::ptr::addr_eq(Arc::as_ptr(a), Arc::as_ptr(b))
-        });
+        space.arm(
+            waiter,
+            |a, b| std::ptr::addr_eq(Arc::as_ptr(a), Arc::as_ptr(b)),
+            |w| w.is_live(),
+        );
     }
 
     /// A turn of this lane ended with room (no runtime lock held): tell the armed waiters.
@@ -431,7 +433,11 @@ impl LaneHandle {
             return;
         };
         for w in space.take() {
-            w.on_space();
+            // A waiter that panics must not unwind into the turn's thread (a lane drain holding
+            // the gate's right, or an inline finish): the other waiters are told all the same.
+            if catch_unwind(AssertUnwindSafe(|| w.on_space())).is_err() {
+                tracing::error!(object = self.object, "a lane's space waiter panicked");
+            }
         }
     }
 
@@ -1246,7 +1252,7 @@ impl Future for Requeue {
     }
 }
 
-/// Runs `work`, an application record started inline (`Submission::try_run_inline`), on the
+/// Runs `work`, an application record started inline (`Submission::offer`), on the
 /// calling thread to its terminal or its first wait: the application domain marker set (EG-13),
 /// the lane runtime's context entered (a handler may spawn or start timers), a panic caught as
 /// a drain catches it.
@@ -1455,6 +1461,9 @@ async fn drain(gate: Arc<GateInner>, mut fence: Fence, mut first: Option<InFligh
                         if let Some(l) = waiting {
                             drop(core);
                             l.tell_space();
+                            // possibly the last handle of a lane removed meanwhile: dropped
+                            // before the core lock, not under it
+                            drop(l);
                             core = g.lock_unquiesced();
                             g.end_batch(&mut core);
                         }

@@ -326,10 +326,19 @@ impl<W, L: Clone> GateShared<W, L> {
 /// fit (a backlog) arms one on the full lane ([`SpaceSlot::arm`]) instead of parking a task on
 /// the lane's space notification. The runtime knows nothing else about it.
 pub trait SpaceWaiter: Send + Sync {
-    /// The lane it was armed on had a turn end with room (or was removed): called once per
-    /// arming, on the thread that ended the turn (a lane worker holding the gate's right, or an
-    /// inline submitter), with no lock of the runtime held. It may submit to that lane.
+    /// The lane it was armed on had a turn end with room, or was removed, or its gate ended:
+    /// called once per take of the armed waiters (arming an armed waiter again does not add a
+    /// call), on the thread that ended the turn (a lane worker holding the gate's right, or an
+    /// inline submitter) or that removed the lane or ended the gate (e.g. the shutdown task),
+    /// with no lock of the runtime held. It may submit to that lane.
     fn on_space(&self);
+
+    /// Whether telling it can still matter: a waiter whose wait ended (its backlog emptied
+    /// without it being told) answers `false`, and arming drops it, so what stays armed on a
+    /// lane is bounded by the waiters still waiting for it.
+    fn is_live(&self) -> bool {
+        true
+    }
 }
 
 /// The space waiters armed on one lane. Protocol (modelled by `loom_space_refill_strands_nothing`
@@ -353,9 +362,11 @@ impl<H> SpaceSlot<H> {
         }
     }
 
-    /// Arms `waiter` (once: a waiter `same` as one armed already is not added again).
-    pub fn arm(&self, waiter: H, same: impl Fn(&H, &H) -> bool) {
+    /// Arms `waiter` (once: a waiter `same` as one armed already is not added again), dropping
+    /// the armed waiters `live` says no longer wait.
+    pub fn arm(&self, waiter: H, same: impl Fn(&H, &H) -> bool, live: impl Fn(&H) -> bool) {
         let mut w = self.waiters.lock().unwrap();
+        w.retain(|x| live(x));
         if !w.iter().any(|x| same(x, &waiter)) {
             w.push(waiter);
         }
@@ -979,7 +990,7 @@ mod loom_tests {
             }
             b.open = true;
             b.refilling = true;
-            m.space.arm((), |_, _| true);
+            m.space.arm((), |_, _| true, |_| true);
         }
         refill_owned(m, true);
     }
@@ -1023,7 +1034,7 @@ mod loom_tests {
                 continue;
             }
             if !armed {
-                m.space.arm((), |_, _| true);
+                m.space.arm((), |_, _| true, |_| true);
                 armed = true;
                 continue;
             }

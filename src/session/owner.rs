@@ -219,7 +219,7 @@ pub(crate) struct SessionOwner {
     backlogs: Arc<Backlogs<SessionRid>>,
     /// Pushes waiting for a client's credit, per session.
     pushes: Arc<WaitQueues<SessionRid>>,
-    /// Where backlog drain tasks run (packets arrive on the mesh I/O thread).
+    /// Where the push queues' drain tasks run (pushes arrive on the mesh I/O thread).
     rt: tokio::runtime::Handle,
 }
 
