@@ -155,8 +155,14 @@ mod cycles {
     /// The cycle counter, or 0 where it must not be used.
     pub fn read() -> u64 {
         if invariant_tsc() {
-            // SAFETY: `rdtsc` has no preconditions on x86-64; it only reads the counter.
-            unsafe { core::arch::x86_64::_rdtsc() }
+            // SAFETY: `lfence` and `rdtsc` have no preconditions on x86-64 (SSE2 is part of
+            // the x86-64 baseline); they only order loads and read the counter. The fence keeps
+            // the read from running ahead of the code before it (a clock reading taken just
+            // before must not be later than this one), as the kernel's own ordered read does.
+            unsafe {
+                core::arch::x86_64::_mm_lfence();
+                core::arch::x86_64::_rdtsc()
+            }
         } else {
             0
         }
