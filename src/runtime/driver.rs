@@ -27,7 +27,9 @@ use crate::sync::Mutex;
 use crate::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 use super::config::RuntimeConfig;
-use super::core::{LaneClass, LaneId, Queued, ResumeRefused, SubmitRefusal, Turn};
+use super::core::{
+    GateCore, LaneClass, LaneId, Queued, ResumeRefused, SubmitRefusal, SubmitRefused, Turn,
+};
 use super::error::{HandlerError, InvalidOperation, RuntimeError, Unavailable};
 use super::gate::{Fence, GateShared, SpaceSlot, SpaceWaiter};
 use super::park::ParkWord;
@@ -468,24 +470,43 @@ impl LaneHandle {
             return Err((Unavailable::ShutDown.into(), job));
         }
         let r = {
-            let gate = &self.gate.gate;
-            let mut core = gate.lock_unquiesced();
-            let mut r = core.handle_submit(self.lane, class, payload_len, job);
-            if core.batch_active()
-                && matches!(&r, Err(e) if matches!(e.reason, SubmitRefusal::Admission(_)))
-            {
-                // exact admission (EG-7.1/7.2): records of the batch that reached their terminal
-                // return their reservations before the lane is called full
-                gate.release_batch_progress(&mut core);
-                if let Err(e) = r {
-                    r = core.handle_submit(self.lane, class, payload_len, e.item);
-                }
-            }
-            if r.is_ok() {
-                gate.after_submit(&mut core);
-            }
-            r
+            let mut core = self.gate.gate.lock_unquiesced();
+            self.admit_locked(&mut core, class, payload_len, job)
         };
+        self.admitted(r)
+    }
+
+    /// The admission of [`LaneHandle::try_submit`] under the core lock (`core`), exact during a
+    /// batch (EG-7.1/7.2: records of the batch that reached their terminal return their
+    /// reservations before the lane is called full).
+    #[inline]
+    fn admit_locked(
+        &self,
+        core: &mut GateCore<Job, Arc<LaneHandle>>,
+        class: LaneClass,
+        payload_len: usize,
+        job: Job,
+    ) -> Result<(), SubmitRefused<Job>> {
+        let gate = &self.gate.gate;
+        let mut r = core.handle_submit(self.lane, class, payload_len, job);
+        if core.batch_active()
+            && matches!(&r, Err(e) if matches!(e.reason, SubmitRefusal::Admission(_)))
+        {
+            gate.release_batch_progress(core);
+            if let Err(e) = r {
+                r = core.handle_submit(self.lane, class, payload_len, e.item);
+            }
+        }
+        if r.is_ok() {
+            gate.after_submit(core);
+        }
+        r
+    }
+
+    /// After [`LaneHandle::admit_locked`], the core unlocked: an admitted record takes the gate
+    /// and starts a drain if the right is free; a refused one is handed back with why.
+    #[inline]
+    fn admitted(&self, r: Result<(), SubmitRefused<Job>>) -> Result<(), (RuntimeError, Job)> {
         match r {
             Ok(()) => {
                 if let Some(f) = self.gate.gate.word.try_acquire_after_submit() {
@@ -531,36 +552,11 @@ impl LaneHandle {
                 self.slot.begin(invocation, fence, self.gate.next_turn());
                 return StartOrSubmit::Inline(InlineTurn { fence, invocation });
             }
-            let job = job();
-            let mut r = core.handle_submit(self.lane, class, payload_len, job);
-            if core.batch_active()
-                && matches!(&r, Err(e) if matches!(e.reason, SubmitRefusal::Admission(_)))
-            {
-                // exact admission, as in `try_submit`
-                gate.release_batch_progress(&mut core);
-                if let Err(e) = r {
-                    r = core.handle_submit(self.lane, class, payload_len, e.item);
-                }
-            }
-            if r.is_ok() {
-                gate.after_submit(&mut core);
-            }
-            r
+            self.admit_locked(&mut core, class, payload_len, job())
         };
-        match r {
-            Ok(()) => {
-                if let Some(f) = self.gate.gate.word.try_acquire_after_submit() {
-                    self.gate.kick(f);
-                }
-                StartOrSubmit::Submitted
-            }
-            Err(refused) => {
-                let e = match refused.reason {
-                    SubmitRefusal::Admission(a) => a.into(),
-                    SubmitRefusal::Ended => Unavailable::Ended.into(),
-                };
-                StartOrSubmit::Refused(e, refused.item)
-            }
+        match self.admitted(r) {
+            Ok(()) => StartOrSubmit::Submitted,
+            Err((e, job)) => StartOrSubmit::Refused(e, job),
         }
     }
 
