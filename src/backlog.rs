@@ -819,18 +819,11 @@ mod tests {
         Done::credit(to, client(5), 1).run();
     }
 
-    // The refill returns a waiting record's credit only once the record entered its lane, and
-    // once: with the lane full nothing comes back; each record that enters comes back exactly
-    // once, in runs per sender. No task drains the backlog: the lane's turns refill it.
+    /// A runtime (kept alive by the caller) and a lane of one application place, so a second
+    /// record finds it full.
     #[cfg(not(feature = "loom"))]
-    #[test]
-    fn the_refill_returns_credit_only_once_records_entered_their_lane() {
-        use crate::runtime::{
-            Handled, Job, LaneClass, LaneHandle, LaneLimits, PendingSubmit, Runtime, RuntimeConfig,
-            TurnEnv, test_lane_in,
-        };
-        use std::time::Instant;
-
+    fn one_place_lane() -> (crate::runtime::Runtime, Arc<crate::runtime::LaneHandle>) {
+        use crate::runtime::{LaneLimits, Runtime, RuntimeConfig, test_lane_in};
         let rt = Runtime::new(RuntimeConfig {
             limits: LaneLimits {
                 application_items: 1,
@@ -842,6 +835,19 @@ mod tests {
         })
         .unwrap();
         let lane = test_lane_in(&rt);
+        (rt, lane)
+    }
+
+    // The refill returns a waiting record's credit only once the record entered its lane, and
+    // once: with the lane full nothing comes back; each record that enters comes back exactly
+    // once, in runs per sender. No task drains the backlog: the lane's turns refill it.
+    #[cfg(not(feature = "loom"))]
+    #[test]
+    fn the_refill_returns_credit_only_once_records_entered_their_lane() {
+        use crate::runtime::{Handled, Job, LaneClass, LaneHandle, PendingSubmit, TurnEnv};
+        use std::time::Instant;
+
+        let (_rt, lane) = one_place_lane();
         let ran = Arc::new(AtomicUsize::new(0));
         let (open_tx, open_rx) = tokio::sync::oneshot::channel::<()>();
         // The first record holds the lane's only place until `open_tx` fires.
@@ -921,23 +927,10 @@ mod tests {
     #[cfg(not(feature = "loom"))]
     #[test]
     fn a_removed_lane_releases_what_waited_for_it() {
-        use crate::runtime::{
-            Handled, Job, LaneClass, LaneHandle, LaneLimits, PendingSubmit, Runtime, RuntimeConfig,
-            TurnEnv, test_lane_in,
-        };
+        use crate::runtime::{Handled, Job, LaneClass, LaneHandle, PendingSubmit, TurnEnv};
         use std::time::Instant;
 
-        let rt = Runtime::new(RuntimeConfig {
-            limits: LaneLimits {
-                application_items: 1,
-                ..LaneLimits::default()
-            },
-            application_workers: 1,
-            infrastructure_workers: 1,
-            ..RuntimeConfig::default()
-        })
-        .unwrap();
-        let lane = test_lane_in(&rt);
+        let (_rt, lane) = one_place_lane();
         let (open_tx, open_rx) = tokio::sync::oneshot::channel::<()>();
         let first = PendingSubmit::new(
             &lane,
