@@ -8,7 +8,10 @@
 //! credit, or passes it on to the inbound channel. A sink runs on the I/O thread: it must
 //! never block (no waiting for space, no I/O), or every connection of the node stalls.
 
+use std::time::Instant;
+
 use bytes::Bytes;
+use zlink_wire::{ActorSend, CorrelationId, Record};
 
 use crate::node::{Inbound, Origin};
 use crate::types::DispatchKey;
@@ -52,8 +55,48 @@ pub trait InboundSink: Send + 'static {
         self.offer(Inbound::one_way(origin, key, payload), bytes)
     }
 
+    /// Offers a one-way 24 ActorSend from a peer (no correlation: no reply handle) in the
+    /// compact form, exactly as [`InboundSink::offer`] would be offered
+    /// [`Inbound::actor_send`]`(origin, send, payload, deadline)` (`deadline`: its local
+    /// deadline, receipt time + the time it carried): the `Inbound` around it (≈ 280 bytes,
+    /// with the 160-byte `Record`) is built only if the sink passes it on, so the 24 is not
+    /// copied from value to value on its way to the sink. The mesh uses this for the 24s of a
+    /// peer's batch frame after the first. Default: builds the record and offers it.
+    fn offer_actor_send(
+        &mut self,
+        origin: Origin,
+        send: ActorSend,
+        payload: Bytes,
+        deadline: Option<Instant>,
+        bytes: u64,
+    ) -> Offer {
+        self.offer(Inbound::actor_send(origin, send, payload, deadline), bytes)
+    }
+
     /// The receive pass that offered records has ended: the I/O thread goes on to transmit,
     /// then reads again or sleeps. A sink that meters the time it takes per pass starts over.
     /// Default: nothing.
     fn end_pass(&mut self) {}
+}
+
+impl Inbound {
+    /// A one-way 24 ActorSend (no correlation, no reply handle) from `origin`, with its local
+    /// `deadline`: the record [`InboundSink::offer_actor_send`] stands for.
+    #[must_use]
+    #[inline]
+    pub fn actor_send(
+        origin: Origin,
+        send: ActorSend,
+        payload: Bytes,
+        deadline: Option<Instant>,
+    ) -> Self {
+        Inbound {
+            origin,
+            correlation: CorrelationId::NONE,
+            record: Record::ActorSend(send),
+            payload: Some(payload),
+            deadline,
+            reply: None,
+        }
+    }
 }

@@ -16,7 +16,9 @@ use zlink_mesh::{
     ClientEvent, ClientEvents, Inbound, InboundReceiver, InboundSink, Offer, Origin, Record,
     ReplyHandle,
 };
-use zlink_wire::{ActorCall, ActorId, BindOperation, DispatchKey, ErrorKind};
+use zlink_wire::{
+    ActorCall, ActorId, ActorSend, BindOperation, DispatchKey, ErrorKind, NodeGeneration, NodeRid,
+};
 
 use super::protocol::{self, Activate, CallActor, CreateActor, DestroyActor, GetActor};
 use super::{Create, Inner, Node};
@@ -138,22 +140,14 @@ impl InboundSink for Sink {
                     return Offer::Taken; // filtered above
                 };
                 let reply = reply.map(ReplyTo::Wire);
-                let origin = || Origin::Peer {
-                    node: sender.clone(),
-                    generation,
-                };
-                let done = || release(node, origin(), bytes)();
-                offer_of(node.on_actor_send_now(
-                    &sender,
+                actor_send(
+                    node,
+                    (sender, generation),
                     rec,
-                    payload,
-                    deadline,
-                    reply,
-                    Intake {
-                        release: Some(done),
-                        mode,
-                    },
-                ))
+                    (payload, deadline, reply),
+                    bytes,
+                    mode,
+                )
             }
             Record::ActorCall(call) => {
                 let Origin::Peer { .. } = origin else {
@@ -211,9 +205,74 @@ impl InboundSink for Sink {
         )
     }
 
+    /// A peer's one-way 24 in the compact form (the full record is built only when it is
+    /// passed on): the same path as [`Sink::offer`] takes for it.
+    fn offer_actor_send(
+        &mut self,
+        origin: Origin,
+        send: ActorSend,
+        payload: Bytes,
+        deadline: Option<Instant>,
+        bytes: u64,
+    ) -> Offer {
+        let Origin::Peer {
+            node: sender,
+            generation,
+        } = origin
+        else {
+            return Offer::Pass(Inbound::actor_send(origin, send, payload, deadline));
+        };
+        let Some(inner) = self.node.upgrade() else {
+            let origin = Origin::Peer {
+                node: sender,
+                generation,
+            };
+            return Offer::Pass(Inbound::actor_send(origin, send, payload, deadline));
+        };
+        let node = &Node { inner };
+        let mode = self.budget.poll_mode(&*self.clock);
+        actor_send(
+            node,
+            (sender, generation),
+            send,
+            (payload, deadline, None),
+            bytes,
+            mode,
+        )
+    }
+
     fn end_pass(&mut self) {
         self.budget.handle_pass_end();
     }
+}
+
+/// A peer's 24 (`rec`, from `sender` in `generation`; its payload, local deadline and reply
+/// target) offered to its actor's lane ([`Node::on_actor_send_now`]).
+#[inline(always)]
+fn actor_send(
+    node: &Node,
+    (sender, generation): (NodeRid, NodeGeneration),
+    rec: ActorSend,
+    (payload, deadline, reply): (Bytes, Option<Instant>, Option<ReplyTo>),
+    bytes: u64,
+    mode: RunMode,
+) -> Offer {
+    let origin = || Origin::Peer {
+        node: sender.clone(),
+        generation,
+    };
+    let done = || release(node, origin(), bytes)();
+    offer_of(node.on_actor_send_now(
+        &sender,
+        rec,
+        payload,
+        deadline,
+        reply,
+        Intake {
+            release: Some(done),
+            mode,
+        },
+    ))
 }
 
 /// Runs until the mesh closes the inbound channel. Client session events come from the mesh's

@@ -500,6 +500,47 @@ mod tests {
             }
         }
 
+        /// `decode_actor_send_cached` is `decode_parts_cached` for a 24 without the `Record`
+        /// around it: on whole frames (header and body mutated, payload present or not,
+        /// limits met or not) it gives the same header and record or the same error, and
+        /// `None` for a frame of another command.
+        #[test]
+        fn compact_24_decode_is_decode_parts(r in actor_send(), corr in 0u64..3,
+            payload in proptest::option::of(proptest::collection::vec(any::<u8>(), 0..8)),
+            at in any::<usize>(), byte in any::<u8>(), how in any::<u8>(),
+            mutated in any::<bool>(), max_envelope in 0usize..200, max_payload in 0usize..10) {
+            let payload = payload.map(Bytes::from);
+            let frames = crate::encode(
+                &Record::ActorSend(r),
+                CorrelationId::new(corr),
+                Some(Bytes::from_static(b"p")),
+            )
+            .unwrap();
+            let mut env = frames.envelope().to_vec();
+            if mutated {
+                env = mutate(env, at, byte, how);
+            }
+            let limits = crate::Limits { max_envelope, max_payload };
+            for limits in [limits, crate::Limits::DEFAULT] {
+                let (mut a, mut b) = (IdCache::default(), IdCache::default());
+                let compact = crate::decode_actor_send_cached(&env, payload.as_ref(), &limits, &mut a);
+                let full = crate::decode_parts_cached(&env, payload.clone(), &limits, &mut b);
+                match (compact, full) {
+                    (Ok(Some((h, s))), Ok(d)) => {
+                        prop_assert_eq!(h, d.header);
+                        prop_assert_eq!(Record::ActorSend(s), d.record);
+                    }
+                    // Not a 24: the caller decodes it in full (whatever that gives).
+                    (Ok(None), _) => prop_assert_ne!(
+                        crate::peek_header(&env).map(|h| h.command).ok(),
+                        Some(Command::ActorSend)
+                    ),
+                    (Err(x), Err(y)) => prop_assert_eq!(format!("{x:?}"), format!("{y:?}")),
+                    (x, y) => prop_assert!(false, "compact {:?}, full {:?}", x, y),
+                }
+            }
+        }
+
         #[test]
         fn arbitrary_bytes_never_panic(b in proptest::collection::vec(any::<u8>(), 0..80)) {
             if let Some(fast) = decode_actor_send(&b, &mut IdCache::default()) {

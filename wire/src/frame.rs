@@ -27,7 +27,7 @@ use crate::command::{Command, CorrelationRule, PayloadRule, ReplyRule};
 use crate::error::{DecodeError, EncodeError};
 use crate::fast::{self, IdCache};
 use crate::ids::{CorrelationId, INVALID_ID_MARKER};
-use crate::record::{ErrorReply, Record};
+use crate::record::{ActorSend, ErrorReply, Record};
 
 /// Wire version carried in every header.
 pub const VERSION: u8 = 1;
@@ -365,13 +365,57 @@ pub fn decode_parts_cached(
     limits: &Limits,
     ids: &mut IdCache,
 ) -> Result<Decoded, DecodeError> {
+    let header = checked_header(envelope, payload.as_ref(), limits)?;
+    let record = decode_body(&header, &envelope[HEADER_LEN..], ids)?;
+    Ok(Decoded {
+        header,
+        record,
+        payload,
+    })
+}
+
+/// [`decode_parts_cached`] for a 24 actorSend, giving its header and the [`ActorSend`] itself
+/// instead of a [`Decoded`] (no [`Record`] built around it: the record is moved on in its
+/// compact form, a receiver's hot path). The checks and every error are those of
+/// [`decode_parts_cached`], in the same order; `payload` is only checked (the caller keeps it).
+/// `Ok(None)` when the envelope passed the checks before the body but is not a 24: decode it
+/// with [`decode_parts_cached`].
+///
+/// # Errors
+/// As [`decode_parts`].
+pub fn decode_actor_send_cached(
+    envelope: &[u8],
+    payload: Option<&Bytes>,
+    limits: &Limits,
+    ids: &mut IdCache,
+) -> Result<Option<(Header, ActorSend)>, DecodeError> {
+    let header = checked_header(envelope, payload, limits)?;
+    if header.command != Command::ActorSend {
+        return Ok(None);
+    }
+    let bytes = &envelope[HEADER_LEN..];
+    // As `decode_body`: the canonical form by hand, anything else (and every error) rmp-serde's.
+    let send = match fast::decode_actor_send(bytes, ids) {
+        Some(send) => send,
+        None => slow_body(Command::ActorSend, bytes, |de| ActorSend::deserialize(de))?,
+    };
+    Ok(Some((header, send)))
+}
+
+/// The checks of [`decode_parts_cached`] before the body: sizes, the header, the part rules.
+#[inline(always)]
+fn checked_header(
+    envelope: &[u8],
+    payload: Option<&Bytes>,
+    limits: &Limits,
+) -> Result<Header, DecodeError> {
     if envelope.len() > limits.max_envelope {
         return Err(DecodeError::EnvelopeTooLarge {
             len: envelope.len(),
             max: limits.max_envelope,
         });
     }
-    if let Some(p) = &payload {
+    if let Some(p) = payload {
         if p.len() > limits.max_payload {
             return Err(DecodeError::PayloadTooLarge {
                 len: p.len(),
@@ -393,12 +437,7 @@ pub fn decode_parts_cached(
             present,
         });
     }
-    let record = decode_body(&header, &envelope[HEADER_LEN..], ids)?;
-    Ok(Decoded {
-        header,
-        record,
-        payload,
-    })
+    Ok(header)
 }
 
 fn correlation_allowed(rule: CorrelationRule, correlation: CorrelationId) -> bool {
@@ -465,10 +504,11 @@ fn decode_body(header: &Header, bytes: &[u8], ids: &mut IdCache) -> Result<Recor
     if let Some(record) = fast {
         return Ok(record);
     }
-    let mut rest = bytes;
-    let mut de = rmp_serde::Deserializer::new(&mut rest);
-    let de = &mut de;
-    let result = match command {
+    // A batch frame holds records but is none: `crate::batch::BatchFrame` reads it.
+    if command == Command::Batch {
+        return Err(DecodeError::BatchNotRecord);
+    }
+    slow_body(command, bytes, |de| match command {
         Command::ActorSend => body(de, Record::ActorSend),
         Command::BoundSessionSend => body(de, Record::BoundSessionSend),
         Command::BoundSessionBind if header.is_reply() => body(de, Record::BoundSessionBindReply),
@@ -485,8 +525,8 @@ fn decode_body(header: &Header, bytes: &[u8], ids: &mut IdCache) -> Result<Recor
         Command::Ping => body(de, Record::Ping),
         Command::Pong => body(de, Record::Pong),
         Command::FlowCredit => body(de, Record::FlowCredit),
-        // A batch frame holds records but is none: `crate::batch::BatchFrame` reads it.
-        Command::Batch => return Err(DecodeError::BatchNotRecord),
+        // Answered above (never reached).
+        Command::Batch => Err(serde::de::Error::custom("a batch frame is not a record")),
         Command::Request => body(de, Record::Request),
         Command::Reply => body(de, Record::Reply),
         Command::ErrorReply => body(de, Record::ErrorReply),
@@ -494,8 +534,18 @@ fn decode_body(header: &Header, bytes: &[u8], ids: &mut IdCache) -> Result<Recor
         Command::Push => body(de, Record::Push),
         Command::Disconnect => body(de, Record::Disconnect),
         Command::ActorCall => body(de, Record::ActorCall),
-    };
-    let record = result.map_err(|source| match source {
+    })
+}
+
+/// A body read by rmp-serde (`read`), its errors mapped, the whole body consumed.
+fn slow_body<R>(
+    command: Command,
+    bytes: &[u8],
+    read: impl FnOnce(&mut BodyDeserializer<'_, '_>) -> Result<R, rmp_serde::decode::Error>,
+) -> Result<R, DecodeError> {
+    let mut rest = bytes;
+    let mut de = rmp_serde::Deserializer::new(&mut rest);
+    let record = read(&mut de).map_err(|source| match source {
         rmp_serde::decode::Error::Syntax(msg) if msg.contains(INVALID_ID_MARKER) => {
             DecodeError::InvalidId {
                 command,

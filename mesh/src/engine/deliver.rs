@@ -236,6 +236,76 @@ impl Delivery {
             },
             payload,
         };
+        self.up(conn, src, inb, bytes, cx)
+    }
+
+    /// Delivers a 24 ActorSend from a peer decoded in the compact form (`header`, `send`,
+    /// `payload`; `zlink_wire::decode_actor_send_cached`), charged to `conn`'s window, exactly
+    /// as [`Delivery::deliver`] delivers it as a `Record::ActorSend` (a 24 names no target
+    /// generation: never stale): a one-way (no correlation) is offered to the sink in the
+    /// compact form ([`InboundSink::offer_actor_send`](crate::sink::InboundSink::offer_actor_send)),
+    /// its `Inbound` built only if the sink passes it on; a request relay, or any 24 without a
+    /// sink, as an `Inbound` as `deliver` builds it.
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn actor_send(
+        &mut self,
+        conn: &mut Conn,
+        src: Source<'_>,
+        header: zlink_wire::Header,
+        send: zlink_wire::ActorSend,
+        payload: Option<Bytes>,
+        bytes: u64,
+        cx: &Context<'_>,
+    ) -> Delivered {
+        let corr = header.correlation;
+        let deadline = send.deadline.map(|d| cx.now + d.as_duration());
+        let inb = match (self.sink.as_mut(), payload) {
+            (Some(sink), Some(payload)) if corr.is_none() => {
+                match sink.offer_actor_send(src.origin(), send, payload, deadline, bytes) {
+                    Offer::Taken => {
+                        cx.shared.counters.delivered(1);
+                        return Delivered::Up {
+                            grant: conn.released(bytes),
+                        };
+                    }
+                    // The sink returns the credit later (`MeshNode::release_credit`).
+                    Offer::Held => {
+                        cx.shared.counters.delivered(1);
+                        return Delivered::Up { grant: false };
+                    }
+                    Offer::Pass(inb) => {
+                        return Delivered::Up {
+                            grant: self.channel(conn, src, inb, bytes, cx),
+                        };
+                    }
+                }
+            }
+            (_, payload) => Inbound {
+                origin: src.origin(),
+                correlation: corr,
+                deadline,
+                reply: corr
+                    .is_some()
+                    .then(|| ReplyHandle::new(cx.shared.clone(), src.reply_target(), corr.get())),
+                record: Record::ActorSend(send),
+                payload,
+            },
+        };
+        self.up(conn, src, inb, bytes, cx)
+    }
+
+    /// Offers `inb` to the sink if one is installed, else (or passed by the sink) hands it up
+    /// through the channel ([`Delivery::channel`]).
+    #[inline(always)]
+    fn up(
+        &mut self,
+        conn: &mut Conn,
+        src: Source<'_>,
+        inb: Inbound,
+        bytes: u64,
+        cx: &Context<'_>,
+    ) -> Delivered {
         let inb = match self.sink.as_mut() {
             None => inb,
             Some(sink) => match sink.offer(inb, bytes) {
@@ -536,5 +606,133 @@ mod tests {
         );
         assert_eq!(offers.lock().unwrap().len(), 32);
         assert!(rx.try_recv().is_none(), "taken by the sink, not handed up");
+    }
+
+    /// A 24 as the relay run decodes it in the compact form (`decode_actor_send_cached`).
+    fn compact_24(seq: u64, corr: u64) -> (zlink_wire::Header, zlink_wire::ActorSend, Bytes) {
+        let send = zlink_wire::ActorSend {
+            actor: zlink_wire::ActorId::new("actor-1").unwrap(),
+            object_generation: 3.into(),
+            authority_owner_generation: 4.into(),
+            owner_lease_generation: 5.into(),
+            session_lifecycle: 6.into(),
+            key: DispatchKey::new(7),
+            deadline: Some(zlink_wire::Deadline::from_millis(1000)),
+            tail: zlink_wire::BoundSessionTail {
+                binding_generation: 8.into(),
+                session_sequence: seq.into(),
+            },
+        };
+        let payload = Bytes::from(seq.to_string());
+        let parts =
+            codec::encode(&Record::ActorSend(send), corr, Some(payload.clone())).expect("encodes");
+        let (header, send) = zlink_wire::decode_actor_send_cached(
+            &parts[0],
+            Some(&payload),
+            &codec::limits(1 << 20),
+            &mut zlink_wire::IdCache::default(),
+        )
+        .expect("decodes")
+        .expect("a 24");
+        (header, send, payload)
+    }
+
+    /// What a sink was offered: compact or full, correlation, deadline, reply handle present,
+    /// session sequence, payload.
+    type SendOffer = (bool, u64, Option<Instant>, bool, u64, Bytes);
+
+    /// Takes every 24, recording how it was offered.
+    struct SendSink(Arc<std::sync::Mutex<Vec<SendOffer>>>);
+
+    impl crate::sink::InboundSink for SendSink {
+        fn offer(&mut self, inbound: Inbound, _bytes: u64) -> Offer {
+            let Record::ActorSend(s) = &inbound.record else {
+                panic!("{:?}", inbound.record)
+            };
+            self.0.lock().unwrap().push((
+                false,
+                inbound.correlation.get(),
+                inbound.deadline,
+                inbound.reply.is_some(),
+                s.tail.session_sequence.get(),
+                inbound.payload.clone().unwrap(),
+            ));
+            Offer::Taken
+        }
+
+        fn offer_actor_send(
+            &mut self,
+            origin: Origin,
+            send: zlink_wire::ActorSend,
+            payload: Bytes,
+            deadline: Option<Instant>,
+            _bytes: u64,
+        ) -> Offer {
+            assert!(matches!(origin, Origin::Peer { .. }), "{origin:?}");
+            self.0.lock().unwrap().push((
+                true,
+                0,
+                deadline,
+                false,
+                send.tail.session_sequence.get(),
+                payload,
+            ));
+            Offer::Taken
+        }
+    }
+
+    // spec: SB-2.1 — a 24 decoded in the compact form is delivered as its `Record` would be:
+    // a one-way offered to the sink without the `Inbound` (same local deadline and payload),
+    // a request relay (correlation) offered in full with its reply handle, and without a
+    // sink each goes up the channel as the decoded `Record::ActorSend`.
+    #[test]
+    fn a_compact_24_is_delivered_as_its_record() {
+        let shared = Shared::for_tests();
+        let memo = DecodeMemo::default();
+        let now = Instant::now();
+        let cx = Context {
+            memo: &memo,
+            shared: &shared,
+            local: NodeGeneration::new(1),
+            now,
+        };
+        let node = Arc::new(NodeRid::new("a").unwrap());
+        let peer = Source::Peer {
+            node: &node,
+            generation: NodeGeneration::new(7),
+        };
+        let deadline = Some(now + Duration::from_millis(1000));
+        let (tx, mut rx) = crate::inbound::channel(16);
+        let mut up = Delivery::new(tx);
+        let offers = Arc::new(std::sync::Mutex::new(Vec::new()));
+        up.sink = Some(Box::new(SendSink(offers.clone())));
+        let mut pc = conn(now);
+        for (seq, corr) in [(1, 0), (2, 5)] {
+            let (header, send, payload) = compact_24(seq, corr);
+            let d = up.actor_send(&mut pc, peer, header, send, Some(payload), 10, &cx);
+            assert!(matches!(d, Delivered::Up { .. }), "{d:?}");
+        }
+        assert_eq!(
+            *offers.lock().unwrap(),
+            vec![
+                (true, 0, deadline, false, 1, Bytes::from("1")),
+                (false, 5, deadline, true, 2, Bytes::from("2")),
+            ]
+        );
+        assert_eq!(shared.counters.delivered_total(), 2);
+        up.sink = None;
+        for (seq, corr) in [(3, 0), (4, 6)] {
+            let (header, send, payload) = compact_24(seq, corr);
+            let record = Record::ActorSend(send.clone());
+            let d = up.actor_send(&mut pc, peer, header, send, Some(payload), 10, &cx);
+            assert!(matches!(d, Delivered::Up { .. }), "{d:?}");
+            up.inbound.flush();
+            let m = rx.try_recv().expect("went up");
+            assert_eq!(m.record, record);
+            assert_eq!(m.correlation.get(), corr);
+            assert_eq!(m.deadline, deadline);
+            assert_eq!(m.reply.is_some(), corr != 0);
+            assert_eq!(m.payload, Some(Bytes::from(seq.to_string())));
+        }
     }
 }

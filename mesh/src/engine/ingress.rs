@@ -481,6 +481,78 @@ impl Engine {
                     return Some(sub);
                 }
                 next = records.next();
+                if is_actor_send(sub.envelope) {
+                    // A 24: the same steps as below, decoded in the compact form (the memo
+                    // holds no 24s) and delivered without a `Record` around it.
+                    let bytes =
+                        (sub.envelope.len() + sub.payload.as_ref().map_or(0, Bytes::len)) as u64;
+                    let decoded = decode_actor_send_counted(
+                        &self.shared,
+                        &self.limits,
+                        sub.envelope,
+                        sub.payload.as_ref(),
+                        &src,
+                        &mut self.ids,
+                    );
+                    match decoded {
+                        // Rejected and counted.
+                        Err(()) => continue,
+                        // Never (the command byte said 24): decoded as any record below.
+                        Ok(None) => {}
+                        Ok(Some((header, send))) => {
+                            // A 24 is an application record (`codec::classify`).
+                            let class = Class::App;
+                            if !lane.batchable(&class) {
+                                self.shared.counters.drop(
+                                    DropReason::WrongConnection,
+                                    &format_args!(
+                                        "{src}: control record inside a batch on {lane:?}"
+                                    ),
+                                );
+                                continue;
+                            }
+                            match conn.ingress(lane, &class, bytes, now) {
+                                Verdict::Deliver => {}
+                                Verdict::Drop(reason) => {
+                                    self.shared.counters.drop(reason, &src);
+                                    continue;
+                                }
+                                _ => {
+                                    self.shared.counters.drop(DropReason::WrongConnection, &src);
+                                    continue;
+                                }
+                            }
+                            let cx = Context {
+                                memo: &self.memo,
+                                shared: &self.shared,
+                                local: self.local.generation,
+                                now,
+                            };
+                            match self.up.actor_send(
+                                conn,
+                                src,
+                                header,
+                                send,
+                                sub.payload,
+                                bytes,
+                                &cx,
+                            ) {
+                                Delivered::OneWay { grant: false }
+                                | Delivered::Up { grant: false } => {}
+                                Delivered::OneWay { grant: true }
+                                | Delivered::Up { grant: true } => {
+                                    grant = true;
+                                    break;
+                                }
+                                Delivered::Stale { target, corr } => {
+                                    stale = Some((target, corr));
+                                    break;
+                                }
+                            }
+                            continue;
+                        }
+                    }
+                }
                 let payload = match sub.payload {
                     Some(p) => Pl::Shared(p),
                     None => Pl::None,
@@ -714,6 +786,41 @@ fn is_relay_record(envelope: &[u8]) -> bool {
             zlink_wire::Command::from_number(c),
             Ok(zlink_wire::Command::ActorSend | zlink_wire::Command::BoundSessionSend)
         )
+    })
+}
+
+/// A 24 ActorSend by its envelope's command byte: a routing decision only, the decoder
+/// validates the envelope.
+#[inline]
+fn is_actor_send(envelope: &[u8]) -> bool {
+    envelope.get(1) == Some(&zlink_wire::Command::ActorSend.number())
+}
+
+/// [`decode_counted`] for a 24 in the compact form (`zlink_wire::decode_actor_send_cached`):
+/// the payload bounded first, every rejection counted against `who` exactly as there;
+/// `Ok(None)` if the envelope is not a 24 after all.
+#[inline(always)]
+fn decode_actor_send_counted(
+    shared: &Shared,
+    limits: &Limits,
+    envelope: &[u8],
+    payload: Option<&Bytes>,
+    who: &dyn std::fmt::Display,
+    ids: &mut zlink_wire::IdCache,
+) -> Result<Option<(zlink_wire::Header, zlink_wire::ActorSend)>, ()> {
+    let len = payload.map_or(0, Bytes::len);
+    let decoded = if len > limits.max_payload {
+        Err(zlink_wire::DecodeError::PayloadTooLarge {
+            len,
+            max: limits.max_payload,
+        })
+    } else {
+        zlink_wire::decode_actor_send_cached(envelope, payload, limits, ids)
+    };
+    decoded.map_err(|e| {
+        shared
+            .counters
+            .drop(codec::drop_reason(&e), &format_args!("{who}: {e}"));
     })
 }
 
