@@ -154,6 +154,20 @@ pub(crate) struct Work {
     pub guard: Option<InflightGuard>,
 }
 
+impl Work {
+    /// No work: no payload, reply, deadline or guard (dropping it does nothing). Left in the
+    /// place of work moved away from behind a reference.
+    pub(crate) fn vacant() -> Work {
+        Work {
+            key: DispatchKey::new(0),
+            payload: Bytes::new(),
+            reply: None,
+            deadline: None,
+            guard: None,
+        }
+    }
+}
+
 impl Drop for Work {
     fn drop(&mut self) {
         if let Some(r) = self.reply.take() {

@@ -155,10 +155,11 @@ impl Node {
         work: Work,
         bound: Option<&BoundCheck<'_>>,
     ) -> Option<ActorError> {
-        match self.check_submit(call, work, bound) {
+        let mut work = work;
+        match self.check_submit(call, &mut work, bound) {
             Checked::Done(e) => e,
             // A failed submission dropped the work, which answered a request already.
-            Checked::Ready(mailbox, work) => mailbox.submit(work).await.err(),
+            Checked::Ready(mailbox) => mailbox.submit(work).await.err(),
         }
     }
 
@@ -177,9 +178,10 @@ impl Node {
         intake: Intake<impl FnOnce() -> Done>,
     ) -> (Admitted, Option<ActorError>) {
         let Intake { release, mode } = intake;
-        let (mailbox, mut work) = match self.check_submit(call, work, bound) {
+        let mut work = work;
+        let mailbox = match self.check_submit(call, &mut work, bound) {
             Checked::Done(e) => return (Admitted::Now, e),
-            Checked::Ready(m, w) => (m, w),
+            Checked::Ready(m) => m,
         };
         let backlogs = &self.inner.actor_backlogs;
         if release.is_none() && backlogs.queued(&call.actor_id) >= self.inner.held_limit {
@@ -211,14 +213,15 @@ impl Node {
     }
 
     /// The checks of [`Node::submit_checked`]: fences, the 24's binding, the activation
-    /// barrier. `Ready` when the work may enter the actor's lane.
+    /// barrier. `Ready` when the work may enter the actor's lane (it stays with the caller:
+    /// not moved in and out); `Done` when it was held behind the barrier (taken, a vacant work
+    /// left in its place) or refused (a request answered through its reply).
     fn check_submit(
         &self,
         call: &CallFence,
-        work: Work,
+        work: &mut Work,
         bound: Option<&BoundCheck<'_>>,
     ) -> Checked {
-        let mut work = work;
         // One lock for the fence check and the barrier decision, so a record is held only by
         // the incarnation that admitted it.
         let checked = {
@@ -268,7 +271,7 @@ impl Node {
                         })
                     }
                     Some(held) => {
-                        held.push_back(work);
+                        held.push_back(std::mem::replace(work, Work::vacant()));
                         return Checked::Done(None);
                     }
                     None => Ok(a.mailbox.clone()),
@@ -292,7 +295,7 @@ impl Node {
             }
         }
         match checked {
-            Ok(mailbox) => Checked::Ready(mailbox, work),
+            Ok(mailbox) => Checked::Ready(mailbox),
             Err(error) => Checked::Done(match work.reply.take() {
                 Some(r) => {
                     r.complete(Err(error));
@@ -410,6 +413,6 @@ pub(crate) fn send_error(node: &NodeRid, e: SendError) -> ActorError {
 enum Checked {
     /// Answered or refused without entering the lane (a refused send's error).
     Done(Option<ActorError>),
-    /// May enter the actor's lane.
-    Ready(Mailbox, Work),
+    /// May enter the actor's lane (with the caller's work).
+    Ready(Mailbox),
 }
