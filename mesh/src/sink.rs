@@ -14,7 +14,7 @@ use bytes::Bytes;
 use zlink_wire::{ActorSend, CorrelationId, Record};
 
 use crate::node::{Inbound, Origin};
-use crate::types::DispatchKey;
+use crate::types::{DispatchKey, NodeGeneration, NodeRid};
 
 /// What the sink did with an offered record.
 #[derive(Debug)]
@@ -55,21 +55,27 @@ pub trait InboundSink: Send + 'static {
         self.offer(Inbound::one_way(origin, key, payload), bytes)
     }
 
-    /// Offers a one-way 24 ActorSend from a peer (no correlation: no reply handle) in the
-    /// compact form, exactly as [`InboundSink::offer`] would be offered
-    /// [`Inbound::actor_send`]`(origin, send, payload, deadline)` (`deadline`: its local
-    /// deadline, receipt time + the time it carried): the `Inbound` around it (≈ 280 bytes,
-    /// with the 160-byte `Record`) is built only if the sink passes it on, so the 24 is not
-    /// copied from value to value on its way to the sink. The mesh uses this for the 24s of a
+    /// Offers a one-way 24 ActorSend from peer `node` in `generation` (no correlation: no
+    /// reply handle) in the compact form, exactly as [`InboundSink::offer`] would be offered
+    /// [`Inbound::actor_send`]`(Origin::Peer { node, generation }, send, payload, deadline)`
+    /// (`deadline`: its local deadline, receipt time + the time it carried): the `Inbound`
+    /// around it (≈ 280 bytes, with the 160-byte `Record`) is built only if the sink passes it
+    /// on, so the 24 is not copied from value to value on its way to the sink, and the origin
+    /// is lent (no reference count taken per record). The mesh uses this for the 24s of a
     /// peer's batch frame after the first. Default: builds the record and offers it.
     fn offer_actor_send(
         &mut self,
-        origin: Origin,
+        node: &NodeRid,
+        generation: NodeGeneration,
         send: ActorSend,
         payload: Bytes,
         deadline: Option<Instant>,
         bytes: u64,
     ) -> Offer {
+        let origin = Origin::Peer {
+            node: node.clone(),
+            generation,
+        };
         self.offer(Inbound::actor_send(origin, send, payload, deadline), bytes)
     }
 

@@ -142,7 +142,7 @@ impl InboundSink for Sink {
                 let reply = reply.map(ReplyTo::Wire);
                 actor_send(
                     node,
-                    (sender, generation),
+                    (&sender, generation),
                     rec,
                     (payload, deadline, reply),
                     bytes,
@@ -209,22 +209,16 @@ impl InboundSink for Sink {
     /// passed on): the same path as [`Sink::offer`] takes for it.
     fn offer_actor_send(
         &mut self,
-        origin: Origin,
+        sender: &NodeRid,
+        generation: NodeGeneration,
         send: ActorSend,
         payload: Bytes,
         deadline: Option<Instant>,
         bytes: u64,
     ) -> Offer {
-        let Origin::Peer {
-            node: sender,
-            generation,
-        } = origin
-        else {
-            return Offer::Pass(Inbound::actor_send(origin, send, payload, deadline));
-        };
         let Some(inner) = self.node.upgrade() else {
             let origin = Origin::Peer {
-                node: sender,
+                node: sender.clone(),
                 generation,
             };
             return Offer::Pass(Inbound::actor_send(origin, send, payload, deadline));
@@ -251,7 +245,7 @@ impl InboundSink for Sink {
 #[inline(always)]
 fn actor_send(
     node: &Node,
-    (sender, generation): (NodeRid, NodeGeneration),
+    (sender, generation): (&NodeRid, NodeGeneration),
     rec: ActorSend,
     (payload, deadline, reply): (Bytes, Option<Instant>, Option<ReplyTo>),
     bytes: u64,
@@ -263,7 +257,7 @@ fn actor_send(
     };
     let done = || release(node, origin(), bytes)();
     offer_of(node.on_actor_send_now(
-        &sender,
+        sender,
         rec,
         payload,
         deadline,

@@ -243,8 +243,8 @@ impl Delivery {
     /// `payload`; `zlink_wire::decode_actor_send_cached`), charged to `conn`'s window, exactly
     /// as [`Delivery::deliver`] delivers it as a `Record::ActorSend` (a 24 names no target
     /// generation: never stale): a one-way (no correlation) is offered to the sink in the
-    /// compact form ([`InboundSink::offer_actor_send`](crate::sink::InboundSink::offer_actor_send)),
-    /// its `Inbound` built only if the sink passes it on; a request relay, or any 24 without a
+    /// compact form ([`InboundSink::offer_actor_send`](crate::sink::InboundSink::offer_actor_send),
+    /// its origin lent), its `Inbound` built only if the sink passes it on; a request relay, or any 24 without a
     /// sink, as an `Inbound` as `deliver` builds it.
     #[inline(always)]
     #[allow(clippy::too_many_arguments)]
@@ -260,9 +260,9 @@ impl Delivery {
     ) -> Delivered {
         let corr = header.correlation;
         let deadline = send.deadline.map(|d| cx.now + d.as_duration());
-        let inb = match (self.sink.as_mut(), payload) {
-            (Some(sink), Some(payload)) if corr.is_none() => {
-                match sink.offer_actor_send(src.origin(), send, payload, deadline, bytes) {
+        let inb = match (self.sink.as_mut(), payload, src) {
+            (Some(sink), Some(payload), Source::Peer { node, generation }) if corr.is_none() => {
+                match sink.offer_actor_send(node, generation, send, payload, deadline, bytes) {
                     Offer::Taken => {
                         cx.shared.counters.delivered(1);
                         return Delivered::Up {
@@ -281,7 +281,7 @@ impl Delivery {
                     }
                 }
             }
-            (_, payload) => Inbound {
+            (_, payload, _) => Inbound {
                 origin: src.origin(),
                 correlation: corr,
                 deadline,
@@ -662,13 +662,14 @@ mod tests {
 
         fn offer_actor_send(
             &mut self,
-            origin: Origin,
+            node: &NodeRid,
+            generation: NodeGeneration,
             send: zlink_wire::ActorSend,
             payload: Bytes,
             deadline: Option<Instant>,
             _bytes: u64,
         ) -> Offer {
-            assert!(matches!(origin, Origin::Peer { .. }), "{origin:?}");
+            assert_eq!((node.as_str(), generation), ("a", NodeGeneration::new(7)));
             self.0.lock().unwrap().push((
                 true,
                 0,
