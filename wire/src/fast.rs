@@ -270,6 +270,7 @@ impl IdCache {
 }
 
 /// The body of a 24 in its canonical form; `None` for anything else (see the module doc).
+#[inline(always)]
 pub(crate) fn decode_actor_send(body: &[u8], ids: &mut IdCache) -> Option<ActorSend> {
     let mut r = Reader::new(body);
     if r.array()? != ACTOR_SEND_FIELDS {
