@@ -313,6 +313,11 @@ pub struct SessionBindingAggregate {
     phase: Phase,
     /// Shared: a handle (`BoundActor`) takes a reference, not a copy of the fields' ids.
     bindings: SeededMap<ActorId, Arc<Binding>>,
+    /// The binding the last [`SessionBindingAggregate::relay_current`] went through: a copy of
+    /// its entry in `bindings`, cleared whenever `bindings` changes, so it is always current. A
+    /// client relays to one actor packet after packet: its id's bytes compared with this one's
+    /// find it without a UTF-8 check and a hash lookup.
+    last_relayed: Option<Arc<Binding>>,
     pending: SeededMap<ActorId, BindRequest>,
     retired: VecDeque<BindingGeneration>,
     next_sequence: u64,
@@ -332,6 +337,7 @@ impl SessionBindingAggregate {
             binding_limit: DEFAULT_BINDING_LIMIT,
             phase: Phase::Open,
             bindings: SeededMap::default(),
+            last_relayed: None,
             pending: SeededMap::default(),
             retired: VecDeque::new(),
             next_sequence: 1,
@@ -524,6 +530,7 @@ impl SessionBindingAggregate {
             state: BindingState::Open,
             relay,
         };
+        self.last_relayed = None;
         let previous = self
             .bindings
             .insert(binding.actor.clone(), Arc::new(binding.clone()))
@@ -557,16 +564,23 @@ impl SessionBindingAggregate {
         Ok(Self::ticket(b, self.id.lifecycle, &mut self.next_sequence))
     }
 
-    /// [`SessionBindingAggregate::relay`] through the current binding of `actor` (its text),
-    /// looked up in this same step — what `find` and then `relay` with the found binding's
-    /// generation decide, in one lookup: `None` without a current binding (nothing counted, as
-    /// for a `find` that finds nothing); else the ticket, or [`FlowReject::SessionClosed`] with
-    /// the binding's id.
+    /// [`SessionBindingAggregate::relay`] through the current binding of `actor` (its text's
+    /// bytes, not checked for UTF-8: bytes that are not never name a binding), looked up in
+    /// this same step — what `find` and then `relay` with the found binding's generation
+    /// decide, in one lookup: `None` without a current binding (nothing counted, as for a
+    /// `find` that finds nothing); else the ticket, or [`FlowReject::SessionClosed`] with the
+    /// binding's id. The binding of the previous call is compared first (`last_relayed`).
     pub(crate) fn relay_current(
         &mut self,
-        actor: &str,
+        actor: &[u8],
     ) -> Option<Result<RelayTicket, (FlowReject, ActorId)>> {
-        let b = self.bindings.get(actor)?;
+        let b = match &self.last_relayed {
+            Some(b) if b.actor.as_bytes() == actor => b,
+            _ => {
+                let b = self.bindings.get(std::str::from_utf8(actor).ok()?)?;
+                &*self.last_relayed.insert(b.clone())
+            }
+        };
         if let Phase::Closed(_) = self.phase {
             return Some(Err((FlowReject::SessionClosed, b.actor.clone())));
         }
@@ -666,6 +680,7 @@ impl SessionBindingAggregate {
         if b.owner_lease != p.owner_lease_generation {
             return Err(FlowReject::ReplacedIdentityMismatch);
         }
+        self.last_relayed = None;
         let retired = self
             .bindings
             .remove(&rec.actor)
@@ -754,6 +769,7 @@ impl SessionBindingAggregate {
             Some(b) if b.generation != generation => return Err(self.stale(generation)),
             Some(_) => {}
         }
+        self.last_relayed = None;
         let b = self.bindings.remove(actor).ok_or(FlowReject::NotBound)?;
         self.retire(b.generation);
         Ok(Arc::unwrap_or_clone(b))
@@ -767,6 +783,7 @@ impl SessionBindingAggregate {
         if !matches!(self.phase, Phase::Closed(_)) {
             self.phase = Phase::Closed(SessionEnd::Disconnected);
         }
+        self.last_relayed = None;
         let mut snapshot: Vec<Binding> = self
             .bindings
             .drain()
@@ -916,9 +933,10 @@ mod tests {
         let mut a = agg();
         let b1 = bind(&mut a, target(1, 1), 1);
         let b2 = bind(&mut a, target(2, 1), 2);
-        assert!(a.relay_current("nobody").is_none());
+        assert!(a.relay_current(b"nobody").is_none());
+        assert!(a.relay_current(b"\xff").is_none());
         let r1 = a.relay(&b1.actor, b1.generation).unwrap();
-        let c1 = a.relay_current(b1.actor.as_str()).unwrap().unwrap();
+        let c1 = a.relay_current(b1.actor.as_bytes()).unwrap().unwrap();
         assert_eq!(c1.sequence.get(), r1.sequence.get() + 1);
         assert_eq!((&c1.binding, c1.lifecycle), (&r1.binding, r1.lifecycle));
         let key = zlink_wire::DispatchKey::new(3);
@@ -955,10 +973,41 @@ mod tests {
             FlowReject::SessionClosed
         );
         assert_eq!(
-            a.relay_current(b2.actor.as_str()).unwrap().unwrap_err(),
+            a.relay_current(b2.actor.as_bytes()).unwrap().unwrap_err(),
             (FlowReject::SessionClosed, b2.actor.clone())
         );
-        assert!(a.relay_current(b1.actor.as_str()).is_none());
+        assert!(a.relay_current(b1.actor.as_bytes()).is_none());
+    }
+
+    /// `relay_current` remembers the binding it went through, and never goes through it
+    /// again once the bindings changed: rebound, removed, replaced, disconnected.
+    #[test]
+    fn relay_current_never_goes_through_a_binding_that_changed() {
+        let mut a = agg();
+        let id = actor(1);
+        let gen_of = |a: &mut SessionBindingAggregate| {
+            a.relay_current(id.as_bytes())
+                .map(|t| t.map(|t| t.binding.generation.get()))
+        };
+        bind(&mut a, target(1, 1), 1);
+        assert_eq!(gen_of(&mut a), Some(Ok(1)));
+        assert_eq!(gen_of(&mut a), Some(Ok(1)), "the remembered binding");
+        // Rebound (BindOrGet of a new incarnation): the new binding.
+        bind(&mut a, target(1, 2), 2);
+        assert_eq!(gen_of(&mut a), Some(Ok(2)));
+        a.remove(&id, BindingGeneration::new(2)).unwrap();
+        assert_eq!(gen_of(&mut a), None);
+        let b = bind(&mut a, target(1, 1), 3);
+        assert_eq!(gen_of(&mut a), Some(Ok(3)));
+        let (s, g) = sender();
+        a.handle_replaced(Instant::now(), (&s, g), &replaced_of(&b))
+            .unwrap();
+        assert_eq!(gen_of(&mut a), None);
+        let mut a = agg();
+        bind(&mut a, target(1, 1), 4);
+        assert_eq!(gen_of(&mut a), Some(Ok(4)));
+        assert_eq!(a.disconnect().len(), 1);
+        assert_eq!(gen_of(&mut a), None);
     }
 
     // spec: SB-6.7
@@ -1175,6 +1224,7 @@ mod tests {
         Begin(u8, u64),
         Complete(u8, u64, bool),
         Relay(u8, u64),
+        RelayCurrent(u8),
         Push(u8, u64),
         Replaced(u8, u64),
         Remove(u8, u64),
@@ -1186,6 +1236,7 @@ mod tests {
             (0u8..3, 1u64..3).prop_map(|(a, o)| Op::Begin(a, o)),
             (0u8..3, 1u64..12, any::<bool>()).prop_map(|(a, g, ok)| Op::Complete(a, g, ok)),
             (0u8..3, 1u64..12).prop_map(|(a, g)| Op::Relay(a, g)),
+            (0u8..3).prop_map(Op::RelayCurrent),
             (0u8..3, 1u64..12).prop_map(|(a, g)| Op::Push(a, g)),
             (0u8..3, 1u64..12).prop_map(|(a, g)| Op::Replaced(a, g)),
             (0u8..3, 1u64..12).prop_map(|(a, g)| Op::Remove(a, g)),
@@ -1207,7 +1258,7 @@ mod tests {
             for op in ops {
                 let only = match &op {
                     Op::Begin(i, _) | Op::Complete(i, _, _) | Op::Relay(i, _) | Op::Push(i, _)
-                    | Op::Replaced(i, _) | Op::Remove(i, _) => Some(actor(*i)),
+                    | Op::Replaced(i, _) | Op::Remove(i, _) | Op::RelayCurrent(i) => Some(actor(*i)),
                     Op::Disconnect => None,
                 };
                 let before: HashMap<ActorId, Binding> =
@@ -1240,6 +1291,23 @@ mod tests {
                         let current = before.get(&actor(i)).is_some_and(|b| b.generation.get() == g);
                         prop_assert_eq!(out.is_ok(), current && !matches!(a.phase(), Phase::Closed(_)));
                     }
+                    Op::RelayCurrent(i) => {
+                        // Through the current binding, whichever binding the previous relay
+                        // went through (never a retired one).
+                        let out = a.relay_current(actor(i).as_bytes());
+                        match (before.get(&actor(i)), out) {
+                            (None, None) => {}
+                            (Some(b), Some(Ok(t))) => {
+                                prop_assert!(!matches!(a.phase(), Phase::Closed(_)));
+                                prop_assert_eq!(&*t.binding, b);
+                            }
+                            (Some(b), Some(Err((r, id)))) => {
+                                prop_assert!(matches!(a.phase(), Phase::Closed(_)));
+                                prop_assert_eq!((r, &id), (FlowReject::SessionClosed, &b.actor));
+                            }
+                            (b, out) => prop_assert!(false, "{:?} gave {:?}", b, out.map(|o| o.map(|t| t.binding.generation))),
+                        }
+                    }
                     Op::Push(i, g) => {
                         if let Some(b) = before.get(&actor(i)) {
                             let mut p = push_of(b);
@@ -1248,6 +1316,11 @@ mod tests {
                         }
                     }
                     Op::Replaced(i, g) => {
+                        // Half of them for the current binding (a random one rarely is).
+                        let g = match before.get(&actor(i)) {
+                            Some(b) if g % 2 == 0 => b.generation.get(),
+                            _ => g,
+                        };
                         let mut b = before.get(&actor(i)).cloned().unwrap_or_else(|| Binding {
                             actor: actor(i), actor_type: "t".into(), object_generation: ObjectGeneration::new(1),
                             route: loc("b"), generation: BindingGeneration::new(g),
@@ -1261,6 +1334,10 @@ mod tests {
                         if applied { ever_retired.insert(BindingGeneration::new(g)); }
                     }
                     Op::Remove(i, g) => {
+                        let g = match before.get(&actor(i)) {
+                            Some(b) if g % 2 == 0 => b.generation.get(),
+                            _ => g,
+                        };
                         let current = before.get(&actor(i)).is_some_and(|b| b.generation.get() == g);
                         match a.remove(&actor(i), BindingGeneration::new(g)) {
                             Ok(b) => { prop_assert!(current); ever_retired.insert(b.generation); }

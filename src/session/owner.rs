@@ -794,14 +794,14 @@ impl SessionOwner {
         Ok(self.send_ticket(ticket, key, payload, timeout))
     }
 
-    /// The ticket of a relay through the current binding of `actor` (its text), found and
-    /// taken in one step of the aggregate ([`SessionBindingAggregate::relay_current`]): `None`
-    /// without a current binding (nothing counted); a refusal is counted as in
-    /// [`SessionOwner::relay_start`].
+    /// The ticket of a relay through the current binding of `actor` (its text's bytes, UTF-8
+    /// or not), found and taken in one step of the aggregate
+    /// ([`SessionBindingAggregate::relay_current`]): `None` without a current binding (nothing
+    /// counted); a refusal is counted as in [`SessionOwner::relay_start`].
     pub(crate) fn relay_ticket(
         &self,
         entry: &SessionEntry,
-        actor: &str,
+        actor: &[u8],
     ) -> Option<Result<RelayTicket, SessionError>> {
         let out = entry.agg().relay_current(actor)?;
         Some(out.map_err(|(r, actor)| {
