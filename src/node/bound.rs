@@ -457,7 +457,9 @@ impl SessionHost for NodeSessionHost {
         };
         let to = ticket.to();
         let deadline = timeout.map(Deadline::from_remaining);
-        if to == node.node_rid() {
+        // A binding with a template is to a peer (`Binding`): only one without is compared
+        // with this node.
+        if ticket.template().is_none() && to == node.node_rid() {
             let me = to.clone();
             let rec = ticket.record(key, deadline);
             return RelaySent::Later(Box::pin(async move {

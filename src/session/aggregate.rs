@@ -99,8 +99,9 @@ pub struct Binding {
     /// Open (or, with relocation, sealed).
     pub state: BindingState,
     /// Not state: the envelope of this binding's one-way 24s up to the key, encoded once from
-    /// the fields above when the binding is made ([`ActorSendTemplate`]; `None` only if it
-    /// could not be, then each 24 is encoded whole). A binding is never changed after that
+    /// the fields above when the binding is made ([`ActorSendTemplate`]), for an actor on
+    /// another node only: `None` for an actor on this node (its relays do not cross the mesh),
+    /// or if it could not be made (then each 24 is encoded whole). A binding is never changed after that
     /// (a rebind makes a new one), so it always matches them.
     relay: Option<Arc<ActorSendTemplate>>,
 }
@@ -235,7 +236,8 @@ impl RelayTicket {
     }
 
     /// The binding's one-way 24 template, which encodes [`Self::record`] without a deadline
-    /// from a key and [`Self::sequence`] alone (`None`: encode the record).
+    /// from a key and [`Self::sequence`] alone (`None`: encode the record). `Some` only for an
+    /// actor on another node than the session owner's.
     pub(crate) fn template(&self) -> Option<&ActorSendTemplate> {
         self.binding.relay.as_deref()
     }
@@ -512,13 +514,17 @@ impl SessionBindingAggregate {
         }
         let token = BindingToken(self.next_token);
         self.next_token += 1;
-        let relay = Binding::relay_template(
-            &snap.actor,
-            snap.object_generation,
-            &snap.location,
-            self.id.lifecycle,
-            generation,
-        );
+        let relay = if snap.location.node == self.id.owner {
+            None
+        } else {
+            Binding::relay_template(
+                &snap.actor,
+                snap.object_generation,
+                &snap.location,
+                self.id.lifecycle,
+                generation,
+            )
+        };
         let binding = Binding {
             actor: snap.actor,
             actor_type: req.target.actor_type.clone(),
@@ -1008,6 +1014,26 @@ mod tests {
         assert_eq!(gen_of(&mut a), Some(Ok(4)));
         assert_eq!(a.disconnect().len(), 1);
         assert_eq!(gen_of(&mut a), None);
+    }
+
+    /// Only a binding to an actor on another node has a 24 template (its relays cross the
+    /// mesh; the session host sends them without comparing the route with its node).
+    #[test]
+    fn only_a_binding_to_a_peer_has_a_relay_template() {
+        let mut a = agg();
+        let remote = bind(&mut a, target(1, 1), 1);
+        assert!(remote.relay.is_some());
+        let mut here = target(2, 1);
+        here.location = loc("a");
+        let local = bind(&mut a, here, 2);
+        assert!(local.relay.is_none());
+        assert!(
+            a.relay_current(local.actor.as_bytes())
+                .unwrap()
+                .unwrap()
+                .template()
+                .is_none()
+        );
     }
 
     // spec: SB-6.7
