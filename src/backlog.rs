@@ -273,8 +273,11 @@ type Queue = VecDeque<(PendingSubmit, Done)>;
 /// handed back, and the refill's run, and one more.
 const SPARE_BUFFERS: usize = 4;
 
-/// The capacity, in records, a spare queue buffer keeps at most.
-const SPARE_CAPACITY: usize = 1024;
+/// The capacity, in records, a spare queue buffer keeps at most: a client's default receive
+/// window (4,096 records), which bounds what one session's backlog holds. Smaller, every
+/// episode of a flooding client grew its buffers again from this size (reallocated and copied:
+/// about 65 instructions per relayed packet at its session owner, and fresh pages).
+const SPARE_CAPACITY: usize = 4096;
 
 /// What waits for one target: the records its refiller has not taken yet (the ones it handed
 /// back first), and how many it took and has not submitted yet (they still count as waiting,

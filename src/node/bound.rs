@@ -4,7 +4,7 @@
 //! session owner and [`ActorHost`] to actors. The same rules hold when session and actor live on
 //! this node: the records take a direct call instead of a mesh hop, through the same checks.
 
-use std::sync::Weak;
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -389,8 +389,13 @@ impl Node {
     }
 }
 
-/// The node as the session owner's host: a weak handle (the session owner lives inside the node).
-pub(crate) struct NodeSessionHost(pub(crate) Weak<Inner>);
+/// The node as the session owner's host: a weak handle (the session owner lives inside the
+/// node), and the node's count of accepted work, which every session packet enters (held
+/// here, so entering it does not take a reference to the node).
+pub(crate) struct NodeSessionHost(
+    pub(crate) Weak<Inner>,
+    pub(crate) Arc<crate::actor::exec::Inflight>,
+);
 
 impl NodeSessionHost {
     fn node(&self) -> Option<Node> {
@@ -452,7 +457,9 @@ impl SessionHost for NodeSessionHost {
         };
         let to = ticket.to();
         let deadline = timeout.map(Deadline::from_remaining);
-        if to == node.node_rid() {
+        // A binding with a template is to a peer (`Binding`): only one without is compared
+        // with this node.
+        if ticket.template().is_none() && to == node.node_rid() {
             let me = to.clone();
             let rec = ticket.record(key, deadline);
             return RelaySent::Later(Box::pin(async move {
@@ -614,7 +621,7 @@ impl SessionHost for NodeSessionHost {
     }
 
     fn enter_work(&self) -> Option<crate::actor::exec::InflightGuard> {
-        self.node().map(|n| n.inflight().enter())
+        Some(self.1.enter())
     }
 
     fn owner_lease(&self) -> OwnerLeaseGeneration {

@@ -347,6 +347,15 @@ fn find(
     }
 }
 
+/// [`find`] for [`RelayView::parse`]: the binding of the actor whose id has these bytes,
+/// `None` when none has (bytes that are not UTF-8 name no actor).
+fn find_raw(
+    s: &crate::session::Session,
+    id: &[u8],
+) -> Option<Result<crate::session::BoundActor, crate::session::PacketError>> {
+    s.actors().find(std::str::from_utf8(id).ok()?).map(Ok)
+}
+
 /// The error of a relay packet whose actor has no current binding.
 fn not_bound(id: &str) -> crate::session::PacketError {
     match zlink_wire::ActorId::new(id) {
@@ -357,16 +366,14 @@ fn not_bound(id: &str) -> crate::session::PacketError {
     }
 }
 
-/// The ticket of a one-way relay to the current binding of `id` (`find`, then the
-/// aggregate's relay step, as one step; the same errors).
+/// The ticket of a one-way relay to the current binding of the actor whose id has these
+/// bytes (`find`, then the aggregate's relay step, as one step; the same errors); `None` when
+/// no binding has them.
 fn relay_ticket(
     s: &crate::session::Session,
-    id: &str,
-) -> Result<crate::session::aggregate::RelayTicket, crate::session::PacketError> {
-    match s.relay_ticket(id) {
-        Some(ticket) => ticket.map_err(Into::into),
-        None => Err(not_bound(id)),
-    }
+    id: &[u8],
+) -> Option<Result<crate::session::aggregate::RelayTicket, crate::session::PacketError>> {
+    s.relay_ticket(id).map(|ticket| ticket.map_err(Into::into))
 }
 
 /// MessagePack of `()` (nil): the reply of a packet whose reply type is `()`.
@@ -389,18 +396,40 @@ struct RelayView<'a> {
 /// narrowed to it) and timeout.
 type Relay<T> = (T, DispatchKey, Bytes, u32);
 
-impl<'a> RelayView<'a> {
+/// A [`RelayView`] as the fast readers take it: the actor id's bytes not checked for UTF-8 yet
+/// ([`RelayView::parse`] looks them up first: bytes equal to a bound actor's id are valid, so
+/// only a packet whose id names no binding pays for the check).
+struct RawRelay<'a> {
+    actor_id: &'a [u8],
+    key: u32,
+    payload: &'a [u8],
+    timeout_ms: u32,
+}
+
+impl<'a> RawRelay<'a> {
     /// The packet in the form a client's `rmp_serde::to_vec_named` writes (a map of the
     /// fields, each once, nothing after it), read without serde's visitor machinery (about 850
     /// instructions per relayed packet). `None` for anything else: [`RelayView::parse`] then
     /// asks `rmp-serde`, which stays the authority on what is accepted and on every error.
+    /// With its id checked ([`RawRelay::checked`]), it reads what `rmp-serde` reads.
     fn read(packet: &'a [u8]) -> Option<Self> {
         Self::read_in_order(packet).or_else(|| Self::read_any_order(packet))
     }
 
-    /// [`RelayView::read`] of the fields in declaration order (what `to_vec_named` writes):
+    /// The view with its actor id checked for UTF-8 (`None` if it is not).
+    #[cfg(test)]
+    fn checked(self) -> Option<RelayView<'a>> {
+        Some(RelayView {
+            actor_id: std::str::from_utf8(self.actor_id).ok()?,
+            key: self.key,
+            payload: self.payload,
+            timeout_ms: self.timeout_ms,
+        })
+    }
+
+    /// [`RawRelay::read`] of the fields in declaration order (what `to_vec_named` writes):
     /// each field name compared as the bytes it is written as. `None` for anything else
-    /// ([`RelayView::read_any_order`] then reads it).
+    /// ([`RawRelay::read_any_order`] then reads it).
     fn read_in_order(packet: &'a [u8]) -> Option<Self> {
         let mut r = zlink_wire::msgpack::Reader::new(packet);
         let fields = r.map()?;
@@ -408,7 +437,7 @@ impl<'a> RelayView<'a> {
             return None;
         }
         r.expect(b"\xa8actor_id")?;
-        let actor_id = r.text()?;
+        let actor_id = r.text_bytes()?;
         r.expect(b"\xa3key")?;
         let key = r.u32()?;
         r.expect(b"\xa7payload")?;
@@ -420,7 +449,7 @@ impl<'a> RelayView<'a> {
             0
         };
         r.end()?;
-        Some(RelayView {
+        Some(RawRelay {
             actor_id,
             key,
             payload,
@@ -428,13 +457,13 @@ impl<'a> RelayView<'a> {
         })
     }
 
-    /// [`RelayView::read`] of the fields in any order, each once.
+    /// [`RawRelay::read`] of the fields in any order, each once.
     fn read_any_order(packet: &'a [u8]) -> Option<Self> {
         let mut r = zlink_wire::msgpack::Reader::new(packet);
         let (mut actor_id, mut key, mut payload, mut timeout_ms) = (None, None, None, None);
         for _ in 0..r.map()? {
             match r.text_bytes()? {
-                b"actor_id" if actor_id.is_none() => actor_id = Some(r.text()?),
+                b"actor_id" if actor_id.is_none() => actor_id = Some(r.text_bytes()?),
                 b"key" if key.is_none() => key = Some(r.u32()?),
                 b"payload" if payload.is_none() => payload = Some(r.bin()?),
                 b"timeout_ms" if timeout_ms.is_none() => timeout_ms = Some(r.u32()?),
@@ -442,33 +471,65 @@ impl<'a> RelayView<'a> {
             }
         }
         r.end()?;
-        Some(RelayView {
+        Some(RawRelay {
             actor_id: actor_id?,
             key: key?,
             payload: payload?,
             timeout_ms: timeout_ms.unwrap_or(0),
         })
     }
+}
 
-    /// The packet read (`read`, else `rmp-serde`) with its actor id resolved by `target`
-    /// while the packet is still whole.
+/// A packet `rmp-serde` refuses, as the application sees it.
+fn payload_error(e: &rmp_serde::decode::Error) -> crate::session::PacketError {
+    crate::session::PacketError::new(ErrorKind::InvalidOperation, format!("packet payload: {e}"))
+}
+
+impl<'a> RelayView<'a> {
+    /// The packet read as `rmp-serde` reads it ([`RawRelay::read`] with the id checked).
+    #[cfg(test)]
+    fn read(packet: &'a [u8]) -> Option<Self> {
+        RawRelay::read(packet)?.checked()
+    }
+
+    /// The packet read (`RawRelay::read`, else `rmp-serde`) with its actor id resolved by
+    /// `target` while the packet is still whole: `target` is given the id's bytes and returns
+    /// `None` when no binding has them; the error is then what it is without the fast reader —
+    /// not bound (a valid id), or `rmp-serde`'s refusal of the packet (an id that is not UTF-8).
     fn parse<T>(
         mut packet: Bytes,
-        target: impl FnOnce(&str) -> Result<T, crate::session::PacketError>,
+        target: impl FnOnce(&[u8]) -> Option<Result<T, crate::session::PacketError>>,
     ) -> Result<Relay<T>, crate::session::PacketError> {
         let (bound, key, start, len, timeout_ms) = {
-            let v = match RelayView::read(&packet) {
+            let v = match RawRelay::read(&packet) {
                 Some(v) => v,
-                None => rmp_serde::from_slice::<RelayView<'_>>(&packet).map_err(|e| {
-                    crate::session::PacketError::new(
-                        ErrorKind::InvalidOperation,
-                        format!("packet payload: {e}"),
-                    )
-                })?,
+                None => {
+                    let v = rmp_serde::from_slice::<RelayView<'_>>(&packet)
+                        .map_err(|e| payload_error(&e))?;
+                    RawRelay {
+                        actor_id: v.actor_id.as_bytes(),
+                        key: v.key,
+                        payload: v.payload,
+                        timeout_ms: v.timeout_ms,
+                    }
+                }
             };
             // Borrowed from `packet`: its offset there.
             let start = v.payload.as_ptr() as usize - packet.as_ptr() as usize;
-            let bound = target(v.actor_id)?;
+            let bound = match target(v.actor_id) {
+                Some(found) => found?,
+                None => {
+                    return Err(match std::str::from_utf8(v.actor_id) {
+                        Ok(id) => not_bound(id),
+                        // Not UTF-8 (only the fast reader takes such an id): what `rmp-serde`
+                        // says about the packet.
+                        Err(_) => match rmp_serde::from_slice::<RelayView<'_>>(&packet) {
+                            Err(e) => payload_error(&e),
+                            Ok(v) => not_bound(v.actor_id),
+                        },
+                    });
+                }
+            };
             (bound, v.key, start, v.payload.len(), v.timeout_ms)
         };
         // The packet itself narrowed to the message: no copy, and no shared handle to
@@ -501,7 +562,7 @@ pub fn sessions() -> crate::session::SessionHandlers {
         // packet) and their binding looked up before the turn's future exists: no copy of the
         // message, no allocation beyond the relay's own.
         .packet_raw(RelayRequest::KEY, |s, packet| {
-            let relay = RelayView::parse(packet, |id| find(&s, id));
+            let relay = RelayView::parse(packet, |id| find_raw(&s, id));
             Box::pin(async move {
                 let (bound, key, payload, timeout_ms) = relay?;
                 let reply = bound
@@ -551,7 +612,15 @@ pub fn sessions() -> crate::session::SessionHandlers {
 mod tests {
     use proptest::prelude::*;
 
-    use super::{RelayView, session};
+    use super::{RawRelay, RelayView, session};
+
+    fn in_order(p: &[u8]) -> Option<RelayView<'_>> {
+        RawRelay::read_in_order(p).and_then(RawRelay::checked)
+    }
+
+    fn any_order(p: &[u8]) -> Option<RelayView<'_>> {
+        RawRelay::read_any_order(p).and_then(RawRelay::checked)
+    }
 
     /// One value as rmp-serde writes it, whatever its type.
     mod erased {
@@ -605,15 +674,35 @@ mod tests {
             prop_assert!(fast.as_ref().is_some_and(|f| same(f, &slow)));
             // The packets clients write take the in-order path; the any-order one reads them
             // the same.
-            let ordered = RelayView::read_in_order(&packet);
+            let ordered = in_order(&packet);
             prop_assert!(ordered.as_ref().is_some_and(|f| same(f, &slow)));
-            let any = RelayView::read_any_order(&packet);
+            let any = any_order(&packet);
             prop_assert!(any.as_ref().is_some_and(|f| same(f, &slow)));
             let bad = mutate(packet, at, byte, how);
-            for f in [RelayView::read_in_order(&bad), RelayView::read(&bad)].into_iter().flatten() {
+            for f in [in_order(&bad), RelayView::read(&bad)].into_iter().flatten() {
                 let slow = rmp_serde::from_slice::<RelayView<'_>>(&bad);
                 prop_assert!(slow.as_ref().is_ok_and(|s| same(&f, s)));
             }
+            // What the fast reader takes before the id's UTF-8 check, `parse` answers as
+            // without it: the binding of those bytes; with none, what `rmp-serde` decides
+            // (not bound, or its refusal of the packet, e.g. an id that is not UTF-8).
+            let parsed = RelayView::parse(bytes::Bytes::from(bad.clone()), |id| {
+                Some(Ok::<Vec<u8>, crate::session::PacketError>(id.to_vec()))
+            });
+            match (RawRelay::read(&bad), &parsed) {
+                (Some(raw), Ok((id, ..))) => prop_assert_eq!(raw.actor_id, &id[..]),
+                (Some(_), Err(_)) => prop_assert!(false, "a packet the fast reader took refused"),
+                (None, _) => {}
+            }
+            let unbound = RelayView::parse(bytes::Bytes::from(bad.clone()), |_| {
+                None::<Result<(), crate::session::PacketError>>
+            });
+            let expected = match rmp_serde::from_slice::<RelayView<'_>>(&bad) {
+                Ok(v) => super::not_bound(v.actor_id),
+                Err(e) => super::payload_error(&e),
+            };
+            let got = unbound.err().map(|e| (e.kind, e.detail));
+            prop_assert_eq!(got, Some((expected.kind, expected.detail)));
         }
 
         /// Fields in another order, or fewer / more of them: not the in-order path; the
@@ -647,7 +736,7 @@ mod tests {
                 (None, Err(_)) => {}
             }
             if order[..fields.min(4)] != [0, 1, 2, 3][..fields.min(4)] {
-                prop_assert!(RelayView::read_in_order(&buf).is_none());
+                prop_assert!(RawRelay::read_in_order(&buf).is_none());
             }
         }
     }

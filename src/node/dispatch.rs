@@ -27,6 +27,7 @@ use crate::actor::exec::{InflightGuard, ReplyTo, Work};
 use crate::actor::fence::CallFence;
 use crate::backlog::{Admitted, CreditReturn, Done, InlineBudget, Intake, RunMode};
 use crate::runtime::Clock;
+use crate::session::owner::SessionCache;
 use std::sync::{Arc, Weak};
 
 /// The direct delivery of per-message records on the mesh I/O thread (see the module doc).
@@ -42,6 +43,8 @@ pub(crate) struct Sink {
     clock: Arc<dyn Clock>,
     /// How long this receive pass may still run records inline.
     budget: InlineBudget,
+    /// The session of the last client packet.
+    sessions: SessionCache,
 }
 
 impl Sink {
@@ -50,6 +53,7 @@ impl Sink {
             node: Arc::downgrade(&node.inner),
             clock: node.inner.runtime.config().clock.clone(),
             budget: InlineBudget::new(node.inner.inline_budget),
+            sessions: SessionCache::default(),
         }
     }
 }
@@ -116,20 +120,30 @@ impl InboundSink for Sink {
                     return Offer::Taken; // filtered above
                 };
                 let done = release(node, Origin::Client { session }, bytes);
-                offer_of(
-                    node.sessions()
-                        .packet(session, r.key, payload, reply, done, mode),
-                )
+                offer_of(node.sessions().packet_with(
+                    &mut self.sessions,
+                    session,
+                    r.key,
+                    payload,
+                    reply,
+                    done,
+                    mode,
+                ))
             }
             Record::OneWay(o) => {
                 let Origin::Client { session } = origin else {
                     return Offer::Taken; // filtered above
                 };
                 let done = release(node, Origin::Client { session }, bytes);
-                offer_of(
-                    node.sessions()
-                        .packet(session, o.key, payload, None, done, mode),
-                )
+                offer_of(node.sessions().packet_with(
+                    &mut self.sessions,
+                    session,
+                    o.key,
+                    payload,
+                    None,
+                    done,
+                    mode,
+                ))
             }
             Record::ActorSend(rec) => {
                 let Origin::Peer {
@@ -199,10 +213,15 @@ impl InboundSink for Sink {
         let node = &Node { inner };
         let mode = self.budget.poll_mode(&*self.clock);
         let done = release(node, Origin::Client { session }, bytes);
-        offer_of(
-            node.sessions()
-                .packet(session, key, payload, None, done, mode),
-        )
+        offer_of(node.sessions().packet_with(
+            &mut self.sessions,
+            session,
+            key,
+            payload,
+            None,
+            done,
+            mode,
+        ))
     }
 
     /// A peer's one-way 24 in the compact form (the full record is built only when it is

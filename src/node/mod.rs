@@ -397,11 +397,12 @@ impl Node {
             clock: options.clock,
         };
         let session_runtime = runtime.clone();
+        let inflight = Arc::new(Inflight::default());
         let node = Node {
             inner: Arc::new_cyclic(|weak: &std::sync::Weak<Inner>| Inner {
                 sessions: Arc::new(SessionOwner::new(
                     session_cfg,
-                    Box::new(bound::NodeSessionHost(weak.clone())),
+                    Box::new(bound::NodeSessionHost(weak.clone(), inflight.clone())),
                     session_runtime,
                     packets,
                     callbacks,
@@ -426,7 +427,7 @@ impl Node {
                 }),
                 paused,
                 closing: watch::channel(false).0,
-                inflight: Arc::new(Inflight::default()),
+                inflight,
                 accepting: AtomicBool::new(true),
                 peers: options.peers,
                 request_timeout: options.request_timeout,

@@ -99,8 +99,9 @@ pub struct Binding {
     /// Open (or, with relocation, sealed).
     pub state: BindingState,
     /// Not state: the envelope of this binding's one-way 24s up to the key, encoded once from
-    /// the fields above when the binding is made ([`ActorSendTemplate`]; `None` only if it
-    /// could not be, then each 24 is encoded whole). A binding is never changed after that
+    /// the fields above when the binding is made ([`ActorSendTemplate`]), for an actor on
+    /// another node only: `None` for an actor on this node (its relays do not cross the mesh),
+    /// or if it could not be made (then each 24 is encoded whole). A binding is never changed after that
     /// (a rebind makes a new one), so it always matches them.
     relay: Option<Arc<ActorSendTemplate>>,
 }
@@ -235,7 +236,8 @@ impl RelayTicket {
     }
 
     /// The binding's one-way 24 template, which encodes [`Self::record`] without a deadline
-    /// from a key and [`Self::sequence`] alone (`None`: encode the record).
+    /// from a key and [`Self::sequence`] alone (`None`: encode the record). `Some` only for an
+    /// actor on another node than the session owner's.
     pub(crate) fn template(&self) -> Option<&ActorSendTemplate> {
         self.binding.relay.as_deref()
     }
@@ -313,6 +315,11 @@ pub struct SessionBindingAggregate {
     phase: Phase,
     /// Shared: a handle (`BoundActor`) takes a reference, not a copy of the fields' ids.
     bindings: SeededMap<ActorId, Arc<Binding>>,
+    /// The binding the last [`SessionBindingAggregate::relay_current`] went through: a copy of
+    /// its entry in `bindings`, cleared whenever `bindings` changes, so it is always current. A
+    /// client relays to one actor packet after packet: its id's bytes compared with this one's
+    /// find it without a UTF-8 check and a hash lookup.
+    last_relayed: Option<Arc<Binding>>,
     pending: SeededMap<ActorId, BindRequest>,
     retired: VecDeque<BindingGeneration>,
     next_sequence: u64,
@@ -332,6 +339,7 @@ impl SessionBindingAggregate {
             binding_limit: DEFAULT_BINDING_LIMIT,
             phase: Phase::Open,
             bindings: SeededMap::default(),
+            last_relayed: None,
             pending: SeededMap::default(),
             retired: VecDeque::new(),
             next_sequence: 1,
@@ -506,13 +514,17 @@ impl SessionBindingAggregate {
         }
         let token = BindingToken(self.next_token);
         self.next_token += 1;
-        let relay = Binding::relay_template(
-            &snap.actor,
-            snap.object_generation,
-            &snap.location,
-            self.id.lifecycle,
-            generation,
-        );
+        let relay = if snap.location.node == self.id.owner {
+            None
+        } else {
+            Binding::relay_template(
+                &snap.actor,
+                snap.object_generation,
+                &snap.location,
+                self.id.lifecycle,
+                generation,
+            )
+        };
         let binding = Binding {
             actor: snap.actor,
             actor_type: req.target.actor_type.clone(),
@@ -524,6 +536,7 @@ impl SessionBindingAggregate {
             state: BindingState::Open,
             relay,
         };
+        self.last_relayed = None;
         let previous = self
             .bindings
             .insert(binding.actor.clone(), Arc::new(binding.clone()))
@@ -557,16 +570,23 @@ impl SessionBindingAggregate {
         Ok(Self::ticket(b, self.id.lifecycle, &mut self.next_sequence))
     }
 
-    /// [`SessionBindingAggregate::relay`] through the current binding of `actor` (its text),
-    /// looked up in this same step — what `find` and then `relay` with the found binding's
-    /// generation decide, in one lookup: `None` without a current binding (nothing counted, as
-    /// for a `find` that finds nothing); else the ticket, or [`FlowReject::SessionClosed`] with
-    /// the binding's id.
+    /// [`SessionBindingAggregate::relay`] through the current binding of `actor` (its text's
+    /// bytes, not checked for UTF-8: bytes that are not never name a binding), looked up in
+    /// this same step — what `find` and then `relay` with the found binding's generation
+    /// decide, in one lookup: `None` without a current binding (nothing counted, as for a
+    /// `find` that finds nothing); else the ticket, or [`FlowReject::SessionClosed`] with the
+    /// binding's id. The binding of the previous call is compared first (`last_relayed`).
     pub(crate) fn relay_current(
         &mut self,
-        actor: &str,
+        actor: &[u8],
     ) -> Option<Result<RelayTicket, (FlowReject, ActorId)>> {
-        let b = self.bindings.get(actor)?;
+        let b = match &self.last_relayed {
+            Some(b) if b.actor.as_bytes() == actor => b,
+            _ => {
+                let b = self.bindings.get(std::str::from_utf8(actor).ok()?)?;
+                &*self.last_relayed.insert(b.clone())
+            }
+        };
         if let Phase::Closed(_) = self.phase {
             return Some(Err((FlowReject::SessionClosed, b.actor.clone())));
         }
@@ -666,6 +686,7 @@ impl SessionBindingAggregate {
         if b.owner_lease != p.owner_lease_generation {
             return Err(FlowReject::ReplacedIdentityMismatch);
         }
+        self.last_relayed = None;
         let retired = self
             .bindings
             .remove(&rec.actor)
@@ -754,6 +775,7 @@ impl SessionBindingAggregate {
             Some(b) if b.generation != generation => return Err(self.stale(generation)),
             Some(_) => {}
         }
+        self.last_relayed = None;
         let b = self.bindings.remove(actor).ok_or(FlowReject::NotBound)?;
         self.retire(b.generation);
         Ok(Arc::unwrap_or_clone(b))
@@ -767,6 +789,7 @@ impl SessionBindingAggregate {
         if !matches!(self.phase, Phase::Closed(_)) {
             self.phase = Phase::Closed(SessionEnd::Disconnected);
         }
+        self.last_relayed = None;
         let mut snapshot: Vec<Binding> = self
             .bindings
             .drain()
@@ -916,9 +939,10 @@ mod tests {
         let mut a = agg();
         let b1 = bind(&mut a, target(1, 1), 1);
         let b2 = bind(&mut a, target(2, 1), 2);
-        assert!(a.relay_current("nobody").is_none());
+        assert!(a.relay_current(b"nobody").is_none());
+        assert!(a.relay_current(b"\xff").is_none());
         let r1 = a.relay(&b1.actor, b1.generation).unwrap();
-        let c1 = a.relay_current(b1.actor.as_str()).unwrap().unwrap();
+        let c1 = a.relay_current(b1.actor.as_bytes()).unwrap().unwrap();
         assert_eq!(c1.sequence.get(), r1.sequence.get() + 1);
         assert_eq!((&c1.binding, c1.lifecycle), (&r1.binding, r1.lifecycle));
         let key = zlink_wire::DispatchKey::new(3);
@@ -955,10 +979,61 @@ mod tests {
             FlowReject::SessionClosed
         );
         assert_eq!(
-            a.relay_current(b2.actor.as_str()).unwrap().unwrap_err(),
+            a.relay_current(b2.actor.as_bytes()).unwrap().unwrap_err(),
             (FlowReject::SessionClosed, b2.actor.clone())
         );
-        assert!(a.relay_current(b1.actor.as_str()).is_none());
+        assert!(a.relay_current(b1.actor.as_bytes()).is_none());
+    }
+
+    /// `relay_current` remembers the binding it went through, and never goes through it
+    /// again once the bindings changed: rebound, removed, replaced, disconnected.
+    #[test]
+    fn relay_current_never_goes_through_a_binding_that_changed() {
+        let mut a = agg();
+        let id = actor(1);
+        let gen_of = |a: &mut SessionBindingAggregate| {
+            a.relay_current(id.as_bytes())
+                .map(|t| t.map(|t| t.binding.generation.get()))
+        };
+        bind(&mut a, target(1, 1), 1);
+        assert_eq!(gen_of(&mut a), Some(Ok(1)));
+        assert_eq!(gen_of(&mut a), Some(Ok(1)), "the remembered binding");
+        // Rebound (BindOrGet of a new incarnation): the new binding.
+        bind(&mut a, target(1, 2), 2);
+        assert_eq!(gen_of(&mut a), Some(Ok(2)));
+        a.remove(&id, BindingGeneration::new(2)).unwrap();
+        assert_eq!(gen_of(&mut a), None);
+        let b = bind(&mut a, target(1, 1), 3);
+        assert_eq!(gen_of(&mut a), Some(Ok(3)));
+        let (s, g) = sender();
+        a.handle_replaced(Instant::now(), (&s, g), &replaced_of(&b))
+            .unwrap();
+        assert_eq!(gen_of(&mut a), None);
+        let mut a = agg();
+        bind(&mut a, target(1, 1), 4);
+        assert_eq!(gen_of(&mut a), Some(Ok(4)));
+        assert_eq!(a.disconnect().len(), 1);
+        assert_eq!(gen_of(&mut a), None);
+    }
+
+    /// Only a binding to an actor on another node has a 24 template (its relays cross the
+    /// mesh; the session host sends them without comparing the route with its node).
+    #[test]
+    fn only_a_binding_to_a_peer_has_a_relay_template() {
+        let mut a = agg();
+        let remote = bind(&mut a, target(1, 1), 1);
+        assert!(remote.relay.is_some());
+        let mut here = target(2, 1);
+        here.location = loc("a");
+        let local = bind(&mut a, here, 2);
+        assert!(local.relay.is_none());
+        assert!(
+            a.relay_current(local.actor.as_bytes())
+                .unwrap()
+                .unwrap()
+                .template()
+                .is_none()
+        );
     }
 
     // spec: SB-6.7
@@ -1175,6 +1250,7 @@ mod tests {
         Begin(u8, u64),
         Complete(u8, u64, bool),
         Relay(u8, u64),
+        RelayCurrent(u8),
         Push(u8, u64),
         Replaced(u8, u64),
         Remove(u8, u64),
@@ -1186,6 +1262,7 @@ mod tests {
             (0u8..3, 1u64..3).prop_map(|(a, o)| Op::Begin(a, o)),
             (0u8..3, 1u64..12, any::<bool>()).prop_map(|(a, g, ok)| Op::Complete(a, g, ok)),
             (0u8..3, 1u64..12).prop_map(|(a, g)| Op::Relay(a, g)),
+            (0u8..3).prop_map(Op::RelayCurrent),
             (0u8..3, 1u64..12).prop_map(|(a, g)| Op::Push(a, g)),
             (0u8..3, 1u64..12).prop_map(|(a, g)| Op::Replaced(a, g)),
             (0u8..3, 1u64..12).prop_map(|(a, g)| Op::Remove(a, g)),
@@ -1207,7 +1284,7 @@ mod tests {
             for op in ops {
                 let only = match &op {
                     Op::Begin(i, _) | Op::Complete(i, _, _) | Op::Relay(i, _) | Op::Push(i, _)
-                    | Op::Replaced(i, _) | Op::Remove(i, _) => Some(actor(*i)),
+                    | Op::Replaced(i, _) | Op::Remove(i, _) | Op::RelayCurrent(i) => Some(actor(*i)),
                     Op::Disconnect => None,
                 };
                 let before: HashMap<ActorId, Binding> =
@@ -1240,6 +1317,23 @@ mod tests {
                         let current = before.get(&actor(i)).is_some_and(|b| b.generation.get() == g);
                         prop_assert_eq!(out.is_ok(), current && !matches!(a.phase(), Phase::Closed(_)));
                     }
+                    Op::RelayCurrent(i) => {
+                        // Through the current binding, whichever binding the previous relay
+                        // went through (never a retired one).
+                        let out = a.relay_current(actor(i).as_bytes());
+                        match (before.get(&actor(i)), out) {
+                            (None, None) => {}
+                            (Some(b), Some(Ok(t))) => {
+                                prop_assert!(!matches!(a.phase(), Phase::Closed(_)));
+                                prop_assert_eq!(&*t.binding, b);
+                            }
+                            (Some(b), Some(Err((r, id)))) => {
+                                prop_assert!(matches!(a.phase(), Phase::Closed(_)));
+                                prop_assert_eq!((r, &id), (FlowReject::SessionClosed, &b.actor));
+                            }
+                            (b, out) => prop_assert!(false, "{:?} gave {:?}", b, out.map(|o| o.map(|t| t.binding.generation))),
+                        }
+                    }
                     Op::Push(i, g) => {
                         if let Some(b) = before.get(&actor(i)) {
                             let mut p = push_of(b);
@@ -1248,6 +1342,11 @@ mod tests {
                         }
                     }
                     Op::Replaced(i, g) => {
+                        // Half of them for the current binding (a random one rarely is).
+                        let g = match before.get(&actor(i)) {
+                            Some(b) if g % 2 == 0 => b.generation.get(),
+                            _ => g,
+                        };
                         let mut b = before.get(&actor(i)).cloned().unwrap_or_else(|| Binding {
                             actor: actor(i), actor_type: "t".into(), object_generation: ObjectGeneration::new(1),
                             route: loc("b"), generation: BindingGeneration::new(g),
@@ -1261,6 +1360,10 @@ mod tests {
                         if applied { ever_retired.insert(BindingGeneration::new(g)); }
                     }
                     Op::Remove(i, g) => {
+                        let g = match before.get(&actor(i)) {
+                            Some(b) if g % 2 == 0 => b.generation.get(),
+                            _ => g,
+                        };
                         let current = before.get(&actor(i)).is_some_and(|b| b.generation.get() == g);
                         match a.remove(&actor(i), BindingGeneration::new(g)) {
                             Ok(b) => { prop_assert!(current); ever_retired.insert(b.generation); }

@@ -454,14 +454,15 @@ impl Session {
         self.owner.create_actor(create, true).await
     }
 
-    /// The ticket of a one-way relay to the current binding of `actor` (its text), found and
-    /// taken in one step: what `actors().find(actor)` and then [`BoundActor::send_turn`] decide
-    /// (the same checks, the same counted refusals), without a [`BoundActor`] in between.
-    /// `None` when there is no current binding (nothing counted, as for a `find`); send the
-    /// ticket with [`Session::send_ticket_turn`].
+    /// The ticket of a one-way relay to the current binding of `actor` (its text's bytes, not
+    /// checked for UTF-8: bytes that are not name no binding), found and taken in one step:
+    /// what `actors().find(actor)` and then [`BoundActor::send_turn`] decide (the same checks,
+    /// the same counted refusals), without a [`BoundActor`] in between. `None` when there is no
+    /// current binding (nothing counted, as for a `find`); send the ticket with
+    /// [`Session::send_ticket_turn`].
     pub(crate) fn relay_ticket(
         &self,
-        actor: &str,
+        actor: &[u8],
     ) -> Option<Result<aggregate::RelayTicket, SessionError>> {
         self.owner.relay_ticket(&self.entry, actor)
     }

@@ -125,7 +125,17 @@ pub(crate) struct SessionEntry {
     timer: Notify,
     /// A push to the client timed out waiting for its credit and none went through since.
     push_stalled: AtomicBool,
+    /// Left this node's sessions (set as it leaves the map, under its lock): a
+    /// [`SessionCache`] no longer hands it out.
+    removed: AtomicBool,
 }
+
+/// The session a caller last delivered a packet to (the mesh I/O thread's sink keeps one), so
+/// a client's packets, record after record, find their session without the sessions map's
+/// lock and lookup: while the entry is in the map it is the map's entry for its SessionRid
+/// (an entry is inserted once and flagged as it leaves). Weak: it keeps nothing alive.
+#[derive(Default)]
+pub(crate) struct SessionCache(Option<(SessionRid, std::sync::Weak<SessionEntry>)>);
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
@@ -332,6 +342,20 @@ impl SessionOwner {
         lock(&self.sessions).get(&rid).cloned()
     }
 
+    /// [`SessionOwner::entry`] through the caller's [`SessionCache`] (filled on a miss).
+    fn entry_cached(&self, cache: &mut SessionCache, rid: SessionRid) -> Option<Arc<SessionEntry>> {
+        if let Some((r, weak)) = &cache.0
+            && *r == rid
+            && let Some(e) = weak.upgrade()
+            && !e.removed.load(Ordering::Acquire)
+        {
+            return Some(e);
+        }
+        let e = self.entry(rid)?;
+        cache.0 = Some((rid, Arc::downgrade(&e)));
+        Some(e)
+    }
+
     fn session(self: &Arc<Self>, entry: &Arc<SessionEntry>) -> Session {
         Session {
             entry: entry.clone(),
@@ -372,6 +396,7 @@ impl SessionOwner {
                 lane,
                 timer: Notify::new(),
                 push_stalled: AtomicBool::new(false),
+                removed: AtomicBool::new(false),
             });
             // The connected-callback is the session's first turn: it is queued before the
             // entry becomes visible, so no packet can find the lane idle ahead of it (a
@@ -420,7 +445,10 @@ impl SessionOwner {
     /// actor once over its stored route (all-settled, infrastructure work), run the
     /// disconnected-callback, then end the session's lane.
     pub(crate) fn disconnected(self: &Arc<Self>, rid: SessionRid) {
-        let Some(entry) = lock(&self.sessions).remove(&rid) else {
+        let Some(entry) = lock(&self.sessions).remove(&rid).inspect(|e| {
+            // Under the map's lock: a cache that sees the entry unflagged saw it in the map.
+            e.removed.store(true, Ordering::Release);
+        }) else {
             return;
         };
         let snapshot = entry.agg().disconnect();
@@ -483,6 +511,29 @@ impl SessionOwner {
         done: impl FnOnce() -> Done,
         mode: RunMode,
     ) -> Admitted {
+        self.packet_with(
+            &mut SessionCache::default(),
+            rid,
+            key,
+            payload,
+            reply,
+            done,
+            mode,
+        )
+    }
+
+    /// [`SessionOwner::packet`] with the session found through the caller's `cache`.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn packet_with(
+        self: &Arc<Self>,
+        cache: &mut SessionCache,
+        rid: SessionRid,
+        key: DispatchKey,
+        payload: Bytes,
+        reply: Option<ReplyHandle>,
+        done: impl FnOnce() -> Done,
+        mode: RunMode,
+    ) -> Admitted {
         let refuse = |reply: Option<ReplyHandle>, kind: ErrorKind, detail: String| {
             if let Some(r) = reply {
                 r.error(kind, detail);
@@ -491,7 +542,8 @@ impl SessionOwner {
         };
         // During a shutdown no packet is accepted and no session begins (SB-10).
         let entry = if self.accepting.load(Ordering::Acquire) {
-            self.entry(rid).or_else(|| self.connected(rid))
+            self.entry_cached(cache, rid)
+                .or_else(|| self.connected(rid))
         } else {
             None
         };
@@ -794,14 +846,14 @@ impl SessionOwner {
         Ok(self.send_ticket(ticket, key, payload, timeout))
     }
 
-    /// The ticket of a relay through the current binding of `actor` (its text), found and
-    /// taken in one step of the aggregate ([`SessionBindingAggregate::relay_current`]): `None`
-    /// without a current binding (nothing counted); a refusal is counted as in
-    /// [`SessionOwner::relay_start`].
+    /// The ticket of a relay through the current binding of `actor` (its text's bytes, UTF-8
+    /// or not), found and taken in one step of the aggregate
+    /// ([`SessionBindingAggregate::relay_current`]): `None` without a current binding (nothing
+    /// counted); a refusal is counted as in [`SessionOwner::relay_start`].
     pub(crate) fn relay_ticket(
         &self,
         entry: &SessionEntry,
-        actor: &str,
+        actor: &[u8],
     ) -> Option<Result<RelayTicket, SessionError>> {
         let out = entry.agg().relay_current(actor)?;
         Some(out.map_err(|(r, actor)| {
@@ -1073,5 +1125,126 @@ impl SessionOwner {
                 }
             }
         });
+    }
+}
+
+#[cfg(all(test, not(feature = "loom")))]
+mod tests {
+    use super::*;
+    use crate::runtime::{Runtime, RuntimeConfig};
+
+    /// A host that accepts sessions and refuses everything else (the cache needs no more).
+    struct Host;
+
+    impl SessionHost for Host {
+        fn send_bind(
+            &self,
+            _: &NodeRid,
+            _: BoundSessionBind,
+            _: Duration,
+        ) -> BoxFuture<Result<BindSnapshot, Refusal>> {
+            Box::pin(async { Err((ErrorKind::Unavailable, "test".into())) })
+        }
+        fn send_relay(
+            &self,
+            _: RelayTicket,
+            _: DispatchKey,
+            _: Bytes,
+            _: Option<Duration>,
+        ) -> RelaySent {
+            RelaySent::Now(Err((ErrorKind::Unavailable, "test".into())))
+        }
+        fn try_push(
+            &self,
+            _: SessionRid,
+            _: DispatchKey,
+            _: Bytes,
+        ) -> Result<(), zlink_mesh::TryPushError> {
+            Ok(())
+        }
+        fn push(
+            &self,
+            _: SessionRid,
+            _: DispatchKey,
+            _: Bytes,
+        ) -> BoxFuture<Result<(), SendError>> {
+            Box::pin(async { Ok(()) })
+        }
+        fn close(&self, _: SessionRid, _: DisconnectReason) {}
+        fn accept(&self, _: SessionRid) {}
+        fn owner_lease(&self) -> OwnerLeaseGeneration {
+            OwnerLeaseGeneration::new(1)
+        }
+        fn get_actor(&self, _: ActorId) -> BoxFuture<Result<ActorRef, crate::actor::ActorError>> {
+            Box::pin(async { Err(crate::actor::ActorError::ShuttingDown) })
+        }
+        fn create_actor(
+            &self,
+            _: crate::actor::Create,
+            _: bool,
+        ) -> BoxFuture<Result<ActorRef, crate::actor::ActorError>> {
+            Box::pin(async { Err(crate::actor::ActorError::ShuttingDown) })
+        }
+        fn enter_work(&self) -> Option<InflightGuard> {
+            None
+        }
+    }
+
+    /// A session cache hands out exactly the map's entry for its SessionRid: an entry that
+    /// left the map (disconnected) is not handed out again, even while something still holds
+    /// it, and the session opened again for that SessionRid is found instead.
+    #[test]
+    fn a_session_cache_never_hands_out_an_entry_that_left_the_map() {
+        let tokio = tokio::runtime::Runtime::new().unwrap();
+        let runtime = Runtime::new(RuntimeConfig::default()).unwrap();
+        let node = NodeRid::new("a").unwrap();
+        let owner = Arc::new(SessionOwner::new(
+            SessionOwnerConfig {
+                node,
+                lifecycle: SessionLifecycleGeneration::new(1),
+                callback_timeout: Duration::from_secs(1),
+                binding_limit: 4,
+                request_timeout: Duration::from_secs(1),
+                clock: Arc::new(super::super::clock::SystemClock),
+            },
+            Box::new(Host),
+            runtime.clone(),
+            HandlerRegistry::default(),
+            Callbacks::default(),
+            tokio.handle().clone(),
+        ));
+        let entered = tokio.enter();
+        let rid = SessionRid::new(9);
+        let mut cache = SessionCache::default();
+        assert!(
+            owner.entry_cached(&mut cache, rid).is_none(),
+            "no session yet"
+        );
+        let first = owner.connected(rid).unwrap();
+        let got = owner.entry_cached(&mut cache, rid).unwrap();
+        assert!(Arc::ptr_eq(&got, &first));
+        assert!(Arc::ptr_eq(
+            &owner.entry_cached(&mut cache, rid).unwrap(),
+            &first
+        ));
+        owner.disconnected(rid);
+        assert!(
+            owner.entry_cached(&mut cache, rid).is_none(),
+            "the disconnected entry is still alive (held here) but not handed out"
+        );
+        let second = owner.connected(rid).unwrap();
+        assert!(!Arc::ptr_eq(&second, &first));
+        assert!(Arc::ptr_eq(
+            &owner.entry_cached(&mut cache, rid).unwrap(),
+            &second
+        ));
+        // Another session: looked up, and cached in its place.
+        let other = owner.connected(SessionRid::new(10)).unwrap();
+        assert!(Arc::ptr_eq(
+            &owner.entry_cached(&mut cache, SessionRid::new(10)).unwrap(),
+            &other
+        ));
+        drop((got, first, entered));
+        tokio.block_on(runtime.shutdown());
     }
 }
