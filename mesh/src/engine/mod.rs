@@ -208,6 +208,9 @@ struct Sockets {
     mon_relay: zmq::Socket,
     mon_completion: zmq::Socket,
     mon_client: Option<zmq::Socket>,
+    /// The `ZMQ_FD` of `relay`, `completion` and `client` (if any): the spin's readiness
+    /// check (see [`Engine::spin_for_work`]).
+    fds: Vec<std::os::fd::RawFd>,
 }
 
 pub(crate) struct Engine {
@@ -391,6 +394,13 @@ impl Engine {
             Some(c) => Some(monitor(&ctx, c, "client")?),
             None => None,
         };
+        let mut fds = vec![
+            relay.get_fd().map_err(setup_err("relay fd"))?,
+            completion.get_fd().map_err(setup_err("completion fd"))?,
+        ];
+        if let Some(c) = &client {
+            fds.push(c.get_fd().map_err(setup_err("client fd"))?);
+        }
         let limits = codec::limits(cfg.transport.max_message_size);
         let bound = Bound {
             relay: last_endpoint(&relay),
@@ -412,6 +422,7 @@ impl Engine {
                     mon_relay,
                     mon_completion,
                     mon_client,
+                    fds,
                 },
                 door,
                 shared,
@@ -539,20 +550,28 @@ impl Engine {
     }
 
     /// Yields the CPU a few times while watching for commands or readable sockets.
+    ///
+    /// Called only after a pass that found no work: each socket's last operation was a
+    /// receive that ended in EAGAIN, and nothing was sent after it. libzmq processed the
+    /// socket's pending commands inside that receive and marked its empty pipes inactive, so a
+    /// message arriving later makes the writer send `activate_read`, which signals the socket's
+    /// `ZMQ_FD` (edge-triggered: it is readable while a command waits, not while a message
+    /// does). One `poll()` over those FDs per turn therefore sees every new message (and
+    /// other commands: the pass then reads, which processes them) without the `poll()` that
+    /// each `get_events` makes inside libzmq. The level check stays where it matters:
+    /// `poll_once` (`zmq_poll` asks each socket's `ZMQ_EVENTS`) before any sleep.
     fn spin_for_work(&self) -> bool {
+        let fds = &self.sockets.fds;
+        let mut items = [
+            zmq::PollItem::from_fd(fds[0], zmq::POLLIN),
+            zmq::PollItem::from_fd(fds[1], zmq::POLLIN),
+            zmq::PollItem::from_fd(fds.get(2).copied().unwrap_or(fds[1]), zmq::POLLIN),
+        ];
         for _ in 0..self.cfg.io_spin_yields {
             if !self.door.rx.is_empty() {
                 return true;
             }
-            let readable = |s: &zmq::Socket| {
-                s.get_events()
-                    .map(|e| e.contains(zmq::POLLIN))
-                    .unwrap_or(false)
-            };
-            if readable(&self.sockets.relay)
-                || readable(&self.sockets.completion)
-                || self.sockets.client.as_ref().is_some_and(readable)
-            {
+            if zmq::poll(&mut items, 0).is_ok_and(|n| n > 0) {
                 return true;
             }
             std::thread::yield_now();
