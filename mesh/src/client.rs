@@ -1107,7 +1107,6 @@ impl ClientIo {
         if !self.resume() {
             return;
         }
-        self.rx_now = Instant::now();
         self.read_pass();
         self.pushes.flush();
         // Liveness: any record from the node counts; one clock read per pass, not per record.
@@ -1118,13 +1117,17 @@ impl ClientIo {
     }
 
     fn read_pass(&mut self) {
-        for _ in 0..512 {
+        for i in 0..512 {
             if self.stalled.is_some() || self.server_closed.is_some() {
                 return;
             }
             let Some((first, rest)) = recv_multipart(&self.dealer) else {
                 return;
             };
+            if i == 0 {
+                // The pass's time, read once it has a record (an empty read reads no clock).
+                self.rx_now = Instant::now();
+            }
             let mut parts = Vec::with_capacity(2);
             parts.push(first);
             parts.extend(rest);

@@ -803,11 +803,14 @@ impl Engine {
         // content on each receive): no allocation per message on this path.
         let mut rid = std::mem::replace(&mut self.rx_rid, zmq::Message::new());
         let mut parts = std::mem::take(&mut self.rx_parts);
-        self.rx_now = Instant::now();
         while n < RECV_BATCH {
             let Some(count) = recv_frames_into(self.socket(kind), &mut rid, &mut parts) else {
                 break;
             };
+            if n == 0 {
+                // The pass's time, read once it has a message (an empty read reads no clock).
+                self.rx_now = Instant::now();
+            }
             n += 1;
             self.rx_source = if kind == LinkKind::Client {
                 // A connection without a session may open one: its source address counts.
