@@ -450,10 +450,17 @@ impl MeshClient {
             capacity,
             shared: shared.clone(),
         };
+        let fds = [
+            door.socket.get_fd().map_err(terr("doorbell fd"))?,
+            mon.get_fd().map_err(terr("monitor fd"))?,
+            dealer.get_fd().map_err(terr("dealer fd"))?,
+        ];
         let io = ClientIo {
             dealer,
             mon,
             door,
+            fds,
+            door_drained: false,
             shared: shared.clone(),
             corr: Correlations::new(),
             pushes: push_tx,
@@ -756,6 +763,11 @@ struct ClientIo {
     /// it the credit it granted.
     mon: zmq::Socket,
     door: Door<Cmd>,
+    /// The `ZMQ_FD`s of the doorbell, the monitor and the dealer ([`ClientIo::sleep`]).
+    fds: [std::os::fd::RawFd; 3],
+    /// The doorbell was last read until EAGAIN (nothing else is done with it): a ring after
+    /// that signals its FD.
+    door_drained: bool,
     shared: Arc<ClientShared>,
     corr: Correlations<(), Waiter>,
     pushes: PushSender,
@@ -851,22 +863,19 @@ impl ClientIo {
             } else {
                 0
             };
-            let (rd, rs) = {
-                let mut items = [
-                    self.door.socket.as_poll_item(zmq::POLLIN),
-                    self.mon.as_poll_item(zmq::POLLIN),
-                    self.dealer.as_poll_item(if self.stalled.is_none() {
-                        zmq::POLLIN
-                    } else {
-                        zmq::PollEvents::empty()
-                    }),
-                ];
-                let _ = zmq::poll(&mut items, ms);
-                (items[0].is_readable(), items[2].is_readable())
+            // Not sleeping: read the dealer straight away (one receive that ends in EAGAIN
+            // if nothing came) instead of a `zmq_poll`, which costs a `poll()` plus one inside
+            // libzmq per socket (`ZMQ_EVENTS`). The doorbell rings only a sleeping thread; a
+            // ring that lands after a sleep ended is drained by the next sleeping poll.
+            let (rd, rs) = if ms == 0 {
+                (false, true)
+            } else {
+                self.sleep(ms)
             };
             self.shared.bell.awake();
             if rd {
                 self.door.drain_rings();
+                self.door_drained = true;
             }
             if rs {
                 self.read();
@@ -983,6 +992,45 @@ impl ClientIo {
     /// (not while a full push channel keeps the socket unread), for at most [`SPIN_LIMIT`] and
     /// never past `timer` (the next ping or deadline): on a busy machine one yield can last a
     /// whole time slice, and a late Ping would make the node look dead.
+    /// Sleeps at most `ms` until the doorbell rings, the monitor has an event (read at the
+    /// top of the next pass) or, unless a push is stalled, the dealer is readable: (rang,
+    /// readable).
+    ///
+    /// Level check first: `ZMQ_EVENTS` of the dealer (sent on in this pass) and of a doorbell
+    /// not drained. Then every socket is drained (the monitor was read until EAGAIN at the top
+    /// of this pass and nothing else is done with it): a later message makes its writer send
+    /// `activate_read`, which signals the socket's `ZMQ_FD`, so one `poll()` over the three
+    /// FDs sleeps, where `zmq_poll` made a `poll()` and a `ZMQ_EVENTS` per socket before and
+    /// after the sleep.
+    fn sleep(&mut self, ms: i64) -> (bool, bool) {
+        let dealer = self.stalled.is_none();
+        let readable = |s: &zmq::Socket| s.get_events().map_or(true, |e| e.contains(zmq::POLLIN));
+        let mut rang = false;
+        if !self.door_drained {
+            rang = readable(&self.door.socket);
+            self.door_drained = !rang;
+        }
+        let ready = dealer && readable(&self.dealer);
+        if rang || ready {
+            return (rang, ready);
+        }
+        let events = if dealer {
+            zmq::POLLIN
+        } else {
+            zmq::PollEvents::empty()
+        };
+        let mut items = [
+            zmq::PollItem::from_fd(self.fds[0], zmq::POLLIN),
+            zmq::PollItem::from_fd(self.fds[1], zmq::POLLIN),
+            zmq::PollItem::from_fd(self.fds[2], events),
+        ];
+        match zmq::poll(&mut items, ms) {
+            Ok(_) => (items[0].is_readable(), dealer && items[2].is_readable()),
+            // Interrupted: look at everything.
+            Err(_) => (true, dealer),
+        }
+    }
+
     fn spin_for_work(&self, timer: Duration) -> bool {
         if self.stalled.is_some() || self.spin == 0 {
             return false;
@@ -1059,7 +1107,6 @@ impl ClientIo {
         if !self.resume() {
             return;
         }
-        self.rx_now = Instant::now();
         self.read_pass();
         self.pushes.flush();
         // Liveness: any record from the node counts; one clock read per pass, not per record.
@@ -1070,13 +1117,17 @@ impl ClientIo {
     }
 
     fn read_pass(&mut self) {
-        for _ in 0..512 {
+        for i in 0..512 {
             if self.stalled.is_some() || self.server_closed.is_some() {
                 return;
             }
             let Some((first, rest)) = recv_multipart(&self.dealer) else {
                 return;
             };
+            if i == 0 {
+                // The pass's time, read once it has a record (an empty read reads no clock).
+                self.rx_now = Instant::now();
+            }
             let mut parts = Vec::with_capacity(2);
             parts.push(first);
             parts.extend(rest);

@@ -374,6 +374,7 @@ impl Engine {
         };
         let rid = fresh_rid();
         let s = self.socket(kind);
+        self.sockets.touched(kind);
         let _ = s.disconnect(ep);
         if let Err(e) = connect_as(s, &rid, ep) {
             tracing::warn!(peer = %node, error = %e, "reconnect failed");
@@ -403,6 +404,8 @@ impl Engine {
             return;
         }
         let own_rids = [fresh_rid(), fresh_rid()];
+        self.sockets.touched(LinkKind::Relay);
+        self.sockets.touched(LinkKind::Completion);
         if let Err(e) = connect_as(&self.sockets.relay, &own_rids[0], &addr.relay) {
             tracing::warn!(peer = %addr.node, error = %e, "relay connect failed");
             return;

@@ -208,6 +208,108 @@ struct Sockets {
     mon_relay: zmq::Socket,
     mon_completion: zmq::Socket,
     mon_client: Option<zmq::Socket>,
+    /// The `ZMQ_FD` of each socket, by bit index ([`Sockets::bit`], the doorbell at
+    /// [`Sockets::DOOR`], the monitors after it); -1 for an absent one. The readiness check of
+    /// the spin, of a pass and of the sleep (see [`Sockets::drained`]).
+    fds: [std::os::fd::RawFd; 7],
+    /// One bit per socket: the last libzmq call on it that can process its commands was a
+    /// receive that ended in EAGAIN (or a `ZMQ_EVENTS` without POLLIN). libzmq then processed
+    /// its commands and marked its empty pipes inactive, so a message arriving later makes
+    /// the writer send `activate_read`, which signals the socket's `ZMQ_FD` (edge-triggered:
+    /// readable while a command waits, not while a message does). Such a socket has nothing
+    /// to read while its FD is quiet. Any other call (send, connect, disconnect) may process
+    /// commands and activate a pipe without the FD: it clears the bit
+    /// ([`Sockets::touched`]), and the socket is read (or asked) again.
+    drained: std::cell::Cell<u8>,
+}
+
+impl Sockets {
+    const RELAY: u8 = 1;
+    const COMPLETION: u8 = 2;
+    const CLIENT: u8 = 4;
+    /// The doorbell (`Door::socket`), only ever received from on this thread.
+    const DOOR: u8 = 8;
+    const MON_RELAY: u8 = 16;
+    const MON_COMPLETION: u8 = 32;
+    const MON_CLIENT: u8 = 64;
+
+    fn bit(kind: LinkKind) -> u8 {
+        match kind {
+            LinkKind::Relay => Self::RELAY,
+            LinkKind::Completion => Self::COMPLETION,
+            LinkKind::Client => Self::CLIENT,
+        }
+    }
+
+    fn mon_bit(kind: LinkKind) -> u8 {
+        Self::bit(kind) << 4
+    }
+
+    /// Every data socket this node has.
+    fn all(&self) -> u8 {
+        if self.client.is_some() {
+            Self::RELAY | Self::COMPLETION | Self::CLIENT
+        } else {
+            Self::RELAY | Self::COMPLETION
+        }
+    }
+
+    /// Every monitor socket this node has.
+    fn monitors(&self) -> u8 {
+        self.all() << 4
+    }
+
+    /// A call other than a receive was made on `kind`'s socket (see [`Sockets::drained`]).
+    #[inline]
+    pub(super) fn touched(&self, kind: LinkKind) {
+        self.drained.set(self.drained.get() & !Self::bit(kind));
+    }
+
+    fn set_drained(&self, bits: u8, drained: bool) {
+        let d = self.drained.get();
+        self.drained.set(if drained { d | bits } else { d & !bits });
+    }
+
+    /// Polls the `ZMQ_FD`s of the sockets in `bits` for at most `ms` (0: without waiting):
+    /// those whose FD is readable (a command waits), or `None` if the poll failed.
+    fn signaled(&self, bits: u8, ms: i64) -> Option<u8> {
+        let mut items: [zmq::PollItem<'_>; 7] =
+            std::array::from_fn(|_| zmq::PollItem::from_fd(-1, zmq::PollEvents::empty()));
+        let mut which = [0u8; 7];
+        let mut n = 0;
+        for (i, fd) in self.fds.iter().enumerate() {
+            let bit = 1u8 << i;
+            if bits & bit != 0 {
+                items[n] = zmq::PollItem::from_fd(*fd, zmq::POLLIN);
+                which[n] = bit;
+                n += 1;
+            }
+        }
+        zmq::poll(&mut items[..n], ms).ok()?;
+        Some(
+            items[..n]
+                .iter()
+                .zip(which)
+                .filter(|(it, _)| it.is_readable())
+                .fold(0, |acc, (_, bit)| acc | bit),
+        )
+    }
+
+    /// Of the sockets in `bits`: those not drained, and the drained ones whose `ZMQ_FD` is
+    /// signaled, except those in `quiet`. One `poll()` over the FDs of two or more drained
+    /// sockets replaces a receive ending in EAGAIN on each (a `poll()` inside libzmq); a
+    /// single one is read directly (the same cost).
+    fn to_read(&self, bits: u8, quiet: u8) -> u8 {
+        let drained = self.drained.get() & bits;
+        let ask = drained & !quiet;
+        let mut read = bits & !drained;
+        if ask.count_ones() >= 2 {
+            read |= self.signaled(ask, 0).unwrap_or(ask);
+        } else {
+            read |= ask;
+        }
+        read
+    }
 }
 
 pub(crate) struct Engine {
@@ -391,6 +493,20 @@ impl Engine {
             Some(c) => Some(monitor(&ctx, c, "client")?),
             None => None,
         };
+        let fd = |s: &zmq::Socket, what: &str| s.get_fd().map_err(setup_err(what));
+        let opt_fd = |s: &Option<zmq::Socket>, what: &str| match s {
+            Some(s) => fd(s, what),
+            None => Ok(-1),
+        };
+        let fds = [
+            fd(&relay, "relay fd")?,
+            fd(&completion, "completion fd")?,
+            opt_fd(&client, "client fd")?,
+            fd(&door.socket, "doorbell fd")?,
+            fd(&mon_relay, "monitor fd")?,
+            fd(&mon_completion, "monitor fd")?,
+            opt_fd(&mon_client, "monitor fd")?,
+        ];
         let limits = codec::limits(cfg.transport.max_message_size);
         let bound = Bound {
             relay: last_endpoint(&relay),
@@ -412,6 +528,8 @@ impl Engine {
                     mon_relay,
                     mon_completion,
                     mon_client,
+                    fds,
+                    drained: std::cell::Cell::new(0),
                 },
                 door,
                 shared,
@@ -454,6 +572,10 @@ impl Engine {
     pub(crate) fn run(mut self) {
         let _span = tracing::debug_span!("zlink_mesh_io", node = %self.local.node).entered();
         let mut next_housekeeping = Instant::now();
+        // Sockets found quiet since their last receive by the readiness check that ended the
+        // previous pass (spin or poll): this pass does not look at them again (what arrives
+        // later signals their FD; the next pass or spin sees it).
+        let mut quiet = 0u8;
         while self.running {
             let mut work = self.drain_commands();
             if !self.running {
@@ -472,10 +594,17 @@ impl Engine {
                 self.read_monitors();
                 next_housekeeping = now + HOUSEKEEPING;
             }
-            // Busy path: read every socket without polling first.
-            work += self.read_socket(LinkKind::Completion);
-            work += self.read_socket(LinkKind::Relay);
-            if self.sockets.client.is_some() {
+            // Busy path: read every socket that may have something, without polling first.
+            let read = self
+                .sockets
+                .to_read(self.sockets.all(), std::mem::take(&mut quiet));
+            if read & Sockets::COMPLETION != 0 {
+                work += self.read_socket(LinkKind::Completion);
+            }
+            if read & Sockets::RELAY != 0 {
+                work += self.read_socket(LinkKind::Relay);
+            }
+            if read & Sockets::CLIENT != 0 {
                 work += self.read_socket(LinkKind::Client);
             }
             self.up.end_pass();
@@ -486,10 +615,11 @@ impl Engine {
                 continue;
             }
             // Idle: yield a little before sleeping (a wake-up costs 20-25 µs on small VMs).
-            if self.spin_for_work() {
+            if let Some(q) = self.spin_for_work() {
+                quiet = q;
                 continue;
             }
-            self.poll_once();
+            quiet = self.poll_once();
             next_housekeeping = next_housekeeping.min(Instant::now());
         }
         self.shutdown_sequence();
@@ -538,90 +668,133 @@ impl Engine {
         }
     }
 
-    /// Yields the CPU a few times while watching for commands or readable sockets.
-    fn spin_for_work(&self) -> bool {
+    /// Yields the CPU a few times while watching for commands or readable sockets. `Some`
+    /// with the sockets seen quiet when there is work.
+    ///
+    /// Called after a pass that found no work. A socket not [`Sockets::drained`] is asked once
+    /// for `ZMQ_EVENTS` (level: libzmq processes its commands); after that every socket is
+    /// drained and one `poll()` over their `ZMQ_FD`s per turn sees every new message (and
+    /// other commands: the pass then reads, which processes them) without the `poll()` that
+    /// each `get_events` makes inside libzmq. `poll_once` keeps the level check
+    /// (`zmq_poll` asks each socket's `ZMQ_EVENTS`) before any sleep.
+    fn spin_for_work(&self) -> Option<u8> {
+        if self.cfg.io_spin_yields == 0 {
+            return None;
+        }
+        let all = self.sockets.all();
+        let undrained = all & !self.sockets.drained.get();
+        for kind in [LinkKind::Completion, LinkKind::Relay, LinkKind::Client] {
+            let bit = Sockets::bit(kind);
+            if undrained & bit == 0 {
+                continue;
+            }
+            match self.socket(kind).get_events() {
+                Ok(e) if e.contains(zmq::POLLIN) => return Some(0),
+                Ok(_) => self.sockets.set_drained(bit, true),
+                Err(_) => return Some(0),
+            }
+        }
+        let mut quiet = 0;
         for _ in 0..self.cfg.io_spin_yields {
             if !self.door.rx.is_empty() {
-                return true;
+                return Some(quiet);
             }
-            let readable = |s: &zmq::Socket| {
-                s.get_events()
-                    .map(|e| e.contains(zmq::POLLIN))
-                    .unwrap_or(false)
-            };
-            if readable(&self.sockets.relay)
-                || readable(&self.sockets.completion)
-                || self.sockets.client.as_ref().is_some_and(readable)
-            {
-                return true;
+            match self.sockets.signaled(all, 0) {
+                Some(0) => {}
+                Some(signaled) => return Some(all & !signaled),
+                None => return Some(0),
             }
+            quiet = all;
             std::thread::yield_now();
         }
-        false
+        None
     }
 
+    /// Reads the monitors that may have events (see [`Sockets::to_read`]).
     fn read_monitors(&mut self) {
-        self.read_monitor(LinkKind::Relay);
-        self.read_monitor(LinkKind::Completion);
-        if self.sockets.mon_client.is_some() {
-            self.read_monitor(LinkKind::Client);
+        let read = self.sockets.to_read(self.sockets.monitors(), 0);
+        for kind in [LinkKind::Relay, LinkKind::Completion, LinkKind::Client] {
+            if read & Sockets::mon_bit(kind) != 0 {
+                self.read_monitor(kind);
+            }
         }
     }
 
     // ---------------------------------------------------------------- polling
 
-    fn poll_once(&mut self) {
+    /// Sleeps until a socket, the doorbell or the next timer, and reads what is readable.
+    /// Returns the data sockets it found quiet (see `run`).
+    ///
+    /// Level check first: a socket not [`Sockets::drained`] is asked for `ZMQ_EVENTS` (libzmq
+    /// processes its commands; without POLLIN it is drained). When none is readable, every
+    /// socket is drained and the thread sleeps in one `poll()` over their `ZMQ_FD`s, which
+    /// signal anything new: two syscalls at most where `zmq_poll` made a `poll()` and a
+    /// `ZMQ_EVENTS` per socket before and after the sleep.
+    fn poll_once(&mut self) -> u8 {
         let now = Instant::now();
         let mut timeout = self.next_wake(now);
         let sleeping = self.shared.bell.prepare_sleep();
         if !sleeping {
             timeout = Duration::ZERO;
         }
-        let (rd, rr, rc, rcl, mr, mc, mcl) = {
+        let present = self.sockets.all() | self.sockets.monitors() | Sockets::DOOR;
+        let mut ready = 0u8;
+        {
             let s = &self.sockets;
-            let mut items = Vec::with_capacity(7);
-            items.push(self.door.socket.as_poll_item(zmq::POLLIN));
-            // The relay socket is always read: peer windows bound what is held.
-            items.push(s.relay.as_poll_item(zmq::POLLIN));
-            items.push(s.completion.as_poll_item(zmq::POLLIN));
-            items.push(s.mon_relay.as_poll_item(zmq::POLLIN));
-            items.push(s.mon_completion.as_poll_item(zmq::POLLIN));
-            if let (Some(c), Some(m)) = (&s.client, &s.mon_client) {
-                // Always read: the client windows bound what is held.
-                items.push(c.as_poll_item(zmq::POLLIN));
-                items.push(m.as_poll_item(zmq::POLLIN));
+            let undrained = present & !s.drained.get();
+            for i in 0..7 {
+                let bit = 1u8 << i;
+                if undrained & bit == 0 {
+                    continue;
+                }
+                let socket = match bit {
+                    Sockets::RELAY => &s.relay,
+                    Sockets::COMPLETION => &s.completion,
+                    Sockets::DOOR => &self.door.socket,
+                    Sockets::MON_RELAY => &s.mon_relay,
+                    Sockets::MON_COMPLETION => &s.mon_completion,
+                    Sockets::CLIENT => s.client.as_ref().expect("client socket"),
+                    Sockets::MON_CLIENT => s.mon_client.as_ref().expect("client monitor"),
+                    _ => continue,
+                };
+                match socket.get_events() {
+                    Ok(e) if !e.contains(zmq::POLLIN) => s.set_drained(bit, true),
+                    _ => ready |= bit,
+                }
             }
+        }
+        let mut quiet = 0;
+        if ready == 0 {
             let ms = if timeout.is_zero() {
                 0
             } else {
                 timeout.as_millis().max(1) as i64
             };
-            let _ = zmq::poll(&mut items, ms);
-            let r = |i: usize| items.get(i).is_some_and(|it| it.is_readable());
-            (r(0), r(1), r(2), r(5), r(3), r(4), r(6))
-        };
+            match self.sockets.signaled(present, ms) {
+                Some(signaled) => {
+                    ready = signaled;
+                    quiet = self.sockets.all() & !signaled;
+                }
+                // Interrupted: look at everything.
+                None => ready = present,
+            }
+        }
         self.shared.bell.awake();
-        if rd {
+        if ready & Sockets::DOOR != 0 {
             self.door.drain_rings();
+            self.sockets.set_drained(Sockets::DOOR, true);
         }
-        if rc {
-            self.read_socket(LinkKind::Completion);
+        for kind in [LinkKind::Completion, LinkKind::Relay, LinkKind::Client] {
+            if ready & Sockets::bit(kind) != 0 {
+                self.read_socket(kind);
+            }
         }
-        if rr {
-            self.read_socket(LinkKind::Relay);
+        for kind in [LinkKind::Relay, LinkKind::Completion, LinkKind::Client] {
+            if ready & Sockets::mon_bit(kind) != 0 {
+                self.read_monitor(kind);
+            }
         }
-        if rcl {
-            self.read_socket(LinkKind::Client);
-        }
-        if mr {
-            self.read_monitor(LinkKind::Relay);
-        }
-        if mc {
-            self.read_monitor(LinkKind::Completion);
-        }
-        if mcl {
-            self.read_monitor(LinkKind::Client);
-        }
+        quiet
     }
 
     fn read_socket(&mut self, kind: LinkKind) -> usize {
@@ -630,11 +803,14 @@ impl Engine {
         // content on each receive): no allocation per message on this path.
         let mut rid = std::mem::replace(&mut self.rx_rid, zmq::Message::new());
         let mut parts = std::mem::take(&mut self.rx_parts);
-        self.rx_now = Instant::now();
         while n < RECV_BATCH {
             let Some(count) = recv_frames_into(self.socket(kind), &mut rid, &mut parts) else {
                 break;
             };
+            if n == 0 {
+                // The pass's time, read once it has a message (an empty read reads no clock).
+                self.rx_now = Instant::now();
+            }
             n += 1;
             self.rx_source = if kind == LinkKind::Client {
                 // A connection without a session may open one: its source address counts.
@@ -682,6 +858,8 @@ impl Engine {
         }
         self.rx_rid = rid;
         self.rx_parts = parts;
+        // Ended in EAGAIN (not on the batch limit): drained until the next other call.
+        self.sockets.set_drained(Sockets::bit(kind), n < RECV_BATCH);
         n
     }
 
@@ -707,6 +885,8 @@ impl Engine {
             let value = u32::from_le_bytes([first[2], first[3], first[4], first[5]]);
             events.push((ev, value, addr));
         }
+        // Read until EAGAIN: drained (a monitor is never sent on from here).
+        self.sockets.set_drained(Sockets::mon_bit(kind), true);
         for (ev, value, addr) in events {
             let ev = zmq::SocketEvent::from_raw(ev);
             match ev {

@@ -15,6 +15,7 @@ impl Engine {
     }
 
     pub(super) fn raw_send(&self, kind: LinkKind, rid: &[u8], frames: &[Bytes]) -> SendOutcome {
+        self.sockets.touched(kind);
         raw_send_on(self.socket(kind), self.cfg.tap.as_ref(), kind, rid, frames)
     }
 
@@ -192,6 +193,7 @@ impl Engine {
         };
         let mut wire = Wire {
             socket: &self.sockets.completion,
+            sockets: &self.sockets,
             tap: self.cfg.tap.as_ref(),
             kind: LinkKind::Completion,
             rid: &p.rids[link_index(LinkKind::Completion)],
@@ -225,6 +227,7 @@ impl Engine {
         };
         let mut wire = Wire {
             socket: self.sockets.client.as_ref().expect("client socket"),
+            sockets: &self.sockets,
             tap: self.cfg.tap.as_ref(),
             kind: LinkKind::Client,
             rid: &c.rid,
@@ -248,6 +251,8 @@ impl Engine {
 /// checked against at the moment of transmission.
 pub(super) struct Wire<'e> {
     pub(super) socket: &'e zmq::Socket,
+    /// Told of each transmission on `socket` ([`Sockets::touched`]).
+    pub(super) sockets: &'e Sockets,
     pub(super) tap: Option<&'e WireTap>,
     pub(super) kind: LinkKind,
     pub(super) rid: &'e [u8],
@@ -263,6 +268,7 @@ impl Transport for Wire<'_> {
     /// buffer.
     #[inline]
     fn send_run<'a>(&mut self, mut run: impl ExactSizeIterator<Item = &'a Parts>) -> SendOutcome {
+        self.sockets.touched(self.kind);
         if run.len() <= 1 {
             let Some(frames) = run.next() else {
                 return SendOutcome::Sent;
