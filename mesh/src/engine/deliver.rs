@@ -157,6 +157,26 @@ pub(super) struct Delivery {
     pub(super) held: VecDeque<Held>,
 }
 
+/// What the sink's answer to an offer means for the record: `Ok(grant)` when the sink took
+/// it (counted delivered; `Taken` frees its credit now, `grant` when that asks for a grant;
+/// `Held`: the sink returns the credit later, `MeshNode::release_credit`), `Err` with the
+/// record it passed on.
+#[inline(always)]
+#[allow(clippy::result_large_err)] // the passed record by value, as `Offer::Pass` carries it
+fn settle(offer: Offer, conn: &mut Conn, bytes: u64, cx: &Context<'_>) -> Result<bool, Inbound> {
+    match offer {
+        Offer::Taken => {
+            cx.shared.counters.delivered(1);
+            Ok(conn.released(bytes))
+        }
+        Offer::Held => {
+            cx.shared.counters.delivered(1);
+            Ok(false)
+        }
+        Offer::Pass(inb) => Err(inb),
+    }
+}
+
 impl Delivery {
     pub(super) fn new(inbound: InboundSender) -> Self {
         Self {
@@ -262,24 +282,12 @@ impl Delivery {
         let deadline = send.deadline.map(|d| cx.now + d.as_duration());
         let inb = match (self.sink.as_mut(), payload, src) {
             (Some(sink), Some(payload), Source::Peer { node, generation }) if corr.is_none() => {
-                match sink.offer_actor_send(node, generation, send, payload, deadline, bytes) {
-                    Offer::Taken => {
-                        cx.shared.counters.delivered(1);
-                        return Delivered::Up {
-                            grant: conn.released(bytes),
-                        };
-                    }
-                    // The sink returns the credit later (`MeshNode::release_credit`).
-                    Offer::Held => {
-                        cx.shared.counters.delivered(1);
-                        return Delivered::Up { grant: false };
-                    }
-                    Offer::Pass(inb) => {
-                        return Delivered::Up {
-                            grant: self.channel(conn, src, inb, bytes, cx),
-                        };
-                    }
-                }
+                let offer = sink.offer_actor_send(node, generation, send, payload, deadline, bytes);
+                let grant = match settle(offer, conn, bytes, cx) {
+                    Ok(grant) => grant,
+                    Err(inb) => self.channel(conn, src, inb, bytes, cx),
+                };
+                return Delivered::Up { grant };
             }
             (_, payload, _) => Inbound {
                 origin: src.origin(),
@@ -308,19 +316,9 @@ impl Delivery {
     ) -> Delivered {
         let inb = match self.sink.as_mut() {
             None => inb,
-            Some(sink) => match sink.offer(inb, bytes) {
-                Offer::Taken => {
-                    cx.shared.counters.delivered(1);
-                    return Delivered::Up {
-                        grant: conn.released(bytes),
-                    };
-                }
-                // The sink returns the credit later (`MeshNode::release_credit`).
-                Offer::Held => {
-                    cx.shared.counters.delivered(1);
-                    return Delivered::Up { grant: false };
-                }
-                Offer::Pass(inb) => inb,
+            Some(sink) => match settle(sink.offer(inb, bytes), conn, bytes, cx) {
+                Ok(grant) => return Delivered::Up { grant },
+                Err(inb) => inb,
             },
         };
         Delivered::Up {
@@ -356,19 +354,14 @@ impl Delivery {
                 }
                 Inbound::one_way(src.origin(), key, payload)
             }
-            Some(sink) => match sink.offer_one_way(src.origin(), key, payload, bytes) {
-                Offer::Taken => {
-                    cx.shared.counters.delivered(1);
-                    return Delivered::OneWay {
-                        grant: conn.released(bytes),
-                    };
-                }
-                // The sink returns the credit later (`MeshNode::release_credit`).
-                Offer::Held => {
-                    cx.shared.counters.delivered(1);
-                    return Delivered::OneWay { grant: false };
-                }
-                Offer::Pass(inb) => inb,
+            Some(sink) => match settle(
+                sink.offer_one_way(src.origin(), key, payload, bytes),
+                conn,
+                bytes,
+                cx,
+            ) {
+                Ok(grant) => return Delivered::OneWay { grant },
+                Err(inb) => inb,
             },
         };
         Delivered::Up {
