@@ -502,25 +502,11 @@ impl Engine {
                         Ok(Some((header, send))) => {
                             // A 24 is an application record (`codec::classify`).
                             let class = Class::App;
-                            if !lane.batchable(&class) {
-                                self.shared.counters.drop(
-                                    DropReason::WrongConnection,
-                                    &format_args!(
-                                        "{src}: control record inside a batch on {lane:?}"
-                                    ),
-                                );
+                            let counters = &self.shared.counters;
+                            if !run_record_admitted(
+                                counters, conn, lane, &class, bytes, now, &src, true,
+                            ) {
                                 continue;
-                            }
-                            match conn.ingress(lane, &class, bytes, now) {
-                                Verdict::Deliver => {}
-                                Verdict::Drop(reason) => {
-                                    self.shared.counters.drop(reason, &src);
-                                    continue;
-                                }
-                                _ => {
-                                    self.shared.counters.drop(DropReason::WrongConnection, &src);
-                                    continue;
-                                }
                             }
                             let cx = Context {
                                 memo: &self.memo,
@@ -579,24 +565,10 @@ impl Engine {
                 else {
                     continue;
                 };
-                if !lane.batchable(&class) {
-                    self.shared.counters.drop(
-                        DropReason::WrongConnection,
-                        &format_args!("{src}: control record inside a batch on {lane:?}"),
-                    );
+                let decoded = record.is_some() || from_memo;
+                let counters = &self.shared.counters;
+                if !run_record_admitted(counters, conn, lane, &class, bytes, now, &src, decoded) {
                     continue;
-                }
-                match conn.ingress(lane, &class, bytes, now) {
-                    Verdict::Deliver if record.is_some() || from_memo => {}
-                    Verdict::Drop(reason) => {
-                        self.shared.counters.drop(reason, &src);
-                        continue;
-                    }
-                    // Not an application verdict (a 24 or 36 is one): as `on_record` drops it.
-                    _ => {
-                        self.shared.counters.drop(DropReason::WrongConnection, &src);
-                        continue;
-                    }
                 }
                 let cx = Context {
                     memo: &self.memo,
@@ -961,6 +933,42 @@ pub(super) fn decode_counted(
             .counters
             .drop(codec::drop_reason(&e), &format_args!("{who}: {e}"));
     })
+}
+
+/// A record of a peer's relay run ([`Engine::fast_peer_records`]) checked as one alone is: an
+/// application record allowed inside a batch (`decoded`: its record is at hand), charged to
+/// `conn`'s window. `false`: dropped and counted (a control record inside a batch, the window
+/// overrun, or not an application verdict, as `on_record` drops it).
+#[inline(always)]
+#[allow(clippy::too_many_arguments)] // the run's state, lent field by field
+fn run_record_admitted(
+    counters: &crate::counters::Counters,
+    conn: &mut Conn,
+    lane: Lane,
+    class: &Class,
+    bytes: u64,
+    now: Instant,
+    src: &Source<'_>,
+    decoded: bool,
+) -> bool {
+    if !lane.batchable(class) {
+        counters.drop(
+            DropReason::WrongConnection,
+            &format_args!("{src}: control record inside a batch on {lane:?}"),
+        );
+        return false;
+    }
+    match conn.ingress(lane, class, bytes, now) {
+        Verdict::Deliver if decoded => true,
+        Verdict::Drop(reason) => {
+            counters.drop(reason, src);
+            false
+        }
+        _ => {
+            counters.drop(DropReason::WrongConnection, src);
+            false
+        }
+    }
 }
 
 #[cfg(test)]
