@@ -10,7 +10,7 @@
 
 mod common;
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use common::*;
@@ -70,10 +70,16 @@ impl Impostor {
         }
     }
 
-    /// The whole impersonation attempt: a Hello claiming `node` (with a generation newer than
-    /// any real one), a made-up Proof, then `n` one-way records. Returns how many records the
-    /// victim must count as dropped (`Unauthenticated`): the records, on both links.
-    fn attempt(&self, node: &str, n: usize) -> u64 {
+    /// Reads and discards what the victim sent so far (earlier Challenges, Rejects).
+    fn drain(&self) {
+        for s in &self.links {
+            while s.recv_multipart(zmq::DONTWAIT).is_ok() {}
+        }
+    }
+
+    /// A Hello claiming `node` (with a generation newer than any real one) on both links.
+    fn hello(&self, node: &str) {
+        self.drain();
         self.send(
             &Record::Hello(Hello {
                 mesh: MeshName::new("test").unwrap(),
@@ -82,6 +88,39 @@ impl Impostor {
                 nonce: [9; 32],
             }),
             None,
+        );
+    }
+
+    /// Whether the victim answered the Hello with a Challenge on both links by `deadline`.
+    fn answered(&self, deadline: Instant) -> bool {
+        for s in &self.links {
+            loop {
+                let left = deadline.saturating_duration_since(Instant::now());
+                let ms = i64::try_from(left.as_millis()).unwrap_or(i64::MAX);
+                if ms == 0 || s.poll(zmq::POLLIN, ms).unwrap() == 0 {
+                    return false;
+                }
+                let parts = s.recv_multipart(0).unwrap();
+                // The first frame is the victim's routing id.
+                let frames: Vec<Bytes> = parts.into_iter().skip(1).map(Bytes::from).collect();
+                if let Ok(d) = zlink_wire::decode(&frames, &zlink_wire::Limits::DEFAULT) {
+                    if matches!(d.record, Record::Challenge(_)) {
+                        break;
+                    }
+                }
+            }
+        }
+        true
+    }
+
+    /// The whole impersonation attempt: a Hello claiming `node`, answered by the victim, a
+    /// made-up Proof, then `n` one-way records. Returns how many records the victim must count
+    /// as dropped (`Unauthenticated`): the records, on both links.
+    fn attempt(&self, node: &str, n: usize) -> u64 {
+        self.hello(node);
+        assert!(
+            self.answered(Instant::now() + WAIT),
+            "the victim answers the impostor's Hello"
         );
         self.send(&Record::Proof(Proof { proof: [0; 32] }), None);
         for _ in 0..n {
@@ -93,6 +132,29 @@ impl Impostor {
             );
         }
         (2 * n) as u64
+    }
+
+    /// A connection announcing `identity` whose Hello the victim answers. libzmq ignores a
+    /// connection announcing a routing id still in use (no ROUTER_HANDOVER, docs/MESH.md), and
+    /// the victim's ROUTER releases a closed connection's routing id only once it has read
+    /// that connection's last messages and acknowledged its pipe's end — after the
+    /// `Disconnected` event. A connection made in between is never read, so it is replaced by
+    /// a new one (waiting longer each time) until the victim answers one.
+    fn served(identity: &str, victim: &MeshNode) -> Impostor {
+        let deadline = Instant::now() + WAIT;
+        let mut patience = Duration::from_millis(100);
+        loop {
+            let imp = Impostor::connect(identity, victim);
+            imp.hello("good");
+            if imp.answered((Instant::now() + patience).min(deadline)) {
+                return imp;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the victim never served a connection announcing {identity}"
+            );
+            patience = (patience * 2).min(Duration::from_secs(2));
+        }
     }
 }
 
@@ -182,7 +244,7 @@ async fn impostor_before_and_after_the_real_node_is_up() {
         c.events(TransportEvent::Disconnected) >= closed + 2
     })
     .await;
-    let late = Impostor::connect("good", &victim);
+    let late = Impostor::served("good", &victim);
     try_impersonation(&victim, &good, &mut inbound, &late).await;
     assert_eq!(c.events(TransportEvent::PeerDown), 0, "no link torn down");
     assert_eq!(victim.peer_generation(good.node()), Some(generation));
