@@ -60,12 +60,10 @@ impl Sink {
 
 /// The credit release of a record that waits in a backlog: its sender's window stays charged
 /// until the record entered its lane. Made only when the record waits (a record taken at once
-/// costs nothing here); the backlog returns the credit of a run of one sender's records at once.
-fn release(node: &Node, origin: Origin, bytes: u64) -> impl FnOnce() -> Done + '_ {
-    move || {
-        let to: Weak<dyn CreditReturn> = Arc::downgrade(&node.inner) as Weak<Inner>;
-        Done::credit(to, origin, bytes)
-    }
+/// costs nothing here); the backlog returns the credit of a run of one sender's records at once,
+/// to the node that owns it (no handle of the node per record).
+fn release(origin: Origin, bytes: u64) -> impl FnOnce() -> Done {
+    move || Done::credit(origin, bytes)
 }
 
 impl CreditReturn for Inner {
@@ -119,7 +117,7 @@ impl InboundSink for Sink {
                 let Origin::Client { session } = origin else {
                     return Offer::Taken; // filtered above
                 };
-                let done = release(node, Origin::Client { session }, bytes);
+                let done = release(Origin::Client { session }, bytes);
                 offer_of(node.sessions().packet_with(
                     &mut self.sessions,
                     session,
@@ -134,7 +132,7 @@ impl InboundSink for Sink {
                 let Origin::Client { session } = origin else {
                     return Offer::Taken; // filtered above
                 };
-                let done = release(node, Origin::Client { session }, bytes);
+                let done = release(Origin::Client { session }, bytes);
                 offer_of(node.sessions().packet_with(
                     &mut self.sessions,
                     session,
@@ -167,7 +165,7 @@ impl InboundSink for Sink {
                 let Origin::Peer { .. } = origin else {
                     return Offer::Taken; // filtered above
                 };
-                let done = release(node, origin, bytes);
+                let done = release(origin, bytes);
                 offer_of(on_actor_call(
                     node,
                     call,
@@ -184,7 +182,7 @@ impl InboundSink for Sink {
                 let Origin::Peer { .. } = origin else {
                     return Offer::Taken; // filtered above
                 };
-                let done = release(node, origin, bytes);
+                let done = release(origin, bytes);
                 offer_of(node.sessions().handle_push(rec, payload, Some(done)))
             }
             // Filtered above.
@@ -212,7 +210,7 @@ impl InboundSink for Sink {
         };
         let node = &Node { inner };
         let mode = self.budget.poll_mode(&*self.clock);
-        let done = release(node, Origin::Client { session }, bytes);
+        let done = release(Origin::Client { session }, bytes);
         offer_of(node.sessions().packet_with(
             &mut self.sessions,
             session,
@@ -274,7 +272,7 @@ fn actor_send(
         node: sender.clone(),
         generation,
     };
-    let done = || release(node, origin(), bytes)();
+    let done = || Done::credit(origin(), bytes);
     offer_of(node.on_actor_send_now(
         sender,
         rec,

@@ -26,7 +26,7 @@ use super::inline::InlineTurn;
 use super::{CLOSE_SESSION_KEY, Callbacks, PacketHandler, PacketTurn, Session, SessionError};
 use crate::actor::ActorRef;
 use crate::actor::exec::InflightGuard;
-use crate::backlog::{Admitted, BacklogStats, Backlogs, Done, RunMode, WaitQueues};
+use crate::backlog::{Admitted, BacklogStats, Backlogs, CreditReturn, Done, RunMode, WaitQueues};
 use crate::config::HandlerRegistry;
 use crate::runtime::{BoxFuture, Handled, Runtime, SerialLane, SessionLane};
 use crate::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -100,6 +100,9 @@ pub(crate) trait SessionHost: Send + Sync + 'static {
     /// Counts one accepted unit of session work (a packet, a callback, a disconnect
     /// notification) until the guard drops; shutdown drains them (SB-10).
     fn enter_work(&self) -> Option<InflightGuard>;
+    /// Where the clients' credit held by packets that waited for a full session lane goes
+    /// back (the node's mesh; held weakly, taken once by the session backlogs).
+    fn credit_return(&self) -> std::sync::Weak<dyn CreditReturn>;
 }
 
 /// Pushes to one client that may wait for its credit; more are refused (`ClientBacklogFull`).
@@ -251,6 +254,7 @@ impl SessionOwner {
         callbacks: Callbacks,
         rt: tokio::runtime::Handle,
     ) -> Self {
+        let backlogs = Arc::new(Backlogs::new(host.credit_return()));
         Self {
             owner_id: owner_id_of(&cfg.node),
             cfg,
@@ -262,7 +266,7 @@ impl SessionOwner {
             next_generation: AtomicU64::new(1),
             accepting: AtomicBool::new(true),
             flow: FlowCounters::default(),
-            backlogs: Arc::new(Backlogs::default()),
+            backlogs,
             pushes: Arc::new(WaitQueues::default()),
             rt,
         }
@@ -992,7 +996,8 @@ impl SessionOwner {
             Some(Box::pin(async move {
                 owner.push_waiting(&entry, key, payload).await;
                 if let Some(done) = done {
-                    done.run();
+                    // The session backlogs' place for credit: this node's mesh.
+                    owner.backlogs.release(done);
                 }
             }))
         };
@@ -1188,6 +1193,17 @@ mod tests {
         fn enter_work(&self) -> Option<InflightGuard> {
             None
         }
+
+        fn credit_return(&self) -> std::sync::Weak<dyn CreditReturn> {
+            std::sync::Weak::<Nowhere>::new()
+        }
+    }
+
+    /// Credit returned nowhere (this host's packets hold none).
+    struct Nowhere;
+
+    impl CreditReturn for Nowhere {
+        fn return_credit(&self, _: zlink_mesh::Origin, _: u32, _: u64) {}
     }
 
     /// A session cache hands out exactly the map's entry for its SessionRid: an entry that
