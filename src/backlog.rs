@@ -525,6 +525,9 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Backlogs<K> {
             let taken = w.taken.clone();
             drop(map);
             let mut stuck = None;
+            // Records of this run that left the backlog: counted off `waiting_now` once per run
+            // (the submitters count it up per record: one shared line less per record).
+            let mut left = 0;
             while let Some((pending, done)) = run.pop_front() {
                 let submitted = match pending.retry() {
                     Ok(()) => Ok(()),
@@ -540,9 +543,10 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Backlogs<K> {
                 }
                 // Left the backlog: no longer counted as waiting for the target.
                 taken.fetch_sub(1, Ordering::Relaxed);
-                self.waiting_now.fetch_sub(1, Ordering::Relaxed);
+                left += 1;
                 released.add(done);
             }
+            self.waiting_now.fetch_sub(left, Ordering::Relaxed);
             // The run's credit goes back now, not only when the refiller stops: a refiller that
             // keeps finding records does not keep their senders' windows charged meanwhile.
             released.flush();

@@ -36,9 +36,14 @@ use std::sync::{Arc, Weak};
 /// the lane is full.
 ///
 /// It holds the node weakly: the mesh I/O thread that owns it must not keep the node alive
-/// (shutdown waits for the last handle before it joins that thread).
+/// (shutdown waits for the last handle before it joins that thread). Within a receive pass it
+/// keeps the node it upgraded for the pass's first record until the pass ends (`end_pass`,
+/// before the thread sleeps): one reference count per pass instead of one per record on the
+/// node's shared count, which the lane workers' turns take too.
 pub(crate) struct Sink {
     node: Weak<Inner>,
+    /// The node, held from the first record of this receive pass to its end.
+    pass: Option<Node>,
     /// The lane runtime's clock, which meters the inline budget.
     clock: Arc<dyn Clock>,
     /// How long this receive pass may still run records inline.
@@ -51,6 +56,7 @@ impl Sink {
     pub(crate) fn new(node: &Node) -> Self {
         Sink {
             node: Arc::downgrade(&node.inner),
+            pass: None,
             clock: node.inner.runtime.config().clock.clone(),
             budget: InlineBudget::new(node.inner.inline_budget),
             sessions: SessionCache::default(),
@@ -64,6 +70,17 @@ impl Sink {
 /// to the node that owns it (no handle of the node per record).
 fn release(origin: Origin, bytes: u64) -> impl FnOnce() -> Done {
     move || Done::credit(origin, bytes)
+}
+
+/// The node for this receive pass (`pass`, upgraded from `node` once per pass); `None` once it
+/// is gone.
+fn pass_node<'a>(pass: &'a mut Option<Node>, node: &Weak<Inner>) -> Option<&'a Node> {
+    if pass.is_none() {
+        *pass = Some(Node {
+            inner: node.upgrade()?,
+        });
+    }
+    pass.as_ref()
 }
 
 impl CreditReturn for Inner {
@@ -81,10 +98,9 @@ fn offer_of(a: Admitted) -> Offer {
 
 impl InboundSink for Sink {
     fn offer(&mut self, inbound: Inbound, bytes: u64) -> Offer {
-        let Some(inner) = self.node.upgrade() else {
+        let Some(node) = pass_node(&mut self.pass, &self.node) else {
             return Offer::Pass(inbound);
         };
-        let node = &Node { inner };
         let direct = match (&inbound.origin, &inbound.record) {
             (Origin::Client { .. }, Record::Request(r)) => !protocol::is_framework_key(r.key),
             (Origin::Client { .. }, Record::OneWay(o)) => !protocol::is_framework_key(o.key),
@@ -205,10 +221,9 @@ impl InboundSink for Sink {
         if protocol::is_framework_key(key) {
             return Offer::Pass(Inbound::one_way(origin, key, payload));
         }
-        let Some(inner) = self.node.upgrade() else {
+        let Some(node) = pass_node(&mut self.pass, &self.node) else {
             return Offer::Pass(Inbound::one_way(origin, key, payload));
         };
-        let node = &Node { inner };
         let mode = self.budget.poll_mode(&*self.clock);
         let done = release(Origin::Client { session }, bytes);
         offer_of(node.sessions().packet_with(
@@ -233,14 +248,13 @@ impl InboundSink for Sink {
         deadline: Option<Instant>,
         bytes: u64,
     ) -> Offer {
-        let Some(inner) = self.node.upgrade() else {
+        let Some(node) = pass_node(&mut self.pass, &self.node) else {
             let origin = Origin::Peer {
                 node: sender.clone(),
                 generation,
             };
             return Offer::Pass(Inbound::actor_send(origin, send, payload, deadline));
         };
-        let node = &Node { inner };
         let mode = self.budget.poll_mode(&*self.clock);
         actor_send(
             node,
@@ -254,6 +268,9 @@ impl InboundSink for Sink {
 
     fn end_pass(&mut self) {
         self.budget.handle_pass_end();
+        // Not kept past the pass: the thread may sleep now, and shutdown waits for the handle.
+        self.sessions.end_pass();
+        self.pass = None;
     }
 }
 
