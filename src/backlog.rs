@@ -44,15 +44,16 @@ pub(crate) trait CreditReturn: Send + Sync + 'static {
 }
 
 /// What a waiting record's leaving its backlog (entered its lane, or refused for good) must
-/// run: return its sender's credit, or nothing. Plain data, so a run of records of one sender
-/// returns its credit at once ([`Done::absorb`]) and a record that waits allocates nothing for
-/// it. Dropped without [`Done::run`], it returns nothing (its record did not leave the backlog).
+/// run: return its sender's credit, or nothing. Plain data — the sender and the bytes, no
+/// handle of where the credit goes (that is the [`Backlogs`]' own, kept once) — so a run of
+/// records of one sender returns its credit at once ([`Done::absorb`]) and a record that waits
+/// allocates nothing and takes no reference count for it. Dropped without being returned, it
+/// returns nothing (its record did not leave the backlog).
 pub(crate) struct Done(Credit);
 
 enum Credit {
     Nothing,
     Held {
-        to: Weak<dyn CreditReturn>,
         origin: Origin,
         records: u32,
         bytes: u64,
@@ -65,19 +66,17 @@ impl Done {
         Done(Credit::Nothing)
     }
 
-    /// One record of `bytes` from `origin`, returned to `to` (held weakly: a record that waits
-    /// does not keep the node alive).
-    pub(crate) fn credit(to: Weak<dyn CreditReturn>, origin: Origin, bytes: u64) -> Self {
+    /// One record of `bytes` from `origin`, returned to its backlogs' [`CreditReturn`].
+    pub(crate) fn credit(origin: Origin, bytes: u64) -> Self {
         Done(Credit::Held {
-            to,
             origin,
             records: 1,
             bytes,
         })
     }
 
-    /// Adds `other` to this release when both return credit of one sender to one place (or
-    /// `other` returns nothing); else hands `other` back.
+    /// Adds `other` to this release when both return credit of one sender (or `other` returns
+    /// nothing); else hands `other` back.
     pub(crate) fn absorb(&mut self, other: Done) -> Result<(), Done> {
         match (&mut self.0, other.0) {
             (_, Credit::Nothing) => Ok(()),
@@ -87,19 +86,17 @@ impl Done {
             }
             (
                 Credit::Held {
-                    to,
                     origin,
                     records,
                     bytes,
                 },
                 Credit::Held {
-                    to: to2,
                     origin: origin2,
                     records: records2,
                     bytes: bytes2,
                 },
             ) => {
-                if Weak::ptr_eq(to, &to2) && *origin == origin2 {
+                if *origin == origin2 {
                     if let Some(n) = records.checked_add(records2) {
                         *records = n;
                         *bytes = bytes.saturating_add(bytes2);
@@ -107,7 +104,6 @@ impl Done {
                     }
                 }
                 Err(Done(Credit::Held {
-                    to: to2,
                     origin: origin2,
                     records: records2,
                     bytes: bytes2,
@@ -116,10 +112,9 @@ impl Done {
         }
     }
 
-    /// Returns the credit (ignored when its node is gone).
-    pub(crate) fn run(self) {
+    /// Returns the credit to `to` (ignored when it is gone: its node shut down).
+    fn run(self, to: &Weak<dyn CreditReturn>) {
         if let Credit::Held {
-            to,
             origin,
             records,
             bytes,
@@ -131,20 +126,26 @@ impl Done {
     }
 }
 
-/// The credit of records that entered their lane, returned by [`Released::flush`]. The refill
-/// flushes before it stops; returning it on drop covers an unwinding refill (those records did
-/// enter their lane).
-#[derive(Default)]
-struct Released(Option<Done>);
+/// The credit of records that entered their lane, returned to `to` by [`Released::flush`].
+/// The refill flushes before it stops; returning it on drop covers an unwinding refill (those
+/// records did enter their lane).
+struct Released<'a> {
+    to: &'a Weak<dyn CreditReturn>,
+    held: Option<Done>,
+}
 
-impl Released {
+impl<'a> Released<'a> {
+    fn new(to: &'a Weak<dyn CreditReturn>) -> Self {
+        Released { to, held: None }
+    }
+
     fn add(&mut self, done: Done) {
-        match &mut self.0 {
-            None => self.0 = Some(done),
+        match &mut self.held {
+            None => self.held = Some(done),
             Some(acc) => {
                 if let Err(other) = acc.absorb(done) {
-                    if let Some(prev) = self.0.replace(other) {
-                        prev.run();
+                    if let Some(prev) = self.held.replace(other) {
+                        prev.run(self.to);
                     }
                 }
             }
@@ -152,13 +153,13 @@ impl Released {
     }
 
     fn flush(&mut self) {
-        if let Some(done) = self.0.take() {
-            done.run();
+        if let Some(done) = self.held.take() {
+            done.run(self.to);
         }
     }
 }
 
-impl Drop for Released {
+impl Drop for Released<'_> {
     fn drop(&mut self) {
         self.flush();
     }
@@ -300,6 +301,9 @@ struct Waiting<K> {
 
 /// The backlogs of one kind of target (actors of a node, sessions of a node), keyed by `K`.
 pub(crate) struct Backlogs<K> {
+    /// Where the credit of records that left a backlog goes back (held weakly: the node owns
+    /// its backlogs), once for all of them: a waiting record carries only its sender and bytes.
+    credit: Weak<dyn CreditReturn>,
     /// Targets with a backlog: zero on the fast path, which then skips the map.
     open: AtomicUsize,
     map: Mutex<SeededMap<K, Waiting<K>>>,
@@ -321,9 +325,11 @@ impl<K> std::fmt::Debug for Backlogs<K> {
     }
 }
 
-impl<K> Default for Backlogs<K> {
-    fn default() -> Self {
+impl<K> Backlogs<K> {
+    /// No backlog yet; the credit of records that waited goes back to `credit`.
+    pub(crate) fn new(credit: Weak<dyn CreditReturn>) -> Self {
         Backlogs {
+            credit,
             open: AtomicUsize::new(0),
             map: Mutex::new(SeededMap::default()),
             spare: Mutex::new(Vec::new()),
@@ -362,6 +368,12 @@ impl<K> Backlogs<K> {
             refused: self.refused.load(Ordering::Relaxed),
             waiting_now: self.waiting_now.load(Ordering::Relaxed),
         }
+    }
+
+    /// Returns the credit `done` holds to where this backlogs' credit goes (for a record that
+    /// waited elsewhere, in a [`WaitQueues`], with the same owner).
+    pub(crate) fn release(&self, done: Done) {
+        done.run(&self.credit);
     }
 
     /// Counts a record the caller refused over its limit.
@@ -485,7 +497,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Backlogs<K> {
     fn refill_owned(self: &Arc<Self>, key: &K, mut armed_on: Option<Arc<LaneHandle>>) {
         // The empty buffer a run is swapped in for: no allocation per run.
         let mut run = self.buffer();
-        let mut released = Released::default();
+        let mut released = Released::new(&self.credit);
         let mut map = lock(&self.map);
         loop {
             let w = map.get_mut(key).expect("refilling backlog");
@@ -513,6 +525,9 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Backlogs<K> {
             let taken = w.taken.clone();
             drop(map);
             let mut stuck = None;
+            // Records of this run that left the backlog: counted off `waiting_now` once per run
+            // (the submitters count it up per record: one shared line less per record).
+            let mut left = 0;
             while let Some((pending, done)) = run.pop_front() {
                 let submitted = match pending.retry() {
                     Ok(()) => Ok(()),
@@ -528,9 +543,10 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Backlogs<K> {
                 }
                 // Left the backlog: no longer counted as waiting for the target.
                 taken.fetch_sub(1, Ordering::Relaxed);
-                self.waiting_now.fetch_sub(1, Ordering::Relaxed);
+                left += 1;
                 released.add(done);
             }
+            self.waiting_now.fetch_sub(left, Ordering::Relaxed);
             // The run's credit goes back now, not only when the refiller stops: a refiller that
             // keeps finding records does not keep their senders' windows charged meanwhile.
             released.flush();
@@ -762,7 +778,7 @@ mod tests {
     // empty buffers, each shrunk to `SPARE_CAPACITY` records, however large a flood grew them.
     #[test]
     fn spare_queue_buffers_are_bounded_in_number_and_size() {
-        let b = Backlogs::<u64>::default();
+        let b = Backlogs::<u64>::new(Weak::<Returned>::new());
         for _ in 0..SPARE_BUFFERS + 3 {
             b.keep(Queue::with_capacity(16 * SPARE_CAPACITY));
         }
@@ -784,42 +800,38 @@ mod tests {
     #[test]
     fn a_run_of_one_senders_records_returns_its_credit_once_and_never_early() {
         let sink = Arc::new(Returned::default());
-        let other = Arc::new(Returned::default());
         let to: Weak<dyn CreditReturn> = Arc::downgrade(&sink) as Weak<Returned>;
-        let to_other: Weak<dyn CreditReturn> = Arc::downgrade(&other) as Weak<Returned>;
-        let mut run = Released::default();
-        run.add(Done::credit(to.clone(), client(1), 10));
+        let mut run = Released::new(&to);
+        run.add(Done::credit(client(1), 10));
         run.add(Done::nothing());
-        run.add(Done::credit(to.clone(), client(1), 20));
+        run.add(Done::credit(client(1), 20));
         assert!(
             sink.take().is_empty(),
             "nothing returned before the run ends"
         );
         // another sender: the first sender's run goes back, the new one starts
-        run.add(Done::credit(to.clone(), client(2), 5));
+        run.add(Done::credit(client(2), 5));
         assert_eq!(sink.take(), vec![(client(1), 2, 30)]);
-        // the same sender through another mesh is another release
-        run.add(Done::credit(to_other.clone(), client(2), 7));
-        assert_eq!(sink.take(), vec![(client(2), 1, 5)]);
+        run.add(Done::credit(client(2), 7));
+        assert!(sink.take().is_empty());
         run.flush();
-        assert_eq!(other.take(), vec![(client(2), 1, 7)]);
+        assert_eq!(sink.take(), vec![(client(2), 2, 12)]);
         run.flush();
-        assert!(
-            sink.take().is_empty() && other.take().is_empty(),
-            "returned once"
-        );
+        assert!(sink.take().is_empty(), "returned once");
         // dropped with credit of records that entered their lane (a refill unwound, or dropped at
         // shutdown): returned
-        let mut run = Released::default();
-        run.add(Done::credit(to.clone(), client(3), 1));
+        let mut run = Released::new(&to);
+        run.add(Done::credit(client(3), 1));
         drop(run);
         assert_eq!(sink.take(), vec![(client(3), 1, 1)]);
         // a record that never left its backlog returns nothing
-        drop(Done::credit(to.clone(), client(4), 1));
+        drop(Done::credit(client(4), 1));
         assert!(sink.take().is_empty());
         // the node gone: ignored
         drop(sink);
-        Done::credit(to, client(5), 1).run();
+        let mut run = Released::new(&to);
+        run.add(Done::credit(client(5), 1));
+        run.flush();
     }
 
     /// A runtime (kept alive by the caller) and a lane of one application place, so a second
@@ -868,7 +880,7 @@ mod tests {
         assert!(first.retry().is_ok());
         let sink = Arc::new(Returned::default());
         let to: Weak<dyn CreditReturn> = Arc::downgrade(&sink) as Weak<Returned>;
-        let backlogs = Arc::new(Backlogs::<u64>::default());
+        let backlogs = Arc::new(Backlogs::<u64>::new(to));
         const N: usize = 5;
         for _ in 0..N {
             let ran = ran.clone();
@@ -877,14 +889,8 @@ mod tests {
                 Handled::ok(())
             });
             let p = PendingSubmit::new(&lane, LaneClass::Application, 1, work);
-            let to = to.clone();
             let admitted = backlogs
-                .submit(
-                    &7,
-                    p,
-                    move || Done::credit(to, client(1), 10),
-                    RunMode::Queue,
-                )
+                .submit(&7, p, || Done::credit(client(1), 10), RunMode::Queue)
                 .unwrap();
             assert!(matches!(admitted, super::Admitted::Queued));
         }
@@ -949,7 +955,7 @@ mod tests {
         assert!(first.retry().is_ok());
         let sink = Arc::new(Returned::default());
         let to: Weak<dyn CreditReturn> = Arc::downgrade(&sink) as Weak<Returned>;
-        let backlogs = Arc::new(Backlogs::<u64>::default());
+        let backlogs = Arc::new(Backlogs::<u64>::new(to));
         let ran = Arc::new(AtomicUsize::new(0));
         const N: usize = 3;
         for _ in 0..N {
@@ -959,14 +965,8 @@ mod tests {
                 Handled::ok(())
             });
             let p = PendingSubmit::new(&lane, LaneClass::Application, 1, work);
-            let to = to.clone();
             let admitted = backlogs
-                .submit(
-                    &7,
-                    p,
-                    move || Done::credit(to, client(1), 10),
-                    RunMode::Queue,
-                )
+                .submit(&7, p, || Done::credit(client(1), 10), RunMode::Queue)
                 .unwrap();
             assert!(matches!(admitted, super::Admitted::Queued));
         }

@@ -624,6 +624,10 @@ impl SessionHost for NodeSessionHost {
         Some(self.1.enter())
     }
 
+    fn credit_return(&self) -> std::sync::Weak<dyn crate::backlog::CreditReturn> {
+        self.0.clone()
+    }
+
     fn owner_lease(&self) -> OwnerLeaseGeneration {
         self.node().map_or(OwnerLeaseGeneration::new(0), |n| {
             lock(&n.inner.lease).lease().holder.lease_generation

@@ -36,9 +36,14 @@ use std::sync::{Arc, Weak};
 /// the lane is full.
 ///
 /// It holds the node weakly: the mesh I/O thread that owns it must not keep the node alive
-/// (shutdown waits for the last handle before it joins that thread).
+/// (shutdown waits for the last handle before it joins that thread). Within a receive pass it
+/// keeps the node it upgraded for the pass's first record until the pass ends (`end_pass`,
+/// before the thread sleeps): one reference count per pass instead of one per record on the
+/// node's shared count, which the lane workers' turns take too.
 pub(crate) struct Sink {
     node: Weak<Inner>,
+    /// The node, held from the first record of this receive pass to its end.
+    pass: Option<Node>,
     /// The lane runtime's clock, which meters the inline budget.
     clock: Arc<dyn Clock>,
     /// How long this receive pass may still run records inline.
@@ -51,6 +56,7 @@ impl Sink {
     pub(crate) fn new(node: &Node) -> Self {
         Sink {
             node: Arc::downgrade(&node.inner),
+            pass: None,
             clock: node.inner.runtime.config().clock.clone(),
             budget: InlineBudget::new(node.inner.inline_budget),
             sessions: SessionCache::default(),
@@ -60,12 +66,21 @@ impl Sink {
 
 /// The credit release of a record that waits in a backlog: its sender's window stays charged
 /// until the record entered its lane. Made only when the record waits (a record taken at once
-/// costs nothing here); the backlog returns the credit of a run of one sender's records at once.
-fn release(node: &Node, origin: Origin, bytes: u64) -> impl FnOnce() -> Done + '_ {
-    move || {
-        let to: Weak<dyn CreditReturn> = Arc::downgrade(&node.inner) as Weak<Inner>;
-        Done::credit(to, origin, bytes)
+/// costs nothing here); the backlog returns the credit of a run of one sender's records at once,
+/// to the node that owns it (no handle of the node per record).
+fn release(origin: Origin, bytes: u64) -> impl FnOnce() -> Done {
+    move || Done::credit(origin, bytes)
+}
+
+/// The node for this receive pass (`pass`, upgraded from `node` once per pass); `None` once it
+/// is gone.
+fn pass_node<'a>(pass: &'a mut Option<Node>, node: &Weak<Inner>) -> Option<&'a Node> {
+    if pass.is_none() {
+        *pass = Some(Node {
+            inner: node.upgrade()?,
+        });
     }
+    pass.as_ref()
 }
 
 impl CreditReturn for Inner {
@@ -83,10 +98,9 @@ fn offer_of(a: Admitted) -> Offer {
 
 impl InboundSink for Sink {
     fn offer(&mut self, inbound: Inbound, bytes: u64) -> Offer {
-        let Some(inner) = self.node.upgrade() else {
+        let Some(node) = pass_node(&mut self.pass, &self.node) else {
             return Offer::Pass(inbound);
         };
-        let node = &Node { inner };
         let direct = match (&inbound.origin, &inbound.record) {
             (Origin::Client { .. }, Record::Request(r)) => !protocol::is_framework_key(r.key),
             (Origin::Client { .. }, Record::OneWay(o)) => !protocol::is_framework_key(o.key),
@@ -119,7 +133,7 @@ impl InboundSink for Sink {
                 let Origin::Client { session } = origin else {
                     return Offer::Taken; // filtered above
                 };
-                let done = release(node, Origin::Client { session }, bytes);
+                let done = release(Origin::Client { session }, bytes);
                 offer_of(node.sessions().packet_with(
                     &mut self.sessions,
                     session,
@@ -134,7 +148,7 @@ impl InboundSink for Sink {
                 let Origin::Client { session } = origin else {
                     return Offer::Taken; // filtered above
                 };
-                let done = release(node, Origin::Client { session }, bytes);
+                let done = release(Origin::Client { session }, bytes);
                 offer_of(node.sessions().packet_with(
                     &mut self.sessions,
                     session,
@@ -167,7 +181,7 @@ impl InboundSink for Sink {
                 let Origin::Peer { .. } = origin else {
                     return Offer::Taken; // filtered above
                 };
-                let done = release(node, origin, bytes);
+                let done = release(origin, bytes);
                 offer_of(on_actor_call(
                     node,
                     call,
@@ -184,7 +198,7 @@ impl InboundSink for Sink {
                 let Origin::Peer { .. } = origin else {
                     return Offer::Taken; // filtered above
                 };
-                let done = release(node, origin, bytes);
+                let done = release(origin, bytes);
                 offer_of(node.sessions().handle_push(rec, payload, Some(done)))
             }
             // Filtered above.
@@ -207,12 +221,11 @@ impl InboundSink for Sink {
         if protocol::is_framework_key(key) {
             return Offer::Pass(Inbound::one_way(origin, key, payload));
         }
-        let Some(inner) = self.node.upgrade() else {
+        let Some(node) = pass_node(&mut self.pass, &self.node) else {
             return Offer::Pass(Inbound::one_way(origin, key, payload));
         };
-        let node = &Node { inner };
         let mode = self.budget.poll_mode(&*self.clock);
-        let done = release(node, Origin::Client { session }, bytes);
+        let done = release(Origin::Client { session }, bytes);
         offer_of(node.sessions().packet_with(
             &mut self.sessions,
             session,
@@ -235,14 +248,13 @@ impl InboundSink for Sink {
         deadline: Option<Instant>,
         bytes: u64,
     ) -> Offer {
-        let Some(inner) = self.node.upgrade() else {
+        let Some(node) = pass_node(&mut self.pass, &self.node) else {
             let origin = Origin::Peer {
                 node: sender.clone(),
                 generation,
             };
             return Offer::Pass(Inbound::actor_send(origin, send, payload, deadline));
         };
-        let node = &Node { inner };
         let mode = self.budget.poll_mode(&*self.clock);
         actor_send(
             node,
@@ -256,6 +268,9 @@ impl InboundSink for Sink {
 
     fn end_pass(&mut self) {
         self.budget.handle_pass_end();
+        // Not kept past the pass: the thread may sleep now, and shutdown waits for the handle.
+        self.sessions.end_pass();
+        self.pass = None;
     }
 }
 
@@ -274,7 +289,7 @@ fn actor_send(
         node: sender.clone(),
         generation,
     };
-    let done = || release(node, origin(), bytes)();
+    let done = || Done::credit(origin(), bytes);
     offer_of(node.on_actor_send_now(
         sender,
         rec,

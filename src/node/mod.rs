@@ -433,7 +433,7 @@ impl Node {
                 request_timeout: options.request_timeout,
                 inline_budget: options.inline_delivery_budget,
                 held_limit,
-                actor_backlogs: Arc::new(Backlogs::default()),
+                actor_backlogs: Arc::new(Backlogs::new(weak.clone())),
                 peer_sends: Arc::new(WaitQueues::default()),
                 rt: tokio::runtime::Handle::current(),
                 lease_ttl: options.lease_ttl,

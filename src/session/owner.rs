@@ -26,7 +26,7 @@ use super::inline::InlineTurn;
 use super::{CLOSE_SESSION_KEY, Callbacks, PacketHandler, PacketTurn, Session, SessionError};
 use crate::actor::ActorRef;
 use crate::actor::exec::InflightGuard;
-use crate::backlog::{Admitted, BacklogStats, Backlogs, Done, RunMode, WaitQueues};
+use crate::backlog::{Admitted, BacklogStats, Backlogs, CreditReturn, Done, RunMode, WaitQueues};
 use crate::config::HandlerRegistry;
 use crate::runtime::{BoxFuture, Handled, Runtime, SerialLane, SessionLane};
 use crate::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -100,6 +100,9 @@ pub(crate) trait SessionHost: Send + Sync + 'static {
     /// Counts one accepted unit of session work (a packet, a callback, a disconnect
     /// notification) until the guard drops; shutdown drains them (SB-10).
     fn enter_work(&self) -> Option<InflightGuard>;
+    /// Where the clients' credit held by packets that waited for a full session lane goes
+    /// back (the node's mesh; held weakly, taken once by the session backlogs).
+    fn credit_return(&self) -> std::sync::Weak<dyn CreditReturn>;
 }
 
 /// Pushes to one client that may wait for its credit; more are refused (`ClientBacklogFull`).
@@ -128,22 +131,88 @@ pub(crate) struct SessionEntry {
     /// Left this node's sessions (set as it leaves the map, under its lock): a
     /// [`SessionCache`] no longer hands it out.
     removed: AtomicBool,
+    /// The aggregate accepts packets (its phase is open): a copy written under the aggregate's
+    /// lock whenever it changed ([`AggGuard`]), so a packet's admission reads it without
+    /// taking the lock the session's turns take.
+    open: AtomicBool,
 }
 
 /// The session a caller last delivered a packet to (the mesh I/O thread's sink keeps one), so
 /// a client's packets, record after record, find their session without the sessions map's
 /// lock and lookup: while the entry is in the map it is the map's entry for its SessionRid
-/// (an entry is inserted once and flagged as it leaves). Weak: it keeps nothing alive.
+/// (an entry is inserted once and flagged as it leaves). Between receive passes it keeps the
+/// entry weakly (it keeps nothing alive); within one it holds it
+/// ([`SessionCache::end_pass`] lets go), so a run of packets takes no reference count of its
+/// own per packet on the entry's shared count.
 #[derive(Default)]
-pub(crate) struct SessionCache(Option<(SessionRid, std::sync::Weak<SessionEntry>)>);
+pub(crate) struct SessionCache {
+    last: Option<(SessionRid, std::sync::Weak<SessionEntry>)>,
+    held: Option<Arc<SessionEntry>>,
+}
+
+impl SessionCache {
+    /// `e` is the session now: held for this pass, remembered after it.
+    fn remember(&mut self, e: Arc<SessionEntry>) {
+        if !matches!(&self.last, Some((r, w)) if *r == e.rid && std::ptr::eq(w.as_ptr(), Arc::as_ptr(&e)))
+        {
+            self.last = Some((e.rid, Arc::downgrade(&e)));
+        }
+        self.held = Some(e);
+    }
+
+    /// The receive pass ended: the entry is no longer held (only remembered weakly).
+    pub(crate) fn end_pass(&mut self) {
+        self.held = None;
+    }
+}
+
+/// The aggregate's lock; as it is released, the entry's copy of whether the session accepts
+/// packets ([`SessionEntry::accepts_packets`]) is brought up to date (written only when it
+/// changed, so the line stays shared while it does not).
+struct AggGuard<'a> {
+    agg: MutexGuard<'a, SessionBindingAggregate>,
+    open: &'a AtomicBool,
+}
+
+impl std::ops::Deref for AggGuard<'_> {
+    type Target = SessionBindingAggregate;
+    fn deref(&self) -> &SessionBindingAggregate {
+        &self.agg
+    }
+}
+
+impl std::ops::DerefMut for AggGuard<'_> {
+    fn deref_mut(&mut self) -> &mut SessionBindingAggregate {
+        &mut self.agg
+    }
+}
+
+impl Drop for AggGuard<'_> {
+    fn drop(&mut self) {
+        // Still under the lock (the guard's fields drop after this).
+        let open = self.agg.accepts_packets();
+        if self.open.load(Ordering::Relaxed) != open {
+            self.open.store(open, Ordering::Release);
+        }
+    }
+}
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl SessionEntry {
-    fn agg(&self) -> MutexGuard<'_, SessionBindingAggregate> {
-        lock(&self.agg)
+    fn agg(&self) -> AggGuard<'_> {
+        AggGuard {
+            agg: lock(&self.agg),
+            open: &self.open,
+        }
+    }
+
+    /// Whether the session accepts packets now (its aggregate's phase is open), read without
+    /// the aggregate's lock.
+    fn accepts_packets(&self) -> bool {
+        self.open.load(Ordering::Acquire)
     }
 
     pub(crate) fn bound(&self) -> Vec<Arc<Binding>> {
@@ -251,6 +320,7 @@ impl SessionOwner {
         callbacks: Callbacks,
         rt: tokio::runtime::Handle,
     ) -> Self {
+        let backlogs = Arc::new(Backlogs::new(host.credit_return()));
         Self {
             owner_id: owner_id_of(&cfg.node),
             cfg,
@@ -262,7 +332,7 @@ impl SessionOwner {
             next_generation: AtomicU64::new(1),
             accepting: AtomicBool::new(true),
             flow: FlowCounters::default(),
-            backlogs: Arc::new(Backlogs::default()),
+            backlogs,
             pushes: Arc::new(WaitQueues::default()),
             rt,
         }
@@ -342,18 +412,29 @@ impl SessionOwner {
         lock(&self.sessions).get(&rid).cloned()
     }
 
-    /// [`SessionOwner::entry`] through the caller's [`SessionCache`] (filled on a miss).
-    fn entry_cached(&self, cache: &mut SessionCache, rid: SessionRid) -> Option<Arc<SessionEntry>> {
-        if let Some((r, weak)) = &cache.0
-            && *r == rid
-            && let Some(e) = weak.upgrade()
-            && !e.removed.load(Ordering::Acquire)
-        {
-            return Some(e);
+    /// [`SessionOwner::entry`] through the caller's [`SessionCache`] (filled on a miss), held
+    /// there until the caller's pass ends.
+    fn entry_cached<'c>(
+        &self,
+        cache: &'c mut SessionCache,
+        rid: SessionRid,
+    ) -> Option<&'c Arc<SessionEntry>> {
+        let held =
+            matches!(&cache.held, Some(e) if e.rid == rid && !e.removed.load(Ordering::Acquire));
+        if !held {
+            let remembered = match &cache.last {
+                Some((r, weak)) if *r == rid => weak
+                    .upgrade()
+                    .filter(|e| !e.removed.load(Ordering::Acquire)),
+                _ => None,
+            };
+            let e = match remembered {
+                Some(e) => e,
+                None => self.entry(rid)?,
+            };
+            cache.remember(e);
         }
-        let e = self.entry(rid)?;
-        cache.0 = Some((rid, Arc::downgrade(&e)));
-        Some(e)
+        cache.held.as_ref()
     }
 
     fn session(self: &Arc<Self>, entry: &Arc<SessionEntry>) -> Session {
@@ -387,12 +468,12 @@ impl SessionOwner {
                 lifecycle: self.cfg.lifecycle,
                 session: rid,
             };
+            let agg = SessionBindingAggregate::new(id, self.owner_id, self.cfg.callback_timeout)
+                .with_binding_limit(self.cfg.binding_limit);
             let entry = Arc::new(SessionEntry {
                 rid,
-                agg: Mutex::new(
-                    SessionBindingAggregate::new(id, self.owner_id, self.cfg.callback_timeout)
-                        .with_binding_limit(self.cfg.binding_limit),
-                ),
+                open: AtomicBool::new(agg.accepts_packets()),
+                agg: Mutex::new(agg),
                 lane,
                 timer: Notify::new(),
                 push_stalled: AtomicBool::new(false),
@@ -541,11 +622,15 @@ impl SessionOwner {
             Admitted::Now
         };
         // During a shutdown no packet is accepted and no session begins (SB-10).
-        let entry = if self.accepting.load(Ordering::Acquire) {
-            self.entry_cached(cache, rid)
-                .or_else(|| self.connected(rid))
-        } else {
+        let entry = if !self.accepting.load(Ordering::Acquire) {
             None
+        } else if self.entry_cached(cache, rid).is_some() {
+            cache.held.as_ref()
+        } else {
+            self.connected(rid).map(|e| {
+                cache.remember(e);
+                cache.held.as_ref().expect("just remembered")
+            })
         };
         let Some(entry) = entry else {
             self.flow
@@ -556,19 +641,21 @@ impl SessionOwner {
                 "session owner shutting down".into(),
             );
         };
-        if !entry.agg().accepts_packets() {
+        if !entry.accepts_packets() {
             self.flow
                 .reject(FlowRecord::Packet, FlowReject::SessionClosing, &rid);
             return refuse(reply, ErrorKind::Unavailable, "session is closing".into());
         }
-        let Some(handler) = self.packets.get(key).cloned() else {
+        // The handler is taken where the turn runs (the registry does not change): its
+        // reference count is not shared with the turn's thread per packet.
+        if self.packets.get(key).is_none() {
             return refuse(
                 reply,
                 ErrorKind::NotFound,
                 format!("no session handler for key {key}"),
             );
-        };
-        let session = self.session(&entry);
+        }
+        let session = self.session(entry);
         let len = payload.len();
         let reply = PacketReply(reply);
         let guard = self.host.enter_work();
@@ -590,6 +677,18 @@ impl SessionOwner {
             // yield (`NoYield`). A turn that waits (a relay request) is polled once more right
             // where it is woken — the mesh I/O thread that received the actor's reply — so the
             // answer to the client leaves from there (`InlineTurn`).
+            let Some(handler) = session.owner.packets.get(key).cloned() else {
+                // Unreachable: checked at admission, and the registry does not change.
+                finish(
+                    reply,
+                    Err(super::PacketError::new(
+                        ErrorKind::NotFound,
+                        format!("no session handler for key {key}"),
+                    )),
+                );
+                drop(guard);
+                return Handled::ok(());
+            };
             let mut handler_turn = match handler(session, payload) {
                 PacketTurn::Done(out) => {
                     finish(reply, out);
@@ -992,7 +1091,8 @@ impl SessionOwner {
             Some(Box::pin(async move {
                 owner.push_waiting(&entry, key, payload).await;
                 if let Some(done) = done {
-                    done.run();
+                    // The session backlogs' place for credit: this node's mesh.
+                    owner.backlogs.release(done);
                 }
             }))
         };
@@ -1188,6 +1288,70 @@ mod tests {
         fn enter_work(&self) -> Option<InflightGuard> {
             None
         }
+
+        fn credit_return(&self) -> std::sync::Weak<dyn CreditReturn> {
+            std::sync::Weak::<Nowhere>::new()
+        }
+    }
+
+    /// Credit returned nowhere (this host's packets hold none).
+    struct Nowhere;
+
+    impl CreditReturn for Nowhere {
+        fn return_credit(&self, _: zlink_mesh::Origin, _: u32, _: u64) {}
+    }
+
+    // A packet's admission reads the entry's copy of whether the aggregate accepts packets
+    // (no lock): it follows every change made under the aggregate's lock, and the session that
+    // ended refuses packets.
+    #[test]
+    fn a_sessions_copy_of_accepting_packets_follows_its_aggregate() {
+        let tokio = tokio::runtime::Runtime::new().unwrap();
+        let runtime = Runtime::new(RuntimeConfig::default()).unwrap();
+        let owner = Arc::new(SessionOwner::new(
+            SessionOwnerConfig {
+                node: NodeRid::new("a").unwrap(),
+                lifecycle: SessionLifecycleGeneration::new(1),
+                callback_timeout: Duration::from_secs(1),
+                binding_limit: 4,
+                request_timeout: Duration::from_secs(1),
+                clock: Arc::new(super::super::clock::SystemClock),
+            },
+            Box::new(Host),
+            runtime.clone(),
+            HandlerRegistry::default(),
+            Callbacks::default(),
+            tokio.handle().clone(),
+        ));
+        let entered = tokio.enter();
+        let e = owner.connected(SessionRid::new(3)).unwrap();
+        assert!(e.accepts_packets() && e.agg().accepts_packets());
+        let _ = e.agg().disconnect();
+        assert!(!e.agg().accepts_packets());
+        assert!(
+            !e.accepts_packets(),
+            "the copy did not follow the aggregate"
+        );
+        // refused at admission: no handler is looked up, no turn submitted
+        let admitted = owner.packet(
+            SessionRid::new(3),
+            DispatchKey::new(1),
+            Bytes::new(),
+            None,
+            Done::nothing,
+            RunMode::Queue,
+        );
+        assert_eq!(admitted, Admitted::Now);
+        assert_eq!(
+            owner
+                .flow()
+                .get(FlowRecord::Packet, FlowReject::SessionClosing),
+            1,
+            "{:?}",
+            owner.flow().snapshot()
+        );
+        drop((e, entered));
+        tokio.block_on(runtime.shutdown());
     }
 
     /// A session cache hands out exactly the map's entry for its SessionRid: an entry that
@@ -1221,10 +1385,17 @@ mod tests {
             "no session yet"
         );
         let first = owner.connected(rid).unwrap();
-        let got = owner.entry_cached(&mut cache, rid).unwrap();
+        let got = owner.entry_cached(&mut cache, rid).unwrap().clone();
         assert!(Arc::ptr_eq(&got, &first));
         assert!(Arc::ptr_eq(
-            &owner.entry_cached(&mut cache, rid).unwrap(),
+            owner.entry_cached(&mut cache, rid).unwrap(),
+            &first
+        ));
+        // Held within a pass, only remembered (weakly) after it: found again without the map.
+        cache.end_pass();
+        assert!(cache.held.is_none());
+        assert!(Arc::ptr_eq(
+            owner.entry_cached(&mut cache, rid).unwrap(),
             &first
         ));
         owner.disconnected(rid);
@@ -1235,15 +1406,23 @@ mod tests {
         let second = owner.connected(rid).unwrap();
         assert!(!Arc::ptr_eq(&second, &first));
         assert!(Arc::ptr_eq(
-            &owner.entry_cached(&mut cache, rid).unwrap(),
+            owner.entry_cached(&mut cache, rid).unwrap(),
             &second
         ));
         // Another session: looked up, and cached in its place.
         let other = owner.connected(SessionRid::new(10)).unwrap();
         assert!(Arc::ptr_eq(
-            &owner.entry_cached(&mut cache, SessionRid::new(10)).unwrap(),
+            owner.entry_cached(&mut cache, SessionRid::new(10)).unwrap(),
             &other
         ));
+        // A pass's end lets go of the entry: the cache keeps nothing alive between passes.
+        let held = Arc::strong_count(&other);
+        cache.end_pass();
+        assert_eq!(
+            Arc::strong_count(&other),
+            held - 1,
+            "still held by the cache"
+        );
         drop((got, first, entered));
         tokio.block_on(runtime.shutdown());
     }
