@@ -476,7 +476,6 @@ impl MeshClient {
             tap: cfg.tap,
             batching: cfg.batching,
             spin: cfg.io_spin_yields,
-            batch_buf: Vec::new(),
             taken_requests: Vec::new(),
             taken_cancels: Vec::new(),
             rest: None,
@@ -787,8 +786,6 @@ struct ClientIo {
     batching: Batching,
     /// Yields before sleeping (`ClientConfig::io_spin_yields`).
     spin: usize,
-    /// Reused buffer of the batch frame being built.
-    batch_buf: Vec<u8>,
     /// Reused buffers of [`ClientIo::take_outbox`].
     taken_requests: Vec<NewRequest>,
     taken_cancels: Vec<u64>,
@@ -1086,7 +1083,6 @@ impl ClientIo {
             let mut wire = DealerWire {
                 dealer: &self.dealer,
                 tap: self.tap.as_ref(),
-                batch_buf: &mut self.batch_buf,
                 corr: &mut self.corr,
                 counters: &self.shared.counters,
             };
@@ -1321,46 +1317,39 @@ fn dealer_send(dealer: &zmq::Socket, tap: Option<&WireTap>, frames: &[Bytes]) ->
     true
 }
 
-/// The client's DEALER as the [`Transport`] of [`conn::flush`]: the socket, the reused batch
-/// buffer, and the correlation table a queued request is checked against at transmission.
+/// The client's DEALER as the [`Transport`] of [`conn::flush`]: the socket and the correlation
+/// table a queued request is checked against at transmission.
 struct DealerWire<'c> {
     dealer: &'c zmq::Socket,
     tap: Option<&'c WireTap>,
-    batch_buf: &'c mut Vec<u8>,
     corr: &'c mut Correlations<(), Waiter>,
     counters: &'c Counters,
 }
 
 impl Transport for DealerWire<'_> {
-    /// A lone record as its own frames, several as one 139 batch frame built in the reused
-    /// buffer; a refusal (HWM) is PAUSED (a DEALER has no unreachable peer).
+    /// A lone record as its own frames, several as one 139 batch frame handed to libzmq
+    /// without a copy ([`conn::encode_run`]); a refusal (HWM) is PAUSED (a DEALER has no
+    /// unreachable peer).
     #[inline]
-    fn send_run<'a>(&mut self, mut run: impl ExactSizeIterator<Item = &'a Parts>) -> SendOutcome {
+    fn send_run<'a>(
+        &mut self,
+        mut run: impl ExactSizeIterator<Item = &'a Parts> + Clone,
+    ) -> SendOutcome {
         let sent = if run.len() <= 1 {
             match run.next() {
                 Some(frames) => dealer_send(self.dealer, self.tap, frames),
                 None => true,
             }
         } else {
-            let mut enc = zlink_wire::BatchEncoder::new(std::mem::take(self.batch_buf));
-            for frames in run {
-                // Cannot fail: a request or DATA record is never a batch, a run holds at most
-                // `Batching::max_records` (≤ MAX_BATCH_RECORDS) records and every part is
-                // bounded by the message size.
-                let pushed = enc.push(&frames[0], frames.get(1).map(|p| &p[..]));
-                debug_assert!(pushed.is_ok(), "batch push: {pushed:?}");
+            let frame = conn::encode_run(run);
+            let tapped = self.tap.map(|_| Bytes::copy_from_slice(&frame));
+            let sent = self.dealer.send(frame, zmq::DONTWAIT).is_ok();
+            if sent
+                && let Some(tap) = self.tap
+                && let Some(frame) = tapped
+            {
+                tap.record(TapDirection::Sent, LinkKind::Client, b"", &[frame]);
             }
-            let frame = enc.finish();
-            let sent = self.dealer.send(&frame[..], zmq::DONTWAIT).is_ok();
-            if sent && let Some(tap) = self.tap {
-                tap.record(
-                    TapDirection::Sent,
-                    LinkKind::Client,
-                    b"",
-                    &[Bytes::copy_from_slice(&frame)],
-                );
-            }
-            *self.batch_buf = frame;
             sent
         };
         if sent {

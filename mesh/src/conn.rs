@@ -263,7 +263,10 @@ pub(crate) enum SendOutcome {
 pub(crate) trait Transport {
     /// Sends `run` (one or more records for this connection) as one message: a lone record as
     /// its own frames, several as one 139 batch frame.
-    fn send_run<'a>(&mut self, run: impl ExactSizeIterator<Item = &'a Parts>) -> SendOutcome;
+    fn send_run<'a>(
+        &mut self,
+        run: impl ExactSizeIterator<Item = &'a Parts> + Clone,
+    ) -> SendOutcome;
     /// The request `corr` (≠ 0) must not be transmitted any more: it reached its terminal, or
     /// its deadline passed (then it is ended now). Counted by the driver.
     fn ended(&mut self, corr: u64) -> bool;
@@ -339,6 +342,29 @@ pub(crate) fn flush<C: Credit, T: Transport>(
         }
     }
     Flushed::Empty
+}
+
+/// The 139 batch frame of `run` (two or more records) in a buffer of exactly its size, so it
+/// becomes the libzmq message without a copy (`zmq::Message::from(Vec<u8>)` takes the buffer
+/// over when its length is its capacity; libzmq frees it once transmitted), where a reused
+/// buffer was copied into a fresh message per frame.
+pub(crate) fn encode_run<'a>(run: impl Iterator<Item = &'a Parts> + Clone) -> Vec<u8> {
+    let len = run
+        .clone()
+        .fold(zlink_wire::batch::BATCH_PREFIX_LEN, |len, frames| {
+            len + zlink_wire::batch::sub_record_len(frames[0].len(), frames.get(1).map(Bytes::len))
+        });
+    let mut enc = zlink_wire::BatchEncoder::new(Vec::with_capacity(len));
+    for frames in run {
+        // Cannot fail: an application, request or DATA record is never a batch, a run holds
+        // at most `Batching::max_records` (≤ MAX_BATCH_RECORDS, checked at start) records and
+        // every part is bounded by the message size.
+        let pushed = enc.push(&frames[0], frames.get(1).map(|p| &p[..]));
+        debug_assert!(pushed.is_ok(), "batch push: {pushed:?}");
+    }
+    let frame = enc.finish();
+    debug_assert_eq!(frame.len(), frame.capacity(), "batch frame sized exactly");
+    frame
 }
 
 /// A record queued for a connection (its frames), with what it reserved.
@@ -795,7 +821,10 @@ mod tests {
     }
 
     impl Transport for Fake {
-        fn send_run<'a>(&mut self, run: impl ExactSizeIterator<Item = &'a Parts>) -> SendOutcome {
+        fn send_run<'a>(
+            &mut self,
+            run: impl ExactSizeIterator<Item = &'a Parts> + Clone,
+        ) -> SendOutcome {
             if self.gone {
                 return SendOutcome::Unreachable;
             }
