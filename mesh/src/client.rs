@@ -220,8 +220,9 @@ struct NewRequest {
 }
 
 /// The hand-off from the senders (tokio side) to the client's I/O thread: the admitted
-/// records in submission order, the requests among them and the cancels, taken whole once per
-/// pass of the I/O thread (one lock per pass, however many records). A sender locks it once
+/// records in submission order, the requests among them and the cancels, taken once per
+/// pass of the I/O thread (one lock per pass, however many records; the records only while
+/// the send queue is short, see [`ClientIo::take_outbox`]). A sender locks it once
 /// per record and rings the I/O thread only when it found the outbox empty (the I/O thread
 /// takes it on every pass, so a non-empty outbox always has a ring on its way, see
 /// [`MeshClient::hand_over`]).
@@ -309,8 +310,9 @@ impl ClientShared {
     /// ringing it if the outbox was empty. False when the I/O thread is gone: nothing was
     /// queued and the record's reservation is released.
     ///
-    /// No hand-over is lost: the I/O thread takes the outbox's requests, cancels and records
-    /// on every pass (the records behind what its send queue still holds); the sender that finds the outbox empty (for a request: without requests and
+    /// No hand-over is lost: the I/O thread takes the outbox's requests and cancels on every
+    /// pass, and its records whenever its send queue holds less than a batch frame (they go
+    /// behind it; a longer send queue is transmitted first); the sender that finds the outbox empty (for a request: without requests and
     /// cancels) rings after putting its record in; the I/O thread does not sleep with a ring
     /// pending ([`Bell`]), nor while records wait in its send queue.
     fn hand_over(&self, out: Out, request: Option<NewRequest>) -> bool {
@@ -476,6 +478,7 @@ impl MeshClient {
             tap: cfg.tap,
             batching: cfg.batching,
             spin: cfg.io_spin_yields,
+            spare: std::collections::VecDeque::new(),
             taken_requests: Vec::new(),
             taken_cancels: Vec::new(),
             rest: None,
@@ -786,7 +789,9 @@ struct ClientIo {
     batching: Batching,
     /// Yields before sleeping (`ClientConfig::io_spin_yields`).
     spin: usize,
-    /// Reused buffers of [`ClientIo::take_outbox`].
+    /// Reused buffers of [`ClientIo::take_outbox`]: the outbox's next record queue (empty),
+    /// its requests and its cancels.
+    spare: std::collections::VecDeque<Out>,
     taken_requests: Vec<NewRequest>,
     taken_cancels: Vec<u64>,
     /// The records of a received batch frame behind a push that found the push channel full
@@ -925,10 +930,14 @@ impl ClientIo {
     }
 
     /// Takes what the senders handed over ([`Outbox`]): its requests are registered (before
-    /// any of them can be transmitted), then its cancels applied (each behind its request);
-    /// its records become the send queue if that is empty — moved whole, not copied record by
-    /// record — or go behind the records it holds (waiting for credit or libzmq), so a run of
-    /// small records is never cut where one take ended and the next began. True if records
+    /// any of them can be transmitted), then its cancels applied (each behind its request).
+    /// Its records are taken out under the lock without a copy (the outbox keeps a spare
+    /// buffer): they become the send queue if that is empty, or go behind the few records
+    /// (less than a batch frame's `max_records`) it holds — those are moved in front of them,
+    /// so a run of small records is not cut where one take ended and the next began. While
+    /// the send queue holds a batch frame's worth or more (waiting for credit or libzmq), the
+    /// records stay in the outbox, taken once it drained ([`ClientIo::flush`]): an outbox
+    /// that filled during a credit stall is never copied record by record. True if records
     /// were taken.
     fn take_outbox(&mut self) -> bool {
         if !self.shared.outbox_full.load(Ordering::Acquire) {
@@ -936,23 +945,27 @@ impl ClientIo {
         }
         let mut requests = std::mem::take(&mut self.taken_requests);
         let mut cancels = std::mem::take(&mut self.taken_cancels);
-        let took = {
+        let leave = self.conn.queue.len() >= self.batching.max_records.max(1);
+        let taken = {
             let mut outbox = self.shared.outbox();
-            let took = !outbox.queue.is_empty();
-            if took {
-                if self.conn.queue.is_empty() {
-                    std::mem::swap(&mut self.conn.queue, &mut outbox.queue);
-                } else {
-                    self.conn.queue.append(&mut outbox.queue);
-                }
-            }
+            let taken = (!leave && !outbox.queue.is_empty())
+                .then(|| std::mem::replace(&mut outbox.queue, std::mem::take(&mut self.spare)));
             std::mem::swap(&mut requests, &mut outbox.requests);
             std::mem::swap(&mut cancels, &mut outbox.cancels);
             self.shared
                 .outbox_full
                 .store(!outbox.queue.is_empty(), Ordering::Release);
-            took
+            taken
         };
+        let took = taken.is_some();
+        if let Some(mut taken) = taken {
+            // The send queue's few records go in front of the taken ones (order kept).
+            while let Some(out) = self.conn.queue.pop_back() {
+                taken.push_front(out);
+            }
+            std::mem::swap(&mut self.conn.queue, &mut taken);
+            self.spare = taken;
+        }
         for r in requests.drain(..) {
             if let Err(w) = self.corr.register(r.corr, (), r.deadline, r.waiter) {
                 // Never transmitted: out of the queues again, its reservation released.
