@@ -311,8 +311,9 @@ impl ClientShared {
     /// queued and the record's reservation is released.
     ///
     /// No hand-over is lost: the I/O thread takes the outbox's requests and cancels on every
-    /// pass, and its records whenever its send queue holds less than a batch frame (they go
-    /// behind it; a longer send queue is transmitted first); the sender that finds the outbox empty (for a request: without requests and
+    /// pass, and its records behind what its send queue holds (all of them while that holds
+    /// less than a batch frame, else those that complete its last run, the rest once it
+    /// drained); the sender that finds the outbox empty (for a request: without requests and
     /// cancels) rings after putting its record in; the I/O thread does not sleep with a ring
     /// pending ([`Bell`]), nor while records wait in its send queue.
     fn hand_over(&self, out: Out, request: Option<NewRequest>) -> bool {
@@ -932,32 +933,45 @@ impl ClientIo {
     /// Takes what the senders handed over ([`Outbox`]): its requests are registered (before
     /// any of them can be transmitted), then its cancels applied (each behind its request).
     /// Its records are taken out under the lock without a copy (the outbox keeps a spare
-    /// buffer): they become the send queue if that is empty, or go behind the few records
-    /// (less than a batch frame's `max_records`) it holds — those are moved in front of them,
-    /// so a run of small records is not cut where one take ended and the next began. While
-    /// the send queue holds a batch frame's worth or more (waiting for credit or libzmq), the
-    /// records stay in the outbox, taken once it drained ([`ClientIo::flush`]): an outbox
-    /// that filled during a credit stall is never copied record by record. True if records
-    /// were taken.
+    /// buffer) when the send queue holds less than a batch frame's `max_records`: they become
+    /// the send queue, the few records it held moved in front of them. A longer send queue
+    /// (waiting for credit or libzmq) only has its last run topped up to a whole batch frame
+    /// from the front of the outbox (at most `max_records` − 1 records moved); the rest stay
+    /// in the outbox until the send queue drained ([`ClientIo::flush`]). So a run of small
+    /// records is not cut where one take ended and the next began, and an outbox that filled
+    /// during a credit stall is never copied record by record. True if records were taken.
     fn take_outbox(&mut self) -> bool {
         if !self.shared.outbox_full.load(Ordering::Acquire) {
             return false;
         }
         let mut requests = std::mem::take(&mut self.taken_requests);
         let mut cancels = std::mem::take(&mut self.taken_cancels);
-        let leave = self.conn.queue.len() >= self.batching.max_records.max(1);
-        let taken = {
+        let max = self.batching.max_records.max(1);
+        let queued = self.conn.queue.len();
+        let (taken, topped) = {
             let mut outbox = self.shared.outbox();
-            let taken = (!leave && !outbox.queue.is_empty())
-                .then(|| std::mem::replace(&mut outbox.queue, std::mem::take(&mut self.spare)));
+            let mut taken = None;
+            let mut topped = false;
+            if queued < max {
+                taken = (!outbox.queue.is_empty())
+                    .then(|| std::mem::replace(&mut outbox.queue, std::mem::take(&mut self.spare)));
+            } else {
+                for _ in 0..(max - queued % max) % max {
+                    let Some(out) = outbox.queue.pop_front() else {
+                        break;
+                    };
+                    self.conn.queue.push_back(out);
+                    topped = true;
+                }
+            }
             std::mem::swap(&mut requests, &mut outbox.requests);
             std::mem::swap(&mut cancels, &mut outbox.cancels);
             self.shared
                 .outbox_full
                 .store(!outbox.queue.is_empty(), Ordering::Release);
-            taken
+            (taken, topped)
         };
-        let took = taken.is_some();
+        let took = topped || taken.is_some();
         if let Some(mut taken) = taken {
             // The send queue's few records go in front of the taken ones (order kept).
             while let Some(out) = self.conn.queue.pop_back() {
