@@ -1388,7 +1388,8 @@ impl Transport for DealerWire<'_> {
     #[inline]
     fn send_run<'a>(
         &mut self,
-        mut run: impl ExactSizeIterator<Item = &'a Parts> + Clone,
+        mut run: impl ExactSizeIterator<Item = &'a Parts>,
+        frame: usize,
     ) -> SendOutcome {
         let sent = if run.len() <= 1 {
             match run.next() {
@@ -1396,7 +1397,7 @@ impl Transport for DealerWire<'_> {
                 None => true,
             }
         } else {
-            let frame = conn::encode_run(run);
+            let frame = conn::encode_run(run, frame);
             let tapped = self.tap.map(|_| Bytes::copy_from_slice(&frame));
             let sent = self.dealer.send(frame, zmq::DONTWAIT).is_ok();
             if sent

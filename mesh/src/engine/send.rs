@@ -266,7 +266,8 @@ impl Transport for Wire<'_> {
     #[inline]
     fn send_run<'a>(
         &mut self,
-        mut run: impl ExactSizeIterator<Item = &'a Parts> + Clone,
+        mut run: impl ExactSizeIterator<Item = &'a Parts>,
+        frame: usize,
     ) -> SendOutcome {
         self.sockets.touched(self.kind);
         if run.len() <= 1 {
@@ -280,7 +281,7 @@ impl Transport for Wire<'_> {
             self.tap,
             self.kind,
             self.rid,
-            conn::encode_run(run),
+            conn::encode_run(run, frame),
         )
     }
 
