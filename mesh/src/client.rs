@@ -220,8 +220,9 @@ struct NewRequest {
 }
 
 /// The hand-off from the senders (tokio side) to the client's I/O thread: the admitted
-/// records in submission order, the requests among them and the cancels, taken whole once per
-/// pass of the I/O thread (one lock per pass, however many records). A sender locks it once
+/// records in submission order, the requests among them and the cancels, taken once per
+/// pass of the I/O thread (one lock per pass, however many records; the records only while
+/// the send queue is short, see [`ClientIo::take_outbox`]). A sender locks it once
 /// per record and rings the I/O thread only when it found the outbox empty (the I/O thread
 /// takes it on every pass, so a non-empty outbox always has a ring on its way, see
 /// [`MeshClient::hand_over`]).
@@ -309,8 +310,10 @@ impl ClientShared {
     /// ringing it if the outbox was empty. False when the I/O thread is gone: nothing was
     /// queued and the record's reservation is released.
     ///
-    /// No hand-over is lost: the I/O thread takes the outbox's requests, cancels and records
-    /// on every pass (the records behind what its send queue still holds); the sender that finds the outbox empty (for a request: without requests and
+    /// No hand-over is lost: the I/O thread takes the outbox's requests and cancels on every
+    /// pass, and its records behind what its send queue holds (all of them while that holds
+    /// less than a batch frame, else those that complete its last run, the rest once it
+    /// drained); the sender that finds the outbox empty (for a request: without requests and
     /// cancels) rings after putting its record in; the I/O thread does not sleep with a ring
     /// pending ([`Bell`]), nor while records wait in its send queue.
     fn hand_over(&self, out: Out, request: Option<NewRequest>) -> bool {
@@ -476,7 +479,7 @@ impl MeshClient {
             tap: cfg.tap,
             batching: cfg.batching,
             spin: cfg.io_spin_yields,
-            batch_buf: Vec::new(),
+            spare: std::collections::VecDeque::new(),
             taken_requests: Vec::new(),
             taken_cancels: Vec::new(),
             rest: None,
@@ -559,10 +562,38 @@ impl MeshClient {
         // The envelope of a one-way record depends only on its key: shared, not encoded again.
         let frames = crate::node::one_way_parts(key, payload)?;
         let bytes = self.check_size(&frames)?;
-        // The fast path of `reserve`, written out: an async call is not inlined.
+        // The fast path of `reserve`, written out: an async call is not inlined. A send that
+        // must wait takes its record into a future on the heap, so this future holds nothing
+        // but that across its one await (it is moved whole into the caller's future on every
+        // call: a send per packet moved ≈ 200 bytes).
         if !self.shared.budget.try_reserve(bytes) {
-            self.reserve_waiting(1, bytes).await?;
+            return self.send_waiting(frames, bytes).await;
         }
+        self.hand_over_one_way(frames, bytes)
+    }
+
+    /// [`MeshClient::send`] when the budget had no room: waits for it (at most the send
+    /// timeout), then hands the record over.
+    #[inline(never)]
+    fn send_waiting(
+        &self,
+        frames: Parts,
+        bytes: u64,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), SendError>> + Send + '_>>
+    {
+        Box::pin(async move {
+            self.shared
+                .budget
+                .reserve_n(1, bytes, self.shared.send_timeout)
+                .await
+                .map_err(|e| SendError::DeadlineExceeded(e.waited))?;
+            self.hand_over_one_way(frames, bytes)
+        })
+    }
+
+    /// Hands an admitted one-way record to the I/O thread.
+    #[inline]
+    fn hand_over_one_way(&self, frames: Parts, bytes: u64) -> Result<(), SendError> {
         let out = Out {
             frames,
             bytes: Some(bytes),
@@ -787,9 +818,9 @@ struct ClientIo {
     batching: Batching,
     /// Yields before sleeping (`ClientConfig::io_spin_yields`).
     spin: usize,
-    /// Reused buffer of the batch frame being built.
-    batch_buf: Vec<u8>,
-    /// Reused buffers of [`ClientIo::take_outbox`].
+    /// Reused buffers of [`ClientIo::take_outbox`]: the outbox's next record queue (empty),
+    /// its requests and its cancels.
+    spare: std::collections::VecDeque<Out>,
     taken_requests: Vec<NewRequest>,
     taken_cancels: Vec<u64>,
     /// The records of a received batch frame behind a push that found the push channel full
@@ -928,25 +959,37 @@ impl ClientIo {
     }
 
     /// Takes what the senders handed over ([`Outbox`]): its requests are registered (before
-    /// any of them can be transmitted), then its cancels applied (each behind its request);
-    /// its records become the send queue if that is empty — moved whole, not copied record by
-    /// record — or go behind the records it holds (waiting for credit or libzmq), so a run of
-    /// small records is never cut where one take ended and the next began. True if records
-    /// were taken.
+    /// any of them can be transmitted), then its cancels applied (each behind its request).
+    /// Its records are taken out under the lock without a copy (the outbox keeps a spare
+    /// buffer) when the send queue holds less than a batch frame's `max_records`: they become
+    /// the send queue, the few records it held moved in front of them. A longer send queue
+    /// (waiting for credit or libzmq) only has its last run topped up to a whole batch frame
+    /// from the front of the outbox (at most `max_records` − 1 records moved); the rest stay
+    /// in the outbox until the send queue drained ([`ClientIo::flush`]). So a run of small
+    /// records is not cut where one take ended and the next began, and an outbox that filled
+    /// during a credit stall is never copied record by record. True if records were taken.
     fn take_outbox(&mut self) -> bool {
         if !self.shared.outbox_full.load(Ordering::Acquire) {
             return false;
         }
         let mut requests = std::mem::take(&mut self.taken_requests);
         let mut cancels = std::mem::take(&mut self.taken_cancels);
-        let took = {
+        let max = self.batching.max_records.max(1);
+        let queued = self.conn.queue.len();
+        let (taken, topped) = {
             let mut outbox = self.shared.outbox();
-            let took = !outbox.queue.is_empty();
-            if took {
-                if self.conn.queue.is_empty() {
-                    std::mem::swap(&mut self.conn.queue, &mut outbox.queue);
-                } else {
-                    self.conn.queue.append(&mut outbox.queue);
+            let mut taken = None;
+            let mut topped = false;
+            if queued < max {
+                taken = (!outbox.queue.is_empty())
+                    .then(|| std::mem::replace(&mut outbox.queue, std::mem::take(&mut self.spare)));
+            } else {
+                for _ in 0..(max - queued % max) % max {
+                    let Some(out) = outbox.queue.pop_front() else {
+                        break;
+                    };
+                    self.conn.queue.push_back(out);
+                    topped = true;
                 }
             }
             std::mem::swap(&mut requests, &mut outbox.requests);
@@ -954,8 +997,17 @@ impl ClientIo {
             self.shared
                 .outbox_full
                 .store(!outbox.queue.is_empty(), Ordering::Release);
-            took
+            (taken, topped)
         };
+        let took = topped || taken.is_some();
+        if let Some(mut taken) = taken {
+            // The send queue's few records go in front of the taken ones (order kept).
+            while let Some(out) = self.conn.queue.pop_back() {
+                taken.push_front(out);
+            }
+            std::mem::swap(&mut self.conn.queue, &mut taken);
+            self.spare = taken;
+        }
         for r in requests.drain(..) {
             if let Err(w) = self.corr.register(r.corr, (), r.deadline, r.waiter) {
                 // Never transmitted: out of the queues again, its reservation released.
@@ -1086,7 +1138,6 @@ impl ClientIo {
             let mut wire = DealerWire {
                 dealer: &self.dealer,
                 tap: self.tap.as_ref(),
-                batch_buf: &mut self.batch_buf,
                 corr: &mut self.corr,
                 counters: &self.shared.counters,
             };
@@ -1321,46 +1372,40 @@ fn dealer_send(dealer: &zmq::Socket, tap: Option<&WireTap>, frames: &[Bytes]) ->
     true
 }
 
-/// The client's DEALER as the [`Transport`] of [`conn::flush`]: the socket, the reused batch
-/// buffer, and the correlation table a queued request is checked against at transmission.
+/// The client's DEALER as the [`Transport`] of [`conn::flush`]: the socket and the correlation
+/// table a queued request is checked against at transmission.
 struct DealerWire<'c> {
     dealer: &'c zmq::Socket,
     tap: Option<&'c WireTap>,
-    batch_buf: &'c mut Vec<u8>,
     corr: &'c mut Correlations<(), Waiter>,
     counters: &'c Counters,
 }
 
 impl Transport for DealerWire<'_> {
-    /// A lone record as its own frames, several as one 139 batch frame built in the reused
-    /// buffer; a refusal (HWM) is PAUSED (a DEALER has no unreachable peer).
+    /// A lone record as its own frames, several as one 139 batch frame handed to libzmq
+    /// without a copy ([`conn::encode_run`]); a refusal (HWM) is PAUSED (a DEALER has no
+    /// unreachable peer).
     #[inline]
-    fn send_run<'a>(&mut self, mut run: impl ExactSizeIterator<Item = &'a Parts>) -> SendOutcome {
+    fn send_run<'a>(
+        &mut self,
+        mut run: impl ExactSizeIterator<Item = &'a Parts>,
+        frame: usize,
+    ) -> SendOutcome {
         let sent = if run.len() <= 1 {
             match run.next() {
                 Some(frames) => dealer_send(self.dealer, self.tap, frames),
                 None => true,
             }
         } else {
-            let mut enc = zlink_wire::BatchEncoder::new(std::mem::take(self.batch_buf));
-            for frames in run {
-                // Cannot fail: a request or DATA record is never a batch, a run holds at most
-                // `Batching::max_records` (≤ MAX_BATCH_RECORDS) records and every part is
-                // bounded by the message size.
-                let pushed = enc.push(&frames[0], frames.get(1).map(|p| &p[..]));
-                debug_assert!(pushed.is_ok(), "batch push: {pushed:?}");
+            let frame = conn::encode_run(run, frame);
+            let tapped = self.tap.map(|_| Bytes::copy_from_slice(&frame));
+            let sent = self.dealer.send(frame, zmq::DONTWAIT).is_ok();
+            if sent
+                && let Some(tap) = self.tap
+                && let Some(frame) = tapped
+            {
+                tap.record(TapDirection::Sent, LinkKind::Client, b"", &[frame]);
             }
-            let frame = enc.finish();
-            let sent = self.dealer.send(&frame[..], zmq::DONTWAIT).is_ok();
-            if sent && let Some(tap) = self.tap {
-                tap.record(
-                    TapDirection::Sent,
-                    LinkKind::Client,
-                    b"",
-                    &[Bytes::copy_from_slice(&frame)],
-                );
-            }
-            *self.batch_buf = frame;
             sent
         };
         if sent {

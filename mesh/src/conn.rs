@@ -137,6 +137,9 @@ pub(crate) struct Run {
     pub(crate) n: usize,
     /// Their bytes in total.
     pub(crate) bytes: u64,
+    /// Bytes of their 139 batch frame when `n` ≥ 2 (prefix and sub-records, measured in the
+    /// same walk: [`encode_run`] sizes its buffer with it).
+    pub(crate) frame: usize,
 }
 
 /// Which records from the front of a queue go out as one message (natural batching): at
@@ -165,7 +168,11 @@ pub(crate) fn batch_run<'a>(
         if !admit(len, corr) {
             if n == 0 {
                 // Taken anyway (see above).
-                return Run { n: 1, bytes: len };
+                return Run {
+                    n: 1,
+                    bytes: len,
+                    frame: 0,
+                };
             }
             break;
         }
@@ -179,6 +186,7 @@ pub(crate) fn batch_run<'a>(
     Run {
         n: n.max(1),
         bytes: total,
+        frame: size,
     }
 }
 
@@ -263,7 +271,13 @@ pub(crate) enum SendOutcome {
 pub(crate) trait Transport {
     /// Sends `run` (one or more records for this connection) as one message: a lone record as
     /// its own frames, several as one 139 batch frame.
-    fn send_run<'a>(&mut self, run: impl ExactSizeIterator<Item = &'a Parts>) -> SendOutcome;
+    /// `frame` is the batch frame's size when the run has two or more records
+    /// ([`Run::frame`]).
+    fn send_run<'a>(
+        &mut self,
+        run: impl ExactSizeIterator<Item = &'a Parts>,
+        frame: usize,
+    ) -> SendOutcome;
     /// The request `corr` (≠ 0) must not be transmitted any more: it reached its terminal, or
     /// its deadline passed (then it is ended now). Counted by the driver.
     fn ended(&mut self, corr: u64) -> bool;
@@ -315,7 +329,7 @@ pub(crate) fn flush<C: Credit, T: Transport>(
             t.expired(c)
         });
         let n = run.n;
-        match t.send_run(queue.iter().take(n).map(|o| &o.frames)) {
+        match t.send_run(queue.iter().take(n).map(|o| &o.frames), run.frame) {
             SendOutcome::Sent => {
                 credit.charge_run(run);
                 let (mut reserved_n, mut reserved_bytes) = (0, 0);
@@ -339,6 +353,26 @@ pub(crate) fn flush<C: Credit, T: Transport>(
         }
     }
     Flushed::Empty
+}
+
+/// The 139 batch frame of `run` (two or more records, `len` bytes in all: [`Run::frame`]) in
+/// a buffer of exactly its size, so it becomes the libzmq message without a copy
+/// (`zmq::Message::from(Vec<u8>)` takes the buffer over when its length is its capacity;
+/// libzmq frees it once transmitted), where a reused buffer was copied into a fresh message
+/// per frame.
+pub(crate) fn encode_run<'a>(run: impl Iterator<Item = &'a Parts>, len: usize) -> Vec<u8> {
+    let mut enc = zlink_wire::BatchEncoder::new(Vec::with_capacity(len));
+    for frames in run {
+        // Cannot fail: an application, request or DATA record is never a batch, a run holds
+        // at most `Batching::max_records` (≤ MAX_BATCH_RECORDS, checked at start) records and
+        // every part is bounded by the message size.
+        let pushed = enc.push(&frames[0], frames.get(1).map(|p| &p[..]));
+        debug_assert!(pushed.is_ok(), "batch push: {pushed:?}");
+    }
+    let frame = enc.finish();
+    debug_assert_eq!(frame.len(), len, "batch frame measured by the run");
+    debug_assert_eq!(frame.len(), frame.capacity(), "batch frame sized exactly");
+    frame
 }
 
 /// A record queued for a connection (its frames), with what it reserved.
@@ -748,7 +782,11 @@ mod tests {
             Verdict::Control { resume: true }
         );
         assert_eq!(conn.credit.left(), (2 * u64::from(u32::MAX), u64::MAX));
-        conn.credit.charge_run(Run { n: 1, bytes: 10 });
+        conn.credit.charge_run(Run {
+            n: 1,
+            bytes: 10,
+            frame: 0,
+        });
         assert!(conn.credit.open());
         conn.reset();
         assert!(!conn.credit.open());
@@ -795,7 +833,11 @@ mod tests {
     }
 
     impl Transport for Fake {
-        fn send_run<'a>(&mut self, run: impl ExactSizeIterator<Item = &'a Parts>) -> SendOutcome {
+        fn send_run<'a>(
+            &mut self,
+            run: impl ExactSizeIterator<Item = &'a Parts>,
+            _frame: usize,
+        ) -> SendOutcome {
             if self.gone {
                 return SendOutcome::Unreachable;
             }

@@ -368,8 +368,6 @@ pub(crate) struct Engine {
     /// Clients (sessions) whose queue went from empty to non-empty in this pass (pushes,
     /// replies): transmitted by [`Engine::flush_dirty`] like the peers above.
     dirty_clients: Vec<u64>,
-    /// Reused buffer of the batch frame being built.
-    batch_buf: Vec<u8>,
     /// Reused buffer the items of an outbox are taken into.
     outbox_buf: Vec<OutItem>,
     _ctx: zmq::Context,
@@ -561,7 +559,6 @@ impl Engine {
                 ids: zlink_wire::IdCache::default(),
                 dirty: Vec::new(),
                 dirty_clients: Vec::new(),
-                batch_buf: Vec::new(),
                 outbox_buf: Vec::new(),
                 _ctx: ctx,
             },

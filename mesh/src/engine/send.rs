@@ -197,7 +197,6 @@ impl Engine {
             tap: self.cfg.tap.as_ref(),
             kind: LinkKind::Completion,
             rid: &p.rids[link_index(LinkKind::Completion)],
-            batch_buf: &mut self.batch_buf,
             corr: &mut self.corr,
             counters: &self.shared.counters,
             who: node,
@@ -231,7 +230,6 @@ impl Engine {
             tap: self.cfg.tap.as_ref(),
             kind: LinkKind::Client,
             rid: &c.rid,
-            batch_buf: &mut self.batch_buf,
             corr: &mut self.corr,
             counters: &self.shared.counters,
             who: &session,
@@ -247,7 +245,7 @@ impl Engine {
 }
 
 /// One connection of the node's sockets as the [`Transport`] of [`conn::flush`]: its socket
-/// and routing id, the reused batch buffer, and the correlation table a queued request is
+/// and routing id, and the correlation table a queued request is
 /// checked against at the moment of transmission.
 pub(super) struct Wire<'e> {
     pub(super) socket: &'e zmq::Socket,
@@ -256,7 +254,6 @@ pub(super) struct Wire<'e> {
     pub(super) tap: Option<&'e WireTap>,
     pub(super) kind: LinkKind,
     pub(super) rid: &'e [u8],
-    pub(super) batch_buf: &'e mut Vec<u8>,
     pub(super) corr: &'e mut Correlations<(Arc<NodeRid>, NodeGeneration), Waiter>,
     pub(super) counters: &'e Counters,
     /// The other end, as the detail of a drop.
@@ -264,10 +261,14 @@ pub(super) struct Wire<'e> {
 }
 
 impl Transport for Wire<'_> {
-    /// A lone record as its own frames, several as one 139 batch frame built in the reused
-    /// buffer.
+    /// A lone record as its own frames, several as one 139 batch frame handed to libzmq
+    /// without a copy ([`conn::encode_run`]).
     #[inline]
-    fn send_run<'a>(&mut self, mut run: impl ExactSizeIterator<Item = &'a Parts>) -> SendOutcome {
+    fn send_run<'a>(
+        &mut self,
+        mut run: impl ExactSizeIterator<Item = &'a Parts>,
+        frame: usize,
+    ) -> SendOutcome {
         self.sockets.touched(self.kind);
         if run.len() <= 1 {
             let Some(frames) = run.next() else {
@@ -275,18 +276,13 @@ impl Transport for Wire<'_> {
             };
             return raw_send_on(self.socket, self.tap, self.kind, self.rid, frames);
         }
-        let mut enc = zlink_wire::BatchEncoder::new(std::mem::take(self.batch_buf));
-        for frames in run {
-            // Cannot fail: an application record is never a batch, a run holds at most
-            // `Batching::max_records` (≤ MAX_BATCH_RECORDS, checked at start) records and
-            // every part is bounded by the message size.
-            let pushed = enc.push(&frames[0], frames.get(1).map(|p| &p[..]));
-            debug_assert!(pushed.is_ok(), "batch push: {pushed:?}");
-        }
-        let frame = enc.finish();
-        let outcome = raw_send_one(self.socket, self.tap, self.kind, self.rid, &frame);
-        *self.batch_buf = frame;
-        outcome
+        raw_send_one(
+            self.socket,
+            self.tap,
+            self.kind,
+            self.rid,
+            conn::encode_run(run, frame),
+        )
     }
 
     /// Ended: it reached its terminal (timeout, cancel, peer lost), or its deadline has passed
@@ -367,7 +363,7 @@ pub(super) fn raw_send_one(
     tap: Option<&WireTap>,
     kind: LinkKind,
     rid: &[u8],
-    frame: &[u8],
+    frame: Vec<u8>,
 ) -> SendOutcome {
     if let Err(refused) = send_routing_id(s, rid) {
         return refused;
@@ -378,10 +374,11 @@ pub(super) fn raw_send_one(
             TapDirection::Sent,
             kind,
             rid,
-            &[Bytes::copy_from_slice(frame)],
+            &[Bytes::copy_from_slice(&frame)],
         );
     }
-    // After the routing id was accepted the remaining part of the message is too.
+    // After the routing id was accepted the remaining part of the message is too. The frame
+    // becomes the message without a copy ([`conn::encode_run`]).
     let _ = s.send(frame, zmq::DONTWAIT);
     SendOutcome::Sent
 }
