@@ -1510,7 +1510,10 @@ async fn drain(gate: Arc<GateInner>, mut fence: Fence, mut first: Option<InFligh
                     idled = 0;
                     continue;
                 }
-                None => return,
+                None => {
+                    gate.gate.trim_idle_batch();
+                    return;
+                }
             },
             Some(Step::Turn(Turn::Run {
                 lane,
@@ -1625,6 +1628,7 @@ async fn drain(gate: Arc<GateInner>, mut fence: Fence, mut first: Option<InFligh
             gate.gate.word.release();
             tokio::task::yield_now().await;
             if !gate.gate.lock_unquiesced().has_ready() {
+                gate.gate.trim_idle_batch();
                 return;
             }
             match gate.gate.word.try_acquire() {
@@ -1632,7 +1636,10 @@ async fn drain(gate: Arc<GateInner>, mut fence: Fence, mut first: Option<InFligh
                     fence = f;
                     start = clock.budget_start();
                 }
-                None => return,
+                None => {
+                    gate.gate.trim_idle_batch();
+                    return;
+                }
             }
         }
     }
