@@ -156,17 +156,24 @@ impl Clock for SystemClock {
     }
 
     fn budget_spent_at(&self, start: &BudgetStart, budget: Duration, at: CycleStamp) -> bool {
-        let (before, after) = start.cycles;
-        let c = at.0;
-        if let Some(upper) = cycles::upper_ns(before, c) {
+        // The common answer without a clock read: a leaf that saves no registers.
+        if let Some(upper) = cycles::upper_ns(start.cycles.0, at.0) {
             if upper < budget.as_nanos() {
                 return false;
             }
         }
-        let elapsed = Instant::now().saturating_duration_since(start.instant);
-        cycles::learn(after, c, elapsed.as_nanos());
-        elapsed >= budget
+        spent_by_clock(start, budget, at)
     }
+}
+
+/// [`SystemClock::budget_spent_at`] when the cycle counter could not answer: the clock decides
+/// (and teaches the counter's rate). Out of line, so the counter's answer stays a leaf.
+#[cold]
+#[inline(never)]
+fn spent_by_clock(start: &BudgetStart, budget: Duration, at: CycleStamp) -> bool {
+    let elapsed = Instant::now().saturating_duration_since(start.instant);
+    cycles::learn(start.cycles.1, at.0, elapsed.as_nanos());
+    elapsed >= budget
 }
 
 /// The cycle counter behind [`SystemClock::budget_spent`] (x86-64 Linux, invariant TSC only).
