@@ -25,8 +25,8 @@ use super::message::{ActorCtx, HandlerError};
 use super::registry::{ActorInstance, Outcome, Step, TurnCtx};
 use super::spot::{SpotKind, UserMode};
 use crate::runtime::{
-    self, CanYield, Ctx, EntrySpot, InstanceSpot, NoYield, Payload, PerActorUser, Runtime,
-    RuntimeError, SpotRef, SpotWideUser,
+    self, CanYield, Ctx, CycleStamp, EntrySpot, InstanceSpot, NoYield, Payload, PerActorUser,
+    Runtime, RuntimeError, SpotRef, SpotWideUser,
 };
 
 /// Where a request's terminal goes.
@@ -402,15 +402,17 @@ impl Cell {
         }
     }
 
-    /// Checks that must pass before the handler runs; `Some` = answered without running.
-    fn refuse(&self, work: &Work) -> Option<ActorError> {
+    /// Checks that must pass before the handler runs; `Some` = answered without running. The
+    /// lease standing is asked at `at`, a cycle reading taken at this turn's start boundary
+    /// (`CycleStamp::NONE`: read now).
+    fn refuse(&self, work: &Work, at: CycleStamp) -> Option<ActorError> {
         if let Some(e) = self.ended.error(&self.actor_id) {
             return Some(e);
         }
         if work.deadline.is_some_and(|d| Instant::now() >= d) {
             return Some(ActorError::DeadlineExceeded);
         }
-        self.shared.gate.standing().run_turn().err()
+        self.shared.gate.standing_at(at).run_turn().err()
     }
 
     /// Whether the application domain is PAUSED now (see [`ExecShared::paused`]).
@@ -421,7 +423,14 @@ impl Cell {
         }
     }
 
-    fn run(self: &Arc<Self>, turn: TurnCtx, mut work: Work) -> runtime::Handled<()> {
+    /// One turn of `work`; `at`: the cycle reading at the turn's start boundary
+    /// (`Ctx::start_stamp`), or `CycleStamp::NONE`.
+    fn run(
+        self: &Arc<Self>,
+        turn: TurnCtx,
+        mut work: Work,
+        at: CycleStamp,
+    ) -> runtime::Handled<()> {
         self.shared.turns.fetch_add(1, Ordering::Relaxed);
         let running = self.shared.running.enter_ref();
         let reply = work.reply.take();
@@ -436,7 +445,7 @@ impl Cell {
                         break;
                     }
                 }
-                if let Some(e) = cell.refuse(&work) {
+                if let Some(e) = cell.refuse(&work, CycleStamp::NONE) {
                     cell.finish(reply, Err(e));
                     return Ok(());
                 }
@@ -449,7 +458,7 @@ impl Cell {
                 Ok(())
             });
         }
-        if let Some(e) = self.refuse(&work) {
+        if let Some(e) = self.refuse(&work, at) {
             self.finish(reply, Err(e));
             return runtime::Handled::ok(());
         }
@@ -477,14 +486,17 @@ impl Cell {
 fn yielding_handler(
     cell: Arc<Cell>,
 ) -> impl Fn(Ctx<CanYield>, Work) -> runtime::Handled<()> + Send + Sync + 'static {
-    move |ctx, work| cell.run(TurnCtx::Yielding(ctx), work)
+    move |ctx, work| {
+        let at = ctx.start_stamp();
+        cell.run(TurnCtx::Yielding(ctx), work, at)
+    }
 }
 
 /// The lane handler of an actor whose turns cannot yield (Entry, PerActor).
 fn serial_handler(
     cell: Arc<Cell>,
 ) -> impl Fn(Ctx<NoYield>, Work) -> runtime::Handled<()> + Send + Sync + 'static {
-    move |_ctx, work| cell.run(TurnCtx::Serial, work)
+    move |ctx, work| cell.run(TurnCtx::Serial, work, ctx.start_stamp())
 }
 
 /// The enqueue side of one actor's lane. One shared allocation: the submitter takes a copy of
@@ -531,15 +543,20 @@ impl Mailbox {
     /// `work` prepared for this actor's lane, not yet submitted (see
     /// [`crate::runtime::PendingSubmit`]): the submitter tries it without waiting and keeps it
     /// when the lane is full.
+    ///
+    /// `at`: the submitter's cycle reading taken for this record just before (its admission
+    /// check's, [`super::fence::OwnerGate::stamp`]), or `CycleStamp::NONE`: a turn started
+    /// inline at the submission's first offer asks its lease standing at that reading.
     pub(crate) fn prepare(
         &self,
         work: Work,
+        at: CycleStamp,
     ) -> Result<impl runtime::Submission + use<'_>, ActorError> {
         if let Some(e) = self.ended.error(&self.actor_id) {
             drop(work);
             return Err(e);
         }
-        Ok(self.lane.prepare_send_unboxed(work))
+        Ok(self.lane.prepare_send_unboxed(work, at))
     }
 
     /// The error a refusal of this actor's lane means.

@@ -23,7 +23,7 @@ use zlink_wire::{
 
 use super::error::ActorError;
 use super::reference::ActorRef;
-use crate::runtime::config::CycleDeadline;
+use crate::runtime::config::{CycleDeadline, CycleStamp};
 use crate::session::Clock;
 use crate::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
@@ -138,6 +138,38 @@ impl OwnerGate {
     /// Marks the node as shutting down: from now on nothing new is admitted.
     pub fn close(&self) {
         self.draining.store(true, Ordering::Release);
+    }
+
+    /// A reading of the cycle counter for [`OwnerGate::standing_at`] ([`CycleStamp::NONE`]
+    /// when this gate's clock is not the system clock or the counter cannot be used).
+    #[inline]
+    #[must_use]
+    pub fn stamp(&self) -> CycleStamp {
+        match &self.cycles {
+            Some(_) => CycleStamp::now(),
+            None => CycleStamp::NONE,
+        }
+    }
+
+    /// The standing at the instant `at` was read ([`OwnerGate::stamp`] or the runtime's
+    /// reading of the same counter, taken by the caller at this check's place: after what the
+    /// check must follow, before what it guards). Exact as [`OwnerGate::standing`]: never
+    /// `Serving` or `Draining` past the deadline; when the reading cannot decide (no reading,
+    /// no armed limit, at or past the limit) this reads anew as [`OwnerGate::standing`] does.
+    #[must_use]
+    pub fn standing_at(&self, at: CycleStamp) -> OwnerStanding {
+        match &self.cycles {
+            Some(c) if c.certainly_before_at(at) => self.unlapsed(),
+            _ => self.standing(),
+        }
+    }
+
+    fn unlapsed(&self) -> OwnerStanding {
+        if self.draining.load(Ordering::Acquire) {
+            OwnerStanding::Draining
+        } else {
+            OwnerStanding::Serving
+        }
     }
 
     /// The standing now.
@@ -417,6 +449,50 @@ mod tests {
         if CycleDeadline::new().is_some() {
             assert!(armed, "the cycle limit was never armed");
         }
+    }
+
+    // spec: SB-5.11 — a standing asked with a cycle reading the caller took (`standing_at`) is
+    // the clock's answer at that reading's instant: Lapsed whenever the clock had passed the
+    // deadline before the reading, Serving whenever it had not after the check; a reading taken
+    // before the deadline was moved back to the past never answers Serving.
+    #[test]
+    fn a_standing_at_a_callers_reading_is_exact() {
+        let clock: Arc<dyn Clock> = Arc::new(crate::session::SystemClock);
+        let start = Instant::now();
+        let gate = OwnerGate::new(clock, start + Duration::from_secs(3600));
+        let mut checks = 0u32;
+        while start.elapsed() < Duration::from_millis(30) {
+            gate.set_deadline(Instant::now() + Duration::from_secs(3600));
+            for _ in 0..50 {
+                assert_eq!(gate.standing_at(gate.stamp()), OwnerStanding::Serving);
+            }
+            for delta in [0u64, 1, 5, 20, 100] {
+                let deadline = Instant::now() + Duration::from_micros(delta);
+                gate.set_deadline(deadline);
+                loop {
+                    let before = Instant::now();
+                    let at = gate.stamp();
+                    let standing = gate.standing_at(at);
+                    let after = Instant::now();
+                    if before >= deadline {
+                        assert_eq!(standing, OwnerStanding::Lapsed, "passed, not reported");
+                        break;
+                    }
+                    if after < deadline {
+                        assert_eq!(standing, OwnerStanding::Serving, "reported early");
+                    }
+                    checks += 1;
+                }
+            }
+            // A reading from before the deadline moved to the past proves nothing after it.
+            gate.set_deadline(Instant::now() + Duration::from_secs(3600));
+            assert_eq!(gate.standing(), OwnerStanding::Serving);
+            let at = gate.stamp();
+            gate.set_deadline(Instant::now());
+            assert_eq!(gate.standing_at(at), OwnerStanding::Lapsed);
+            assert_eq!(gate.standing_at(CycleStamp::NONE), OwnerStanding::Lapsed);
+        }
+        assert!(checks > 0);
     }
 
     #[test]

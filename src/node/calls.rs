@@ -16,6 +16,7 @@ use crate::actor::exec::{Mailbox, ReplyTo, Work};
 use crate::actor::fence::{self, CallFence};
 use crate::actor::{ActorError, ActorRef, Message};
 use crate::backlog::{Admitted, Done, Intake};
+use crate::runtime::CycleStamp;
 
 impl Node {
     /// Sends a typed request to `actor` and waits for its typed reply, at most `timeout`.
@@ -159,7 +160,7 @@ impl Node {
         match self.check_submit(call, &mut work, bound) {
             Checked::Done(e) => e,
             // A failed submission dropped the work, which answered a request already.
-            Checked::Ready(mailbox) => mailbox.submit(work).await.err(),
+            Checked::Ready(mailbox, _) => mailbox.submit(work).await.err(),
         }
     }
 
@@ -179,9 +180,9 @@ impl Node {
     ) -> (Admitted, Option<ActorError>) {
         let Intake { release, mode } = intake;
         let mut work = work;
-        let mailbox = match self.check_submit(call, &mut work, bound) {
+        let (mailbox, at) = match self.check_submit(call, &mut work, bound) {
             Checked::Done(e) => return (Admitted::Now, e),
-            Checked::Ready(m) => m,
+            Checked::Ready(m, at) => (m, at),
         };
         let backlogs = &self.inner.actor_backlogs;
         if release.is_none() && backlogs.queued(&call.actor_id) >= self.inner.held_limit {
@@ -197,7 +198,9 @@ impl Node {
                 None => (Admitted::Now, Some(error)),
             };
         }
-        let pending = match mailbox.prepare(work) {
+        // A turn started inline at the first offer asks its lease standing at the admission's
+        // reading: same thread, nothing awaited between.
+        let pending = match mailbox.prepare(work, at) {
             Ok(p) => p,
             Err(e) => return (Admitted::Now, Some(e)),
         };
@@ -224,6 +227,8 @@ impl Node {
     ) -> Checked {
         // One lock for the fence check and the barrier decision, so a record is held only by
         // the incarnation that admitted it.
+        // The admission's cycle reading: the standing below is asked at it.
+        let at: CycleStamp;
         let checked = {
             let mut guard = lock(&self.inner.actors);
             let actors = &mut *guard;
@@ -233,8 +238,10 @@ impl Node {
                 None => actors.retired.get(&call.actor_id).copied(),
                 Some(_) => None,
             };
+            let gate = &self.inner.gate;
+            at = gate.stamp();
             let checked = fence::check_call(
-                self.standing(),
+                gate.standing_at(at),
                 self.generation(),
                 live.as_deref().map(|a| &a.fence),
                 retired,
@@ -295,7 +302,7 @@ impl Node {
             }
         }
         match checked {
-            Ok(mailbox) => Checked::Ready(mailbox),
+            Ok(mailbox) => Checked::Ready(mailbox, at),
             Err(error) => Checked::Done(match work.reply.take() {
                 Some(r) => {
                     r.complete(Err(error));
@@ -413,6 +420,7 @@ pub(crate) fn send_error(node: &NodeRid, e: SendError) -> ActorError {
 enum Checked {
     /// Answered or refused without entering the lane (a refused send's error).
     Done(Option<ActorError>),
-    /// May enter the actor's lane (with the caller's work).
-    Ready(Mailbox),
+    /// May enter the actor's lane (with the caller's work); the cycle reading the admission's
+    /// standing was asked at.
+    Ready(Mailbox, CycleStamp),
 }

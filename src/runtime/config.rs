@@ -57,6 +57,49 @@ pub trait Clock: Send + Sync + 'static {
     fn budget_spent(&self, start: &BudgetStart, budget: Duration) -> bool {
         self.now().saturating_duration_since(start.instant) >= budget
     }
+
+    /// A reading of the CPU cycle counter taken now, for [`Clock::budget_spent_at`] and
+    /// [`CycleDeadline::certainly_before_at`]: one reading can answer both a budget check and a
+    /// lease check asked at the same handler boundary. Default: [`CycleStamp::NONE`] (no
+    /// counter: the checks read the clock).
+    fn stamp(&self) -> CycleStamp {
+        CycleStamp::NONE
+    }
+
+    /// [`Clock::budget_spent`] asked at the instant `at` was read ([`Clock::stamp`] of this
+    /// clock, taken by the caller just before; [`CycleStamp::NONE`] is always allowed). Exact
+    /// as [`Clock::budget_spent`]: `true` iff the budget has passed, at `at`'s instant or at
+    /// the clock reading this takes when the counter cannot decide. Default: ignores `at`.
+    fn budget_spent_at(&self, start: &BudgetStart, budget: Duration, at: CycleStamp) -> bool {
+        let _ = at;
+        self.budget_spent(start, budget)
+    }
+}
+
+/// A reading of the CPU cycle counter ([`Clock::stamp`]): an instant that budget and lease
+/// checks compare against bounds they computed from clock readings, without reading the clock.
+/// [`CycleStamp::NONE`] where no usable counter exists (or none was read): checks then read
+/// the clock.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CycleStamp(u64);
+
+impl CycleStamp {
+    /// No reading.
+    pub const NONE: CycleStamp = CycleStamp(0);
+
+    /// The cycle counter now ([`CycleStamp::NONE`] where it must not be used).
+    #[inline]
+    #[must_use]
+    pub fn now() -> CycleStamp {
+        CycleStamp(cycles::read())
+    }
+
+    /// Whether this is a reading.
+    #[inline]
+    #[must_use]
+    pub fn is_some(self) -> bool {
+        self.0 != 0
+    }
 }
 
 /// The start of an occupancy budget: an instant of the clock that took it, and (for
@@ -104,17 +147,33 @@ impl Clock for SystemClock {
     }
 
     fn budget_spent(&self, start: &BudgetStart, budget: Duration) -> bool {
-        let (before, after) = start.cycles;
-        let c = cycles::read();
-        if let Some(upper) = cycles::upper_ns(before, c) {
+        self.budget_spent_at(start, budget, CycleStamp::now())
+    }
+
+    #[inline]
+    fn stamp(&self) -> CycleStamp {
+        CycleStamp::now()
+    }
+
+    fn budget_spent_at(&self, start: &BudgetStart, budget: Duration, at: CycleStamp) -> bool {
+        // The common answer without a clock read: a leaf that saves no registers.
+        if let Some(upper) = cycles::upper_ns(start.cycles.0, at.0) {
             if upper < budget.as_nanos() {
                 return false;
             }
         }
-        let elapsed = Instant::now().saturating_duration_since(start.instant);
-        cycles::learn(after, c, elapsed.as_nanos());
-        elapsed >= budget
+        spent_by_clock(start, budget, at)
     }
+}
+
+/// [`SystemClock::budget_spent_at`] when the cycle counter could not answer: the clock decides
+/// (and teaches the counter's rate). Out of line, so the counter's answer stays a leaf.
+#[cold]
+#[inline(never)]
+fn spent_by_clock(start: &BudgetStart, budget: Duration, at: CycleStamp) -> bool {
+    let elapsed = Instant::now().saturating_duration_since(start.instant);
+    cycles::learn(start.cycles.1, at.0, elapsed.as_nanos());
+    elapsed >= budget
 }
 
 /// The cycle counter behind [`SystemClock::budget_spent`] (x86-64 Linux, invariant TSC only).
@@ -289,6 +348,20 @@ impl CycleDeadline {
             // later one (a later arming's anchor is larger: only stricter).
             let anchor = self.anchor.load(crate::sync::atomic::Ordering::Relaxed);
             let c = cycles::read();
+            c != 0 && anchor <= c && c < limit
+        }
+    }
+
+    /// [`CycleDeadline::certainly_before`] at the instant `at` was read: `true` when the system
+    /// clock was certainly before the armed deadline then. `at` taken before the limit is read
+    /// proves at most what a fresh reading would (a limit armed after `at` has an anchor above
+    /// it and proves nothing; one withdrawn after `at` was read was the deadline in force then).
+    #[inline]
+    pub fn certainly_before_at(&self, at: CycleStamp) -> bool {
+        let limit = self.limit.load(crate::sync::atomic::Ordering::Acquire);
+        limit != 0 && {
+            let anchor = self.anchor.load(crate::sync::atomic::Ordering::Relaxed);
+            let c = at.0;
             c != 0 && anchor <= c && c < limit
         }
     }

@@ -473,6 +473,14 @@ impl<Y: YieldMode> Ctx<Y> {
         }
     }
 
+    /// The cycle reading taken at this turn's start boundary (`TurnEnv::stamp`: after the
+    /// previous turn on this thread, nothing awaited since), for a check at the start of the
+    /// turn; [`crate::runtime::CycleStamp::NONE`] when there is none. Meaningless later in
+    /// the turn.
+    pub(crate) fn start_stamp(&self) -> crate::runtime::CycleStamp {
+        self.env.stamp
+    }
+
     fn call<T>(&self, target: Target, submit: Submit<T>) -> PendingCall<T, Y> {
         self.call_op(target, CallOp::Submit(submit))
     }

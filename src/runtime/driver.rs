@@ -26,7 +26,7 @@ use tokio::sync::oneshot;
 use crate::sync::Mutex;
 use crate::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
-use super::config::RuntimeConfig;
+use super::config::{CycleStamp, RuntimeConfig};
 use super::core::{
     GateCore, LaneClass, LaneId, Queued, ResumeRefused, SubmitRefusal, SubmitRefused, Turn,
 };
@@ -1142,6 +1142,10 @@ pub(crate) struct TurnEnv {
     pub lane: Arc<LaneHandle>,
     pub invocation: u64,
     pub class: LaneClass,
+    /// A cycle counter reading taken on this thread after the previous turn it ran ended and
+    /// before this one started, with nothing awaited in between ([`CycleStamp::NONE`]: none):
+    /// a check at this turn's start may be asked at that instant instead of reading again.
+    pub stamp: CycleStamp,
 }
 
 /// A record started inline ([`LaneHandle::try_start_inline`]): the caller holds the gate's right
@@ -1252,8 +1256,12 @@ impl Future for Requeue {
 /// calling thread to its terminal or its first wait: the application domain marker set (EG-13),
 /// the lane runtime's context entered (a handler may spawn or start timers), a panic caught as
 /// a drain catches it.
-pub(crate) fn run_started_inline<F>(lane: &Arc<LaneHandle>, turn: InlineTurn, work: F)
-where
+pub(crate) fn run_started_inline<F>(
+    lane: &Arc<LaneHandle>,
+    turn: InlineTurn,
+    stamp: CycleStamp,
+    work: F,
+) where
     F: FnOnce(TurnEnv, &LaneHandle) -> Handled<()>,
 {
     let _rt = lane.rt().app.enter();
@@ -1263,6 +1271,7 @@ where
             lane: lane.clone(),
             invocation,
             class: LaneClass::Application,
+            stamp,
         };
         let ran = catch_unwind(AssertUnwindSafe(move || work(env, lane)))
             .unwrap_or(Handled::Now(Err(HandlerError::Panicked)));
@@ -1435,6 +1444,8 @@ async fn drain(gate: Arc<GateInner>, mut fence: Fence, mut first: Option<InFligh
     let mut lone = false;
     // the buffer a batch is taken into (capacity reused)
     let mut spare: std::collections::VecDeque<Queued<Job>> = std::collections::VecDeque::new();
+    // the budget check after the last handler, when a batch made it already
+    let mut checked: Option<bool> = None;
     loop {
         let (next, room) = match first.take() {
             Some(f) => (Some(Step::InFlight(f)), false),
@@ -1499,7 +1510,10 @@ async fn drain(gate: Arc<GateInner>, mut fence: Fence, mut first: Option<InFligh
                     idled = 0;
                     continue;
                 }
-                None => return,
+                None => {
+                    gate.gate.trim_idle_batch();
+                    return;
+                }
             },
             Some(Step::Turn(Turn::Run {
                 lane,
@@ -1511,14 +1525,18 @@ async fn drain(gate: Arc<GateInner>, mut fence: Fence, mut first: Option<InFligh
                 idled = 0;
                 lone = true;
                 let (mut invocation, mut item) = (invocation, item);
+                // the reading of the budget check after the previous record of this batch
+                let mut stamp = CycleStamp::NONE;
                 // the record, then the batch's next records while the batch goes on: each is
                 // its own turn (new turn number, own invocation and registration scope)
                 loop {
+                    checked = None;
                     data.slot.begin(invocation, fence, gate.next_turn());
                     let env = TurnEnv {
                         lane: data.clone(),
                         invocation,
                         class,
+                        stamp,
                     };
                     // a synchronous handler runs without an async frame of its own
                     let r = match run_job(item, env, &data) {
@@ -1530,8 +1548,12 @@ async fn drain(gate: Arc<GateInner>, mut fence: Fence, mut first: Option<InFligh
                         },
                     };
                     end_record(&gate, &data, invocation, r);
-                    // EG-9 / EG-7.4: budget checked after each handler, never pre-empting one
-                    if clock.budget_spent(&start, budget) {
+                    // EG-9 / EG-7.4: budget checked after each handler, never pre-empting one;
+                    // its reading also serves the next record's start (nothing awaited between)
+                    stamp = clock.stamp();
+                    let spent = clock.budget_spent_at(&start, budget, stamp);
+                    checked = Some(spent);
+                    if spent {
                         finished = Some((lane, invocation));
                         break;
                     }
@@ -1579,8 +1601,12 @@ async fn drain(gate: Arc<GateInner>, mut fence: Fence, mut first: Option<InFligh
                 }
             }
         }
-        // EG-9 / EG-7.4: budget checked at the handler boundary, never pre-empting a handler.
-        if clock.budget_spent(&start, budget) {
+        // EG-9 / EG-7.4: budget checked at the handler boundary, never pre-empting a handler
+        // (once per boundary: a batch's last record was checked in the batch).
+        if checked
+            .take()
+            .unwrap_or_else(|| clock.budget_spent(&start, budget))
+        {
             let mut waiting: Option<Arc<LaneHandle>> = None;
             {
                 let g = &gate.gate;
@@ -1602,6 +1628,7 @@ async fn drain(gate: Arc<GateInner>, mut fence: Fence, mut first: Option<InFligh
             gate.gate.word.release();
             tokio::task::yield_now().await;
             if !gate.gate.lock_unquiesced().has_ready() {
+                gate.gate.trim_idle_batch();
                 return;
             }
             match gate.gate.word.try_acquire() {
@@ -1609,7 +1636,10 @@ async fn drain(gate: Arc<GateInner>, mut fence: Fence, mut first: Option<InFligh
                     fence = f;
                     start = clock.budget_start();
                 }
-                None => return,
+                None => {
+                    gate.gate.trim_idle_batch();
+                    return;
+                }
             }
         }
     }

@@ -37,8 +37,16 @@ use super::core::{GateCore, Queued, Turn};
 
 const HELD: u64 = 1;
 
-/// Capacity (records) of a batch buffer kept between batches; a bigger one is given back.
-const BATCH_SPARE_KEEP: usize = 8;
+/// Capacity (records) of a batch buffer kept from one batch to the next while the holder goes on
+/// (a bigger one is given back): the gate's batch slot and the holder's spare keep their buffers,
+/// so a lane whose whole FIFO a batch takes gets a buffer of the size it had, not one it must
+/// grow again record by record. Twice the largest batch (`BATCH_EXTRA`, a default lane): a FIFO
+/// of up to 1,024 records may sit in a buffer grown past it.
+const BATCH_BUFFER_KEEP: usize = 2048;
+
+/// Capacity (records) the batch slot keeps once its holder has gone: an idle gate keeps no
+/// burst-sized buffer ([`GateShared::trim_idle_batch`]).
+const IDLE_BATCH_KEEP: usize = 8;
 
 /// A fencing number: identifies one processing right of one gate; never reused (EG-6.1).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -201,8 +209,17 @@ impl<W, L: Clone> GateShared<W, L> {
             released,
             slot.items.drain(..),
         );
-        if slot.items.capacity() > BATCH_SPARE_KEEP {
-            // the taken buffer goes back to the allocator, not to the gate's idle state
+        if slot.items.capacity() > BATCH_BUFFER_KEEP {
+            slot.items = VecDeque::new();
+        }
+    }
+
+    /// The holder is gone (or going): give back a big buffer the batch slot kept between
+    /// batches, so an idle gate keeps none ([`IDLE_BATCH_KEEP`]). A batch outstanding meanwhile
+    /// (another holder's) is left alone; its holder trims when it goes.
+    pub fn trim_idle_batch(&self) {
+        let mut slot = self.batch.lock().unwrap();
+        if !slot.active && slot.items.is_empty() && slot.items.capacity() > IDLE_BATCH_KEEP {
             slot.items = VecDeque::new();
         }
     }
@@ -233,9 +250,9 @@ impl<W, L: Clone> GateShared<W, L> {
         max_extra: usize,
         spare: &mut VecDeque<Queued<W>>,
     ) -> Option<Turn<W, L>> {
-        // the lane is handed `spare`'s buffer when the batch takes its whole FIFO: never a big one
-        // left over from another lane (an idle lane keeps no burst-sized buffer)
-        if spare.capacity() > BATCH_SPARE_KEEP {
+        // the lane is handed `spare`'s buffer when the batch takes its whole FIFO (up to
+        // `BATCH_BUFFER_KEEP`; the lane gives a big one back when it goes idle, `GateCore`'s trim)
+        if spare.capacity() > BATCH_BUFFER_KEEP {
             *spare = VecDeque::new();
         }
         let turn = core.poll_turn_batch(max_extra, spare);
@@ -390,6 +407,57 @@ impl<H> SpaceSlot<H> {
 impl<H> Default for SpaceSlot<H> {
     fn default() -> Self {
         Self::new()
+    }
+}
+
+#[cfg(all(test, not(feature = "loom")))]
+mod tests {
+    use super::*;
+    use crate::runtime::core::LaneClass;
+
+    /// One batch of `n` records of `lane`, run to its end by the holder.
+    fn batch(
+        g: &GateShared<u32, ()>,
+        lane: super::super::core::LaneId,
+        n: u32,
+        spare: &mut VecDeque<Queued<u32>>,
+    ) {
+        let mut core = g.lock_unquiesced();
+        for i in 0..n {
+            core.handle_submit(lane, LaneClass::Application, 0, i)
+                .unwrap();
+        }
+        let Some(Turn::Run { invocation, .. }) = g.poll_turn_batch(&mut core, 1024, spare) else {
+            panic!("no turn");
+        };
+        drop(core);
+        let mut last = invocation;
+        while g.batch_next().is_some() {
+            last += 1;
+        }
+        let mut core = g.lock_unquiesced();
+        g.end_batch(&mut core);
+        core.handle_turn_finished(lane, last).unwrap();
+    }
+
+    // A batch that takes a lane's whole FIFO hands its buffers on from batch to batch while
+    // the holder goes on (the lane is not made to grow a buffer again per batch), and the
+    // holder gives the kept buffer back when it goes: an idle gate keeps no burst-sized buffer.
+    #[test]
+    fn batch_buffers_go_round_while_the_holder_stays_and_back_when_it_goes() {
+        let g: GateShared<u32, ()> = GateShared::new(LaneLimits::default());
+        let lane = g.lock().add_lane(()).unwrap();
+        let mut spare = VecDeque::new();
+        batch(&g, lane, 100, &mut spare);
+        assert!(
+            g.batch.lock().unwrap().items.capacity() >= 99,
+            "the taken buffer was freed"
+        );
+        batch(&g, lane, 100, &mut spare);
+        // the first batch's buffer came back to the holder, to be handed to the lane next
+        assert!(spare.capacity() >= 99, "the kept buffer was not handed on");
+        g.trim_idle_batch();
+        assert!(g.batch.lock().unwrap().items.capacity() <= IDLE_BATCH_KEEP);
     }
 }
 

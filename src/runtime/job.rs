@@ -176,6 +176,7 @@ mod tests {
                 lane: lane.clone(),
                 invocation: 1,
                 class: crate::runtime::core::LaneClass::Application,
+                stamp: crate::runtime::CycleStamp::NONE,
             },
             lane,
         )

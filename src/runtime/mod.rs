@@ -37,7 +37,9 @@ use bytes::Bytes;
 use crate::sync::Mutex;
 use crate::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-pub use config::{BudgetStart, Clock, LaneLimits, ManualClock, RuntimeConfig, SystemClock};
+pub use config::{
+    BudgetStart, Clock, CycleStamp, LaneLimits, ManualClock, RuntimeConfig, SystemClock,
+};
 pub use context::{
     CallFuture, CanYield, Ctx, Join, NoYield, PendingCall, SerialCtx, SpotWideCtx, YieldMode,
 };

@@ -5,6 +5,7 @@
 
 use std::sync::Arc;
 
+use super::config::CycleStamp;
 use super::core::LaneClass;
 use super::driver::{Handled, Job, LaneHandle, StartOrSubmit, TurnEnv};
 use super::error::RuntimeError;
@@ -89,7 +90,9 @@ impl PendingSubmit {
             return Err(self);
         };
         let job = self.job;
-        super::driver::run_started_inline(&self.lane, turn, move |env, lane| job.run(env, lane));
+        super::driver::run_started_inline(&self.lane, turn, CycleStamp::NONE, move |env, lane| {
+            job.run(env, lane)
+        });
         Ok(())
     }
 
@@ -117,6 +120,10 @@ pub(crate) struct Prepared<'a, F> {
     class: LaneClass,
     payload_len: usize,
     work: F,
+    /// The submitter's cycle reading taken for this record just before it was prepared: the
+    /// turn's start reading when it runs inline at its first offer (see [`TurnEnv::stamp`]);
+    /// dropped when it enters the lane or becomes a [`PendingSubmit`].
+    stamp: CycleStamp,
 }
 
 impl<'a, F> Prepared<'a, F>
@@ -134,7 +141,15 @@ where
             class,
             payload_len,
             work,
+            stamp: CycleStamp::NONE,
         }
+    }
+
+    /// The same record with the submitter's cycle reading `stamp`, taken after the previous
+    /// turn the submitting thread ran and before this record's offer, nothing awaited between
+    /// (see [`TurnEnv::stamp`]).
+    pub(crate) fn stamped(self, stamp: CycleStamp) -> Self {
+        Prepared { stamp, ..self }
     }
 }
 
@@ -197,7 +212,12 @@ impl Submission for PendingSubmit {
         let r = match r {
             StartOrSubmit::Inline(turn) => {
                 let job = job.take().expect("not made: it runs inline");
-                super::driver::run_started_inline(&lane, turn, move |env, lane| job.run(env, lane));
+                super::driver::run_started_inline(
+                    &lane,
+                    turn,
+                    CycleStamp::NONE,
+                    move |env, lane| job.run(env, lane),
+                );
                 Ok(())
             }
             StartOrSubmit::Submitted => Ok(()),
@@ -224,6 +244,7 @@ where
             class,
             payload_len,
             work,
+            stamp,
         } = self;
         let mut work = Some(work);
         let r = lane.try_start_inline_or_submit(class, payload_len, inline, || {
@@ -232,7 +253,7 @@ where
         let r = match r {
             StartOrSubmit::Inline(turn) => {
                 let work = work.take().expect("not boxed: it runs inline");
-                super::driver::run_started_inline(lane, turn, work);
+                super::driver::run_started_inline(lane, turn, stamp, work);
                 Ok(())
             }
             StartOrSubmit::Submitted => Ok(()),

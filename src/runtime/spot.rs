@@ -22,6 +22,7 @@ use tokio::sync::oneshot;
 use crate::sync::Mutex;
 use crate::sync::atomic::Ordering;
 
+use super::config::CycleStamp;
 use super::context::{CanYield, Ctx, NoYield, Target, YieldMode, downcast_actor, gate_target};
 use super::core::{LaneClass, LaneStats};
 use super::driver::{
@@ -702,9 +703,13 @@ where
 
     /// [`ActorRef::prepare_send`] with the work unboxed until it must enter the lane
     /// ([`super::pending::Prepared`]: a record that runs inline is never boxed).
+    ///
+    /// `stamp`: the submitter's cycle reading for this record (see
+    /// [`super::pending::Prepared::stamped`]), or [`CycleStamp::NONE`].
     pub(crate) fn prepare_send_unboxed(
         &self,
         msg: M,
+        stamp: CycleStamp,
     ) -> impl super::pending::Submission + use<'_, M, R> {
         let len = msg.payload_len();
         super::pending::Prepared::new(
@@ -713,6 +718,7 @@ where
             len,
             send_work::<M, R>(msg),
         )
+        .stamped(stamp)
     }
 
     /// Fire-and-forget, waiting for application-lane space instead of failing (backpressure).
@@ -788,6 +794,7 @@ where
         lane: lane.clone(),
         invocation,
         class: LaneClass::Application,
+        stamp: CycleStamp::NONE,
     };
     let r = match catch_unwind(AssertUnwindSafe(|| call_handler::<M, R>(lane, env, msg))) {
         Err(_) => Err(HandlerError::Panicked),
