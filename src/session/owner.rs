@@ -1301,14 +1301,9 @@ mod tests {
         fn return_credit(&self, _: zlink_mesh::Origin, _: u32, _: u64) {}
     }
 
-    // A packet's admission reads the entry's copy of whether the aggregate accepts packets
-    // (no lock): it follows every change made under the aggregate's lock, and the session that
-    // ended refuses packets.
-    #[test]
-    fn a_sessions_copy_of_accepting_packets_follows_its_aggregate() {
-        let tokio = tokio::runtime::Runtime::new().unwrap();
-        let runtime = Runtime::new(RuntimeConfig::default()).unwrap();
-        let owner = Arc::new(SessionOwner::new(
+    /// A session owner of node "a" with no handlers or callbacks, on `runtime`.
+    fn owner_on(tokio: &tokio::runtime::Runtime, runtime: &Runtime) -> Arc<SessionOwner> {
+        Arc::new(SessionOwner::new(
             SessionOwnerConfig {
                 node: NodeRid::new("a").unwrap(),
                 lifecycle: SessionLifecycleGeneration::new(1),
@@ -1322,7 +1317,17 @@ mod tests {
             HandlerRegistry::default(),
             Callbacks::default(),
             tokio.handle().clone(),
-        ));
+        ))
+    }
+
+    // A packet's admission reads the entry's copy of whether the aggregate accepts packets
+    // (no lock): it follows every change made under the aggregate's lock, and the session that
+    // ended refuses packets.
+    #[test]
+    fn a_sessions_copy_of_accepting_packets_follows_its_aggregate() {
+        let tokio = tokio::runtime::Runtime::new().unwrap();
+        let runtime = Runtime::new(RuntimeConfig::default()).unwrap();
+        let owner = owner_on(&tokio, &runtime);
         let entered = tokio.enter();
         let e = owner.connected(SessionRid::new(3)).unwrap();
         assert!(e.accepts_packets() && e.agg().accepts_packets());
@@ -1361,22 +1366,7 @@ mod tests {
     fn a_session_cache_never_hands_out_an_entry_that_left_the_map() {
         let tokio = tokio::runtime::Runtime::new().unwrap();
         let runtime = Runtime::new(RuntimeConfig::default()).unwrap();
-        let node = NodeRid::new("a").unwrap();
-        let owner = Arc::new(SessionOwner::new(
-            SessionOwnerConfig {
-                node,
-                lifecycle: SessionLifecycleGeneration::new(1),
-                callback_timeout: Duration::from_secs(1),
-                binding_limit: 4,
-                request_timeout: Duration::from_secs(1),
-                clock: Arc::new(super::super::clock::SystemClock),
-            },
-            Box::new(Host),
-            runtime.clone(),
-            HandlerRegistry::default(),
-            Callbacks::default(),
-            tokio.handle().clone(),
-        ));
+        let owner = owner_on(&tokio, &runtime);
         let entered = tokio.enter();
         let rid = SessionRid::new(9);
         let mut cache = SessionCache::default();
