@@ -404,12 +404,13 @@ mod tests {
         assert!(OwnerStanding::Lapsed.run_turn().is_err());
     }
 
-    // spec: SB-5.11 — on the system clock the gate mostly reads only the cycle counter, and its
-    // answer is still the clock's: whenever the clock has passed the deadline the gate says
-    // Lapsed (never a stale Serving), and never before. Deadlines are placed just ahead of now,
-    // where the cycle limit has to give way to the clock; the first millisecond teaches a rate.
-    #[test]
-    fn the_gate_on_the_system_clock_is_exact_at_its_deadline() {
+    /// Asks `gate` its standing around deadlines placed just ahead of now, where the cycle
+    /// limit has to give way to the clock, for 30 ms (the first millisecond teaches a rate):
+    /// whenever the clock had passed the deadline before `ask` the answer is Lapsed (never a
+    /// stale Serving), and whenever it had not after `ask`, Serving. `ask` reads the counter
+    /// itself or takes a reading first (`standing_at`); a reading taken before the deadline was
+    /// moved back to the past never answers Serving. Whether a cycle limit got armed.
+    fn exact_around_deadlines(ask: impl Fn(&OwnerGate) -> OwnerStanding) -> bool {
         let clock: Arc<dyn Clock> = Arc::new(crate::session::SystemClock);
         let start = Instant::now();
         let gate = OwnerGate::new(clock, start + Duration::from_secs(3600));
@@ -419,7 +420,7 @@ mod tests {
             // Far deadline: a limit gets armed (the rate is learned from the gate's own reads).
             gate.set_deadline(Instant::now() + Duration::from_secs(3600));
             for _ in 0..50 {
-                assert_eq!(gate.standing(), OwnerStanding::Serving);
+                assert_eq!(ask(&gate), OwnerStanding::Serving);
             }
             armed |= gate.cycles.as_ref().is_some_and(CycleDeadline::armed);
             for delta in [0u64, 1, 5, 20, 100] {
@@ -427,7 +428,7 @@ mod tests {
                 gate.set_deadline(deadline);
                 loop {
                     let before = Instant::now();
-                    let standing = gate.standing();
+                    let standing = ask(&gate);
                     let after = Instant::now();
                     if before >= deadline {
                         assert_eq!(standing, OwnerStanding::Lapsed, "passed, not reported");
@@ -439,60 +440,35 @@ mod tests {
                     checks += 1;
                 }
             }
-            // A deadline moved back to the past lapses at once, whatever limit was armed.
+            // A deadline moved back to the past lapses at once, whatever limit was armed, and
+            // a reading from before the move proves nothing after it.
             gate.set_deadline(Instant::now() + Duration::from_secs(3600));
-            assert_eq!(gate.standing(), OwnerStanding::Serving);
+            assert_eq!(ask(&gate), OwnerStanding::Serving);
+            let at = gate.stamp();
             gate.set_deadline(Instant::now());
-            assert_eq!(gate.standing(), OwnerStanding::Lapsed);
+            assert_eq!(ask(&gate), OwnerStanding::Lapsed);
+            assert_eq!(gate.standing_at(at), OwnerStanding::Lapsed);
+            assert_eq!(gate.standing_at(CycleStamp::NONE), OwnerStanding::Lapsed);
         }
         assert!(checks > 0);
+        armed
+    }
+
+    // spec: SB-5.11 — on the system clock the gate mostly reads only the cycle counter, and its
+    // answer is still the clock's, at its deadline.
+    #[test]
+    fn the_gate_on_the_system_clock_is_exact_at_its_deadline() {
+        let armed = exact_around_deadlines(OwnerGate::standing);
         if CycleDeadline::new().is_some() {
             assert!(armed, "the cycle limit was never armed");
         }
     }
 
     // spec: SB-5.11 — a standing asked with a cycle reading the caller took (`standing_at`) is
-    // the clock's answer at that reading's instant: Lapsed whenever the clock had passed the
-    // deadline before the reading, Serving whenever it had not after the check; a reading taken
-    // before the deadline was moved back to the past never answers Serving.
+    // the clock's answer at that reading's instant.
     #[test]
     fn a_standing_at_a_callers_reading_is_exact() {
-        let clock: Arc<dyn Clock> = Arc::new(crate::session::SystemClock);
-        let start = Instant::now();
-        let gate = OwnerGate::new(clock, start + Duration::from_secs(3600));
-        let mut checks = 0u32;
-        while start.elapsed() < Duration::from_millis(30) {
-            gate.set_deadline(Instant::now() + Duration::from_secs(3600));
-            for _ in 0..50 {
-                assert_eq!(gate.standing_at(gate.stamp()), OwnerStanding::Serving);
-            }
-            for delta in [0u64, 1, 5, 20, 100] {
-                let deadline = Instant::now() + Duration::from_micros(delta);
-                gate.set_deadline(deadline);
-                loop {
-                    let before = Instant::now();
-                    let at = gate.stamp();
-                    let standing = gate.standing_at(at);
-                    let after = Instant::now();
-                    if before >= deadline {
-                        assert_eq!(standing, OwnerStanding::Lapsed, "passed, not reported");
-                        break;
-                    }
-                    if after < deadline {
-                        assert_eq!(standing, OwnerStanding::Serving, "reported early");
-                    }
-                    checks += 1;
-                }
-            }
-            // A reading from before the deadline moved to the past proves nothing after it.
-            gate.set_deadline(Instant::now() + Duration::from_secs(3600));
-            assert_eq!(gate.standing(), OwnerStanding::Serving);
-            let at = gate.stamp();
-            gate.set_deadline(Instant::now());
-            assert_eq!(gate.standing_at(at), OwnerStanding::Lapsed);
-            assert_eq!(gate.standing_at(CycleStamp::NONE), OwnerStanding::Lapsed);
-        }
-        assert!(checks > 0);
+        exact_around_deadlines(|gate| gate.standing_at(gate.stamp()));
     }
 
     #[test]
