@@ -594,11 +594,7 @@ impl MeshClient {
     /// Hands an admitted one-way record to the I/O thread.
     #[inline]
     fn hand_over_one_way(&self, frames: Parts, bytes: u64) -> Result<(), SendError> {
-        let out = Out {
-            frames,
-            bytes: Some(bytes),
-            corr: 0,
-        };
+        let out = Out::parts(frames, Some(bytes), 0);
         if self.shared.hand_over(out, None) {
             Ok(())
         } else {
@@ -675,11 +671,7 @@ impl MeshClient {
                     }
                 };
                 bytes += b;
-                chunk.push(Out {
-                    frames,
-                    bytes: Some(b),
-                    corr: 0,
-                });
+                chunk.push(Out::parts(frames, Some(b), 0));
                 if chunk.len() >= chunk_len {
                     more = true;
                     break;
@@ -732,11 +724,7 @@ impl MeshClient {
             .await
             .map_err(|e| SendError::DeadlineExceeded(e.waited))?;
         let (tx, rx) = oneshot::channel();
-        let out = Out {
-            frames,
-            bytes: Some(bytes),
-            corr,
-        };
+        let out = Out::parts(frames, Some(bytes), corr);
         let request = NewRequest {
             corr,
             deadline,
@@ -1407,6 +1395,38 @@ impl Transport for DealerWire<'_> {
                 tap.record(TapDirection::Sent, LinkKind::Client, b"", &[frame]);
             }
             sent
+        };
+        if sent {
+            SendOutcome::Sent
+        } else {
+            SendOutcome::Paused
+        }
+    }
+
+    /// A framed run (the client frames none itself): sent copied, so a refused one stays
+    /// whole for the retry.
+    fn send_framed(&mut self, run: &mut conn::Framed) -> SendOutcome {
+        let sent = match run.lone() {
+            Some(r) => dealer_send(
+                self.dealer,
+                self.tap,
+                &Parts::new(
+                    Bytes::copy_from_slice(r.envelope),
+                    r.payload.map(Bytes::copy_from_slice),
+                ),
+            ),
+            None => {
+                let sent = self.dealer.send(run.frame(), zmq::DONTWAIT).is_ok();
+                if sent && let Some(tap) = self.tap {
+                    tap.record(
+                        TapDirection::Sent,
+                        LinkKind::Client,
+                        b"",
+                        &[Bytes::copy_from_slice(run.frame())],
+                    );
+                }
+                sent
+            }
         };
         if sent {
             SendOutcome::Sent

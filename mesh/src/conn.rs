@@ -207,6 +207,10 @@ pub(crate) trait Credit {
     ) -> Run;
     /// The records of `run` went out.
     fn charge_run(&mut self, run: Run);
+    /// Whether all `n` records of a [`Framed`] run, `bytes` in all and `before_last` without
+    /// the last one, go out within this credit, each checked as if sent alone (the rule of
+    /// [`SendCredit::run`]; the caller checked that the credit is open).
+    fn admits(&self, n: usize, bytes: u64, before_last: u64) -> bool;
 }
 
 impl Credit for SendCredit {
@@ -228,6 +232,13 @@ impl Credit for SendCredit {
     #[inline]
     fn charge_run(&mut self, run: Run) {
         SendCredit::charge_run(self, run);
+    }
+
+    /// Record by record, the credit admits the next one while messages and bytes are left;
+    /// the bytes only fall, so the last record's check is the one that matters.
+    #[inline]
+    fn admits(&self, n: usize, _bytes: u64, before_last: u64) -> bool {
+        self.msgs >= n as u64 && self.bytes > before_last
     }
 }
 
@@ -253,6 +264,11 @@ impl Credit for Unlimited {
 
     #[inline]
     fn charge_run(&mut self, _run: Run) {}
+
+    #[inline]
+    fn admits(&self, _n: usize, _bytes: u64, _before_last: u64) -> bool {
+        true
+    }
 }
 
 /// What the transport did with one message.
@@ -278,6 +294,10 @@ pub(crate) trait Transport {
         run: impl ExactSizeIterator<Item = &'a Parts>,
         frame: usize,
     ) -> SendOutcome;
+    /// Sends a run its senders framed ([`Framed`]) as one message: a lone record as its own
+    /// frames, several as the 139 batch frame they already form ([`Framed::take_frame`] once
+    /// the transport accepted the message; a refused one keeps its frame for the retry).
+    fn send_framed(&mut self, run: &mut Framed) -> SendOutcome;
     /// The request `corr` (≠ 0) must not be transmitted any more: it reached its terminal, or
     /// its deadline passed (then it is ended now). Counted by the driver.
     fn ended(&mut self, corr: u64) -> bool;
@@ -314,7 +334,43 @@ pub(crate) fn flush<C: Credit, T: Transport>(
     batching: &Batching,
     t: &mut T,
 ) -> Flushed {
-    while let Some(out) = queue.front() {
+    while let Some(out) = queue.front_mut() {
+        if let Some(run) = out.framed.as_deref_mut() {
+            if !credit.open() {
+                return Flushed::CreditBlocked;
+            }
+            let (n, bytes) = (run.records(), run.bytes);
+            if !credit.admits(n, bytes, run.before_last) {
+                // The credit ends inside the run: its records continue one by one, as if
+                // queued so (copied out of the frame; rare), and go out exactly as far as
+                // the credit admits each of them.
+                let Some(framed) = queue.pop_front() else {
+                    break;
+                };
+                let records: Vec<Out> = framed.framed.map(|f| f.unframe()).unwrap_or_default();
+                for out in records.into_iter().rev() {
+                    queue.push_front(out);
+                }
+                continue;
+            }
+            match t.send_framed(run) {
+                SendOutcome::Sent => {
+                    credit.charge_run(Run { n, bytes, frame: 0 });
+                    budget.release_n(n as u64, bytes);
+                    queue.pop_front();
+                }
+                SendOutcome::Paused => return Flushed::Paused,
+                SendOutcome::Unreachable => {
+                    if let Some(out) = queue.pop_front() {
+                        release(budget, &out);
+                        for _ in 0..n {
+                            t.lost(&out);
+                        }
+                    }
+                }
+            }
+            continue;
+        }
         if out.corr != 0 && t.ended(out.corr) {
             // The request reached its terminal (deadline, cancel) while queued: it must never
             // be sent afterwards (SB-12, EG-16.26).
@@ -325,9 +381,15 @@ pub(crate) fn flush<C: Credit, T: Transport>(
         if !credit.open() {
             return Flushed::CreditBlocked;
         }
-        let run = credit.run(batching, queue.iter().map(|o| (&*o.frames, o.corr)), |c| {
-            t.expired(c)
-        });
+        // A run of records queued one by one stops before a framed run.
+        let run = credit.run(
+            batching,
+            queue
+                .iter()
+                .take_while(|o| o.framed.is_none())
+                .map(|o| (&*o.frames, o.corr)),
+            |c| t.expired(c),
+        );
         let n = run.n;
         match t.send_run(queue.iter().take(n).map(|o| &o.frames), run.frame) {
             SendOutcome::Sent => {
@@ -375,15 +437,172 @@ pub(crate) fn encode_run<'a>(run: impl Iterator<Item = &'a Parts>, len: usize) -
     frame
 }
 
-/// A record queued for a connection (its frames), with what it reserved.
+/// A record queued for a connection (its frames), with what it reserved; or a run of one-way
+/// records its senders framed already ([`Out::framed`]).
 pub(crate) struct Out {
+    /// The record's parts (empty for a framed run).
     pub(crate) frames: Parts,
-    /// Bytes reserved against the destination budget; `None` for replies (not budgeted).
+    /// Bytes reserved against the destination budget (a framed run: all its records');
+    /// `None` for replies (not budgeted).
     pub(crate) bytes: Option<u64>,
     /// Correlation id of a request (0 = not a request). Checked against the correlation
     /// table at the moment of transmission: a request that already ended is never sent.
     pub(crate) corr: u64,
+    /// One-way records framed by their senders as the sub-records of one 139 batch frame
+    /// ([`Framed`]), sent without the I/O thread copying them.
+    pub(crate) framed: Option<Box<Framed>>,
 }
+
+impl Out {
+    /// One record's parts.
+    pub(crate) fn parts(frames: Parts, bytes: Option<u64>, corr: u64) -> Self {
+        Self {
+            frames,
+            bytes,
+            corr,
+            framed: None,
+        }
+    }
+
+    /// A framed run of one-way records, each of which reserved its bytes.
+    pub(crate) fn framed(run: Box<Framed>) -> Self {
+        Self {
+            frames: Parts::default(),
+            bytes: Some(run.bytes),
+            corr: 0,
+            framed: Some(run),
+        }
+    }
+
+    /// How many records this is (a framed run's, else 1).
+    pub(crate) fn records(&self) -> usize {
+        self.framed.as_ref().map_or(1, |f| f.records())
+    }
+}
+
+/// A run of one-way records written as the sub-records of one 139 batch frame by the threads
+/// that sent them (`node::Outbox`: the record's bytes are copied while they are still in the
+/// sender's cache), within the batching rule of [`batch_run`]: records whose payload is at
+/// most `max_record_payload`, at most `max_records` of them and at most `max_bytes` of frame
+/// (a first record may exceed it, and then travels alone). The I/O thread sends the frame as
+/// the message as it is (a lone record as its own frames), without touching the records'
+/// bytes; each record is still charged to the credit on its own ([`Credit::admits`]; a run
+/// the credit ends inside goes on record by record, [`Framed::unframe`]).
+#[derive(Debug)]
+pub(crate) struct Framed {
+    /// The frame: [`zlink_wire::batch::batch_prefix`] (the count kept current), then the
+    /// sub-records.
+    frame: Vec<u8>,
+    /// Records in the frame.
+    n: u32,
+    /// Their bytes (all parts of each record), the unit of the budget and the credit.
+    bytes: u64,
+    /// Their bytes without the last record's.
+    before_last: u64,
+}
+
+impl Framed {
+    /// An empty run whose frame buffer has room for `capacity` bytes.
+    pub(crate) fn new(capacity: usize) -> Self {
+        let mut frame = Vec::with_capacity(capacity.max(zlink_wire::batch::BATCH_PREFIX_LEN));
+        frame.extend_from_slice(&zlink_wire::batch::batch_prefix(0));
+        Self {
+            frame,
+            n: 0,
+            bytes: 0,
+            before_last: 0,
+        }
+    }
+
+    /// Records in the run.
+    pub(crate) fn records(&self) -> usize {
+        self.n as usize
+    }
+
+    /// Bytes of its records (all parts of each): what they reserved.
+    pub(crate) fn reserved(&self) -> u64 {
+        self.bytes
+    }
+
+    /// Bytes of the frame so far.
+    pub(crate) fn frame_len(&self) -> usize {
+        self.frame.len()
+    }
+
+    /// Whether `batching` lets a record of `envelope` and `payload` bytes travel in a batch
+    /// frame at all (its payload is small; batching is on).
+    pub(crate) fn batchable(batching: &Batching, payload: usize) -> bool {
+        batching.max_records > 1 && payload <= batching.max_record_payload
+    }
+
+    /// Whether one more record whose sub-record takes `sub` bytes joins this run (the rule of
+    /// [`batch_run`]: an empty run takes any record).
+    pub(crate) fn has_room(&self, batching: &Batching, sub: usize) -> bool {
+        self.n == 0
+            || (self.records() < batching.max_records.min(MAX_RUN)
+                && self.frame.len() + sub <= batching.max_bytes)
+    }
+
+    /// Appends one record (envelope and payload); `false` (nothing appended) only for what the
+    /// mesh never sends framed: a batch as envelope or a part longer than `u32::MAX`.
+    #[cfg(test)]
+    pub(crate) fn push(&mut self, envelope: &[u8], payload: Option<&[u8]>) -> bool {
+        let len = (envelope.len() + payload.map_or(0, <[u8]>::len)) as u64;
+        self.push_with(len, |frame| {
+            zlink_wire::batch::push_sub_record(frame, envelope, payload)
+        })
+    }
+
+    /// Appends one record of `len` bytes (envelope and payload) that `write` appends as a
+    /// sub-record to the frame (`false`: nothing written, nothing appended).
+    #[inline]
+    pub(crate) fn push_with(&mut self, len: u64, write: impl FnOnce(&mut Vec<u8>) -> bool) -> bool {
+        if !write(&mut self.frame) {
+            return false;
+        }
+        self.n += 1;
+        self.before_last = self.bytes;
+        self.bytes += len;
+        zlink_wire::batch::set_batch_count(&mut self.frame, self.n);
+        true
+    }
+
+    /// The run's only record (its envelope and payload), when it holds exactly one.
+    pub(crate) fn lone(&self) -> Option<zlink_wire::RawRecord<'_>> {
+        if self.n != 1 {
+            return None;
+        }
+        zlink_wire::batch::sub_records(&self.frame, 1).next()
+    }
+
+    /// The frame as it stands (a valid 139 frame once it holds a record).
+    pub(crate) fn frame(&self) -> &[u8] {
+        &self.frame
+    }
+
+    /// Takes the frame to hand it to the transport (which takes it over without a copy). The
+    /// run is spent: the caller removes it.
+    pub(crate) fn take_frame(&mut self) -> Vec<u8> {
+        std::mem::take(&mut self.frame)
+    }
+
+    /// The run's records, one by one, each with its own reservation (together the run's).
+    pub(crate) fn unframe(&self) -> Vec<Out> {
+        zlink_wire::batch::sub_records(&self.frame, self.n)
+            .map(|r| {
+                let frames = Parts::new(
+                    Bytes::copy_from_slice(r.envelope),
+                    r.payload.map(Bytes::copy_from_slice),
+                );
+                let len = (r.envelope.len() + r.payload.map_or(0, <[u8]>::len)) as u64;
+                Out::parts(frames, Some(len), 0)
+            })
+            .collect()
+    }
+}
+
+/// Most records of one framed run: what a batch frame may hold.
+const MAX_RUN: usize = zlink_wire::MAX_BATCH_RECORDS as usize;
 
 /// All bytes of a queued record.
 #[cfg(test)]
@@ -391,10 +610,10 @@ pub(crate) fn out_len(out: &Out) -> u64 {
     out.frames.iter().map(|f| f.len() as u64).sum()
 }
 
-/// Gives a queued record's reservation back to its budget.
+/// Gives a queued record's (or framed run's) reservation back to its budget.
 pub(crate) fn release(budget: &Budget, out: &Out) {
     if let Some(b) = out.bytes {
-        budget.release(b);
+        budget.release_n(out.records() as u64, b);
     }
 }
 
@@ -828,6 +1047,8 @@ mod tests {
         gone: bool,
         ended: Vec<u64>,
         sent: Vec<usize>,
+        /// The messages of framed runs: a batch frame, or a lone record's envelope.
+        framed: Vec<Vec<u8>>,
         discarded: Vec<u64>,
         lost: usize,
     }
@@ -846,6 +1067,23 @@ mod tests {
             }
             self.room -= 1;
             self.sent.push(run.len());
+            SendOutcome::Sent
+        }
+
+        fn send_framed(&mut self, run: &mut Framed) -> SendOutcome {
+            if self.gone {
+                return SendOutcome::Unreachable;
+            }
+            if self.room == 0 {
+                return SendOutcome::Paused;
+            }
+            self.room -= 1;
+            self.sent.push(run.records());
+            let message = match run.lone() {
+                Some(r) => r.envelope.to_vec(),
+                None => run.take_frame(),
+            };
+            self.framed.push(message);
             SendOutcome::Sent
         }
 
@@ -874,17 +1112,9 @@ mod tests {
                     Bytes::from(vec![0u8; 8]),
                     Some(Bytes::from(vec![0u8; len])),
                 );
-                let bytes = out_len(&Out {
-                    frames: frames.clone(),
-                    bytes: None,
-                    corr,
-                });
+                let bytes = out_len(&Out::parts(frames.clone(), None, corr));
                 assert!(budget.try_reserve(bytes));
-                Out {
-                    frames,
-                    bytes: Some(bytes),
-                    corr,
-                }
+                Out::parts(frames, Some(bytes), corr)
             })
             .collect()
     }
@@ -957,6 +1187,165 @@ mod tests {
             Flushed::Empty
         );
         assert_eq!((t.lost, budget.reserved_messages()), (2, 0));
+    }
+
+    /// A framed run of one-way records of `lens` payload bytes (8-byte envelopes), each
+    /// reserved against `budget` as `MeshNode` does before framing it.
+    fn framed_of(lens: &[usize], budget: &Budget) -> (Out, Vec<Parts>) {
+        let mut run = Framed::new(0);
+        let mut records = Vec::new();
+        for (i, &len) in lens.iter().enumerate() {
+            let parts = crate::codec::Parts::new(
+                Bytes::from(vec![i as u8; 8]),
+                Some(Bytes::from(vec![0u8; len])),
+            );
+            assert!(budget.try_reserve(8 + len as u64));
+            assert!(run.push(&parts[0], Some(&parts[1])));
+            records.push(parts);
+        }
+        (Out::framed(Box::new(run)), records)
+    }
+
+    // Runs framed by their senders go out as the batch frame they form (the encoder's bytes),
+    // in queue order with the records queued one by one (a run of those stops before a framed
+    // run); each record is charged to the credit as if sent alone; a run the credit ends
+    // inside continues record by record; PAUSED keeps the run whole; every reservation is
+    // released exactly once (sent, or lost with one drop per record).
+    #[test]
+    fn framed_runs_go_out_whole_within_credit_and_record_by_record_past_it() {
+        let budget = budget();
+        let batching = Batching::default();
+        let mut q = queue_of(&[(10, 0)], &budget);
+        let (framed, records) = framed_of(&[10, 20, 30], &budget);
+        q.push_back(framed);
+        q.extend(queue_of(&[(10, 0), (10, 0)], &budget));
+        let mut credit = SendCredit::default();
+        credit.grant(5, 1 << 20);
+        let mut t = Fake {
+            room: 10,
+            ..Fake::default()
+        };
+        assert_eq!(
+            flush(&mut q, &mut credit, &budget, &batching, &mut t),
+            Flushed::CreditBlocked
+        );
+        assert_eq!(
+            t.sent,
+            vec![1, 3, 1],
+            "the framed run is a message of its own"
+        );
+        let expected =
+            zlink_wire::encode_batch(records.iter().map(|p| (&p[0][..], Some(&p[1][..])))).unwrap();
+        assert_eq!(t.framed, vec![expected.to_vec()], "the encoder's frame");
+        assert_eq!(credit.left(), (0, (1 << 20) - 18 - 84 - 18));
+        assert_eq!(budget.reserved_messages(), 1);
+        assert_eq!(q.len(), 1);
+        q.clear();
+        budget.release(18);
+
+        // The byte credit admits a record while any is left: all of a run whose last record
+        // starts within it (as record by record), the bytes then saturate at zero.
+        let (framed, _) = framed_of(&[10, 20, 30], &budget);
+        q.push_back(framed);
+        let mut credit = SendCredit::default();
+        credit.grant(3, 18 + 28 + 1);
+        t.sent.clear();
+        assert_eq!(
+            flush(&mut q, &mut credit, &budget, &batching, &mut t),
+            Flushed::Empty
+        );
+        assert_eq!((t.sent.clone(), credit.left()), (vec![3], (0, 0)));
+
+        // The credit ends inside a run: the records it admits go (as one batch of two), the
+        // rest waits one by one with its own reservations.
+        let (framed, records) = framed_of(&[10, 20, 30, 40], &budget);
+        q.push_back(framed);
+        credit.grant(2, 1 << 20);
+        t.sent.clear();
+        assert_eq!(
+            flush(&mut q, &mut credit, &budget, &batching, &mut t),
+            Flushed::CreditBlocked
+        );
+        assert_eq!(t.sent, vec![2]);
+        assert_eq!(q.len(), 2);
+        assert_eq!(budget.reserved_messages(), 2);
+        assert_eq!(budget.reserved_bytes(), 38 + 48);
+        for (out, parts) in q.iter().zip(&records[2..]) {
+            assert_eq!(
+                (&out.frames[..], out.bytes),
+                (&parts[..], Some(out_len(out)))
+            );
+        }
+        // PAUSED: nothing leaves, the run stays whole for the retry.
+        let (framed, _) = framed_of(&[5, 5], &budget);
+        q.push_back(framed);
+        t.room = 0;
+        assert_eq!(
+            flush(&mut q, &mut Unlimited, &budget, &batching, &mut t),
+            Flushed::Paused
+        );
+        t.room = 10;
+        t.sent.clear();
+        assert_eq!(
+            flush(&mut q, &mut Unlimited, &budget, &batching, &mut t),
+            Flushed::Empty
+        );
+        assert_eq!(t.sent, vec![2, 2]);
+        assert_eq!(budget.reserved_messages(), 0);
+        // A lone framed record goes out as its own frames; a lost run counts each record.
+        let (framed, records) = framed_of(&[7], &budget);
+        q.push_back(framed);
+        assert_eq!(
+            flush(&mut q, &mut Unlimited, &budget, &batching, &mut t),
+            Flushed::Empty
+        );
+        assert_eq!(t.framed.last(), Some(&records[0][0].to_vec()));
+        let (framed, _) = framed_of(&[7, 7, 7], &budget);
+        q.push_back(framed);
+        t.gone = true;
+        assert_eq!(
+            flush(&mut q, &mut Unlimited, &budget, &batching, &mut t),
+            Flushed::Empty
+        );
+        assert_eq!(
+            (t.lost, budget.reserved_messages(), budget.reserved_bytes()),
+            (3, 0, 0)
+        );
+    }
+
+    // A run takes records while the batching rule would put them in one frame.
+    #[test]
+    fn a_framed_run_is_cut_where_a_batch_run_is() {
+        let batching = Batching {
+            max_records: 3,
+            max_bytes: zlink_wire::batch::BATCH_PREFIX_LEN + 2 * (9 + 8 + 10) + 13,
+            max_record_payload: 100,
+        };
+        let sub = zlink_wire::batch::sub_record_len(8, Some(10));
+        let mut run = Framed::new(0);
+        assert!(
+            run.has_room(&batching, 1 << 20),
+            "an empty run takes any record"
+        );
+        for _ in 0..2 {
+            assert!(run.has_room(&batching, sub));
+            assert!(run.push(&[1; 8], Some(&[0; 10])));
+        }
+        assert!(!run.has_room(&batching, sub), "max_bytes");
+        assert!(
+            run.has_room(&batching, 13),
+            "an envelope-only record still fits"
+        );
+        assert!(run.push(&[1; 8], None));
+        assert!(!run.has_room(&batching, 1), "max_records");
+        assert!(Framed::batchable(&batching, 100));
+        assert!(!Framed::batchable(&batching, 101));
+        let off = Batching {
+            max_records: 1,
+            ..batching
+        };
+        assert!(!Framed::batchable(&off, 0), "batching off");
+        assert!(zlink_wire::BatchFrame::parse(Bytes::from(run.take_frame())).is_ok());
     }
 
     // Liveness without a clock: a Ping per interval while the other end is heard from,

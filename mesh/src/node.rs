@@ -17,7 +17,8 @@ use tokio::sync::{broadcast, oneshot};
 use crate::bridge::Bell;
 use crate::budget::Budget;
 use crate::codec::{self, ErrorKind, Parts, Record};
-use crate::config::{MeshConfig, PeerAddress};
+use crate::config::{Batching, MeshConfig, PeerAddress};
+use crate::conn::Framed;
 use crate::counters::{Counters, ReplyOrigin};
 use crate::engine::{Command, Dest, Engine};
 use crate::error::{ConfigError, RequestError, SendError};
@@ -261,8 +262,12 @@ enum Admit<I> {
 
 /// One admitted relay record on its way to the I/O thread.
 pub(crate) enum OutItem {
-    /// A one-way record.
+    /// A one-way record (one that does not travel in a batch frame: its payload is large, or
+    /// batching is off).
     Send { frames: Parts, bytes: u64 },
+    /// One-way records framed as the sub-records of one 139 batch frame by the threads that
+    /// sent them ([`Outbox::push`]).
+    Framed(Box<Framed>),
     /// The cancellation of an earlier request of this outbox (its future was dropped).
     Cancel { corr: u64 },
     /// A request: registered in the correlation table when the I/O thread takes it.
@@ -281,12 +286,176 @@ pub(crate) enum OutItem {
 /// one per record; the I/O thread takes everything at once. One outbox carries one-way
 /// records and requests alike, so the order of a peer's relay records is the order in which
 /// their sends were admitted (EG-4).
+///
+/// Small one-way records are framed here, by the sending thread while their bytes are in its
+/// cache: appended as sub-records to the run being filled at the end of the outbox (a
+/// [`Framed`] 139 frame, cut where the batching rule cuts a run: `max_records`, `max_bytes`),
+/// so the I/O thread sends each run as one message without copying its records. The memory
+/// this holds is what the records reserved against the peer's budget (which still counts each
+/// record's bytes) plus the framing (9 bytes a record, 16 a frame); a run's buffer is handed
+/// to libzmq with the frame, never kept, and a new run's buffer is sized by the last run's
+/// frame, so a burst's size is not kept either.
 pub(crate) struct Outbox {
     pub node: Arc<NodeRid>,
     pub generation: NodeGeneration,
     /// The peer's outbound budget (the same as its slot's).
     pub budget: Arc<Budget>,
-    items: Mutex<Vec<OutItem>>,
+    /// How runs are cut (the node's [`Batching`]).
+    batching: Batching,
+    pending: Mutex<Pending>,
+}
+
+/// What an [`Outbox`] holds.
+pub(crate) struct Pending {
+    items: Vec<OutItem>,
+    /// The capacity a new run's frame buffer starts with: the size of the last run's frame
+    /// (closed full or taken), so a flood's frames are not regrown record by record and a
+    /// trickle's are small again after one run.
+    run_capacity: usize,
+}
+
+impl Pending {
+    /// Appends one item: a small one-way record into the run being filled, anything else as
+    /// it is.
+    fn append(&mut self, item: OutItem, batching: &Batching) {
+        match item {
+            OutItem::Send { frames, bytes } if self.frame(&frames, bytes, batching) => {}
+            item => self.items.push(item),
+        }
+    }
+
+    /// Frames one one-way record of `bytes` into the run being filled at the end (a new one
+    /// when the last item is not a run with room for it); `false` (nothing appended) for a
+    /// record that does not travel in a batch frame (a large payload, batching off).
+    #[inline]
+    fn frame(&mut self, frames: &[Bytes], bytes: u64, batching: &Batching) -> bool {
+        let payload = frames.get(1).map(|p| &p[..]);
+        let envelope = &frames[0][..];
+        debug_assert_eq!(
+            (envelope.len() + payload.map_or(0, <[u8]>::len)) as u64,
+            bytes,
+            "a record's reservation is its bytes"
+        );
+        self.frame_with(
+            envelope.len(),
+            payload.map(<[u8]>::len),
+            bytes,
+            batching,
+            |f| zlink_wire::batch::push_sub_record(f, envelope, payload),
+        )
+    }
+
+    /// [`Pending::frame`] for a record of an `envelope` and a `payload` of these lengths
+    /// (`bytes` in all) that `write` appends as a sub-record.
+    #[inline]
+    fn frame_with(
+        &mut self,
+        envelope: usize,
+        payload: Option<usize>,
+        bytes: u64,
+        batching: &Batching,
+        write: impl FnOnce(&mut Vec<u8>) -> bool,
+    ) -> bool {
+        if !Framed::batchable(batching, payload.unwrap_or(0)) {
+            return false;
+        }
+        let sub = zlink_wire::batch::sub_record_len(envelope, payload);
+        let fresh = match self.items.last() {
+            Some(OutItem::Framed(run)) if run.has_room(batching, sub) => false,
+            Some(OutItem::Framed(full)) => {
+                self.run_capacity = full.frame_len();
+                true
+            }
+            _ => true,
+        };
+        if fresh {
+            let capacity = self
+                .run_capacity
+                .max(zlink_wire::batch::BATCH_PREFIX_LEN + sub);
+            self.items
+                .push(OutItem::Framed(Box::new(Framed::new(capacity))));
+        }
+        if let Some(OutItem::Framed(run)) = self.items.last_mut()
+            && run.push_with(bytes, write)
+        {
+            return true;
+        }
+        // Never for the records the mesh sends (an envelope that is a batch, a part longer
+        // than `u32::MAX`): sent as it is.
+        if fresh {
+            self.items.pop();
+        }
+        false
+    }
+}
+
+/// What one admission appends to an [`Outbox`] ([`Outbox::push`]).
+pub(crate) trait Enqueue {
+    /// What is left to drop once the outbox's lock is released.
+    type Spent;
+    /// Appends in order.
+    fn append_to(self, pending: &mut Pending, batching: &Batching) -> Self::Spent;
+}
+
+impl<I: IntoIterator<Item = OutItem>> Enqueue for I {
+    type Spent = ();
+
+    fn append_to(self, pending: &mut Pending, batching: &Batching) {
+        for item in self {
+            pending.append(item, batching);
+        }
+    }
+}
+
+/// One admitted one-way record ([`OutItem::Send`] without building the item, so its parts are
+/// read in place and dropped after the lock when they were framed).
+pub(crate) struct SendOne {
+    frames: Parts,
+    bytes: u64,
+}
+
+/// One admitted one-way 24 of a binding's template ([`MeshNode::try_send_template`]): framed
+/// straight from the template, its envelope never written anywhere else (when it does not
+/// travel in a batch frame: encoded as its frames then).
+pub(crate) struct SendTemplate<'a> {
+    record: zlink_wire::TemplateRecord<'a>,
+    bytes: u64,
+}
+
+impl Enqueue for SendTemplate<'_> {
+    type Spent = Option<Bytes>;
+
+    #[inline]
+    fn append_to(self, pending: &mut Pending, batching: &Batching) -> Option<Bytes> {
+        let SendTemplate { record, bytes } = self;
+        let (envelope, payload) = (record.envelope_len(), record.payload().len());
+        if pending.frame_with(envelope, Some(payload), bytes, batching, |f| {
+            record.push_sub_record(f)
+        }) {
+            // The payload is dropped after the lock.
+            return Some(record.into_payload());
+        }
+        let (envelope, payload) = record.into_frames().into_parts();
+        pending.items.push(OutItem::Send {
+            frames: Parts::new(envelope, payload),
+            bytes,
+        });
+        None
+    }
+}
+
+impl Enqueue for SendOne {
+    type Spent = Option<Parts>;
+
+    #[inline]
+    fn append_to(self, pending: &mut Pending, batching: &Batching) -> Option<Parts> {
+        let SendOne { frames, bytes } = self;
+        if pending.frame(&frames, bytes, batching) {
+            return Some(frames);
+        }
+        pending.items.push(OutItem::Send { frames, bytes });
+        None
+    }
 }
 
 impl std::fmt::Debug for Outbox {
@@ -299,28 +468,45 @@ impl std::fmt::Debug for Outbox {
 }
 
 impl Outbox {
-    pub(crate) fn new(node: Arc<NodeRid>, generation: NodeGeneration, budget: Arc<Budget>) -> Self {
+    pub(crate) fn new(
+        node: Arc<NodeRid>,
+        generation: NodeGeneration,
+        budget: Arc<Budget>,
+        batching: Batching,
+    ) -> Self {
         Self {
             node,
             generation,
             budget,
-            items: Mutex::new(Vec::new()),
+            batching,
+            pending: Mutex::new(Pending {
+                items: Vec::new(),
+                run_capacity: 0,
+            }),
         }
     }
 
-    /// Appends `items` in order; true if the outbox was empty (the caller submits a Flush).
-    pub(crate) fn push(&self, items: impl IntoIterator<Item = OutItem>) -> bool {
-        let mut g = self.items.lock().unwrap_or_else(|e| e.into_inner());
-        let was_empty = g.is_empty();
-        g.extend(items);
+    /// Appends `items` in order (small one-way records framed, [`Outbox`]); true if the
+    /// outbox was empty (the caller submits a Flush).
+    #[inline]
+    pub(crate) fn push(&self, items: impl Enqueue) -> bool {
+        let mut g = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        let was_empty = g.items.is_empty();
+        let spent = items.append_to(&mut g, &self.batching);
+        drop(g);
+        drop(spent);
         was_empty
     }
 
     /// Takes everything (I/O thread): swaps with `into`, which must be empty, so both
-    /// vectors keep their capacity.
+    /// vectors keep their capacity. The run being filled is taken too (later records start
+    /// a new one).
     pub(crate) fn take_into(&self, into: &mut Vec<OutItem>) {
-        let mut g = self.items.lock().unwrap_or_else(|e| e.into_inner());
-        std::mem::swap(&mut *g, into);
+        let mut g = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(OutItem::Framed(run)) = g.items.last() {
+            g.run_capacity = run.frame_len();
+        }
+        std::mem::swap(&mut g.items, into);
     }
 }
 
@@ -437,6 +623,21 @@ impl Shared {
             return Err(SendError::Closed);
         }
         self.bell.submit(cmd).map_err(|_| SendError::Closed)
+    }
+
+    /// [`Shared::check_size`] for parts of these lengths.
+    fn check_lens(&self, envelope: usize, payload: Option<usize>) -> Result<u64, SendError> {
+        let mut total = 0u64;
+        for len in std::iter::once(envelope).chain(payload) {
+            if len > self.max_message_size {
+                return Err(SendError::TooLarge {
+                    size: len,
+                    max: self.max_message_size,
+                });
+            }
+            total += len as u64;
+        }
+        Ok(total)
     }
 
     fn check_size(&self, frames: &[Bytes]) -> Result<u64, SendError> {
@@ -855,7 +1056,7 @@ impl MeshNode {
     /// waiting at most `timeout`) and appends `items` to the peer's outbox, submitting a Flush
     /// when it was empty. A failed admission appends nothing, so it is never delivered later.
     /// Fast path (room in the budget): one read lock, no clone of the peer's slot.
-    async fn enqueue<I: IntoIterator<Item = OutItem>>(
+    async fn enqueue<I: Enqueue>(
         &self,
         to: &NodeRid,
         n: u64,
@@ -877,7 +1078,7 @@ impl MeshNode {
     /// The synchronous part of [`MeshNode::enqueue`]: admits and appends when the budget has
     /// room (one read lock, no clone of the peer's slot), else hands the items back with the
     /// slot to wait on.
-    fn try_enqueue<I: IntoIterator<Item = OutItem>>(
+    fn try_enqueue<I: Enqueue>(
         &self,
         to: &NodeRid,
         n: u64,
@@ -910,7 +1111,7 @@ impl MeshNode {
     }
 
     /// Admission when the budget is exhausted: waits at most `timeout` for room.
-    async fn enqueue_waiting<I: IntoIterator<Item = OutItem>>(
+    async fn enqueue_waiting<I: Enqueue>(
         &self,
         slot: PeerSlot,
         n: u64,
@@ -1012,18 +1213,50 @@ impl MeshNode {
         self.try_send_parts(to, Parts::new(envelope, payload))
     }
 
+    /// [`MeshNode::try_send_frames`] for a binding's one-way 24 not yet written
+    /// ([`zlink_wire::ActorSendTemplate::record`]): the same size check and admission, and the
+    /// record written by this thread straight into the peer's outbox as a batch sub-record (no
+    /// envelope allocated for it) when it travels in a batch frame. A record handed back
+    /// ([`TrySendError::Full`]) is encoded.
+    ///
+    /// # Errors
+    /// As [`MeshNode::try_send_record`].
+    pub fn try_send_template(
+        &self,
+        to: &NodeRid,
+        record: zlink_wire::TemplateRecord<'_>,
+    ) -> Result<(), TrySendError> {
+        // A template's records are one-way 24s with a payload, no correlation (its header).
+        debug_assert!(codec::is_app_command(record.header().command));
+        let (envelope, payload) = (record.envelope_len(), record.payload().len());
+        let bytes = self
+            .shared
+            .check_lens(envelope, Some(payload))
+            .map_err(TrySendError::Failed)?;
+        match self.try_enqueue(to, 1, bytes, SendTemplate { record, bytes }, false) {
+            Ok(Admit::Queued(_)) => Ok(()),
+            Ok(Admit::Wait(SendTemplate { record, bytes }, _)) => {
+                let (envelope, payload) = record.into_frames().into_parts();
+                Err(TrySendError::Full(PendingRecord {
+                    frames: Parts::new(envelope, payload),
+                    bytes,
+                }))
+            }
+            Err(e) => Err(TrySendError::Failed(e)),
+        }
+    }
+
     /// Admits one encoded one-way record now, or hands it back.
     fn try_send_parts(&self, to: &NodeRid, frames: Parts) -> Result<(), TrySendError> {
         let bytes = self
             .shared
             .check_size(&frames)
             .map_err(TrySendError::Failed)?;
-        match self.try_enqueue(to, 1, bytes, [OutItem::Send { frames, bytes }], false) {
+        match self.try_enqueue(to, 1, bytes, SendOne { frames, bytes }, false) {
             Ok(Admit::Queued(_)) => Ok(()),
-            Ok(Admit::Wait([OutItem::Send { frames, bytes }], _)) => {
+            Ok(Admit::Wait(SendOne { frames, bytes }, _)) => {
                 Err(TrySendError::Full(PendingRecord { frames, bytes }))
             }
-            Ok(Admit::Wait(..)) => unreachable!("one Send item in, one back"),
             Err(e) => Err(TrySendError::Failed(e)),
         }
     }
@@ -1035,7 +1268,7 @@ impl MeshNode {
     /// As [`MeshNode::send_record`].
     pub async fn send_pending(&self, to: &NodeRid, p: PendingRecord) -> Result<(), SendError> {
         let PendingRecord { frames, bytes } = p;
-        match self.try_enqueue(to, 1, bytes, [OutItem::Send { frames, bytes }], false)? {
+        match self.try_enqueue(to, 1, bytes, SendOne { frames, bytes }, false)? {
             Admit::Queued(_) => Ok(()),
             Admit::Wait(items, slot) => self
                 .enqueue_waiting(slot, 1, bytes, self.shared.send_timeout, items, false)
@@ -1104,7 +1337,7 @@ impl MeshNode {
         frames: Parts,
     ) -> Result<Option<AdmitWait<'_>>, SendError> {
         let bytes = self.shared.check_size(&frames)?;
-        match self.try_enqueue(to, 1, bytes, [OutItem::Send { frames, bytes }], false)? {
+        match self.try_enqueue(to, 1, bytes, SendOne { frames, bytes }, false)? {
             Admit::Queued(_) => Ok(None),
             Admit::Wait(items, slot) => Ok(Some(Box::pin(async move {
                 self.enqueue_waiting(slot, 1, bytes, self.shared.send_timeout, items, false)

@@ -498,21 +498,22 @@ impl SessionHost for NodeSessionHost {
                 // record encoded whole, checked in debug builds; no record built otherwise);
                 // without a template, the record encoded.
                 let sent = match ticket.template() {
-                    Some(t) => match t.frames(key, ticket.sequence, payload) {
-                        Ok(frames) => {
+                    // Written by the mesh straight into the peer's outbox (a batch sub-record).
+                    Some(t) => match t.record(key, ticket.sequence, payload) {
+                        Ok(record) => {
                             debug_assert_eq!(
-                                Some(frames.envelope()),
+                                Some(record.clone().into_frames().envelope()),
                                 zlink_wire::encode(
                                     &Record::ActorSend(ticket.record(key, None)),
                                     zlink_wire::CorrelationId::NONE,
-                                    frames.payload().cloned(),
+                                    Some(record.payload().clone()),
                                 )
                                 .ok()
                                 .as_ref()
                                 .map(zlink_wire::Frames::envelope),
                                 "a binding's 24 template encodes its record"
                             );
-                            mesh.try_send_frames(to, frames)
+                            mesh.try_send_template(to, record)
                         }
                         Err(payload) => mesh.try_send_record(
                             to,

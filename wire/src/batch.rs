@@ -73,13 +73,7 @@ impl BatchEncoder {
     #[must_use]
     pub fn new(mut buf: Vec<u8>) -> Self {
         buf.clear();
-        let header = Header {
-            command: Command::Batch,
-            flags: Flags::EMPTY,
-            correlation: CorrelationId::NONE,
-        };
-        buf.extend_from_slice(&header.to_bytes());
-        buf.extend_from_slice(&0u32.to_be_bytes());
+        buf.extend_from_slice(&batch_prefix(0));
         Self { buf, count: 0 }
     }
 
@@ -89,35 +83,20 @@ impl BatchEncoder {
     /// [`EncodeError::Batch`] if the envelope is itself a batch frame, the batch is full
     /// ([`MAX_BATCH_RECORDS`]) or a part does not fit a `u32` length.
     pub fn push(&mut self, envelope: &[u8], payload: Option<&[u8]>) -> Result<(), EncodeError> {
-        if is_batch(envelope) {
-            return Err(EncodeError::Batch {
-                what: "a batch cannot hold a batch",
-            });
-        }
         if self.count >= MAX_BATCH_RECORDS {
             return Err(EncodeError::Batch {
                 what: "the batch is full",
             });
         }
-        let (Ok(elen), Ok(plen)) = (
-            u32::try_from(envelope.len()),
-            u32::try_from(payload.map_or(0, <[u8]>::len)),
-        ) else {
+        if is_batch(envelope) {
+            return Err(EncodeError::Batch {
+                what: "a batch cannot hold a batch",
+            });
+        }
+        if !push_sub_record(&mut self.buf, envelope, payload) {
             return Err(EncodeError::Batch {
                 what: "a part is longer than u32::MAX",
             });
-        };
-        // One capacity check for the whole sub-record; the part count and the envelope's
-        // length go in as one 5-byte head.
-        self.buf
-            .reserve(sub_record_len(envelope.len(), payload.map(<[u8]>::len)));
-        let [a, b, c, d] = elen.to_be_bytes();
-        let parts = if payload.is_some() { 2 } else { 1 };
-        self.buf.extend_from_slice(&[parts, a, b, c, d]);
-        self.buf.extend_from_slice(envelope);
-        if let Some(p) = payload {
-            self.buf.extend_from_slice(&plen.to_be_bytes());
-            self.buf.extend_from_slice(p);
         }
         self.count += 1;
         Ok(())
@@ -139,8 +118,77 @@ impl BatchEncoder {
     /// wire: push at least one.
     #[must_use]
     pub fn finish(mut self) -> Vec<u8> {
-        self.buf[HEADER_LEN..BATCH_PREFIX_LEN].copy_from_slice(&self.count.to_be_bytes());
+        set_batch_count(&mut self.buf, self.count);
         self.buf
+    }
+}
+
+/// The bytes a batch frame of `count` records starts with: its header (command 139, no
+/// flags, correlation 0) and the count.
+#[must_use]
+pub fn batch_prefix(count: u32) -> [u8; BATCH_PREFIX_LEN] {
+    let header = Header {
+        command: Command::Batch,
+        flags: Flags::EMPTY,
+        correlation: CorrelationId::NONE,
+    }
+    .to_bytes();
+    let mut prefix = [0; BATCH_PREFIX_LEN];
+    prefix[..HEADER_LEN].copy_from_slice(&header);
+    prefix[HEADER_LEN..].copy_from_slice(&count.to_be_bytes());
+    prefix
+}
+
+/// Writes `count` into a frame that starts with a [`batch_prefix`] (a frame built record by
+/// record, [`push_sub_record`]). A shorter `frame` is left as it is.
+pub fn set_batch_count(frame: &mut [u8], count: u32) {
+    if let Some(at) = frame.get_mut(HEADER_LEN..BATCH_PREFIX_LEN) {
+        at.copy_from_slice(&count.to_be_bytes());
+    }
+}
+
+/// Appends one sub-record (its framing and parts, exactly what [`BatchEncoder::push`] writes)
+/// to a frame being built in `buf`: for a sender that frames each record as it produces it,
+/// behind a [`batch_prefix`], and keeps the count itself (at most [`MAX_BATCH_RECORDS`],
+/// written with [`set_batch_count`]).
+///
+/// `false` (nothing written) if the envelope is itself a batch frame or a part does not fit
+/// a `u32` length ([`BatchEncoder::push`] tells which).
+#[inline]
+#[must_use]
+pub fn push_sub_record(buf: &mut Vec<u8>, envelope: &[u8], payload: Option<&[u8]>) -> bool {
+    let (Ok(elen), Ok(plen)) = (
+        u32::try_from(envelope.len()),
+        u32::try_from(payload.map_or(0, <[u8]>::len)),
+    ) else {
+        return false;
+    };
+    if is_batch(envelope) {
+        return false;
+    }
+    // One capacity check for the whole sub-record; the part count and the envelope's
+    // length go in as one 5-byte head.
+    buf.reserve(sub_record_len(envelope.len(), payload.map(<[u8]>::len)));
+    let [a, b, c, d] = elen.to_be_bytes();
+    let parts = if payload.is_some() { 2 } else { 1 };
+    buf.extend_from_slice(&[parts, a, b, c, d]);
+    buf.extend_from_slice(envelope);
+    if let Some(p) = payload {
+        buf.extend_from_slice(&plen.to_be_bytes());
+        buf.extend_from_slice(p);
+    }
+    true
+}
+
+/// The first `count` sub-records of `frame` (a batch frame, or one being built with
+/// [`push_sub_record`]) as plain slices, without validating the framing: for the writer of
+/// the frame reading its own records back. The reads are checked: a frame that does not hold
+/// `count` well-framed sub-records ends the iteration early, it never panics.
+#[must_use]
+pub fn sub_records(frame: &[u8], count: u32) -> RawRecords<'_> {
+    RawRecords {
+        frame,
+        walk: Walk::new(count),
     }
 }
 
@@ -491,6 +539,35 @@ mod tests {
             all[1].as_ref().unwrap().record,
             Record::Ping(Ping { seq: 3 })
         );
+    }
+
+    // A frame built record by record by its sender (prefix, sub-records, count written last)
+    // is byte for byte the encoder's, and its records read back as pushed.
+    #[test]
+    fn a_frame_built_by_its_sender_is_the_encoders() {
+        let a = one_way(1, b"first");
+        let b = encode(&Record::Ping(Ping { seq: 3 }), CorrelationId::NONE, None).unwrap();
+        let parts = [
+            (&a.envelope()[..], a.payload().map(|p| &p[..])),
+            (&b.envelope()[..], None),
+        ];
+        let mut frame = batch_prefix(0).to_vec();
+        for (e, p) in parts {
+            assert!(push_sub_record(&mut frame, e, p));
+        }
+        set_batch_count(&mut frame, 2);
+        assert_eq!(frame, encode_batch(parts).unwrap().to_vec());
+        let back: Vec<_> = sub_records(&frame, 2)
+            .map(|r| (r.envelope, r.payload))
+            .collect();
+        assert_eq!(back, parts);
+        // Asking for more records than the frame holds ends early, without a panic.
+        assert_eq!(sub_records(&frame, 3).count(), 2);
+        assert_eq!(sub_records(&frame[..frame.len() - 1], 2).count(), 1);
+        // A batch is refused as a sub-record, and nothing is written.
+        let len = frame.len();
+        assert!(!push_sub_record(&mut frame.clone(), &frame, None));
+        assert_eq!(frame.len(), len);
     }
 
     #[test]

@@ -41,6 +41,7 @@ const ENVELOPE_MAX: usize = crate::frame::HEADER_LEN + 1 + 5 + ActorId::MAX_LEN 
 
 /// An envelope built on the stack, then copied once into a `Bytes` of exactly its size (one
 /// allocation; a `Bytes` made from a `Vec` with spare capacity allocates a second block).
+#[derive(Clone, Debug)]
 struct Out<const N: usize = ENVELOPE_MAX> {
     buf: [u8; N],
     len: usize,
@@ -203,23 +204,35 @@ impl ActorSendTemplate {
         sequence: SessionSequence,
         payload: Bytes,
     ) -> Result<Frames, Bytes> {
+        self.record(key, sequence, payload)
+            .map(TemplateRecord::into_frames)
+    }
+
+    /// One one-way 24 of this binding with `key`, `sequence` and `payload`, not yet written
+    /// anywhere: its envelope is written where the sender needs it — as a batch sub-record
+    /// straight into a frame ([`TemplateRecord::push_sub_record`]) or as its own part
+    /// ([`TemplateRecord::into_frames`]) — with the bytes [`Self::frames`] gives.
+    ///
+    /// # Errors
+    /// The payload, when the tail did not fit (never, see [`Self::frames`]).
+    pub fn record(
+        &self,
+        key: DispatchKey,
+        sequence: SessionSequence,
+        payload: Bytes,
+    ) -> Result<TemplateRecord<'_>, Bytes> {
         let mut tail = Out {
             buf: [0; TAIL_MAX],
             len: 0,
         };
-        let Some(tail) = Self::tail(&mut tail, key, self.binding_generation, sequence)
-            .and_then(|()| tail.buf.get(..tail.len))
-        else {
+        if Self::tail(&mut tail, key, self.binding_generation, sequence).is_none() {
             return Err(payload);
-        };
-        let mut envelope = Vec::with_capacity(self.head.len() + tail.len());
-        envelope.extend_from_slice(&self.head);
-        envelope.extend_from_slice(tail);
-        Ok(Frames::from_parts(
-            Self::HEADER,
-            Bytes::from(envelope),
-            Some(payload),
-        ))
+        }
+        Ok(TemplateRecord {
+            template: self,
+            tail,
+            payload,
+        })
     }
 
     #[inline(always)]
@@ -234,6 +247,84 @@ impl ActorSendTemplate {
         o.array(2)?;
         o.uint(generation.get())?;
         o.uint(sequence.get())
+    }
+}
+
+/// One one-way 24 of a binding ([`ActorSendTemplate::record`]): the template's bytes, the
+/// record's tail (key, deadline, binding generation, sequence) on the stack, and the payload.
+#[derive(Clone, Debug)]
+pub struct TemplateRecord<'a> {
+    template: &'a ActorSendTemplate,
+    tail: Out<TAIL_MAX>,
+    payload: Bytes,
+}
+
+impl TemplateRecord<'_> {
+    /// The header its envelope starts with: a one-way 24 with a payload, no correlation.
+    #[must_use]
+    pub fn header(&self) -> Header {
+        ActorSendTemplate::HEADER
+    }
+
+    /// Bytes of its envelope.
+    #[must_use]
+    pub fn envelope_len(&self) -> usize {
+        self.template.head.len() + self.tail.len
+    }
+
+    /// Its payload.
+    #[must_use]
+    pub fn payload(&self) -> &Bytes {
+        &self.payload
+    }
+
+    /// Appends the record as one sub-record of a batch frame being built in `frame`
+    /// (exactly what [`crate::batch::push_sub_record`] writes for its frames, without the
+    /// envelope written anywhere else first); `false` (nothing written) if the payload does
+    /// not fit a `u32` length.
+    #[inline]
+    #[must_use]
+    pub fn push_sub_record(&self, frame: &mut Vec<u8>) -> bool {
+        let tail = self.tail.buf.get(..self.tail.len).unwrap_or_default();
+        let head = &self.template.head[..];
+        let (Ok(elen), Ok(plen)) = (
+            u32::try_from(head.len() + tail.len()),
+            u32::try_from(self.payload.len()),
+        ) else {
+            return false;
+        };
+        frame.reserve(crate::batch::sub_record_len(
+            elen as usize,
+            Some(self.payload.len()),
+        ));
+        let [a, b, c, d] = elen.to_be_bytes();
+        frame.extend_from_slice(&[2, a, b, c, d]);
+        frame.extend_from_slice(head);
+        frame.extend_from_slice(tail);
+        frame.extend_from_slice(&plen.to_be_bytes());
+        frame.extend_from_slice(&self.payload);
+        true
+    }
+
+    /// The payload, the record given up.
+    #[must_use]
+    pub fn into_payload(self) -> Bytes {
+        self.payload
+    }
+
+    /// The record's frames: its envelope in one allocation of exactly its size, and the
+    /// payload.
+    #[must_use]
+    pub fn into_frames(self) -> Frames {
+        let tail = self.tail.buf.get(..self.tail.len).unwrap_or_default();
+        let mut envelope = Vec::with_capacity(self.template.head.len() + tail.len());
+        envelope.extend_from_slice(&self.template.head);
+        envelope.extend_from_slice(tail);
+        Frames::from_parts(
+            ActorSendTemplate::HEADER,
+            Bytes::from(envelope),
+            Some(self.payload),
+        )
     }
 }
 
@@ -467,9 +558,21 @@ mod tests {
                 let encoded = crate::encode(
                     &Record::ActorSend(r.clone()),
                     CorrelationId::NONE,
-                    Some(payload),
+                    Some(payload.clone()),
                 ).unwrap();
                 prop_assert_eq!(frames.header(), crate::peek_header(frames.envelope()).unwrap());
+                // Written straight into a frame: the sub-record of those very frames.
+                let record = t.record(r.key, r.tail.session_sequence, payload.clone()).unwrap();
+                prop_assert_eq!(record.envelope_len(), frames.envelope().len());
+                let mut direct = vec![7u8];
+                prop_assert!(record.push_sub_record(&mut direct));
+                let mut framed = vec![7u8];
+                prop_assert!(crate::batch::push_sub_record(
+                    &mut framed,
+                    frames.envelope(),
+                    frames.payload().map(|p| &p[..]),
+                ));
+                prop_assert_eq!(direct, framed);
                 prop_assert_eq!(frames, encoded);
             }
         }

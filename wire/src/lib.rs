@@ -129,7 +129,7 @@ pub use batch::{
 };
 pub use command::{Command, MESH_RANGE, RESERVED_COMMAND};
 pub use error::{DecodeError, EncodeError, ErrorKind};
-pub use fast::{ActorSendTemplate, IdCache};
+pub use fast::{ActorSendTemplate, IdCache, TemplateRecord};
 pub use frame::{
     Decoded, Flags, Frames, HEADER_LEN, Header, Limits, VERSION, decode, decode_actor_send_cached,
     decode_parts, decode_parts_cached, encode, peek_header,

@@ -11,14 +11,7 @@ impl Engine {
                 dest,
                 frames,
                 bytes,
-            } => self.send_app(
-                dest,
-                Out {
-                    frames,
-                    bytes: Some(bytes),
-                    corr: 0,
-                },
-            ),
+            } => self.send_app(dest, Out::parts(frames, Some(bytes), 0)),
             Command::Flush(outbox) => {
                 let mut items = std::mem::take(&mut self.outbox_buf);
                 outbox.take_into(&mut items);
@@ -42,6 +35,7 @@ impl Engine {
                                 }));
                             self.queue_sends(&outbox, &mut run);
                         }
+                        OutItem::Framed(run) => self.queue_framed(&outbox, run),
                         OutItem::Cancel { corr } => {
                             if let Some(w) = self.corr.handle_cancel(corr) {
                                 drop(w);
@@ -58,11 +52,7 @@ impl Engine {
                             outbox.generation,
                             corr,
                             deadline,
-                            Out {
-                                frames,
-                                bytes: Some(bytes),
-                                corr,
-                            },
+                            Out::parts(frames, Some(bytes), corr),
                             waiter,
                         ),
                     }
@@ -147,13 +137,33 @@ impl Engine {
         };
         let was_empty = p.conn.queue.is_empty();
         for (frames, bytes) in run {
-            p.conn.queue.push_back(Out {
-                frames,
-                bytes: Some(bytes),
-                corr: 0,
-            });
+            p.conn.queue.push_back(Out::parts(frames, Some(bytes), 0));
         }
         if was_empty && !p.conn.queue.is_empty() {
+            self.dirty.push(node.clone());
+        }
+    }
+
+    /// Queues a run of one-way records framed by their senders ([`Framed`]) for the outbox's
+    /// peer lifecycle, as [`Engine::queue_sends`] does records one by one.
+    pub(super) fn queue_framed(&mut self, outbox: &Outbox, run: Box<Framed>) {
+        let node = &outbox.node;
+        let Some(p) = self
+            .peers
+            .get_mut(&**node)
+            .filter(|p| p.up && p.generation == Some(outbox.generation))
+        else {
+            outbox
+                .budget
+                .release_n(run.records() as u64, run.reserved());
+            for _ in 0..run.records() {
+                self.shared.counters.drop(DropReason::PeerLost, node);
+            }
+            return;
+        };
+        let was_empty = p.conn.queue.is_empty();
+        p.conn.queue.push_back(Out::framed(run));
+        if was_empty {
             self.dirty.push(node.clone());
         }
     }

@@ -294,6 +294,7 @@ impl Engine {
                             shared_node,
                             id.generation,
                             p.conn.budget.clone(),
+                            self.cfg.batching,
                         )),
                     };
                     self.shared.set_peer(node.clone(), Some(slot));
@@ -320,7 +321,9 @@ impl Engine {
         p.conn.reset();
         for out in p.conn.queue.drain(..) {
             release(&p.conn.budget, &out);
-            self.shared.counters.drop(DropReason::PeerLost, node);
+            for _ in 0..out.records() {
+                self.shared.counters.drop(DropReason::PeerLost, node);
+            }
         }
         for _ in p.replies.drain(..) {
             self.shared

@@ -42,7 +42,8 @@ use zlink_wire::{Decoded, Disconnect, DisconnectReason, Limits};
 use crate::codec::{self, Class, HandshakeMsg, HandshakeReject, Parts, Record};
 use crate::config::{MeshConfig, PeerAddress};
 use crate::conn::{
-    self, Alive, Conn, Flushed, Lane, Out, SendOutcome, Transport, Unlimited, Verdict, release,
+    self, Alive, Conn, Flushed, Framed, Lane, Out, SendOutcome, Transport, Unlimited, Verdict,
+    release,
 };
 use crate::correlation::{Correlations, ReplyOutcome};
 use crate::counters::{Counters, DropReason, TransportEvent};

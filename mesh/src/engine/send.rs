@@ -119,14 +119,7 @@ impl Engine {
                 }
                 // ClientServer: one connection, so the reply is ordered after earlier pushes
                 // (EG-4: it may wait behind them and PAUSED); it does not take a budget.
-                self.queue_client(
-                    session,
-                    Out {
-                        frames,
-                        bytes: None,
-                        corr: 0,
-                    },
-                );
+                self.queue_client(session, Out::parts(frames, None, 0));
             }
         }
     }
@@ -153,11 +146,7 @@ impl Engine {
                 .counters
                 .drop(DropReason::ReplyUndeliverable, node);
         } else {
-            p.replies.push_back(Out {
-                frames,
-                bytes: None,
-                corr: 0,
-            });
+            p.replies.push_back(Out::parts(frames, None, 0));
         }
     }
 
@@ -285,6 +274,37 @@ impl Transport for Wire<'_> {
         )
     }
 
+    /// A run its senders framed: a lone record as its own frames; several as their 139 frame,
+    /// which becomes the libzmq message without a copy once the routing id was accepted.
+    #[inline]
+    fn send_framed(&mut self, run: &mut Framed) -> SendOutcome {
+        self.sockets.touched(self.kind);
+        if let Some(r) = run.lone() {
+            return raw_send_record(
+                self.socket,
+                self.tap,
+                self.kind,
+                self.rid,
+                r.envelope,
+                r.payload,
+            );
+        }
+        if let Err(refused) = send_routing_id(self.socket, self.rid) {
+            return refused;
+        }
+        // Tap entry before the message is complete, as in `raw_send_on`.
+        if let Some(tap) = self.tap {
+            tap.record(
+                TapDirection::Sent,
+                self.kind,
+                self.rid,
+                &[Bytes::copy_from_slice(run.frame())],
+            );
+        }
+        let _ = self.socket.send(run.take_frame(), zmq::DONTWAIT);
+        SendOutcome::Sent
+    }
+
     /// Ended: it reached its terminal (timeout, cancel, peer lost), or its deadline has passed
     /// (every expired request is ended here, with `DeadlineExceeded`, before the timer would).
     fn ended(&mut self, corr: u64) -> bool {
@@ -353,6 +373,37 @@ pub(super) fn raw_send_on(
         };
         // After the routing id was accepted the remaining parts of the message are too.
         let _ = s.send(&f[..], flags);
+    }
+    SendOutcome::Sent
+}
+
+/// Sends one record given as slices (routing id, envelope, payload if any) without blocking,
+/// as [`raw_send_on`] does its frames.
+pub(super) fn raw_send_record(
+    s: &zmq::Socket,
+    tap: Option<&WireTap>,
+    kind: LinkKind,
+    rid: &[u8],
+    envelope: &[u8],
+    payload: Option<&[u8]>,
+) -> SendOutcome {
+    if let Err(refused) = send_routing_id(s, rid) {
+        return refused;
+    }
+    if let Some(tap) = tap {
+        let mut frames = vec![Bytes::copy_from_slice(envelope)];
+        frames.extend(payload.map(Bytes::copy_from_slice));
+        tap.record(TapDirection::Sent, kind, rid, &frames);
+    }
+    // After the routing id was accepted the remaining parts of the message are too.
+    match payload {
+        Some(p) => {
+            let _ = s.send(envelope, zmq::SNDMORE | zmq::DONTWAIT);
+            let _ = s.send(p, zmq::DONTWAIT);
+        }
+        None => {
+            let _ = s.send(envelope, zmq::DONTWAIT);
+        }
     }
     SendOutcome::Sent
 }
