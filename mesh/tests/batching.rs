@@ -284,17 +284,23 @@ async fn one_way_records_of_both_forms_arrive_in_send_order() {
 }
 
 // spec: SB-5.3, EG-4 — a binding's one-way 24s sent pre-encoded from its template
-// (`MeshNode::try_send_frames`), interleaved with 24s encoded whole (`try_send_record`), arrive
-// exactly once, in send order, each decoded to the record it stands for; frames that are not
+// (`MeshNode::try_send_frames`) or written from it straight into the peer's outbox as batch
+// sub-records (`MeshNode::try_send_template`), interleaved with 24s encoded whole
+// (`try_send_record`), arrive exactly once, in send order, each decoded to the record it
+// stands for, batched on the wire; frames that are not
 // a one-way application record (a request's correlation, a control record, a reply) are
 // refused before admission.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pre_encoded_one_way_records_arrive_as_the_records_they_encode() {
     use zlink_wire::{ActorSend, ActorSendTemplate, BoundSessionTail, CorrelationId};
     const N: u32 = 300;
-    let (a, _ra) = start("fa");
+    let tap = WireTap::new(10_000);
+    let mut ca = config("fa");
+    ca.tap = Some(tap.clone());
+    let (a, _ra) = MeshNode::start(ca).unwrap();
     let (b, mut rb) = start("fb");
     link(&a, &b).await;
+    tap.clear();
     let rec = |i: u32| ActorSend {
         actor: zlink_wire::ActorId::new("actor-7").unwrap(),
         object_generation: 3.into(),
@@ -309,11 +315,18 @@ async fn pre_encoded_one_way_records_arrive_as_the_records_they_encode() {
         },
     };
     let template = ActorSendTemplate::new(&rec(0)).expect("a one-way 24");
+    // Everything queued before the I/O thread takes it: the records travel batched.
+    let hold = a.hold_io_for_tests();
     for i in 0..N {
         let r = rec(i);
         if i % 4 == 3 {
             a.try_send_record(b.node(), Record::ActorSend(r), Some(payload(i)))
                 .unwrap();
+        } else if i % 4 != 0 {
+            let record = template
+                .record(r.key, r.tail.session_sequence, payload(i))
+                .unwrap();
+            a.try_send_template(b.node(), record).unwrap();
         } else {
             let frames = template
                 .frames(r.key, r.tail.session_sequence, payload(i))
@@ -321,6 +334,7 @@ async fn pre_encoded_one_way_records_arrive_as_the_records_they_encode() {
             a.try_send_frames(b.node(), frames).unwrap();
         }
     }
+    drop(hold);
     for want in 0..N {
         let m = tokio::time::timeout(WAIT, rb.recv())
             .await
@@ -330,6 +344,13 @@ async fn pre_encoded_one_way_records_arrive_as_the_records_they_encode() {
         assert_eq!(m.record, Record::ActorSend(rec(want)));
         assert_eq!(m.correlation, CorrelationId::NONE);
     }
+    // On the wire: each record once, in order, the records sent in one loop batched.
+    let sent = relay_sent(&tap);
+    let records: Vec<&TapFrame> = sent.iter().filter(|f| f.command() == Some(24)).collect();
+    let order: Vec<u32> = records.iter().map(|f| index(&f.frames[1])).collect();
+    assert_eq!(order, (0..N).collect::<Vec<_>>(), "each record sent once");
+    let batched = records.iter().filter(|f| f.batch.is_some()).count();
+    assert_eq!(batched, N as usize, "all queued together: all batched");
     let refused = |frames| {
         matches!(
             a.try_send_frames(b.node(), frames),
