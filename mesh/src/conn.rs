@@ -524,6 +524,12 @@ impl Framed {
         self.bytes
     }
 
+    /// Bytes the frame's buffer holds room for.
+    #[cfg(test)]
+    pub(crate) fn capacity(&self) -> usize {
+        self.frame.capacity()
+    }
+
     /// Bytes of the frame so far.
     pub(crate) fn frame_len(&self) -> usize {
         self.frame.len()
