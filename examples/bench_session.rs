@@ -18,9 +18,10 @@
 //! 201: the payload is the actor message, relayed to the session's one binding; lines named
 //! `…_lean`), i.e. what an application with one actor per session would write.
 //!
-//! Rounds: 3 (throughputs: median of the 3 rounds' rates; latency: median of the rounds'
-//! percentiles), each round first the raw child (which itself reports medians of 3 runs), then
-//! the session lines. Args: `[msgs] [rtt_samples]` (default 200,000 and 10,000; the raw child
+//! Rounds: 5 (`BENCH_ROUNDS=<n>` to change; throughputs: median of the rounds' rates; latency:
+//! median of the rounds' percentiles), each round first the raw child (which itself reports
+//! medians of 3 runs), then the session lines: a run's figures vary ±20 % on the 2-core VMs,
+//! and five paired rounds keep one slow round from setting the median. Args: `[msgs] [rtt_samples]` (default 200,000 and 10,000; the raw child
 //! gets the same); `BENCH_QUICK=1`: 20,000 and 2,000. `BENCH_MESH_BIN` overrides the raw child
 //! (default: `bench_mesh` next to this executable: `cargo build --release -p zlink-mesh
 //! --example bench_mesh`). `BENCH_SESSION_ONLY=<letters>` picks session lines (`r` relay 1
@@ -56,7 +57,8 @@ mod samples;
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 const PAYLOAD: usize = 64;
-const ROUNDS: usize = 3;
+/// Rounds by default (`BENCH_ROUNDS` overrides).
+const ROUNDS: usize = 5;
 const WARM_UP: usize = 1000;
 const MANY_CLIENTS: usize = 100;
 /// One-way relay packets a client sends before it waits for the previous window's barrier
@@ -524,6 +526,11 @@ fn main() {
     let lean = std::env::var("BENCH_SESSION_APP").is_ok_and(|v| v == "lean");
     let only = std::env::var("BENCH_SESSION_ONLY").unwrap_or_else(|_| "rmpq".into());
     let no_raw = std::env::var_os("BENCH_NO_RAW").is_some();
+    let rounds: usize = std::env::var("BENCH_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|r| *r > 0)
+        .unwrap_or(ROUNDS);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -535,7 +542,7 @@ fn main() {
             .iter()
             .filter(|p| only.contains(*p))
             .count() as u64;
-    progress::start("bench_session", 1 + ROUNDS as u64 * parts);
+    progress::start("bench_session", 1 + rounds as u64 * parts);
     progress::step("starting two nodes and binding the clients");
     rt.block_on(async {
         let store = Arc::new(MemoryStore::new());
@@ -554,11 +561,11 @@ fn main() {
         } else {
             Vec::new()
         };
-        for round in 0..ROUNDS {
+        for round in 0..rounds {
             let round_no = round + 1;
             if !no_raw {
                 progress::step(format!(
-                    "round {round_no}/{ROUNDS}: raw libzmq 2-hop baselines (bench_mesh child)"
+                    "round {round_no}/{rounds}: raw libzmq 2-hop baselines (bench_mesh child)"
                 ));
                 for (name, v) in tokio::task::spawn_blocking(move || raw_child(n, rtt_n))
                     .await
@@ -568,21 +575,21 @@ fn main() {
                 }
             }
             if only.contains('r') {
-                progress::step(format!("round {round_no}/{ROUNDS}: relay, 1 client ({n})"));
+                progress::step(format!("round {round_no}/{rounds}: relay, 1 client ({n})"));
                 s.add("relay1", relay(std::slice::from_ref(&one), lean, n).await);
             }
             if only.contains('m') {
                 progress::step(format!(
-                    "round {round_no}/{ROUNDS}: relay, {MANY_CLIENTS} clients ({n})"
+                    "round {round_no}/{rounds}: relay, {MANY_CLIENTS} clients ({n})"
                 ));
                 s.add("relay100", relay(&many, lean, n / MANY_CLIENTS).await);
             }
             if only.contains('p') {
-                progress::step(format!("round {round_no}/{ROUNDS}: push ({n})"));
+                progress::step(format!("round {round_no}/{rounds}: push ({n})"));
                 s.add("push", push(&one, n).await);
             }
             if only.contains('q') {
-                progress::step(format!("round {round_no}/{ROUNDS}: requests ({rtt_n})"));
+                progress::step(format!("round {round_no}/{rounds}: requests ({rtt_n})"));
                 let mut v = request(&one, lean, rtt_n).await;
                 samples::write("session_request", samples::ZLINK, &v);
                 s.add("p50", percentile(&mut v, 0.5));
