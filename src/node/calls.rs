@@ -176,7 +176,7 @@ impl Node {
         call: &CallFence,
         work: Work,
         bound: Option<&BoundCheck<'_>>,
-        intake: Intake<impl FnOnce() -> Done>,
+        intake: Intake<'_, impl FnOnce() -> Done>,
     ) -> (Admitted, Option<ActorError>) {
         let Intake { release, mode } = intake;
         let mut work = work;

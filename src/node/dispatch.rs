@@ -26,7 +26,7 @@ use crate::actor::ActorError;
 use crate::actor::exec::{InflightGuard, ReplyTo, Work};
 use crate::actor::fence::CallFence;
 use crate::backlog::{Admitted, CreditReturn, Done, InlineBudget, Intake, RunMode};
-use crate::runtime::Clock;
+use crate::runtime::{Clock, HeldRun};
 use crate::session::owner::SessionCache;
 use std::sync::{Arc, Weak};
 
@@ -50,6 +50,24 @@ pub(crate) struct Sink {
     budget: InlineBudget,
     /// The session of the last client packet.
     sessions: SessionCache,
+    /// The gate right kept after a record run inline, for the next record of its lane in this
+    /// pass (a held inline run, `docs/RUNTIME.md`, "Inline delivery"): released at a record
+    /// for another lane, once the pass's budget is spent, at the pass's end, and when the sink
+    /// is dropped.
+    held: HeldRun,
+}
+
+/// How the next record of this pass may run: inline in a held run (`held`) while the pass's
+/// inline `budget` lasts; once it is spent (or for a record never run here) through its lane,
+/// the kept right released first.
+fn pass_mode<'a>(budget: &mut InlineBudget, clock: &dyn Clock, held: &'a HeldRun) -> RunMode<'a> {
+    match budget.poll_mode(clock) {
+        RunMode::Queue => {
+            held.release();
+            RunMode::Queue
+        }
+        _ => RunMode::InlineHeld(held),
+    }
 }
 
 impl Sink {
@@ -60,6 +78,7 @@ impl Sink {
             clock: node.inner.runtime.config().clock.clone(),
             budget: InlineBudget::new(node.inner.inline_budget),
             sessions: SessionCache::default(),
+            held: HeldRun::new(),
         }
     }
 }
@@ -124,8 +143,11 @@ impl InboundSink for Sink {
         let payload = payload.unwrap_or_default();
         // Only records that may run a turn here meter the pass (a 36 is forwarded, never run).
         let mode = match record {
-            Record::BoundSessionSend(_) => RunMode::Queue,
-            _ => self.budget.poll_mode(&*self.clock),
+            Record::BoundSessionSend(_) => {
+                self.held.release();
+                RunMode::Queue
+            }
+            _ => pass_mode(&mut self.budget, &*self.clock, &self.held),
         };
         // Matched on the record alone (no tuple of origin and record: that copied the record).
         match record {
@@ -224,7 +246,7 @@ impl InboundSink for Sink {
         let Some(node) = pass_node(&mut self.pass, &self.node) else {
             return Offer::Pass(Inbound::one_way(origin, key, payload));
         };
-        let mode = self.budget.poll_mode(&*self.clock);
+        let mode = pass_mode(&mut self.budget, &*self.clock, &self.held);
         let done = release(Origin::Client { session }, bytes);
         offer_of(node.sessions().packet_with(
             &mut self.sessions,
@@ -255,7 +277,7 @@ impl InboundSink for Sink {
             };
             return Offer::Pass(Inbound::actor_send(origin, send, payload, deadline));
         };
-        let mode = self.budget.poll_mode(&*self.clock);
+        let mode = pass_mode(&mut self.budget, &*self.clock, &self.held);
         actor_send(
             node,
             (sender, generation),
@@ -267,6 +289,8 @@ impl InboundSink for Sink {
     }
 
     fn end_pass(&mut self) {
+        // The thread may sleep now: no right is kept past the pass.
+        self.held.release();
         self.budget.handle_pass_end();
         // Not kept past the pass: the thread may sleep now, and shutdown waits for the handle.
         self.sessions.end_pass();
@@ -283,7 +307,7 @@ fn actor_send(
     rec: ActorSend,
     (payload, deadline, reply): (Bytes, Option<Instant>, Option<ReplyTo>),
     bytes: u64,
-    mode: RunMode,
+    mode: RunMode<'_>,
 ) -> Offer {
     let origin = || Origin::Peer {
         node: sender.clone(),
@@ -445,7 +469,7 @@ fn no_release() -> Done {
 
 /// How the inbound loop hands records in: no credit to release (see [`no_release`]), never
 /// inline (the loop is a tokio task, not the receive pass the inline budget meters).
-const QUEUED: Intake<fn() -> Done> = Intake {
+const QUEUED: Intake<'static, fn() -> Done> = Intake {
     release: None,
     mode: RunMode::Queue,
 };
@@ -459,7 +483,7 @@ fn on_actor_call(
     payload: Bytes,
     deadline: Option<Instant>,
     reply: Option<ReplyHandle>,
-    intake: Intake<impl FnOnce() -> Done>,
+    intake: Intake<'_, impl FnOnce() -> Done>,
 ) -> Admitted {
     node.count_call_in();
     let fence = CallFence::of_call(&call);
