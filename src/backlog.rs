@@ -28,7 +28,7 @@ use std::hash::Hash;
 use crate::hashing::SeededMap;
 use crate::runtime::gate::SpaceWaiter;
 use crate::runtime::{
-    BoxFuture, BudgetStart, Clock, HeldRun, Inline, LaneHandle, Offered, PendingSubmit,
+    BoxFuture, BudgetStart, Clock, CycleStamp, HeldRun, Inline, LaneHandle, Offered, PendingSubmit,
     RuntimeError, Submission, TrySubmitError,
 };
 use crate::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -262,22 +262,29 @@ impl InlineBudget {
         }
     }
 
-    /// How the next record of this pass may run, read from `clock`.
-    pub(crate) fn poll_mode(&mut self, clock: &dyn Clock) -> RunMode<'static> {
+    /// How the next record of this pass may run, read from `clock`, and the cycle reading the
+    /// check took for it ([`Clock::stamp`]; [`CycleStamp::NONE`] when it read none): the
+    /// submitter may hand it to the record's own checks at the same place (its admission's
+    /// lease standing, `OwnerGate::standing_at`), one counter read less per record.
+    pub(crate) fn poll_mode(&mut self, clock: &dyn Clock) -> (RunMode<'static>, CycleStamp) {
         if self.budget.is_zero() {
-            return RunMode::Queue;
+            return (RunMode::Queue, CycleStamp::NONE);
         }
         match &self.pass {
             PassBudget::Fresh => {
                 self.pass = PassBudget::Running(clock.budget_start());
-                RunMode::InlineIfIdle
+                (RunMode::InlineIfIdle, CycleStamp::NONE)
             }
-            PassBudget::Running(start) if clock.budget_spent(start, self.budget) => {
-                self.pass = PassBudget::Spent;
-                RunMode::Queue
+            PassBudget::Running(start) => {
+                let at = clock.stamp();
+                if clock.budget_spent_at(start, self.budget, at) {
+                    self.pass = PassBudget::Spent;
+                    (RunMode::Queue, at)
+                } else {
+                    (RunMode::InlineIfIdle, at)
+                }
             }
-            PassBudget::Running(_) => RunMode::InlineIfIdle,
-            PassBudget::Spent => RunMode::Queue,
+            PassBudget::Spent => (RunMode::Queue, CycleStamp::NONE),
         }
     }
 
@@ -295,6 +302,10 @@ pub(crate) struct Intake<'a, R> {
     pub(crate) release: Option<R>,
     /// Whether an idle lane may run it on the submitting thread.
     pub(crate) mode: RunMode<'a>,
+    /// The submitter's cycle reading for this record, taken just before it was handed in (its
+    /// pass's budget check, [`InlineBudget::poll_mode`]), or [`CycleStamp::NONE`]: the
+    /// record's admission asks its lease standing at it.
+    pub(crate) at: CycleStamp,
 }
 
 /// Records waiting for one target, in order.
@@ -1029,24 +1040,24 @@ mod tests {
         let clock = ManualClock::new();
         let mut b = InlineBudget::new(Duration::from_millis(1));
         // the pass's time counts from its first inline record
-        assert_eq!(b.poll_mode(&clock), RunMode::InlineIfIdle);
+        assert_eq!(b.poll_mode(&clock).0, RunMode::InlineIfIdle);
         clock.advance(Duration::from_micros(999));
-        assert_eq!(b.poll_mode(&clock), RunMode::InlineIfIdle);
+        assert_eq!(b.poll_mode(&clock).0, RunMode::InlineIfIdle);
         clock.advance(Duration::from_micros(1));
         assert_eq!(
-            b.poll_mode(&clock),
+            b.poll_mode(&clock).0,
             RunMode::Queue,
             "spent at exactly the budget"
         );
         assert_eq!(
-            b.poll_mode(&clock),
+            b.poll_mode(&clock).0,
             RunMode::Queue,
             "for the rest of the pass"
         );
         b.handle_pass_end();
-        assert_eq!(b.poll_mode(&clock), RunMode::InlineIfIdle);
+        assert_eq!(b.poll_mode(&clock).0, RunMode::InlineIfIdle);
         clock.advance(Duration::from_micros(500));
-        assert_eq!(b.poll_mode(&clock), RunMode::InlineIfIdle);
+        assert_eq!(b.poll_mode(&clock).0, RunMode::InlineIfIdle);
     }
 
     /// A [`ManualClock`] that counts its readings.
@@ -1065,16 +1076,16 @@ mod tests {
         let clock = Counting(ManualClock::new(), AtomicUsize::new(0));
         let reads = || clock.1.load(Ordering::Relaxed);
         let mut b = InlineBudget::new(Duration::from_millis(1));
-        assert_eq!(b.poll_mode(&clock), RunMode::InlineIfIdle);
+        assert_eq!(b.poll_mode(&clock).0, RunMode::InlineIfIdle);
         clock.0.advance(Duration::from_millis(1));
-        assert_eq!(b.poll_mode(&clock), RunMode::Queue);
+        assert_eq!(b.poll_mode(&clock).0, RunMode::Queue);
         let spent_at = reads();
         for _ in 0..10 {
-            assert_eq!(b.poll_mode(&clock), RunMode::Queue);
+            assert_eq!(b.poll_mode(&clock).0, RunMode::Queue);
         }
         assert_eq!(reads(), spent_at, "no clock read once spent");
         b.handle_pass_end();
-        assert_eq!(b.poll_mode(&clock), RunMode::InlineIfIdle);
+        assert_eq!(b.poll_mode(&clock).0, RunMode::InlineIfIdle);
         assert_eq!(reads(), spent_at + 1, "the next pass starts over");
     }
 
@@ -1082,8 +1093,8 @@ mod tests {
     fn a_zero_budget_never_runs_inline() {
         let clock = ManualClock::new();
         let mut b = InlineBudget::new(Duration::ZERO);
-        assert_eq!(b.poll_mode(&clock), RunMode::Queue);
+        assert_eq!(b.poll_mode(&clock).0, RunMode::Queue);
         b.handle_pass_end();
-        assert_eq!(b.poll_mode(&clock), RunMode::Queue);
+        assert_eq!(b.poll_mode(&clock).0, RunMode::Queue);
     }
 }

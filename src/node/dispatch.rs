@@ -26,7 +26,7 @@ use crate::actor::ActorError;
 use crate::actor::exec::{InflightGuard, ReplyTo, Work};
 use crate::actor::fence::CallFence;
 use crate::backlog::{Admitted, CreditReturn, Done, InlineBudget, Intake, RunMode};
-use crate::runtime::{Clock, HeldRun};
+use crate::runtime::{Clock, CycleStamp, HeldRun};
 use crate::session::owner::SessionCache;
 use std::sync::{Arc, Weak};
 
@@ -59,14 +59,19 @@ pub(crate) struct Sink {
 
 /// How the next record of this pass may run: inline in a held run (`held`) while the pass's
 /// inline `budget` lasts; once it is spent (or for a record never run here) through its lane,
-/// the kept right released first.
-fn pass_mode<'a>(budget: &mut InlineBudget, clock: &dyn Clock, held: &'a HeldRun) -> RunMode<'a> {
+/// the kept right released first. With the cycle reading the budget check took
+/// ([`InlineBudget::poll_mode`]), for the record's admission.
+fn pass_mode<'a>(
+    budget: &mut InlineBudget,
+    clock: &dyn Clock,
+    held: &'a HeldRun,
+) -> (RunMode<'a>, CycleStamp) {
     match budget.poll_mode(clock) {
-        RunMode::Queue => {
+        (RunMode::Queue, at) => {
             held.release();
-            RunMode::Queue
+            (RunMode::Queue, at)
         }
-        _ => RunMode::InlineHeld(held),
+        (_, at) => (RunMode::InlineHeld(held), at),
     }
 }
 
@@ -142,10 +147,10 @@ impl InboundSink for Sink {
         } = inbound;
         let payload = payload.unwrap_or_default();
         // Only records that may run a turn here meter the pass (a 36 is forwarded, never run).
-        let mode = match record {
+        let (mode, at) = match record {
             Record::BoundSessionSend(_) => {
                 self.held.release();
-                RunMode::Queue
+                (RunMode::Queue, CycleStamp::NONE)
             }
             _ => pass_mode(&mut self.budget, &*self.clock, &self.held),
         };
@@ -196,7 +201,7 @@ impl InboundSink for Sink {
                     rec,
                     (payload, deadline, reply),
                     bytes,
-                    mode,
+                    (mode, at),
                 )
             }
             Record::ActorCall(call) => {
@@ -213,6 +218,7 @@ impl InboundSink for Sink {
                     Intake {
                         release: Some(done),
                         mode,
+                        at,
                     },
                 ))
             }
@@ -246,7 +252,7 @@ impl InboundSink for Sink {
         let Some(node) = pass_node(&mut self.pass, &self.node) else {
             return Offer::Pass(Inbound::one_way(origin, key, payload));
         };
-        let mode = pass_mode(&mut self.budget, &*self.clock, &self.held);
+        let (mode, _) = pass_mode(&mut self.budget, &*self.clock, &self.held);
         let done = release(Origin::Client { session }, bytes);
         offer_of(node.sessions().packet_with(
             &mut self.sessions,
@@ -277,6 +283,8 @@ impl InboundSink for Sink {
             };
             return Offer::Pass(Inbound::actor_send(origin, send, payload, deadline));
         };
+        // b's admission asks the lease standing at the budget check's reading (same place:
+        // after the record's receipt, before its admission), one counter read less per 24
         let mode = pass_mode(&mut self.budget, &*self.clock, &self.held);
         actor_send(
             node,
@@ -307,7 +315,7 @@ fn actor_send(
     rec: ActorSend,
     (payload, deadline, reply): (Bytes, Option<Instant>, Option<ReplyTo>),
     bytes: u64,
-    mode: RunMode<'_>,
+    (mode, at): (RunMode<'_>, CycleStamp),
 ) -> Offer {
     let origin = || Origin::Peer {
         node: sender.clone(),
@@ -323,6 +331,7 @@ fn actor_send(
         Intake {
             release: Some(done),
             mode,
+            at,
         },
     ))
 }
@@ -472,6 +481,7 @@ fn no_release() -> Done {
 const QUEUED: Intake<'static, fn() -> Done> = Intake {
     release: None,
     mode: RunMode::Queue,
+    at: CycleStamp::NONE,
 };
 
 /// 160 ActorCall from a peer: validate the fences and append to the actor's queue (EG-2.1),
