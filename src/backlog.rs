@@ -28,8 +28,8 @@ use std::hash::Hash;
 use crate::hashing::SeededMap;
 use crate::runtime::gate::SpaceWaiter;
 use crate::runtime::{
-    BoxFuture, BudgetStart, Clock, LaneHandle, Offered, PendingSubmit, RuntimeError, Submission,
-    TrySubmitError,
+    BoxFuture, BudgetStart, Clock, CycleStamp, HeldRun, Inline, LaneHandle, Offered, PendingSubmit,
+    RuntimeError, Submission, TrySubmitError,
 };
 use crate::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use crate::sync::{Mutex, MutexGuard};
@@ -189,14 +189,44 @@ pub(crate) enum Admitted {
 
 /// Whether a record that finds its target's lane idle may run at once on the submitting thread
 /// ([`crate::runtime::Submission::offer`]; `docs/RUNTIME.md`, "Inline delivery").
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum RunMode {
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum RunMode<'a> {
     /// Always through the lane (a lane drain runs it).
     Queue,
     /// On the submitting thread when the lane is idle, its gate free and nothing waits for the
     /// target (neither in its lane nor in its backlog); else through the lane.
     InlineIfIdle,
+    /// As `InlineIfIdle`, in a held inline run (`crate::runtime::HeldRun`, the submitter's):
+    /// the right of a record run inline is kept for the next record of its lane, and a record
+    /// that waits in a backlog releases it first.
+    InlineHeld(&'a HeldRun),
 }
+
+impl<'a> RunMode<'a> {
+    /// How the lane submission may run the record.
+    #[inline]
+    fn inline(self) -> Inline<'a> {
+        match self {
+            RunMode::Queue => Inline::No,
+            RunMode::InlineIfIdle => Inline::IfIdle,
+            RunMode::InlineHeld(run) => Inline::Held(run),
+        }
+    }
+}
+
+impl PartialEq for RunMode<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        match (self, other) {
+            (RunMode::Queue, RunMode::Queue) | (RunMode::InlineIfIdle, RunMode::InlineIfIdle) => {
+                true
+            }
+            (RunMode::InlineHeld(a), RunMode::InlineHeld(b)) => std::ptr::eq(*a, *b),
+            _ => false,
+        }
+    }
+}
+
+impl Eq for RunMode<'_> {}
 
 /// How long one receive pass of a mesh I/O thread may spend running records inline
 /// ([`RunMode::InlineIfIdle`]) before it hands the rest of the pass to the lanes: a sans-IO
@@ -232,22 +262,29 @@ impl InlineBudget {
         }
     }
 
-    /// How the next record of this pass may run, read from `clock`.
-    pub(crate) fn poll_mode(&mut self, clock: &dyn Clock) -> RunMode {
+    /// How the next record of this pass may run, read from `clock`, and the cycle reading the
+    /// check took for it ([`Clock::stamp`]; [`CycleStamp::NONE`] when it read none): the
+    /// submitter may hand it to the record's own checks at the same place (its admission's
+    /// lease standing, `OwnerGate::standing_at`), one counter read less per record.
+    pub(crate) fn poll_mode(&mut self, clock: &dyn Clock) -> (RunMode<'static>, CycleStamp) {
         if self.budget.is_zero() {
-            return RunMode::Queue;
+            return (RunMode::Queue, CycleStamp::NONE);
         }
         match &self.pass {
             PassBudget::Fresh => {
                 self.pass = PassBudget::Running(clock.budget_start());
-                RunMode::InlineIfIdle
+                (RunMode::InlineIfIdle, CycleStamp::NONE)
             }
-            PassBudget::Running(start) if clock.budget_spent(start, self.budget) => {
-                self.pass = PassBudget::Spent;
-                RunMode::Queue
+            PassBudget::Running(start) => {
+                let at = clock.stamp();
+                if clock.budget_spent_at(start, self.budget, at) {
+                    self.pass = PassBudget::Spent;
+                    (RunMode::Queue, at)
+                } else {
+                    (RunMode::InlineIfIdle, at)
+                }
             }
-            PassBudget::Running(_) => RunMode::InlineIfIdle,
-            PassBudget::Spent => RunMode::Queue,
+            PassBudget::Spent => (RunMode::Queue, CycleStamp::NONE),
         }
     }
 
@@ -258,13 +295,17 @@ impl InlineBudget {
 }
 
 /// How a submitter that must never wait hands a record in.
-pub(crate) struct Intake<R> {
+pub(crate) struct Intake<'a, R> {
     /// Makes the hook that returns the sender's credit once a record that had to wait in a
     /// backlog entered its lane; `None`: nothing to return (the record is then refused over the
     /// caller's held limit instead of waiting without a bound).
     pub(crate) release: Option<R>,
     /// Whether an idle lane may run it on the submitting thread.
-    pub(crate) mode: RunMode,
+    pub(crate) mode: RunMode<'a>,
+    /// The submitter's cycle reading for this record, taken just before it was handed in (its
+    /// pass's budget check, [`InlineBudget::poll_mode`]), or [`CycleStamp::NONE`]: the
+    /// record's admission asks its lease standing at it.
+    pub(crate) at: CycleStamp,
 }
 
 /// Records waiting for one target, in order.
@@ -407,7 +448,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Backlogs<K> {
         key: &K,
         pending: impl Submission,
         done: impl FnOnce() -> Done,
-        mode: RunMode,
+        mode: RunMode<'_>,
     ) -> Result<Admitted, RuntimeError> {
         if self.open.load(Ordering::Acquire) != 0 {
             let mut map = lock(&self.map);
@@ -415,13 +456,19 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Backlogs<K> {
                 w.queue.push_back((pending.into_pending(), done()));
                 self.waited.fetch_add(1, Ordering::Relaxed);
                 self.waiting_now.fetch_add(1, Ordering::Relaxed);
+                drop(map);
+                if let RunMode::InlineHeld(run) = mode {
+                    // What waits here must not wait for a right kept for its lane (released
+                    // without the map's lock: the release may refill this backlog).
+                    run.release();
+                }
                 return Ok(Admitted::Queued);
             }
         }
         // Nothing waits for `key` in a backlog (an open one is kept until its refiller took its
         // last record into the lane): an idle lane may run it here, else it enters the lane if
         // it has room (one core lock for both).
-        let pending = match pending.offer(mode == RunMode::InlineIfIdle) {
+        let pending = match pending.offer(mode.inline()) {
             Offered::Taken => return Ok(Admitted::Now),
             Offered::Refused(e) => return Err(e),
             Offered::Full(p) => p,
@@ -993,24 +1040,24 @@ mod tests {
         let clock = ManualClock::new();
         let mut b = InlineBudget::new(Duration::from_millis(1));
         // the pass's time counts from its first inline record
-        assert_eq!(b.poll_mode(&clock), RunMode::InlineIfIdle);
+        assert_eq!(b.poll_mode(&clock).0, RunMode::InlineIfIdle);
         clock.advance(Duration::from_micros(999));
-        assert_eq!(b.poll_mode(&clock), RunMode::InlineIfIdle);
+        assert_eq!(b.poll_mode(&clock).0, RunMode::InlineIfIdle);
         clock.advance(Duration::from_micros(1));
         assert_eq!(
-            b.poll_mode(&clock),
+            b.poll_mode(&clock).0,
             RunMode::Queue,
             "spent at exactly the budget"
         );
         assert_eq!(
-            b.poll_mode(&clock),
+            b.poll_mode(&clock).0,
             RunMode::Queue,
             "for the rest of the pass"
         );
         b.handle_pass_end();
-        assert_eq!(b.poll_mode(&clock), RunMode::InlineIfIdle);
+        assert_eq!(b.poll_mode(&clock).0, RunMode::InlineIfIdle);
         clock.advance(Duration::from_micros(500));
-        assert_eq!(b.poll_mode(&clock), RunMode::InlineIfIdle);
+        assert_eq!(b.poll_mode(&clock).0, RunMode::InlineIfIdle);
     }
 
     /// A [`ManualClock`] that counts its readings.
@@ -1029,16 +1076,16 @@ mod tests {
         let clock = Counting(ManualClock::new(), AtomicUsize::new(0));
         let reads = || clock.1.load(Ordering::Relaxed);
         let mut b = InlineBudget::new(Duration::from_millis(1));
-        assert_eq!(b.poll_mode(&clock), RunMode::InlineIfIdle);
+        assert_eq!(b.poll_mode(&clock).0, RunMode::InlineIfIdle);
         clock.0.advance(Duration::from_millis(1));
-        assert_eq!(b.poll_mode(&clock), RunMode::Queue);
+        assert_eq!(b.poll_mode(&clock).0, RunMode::Queue);
         let spent_at = reads();
         for _ in 0..10 {
-            assert_eq!(b.poll_mode(&clock), RunMode::Queue);
+            assert_eq!(b.poll_mode(&clock).0, RunMode::Queue);
         }
         assert_eq!(reads(), spent_at, "no clock read once spent");
         b.handle_pass_end();
-        assert_eq!(b.poll_mode(&clock), RunMode::InlineIfIdle);
+        assert_eq!(b.poll_mode(&clock).0, RunMode::InlineIfIdle);
         assert_eq!(reads(), spent_at + 1, "the next pass starts over");
     }
 
@@ -1046,8 +1093,8 @@ mod tests {
     fn a_zero_budget_never_runs_inline() {
         let clock = ManualClock::new();
         let mut b = InlineBudget::new(Duration::ZERO);
-        assert_eq!(b.poll_mode(&clock), RunMode::Queue);
+        assert_eq!(b.poll_mode(&clock).0, RunMode::Queue);
         b.handle_pass_end();
-        assert_eq!(b.poll_mode(&clock), RunMode::Queue);
+        assert_eq!(b.poll_mode(&clock).0, RunMode::Queue);
     }
 }

@@ -231,3 +231,42 @@ async fn an_inline_handler_may_spawn_tasks_and_wait_for_them() {
     let (_a, _b, client, actor) = setup(Duration::from_millis(1)).await;
     assert_eq!(relay_req(&client, &actor, &Spawn).await.unwrap(), 7);
 }
+
+// A receive pass that ran consecutive records of one lane inline keeps the gate's right
+// between them (a held inline run) and gives it back when the pass ends, before its thread
+// sleeps: a record another thread submits to that lane afterwards runs at once.
+// spec: EG-6.3
+// spec: EG-2.6
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_right_kept_between_inline_records_is_released_when_the_pass_ends() {
+    let (_a, b, client, actor) = setup(Duration::from_millis(1)).await;
+    let n = 200u64;
+    for i in 0..n {
+        client
+            .packet_send(&RelaySend {
+                actor_id: actor.id().to_string(),
+                key: Seq::KEY.get(),
+                payload: rmp_serde::to_vec_named(&Seq(i)).unwrap(),
+            })
+            .await
+            .unwrap();
+    }
+    let (seen, in_order, _) = relay_req(&client, &actor, &Seen).await.unwrap();
+    assert_eq!(seen, n);
+    assert!(in_order);
+    // Two records in a row on b's I/O thread: the second one's right is kept to the pass's end.
+    for _ in 0..2 {
+        let (thread, _) = relay_req(&client, &actor, &Where).await.unwrap();
+        assert_eq!(thread, "zlink-mesh-b");
+    }
+    // b's I/O thread is idle now; a request from b itself goes through the actor's lane.
+    let (thread, app) = tokio::time::timeout(TIMEOUT, b.request(&actor, &Where, TIMEOUT))
+        .await
+        .expect("the lane's right was not given back at the end of the pass")
+        .unwrap();
+    assert!(!thread.starts_with("zlink-mesh-"), "ran on {thread}");
+    assert!(app);
+    let (seen, in_order, _) = relay_req(&client, &actor, &Seen).await.unwrap();
+    assert_eq!(seen, n);
+    assert!(in_order);
+}

@@ -308,7 +308,7 @@ impl Node {
         payload: Bytes,
         deadline: Option<Instant>,
         reply: Option<ReplyTo>,
-        intake: Intake<impl FnOnce() -> Done>,
+        intake: Intake<'_, impl FnOnce() -> Done>,
     ) -> Admitted {
         let fence = CallFence {
             actor_id: rec.actor,

@@ -157,7 +157,7 @@ impl Node {
         bound: Option<&BoundCheck<'_>>,
     ) -> Option<ActorError> {
         let mut work = work;
-        match self.check_submit(call, &mut work, bound) {
+        match self.check_submit(call, &mut work, bound, CycleStamp::NONE) {
             Checked::Done(e) => e,
             // A failed submission dropped the work, which answered a request already.
             Checked::Ready(mailbox, _) => mailbox.submit(work).await.err(),
@@ -176,11 +176,11 @@ impl Node {
         call: &CallFence,
         work: Work,
         bound: Option<&BoundCheck<'_>>,
-        intake: Intake<impl FnOnce() -> Done>,
+        intake: Intake<'_, impl FnOnce() -> Done>,
     ) -> (Admitted, Option<ActorError>) {
-        let Intake { release, mode } = intake;
+        let Intake { release, mode, at } = intake;
         let mut work = work;
-        let (mailbox, at) = match self.check_submit(call, &mut work, bound) {
+        let (mailbox, at) = match self.check_submit(call, &mut work, bound, at) {
             Checked::Done(e) => return (Admitted::Now, e),
             Checked::Ready(m, at) => (m, at),
         };
@@ -219,11 +219,16 @@ impl Node {
     /// barrier. `Ready` when the work may enter the actor's lane (it stays with the caller:
     /// not moved in and out); `Done` when it was held behind the barrier (taken, a vacant work
     /// left in its place) or refused (a request answered through its reply).
+    ///
+    /// `given`: the caller's cycle reading for this record, taken after its receipt and just
+    /// before this check (the inline budget's, `Intake::at`), or `CycleStamp::NONE`: the
+    /// check reads the counter itself.
     fn check_submit(
         &self,
         call: &CallFence,
         work: &mut Work,
         bound: Option<&BoundCheck<'_>>,
+        given: CycleStamp,
     ) -> Checked {
         // One lock for the fence check and the barrier decision, so a record is held only by
         // the incarnation that admitted it.
@@ -239,7 +244,7 @@ impl Node {
                 Some(_) => None,
             };
             let gate = &self.inner.gate;
-            at = gate.stamp();
+            at = if given.is_some() { given } else { gate.stamp() };
             let checked = fence::check_call(
                 gate.standing_at(at),
                 self.generation(),

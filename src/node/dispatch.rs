@@ -26,7 +26,7 @@ use crate::actor::ActorError;
 use crate::actor::exec::{InflightGuard, ReplyTo, Work};
 use crate::actor::fence::CallFence;
 use crate::backlog::{Admitted, CreditReturn, Done, InlineBudget, Intake, RunMode};
-use crate::runtime::Clock;
+use crate::runtime::{Clock, CycleStamp, HeldRun};
 use crate::session::owner::SessionCache;
 use std::sync::{Arc, Weak};
 
@@ -50,6 +50,29 @@ pub(crate) struct Sink {
     budget: InlineBudget,
     /// The session of the last client packet.
     sessions: SessionCache,
+    /// The gate right kept after a record run inline, for the next record of its lane in this
+    /// pass (a held inline run, `docs/RUNTIME.md`, "Inline delivery"): released at a record
+    /// for another lane, once the pass's budget is spent, at the pass's end, and when the sink
+    /// is dropped.
+    held: HeldRun,
+}
+
+/// How the next record of this pass may run: inline in a held run (`held`) while the pass's
+/// inline `budget` lasts; once it is spent (or for a record never run here) through its lane,
+/// the kept right released first. With the cycle reading the budget check took
+/// ([`InlineBudget::poll_mode`]), for the record's admission.
+fn pass_mode<'a>(
+    budget: &mut InlineBudget,
+    clock: &dyn Clock,
+    held: &'a HeldRun,
+) -> (RunMode<'a>, CycleStamp) {
+    match budget.poll_mode(clock) {
+        (RunMode::Queue, at) => {
+            held.release();
+            (RunMode::Queue, at)
+        }
+        (_, at) => (RunMode::InlineHeld(held), at),
+    }
 }
 
 impl Sink {
@@ -60,6 +83,7 @@ impl Sink {
             clock: node.inner.runtime.config().clock.clone(),
             budget: InlineBudget::new(node.inner.inline_budget),
             sessions: SessionCache::default(),
+            held: HeldRun::new(),
         }
     }
 }
@@ -123,9 +147,12 @@ impl InboundSink for Sink {
         } = inbound;
         let payload = payload.unwrap_or_default();
         // Only records that may run a turn here meter the pass (a 36 is forwarded, never run).
-        let mode = match record {
-            Record::BoundSessionSend(_) => RunMode::Queue,
-            _ => self.budget.poll_mode(&*self.clock),
+        let (mode, at) = match record {
+            Record::BoundSessionSend(_) => {
+                self.held.release();
+                (RunMode::Queue, CycleStamp::NONE)
+            }
+            _ => pass_mode(&mut self.budget, &*self.clock, &self.held),
         };
         // Matched on the record alone (no tuple of origin and record: that copied the record).
         match record {
@@ -174,7 +201,7 @@ impl InboundSink for Sink {
                     rec,
                     (payload, deadline, reply),
                     bytes,
-                    mode,
+                    (mode, at),
                 )
             }
             Record::ActorCall(call) => {
@@ -191,6 +218,7 @@ impl InboundSink for Sink {
                     Intake {
                         release: Some(done),
                         mode,
+                        at,
                     },
                 ))
             }
@@ -224,7 +252,7 @@ impl InboundSink for Sink {
         let Some(node) = pass_node(&mut self.pass, &self.node) else {
             return Offer::Pass(Inbound::one_way(origin, key, payload));
         };
-        let mode = self.budget.poll_mode(&*self.clock);
+        let (mode, _) = pass_mode(&mut self.budget, &*self.clock, &self.held);
         let done = release(Origin::Client { session }, bytes);
         offer_of(node.sessions().packet_with(
             &mut self.sessions,
@@ -255,7 +283,9 @@ impl InboundSink for Sink {
             };
             return Offer::Pass(Inbound::actor_send(origin, send, payload, deadline));
         };
-        let mode = self.budget.poll_mode(&*self.clock);
+        // b's admission asks the lease standing at the budget check's reading (same place:
+        // after the record's receipt, before its admission), one counter read less per 24
+        let mode = pass_mode(&mut self.budget, &*self.clock, &self.held);
         actor_send(
             node,
             (sender, generation),
@@ -267,6 +297,8 @@ impl InboundSink for Sink {
     }
 
     fn end_pass(&mut self) {
+        // The thread may sleep now: no right is kept past the pass.
+        self.held.release();
         self.budget.handle_pass_end();
         // Not kept past the pass: the thread may sleep now, and shutdown waits for the handle.
         self.sessions.end_pass();
@@ -283,7 +315,7 @@ fn actor_send(
     rec: ActorSend,
     (payload, deadline, reply): (Bytes, Option<Instant>, Option<ReplyTo>),
     bytes: u64,
-    mode: RunMode,
+    (mode, at): (RunMode<'_>, CycleStamp),
 ) -> Offer {
     let origin = || Origin::Peer {
         node: sender.clone(),
@@ -299,6 +331,7 @@ fn actor_send(
         Intake {
             release: Some(done),
             mode,
+            at,
         },
     ))
 }
@@ -445,9 +478,10 @@ fn no_release() -> Done {
 
 /// How the inbound loop hands records in: no credit to release (see [`no_release`]), never
 /// inline (the loop is a tokio task, not the receive pass the inline budget meters).
-const QUEUED: Intake<fn() -> Done> = Intake {
+const QUEUED: Intake<'static, fn() -> Done> = Intake {
     release: None,
     mode: RunMode::Queue,
+    at: CycleStamp::NONE,
 };
 
 /// 160 ActorCall from a peer: validate the fences and append to the actor's queue (EG-2.1),
@@ -459,7 +493,7 @@ fn on_actor_call(
     payload: Bytes,
     deadline: Option<Instant>,
     reply: Option<ReplyHandle>,
-    intake: Intake<impl FnOnce() -> Done>,
+    intake: Intake<'_, impl FnOnce() -> Done>,
 ) -> Admitted {
     node.count_call_in();
     let fence = CallFence::of_call(&call);

@@ -13,7 +13,8 @@
 //!    [`GateCore::handle_turn_finished`] or [`GateCore::handle_yield`] for that turn; or, for an
 //!    inline request, [`GateCore::handle_inline_start_with`] (check
 //!    [`GateCore::inline_admissible`], take the right, admit and start in one step) → the same
-//!    terminal;
+//!    terminal; in a held inline run the terminal of one inline record and the start of the
+//!    next of its lane are one step, [`GateCore::handle_inline_continue`];
 //! 3. before dropping the right: [`GateCore::has_ready`] (the driver re-checks it after releasing).
 //!
 //! Invariants:
@@ -368,6 +369,26 @@ pub struct EndedGate<W, L> {
 /// A completion that does not belong to the current claim of the lane (EG-6.1).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct StaleCompletion;
+
+/// What [`GateCore::handle_inline_continue`] did. `room`: whether the lane had room after the
+/// finished record's terminal (as [`GateCore::handle_turn_finished`] returns it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Continued {
+    /// The finished record ended and the new record started under the same right, with this
+    /// invocation.
+    Started {
+        /// The new record's invocation.
+        invocation: u64,
+        /// See the type's doc.
+        room: bool,
+    },
+    /// The finished record ended; the new record did not start (something waits, or it does not
+    /// fit): the caller releases the right.
+    Refused {
+        /// See the type's doc.
+        room: bool,
+    },
+}
 
 /// Why a submission was refused (the work is handed back, never run inline: EG-6.3).
 #[derive(Debug)]
@@ -744,6 +765,74 @@ impl<W, L: Clone> GateCore<W, L> {
         });
         self.next_invocation += 1;
         Some((right, invocation))
+    }
+
+    /// A *held inline run* (`docs/RUNTIME.md`, "Inline delivery"): the caller holds the gate's
+    /// right after the inline record `finished` of `lane` reached its terminal (its claim and
+    /// reservation still stand) and offers the next application record of the same lane, of
+    /// `payload_len` bytes. In one step: the finished record ends as with
+    /// [`GateCore::handle_turn_finished`] (reservation returned, claim dropped, the lane put in
+    /// the ready set if work entered it meanwhile), then the new record starts exactly as
+    /// [`GateCore::handle_inline_start`] would start it — only if nothing waits (the ready set
+    /// empty: no record entered the lane meanwhile, no other lane or resume record waits for the
+    /// right, EG-6.3, EG-6.4), the gate is neither sealed nor ended, and the record fits the
+    /// lane's limits. [`Continued::Refused`]: the caller releases the right (and re-checks the
+    /// ready set, as at any release) and submits the record behind what waits.
+    pub fn handle_inline_continue(
+        &mut self,
+        lane: LaneId,
+        finished: u64,
+        payload_len: usize,
+    ) -> Continued {
+        // The common case in one lane lookup: nothing entered the lane and nothing waits, so the
+        // finished record's end leaves the lane idle (no requeue) and the new record's start
+        // is an inline start's. The idle lane's buffers are trimmed when the run ends instead.
+        let quiet = self.inline_gate_quiet();
+        let limits = &self.limits;
+        let invocation = self.next_invocation;
+        if quiet
+            && let Some(state) = lane_in(&mut self.lanes, lane)
+            && let Some(c) = state.claim
+            && c.invocation == finished
+            && c.state == ClaimState::Running
+            && c.class == LaneClass::Application
+            && !c.lifts_barrier
+            && !state.in_ready
+            && !state.has_work()
+            && state.join_results.is_empty()
+            && state.barriers_active == 0
+        {
+            let r = state.application_reserved;
+            // the finished record's reservation returned (EG-7.2), then the new one's taken
+            let items = r.items - 1;
+            let held = r.bytes - c.bytes;
+            let bytes = payload_len as u64 + limits.per_work_overhead;
+            if items < limits.application_items && held + bytes <= limits.application_bytes {
+                let room = items <= limits.application_items / 2
+                    && state.lifecycle_reserved.items <= limits.lifecycle_items / 2;
+                state.application_reserved.bytes = held + bytes;
+                state
+                    .decision
+                    .record(LaneClass::Application, limits.lifecycle_turn_cap);
+                state.claim = Some(Claim {
+                    invocation,
+                    class: LaneClass::Application,
+                    bytes,
+                    state: ClaimState::Running,
+                    lifts_barrier: false,
+                });
+                self.next_invocation += 1;
+                return Continued::Started { invocation, room };
+            }
+        }
+        let room = match self.handle_turn_finished(lane, finished) {
+            Ok(room) => room,
+            Err(StaleCompletion) => return Continued::Refused { room: false },
+        };
+        match self.handle_inline_start(lane, payload_len) {
+            Some(invocation) => Continued::Started { invocation, room },
+            None => Continued::Refused { room },
+        }
     }
 
     /// Whether [`GateCore::poll_turn`] would return a turn.
@@ -1597,5 +1686,127 @@ mod tests {
         assert!(c.inline_admissible(a, 0));
         let _ = c.handle_end();
         assert!(!c.inline_admissible(a, 0));
+    }
+
+    // A held inline run: the previous inline record's terminal and the next record's start in
+    // one step leave exactly the state of `handle_turn_finished` then `handle_inline_start`.
+    // spec: EG-7.2, EG-7.3
+    #[test]
+    fn inline_continue_is_finish_then_inline_start() {
+        let (mut held, mut plain) = (core(), core());
+        let (a, b) = (held.add_lane(()).unwrap(), plain.add_lane(()).unwrap());
+        let (h0, p0) = (
+            held.handle_inline_start(a, 10).unwrap(),
+            plain.handle_inline_start(b, 10).unwrap(),
+        );
+        let (mut h, mut p) = (h0, p0);
+        for len in [20, 0, 300, 7, 20] {
+            let Continued::Started { invocation, room } = held.handle_inline_continue(a, h, len)
+            else {
+                panic!("nothing waits: the run continues")
+            };
+            assert!(room);
+            assert!(plain.handle_turn_finished(b, p).unwrap());
+            assert_eq!(plain.handle_inline_start(b, len), Some(invocation));
+            assert_eq!(held.lane_stats(a), plain.lane_stats(b));
+            (h, p) = (invocation, invocation);
+        }
+        let invocation = h;
+        // the old invocation is over: its terminal is stale now
+        assert_eq!(held.handle_turn_finished(a, h0), Err(StaleCompletion));
+        assert_eq!(held.handle_turn_finished(a, invocation), Ok(true));
+        assert!(held.inline_admissible(a, 0));
+    }
+
+    // Nothing overtakes what waits (EG-6.3, EG-6.4): a record that entered the lane while the
+    // right was held, or another lane or resume record in the ready set, refuses the
+    // continuation; the finished record has ended all the same, and what waits is ready.
+    // spec: EG-6.3, EG-6.4, EG-7.2
+    #[test]
+    fn inline_continue_refused_when_something_waits() {
+        let mut c = core();
+        let (a, b) = (c.add_lane(()).unwrap(), c.add_lane(()).unwrap());
+        // a record of the same lane queued meanwhile (another thread's submission)
+        let inv = c.handle_inline_start(a, 0).unwrap();
+        c.handle_submit(a, LaneClass::Application, 0, 1).unwrap();
+        assert!(!c.has_ready(), "the claim stands while the right is held");
+        assert_eq!(
+            c.handle_inline_continue(a, inv, 0),
+            Continued::Refused { room: true }
+        );
+        assert!(c.has_ready(), "the queued record waits for the right");
+        assert_eq!(run(&mut c).unwrap().2, 1);
+        assert_eq!(
+            c.lane_stats(a).unwrap().application_reserved_items,
+            0,
+            "nothing left reserved"
+        );
+        // a lifecycle record of the same lane
+        let inv = c.handle_inline_start(a, 0).unwrap();
+        c.handle_submit(a, LaneClass::Lifecycle, 0, 2).unwrap();
+        assert!(matches!(
+            c.handle_inline_continue(a, inv, 0),
+            Continued::Refused { .. }
+        ));
+        assert_eq!(run(&mut c).unwrap().2, 2);
+        // another lane waits for the right
+        let inv = c.handle_inline_start(a, 0).unwrap();
+        c.handle_submit(b, LaneClass::Application, 0, 3).unwrap();
+        assert!(matches!(
+            c.handle_inline_continue(a, inv, 0),
+            Continued::Refused { .. }
+        ));
+        assert_eq!(run(&mut c).unwrap().2, 3);
+        assert!(c.inline_admissible(a, 0));
+    }
+
+    // The continuation is refused where an inline start would be: a record that does not fit
+    // the lane's limits, a barrier activated by the finished record, a sealed or ended gate, a
+    // stale invocation (the lane removed meanwhile).
+    // spec: EG-7.1, EG-5.2, EG-4.1
+    #[test]
+    fn inline_continue_refused_at_limits_barriers_seal_and_end() {
+        let mut c = core();
+        let a = c.add_lane(()).unwrap();
+        let max = c.limits().application_bytes as usize;
+        let inv = c.handle_inline_start(a, 0).unwrap();
+        assert!(matches!(
+            c.handle_inline_continue(a, inv, max),
+            Continued::Refused { .. }
+        ));
+        assert!(c.inline_admissible(a, 0), "the finished record ended");
+        // the finished record's barrier was activated at its terminal
+        let inv = c.handle_inline_start(a, 0).unwrap();
+        assert!(c.handle_barrier_register(a));
+        c.handle_barrier_activate(a);
+        assert!(matches!(
+            c.handle_inline_continue(a, inv, 0),
+            Continued::Refused { .. }
+        ));
+        c.handle_join_result(a, None).unwrap();
+        while run(&mut c).is_some() {}
+        // sealed meanwhile
+        let inv = c.handle_inline_start(a, 0).unwrap();
+        c.handle_seal();
+        assert!(matches!(
+            c.handle_inline_continue(a, inv, 0),
+            Continued::Refused { .. }
+        ));
+        c.handle_unseal();
+        // a stale invocation
+        let inv = c.handle_inline_start(a, 0).unwrap();
+        assert_eq!(
+            c.handle_inline_continue(a, inv + 7, 0),
+            Continued::Refused { room: false }
+        );
+        assert!(!c.inline_admissible(a, 0), "the real record still runs");
+        c.handle_turn_finished(a, inv).unwrap();
+        // ended meanwhile
+        let inv = c.handle_inline_start(a, 0).unwrap();
+        let _ = c.handle_end();
+        assert!(matches!(
+            c.handle_inline_continue(a, inv, 0),
+            Continued::Refused { .. }
+        ));
     }
 }

@@ -28,7 +28,8 @@ use crate::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 use super::config::{CycleStamp, RuntimeConfig};
 use super::core::{
-    GateCore, LaneClass, LaneId, Queued, ResumeRefused, SubmitRefusal, SubmitRefused, Turn,
+    Continued, GateCore, LaneClass, LaneId, Queued, ResumeRefused, SubmitRefusal, SubmitRefused,
+    Turn,
 };
 use super::error::{HandlerError, InvalidOperation, RuntimeError, Unavailable};
 use super::gate::{Fence, GateShared, SpaceSlot, SpaceWaiter};
@@ -589,7 +590,23 @@ impl LaneHandle {
     /// the right released; work admitted meanwhile gets a new drain.
     pub fn finish_inline(self: &Arc<Self>, turn: InlineTurn, r: Result<(), HandlerError>) {
         end_record(&self.gate, self, turn.invocation, r);
+        self.release_inline(turn);
+    }
+
+    /// The core half of [`LaneHandle::finish_inline`], for an inline record whose terminal
+    /// (`end_record`) already ran while its right was kept (a held inline run,
+    /// [`super::held::HeldRun`]): the reservation returned, the right released and the ready
+    /// set re-checked under one lock, senders waiting for space told, work admitted meanwhile
+    /// given a new drain.
+    pub(crate) fn release_inline(self: &Arc<Self>, turn: InlineTurn) {
         let (room, next) = self.gate.gate.finish_inline(self.lane, turn.invocation);
+        self.after_inline_terminal(room, next);
+    }
+
+    /// What follows the core step that ended an inline record: waiting senders told (as at
+    /// any finish), a right taken for work that waits handed to a new drain.
+    #[inline]
+    fn after_inline_terminal(self: &Arc<Self>, room: bool, next: Option<Fence>) {
         if room || next.is_none() {
             self.gate.notify_space();
         }
@@ -598,6 +615,44 @@ impl LaneHandle {
         }
         if let Some(f) = next {
             self.gate.kick(f);
+        }
+    }
+
+    /// Held inline run, the next record (`docs/RUNTIME.md`, "Inline delivery"): `held` is an
+    /// inline record of this lane that reached its terminal (`end_record` ran) with its right
+    /// kept. Under one core lock it ends and an application record of `payload_len` bytes
+    /// starts under the same right if nothing waits for the gate and the record fits
+    /// ([`GateShared::continue_inline`](super::gate::GateShared::continue_inline)); the caller
+    /// runs it as any inline record. `None`: the right was released exactly as
+    /// [`LaneHandle::release_inline`] releases it (work that waits gets a new drain), and the
+    /// caller submits the record the normal way, behind what waits.
+    pub(crate) fn continue_inline(
+        self: &Arc<Self>,
+        held: InlineTurn,
+        payload_len: usize,
+    ) -> Option<InlineTurn> {
+        if self.rt().shutting_down.load(Ordering::Acquire) {
+            self.release_inline(held);
+            return None;
+        }
+        let (c, next) = self
+            .gate
+            .gate
+            .continue_inline(self.lane, held.invocation, payload_len);
+        match c {
+            Continued::Started { invocation, room } => {
+                self.slot
+                    .begin(invocation, held.fence, self.gate.next_turn());
+                self.after_inline_terminal(room, None);
+                Some(InlineTurn {
+                    fence: held.fence,
+                    invocation,
+                })
+            }
+            Continued::Refused { room } => {
+                self.after_inline_terminal(room, next);
+                None
+            }
         }
     }
 
@@ -1256,12 +1311,20 @@ impl Future for Requeue {
 /// calling thread to its terminal or its first wait: the application domain marker set (EG-13),
 /// the lane runtime's context entered (a handler may spawn or start timers), a panic caught as
 /// a drain catches it.
+///
+/// `keep`: a record that reaches its terminal here keeps its right (and its claim in the core)
+/// and comes back, for the caller to continue a held inline run with
+/// ([`LaneHandle::continue_inline`]) or release ([`LaneHandle::release_inline`]); its terminal
+/// work (`end_record`: post-processing, barriers, held replies, the error counted) has run.
+/// Otherwise, or for a record handed off or parked, `None`.
 pub(crate) fn run_started_inline<F>(
     lane: &Arc<LaneHandle>,
     turn: InlineTurn,
     stamp: CycleStamp,
     work: F,
-) where
+    keep: bool,
+) -> Option<InlineTurn>
+where
     F: FnOnce(TurnEnv, &LaneHandle) -> Handled<()>,
 {
     let _rt = lane.rt().app.enter();
@@ -1275,8 +1338,17 @@ pub(crate) fn run_started_inline<F>(
         };
         let ran = catch_unwind(AssertUnwindSafe(move || work(env, lane)))
             .unwrap_or(Handled::Now(Err(HandlerError::Panicked)));
+        let terminal = |turn: InlineTurn, r: Result<(), HandlerError>| {
+            if keep {
+                end_record(&lane.gate, lane, invocation, r);
+                Some(turn)
+            } else {
+                lane.finish_inline(turn, r);
+                None
+            }
+        };
         let mut fut = match ran {
-            Handled::Now(r) => return lane.finish_inline(turn, r),
+            Handled::Now(r) => return terminal(turn, r),
             Handled::Later(f) => f,
         };
         let mut cx = Context::from_waker(std::task::Waker::noop());
@@ -1284,11 +1356,17 @@ pub(crate) fn run_started_inline<F>(
             lane.poll_inline(invocation, &mut cx, &mut fut)
         }));
         match polled {
-            Err(_) => lane.finish_inline(turn, Err(HandlerError::Panicked)),
-            Ok(InlinePoll::Ready(r)) => lane.finish_inline(turn, r),
+            Err(_) => terminal(turn, Err(HandlerError::Panicked)),
+            Ok(InlinePoll::Ready(r)) => terminal(turn, r),
             // a new drain polls it again (with its own waker) and keeps the right
-            Ok(InlinePoll::Pending) => lane.hand_off_inline(turn, fut),
-            Ok(InlinePoll::Yielded) => lane.park_inline(turn, fut),
+            Ok(InlinePoll::Pending) => {
+                lane.hand_off_inline(turn, fut);
+                None
+            }
+            Ok(InlinePoll::Yielded) => {
+                lane.park_inline(turn, fut);
+                None
+            }
         }
     })
 }

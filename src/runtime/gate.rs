@@ -26,6 +26,11 @@
 //!   finish it, release the right and re-check the ready set under that same lock (taking the
 //!   right again for a new drain if work is ready). Submitters admit under the lock and try the
 //!   right after unlocking, so they find it either held (the finish sees their work) or free.
+//!   A held inline run ([`GateShared::continue_inline`]) keeps the right from one inline record
+//!   to the next of its lane: under one lock the first ends and the next starts only if nothing
+//!   waits; else the right is released and the ready set re-checked under that lock, as a finish
+//!   does. Work admitted while the right is kept between two records finds it held and is seen
+//!   by that step (or by the finish that ends the run).
 
 use std::collections::VecDeque;
 
@@ -33,7 +38,7 @@ use crate::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use crate::sync::{Mutex, MutexGuard};
 
 use super::config::LaneLimits;
-use super::core::{GateCore, Queued, Turn};
+use super::core::{Continued, GateCore, Queued, Turn};
 
 const HELD: u64 = 1;
 
@@ -336,6 +341,35 @@ impl<W, L: Clone> GateShared<W, L> {
             None
         };
         (room, next)
+    }
+
+    /// Held inline run, the next record of `lane` (see [`GateCore::handle_inline_continue`]):
+    /// the caller holds the right after the inline record `finished` reached its terminal.
+    /// Under one lock: that record ends and, if nothing waits and the record fits, the next one
+    /// starts under the same right (`Started`); else (`Refused`) the right is given back and the
+    /// ready set re-checked under that same lock, exactly as [`GateShared::finish_inline`] does
+    /// (work admitted meanwhile gets the right again, returned for a new drain).
+    #[must_use]
+    pub fn continue_inline(
+        &self,
+        lane: super::core::LaneId,
+        finished: u64,
+        payload_len: usize,
+    ) -> (Continued, Option<Fence>) {
+        let mut core = self.core.lock().unwrap();
+        // a batch is never outstanding here: only a drain takes one, and it holds the right
+        self.end_batch(&mut core);
+        let c = core.handle_inline_continue(lane, finished, payload_len);
+        if let Continued::Started { .. } = c {
+            return (c, None);
+        }
+        self.word.release();
+        let next = if core.has_ready() {
+            self.word.try_acquire()
+        } else {
+            None
+        };
+        (c, next)
     }
 }
 
@@ -892,6 +926,89 @@ mod loom_tests {
             let s = p.gate.lock().lane_stats(a).unwrap();
             assert!(!s.claimed && s.application_reserved_items == 0);
         });
+    }
+
+    /// One record runs (no overlap with any other turn of the gate).
+    fn run_one(p: &Probe) {
+        assert!(!p.in_turn.swap(true, Ordering::SeqCst), "overlap");
+        p.ran.fetch_add(1, Ordering::SeqCst);
+        p.in_turn.store(false, Ordering::SeqCst);
+    }
+
+    // spec: EG-11, EG-6.3, EG-6.1, EG-2.6 — a held inline run (the I/O thread keeps the right
+    // after an inline record and continues with the next record of the lane, then releases at
+    // the end of its pass) against a concurrent submission to the same lane: every record runs
+    // exactly once, turns never overlap, fences are never reused, nothing is stranded, the
+    // right is free at the end. With a next record too big for the lane (its continuation and
+    // its admission both refused), the submission's drain comes only from the refused
+    // continuation's release and re-check: checked to fail without that re-check.
+    #[test]
+    fn loom_held_run_vs_submit() {
+        for big in [false, true] {
+            loom::model(move || {
+                let p = probe();
+                let a = p.gate.lock().add_lane(()).unwrap();
+                let len = if big {
+                    LaneLimits::default().application_bytes as usize
+                } else {
+                    0
+                };
+                let p2 = p.clone();
+                let submitter = loom::thread::spawn(move || submit(&p2, a, 2));
+                // record 1 inline, its right kept
+                let mut kept = match p.gate.try_start_inline(a, 0) {
+                    Some((fence, inv)) => {
+                        let last = p.last_fence.swap(fence.0 + 1, Ordering::SeqCst);
+                        assert!(fence.0 + 1 > last, "fence reused");
+                        run_one(&p);
+                        Some(inv)
+                    }
+                    None => {
+                        submit(&p, a, 1);
+                        None
+                    }
+                };
+                // record 3: continues under the kept right, or goes behind what waits (a big
+                // one is refused)
+                let third = |p: &Probe| {
+                    if !big {
+                        submit(p, a, 3);
+                    }
+                };
+                match kept.map(|inv| p.gate.continue_inline(a, inv, len)) {
+                    Some((Continued::Started { invocation, .. }, next)) => {
+                        assert!(!big && next.is_none());
+                        run_one(&p);
+                        kept = Some(invocation);
+                    }
+                    Some((Continued::Refused { .. }, next)) => {
+                        kept = None;
+                        if let Some(f) = next {
+                            drain(&p, f);
+                        }
+                        third(&p);
+                    }
+                    None => third(&p),
+                }
+                // the pass ends: the kept right is released
+                if let Some(inv) = kept {
+                    let (_, next) = p.gate.finish_inline(a, inv);
+                    if let Some(f) = next {
+                        drain(&p, f);
+                    }
+                }
+                submitter.join().unwrap();
+                let want = if big { 2 } else { 3 };
+                assert_eq!(
+                    p.ran.load(Ordering::SeqCst),
+                    want,
+                    "work stranded or doubled"
+                );
+                assert_quiescent(&p);
+                let s = p.gate.lock().lane_stats(a).unwrap();
+                assert!(!s.claimed && s.application_reserved_items == 0);
+            });
+        }
     }
 
     // spec: EG-3.1, EG-16.8, EG-11 — an inline request to an idle lane of a gate where another

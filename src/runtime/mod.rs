@@ -22,6 +22,7 @@ mod depth;
 mod driver;
 pub mod error;
 pub mod gate;
+mod held;
 mod job;
 mod park;
 mod pending;
@@ -56,7 +57,8 @@ pub use error::{
     AdmissionError, ApplicationLaneFull, ErrorKind, HandlerError, InvalidOperation, LaneLimitKind,
     LifecycleLaneFull, RuntimeError, Unavailable,
 };
-pub(crate) use pending::{Offered, Submission};
+pub(crate) use held::HeldRun;
+pub(crate) use pending::{Inline, Offered, Submission};
 pub use pending::{PendingSubmit, TrySubmitError};
 pub use policy::{
     ActorDeliveryLane, ConnectionClosed, LanePolicy, PendingRecord, RelocationSeal, ReturnPending,

@@ -9,6 +9,7 @@ use super::config::CycleStamp;
 use super::core::LaneClass;
 use super::driver::{Handled, Job, LaneHandle, StartOrSubmit, TurnEnv};
 use super::error::RuntimeError;
+use super::held::HeldRun;
 
 /// A record for one lane that has not been admitted: it has not run and holds no reservation.
 /// Dropping it drops the record unrun (as a refused submission does).
@@ -90,9 +91,13 @@ impl PendingSubmit {
             return Err(self);
         };
         let job = self.job;
-        super::driver::run_started_inline(&self.lane, turn, CycleStamp::NONE, move |env, lane| {
-            job.run(env, lane)
-        });
+        let _ = super::driver::run_started_inline(
+            &self.lane,
+            turn,
+            CycleStamp::NONE,
+            move |env, lane| job.run(env, lane),
+            false,
+        );
         Ok(())
     }
 
@@ -153,6 +158,27 @@ where
     }
 }
 
+/// Whether [`Submission::offer`] may run a record on the submitting thread.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Inline<'a> {
+    /// Never: it goes through its lane.
+    No,
+    /// When its lane is idle, its gate free and nothing waits for the gate
+    /// ([`PendingSubmit::try_run_inline`]).
+    IfIdle,
+    /// As `IfIdle`, in a held inline run ([`HeldRun`]): a record of the lane whose right `run`
+    /// keeps continues under it when nothing waits ([`LaneHandle::continue_inline`]); a
+    /// record for another lane releases it first; a record run inline keeps its right in `run`
+    /// at its terminal.
+    Held(&'a HeldRun),
+}
+
+impl Inline<'_> {
+    fn allowed(self) -> bool {
+        !matches!(self, Inline::No)
+    }
+}
+
 /// What [`Submission::offer`] did with a record.
 pub(crate) enum Offered {
     /// It ran inline, or entered its lane.
@@ -189,16 +215,21 @@ impl Offered {
 /// A record for one lane not yet admitted, as a non-blocking submitter hands it in (see
 /// `crate::backlog::Backlogs::submit`): a [`PendingSubmit`] or a [`Prepared`] record.
 pub(crate) trait Submission: Sized {
-    /// Runs it inline when `inline` and [`PendingSubmit::try_run_inline`] would, else submits
-    /// it without waiting ([`PendingSubmit::retry`]): both decided under one core lock
-    /// ([`LaneHandle::try_start_inline_or_submit`]).
-    fn offer(self, inline: bool) -> Offered;
+    /// Runs it inline when `inline` allows it and [`PendingSubmit::try_run_inline`] would (or,
+    /// in a held inline run, continues the run), else submits it without waiting
+    /// ([`PendingSubmit::retry`]): both decided under one core lock
+    /// ([`LaneHandle::try_start_inline_or_submit`], [`LaneHandle::continue_inline`]).
+    fn offer(self, inline: Inline<'_>) -> Offered;
     /// The record as a [`PendingSubmit`], to enter its lane or wait in a backlog.
     fn into_pending(self) -> PendingSubmit;
 }
 
 impl Submission for PendingSubmit {
-    fn offer(self, inline: bool) -> Offered {
+    /// A boxed record keeps no held run: a right kept is released first.
+    fn offer(self, inline: Inline<'_>) -> Offered {
+        if let Inline::Held(run) = inline {
+            run.release();
+        }
         let PendingSubmit {
             lane,
             class,
@@ -206,17 +237,18 @@ impl Submission for PendingSubmit {
             job,
         } = self;
         let mut job = Some(job);
-        let r = lane.try_start_inline_or_submit(class, payload_len, inline, || {
+        let r = lane.try_start_inline_or_submit(class, payload_len, inline.allowed(), || {
             job.take().expect("made once")
         });
         let r = match r {
             StartOrSubmit::Inline(turn) => {
                 let job = job.take().expect("not made: it runs inline");
-                super::driver::run_started_inline(
+                let _ = super::driver::run_started_inline(
                     &lane,
                     turn,
                     CycleStamp::NONE,
                     move |env, lane| job.run(env, lane),
+                    false,
                 );
                 Ok(())
             }
@@ -238,7 +270,7 @@ where
 {
     /// The closure runs unboxed inline; it is boxed only to enter the lane.
     #[inline]
-    fn offer(self, inline: bool) -> Offered {
+    fn offer(self, inline: Inline<'_>) -> Offered {
         let Prepared {
             lane,
             class,
@@ -246,14 +278,42 @@ where
             work,
             stamp,
         } = self;
+        let run = match inline {
+            Inline::Held(run) => Some(run),
+            _ => None,
+        };
+        if let Some(run) = run
+            && let Some((held, turn)) = run.take()
+        {
+            if Arc::ptr_eq(&held, lane) && class == LaneClass::Application {
+                if let Some(turn) = held.continue_inline(turn, payload_len) {
+                    if let Some(turn) =
+                        super::driver::run_started_inline(lane, turn, stamp, work, true)
+                    {
+                        run.keep(held, turn);
+                    }
+                    return Offered::Taken;
+                }
+                // released (something waits, or the record does not fit): it goes the normal
+                // way, behind what waits
+            } else {
+                held.release_inline(turn);
+            }
+        }
         let mut work = Some(work);
-        let r = lane.try_start_inline_or_submit(class, payload_len, inline, || {
+        let r = lane.try_start_inline_or_submit(class, payload_len, inline.allowed(), || {
             Job::with_lane(work.take().expect("made once"))
         });
         let r = match r {
             StartOrSubmit::Inline(turn) => {
                 let work = work.take().expect("not boxed: it runs inline");
-                super::driver::run_started_inline(lane, turn, stamp, work);
+                let keep = run.filter(|run| run.streak(lane));
+                if let Some(turn) =
+                    super::driver::run_started_inline(lane, turn, stamp, work, keep.is_some())
+                    && let Some(run) = keep
+                {
+                    run.keep(lane.clone(), turn);
+                }
                 Ok(())
             }
             StartOrSubmit::Submitted => Ok(()),
@@ -332,10 +392,10 @@ mod tests {
         let ran = Arc::new(AtomicUsize::new(0));
         // warm-up: first-use allocations of the runtime and the thread
         let p = Prepared::new(&lane, LaneClass::Application, 8, work(&ran));
-        assert!(matches!(p.offer(true), Offered::Taken));
+        assert!(matches!(p.offer(Inline::IfIdle), Offered::Taken));
         let before = allocs();
         let p = Prepared::new(&lane, LaneClass::Application, 8, work(&ran));
-        assert!(matches!(p.offer(true), Offered::Taken));
+        assert!(matches!(p.offer(Inline::IfIdle), Offered::Taken));
         let unboxed = allocs() - before;
         let before = allocs();
         let p = PendingSubmit {
@@ -350,5 +410,184 @@ mod tests {
         assert_eq!(unboxed, 0, "an unboxed inline turn allocates nothing");
         assert_eq!(boxed, 1, "a boxed one allocates its job");
         lane.remove();
+    }
+
+    fn runtime() -> crate::runtime::Runtime {
+        crate::runtime::Runtime::new(crate::runtime::RuntimeConfig {
+            application_workers: 1,
+            infrastructure_workers: 1,
+            ..Default::default()
+        })
+        .unwrap()
+    }
+
+    /// A record's work that reports `n` when it runs.
+    fn report(
+        tx: &std::sync::mpsc::Sender<u32>,
+        n: u32,
+    ) -> impl FnOnce(TurnEnv, &LaneHandle) -> Handled<()> + Send + 'static {
+        let tx = tx.clone();
+        move |_env, _lane: &LaneHandle| {
+            tx.send(n).unwrap();
+            Handled::ok(())
+        }
+    }
+
+    fn offer_held(
+        lane: &Arc<LaneHandle>,
+        run: &HeldRun,
+        work: impl FnOnce(TurnEnv, &LaneHandle) -> Handled<()> + Send + 'static,
+    ) -> Offered {
+        Prepared::new(lane, LaneClass::Application, 8, work).offer(Inline::Held(run))
+    }
+
+    fn held_word(lane: &LaneHandle) -> bool {
+        lane.gate.gate.word.is_held()
+    }
+
+    fn reserved(lane: &LaneHandle) -> (usize, bool) {
+        let s = lane.gate.gate.lock().lane_stats(lane.lane).unwrap();
+        (s.application_reserved_items, s.claimed)
+    }
+
+    /// Runs records `ns` of `lane` inline in `run`, each at once.
+    fn run_inline(
+        lane: &Arc<LaneHandle>,
+        run: &HeldRun,
+        tx: &std::sync::mpsc::Sender<u32>,
+        rx: &std::sync::mpsc::Receiver<u32>,
+        ns: impl IntoIterator<Item = u32>,
+    ) {
+        for n in ns {
+            assert!(matches!(
+                offer_held(lane, run, report(tx, n)),
+                Offered::Taken
+            ));
+            assert_eq!(rx.try_recv(), Ok(n), "ran inline, at once");
+        }
+    }
+
+    const WAIT: std::time::Duration = std::time::Duration::from_secs(20);
+
+    // A held inline run: from the second record of a streak of one lane on, consecutive
+    // records run inline under one right (kept between them, the last record's claim
+    // standing); a record for another lane of the gate releases it first; the release leaves
+    // nothing claimed, reserved or held.
+    // spec: EG-2.6, EG-7.2
+    #[test]
+    fn a_held_run_keeps_the_right_between_records_of_its_lane() {
+        let rt = runtime();
+        let lane = crate::runtime::test_lane_in(&rt);
+        let other = lane
+            .gate
+            .add_lane(crate::runtime::LaneKind::Actor, false)
+            .unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let run = HeldRun::new();
+        // the first record of a streak ends as any inline record
+        run_inline(&lane, &run, &tx, &rx, [0]);
+        assert!(!run.is_held() && !held_word(&lane));
+        assert_eq!(reserved(&lane), (0, false));
+        for n in 1..4 {
+            run_inline(&lane, &run, &tx, &rx, [n]);
+            assert!(run.is_held() && held_word(&lane));
+            assert_eq!(reserved(&lane), (1, true), "the last record's claim stands");
+        }
+        // another lane of the same gate: the kept right goes first
+        run_inline(&other, &run, &tx, &rx, [4]);
+        assert_eq!(
+            reserved(&lane),
+            (0, false),
+            "released before the other lane ran"
+        );
+        run_inline(&other, &run, &tx, &rx, [5]);
+        assert!(run.is_held());
+        assert_eq!(reserved(&other), (1, true));
+        run.release();
+        assert!(!run.is_held() && !held_word(&lane));
+        assert_eq!(
+            (reserved(&lane), reserved(&other)),
+            ((0, false), (0, false))
+        );
+        // a plain inline offer keeps nothing
+        for n in 6..8 {
+            let p = Prepared::new(&lane, LaneClass::Application, 8, report(&tx, n));
+            assert!(matches!(p.offer(Inline::IfIdle), Offered::Taken));
+            assert_eq!(rx.try_recv(), Ok(n));
+            assert!(!held_word(&lane));
+        }
+    }
+
+    // Nothing overtakes what waits (EG-6.3): a record another thread submitted while the right
+    // was kept waits for it; the next record of the run then does not continue — the right goes
+    // to a drain for the waiting record, and the new record enters the lane behind it.
+    // spec: EG-6.3, EG-6.4, EG-2.1
+    #[test]
+    fn a_record_queued_while_the_right_is_kept_runs_before_the_next_of_the_run() {
+        let rt = runtime();
+        let lane = crate::runtime::test_lane_in(&rt);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let run = HeldRun::new();
+        run_inline(&lane, &run, &tx, &rx, [100, 0]);
+        assert!(run.is_held());
+        let queued = {
+            let (lane, tx) = (lane.clone(), tx.clone());
+            std::thread::spawn(move || {
+                lane.try_submit(LaneClass::Application, 8, Job::with_lane(report(&tx, 1)))
+                    .is_ok()
+            })
+            .join()
+            .unwrap()
+        };
+        assert!(queued);
+        assert_eq!(lane.gate.gate.lock().queue_length(lane.lane), Some((1, 0)));
+        assert!(matches!(
+            offer_held(&lane, &run, report(&tx, 2)),
+            Offered::Taken
+        ));
+        // (record 2 entered the lane behind record 1, or — if the drain had already run
+        // record 1 and gone — ran inline: either way after record 1)
+        assert_eq!(rx.recv_timeout(WAIT), Ok(1));
+        assert_eq!(rx.recv_timeout(WAIT), Ok(2));
+    }
+
+    // The end of a pass (the sink releases its run, or drops it): a record another thread
+    // submitted while the right was kept runs right after, on a drain; and the space waiter
+    // armed on the lane is told, as at any finish with room.
+    #[test]
+    fn a_released_or_dropped_run_hands_what_waits_a_drain() {
+        struct Told(std::sync::mpsc::Sender<u32>);
+        impl crate::runtime::gate::SpaceWaiter for Told {
+            fn on_space(&self) {
+                self.0.send(99).unwrap();
+            }
+        }
+        let rt = runtime();
+        for drop_it in [false, true] {
+            let lane = crate::runtime::test_lane_in(&rt);
+            let (tx, rx) = std::sync::mpsc::channel();
+            let run = HeldRun::new();
+            run_inline(&lane, &run, &tx, &rx, [100, 0]);
+            assert!(run.is_held());
+            lane.wait_for_space(Arc::new(Told(tx.clone())));
+            let (l2, tx2) = (lane.clone(), tx.clone());
+            std::thread::spawn(move || {
+                assert!(
+                    l2.try_submit(LaneClass::Application, 8, Job::with_lane(report(&tx2, 1)))
+                        .is_ok()
+                );
+            })
+            .join()
+            .unwrap();
+            assert!(held_word(&lane), "the kept right keeps the drain out");
+            assert_eq!(rx.try_recv(), Err(std::sync::mpsc::TryRecvError::Empty));
+            if drop_it {
+                drop(run);
+            } else {
+                run.release();
+            }
+            assert_eq!(rx.recv_timeout(WAIT), Ok(99), "the space waiter is told");
+            assert_eq!(rx.recv_timeout(WAIT), Ok(1), "the waiting record runs");
+        }
     }
 }

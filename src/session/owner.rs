@@ -590,7 +590,7 @@ impl SessionOwner {
         payload: Bytes,
         reply: Option<ReplyHandle>,
         done: impl FnOnce() -> Done,
-        mode: RunMode,
+        mode: RunMode<'_>,
     ) -> Admitted {
         self.packet_with(
             &mut SessionCache::default(),
@@ -613,7 +613,7 @@ impl SessionOwner {
         payload: Bytes,
         reply: Option<ReplyHandle>,
         done: impl FnOnce() -> Done,
-        mode: RunMode,
+        mode: RunMode<'_>,
     ) -> Admitted {
         let refuse = |reply: Option<ReplyHandle>, kind: ErrorKind, detail: String| {
             if let Some(r) = reply {
