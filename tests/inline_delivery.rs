@@ -150,6 +150,20 @@ async fn start(
     Node::start(o).await.unwrap()
 }
 
+/// Relays `Seq(0)`, …, `Seq(n - 1)` one way to `actor` (the demo `RelaySend` packet).
+async fn send_seq(client: &NodeClient, actor: &ActorRef, n: u64) {
+    for i in 0..n {
+        client
+            .packet_send(&RelaySend {
+                actor_id: actor.id().to_string(),
+                key: Seq::KEY.get(),
+                payload: rmp_serde::to_vec_named(&Seq(i)).unwrap(),
+            })
+            .await
+            .unwrap();
+    }
+}
+
 /// Nodes a (the session owner) and b (the actor's owner), a client of a bound to a `probe`
 /// actor on b.
 async fn setup(budget: Duration) -> (Node, Node, NodeClient, ActorRef) {
@@ -201,16 +215,7 @@ async fn a_zero_budget_runs_every_record_on_the_lane_runtimes_workers() {
 async fn records_that_find_their_lane_busy_queue_behind_it_in_order() {
     let (_a, _b, client, actor) = setup(Duration::from_millis(1)).await;
     let n = 3_000u64;
-    for i in 0..n {
-        client
-            .packet_send(&RelaySend {
-                actor_id: actor.id().to_string(),
-                key: Seq::KEY.get(),
-                payload: rmp_serde::to_vec_named(&Seq(i)).unwrap(),
-            })
-            .await
-            .unwrap();
-    }
+    send_seq(&client, &actor, n).await;
     // The request goes behind the flood (one client, one session lane, one actor lane).
     let (seen, in_order, inline) = relay_req(&client, &actor, &Seen).await.unwrap();
     assert_eq!(seen, n, "every record ran once");
@@ -241,16 +246,7 @@ async fn an_inline_handler_may_spawn_tasks_and_wait_for_them() {
 async fn a_right_kept_between_inline_records_is_released_when_the_pass_ends() {
     let (_a, b, client, actor) = setup(Duration::from_millis(1)).await;
     let n = 200u64;
-    for i in 0..n {
-        client
-            .packet_send(&RelaySend {
-                actor_id: actor.id().to_string(),
-                key: Seq::KEY.get(),
-                payload: rmp_serde::to_vec_named(&Seq(i)).unwrap(),
-            })
-            .await
-            .unwrap();
-    }
+    send_seq(&client, &actor, n).await;
     let (seen, in_order, _) = relay_req(&client, &actor, &Seen).await.unwrap();
     assert_eq!(seen, n);
     assert!(in_order);

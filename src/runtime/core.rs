@@ -198,6 +198,20 @@ struct Claim {
     lifts_barrier: bool,
 }
 
+impl Claim {
+    /// An application record started inline (or continuing a held inline run): running, not a
+    /// Join result.
+    fn inline(invocation: u64, bytes: u64) -> Self {
+        Self {
+            invocation,
+            class: LaneClass::Application,
+            bytes,
+            state: ClaimState::Running,
+            lifts_barrier: false,
+        }
+    }
+}
+
 struct LaneState<W, L> {
     data: L,
     application: VecDeque<Queued<W>>,
@@ -756,13 +770,7 @@ impl<W, L: Clone> GateCore<W, L> {
             Some(LaneClass::Application)
         );
         state.decision.record(LaneClass::Application, cap);
-        state.claim = Some(Claim {
-            invocation,
-            class: LaneClass::Application,
-            bytes,
-            state: ClaimState::Running,
-            lifts_barrier: false,
-        });
+        state.claim = Some(Claim::inline(invocation, bytes));
         self.next_invocation += 1;
         Some((right, invocation))
     }
@@ -814,13 +822,7 @@ impl<W, L: Clone> GateCore<W, L> {
                 state
                     .decision
                     .record(LaneClass::Application, limits.lifecycle_turn_cap);
-                state.claim = Some(Claim {
-                    invocation,
-                    class: LaneClass::Application,
-                    bytes,
-                    state: ClaimState::Running,
-                    lifts_barrier: false,
-                });
+                state.claim = Some(Claim::inline(invocation, bytes));
                 self.next_invocation += 1;
                 return Continued::Started { invocation, room };
             }

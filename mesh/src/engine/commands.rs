@@ -115,6 +115,14 @@ impl Engine {
         }
     }
 
+    /// The peer of `outbox` while the lifecycle the outbox was made for is up (`None` once it
+    /// ended: what the outbox still holds is discarded).
+    fn outbox_peer(&mut self, outbox: &Outbox) -> Option<&mut Peer> {
+        self.peers
+            .get_mut(&*outbox.node)
+            .filter(|p| p.up && p.generation == Some(outbox.generation))
+    }
+
     /// Queues a run of admitted one-way records of `outbox`'s lifecycle (transmitted at the end
     /// of the pass, like [`Engine::send_app`]): one peer lookup for the whole run. Records of
     /// a lifecycle that ended are discarded, their budget released, each counted `PeerLost`.
@@ -124,11 +132,7 @@ impl Engine {
         run: &mut dyn Iterator<Item = (Parts, u64)>,
     ) {
         let node = &outbox.node;
-        let Some(p) = self
-            .peers
-            .get_mut(&**node)
-            .filter(|p| p.up && p.generation == Some(outbox.generation))
-        else {
+        let Some(p) = self.outbox_peer(outbox) else {
             for (_, bytes) in run {
                 outbox.budget.release(bytes);
                 self.shared.counters.drop(DropReason::PeerLost, node);
@@ -148,11 +152,7 @@ impl Engine {
     /// peer lifecycle, as [`Engine::queue_sends`] does records one by one.
     pub(super) fn queue_framed(&mut self, outbox: &Outbox, run: Box<Framed>) {
         let node = &outbox.node;
-        let Some(p) = self
-            .peers
-            .get_mut(&**node)
-            .filter(|p| p.up && p.generation == Some(outbox.generation))
-        else {
+        let Some(p) = self.outbox_peer(outbox) else {
             outbox
                 .budget
                 .release_n(run.records() as u64, run.reserved());
