@@ -334,13 +334,7 @@ impl<W, L: Clone> GateShared<W, L> {
         // a batch is never outstanding here: only a drain takes one, and it holds the right
         self.end_batch(&mut core);
         let room = core.handle_turn_finished(lane, invocation).unwrap_or(false);
-        self.word.release();
-        let next = if core.has_ready() {
-            self.word.try_acquire()
-        } else {
-            None
-        };
-        (room, next)
+        (room, self.release_locked(&core))
     }
 
     /// Held inline run, the next record of `lane` (see [`GateCore::handle_inline_continue`]):
@@ -363,13 +357,19 @@ impl<W, L: Clone> GateShared<W, L> {
         if let Continued::Started { .. } = c {
             return (c, None);
         }
+        (c, self.release_locked(&core))
+    }
+
+    /// Gives the right back with the core locked (`core`), so the re-check of the ready set is
+    /// the release's own: if work is ready, the right is taken again and returned for a new
+    /// drain.
+    fn release_locked(&self, core: &GateCore<W, L>) -> Option<Fence> {
         self.word.release();
-        let next = if core.has_ready() {
+        if core.has_ready() {
             self.word.try_acquire()
         } else {
             None
-        };
-        (c, next)
+        }
     }
 }
 
