@@ -28,7 +28,7 @@ use std::hash::Hash;
 use crate::hashing::SeededMap;
 use crate::runtime::gate::SpaceWaiter;
 use crate::runtime::{
-    BoxFuture, BudgetStart, Clock, CycleStamp, HeldRun, Inline, LaneHandle, Offered, PendingSubmit,
+    BoxFuture, BudgetStart, Clock, CycleStamp, Inline, LaneHandle, Offered, PendingSubmit,
     RuntimeError, Submission, TrySubmitError,
 };
 use crate::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -187,49 +187,8 @@ pub(crate) enum Admitted {
     Queued,
 }
 
-/// Whether a record that finds its target's lane idle may run at once on the submitting thread
-/// ([`crate::runtime::Submission::offer`]; `docs/RUNTIME.md`, "Inline delivery").
-#[derive(Clone, Copy, Debug)]
-pub(crate) enum RunMode<'a> {
-    /// Always through the lane (a lane drain runs it).
-    Queue,
-    /// On the submitting thread when the lane is idle, its gate free and nothing waits for the
-    /// target (neither in its lane nor in its backlog); else through the lane.
-    InlineIfIdle,
-    /// As `InlineIfIdle`, in a held inline run (`crate::runtime::HeldRun`, the submitter's):
-    /// the right of a record run inline is kept for the next record of its lane, and a record
-    /// that waits in a backlog releases it first.
-    InlineHeld(&'a HeldRun),
-}
-
-impl<'a> RunMode<'a> {
-    /// How the lane submission may run the record.
-    #[inline]
-    fn inline(self) -> Inline<'a> {
-        match self {
-            RunMode::Queue => Inline::No,
-            RunMode::InlineIfIdle => Inline::IfIdle,
-            RunMode::InlineHeld(run) => Inline::Held(run),
-        }
-    }
-}
-
-impl PartialEq for RunMode<'_> {
-    fn eq(&self, other: &Self) -> bool {
-        match (self, other) {
-            (RunMode::Queue, RunMode::Queue) | (RunMode::InlineIfIdle, RunMode::InlineIfIdle) => {
-                true
-            }
-            (RunMode::InlineHeld(a), RunMode::InlineHeld(b)) => std::ptr::eq(*a, *b),
-            _ => false,
-        }
-    }
-}
-
-impl Eq for RunMode<'_> {}
-
 /// How long one receive pass of a mesh I/O thread may spend running records inline
-/// ([`RunMode::InlineIfIdle`]) before it hands the rest of the pass to the lanes: a sans-IO
+/// ([`Inline::IfIdle`]) before it hands the rest of the pass to the lanes: a sans-IO
 /// meter over the runtime's [`Clock`] (the budget check of EG-9, a cycle-counter read on the
 /// system clock). The pass's time is counted from its first inline record, so a pass of cheap
 /// records stays inline and a slow handler cannot keep the thread from its sockets for more
@@ -266,25 +225,25 @@ impl InlineBudget {
     /// check took for it ([`Clock::stamp`]; [`CycleStamp::NONE`] when it read none): the
     /// submitter may hand it to the record's own checks at the same place (its admission's
     /// lease standing, `OwnerGate::standing_at`), one counter read less per record.
-    pub(crate) fn poll_mode(&mut self, clock: &dyn Clock) -> (RunMode<'static>, CycleStamp) {
+    pub(crate) fn poll_mode(&mut self, clock: &dyn Clock) -> (Inline<'static>, CycleStamp) {
         if self.budget.is_zero() {
-            return (RunMode::Queue, CycleStamp::NONE);
+            return (Inline::No, CycleStamp::NONE);
         }
         match &self.pass {
             PassBudget::Fresh => {
                 self.pass = PassBudget::Running(clock.budget_start());
-                (RunMode::InlineIfIdle, CycleStamp::NONE)
+                (Inline::IfIdle, CycleStamp::NONE)
             }
             PassBudget::Running(start) => {
                 let at = clock.stamp();
                 if clock.budget_spent_at(start, self.budget, at) {
                     self.pass = PassBudget::Spent;
-                    (RunMode::Queue, at)
+                    (Inline::No, at)
                 } else {
-                    (RunMode::InlineIfIdle, at)
+                    (Inline::IfIdle, at)
                 }
             }
-            PassBudget::Spent => (RunMode::Queue, CycleStamp::NONE),
+            PassBudget::Spent => (Inline::No, CycleStamp::NONE),
         }
     }
 
@@ -301,7 +260,7 @@ pub(crate) struct Intake<'a, R> {
     /// caller's held limit instead of waiting without a bound).
     pub(crate) release: Option<R>,
     /// Whether an idle lane may run it on the submitting thread.
-    pub(crate) mode: RunMode<'a>,
+    pub(crate) mode: Inline<'a>,
     /// The submitter's cycle reading for this record, taken just before it was handed in (its
     /// pass's budget check, [`InlineBudget::poll_mode`]), or [`CycleStamp::NONE`]: the
     /// record's admission asks its lease standing at it.
@@ -448,7 +407,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Backlogs<K> {
         key: &K,
         pending: impl Submission,
         done: impl FnOnce() -> Done,
-        mode: RunMode<'_>,
+        mode: Inline<'_>,
     ) -> Result<Admitted, RuntimeError> {
         if self.open.load(Ordering::Acquire) != 0 {
             let mut map = lock(&self.map);
@@ -457,7 +416,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Backlogs<K> {
                 self.waited.fetch_add(1, Ordering::Relaxed);
                 self.waiting_now.fetch_add(1, Ordering::Relaxed);
                 drop(map);
-                if let RunMode::InlineHeld(run) = mode {
+                if let Inline::Held(run) = mode {
                     // What waits here must not wait for a right kept for its lane (released
                     // without the map's lock: the release may refill this backlog).
                     run.release();
@@ -468,7 +427,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Backlogs<K> {
         // Nothing waits for `key` in a backlog (an open one is kept until its refiller took its
         // last record into the lane): an idle lane may run it here, else it enters the lane if
         // it has room (one core lock for both).
-        let pending = match pending.offer(mode.inline()) {
+        let pending = match pending.offer(mode) {
             Offered::Taken => return Ok(Admitted::Now),
             Offered::Refused(e) => return Err(e),
             Offered::Full(p) => p,
@@ -795,7 +754,7 @@ mod tests {
     use zlink_wire::SessionRid;
 
     use super::{
-        Backlogs, CreditReturn, Done, InlineBudget, Queue, Released, RunMode, SPARE_BUFFERS,
+        Backlogs, CreditReturn, Done, Inline, InlineBudget, Queue, Released, SPARE_BUFFERS,
         SPARE_CAPACITY,
     };
     use crate::runtime::{Clock, ManualClock};
@@ -937,7 +896,7 @@ mod tests {
             });
             let p = PendingSubmit::new(&lane, LaneClass::Application, 1, work);
             let admitted = backlogs
-                .submit(&7, p, || Done::credit(client(1), 10), RunMode::Queue)
+                .submit(&7, p, || Done::credit(client(1), 10), Inline::No)
                 .unwrap();
             assert!(matches!(admitted, super::Admitted::Queued));
         }
@@ -1013,7 +972,7 @@ mod tests {
             });
             let p = PendingSubmit::new(&lane, LaneClass::Application, 1, work);
             let admitted = backlogs
-                .submit(&7, p, || Done::credit(client(1), 10), RunMode::Queue)
+                .submit(&7, p, || Done::credit(client(1), 10), Inline::No)
                 .unwrap();
             assert!(matches!(admitted, super::Admitted::Queued));
         }
@@ -1040,24 +999,24 @@ mod tests {
         let clock = ManualClock::new();
         let mut b = InlineBudget::new(Duration::from_millis(1));
         // the pass's time counts from its first inline record
-        assert_eq!(b.poll_mode(&clock).0, RunMode::InlineIfIdle);
+        assert_eq!(b.poll_mode(&clock).0, Inline::IfIdle);
         clock.advance(Duration::from_micros(999));
-        assert_eq!(b.poll_mode(&clock).0, RunMode::InlineIfIdle);
+        assert_eq!(b.poll_mode(&clock).0, Inline::IfIdle);
         clock.advance(Duration::from_micros(1));
         assert_eq!(
             b.poll_mode(&clock).0,
-            RunMode::Queue,
+            Inline::No,
             "spent at exactly the budget"
         );
         assert_eq!(
             b.poll_mode(&clock).0,
-            RunMode::Queue,
+            Inline::No,
             "for the rest of the pass"
         );
         b.handle_pass_end();
-        assert_eq!(b.poll_mode(&clock).0, RunMode::InlineIfIdle);
+        assert_eq!(b.poll_mode(&clock).0, Inline::IfIdle);
         clock.advance(Duration::from_micros(500));
-        assert_eq!(b.poll_mode(&clock).0, RunMode::InlineIfIdle);
+        assert_eq!(b.poll_mode(&clock).0, Inline::IfIdle);
     }
 
     /// A [`ManualClock`] that counts its readings.
@@ -1076,16 +1035,16 @@ mod tests {
         let clock = Counting(ManualClock::new(), AtomicUsize::new(0));
         let reads = || clock.1.load(Ordering::Relaxed);
         let mut b = InlineBudget::new(Duration::from_millis(1));
-        assert_eq!(b.poll_mode(&clock).0, RunMode::InlineIfIdle);
+        assert_eq!(b.poll_mode(&clock).0, Inline::IfIdle);
         clock.0.advance(Duration::from_millis(1));
-        assert_eq!(b.poll_mode(&clock).0, RunMode::Queue);
+        assert_eq!(b.poll_mode(&clock).0, Inline::No);
         let spent_at = reads();
         for _ in 0..10 {
-            assert_eq!(b.poll_mode(&clock).0, RunMode::Queue);
+            assert_eq!(b.poll_mode(&clock).0, Inline::No);
         }
         assert_eq!(reads(), spent_at, "no clock read once spent");
         b.handle_pass_end();
-        assert_eq!(b.poll_mode(&clock).0, RunMode::InlineIfIdle);
+        assert_eq!(b.poll_mode(&clock).0, Inline::IfIdle);
         assert_eq!(reads(), spent_at + 1, "the next pass starts over");
     }
 
@@ -1093,8 +1052,8 @@ mod tests {
     fn a_zero_budget_never_runs_inline() {
         let clock = ManualClock::new();
         let mut b = InlineBudget::new(Duration::ZERO);
-        assert_eq!(b.poll_mode(&clock).0, RunMode::Queue);
+        assert_eq!(b.poll_mode(&clock).0, Inline::No);
         b.handle_pass_end();
-        assert_eq!(b.poll_mode(&clock).0, RunMode::Queue);
+        assert_eq!(b.poll_mode(&clock).0, Inline::No);
     }
 }

@@ -25,8 +25,8 @@ use super::{Create, Inner, Node};
 use crate::actor::ActorError;
 use crate::actor::exec::{InflightGuard, ReplyTo, Work};
 use crate::actor::fence::CallFence;
-use crate::backlog::{Admitted, CreditReturn, Done, InlineBudget, Intake, RunMode};
-use crate::runtime::{Clock, CycleStamp, HeldRun};
+use crate::backlog::{Admitted, CreditReturn, Done, InlineBudget, Intake};
+use crate::runtime::{Clock, CycleStamp, HeldRun, Inline};
 use crate::session::owner::SessionCache;
 use std::sync::{Arc, Weak};
 
@@ -65,13 +65,13 @@ fn pass_mode<'a>(
     budget: &mut InlineBudget,
     clock: &dyn Clock,
     held: &'a HeldRun,
-) -> (RunMode<'a>, CycleStamp) {
+) -> (Inline<'a>, CycleStamp) {
     match budget.poll_mode(clock) {
-        (RunMode::Queue, at) => {
+        (Inline::No, at) => {
             held.release();
-            (RunMode::Queue, at)
+            (Inline::No, at)
         }
-        (_, at) => (RunMode::InlineHeld(held), at),
+        (_, at) => (Inline::Held(held), at),
     }
 }
 
@@ -150,7 +150,7 @@ impl InboundSink for Sink {
         let (mode, at) = match record {
             Record::BoundSessionSend(_) => {
                 self.held.release();
-                (RunMode::Queue, CycleStamp::NONE)
+                (Inline::No, CycleStamp::NONE)
             }
             _ => pass_mode(&mut self.budget, &*self.clock, &self.held),
         };
@@ -315,7 +315,7 @@ fn actor_send(
     rec: ActorSend,
     (payload, deadline, reply): (Bytes, Option<Instant>, Option<ReplyTo>),
     bytes: u64,
-    (mode, at): (RunMode<'_>, CycleStamp),
+    (mode, at): (Inline<'_>, CycleStamp),
 ) -> Offer {
     let origin = || Origin::Peer {
         node: sender.clone(),
@@ -442,11 +442,11 @@ async fn handle(node: &Node, inbound: Inbound) {
         }
         (Origin::Client { session }, Record::Request(r)) if !protocol::is_framework_key(r.key) => {
             node.sessions()
-                .packet(session, r.key, payload, reply, no_release, RunMode::Queue);
+                .packet(session, r.key, payload, reply, no_release, Inline::No);
         }
         (Origin::Client { session }, Record::OneWay(o)) if !protocol::is_framework_key(o.key) => {
             node.sessions()
-                .packet(session, o.key, payload, None, no_release, RunMode::Queue);
+                .packet(session, o.key, payload, None, no_release, Inline::No);
         }
         (Origin::Peer { .. }, Record::Request(r)) => match reply {
             Some(reply) => on_peer_request(node, r.key, payload, reply),
@@ -480,7 +480,7 @@ fn no_release() -> Done {
 /// inline (the loop is a tokio task, not the receive pass the inline budget meters).
 const QUEUED: Intake<'static, fn() -> Done> = Intake {
     release: None,
-    mode: RunMode::Queue,
+    mode: Inline::No,
     at: CycleStamp::NONE,
 };
 

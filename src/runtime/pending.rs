@@ -173,6 +173,19 @@ pub(crate) enum Inline<'a> {
     Held(&'a HeldRun),
 }
 
+impl PartialEq for Inline<'_> {
+    /// Held runs are equal when they are the same run.
+    fn eq(&self, other: &Self) -> bool {
+        match (self, other) {
+            (Inline::No, Inline::No) | (Inline::IfIdle, Inline::IfIdle) => true,
+            (Inline::Held(a), Inline::Held(b)) => std::ptr::eq(*a, *b),
+            _ => false,
+        }
+    }
+}
+
+impl Eq for Inline<'_> {}
+
 impl Inline<'_> {
     fn allowed(self) -> bool {
         !matches!(self, Inline::No)

@@ -26,9 +26,9 @@ use super::inline::InlineTurn;
 use super::{CLOSE_SESSION_KEY, Callbacks, PacketHandler, PacketTurn, Session, SessionError};
 use crate::actor::ActorRef;
 use crate::actor::exec::InflightGuard;
-use crate::backlog::{Admitted, BacklogStats, Backlogs, CreditReturn, Done, RunMode, WaitQueues};
+use crate::backlog::{Admitted, BacklogStats, Backlogs, CreditReturn, Done, WaitQueues};
 use crate::config::HandlerRegistry;
-use crate::runtime::{BoxFuture, Handled, Runtime, SerialLane, SessionLane};
+use crate::runtime::{BoxFuture, Handled, Inline, Runtime, SerialLane, SessionLane};
 use crate::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// A terminal of a record sent to the actor owner: the public kind and a detail.
@@ -570,7 +570,7 @@ impl SessionOwner {
         });
         if self
             .backlogs
-            .submit(&rid, job, Done::nothing, RunMode::Queue)
+            .submit(&rid, job, Done::nothing, Inline::No)
             .is_err()
         {
             lane.connection_closed();
@@ -590,7 +590,7 @@ impl SessionOwner {
         payload: Bytes,
         reply: Option<ReplyHandle>,
         done: impl FnOnce() -> Done,
-        mode: RunMode<'_>,
+        mode: Inline<'_>,
     ) -> Admitted {
         self.packet_with(
             &mut SessionCache::default(),
@@ -613,7 +613,7 @@ impl SessionOwner {
         payload: Bytes,
         reply: Option<ReplyHandle>,
         done: impl FnOnce() -> Done,
-        mode: RunMode<'_>,
+        mode: Inline<'_>,
     ) -> Admitted {
         let refuse = |reply: Option<ReplyHandle>, kind: ErrorKind, detail: String| {
             if let Some(r) = reply {
@@ -1344,7 +1344,7 @@ mod tests {
             Bytes::new(),
             None,
             Done::nothing,
-            RunMode::Queue,
+            Inline::No,
         );
         assert_eq!(admitted, Admitted::Now);
         assert_eq!(
