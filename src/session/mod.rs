@@ -460,7 +460,7 @@ impl Session {
     /// the same counted refusals), without a [`BoundActor`] in between. `None` when there is no
     /// current binding (nothing counted, as for a `find`); send the ticket with
     /// [`Session::send_ticket_turn`].
-    pub(crate) fn relay_ticket(
+    pub fn relay_ticket(
         &self,
         actor: &[u8],
     ) -> Option<Result<aggregate::RelayTicket, SessionError>> {
@@ -468,7 +468,7 @@ impl Session {
     }
 
     /// The one-way 24 of a [`Session::relay_ticket`], as [`BoundActor::send_turn`] ends.
-    pub(crate) fn send_ticket_turn(
+    pub fn send_ticket_turn(
         &self,
         ticket: aggregate::RelayTicket,
         key: DispatchKey,

@@ -44,6 +44,9 @@
 //! `redis://HOST[:PORT][/DB][?prefix=NAME]`).
 
 mod clock;
+// The contract suite is a test suite, not library API: built for the crate's own unit tests and
+// for the `testing` feature (the backend tests in tests/ and node/tests/ enable it).
+#[cfg(any(test, feature = "testing"))]
 pub mod contract;
 mod core;
 mod counting;
