@@ -35,7 +35,7 @@
 //!   once over the stored route (38 Disconnect); actor and membership stay.
 
 pub mod aggregate;
-pub mod clock;
+use crate::clock;
 pub mod flow;
 mod inline;
 pub(crate) mod owner;
