@@ -26,7 +26,6 @@ mod calls;
 pub mod client;
 mod dispatch;
 mod lease;
-pub use lease::renewal_slack;
 mod local;
 pub mod metrics;
 pub mod protocol;

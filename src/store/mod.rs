@@ -54,6 +54,7 @@ mod error;
 mod fault;
 mod memory;
 mod redis;
+mod renewal;
 mod sqlite;
 mod types;
 mod url;
@@ -70,6 +71,8 @@ pub use error::StoreError;
 pub use fault::FaultStore;
 pub use memory::MemoryStore;
 pub use redis::{RedisOptions, RedisStore};
+pub use renewal::renewal_slack;
+pub(crate) use renewal::{lease_margin, renewal_period};
 pub use sqlite::{SqliteOptions, SqliteStore};
 pub use types::{
     ActivationRequest, ActivationState, ActorLocation, ActorOwner, AuthorityFence, LeaseHolder,
