@@ -163,7 +163,10 @@ async fn an_idle_client_session_costs_the_node_less_than_its_bound() {
                 }
                 while let Ok(frames) = s.recv_multipart(zmq::DONTWAIT) {
                     let cmds = commands(&frames);
-                    assert!(!cmds.contains(&149), "the node disconnected an idle session");
+                    assert!(
+                        !cmds.contains(&149),
+                        "the node disconnected an idle session"
+                    );
                     if cmds.contains(&138) && !granted[i] {
                         granted[i] = true;
                         n += 1;
