@@ -29,13 +29,13 @@ use crate::store::{LeaseHolder, OwnerLease, StoreError};
 /// TTL. It absorbs a rate difference between the store's clock and this node's monotonic clock
 /// (and the latency of the store's answer is already covered by counting from the send time).
 #[must_use]
-pub(crate) fn lease_margin(ttl: Duration) -> Duration {
+pub fn lease_margin(ttl: Duration) -> Duration {
     ttl / 10
 }
 
 /// Renewals are sent every third of the TTL.
 #[must_use]
-pub(crate) fn renewal_period(ttl: Duration) -> Duration {
+pub fn renewal_period(ttl: Duration) -> Duration {
     ttl / 3
 }
 
@@ -57,7 +57,7 @@ pub fn renewal_slack(ttl: Duration) -> Duration {
 
 /// What the renewal driver does next.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) enum LeaseStep {
+pub enum LeaseStep {
     /// Renew this lease.
     Renew(LeaseHolder),
     /// The lease was lost: register a new one.
@@ -66,7 +66,7 @@ pub(crate) enum LeaseStep {
 
 /// The owner lease and its local deadline (sans-IO; every input carries its `now`).
 #[derive(Debug)]
-pub(crate) struct LeaseState {
+pub struct LeaseState {
     lease: OwnerLease,
     ttl: Duration,
     deadline: Instant,
@@ -78,7 +78,7 @@ pub(crate) struct LeaseState {
 
 impl LeaseState {
     /// The lease just registered by a call sent at `sent`.
-    pub(crate) fn new(lease: OwnerLease, ttl: Duration, sent: Instant) -> Self {
+    pub fn new(lease: OwnerLease, ttl: Duration, sent: Instant) -> Self {
         Self {
             lease,
             ttl,
@@ -94,22 +94,22 @@ impl LeaseState {
     }
 
     /// The current lease.
-    pub(crate) fn lease(&self) -> &OwnerLease {
+    pub fn lease(&self) -> &OwnerLease {
         &self.lease
     }
 
     /// The local lease deadline: past it the node acts as no owner.
-    pub(crate) fn deadline(&self) -> Instant {
+    pub fn deadline(&self) -> Instant {
         self.deadline
     }
 
     /// When the driver sends the next renewal (or registration).
-    pub(crate) fn next_renewal(&self) -> Instant {
+    pub fn next_renewal(&self) -> Instant {
         self.next
     }
 
     /// The renewal timer fired at `now`: the call the driver sends now.
-    pub(crate) fn handle_timer(&mut self, now: Instant) -> LeaseStep {
+    pub fn handle_timer(&mut self, now: Instant) -> LeaseStep {
         self.sent = Some(now);
         if self.lost {
             LeaseStep::Register
@@ -120,7 +120,7 @@ impl LeaseState {
 
     /// The store renewed `lease`. Only the lease this state holds is extended, from the send
     /// time of the renewal.
-    pub(crate) fn handle_renewed(&mut self, lease: OwnerLease) {
+    pub fn handle_renewed(&mut self, lease: OwnerLease) {
         if self.lost || lease.holder != self.lease.holder {
             return;
         }
@@ -133,7 +133,7 @@ impl LeaseState {
     }
 
     /// A new lease was registered after a loss.
-    pub(crate) fn handle_registered(&mut self, lease: OwnerLease) {
+    pub fn handle_registered(&mut self, lease: OwnerLease) {
         let sent = self.sent.take();
         self.lost = false;
         self.lease = lease;
@@ -148,7 +148,7 @@ impl LeaseState {
     /// failure, so every local incarnation must end (and a new lease is registered at once).
     /// The deadline never moves forward here; other failures are retried after a tenth of the
     /// TTL.
-    pub(crate) fn handle_failed(&mut self, now: Instant, not_live: bool) -> bool {
+    pub fn handle_failed(&mut self, now: Instant, not_live: bool) -> bool {
         self.sent = None;
         self.next = now + retry_period(self.ttl);
         if not_live && !self.lost {

@@ -28,7 +28,7 @@ pub mod client;
 pub mod demo;
 mod dispatch;
 mod lease;
-pub use lease::renewal_slack;
+pub use lease::{LeaseState, LeaseStep, lease_margin, renewal_period, renewal_slack};
 mod local;
 pub mod metrics;
 pub mod protocol;
@@ -63,7 +63,6 @@ use crate::session::{
 use crate::store::{LocationStore, OwnerLease, StoreError};
 use activation::ActivationWaiter;
 use calls::{request_error, send_error};
-use lease::LeaseState;
 use local::{Actors, SpotState};
 use protocol::NodeInfo;
 
