@@ -156,12 +156,20 @@ async fn past_the_deadline_the_owner_refuses_relays_and_binds() {
     assert_eq!(relay_req(&c, &counter, &Add(1)).await.unwrap(), 2);
 }
 
-// spec: SB-5.11 — a TTL the store's busy timeout cannot renew in time is refused at start.
+// spec: SB-5.11 — a TTL the store's lease busy timeout cannot renew in time is refused at start.
 #[tokio::test]
 async fn a_node_refuses_a_lease_ttl_its_store_cannot_renew_in_time() {
     let dir = tempfile::tempdir().unwrap();
-    let sqlite: Arc<dyn LocationStore> =
-        Arc::new(zlink::store::SqliteStore::open(dir.path().join("s.db")).unwrap());
+    let mut slow = zlink::store::SqliteOptions::default();
+    slow.lease_busy_timeout = Duration::from_secs(5);
+    let sqlite: Arc<dyn LocationStore> = Arc::new(
+        zlink::store::SqliteStore::open_with(
+            dir.path().join("s.db"),
+            slow,
+            Arc::new(zlink::store::SystemClock),
+        )
+        .unwrap(),
+    );
     let mut options = NodeOptions::new(mesh_config("n"), sqlite, demo::registry().unwrap());
     options.lease_ttl = TTL;
     let err = Node::start(options).await.unwrap_err();
