@@ -33,7 +33,7 @@ pub struct Rng(u64);
 impl Rng {
     /// A generator for `seed`.
     pub fn new(seed: u64) -> Self {
-        Self(seed ^ 0x5EED_0F_5EED)
+        Self(seed ^ 0x005E_ED0F_5EED)
     }
 
     /// The next value.
