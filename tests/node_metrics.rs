@@ -32,7 +32,8 @@ async fn start_metrics_node_with(registry: ActorRegistry, sessions: SessionHandl
     mc.client_endpoint = Some("tcp://127.0.0.1:*".to_owned());
     let mut options = NodeOptions::new(mc, memory_store(), registry)
         .with_sessions(sessions)
-        .unwrap();
+        .unwrap()
+        .with_client_access(zlink::node::access::ClientAccess::open());
     options.metrics = Some("127.0.0.1:0".parse().unwrap());
     Node::start(options).await.unwrap()
 }

@@ -400,6 +400,7 @@ impl Node {
                 .map(|r| (r.as_str().to_owned(), mesh_counters.dropped(*r)))
                 .collect(),
             session_rejects,
+            client_refusals: i.access.refusals(),
             relocations: 0,
             store: i.metrics.store.snapshot(),
         }
@@ -669,6 +670,13 @@ impl Collector for NodeCollector {
             "Refused session records, by record and reason (SB-5.9)",
             MetricType::Counter,
             pairs(&c.session_rejects, "record", "reason"),
+        )?;
+        family(
+            e,
+            "zlink_client_refusals",
+            "Refused client framework operations, by operation and reason (closed vocabulary)",
+            MetricType::Counter,
+            pairs(&c.client_refusals, "operation", "reason"),
         )?;
         counter(
             e,

@@ -19,6 +19,7 @@
 //!   deadline, end the actors and wait for running turns, and only then release the owner
 //!   lease and close the mesh (peers get Disconnect).
 
+pub mod access;
 mod activation;
 mod admin;
 mod bound;
@@ -113,6 +114,11 @@ pub struct NodeOptions {
     /// Where to serve the Prometheus endpoint (`GET /metrics`, [`metrics`]); `None` (the
     /// default) serves none. Port 0 picks a free port ([`Node::metrics_addr`]).
     pub metrics: Option<std::net::SocketAddr>,
+    /// Who may do what on the client port ([`access`]): the policy for clients that are not
+    /// the operator, the operator credential and the bound on a session's operations in
+    /// flight. The default ([`access::ClientAccess::new`]) refuses every framework operation
+    /// to every session (only session packets pass) and has no operator credential.
+    pub client_access: access::ClientAccess,
 }
 
 impl NodeOptions {
@@ -137,7 +143,16 @@ impl NodeOptions {
             clock: Arc::new(SystemClock),
             lease_clock: Arc::new(SystemClock),
             metrics: None,
+            client_access: access::ClientAccess::new(),
         }
+    }
+
+    /// Who may do what on the client port ([`access`]); e.g.
+    /// `with_client_access(ClientAccess::open())` for a trusted network.
+    #[must_use]
+    pub fn with_client_access(mut self, access: access::ClientAccess) -> Self {
+        self.client_access = access;
+        self
     }
 
     /// The session application (packet handlers, callbacks).
@@ -317,6 +332,8 @@ struct Inner {
     metrics: metrics::NodeMetrics,
     /// The bound metrics endpoint.
     metrics_addr: Option<std::net::SocketAddr>,
+    /// Client sessions' rights and the refusal counters ([`access`]).
+    access: Arc<access::ClientAccessTable>,
 }
 
 /// A running node. Cheap to clone (a handle).
@@ -446,6 +463,7 @@ impl Node {
                 timer_ticks_skipped: Arc::new(AtomicU64::new(0)),
                 metrics: node_metrics,
                 metrics_addr: metrics_listener.as_ref().map(|(_, a)| *a),
+                access: access::ClientAccessTable::new(options.client_access),
             }),
         };
         node.spawn_background(inbound);
@@ -634,7 +652,21 @@ impl Node {
                 .into_iter()
                 .map(|(reason, n)| (reason.as_str().to_owned(), n))
                 .collect(),
+            client_refusals: self
+                .inner
+                .access
+                .refusals()
+                .into_iter()
+                .filter(|(_, n)| *n > 0)
+                .collect(),
         }
+    }
+
+    /// Client sessions the node keeps access state for now (rights, created incarnations,
+    /// operations in flight, [`access`]): each is dropped when its session ends.
+    #[must_use]
+    pub fn access_sessions(&self) -> usize {
+        self.inner.access.sessions()
     }
 
     fn check_accepting(&self) -> Result<(), ActorError> {
