@@ -532,3 +532,45 @@ async fn framework_operations_in_flight_are_bounded_per_session_and_freed_with_i
     wait_until("no access state is left", || node.access_sessions() == 0).await;
     node.shutdown(Duration::from_millis(100)).await;
 }
+
+// spec: issue 26 item 5 — the application's authorization hook decides per operation and
+// actor type: here strangers may create and call `echo` actors only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_application_hook_decides_per_operation_and_actor_type() {
+    use zlink::node::access::{AccessRequest, ClientOperation};
+    let mut mc = mesh_config("n");
+    mc.client_endpoint = Some("tcp://127.0.0.1:*".into());
+    let hook = |r: &AccessRequest<'_>| {
+        matches!(r.operation, ClientOperation::Create | ClientOperation::Call)
+            && r.actor_type == Some("echo")
+    };
+    let node = Node::start(
+        NodeOptions::new(mc, memory_store(), demo::registry().unwrap()).with_client_access(
+            ClientAccess {
+                policy: ClientPolicy::Custom(Arc::new(hook)),
+                ..ClientAccess::new()
+            },
+        ),
+    )
+    .await
+    .unwrap();
+    let c = client_of(&node);
+    let echo = c.create("echo", "e", Placement::default()).await.unwrap();
+    let reply = c
+        .request(&echo, &demo::Echo(b"hi".to_vec()))
+        .await
+        .unwrap();
+    assert_eq!(reply.0, b"hi");
+    assert_refused(
+        "create counter",
+        c.create("counter", "k", Placement::default()).await,
+    );
+    assert_refused("destroy echo", c.destroy(&echo).await);
+    assert_refused("get echo", c.get("e").await);
+    let refusals = node.counters().client_refusals;
+    assert_eq!(refusals["create/denied"], 1);
+    assert_eq!(refusals["destroy/denied"], 1);
+    assert_eq!(refusals["get/denied"], 1);
+    c.close().await;
+    node.shutdown(Duration::from_millis(100)).await;
+}
