@@ -660,6 +660,20 @@ mod tests {
         assert_eq!(t.refusals()["get/busy"], 1);
     }
 
+    /// The `AUTHENTICATE` payload of docs/CLIENT-PROTOCOL.md 7.1's worked example.
+    #[test]
+    fn authenticate_payload_is_the_documented_bytes() {
+        let p = crate::node::protocol::Authenticate {
+            credential: b"s3cret".to_vec(),
+        };
+        let hex: String = rmp_serde::to_vec_named(&p)
+            .unwrap()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        assert_eq!(hex, "81aa63726564656e7469616cc406733363726574");
+    }
+
     #[test]
     fn credentials_are_bounded() {
         assert_eq!(
