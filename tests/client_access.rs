@@ -556,10 +556,7 @@ async fn an_application_hook_decides_per_operation_and_actor_type() {
     .unwrap();
     let c = client_of(&node);
     let echo = c.create("echo", "e", Placement::default()).await.unwrap();
-    let reply = c
-        .request(&echo, &demo::Echo(b"hi".to_vec()))
-        .await
-        .unwrap();
+    let reply = c.request(&echo, &demo::Echo(b"hi".to_vec())).await.unwrap();
     assert_eq!(reply.0, b"hi");
     assert_refused(
         "create counter",

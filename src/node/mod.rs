@@ -468,7 +468,11 @@ impl Node {
         };
         node.spawn_background(inbound);
         if let Some((listener, addr)) = metrics_listener {
-            let server = tokio::spawn(metrics::serve(listener, Arc::downgrade(&node.inner)));
+            let server = tokio::spawn(metrics::serve(
+                listener,
+                Arc::downgrade(&node.inner),
+                node.inner.metrics.endpoint.clone(),
+            ));
             lock(&node.inner.tasks).push(server);
             tracing::info!(%addr, "metrics served at /metrics");
         }

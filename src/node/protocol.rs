@@ -309,6 +309,10 @@ pub struct NodeCounters {
     /// [`crate::node::access::Refusal`]). Absent from older nodes' replies.
     #[serde(default)]
     pub client_refusals: std::collections::BTreeMap<String, u64>,
+    /// Metrics endpoint connections closed at once, by reason: `too_many` (64 open) and
+    /// `too_many_from_host` (8 open from that IP address). Absent from older nodes' replies.
+    #[serde(default)]
+    pub metrics_refused: std::collections::BTreeMap<String, u64>,
     /// Actor relocations completed here (none until relocation exists).
     pub relocations: u64,
     /// Location Store calls by operation (`register_owner`, `renew_owner`, …) with their

@@ -437,6 +437,7 @@ fn flatten(c: &NodeCounters) -> BTreeMap<String, String> {
         ("mesh_drops", &c.mesh_drops),
         ("session_rejects", &c.session_rejects),
         ("client_refusals", &c.client_refusals),
+        ("metrics_refused", &c.metrics_refused),
     ] {
         for (k, v) in values {
             put(format!("{map}.{k}"), v.to_string());
