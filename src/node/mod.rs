@@ -108,8 +108,10 @@ pub struct NodeOptions {
     /// The clock of the session timers (the 100 ms replacement close, the callback timeout);
     /// tests inject a [`crate::session::ManualClock`].
     pub clock: Arc<dyn Clock>,
-    /// The monotonic clock of the owner lease: its renewal timer and the local lease deadline
-    /// (SB-5.11); tests inject a [`crate::session::ManualClock`].
+    /// The clock of the owner lease: its renewal timer and the local lease deadline (SB-5.11).
+    /// Default [`crate::session::BootClock`] (`CLOCK_BOOTTIME`: it counts time the machine was
+    /// suspended, so a lease that ran out during a suspend has lapsed at once after the
+    /// resume); tests inject a [`crate::session::ManualClock`].
     pub lease_clock: Arc<dyn Clock>,
     /// Where to serve the Prometheus endpoint (`GET /metrics`, [`metrics`]); `None` (the
     /// default) serves none. Port 0 picks a free port ([`Node::metrics_addr`]).
@@ -141,7 +143,7 @@ impl NodeOptions {
             max_bindings_per_session: crate::session::aggregate::DEFAULT_BINDING_LIMIT,
             sessions: SessionHandlers::new(),
             clock: Arc::new(SystemClock),
-            lease_clock: Arc::new(SystemClock),
+            lease_clock: Arc::new(crate::session::BootClock::new()),
             metrics: None,
             client_access: access::ClientAccess::new(),
         }
