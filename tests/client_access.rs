@@ -304,6 +304,7 @@ async fn wrong_credentials_are_refused_counted_and_end_the_session() {
     assert_refused("node_info", other.info().await);
     other.authenticate(OPERATOR).await.unwrap();
     let c = other.counters().await.unwrap();
+    assert_eq!(c.client_operations["authenticate"], 5);
     assert_eq!(c.client_refusals["authenticate/bad_credential"], 4);
     assert_eq!(c.client_refusals["node_info/denied"], 1);
 }

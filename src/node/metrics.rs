@@ -155,11 +155,12 @@ pub(crate) enum ClientOp {
     ListActors,
     ListSessions,
     Counters,
+    Authenticate,
     Unknown,
 }
 
 impl ClientOp {
-    const ALL: [ClientOp; 11] = [
+    const ALL: [ClientOp; 12] = [
         ClientOp::Create,
         ClientOp::GetOrCreate,
         ClientOp::Get,
@@ -170,6 +171,7 @@ impl ClientOp {
         ClientOp::ListActors,
         ClientOp::ListSessions,
         ClientOp::Counters,
+        ClientOp::Authenticate,
         ClientOp::Unknown,
     ];
 
@@ -185,6 +187,7 @@ impl ClientOp {
             ClientOp::ListActors => "list_actors",
             ClientOp::ListSessions => "list_sessions",
             ClientOp::Counters => "counters",
+            ClientOp::Authenticate => "authenticate",
             ClientOp::Unknown => "unknown",
         }
     }
@@ -202,6 +205,7 @@ impl ClientOp {
             p::LIST_ACTORS => ClientOp::ListActors,
             p::LIST_SESSIONS => ClientOp::ListSessions,
             p::COUNTERS => ClientOp::Counters,
+            p::AUTHENTICATE => ClientOp::Authenticate,
             _ => ClientOp::Unknown,
         }
     }

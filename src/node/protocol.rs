@@ -284,7 +284,7 @@ pub struct NodeCounters {
     pub timer_ticks_skipped: u64,
     /// Client requests (144) and sends (147) by framework operation (`create`, `get_or_create`,
     /// `get`, `call`, `send`, `destroy`, `node_info`, `list_actors`, `list_sessions`,
-    /// `counters`, `unknown`); session packets are not in it.
+    /// `counters`, `authenticate`, `unknown`); session packets are not in it.
     pub client_operations: std::collections::BTreeMap<String, u64>,
     /// Terminal answers to requests by `"<origin>/<result>"`: origin `client` or `peer`,
     /// result `ok` or the error kind (`unavailable`, `invalid_operation`, `not_found`,
