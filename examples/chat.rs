@@ -19,6 +19,7 @@ use anyhow::{Context, bail, ensure};
 #[allow(clippy::duplicate_mod)]
 #[path = "support/operator.rs"]
 mod operator;
+#[allow(clippy::duplicate_mod)]
 #[path = "support/progress.rs"]
 mod progress;
 

@@ -515,21 +515,19 @@ async fn framework_operations_in_flight_are_bounded_per_session_and_freed_with_i
         w.abort();
         let _ = w.await;
     }
-    Arc::try_unwrap(greedy)
-        .ok()
-        .expect("the only handle")
-        .close()
-        .await;
+    let Ok(greedy) = Arc::try_unwrap(greedy) else {
+        panic!("the only handle")
+    };
+    greedy.close().await;
     wait_until("the greedy session's access state is freed", || {
         node.access_sessions() == 1
     })
     .await;
     let _ = other_get.await;
-    Arc::try_unwrap(other)
-        .ok()
-        .expect("the only handle")
-        .close()
-        .await;
+    let Ok(other) = Arc::try_unwrap(other) else {
+        panic!("the only handle")
+    };
+    other.close().await;
     wait_until("no access state is left", || node.access_sessions() == 0).await;
     node.shutdown(Duration::from_millis(100)).await;
 }
