@@ -660,6 +660,39 @@ mod tests {
         assert_eq!(t.refusals()["get/busy"], 1);
     }
 
+    /// A wrong credential that differs from the operator's in its first byte and one that
+    /// differs only in its last take the same time to refuse: the comparison does not stop at
+    /// the first difference. Small batches of each alternate and the fastest batch of each is
+    /// compared (load only ever slows a batch down). With a plain `==` on the bytes the second
+    /// takes clearly longer (a memcmp of the whole credential).
+    #[test]
+    fn refusing_a_guess_takes_as_long_wherever_it_differs() {
+        use std::time::{Duration, Instant};
+        let secret = vec![b'k'; MAX_CREDENTIAL_LEN];
+        let cred = OperatorCredential::new(&secret).unwrap();
+        let mut early = secret.clone();
+        early[0] = b'x';
+        let mut late = secret.clone();
+        *late.last_mut().unwrap() = b'x';
+        let batch = |guess: &[u8]| {
+            let t = Instant::now();
+            for _ in 0..10 {
+                assert!(!cred.verify(std::hint::black_box(guess)));
+            }
+            t.elapsed()
+        };
+        let (mut e, mut l) = (Duration::MAX, Duration::MAX);
+        for _ in 0..2_000 {
+            e = e.min(batch(&early));
+            l = l.min(batch(&late));
+        }
+        let ratio = l.as_secs_f64() / e.as_secs_f64();
+        assert!(
+            (0.9..1.1).contains(&ratio),
+            "late/early refusal time ratio {ratio} ({l:?} / {e:?})"
+        );
+    }
+
     /// The `AUTHENTICATE` payload of docs/CLIENT-PROTOCOL.md 7.1's worked example.
     #[test]
     fn authenticate_payload_is_the_documented_bytes() {
