@@ -176,7 +176,12 @@ impl OwnerGate {
     #[must_use]
     pub fn standing(&self) -> OwnerStanding {
         let lapsed = match &self.cycles {
-            Some(c) => !c.certainly_before() && !c.read_before(|| self.deadline()).before,
+            Some(c) => {
+                !c.certainly_before()
+                    && !c
+                        .read_before(|| self.clock.now(), || self.deadline())
+                        .before
+            }
             None => self.clock.now() >= self.deadline(),
         };
         if lapsed {
@@ -462,6 +467,51 @@ mod tests {
         if CycleDeadline::new().is_some() {
             assert!(armed, "the cycle limit was never armed");
         }
+    }
+
+    /// The system clock plus a step a test makes, which the cycle counter does not see (a
+    /// suspend on a clock that counts it, where the counter stopped).
+    #[derive(Debug)]
+    struct SteppedClock(crate::sync::atomic::AtomicU64);
+
+    impl Clock for SteppedClock {
+        fn now(&self) -> Instant {
+            Instant::now() + Duration::from_nanos(self.0.load(Ordering::SeqCst))
+        }
+        fn sleep_until(&self, _deadline: Instant) -> crate::session::clock::Sleep {
+            Box::pin(std::future::pending())
+        }
+        fn is_system(&self) -> bool {
+            true
+        }
+    }
+
+    // spec: SB-5.11 — a step of the lease clock that the cycle counter does not see (a suspend
+    // on the boot clock) lapses a far deadline within the guard's horizon, not at the deadline
+    // the counter alone would reach.
+    #[test]
+    fn a_clock_step_the_counter_misses_lapses_the_gate_within_the_horizon() {
+        let clock = Arc::new(SteppedClock(crate::sync::atomic::AtomicU64::new(0)));
+        let gate = OwnerGate::new(clock.clone(), clock.now() + Duration::from_secs(3600));
+        // Arm a limit (the first millisecond teaches a rate).
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_millis(5) {
+            assert_eq!(gate.standing(), OwnerStanding::Serving);
+        }
+        clock.0.store(7_200_000_000_000, Ordering::SeqCst); // two hours later
+        let stepped = Instant::now();
+        while gate.standing() == OwnerStanding::Serving {
+            assert!(
+                stepped.elapsed() < Duration::from_secs(20),
+                "served past the lease after the step"
+            );
+        }
+        // Within the horizon plus the rate's margin (generous for a loaded machine).
+        assert!(
+            stepped.elapsed() < CycleDeadline::HORIZON * 100,
+            "lapsed only after {:?}",
+            stepped.elapsed()
+        );
     }
 
     // spec: SB-5.11 — a standing asked with a cycle reading the caller took (`standing_at`) is

@@ -33,7 +33,8 @@ use sha2::Sha256;
 use zlink_wire::{ActorId, SessionRid};
 
 use crate::sync::atomic::{AtomicU64, Ordering};
-use crate::sync::{Arc, Mutex, MutexGuard};
+use crate::sync::{Mutex, MutexGuard};
+use std::sync::Arc;
 
 /// Framework operations that wait for the store or a peer that one session may have in flight
 /// at once (`NodeOptions::max_operations_per_session`).

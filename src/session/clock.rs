@@ -21,10 +21,12 @@ pub trait Clock: Send + Sync + fmt::Debug + 'static {
     fn now(&self) -> Instant;
     /// A future that completes once [`Clock::now`] has reached `deadline`.
     fn sleep_until(&self, deadline: Instant) -> Sleep;
-    /// Whether [`Clock::now`] is the process' monotonic clock ([`Instant::now`]), which the CPU
-    /// cycle counter can bound from above ([`crate::runtime::config::CycleDeadline`]): a
-    /// deadline on it is then checked without a clock read while far enough ahead. Default
-    /// `false` (an injected clock): every check reads [`Clock::now`].
+    /// Whether [`Clock::now`] advances at the rate of the process' monotonic clock
+    /// ([`Instant::now`]) while the process runs (the system clock, the boot clock), so the CPU
+    /// cycle counter can bound it from above ([`crate::runtime::config::CycleDeadline`]): a
+    /// deadline on it is then checked without a clock read while far enough ahead (at most
+    /// `CycleDeadline::HORIZON`). Default `false` (an injected clock): every check reads
+    /// [`Clock::now`].
     fn is_system(&self) -> bool {
         false
     }
@@ -57,12 +59,16 @@ impl Clock for SystemClock {
 /// boot-time elapsed since; comparable with each other, not with [`Instant::now`] after a
 /// suspend. Its timers sleep in steps of at most [`BootClock::STEP`] on the monotonic clock
 /// and re-read it, so a timer is at most one step late after a resume. Where `CLOCK_BOOTTIME`
-/// cannot be read (not Linux) it reads `CLOCK_MONOTONIC`.
+/// cannot be read (not Linux) it reads `CLOCK_MONOTONIC`. It runs at the monotonic clock's rate
+/// while the process runs, so the owner gate's cycle-counter shortcut applies to it
+/// ([`Clock::is_system`], within `CycleDeadline::HORIZON` of a reading).
 #[derive(Clone, Copy)]
 pub struct BootClock {
     base: Instant,
     base_boot: Duration,
     read: fn() -> Duration,
+    /// `CLOCK_BOOTTIME` itself (not an injected source): the cycle counter may bound it.
+    system: bool,
 }
 
 impl fmt::Debug for BootClock {
@@ -107,7 +113,10 @@ impl BootClock {
     /// The clock, anchored at the process' current instant.
     #[must_use]
     pub fn new() -> Self {
-        Self::with_source(boot_time)
+        Self {
+            system: true,
+            ..Self::with_source(boot_time)
+        }
     }
 
     /// The clock on another source of boot-time readings (tests simulate a suspend with it).
@@ -117,6 +126,7 @@ impl BootClock {
             base_boot: read(),
             base: Instant::now(),
             read,
+            system: false,
         }
     }
 
@@ -143,6 +153,10 @@ impl Clock for BootClock {
                 tokio::time::sleep(left.min(Self::STEP)).await;
             }
         })
+    }
+
+    fn is_system(&self) -> bool {
+        self.system
     }
 }
 
