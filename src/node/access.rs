@@ -435,34 +435,36 @@ impl ClientAccessTable {
         actor_type: Option<&str>,
         actor: Option<(&ActorId, Option<u64>)>,
     ) -> Decision {
-        let decision = {
+        // What the table knows, under its lock; the policy (an application's hook) outside it.
+        let (created_by_session, owned) = {
             let mut sessions = self.lock();
             let rights = sessions.entry(session).or_default();
             if rights.operator {
                 return Decision::Allow;
             }
-            let created_by_session = match actor {
+            let created = match actor {
                 Some((id, Some(generation))) => rights.owned.contains(&(id.clone(), generation)),
                 Some((id, None)) => rights.owned.iter().any(|(o, _)| o == id),
                 None => false,
             };
-            let request = AccessRequest {
-                operation: op,
-                session,
-                actor_type,
-                actor_id: actor.map(|(id, _)| id),
-                created_by_session,
-            };
-            if !self.settings.policy.allows(&request) {
-                Decision::Refuse(Refusal::Denied)
-            } else if op == ClientOperation::Create
-                && matches!(self.settings.policy, ClientPolicy::OwnActors)
-                && rights.owned.len() >= MAX_OWNED_PER_SESSION
-            {
-                Decision::Refuse(Refusal::TooManyOwned)
-            } else {
-                Decision::Allow
-            }
+            (created, rights.owned.len())
+        };
+        let request = AccessRequest {
+            operation: op,
+            session,
+            actor_type,
+            actor_id: actor.map(|(id, _)| id),
+            created_by_session,
+        };
+        let decision = if !self.settings.policy.allows(&request) {
+            Decision::Refuse(Refusal::Denied)
+        } else if op == ClientOperation::Create
+            && matches!(self.settings.policy, ClientPolicy::OwnActors)
+            && owned >= MAX_OWNED_PER_SESSION
+        {
+            Decision::Refuse(Refusal::TooManyOwned)
+        } else {
+            Decision::Allow
         };
         if let Decision::Refuse(why) = decision {
             self.count(op, why);
