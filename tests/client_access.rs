@@ -570,3 +570,28 @@ async fn an_application_hook_decides_per_operation_and_actor_type() {
     c.close().await;
     node.shutdown(Duration::from_millis(100)).await;
 }
+
+// The client policy is a closed set: a node with an unknown one does not start, naming it.
+#[tokio::test]
+async fn an_unknown_client_policy_is_a_configuration_error() {
+    let out = tokio::time::timeout(
+        TIMEOUT,
+        tokio::process::Command::new(BIN)
+            .args([
+                "--name",
+                "n",
+                "--insecure-dev-mode",
+                "--store",
+                "memory:",
+                "--client-policy",
+                "everyone",
+            ])
+            .output(),
+    )
+    .await
+    .expect("exits in time")
+    .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("client_policy \"everyone\""), "{err}");
+}
