@@ -514,6 +514,31 @@ mod tests {
         );
     }
 
+    /// A boot-time source a test moves: the monotonic clock plus `SUSPENDED` nanoseconds.
+    static SUSPENDED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    static START: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    fn fake_boot() -> Duration {
+        let start = *START.get_or_init(Instant::now);
+        start.elapsed() + Duration::from_nanos(SUSPENDED.load(std::sync::atomic::Ordering::SeqCst))
+    }
+
+    // spec: SB-5.11 — a lease deadline on the boot clock counts suspended time: after a
+    // "suspend" longer than the lease the owner gate sees its deadline passed at once.
+    #[test]
+    fn the_boot_clock_counts_suspended_time_and_the_lease_gate_sees_it() {
+        let clock = crate::session::BootClock::with_source(fake_boot);
+        let t0 = clock.now();
+        let gate = OwnerGate::new(Arc::new(clock), t0 + Duration::from_secs(10));
+        assert_eq!(gate.standing(), OwnerStanding::Serving);
+        SUSPENDED.store(3_600_000_000_000, std::sync::atomic::Ordering::SeqCst);
+        assert!(clock.now() >= t0 + Duration::from_secs(3_600));
+        assert_eq!(
+            gate.standing(),
+            OwnerStanding::Lapsed,
+            "served past the lease after a suspend"
+        );
+    }
+
     // spec: SB-5.11 — a standing asked with a cycle reading the caller took (`standing_at`) is
     // the clock's answer at that reading's instant.
     #[test]
