@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail, ensure};
 
-// tests/node_process.rs includes both drivers, so this file twice.
+// node/tests/node_process.rs includes both drivers, so this file twice.
 #[allow(clippy::duplicate_mod)]
 #[path = "support/operator.rs"]
 mod operator;
@@ -30,10 +30,10 @@ macro_rules! say {
     };
 }
 use zlink::actor::Message;
-use zlink::node::chat::{
+use zlink::node::client::NodeClient;
+use zlink_apps::chat::{
     self, ChatLine, Kicked, LoggedIn, Login, Member, Presence, PresenceStatus, Say, Who,
 };
-use zlink::node::client::NodeClient;
 use zlink_wire::DisconnectReason;
 
 /// Players per room.
@@ -137,7 +137,7 @@ async fn main() -> anyhow::Result<()> {
 const STEPS: u64 = 6;
 
 /// The whole chat driver against the nodes serving clients at `endpoints` (also run by
-/// `tests/node_process.rs` on a mesh of `zlink-node` processes); `Err` on the first failed check.
+/// `node/tests/node_process.rs` on a mesh of `zlink-node` processes); `Err` on the first failed check.
 ///
 /// The players use session packets only (the application's path); the first step reads each
 /// node's `NODE_INFO`, which a node with the default client policy answers only to the

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail, ensure};
 
-// tests/node_process.rs includes both drivers, so this file twice.
+// node/tests/node_process.rs includes both drivers, so this file twice.
 #[allow(clippy::duplicate_mod)]
 #[path = "support/operator.rs"]
 mod operator;
@@ -27,7 +27,7 @@ macro_rules! say {
 use hdrhistogram::Histogram;
 use zlink::actor::{ActorRef, ErrorKind, SpotKind, SpotSpec, UserMode};
 use zlink::node::client::{NodeClient, Placement};
-use zlink::node::demo::{Add, CallEcho, Checked, Echo, Enter, Fail, Get, Next, Say};
+use zlink_apps::demo::{Add, CallEcho, Checked, Echo, Enter, Fail, Get, Next, Say};
 
 const ROUNDS: u64 = 200;
 const SENDS: u64 = 2_000;
@@ -92,7 +92,7 @@ async fn main() -> anyhow::Result<()> {
 const STEPS: u64 = 8;
 
 /// The whole workload against the nodes serving clients at `endpoints` (also run by
-/// `tests/node_process.rs` on a mesh of `zlink-node` processes); `Err` on the first failed check.
+/// `node/tests/node_process.rs` on a mesh of `zlink-node` processes); `Err` on the first failed check.
 /// The workload uses every framework operation: each client presents the nodes' operator
 /// `credential` first (a node with the default client policy refuses them otherwise).
 pub async fn run(endpoints: &[&str], credential: Option<&[u8]>) -> anyhow::Result<()> {

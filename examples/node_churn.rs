@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, ensure};
 use zlink::node::client::{NodeClient, Placement};
-use zlink::node::demo::Echo;
+use zlink_apps::demo::Echo;
 
 #[path = "support/operator.rs"]
 mod operator;

@@ -1,7 +1,7 @@
 //! Who may do what on the client port (issue 26 item 5, `docs/CLIENT-PROTOCOL.md` 7.1), in
 //! process: an application's authorization hook decides per operation and actor type; what
 //! the node keeps per session goes when the session ends, and framework operations in flight
-//! are bounded per session. (Against `zlink-node` processes: `tests/node_access.rs`.)
+//! are bounded per session. (Against `zlink-node` processes: `node/tests/node_access.rs`.)
 
 mod node_common;
 
@@ -13,12 +13,12 @@ use node_common::{client_of, memory_store, mesh_config, wait_until};
 use zlink::actor::ErrorKind;
 use zlink::node::access::{ClientAccess, ClientPolicy};
 use zlink::node::client::{ClientError, Placement};
-use zlink::node::demo;
 use zlink::node::{Node, NodeOptions};
 use zlink::store::{
     ActivationRequest, ActorLocation, ActorOwner, AuthorityFence, LeaseHolder, LocationStore,
     OwnerFence, OwnerLease, Reservation, StoreFuture,
 };
+use zlink_apps::demo;
 use zlink_wire::{ActorId, NodeGeneration, NodeRid};
 
 /// The error is the node's refusal: `InvalidOperation`, "not authorized".

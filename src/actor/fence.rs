@@ -23,8 +23,8 @@ use zlink_wire::{
 
 use super::error::ActorError;
 use super::reference::ActorRef;
+use crate::clock::Clock;
 use crate::runtime::config::{CycleDeadline, CycleStamp};
-use crate::session::Clock;
 use crate::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// Whether the owner node may act as owner now (its own view, on its monotonic clock).
@@ -416,7 +416,7 @@ mod tests {
     /// itself or takes a reading first (`standing_at`); a reading taken before the deadline was
     /// moved back to the past never answers Serving. Whether a cycle limit got armed.
     fn exact_around_deadlines(ask: impl Fn(&OwnerGate) -> OwnerStanding) -> bool {
-        let clock: Arc<dyn Clock> = Arc::new(crate::session::SystemClock);
+        let clock: Arc<dyn Clock> = Arc::new(crate::clock::SystemClock);
         let start = Instant::now();
         let gate = OwnerGate::new(clock, start + Duration::from_secs(3600));
         let mut armed = false;
@@ -478,7 +478,7 @@ mod tests {
         fn now(&self) -> Instant {
             Instant::now() + Duration::from_nanos(self.0.load(Ordering::SeqCst))
         }
-        fn sleep_until(&self, _deadline: Instant) -> crate::session::clock::Sleep {
+        fn sleep_until(&self, _deadline: Instant) -> crate::clock::Sleep {
             Box::pin(std::future::pending())
         }
         fn is_system(&self) -> bool {
@@ -526,7 +526,7 @@ mod tests {
     // "suspend" longer than the lease the owner gate sees its deadline passed at once.
     #[test]
     fn the_boot_clock_counts_suspended_time_and_the_lease_gate_sees_it() {
-        let clock = crate::session::BootClock::with_source(fake_boot);
+        let clock = crate::clock::BootClock::with_source(fake_boot);
         let t0 = clock.now();
         let gate = OwnerGate::new(Arc::new(clock), t0 + Duration::from_secs(10));
         assert_eq!(gate.standing(), OwnerStanding::Serving);
@@ -548,7 +548,7 @@ mod tests {
 
     #[test]
     fn the_gate_lapses_at_its_deadline_on_the_injected_clock() {
-        let clock = crate::session::ManualClock::new();
+        let clock = crate::clock::ManualClock::new();
         let now = clock.now();
         let gate = OwnerGate::new(Arc::new(clock.clone()), now + Duration::from_secs(2));
         assert_eq!(gate.standing(), OwnerStanding::Serving);

@@ -5,7 +5,7 @@
 //! packets still work; wrong credentials are refused, counted and end the session after a few;
 //! `zlink-node ctl` works only with the credential; under `own_actors` a session uses and
 //! destroys only what it created; an unknown policy does not start. (In process:
-//! `tests/client_access.rs`.)
+//! `tests/client_access.rs` of zlink.)
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -14,13 +14,13 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use zlink::actor::ErrorKind;
 use zlink::node::access::MAX_CREDENTIAL_FAILURES;
-use zlink::node::chat;
 use zlink::node::client::{ClientError, NodeClient, Placement};
-use zlink::node::demo::{Add, Get};
 use zlink::node::protocol::{ListActors, ListSessions};
+use zlink_apps::chat;
+use zlink_apps::demo::{Add, Get};
 use zlink_wire::DisconnectReason;
 
-#[path = "../mesh/tests/common/ports.rs"]
+#[path = "../../mesh/tests/common/ports.rs"]
 mod ports;
 use ports::free_port;
 
