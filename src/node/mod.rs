@@ -106,7 +106,7 @@ pub struct NodeOptions {
     /// tests inject a [`crate::session::ManualClock`].
     pub clock: Arc<dyn Clock>,
     /// The clock of the owner lease: its renewal timer and the local lease deadline (SB-5.11).
-    /// Default [`crate::session::BootClock`] (`CLOCK_BOOTTIME`: it counts time the machine was
+    /// Default [`crate::clock::BootClock`] (`CLOCK_BOOTTIME`: it counts time the machine was
     /// suspended, so a lease that ran out during a suspend has lapsed at once after the
     /// resume); tests inject a [`crate::session::ManualClock`].
     pub lease_clock: Arc<dyn Clock>,
@@ -140,7 +140,7 @@ impl NodeOptions {
             max_bindings_per_session: crate::session::aggregate::DEFAULT_BINDING_LIMIT,
             sessions: SessionHandlers::new(),
             clock: Arc::new(SystemClock),
-            lease_clock: Arc::new(crate::session::BootClock::new()),
+            lease_clock: Arc::new(crate::clock::BootClock::new()),
             metrics: None,
             client_access: access::ClientAccess::new(),
         }
