@@ -37,7 +37,8 @@ async fn owner(
 ) -> Owner {
     let store = Arc::new(FaultStore::new(shared));
     let clock = ManualClock::new();
-    let mut options = NodeOptions::new(mesh_config(name), store.clone(), demo::registry().unwrap());
+    let mut options = NodeOptions::new(mesh_config(name), store.clone(), demo::registry().unwrap())
+        .with_client_access(zlink::node::access::ClientAccess::open());
     options.lease_ttl = TTL;
     options.lease_clock = Arc::new(clock.clone());
     options.peers = peers;

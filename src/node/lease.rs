@@ -240,6 +240,22 @@ mod tests {
         Duration::from_millis(n)
     }
 
+    // spec: SB-5.11 — a node's lease deadlines are on the boot clock unless a test injects
+    // another (docs/STORE.md, "The owner lease across a suspend").
+    #[test]
+    fn the_default_lease_clock_counts_suspended_time() {
+        let mesh = zlink_mesh::MeshConfig::new(
+            zlink_wire::MeshName::new("m").unwrap(),
+            NodeRid::new("n").unwrap(),
+        );
+        let options = crate::node::NodeOptions::new(
+            mesh,
+            std::sync::Arc::new(crate::store::MemoryStore::new()),
+            crate::actor::ActorRegistry::default(),
+        );
+        assert_eq!(format!("{:?}", options.lease_clock), "BootClock");
+    }
+
     // spec: SB-5.11 — a store outage never extends the owner lease: the deadline moves only
     // with a successful renewal, from the time it was sent.
     #[test]
