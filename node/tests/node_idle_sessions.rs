@@ -83,6 +83,8 @@ async fn an_idle_client_session_costs_the_node_less_than_its_bound() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     std::fs::write(d.join("secret"), "idle-test-secret-0123456789abcdef\n").unwrap();
+    const CREDENTIAL: &[u8] = b"idle-test-operator-credential";
+    std::fs::write(d.join("operator"), CREDENTIAL).unwrap();
     let (r, c, k) = (free_port(), free_port(), free_port());
     let ready = d.join("node1.ready");
     let config = d.join("node1.toml");
@@ -91,12 +93,14 @@ async fn an_idle_client_session_costs_the_node_less_than_its_bound() {
         format!(
             "name = \"node1\"\nmesh = \"local\"\nrelay = \"tcp://127.0.0.1:{r}\"\n\
              completion = \"tcp://127.0.0.1:{c}\"\nclient = \"tcp://127.0.0.1:{k}\"\n\
-             secret_file = \"{}\"\nstore = \"sqlite://{}\"\nready_file = \"{}\"\n\n\
+             secret_file = \"{}\"\nstore = \"sqlite://{}\"\nready_file = \"{}\"\n\
+             operator_credential_file = \"{}\"\n\n\
              [[peers]]\nname = \"node1\"\nrelay = \"tcp://127.0.0.1:{r}\"\n\
              completion = \"tcp://127.0.0.1:{c}\"\n",
             d.join("secret").display(),
             d.join("store.db").display(),
-            ready.display()
+            ready.display(),
+            d.join("operator").display()
         ),
     )
     .unwrap();
@@ -121,7 +125,9 @@ async fn an_idle_client_session_costs_the_node_less_than_its_bound() {
     let endpoint = format!("tcp://127.0.0.1:{k}");
 
     // A normal client, warmed up (the node's first session and request paths) before the base.
+    // The operator's client (NODE_INFO is an operator's operation under the default policy).
     let normal = NodeClient::connect(&endpoint, TIMEOUT).unwrap();
+    normal.authenticate(CREDENTIAL).await.unwrap();
     for _ in 0..100 {
         normal.info().await.unwrap();
     }
