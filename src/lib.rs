@@ -5,6 +5,7 @@ mod backlog;
 pub mod config;
 mod hashing;
 pub mod node;
+pub mod relocation;
 pub mod runtime;
 pub mod session;
 pub mod store;
