@@ -287,6 +287,18 @@ impl LocationStore for TimedStore {
         )
     }
 
+    fn relocation_fence(
+        &self,
+        actor_id: ActorId,
+        expected: AuthorityFence,
+        owner: OwnerFence,
+    ) -> StoreFuture<'_, ActorLocation> {
+        self.timed(
+            StoreOp::RelocationFence,
+            self.inner.relocation_fence(actor_id, expected, owner),
+        )
+    }
+
     fn destroy(&self, actor_id: ActorId, fence: OwnerFence) -> StoreFuture<'_, ()> {
         self.timed(StoreOp::Destroy, self.inner.destroy(actor_id, fence))
     }
