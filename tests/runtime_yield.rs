@@ -307,6 +307,140 @@ fn seal_stops_new_turns_until_unsealed() {
     assert_eq!(a.stats().application_reserved_items, 0);
 }
 
+// spec: EG-4.1, EG-2.1 — relocating one actor holds only that actor's records: under a shared
+// SpotWide gate, its sibling keeps running (a record submitted after the sealed actor's runs
+// first), its queue is taken back alone, and after an unseal it runs again.
+#[test]
+fn sealing_one_actor_holds_only_its_records() {
+    let rt = runtime();
+    let (ev, rx) = mpsc::channel::<String>();
+    let ev = Arc::new(Mutex::new(ev));
+    let spot = rt.create_spot::<SpotWideUser, _>(spot_noop()).unwrap();
+    let mk = |name: &'static str| {
+        let e = ev.clone();
+        spot.spawn_actor(move |_ctx: SpotWideCtx, m: u32| {
+            e.lock().unwrap().send(format!("{name}{m}")).unwrap();
+            Handled::ok(())
+        })
+        .unwrap()
+    };
+    let (a, b) = (mk("A"), mk("B"));
+    a.seal();
+    assert!(a.is_sealed() && !b.is_sealed());
+    a.tell(1).unwrap();
+    b.tell(10).unwrap();
+    // without the seal A1 (queued first, same gate) would run before B10
+    expect(&rx, "B10");
+    b.tell(11).unwrap();
+    expect(&rx, "B11");
+    assert_eq!(a.stats().application_queued, 1);
+    a.unseal();
+    expect(&rx, "A1");
+    // taken back alone: B's queue is untouched
+    a.seal();
+    a.tell(2).unwrap();
+    a.tell(3).unwrap();
+    let back = a.return_pending();
+    assert_eq!(back.len(), 2);
+    assert!(back.iter().all(|r| r.object() == a.object_id()));
+    assert_eq!(a.stats().application_reserved_items, 0);
+    b.tell(12).unwrap();
+    expect(&rx, "B12");
+}
+
+// spec: EG-4.1 — a pending Yield resume of a sealed actor fails instead of running, while the
+// other actors of its Instance Spot go on.
+#[test]
+fn resume_of_a_sealed_actor_fails_and_its_spot_goes_on() {
+    let rt = runtime();
+    let sub = rt.subscribe_status(1024);
+    let (ev, rx) = mpsc::channel::<String>();
+    let ev = Arc::new(Mutex::new(ev));
+    let spot = rt.create_spot::<InstanceSpot, _>(spot_noop()).unwrap();
+    let release = Gate::new();
+    let (e, r) = (ev.clone(), release.clone());
+    let a = spot
+        .spawn_actor(move |ctx: SpotWideCtx, _m: ()| {
+            let (e, r) = (e.clone(), r.clone());
+            Handled::later(async move {
+                e.lock().unwrap().send("A:start".into()).unwrap();
+                let _ = ctx
+                    .request(move || async move {
+                        r.take().await.ok();
+                        Ok(())
+                    })
+                    .yielding()
+                    .await;
+                e.lock().unwrap().send("A:resumed".into()).unwrap();
+                Ok(())
+            })
+        })
+        .unwrap();
+    let e = ev.clone();
+    let b = spot
+        .spawn_actor(move |_ctx: SpotWideCtx, m: u32| {
+            e.lock().unwrap().send(format!("B{m}")).unwrap();
+            Handled::ok(())
+        })
+        .unwrap();
+    a.tell(()).unwrap();
+    expect(&rx, "A:start");
+    a.seal();
+    release.open();
+    wait_status(
+        &sub,
+        &rt,
+        &format!("lane/{}", a.object_id()),
+        "resume-refused",
+    );
+    assert_eq!(rt.metrics().resumes_refused, 1);
+    assert!(!a.stats().claimed);
+    b.tell(1).unwrap();
+    expect(&rx, "B1");
+    // the continuation never ran
+    assert!(rx.try_recv().is_err());
+}
+
+// spec: EG-7.5 — debt and counters are per object and dropped when it moves: the moving actor's
+// yield debt goes with its returned work, its sibling's stays.
+#[test]
+fn moving_actor_drops_its_debt_and_its_sibling_keeps_its_own() {
+    let rt = runtime();
+    let (ev, rx) = mpsc::channel::<u32>();
+    let ev = Arc::new(Mutex::new(ev));
+    let spot = rt.create_spot::<SpotWideUser, _>(spot_noop()).unwrap();
+    let a = spot
+        .spawn_actor(|_ctx: SpotWideCtx, _m: u32| Handled::ok(()))
+        .unwrap();
+    let b = spot
+        .spawn_actor(|_ctx: SpotWideCtx, _m: u32| Handled::ok(()))
+        .unwrap();
+    let cap = RuntimeConfig::default().limits.lifecycle_turn_cap;
+    for actor in [&a, &b] {
+        for i in 0..cap {
+            let e = ev.clone();
+            spot.actor_lifecycle(actor, move |_ctx| {
+                e.lock().unwrap().send(i).unwrap();
+                Handled::ok(())
+            })
+            .unwrap();
+        }
+    }
+    for _ in 0..2 * cap {
+        rx.recv_timeout(GUARD).unwrap();
+    }
+    let deadline = std::time::Instant::now() + GUARD;
+    while a.stats().claimed || b.stats().claimed {
+        assert!(std::time::Instant::now() < deadline);
+        std::thread::yield_now();
+    }
+    assert!(a.stats().decision.debt && b.stats().decision.debt);
+    a.seal();
+    assert!(a.return_pending().is_empty());
+    assert_eq!(a.stats().decision, LaneDecision::default());
+    assert!(b.stats().decision.debt, "another actor's debt is its own");
+}
+
 type Slot<T> = Arc<OnceLock<T>>;
 
 // spec: EG-16.7, EG-6, EG-6.5, EG-3.3

@@ -168,6 +168,21 @@ impl Unit {
     }
 }
 
+/// [`Unit::return_pending`] for one lane: its queued records, owned (the object moves, EG-7.5).
+pub(crate) fn return_pending_lane(lane: &LaneHandle) -> Vec<PendingRecord> {
+    let mut core = lane.gate.gate.lock();
+    let items = core.handle_return_pending_lane(lane.lane);
+    items
+        .into_iter()
+        .map(|r| PendingRecord {
+            object: lane.object,
+            class: r.class,
+            payload_len: r.payload_len,
+            job: r.item,
+        })
+        .collect()
+}
+
 /// A serial execution object with lane policy `P`, handing contexts of mode `Y` to its records.
 pub struct SerialLane<P: LanePolicy, Y: YieldMode = NoYield> {
     lane: Arc<LaneHandle>,

@@ -663,6 +663,31 @@ where
         lane_stats(&self.lane)
     }
 
+    /// Seal this actor alone for relocation (EG-4.1): none of its records starts any more (a
+    /// record running now finishes), a pending Yield resume of it fails; the other actors of
+    /// its Spot — also under a shared SpotWide gate — keep running. Relocating a whole Spot
+    /// seals the Spot instead ([`SpotRef::seal`]).
+    pub fn seal(&self) {
+        self.lane.gate.seal_lane(self.lane.lane);
+    }
+
+    /// Lift this actor's own seal (relocation aborted): its queued records run again in order.
+    pub fn unseal(&self) {
+        self.lane.gate.unseal_lane(self.lane.lane);
+    }
+
+    /// Whether this actor is sealed on its own.
+    pub fn is_sealed(&self) -> bool {
+        self.lane.gate.gate.lock().is_lane_sealed(self.lane.lane)
+    }
+
+    /// Take back this actor's queued, not yet started records (lifecycle FIFO, then application
+    /// FIFO, each in FIFO order), their reservations released; its lane decision counters and
+    /// debt are dropped (it moves, EG-7.5). Call it on a sealed actor.
+    pub fn return_pending(&self) -> Vec<super::PendingRecord> {
+        super::policy::return_pending_lane(&self.lane)
+    }
+
     /// Destroy: a lifecycle record of this actor removes its lane; queued work fails.
     pub fn destroy(&self) -> Result<(), RuntimeError> {
         let r = self
