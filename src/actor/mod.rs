@@ -31,10 +31,12 @@ mod registry;
 pub mod spot;
 
 pub use create::Create;
-pub use error::{ActorConfigError, ActorError};
+pub use error::{ActorConfigError, ActorError, MigrationError};
 pub use message::{ActorCtx, ActorHost, Handled, HandlerError, Message};
 pub use reference::{ActorRef, LocationSnapshot};
-pub use registry::{ActivationInfo, ActorRegistry, ActorType, ActorTypeBuilder};
+pub use registry::{
+    ActivationInfo, ActorRegistry, ActorType, ActorTypeBuilder, MigratedState, MigrationMode,
+};
 pub use spot::{DisconnectHook, SpotHooks, SpotKind, SpotSpec, UserMode};
 pub use zlink_wire::{
     ActorId, AuthorityOwnerGeneration, DispatchKey, ErrorKind, MeshName, NodeGeneration, NodeRid,

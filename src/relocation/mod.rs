@@ -106,14 +106,8 @@ pub struct MovingActor {
     pub bindings: Vec<SealTarget>,
 }
 
-/// The actor's state as it travels: its migration bytes, or nothing for a stateless type.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum MigratedState {
-    /// A type registered as stateless: a fresh instance on the target.
-    Stateless,
-    /// The dehydrated state (`rmp-serde` bytes of the type's migration state).
-    Bytes(Vec<u8>),
-}
+/// The actor's state as it travels (the migration contract of the actor types).
+pub use crate::actor::MigratedState;
 
 /// One actor of a Restore request (source → target).
 #[derive(Clone, Debug, PartialEq, Eq)]
