@@ -48,7 +48,7 @@ use crate::store::AuthorityFence;
 
 /// Default SessionRelocationSealTimeout (SB-8.3): the coordinator waits at most this long for the
 /// 43 results, as the session owner waits at most this long for the 44.
-pub const DEFAULT_SEAL_TIMEOUT: Duration = Duration::from_millis(3_000);
+pub const DEFAULT_SEAL_TIMEOUT: Duration = crate::config::SESSION_RELOCATION_SEAL_TIMEOUT;
 /// Cutover timeout of SB-8.9: the target proceeds this long after its relay-ready reply.
 pub const DEFAULT_CUTOVER_TIMEOUT: Duration = Duration::from_millis(1_000);
 /// How long the source waits for the target's relay-ready before treating the target as failed.
