@@ -336,6 +336,12 @@ fn sealing_one_actor_holds_only_its_records() {
     assert_eq!(a.stats().application_queued, 1);
     a.unseal();
     expect(&rx, "A1");
+    // wait (no sleep) for A1's terminal, which returns its reservation
+    let deadline = std::time::Instant::now() + GUARD;
+    while a.stats().claimed {
+        assert!(std::time::Instant::now() < deadline);
+        std::thread::yield_now();
+    }
     // taken back alone: B's queue is untouched
     a.seal();
     a.tell(2).unwrap();
@@ -346,6 +352,51 @@ fn sealing_one_actor_holds_only_its_records() {
     assert_eq!(a.stats().application_reserved_items, 0);
     b.tell(12).unwrap();
     expect(&rx, "B12");
+}
+
+// spec: EG-1.4, EG-7.6 — a sealed actor's queued sends come back as their messages, unrun and
+// in arrival order (`tell` and `prepare_send` alike), so a relocation can carry them to the
+// target; a request is not a send and comes back as a record, and a wrong message type leaves
+// a record intact.
+#[test]
+fn captured_sends_come_back_as_messages_in_arrival_order() {
+    let rt = runtime();
+    let (ev, rx) = mpsc::channel::<u32>();
+    let ev = Arc::new(Mutex::new(ev));
+    let spot = rt.create_spot::<SpotWideUser, _>(spot_noop()).unwrap();
+    let e = ev.clone();
+    let a = spot
+        .spawn_actor(move |_ctx: SpotWideCtx, m: u32| {
+            e.lock().unwrap().send(m).unwrap();
+            Handled::ok(())
+        })
+        .unwrap();
+    a.seal();
+    a.tell(1).unwrap();
+    a.prepare_send(2).retry().unwrap();
+    let asked = a.ask(3);
+    a.tell(4).unwrap();
+    let mut back = a.return_pending().into_iter();
+    let first = back.next().unwrap();
+    let first = first.into_message::<u64, ()>().unwrap_err();
+    assert_eq!(first.into_message::<u32, ()>().unwrap(), 1);
+    assert_eq!(back.next().unwrap().into_message::<u32, ()>().unwrap(), 2);
+    let request = back.next().unwrap().into_message::<u32, ()>().unwrap_err();
+    assert_eq!(back.next().unwrap().into_message::<u32, ()>().unwrap(), 4);
+    assert!(back.next().is_none());
+    // the request's record, dropped, answers its requester: exactly one terminal
+    drop(request);
+    let answer = block_on(asked);
+    assert!(answer.is_err());
+    assert!(rx.try_recv().is_err(), "nothing ran");
+}
+
+fn block_on<F: std::future::Future>(f: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(async { tokio::time::timeout(GUARD, f).await.expect("answered") })
 }
 
 // spec: EG-4.1 — a pending Yield resume of a sealed actor fails instead of running, while the

@@ -270,7 +270,7 @@ impl<P: LanePolicy, Y: YieldMode> SerialLane<P, Y> {
             &self.lane,
             LaneClass::Application,
             payload_len,
-            move |env, _lane: &LaneHandle| f(Ctx::new(env)),
+            super::pending::Closure(move |env, _lane: &LaneHandle| f(Ctx::new(env))),
         )
     }
 
@@ -355,6 +355,24 @@ impl PendingRecord {
     /// The payload length it was admitted with.
     pub fn payload_len(&self) -> usize {
         self.payload_len
+    }
+
+    /// The message of a send queued to an actor of message type `M` and reply type `R`
+    /// (`tell`, `send`, `prepare_send`), taken out unrun so a relocation can carry it to its
+    /// target in arrival order; any other record (a request, a lifecycle record, Spot work) is
+    /// handed back.
+    pub fn into_message<M: Send + 'static, R: Send + 'static>(self) -> Result<M, Self> {
+        if !self.job.captures::<super::spot::SendRecord<M, R>>() {
+            return Err(self);
+        }
+        let any = self
+            .job
+            .into_captured()
+            .unwrap_or_else(|_| unreachable!("checked: a captured record"));
+        match any.downcast::<super::spot::SendRecord<M, R>>() {
+            Ok(r) => Ok(r.into_message()),
+            Err(_) => unreachable!("checked: its type"),
+        }
     }
 
     /// Admit the record at the back of `target`'s queue, in the same FIFO and with the same

@@ -191,7 +191,46 @@ where
     M: Send + 'static,
     R: Send + 'static,
 {
-    Job::with_lane(send_work::<M, R>(msg))
+    Job::capturable(SendRecord::<M, R>::new(msg))
+}
+
+/// A queued send of `msg` to an actor handling `M` with reply type `R`: the message itself is
+/// the record's work (a relocation takes it back out unrun, [`super::PendingRecord::into_message`]).
+pub(crate) struct SendRecord<M, R> {
+    msg: M,
+    _r: std::marker::PhantomData<fn() -> R>,
+}
+
+impl<M, R> SendRecord<M, R> {
+    fn new(msg: M) -> Self {
+        SendRecord {
+            msg,
+            _r: std::marker::PhantomData,
+        }
+    }
+
+    /// The message.
+    pub(crate) fn into_message(self) -> M {
+        self.msg
+    }
+}
+
+impl<M: Send + 'static, R: Send + 'static> super::job::Capturable for SendRecord<M, R> {
+    #[inline]
+    fn run(self, env: TurnEnv, lane: &LaneHandle) -> Handled<()> {
+        send_work::<M, R>(self.msg)(env, lane)
+    }
+}
+
+impl<M: Send + 'static, R: Send + 'static> super::pending::RecordWork for SendRecord<M, R> {
+    #[inline]
+    fn run(self, env: TurnEnv, lane: &LaneHandle) -> Handled<()> {
+        super::job::Capturable::run(self, env, lane)
+    }
+
+    fn into_job(self) -> Job {
+        Job::capturable(self)
+    }
 }
 
 /// The work of a send of `msg`, unboxed.
@@ -741,7 +780,7 @@ where
             &self.lane,
             LaneClass::Application,
             len,
-            send_work::<M, R>(msg),
+            SendRecord::<M, R>::new(msg),
         )
         .stamped(stamp)
     }
