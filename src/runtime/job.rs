@@ -18,6 +18,10 @@
 //! * a closure that panics while running was already moved out of the storage (`ptr::read`), so
 //!   unwinding drops it once, and the `Job` itself is forgotten before the call.
 //!
+//! * a [`Capturable`] record (a queued send: the message is the work) is stored the same way and
+//!   has a third exit, [`Job::into_captured`], which moves it out once and forgets the `Job`;
+//!   its type is checked ([`Job::captures`]) before it is taken.
+//!
 //! Every drop path is exercised by the unit tests below, inline and boxed: dropped unrun, run to
 //! completion, panicking while running, moved through a FIFO. They pass under Miri (no undefined
 //! behaviour): `MIRIFLAGS="-Zmiri-disable-isolation -Zmiri-ignore-leaks" cargo +nightly miri test
