@@ -53,6 +53,7 @@ struct Harness<'a, S: LocationStore> {
     target: Option<TargetHandoff>,
     sessions: Sessions,
     lose_relay_ready: bool,
+    lose_cutover: bool,
     unsealed: bool,
     ended: Vec<ActorLocation>,
 }
@@ -131,7 +132,7 @@ impl<S: LocationStore> Harness<'_, S> {
                 self.source.handle_relayed(now);
             }
             SourceEffect::SendCutover { .. } => {
-                if let Some(t) = self.target.as_mut() {
+                if let Some(t) = self.target.as_mut().filter(|_| !self.lose_cutover) {
                     t.handle_cutover(now);
                 }
             }
@@ -197,6 +198,7 @@ async fn harness<S: LocationStore>(store: &S, t0: Instant) -> Harness<'_, S> {
         target: None,
         sessions: Sessions::default(),
         lose_relay_ready: false,
+        lose_cutover: false,
         unsealed: false,
         ended: Vec::new(),
     }
@@ -387,4 +389,83 @@ async fn failed_cas_after_relay_ready_never_reopens_sqlite() {
         ManualClock::new(contract::START),
     );
     failed_cas_after_relay_ready_never_reopens(&sqlite(&dir, &clock), &clock).await;
+}
+
+/// A small deterministic generator (xorshift64*), so each seed replays exactly.
+struct Rng(u64);
+
+impl Rng {
+    fn chance(&mut self, percent: u64) -> bool {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) % 100 < percent
+    }
+}
+
+// spec: SB-8.5, SB-8.6, SB-8.4 — 300 seeded runs with lost relay-ready replies, lost cutovers,
+// dead target leases and the two timeouts in either order: the source reopening and the target
+// committing never both happen; the store names whoever serves; each seal gets at most one 44,
+// a commit only with the target as owner, an abort only with the source as owner.
+#[tokio::test]
+async fn seeded_faults_never_let_both_sides_serve() {
+    for seed in 1..=300u64 {
+        let clock = ManualClock::new(contract::START);
+        let store = memory(&clock);
+        let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+        let t0 = Instant::now();
+        let mut h = harness(&store, t0).await;
+        h.lose_relay_ready = rng.chance(40);
+        h.lose_cutover = rng.chance(40);
+        if rng.chance(20) {
+            // the target's lease lapses, the source's is renewed
+            clock.advance(contract::TTL / 2);
+            store
+                .renew_owner(h.source_lease.holder.clone(), contract::TTL)
+                .await
+                .unwrap();
+            clock.advance(contract::TTL / 2 + Duration::from_millis(1));
+        }
+        h.step(t0).await;
+        let source_first = rng.chance(50);
+        for round in 0..2 {
+            if (round == 0) == source_first {
+                if let Some(d) = h.source.poll_timeout() {
+                    h.source.handle_timeout(d);
+                    h.step(d).await;
+                }
+            } else if let Some(d) = h.target.as_ref().and_then(|t| t.poll_timeout()) {
+                h.target.as_mut().unwrap().handle_timeout(d);
+                h.step(d).await;
+            }
+        }
+        let record = store
+            .lookup(contract::actor("room-1"))
+            .await
+            .unwrap()
+            .unwrap();
+        let committed = matches!(
+            h.target.as_ref().and_then(|t| t.outcome()),
+            Some(TargetOutcome::Cas { committed, .. }) if !committed.is_empty()
+        );
+        assert!(!(h.unsealed && committed), "seed {seed}: both sides serve");
+        if committed {
+            assert_eq!(record.owner_node, h.target_lease.holder.node, "seed {seed}");
+            assert_eq!(commits(&h.sessions), 2, "seed {seed}");
+            assert_eq!(aborts(&h.sessions), 0, "seed {seed}");
+        } else {
+            assert_eq!(record.owner_node, h.source_lease.holder.node, "seed {seed}");
+            assert_eq!(commits(&h.sessions), 0, "seed {seed}");
+        }
+        if h.unsealed {
+            assert_eq!(aborts(&h.sessions), 2, "seed {seed}");
+        } else {
+            assert_eq!(
+                aborts(&h.sessions),
+                0,
+                "seed {seed}: an abort without reopening"
+            );
+        }
+        assert!(h.source.outcome().is_some(), "seed {seed}: the source ends");
+    }
 }
