@@ -175,7 +175,10 @@ enum Phase {
     HandedOff,
     Aborting {
         reason: AbortReason,
+        /// The runtime unit was sealed (it is unsealed once the abort is durable).
         runtime_sealed: bool,
+        /// 42s were sent (each seal gets a 44 abort once the abort is durable).
+        seals_sent: bool,
         retired: Vec<Option<bool>>,
     },
     Done,
@@ -322,7 +325,7 @@ impl SourceHandoff {
                 let taken: Vec<Option<AuthorityFence>> = std::mem::take(fences);
                 if taken.iter().any(Option::is_some) {
                     // fences already taken are retired before giving up (nothing was sealed)
-                    self.abort(now, AbortReason::FenceRefused, false, Some(taken));
+                    self.abort(now, AbortReason::FenceRefused, false, false, Some(taken));
                 } else {
                     self.finish(now, SourceOutcome::Aborted(AbortReason::FenceRefused));
                 }
@@ -394,7 +397,13 @@ impl SourceHandoff {
             }
             SealOutcome::Rejected(_) => {
                 let fences = std::mem::take(fences);
-                self.abort(now, AbortReason::SealRejected, false, Some(wrap(fences)));
+                self.abort(
+                    now,
+                    AbortReason::SealRejected,
+                    false,
+                    true,
+                    Some(wrap(fences)),
+                );
             }
         }
     }
@@ -409,7 +418,13 @@ impl SourceHandoff {
         let states = match states {
             Ok(s) if s.len() == self.actors.len() => s,
             _ => {
-                self.abort(now, AbortReason::DehydrateFailed, true, Some(wrap(fences)));
+                self.abort(
+                    now,
+                    AbortReason::DehydrateFailed,
+                    true,
+                    true,
+                    Some(wrap(fences)),
+                );
                 return;
             }
         };
@@ -471,7 +486,13 @@ impl SourceHandoff {
         match &mut self.phase {
             Phase::Restoring { fences, .. } => {
                 let fences = std::mem::take(fences);
-                self.abort(now, AbortReason::TargetFailed, true, Some(wrap(fences)));
+                self.abort(
+                    now,
+                    AbortReason::TargetFailed,
+                    true,
+                    true,
+                    Some(wrap(fences)),
+                );
             }
             Phase::Relaying | Phase::HandedOff => {
                 self.finish(
@@ -528,11 +549,23 @@ impl SourceHandoff {
                 deadline, fences, ..
             } if now >= *deadline => {
                 let fences = std::mem::take(fences);
-                self.abort(now, AbortReason::SealTimeout, false, Some(wrap(fences)));
+                self.abort(
+                    now,
+                    AbortReason::SealTimeout,
+                    false,
+                    true,
+                    Some(wrap(fences)),
+                );
             }
             Phase::Restoring { deadline, fences } if now >= *deadline => {
                 let fences = std::mem::take(fences);
-                self.abort(now, AbortReason::TargetSilent, true, Some(wrap(fences)));
+                self.abort(
+                    now,
+                    AbortReason::TargetSilent,
+                    true,
+                    true,
+                    Some(wrap(fences)),
+                );
             }
             _ => {}
         }
@@ -544,6 +577,7 @@ impl SourceHandoff {
         now: Instant,
         reason: AbortReason,
         runtime_sealed: bool,
+        seals_sent: bool,
         fences: Option<Vec<Option<AuthorityFence>>>,
     ) {
         let fences = fences.unwrap_or_default();
@@ -570,6 +604,7 @@ impl SourceHandoff {
             Phase::Aborting {
                 reason,
                 runtime_sealed,
+                seals_sent,
                 retired,
             },
         );
@@ -580,6 +615,7 @@ impl SourceHandoff {
         let Phase::Aborting {
             reason,
             runtime_sealed,
+            seals_sent,
             retired,
         } = &self.phase
         else {
@@ -601,8 +637,10 @@ impl SourceHandoff {
             // SB-8.5: the source queue is restored before the sessions resubmit to it
             self.effects.push_back(SourceEffect::UnsealRuntime);
         }
+        let seals_sent = *seals_sent;
         let routes: Vec<SourceEffect> = self
             .seals()
+            .filter(|_| seals_sent)
             .map(|s| SourceEffect::SendRoute {
                 to: s.session_owner.clone(),
                 record: SessionRelocationRoute::Abort(RouteAbort {

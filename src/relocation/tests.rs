@@ -456,6 +456,14 @@ fn spot_relocation_fences_and_seals_every_actor() {
             fence: fence(11)
         }]
     );
+    // nothing was sealed: no 44 abort, no unseal
+    s.handle_fence_retired(t0, &ActorId::new("a").unwrap(), true);
+    assert_eq!(
+        drain_source(&mut s),
+        vec![SourceEffect::Finished(SourceOutcome::Aborted(
+            AbortReason::FenceRefused
+        ))]
+    );
 }
 
 fn restore_request() -> RestoreRequest {
