@@ -715,9 +715,13 @@ where
         self.lane.gate.unseal_lane(self.lane.lane);
     }
 
-    /// Whether this actor is sealed on its own.
+    /// Whether this actor is sealed on its own (a read: an outstanding batch is left alone).
     pub fn is_sealed(&self) -> bool {
-        self.lane.gate.gate.lock().is_lane_sealed(self.lane.lane)
+        self.lane
+            .gate
+            .gate
+            .lock_unquiesced()
+            .is_lane_sealed(self.lane.lane)
     }
 
     /// Take back this actor's queued, not yet started records (lifecycle FIFO, then application
