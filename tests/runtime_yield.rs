@@ -391,6 +391,49 @@ fn captured_sends_come_back_as_messages_in_arrival_order() {
     assert!(rx.try_recv().is_err(), "nothing ran");
 }
 
+// spec: SB-8.9, SB-14.21 (runtime half) — the hand-off of one actor's queue between two Spots:
+// the target's lane is installed sealed (a temporary queue that does not dispatch), the source's
+// sends are captured in arrival order and appended there, later arrivals go behind them, and
+// opening dispatch runs every message exactly once, in order, on the target only.
+#[test]
+fn handed_off_sends_run_once_in_order_on_the_target() {
+    let rt = runtime();
+    let (ev, rx) = mpsc::channel::<String>();
+    let ev = Arc::new(Mutex::new(ev));
+    let from = rt.create_spot::<SpotWideUser, _>(spot_noop()).unwrap();
+    let to = rt.create_spot::<SpotWideUser, _>(spot_noop()).unwrap();
+    let mk = |spot_name: &'static str, e: Arc<Mutex<mpsc::Sender<String>>>| {
+        move |_ctx: SpotWideCtx, m: u32| {
+            e.lock().unwrap().send(format!("{spot_name}{m}")).unwrap();
+            Handled::ok(())
+        }
+    };
+    let source = from.spawn_actor(mk("source:", ev.clone())).unwrap();
+    source.tell(0).unwrap();
+    expect(&rx, "source:0");
+    source.seal();
+    for m in 1..=3 {
+        source.tell(m).unwrap();
+    }
+    // the target installs its queue without dispatching
+    let target = to.spawn_actor(mk("target:", ev.clone())).unwrap();
+    target.seal();
+    for record in source.return_pending() {
+        target
+            .tell(record.into_message::<u32, ()>().unwrap())
+            .unwrap();
+    }
+    // a message that arrived after the capture (a held session message) goes behind
+    target.tell(4).unwrap();
+    assert!(rx.try_recv().is_err(), "nothing dispatched before the open");
+    target.unseal();
+    for m in 1..=4 {
+        expect(&rx, &format!("target:{m}"));
+    }
+    assert_eq!(source.stats().application_queued, 0);
+    assert!(rx.try_recv().is_err(), "nothing twice");
+}
+
 fn block_on<F: std::future::Future>(f: F) -> F::Output {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
