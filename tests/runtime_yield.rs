@@ -434,6 +434,35 @@ fn handed_off_sends_run_once_in_order_on_the_target() {
     assert!(rx.try_recv().is_err(), "nothing twice");
 }
 
+// spec: EG-1.4, EG-4.1 — a whole Spot moves: the Spot seal holds every member, and its queued
+// sends come back per object, each object's in arrival order, as messages.
+#[test]
+fn a_sealed_spot_gives_back_each_members_sends_in_order() {
+    let rt = runtime();
+    let spot = rt.create_spot::<SpotWideUser, _>(spot_noop()).unwrap();
+    let a = spot
+        .spawn_actor(|_ctx: SpotWideCtx, _m: u32| Handled::ok(()))
+        .unwrap();
+    let b = spot
+        .spawn_actor(|_ctx: SpotWideCtx, _m: u32| Handled::ok(()))
+        .unwrap();
+    spot.seal();
+    for m in 0..3 {
+        a.tell(m).unwrap();
+        b.tell(10 + m).unwrap();
+    }
+    let mut per_object: std::collections::BTreeMap<u64, Vec<u32>> = Default::default();
+    for record in spot.lane().return_pending() {
+        let object = record.object();
+        per_object
+            .entry(object)
+            .or_default()
+            .push(record.into_message::<u32, ()>().unwrap());
+    }
+    assert_eq!(per_object[&a.object_id()], [0, 1, 2]);
+    assert_eq!(per_object[&b.object_id()], [10, 11, 12]);
+}
+
 fn block_on<F: std::future::Future>(f: F) -> F::Output {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
