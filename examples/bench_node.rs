@@ -121,7 +121,8 @@ async fn start(
     let mut mc = MeshConfig::new(MeshName::new("bench").unwrap(), NodeRid::new(name).unwrap());
     mc.secret = Some(MeshSecret::new(b"zlink-bench-secret-0123456789abcdef".to_vec()).unwrap());
     mc.client_endpoint = Some("tcp://127.0.0.1:*".into());
-    let mut o = NodeOptions::new(mc, store, demo::registry().unwrap());
+    let mut o = NodeOptions::new(mc, store, demo::registry().unwrap())
+        .with_client_access(zlink::node::access::ClientAccess::open());
     o.peers = peers;
     Node::start(o).await.unwrap()
 }

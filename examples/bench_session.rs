@@ -254,7 +254,8 @@ async fn start(name: &str, peers: Vec<zlink_mesh::PeerAddress>, store: Arc<Memor
     }
     let mut o = NodeOptions::new(mc, store, registry())
         .with_sessions(sessions())
-        .unwrap();
+        .unwrap()
+        .with_client_access(zlink::node::access::ClientAccess::open());
     o.peers = peers;
     if let Some(us) = std::env::var("BENCH_INLINE_BUDGET_US")
         .ok()

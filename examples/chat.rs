@@ -17,6 +17,9 @@ use anyhow::{Context, bail, ensure};
 
 // node/tests/node_process.rs includes both drivers, so this file twice.
 #[allow(clippy::duplicate_mod)]
+#[path = "support/operator.rs"]
+mod operator;
+#[allow(clippy::duplicate_mod)]
 #[path = "support/progress.rs"]
 mod progress;
 
@@ -124,7 +127,8 @@ async fn main() -> anyhow::Result<()> {
         .map(str::to_owned)
         .collect();
     progress::start("chat", STEPS);
-    let result = run(&endpoints).await;
+    let credential = operator::from_env()?;
+    let result = run(&endpoints, credential.as_deref()).await;
     progress::finish();
     result
 }
@@ -134,7 +138,11 @@ const STEPS: u64 = 6;
 
 /// The whole chat driver against the nodes serving clients at `endpoints` (also run by
 /// `node/tests/node_process.rs` on a mesh of `zlink-node` processes); `Err` on the first failed check.
-pub async fn run(endpoints: &[String]) -> anyhow::Result<()> {
+///
+/// The players use session packets only (the application's path); the first step reads each
+/// node's `NODE_INFO`, which a node with the default client policy answers only to the
+/// operator: with `credential` it is presented first.
+pub async fn run(endpoints: &[String], credential: Option<&[u8]>) -> anyhow::Result<()> {
     ensure!(endpoints.len() >= 2, "the chat needs at least 2 nodes");
     let started = Instant::now();
 
@@ -143,6 +151,11 @@ pub async fn run(endpoints: &[String]) -> anyhow::Result<()> {
     let mut names = Vec::new();
     for ep in endpoints {
         let c = NodeClient::connect(ep, WAIT)?;
+        if let Some(credential) = credential {
+            c.authenticate(credential)
+                .await
+                .with_context(|| format!("operator credential at {ep}"))?;
+        }
         let mut tries = 0;
         let info = loop {
             let info = c

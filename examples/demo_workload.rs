@@ -12,6 +12,9 @@ use anyhow::{Context, bail, ensure};
 
 // node/tests/node_process.rs includes both drivers, so this file twice.
 #[allow(clippy::duplicate_mod)]
+#[path = "support/operator.rs"]
+mod operator;
+#[allow(clippy::duplicate_mod)]
 #[path = "support/progress.rs"]
 mod progress;
 
@@ -79,7 +82,8 @@ async fn main() -> anyhow::Result<()> {
         .context("give the client endpoints (argument or ZLINK_CLIENT_ENDPOINTS)")?;
     let endpoints: Vec<&str> = endpoints.split(',').filter(|s| !s.is_empty()).collect();
     progress::start("demo_workload", STEPS);
-    let result = run(&endpoints).await;
+    let credential = operator::from_env()?;
+    let result = run(&endpoints, credential.as_deref()).await;
     progress::finish();
     result
 }
@@ -89,7 +93,9 @@ const STEPS: u64 = 8;
 
 /// The whole workload against the nodes serving clients at `endpoints` (also run by
 /// `node/tests/node_process.rs` on a mesh of `zlink-node` processes); `Err` on the first failed check.
-pub async fn run(endpoints: &[&str]) -> anyhow::Result<()> {
+/// The workload uses every framework operation: each client presents the nodes' operator
+/// `credential` first (a node with the default client policy refuses them otherwise).
+pub async fn run(endpoints: &[&str], credential: Option<&[u8]>) -> anyhow::Result<()> {
     ensure!(endpoints.len() >= 2, "the demo needs at least 2 nodes");
     // With 2 nodes, "the third node" is the first again.
     let n = endpoints.len();
@@ -101,6 +107,11 @@ pub async fn run(endpoints: &[&str]) -> anyhow::Result<()> {
     let mut names = Vec::new();
     for ep in endpoints {
         let c = NodeClient::connect(ep, Duration::from_secs(5))?;
+        if let Some(credential) = credential {
+            c.authenticate(credential)
+                .await
+                .with_context(|| format!("operator credential at {ep}"))?;
+        }
         let info = c
             .info()
             .await

@@ -14,6 +14,9 @@ use anyhow::{Context, ensure};
 use zlink::node::client::{NodeClient, Placement};
 use zlink_apps::demo::Echo;
 
+#[path = "support/operator.rs"]
+mod operator;
+
 fn rss_kib(pid: u32) -> anyhow::Result<i64> {
     let s = std::fs::read_to_string(format!("/proc/{pid}/status"))
         .with_context(|| format!("read /proc/{pid}/status"))?;
@@ -35,6 +38,9 @@ async fn main() -> anyhow::Result<()> {
     let cycles: usize = args.get(3).map_or(Ok(20_000), |s| s.parse())?;
     let rounds: usize = args.get(4).map_or(Ok(5), |s| s.parse())?;
     let client = NodeClient::connect(endpoint, Duration::from_secs(20))?;
+    if let Some(credential) = operator::from_env()? {
+        client.authenticate(&credential).await?;
+    }
     let run = std::process::id();
     let payload = vec![7u8; 64];
     let mut done = 0usize;

@@ -129,7 +129,7 @@ pub enum ConfigError {
     #[error(
         "timeouts.owner_lease_ttl_ms = {} ms is too short for this store: a renewal sent every \
          third of the TTL must answer before the local lease deadline (TTL minus a tenth), which \
-         leaves it {} ms, but a store write may wait up to {} ms (the store's busy timeout); \
+         leaves it {} ms, but a renewal may wait up to {} ms in the store (its lease busy timeout); \
          use a TTL of at least {} ms",
         ttl.as_millis(),
         slack.as_millis(),
@@ -533,11 +533,8 @@ impl NodeConfig {
                 });
             }
         }
-        if let Some(StoreUrl::Sqlite(_)) = &self.store {
-            check_lease_ttl(
-                t.owner_lease_ttl,
-                store::SqliteOptions::default().busy_timeout,
-            )?;
+        if let Some(StoreUrl::Sqlite(_, options)) = &self.store {
+            check_lease_ttl(t.owner_lease_ttl, options.lease_busy_timeout)?;
         }
         if t.heartbeat_timeout <= t.heartbeat_interval {
             return Err(ConfigError::InvalidValue {

@@ -88,7 +88,8 @@ async fn start_with(
             .unwrap()
     } else {
         NodeOptions::new(mc, store, registry)
-    };
+    }
+    .with_client_access(zlink::node::access::ClientAccess::open());
     options.peers = peers;
     options.lanes.application_items = LANE_ITEMS;
     Node::start(options).await.unwrap()

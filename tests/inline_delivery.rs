@@ -144,7 +144,8 @@ async fn start(
     mc.client_endpoint = Some("tcp://127.0.0.1:*".to_owned());
     let mut o = NodeOptions::new(mc, store, registry())
         .with_sessions(sessions())
-        .unwrap();
+        .unwrap()
+        .with_client_access(zlink::node::access::ClientAccess::open());
     o.peers = peers;
     o.inline_delivery_budget = budget;
     Node::start(o).await.unwrap()

@@ -32,7 +32,8 @@ async fn start_metrics_node_with(registry: ActorRegistry, sessions: SessionHandl
     mc.client_endpoint = Some("tcp://127.0.0.1:*".to_owned());
     let mut options = NodeOptions::new(mc, memory_store(), registry)
         .with_sessions(sessions)
-        .unwrap();
+        .unwrap()
+        .with_client_access(zlink::node::access::ClientAccess::open());
     options.metrics = Some("127.0.0.1:0".parse().unwrap());
     Node::start(options).await.unwrap()
 }
@@ -358,16 +359,19 @@ async fn lane_depths_are_the_queued_records_behind_a_held_handler() {
 // beyond `MAX_CONNECTIONS` are closed at once; once they go, scrapes are served again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_connections_are_bounded() {
-    use zlink::node::metrics::MAX_CONNECTIONS;
+    use zlink::node::metrics::{MAX_CONNECTIONS, MAX_CONNECTIONS_PER_HOST};
     let node = start_metrics_node().await;
     let addr = node.metrics_addr().unwrap();
     let mut idle = Vec::new();
-    for _ in 0..MAX_CONNECTIONS {
-        idle.push(tokio::net::TcpStream::connect(addr).await.unwrap());
+    // From as many loopback hosts as the per-host bound needs to fill the bound in all.
+    for i in 0..MAX_CONNECTIONS {
+        let host = 1 + i / MAX_CONNECTIONS_PER_HOST;
+        idle.push(connect_from(host as u8, addr).await);
     }
-    // Accepted after the others (one accept loop, in order): no permit left, so it is closed
+    // Accepted after the others (one accept loop, in order): no slot left, so it is closed
     // without an answer to its request.
-    let mut extra = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let spare = (1 + MAX_CONNECTIONS / MAX_CONNECTIONS_PER_HOST) as u8;
+    let mut extra = connect_from(spare, addr).await;
     let _ = extra
         .write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
         .await;
@@ -399,6 +403,64 @@ async fn metrics_connections_are_bounded() {
         );
         tokio::time::sleep(std::time::Duration::from_millis(5)).await;
     }
+    node.shutdown(TIMEOUT).await;
+}
+
+/// A TCP connection to `addr` from the loopback address 127.0.0.`host`.
+async fn connect_from(host: u8, addr: std::net::SocketAddr) -> tokio::net::TcpStream {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket
+        .bind(std::net::SocketAddr::from(([127, 0, 0, host], 0)))
+        .unwrap();
+    socket.connect(addr).await.unwrap()
+}
+
+/// A scrape from 127.0.0.`host`: the response, empty if the connection was closed unanswered.
+async fn scrape_from(host: u8, addr: std::net::SocketAddr) -> String {
+    let mut s = connect_from(host, addr).await;
+    let _ = s
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .await;
+    let mut text = String::new();
+    let _ = tokio::time::timeout(TIMEOUT, s.read_to_string(&mut text))
+        .await
+        .expect("answered or closed in time");
+    text
+}
+
+// spec: issue 26 "also" — one host cannot hold the metrics endpoint: its connections beyond
+// MAX_CONNECTIONS_PER_HOST are closed at once (counted), and another host is served while it
+// holds every connection it can.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_host_cannot_hold_the_metrics_endpoint() {
+    use zlink::node::metrics::{MAX_CONNECTIONS, MAX_CONNECTIONS_PER_HOST};
+    let node = start_metrics_node().await;
+    let addr = node.metrics_addr().unwrap();
+    // The attacker opens as many idle connections as the endpoint holds in all.
+    let mut idle = Vec::new();
+    for _ in 0..MAX_CONNECTIONS {
+        idle.push(connect_from(1, addr).await);
+    }
+    // Its connections beyond its bound are closed (in accept order, so by the time the last
+    // of them is refused every earlier one was accepted or refused).
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    while node.counters().metrics_refused["too_many_from_host"]
+        < (MAX_CONNECTIONS - MAX_CONNECTIONS_PER_HOST) as u64
+    {
+        assert!(tokio::time::Instant::now() < deadline, "not refused");
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    // Another host is served at once; the attacker's next connection is not.
+    let text = scrape_from(2, addr).await;
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    assert!(scrape_from(1, addr).await.is_empty());
+    let c = node.counters();
+    assert_eq!(
+        c.metrics_refused["too_many_from_host"],
+        (MAX_CONNECTIONS - MAX_CONNECTIONS_PER_HOST + 1) as u64
+    );
+    assert_eq!(c.metrics_refused["too_many"], 0);
+    drop(idle);
     node.shutdown(TIMEOUT).await;
 }
 

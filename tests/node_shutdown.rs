@@ -11,11 +11,10 @@ use zlink_apps::demo::{self, Add, Get};
 async fn node_with_clients(name: &str) -> Node {
     let mut mc = mesh_config(name);
     mc.client_endpoint = Some("tcp://127.0.0.1:*".into());
-    Node::start(NodeOptions::new(
-        mc,
-        memory_store(),
-        demo::registry().unwrap(),
-    ))
+    Node::start(
+        NodeOptions::new(mc, memory_store(), demo::registry().unwrap())
+            .with_client_access(zlink::node::access::ClientAccess::open()),
+    )
     .await
     .unwrap()
 }

@@ -37,7 +37,8 @@ async fn owner(
 ) -> Owner {
     let store = Arc::new(FaultStore::new(shared));
     let clock = ManualClock::new();
-    let mut options = NodeOptions::new(mesh_config(name), store.clone(), demo::registry().unwrap());
+    let mut options = NodeOptions::new(mesh_config(name), store.clone(), demo::registry().unwrap())
+        .with_client_access(zlink::node::access::ClientAccess::open());
     options.lease_ttl = TTL;
     options.lease_clock = Arc::new(clock.clone());
     options.peers = peers;
@@ -157,12 +158,20 @@ async fn past_the_deadline_the_owner_refuses_relays_and_binds() {
     assert_eq!(relay_req(&c, &counter, &Add(1)).await.unwrap(), 2);
 }
 
-// spec: SB-5.11 — a TTL the store's busy timeout cannot renew in time is refused at start.
+// spec: SB-5.11 — a TTL the store's lease busy timeout cannot renew in time is refused at start.
 #[tokio::test]
 async fn a_node_refuses_a_lease_ttl_its_store_cannot_renew_in_time() {
     let dir = tempfile::tempdir().unwrap();
-    let sqlite: Arc<dyn LocationStore> =
-        Arc::new(zlink::store::SqliteStore::open(dir.path().join("s.db")).unwrap());
+    let mut slow = zlink::store::SqliteOptions::default();
+    slow.lease_busy_timeout = Duration::from_secs(5);
+    let sqlite: Arc<dyn LocationStore> = Arc::new(
+        zlink::store::SqliteStore::open_with(
+            dir.path().join("s.db"),
+            slow,
+            Arc::new(zlink::store::SystemClock),
+        )
+        .unwrap(),
+    );
     let mut options = NodeOptions::new(mesh_config("n"), sqlite, demo::registry().unwrap());
     options.lease_ttl = TTL;
     let err = Node::start(options).await.unwrap_err();
@@ -174,4 +183,41 @@ async fn a_node_refuses_a_lease_ttl_its_store_cannot_renew_in_time() {
         "{err}"
     );
     assert!(err.to_string().contains("busy timeout"), "{err}");
+}
+
+// spec: SB-5.11 — a 1.5 s owner lease on SQLite with its default settings (the failover
+// target of docs/RELIABILITY.md): the node accepts it (a renewal waits for the lock at most the
+// lease busy timeout, 250 ms, within the TTL's 850 ms slack), renews every 500 ms on its clock
+// and keeps the same lease, live, over two TTLs.
+#[tokio::test]
+async fn a_short_lease_on_sqlite_is_honoured() {
+    let dir = tempfile::tempdir().unwrap();
+    let store_clock = store::ManualClock::new(store::contract::START);
+    let sqlite: Arc<dyn LocationStore> = Arc::new(
+        store::SqliteStore::open_with(
+            dir.path().join("s.db"),
+            store::SqliteOptions::default(),
+            Arc::new(store_clock.clone()),
+        )
+        .unwrap(),
+    );
+    let faults = Arc::new(FaultStore::new(sqlite));
+    let clock = ManualClock::new();
+    let mut options = NodeOptions::new(mesh_config("n"), faults.clone(), demo::registry().unwrap());
+    options.lease_ttl = Duration::from_millis(1_500);
+    options.lease_clock = Arc::new(clock.clone());
+    let node = Node::start(options).await.unwrap();
+    let lease = node.lease();
+    for round in 1..=6 {
+        clock.advance(Duration::from_millis(500));
+        store_clock.advance(Duration::from_millis(500));
+        wait_until("a renewal", || faults.renewals() >= round).await;
+        assert!(node.lease_remaining() > Duration::ZERO, "round {round}");
+    }
+    assert_eq!(faults.failed_renewals(), 0);
+    assert_eq!(
+        node.lease().holder,
+        lease.holder,
+        "the same lease throughout"
+    );
 }

@@ -158,9 +158,12 @@ async fn mesh() -> Mesh {
         log: log.clone(),
         stuck: None,
     });
-    let b = Node::start(NodeOptions::new(mc, recording, registry(&log, &gate_rx)))
-        .await
-        .unwrap();
+    let b = Node::start(
+        NodeOptions::new(mc, recording, registry(&log, &gate_rx))
+            .with_client_access(zlink::node::access::ClientAccess::open()),
+    )
+    .await
+    .unwrap();
     let a = start_node(
         "a",
         store.clone(),
@@ -412,9 +415,12 @@ async fn a_client_create_stuck_on_the_store_is_answered_unavailable_at_shutdown(
     });
     let mut mc = mesh_config("b");
     mc.client_endpoint = Some("tcp://127.0.0.1:*".into());
-    let b = Node::start(NodeOptions::new(mc, stuck, demo::registry().unwrap()))
-        .await
-        .unwrap();
+    let b = Node::start(
+        NodeOptions::new(mc, stuck, demo::registry().unwrap())
+            .with_client_access(zlink::node::access::ClientAccess::open()),
+    )
+    .await
+    .unwrap();
     let client = client_of(&b);
     let create = tokio::spawn(async move {
         client

@@ -252,7 +252,10 @@ fn toml_configuration_parses_with_spec_defaults() {
     assert_eq!(cfg.node, rid("node-a"));
     assert_eq!(
         cfg.store,
-        Some(StoreUrl::Sqlite("/tmp/zlink-test/store.db".into()))
+        Some(StoreUrl::Sqlite(
+            "/tmp/zlink-test/store.db".into(),
+            Default::default()
+        ))
     );
     assert_eq!(cfg.meshes.len(), 2);
     assert_eq!(cfg.meshes[0].peers[0].node, rid("node-b"));
@@ -425,11 +428,15 @@ fn no_hidden_same_process_authority() {
     assert!(plan.open_store().unwrap().is_none());
 }
 
-// spec: SB-5.11 — a lease TTL whose renewal cannot answer within the store's busy timeout
-// before the local lease deadline is a configuration error that says why.
+// spec: SB-5.11 — a lease TTL whose renewal cannot answer within the store's lease busy
+// timeout before the local lease deadline is a configuration error that says why; the default
+// SQLite settings honour a 1.5 s lease (a renewal waits at most 250 ms for the lock).
 #[test]
 fn a_lease_ttl_shorter_than_the_store_busy_timeout_allows_is_refused() {
-    let sqlite = "store = \"sqlite:///tmp/zlink-never-opened.db\"\n";
+    let default = "store = \"sqlite:///tmp/zlink-never-opened.db\"\n";
+    with(&format!("{default}[timeouts]\nowner_lease_ttl_ms = 1500\n"))
+        .expect("a 1.5 s lease on the default SQLite settings");
+    let sqlite = "store = \"sqlite:///tmp/zlink-never-opened.db?lease_busy_timeout_ms=1000\"\n";
     let err = with(&format!("{sqlite}[timeouts]\nowner_lease_ttl_ms = 1500\n")).unwrap_err();
     let ConfigError::LeaseTtlTooShort {
         write_wait,
@@ -439,7 +446,7 @@ fn a_lease_ttl_shorter_than_the_store_busy_timeout_allows_is_refused() {
     else {
         panic!("{err}");
     };
-    assert_eq!(*write_wait, Duration::from_secs(5));
+    assert_eq!(*write_wait, Duration::from_secs(1));
     let text = err.to_string();
     assert!(text.contains("busy timeout"), "{text}");
     assert!(text.contains("1500 ms"), "{text}");

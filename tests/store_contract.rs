@@ -55,7 +55,7 @@ macro_rules! contract_tests {
                     // The trait is object safe: the runtime holds `Arc<dyn LocationStore>`.
                     let dir = tempfile::tempdir().unwrap();
                     let clock = ManualClock::new(contract::START);
-                    let url = StoreUrl::Sqlite(dir.path().join("dyn.db"));
+                    let url = StoreUrl::Sqlite(dir.path().join("dyn.db"), Default::default());
                     let store: Arc<dyn LocationStore> =
                         store::open_with_clock(&url, Arc::new(clock.clone())).unwrap();
                     contract::$check(&store, &clock).await;
@@ -157,7 +157,7 @@ async fn counting_store_wraps_a_dyn_store_and_passes_the_contract() {
     let mut n = 0;
     contract::run_all(|clock| {
         n += 1;
-        let url = StoreUrl::Sqlite(dir.path().join(format!("c{n}.db")));
+        let url = StoreUrl::Sqlite(dir.path().join(format!("c{n}.db")), Default::default());
         let inner: Arc<dyn LocationStore> = store::open_with_clock(&url, Arc::new(clock)).unwrap();
         CountingStore::new(inner)
     })

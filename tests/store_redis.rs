@@ -310,8 +310,19 @@ async fn a_redis_that_lost_its_data_is_unavailable_never_a_guess() {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let err = unavailable(store.renew_owner(a.holder.clone(), TTL).await);
-    assert!(chain(&err).contains("lost its data"), "{}", chain(&err));
+    // The lease has a connection of its own, which notices the restart on its first use.
+    loop {
+        let err = unavailable(store.renew_owner(a.holder.clone(), TTL).await);
+        if chain(&err).contains("lost its data") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no data-loss verdict on the lease connection: {}",
+            chain(&err)
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     unavailable(
         store
             .reserve_activation(contract::request("p", "T", &a))
@@ -572,4 +583,65 @@ async fn two_nodes_run_actors_on_a_redis_store() {
         .unwrap();
     assert!(again.object_generation() > on_b.object_generation());
     assert_eq!(b.request(&again, &Get, TIMEOUT).await.unwrap(), 0);
+}
+
+/// `CLIENT LIST` of the server at `url`: (name, last command) of each named client.
+async fn clients(url: &str) -> Vec<(String, String)> {
+    let mut conn = redis::Client::open(url)
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let list: String = redis::cmd("CLIENT")
+        .arg("LIST")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    list.lines()
+        .filter_map(|line| {
+            let field = |k: &str| {
+                line.split_whitespace()
+                    .find_map(|kv| kv.strip_prefix(k))
+                    .map(str::to_owned)
+            };
+            let name = field("name=")?;
+            (!name.is_empty()).then(|| (name, field("cmd=").unwrap_or_default()))
+        })
+        .collect()
+}
+
+// spec: SB-5.11, issue 26 "also" — the owner lease's calls (register, renew, release) travel on
+// a connection of their own, never queued behind the actor operations on the other: the
+// server sees two named connections, and a renewal is the lease connection's last command
+// while a lookup stays the actor connection's.
+#[tokio::test]
+async fn lease_renewals_have_their_own_connection() {
+    let Some(server) = OwnServer::start("lease_renewals_have_their_own_connection", false) else {
+        return;
+    };
+    let store = RedisStore::open(&server.url(), fast_options()).unwrap();
+    let lease = contract::register(&store, "node-a", 1).await;
+    let id = zlink::actor::ActorId::new("a1").unwrap();
+    assert!(store.lookup(id.clone()).await.unwrap().is_none());
+    store.renew_owner(lease.holder.clone(), TTL).await.unwrap();
+    let seen = clients(&server.url()).await;
+    let cmd_of = |name: &str| {
+        seen.iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, c)| c.clone())
+            .unwrap_or_else(|| panic!("no connection named {name}: {seen:?}"))
+    };
+    assert_eq!(cmd_of("zlink-store"), "mget", "{seen:?}");
+    assert_ne!(cmd_of("zlink-store-lease"), "mget", "{seen:?}");
+    // And the other way round: a lookup after the renewal leaves the lease connection alone.
+    assert!(store.lookup(id).await.unwrap().is_none());
+    let lease_cmd = cmd_of("zlink-store-lease");
+    let seen = clients(&server.url()).await;
+    assert_eq!(
+        seen.iter()
+            .find(|(n, _)| n == "zlink-store-lease")
+            .map(|(_, c)| c.clone()),
+        Some(lease_cmd)
+    );
+    assert_eq!(seen.len(), 2, "{seen:?}");
 }

@@ -228,6 +228,38 @@ async fn lock_timeout_is_unavailable() {
     contract::register(&store, "node-a", 1).await;
 }
 
+// spec: SB-5.11 — owner lease operations wait for the write lock at most the lease busy
+// timeout, never the (much longer) busy timeout of the other writes: with the lock held by
+// another process, a renewal answers `Unavailable` at once while an activation would wait a
+// minute; once the lock is free the same lease renews.
+#[tokio::test]
+async fn a_renewal_waits_only_the_lease_busy_timeout() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("lease-wait.db");
+    let clock = ManualClock::new(contract::START);
+    let mut options = patient();
+    options.lease_busy_timeout = Duration::from_millis(100);
+    let store =
+        SqliteStore::open_with(&path, options, Arc::new(clock.clone())).expect("open store");
+    assert_eq!(store.write_wait_limit(), Some(Duration::from_millis(100)));
+    let lease = contract::register(&store, "node-a", 1).await;
+    let blocker = rusqlite_lock(&path);
+    let err = tokio::time::timeout(
+        Duration::from_secs(20),
+        store.renew_owner(lease.holder.clone(), contract::TTL),
+    )
+    .await
+    .expect("the renewal gave up within its lease busy timeout, not the 60 s busy timeout")
+    .unwrap_err();
+    assert!(matches!(err, StoreError::Unavailable { .. }), "{err}");
+    drop(blocker);
+    let renewed = store
+        .renew_owner(lease.holder.clone(), contract::TTL)
+        .await
+        .unwrap();
+    assert_eq!(renewed.holder, lease.holder);
+}
+
 /// The payload of a line the child printed: libtest may print `test NAME ... ` before it on the
 /// same line, so the marker is searched, not matched at the start.
 fn marked(line: &str) -> Option<&str> {

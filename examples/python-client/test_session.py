@@ -62,6 +62,12 @@ def main():
         check(False, "GET of an unknown actor must fail")
     except z.ZLinkError as e:
         check(e.kind == 3, f"GET unknown: NotFound, got {e}")
+    # AUTHENTICATE: this node has no operator credential, so any credential is refused.
+    try:
+        c.authenticate(b"not-the-credential")
+        check(False, "a wrong credential must be refused")
+    except z.ZLinkError as e:
+        check(e.kind == 2 and e.detail.startswith("not authorized"), f"AUTHENTICATE: {e}")
     step("framework ok")
 
     # Demo session app: bind, relay a request, relay a push (request and one-way).

@@ -36,6 +36,7 @@ CLOSE_REASONS = {1: "Shutdown", 2: "Protocol", 3: "Timeout", 4: "Replaced",
 
 # Framework operations (144 Request keys; CALL also as a 147 one-way send).
 CREATE, GET_OR_CREATE, GET, CALL, DESTROY, NODE_INFO = range(0xFFFF0001, 0xFFFF0007)
+AUTHENTICATE = 0xFFFF000A  # present the node's operator credential (CLIENT-PROTOCOL 7.1)
 
 
 class ZLinkError(Exception):
@@ -190,6 +191,12 @@ class Client:
 
     def node_info(self):
         return unpack(self.request(NODE_INFO, pack(None)))
+
+    def authenticate(self, credential):
+        """AUTHENTICATE: `credential` (bytes) is the node's operator credential; this session may
+        do every framework operation afterwards. A wrong one raises ZLinkError InvalidOperation
+        ("not authorized: wrong credential")."""
+        unpack(self.request(AUTHENTICATE, pack({"credential": bytes(credential)})))
 
     def call(self, actor_ref, key, message, timeout_ms=0):
         """CALL: `message` is any msgpack-able value; returns the decoded reply."""

@@ -38,6 +38,7 @@ pub mod correlation;
 pub mod counters;
 mod engine;
 pub mod error;
+pub mod fuzz_harness;
 pub mod handshake;
 mod hashing;
 mod inbound;

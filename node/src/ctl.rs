@@ -2,6 +2,10 @@
 //! (`docs/CLIENT-PROTOCOL.md`, section 7): `NODE_INFO`, `LIST_ACTORS`, `LIST_SESSIONS` and
 //! `COUNTERS`, asked of every given client endpoint. Output is a table for people, or JSON
 //! (`--json`, one array with an element per node or entry) for scripts.
+//!
+//! These operations are the operator's: `ctl` first presents the operator credential
+//! (`AUTHENTICATE`) when it has one (`--credential-file`, `ZLINK_OPERATOR_CREDENTIAL_FILE` or
+//! `ZLINK_OPERATOR_CREDENTIAL`); a node with the default client policy refuses them otherwise.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -34,6 +38,15 @@ pub struct CtlArgs {
     /// Time each request may take, in ms.
     #[arg(long, default_value_t = 5_000, value_name = "MS")]
     timeout_ms: u64,
+    /// File holding the nodes' operator credential (trimmed), presented to every node first
+    /// (`ZLINK_OPERATOR_CREDENTIAL` holds the credential itself instead).
+    #[arg(
+        long,
+        env = "ZLINK_OPERATOR_CREDENTIAL_FILE",
+        value_name = "FILE",
+        global = true
+    )]
+    credential_file: Option<std::path::PathBuf>,
     #[command(subcommand)]
     command: CtlCommand,
 }
@@ -91,6 +104,29 @@ pub async fn run(args: CtlArgs) -> anyhow::Result<()> {
     let targets = targets(&args)?;
     if targets.is_empty() {
         bail!("no endpoint: give --endpoint or ZLINK_CLIENT_ENDPOINTS");
+    }
+    let credential = match (
+        args.credential_file.as_ref(),
+        std::env::var("ZLINK_OPERATOR_CREDENTIAL").ok(),
+    ) {
+        (Some(path), _) => Some(
+            std::fs::read_to_string(path)
+                .with_context(|| {
+                    format!("reading the operator credential file {}", path.display())
+                })?
+                .trim()
+                .to_owned(),
+        ),
+        (None, Some(c)) => Some(c.trim().to_owned()),
+        (None, None) => None,
+    };
+    if let Some(c) = credential {
+        for t in &targets {
+            t.client
+                .authenticate(c.as_bytes())
+                .await
+                .with_context(|| format!("{}: presenting the operator credential", t.endpoint))?;
+        }
     }
     let out = match args.command {
         CtlCommand::Nodes => nodes(&targets, args.json).await?,
@@ -400,6 +436,8 @@ fn flatten(c: &NodeCounters) -> BTreeMap<String, String> {
         ("replies", &c.replies),
         ("mesh_drops", &c.mesh_drops),
         ("session_rejects", &c.session_rejects),
+        ("client_refusals", &c.client_refusals),
+        ("metrics_refused", &c.metrics_refused),
     ] {
         for (k, v) in values {
             put(format!("{map}.{k}"), v.to_string());

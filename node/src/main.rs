@@ -17,6 +17,7 @@ use serde::Deserialize;
 use zlink::config::{
     ClientConfig, MeshConfig, MeshSecretText, NodeConfig, ObjectRoles, PeerConfig,
 };
+use zlink::node::access::{ClientAccess, ClientPolicy, OperatorCredential};
 use zlink::node::{Node, NodeOptions};
 use zlink::store::StoreUrl;
 use zlink_apps::{chat, demo};
@@ -53,6 +54,17 @@ CONFIGURATION FILE (TOML, every key optional; flags and environment override it)
   peer_wait_ms = 20000                    how long to wait for peers before `ready`
   log_format = \"text\"                     text | json
   insecure_dev_mode = false               run without a mesh secret (proves nothing)
+  client_policy = \"operator_only\"         what a client that is not the operator may do with
+                                          the framework operations (CREATE, GET, CALL, DESTROY,
+                                          NODE_INFO, LIST_*, COUNTERS): operator_only (nothing;
+                                          the default, safe on a public port), own_actors
+                                          (create, then use and destroy its own incarnations)
+                                          or open (everything; trusted networks only). Session
+                                          packets are always the application's
+  operator_credential_file = \"/path/op\"   the operator credential (1..=1024 bytes, trimmed):
+                                          a client that presents it (AUTHENTICATE) may do
+                                          every operation; `zlink-node ctl` sends it (omit:
+                                          no client is the operator)
   [[peers]]                               every node of the mesh (its own entry is skipped);
   name = \"node2\"                          a node dials the peers whose name sorts after its own
   relay = \"tcp://127.0.0.1:7101\"
@@ -65,6 +77,7 @@ OPERATOR (zlink-node ctl --help):
 
 ENVIRONMENT:
   ZLINK_MESH_SECRET   the mesh secret itself (instead of a secret file)
+  ZLINK_OPERATOR_CREDENTIAL   the operator credential itself (instead of a file)
   RUST_LOG            log filter (default: info), e.g. RUST_LOG=zlink=debug
 
 SIGNALS:
@@ -140,6 +153,13 @@ struct Cli {
     /// Run the mesh without a secret (development only: the handshake proves nothing).
     #[arg(long, env = "ZLINK_INSECURE_DEV_MODE")]
     insecure_dev_mode: bool,
+    /// What a client that is not the operator may do with framework operations:
+    /// operator_only (nothing), own_actors or open [default: operator_only].
+    #[arg(long, env = "ZLINK_CLIENT_POLICY", value_name = "POLICY")]
+    client_policy: Option<String>,
+    /// File holding the operator credential (1..=1024 bytes after trimming).
+    #[arg(long, env = "ZLINK_OPERATOR_CREDENTIAL_FILE", value_name = "FILE")]
+    operator_credential_file: Option<PathBuf>,
 }
 
 /// Tools of `zlink-node` other than the node itself.
@@ -176,6 +196,8 @@ struct FileConfig {
     log_format: Option<LogFormat>,
     #[serde(default)]
     insecure_dev_mode: bool,
+    client_policy: Option<String>,
+    operator_credential_file: Option<PathBuf>,
     #[serde(default)]
     peers: Vec<FilePeer>,
 }
@@ -195,12 +217,47 @@ struct Settings {
     drain: Duration,
     peer_wait: Duration,
     log_format: LogFormat,
+    access: ClientAccess,
 }
 
 fn read_secret(path: &Path) -> anyhow::Result<MeshSecretText> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("reading the mesh secret file {}", path.display()))?;
     Ok(MeshSecretText::new(text.trim()))
+}
+
+/// The client access settings: the policy and the operator credential (flag > environment >
+/// file; `ZLINK_OPERATOR_CREDENTIAL` holds the credential itself).
+fn client_access(
+    policy: Option<String>,
+    credential_file: Option<PathBuf>,
+) -> anyhow::Result<ClientAccess> {
+    let mut access = ClientAccess::new();
+    if let Some(name) = policy {
+        access.policy = ClientPolicy::from_name(&name).map_err(|n| {
+            anyhow::anyhow!("client_policy {n:?}: expected operator_only, own_actors or open")
+        })?;
+    }
+    let credential = match (
+        std::env::var("ZLINK_OPERATOR_CREDENTIAL").ok(),
+        credential_file,
+    ) {
+        (Some(c), _) => Some(c.trim().to_owned()),
+        (None, Some(path)) => Some(
+            std::fs::read_to_string(&path)
+                .with_context(|| {
+                    format!("reading the operator credential file {}", path.display())
+                })?
+                .trim()
+                .to_owned(),
+        ),
+        (None, None) => None,
+    };
+    if let Some(c) = credential {
+        access.operator =
+            Some(OperatorCredential::new(c.as_bytes()).context("the operator credential")?);
+    }
+    Ok(access)
 }
 
 fn parse_peer(s: &str) -> anyhow::Result<FilePeer> {
@@ -241,6 +298,11 @@ fn settings(cli: Cli) -> anyhow::Result<Settings> {
         .parse()
         .with_context(|| format!("store URL {store:?}"))?;
     let insecure = cli.insecure_dev_mode || file.insecure_dev_mode;
+    let access = client_access(
+        cli.client_policy.or(file.client_policy),
+        cli.operator_credential_file
+            .or(file.operator_credential_file),
+    )?;
     let secret = match (
         std::env::var("ZLINK_MESH_SECRET").ok(),
         cli.secret_file.or(file.secret_file),
@@ -310,6 +372,7 @@ fn settings(cli: Cli) -> anyhow::Result<Settings> {
             .log_format
             .or(file.log_format)
             .unwrap_or(LogFormat::Text),
+        access,
     })
 }
 
@@ -377,8 +440,9 @@ async fn main() -> anyhow::Result<()> {
     chat.registry_into(&mut registry)
         .context("registering the chat actor types")?;
     let sessions = chat.sessions(demo::sessions());
-    let options =
+    let mut options =
         NodeOptions::from_config(&s.config, registry, sessions).context("startup configuration")?;
+    options.client_access = s.access.clone();
     let signal = tokio::spawn(shutdown_signal());
     let node = Node::start(options).await.context("starting the node")?;
     let ep = node.endpoints().clone();

@@ -1,7 +1,9 @@
 //! The operator's view of running `zlink-node` processes: two nodes (one with the TOML key
 //! `metrics`, one with the `--metrics` flag) sharing a SQLite Location Store; known actors and
 //! a bound session; `zlink-node ctl` lists nodes, actors, sessions and counters as a table and
-//! as JSON, and a node's metrics endpoint is scraped over HTTP.
+//! as JSON, and a node's metrics endpoint is scraped over HTTP. The nodes keep the default
+//! client policy with an operator credential (`operator_credential_file`): the test's client
+//! and `ctl` (`--credential-file`) present it.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -74,6 +76,7 @@ impl Proc {
 
 fn setup(dir: &Path) -> Vec<(PathBuf, PathBuf, String)> {
     std::fs::write(dir.join("secret"), "ctl-test-secret-0123456789abcdef-xyz\n").unwrap();
+    std::fs::write(dir.join("operator"), "ctl-test-operator\n").unwrap();
     let ports: Vec<[u16; 3]> = (0..2)
         .map(|_| [free_port(), free_port(), free_port()])
         .collect();
@@ -104,13 +107,15 @@ fn setup(dir: &Path) -> Vec<(PathBuf, PathBuf, String)> {
                     "name = \"{name}\"\nrelay = \"tcp://127.0.0.1:{}\"\n\
                      completion = \"tcp://127.0.0.1:{}\"\nclient = \"tcp://127.0.0.1:{}\"\n\
                      secret_file = \"{}\"\nstore = \"sqlite://{}\"\nready_file = \"{}\"\n\
+                     operator_credential_file = \"{}\"\n\
                      drain_timeout_ms = 2000\n{metrics}\n{peers}",
                     p[0],
                     p[1],
                     p[2],
                     dir.join("secret").display(),
                     dir.join("store.db").display(),
-                    ready.display()
+                    ready.display(),
+                    dir.join("operator").display()
                 ),
             )
             .unwrap();
@@ -119,10 +124,13 @@ fn setup(dir: &Path) -> Vec<(PathBuf, PathBuf, String)> {
         .collect()
 }
 
-/// Runs `zlink-node ctl -e EP1 -e EP2 ARGS…`; its stdout (it must succeed).
+/// Runs `zlink-node ctl -e EP1 -e EP2 ARGS…` with the nodes' operator credential
+/// (`OPERATOR_FILE` in the environment, set by each test to its own directory's file); its
+/// stdout (it must succeed).
 async fn ctl(endpoints: &[&str], args: &[&str]) -> String {
     let mut cmd = tokio::process::Command::new(BIN);
     cmd.arg("ctl");
+    cmd.env("ZLINK_OPERATOR_CREDENTIAL_FILE", operator_file());
     for e in endpoints {
         cmd.args(["-e", e]);
     }
@@ -137,6 +145,16 @@ async fn ctl(endpoints: &[&str], args: &[&str]) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8(out.stdout).unwrap()
+}
+
+static OPERATOR_FILE: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+
+fn set_operator_file(path: PathBuf) {
+    OPERATOR_FILE.set(path).expect("one ctl test per process");
+}
+
+fn operator_file() -> &'static Path {
+    OPERATOR_FILE.get().expect("operator file set")
 }
 
 async fn ctl_json(endpoints: &[&str], args: &[&str]) -> Vec<Value> {
@@ -180,9 +198,11 @@ async fn ctl_lists_nodes_actors_sessions_and_counters() {
     let ready1 = p1.wait_ready().await;
     let ready2 = p2.wait_ready().await;
     let eps = [p1.client.as_str(), p2.client.as_str()];
+    set_operator_file(dir.path().join("operator"));
 
     // Known state: a counter on node1, an echo on node2 bound to a session on node1.
     let client = NodeClient::connect(&p1.client, TIMEOUT).unwrap();
+    client.authenticate(b"ctl-test-operator").await.unwrap();
     client
         .create("counter", "ctl-counter", Placement::default())
         .await

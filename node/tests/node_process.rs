@@ -25,6 +25,17 @@ mod demo_workload;
 
 const TIMEOUT: Duration = Duration::from_secs(20);
 
+/// The operator credential of the processes (`operator_credential_file`): they keep the
+/// default client policy, so the tests' clients present it, as `scripts/demo` does.
+const OPERATOR: &[u8] = b"process-test-operator";
+
+/// A client of `endpoint` that presented the operator credential.
+async fn operator_client(endpoint: &str) -> NodeClient {
+    let c = NodeClient::connect(endpoint, TIMEOUT).unwrap();
+    c.authenticate(OPERATOR).await.unwrap();
+    c
+}
+
 /// One mesh of processes at a time in this file: four at once (ten node processes and their
 /// clients on a loaded 2-core machine) starve each other past the 3 s heartbeat timeouts.
 static ONE_MESH_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -113,6 +124,7 @@ impl Drop for Proc {
 
 fn setup(dir: &Path, n: usize) -> Vec<Proc> {
     std::fs::write(dir.join("secret"), "process-test-secret-0123456789abcdef\n").unwrap();
+    std::fs::write(dir.join("operator"), OPERATOR).unwrap();
     let ports: Vec<[u16; 3]> = (0..n)
         .map(|_| [free_port(), free_port(), free_port()])
         .collect();
@@ -138,12 +150,14 @@ fn setup(dir: &Path, n: usize) -> Vec<Proc> {
                     "name = \"{name}\"\nmesh = \"local\"\nrelay = \"tcp://127.0.0.1:{}\"\n\
                      completion = \"tcp://127.0.0.1:{}\"\nclient = \"tcp://127.0.0.1:{}\"\n\
                      secret_file = \"{}\"\nstore = \"{store}\"\nready_file = \"{}\"\n\
+                     operator_credential_file = \"{}\"\n\
                      drain_timeout_ms = 2000\n\n{peers}",
                     p[0],
                     p[1],
                     p[2],
                     dir.join("secret").display(),
-                    ready.display()
+                    ready.display(),
+                    dir.join("operator").display()
                 ),
             )
             .unwrap();
@@ -205,8 +219,8 @@ async fn two_processes_share_a_store_and_a_restart_refuses_stale_refs(dir: &Path
     for p in procs.iter_mut() {
         gens.push(generation(&p.wait_ready().await));
     }
-    let c1 = NodeClient::connect(&procs[0].client, TIMEOUT).unwrap();
-    let c2 = NodeClient::connect(&procs[1].client, TIMEOUT).unwrap();
+    let c1 = operator_client(&procs[0].client).await;
+    let c2 = operator_client(&procs[1].client).await;
 
     // Owners agree: created through node1 on node2, every lookup names node2.
     let r = c1
@@ -239,7 +253,7 @@ async fn two_processes_share_a_store_and_a_restart_refuses_stale_refs(dir: &Path
     procs[1].start();
     let new_gen = generation(&procs[1].wait_ready().await);
     assert_ne!(new_gen, gens[1]);
-    let c2 = NodeClient::connect(&procs[1].client, TIMEOUT).unwrap();
+    let c2 = operator_client(&procs[1].client).await;
     assert_eq!(c2.info().await.unwrap().generation, new_gen);
     // node1 sees the new generation once its connections re-handshake.
     let deadline = Instant::now() + TIMEOUT;
@@ -336,7 +350,7 @@ async fn three_processes_pass_the_demo_workload_and_the_chat(dir: &Path) {
     };
 
     let eps: Vec<&str> = endpoints.iter().map(String::as_str).collect();
-    match tokio::time::timeout(DEMO_TIMEOUT, demo_workload::run(&eps)).await {
+    match tokio::time::timeout(DEMO_TIMEOUT, demo_workload::run(&eps, Some(OPERATOR))).await {
         Ok(Ok(())) => {}
         Ok(Err(e)) => panic!("demo workload failed: {e:#}\n{}", logs(&procs)),
         Err(_) => panic!(
@@ -344,7 +358,7 @@ async fn three_processes_pass_the_demo_workload_and_the_chat(dir: &Path) {
             logs(&procs)
         ),
     }
-    match tokio::time::timeout(DEMO_TIMEOUT, chat::run(&endpoints)).await {
+    match tokio::time::timeout(DEMO_TIMEOUT, chat::run(&endpoints, Some(OPERATOR))).await {
         Ok(Ok(())) => {}
         Ok(Err(e)) => panic!("chat failed: {e:#}\n{}", logs(&procs)),
         Err(_) => panic!("chat not done in {DEMO_TIMEOUT:?}\n{}", logs(&procs)),

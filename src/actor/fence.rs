@@ -176,7 +176,12 @@ impl OwnerGate {
     #[must_use]
     pub fn standing(&self) -> OwnerStanding {
         let lapsed = match &self.cycles {
-            Some(c) => !c.certainly_before() && !c.read_before(|| self.deadline()).before,
+            Some(c) => {
+                !c.certainly_before()
+                    && !c
+                        .read_before(|| self.clock.now(), || self.deadline())
+                        .before
+            }
             None => self.clock.now() >= self.deadline(),
         };
         if lapsed {
@@ -462,6 +467,76 @@ mod tests {
         if CycleDeadline::new().is_some() {
             assert!(armed, "the cycle limit was never armed");
         }
+    }
+
+    /// The system clock plus a step a test makes, which the cycle counter does not see (a
+    /// suspend on a clock that counts it, where the counter stopped).
+    #[derive(Debug)]
+    struct SteppedClock(crate::sync::atomic::AtomicU64);
+
+    impl Clock for SteppedClock {
+        fn now(&self) -> Instant {
+            Instant::now() + Duration::from_nanos(self.0.load(Ordering::SeqCst))
+        }
+        fn sleep_until(&self, _deadline: Instant) -> crate::clock::Sleep {
+            Box::pin(std::future::pending())
+        }
+        fn is_system(&self) -> bool {
+            true
+        }
+    }
+
+    // spec: SB-5.11 — a step of the lease clock that the cycle counter does not see (a suspend
+    // on the boot clock) lapses a far deadline within the guard's horizon, not at the deadline
+    // the counter alone would reach.
+    #[test]
+    fn a_clock_step_the_counter_misses_lapses_the_gate_within_the_horizon() {
+        let clock = Arc::new(SteppedClock(crate::sync::atomic::AtomicU64::new(0)));
+        let gate = OwnerGate::new(clock.clone(), clock.now() + Duration::from_secs(3600));
+        // Arm a limit (the first millisecond teaches a rate).
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_millis(5) {
+            assert_eq!(gate.standing(), OwnerStanding::Serving);
+        }
+        clock.0.store(7_200_000_000_000, Ordering::SeqCst); // two hours later
+        let stepped = Instant::now();
+        while gate.standing() == OwnerStanding::Serving {
+            assert!(
+                stepped.elapsed() < Duration::from_secs(20),
+                "served past the lease after the step"
+            );
+        }
+        // Within the horizon plus the rate's margin (generous for a loaded machine).
+        assert!(
+            stepped.elapsed() < CycleDeadline::HORIZON * 100,
+            "lapsed only after {:?}",
+            stepped.elapsed()
+        );
+    }
+
+    /// A boot-time source a test moves: the monotonic clock plus `SUSPENDED` nanoseconds.
+    static SUSPENDED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    static START: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    fn fake_boot() -> Duration {
+        let start = *START.get_or_init(Instant::now);
+        start.elapsed() + Duration::from_nanos(SUSPENDED.load(std::sync::atomic::Ordering::SeqCst))
+    }
+
+    // spec: SB-5.11 — a lease deadline on the boot clock counts suspended time: after a
+    // "suspend" longer than the lease the owner gate sees its deadline passed at once.
+    #[test]
+    fn the_boot_clock_counts_suspended_time_and_the_lease_gate_sees_it() {
+        let clock = crate::clock::BootClock::with_source(fake_boot);
+        let t0 = clock.now();
+        let gate = OwnerGate::new(Arc::new(clock), t0 + Duration::from_secs(10));
+        assert_eq!(gate.standing(), OwnerStanding::Serving);
+        SUSPENDED.store(3_600_000_000_000, std::sync::atomic::Ordering::SeqCst);
+        assert!(clock.now() >= t0 + Duration::from_secs(3_600));
+        assert_eq!(
+            gate.standing(),
+            OwnerStanding::Lapsed,
+            "served past the lease after a suspend"
+        );
     }
 
     // spec: SB-5.11 — a standing asked with a cycle reading the caller took (`standing_at`) is

@@ -148,6 +148,23 @@ impl NodeClient {
             .payload)
     }
 
+    /// Presents the node's operator credential (`AUTHENTICATE`): this session may do every
+    /// operation from then on.
+    ///
+    /// # Errors
+    /// `InvalidOperation` for a wrong credential (the node closes the session after a few),
+    /// request and codec failures.
+    pub async fn authenticate(&self, credential: &[u8]) -> Result<(), ClientError> {
+        dec(self
+            .call(
+                protocol::AUTHENTICATE,
+                enc(&protocol::Authenticate {
+                    credential: credential.to_vec(),
+                })?,
+            )
+            .await?)
+    }
+
     /// Node identity, peers up, hosted types.
     ///
     /// # Errors

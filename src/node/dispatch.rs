@@ -18,8 +18,10 @@ use zlink_mesh::{
 };
 use zlink_wire::{
     ActorCall, ActorId, ActorSend, BindOperation, DispatchKey, ErrorKind, NodeGeneration, NodeRid,
+    SessionRid,
 };
 
+use super::access::{Authenticated, ClientOperation, Decision, OperationPermit, Refusal};
 use super::protocol::{self, Activate, CallActor, CreateActor, DestroyActor, GetActor};
 use super::{Create, Inner, Node};
 use crate::actor::ActorError;
@@ -359,6 +361,7 @@ pub(crate) async fn run(node: Node, mut rx: InboundReceiver, mut events: Option<
             Next::Event(Some(ClientEvent::Disconnected { session, cause })) => {
                 tracing::debug!(%session, ?cause, "client session ended");
                 node.sessions().disconnected(session);
+                node.inner.access.forget(session);
             }
             Next::Event(Some(_)) => {}
             Next::Event(None) => events = None,
@@ -389,12 +392,26 @@ fn spawn_answered<F>(node: Node, reply: ReplyHandle, guard: InflightGuard, work:
 where
     F: std::future::Future<Output = Result<Bytes, ActorError>> + Send + 'static,
 {
+    spawn_permitted(node, reply, (guard, None), work);
+}
+
+/// [`spawn_answered`] for a client's operation, which also holds its session's place among
+/// the session's operations in flight (`permit`) until it is answered.
+fn spawn_permitted<F>(
+    node: Node,
+    reply: ReplyHandle,
+    (guard, permit): (InflightGuard, Option<OperationPermit>),
+    work: F,
+) where
+    F: std::future::Future<Output = Result<Bytes, ActorError>> + Send + 'static,
+{
     tokio::spawn(async move {
         let out = tokio::select! {
             out = work => out,
             () = node.closed() => Err(ActorError::ShuttingDown),
         };
         answer(reply, out);
+        drop(permit);
         drop(guard);
     });
 }
@@ -452,11 +469,13 @@ async fn handle(node: &Node, inbound: Inbound) {
             Some(reply) => on_peer_request(node, r.key, payload, reply),
             None => tracing::debug!("peer request without reply handle"),
         },
-        (Origin::Client { .. }, Record::Request(r)) => match reply {
-            Some(reply) => on_client_request(node, r.key, payload, deadline, reply).await,
+        (Origin::Client { session }, Record::Request(r)) => match reply {
+            Some(reply) => on_client_request(node, session, r.key, payload, deadline, reply).await,
             None => tracing::debug!("client request without reply handle"),
         },
-        (Origin::Client { .. }, Record::OneWay(o)) => on_client_send(node, o.key, payload).await,
+        (Origin::Client { session }, Record::OneWay(o)) => {
+            on_client_send(node, session, o.key, payload).await;
+        }
         (origin, record) => {
             tracing::debug!(?origin, command = %record.command(), "record not served by the node");
             if let Some(reply) = reply {
@@ -576,9 +595,12 @@ fn create_of(req: CreateActor) -> Result<Create, ActorError> {
     })
 }
 
-/// A client's Request (144): the client protocol of [`protocol`].
+/// A client's Request (144): the client protocol of [`protocol`]. Each operation is decided by
+/// the node's access settings ([`super::access`]) before anything is done for it; one that
+/// waits (the store, a peer) holds a place among its session's operations in flight.
 async fn on_client_request(
     node: &Node,
+    session: SessionRid,
     key: DispatchKey,
     payload: Bytes,
     deadline: Option<Instant>,
@@ -592,14 +614,51 @@ async fn on_client_request(
         reply.error(ErrorKind::Unavailable, ActorError::ShuttingDown.to_string());
         return;
     }
-    let guard = node.inflight().enter();
-    match key {
-        protocol::CALL => {
+    let access = node.inner.access.clone();
+    let Some(op) = operation_of(key) else {
+        reply.error(ErrorKind::NotFound, format!("no client operation {key}"));
+        return;
+    };
+    if op == ClientOperation::Authenticate {
+        return authenticate(node, session, &payload, reply);
+    }
+    let refuse = |reply: ReplyHandle, why: Refusal| {
+        let kind = match why {
+            Refusal::Busy => ErrorKind::Unavailable,
+            _ => ErrorKind::InvalidOperation,
+        };
+        reply.error(kind, why.to_string());
+    };
+    // The decision for `op` on `actor`; the permit of an operation that waits.
+    macro_rules! admit {
+        ($reply:ident, $actor_type:expr, $actor:expr) => {
+            if let Decision::Refuse(why) = access.decide(session, op, $actor_type, $actor) {
+                return refuse($reply, why);
+            }
+        };
+    }
+    macro_rules! permit {
+        ($reply:ident) => {
+            match access.begin(session, op) {
+                Some(p) => p,
+                None => return refuse($reply, Refusal::Busy),
+            }
+        };
+    }
+    match op {
+        ClientOperation::Call => {
             let req: CallActor = match protocol::decode(&payload) {
                 Ok(r) => r,
                 Err(e) => return answer(reply, Err(e)),
             };
+            let generation = req.actor.object_generation().get();
+            admit!(
+                reply,
+                Some(req.actor.actor_type()),
+                Some((req.actor.id(), Some(generation)))
+            );
             let timeout = call_timeout(node, &req, deadline);
+            let guard = node.inflight().enter();
             if req.actor.node() == node.node_rid() {
                 let work = Work {
                     key: DispatchKey::new(req.key),
@@ -608,9 +667,11 @@ async fn on_client_request(
                     deadline: Some(Instant::now() + timeout),
                     guard: Some(guard),
                 };
-                // A full lane keeps it in the actor's backlog: this loop does not wait.
+                // A full lane keeps it in the actor's backlog (bounded by the lane's item
+                // limit): this loop does not wait.
                 let _ = node.submit_checked_now(&CallFence::of_ref(&req.actor), work, None, QUEUED);
             } else {
+                let permit = permit!(reply);
                 let work = {
                     let node = node.clone();
                     async move {
@@ -623,58 +684,145 @@ async fn on_client_request(
                         .await
                     }
                 };
-                spawn_answered(node.clone(), reply, guard, work);
+                spawn_permitted(node.clone(), reply, (guard, Some(permit)), work);
             }
         }
-        protocol::CREATE | protocol::GET_OR_CREATE => {
+        ClientOperation::Create | ClientOperation::GetOrCreate => {
+            let c = match protocol::decode(&payload).and_then(create_of) {
+                Ok(c) => c,
+                Err(e) => return answer(reply, Err(e)),
+            };
+            admit!(reply, Some(&c.actor_type), Some((&c.actor_id, None)));
+            let permit = permit!(reply);
+            let guard = node.inflight().enter();
             let work = {
                 let node = node.clone();
                 async move {
-                    let c = create_of(protocol::decode(&payload)?)?;
-                    let r = if key == protocol::CREATE {
-                        node.create(c).await?
+                    let r = if op == ClientOperation::Create {
+                        let r = node.create(c).await?;
+                        access.created(session, r.id(), r.object_generation().get());
+                        r
                     } else {
                         node.get_or_create(c).await?
                     };
                     protocol::encode(&r)
                 }
             };
-            spawn_answered(node.clone(), reply, guard, work);
+            spawn_permitted(node.clone(), reply, (guard, Some(permit)), work);
         }
-        protocol::GET => {
-            let work = {
-                let node = node.clone();
-                async move {
-                    let req: GetActor = protocol::decode(&payload)?;
-                    let id = ActorId::new(&req.actor_id)
-                        .map_err(|e| ActorError::Codec(format!("actor id: {e}")))?;
-                    protocol::encode(&node.get(&id).await?)
-                }
+        ClientOperation::Get => {
+            let id = match protocol::decode::<GetActor>(&payload).and_then(|req| {
+                ActorId::new(&req.actor_id).map_err(|e| ActorError::Codec(format!("actor id: {e}")))
+            }) {
+                Ok(id) => id,
+                Err(e) => return answer(reply, Err(e)),
             };
-            spawn_answered(node.clone(), reply, guard, work);
+            admit!(reply, None, Some((&id, None)));
+            let permit = permit!(reply);
+            let guard = node.inflight().enter();
+            let work = {
+                let node = node.clone();
+                async move { protocol::encode(&node.get(&id).await?) }
+            };
+            spawn_permitted(node.clone(), reply, (guard, Some(permit)), work);
         }
-        protocol::DESTROY => {
+        ClientOperation::Destroy => {
+            let req: DestroyActor = match protocol::decode(&payload) {
+                Ok(r) => r,
+                Err(e) => return answer(reply, Err(e)),
+            };
+            let generation = req.actor.object_generation().get();
+            admit!(
+                reply,
+                Some(req.actor.actor_type()),
+                Some((req.actor.id(), Some(generation)))
+            );
+            let permit = permit!(reply);
+            let guard = node.inflight().enter();
             let work = {
                 let node = node.clone();
                 async move {
-                    let req: DestroyActor = protocol::decode(&payload)?;
                     node.destroy(&req.actor).await?;
+                    access.destroyed(session, req.actor.id(), generation);
                     protocol::encode(&())
                 }
             };
-            spawn_answered(node.clone(), reply, guard, work);
+            spawn_permitted(node.clone(), reply, (guard, Some(permit)), work);
         }
-        protocol::NODE_INFO => answer(reply, protocol::encode(&node.info())),
-        protocol::LIST_ACTORS => answer(
-            reply,
-            protocol::decode(&payload).and_then(|req| protocol::encode(&node.list_actors(&req))),
+        ClientOperation::NodeInfo => {
+            admit!(reply, None, None);
+            answer(reply, protocol::encode(&node.info()));
+        }
+        ClientOperation::ListActors => {
+            admit!(reply, None, None);
+            answer(
+                reply,
+                protocol::decode(&payload)
+                    .and_then(|req| protocol::encode(&node.list_actors(&req))),
+            );
+        }
+        ClientOperation::ListSessions => {
+            admit!(reply, None, None);
+            answer(
+                reply,
+                protocol::decode(&payload)
+                    .and_then(|req| protocol::encode(&node.list_sessions(&req))),
+            );
+        }
+        ClientOperation::Counters => {
+            admit!(reply, None, None);
+            answer(reply, protocol::encode(&node.counters()));
+        }
+        // Answered above; a one-way send never comes as a request.
+        ClientOperation::Authenticate | ClientOperation::Send => {
+            reply.error(ErrorKind::NotFound, format!("no client operation {key}"));
+        }
+    }
+}
+
+/// The framework operation of a client request key.
+fn operation_of(key: DispatchKey) -> Option<ClientOperation> {
+    Some(match key {
+        protocol::CREATE => ClientOperation::Create,
+        protocol::GET_OR_CREATE => ClientOperation::GetOrCreate,
+        protocol::GET => ClientOperation::Get,
+        protocol::CALL => ClientOperation::Call,
+        protocol::DESTROY => ClientOperation::Destroy,
+        protocol::NODE_INFO => ClientOperation::NodeInfo,
+        protocol::LIST_ACTORS => ClientOperation::ListActors,
+        protocol::LIST_SESSIONS => ClientOperation::ListSessions,
+        protocol::COUNTERS => ClientOperation::Counters,
+        protocol::AUTHENTICATE => ClientOperation::Authenticate,
+        _ => return None,
+    })
+}
+
+/// `AUTHENTICATE`: the session presents the operator credential. A wrong one is refused
+/// (`InvalidOperation`, counted); after [`super::access::MAX_CREDENTIAL_FAILURES`] wrong ones
+/// the next closes the session (Disconnect `Refused`).
+fn authenticate(node: &Node, session: SessionRid, payload: &Bytes, reply: ReplyHandle) {
+    let presented = match protocol::decode::<protocol::Authenticate>(payload) {
+        Ok(a) => a.credential,
+        // Counted like a wrong credential: an undecodable one is not the credential.
+        Err(_) => Vec::new(),
+    };
+    match node.inner.access.authenticate(session, &presented) {
+        Authenticated::Operator => answer(reply, protocol::encode(&())),
+        Authenticated::Refused => reply.error(
+            ErrorKind::InvalidOperation,
+            Refusal::BadCredential.to_string(),
         ),
-        protocol::LIST_SESSIONS => answer(
-            reply,
-            protocol::decode(&payload).and_then(|req| protocol::encode(&node.list_sessions(&req))),
-        ),
-        protocol::COUNTERS => answer(reply, protocol::encode(&node.counters())),
-        _ => reply.error(ErrorKind::NotFound, format!("no client operation {key}")),
+        Authenticated::Close => {
+            reply.error(
+                ErrorKind::InvalidOperation,
+                Refusal::BadCredential.to_string(),
+            );
+            // Err only once the mesh is closed: nothing left to close.
+            let _ = node
+                .inner
+                .mesh
+                .close_client(session, zlink_wire::DisconnectReason::Refused);
+        }
     }
 }
 
@@ -682,7 +830,7 @@ async fn on_client_request(
 /// waits on the inbound loop: a send that must wait (a full actor lane, a peer's window) waits
 /// in its target node's send queue, in order behind the client sends queued there before it
 /// (at most [`PEER_SEND_BACKLOG`]; more are dropped, counted).
-async fn on_client_send(node: &Node, key: DispatchKey, payload: Bytes) {
+async fn on_client_send(node: &Node, session: SessionRid, key: DispatchKey, payload: Bytes) {
     node.inner
         .metrics
         .client_ops
@@ -703,6 +851,17 @@ async fn on_client_send(node: &Node, key: DispatchKey, payload: Bytes) {
             return;
         }
     };
+    let generation = req.actor.object_generation().get();
+    if let Decision::Refuse(why) = node.inner.access.decide(
+        session,
+        ClientOperation::Send,
+        Some(req.actor.actor_type()),
+        Some((req.actor.id(), Some(generation))),
+    ) {
+        node.count_send_dropped();
+        tracing::debug!(actor = %req.actor, %why, "client send refused");
+        return;
+    }
     let to = req.actor.node().clone();
     let mut req = Some(req);
     let attempt = |try_now: bool| -> Option<crate::runtime::BoxFuture<()>> {

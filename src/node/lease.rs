@@ -33,7 +33,7 @@ fn retry_period(ttl: Duration) -> Duration {
 
 /// What the renewal driver does next.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) enum LeaseStep {
+pub enum LeaseStep {
     /// Renew this lease.
     Renew(LeaseHolder),
     /// The lease was lost: register a new one.
@@ -42,7 +42,7 @@ pub(crate) enum LeaseStep {
 
 /// The owner lease and its local deadline (sans-IO; every input carries its `now`).
 #[derive(Debug)]
-pub(crate) struct LeaseState {
+pub struct LeaseState {
     lease: OwnerLease,
     ttl: Duration,
     deadline: Instant,
@@ -54,7 +54,7 @@ pub(crate) struct LeaseState {
 
 impl LeaseState {
     /// The lease just registered by a call sent at `sent`.
-    pub(crate) fn new(lease: OwnerLease, ttl: Duration, sent: Instant) -> Self {
+    pub fn new(lease: OwnerLease, ttl: Duration, sent: Instant) -> Self {
         Self {
             lease,
             ttl,
@@ -70,22 +70,22 @@ impl LeaseState {
     }
 
     /// The current lease.
-    pub(crate) fn lease(&self) -> &OwnerLease {
+    pub fn lease(&self) -> &OwnerLease {
         &self.lease
     }
 
     /// The local lease deadline: past it the node acts as no owner.
-    pub(crate) fn deadline(&self) -> Instant {
+    pub fn deadline(&self) -> Instant {
         self.deadline
     }
 
     /// When the driver sends the next renewal (or registration).
-    pub(crate) fn next_renewal(&self) -> Instant {
+    pub fn next_renewal(&self) -> Instant {
         self.next
     }
 
     /// The renewal timer fired at `now`: the call the driver sends now.
-    pub(crate) fn handle_timer(&mut self, now: Instant) -> LeaseStep {
+    pub fn handle_timer(&mut self, now: Instant) -> LeaseStep {
         self.sent = Some(now);
         if self.lost {
             LeaseStep::Register
@@ -96,7 +96,7 @@ impl LeaseState {
 
     /// The store renewed `lease`. Only the lease this state holds is extended, from the send
     /// time of the renewal.
-    pub(crate) fn handle_renewed(&mut self, lease: OwnerLease) {
+    pub fn handle_renewed(&mut self, lease: OwnerLease) {
         if self.lost || lease.holder != self.lease.holder {
             return;
         }
@@ -109,7 +109,7 @@ impl LeaseState {
     }
 
     /// A new lease was registered after a loss.
-    pub(crate) fn handle_registered(&mut self, lease: OwnerLease) {
+    pub fn handle_registered(&mut self, lease: OwnerLease) {
         let sent = self.sent.take();
         self.lost = false;
         self.lease = lease;
@@ -124,7 +124,7 @@ impl LeaseState {
     /// failure, so every local incarnation must end (and a new lease is registered at once).
     /// The deadline never moves forward here; other failures are retried after a tenth of the
     /// TTL.
-    pub(crate) fn handle_failed(&mut self, now: Instant, not_live: bool) -> bool {
+    pub fn handle_failed(&mut self, now: Instant, not_live: bool) -> bool {
         self.sent = None;
         self.next = now + retry_period(self.ttl);
         if not_live && !self.lost {
@@ -238,6 +238,22 @@ mod tests {
 
     fn ms(n: u64) -> Duration {
         Duration::from_millis(n)
+    }
+
+    // spec: SB-5.11 — a node's lease deadlines are on the boot clock unless a test injects
+    // another (docs/STORE.md, "The owner lease across a suspend").
+    #[test]
+    fn the_default_lease_clock_counts_suspended_time() {
+        let mesh = zlink_mesh::MeshConfig::new(
+            zlink_wire::MeshName::new("m").unwrap(),
+            NodeRid::new("n").unwrap(),
+        );
+        let options = crate::node::NodeOptions::new(
+            mesh,
+            std::sync::Arc::new(crate::store::MemoryStore::new()),
+            crate::actor::ActorRegistry::default(),
+        );
+        assert_eq!(format!("{:?}", options.lease_clock), "BootClock");
     }
 
     // spec: SB-5.11 — a store outage never extends the owner lease: the deadline moves only

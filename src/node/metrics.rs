@@ -50,8 +50,97 @@ use crate::sync::atomic::{AtomicU64, Ordering};
 /// Connections the metrics server holds at once; a connection beyond them is closed at once.
 pub const MAX_CONNECTIONS: usize = 64;
 
+/// Connections one source host (IP address) may hold at once: one host cannot take all of
+/// [`MAX_CONNECTIONS`]; a connection beyond it is closed at once.
+pub const MAX_CONNECTIONS_PER_HOST: usize = 8;
+
 /// How long a metrics client has to send its request head.
 pub const HEADER_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The metrics endpoint's connection slots: in all and per source host, and the connections
+/// refused for want of one (`metrics_refused`: `too_many`, `too_many_from_host`).
+#[derive(Debug, Default)]
+pub(crate) struct EndpointSlots {
+    hosts: crate::sync::Mutex<std::collections::HashMap<std::net::IpAddr, usize>>,
+    open: crate::sync::atomic::AtomicUsize,
+    refused_total: AtomicU64,
+    refused_host: AtomicU64,
+}
+
+/// Why the metrics endpoint closed a connection at once.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum SlotRefusal {
+    /// [`MAX_CONNECTIONS`] are open.
+    TooMany,
+    /// [`MAX_CONNECTIONS_PER_HOST`] are open from that host.
+    TooManyFromHost,
+}
+
+/// One open connection's slot: given back when dropped.
+pub(crate) struct Slot {
+    slots: std::sync::Arc<EndpointSlots>,
+    host: std::net::IpAddr,
+}
+
+impl EndpointSlots {
+    fn hosts(
+        &self,
+    ) -> crate::sync::MutexGuard<'_, std::collections::HashMap<std::net::IpAddr, usize>> {
+        self.hosts.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A slot for a connection from `host`, or why not (counted).
+    pub(crate) fn take(
+        self: &std::sync::Arc<Self>,
+        host: std::net::IpAddr,
+    ) -> Result<Slot, SlotRefusal> {
+        let mut hosts = self.hosts();
+        let refusal = if self.open.load(Ordering::Relaxed) >= MAX_CONNECTIONS {
+            Some((SlotRefusal::TooMany, &self.refused_total))
+        } else if hosts.get(&host).copied().unwrap_or(0) >= MAX_CONNECTIONS_PER_HOST {
+            Some((SlotRefusal::TooManyFromHost, &self.refused_host))
+        } else {
+            None
+        };
+        if let Some((why, counter)) = refusal {
+            counter.fetch_add(1, Ordering::Relaxed);
+            return Err(why);
+        }
+        *hosts.entry(host).or_default() += 1;
+        self.open.fetch_add(1, Ordering::Relaxed);
+        Ok(Slot {
+            slots: self.clone(),
+            host,
+        })
+    }
+
+    /// Connections refused, by reason (`too_many`, `too_many_from_host`).
+    pub(crate) fn refused(&self) -> BTreeMap<String, u64> {
+        [
+            ("too_many", self.refused_total.load(Ordering::Relaxed)),
+            (
+                "too_many_from_host",
+                self.refused_host.load(Ordering::Relaxed),
+            ),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v))
+        .collect()
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let mut hosts = self.slots.hosts();
+        if let Some(n) = hosts.get_mut(&self.host) {
+            *n -= 1;
+            if *n == 0 {
+                hosts.remove(&self.host);
+            }
+        }
+        self.slots.open.fetch_sub(1, Ordering::Relaxed);
+    }
+}
 
 /// A framework client operation, as counted in `client_operations`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -66,11 +155,12 @@ pub(crate) enum ClientOp {
     ListActors,
     ListSessions,
     Counters,
+    Authenticate,
     Unknown,
 }
 
 impl ClientOp {
-    const ALL: [ClientOp; 11] = [
+    const ALL: [ClientOp; 12] = [
         ClientOp::Create,
         ClientOp::GetOrCreate,
         ClientOp::Get,
@@ -81,6 +171,7 @@ impl ClientOp {
         ClientOp::ListActors,
         ClientOp::ListSessions,
         ClientOp::Counters,
+        ClientOp::Authenticate,
         ClientOp::Unknown,
     ];
 
@@ -96,6 +187,7 @@ impl ClientOp {
             ClientOp::ListActors => "list_actors",
             ClientOp::ListSessions => "list_sessions",
             ClientOp::Counters => "counters",
+            ClientOp::Authenticate => "authenticate",
             ClientOp::Unknown => "unknown",
         }
     }
@@ -113,6 +205,7 @@ impl ClientOp {
             p::LIST_ACTORS => ClientOp::ListActors,
             p::LIST_SESSIONS => ClientOp::ListSessions,
             p::COUNTERS => ClientOp::Counters,
+            p::AUTHENTICATE => ClientOp::Authenticate,
             _ => ClientOp::Unknown,
         }
     }
@@ -313,6 +406,8 @@ impl LocationStore for TimedStore {
 pub(crate) struct NodeMetrics {
     pub(crate) client_ops: ClientOps,
     pub(crate) store: StoreLatency,
+    /// The metrics endpoint's connection slots.
+    pub(crate) endpoint: std::sync::Arc<EndpointSlots>,
 }
 
 /// The label of a Spot kind in `actors` (`entry`, `spot_wide`, `per_actor`, `instance`).
@@ -412,6 +507,8 @@ impl Node {
                 .map(|r| (r.as_str().to_owned(), mesh_counters.dropped(*r)))
                 .collect(),
             session_rejects,
+            client_refusals: i.access.refusals(),
+            metrics_refused: i.metrics.endpoint.refused(),
             relocations: 0,
             store: i.metrics.store.snapshot(),
         }
@@ -682,6 +779,20 @@ impl Collector for NodeCollector {
             MetricType::Counter,
             pairs(&c.session_rejects, "record", "reason"),
         )?;
+        family(
+            e,
+            "zlink_client_refusals",
+            "Refused client framework operations, by operation and reason (closed vocabulary)",
+            MetricType::Counter,
+            pairs(&c.client_refusals, "operation", "reason"),
+        )?;
+        family(
+            e,
+            "zlink_metrics_connections_refused",
+            "Metrics endpoint connections closed at once: too_many (in all) or too_many_from_host",
+            MetricType::Counter,
+            singles(&c.metrics_refused, "reason"),
+        )?;
         counter(
             e,
             "zlink_relocations",
@@ -735,12 +846,15 @@ fn respond(
 }
 
 /// Serves `GET /metrics` on `listener` until the task is aborted (node shutdown).
-pub(super) async fn serve(listener: tokio::net::TcpListener, node: Weak<Inner>) {
+pub(super) async fn serve(
+    listener: tokio::net::TcpListener,
+    node: Weak<Inner>,
+    slots: std::sync::Arc<EndpointSlots>,
+) {
     let registry = std::sync::Arc::new(registry(node));
-    let permits = std::sync::Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     loop {
-        let stream = match listener.accept().await {
-            Ok((stream, _)) => stream,
+        let (stream, peer) = match listener.accept().await {
+            Ok(accepted) => accepted,
             Err(e) => {
                 // Out of descriptors and the like: back off instead of spinning.
                 tracing::debug!(error = %e, "metrics accept failed");
@@ -748,9 +862,12 @@ pub(super) async fn serve(listener: tokio::net::TcpListener, node: Weak<Inner>) 
                 continue;
             }
         };
-        let Ok(permit) = permits.clone().try_acquire_owned() else {
-            tracing::debug!("metrics connection refused: too many open");
-            continue;
+        let permit = match slots.take(peer.ip()) {
+            Ok(slot) => slot,
+            Err(why) => {
+                tracing::debug!(%peer, ?why, "metrics connection refused");
+                continue;
+            }
         };
         let registry = registry.clone();
         tokio::spawn(async move {

@@ -19,6 +19,7 @@
 //!   deadline, end the actors and wait for running turns, and only then release the owner
 //!   lease and close the mesh (peers get Disconnect).
 
+pub mod access;
 mod activation;
 mod admin;
 mod bound;
@@ -26,6 +27,7 @@ mod calls;
 pub mod client;
 mod dispatch;
 mod lease;
+pub use lease::{LeaseState, LeaseStep};
 mod local;
 pub mod metrics;
 pub mod protocol;
@@ -60,7 +62,6 @@ use crate::session::{
 use crate::store::{LocationStore, OwnerLease, StoreError};
 use activation::ActivationWaiter;
 use calls::{request_error, send_error};
-use lease::LeaseState;
 use local::{Actors, SpotState};
 use protocol::NodeInfo;
 
@@ -104,12 +105,19 @@ pub struct NodeOptions {
     /// The clock of the session timers (the 100 ms replacement close, the callback timeout);
     /// tests inject a [`crate::session::ManualClock`].
     pub clock: Arc<dyn Clock>,
-    /// The monotonic clock of the owner lease: its renewal timer and the local lease deadline
-    /// (SB-5.11); tests inject a [`crate::session::ManualClock`].
+    /// The clock of the owner lease: its renewal timer and the local lease deadline (SB-5.11).
+    /// Default [`crate::clock::BootClock`] (`CLOCK_BOOTTIME`: it counts time the machine was
+    /// suspended, so a lease that ran out during a suspend has lapsed at once after the
+    /// resume); tests inject a [`crate::session::ManualClock`].
     pub lease_clock: Arc<dyn Clock>,
     /// Where to serve the Prometheus endpoint (`GET /metrics`, [`metrics`]); `None` (the
     /// default) serves none. Port 0 picks a free port ([`Node::metrics_addr`]).
     pub metrics: Option<std::net::SocketAddr>,
+    /// Who may do what on the client port ([`access`]): the policy for clients that are not
+    /// the operator, the operator credential and the bound on a session's operations in
+    /// flight. The default ([`access::ClientAccess::new`]) refuses every framework operation
+    /// to every session (only session packets pass) and has no operator credential.
+    pub client_access: access::ClientAccess,
 }
 
 impl NodeOptions {
@@ -132,8 +140,9 @@ impl NodeOptions {
             max_bindings_per_session: crate::session::aggregate::DEFAULT_BINDING_LIMIT,
             sessions: SessionHandlers::new(),
             clock: Arc::new(SystemClock),
-            lease_clock: Arc::new(SystemClock),
+            lease_clock: Arc::new(crate::clock::BootClock::new()),
             metrics: None,
+            client_access: access::ClientAccess::new(),
         }
     }
 
@@ -146,6 +155,14 @@ impl NodeOptions {
             seal_timeout: self.session_relocation_seal_timeout,
             ..crate::relocation::RelocationConfig::default()
         }
+    }
+
+    /// Who may do what on the client port ([`access`]); e.g.
+    /// `with_client_access(ClientAccess::open())` for a trusted network.
+    #[must_use]
+    pub fn with_client_access(mut self, access: access::ClientAccess) -> Self {
+        self.client_access = access;
+        self
     }
 
     /// The session application (packet handlers, callbacks).
@@ -325,6 +342,8 @@ struct Inner {
     metrics: metrics::NodeMetrics,
     /// The bound metrics endpoint.
     metrics_addr: Option<std::net::SocketAddr>,
+    /// Client sessions' rights and the refusal counters ([`access`]).
+    access: Arc<access::ClientAccessTable>,
 }
 
 /// A running node. Cheap to clone (a handle).
@@ -454,11 +473,16 @@ impl Node {
                 timer_ticks_skipped: Arc::new(AtomicU64::new(0)),
                 metrics: node_metrics,
                 metrics_addr: metrics_listener.as_ref().map(|(_, a)| *a),
+                access: access::ClientAccessTable::new(options.client_access),
             }),
         };
         node.spawn_background(inbound);
         if let Some((listener, addr)) = metrics_listener {
-            let server = tokio::spawn(metrics::serve(listener, Arc::downgrade(&node.inner)));
+            let server = tokio::spawn(metrics::serve(
+                listener,
+                Arc::downgrade(&node.inner),
+                node.inner.metrics.endpoint.clone(),
+            ));
             lock(&node.inner.tasks).push(server);
             tracing::info!(%addr, "metrics served at /metrics");
         }
@@ -642,7 +666,21 @@ impl Node {
                 .into_iter()
                 .map(|(reason, n)| (reason.as_str().to_owned(), n))
                 .collect(),
+            client_refusals: self
+                .inner
+                .access
+                .refusals()
+                .into_iter()
+                .filter(|(_, n)| *n > 0)
+                .collect(),
         }
+    }
+
+    /// Client sessions the node keeps access state for now (rights, created incarnations,
+    /// operations in flight, [`access`]): each is dropped when its session ends.
+    #[must_use]
+    pub fn access_sessions(&self) -> usize {
+        self.inner.access.sessions()
     }
 
     fn check_accepting(&self) -> Result<(), ActorError> {

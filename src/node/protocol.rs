@@ -17,9 +17,12 @@
 //! | 0xFFFF0007 `LIST_ACTORS` | [`ListActors`] | [`ActorList`] — the node's own actors, by id, a page at a time |
 //! | 0xFFFF0008 `LIST_SESSIONS` | [`ListSessions`] | [`SessionList`] — the node's client sessions, by id, a page at a time |
 //! | 0xFFFF0009 `COUNTERS` | `()` | [`NodeCounters`] — what the metrics endpoint serves |
+//! | 0xFFFF000A `AUTHENTICATE` | [`Authenticate`] | `()` — the session is the operator from now on |
 //!
-//! The last three are the operator's (`zlink-node ctl`); they read the node's state and change
-//! nothing.
+//! `LIST_ACTORS`, `LIST_SESSIONS` and `COUNTERS` are the operator's (`zlink-node ctl`); they
+//! read the node's state and change nothing. Who may send which operation is decided by the
+//! node's [`crate::node::access`] settings (by default: only a session that presented the
+//! operator credential with `AUTHENTICATE`).
 //!
 //! `CreateActor::node` names the node that must own the new actor (any node of the mesh; the
 //! contacted node forwards the activation to it); `None` = the contacted node.
@@ -47,6 +50,9 @@ pub const LIST_ACTORS: DispatchKey = DispatchKey::new(0xFFFF_0007);
 pub const LIST_SESSIONS: DispatchKey = DispatchKey::new(0xFFFF_0008);
 /// The node's counters (client key 0xFFFF0009, operator).
 pub const COUNTERS: DispatchKey = DispatchKey::new(0xFFFF_0009);
+/// Present the operator credential (client key 0xFFFF000A, payload [`Authenticate`]): the
+/// session may do every operation from then on.
+pub const AUTHENTICATE: DispatchKey = DispatchKey::new(0xFFFF_000A);
 
 /// The most entries one `LIST_ACTORS` / `LIST_SESSIONS` reply carries (a larger `limit` is
 /// cut to it).
@@ -79,6 +85,20 @@ pub struct CreateActor {
     /// Factory input.
     #[serde(with = "serde_bytes")]
     pub init: Vec<u8>,
+}
+
+/// Payload of `AUTHENTICATE`.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Authenticate {
+    /// The node's operator credential (its bytes as configured).
+    #[serde(with = "serde_bytes")]
+    pub credential: Vec<u8>,
+}
+
+impl std::fmt::Debug for Authenticate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Authenticate { credential: .. }")
+    }
 }
 
 /// Payload of `GET`.
@@ -138,6 +158,11 @@ pub struct NodeInfo {
     /// `zlink_mesh::DropReason`, snake_case); only non-zero counters.
     #[serde(default)]
     pub mesh_drops: std::collections::BTreeMap<String, u64>,
+    /// Refused client operations by `"<operation>/<reason>"` (the closed vocabularies of
+    /// [`crate::node::access::ClientOperation`] and [`crate::node::access::Refusal`]); only
+    /// non-zero counters.
+    #[serde(default)]
+    pub client_refusals: std::collections::BTreeMap<String, u64>,
 }
 
 /// Payload of `LIST_ACTORS`.
@@ -259,7 +284,7 @@ pub struct NodeCounters {
     pub timer_ticks_skipped: u64,
     /// Client requests (144) and sends (147) by framework operation (`create`, `get_or_create`,
     /// `get`, `call`, `send`, `destroy`, `node_info`, `list_actors`, `list_sessions`,
-    /// `counters`, `unknown`); session packets are not in it.
+    /// `counters`, `authenticate`, `unknown`); session packets are not in it.
     pub client_operations: std::collections::BTreeMap<String, u64>,
     /// Terminal answers to requests by `"<origin>/<result>"`: origin `client` or `peer`,
     /// result `ok` or the error kind (`unavailable`, `invalid_operation`, `not_found`,
@@ -279,6 +304,15 @@ pub struct NodeCounters {
     /// Refused session records by `"<record>/<reason>"` (`session::FlowRecord` /
     /// `session::FlowReject`, SB-5.9).
     pub session_rejects: std::collections::BTreeMap<String, u64>,
+    /// Refused client operations by `"<operation>/<reason>"`, every pair (the closed
+    /// vocabularies of [`crate::node::access::ClientOperation`] and
+    /// [`crate::node::access::Refusal`]). Absent from older nodes' replies.
+    #[serde(default)]
+    pub client_refusals: std::collections::BTreeMap<String, u64>,
+    /// Metrics endpoint connections closed at once, by reason: `too_many` (64 open) and
+    /// `too_many_from_host` (8 open from that IP address). Absent from older nodes' replies.
+    #[serde(default)]
+    pub metrics_refused: std::collections::BTreeMap<String, u64>,
     /// Actor relocations completed here (none until relocation exists).
     pub relocations: u64,
     /// Location Store calls by operation (`register_owner`, `renew_owner`, …) with their

@@ -366,19 +366,31 @@ impl CycleDeadline {
         }
     }
 
-    /// Reads the system clock and compares it with `deadline()` (read under the arming lock, so
-    /// a concurrent [`CycleDeadline::disarm`] is either before or after both); before it, arms
-    /// the limit from this reading. When another thread is arming, only reads and compares.
-    pub fn read_before(&self, deadline: impl FnOnce() -> Instant) -> DeadlineReading {
+    /// How far ahead of a clock reading a limit is armed at most: past it the clock is read
+    /// again even when the deadline is further. It bounds what a clock step the counter does
+    /// not see (a suspend that stops the counter without resetting it, on a clock that counts
+    /// suspended time) can hide: at most this much of the counter's time after the resume.
+    pub const HORIZON: Duration = Duration::from_millis(10);
+
+    /// Reads the clock (`now`: the system clock, or another at its rate while the process runs)
+    /// and compares it with `deadline()` (read under the arming lock, so a concurrent
+    /// [`CycleDeadline::disarm`] is either before or after both); before it, arms the limit from
+    /// this reading, at most [`CycleDeadline::HORIZON`] ahead. When another thread is arming,
+    /// only reads and compares.
+    pub fn read_before(
+        &self,
+        now: impl Fn() -> Instant,
+        deadline: impl FnOnce() -> Instant,
+    ) -> DeadlineReading {
         let Ok(mut last) = self.arming.try_lock() else {
-            let now = Instant::now();
+            let now = now();
             return DeadlineReading {
                 now,
                 before: now < deadline(),
             };
         };
         let before_read = cycles::read();
-        let now = Instant::now();
+        let now = now();
         let after_read = cycles::read();
         let deadline = deadline();
         if let Some((from, then)) = *last {
@@ -390,7 +402,10 @@ impl CycleDeadline {
         }
         let before = now < deadline;
         if before {
-            let left = deadline.saturating_duration_since(now).as_nanos();
+            let left = deadline
+                .saturating_duration_since(now)
+                .min(Self::HORIZON)
+                .as_nanos();
             if let Some(limit) = cycles::limit(before_read, left) {
                 self.anchor
                     .store(before_read, crate::sync::atomic::Ordering::Relaxed);

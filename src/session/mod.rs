@@ -52,7 +52,7 @@ use crate::config::{ConfigError, HandlerRegistry};
 use crate::runtime::{BoxFuture, HandlerError};
 
 pub use aggregate::{Binding, SessionBindingAggregate, SessionIdentity};
-pub use clock::{Clock, ManualClock, SystemClock};
+pub use clock::{BootClock, Clock, ManualClock, SystemClock};
 pub use flow::{FlowCounters, FlowRecord, FlowReject};
 pub(crate) use owner::{SessionHost, SessionOwner, SessionOwnerConfig};
 pub use slot::{BindingSlot, RegisteredBinding};

@@ -199,9 +199,10 @@ pub trait LocationStore: Send + Sync + fmt::Debug {
     /// [`StoreError::LeaseNotLive`] (the caller's lease ended).
     fn destroy(&self, actor_id: ActorId, fence: OwnerFence) -> StoreFuture<'_, ()>;
 
-    /// The longest a write — a lease renewal included — can wait inside the backend before it
-    /// answers (SQLite: the busy timeout on another writer's lock); `None` when the backend
-    /// never waits on other writers (memory). A node refuses an owner lease TTL whose renewal
+    /// The longest an owner lease operation — a renewal — can wait inside the backend before it
+    /// answers (SQLite: the lease connection's busy timeout on another writer's lock,
+    /// [`SqliteOptions::lease_busy_timeout`]); `None` when the backend never waits on other
+    /// writers (memory). A node refuses an owner lease TTL whose renewal
     /// slack is not longer than this (`ConfigError::LeaseTtlTooShort`).
     fn write_wait_limit(&self) -> Option<Duration> {
         None
@@ -299,9 +300,9 @@ pub fn open_with_clock(
 ) -> Result<Arc<dyn LocationStore>, StoreError> {
     match url {
         StoreUrl::Memory => Ok(Arc::new(MemoryStore::with_clock(clock))),
-        StoreUrl::Sqlite(path) => Ok(Arc::new(SqliteStore::open_with(
+        StoreUrl::Sqlite(path, options) => Ok(Arc::new(SqliteStore::open_with(
             path,
-            SqliteOptions::default(),
+            options.clone(),
             clock,
         )?)),
         StoreUrl::Redis(redis_url) => Ok(Arc::new(RedisStore::open_with_clock(

@@ -117,6 +117,25 @@ impl Keys {
     }
 }
 
+/// Which of a handle's two connections a call uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Lane {
+    /// Actor operations.
+    Actors,
+    /// The owner lease (register, renew, release).
+    Lease,
+}
+
+impl Lane {
+    /// The connection's name on the server (`CLIENT LIST`).
+    fn client_name(self) -> &'static str {
+        match self {
+            Lane::Actors => "zlink-store",
+            Lane::Lease => "zlink-store-lease",
+        }
+    }
+}
+
 /// An established handle: the auto-reconnecting connection and the instance marker seen first.
 struct Conn {
     manager: ConnectionManager,
@@ -130,7 +149,12 @@ struct Shared {
     options: RedisOptions,
     keys: Keys,
     time: TimeSource,
+    /// The connection of the actor operations (reservations, lookups, moves, destroys).
     conn: OnceCell<Conn>,
+    /// The owner lease's own connection (register, renew, release): a renewal never waits
+    /// behind actor operations queued on the other (one `ConnectionManager` is one multiplexed
+    /// TCP connection, answered in order).
+    lease_conn: OnceCell<Conn>,
     commit: Script,
 }
 
@@ -279,6 +303,7 @@ impl RedisStore {
                 options,
                 time,
                 conn: OnceCell::new(),
+                lease_conn: OnceCell::new(),
                 commit: Script::new(COMMIT_SCRIPT),
             }),
         })
@@ -300,48 +325,82 @@ impl RedisStore {
         o.connection_timeout + o.response_timeout * 2
     }
 
-    /// The established connection, connecting on first use.
+    /// The established connection of the actor operations, connecting on first use.
     async fn conn(&self) -> Result<&Conn, StoreError> {
-        self.shared
-            .conn
-            .get_or_try_init(|| async {
-                let o = &self.shared.options;
-                // No reconnect retries inside one call: a call fails fast while the server is
-                // away, and the next call starts a new attempt.
-                let config = redis::aio::ConnectionManagerConfig::new()
-                    .set_number_of_retries(0)
-                    .set_response_timeout(Some(o.response_timeout))
-                    .set_connection_timeout(Some(o.connection_timeout));
-                let mut manager =
-                    ConnectionManager::new_with_config(self.shared.client.clone(), config)
-                        .await
-                        .map_err(redis_err)?;
-                let key = self.shared.keys.instance();
-                let marker = format!("{:016x}{:016x}", rand_u64(), rand_u64());
-                let (instance,): (Option<Vec<u8>>,) = redis::pipe()
-                    .cmd("SET")
-                    .arg(&key)
-                    .arg(&marker)
-                    .arg("NX")
-                    .ignore()
-                    .cmd("GET")
-                    .arg(&key)
-                    .query_async(&mut manager)
-                    .await
-                    .map_err(redis_err)?;
-                let instance = instance.ok_or_else(|| corrupt("instance marker vanished"))?;
-                Ok(Conn { manager, instance })
-            })
-            .await
+        self.connect(Lane::Actors).await
     }
 
-    /// Runs one attempt after another until one is not a write conflict.
-    async fn retry<T, F, Fut>(&self, mut attempt: F) -> Result<T, StoreError>
+    /// The established connection of `lane`, connecting on first use. Each connection is named
+    /// (`CLIENT SETNAME`, [`Lane::client_name`]) so an operator's `CLIENT LIST` tells them apart.
+    async fn connect(&self, lane: Lane) -> Result<&Conn, StoreError> {
+        let cell = match lane {
+            Lane::Actors => &self.shared.conn,
+            Lane::Lease => &self.shared.lease_conn,
+        };
+        cell.get_or_try_init(|| async {
+            let o = &self.shared.options;
+            // No reconnect retries inside one call: a call fails fast while the server is
+            // away, and the next call starts a new attempt.
+            let config = redis::aio::ConnectionManagerConfig::new()
+                .set_number_of_retries(0)
+                .set_response_timeout(Some(o.response_timeout))
+                .set_connection_timeout(Some(o.connection_timeout));
+            let mut manager =
+                ConnectionManager::new_with_config(self.shared.client.clone(), config)
+                    .await
+                    .map_err(redis_err)?;
+            let key = self.shared.keys.instance();
+            let marker = format!("{:016x}{:016x}", rand_u64(), rand_u64());
+            let (instance,): (Option<Vec<u8>>,) = redis::pipe()
+                .cmd("CLIENT")
+                .arg("SETNAME")
+                .arg(lane.client_name())
+                .ignore()
+                .cmd("SET")
+                .arg(&key)
+                .arg(&marker)
+                .arg("NX")
+                .ignore()
+                .cmd("GET")
+                .arg(&key)
+                .query_async(&mut manager)
+                .await
+                .map_err(redis_err)?;
+            let instance = instance.ok_or_else(|| corrupt("instance marker vanished"))?;
+            // One marker per handle: the other connection, if made first, saw the marker
+            // this one must see, else the server lost its data in between.
+            let other = match lane {
+                Lane::Actors => &self.shared.lease_conn,
+                Lane::Lease => &self.shared.conn,
+            };
+            if other.get().is_some_and(|o| o.instance != instance) {
+                return Err(StoreError::backend(
+                    BACKEND,
+                    "the Redis store lost its data since this handle connected",
+                ));
+            }
+            Ok(Conn { manager, instance })
+        })
+        .await
+    }
+
+    /// Runs one attempt after another until one is not a write conflict, on the actor
+    /// operations' connection.
+    async fn retry<T, F, Fut>(&self, attempt: F) -> Result<T, StoreError>
     where
         F: FnMut(Tx) -> Fut,
         Fut: Future<Output = Result<Option<T>, StoreError>>,
     {
-        let conn = self.conn().await?;
+        self.retry_on(Lane::Actors, attempt).await
+    }
+
+    /// [`RedisStore::retry`] on `lane`'s connection.
+    async fn retry_on<T, F, Fut>(&self, lane: Lane, mut attempt: F) -> Result<T, StoreError>
+    where
+        F: FnMut(Tx) -> Fut,
+        Fut: Future<Output = Result<Option<T>, StoreError>>,
+    {
+        let conn = self.connect(lane).await?;
         for n in 0..self.shared.options.max_attempts {
             if let Some(out) = attempt(Tx::new(&self.shared, conn)).await? {
                 return Ok(out);
@@ -778,7 +837,7 @@ impl LocationStore for RedisStore {
         node_generation: NodeGeneration,
         ttl: Duration,
     ) -> StoreFuture<'_, OwnerLease> {
-        Box::pin(self.retry(move |mut tx| {
+        Box::pin(self.retry_on(Lane::Lease, move |mut tx| {
             let node = node.clone();
             async move {
                 let keys = [tx.keys().lease(&node), tx.keys().last_lease_generation()];
@@ -803,7 +862,7 @@ impl LocationStore for RedisStore {
     }
 
     fn renew_owner(&self, holder: LeaseHolder, ttl: Duration) -> StoreFuture<'_, OwnerLease> {
-        Box::pin(self.retry(move |mut tx| {
+        Box::pin(self.retry_on(Lane::Lease, move |mut tx| {
             let holder = holder.clone();
             async move {
                 tx.begin(&[tx.keys().lease(&holder.node)]).await?;
@@ -816,7 +875,7 @@ impl LocationStore for RedisStore {
     }
 
     fn release_owner(&self, holder: LeaseHolder) -> StoreFuture<'_, ()> {
-        Box::pin(self.retry(move |mut tx| {
+        Box::pin(self.retry_on(Lane::Lease, move |mut tx| {
             let holder = holder.clone();
             async move {
                 tx.begin(&[tx.keys().lease(&holder.node)]).await?;

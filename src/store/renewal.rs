@@ -21,7 +21,7 @@ pub(crate) fn renewal_period(ttl: Duration) -> Duration {
 
 /// How long an owner lease renewal sent on time may take to answer before the local lease
 /// deadline passes: `TTL − TTL/10 (margin) − TTL/3 (renewal period)`. A store whose writes can
-/// wait longer (the SQLite busy timeout) cannot keep such a lease; the configuration refuses it
+/// wait longer (the SQLite lease busy timeout) cannot keep such a lease; the configuration refuses it
 /// ([`crate::config::check_lease_ttl`]).
 #[must_use]
 pub fn renewal_slack(ttl: Duration) -> Duration {

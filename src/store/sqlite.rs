@@ -15,8 +15,9 @@
 //!   answer through a oneshot. No tokio worker ever blocks on the file.
 //! - Owner lease operations (register, renew, release) have their **own connection and
 //!   thread**: a renewal never queues behind activations or lookups of the same handle; it
-//!   waits only for SQLite's write lock (one short transaction at a time), at most the busy
-//!   timeout ([`LocationStore::write_wait_limit`]).
+//!   waits only for SQLite's write lock (one short transaction at a time), at most the lease
+//!   connection's own, short busy timeout ([`SqliteOptions::lease_busy_timeout`],
+//!   [`LocationStore::write_wait_limit`]), never the 5 s other writes may wait.
 //!
 //! Schema (version 1, `PRAGMA user_version`): see [`SCHEMA`] and `docs/STORE.md`.
 
@@ -81,19 +82,34 @@ CREATE INDEX IF NOT EXISTS actor_locations_by_owner ON actor_locations (owner_no
 
 const META_LAST_LEASE_GENERATION: &str = "last_lease_generation";
 
-/// Tuning of a [`SqliteStore`] handle.
-#[derive(Clone, Debug)]
+/// Tuning of a [`SqliteStore`] handle. In a store URL: `sqlite:///PATH?busy_timeout_ms=N&lease_busy_timeout_ms=M`.
+#[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct SqliteOptions {
-    /// How long a write waits for another handle's or process's write lock before failing with
-    /// [`StoreError::Unavailable`]. Default 5 s.
+    /// How long an activation, `mark_ready`, `cas_owner` or `destroy` waits for another
+    /// handle's or process's write lock before failing with [`StoreError::Unavailable`].
+    /// Default 5 s ([`SqliteOptions::DEFAULT_BUSY_TIMEOUT`]).
     pub busy_timeout: Duration,
+    /// The same wait for the owner lease operations (register, renew, release), which run on
+    /// their own connection: the longest a renewal can wait ([`LocationStore::write_wait_limit`]),
+    /// so it bounds how short an owner lease TTL can be (a 1.5 s lease leaves a renewal
+    /// 850 ms). A renewal that fails on it is retried after a tenth of the TTL. Default 250 ms
+    /// ([`SqliteOptions::DEFAULT_LEASE_BUSY_TIMEOUT`]).
+    pub lease_busy_timeout: Duration,
+}
+
+impl SqliteOptions {
+    /// The default [`SqliteOptions::busy_timeout`].
+    pub const DEFAULT_BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+    /// The default [`SqliteOptions::lease_busy_timeout`].
+    pub const DEFAULT_LEASE_BUSY_TIMEOUT: Duration = Duration::from_millis(250);
 }
 
 impl Default for SqliteOptions {
     fn default() -> Self {
         Self {
-            busy_timeout: Duration::from_secs(5),
+            busy_timeout: Self::DEFAULT_BUSY_TIMEOUT,
+            lease_busy_timeout: Self::DEFAULT_LEASE_BUSY_TIMEOUT,
         }
     }
 }
@@ -104,7 +120,8 @@ struct Shared {
     jobs: mpsc::Sender<Job>,
     /// The lease connection's queue: owner lease operations only.
     lease_jobs: mpsc::Sender<Job>,
-    busy_timeout: Duration,
+    /// The lease connection's busy timeout: the longest a renewal waits for the lock.
+    lease_busy_timeout: Duration,
     clock: Arc<dyn Clock>,
     path: PathBuf,
 }
@@ -192,16 +209,18 @@ impl SqliteStore {
                 Err(InitError::Store(e)) => return Err(e),
             }
         }
-        // The schema exists now: the lease connection only needs its busy timeout.
+        // The schema exists now: the lease connection only needs its (short) busy timeout.
         let lease_conn = Connection::open(&path).map_err(sql)?;
-        lease_conn.busy_timeout(options.busy_timeout).map_err(sql)?;
+        lease_conn
+            .busy_timeout(options.lease_busy_timeout)
+            .map_err(sql)?;
         let jobs = spawn_store_thread("zlink-store-sqlite", conn)?;
         let lease_jobs = spawn_store_thread("zlink-store-lease", lease_conn)?;
         Ok(Self {
             shared: Arc::new(Shared {
                 jobs,
                 lease_jobs,
-                busy_timeout: options.busy_timeout,
+                lease_busy_timeout: options.lease_busy_timeout,
                 clock,
                 path,
             }),
@@ -693,7 +712,7 @@ impl LocationStore for SqliteStore {
     }
 
     fn write_wait_limit(&self) -> Option<Duration> {
-        Some(self.shared.busy_timeout)
+        Some(self.shared.lease_busy_timeout)
     }
 }
 

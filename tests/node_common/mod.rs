@@ -39,7 +39,9 @@ pub async fn start_node(
     let mut mc = mesh_config(name);
     mc.tap = tap;
     let registry = registry.unwrap_or_else(|| demo::registry().unwrap());
-    let mut options = NodeOptions::new(mc, store, registry);
+    // The tests' clients use every framework operation: a trusted network.
+    let mut options = NodeOptions::new(mc, store, registry)
+        .with_client_access(zlink::node::access::ClientAccess::open());
     options.peers = peers;
     Node::start(options).await.unwrap()
 }
@@ -114,7 +116,8 @@ pub async fn start_session_node(spec: SessionNodeSpec, store: Arc<dyn LocationSt
     let registry = spec.registry.unwrap_or_else(|| demo::registry().unwrap());
     let mut options = NodeOptions::new(mc, store, registry)
         .with_sessions(spec.sessions)
-        .unwrap();
+        .unwrap()
+        .with_client_access(zlink::node::access::ClientAccess::open());
     options.peers = spec.peers;
     if let Some(c) = spec.clock {
         options.clock = c;

@@ -1,5 +1,5 @@
-//! The body of the `decode` fuzz target (`wire/fuzz/fuzz_targets/decode.rs`), kept in the crate so
-//! that it is unit-tested without cargo-fuzz.
+//! The bodies of the `decode` and `batch` fuzz targets (`wire/fuzz/fuzz_targets/`), kept in the
+//! crate so that they are unit-tested without cargo-fuzz.
 //!
 //! Input format: an input starting with [`TWO_PARTS`] is `[0x02][u16 BE length n][envelope of n
 //! bytes][payload part = the rest]` (inputs too short for their `n` are tried as one part); any
@@ -94,6 +94,45 @@ pub fn check_batch(frame: &Bytes, limits: &Limits) -> usize {
     decoded
 }
 
+/// The `batch` target: the batch walker on arbitrary bytes. `data` is tried as a whole frame
+/// and, so that the fuzzer reaches the sub-record walk without first finding a valid 139
+/// header, as `[count byte][sub-records]` behind a valid batch prefix of `count % 8 + 1`
+/// records. For each: [`check_batch`] (parse, re-encode to the same bytes, decode and round-trip
+/// every sub-record), and the unvalidated walker [`crate::batch::sub_records`] never panics
+/// and, on a frame that parsed, yields exactly the records the validated parse did.
+///
+/// # Panics
+/// Only if the batch codec is broken (as [`check_batch`]), or the two walkers disagree.
+pub fn batch_any(data: &[u8]) {
+    let limits = Limits::DEFAULT;
+    let whole = Bytes::copy_from_slice(data);
+    check_walkers(&whole, &limits);
+    if let Some((&count, rest)) = data.split_first() {
+        let count = u32::from(count % 8) + 1;
+        let mut frame = crate::batch::batch_prefix(count).to_vec();
+        frame.extend_from_slice(rest);
+        check_walkers(&Bytes::from(frame), &limits);
+    }
+}
+
+fn check_walkers(frame: &Bytes, limits: &Limits) {
+    check_batch(frame, limits);
+    let declared = frame
+        .get(crate::frame::HEADER_LEN..crate::frame::HEADER_LEN + 4)
+        .map_or(0, |b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]));
+    let raw: Vec<_> = crate::batch::sub_records(frame, declared.min(1 << 16))
+        .map(|r| (r.envelope, r.payload))
+        .collect();
+    if let Ok(batch) = BatchFrame::parse(frame.clone()) {
+        let parsed: Vec<_> = batch.records().map(|r| (r.envelope, r.payload)).collect();
+        assert_eq!(parsed.len(), raw.len(), "both walkers see every record");
+        for ((pe, pp), (re, rp)) in parsed.iter().zip(&raw) {
+            assert_eq!(pe, re);
+            assert_eq!(pp.as_deref(), *rp);
+        }
+    }
+}
+
 fn check_round_trip(decoded: &Decoded, limits: &Limits) {
     let frames = encode(
         &decoded.record,
@@ -156,6 +195,24 @@ mod tests {
             enc.push(e, p.as_deref()).unwrap();
         }
         enc.finish()
+    }
+
+    #[test]
+    fn committed_batch_corpus_runs() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus/batch");
+        let mut seen = 0;
+        for entry in std::fs::read_dir(dir).expect("batch seed corpus exists") {
+            batch_any(&std::fs::read(entry.unwrap().path()).unwrap());
+            seen += 1;
+        }
+        assert!(seen >= 3);
+    }
+
+    proptest! {
+        #[test]
+        fn the_batch_target_never_panics(data in proptest::collection::vec(any::<u8>(), 0..300)) {
+            batch_any(&data);
+        }
     }
 
     #[test]
