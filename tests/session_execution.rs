@@ -806,3 +806,76 @@ async fn refused_binds_and_relays_are_counted_at_the_actor_owner() {
         1
     );
 }
+
+/// A registry with a `staller` type whose `Wait` handler holds its turn until the test
+/// releases it (`gate`), counting the turns that started (`started`).
+fn staller_registry(gate: Arc<Notify>, started: Arc<AtomicUsize>) -> zlink::actor::ActorRegistry {
+    let mut registry = demo::registry().unwrap();
+    registry
+        .register(
+            ActorTypeBuilder::new("staller", |_i, _b| Ok(()))
+                .handle(move |_: &mut (), _ctx, _: Wait| {
+                    let (g, s) = (gate.clone(), started.clone());
+                    s.fetch_add(1, Ordering::SeqCst);
+                    Handled::later(async move {
+                        g.notified().await;
+                        Ok(())
+                    })
+                })
+                .build()
+                .unwrap(),
+        )
+        .unwrap();
+    registry
+}
+
+// spec: SB-1.5
+// spec: SB-10
+// spec: SB-5.3
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_actor_does_not_delay_the_sessions_requests_to_another_actor() {
+    // One session, two bound actors: a relay request to `staller` waits in its handler until
+    // the test releases it. The session's turn ended when the 24 was handed off, so the same
+    // session's requests to the other actor are answered meanwhile; the stalled request is
+    // answered on its own once released. Both placements of the stalled actor (local and on
+    // the other node).
+    let gate = Arc::new(Notify::new());
+    let started = Arc::new(AtomicUsize::new(0));
+    let registry = staller_registry(gate.clone(), started.clone());
+    let (a, _b, _ta, _tb) = session_pair(memory_store(), demo::sessions(), Some(registry)).await;
+    let c = Arc::new(client_of(&a));
+    for (round, (stall_on, other_on)) in [("a", "b"), ("b", "a")].into_iter().enumerate() {
+        let s = c
+            .create("staller", &format!("s{round}"), Placement::on(stall_on))
+            .await
+            .unwrap();
+        let e = c
+            .create("echo", &format!("e{round}"), Placement::on(other_on))
+            .await
+            .unwrap();
+        bind(&c, &s).await;
+        bind(&c, &e).await;
+        let stalled = {
+            let (c, s) = (c.clone(), s.clone());
+            tokio::spawn(async move { relay_req(&c, &s, &Wait).await })
+        };
+        wait_until("the stalled handler started", || {
+            started.load(Ordering::SeqCst) == round + 1
+        })
+        .await;
+        for i in 0..5u8 {
+            let out = tokio::time::timeout(TIMEOUT, relay_req(&c, &e, &Echo(vec![i])))
+                .await
+                .expect("a request to another actor waited for the stalled one")
+                .unwrap();
+            assert_eq!(out.0, vec![i]);
+        }
+        assert!(!stalled.is_finished(), "the stalled request ended early");
+        gate.notify_one();
+        tokio::time::timeout(TIMEOUT, stalled)
+            .await
+            .expect("the stalled request's reply")
+            .unwrap()
+            .unwrap();
+    }
+}

@@ -451,6 +451,7 @@ impl SessionHost for NodeSessionHost {
         key: DispatchKey,
         payload: Bytes,
         timeout: Option<Duration>,
+        admitted: Option<tokio::sync::oneshot::Sender<()>>,
     ) -> RelaySent {
         let Some(node) = self.node() else {
             return RelaySent::Now(Err(gone()));
@@ -480,6 +481,8 @@ impl SessionHost for NodeSessionHost {
                                 Some(ReplyTo::Local(tx)),
                             )
                             .await;
+                        // In the actor's queue (or refused).
+                        drop(admitted);
                         match tokio::time::timeout(t, rx).await {
                             Ok(Ok(Ok(b))) => Ok(Some(b)),
                             Ok(Ok(Err(e))) => Err(refusal(&e)),
@@ -551,7 +554,13 @@ impl SessionHost for NodeSessionHost {
                 Box::pin(async move {
                     node.inner
                         .mesh
-                        .request_record(&to, Record::ActorSend(rec), Some(payload), t)
+                        .request_record_admitted(
+                            &to,
+                            Record::ActorSend(rec),
+                            Some(payload),
+                            t,
+                            move || drop(admitted),
+                        )
                         .await
                         .map(|r| Some(r.payload.unwrap_or_default()))
                         .map_err(|e| refusal(&request_error(&to, e)))

@@ -207,6 +207,25 @@ pub enum PacketTurn {
     Done(Result<Bytes, PacketError>),
     /// Waits: the turn (still holding the session's lane) ends when this future does.
     Later(BoxFuture<Result<Bytes, PacketError>>),
+    /// Answered by the bound actor: a relay request handed off ([`BoundActor::forward`]). The
+    /// turn ends once the 24 is in the actor owner's queue — the session's lane runs its next
+    /// packets while the actor works (SB-1.5, SB-10) — and the actor's reply, converted by the
+    /// forward's [`ReplyMap`], answers the client's request on its own, with the request's
+    /// correlation and deadline.
+    Forward(Forward),
+}
+
+/// How a forwarded relay's reply bytes become the client's reply ([`BoundActor::forward`]):
+/// a plain function (no state, no session access), run wherever the reply arrives.
+pub type ReplyMap = fn(Bytes) -> Result<Bytes, PacketError>;
+
+/// A relay request handed off by a packet turn ([`PacketTurn::Forward`]).
+pub struct Forward(owner::Forwarded);
+
+impl std::fmt::Debug for Forward {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Forward(..)")
+    }
 }
 
 impl std::fmt::Debug for PacketTurn {
@@ -214,6 +233,7 @@ impl std::fmt::Debug for PacketTurn {
         match self {
             PacketTurn::Done(out) => f.debug_tuple("Done").field(out).finish(),
             PacketTurn::Later(_) => f.write_str("Later(..)"),
+            PacketTurn::Forward(_) => f.write_str("Forward(..)"),
         }
     }
 }
@@ -478,6 +498,22 @@ impl Session {
         turn_of(self.owner.send_ticket(ticket, key, payload, None), reply)
     }
 
+    /// The relay request of a [`Session::relay_ticket`] forwarded as
+    /// [`BoundActor::forward`] does.
+    pub(crate) fn forward_ticket_turn(
+        &self,
+        ticket: aggregate::RelayTicket,
+        key: DispatchKey,
+        payload: Bytes,
+        timeout: Duration,
+        map: ReplyMap,
+    ) -> PacketTurn {
+        PacketTurn::Forward(Forward(
+            self.owner
+                .forward_ticket(ticket, key, payload, timeout, map),
+        ))
+    }
+
     /// The session's bound actors (SB-13).
     #[must_use]
     pub fn actors(&self) -> SessionActors<'_> {
@@ -685,6 +721,36 @@ impl BoundActor {
         match sent {
             Err(e) => PacketTurn::Done(Err(e.into())),
             Ok(sent) => turn_of(sent, reply),
+        }
+    }
+
+    /// A relay request that answers the packet being handled: the packet turn for a
+    /// [`SessionHandlers::packet_turn`] handler to return. The 24 (a request with `timeout`)
+    /// goes over the stored route as [`BoundActor::relay`]'s; the turn ends once it is in the
+    /// actor owner's queue (so this session's later relays to the actor follow it, SB-5.3),
+    /// not when the actor replies: the session's next packets, to this actor or another, run
+    /// meanwhile (SB-1.5, SB-10). The actor's reply, converted by `map`, then answers the
+    /// client's request (its refusal or `DeadlineExceeded` the same way); a one-way packet's
+    /// outcome is only logged.
+    #[must_use]
+    pub fn forward(
+        &self,
+        key: DispatchKey,
+        payload: Bytes,
+        timeout: Duration,
+        map: ReplyMap,
+    ) -> PacketTurn {
+        match self.session.owner.forward_start(
+            &self.session.entry,
+            &self.binding.actor,
+            self.binding.generation,
+            key,
+            payload,
+            timeout,
+            map,
+        ) {
+            Ok(f) => PacketTurn::Forward(Forward(f)),
+            Err(e) => PacketTurn::Done(Err(e.into())),
         }
     }
 

@@ -43,6 +43,16 @@ pub(crate) enum RelaySent {
     Later(BoxFuture<Result<Option<Bytes>, Refusal>>),
 }
 
+/// A relay request handed off by a packet turn ([`super::PacketTurn::Forward`]): its terminal
+/// (to wait for), the end of its admission (the 24 is in the actor owner's queue) and how its
+/// reply becomes the client's.
+pub(crate) struct Forwarded {
+    sent: RelaySent,
+    /// Resolves (sent or dropped) once the 24 passed admission or failed.
+    admitted: oneshot::Receiver<()>,
+    map: super::ReplyMap,
+}
+
 /// A refusal of the actor owner or the transport, as the application sees it.
 pub(crate) fn remote((kind, detail): Refusal) -> SessionError {
     SessionError::Remote { kind, detail }
@@ -60,13 +70,15 @@ pub(crate) trait SessionHost: Send + Sync + 'static {
     ) -> BoxFuture<Result<BindSnapshot, Refusal>>;
     /// The 24 of `ticket` with `key` to its actor owner: a request when `timeout` is given
     /// (its reply payload), a one-way send otherwise (to a peer: from the binding's template,
-    /// [`RelayTicket::template`], when it has one).
+    /// [`RelayTicket::template`], when it has one). `admitted`, when given, is dropped once
+    /// the 24 is in the actor owner's queue (or failed): a later 24 to that actor follows it.
     fn send_relay(
         &self,
         ticket: RelayTicket,
         key: DispatchKey,
         payload: Bytes,
         timeout: Option<Duration>,
+        admitted: Option<oneshot::Sender<()>>,
     ) -> RelaySent;
     /// A push (148) to a client if its outbound budget has room now (never waits).
     fn try_push(
@@ -696,6 +708,43 @@ impl SessionOwner {
                     return Handled::ok(());
                 }
                 PacketTurn::Later(turn) => turn,
+                PacketTurn::Forward(super::Forward(f)) => {
+                    let map = f.map;
+                    let answer = move |out: Result<Option<Bytes>, Refusal>| {
+                        out.map_err(|e| super::PacketError::from(remote(e)))
+                            .and_then(|b| map(b.unwrap_or_default()))
+                    };
+                    let wait = match f.sent {
+                        RelaySent::Now(out) => {
+                            finish(reply, answer(out));
+                            drop(guard);
+                            return Handled::ok(());
+                        }
+                        RelaySent::Later(wait) => wait,
+                    };
+                    // The reply answers the client wherever it arrives; the turn ends once
+                    // the 24 is in the actor owner's queue (SB-1.5, SB-5.3, SB-10).
+                    let rest: BoxFuture<()> = Box::pin(async move {
+                        let _guard = guard;
+                        finish(reply, answer(wait.await));
+                    });
+                    // Turns run in the lane runtime's context, inline ones too.
+                    let Ok(rt) = tokio::runtime::Handle::try_current() else {
+                        return Handled::later(async move {
+                            rest.await;
+                            Ok(())
+                        });
+                    };
+                    super::inline::Detached::start(rest, rt);
+                    let mut admitted = f.admitted;
+                    return match admitted.try_recv() {
+                        Err(oneshot::error::TryRecvError::Empty) => Handled::later(async move {
+                            let _ = admitted.await;
+                            Ok(())
+                        }),
+                        _ => Handled::ok(()),
+                    };
+                }
             };
             let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
             if let std::task::Poll::Ready(out) = handler_turn.as_mut().poll(&mut cx) {
@@ -970,7 +1019,46 @@ impl SessionOwner {
         payload: Bytes,
         timeout: Option<Duration>,
     ) -> RelaySent {
-        self.host.send_relay(ticket, key, payload, timeout)
+        self.host.send_relay(ticket, key, payload, timeout, None)
+    }
+
+    /// [`SessionOwner::relay_start`] of a forwarded request ([`super::BoundActor::forward`]).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn forward_start(
+        &self,
+        entry: &Arc<SessionEntry>,
+        actor: &ActorId,
+        generation: BindingGeneration,
+        key: DispatchKey,
+        payload: Bytes,
+        timeout: Duration,
+        map: super::ReplyMap,
+    ) -> Result<Forwarded, SessionError> {
+        let ticket = entry.agg().relay(actor, generation).map_err(|r| {
+            self.flow.reject(FlowRecord::Relay, r, actor);
+            SessionError::of_reject(actor, r)
+        })?;
+        Ok(self.forward_ticket(ticket, key, payload, timeout, map))
+    }
+
+    /// The 24 request of a relay ticket whose reply answers the client's packet on its own.
+    pub(crate) fn forward_ticket(
+        &self,
+        ticket: RelayTicket,
+        key: DispatchKey,
+        payload: Bytes,
+        timeout: Duration,
+        map: super::ReplyMap,
+    ) -> Forwarded {
+        let (tx, admitted) = oneshot::channel();
+        let sent = self
+            .host
+            .send_relay(ticket, key, payload, Some(timeout), Some(tx));
+        Forwarded {
+            sent,
+            admitted,
+            map,
+        }
     }
 
     pub(crate) async fn get_actor(&self, actor: ActorId) -> Result<ActorRef, SessionError> {
@@ -1251,6 +1339,7 @@ mod tests {
             _: DispatchKey,
             _: Bytes,
             _: Option<Duration>,
+            _: Option<oneshot::Sender<()>>,
         ) -> RelaySent {
             RelaySent::Now(Err((ErrorKind::Unavailable, "test".into())))
         }
