@@ -334,7 +334,8 @@ async fn the_public_session_surface() {
         vec![
             "bound e".to_owned(),
             "relayed r".to_owned(),
-            format!("after notify {:?}", Some(ErrorKind::InvalidOperation)),
+            // A relay through the retired binding: a stale binding fence (SB-12).
+            format!("after notify {:?}", Some(ErrorKind::Unavailable)),
         ]
     );
 }
@@ -757,11 +758,16 @@ async fn a_handle_of_a_retired_binding_never_acts_on_the_current_one() {
     let (a, _b, _ta, _tb) = session_pair(memory_store(), sessions, None).await;
     let c = client_of(&a);
     let counter = c.create("counter", "c", Placement::on("b")).await.unwrap();
+    // spec: SB-12
+    // A relay through the retired binding is a stale binding fence (`Unavailable`, as the
+    // actor owner answers it); unbind / notify of an identity no longer current are refused
+    // as `InvalidOperation` (as the actor owner's tombstone answers them).
     let invalid = format!("{:?}", Some(ErrorKind::InvalidOperation));
+    let unavailable = format!("{:?}", Some(ErrorKind::Unavailable));
     assert_eq!(
         c.packet(&StaleHandle(counter)).await.unwrap(),
         vec![
-            invalid.clone(),
+            unavailable,
             invalid.clone(),
             invalid,
             "current 1".to_owned()

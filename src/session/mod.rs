@@ -77,6 +77,14 @@ pub enum SessionError {
         /// The actor.
         actor: ActorId,
     },
+    /// A relay through a binding that ended (replaced by another session's bind, unbound,
+    /// notified as disconnected): a stale binding fence, `Unavailable` (SB-12, SB-4.1) — the
+    /// same kind the actor owner answers for a relay of a retired binding generation.
+    #[error("the binding of actor {actor} is retired")]
+    Retired {
+        /// The actor.
+        actor: ActorId,
+    },
     /// A bind of that actor is already in flight on this session (`InvalidOperation`).
     #[error("a bind of actor {actor} is already in progress")]
     BindInProgress {
@@ -117,15 +125,22 @@ impl SessionError {
             | SessionError::BindInProgress { .. }
             | SessionError::TooManyBindings
             | SessionError::Codec(_) => ErrorKind::InvalidOperation,
-            SessionError::Closing | SessionError::Closed | SessionError::ShuttingDown => {
-                ErrorKind::Unavailable
-            }
+            SessionError::Retired { .. }
+            | SessionError::Closing
+            | SessionError::Closed
+            | SessionError::ShuttingDown => ErrorKind::Unavailable,
             SessionError::Remote { kind, .. } => *kind,
         }
     }
 
-    fn of_reject(actor: &ActorId, r: FlowReject) -> Self {
+    /// The application's error for a refusal of a `record` of `actor`: one kind per SB-12
+    /// condition.
+    fn of_reject(record: FlowRecord, actor: &ActorId, r: FlowReject) -> Self {
         match r {
+            // A relay through a retired binding is a stale binding fence (SB-12).
+            FlowReject::BindingRetired if record == FlowRecord::Relay => SessionError::Retired {
+                actor: actor.clone(),
+            },
             FlowReject::NotBound | FlowReject::BindingRetired => SessionError::NotBound {
                 actor: actor.clone(),
             },
