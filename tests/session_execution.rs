@@ -885,3 +885,119 @@ async fn a_stalled_actor_does_not_delay_the_sessions_requests_to_another_actor()
             .unwrap();
     }
 }
+
+/// A TCP proxy in front of `target` whose target → dialler direction passes bytes only while
+/// `open` is `true` (the test's way to delay one mesh link: the completion connection).
+async fn gated_proxy(target: &str, open: tokio::sync::watch::Receiver<bool>) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let target = target.trim_start_matches("tcp://").to_owned();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let Ok((inbound, _)) = listener.accept().await else {
+                return;
+            };
+            let Ok(outbound) = tokio::net::TcpStream::connect(&target).await else {
+                continue;
+            };
+            let (mut in_r, mut in_w) = inbound.into_split();
+            let (mut out_r, mut out_w) = outbound.into_split();
+            tokio::spawn(async move {
+                let _ = tokio::io::copy(&mut in_r, &mut out_w).await;
+            });
+            let mut open = open.clone();
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 64 * 1024];
+                loop {
+                    let n = match out_r.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => n,
+                    };
+                    if open.wait_for(|o| *o).await.is_err() {
+                        return;
+                    }
+                    if in_w.write_all(&buf[..n]).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    format!("tcp://{addr}")
+}
+
+// spec: SB-5.6
+// spec: SB-5.7
+// spec: SB-14.7
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_push_that_overtakes_its_bind_terminal_is_not_lost() {
+    // The 38 terminal travels on the completion connection, the actor's 36 on the relay
+    // connection. With the completion link from b delayed, a push the actor sends right after
+    // b registered the binding reaches a before the bind's terminal: a holds it for the bind in
+    // flight with that identity and delivers it once the binding is published — never dropped
+    // as `session_not_bound`.
+    let store = memory_store();
+    let tap_a = zlink_mesh::WireTap::new(10_000);
+    let tap_b = zlink_mesh::WireTap::new(10_000);
+    let mut sb = SessionNodeSpec::new("b", demo::sessions());
+    sb.tap = Some(tap_b.clone());
+    let b = start_session_node(sb, store.clone()).await;
+    let (gate, open) = tokio::sync::watch::channel(true);
+    let mut to_b = b.address();
+    to_b.completion = gated_proxy(&to_b.completion, open).await;
+    let mut sa = SessionNodeSpec::new("a", demo::sessions());
+    sa.tap = Some(tap_a.clone());
+    sa.peers = vec![to_b];
+    let a = start_session_node(sa, store).await;
+    wait_pair_up(&a, &b).await;
+    let c = Arc::new(client_of(&a));
+    for round in 0..3 {
+        let echo = c
+            .create("echo", &format!("early-{round}"), Placement::on("b"))
+            .await
+            .unwrap();
+        let replies_38 = tapped(&tap_b, zlink_mesh::TapDirection::Sent, 38).len();
+        let pushes_in = tapped(&tap_a, zlink_mesh::TapDirection::Received, 36).len();
+        gate.send(false).unwrap();
+        let binding = {
+            let (c, echo) = (c.clone(), echo.clone());
+            tokio::spawn(async move { bind(&c, &echo).await })
+        };
+        wait_until("b answered the 38", || {
+            tapped(&tap_b, zlink_mesh::TapDirection::Sent, 38).len() > replies_38
+        })
+        .await;
+        // Right after the registration, the actor pushes (its handler reads the binding).
+        b.request(
+            &echo,
+            &EchoPush(format!("early {round}").into_bytes()),
+            TIMEOUT,
+        )
+        .await
+        .unwrap();
+        wait_until("the 36 reached a", || {
+            tapped(&tap_a, zlink_mesh::TapDirection::Received, 36).len() > pushes_in
+        })
+        .await;
+        assert!(
+            !binding.is_finished(),
+            "the bind's terminal was not delayed"
+        );
+        gate.send(true).unwrap();
+        binding.await.unwrap();
+        let p = c
+            .recv_push_timeout(TIMEOUT)
+            .await
+            .expect("the push that overtook the bind's terminal");
+        assert_eq!(p.key, Echo::KEY);
+        let Echo(bytes) = rmp_serde::from_slice(&p.payload.unwrap()).unwrap();
+        assert_eq!(bytes, format!("early {round}").into_bytes());
+    }
+    assert_eq!(
+        a.session_flow().total(zlink::session::FlowRecord::Push),
+        0,
+        "{:?}",
+        a.session_flow().snapshot()
+    );
+}
