@@ -493,18 +493,46 @@ async fn rebind_from_a_new_session_does_not_wait_for_the_old_one() {
     );
 }
 
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+struct KeepHandle(String);
+impl Message for KeepHandle {
+    const KEY: zlink::actor::DispatchKey = zlink::actor::DispatchKey::new(910);
+    type Reply = ();
+}
+
 // spec: SB-14.12
 // spec: SB-6.1
 // spec: SB-6.3
+// spec: SB-12
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn after_replacement_the_old_sessions_relays_are_rejected() {
-    let (calls, _called) = mpsc::unbounded_channel();
-    let sessions = probe_sessions(ReplacedProbe {
-        calls,
-        release: Arc::new(Notify::new()),
-        block: true,
-    });
-    let (a, _b, _ta, _tb) = session_pair(memory_store(), sessions, None).await;
+    // The old session keeps a handle of its binding; its replaced-callback (which runs while
+    // the session is closing, so no packet admission stands in the way) relays through it:
+    // the retired binding itself refuses it at the session owner — `Unavailable`, counted
+    // `binding_retired`, no 24 on the wire — and the current binding is untouched.
+    let kept = Arc::new(std::sync::Mutex::new(None::<zlink::session::BoundActor>));
+    let (seen, mut outcome) = mpsc::unbounded_channel();
+    let sessions = {
+        let (k1, k2) = (kept.clone(), kept.clone());
+        demo::sessions()
+            .packet(move |s, KeepHandle(id)| {
+                let k = k1.clone();
+                async move {
+                    *k.lock().unwrap() = s.actors().find(id.as_str());
+                    Ok(())
+                }
+            })
+            .on_replaced(move |_s, _actor| {
+                let (k, seen) = (k2.clone(), seen.clone());
+                async move {
+                    let old = k.lock().unwrap().take().expect("the kept handle");
+                    let r = old.request(&Add(100), Duration::from_secs(20)).await;
+                    let _ = seen.send(r.map_err(|e| e.kind()));
+                    Ok(())
+                }
+            })
+    };
+    let (a, b, ta, _tb) = session_pair(memory_store(), sessions, None).await;
     let old = client_of(&a);
     let new = client_of(&a);
     let counter = old
@@ -513,11 +541,28 @@ async fn after_replacement_the_old_sessions_relays_are_rejected() {
         .unwrap();
     bind(&old, &counter).await;
     assert_eq!(relay_req(&old, &counter, &Add(1)).await.unwrap(), 1);
+    old.packet(&KeepHandle("c1".into())).await.unwrap();
+    let relays_sent = tapped(&ta, TapDirection::Sent, 24).len();
+    let retired_at = |n: &zlink::node::Node| {
+        n.session_flow().get(
+            zlink::session::FlowRecord::Relay,
+            zlink::session::FlowReject::BindingRetired,
+        )
+    };
+    let (retired_a, retired_b) = (retired_at(&a), retired_at(&b));
     bind(&new, &counter).await;
-    old.recv_push_timeout(TIMEOUT).await.expect("Replaced push");
-    // The old session is closing: no new inbound dispatch, and its binding is retired.
+    let refused = tokio::time::timeout(TIMEOUT, outcome.recv())
+        .await
+        .expect("the replaced-callback's relay")
+        .unwrap();
+    assert_eq!(refused, Err(ErrorKind::Unavailable));
+    assert_eq!(retired_at(&a), retired_a + 1, "refused by the retired binding");
+    assert_eq!(retired_at(&b), retired_b, "the actor owner never saw it");
+    // The old session is closing: no new inbound dispatch either.
     let e = relay_req(&old, &counter, &Add(100)).await.unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Unavailable);
+    assert_eq!(tapped(&ta, TapDirection::Sent, 24).len(), relays_sent);
+    // The current binding is unchanged: the counter saw neither refused relay.
     assert_eq!(relay_req(&new, &counter, &Add(1)).await.unwrap(), 2);
     assert_eq!(new.packet(&Bound).await.unwrap(), vec![counter]);
 }
