@@ -684,11 +684,56 @@ async fn late_responses_via_the_old_connection_do_not_apply_to_the_current_one()
             .0,
         b"cur"
     );
-    // The late reply of the old connection was never applied to anything.
+    // The late reply of the old connection was never applied to anything: counted with its
+    // one reason (its session had ended), and the binding it registered at b is tombstoned
+    // with exactly its identity (a 38 Unbind), never the current one.
     wait_until("the late bind counted", || {
-        a.session_flow().total(zlink::session::FlowRecord::Bind) >= 1
+        a.session_flow().get(
+            zlink::session::FlowRecord::Bind,
+            zlink::session::FlowReject::SessionClosed,
+        ) == 1
     })
     .await;
+    assert_eq!(
+        a.session_flow().total(zlink::session::FlowRecord::Bind),
+        1,
+        "{:?}",
+        a.session_flow().snapshot()
+    );
+    let binds = |op: zlink_wire::BindOperation| -> Vec<zlink_wire::BindingGeneration> {
+        tapped(&ta, TapDirection::Sent, 38)
+            .into_iter()
+            .filter_map(|f| match f.decoded.ok()?.record {
+                zlink_mesh::Record::BoundSessionBind(r) if r.operation == op => {
+                    Some(r.binding_generation)
+                }
+                _ => None,
+            })
+            .collect()
+    };
+    wait_until("the late binding tombstoned", || {
+        !binds(zlink_wire::BindOperation::Unbind).is_empty()
+    })
+    .await;
+    let sent = binds(zlink_wire::BindOperation::Bind);
+    assert_eq!(sent.len(), 2, "the old and the current bind");
+    assert_eq!(binds(zlink_wire::BindOperation::Unbind), vec![sent[0]]);
+    wait_until("the tombstone answered", || {
+        tapped(&ta, TapDirection::Received, 38).len() == 3
+    })
+    .await;
+    // The current binding is untouched: it relays, gets pushes, and is the one bound.
+    relay_req(&cur, &echo, &EchoPush(b"still".to_vec()))
+        .await
+        .unwrap();
+    let p = cur.recv_push_timeout(TIMEOUT).await.expect("push after");
+    assert_eq!(
+        rmp_serde::from_slice::<Echo>(p.payload.as_deref().unwrap_or_default())
+            .unwrap()
+            .0,
+        b"still"
+    );
+    assert_eq!(cur.packet(&Bound).await.unwrap(), vec![echo]);
 }
 
 async fn wait_until_async<F, Fut>(what: &str, mut cond: F)
