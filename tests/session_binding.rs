@@ -340,18 +340,83 @@ impl Message for SlowRelay {
     type Reply = Result<Vec<u8>, u8>;
 }
 
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+struct CancelledRelay {
+    actor_id: String,
+}
+impl Message for CancelledRelay {
+    const KEY: zlink::actor::DispatchKey = zlink::actor::DispatchKey::new(901);
+    type Reply = bool;
+}
+
 // spec: SB-14.9
 // spec: SB-12
 // spec: SB-8.4
+// spec: SB-5.10
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_timed_out_relay_is_never_resent_elsewhere() {
-    let (a, b, ta, tb) = session_pair(memory_store(), short_deadline_sessions(200), None).await;
-    let c = client_of(&a);
-    let echo = c.create("echo", "e1", Placement::on("b")).await.unwrap();
-    bind(&c, &echo).await;
-    // Hold b's application domain: the relayed request waits past its deadline.
+async fn a_timed_out_or_cancelled_relay_is_never_resent_elsewhere() {
+    // Three nodes: the session on a, the actor on b, and c, where the actor lives next. A
+    // relay request cancelled mid-flight (its future dropped by the session handler once the
+    // 24 is at b) and one that times out are each sent once, to b; after the actor moved to c
+    // (destroyed on b, created on c), nothing is ever sent to c for them — no 24, no 160.
+    let cancel = Arc::new(Notify::new());
+    let sessions = {
+        let cancel = cancel.clone();
+        short_deadline_sessions(200).packet(move |s, r: CancelledRelay| {
+            let cancel = cancel.clone();
+            async move {
+                let id = zlink::actor::ActorId::new(&r.actor_id).unwrap();
+                let bound = s.actors().find(&id).expect("bound");
+                let msg = demo::Echo(b"cancel".to_vec());
+                let req = bound.request(&msg, Duration::from_secs(20));
+                tokio::select! {
+                    r = req => panic!("answered while b is paused: {r:?}"),
+                    () = cancel.notified() => Ok(true),
+                }
+            }
+        })
+    };
+    let store = memory_store();
+    let taps: Vec<zlink_mesh::WireTap> = (0..3).map(|_| zlink_mesh::WireTap::new(20_000)).collect();
+    let mut sc = SessionNodeSpec::new("c", sessions.clone());
+    sc.tap = Some(taps[2].clone());
+    let c_node = start_session_node(sc, store.clone()).await;
+    let mut sb = SessionNodeSpec::new("b", sessions.clone());
+    sb.tap = Some(taps[1].clone());
+    sb.peers = vec![c_node.address()];
+    let b = start_session_node(sb, store.clone()).await;
+    let mut sa = SessionNodeSpec::new("a", sessions);
+    sa.tap = Some(taps[0].clone());
+    sa.peers = vec![b.address(), c_node.address()];
+    let a = start_session_node(sa, store).await;
+    assert!(a.wait_peers(TIMEOUT).await.is_empty());
+    assert!(b.wait_peers(TIMEOUT).await.is_empty());
+    assert!(c_node.wait_peers(TIMEOUT).await.is_empty());
+    let (ta, tb, tc) = (&taps[0], &taps[1], &taps[2]);
+    let client = client_of(&a);
+    let echo = client
+        .create("echo", "e1", Placement::on("b"))
+        .await
+        .unwrap();
+    bind(&client, &echo).await;
+    // Hold b's application domain: the relayed requests wait in the actor's queue.
     b.set_application_paused(true);
-    let out = c
+    // Cancelled mid-flight: once the 24 is at b.
+    {
+        let packet = CancelledRelay {
+            actor_id: "e1".into(),
+        };
+        let fut = client.packet(&packet);
+        tokio::pin!(fut);
+        tokio::select! {
+            r = &mut fut => panic!("answered before the cancel: {r:?}"),
+            () = wait_until("the 24 at b", || tapped(tb, TapDirection::Received, 24).len() == 1) => {}
+        }
+        cancel.notify_one();
+        assert!(fut.await.unwrap(), "the handler cancelled its request");
+    }
+    // Timed out (a short deadline), also held at b.
+    let out = client
         .packet(&SlowRelay {
             actor_id: echo.id().to_string(),
             data: b"late".to_vec(),
@@ -359,16 +424,35 @@ async fn a_timed_out_relay_is_never_resent_elsewhere() {
         .await
         .unwrap();
     assert_eq!(out, Err(ErrorKind::DeadlineExceeded as u8));
+    // The actor moves to c.
+    b.destroy(&echo).await.unwrap();
+    let moved = client
+        .create("echo", "e1", Placement::on("c"))
+        .await
+        .unwrap();
+    assert_eq!(moved.node(), &rid("c"));
     b.set_application_paused(false);
-    // Exactly one 24 left a; nothing was sent to any other node or resent.
-    let sends = tapped(&ta, TapDirection::Sent, 24);
-    assert_eq!(sends.len(), 1);
-    wait_until("the 24 at b", || {
-        tapped(&tb, TapDirection::Received, 24).len() == 1
+    // Each request left a once, to b; nothing for them ever reached c.
+    let sent = tapped(ta, TapDirection::Sent, 24);
+    assert_eq!(sent.len(), 2);
+    assert!(
+        sent.iter().all(|f| f.peer.as_ref() == b"b"),
+        "a 24 left a for another node"
+    );
+    wait_until("both 24s at b", || {
+        tapped(tb, TapDirection::Received, 24).len() == 2
     })
     .await;
-    assert_eq!(tapped(&ta, TapDirection::Sent, 160).len(), 0);
-    drop(a);
+    assert_eq!(tapped(ta, TapDirection::Sent, 160).len(), 0);
+    assert_eq!(tapped(tc, TapDirection::Received, 24).len(), 0);
+    assert_eq!(tapped(tc, TapDirection::Received, 160).len(), 0);
+    // The client's relay through its binding of the destroyed incarnation is refused, never
+    // re-resolved to c (SB-5.10).
+    let e = relay_req(&client, &echo, &Echo(b"again".to_vec()))
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Unavailable);
+    assert_eq!(tapped(tc, TapDirection::Received, 24).len(), 0);
 }
 
 // spec: SB-14.10
@@ -556,7 +640,11 @@ async fn after_replacement_the_old_sessions_relays_are_rejected() {
         .expect("the replaced-callback's relay")
         .unwrap();
     assert_eq!(refused, Err(ErrorKind::Unavailable));
-    assert_eq!(retired_at(&a), retired_a + 1, "refused by the retired binding");
+    assert_eq!(
+        retired_at(&a),
+        retired_a + 1,
+        "refused by the retired binding"
+    );
     assert_eq!(retired_at(&b), retired_b, "the actor owner never saw it");
     // The old session is closing: no new inbound dispatch either.
     let e = relay_req(&old, &counter, &Add(100)).await.unwrap_err();

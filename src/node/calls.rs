@@ -252,12 +252,15 @@ impl Node {
                 retired,
                 call,
             );
-            // SB-4.1, SB-12: a 24 of another incarnation is refused because its binding ended
-            // with that incarnation (a stale binding fence, `Unavailable`, as the session
-            // owner answers a relay through a retired binding), not by comparing
-            // ObjectGeneration as a message target.
+            // SB-4.1, SB-12: a 24 of another incarnation, or of one destroyed here, is
+            // refused because its binding ended with that incarnation (a stale binding
+            // fence, `Unavailable`, as the session owner answers a relay through a retired
+            // binding), not by comparing ObjectGeneration as a message target.
             let checked = match (checked, bound) {
-                (Err(ActorError::GenerationMismatch { .. }), Some(_)) => {
+                (
+                    Err(ActorError::GenerationMismatch { .. } | ActorError::ActorNotFound { .. }),
+                    Some(_),
+                ) => {
                     self.inner.sessions.flow().reject(
                         FlowRecord::Relay,
                         FlowReject::BindingRetired,
