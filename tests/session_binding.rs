@@ -206,11 +206,13 @@ async fn push_without_binding_is_session_not_bound_and_works_once_bound() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn relays_after_bind_read_no_store_and_need_no_spot_callback() {
     let counting = Arc::new(CountingStore::new(MemoryStore::new()));
+    // The counter lives in a Spot of its own whose callback is observable: it counts its
+    // runs (and is shown to run at the end, when the binding is notified).
     let hook_calls = Arc::new(AtomicUsize::new(0));
     let mut registry = demo::registry().unwrap();
     let h = hook_calls.clone();
     registry.spot_hooks(
-        "entry",
+        "observed",
         zlink::actor::SpotHooks::new().on_disconnect_actor(move |_, _| {
             h.fetch_add(1, Ordering::SeqCst);
             async { Ok(()) }
@@ -218,7 +220,17 @@ async fn relays_after_bind_read_no_store_and_need_no_spot_callback() {
     );
     let (a, _b, _ta, _tb) = session_pair(counting.clone(), demo::sessions(), Some(registry)).await;
     let c = client_of(&a);
-    let counter = c.create("counter", "c1", Placement::on("b")).await.unwrap();
+    let counter = a
+        .create(
+            zlink::node::Create::new("counter", zlink::actor::ActorId::new("c1").unwrap())
+                .in_spot(zlink::actor::SpotSpec {
+                    name: "observed".into(),
+                    kind: zlink::actor::SpotKind::User(zlink::actor::UserMode::PerActor),
+                })
+                .on(rid("b")),
+        )
+        .await
+        .unwrap();
     bind(&c, &counter).await;
     let before = counting.counts();
     for i in 1..=50u64 {
@@ -248,7 +260,14 @@ async fn relays_after_bind_read_no_store_and_need_no_spot_callback() {
     .await;
     assert_eq!(counting.counts().since(&before).total(), 0);
     assert_eq!(counting.count(StoreOp::Lookup), 0);
-    assert_eq!(hook_calls.load(Ordering::SeqCst), 0);
+    assert_eq!(hook_calls.load(Ordering::SeqCst), 0, "a Spot callback ran");
+    // The Spot's callback is observable: a NotifyDisconnected runs it once.
+    c.packet(&zlink::node::demo::session::NotifyDisconnected {
+        actor_id: "c1".into(),
+    })
+    .await
+    .unwrap();
+    assert_eq!(hook_calls.load(Ordering::SeqCst), 1);
 }
 
 // spec: SB-14.7
