@@ -857,3 +857,54 @@ where
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
 }
+
+// spec: SB-6.2
+// spec: SB-6.3
+// spec: SB-6.9
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_replacement_while_closing_is_told_and_counted() {
+    // Two actors bound on the old session, both rebound from a new one: the second 51 reaches
+    // a session that is already closing. Each replaced actor gets its replaced-callback (the
+    // demo's tells the client with a `Replaced` push), each is counted, and the connection
+    // closes only after both.
+    let (calls, mut called) = mpsc::unbounded_channel();
+    let sessions = probe_sessions(ReplacedProbe {
+        calls,
+        release: Arc::new(Notify::new()),
+        block: false,
+    });
+    let (a, _b, _ta, _tb) = session_pair(memory_store(), sessions, None).await;
+    let old = client_of(&a);
+    let new = client_of(&a);
+    let e1 = old.create("echo", "r1", Placement::on("b")).await.unwrap();
+    let e2 = old.create("echo", "r2", Placement::on("a")).await.unwrap();
+    bind(&old, &e1).await;
+    bind(&old, &e2).await;
+    let before = a.counters().session_replacements;
+    bind(&new, &e1).await;
+    bind(&new, &e2).await;
+    let mut told = Vec::new();
+    for _ in 0..2 {
+        let p = old
+            .recv_push_timeout(TIMEOUT)
+            .await
+            .expect("a Replaced push per replaced actor");
+        assert_eq!(p.key, Replaced::KEY);
+        let r: Replaced = rmp_serde::from_slice(p.payload.as_deref().unwrap_or_default()).unwrap();
+        told.push(r.actor_id);
+    }
+    told.sort();
+    assert_eq!(told, vec!["r1".to_owned(), "r2".to_owned()]);
+    for _ in 0..2 {
+        tokio::time::timeout(TIMEOUT, called.recv())
+            .await
+            .expect("both callbacks finished")
+            .unwrap();
+    }
+    assert_eq!(a.counters().session_replacements, before + 2);
+    assert_eq!(
+        tokio::time::timeout(TIMEOUT, old.closed()).await.unwrap(),
+        DisconnectReason::Replaced
+    );
+    assert_eq!(new.packet(&Bound).await.unwrap().len(), 2);
+}

@@ -258,7 +258,9 @@ pub type LifecycleHandler =
     Arc<dyn Fn(Session) -> BoxFuture<Result<(), HandlerError>> + Send + Sync>;
 
 /// The replaced-callback (SB-6.3): the session and the actor whose binding moved to another
-/// session. The application's last lifecycle turn to tell its client.
+/// session. The application's last lifecycle turns to tell its client: it runs once per
+/// replaced actor — a session already closing that loses another actor runs it again for that
+/// one (SB-6.2, SB-6.9) — and the connection closes 100 ms after the last of them finished.
 pub type ReplacedHandler =
     Arc<dyn Fn(Session, ActorId) -> BoxFuture<Result<(), HandlerError>> + Send + Sync>;
 
@@ -369,7 +371,8 @@ impl SessionHandlers {
         self
     }
 
-    /// The replaced-callback (duplicate connection, SB-6.3).
+    /// The replaced-callback (duplicate connection, SB-6.3), once per replaced actor
+    /// ([`ReplacedHandler`]).
     #[must_use]
     pub fn on_replaced<F, Fut>(mut self, f: F) -> Self
     where
