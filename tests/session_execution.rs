@@ -1001,3 +1001,61 @@ async fn a_push_that_overtakes_its_bind_terminal_is_not_lost() {
         a.session_flow().snapshot()
     );
 }
+
+// spec: SB-5.3
+// spec: SB-1.5
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forwarded_requests_keep_each_actors_order() {
+    // Relay requests are forwarded (the session's turn ends once the 24 is queued), yet the
+    // ones to one actor reach it in the order the client sent them: pipelined requests to two
+    // `sequence` actors (one on each node), interleaved, arrive in order at each.
+    use zlink::node::demo::{Checked, Next};
+    let (a, _b, _ta, _tb) = session_pair(memory_store(), demo::sessions(), None).await;
+    let c = client_of(&a);
+    let seqs = [
+        c.create("sequence", "q-remote", Placement::on("b"))
+            .await
+            .unwrap(),
+        c.create("sequence", "q-local", Placement::on("a"))
+            .await
+            .unwrap(),
+    ];
+    for s in &seqs {
+        bind(&c, s).await;
+    }
+    let mut next = [0u64; 2];
+    for _round in 0..4 {
+        let mut packets = Vec::new();
+        for i in 0..12 {
+            let which = i % 2;
+            packets.push(relay_packet(&seqs[which], &Next(next[which])));
+            next[which] += 1;
+        }
+        // All polled in order (each sends on its first poll), then awaited together.
+        let mut futs: Vec<_> = packets.iter().map(|p| Box::pin(c.packet(p))).collect();
+        let mut replies: Vec<Option<_>> = futs.iter().map(|_| None).collect();
+        std::future::poll_fn(|cx| {
+            for (f, r) in futs.iter_mut().zip(replies.iter_mut()) {
+                if r.is_none()
+                    && let std::task::Poll::Ready(out) = f.as_mut().poll(cx)
+                {
+                    *r = Some(out);
+                }
+            }
+            if replies.iter().all(Option::is_some) {
+                std::task::Poll::Ready(())
+            } else {
+                std::task::Poll::Pending
+            }
+        })
+        .await;
+        assert!(
+            replies.iter().all(|r| matches!(r, Some(Ok(_)))),
+            "{replies:?}"
+        );
+    }
+    for (i, s) in seqs.iter().enumerate() {
+        let (expected, out_of_order) = relay_req(&c, s, &Checked).await.unwrap();
+        assert_eq!((expected, out_of_order), (next[i], 0), "{}", s.id());
+    }
+}
