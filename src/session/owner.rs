@@ -1511,6 +1511,157 @@ mod tests {
         fn return_credit(&self, _: zlink_mesh::Origin, _: u32, _: u64) {}
     }
 
+    /// What the actor owner's after-terminal work (its 51) saw of the bind's session: whether
+    /// the binding was published when it ran.
+    type Seen = Arc<Mutex<Vec<bool>>>;
+
+    /// A host whose actor owner (this node) registers every bind and returns an after-terminal
+    /// step that records whether the session owner had stored the route by then.
+    struct BindingHost {
+        owner: Arc<std::sync::OnceLock<(std::sync::Weak<SessionOwner>, SessionRid)>>,
+        seen: Seen,
+    }
+
+    impl SessionHost for BindingHost {
+        fn send_bind(
+            &self,
+            _: &NodeRid,
+            req: BoundSessionBind,
+            _: Duration,
+        ) -> BoxFuture<(Result<BindSnapshot, Refusal>, Option<AfterBind>)> {
+            let (owner, seen) = (self.owner.clone(), self.seen.clone());
+            let snap = BindSnapshot {
+                actor: req.actor.clone(),
+                object_generation: req.object_generation,
+                location: zlink_wire::ActorLocation {
+                    mesh: zlink_wire::MeshName::new("m").unwrap(),
+                    node: NodeRid::new("a").unwrap(),
+                    node_generation: req.target_node_generation,
+                    authority_owner_generation: req.authority_owner_generation,
+                    owner_lease_generation: req.owner_lease_generation,
+                },
+                binding_generation: req.binding_generation,
+            };
+            let actor = req.actor;
+            let after: AfterBind = Box::pin(async move {
+                let (o, rid) = owner.get().expect("set").clone();
+                let o = o.upgrade().expect("owner");
+                let published = o.entry(rid).is_some_and(|e| e.find(&actor).is_some());
+                seen.lock().unwrap().push(published);
+            });
+            Box::pin(async move { (Ok(snap), Some(after)) })
+        }
+        fn send_relay(
+            &self,
+            _: RelayTicket,
+            _: DispatchKey,
+            _: Bytes,
+            _: Option<Duration>,
+            _: Option<oneshot::Sender<()>>,
+        ) -> RelaySent {
+            RelaySent::Now(Err((ErrorKind::Unavailable, "test".into())))
+        }
+        fn try_push(
+            &self,
+            _: SessionRid,
+            _: DispatchKey,
+            _: Bytes,
+        ) -> Result<(), zlink_mesh::TryPushError> {
+            Ok(())
+        }
+        fn push(
+            &self,
+            _: SessionRid,
+            _: DispatchKey,
+            _: Bytes,
+        ) -> BoxFuture<Result<(), SendError>> {
+            Box::pin(async { Ok(()) })
+        }
+        fn close(&self, _: SessionRid, _: DisconnectReason) {}
+        fn accept(&self, _: SessionRid) {}
+        fn owner_lease(&self) -> OwnerLeaseGeneration {
+            OwnerLeaseGeneration::new(1)
+        }
+        fn get_actor(&self, _: ActorId) -> BoxFuture<Result<ActorRef, crate::actor::ActorError>> {
+            Box::pin(async { Err(crate::actor::ActorError::ShuttingDown) })
+        }
+        fn create_actor(
+            &self,
+            _: crate::actor::Create,
+            _: bool,
+        ) -> BoxFuture<Result<ActorRef, crate::actor::ActorError>> {
+            Box::pin(async { Err(crate::actor::ActorError::ShuttingDown) })
+        }
+        fn enter_work(&self) -> Option<InflightGuard> {
+            None
+        }
+        fn credit_return(&self) -> std::sync::Weak<dyn CreditReturn> {
+            std::sync::Weak::<Nowhere>::new()
+        }
+    }
+
+    // spec: SB-6.1
+    // The actor owner's 51 after a same-node bind runs only once the terminal is applied: the
+    // session owner has stored the route (the bind is published) when it runs.
+    #[test]
+    fn a_same_node_replacement_51_runs_after_the_route_is_stored() {
+        let tokio = tokio::runtime::Runtime::new().unwrap();
+        let runtime = Runtime::new(RuntimeConfig::default()).unwrap();
+        let cell = Arc::new(std::sync::OnceLock::new());
+        let seen = Seen::default();
+        let owner = Arc::new(SessionOwner::new(
+            SessionOwnerConfig {
+                node: NodeRid::new("a").unwrap(),
+                lifecycle: SessionLifecycleGeneration::new(1),
+                callback_timeout: Duration::from_secs(1),
+                binding_limit: 32,
+                request_timeout: Duration::from_secs(1),
+                clock: Arc::new(super::super::clock::SystemClock),
+            },
+            Box::new(BindingHost {
+                owner: cell.clone(),
+                seen: seen.clone(),
+            }),
+            runtime.clone(),
+            HandlerRegistry::default(),
+            Callbacks::default(),
+            tokio.handle().clone(),
+        ));
+        let rid = SessionRid::new(5);
+        let entered = tokio.enter();
+        let entry = owner.connected(rid).unwrap();
+        cell.set((Arc::downgrade(&owner), rid)).unwrap();
+        let actor = |i: u32| {
+            ActorRef::from_parts(
+                ActorId::new(format!("x{i}")).unwrap(),
+                "t".into(),
+                zlink_wire::ObjectGeneration::new(1),
+                zlink_wire::ActorLocation {
+                    mesh: zlink_wire::MeshName::new("m").unwrap(),
+                    node: NodeRid::new("a").unwrap(),
+                    node_generation: NodeGeneration::new(1),
+                    authority_owner_generation: zlink_wire::AuthorityOwnerGeneration::new(1),
+                    owner_lease_generation: OwnerLeaseGeneration::new(1),
+                },
+            )
+        };
+        for i in 0..20 {
+            tokio.block_on(owner.bind(&entry, &actor(i))).unwrap();
+        }
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while seen.lock().unwrap().len() < 20 {
+            assert!(std::time::Instant::now() < deadline, "the 51s never ran");
+            std::thread::yield_now();
+        }
+        assert!(
+            seen.lock().unwrap().iter().all(|p| *p),
+            "a 51 ran before the route was stored: {:?}",
+            seen.lock().unwrap()
+        );
+        drop((entry, entered));
+        tokio.block_on(runtime.shutdown());
+    }
+
     /// A session owner of node "a" with no handlers or callbacks, on `runtime`.
     fn owner_on(tokio: &tokio::runtime::Runtime, runtime: &Runtime) -> Arc<SessionOwner> {
         Arc::new(SessionOwner::new(
