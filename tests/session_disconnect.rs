@@ -522,3 +522,57 @@ async fn a_push_from_on_disconnect_actor_reaches_the_client_that_notified() {
         assert!(c.close_reason().is_none());
     }
 }
+
+// spec: SB-7.5
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_callback_push_that_arrives_after_the_notify_terminal_is_delivered() {
+    // The Spot callback's push travels on the relay connection, the 38 terminal on the
+    // completion connection: with the relay link from b delayed, the terminal (and the
+    // binding's end) reaches a first. The push, sent while the binding was still registered
+    // at b, is delivered all the same.
+    let hooks =
+        SpotHooks::new().on_disconnect_actor(|_spot, ctx: zlink::actor::ActorCtx| async move {
+            ctx.push(&Echo(b"late goodbye".to_vec()))
+                .await
+                .map_err(|e| HandlerError::new(e.to_string()))
+        });
+    let store = memory_store();
+    let tap_a = WireTap::new(10_000);
+    let mut sb = SessionNodeSpec::new("b", demo::sessions());
+    sb.registry = Some(registry_with(vec![("farewell", hooks.clone())]));
+    let b = start_session_node(sb, store.clone()).await;
+    let (gate, open) = tokio::sync::watch::channel(true);
+    let mut to_b = b.address();
+    to_b.relay = gated_proxy(&to_b.relay, open).await;
+    let mut sa = SessionNodeSpec::new("a", demo::sessions());
+    sa.registry = Some(registry_with(vec![("farewell", hooks)]));
+    sa.tap = Some(tap_a.clone());
+    sa.peers = vec![to_b];
+    let a = start_session_node(sa, store).await;
+    wait_pair_up(&a, &b).await;
+    let c = client_of(&a);
+    let actor = echo_in(&a, "b", "late-bye", per_actor("farewell")).await;
+    bind(&c, &actor).await;
+    gate.send(false).unwrap();
+    c.packet(&NotifyDisconnected {
+        actor_id: "late-bye".into(),
+    })
+    .await
+    .unwrap();
+    // The terminal is in: the binding is gone for the application.
+    assert!(c.packet(&Bound).await.unwrap().is_empty());
+    let pushes = tapped(&tap_a, TapDirection::Received, 36).len();
+    gate.send(true).unwrap();
+    let push = c
+        .recv_push_timeout(TIMEOUT)
+        .await
+        .expect("the callback's push that arrived after the terminal");
+    let Echo(bytes) = rmp_serde::from_slice(&push.payload.unwrap()).unwrap();
+    assert_eq!(bytes, b"late goodbye");
+    assert_eq!(
+        tapped(&tap_a, TapDirection::Received, 36).len(),
+        pushes + 1,
+        "the push came after the terminal"
+    );
+    assert_eq!(a.session_flow().total(FlowRecord::Push), 0);
+}

@@ -369,6 +369,11 @@ pub struct SessionBindingAggregate {
     /// application (no relay, not listed), but a push of exactly that identity still reaches
     /// the client until the Spot callback's terminal ([`SessionBindingAggregate::finish_notify`]).
     notifying: Vec<Arc<Binding>>,
+    /// The last [`RETIRED_MEMORY`] notified bindings after their terminal: a push the actor's
+    /// Spot callback sent before the actor owner's tombstone travels on the relay connection
+    /// and may arrive after the 38 terminal (completion connection); it is still delivered.
+    /// The actor owner sends none after its tombstone (its push path refuses).
+    notified: VecDeque<Arc<Binding>>,
     retired: VecDeque<BindingGeneration>,
     next_sequence: u64,
     next_token: u64,
@@ -391,6 +396,7 @@ impl SessionBindingAggregate {
             pending: SeededMap::default(),
             held: Vec::new(),
             notifying: Vec::new(),
+            notified: VecDeque::new(),
             retired: VecDeque::new(),
             next_sequence: 1,
             next_token: 1,
@@ -688,9 +694,11 @@ impl SessionBindingAggregate {
             current => match self
                 .notifying
                 .iter()
+                .chain(self.notified.iter())
                 .find(|b| b.actor == push.actor && b.generation == push.binding_generation)
             {
-                // Its Spot callback runs: the client is still connected (SB-7.5).
+                // Its Spot callback runs (or ran, and its push overtook nothing: see
+                // `notified`): the client is still connected (SB-7.5).
                 Some(b) => b,
                 None if current.is_some() => return Err(FlowReject::BindingRetired),
                 None => return Err(self.stale(push.binding_generation)),
@@ -900,6 +908,7 @@ impl SessionBindingAggregate {
         for b in std::mem::take(&mut self.notifying) {
             self.retire(b.generation);
         }
+        self.notified.clear();
         snapshot
     }
 
@@ -971,6 +980,10 @@ impl SessionBindingAggregate {
         {
             let b = self.notifying.swap_remove(i);
             self.retire(b.generation);
+            if self.notified.len() == RETIRED_MEMORY {
+                self.notified.pop_front();
+            }
+            self.notified.push_back(b);
         }
     }
 }
@@ -1106,14 +1119,28 @@ mod tests {
         // The actor's Spot callback may still push to the connected client.
         assert!(a.check_push(&push_of(&b)).is_ok());
         a.finish_notify(&b.actor, b.generation);
+        assert!(a.find(&b.actor).is_none());
+        // A push the callback sent before the actor owner's tombstone may arrive after the
+        // terminal (it travels on another connection): still delivered, as are the new
+        // binding's once the actor is bound again; another identity's is refused.
+        assert!(a.check_push(&push_of(&b)).is_ok());
+        let nb = bind(&mut a, target(1, 1), 9);
+        assert!(a.check_push(&push_of(&nb)).is_ok());
+        let mut other = push_of(&b);
+        other.binding_generation = BindingGeneration::new(77);
         assert_eq!(
-            a.check_push(&push_of(&b)).unwrap_err(),
+            a.check_push(&other).unwrap_err(),
             FlowReject::BindingRetired
         );
         // A physical disconnect meanwhile does not notify it a second time (SB-7.3).
         let b2 = bind(&mut a, target(2, 1), 2);
         a.begin_notify(&b2.actor, b2.generation).unwrap();
-        assert!(a.disconnect().is_empty());
+        let snapshot = a.disconnect();
+        assert_eq!(
+            snapshot.iter().map(|b| b.generation).collect::<Vec<_>>(),
+            vec![nb.generation],
+            "only the current binding"
+        );
     }
 
     // spec: SB-6.2
