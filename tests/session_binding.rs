@@ -12,10 +12,10 @@ use node_common::*;
 use tokio::sync::{Notify, mpsc};
 use zlink::actor::{ActorRef, ErrorKind, Message};
 use zlink::node::client::{ClientError, Placement};
-use zlink::node::demo::session::{Bind, BindOrGet, Bound, RelaySend, Replaced};
-use zlink::node::demo::{self, Add, Echo, EchoPush, Get};
 use zlink::session::{Clock, ManualClock, SessionHandlers};
 use zlink::store::{CountingStore, MemoryStore, StoreOp};
+use zlink_apps::demo::session::{Bind, BindOrGet, Bound, RelaySend, Replaced};
+use zlink_apps::demo::{self, Add, Echo, EchoPush, Get};
 use zlink_mesh::TapDirection;
 use zlink_wire::DisconnectReason;
 
@@ -262,7 +262,7 @@ async fn relays_after_bind_read_no_store_and_need_no_spot_callback() {
     assert_eq!(counting.count(StoreOp::Lookup), 0);
     assert_eq!(hook_calls.load(Ordering::SeqCst), 0, "a Spot callback ran");
     // The Spot's callback is observable: a NotifyDisconnected runs it once.
-    c.packet(&zlink::node::demo::session::NotifyDisconnected {
+    c.packet(&zlink_apps::demo::session::NotifyDisconnected {
         actor_id: "c1".into(),
     })
     .await
