@@ -6,6 +6,7 @@ pub mod clock;
 pub mod config;
 mod hashing;
 pub mod node;
+pub mod relocation;
 pub mod runtime;
 pub mod session;
 pub mod store;

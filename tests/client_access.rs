@@ -77,6 +77,14 @@ impl LocationStore for HangingLookup {
     ) -> StoreFuture<'_, ActorLocation> {
         self.inner.cas_owner(actor_id, expected, new_owner)
     }
+    fn relocation_fence(
+        &self,
+        actor_id: ActorId,
+        expected: AuthorityFence,
+        owner: OwnerFence,
+    ) -> StoreFuture<'_, ActorLocation> {
+        self.inner.relocation_fence(actor_id, expected, owner)
+    }
     fn destroy(&self, actor_id: ActorId, fence: OwnerFence) -> StoreFuture<'_, ()> {
         self.inner.destroy(actor_id, fence)
     }

@@ -75,6 +75,9 @@ owner_lease_ttl_ms = 4321
     let ms = Duration::from_millis;
     assert_eq!(o.session_replacement_callback_timeout, ms(1234));
     assert_eq!(o.session_relocation_seal_timeout, ms(567));
+    // spec: SB-8.3 — it reaches the coordinator's relocation timings
+    assert_eq!(o.relocation_config().seal_timeout, ms(567));
+    assert_eq!(o.relocation_config().cutover_timeout, ms(1_000));
     assert_eq!(o.request_timeout, ms(777));
     assert_eq!(o.lease_ttl, ms(4321));
     assert_eq!(o.mesh.send_timeout, ms(2500));

@@ -307,6 +307,263 @@ fn seal_stops_new_turns_until_unsealed() {
     assert_eq!(a.stats().application_reserved_items, 0);
 }
 
+// spec: EG-4.1, EG-2.1 — relocating one actor holds only that actor's records: under a shared
+// SpotWide gate, its sibling keeps running (a record submitted after the sealed actor's runs
+// first), its queue is taken back alone, and after an unseal it runs again.
+#[test]
+fn sealing_one_actor_holds_only_its_records() {
+    let rt = runtime();
+    let (ev, rx) = mpsc::channel::<String>();
+    let ev = Arc::new(Mutex::new(ev));
+    let spot = rt.create_spot::<SpotWideUser, _>(spot_noop()).unwrap();
+    let mk = |name: &'static str| {
+        let e = ev.clone();
+        spot.spawn_actor(move |_ctx: SpotWideCtx, m: u32| {
+            e.lock().unwrap().send(format!("{name}{m}")).unwrap();
+            Handled::ok(())
+        })
+        .unwrap()
+    };
+    let (a, b) = (mk("A"), mk("B"));
+    a.seal();
+    assert!(a.is_sealed() && !b.is_sealed());
+    a.tell(1).unwrap();
+    b.tell(10).unwrap();
+    // without the seal A1 (queued first, same gate) would run before B10
+    expect(&rx, "B10");
+    b.tell(11).unwrap();
+    expect(&rx, "B11");
+    assert_eq!(a.stats().application_queued, 1);
+    a.unseal();
+    expect(&rx, "A1");
+    // wait (no sleep) for A1's terminal, which returns its reservation
+    let deadline = std::time::Instant::now() + GUARD;
+    while a.stats().claimed {
+        assert!(std::time::Instant::now() < deadline);
+        std::thread::yield_now();
+    }
+    // taken back alone: B's queue is untouched
+    a.seal();
+    a.tell(2).unwrap();
+    a.tell(3).unwrap();
+    let back = a.return_pending();
+    assert_eq!(back.len(), 2);
+    assert!(back.iter().all(|r| r.object() == a.object_id()));
+    assert_eq!(a.stats().application_reserved_items, 0);
+    b.tell(12).unwrap();
+    expect(&rx, "B12");
+}
+
+// spec: EG-1.4, EG-7.6 — a sealed actor's queued sends come back as their messages, unrun and
+// in arrival order (`tell` and `prepare_send` alike), so a relocation can carry them to the
+// target; a request is not a send and comes back as a record, and a wrong message type leaves
+// a record intact.
+#[test]
+fn captured_sends_come_back_as_messages_in_arrival_order() {
+    let rt = runtime();
+    let (ev, rx) = mpsc::channel::<u32>();
+    let ev = Arc::new(Mutex::new(ev));
+    let spot = rt.create_spot::<SpotWideUser, _>(spot_noop()).unwrap();
+    let e = ev.clone();
+    let a = spot
+        .spawn_actor(move |_ctx: SpotWideCtx, m: u32| {
+            e.lock().unwrap().send(m).unwrap();
+            Handled::ok(())
+        })
+        .unwrap();
+    a.seal();
+    a.tell(1).unwrap();
+    a.prepare_send(2).retry().unwrap();
+    let asked = a.ask(3);
+    a.tell(4).unwrap();
+    let mut back = a.return_pending().into_iter();
+    let first = back.next().unwrap();
+    let first = first.into_message::<u64, ()>().unwrap_err();
+    assert_eq!(first.into_message::<u32, ()>().unwrap(), 1);
+    assert_eq!(back.next().unwrap().into_message::<u32, ()>().unwrap(), 2);
+    let request = back.next().unwrap().into_message::<u32, ()>().unwrap_err();
+    assert_eq!(back.next().unwrap().into_message::<u32, ()>().unwrap(), 4);
+    assert!(back.next().is_none());
+    // the request's record, dropped, answers its requester: exactly one terminal
+    drop(request);
+    let answer = block_on(asked);
+    assert!(answer.is_err());
+    assert!(rx.try_recv().is_err(), "nothing ran");
+}
+
+// spec: SB-8.9, SB-14.21 (runtime half) — the hand-off of one actor's queue between two Spots:
+// the target's lane is installed sealed (a temporary queue that does not dispatch), the source's
+// sends are captured in arrival order and appended there, later arrivals go behind them, and
+// opening dispatch runs every message exactly once, in order, on the target only.
+#[test]
+fn handed_off_sends_run_once_in_order_on_the_target() {
+    let rt = runtime();
+    let (ev, rx) = mpsc::channel::<String>();
+    let ev = Arc::new(Mutex::new(ev));
+    let from = rt.create_spot::<SpotWideUser, _>(spot_noop()).unwrap();
+    let to = rt.create_spot::<SpotWideUser, _>(spot_noop()).unwrap();
+    let mk = |spot_name: &'static str, e: Arc<Mutex<mpsc::Sender<String>>>| {
+        move |_ctx: SpotWideCtx, m: u32| {
+            e.lock().unwrap().send(format!("{spot_name}{m}")).unwrap();
+            Handled::ok(())
+        }
+    };
+    let source = from.spawn_actor(mk("source:", ev.clone())).unwrap();
+    source.tell(0).unwrap();
+    expect(&rx, "source:0");
+    source.seal();
+    for m in 1..=3 {
+        source.tell(m).unwrap();
+    }
+    // the target installs its queue without dispatching
+    let target = to.spawn_actor(mk("target:", ev.clone())).unwrap();
+    target.seal();
+    for record in source.return_pending() {
+        target
+            .tell(record.into_message::<u32, ()>().unwrap())
+            .unwrap();
+    }
+    // a message that arrived after the capture (a held session message) goes behind
+    target.tell(4).unwrap();
+    assert!(rx.try_recv().is_err(), "nothing dispatched before the open");
+    target.unseal();
+    for m in 1..=4 {
+        expect(&rx, &format!("target:{m}"));
+    }
+    assert_eq!(source.stats().application_queued, 0);
+    assert!(rx.try_recv().is_err(), "nothing twice");
+}
+
+// spec: EG-1.4, EG-4.1 — a whole Spot moves: the Spot seal holds every member, and its queued
+// sends come back per object, each object's in arrival order, as messages.
+#[test]
+fn a_sealed_spot_gives_back_each_members_sends_in_order() {
+    let rt = runtime();
+    let spot = rt.create_spot::<SpotWideUser, _>(spot_noop()).unwrap();
+    let a = spot
+        .spawn_actor(|_ctx: SpotWideCtx, _m: u32| Handled::ok(()))
+        .unwrap();
+    let b = spot
+        .spawn_actor(|_ctx: SpotWideCtx, _m: u32| Handled::ok(()))
+        .unwrap();
+    spot.seal();
+    for m in 0..3 {
+        a.tell(m).unwrap();
+        b.tell(10 + m).unwrap();
+    }
+    let mut per_object: std::collections::BTreeMap<u64, Vec<u32>> = Default::default();
+    for record in spot.lane().return_pending() {
+        let object = record.object();
+        per_object
+            .entry(object)
+            .or_default()
+            .push(record.into_message::<u32, ()>().unwrap());
+    }
+    assert_eq!(per_object[&a.object_id()], [0, 1, 2]);
+    assert_eq!(per_object[&b.object_id()], [10, 11, 12]);
+}
+
+fn block_on<F: std::future::Future>(f: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(async { tokio::time::timeout(GUARD, f).await.expect("answered") })
+}
+
+// spec: EG-4.1 — a pending Yield resume of a sealed actor fails instead of running, while the
+// other actors of its Instance Spot go on.
+#[test]
+fn resume_of_a_sealed_actor_fails_and_its_spot_goes_on() {
+    let rt = runtime();
+    let sub = rt.subscribe_status(1024);
+    let (ev, rx) = mpsc::channel::<String>();
+    let ev = Arc::new(Mutex::new(ev));
+    let spot = rt.create_spot::<InstanceSpot, _>(spot_noop()).unwrap();
+    let release = Gate::new();
+    let (e, r) = (ev.clone(), release.clone());
+    let a = spot
+        .spawn_actor(move |ctx: SpotWideCtx, _m: ()| {
+            let (e, r) = (e.clone(), r.clone());
+            Handled::later(async move {
+                e.lock().unwrap().send("A:start".into()).unwrap();
+                let _ = ctx
+                    .request(move || async move {
+                        r.take().await.ok();
+                        Ok(())
+                    })
+                    .yielding()
+                    .await;
+                e.lock().unwrap().send("A:resumed".into()).unwrap();
+                Ok(())
+            })
+        })
+        .unwrap();
+    let e = ev.clone();
+    let b = spot
+        .spawn_actor(move |_ctx: SpotWideCtx, m: u32| {
+            e.lock().unwrap().send(format!("B{m}")).unwrap();
+            Handled::ok(())
+        })
+        .unwrap();
+    a.tell(()).unwrap();
+    expect(&rx, "A:start");
+    a.seal();
+    release.open();
+    wait_status(
+        &sub,
+        &rt,
+        &format!("lane/{}", a.object_id()),
+        "resume-refused",
+    );
+    assert_eq!(rt.metrics().resumes_refused, 1);
+    assert!(!a.stats().claimed);
+    b.tell(1).unwrap();
+    expect(&rx, "B1");
+    // the continuation never ran
+    assert!(rx.try_recv().is_err());
+}
+
+// spec: EG-7.5 — debt and counters are per object and dropped when it moves: the moving actor's
+// yield debt goes with its returned work, its sibling's stays.
+#[test]
+fn moving_actor_drops_its_debt_and_its_sibling_keeps_its_own() {
+    let rt = runtime();
+    let (ev, rx) = mpsc::channel::<u32>();
+    let ev = Arc::new(Mutex::new(ev));
+    let spot = rt.create_spot::<SpotWideUser, _>(spot_noop()).unwrap();
+    let a = spot
+        .spawn_actor(|_ctx: SpotWideCtx, _m: u32| Handled::ok(()))
+        .unwrap();
+    let b = spot
+        .spawn_actor(|_ctx: SpotWideCtx, _m: u32| Handled::ok(()))
+        .unwrap();
+    let cap = RuntimeConfig::default().limits.lifecycle_turn_cap;
+    for actor in [&a, &b] {
+        for i in 0..cap {
+            let e = ev.clone();
+            spot.actor_lifecycle(actor, move |_ctx| {
+                e.lock().unwrap().send(i).unwrap();
+                Handled::ok(())
+            })
+            .unwrap();
+        }
+    }
+    for _ in 0..2 * cap {
+        rx.recv_timeout(GUARD).unwrap();
+    }
+    let deadline = std::time::Instant::now() + GUARD;
+    while a.stats().claimed || b.stats().claimed {
+        assert!(std::time::Instant::now() < deadline);
+        std::thread::yield_now();
+    }
+    assert!(a.stats().decision.debt && b.stats().decision.debt);
+    a.seal();
+    assert!(a.return_pending().is_empty());
+    assert_eq!(a.stats().decision, LaneDecision::default());
+    assert!(b.stats().decision.debt, "another actor's debt is its own");
+}
+
 type Slot<T> = Arc<OnceLock<T>>;
 
 // spec: EG-16.7, EG-6, EG-6.5, EG-3.3

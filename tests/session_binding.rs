@@ -206,11 +206,13 @@ async fn push_without_binding_is_session_not_bound_and_works_once_bound() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn relays_after_bind_read_no_store_and_need_no_spot_callback() {
     let counting = Arc::new(CountingStore::new(MemoryStore::new()));
+    // The counter lives in a Spot of its own whose callback is observable: it counts its
+    // runs (and is shown to run at the end, when the binding is notified).
     let hook_calls = Arc::new(AtomicUsize::new(0));
     let mut registry = demo::registry().unwrap();
     let h = hook_calls.clone();
     registry.spot_hooks(
-        "entry",
+        "observed",
         zlink::actor::SpotHooks::new().on_disconnect_actor(move |_, _| {
             h.fetch_add(1, Ordering::SeqCst);
             async { Ok(()) }
@@ -218,7 +220,17 @@ async fn relays_after_bind_read_no_store_and_need_no_spot_callback() {
     );
     let (a, _b, _ta, _tb) = session_pair(counting.clone(), demo::sessions(), Some(registry)).await;
     let c = client_of(&a);
-    let counter = c.create("counter", "c1", Placement::on("b")).await.unwrap();
+    let counter = a
+        .create(
+            zlink::node::Create::new("counter", zlink::actor::ActorId::new("c1").unwrap())
+                .in_spot(zlink::actor::SpotSpec {
+                    name: "observed".into(),
+                    kind: zlink::actor::SpotKind::User(zlink::actor::UserMode::PerActor),
+                })
+                .on(rid("b")),
+        )
+        .await
+        .unwrap();
     bind(&c, &counter).await;
     let before = counting.counts();
     for i in 1..=50u64 {
@@ -248,7 +260,14 @@ async fn relays_after_bind_read_no_store_and_need_no_spot_callback() {
     .await;
     assert_eq!(counting.counts().since(&before).total(), 0);
     assert_eq!(counting.count(StoreOp::Lookup), 0);
-    assert_eq!(hook_calls.load(Ordering::SeqCst), 0);
+    assert_eq!(hook_calls.load(Ordering::SeqCst), 0, "a Spot callback ran");
+    // The Spot's callback is observable: a NotifyDisconnected runs it once.
+    c.packet(&zlink_apps::demo::session::NotifyDisconnected {
+        actor_id: "c1".into(),
+    })
+    .await
+    .unwrap();
+    assert_eq!(hook_calls.load(Ordering::SeqCst), 1);
 }
 
 // spec: SB-14.7
@@ -340,18 +359,83 @@ impl Message for SlowRelay {
     type Reply = Result<Vec<u8>, u8>;
 }
 
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+struct CancelledRelay {
+    actor_id: String,
+}
+impl Message for CancelledRelay {
+    const KEY: zlink::actor::DispatchKey = zlink::actor::DispatchKey::new(901);
+    type Reply = bool;
+}
+
 // spec: SB-14.9
 // spec: SB-12
 // spec: SB-8.4
+// spec: SB-5.10
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_timed_out_relay_is_never_resent_elsewhere() {
-    let (a, b, ta, tb) = session_pair(memory_store(), short_deadline_sessions(200), None).await;
-    let c = client_of(&a);
-    let echo = c.create("echo", "e1", Placement::on("b")).await.unwrap();
-    bind(&c, &echo).await;
-    // Hold b's application domain: the relayed request waits past its deadline.
+async fn a_timed_out_or_cancelled_relay_is_never_resent_elsewhere() {
+    // Three nodes: the session on a, the actor on b, and c, where the actor lives next. A
+    // relay request cancelled mid-flight (its future dropped by the session handler once the
+    // 24 is at b) and one that times out are each sent once, to b; after the actor moved to c
+    // (destroyed on b, created on c), nothing is ever sent to c for them — no 24, no 160.
+    let cancel = Arc::new(Notify::new());
+    let sessions = {
+        let cancel = cancel.clone();
+        short_deadline_sessions(200).packet(move |s, r: CancelledRelay| {
+            let cancel = cancel.clone();
+            async move {
+                let id = zlink::actor::ActorId::new(&r.actor_id).unwrap();
+                let bound = s.actors().find(&id).expect("bound");
+                let msg = demo::Echo(b"cancel".to_vec());
+                let req = bound.request(&msg, Duration::from_secs(20));
+                tokio::select! {
+                    r = req => panic!("answered while b is paused: {r:?}"),
+                    () = cancel.notified() => Ok(true),
+                }
+            }
+        })
+    };
+    let store = memory_store();
+    let taps: Vec<zlink_mesh::WireTap> = (0..3).map(|_| zlink_mesh::WireTap::new(20_000)).collect();
+    let mut sc = SessionNodeSpec::new("c", sessions.clone());
+    sc.tap = Some(taps[2].clone());
+    let c_node = start_session_node(sc, store.clone()).await;
+    let mut sb = SessionNodeSpec::new("b", sessions.clone());
+    sb.tap = Some(taps[1].clone());
+    sb.peers = vec![c_node.address()];
+    let b = start_session_node(sb, store.clone()).await;
+    let mut sa = SessionNodeSpec::new("a", sessions);
+    sa.tap = Some(taps[0].clone());
+    sa.peers = vec![b.address(), c_node.address()];
+    let a = start_session_node(sa, store).await;
+    assert!(a.wait_peers(TIMEOUT).await.is_empty());
+    assert!(b.wait_peers(TIMEOUT).await.is_empty());
+    assert!(c_node.wait_peers(TIMEOUT).await.is_empty());
+    let (ta, tb, tc) = (&taps[0], &taps[1], &taps[2]);
+    let client = client_of(&a);
+    let echo = client
+        .create("echo", "e1", Placement::on("b"))
+        .await
+        .unwrap();
+    bind(&client, &echo).await;
+    // Hold b's application domain: the relayed requests wait in the actor's queue.
     b.set_application_paused(true);
-    let out = c
+    // Cancelled mid-flight: once the 24 is at b.
+    {
+        let packet = CancelledRelay {
+            actor_id: "e1".into(),
+        };
+        let fut = client.packet(&packet);
+        tokio::pin!(fut);
+        tokio::select! {
+            r = &mut fut => panic!("answered before the cancel: {r:?}"),
+            () = wait_until("the 24 at b", || tapped(tb, TapDirection::Received, 24).len() == 1) => {}
+        }
+        cancel.notify_one();
+        assert!(fut.await.unwrap(), "the handler cancelled its request");
+    }
+    // Timed out (a short deadline), also held at b.
+    let out = client
         .packet(&SlowRelay {
             actor_id: echo.id().to_string(),
             data: b"late".to_vec(),
@@ -359,16 +443,35 @@ async fn a_timed_out_relay_is_never_resent_elsewhere() {
         .await
         .unwrap();
     assert_eq!(out, Err(ErrorKind::DeadlineExceeded as u8));
+    // The actor moves to c.
+    b.destroy(&echo).await.unwrap();
+    let moved = client
+        .create("echo", "e1", Placement::on("c"))
+        .await
+        .unwrap();
+    assert_eq!(moved.node(), &rid("c"));
     b.set_application_paused(false);
-    // Exactly one 24 left a; nothing was sent to any other node or resent.
-    let sends = tapped(&ta, TapDirection::Sent, 24);
-    assert_eq!(sends.len(), 1);
-    wait_until("the 24 at b", || {
-        tapped(&tb, TapDirection::Received, 24).len() == 1
+    // Each request left a once, to b; nothing for them ever reached c.
+    let sent = tapped(ta, TapDirection::Sent, 24);
+    assert_eq!(sent.len(), 2);
+    assert!(
+        sent.iter().all(|f| f.peer.as_ref() == b"b"),
+        "a 24 left a for another node"
+    );
+    wait_until("both 24s at b", || {
+        tapped(tb, TapDirection::Received, 24).len() == 2
     })
     .await;
-    assert_eq!(tapped(&ta, TapDirection::Sent, 160).len(), 0);
-    drop(a);
+    assert_eq!(tapped(ta, TapDirection::Sent, 160).len(), 0);
+    assert_eq!(tapped(tc, TapDirection::Received, 24).len(), 0);
+    assert_eq!(tapped(tc, TapDirection::Received, 160).len(), 0);
+    // The client's relay through its binding of the destroyed incarnation is refused, never
+    // re-resolved to c (SB-5.10).
+    let e = relay_req(&client, &echo, &Echo(b"again".to_vec()))
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Unavailable);
+    assert_eq!(tapped(tc, TapDirection::Received, 24).len(), 0);
 }
 
 // spec: SB-14.10
@@ -493,18 +596,46 @@ async fn rebind_from_a_new_session_does_not_wait_for_the_old_one() {
     );
 }
 
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+struct KeepHandle(String);
+impl Message for KeepHandle {
+    const KEY: zlink::actor::DispatchKey = zlink::actor::DispatchKey::new(910);
+    type Reply = ();
+}
+
 // spec: SB-14.12
 // spec: SB-6.1
 // spec: SB-6.3
+// spec: SB-12
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn after_replacement_the_old_sessions_relays_are_rejected() {
-    let (calls, _called) = mpsc::unbounded_channel();
-    let sessions = probe_sessions(ReplacedProbe {
-        calls,
-        release: Arc::new(Notify::new()),
-        block: true,
-    });
-    let (a, _b, _ta, _tb) = session_pair(memory_store(), sessions, None).await;
+    // The old session keeps a handle of its binding; its replaced-callback (which runs while
+    // the session is closing, so no packet admission stands in the way) relays through it:
+    // the retired binding itself refuses it at the session owner — `Unavailable`, counted
+    // `binding_retired`, no 24 on the wire — and the current binding is untouched.
+    let kept = Arc::new(std::sync::Mutex::new(None::<zlink::session::BoundActor>));
+    let (seen, mut outcome) = mpsc::unbounded_channel();
+    let sessions = {
+        let (k1, k2) = (kept.clone(), kept.clone());
+        demo::sessions()
+            .packet(move |s, KeepHandle(id)| {
+                let k = k1.clone();
+                async move {
+                    *k.lock().unwrap() = s.actors().find(id.as_str());
+                    Ok(())
+                }
+            })
+            .on_replaced(move |_s, _actor| {
+                let (k, seen) = (k2.clone(), seen.clone());
+                async move {
+                    let old = k.lock().unwrap().take().expect("the kept handle");
+                    let r = old.request(&Add(100), Duration::from_secs(20)).await;
+                    let _ = seen.send(r.map_err(|e| e.kind()));
+                    Ok(())
+                }
+            })
+    };
+    let (a, b, ta, _tb) = session_pair(memory_store(), sessions, None).await;
     let old = client_of(&a);
     let new = client_of(&a);
     let counter = old
@@ -513,11 +644,32 @@ async fn after_replacement_the_old_sessions_relays_are_rejected() {
         .unwrap();
     bind(&old, &counter).await;
     assert_eq!(relay_req(&old, &counter, &Add(1)).await.unwrap(), 1);
+    old.packet(&KeepHandle("c1".into())).await.unwrap();
+    let relays_sent = tapped(&ta, TapDirection::Sent, 24).len();
+    let retired_at = |n: &zlink::node::Node| {
+        n.session_flow().get(
+            zlink::session::FlowRecord::Relay,
+            zlink::session::FlowReject::BindingRetired,
+        )
+    };
+    let (retired_a, retired_b) = (retired_at(&a), retired_at(&b));
     bind(&new, &counter).await;
-    old.recv_push_timeout(TIMEOUT).await.expect("Replaced push");
-    // The old session is closing: no new inbound dispatch, and its binding is retired.
+    let refused = tokio::time::timeout(TIMEOUT, outcome.recv())
+        .await
+        .expect("the replaced-callback's relay")
+        .unwrap();
+    assert_eq!(refused, Err(ErrorKind::Unavailable));
+    assert_eq!(
+        retired_at(&a),
+        retired_a + 1,
+        "refused by the retired binding"
+    );
+    assert_eq!(retired_at(&b), retired_b, "the actor owner never saw it");
+    // The old session is closing: no new inbound dispatch either.
     let e = relay_req(&old, &counter, &Add(100)).await.unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Unavailable);
+    assert_eq!(tapped(&ta, TapDirection::Sent, 24).len(), relays_sent);
+    // The current binding is unchanged: the counter saw neither refused relay.
     assert_eq!(relay_req(&new, &counter, &Add(1)).await.unwrap(), 2);
     assert_eq!(new.packet(&Bound).await.unwrap(), vec![counter]);
 }
@@ -639,11 +791,56 @@ async fn late_responses_via_the_old_connection_do_not_apply_to_the_current_one()
             .0,
         b"cur"
     );
-    // The late reply of the old connection was never applied to anything.
+    // The late reply of the old connection was never applied to anything: counted with its
+    // one reason (its session had ended), and the binding it registered at b is tombstoned
+    // with exactly its identity (a 38 Unbind), never the current one.
     wait_until("the late bind counted", || {
-        a.session_flow().total(zlink::session::FlowRecord::Bind) >= 1
+        a.session_flow().get(
+            zlink::session::FlowRecord::Bind,
+            zlink::session::FlowReject::SessionClosed,
+        ) == 1
     })
     .await;
+    assert_eq!(
+        a.session_flow().total(zlink::session::FlowRecord::Bind),
+        1,
+        "{:?}",
+        a.session_flow().snapshot()
+    );
+    let binds = |op: zlink_wire::BindOperation| -> Vec<zlink_wire::BindingGeneration> {
+        tapped(&ta, TapDirection::Sent, 38)
+            .into_iter()
+            .filter_map(|f| match f.decoded.ok()?.record {
+                zlink_mesh::Record::BoundSessionBind(r) if r.operation == op => {
+                    Some(r.binding_generation)
+                }
+                _ => None,
+            })
+            .collect()
+    };
+    wait_until("the late binding tombstoned", || {
+        !binds(zlink_wire::BindOperation::Unbind).is_empty()
+    })
+    .await;
+    let sent = binds(zlink_wire::BindOperation::Bind);
+    assert_eq!(sent.len(), 2, "the old and the current bind");
+    assert_eq!(binds(zlink_wire::BindOperation::Unbind), vec![sent[0]]);
+    wait_until("the tombstone answered", || {
+        tapped(&ta, TapDirection::Received, 38).len() == 3
+    })
+    .await;
+    // The current binding is untouched: it relays, gets pushes, and is the one bound.
+    relay_req(&cur, &echo, &EchoPush(b"still".to_vec()))
+        .await
+        .unwrap();
+    let p = cur.recv_push_timeout(TIMEOUT).await.expect("push after");
+    assert_eq!(
+        rmp_serde::from_slice::<Echo>(p.payload.as_deref().unwrap_or_default())
+            .unwrap()
+            .0,
+        b"still"
+    );
+    assert_eq!(cur.packet(&Bound).await.unwrap(), vec![echo]);
 }
 
 async fn wait_until_async<F, Fut>(what: &str, mut cond: F)
@@ -659,4 +856,55 @@ where
         );
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
+}
+
+// spec: SB-6.2
+// spec: SB-6.3
+// spec: SB-6.9
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_replacement_while_closing_is_told_and_counted() {
+    // Two actors bound on the old session, both rebound from a new one: the second 51 reaches
+    // a session that is already closing. Each replaced actor gets its replaced-callback (the
+    // demo's tells the client with a `Replaced` push), each is counted, and the connection
+    // closes only after both.
+    let (calls, mut called) = mpsc::unbounded_channel();
+    let sessions = probe_sessions(ReplacedProbe {
+        calls,
+        release: Arc::new(Notify::new()),
+        block: false,
+    });
+    let (a, _b, _ta, _tb) = session_pair(memory_store(), sessions, None).await;
+    let old = client_of(&a);
+    let new = client_of(&a);
+    let e1 = old.create("echo", "r1", Placement::on("b")).await.unwrap();
+    let e2 = old.create("echo", "r2", Placement::on("a")).await.unwrap();
+    bind(&old, &e1).await;
+    bind(&old, &e2).await;
+    let before = a.counters().session_replacements;
+    bind(&new, &e1).await;
+    bind(&new, &e2).await;
+    let mut told = Vec::new();
+    for _ in 0..2 {
+        let p = old
+            .recv_push_timeout(TIMEOUT)
+            .await
+            .expect("a Replaced push per replaced actor");
+        assert_eq!(p.key, Replaced::KEY);
+        let r: Replaced = rmp_serde::from_slice(p.payload.as_deref().unwrap_or_default()).unwrap();
+        told.push(r.actor_id);
+    }
+    told.sort();
+    assert_eq!(told, vec!["r1".to_owned(), "r2".to_owned()]);
+    for _ in 0..2 {
+        tokio::time::timeout(TIMEOUT, called.recv())
+            .await
+            .expect("both callbacks finished")
+            .unwrap();
+    }
+    assert_eq!(a.counters().session_replacements, before + 2);
+    assert_eq!(
+        tokio::time::timeout(TIMEOUT, old.closed()).await.unwrap(),
+        DisconnectReason::Replaced
+    );
+    assert_eq!(new.packet(&Bound).await.unwrap().len(), 2);
 }

@@ -145,19 +145,46 @@ fn sent_38(tap: &WireTap, actor: &str, operation: BindOperation) -> usize {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn disconnect_runs_each_spots_callback_once_and_one_failure_does_not_stop_the_other() {
     let log = HookLog::default();
+    // A SpotWide Spot whose callback fails for one of its actors (`d-fail`, an error) and
+    // panics for another (`d-panic`): the callbacks of the Spot's other actors run behind
+    // them on the same Spot lane, and every binding is still tombstoned (SB-7.2, SB-7.4).
+    let shared = {
+        let log = log.clone();
+        SpotHooks::new().on_disconnect_actor(move |spot: String, ctx: zlink::actor::ActorCtx| {
+            let log = log.clone();
+            let actor = ctx.actor_ref().clone();
+            async move {
+                log.record(&spot, &actor);
+                match actor.id().as_str() {
+                    "d-fail" => Err(HandlerError::new("deliberate on_disconnect_actor failure")),
+                    "d-panic" => panic!("deliberate on_disconnect_actor panic"),
+                    _ => Ok(()),
+                }
+            }
+        })
+    };
     let registry = registry_with(vec![
         ("ok-spot", counting_hook(&log, false)),
         ("failing-spot", counting_hook(&log, true)),
+        ("shared", shared),
     ]);
     let store = Arc::new(CountingStore::new(MemoryStore::new()));
     let (a, b, tap_a, _tb) = session_pair(store.clone(), demo::sessions(), Some(registry)).await;
     // One actor cross-node (38 over the mesh), one on the session owner itself.
     let remote = echo_in(&a, "b", "d-remote", per_actor("ok-spot")).await;
     let local = echo_in(&a, "a", "d-local", per_actor("failing-spot")).await;
+    let wide = spot("shared", SpotKind::User(UserMode::SpotWide));
+    let mut in_shared = Vec::new();
+    for id in ["d-fail", "d-panic", "d-next-1", "d-next-2"] {
+        in_shared.push(echo_in(&a, "b", id, wide.clone()).await);
+    }
     let c = client_of(&a);
     // The failing Spot's actor is bound first: its notification is the first of the snapshot.
     bind(&c, &local).await;
     bind(&c, &remote).await;
+    for actor in &in_shared {
+        bind(&c, actor).await;
+    }
     assert_eq!(
         relay_req(&c, &remote, &Echo(b"r".to_vec()))
             .await
@@ -177,17 +204,27 @@ async fn disconnect_runs_each_spots_callback_once_and_one_failure_does_not_stop_
 
     c.close().await;
 
-    wait_until("both Spot callbacks ran", || {
-        log.count("ok-spot", "d-remote") >= 1 && log.count("failing-spot", "d-local") >= 1
+    wait_until("every Spot callback ran", || {
+        log.count("ok-spot", "d-remote") >= 1
+            && log.count("failing-spot", "d-local") >= 1
+            && ["d-fail", "d-panic", "d-next-1", "d-next-2"]
+                .iter()
+                .all(|id| log.count("shared", id) >= 1)
     })
     .await;
     wait_unbound_at_owner(&observer, &remote).await;
     wait_unbound_at_owner(&observer, &local).await;
+    for actor in &in_shared {
+        wait_unbound_at_owner(&observer, actor).await;
+    }
     wait_until("the session left its owner", || a.session_count() == 1).await;
 
     assert_eq!(log.count("ok-spot", "d-remote"), 1);
     assert_eq!(log.count("failing-spot", "d-local"), 1);
-    assert_eq!(log.total(), 2, "no other Spot callback ran");
+    for id in ["d-fail", "d-panic", "d-next-1", "d-next-2"] {
+        assert_eq!(log.count("shared", id), 1, "{id}");
+    }
+    assert_eq!(log.total(), 6, "no other Spot callback ran");
     // The cross-node notification is one 38 Disconnect over the stored route, no store lookup.
     assert_eq!(sent_38(&tap_a, "d-remote", BindOperation::Disconnect), 1);
     assert_eq!(
@@ -437,4 +474,105 @@ async fn automatic_notification_tombstones_only_after_the_callback_terminal() {
             .0,
         b"e"
     );
+}
+
+// spec: SB-7.5
+// spec: SB-7.6
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_push_from_on_disconnect_actor_reaches_the_client_that_notified() {
+    // Public NotifyDisconnected: the client stays connected, so the actor's Spot callback may
+    // still tell it something. Its push is checked against the binding being notified — which
+    // stays until the callback's terminal, then is tombstoned — and reaches the client, never
+    // refused as `binding_retired`. Both placements (a 38 over the mesh, the direct call).
+    let hooks =
+        SpotHooks::new().on_disconnect_actor(|_spot, ctx: zlink::actor::ActorCtx| async move {
+            ctx.push(&Echo(b"goodbye".to_vec()))
+                .await
+                .map_err(|e| HandlerError::new(e.to_string()))
+        });
+    let registry = registry_with(vec![("farewell", hooks)]);
+    let (a, _b, _ta, _tb) = session_pair(memory_store(), demo::sessions(), Some(registry)).await;
+    let c = client_of(&a);
+    for owner in ["b", "a"] {
+        let id = format!("bye-{owner}");
+        let actor = echo_in(&a, owner, &id, per_actor("farewell")).await;
+        bind(&c, &actor).await;
+        let refused = a.session_flow().total(FlowRecord::Push);
+        c.packet(&NotifyDisconnected {
+            actor_id: id.clone(),
+        })
+        .await
+        .unwrap();
+        let push = c
+            .recv_push_timeout(TIMEOUT)
+            .await
+            .unwrap_or_else(|| panic!("{owner}: the callback's push never arrived"));
+        assert_eq!(push.key, Echo::KEY);
+        let Echo(bytes) = rmp_serde::from_slice(&push.payload.unwrap()).unwrap();
+        assert_eq!(bytes, b"goodbye");
+        assert_eq!(
+            a.session_flow().total(FlowRecord::Push),
+            refused,
+            "{owner}: a push was refused: {:?}",
+            a.session_flow().snapshot()
+        );
+        // After the terminal: tombstoned on both sides; the connection stays.
+        assert!(c.packet(&Bound).await.unwrap().is_empty());
+        assert!(!bound_at_owner(&c, &actor).await);
+        assert!(c.close_reason().is_none());
+    }
+}
+
+// spec: SB-7.5
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_callback_push_that_arrives_after_the_notify_terminal_is_delivered() {
+    // The Spot callback's push travels on the relay connection, the 38 terminal on the
+    // completion connection: with the relay link from b delayed, the terminal (and the
+    // binding's end) reaches a first. The push, sent while the binding was still registered
+    // at b, is delivered all the same.
+    let hooks =
+        SpotHooks::new().on_disconnect_actor(|_spot, ctx: zlink::actor::ActorCtx| async move {
+            ctx.push(&Echo(b"late goodbye".to_vec()))
+                .await
+                .map_err(|e| HandlerError::new(e.to_string()))
+        });
+    let store = memory_store();
+    let tap_a = WireTap::new(10_000);
+    let mut sb = SessionNodeSpec::new("b", demo::sessions());
+    sb.registry = Some(registry_with(vec![("farewell", hooks.clone())]));
+    let b = start_session_node(sb, store.clone()).await;
+    let (gate, open) = tokio::sync::watch::channel(true);
+    let mut to_b = b.address();
+    to_b.relay = gated_proxy(&to_b.relay, open).await;
+    let mut sa = SessionNodeSpec::new("a", demo::sessions());
+    sa.registry = Some(registry_with(vec![("farewell", hooks)]));
+    sa.tap = Some(tap_a.clone());
+    sa.peers = vec![to_b];
+    let a = start_session_node(sa, store).await;
+    wait_pair_up(&a, &b).await;
+    let c = client_of(&a);
+    let actor = echo_in(&a, "b", "late-bye", per_actor("farewell")).await;
+    bind(&c, &actor).await;
+    gate.send(false).unwrap();
+    c.packet(&NotifyDisconnected {
+        actor_id: "late-bye".into(),
+    })
+    .await
+    .unwrap();
+    // The terminal is in: the binding is gone for the application.
+    assert!(c.packet(&Bound).await.unwrap().is_empty());
+    let pushes = tapped(&tap_a, TapDirection::Received, 36).len();
+    gate.send(true).unwrap();
+    let push = c
+        .recv_push_timeout(TIMEOUT)
+        .await
+        .expect("the callback's push that arrived after the terminal");
+    let Echo(bytes) = rmp_serde::from_slice(&push.payload.unwrap()).unwrap();
+    assert_eq!(bytes, b"late goodbye");
+    assert_eq!(
+        tapped(&tap_a, TapDirection::Received, 36).len(),
+        pushes + 1,
+        "the push came after the terminal"
+    );
+    assert_eq!(a.session_flow().total(FlowRecord::Push), 0);
 }

@@ -334,7 +334,8 @@ async fn the_public_session_surface() {
         vec![
             "bound e".to_owned(),
             "relayed r".to_owned(),
-            format!("after notify {:?}", Some(ErrorKind::InvalidOperation)),
+            // A relay through the retired binding: a stale binding fence (SB-12).
+            format!("after notify {:?}", Some(ErrorKind::Unavailable)),
         ]
     );
 }
@@ -757,11 +758,16 @@ async fn a_handle_of_a_retired_binding_never_acts_on_the_current_one() {
     let (a, _b, _ta, _tb) = session_pair(memory_store(), sessions, None).await;
     let c = client_of(&a);
     let counter = c.create("counter", "c", Placement::on("b")).await.unwrap();
+    // spec: SB-12
+    // A relay through the retired binding is a stale binding fence (`Unavailable`, as the
+    // actor owner answers it); unbind / notify of an identity no longer current are refused
+    // as `InvalidOperation` (as the actor owner's tombstone answers them).
     let invalid = format!("{:?}", Some(ErrorKind::InvalidOperation));
+    let unavailable = format!("{:?}", Some(ErrorKind::Unavailable));
     assert_eq!(
         c.packet(&StaleHandle(counter)).await.unwrap(),
         vec![
-            invalid.clone(),
+            unavailable,
             invalid.clone(),
             invalid,
             "current 1".to_owned()
@@ -790,7 +796,8 @@ async fn refused_binds_and_relays_are_counted_at_the_actor_owner() {
             .get(FlowRecord::Bind, FlowReject::ObjectGenerationMismatch),
         1
     );
-    // A relay request to a destroyed incarnation: refused, answered and counted by b.
+    // A relay request to a destroyed incarnation: refused, answered and counted by b. Its
+    // binding ended with the incarnation: a stale binding fence (SB-4.1, SB-12).
     bind(&c, &counter).await;
     c.destroy(&counter).await.unwrap();
     assert_eq!(
@@ -798,11 +805,217 @@ async fn refused_binds_and_relays_are_counted_at_the_actor_owner() {
             .await
             .unwrap_err()
             .kind(),
-        ErrorKind::NotFound
+        ErrorKind::Unavailable
     );
     assert_eq!(
         b.session_flow()
-            .get(FlowRecord::Relay, FlowReject::ActorGone),
+            .get(FlowRecord::Relay, FlowReject::BindingRetired),
         1
     );
+}
+
+/// A registry with a `staller` type whose `Wait` handler holds its turn until the test
+/// releases it (`gate`), counting the turns that started (`started`).
+fn staller_registry(gate: Arc<Notify>, started: Arc<AtomicUsize>) -> zlink::actor::ActorRegistry {
+    let mut registry = demo::registry().unwrap();
+    registry
+        .register(
+            ActorTypeBuilder::new("staller", |_i, _b| Ok(()))
+                .handle(move |_: &mut (), _ctx, _: Wait| {
+                    let (g, s) = (gate.clone(), started.clone());
+                    s.fetch_add(1, Ordering::SeqCst);
+                    Handled::later(async move {
+                        g.notified().await;
+                        Ok(())
+                    })
+                })
+                .build()
+                .unwrap(),
+        )
+        .unwrap();
+    registry
+}
+
+// spec: SB-1.5
+// spec: SB-10
+// spec: SB-5.3
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_actor_does_not_delay_the_sessions_requests_to_another_actor() {
+    // One session, two bound actors: a relay request to `staller` waits in its handler until
+    // the test releases it. The session's turn ended when the 24 was handed off, so the same
+    // session's requests to the other actor are answered meanwhile; the stalled request is
+    // answered on its own once released. Both placements of the stalled actor (local and on
+    // the other node).
+    let gate = Arc::new(Notify::new());
+    let started = Arc::new(AtomicUsize::new(0));
+    let registry = staller_registry(gate.clone(), started.clone());
+    let (a, _b, _ta, _tb) = session_pair(memory_store(), demo::sessions(), Some(registry)).await;
+    let c = Arc::new(client_of(&a));
+    for (round, (stall_on, other_on)) in [("a", "b"), ("b", "a")].into_iter().enumerate() {
+        let s = c
+            .create("staller", &format!("s{round}"), Placement::on(stall_on))
+            .await
+            .unwrap();
+        let e = c
+            .create("echo", &format!("e{round}"), Placement::on(other_on))
+            .await
+            .unwrap();
+        bind(&c, &s).await;
+        bind(&c, &e).await;
+        let stalled = {
+            let (c, s) = (c.clone(), s.clone());
+            tokio::spawn(async move { relay_req(&c, &s, &Wait).await })
+        };
+        wait_until("the stalled handler started", || {
+            started.load(Ordering::SeqCst) == round + 1
+        })
+        .await;
+        for i in 0..5u8 {
+            let out = tokio::time::timeout(TIMEOUT, relay_req(&c, &e, &Echo(vec![i])))
+                .await
+                .expect("a request to another actor waited for the stalled one")
+                .unwrap();
+            assert_eq!(out.0, vec![i]);
+        }
+        assert!(!stalled.is_finished(), "the stalled request ended early");
+        gate.notify_one();
+        tokio::time::timeout(TIMEOUT, stalled)
+            .await
+            .expect("the stalled request's reply")
+            .unwrap()
+            .unwrap();
+    }
+}
+
+// spec: SB-5.6
+// spec: SB-5.7
+// spec: SB-14.7
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_push_that_overtakes_its_bind_terminal_is_not_lost() {
+    // The 38 terminal travels on the completion connection, the actor's 36 on the relay
+    // connection. With the completion link from b delayed, a push the actor sends right after
+    // b registered the binding reaches a before the bind's terminal: a holds it for the bind in
+    // flight with that identity and delivers it once the binding is published — never dropped
+    // as `session_not_bound`.
+    let store = memory_store();
+    let tap_a = zlink_mesh::WireTap::new(10_000);
+    let tap_b = zlink_mesh::WireTap::new(10_000);
+    let mut sb = SessionNodeSpec::new("b", demo::sessions());
+    sb.tap = Some(tap_b.clone());
+    let b = start_session_node(sb, store.clone()).await;
+    let (gate, open) = tokio::sync::watch::channel(true);
+    let mut to_b = b.address();
+    to_b.completion = gated_proxy(&to_b.completion, open).await;
+    let mut sa = SessionNodeSpec::new("a", demo::sessions());
+    sa.tap = Some(tap_a.clone());
+    sa.peers = vec![to_b];
+    let a = start_session_node(sa, store).await;
+    wait_pair_up(&a, &b).await;
+    let c = Arc::new(client_of(&a));
+    for round in 0..3 {
+        let echo = c
+            .create("echo", &format!("early-{round}"), Placement::on("b"))
+            .await
+            .unwrap();
+        let replies_38 = tapped(&tap_b, zlink_mesh::TapDirection::Sent, 38).len();
+        let pushes_in = tapped(&tap_a, zlink_mesh::TapDirection::Received, 36).len();
+        gate.send(false).unwrap();
+        let binding = {
+            let (c, echo) = (c.clone(), echo.clone());
+            tokio::spawn(async move { bind(&c, &echo).await })
+        };
+        wait_until("b answered the 38", || {
+            tapped(&tap_b, zlink_mesh::TapDirection::Sent, 38).len() > replies_38
+        })
+        .await;
+        // Right after the registration, the actor pushes (its handler reads the binding).
+        b.request(
+            &echo,
+            &EchoPush(format!("early {round}").into_bytes()),
+            TIMEOUT,
+        )
+        .await
+        .unwrap();
+        wait_until("the 36 reached a", || {
+            tapped(&tap_a, zlink_mesh::TapDirection::Received, 36).len() > pushes_in
+        })
+        .await;
+        assert!(
+            !binding.is_finished(),
+            "the bind's terminal was not delayed"
+        );
+        gate.send(true).unwrap();
+        binding.await.unwrap();
+        let p = c
+            .recv_push_timeout(TIMEOUT)
+            .await
+            .expect("the push that overtook the bind's terminal");
+        assert_eq!(p.key, Echo::KEY);
+        let Echo(bytes) = rmp_serde::from_slice(&p.payload.unwrap()).unwrap();
+        assert_eq!(bytes, format!("early {round}").into_bytes());
+    }
+    assert_eq!(
+        a.session_flow().total(zlink::session::FlowRecord::Push),
+        0,
+        "{:?}",
+        a.session_flow().snapshot()
+    );
+}
+
+// spec: SB-5.3
+// spec: SB-1.5
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forwarded_requests_keep_each_actors_order() {
+    // Relay requests are forwarded (the session's turn ends once the 24 is queued), yet the
+    // ones to one actor reach it in the order the client sent them: pipelined requests to two
+    // `sequence` actors (one on each node), interleaved, arrive in order at each.
+    use zlink_apps::demo::{Checked, Next};
+    let (a, _b, _ta, _tb) = session_pair(memory_store(), demo::sessions(), None).await;
+    let c = client_of(&a);
+    let seqs = [
+        c.create("sequence", "q-remote", Placement::on("b"))
+            .await
+            .unwrap(),
+        c.create("sequence", "q-local", Placement::on("a"))
+            .await
+            .unwrap(),
+    ];
+    for s in &seqs {
+        bind(&c, s).await;
+    }
+    let mut next = [0u64; 2];
+    for _round in 0..4 {
+        let mut packets = Vec::new();
+        for i in 0..12 {
+            let which = i % 2;
+            packets.push(relay_packet(&seqs[which], &Next(next[which])));
+            next[which] += 1;
+        }
+        // All polled in order (each sends on its first poll), then awaited together.
+        let mut futs: Vec<_> = packets.iter().map(|p| Box::pin(c.packet(p))).collect();
+        let mut replies: Vec<Option<_>> = futs.iter().map(|_| None).collect();
+        std::future::poll_fn(|cx| {
+            for (f, r) in futs.iter_mut().zip(replies.iter_mut()) {
+                if r.is_none()
+                    && let std::task::Poll::Ready(out) = f.as_mut().poll(cx)
+                {
+                    *r = Some(out);
+                }
+            }
+            if replies.iter().all(Option::is_some) {
+                std::task::Poll::Ready(())
+            } else {
+                std::task::Poll::Pending
+            }
+        })
+        .await;
+        assert!(
+            replies.iter().all(|r| matches!(r, Some(Ok(_)))),
+            "{replies:?}"
+        );
+    }
+    for (i, s) in seqs.iter().enumerate() {
+        let (expected, out_of_order) = relay_req(&c, s, &Checked).await.unwrap();
+        assert_eq!((expected, out_of_order), (next[i], 0), "{}", s.id());
+    }
 }

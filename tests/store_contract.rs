@@ -76,6 +76,9 @@ contract_tests! {
     mark_ready_fences => check_mark_ready_fences;
     // spec: SB-8.9, SB-1.3, SB-12 — owner CAS with the source fence.
     cas_owner_fences => check_cas_owner_fences;
+    // spec: SB-8.5, SB-8.9 — the relocation fence: the only fence a target's CAS wins with;
+    // retiring it is a durable abort.
+    relocation_fence => check_relocation_fence;
     // spec: SB-4.1 — destroy + re-create gives a new ObjectGeneration.
     destroy_and_recreate => check_destroy_and_recreate;
     // spec: EG-14 — a dead owner's actor is re-reservable after lease expiry or restart.

@@ -347,15 +347,6 @@ fn find(
     }
 }
 
-/// [`find`] for [`RelayView::parse`]: the binding of the actor whose id has these bytes,
-/// `None` when none has (bytes that are not UTF-8 name no actor).
-fn find_raw(
-    s: &zlink::session::Session,
-    id: &[u8],
-) -> Option<Result<zlink::session::BoundActor, zlink::session::PacketError>> {
-    s.actors().find(std::str::from_utf8(id).ok()?).map(Ok)
-}
-
 /// The error of a relay packet whose actor has no current binding.
 fn not_bound(id: &str) -> zlink::session::PacketError {
     match zlink_wire::ActorId::new(id) {
@@ -374,6 +365,14 @@ fn relay_ticket(
     id: &[u8],
 ) -> Option<Result<zlink::session::aggregate::RelayTicket, zlink::session::PacketError>> {
     s.relay_ticket(id).map(|ticket| ticket.map_err(Into::into))
+}
+
+/// A relayed request's reply as the `RelayRequest` packet's reply: MessagePack bin (what
+/// `serde_bytes::ByteBuf` encodes to).
+fn bin_reply(reply: Bytes) -> Result<Bytes, zlink::session::PacketError> {
+    rmp_serde::to_vec(serde_bytes::Bytes::new(&reply))
+        .map(Bytes::from)
+        .map_err(|e| zlink::session::PacketError::new(ErrorKind::Internal, e.to_string()))
 }
 
 /// MessagePack of `()` (nil): the reply of a packet whose reply type is `()`.
@@ -559,23 +558,17 @@ pub fn sessions() -> zlink::session::SessionHandlers {
             Ok(s.actors().bind_or_get(&b.actor).await?.actor_ref())
         })
         // The two relay packets are decoded in place (the actor message stays a slice of the
-        // packet) and their binding looked up before the turn's future exists: no copy of the
-        // message, no allocation beyond the relay's own.
-        .packet_raw(RelayRequest::KEY, |s, packet| {
-            let relay = RelayView::parse(packet, |id| find_raw(&s, id));
-            Box::pin(async move {
-                let (bound, key, payload, timeout_ms) = relay?;
-                let reply = bound
-                    .relay(key, payload, Some(timeout_of(timeout_ms)))
-                    .await?
-                    .unwrap_or_default();
-                // The reply as MessagePack bin (what `serde_bytes::ByteBuf` encodes to).
-                rmp_serde::to_vec(serde_bytes::Bytes::new(&reply))
-                    .map(Bytes::from)
-                    .map_err(|e| {
-                        zlink::session::PacketError::new(ErrorKind::Internal, e.to_string())
-                    })
-            })
+        // packet) and their binding found and ticket taken in one step of the session's
+        // aggregate: no copy of the message, no allocation beyond the relay's own. A relay
+        // request is forwarded: the packet's turn ends once the 24 is handed off, and the
+        // actor's reply answers the client on its own (SB-1.5).
+        .packet_turn(RelayRequest::KEY, |s, packet| {
+            match RelayView::parse(packet, |id| relay_ticket(&s, id)) {
+                Ok((ticket, key, payload, timeout_ms)) => {
+                    s.forward_ticket_turn(ticket, key, payload, timeout_of(timeout_ms), bin_reply)
+                }
+                Err(e) => zlink::session::PacketTurn::Done(Err(e)),
+            }
         })
         // A one-way relay admitted at once finishes without a future (`send_turn`); its
         // binding is found and its ticket taken in one step of the session's aggregate.

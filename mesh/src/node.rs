@@ -1359,6 +1359,21 @@ impl MeshNode {
         payload: Option<Bytes>,
         timeout: Duration,
     ) -> Result<Response, RequestError> {
+        self.request_record_admitted(to, record, payload, timeout, || {})
+            .await
+    }
+
+    /// [`MeshNode::request_record`] that calls `admitted` once the record is in the peer's
+    /// send queue (past admission, so any record sent to that peer after this call leaves
+    /// after it), before it waits for the terminal; not called when admission fails.
+    pub async fn request_record_admitted(
+        &self,
+        to: &NodeRid,
+        record: Record,
+        payload: Option<Bytes>,
+        timeout: Duration,
+        admitted: impl FnOnce(),
+    ) -> Result<Response, RequestError> {
         if !codec::is_app_record(&record) || record.is_reply() {
             return Err(SendError::Encode(format!(
                 "{} is not an application record",
@@ -1393,6 +1408,7 @@ impl MeshNode {
         let Some(outbox) = outbox else {
             return Err(RequestError::Closed);
         };
+        admitted();
         let mut guard = CancelGuard {
             shared: &self.shared,
             outbox,

@@ -31,6 +31,61 @@ pub enum ActorConfigError {
     },
 }
 
+/// Why an actor cannot move, or its state could not travel (the migration contract of
+/// relocation, issue 27; [`crate::actor::ActorTypeBuilder::migrate`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum MigrationError {
+    /// The type neither opted in to migration nor is registered as stateless: relocation is
+    /// refused before anything is sealed (`InvalidOperation`).
+    #[error(
+        "actor type {actor_type:?} cannot be relocated: it neither implements migration \
+         (ActorTypeBuilder::migrate) nor is registered stateless (ActorTypeBuilder::stateless)"
+    )]
+    NotMigratable {
+        /// The type.
+        actor_type: String,
+    },
+    /// The type's dehydrate hook failed or its state did not encode (`Internal`).
+    #[error("actor type {actor_type:?}: dehydrate failed: {reason}")]
+    Dehydrate {
+        /// The type.
+        actor_type: String,
+        /// What failed.
+        reason: String,
+    },
+    /// The state did not decode or the type's rehydrate hook failed (`Internal`).
+    #[error("actor type {actor_type:?}: rehydrate failed: {reason}")]
+    Rehydrate {
+        /// The type.
+        actor_type: String,
+        /// What failed.
+        reason: String,
+    },
+    /// Stateful bytes for a stateless type, or no state for a stateful one (the source and
+    /// target registries disagree on the type) (`InvalidOperation`).
+    #[error("actor type {actor_type:?}: the migrated state does not fit its migration mode")]
+    StateMismatch {
+        /// The type.
+        actor_type: String,
+    },
+}
+
+impl MigrationError {
+    /// The public error kind (SB-12).
+    #[must_use]
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            MigrationError::NotMigratable { .. } | MigrationError::StateMismatch { .. } => {
+                ErrorKind::InvalidOperation
+            }
+            MigrationError::Dehydrate { .. } | MigrationError::Rehydrate { .. } => {
+                ErrorKind::Internal
+            }
+        }
+    }
+}
+
 /// Why an actor operation (create, get, call, destroy) failed. [`ActorError::kind`] gives the
 /// public error kind (SB-12).
 #[derive(Debug, thiserror::Error)]
@@ -148,6 +203,9 @@ pub enum ActorError {
     /// A Location Store operation failed.
     #[error("location store: {0}")]
     Store(#[from] StoreError),
+    /// The actor cannot be relocated, or its state could not travel.
+    #[error("migration: {0}")]
+    Migration(#[from] MigrationError),
 }
 
 impl ActorError {
@@ -174,6 +232,7 @@ impl ActorError {
             ActorError::Handler(_) => ErrorKind::Internal,
             ActorError::Remote { kind, .. } => *kind,
             ActorError::Store(e) => e.kind(),
+            ActorError::Migration(e) => e.kind(),
         }
     }
 }

@@ -31,12 +31,14 @@ mod registry;
 pub mod spot;
 
 pub use create::Create;
-pub use error::{ActorConfigError, ActorError};
+pub use error::{ActorConfigError, ActorError, MigrationError};
 pub use message::{
     ActorCtx, ActorHost, CLOSE_SESSION_KEY, Handled, HandlerError, Message, RESERVED_KEYS_START,
 };
 pub use reference::{ActorRef, LocationSnapshot};
-pub use registry::{ActivationInfo, ActorRegistry, ActorType, ActorTypeBuilder};
+pub use registry::{
+    ActivationInfo, ActorRegistry, ActorType, ActorTypeBuilder, MigratedState, MigrationMode,
+};
 pub use spot::{DisconnectHook, SpotHooks, SpotKind, SpotSpec, UserMode};
 pub use zlink_wire::{
     ActorId, AuthorityOwnerGeneration, DispatchKey, ErrorKind, MeshName, NodeGeneration, NodeRid,

@@ -23,7 +23,7 @@ use crate::backlog::{Admitted, Done, Intake};
 use crate::runtime::BoxFuture;
 use crate::session::aggregate::RelayTicket;
 use crate::session::flow::{FlowRecord, FlowReject};
-use crate::session::owner::{Refusal, RelaySent};
+use crate::session::owner::{AfterBind, Refusal, RelaySent};
 use crate::session::{RegisteredBinding, SessionHost, slot::SlotBind};
 
 fn refusal(e: &ActorError) -> Refusal {
@@ -413,35 +413,23 @@ impl SessionHost for NodeSessionHost {
         to: &NodeRid,
         req: BoundSessionBind,
         timeout: Duration,
-    ) -> BoxFuture<Result<BindSnapshot, Refusal>> {
+    ) -> BoxFuture<(Result<BindSnapshot, Refusal>, Option<AfterBind>)> {
         let node = self.node();
         let to = to.clone();
         Box::pin(async move {
-            let node = node.ok_or_else(gone)?;
+            let Some(node) = node else {
+                return (Err(gone()), None);
+            };
             if to == *node.node_rid() {
                 let me = to.clone();
                 let (out, replacement) = node.bind_at_owner(&me, req).await;
-                if let Some(r) = replacement {
-                    let n = node.clone();
-                    tokio::spawn(async move { n.send_replaced(r).await });
-                }
-                return out;
+                // The 51 only after the terminal is applied (SB-6.1): the session owner runs
+                // it once the route is stored.
+                let after = replacement
+                    .map(|r| -> AfterBind { Box::pin(async move { node.send_replaced(r).await }) });
+                return (out, after);
             }
-            let resp = node
-                .inner
-                .mesh
-                .request_record(&to, Record::BoundSessionBind(req), None, timeout)
-                .await
-                .map_err(|e| refusal(&request_error(&to, e)))?;
-            match resp.record {
-                Record::BoundSessionBindReply(r) => r
-                    .result
-                    .map_err(|k| (k, "refused by the actor owner".to_owned())),
-                other => Err((
-                    ErrorKind::Unavailable,
-                    format!("unexpected 38 terminal: {}", other.command()),
-                )),
-            }
+            (node.bind_remote(&to, req, timeout).await, None)
         })
     }
 
@@ -451,6 +439,7 @@ impl SessionHost for NodeSessionHost {
         key: DispatchKey,
         payload: Bytes,
         timeout: Option<Duration>,
+        admitted: Option<tokio::sync::oneshot::Sender<()>>,
     ) -> RelaySent {
         let Some(node) = self.node() else {
             return RelaySent::Now(Err(gone()));
@@ -480,6 +469,8 @@ impl SessionHost for NodeSessionHost {
                                 Some(ReplyTo::Local(tx)),
                             )
                             .await;
+                        // In the actor's queue (or refused).
+                        drop(admitted);
                         match tokio::time::timeout(t, rx).await {
                             Ok(Ok(Ok(b))) => Ok(Some(b)),
                             Ok(Ok(Err(e))) => Err(refusal(&e)),
@@ -553,7 +544,13 @@ impl SessionHost for NodeSessionHost {
                 Box::pin(async move {
                     node.inner
                         .mesh
-                        .request_record(&to, Record::ActorSend(rec), Some(payload), t)
+                        .request_record_admitted(
+                            &to,
+                            Record::ActorSend(rec),
+                            Some(payload),
+                            t,
+                            move || drop(admitted),
+                        )
                         .await
                         .map(|r| Some(r.payload.unwrap_or_default()))
                         .map_err(|e| refusal(&request_error(&to, e)))
@@ -690,5 +687,31 @@ impl ActorHost for NodeActorHost {
         let node = self.node();
         let me = me.clone();
         Box::pin(async move { node?.push_bound_inner(&me, key, payload).await })
+    }
+}
+
+impl Node {
+    /// A 38 to the actor owner `to` on another node: its one terminal.
+    async fn bind_remote(
+        &self,
+        to: &NodeRid,
+        req: BoundSessionBind,
+        timeout: Duration,
+    ) -> Result<BindSnapshot, Refusal> {
+        let resp = self
+            .inner
+            .mesh
+            .request_record(to, Record::BoundSessionBind(req), None, timeout)
+            .await
+            .map_err(|e| refusal(&request_error(to, e)))?;
+        match resp.record {
+            Record::BoundSessionBindReply(r) => r
+                .result
+                .map_err(|k| (k, "refused by the actor owner".to_owned())),
+            other => Err((
+                ErrorKind::Unavailable,
+                format!("unexpected 38 terminal: {}", other.command()),
+            )),
+        }
     }
 }

@@ -252,6 +252,27 @@ impl Node {
                 retired,
                 call,
             );
+            // SB-4.1, SB-12: a 24 of another incarnation, or of one destroyed here, is
+            // refused because its binding ended with that incarnation (a stale binding
+            // fence, `Unavailable`, as the session owner answers a relay through a retired
+            // binding), not by comparing ObjectGeneration as a message target.
+            let checked = match (checked, bound) {
+                (
+                    Err(ActorError::GenerationMismatch { .. } | ActorError::ActorNotFound { .. }),
+                    Some(_),
+                ) => {
+                    self.inner.sessions.flow().reject(
+                        FlowRecord::Relay,
+                        FlowReject::BindingRetired,
+                        &call.actor_id,
+                    );
+                    Err(ActorError::StaleFence {
+                        actor_id: call.actor_id.clone(),
+                        fence: "binding",
+                    })
+                }
+                (c, _) => c,
+            };
             let bound_ok = match (&checked, live.as_deref(), bound) {
                 (Ok(()), Some(a), Some(b)) => a
                     .binding

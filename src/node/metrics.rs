@@ -380,6 +380,18 @@ impl LocationStore for TimedStore {
         )
     }
 
+    fn relocation_fence(
+        &self,
+        actor_id: ActorId,
+        expected: AuthorityFence,
+        owner: OwnerFence,
+    ) -> StoreFuture<'_, ActorLocation> {
+        self.timed(
+            StoreOp::RelocationFence,
+            self.inner.relocation_fence(actor_id, expected, owner),
+        )
+    }
+
     fn destroy(&self, actor_id: ActorId, fence: OwnerFence) -> StoreFuture<'_, ()> {
         self.timed(StoreOp::Destroy, self.inner.destroy(actor_id, fence))
     }
@@ -470,6 +482,7 @@ impl Node {
             peers_up,
             sessions: i.sessions.session_count() as u64,
             bindings: i.sessions.binding_count() as u64,
+            session_replacements: i.sessions.replacements(),
             actors,
             activations: stats.activations,
             calls_in: stats.calls_in,
@@ -631,6 +644,12 @@ impl Collector for NodeCollector {
             "zlink_session_bindings",
             "Bindings of this node's client sessions now",
             c.bindings,
+        )?;
+        counter(
+            e,
+            "zlink_session_replacements",
+            "Bindings of this node's sessions replaced by another session's bind (51), each told to the replaced-callback",
+            c.session_replacements,
         )?;
         family(
             e,

@@ -146,6 +146,17 @@ impl NodeOptions {
         }
     }
 
+    /// The timings of a relocation this node coordinates: the seal timeout is
+    /// SessionRelocationSealTimeout (SB-8.3, `timeouts.session_relocation_seal_ms`), the cutover
+    /// timeout SB-8.9's 1,000 ms.
+    #[must_use]
+    pub fn relocation_config(&self) -> crate::relocation::RelocationConfig {
+        crate::relocation::RelocationConfig {
+            seal_timeout: self.session_relocation_seal_timeout,
+            ..crate::relocation::RelocationConfig::default()
+        }
+    }
+
     /// Who may do what on the client port ([`access`]); e.g.
     /// `with_client_access(ClientAccess::open())` for a trusted network.
     #[must_use]

@@ -266,6 +266,10 @@ pub struct NodeCounters {
     pub sessions: u64,
     /// Bindings of those sessions now.
     pub bindings: u64,
+    /// Bindings of those sessions replaced by another session's bind (51 applied, SB-6.2):
+    /// each ran the replaced-callback. Absent from older nodes' replies.
+    #[serde(default)]
+    pub session_replacements: u64,
     /// Actors owned now, by Spot kind (`entry`, `spot_wide`, `per_actor`, `instance`).
     pub actors: std::collections::BTreeMap<String, u64>,
     /// Actors activated here (factory runs that reached Ready).

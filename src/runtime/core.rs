@@ -228,6 +228,9 @@ struct LaneState<W, L> {
     /// Join results waiting to run: the explicit queue that lifts the barriers (no front
     /// insertion into the FIFOs, EG-6.4). At most `barriers_active` entries.
     join_results: JoinQueue<W>,
+    /// This object alone is sealed for relocation ([`GateCore::handle_seal_lane`]): none of its
+    /// records starts, the gate's other lanes run on (EG-4.1).
+    sealed: bool,
 }
 
 /// A lane's Join-result queue, allocated only while it holds results (they are rare: a lane
@@ -271,7 +274,8 @@ impl<W, L> LaneState<W, L> {
     /// Whether a record of this lane may start now: a Join result always; FIFO records only while
     /// no barrier is active (EG-5.1/5.2).
     fn runnable(&self) -> bool {
-        !self.join_results.is_empty() || (self.barriers_active == 0 && self.has_work())
+        !self.sealed
+            && (!self.join_results.is_empty() || (self.barriers_active == 0 && self.has_work()))
     }
 
     /// The lane half of [`GateCore::inline_admissible`]: no record in flight or yielded, not in
@@ -280,6 +284,7 @@ impl<W, L> LaneState<W, L> {
     fn inline_idle(&self, limits: &LaneLimits, payload_len: usize) -> bool {
         let r = self.application_reserved;
         self.claim.is_none()
+            && !self.sealed
             && !self.in_ready
             && !self.has_work()
             && self.join_results.is_empty()
@@ -501,6 +506,7 @@ impl<W, L: Clone> GateCore<W, L> {
             barriers_inactive: 0,
             barriers_active: 0,
             join_results: JoinQueue(None),
+            sealed: false,
         };
         self.live += 1;
         let generation = self.next_generation;
@@ -976,6 +982,10 @@ impl<W, L: Clone> GateCore<W, L> {
                         continue;
                     };
                     state.in_ready = false;
+                    if state.sealed {
+                        // sealed alone while it waited (made ready again by its unseal)
+                        continue;
+                    }
                     if let Some(q) = state.join_results.pop_front() {
                         // a Join result runs while its barrier stands (EG-5.4); outside the lane
                         // decision, which stays with the object's two FIFOs
@@ -1111,6 +1121,7 @@ impl<W, L: Clone> GateCore<W, L> {
             Some(c) if c.invocation == invocation && c.state == ClaimState::Yielded => c,
             _ => return Err(ResumeRefused::Stale),
         };
+        let sealed = sealed || state.sealed;
         if sealed || ended {
             state.claim = None;
             state.finish_claim(claim);
@@ -1179,6 +1190,98 @@ impl<W, L: Clone> GateCore<W, L> {
     /// Whether the unit is sealed.
     pub fn is_sealed(&self) -> bool {
         self.sealed
+    }
+
+    /// Seal one object for relocation (EG-4.1): none of its records starts any more (queued work
+    /// stays for [`GateCore::handle_return_pending_lane`]), its queued resume record is refused
+    /// and returned, and a resume of its yielded record is refused when it arrives; a record
+    /// running now finishes. The gate's other lanes are untouched (relocating one actor holds
+    /// only that actor's records, also under a shared SpotWide gate).
+    pub fn handle_seal_lane(&mut self, lane: LaneId) -> Vec<(LaneId, u64)> {
+        debug_assert!(self.batch.is_none(), "end the batch first");
+        let Some(state) = self.lane_mut(lane) else {
+            return Vec::new();
+        };
+        state.sealed = true;
+        state.in_ready = false;
+        let mut refused = Vec::new();
+        let mut kept = VecDeque::with_capacity(self.ready.len());
+        for e in std::mem::take(&mut self.ready) {
+            match e {
+                ReadyEntry::Lane(l) if l == lane => {}
+                ReadyEntry::Resume(l, inv) if l == lane => refused.push((l, inv)),
+                other => kept.push_back(other),
+            }
+        }
+        self.ready = kept;
+        if let Some(state) = self.lane_mut(lane) {
+            for (_, inv) in &refused {
+                if let Some(c) = state.claim.filter(|c| c.invocation == *inv) {
+                    state.claim = None;
+                    state.finish_claim(c);
+                }
+            }
+        }
+        refused
+    }
+
+    /// Lift one object's seal (relocation aborted): it becomes ready again if it has work (and
+    /// the unit is not sealed).
+    pub fn handle_unseal_lane(&mut self, lane: LaneId) {
+        debug_assert!(self.batch.is_none(), "end the batch first");
+        let unit_sealed = self.sealed;
+        let Some(state) = self.lane_mut(lane) else {
+            return;
+        };
+        if !state.sealed {
+            return;
+        }
+        state.sealed = false;
+        if !unit_sealed && state.runnable() && state.claim.is_none() && !state.in_ready {
+            state.in_ready = true;
+            push_back_small(&mut self.ready, ReadyEntry::Lane(lane));
+        }
+    }
+
+    /// Whether `lane` is sealed on its own.
+    pub fn is_lane_sealed(&self, lane: LaneId) -> bool {
+        self.lane_ref(lane).is_some_and(|s| s.sealed)
+    }
+
+    /// [`GateCore::handle_return_pending`] for one object: its queued records (lifecycle FIFO,
+    /// then application FIFO, each in FIFO order) with their reservations released; its lane
+    /// decision counters and debt are dropped (the object moves, EG-7.5). Other lanes keep
+    /// theirs.
+    pub fn handle_return_pending_lane(&mut self, lane: LaneId) -> Vec<Returned<W>> {
+        debug_assert!(self.batch.is_none(), "end the batch first");
+        let overhead = self.limits.per_work_overhead;
+        let Some(state) = self.lane_mut(lane) else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        for class in [LaneClass::Lifecycle, LaneClass::Application] {
+            loop {
+                let q = match class {
+                    LaneClass::Lifecycle => state.lifecycle.pop_front(),
+                    LaneClass::Application => state.application.pop_front(),
+                };
+                let Some(q) = q else { break };
+                state.release(class, q.bytes);
+                out.push(Returned {
+                    lane,
+                    class,
+                    payload_len: q.bytes.saturating_sub(overhead) as usize,
+                    item: q.item,
+                });
+            }
+        }
+        state.decision = LaneDecision::default();
+        state.trim();
+        let was_ready = std::mem::replace(&mut state.in_ready, false);
+        if was_ready {
+            self.ready.retain(|e| *e != ReadyEntry::Lane(lane));
+        }
+        out
     }
 
     /// Whether the gate ended.
@@ -1550,6 +1653,122 @@ mod tests {
         c.handle_seal();
         assert_eq!(c.handle_resume(l, invocation), Err(ResumeRefused::Sealed));
         assert_eq!(c.lane_stats(l).unwrap().application_reserved_items, 0);
+    }
+
+    // spec: EG-4.1, EG-2.1 — sealing one object of a shared gate (one actor of a SpotWide Spot)
+    // holds only its records: the gate's other lanes keep running; its record in flight
+    // finishes; unsealed, it runs again in FIFO order.
+    #[test]
+    fn sealing_one_lane_holds_only_that_lane() {
+        let mut c = core();
+        let a = c.add_lane(()).unwrap();
+        let b = c.add_lane(()).unwrap();
+        c.handle_submit(a, LaneClass::Application, 0, 1).unwrap();
+        c.handle_submit(a, LaneClass::Application, 0, 2).unwrap();
+        c.handle_submit(b, LaneClass::Application, 0, 10).unwrap();
+        let Some(Turn::Run { invocation, .. }) = c.poll_turn() else {
+            panic!()
+        };
+        // a's first record is running when a is sealed: it finishes
+        assert!(c.handle_seal_lane(a).is_empty());
+        assert!(c.is_lane_sealed(a) && !c.is_lane_sealed(b) && !c.is_sealed());
+        c.handle_turn_finished(a, invocation).unwrap();
+        c.handle_submit(a, LaneClass::Lifecycle, 0, 3).unwrap();
+        c.handle_submit(b, LaneClass::Application, 0, 11).unwrap();
+        assert_eq!(run(&mut c).unwrap(), (b, LaneClass::Application, 10));
+        assert_eq!(run(&mut c).unwrap(), (b, LaneClass::Application, 11));
+        assert!(run(&mut c).is_none(), "the sealed lane starts nothing");
+        assert!(!c.inline_admissible(a, 0), "nor inline");
+        c.handle_unseal_lane(a);
+        assert_eq!(run(&mut c).unwrap(), (a, LaneClass::Lifecycle, 3));
+        assert_eq!(run(&mut c).unwrap(), (a, LaneClass::Application, 2));
+    }
+
+    // spec: EG-4.1 — a pending Yield resume of a sealed object fails, whether its resume record
+    // was already queued or arrives after the seal; the other lane's resume runs.
+    #[test]
+    fn resume_of_a_sealed_lane_is_refused() {
+        let mut c = core();
+        let a = c.add_lane(()).unwrap();
+        let b = c.add_lane(()).unwrap();
+        c.handle_submit(a, LaneClass::Application, 10, 1).unwrap();
+        c.handle_submit(b, LaneClass::Application, 10, 2).unwrap();
+        let Some(Turn::Run { invocation: ia, .. }) = c.poll_turn() else {
+            panic!()
+        };
+        c.handle_yield(a, ia).unwrap();
+        let Some(Turn::Run { invocation: ib, .. }) = c.poll_turn() else {
+            panic!()
+        };
+        c.handle_yield(b, ib).unwrap();
+        // a's resume is queued, then a is sealed: refused and returned
+        c.handle_resume(a, ia).unwrap();
+        c.handle_resume(b, ib).unwrap();
+        assert_eq!(c.handle_seal_lane(a), vec![(a, ia)]);
+        assert_eq!(c.lane_stats(a).unwrap().application_reserved_items, 0);
+        assert!(!c.lane_stats(a).unwrap().claimed);
+        let Some(Turn::Resume { lane, .. }) = c.poll_turn() else {
+            panic!("b's resume runs")
+        };
+        assert_eq!(lane, b);
+        // a resume arriving after the seal is refused too
+        c.handle_unseal_lane(a);
+        c.handle_submit(a, LaneClass::Application, 10, 3).unwrap();
+        c.handle_turn_finished(b, ib).unwrap();
+        let Some(Turn::Run { invocation, .. }) = c.poll_turn() else {
+            panic!()
+        };
+        c.handle_yield(a, invocation).unwrap();
+        c.handle_seal_lane(a);
+        assert_eq!(c.handle_resume(a, invocation), Err(ResumeRefused::Sealed));
+    }
+
+    // spec: EG-7.5, EG-1.4 — the moving object's queued records come back alone, lifecycle then
+    // application, each in FIFO order, reservations released; its decision counters and debt are
+    // dropped, another object's stay.
+    #[test]
+    fn return_pending_of_one_lane_drops_only_its_debt() {
+        let mut c = core();
+        let a = c.add_lane(()).unwrap();
+        let b = c.add_lane(()).unwrap();
+        let cap = LaneLimits::default().lifecycle_turn_cap;
+        for lane in [a, b] {
+            for i in 0..cap {
+                c.handle_submit(lane, LaneClass::Lifecycle, 0, 100 + i)
+                    .unwrap();
+            }
+        }
+        while run(&mut c).is_some() {}
+        assert!(c.lane_stats(a).unwrap().decision.debt);
+        assert!(c.lane_stats(b).unwrap().decision.debt);
+        c.handle_submit(a, LaneClass::Application, 5, 1).unwrap();
+        c.handle_submit(a, LaneClass::Lifecycle, 0, 2).unwrap();
+        c.handle_submit(a, LaneClass::Application, 5, 3).unwrap();
+        c.handle_seal_lane(a);
+        let back: Vec<(LaneClass, u32, usize)> = c
+            .handle_return_pending_lane(a)
+            .into_iter()
+            .map(|r| (r.class, r.item, r.payload_len))
+            .collect();
+        assert_eq!(
+            back,
+            [
+                (LaneClass::Lifecycle, 2, 0),
+                (LaneClass::Application, 1, 5),
+                (LaneClass::Application, 3, 5)
+            ]
+        );
+        let sa = c.lane_stats(a).unwrap();
+        assert_eq!(
+            sa.decision,
+            LaneDecision::default(),
+            "the mover's debt drops"
+        );
+        assert_eq!(
+            (sa.application_reserved_items, sa.lifecycle_reserved_items),
+            (0, 0)
+        );
+        assert!(c.lane_stats(b).unwrap().decision.debt, "b keeps its debt");
     }
 
     // Issue 12: a removed lane's slot is reused, a stale id never reaches the new lane, and an

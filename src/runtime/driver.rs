@@ -267,6 +267,26 @@ impl GateInner {
     }
 
     /// Resume records refused (seal): their yielded records are cancelled (EG-4.1).
+    /// Seal `lane` alone for relocation (EG-4.1); its refused resume records are cancelled.
+    pub fn seal_lane(&self, lane: LaneId) {
+        let refused = self.gate.lock().handle_seal_lane(lane);
+        self.refuse_resumes(&refused);
+    }
+
+    /// Lift `lane`'s own seal; a drain starts if the gate now has a ready lane and a free right.
+    pub fn unseal_lane(self: &Arc<Self>, lane: LaneId) {
+        let ready = {
+            let mut core = self.gate.lock();
+            core.handle_unseal_lane(lane);
+            core.has_ready()
+        };
+        if ready {
+            if let Some(f) = self.gate.word.try_acquire() {
+                self.kick(f);
+            }
+        }
+    }
+
     pub fn refuse_resumes(&self, refused: &[(LaneId, u64)]) {
         if refused.is_empty() {
             return;

@@ -18,6 +18,10 @@
 //! * a closure that panics while running was already moved out of the storage (`ptr::read`), so
 //!   unwinding drops it once, and the `Job` itself is forgotten before the call.
 //!
+//! * a [`Capturable`] record (a queued send: the message is the work) is stored the same way and
+//!   has a third exit, [`Job::into_captured`], which moves it out once and forgets the `Job`;
+//!   its type is checked ([`Job::captures`]) before it is taken.
+//!
 //! Every drop path is exercised by the unit tests below, inline and boxed: dropped unrun, run to
 //! completion, panicking while running, moved through a FIFO. They pass under Miri (no undefined
 //! behaviour): `MIRIFLAGS="-Zmiri-disable-isolation -Zmiri-ignore-leaks" cargo +nightly miri test
@@ -34,11 +38,74 @@ use super::driver::{Handled, LaneHandle, TurnEnv};
 /// record is then 32 bytes, two per cache line).
 type Inline = [usize; 2];
 
+/// Moves a captured record out of a job's storage.
+type Take = unsafe fn(*mut Inline) -> Box<dyn std::any::Any + Send>;
+
 struct VTable {
     /// Move the closure out of the storage and call it.
     call: unsafe fn(*mut Inline, TurnEnv, &LaneHandle) -> Handled<()>,
     /// Drop the closure in the storage without calling it.
     drop: unsafe fn(*mut Inline),
+    /// Move a [`Capturable`] record out of the storage without running it (relocation's
+    /// capture); `None` for closures.
+    take: Option<Take>,
+    /// The type of a [`Capturable`] record; `None` for closures.
+    record: Option<fn() -> std::any::TypeId>,
+}
+
+/// A record whose work is data (a message), not a closure: it runs like any job, and a
+/// relocation can take it back out unrun ([`Job::into_captured`]) to ship it elsewhere.
+pub(crate) trait Capturable: Send + Sized + 'static {
+    /// Run the record in a turn of `lane`.
+    fn run(self, env: TurnEnv, lane: &LaneHandle) -> Handled<()>;
+}
+
+struct DirectCap<T>(PhantomData<T>);
+struct BoxedCap<T>(PhantomData<T>);
+
+impl<T: Capturable> DirectCap<T> {
+    const VTABLE: VTable = VTable {
+        call: Self::call,
+        drop: Self::drop,
+        take: Some(Self::take),
+        record: Some(std::any::TypeId::of::<T>),
+    };
+    unsafe fn call(p: *mut Inline, env: TurnEnv, lane: &LaneHandle) -> Handled<()> {
+        // SAFETY: `p` holds an initialised `T` (written by `Job::capturable`), read once.
+        let t = unsafe { std::ptr::read(p.cast::<T>()) };
+        t.run(env, lane)
+    }
+    unsafe fn drop(p: *mut Inline) {
+        // SAFETY: as above; dropped exactly once, never read afterwards.
+        unsafe { std::ptr::drop_in_place(p.cast::<T>()) }
+    }
+    unsafe fn take(p: *mut Inline) -> Box<dyn std::any::Any + Send> {
+        // SAFETY: as above; read once, the `Job` is forgotten by the caller.
+        Box::new(unsafe { std::ptr::read(p.cast::<T>()) })
+    }
+}
+
+impl<T: Capturable> BoxedCap<T> {
+    const VTABLE: VTable = VTable {
+        call: Self::call,
+        drop: Self::drop,
+        take: Some(Self::take),
+        record: Some(std::any::TypeId::of::<T>),
+    };
+    unsafe fn call(p: *mut Inline, env: TurnEnv, lane: &LaneHandle) -> Handled<()> {
+        // SAFETY: `p` holds an initialised `Box<T>`, read exactly once.
+        let t = unsafe { std::ptr::read(p.cast::<Box<T>>()) };
+        (*t).run(env, lane)
+    }
+    unsafe fn drop(p: *mut Inline) {
+        // SAFETY: as above.
+        unsafe { std::ptr::drop_in_place(p.cast::<Box<T>>()) }
+    }
+    unsafe fn take(p: *mut Inline) -> Box<dyn std::any::Any + Send> {
+        // SAFETY: as above.
+        let t: Box<T> = unsafe { std::ptr::read(p.cast::<Box<T>>()) };
+        t
+    }
 }
 
 struct Direct<F>(PhantomData<F>);
@@ -48,6 +115,8 @@ impl<F: FnOnce(TurnEnv, &LaneHandle) -> Handled<()> + Send + 'static> Direct<F> 
     const VTABLE: VTable = VTable {
         call: Self::call,
         drop: Self::drop,
+        take: None,
+        record: None,
     };
     unsafe fn call(p: *mut Inline, env: TurnEnv, lane: &LaneHandle) -> Handled<()> {
         // SAFETY: `p` holds an initialised `F` (written by `Job::new`), read exactly once.
@@ -64,6 +133,8 @@ impl<F: FnOnce(TurnEnv, &LaneHandle) -> Handled<()> + Send + 'static> Boxed<F> {
     const VTABLE: VTable = VTable {
         call: Self::call,
         drop: Self::drop,
+        take: None,
+        record: None,
     };
     unsafe fn call(p: *mut Inline, env: TurnEnv, lane: &LaneHandle) -> Handled<()> {
         // SAFETY: `p` holds an initialised `Box<F>`, read exactly once.
@@ -121,6 +192,48 @@ impl Job {
                 _not_sync: PhantomData,
             }
         }
+    }
+
+    /// Store the record `t`: inline when it fits, boxed otherwise; unlike a closure it can be
+    /// taken back out unrun ([`Job::into_captured`]).
+    pub fn capturable<T: Capturable>(t: T) -> Job {
+        let mut storage = MaybeUninit::<Inline>::uninit();
+        let fits = size_of::<T>() <= size_of::<Inline>() && align_of::<T>() <= align_of::<Inline>();
+        if fits {
+            // SAFETY: size and alignment checked just above.
+            unsafe { storage.as_mut_ptr().cast::<T>().write(t) };
+            Job {
+                storage,
+                vtable: &DirectCap::<T>::VTABLE,
+                _not_sync: PhantomData,
+            }
+        } else {
+            // SAFETY: a `Box<T>` is one pointer: it always fits the word-aligned storage.
+            unsafe { storage.as_mut_ptr().cast::<Box<T>>().write(Box::new(t)) };
+            Job {
+                storage,
+                vtable: &BoxedCap::<T>::VTABLE,
+                _not_sync: PhantomData,
+            }
+        }
+    }
+
+    /// The [`Capturable`] record inside, unrun (boxed as `Any`: downcast it to its type); a
+    /// closure job is handed back.
+    pub fn into_captured(self) -> Result<Box<dyn std::any::Any + Send>, Job> {
+        let Some(take) = self.vtable.take else {
+            return Err(self);
+        };
+        let mut this = ManuallyDrop::new(self);
+        // SAFETY: the storage is initialised and `this` is never dropped, so it is read once.
+        Ok(unsafe { take(this.storage.as_mut_ptr()) })
+    }
+
+    /// Whether this job is a [`Capturable`] record of type `T`.
+    pub fn captures<T: 'static>(&self) -> bool {
+        self.vtable
+            .record
+            .is_some_and(|id| id() == std::any::TypeId::of::<T>())
     }
 
     /// Run the work (consumes it) in a turn of `lane`.
@@ -237,6 +350,57 @@ mod tests {
         assert_eq!(n.load(Ordering::SeqCst), 5);
         drop(fifo);
         assert_eq!(n.load(Ordering::SeqCst), 14);
+        lane.remove();
+    }
+
+    struct Rec<T>(T, Arc<AtomicUsize>);
+    impl<T: Send + 'static> Capturable for Rec<T> {
+        fn run(self, _env: TurnEnv, _lane: &LaneHandle) -> Handled<()> {
+            self.1.fetch_add(100, Ordering::SeqCst);
+            Handled::ok(())
+        }
+    }
+
+    // A capturable record, inline or boxed: run once, dropped once, or taken back out unrun
+    // exactly once (its value intact); a closure job is never taken.
+    #[test]
+    fn capturable_records_run_drop_or_come_back_once() {
+        let n = Arc::new(AtomicUsize::new(0));
+        let (e, lane) = env();
+        // small (inline) and big (boxed)
+        let _ = Job::capturable(Rec(Count(n.clone()), n.clone())).run(e.clone(), &lane);
+        assert_eq!(n.load(Ordering::SeqCst), 101);
+        let _ =
+            Job::capturable(Rec((Count(n.clone()), [7u64; 16]), n.clone())).run(e.clone(), &lane);
+        assert_eq!(n.load(Ordering::SeqCst), 202);
+        drop(Job::capturable(Rec(Count(n.clone()), n.clone())));
+        drop(Job::capturable(Rec(
+            (Count(n.clone()), [7u64; 16]),
+            n.clone(),
+        )));
+        assert_eq!(n.load(Ordering::SeqCst), 204);
+        let small = Job::capturable(Rec(5u32, n.clone()))
+            .into_captured()
+            .ok()
+            .unwrap();
+        assert_eq!(small.downcast::<Rec<u32>>().ok().unwrap().0, 5);
+        let big = Job::capturable(Rec([9u64; 16], n.clone()))
+            .into_captured()
+            .ok()
+            .unwrap();
+        assert_eq!(big.downcast::<Rec<[u64; 16]>>().ok().unwrap().0, [9u64; 16]);
+        let taken = Job::capturable(Rec(Count(n.clone()), n.clone()))
+            .into_captured()
+            .ok()
+            .unwrap();
+        assert_eq!(n.load(Ordering::SeqCst), 204, "taken, not run, not dropped");
+        drop(taken);
+        assert_eq!(n.load(Ordering::SeqCst), 205);
+        let closure = Job::new(|_env| Handled::ok(()));
+        assert!(!closure.captures::<Rec<u32>>());
+        assert!(closure.into_captured().is_err());
+        let job = Job::capturable(Rec(5u32, n.clone()));
+        assert!(job.captures::<Rec<u32>>() && !job.captures::<Rec<u64>>());
         lane.remove();
     }
 }

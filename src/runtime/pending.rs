@@ -121,6 +121,32 @@ impl PendingSubmit {
 /// only when it must go through the lane. Generic, so the closure is moved by value through inlined code instead of copied
 /// through a 160-byte wide slot (measured: such a slot's moves cost more than the box). It
 /// borrows its lane's handle (no reference count touched unless it becomes a `PendingSubmit`).
+/// The work of a [`Prepared`] record: run unboxed when it runs inline, made a [`Job`] only to
+/// enter the lane.
+pub(crate) trait RecordWork: Send + 'static {
+    /// Run it in a turn of `lane`.
+    fn run(self, env: TurnEnv, lane: &LaneHandle) -> Handled<()>;
+    /// The job that waits in the lane.
+    fn into_job(self) -> Job;
+}
+
+/// A closure as [`RecordWork`].
+pub(crate) struct Closure<F>(pub F);
+
+impl<F> RecordWork for Closure<F>
+where
+    F: FnOnce(TurnEnv, &LaneHandle) -> Handled<()> + Send + 'static,
+{
+    #[inline]
+    fn run(self, env: TurnEnv, lane: &LaneHandle) -> Handled<()> {
+        (self.0)(env, lane)
+    }
+
+    fn into_job(self) -> Job {
+        Job::with_lane(self.0)
+    }
+}
+
 pub(crate) struct Prepared<'a, F> {
     lane: &'a Arc<LaneHandle>,
     class: LaneClass,
@@ -134,7 +160,7 @@ pub(crate) struct Prepared<'a, F> {
 
 impl<'a, F> Prepared<'a, F>
 where
-    F: FnOnce(TurnEnv, &LaneHandle) -> Handled<()> + Send + 'static,
+    F: RecordWork,
 {
     pub(crate) fn new(
         lane: &'a Arc<LaneHandle>,
@@ -280,7 +306,7 @@ impl Submission for PendingSubmit {
 
 impl<F> Submission for Prepared<'_, F>
 where
-    F: FnOnce(TurnEnv, &LaneHandle) -> Handled<()> + Send + 'static,
+    F: RecordWork,
 {
     /// The closure runs unboxed inline; it is boxed only to enter the lane.
     #[inline]
@@ -301,9 +327,13 @@ where
         {
             if Arc::ptr_eq(&held, lane) && class == LaneClass::Application {
                 if let Some(turn) = held.continue_inline(turn, payload_len) {
-                    if let Some(turn) =
-                        super::driver::run_started_inline(lane, turn, stamp, work, true)
-                    {
+                    if let Some(turn) = super::driver::run_started_inline(
+                        lane,
+                        turn,
+                        stamp,
+                        move |e, l: &LaneHandle| work.run(e, l),
+                        true,
+                    ) {
                         run.keep(held, turn);
                     }
                     return Offered::Taken;
@@ -316,15 +346,19 @@ where
         }
         let mut work = Some(work);
         let r = lane.try_start_inline_or_submit(class, payload_len, inline.allowed(), || {
-            Job::with_lane(work.take().expect("made once"))
+            work.take().expect("made once").into_job()
         });
         let r = match r {
             StartOrSubmit::Inline(turn) => {
                 let work = work.take().expect("not boxed: it runs inline");
                 let keep = run.filter(|run| run.streak(lane));
-                if let Some(turn) =
-                    super::driver::run_started_inline(lane, turn, stamp, work, keep.is_some())
-                    && let Some(run) = keep
+                if let Some(turn) = super::driver::run_started_inline(
+                    lane,
+                    turn,
+                    stamp,
+                    move |e, l: &LaneHandle| work.run(e, l),
+                    keep.is_some(),
+                ) && let Some(run) = keep
                 {
                     run.keep(lane.clone(), turn);
                 }
@@ -342,7 +376,7 @@ where
             lane: self.lane.clone(),
             class: self.class,
             payload_len: self.payload_len,
-            job: Job::with_lane(self.work),
+            job: self.work.into_job(),
         }
     }
 }
@@ -405,10 +439,10 @@ mod tests {
         let lane = test_lane();
         let ran = Arc::new(AtomicUsize::new(0));
         // warm-up: first-use allocations of the runtime and the thread
-        let p = Prepared::new(&lane, LaneClass::Application, 8, work(&ran));
+        let p = Prepared::new(&lane, LaneClass::Application, 8, Closure(work(&ran)));
         assert!(matches!(p.offer(Inline::IfIdle), Offered::Taken));
         let before = allocs();
-        let p = Prepared::new(&lane, LaneClass::Application, 8, work(&ran));
+        let p = Prepared::new(&lane, LaneClass::Application, 8, Closure(work(&ran)));
         assert!(matches!(p.offer(Inline::IfIdle), Offered::Taken));
         let unboxed = allocs() - before;
         let before = allocs();
@@ -452,7 +486,7 @@ mod tests {
         run: &HeldRun,
         work: impl FnOnce(TurnEnv, &LaneHandle) -> Handled<()> + Send + 'static,
     ) -> Offered {
-        Prepared::new(lane, LaneClass::Application, 8, work).offer(Inline::Held(run))
+        Prepared::new(lane, LaneClass::Application, 8, Closure(work)).offer(Inline::Held(run))
     }
 
     fn held_word(lane: &LaneHandle) -> bool {
@@ -525,7 +559,7 @@ mod tests {
         );
         // a plain inline offer keeps nothing
         for n in 6..8 {
-            let p = Prepared::new(&lane, LaneClass::Application, 8, report(&tx, n));
+            let p = Prepared::new(&lane, LaneClass::Application, 8, Closure(report(&tx, n)));
             assert!(matches!(p.offer(Inline::IfIdle), Offered::Taken));
             assert_eq!(rx.try_recv(), Ok(n));
             assert!(!held_word(&lane));

@@ -168,6 +168,21 @@ impl Unit {
     }
 }
 
+/// [`Unit::return_pending`] for one lane: its queued records, owned (the object moves, EG-7.5).
+pub(crate) fn return_pending_lane(lane: &LaneHandle) -> Vec<PendingRecord> {
+    let mut core = lane.gate.gate.lock();
+    let items = core.handle_return_pending_lane(lane.lane);
+    items
+        .into_iter()
+        .map(|r| PendingRecord {
+            object: lane.object,
+            class: r.class,
+            payload_len: r.payload_len,
+            job: r.item,
+        })
+        .collect()
+}
+
 /// A serial execution object with lane policy `P`, handing contexts of mode `Y` to its records.
 pub struct SerialLane<P: LanePolicy, Y: YieldMode = NoYield> {
     lane: Arc<LaneHandle>,
@@ -255,7 +270,7 @@ impl<P: LanePolicy, Y: YieldMode> SerialLane<P, Y> {
             &self.lane,
             LaneClass::Application,
             payload_len,
-            move |env, _lane: &LaneHandle| f(Ctx::new(env)),
+            super::pending::Closure(move |env, _lane: &LaneHandle| f(Ctx::new(env))),
         )
     }
 
@@ -340,6 +355,24 @@ impl PendingRecord {
     /// The payload length it was admitted with.
     pub fn payload_len(&self) -> usize {
         self.payload_len
+    }
+
+    /// The message of a send queued to an actor of message type `M` and reply type `R`
+    /// (`tell`, `send`, `prepare_send`), taken out unrun so a relocation can carry it to its
+    /// target in arrival order; any other record (a request, a lifecycle record, Spot work) is
+    /// handed back.
+    pub fn into_message<M: Send + 'static, R: Send + 'static>(self) -> Result<M, Self> {
+        if !self.job.captures::<super::spot::SendRecord<M, R>>() {
+            return Err(self);
+        }
+        let any = self
+            .job
+            .into_captured()
+            .unwrap_or_else(|_| unreachable!("checked: a captured record"));
+        match any.downcast::<super::spot::SendRecord<M, R>>() {
+            Ok(r) => Ok(r.into_message()),
+            Err(_) => unreachable!("checked: its type"),
+        }
     }
 
     /// Admit the record at the back of `target`'s queue, in the same FIFO and with the same

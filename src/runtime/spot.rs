@@ -191,7 +191,46 @@ where
     M: Send + 'static,
     R: Send + 'static,
 {
-    Job::with_lane(send_work::<M, R>(msg))
+    Job::capturable(SendRecord::<M, R>::new(msg))
+}
+
+/// A queued send of `msg` to an actor handling `M` with reply type `R`: the message itself is
+/// the record's work (a relocation takes it back out unrun, [`super::PendingRecord::into_message`]).
+pub(crate) struct SendRecord<M, R> {
+    msg: M,
+    _r: std::marker::PhantomData<fn() -> R>,
+}
+
+impl<M, R> SendRecord<M, R> {
+    fn new(msg: M) -> Self {
+        SendRecord {
+            msg,
+            _r: std::marker::PhantomData,
+        }
+    }
+
+    /// The message.
+    pub(crate) fn into_message(self) -> M {
+        self.msg
+    }
+}
+
+impl<M: Send + 'static, R: Send + 'static> super::job::Capturable for SendRecord<M, R> {
+    #[inline]
+    fn run(self, env: TurnEnv, lane: &LaneHandle) -> Handled<()> {
+        send_work::<M, R>(self.msg)(env, lane)
+    }
+}
+
+impl<M: Send + 'static, R: Send + 'static> super::pending::RecordWork for SendRecord<M, R> {
+    #[inline]
+    fn run(self, env: TurnEnv, lane: &LaneHandle) -> Handled<()> {
+        super::job::Capturable::run(self, env, lane)
+    }
+
+    fn into_job(self) -> Job {
+        Job::capturable(self)
+    }
 }
 
 /// The work of a send of `msg`, unboxed.
@@ -663,6 +702,35 @@ where
         lane_stats(&self.lane)
     }
 
+    /// Seal this actor alone for relocation (EG-4.1): none of its records starts any more (a
+    /// record running now finishes), a pending Yield resume of it fails; the other actors of
+    /// its Spot — also under a shared SpotWide gate — keep running. Relocating a whole Spot
+    /// seals the Spot instead ([`SpotRef::seal`]).
+    pub fn seal(&self) {
+        self.lane.gate.seal_lane(self.lane.lane);
+    }
+
+    /// Lift this actor's own seal (relocation aborted): its queued records run again in order.
+    pub fn unseal(&self) {
+        self.lane.gate.unseal_lane(self.lane.lane);
+    }
+
+    /// Whether this actor is sealed on its own (a read: an outstanding batch is left alone).
+    pub fn is_sealed(&self) -> bool {
+        self.lane
+            .gate
+            .gate
+            .lock_unquiesced()
+            .is_lane_sealed(self.lane.lane)
+    }
+
+    /// Take back this actor's queued, not yet started records (lifecycle FIFO, then application
+    /// FIFO, each in FIFO order), their reservations released; its lane decision counters and
+    /// debt are dropped (it moves, EG-7.5). Call it on a sealed actor.
+    pub fn return_pending(&self) -> Vec<super::PendingRecord> {
+        super::policy::return_pending_lane(&self.lane)
+    }
+
     /// Destroy: a lifecycle record of this actor removes its lane; queued work fails.
     pub fn destroy(&self) -> Result<(), RuntimeError> {
         let r = self
@@ -716,7 +784,7 @@ where
             &self.lane,
             LaneClass::Application,
             len,
-            send_work::<M, R>(msg),
+            SendRecord::<M, R>::new(msg),
         )
         .stamped(stamp)
     }

@@ -37,6 +37,10 @@ pub const REPLACEMENT_CLOSE_DELAY: Duration = Duration::from_millis(100);
 /// its session owner keep is bounded ([`SessionBindingAggregate::with_binding_limit`]).
 pub const DEFAULT_BINDING_LIMIT: usize = 1024;
 
+/// Pushes one session holds for binds in flight ([`SessionBindingAggregate::hold_push`]): what
+/// an actor owner can make a session keep before a bind's terminal is bounded.
+pub const HELD_PUSH_LIMIT: usize = 64;
+
 /// Retired binding generations remembered per session (to tell a duplicate 51 from a foreign
 /// one in the counters; rejection never depends on this memory).
 const RETIRED_MEMORY: usize = 64;
@@ -131,6 +135,18 @@ impl Binding {
         })
         .map(Arc::new)
     }
+}
+
+/// A push (36) that arrived for a bind this session has in flight with exactly its binding
+/// identity, before the bind's terminal (the terminal travels on the completion connection,
+/// the push on the relay connection): held until the terminal is published, then checked as
+/// any push (SB-5.6, SB-5.7).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HeldPush {
+    /// The record.
+    pub push: BoundSessionSend,
+    /// Its payload.
+    pub payload: bytes::Bytes,
 }
 
 /// A bind to send: the values of one 38 Bind request.
@@ -255,8 +271,27 @@ pub struct Replacement {
     pub retired: BindingGeneration,
     /// When the session entered *closing*.
     pub started: Instant,
-    /// When the replaced-callback reached its terminal.
+    /// When the last outstanding replaced-callback of this closing session reached its
+    /// terminal (`None` while one runs).
     pub callback_done: Option<Instant>,
+    /// Whether the first replacement's callback reached its terminal.
+    pub first_done: bool,
+    /// Replacements applied while the session was already closing (SB-6.2, SB-6.9): each has
+    /// its own sequence and its own replaced-callback; the close waits for all of them.
+    pub later: Vec<LaterReplacement>,
+}
+
+/// A replacement applied to a session that was already closing ([`Replacement::later`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LaterReplacement {
+    /// Replacement sequence within this session.
+    pub seq: u64,
+    /// The replaced actor.
+    pub actor: ActorId,
+    /// The retired binding generation.
+    pub retired: BindingGeneration,
+    /// Its replaced-callback reached its terminal.
+    pub done: bool,
 }
 
 /// Why a session ended.
@@ -292,8 +327,15 @@ pub enum ReplacedOutcome {
         /// The retired binding.
         retired: Binding,
     },
-    /// The binding is retired; the session was already closing for an earlier replacement.
-    Retired(Binding),
+    /// The binding is retired; the session was already closing for an earlier replacement:
+    /// run the replaced-callback for this actor too (replacement `seq`), then report
+    /// [`SessionBindingAggregate::callback_finished`]; the close waits for it.
+    AlsoClosing {
+        /// Replacement sequence.
+        seq: u64,
+        /// The retired binding.
+        retired: Binding,
+    },
 }
 
 /// A close the timers decided (SB-6.4).
@@ -321,6 +363,17 @@ pub struct SessionBindingAggregate {
     /// find it without a UTF-8 check and a hash lookup.
     last_relayed: Option<Arc<Binding>>,
     pending: SeededMap<ActorId, BindRequest>,
+    /// Pushes for binds in flight, in arrival order (at most [`HELD_PUSH_LIMIT`]).
+    held: Vec<HeldPush>,
+    /// Bindings whose public `NotifyDisconnected` runs (SB-7.5): no longer current for the
+    /// application (no relay, not listed), but a push of exactly that identity still reaches
+    /// the client until the Spot callback's terminal ([`SessionBindingAggregate::finish_notify`]).
+    notifying: Vec<Arc<Binding>>,
+    /// The last [`RETIRED_MEMORY`] notified bindings after their terminal: a push the actor's
+    /// Spot callback sent before the actor owner's tombstone travels on the relay connection
+    /// and may arrive after the 38 terminal (completion connection); it is still delivered.
+    /// The actor owner sends none after its tombstone (its push path refuses).
+    notified: VecDeque<Arc<Binding>>,
     retired: VecDeque<BindingGeneration>,
     next_sequence: u64,
     next_token: u64,
@@ -341,6 +394,9 @@ impl SessionBindingAggregate {
             bindings: SeededMap::default(),
             last_relayed: None,
             pending: SeededMap::default(),
+            held: Vec::new(),
+            notifying: Vec::new(),
+            notified: VecDeque::new(),
             retired: VecDeque::new(),
             next_sequence: 1,
             next_token: 1,
@@ -424,7 +480,9 @@ impl SessionBindingAggregate {
     }
 
     fn stale(&self, generation: BindingGeneration) -> FlowReject {
-        if self.retired.contains(&generation) {
+        if self.retired.contains(&generation)
+            || self.notifying.iter().any(|b| b.generation == generation)
+        {
             FlowReject::BindingRetired
         } else {
             FlowReject::NotBound
@@ -451,7 +509,7 @@ impl SessionBindingAggregate {
             return Err(FlowReject::BindInProgress);
         }
         if !self.bindings.contains_key(&target.actor)
-            && self.bindings.len() + self.pending.len() >= self.binding_limit
+            && self.bindings.len() + self.pending.len() + self.notifying.len() >= self.binding_limit
         {
             return Err(FlowReject::TooManyBindings);
         }
@@ -562,7 +620,11 @@ impl SessionBindingAggregate {
         if let Phase::Closed(_) = self.phase {
             return Err(FlowReject::SessionClosed);
         }
-        let b = self.bindings.get(actor).ok_or(FlowReject::NotBound)?;
+        let Some(b) = self.bindings.get(actor) else {
+            // A handle of a binding that ended: a stale binding fence (SB-12), unless this
+            // session never held it.
+            return Err(self.stale(generation));
+        };
         if b.generation != generation {
             // A handle of a retired binding never acts on a newer one (SB-4.1).
             return Err(self.stale(generation));
@@ -627,12 +689,21 @@ impl SessionBindingAggregate {
         if let Phase::Closed(_) = self.phase {
             return Err(FlowReject::SessionClosed);
         }
-        let Some(b) = self.bindings.get(&push.actor) else {
-            return Err(self.stale(push.binding_generation));
+        let b = match self.bindings.get(&push.actor) {
+            Some(b) if b.generation == push.binding_generation => b,
+            current => match self
+                .notifying
+                .iter()
+                .chain(self.notified.iter())
+                .find(|b| b.actor == push.actor && b.generation == push.binding_generation)
+            {
+                // Its Spot callback runs (or ran, and its push overtook nothing: see
+                // `notified`): the client is still connected (SB-7.5).
+                Some(b) => b,
+                None if current.is_some() => return Err(FlowReject::BindingRetired),
+                None => return Err(self.stale(push.binding_generation)),
+            },
         };
-        if b.generation != push.binding_generation {
-            return Err(FlowReject::BindingRetired);
-        }
         if b.object_generation != push.object_generation {
             return Err(FlowReject::ObjectGenerationMismatch);
         }
@@ -693,32 +764,57 @@ impl SessionBindingAggregate {
             .map(Arc::unwrap_or_clone)
             .ok_or(FlowReject::ReplacedIdentityMismatch)?;
         self.retire(retired.generation);
-        match self.phase {
+        let seq = self.next_replacement;
+        self.next_replacement += 1;
+        match &mut self.phase {
             Phase::Open => {
-                let seq = self.next_replacement;
-                self.next_replacement += 1;
                 self.phase = Phase::Closing(Replacement {
                     seq,
                     actor: retired.actor.clone(),
                     retired: retired.generation,
                     started: now,
                     callback_done: None,
+                    first_done: false,
+                    later: Vec::new(),
                 });
                 Ok(ReplacedOutcome::Closing { seq, retired })
             }
-            _ => Ok(ReplacedOutcome::Retired(retired)),
+            Phase::Closing(r) => {
+                // Its callback runs too: the close waits for it again.
+                r.callback_done = None;
+                r.later.push(LaterReplacement {
+                    seq,
+                    actor: retired.actor.clone(),
+                    retired: retired.generation,
+                    done: false,
+                });
+                Ok(ReplacedOutcome::AlsoClosing { seq, retired })
+            }
+            // Unreachable: a closed session holds no binding.
+            Phase::Closed(_) => Err(FlowReject::SessionClosed),
         }
     }
 
     /// The replaced-callback of replacement `seq` reached its terminal (success or failure);
-    /// the close is due [`REPLACEMENT_CLOSE_DELAY`] later. Returns `false` for another relation.
+    /// once every replaced-callback of the closing session has, the close is due
+    /// [`REPLACEMENT_CLOSE_DELAY`] later. Returns `true` when that deadline was set now
+    /// (`false` for another relation, a second report, or while another callback runs).
     pub fn callback_finished(&mut self, now: Instant, seq: u64) -> bool {
-        match &mut self.phase {
-            Phase::Closing(r) if r.seq == seq && r.callback_done.is_none() => {
-                r.callback_done = Some(now);
-                true
-            }
-            _ => false,
+        let Phase::Closing(r) = &mut self.phase else {
+            return false;
+        };
+        if r.seq == seq && !r.first_done {
+            r.first_done = true;
+        } else if let Some(l) = r.later.iter_mut().find(|l| l.seq == seq && !l.done) {
+            l.done = true;
+        } else {
+            return false;
+        }
+        if r.first_done && r.later.iter().all(|l| l.done) {
+            r.callback_done = Some(now);
+            true
+        } else {
+            false
         }
     }
 
@@ -765,20 +861,29 @@ impl SessionBindingAggregate {
         actor: &ActorId,
         generation: BindingGeneration,
     ) -> Result<Binding, FlowReject> {
+        let b = self.take_current(actor, generation)?;
+        self.retire(b.generation);
+        Ok(Arc::unwrap_or_clone(b))
+    }
+
+    /// The current binding `generation` of `actor`, taken out of the current bindings.
+    fn take_current(
+        &mut self,
+        actor: &ActorId,
+        generation: BindingGeneration,
+    ) -> Result<Arc<Binding>, FlowReject> {
         if let Phase::Closed(_) = self.phase
             && self.bindings.is_empty()
         {
             return Err(FlowReject::SessionClosed);
         }
         match self.bindings.get(actor) {
-            None => return Err(FlowReject::NotBound),
+            None => return Err(self.stale(generation)),
             Some(b) if b.generation != generation => return Err(self.stale(generation)),
             Some(_) => {}
         }
         self.last_relayed = None;
-        let b = self.bindings.remove(actor).ok_or(FlowReject::NotBound)?;
-        self.retire(b.generation);
-        Ok(Arc::unwrap_or_clone(b))
+        self.bindings.remove(actor).ok_or(FlowReject::NotBound)
     }
 
     /// The physical connection ended (SB-7.1): the session is closed and the binding snapshot
@@ -799,7 +904,87 @@ impl SessionBindingAggregate {
         for b in &snapshot {
             self.retire(b.generation);
         }
+        // Being notified already (SB-7.3): not notified again.
+        for b in std::mem::take(&mut self.notifying) {
+            self.retire(b.generation);
+        }
+        self.notified.clear();
         snapshot
+    }
+
+    /// A push for a binding this session does not hold (yet): held if a bind of exactly its
+    /// identity (actor, ObjectGeneration, binding generation) is in flight, until that bind's
+    /// terminal ([`SessionBindingAggregate::take_held`]); handed back otherwise.
+    ///
+    /// # Errors
+    /// The push back with the reason: [`FlowReject::NotBound`] (no such bind in flight),
+    /// [`FlowReject::SessionClosed`], [`FlowReject::ClientBacklogFull`] (at
+    /// [`HELD_PUSH_LIMIT`]).
+    pub fn hold_push(&mut self, held: HeldPush) -> Result<(), (FlowReject, HeldPush)> {
+        if let Phase::Closed(_) = self.phase {
+            return Err((FlowReject::SessionClosed, held));
+        }
+        let ours = self.pending.get(&held.push.actor).is_some_and(|p| {
+            p.generation == held.push.binding_generation
+                && p.target.object_generation == held.push.object_generation
+        });
+        if !ours {
+            return Err((FlowReject::NotBound, held));
+        }
+        if self.held.len() >= HELD_PUSH_LIMIT {
+            return Err((FlowReject::ClientBacklogFull, held));
+        }
+        self.held.push(held);
+        Ok(())
+    }
+
+    /// The pushes held for the bind of `actor` (in arrival order), taken after its terminal
+    /// was applied ([`SessionBindingAggregate::complete_bind`]): on success each is checked as
+    /// any push now ([`SessionBindingAggregate::check_push`]), else refused.
+    pub fn take_held(&mut self, actor: &ActorId) -> Vec<HeldPush> {
+        if self.held.is_empty() {
+            return Vec::new();
+        }
+        let (mine, rest) = std::mem::take(&mut self.held)
+            .into_iter()
+            .partition(|h| h.push.actor == *actor);
+        self.held = rest;
+        mine
+    }
+
+    /// Public `NotifyDisconnected` of the binding `generation` of `actor` begins (SB-7.5): it
+    /// is no longer current for the application (relays refused, not listed, a second notify
+    /// or unbind refused: at most once, SB-7.3), but pushes of exactly that identity still
+    /// reach the client while the actor's Spot callback runs. The caller sends the 38
+    /// Disconnect, then reports [`SessionBindingAggregate::finish_notify`].
+    ///
+    /// # Errors
+    /// As [`SessionBindingAggregate::remove`].
+    pub fn begin_notify(
+        &mut self,
+        actor: &ActorId,
+        generation: BindingGeneration,
+    ) -> Result<Binding, FlowReject> {
+        let b = self.take_current(actor, generation)?;
+        self.notifying.push(b.clone());
+        Ok(Arc::unwrap_or_clone(b))
+    }
+
+    /// The Spot callback of a `NotifyDisconnected` reached its terminal (or the 38 failed):
+    /// the binding is tombstoned here too (retired).
+    pub fn finish_notify(&mut self, actor: &ActorId, generation: BindingGeneration) {
+        if let Some(i) = self
+            .notifying
+            .iter()
+            .position(|b| b.actor == *actor && b.generation == generation)
+        {
+            let b = self.notifying.swap_remove(i);
+            self.retire(b.generation);
+            if self.notified.len() == RETIRED_MEMORY {
+                self.notified.pop_front();
+            }
+            self.notified.push_back(b);
+        }
     }
 }
 
@@ -915,6 +1100,152 @@ mod tests {
 
     fn sender() -> (NodeRid, NodeGeneration) {
         (rid("b"), NodeGeneration::new(11))
+    }
+
+    // spec: SB-7.5
+    #[test]
+    fn a_notified_binding_takes_pushes_until_the_callback_terminal() {
+        let mut a = agg();
+        let b = bind(&mut a, target(1, 1), 1);
+        let n = a.begin_notify(&b.actor, b.generation).unwrap();
+        assert_eq!(n.generation, b.generation);
+        // No longer current for the application: not listed, no relay, notified once.
+        assert!(a.find(&b.actor).is_none());
+        assert_eq!(
+            a.relay(&b.actor, b.generation).unwrap_err(),
+            FlowReject::BindingRetired
+        );
+        assert!(a.begin_notify(&b.actor, b.generation).is_err());
+        // The actor's Spot callback may still push to the connected client.
+        assert!(a.check_push(&push_of(&b)).is_ok());
+        a.finish_notify(&b.actor, b.generation);
+        assert!(a.find(&b.actor).is_none());
+        // A push the callback sent before the actor owner's tombstone may arrive after the
+        // terminal (it travels on another connection): still delivered, as are the new
+        // binding's once the actor is bound again; another identity's is refused.
+        assert!(a.check_push(&push_of(&b)).is_ok());
+        let nb = bind(&mut a, target(1, 1), 9);
+        assert!(a.check_push(&push_of(&nb)).is_ok());
+        let mut other = push_of(&b);
+        other.binding_generation = BindingGeneration::new(77);
+        assert_eq!(
+            a.check_push(&other).unwrap_err(),
+            FlowReject::BindingRetired
+        );
+        // A physical disconnect meanwhile does not notify it a second time (SB-7.3).
+        let b2 = bind(&mut a, target(2, 1), 2);
+        a.begin_notify(&b2.actor, b2.generation).unwrap();
+        let snapshot = a.disconnect();
+        assert_eq!(
+            snapshot.iter().map(|b| b.generation).collect::<Vec<_>>(),
+            vec![nb.generation],
+            "only the current binding"
+        );
+    }
+
+    // spec: SB-6.2
+    // spec: SB-6.9
+    #[test]
+    fn a_second_replacement_while_closing_runs_its_callback_and_delays_the_close() {
+        let mut a = agg();
+        let b1 = bind(&mut a, target(1, 1), 1);
+        let b2 = bind(&mut a, target(2, 1), 2);
+        let now = Instant::now();
+        let (s, g) = sender();
+        let ReplacedOutcome::Closing { seq: first, .. } =
+            a.handle_replaced(now, (&s, g), &replaced_of(&b1)).unwrap()
+        else {
+            panic!("closing")
+        };
+        assert!(a.callback_finished(now, first));
+        let due = a.poll_timeout().unwrap();
+        assert_eq!(due, now + REPLACEMENT_CLOSE_DELAY);
+        // The second actor replaced while closing: its own relation and callback.
+        let later = now + Duration::from_millis(50);
+        let ReplacedOutcome::AlsoClosing {
+            seq: second,
+            retired,
+        } = a
+            .handle_replaced(later, (&s, g), &replaced_of(&b2))
+            .unwrap()
+        else {
+            panic!("also closing")
+        };
+        assert_ne!(second, first);
+        assert_eq!(retired.actor, b2.actor);
+        // The close waits for it: not at the first deadline.
+        assert_eq!(a.handle_timeout(due, first), None);
+        let done = later + Duration::from_millis(10);
+        assert!(!a.callback_finished(done, first), "reported twice");
+        assert!(a.callback_finished(done, second));
+        assert_eq!(a.poll_timeout(), Some(done + REPLACEMENT_CLOSE_DELAY));
+        assert!(
+            a.handle_timeout(done + REPLACEMENT_CLOSE_DELAY, first)
+                .is_some_and(|d| !d.forced)
+        );
+    }
+
+    // spec: SB-5.6
+    // spec: SB-5.7
+    #[test]
+    fn a_push_before_the_bind_terminal_is_held_until_it() {
+        let mut a = agg();
+        let t = target(1, 1);
+        let g = BindingGeneration::new(4);
+        let BindStart::Request(_) = a.begin_bind(t.clone(), g).unwrap() else {
+            panic!("38")
+        };
+        let mut early = BoundSessionSend {
+            actor: t.actor.clone(),
+            object_generation: t.object_generation,
+            source_node_generation: t.location.node_generation,
+            authority_owner_generation: t.location.authority_owner_generation,
+            session_lifecycle: ident().lifecycle,
+            session: ident().session,
+            binding_generation: g,
+            key: zlink_wire::DispatchKey::new(1),
+        };
+        assert_eq!(a.check_push(&early).unwrap_err(), FlowReject::NotBound);
+        // Another binding generation is not held.
+        let mut other = early.clone();
+        other.binding_generation = BindingGeneration::new(5);
+        let held = |p: &BoundSessionSend| HeldPush {
+            push: p.clone(),
+            payload: bytes::Bytes::from_static(b"x"),
+        };
+        assert_eq!(
+            a.hold_push(held(&other)).unwrap_err().0,
+            FlowReject::NotBound
+        );
+        a.hold_push(held(&early)).unwrap();
+        early.key = zlink_wire::DispatchKey::new(2);
+        a.hold_push(held(&early)).unwrap();
+        let BindCompletion::Bound { .. } = a.complete_bind(&t.actor, g, LEASE, Ok(snap(&t, g)))
+        else {
+            panic!("bound")
+        };
+        let out = a.take_held(&t.actor);
+        assert_eq!(
+            out.iter().map(|h| h.push.key.get()).collect::<Vec<_>>(),
+            vec![1, 2],
+            "in arrival order"
+        );
+        assert!(out.iter().all(|h| a.check_push(&h.push).is_ok()));
+        assert!(a.take_held(&t.actor).is_empty());
+        // Bounded.
+        let t2 = target(2, 1);
+        let g2 = BindingGeneration::new(6);
+        a.begin_bind(t2.clone(), g2).unwrap();
+        let mut p = early.clone();
+        p.actor = t2.actor.clone();
+        p.binding_generation = g2;
+        for _ in 0..HELD_PUSH_LIMIT {
+            a.hold_push(held(&p)).unwrap();
+        }
+        assert_eq!(
+            a.hold_push(held(&p)).unwrap_err().0,
+            FlowReject::ClientBacklogFull
+        );
     }
 
     // spec: SB-14.2
@@ -1155,9 +1486,10 @@ mod tests {
             FlowReject::DuplicateReplacement
         );
         assert!(!a.accepts_packets());
+        // A relay through the retired binding: a stale binding fence (SB-12).
         assert_eq!(
             a.relay(&b.actor, b.generation).unwrap_err(),
-            FlowReject::NotBound
+            FlowReject::BindingRetired
         );
     }
 

@@ -168,3 +168,94 @@ impl Future for Proxy {
         }
     }
 }
+
+/// The rest of a forwarded relay request ([`crate::session::PacketTurn::Forward`]), after the
+/// session's turn ended: waits for the actor's reply and answers the client. It is no session
+/// callback (it runs no application code but the forward's reply conversion, a plain `fn`), so
+/// it holds no lane: it is polled where it is woken when that is a plain thread (the mesh I/O
+/// thread that received the actor's reply: the answer leaves from there), and by a task of
+/// its runtime otherwise.
+pub(crate) struct Detached {
+    fut: Mutex<DetachedState>,
+    rt: tokio::runtime::Handle,
+}
+
+enum DetachedState {
+    /// Waiting for a wake-up.
+    Idle(BoxFuture<()>),
+    /// Being polled; `true` when woken meanwhile.
+    Polling(bool),
+    /// Finished, or handed to a task.
+    Gone,
+}
+
+impl Detached {
+    fn lock(&self) -> MutexGuard<'_, DetachedState> {
+        self.fut.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Polls `fut` once now, on the calling thread; if it waits, it goes on as described on
+    /// [`Detached`]. Returns whether it finished in that first poll.
+    pub(crate) fn start(fut: BoxFuture<()>, rt: tokio::runtime::Handle) -> bool {
+        let d = Arc::new(Detached {
+            fut: Mutex::new(DetachedState::Polling(false)),
+            rt,
+        });
+        d.poll_here(fut)
+    }
+
+    /// Polls `fut` on this thread (the state is `Polling`); `true` when it finished.
+    fn poll_here(self: &Arc<Self>, mut fut: BoxFuture<()>) -> bool {
+        let waker = Waker::from(self.clone());
+        // A panic must not unwind into the thread that woke it (the mesh I/O thread); the
+        // future's own guards answer the client as it drops.
+        let polled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            fut.as_mut().poll(&mut Context::from_waker(&waker))
+        }));
+        let pending = matches!(polled, Ok(Poll::Pending));
+        let mut st = self.lock();
+        if !pending {
+            *st = DetachedState::Gone;
+            return true;
+        }
+        if matches!(*st, DetachedState::Polling(true)) {
+            // Woken while polled: its runtime's task goes on with it (never polled in a loop
+            // here).
+            *st = DetachedState::Gone;
+            drop(st);
+            self.rt.spawn(fut);
+        } else {
+            *st = DetachedState::Idle(fut);
+        }
+        false
+    }
+}
+
+impl Wake for Detached {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        let mut st = self.lock();
+        let fut = match std::mem::replace(&mut *st, DetachedState::Gone) {
+            DetachedState::Idle(fut) => fut,
+            DetachedState::Polling(_) => {
+                *st = DetachedState::Polling(true);
+                return;
+            }
+            DetachedState::Gone => return,
+        };
+        // Only a plain thread (the mesh I/O thread) polls here: a tokio worker may be waking
+        // us from inside its scheduler, which must not be re-entered.
+        if tokio::runtime::Handle::try_current().is_ok() {
+            drop(st);
+            self.rt.spawn(fut);
+            return;
+        }
+        *st = DetachedState::Polling(false);
+        drop(st);
+        let _rt = self.rt.enter();
+        self.poll_here(fut);
+    }
+}

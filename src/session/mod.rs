@@ -70,6 +70,14 @@ pub enum SessionError {
         /// The actor.
         actor: ActorId,
     },
+    /// A relay through a binding that ended (replaced by another session's bind, unbound,
+    /// notified as disconnected): a stale binding fence, `Unavailable` (SB-12, SB-4.1) — the
+    /// same kind the actor owner answers for a relay of a retired binding generation.
+    #[error("the binding of actor {actor} is retired")]
+    Retired {
+        /// The actor.
+        actor: ActorId,
+    },
     /// A bind of that actor is already in flight on this session (`InvalidOperation`).
     #[error("a bind of actor {actor} is already in progress")]
     BindInProgress {
@@ -110,15 +118,22 @@ impl SessionError {
             | SessionError::BindInProgress { .. }
             | SessionError::TooManyBindings
             | SessionError::Codec(_) => ErrorKind::InvalidOperation,
-            SessionError::Closing | SessionError::Closed | SessionError::ShuttingDown => {
-                ErrorKind::Unavailable
-            }
+            SessionError::Retired { .. }
+            | SessionError::Closing
+            | SessionError::Closed
+            | SessionError::ShuttingDown => ErrorKind::Unavailable,
             SessionError::Remote { kind, .. } => *kind,
         }
     }
 
-    fn of_reject(actor: &ActorId, r: FlowReject) -> Self {
+    /// The application's error for a refusal of a `record` of `actor`: one kind per SB-12
+    /// condition.
+    fn of_reject(record: FlowRecord, actor: &ActorId, r: FlowReject) -> Self {
         match r {
+            // A relay through a retired binding is a stale binding fence (SB-12).
+            FlowReject::BindingRetired if record == FlowRecord::Relay => SessionError::Retired {
+                actor: actor.clone(),
+            },
             FlowReject::NotBound | FlowReject::BindingRetired => SessionError::NotBound {
                 actor: actor.clone(),
             },
@@ -200,6 +215,25 @@ pub enum PacketTurn {
     Done(Result<Bytes, PacketError>),
     /// Waits: the turn (still holding the session's lane) ends when this future does.
     Later(BoxFuture<Result<Bytes, PacketError>>),
+    /// Answered by the bound actor: a relay request handed off ([`BoundActor::forward`]). The
+    /// turn ends once the 24 is in the actor owner's queue — the session's lane runs its next
+    /// packets while the actor works (SB-1.5, SB-10) — and the actor's reply, converted by the
+    /// forward's [`ReplyMap`], answers the client's request on its own, with the request's
+    /// correlation and deadline.
+    Forward(Forward),
+}
+
+/// How a forwarded relay's reply bytes become the client's reply ([`BoundActor::forward`]):
+/// a plain function (no state, no session access), run wherever the reply arrives.
+pub type ReplyMap = fn(Bytes) -> Result<Bytes, PacketError>;
+
+/// A relay request handed off by a packet turn ([`PacketTurn::Forward`]).
+pub struct Forward(owner::Forwarded);
+
+impl std::fmt::Debug for Forward {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Forward(..)")
+    }
 }
 
 impl std::fmt::Debug for PacketTurn {
@@ -207,6 +241,7 @@ impl std::fmt::Debug for PacketTurn {
         match self {
             PacketTurn::Done(out) => f.debug_tuple("Done").field(out).finish(),
             PacketTurn::Later(_) => f.write_str("Later(..)"),
+            PacketTurn::Forward(_) => f.write_str("Forward(..)"),
         }
     }
 }
@@ -216,7 +251,9 @@ pub type LifecycleHandler =
     Arc<dyn Fn(Session) -> BoxFuture<Result<(), HandlerError>> + Send + Sync>;
 
 /// The replaced-callback (SB-6.3): the session and the actor whose binding moved to another
-/// session. The application's last lifecycle turn to tell its client.
+/// session. The application's last lifecycle turns to tell its client: it runs once per
+/// replaced actor — a session already closing that loses another actor runs it again for that
+/// one (SB-6.2, SB-6.9) — and the connection closes 100 ms after the last of them finished.
 pub type ReplacedHandler =
     Arc<dyn Fn(Session, ActorId) -> BoxFuture<Result<(), HandlerError>> + Send + Sync>;
 
@@ -327,7 +364,8 @@ impl SessionHandlers {
         self
     }
 
-    /// The replaced-callback (duplicate connection, SB-6.3).
+    /// The replaced-callback (duplicate connection, SB-6.3), once per replaced actor
+    /// ([`ReplacedHandler`]).
     #[must_use]
     pub fn on_replaced<F, Fut>(mut self, f: F) -> Self
     where
@@ -469,6 +507,24 @@ impl Session {
         reply: Bytes,
     ) -> PacketTurn {
         turn_of(self.owner.send_ticket(ticket, key, payload, None), reply)
+    }
+
+    /// The relay request of a [`Session::relay_ticket`] forwarded as
+    /// [`BoundActor::forward`] does: the packet turn ends once the 24 is in the actor owner's
+    /// queue, and the actor's reply, converted by `map`, answers the client's request.
+    #[must_use]
+    pub fn forward_ticket_turn(
+        &self,
+        ticket: aggregate::RelayTicket,
+        key: DispatchKey,
+        payload: Bytes,
+        timeout: Duration,
+        map: ReplyMap,
+    ) -> PacketTurn {
+        PacketTurn::Forward(Forward(
+            self.owner
+                .forward_ticket(ticket, key, payload, timeout, map),
+        ))
     }
 
     /// The session's bound actors (SB-13).
@@ -678,6 +734,36 @@ impl BoundActor {
         match sent {
             Err(e) => PacketTurn::Done(Err(e.into())),
             Ok(sent) => turn_of(sent, reply),
+        }
+    }
+
+    /// A relay request that answers the packet being handled: the packet turn for a
+    /// [`SessionHandlers::packet_turn`] handler to return. The 24 (a request with `timeout`)
+    /// goes over the stored route as [`BoundActor::relay`]'s; the turn ends once it is in the
+    /// actor owner's queue (so this session's later relays to the actor follow it, SB-5.3),
+    /// not when the actor replies: the session's next packets, to this actor or another, run
+    /// meanwhile (SB-1.5, SB-10). The actor's reply, converted by `map`, then answers the
+    /// client's request (its refusal or `DeadlineExceeded` the same way); a one-way packet's
+    /// outcome is only logged.
+    #[must_use]
+    pub fn forward(
+        &self,
+        key: DispatchKey,
+        payload: Bytes,
+        timeout: Duration,
+        map: ReplyMap,
+    ) -> PacketTurn {
+        match self.session.owner.forward_start(
+            &self.session.entry,
+            &self.binding.actor,
+            self.binding.generation,
+            key,
+            payload,
+            timeout,
+            map,
+        ) {
+            Ok(f) => PacketTurn::Forward(Forward(f)),
+            Err(e) => PacketTurn::Done(Err(e.into())),
         }
     }
 

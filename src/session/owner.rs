@@ -43,6 +43,19 @@ pub(crate) enum RelaySent {
     Later(BoxFuture<Result<Option<Bytes>, Refusal>>),
 }
 
+/// A relay request handed off by a packet turn ([`super::PacketTurn::Forward`]): its terminal
+/// (to wait for), the end of its admission (the 24 is in the actor owner's queue) and how its
+/// reply becomes the client's.
+pub(crate) struct Forwarded {
+    sent: RelaySent,
+    /// Resolves (sent or dropped) once the 24 passed admission or failed.
+    admitted: oneshot::Receiver<()>,
+    map: super::ReplyMap,
+}
+
+/// What an actor owner on this node does after a bind's terminal was applied (its 51).
+pub(crate) type AfterBind = BoxFuture<()>;
+
 /// A refusal of the actor owner or the transport, as the application sees it.
 pub(crate) fn remote((kind, detail): Refusal) -> SessionError {
     SessionError::Remote { kind, detail }
@@ -51,22 +64,26 @@ pub(crate) fn remote((kind, detail): Refusal) -> SessionError {
 /// What the session owner needs from its node: sending to actor owners (the mesh, or the local
 /// actor side when the owner is this node) and to its clients.
 pub(crate) trait SessionHost: Send + Sync + 'static {
-    /// A 38 to the actor owner `to`; its one terminal.
+    /// A 38 to the actor owner `to`; its one terminal, and what the actor owner does only
+    /// after it (the 51 of a replacement on this same node, SB-6.1): the caller runs it once
+    /// the terminal is applied (the route stored).
     fn send_bind(
         &self,
         to: &NodeRid,
         req: BoundSessionBind,
         timeout: Duration,
-    ) -> BoxFuture<Result<BindSnapshot, Refusal>>;
+    ) -> BoxFuture<(Result<BindSnapshot, Refusal>, Option<AfterBind>)>;
     /// The 24 of `ticket` with `key` to its actor owner: a request when `timeout` is given
     /// (its reply payload), a one-way send otherwise (to a peer: from the binding's template,
-    /// [`RelayTicket::template`], when it has one).
+    /// [`RelayTicket::template`], when it has one). `admitted`, when given, is dropped once
+    /// the 24 is in the actor owner's queue (or failed): a later 24 to that actor follows it.
     fn send_relay(
         &self,
         ticket: RelayTicket,
         key: DispatchKey,
         payload: Bytes,
         timeout: Option<Duration>,
+        admitted: Option<oneshot::Sender<()>>,
     ) -> RelaySent;
     /// A push (148) to a client if its outbound budget has room now (never waits).
     fn try_push(
@@ -294,6 +311,9 @@ pub(crate) struct SessionOwner {
     next_generation: AtomicU64,
     accepting: AtomicBool,
     flow: FlowCounters,
+    /// Replacements applied (51s that retired a binding of a session here, SB-6.2), each
+    /// with its replaced-callback.
+    replacements: AtomicU64,
     /// Packets (and the disconnected-callback behind them) waiting for a full session lane.
     backlogs: Arc<Backlogs<SessionRid>>,
     /// Pushes waiting for a client's credit, per session.
@@ -332,6 +352,7 @@ impl SessionOwner {
             next_generation: AtomicU64::new(1),
             accepting: AtomicBool::new(true),
             flow: FlowCounters::default(),
+            replacements: AtomicU64::new(0),
             backlogs,
             pushes: Arc::new(WaitQueues::default()),
             rt,
@@ -348,6 +369,11 @@ impl SessionOwner {
 
     pub(crate) fn flow(&self) -> &FlowCounters {
         &self.flow
+    }
+
+    /// Replacements applied to this node's sessions so far (each ran its replaced-callback).
+    pub(crate) fn replacements(&self) -> u64 {
+        self.replacements.load(Ordering::Relaxed)
     }
 
     pub(crate) fn session_count(&self) -> usize {
@@ -696,6 +722,43 @@ impl SessionOwner {
                     return Handled::ok(());
                 }
                 PacketTurn::Later(turn) => turn,
+                PacketTurn::Forward(super::Forward(f)) => {
+                    let map = f.map;
+                    let answer = move |out: Result<Option<Bytes>, Refusal>| {
+                        out.map_err(|e| super::PacketError::from(remote(e)))
+                            .and_then(|b| map(b.unwrap_or_default()))
+                    };
+                    let wait = match f.sent {
+                        RelaySent::Now(out) => {
+                            finish(reply, answer(out));
+                            drop(guard);
+                            return Handled::ok(());
+                        }
+                        RelaySent::Later(wait) => wait,
+                    };
+                    // The reply answers the client wherever it arrives; the turn ends once
+                    // the 24 is in the actor owner's queue (SB-1.5, SB-5.3, SB-10).
+                    let rest: BoxFuture<()> = Box::pin(async move {
+                        let _guard = guard;
+                        finish(reply, answer(wait.await));
+                    });
+                    // Turns run in the lane runtime's context, inline ones too.
+                    let Ok(rt) = tokio::runtime::Handle::try_current() else {
+                        return Handled::later(async move {
+                            rest.await;
+                            Ok(())
+                        });
+                    };
+                    super::inline::Detached::start(rest, rt);
+                    let mut admitted = f.admitted;
+                    return match admitted.try_recv() {
+                        Err(oneshot::error::TryRecvError::Empty) => Handled::later(async move {
+                            let _ = admitted.await;
+                            Ok(())
+                        }),
+                        _ => Handled::ok(()),
+                    };
+                }
             };
             let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
             if let std::task::Poll::Ready(out) = handler_turn.as_mut().poll(&mut cx) {
@@ -791,7 +854,7 @@ impl SessionOwner {
             Ok(BindStart::Request(req)) => req,
             Err(r) => {
                 self.flow.reject(FlowRecord::Bind, r, actor);
-                return Err(SessionError::of_reject(actor.id(), r));
+                return Err(SessionError::of_reject(FlowRecord::Bind, actor.id(), r));
             }
         };
         let owner_lease = self.host.owner_lease();
@@ -808,17 +871,37 @@ impl SessionOwner {
         let actor_id = req.target.actor.clone();
         let to = req.target.location.node.clone();
         tokio::spawn(async move {
-            let result = owner
+            let (result, after) = owner
                 .host
                 .send_bind(&to, rec, owner.cfg.request_timeout)
                 .await;
             let detail = result.as_ref().err().map(|(_, d)| d.clone());
-            let completion = entry2.agg().complete_bind(
-                &actor_id,
-                generation,
-                owner_lease,
-                result.map_err(|(k, _)| k),
-            );
+            let completion = {
+                let mut agg = entry2.agg();
+                let completion = agg.complete_bind(
+                    &actor_id,
+                    generation,
+                    owner_lease,
+                    result.map_err(|(k, _)| k),
+                );
+                // Pushes that arrived before the terminal: sent now, before any later push of
+                // the binding (SB-5.6, SB-5.7); refused with the bind otherwise.
+                if matches!(completion, BindCompletion::Bound { .. }) {
+                    owner.release_held(&entry2, &mut agg, &actor_id);
+                } else {
+                    for h in agg.take_held(&actor_id) {
+                        owner
+                            .flow
+                            .reject(FlowRecord::Push, FlowReject::NotBound, &h.push.actor);
+                    }
+                }
+                completion
+            };
+            // The route is stored: only now what the actor owner does after the terminal
+            // (SB-6.1).
+            if let Some(after) = after {
+                tokio::spawn(after);
+            }
             let out = match completion {
                 BindCompletion::Bound { binding, .. } => Ok(binding),
                 BindCompletion::Failed(kind) => {
@@ -851,7 +934,7 @@ impl SessionOwner {
         let owner = self.clone();
         tokio::spawn(async move {
             let rec = owner.bind_record(rid, &t, owner.host.owner_lease(), BindOperation::Unbind);
-            if let Err((kind, detail)) = owner
+            if let (Err((kind, detail)), _) = owner
                 .host
                 .send_bind(&t.route.node, rec, owner.cfg.request_timeout)
                 .await
@@ -877,6 +960,7 @@ impl SessionOwner {
         self.host
             .send_bind(&b.route.node, rec, self.cfg.request_timeout)
             .await
+            .0
     }
 
     /// Unbind (`notify == false`) or `NotifyDisconnected` (`notify == true`) of one binding
@@ -889,9 +973,17 @@ impl SessionOwner {
         generation: BindingGeneration,
         notify: bool,
     ) -> Result<(), SessionError> {
-        let b = entry.agg().remove(actor, generation).map_err(|r| {
+        let b = {
+            let mut agg = entry.agg();
+            if notify {
+                agg.begin_notify(actor, generation)
+            } else {
+                agg.remove(actor, generation)
+            }
+        }
+        .map_err(|r| {
             self.flow.reject(FlowRecord::Bind, r, actor);
-            SessionError::of_reject(actor, r)
+            SessionError::of_reject(FlowRecord::Bind, actor, r)
         })?;
         let op = if notify {
             BindOperation::Disconnect
@@ -899,9 +991,17 @@ impl SessionOwner {
             BindOperation::Unbind
         };
         let owner = self.clone();
-        let rid = entry.rid;
-        // Infrastructure work: the tombstone is sent even if the caller stops waiting.
-        let task = tokio::spawn(async move { owner.send_tombstone(rid, &b, op).await });
+        let entry = entry.clone();
+        // Infrastructure work: the tombstone is sent even if the caller stops waiting. A
+        // notified binding stays for the actor's pushes until the Spot callback's terminal
+        // (SB-7.5), then is tombstoned here too.
+        let task = tokio::spawn(async move {
+            let out = owner.send_tombstone(entry.rid, &b, op).await;
+            if notify {
+                entry.agg().finish_notify(&b.actor, b.generation);
+            }
+            out
+        });
         match task.await {
             Ok(Ok(_)) => Ok(()),
             Ok(Err((kind, detail))) => Err(SessionError::Remote { kind, detail }),
@@ -940,7 +1040,7 @@ impl SessionOwner {
     ) -> Result<RelaySent, SessionError> {
         let ticket = entry.agg().relay(actor, generation).map_err(|r| {
             self.flow.reject(FlowRecord::Relay, r, actor);
-            SessionError::of_reject(actor, r)
+            SessionError::of_reject(FlowRecord::Relay, actor, r)
         })?;
         Ok(self.send_ticket(ticket, key, payload, timeout))
     }
@@ -957,7 +1057,7 @@ impl SessionOwner {
         let out = entry.agg().relay_current(actor)?;
         Some(out.map_err(|(r, actor)| {
             self.flow.reject(FlowRecord::Relay, r, &actor);
-            SessionError::of_reject(&actor, r)
+            SessionError::of_reject(FlowRecord::Relay, &actor, r)
         }))
     }
 
@@ -970,7 +1070,46 @@ impl SessionOwner {
         payload: Bytes,
         timeout: Option<Duration>,
     ) -> RelaySent {
-        self.host.send_relay(ticket, key, payload, timeout)
+        self.host.send_relay(ticket, key, payload, timeout, None)
+    }
+
+    /// [`SessionOwner::relay_start`] of a forwarded request ([`super::BoundActor::forward`]).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn forward_start(
+        &self,
+        entry: &Arc<SessionEntry>,
+        actor: &ActorId,
+        generation: BindingGeneration,
+        key: DispatchKey,
+        payload: Bytes,
+        timeout: Duration,
+        map: super::ReplyMap,
+    ) -> Result<Forwarded, SessionError> {
+        let ticket = entry.agg().relay(actor, generation).map_err(|r| {
+            self.flow.reject(FlowRecord::Relay, r, actor);
+            SessionError::of_reject(FlowRecord::Relay, actor, r)
+        })?;
+        Ok(self.forward_ticket(ticket, key, payload, timeout, map))
+    }
+
+    /// The 24 request of a relay ticket whose reply answers the client's packet on its own.
+    pub(crate) fn forward_ticket(
+        &self,
+        ticket: RelayTicket,
+        key: DispatchKey,
+        payload: Bytes,
+        timeout: Duration,
+        map: super::ReplyMap,
+    ) -> Forwarded {
+        let (tx, admitted) = oneshot::channel();
+        let sent = self
+            .host
+            .send_relay(ticket, key, payload, Some(timeout), Some(tx));
+        Forwarded {
+            sent,
+            admitted,
+            map,
+        }
     }
 
     pub(crate) async fn get_actor(&self, actor: ActorId) -> Result<ActorRef, SessionError> {
@@ -1008,7 +1147,11 @@ impl SessionOwner {
     /// SB-5.5 values current (SB-5.8); otherwise counted with its reason (SB-5.9). A 36 with
     /// [`CLOSE_SESSION_KEY`] closes the connection instead (SB-5.14). `Some` when the payload
     /// goes to the client.
-    fn accept_push(&self, push: &BoundSessionSend) -> Option<Arc<SessionEntry>> {
+    fn accept_push(
+        self: &Arc<Self>,
+        push: &BoundSessionSend,
+        payload: &mut Option<Bytes>,
+    ) -> Option<Arc<SessionEntry>> {
         let Some(entry) = self.entry(push.session) else {
             let reason = if push.session_lifecycle == self.cfg.lifecycle {
                 FlowReject::UnknownSession
@@ -1018,10 +1161,27 @@ impl SessionOwner {
             self.flow.reject(FlowRecord::Push, reason, &push.actor);
             return None;
         };
-        if let Err(r) = entry.agg().check_push(push).map(|_| ()) {
-            self.flow.reject(FlowRecord::Push, r, &push.actor);
-            return None;
+        let mut agg = entry.agg();
+        match agg.check_push(push).map(|_| ()) {
+            Ok(()) => {}
+            // A bind of exactly this identity may be in flight: its terminal (on the
+            // completion connection) can arrive after this push (on the relay connection).
+            Err(FlowReject::NotBound) if payload.is_some() => {
+                let held = super::aggregate::HeldPush {
+                    push: push.clone(),
+                    payload: payload.take().unwrap_or_default(),
+                };
+                if let Err((r, _)) = agg.hold_push(held) {
+                    self.flow.reject(FlowRecord::Push, r, &push.actor);
+                }
+                return None;
+            }
+            Err(r) => {
+                self.flow.reject(FlowRecord::Push, r, &push.actor);
+                return None;
+            }
         }
+        drop(agg);
         if push.key == CLOSE_SESSION_KEY {
             tracing::debug!(session = %push.session, actor = %push.actor, "bound actor closed the session");
             self.host.close(push.session, DisconnectReason::Closed);
@@ -1032,10 +1192,16 @@ impl SessionOwner {
 
     /// A push from a bound actor on this node: checked as a 36, then sent, waiting for the
     /// client's credit (the pushing handler is held back, as a remote one is by its window).
-    pub(crate) async fn handle_local_push(&self, push: BoundSessionSend, payload: Bytes) {
-        if self.accept_push(&push).is_none() {
+    pub(crate) async fn handle_local_push(
+        self: &Arc<Self>,
+        push: BoundSessionSend,
+        payload: Bytes,
+    ) {
+        let mut payload = Some(payload);
+        if self.accept_push(&push, &mut payload).is_none() {
             return;
         }
+        let payload = payload.unwrap_or_default();
         if let Err(e) = self.host.push(push.session, push.key, payload).await {
             self.flow
                 .reject(FlowRecord::Push, FlowReject::SessionClosed, &e);
@@ -1056,9 +1222,43 @@ impl SessionOwner {
         payload: Bytes,
         release: Option<impl FnOnce() -> Done>,
     ) -> Admitted {
-        let Some(entry) = self.accept_push(&push) else {
+        let mut payload = Some(payload);
+        let Some(entry) = self.accept_push(&push, &mut payload) else {
             return Admitted::Now;
         };
+        self.send_accepted(entry, &push, payload.unwrap_or_default(), release)
+    }
+
+    /// The pushes held for a bind that just completed (in arrival order), checked against the
+    /// published binding and sent, under the aggregate's lock `agg` (so no later push of the
+    /// binding overtakes them); refused ones counted.
+    fn release_held(
+        self: &Arc<Self>,
+        entry: &Arc<SessionEntry>,
+        agg: &mut AggGuard<'_>,
+        actor: &ActorId,
+    ) {
+        for h in agg.take_held(actor) {
+            if let Err(r) = agg.check_push(&h.push) {
+                self.flow.reject(FlowRecord::Push, r, &h.push.actor);
+                continue;
+            }
+            if h.push.key == CLOSE_SESSION_KEY {
+                self.host.close(h.push.session, DisconnectReason::Closed);
+                continue;
+            }
+            let _ = self.send_accepted(entry.clone(), &h.push, h.payload, None::<fn() -> Done>);
+        }
+    }
+
+    /// [`SessionOwner::handle_push`] after its checks.
+    fn send_accepted(
+        self: &Arc<Self>,
+        entry: Arc<SessionEntry>,
+        push: &BoundSessionSend,
+        payload: Bytes,
+        release: Option<impl FnOnce() -> Done>,
+    ) -> Admitted {
         let (session, key) = (push.session, push.key);
         let owner = self.clone();
         let mut payload = Some(payload);
@@ -1174,11 +1374,20 @@ impl SessionOwner {
                 self.flow.reject(FlowRecord::Replaced, r, &rec.actor);
                 return;
             }
-            Ok(ReplacedOutcome::Retired(_)) => return,
-            Ok(ReplacedOutcome::Closing { seq, .. }) => seq,
+            Ok(ReplacedOutcome::Closing { seq, .. }) => {
+                tracing::info!(session = %entry.rid, actor = %rec.actor, "session replaced: closing");
+                self.spawn_close_timer(&entry, seq);
+                seq
+            }
+            // Closing already: this actor's replaced-callback runs too, and the close waits
+            // for it (SB-6.2, SB-6.9).
+            Ok(ReplacedOutcome::AlsoClosing { seq, .. }) => {
+                tracing::info!(session = %entry.rid, actor = %rec.actor, seq, "closing session replaced again");
+                entry.timer.notify_one();
+                seq
+            }
         };
-        tracing::info!(session = %entry.rid, actor = %rec.actor, "session replaced: closing");
-        self.spawn_close_timer(&entry, seq);
+        self.replacements.fetch_add(1, Ordering::Relaxed);
         let owner = self.clone();
         let session = self.session(&entry);
         let cb = self.callbacks.on_replaced.clone();
@@ -1252,8 +1461,8 @@ mod tests {
             _: &NodeRid,
             _: BoundSessionBind,
             _: Duration,
-        ) -> BoxFuture<Result<BindSnapshot, Refusal>> {
-            Box::pin(async { Err((ErrorKind::Unavailable, "test".into())) })
+        ) -> BoxFuture<(Result<BindSnapshot, Refusal>, Option<AfterBind>)> {
+            Box::pin(async { (Err((ErrorKind::Unavailable, "test".into())), None) })
         }
         fn send_relay(
             &self,
@@ -1261,6 +1470,7 @@ mod tests {
             _: DispatchKey,
             _: Bytes,
             _: Option<Duration>,
+            _: Option<oneshot::Sender<()>>,
         ) -> RelaySent {
             RelaySent::Now(Err((ErrorKind::Unavailable, "test".into())))
         }
@@ -1309,6 +1519,157 @@ mod tests {
 
     impl CreditReturn for Nowhere {
         fn return_credit(&self, _: zlink_mesh::Origin, _: u32, _: u64) {}
+    }
+
+    /// What the actor owner's after-terminal work (its 51) saw of the bind's session: whether
+    /// the binding was published when it ran.
+    type Seen = Arc<Mutex<Vec<bool>>>;
+
+    /// A host whose actor owner (this node) registers every bind and returns an after-terminal
+    /// step that records whether the session owner had stored the route by then.
+    struct BindingHost {
+        owner: Arc<std::sync::OnceLock<(std::sync::Weak<SessionOwner>, SessionRid)>>,
+        seen: Seen,
+    }
+
+    impl SessionHost for BindingHost {
+        fn send_bind(
+            &self,
+            _: &NodeRid,
+            req: BoundSessionBind,
+            _: Duration,
+        ) -> BoxFuture<(Result<BindSnapshot, Refusal>, Option<AfterBind>)> {
+            let (owner, seen) = (self.owner.clone(), self.seen.clone());
+            let snap = BindSnapshot {
+                actor: req.actor.clone(),
+                object_generation: req.object_generation,
+                location: zlink_wire::ActorLocation {
+                    mesh: zlink_wire::MeshName::new("m").unwrap(),
+                    node: NodeRid::new("a").unwrap(),
+                    node_generation: req.target_node_generation,
+                    authority_owner_generation: req.authority_owner_generation,
+                    owner_lease_generation: req.owner_lease_generation,
+                },
+                binding_generation: req.binding_generation,
+            };
+            let actor = req.actor;
+            let after: AfterBind = Box::pin(async move {
+                let (o, rid) = owner.get().expect("set").clone();
+                let o = o.upgrade().expect("owner");
+                let published = o.entry(rid).is_some_and(|e| e.find(&actor).is_some());
+                seen.lock().unwrap().push(published);
+            });
+            Box::pin(async move { (Ok(snap), Some(after)) })
+        }
+        fn send_relay(
+            &self,
+            _: RelayTicket,
+            _: DispatchKey,
+            _: Bytes,
+            _: Option<Duration>,
+            _: Option<oneshot::Sender<()>>,
+        ) -> RelaySent {
+            RelaySent::Now(Err((ErrorKind::Unavailable, "test".into())))
+        }
+        fn try_push(
+            &self,
+            _: SessionRid,
+            _: DispatchKey,
+            _: Bytes,
+        ) -> Result<(), zlink_mesh::TryPushError> {
+            Ok(())
+        }
+        fn push(
+            &self,
+            _: SessionRid,
+            _: DispatchKey,
+            _: Bytes,
+        ) -> BoxFuture<Result<(), SendError>> {
+            Box::pin(async { Ok(()) })
+        }
+        fn close(&self, _: SessionRid, _: DisconnectReason) {}
+        fn accept(&self, _: SessionRid) {}
+        fn owner_lease(&self) -> OwnerLeaseGeneration {
+            OwnerLeaseGeneration::new(1)
+        }
+        fn get_actor(&self, _: ActorId) -> BoxFuture<Result<ActorRef, crate::actor::ActorError>> {
+            Box::pin(async { Err(crate::actor::ActorError::ShuttingDown) })
+        }
+        fn create_actor(
+            &self,
+            _: crate::actor::Create,
+            _: bool,
+        ) -> BoxFuture<Result<ActorRef, crate::actor::ActorError>> {
+            Box::pin(async { Err(crate::actor::ActorError::ShuttingDown) })
+        }
+        fn enter_work(&self) -> Option<InflightGuard> {
+            None
+        }
+        fn credit_return(&self) -> std::sync::Weak<dyn CreditReturn> {
+            std::sync::Weak::<Nowhere>::new()
+        }
+    }
+
+    // spec: SB-6.1
+    // The actor owner's 51 after a same-node bind runs only once the terminal is applied: the
+    // session owner has stored the route (the bind is published) when it runs.
+    #[test]
+    fn a_same_node_replacement_51_runs_after_the_route_is_stored() {
+        let tokio = tokio::runtime::Runtime::new().unwrap();
+        let runtime = Runtime::new(RuntimeConfig::default()).unwrap();
+        let cell = Arc::new(std::sync::OnceLock::new());
+        let seen = Seen::default();
+        let owner = Arc::new(SessionOwner::new(
+            SessionOwnerConfig {
+                node: NodeRid::new("a").unwrap(),
+                lifecycle: SessionLifecycleGeneration::new(1),
+                callback_timeout: Duration::from_secs(1),
+                binding_limit: 32,
+                request_timeout: Duration::from_secs(1),
+                clock: Arc::new(super::super::clock::SystemClock),
+            },
+            Box::new(BindingHost {
+                owner: cell.clone(),
+                seen: seen.clone(),
+            }),
+            runtime.clone(),
+            HandlerRegistry::default(),
+            Callbacks::default(),
+            tokio.handle().clone(),
+        ));
+        let rid = SessionRid::new(5);
+        let entered = tokio.enter();
+        let entry = owner.connected(rid).unwrap();
+        cell.set((Arc::downgrade(&owner), rid)).unwrap();
+        let actor = |i: u32| {
+            ActorRef::from_parts(
+                ActorId::new(format!("x{i}")).unwrap(),
+                "t".into(),
+                zlink_wire::ObjectGeneration::new(1),
+                zlink_wire::ActorLocation {
+                    mesh: zlink_wire::MeshName::new("m").unwrap(),
+                    node: NodeRid::new("a").unwrap(),
+                    node_generation: NodeGeneration::new(1),
+                    authority_owner_generation: zlink_wire::AuthorityOwnerGeneration::new(1),
+                    owner_lease_generation: OwnerLeaseGeneration::new(1),
+                },
+            )
+        };
+        for i in 0..20 {
+            tokio.block_on(owner.bind(&entry, &actor(i))).unwrap();
+        }
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while seen.lock().unwrap().len() < 20 {
+            assert!(std::time::Instant::now() < deadline, "the 51s never ran");
+            std::thread::yield_now();
+        }
+        assert!(
+            seen.lock().unwrap().iter().all(|p| *p),
+            "a 51 ran before the route was stored: {:?}",
+            seen.lock().unwrap()
+        );
+        drop((entry, entered));
+        tokio.block_on(runtime.shutdown());
     }
 
     /// A session owner of node "a" with no handlers or callbacks, on `runtime`.

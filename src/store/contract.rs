@@ -502,6 +502,135 @@ pub async fn check_cas_owner_fences<S: LocationStore + ?Sized>(store: &S, clock:
     assert!(back.authority_owner_generation > moved.authority_owner_generation);
 }
 
+/// The relocation fence (SB-8.5, SB-8.9): the owner moves the record's version forward without
+/// changing the owner; only the fence it got lets a target's `cas_owner` succeed; retiring it is
+/// a durable abort (a late CAS with it is refused); after the target's CAS the source can no
+/// longer retire (the abort is then known not to be durable). Fenced by the exact record fence,
+/// the recorded owner and a live lease.
+///
+/// # Panics
+/// On a contract violation.
+pub async fn check_relocation_fence<S: LocationStore + ?Sized>(store: &S, clock: &ManualClock) {
+    let a = register(store, "node-a", 1).await;
+    let b = register(store, "node-b", 1).await;
+
+    let won = store
+        .reserve_activation(request("r", "T", &a))
+        .await
+        .expect("reserve")
+        .into_location();
+    let err = store
+        .relocation_fence(actor("r"), won.fence(), won.owner_fence())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, StoreError::InvalidState { .. }),
+        "an Activating actor does not relocate: {err}"
+    );
+    let ready = store
+        .mark_ready(actor("r"), won.fence())
+        .await
+        .expect("ready");
+
+    // Only the recorded owner takes the fence.
+    let mut foreign = ready.owner_fence();
+    foreign.holder = b.holder.clone();
+    let err = store
+        .relocation_fence(actor("r"), ready.fence(), foreign)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::OwnerMismatch { .. }), "{err}");
+
+    let fenced = store
+        .relocation_fence(actor("r"), ready.fence(), ready.owner_fence())
+        .await
+        .expect("the owner takes the relocation fence");
+    assert!(fenced.version > ready.version);
+    assert_eq!(
+        (
+            fenced.object_generation,
+            fenced.authority_owner_generation,
+            fenced.owner_lease_generation,
+            &fenced.owner_node,
+            fenced.state
+        ),
+        (
+            ready.object_generation,
+            ready.authority_owner_generation,
+            ready.owner_lease_generation,
+            &ready.owner_node,
+            ActivationState::Ready
+        ),
+        "no owner change: bound routes stay valid"
+    );
+    assert_eq!(
+        store.lookup(actor("r")).await.expect("lookup"),
+        Some(fenced.clone())
+    );
+
+    // A second relocation with the old fence, and a CAS with the pre-relocation fence, lose.
+    let err = store
+        .relocation_fence(actor("r"), ready.fence(), ready.owner_fence())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::FenceMismatch { .. }), "{err}");
+    let err = store
+        .cas_owner(actor("r"), ready.fence(), owner(&b))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::FenceMismatch { .. }), "{err}");
+
+    // Durable abort: the fence handed to the target is retired; its late CAS is refused and the
+    // record still names the source.
+    let retired = store
+        .relocation_fence(actor("r"), fenced.fence(), fenced.owner_fence())
+        .await
+        .expect("durable abort");
+    let err = store
+        .cas_owner(actor("r"), fenced.fence(), owner(&b))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, StoreError::FenceMismatch { .. }),
+        "SB-8.5: no CAS after a durable abort: {err}"
+    );
+    assert_eq!(
+        store.lookup(actor("r")).await.expect("lookup"),
+        Some(retired.clone())
+    );
+
+    // A new relocation: the target's CAS with its fence wins; the source can then no longer
+    // retire that fence (its abort would not be durable) and the record stays the target's.
+    let fenced = store
+        .relocation_fence(actor("r"), retired.fence(), retired.owner_fence())
+        .await
+        .expect("second relocation");
+    let moved = store
+        .cas_owner(actor("r"), fenced.fence(), owner(&b))
+        .await
+        .expect("the target's CAS with the relocation fence");
+    assert_eq!(moved.owner_node, b.holder.node);
+    assert_eq!(moved.object_generation, ready.object_generation, "SB-1.3");
+    let err = store
+        .relocation_fence(actor("r"), fenced.fence(), fenced.owner_fence())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::FenceMismatch { .. }), "{err}");
+    assert_eq!(
+        store.lookup(actor("r")).await.expect("lookup"),
+        Some(moved.clone())
+    );
+
+    // The owner's lease must be live.
+    clock.advance(TTL);
+    let err = store
+        .relocation_fence(actor("r"), moved.fence(), moved.owner_fence())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::LeaseNotLive { .. }), "{err}");
+    assert_eq!(store.lookup(actor("r")).await.expect("lookup"), Some(moved));
+}
+
 /// SB-4.1: destroy ends the incarnation; a re-create gets a new ObjectGeneration, and no fence of
 /// the old incarnation ever matches again.
 ///
@@ -882,6 +1011,7 @@ where
         check_reservation_needs_live_lease,
         check_mark_ready_fences,
         check_cas_owner_fences,
+        check_relocation_fence,
         check_destroy_and_recreate,
         check_dead_owner_takeover,
         check_stale_destroy_after_takeover,

@@ -337,6 +337,53 @@ pub(crate) fn cas_owner(
     })
 }
 
+/// `relocation_fence`: moves the record's version forward, nothing else (no owner change: the
+/// ObjectGeneration, AuthorityOwnerGeneration and owner lease stay, so bound routes stay valid).
+/// The owner takes a relocation fence with it before a hand-off (the fence the target's
+/// `cas_owner` must present) and retires it the same way for a durable abort (SB-8.5): after the
+/// retirement no `cas_owner` with the old fence can succeed. Fenced by both the exact record
+/// fence `expected` and the full owner authority `owner` (whose lease must be live), so only the
+/// current owner moves it, and two relocations of one actor cannot both hold a fence.
+pub(crate) fn relocation_fence(
+    record: Option<&ActorLocation>,
+    counters: ActorCounters,
+    owner_lease: Option<&OwnerLease>,
+    actor_id: &ActorId,
+    expected: AuthorityFence,
+    owner: &OwnerFence,
+    now: StoreTime,
+) -> Result<ActorWrite, StoreError> {
+    let current = existing(record, actor_id, expected.object_generation)?;
+    if current.fence() != expected {
+        return Err(fence_mismatch(actor_id, expected, current));
+    }
+    if current.state != ActivationState::Ready {
+        return Err(StoreError::InvalidState {
+            actor_id: actor_id.clone(),
+            state: current.state,
+        });
+    }
+    let stored = current.owner_fence();
+    if stored != *owner {
+        return Err(StoreError::OwnerMismatch {
+            actor_id: actor_id.clone(),
+            presented: Box::new(owner.clone()),
+            stored: Box::new(stored),
+        });
+    }
+    require_live(owner_lease, &owner.holder, now)?;
+    let next = ActorCounters {
+        version: bump(counters.version, "record version")?,
+        ..counters
+    };
+    let mut location = current.clone();
+    location.version = StoreVersion::new(next.version);
+    Ok(ActorWrite {
+        location,
+        counters: next,
+    })
+}
+
 /// `destroy`: `Ok(())` means "delete the record, keep the counters". Fenced by the full owner
 /// authority: the incarnation, the AuthorityOwnerGeneration and the owner lease the record
 /// names, which must be live (`owner_lease` is the lease row of `fence.holder`'s node). A stale

@@ -35,11 +35,13 @@ pub enum StoreOp {
     CasOwner,
     /// [`LocationStore::destroy`].
     Destroy,
+    /// [`LocationStore::relocation_fence`].
+    RelocationFence,
 }
 
 impl StoreOp {
     /// Every operation, in declaration order.
-    pub const ALL: [StoreOp; 8] = [
+    pub const ALL: [StoreOp; 9] = [
         StoreOp::RegisterOwner,
         StoreOp::RenewOwner,
         StoreOp::ReleaseOwner,
@@ -48,6 +50,7 @@ impl StoreOp {
         StoreOp::Lookup,
         StoreOp::CasOwner,
         StoreOp::Destroy,
+        StoreOp::RelocationFence,
     ];
 
     /// Stable snake_case name (metric label).
@@ -62,6 +65,7 @@ impl StoreOp {
             StoreOp::Lookup => "lookup",
             StoreOp::CasOwner => "cas_owner",
             StoreOp::Destroy => "destroy",
+            StoreOp::RelocationFence => "relocation_fence",
         }
     }
 
@@ -75,13 +79,14 @@ impl StoreOp {
             StoreOp::Lookup => 5,
             StoreOp::CasOwner => 6,
             StoreOp::Destroy => 7,
+            StoreOp::RelocationFence => 8,
         }
     }
 }
 
 /// A snapshot of the counters of a [`CountingStore`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct StoreCallCounts([u64; 8]);
+pub struct StoreCallCounts([u64; StoreOp::ALL.len()]);
 
 impl StoreCallCounts {
     /// Calls of `op`.
@@ -99,7 +104,7 @@ impl StoreCallCounts {
     /// Per-operation difference `self - earlier` (saturating), for "what happened since".
     #[must_use]
     pub fn since(&self, earlier: &StoreCallCounts) -> StoreCallCounts {
-        let mut out = [0; 8];
+        let mut out = [0; StoreOp::ALL.len()];
         for (i, slot) in out.iter_mut().enumerate() {
             *slot = self.0[i].saturating_sub(earlier.0[i]);
         }
@@ -110,7 +115,7 @@ impl StoreCallCounts {
 /// Wraps a store and counts every call per [`StoreOp`]; otherwise forwards unchanged.
 pub struct CountingStore<S> {
     inner: S,
-    counts: [AtomicU64; 8],
+    counts: [AtomicU64; StoreOp::ALL.len()],
 }
 
 impl<S: fmt::Debug> fmt::Debug for CountingStore<S> {
@@ -208,6 +213,16 @@ impl<S: LocationStore> LocationStore for CountingStore<S> {
     ) -> StoreFuture<'_, ActorLocation> {
         self.hit(StoreOp::CasOwner);
         self.inner.cas_owner(actor_id, expected, new_owner)
+    }
+
+    fn relocation_fence(
+        &self,
+        actor_id: ActorId,
+        expected: AuthorityFence,
+        owner: OwnerFence,
+    ) -> StoreFuture<'_, ActorLocation> {
+        self.hit(StoreOp::RelocationFence);
+        self.inner.relocation_fence(actor_id, expected, owner)
     }
 
     fn destroy(&self, actor_id: ActorId, fence: OwnerFence) -> StoreFuture<'_, ()> {

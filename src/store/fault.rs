@@ -141,6 +141,16 @@ impl<S: LocationStore> LocationStore for FaultStore<S> {
             .unwrap_or_else(|| self.inner.cas_owner(actor_id, expected, new_owner))
     }
 
+    fn relocation_fence(
+        &self,
+        actor_id: ActorId,
+        expected: AuthorityFence,
+        owner: OwnerFence,
+    ) -> StoreFuture<'_, ActorLocation> {
+        self.outage()
+            .unwrap_or_else(|| self.inner.relocation_fence(actor_id, expected, owner))
+    }
+
     fn destroy(&self, actor_id: ActorId, fence: OwnerFence) -> StoreFuture<'_, ()> {
         self.outage()
             .unwrap_or_else(|| self.inner.destroy(actor_id, fence))

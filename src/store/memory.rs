@@ -206,6 +206,28 @@ impl LocationStore for MemoryStore {
         })
     }
 
+    fn relocation_fence(
+        &self,
+        actor_id: ActorId,
+        expected: AuthorityFence,
+        owner: OwnerFence,
+    ) -> StoreFuture<'_, ActorLocation> {
+        Box::pin(async move {
+            self.with_state(|s, now| {
+                let write = core::relocation_fence(
+                    s.actors.get(&actor_id),
+                    s.counters(&actor_id),
+                    s.leases.get(&owner.holder.node),
+                    &actor_id,
+                    expected,
+                    &owner,
+                    now,
+                )?;
+                Ok(s.write(write))
+            })
+        })
+    }
+
     fn destroy(&self, actor_id: ActorId, fence: OwnerFence) -> StoreFuture<'_, ()> {
         Box::pin(async move {
             self.with_state(|s, now| {

@@ -96,7 +96,7 @@ pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>>
 ///
 /// Call order of one node: `register_owner` once per process start, `renew_owner` periodically
 /// (well before `ttl`), then any number of `reserve_activation` → (factory) → `mark_ready`,
-/// `lookup`, `cas_owner`, `destroy`; `release_owner` at graceful shutdown.
+/// `lookup`, `relocation_fence` → `cas_owner`, `destroy`; `release_owner` at graceful shutdown.
 ///
 /// Cancellation: a future dropped before it is first polled does nothing; one dropped later may
 /// or may not have been applied (a networked backend cannot know either). Every write is fenced,
@@ -167,6 +167,26 @@ pub trait LocationStore: Send + Sync + fmt::Debug {
         new_owner: ActorOwner,
     ) -> StoreFuture<'_, ActorLocation>;
 
+    /// Moves the version of a `Ready` record forward and nothing else, by its owner: the
+    /// *relocation fence* (SB-8.5, SB-8.9). The owner calls it with the current fence before a
+    /// hand-off; the returned record's fence is the one the target's `cas_owner` presents. It
+    /// calls it again with that fence for a **durable abort**: afterwards no `cas_owner` with the
+    /// handed-out fence can succeed, so the owner may reopen. ObjectGeneration,
+    /// AuthorityOwnerGeneration and the owner lease are unchanged (bound routes stay valid).
+    ///
+    /// # Errors
+    /// [`StoreError::NotFound`], [`StoreError::GenerationMismatch`],
+    /// [`StoreError::FenceMismatch`] (another write came first: a racing relocation, or the
+    /// target's CAS), [`StoreError::InvalidState`] (still `Activating`),
+    /// [`StoreError::OwnerMismatch`] (`owner` is not the recorded owner),
+    /// [`StoreError::LeaseNotLive`] (the owner's lease ended).
+    fn relocation_fence(
+        &self,
+        actor_id: ActorId,
+        expected: AuthorityFence,
+        owner: OwnerFence,
+    ) -> StoreFuture<'_, ActorLocation>;
+
     /// Removes the record of incarnation `fence.object_generation`, by its owner: the record
     /// must name exactly `fence` (AuthorityOwnerGeneration and owner lease) and that lease must
     /// be live. The per-ActorId counters survive, so a later reservation creates a new
@@ -226,6 +246,14 @@ macro_rules! forward_store {
                 new_owner: ActorOwner,
             ) -> StoreFuture<'_, ActorLocation> {
                 (**self).cas_owner(actor_id, expected, new_owner)
+            }
+            fn relocation_fence(
+                &self,
+                actor_id: ActorId,
+                expected: AuthorityFence,
+                owner: OwnerFence,
+            ) -> StoreFuture<'_, ActorLocation> {
+                (**self).relocation_fence(actor_id, expected, owner)
             }
             fn destroy(&self, actor_id: ActorId, fence: OwnerFence) -> StoreFuture<'_, ()> {
                 (**self).destroy(actor_id, fence)

@@ -1021,6 +1021,40 @@ impl LocationStore for RedisStore {
         }))
     }
 
+    fn relocation_fence(
+        &self,
+        actor_id: ActorId,
+        expected: AuthorityFence,
+        owner: OwnerFence,
+    ) -> StoreFuture<'_, ActorLocation> {
+        Box::pin(self.retry(move |mut tx| {
+            let (actor_id, owner) = (actor_id.clone(), owner.clone());
+            async move {
+                let node = &owner.holder.node;
+                let keys = [
+                    tx.keys().actor(&actor_id),
+                    tx.keys().counters(&actor_id),
+                    tx.keys().lease(node),
+                ];
+                tx.begin(&keys).await?;
+                let record = tx.actor(&actor_id).await?;
+                let counters = tx.counters(&actor_id).await?;
+                let lease = tx.lease(node).await?;
+                let outcome = core::relocation_fence(
+                    record.as_ref(),
+                    counters,
+                    lease.as_ref(),
+                    &actor_id,
+                    expected,
+                    &owner,
+                    tx.now,
+                )
+                .and_then(|write| Ok((write.location.clone(), tx.actor_writes(&write)?)));
+                tx.finish(outcome).await
+            }
+        }))
+    }
+
     fn destroy(&self, actor_id: ActorId, fence: OwnerFence) -> StoreFuture<'_, ()> {
         Box::pin(self.retry(move |mut tx| {
             let (actor_id, fence) = (actor_id.clone(), fence.clone());

@@ -207,3 +207,44 @@ pub async fn relay_req<M: zlink::actor::Message>(
     let bytes = c.packet(&relay_packet(actor, msg)).await?;
     Ok(rmp_serde::from_slice(&bytes).unwrap())
 }
+
+/// A TCP proxy in front of `target` whose target → dialler direction passes bytes only while
+/// `open` is `true` (the test's way to delay one mesh link: the completion connection).
+pub async fn gated_proxy(target: &str, open: tokio::sync::watch::Receiver<bool>) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let target = target.trim_start_matches("tcp://").to_owned();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let Ok((inbound, _)) = listener.accept().await else {
+                return;
+            };
+            let Ok(outbound) = tokio::net::TcpStream::connect(&target).await else {
+                continue;
+            };
+            let (mut in_r, mut in_w) = inbound.into_split();
+            let (mut out_r, mut out_w) = outbound.into_split();
+            tokio::spawn(async move {
+                let _ = tokio::io::copy(&mut in_r, &mut out_w).await;
+            });
+            let mut open = open.clone();
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 64 * 1024];
+                loop {
+                    let n = match out_r.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => n,
+                    };
+                    if open.wait_for(|o| *o).await.is_err() {
+                        return;
+                    }
+                    if in_w.write_all(&buf[..n]).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    format!("tcp://{addr}")
+}

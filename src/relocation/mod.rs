@@ -1,0 +1,139 @@
+//! Live relocation, actor-owner side (SB-8, SB-8.9's order; issue 27): the hand-off of one actor,
+//! or of a whole Spot, from its owner node (the *source*, which also coordinates) to another node
+//! (the *target*), while the bound clients stay connected.
+//!
+//! Two sans-IO cores, no clock, no IO, no store: time enters as `now`, inputs are `handle_*`,
+//! outputs are effects taken with `poll_effect` (in order) and a timer read with `poll_timeout`.
+//! A thin driver on each node turns effects into store calls, wire records (42 / 44 and the
+//! hand-off records), runtime seals and queue moves, and feeds the results back.
+//!
+//! - [`SourceHandoff`] (source = coordinator): relocation fence in the store → seal every bound
+//!   session (42, answered by 43) → seal the moving runtime unit and dehydrate after its last turn
+//!   → Restore on the target → relay-ready accepted → capture queued work in arrival order, hold
+//!   ingress, relay it → cutover → wait for the target's result.
+//! - [`TargetHandoff`]: install a temporary queue and rehydrate, without dispatching → relay-ready
+//!   → take relayed work → cutover (or, [`RelocationConfig::cutover_timeout`] after relay-ready, a
+//!   `cutover_timeout` Warning and the fallback) → `cas_owner` with the source's relocation fence
+//!   → merge queues, switch the route, open dispatch → 44 commit to each sealed session.
+//!
+//! Failures: a target that fails (explicitly, or silently past
+//! [`RelocationConfig::restore_timeout`]) before its relay-ready is accepted → the source makes a
+//! **durable abort** (the store's relocation fence is retired, so a late `cas_owner` of the target
+//! can never succeed), restores its queue first (unseal), then sends 44 abort to each sealed
+//! session (SB-8.5). After relay-ready is accepted the source never reopens: a failed CAS or
+//! cutover ends in [`SourceOutcome::Failed`] and the sessions' seal timeout cleans up (SB-8.6).
+//!
+//! What is durable (the store's relocation record): the relocation fence. The source moves its
+//! actor record's version forward with `LocationStore::relocation_fence` (no owner change, the
+//! ObjectGeneration and AuthorityOwnerGeneration stay, so the bound routes stay valid); the new
+//! fence is the only one the target's `cas_owner` can succeed with. A durable abort moves it
+//! forward once more. "No CAS happened" is therefore provable from the store: the record still
+//! names the source.
+
+mod source;
+mod target;
+
+use std::time::Duration;
+
+use zlink_wire::{ActorId, NodeRid, ObjectGeneration, SealIdentity};
+
+pub use source::{
+    AbortReason, FailReason, SourceEffect, SourceHandoff, SourceOutcome, SourcePhaseName,
+};
+pub use target::{
+    CutoverCause, RestoreRefusal, TargetEffect, TargetHandoff, TargetOutcome, TargetPhaseName,
+};
+
+use crate::store::AuthorityFence;
+
+/// Default SessionRelocationSealTimeout (SB-8.3): the coordinator waits at most this long for the
+/// 43 results, as the session owner waits at most this long for the 44.
+pub const DEFAULT_SEAL_TIMEOUT: Duration = crate::config::SESSION_RELOCATION_SEAL_TIMEOUT;
+/// Cutover timeout of SB-8.9: the target proceeds this long after its relay-ready reply.
+pub const DEFAULT_CUTOVER_TIMEOUT: Duration = Duration::from_millis(1_000);
+/// How long the source waits for the target's relay-ready before treating the target as failed.
+pub const DEFAULT_RESTORE_TIMEOUT: Duration = Duration::from_millis(3_000);
+
+/// Timings of one relocation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RelocationConfig {
+    /// SessionRelocationSealTimeout (SB-8.3, 3,000 ms by default).
+    pub seal_timeout: Duration,
+    /// The target's cutover timeout after its relay-ready reply (SB-8.9, 1,000 ms).
+    pub cutover_timeout: Duration,
+    /// The source's wait for relay-ready (a silent target is a failed target, SB-8.5).
+    pub restore_timeout: Duration,
+}
+
+impl Default for RelocationConfig {
+    fn default() -> Self {
+        Self {
+            seal_timeout: DEFAULT_SEAL_TIMEOUT,
+            cutover_timeout: DEFAULT_CUTOVER_TIMEOUT,
+            restore_timeout: DEFAULT_RESTORE_TIMEOUT,
+        }
+    }
+}
+
+/// What moves: one actor (only its records are held) or a whole Spot (the Spot is sealed).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Subject {
+    /// One actor; its lane alone is sealed (the other actors of its Spot keep running).
+    Actor,
+    /// Every actor of the named Spot; the Spot's unit is sealed.
+    Spot(String),
+}
+
+/// One binding to seal: the session owner that holds it and the seal identity (SB-8.1).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct SealTarget {
+    /// The session owner node (the 42 and the 44 go there).
+    pub session_owner: NodeRid,
+    /// The seal identity: relocation, session lifecycle, SessionRid, binding generation.
+    pub seal: SealIdentity,
+}
+
+/// A moving actor as the source knows it when the relocation starts.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MovingActor {
+    /// The actor (kept, SB-1.3).
+    pub actor: ActorId,
+    /// Its incarnation (kept, SB-1.3).
+    pub object_generation: ObjectGeneration,
+    /// The store fence of its record now (the relocation fence is taken with it).
+    pub current_fence: AuthorityFence,
+    /// Its bound sessions (at most one current binding per incarnation today).
+    pub bindings: Vec<SealTarget>,
+}
+
+/// The actor's state as it travels (the migration contract of the actor types).
+pub use crate::actor::MigratedState;
+
+/// One actor of a Restore request (source → target).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RestoredActor {
+    /// The actor.
+    pub actor: ActorId,
+    /// Its incarnation.
+    pub object_generation: ObjectGeneration,
+    /// The relocation fence the target's `cas_owner` presents.
+    pub source_fence: AuthorityFence,
+    /// The state to rehydrate before the first turn on the target.
+    pub state: MigratedState,
+    /// The seals whose sessions get the 44 commit from the target.
+    pub seals: Vec<SealTarget>,
+}
+
+/// The Restore request: install a temporary queue per actor and rehydrate, do not dispatch.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RestoreRequest {
+    /// Relocation identity.
+    pub relocation: zlink_wire::RelocationId,
+    /// One actor or a whole Spot.
+    pub subject: Subject,
+    /// The moving actors.
+    pub actors: Vec<RestoredActor>,
+}
+
+#[cfg(test)]
+mod tests;

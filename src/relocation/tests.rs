@@ -1,0 +1,671 @@
+//! Unit tests of the two relocation cores: one per transition and per failure, time injected.
+
+use std::time::{Duration, Instant};
+
+use zlink_wire::{
+    ActorId, BindingGeneration, ErrorKind, NodeRid, ObjectGeneration, RelocationId, SealIdentity,
+    SealOutcome, SessionLifecycleGeneration, SessionRelocationRoute, SessionRid,
+};
+
+use super::*;
+use crate::store::{
+    ActivationState, ActorLocation, AuthorityFence, MeshName, NodeGeneration, StoreVersion,
+};
+use zlink_wire::{AuthorityOwnerGeneration, OwnerLeaseGeneration};
+
+fn fence(version: u64) -> AuthorityFence {
+    AuthorityFence {
+        object_generation: ObjectGeneration::new(1),
+        authority_owner_generation: AuthorityOwnerGeneration::new(3),
+        version: StoreVersion::new(version),
+    }
+}
+
+fn seal(binding: u64) -> SealTarget {
+    SealTarget {
+        session_owner: NodeRid::new("sessions").unwrap(),
+        seal: SealIdentity {
+            relocation: RelocationId::new(9),
+            session_lifecycle: SessionLifecycleGeneration::new(1),
+            session: SessionRid::new(binding),
+            binding_generation: BindingGeneration::new(binding),
+        },
+    }
+}
+
+fn actor(name: &str, bindings: &[u64]) -> MovingActor {
+    MovingActor {
+        actor: ActorId::new(name).unwrap(),
+        object_generation: ObjectGeneration::new(1),
+        current_fence: fence(10),
+        bindings: bindings.iter().map(|b| seal(*b)).collect(),
+    }
+}
+
+fn target() -> NodeRid {
+    NodeRid::new("target").unwrap()
+}
+
+fn location(name: &str) -> ActorLocation {
+    ActorLocation {
+        actor_id: ActorId::new(name).unwrap(),
+        actor_type: "T".into(),
+        object_generation: ObjectGeneration::new(1),
+        mesh: MeshName::new("m").unwrap(),
+        owner_node: target(),
+        node_generation: NodeGeneration::new(7),
+        authority_owner_generation: AuthorityOwnerGeneration::new(4),
+        owner_lease_generation: OwnerLeaseGeneration::new(2),
+        state: ActivationState::Ready,
+        version: StoreVersion::new(12),
+    }
+}
+
+fn drain_source(s: &mut SourceHandoff) -> Vec<SourceEffect> {
+    std::iter::from_fn(|| s.poll_effect()).collect()
+}
+
+fn drain_target(t: &mut TargetHandoff) -> Vec<TargetEffect> {
+    std::iter::from_fn(|| t.poll_effect()).collect()
+}
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+/// A source that has taken its fence and sent its 42s for actor `a` with bindings 1 and 2.
+fn sealing(t0: Instant) -> SourceHandoff {
+    let mut s = SourceHandoff::start(
+        RelocationId::new(9),
+        Subject::Actor,
+        vec![actor("a", &[1, 2])],
+        target(),
+        RelocationConfig::default(),
+        t0,
+    );
+    assert_eq!(
+        drain_source(&mut s),
+        vec![SourceEffect::TakeFence {
+            actor: ActorId::new("a").unwrap(),
+            expected: fence(10)
+        }]
+    );
+    s.handle_fenced(t0, &ActorId::new("a").unwrap(), Ok(fence(11)));
+    s
+}
+
+/// A source past relay-ready (its runtime sealed, state sent).
+fn relay_ready(t0: Instant) -> SourceHandoff {
+    let mut s = sealing(t0);
+    drain_source(&mut s);
+    s.handle_sealed(t0, &seal(1).seal, SealOutcome::Installed);
+    s.handle_sealed(t0, &seal(2).seal, SealOutcome::Installed);
+    s.handle_quiesced(t0, Ok(vec![MigratedState::Bytes(vec![1])]));
+    drain_source(&mut s);
+    s.handle_relay_ready(t0);
+    s
+}
+
+// spec: SB-8.9 — the source's normal order: fence, 42 to every bound session, runtime seal after
+// the 43s, Restore with the relocation fence and the state, capture after relay-ready, cutover,
+// then the source's incarnation ends.
+#[test]
+fn source_runs_the_normal_order() {
+    let t0 = Instant::now();
+    let mut s = sealing(t0);
+    let sends = drain_source(&mut s);
+    assert_eq!(sends.len(), 2);
+    for (e, b) in sends.iter().zip([1, 2]) {
+        let SourceEffect::SendSeal { to, record } = e else {
+            panic!("{e:?}")
+        };
+        assert_eq!(to, &seal(b).session_owner);
+        assert_eq!(record.seal, seal(b).seal);
+        assert_eq!(record.deadline.as_millis(), 3_000);
+    }
+    assert_eq!(s.phase(), SourcePhaseName::Sealing);
+    s.handle_sealed(t0, &seal(1).seal, SealOutcome::Installed);
+    assert!(drain_source(&mut s).is_empty(), "waits for every 43");
+    s.handle_sealed(t0 + ms(5), &seal(2).seal, SealOutcome::Installed);
+    assert_eq!(drain_source(&mut s), vec![SourceEffect::SealRuntime]);
+    s.handle_quiesced(t0 + ms(6), Ok(vec![MigratedState::Bytes(vec![7])]));
+    let effects = drain_source(&mut s);
+    let [SourceEffect::SendRestore { to, request }] = &effects[..] else {
+        panic!("{effects:?}")
+    };
+    assert_eq!(to, &target());
+    assert_eq!(
+        request.actors[0].source_fence,
+        fence(11),
+        "the relocation fence"
+    );
+    assert_eq!(request.actors[0].state, MigratedState::Bytes(vec![7]));
+    assert_eq!(request.actors[0].seals, vec![seal(1), seal(2)]);
+    s.handle_relay_ready(t0 + ms(7));
+    assert_eq!(drain_source(&mut s), vec![SourceEffect::CaptureAndRelay]);
+    s.handle_relayed(t0 + ms(8));
+    assert_eq!(
+        drain_source(&mut s),
+        vec![SourceEffect::SendCutover { to: target() }]
+    );
+    s.handle_target_result(t0 + ms(9), vec![location("a")], vec![]);
+    assert_eq!(
+        drain_source(&mut s),
+        vec![
+            SourceEffect::EndIncarnations(vec![location("a")]),
+            SourceEffect::Finished(SourceOutcome::Moved(vec![location("a")]))
+        ]
+    );
+    let phases: Vec<SourcePhaseName> = s.phase_durations().iter().map(|(p, _)| *p).collect();
+    assert_eq!(
+        phases,
+        [
+            SourcePhaseName::Fencing,
+            SourcePhaseName::Sealing,
+            SourcePhaseName::Quiescing,
+            SourcePhaseName::Restoring,
+            SourcePhaseName::Relaying,
+            SourcePhaseName::HandedOff
+        ]
+    );
+    assert_eq!(s.phase_durations()[1].1, ms(5));
+}
+
+// spec: SB-8.3, SB-8.4 — the coordinator waits for the 43s at most the seal timeout (3 s,
+// injected time), then aborts durably and releases every seal with a 44 abort; nothing is sent
+// twice.
+#[test]
+fn seal_timeout_aborts_after_three_seconds() {
+    let t0 = Instant::now();
+    let mut s = sealing(t0);
+    drain_source(&mut s);
+    s.handle_sealed(t0, &seal(1).seal, SealOutcome::Installed);
+    assert_eq!(s.poll_timeout(), Some(t0 + ms(3_000)));
+    s.handle_timeout(t0 + ms(2_999));
+    assert!(drain_source(&mut s).is_empty());
+    s.handle_timeout(t0 + ms(3_000));
+    let a = ActorId::new("a").unwrap();
+    assert_eq!(
+        drain_source(&mut s),
+        vec![SourceEffect::RetireFence {
+            actor: a.clone(),
+            fence: fence(11)
+        }]
+    );
+    s.handle_fence_retired(t0 + ms(3_001), &a, true);
+    let effects = drain_source(&mut s);
+    assert!(
+        !effects.contains(&SourceEffect::UnsealRuntime),
+        "never sealed"
+    );
+    let aborts = effects
+        .iter()
+        .filter(|e| {
+            matches!(
+                e,
+                SourceEffect::SendRoute {
+                    record: SessionRelocationRoute::Abort(_),
+                    ..
+                }
+            )
+        })
+        .count();
+    assert_eq!(aborts, 2);
+    assert_eq!(
+        effects.last(),
+        Some(&SourceEffect::Finished(SourceOutcome::Aborted(
+            AbortReason::SealTimeout
+        )))
+    );
+    // a late 43 and a second timeout change nothing
+    s.handle_sealed(t0 + ms(3_002), &seal(2).seal, SealOutcome::Installed);
+    s.handle_timeout(t0 + ms(9_000));
+    assert!(drain_source(&mut s).is_empty());
+}
+
+// spec: SB-8.1 — a 43 for another seal identity (another relocation, another binding) is not
+// this relocation's; a rejected seal aborts.
+#[test]
+fn foreign_43_is_ignored_and_rejection_aborts() {
+    let t0 = Instant::now();
+    let mut s = sealing(t0);
+    drain_source(&mut s);
+    let mut foreign = seal(1).seal;
+    foreign.relocation = RelocationId::new(8);
+    s.handle_sealed(t0, &foreign, SealOutcome::Installed);
+    s.handle_sealed(t0, &seal(2).seal, SealOutcome::Installed);
+    assert!(drain_source(&mut s).is_empty(), "seal 1 still awaited");
+    s.handle_sealed(
+        t0,
+        &seal(1).seal,
+        SealOutcome::Rejected(ErrorKind::Unavailable),
+    );
+    assert_eq!(s.phase(), SourcePhaseName::Aborting);
+    let effects = drain_source(&mut s);
+    assert!(matches!(effects[..], [SourceEffect::RetireFence { .. }]));
+    s.handle_fence_retired(t0, &ActorId::new("a").unwrap(), true);
+    assert_eq!(
+        s.outcome(),
+        Some(&SourceOutcome::Aborted(AbortReason::SealRejected))
+    );
+}
+
+// spec: SB-8.5, SB-14.24 — the target fails before relay-ready is accepted: durable abort first,
+// then the source queue is restored (unseal), then the 44 aborts.
+#[test]
+fn target_failure_before_relay_ready_aborts_durably_then_restores_then_44() {
+    let t0 = Instant::now();
+    let mut s = sealing(t0);
+    drain_source(&mut s);
+    s.handle_sealed(t0, &seal(1).seal, SealOutcome::Installed);
+    s.handle_sealed(t0, &seal(2).seal, SealOutcome::Installed);
+    s.handle_quiesced(t0, Ok(vec![MigratedState::Stateless]));
+    drain_source(&mut s);
+    s.handle_target_failed(t0 + ms(1));
+    let a = ActorId::new("a").unwrap();
+    assert_eq!(
+        drain_source(&mut s),
+        vec![SourceEffect::RetireFence {
+            actor: a.clone(),
+            fence: fence(11)
+        }],
+        "nothing reopens before the abort is durable"
+    );
+    s.handle_fence_retired(t0 + ms(2), &a, true);
+    let effects = drain_source(&mut s);
+    assert_eq!(effects[0], SourceEffect::UnsealRuntime);
+    assert!(matches!(
+        &effects[1],
+        SourceEffect::SendRoute { record: SessionRelocationRoute::Abort(r), .. } if r.seal == seal(1).seal
+    ));
+    assert!(matches!(
+        &effects[2],
+        SourceEffect::SendRoute { record: SessionRelocationRoute::Abort(r), .. } if r.seal == seal(2).seal
+    ));
+    assert_eq!(
+        effects[3],
+        SourceEffect::Finished(SourceOutcome::Aborted(AbortReason::TargetFailed))
+    );
+}
+
+// spec: SB-8.5 — a target that never answers the Restore is a failed target (restore timeout).
+#[test]
+fn silent_target_is_aborted_at_the_restore_timeout() {
+    let t0 = Instant::now();
+    let mut s = sealing(t0);
+    drain_source(&mut s);
+    s.handle_sealed(t0, &seal(1).seal, SealOutcome::Installed);
+    s.handle_sealed(t0, &seal(2).seal, SealOutcome::Installed);
+    s.handle_quiesced(t0, Ok(vec![MigratedState::Stateless]));
+    drain_source(&mut s);
+    assert_eq!(s.poll_timeout(), Some(t0 + DEFAULT_RESTORE_TIMEOUT));
+    s.handle_timeout(t0 + DEFAULT_RESTORE_TIMEOUT - ms(1));
+    assert!(drain_source(&mut s).is_empty());
+    s.handle_timeout(t0 + DEFAULT_RESTORE_TIMEOUT);
+    s.handle_fence_retired(t0, &ActorId::new("a").unwrap(), true);
+    let effects = drain_source(&mut s);
+    assert!(effects.contains(&SourceEffect::UnsealRuntime));
+    assert_eq!(
+        s.outcome(),
+        Some(&SourceOutcome::Aborted(AbortReason::TargetSilent))
+    );
+}
+
+// spec: SB-8.6, SB-14.25 — after relay-ready is accepted, a failed target or a failed CAS never
+// reopens the source and sends no 44 (the sessions' seal timeout cleans up).
+#[test]
+fn failures_after_relay_ready_never_reopen_the_source() {
+    let t0 = Instant::now();
+    let mut s = relay_ready(t0);
+    drain_source(&mut s);
+    s.handle_target_failed(t0);
+    let effects = drain_source(&mut s);
+    assert_eq!(
+        effects,
+        vec![SourceEffect::Finished(SourceOutcome::Failed(
+            FailReason::TargetFailedAfterRelayReady
+        ))]
+    );
+
+    let mut s = relay_ready(t0);
+    drain_source(&mut s);
+    s.handle_relayed(t0);
+    drain_source(&mut s);
+    s.handle_target_failed(t0);
+    s.handle_target_result(t0, vec![], vec![ActorId::new("a").unwrap()]);
+    let effects = drain_source(&mut s);
+    assert!(!effects.contains(&SourceEffect::UnsealRuntime));
+    assert!(
+        !effects
+            .iter()
+            .any(|e| matches!(e, SourceEffect::SendRoute { .. }))
+    );
+
+    let mut s = relay_ready(t0);
+    drain_source(&mut s);
+    s.handle_relayed(t0);
+    drain_source(&mut s);
+    s.handle_target_result(t0, vec![], vec![ActorId::new("a").unwrap()]);
+    assert_eq!(
+        drain_source(&mut s),
+        vec![SourceEffect::Finished(SourceOutcome::Failed(
+            FailReason::CasFailed(vec![ActorId::new("a").unwrap()])
+        ))]
+    );
+}
+
+// spec: SB-8.5 — an abort the store did not confirm is not durable: the source stays sealed and
+// sends no 44 (a target could still CAS).
+#[test]
+fn abort_that_is_not_durable_keeps_the_source_sealed() {
+    let t0 = Instant::now();
+    let mut s = sealing(t0);
+    drain_source(&mut s);
+    s.handle_sealed(t0, &seal(1).seal, SealOutcome::Installed);
+    s.handle_sealed(t0, &seal(2).seal, SealOutcome::Installed);
+    s.handle_quiesced(t0, Ok(vec![MigratedState::Stateless]));
+    drain_source(&mut s);
+    s.handle_target_failed(t0);
+    drain_source(&mut s);
+    s.handle_fence_retired(t0, &ActorId::new("a").unwrap(), false);
+    assert_eq!(
+        drain_source(&mut s),
+        vec![SourceEffect::Finished(SourceOutcome::Failed(
+            FailReason::AbortNotDurable(AbortReason::TargetFailed)
+        ))]
+    );
+}
+
+// A refused relocation fence (another relocation raced) ends before anything was sealed; a
+// dehydration failure restores the source after the durable abort.
+#[test]
+fn fence_refusal_and_dehydrate_failure_abort() {
+    let t0 = Instant::now();
+    let mut s = SourceHandoff::start(
+        RelocationId::new(1),
+        Subject::Actor,
+        vec![actor("a", &[1])],
+        target(),
+        RelocationConfig::default(),
+        t0,
+    );
+    drain_source(&mut s);
+    s.handle_fenced(t0, &ActorId::new("a").unwrap(), Err(()));
+    assert_eq!(
+        drain_source(&mut s),
+        vec![SourceEffect::Finished(SourceOutcome::Aborted(
+            AbortReason::FenceRefused
+        ))]
+    );
+
+    let mut s = sealing(t0);
+    drain_source(&mut s);
+    s.handle_sealed(t0, &seal(1).seal, SealOutcome::Installed);
+    s.handle_sealed(t0, &seal(2).seal, SealOutcome::Installed);
+    drain_source(&mut s);
+    s.handle_quiesced(t0, Err(()));
+    drain_source(&mut s);
+    s.handle_fence_retired(t0, &ActorId::new("a").unwrap(), true);
+    let effects = drain_source(&mut s);
+    assert_eq!(effects[0], SourceEffect::UnsealRuntime);
+    assert_eq!(
+        s.outcome(),
+        Some(&SourceOutcome::Aborted(AbortReason::DehydrateFailed))
+    );
+}
+
+// A whole Spot: one fence per actor, every binding of every actor sealed; a fence refused after
+// another was taken retires the taken one.
+#[test]
+fn spot_relocation_fences_and_seals_every_actor() {
+    let t0 = Instant::now();
+    let mut s = SourceHandoff::start(
+        RelocationId::new(9),
+        Subject::Spot("room".into()),
+        vec![actor("a", &[1]), actor("b", &[2]), actor("c", &[])],
+        target(),
+        RelocationConfig::default(),
+        t0,
+    );
+    assert_eq!(drain_source(&mut s).len(), 3);
+    for n in ["a", "b", "c"] {
+        s.handle_fenced(t0, &ActorId::new(n).unwrap(), Ok(fence(11)));
+    }
+    assert_eq!(drain_source(&mut s).len(), 2, "one 42 per binding");
+    s.handle_sealed(t0, &seal(1).seal, SealOutcome::Installed);
+    s.handle_sealed(t0, &seal(2).seal, SealOutcome::Installed);
+    assert_eq!(drain_source(&mut s), vec![SourceEffect::SealRuntime]);
+    s.handle_quiesced(t0, Ok(vec![MigratedState::Stateless; 2]));
+    assert_eq!(s.phase(), SourcePhaseName::Aborting, "one state per actor");
+
+    let mut s = SourceHandoff::start(
+        RelocationId::new(9),
+        Subject::Spot("room".into()),
+        vec![actor("a", &[1]), actor("b", &[2])],
+        target(),
+        RelocationConfig::default(),
+        t0,
+    );
+    drain_source(&mut s);
+    s.handle_fenced(t0, &ActorId::new("a").unwrap(), Ok(fence(11)));
+    s.handle_fenced(t0, &ActorId::new("b").unwrap(), Err(()));
+    assert_eq!(
+        drain_source(&mut s),
+        vec![SourceEffect::RetireFence {
+            actor: ActorId::new("a").unwrap(),
+            fence: fence(11)
+        }]
+    );
+    // nothing was sealed: no 44 abort, no unseal
+    s.handle_fence_retired(t0, &ActorId::new("a").unwrap(), true);
+    assert_eq!(
+        drain_source(&mut s),
+        vec![SourceEffect::Finished(SourceOutcome::Aborted(
+            AbortReason::FenceRefused
+        ))]
+    );
+}
+
+fn restore_request() -> RestoreRequest {
+    RestoreRequest {
+        relocation: RelocationId::new(9),
+        subject: Subject::Actor,
+        actors: vec![RestoredActor {
+            actor: ActorId::new("a").unwrap(),
+            object_generation: ObjectGeneration::new(1),
+            source_fence: fence(11),
+            state: MigratedState::Bytes(vec![1]),
+            seals: vec![seal(1), seal(2)],
+        }],
+    }
+}
+
+fn source() -> NodeRid {
+    NodeRid::new("source").unwrap()
+}
+
+// spec: SB-8.9, SB-8.7 — the target installs the queue without dispatching, replies relay-ready,
+// CASes with the source's relocation fence at the cutover, opens dispatch, then sends one 44
+// commit per sealed session carrying the new location, and reports to the source.
+#[test]
+fn target_runs_the_normal_order() {
+    let t0 = Instant::now();
+    let mut t =
+        TargetHandoff::restore(source(), restore_request(), RelocationConfig::default(), t0);
+    assert_eq!(
+        drain_target(&mut t),
+        vec![TargetEffect::InstallQueues(restore_request())]
+    );
+    t.handle_installed(t0, Ok(()));
+    assert_eq!(
+        drain_target(&mut t),
+        vec![TargetEffect::ReplyRelayReady { to: source() }]
+    );
+    t.handle_relayed(3);
+    assert!(
+        drain_target(&mut t).is_empty(),
+        "relay-ready does not dispatch"
+    );
+    t.handle_cutover(t0 + ms(10));
+    let a = ActorId::new("a").unwrap();
+    assert_eq!(
+        drain_target(&mut t),
+        vec![TargetEffect::CasOwner {
+            actor: a.clone(),
+            expected: fence(11)
+        }]
+    );
+    t.handle_cas(t0 + ms(11), &a, Ok(location("a")));
+    let effects = drain_target(&mut t);
+    assert_eq!(
+        effects[0],
+        TargetEffect::OpenDispatch {
+            actor: a.clone(),
+            location: location("a")
+        }
+    );
+    for (e, b) in effects[1..3].iter().zip([1, 2]) {
+        let TargetEffect::SendRoute {
+            to,
+            record: SessionRelocationRoute::Commit(c),
+        } = e
+        else {
+            panic!("{e:?}")
+        };
+        assert_eq!(to, &seal(b).session_owner);
+        assert_eq!(c.session, seal(b).seal.session);
+        assert_eq!(c.binding_generation, seal(b).seal.binding_generation);
+        assert_eq!(c.relocation, RelocationId::new(9));
+        assert_eq!(c.object_generation, ObjectGeneration::new(1));
+        assert_eq!(c.target.node, target());
+        assert_eq!(c.target.authority_owner_generation.get(), 4);
+    }
+    assert!(matches!(effects[3], TargetEffect::ReportToSource { .. }));
+    assert_eq!(
+        effects[4],
+        TargetEffect::Finished(TargetOutcome::Cas {
+            committed: vec![location("a")],
+            failed: vec![],
+            cause: CutoverCause::Cutover
+        })
+    );
+    assert_eq!(t.relayed(), 3);
+}
+
+// spec: SB-8.9 — no cutover within 1,000 ms of relay-ready (injected time): `cutover_timeout`
+// Warning, then the CAS (fallback); a cutover after that is counted and ignored.
+#[test]
+fn cutover_timeout_falls_back_after_one_second() {
+    let t0 = Instant::now();
+    let mut t =
+        TargetHandoff::restore(source(), restore_request(), RelocationConfig::default(), t0);
+    drain_target(&mut t);
+    t.handle_installed(t0 + ms(5), Ok(()));
+    drain_target(&mut t);
+    assert_eq!(t.poll_timeout(), Some(t0 + ms(1_005)));
+    t.handle_timeout(t0 + ms(1_004));
+    assert!(drain_target(&mut t).is_empty());
+    t.handle_timeout(t0 + ms(1_005));
+    let effects = drain_target(&mut t);
+    assert_eq!(effects[0], TargetEffect::WarnCutoverTimeout);
+    assert!(matches!(effects[1], TargetEffect::CasOwner { .. }));
+    t.handle_cutover(t0 + ms(1_006));
+    t.handle_relayed(1);
+    assert!(drain_target(&mut t).is_empty());
+    assert_eq!((t.late_cutovers(), t.late_relayed()), (1, 1));
+    t.handle_cas(t0, &ActorId::new("a").unwrap(), Ok(location("a")));
+    assert!(matches!(
+        t.outcome(),
+        Some(TargetOutcome::Cas {
+            cause: CutoverCause::Timeout,
+            ..
+        })
+    ));
+}
+
+// spec: SB-8.6, SB-14.25 — a failed CAS opens nothing and sends no 44; the queue is discarded.
+#[test]
+fn failed_cas_opens_nothing_and_sends_no_44() {
+    let t0 = Instant::now();
+    let mut t =
+        TargetHandoff::restore(source(), restore_request(), RelocationConfig::default(), t0);
+    drain_target(&mut t);
+    t.handle_installed(t0, Ok(()));
+    t.handle_cutover(t0);
+    drain_target(&mut t);
+    let a = ActorId::new("a").unwrap();
+    t.handle_cas(t0, &a, Err(()));
+    let effects = drain_target(&mut t);
+    assert_eq!(effects[0], TargetEffect::DiscardQueue { actor: a.clone() });
+    assert!(!effects.iter().any(|e| matches!(
+        e,
+        TargetEffect::OpenDispatch { .. } | TargetEffect::SendRoute { .. }
+    )));
+    assert!(matches!(
+        &effects[1],
+        TargetEffect::ReportToSource { failed, .. } if failed == &vec![a.clone()]
+    ));
+    // a duplicate CAS answer changes nothing
+    t.handle_cas(t0, &a, Ok(location("a")));
+    assert!(drain_target(&mut t).is_empty());
+}
+
+// spec: SB-8.5 — a target that cannot install or rehydrate refuses before relay-ready.
+#[test]
+fn target_refuses_restore_it_cannot_install() {
+    let t0 = Instant::now();
+    let mut t =
+        TargetHandoff::restore(source(), restore_request(), RelocationConfig::default(), t0);
+    drain_target(&mut t);
+    t.handle_installed(t0, Err(RestoreRefusal::RehydrateFailed));
+    let effects = drain_target(&mut t);
+    assert_eq!(
+        effects,
+        vec![
+            TargetEffect::DiscardQueue {
+                actor: ActorId::new("a").unwrap()
+            },
+            TargetEffect::ReplyRestoreFailed {
+                to: source(),
+                refusal: RestoreRefusal::RehydrateFailed
+            },
+            TargetEffect::Finished(TargetOutcome::Refused(RestoreRefusal::RehydrateFailed))
+        ]
+    );
+    assert_eq!(t.poll_timeout(), None);
+}
+
+// The two cores wired together (no store: its answers are scripted): the source's Restore is
+// the target's input, the target's report the source's.
+#[test]
+fn source_and_target_together() {
+    let t0 = Instant::now();
+    let mut s = relay_ready(t0);
+    assert_eq!(drain_source(&mut s), vec![SourceEffect::CaptureAndRelay]);
+    s.handle_relayed(t0);
+    assert_eq!(
+        drain_source(&mut s),
+        vec![SourceEffect::SendCutover { to: target() }]
+    );
+    let mut t =
+        TargetHandoff::restore(source(), restore_request(), RelocationConfig::default(), t0);
+    drain_target(&mut t);
+    t.handle_installed(t0, Ok(()));
+    t.handle_cutover(t0);
+    drain_target(&mut t);
+    t.handle_cas(t0, &ActorId::new("a").unwrap(), Ok(location("a")));
+    let report = drain_target(&mut t)
+        .into_iter()
+        .find_map(|e| match e {
+            TargetEffect::ReportToSource {
+                committed, failed, ..
+            } => Some((committed, failed)),
+            _ => None,
+        })
+        .unwrap();
+    s.handle_target_result(t0, report.0, report.1);
+    assert_eq!(
+        s.outcome(),
+        Some(&SourceOutcome::Moved(vec![location("a")]))
+    );
+}
