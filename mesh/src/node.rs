@@ -1013,7 +1013,7 @@ impl MeshNode {
 
     /// The current generation of `node` if it is up.
     pub fn peer_generation(&self, node: &NodeRid) -> Option<NodeGeneration> {
-        self.shared.peer_slot(node).map(|s| s.generation)
+        self.shared.with_peer(node, |s| s.generation)
     }
 
     /// Connects to a peer (idempotent per address); the handshake runs in the background and
