@@ -158,7 +158,7 @@ pub enum PeerEvent {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum ClientCloseCause {
-    /// The client said Disconnect (149) itself.
+    /// The client ended it: it said Disconnect (149) itself, or its connection closed.
     Remote,
     /// The client was silent for longer than the peer timeout; it was sent
     /// Disconnect { `Timeout` }.

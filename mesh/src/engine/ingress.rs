@@ -657,7 +657,33 @@ impl Engine {
 
     pub(super) fn on_client_message(&mut self, rid: &[u8], msg: Rx<'_>) {
         self.tomb_answered = false;
+        if let Rx::Parts([part]) = msg
+            && part.is_empty()
+        {
+            // libzmq's notice that this connection ended (`ZMQ_ROUTER_NOTIFY`; a record is
+            // never empty): its session ends with it.
+            return self.client_connection_ended(rid);
+        }
         self.on_parts(Sender::Client { rid }, msg);
+    }
+
+    /// The client connection `rid` ended: its session (if it had one) ends now, as if the
+    /// client had said Disconnect (a close the node had begun stands). libzmq generates every
+    /// client connection's routing id and never gives one to two connections, so no later
+    /// connection can reach this session.
+    fn client_connection_ended(&mut self, rid: &[u8]) {
+        let Some(&session) = self.clients_by_rid.get(rid) else {
+            return;
+        };
+        if self
+            .clients
+            .get(&session)
+            .is_some_and(|c| c.closing.is_some())
+        {
+            self.finish_client(session);
+        } else {
+            self.remove_client(session, ClientCloseCause::Remote);
+        }
     }
 
     /// The connection core of a peer (in `generation`, if given) or a client session, with

@@ -464,7 +464,7 @@ impl Engine {
     ) -> Result<(Self, Bound), crate::error::ConfigError> {
         let router =
             |name: &str, ep: &str, mesh: bool| -> Result<zmq::Socket, crate::error::ConfigError> {
-                let s = ctx.socket(zmq::ROUTER).map_err(setup_err(name))?;
+                let mut s = ctx.socket(zmq::ROUTER).map_err(setup_err(name))?;
                 configure_network_socket(&s, &cfg, name == "completion")
                     .map_err(setup_err(format!("{name} options")))?;
                 s.set_router_mandatory(true)
@@ -476,6 +476,20 @@ impl Engine {
                     // routing id in use is ignored, it never takes over the pipe.
                     s.set_identity(cfg.node.as_bytes())
                         .map_err(setup_err("identity"))?;
+                } else {
+                    // The client port: a session is bound to its connection. Every connection
+                    // gets a routing id libzmq generates (the one a client announces is
+                    // ignored, so no connection can choose another's and inherit its
+                    // session), and the end of a connection is read as an empty message
+                    // from its routing id (`Engine::on_client_message`): its session ends.
+                    crate::zmq_opt::set_int(&mut s, crate::zmq_opt::ROUTER_ASSIGN_IDS, 1)
+                        .map_err(setup_err("router_assign_ids"))?;
+                    crate::zmq_opt::set_int(
+                        &mut s,
+                        crate::zmq_opt::ROUTER_NOTIFY,
+                        crate::zmq_opt::NOTIFY_DISCONNECT,
+                    )
+                    .map_err(setup_err("router_notify"))?;
                 }
                 s.bind(ep).map_err(setup_err(format!("bind {name} {ep}")))?;
                 Ok(s)
