@@ -32,7 +32,8 @@ REQUEST, REPLY_CMD, ERROR_REPLY, ONE_WAY, PUSH, DISCONNECT = 144, 145, 146, 147,
 ERROR_KINDS = {1: "Unavailable", 2: "InvalidOperation", 3: "NotFound",
                4: "DeadlineExceeded", 5: "Internal", 6: "Cancelled"}
 CLOSE_REASONS = {1: "Shutdown", 2: "Protocol", 3: "Timeout", 4: "Replaced",
-                 5: "Closed", 6: "RelocationSealTimeout", 7: "Refused"}
+                 5: "Closed", 6: "RelocationSealTimeout", 7: "Refused",
+                 8: "SlowConsumer"}
 
 # Framework operations (144 Request keys; CALL also as a 147 one-way send).
 CREATE, GET_OR_CREATE, GET, CALL, DESTROY, NODE_INFO = range(0xFFFF0001, 0xFFFF0007)

@@ -91,6 +91,13 @@ impl Budget {
         true
     }
 
+    /// Reserves one message of `bytes` whatever is reserved already (a reply to a client:
+    /// it is never waited for; the caller checks the total, [`Budget::reserved_bytes`]).
+    pub(crate) fn force_reserve(&self, bytes: u64) {
+        self.messages.fetch_add(1, Ordering::AcqRel);
+        self.bytes.fetch_add(bytes, Ordering::AcqRel);
+    }
+
     /// The configured limits.
     pub fn limit(&self) -> OutboundBudget {
         self.limit

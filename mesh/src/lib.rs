@@ -54,7 +54,7 @@ pub use budget::OutboundBudget;
 pub use client::{ClientConfig, MeshClient, Push, SEND_MANY_CHUNK, SendManyError};
 pub use codec::{ErrorKind, Record};
 pub use config::{
-    Batching, ClientAdmission, InboundWindow, Liveness, MeshConfig, PeerAddress, Strangers,
+    Batching, ClientAdmission, ClientOutbound, InboundWindow, Liveness, MeshConfig, PeerAddress, Strangers,
     TransportLimits,
 };
 pub use counters::{Counters, DropReason, ReplyOrigin, TransportEvent};

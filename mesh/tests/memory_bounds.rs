@@ -246,6 +246,155 @@ async fn endless_multipart_message_is_bounded_and_dropped() {
     echo.abort();
 
     batch_frames_do_not_pin_junk().await;
+    slow_consumers_are_bounded_and_closed().await;
+}
+
+/// spec: SB-2.1 — clients that ask for large replies and never read them (issue 26 item 3):
+/// each session's queue is bounded by its outbound budget (twice its bytes at most, then it is
+/// closed at once; over it for longer than the grace, closed too) and libzmq's share by the
+/// client socket's SNDHWM; every such session is closed with `SlowConsumer`, counted, while a
+/// normal client is served. Without the bound the replies stayed queued for ever (here
+/// ≈ 375 MiB held, the slow sessions never closed).
+async fn slow_consumers_are_bounded_and_closed() {
+    use std::time::Duration;
+    use zlink_mesh::zlink_wire::{Deadline, DisconnectReason, Request};
+    use zlink_mesh::{ClientCloseCause, ClientEvent, ClientOutbound, OutboundBudget};
+    const SLOW: usize = 20;
+    const REQUESTS: usize = 100;
+    const REPLY: usize = 192 * 1024;
+    const BUDGET: u64 = 1024 * 1024;
+    const SNDHWM: i32 = 8;
+    const MAX_MESSAGE: usize = 256 * 1024;
+    // The documented bound per session: twice the budget queued in the node, plus libzmq's
+    // SNDHWM messages of at most the message limit (+ envelope) each.
+    const PER_SESSION: u64 = 2 * BUDGET + SNDHWM as u64 * (2 * MAX_MESSAGE as u64 + 64);
+    let mut c = config("server");
+    c.client_endpoint = Some("tcp://127.0.0.1:*".into());
+    c.transport.max_message_size = MAX_MESSAGE;
+    c.client_budget = OutboundBudget {
+        messages: 4096,
+        bytes: BUDGET,
+    };
+    c.client_outbound = ClientOutbound {
+        grace: Duration::from_millis(500),
+        send_hwm: SNDHWM,
+    };
+    let (node, mut inbound) = MeshNode::start(c).unwrap();
+    let mut events = node.take_client_events().unwrap();
+    // Every request is answered: "big" with REPLY bytes, anything else echoed.
+    let app = tokio::spawn(async move {
+        let big = Bytes::from(vec![7u8; REPLY]);
+        while let Some(m) = inbound.recv().await {
+            if let Some(r) = m.reply {
+                match m.payload {
+                    Some(p) if &p[..] == b"big" => r.reply(big.clone()),
+                    p => r.reply(p.unwrap_or_default()),
+                }
+            }
+        }
+    });
+    let ep = node.endpoints().client.clone().unwrap();
+    let mut cc = ClientConfig::new(ep.clone());
+    // Only what they do not read may end the slow sessions (they keep pinging).
+    cc.liveness = config("x").liveness;
+    let client = MeshClient::connect(cc).unwrap();
+    let ask = |what: &'static [u8]| {
+        client.request(DispatchKey::new(1), Bytes::from_static(what), WAIT)
+    };
+    assert_eq!(ask(b"warm").await.unwrap().payload.as_deref(), Some(&b"warm"[..]));
+
+    let before = reset_peak_rss();
+    let slow0 = node.counters().dropped(DropReason::SlowConsumer);
+    // The slow clients, on a thread of their own: each sends its requests, then only pings
+    // (it stays alive for the node) until told to stop.
+    let (stop_tx, stop_rx) = mpsc::channel::<()>();
+    let slow = std::thread::spawn(move || {
+        use zlink_mesh::zlink_wire::Ping;
+        let ctx = zmq::Context::new();
+        let mut socks = Vec::new();
+        for i in 0..SLOW {
+            let s = ctx.socket(zmq::DEALER).unwrap();
+            // Reads (almost) nothing: one message in its pipe, a small TCP receive buffer.
+            s.set_rcvhwm(1).unwrap();
+            s.set_rcvbuf(4096).unwrap();
+            s.set_linger(0).unwrap();
+            s.connect(&ep).unwrap();
+            for r in 0..REQUESTS {
+                let corr = CorrelationId::new((i * REQUESTS + r + 1) as u64);
+                let f = zlink_wire::encode(
+                    &Record::Request(Request {
+                        key: DispatchKey::new(1),
+                        deadline: Deadline::from_millis(60_000),
+                    }),
+                    corr,
+                    Some(Bytes::from_static(b"big")),
+                )
+                .unwrap();
+                s.send(&f.envelope()[..], zmq::SNDMORE).unwrap();
+                s.send(&f.payload().unwrap()[..], 0).unwrap();
+            }
+            socks.push(s);
+        }
+        let mut seq = 0;
+        while stop_rx
+            .recv_timeout(std::time::Duration::from_millis(100))
+            .is_err()
+        {
+            seq += 1;
+            let ping = zlink_wire::encode(&Record::Ping(Ping { seq }), CorrelationId::NONE, None)
+                .unwrap();
+            for s in &socks {
+                let _ = s.send(&ping.envelope()[..], zmq::DONTWAIT);
+            }
+        }
+    });
+    // A normal client is served meanwhile.
+    for _ in 0..10 {
+        assert_eq!(
+            ask(b"normal").await.unwrap().payload.as_deref(),
+            Some(&b"normal"[..])
+        );
+    }
+    // Every slow session is closed as a slow consumer.
+    let mut closed = 0;
+    while closed < SLOW {
+        let e = tokio::time::timeout(WAIT, events.recv())
+            .await
+            .expect("every slow consumer closed within WAIT")
+            .unwrap();
+        match e {
+            ClientEvent::Disconnected { cause, .. } => {
+                assert_eq!(
+                    cause,
+                    ClientCloseCause::Closed(DisconnectReason::SlowConsumer)
+                );
+                closed += 1;
+            }
+            _ => {}
+        }
+    }
+    assert_eq!(
+        node.counters().dropped(DropReason::SlowConsumer),
+        slow0 + SLOW as u64
+    );
+    assert_eq!(ask(b"after").await.unwrap().payload.as_deref(), Some(&b"after"[..]));
+    let growth = (status_kib("VmHWM:") * 1024).saturating_sub(before);
+    eprintln!(
+        "{SLOW} slow consumers × {REQUESTS} replies of {REPLY} bytes: peak RSS +{} KiB (bound {} KiB)",
+        growth / 1024,
+        SLOW as u64 * PER_SESSION / 1024
+    );
+    assert!(
+        growth < SLOW as u64 * PER_SESSION,
+        "peak RSS grew by {growth} bytes (bound {SLOW} × {PER_SESSION})"
+    );
+    stop_tx.send(()).unwrap();
+    tokio::task::spawn_blocking(move || slow.join().unwrap())
+        .await
+        .unwrap();
+    client.close().await;
+    node.shutdown().await;
+    app.abort();
 }
 
 /// An authenticated peer sends batch frames of one small valid one-way record and ≈ 200 KiB

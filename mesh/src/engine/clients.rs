@@ -19,6 +19,9 @@ pub(super) struct Client {
     pub(super) closing: Option<(ClientCloseCause, Instant)>,
     /// The connection's source address (peer IP), counted per source by the session admission.
     pub(super) source: Option<Arc<str>>,
+    /// Since when the session's queue has been over its outbound budget (a slow consumer
+    /// once that lasts `ClientOutbound::grace`).
+    pub(super) over_since: Option<Instant>,
 }
 
 /// Routing ids of client connections whose session the node ended, with the reason it sent.
@@ -118,6 +121,7 @@ impl Engine {
                 stranger: admitted.stranger,
                 closing: None,
                 source,
+                over_since: None,
             },
         );
         self.clients_by_rid.insert(rid.to_vec(), s);
@@ -174,6 +178,57 @@ impl Engine {
             self.tombstones.insert(rid, reason);
         }
         self.remove_client(session, cause);
+    }
+
+    /// `session`'s queue went over its outbound budget (a reply, which never waits, put it
+    /// there): past twice the budget's bytes it is closed as a slow consumer now; else the
+    /// moment is noted, and housekeeping closes it once it stayed over for
+    /// `ClientOutbound::grace` ([`Engine::check_slow_consumers`]).
+    #[cold]
+    pub(super) fn over_budget(&mut self, session: u64) {
+        let Some(c) = self.clients.get_mut(&session) else {
+            return;
+        };
+        let limit = c.conn.budget.limit().bytes;
+        if c.conn.budget.reserved_bytes() > limit.saturating_mul(2) {
+            self.slow_consumer(session, Instant::now());
+        } else if c.over_since.is_none() {
+            c.over_since = Some(Instant::now());
+        }
+    }
+
+    /// Housekeeping: sessions whose queue stayed over their outbound budget for longer than
+    /// the grace are closed as slow consumers; a session back within its budget is forgiven.
+    pub(super) fn check_slow_consumers(&mut self, now: Instant) {
+        let grace = self.cfg.client_outbound.grace;
+        let mut slow = Vec::new();
+        for (s, c) in &mut self.clients {
+            let Some(since) = c.over_since else { continue };
+            if c.conn.budget.reserved_bytes() <= c.conn.budget.limit().bytes {
+                c.over_since = None;
+            } else if c.closing.is_none() && now.saturating_duration_since(since) > grace {
+                slow.push(*s);
+            }
+        }
+        for s in slow {
+            self.slow_consumer(s, now);
+        }
+    }
+
+    /// Closes `session` as a slow consumer: counted, Disconnect { SlowConsumer } tried, and
+    /// what is still queued for it dropped (a client that does not read is not waited for).
+    fn slow_consumer(&mut self, session: u64, now: Instant) {
+        self.shared
+            .counters
+            .drop(DropReason::SlowConsumer, &format_args!("client {session}"));
+        self.close_client(
+            session,
+            ClientCloseCause::Closed(DisconnectReason::SlowConsumer),
+            now,
+        );
+        if self.clients.contains_key(&session) {
+            self.finish_client(session);
+        }
     }
 
     /// Removes a session: queued records released (counted `PeerLost`), maps cleaned, events

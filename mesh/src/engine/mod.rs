@@ -490,6 +490,9 @@ impl Engine {
                         crate::zmq_opt::NOTIFY_DISCONNECT,
                     )
                     .map_err(setup_err("router_notify"))?;
+                    // What libzmq holds per client connection (docs/MESH.md, "Slow consumers").
+                    s.set_sndhwm(cfg.client_outbound.send_hwm)
+                        .map_err(setup_err("client sndhwm"))?;
                 }
                 s.bind(ep).map_err(setup_err(format!("bind {name} {ep}")))?;
                 Ok(s)
