@@ -202,3 +202,104 @@ async fn futures_join(
     }))
     .await
 }
+
+// spec: SB-2.1, EG-1.2 — a client's counters resynchronise after records dropped over its
+// window (issue 25, client document: `CreditExceeded` returned no credit, so a client that
+// paid for a dropped record stayed short for ever): the node returns the cost of every record
+// it received — delivered ones as they leave the window, dropped ones at once. A raw client
+// that sends 20 one-ways into a 4-record window ends with exactly its window again, counted
+// as the document says (grants added, each record's full cost subtracted).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn credit_of_records_dropped_over_the_window_comes_back() {
+    use zlink_mesh::zlink_wire::{self, CorrelationId, FlowCredit, OneWay, Ping, Record};
+    use zlink_mesh::{DropReason, InboundWindow};
+    const WINDOW: InboundWindow = InboundWindow {
+        messages: 4,
+        bytes: 64 * 1024,
+    };
+    let mut c = config("cs");
+    c.client_endpoint = Some("tcp://127.0.0.1:*".into());
+    c.client_window = WINDOW;
+    c.inbound_capacity = 1;
+    let (node, mut inbound) = MeshNode::start(c).unwrap();
+    let ctx = zmq::Context::new();
+    let raw = ctx.socket(zmq::DEALER).unwrap();
+    raw.set_linger(0).unwrap();
+    raw.set_rcvtimeo(50).unwrap();
+    raw.connect(node.endpoints().client.as_ref().unwrap())
+        .unwrap();
+    // The client's counters, kept as docs/CLIENT-PROTOCOL.md 5.1 says (signed).
+    let (mut msgs, mut bytes) = (0i64, 0i64);
+    let read_grants = |raw: &zmq::Socket, msgs: &mut i64, bytes: &mut i64| {
+        while let Ok(parts) = raw.recv_multipart(0) {
+            let parts: Vec<Bytes> = parts.into_iter().map(Bytes::from).collect();
+            match zlink_wire::decode(&parts, &zlink_wire::Limits::default())
+                .unwrap()
+                .record
+            {
+                Record::FlowCredit(FlowCredit { messages, bytes: b }) => {
+                    *msgs += i64::from(messages);
+                    *bytes += b as i64;
+                }
+                Record::Pong(_) => {}
+                r => panic!("unexpected {r:?}"),
+            }
+        }
+    };
+    let ping = zlink_wire::encode(&Record::Ping(Ping { seq: 1 }), CorrelationId::NONE, None)
+        .unwrap();
+    raw.send(&ping.envelope()[..], 0).unwrap();
+    let deadline = std::time::Instant::now() + WAIT;
+    while msgs < i64::from(WINDOW.messages) {
+        assert!(std::time::Instant::now() < deadline, "initial grant");
+        read_grants(&raw, &mut msgs, &mut bytes);
+    }
+    assert_eq!((msgs, bytes), (4, WINDOW.bytes as i64));
+    // Twenty one-ways in one batch frame, ignoring the window.
+    let one_way = zlink_wire::encode(
+        &Record::OneWay(OneWay {
+            key: DispatchKey::new(1),
+        }),
+        CorrelationId::NONE,
+        Some(Bytes::from_static(b"payload")),
+    )
+    .unwrap();
+    let cost = (one_way.envelope().len() + one_way.payload().unwrap().len()) as i64;
+    let sub = (&one_way.envelope()[..], Some(&one_way.payload().unwrap()[..]));
+    let batch = zlink_wire::encode_batch(vec![sub; 20]).unwrap();
+    raw.send(&batch[..], 0).unwrap();
+    msgs -= 20;
+    bytes -= 20 * cost;
+    // The application takes what was delivered (one at a time: the rest waits held, charged
+    // to the window); every cost comes back.
+    let counters = node.counters();
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let dropped = counters.dropped(DropReason::CreditExceeded);
+        if counters.delivered_total() + dropped >= 20 {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "all twenty read");
+        let _ = tokio::time::timeout(Duration::from_millis(50), inbound.recv()).await;
+    }
+    assert!(
+        counters.dropped(DropReason::CreditExceeded) >= 1,
+        "the window was overrun"
+    );
+    let (raw, msgs, bytes) = tokio::task::spawn_blocking(move || {
+        let deadline = std::time::Instant::now() + WAIT;
+        while msgs < i64::from(WINDOW.messages) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the client's counters stay short: {msgs} records, {bytes} bytes"
+            );
+            read_grants(&raw, &mut msgs, &mut bytes);
+        }
+        (raw, msgs, bytes)
+    })
+    .await
+    .unwrap();
+    assert_eq!((msgs, bytes), (4, WINDOW.bytes as i64), "exactly the window again");
+    drop(raw);
+    node.shutdown().await;
+}
