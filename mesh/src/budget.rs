@@ -224,6 +224,12 @@ impl RxWindow {
         true
     }
 
+    /// A record of `bytes` fits in what is left of the window's bytes (no overshoot).
+    #[inline]
+    pub(crate) fn fits(&self, window: InboundWindow, bytes: u64) -> bool {
+        self.used_bytes.saturating_add(bytes) <= window.bytes
+    }
+
     /// One record of `bytes` left the window; `true` when a quarter of the window is freed and
     /// the credit should be returned now (credit goes back in batches).
     #[inline]

@@ -635,6 +635,9 @@ pub(crate) struct Conn {
     /// The receive window in force (a client's grows once accepted, [`Conn::widen`]).
     window: InboundWindow,
     rx: RxWindow,
+    /// The window's bytes are a hard bound (a stranger's session, until accepted): a record is
+    /// accepted only if its bytes fit in what is left, never overshooting it.
+    strict: bool,
     /// Send side: credit granted by the other end (peers; a client session's pushes are not
     /// credit-limited).
     pub(crate) credit: SendCredit,
@@ -668,6 +671,7 @@ impl Conn {
         Self {
             window,
             rx: RxWindow::default(),
+            strict: false,
             credit: SendCredit::default(),
             queue: VecDeque::new(),
             budget,
@@ -683,12 +687,22 @@ impl Conn {
         Self {
             window,
             rx: RxWindow::initial_grant(window),
+            strict: false,
             credit: SendCredit::default(),
             queue: VecDeque::new(),
             budget,
             last_rx: now,
             next_ping: now,
             ping_seq: 0,
+        }
+    }
+
+    /// [`Conn::granted`] for a stranger's session: the window's bytes are a hard bound (a
+    /// record must fit in what is left of them) until it is widened ([`Conn::widen`]).
+    pub(crate) fn stranger(window: InboundWindow, budget: Arc<Budget>, now: Instant) -> Self {
+        Self {
+            strict: true,
+            ..Self::granted(window, budget, now)
         }
     }
 
@@ -803,7 +817,8 @@ impl Conn {
     /// had used its whole window (nothing charged; count a `CreditExceeded` drop).
     #[inline]
     pub(crate) fn try_charge(&mut self, bytes: u64) -> bool {
-        if self.rx.try_charge(self.window, bytes) {
+        let fits = !self.strict || self.rx.fits(self.window, bytes);
+        if fits && self.rx.try_charge(self.window, bytes) {
             return true;
         }
         // Dropped over the window: its cost still goes back to the sender (resync).
@@ -847,6 +862,7 @@ impl Conn {
     pub(crate) fn widen(&mut self, to: InboundWindow) {
         self.rx.widen(self.window, to);
         self.window = to;
+        self.strict = false;
     }
 }
 

@@ -117,7 +117,11 @@ impl Engine {
             s,
             Client {
                 rid: rid.to_vec(),
-                conn: Conn::granted(admitted.window, budget.clone(), now),
+                conn: if admitted.stranger {
+                    Conn::stranger(admitted.window, budget.clone(), now)
+                } else {
+                    Conn::granted(admitted.window, budget.clone(), now)
+                },
                 stranger: admitted.stranger,
                 closing: None,
                 source,
