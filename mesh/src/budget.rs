@@ -263,8 +263,7 @@ impl RxWindow {
     pub(crate) fn pending(&self) -> Option<(u32, u64)> {
         self.owes().then(|| {
             (
-                u32::try_from(self.ret_msgs.saturating_add(self.refund_msgs))
-                    .unwrap_or(u32::MAX),
+                u32::try_from(self.ret_msgs.saturating_add(self.refund_msgs)).unwrap_or(u32::MAX),
                 self.ret_bytes.saturating_add(self.refund_bytes),
             )
         })

@@ -376,7 +376,10 @@ async fn a_strangers_window_bounds_bytes_before_accepting() {
         .unwrap()
         .unwrap();
     assert_eq!(m.payload.map(|p| p.len()), Some(1024 * 1024));
-    assert_eq!(node.counters().dropped(DropReason::CreditExceeded), before + 1);
+    assert_eq!(
+        node.counters().dropped(DropReason::CreditExceeded),
+        before + 1
+    );
     drop(raw);
     node.shutdown().await;
 }

@@ -585,7 +585,10 @@ async fn a_connection_never_inherits_a_session_by_its_routing_id() {
         .unwrap();
     raw_send(&victim, &hello);
     let s1 = connected(&mut events).await;
-    let m = tokio::time::timeout(WAIT, inbound.recv()).await.unwrap().unwrap();
+    let m = tokio::time::timeout(WAIT, inbound.recv())
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(from(m), s1);
     // While the victim is connected, another connection announcing its routing id is a
     // session of its own (libzmq's own rule would ignore it; the id it announces is never
@@ -599,11 +602,18 @@ async fn a_connection_never_inherits_a_session_by_its_routing_id() {
     raw_send(&early, &hello);
     let s0 = connected(&mut events).await;
     assert_ne!(s0, s1);
-    let m = tokio::time::timeout(WAIT, inbound.recv()).await.unwrap().unwrap();
-    assert_eq!(from(m), s0);
-    node.push(s1, DispatchKey::new(2), Bytes::from_static(b"for the victim"))
+    let m = tokio::time::timeout(WAIT, inbound.recv())
         .await
+        .unwrap()
         .unwrap();
+    assert_eq!(from(m), s0);
+    node.push(
+        s1,
+        DispatchKey::new(2),
+        Bytes::from_static(b"for the victim"),
+    )
+    .await
+    .unwrap();
     let victim = tokio::task::spawn_blocking(move || {
         assert_eq!(raw_recv_push(&victim), &b"for the victim"[..]);
         victim
@@ -646,16 +656,23 @@ async fn a_connection_never_inherits_a_session_by_its_routing_id() {
     raw_send(&attacker, &hello);
     let s2 = connected(&mut events).await;
     assert_ne!(s2, s1, "a new session, not the victim's");
-    let m = tokio::time::timeout(WAIT, inbound.recv()).await.unwrap().unwrap();
+    let m = tokio::time::timeout(WAIT, inbound.recv())
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(from(m), s2, "the attacker's record is its own session's");
     assert!(
         node.push(s1, DispatchKey::new(2), Bytes::from_static(b"secret"))
             .await
             .is_err()
     );
-    node.push(s2, DispatchKey::new(2), Bytes::from_static(b"for the attacker"))
-        .await
-        .unwrap();
+    node.push(
+        s2,
+        DispatchKey::new(2),
+        Bytes::from_static(b"for the attacker"),
+    )
+    .await
+    .unwrap();
     tokio::task::spawn_blocking(move || {
         // The first push it sees is its own: nothing of the victim's reached it.
         assert_eq!(raw_recv_push(&attacker), &b"for the attacker"[..]);

@@ -246,8 +246,8 @@ async fn credit_of_records_dropped_over_the_window_comes_back() {
             }
         }
     };
-    let ping = zlink_wire::encode(&Record::Ping(Ping { seq: 1 }), CorrelationId::NONE, None)
-        .unwrap();
+    let ping =
+        zlink_wire::encode(&Record::Ping(Ping { seq: 1 }), CorrelationId::NONE, None).unwrap();
     raw.send(&ping.envelope()[..], 0).unwrap();
     let deadline = std::time::Instant::now() + WAIT;
     while msgs < i64::from(WINDOW.messages) {
@@ -265,7 +265,10 @@ async fn credit_of_records_dropped_over_the_window_comes_back() {
     )
     .unwrap();
     let cost = (one_way.envelope().len() + one_way.payload().unwrap().len()) as i64;
-    let sub = (&one_way.envelope()[..], Some(&one_way.payload().unwrap()[..]));
+    let sub = (
+        &one_way.envelope()[..],
+        Some(&one_way.payload().unwrap()[..]),
+    );
     let batch = zlink_wire::encode_batch(vec![sub; 20]).unwrap();
     raw.send(&batch[..], 0).unwrap();
     msgs -= 20;
@@ -299,7 +302,11 @@ async fn credit_of_records_dropped_over_the_window_comes_back() {
     })
     .await
     .unwrap();
-    assert_eq!((msgs, bytes), (4, WINDOW.bytes as i64), "exactly the window again");
+    assert_eq!(
+        (msgs, bytes),
+        (4, WINDOW.bytes as i64),
+        "exactly the window again"
+    );
     drop(raw);
     node.shutdown().await;
 }

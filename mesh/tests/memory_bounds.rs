@@ -213,16 +213,46 @@ async fn endless_multipart_message_is_bounded_and_dropped() {
 
     let relay = port(&node.endpoints().relay);
     let client_port = port(node.endpoints().client.as_ref().unwrap());
-    use Frames::{Command, Data};
     use DropReason::{MessageTooLarge, ZmtpProtocol};
+    use Frames::{Command, Data};
     let cases = [
-        ("relay, 32 KiB parts", relay, Data, 32 * 1024, MessageTooLarge),
-        ("client, 32 KiB parts", client_port, Data, 32 * 1024, MessageTooLarge),
+        (
+            "relay, 32 KiB parts",
+            relay,
+            Data,
+            32 * 1024,
+            MessageTooLarge,
+        ),
+        (
+            "client, 32 KiB parts",
+            client_port,
+            Data,
+            32 * 1024,
+            MessageTooLarge,
+        ),
         ("client, empty parts", client_port, Data, 0, MessageTooLarge),
         // spec: SB-2.1 — command frames are bounded too (issue 26 item 1).
-        ("relay, 32 KiB commands", relay, Command, 32 * 1024, ZmtpProtocol),
-        ("client, 32 KiB commands", client_port, Command, 32 * 1024, ZmtpProtocol),
-        ("client, short commands", client_port, Command, 10, ZmtpProtocol),
+        (
+            "relay, 32 KiB commands",
+            relay,
+            Command,
+            32 * 1024,
+            ZmtpProtocol,
+        ),
+        (
+            "client, 32 KiB commands",
+            client_port,
+            Command,
+            32 * 1024,
+            ZmtpProtocol,
+        ),
+        (
+            "client, short commands",
+            client_port,
+            Command,
+            10,
+            ZmtpProtocol,
+        ),
     ];
     for (name, p, kind, part, reason) in cases {
         let before = node.counters().dropped(reason);
@@ -298,10 +328,12 @@ async fn slow_consumers_are_bounded_and_closed() {
     // Only what they do not read may end the slow sessions (they keep pinging).
     cc.liveness = config("x").liveness;
     let client = MeshClient::connect(cc).unwrap();
-    let ask = |what: &'static [u8]| {
-        client.request(DispatchKey::new(1), Bytes::from_static(what), WAIT)
-    };
-    assert_eq!(ask(b"warm").await.unwrap().payload.as_deref(), Some(&b"warm"[..]));
+    let ask =
+        |what: &'static [u8]| client.request(DispatchKey::new(1), Bytes::from_static(what), WAIT);
+    assert_eq!(
+        ask(b"warm").await.unwrap().payload.as_deref(),
+        Some(&b"warm"[..])
+    );
 
     let before = reset_peak_rss();
     let slow0 = node.counters().dropped(DropReason::SlowConsumer);
@@ -341,8 +373,8 @@ async fn slow_consumers_are_bounded_and_closed() {
             .is_err()
         {
             seq += 1;
-            let ping = zlink_wire::encode(&Record::Ping(Ping { seq }), CorrelationId::NONE, None)
-                .unwrap();
+            let ping =
+                zlink_wire::encode(&Record::Ping(Ping { seq }), CorrelationId::NONE, None).unwrap();
             for s in &socks {
                 let _ = s.send(&ping.envelope()[..], zmq::DONTWAIT);
             }
@@ -362,22 +394,22 @@ async fn slow_consumers_are_bounded_and_closed() {
             .await
             .expect("every slow consumer closed within WAIT")
             .unwrap();
-        match e {
-            ClientEvent::Disconnected { cause, .. } => {
-                assert_eq!(
-                    cause,
-                    ClientCloseCause::Closed(DisconnectReason::SlowConsumer)
-                );
-                closed += 1;
-            }
-            _ => {}
+        if let ClientEvent::Disconnected { cause, .. } = e {
+            assert_eq!(
+                cause,
+                ClientCloseCause::Closed(DisconnectReason::SlowConsumer)
+            );
+            closed += 1;
         }
     }
     assert_eq!(
         node.counters().dropped(DropReason::SlowConsumer),
         slow0 + SLOW as u64
     );
-    assert_eq!(ask(b"after").await.unwrap().payload.as_deref(), Some(&b"after"[..]));
+    assert_eq!(
+        ask(b"after").await.unwrap().payload.as_deref(),
+        Some(&b"after"[..])
+    );
     let growth = (status_kib("VmHWM:") * 1024).saturating_sub(before);
     eprintln!(
         "{SLOW} slow consumers × {REQUESTS} replies of {REPLY} bytes: peak RSS +{} KiB (bound {} KiB)",
