@@ -277,6 +277,108 @@ async fn endless_multipart_message_is_bounded_and_dropped() {
 
     batch_frames_do_not_pin_junk().await;
     slow_consumers_are_bounded_and_closed().await;
+    a_slow_consumer_over_its_budget_is_closed_after_the_grace().await;
+}
+
+/// spec: SB-2.1 — the grace (issue 26 item 3): a client whose unread replies stay over its
+/// outbound budget but under twice it is closed once the grace has passed (not at once), with
+/// `SlowConsumer`. 160 replies of 192 KiB (30 MiB) against a 16 MiB budget: libzmq and the
+/// kernel take a few MiB, the rest stays queued between one and two budgets.
+async fn a_slow_consumer_over_its_budget_is_closed_after_the_grace() {
+    use std::time::{Duration, Instant};
+    use zlink_mesh::zlink_wire::{Deadline, DisconnectReason, Request};
+    use zlink_mesh::{ClientCloseCause, ClientEvent, ClientOutbound, OutboundBudget};
+    const REPLIES: usize = 160;
+    const REPLY: usize = 192 * 1024;
+    const GRACE: Duration = Duration::from_millis(1500);
+    let mut c = config("graceful");
+    c.client_endpoint = Some("tcp://127.0.0.1:*".into());
+    c.transport.max_message_size = 256 * 1024;
+    c.client_budget = OutboundBudget {
+        messages: 4096,
+        bytes: 16 * 1024 * 1024,
+    };
+    c.client_outbound = ClientOutbound {
+        grace: GRACE,
+        send_hwm: 8,
+    };
+    let (node, mut inbound) = MeshNode::start(c).unwrap();
+    let mut events = node.take_client_events().unwrap();
+    let app = tokio::spawn(async move {
+        let big = Bytes::from(vec![7u8; REPLY]);
+        while let Some(m) = inbound.recv().await {
+            if let Some(r) = m.reply {
+                r.reply(big.clone());
+            }
+        }
+    });
+    let ep = node.endpoints().client.clone().unwrap();
+    let (stop_tx, stop_rx) = mpsc::channel::<()>();
+    let slow = std::thread::spawn(move || {
+        use zlink_mesh::zlink_wire::Ping;
+        let ctx = zmq::Context::new();
+        let s = ctx.socket(zmq::DEALER).unwrap();
+        s.set_rcvhwm(1).unwrap();
+        s.set_rcvbuf(4096).unwrap();
+        s.set_linger(0).unwrap();
+        s.connect(&ep).unwrap();
+        for r in 0..REPLIES {
+            let f = zlink_wire::encode(
+                &Record::Request(Request {
+                    key: DispatchKey::new(1),
+                    deadline: Deadline::from_millis(60_000),
+                }),
+                CorrelationId::new(r as u64 + 1),
+                Some(Bytes::from_static(b"big")),
+            )
+            .unwrap();
+            s.send(&f.envelope()[..], zmq::SNDMORE).unwrap();
+            s.send(&f.payload().unwrap()[..], 0).unwrap();
+        }
+        let mut seq = 0;
+        while stop_rx
+            .recv_timeout(std::time::Duration::from_millis(100))
+            .is_err()
+        {
+            seq += 1;
+            let ping =
+                zlink_wire::encode(&Record::Ping(Ping { seq }), CorrelationId::NONE, None).unwrap();
+            let _ = s.send(&ping.envelope()[..], zmq::DONTWAIT);
+        }
+    });
+    let start = Instant::now();
+    let session = loop {
+        match tokio::time::timeout(WAIT, events.recv())
+            .await
+            .unwrap()
+            .unwrap()
+        {
+            ClientEvent::Connected { session } => break session,
+            e => panic!("{e:?}"),
+        }
+    };
+    let e = tokio::time::timeout(WAIT, events.recv())
+        .await
+        .expect("closed within WAIT")
+        .unwrap();
+    assert_eq!(
+        e,
+        ClientEvent::Disconnected {
+            session,
+            cause: ClientCloseCause::Closed(DisconnectReason::SlowConsumer),
+        }
+    );
+    assert!(
+        start.elapsed() >= GRACE,
+        "closed after the grace, not at once ({:?})",
+        start.elapsed()
+    );
+    stop_tx.send(()).unwrap();
+    tokio::task::spawn_blocking(move || slow.join().unwrap())
+        .await
+        .unwrap();
+    node.shutdown().await;
+    app.abort();
 }
 
 /// spec: SB-2.1 — clients that ask for large replies and never read them (issue 26 item 3):

@@ -198,22 +198,36 @@ impl Engine {
             self.slow_consumer(session, Instant::now());
         } else if c.over_since.is_none() {
             c.over_since = Some(Instant::now());
+            self.over_budget.push(session);
         }
     }
 
     /// Housekeeping: sessions whose queue stayed over their outbound budget for longer than
     /// the grace are closed as slow consumers; a session back within its budget is forgiven.
     pub(super) fn check_slow_consumers(&mut self, now: Instant) {
+        if self.over_budget.is_empty() {
+            return;
+        }
         let grace = self.cfg.client_outbound.grace;
         let mut slow = Vec::new();
-        for (s, c) in &mut self.clients {
-            let Some(since) = c.over_since else { continue };
+        let clients = &mut self.clients;
+        self.over_budget.retain(|s| {
+            let Some(c) = clients.get_mut(s) else {
+                return false;
+            };
+            let Some(since) = c.over_since else {
+                return false;
+            };
             if c.conn.budget.reserved_bytes() <= c.conn.budget.limit().bytes {
                 c.over_since = None;
-            } else if c.closing.is_none() && now.saturating_duration_since(since) > grace {
-                slow.push(*s);
+                return false;
             }
-        }
+            if c.closing.is_none() && now.saturating_duration_since(since) > grace {
+                slow.push(*s);
+                return false;
+            }
+            true
+        });
         for s in slow {
             self.slow_consumer(s, now);
         }

@@ -340,6 +340,9 @@ pub(crate) struct Engine {
     /// without a session (it may open one) and for a Hello (it starts a handshake).
     rx_source: Option<Arc<str>>,
     paused_clients: HashSet<u64>,
+    /// Client sessions whose queue went over their outbound budget (`Client::over_since`
+    /// set): the only ones housekeeping looks at for slow consumers.
+    over_budget: Vec<u64>,
     next_session: u64,
     corr: Correlations<(Arc<NodeRid>, NodeGeneration), Waiter>,
     /// The layer above: sink, inbound channel, held records ([`deliver`]).
@@ -564,6 +567,7 @@ impl Engine {
                 admission,
                 rx_source: None,
                 paused_clients: HashSet::new(),
+                over_budget: Vec::new(),
                 next_session: 1,
                 corr: Correlations::new(),
                 up: Delivery::new(inbound),
