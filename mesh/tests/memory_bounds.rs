@@ -347,15 +347,12 @@ async fn a_slow_consumer_over_its_budget_is_closed_after_the_grace() {
         }
     });
     let start = Instant::now();
-    let session = loop {
-        match tokio::time::timeout(WAIT, events.recv())
-            .await
-            .unwrap()
-            .unwrap()
-        {
-            ClientEvent::Connected { session } => break session,
-            e => panic!("{e:?}"),
-        }
+    let ClientEvent::Connected { session } = tokio::time::timeout(WAIT, events.recv())
+        .await
+        .unwrap()
+        .unwrap()
+    else {
+        panic!("the slow client's session begins first")
     };
     let e = tokio::time::timeout(WAIT, events.recv())
         .await
