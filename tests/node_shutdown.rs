@@ -5,8 +5,8 @@ mod node_common;
 use node_common::*;
 use zlink::actor::{ActorId, ErrorKind};
 use zlink::node::client::NodeClient;
-use zlink::node::demo::{self, Add, Get};
 use zlink::node::{Create, Node, NodeOptions};
+use zlink_apps::demo::{self, Add, Get};
 
 async fn node_with_clients(name: &str) -> Node {
     let mut mc = mesh_config(name);

@@ -20,11 +20,11 @@ use zlink::actor::{
     UserMode,
 };
 use zlink::node::client::NodeClient;
-use zlink::node::demo::session::{Bound, NotifyDisconnected};
-use zlink::node::demo::{self, Echo, EchoPush};
 use zlink::node::{Create, Node};
 use zlink::session::{FlowRecord, FlowReject};
 use zlink::store::{CountingStore, MemoryStore, StoreOp};
+use zlink_apps::demo::session::{Bound, NotifyDisconnected};
+use zlink_apps::demo::{self, Echo, EchoPush};
 use zlink_mesh::zlink_wire::BindOperation;
 use zlink_mesh::{Record, TapDirection, WireTap};
 
