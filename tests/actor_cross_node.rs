@@ -137,6 +137,14 @@ async fn stale_fences_are_unavailable_and_never_redirected() {
         tap_b.clear();
         let e = a.request(&stale, &Add(1), TIMEOUT).await.unwrap_err();
         assert_eq!(e.kind(), kind, "{stale:?}: {e}");
+        if stale.location().node_generation != c.location().node_generation {
+            // spec: SB-12 — a's mesh knows b's generation: the stale ref is refused at a with
+            // the owner's error, never forwarded (issue 26 item 2), a send too.
+            let e = a.send(&stale, &Add(1)).await.unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::Unavailable, "{e}");
+            assert_eq!(frames(&tap_a, TapDirection::Sent, ACTOR_CALL).len(), 0);
+            continue;
+        }
         // One 160 out, one error reply back, nothing sent anywhere else.
         assert_eq!(frames(&tap_a, TapDirection::Sent, ACTOR_CALL).len(), 1);
         assert_eq!(frames(&tap_b, TapDirection::Sent, ACTOR_CALL).len(), 0);

@@ -98,6 +98,14 @@ async fn python_client_binds_relays_receives_pushes_and_is_replaced() {
     script.expect("push ok").await;
     let oneway = script.expect("oneway ok").await;
     println!("python client: {oneway}");
+    // Flow credit as the document says (issue 25): the stranger's grant, the rest once
+    // accepted, every record's full cost returned — the counters end at the whole window.
+    script.expect("credit ok").await;
+    assert_eq!(
+        a.info().mesh_drops.get("credit_exceeded"),
+        Some(&1),
+        "the script's first record, larger than a stranger's window, was dropped"
+    );
     script.expect("ready-for-replace").await;
 
     // A second session (a Rust client) binds the same actor: the Python session is replaced.

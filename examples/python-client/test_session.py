@@ -10,6 +10,7 @@ binds the same actor from another session; the script then expects the demo push
 
 import os
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import zlink_client as z  # noqa: E402
@@ -48,7 +49,9 @@ def main():
     endpoint, ref_hex = sys.argv[1], sys.argv[2]
     golden_batch_selftest()
     actor = z.unpack(bytes.fromhex(ref_hex))
-    c = z.Client(endpoint)
+    # The first record is a one-way larger than a stranger's window (16 KiB), sent before any
+    # credit: the node drops it (CreditExceeded) and returns its cost (section 5.3).
+    c = z.Client(endpoint, first_one_way=(ECHO, b"x" * 20000))
     c.wait_ready(GUARD)
     step("connected")
 
@@ -95,6 +98,14 @@ def main():
     bound_list = c.packet(BOUND, [])
     check([r["actor_id"] for r in bound_list] == [actor["actor_id"]], f"Bound {bound_list}")
     step(f"oneway ok batches={c.batches_seen}")
+
+    # Flow credit as section 5 says: the stranger's grant, then the rest once accepted, every
+    # record's full cost returned: with nothing in flight the counters are the whole window.
+    deadline = time.monotonic() + GUARD
+    while c.credit() != (4096, 1024 * 1024) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    check(c.credit() == (4096, 1024 * 1024), f"credit back to the window, got {c.credit()}")
+    step("credit ok")
 
     # Replacement: the Rust test binds the same actor from another session now.
     step("ready-for-replace")

@@ -32,7 +32,8 @@ REQUEST, REPLY_CMD, ERROR_REPLY, ONE_WAY, PUSH, DISCONNECT = 144, 145, 146, 147,
 ERROR_KINDS = {1: "Unavailable", 2: "InvalidOperation", 3: "NotFound",
                4: "DeadlineExceeded", 5: "Internal", 6: "Cancelled"}
 CLOSE_REASONS = {1: "Shutdown", 2: "Protocol", 3: "Timeout", 4: "Replaced",
-                 5: "Closed", 6: "RelocationSealTimeout", 7: "Refused"}
+                 5: "Closed", 6: "RelocationSealTimeout", 7: "Refused",
+                 8: "SlowConsumer"}
 
 # Framework operations (144 Request keys; CALL also as a 147 one-way send).
 CREATE, GET_OR_CREATE, GET, CALL, DESTROY, NODE_INFO = range(0xFFFF0001, 0xFFFF0007)
@@ -105,8 +106,12 @@ class _Call:
 
 
 class Client:
-    def __init__(self, endpoint, ping_interval=0.5, context=None):
+    def __init__(self, endpoint, ping_interval=0.5, context=None, first_one_way=None):
+        """`first_one_way` (key, payload), for tests: a 147 sent first, before any credit,
+        and counted as section 5.1 says (the node drops what does not fit a stranger's window
+        and returns its cost, 5.3)."""
         self.endpoint = endpoint
+        self._first = first_one_way
         self.ping_interval = ping_interval
         self.close_reason = None          # set when the node sent 149 Disconnect
         self.batches_seen = 0             # 139 frames received (for curiosity and tests)
@@ -121,7 +126,8 @@ class Client:
         self._calls = {}                  # correlation -> _Call
         self._next_corr = 1
         self._lock = threading.Lock()
-        self._credit_msgs = self._credit_bytes = 0
+        self._credit_msgs = self._credit_bytes = 0   # signed: bytes may go below zero
+        self._grants = 0                  # FlowCredits received (2+: the session is accepted)
         self._ready = threading.Event()   # first FlowCredit arrived
         self._closed = threading.Event()
         self._pushes = queue.Queue()
@@ -130,6 +136,10 @@ class Client:
         self._thread.start()
 
     # ---- application side -------------------------------------------------------------
+
+    def credit(self):
+        """The credit counters (messages, bytes) as section 5.1 keeps them."""
+        return self._credit_msgs, self._credit_bytes
 
     def wait_ready(self, timeout=10.0):
         """Waits for the node's first credit grant (the session exists)."""
@@ -223,6 +233,11 @@ class Client:
 
     def _run(self):
         seq, next_ping = 0, 0.0
+        if self._first is not None:
+            env = envelope(ONE_WAY, HAS_PAYLOAD, 0, [self._first[0]])
+            self._sock.send_multipart([env, self._first[1]])
+            self._credit_msgs -= 1
+            self._credit_bytes -= len(env) + len(self._first[1])
         poller = zmq.Poller()
         poller.register(self._sock, zmq.POLLIN)
         while not self._stop and not self._closed.is_set():
@@ -277,6 +292,8 @@ class Client:
                 env = envelope(REQUEST, HAS_PAYLOAD, corr, [key, min(remaining, 0xFFFFFFFF)])
             else:
                 env = envelope(ONE_WAY, HAS_PAYLOAD, 0, [key])
+            if self._grants < 2 and len(env) + len(payload) > self._credit_bytes:
+                return                            # a stranger's window is not overdrawn (5.1)
             if call is not None:
                 self._calls[corr] = call
             if not self._raw([env, payload]):
@@ -299,6 +316,7 @@ class Client:
         if command == FLOW_CREDIT and not in_batch:
             self._credit_msgs += fields[0]
             self._credit_bytes += fields[1]
+            self._grants += 1
             self._ready.set()
         elif command == PUSH:
             self._pushes.put((fields[0], payload))

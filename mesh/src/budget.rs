@@ -91,6 +91,13 @@ impl Budget {
         true
     }
 
+    /// Reserves one message of `bytes` whatever is reserved already (a reply to a client:
+    /// it is never waited for; the caller checks the total, [`Budget::reserved_bytes`]).
+    pub(crate) fn force_reserve(&self, bytes: u64) {
+        self.messages.fetch_add(1, Ordering::AcqRel);
+        self.bytes.fetch_add(bytes, Ordering::AcqRel);
+    }
+
     /// The configured limits.
     pub fn limit(&self) -> OutboundBudget {
         self.limit
@@ -184,6 +191,12 @@ pub(crate) struct RxWindow {
     used_bytes: u64,
     ret_msgs: u64,
     ret_bytes: u64,
+    /// Records dropped over the window (`CreditExceeded`), never charged: their cost is
+    /// returned with the next grant all the same, so the sender's count (which paid for them)
+    /// comes back to the node's — the documented resynchronisation (docs/CLIENT-PROTOCOL.md
+    /// 5.3).
+    refund_msgs: u64,
+    refund_bytes: u64,
 }
 
 impl RxWindow {
@@ -194,6 +207,8 @@ impl RxWindow {
             used_bytes: window.bytes,
             ret_msgs: u64::from(window.messages),
             ret_bytes: window.bytes,
+            refund_msgs: 0,
+            refund_bytes: 0,
         }
     }
 
@@ -207,6 +222,12 @@ impl RxWindow {
         self.used_msgs += 1;
         self.used_bytes += bytes;
         true
+    }
+
+    /// A record of `bytes` fits in what is left of the window's bytes (no overshoot).
+    #[inline]
+    pub(crate) fn fits(&self, window: InboundWindow, bytes: u64) -> bool {
+        self.used_bytes.saturating_add(bytes) <= window.bytes
     }
 
     /// One record of `bytes` left the window; `true` when a quarter of the window is freed and
@@ -224,17 +245,26 @@ impl RxWindow {
         self.ret_msgs >= u64::from(window.messages / 4).max(1) || self.ret_bytes >= window.bytes / 4
     }
 
-    /// Freed credit is waiting to be returned.
+    /// A record of `bytes` arrived over the window and was dropped (nothing charged): its cost
+    /// goes back to the sender with the next grant (housekeeping sends it), without freeing
+    /// anything of the window.
+    #[cold]
+    pub(crate) fn refund(&mut self, bytes: u64) {
+        self.refund_msgs = self.refund_msgs.saturating_add(1);
+        self.refund_bytes = self.refund_bytes.saturating_add(bytes);
+    }
+
+    /// Freed (or refunded) credit is waiting to be returned.
     pub(crate) fn owes(&self) -> bool {
-        self.ret_msgs > 0 || self.ret_bytes > 0
+        self.ret_msgs > 0 || self.ret_bytes > 0 || self.refund_msgs > 0
     }
 
     /// The credit to return now (messages capped to the record's `u32`), if any.
     pub(crate) fn pending(&self) -> Option<(u32, u64)> {
         self.owes().then(|| {
             (
-                u32::try_from(self.ret_msgs).unwrap_or(u32::MAX),
-                self.ret_bytes,
+                u32::try_from(self.ret_msgs.saturating_add(self.refund_msgs)).unwrap_or(u32::MAX),
+                self.ret_bytes.saturating_add(self.refund_bytes),
             )
         })
     }
@@ -253,11 +283,16 @@ impl RxWindow {
     /// libzmq took the FlowCredit carrying `pending()`'s `(msgs, bytes)`: that credit is back
     /// with the sender. Until then it stays pending (a lost grant would stall the sender).
     pub(crate) fn returned(&mut self, msgs: u32, bytes: u64) {
+        // Freed credit first (it frees the window), then refunds (never charged); a grant
+        // made before more was freed or refunded is split the same way either way.
         let msgs = u64::from(msgs);
-        self.used_msgs = self.used_msgs.saturating_sub(msgs);
-        self.used_bytes = self.used_bytes.saturating_sub(bytes);
-        self.ret_msgs -= msgs;
-        self.ret_bytes -= bytes;
+        let (freed_msgs, freed_bytes) = (msgs.min(self.ret_msgs), bytes.min(self.ret_bytes));
+        self.used_msgs = self.used_msgs.saturating_sub(freed_msgs);
+        self.used_bytes = self.used_bytes.saturating_sub(freed_bytes);
+        self.ret_msgs -= freed_msgs;
+        self.ret_bytes -= freed_bytes;
+        self.refund_msgs = self.refund_msgs.saturating_sub(msgs - freed_msgs);
+        self.refund_bytes = self.refund_bytes.saturating_sub(bytes - freed_bytes);
     }
 }
 

@@ -90,6 +90,31 @@ impl Default for Batching {
     }
 }
 
+/// What the node holds for one ClientServer session that does not read (docs/MESH.md, "Slow
+/// consumers"). Pushes and replies to a client count against its outbound budget
+/// (`MeshConfig::client_budget`, bytes and messages): pushes wait for room, replies never
+/// wait. A session whose queue stays over the budget for longer than `grace`, or that a reply
+/// would take over twice the budget's bytes, is closed with `DisconnectReason::SlowConsumer`
+/// and what it holds is dropped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ClientOutbound {
+    /// How long a session's queue may stay over its budget. Default 5 s.
+    pub grace: Duration,
+    /// `ZMQ_SNDHWM` of the client socket: messages per client connection inside libzmq once
+    /// they left the session's queue (each a 139 batch frame of at most `Batching::max_bytes`,
+    /// or one record). Default 64.
+    pub send_hwm: i32,
+}
+
+impl Default for ClientOutbound {
+    fn default() -> Self {
+        Self {
+            grace: Duration::from_secs(5),
+            send_hwm: 64,
+        }
+    }
+}
+
 /// Liveness, handshake and reconnect timing.
 #[derive(Clone, Copy, Debug)]
 pub struct Liveness {
@@ -202,8 +227,12 @@ pub struct MeshConfig {
     pub peer_window: InboundWindow,
     /// Natural batching of relay records (and of replies on the completion connection).
     pub batching: Batching,
-    /// Outbound admission budget per ClientServer client (pushes).
+    /// Outbound budget per ClientServer client: pushes wait for room in it, replies are
+    /// counted in it without waiting ([`ClientOutbound`]).
     pub client_budget: OutboundBudget,
+    /// Slow consumers: how long a client's queue may stay over `client_budget`, and libzmq's
+    /// share per client connection.
+    pub client_outbound: ClientOutbound,
     /// Receive window granted to each ClientServer client (requests and one-way DATA). The
     /// node holds at most this much per client while its application queue is full and keeps
     /// reading the client socket (Pings, other and new clients progress). Held memory is
@@ -253,6 +282,7 @@ impl MeshConfig {
             peer_window: InboundWindow::default(),
             batching: Batching::default(),
             client_budget: OutboundBudget::default(),
+            client_outbound: ClientOutbound::default(),
             // 4,096 records as for peers (64 capped a client's one-way throughput at about
             // 0.1× raw libzmq: the client idled waiting for credit); the bytes stay 1 MiB.
             client_window: InboundWindow {

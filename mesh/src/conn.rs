@@ -77,6 +77,9 @@ pub(crate) enum Verdict {
 pub(crate) struct SendCredit {
     msgs: u64,
     bytes: u64,
+    /// Bytes the last record overdrew (it may take the byte credit below zero): paid back
+    /// out of the next grants first, since the receiver returns every record's full cost.
+    debt: u64,
 }
 
 impl SendCredit {
@@ -84,7 +87,9 @@ impl SendCredit {
     #[inline]
     pub(crate) fn grant(&mut self, msgs: u32, bytes: u64) {
         self.msgs = self.msgs.saturating_add(u64::from(msgs));
-        self.bytes = self.bytes.saturating_add(bytes);
+        let paid = bytes.min(self.debt);
+        self.debt -= paid;
+        self.bytes = self.bytes.saturating_add(bytes - paid);
     }
 
     /// At least one more record may go out.
@@ -103,7 +108,9 @@ impl SendCredit {
     #[inline]
     pub(crate) fn charge_run(&mut self, run: Run) {
         self.msgs = self.msgs.saturating_sub(run.n as u64);
+        let over = run.bytes.saturating_sub(self.bytes);
         self.bytes = self.bytes.saturating_sub(run.bytes);
+        self.debt = self.debt.saturating_add(over);
     }
 
     /// Which records from the front of `queue` ((frames, correlation id or 0)) go out as one
@@ -628,6 +635,9 @@ pub(crate) struct Conn {
     /// The receive window in force (a client's grows once accepted, [`Conn::widen`]).
     window: InboundWindow,
     rx: RxWindow,
+    /// The window's bytes are a hard bound (a stranger's session, until accepted): a record is
+    /// accepted only if its bytes fit in what is left, never overshooting it.
+    strict: bool,
     /// Send side: credit granted by the other end (peers; a client session's pushes are not
     /// credit-limited).
     pub(crate) credit: SendCredit,
@@ -661,6 +671,7 @@ impl Conn {
         Self {
             window,
             rx: RxWindow::default(),
+            strict: false,
             credit: SendCredit::default(),
             queue: VecDeque::new(),
             budget,
@@ -676,12 +687,22 @@ impl Conn {
         Self {
             window,
             rx: RxWindow::initial_grant(window),
+            strict: false,
             credit: SendCredit::default(),
             queue: VecDeque::new(),
             budget,
             last_rx: now,
             next_ping: now,
             ping_seq: 0,
+        }
+    }
+
+    /// [`Conn::granted`] for a stranger's session: the window's bytes are a hard bound (a
+    /// record must fit in what is left of them) until it is widened ([`Conn::widen`]).
+    pub(crate) fn stranger(window: InboundWindow, budget: Arc<Budget>, now: Instant) -> Self {
+        Self {
+            strict: true,
+            ..Self::granted(window, budget, now)
         }
     }
 
@@ -796,7 +817,13 @@ impl Conn {
     /// had used its whole window (nothing charged; count a `CreditExceeded` drop).
     #[inline]
     pub(crate) fn try_charge(&mut self, bytes: u64) -> bool {
-        self.rx.try_charge(self.window, bytes)
+        let fits = !self.strict || self.rx.fits(self.window, bytes);
+        if fits && self.rx.try_charge(self.window, bytes) {
+            return true;
+        }
+        // Dropped over the window: its cost still goes back to the sender (resync).
+        self.rx.refund(bytes);
+        false
     }
 
     /// A delivered record of `bytes` left the window; `true` when credit should be granted
@@ -835,6 +862,7 @@ impl Conn {
     pub(crate) fn widen(&mut self, to: InboundWindow) {
         self.rx.widen(self.window, to);
         self.window = to;
+        self.strict = false;
     }
 }
 
@@ -867,8 +895,10 @@ mod tests {
             app(&mut conn, 10),
             Verdict::Drop(DropReason::CreditExceeded)
         );
+        // The initial grant, and the cost of the dropped record given back (resync: the
+        // sender paid for it).
         let grant = conn.poll_grant().expect("the initial grant");
-        assert_eq!((grant.messages, grant.bytes), (4, 1000));
+        assert_eq!((grant.messages, grant.bytes), (4 + 1, 1000 + 10));
         conn.grant_sent(grant);
         assert_eq!(conn.poll_grant(), None);
         for _ in 0..4 {
@@ -879,10 +909,11 @@ mod tests {
             app(&mut conn, 10),
             Verdict::Drop(DropReason::CreditExceeded)
         );
-        // One delivered record left the window: a quarter of it, granted back now.
+        // One delivered record left the window: a quarter of it, granted back now, with the
+        // refund of the dropped one (which freed nothing of the window).
         assert!(conn.released(10));
         let grant = conn.poll_grant().expect("credit owed");
-        assert_eq!((grant.messages, grant.bytes), (1, 10));
+        assert_eq!((grant.messages, grant.bytes), (1 + 1, 10 + 10));
         // Not granted until the transport took it: still refused.
         assert_eq!(
             app(&mut conn, 10),
@@ -1017,6 +1048,25 @@ mod tests {
         assert!(!conn.credit.open());
     }
 
+    // docs/CLIENT-PROTOCOL.md 5.1: the last record may overdraw the byte credit; the receiver
+    // returns its full cost, so the overdraft is paid back out of the next grant (treated as
+    // 0 the sender would end above its window).
+    #[test]
+    fn an_overdraft_is_paid_back_by_the_next_grant() {
+        let mut c = SendCredit::default();
+        c.grant(4, 100);
+        c.charge_run(Run {
+            n: 1,
+            bytes: 150,
+            frame: 0,
+        });
+        assert_eq!(c.left(), (3, 0));
+        assert!(!c.open(), "no bytes left");
+        // The receiver returns the record's full cost: back to the window, not above it.
+        c.grant(1, 150);
+        assert_eq!(c.left(), (4, 100));
+    }
+
     #[test]
     fn widening_grants_the_difference() {
         let now = Instant::now();
@@ -1034,8 +1084,9 @@ mod tests {
         );
         conn.widen(WINDOW);
         assert_eq!(conn.window(), WINDOW);
+        // The difference, and the refund of the dropped record.
         let grant = conn.poll_grant().unwrap();
-        assert_eq!((grant.messages, grant.bytes), (2, 900));
+        assert_eq!((grant.messages, grant.bytes), (2 + 1, 900 + 10));
         conn.grant_sent(grant);
         assert_eq!(app(&mut conn, 10), Verdict::Deliver);
         assert_eq!(app(&mut conn, 10), Verdict::Deliver);

@@ -70,11 +70,17 @@ pub enum DropReason {
     /// has `MeshConfig::max_clients_per_source` sessions, or a Hello from a source address
     /// with `max_pending_handshakes_per_source` handshakes in progress.
     SourceCapacity,
+    /// A ClientServer session closed as a slow consumer (`DisconnectReason::SlowConsumer`):
+    /// what was queued for it (pushes and replies) stayed over the session's outbound budget
+    /// for longer than `ClientOutbound::grace`, or a reply would have taken it over twice the
+    /// budget (that reply is dropped with it). Counted once per session; the records still
+    /// queued are counted `PeerLost`.
+    SlowConsumer,
 }
 
 impl DropReason {
     /// Every reason, in a fixed order.
-    pub const ALL: [DropReason; 20] = [
+    pub const ALL: [DropReason; 21] = [
         DropReason::Malformed,
         DropReason::ReservedCommand,
         DropReason::UnknownCommand,
@@ -95,6 +101,7 @@ impl DropReason {
         DropReason::SessionClosed,
         DropReason::MessageTooLarge,
         DropReason::SourceCapacity,
+        DropReason::SlowConsumer,
     ];
 
     /// Stable snake_case name (metric label).
@@ -120,6 +127,7 @@ impl DropReason {
             DropReason::SessionClosed => "session_closed",
             DropReason::MessageTooLarge => "message_too_large",
             DropReason::SourceCapacity => "source_capacity",
+            DropReason::SlowConsumer => "slow_consumer",
         }
     }
 

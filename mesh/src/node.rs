@@ -160,7 +160,7 @@ pub enum PeerEvent {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum ClientCloseCause {
-    /// The client said Disconnect (149) itself.
+    /// The client ended it: it said Disconnect (149) itself, or its connection closed.
     Remote,
     /// The client was silent for longer than the peer timeout; it was sent
     /// Disconnect { `Timeout` }.
@@ -1015,7 +1015,7 @@ impl MeshNode {
 
     /// The current generation of `node` if it is up.
     pub fn peer_generation(&self, node: &NodeRid) -> Option<NodeGeneration> {
-        self.shared.peer_slot(node).map(|s| s.generation)
+        self.shared.with_peer(node, |s| s.generation)
     }
 
     /// Connects to a peer (idempotent per address); the handshake runs in the background and

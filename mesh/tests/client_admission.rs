@@ -281,3 +281,105 @@ async fn strangers_are_bounded_per_source_and_in_all_until_accepted() {
     driver.await.unwrap();
     node.shutdown().await;
 }
+
+// spec: EG-1.2, SB-2.1 — a stranger's window bounds bytes before a record is accepted
+// (issue 26, "also"): a record that does not fit in what is left of the window's bytes is
+// dropped (`CreditExceeded`) however empty the window is, so one large record cannot pass a
+// small window (1,024 strangers could otherwise pin a message limit each). Records that fit
+// are kept; once accepted, the session's window is the usual one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_strangers_window_bounds_bytes_before_accepting() {
+    let window = InboundWindow {
+        messages: 8,
+        bytes: 8 * 1024,
+    };
+    let mut c = server_config(Strangers {
+        window,
+        max: 16,
+        max_per_source: 16,
+    });
+    c.inbound_capacity = 64;
+    let (node, mut inbound) = MeshNode::start(c).unwrap();
+    let mut events = node.take_client_events().unwrap();
+    let ep = node.endpoints().client.clone().unwrap();
+    let one_way = |len: usize| {
+        encode(
+            &Record::OneWay(OneWay {
+                key: DispatchKey::new(2),
+            }),
+            Some(Bytes::from(vec![7u8; len])),
+        )
+    };
+    let raw = tokio::task::spawn_blocking(move || {
+        let ctx = zmq::Context::new();
+        let s = raw_dealer(&ctx, &ep, None);
+        ping_pong(&s, 1);
+        (ctx, s)
+    })
+    .await
+    .unwrap();
+    let session = connected(&mut events).await;
+    let before = node.counters().dropped(DropReason::CreditExceeded);
+    let (big, small) = (one_way(1024 * 1024), one_way(1024));
+    let raw = tokio::task::spawn_blocking(move || {
+        raw_send(&raw.1, &big);
+        for _ in 0..7 {
+            raw_send(&raw.1, &small);
+        }
+        ping_pong(&raw.1, 2);
+        raw
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        node.counters().dropped(DropReason::CreditExceeded),
+        before + 1,
+        "the 1 MiB record did not fit a stranger's 8 KiB window"
+    );
+    for _ in 0..7 {
+        let m = tokio::time::timeout(WAIT, inbound.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(m.payload.map(|p| p.len()), Some(1024));
+    }
+    // Accepted: the full window, and one record may be larger than what is left of it.
+    node.accept_client(session).unwrap();
+    let big = one_way(1024 * 1024);
+    let raw = tokio::task::spawn_blocking(move || {
+        // The accept's grant (the rest of the window) has arrived.
+        loop {
+            let parts: Vec<Bytes> = raw
+                .1
+                .recv_multipart(0)
+                .expect("the accept's grant within WAIT")
+                .into_iter()
+                .map(Bytes::from)
+                .collect();
+            match zlink_wire::decode(&parts, &zlink_wire::Limits::default())
+                .unwrap()
+                .record
+            {
+                Record::FlowCredit(f) if f.messages > window.messages => break,
+                Record::FlowCredit(_) | Record::Pong(_) => {}
+                r => panic!("unexpected record {r:?}"),
+            }
+        }
+        raw_send(&raw.1, &big);
+        ping_pong(&raw.1, 4);
+        raw
+    })
+    .await
+    .unwrap();
+    let m = tokio::time::timeout(WAIT, inbound.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(m.payload.map(|p| p.len()), Some(1024 * 1024));
+    assert_eq!(
+        node.counters().dropped(DropReason::CreditExceeded),
+        before + 1
+    );
+    drop(raw);
+    node.shutdown().await;
+}

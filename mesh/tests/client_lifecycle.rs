@@ -535,3 +535,149 @@ async fn sessions_per_source_address_are_bounded() {
     drop((b, third));
     node.shutdown().await;
 }
+
+/// Receives until a 148 push arrives (FlowCredit / Pong before it are skipped); its payload.
+fn raw_recv_push(s: &zmq::Socket) -> Bytes {
+    loop {
+        let parts: Vec<Bytes> = s
+            .recv_multipart(0)
+            .expect("a record from the node within WAIT")
+            .into_iter()
+            .map(Bytes::from)
+            .collect();
+        let d = zlink_wire::decode(&parts, &zlink_wire::Limits::default()).unwrap();
+        match d.record {
+            Record::Push(_) => return d.payload.unwrap_or_default(),
+            Record::FlowCredit(_) | Record::Pong(_) => {}
+            r => panic!("unexpected record {r:?}"),
+        }
+    }
+}
+
+// spec: SB-2.1 — a session is bound to its connection (issue 26 item 4): a client that set
+// ZMQ_ROUTING_ID is killed; its session ends with its connection (long before the peer
+// timeout), and another connection announcing the same routing id gets a session of its own:
+// not the victim's, none of its pushes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_never_inherits_a_session_by_its_routing_id() {
+    let mut cfg = server_config();
+    // Only the end of the connection can end the victim's session within WAIT.
+    cfg.liveness.peer_timeout = Duration::from_secs(600);
+    let (node, mut inbound, mut events) = server(cfg);
+    let ctx = zmq::Context::new();
+    let hello = encode(
+        Record::OneWay(OneWay {
+            key: DispatchKey::new(1),
+        }),
+        Some(b"hello"),
+    );
+    let from = |m: zlink_mesh::Inbound| match m.origin {
+        Origin::Client { session } => session,
+        o => panic!("{o:?}"),
+    };
+
+    let victim = ctx.socket(zmq::DEALER).unwrap();
+    victim.set_identity(b"player-1").unwrap();
+    victim.set_linger(0).unwrap();
+    victim.set_rcvtimeo(WAIT.as_millis() as i32).unwrap();
+    victim
+        .connect(node.endpoints().client.as_ref().unwrap())
+        .unwrap();
+    raw_send(&victim, &hello);
+    let s1 = connected(&mut events).await;
+    let m = tokio::time::timeout(WAIT, inbound.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(from(m), s1);
+    // While the victim is connected, another connection announcing its routing id is a
+    // session of its own (libzmq's own rule would ignore it; the id it announces is never
+    // used), and the victim's pushes still reach the victim only.
+    let early = ctx.socket(zmq::DEALER).unwrap();
+    early.set_identity(b"player-1").unwrap();
+    early.set_linger(0).unwrap();
+    early
+        .connect(node.endpoints().client.as_ref().unwrap())
+        .unwrap();
+    raw_send(&early, &hello);
+    let s0 = connected(&mut events).await;
+    assert_ne!(s0, s1);
+    let m = tokio::time::timeout(WAIT, inbound.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(from(m), s0);
+    node.push(
+        s1,
+        DispatchKey::new(2),
+        Bytes::from_static(b"for the victim"),
+    )
+    .await
+    .unwrap();
+    let victim = tokio::task::spawn_blocking(move || {
+        assert_eq!(raw_recv_push(&victim), &b"for the victim"[..]);
+        victim
+    })
+    .await
+    .unwrap();
+    drop(early);
+    assert_eq!(
+        next_event(&mut events).await,
+        ClientEvent::Disconnected {
+            session: s0,
+            cause: ClientCloseCause::Remote,
+        }
+    );
+
+    // Killed: its TCP connection closes. The session ends with it.
+    drop(victim);
+    assert_eq!(
+        next_event(&mut events).await,
+        ClientEvent::Disconnected {
+            session: s1,
+            cause: ClientCloseCause::Remote,
+        }
+    );
+    assert!(
+        node.push(s1, DispatchKey::new(2), Bytes::from_static(b"late"))
+            .await
+            .is_err(),
+        "the victim's session is gone"
+    );
+
+    // Another connection announcing the victim's routing id: a new session, its own.
+    let attacker = ctx.socket(zmq::DEALER).unwrap();
+    attacker.set_identity(b"player-1").unwrap();
+    attacker.set_linger(0).unwrap();
+    attacker.set_rcvtimeo(WAIT.as_millis() as i32).unwrap();
+    attacker
+        .connect(node.endpoints().client.as_ref().unwrap())
+        .unwrap();
+    raw_send(&attacker, &hello);
+    let s2 = connected(&mut events).await;
+    assert_ne!(s2, s1, "a new session, not the victim's");
+    let m = tokio::time::timeout(WAIT, inbound.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(from(m), s2, "the attacker's record is its own session's");
+    assert!(
+        node.push(s1, DispatchKey::new(2), Bytes::from_static(b"secret"))
+            .await
+            .is_err()
+    );
+    node.push(
+        s2,
+        DispatchKey::new(2),
+        Bytes::from_static(b"for the attacker"),
+    )
+    .await
+    .unwrap();
+    tokio::task::spawn_blocking(move || {
+        // The first push it sees is its own: nothing of the victim's reached it.
+        assert_eq!(raw_recv_push(&attacker), &b"for the attacker"[..]);
+    })
+    .await
+    .unwrap();
+    node.shutdown().await;
+}

@@ -367,3 +367,167 @@ async fn three_processes_pass_the_demo_workload_and_the_chat(dir: &Path) {
         p.stop().await;
     }
 }
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct LocMirror {
+    mesh: String,
+    node: String,
+    node_generation: u64,
+    authority_owner_generation: u64,
+    owner_lease_generation: u64,
+}
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct RefMirror {
+    actor_id: String,
+    actor_type: String,
+    object_generation: u64,
+    location: LocMirror,
+}
+
+/// A copy of `r` naming another generation of its owner node (a stale snapshot).
+fn stale_generation(r: &zlink::actor::ActorRef) -> zlink::actor::ActorRef {
+    let mut m: RefMirror = rmp_serde::from_slice(&rmp_serde::to_vec_named(r).unwrap()).unwrap();
+    m.location.node_generation -= 1;
+    rmp_serde::from_slice(&rmp_serde::to_vec_named(&m).unwrap()).unwrap()
+}
+
+/// The process's resident set (`VmRSS`), in bytes.
+fn rss(pid: u32) -> u64 {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    s.lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .unwrap()
+        * 1024
+}
+
+/// A raw ZMTP 3.0 peer (NULL, socket type DEALER) writes SUBSCRIBE command frames with MORE
+/// set, 32 KiB each, to `port` until `total` bytes were written, reconnecting whenever the node
+/// drops it; halfway through it samples `halfway()`. Returns (connections dropped, sample).
+fn command_flood(port: u16, total: u64, halfway: impl Fn() -> u64) -> (u64, u64) {
+    use std::io::{Read, Write};
+    const PART: usize = 32 * 1024;
+    let mut frame = vec![0x07u8];
+    frame.extend_from_slice(&(PART as u64).to_be_bytes());
+    frame.push(9);
+    frame.extend_from_slice(b"SUBSCRIBE");
+    frame.resize(9 + PART, b'x');
+    let chunk = frame.repeat(4);
+    let (mut written, mut dropped, mut sample) = (0u64, 0u64, None);
+    while written < total {
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        let mut greet = vec![0xffu8, 0, 0, 0, 0, 0, 0, 0, 0, 0x7f, 3, 0];
+        greet.extend_from_slice(b"NULL");
+        greet.resize(64, 0);
+        let mut body = vec![5u8];
+        body.extend_from_slice(b"READY");
+        body.push(11);
+        body.extend_from_slice(b"Socket-Type");
+        body.extend_from_slice(&6u32.to_be_bytes());
+        body.extend_from_slice(b"DEALER");
+        let mut ready = vec![0x04u8, body.len() as u8];
+        ready.extend_from_slice(&body);
+        if s.write_all(&greet)
+            .and_then(|()| s.write_all(&ready))
+            .is_err()
+        {
+            continue;
+        }
+        let mut peer = [0u8; 64];
+        if s.read_exact(&mut peer).is_err() {
+            dropped += 1;
+            continue;
+        }
+        loop {
+            if sample.is_none() && written >= total / 2 {
+                sample = Some(halfway());
+            }
+            match s.write_all(&chunk) {
+                Ok(()) => written += chunk.len() as u64,
+                Err(_) => {
+                    dropped += 1;
+                    break;
+                }
+            }
+            if written >= total {
+                break;
+            }
+        }
+    }
+    (dropped, sample.unwrap_or_else(&halfway))
+}
+
+// spec: SB-2.1, SB-12 — two attacks of issue 26 from outside, against real `zlink-node`
+// processes, the pair serving after each: (item 2) a client's calls and sends with a ref naming
+// a stale generation of the owner node, more than a whole receive window of them (4,096), are
+// refused at the node the client talks to and never forwarded; (item 1) a raw TCP peer floods
+// the owner's client and relay ports with SUBSCRIBE command frames with MORE set: the
+// connections are dropped and the owner's memory stays bounded (without the libzmq patch it
+// grew by the attacker's volume).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stale_generation_calls_and_command_frame_floods_leave_the_pair_serving() {
+    const FLOOD: u64 = 128 * 1024 * 1024;
+    const RSS_BOUND: u64 = 48 * 1024 * 1024;
+    let _one = ONE_MESH_AT_A_TIME.lock().await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut procs = setup(dir.path(), 2);
+    for p in procs.iter_mut() {
+        p.start();
+    }
+    for p in procs.iter_mut() {
+        p.wait_ready().await;
+    }
+    let c1 = NodeClient::connect(&procs[0].client, TIMEOUT).unwrap();
+    let r = c1
+        .create("counter", "target", Placement::on("node2"))
+        .await
+        .unwrap();
+    let stale = stale_generation(&r);
+    for _ in 0..4_500 {
+        // One-way: refused at node1 (counted there), nothing to await.
+        c1.send(&stale, &Add(1)).await.unwrap();
+    }
+    for _ in 0..200 {
+        let e = c1.request(&stale, &Get).await.unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Unavailable, "{e}");
+    }
+    assert_eq!(c1.request(&r, &Add(2)).await.unwrap(), 2, "the pair serves");
+
+    let pid = procs[1].child.as_ref().unwrap().id();
+    let config = std::fs::read_to_string(&procs[1].config).unwrap();
+    let port_of = |key: &str| -> u16 {
+        config
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{key} = \"tcp://127.0.0.1:")))
+            .and_then(|p| p.trim_end_matches('"').parse().ok())
+            .unwrap()
+    };
+    let c2 = NodeClient::connect(&procs[1].client, TIMEOUT).unwrap();
+    for key in ["client", "relay"] {
+        let port = port_of(key);
+        let before = rss(pid);
+        let (dropped, during) =
+            tokio::task::spawn_blocking(move || command_flood(port, FLOOD, || rss(pid)))
+                .await
+                .unwrap();
+        let growth = during.max(rss(pid)).saturating_sub(before);
+        eprintln!(
+            "{key} port: {FLOOD} bytes of SUBSCRIBE+MORE, {dropped} connections dropped, RSS +{} KiB",
+            growth / 1024
+        );
+        assert!(dropped >= 1, "{key}: the node dropped the attacker");
+        assert!(
+            growth < RSS_BOUND,
+            "{key}: node2 grew by {growth} bytes (bound {RSS_BOUND})\n{}",
+            procs[1].log()
+        );
+        assert_eq!(c2.request(&r, &Get).await.unwrap(), 2, "node2 serves");
+        assert_eq!(c1.request(&r, &Get).await.unwrap(), 2, "the pair serves");
+    }
+    c1.close().await;
+    c2.close().await;
+    for p in procs.iter_mut() {
+        p.stop().await;
+    }
+}

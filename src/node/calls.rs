@@ -91,6 +91,9 @@ impl Node {
                 Err(_) => Err(ActorError::DeadlineExceeded),
             };
         }
+        if let Some(e) = self.known_stale(actor) {
+            return Err(e);
+        }
         self.inner.calls_out.fetch_add(1, Ordering::Relaxed);
         let record = Record::ActorCall(actor_call(actor, key, Some(timeout)));
         let resp = self
@@ -130,6 +133,9 @@ impl Node {
                 Some(e) => Err(e),
             };
         }
+        if let Some(e) = self.known_stale(actor) {
+            return Err(e);
+        }
         self.inner.calls_out.fetch_add(1, Ordering::Relaxed);
         let record = Record::ActorCall(actor_call(actor, key, None));
         self.inner
@@ -137,6 +143,18 @@ impl Node {
             .send_record(actor.node(), record, Some(payload))
             .await
             .map_err(|e| send_error(actor.node(), e))
+    }
+
+    /// A ref to another node whose NodeGeneration is not the one this node sees up for that
+    /// node: its owner would refuse it (`Unavailable`, target generation ≠ its process), so it
+    /// is refused here, with the owner's error, and never forwarded. `None` when the peer is
+    /// not up (the send path answers that) or the generations match.
+    fn known_stale(&self, actor: &ActorRef) -> Option<ActorError> {
+        let known = self.inner.mesh.peer_generation(actor.node())?;
+        (known != actor.location().node_generation).then(|| ActorError::StaleFence {
+            actor_id: actor.id().clone(),
+            fence: "node generation",
+        })
     }
 
     /// Validates `call` against the local incarnation and appends `work` to its queue,

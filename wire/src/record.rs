@@ -140,6 +140,10 @@ wire_enum! {
         /// The node's connected/authenticate callback refused the session (it returned an
         /// error): the client was not admitted.
         Refused = 7,
+        /// The client did not read what the node sent it: its session's outbound queue
+        /// (pushes and replies) stayed over its budget for longer than the node allows, or
+        /// reached twice the budget (docs/MESH.md, "Slow consumers").
+        SlowConsumer = 8,
     }
 }
 

@@ -19,6 +19,9 @@ pub(super) struct Client {
     pub(super) closing: Option<(ClientCloseCause, Instant)>,
     /// The connection's source address (peer IP), counted per source by the session admission.
     pub(super) source: Option<Arc<str>>,
+    /// Since when the session's queue has been over its outbound budget (a slow consumer
+    /// once that lasts `ClientOutbound::grace`).
+    pub(super) over_since: Option<Instant>,
 }
 
 /// Routing ids of client connections whose session the node ended, with the reason it sent.
@@ -114,10 +117,15 @@ impl Engine {
             s,
             Client {
                 rid: rid.to_vec(),
-                conn: Conn::granted(admitted.window, budget.clone(), now),
+                conn: if admitted.stranger {
+                    Conn::stranger(admitted.window, budget.clone(), now)
+                } else {
+                    Conn::granted(admitted.window, budget.clone(), now)
+                },
                 stranger: admitted.stranger,
                 closing: None,
                 source,
+                over_since: None,
             },
         );
         self.clients_by_rid.insert(rid.to_vec(), s);
@@ -174,6 +182,71 @@ impl Engine {
             self.tombstones.insert(rid, reason);
         }
         self.remove_client(session, cause);
+    }
+
+    /// `session`'s queue went over its outbound budget (a reply, which never waits, put it
+    /// there): past twice the budget's bytes it is closed as a slow consumer now; else the
+    /// moment is noted, and housekeeping closes it once it stayed over for
+    /// `ClientOutbound::grace` ([`Engine::check_slow_consumers`]).
+    #[cold]
+    pub(super) fn over_budget(&mut self, session: u64) {
+        let Some(c) = self.clients.get_mut(&session) else {
+            return;
+        };
+        let limit = c.conn.budget.limit().bytes;
+        if c.conn.budget.reserved_bytes() > limit.saturating_mul(2) {
+            self.slow_consumer(session, Instant::now());
+        } else if c.over_since.is_none() {
+            c.over_since = Some(Instant::now());
+            self.over_budget.push(session);
+        }
+    }
+
+    /// Housekeeping: sessions whose queue stayed over their outbound budget for longer than
+    /// the grace are closed as slow consumers; a session back within its budget is forgiven.
+    pub(super) fn check_slow_consumers(&mut self, now: Instant) {
+        if self.over_budget.is_empty() {
+            return;
+        }
+        let grace = self.cfg.client_outbound.grace;
+        let mut slow = Vec::new();
+        let clients = &mut self.clients;
+        self.over_budget.retain(|s| {
+            let Some(c) = clients.get_mut(s) else {
+                return false;
+            };
+            let Some(since) = c.over_since else {
+                return false;
+            };
+            if c.conn.budget.reserved_bytes() <= c.conn.budget.limit().bytes {
+                c.over_since = None;
+                return false;
+            }
+            if c.closing.is_none() && now.saturating_duration_since(since) > grace {
+                slow.push(*s);
+                return false;
+            }
+            true
+        });
+        for s in slow {
+            self.slow_consumer(s, now);
+        }
+    }
+
+    /// Closes `session` as a slow consumer: counted, Disconnect { SlowConsumer } tried, and
+    /// what is still queued for it dropped (a client that does not read is not waited for).
+    fn slow_consumer(&mut self, session: u64, now: Instant) {
+        self.shared
+            .counters
+            .drop(DropReason::SlowConsumer, &format_args!("client {session}"));
+        self.close_client(
+            session,
+            ClientCloseCause::Closed(DisconnectReason::SlowConsumer),
+            now,
+        );
+        if self.clients.contains_key(&session) {
+            self.finish_client(session);
+        }
     }
 
     /// Removes a session: queued records released (counted `PeerLost`), maps cleaned, events

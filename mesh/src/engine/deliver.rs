@@ -130,8 +130,9 @@ pub(super) enum Delivered {
     OneWay { grant: bool },
     /// Taken by the sink, handed up, or held.
     Up { grant: bool },
-    /// Addressed to another lifecycle of this node (`target`): dropped and counted; the
-    /// driver answers a request (`corr` ≠ 0) with an error reply.
+    /// Addressed to another lifecycle of this node (`target`): still charged to its
+    /// sender's window; the driver drops and counts it, gives the charge back and answers a
+    /// request (`corr` ≠ 0) with an error reply.
     Stale { target: NodeGeneration, corr: u64 },
 }
 

@@ -265,7 +265,7 @@ impl Engine {
                         return Some(src);
                     }
                 }
-                Delivered::Stale { target, corr } => self.stale(src, target, corr),
+                Delivered::Stale { target, corr } => self.stale(src, target, corr, bytes),
             }
             return None;
         }
@@ -309,18 +309,25 @@ impl Engine {
             },
             // CreditExceeded: the sender ignored its window, a protocol violation.
             Verdict::Drop(reason) => self.shared.counters.drop(reason, &src),
-            Verdict::Deliver => self.shared.counters.drop(DropReason::WrongConnection, &src),
+            Verdict::Deliver => {
+                // Charged, but nothing to deliver: the charge goes back.
+                self.shared.counters.drop(DropReason::WrongConnection, &src);
+                self.credit_freed(src.conn_ref(), 1, bytes);
+            }
         }
         None
     }
 
-    /// A record addressed to an older (or other) lifecycle of this node: dropped and counted;
-    /// a request is answered with an `Unavailable` error reply.
-    fn stale(&mut self, src: Source<'_>, target: NodeGeneration, corr: u64) {
+    /// A record addressed to an older (or other) lifecycle of this node: dropped and counted,
+    /// the `bytes` it was charged to its sender's window given back (a record that ends here
+    /// must not keep its credit: 4,096 of them used to close a peer's window for good); a
+    /// request is answered with an `Unavailable` error reply.
+    fn stale(&mut self, src: Source<'_>, target: NodeGeneration, corr: u64, bytes: u64) {
         self.shared.counters.drop(
             DropReason::StaleGeneration,
             &format_args!("{src}: targets generation {target}"),
         );
+        self.credit_freed(src.conn_ref(), 1, bytes);
         if corr != 0 {
             let frames = codec::encode(
                 &Record::ErrorReply(zlink_wire::ErrorReply::new(
@@ -531,7 +538,7 @@ impl Engine {
                                     break;
                                 }
                                 Delivered::Stale { target, corr } => {
-                                    stale = Some((target, corr));
+                                    stale = Some((target, corr, bytes));
                                     break;
                                 }
                             }
@@ -588,15 +595,15 @@ impl Engine {
                         break;
                     }
                     Delivered::Stale { target, corr } => {
-                        stale = Some((target, corr));
+                        stale = Some((target, corr, bytes));
                         break;
                     }
                 }
             }
             if grant {
                 self.flush_grant(src.conn_ref());
-            } else if let Some((target, corr)) = stale {
-                self.stale(src, target, corr);
+            } else if let Some((target, corr, bytes)) = stale {
+                self.stale(src, target, corr, bytes);
             } else {
                 return None;
             }
@@ -650,7 +657,33 @@ impl Engine {
 
     pub(super) fn on_client_message(&mut self, rid: &[u8], msg: Rx<'_>) {
         self.tomb_answered = false;
+        if let Rx::Parts([part]) = msg
+            && part.is_empty()
+        {
+            // libzmq's notice that this connection ended (`ZMQ_ROUTER_NOTIFY`; a record is
+            // never empty): its session ends with it.
+            return self.client_connection_ended(rid);
+        }
         self.on_parts(Sender::Client { rid }, msg);
+    }
+
+    /// The client connection `rid` ended: its session (if it had one) ends now, as if the
+    /// client had said Disconnect (a close the node had begun stands). libzmq generates every
+    /// client connection's routing id and never gives one to two connections, so no later
+    /// connection can reach this session.
+    fn client_connection_ended(&mut self, rid: &[u8]) {
+        let Some(&session) = self.clients_by_rid.get(rid) else {
+            return;
+        };
+        if self
+            .clients
+            .get(&session)
+            .is_some_and(|c| c.closing.is_some())
+        {
+            self.finish_client(session);
+        } else {
+            self.remove_client(session, ClientCloseCause::Remote);
+        }
     }
 
     /// The connection core of a peer (in `generation`, if given) or a client session, with
@@ -962,6 +995,13 @@ fn run_record_admitted(
         Verdict::Deliver if decoded => true,
         Verdict::Drop(reason) => {
             counters.drop(reason, src);
+            false
+        }
+        Verdict::Deliver => {
+            // Charged, but nothing to deliver: the charge goes back (granted with the next
+            // grant of this connection, or by housekeeping).
+            counters.drop(DropReason::WrongConnection, src);
+            conn.released(bytes);
             false
         }
         _ => {

@@ -340,6 +340,9 @@ pub(crate) struct Engine {
     /// without a session (it may open one) and for a Hello (it starts a handshake).
     rx_source: Option<Arc<str>>,
     paused_clients: HashSet<u64>,
+    /// Client sessions whose queue went over their outbound budget (`Client::over_since`
+    /// set): the only ones housekeeping looks at for slow consumers.
+    over_budget: Vec<u64>,
     next_session: u64,
     corr: Correlations<(Arc<NodeRid>, NodeGeneration), Waiter>,
     /// The layer above: sink, inbound channel, held records ([`deliver`]).
@@ -464,7 +467,7 @@ impl Engine {
     ) -> Result<(Self, Bound), crate::error::ConfigError> {
         let router =
             |name: &str, ep: &str, mesh: bool| -> Result<zmq::Socket, crate::error::ConfigError> {
-                let s = ctx.socket(zmq::ROUTER).map_err(setup_err(name))?;
+                let mut s = ctx.socket(zmq::ROUTER).map_err(setup_err(name))?;
                 configure_network_socket(&s, &cfg, name == "completion")
                     .map_err(setup_err(format!("{name} options")))?;
                 s.set_router_mandatory(true)
@@ -476,6 +479,23 @@ impl Engine {
                     // routing id in use is ignored, it never takes over the pipe.
                     s.set_identity(cfg.node.as_bytes())
                         .map_err(setup_err("identity"))?;
+                } else {
+                    // The client port: a session is bound to its connection. Every connection
+                    // gets a routing id libzmq generates (the one a client announces is
+                    // ignored, so no connection can choose another's and inherit its
+                    // session), and the end of a connection is read as an empty message
+                    // from its routing id (`Engine::on_client_message`): its session ends.
+                    crate::zmq_opt::set_int(&mut s, crate::zmq_opt::ROUTER_ASSIGN_IDS, 1)
+                        .map_err(setup_err("router_assign_ids"))?;
+                    crate::zmq_opt::set_int(
+                        &mut s,
+                        crate::zmq_opt::ROUTER_NOTIFY,
+                        crate::zmq_opt::NOTIFY_DISCONNECT,
+                    )
+                    .map_err(setup_err("router_notify"))?;
+                    // What libzmq holds per client connection (docs/MESH.md, "Slow consumers").
+                    s.set_sndhwm(cfg.client_outbound.send_hwm)
+                        .map_err(setup_err("client sndhwm"))?;
                 }
                 s.bind(ep).map_err(setup_err(format!("bind {name} {ep}")))?;
                 Ok(s)
@@ -547,6 +567,7 @@ impl Engine {
                 admission,
                 rx_source: None,
                 paused_clients: HashSet::new(),
+                over_budget: Vec::new(),
                 next_session: 1,
                 corr: Correlations::new(),
                 up: Delivery::new(inbound),

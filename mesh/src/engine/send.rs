@@ -118,8 +118,18 @@ impl Engine {
                     return;
                 }
                 // ClientServer: one connection, so the reply is ordered after earlier pushes
-                // (EG-4: it may wait behind them and PAUSED); it does not take a budget.
-                self.queue_client(session, Out::parts(frames, None, 0));
+                // (EG-4: it may wait behind them and PAUSED). It is counted in the session's
+                // outbound budget without waiting: a client that does not read is closed as a
+                // slow consumer ([`Engine::over_budget`]).
+                let bytes: u64 = frames.iter().map(|f| f.len() as u64).sum();
+                let over = self.clients.get(&session).is_some_and(|c| {
+                    c.conn.budget.force_reserve(bytes);
+                    c.conn.budget.reserved_bytes() > c.conn.budget.limit().bytes
+                });
+                self.queue_client(session, Out::parts(frames, Some(bytes), 0));
+                if over {
+                    self.over_budget(session);
+                }
             }
         }
     }

@@ -69,6 +69,7 @@ impl Engine {
         for s in owed {
             self.flush_grant(ConnRef::Client(s));
         }
+        self.check_slow_consumers(now);
         // ClientServer liveness: end the sessions of clients silent for the peer timeout (they
         // are told Disconnect { Timeout }); a closing session whose queue did not drain within
         // the peer timeout is ended with what it still holds dropped.

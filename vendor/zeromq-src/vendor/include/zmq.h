@@ -382,6 +382,10 @@ ZMQ_EXPORT const char *zmq_msg_gets (const zmq_msg_t *msg_,
 #define ZMQ_GSSAPI_PRINCIPAL_NAMETYPE 90
 #define ZMQ_GSSAPI_SERVICE_PRINCIPAL_NAMETYPE 91
 #define ZMQ_BINDTODEVICE 92
+/*  ZLINK PATCH (router ids): a ROUTER with this option set (int, 1) ignores the
+ *  routing ids its peers announce and gives every connection a generated one.
+ *  ZMQ_ROUTER_NOTIFY (97) is settable without the DRAFT API.                  */
+#define ZMQ_ROUTER_ASSIGN_IDS 0x5a4c0001
 
 /*  Message options                                                           */
 #define ZMQ_MORE 1

@@ -50,7 +50,8 @@ zmq::router_t::router_t (class ctx_t *parent_, uint32_t tid_, int sid_) :
     //  raw_socket functionality in ROUTER is deprecated
     _raw_socket (false),
     _probe_router (false),
-    _handover (false)
+    _handover (false),
+    _assign_ids (false)
 {
     options.type = ZMQ_ROUTER;
     options.recv_routing_id = true;
@@ -141,7 +142,10 @@ int zmq::router_t::xsetsockopt (int option_,
             }
             break;
 
-#ifdef ZMQ_BUILD_DRAFT_API
+        //  ZLINK PATCH (router ids): ZMQ_ROUTER_NOTIFY is settable without the
+        //  DRAFT API (the engine honours it in every build), and
+        //  ZMQ_ROUTER_ASSIGN_IDS makes the socket ignore the routing ids its peers
+        //  announce.
         case ZMQ_ROUTER_NOTIFY:
             if (is_int && value >= 0
                 && value <= (ZMQ_NOTIFY_CONNECT | ZMQ_NOTIFY_DISCONNECT)) {
@@ -149,7 +153,13 @@ int zmq::router_t::xsetsockopt (int option_,
                 return 0;
             }
             break;
-#endif
+
+        case ZMQ_ROUTER_ASSIGN_IDS:
+            if (is_int && value >= 0) {
+                _assign_ids = (value != 0);
+                return 0;
+            }
+            break;
 
         default:
             return routing_socket_base_t::xsetsockopt (option_, optval_,
@@ -475,7 +485,10 @@ bool zmq::router_t::identify_peer (pipe_t *pipe_, bool locally_initiated_)
         if (!ok)
             return false;
 
-        if (msg.size () == 0) {
+        //  ZLINK PATCH (router ids): with ZMQ_ROUTER_ASSIGN_IDS the peer's
+        //  announced routing id is read and ignored: every connection gets a
+        //  generated one, so no connection can choose (and so inherit) another's.
+        if (msg.size () == 0 || _assign_ids) {
             //  Fall back on the auto-generation
             unsigned char buf[5];
             buf[0] = 0;

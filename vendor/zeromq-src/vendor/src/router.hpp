@@ -125,6 +125,10 @@ class router_t : public routing_socket_base_t
     // will be terminated.
     bool _handover;
 
+    //  ZLINK PATCH (router ids): ignore the routing ids peers announce
+    //  (ZMQ_ROUTER_ASSIGN_IDS); every connection gets a generated one.
+    bool _assign_ids;
+
     ZMQ_NON_COPYABLE_NOR_MOVABLE (router_t)
 };
 }

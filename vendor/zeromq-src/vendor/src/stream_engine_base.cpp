@@ -302,7 +302,7 @@ bool zmq::stream_engine_base_t::in_event_internal ()
     while (_insize > 0) {
         rc = _decoder->decode (_inpos, _insize, processed);
         zmq_assert (processed <= _insize);
-        if (rc == -1 && errno == EMSGSIZE)
+        if (rc == -1 && (errno == EMSGSIZE || errno == EPROTO))
             message_too_large ();
         _inpos += processed;
         _insize -= processed;
@@ -435,7 +435,7 @@ bool zmq::stream_engine_base_t::restart_input ()
         size_t processed = 0;
         rc = _decoder->decode (_inpos, _insize, processed);
         zmq_assert (processed <= _insize);
-        if (rc == -1 && errno == EMSGSIZE)
+        if (rc == -1 && (errno == EMSGSIZE || errno == EPROTO))
             message_too_large ();
         _inpos += processed;
         _insize -= processed;
@@ -687,9 +687,13 @@ void zmq::stream_engine_base_t::message_too_large ()
 {
     //  ZLINK PATCH (message total): tell the monitor why this connection is about
     //  to be dropped (errno is kept: the caller still reads it).
+    //  ZLINK PATCH (command more): EPROTO is a frame the decoder refused (a
+    //  command frame with MORE set, a malformed ZMTP 1.0 frame).
     const int err = errno;
     _socket->event_handshake_failed_protocol (
-      _endpoint_uri_pair, ZMQ_PROTOCOL_ERROR_ZMTP_MESSAGE_TOO_LARGE);
+      _endpoint_uri_pair,
+      err == EPROTO ? ZMQ_PROTOCOL_ERROR_ZMTP_UNSPECIFIED
+                    : ZMQ_PROTOCOL_ERROR_ZMTP_MESSAGE_TOO_LARGE);
     errno = err;
 }
 

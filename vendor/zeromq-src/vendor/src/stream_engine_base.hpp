@@ -84,7 +84,9 @@ class stream_engine_base_t : public io_object_t, public i_engine
     virtual void error (error_reason_t reason_);
 
     //  ZLINK PATCH (message total): reports a frame or message over ZMQ_MAXMSGSIZE
-    //  to the monitor (ZMQ_PROTOCOL_ERROR_ZMTP_MESSAGE_TOO_LARGE).
+    //  to the monitor (ZMQ_PROTOCOL_ERROR_ZMTP_MESSAGE_TOO_LARGE); ZLINK PATCH
+    //  (command more): with errno EPROTO, a frame the decoder refused, e.g. a
+    //  command frame with MORE set (ZMQ_PROTOCOL_ERROR_ZMTP_UNSPECIFIED).
     void message_too_large ();
 
     //  ZLINK PATCH (io error): true once the peer hung up while input was stopped

@@ -68,6 +68,18 @@ int zmq::v2_decoder_t::flags_ready (unsigned char const *)
     if (_tmpbuf[0] & v2_protocol_t::command_flag)
         _msg_flags |= msg_t::command;
 
+    //  ZLINK PATCH (command more): ZMTP 3.x defines a command frame's flags as
+    //  0x04 or 0x06 only; a command with MORE set is not a valid frame. libzmq
+    //  copied MORE and passed SUBSCRIBE/CANCEL commands to the pipe as parts of
+    //  a message that never ends, outside the message total above (commands do
+    //  not count), so a peer could grow the receiver without bound. Refused
+    //  here, on every connection and before any handshake, whatever
+    //  ZMQ_MAXMSGSIZE says.
+    if (unlikely ((_msg_flags & msg_t::command) && (_msg_flags & msg_t::more))) {
+        errno = EPROTO;
+        return -1;
+    }
+
     //  The payload length is either one or eight bytes,
     //  depending on whether the 'large' bit is set.
     if (_tmpbuf[0] & v2_protocol_t::large_flag)

@@ -1,0 +1,36 @@
+//! Integer socket options of the vendored libzmq that the `zmq` crate has no setter for
+//! (`vendor/zeromq-src/PATCHES.md`, "Router ids"): the one place the mesh calls libzmq's C API
+//! itself.
+#![allow(unsafe_code)]
+
+use std::os::raw::{c_int, c_void};
+
+/// `ZMQ_ROUTER_NOTIFY`: a ROUTER reads an empty message from a connection's routing id when
+/// that connection ends (with [`NOTIFY_DISCONNECT`]).
+pub(crate) const ROUTER_NOTIFY: c_int = 97;
+/// `ZMQ_NOTIFY_DISCONNECT`, the value of [`ROUTER_NOTIFY`] the mesh uses.
+pub(crate) const NOTIFY_DISCONNECT: c_int = 2;
+/// `ZMQ_ROUTER_ASSIGN_IDS` (vendored patch): a ROUTER ignores the routing ids its peers
+/// announce and gives every connection a generated one.
+pub(crate) const ROUTER_ASSIGN_IDS: c_int = 0x5a4c_0001;
+
+/// Sets the integer socket option `option` of `socket` to `value`.
+pub(crate) fn set_int(socket: &mut zmq::Socket, option: c_int, value: c_int) -> zmq::Result<()> {
+    let ptr = socket.as_mut_ptr();
+    // SAFETY: `ptr` is the live socket `socket` borrows exclusively for this call; the value
+    // pointer and length describe the local `value`, which libzmq copies during the call.
+    let rc = unsafe {
+        zmq_sys::zmq_setsockopt(
+            ptr,
+            option,
+            std::ptr::from_ref(&value).cast::<c_void>(),
+            std::mem::size_of::<c_int>(),
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        // SAFETY: reads libzmq's thread-local errno of the call above; no pointers involved.
+        Err(zmq::Error::from_raw(unsafe { zmq_sys::zmq_errno() }))
+    }
+}
