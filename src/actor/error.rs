@@ -137,6 +137,16 @@ pub enum ActorError {
     /// The request handler failed: the framework error reply of EG-15 (`Internal`).
     #[error("handler failed: {0}")]
     Handler(String),
+    /// A request handler refused the work with this public kind
+    /// ([`crate::runtime::HandlerError::Refused`], e.g. a push of the handler without a bound
+    /// session: `InvalidOperation`).
+    #[error("{detail}")]
+    Refused {
+        /// Public kind.
+        kind: ErrorKind,
+        /// Detail for the caller.
+        detail: String,
+    },
     /// The remote side answered with an error reply of this kind.
     #[error("remote {kind}: {detail}")]
     Remote {
@@ -172,8 +182,41 @@ impl ActorError {
             | ActorError::ShuttingDown => ErrorKind::Unavailable,
             ActorError::DeadlineExceeded => ErrorKind::DeadlineExceeded,
             ActorError::Handler(_) => ErrorKind::Internal,
-            ActorError::Remote { kind, .. } => *kind,
+            ActorError::Remote { kind, .. } | ActorError::Refused { kind, .. } => *kind,
             ActorError::Store(e) => e.kind(),
         }
+    }
+}
+
+/// The runtime's kind of a public kind (`Cancelled`, which the runtime has not, is `Internal`).
+fn runtime_kind(kind: ErrorKind) -> crate::runtime::ErrorKind {
+    use crate::runtime::ErrorKind as R;
+    match kind {
+        ErrorKind::Unavailable => R::Unavailable,
+        ErrorKind::InvalidOperation => R::InvalidOperation,
+        ErrorKind::NotFound => R::NotFound,
+        ErrorKind::DeadlineExceeded => R::DeadlineExceeded,
+        _ => R::Internal,
+    }
+}
+
+/// The public kind of a runtime kind.
+pub(crate) fn public_kind(kind: crate::runtime::ErrorKind) -> ErrorKind {
+    use crate::runtime::ErrorKind as R;
+    match kind {
+        R::Unavailable => ErrorKind::Unavailable,
+        R::InvalidOperation => ErrorKind::InvalidOperation,
+        R::NotFound => ErrorKind::NotFound,
+        R::DeadlineExceeded => ErrorKind::DeadlineExceeded,
+        _ => ErrorKind::Internal,
+    }
+}
+
+/// A handler passes on the error of a framework operation it called with its kind (`?` in a
+/// handler): a push without a bound session answers `InvalidOperation` (SB-12), not
+/// `Internal`.
+impl From<ActorError> for crate::runtime::HandlerError {
+    fn from(e: ActorError) -> Self {
+        crate::runtime::HandlerError::refused(runtime_kind(e.kind()), e.to_string())
     }
 }
