@@ -1,6 +1,6 @@
 //! [`Node::shutdown`] (SB-10): refuse new work of every origin, end every session (its
-//! disconnect cleanup), drain, close the client connections, end every actor, wait for running
-//! turns, and only then release the owner lease; stop the lane runtime and close the
+//! disconnect cleanup), drain, end every actor, wait for running turns, close the client
+//! connections, and only then release the owner lease; stop the lane runtime and close the
 //! mesh.
 //!
 //! The order is the safety argument: another node may take an actor over as soon as the lease
@@ -26,9 +26,10 @@ impl Node {
     /// 2. end every open session as a disconnect does (SB-7: a 38 Disconnect per binding, the
     ///    actor owner's `OnDisconnectActor` and tombstone, the disconnected-callback) and
     ///    drain: wait until accepted work and this cleanup have their terminal, at most
-    ///    `drain`; then close the client connections (Disconnect `Shutdown`);
+    ///    `drain`;
     /// 3. answer what still waits (`Unavailable`), end every actor (queued work `Unavailable`)
-    ///    and wait for the turns already running to finish;
+    ///    and wait for the turns already running to finish; then close the client connections
+    ///    (Disconnect `Shutdown`, behind the answers queued for them);
     /// 4. release the owner lease — only now may another node take the actors over — stop the
     ///    lane runtime and close the mesh (peers get Disconnect).
     ///
@@ -63,9 +64,6 @@ impl Node {
                 "shutdown: drain deadline passed"
             );
         }
-        for rid in sessions {
-            self.close_client(rid, DisconnectReason::Shutdown);
-        }
         inner.closing.send_replace(true);
         let mut live: Vec<LocalActor> = lock(&inner.actors).live.drain().map(|(_, a)| a).collect();
         for a in &mut live {
@@ -79,6 +77,11 @@ impl Node {
             .is_ok();
         // Answers sent on `closing` drop their guards at once.
         let _ = tokio::time::timeout_at(grace, inner.inflight.wait_idle()).await;
+        // Every accepted request has its terminal queued: the sessions' connections close now
+        // (behind what is queued for them), with reason `Shutdown`.
+        for rid in sessions {
+            self.close_client(rid, DisconnectReason::Shutdown);
+        }
         let report = inner.runtime.shutdown().await;
         tracing::debug!(gates = report.gates_ended, "shutdown: lane runtime stopped");
         // No renewal may run after the release (a renewal answered LeaseNotLive would register
