@@ -587,8 +587,9 @@ async fn bound_from_process(
 async fn a_killed_session_owners_binding_ends_at_the_actor_owner_after_its_peer_timeout() {
     let dir = tempfile::tempdir().unwrap();
     let log = HookLog::default();
-    // A peer timeout this test relies on firing (after the kill): short, so it ends quickly.
-    let zb = actor_owner(dir.path(), &log, std::time::Duration::from_millis(1500)).await;
+    // The peer timeout: it must not fire while node1 lives (so at least 3 s on a loaded
+    // machine), and fires after the kill; short, so the test ends quickly.
+    let zb = actor_owner(dir.path(), &log, std::time::Duration::from_secs(3)).await;
     let mut node1 = SessionOwnerProcess::new(dir.path(), &zb);
     node1.start().await;
     let (actor, _c, observer) = bound_from_process(&zb, &node1, "ghost").await;
