@@ -220,3 +220,32 @@ impl From<ActorError> for crate::runtime::HandlerError {
         crate::runtime::HandlerError::refused(runtime_kind(e.kind()), e.to_string())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::{HandlerError, RuntimeError};
+
+    // spec: SB-12 (push without a current binding → InvalidOperation, wherever it is passed on)
+    #[test]
+    fn a_handler_passing_an_actor_error_on_keeps_its_kind() {
+        let not_bound = ActorError::SessionNotBound {
+            actor_id: ActorId::new("e1").unwrap(),
+        };
+        let text = not_bound.to_string();
+        let passed = HandlerError::from(not_bound);
+        assert!(matches!(passed, HandlerError::Refused { .. }), "{passed:?}");
+        assert_eq!(
+            public_kind(RuntimeError::Handler(passed.clone()).kind()),
+            ErrorKind::InvalidOperation
+        );
+        assert_eq!(passed.to_string(), text);
+        // A handler's own failure, and an `Internal` passed on, stay `Internal`.
+        let failed = HandlerError::from(ActorError::Handler("boom".into()));
+        assert!(matches!(failed, HandlerError::Failed(_)), "{failed:?}");
+        assert_eq!(
+            RuntimeError::Handler(HandlerError::new("x")).kind(),
+            crate::runtime::ErrorKind::Internal
+        );
+    }
+}

@@ -208,6 +208,7 @@ impl RuntimeError {
             | RuntimeError::LifecycleLaneFull(_) => ErrorKind::Unavailable,
             RuntimeError::NotFound => ErrorKind::NotFound,
             RuntimeError::DeadlineExceeded => ErrorKind::DeadlineExceeded,
+            RuntimeError::Handler(HandlerError::Refused { kind, .. }) => *kind,
             RuntimeError::Handler(_) => ErrorKind::Internal,
         }
     }
