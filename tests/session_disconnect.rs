@@ -604,6 +604,8 @@ async fn a_killed_session_owners_binding_ends_at_the_actor_owner_after_its_peer_
     .await;
     wait_unbound_at_owner(&observer, &actor).await;
     assert_eq!(zb.stats().bindings_owner_lost, 1);
+    // The operator sees it (COUNTERS, the metrics endpoint).
+    assert_eq!(zb.counters().bindings_owner_lost, 1);
     assert_eq!(log.count("watched", "ghost"), 1);
     // The tombstoned binding refuses the actor's push, counted; the actor lives on.
     let refused = zb
