@@ -18,9 +18,9 @@ use std::time::{Duration, Instant};
 use hdrhistogram::Histogram;
 use zlink::actor::ActorId;
 use zlink::node::client::{NodeClient, Placement};
-use zlink::node::demo::{self, Add, Echo, Get};
 use zlink::node::{Create, Node, NodeOptions};
 use zlink::store::MemoryStore;
+use zlink_apps::demo::{self, Add, Echo, Get};
 use zlink_mesh::{MeshConfig, MeshName, MeshSecret, NodeRid};
 
 #[path = "support/progress.rs"]

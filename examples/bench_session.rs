@@ -42,10 +42,10 @@ use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use zlink::actor::{ActorId, ActorRef, ActorTypeBuilder, Handled, HandlerError, Message};
 use zlink::node::client::NodeClient;
-use zlink::node::demo::{self, Echo};
 use zlink::node::{Create, Node, NodeOptions};
 use zlink::session::{PacketTurn, SessionHandlers};
 use zlink::store::MemoryStore;
+use zlink_apps::demo::{self, Echo};
 use zlink_mesh::{DispatchKey, MeshConfig, MeshName, MeshSecret, NodeRid};
 
 #[path = "support/progress.rs"]

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail, ensure};
 
-// tests/node_process.rs includes both drivers, so this file twice.
+// node/tests/node_process.rs includes both drivers, so this file twice.
 #[allow(clippy::duplicate_mod)]
 #[path = "support/progress.rs"]
 mod progress;
@@ -27,10 +27,10 @@ macro_rules! say {
     };
 }
 use zlink::actor::Message;
-use zlink::node::chat::{
+use zlink::node::client::NodeClient;
+use zlink_apps::chat::{
     self, ChatLine, Kicked, LoggedIn, Login, Member, Presence, PresenceStatus, Say, Who,
 };
-use zlink::node::client::NodeClient;
 use zlink_wire::DisconnectReason;
 
 /// Players per room.
@@ -133,7 +133,7 @@ async fn main() -> anyhow::Result<()> {
 const STEPS: u64 = 6;
 
 /// The whole chat driver against the nodes serving clients at `endpoints` (also run by
-/// `tests/node_process.rs` on a mesh of `zlink-node` processes); `Err` on the first failed check.
+/// `node/tests/node_process.rs` on a mesh of `zlink-node` processes); `Err` on the first failed check.
 pub async fn run(endpoints: &[String]) -> anyhow::Result<()> {
     ensure!(endpoints.len() >= 2, "the chat needs at least 2 nodes");
     let started = Instant::now();

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail, ensure};
 
-// tests/node_process.rs includes both drivers, so this file twice.
+// node/tests/node_process.rs includes both drivers, so this file twice.
 #[allow(clippy::duplicate_mod)]
 #[path = "support/progress.rs"]
 mod progress;
@@ -24,7 +24,7 @@ macro_rules! say {
 use hdrhistogram::Histogram;
 use zlink::actor::{ActorRef, ErrorKind, SpotKind, SpotSpec, UserMode};
 use zlink::node::client::{NodeClient, Placement};
-use zlink::node::demo::{Add, CallEcho, Checked, Echo, Enter, Fail, Get, Next, Say};
+use zlink_apps::demo::{Add, CallEcho, Checked, Echo, Enter, Fail, Get, Next, Say};
 
 const ROUNDS: u64 = 200;
 const SENDS: u64 = 2_000;
@@ -88,7 +88,7 @@ async fn main() -> anyhow::Result<()> {
 const STEPS: u64 = 8;
 
 /// The whole workload against the nodes serving clients at `endpoints` (also run by
-/// `tests/node_process.rs` on a mesh of `zlink-node` processes); `Err` on the first failed check.
+/// `node/tests/node_process.rs` on a mesh of `zlink-node` processes); `Err` on the first failed check.
 pub async fn run(endpoints: &[&str]) -> anyhow::Result<()> {
     ensure!(endpoints.len() >= 2, "the demo needs at least 2 nodes");
     // With 2 nodes, "the third node" is the first again.

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, ensure};
 use zlink::node::client::{NodeClient, Placement};
-use zlink::node::demo::Echo;
+use zlink_apps::demo::Echo;
 
 fn rss_kib(pid: u32) -> anyhow::Result<i64> {
     let s = std::fs::read_to_string(format!("/proc/{pid}/status"))

@@ -139,7 +139,7 @@ pub enum ConfigError {
     LeaseTtlTooShort {
         /// The configured TTL.
         ttl: Duration,
-        /// What the TTL leaves a renewal ([`crate::node::renewal_slack`]).
+        /// What the TTL leaves a renewal ([`crate::store::renewal_slack`]).
         slack: Duration,
         /// The longest a store write may wait.
         write_wait: Duration,
@@ -847,7 +847,7 @@ pub struct Startup<H> {
 /// # Errors
 /// [`ConfigError::LeaseTtlTooShort`].
 pub fn check_lease_ttl(ttl: Duration, write_wait: Duration) -> Result<(), ConfigError> {
-    let slack = crate::node::renewal_slack(ttl);
+    let slack = crate::store::renewal_slack(ttl);
     if slack > write_wait {
         return Ok(());
     }

@@ -2,6 +2,7 @@
 
 pub mod actor;
 mod backlog;
+pub mod clock;
 pub mod config;
 mod hashing;
 pub mod node;

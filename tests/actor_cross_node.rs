@@ -9,7 +9,7 @@ use node_common::*;
 use serde::{Deserialize, Serialize};
 use zlink::actor::{ActorId, ActorRef, ErrorKind};
 use zlink::node::Create;
-use zlink::node::demo::{Add, CallEcho, Checked, Echo, Get, Next};
+use zlink_apps::demo::{Add, CallEcho, Checked, Echo, Get, Next};
 use zlink_mesh::{LinkKind, TapDirection, TapFrame, WireTap};
 
 const ACTOR_CALL: u8 = 160;

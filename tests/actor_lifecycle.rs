@@ -14,7 +14,7 @@ use zlink::actor::{
     Message,
 };
 use zlink::node::Create;
-use zlink::node::demo::{self, Add, Fail, Get};
+use zlink_apps::demo::{self, Add, Fail, Get};
 
 fn id(s: &str) -> ActorId {
     ActorId::new(s).unwrap()

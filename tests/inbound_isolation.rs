@@ -13,10 +13,11 @@ use node_common::*;
 use tokio::sync::Semaphore;
 use zlink::actor::{ActorRegistry, ActorTypeBuilder, Create, Handled, Message};
 use zlink::node::client::Placement;
-use zlink::node::demo::{Add, Get};
-use zlink::node::{Node, NodeOptions, demo};
+use zlink::node::{Node, NodeOptions};
 use zlink::session::SessionHandlers;
 use zlink::store::LocationStore;
+use zlink_apps::demo;
+use zlink_apps::demo::{Add, Get};
 use zlink_mesh::{DispatchKey, InboundWindow, MeshConfig, OutboundBudget, PeerAddress};
 use zlink_wire::ActorId;
 

@@ -15,11 +15,11 @@ use zlink::actor::{
     ActorId, ActorRef, ActorRegistry, ActorTypeBuilder, DispatchKey, Handled, Message,
 };
 use zlink::node::client::NodeClient;
-use zlink::node::demo::{self, session::RelaySend};
 use zlink::node::{Create, Node, NodeOptions};
 use zlink::runtime::Domain;
 use zlink::session::SessionHandlers;
 use zlink::store::LocationStore;
+use zlink_apps::demo::{self, session::RelaySend};
 
 /// Where the handler that got it ran: the thread's name and the runtime domain.
 #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]

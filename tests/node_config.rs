@@ -12,9 +12,10 @@ use node_common::*;
 use serde::{Deserialize, Serialize};
 use zlink::actor::{ActorId, ActorRegistry, ActorTypeBuilder, DispatchKey, Handled, Message};
 use zlink::config::{ConfigError, NodeConfig};
-use zlink::node::{Create, Node, NodeError, NodeOptions, demo};
+use zlink::node::{Create, Node, NodeError, NodeOptions};
 use zlink::runtime::LaneLimits;
 use zlink::session::SessionHandlers;
+use zlink_apps::demo;
 
 const BASE: &str = r#"
 node = "n1"

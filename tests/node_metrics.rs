@@ -17,9 +17,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::Semaphore;
 use zlink::actor::{ActorRegistry, ActorTypeBuilder, Create, ErrorKind, Handled, Message};
 use zlink::node::client::Placement;
-use zlink::node::demo::{self, Add, Echo, Fail};
 use zlink::node::{Node, NodeOptions};
 use zlink::session::SessionHandlers;
+use zlink_apps::demo::{self, Add, Echo, Fail};
 use zlink_mesh::DispatchKey;
 use zlink_wire::ActorId;
 

@@ -9,9 +9,9 @@ use node_common::*;
 use tokio::sync::Semaphore;
 use zlink::actor::{ActorId, ErrorKind, SpotHooks, SpotKind, SpotSpec, UserMode};
 use zlink::node::client::NodeClient;
-use zlink::node::demo::{self, Add, EchoPush, Get};
 use zlink::node::{Create, Node, NodeOptions};
 use zlink::session::{FlowRecord, FlowReject};
+use zlink_apps::demo::{self, Add, EchoPush, Get};
 use zlink_mesh::zlink_wire::{BindOperation, DisconnectReason};
 use zlink_mesh::{Record, TapDirection};
 

@@ -12,10 +12,11 @@ use std::time::Duration;
 
 use node_common::*;
 use zlink::actor::{ActorId, ErrorKind};
-use zlink::node::demo::{Add, Get};
-use zlink::node::{Create, Node, NodeOptions, demo};
+use zlink::node::{Create, Node, NodeOptions};
 use zlink::session::ManualClock;
 use zlink::store::{self, FaultStore, LocationStore, MemoryStore};
+use zlink_apps::demo;
+use zlink_apps::demo::{Add, Get};
 use zlink_mesh::PeerAddress;
 
 const TTL: Duration = Duration::from_secs(3);

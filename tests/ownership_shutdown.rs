@@ -15,12 +15,12 @@ use tokio::sync::watch;
 use zlink::actor::{
     ActorId, ActorRegistry, ActorTypeBuilder, DispatchKey, ErrorKind, Handled, Message,
 };
-use zlink::node::demo::{self, Get};
 use zlink::node::{Create, Node, NodeOptions};
 use zlink::store::{
     ActivationRequest, ActorLocation, ActorOwner, AuthorityFence, LeaseHolder, LocationStore,
     NodeGeneration, NodeRid, OwnerFence, OwnerLease, Reservation, StoreFuture,
 };
+use zlink_apps::demo::{self, Get};
 use zlink_mesh::{LinkKind, TapDirection, WireTap};
 use zlink_wire::Record;
 

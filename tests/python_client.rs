@@ -15,7 +15,7 @@ use node_common::{TIMEOUT, client_of, memory_store, session_pair, tapped};
 use tokio::io::{AsyncBufReadExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdout, Command};
 use zlink::node::client::Placement;
-use zlink::node::demo;
+use zlink_apps::demo;
 use zlink_mesh::{LinkKind, TapDirection};
 use zlink_wire::DisconnectReason;
 

@@ -12,10 +12,10 @@ use node_common::*;
 use tokio::sync::Semaphore;
 use zlink::actor::{ActorId, ActorRef, ErrorKind, Message, SpotSpec};
 use zlink::node::client::NodeClient;
-use zlink::node::demo::session::Bound;
-use zlink::node::demo::{self, Add, Echo, EchoPush, Get};
 use zlink::node::{Create, Node};
 use zlink::session::{FlowRecord, FlowReject, SessionHandlers};
+use zlink_apps::demo::session::Bound;
+use zlink_apps::demo::{self, Add, Echo, EchoPush, Get};
 use zlink_mesh::zlink_wire::DisconnectReason;
 use zlink_mesh::zlink_wire::{
     ActorSend, AuthorityFence, BindOperation, BindingGeneration, BoundSessionBind,

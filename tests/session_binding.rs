@@ -12,10 +12,10 @@ use node_common::*;
 use tokio::sync::{Notify, mpsc};
 use zlink::actor::{ActorRef, ErrorKind, Message};
 use zlink::node::client::{ClientError, Placement};
-use zlink::node::demo::session::{Bind, BindOrGet, Bound, RelaySend, Replaced};
-use zlink::node::demo::{self, Add, Echo, EchoPush, Get};
 use zlink::session::{Clock, ManualClock, SessionHandlers};
 use zlink::store::{CountingStore, MemoryStore, StoreOp};
+use zlink_apps::demo::session::{Bind, BindOrGet, Bound, RelaySend, Replaced};
+use zlink_apps::demo::{self, Add, Echo, EchoPush, Get};
 use zlink_mesh::TapDirection;
 use zlink_wire::DisconnectReason;
 

@@ -1,4 +1,4 @@
-//! The chat app of `zlink::node::chat` on two in-process nodes: login (get-or-create on the home
+//! The chat app of `zlink_apps::chat` on two in-process nodes: login (get-or-create on the home
 //! node + bind), lines relayed session → player → room → every online member → push, presence,
 //! duplicate login (Kicked, then the close reason Replaced), disconnect (the players' Spot hook
 //! marks the member offline, membership unchanged), leave. Every wait is on an event (a push, a
@@ -11,12 +11,12 @@ use std::collections::VecDeque;
 
 use node_common::*;
 use zlink::actor::Message;
-use zlink::node::chat::{
+use zlink::node::client::NodeClient;
+use zlink_apps::chat::{
     self, Chat, ChatLine, Kicked, Leave, LoggedIn, Login, Member, Presence, PresenceStatus, Said,
     Say, Who,
 };
-use zlink::node::client::NodeClient;
-use zlink::node::demo;
+use zlink_apps::demo;
 use zlink_wire::DisconnectReason;
 
 /// A push as the chat client sees it.

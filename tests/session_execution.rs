@@ -12,10 +12,10 @@ use node_common::*;
 use tokio::sync::Notify;
 use zlink::actor::{ActorId, ActorRef, ActorTypeBuilder, DispatchKey, Handled, Message, SpotHooks};
 use zlink::node::client::Placement;
-use zlink::node::demo::session::{Bind, Bound};
-use zlink::node::demo::{self, Add, Echo, EchoPush};
 use zlink::node::{Create, Node};
 use zlink::session::{PacketError, SessionHandlers};
+use zlink_apps::demo::session::{Bind, Bound};
+use zlink_apps::demo::{self, Add, Echo, EchoPush};
 use zlink_wire::{DisconnectReason, ErrorKind};
 
 #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
@@ -613,7 +613,7 @@ async fn an_actor_owner_shutting_down_refuses_new_binds() {
                 Err(e) => panic!("unexpected {e}"),
                 // Bound before b stopped accepting: let it go and try again.
                 Ok(_) => {
-                    c.packet(&zlink::node::demo::session::Unbind {
+                    c.packet(&zlink_apps::demo::session::Unbind {
                         actor_id: "e".into(),
                     })
                     .await
@@ -715,7 +715,7 @@ async fn a_session_holds_at_most_its_binding_limit() {
     assert_eq!(info.sessions, 1);
     assert_eq!(info.session_rejects.get("bind/too_many_bindings"), Some(&1));
     // Unbinding makes room again; other sessions have their own limit.
-    c.packet(&zlink::node::demo::session::Unbind {
+    c.packet(&zlink_apps::demo::session::Unbind {
         actor_id: "e0".into(),
     })
     .await

@@ -522,8 +522,8 @@ async fn two_nodes_run_actors_on_a_redis_store() {
     use node_common::{TIMEOUT, pair, rid};
     use zlink::actor::ActorId;
     use zlink::node::Create;
-    use zlink::node::demo::{Add, Get};
     use zlink::store::{CountingStore, StoreOp};
+    use zlink_apps::demo::{Add, Get};
 
     let Some(url) = contract::redis_test_url("two_nodes_run_actors_on_a_redis_store") else {
         return;

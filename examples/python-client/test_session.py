@@ -15,7 +15,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import zlink_client as z  # noqa: E402
 
 GUARD = 20.0
-# Demo session application packets (src/node/demo.rs, docs/CLIENT-PROTOCOL.md).
+# Demo session application packets (apps/src/demo.rs, docs/CLIENT-PROTOCOL.md).
 BIND, RELAY_REQUEST, RELAY_SEND, BOUND, REPLACED = 1, 3, 4, 7, 100
 # Demo `echo` actor messages.
 ECHO, ECHO_PUSH = 10, 11

@@ -81,6 +81,7 @@ pub use crate::inbound::InboundReceiver;
 
 /// Why [`MeshNode::try_push`] did not push.
 #[derive(Debug)]
+#[non_exhaustive]
 pub enum TryPushError {
     /// The client's outbound budget has no room now: the payload, back.
     Full(Bytes),
@@ -98,6 +99,7 @@ pub struct PendingRecord {
 
 /// Why [`MeshNode::try_send_record`] did not send.
 #[derive(Debug)]
+#[non_exhaustive]
 pub enum TrySendError {
     /// The peer's outbound budget has no room now: the encoded record, back.
     Full(PendingRecord),

@@ -23,8 +23,8 @@ use zlink_wire::{
 
 use super::error::ActorError;
 use super::reference::ActorRef;
+use crate::clock::Clock;
 use crate::runtime::config::{CycleDeadline, CycleStamp};
-use crate::session::Clock;
 use crate::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// Whether the owner node may act as owner now (its own view, on its monotonic clock).
@@ -411,7 +411,7 @@ mod tests {
     /// itself or takes a reading first (`standing_at`); a reading taken before the deadline was
     /// moved back to the past never answers Serving. Whether a cycle limit got armed.
     fn exact_around_deadlines(ask: impl Fn(&OwnerGate) -> OwnerStanding) -> bool {
-        let clock: Arc<dyn Clock> = Arc::new(crate::session::SystemClock);
+        let clock: Arc<dyn Clock> = Arc::new(crate::clock::SystemClock);
         let start = Instant::now();
         let gate = OwnerGate::new(clock, start + Duration::from_secs(3600));
         let mut armed = false;
@@ -473,7 +473,7 @@ mod tests {
 
     #[test]
     fn the_gate_lapses_at_its_deadline_on_the_injected_clock() {
-        let clock = crate::session::ManualClock::new();
+        let clock = crate::clock::ManualClock::new();
         let now = clock.now();
         let gate = OwnerGate::new(Arc::new(clock.clone()), now + Duration::from_secs(2));
         assert_eq!(gate.standing(), OwnerStanding::Serving);

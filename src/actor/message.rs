@@ -12,6 +12,14 @@ use super::error::ActorError;
 use super::reference::ActorRef;
 pub use crate::runtime::{BoxFuture, Handled, HandlerError};
 
+/// First packet key reserved for the framework (client operations, node control). Application
+/// packet keys are `1 ..= RESERVED_KEYS_START - 1`.
+pub const RESERVED_KEYS_START: u32 = 0xFFFF_0000;
+
+/// The key of a 36 that asks the session owner to close the bound session's connection
+/// (`ActorCtx::close_session`, SB-5.14); checked like a push.
+pub const CLOSE_SESSION_KEY: DispatchKey = DispatchKey::new(0xFFFF_FFF0);
+
 /// A message kind an actor type handles: its payload type (`Self`), its reply type and its
 /// packet key. Payloads and replies travel as MessagePack (`rmp-serde`, named fields).
 pub trait Message: Serialize + DeserializeOwned + Send + 'static {
@@ -110,13 +118,13 @@ impl ActorCtx {
         self.push_raw(M::KEY, encode(msg)?).await
     }
 
-    /// Raw form of [`ActorCtx::push`]. Keys from `session::RESERVED_KEYS_START` on are the
+    /// Raw form of [`ActorCtx::push`]. Keys from [`RESERVED_KEYS_START`] on are the
     /// framework's (`InvalidOperation`).
     ///
     /// # Errors
     /// As [`ActorCtx::push`].
     pub async fn push_raw(&self, key: DispatchKey, payload: Bytes) -> Result<(), ActorError> {
-        if key.get() >= crate::session::RESERVED_KEYS_START {
+        if key.get() >= RESERVED_KEYS_START {
             return Err(ActorError::Codec(format!(
                 "push key {key} is reserved for the framework"
             )));
@@ -131,7 +139,7 @@ impl ActorCtx {
     /// [`ActorError::SessionNotBound`] without a current binding.
     pub async fn close_session(&self) -> Result<(), ActorError> {
         self.host
-            .push_bound(&self.me, crate::session::CLOSE_SESSION_KEY, Bytes::new())
+            .push_bound(&self.me, CLOSE_SESSION_KEY, Bytes::new())
             .await
     }
 }

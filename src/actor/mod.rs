@@ -33,7 +33,9 @@ pub mod spot;
 
 pub use create::Create;
 pub use error::{ActorConfigError, ActorError};
-pub use message::{ActorCtx, ActorHost, Handled, HandlerError, Message};
+pub use message::{
+    ActorCtx, ActorHost, CLOSE_SESSION_KEY, Handled, HandlerError, Message, RESERVED_KEYS_START,
+};
 pub use reference::{ActorRef, LocationSnapshot};
 pub use registry::{ActivationInfo, ActorRegistry, ActorType, ActorTypeBuilder};
 pub use spot::{DisconnectHook, SpotHooks, SpotKind, SpotSpec, UserMode};

@@ -546,6 +546,8 @@ impl SessionHost for NodeSessionHost {
                                 .map_err(|e| refusal(&send_error(&to, e)))
                         })
                     }),
+                    // A refusal this version does not know: not sent, as a failure.
+                    Err(_) => RelaySent::Now(Err(refusal(&send_error(to, SendError::Unavailable)))),
                 }
             }
             Some(t) => RelaySent::Later({

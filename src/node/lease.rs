@@ -2,7 +2,7 @@
 //!
 //! [`LeaseState`] is the sans-IO state machine: it is told when a renewal (or registration) was
 //! *sent* and what the store answered, and derives the **local lease deadline** on the node's
-//! monotonic clock: `sent + TTL − margin` ([`lease_margin`]) of the last renewal that
+//! monotonic clock: `sent + TTL − margin` ([`crate::store::lease_margin`]) of the last renewal that
 //! succeeded. The store computed its own expiry as (its time at commit) + TTL, which is never
 //! earlier than the send time, so the local deadline passes before the store lease can expire
 //! as long as the two clocks advance at rates within the margin of each other. Past the local
@@ -23,36 +23,12 @@ use tokio::task::JoinHandle;
 use super::local::LocalActor;
 use super::{Node, lock};
 use crate::actor::exec::EndReason;
-use crate::store::{LeaseHolder, OwnerLease, StoreError};
-
-/// The safety margin between the store's lease expiry and the local deadline: a tenth of the
-/// TTL. It absorbs a rate difference between the store's clock and this node's monotonic clock
-/// (and the latency of the store's answer is already covered by counting from the send time).
-#[must_use]
-pub(crate) fn lease_margin(ttl: Duration) -> Duration {
-    ttl / 10
-}
-
-/// Renewals are sent every third of the TTL.
-#[must_use]
-pub(crate) fn renewal_period(ttl: Duration) -> Duration {
-    ttl / 3
-}
+use crate::store::{LeaseHolder, OwnerLease, StoreError, lease_margin, renewal_period};
 
 /// After a failed renewal the next attempt follows after a tenth of the TTL.
 #[must_use]
 fn retry_period(ttl: Duration) -> Duration {
     (ttl / 10).max(Duration::from_millis(1))
-}
-
-/// How long an owner lease renewal sent on time may take to answer before the local lease
-/// deadline passes: `TTL − TTL/10 (margin) − TTL/3 (renewal period)`. A store whose writes can
-/// wait longer (the SQLite busy timeout) cannot keep such a lease; the configuration refuses it
-/// ([`crate::config::check_lease_ttl`]).
-#[must_use]
-pub fn renewal_slack(ttl: Duration) -> Duration {
-    ttl.saturating_sub(lease_margin(ttl))
-        .saturating_sub(renewal_period(ttl))
 }
 
 /// What the renewal driver does next.
@@ -320,11 +296,5 @@ mod tests {
             t0 + ms(4_100),
             "another lease's renewal is ignored"
         );
-    }
-
-    #[test]
-    fn the_renewal_slack_is_what_is_left_after_one_period_and_the_margin() {
-        assert_eq!(renewal_slack(Duration::from_secs(10)).as_millis(), 5_666);
-        assert_eq!(renewal_slack(ms(1_500)), ms(850));
     }
 }

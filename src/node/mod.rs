@@ -23,15 +23,12 @@ mod activation;
 mod admin;
 mod bound;
 mod calls;
-pub mod chat;
 pub mod client;
-pub mod demo;
 mod dispatch;
 mod lease;
-mod peers;
-pub use lease::renewal_slack;
 mod local;
 pub mod metrics;
+mod peers;
 pub mod protocol;
 mod shutdown;
 

@@ -65,6 +65,7 @@ pub struct LifecycleLaneFull {
 
 /// An admission refusal of one of the two lanes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum AdmissionError {
     /// The application lane refused.
     #[error(transparent)]

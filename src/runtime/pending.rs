@@ -30,6 +30,7 @@ impl std::fmt::Debug for PendingSubmit {
 
 /// Why a non-blocking submission did not enter its lane.
 #[derive(Debug)]
+#[non_exhaustive]
 pub enum TrySubmitError {
     /// The lane is full: the record comes back to be retried or waited for.
     Full(PendingSubmit),

@@ -10,7 +10,6 @@
 //! | [`aggregate`] | `SessionBindingAggregate`: the sans-IO serial section of one session (bind, relay tickets, push checks, 51, replacement timers, disconnect snapshot) |
 //! | [`slot`] | the actor owner's `BindingSlot` beside each local incarnation (38 registration, 24 check, tombstones) |
 //! | [`flow`] | the closed vocabulary of rejected records and their counters (SB-5.9) |
-//! | [`clock`] | the injected monotonic clock of the session timers |
 //! | `owner` | the thin driver: sessions by SessionRid, session lanes, callbacks, timers, sending 38/24/36/51 through the node's [`SessionHost`] |
 //!
 //! # Contract
@@ -35,7 +34,7 @@
 //!   once over the stored route (38 Disconnect); actor and membership stay.
 
 pub mod aggregate;
-pub mod clock;
+use crate::clock;
 pub mod flow;
 mod inline;
 pub(crate) mod owner;
@@ -58,13 +57,7 @@ pub use flow::{FlowCounters, FlowRecord, FlowReject};
 pub(crate) use owner::{SessionHost, SessionOwner, SessionOwnerConfig};
 pub use slot::{BindingSlot, RegisteredBinding};
 
-/// First packet key reserved for the framework (client operations, node control). Application
-/// packet keys are `1 ..= RESERVED_KEYS_START - 1`.
-pub const RESERVED_KEYS_START: u32 = 0xFFFF_0000;
-
-/// The key of a 36 that asks the session owner to close the bound session's connection
-/// (`ActorCtx::close_session`, SB-5.14); checked like a push.
-pub const CLOSE_SESSION_KEY: DispatchKey = DispatchKey::new(0xFFFF_FFF0);
+pub use crate::actor::{CLOSE_SESSION_KEY, RESERVED_KEYS_START};
 
 /// Why a session operation failed.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -465,7 +458,7 @@ impl Session {
     /// the same counted refusals), without a [`BoundActor`] in between. `None` when there is no
     /// current binding (nothing counted, as for a `find`); send the ticket with
     /// [`Session::send_ticket_turn`].
-    pub(crate) fn relay_ticket(
+    pub fn relay_ticket(
         &self,
         actor: &[u8],
     ) -> Option<Result<aggregate::RelayTicket, SessionError>> {
@@ -473,7 +466,7 @@ impl Session {
     }
 
     /// The one-way 24 of a [`Session::relay_ticket`], as [`BoundActor::send_turn`] ends.
-    pub(crate) fn send_ticket_turn(
+    pub fn send_ticket_turn(
         &self,
         ticket: aggregate::RelayTicket,
         key: DispatchKey,

@@ -1088,6 +1088,14 @@ impl SessionOwner {
                             .reject(FlowRecord::Push, FlowReject::SessionClosed, &e);
                         return None;
                     }
+                    // A refusal this version does not know: not sent, as a failure.
+                    Err(_) => {
+                        let e = zlink_mesh::SendError::Unavailable;
+                        owner
+                            .flow
+                            .reject(FlowRecord::Push, FlowReject::SessionClosed, &e);
+                        return None;
+                    }
                 }
             }
             let owner = owner.clone();
@@ -1124,6 +1132,7 @@ impl SessionOwner {
                     return;
                 }
                 Err(zlink_mesh::TryPushError::Failed(e)) => Err(e),
+                Err(_) => Err(zlink_mesh::SendError::Unavailable),
             }
         } else {
             // Room comes back in batches: most waiting pushes find it at once.
@@ -1131,6 +1140,7 @@ impl SessionOwner {
                 Ok(()) => Ok(()),
                 Err(zlink_mesh::TryPushError::Full(p)) => self.host.push(session, key, p).await,
                 Err(zlink_mesh::TryPushError::Failed(e)) => Err(e),
+                Err(_) => Err(zlink_mesh::SendError::Unavailable),
             }
         };
         match out {

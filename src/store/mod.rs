@@ -44,6 +44,9 @@
 //! `redis://HOST[:PORT][/DB][?prefix=NAME]`).
 
 mod clock;
+// The contract suite is a test suite, not library API: built for the crate's own unit tests and
+// for the `testing` feature (the backend tests in tests/ and node/tests/ enable it).
+#[cfg(any(test, feature = "testing"))]
 pub mod contract;
 mod core;
 mod counting;
@@ -51,6 +54,7 @@ mod error;
 mod fault;
 mod memory;
 mod redis;
+mod renewal;
 mod sqlite;
 mod types;
 mod url;
@@ -67,6 +71,8 @@ pub use error::StoreError;
 pub use fault::FaultStore;
 pub use memory::MemoryStore;
 pub use redis::{RedisOptions, RedisStore};
+pub use renewal::renewal_slack;
+pub(crate) use renewal::{lease_margin, renewal_period};
 pub use sqlite::{SqliteOptions, SqliteStore};
 pub use types::{
     ActivationRequest, ActivationState, ActorLocation, ActorOwner, AuthorityFence, LeaseHolder,

@@ -7,8 +7,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use zlink::actor::ActorRegistry;
-use zlink::node::{Node, NodeOptions, demo};
+use zlink::node::{Node, NodeOptions};
 use zlink::store::{LocationStore, MemoryStore};
+use zlink_apps::demo;
 use zlink_mesh::{MeshConfig, MeshName, MeshSecret, NodeRid, PeerAddress, WireTap};
 
 pub const TIMEOUT: Duration = Duration::from_secs(20);

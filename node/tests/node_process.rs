@@ -9,17 +9,17 @@ use std::time::{Duration, Instant};
 
 use zlink::actor::ErrorKind;
 use zlink::node::client::{NodeClient, Placement};
-use zlink::node::demo::{Add, Get};
+use zlink_apps::demo::{Add, Get};
 
-#[path = "../mesh/tests/common/ports.rs"]
+#[path = "../../mesh/tests/common/ports.rs"]
 mod ports;
 use ports::free_port;
 
 // The drivers `scripts/demo` runs (their `main`s are unused here).
-#[path = "../examples/chat.rs"]
+#[path = "../../examples/chat.rs"]
 #[allow(dead_code)]
 mod chat;
-#[path = "../examples/demo_workload.rs"]
+#[path = "../../examples/demo_workload.rs"]
 #[allow(dead_code)]
 mod demo_workload;
 

@@ -1,6 +1,7 @@
-//! The session owner's clock: the spec's session timings (the 100 ms replacement close, the
-//! SessionReplacementCallbackTimeout, the relocation seal timeout) are read from an injected
-//! [`Clock`], so tests drive them deterministically with a [`ManualClock`].
+//! The node's monotonic clock with timers: the spec's session timings (the 100 ms replacement
+//! close, the SessionReplacementCallbackTimeout, the relocation seal timeout), the owner lease's
+//! local deadline and the actors' fences read an injected [`Clock`], so tests drive them
+//! deterministically with a [`ManualClock`]. The lowest room but `sync`: every room may read it.
 //!
 //! Every deadline is monotonic ([`Instant`]); the wall clock is never used.
 

@@ -3,7 +3,7 @@
 //! Configuration comes from a TOML file (`--config`), `ZLINK_*` environment variables and
 //! command-line flags; a flag beats the environment, which beats the file. The node hosts the
 //! demo actor types (`counter`, `echo`, `room`, `failing`) with the demo session app and the
-//! chat of `zlink::node::chat` (`chat_player`, `chat_room`, session packets 50..=53), serves
+//! chat of `zlink_apps::chat` (`chat_player`, `chat_room`, session packets 50..=53), serves
 //! clients over ClientServer (the client protocol of `zlink::node::protocol`) and stops
 //! gracefully on SIGTERM/SIGINT (SB-10: stop accepting, drain accepted work until the drain
 //! deadline, release the owner lease, close the mesh).
@@ -17,11 +17,11 @@ use serde::Deserialize;
 use zlink::config::{
     ClientConfig, MeshConfig, MeshSecretText, NodeConfig, ObjectRoles, PeerConfig,
 };
-use zlink::node::{Node, NodeOptions, chat, demo};
+use zlink::node::{Node, NodeOptions};
 use zlink::store::StoreUrl;
+use zlink_apps::{chat, demo};
 use zlink_wire::{MeshName, NodeRid};
 
-#[path = "zlink-node/ctl.rs"]
 mod ctl;
 /// mimalloc: cheaper than glibc's malloc for the node's cross-thread alloc/free pattern
 /// (records allocated on a mesh I/O thread, freed on a lane worker).

@@ -1,5 +1,5 @@
 //! A multi-room chat / lobby on sessions bound to actors (hosted by `zlink-node` next to the demo
-//! session app of [`super::demo`]; driven by `examples/chat.rs`).
+//! session app of [`crate::demo`]; driven by `examples/chat.rs`).
 //!
 //! # Actors
 //! | type | id | Spot | state |
@@ -56,12 +56,12 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use zlink_wire::{ActorId, DispatchKey, ErrorKind, NodeRid};
 
-use super::Create;
-use crate::actor::{
+use zlink::actor::{
     ActorConfigError, ActorCtx, ActorRef, ActorRegistry, ActorTypeBuilder, Handled, HandlerError,
     Message, SpotHooks, SpotKind, SpotSpec, UserMode,
 };
-use crate::session::{BoundActor, PacketError, Session, SessionHandlers};
+use zlink::node::Create;
+use zlink::session::{BoundActor, PacketError, Session, SessionHandlers};
 
 /// The player actor type.
 pub const PLAYER_TYPE: &str = "chat_player";
@@ -257,7 +257,7 @@ pub mod msg {
     use zlink_wire::DispatchKey;
 
     use super::{ChatLine, Member, Presence, Said};
-    use crate::actor::{ActorRef, Message};
+    use zlink::actor::{ActorRef, Message};
 
     /// Player: enter `room` (leaving the previous one); replies the members.
     #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -468,7 +468,7 @@ fn strip<'a>(id: &'a ActorId, prefix: &str) -> &'a str {
     id.as_str().strip_prefix(prefix).unwrap_or(id.as_str())
 }
 
-fn player_type() -> Result<crate::actor::ActorType, ActorConfigError> {
+fn player_type() -> Result<zlink::actor::ActorType, ActorConfigError> {
     ActorTypeBuilder::new(PLAYER_TYPE, |info, _init| {
         Ok(Player {
             name: strip(&info.actor_id, PLAYER_PREFIX).to_owned(),
@@ -569,7 +569,7 @@ fn player_type() -> Result<crate::actor::ActorType, ActorConfigError> {
     .build()
 }
 
-fn room_type() -> Result<crate::actor::ActorType, ActorConfigError> {
+fn room_type() -> Result<zlink::actor::ActorType, ActorConfigError> {
     ActorTypeBuilder::new(ROOM_TYPE, |info, _init| {
         Ok(Room {
             name: strip(&info.actor_id, ROOM_PREFIX).to_owned(),
@@ -744,7 +744,7 @@ impl Chat {
     /// `base` plus the chat packets (keys 50..=53) and a replaced-callback. A
     /// [`SessionHandlers`] holds one replaced-callback, so this one serves both apps hosted by
     /// `zlink-node`: a player's session gets [`Kicked`], any other actor's the demo's
-    /// [`super::demo::session::Replaced`] push (what [`super::demo::sessions`] sends).
+    /// [`crate::demo::session::Replaced`] push (what [`crate::demo::sessions`] sends).
     #[must_use]
     pub fn sessions(&self, base: SessionHandlers) -> SessionHandlers {
         let login = self.clone();
@@ -772,7 +772,7 @@ impl Chat {
                     .await
                 }
                 None => {
-                    s.send(&super::demo::session::Replaced {
+                    s.send(&crate::demo::session::Replaced {
                         actor_id: actor.to_string(),
                     })
                     .await
@@ -884,12 +884,10 @@ mod tests {
     #[test]
     fn registry_and_sessions_validate() {
         let chat = Chat::new(["a", "b"]);
-        let mut r = super::super::demo::registry().unwrap();
+        let mut r = crate::demo::registry().unwrap();
         chat.registry_into(&mut r).unwrap();
         assert!(r.get(PLAYER_TYPE).is_some() && r.get(ROOM_TYPE).is_some());
         assert!(r.hooks_of(PLAYERS_SPOT).is_some());
-        chat.sessions(super::super::demo::sessions())
-            .validate()
-            .unwrap();
+        chat.sessions(crate::demo::sessions()).validate().unwrap();
     }
 }

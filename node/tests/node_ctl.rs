@@ -10,9 +10,9 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use zlink::node::client::{NodeClient, Placement};
-use zlink::node::demo;
+use zlink_apps::demo;
 
-#[path = "../mesh/tests/common/ports.rs"]
+#[path = "../../mesh/tests/common/ports.rs"]
 mod ports;
 use ports::free_port;
 

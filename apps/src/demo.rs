@@ -14,10 +14,10 @@ use bytes::{Buf, Bytes};
 use serde::{Deserialize, Serialize};
 use zlink_wire::{DispatchKey, ErrorKind};
 
-use crate::actor::{
+use zlink::actor::{
     ActorConfigError, ActorRef, ActorRegistry, ActorTypeBuilder, Handled, HandlerError, Message,
 };
-use crate::session::FlowRecord;
+use zlink::session::FlowRecord;
 
 /// Adds to a counter; replies the new total.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -231,7 +231,7 @@ pub mod session {
     use serde::{Deserialize, Serialize};
     use zlink_wire::DispatchKey;
 
-    use crate::actor::{ActorRef, Message};
+    use zlink::actor::{ActorRef, Message};
 
     /// Binds the session to an actor (`session.actors().bind`); replies the bound ref.
     #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -333,9 +333,9 @@ pub mod session {
 }
 
 fn find(
-    s: &crate::session::Session,
+    s: &zlink::session::Session,
     id: &str,
-) -> Result<crate::session::BoundActor, crate::session::PacketError> {
+) -> Result<zlink::session::BoundActor, zlink::session::PacketError> {
     // Looked up by its text: the identity is built (and validated) only for an error.
     match s.actors().find(id) {
         Some(b) => Ok(b),
@@ -345,10 +345,10 @@ fn find(
 
 /// [`not_bound`], counted on the session owner as `record`/`session_not_bound` (SB-5.9).
 fn counted_not_bound(
-    s: &crate::session::Session,
+    s: &zlink::session::Session,
     record: FlowRecord,
     id: &str,
-) -> crate::session::PacketError {
+) -> zlink::session::PacketError {
     match zlink_wire::ActorId::new(id) {
         Ok(actor) => s.not_bound(record, actor).into(),
         Err(_) => not_bound(id),
@@ -359,10 +359,10 @@ fn counted_not_bound(
 /// the counted session-not-bound refusal (a relay, SB-5.9). `None` (not UTF-8) leaves the
 /// answer to [`RelayView::parse`].
 fn relay_target<T>(
-    s: &crate::session::Session,
+    s: &zlink::session::Session,
     id: &[u8],
-    found: Option<Result<T, crate::session::PacketError>>,
-) -> Option<Result<T, crate::session::PacketError>> {
+    found: Option<Result<T, zlink::session::PacketError>>,
+) -> Option<Result<T, zlink::session::PacketError>> {
     found.or_else(|| {
         let id = std::str::from_utf8(id).ok()?;
         Some(Err(counted_not_bound(s, FlowRecord::Relay, id)))
@@ -372,18 +372,18 @@ fn relay_target<T>(
 /// [`find`] for [`RelayView::parse`]: the binding of the actor whose id has these bytes,
 /// `None` when none has (bytes that are not UTF-8 name no actor).
 fn find_raw(
-    s: &crate::session::Session,
+    s: &zlink::session::Session,
     id: &[u8],
-) -> Option<Result<crate::session::BoundActor, crate::session::PacketError>> {
+) -> Option<Result<zlink::session::BoundActor, zlink::session::PacketError>> {
     s.actors().find(std::str::from_utf8(id).ok()?).map(Ok)
 }
 
 /// The error of a relay packet whose actor has no current binding.
-fn not_bound(id: &str) -> crate::session::PacketError {
+fn not_bound(id: &str) -> zlink::session::PacketError {
     match zlink_wire::ActorId::new(id) {
-        Ok(actor) => crate::session::SessionError::NotBound { actor }.into(),
+        Ok(actor) => zlink::session::SessionError::NotBound { actor }.into(),
         Err(e) => {
-            crate::session::PacketError::new(ErrorKind::InvalidOperation, format!("actor id: {e}"))
+            zlink::session::PacketError::new(ErrorKind::InvalidOperation, format!("actor id: {e}"))
         }
     }
 }
@@ -392,9 +392,9 @@ fn not_bound(id: &str) -> crate::session::PacketError {
 /// bytes (`find`, then the aggregate's relay step, as one step; the same errors); `None` when
 /// no binding has them.
 fn relay_ticket(
-    s: &crate::session::Session,
+    s: &zlink::session::Session,
     id: &[u8],
-) -> Option<Result<crate::session::aggregate::RelayTicket, crate::session::PacketError>> {
+) -> Option<Result<zlink::session::aggregate::RelayTicket, zlink::session::PacketError>> {
     s.relay_ticket(id).map(|ticket| ticket.map_err(Into::into))
 }
 
@@ -503,8 +503,8 @@ impl<'a> RawRelay<'a> {
 }
 
 /// A packet `rmp-serde` refuses, as the application sees it.
-fn payload_error(e: &rmp_serde::decode::Error) -> crate::session::PacketError {
-    crate::session::PacketError::new(ErrorKind::InvalidOperation, format!("packet payload: {e}"))
+fn payload_error(e: &rmp_serde::decode::Error) -> zlink::session::PacketError {
+    zlink::session::PacketError::new(ErrorKind::InvalidOperation, format!("packet payload: {e}"))
 }
 
 impl<'a> RelayView<'a> {
@@ -520,8 +520,8 @@ impl<'a> RelayView<'a> {
     /// not bound (a valid id), or `rmp-serde`'s refusal of the packet (an id that is not UTF-8).
     fn parse<T>(
         mut packet: Bytes,
-        target: impl FnOnce(&[u8]) -> Option<Result<T, crate::session::PacketError>>,
-    ) -> Result<Relay<T>, crate::session::PacketError> {
+        target: impl FnOnce(&[u8]) -> Option<Result<T, zlink::session::PacketError>>,
+    ) -> Result<Relay<T>, zlink::session::PacketError> {
         let (bound, key, start, len, timeout_ms) = {
             let v = match RawRelay::read(&packet) {
                 Some(v) => v,
@@ -569,11 +569,11 @@ fn timeout_of(ms: u32) -> Duration {
 /// The demo session application hosted by `zlink-node`: [`session`]'s packets, and a
 /// replaced-callback that tells the client which actor moved ([`session::Replaced`] push).
 #[must_use]
-pub fn sessions() -> crate::session::SessionHandlers {
+pub fn sessions() -> zlink::session::SessionHandlers {
     use session::{
         Bind, BindOrGet, Bound, NotifyDisconnected, RelayRequest, RelaySend, Replaced, Unbind,
     };
-    crate::session::SessionHandlers::new()
+    zlink::session::SessionHandlers::new()
         .packet(|s, b: Bind| async move {
             Ok(s.actors().bind(&b.actor).await?.actor_ref())
         })
@@ -595,7 +595,7 @@ pub fn sessions() -> crate::session::SessionHandlers {
                 rmp_serde::to_vec(serde_bytes::Bytes::new(&reply))
                     .map(Bytes::from)
                     .map_err(|e| {
-                        crate::session::PacketError::new(ErrorKind::Internal, e.to_string())
+                        zlink::session::PacketError::new(ErrorKind::Internal, e.to_string())
                     })
             })
         })
@@ -606,7 +606,7 @@ pub fn sessions() -> crate::session::SessionHandlers {
                 Ok((ticket, key, payload, _)) => {
                     s.send_ticket_turn(ticket, key, payload, Bytes::from_static(UNIT))
                 }
-                Err(e) => crate::session::PacketTurn::Done(Err(e)),
+                Err(e) => zlink::session::PacketTurn::Done(Err(e)),
             }
         })
         .packet(|s, u: Unbind| async move {
@@ -709,7 +709,7 @@ mod tests {
             // without it: the binding of those bytes; with none, what `rmp-serde` decides
             // (not bound, or its refusal of the packet, e.g. an id that is not UTF-8).
             let parsed = RelayView::parse(bytes::Bytes::from(bad.clone()), |id| {
-                Some(Ok::<Vec<u8>, crate::session::PacketError>(id.to_vec()))
+                Some(Ok::<Vec<u8>, zlink::session::PacketError>(id.to_vec()))
             });
             match (RawRelay::read(&bad), &parsed) {
                 (Some(raw), Ok((id, ..))) => prop_assert_eq!(raw.actor_id, &id[..]),
@@ -717,7 +717,7 @@ mod tests {
                 (None, _) => {}
             }
             let unbound = RelayView::parse(bytes::Bytes::from(bad.clone()), |_| {
-                None::<Result<(), crate::session::PacketError>>
+                None::<Result<(), zlink::session::PacketError>>
             });
             let expected = match rmp_serde::from_slice::<RelayView<'_>>(&bad) {
                 Ok(v) => super::not_bound(v.actor_id),

@@ -1,15 +1,16 @@
 //! Node startup through the SB-3 configuration rules and the `zlink-node` command line.
 
+#[path = "../../tests/node_common/mod.rs"]
 mod node_common;
 
 use node_common::*;
 use zlink::config::{
     ConfigError, MeshConfig, MeshSecretText, NodeConfig, ObjectRoles, StartupBuilder,
 };
-use zlink::node::demo;
 use zlink::node::{Node, NodeError, NodeOptions};
 use zlink::session::SessionHandlers;
 use zlink::store::StoreUrl;
+use zlink_apps::demo;
 use zlink_mesh::MeshName;
 
 fn config() -> NodeConfig {
