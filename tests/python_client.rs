@@ -1,7 +1,9 @@
 //! The Python example client (`examples/python-client/`, written from docs/CLIENT-PROTOCOL.md)
 //! against two in-process nodes serving the demo session application: framework operations,
-//! bind, relayed request, pushes (alone and in 139 batches), one-way packets, then replacement by
-//! a Rust client's bind — the Python session sees the `Replaced` push and Disconnect { Replaced }.
+//! bind, relayed request, pushes (alone and in 139 batches), one-way packets, the refusals of an
+//! unbound push and relay (InvalidOperation, counted), NODE_INFO's fields, then replacement by a
+//! Rust client's BindOrGet — the Python session sees the `Replaced` push and Disconnect
+//! { Replaced }.
 //!
 //! Requires python3 with pyzmq and msgpack (`python3 -m pip install pyzmq msgpack`).
 
@@ -108,14 +110,15 @@ async fn python_client_binds_relays_receives_pushes_and_is_replaced() {
     );
     script.expect("ready-for-replace").await;
 
-    // A second session (a Rust client) binds the same actor: the Python session is replaced.
+    // A second session (a Rust client) asks BindOrGet for the same actor: it holds no binding
+    // of it, so this is a bind, and the Python session is replaced (SB-5.13, SB-6.1).
     let other = client_of(&a);
     let bound: zlink::actor::ActorRef = other
-        .packet(&demo::session::Bind {
+        .packet(&demo::session::BindOrGet {
             actor: echo.clone(),
         })
         .await
-        .expect("bind from the second session");
+        .expect("BindOrGet from the second session");
     assert_eq!(bound.id(), echo.id());
 
     assert_eq!(script.expect("replaced ").await, "replaced e1");

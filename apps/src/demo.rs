@@ -17,6 +17,7 @@ use zlink_wire::{DispatchKey, ErrorKind};
 use zlink::actor::{
     ActorConfigError, ActorRef, ActorRegistry, ActorTypeBuilder, Handled, HandlerError, Message,
 };
+use zlink::session::FlowRecord;
 
 /// Adds to a counter; replies the new total.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -160,18 +161,13 @@ pub fn registry() -> Result<ActorRegistry, ActorConfigError> {
             .handle(|_: &mut (), ctx, EchoPush(data)| {
                 let ctx = ctx.clone();
                 Handled::later(async move {
-                    ctx.push(&Echo(data))
-                        .await
-                        .map_err(|e| HandlerError::new(e.to_string()))
+                    // Without a bound session: `InvalidOperation` (SB-12), the push's own kind.
+                    ctx.push(&Echo(data)).await.map_err(HandlerError::from)
                 })
             })
             .handle(|_: &mut (), ctx, _: CloseSession| {
                 let ctx = ctx.clone();
-                Handled::later(async move {
-                    ctx.close_session()
-                        .await
-                        .map_err(|e| HandlerError::new(e.to_string()))
-                })
+                Handled::later(async move { ctx.close_session().await.map_err(HandlerError::from) })
             })
             .build()?,
     )?;
@@ -343,8 +339,34 @@ fn find(
     // Looked up by its text: the identity is built (and validated) only for an error.
     match s.actors().find(id) {
         Some(b) => Ok(b),
-        None => Err(not_bound(id)),
+        None => Err(counted_not_bound(s, FlowRecord::Bind, id)),
     }
+}
+
+/// [`not_bound`], counted on the session owner as `record`/`session_not_bound` (SB-5.9).
+fn counted_not_bound(
+    s: &zlink::session::Session,
+    record: FlowRecord,
+    id: &str,
+) -> zlink::session::PacketError {
+    match zlink_wire::ActorId::new(id) {
+        Ok(actor) => s.not_bound(record, actor).into(),
+        Err(_) => not_bound(id),
+    }
+}
+
+/// The lookup of a relay packet's binding: [`find_raw`], and when there is none for a UTF-8 id,
+/// the counted session-not-bound refusal (a relay, SB-5.9). `None` (not UTF-8) leaves the
+/// answer to [`RelayView::parse`].
+fn relay_target<T>(
+    s: &zlink::session::Session,
+    id: &[u8],
+    found: Option<Result<T, zlink::session::PacketError>>,
+) -> Option<Result<T, zlink::session::PacketError>> {
+    found.or_else(|| {
+        let id = std::str::from_utf8(id).ok()?;
+        Some(Err(counted_not_bound(s, FlowRecord::Relay, id)))
+    })
 }
 
 /// The error of a relay packet whose actor has no current binding.
@@ -563,7 +585,7 @@ pub fn sessions() -> zlink::session::SessionHandlers {
         // request is forwarded: the packet's turn ends once the 24 is handed off, and the
         // actor's reply answers the client on its own (SB-1.5).
         .packet_turn(RelayRequest::KEY, |s, packet| {
-            match RelayView::parse(packet, |id| relay_ticket(&s, id)) {
+            match RelayView::parse(packet, |id| relay_target(&s, id, relay_ticket(&s, id))) {
                 Ok((ticket, key, payload, timeout_ms)) => {
                     s.forward_ticket_turn(ticket, key, payload, timeout_of(timeout_ms), bin_reply)
                 }
@@ -573,7 +595,7 @@ pub fn sessions() -> zlink::session::SessionHandlers {
         // A one-way relay admitted at once finishes without a future (`send_turn`); its
         // binding is found and its ticket taken in one step of the session's aggregate.
         .packet_turn(RelaySend::KEY, |s, packet| {
-            match RelayView::parse(packet, |id| relay_ticket(&s, id)) {
+            match RelayView::parse(packet, |id| relay_target(&s, id, relay_ticket(&s, id))) {
                 Ok((ticket, key, payload, _)) => {
                     s.send_ticket_turn(ticket, key, payload, Bytes::from_static(UNIT))
                 }

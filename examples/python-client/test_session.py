@@ -20,6 +20,11 @@ GUARD = 20.0
 BIND, RELAY_REQUEST, RELAY_SEND, BOUND, REPLACED = 1, 3, 4, 7, 100
 # Demo `echo` actor messages.
 ECHO, ECHO_PUSH = 10, 11
+# Demo `sequence` actor messages.
+SEQ_NEXT, SEQ_CHECKED = 50, 51
+# NODE_INFO's fields (section 7).
+NODE_INFO_FIELDS = {"node", "generation", "mesh", "peers_up", "peers", "actor_types",
+                    "local_actors", "sessions", "session_rejects", "mesh_drops"}
 
 
 def step(line):
@@ -58,6 +63,12 @@ def main():
     # Framework operations: NODE_INFO, GET (same ref as the one given), CALL.
     info = c.node_info()
     check(info["node"] == "a" and "echo" in info["actor_types"], f"node info {info}")
+    check(set(info) == NODE_INFO_FIELDS, f"NODE_INFO has the documented fields: {sorted(info)}")
+    check(set(info["actor_types"]) >= {"counter", "echo", "room", "failing", "sequence"},
+          f"the documented demo types: {info['actor_types']}")
+    # The envelope body in the named form (a map) is taken too.
+    named = z.unpack(c.request(z.NODE_INFO, z.pack(None), GUARD, named=True))
+    check(named["node"] == "a", f"NODE_INFO with a map body: {named}")
     check(c.get(actor["actor_id"]) == actor, "GET returns the same ActorRef")
     check(c.call(actor, ECHO, b"direct", timeout_ms=5000) == b"direct", "CALL Echo")
     try:
@@ -71,6 +82,27 @@ def main():
         check(False, "a wrong credential must be refused")
     except z.ZLinkError as e:
         check(e.kind == 2 and e.detail.startswith("not authorized"), f"AUTHENTICATE: {e}")
+    # Without a binding: a push is session-not-bound, InvalidOperation (the actor's EchoPush),
+    # and so is a relay, counted in NODE_INFO's session_rejects.
+    try:
+        c.call(actor, ECHO_PUSH, b"nobody", timeout_ms=5000)
+        check(False, "EchoPush without a bound session must fail")
+    except z.ZLinkError as e:
+        check(e.kind == 2, f"EchoPush unbound: InvalidOperation, got {e}")
+    before = c.node_info()["session_rejects"].get("relay/session_not_bound", 0)
+    try:
+        c.packet(RELAY_REQUEST, {"actor_id": actor["actor_id"], "key": ECHO,
+                                 "payload": z.pack(b"x"), "timeout_ms": 5000}, GUARD)
+        check(False, "a relay without a binding must fail")
+    except z.ZLinkError as e:
+        check(e.kind == 2, f"relay unbound: InvalidOperation, got {e}")
+    after = c.node_info()["session_rejects"].get("relay/session_not_bound", 0)
+    check(after == before + 1, f"relay/session_not_bound counted: {before} -> {after}")
+    # The sequence demo actor: Next(n) in order, Checked = (next expected, out of order).
+    seq = c.create("sequence", "py-seq")
+    for n in (0, 1, 3):
+        check(c.call(seq, SEQ_NEXT, n) is None, "Next replies nil")
+    check(c.call(seq, SEQ_CHECKED, []) == [4, 1], "Checked after 0, 1, 3")
     step("framework ok")
 
     # Demo session app: bind, relay a request, relay a push (request and one-way).

@@ -65,7 +65,8 @@ def unpack(data):
 
 
 def envelope(command, flags, correlation, fields):
-    """Fixed 12-byte header + the record's fields as a msgpack array (compact form)."""
+    """Fixed 12-byte header + the record's fields: a msgpack array (compact form), or a map
+    of the field names (named form)."""
     return HEADER.pack(VERSION, command, flags, 0, correlation) + pack(fields)
 
 
@@ -146,12 +147,15 @@ class Client:
         if not self._ready.wait(timeout):
             raise TimeoutError(f"no FlowCredit from {self.endpoint}")
 
-    def request(self, key, payload=b"", timeout=10.0):
-        """144 Request; returns the 145 reply payload (bytes) or raises ZLinkError."""
+    def request(self, key, payload=b"", timeout=10.0, named=False):
+        """144 Request; returns the 145 reply payload (bytes) or raises ZLinkError.
+
+        `named`: the envelope body in the named form (a map `{key, deadline}`, section 2)
+        instead of the array; the node takes both."""
         call = _Call()
         with self._lock:
             corr, self._next_corr = self._next_corr, self._next_corr + 1
-        self._submit((REQUEST, key, payload, call, time.monotonic() + timeout, corr))
+        self._submit((REQUEST, key, payload, call, time.monotonic() + timeout, corr, named))
         if not call.done.wait(timeout + 1.0):
             if self._closed.is_set():
                 raise SessionClosed(self.close_reason)
@@ -162,7 +166,7 @@ class Client:
 
     def send(self, key, payload=b""):
         """147 OneWay (no reply)."""
-        self._submit((ONE_WAY, key, payload, None, None, 0))
+        self._submit((ONE_WAY, key, payload, None, None, 0, False))
 
     def recv_push(self, timeout=None):
         """The next push as (key, payload bytes); None on timeout or once closed and drained."""
@@ -281,7 +285,7 @@ class Client:
     def _flush(self):
         """Sends queued requests/one-ways in order while credit lasts (one record each)."""
         while self._pending and self._credit_msgs > 0 and self._credit_bytes > 0:
-            command, key, payload, call, deadline, corr = self._pending[0]
+            command, key, payload, call, deadline, corr, named = self._pending[0]
             if command == REQUEST:
                 remaining = int((deadline - time.monotonic()) * 1000)
                 if remaining <= 0:                # never send a request past its deadline
@@ -289,7 +293,10 @@ class Client:
                     call.error = ZLinkError(4, "deadline passed before sending")
                     call.done.set()
                     continue
-                env = envelope(REQUEST, HAS_PAYLOAD, corr, [key, min(remaining, 0xFFFFFFFF)])
+                fields = [key, min(remaining, 0xFFFFFFFF)]
+                if named:
+                    fields = {"key": fields[0], "deadline": fields[1]}
+                env = envelope(REQUEST, HAS_PAYLOAD, corr, fields)
             else:
                 env = envelope(ONE_WAY, HAS_PAYLOAD, 0, [key])
             if self._grants < 2 and len(env) + len(payload) > self._credit_bytes:

@@ -426,6 +426,7 @@ fn flatten(c: &NodeCounters) -> BTreeMap<String, String> {
         ("send_failures", c.send_failures),
         ("sends_dropped", c.sends_dropped),
         ("timer_ticks_skipped", c.timer_ticks_skipped),
+        ("bindings_owner_lost", c.bindings_owner_lost),
         ("relocations", c.relocations),
     ] {
         put(k.into(), v.to_string());

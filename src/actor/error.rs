@@ -192,6 +192,16 @@ pub enum ActorError {
     /// The request handler failed: the framework error reply of EG-15 (`Internal`).
     #[error("handler failed: {0}")]
     Handler(String),
+    /// A request handler refused the work with this public kind
+    /// ([`crate::runtime::HandlerError::Refused`], e.g. a push of the handler without a bound
+    /// session: `InvalidOperation`).
+    #[error("{detail}")]
+    Refused {
+        /// Public kind.
+        kind: ErrorKind,
+        /// Detail for the caller.
+        detail: String,
+    },
     /// The remote side answered with an error reply of this kind.
     #[error("remote {kind}: {detail}")]
     Remote {
@@ -230,9 +240,71 @@ impl ActorError {
             | ActorError::ShuttingDown => ErrorKind::Unavailable,
             ActorError::DeadlineExceeded => ErrorKind::DeadlineExceeded,
             ActorError::Handler(_) => ErrorKind::Internal,
-            ActorError::Remote { kind, .. } => *kind,
+            ActorError::Remote { kind, .. } | ActorError::Refused { kind, .. } => *kind,
             ActorError::Store(e) => e.kind(),
             ActorError::Migration(e) => e.kind(),
         }
+    }
+}
+
+/// The runtime's kind of a public kind (`Cancelled`, which the runtime has not, is `Internal`).
+fn runtime_kind(kind: ErrorKind) -> crate::runtime::ErrorKind {
+    use crate::runtime::ErrorKind as R;
+    match kind {
+        ErrorKind::Unavailable => R::Unavailable,
+        ErrorKind::InvalidOperation => R::InvalidOperation,
+        ErrorKind::NotFound => R::NotFound,
+        ErrorKind::DeadlineExceeded => R::DeadlineExceeded,
+        _ => R::Internal,
+    }
+}
+
+/// The public kind of a runtime kind.
+pub(crate) fn public_kind(kind: crate::runtime::ErrorKind) -> ErrorKind {
+    use crate::runtime::ErrorKind as R;
+    match kind {
+        R::Unavailable => ErrorKind::Unavailable,
+        R::InvalidOperation => ErrorKind::InvalidOperation,
+        R::NotFound => ErrorKind::NotFound,
+        R::DeadlineExceeded => ErrorKind::DeadlineExceeded,
+        _ => ErrorKind::Internal,
+    }
+}
+
+/// A handler passes on the error of a framework operation it called with its kind (`?` in a
+/// handler): a push without a bound session answers `InvalidOperation` (SB-12), not
+/// `Internal`.
+impl From<ActorError> for crate::runtime::HandlerError {
+    fn from(e: ActorError) -> Self {
+        crate::runtime::HandlerError::refused(runtime_kind(e.kind()), e.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::{HandlerError, RuntimeError};
+
+    // spec: SB-12 (push without a current binding → InvalidOperation, wherever it is passed on)
+    #[test]
+    fn a_handler_passing_an_actor_error_on_keeps_its_kind() {
+        let not_bound = ActorError::SessionNotBound {
+            actor_id: ActorId::new("e1").unwrap(),
+        };
+        let text = not_bound.to_string();
+        let passed = HandlerError::from(not_bound);
+        assert!(matches!(passed, HandlerError::Refused { .. }), "{passed:?}");
+        assert_eq!(
+            public_kind(RuntimeError::Handler(passed.clone()).kind()),
+            ErrorKind::InvalidOperation
+        );
+        assert_eq!(passed.to_string(), text);
+        // A handler's own failure, and an `Internal` passed on, stay `Internal`.
+        let failed = HandlerError::from(ActorError::Handler("boom".into()));
+        assert!(matches!(failed, HandlerError::Failed(_)), "{failed:?}");
+        assert_eq!(
+            RuntimeError::Handler(HandlerError::new("x")).kind(),
+            crate::runtime::ErrorKind::Internal
+        );
     }
 }

@@ -378,6 +378,10 @@ fn encode_reply<R: serde::Serialize>(r: Result<R, HandlerError>) -> Outcome {
         Ok(v) => rmp_serde::to_vec_named(&v)
             .map(Bytes::from)
             .map_err(|e| ActorError::Codec(format!("reply: {e}"))),
+        Err(HandlerError::Refused { kind, message }) => Err(ActorError::Refused {
+            kind: super::error::public_kind(kind),
+            detail: message,
+        }),
         Err(e) => Err(ActorError::Handler(e.to_string())),
     }
 }

@@ -182,7 +182,7 @@ impl Node {
     /// `OnDisconnectActor` of the actor's current Spot, as a lifecycle turn of the Spot's lane,
     /// waited for within the request timeout (SB-7.4); a failure is logged, never retried
     /// (SB-7.2, SB-7.5). Membership and the actor stay (SB-7.6).
-    async fn run_disconnect_hook(&self, spot: &str, actor: &ActorRef) {
+    pub(super) async fn run_disconnect_hook(&self, spot: &str, actor: &ActorRef) {
         let Some(hook) = self
             .inner
             .registry
@@ -346,23 +346,26 @@ impl Node {
         key: DispatchKey,
         payload: Bytes,
     ) -> Result<(), ActorError> {
-        let (binding, location) =
-            {
-                let actors = lock(&self.inner.actors);
-                let local = actors
-                    .live
-                    .get(me.id())
-                    .filter(|a| a.actor_ref.object_generation() == me.object_generation())
-                    .ok_or_else(|| ActorError::SessionNotBound {
-                        actor_id: me.id().clone(),
-                    })?;
-                let b = local.binding.current().cloned().ok_or_else(|| {
-                    ActorError::SessionNotBound {
-                        actor_id: me.id().clone(),
-                    }
-                })?;
-                (b, local.actor_ref.wire_location())
-            };
+        let found = {
+            let actors = lock(&self.inner.actors);
+            actors
+                .live
+                .get(me.id())
+                .filter(|a| a.actor_ref.object_generation() == me.object_generation())
+                .and_then(|local| {
+                    let b = local.binding.current().cloned()?;
+                    Some((b, local.actor_ref.wire_location()))
+                })
+        };
+        let Some((binding, location)) = found else {
+            // Session-not-bound (SB-12), counted where it is detected (SB-5.9).
+            self.sessions()
+                .flow()
+                .reject(FlowRecord::Push, FlowReject::NotBound, me.id());
+            return Err(ActorError::SessionNotBound {
+                actor_id: me.id().clone(),
+            });
+        };
         let push = BoundSessionSend {
             actor: me.id().clone(),
             object_generation: me.object_generation(),

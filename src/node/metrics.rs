@@ -491,6 +491,7 @@ impl Node {
             send_failures: stats.send_failures,
             sends_dropped: stats.sends_dropped,
             timer_ticks_skipped: stats.timer_ticks_skipped,
+            bindings_owner_lost: stats.bindings_owner_lost,
             client_operations: i.metrics.client_ops.snapshot(),
             replies,
             backlogs: [
@@ -692,6 +693,12 @@ impl Collector for NodeCollector {
             "zlink_timer_ticks_skipped",
             "Timer ticks skipped (lane full or ended, owner not serving)",
             c.timer_ticks_skipped,
+        )?;
+        counter(
+            e,
+            "zlink_bindings_owner_lost",
+            "Bindings of local actors ended because their session owner's lifecycle was gone",
+            c.bindings_owner_lost,
         )?;
         family(
             e,

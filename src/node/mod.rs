@@ -30,6 +30,7 @@ mod lease;
 pub use lease::{LeaseState, LeaseStep};
 mod local;
 pub mod metrics;
+mod peers;
 pub mod protocol;
 mod shutdown;
 
@@ -291,6 +292,10 @@ pub struct NodeStats {
     /// Timer ticks skipped: the lane was full or ended, or the node may not act as owner
     /// (past the local lease deadline, shutting down).
     pub timer_ticks_skipped: u64,
+    /// Bindings of this node's actors ended because their session owner's lifecycle was gone
+    /// (down past its peer timeout, shut down, or restarted with a new NodeGeneration):
+    /// `OnDisconnectActor` ran, then the tombstone.
+    pub bindings_owner_lost: u64,
 }
 
 struct Inner {
@@ -338,6 +343,8 @@ struct Inner {
     calls_out: AtomicU64,
     sends_dropped: AtomicU64,
     timer_ticks_skipped: Arc<AtomicU64>,
+    /// [`NodeStats::bindings_owner_lost`].
+    bindings_owner_lost: crate::sync::atomic::AtomicU64,
     /// Client operations and store latency ([`metrics`]).
     metrics: metrics::NodeMetrics,
     /// The bound metrics endpoint.
@@ -393,6 +400,7 @@ impl Node {
             None => None,
         };
         let mesh_name = options.mesh.mesh.clone();
+        let peer_timeout = options.mesh.liveness.peer_timeout;
         let (mesh, inbound) = MeshNode::start(options.mesh)?;
         let lease_clock = options.lease_clock;
         let sent = lease_clock.now();
@@ -471,12 +479,20 @@ impl Node {
                 calls_out: AtomicU64::new(0),
                 sends_dropped: AtomicU64::new(0),
                 timer_ticks_skipped: Arc::new(AtomicU64::new(0)),
+                bindings_owner_lost: crate::sync::atomic::AtomicU64::new(0),
                 metrics: node_metrics,
                 metrics_addr: metrics_listener.as_ref().map(|(_, a)| *a),
                 access: access::ClientAccessTable::new(options.client_access),
             }),
         };
         node.spawn_background(inbound);
+        // Before any peer is dialled: no peer event of this process is missed.
+        let watch = tokio::spawn(peers::watch(
+            Arc::downgrade(&node.inner),
+            node.inner.mesh.subscribe(),
+            peer_timeout,
+        ));
+        lock(&node.inner.tasks).push(watch);
         if let Some((listener, addr)) = metrics_listener {
             let server = tokio::spawn(metrics::serve(
                 listener,
@@ -620,6 +636,7 @@ impl Node {
             send_failures: i.exec.send_failures.load(Ordering::Relaxed),
             sends_dropped: i.sends_dropped.load(Ordering::Relaxed),
             timer_ticks_skipped: i.timer_ticks_skipped.load(Ordering::Relaxed),
+            bindings_owner_lost: i.bindings_owner_lost.load(Ordering::Relaxed),
         }
     }
 

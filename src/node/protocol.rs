@@ -286,6 +286,11 @@ pub struct NodeCounters {
     pub sends_dropped: u64,
     /// Timer ticks skipped.
     pub timer_ticks_skipped: u64,
+    /// Bindings of this node's actors ended because their session owner's lifecycle was gone
+    /// (down past its peer timeout, shut down, restarted): `OnDisconnectActor` ran, then the
+    /// tombstone.
+    #[serde(default)]
+    pub bindings_owner_lost: u64,
     /// Client requests (144) and sends (147) by framework operation (`create`, `get_or_create`,
     /// `get`, `call`, `send`, `destroy`, `node_info`, `list_actors`, `list_sessions`,
     /// `counters`, `authenticate`, `unknown`); session packets are not in it.

@@ -1,5 +1,6 @@
-//! [`Node::shutdown`] (SB-10): refuse new work of every origin, drain, end every actor, wait for
-//! running turns, and only then release the owner lease; stop the lane runtime and close the
+//! [`Node::shutdown`] (SB-10): refuse new work of every origin, end every session (its
+//! disconnect cleanup), drain, end every actor, wait for running turns, close the client
+//! connections, and only then release the owner lease; stop the lane runtime and close the
 //! mesh.
 //!
 //! The order is the safety argument: another node may take an actor over as soon as the lease
@@ -11,6 +12,8 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+use zlink_wire::DisconnectReason;
+
 use super::local::LocalActor;
 use super::{Node, lock};
 use crate::actor::exec::EndReason;
@@ -20,9 +23,13 @@ impl Node {
     /// 1. refuse new work of every origin: client records and activations, peer 160 calls, 24
     ///    relays and 38 binds (the owner gate is closed: `Unavailable`), timer ticks, new
     ///    sessions and bindings;
-    /// 2. drain: wait until accepted work has its terminal, at most `drain`;
+    /// 2. end every open session as a disconnect does (SB-7: a 38 Disconnect per binding, the
+    ///    actor owner's `OnDisconnectActor` and tombstone, the disconnected-callback) and
+    ///    drain: wait until accepted work and this cleanup have their terminal, at most
+    ///    `drain`;
     /// 3. answer what still waits (`Unavailable`), end every actor (queued work `Unavailable`)
-    ///    and wait for the turns already running to finish;
+    ///    and wait for the turns already running to finish; then close the client connections
+    ///    (Disconnect `Shutdown`, behind the answers queued for them);
     /// 4. release the owner lease — only now may another node take the actors over — stop the
     ///    lane runtime and close the mesh (peers get Disconnect).
     ///
@@ -34,7 +41,20 @@ impl Node {
         inner.accepting.store(false, Ordering::Release);
         inner.gate.close();
         inner.sessions.stop_accepting();
-        tracing::info!(inflight = inner.inflight.current(), "shutdown: draining");
+        // Session cleanup (SB-10, SB-7.1, SB-7.4): every open session ends as a physical
+        // disconnect ends it — one 38 Disconnect per binding over its stored route (the actor
+        // owner runs `OnDisconnectActor`, then tombstones), then the disconnected-callback —
+        // as infrastructure work the drain below waits for. The connections stay open until
+        // then and close afterwards with reason `Shutdown`.
+        let sessions = inner.sessions.session_ids();
+        for rid in &sessions {
+            inner.sessions.disconnected(*rid);
+        }
+        tracing::info!(
+            inflight = inner.inflight.current(),
+            sessions = sessions.len(),
+            "shutdown: draining"
+        );
         if tokio::time::timeout_at(deadline, inner.inflight.wait_idle())
             .await
             .is_err()
@@ -57,6 +77,11 @@ impl Node {
             .is_ok();
         // Answers sent on `closing` drop their guards at once.
         let _ = tokio::time::timeout_at(grace, inner.inflight.wait_idle()).await;
+        // Every accepted request has its terminal queued: the sessions' connections close now
+        // (behind what is queued for them), with reason `Shutdown`.
+        for rid in sessions {
+            self.close_client(rid, DisconnectReason::Shutdown);
+        }
         let report = inner.runtime.shutdown().await;
         tracing::debug!(gates = report.gates_ended, "shutdown: lane runtime stopped");
         // No renewal may run after the release (a renewal answered LeaseNotLive would register

@@ -140,6 +140,16 @@ pub enum HandlerError {
     /// The handler panicked (treated as a handler exception).
     #[error("handler panicked")]
     Panicked,
+    /// The handler refused the work with a public kind of its own — typically the error of a
+    /// framework operation it called, passed on (a push without a bound session:
+    /// `InvalidOperation`, SB-12) — instead of failing (`Internal`).
+    #[error("{message}")]
+    Refused {
+        /// The public kind the request's error reply carries.
+        kind: ErrorKind,
+        /// Detail for the caller.
+        message: String,
+    },
 }
 
 impl HandlerError {
@@ -147,6 +157,18 @@ impl HandlerError {
     /// becomes an error reply of kind `Internal`, for a send it is logged and counted (EG-15).
     pub fn new(message: impl Into<String>) -> Self {
         HandlerError::Failed(message.into())
+    }
+
+    /// A refusal of public kind `kind` ([`HandlerError::Refused`]); `Internal` is a failure
+    /// ([`HandlerError::Failed`]).
+    pub fn refused(kind: ErrorKind, message: impl Into<String>) -> Self {
+        match kind {
+            ErrorKind::Internal => HandlerError::Failed(message.into()),
+            kind => HandlerError::Refused {
+                kind,
+                message: message.into(),
+            },
+        }
     }
 }
 
@@ -187,6 +209,7 @@ impl RuntimeError {
             | RuntimeError::LifecycleLaneFull(_) => ErrorKind::Unavailable,
             RuntimeError::NotFound => ErrorKind::NotFound,
             RuntimeError::DeadlineExceeded => ErrorKind::DeadlineExceeded,
+            RuntimeError::Handler(HandlerError::Refused { kind, .. }) => *kind,
             RuntimeError::Handler(_) => ErrorKind::Internal,
         }
     }

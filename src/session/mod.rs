@@ -193,7 +193,12 @@ impl From<SessionError> for PacketError {
 
 impl From<HandlerError> for PacketError {
     fn from(e: HandlerError) -> Self {
-        Self::new(ErrorKind::Internal, e.to_string())
+        match e {
+            HandlerError::Refused { kind, message } => {
+                Self::new(crate::actor::public_kind(kind), message)
+            }
+            e => Self::new(ErrorKind::Internal, e.to_string()),
+        }
     }
 }
 
@@ -525,6 +530,18 @@ impl Session {
             self.owner
                 .forward_ticket(ticket, key, payload, timeout, map),
         ))
+    }
+
+    /// Refuses an operation on `actor`, of which this session holds no current binding (a
+    /// relay the application was asked for, say — `actors().find` found none): counted as
+    /// `record`/`session_not_bound` (SB-5.9: `session_rejects` in NODE_INFO and the metrics)
+    /// and returned as session-not-bound (`InvalidOperation`, SB-12).
+    #[must_use]
+    pub fn not_bound(&self, record: FlowRecord, actor: ActorId) -> SessionError {
+        self.owner
+            .flow()
+            .reject(record, FlowReject::NotBound, &actor);
+        SessionError::NotBound { actor }
     }
 
     /// The session's bound actors (SB-13).

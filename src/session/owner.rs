@@ -434,6 +434,11 @@ impl SessionOwner {
         self.accepting.store(false, Ordering::Release);
     }
 
+    /// The sessions open now (shutdown ends each, SB-10).
+    pub(crate) fn session_ids(&self) -> Vec<SessionRid> {
+        lock(&self.sessions).keys().copied().collect()
+    }
+
     fn entry(&self, rid: SessionRid) -> Option<Arc<SessionEntry>> {
         lock(&self.sessions).get(&rid).cloned()
     }
