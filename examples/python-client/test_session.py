@@ -24,7 +24,8 @@ ECHO, ECHO_PUSH = 10, 11
 SEQ_NEXT, SEQ_CHECKED = 50, 51
 # NODE_INFO's fields (section 7).
 NODE_INFO_FIELDS = {"node", "generation", "mesh", "peers_up", "peers", "actor_types",
-                    "local_actors", "sessions", "session_rejects", "mesh_drops"}
+                    "local_actors", "sessions", "session_rejects", "mesh_drops",
+                    "client_refusals"}
 
 
 def step(line):
