@@ -478,7 +478,7 @@ async fn stale_generation_calls_and_command_frame_floods_leave_the_pair_serving(
     for p in procs.iter_mut() {
         p.wait_ready().await;
     }
-    let c1 = NodeClient::connect(&procs[0].client, TIMEOUT).unwrap();
+    let c1 = operator_client(&procs[0].client).await;
     let r = c1
         .create("counter", "target", Placement::on("node2"))
         .await
@@ -503,7 +503,7 @@ async fn stale_generation_calls_and_command_frame_floods_leave_the_pair_serving(
             .and_then(|p| p.trim_end_matches('"').parse().ok())
             .unwrap()
     };
-    let c2 = NodeClient::connect(&procs[1].client, TIMEOUT).unwrap();
+    let c2 = operator_client(&procs[1].client).await;
     for key in ["client", "relay"] {
         let port = port_of(key);
         let before = rss(pid);
