@@ -235,6 +235,8 @@ async fn actor_owner(
         store,
         registry_with(vec![("watched", counting_hook(log, false))]),
     )
+    // The observer's framework CALLs (EchoPush probes) run on an open client port.
+    .with_client_access(zlink::node::access::ClientAccess::open())
     .with_sessions(demo::sessions())
     .unwrap();
     Node::start(options).await.unwrap()
