@@ -221,3 +221,28 @@ async fn a_short_lease_on_sqlite_is_honoured() {
         "the same lease throughout"
     );
 }
+
+// A node that starts while the shared store is briefly unavailable (another node's write holds
+// SQLite's lock past the lease connection's short busy timeout, as when the nodes of a mesh
+// start together on a loaded machine) asks again and starts, instead of failing its start at
+// the first refusal.
+// spec: SB-9 (owner registration before serving)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_start_that_meets_a_briefly_unavailable_store_registers_once_it_answers() {
+    let faults = Arc::new(FaultStore::new(store::MemoryStore::new()));
+    faults.set_down(true);
+    let options = NodeOptions::new(mesh_config("n"), faults.clone(), demo::registry().unwrap());
+    let start = tokio::spawn(Node::start(options));
+    wait_until("a refused registration", || {
+        faults.refused_registrations() >= 1
+    })
+    .await;
+    faults.set_down(false);
+    let node = tokio::time::timeout(Duration::from_secs(20), start)
+        .await
+        .expect("the start ends")
+        .unwrap()
+        .expect("the node starts once the store answers");
+    assert!(node.lease_remaining() > Duration::ZERO);
+    node.shutdown(Duration::from_secs(5)).await;
+}

@@ -62,6 +62,10 @@ use crate::session::{
 };
 use crate::store::{LocationStore, OwnerLease, StoreError};
 use activation::ActivationWaiter;
+
+/// How long a starting node asks a store that answers unavailable again before its start fails
+/// (the first owner registration; `Node::start`).
+const STARTUP_STORE_PATIENCE: Duration = Duration::from_secs(5);
 use calls::{request_error, send_error};
 use local::{Actors, SpotState};
 use protocol::NodeInfo;
@@ -403,10 +407,26 @@ impl Node {
         let peer_timeout = options.mesh.liveness.peer_timeout;
         let (mesh, inbound) = MeshNode::start(options.mesh)?;
         let lease_clock = options.lease_clock;
-        let sent = lease_clock.now();
-        let lease = store
-            .register_owner(mesh.node().clone(), mesh.generation(), options.lease_ttl)
-            .await?;
+        // The first registration can meet another node's write on a shared store (SQLite's
+        // file lock held past the lease connection's short busy timeout on a loaded machine,
+        // e.g. when the nodes of a mesh start together): a store that is only unavailable is
+        // asked again, for up to STARTUP_STORE_PATIENCE, before the start fails. Registering
+        // is idempotent for one NodeGeneration (store core), so a retry after a write that did
+        // land keeps that lease; its deadline counts from the answered attempt's send.
+        let asked = std::time::Instant::now();
+        let (lease, sent) = loop {
+            let sent = lease_clock.now();
+            match store
+                .register_owner(mesh.node().clone(), mesh.generation(), options.lease_ttl)
+                .await
+            {
+                Ok(lease) => break (lease, sent),
+                Err(StoreError::Unavailable { .. }) if asked.elapsed() < STARTUP_STORE_PATIENCE => {
+                    tokio::time::sleep(Duration::from_millis(25)).await;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        };
         let lease = LeaseState::new(lease, options.lease_ttl, sent);
         let gate = Arc::new(OwnerGate::new(lease_clock, lease.deadline()));
         let (paused, paused_rx) = watch::channel(false);

@@ -19,6 +19,7 @@ pub struct FaultStore<S> {
     down: AtomicBool,
     renewed: AtomicU64,
     renew_failed: AtomicU64,
+    register_refused: AtomicU64,
 }
 
 impl<S: fmt::Debug> fmt::Debug for FaultStore<S> {
@@ -38,7 +39,13 @@ impl<S: LocationStore> FaultStore<S> {
             down: AtomicBool::new(false),
             renewed: AtomicU64::new(0),
             renew_failed: AtomicU64::new(0),
+            register_refused: AtomicU64::new(0),
         }
+    }
+
+    /// Owner registrations refused by an outage so far.
+    pub fn refused_registrations(&self) -> u64 {
+        self.register_refused.load(Ordering::SeqCst)
     }
 
     /// Starts (`true`) or ends an outage.
@@ -83,8 +90,13 @@ impl<S: LocationStore> LocationStore for FaultStore<S> {
         node_generation: NodeGeneration,
         ttl: Duration,
     ) -> StoreFuture<'_, OwnerLease> {
-        self.outage()
-            .unwrap_or_else(|| self.inner.register_owner(node, node_generation, ttl))
+        match self.outage() {
+            Some(refused) => {
+                self.register_refused.fetch_add(1, Ordering::SeqCst);
+                refused
+            }
+            None => self.inner.register_owner(node, node_generation, ttl),
+        }
     }
 
     fn renew_owner(&self, holder: LeaseHolder, ttl: Duration) -> StoreFuture<'_, OwnerLease> {
