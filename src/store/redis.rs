@@ -384,6 +384,47 @@ impl RedisStore {
         .await
     }
 
+    /// One write of `actor_id`'s record decided by a store-core rule that needs the owner
+    /// `node`'s lease (`cas_owner`, `relocation_fence`): the record, its counters and that lease
+    /// read in one transaction, then `decide`'s write applied (or its refusal returned).
+    fn owner_fenced_write<D>(
+        &self,
+        actor_id: ActorId,
+        node: NodeRid,
+        decide: D,
+    ) -> StoreFuture<'_, ActorLocation>
+    where
+        D: Fn(
+                Option<&ActorLocation>,
+                ActorCounters,
+                Option<&OwnerLease>,
+                &ActorId,
+                StoreTime,
+            ) -> Result<ActorWrite, StoreError>
+            + Send
+            + Sync
+            + 'static,
+    {
+        let decide = Arc::new(decide);
+        Box::pin(self.retry(move |mut tx| {
+            let (actor_id, node, decide) = (actor_id.clone(), node.clone(), Arc::clone(&decide));
+            async move {
+                let keys = [
+                    tx.keys().actor(&actor_id),
+                    tx.keys().counters(&actor_id),
+                    tx.keys().lease(&node),
+                ];
+                tx.begin(&keys).await?;
+                let record = tx.actor(&actor_id).await?;
+                let counters = tx.counters(&actor_id).await?;
+                let lease = tx.lease(&node).await?;
+                let outcome = decide(record.as_ref(), counters, lease.as_ref(), &actor_id, tx.now)
+                    .and_then(|write| Ok((write.location.clone(), tx.actor_writes(&write)?)));
+                tx.finish(outcome).await
+            }
+        }))
+    }
+
     /// Runs one attempt after another until one is not a write conflict, on the actor
     /// operations' connection.
     async fn retry<T, F, Fut>(&self, attempt: F) -> Result<T, StoreError>
@@ -993,32 +1034,10 @@ impl LocationStore for RedisStore {
         expected: AuthorityFence,
         new_owner: ActorOwner,
     ) -> StoreFuture<'_, ActorLocation> {
-        Box::pin(self.retry(move |mut tx| {
-            let (actor_id, new_owner) = (actor_id.clone(), new_owner.clone());
-            async move {
-                let node = &new_owner.holder.node;
-                let keys = [
-                    tx.keys().actor(&actor_id),
-                    tx.keys().counters(&actor_id),
-                    tx.keys().lease(node),
-                ];
-                tx.begin(&keys).await?;
-                let record = tx.actor(&actor_id).await?;
-                let counters = tx.counters(&actor_id).await?;
-                let lease = tx.lease(node).await?;
-                let outcome = core::cas_owner(
-                    record.as_ref(),
-                    counters,
-                    lease.as_ref(),
-                    &actor_id,
-                    expected,
-                    &new_owner,
-                    tx.now,
-                )
-                .and_then(|write| Ok((write.location.clone(), tx.actor_writes(&write)?)));
-                tx.finish(outcome).await
-            }
-        }))
+        let node = new_owner.holder.node.clone();
+        self.owner_fenced_write(actor_id, node, move |record, counters, lease, id, now| {
+            core::cas_owner(record, counters, lease, id, expected, &new_owner, now)
+        })
     }
 
     fn relocation_fence(
@@ -1027,32 +1046,10 @@ impl LocationStore for RedisStore {
         expected: AuthorityFence,
         owner: OwnerFence,
     ) -> StoreFuture<'_, ActorLocation> {
-        Box::pin(self.retry(move |mut tx| {
-            let (actor_id, owner) = (actor_id.clone(), owner.clone());
-            async move {
-                let node = &owner.holder.node;
-                let keys = [
-                    tx.keys().actor(&actor_id),
-                    tx.keys().counters(&actor_id),
-                    tx.keys().lease(node),
-                ];
-                tx.begin(&keys).await?;
-                let record = tx.actor(&actor_id).await?;
-                let counters = tx.counters(&actor_id).await?;
-                let lease = tx.lease(node).await?;
-                let outcome = core::relocation_fence(
-                    record.as_ref(),
-                    counters,
-                    lease.as_ref(),
-                    &actor_id,
-                    expected,
-                    &owner,
-                    tx.now,
-                )
-                .and_then(|write| Ok((write.location.clone(), tx.actor_writes(&write)?)));
-                tx.finish(outcome).await
-            }
-        }))
+        let node = owner.holder.node.clone();
+        self.owner_fenced_write(actor_id, node, move |record, counters, lease, id, now| {
+            core::relocation_fence(record, counters, lease, id, expected, &owner, now)
+        })
     }
 
     fn destroy(&self, actor_id: ActorId, fence: OwnerFence) -> StoreFuture<'_, ()> {
