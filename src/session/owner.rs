@@ -4,7 +4,8 @@
 //! runs the replacement timers on the injected [`Clock`].
 
 use crate::hashing::FastMap;
-use std::sync::{Arc, Mutex, MutexGuard};
+use crate::sync::{Mutex, MutexGuard};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
