@@ -482,7 +482,12 @@ impl SessionBindingAggregate {
     /// SessionRelocationSealTimeout (SB-8.3) and what its seals may hold (items, payload
     /// bytes: the session lane's limits) before a relay's admission waits.
     #[must_use]
-    pub fn with_seal_limits(mut self, timeout: Duration, held_items: usize, held_bytes: u64) -> Self {
+    pub fn with_seal_limits(
+        mut self,
+        timeout: Duration,
+        held_items: usize,
+        held_bytes: u64,
+    ) -> Self {
         self.seal_timeout = timeout;
         self.held_limit = (held_items.max(1), held_bytes.max(1));
         self
@@ -706,7 +711,12 @@ impl SessionBindingAggregate {
             return Err(self.stale(generation));
         }
         let held = !self.seals.is_empty() && self.seals.contains_key(actor);
-        Ok(Self::ticket(b, self.id.lifecycle, &mut self.next_sequence, held))
+        Ok(Self::ticket(
+            b,
+            self.id.lifecycle,
+            &mut self.next_sequence,
+            held,
+        ))
     }
 
     /// [`SessionBindingAggregate::relay`] through the current binding of `actor` (its text's
@@ -1078,7 +1088,11 @@ impl SessionBindingAggregate {
         generation: BindingGeneration,
         mut relay: HeldRelay,
     ) -> Result<bool, HeldRelay> {
-        if !self.bindings.get(actor).is_some_and(|b| b.generation == generation) {
+        if self
+            .bindings
+            .get(actor)
+            .is_none_or(|b| b.generation != generation)
+        {
             return Err(relay);
         }
         let (items, bytes) = self.held_limit;
@@ -1086,8 +1100,7 @@ impl SessionBindingAggregate {
         let Some(seal) = self.seals.get_mut(actor) else {
             return Err(relay);
         };
-        let within =
-            (g.held as usize) < items && g.held_bytes + relay.bytes() as u64 <= bytes;
+        let within = (g.held as usize) < items && g.held_bytes + relay.bytes() as u64 <= bytes;
         if within {
             drop(relay.admitted.take());
         }
@@ -1210,7 +1223,12 @@ impl SessionBindingAggregate {
         }
     }
 
-    fn remember_ended(&mut self, relocation: RelocationId, generation: BindingGeneration, k: SealEnd) {
+    fn remember_ended(
+        &mut self,
+        relocation: RelocationId,
+        generation: BindingGeneration,
+        k: SealEnd,
+    ) {
         if self.ended_seals.len() == RETIRED_MEMORY {
             self.ended_seals.pop_front();
         }
@@ -1283,9 +1301,10 @@ impl SessionBindingAggregate {
             out.expired.extend(expired);
         }
         let timeout = self.seal_timeout;
-        let timed_out = self.seals.values().any(
-            |s| matches!(s.phase, SealPhase::Installed { since } if since + timeout <= now),
-        );
+        let timed_out = self
+            .seals
+            .values()
+            .any(|s| matches!(s.phase, SealPhase::Installed { since } if since + timeout <= now));
         if timed_out {
             let seals: Vec<(ActorId, Seal)> = self.seals.drain().collect();
             let mut dropped = Vec::new();

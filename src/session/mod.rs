@@ -59,8 +59,8 @@ use crate::runtime::{BoxFuture, HandlerError};
 pub use aggregate::{Binding, SessionBindingAggregate, SessionIdentity};
 pub use clock::{BootClock, Clock, ManualClock, SystemClock};
 pub use flow::{FlowCounters, FlowRecord, FlowReject};
-pub use seal::SealGauges;
 pub(crate) use owner::{SessionHost, SessionOwner, SessionOwnerConfig};
+pub use seal::SealGauges;
 pub use slot::{BindingSlot, RegisteredBinding};
 
 pub use crate::actor::{CLOSE_SESSION_KEY, RESERVED_KEYS_START};
@@ -536,10 +536,14 @@ impl Session {
         timeout: Duration,
         map: ReplyMap,
     ) -> PacketTurn {
-        PacketTurn::Forward(Forward(
-            self.owner
-                .forward_ticket(&self.entry, ticket, key, payload, timeout, map),
-        ))
+        PacketTurn::Forward(Forward(self.owner.forward_ticket(
+            &self.entry,
+            ticket,
+            key,
+            payload,
+            timeout,
+            map,
+        )))
     }
 
     /// Refuses an operation on `actor`, of which this session holds no current binding (a

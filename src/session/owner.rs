@@ -22,10 +22,10 @@ use super::aggregate::{
     BindCompletion, BindStart, BindTarget, Binding, RelayTicket, Released, ReplacedOutcome,
     RouteApplied, SessionBindingAggregate, SessionIdentity, Tombstone,
 };
-use super::seal::{HeldRelay, HeldRequest, SealGauges};
 use super::clock::Clock;
 use super::flow::{FlowCounters, FlowRecord, FlowReject};
 use super::inline::InlineTurn;
+use super::seal::{HeldRelay, HeldRequest, SealGauges};
 use super::{CLOSE_SESSION_KEY, Callbacks, PacketHandler, PacketTurn, Session, SessionError};
 use crate::actor::ActorRef;
 use crate::actor::exec::InflightGuard;
@@ -1703,7 +1703,10 @@ impl SessionOwner {
                     .as_ref()
                     .map(|q| q.deadline.saturating_duration_since(now));
                 let (tx, in_queue) = oneshot::channel();
-                match owner.host.send_relay(ticket, key, payload, timeout, Some(tx)) {
+                match owner
+                    .host
+                    .send_relay(ticket, key, payload, timeout, Some(tx))
+                {
                     RelaySent::Now(out) => {
                         if let Some(q) = request {
                             let _ = q.waiter.send(out);
