@@ -32,6 +32,8 @@ mod local;
 pub mod metrics;
 mod peers;
 pub mod protocol;
+mod relocate;
+pub use relocate::{RelocateError, RelocationCounters, RelocationReport, RelocationSummary};
 mod shutdown;
 
 use std::collections::HashMap;
@@ -355,6 +357,12 @@ struct Inner {
     metrics_addr: Option<std::net::SocketAddr>,
     /// Client sessions' rights and the refusal counters ([`access`]).
     access: Arc<access::ClientAccessTable>,
+    /// Relocations in progress, the last finished ones, counters ([`relocate`]).
+    relocations: relocate::Relocations,
+    /// The timings of the relocations this node takes part in.
+    relocation: crate::relocation::RelocationConfig,
+    /// The node's clock ([`NodeOptions::clock`]): the relocation drivers' timers.
+    clock: Arc<dyn Clock>,
 }
 
 /// A running node. Cheap to clone (a handle).
@@ -439,6 +447,11 @@ impl Node {
             ..RuntimeConfig::default()
         })
         .map_err(NodeError::Runtime)?;
+        let relocation = crate::relocation::RelocationConfig {
+            seal_timeout: options.session_relocation_seal_timeout,
+            ..crate::relocation::RelocationConfig::default()
+        };
+        let node_clock = options.clock.clone();
         let (packets, callbacks) = {
             let registry = options.sessions.registry()?;
             (registry, options.sessions.into_parts().1)
@@ -503,6 +516,9 @@ impl Node {
                 metrics: node_metrics,
                 metrics_addr: metrics_listener.as_ref().map(|(_, a)| *a),
                 access: access::ClientAccessTable::new(options.client_access),
+                relocations: relocate::Relocations::default(),
+                relocation,
+                clock: node_clock,
             }),
         };
         node.spawn_background(inbound);

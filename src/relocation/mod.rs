@@ -30,6 +30,7 @@
 //! forward once more. "No CAS happened" is therefore provable from the store: the record still
 //! names the source.
 
+pub mod records;
 mod source;
 mod target;
 
