@@ -48,13 +48,14 @@ use crate::conn::{
 use crate::correlation::{Correlations, ReplyOutcome};
 use crate::counters::{Counters, DropReason, TransportEvent};
 use crate::error::RequestError;
+use crate::events::{ClientCloseCause, ClientEvent, DownReason, PeerEvent};
 use crate::handshake::{Handshake, HandshakeFailure, LocalIdentity, Outcome};
 use crate::hashing::{FastMap, SeededMap};
 use crate::inbound::InboundSender;
-use crate::node::{
-    ClientCloseCause, ClientEvent, DownReason, Inbound, Origin, OutItem, Outbox, PeerEvent,
-    PeerSlot, ReplyHandle, ReplyTarget, Response, Shared,
-};
+use crate::inbound::{Inbound, Origin};
+use crate::node::{Response, Shared};
+use crate::outbox::{OutItem, Outbox, PeerSlot};
+use crate::reply::{ReplyHandle, ReplyTarget};
 use crate::sink::Offer;
 use crate::tap::{TapDirection, WireTap};
 use crate::types::{LinkKind, NodeGeneration, NodeRid, SessionRid};
