@@ -468,7 +468,7 @@ impl MeshClient {
             corr: Correlations::new(),
             pushes: push_tx,
             stalled: None,
-            conn: Conn::idle(
+            conn: Conn::to_client_port(
                 crate::config::InboundWindow::default(),
                 shared.budget.clone(),
                 Instant::now(),
