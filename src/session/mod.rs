@@ -38,6 +38,7 @@
 //!   SessionRelocationSealTimeout closes the session (`RelocationSealTimeout`).
 
 pub mod aggregate;
+mod cell;
 use crate::clock;
 pub mod flow;
 mod inline;
