@@ -770,6 +770,13 @@ impl Node {
     }
 }
 
+/// Ends a sealed incarnation: its lane is marked ended, then unsealed so the lifecycle record
+/// that removes it runs (nothing of it runs any more: later work is refused as ended).
+fn retire_sealed(a: &mut LocalActor) {
+    a.end(EndReason::Fenced);
+    a.mailbox.unseal();
+}
+
 struct SourceRun<'a> {
     node: &'a Node,
     core: SourceHandoff,
@@ -1084,7 +1091,7 @@ impl SourceRun<'_> {
             return;
         };
         let held = a.held.take().unwrap_or_default();
-        a.end(EndReason::Fenced);
+        retire_sealed(&mut a);
         node.leave_spot(&a.spot);
         for w in held {
             node.relay_work(self.core.id(), &self.target, &location.actor_id, w)
@@ -1094,8 +1101,37 @@ impl SourceRun<'_> {
         node.hand_route_to_follow(&self.moving.actor_ref, location);
     }
 
+    /// After relay-ready a failure never reopens the source (SB-8.6): the sealed incarnation
+    /// ends here; what it still held is answered `Unavailable`, never run.
+    fn end_unserved(&self) {
+        let node = self.node;
+        let removed = {
+            let mut actors = lock(&node.inner.actors);
+            let ours = actors
+                .live
+                .get(self.moving.actor_ref.id())
+                .is_some_and(|a| {
+                    a.actor_ref.object_generation() == self.moving.actor_ref.object_generation()
+                });
+            if ours {
+                actors.live.remove(self.moving.actor_ref.id())
+            } else {
+                None
+            }
+        };
+        if let Some(mut a) = removed {
+            drop(a.held.take());
+            drop(a.mailbox.take_pending());
+            retire_sealed(&mut a);
+            node.leave_spot(&a.spot);
+        }
+    }
+
     fn finish(&mut self, outcome: SourceOutcome) -> Result<RelocationReport, RelocateError> {
         let node = self.node;
+        if matches!(outcome, SourceOutcome::Failed(_)) {
+            self.end_unserved();
+        }
         let relocation = self.core.id();
         let duration = self
             .core
