@@ -26,6 +26,7 @@ mod bound;
 mod calls;
 pub mod client;
 mod dispatch;
+mod follow;
 mod lease;
 pub use lease::{LeaseState, LeaseStep};
 mod local;
@@ -125,6 +126,10 @@ pub struct NodeOptions {
     /// flight. The default ([`access::ClientAccess::new`]) refuses every framework operation
     /// to every session (only session packets pass) and has no operator credential.
     pub client_access: access::ClientAccess,
+    /// Message Follow on this node as the old owner of a moved actor (SB-5.10, SB-5.12): how
+    /// long it forwards what still arrives at the old route after a commit (default 5 s, read
+    /// on [`NodeOptions::clock`]) and how many moved actors it remembers at most.
+    pub message_follow: crate::relocation::FollowConfig,
 }
 
 impl NodeOptions {
@@ -150,6 +155,7 @@ impl NodeOptions {
             lease_clock: Arc::new(crate::clock::BootClock::new()),
             metrics: None,
             client_access: access::ClientAccess::new(),
+            message_follow: crate::relocation::FollowConfig::default(),
         }
     }
 
@@ -363,6 +369,11 @@ struct Inner {
     relocation: crate::relocation::RelocationConfig,
     /// The node's clock ([`NodeOptions::clock`]): the relocation drivers' timers.
     clock: Arc<dyn Clock>,
+    /// Message Follow of the actors that moved away from here (`follow.rs`); locked after
+    /// `actors` when both are held.
+    follow: crate::sync::Mutex<crate::relocation::FollowTable>,
+    /// The clock Message Follow's deadlines are read on (the session clock).
+    follow_clock: Arc<dyn Clock>,
 }
 
 /// A running node. Cheap to clone (a handle).
@@ -442,6 +453,7 @@ impl Node {
         limits.application_items = limits.application_items.max(1);
         limits.lifecycle_items = limits.lifecycle_items.max(1);
         let held_limit = limits.application_items;
+        let seal_held_limit = (limits.application_items, limits.application_bytes);
         let runtime = Runtime::new(RuntimeConfig {
             limits,
             ..RuntimeConfig::default()
@@ -462,7 +474,9 @@ impl Node {
             callback_timeout: options.session_replacement_callback_timeout,
             binding_limit: options.max_bindings_per_session,
             request_timeout: options.request_timeout,
-            clock: options.clock,
+            clock: options.clock.clone(),
+            seal_timeout: options.session_relocation_seal_timeout,
+            held_limit: seal_held_limit,
         };
         let session_runtime = runtime.clone();
         let inflight = Arc::new(Inflight::default());
@@ -519,6 +533,10 @@ impl Node {
                 relocations: relocate::Relocations::default(),
                 relocation,
                 clock: node_clock,
+                follow: crate::sync::Mutex::new(crate::relocation::FollowTable::new(
+                    options.message_follow,
+                )),
+                follow_clock: options.clock,
             }),
         };
         node.spawn_background(inbound);
@@ -762,6 +780,14 @@ impl Node {
     #[must_use]
     pub fn session_flow(&self) -> &FlowCounters {
         self.inner.sessions.flow()
+    }
+
+    /// What the relocation seals of this node's sessions hold now (SB-8.2): seals, held
+    /// relays and their payload bytes; all 0 once every seal ended (commit, abort, timeout or
+    /// session end).
+    #[must_use]
+    pub fn session_seals(&self) -> crate::session::SealGauges {
+        self.inner.sessions.seal_gauges()
     }
 
     /// Inbound work that had to wait, per kind of target: actor lanes (24 and 160 from peers),

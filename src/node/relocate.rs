@@ -492,13 +492,6 @@ impl Node {
         let _ = admitted_rx.await;
     }
 
-    /// Message Follow's place (SB-5.12, stream `follow`): after a commit the old owner hands
-    /// the old route to the follow table here. Until it is installed, what still arrives at this
-    /// node for the moved incarnation is answered as today (`NotFound` / `Unavailable`).
-    fn hand_route_to_follow(&self, old: &ActorRef, new: &ActorLocation) {
-        tracing::debug!(actor = %old, to = %new.owner_node, "moved: route handed to Message Follow");
-    }
-
     // ---- target side: the hand-off records' arms of the inbound loop ----
 
     /// A Restore from `sender`: starts the target's driver, which answers `reply` with
@@ -912,8 +905,13 @@ impl SourceRun<'_> {
                     }
                     Err(e) => Err(e),
                 };
-                // Hold new ingress: what arrives from now on waits behind the barrier.
+                // Hold new ingress: what arrives from now on waits behind the barrier; binds
+                // naming the sealed incarnation answer `Unavailable` until the end (SB-5.12).
                 let held = self.hold_ingress();
+                node.seal_follow(
+                    self.moving.actor_ref.id().clone(),
+                    self.moving.actor_ref.object_generation(),
+                );
                 // A record waiting in the actor's backlog (its lane was full) cannot be taken
                 // back out of it: such a relocation aborts before anything left.
                 let backlogged = node.inner.actor_backlogs.queued(self.moving.actor_ref.id()) > 0;
@@ -1010,6 +1008,10 @@ impl SourceRun<'_> {
             }
             SourceEffect::UnsealRuntime => {
                 self.moving.mailbox.unseal();
+                node.release_follow(
+                    self.moving.actor_ref.id(),
+                    self.moving.actor_ref.object_generation(),
+                );
                 if let Err(e) = node
                     .open_barrier(&self.moving.actor_ref, &self.moving.mailbox)
                     .await
@@ -1076,16 +1078,22 @@ impl SourceRun<'_> {
     /// follows the captured work to the target.
     async fn end_incarnation(&mut self, location: &ActorLocation) {
         let node = self.node;
+        // One step under the actors lock: the incarnation ends here and Message Follow takes
+        // its old route (SB-5.12), so no record finds the actor neither live nor followed.
         let removed = {
             let mut actors = lock(&node.inner.actors);
             let ours = actors.live.get(&location.actor_id).is_some_and(|a| {
                 a.actor_ref.object_generation() == self.moving.actor_ref.object_generation()
             });
-            if ours {
+            let removed = if ours {
                 actors.live.remove(&location.actor_id)
             } else {
                 None
+            };
+            if let Some(a) = &removed {
+                node.install_follow(&a.fence, location.clone());
             }
+            removed
         };
         let Some(mut a) = removed else {
             return;
@@ -1098,7 +1106,6 @@ impl SourceRun<'_> {
                 .await;
             self.relayed += 1;
         }
-        node.hand_route_to_follow(&self.moving.actor_ref, location);
     }
 
     /// After relay-ready a failure never reopens the source (SB-8.6): the sealed incarnation
@@ -1119,6 +1126,10 @@ impl SourceRun<'_> {
                 None
             }
         };
+        node.release_follow(
+            self.moving.actor_ref.id(),
+            self.moving.actor_ref.object_generation(),
+        );
         if let Some(mut a) = removed {
             drop(a.held.take());
             drop(a.mailbox.take_pending());
