@@ -943,3 +943,146 @@ async fn stray_handoff_records_are_refused_and_counted() {
     assert_eq!(c.refused_unknown_relocation, 2);
     assert!(p.a.request(&actor, &GetSeen, T).await.unwrap().is_empty());
 }
+
+/// The session owner `s` (with the demo session application and a client endpoint, tapped), the
+/// actor's owner `a` and the target `b`, all hosting the counter type, on one store.
+async fn session_world() -> (Node3, Arc<zlink::node::client::NodeClient>) {
+    use node_common::*;
+    use zlink_apps::demo;
+    let store = memory_store();
+    let (_gate, rx) = tokio::sync::watch::channel(true);
+    let reg = || {
+        live::registry(
+            rx.clone(),
+            Arc::new(std::sync::atomic::AtomicU64::new(0)),
+            Arc::new(std::sync::atomic::AtomicBool::new(false)),
+        )
+    };
+    let tap_s = zlink_mesh::WireTap::new(100_000);
+    let mut ss = SessionNodeSpec::new("s", demo::sessions());
+    ss.registry = Some(reg());
+    ss.tap = Some(tap_s.clone());
+    let s = start_session_node(ss, store.clone()).await;
+    let mut sb = SessionNodeSpec::new("b", demo::sessions());
+    sb.registry = Some(reg());
+    sb.peers = vec![s.address()];
+    let b = start_session_node(sb, store.clone()).await;
+    let mut sa = SessionNodeSpec::new("a", demo::sessions());
+    sa.registry = Some(reg());
+    sa.peers = vec![b.address(), s.address()];
+    let a = start_session_node(sa, store.clone()).await;
+    assert!(a.wait_peers(TIMEOUT).await.is_empty());
+    assert!(b.wait_peers(TIMEOUT).await.is_empty());
+    for n in ["a", "b"] {
+        assert!(
+            s.mesh()
+                .wait_peer_up(&rid(n), None, TIMEOUT)
+                .await
+                .is_some()
+        );
+    }
+    let c = Arc::new(client_of(&s));
+    (
+        Node3 {
+            s,
+            a,
+            b,
+            tap_s,
+            store,
+        },
+        c,
+    )
+}
+
+struct Node3 {
+    s: zlink::node::Node,
+    a: zlink::node::Node,
+    b: zlink::node::Node,
+    tap_s: zlink_mesh::WireTap,
+    store: Arc<dyn LocationStore>,
+}
+
+use node_common::TIMEOUT;
+
+// spec: SB-14.20, SB-14.21, SB-8.9, SB-1.3
+// A bound actor moves from `a` to `b` while its client relays sequence-numbered requests
+// without pause through the session owner `s`: the coordinator seals the binding (42 from `a`,
+// 43 back), the work `a` accepted is relayed, the target takes over the binding and sends the
+// 44 commit; every relay is processed once, in order, and answered with its own reply; the
+// client's connection is kept; afterwards the session's snapshot names `b` (same ActorId and
+// ObjectGeneration) and relays run there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bound_actor_moves_under_relays_and_its_session_follows() {
+    use live::{Add, GetSeen, aid};
+    use node_common::{bind, relay_req, rid, tapped};
+    use zlink_mesh::TapDirection;
+    let (w, c) = session_world().await;
+    let actor =
+        w.a.create(zlink::actor::Create::new("counter", aid("bound1")))
+            .await
+            .unwrap();
+    bind(&c, &actor).await;
+    const N: u64 = 300;
+    let sender = {
+        let (c, actor) = (c.clone(), actor.clone());
+        tokio::spawn(async move {
+            let mut replies = Vec::new();
+            for i in 0..N {
+                replies.push(relay_req(&c, &actor, &Add(i)).await);
+            }
+            replies
+        })
+    };
+    let turns = w.a.stats().turns;
+    node_common::wait_until("relays flowing", || w.a.stats().turns > turns + 20).await;
+    let report = w.a.relocate(&actor, rid("b")).await.unwrap();
+    let replies = tokio::time::timeout(TIMEOUT, sender)
+        .await
+        .unwrap()
+        .unwrap();
+    for (i, r) in replies.into_iter().enumerate() {
+        assert_eq!(
+            r.unwrap(),
+            i as u64 + 1,
+            "relay {i}: lost, doubled or another's reply"
+        );
+    }
+    // Processed once each, in order; the state travelled (SB-14.21).
+    let seen = w.b.request(&report.actor, &GetSeen, TIMEOUT).await.unwrap();
+    assert_eq!(seen, (0..N).collect::<Vec<u64>>());
+    // The session's snapshot is the target, identity kept (SB-1.3, SB-14.20).
+    let bound = c.packet(&zlink_apps::demo::session::Bound).await.unwrap();
+    assert_eq!(bound.len(), 1);
+    assert_eq!(bound[0].node(), &rid("b"));
+    assert_eq!(bound[0].id(), actor.id());
+    assert_eq!(bound[0].object_generation(), actor.object_generation());
+    let loc = w.store.lookup(actor.id().clone()).await.unwrap().unwrap();
+    assert_eq!(loc.owner_node, rid("b"));
+    // Relays after the commit run on the target, on the same connection.
+    let turns_b = w.b.stats().turns;
+    assert_eq!(relay_req(&c, &actor, &Add(N)).await.unwrap(), N + 1);
+    assert!(w.b.stats().turns > turns_b);
+    // On the wire at the session owner: one 42, one 43 back (a reply), one 44 commit naming
+    // the target with the relocation's identity, no 45 (SB-14.26).
+    assert_eq!(tapped(&w.tap_s, TapDirection::Received, 42).len(), 1);
+    assert_eq!(tapped(&w.tap_s, TapDirection::Sent, 43).len(), 1);
+    let routes = tapped(&w.tap_s, TapDirection::Received, 44);
+    assert_eq!(routes.len(), 1);
+    match &routes[0].decoded.as_ref().unwrap().record {
+        zlink_wire::Record::SessionRelocationRoute(zlink_wire::SessionRelocationRoute::Commit(
+            commit,
+        )) => {
+            assert_eq!(commit.relocation, report.relocation);
+            assert_eq!(&commit.actor, actor.id());
+            assert_eq!(commit.object_generation, actor.object_generation());
+            assert_eq!(commit.target.node, rid("b"));
+        }
+        other => panic!("not a 44 commit: {other:?}"),
+    }
+    assert!(tapped(&w.tap_s, TapDirection::Received, 45).is_empty());
+    node_common::wait_until("relocation state freed", || {
+        w.a.relocations_in_progress() == 0 && w.b.relocations_in_progress() == 0
+    })
+    .await;
+    let _ = &w.s;
+}
