@@ -33,6 +33,8 @@ mod local;
 pub mod metrics;
 mod peers;
 pub mod protocol;
+mod relocate;
+pub use relocate::{RelocateError, RelocationCounters, RelocationReport, RelocationSummary};
 mod shutdown;
 
 use std::collections::HashMap;
@@ -366,6 +368,12 @@ struct Inner {
     follow: crate::sync::Mutex<crate::relocation::FollowTable>,
     /// The clock Message Follow's deadlines are read on (the session clock).
     follow_clock: Arc<dyn Clock>,
+    /// Relocations in progress, the last finished ones, counters ([`relocate`]).
+    relocations: relocate::Relocations,
+    /// The timings of the relocations this node takes part in.
+    relocation: crate::relocation::RelocationConfig,
+    /// The node's clock ([`NodeOptions::clock`]): the relocation drivers' timers.
+    clock: Arc<dyn Clock>,
 }
 
 /// A running node. Cheap to clone (a handle).
@@ -451,6 +459,11 @@ impl Node {
             ..RuntimeConfig::default()
         })
         .map_err(NodeError::Runtime)?;
+        let relocation = crate::relocation::RelocationConfig {
+            seal_timeout: options.session_relocation_seal_timeout,
+            ..crate::relocation::RelocationConfig::default()
+        };
+        let node_clock = options.clock.clone();
         let (packets, callbacks) = {
             let registry = options.sessions.registry()?;
             (registry, options.sessions.into_parts().1)
@@ -521,6 +534,9 @@ impl Node {
                     options.message_follow,
                 )),
                 follow_clock: options.clock,
+                relocations: relocate::Relocations::default(),
+                relocation,
+                clock: node_clock,
             }),
         };
         node.spawn_background(inbound);

@@ -201,9 +201,7 @@ impl From<SessionError> for PacketError {
 impl From<HandlerError> for PacketError {
     fn from(e: HandlerError) -> Self {
         match e {
-            HandlerError::Refused { kind, message } => {
-                Self::new(crate::actor::public_kind(kind), message)
-            }
+            HandlerError::Refused { kind, message } => Self::new(kind, message),
             e => Self::new(ErrorKind::Internal, e.to_string()),
         }
     }
