@@ -278,9 +278,20 @@ async fn sealed_relays_are_held_and_the_commit_sends_them_first_to_the_target() 
     // 44 commit from the target (any mesh peer): route and snapshot switch, held relays go
     // first, in order, to the target, with the target's fences and the same binding identity.
     let target = target_location(&w.t);
+    // A push of the target that overtakes its 44 waits for it (SB-5.5 is checked against the
+    // values the commit brings), then reaches the client.
+    push_from(
+        &w.t,
+        &seal,
+        &echo,
+        (&target.node_generation, target.authority_owner_generation),
+        b"early target",
+    )
+    .await;
     w.t.send_record(&rid("a"), commit(&seal, &echo, target.clone()), None)
         .await
         .unwrap();
+    assert_eq!(recv_push(&w.c).await, b"early target");
     for i in 0..4u8 {
         let inb = next_relay(&mut w.t_in).await;
         let Record::ActorSend(rec) = &inb.record else {
@@ -609,7 +620,11 @@ async fn a_held_request_keeps_its_deadline_and_a_session_end_frees_the_seal() {
     let long = tokio::spawn(async move { relay_req(&c, &echo2, &Echo(b"long".to_vec())).await });
     wait_held(&w.a, 2).await;
     w.clock.advance(Duration::from_millis(500));
-    let err = short.await.unwrap().expect_err("deadline passed");
+    let err = tokio::time::timeout(TIMEOUT, short)
+        .await
+        .expect("answered when the deadline passed")
+        .unwrap()
+        .expect_err("deadline passed");
     assert_eq!(err.kind(), ErrorKind::DeadlineExceeded);
     assert_eq!(w.a.session_seals().held, 1, "the other one is still held");
     assert!(!long.is_finished());

@@ -1557,6 +1557,201 @@ mod tests {
         (rid("b"), NodeGeneration::new(11))
     }
 
+    fn seal_rec(b: &Binding, relocation: u64) -> SessionRelocationSeal {
+        SessionRelocationSeal {
+            seal: zlink_wire::SealIdentity {
+                relocation: RelocationId::new(relocation),
+                session_lifecycle: ident().lifecycle,
+                session: ident().session,
+                binding_generation: b.generation,
+            },
+            actor: b.actor.clone(),
+            object_generation: b.object_generation,
+            deadline: Deadline::from_remaining(Duration::from_secs(1)),
+        }
+    }
+
+    fn commit_of(b: &Binding, relocation: u64, to: ActorLocation) -> SessionRelocationRoute {
+        SessionRelocationRoute::Commit(zlink_wire::RouteCommit {
+            relocation: RelocationId::new(relocation),
+            actor: b.actor.clone(),
+            object_generation: b.object_generation,
+            target: to,
+            session_lifecycle: ident().lifecycle,
+            session: ident().session,
+            binding_generation: b.generation,
+        })
+    }
+
+    fn held(i: u8) -> HeldRelay {
+        HeldRelay::one_way(DispatchKey::new(1), bytes::Bytes::from(vec![i]))
+    }
+
+    /// Takes every released relay of `actor` (their payloads, in order) until the seal ends.
+    fn drain(a: &mut SessionBindingAggregate, now: Instant, actor: &ActorId) -> Vec<u8> {
+        let mut out = Vec::new();
+        loop {
+            match a.next_released(now, actor) {
+                Released::Send(t, r) => {
+                    assert!(!t.held());
+                    out.push(r.payload[0]);
+                }
+                Released::Expired(_) => panic!("nothing expires here"),
+                Released::Done => return out,
+            }
+        }
+    }
+
+    // spec: SB-8.1
+    // spec: SB-8.2
+    // spec: SB-8.7
+    #[test]
+    fn a_seal_holds_in_order_and_a_commit_moves_the_route_then_releases() {
+        let now = Instant::now();
+        let mut a = agg();
+        let b = bind(&mut a, target(1, 1), 1);
+        let other = bind(&mut a, target(2, 1), 2);
+        let s = sender();
+        // Only the binding's route may seal it.
+        assert_eq!(
+            a.handle_seal(now, (&rid("x"), s.1), &seal_rec(&b, 9)),
+            Err((FlowReject::NotActorOwner, ErrorKind::Unavailable))
+        );
+        a.handle_seal(now, (&s.0, s.1), &seal_rec(&b, 9)).unwrap();
+        // Idempotent; another relocation's is refused.
+        a.handle_seal(now, (&s.0, s.1), &seal_rec(&b, 9)).unwrap();
+        assert_eq!(
+            a.handle_seal(now, (&s.0, s.1), &seal_rec(&b, 10)),
+            Err((FlowReject::RelocationInProgress, ErrorKind::Unavailable))
+        );
+        for i in 0..3 {
+            let t = a.relay(&b.actor, b.generation).unwrap();
+            assert!(t.held());
+            assert_eq!(
+                a.hold_relay(&b.actor, b.generation, held(i))
+                    .map_err(|_| ()),
+                Ok(true)
+            );
+        }
+        // The other actor is not sealed.
+        assert!(!a.relay(&other.actor, other.generation).unwrap().held());
+        assert!(
+            !a.relay_current(other.actor.as_bytes())
+                .unwrap()
+                .unwrap()
+                .held()
+        );
+        assert!(a.relay_current(b.actor.as_bytes()).unwrap().unwrap().held());
+        assert_eq!(a.seal_gauges().held, 3);
+        // Nothing is released before the 44.
+        assert!(matches!(a.next_released(now, &b.actor), Released::Done));
+        let to = ActorLocation {
+            node: rid("c"),
+            node_generation: NodeGeneration::new(21),
+            authority_owner_generation: AuthorityOwnerGeneration::new(4),
+            ..loc("c")
+        };
+        let applied = a.handle_route(&commit_of(&b, 9, to.clone())).unwrap();
+        let RouteApplied::Committed(moved) = applied else {
+            panic!("a commit")
+        };
+        assert_eq!(moved.route, to);
+        assert_eq!((moved.generation, moved.token), (b.generation, b.token));
+        assert_eq!(a.find(&b.actor).unwrap().route, to, "the one binding moved");
+        // Relays submitted while releasing queue behind the held ones.
+        let t = a.relay(&b.actor, b.generation).unwrap();
+        assert!(t.held(), "still behind the held relays");
+        a.hold_relay(&b.actor, b.generation, held(3)).unwrap();
+        assert_eq!(drain(&mut a, now, &b.actor), vec![0, 1, 2, 3]);
+        // Then straight to the new route; the pushes of the target pass, the source's not.
+        let t = a.relay(&b.actor, b.generation).unwrap();
+        assert!(!t.held());
+        assert_eq!(t.to(), &rid("c"));
+        assert_eq!(
+            t.record(DispatchKey::new(1), None)
+                .authority_owner_generation,
+            to.authority_owner_generation
+        );
+        let mut p = push_of(&b);
+        assert_eq!(
+            a.check_push(&p).err(),
+            Some(FlowReject::NodeGenerationMismatch)
+        );
+        p.source_node_generation = to.node_generation;
+        p.authority_owner_generation = to.authority_owner_generation;
+        assert!(a.check_push(&p).is_ok());
+        assert_eq!(a.seal_gauges(), SealGauges::default());
+        // The same 44 again is a no-op; an abort of it is late.
+        assert_eq!(
+            a.handle_route(&commit_of(&b, 9, to)),
+            Err(FlowReject::DuplicateRouteUpdate)
+        );
+        let abort = SessionRelocationRoute::Abort(zlink_wire::RouteAbort {
+            seal: seal_rec(&b, 9).seal,
+            action: zlink_wire::AbortAction::ResubmitToSource,
+        });
+        assert_eq!(a.handle_route(&abort), Err(FlowReject::LateRouteUpdate));
+    }
+
+    // spec: SB-8.3
+    #[test]
+    fn the_seal_timeout_closes_the_session_and_a_later_44_is_late() {
+        let now = Instant::now();
+        let mut a = agg().with_seal_limits(Duration::from_millis(3_000), 1024, 1 << 20);
+        let b = bind(&mut a, target(1, 1), 1);
+        let s = sender();
+        a.handle_seal(now, (&s.0, s.1), &seal_rec(&b, 9)).unwrap();
+        a.hold_relay(&b.actor, b.generation, held(0)).unwrap();
+        let due = now + Duration::from_millis(3_000);
+        assert_eq!(a.poll_seal_timeout(), Some(due));
+        let early = a.handle_seal_timeouts(due - Duration::from_millis(1));
+        assert!(early.closed.is_none() && early.expired.is_empty());
+        let fired = a.handle_seal_timeouts(due);
+        assert_eq!(fired.closed.map(|h| h.len()), Some(1));
+        assert_eq!(a.phase(), &Phase::Closed(SessionEnd::RelocationTimeout));
+        assert_eq!(a.seal_gauges(), SealGauges::default());
+        assert_eq!(
+            a.handle_route(&commit_of(&b, 9, loc("c"))),
+            Err(FlowReject::LateRouteUpdate)
+        );
+        assert_eq!(a.find(&b.actor).unwrap().route, loc("b"), "nothing changed");
+        // The binding stays for the disconnect's notification.
+        assert_eq!(a.disconnect().len(), 1);
+    }
+
+    // spec: SB-8.2
+    #[test]
+    fn held_relays_past_the_session_limits_keep_their_admission() {
+        let now = Instant::now();
+        let mut a = agg().with_seal_limits(Duration::from_secs(3), 2, 1 << 20);
+        let b = bind(&mut a, target(1, 1), 1);
+        let s = sender();
+        a.handle_seal(now, (&s.0, s.1), &seal_rec(&b, 9)).unwrap();
+        let mut waits = Vec::new();
+        for i in 0..3 {
+            let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+            let mut r = held(i);
+            r.admitted = Some(tx);
+            waits.push((a.hold_relay(&b.actor, b.generation, r).unwrap(), rx));
+        }
+        let within: Vec<bool> = waits.iter().map(|(w, _)| *w).collect();
+        assert_eq!(within, vec![true, true, false]);
+        let (_, mut third) = waits.pop().unwrap();
+        assert!(
+            third
+                .try_recv()
+                .is_err_and(|e| e == tokio::sync::oneshot::error::TryRecvError::Empty)
+        );
+        // An unbind ends the seal and everything it held.
+        a.remove(&b.actor, b.generation).unwrap();
+        assert_eq!(a.seal_gauges(), SealGauges::default());
+        assert!(
+            third
+                .try_recv()
+                .is_err_and(|e| e == tokio::sync::oneshot::error::TryRecvError::Closed)
+        );
+    }
+
     // spec: SB-7.5
     #[test]
     fn a_notified_binding_takes_pushes_until_the_callback_terminal() {

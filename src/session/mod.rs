@@ -41,6 +41,7 @@ pub mod aggregate;
 mod cell;
 use crate::clock;
 pub mod flow;
+pub mod fuzz_harness;
 mod inline;
 pub(crate) mod owner;
 pub mod seal;
