@@ -1202,3 +1202,63 @@ async fn the_operator_relocates_through_the_client_port_and_lists_relocations() 
             .starts_with("committed")
     );
 }
+
+// spec: SB-14.21, SB-14.20, SB-8.9
+// The bound actor moves back and forth between `a` and `b` ten times while its client relays
+// sequence-numbered requests without pause: every relay processed once, in order, answered with
+// its own reply, the connection kept, the state intact; nothing of the relocations stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bound_actor_moves_back_and_forth_under_relays() {
+    use live::{Add, GetSeen, aid};
+    use node_common::{bind, relay_req, rid};
+    let (w, c) = session_world().await;
+    let mut actor =
+        w.a.create(zlink::actor::Create::new("counter", aid("pingpong")))
+            .await
+            .unwrap();
+    bind(&c, &actor).await;
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sent = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let sender = {
+        let (c, actor, stop, sent) = (c.clone(), actor.clone(), stop.clone(), sent.clone());
+        tokio::spawn(async move {
+            let mut i = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                let n = relay_req(&c, &actor, &Add(i)).await.unwrap();
+                assert_eq!(n, i + 1, "relay {i}: lost, doubled or another's reply");
+                i += 1;
+                sent.store(i, std::sync::atomic::Ordering::SeqCst);
+            }
+            i
+        })
+    };
+    let (mut from, mut to) = (w.a.clone(), w.b.clone());
+    for _ in 0..10 {
+        let before = sent.load(std::sync::atomic::Ordering::SeqCst);
+        node_common::wait_until("relays flowing", || {
+            sent.load(std::sync::atomic::Ordering::SeqCst) > before + 5
+        })
+        .await;
+        let report = from.relocate(&actor, to.node_rid().clone()).await.unwrap();
+        assert_eq!(report.actor.object_generation(), actor.object_generation());
+        actor = report.actor;
+        std::mem::swap(&mut from, &mut to);
+    }
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let n = tokio::time::timeout(TIMEOUT, sender)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(actor.node(), &rid("a"));
+    let seen = w.a.request(&actor, &GetSeen, TIMEOUT).await.unwrap();
+    assert_eq!(seen, (0..n).collect::<Vec<u64>>());
+    node_common::wait_until("relocation state freed", || {
+        w.a.relocations_in_progress() == 0 && w.b.relocations_in_progress() == 0
+    })
+    .await;
+    assert_eq!(w.a.relocations().1.committed, 5);
+    assert_eq!(w.b.relocations().1.committed, 5);
+    // One incarnation in all: on `a`, none left behind on `b`.
+    assert_eq!(w.a.counters().actors["entry"], 1);
+    assert_eq!(w.b.counters().actors["entry"], 0);
+}
