@@ -1086,3 +1086,179 @@ async fn a_bound_actor_moves_under_relays_and_its_session_follows() {
     .await;
     let _ = &w.s;
 }
+
+// The operator's RELOCATE and LIST_RELOCATIONS on the client port (`zlink-node ctl relocate`,
+// `ctl relocations`): refused to a session that did not present the operator credential, done
+// for one that did; the node that does not own the actor answers NotFound; the list shows the
+// relocation with its phases and outcome on both nodes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_operator_relocates_through_the_client_port_and_lists_relocations() {
+    use live::{Add, GetSeen, aid};
+    use node_common::{mesh_config, rid, wait_pair_up};
+    use zlink::node::access::{ClientAccess, OperatorCredential};
+    use zlink::node::client::NodeClient;
+    use zlink::node::protocol::RelocateActor;
+    use zlink::node::{Node, NodeOptions};
+    let store = node_common::memory_store();
+    let (_gate, rx) = tokio::sync::watch::channel(true);
+    let start = |name: &'static str, peers: Vec<zlink_mesh::PeerAddress>| {
+        let store = store.clone();
+        let rx = rx.clone();
+        async move {
+            let mut mc = mesh_config(name);
+            mc.client_endpoint = Some("tcp://127.0.0.1:*".to_owned());
+            let registry = live::registry(
+                rx,
+                Arc::new(std::sync::atomic::AtomicU64::new(0)),
+                Arc::new(std::sync::atomic::AtomicBool::new(false)),
+            );
+            let mut access = ClientAccess::new();
+            access.operator = Some(OperatorCredential::new(b"op-secret").unwrap());
+            let mut o = NodeOptions::new(mc, store, registry).with_client_access(access);
+            o.peers = peers;
+            o.metrics = Some("127.0.0.1:0".parse().unwrap());
+            Node::start(o).await.unwrap()
+        }
+    };
+    let b = start("b", vec![]).await;
+    let a = start("a", vec![b.address()]).await;
+    wait_pair_up(&a, &b).await;
+    let actor = a
+        .create(zlink::actor::Create::new("counter", aid("op1")))
+        .await
+        .unwrap();
+    a.send(&actor, &Add(1)).await.unwrap();
+    let client =
+        |n: &Node| NodeClient::connect(n.endpoints().client.as_ref().unwrap(), TIMEOUT).unwrap();
+    let req = RelocateActor {
+        actor_id: "op1".into(),
+        to: "b".into(),
+    };
+    let stranger = client(&a);
+    let e = stranger.relocate(&req).await.unwrap_err();
+    assert_eq!(e.kind(), zlink_wire::ErrorKind::InvalidOperation, "{e}");
+    assert!(stranger.relocations().await.is_err());
+    let op_b = client(&b);
+    op_b.authenticate(b"op-secret").await.unwrap();
+    let e = op_b.relocate(&req).await.unwrap_err();
+    assert_eq!(e.kind(), zlink_wire::ErrorKind::NotFound, "{e}");
+    let op_a = client(&a);
+    op_a.authenticate(b"op-secret").await.unwrap();
+    let done = op_a.relocate(&req).await.unwrap();
+    assert_eq!(done.to, "b");
+    assert_eq!(done.actor.node(), &rid("b"));
+    assert_eq!(
+        b.request(&done.actor, &GetSeen, TIMEOUT).await.unwrap(),
+        vec![1]
+    );
+    let list = op_a.relocations().await.unwrap();
+    assert_eq!(list.counters.committed, 1);
+    let r = &list.relocations[0];
+    assert_eq!(
+        (
+            r.relocation,
+            r.actor.as_str(),
+            r.role.as_str(),
+            r.peer.as_str()
+        ),
+        (done.relocation, "op1", "source", "b")
+    );
+    assert_eq!(r.outcome.as_deref(), Some("moved"));
+    assert!(r.phases.iter().any(|(p, _)| p == "Restoring"));
+    node_common::wait_until("the target's entry ended", || {
+        b.relocations_in_progress() == 0
+    })
+    .await;
+    // The metrics endpoint: outcome counters and the duration histogram.
+    assert_eq!(a.counters().relocations, 1);
+    let text = {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut s = tokio::net::TcpStream::connect(a.metrics_addr().unwrap())
+            .await
+            .unwrap();
+        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        let mut body = String::new();
+        s.read_to_string(&mut body).await.unwrap();
+        body
+    };
+    for line in [
+        "zlink_relocation_outcomes_total{outcome=\"committed\"} 1",
+        "zlink_relocation_outcomes_total{outcome=\"started\"} 1",
+        "zlink_relocation_outcomes_total{outcome=\"aborted\"} 0",
+        "zlink_relocation_duration_seconds_count 1",
+    ] {
+        assert!(text.lines().any(|l| l == line), "{line} not in:\n{text}");
+    }
+    let list_b = op_b.relocations().await.unwrap();
+    assert_eq!(list_b.counters.target, 1);
+    assert_eq!(list_b.relocations[0].role, "target");
+    assert!(
+        list_b.relocations[0]
+            .outcome
+            .as_deref()
+            .unwrap()
+            .starts_with("committed")
+    );
+}
+
+// spec: SB-14.21, SB-14.20, SB-8.9
+// The bound actor moves back and forth between `a` and `b` ten times while its client relays
+// sequence-numbered requests without pause: every relay processed once, in order, answered with
+// its own reply, the connection kept, the state intact; nothing of the relocations stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bound_actor_moves_back_and_forth_under_relays() {
+    use live::{Add, GetSeen, aid};
+    use node_common::{bind, relay_req, rid};
+    let (w, c) = session_world().await;
+    let mut actor =
+        w.a.create(zlink::actor::Create::new("counter", aid("pingpong")))
+            .await
+            .unwrap();
+    bind(&c, &actor).await;
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sent = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let sender = {
+        let (c, actor, stop, sent) = (c.clone(), actor.clone(), stop.clone(), sent.clone());
+        tokio::spawn(async move {
+            let mut i = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                let n = relay_req(&c, &actor, &Add(i)).await.unwrap();
+                assert_eq!(n, i + 1, "relay {i}: lost, doubled or another's reply");
+                i += 1;
+                sent.store(i, std::sync::atomic::Ordering::SeqCst);
+            }
+            i
+        })
+    };
+    let (mut from, mut to) = (w.a.clone(), w.b.clone());
+    for _ in 0..10 {
+        let before = sent.load(std::sync::atomic::Ordering::SeqCst);
+        node_common::wait_until("relays flowing", || {
+            sent.load(std::sync::atomic::Ordering::SeqCst) > before + 5
+        })
+        .await;
+        let report = from.relocate(&actor, to.node_rid().clone()).await.unwrap();
+        assert_eq!(report.actor.object_generation(), actor.object_generation());
+        actor = report.actor;
+        std::mem::swap(&mut from, &mut to);
+    }
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let n = tokio::time::timeout(TIMEOUT, sender)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(actor.node(), &rid("a"));
+    let seen = w.a.request(&actor, &GetSeen, TIMEOUT).await.unwrap();
+    assert_eq!(seen, (0..n).collect::<Vec<u64>>());
+    node_common::wait_until("relocation state freed", || {
+        w.a.relocations_in_progress() == 0 && w.b.relocations_in_progress() == 0
+    })
+    .await;
+    assert_eq!(w.a.relocations().1.committed, 5);
+    assert_eq!(w.b.relocations().1.committed, 5);
+    // One incarnation in all: on `a`, none left behind on `b`.
+    assert_eq!(w.a.counters().actors["entry"], 1);
+    assert_eq!(w.b.counters().actors["entry"], 0);
+}

@@ -1,6 +1,8 @@
 //! `zlink-node ctl`: an operator's view of running nodes over the client protocol
-//! (`docs/CLIENT-PROTOCOL.md`, section 7): `NODE_INFO`, `LIST_ACTORS`, `LIST_SESSIONS` and
-//! `COUNTERS`, asked of every given client endpoint. Output is a table for people, or JSON
+//! (`docs/CLIENT-PROTOCOL.md`, section 7): `NODE_INFO`, `LIST_ACTORS`, `LIST_SESSIONS`,
+//! `COUNTERS` and `LIST_RELOCATIONS`, asked of every given client endpoint, and one operation
+//! that changes something: `RELOCATE` (`ctl relocate ACTOR --to NODE`), asked of the endpoints
+//! in turn until the node that owns the actor answers. Output is a table for people, or JSON
 //! (`--json`, one array with an element per node or entry) for scripts.
 //!
 //! These operations are the operator's: `ctl` first presents the operator credential
@@ -17,7 +19,7 @@ use clap::{Args, Subcommand};
 use serde::Serialize;
 use zlink::node::client::NodeClient;
 use zlink::node::protocol::{
-    ActorEntry, ListActors, ListSessions, NodeCounters, NodeInfo, SessionEntry,
+    ActorEntry, ListActors, ListSessions, NodeCounters, NodeInfo, RelocateActor, SessionEntry,
 };
 
 /// `zlink-node ctl`.
@@ -77,6 +79,18 @@ enum CtlCommand {
         #[arg(long)]
         all: bool,
     },
+    /// Moves ACTOR to the node NODE (live relocation, its clients stay connected): asked of
+    /// each endpoint in turn until the node that owns the actor does it; prints the outcome.
+    Relocate {
+        /// The actor's id.
+        actor: String,
+        /// The target node's routing id.
+        #[arg(long)]
+        to: String,
+    },
+    /// The relocations of each node: in progress and the last finished ones (id, actor, role,
+    /// peer, phase, phase durations, outcome), and the counters.
+    Relocations,
 }
 
 /// One node asked.
@@ -135,6 +149,8 @@ pub async fn run(args: CtlArgs) -> anyhow::Result<()> {
         CtlCommand::Actors { limit } => actors(&targets, limit, args.json).await?,
         CtlCommand::Sessions { limit } => sessions(&targets, limit, args.json).await?,
         CtlCommand::Counters { all } => counters(&targets, all, args.json).await?,
+        CtlCommand::Relocate { actor, to } => relocate(&targets, actor, to, args.json).await?,
+        CtlCommand::Relocations => relocations(&targets, args.json).await?,
     };
     print!("{out}");
     for t in targets {
@@ -518,6 +534,127 @@ async fn counters(targets: &[Target], all: bool, as_json: bool) -> anyhow::Resul
         .chain(snapshots.iter().map(|s| s.node.as_str()))
         .collect();
     Ok(table(&headers, &rows))
+}
+
+async fn relocate(
+    targets: &[Target],
+    actor: String,
+    to: String,
+    as_json: bool,
+) -> anyhow::Result<String> {
+    let req = RelocateActor {
+        actor_id: actor.clone(),
+        to,
+    };
+    let mut not_here = Vec::new();
+    for t in targets {
+        match t.client.relocate(&req).await {
+            Ok(done) => {
+                if as_json {
+                    return json(&done);
+                }
+                let phases = done
+                    .phases
+                    .iter()
+                    .map(|(p, ms)| format!("{p} {ms} ms"))
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                return Ok(format!(
+                    "relocation {} moved {} from {} to {} in {} ms ({} records relayed; {phases})\n",
+                    done.relocation,
+                    done.actor.id(),
+                    done.from,
+                    done.to,
+                    done.duration_ms,
+                    done.relayed
+                ));
+            }
+            Err(e) if e.kind() == zlink_wire::ErrorKind::NotFound => {
+                not_here.push(t.endpoint.clone());
+            }
+            Err(e) => bail!("{}: relocating {actor}: {e}", t.endpoint),
+        }
+    }
+    bail!(
+        "no node asked owns {actor} (asked: {})",
+        not_here.join(", ")
+    )
+}
+
+async fn relocations(targets: &[Target], as_json: bool) -> anyhow::Result<String> {
+    let mut all = Vec::new();
+    for t in targets {
+        let list = t
+            .client
+            .relocations()
+            .await
+            .with_context(|| format!("LIST_RELOCATIONS of {}", t.endpoint))?;
+        all.push((t.endpoint.clone(), list));
+    }
+    if as_json {
+        #[derive(Serialize)]
+        struct Row<'a> {
+            endpoint: &'a str,
+            #[serde(flatten)]
+            list: &'a zlink::node::protocol::RelocationList,
+        }
+        let rows: Vec<Row<'_>> = all
+            .iter()
+            .map(|(e, l)| Row {
+                endpoint: e,
+                list: l,
+            })
+            .collect();
+        return json(&rows);
+    }
+    let mut rows = Vec::new();
+    for (endpoint, list) in &all {
+        for r in &list.relocations {
+            rows.push(vec![
+                endpoint.clone(),
+                r.relocation.to_string(),
+                r.actor.clone(),
+                r.role.clone(),
+                r.peer.clone(),
+                r.phase.clone(),
+                r.phases
+                    .iter()
+                    .map(|(p, ms)| format!("{p}={ms}ms"))
+                    .collect::<Vec<_>>()
+                    .join(" "),
+                r.outcome.clone().unwrap_or_else(|| "running".into()),
+            ]);
+        }
+    }
+    let mut out = table(
+        &[
+            "NODE",
+            "ID",
+            "ACTOR",
+            "ROLE",
+            "PEER",
+            "PHASE",
+            "DURATIONS",
+            "OUTCOME",
+        ],
+        &rows,
+    );
+    for (endpoint, list) in &all {
+        let c = &list.counters;
+        out += &format!(
+            "{endpoint}: started {} committed {} aborted {} failed {} target {} refused {}\n",
+            c.started,
+            c.committed,
+            c.aborted,
+            c.failed,
+            c.target,
+            c.refused_malformed
+                + c.refused_unknown_relocation
+                + c.refused_wrong_peer
+                + c.refused_unknown_actor
+        );
+    }
+    Ok(out)
 }
 
 #[cfg(test)]

@@ -195,10 +195,23 @@ struct Table {
     counters: RelocationCounters,
 }
 
+/// Bucket bounds of the relocation duration histogram, in seconds (1 ms .. 10 s).
+const DURATION_BUCKETS: [f64; 10] = [0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.5, 1.0, 10.0];
+
 /// The node's relocations in progress, the last finished ones and the counters.
-#[derive(Default)]
 pub(super) struct Relocations {
     table: Mutex<Table>,
+    /// Durations of the committed relocations this node coordinated (metrics endpoint).
+    durations: prometheus_client::metrics::histogram::Histogram,
+}
+
+impl Default for Relocations {
+    fn default() -> Self {
+        Self {
+            table: Mutex::default(),
+            durations: prometheus_client::metrics::histogram::Histogram::new(DURATION_BUCKETS),
+        }
+    }
 }
 
 impl Relocations {
@@ -364,6 +377,43 @@ impl Node {
         out
     }
 
+    /// The operator's `RELOCATE` (client protocol): the actor must be owned by this node.
+    pub(super) async fn relocate_op(
+        &self,
+        req: &protocol::RelocateActor,
+    ) -> Result<protocol::RelocationDone, (ErrorKind, String)> {
+        let bad = |e: String| (ErrorKind::InvalidOperation, e);
+        let id = ActorId::new(&req.actor_id).map_err(|e| bad(format!("actor id: {e}")))?;
+        let to = NodeRid::new(&req.to).map_err(|e| bad(format!("node: {e}")))?;
+        let actor = {
+            let actors = lock(&self.inner.actors);
+            actors
+                .live
+                .get(&id)
+                .filter(|a| a.held.is_none())
+                .map(|a| a.actor_ref.clone())
+        }
+        .ok_or_else(|| {
+            (
+                ErrorKind::NotFound,
+                format!("actor {id} is not owned by this node"),
+            )
+        })?;
+        let r = self
+            .relocate(&actor, to)
+            .await
+            .map_err(|e| (e.kind(), e.to_string()))?;
+        Ok(protocol::RelocationDone {
+            relocation: r.relocation.get(),
+            actor: r.actor,
+            from: r.from.to_string(),
+            to: r.to.to_string(),
+            relayed: r.relayed,
+            duration_ms: r.duration.as_millis() as u64,
+            phases: phase_list(&r.phases),
+        })
+    }
+
     /// The moving incarnation: local and Ready.
     fn moving(&self, actor: &ActorRef) -> Result<Moving, RelocateError> {
         let id = actor.id();
@@ -397,6 +447,11 @@ impl Node {
             },
             rt_spot: s.spot.clone(),
         })
+    }
+
+    /// The histogram of committed relocation durations (metrics endpoint).
+    pub(super) fn relocation_durations(&self) -> &prometheus_client::metrics::histogram::Histogram {
+        &self.inner.relocations.durations
     }
 
     /// Relocations this node takes part in now (as source or target): each holds an entry
@@ -1208,6 +1263,10 @@ impl SourceRun<'_> {
             let c = &mut t.counters;
             match &outcome {
                 SourceOutcome::Moved(_) => {
+                    node.inner
+                        .relocations
+                        .durations
+                        .observe(duration.as_secs_f64());
                     c.committed += 1;
                     c.duration_us_sum = c
                         .duration_us_sum
