@@ -203,7 +203,7 @@ async fn a_lease_that_expires_while_redis_is_unreachable_is_never_extended() {
     let Some(server) = OwnServer::start("lease_expires_while_unreachable", false) else {
         return;
     };
-    let clock = ManualClock::new(START);
+    let clock = ManualClock::at_wall(START);
     let node_a = own_store(&server, &clock);
     let node_b = own_store(&server, &clock);
     let a = contract::register(&node_a, "node-a", 1).await;
@@ -257,7 +257,7 @@ async fn a_restart_of_a_persistent_redis_reconnects_and_keeps_every_fence() {
     let Some(mut server) = OwnServer::start("restart_persistent", true) else {
         return;
     };
-    let clock = ManualClock::new(START);
+    let clock = ManualClock::at_wall(START);
     let store = own_store(&server, &clock);
     let a = contract::register(&store, "node-a", 1).await;
     let ready = contract::create_ready(&store, "p", "T", &a).await;
@@ -289,7 +289,7 @@ async fn a_redis_that_lost_its_data_is_unavailable_never_a_guess() {
     let Some(mut server) = OwnServer::start("restart_lost_data", false) else {
         return;
     };
-    let clock = ManualClock::new(START);
+    let clock = ManualClock::at_wall(START);
     let store = own_store(&server, &clock);
     let a = contract::register(&store, "node-a", 1).await;
     contract::create_ready(&store, "p", "T", &a).await;
@@ -349,13 +349,21 @@ impl JumpClock {
 }
 
 impl Clock for JumpClock {
-    fn now(&self) -> StoreTime {
-        let now = self.clock.now();
+    fn now(&self) -> std::time::Instant {
+        self.clock.now()
+    }
+
+    fn sleep_until(&self, deadline: std::time::Instant) -> zlink::clock::Sleep {
+        self.clock.sleep_until(deadline)
+    }
+
+    fn wall(&self) -> std::time::SystemTime {
+        let now = self.clock.wall();
         let mut jump = self.jump.lock().unwrap();
         if let Some((after, to)) = jump.as_mut() {
             *after -= 1;
             if *after == 0 {
-                self.clock.set(*to);
+                self.clock.set_wall(*to);
                 *jump = None;
             }
         }
@@ -372,7 +380,7 @@ async fn a_cas_racing_a_lease_expiry_never_confirms_an_expired_owner() {
         return;
     };
     let clock = Arc::new(JumpClock {
-        clock: ManualClock::new(START),
+        clock: ManualClock::at_wall(START),
         jump: Mutex::new(None),
     });
     let store = RedisStore::open_with_clock(
@@ -388,7 +396,7 @@ async fn a_cas_racing_a_lease_expiry_never_confirms_an_expired_owner() {
     let expiry = b.expires_at;
     clock
         .clock
-        .set(StoreTime::from_millis(expiry.as_millis() - 1));
+        .set_wall(StoreTime::from_millis(expiry.as_millis() - 1));
 
     // Control: just before the expiry, with no race, the CAS to b succeeds.
     let moved = store
@@ -415,7 +423,7 @@ async fn a_cas_racing_a_lease_expiry_never_confirms_an_expired_owner() {
     // The same race on a renewal: the lease is not extended past its end.
     clock
         .clock
-        .set(StoreTime::from_millis(a.expires_at.as_millis() - 1));
+        .set_wall(StoreTime::from_millis(a.expires_at.as_millis() - 1));
     clock.arm(1, a.expires_at);
     let err = store.renew_owner(a.holder.clone(), TTL).await.unwrap_err();
     assert!(matches!(err, StoreError::LeaseNotLive { .. }), "{err}");
@@ -644,4 +652,46 @@ async fn lease_renewals_have_their_own_connection() {
         Some(lease_cmd)
     );
     assert_eq!(seen.len(), 2, "{seen:?}");
+}
+
+// spec: SB-5.11, issue 30 (failover) — a renewal never waits longer than the lease allows: with
+// the server paused, an owner lease operation gives up after its lease timeout (100 ms here)
+// with `Unavailable`, while an actor operation on the other connection still waits for its
+// own, far longer response timeout (60 s). So a 1.5 s lease is kept on Redis: its renewal
+// slack (850 ms) is longer than the 500 ms default lease timeout (the node's configuration
+// check, `write_wait_limit`).
+#[tokio::test]
+async fn a_renewal_waits_only_the_lease_timeout() {
+    let Some(server) = OwnServer::start("a_renewal_waits_only_the_lease_timeout", false) else {
+        return;
+    };
+    let mut options = RedisOptions::default();
+    options.response_timeout = Duration::from_secs(60);
+    options.connection_timeout = Duration::from_secs(60);
+    options.lease_timeout = Duration::from_millis(100);
+    let store = RedisStore::open(&server.url(), options).unwrap();
+    assert_eq!(store.write_wait_limit(), Some(Duration::from_millis(100)));
+    let lease = contract::register(&store, "node-a", 1).await;
+    let id = zlink::actor::ActorId::new("a1").unwrap();
+    assert!(store.lookup(id.clone()).await.unwrap().is_none());
+
+    server.pause();
+    let lookup = tokio::spawn({
+        let store = store.clone();
+        async move { store.lookup(id).await }
+    });
+    let renewal = tokio::time::timeout(WAIT, store.renew_owner(lease.holder.clone(), TTL))
+        .await
+        .expect("a renewal against a paused server waited past the test's guard");
+    unavailable(renewal);
+    assert!(
+        !lookup.is_finished(),
+        "the actor operation waits for its own response timeout"
+    );
+    server.resume();
+    assert!(lookup.await.unwrap().unwrap().is_none());
+    // the lease connection works again once the server answers
+    until_reachable(|| store.renew_owner(lease.holder.clone(), TTL))
+        .await
+        .unwrap();
 }

@@ -26,12 +26,15 @@ mod bound;
 mod calls;
 pub mod client;
 mod dispatch;
+mod follow;
 mod lease;
 pub use lease::{LeaseState, LeaseStep};
 mod local;
 pub mod metrics;
 mod peers;
 pub mod protocol;
+mod relocate;
+pub use relocate::{RelocateError, RelocationCounters, RelocationReport, RelocationSummary};
 mod shutdown;
 
 use std::collections::HashMap;
@@ -123,6 +126,10 @@ pub struct NodeOptions {
     /// flight. The default ([`access::ClientAccess::new`]) refuses every framework operation
     /// to every session (only session packets pass) and has no operator credential.
     pub client_access: access::ClientAccess,
+    /// Message Follow on this node as the old owner of a moved actor (SB-5.10, SB-5.12): how
+    /// long it forwards what still arrives at the old route after a commit (default 5 s, read
+    /// on [`NodeOptions::clock`]) and how many moved actors it remembers at most.
+    pub message_follow: crate::relocation::FollowConfig,
 }
 
 impl NodeOptions {
@@ -148,6 +155,7 @@ impl NodeOptions {
             lease_clock: Arc::new(crate::clock::BootClock::new()),
             metrics: None,
             client_access: access::ClientAccess::new(),
+            message_follow: crate::relocation::FollowConfig::default(),
         }
     }
 
@@ -355,6 +363,17 @@ struct Inner {
     metrics_addr: Option<std::net::SocketAddr>,
     /// Client sessions' rights and the refusal counters ([`access`]).
     access: Arc<access::ClientAccessTable>,
+    /// Message Follow of the actors that moved away from here (`follow.rs`); locked after
+    /// `actors` when both are held.
+    follow: crate::sync::Mutex<crate::relocation::FollowTable>,
+    /// The clock Message Follow's deadlines are read on (the session clock).
+    follow_clock: Arc<dyn Clock>,
+    /// Relocations in progress, the last finished ones, counters ([`relocate`]).
+    relocations: relocate::Relocations,
+    /// The timings of the relocations this node takes part in.
+    relocation: crate::relocation::RelocationConfig,
+    /// The node's clock ([`NodeOptions::clock`]): the relocation drivers' timers.
+    clock: Arc<dyn Clock>,
 }
 
 /// A running node. Cheap to clone (a handle).
@@ -434,11 +453,17 @@ impl Node {
         limits.application_items = limits.application_items.max(1);
         limits.lifecycle_items = limits.lifecycle_items.max(1);
         let held_limit = limits.application_items;
+        let seal_held_limit = (limits.application_items, limits.application_bytes);
         let runtime = Runtime::new(RuntimeConfig {
             limits,
             ..RuntimeConfig::default()
         })
         .map_err(NodeError::Runtime)?;
+        let relocation = crate::relocation::RelocationConfig {
+            seal_timeout: options.session_relocation_seal_timeout,
+            ..crate::relocation::RelocationConfig::default()
+        };
+        let node_clock = options.clock.clone();
         let (packets, callbacks) = {
             let registry = options.sessions.registry()?;
             (registry, options.sessions.into_parts().1)
@@ -449,7 +474,9 @@ impl Node {
             callback_timeout: options.session_replacement_callback_timeout,
             binding_limit: options.max_bindings_per_session,
             request_timeout: options.request_timeout,
-            clock: options.clock,
+            clock: options.clock.clone(),
+            seal_timeout: options.session_relocation_seal_timeout,
+            held_limit: seal_held_limit,
         };
         let session_runtime = runtime.clone();
         let inflight = Arc::new(Inflight::default());
@@ -503,6 +530,13 @@ impl Node {
                 metrics: node_metrics,
                 metrics_addr: metrics_listener.as_ref().map(|(_, a)| *a),
                 access: access::ClientAccessTable::new(options.client_access),
+                follow: crate::sync::Mutex::new(crate::relocation::FollowTable::new(
+                    options.message_follow,
+                )),
+                follow_clock: options.clock,
+                relocations: relocate::Relocations::default(),
+                relocation,
+                clock: node_clock,
             }),
         };
         node.spawn_background(inbound);
@@ -746,6 +780,14 @@ impl Node {
     #[must_use]
     pub fn session_flow(&self) -> &FlowCounters {
         self.inner.sessions.flow()
+    }
+
+    /// What the relocation seals of this node's sessions hold now (SB-8.2): seals, held
+    /// relays and their payload bytes; all 0 once every seal ended (commit, abort, timeout or
+    /// session end).
+    #[must_use]
+    pub fn session_seals(&self) -> crate::session::SealGauges {
+        self.inner.sessions.seal_gauges()
     }
 
     /// Inbound work that had to wait, per kind of target: actor lanes (24 and 160 from peers),

@@ -32,6 +32,10 @@
 //!   timeout).
 //! - Disconnect (SB-7) freezes the binding snapshot and notifies each bound actor's current Spot
 //!   once over the stored route (38 Disconnect); actor and membership stay.
+//! - Relocation (SB-8): a 42 from the actor owner seals one binding (`seal`); its relays are
+//!   held in order; the 44 commit switches the binding's route and ActorRef snapshot to the
+//!   target and releases them there, a 44 abort releases them to the source; no 44 within
+//!   SessionRelocationSealTimeout closes the session (`RelocationSealTimeout`).
 
 //! # Relaying from a packet handler
 //! The fast path of a session application is public API: a handler registered with
@@ -65,10 +69,12 @@
 //! `RelaySend` / `RelayRequest`), `docs/PERFORMANCE.md` its cost.
 
 pub mod aggregate;
+mod cell;
 use crate::clock;
 pub mod flow;
 mod inline;
 pub(crate) mod owner;
+pub mod seal;
 pub mod slot;
 
 use std::future::Future;
@@ -86,6 +92,7 @@ pub use aggregate::{Binding, SessionBindingAggregate, SessionIdentity};
 pub use clock::{BootClock, Clock, ManualClock, SystemClock};
 pub use flow::{FlowCounters, FlowRecord, FlowReject};
 pub(crate) use owner::{SessionHost, SessionOwner, SessionOwnerConfig};
+pub use seal::SealGauges;
 pub use slot::{BindingSlot, RegisteredBinding};
 
 pub use crate::actor::{CLOSE_SESSION_KEY, RESERVED_KEYS_START};
@@ -225,9 +232,7 @@ impl From<SessionError> for PacketError {
 impl From<HandlerError> for PacketError {
     fn from(e: HandlerError) -> Self {
         match e {
-            HandlerError::Refused { kind, message } => {
-                Self::new(crate::actor::public_kind(kind), message)
-            }
+            HandlerError::Refused { kind, message } => Self::new(kind, message),
             e => Self::new(ErrorKind::Internal, e.to_string()),
         }
     }
@@ -654,21 +659,28 @@ pub struct BoundActor {
 }
 
 impl BoundActor {
-    /// The bound incarnation with its current location snapshot.
+    /// The bound incarnation with its current location snapshot: after a relocation's commit
+    /// the target's (SB-1.3), same ActorId and ObjectGeneration.
     #[must_use]
     pub fn actor_ref(&self) -> ActorRef {
+        let b = self.binding();
         ActorRef::from_parts(
-            self.binding.actor.clone(),
-            self.binding.actor_type.to_string(),
-            self.binding.object_generation,
-            self.binding.route.clone(),
+            b.actor.clone(),
+            b.actor_type.to_string(),
+            b.object_generation,
+            b.route.clone(),
         )
     }
 
-    /// The binding (identity, route, token).
+    /// The binding (identity, route, token) as it is now: the session's current value of this
+    /// binding identity (a relocation's commit replaces its route, SB-1.3), or the value this
+    /// handle was made with once the binding ended.
     #[must_use]
-    pub fn binding(&self) -> &Binding {
-        &self.binding
+    pub fn binding(&self) -> Arc<Binding> {
+        match self.session.entry.find(&self.binding.actor) {
+            Some(b) if b.generation == self.binding.generation => b,
+            _ => self.binding.clone(),
+        }
     }
 
     /// A typed request to the bound actor over the stored route (24 with the bound-session tail;
