@@ -96,7 +96,11 @@ fn zmq_round_trip(n: usize) -> (f64, f64, Vec<f64>) {
 /// baseline.
 fn raw_2hop_echo(n: usize) -> (f64, f64) {
     let bin = std::env::var_os("BENCH_MESH_BIN").map_or_else(
-        || std::env::current_exe().unwrap().with_file_name("bench_mesh"),
+        || {
+            std::env::current_exe()
+                .unwrap()
+                .with_file_name("bench_mesh")
+        },
         std::path::PathBuf::from,
     );
     let out = std::process::Command::new(&bin)

@@ -1760,7 +1760,10 @@ mod tests {
         let id = actor(1);
         let gen_of = |a: &mut SessionBindingAggregate| {
             let f = a.find_shared(&id)?;
-            Some(a.relay(&f.actor, f.generation).map(|t| t.binding.generation.get()))
+            Some(
+                a.relay(&f.actor, f.generation)
+                    .map(|t| t.binding.generation.get()),
+            )
         };
         bind(&mut a, target(1, 1), 1);
         assert_eq!(gen_of(&mut a), Some(Ok(1)));
