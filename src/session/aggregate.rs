@@ -815,6 +815,11 @@ impl SessionBindingAggregate {
         {
             return Err(FlowReject::ReplacedIdentityMismatch);
         }
+        // A session closed (by its close timer or a seal timeout) keeps its bindings until its
+        // connection's disconnect: a 51 then is refused before anything changes (SB-6.6).
+        if let Phase::Closed(_) = self.phase {
+            return Err(FlowReject::SessionClosed);
+        }
         let Some(b) = self.bindings.get(&rec.actor) else {
             return Err(if self.retired.contains(&p.retired_binding_generation) {
                 FlowReject::DuplicateReplacement
@@ -867,7 +872,7 @@ impl SessionBindingAggregate {
                 });
                 Ok(ReplacedOutcome::AlsoClosing { seq, retired })
             }
-            // Unreachable: a closed session holds no binding.
+            // Refused above, before the binding was taken.
             Phase::Closed(_) => Err(FlowReject::SessionClosed),
         }
     }
@@ -1182,7 +1187,14 @@ impl SessionBindingAggregate {
                 self.bindings.insert(actor.clone(), moved.clone());
                 RouteApplied::Committed(moved)
             }
-            SessionRelocationRoute::Abort(_) => RouteApplied::Aborted(b),
+            SessionRelocationRoute::Abort(_) => {
+                // The seal's binding was retired (a rebind while sealed): not this binding's
+                // 44 (its held relays never go through a newer binding, SB-4.1).
+                if b.generation != generation {
+                    return Err(FlowReject::LateRouteUpdate);
+                }
+                RouteApplied::Aborted(b)
+            }
         };
         if let Some(seal) = self.seals.get_mut(&actor) {
             seal.phase = SealPhase::Releasing;
@@ -1231,6 +1243,7 @@ impl SessionBindingAggregate {
             if seal.phase != SealPhase::Releasing {
                 return Released::Done;
             }
+            let sealed = seal.identity.binding_generation;
             let Some(relay) = seal.held.pop_front() else {
                 self.seals.remove(actor);
                 return Released::Done;
@@ -1241,7 +1254,9 @@ impl SessionBindingAggregate {
             if relay.request.as_ref().is_some_and(|r| r.deadline <= now) {
                 return Released::Expired(relay);
             }
-            let Some(b) = self.bindings.get(actor) else {
+            // Only through the binding it was held for: one retired since (a rebind) ends the
+            // seal and its held relays, as a binding that ended does (SB-4.1).
+            let Some(b) = self.bindings.get(actor).filter(|b| b.generation == sealed) else {
                 self.seals.remove(actor);
                 return Released::Done;
             };
