@@ -153,6 +153,11 @@ pub fn registry() -> Result<ActorRegistry, ActorConfigError> {
             Handled::ok(*total)
         })
         .handle(|total: &mut u64, _ctx, Get| Handled::ok(*total))
+        // Live relocation: the total travels (`zlink-node ctl relocate`).
+        .migrate(
+            |total: &u64| Ok::<_, HandlerError>(*total),
+            |_info, total: u64| Ok(total),
+        )
         .build()?,
     )?;
     r.register(

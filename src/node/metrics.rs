@@ -156,11 +156,13 @@ pub(crate) enum ClientOp {
     ListSessions,
     Counters,
     Authenticate,
+    Relocate,
+    ListRelocations,
     Unknown,
 }
 
 impl ClientOp {
-    const ALL: [ClientOp; 12] = [
+    const ALL: [ClientOp; 14] = [
         ClientOp::Create,
         ClientOp::GetOrCreate,
         ClientOp::Get,
@@ -172,6 +174,8 @@ impl ClientOp {
         ClientOp::ListSessions,
         ClientOp::Counters,
         ClientOp::Authenticate,
+        ClientOp::Relocate,
+        ClientOp::ListRelocations,
         ClientOp::Unknown,
     ];
 
@@ -188,6 +192,8 @@ impl ClientOp {
             ClientOp::ListSessions => "list_sessions",
             ClientOp::Counters => "counters",
             ClientOp::Authenticate => "authenticate",
+            ClientOp::Relocate => "relocate",
+            ClientOp::ListRelocations => "list_relocations",
             ClientOp::Unknown => "unknown",
         }
     }
@@ -206,6 +212,8 @@ impl ClientOp {
             p::LIST_SESSIONS => ClientOp::ListSessions,
             p::COUNTERS => ClientOp::Counters,
             p::AUTHENTICATE => ClientOp::Authenticate,
+            p::RELOCATE => ClientOp::Relocate,
+            p::LIST_RELOCATIONS => ClientOp::ListRelocations,
             _ => ClientOp::Unknown,
         }
     }
