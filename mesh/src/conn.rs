@@ -90,23 +90,32 @@ pub(crate) enum Overdraw {
     /// Always (a mesh peer returns every record's full cost).
     #[default]
     Allowed,
-    /// Only from the other end's second grant on: a node's client port grants a session it
-    /// has not accepted yet a stranger's window first, whose bytes are a hard bound (a record
-    /// beyond what is left is dropped, docs/CLIENT-PROTOCOL.md 5.1); the second grant comes
-    /// with the acceptance. Until then a record goes out only if it fits. `grants`: the
-    /// grants received so far (saturating).
-    FromSecondGrant {
-        /// Grants received so far.
-        grants: u8,
+    /// Only once the session is seen accepted: a node's client port grants a session it has
+    /// not accepted yet a stranger's window first, whose bytes are a hard bound (a record
+    /// beyond what is left is dropped, docs/CLIENT-PROTOCOL.md 5.1); until then a record goes
+    /// out only if it fits. Later grants return credit (never more messages than were sent)
+    /// or, with the acceptance, add the rest of the window: the session is accepted once the
+    /// messages granted after the first grant exceed the messages sent.
+    UntilAccepted {
+        /// The first grant arrived.
+        first: bool,
+        /// Messages granted after the first grant.
+        later: u64,
+        /// Messages sent.
+        sent: u64,
     },
 }
 
 impl SendCredit {
-    /// No credit yet; a client of a node's client port: its records stay within the first
-    /// grant, overdrawing only from the second ([`Overdraw::FromSecondGrant`]).
+    /// No credit yet; a client of a node's client port: its records stay within what is left
+    /// of its credit until the session is seen accepted ([`Overdraw::UntilAccepted`]).
     pub(crate) fn client() -> Self {
         Self {
-            overdraw: Overdraw::FromSecondGrant { grants: 0 },
+            overdraw: Overdraw::UntilAccepted {
+                first: false,
+                later: 0,
+                sent: 0,
+            },
             ..Self::default()
         }
     }
@@ -115,7 +124,7 @@ impl SendCredit {
     pub(crate) fn fresh(&self) -> Self {
         match self.overdraw {
             Overdraw::Allowed => Self::default(),
-            Overdraw::FromSecondGrant { .. } => Self::client(),
+            Overdraw::UntilAccepted { .. } => Self::client(),
         }
     }
 
@@ -126,15 +135,22 @@ impl SendCredit {
         let paid = bytes.min(self.debt);
         self.debt -= paid;
         self.bytes = self.bytes.saturating_add(bytes - paid);
-        if let Overdraw::FromSecondGrant { grants } = &mut self.overdraw {
-            *grants = grants.saturating_add(1);
+        if let Overdraw::UntilAccepted { first, later, sent } = &mut self.overdraw {
+            if *first {
+                *later = later.saturating_add(u64::from(msgs));
+                if *later > *sent {
+                    self.overdraw = Overdraw::Allowed;
+                }
+            } else {
+                *first = true;
+            }
         }
     }
 
     /// Whether a record must fit in the byte credit left (no overdraw yet).
     #[inline]
     fn exact(&self) -> bool {
-        matches!(self.overdraw, Overdraw::FromSecondGrant { grants } if grants < 2)
+        matches!(self.overdraw, Overdraw::UntilAccepted { .. })
     }
 
     /// Whether a first record of `len()` bytes may go out now: always where it may overdraw,
@@ -159,6 +175,9 @@ impl SendCredit {
     /// zero, as record by record).
     #[inline]
     pub(crate) fn charge_run(&mut self, run: Run) {
+        if let Overdraw::UntilAccepted { sent, .. } = &mut self.overdraw {
+            *sent = sent.saturating_add(run.n as u64);
+        }
         self.msgs = self.msgs.saturating_sub(run.n as u64);
         let over = run.bytes.saturating_sub(self.bytes);
         self.bytes = self.bytes.saturating_sub(run.bytes);
@@ -1259,10 +1278,11 @@ mod tests {
     }
 
     // docs/CLIENT-PROTOCOL.md 5.1 — a client stays within the node's first grant (a stranger's
-    // window: a record that does not fit in what is left of its bytes is dropped by the node);
-    // from the second grant (the acceptance) its last record may overdraw as usual. Records of
-    // 18 bytes, a first grant of 4 records / 60 bytes: three fit (54), the fourth waits (and the
-    // ones behind it, in order) although messages and bytes are left; the second grant sends it.
+    // window: a record that does not fit in what is left of its bytes is dropped by the node),
+    // returns of credit included; once accepted (a grant of more messages than were sent) its
+    // last record may overdraw as usual. Records of 18 bytes, a first grant of 4 records / 60
+    // bytes: three fit (54), the fourth waits (and the ones behind it, in order) although
+    // messages and bytes are left; a return keeps it waiting, the acceptance sends it.
     #[test]
     fn a_client_never_overdraws_the_first_grant() {
         let budget = budget();
@@ -1287,8 +1307,19 @@ mod tests {
             let sent: usize = t.sent.iter().sum();
             assert_eq!(sent, 3, "framed: {framed}: only what fits the first grant");
             assert_eq!(credit.left(), (1, 6));
-            // The acceptance's grant: the rest may overdraw (the receiver returns it all).
+            // A return of credit (1 message: no more than were sent) keeps the bound.
             credit.grant(1, 10);
+            assert_eq!(
+                flush(&mut q, &mut credit, &budget, &batching, &mut t),
+                Flushed::CreditBlocked
+            );
+            assert_eq!(
+                t.sent.iter().sum::<usize>(),
+                3,
+                "framed: {framed}: 16 < 18 left"
+            );
+            // The acceptance's grant (more messages than were sent): the rest may overdraw.
+            credit.grant(3, 0);
             assert_eq!(
                 flush(&mut q, &mut credit, &budget, &batching, &mut t),
                 Flushed::CreditBlocked
@@ -1296,7 +1327,7 @@ mod tests {
             let sent: usize = t.sent.iter().sum();
             assert_eq!(
                 sent, 4,
-                "framed: {framed}: the fourth overdraws after the second grant"
+                "framed: {framed}: the fourth overdraws once accepted"
             );
             // A peer's credit may overdraw from its first grant on.
             let mut q = queue_of(&[(10, 0); 3], &budget);
