@@ -557,6 +557,12 @@ fn on_peer_request(node: &Node, key: DispatchKey, payload: Bytes, reply: ReplyHa
             };
             spawn_answered(node, reply, guard, work);
         }
+        protocol::PEER_FOLLOW => {
+            // A record forwarded by a moved actor's old owner (Message Follow): its terminal
+            // comes from the ordinary admission path; the guard is the forwarded work's own.
+            drop(guard);
+            tokio::spawn(async move { node.on_followed(payload, reply).await });
+        }
         _ => reply.error(
             ErrorKind::NotFound,
             format!("no node handler for key {key}"),

@@ -70,6 +70,9 @@ pub fn is_framework_key(key: DispatchKey) -> bool {
 pub(crate) const PEER_ACTIVATE: DispatchKey = DispatchKey::new(0xFFFF_FF01);
 /// Node-to-node: destroy an incarnation owned by the receiving node (payload [`DestroyActor`]).
 pub(crate) const PEER_DESTROY: DispatchKey = DispatchKey::new(0xFFFF_FF02);
+/// Node-to-node: a record forwarded once by a moved actor's old owner to its new owner
+/// (Message Follow, SB-5.10; payload `node::follow::Followed`).
+pub(crate) const PEER_FOLLOW: DispatchKey = DispatchKey::new(0xFFFF_FF10);
 
 /// Payload of `CREATE` / `GET_OR_CREATE`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -163,6 +166,11 @@ pub struct NodeInfo {
     /// non-zero counters.
     #[serde(default)]
     pub client_refusals: std::collections::BTreeMap<String, u64>,
+    /// Message Follow on this node as the old owner of moved actors (SB-5.10): `entries` (held
+    /// now), `installed`, `expired`, `evicted`, `forwarded` and `refused/<reason>` (the closed
+    /// vocabulary of `relocation::FollowRefusal`); only non-zero counters.
+    #[serde(default)]
+    pub message_follow: std::collections::BTreeMap<String, u64>,
 }
 
 /// Payload of `LIST_ACTORS`.
@@ -324,6 +332,11 @@ pub struct NodeCounters {
     pub metrics_refused: std::collections::BTreeMap<String, u64>,
     /// Actor relocations completed here (none until relocation exists).
     pub relocations: u64,
+    /// Message Follow (SB-5.10), every key: `entries` (held now), `installed`, `expired`,
+    /// `evicted`, `forwarded` and `refused/<reason>` (`relocation::FollowRefusal`). Absent
+    /// from older nodes' replies.
+    #[serde(default)]
+    pub message_follow: std::collections::BTreeMap<String, u64>,
     /// Location Store calls by operation (`register_owner`, `renew_owner`, …) with their
     /// summed latency.
     pub store: std::collections::BTreeMap<String, StoreOpStats>,

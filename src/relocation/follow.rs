@@ -126,11 +126,13 @@ pub enum FollowRefusal {
     AlreadyFollowed,
     /// The forward could not be sent to the target (the target node is not reachable).
     SendFailed,
+    /// The old owner's queue of forwards waiting to be sent was full (`Unavailable`).
+    QueueFull,
 }
 
 impl FollowRefusal {
     /// Every refusal, in counter order.
-    pub const ALL: [FollowRefusal; 7] = [
+    pub const ALL: [FollowRefusal; 8] = [
         FollowRefusal::NoRoute,
         FollowRefusal::Expired,
         FollowRefusal::WrongGeneration,
@@ -138,6 +140,7 @@ impl FollowRefusal {
         FollowRefusal::Sealed,
         FollowRefusal::AlreadyFollowed,
         FollowRefusal::SendFailed,
+        FollowRefusal::QueueFull,
     ];
 
     /// The counter label.
@@ -151,6 +154,7 @@ impl FollowRefusal {
             FollowRefusal::Sealed => "sealed",
             FollowRefusal::AlreadyFollowed => "already_followed",
             FollowRefusal::SendFailed => "send_failed",
+            FollowRefusal::QueueFull => "queue_full",
         }
     }
 
@@ -163,6 +167,7 @@ impl FollowRefusal {
             FollowRefusal::Sealed => 4,
             FollowRefusal::AlreadyFollowed => 5,
             FollowRefusal::SendFailed => 6,
+            FollowRefusal::QueueFull => 7,
         }
     }
 }
@@ -181,7 +186,7 @@ pub struct FollowCounters {
     /// Records forwarded to the new owner (each once).
     pub forwarded: u64,
     /// Records refused, by [`FollowRefusal`] (in [`FollowRefusal::ALL`] order).
-    pub refused: [u64; 7],
+    pub refused: [u64; 8],
 }
 
 impl FollowCounters {
