@@ -281,6 +281,58 @@ pub fn check_call(
     Ok(())
 }
 
+/// How a record's fences are compared with the incarnation it names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FenceUse {
+    /// A call, send or relay: ObjectGeneration, AuthorityOwnerGeneration and
+    /// OwnerLeaseGeneration (SB-12).
+    Call,
+    /// A bind: ObjectGeneration and AuthorityOwnerGeneration, never the lease (SB-5.2).
+    Bind,
+}
+
+/// The rule for a record whose incarnation **moved** away from this node (live relocation):
+/// the old owner compares the record with the fences the incarnation had *here* (`moved`: the
+/// owner's own, as [`check_call`] did before the move — ObjectGeneration, then
+/// AuthorityOwnerGeneration, then, for `FenceUse::Call`, OwnerLeaseGeneration); the process
+/// generation and the owner's standing are checked before, as for every record.
+///
+/// A record that passes is forwarded by Message Follow with the **new owner's** fences in
+/// place of its own (the target's committed AuthorityOwnerGeneration, OwnerLeaseGeneration and
+/// NodeGeneration; ActorId and ObjectGeneration are kept), so the new owner checks it exactly as
+/// any record ([`check_call`], [`check_bind`]) and never refuses it for carrying the source's
+/// fences: the source's fences are validated once, at the source (SB-2.1). Work captured by
+/// the hand-off carries no fences at all: it was admitted by the source before the seal and
+/// enters the target's temporary queue as it is.
+///
+/// # Errors
+/// [`ActorError::GenerationMismatch`] (`InvalidOperation`) for another incarnation,
+/// [`ActorError::StaleFence`] (`Unavailable`) for another authority or lease.
+pub fn check_moved(
+    moved: &CallFence,
+    record: &CallFence,
+    uses: FenceUse,
+) -> Result<(), ActorError> {
+    if moved.object_generation != record.object_generation {
+        return Err(ActorError::GenerationMismatch {
+            actor_id: record.actor_id.clone(),
+            expected: record.object_generation,
+            actual: moved.object_generation,
+        });
+    }
+    let stale = |fence| ActorError::StaleFence {
+        actor_id: record.actor_id.clone(),
+        fence,
+    };
+    if moved.authority_owner_generation != record.authority_owner_generation {
+        return Err(stale("authority"));
+    }
+    if uses == FenceUse::Call && moved.owner_lease_generation != record.owner_lease_generation {
+        return Err(stale("lease"));
+    }
+    Ok(())
+}
+
 /// The actor owner's bind approval (SB-5.2): ObjectGeneration, target NodeGeneration and
 /// AuthorityOwnerGeneration only — never the lease. A caller's lease copy differing from the
 /// owner's current lease never rejects a bind (it is checked by route-fence validation, SB-5.11).

@@ -168,8 +168,9 @@ pub struct NodeInfo {
     pub client_refusals: std::collections::BTreeMap<String, u64>,
     /// Message Follow on this node as the old owner of moved actors (SB-5.10): `entries` (held
     /// now), `installed`, `expired`, `evicted`, `forwarded` and `refused/<reason>` (the closed
-    /// vocabulary of `relocation::FollowRefusal`); only non-zero counters.
-    #[serde(default)]
+    /// vocabulary of `relocation::FollowRefusal`); only non-zero counters, and absent when
+    /// all are zero.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub message_follow: std::collections::BTreeMap<String, u64>,
 }
 
