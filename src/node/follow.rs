@@ -581,3 +581,7 @@ pub(super) fn counters_map(c: &FollowCounters) -> std::collections::BTreeMap<Str
     }
     m
 }
+
+#[cfg(test)]
+#[path = "follow_tests.rs"]
+mod tests;
