@@ -292,21 +292,6 @@ impl Node {
         deadline: Option<Instant>,
         reply: Option<ReplyTo>,
     ) -> Option<ActorError> {
-        self.on_actor_send_routed(sender, rec, payload, deadline, reply, Arrival::Direct)
-            .await
-    }
-
-    /// [`Node::on_actor_send`] for a 24 that arrived `arrival` (a forwarded one names its
-    /// session owner as `sender`, and is not forwarded again).
-    pub(crate) async fn on_actor_send_routed(
-        &self,
-        sender: &NodeRid,
-        rec: ActorSend,
-        payload: Bytes,
-        deadline: Option<Instant>,
-        reply: Option<ReplyTo>,
-        arrival: Arrival,
-    ) -> Option<ActorError> {
         let fence = CallFence {
             actor_id: rec.actor,
             object_generation: rec.object_generation,
@@ -327,9 +312,7 @@ impl Node {
             generation: rec.tail.binding_generation,
             sequence: rec.tail.session_sequence,
         };
-        let refused = self
-            .submit_routed(&fence, work, Some(&bound), arrival)
-            .await;
+        let refused = self.submit_checked(&fence, work, Some(&bound)).await;
         if let Some(e) = &refused {
             // Counted with its reason where it was decided (`submit_checked`).
             self.count_send_dropped();

@@ -216,9 +216,22 @@ impl Node {
         bound: Option<&BoundCheck<'_>>,
         intake: Intake<'_, impl FnOnce() -> Done>,
     ) -> (Admitted, Option<ActorError>) {
+        self.submit_routed_now(call, work, bound, intake, Arrival::Direct)
+    }
+
+    /// [`Node::submit_checked_now`] for a record that arrived `arrival` (see
+    /// [`Node::submit_routed`]).
+    pub(crate) fn submit_routed_now(
+        &self,
+        call: &CallFence,
+        work: Work,
+        bound: Option<&BoundCheck<'_>>,
+        intake: Intake<'_, impl FnOnce() -> Done>,
+        arrival: Arrival,
+    ) -> (Admitted, Option<ActorError>) {
         let Intake { release, mode, at } = intake;
         let mut work = work;
-        let (mailbox, at) = match self.check_submit(call, &mut work, bound, at, Arrival::Direct) {
+        let (mailbox, at) = match self.check_submit(call, &mut work, bound, at, arrival) {
             Checked::Done(e) => return (Admitted::Now, e),
             Checked::Ready(m, at) => (m, at),
             // Forwarded in arrival order; a request is answered through its reply route.

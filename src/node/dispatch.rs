@@ -465,6 +465,14 @@ async fn handle(node: &Node, inbound: Inbound) {
             node.sessions()
                 .packet(session, o.key, payload, None, no_release, Inline::No);
         }
+        // A record forwarded by a moved actor's old owner (Message Follow): taken here, in
+        // the order it was sent, without waiting for its actor.
+        (Origin::Peer { .. }, Record::Request(r)) if r.key == protocol::PEER_FOLLOW => {
+            match reply {
+                Some(reply) => node.on_followed(&payload, reply).await,
+                None => tracing::debug!("forwarded record without reply handle"),
+            }
+        }
         (Origin::Peer { .. }, Record::Request(r)) => match reply {
             Some(reply) => on_peer_request(node, r.key, payload, reply),
             None => tracing::debug!("peer request without reply handle"),
@@ -556,12 +564,6 @@ fn on_peer_request(node: &Node, key: DispatchKey, payload: Bytes, reply: ReplyHa
                 }
             };
             spawn_answered(node, reply, guard, work);
-        }
-        protocol::PEER_FOLLOW => {
-            // A record forwarded by a moved actor's old owner (Message Follow): its terminal
-            // comes from the ordinary admission path; the guard is the forwarded work's own.
-            drop(guard);
-            tokio::spawn(async move { node.on_followed(payload, reply).await });
         }
         _ => reply.error(
             ErrorKind::NotFound,

@@ -19,10 +19,12 @@ use super::{BoundCheck, Inner, Node, lock, protocol, request_error};
 use crate::actor::ActorError;
 use crate::actor::exec::{EndReason, InflightGuard, ReplyTo, Work};
 use crate::actor::fence::CallFence;
+use crate::backlog::{Done, Intake};
 use crate::relocation::FollowTable;
 use crate::relocation::follow::{
     self, FenceUse, FollowCounters, FollowLookup, FollowRefusal, FollowRoute,
 };
+use crate::runtime::{CycleStamp, Inline};
 use crate::store::ActorLocation;
 
 fn table(node: &Node) -> crate::sync::MutexGuard<'_, FollowTable> {
@@ -483,12 +485,16 @@ impl Node {
         )
     }
 
-    /// `PEER_FOLLOW` on the new owner: the forwarded record takes the ordinary admission path
-    /// with its origin as the sender and is never forwarded again. A request is answered by
-    /// the actor's turn (through the 144's reply), a send once it was admitted or refused, a
-    /// 38 with its terminal (then the 51 if it replaced a binding).
-    pub(super) async fn on_followed(&self, payload: Bytes, reply: ReplyHandle) {
-        let followed: Followed = match protocol::decode(&payload) {
+    /// `PEER_FOLLOW` on the new owner (from the inbound loop, in the order the old owner sent
+    /// them): the forwarded record takes the ordinary admission path with its origin as the
+    /// sender and is never forwarded again. A call or relay is submitted without waiting (a full
+    /// lane keeps it in the actor's backlog up to the lane's item limit, then `LaneFull`), so
+    /// forwards keep their order; a request is answered by the actor's turn (through the 144's
+    /// reply), a send once admitted or refused. A bind is one owning step, as a 38 is; an
+    /// unbind or disconnect (which waits for the Spot callback) runs in its own task; both
+    /// answer with their terminal (then the 51 if a bind replaced a binding).
+    pub(super) async fn on_followed(&self, payload: &[u8], reply: ReplyHandle) {
+        let followed: Followed = match protocol::decode(payload) {
             Ok(f) => f,
             Err(e) => {
                 reply.error(e.kind(), e.to_string());
@@ -502,16 +508,16 @@ impl Node {
         } = followed;
         let payload = Bytes::from(payload);
         let deadline_of = |d: Option<Deadline>| d.map(|d| Instant::now() + d.as_duration());
+        let queued = Intake {
+            release: None::<fn() -> Done>,
+            mode: Inline::No,
+            at: CycleStamp::NONE,
+        };
         match record {
             FollowedRecord::Call(call) => {
                 self.count_call_in();
                 let fence = CallFence::of_call(&call);
-                let request = call.deadline.is_some();
-                let (reply, answer) = if request {
-                    (Some(ReplyTo::Wire(reply)), None)
-                } else {
-                    (None, Some(reply))
-                };
+                let (reply, answer) = split_reply(call.deadline.is_some(), reply);
                 let work = Work {
                     key: call.key,
                     payload,
@@ -519,38 +525,74 @@ impl Node {
                     deadline: deadline_of(call.deadline),
                     guard: Some(self.inflight().enter()),
                 };
-                let refused = self
-                    .submit_routed(&fence, work, None, Arrival::Followed)
-                    .await;
+                let (_, refused) =
+                    self.submit_routed_now(&fence, work, None, queued, Arrival::Followed);
+                if refused.is_some() {
+                    self.count_send_dropped();
+                }
                 answer_send(answer, refused);
             }
             FollowedRecord::Relay(rec) => {
-                let request = rec.deadline.is_some();
-                let (reply, answer) = if request {
-                    (Some(ReplyTo::Wire(reply)), None)
-                } else {
-                    (None, Some(reply))
+                let fence = CallFence {
+                    actor_id: rec.actor.clone(),
+                    object_generation: rec.object_generation,
+                    authority_owner_generation: rec.authority_owner_generation,
+                    owner_lease_generation: rec.owner_lease_generation,
+                    node_generation: self.generation(),
                 };
-                let deadline = deadline_of(rec.deadline);
-                let refused = self
-                    .on_actor_send_routed(&origin, rec, payload, deadline, reply, Arrival::Followed)
-                    .await;
+                let (reply, answer) = split_reply(rec.deadline.is_some(), reply);
+                let work = Work {
+                    key: rec.key,
+                    payload,
+                    reply,
+                    deadline: deadline_of(rec.deadline),
+                    guard: Some(self.inflight().enter()),
+                };
+                let bound = BoundCheck {
+                    node: &origin,
+                    lifecycle: rec.session_lifecycle,
+                    generation: rec.tail.binding_generation,
+                    sequence: rec.tail.session_sequence,
+                };
+                let (_, refused) =
+                    self.submit_routed_now(&fence, work, Some(&bound), queued, Arrival::Followed);
+                if refused.is_some() {
+                    self.count_send_dropped();
+                }
                 answer_send(answer, refused);
             }
             FollowedRecord::Bind(rec) => {
-                let (out, replacement) = self
-                    .bind_at_owner_routed(&origin, rec, Arrival::Followed)
-                    .await;
-                let body = protocol::encode(&FollowedBindReply { result: out });
-                match body {
-                    Ok(b) => reply.reply(b),
-                    Err(e) => reply.error(e.kind(), e.to_string()),
-                }
-                if let Some(r) = replacement {
-                    self.send_replaced(r).await;
+                let operation = rec.operation;
+                let node = self.clone();
+                let bind = async move {
+                    let (out, replacement) = node
+                        .bind_at_owner_routed(&origin, rec, Arrival::Followed)
+                        .await;
+                    match protocol::encode(&FollowedBindReply { result: out }) {
+                        Ok(b) => reply.reply(b),
+                        Err(e) => reply.error(e.kind(), e.to_string()),
+                    }
+                    if let Some(r) = replacement {
+                        node.send_replaced(r).await;
+                    }
+                };
+                if operation == BindOperation::Bind {
+                    bind.await;
+                } else {
+                    tokio::spawn(bind);
                 }
             }
         }
+    }
+}
+
+/// A forwarded request keeps its reply route for the actor's turn; a send's 144 is answered
+/// here once it was admitted or refused.
+fn split_reply(request: bool, reply: ReplyHandle) -> (Option<ReplyTo>, Option<ReplyHandle>) {
+    if request {
+        (Some(ReplyTo::Wire(reply)), None)
+    } else {
+        (None, Some(reply))
     }
 }
 
