@@ -23,7 +23,6 @@
 
 mod create;
 mod error;
-pub(crate) use error::public_kind;
 pub(crate) mod exec;
 pub mod fence;
 mod message;

@@ -457,6 +457,21 @@ async fn handle(node: &Node, inbound: Inbound) {
         ) => {
             node.sessions().handle_replaced((&sender, generation), &rec);
         }
+        // Relocation, session side (SB-8): the seal (42 → 43 on its correlation) and the
+        // route update (44, never answered).
+        (
+            Origin::Peer {
+                node: sender,
+                generation,
+            },
+            Record::SessionRelocationSeal(rec),
+        ) => {
+            node.sessions()
+                .handle_seal((&sender, generation), &rec, reply);
+        }
+        (Origin::Peer { .. }, Record::SessionRelocationRoute(rec)) => {
+            node.sessions().handle_route(&rec);
+        }
         (Origin::Client { session }, Record::Request(r)) if !protocol::is_framework_key(r.key) => {
             node.sessions()
                 .packet(session, r.key, payload, reply, no_release, Inline::No);

@@ -447,6 +447,7 @@ impl Node {
         limits.application_items = limits.application_items.max(1);
         limits.lifecycle_items = limits.lifecycle_items.max(1);
         let held_limit = limits.application_items;
+        let seal_held_limit = (limits.application_items, limits.application_bytes);
         let runtime = Runtime::new(RuntimeConfig {
             limits,
             ..RuntimeConfig::default()
@@ -463,6 +464,8 @@ impl Node {
             binding_limit: options.max_bindings_per_session,
             request_timeout: options.request_timeout,
             clock: options.clock.clone(),
+            seal_timeout: options.session_relocation_seal_timeout,
+            held_limit: seal_held_limit,
         };
         let session_runtime = runtime.clone();
         let inflight = Arc::new(Inflight::default());
@@ -768,6 +771,14 @@ impl Node {
     #[must_use]
     pub fn session_flow(&self) -> &FlowCounters {
         self.inner.sessions.flow()
+    }
+
+    /// What the relocation seals of this node's sessions hold now (SB-8.2): seals, held
+    /// relays and their payload bytes; all 0 once every seal ended (commit, abort, timeout or
+    /// session end).
+    #[must_use]
+    pub fn session_seals(&self) -> crate::session::SealGauges {
+        self.inner.sessions.seal_gauges()
     }
 
     /// Inbound work that had to wait, per kind of target: actor lanes (24 and 160 from peers),
