@@ -17,7 +17,7 @@ use crate::actor::fence::CallFence;
 use crate::actor::{ActorRef, ActorRegistry, ActorTypeBuilder, Create, Handled, Message};
 use crate::clock::ManualClock;
 use crate::relocation::{FollowConfig, FollowRefusal};
-use crate::store::{LocationStore, MemoryStore};
+use crate::store::{FaultStore, LocationStore, MemoryStore};
 
 const WAIT: Duration = Duration::from_secs(20);
 
@@ -51,15 +51,25 @@ struct Pair {
     a: Node,
     b: Node,
     clock: Arc<ManualClock>,
+    /// `a`'s store handle (can be cut off) and lease clock.
+    a_store: Arc<FaultStore<Arc<dyn LocationStore>>>,
+    lease_clock: Arc<ManualClock>,
 }
 
 async fn pair(ttl: Duration) -> Pair {
-    let store: Arc<dyn LocationStore> = Arc::new(MemoryStore::new());
+    // The store's own clock never moves: only `a`'s local deadline can stop its lease.
+    let store: Arc<dyn LocationStore> = Arc::new(MemoryStore::with_clock(Arc::new(
+        ManualClock::at_wall(crate::store::contract::START),
+    )));
     let b = Node::start(NodeOptions::new(mesh("b"), store.clone(), registry()))
         .await
         .unwrap();
     let clock = Arc::new(ManualClock::new());
-    let mut oa = NodeOptions::new(mesh("a"), store, registry());
+    let lease_clock = Arc::new(ManualClock::new());
+    let a_store = Arc::new(FaultStore::new(store));
+    let mut oa = NodeOptions::new(mesh("a"), a_store.clone(), registry());
+    oa.lease_ttl = Duration::from_secs(3);
+    oa.lease_clock = lease_clock.clone();
     oa.peers = vec![b.address()];
     oa.clock = clock.clone();
     oa.message_follow = FollowConfig {
@@ -68,7 +78,13 @@ async fn pair(ttl: Duration) -> Pair {
     };
     let a = Node::start(oa).await.unwrap();
     assert!(a.wait_peers(WAIT).await.is_empty());
-    Pair { a, b, clock }
+    Pair {
+        a,
+        b,
+        clock,
+        a_store,
+        lease_clock,
+    }
 }
 
 /// `x` lives on `b`; `a` follows it there as if it had moved from `a` (its fences on `a`:
@@ -206,4 +222,41 @@ async fn a_forwarded_record_is_never_forwarded_again() {
         1
     );
     assert_eq!(p.a.follow_counters().forwarded, 2);
+}
+
+// spec: SB-5.11 (a follow route is a stored route: the old owner forwards only within its own
+// local lease deadline; a store outage never extends it)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_old_owner_forwards_only_within_its_own_lease() {
+    let p = pair(Duration::from_secs(60)).await;
+    let (stale, _) = moved(&p, "x").await;
+    let t = Duration::from_secs(10);
+    assert_eq!(p.a.request(&stale, &Add(1), t).await.unwrap(), 1);
+    p.a_store.set_down(true);
+    // Past the local deadline (TTL − TTL/10 = 2.7 s) without a successful renewal.
+    p.lease_clock.advance(Duration::from_secs(1));
+    let renewals_failed = || p.a_store.failed_renewals();
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while renewals_failed() < 1 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    p.lease_clock.advance(Duration::from_millis(1_800));
+    assert_eq!(p.a.lease_remaining(), Duration::ZERO);
+    assert_eq!(
+        request_kind(p.a.request(&stale, &Add(1), t).await),
+        ErrorKind::Unavailable
+    );
+    assert_eq!(
+        p.b.request(&stale, &Add(1), t).await.unwrap_err().kind(),
+        ErrorKind::Unavailable
+    );
+    assert_eq!(p.a.follow_counters().forwarded, 1);
+    // A renewal of the same lease restores the follow (its time had not run out).
+    p.a_store.set_down(false);
+    p.lease_clock.advance(Duration::from_millis(400));
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while p.a.lease_remaining() == Duration::ZERO && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    assert_eq!(p.a.request(&stale, &Add(1), t).await.unwrap(), 2);
 }
