@@ -36,6 +36,7 @@ pub use message::{
     ActorCtx, ActorHost, CLOSE_SESSION_KEY, Handled, HandlerError, Message, RESERVED_KEYS_START,
 };
 pub use reference::{ActorRef, LocationSnapshot};
+pub(crate) use registry::ActorInstance;
 pub use registry::{
     ActivationInfo, ActorRegistry, ActorType, ActorTypeBuilder, MigratedState, MigrationMode,
 };

@@ -488,7 +488,21 @@ async fn handle(node: &Node, inbound: Inbound) {
                 None => tracing::debug!("forwarded record without reply handle"),
             }
         }
-        (Origin::Peer { .. }, Record::Request(r)) => match reply {
+        (Origin::Peer { node: sender, .. }, Record::Request(r)) => match reply {
+            // The relocation hand-off records, in arrival order on this loop (`relocate.rs`).
+            Some(reply) if r.key == protocol::PEER_RELOCATE_WORK => {
+                node.on_relocate_work(&sender, &payload, deadline, reply)
+                    .await;
+            }
+            Some(reply) if r.key == protocol::PEER_RELOCATE_RESTORE => {
+                node.on_relocate_restore(sender, &payload, reply);
+            }
+            Some(reply) if r.key == protocol::PEER_RELOCATE_CUTOVER => {
+                node.on_relocate_cutover(&sender, &payload, reply);
+            }
+            Some(reply) if r.key == protocol::PEER_RELOCATE_RESULT => {
+                node.on_relocate_result(&sender, &payload, reply);
+            }
             Some(reply) => on_peer_request(node, r.key, payload, reply),
             None => tracing::debug!("peer request without reply handle"),
         },

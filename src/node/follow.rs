@@ -17,7 +17,7 @@ use zlink_wire::{
 
 use super::{BoundCheck, Inner, Node, lock, protocol, request_error};
 use crate::actor::ActorError;
-use crate::actor::exec::{EndReason, InflightGuard, ReplyTo, Work};
+use crate::actor::exec::{InflightGuard, ReplyTo, Work};
 use crate::actor::fence::CallFence;
 use crate::backlog::{Done, Intake};
 use crate::relocation::FollowTable;
@@ -48,14 +48,12 @@ impl Node {
     /// A relocation sealed `actor`'s incarnation `object_generation` here and has not committed:
     /// binds naming it answer `Unavailable` (SB-5.12) until [`Node::install_follow`] /
     /// [`Node::end_moved`] (commit) or [`Node::release_follow`] (abort).
-    #[allow(dead_code)] // called by the relocation drivers
     pub(crate) fn seal_follow(&self, actor: ActorId, object_generation: ObjectGeneration) {
         let now = self.follow_now();
         table(self).seal(actor, object_generation, now);
     }
 
     /// The relocation of that incarnation aborted: its pre-commit seal entry ends.
-    #[allow(dead_code)] // called by the relocation drivers
     pub(crate) fn release_follow(&self, actor: &ActorId, object_generation: ObjectGeneration) {
         table(self).release(actor, object_generation);
     }
@@ -63,7 +61,6 @@ impl Node {
     /// The relocation of the incarnation whose fences here were `source` committed at `target`
     /// (the target's committed store record): records for it are forwarded there for
     /// [`crate::relocation::FollowConfig::ttl`].
-    #[allow(dead_code)] // called by the relocation drivers
     pub(crate) fn install_follow(&self, source: &CallFence, target: ActorLocation) {
         let now = self.follow_now();
         table(self).install(source.clone(), target, now);
@@ -74,7 +71,7 @@ impl Node {
     /// finds the actor neither live nor followed. Queued work still in its lane answers
     /// `Unavailable` (the hand-off captured it before). `false` when no such incarnation
     /// lives here (nothing installed).
-    #[allow(dead_code)] // called by the relocation drivers
+    #[cfg(test)] // the relocation driver does the same in its own step (`relocate.rs`)
     pub(crate) fn end_moved(&self, target: &ActorLocation) -> bool {
         let now = self.follow_now();
         let removed = {
@@ -93,7 +90,7 @@ impl Node {
             removed
         };
         if let Some(mut a) = removed {
-            a.end(EndReason::Fenced);
+            a.end(crate::actor::exec::EndReason::Fenced);
             self.leave_spot(&a.spot);
         }
         true

@@ -33,6 +33,8 @@ mod local;
 pub mod metrics;
 mod peers;
 pub mod protocol;
+mod relocate;
+pub use relocate::{RelocateError, RelocationCounters, RelocationReport, RelocationSummary};
 mod shutdown;
 
 use std::collections::HashMap;
@@ -368,6 +370,12 @@ struct Inner {
     follow_clock: Arc<dyn Clock>,
     /// Message Follow's ordered sender of forwards (`follow.rs`).
     follow_out: follow::Forwarder,
+    /// Relocations in progress, the last finished ones, counters ([`relocate`]).
+    relocations: relocate::Relocations,
+    /// The timings of the relocations this node takes part in.
+    relocation: crate::relocation::RelocationConfig,
+    /// The node's clock ([`NodeOptions::clock`]): the relocation drivers' timers.
+    clock: Arc<dyn Clock>,
 }
 
 /// A running node. Cheap to clone (a handle).
@@ -453,6 +461,11 @@ impl Node {
             ..RuntimeConfig::default()
         })
         .map_err(NodeError::Runtime)?;
+        let relocation = crate::relocation::RelocationConfig {
+            seal_timeout: options.session_relocation_seal_timeout,
+            ..crate::relocation::RelocationConfig::default()
+        };
+        let node_clock = options.clock.clone();
         let (packets, callbacks) = {
             let registry = options.sessions.registry()?;
             (registry, options.sessions.into_parts().1)
@@ -524,6 +537,9 @@ impl Node {
                 )),
                 follow_clock: options.clock,
                 follow_out: follow::Forwarder::default(),
+                relocations: relocate::Relocations::default(),
+                relocation,
+                clock: node_clock,
             }),
         };
         node.spawn_background(inbound);
