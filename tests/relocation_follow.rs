@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use node_common::{TIMEOUT, bind, client_of, mesh_config, relay_req, rid};
 use serde::{Deserialize, Serialize};
+use tokio::sync::watch;
 use zlink::actor::{
     ActorError, ActorId, ActorRef, ActorRegistry, ActorTypeBuilder, Create, DispatchKey, Handled,
     HandlerError, Message,
@@ -37,11 +38,30 @@ impl Message for Add {
     type Reply = u64;
 }
 
-fn registry() -> ActorRegistry {
+/// Keeps the turn until the test's gate opens (so a relocation waits in its seal).
+#[derive(Serialize, Deserialize)]
+struct Hold;
+impl Message for Hold {
+    const KEY: DispatchKey = DispatchKey::new(2);
+    type Reply = ();
+}
+
+fn registry(gate: watch::Receiver<bool>) -> ActorRegistry {
     let tally = ActorTypeBuilder::new("tally", |_info, _init| Ok(0u64))
         .handle(|total: &mut u64, _ctx, Add(n)| {
             *total += n;
             Handled::ok(*total)
+        })
+        .handle(move |_total: &mut u64, _ctx, Hold| {
+            let mut gate = gate.clone();
+            Handled::later(async move {
+                while !*gate.borrow_and_update() {
+                    if gate.changed().await.is_err() {
+                        break;
+                    }
+                }
+                Ok(())
+            })
         })
         .migrate(
             |total: &u64| Ok::<_, HandlerError>(*total),
@@ -62,6 +82,8 @@ struct Trio {
     /// `a`'s session clock: its follow time.
     clock: Arc<ManualClock>,
     tap_a: WireTap,
+    /// Opens every `Hold` turn.
+    gate: watch::Sender<bool>,
 }
 
 async fn start(
@@ -70,11 +92,12 @@ async fn start(
     peers: Vec<zlink_mesh::PeerAddress>,
     follow: Option<(Arc<ManualClock>, Duration)>,
     tap: Option<WireTap>,
+    gate: watch::Receiver<bool>,
 ) -> Node {
     let mut mc = mesh_config(name);
     mc.client_endpoint = Some("tcp://127.0.0.1:*".to_owned());
     mc.tap = tap;
-    let mut o = NodeOptions::new(mc, store, registry())
+    let mut o = NodeOptions::new(mc, store, registry(gate))
         .with_sessions(zlink_apps::demo::sessions())
         .unwrap()
         .with_client_access(zlink::node::access::ClientAccess::open());
@@ -92,8 +115,17 @@ async fn start(
 async fn trio(ttl: Duration) -> Trio {
     let store = Arc::new(CountingStore::new(MemoryStore::new()));
     let dyn_store: Arc<dyn LocationStore> = store.clone();
-    let c = start("c", dyn_store.clone(), vec![], None, None).await;
-    let b = start("b", dyn_store.clone(), vec![c.address()], None, None).await;
+    let (gate, open) = watch::channel(false);
+    let c = start("c", dyn_store.clone(), vec![], None, None, open.clone()).await;
+    let b = start(
+        "b",
+        dyn_store.clone(),
+        vec![c.address()],
+        None,
+        None,
+        open.clone(),
+    )
+    .await;
     let clock = Arc::new(ManualClock::new());
     let tap_a = WireTap::new(20_000);
     let a = start(
@@ -102,6 +134,7 @@ async fn trio(ttl: Duration) -> Trio {
         vec![b.address(), c.address()],
         Some((clock.clone(), ttl)),
         Some(tap_a.clone()),
+        open,
     )
     .await;
     assert!(a.wait_peers(TIMEOUT).await.is_empty());
@@ -123,6 +156,7 @@ async fn trio(ttl: Duration) -> Trio {
         store,
         clock,
         tap_a,
+        gate,
     }
 }
 
@@ -292,4 +326,55 @@ async fn a_recreated_actors_old_incarnation_gets_its_own_kind() {
         ErrorKind::Unavailable
     );
     assert_eq!(t.a.follow_counters().forwarded, 2);
+}
+
+// spec: SB-5.12, SB-12
+// A bind that reaches the old owner while the relocation is sealed (pre-commit) is answered
+// `Unavailable` — neither served by the source nor followed — and the same bind after the
+// commit is followed to the new owner.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bind_during_the_pre_commit_seal_is_unavailable() {
+    let t = trio(Duration::from_secs(5)).await;
+    let stale =
+        t.a.create(Create::new("tally", ActorId::new("x").unwrap()))
+            .await
+            .unwrap();
+    let hold = {
+        let (a, x) = (t.a.clone(), stale.clone());
+        tokio::spawn(async move { a.request(&x, &Hold, TIMEOUT).await })
+    };
+    node_common::wait_until("hold running", || t.a.stats().turns >= 1).await;
+    let relocating = {
+        let (a, x) = (t.a.clone(), stale.clone());
+        tokio::spawn(async move { a.relocate(&x, rid("b")).await })
+    };
+    node_common::wait_until("sealed", || {
+        t.a.relocations().0.iter().any(|r| r.phase == "Quiescing")
+    })
+    .await;
+    let on_c = client_of(&t.c);
+    let e = tokio::time::timeout(
+        TIMEOUT,
+        on_c.packet(&zlink_apps::demo::session::Bind {
+            actor: stale.clone(),
+        }),
+    )
+    .await
+    .expect("bind answered")
+    .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Unavailable, "{e}");
+    assert_eq!(t.a.follow_counters().refused(FollowRefusal::Sealed), 1);
+    t.gate.send(true).unwrap();
+    tokio::time::timeout(TIMEOUT, hold)
+        .await
+        .expect("hold ended")
+        .unwrap()
+        .unwrap();
+    let report = tokio::time::timeout(TIMEOUT, relocating)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(bind(&on_c, &stale).await, report.actor);
+    assert_eq!(t.a.follow_counters().forwarded, 1);
 }

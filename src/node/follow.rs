@@ -406,9 +406,9 @@ impl Node {
                 // A bind to a sealed incarnation (pre-commit) is `Unavailable` (SB-5.12).
                 if req.operation == BindOperation::Bind && arrival == Arrival::Direct {
                     let now = self.follow_now();
-                    if let FollowLookup::Sealed =
-                        table(self).lookup(&req.actor, req.object_generation, now)
-                    {
+                    // The table's guard ends here, before the refusal is counted.
+                    let found = table(self).lookup(&req.actor, req.object_generation, now);
+                    if found == FollowLookup::Sealed {
                         self.count_follow_refused(FollowRefusal::Sealed);
                         return Some(Err(ActorError::StaleFence {
                             actor_id: req.actor.clone(),
