@@ -363,6 +363,12 @@ struct Inner {
     metrics_addr: Option<std::net::SocketAddr>,
     /// Client sessions' rights and the refusal counters ([`access`]).
     access: Arc<access::ClientAccessTable>,
+    /// Relocations in progress, the last finished ones, counters ([`relocate`]).
+    relocations: relocate::Relocations,
+    /// The timings of the relocations this node takes part in.
+    relocation: crate::relocation::RelocationConfig,
+    /// The node's clock ([`NodeOptions::clock`]): the relocation drivers' timers.
+    clock: Arc<dyn Clock>,
     /// Message Follow of the actors that moved away from here (`follow.rs`); locked after
     /// `actors` when both are held.
     follow: crate::sync::Mutex<crate::relocation::FollowTable>,
@@ -370,12 +376,6 @@ struct Inner {
     follow_clock: Arc<dyn Clock>,
     /// Message Follow's ordered sender of forwards (`follow.rs`).
     follow_out: follow::Forwarder,
-    /// Relocations in progress, the last finished ones, counters ([`relocate`]).
-    relocations: relocate::Relocations,
-    /// The timings of the relocations this node takes part in.
-    relocation: crate::relocation::RelocationConfig,
-    /// The node's clock ([`NodeOptions::clock`]): the relocation drivers' timers.
-    clock: Arc<dyn Clock>,
 }
 
 /// A running node. Cheap to clone (a handle).
@@ -532,14 +532,14 @@ impl Node {
                 metrics: node_metrics,
                 metrics_addr: metrics_listener.as_ref().map(|(_, a)| *a),
                 access: access::ClientAccessTable::new(options.client_access),
+                relocations: relocate::Relocations::default(),
+                relocation,
+                clock: node_clock,
                 follow: crate::sync::Mutex::new(crate::relocation::FollowTable::new(
                     options.message_follow,
                 )),
                 follow_clock: options.clock,
                 follow_out: follow::Forwarder::default(),
-                relocations: relocate::Relocations::default(),
-                relocation,
-                clock: node_clock,
             }),
         };
         node.spawn_background(inbound);
