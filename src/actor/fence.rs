@@ -377,6 +377,28 @@ mod tests {
         r.err().map(|e| e.kind())
     }
 
+    // spec: SB-5.10, SB-5.2 (a moved incarnation's record is checked against the fences it had
+    // here: another incarnation is InvalidOperation, another authority or — except for a bind —
+    // lease Unavailable)
+    #[test]
+    fn a_moved_incarnations_records_are_checked_against_its_fences_here() {
+        let moved = fence(2, 3, 4, 7);
+        assert!(check_moved(&moved, &fence(2, 3, 4, 7), FenceUse::Call).is_ok());
+        assert_eq!(
+            kind(check_moved(&moved, &fence(1, 3, 4, 7), FenceUse::Call)),
+            Some(ErrorKind::InvalidOperation)
+        );
+        assert_eq!(
+            kind(check_moved(&moved, &fence(2, 2, 4, 7), FenceUse::Bind)),
+            Some(ErrorKind::Unavailable)
+        );
+        assert_eq!(
+            kind(check_moved(&moved, &fence(2, 3, 5, 7), FenceUse::Call)),
+            Some(ErrorKind::Unavailable)
+        );
+        assert!(check_moved(&moved, &fence(2, 3, 5, 7), FenceUse::Bind).is_ok());
+    }
+
     // spec: SB-12 (each row of the failure table that the owner decides)
     #[test]
     fn owner_checks_follow_the_failure_table() {
