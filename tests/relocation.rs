@@ -774,8 +774,10 @@ async fn relocate_moves_the_state_and_the_queued_work_in_order() {
     assert_eq!(keys.iter().filter(|k| **k == WORK).count(), 7, "{keys:x?}");
     assert_eq!(report.relayed, 7);
     assert_eq!(keys.last(), Some(&CUTOVER), "{keys:x?}");
-    // `a` no longer serves it; nothing of the relocation stays on either node.
-    assert!(p.a.request(&actor, &GetSeen, T).await.is_err());
+    // `a` no longer serves it: the old ref is forwarded once to `b` (Message Follow,
+    // `tests/relocation_follow.rs`); nothing of the relocation stays on either node.
+    assert_eq!(p.a.request(&actor, &GetSeen, T).await.unwrap(), seen);
+    assert_eq!(p.a.follow_counters().forwarded, 1);
     node_common::wait_until("relocation state freed", || {
         p.a.relocations_in_progress() == 0 && p.b.relocations_in_progress() == 0
     })

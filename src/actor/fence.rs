@@ -281,6 +281,58 @@ pub fn check_call(
     Ok(())
 }
 
+/// How a record's fences are compared with the incarnation it names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FenceUse {
+    /// A call, send or relay: ObjectGeneration, AuthorityOwnerGeneration and
+    /// OwnerLeaseGeneration (SB-12).
+    Call,
+    /// A bind: ObjectGeneration and AuthorityOwnerGeneration, never the lease (SB-5.2).
+    Bind,
+}
+
+/// The rule for a record whose incarnation **moved** away from this node (live relocation):
+/// the old owner compares the record with the fences the incarnation had *here* (`moved`: the
+/// owner's own, as [`check_call`] did before the move — ObjectGeneration, then
+/// AuthorityOwnerGeneration, then, for `FenceUse::Call`, OwnerLeaseGeneration); the process
+/// generation and the owner's standing are checked before, as for every record.
+///
+/// A record that passes is forwarded by Message Follow with the **new owner's** fences in
+/// place of its own (the target's committed AuthorityOwnerGeneration, OwnerLeaseGeneration and
+/// NodeGeneration; ActorId and ObjectGeneration are kept), so the new owner checks it exactly as
+/// any record ([`check_call`], [`check_bind`]) and never refuses it for carrying the source's
+/// fences: the source's fences are validated once, at the source (SB-2.1). Work captured by
+/// the hand-off carries no fences at all: it was admitted by the source before the seal and
+/// enters the target's temporary queue as it is.
+///
+/// # Errors
+/// [`ActorError::GenerationMismatch`] (`InvalidOperation`) for another incarnation,
+/// [`ActorError::StaleFence`] (`Unavailable`) for another authority or lease.
+pub fn check_moved(
+    moved: &CallFence,
+    record: &CallFence,
+    uses: FenceUse,
+) -> Result<(), ActorError> {
+    if moved.object_generation != record.object_generation {
+        return Err(ActorError::GenerationMismatch {
+            actor_id: record.actor_id.clone(),
+            expected: record.object_generation,
+            actual: moved.object_generation,
+        });
+    }
+    let stale = |fence| ActorError::StaleFence {
+        actor_id: record.actor_id.clone(),
+        fence,
+    };
+    if moved.authority_owner_generation != record.authority_owner_generation {
+        return Err(stale("authority"));
+    }
+    if uses == FenceUse::Call && moved.owner_lease_generation != record.owner_lease_generation {
+        return Err(stale("lease"));
+    }
+    Ok(())
+}
+
 /// The actor owner's bind approval (SB-5.2): ObjectGeneration, target NodeGeneration and
 /// AuthorityOwnerGeneration only — never the lease. A caller's lease copy differing from the
 /// owner's current lease never rejects a bind (it is checked by route-fence validation, SB-5.11).
@@ -323,6 +375,28 @@ mod tests {
 
     fn kind(r: Result<(), ActorError>) -> Option<ErrorKind> {
         r.err().map(|e| e.kind())
+    }
+
+    // spec: SB-5.10, SB-5.2 (a moved incarnation's record is checked against the fences it had
+    // here: another incarnation is InvalidOperation, another authority or — except for a bind —
+    // lease Unavailable)
+    #[test]
+    fn a_moved_incarnations_records_are_checked_against_its_fences_here() {
+        let moved = fence(2, 3, 4, 7);
+        assert!(check_moved(&moved, &fence(2, 3, 4, 7), FenceUse::Call).is_ok());
+        assert_eq!(
+            kind(check_moved(&moved, &fence(1, 3, 4, 7), FenceUse::Call)),
+            Some(ErrorKind::InvalidOperation)
+        );
+        assert_eq!(
+            kind(check_moved(&moved, &fence(2, 2, 4, 7), FenceUse::Bind)),
+            Some(ErrorKind::Unavailable)
+        );
+        assert_eq!(
+            kind(check_moved(&moved, &fence(2, 3, 5, 7), FenceUse::Call)),
+            Some(ErrorKind::Unavailable)
+        );
+        assert!(check_moved(&moved, &fence(2, 3, 5, 7), FenceUse::Bind).is_ok());
     }
 
     // spec: SB-12 (each row of the failure table that the owner decides)

@@ -15,6 +15,7 @@ use zlink_wire::{
     DispatchKey, ErrorKind, NodeRid, OwnerLeaseGeneration, PreviousSessionOwner, SessionRid,
 };
 
+use super::follow::Arrival;
 use super::{Inner, Node, lock, request_error, send_error};
 use crate::actor::exec::{ReplyTo, Work};
 use crate::actor::fence::{self, CallFence};
@@ -47,6 +48,27 @@ impl Node {
         sender: &NodeRid,
         req: BoundSessionBind,
     ) -> (Result<BindSnapshot, Refusal>, Option<Replacement>) {
+        self.bind_at_owner_routed(sender, req, Arrival::Direct)
+            .await
+    }
+
+    /// [`Node::bind_at_owner`] for a 38 that arrived `arrival`: one for an actor that moved
+    /// away from here is forwarded once to its new owner (SB-5.12), whose terminal it returns.
+    pub(crate) async fn bind_at_owner_routed(
+        &self,
+        sender: &NodeRid,
+        req: BoundSessionBind,
+        arrival: Arrival,
+    ) -> (Result<BindSnapshot, Refusal>, Option<Replacement>) {
+        if let Some(out) = self.follow_bind(sender, &req, arrival).await {
+            if let Err(e) = &out {
+                let reason = FlowReject::of_fence(e);
+                self.sessions()
+                    .flow()
+                    .reject(FlowRecord::Bind, reason, &req.actor);
+            }
+            return (out.map_err(|e| refusal(&e)), None);
+        }
         match req.operation {
             BindOperation::Bind => self.register_binding(sender, &req),
             _ => (self.tombstone_binding(sender, &req).await, None),
@@ -288,6 +310,7 @@ impl Node {
             node: sender,
             lifecycle: rec.session_lifecycle,
             generation: rec.tail.binding_generation,
+            sequence: rec.tail.session_sequence,
         };
         let refused = self.submit_checked(&fence, work, Some(&bound)).await;
         if let Some(e) = &refused {
@@ -328,6 +351,7 @@ impl Node {
             node: sender,
             lifecycle: rec.session_lifecycle,
             generation: rec.tail.binding_generation,
+            sequence: rec.tail.session_sequence,
         };
         let (admitted, refused) = self.submit_checked_now(&fence, work, Some(&bound), intake);
         if let Some(e) = &refused {

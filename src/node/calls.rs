@@ -11,11 +11,13 @@ use tokio::sync::oneshot;
 use zlink_mesh::{Record, RequestError, SendError};
 use zlink_wire::{ActorCall, Deadline, DispatchKey, NodeRid};
 
+use super::follow::Arrival;
 use super::{BoundCheck, Node, lock};
 use crate::actor::exec::{Mailbox, ReplyTo, Work};
 use crate::actor::fence::{self, CallFence};
 use crate::actor::{ActorError, ActorRef, Message};
 use crate::backlog::{Admitted, Done, Intake};
+use crate::relocation::follow::{FenceUse, FollowRefusal, FollowRoute};
 use crate::runtime::CycleStamp;
 
 impl Node {
@@ -174,11 +176,29 @@ impl Node {
         work: Work,
         bound: Option<&BoundCheck<'_>>,
     ) -> Option<ActorError> {
+        self.submit_routed(call, work, bound, Arrival::Direct).await
+    }
+
+    /// [`Node::submit_checked`] for a record that arrived `arrival`: a record for an actor not
+    /// live here takes Message Follow only if it was not forwarded already.
+    pub(crate) async fn submit_routed(
+        &self,
+        call: &CallFence,
+        work: Work,
+        bound: Option<&BoundCheck<'_>>,
+        arrival: Arrival,
+    ) -> Option<ActorError> {
         let mut work = work;
-        match self.check_submit(call, &mut work, bound, CycleStamp::NONE) {
+        match self.check_submit(call, &mut work, bound, CycleStamp::NONE, arrival) {
             Checked::Done(e) => e,
             // A failed submission dropped the work, which answered a request already.
             Checked::Ready(mailbox, _) => mailbox.submit(work).await.err(),
+            // A send's refusal by the new owner comes back to a sender that waits here.
+            Checked::Follow(route) => match self.follow_work(&route, call, work, bound, true) {
+                Ok(Some(rx)) => rx.await.unwrap_or(None),
+                Ok(None) => None,
+                Err(e) => Some(e),
+            },
         }
     }
 
@@ -196,11 +216,31 @@ impl Node {
         bound: Option<&BoundCheck<'_>>,
         intake: Intake<'_, impl FnOnce() -> Done>,
     ) -> (Admitted, Option<ActorError>) {
+        self.submit_routed_now(call, work, bound, intake, Arrival::Direct)
+    }
+
+    /// [`Node::submit_checked_now`] for a record that arrived `arrival` (see
+    /// [`Node::submit_routed`]).
+    pub(crate) fn submit_routed_now(
+        &self,
+        call: &CallFence,
+        work: Work,
+        bound: Option<&BoundCheck<'_>>,
+        intake: Intake<'_, impl FnOnce() -> Done>,
+        arrival: Arrival,
+    ) -> (Admitted, Option<ActorError>) {
         let Intake { release, mode, at } = intake;
         let mut work = work;
-        let (mailbox, at) = match self.check_submit(call, &mut work, bound, at) {
+        let (mailbox, at) = match self.check_submit(call, &mut work, bound, at, arrival) {
             Checked::Done(e) => return (Admitted::Now, e),
             Checked::Ready(m, at) => (m, at),
+            // Forwarded in arrival order; a request is answered through its reply route.
+            Checked::Follow(route) => {
+                return match self.follow_work(&route, call, work, bound, false) {
+                    Ok(_) => (Admitted::Now, None),
+                    Err(e) => (Admitted::Now, Some(e)),
+                };
+            }
         };
         let backlogs = &self.inner.actor_backlogs;
         if release.is_none() && backlogs.queued(&call.actor_id) >= self.inner.held_limit {
@@ -247,6 +287,7 @@ impl Node {
         work: &mut Work,
         bound: Option<&BoundCheck<'_>>,
         given: CycleStamp,
+        arrival: Arrival,
     ) -> Checked {
         // One lock for the fence check and the barrier decision, so a record is held only by
         // the incarnation that admitted it.
@@ -270,6 +311,24 @@ impl Node {
                 retired,
                 call,
             );
+            // Not live here and never destroyed here: Message Follow decides (SB-5.10) — a
+            // moved incarnation's record is forwarded once, anything else refused with the
+            // failure table's kind. A record forwarded already is not forwarded again.
+            let checked = match checked {
+                Err(ActorError::StaleFence {
+                    fence: "location", ..
+                }) if live.is_none() => match arrival {
+                    Arrival::Direct => match self.follow_decide(retired, call, FenceUse::Call) {
+                        Ok(route) => return Checked::Follow(route),
+                        Err(e) => Err(e),
+                    },
+                    Arrival::Followed => {
+                        self.count_follow_refused(FollowRefusal::AlreadyFollowed);
+                        checked
+                    }
+                },
+                c => c,
+            };
             // SB-4.1, SB-12: a 24 of another incarnation, or of one destroyed here, is
             // refused because its binding ended with that incarnation (a stale binding
             // fence, `Unavailable`, as the session owner answers a relay through a retired
@@ -467,4 +526,6 @@ enum Checked {
     /// May enter the actor's lane (with the caller's work); the cycle reading the admission's
     /// standing was asked at.
     Ready(Mailbox, CycleStamp),
+    /// The actor moved away from here: forward the work once on this route (Message Follow).
+    Follow(FollowRoute),
 }

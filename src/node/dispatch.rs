@@ -480,6 +480,14 @@ async fn handle(node: &Node, inbound: Inbound) {
             node.sessions()
                 .packet(session, o.key, payload, None, no_release, Inline::No);
         }
+        // A record forwarded by a moved actor's old owner (Message Follow): taken here, in
+        // the order it was sent, without waiting for its actor.
+        (Origin::Peer { .. }, Record::Request(r)) if r.key == protocol::PEER_FOLLOW => {
+            match reply {
+                Some(reply) => node.on_followed(&payload, reply).await,
+                None => tracing::debug!("forwarded record without reply handle"),
+            }
+        }
         (Origin::Peer { node: sender, .. }, Record::Request(r)) => match reply {
             // The relocation hand-off records, in arrival order on this loop (`relocate.rs`).
             Some(reply) if r.key == protocol::PEER_RELOCATE_WORK => {

@@ -521,6 +521,7 @@ impl Node {
             client_refusals: i.access.refusals(),
             metrics_refused: i.metrics.endpoint.refused(),
             relocations: self.relocations().1.committed,
+            message_follow: super::follow::counters_map(&self.follow_counters()),
             store: i.metrics.store.snapshot(),
         }
     }
@@ -878,6 +879,43 @@ impl Collector for NodeCollector {
             durations.metric_type(),
         )?;
         durations.encode(m)?;
+        let follow = |k: &str| c.message_follow.get(k).copied().unwrap_or(0);
+        gauge(
+            e,
+            "zlink_follow_entries",
+            "Moved actors this node forwards for now (Message Follow)",
+            follow("entries"),
+        )?;
+        let ended: BTreeMap<String, u64> = ["installed", "expired", "evicted"]
+            .into_iter()
+            .map(|k| (k.to_owned(), follow(k)))
+            .collect();
+        family(
+            e,
+            "zlink_follow_entry_events",
+            "Message Follow entries installed at a commit, expired at their TTL, evicted at the bound",
+            MetricType::Counter,
+            singles(&ended, "event"),
+        )?;
+        let records: BTreeMap<String, u64> = c
+            .message_follow
+            .iter()
+            .filter_map(|(k, v)| {
+                let r = if k == "forwarded" {
+                    k.as_str()
+                } else {
+                    k.strip_prefix("refused/")?
+                };
+                Some((r.to_owned(), *v))
+            })
+            .collect();
+        family(
+            e,
+            "zlink_follow_records",
+            "Records for moved actors at their old owner: forwarded once, or refused by reason",
+            MetricType::Counter,
+            singles(&records, "result"),
+        )?;
         let latency = &node.inner.metrics.store.family;
         let m = e.encode_descriptor(
             "zlink_store_operation_duration_seconds",

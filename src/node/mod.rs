@@ -374,6 +374,8 @@ struct Inner {
     follow: crate::sync::Mutex<crate::relocation::FollowTable>,
     /// The clock Message Follow's deadlines are read on (the session clock).
     follow_clock: Arc<dyn Clock>,
+    /// Message Follow's ordered sender of forwards (`follow.rs`).
+    follow_out: follow::Forwarder,
 }
 
 /// A running node. Cheap to clone (a handle).
@@ -537,6 +539,7 @@ impl Node {
                     options.message_follow,
                 )),
                 follow_clock: options.clock,
+                follow_out: follow::Forwarder::default(),
             }),
         };
         node.spawn_background(inbound);
@@ -744,6 +747,10 @@ impl Node {
                 .into_iter()
                 .filter(|(_, n)| *n > 0)
                 .collect(),
+            message_follow: follow::counters_map(&self.follow_counters())
+                .into_iter()
+                .filter(|(_, n)| *n > 0)
+                .collect(),
         }
     }
 
@@ -883,4 +890,6 @@ pub(crate) struct BoundCheck<'a> {
     pub node: &'a NodeRid,
     pub lifecycle: SessionLifecycleGeneration,
     pub generation: BindingGeneration,
+    /// The record's session sequence (carried on when Message Follow forwards it).
+    pub sequence: zlink_wire::SessionSequence,
 }

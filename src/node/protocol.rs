@@ -123,6 +123,9 @@ pub(crate) const PEER_RELOCATE_WORK: DispatchKey = DispatchKey::new(0xFFFF_FF04)
 pub(crate) const PEER_RELOCATE_CUTOVER: DispatchKey = DispatchKey::new(0xFFFF_FF05);
 /// Node-to-node, relocation target → source: the result (`relocation::records::ResultRecord`).
 pub(crate) const PEER_RELOCATE_RESULT: DispatchKey = DispatchKey::new(0xFFFF_FF06);
+/// Node-to-node: a record forwarded once by a moved actor's old owner to its new owner
+/// (Message Follow, SB-5.10; payload `node::follow::Followed`).
+pub(crate) const PEER_FOLLOW: DispatchKey = DispatchKey::new(0xFFFF_FF10);
 
 /// Payload of `CREATE` / `GET_OR_CREATE`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -216,6 +219,12 @@ pub struct NodeInfo {
     /// non-zero counters.
     #[serde(default)]
     pub client_refusals: std::collections::BTreeMap<String, u64>,
+    /// Message Follow on this node as the old owner of moved actors (SB-5.10): `entries` (held
+    /// now), `installed`, `expired`, `evicted`, `forwarded` and `refused/<reason>` (the closed
+    /// vocabulary of `relocation::FollowRefusal`); only non-zero counters, and absent when
+    /// all are zero.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub message_follow: std::collections::BTreeMap<String, u64>,
 }
 
 /// Payload of `LIST_ACTORS`.
@@ -383,6 +392,11 @@ pub struct NodeCounters {
     /// Actor relocations this node coordinated that moved the actor away (`committed` of
     /// [`super::RelocationCounters`]; the rest is in `LIST_RELOCATIONS`).
     pub relocations: u64,
+    /// Message Follow (SB-5.10), every key: `entries` (held now), `installed`, `expired`,
+    /// `evicted`, `forwarded` and `refused/<reason>` (`relocation::FollowRefusal`). Absent
+    /// from older nodes' replies.
+    #[serde(default)]
+    pub message_follow: std::collections::BTreeMap<String, u64>,
     /// Location Store calls by operation (`register_owner`, `renew_owner`, …) with their
     /// summed latency.
     pub store: std::collections::BTreeMap<String, StoreOpStats>,

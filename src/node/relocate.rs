@@ -939,6 +939,9 @@ impl SourceRun<'_> {
         let relocation = self.core.id();
         match e {
             SourceEffect::TakeFence { actor, expected } => {
+                // Binds of the moving incarnation answer `Unavailable` from the fence on, so no
+                // binding registers that the seals do not cover (SB-5.12, Message Follow).
+                node.seal_follow(actor.clone(), expected.object_generation);
                 let r = store
                     .relocation_fence(actor.clone(), expected, self.owner.clone())
                     .await;

@@ -28,7 +28,8 @@ use std::time::{Duration, Instant};
 use zlink_wire::{ActorId, ObjectGeneration};
 
 use crate::actor::ActorError;
-use crate::actor::fence::{CallFence, OwnerStanding};
+pub use crate::actor::fence::FenceUse;
+use crate::actor::fence::{self, CallFence, OwnerStanding};
 use crate::store::ActorLocation;
 
 /// Default [`FollowConfig::ttl`]: how long the old owner forwards after a commit. Long enough
@@ -126,11 +127,13 @@ pub enum FollowRefusal {
     AlreadyFollowed,
     /// The forward could not be sent to the target (the target node is not reachable).
     SendFailed,
+    /// The old owner's queue of forwards waiting to be sent was full (`Unavailable`).
+    QueueFull,
 }
 
 impl FollowRefusal {
     /// Every refusal, in counter order.
-    pub const ALL: [FollowRefusal; 7] = [
+    pub const ALL: [FollowRefusal; 8] = [
         FollowRefusal::NoRoute,
         FollowRefusal::Expired,
         FollowRefusal::WrongGeneration,
@@ -138,6 +141,7 @@ impl FollowRefusal {
         FollowRefusal::Sealed,
         FollowRefusal::AlreadyFollowed,
         FollowRefusal::SendFailed,
+        FollowRefusal::QueueFull,
     ];
 
     /// The counter label.
@@ -151,6 +155,7 @@ impl FollowRefusal {
             FollowRefusal::Sealed => "sealed",
             FollowRefusal::AlreadyFollowed => "already_followed",
             FollowRefusal::SendFailed => "send_failed",
+            FollowRefusal::QueueFull => "queue_full",
         }
     }
 
@@ -163,6 +168,7 @@ impl FollowRefusal {
             FollowRefusal::Sealed => 4,
             FollowRefusal::AlreadyFollowed => 5,
             FollowRefusal::SendFailed => 6,
+            FollowRefusal::QueueFull => 7,
         }
     }
 }
@@ -181,7 +187,7 @@ pub struct FollowCounters {
     /// Records forwarded to the new owner (each once).
     pub forwarded: u64,
     /// Records refused, by [`FollowRefusal`] (in [`FollowRefusal::ALL`] order).
-    pub refused: [u64; 7],
+    pub refused: [u64; 8],
 }
 
 impl FollowCounters {
@@ -381,16 +387,6 @@ impl Default for FollowTable {
     }
 }
 
-/// How a record's fences are compared with the incarnation it names.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum FenceUse {
-    /// A call, send or relay: ObjectGeneration, AuthorityOwnerGeneration and
-    /// OwnerLeaseGeneration (SB-12).
-    Call,
-    /// A bind: ObjectGeneration and AuthorityOwnerGeneration, never the lease (SB-5.2).
-    Bind,
-}
-
 /// The old owner's decision for a record addressed to an actor that is not live here (see the
 /// module docs for the order). `Ok` is the route to forward the record on, with the target's
 /// fences ([`FollowRoute::target_fence`]); a refusal is returned with its counter reason
@@ -425,16 +421,10 @@ pub fn decide(
         ));
     }
     match table.lookup(&call.actor_id, call.object_generation, now) {
-        FollowLookup::Forward(route) => {
-            let lease_ok = fences == FenceUse::Bind
-                || route.source.owner_lease_generation == call.owner_lease_generation;
-            if route.source.authority_owner_generation != call.authority_owner_generation
-                || !lease_ok
-            {
-                return Err((stale("authority"), Some(FollowRefusal::StaleFence)));
-            }
-            Ok(route)
-        }
+        FollowLookup::Forward(route) => match fence::check_moved(&route.source, call, fences) {
+            Ok(()) => Ok(route),
+            Err(e) => Err((e, Some(FollowRefusal::StaleFence))),
+        },
         FollowLookup::Sealed => Err((stale("relocation seal"), Some(FollowRefusal::Sealed))),
         FollowLookup::WrongGeneration(actual) => Err((
             ActorError::GenerationMismatch {

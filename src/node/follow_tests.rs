@@ -1,0 +1,262 @@
+//! Message Follow through two in-process nodes (the old owner `a`, the new owner `b`) without a
+//! relocation driver: `b` hosts an incarnation, `a` holds a follow entry to it as a commit
+//! installs it, and a stale ref naming `a` is used as a caller that saw the actor on `a` would.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use zlink_mesh::{MeshConfig, MeshName, MeshSecret, NodeRid};
+use zlink_wire::{
+    ActorId, AuthorityOwnerGeneration, DispatchKey, ErrorKind, ObjectGeneration,
+    OwnerLeaseGeneration,
+};
+
+use super::super::{Node, NodeOptions};
+use crate::actor::fence::CallFence;
+use crate::actor::{ActorRef, ActorRegistry, ActorTypeBuilder, Create, Handled, Message};
+use crate::clock::ManualClock;
+use crate::relocation::{FollowConfig, FollowRefusal};
+use crate::store::{FaultStore, LocationStore, MemoryStore};
+
+const WAIT: Duration = Duration::from_secs(20);
+
+#[derive(Serialize, Deserialize)]
+struct Add(u64);
+impl Message for Add {
+    const KEY: DispatchKey = DispatchKey::new(1);
+    type Reply = u64;
+}
+
+fn registry() -> ActorRegistry {
+    let t = ActorTypeBuilder::new("tally", |_info, _init| Ok(0u64))
+        .handle(|total: &mut u64, _ctx, Add(n)| {
+            *total += n;
+            Handled::ok(*total)
+        })
+        .build()
+        .unwrap();
+    let mut r = ActorRegistry::new();
+    r.register(t).unwrap();
+    r
+}
+
+fn mesh(name: &str) -> MeshConfig {
+    let mut c = MeshConfig::new(MeshName::new("test").unwrap(), NodeRid::new(name).unwrap());
+    c.secret = Some(MeshSecret::new(b"zlink-test-secret-0123456789abcdef".to_vec()).unwrap());
+    c
+}
+
+struct Pair {
+    a: Node,
+    b: Node,
+    clock: Arc<ManualClock>,
+    /// `a`'s store handle (can be cut off) and lease clock.
+    a_store: Arc<FaultStore<Arc<dyn LocationStore>>>,
+    lease_clock: Arc<ManualClock>,
+}
+
+async fn pair(ttl: Duration) -> Pair {
+    // The store's own clock never moves: only `a`'s local deadline can stop its lease.
+    let store: Arc<dyn LocationStore> = Arc::new(MemoryStore::with_clock(Arc::new(
+        ManualClock::at_wall(crate::store::contract::START),
+    )));
+    let b = Node::start(NodeOptions::new(mesh("b"), store.clone(), registry()))
+        .await
+        .unwrap();
+    let clock = Arc::new(ManualClock::new());
+    let lease_clock = Arc::new(ManualClock::new());
+    let a_store = Arc::new(FaultStore::new(store));
+    let mut oa = NodeOptions::new(mesh("a"), a_store.clone(), registry());
+    oa.lease_ttl = Duration::from_secs(3);
+    oa.lease_clock = lease_clock.clone();
+    oa.peers = vec![b.address()];
+    oa.clock = clock.clone();
+    oa.message_follow = FollowConfig {
+        ttl,
+        ..FollowConfig::default()
+    };
+    let a = Node::start(oa).await.unwrap();
+    assert!(a.wait_peers(WAIT).await.is_empty());
+    Pair {
+        a,
+        b,
+        clock,
+        a_store,
+        lease_clock,
+    }
+}
+
+/// `x` lives on `b`; `a` follows it there as if it had moved from `a` (its fences on `a`:
+/// `a`'s NodeGeneration, authority 1, `a`'s lease). Returns the ref a caller kept from `a`.
+async fn moved(p: &Pair, id: &str) -> (ActorRef, ActorRef) {
+    let on_b =
+        p.b.create(Create::new("tally", ActorId::new(id).unwrap()))
+            .await
+            .unwrap();
+    let target =
+        p.b.store()
+            .lookup(on_b.id().clone())
+            .await
+            .unwrap()
+            .unwrap();
+    let mut loc = on_b.wire_location();
+    loc.node = p.a.node_rid().clone();
+    loc.node_generation = p.a.generation();
+    loc.authority_owner_generation = AuthorityOwnerGeneration::new(1);
+    loc.owner_lease_generation = p.a.lease().holder.lease_generation;
+    let stale = ActorRef::from_parts(
+        on_b.id().clone(),
+        "tally".into(),
+        on_b.object_generation(),
+        loc,
+    );
+    p.a.install_follow(&CallFence::of_ref(&stale), target);
+    (stale, on_b)
+}
+
+fn request_kind(r: Result<u64, crate::actor::ActorError>) -> ErrorKind {
+    r.unwrap_err().kind()
+}
+
+// spec: SB-5.10, SB-14.3 (a stale ref's request and send at the old owner reach the new owner
+// once; the reply comes back on the original request)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_refs_calls_are_forwarded_once_and_served_by_the_new_owner() {
+    let p = pair(Duration::from_secs(5)).await;
+    let (stale, on_b) = moved(&p, "x").await;
+    let t = Duration::from_secs(10);
+    assert_eq!(p.a.request(&stale, &Add(2), t).await.unwrap(), 2);
+    p.a.send(&stale, &Add(3)).await.unwrap();
+    // The new owner ran each once: 2 + 3 + 0.
+    assert_eq!(p.b.request(&on_b, &Add(0), t).await.unwrap(), 5);
+    // A caller on the new owner's node with the old ref: a 160 to `a`, forwarded back to `b`.
+    assert_eq!(p.b.request(&stale, &Add(1), t).await.unwrap(), 6);
+    let c = p.a.follow_counters();
+    assert_eq!(c.forwarded, 3);
+    assert_eq!(c.entries, 1);
+    assert_eq!(p.a.info().message_follow.get("forwarded"), Some(&3));
+    assert_eq!(p.a.counters().message_follow["forwarded"], 3);
+}
+
+// spec: SB-5.10, SB-12 (after the follow time: Unavailable, the entry freed; another
+// incarnation: InvalidOperation; never a store read and resend)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_the_follow_time_a_stale_ref_is_unavailable_and_the_entry_freed() {
+    let p = pair(Duration::from_secs(5)).await;
+    let (stale, _) = moved(&p, "x").await;
+    let t = Duration::from_secs(10);
+    let other = ActorRef::from_parts(
+        stale.id().clone(),
+        "tally".into(),
+        ObjectGeneration::new(stale.object_generation().get() + 1),
+        stale.wire_location(),
+    );
+    assert_eq!(
+        request_kind(p.a.request(&other, &Add(1), t).await),
+        ErrorKind::InvalidOperation
+    );
+    let mut old_lease = stale.wire_location();
+    old_lease.owner_lease_generation =
+        OwnerLeaseGeneration::new(old_lease.owner_lease_generation.get() + 7);
+    let old_lease = ActorRef::from_parts(
+        stale.id().clone(),
+        "tally".into(),
+        stale.object_generation(),
+        old_lease,
+    );
+    assert_eq!(
+        request_kind(p.a.request(&old_lease, &Add(1), t).await),
+        ErrorKind::Unavailable
+    );
+    assert_eq!(p.a.request(&stale, &Add(1), t).await.unwrap(), 1);
+    p.clock.advance(Duration::from_secs(5));
+    assert_eq!(
+        request_kind(p.a.request(&stale, &Add(1), t).await),
+        ErrorKind::Unavailable
+    );
+    let c = p.a.follow_counters();
+    assert_eq!((c.entries, c.expired, c.forwarded), (0, 1, 1));
+    assert_eq!(c.refused(FollowRefusal::WrongGeneration), 1);
+    assert_eq!(c.refused(FollowRefusal::StaleFence), 1);
+    assert_eq!(c.refused(FollowRefusal::Expired), 1);
+    assert_eq!(
+        p.a.send(&stale, &Add(1)).await.unwrap_err().kind(),
+        ErrorKind::Unavailable
+    );
+    assert_eq!(p.a.follow_counters().refused(FollowRefusal::NoRoute), 1);
+}
+
+// spec: SB-5.10 (once: a forwarded record that finds no live incarnation at the new owner is not
+// forwarded again) and SB-12 (the new owner's answer is the original request's)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forwarded_record_is_never_forwarded_again() {
+    let p = pair(Duration::from_secs(5)).await;
+    let (stale, on_b) = moved(&p, "x").await;
+    let t = Duration::from_secs(10);
+    // `b` destroys the incarnation: the forwarded call is answered NotFound by `b`.
+    p.b.destroy(&on_b).await.unwrap();
+    assert_eq!(
+        request_kind(p.a.request(&stale, &Add(1), t).await),
+        ErrorKind::NotFound
+    );
+    // `y` lives on `b` and `a` follows it there; then `b` too ends it as moved (to `a`): a
+    // record `a` forwards finds it followed at `b`, which does not forward it again — no loop.
+    let (stale_y, on_b_y) = moved(&p, "y").await;
+    let mut back =
+        p.b.store()
+            .lookup(on_b_y.id().clone())
+            .await
+            .unwrap()
+            .unwrap();
+    back.owner_node = p.a.node_rid().clone();
+    back.node_generation = p.a.generation();
+    assert!(p.b.end_moved(&back));
+    assert_eq!(
+        request_kind(p.a.request(&stale_y, &Add(1), t).await),
+        ErrorKind::Unavailable
+    );
+    assert_eq!(
+        p.b.follow_counters()
+            .refused(FollowRefusal::AlreadyFollowed),
+        1
+    );
+    assert_eq!(p.a.follow_counters().forwarded, 2);
+}
+
+// spec: SB-5.11 (a follow route is a stored route: the old owner forwards only within its own
+// local lease deadline; a store outage never extends it)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_old_owner_forwards_only_within_its_own_lease() {
+    let p = pair(Duration::from_secs(60)).await;
+    let (stale, _) = moved(&p, "x").await;
+    let t = Duration::from_secs(10);
+    assert_eq!(p.a.request(&stale, &Add(1), t).await.unwrap(), 1);
+    p.a_store.set_down(true);
+    // Past the local deadline (TTL − TTL/10 = 2.7 s) without a successful renewal.
+    p.lease_clock.advance(Duration::from_secs(1));
+    let renewals_failed = || p.a_store.failed_renewals();
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while renewals_failed() < 1 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    p.lease_clock.advance(Duration::from_millis(1_800));
+    assert_eq!(p.a.lease_remaining(), Duration::ZERO);
+    assert_eq!(
+        request_kind(p.a.request(&stale, &Add(1), t).await),
+        ErrorKind::Unavailable
+    );
+    assert_eq!(
+        p.b.request(&stale, &Add(1), t).await.unwrap_err().kind(),
+        ErrorKind::Unavailable
+    );
+    assert_eq!(p.a.follow_counters().forwarded, 1);
+    // A renewal of the same lease restores the follow (its time had not run out).
+    p.a_store.set_down(false);
+    p.lease_clock.advance(Duration::from_millis(400));
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while p.a.lease_remaining() == Duration::ZERO && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    assert_eq!(p.a.request(&stale, &Add(1), t).await.unwrap(), 2);
+}
