@@ -42,6 +42,11 @@ struct World {
 }
 
 async fn world() -> World {
+    world_with(None).await
+}
+
+/// [`world`] with the session owner's SessionRelocationSealTimeout set (`None`: the default).
+async fn world_with(seal_timeout: Option<Duration>) -> World {
     let store = memory_store();
     let clock = ManualClock::new();
     let tap_b = WireTap::new(20_000);
@@ -53,6 +58,7 @@ async fn world() -> World {
     sa.tap = Some(tap_a.clone());
     sa.peers = vec![b.address()];
     sa.clock = Some(Arc::new(clock.clone()));
+    sa.seal_timeout = seal_timeout;
     let a = start_session_node(sa, store).await;
     wait_pair_up(&a, &b).await;
     let (t, t_in) = MeshNode::start(mesh_config("t")).unwrap();
@@ -358,7 +364,10 @@ async fn sealed_relays_are_held_and_the_commit_sends_them_first_to_the_target() 
     .await;
 
     // The seal and what it held are gone.
-    assert_eq!(w.a.session_seals(), SealGauges::default());
+    wait_until("the seal released", || {
+        w.a.session_seals() == SealGauges::default()
+    })
+    .await;
     assert_eq!(w.c.close_reason(), None, "the connection stays");
 
     // On the wire (SB-14.26): the 43 is the 42's reply with exactly the seal and the outcome
@@ -433,7 +442,10 @@ async fn an_abort_sends_the_held_relays_to_the_source_in_order() {
     // Every held relay reached the source once, in order; the connection is kept.
     let (next, out_of_order) = relay_req(&w.c, &seq, &Checked).await.unwrap();
     assert_eq!((next, out_of_order), (20, 0));
-    assert_eq!(w.a.session_seals(), SealGauges::default());
+    wait_until("the seal released", || {
+        w.a.session_seals() == SealGauges::default()
+    })
+    .await;
     assert_eq!(w.c.close_reason(), None);
     // The route is unchanged.
     let bound: Vec<ActorRef> = w.c.packet(&Bound).await.unwrap();
@@ -446,7 +458,8 @@ async fn an_abort_sends_the_held_relays_to_the_source_in_order() {
 // spec: SB-14.23
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_44_within_the_seal_timeout_closes_the_session() {
-    let w = world().await;
+    // The configured SessionRelocationSealTimeout reaches the session owner.
+    let w = world_with(Some(Duration::from_millis(1_500))).await;
     let echo = w.c.create("echo", "e1", Placement::on("b")).await.unwrap();
     bind(&w.c, &echo).await;
     let seal = seal_id(&w, 3, &echo);
@@ -460,7 +473,7 @@ async fn no_44_within_the_seal_timeout_closes_the_session() {
     let held = tokio::spawn(async move { relay_req(&c, &echo2, &Echo(b"held".to_vec())).await });
     wait_held(&w.a, 1).await;
     // Just before the timeout nothing happens.
-    w.clock.advance(Duration::from_millis(2_999));
+    w.clock.advance(Duration::from_millis(1_499));
     w.c.info().await.expect("still served");
     assert_eq!(w.a.session_seals().seals, 1);
     w.clock.advance(Duration::from_millis(1));
@@ -551,6 +564,8 @@ async fn the_seal_checks_its_identity_and_late_or_duplicate_44s_change_nothing()
         SealOutcome::Rejected(ErrorKind::Unavailable)
     );
     assert_eq!(w.a.session_seals().seals, 1);
+    // The operator sees the seal (NODE_INFO counters; the metrics endpoint's gauges).
+    assert_eq!(w.c.counters().await.unwrap().session_seals.seals, 1);
 
     // A 44 of another relocation: late, nothing changes (the seal stays).
     let target = target_location(&w.t);
@@ -578,7 +593,10 @@ async fn the_seal_checks_its_identity_and_late_or_duplicate_44s_change_nothing()
             && rejects(&w.a, "route/late_session_route_update") == 2
     })
     .await;
-    assert_eq!(w.a.session_seals(), SealGauges::default());
+    wait_until("the seal released", || {
+        w.a.session_seals() == SealGauges::default()
+    })
+    .await;
     let bound: Vec<ActorRef> = w.c.packet(&Bound).await.unwrap();
     assert_eq!(bound[0].wire_location(), target, "the route switched once");
 
@@ -589,6 +607,7 @@ async fn the_seal_checks_its_identity_and_late_or_duplicate_44s_change_nothing()
         2
     );
     assert_eq!(counters.session_rejects["seal/not_actor_owner"], 1);
+    assert_eq!(counters.session_seals.held, 0);
     // A relay now goes to the target.
     let c = w.c.clone();
     let echo2 = echo.clone();
@@ -660,7 +679,12 @@ async fn a_held_request_keeps_its_deadline_and_a_session_end_frees_the_seal() {
             }
     })
     .await;
-    w.clock.advance(Duration::from_millis(2_500));
+    // What it held is counted, never dropped silently.
+    assert_eq!(rejects(&w.a, "relay/session_closed"), 3);
+    // The default SessionRelocationSealTimeout: 3,000 ms from the install.
+    w.clock.advance(Duration::from_millis(2_499));
+    w.c.info().await.expect("still served");
+    w.clock.advance(Duration::from_millis(1));
     assert_eq!(
         tokio::time::timeout(TIMEOUT, w.c.closed()).await.unwrap(),
         DisconnectReason::RelocationSealTimeout

@@ -10,6 +10,8 @@
 //! `ZLINK_OPERATOR_CREDENTIAL`); a node with the default client policy refuses them otherwise.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::future::Future;
+use std::pin::Pin;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
@@ -260,13 +262,16 @@ async fn nodes(targets: &[Target], as_json: bool) -> anyhow::Result<String> {
     ))
 }
 
-/// `actors --json`: one element per actor.
+/// A row of a listing's `--json` output: the node, then the entry's own fields.
 #[derive(Serialize)]
-struct ActorRow {
+struct Listed<E> {
     node: String,
     #[serde(flatten)]
-    actor: ActorEntry,
+    entry: E,
 }
+
+/// One page of a node's listing: `(entries, next, total)`.
+type Page<'a, K, E> = Pin<Box<dyn Future<Output = anyhow::Result<(Vec<E>, Option<K>, u64)>> + 'a>>;
 
 /// The name a node reports in `NODE_INFO`.
 async fn node_name(t: &Target) -> anyhow::Result<String> {
@@ -308,23 +313,26 @@ where
     }
 }
 
-async fn actors(targets: &[Target], limit: u64, as_json: bool) -> anyhow::Result<String> {
+/// A listing of every target (`what`: "actors", "sessions"): each node's entries, page by page
+/// up to `limit` each (`fetch(target, after, want)`), as `--json` rows ([`Listed`]) or as a
+/// table of `headers` (the node, then `cells` of the entry), with a note per node cut short.
+async fn listing<K, E: Serialize>(
+    targets: &[Target],
+    limit: u64,
+    as_json: bool,
+    what: &str,
+    fetch: impl for<'a> Fn(&'a Target, Option<K>, u32) -> Page<'a, K, E>,
+    headers: &[&str],
+    cells: impl Fn(&E) -> Vec<String>,
+) -> anyhow::Result<String> {
     let mut rows = Vec::new();
     let mut truncated = Vec::new();
     for t in targets {
         let node = node_name(t).await?;
-        let (actors, cut) = paged(&node, "actors", limit, |after, limit| async move {
-            let page = t
-                .client
-                .list_actors(&ListActors { after, limit })
-                .await
-                .with_context(|| format!("LIST_ACTORS of {}", t.endpoint))?;
-            Ok((page.actors, page.next, page.total))
-        })
-        .await?;
-        rows.extend(actors.into_iter().map(|actor| ActorRow {
+        let (entries, cut) = paged(&node, what, limit, |after, want| fetch(t, after, want)).await?;
+        rows.extend(entries.into_iter().map(|entry| Listed {
             node: node.clone(),
-            actor,
+            entry,
         }));
         truncated.extend(cut);
     }
@@ -334,19 +342,34 @@ async fn actors(targets: &[Target], limit: u64, as_json: bool) -> anyhow::Result
     let cells: Vec<Vec<String>> = rows
         .iter()
         .map(|r| {
-            let a = &r.actor;
-            vec![
-                r.node.clone(),
-                a.actor_id.clone(),
-                a.actor_type.clone(),
-                a.object_generation.to_string(),
-                a.spot.clone(),
-                a.spot_kind.clone(),
-                if a.bound { "yes" } else { "no" }.to_owned(),
-            ]
+            std::iter::once(r.node.clone())
+                .chain(cells(&r.entry))
+                .collect()
         })
         .collect();
-    let mut out = table(
+    let mut out = table(headers, &cells);
+    for t in truncated {
+        out += &format!("({t}; raise --limit)\n");
+    }
+    Ok(out)
+}
+
+async fn actors(targets: &[Target], limit: u64, as_json: bool) -> anyhow::Result<String> {
+    listing(
+        targets,
+        limit,
+        as_json,
+        "actors",
+        |t, after, limit| {
+            Box::pin(async move {
+                let page = t
+                    .client
+                    .list_actors(&ListActors { after, limit })
+                    .await
+                    .with_context(|| format!("LIST_ACTORS of {}", t.endpoint))?;
+                Ok((page.actors, page.next, page.total))
+            })
+        },
         &[
             "NODE",
             "ACTOR",
@@ -356,51 +379,39 @@ async fn actors(targets: &[Target], limit: u64, as_json: bool) -> anyhow::Result
             "SPOT_KIND",
             "BOUND",
         ],
-        &cells,
-    );
-    for t in truncated {
-        out += &format!("({t}; raise --limit)\n");
-    }
-    Ok(out)
-}
-
-/// `sessions --json`: one element per session.
-#[derive(Serialize)]
-struct SessionRow {
-    node: String,
-    #[serde(flatten)]
-    session: SessionEntry,
+        |a: &ActorEntry| {
+            vec![
+                a.actor_id.clone(),
+                a.actor_type.clone(),
+                a.object_generation.to_string(),
+                a.spot.clone(),
+                a.spot_kind.clone(),
+                if a.bound { "yes" } else { "no" }.to_owned(),
+            ]
+        },
+    )
+    .await
 }
 
 async fn sessions(targets: &[Target], limit: u64, as_json: bool) -> anyhow::Result<String> {
-    let mut rows = Vec::new();
-    let mut truncated = Vec::new();
-    for t in targets {
-        let node = node_name(t).await?;
-        let (sessions, cut) = paged(&node, "sessions", limit, |after, limit| async move {
-            let page = t
-                .client
-                .list_sessions(&ListSessions { after, limit })
-                .await
-                .with_context(|| format!("LIST_SESSIONS of {}", t.endpoint))?;
-            Ok((page.sessions, page.next, page.total))
-        })
-        .await?;
-        rows.extend(sessions.into_iter().map(|session| SessionRow {
-            node: node.clone(),
-            session,
-        }));
-        truncated.extend(cut);
-    }
-    if as_json {
-        return json(&rows);
-    }
-    let cells: Vec<Vec<String>> = rows
-        .iter()
-        .map(|r| {
-            let s = &r.session;
+    listing(
+        targets,
+        limit,
+        as_json,
+        "sessions",
+        |t, after, limit| {
+            Box::pin(async move {
+                let page = t
+                    .client
+                    .list_sessions(&ListSessions { after, limit })
+                    .await
+                    .with_context(|| format!("LIST_SESSIONS of {}", t.endpoint))?;
+                Ok((page.sessions, page.next, page.total))
+            })
+        },
+        &["NODE", "SESSION", "PHASE", "BINDINGS", "PENDING", "BOUND"],
+        |s: &SessionEntry| {
             vec![
-                r.node.clone(),
                 s.session.to_string(),
                 s.phase.clone(),
                 s.bound.len().to_string(),
@@ -411,16 +422,9 @@ async fn sessions(targets: &[Target], limit: u64, as_json: bool) -> anyhow::Resu
                     s.bound.join(",")
                 },
             ]
-        })
-        .collect();
-    let mut out = table(
-        &["NODE", "SESSION", "PHASE", "BINDINGS", "PENDING", "BOUND"],
-        &cells,
-    );
-    for t in truncated {
-        out += &format!("({t}; raise --limit)\n");
-    }
-    Ok(out)
+        },
+    )
+    .await
 }
 
 /// Every counter of a snapshot as `name → value`, maps flattened as `map.key`.

@@ -126,9 +126,10 @@ pub struct Timeouts {
         deserialize_with = "millis"
     )]
     pub session_replacement_callback: Duration,
-    /// SessionRelocationSealTimeout (default 3,000 ms). Reaches `NodeOptions` and the
-    /// coordinator's timings (`NodeOptions::relocation_config`); the node does not run
-    /// relocations yet, so today it has no effect on a running node.
+    /// SessionRelocationSealTimeout (default 3,000 ms): how long a session owner holds a
+    /// binding's relocation seal without its 44 before it closes the session (SB-8.3). Reaches
+    /// `NodeOptions`, the session owner and the coordinator's timings
+    /// (`NodeOptions::relocation_config`).
     #[serde(rename = "session_relocation_seal_ms", deserialize_with = "millis")]
     pub session_relocation_seal: Duration,
     /// Send admission timeout (default 5,000 ms).
@@ -202,7 +203,7 @@ fn millis<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
 ///
 /// [timeouts]         # defaults shown, milliseconds
 /// session_replacement_callback_ms = 30000
-/// session_relocation_seal_ms = 3000     # the relocation seal (SB-8); no relocation runs yet
+/// session_relocation_seal_ms = 3000     # a session's relocation seal without its 44 (SB-8.3)
 /// send_ms = 5000
 /// request_ms = 5000
 /// heartbeat_interval_ms = 1000

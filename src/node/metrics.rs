@@ -491,6 +491,7 @@ impl Node {
             sessions: i.sessions.session_count() as u64,
             bindings: i.sessions.binding_count() as u64,
             session_replacements: i.sessions.replacements(),
+            session_seals: i.sessions.seal_gauges(),
             actors,
             activations: stats.activations,
             calls_in: stats.calls_in,
@@ -653,6 +654,24 @@ impl Collector for NodeCollector {
             "zlink_session_bindings",
             "Bindings of this node's client sessions now",
             c.bindings,
+        )?;
+        gauge(
+            e,
+            "zlink_session_relocation_seals",
+            "Relocation seals this node's sessions hold now (SB-8)",
+            c.session_seals.seals,
+        )?;
+        gauge(
+            e,
+            "zlink_session_relocation_held",
+            "Relays held by those seals now",
+            c.session_seals.held,
+        )?;
+        gauge(
+            e,
+            "zlink_session_relocation_held_bytes",
+            "Payload bytes of the relays held by those seals now",
+            c.session_seals.held_bytes,
         )?;
         counter(
             e,

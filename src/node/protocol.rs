@@ -323,6 +323,11 @@ pub struct NodeCounters {
     /// each ran the replaced-callback. Absent from older nodes' replies.
     #[serde(default)]
     pub session_replacements: u64,
+    /// Relocation seals the node's sessions hold now (SB-8), the relays they hold and those
+    /// relays' payload bytes (gauges; 0 once every seal ended). Absent from older nodes'
+    /// replies.
+    #[serde(default)]
+    pub session_seals: crate::session::SealGauges,
     /// Actors owned now, by Spot kind (`entry`, `spot_wide`, `per_actor`, `instance`).
     pub actors: std::collections::BTreeMap<String, u64>,
     /// Actors activated here (factory runs that reached Ready).

@@ -547,7 +547,17 @@ impl SessionOwner {
         }) else {
             return;
         };
-        let snapshot = entry.agg().disconnect();
+        let snapshot = {
+            let mut agg = entry.agg();
+            // Relays a relocation seal held end with the session: counted (before the seal's
+            // gauges drop), never silent; a held request is answered `Unavailable` as its
+            // waiter drops.
+            for _ in 0..agg.seal_gauges().held {
+                self.flow
+                    .reject(FlowRecord::Relay, FlowReject::SessionClosed, &rid);
+            }
+            agg.disconnect()
+        };
         entry.timer.notify_one();
         tracing::debug!(session = %rid, bindings = snapshot.len(), "session disconnected");
         for b in snapshot {
@@ -1032,22 +1042,6 @@ impl SessionOwner {
             SessionError::of_reject(FlowRecord::Relay, actor, r)
         })?;
         Ok(self.send_ticket(entry, ticket, key, payload, timeout))
-    }
-
-    /// The ticket of a relay through the current binding of `actor` (its text's bytes, UTF-8
-    /// or not), found and taken in one step of the aggregate
-    /// ([`SessionBindingAggregate::relay_current`]): `None` without a current binding (nothing
-    /// counted); a refusal is counted as in [`SessionOwner::relay_start`].
-    pub(crate) fn relay_ticket(
-        &self,
-        entry: &SessionEntry,
-        actor: &[u8],
-    ) -> Option<Result<RelayTicket, SessionError>> {
-        let out = entry.agg().relay_current(actor)?;
-        Some(out.map_err(|(r, actor)| {
-            self.flow.reject(FlowRecord::Relay, r, &actor);
-            SessionError::of_reject(FlowRecord::Relay, &actor, r)
-        }))
     }
 
     /// The 24 of a relay ticket, handed to the host: [`SessionOwner::relay_start`] after the
