@@ -547,7 +547,17 @@ impl SessionOwner {
         }) else {
             return;
         };
-        let snapshot = entry.agg().disconnect();
+        let snapshot = {
+            let mut agg = entry.agg();
+            // Relays a relocation seal held end with the session: counted (before the seal's
+            // gauges drop), never silent; a held request is answered `Unavailable` as its
+            // waiter drops.
+            for _ in 0..agg.seal_gauges().held {
+                self.flow
+                    .reject(FlowRecord::Relay, FlowReject::SessionClosed, &rid);
+            }
+            agg.disconnect()
+        };
         entry.timer.notify_one();
         tracing::debug!(session = %rid, bindings = snapshot.len(), "session disconnected");
         for b in snapshot {
