@@ -325,7 +325,9 @@ async fn every_path_that_ends_a_record_gives_its_window_back() {
         .map(|i| {
             let c = client.clone();
             let body = call_of(&on_p, &Ping(i as u32), 0);
-            tokio::spawn(async move { c.mesh_client().request(protocol::CALL, body, TIMEOUT).await })
+            tokio::spawn(
+                async move { c.mesh_client().request(protocol::CALL, body, TIMEOUT).await },
+            )
         })
         .collect();
     let mut held_at_p = Vec::new();
@@ -417,7 +419,12 @@ async fn every_path_that_ends_a_record_gives_its_window_back() {
     let ping = || Some(Bytes::from(rmp_serde::to_vec(&Ping(5)).unwrap()));
     // Answered at once, and the kinds the owner gives.
     let ok = p
-        .request_record(&b_rid, call(&g2, Ping::KEY, b_gen, Some(TIMEOUT)), ping(), TIMEOUT)
+        .request_record(
+            &b_rid,
+            call(&g2, Ping::KEY, b_gen, Some(TIMEOUT)),
+            ping(),
+            TIMEOUT,
+        )
         .await;
     assert!(ok.is_ok(), "{ok:?}");
     // Stale target generation (dropped by b's mesh, answered Unavailable).
@@ -505,9 +512,13 @@ async fn every_path_that_ends_a_record_gives_its_window_back() {
     .unwrap();
     // Expired: g2's turn is held; requests with a short deadline wait in its lane and backlog
     // (their credit held) past their deadline.
-    p.send_record(&b_rid, call(&g2, Wait::KEY, b_gen, None), Some(Bytes::from(rmp_serde::to_vec(&Wait).unwrap())))
-        .await
-        .unwrap();
+    p.send_record(
+        &b_rid,
+        call(&g2, Wait::KEY, b_gen, None),
+        Some(Bytes::from(rmp_serde::to_vec(&Wait).unwrap())),
+    )
+    .await
+    .unwrap();
     let expiring_at_p = 3 * LANE_ITEMS;
     let short = Duration::from_millis(100);
     let peer_expired = b
@@ -540,12 +551,15 @@ async fn every_path_that_ends_a_record_gives_its_window_back() {
     let seen = Instant::now();
     // While the lanes are held, records wait with their credit charged: the sums are short.
     let held_peer = peer_credit(&tap).outstanding();
-    assert!(held_peer.0 > 0, "p's waiting records hold credit: {held_peer:?}");
-    let held_clients = credit(&tap, LinkKind::Client, LinkKind::Client);
     assert!(
-        held_clients.values().filter(|c| c.outstanding().0 > 0).count() == 2,
-        "both clients' waiting packets hold credit: {held_clients:?}"
+        held_peer.0 > 0,
+        "p's waiting records hold credit: {held_peer:?}"
     );
+    wait_until("both clients' waiting packets hold credit", || {
+        let c = credit(&tap, LinkKind::Client, LinkKind::Client);
+        c.values().filter(|c| c.outstanding().0 > 0).count() == 2
+    })
+    .await;
     // Past every deadline (a wait for the deadlines themselves, not for a race).
     tokio::time::sleep_until((seen + Duration::from_millis(150)).into()).await;
 
