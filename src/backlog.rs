@@ -1020,11 +1020,18 @@ mod tests {
     }
 
     /// A [`ManualClock`] that counts its readings.
+    #[derive(Debug)]
     struct Counting(ManualClock, AtomicUsize);
     impl Clock for Counting {
         fn now(&self) -> std::time::Instant {
             self.1.fetch_add(1, Ordering::Relaxed);
             self.0.now()
+        }
+        fn sleep_until(&self, deadline: std::time::Instant) -> crate::clock::Sleep {
+            self.0.sleep_until(deadline)
+        }
+        fn wall(&self) -> std::time::SystemTime {
+            self.0.wall()
         }
     }
 

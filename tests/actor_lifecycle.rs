@@ -261,7 +261,7 @@ async fn a_spot_timer_sends_to_its_actor_until_the_actor_is_destroyed() {
 async fn a_lost_owner_lease_ends_the_local_actors_and_another_node_can_take_over() {
     use std::time::Duration;
     use zlink::store::{ManualClock, MemoryStore, StoreTime};
-    let clock = ManualClock::new(StoreTime::from_millis(1_000_000));
+    let clock = ManualClock::at_wall(StoreTime::from_millis(1_000_000));
     let store: Arc<dyn zlink::store::LocationStore> =
         Arc::new(MemoryStore::with_clock(Arc::new(clock.clone())));
     let mut mc = mesh_config("b");

@@ -42,7 +42,7 @@ async fn member(name: &str, shared: &Arc<dyn LocationStore>, peers: Vec<PeerAddr
 // spec: SB-5.11, EG-14 — the old owner never serves after the new owner exists.
 #[tokio::test]
 async fn an_owner_frozen_past_its_lease_never_serves_after_the_takeover() {
-    let store_clock = store::ManualClock::new(store::contract::START);
+    let store_clock = store::ManualClock::at_wall(store::contract::START);
     let shared: Arc<dyn LocationStore> =
         Arc::new(MemoryStore::with_clock(Arc::new(store_clock.clone())));
     let b = member("b", &shared, vec![]).await;

@@ -47,7 +47,7 @@ async fn owner(
 }
 
 fn shared_store() -> Arc<dyn LocationStore> {
-    let clock = store::ManualClock::new(store::contract::START);
+    let clock = store::ManualClock::at_wall(store::contract::START);
     Arc::new(MemoryStore::with_clock(Arc::new(clock)))
 }
 
@@ -192,7 +192,7 @@ async fn a_node_refuses_a_lease_ttl_its_store_cannot_renew_in_time() {
 #[tokio::test]
 async fn a_short_lease_on_sqlite_is_honoured() {
     let dir = tempfile::tempdir().unwrap();
-    let store_clock = store::ManualClock::new(store::contract::START);
+    let store_clock = store::ManualClock::at_wall(store::contract::START);
     let sqlite: Arc<dyn LocationStore> = Arc::new(
         store::SqliteStore::open_with(
             dir.path().join("s.db"),

@@ -348,7 +348,7 @@ fn sqlite(dir: &tempfile::TempDir, clock: &ManualClock) -> SqliteStore {
 
 #[tokio::test]
 async fn normal_relocation_moves_the_owner_memory() {
-    let clock = ManualClock::new(contract::START);
+    let clock = ManualClock::at_wall(contract::START);
     normal_relocation_moves_the_owner(&memory(&clock)).await;
 }
 
@@ -356,14 +356,14 @@ async fn normal_relocation_moves_the_owner_memory() {
 async fn normal_relocation_moves_the_owner_sqlite() {
     let (dir, clock) = (
         tempfile::tempdir().unwrap(),
-        ManualClock::new(contract::START),
+        ManualClock::at_wall(contract::START),
     );
     normal_relocation_moves_the_owner(&sqlite(&dir, &clock)).await;
 }
 
 #[tokio::test]
 async fn durable_abort_defeats_a_late_target_cas_memory() {
-    let clock = ManualClock::new(contract::START);
+    let clock = ManualClock::at_wall(contract::START);
     durable_abort_defeats_a_late_target_cas(&memory(&clock)).await;
 }
 
@@ -371,14 +371,14 @@ async fn durable_abort_defeats_a_late_target_cas_memory() {
 async fn durable_abort_defeats_a_late_target_cas_sqlite() {
     let (dir, clock) = (
         tempfile::tempdir().unwrap(),
-        ManualClock::new(contract::START),
+        ManualClock::at_wall(contract::START),
     );
     durable_abort_defeats_a_late_target_cas(&sqlite(&dir, &clock)).await;
 }
 
 #[tokio::test]
 async fn failed_cas_after_relay_ready_never_reopens_memory() {
-    let clock = ManualClock::new(contract::START);
+    let clock = ManualClock::at_wall(contract::START);
     failed_cas_after_relay_ready_never_reopens(&memory(&clock), &clock).await;
 }
 
@@ -386,7 +386,7 @@ async fn failed_cas_after_relay_ready_never_reopens_memory() {
 async fn failed_cas_after_relay_ready_never_reopens_sqlite() {
     let (dir, clock) = (
         tempfile::tempdir().unwrap(),
-        ManualClock::new(contract::START),
+        ManualClock::at_wall(contract::START),
     );
     failed_cas_after_relay_ready_never_reopens(&sqlite(&dir, &clock), &clock).await;
 }
@@ -410,7 +410,7 @@ impl Rng {
 #[tokio::test]
 async fn seeded_faults_never_let_both_sides_serve() {
     for seed in 1..=300u64 {
-        let clock = ManualClock::new(contract::START);
+        let clock = ManualClock::at_wall(contract::START);
         let store = memory(&clock);
         let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15));
         let t0 = Instant::now();

@@ -29,7 +29,7 @@ macro_rules! contract_tests {
                 $(#[$doc])*
                 #[tokio::test]
                 async fn $name() {
-                    let clock = ManualClock::new(contract::START);
+                    let clock = ManualClock::at_wall(contract::START);
                     contract::$check(&memory(&clock), &clock).await;
                 }
             )*
@@ -41,7 +41,7 @@ macro_rules! contract_tests {
                 #[tokio::test]
                 async fn $name() {
                     let dir = tempfile::tempdir().unwrap();
-                    let clock = ManualClock::new(contract::START);
+                    let clock = ManualClock::at_wall(contract::START);
                     contract::$check(&sqlite(&dir, &clock), &clock).await;
                 }
             )*
@@ -54,7 +54,7 @@ macro_rules! contract_tests {
                 async fn $name() {
                     // The trait is object safe: the runtime holds `Arc<dyn LocationStore>`.
                     let dir = tempfile::tempdir().unwrap();
-                    let clock = ManualClock::new(contract::START);
+                    let clock = ManualClock::at_wall(contract::START);
                     let url = StoreUrl::Sqlite(dir.path().join("dyn.db"), Default::default());
                     let store: Arc<dyn LocationStore> =
                         store::open_with_clock(&url, Arc::new(clock.clone())).unwrap();
@@ -95,7 +95,7 @@ contract_tests! {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn sqlite_reservations_racing_from_independent_handles_have_one_winner() {
     let dir = tempfile::tempdir().unwrap();
-    let clock = ManualClock::new(contract::START);
+    let clock = ManualClock::at_wall(contract::START);
     let handles: Vec<Arc<SqliteStore>> = (0..6).map(|_| Arc::new(sqlite(&dir, &clock))).collect();
     contract::check_racing_reservations(handles, 8).await;
 }
@@ -103,7 +103,7 @@ async fn sqlite_reservations_racing_from_independent_handles_have_one_winner() {
 // spec: EG-14 — the same race on the in-memory backend, from threads.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn memory_reservations_racing_from_threads_have_one_winner() {
-    let clock = ManualClock::new(contract::START);
+    let clock = ManualClock::at_wall(contract::START);
     let store = Arc::new(memory(&clock));
     contract::check_racing_reservations(vec![store; 6], 8).await;
 }
@@ -113,7 +113,7 @@ async fn memory_reservations_racing_from_threads_have_one_winner() {
 // instrument of SB-14.6, which the session tests exercise.
 #[tokio::test]
 async fn counting_store_counts_every_call_per_operation() {
-    let clock = ManualClock::new(contract::START);
+    let clock = ManualClock::at_wall(contract::START);
     let counting = CountingStore::new(memory(&clock));
     let before = counting.counts();
     let a = contract::register(&counting, "node-a", 1).await;

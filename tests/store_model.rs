@@ -283,7 +283,7 @@ fn run(ops: &[Op]) -> Result<(), TestCaseError> {
         .unwrap();
     rt.block_on(async {
         let dir = tempfile::tempdir().unwrap();
-        let clock = ManualClock::new(contract::START);
+        let clock = ManualClock::at_wall(contract::START);
         let reference = MemoryStore::with_clock(Arc::new(clock.clone()));
         let sqlite = SqliteStore::open_with(
             dir.path().join("model.db"),

@@ -203,7 +203,7 @@ async fn a_lease_that_expires_while_redis_is_unreachable_is_never_extended() {
     let Some(server) = OwnServer::start("lease_expires_while_unreachable", false) else {
         return;
     };
-    let clock = ManualClock::new(START);
+    let clock = ManualClock::at_wall(START);
     let node_a = own_store(&server, &clock);
     let node_b = own_store(&server, &clock);
     let a = contract::register(&node_a, "node-a", 1).await;
@@ -257,7 +257,7 @@ async fn a_restart_of_a_persistent_redis_reconnects_and_keeps_every_fence() {
     let Some(mut server) = OwnServer::start("restart_persistent", true) else {
         return;
     };
-    let clock = ManualClock::new(START);
+    let clock = ManualClock::at_wall(START);
     let store = own_store(&server, &clock);
     let a = contract::register(&store, "node-a", 1).await;
     let ready = contract::create_ready(&store, "p", "T", &a).await;
@@ -289,7 +289,7 @@ async fn a_redis_that_lost_its_data_is_unavailable_never_a_guess() {
     let Some(mut server) = OwnServer::start("restart_lost_data", false) else {
         return;
     };
-    let clock = ManualClock::new(START);
+    let clock = ManualClock::at_wall(START);
     let store = own_store(&server, &clock);
     let a = contract::register(&store, "node-a", 1).await;
     contract::create_ready(&store, "p", "T", &a).await;
@@ -349,13 +349,21 @@ impl JumpClock {
 }
 
 impl Clock for JumpClock {
-    fn now(&self) -> StoreTime {
-        let now = self.clock.now();
+    fn now(&self) -> std::time::Instant {
+        self.clock.now()
+    }
+
+    fn sleep_until(&self, deadline: std::time::Instant) -> zlink::clock::Sleep {
+        self.clock.sleep_until(deadline)
+    }
+
+    fn wall(&self) -> std::time::SystemTime {
+        let now = self.clock.wall();
         let mut jump = self.jump.lock().unwrap();
         if let Some((after, to)) = jump.as_mut() {
             *after -= 1;
             if *after == 0 {
-                self.clock.set(*to);
+                self.clock.set_wall(*to);
                 *jump = None;
             }
         }
@@ -372,7 +380,7 @@ async fn a_cas_racing_a_lease_expiry_never_confirms_an_expired_owner() {
         return;
     };
     let clock = Arc::new(JumpClock {
-        clock: ManualClock::new(START),
+        clock: ManualClock::at_wall(START),
         jump: Mutex::new(None),
     });
     let store = RedisStore::open_with_clock(
@@ -388,7 +396,7 @@ async fn a_cas_racing_a_lease_expiry_never_confirms_an_expired_owner() {
     let expiry = b.expires_at;
     clock
         .clock
-        .set(StoreTime::from_millis(expiry.as_millis() - 1));
+        .set_wall(StoreTime::from_millis(expiry.as_millis() - 1));
 
     // Control: just before the expiry, with no race, the CAS to b succeeds.
     let moved = store
@@ -415,7 +423,7 @@ async fn a_cas_racing_a_lease_expiry_never_confirms_an_expired_owner() {
     // The same race on a renewal: the lease is not extended past its end.
     clock
         .clock
-        .set(StoreTime::from_millis(a.expires_at.as_millis() - 1));
+        .set_wall(StoreTime::from_millis(a.expires_at.as_millis() - 1));
     clock.arm(1, a.expires_at);
     let err = store.renew_owner(a.holder.clone(), TTL).await.unwrap_err();
     assert!(matches!(err, StoreError::LeaseNotLive { .. }), "{err}");

@@ -39,7 +39,7 @@ fn open_system(path: impl AsRef<Path>) -> SqliteStore {
 async fn two_handles_on_one_file_agree_on_owners() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("shared.db");
-    let clock = ManualClock::new(contract::START);
+    let clock = ManualClock::at_wall(contract::START);
     let h1 = open(&path, &clock);
     let h2 = open(&path, &clock);
 
@@ -85,7 +85,7 @@ async fn racing_handles_have_one_winner_per_actor() {
     const ACTORS: usize = 40;
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("race.db");
-    let clock = ManualClock::new(contract::START);
+    let clock = ManualClock::at_wall(contract::START);
     let mut tasks = Vec::new();
     for h in 0..4 {
         let store = open(&path, &clock);
@@ -137,7 +137,7 @@ async fn racing_handles_have_one_winner_per_actor() {
 async fn restart_reopens_data_and_refuses_stale_fences() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("restart.db");
-    let clock = ManualClock::new(contract::START);
+    let clock = ManualClock::at_wall(contract::START);
 
     let before = {
         let first = open(&path, &clock);
@@ -208,7 +208,7 @@ async fn restart_reopens_data_and_refuses_stale_fences() {
 async fn lock_timeout_is_unavailable() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("locked.db");
-    let clock = ManualClock::new(contract::START);
+    let clock = ManualClock::at_wall(contract::START);
     let options = {
         let mut o = SqliteOptions::default();
         o.busy_timeout = Duration::from_millis(50);
@@ -236,7 +236,7 @@ async fn lock_timeout_is_unavailable() {
 async fn a_renewal_waits_only_the_lease_busy_timeout() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("lease-wait.db");
-    let clock = ManualClock::new(contract::START);
+    let clock = ManualClock::at_wall(contract::START);
     let mut options = patient();
     options.lease_busy_timeout = Duration::from_millis(100);
     let store =

@@ -24,7 +24,7 @@ use zlink_wire::{
 use super::error::ActorError;
 use super::reference::ActorRef;
 use crate::clock::Clock;
-use crate::runtime::config::{CycleDeadline, CycleStamp};
+use crate::clock::{CycleDeadline, CycleStamp};
 use crate::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// Whether the owner node may act as owner now (its own view, on its monotonic clock).
@@ -480,6 +480,9 @@ mod tests {
         }
         fn sleep_until(&self, _deadline: Instant) -> crate::clock::Sleep {
             Box::pin(std::future::pending())
+        }
+        fn wall(&self) -> std::time::SystemTime {
+            std::time::SystemTime::now()
         }
         fn is_system(&self) -> bool {
             true

@@ -26,6 +26,7 @@ mod bound;
 mod calls;
 pub mod client;
 mod dispatch;
+mod follow;
 mod lease;
 pub use lease::{LeaseState, LeaseStep};
 mod local;
@@ -123,6 +124,10 @@ pub struct NodeOptions {
     /// flight. The default ([`access::ClientAccess::new`]) refuses every framework operation
     /// to every session (only session packets pass) and has no operator credential.
     pub client_access: access::ClientAccess,
+    /// Message Follow on this node as the old owner of a moved actor (SB-5.10, SB-5.12): how
+    /// long it forwards what still arrives at the old route after a commit (default 5 s, read
+    /// on [`NodeOptions::clock`]) and how many moved actors it remembers at most.
+    pub message_follow: crate::relocation::FollowConfig,
 }
 
 impl NodeOptions {
@@ -148,6 +153,7 @@ impl NodeOptions {
             lease_clock: Arc::new(crate::clock::BootClock::new()),
             metrics: None,
             client_access: access::ClientAccess::new(),
+            message_follow: crate::relocation::FollowConfig::default(),
         }
     }
 
@@ -355,6 +361,11 @@ struct Inner {
     metrics_addr: Option<std::net::SocketAddr>,
     /// Client sessions' rights and the refusal counters ([`access`]).
     access: Arc<access::ClientAccessTable>,
+    /// Message Follow of the actors that moved away from here (`follow.rs`); locked after
+    /// `actors` when both are held.
+    follow: crate::sync::Mutex<crate::relocation::FollowTable>,
+    /// The clock Message Follow's deadlines are read on (the session clock).
+    follow_clock: Arc<dyn Clock>,
 }
 
 /// A running node. Cheap to clone (a handle).
@@ -449,7 +460,7 @@ impl Node {
             callback_timeout: options.session_replacement_callback_timeout,
             binding_limit: options.max_bindings_per_session,
             request_timeout: options.request_timeout,
-            clock: options.clock,
+            clock: options.clock.clone(),
         };
         let session_runtime = runtime.clone();
         let inflight = Arc::new(Inflight::default());
@@ -503,6 +514,10 @@ impl Node {
                 metrics: node_metrics,
                 metrics_addr: metrics_listener.as_ref().map(|(_, a)| *a),
                 access: access::ClientAccessTable::new(options.client_access),
+                follow: crate::sync::Mutex::new(crate::relocation::FollowTable::new(
+                    options.message_follow,
+                )),
+                follow_clock: options.clock,
             }),
         };
         node.spawn_background(inbound);

@@ -30,6 +30,7 @@
 //! forward once more. "No CAS happened" is therefore provable from the store: the record still
 //! names the source.
 
+pub mod follow;
 mod source;
 mod target;
 
@@ -37,6 +38,9 @@ use std::time::Duration;
 
 use zlink_wire::{ActorId, NodeRid, ObjectGeneration, SealIdentity};
 
+pub use follow::{
+    FenceUse, FollowConfig, FollowCounters, FollowLookup, FollowRefusal, FollowRoute, FollowTable,
+};
 pub use source::{
     AbortReason, FailReason, SourceEffect, SourceHandoff, SourceOutcome, SourcePhaseName,
 };

@@ -26,7 +26,7 @@ use tokio::sync::oneshot;
 use crate::sync::Mutex;
 use crate::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
-use super::config::{CycleStamp, RuntimeConfig};
+use super::config::RuntimeConfig;
 use super::core::{
     Continued, GateCore, LaneClass, LaneId, Queued, ResumeRefused, SubmitRefusal, SubmitRefused,
     Turn,
@@ -35,6 +35,7 @@ use super::error::{HandlerError, InvalidOperation, RuntimeError, Unavailable};
 use super::gate::{Fence, GateShared, SpaceSlot, SpaceWaiter};
 use super::park::ParkWord;
 use super::status::StatusBus;
+use crate::clock::CycleStamp;
 
 /// A boxed, sendable future.
 pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;

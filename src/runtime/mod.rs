@@ -38,9 +38,8 @@ use bytes::Bytes;
 use crate::sync::Mutex;
 use crate::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-pub use config::{
-    BudgetStart, Clock, CycleStamp, LaneLimits, ManualClock, RuntimeConfig, SystemClock,
-};
+pub use crate::clock::{BudgetStart, Clock, CycleStamp, ManualClock, SystemClock};
+pub use config::{LaneLimits, RuntimeConfig};
 pub use context::{
     CallFuture, CanYield, Ctx, Join, NoYield, PendingCall, SerialCtx, SpotWideCtx, YieldMode,
 };

@@ -5,11 +5,11 @@
 
 use std::sync::Arc;
 
-use super::config::CycleStamp;
 use super::core::LaneClass;
 use super::driver::{Handled, Job, LaneHandle, StartOrSubmit, TurnEnv};
 use super::error::RuntimeError;
 use super::held::HeldRun;
+use crate::clock::CycleStamp;
 
 /// A record for one lane that has not been admitted: it has not run and holds no reservation.
 /// Dropping it drops the record unrun (as a refused submission does).

@@ -22,7 +22,6 @@ use tokio::sync::oneshot;
 use crate::sync::Mutex;
 use crate::sync::atomic::Ordering;
 
-use super::config::CycleStamp;
 use super::context::{CanYield, Ctx, NoYield, Target, YieldMode, downcast_actor, gate_target};
 use super::core::{LaneClass, LaneStats};
 use super::driver::{
@@ -31,6 +30,7 @@ use super::driver::{
 };
 use super::error::{HandlerError, RuntimeError, Unavailable};
 use super::policy::{SerialLane, SpotLane, Unit};
+use crate::clock::CycleStamp;
 
 /// Bytes a message reserves in the application lane (plus the fixed cost per work, EG-7.1).
 pub trait Payload {

@@ -13,10 +13,11 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
 
 use crate::runtime::{BoxFuture, HandlerError};
+use crate::sync::{Mutex, MutexGuard};
 
 type Out = Result<(), HandlerError>;
 

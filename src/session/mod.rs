@@ -34,6 +34,7 @@
 //!   once over the stored route (38 Disconnect); actor and membership stay.
 
 pub mod aggregate;
+mod cell;
 use crate::clock;
 pub mod flow;
 mod inline;

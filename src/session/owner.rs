@@ -4,7 +4,8 @@
 //! runs the replacement timers on the injected [`Clock`].
 
 use crate::hashing::FastMap;
-use std::sync::{Arc, Mutex, MutexGuard};
+use crate::sync::{Mutex, MutexGuard};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -20,6 +21,7 @@ use super::aggregate::{
     BindCompletion, BindStart, BindTarget, Binding, RelayTicket, ReplacedOutcome,
     SessionBindingAggregate, SessionIdentity, Tombstone,
 };
+use super::cell::{AggCell, AggGuard};
 use super::clock::Clock;
 use super::flow::{FlowCounters, FlowRecord, FlowReject};
 use super::inline::InlineTurn;
@@ -139,7 +141,9 @@ pub(crate) struct SessionOwnerConfig {
 /// One session on this node.
 pub(crate) struct SessionEntry {
     pub rid: SessionRid,
-    agg: Mutex<SessionBindingAggregate>,
+    /// The aggregate, and the copy of whether it accepts packets that a packet's admission
+    /// reads without the lock the session's turns take.
+    agg: AggCell,
     lane: SerialLane<SessionLane>,
     /// Wakes the replacement timer task when the close deadline moves.
     timer: Notify,
@@ -148,10 +152,6 @@ pub(crate) struct SessionEntry {
     /// Left this node's sessions (set as it leaves the map, under its lock): a
     /// [`SessionCache`] no longer hands it out.
     removed: AtomicBool,
-    /// The aggregate accepts packets (its phase is open): a copy written under the aggregate's
-    /// lock whenever it changed ([`AggGuard`]), so a packet's admission reads it without
-    /// taking the lock the session's turns take.
-    open: AtomicBool,
 }
 
 /// The session a caller last delivered a packet to (the mesh I/O thread's sink keeps one), so
@@ -183,53 +183,19 @@ impl SessionCache {
     }
 }
 
-/// The aggregate's lock; as it is released, the entry's copy of whether the session accepts
-/// packets ([`SessionEntry::accepts_packets`]) is brought up to date (written only when it
-/// changed, so the line stays shared while it does not).
-struct AggGuard<'a> {
-    agg: MutexGuard<'a, SessionBindingAggregate>,
-    open: &'a AtomicBool,
-}
-
-impl std::ops::Deref for AggGuard<'_> {
-    type Target = SessionBindingAggregate;
-    fn deref(&self) -> &SessionBindingAggregate {
-        &self.agg
-    }
-}
-
-impl std::ops::DerefMut for AggGuard<'_> {
-    fn deref_mut(&mut self) -> &mut SessionBindingAggregate {
-        &mut self.agg
-    }
-}
-
-impl Drop for AggGuard<'_> {
-    fn drop(&mut self) {
-        // Still under the lock (the guard's fields drop after this).
-        let open = self.agg.accepts_packets();
-        if self.open.load(Ordering::Relaxed) != open {
-            self.open.store(open, Ordering::Release);
-        }
-    }
-}
-
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl SessionEntry {
     fn agg(&self) -> AggGuard<'_> {
-        AggGuard {
-            agg: lock(&self.agg),
-            open: &self.open,
-        }
+        self.agg.lock()
     }
 
     /// Whether the session accepts packets now (its aggregate's phase is open), read without
     /// the aggregate's lock.
     fn accepts_packets(&self) -> bool {
-        self.open.load(Ordering::Acquire)
+        self.agg.accepts_packets()
     }
 
     pub(crate) fn bound(&self) -> Vec<Arc<Binding>> {
@@ -503,8 +469,7 @@ impl SessionOwner {
                 .with_binding_limit(self.cfg.binding_limit);
             let entry = Arc::new(SessionEntry {
                 rid,
-                open: AtomicBool::new(agg.accepts_packets()),
-                agg: Mutex::new(agg),
+                agg: AggCell::new(agg),
                 lane,
                 timer: Notify::new(),
                 push_stalled: AtomicBool::new(false),

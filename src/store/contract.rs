@@ -153,7 +153,7 @@ pub async fn check_owner_leases<S: LocationStore + ?Sized>(store: &S, clock: &Ma
     assert_eq!(renewed.expires_at, START.saturating_add(TTL / 2 + TTL));
 
     // Expiry is exclusive: at expires_at the lease is no longer live and is never revived.
-    clock.set(renewed.expires_at);
+    clock.set_wall(renewed.expires_at);
     let err = store.renew_owner(a.holder.clone(), TTL).await.unwrap_err();
     assert!(matches!(err, StoreError::LeaseNotLive { .. }), "{err}");
     let fresh = register(store, "node-a", 1).await;
@@ -1000,7 +1000,7 @@ where
 {
     macro_rules! each {
         ($($check:ident),* $(,)?) => {$(
-            let clock = ManualClock::new(START);
+            let clock = ManualClock::at_wall(START);
             let store = make(clock.clone());
             $check(&store, &clock).await;
         )*};

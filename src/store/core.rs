@@ -15,8 +15,8 @@
 
 use std::time::Duration;
 
-use super::clock::StoreTime;
 use super::error::StoreError;
+use super::time::StoreTime;
 use super::types::{
     ActivationRequest, ActivationState, ActorLocation, ActorOwner, AuthorityFence, LeaseHolder,
     OwnerFence, OwnerLease, StoreVersion,

@@ -9,13 +9,13 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::clock::{Clock, SystemClock};
 use super::core::{self, ActorCounters, ReserveDecision};
 use super::types::{
     ActivationRequest, ActorLocation, ActorOwner, AuthorityFence, LeaseHolder, OwnerFence,
     OwnerLease, Reservation,
 };
 use super::{ActorId, LocationStore, NodeGeneration, NodeRid, StoreError, StoreFuture};
+use crate::clock::{Clock, SystemClock};
 use crate::sync::Mutex;
 
 #[derive(Default)]
@@ -85,7 +85,7 @@ impl MemoryStore {
             .state
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let now = self.clock.now();
+        let now = super::StoreTime::now(self.clock.as_ref());
         f(&mut state, now)
     }
 }

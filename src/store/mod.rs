@@ -43,7 +43,7 @@
 //! [`open`] builds a backend from a [`StoreUrl`] (`memory:`, `sqlite:///path`,
 //! `redis://HOST[:PORT][/DB][?prefix=NAME]`).
 
-mod clock;
+mod time;
 // The contract suite is a test suite, not library API: built for the crate's own unit tests and
 // for the `testing` feature (the backend tests in tests/ and node/tests/ enable it).
 #[cfg(any(test, feature = "testing"))]
@@ -65,7 +65,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use clock::{Clock, ManualClock, StoreTime, SystemClock};
+pub use crate::clock::{Clock, ManualClock, SystemClock};
 pub use counting::{CountingStore, StoreCallCounts, StoreOp};
 pub use error::StoreError;
 pub use fault::FaultStore;
@@ -74,6 +74,7 @@ pub use redis::{RedisOptions, RedisStore};
 pub use renewal::renewal_slack;
 pub(crate) use renewal::{lease_margin, renewal_period};
 pub use sqlite::{SqliteOptions, SqliteStore};
+pub use time::StoreTime;
 pub use types::{
     ActivationRequest, ActivationState, ActorLocation, ActorOwner, AuthorityFence, LeaseHolder,
     OwnerFence, OwnerLease, Reservation, StoreVersion,

@@ -40,8 +40,8 @@ use redis::{Client, Script};
 use serde::{Deserialize, Serialize};
 use tokio::sync::OnceCell;
 
-use super::clock::{Clock, StoreTime};
 use super::core::{self, ActorCounters, ActorWrite, ReserveDecision};
+use super::time::StoreTime;
 use super::types::{
     ActivationRequest, ActivationState, ActorLocation, ActorOwner, AuthorityFence, LeaseHolder,
     OwnerFence, OwnerLease, Reservation, StoreVersion,
@@ -50,6 +50,7 @@ use super::{
     ActorId, AuthorityOwnerGeneration, LocationStore, MeshName, NodeGeneration, NodeRid,
     ObjectGeneration, OwnerLeaseGeneration, StoreError, StoreFuture,
 };
+use crate::clock::Clock;
 
 const BACKEND: &str = "redis";
 
@@ -599,7 +600,7 @@ impl Tx {
             (Some((secs, micros)), _) => {
                 StoreTime::from_millis(secs.saturating_mul(1_000).saturating_add(micros / 1_000))
             }
-            (None, TimeSource::Local(clock)) => clock.now(),
+            (None, TimeSource::Local(clock)) => StoreTime::now(clock.as_ref()),
             (None, TimeSource::Server) => return Err(corrupt("no server TIME")),
         };
         self.check_instance(instance.as_deref())?;
@@ -737,7 +738,7 @@ impl Tx {
         let decided = match &self.store.time {
             TimeSource::Server => self.now.as_millis().to_string(),
             TimeSource::Local(clock) => {
-                if self.lease_flipped(clock.now()) {
+                if self.lease_flipped(StoreTime::now(clock.as_ref())) {
                     return Ok(None);
                 }
                 String::new()

@@ -30,8 +30,8 @@ use std::time::{Duration, Instant};
 use rusqlite::{Connection, OptionalExtension, Transaction, TransactionBehavior, params};
 use tokio::sync::oneshot;
 
-use super::clock::{Clock, StoreTime, SystemClock};
 use super::core::{self, ActorCounters, ActorWrite, ReserveDecision};
+use super::time::StoreTime;
 use super::types::{
     ActivationRequest, ActivationState, ActorLocation, ActorOwner, AuthorityFence, LeaseHolder,
     OwnerFence, OwnerLease, Reservation, StoreVersion,
@@ -40,6 +40,7 @@ use super::{
     ActorId, AuthorityOwnerGeneration, LocationStore, MeshName, NodeGeneration, NodeRid,
     ObjectGeneration, OwnerLeaseGeneration, StoreError, StoreFuture,
 };
+use crate::clock::{Clock, SystemClock};
 
 const BACKEND: &str = "sqlite";
 
@@ -285,7 +286,7 @@ impl SqliteStore {
             let tx = conn
                 .transaction_with_behavior(TransactionBehavior::Immediate)
                 .map_err(sql)?;
-            let now = clock.now();
+            let now = StoreTime::now(clock);
             let out = f(&tx, now)?;
             tx.commit().map_err(sql)?;
             Ok(out)

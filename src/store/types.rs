@@ -5,7 +5,7 @@
 
 use std::fmt;
 
-use super::clock::StoreTime;
+use super::time::StoreTime;
 use super::{
     ActorId, AuthorityOwnerGeneration, MeshName, NodeGeneration, NodeRid, ObjectGeneration,
     OwnerLeaseGeneration,

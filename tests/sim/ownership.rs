@@ -523,7 +523,7 @@ fn node_index(rid: &NodeRid) -> usize {
 
 impl World {
     fn new(s: &Scenario, faults: Faults, trace: bool) -> Self {
-        let store_clock = store::ManualClock::new(StoreTime::from_millis(STORE_EPOCH_MS));
+        let store_clock = store::ManualClock::at_wall(StoreTime::from_millis(STORE_EPOCH_MS));
         let nodes = (0..s.nodes)
             .map(|i| {
                 let clock = ManualClock::new();
@@ -1117,7 +1117,7 @@ impl World {
     /// The store executes `req` from node `i` at the current virtual time.
     fn execute(&mut self, i: usize, req: StoreReq) -> Result<StoreResp, Violation> {
         self.store_clock
-            .set(StoreTime::from_millis(STORE_EPOCH_MS + self.t));
+            .set_wall(StoreTime::from_millis(STORE_EPOCH_MS + self.t));
         let s = &self.store;
         let ttl = LEASE_TTL;
         let resp = match req {
