@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
 use serde::Deserialize;
 use zlink::config::{
     ClientConfig, MeshConfig, MeshSecretText, NodeConfig, ObjectRoles, PeerConfig,
@@ -399,6 +399,16 @@ fn settings(cli: Cli) -> anyhow::Result<Settings> {
     })
 }
 
+/// The first environment variable of a flag of `cmd` (or of its subcommands) that is set but
+/// empty: clap reports it as the flag's missing value, which names the flag, not the variable.
+fn empty_env(cmd: &clap::Command) -> Option<String> {
+    cmd.get_arguments()
+        .filter_map(|a| a.get_env())
+        .find(|var| std::env::var_os(var).is_some_and(|v| v.is_empty()))
+        .map(|var| var.to_string_lossy().into_owned())
+        .or_else(|| cmd.get_subcommands().find_map(empty_env))
+}
+
 fn init_logs(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
@@ -442,7 +452,15 @@ async fn shutdown_signal() -> anyhow::Result<&'static str> {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let mut cli = Cli::parse();
+    let mut cli = Cli::try_parse().unwrap_or_else(|e| {
+        if e.kind() == clap::error::ErrorKind::InvalidValue
+            && let Some(var) = empty_env(&Cli::command())
+        {
+            eprintln!("error: {var} is set but empty: give it a value, or unset it");
+            std::process::exit(2);
+        }
+        e.exit()
+    });
     if let Some(Command::Ctl(args)) = cli.command.take() {
         return ctl::run(args).await;
     }
