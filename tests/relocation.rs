@@ -6,6 +6,8 @@
 //! Time: the cores get `now` from the test (the 3 s seal, 1 s cutover and restore timeouts on
 //! injected time), the store reads a `ManualClock`. Nothing sleeps.
 
+mod node_common;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -468,4 +470,261 @@ async fn seeded_faults_never_let_both_sides_serve() {
         }
         assert!(h.source.outcome().is_some(), "seed {seed}: the source ends");
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The drivers between two real in-process nodes (`Node::relocate`): the hand-off records on the
+// mesh, the actor's state and its queued work travel, the store names the target.
+
+mod live {
+    use super::node_common::{TIMEOUT, start_node, wait_pair_up};
+    use serde::{Deserialize, Serialize};
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use tokio::sync::watch;
+    use zlink::actor::{
+        ActorId, ActorRegistry, ActorTypeBuilder, Create, DispatchKey, Handled, HandlerError,
+        Message,
+    };
+    use zlink::node::{Node, RelocateError};
+    use zlink::relocation::AbortReason;
+    use zlink::store::LocationStore;
+    use zlink_mesh::{TapDirection, WireTap};
+    use zlink_wire::Record;
+
+    /// The counter's state: every sequence number it processed, in order.
+    #[derive(Default, Serialize, Deserialize)]
+    pub struct Seen {
+        pub seqs: Vec<u64>,
+    }
+
+    #[derive(Serialize, Deserialize)]
+    pub struct Add(pub u64);
+    impl Message for Add {
+        const KEY: DispatchKey = DispatchKey::new(1);
+        type Reply = u64;
+    }
+
+    #[derive(Serialize, Deserialize)]
+    pub struct GetSeen;
+    impl Message for GetSeen {
+        const KEY: DispatchKey = DispatchKey::new(2);
+        type Reply = Vec<u64>;
+    }
+
+    /// Keeps the turn until the gate opens (so work queues behind it).
+    #[derive(Serialize, Deserialize)]
+    pub struct Hold;
+    impl Message for Hold {
+        const KEY: DispatchKey = DispatchKey::new(3);
+        type Reply = ();
+    }
+
+    /// Registry with the migratable `counter` (and the plain `sticky`, which did not opt in).
+    pub fn registry(gate: watch::Receiver<bool>, rehydrated: Arc<AtomicU64>) -> ActorRegistry {
+        let counter = ActorTypeBuilder::new("counter", |_info, _init| Ok(Seen::default()))
+            .handle(|s: &mut Seen, _ctx, Add(n)| {
+                s.seqs.push(n);
+                Handled::ok(s.seqs.len() as u64)
+            })
+            .handle(|s: &mut Seen, _ctx, GetSeen| Handled::ok(s.seqs.clone()))
+            .handle(move |_s: &mut Seen, _ctx, Hold| {
+                let mut gate = gate.clone();
+                Handled::later(async move {
+                    while !*gate.borrow_and_update() {
+                        if gate.changed().await.is_err() {
+                            break;
+                        }
+                    }
+                    Ok(())
+                })
+            })
+            .migrate(
+                |s: &Seen| Ok::<_, HandlerError>(s.seqs.clone()),
+                move |_info, seqs: Vec<u64>| {
+                    rehydrated.fetch_add(1, Ordering::SeqCst);
+                    Ok(Seen { seqs })
+                },
+            )
+            .build()
+            .unwrap();
+        let sticky = ActorTypeBuilder::new("sticky", |_info, _init| Ok(()))
+            .handle(|_s: &mut (), _ctx, Add(n)| Handled::ok(n))
+            .build()
+            .unwrap();
+        let mut r = ActorRegistry::new();
+        r.register(counter).unwrap();
+        r.register(sticky).unwrap();
+        r
+    }
+
+    pub struct Pair {
+        pub a: Node,
+        pub b: Node,
+        pub tap_a: WireTap,
+        pub gate: watch::Sender<bool>,
+        pub rehydrated: Arc<AtomicU64>,
+    }
+
+    pub async fn pair(store: Arc<dyn LocationStore>) -> Pair {
+        let (gate, rx) = watch::channel(false);
+        let rehydrated = Arc::new(AtomicU64::new(0));
+        let b = start_node(
+            "b",
+            store.clone(),
+            vec![],
+            None,
+            Some(registry(rx.clone(), rehydrated.clone())),
+        )
+        .await;
+        let tap_a = WireTap::new(100_000);
+        let a = start_node(
+            "a",
+            store,
+            vec![b.address()],
+            Some(tap_a.clone()),
+            Some(registry(rx, rehydrated.clone())),
+        )
+        .await;
+        wait_pair_up(&a, &b).await;
+        Pair {
+            a,
+            b,
+            tap_a,
+            gate,
+            rehydrated,
+        }
+    }
+
+    /// The relocation hand-off keys `a` sent as 144 Requests, in order.
+    pub fn handoff_keys(tap: &WireTap) -> Vec<u32> {
+        tap.frames()
+            .into_iter()
+            .filter(|f| f.direction == TapDirection::Sent)
+            .filter_map(|f| match f.decoded {
+                Ok(d) => match d.record {
+                    Record::Request(r) if r.key.get() >= 0xFFFF_FF03 => Some(r.key.get()),
+                    _ => None,
+                },
+                Err(_) => None,
+            })
+            .collect()
+    }
+
+    pub fn aid(s: &str) -> ActorId {
+        ActorId::new(s).unwrap()
+    }
+
+    pub async fn counter_on(node: &Node, id: &str) -> zlink::actor::ActorRef {
+        node.create(Create::new("counter", aid(id))).await.unwrap()
+    }
+
+    pub const RESTORE: u32 = 0xFFFF_FF03;
+    pub const WORK: u32 = 0xFFFF_FF04;
+    pub const CUTOVER: u32 = 0xFFFF_FF05;
+
+    pub fn _unused(_: RelocateError, _: AbortReason) {}
+
+    pub const fn timeout() -> std::time::Duration {
+        TIMEOUT
+    }
+}
+
+// spec: SB-8.9, SB-8.4, SB-14.21, SB-1.3
+// An actor busy in a turn, with requests (local and from another node) and sends queued behind
+// it, moves from `a` to `b`: the state travels, the queued work is captured and relayed in
+// arrival order as hand-off records on the wire, every request is answered exactly once with its
+// own reply, ActorId and ObjectGeneration are kept, the store names `b`, and `a` holds nothing
+// for the relocation afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn relocate_moves_the_state_and_the_queued_work_in_order() {
+    use live::*;
+    const T: std::time::Duration = node_common::TIMEOUT;
+    let store = node_common::memory_store();
+    let p = pair(store.clone()).await;
+    let actor = counter_on(&p.a, "c1").await;
+    for i in 0..3 {
+        assert_eq!(p.a.request(&actor, &Add(i), T).await.unwrap(), i + 1);
+    }
+    // The actor keeps its turn; work queues behind it.
+    let hold = {
+        let (a, actor) = (p.a.clone(), actor.clone());
+        tokio::spawn(async move { a.request(&actor, &Hold, T).await })
+    };
+    node_common::wait_until("hold running", || p.a.stats().turns >= 4).await;
+    let mut replies = Vec::new();
+    for i in 3..8 {
+        // requests from the owner itself and from the other node, alternating
+        let (via, actor) = if i % 2 == 0 {
+            (p.a.clone(), actor.clone())
+        } else {
+            (p.b.clone(), actor.clone())
+        };
+        replies.push((
+            i,
+            tokio::spawn(async move { via.request(&actor, &Add(i), T).await }),
+        ));
+    }
+    for i in 8..10 {
+        p.a.send(&actor, &Add(i)).await.unwrap();
+    }
+    node_common::wait_until("work queued", || p.b.stats().calls_out >= 3).await;
+    let relocating = {
+        let (a, actor) = (p.a.clone(), actor.clone());
+        tokio::spawn(async move { a.relocate(&actor, node_common::rid("b")).await })
+    };
+    // The seal-and-dehydrate record waits behind the held turn; then the turn ends.
+    node_common::wait_until("quiescing", || {
+        p.a.relocations().0.iter().any(|r| r.phase == "Quiescing")
+    })
+    .await;
+    p.gate.send(true).unwrap();
+    hold.await.unwrap().unwrap();
+    let report = tokio::time::timeout(timeout(), relocating)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    // Same identity, new owner (SB-1.3); the store agrees.
+    assert_eq!(report.actor.id(), actor.id());
+    assert_eq!(report.actor.object_generation(), actor.object_generation());
+    assert_eq!(report.actor.node(), &node_common::rid("b"));
+    let loc = store.lookup(actor.id().clone()).await.unwrap().unwrap();
+    assert_eq!(loc.owner_node, node_common::rid("b"));
+    assert_eq!(loc.object_generation, actor.object_generation());
+    assert_eq!(p.rehydrated.load(std::sync::atomic::Ordering::SeqCst), 1);
+    // The state arrived and the queued work ran on `b` once each (no loss, no double), in
+    // arrival order (the two sends, sent one after the other, kept theirs).
+    let seen = p.b.request(&report.actor, &GetSeen, T).await.unwrap();
+    let mut sorted = seen.clone();
+    sorted.sort_unstable();
+    assert_eq!(sorted, (0..10).collect::<Vec<u64>>(), "{seen:?}");
+    assert_eq!(&seen[..3], &[0, 1, 2]);
+    let pos = |v: u64| seen.iter().position(|s| *s == v).unwrap();
+    assert!(pos(8) < pos(9), "{seen:?}");
+    // Every request answered once, with its own reply: the position it was processed at.
+    for (i, r) in replies {
+        let n = r.await.unwrap().unwrap();
+        assert_eq!(
+            seen[n as usize - 1],
+            i,
+            "request {i} answered with another's reply"
+        );
+    }
+    // The hand-off records on the real ROUTER path: Restore, the captured records, cutover.
+    let keys = handoff_keys(&p.tap_a);
+    assert_eq!(keys.first(), Some(&RESTORE), "{keys:x?}");
+    assert_eq!(keys.iter().filter(|k| **k == WORK).count(), 7, "{keys:x?}");
+    assert_eq!(report.relayed, 7);
+    assert_eq!(keys.last(), Some(&CUTOVER), "{keys:x?}");
+    // `a` no longer serves it; nothing of the relocation stays on either node.
+    assert!(p.a.request(&actor, &GetSeen, T).await.is_err());
+    node_common::wait_until("relocation state freed", || {
+        p.a.relocations_in_progress() == 0 && p.b.relocations_in_progress() == 0
+    })
+    .await;
+    let (list, counters) = p.a.relocations();
+    assert_eq!(counters.committed, 1);
+    assert_eq!(list.len(), 1);
+    assert_eq!(list[0].outcome.as_deref(), Some("moved"));
 }

@@ -653,3 +653,45 @@ async fn lease_renewals_have_their_own_connection() {
     );
     assert_eq!(seen.len(), 2, "{seen:?}");
 }
+
+// spec: SB-5.11, issue 30 (failover) — a renewal never waits longer than the lease allows: with
+// the server paused, an owner lease operation gives up after its lease timeout (100 ms here)
+// with `Unavailable`, while an actor operation on the other connection still waits for its
+// own, far longer response timeout (60 s). So a 1.5 s lease is kept on Redis: its renewal
+// slack (850 ms) is longer than the 500 ms default lease timeout (the node's configuration
+// check, `write_wait_limit`).
+#[tokio::test]
+async fn a_renewal_waits_only_the_lease_timeout() {
+    let Some(server) = OwnServer::start("a_renewal_waits_only_the_lease_timeout", false) else {
+        return;
+    };
+    let mut options = RedisOptions::default();
+    options.response_timeout = Duration::from_secs(60);
+    options.connection_timeout = Duration::from_secs(60);
+    options.lease_timeout = Duration::from_millis(100);
+    let store = RedisStore::open(&server.url(), options).unwrap();
+    assert_eq!(store.write_wait_limit(), Some(Duration::from_millis(100)));
+    let lease = contract::register(&store, "node-a", 1).await;
+    let id = zlink::actor::ActorId::new("a1").unwrap();
+    assert!(store.lookup(id.clone()).await.unwrap().is_none());
+
+    server.pause();
+    let lookup = tokio::spawn({
+        let store = store.clone();
+        async move { store.lookup(id).await }
+    });
+    let renewal = tokio::time::timeout(WAIT, store.renew_owner(lease.holder.clone(), TTL))
+        .await
+        .expect("a renewal against a paused server waited past the test's guard");
+    unavailable(renewal);
+    assert!(
+        !lookup.is_finished(),
+        "the actor operation waits for its own response timeout"
+    );
+    server.resume();
+    assert!(lookup.await.unwrap().unwrap().is_none());
+    // the lease connection works again once the server answers
+    until_reachable(|| store.renew_owner(lease.holder.clone(), TTL))
+        .await
+        .unwrap();
+}

@@ -247,36 +247,12 @@ impl ActorError {
     }
 }
 
-/// The runtime's kind of a public kind (`Cancelled`, which the runtime has not, is `Internal`).
-fn runtime_kind(kind: ErrorKind) -> crate::runtime::ErrorKind {
-    use crate::runtime::ErrorKind as R;
-    match kind {
-        ErrorKind::Unavailable => R::Unavailable,
-        ErrorKind::InvalidOperation => R::InvalidOperation,
-        ErrorKind::NotFound => R::NotFound,
-        ErrorKind::DeadlineExceeded => R::DeadlineExceeded,
-        _ => R::Internal,
-    }
-}
-
-/// The public kind of a runtime kind.
-pub(crate) fn public_kind(kind: crate::runtime::ErrorKind) -> ErrorKind {
-    use crate::runtime::ErrorKind as R;
-    match kind {
-        R::Unavailable => ErrorKind::Unavailable,
-        R::InvalidOperation => ErrorKind::InvalidOperation,
-        R::NotFound => ErrorKind::NotFound,
-        R::DeadlineExceeded => ErrorKind::DeadlineExceeded,
-        _ => ErrorKind::Internal,
-    }
-}
-
 /// A handler passes on the error of a framework operation it called with its kind (`?` in a
 /// handler): a push without a bound session answers `InvalidOperation` (SB-12), not
 /// `Internal`.
 impl From<ActorError> for crate::runtime::HandlerError {
     fn from(e: ActorError) -> Self {
-        crate::runtime::HandlerError::refused(runtime_kind(e.kind()), e.to_string())
+        crate::runtime::HandlerError::refused(e.kind(), e.to_string())
     }
 }
 
@@ -295,7 +271,7 @@ mod tests {
         let passed = HandlerError::from(not_bound);
         assert!(matches!(passed, HandlerError::Refused { .. }), "{passed:?}");
         assert_eq!(
-            public_kind(RuntimeError::Handler(passed.clone()).kind()),
+            RuntimeError::Handler(passed.clone()).kind(),
             ErrorKind::InvalidOperation
         );
         assert_eq!(passed.to_string(), text);
@@ -304,7 +280,7 @@ mod tests {
         assert!(matches!(failed, HandlerError::Failed(_)), "{failed:?}");
         assert_eq!(
             RuntimeError::Handler(HandlerError::new("x")).kind(),
-            crate::runtime::ErrorKind::Internal
+            ErrorKind::Internal
         );
     }
 }

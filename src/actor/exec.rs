@@ -377,6 +377,14 @@ struct Cell {
     shared: Arc<ExecShared>,
 }
 
+impl std::fmt::Debug for Cell {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cell")
+            .field("actor_id", &self.actor_id)
+            .finish_non_exhaustive()
+    }
+}
+
 impl Cell {
     fn finish(&self, reply: Option<ReplyTo>, out: Outcome) {
         match reply {
@@ -510,6 +518,8 @@ pub(crate) struct MailboxInner {
     actor_id: ActorId,
     lane: runtime::ActorRef<Work, ()>,
     ended: Arc<EndState>,
+    /// The instance's cell (relocation dehydrates it in the actor's last turn here).
+    cell: Arc<Cell>,
 }
 
 impl std::ops::Deref for Mailbox {
@@ -585,6 +595,67 @@ impl Mailbox {
     }
 }
 
+impl Mailbox {
+    /// Relocation (source): a lifecycle record of this actor seals its lane alone (no record
+    /// of it starts after this one; a pending Yield resume of it fails, EG-4.1) and dehydrates
+    /// its instance — the actor's last turn on this node. The record is queued when this
+    /// returns; the receiver resolves with the state.
+    pub(crate) fn seal_and_dehydrate(
+        &self,
+        spot: &RtSpot,
+    ) -> Result<oneshot::Receiver<Result<super::MigratedState, ActorError>>, ActorError> {
+        let (tx, rx) = oneshot::channel();
+        let lane = self.lane.clone();
+        let cell = self.cell.clone();
+        fn job<Y>(
+            lane: runtime::ActorRef<Work, ()>,
+            cell: Arc<Cell>,
+            tx: oneshot::Sender<Result<super::MigratedState, ActorError>>,
+        ) -> impl FnOnce(Ctx<Y>) -> runtime::Handled<()> + Send + 'static {
+            move |_ctx| {
+                lane.seal();
+                let instance = cell.instance.lock().unwrap_or_else(|e| e.into_inner());
+                let out = match instance.as_ref() {
+                    Some(i) => i.dehydrate().map_err(ActorError::from),
+                    None => Err(ActorError::NotReady {
+                        actor_id: cell.actor_id.clone(),
+                    }),
+                };
+                let _ = tx.send(out);
+                runtime::Handled::ok(())
+            }
+        }
+        let submitted = match spot {
+            RtSpot::Entry(s) => s.actor_lifecycle(&self.lane, job(lane, cell, tx)),
+            RtSpot::SpotWide(s) => s.actor_lifecycle(&self.lane, job(lane, cell, tx)),
+            RtSpot::PerActor(s) => s.actor_lifecycle(&self.lane, job(lane, cell, tx)),
+            RtSpot::Instance(s) => s.actor_lifecycle(&self.lane, job(lane, cell, tx)),
+        };
+        submitted.map_err(|e| runtime_error(&self.actor_id, e))?;
+        Ok(rx)
+    }
+
+    /// Lift the relocation seal of this actor (relocation aborted): its queued records run.
+    pub(crate) fn unseal(&self) {
+        self.lane.unseal();
+    }
+
+    /// Take back this actor's queued, not yet started records in FIFO order (relocation
+    /// capture; the lane must be sealed). Records that are not actor work (none are queued
+    /// for an actor lane today) are counted in the second value and dropped.
+    pub(crate) fn take_pending(&self) -> (Vec<Work>, usize) {
+        let mut out = Vec::new();
+        let mut other = 0;
+        for r in self.lane.return_pending() {
+            match r.into_message::<Work, ()>() {
+                Ok(w) => out.push(w),
+                Err(_) => other += 1,
+            }
+        }
+        (out, other)
+    }
+}
+
 /// The lifecycle record that runs the factory on the actor's lane and installs its instance.
 fn factory_job<Y>(
     cell: Arc<Cell>,
@@ -638,6 +709,7 @@ pub(crate) async fn spawn(
         actor_id,
         lane,
         ended,
+        cell: cell.clone(),
     }));
     let (tx, rx) = oneshot::channel();
     let submitted = match spot {

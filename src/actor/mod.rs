@@ -23,7 +23,6 @@
 
 mod create;
 mod error;
-pub(crate) use error::public_kind;
 pub(crate) mod exec;
 pub mod fence;
 mod message;
@@ -37,6 +36,7 @@ pub use message::{
     ActorCtx, ActorHost, CLOSE_SESSION_KEY, Handled, HandlerError, Message, RESERVED_KEYS_START,
 };
 pub use reference::{ActorRef, LocationSnapshot};
+pub(crate) use registry::ActorInstance;
 pub use registry::{
     ActivationInfo, ActorRegistry, ActorType, ActorTypeBuilder, MigratedState, MigrationMode,
 };

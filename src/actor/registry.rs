@@ -379,7 +379,7 @@ fn encode_reply<R: serde::Serialize>(r: Result<R, HandlerError>) -> Outcome {
             .map(Bytes::from)
             .map_err(|e| ActorError::Codec(format!("reply: {e}"))),
         Err(HandlerError::Refused { kind, message }) => Err(ActorError::Refused {
-            kind: super::error::public_kind(kind),
+            kind,
             detail: message,
         }),
         Err(e) => Err(ActorError::Handler(e.to_string())),

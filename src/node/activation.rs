@@ -299,6 +299,7 @@ impl Node {
                     timers: Vec::new(),
                     held: Some(VecDeque::new()),
                     binding: BindingSlot::default(),
+                    moved_from: None,
                 },
             );
         }
@@ -353,7 +354,11 @@ impl Node {
 
     /// Moves the records held during activation into the lane in arrival order, then opens the
     /// barrier. Records arriving meanwhile queue behind the held ones.
-    async fn open_barrier(&self, expected: &ActorRef, mailbox: &Mailbox) -> Result<(), ActorError> {
+    pub(super) async fn open_barrier(
+        &self,
+        expected: &ActorRef,
+        mailbox: &Mailbox,
+    ) -> Result<(), ActorError> {
         loop {
             let batch =
                 {
@@ -414,7 +419,7 @@ impl Node {
         }
     }
 
-    fn check_spot(&self, spot: &SpotSpec) -> Result<(), ActorError> {
+    pub(super) fn check_spot(&self, spot: &SpotSpec) -> Result<(), ActorError> {
         match lock(&self.inner.spots).get(&spot.name) {
             Some(s) if s.kind != spot.kind => Err(ActorError::Codec(format!(
                 "spot {:?} is {:?}, not {:?}",
@@ -424,7 +429,7 @@ impl Node {
         }
     }
 
-    fn join_spot(&self, spot: &SpotSpec) -> Result<RtSpot, ActorError> {
+    pub(super) fn join_spot(&self, spot: &SpotSpec) -> Result<RtSpot, ActorError> {
         self.check_spot(spot)?;
         let mut spots = lock(&self.inner.spots);
         if !spots.contains_key(&spot.name) {

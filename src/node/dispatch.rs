@@ -457,6 +457,21 @@ async fn handle(node: &Node, inbound: Inbound) {
         ) => {
             node.sessions().handle_replaced((&sender, generation), &rec);
         }
+        // Relocation, session side (SB-8): the seal (42 → 43 on its correlation) and the
+        // route update (44, never answered).
+        (
+            Origin::Peer {
+                node: sender,
+                generation,
+            },
+            Record::SessionRelocationSeal(rec),
+        ) => {
+            node.sessions()
+                .handle_seal((&sender, generation), &rec, reply);
+        }
+        (Origin::Peer { .. }, Record::SessionRelocationRoute(rec)) => {
+            node.sessions().handle_route(&rec);
+        }
         (Origin::Client { session }, Record::Request(r)) if !protocol::is_framework_key(r.key) => {
             node.sessions()
                 .packet(session, r.key, payload, reply, no_release, Inline::No);
@@ -465,7 +480,21 @@ async fn handle(node: &Node, inbound: Inbound) {
             node.sessions()
                 .packet(session, o.key, payload, None, no_release, Inline::No);
         }
-        (Origin::Peer { .. }, Record::Request(r)) => match reply {
+        (Origin::Peer { node: sender, .. }, Record::Request(r)) => match reply {
+            // The relocation hand-off records, in arrival order on this loop (`relocate.rs`).
+            Some(reply) if r.key == protocol::PEER_RELOCATE_WORK => {
+                node.on_relocate_work(&sender, &payload, deadline, reply)
+                    .await;
+            }
+            Some(reply) if r.key == protocol::PEER_RELOCATE_RESTORE => {
+                node.on_relocate_restore(sender, &payload, reply);
+            }
+            Some(reply) if r.key == protocol::PEER_RELOCATE_CUTOVER => {
+                node.on_relocate_cutover(&sender, &payload, reply);
+            }
+            Some(reply) if r.key == protocol::PEER_RELOCATE_RESULT => {
+                node.on_relocate_result(&sender, &payload, reply);
+            }
             Some(reply) => on_peer_request(node, r.key, payload, reply),
             None => tracing::debug!("peer request without reply handle"),
         },

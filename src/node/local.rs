@@ -25,6 +25,9 @@ pub(super) struct LocalActor {
     /// The incarnation's bound session (SB-5.6): written and read under the actors lock, the
     /// same lock as submission. Dropped with the incarnation (destroy, lease loss: SB-4.1).
     pub(super) binding: BindingSlot,
+    /// The node this incarnation moved in from (live relocation): records that node relays
+    /// for it after the commit are taken (`relocate.rs`). `None` for an activation here.
+    pub(super) moved_from: Option<zlink_wire::NodeRid>,
 }
 
 impl LocalActor {

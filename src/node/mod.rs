@@ -33,6 +33,8 @@ mod local;
 pub mod metrics;
 mod peers;
 pub mod protocol;
+mod relocate;
+pub use relocate::{RelocateError, RelocationCounters, RelocationReport, RelocationSummary};
 mod shutdown;
 
 use std::collections::HashMap;
@@ -376,6 +378,12 @@ struct Inner {
     follow: crate::sync::Mutex<crate::relocation::FollowTable>,
     /// The clock Message Follow's deadlines are read on (the session clock).
     follow_clock: Arc<dyn Clock>,
+    /// Relocations in progress, the last finished ones, counters ([`relocate`]).
+    relocations: relocate::Relocations,
+    /// The timings of the relocations this node takes part in.
+    relocation: crate::relocation::RelocationConfig,
+    /// The node's clock ([`NodeOptions::clock`]): the relocation drivers' timers.
+    clock: Arc<dyn Clock>,
 }
 
 /// A running node. Cheap to clone (a handle).
@@ -455,11 +463,17 @@ impl Node {
         limits.application_items = limits.application_items.max(1);
         limits.lifecycle_items = limits.lifecycle_items.max(1);
         let held_limit = limits.application_items;
+        let seal_held_limit = (limits.application_items, limits.application_bytes);
         let runtime = Runtime::new(RuntimeConfig {
             limits,
             ..RuntimeConfig::default()
         })
         .map_err(NodeError::Runtime)?;
+        let relocation = crate::relocation::RelocationConfig {
+            seal_timeout: options.session_relocation_seal_timeout,
+            ..crate::relocation::RelocationConfig::default()
+        };
+        let node_clock = options.clock.clone();
         let (packets, callbacks) = {
             let registry = options.sessions.registry()?;
             (registry, options.sessions.into_parts().1)
@@ -471,6 +485,8 @@ impl Node {
             binding_limit: options.max_bindings_per_session,
             request_timeout: options.request_timeout,
             clock: options.clock.clone(),
+            seal_timeout: options.session_relocation_seal_timeout,
+            held_limit: seal_held_limit,
         };
         let session_runtime = runtime.clone();
         let inflight = Arc::new(Inflight::default());
@@ -528,6 +544,9 @@ impl Node {
                     options.message_follow,
                 )),
                 follow_clock: options.clock,
+                relocations: relocate::Relocations::default(),
+                relocation,
+                clock: node_clock,
             }),
         };
         node.spawn_background(inbound);
@@ -771,6 +790,14 @@ impl Node {
     #[must_use]
     pub fn session_flow(&self) -> &FlowCounters {
         self.inner.sessions.flow()
+    }
+
+    /// What the relocation seals of this node's sessions hold now (SB-8.2): seals, held
+    /// relays and their payload bytes; all 0 once every seal ended (commit, abort, timeout or
+    /// session end).
+    #[must_use]
+    pub fn session_seals(&self) -> crate::session::SealGauges {
+        self.inner.sessions.seal_gauges()
     }
 
     /// Inbound work that had to wait, per kind of target: actor lanes (24 and 160 from peers),

@@ -70,6 +70,16 @@ pub fn is_framework_key(key: DispatchKey) -> bool {
 pub(crate) const PEER_ACTIVATE: DispatchKey = DispatchKey::new(0xFFFF_FF01);
 /// Node-to-node: destroy an incarnation owned by the receiving node (payload [`DestroyActor`]).
 pub(crate) const PEER_DESTROY: DispatchKey = DispatchKey::new(0xFFFF_FF02);
+/// Node-to-node, relocation source → target: Restore (`relocation::records::RestoreRecord`);
+/// the reply is relay-ready.
+pub(crate) const PEER_RELOCATE_RESTORE: DispatchKey = DispatchKey::new(0xFFFF_FF03);
+/// Node-to-node, relocation source → target: one captured record
+/// (`relocation::records::WorkRecord`); the reply is the request's reply (`()` for a send).
+pub(crate) const PEER_RELOCATE_WORK: DispatchKey = DispatchKey::new(0xFFFF_FF04);
+/// Node-to-node, relocation source → target: cutover (`relocation::records::CutoverRecord`).
+pub(crate) const PEER_RELOCATE_CUTOVER: DispatchKey = DispatchKey::new(0xFFFF_FF05);
+/// Node-to-node, relocation target → source: the result (`relocation::records::ResultRecord`).
+pub(crate) const PEER_RELOCATE_RESULT: DispatchKey = DispatchKey::new(0xFFFF_FF06);
 
 /// Payload of `CREATE` / `GET_OR_CREATE`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

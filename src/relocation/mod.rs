@@ -31,6 +31,7 @@
 //! names the source.
 
 pub mod follow;
+pub mod records;
 mod source;
 mod target;
 

@@ -1,40 +1,18 @@
 //! Errors of the lane runtime, one enum per boundary, mapped to the public kinds of the spec.
 //!
+//! The kinds are [`zlink_wire::ErrorKind`], re-exported as [`ErrorKind`]: one vocabulary from
+//! the wire to the application.
+//!
 //! Limits of different kinds keep distinct types (EG-1.2): [`ApplicationLaneFull`] and
 //! [`LifecycleLaneFull`] share no type, arithmetic or meaning with each other or with transport
 //! limits.
 
-use std::fmt;
-
-/// Public error kinds (SPEC "Error kinds"), plus `Internal` for the framework error reply of a
-/// failed request handler (EG-15).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum ErrorKind {
-    /// The target cannot take the work now (ended, sealed, shut down, lane full).
-    Unavailable,
-    /// The operation is not allowed in this context (Yield outside a SpotWide turn, awaiting
-    /// oneself, `defer()` outside its scope, cross-domain call).
-    InvalidOperation,
-    /// The target does not exist.
-    NotFound,
-    /// The call's deadline passed first.
-    DeadlineExceeded,
-    /// The request handler failed; this is the framework error reply (EG-15).
-    Internal,
-}
-
-impl fmt::Display for ErrorKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            ErrorKind::Unavailable => "unavailable",
-            ErrorKind::InvalidOperation => "invalid operation",
-            ErrorKind::NotFound => "not found",
-            ErrorKind::DeadlineExceeded => "deadline exceeded",
-            ErrorKind::Internal => "internal",
-        })
-    }
-}
+/// The public error kinds: the one vocabulary of the crate, the wire's (SPEC "Error kinds";
+/// they travel in records as one `u8`). The runtime's own conditions keep their detail in the
+/// error types below ([`Unavailable`], [`InvalidOperation`], the lane-full types, [`HandlerError`])
+/// and map to one of these kinds ([`RuntimeError::kind`]); `Internal` is the framework error
+/// reply of a failed request handler (EG-15).
+pub use zlink_wire::ErrorKind;
 
 /// Which limit of a lane was hit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -7,13 +7,18 @@
 //! (SB-2.1).
 //!
 //! What it validates, once: the physical session identity (session owner NodeRid, its lifecycle
-//! generation, SessionRid), the binding generation with its ActorId / ObjectGeneration, and — in
-//! the relocation issue — the relocation identity (SB-8.1). Per bound actor it keeps exactly the
-//! SB-4 fields ([`Binding`]).
+//! generation, SessionRid), the binding generation with its ActorId / ObjectGeneration, and the
+//! relocation identity (SB-8.1). Per bound actor it keeps exactly the SB-4 fields ([`Binding`]).
 //!
-//! Relocation (SB-8) fits here without a rewrite: a binding's [`BindingState`] gains a `Sealed`
-//! state holding messages (relay returns "held" instead of a ticket), and a 44 input switches
-//! [`Binding::route`] in the same serial step that releases the held messages.
+//! Relocation (SB-8): a 42 installs a [`Seal`] on one binding ([`SessionBindingAggregate::handle_seal`]);
+//! its relays are then held in arrival order ([`RelayTicket::held`],
+//! [`SessionBindingAggregate::hold_relay`]). A 44 ([`SessionBindingAggregate::handle_route`])
+//! commits — the binding's route and ActorRef snapshot switch to the target in this one step,
+//! same binding identity — or aborts; either way the held relays then leave in order over the
+//! binding's route ([`SessionBindingAggregate::next_released`]) before anything submitted
+//! later. The seal timeout ([`SessionBindingAggregate::handle_seal_timeouts`]) closes the
+//! session instead. Seal and retired-binding rejection are distinct: a sealed binding is still
+//! current (SB-8 intro).
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -22,11 +27,13 @@ use std::time::{Duration, Instant};
 use zlink_wire::{
     ActorId, ActorLocation, ActorSend, ActorSendTemplate, BindSnapshot, BindingGeneration,
     BoundSessionReplaced, BoundSessionSend, BoundSessionTail, Deadline, DispatchKey, ErrorKind,
-    NodeGeneration, NodeRid, ObjectGeneration, OwnerId, OwnerLeaseGeneration,
-    SessionLifecycleGeneration, SessionRid, SessionSequence,
+    NodeGeneration, NodeRid, ObjectGeneration, OwnerId, OwnerLeaseGeneration, RelocationId,
+    SessionLifecycleGeneration, SessionRelocationRoute, SessionRelocationSeal, SessionRid,
+    SessionSequence,
 };
 
 use super::flow::FlowReject;
+use super::seal::{HeldRelay, Seal, SealGauges, SealPhase};
 use crate::hashing::SeededMap;
 
 /// The fixed delay between the replaced-callback terminal and the close of the old connection
@@ -75,13 +82,6 @@ pub struct BindTarget {
     pub location: ActorLocation,
 }
 
-/// Where a binding is in its life. Relocation adds a sealed state (SB-8).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum BindingState {
-    /// Relays go straight to the stored route.
-    Open,
-}
-
 /// One current binding, with exactly the SB-4 fields the session owner keeps per actor.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Binding {
@@ -100,13 +100,12 @@ pub struct Binding {
     pub token: BindingToken,
     /// The session owner's own lease generation sent with the 38 (returned by a 51).
     pub owner_lease: OwnerLeaseGeneration,
-    /// Open (or, with relocation, sealed).
-    pub state: BindingState,
-    /// Not state: the envelope of this binding's one-way 24s up to the key, encoded once from
-    /// the fields above when the binding is made ([`ActorSendTemplate`]), for an actor on
-    /// another node only: `None` for an actor on this node (its relays do not cross the mesh),
-    /// or if it could not be made (then each 24 is encoded whole). A binding is never changed after that
-    /// (a rebind makes a new one), so it always matches them.
+    /// Not state: the envelope of this binding's one-way 24s up to the key, encoded from the
+    /// fields above when the binding is made ([`ActorSendTemplate`]), for an actor on another
+    /// node only: `None` for an actor on this node (its relays do not cross the mesh), or if it
+    /// could not be made (then each 24 is encoded whole). A binding value is never changed
+    /// after that: a rebind makes a new one, and a relocation's commit replaces the shared
+    /// value with one of the new route and its own template (SB-1.3), so it always matches.
     relay: Option<Arc<ActorSendTemplate>>,
 }
 
@@ -217,9 +216,18 @@ pub struct RelayTicket {
     pub lifecycle: SessionLifecycleGeneration,
     /// The message's session sequence.
     pub sequence: SessionSequence,
+    /// The binding is sealed by a relocation (SB-8.2): the relay is held by the aggregate
+    /// ([`SessionBindingAggregate::hold_relay`]), not sent over the route.
+    pub(crate) held: bool,
 }
 
 impl RelayTicket {
+    /// Whether the binding is sealed by a relocation: the relay is held until the 44 (SB-8.2).
+    #[must_use]
+    pub fn held(&self) -> bool {
+        self.held
+    }
+
     /// The actor owner's node (the stored route).
     #[must_use]
     pub fn to(&self) -> &NodeRid {
@@ -301,6 +309,8 @@ pub enum SessionEnd {
     Disconnected,
     /// The replacement timer closed it (SB-6.4).
     Replaced,
+    /// A relocation seal timed out before its 44 (SB-8.3).
+    RelocationTimeout,
 }
 
 /// The session's phase.
@@ -375,9 +385,63 @@ pub struct SessionBindingAggregate {
     /// The actor owner sends none after its tombstone (its push path refuses).
     notified: VecDeque<Arc<Binding>>,
     retired: VecDeque<BindingGeneration>,
+    /// Relocation seals by actor (SB-8): at most one per binding.
+    seals: SeededMap<ActorId, Seal>,
+    /// SessionRelocationSealTimeout (SB-8.3).
+    seal_timeout: Duration,
+    /// What the seals of this session may hold before a relay's admission waits for the
+    /// release: the session lane's own limits (items, payload bytes), no capacity of the
+    /// relocation's own (SB-8.2).
+    held_limit: (usize, u64),
+    /// The last [`RETIRED_MEMORY`] relocations whose seal ended here, and how: a 44 for one of
+    /// them is a duplicate (same kind) or late (SB-8.3).
+    ended_seals: VecDeque<(RelocationId, BindingGeneration, SealEnd)>,
     next_sequence: u64,
     next_token: u64,
     next_replacement: u64,
+}
+
+/// How a seal ended ([`SessionBindingAggregate::handle_route`] tells a duplicate 44 from a
+/// late one by it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum SealEnd {
+    Committed,
+    Aborted,
+    TimedOut,
+}
+
+/// Default SessionRelocationSealTimeout of an aggregate (SB-8.3).
+pub const DEFAULT_SEAL_TIMEOUT: Duration = Duration::from_millis(3_000);
+
+/// A 44 the aggregate applied ([`SessionBindingAggregate::handle_route`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RouteApplied {
+    /// The route and ActorRef snapshot switched to the target (SB-8.7, SB-1.3): the binding
+    /// as it is now (same identity). Release the held relays over it.
+    Committed(Arc<Binding>),
+    /// The seal is released, the source route kept (SB-8.5): release the held relays.
+    Aborted(Arc<Binding>),
+}
+
+/// The next step of a seal being released ([`SessionBindingAggregate::next_released`]).
+#[derive(Debug)]
+pub enum Released {
+    /// Send this held relay through this ticket (the binding's route now), then ask again.
+    Send(RelayTicket, HeldRelay),
+    /// A held request whose deadline passed: answer `DeadlineExceeded`, then ask again.
+    Expired(HeldRelay),
+    /// Nothing is held any more: the seal ended, relays go straight to the route.
+    Done,
+}
+
+/// What the seal timers decided ([`SessionBindingAggregate::handle_seal_timeouts`]).
+#[derive(Debug, Default)]
+pub struct SealTimeouts {
+    /// Held requests whose deadline passed: answer `DeadlineExceeded`.
+    pub expired: Vec<HeldRelay>,
+    /// A seal timed out (SB-8.3): the session is closed; close the connection
+    /// (`RelocationSealTimeout`). These held relays are never delivered: answer them.
+    pub closed: Option<Vec<HeldRelay>>,
 }
 
 impl SessionBindingAggregate {
@@ -398,6 +462,10 @@ impl SessionBindingAggregate {
             notifying: Vec::new(),
             notified: VecDeque::new(),
             retired: VecDeque::new(),
+            seals: SeededMap::default(),
+            seal_timeout: DEFAULT_SEAL_TIMEOUT,
+            held_limit: (1024, 64 << 20),
+            ended_seals: VecDeque::new(),
             next_sequence: 1,
             next_token: 1,
             next_replacement: 1,
@@ -408,6 +476,20 @@ impl SessionBindingAggregate {
     #[must_use]
     pub fn with_binding_limit(mut self, limit: usize) -> Self {
         self.binding_limit = limit.max(1);
+        self
+    }
+
+    /// SessionRelocationSealTimeout (SB-8.3) and what its seals may hold (items, payload
+    /// bytes: the session lane's limits) before a relay's admission waits.
+    #[must_use]
+    pub fn with_seal_limits(
+        mut self,
+        timeout: Duration,
+        held_items: usize,
+        held_bytes: u64,
+    ) -> Self {
+        self.seal_timeout = timeout;
+        self.held_limit = (held_items.max(1), held_bytes.max(1));
         self
     }
 
@@ -591,7 +673,6 @@ impl SessionBindingAggregate {
             generation,
             token,
             owner_lease,
-            state: BindingState::Open,
             relay,
         };
         self.last_relayed = None;
@@ -629,7 +710,13 @@ impl SessionBindingAggregate {
             // A handle of a retired binding never acts on a newer one (SB-4.1).
             return Err(self.stale(generation));
         }
-        Ok(Self::ticket(b, self.id.lifecycle, &mut self.next_sequence))
+        let held = !self.seals.is_empty() && self.seals.contains_key(actor);
+        Ok(Self::ticket(
+            b,
+            self.id.lifecycle,
+            &mut self.next_sequence,
+            held,
+        ))
     }
 
     /// [`SessionBindingAggregate::relay`] through the current binding of `actor` (its text's
@@ -652,10 +739,12 @@ impl SessionBindingAggregate {
         if let Phase::Closed(_) = self.phase {
             return Some(Err((FlowReject::SessionClosed, b.actor.clone())));
         }
+        let held = !self.seals.is_empty() && self.seals.contains_key(&b.actor);
         Some(Ok(Self::ticket(
             b,
             self.id.lifecycle,
             &mut self.next_sequence,
+            held,
         )))
     }
 
@@ -664,6 +753,7 @@ impl SessionBindingAggregate {
         b: &Arc<Binding>,
         lifecycle: SessionLifecycleGeneration,
         next_sequence: &mut u64,
+        held: bool,
     ) -> RelayTicket {
         let sequence = SessionSequence::new(*next_sequence);
         *next_sequence += 1;
@@ -671,6 +761,7 @@ impl SessionBindingAggregate {
             binding: b.clone(),
             lifecycle,
             sequence,
+            held,
         }
     }
 
@@ -758,6 +849,8 @@ impl SessionBindingAggregate {
             return Err(FlowReject::ReplacedIdentityMismatch);
         }
         self.last_relayed = None;
+        // Its seal (if a relocation runs) ends with it: held relays answered by the drop.
+        self.seals.remove(&rec.actor);
         let retired = self
             .bindings
             .remove(&rec.actor)
@@ -883,6 +976,7 @@ impl SessionBindingAggregate {
             Some(_) => {}
         }
         self.last_relayed = None;
+        self.seals.remove(actor);
         self.bindings.remove(actor).ok_or(FlowReject::NotBound)
     }
 
@@ -895,6 +989,9 @@ impl SessionBindingAggregate {
             self.phase = Phase::Closed(SessionEnd::Disconnected);
         }
         self.last_relayed = None;
+        // Seals and what they hold end with the session (held requests are answered by the
+        // drop of their waiters).
+        self.seals.clear();
         let mut snapshot: Vec<Binding> = self
             .bindings
             .drain()
@@ -910,6 +1007,364 @@ impl SessionBindingAggregate {
         }
         self.notified.clear();
         snapshot
+    }
+
+    /// A 42 from `sender` (authenticated by the mesh): installs the seal on the binding it
+    /// names (SB-8.1). Validates only the physical session identity and SessionRid, the binding
+    /// generation with its ActorId / ObjectGeneration (the current binding), the relocation
+    /// identity, and that the sender is the binding's current route (the actor owner). A 42 of
+    /// the seal installed already is answered `Installed` again (idempotent).
+    ///
+    /// # Errors
+    /// The counted reason and the SB-12 kind of the 43 `Rejected`.
+    pub fn handle_seal(
+        &mut self,
+        now: Instant,
+        sender: (&NodeRid, NodeGeneration),
+        rec: &SessionRelocationSeal,
+    ) -> Result<(), (FlowReject, ErrorKind)> {
+        let id = &rec.seal;
+        if id.session_lifecycle != self.id.lifecycle {
+            return Err((FlowReject::LifecycleMismatch, ErrorKind::Unavailable));
+        }
+        if id.session != self.id.session {
+            return Err((FlowReject::UnknownSession, ErrorKind::Unavailable));
+        }
+        if let Err(r) = self.refuse_if_ended() {
+            return Err((r, ErrorKind::Unavailable));
+        }
+        let b = match self.bindings.get(&rec.actor) {
+            Some(b) if b.generation == id.binding_generation => b,
+            // Not the current binding (retired, or never this session's): a stale binding.
+            _ => return Err((self.stale(id.binding_generation), ErrorKind::Unavailable)),
+        };
+        if b.object_generation != rec.object_generation {
+            return Err((
+                FlowReject::ObjectGenerationMismatch,
+                ErrorKind::InvalidOperation,
+            ));
+        }
+        if *sender.0 != b.route.node || sender.1 != b.route.node_generation {
+            return Err((FlowReject::NotActorOwner, ErrorKind::Unavailable));
+        }
+        match self.seals.get(&rec.actor) {
+            Some(s) if s.identity == *id && matches!(s.phase, SealPhase::Installed { .. }) => {
+                Ok(())
+            }
+            // Another relocation's seal, or this one's being released: the binding is in a
+            // relocation (SB-12: `Unavailable`).
+            Some(_) => Err((FlowReject::RelocationInProgress, ErrorKind::Unavailable)),
+            None => {
+                self.seals
+                    .insert(rec.actor.clone(), Seal::new(id.clone(), now));
+                Ok(())
+            }
+        }
+    }
+
+    /// Whether `actor`'s binding is sealed by a relocation (installed or releasing).
+    #[must_use]
+    pub fn is_sealed(&self, actor: &ActorId) -> bool {
+        self.seals.contains_key(actor)
+    }
+
+    /// The seal of `actor`'s binding, if a relocation runs.
+    #[must_use]
+    pub fn seal(&self, actor: &ActorId) -> Option<&Seal> {
+        self.seals.get(actor)
+    }
+
+    /// Holds a relay of a sealed binding in arrival order (SB-8.2). `Ok(true)` when the
+    /// submitter may go on (its admission signal dropped: the relay is queued in order);
+    /// `Ok(false)` when the session's seals hold more than the session lane's limits: the
+    /// admission signal is kept until the relay leaves. The relay back when the binding
+    /// `generation` of `actor` has no seal (any more): send it over the route.
+    ///
+    /// # Errors
+    /// The relay, handed back.
+    pub fn hold_relay(
+        &mut self,
+        actor: &ActorId,
+        generation: BindingGeneration,
+        mut relay: HeldRelay,
+    ) -> Result<bool, HeldRelay> {
+        if self
+            .bindings
+            .get(actor)
+            .is_none_or(|b| b.generation != generation)
+        {
+            return Err(relay);
+        }
+        let (items, bytes) = self.held_limit;
+        let g = self.seal_gauges();
+        let Some(seal) = self.seals.get_mut(actor) else {
+            return Err(relay);
+        };
+        let within = (g.held as usize) < items && g.held_bytes + relay.bytes() as u64 <= bytes;
+        if within {
+            drop(relay.admitted.take());
+        }
+        seal.held.push_back(relay);
+        Ok(within)
+    }
+
+    /// A 44 (SB-8.3, SB-8.7, SB-8.8), from any mesh peer. A commit must match the installed
+    /// seal's relocation identity, the session identity and SessionRid, the binding generation
+    /// and the binding's ActorId / ObjectGeneration; it switches the binding's route and
+    /// ActorRef snapshot to `target` in this one step (same binding identity: not a rebind) and
+    /// starts the release of the held relays over it. An abort must match the seal identity;
+    /// it starts their release over the unchanged source route.
+    ///
+    /// # Errors
+    /// [`FlowReject::DuplicateRouteUpdate`] for a 44 this session applied already (a no-op);
+    /// [`FlowReject::LateRouteUpdate`] for one of no installed seal, another relocation's, or
+    /// one after the seal timed out (`late_session_route_update`, changes nothing).
+    pub fn handle_route(
+        &mut self,
+        rec: &SessionRelocationRoute,
+    ) -> Result<RouteApplied, FlowReject> {
+        let (relocation, lifecycle, session, generation, kind) = match rec {
+            SessionRelocationRoute::Commit(c) => (
+                c.relocation,
+                c.session_lifecycle,
+                c.session,
+                c.binding_generation,
+                SealEnd::Committed,
+            ),
+            SessionRelocationRoute::Abort(a) => (
+                a.seal.relocation,
+                a.seal.session_lifecycle,
+                a.seal.session,
+                a.seal.binding_generation,
+                SealEnd::Aborted,
+            ),
+        };
+        if lifecycle != self.id.lifecycle || session != self.id.session {
+            return Err(FlowReject::LateRouteUpdate);
+        }
+        let actor = match rec {
+            SessionRelocationRoute::Commit(c) => Some(&c.actor),
+            SessionRelocationRoute::Abort(_) => None,
+        };
+        let found = self.seals.iter().find(|(a, s)| {
+            s.identity.relocation == relocation
+                && s.identity.binding_generation == generation
+                && actor.is_none_or(|x| x == *a)
+        });
+        let Some((actor, seal)) = found else {
+            return Err(self.ended_kind(relocation, generation, kind));
+        };
+        if seal.phase == SealPhase::Releasing {
+            // Applied already (or the other kind of 44 of an applied relocation).
+            return Err(match self.ended_kind(relocation, generation, kind) {
+                FlowReject::DuplicateRouteUpdate => FlowReject::DuplicateRouteUpdate,
+                _ => FlowReject::LateRouteUpdate,
+            });
+        }
+        if let SessionRelocationRoute::Abort(a) = rec
+            && a.seal != seal.identity
+        {
+            return Err(FlowReject::LateRouteUpdate);
+        }
+        let actor = actor.clone();
+        let Some(b) = self.bindings.get(&actor).cloned() else {
+            return Err(FlowReject::LateRouteUpdate);
+        };
+        let applied = match rec {
+            SessionRelocationRoute::Commit(c) => {
+                if b.object_generation != c.object_generation || b.generation != generation {
+                    return Err(FlowReject::LateRouteUpdate);
+                }
+                // The route and the ActorRef snapshot switch at once, same binding identity
+                // (SB-8.7, SB-4.2): every derived copy (the 24 template, `last_relayed`) is
+                // replaced with it.
+                let relay = if c.target.node == self.id.owner {
+                    None
+                } else {
+                    Binding::relay_template(
+                        &b.actor,
+                        b.object_generation,
+                        &c.target,
+                        self.id.lifecycle,
+                        b.generation,
+                    )
+                };
+                let moved = Arc::new(Binding {
+                    route: c.target.clone(),
+                    relay,
+                    ..Binding::clone(&b)
+                });
+                self.last_relayed = None;
+                self.bindings.insert(actor.clone(), moved.clone());
+                RouteApplied::Committed(moved)
+            }
+            SessionRelocationRoute::Abort(_) => RouteApplied::Aborted(b),
+        };
+        if let Some(seal) = self.seals.get_mut(&actor) {
+            seal.phase = SealPhase::Releasing;
+        }
+        self.remember_ended(relocation, generation, kind);
+        Ok(applied)
+    }
+
+    fn ended_kind(
+        &self,
+        relocation: RelocationId,
+        generation: BindingGeneration,
+        kind: SealEnd,
+    ) -> FlowReject {
+        match self
+            .ended_seals
+            .iter()
+            .find(|(r, g, _)| *r == relocation && *g == generation)
+        {
+            Some((_, _, k)) if *k == kind => FlowReject::DuplicateRouteUpdate,
+            _ => FlowReject::LateRouteUpdate,
+        }
+    }
+
+    fn remember_ended(
+        &mut self,
+        relocation: RelocationId,
+        generation: BindingGeneration,
+        k: SealEnd,
+    ) {
+        if self.ended_seals.len() == RETIRED_MEMORY {
+            self.ended_seals.pop_front();
+        }
+        self.ended_seals.push_back((relocation, generation, k));
+    }
+
+    /// The next held relay of `actor`'s releasing seal (SB-8.7: in arrival order, over the
+    /// binding's route as it is now), skipping requests whose caller stopped waiting; when none
+    /// is left the seal ends here, in the same step, so a relay submitted after it goes
+    /// straight to the route, behind every held one.
+    pub fn next_released(&mut self, now: Instant, actor: &ActorId) -> Released {
+        loop {
+            let Some(seal) = self.seals.get_mut(actor) else {
+                return Released::Done;
+            };
+            if seal.phase != SealPhase::Releasing {
+                return Released::Done;
+            }
+            let Some(relay) = seal.held.pop_front() else {
+                self.seals.remove(actor);
+                return Released::Done;
+            };
+            if relay.cancelled() {
+                continue;
+            }
+            if relay.request.as_ref().is_some_and(|r| r.deadline <= now) {
+                return Released::Expired(relay);
+            }
+            let Some(b) = self.bindings.get(actor) else {
+                self.seals.remove(actor);
+                return Released::Done;
+            };
+            let ticket = Self::ticket(b, self.id.lifecycle, &mut self.next_sequence, false);
+            return Released::Send(ticket, relay);
+        }
+    }
+
+    /// The next instant at which [`SessionBindingAggregate::handle_seal_timeouts`] has work: a
+    /// seal's timeout or a held request's deadline.
+    #[must_use]
+    pub fn poll_seal_timeout(&self) -> Option<Instant> {
+        self.seals
+            .values()
+            .flat_map(|s| {
+                let timeout = match s.phase {
+                    SealPhase::Installed { since } => Some(since + self.seal_timeout),
+                    SealPhase::Releasing => None,
+                };
+                timeout.into_iter().chain(
+                    s.held
+                        .iter()
+                        .filter_map(|h| h.request.as_ref().map(|r| r.deadline)),
+                )
+            })
+            .min()
+    }
+
+    /// Fires due seal timers: held requests past their deadline are taken out (SB-8.2); a seal
+    /// installed for SessionRelocationSealTimeout without its 44 closes the session (SB-8.3):
+    /// every seal and held relay of it ends, the binding is kept for the disconnect's
+    /// notification, and a 44 arriving after this is late.
+    pub fn handle_seal_timeouts(&mut self, now: Instant) -> SealTimeouts {
+        let mut out = SealTimeouts::default();
+        for seal in self.seals.values_mut() {
+            let (expired, kept): (VecDeque<HeldRelay>, VecDeque<HeldRelay>) =
+                std::mem::take(&mut seal.held)
+                    .into_iter()
+                    .partition(|h| h.request.as_ref().is_some_and(|r| r.deadline <= now));
+            seal.held = kept;
+            out.expired.extend(expired);
+        }
+        let timeout = self.seal_timeout;
+        let timed_out = self
+            .seals
+            .values()
+            .any(|s| matches!(s.phase, SealPhase::Installed { since } if since + timeout <= now));
+        if timed_out {
+            let seals: Vec<(ActorId, Seal)> = self.seals.drain().collect();
+            let mut dropped = Vec::new();
+            for (_, s) in seals {
+                if let SealPhase::Installed { .. } = s.phase {
+                    self.remember_ended(
+                        s.identity.relocation,
+                        s.identity.binding_generation,
+                        SealEnd::TimedOut,
+                    );
+                }
+                dropped.extend(s.held);
+            }
+            self.last_relayed = None;
+            if !matches!(self.phase, Phase::Closed(_)) {
+                self.phase = Phase::Closed(SessionEnd::RelocationTimeout);
+            }
+            out.closed = Some(dropped);
+        }
+        out
+    }
+
+    /// What this session's seals hold now.
+    #[must_use]
+    pub fn seal_gauges(&self) -> SealGauges {
+        let mut g = SealGauges::default();
+        for s in self.seals.values() {
+            g += SealGauges {
+                seals: 1,
+                held: s.held_len() as u64,
+                held_bytes: s.held_bytes() as u64,
+            };
+        }
+        g
+    }
+
+    /// A push of a sealed binding that does not pass the push check (SB-5.5) — from the
+    /// relocation's target, whose 44 has not been applied yet (it travels on the completion
+    /// connection or from another node) — held until the seal's 44: checked again then, after
+    /// a commit against the target's values ([`SessionBindingAggregate::take_held`]).
+    ///
+    /// # Errors
+    /// The push back with the reason: [`FlowReject::NotBound`] (no installed seal of exactly
+    /// its binding identity), [`FlowReject::ClientBacklogFull`] (at [`HELD_PUSH_LIMIT`]).
+    pub fn hold_sealed_push(&mut self, held: HeldPush) -> Result<(), (FlowReject, HeldPush)> {
+        let ours = self.seals.get(&held.push.actor).is_some_and(|s| {
+            matches!(s.phase, SealPhase::Installed { .. })
+                && s.identity.binding_generation == held.push.binding_generation
+        }) && self.bindings.get(&held.push.actor).is_some_and(|b| {
+            b.generation == held.push.binding_generation
+                && b.object_generation == held.push.object_generation
+        });
+        if !ours {
+            return Err((FlowReject::NotBound, held));
+        }
+        if self.held.len() >= HELD_PUSH_LIMIT {
+            return Err((FlowReject::ClientBacklogFull, held));
+        }
+        self.held.push(held);
+        Ok(())
     }
 
     /// A push for a binding this session does not hold (yet): held if a bind of exactly its
@@ -1682,7 +2137,7 @@ mod tests {
                         let mut b = before.get(&actor(i)).cloned().unwrap_or_else(|| Binding {
                             actor: actor(i), actor_type: "t".into(), object_generation: ObjectGeneration::new(1),
                             route: loc("b"), generation: BindingGeneration::new(g),
-                            token: BindingToken(0), owner_lease: LEASE, state: BindingState::Open,
+                            token: BindingToken(0), owner_lease: LEASE,
                             relay: None,
                         });
                         b.generation = BindingGeneration::new(g);

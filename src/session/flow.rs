@@ -53,11 +53,25 @@ pub enum FlowReject {
     /// The connected/authenticate callback refused the session (returned `Err`): the session
     /// is closed with `DisconnectReason::Refused`.
     Refused,
+    /// A 42 from a node that is not the sealed binding's current route (its actor owner,
+    /// SB-8.1).
+    NotActorOwner,
+    /// A 42 for a binding that another relocation's seal holds, or whose seal is being
+    /// released (SB-12: actor in relocation, `Unavailable`).
+    RelocationInProgress,
+    /// A 44 for no installed seal, another relocation's, or one after the seal timed out
+    /// (SB-8.3: `late_session_route_update`, a Warning; nothing changes).
+    LateRouteUpdate,
+    /// A 44 this session applied already (SB-8.3: a no-op).
+    DuplicateRouteUpdate,
+    /// A relay held by a relocation seal that timed out: never delivered, the session is
+    /// closed (SB-8.3, SB-14.22).
+    RelocationTimeout,
 }
 
 impl FlowReject {
     /// Every value, in a fixed order.
-    pub const ALL: [FlowReject; 20] = [
+    pub const ALL: [FlowReject; 25] = [
         FlowReject::NotBound,
         FlowReject::SessionClosing,
         FlowReject::SessionClosed,
@@ -78,6 +92,11 @@ impl FlowReject {
         FlowReject::LeaseLapsed,
         FlowReject::ClientBacklogFull,
         FlowReject::Refused,
+        FlowReject::NotActorOwner,
+        FlowReject::RelocationInProgress,
+        FlowReject::LateRouteUpdate,
+        FlowReject::DuplicateRouteUpdate,
+        FlowReject::RelocationTimeout,
     ];
 
     /// The stable name used in logs and metrics.
@@ -104,6 +123,11 @@ impl FlowReject {
             FlowReject::LeaseLapsed => "lease_lapsed",
             FlowReject::ClientBacklogFull => "client_backlog_full",
             FlowReject::Refused => "refused",
+            FlowReject::NotActorOwner => "not_actor_owner",
+            FlowReject::RelocationInProgress => "relocation_in_progress",
+            FlowReject::LateRouteUpdate => "late_session_route_update",
+            FlowReject::DuplicateRouteUpdate => "duplicate_session_route_update",
+            FlowReject::RelocationTimeout => "relocation_timeout",
         }
     }
 
@@ -158,17 +182,23 @@ pub enum FlowRecord {
     Packet,
     /// A session's admission by the connected/authenticate callback.
     Connected,
+    /// A relocation seal request (42, SB-8.1).
+    Seal,
+    /// A relocation route update (44 commit or abort, SB-8.3).
+    Route,
 }
 
 impl FlowRecord {
     /// Every value, in a fixed order.
-    pub const ALL: [FlowRecord; 6] = [
+    pub const ALL: [FlowRecord; 8] = [
         FlowRecord::Relay,
         FlowRecord::Push,
         FlowRecord::Bind,
         FlowRecord::Replaced,
         FlowRecord::Packet,
         FlowRecord::Connected,
+        FlowRecord::Seal,
+        FlowRecord::Route,
     ];
 
     /// The stable name used in logs and metrics.
@@ -181,6 +211,8 @@ impl FlowRecord {
             FlowRecord::Replaced => "replaced",
             FlowRecord::Packet => "packet",
             FlowRecord::Connected => "connected",
+            FlowRecord::Seal => "seal",
+            FlowRecord::Route => "route",
         }
     }
 

@@ -32,6 +32,10 @@
 //!   timeout).
 //! - Disconnect (SB-7) freezes the binding snapshot and notifies each bound actor's current Spot
 //!   once over the stored route (38 Disconnect); actor and membership stay.
+//! - Relocation (SB-8): a 42 from the actor owner seals one binding (`seal`); its relays are
+//!   held in order; the 44 commit switches the binding's route and ActorRef snapshot to the
+//!   target and releases them there, a 44 abort releases them to the source; no 44 within
+//!   SessionRelocationSealTimeout closes the session (`RelocationSealTimeout`).
 
 pub mod aggregate;
 mod cell;
@@ -39,6 +43,7 @@ use crate::clock;
 pub mod flow;
 mod inline;
 pub(crate) mod owner;
+pub mod seal;
 pub mod slot;
 
 use std::future::Future;
@@ -56,6 +61,7 @@ pub use aggregate::{Binding, SessionBindingAggregate, SessionIdentity};
 pub use clock::{BootClock, Clock, ManualClock, SystemClock};
 pub use flow::{FlowCounters, FlowRecord, FlowReject};
 pub(crate) use owner::{SessionHost, SessionOwner, SessionOwnerConfig};
+pub use seal::SealGauges;
 pub use slot::{BindingSlot, RegisteredBinding};
 
 pub use crate::actor::{CLOSE_SESSION_KEY, RESERVED_KEYS_START};
@@ -195,9 +201,7 @@ impl From<SessionError> for PacketError {
 impl From<HandlerError> for PacketError {
     fn from(e: HandlerError) -> Self {
         match e {
-            HandlerError::Refused { kind, message } => {
-                Self::new(crate::actor::public_kind(kind), message)
-            }
+            HandlerError::Refused { kind, message } => Self::new(kind, message),
             e => Self::new(ErrorKind::Internal, e.to_string()),
         }
     }
@@ -512,7 +516,11 @@ impl Session {
         payload: Bytes,
         reply: Bytes,
     ) -> PacketTurn {
-        turn_of(self.owner.send_ticket(ticket, key, payload, None), reply)
+        turn_of(
+            self.owner
+                .send_ticket(&self.entry, ticket, key, payload, None),
+            reply,
+        )
     }
 
     /// The relay request of a [`Session::relay_ticket`] forwarded as
@@ -527,10 +535,14 @@ impl Session {
         timeout: Duration,
         map: ReplyMap,
     ) -> PacketTurn {
-        PacketTurn::Forward(Forward(
-            self.owner
-                .forward_ticket(ticket, key, payload, timeout, map),
-        ))
+        PacketTurn::Forward(Forward(self.owner.forward_ticket(
+            &self.entry,
+            ticket,
+            key,
+            payload,
+            timeout,
+            map,
+        )))
     }
 
     /// Refuses an operation on `actor`, of which this session holds no current binding (a
@@ -662,21 +674,28 @@ pub struct BoundActor {
 }
 
 impl BoundActor {
-    /// The bound incarnation with its current location snapshot.
+    /// The bound incarnation with its current location snapshot: after a relocation's commit
+    /// the target's (SB-1.3), same ActorId and ObjectGeneration.
     #[must_use]
     pub fn actor_ref(&self) -> ActorRef {
+        let b = self.binding();
         ActorRef::from_parts(
-            self.binding.actor.clone(),
-            self.binding.actor_type.to_string(),
-            self.binding.object_generation,
-            self.binding.route.clone(),
+            b.actor.clone(),
+            b.actor_type.to_string(),
+            b.object_generation,
+            b.route.clone(),
         )
     }
 
-    /// The binding (identity, route, token).
+    /// The binding (identity, route, token) as it is now: the session's current value of this
+    /// binding identity (a relocation's commit replaces its route, SB-1.3), or the value this
+    /// handle was made with once the binding ended.
     #[must_use]
-    pub fn binding(&self) -> &Binding {
-        &self.binding
+    pub fn binding(&self) -> Arc<Binding> {
+        match self.session.entry.find(&self.binding.actor) {
+            Some(b) if b.generation == self.binding.generation => b,
+            _ => self.binding.clone(),
+        }
     }
 
     /// A typed request to the bound actor over the stored route (24 with the bound-session tail;

@@ -14,17 +14,20 @@ use zlink_mesh::{ReplyHandle, SendError};
 use zlink_wire::{
     ActorId, BindOperation, BindSnapshot, BindingGeneration, BoundSessionBind,
     BoundSessionReplaced, BoundSessionSend, Deadline, DisconnectReason, DispatchKey, ErrorKind,
-    NodeGeneration, NodeRid, OwnerId, OwnerLeaseGeneration, SessionLifecycleGeneration, SessionRid,
+    NodeGeneration, NodeRid, OwnerId, OwnerLeaseGeneration, Record, SealOutcome,
+    SessionLifecycleGeneration, SessionRelocationRoute, SessionRelocationSeal,
+    SessionRelocationSealed, SessionRid,
 };
 
 use super::aggregate::{
-    BindCompletion, BindStart, BindTarget, Binding, RelayTicket, ReplacedOutcome,
-    SessionBindingAggregate, SessionIdentity, Tombstone,
+    BindCompletion, BindStart, BindTarget, Binding, RelayTicket, Released, ReplacedOutcome,
+    RouteApplied, SessionBindingAggregate, SessionIdentity, Tombstone,
 };
 use super::cell::{AggCell, AggGuard};
 use super::clock::Clock;
 use super::flow::{FlowCounters, FlowRecord, FlowReject};
 use super::inline::InlineTurn;
+use super::seal::{HeldRelay, HeldRequest, SealGauges};
 use super::{CLOSE_SESSION_KEY, Callbacks, PacketHandler, PacketTurn, Session, SessionError};
 use crate::actor::ActorRef;
 use crate::actor::exec::InflightGuard;
@@ -136,6 +139,11 @@ pub(crate) struct SessionOwnerConfig {
     pub binding_limit: usize,
     pub request_timeout: Duration,
     pub clock: Arc<dyn Clock>,
+    /// SessionRelocationSealTimeout (SB-8.3).
+    pub seal_timeout: Duration,
+    /// What one session's relocation seals hold before a relay's admission waits: the
+    /// session lane's application limits (items, bytes).
+    pub held_limit: (usize, u64),
 }
 
 /// One session on this node.
@@ -152,6 +160,10 @@ pub(crate) struct SessionEntry {
     /// Left this node's sessions (set as it leaves the map, under its lock): a
     /// [`SessionCache`] no longer hands it out.
     removed: AtomicBool,
+    /// The relocation seal timer task runs (set and cleared under the aggregate's lock).
+    seal_timer: AtomicBool,
+    /// Wakes the seal timer when a deadline moves (a seal installed, a request held).
+    seal_wake: Notify,
 }
 
 /// The session a caller last delivered a packet to (the mesh I/O thread's sink keeps one), so
@@ -466,7 +478,12 @@ impl SessionOwner {
                 session: rid,
             };
             let agg = SessionBindingAggregate::new(id, self.owner_id, self.cfg.callback_timeout)
-                .with_binding_limit(self.cfg.binding_limit);
+                .with_binding_limit(self.cfg.binding_limit)
+                .with_seal_limits(
+                    self.cfg.seal_timeout,
+                    self.cfg.held_limit.0,
+                    self.cfg.held_limit.1,
+                );
             let entry = Arc::new(SessionEntry {
                 rid,
                 agg: AggCell::new(agg),
@@ -474,6 +491,8 @@ impl SessionOwner {
                 timer: Notify::new(),
                 push_stalled: AtomicBool::new(false),
                 removed: AtomicBool::new(false),
+                seal_timer: AtomicBool::new(false),
+                seal_wake: Notify::new(),
             });
             // The connected-callback is the session's first turn: it is queued before the
             // entry becomes visible, so no packet can find the lane idle ahead of it (a
@@ -1012,7 +1031,7 @@ impl SessionOwner {
             self.flow.reject(FlowRecord::Relay, r, actor);
             SessionError::of_reject(FlowRecord::Relay, actor, r)
         })?;
-        Ok(self.send_ticket(ticket, key, payload, timeout))
+        Ok(self.send_ticket(entry, ticket, key, payload, timeout))
     }
 
     /// The ticket of a relay through the current binding of `actor` (its text's bytes, UTF-8
@@ -1032,15 +1051,118 @@ impl SessionOwner {
     }
 
     /// The 24 of a relay ticket, handed to the host: [`SessionOwner::relay_start`] after the
-    /// aggregate's step.
+    /// aggregate's step. A ticket of a sealed binding is held by the aggregate instead
+    /// ([`SessionOwner::hold`]).
     pub(crate) fn send_ticket(
         &self,
+        entry: &Arc<SessionEntry>,
         ticket: RelayTicket,
         key: DispatchKey,
         payload: Bytes,
         timeout: Option<Duration>,
     ) -> RelaySent {
+        if ticket.held() {
+            return self.hold(entry, &ticket, key, payload, timeout, None);
+        }
         self.host.send_relay(ticket, key, payload, timeout, None)
+    }
+
+    /// A relay of a binding sealed by a relocation (SB-8.2): held in the aggregate in arrival
+    /// order with its own deadline, until the 44 releases it over the binding's route then (or
+    /// the session ends: then it is answered `Unavailable`). A one-way relay is done once
+    /// held; a request waits for its terminal. While the session's seals hold more than the
+    /// session lane's limits, the submitter's admission waits for the release. If the seal
+    /// ended meanwhile the relay goes over the route as any.
+    fn hold(
+        &self,
+        entry: &Arc<SessionEntry>,
+        ticket: &RelayTicket,
+        key: DispatchKey,
+        payload: Bytes,
+        timeout: Option<Duration>,
+        admitted: Option<oneshot::Sender<()>>,
+    ) -> RelaySent {
+        let now = self.cfg.clock.now();
+        let (request, reply) = match timeout {
+            Some(t) => {
+                let (tx, rx) = oneshot::channel();
+                (
+                    Some(HeldRequest {
+                        deadline: now + t,
+                        waiter: tx,
+                    }),
+                    Some(rx),
+                )
+            }
+            None => (None, None),
+        };
+        // A one-way relay's submitter waits for its admission only past the session's limits.
+        let (admitted, own) = match (admitted, timeout) {
+            (Some(a), _) => (Some(a), None),
+            (None, None) => {
+                let (tx, rx) = oneshot::channel();
+                (Some(tx), Some(rx))
+            }
+            (None, Some(_)) => (None, None),
+        };
+        let relay = HeldRelay {
+            key,
+            payload,
+            request,
+            admitted,
+        };
+        let actor = &ticket.binding.actor;
+        let mut agg = entry.agg();
+        let within = match agg.hold_relay(actor, ticket.binding.generation, relay) {
+            Ok(within) => within,
+            Err(relay) => {
+                // The seal ended between the ticket and now: the route as it is now.
+                let fresh = agg.relay(actor, ticket.binding.generation);
+                drop(agg);
+                let HeldRelay {
+                    key,
+                    payload,
+                    request,
+                    admitted,
+                } = relay;
+                return match fresh {
+                    Err(r) => {
+                        self.flow.reject(FlowRecord::Relay, r, actor);
+                        let e = SessionError::of_reject(FlowRecord::Relay, actor, r);
+                        RelaySent::Now(Err((e.kind(), e.to_string())))
+                    }
+                    Ok(t) if t.held() => RelaySent::Now(Err((
+                        ErrorKind::Unavailable,
+                        "the binding was sealed again".into(),
+                    ))),
+                    Ok(t) => {
+                        drop(request);
+                        self.host.send_relay(t, key, payload, timeout, admitted)
+                    }
+                };
+            }
+        };
+        drop(agg);
+        if timeout.is_some() {
+            // Its deadline may be the seal timer's next.
+            entry.seal_wake.notify_one();
+        }
+        match (reply, own) {
+            (Some(rx), _) => RelaySent::Later(Box::pin(async move {
+                rx.await.unwrap_or_else(|_| {
+                    Err((
+                        ErrorKind::Unavailable,
+                        "the session ended while a relocation seal held the relay".into(),
+                    ))
+                })
+            })),
+            (None, Some(_)) if within => RelaySent::Now(Ok(None)),
+            (None, Some(rx)) => RelaySent::Later(Box::pin(async move {
+                let _ = rx.await;
+                Ok(None)
+            })),
+            (None, None) => RelaySent::Now(Ok(None)),
+        }
     }
 
     /// [`SessionOwner::relay_start`] of a forwarded request ([`super::BoundActor::forward`]).
@@ -1059,12 +1181,14 @@ impl SessionOwner {
             self.flow.reject(FlowRecord::Relay, r, actor);
             SessionError::of_reject(FlowRecord::Relay, actor, r)
         })?;
-        Ok(self.forward_ticket(ticket, key, payload, timeout, map))
+        Ok(self.forward_ticket(entry, ticket, key, payload, timeout, map))
     }
 
     /// The 24 request of a relay ticket whose reply answers the client's packet on its own.
+    /// A held one (sealed binding) ends the packet's turn once held: the seal keeps its order.
     pub(crate) fn forward_ticket(
         &self,
+        entry: &Arc<SessionEntry>,
         ticket: RelayTicket,
         key: DispatchKey,
         payload: Bytes,
@@ -1072,9 +1196,12 @@ impl SessionOwner {
         map: super::ReplyMap,
     ) -> Forwarded {
         let (tx, admitted) = oneshot::channel();
-        let sent = self
-            .host
-            .send_relay(ticket, key, payload, Some(timeout), Some(tx));
+        let sent = if ticket.held() {
+            self.hold(entry, &ticket, key, payload, Some(timeout), Some(tx))
+        } else {
+            self.host
+                .send_relay(ticket, key, payload, Some(timeout), Some(tx))
+        };
         Forwarded {
             sent,
             admitted,
@@ -1143,6 +1270,25 @@ impl SessionOwner {
                 };
                 if let Err((r, _)) = agg.hold_push(held) {
                     self.flow.reject(FlowRecord::Push, r, &push.actor);
+                }
+                return None;
+            }
+            // The binding is sealed: the push may be the target's, ahead of its 44.
+            Err(FlowReject::NodeGenerationMismatch | FlowReject::AuthorityMismatch)
+                if payload.is_some() && agg.is_sealed(&push.actor) =>
+            {
+                let held = super::aggregate::HeldPush {
+                    push: push.clone(),
+                    payload: payload.take().unwrap_or_default(),
+                };
+                if let Err((r, h)) = agg.hold_sealed_push(held) {
+                    let reason = if r == FlowReject::NotBound {
+                        // Not of the sealed identity: the push check's own reason.
+                        agg.check_push(&h.push).err().unwrap_or(r)
+                    } else {
+                        r
+                    };
+                    self.flow.reject(FlowRecord::Push, reason, &push.actor);
                 }
                 return None;
             }
@@ -1388,6 +1534,232 @@ impl SessionOwner {
         }
     }
 
+    /// What the relocation seals of this node's sessions hold now (0 once every seal ended).
+    pub(crate) fn seal_gauges(&self) -> SealGauges {
+        let entries: Vec<Arc<SessionEntry>> = lock(&self.sessions).values().cloned().collect();
+        let mut g = SealGauges::default();
+        for e in &entries {
+            g += e.agg().seal_gauges();
+        }
+        g
+    }
+
+    /// A 42 from `sender` (SB-8.1): the seal is installed (or was, for a duplicate) and the
+    /// 43 says `Installed`, else `Rejected` with the SB-12 kind (counted). The 43 is the 42's
+    /// reply on its correlation (no sequence, no high-water: SB-8.2, SB-14.26).
+    pub(crate) fn handle_seal(
+        self: &Arc<Self>,
+        sender: (&NodeRid, NodeGeneration),
+        rec: &SessionRelocationSeal,
+        reply: Option<ReplyHandle>,
+    ) {
+        let outcome = match self.entry(rec.seal.session) {
+            None => {
+                let reason = if rec.seal.session_lifecycle == self.cfg.lifecycle {
+                    FlowReject::UnknownSession
+                } else {
+                    FlowReject::LifecycleMismatch
+                };
+                Err((reason, ErrorKind::Unavailable))
+            }
+            Some(entry) => {
+                let now = self.cfg.clock.now();
+                let out = entry.agg().handle_seal(now, sender, rec);
+                if out.is_ok() {
+                    tracing::debug!(session = %entry.rid, actor = %rec.actor, relocation = %rec.seal.relocation, "relocation seal installed");
+                    self.arm_seal_timer(&entry);
+                }
+                out
+            }
+        };
+        let outcome = match outcome {
+            Ok(()) => SealOutcome::Installed,
+            Err((reason, kind)) => {
+                self.flow.reject(FlowRecord::Seal, reason, &rec.actor);
+                SealOutcome::Rejected(kind)
+            }
+        };
+        let Some(reply) = reply else {
+            return;
+        };
+        let sealed = Record::SessionRelocationSealed(SessionRelocationSealed {
+            seal: rec.seal.clone(),
+            outcome,
+        });
+        if let Err(e) = reply.reply_record(sealed, None) {
+            let (reply, e) = *e;
+            reply.error(ErrorKind::Internal, e.to_string());
+        }
+    }
+
+    /// A 44 from any mesh peer (SB-8.3, SB-8.7, SB-8.8); never answered (SB-8.4). Applied:
+    /// the held pushes of the binding are checked again (after a commit against the target's
+    /// values) and the held relays leave in order. A late or foreign one is a
+    /// `late_session_route_update` Warning, counted, and changes nothing; a duplicate is a
+    /// counted no-op.
+    pub(crate) fn handle_route(self: &Arc<Self>, rec: &SessionRelocationRoute) {
+        let (session, lifecycle) = match rec {
+            SessionRelocationRoute::Commit(c) => (c.session, c.session_lifecycle),
+            SessionRelocationRoute::Abort(a) => (a.seal.session, a.seal.session_lifecycle),
+        };
+        let late = |reason: FlowReject, detail: &dyn std::fmt::Display| {
+            self.flow.reject(FlowRecord::Route, reason, detail);
+            if reason == FlowReject::LateRouteUpdate {
+                tracing::warn!(session = %session, %lifecycle, record = ?rec, "late_session_route_update: ignored");
+            }
+        };
+        let Some(entry) = self.entry(session) else {
+            late(FlowReject::LateRouteUpdate, &session);
+            return;
+        };
+        let applied = {
+            let mut agg = entry.agg();
+            let applied = agg.handle_route(rec);
+            if let Ok(a) = &applied {
+                let actor = match a {
+                    RouteApplied::Committed(b) | RouteApplied::Aborted(b) => b.actor.clone(),
+                };
+                // Target pushes that overtook the 44 pass now; after an abort they are refused.
+                self.release_held(&entry, &mut agg, &actor);
+            }
+            applied
+        };
+        match applied {
+            Err(reason) => late(reason, &session),
+            Ok(RouteApplied::Committed(b)) => {
+                tracing::debug!(session = %entry.rid, actor = %b.actor, to = %b.route.node, "relocation committed: route switched");
+                self.release(&entry, b.actor.clone());
+            }
+            Ok(RouteApplied::Aborted(b)) => {
+                tracing::debug!(session = %entry.rid, actor = %b.actor, "relocation aborted: held relays go to the source");
+                self.release(&entry, b.actor.clone());
+            }
+        }
+    }
+
+    /// Sends the held relays of `actor`'s releasing seal in arrival order over the binding's
+    /// route (infrastructure work): each one's admission before the next is taken; relays
+    /// submitted meanwhile queue behind them; the seal ends with the last.
+    fn release(self: &Arc<Self>, entry: &Arc<SessionEntry>, actor: ActorId) {
+        let owner = self.clone();
+        let entry = entry.clone();
+        self.rt.spawn(async move {
+            loop {
+                let now = owner.cfg.clock.now();
+                let step = entry.agg().next_released(now, &actor);
+                let (ticket, relay) = match step {
+                    Released::Done => return,
+                    Released::Expired(r) => {
+                        r.answer(Err((
+                            ErrorKind::DeadlineExceeded,
+                            "the deadline passed while a relocation seal held the relay".into(),
+                        )));
+                        continue;
+                    }
+                    Released::Send(t, r) => (t, r),
+                };
+                let HeldRelay {
+                    key,
+                    payload,
+                    request,
+                    admitted,
+                } = relay;
+                let timeout = request
+                    .as_ref()
+                    .map(|q| q.deadline.saturating_duration_since(now));
+                let (tx, in_queue) = oneshot::channel();
+                match owner
+                    .host
+                    .send_relay(ticket, key, payload, timeout, Some(tx))
+                {
+                    RelaySent::Now(out) => {
+                        if let Some(q) = request {
+                            let _ = q.waiter.send(out);
+                        } else if let Err((kind, detail)) = out {
+                            tracing::debug!(%actor, %kind, %detail, "released relay refused");
+                        }
+                    }
+                    RelaySent::Later(wait) => match request {
+                        // A one-way send's future ends at its admission.
+                        None => {
+                            if let Err((kind, detail)) = wait.await {
+                                tracing::debug!(%actor, %kind, %detail, "released relay refused");
+                            }
+                        }
+                        Some(q) => {
+                            tokio::spawn(async move {
+                                let _ = q.waiter.send(wait.await);
+                            });
+                            let _ = in_queue.await;
+                        }
+                    },
+                }
+                // In the actor owner's queue (or refused): its submitter goes on.
+                drop(admitted);
+            }
+        });
+    }
+
+    /// Starts the session's seal timer unless it runs (then wakes it: a deadline moved).
+    fn arm_seal_timer(self: &Arc<Self>, entry: &Arc<SessionEntry>) {
+        {
+            let _agg = entry.agg();
+            if entry.seal_timer.load(Ordering::Acquire) {
+                entry.seal_wake.notify_one();
+                return;
+            }
+            entry.seal_timer.store(true, Ordering::Release);
+        }
+        let owner = self.clone();
+        let entry = entry.clone();
+        self.rt.spawn(async move {
+            loop {
+                let deadline = {
+                    let agg = entry.agg();
+                    match agg.poll_seal_timeout() {
+                        Some(d) => d,
+                        None => {
+                            entry.seal_timer.store(false, Ordering::Release);
+                            return;
+                        }
+                    }
+                };
+                tokio::select! {
+                    () = owner.cfg.clock.sleep_until(deadline) => {}
+                    () = entry.seal_wake.notified() => continue,
+                }
+                let now = owner.cfg.clock.now();
+                let fired = entry.agg().handle_seal_timeouts(now);
+                for r in fired.expired {
+                    r.answer(Err((
+                        ErrorKind::DeadlineExceeded,
+                        "the deadline passed while a relocation seal held the relay".into(),
+                    )));
+                }
+                if let Some(dropped) = fired.closed {
+                    tracing::warn!(session = %entry.rid, held = dropped.len(), "relocation seal timed out: closing the session");
+                    for r in dropped {
+                        owner
+                            .flow
+                            .reject(FlowRecord::Relay, FlowReject::RelocationTimeout, &entry.rid);
+                        r.answer(Err((
+                            ErrorKind::Unavailable,
+                            "the relocation seal timed out: the session is closed".into(),
+                        )));
+                    }
+                    {
+                        let _agg = entry.agg();
+                        entry.seal_timer.store(false, Ordering::Release);
+                    }
+                    owner
+                        .host
+                        .close(entry.rid, DisconnectReason::RelocationSealTimeout);
+                    return;
+                }
+            }
+        });
+    }
+
     /// The non-blocking replacement close timer (SB-6.4): sleeps on the injected clock until
     /// the aggregate's deadline, re-reads it when woken, closes when the aggregate decides.
     fn spawn_close_timer(self: &Arc<Self>, entry: &Arc<SessionEntry>, seq: u64) {
@@ -1597,6 +1969,8 @@ mod tests {
                 binding_limit: 32,
                 request_timeout: Duration::from_secs(1),
                 clock: Arc::new(super::super::clock::SystemClock),
+                seal_timeout: Duration::from_secs(3),
+                held_limit: (1024, 1 << 20),
             },
             Box::new(BindingHost {
                 owner: cell.clone(),
@@ -1652,6 +2026,8 @@ mod tests {
                 binding_limit: 4,
                 request_timeout: Duration::from_secs(1),
                 clock: Arc::new(super::super::clock::SystemClock),
+                seal_timeout: Duration::from_secs(3),
+                held_limit: (1024, 1 << 20),
             },
             Box::new(Host),
             runtime.clone(),

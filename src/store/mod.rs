@@ -41,7 +41,7 @@
 //! - [`FaultStore`]: wraps any store and injects an outage (every call `Unavailable`).
 //!
 //! [`open`] builds a backend from a [`StoreUrl`] (`memory:`, `sqlite:///path`,
-//! `redis://HOST[:PORT][/DB][?prefix=NAME]`).
+//! `redis://HOST[:PORT][/DB][?prefix=NAME&lease_timeout_ms=N]`).
 
 mod time;
 // The contract suite is a test suite, not library API: built for the crate's own unit tests and

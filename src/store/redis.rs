@@ -1,5 +1,5 @@
 //! The networked Location Store: one Redis server shared by every node of a mesh, on any number
-//! of machines (`redis://HOST[:PORT][/DB][?prefix=NAME]`).
+//! of machines (`redis://HOST[:PORT][/DB][?prefix=NAME&lease_timeout_ms=N]`).
 //!
 //! Invariants:
 //! - Every rule is the shared core's (`core.rs`). Each operation is *load → core → write*, like
@@ -72,6 +72,18 @@ pub struct RedisOptions {
     /// Read → decide → compare-and-set attempts before a contended call fails `Unavailable`.
     /// Default 64.
     pub max_attempts: u32,
+    /// The longest one owner lease operation (`register_owner`, `renew_owner`,
+    /// `release_owner`) may take, connecting and conflict retries included, before it fails
+    /// `Unavailable`; also each command's response and connection timeout on the lease's own
+    /// connection. It is the store's [`LocationStore::write_wait_limit`], so it bounds how short
+    /// an owner lease TTL can be (a 1.5 s lease leaves a renewal 850 ms). Default 500 ms
+    /// ([`RedisOptions::DEFAULT_LEASE_TIMEOUT`]); the URL's `?lease_timeout_ms=N` sets it.
+    pub lease_timeout: Duration,
+}
+
+impl RedisOptions {
+    /// The default [`RedisOptions::lease_timeout`].
+    pub const DEFAULT_LEASE_TIMEOUT: Duration = Duration::from_millis(500);
 }
 
 impl Default for RedisOptions {
@@ -81,6 +93,7 @@ impl Default for RedisOptions {
             response_timeout: Duration::from_secs(2),
             connection_timeout: Duration::from_secs(1),
             max_attempts: 64,
+            lease_timeout: Self::DEFAULT_LEASE_TIMEOUT,
         }
     }
 }
@@ -208,13 +221,21 @@ fn invalid_url(url: &str, reason: &'static str) -> StoreError {
     }
 }
 
-/// Splits our own `prefix=` query parameter off a Redis URL; other parameters stay for the
-/// driver.
-fn split_prefix(url: &str) -> Result<(String, Option<String>), StoreError> {
+/// Our own query parameters of a Redis URL (`prefix=`, `lease_timeout_ms=`); other
+/// parameters stay for the driver.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct UrlOptions {
+    prefix: Option<String>,
+    lease_timeout: Option<Duration>,
+}
+
+/// Splits our own query parameters ([`UrlOptions`]) off a Redis URL.
+fn split_options(url: &str) -> Result<(String, UrlOptions), StoreError> {
     let Some((base, query)) = url.split_once('?') else {
-        return Ok((url.to_owned(), None));
+        return Ok((url.to_owned(), UrlOptions::default()));
     };
     let mut prefix = None;
+    let mut lease_timeout = None;
     let mut rest = Vec::new();
     for pair in query.split('&').filter(|p| !p.is_empty()) {
         match pair.split_once('=') {
@@ -227,6 +248,19 @@ fn split_prefix(url: &str) -> Result<(String, Option<String>), StoreError> {
                 }
                 prefix = Some(value.to_owned());
             }
+            Some(("lease_timeout_ms", value)) => {
+                let ms = value
+                    .parse::<u64>()
+                    .ok()
+                    .filter(|ms| (1..=3_600_000).contains(ms))
+                    .ok_or_else(|| {
+                        invalid_url(
+                            url,
+                            "lease_timeout_ms must be a whole number of milliseconds, 1..=3600000",
+                        )
+                    })?;
+                lease_timeout = Some(Duration::from_millis(ms));
+            }
             _ => rest.push(pair),
         }
     }
@@ -235,7 +269,13 @@ fn split_prefix(url: &str) -> Result<(String, Option<String>), StoreError> {
     } else {
         format!("{base}?{}", rest.join("&"))
     };
-    Ok((base, prefix))
+    Ok((
+        base,
+        UrlOptions {
+            prefix,
+            lease_timeout,
+        },
+    ))
 }
 
 /// `url` without `user:password@`.
@@ -250,7 +290,7 @@ fn without_credentials(url: &str) -> String {
 }
 
 impl RedisStore {
-    /// A handle on the Redis store at `url` (`redis://HOST[:PORT][/DB][?prefix=NAME]`), on the
+    /// A handle on the Redis store at `url` (`redis://HOST[:PORT][/DB][?prefix=NAME&lease_timeout_ms=N]`), on the
     /// server's `TIME`. Connects lazily: the first call connects (and fails `Unavailable` if the
     /// server cannot be reached; the next call tries again). `options.prefix` applies unless the
     /// URL names one.
@@ -280,9 +320,12 @@ impl RedisStore {
                 scheme: "rediss".to_owned(),
             });
         }
-        let (base, prefix) = split_prefix(url)?;
-        if let Some(prefix) = prefix {
+        let (base, url_options) = split_options(url)?;
+        if let Some(prefix) = url_options.prefix {
             options.prefix = prefix;
+        }
+        if let Some(t) = url_options.lease_timeout {
+            options.lease_timeout = t;
         }
         if options.prefix.is_empty() {
             return Err(invalid_url(url, "the key prefix must be non-empty"));
@@ -316,14 +359,13 @@ impl RedisStore {
         &self.shared.keys.prefix
     }
 
-    /// The longest a call without write conflicts (a lease renewal) waits for the server before
-    /// it fails `Unavailable`: one connection attempt plus two round trips (the read snapshot and
-    /// the write script), each bounded by [`RedisOptions`]. A lease TTL must leave more slack
+    /// The longest an owner lease operation (a renewal) waits for the server before it fails
+    /// `Unavailable`: [`RedisOptions::lease_timeout`], which bounds the whole call (connecting,
+    /// the read snapshot, the write script, conflict retries). A lease TTL must leave more slack
     /// than this between a renewal and the expiry.
     #[must_use]
     pub fn longest_wait(&self) -> Duration {
-        let o = &self.shared.options;
-        o.connection_timeout + o.response_timeout * 2
+        self.shared.options.lease_timeout
     }
 
     /// The established connection of the actor operations, connecting on first use.
@@ -340,12 +382,17 @@ impl RedisStore {
         };
         cell.get_or_try_init(|| async {
             let o = &self.shared.options;
+            // The lease's connection waits at most the lease timeout for anything.
+            let (response, connection) = match lane {
+                Lane::Actors => (o.response_timeout, o.connection_timeout),
+                Lane::Lease => (o.lease_timeout, o.lease_timeout),
+            };
             // No reconnect retries inside one call: a call fails fast while the server is
             // away, and the next call starts a new attempt.
             let config = redis::aio::ConnectionManagerConfig::new()
                 .set_number_of_retries(0)
-                .set_response_timeout(Some(o.response_timeout))
-                .set_connection_timeout(Some(o.connection_timeout));
+                .set_response_timeout(Some(response))
+                .set_connection_timeout(Some(connection));
             let mut manager =
                 ConnectionManager::new_with_config(self.shared.client.clone(), config)
                     .await
@@ -436,8 +483,37 @@ impl RedisStore {
         self.retry_on(Lane::Actors, attempt).await
     }
 
-    /// [`RedisStore::retry`] on `lane`'s connection.
-    async fn retry_on<T, F, Fut>(&self, lane: Lane, mut attempt: F) -> Result<T, StoreError>
+    /// [`RedisStore::retry`] on `lane`'s connection; on the lease's, the whole call is bounded
+    /// by [`RedisOptions::lease_timeout`] (a renewal never waits longer than the lease allows).
+    async fn retry_on<T, F, Fut>(&self, lane: Lane, attempt: F) -> Result<T, StoreError>
+    where
+        F: FnMut(Tx) -> Fut,
+        Fut: Future<Output = Result<Option<T>, StoreError>>,
+    {
+        match lane {
+            Lane::Actors => self.attempts(lane, attempt).await,
+            Lane::Lease => {
+                let limit = self.shared.options.lease_timeout;
+                // Cancel-safe: every request is one pipeline or one script call on a multiplexed
+                // connection (a dropped one leaves no transaction open); a write whose answer is
+                // dropped may have landed, as with any lost answer (callers re-read).
+                tokio::time::timeout(limit, self.attempts(lane, attempt))
+                    .await
+                    .unwrap_or_else(|_| {
+                        Err(StoreError::backend(
+                            BACKEND,
+                            format!(
+                                "owner lease operation took longer than its lease timeout ({} ms)",
+                                limit.as_millis()
+                            ),
+                        ))
+                    })
+            }
+        }
+    }
+
+    /// The attempts of [`RedisStore::retry_on`].
+    async fn attempts<T, F, Fut>(&self, lane: Lane, mut attempt: F) -> Result<T, StoreError>
     where
         F: FnMut(Tx) -> Fut,
         Fut: Future<Output = Result<Option<T>, StoreError>>,
@@ -1080,19 +1156,31 @@ mod tests {
     #[test]
     fn the_prefix_parameter_is_ours_and_other_parameters_stay() {
         assert_eq!(
-            split_prefix("redis://h:1/2").unwrap(),
-            ("redis://h:1/2".to_owned(), None)
+            split_options("redis://h:1/2").unwrap(),
+            ("redis://h:1/2".to_owned(), UrlOptions::default())
         );
         assert_eq!(
-            split_prefix("redis://h/0?prefix=mesh-a").unwrap(),
-            ("redis://h/0".to_owned(), Some("mesh-a".to_owned()))
+            split_options("redis://h/0?prefix=mesh-a").unwrap(),
+            (
+                "redis://h/0".to_owned(),
+                UrlOptions {
+                    prefix: Some("mesh-a".to_owned()),
+                    lease_timeout: None
+                }
+            )
         );
         assert_eq!(
-            split_prefix("redis://h?protocol=resp3&prefix=x").unwrap(),
-            ("redis://h?protocol=resp3".to_owned(), Some("x".to_owned()))
+            split_options("redis://h?protocol=resp3&prefix=x").unwrap(),
+            (
+                "redis://h?protocol=resp3".to_owned(),
+                UrlOptions {
+                    prefix: Some("x".to_owned()),
+                    lease_timeout: None
+                }
+            )
         );
         assert!(matches!(
-            split_prefix("redis://h?prefix="),
+            split_options("redis://h?prefix="),
             Err(StoreError::InvalidUrl { .. })
         ));
     }
@@ -1154,9 +1242,27 @@ mod tests {
     }
 
     #[test]
-    fn the_longest_wait_is_a_connection_and_two_round_trips() {
+    fn the_longest_wait_is_the_lease_timeout() {
         let store = RedisStore::open("redis://h:1", RedisOptions::default()).unwrap();
-        assert_eq!(store.longest_wait(), Duration::from_secs(5));
+        assert_eq!(store.longest_wait(), Duration::from_millis(500));
+        // a 1.5 s lease's renewal slack (850 ms) is longer: the configuration accepts it
+        assert!(crate::store::renewal_slack(Duration::from_millis(1_500)) > store.longest_wait());
+        let store = RedisStore::open(
+            "redis://h:1?lease_timeout_ms=200&prefix=p",
+            RedisOptions::default(),
+        )
+        .unwrap();
+        assert_eq!(store.longest_wait(), Duration::from_millis(200));
+        assert_eq!(store.prefix(), "p");
+        for bad in [
+            "redis://h:1?lease_timeout_ms=0",
+            "redis://h:1?lease_timeout_ms=x",
+        ] {
+            assert!(matches!(
+                RedisStore::open(bad, RedisOptions::default()),
+                Err(StoreError::InvalidUrl { .. })
+            ));
+        }
     }
 
     #[test]

@@ -5,7 +5,7 @@
 //! | `memory:` | [`super::MemoryStore`] (this process only) |
 //! | `sqlite:///abs/path.db`, `sqlite://rel/path.db` | [`super::SqliteStore`] on that file |
 //! | `sqlite:///path.db?busy_timeout_ms=N&lease_busy_timeout_ms=M` | the same, with its [`SqliteOptions`] (either key may be left out) |
-//! | `redis://HOST[:PORT][/DB][?prefix=NAME]` | [`super::RedisStore`] on that server, keys under `NAME` (default `zlink`) |
+//! | `redis://HOST[:PORT][/DB][?prefix=NAME&lease_timeout_ms=N]` | [`super::RedisStore`] on that server, keys under `NAME` (default `zlink`), owner lease calls bounded by `N` ms (default 500) |
 //! | `rediss://…` | Redis over TLS: parsed, refused by `open` (not built in) |
 
 use std::fmt;
