@@ -271,7 +271,7 @@ async fn clients_that_never_read_cost_at_most_the_per_session_bound() {
         "{ATTACKERS} clients asked for {} MiB of {one_reply} B replies and read none: node peak \
          RSS +{} KiB (bound {} KiB); normal client's slowest request {before:?} before, \
          {during:?} during the attack",
-        ATTACKERS * REQUESTS * one_reply >> 20,
+        (ATTACKERS * REQUESTS * one_reply) >> 20,
         grew / 1024,
         bound / 1024
     );
