@@ -6,7 +6,11 @@
 //!   handler → 145 reply on the completion connection), 64-byte payload; baseline: a libzmq
 //!   DEALER→ROUTER echo round trip of 64 bytes.
 //! - `actor_request_client`: a ClientServer client → node a → actor on node b and back (two
-//!   hops each way); baseline: the same libzmq round trip.
+//!   hops each way); baseline: the raw libzmq two-hop echo of the same shape (DEALER →
+//!   forwarder → ROUTER echo and back, `bench_mesh --only raw_2hop_echo`, run as a child
+//!   process: `cargo build --release -p zlink-mesh --example bench_mesh`; `BENCH_MESH_BIN`
+//!   overrides its path); its
+//!   figures are the line's `baseline`).
 //! - `actor_send`: one-way `Add` sends from node a to a `counter` on node b, counted by the
 //!   actor; baseline: libzmq DEALER→ROUTER one-way throughput of 64-byte messages.
 //!
@@ -87,6 +91,48 @@ fn zmq_round_trip(n: usize) -> (f64, f64, Vec<f64>) {
     )
 }
 
+/// The raw libzmq two-hop echo (p50, p99 µs) from `bench_mesh --only raw_2hop_echo`, run as
+/// a child process; its round trips go to `BENCH_SAMPLES` as `actor_request_client`'s
+/// baseline.
+fn raw_2hop_echo(n: usize) -> (f64, f64) {
+    let bin = std::env::var_os("BENCH_MESH_BIN").map_or_else(
+        || {
+            std::env::current_exe()
+                .unwrap()
+                .with_file_name("bench_mesh")
+        },
+        std::path::PathBuf::from,
+    );
+    let out = std::process::Command::new(&bin)
+        .args(["--only", "raw_2hop_echo", "1", &n.to_string()])
+        .env("BENCH_SAMPLES_BENCH", "actor_request_client")
+        .output()
+        .unwrap_or_else(|e| {
+            panic!(
+                "{}: {e} (build it: cargo build --release -p zlink-mesh --example bench_mesh)",
+                bin.display()
+            )
+        });
+    assert!(
+        out.status.success(),
+        "raw child failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut p = (0.0, 0.0);
+    for v in String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+    {
+        match (v["metric"].as_str(), v["value"].as_f64()) {
+            (Some("p50_us"), Some(x)) => p.0 = x,
+            (Some("p99_us"), Some(x)) => p.1 = x,
+            _ => {}
+        }
+    }
+    assert!(p.0 > 0.0, "raw child printed no raw_2hop_echo line");
+    p
+}
+
 /// libzmq DEALER → ROUTER one-way throughput (messages/s, counted by the receiver).
 fn zmq_one_way(n: usize) -> f64 {
     let ctx = zmq::Context::new();
@@ -134,9 +180,14 @@ async fn main() {
     } else {
         (10_000, 200_000)
     };
-    progress::start("bench_node", 5);
+    progress::start("bench_node", 6);
     progress::step(format!("libzmq round trip baseline ({rt_n})"));
     let zmq_rt = tokio::task::spawn_blocking(move || zmq_round_trip(rt_n))
+        .await
+        .unwrap();
+
+    progress::step(format!("libzmq two-hop echo baseline ({rt_n})"));
+    let zmq_rt2 = tokio::task::spawn_blocking(move || raw_2hop_echo(rt_n))
         .await
         .unwrap();
 
@@ -205,24 +256,26 @@ async fn main() {
             let _ = h.record(t.elapsed().as_micros().max(1) as u64);
         }
     }
+    // Two hops each way: against the raw two-hop echo (its samples are this line's baseline,
+    // written by the child).
     line(
         "actor_request_client",
         "p50_us",
         h.value_at_quantile(0.5) as f64,
-        zmq_rt.0,
+        zmq_rt2.0,
     );
     line(
         "actor_request_client",
         "p99_us",
         h.value_at_quantile(0.99) as f64,
-        zmq_rt.1,
+        zmq_rt2.1,
     );
     samples::write(
         "actor_request_client",
         samples::ZLINK,
         &samples::of_histogram(&h),
     );
-    samples::write("actor_request_client", samples::BASELINE, &zmq_rt.2);
+
     client.close().await;
 
     // One-way sends, counted by the actor.

@@ -9,7 +9,7 @@
 //! | `session_relay` `msgs_per_s_1_client` | one client sends one-way `RelaySend` packets (147; one `MeshClient::send` per packet, `BENCH_RELAY_MANY=1`: each window handed over with one `MeshClient::send_many`) to node a's session app, whose handler relays each over the stored route (24) to a bound actor on b; counted at the actor: messages 2..=n over first → last arrival | `raw_2hop_pipeline` |
 //! | `session_relay` `msgs_per_s_100_clients` | 100 clients (one task each, n/100 each), each bound to its own actor on b | `raw_2hop_pipeline_100` |
 //! | `session_push` `msgs_per_s` | an actor on b pushes n messages with `ctx.push_raw` (36 → a's session owner → 148 → client); at the client, messages 2..=n | `raw_2hop_push` |
-//! | `session_request` `p50_us` / `p99_us` | a `RelayRequest` packet (144) → handler → `BoundActor::relay` as a request (24) → `Echo` handler on b → reply → client; one outstanding, 1,000 warm-up round trips | `raw_2hop_echo` |
+//! | `session_request` `p50_us` / `p99_us` | a `RelayRequest` packet (144) → handler → `BoundActor::forward`: a request (24) → `Echo` handler on b → reply → client; one outstanding, 1,000 warm-up round trips | `raw_2hop_echo` |
 //!
 //! Two nodes in this process (tokio multi-thread, 2 workers, plus each node's lane runtime and
 //! mesh I/O thread), TCP loopback, 64-byte actor payloads (the packet adds the demo app's

@@ -84,6 +84,13 @@ async fn scraped_counters_match_the_work_done() {
     assert_eq!(get(&before, "zlink_client_sessions"), 0.0);
     assert_eq!(get(&before, r#"zlink_actors{spot_kind="entry"}"#), 0.0);
     assert_eq!(get(&before, "zlink_relocations_total"), 0.0);
+    for g in [
+        "zlink_session_relocation_seals",
+        "zlink_session_relocation_held",
+        "zlink_session_relocation_held_bytes",
+    ] {
+        assert_eq!(get(&before, g), 0.0, "{g}");
+    }
     // Every reason of the closed vocabularies is a series, zeros included.
     for r in zlink_mesh::DropReason::ALL {
         get(

@@ -521,7 +521,11 @@ mod live {
     }
 
     /// Registry with the migratable `counter` (and the plain `sticky`, which did not opt in).
-    pub fn registry(gate: watch::Receiver<bool>, rehydrated: Arc<AtomicU64>) -> ActorRegistry {
+    pub fn registry(
+        gate: watch::Receiver<bool>,
+        rehydrated: Arc<AtomicU64>,
+        fail_rehydrate: Arc<std::sync::atomic::AtomicBool>,
+    ) -> ActorRegistry {
         let counter = ActorTypeBuilder::new("counter", |_info, _init| Ok(Seen::default()))
             .handle(|s: &mut Seen, _ctx, Add(n)| {
                 s.seqs.push(n);
@@ -542,6 +546,9 @@ mod live {
             .migrate(
                 |s: &Seen| Ok::<_, HandlerError>(s.seqs.clone()),
                 move |_info, seqs: Vec<u64>| {
+                    if fail_rehydrate.load(Ordering::SeqCst) {
+                        return Err(HandlerError::Failed("rehydrate refused by the test".into()));
+                    }
                     rehydrated.fetch_add(1, Ordering::SeqCst);
                     Ok(Seen { seqs })
                 },
@@ -564,17 +571,28 @@ mod live {
         pub tap_a: WireTap,
         pub gate: watch::Sender<bool>,
         pub rehydrated: Arc<AtomicU64>,
+        pub fail_rehydrate: Arc<std::sync::atomic::AtomicBool>,
     }
 
     pub async fn pair(store: Arc<dyn LocationStore>) -> Pair {
+        pair_with(store.clone(), store).await
+    }
+
+    /// `a` and `b` with their own handles on one store (`store_b` may wrap it).
+    pub async fn pair_with(store: Arc<dyn LocationStore>, store_b: Arc<dyn LocationStore>) -> Pair {
         let (gate, rx) = watch::channel(false);
         let rehydrated = Arc::new(AtomicU64::new(0));
+        let fail_rehydrate = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let b = start_node(
             "b",
-            store.clone(),
+            store_b,
             vec![],
             None,
-            Some(registry(rx.clone(), rehydrated.clone())),
+            Some(registry(
+                rx.clone(),
+                rehydrated.clone(),
+                fail_rehydrate.clone(),
+            )),
         )
         .await;
         let tap_a = WireTap::new(100_000);
@@ -583,7 +601,7 @@ mod live {
             store,
             vec![b.address()],
             Some(tap_a.clone()),
-            Some(registry(rx, rehydrated.clone())),
+            Some(registry(rx, rehydrated.clone(), fail_rehydrate.clone())),
         )
         .await;
         wait_pair_up(&a, &b).await;
@@ -593,6 +611,7 @@ mod live {
             tap_a,
             gate,
             rehydrated,
+            fail_rehydrate,
         }
     }
 
@@ -623,7 +642,45 @@ mod live {
     pub const WORK: u32 = 0xFFFF_FF04;
     pub const CUTOVER: u32 = 0xFFFF_FF05;
 
-    pub fn _unused(_: RelocateError, _: AbortReason) {}
+    pub use zlink::node::RelocateError as Error;
+    pub use zlink::relocation::{AbortReason as Abort, FailReason as Fail};
+
+    /// Holds the actor's turn, queues `n` sends (sequence numbers from `from`) behind it, starts
+    /// the relocation to `b` and releases the turn once the relocation's seal-and-dehydrate
+    /// record is queued behind it: the sends are the actor's queued work at capture.
+    pub async fn relocate_busy(
+        p: &Pair,
+        actor: &zlink::actor::ActorRef,
+        from: u64,
+        n: u64,
+    ) -> Result<zlink::node::RelocationReport, RelocateError> {
+        let _ = p.gate.send(false);
+        let turns = p.a.stats().turns;
+        let hold = {
+            let (a, actor) = (p.a.clone(), actor.clone());
+            tokio::spawn(async move { a.request(&actor, &Hold, TIMEOUT).await })
+        };
+        super::node_common::wait_until("hold running", || p.a.stats().turns > turns).await;
+        for i in from..from + n {
+            p.a.send(actor, &Add(i)).await.unwrap();
+        }
+        let relocating = {
+            let (a, actor) = (p.a.clone(), actor.clone());
+            tokio::spawn(async move { a.relocate(&actor, super::node_common::rid("b")).await })
+        };
+        super::node_common::wait_until("quiescing", || {
+            p.a.relocations().0.iter().any(|r| r.phase == "Quiescing")
+        })
+        .await;
+        p.gate.send(true).unwrap();
+        hold.await.unwrap().unwrap();
+        tokio::time::timeout(TIMEOUT, relocating)
+            .await
+            .unwrap()
+            .unwrap()
+    }
+
+    pub fn _unused(_: AbortReason) {}
 
     pub const fn timeout() -> std::time::Duration {
         TIMEOUT
@@ -727,4 +784,481 @@ async fn relocate_moves_the_state_and_the_queued_work_in_order() {
     assert_eq!(counters.committed, 1);
     assert_eq!(list.len(), 1);
     assert_eq!(list[0].outcome.as_deref(), Some("moved"));
+}
+
+// spec: SB-8.5, SB-14.24
+// The target fails before its relay-ready is accepted (its rehydration refuses the state): the
+// relocation aborts durably, the source reopens with its queued work in order and serves the
+// actor as before, nothing lost, nothing doubled; the store still names the source; a later
+// relocation of the same actor (its fence retired, a new one taken) succeeds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn target_failing_before_relay_ready_aborts_and_the_source_serves_again() {
+    use live::*;
+    const T: std::time::Duration = node_common::TIMEOUT;
+    let store = node_common::memory_store();
+    let p = pair(store.clone()).await;
+    let actor = counter_on(&p.a, "c2").await;
+    assert_eq!(p.a.request(&actor, &Add(0), T).await.unwrap(), 1);
+    p.fail_rehydrate
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    match relocate_busy(&p, &actor, 1, 5).await {
+        Err(Error::Aborted(Abort::TargetFailed)) => {}
+        other => panic!("expected an abort, got {other:?}"),
+    }
+    // The source serves again: its queued sends ran there, in order, once each.
+    assert_eq!(
+        p.a.request(&actor, &GetSeen, T).await.unwrap(),
+        (0..6).collect::<Vec<u64>>()
+    );
+    let loc = store.lookup(actor.id().clone()).await.unwrap().unwrap();
+    assert_eq!(loc.owner_node, node_common::rid("a"));
+    assert_eq!(p.a.relocations().1.aborted, 1);
+    node_common::wait_until("relocation state freed", || {
+        p.a.relocations_in_progress() == 0 && p.b.relocations_in_progress() == 0
+    })
+    .await;
+    // The durable abort retired the fence; a new relocation takes its own and moves the actor.
+    p.fail_rehydrate
+        .store(false, std::sync::atomic::Ordering::SeqCst);
+    let report = relocate_busy(&p, &actor, 6, 3).await.unwrap();
+    assert_eq!(
+        p.b.request(&report.actor, &GetSeen, T).await.unwrap(),
+        (0..9).collect::<Vec<u64>>()
+    );
+}
+
+// spec: SB-8.6, SB-14.25
+// After relay-ready was accepted the target's owner CAS fails (its store is down): the source
+// never reopens — it does not serve the actor any more, the relocation reports the failure,
+// every request it had accepted is answered (not run twice), and both nodes free the
+// relocation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_cas_after_relay_ready_never_reopens_the_source() {
+    use live::*;
+    const T: std::time::Duration = node_common::TIMEOUT;
+    let store: Arc<zlink::store::MemoryStore> = Arc::new(zlink::store::MemoryStore::new());
+    let b_store = Arc::new(zlink::store::FaultStore::new(store.clone()));
+    let p = pair_with(store.clone(), b_store.clone()).await;
+    let actor = counter_on(&p.a, "c3").await;
+    assert_eq!(p.a.request(&actor, &Add(0), T).await.unwrap(), 1);
+    b_store.set_down(true);
+    let queued = {
+        let (b, actor) = (p.b.clone(), actor.clone());
+        // a request from `b` that waits in the actor's queue at capture
+        tokio::spawn(async move { b.request(&actor, &Add(100), T).await })
+    };
+    let r = relocate_busy(&p, &actor, 1, 2).await;
+    match r {
+        Err(Error::Failed(Fail::CasFailed(ids))) => assert_eq!(ids, vec![actor.id().clone()]),
+        other => panic!("expected a failed CAS, got {other:?}"),
+    }
+    // Answered once, not served anywhere: the source never reopens, it answers at once.
+    let _ = tokio::time::timeout(T, queued).await.unwrap().unwrap();
+    let e = p.a.request(&actor, &GetSeen, T).await.unwrap_err();
+    assert_eq!(e.kind(), zlink_wire::ErrorKind::Unavailable, "{e}");
+    let loc = store.lookup(actor.id().clone()).await.unwrap().unwrap();
+    assert_eq!(loc.owner_node, node_common::rid("a"), "no CAS happened");
+    assert_eq!(p.a.relocations().1.failed, 1);
+    node_common::wait_until("relocation state freed", || {
+        p.a.relocations_in_progress() == 0 && p.b.relocations_in_progress() == 0
+    })
+    .await;
+    b_store.set_down(false);
+}
+
+// spec: SB-8.9
+// A type that neither opted in to migration nor is stateless is refused before anything is
+// sealed or written: the actor keeps running on its owner.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_actor_type_without_migration_is_refused_and_keeps_running() {
+    use live::*;
+    const T: std::time::Duration = node_common::TIMEOUT;
+    let store = node_common::memory_store();
+    let p = pair(store.clone()).await;
+    let sticky =
+        p.a.create(zlink::actor::Create::new("sticky", aid("s1")))
+            .await
+            .unwrap();
+    let before = store.lookup(sticky.id().clone()).await.unwrap().unwrap();
+    match p.a.relocate(&sticky, node_common::rid("b")).await {
+        Err(Error::NotMigratable(_)) => {}
+        other => panic!("expected NotMigratable, got {other:?}"),
+    }
+    assert_eq!(p.a.request(&sticky, &Add(5), T).await.unwrap(), 5);
+    assert_eq!(
+        store.lookup(sticky.id().clone()).await.unwrap().unwrap(),
+        before
+    );
+    assert!(handoff_keys(&p.tap_a).is_empty());
+}
+
+// A hand-off record that does not decode, or names no relocation in progress at the receiver,
+// is refused and counted there; the node goes on serving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stray_handoff_records_are_refused_and_counted() {
+    use live::*;
+    use zlink::actor::DispatchKey;
+    use zlink::relocation::records::{CutoverRecord, WorkRecord, encode};
+    const T: std::time::Duration = node_common::TIMEOUT;
+    let p = pair(node_common::memory_store()).await;
+    let actor = counter_on(&p.a, "c4").await;
+    let to = node_common::rid("a");
+    let garbage =
+        p.b.mesh()
+            .request(
+                &to,
+                DispatchKey::new(WORK),
+                bytes::Bytes::from_static(b"\xc1\x00"),
+                T,
+            )
+            .await;
+    assert!(garbage.is_err());
+    let cutover = encode(&CutoverRecord {
+        relocation: zlink_wire::RelocationId::new(42),
+    })
+    .unwrap();
+    assert!(
+        p.b.mesh()
+            .request(&to, DispatchKey::new(CUTOVER), cutover.into(), T)
+            .await
+            .is_err()
+    );
+    // A captured record for an actor that did not move from `b`: refused, never run.
+    let work = encode(&WorkRecord {
+        relocation: zlink_wire::RelocationId::new(43),
+        actor: actor.id().clone(),
+        key: 1,
+        send: false,
+        payload: rmp_serde::to_vec_named(&Add(7)).unwrap(),
+    })
+    .unwrap();
+    assert!(
+        p.b.mesh()
+            .request(&to, DispatchKey::new(WORK), work.into(), T)
+            .await
+            .is_err()
+    );
+    let c = p.a.relocations().1;
+    assert_eq!(c.refused_malformed, 1);
+    assert_eq!(c.refused_unknown_relocation, 2);
+    assert!(p.a.request(&actor, &GetSeen, T).await.unwrap().is_empty());
+}
+
+/// The session owner `s` (with the demo session application and a client endpoint, tapped), the
+/// actor's owner `a` and the target `b`, all hosting the counter type, on one store.
+async fn session_world() -> (Node3, Arc<zlink::node::client::NodeClient>) {
+    use node_common::*;
+    use zlink_apps::demo;
+    let store = memory_store();
+    let (_gate, rx) = tokio::sync::watch::channel(true);
+    let reg = || {
+        live::registry(
+            rx.clone(),
+            Arc::new(std::sync::atomic::AtomicU64::new(0)),
+            Arc::new(std::sync::atomic::AtomicBool::new(false)),
+        )
+    };
+    let tap_s = zlink_mesh::WireTap::new(100_000);
+    let mut ss = SessionNodeSpec::new("s", demo::sessions());
+    ss.registry = Some(reg());
+    ss.tap = Some(tap_s.clone());
+    let s = start_session_node(ss, store.clone()).await;
+    let mut sb = SessionNodeSpec::new("b", demo::sessions());
+    sb.registry = Some(reg());
+    sb.peers = vec![s.address()];
+    let b = start_session_node(sb, store.clone()).await;
+    let mut sa = SessionNodeSpec::new("a", demo::sessions());
+    sa.registry = Some(reg());
+    sa.peers = vec![b.address(), s.address()];
+    let a = start_session_node(sa, store.clone()).await;
+    assert!(a.wait_peers(TIMEOUT).await.is_empty());
+    assert!(b.wait_peers(TIMEOUT).await.is_empty());
+    for n in ["a", "b"] {
+        assert!(
+            s.mesh()
+                .wait_peer_up(&rid(n), None, TIMEOUT)
+                .await
+                .is_some()
+        );
+    }
+    let c = Arc::new(client_of(&s));
+    (
+        Node3 {
+            s,
+            a,
+            b,
+            tap_s,
+            store,
+        },
+        c,
+    )
+}
+
+struct Node3 {
+    s: zlink::node::Node,
+    a: zlink::node::Node,
+    b: zlink::node::Node,
+    tap_s: zlink_mesh::WireTap,
+    store: Arc<dyn LocationStore>,
+}
+
+use node_common::TIMEOUT;
+
+// spec: SB-14.20, SB-14.21, SB-8.9, SB-1.3
+// A bound actor moves from `a` to `b` while its client relays sequence-numbered requests
+// without pause through the session owner `s`: the coordinator seals the binding (42 from `a`,
+// 43 back), the work `a` accepted is relayed, the target takes over the binding and sends the
+// 44 commit; every relay is processed once, in order, and answered with its own reply; the
+// client's connection is kept; afterwards the session's snapshot names `b` (same ActorId and
+// ObjectGeneration) and relays run there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bound_actor_moves_under_relays_and_its_session_follows() {
+    use live::{Add, GetSeen, aid};
+    use node_common::{bind, relay_req, rid, tapped};
+    use zlink_mesh::TapDirection;
+    let (w, c) = session_world().await;
+    let actor =
+        w.a.create(zlink::actor::Create::new("counter", aid("bound1")))
+            .await
+            .unwrap();
+    bind(&c, &actor).await;
+    const N: u64 = 300;
+    let sender = {
+        let (c, actor) = (c.clone(), actor.clone());
+        tokio::spawn(async move {
+            let mut replies = Vec::new();
+            for i in 0..N {
+                replies.push(relay_req(&c, &actor, &Add(i)).await);
+            }
+            replies
+        })
+    };
+    let turns = w.a.stats().turns;
+    node_common::wait_until("relays flowing", || w.a.stats().turns > turns + 20).await;
+    let report = w.a.relocate(&actor, rid("b")).await.unwrap();
+    let replies = tokio::time::timeout(TIMEOUT, sender)
+        .await
+        .unwrap()
+        .unwrap();
+    for (i, r) in replies.into_iter().enumerate() {
+        assert_eq!(
+            r.unwrap(),
+            i as u64 + 1,
+            "relay {i}: lost, doubled or another's reply"
+        );
+    }
+    // Processed once each, in order; the state travelled (SB-14.21).
+    let seen = w.b.request(&report.actor, &GetSeen, TIMEOUT).await.unwrap();
+    assert_eq!(seen, (0..N).collect::<Vec<u64>>());
+    // The session's snapshot is the target, identity kept (SB-1.3, SB-14.20).
+    let bound = c.packet(&zlink_apps::demo::session::Bound).await.unwrap();
+    assert_eq!(bound.len(), 1);
+    assert_eq!(bound[0].node(), &rid("b"));
+    assert_eq!(bound[0].id(), actor.id());
+    assert_eq!(bound[0].object_generation(), actor.object_generation());
+    let loc = w.store.lookup(actor.id().clone()).await.unwrap().unwrap();
+    assert_eq!(loc.owner_node, rid("b"));
+    // Relays after the commit run on the target, on the same connection.
+    let turns_b = w.b.stats().turns;
+    assert_eq!(relay_req(&c, &actor, &Add(N)).await.unwrap(), N + 1);
+    assert!(w.b.stats().turns > turns_b);
+    // On the wire at the session owner: one 42, one 43 back (a reply), one 44 commit naming
+    // the target with the relocation's identity, no 45 (SB-14.26).
+    assert_eq!(tapped(&w.tap_s, TapDirection::Received, 42).len(), 1);
+    assert_eq!(tapped(&w.tap_s, TapDirection::Sent, 43).len(), 1);
+    let routes = tapped(&w.tap_s, TapDirection::Received, 44);
+    assert_eq!(routes.len(), 1);
+    match &routes[0].decoded.as_ref().unwrap().record {
+        zlink_wire::Record::SessionRelocationRoute(zlink_wire::SessionRelocationRoute::Commit(
+            commit,
+        )) => {
+            assert_eq!(commit.relocation, report.relocation);
+            assert_eq!(&commit.actor, actor.id());
+            assert_eq!(commit.object_generation, actor.object_generation());
+            assert_eq!(commit.target.node, rid("b"));
+        }
+        other => panic!("not a 44 commit: {other:?}"),
+    }
+    assert!(tapped(&w.tap_s, TapDirection::Received, 45).is_empty());
+    node_common::wait_until("relocation state freed", || {
+        w.a.relocations_in_progress() == 0 && w.b.relocations_in_progress() == 0
+    })
+    .await;
+    let _ = &w.s;
+}
+
+// The operator's RELOCATE and LIST_RELOCATIONS on the client port (`zlink-node ctl relocate`,
+// `ctl relocations`): refused to a session that did not present the operator credential, done
+// for one that did; the node that does not own the actor answers NotFound; the list shows the
+// relocation with its phases and outcome on both nodes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_operator_relocates_through_the_client_port_and_lists_relocations() {
+    use live::{Add, GetSeen, aid};
+    use node_common::{mesh_config, rid, wait_pair_up};
+    use zlink::node::access::{ClientAccess, OperatorCredential};
+    use zlink::node::client::NodeClient;
+    use zlink::node::protocol::RelocateActor;
+    use zlink::node::{Node, NodeOptions};
+    let store = node_common::memory_store();
+    let (_gate, rx) = tokio::sync::watch::channel(true);
+    let start = |name: &'static str, peers: Vec<zlink_mesh::PeerAddress>| {
+        let store = store.clone();
+        let rx = rx.clone();
+        async move {
+            let mut mc = mesh_config(name);
+            mc.client_endpoint = Some("tcp://127.0.0.1:*".to_owned());
+            let registry = live::registry(
+                rx,
+                Arc::new(std::sync::atomic::AtomicU64::new(0)),
+                Arc::new(std::sync::atomic::AtomicBool::new(false)),
+            );
+            let mut access = ClientAccess::new();
+            access.operator = Some(OperatorCredential::new(b"op-secret").unwrap());
+            let mut o = NodeOptions::new(mc, store, registry).with_client_access(access);
+            o.peers = peers;
+            o.metrics = Some("127.0.0.1:0".parse().unwrap());
+            Node::start(o).await.unwrap()
+        }
+    };
+    let b = start("b", vec![]).await;
+    let a = start("a", vec![b.address()]).await;
+    wait_pair_up(&a, &b).await;
+    let actor = a
+        .create(zlink::actor::Create::new("counter", aid("op1")))
+        .await
+        .unwrap();
+    a.send(&actor, &Add(1)).await.unwrap();
+    let client =
+        |n: &Node| NodeClient::connect(n.endpoints().client.as_ref().unwrap(), TIMEOUT).unwrap();
+    let req = RelocateActor {
+        actor_id: "op1".into(),
+        to: "b".into(),
+    };
+    let stranger = client(&a);
+    let e = stranger.relocate(&req).await.unwrap_err();
+    assert_eq!(e.kind(), zlink_wire::ErrorKind::InvalidOperation, "{e}");
+    assert!(stranger.relocations().await.is_err());
+    let op_b = client(&b);
+    op_b.authenticate(b"op-secret").await.unwrap();
+    let e = op_b.relocate(&req).await.unwrap_err();
+    assert_eq!(e.kind(), zlink_wire::ErrorKind::NotFound, "{e}");
+    let op_a = client(&a);
+    op_a.authenticate(b"op-secret").await.unwrap();
+    let done = op_a.relocate(&req).await.unwrap();
+    assert_eq!(done.to, "b");
+    assert_eq!(done.actor.node(), &rid("b"));
+    assert_eq!(
+        b.request(&done.actor, &GetSeen, TIMEOUT).await.unwrap(),
+        vec![1]
+    );
+    let list = op_a.relocations().await.unwrap();
+    assert_eq!(list.counters.committed, 1);
+    let r = &list.relocations[0];
+    assert_eq!(
+        (
+            r.relocation,
+            r.actor.as_str(),
+            r.role.as_str(),
+            r.peer.as_str()
+        ),
+        (done.relocation, "op1", "source", "b")
+    );
+    assert_eq!(r.outcome.as_deref(), Some("moved"));
+    assert!(r.phases.iter().any(|(p, _)| p == "Restoring"));
+    node_common::wait_until("the target's entry ended", || {
+        b.relocations_in_progress() == 0
+    })
+    .await;
+    // The metrics endpoint: outcome counters and the duration histogram.
+    assert_eq!(a.counters().relocations, 1);
+    let text = {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut s = tokio::net::TcpStream::connect(a.metrics_addr().unwrap())
+            .await
+            .unwrap();
+        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        let mut body = String::new();
+        s.read_to_string(&mut body).await.unwrap();
+        body
+    };
+    for line in [
+        "zlink_relocation_outcomes_total{outcome=\"committed\"} 1",
+        "zlink_relocation_outcomes_total{outcome=\"started\"} 1",
+        "zlink_relocation_outcomes_total{outcome=\"aborted\"} 0",
+        "zlink_relocation_duration_seconds_count 1",
+    ] {
+        assert!(text.lines().any(|l| l == line), "{line} not in:\n{text}");
+    }
+    let list_b = op_b.relocations().await.unwrap();
+    assert_eq!(list_b.counters.target, 1);
+    assert_eq!(list_b.relocations[0].role, "target");
+    assert!(
+        list_b.relocations[0]
+            .outcome
+            .as_deref()
+            .unwrap()
+            .starts_with("committed")
+    );
+}
+
+// spec: SB-14.21, SB-14.20, SB-8.9
+// The bound actor moves back and forth between `a` and `b` ten times while its client relays
+// sequence-numbered requests without pause: every relay processed once, in order, answered with
+// its own reply, the connection kept, the state intact; nothing of the relocations stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bound_actor_moves_back_and_forth_under_relays() {
+    use live::{Add, GetSeen, aid};
+    use node_common::{bind, relay_req, rid};
+    let (w, c) = session_world().await;
+    let mut actor =
+        w.a.create(zlink::actor::Create::new("counter", aid("pingpong")))
+            .await
+            .unwrap();
+    bind(&c, &actor).await;
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sent = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let sender = {
+        let (c, actor, stop, sent) = (c.clone(), actor.clone(), stop.clone(), sent.clone());
+        tokio::spawn(async move {
+            let mut i = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                let n = relay_req(&c, &actor, &Add(i)).await.unwrap();
+                assert_eq!(n, i + 1, "relay {i}: lost, doubled or another's reply");
+                i += 1;
+                sent.store(i, std::sync::atomic::Ordering::SeqCst);
+            }
+            i
+        })
+    };
+    let (mut from, mut to) = (w.a.clone(), w.b.clone());
+    for _ in 0..10 {
+        let before = sent.load(std::sync::atomic::Ordering::SeqCst);
+        node_common::wait_until("relays flowing", || {
+            sent.load(std::sync::atomic::Ordering::SeqCst) > before + 5
+        })
+        .await;
+        let report = from.relocate(&actor, to.node_rid().clone()).await.unwrap();
+        assert_eq!(report.actor.object_generation(), actor.object_generation());
+        actor = report.actor;
+        std::mem::swap(&mut from, &mut to);
+    }
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let n = tokio::time::timeout(TIMEOUT, sender)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(actor.node(), &rid("a"));
+    let seen = w.a.request(&actor, &GetSeen, TIMEOUT).await.unwrap();
+    assert_eq!(seen, (0..n).collect::<Vec<u64>>());
+    node_common::wait_until("relocation state freed", || {
+        w.a.relocations_in_progress() == 0 && w.b.relocations_in_progress() == 0
+    })
+    .await;
+    assert_eq!(w.a.relocations().1.committed, 5);
+    assert_eq!(w.b.relocations().1.committed, 5);
+    // One incarnation in all: on `a`, none left behind on `b`.
+    assert_eq!(w.a.counters().actors["entry"], 1);
+    assert_eq!(w.b.counters().actors["entry"], 0);
 }

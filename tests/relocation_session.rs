@@ -42,6 +42,11 @@ struct World {
 }
 
 async fn world() -> World {
+    world_with(None).await
+}
+
+/// [`world`] with the session owner's SessionRelocationSealTimeout set (`None`: the default).
+async fn world_with(seal_timeout: Option<Duration>) -> World {
     let store = memory_store();
     let clock = ManualClock::new();
     let tap_b = WireTap::new(20_000);
@@ -53,6 +58,7 @@ async fn world() -> World {
     sa.tap = Some(tap_a.clone());
     sa.peers = vec![b.address()];
     sa.clock = Some(Arc::new(clock.clone()));
+    sa.seal_timeout = seal_timeout;
     let a = start_session_node(sa, store).await;
     wait_pair_up(&a, &b).await;
     let (t, t_in) = MeshNode::start(mesh_config("t")).unwrap();
@@ -278,9 +284,20 @@ async fn sealed_relays_are_held_and_the_commit_sends_them_first_to_the_target() 
     // 44 commit from the target (any mesh peer): route and snapshot switch, held relays go
     // first, in order, to the target, with the target's fences and the same binding identity.
     let target = target_location(&w.t);
+    // A push of the target that overtakes its 44 waits for it (SB-5.5 is checked against the
+    // values the commit brings), then reaches the client.
+    push_from(
+        &w.t,
+        &seal,
+        &echo,
+        (&target.node_generation, target.authority_owner_generation),
+        b"early target",
+    )
+    .await;
     w.t.send_record(&rid("a"), commit(&seal, &echo, target.clone()), None)
         .await
         .unwrap();
+    assert_eq!(recv_push(&w.c).await, b"early target");
     for i in 0..4u8 {
         let inb = next_relay(&mut w.t_in).await;
         let Record::ActorSend(rec) = &inb.record else {
@@ -435,7 +452,8 @@ async fn an_abort_sends_the_held_relays_to_the_source_in_order() {
 // spec: SB-14.23
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_44_within_the_seal_timeout_closes_the_session() {
-    let w = world().await;
+    // The configured SessionRelocationSealTimeout reaches the session owner.
+    let w = world_with(Some(Duration::from_millis(1_500))).await;
     let echo = w.c.create("echo", "e1", Placement::on("b")).await.unwrap();
     bind(&w.c, &echo).await;
     let seal = seal_id(&w, 3, &echo);
@@ -449,7 +467,7 @@ async fn no_44_within_the_seal_timeout_closes_the_session() {
     let held = tokio::spawn(async move { relay_req(&c, &echo2, &Echo(b"held".to_vec())).await });
     wait_held(&w.a, 1).await;
     // Just before the timeout nothing happens.
-    w.clock.advance(Duration::from_millis(2_999));
+    w.clock.advance(Duration::from_millis(1_499));
     w.c.info().await.expect("still served");
     assert_eq!(w.a.session_seals().seals, 1);
     w.clock.advance(Duration::from_millis(1));
@@ -540,6 +558,8 @@ async fn the_seal_checks_its_identity_and_late_or_duplicate_44s_change_nothing()
         SealOutcome::Rejected(ErrorKind::Unavailable)
     );
     assert_eq!(w.a.session_seals().seals, 1);
+    // The operator sees the seal (NODE_INFO counters; the metrics endpoint's gauges).
+    assert_eq!(w.c.counters().await.unwrap().session_seals.seals, 1);
 
     // A 44 of another relocation: late, nothing changes (the seal stays).
     let target = target_location(&w.t);
@@ -578,6 +598,7 @@ async fn the_seal_checks_its_identity_and_late_or_duplicate_44s_change_nothing()
         2
     );
     assert_eq!(counters.session_rejects["seal/not_actor_owner"], 1);
+    assert_eq!(counters.session_seals, SealGauges::default());
     // A relay now goes to the target.
     let c = w.c.clone();
     let echo2 = echo.clone();
@@ -609,7 +630,11 @@ async fn a_held_request_keeps_its_deadline_and_a_session_end_frees_the_seal() {
     let long = tokio::spawn(async move { relay_req(&c, &echo2, &Echo(b"long".to_vec())).await });
     wait_held(&w.a, 2).await;
     w.clock.advance(Duration::from_millis(500));
-    let err = short.await.unwrap().expect_err("deadline passed");
+    let err = tokio::time::timeout(TIMEOUT, short)
+        .await
+        .expect("answered when the deadline passed")
+        .unwrap()
+        .expect_err("deadline passed");
     assert_eq!(err.kind(), ErrorKind::DeadlineExceeded);
     assert_eq!(w.a.session_seals().held, 1, "the other one is still held");
     assert!(!long.is_finished());
@@ -645,7 +670,10 @@ async fn a_held_request_keeps_its_deadline_and_a_session_end_frees_the_seal() {
             }
     })
     .await;
-    w.clock.advance(Duration::from_millis(2_500));
+    // The default SessionRelocationSealTimeout: 3,000 ms from the install.
+    w.clock.advance(Duration::from_millis(2_499));
+    w.c.info().await.expect("still served");
+    w.clock.advance(Duration::from_millis(1));
     assert_eq!(
         tokio::time::timeout(TIMEOUT, w.c.closed()).await.unwrap(),
         DisconnectReason::RelocationSealTimeout

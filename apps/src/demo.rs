@@ -153,6 +153,11 @@ pub fn registry() -> Result<ActorRegistry, ActorConfigError> {
             Handled::ok(*total)
         })
         .handle(|total: &mut u64, _ctx, Get| Handled::ok(*total))
+        // Live relocation: the total travels (`zlink-node ctl relocate`).
+        .migrate(
+            |total: &u64| Ok::<_, HandlerError>(*total),
+            |_info, total: u64| Ok(total),
+        )
         .build()?,
     )?;
     r.register(
@@ -379,14 +384,13 @@ fn not_bound(id: &str) -> zlink::session::PacketError {
     }
 }
 
-/// The ticket of a one-way relay to the current binding of the actor whose id has these
-/// bytes (`find`, then the aggregate's relay step, as one step; the same errors); `None` when
-/// no binding has them.
-fn relay_ticket(
+/// The current binding of the actor whose id has these bytes (`None`: no binding, or not
+/// UTF-8; [`relay_target`] then tells which).
+fn bound(
     s: &zlink::session::Session,
     id: &[u8],
-) -> Option<Result<zlink::session::aggregate::RelayTicket, zlink::session::PacketError>> {
-    s.relay_ticket(id).map(|ticket| ticket.map_err(Into::into))
+) -> Option<Result<zlink::session::BoundActor, zlink::session::PacketError>> {
+    s.actors().find(std::str::from_utf8(id).ok()?).map(Ok)
 }
 
 /// A relayed request's reply as the `RelayRequest` packet's reply: MessagePack bin (what
@@ -413,7 +417,7 @@ struct RelayView<'a> {
     timeout_ms: u32,
 }
 
-/// A relay packet's target (`T`: its binding, or a relay ticket), key, message (the packet
+/// A relay packet's target (`T`: its bound actor), key, message (the packet
 /// narrowed to it) and timeout.
 type Relay<T> = (T, DispatchKey, Bytes, u32);
 
@@ -580,24 +584,23 @@ pub fn sessions() -> zlink::session::SessionHandlers {
             Ok(s.actors().bind_or_get(&b.actor).await?.actor_ref())
         })
         // The two relay packets are decoded in place (the actor message stays a slice of the
-        // packet) and their binding found and ticket taken in one step of the session's
-        // aggregate: no copy of the message, no allocation beyond the relay's own. A relay
-        // request is forwarded: the packet's turn ends once the 24 is handed off, and the
+        // packet) and their bound actor found while the packet is whole: no copy of the
+        // message, no allocation beyond the relay's own. A relay request is forwarded
+        // (`BoundActor::forward`): the packet's turn ends once the 24 is handed off, and the
         // actor's reply answers the client on its own (SB-1.5).
         .packet_turn(RelayRequest::KEY, |s, packet| {
-            match RelayView::parse(packet, |id| relay_target(&s, id, relay_ticket(&s, id))) {
-                Ok((ticket, key, payload, timeout_ms)) => {
-                    s.forward_ticket_turn(ticket, key, payload, timeout_of(timeout_ms), bin_reply)
+            match RelayView::parse(packet, |id| relay_target(&s, id, bound(&s, id))) {
+                Ok((actor, key, payload, timeout_ms)) => {
+                    actor.forward(key, payload, timeout_of(timeout_ms), bin_reply)
                 }
                 Err(e) => zlink::session::PacketTurn::Done(Err(e)),
             }
         })
-        // A one-way relay admitted at once finishes without a future (`send_turn`); its
-        // binding is found and its ticket taken in one step of the session's aggregate.
+        // A one-way relay admitted at once finishes without a future (`send_turn`).
         .packet_turn(RelaySend::KEY, |s, packet| {
-            match RelayView::parse(packet, |id| relay_target(&s, id, relay_ticket(&s, id))) {
-                Ok((ticket, key, payload, _)) => {
-                    s.send_ticket_turn(ticket, key, payload, Bytes::from_static(UNIT))
+            match RelayView::parse(packet, |id| relay_target(&s, id, bound(&s, id))) {
+                Ok((actor, key, payload, _)) => {
+                    actor.send_turn(key, payload, Bytes::from_static(UNIT))
                 }
                 Err(e) => zlink::session::PacketTurn::Done(Err(e)),
             }

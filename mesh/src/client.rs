@@ -468,7 +468,7 @@ impl MeshClient {
             corr: Correlations::new(),
             pushes: push_tx,
             stalled: None,
-            conn: Conn::idle(
+            conn: Conn::to_client_port(
                 crate::config::InboundWindow::default(),
                 shared.budget.clone(),
                 Instant::now(),
@@ -560,7 +560,7 @@ impl MeshClient {
             return Err(SendError::SessionClosed(r));
         }
         // The envelope of a one-way record depends only on its key: shared, not encoded again.
-        let frames = crate::node::one_way_parts(key, payload)?;
+        let frames = crate::envelope::one_way_parts(key, payload)?;
         let bytes = self.check_size(&frames)?;
         // The fast path of `reserve`, written out: an async call is not inlined. A send that
         // must wait takes its record into a future on the heap, so this future holds nothing
@@ -650,8 +650,9 @@ impl MeshClient {
             return Err(fail(sent, SendError::SessionClosed(r)));
         }
         // The envelope of a one-way record depends only on its key: encoded once.
-        let envelope =
-            crate::node::one_way_parts(key, Bytes::new()).map_err(|e| fail(sent, e))?[0].clone();
+        let envelope = crate::envelope::one_way_parts(key, Bytes::new())
+            .map_err(|e| fail(sent, e))?[0]
+            .clone();
         let limit = self.shared.budget.limit().messages;
         let chunk_len =
             SEND_MANY_CHUNK.min(usize::try_from(limit / 2).unwrap_or(usize::MAX).max(1));

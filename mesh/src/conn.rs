@@ -80,9 +80,45 @@ pub(crate) struct SendCredit {
     /// Bytes the last record overdrew (it may take the byte credit below zero): paid back
     /// out of the next grants first, since the receiver returns every record's full cost.
     debt: u64,
+    /// When the last record may overdraw the byte credit.
+    overdraw: Overdraw,
+}
+
+/// When the last record within a [`SendCredit`] may take its byte credit below zero.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) enum Overdraw {
+    /// Always (a mesh peer returns every record's full cost).
+    #[default]
+    Allowed,
+    /// Only from the other end's second grant on: a node's client port grants a session it
+    /// has not accepted yet a stranger's window first, whose bytes are a hard bound (a record
+    /// beyond what is left is dropped, docs/CLIENT-PROTOCOL.md 5.1); the second grant comes
+    /// with the acceptance. Until then a record goes out only if it fits. `grants`: the
+    /// grants received so far (saturating).
+    FromSecondGrant {
+        /// Grants received so far.
+        grants: u8,
+    },
 }
 
 impl SendCredit {
+    /// No credit yet; a client of a node's client port: its records stay within the first
+    /// grant, overdrawing only from the second ([`Overdraw::FromSecondGrant`]).
+    pub(crate) fn client() -> Self {
+        Self {
+            overdraw: Overdraw::FromSecondGrant { grants: 0 },
+            ..Self::default()
+        }
+    }
+
+    /// No credit, as at the start of a lifecycle, in the same [`Overdraw`] mode.
+    pub(crate) fn fresh(&self) -> Self {
+        match self.overdraw {
+            Overdraw::Allowed => Self::default(),
+            Overdraw::FromSecondGrant { .. } => Self::client(),
+        }
+    }
+
     /// A FlowCredit arrived.
     #[inline]
     pub(crate) fn grant(&mut self, msgs: u32, bytes: u64) {
@@ -90,6 +126,22 @@ impl SendCredit {
         let paid = bytes.min(self.debt);
         self.debt -= paid;
         self.bytes = self.bytes.saturating_add(bytes - paid);
+        if let Overdraw::FromSecondGrant { grants } = &mut self.overdraw {
+            *grants = grants.saturating_add(1);
+        }
+    }
+
+    /// Whether a record must fit in the byte credit left (no overdraw yet).
+    #[inline]
+    fn exact(&self) -> bool {
+        matches!(self.overdraw, Overdraw::FromSecondGrant { grants } if grants < 2)
+    }
+
+    /// Whether a first record of `len()` bytes may go out now: always where it may overdraw,
+    /// else only if it fits ([`Overdraw`]).
+    #[inline]
+    pub(crate) fn fits(&self, len: impl FnOnce() -> u64) -> bool {
+        !self.exact() || len() <= self.bytes
     }
 
     /// At least one more record may go out.
@@ -125,8 +177,9 @@ impl SendCredit {
         mut ended: impl FnMut(u64) -> bool,
     ) -> Run {
         let (mut msgs, mut bytes) = self.left();
+        let exact = self.exact();
         batch_run(batching, queue, |len, corr| {
-            if msgs == 0 || bytes == 0 || (corr != 0 && ended(corr)) {
+            if msgs == 0 || bytes == 0 || (exact && len > bytes) || (corr != 0 && ended(corr)) {
                 return false;
             }
             msgs -= 1;
@@ -214,6 +267,10 @@ pub(crate) trait Credit {
     ) -> Run;
     /// The records of `run` went out.
     fn charge_run(&mut self, run: Run);
+    /// Whether the first record of a run, of `len()` bytes, may go out now (the credit is
+    /// open): `false` only where the credit is a hard bound it does not fit in
+    /// ([`SendCredit::fits`]).
+    fn fits(&self, len: impl FnOnce() -> u64) -> bool;
     /// Whether all `n` records of a [`Framed`] run, `bytes` in all and `before_last` without
     /// the last one, go out within this credit, each checked as if sent alone (the rule of
     /// [`SendCredit::run`]; the caller checked that the credit is open).
@@ -241,11 +298,22 @@ impl Credit for SendCredit {
         SendCredit::charge_run(self, run);
     }
 
-    /// Record by record, the credit admits the next one while messages and bytes are left;
-    /// the bytes only fall, so the last record's check is the one that matters.
     #[inline]
-    fn admits(&self, n: usize, _bytes: u64, before_last: u64) -> bool {
-        self.msgs >= n as u64 && self.bytes > before_last
+    fn fits(&self, len: impl FnOnce() -> u64) -> bool {
+        SendCredit::fits(self, len)
+    }
+
+    /// Record by record, the credit admits the next one while messages and bytes are left;
+    /// the bytes only fall, so the last record's check is the one that matters (where the
+    /// credit is a hard bound, the last record must fit: all `bytes`).
+    #[inline]
+    fn admits(&self, n: usize, bytes: u64, before_last: u64) -> bool {
+        self.msgs >= n as u64
+            && if self.exact() {
+                bytes <= self.bytes
+            } else {
+                self.bytes > before_last
+            }
     }
 }
 
@@ -271,6 +339,11 @@ impl Credit for Unlimited {
 
     #[inline]
     fn charge_run(&mut self, _run: Run) {}
+
+    #[inline]
+    fn fits(&self, _len: impl FnOnce() -> u64) -> bool {
+        true
+    }
 
     #[inline]
     fn admits(&self, _n: usize, _bytes: u64, _before_last: u64) -> bool {
@@ -385,7 +458,7 @@ pub(crate) fn flush<C: Credit, T: Transport>(
             queue.pop_front();
             continue;
         }
-        if !credit.open() {
+        if !credit.open() || !credit.fits(|| out.frames.iter().map(|f| f.len() as u64).sum()) {
             return Flushed::CreditBlocked;
         }
         // A run of records queued one by one stops before a framed run.
@@ -681,6 +754,15 @@ impl Conn {
         }
     }
 
+    /// A `MeshClient`'s connection to a node's client port, nothing granted yet: its records
+    /// stay within the node's first grant ([`SendCredit::client`]).
+    pub(crate) fn to_client_port(window: InboundWindow, budget: Arc<Budget>, now: Instant) -> Self {
+        Self {
+            credit: SendCredit::client(),
+            ..Self::idle(window, budget, now)
+        }
+    }
+
     /// A connection granted its whole `window` at once (the grant leaves with the next
     /// [`Conn::poll_grant`]).
     pub(crate) fn granted(window: InboundWindow, budget: Arc<Budget>, now: Instant) -> Self {
@@ -760,7 +842,7 @@ impl Conn {
     /// The lifecycle ended: nothing granted either way.
     pub(crate) fn reset(&mut self) {
         self.rx = RxWindow::default();
-        self.credit = SendCredit::default();
+        self.credit = self.credit.fresh();
     }
 
     /// The receive window in force.
@@ -1174,6 +1256,63 @@ mod tests {
                 Out::parts(frames, Some(bytes), corr)
             })
             .collect()
+    }
+
+    // docs/CLIENT-PROTOCOL.md 5.1 — a client stays within the node's first grant (a stranger's
+    // window: a record that does not fit in what is left of its bytes is dropped by the node);
+    // from the second grant (the acceptance) its last record may overdraw as usual. Records of
+    // 18 bytes, a first grant of 4 records / 60 bytes: three fit (54), the fourth waits (and the
+    // ones behind it, in order) although messages and bytes are left; the second grant sends it.
+    #[test]
+    fn a_client_never_overdraws_the_first_grant() {
+        let budget = budget();
+        let batching = Batching::default();
+        for framed in [false, true] {
+            let mut q = if framed {
+                // The same records framed by their sender as one run.
+                VecDeque::from([framed_of(&[10; 5], &budget).0])
+            } else {
+                queue_of(&[(10, 0); 5], &budget)
+            };
+            let mut credit = SendCredit::client();
+            credit.grant(4, 60);
+            let mut t = Fake {
+                room: 10,
+                ..Fake::default()
+            };
+            assert_eq!(
+                flush(&mut q, &mut credit, &budget, &batching, &mut t),
+                Flushed::CreditBlocked
+            );
+            let sent: usize = t.sent.iter().sum();
+            assert_eq!(sent, 3, "framed: {framed}: only what fits the first grant");
+            assert_eq!(credit.left(), (1, 6));
+            // The acceptance's grant: the rest may overdraw (the receiver returns it all).
+            credit.grant(1, 10);
+            assert_eq!(
+                flush(&mut q, &mut credit, &budget, &batching, &mut t),
+                Flushed::CreditBlocked
+            );
+            let sent: usize = t.sent.iter().sum();
+            assert_eq!(
+                sent, 4,
+                "framed: {framed}: the fourth overdraws after the second grant"
+            );
+            // A peer's credit may overdraw from its first grant on.
+            let mut q = queue_of(&[(10, 0); 3], &budget);
+            let mut peer = SendCredit::default();
+            peer.grant(3, 20);
+            let mut t = Fake {
+                room: 10,
+                ..Fake::default()
+            };
+            assert_eq!(
+                flush(&mut q, &mut peer, &budget, &batching, &mut t),
+                Flushed::CreditBlocked
+            );
+            assert_eq!(t.sent.iter().sum::<usize>(), 2);
+            budget.release_n(budget.reserved_messages(), budget.reserved_bytes());
+        }
     }
 
     // The one send loop of every queue: runs batched within the credit (each record charged on

@@ -3,7 +3,9 @@
 
 use std::time::Duration;
 
-use crate::codec::ErrorKind;
+use bytes::Bytes;
+
+use crate::codec::{ErrorKind, Parts};
 use zlink_wire::DisconnectReason;
 
 /// Invalid configuration, reported by [`crate::MeshNode::start`] (startup configuration error).
@@ -120,4 +122,32 @@ impl RequestError {
             RequestError::Remote { kind, .. } => *kind,
         }
     }
+}
+
+/// Why [`MeshNode::try_push`] did not push.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum TryPushError {
+    /// The client's outbound budget has no room now: the payload, back.
+    Full(Bytes),
+    /// The push cannot be sent (as [`MeshNode::push`] fails).
+    Failed(SendError),
+}
+
+/// A one-way record that [`MeshNode::try_send_record`] encoded but could not admit at once
+/// (the peer's outbound budget is full): wait for admission with [`MeshNode::send_pending`].
+#[derive(Debug)]
+pub struct PendingRecord {
+    pub(crate) frames: Parts,
+    pub(crate) bytes: u64,
+}
+
+/// Why [`MeshNode::try_send_record`] did not send.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum TrySendError {
+    /// The peer's outbound budget has no room now: the encoded record, back.
+    Full(PendingRecord),
+    /// The record cannot be sent (as [`MeshNode::send_record`] fails).
+    Failed(SendError),
 }

@@ -19,12 +19,65 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Instant;
 
 use bytes::Bytes;
 use tokio::sync::mpsc;
 
-use crate::node::{Inbound, Origin};
+use crate::codec::Record;
+use crate::reply::ReplyHandle;
 use crate::types::DispatchKey;
+use crate::types::{CorrelationId, NodeGeneration, NodeRid, SessionRid};
+
+/// Where an inbound record came from (authenticated at the transport boundary, SB-2.1).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Origin {
+    /// An authenticated mesh peer in its current lifecycle.
+    Peer {
+        /// Proved NodeRid.
+        node: NodeRid,
+        /// Proved NodeGeneration.
+        generation: NodeGeneration,
+    },
+    /// A ClientServer client connection.
+    Client {
+        /// The connection's session id.
+        session: SessionRid,
+    },
+}
+
+/// One application record for the layer above. Control records never appear here (SB-5.4).
+#[derive(Debug)]
+pub struct Inbound {
+    /// Sender.
+    pub origin: Origin,
+    /// Correlation id (`NONE` for one-way).
+    pub correlation: CorrelationId,
+    /// The decoded record.
+    pub record: Record,
+    /// The payload frame, never copied after receipt.
+    pub payload: Option<Bytes>,
+    /// Local deadline of a request (receipt time + the remaining time it carried).
+    pub deadline: Option<Instant>,
+    /// Present for requests: answer exactly once through it.
+    pub reply: Option<ReplyHandle>,
+}
+
+impl Inbound {
+    /// A plain one-way 147 record (no correlation, deadline or reply handle) from `origin`.
+    #[must_use]
+    #[inline]
+    pub fn one_way(origin: Origin, key: DispatchKey, payload: Bytes) -> Self {
+        Inbound {
+            origin,
+            correlation: CorrelationId::NONE,
+            record: Record::OneWay(zlink_wire::OneWay { key }),
+            payload: Some(payload),
+            deadline: None,
+            reply: None,
+        }
+    }
+}
 
 /// Records per batch: small enough that a batch stays well below malloc's 64 KiB
 /// consolidation threshold (an `Inbound` is ~300 bytes), large enough to amortise wake-ups.

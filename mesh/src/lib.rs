@@ -39,13 +39,17 @@ mod conn;
 pub mod correlation;
 pub mod counters;
 mod engine;
+mod envelope;
 pub mod error;
+mod events;
 pub mod fuzz_harness;
 pub mod handshake;
 mod hashing;
 mod inbound;
 mod memo;
 pub mod node;
+mod outbox;
+mod reply;
 pub mod sink;
 pub mod tap;
 pub mod types;
@@ -60,14 +64,14 @@ pub use config::{
 };
 pub use counters::{Counters, DropReason, ReplyOrigin, TransportEvent};
 pub use error::{ConfigError, RequestError, SendError};
+pub use error::{PendingRecord, TryPushError, TrySendError};
+pub use events::{ClientCloseCause, ClientEvent, ClientEvents, DownReason, PeerEvent};
 pub use handshake::MeshSecret;
+pub use inbound::{Inbound, InboundReceiver, Origin};
 #[doc(hidden)]
 pub use node::IoHold;
-pub use node::{
-    BoundEndpoints, ClientCloseCause, ClientEvent, ClientEvents, DownReason, Inbound,
-    InboundReceiver, MeshNode, Origin, PeerEvent, PendingRecord, ReplyHandle, Response,
-    TryPushError, TrySendError,
-};
+pub use node::{BoundEndpoints, MeshNode, Response};
+pub use reply::ReplyHandle;
 pub use sink::{InboundSink, Offer};
 pub use tap::{TapDirection, TapFrame, WireTap};
 pub use types::{

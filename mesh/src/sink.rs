@@ -13,7 +13,7 @@ use std::time::Instant;
 use bytes::Bytes;
 use zlink_wire::{ActorSend, CorrelationId, Record};
 
-use crate::node::{Inbound, Origin};
+use crate::inbound::{Inbound, Origin};
 use crate::types::{DispatchKey, NodeGeneration, NodeRid};
 
 /// What the sink did with an offered record.

@@ -1,5 +1,5 @@
 //! Integer socket options of the vendored libzmq that the `zmq` crate has no setter for
-//! (`vendor/zeromq-src/PATCHES.md`, "Router ids"): the one place the mesh calls libzmq's C API
+//! (`vendor/zeromq-src/PATCHES.md`, "Router ids", "Batch sizes"): the one place the mesh calls libzmq's C API
 //! itself.
 #![allow(unsafe_code)]
 
@@ -13,6 +13,13 @@ pub(crate) const NOTIFY_DISCONNECT: c_int = 2;
 /// `ZMQ_ROUTER_ASSIGN_IDS` (vendored patch): a ROUTER ignores the routing ids its peers
 /// announce and gives every connection a generated one.
 pub(crate) const ROUTER_ASSIGN_IDS: c_int = 0x5a4c_0001;
+
+/// `ZMQ_IN_BATCH_SIZE` (vendored patch "batch sizes": settable without the DRAFT API): the
+/// size of each connection's receive buffer (libzmq's default 8,192 bytes).
+pub(crate) const IN_BATCH_SIZE: c_int = 101;
+/// `ZMQ_OUT_BATCH_SIZE` (the same patch): the size of each connection's send buffer (default
+/// 8,192 bytes).
+pub(crate) const OUT_BATCH_SIZE: c_int = 102;
 
 /// Sets the integer socket option `option` of `socket` to `value`.
 pub(crate) fn set_int(socket: &mut zmq::Socket, option: c_int, value: c_int) -> zmq::Result<()> {

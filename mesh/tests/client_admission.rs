@@ -383,3 +383,60 @@ async fn a_strangers_window_bounds_bytes_before_accepting() {
     drop(raw);
     node.shutdown().await;
 }
+
+// docs/CLIENT-PROTOCOL.md 5.1, spec: EG-1.2 — the Rust `MeshClient` stays within a stranger's
+// window: until the session is accepted (the node's second grant) a record goes out only if it
+// fits in what is left of the window's bytes, so none of its records is dropped as
+// `CreditExceeded`; the one that did not fit goes out after the acceptance, in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mesh_client_never_overdraws_a_strangers_window() {
+    let window = InboundWindow {
+        messages: 8,
+        bytes: 8 * 1024,
+    };
+    let mut c = server_config(Strangers {
+        window,
+        max: 16,
+        max_per_source: 16,
+    });
+    // Records the application has not taken wait in the window: no credit comes back early.
+    c.inbound_capacity = 1;
+    let (node, mut inbound) = MeshNode::start(c).unwrap();
+    let mut events = node.take_client_events().unwrap();
+    let mut cc = ClientConfig::new(node.endpoints().client.clone().unwrap());
+    cc.liveness = config("x").liveness;
+    let client = MeshClient::connect(cc).unwrap();
+    let before = node.counters().dropped(DropReason::CreditExceeded);
+    // 7 × 1 KiB (with their envelopes a little over 7 KiB), then 2 KiB: more than is left.
+    for i in 0..7u8 {
+        client
+            .send(DispatchKey::new(2), Bytes::from(vec![i; 1024]))
+            .await
+            .unwrap();
+    }
+    client
+        .send(DispatchKey::new(2), Bytes::from(vec![7u8; 2048]))
+        .await
+        .unwrap();
+    let session = connected(&mut events).await;
+    for i in 0..7u8 {
+        let m = tokio::time::timeout(WAIT, inbound.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(m.payload.as_deref(), Some(&[i; 1024][..]));
+    }
+    node.accept_client(session).unwrap();
+    let m = tokio::time::timeout(WAIT, inbound.recv())
+        .await
+        .expect("the 2 KiB record arrives once the session is accepted")
+        .unwrap();
+    assert_eq!(m.payload.map(|p| p.len()), Some(2048));
+    assert_eq!(
+        node.counters().dropped(DropReason::CreditExceeded),
+        before,
+        "nothing the client sent was dropped"
+    );
+    client.close().await;
+    node.shutdown().await;
+}

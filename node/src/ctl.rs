@@ -1,6 +1,8 @@
 //! `zlink-node ctl`: an operator's view of running nodes over the client protocol
-//! (`docs/CLIENT-PROTOCOL.md`, section 7): `NODE_INFO`, `LIST_ACTORS`, `LIST_SESSIONS` and
-//! `COUNTERS`, asked of every given client endpoint. Output is a table for people, or JSON
+//! (`docs/CLIENT-PROTOCOL.md`, section 7): `NODE_INFO`, `LIST_ACTORS`, `LIST_SESSIONS`,
+//! `COUNTERS` and `LIST_RELOCATIONS`, asked of every given client endpoint, and one operation
+//! that changes something: `RELOCATE` (`ctl relocate ACTOR --to NODE`), asked of the endpoints
+//! in turn until the node that owns the actor answers. Output is a table for people, or JSON
 //! (`--json`, one array with an element per node or entry) for scripts.
 //!
 //! These operations are the operator's: `ctl` first presents the operator credential
@@ -8,6 +10,8 @@
 //! `ZLINK_OPERATOR_CREDENTIAL`); a node with the default client policy refuses them otherwise.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::future::Future;
+use std::pin::Pin;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
@@ -15,7 +19,7 @@ use clap::{Args, Subcommand};
 use serde::Serialize;
 use zlink::node::client::NodeClient;
 use zlink::node::protocol::{
-    ActorEntry, ListActors, ListSessions, NodeCounters, NodeInfo, SessionEntry,
+    ActorEntry, ListActors, ListSessions, NodeCounters, NodeInfo, RelocateActor, SessionEntry,
 };
 
 /// `zlink-node ctl`.
@@ -71,6 +75,18 @@ enum CtlCommand {
         #[arg(long)]
         all: bool,
     },
+    /// Moves ACTOR to the node NODE (live relocation, its clients stay connected): asked of
+    /// each endpoint in turn until the node that owns the actor does it; prints the outcome.
+    Relocate {
+        /// The actor's id.
+        actor: String,
+        /// The target node's routing id.
+        #[arg(long)]
+        to: String,
+    },
+    /// The relocations of each node: in progress and the last finished ones (id, actor, role,
+    /// peer, phase, phase durations, outcome), and the counters.
+    Relocations,
 }
 
 /// One node asked.
@@ -158,6 +174,8 @@ pub async fn run(args: CtlArgs) -> anyhow::Result<()> {
         CtlCommand::Actors { limit } => actors(&targets, limit, args.json).await?,
         CtlCommand::Sessions { limit } => sessions(&targets, limit, args.json).await?,
         CtlCommand::Counters { all } => counters(&targets, all, args.json).await?,
+        CtlCommand::Relocate { actor, to } => relocate(&targets, actor, to, args.json).await?,
+        CtlCommand::Relocations => relocations(&targets, args.json).await?,
     };
     print!("{out}");
     for t in targets {
@@ -269,13 +287,16 @@ async fn nodes(targets: &[Target], as_json: bool) -> anyhow::Result<String> {
     ))
 }
 
-/// `actors --json`: one element per actor.
+/// A row of a listing's `--json` output: the node, then the entry's own fields.
 #[derive(Serialize)]
-struct ActorRow {
+struct Listed<E> {
     node: String,
     #[serde(flatten)]
-    actor: ActorEntry,
+    entry: E,
 }
+
+/// One page of a node's listing: `(entries, next, total)`.
+type Page<'a, K, E> = Pin<Box<dyn Future<Output = anyhow::Result<(Vec<E>, Option<K>, u64)>> + 'a>>;
 
 /// The name a node reports in `NODE_INFO`.
 async fn node_name(t: &Target) -> anyhow::Result<String> {
@@ -317,23 +338,26 @@ where
     }
 }
 
-async fn actors(targets: &[Target], limit: u64, as_json: bool) -> anyhow::Result<String> {
+/// A listing of every target (`what`: "actors", "sessions"): each node's entries, page by page
+/// up to `limit` each (`fetch(target, after, want)`), as `--json` rows ([`Listed`]) or as a
+/// table of `headers` (the node, then `cells` of the entry), with a note per node cut short.
+async fn listing<K, E: Serialize>(
+    targets: &[Target],
+    limit: u64,
+    as_json: bool,
+    what: &str,
+    fetch: impl for<'a> Fn(&'a Target, Option<K>, u32) -> Page<'a, K, E>,
+    headers: &[&str],
+    cells: impl Fn(&E) -> Vec<String>,
+) -> anyhow::Result<String> {
     let mut rows = Vec::new();
     let mut truncated = Vec::new();
     for t in targets {
         let node = node_name(t).await?;
-        let (actors, cut) = paged(&node, "actors", limit, |after, limit| async move {
-            let page = t
-                .client
-                .list_actors(&ListActors { after, limit })
-                .await
-                .with_context(|| format!("LIST_ACTORS of {}", t.endpoint))?;
-            Ok((page.actors, page.next, page.total))
-        })
-        .await?;
-        rows.extend(actors.into_iter().map(|actor| ActorRow {
+        let (entries, cut) = paged(&node, what, limit, |after, want| fetch(t, after, want)).await?;
+        rows.extend(entries.into_iter().map(|entry| Listed {
             node: node.clone(),
-            actor,
+            entry,
         }));
         truncated.extend(cut);
     }
@@ -343,19 +367,34 @@ async fn actors(targets: &[Target], limit: u64, as_json: bool) -> anyhow::Result
     let cells: Vec<Vec<String>> = rows
         .iter()
         .map(|r| {
-            let a = &r.actor;
-            vec![
-                r.node.clone(),
-                a.actor_id.clone(),
-                a.actor_type.clone(),
-                a.object_generation.to_string(),
-                a.spot.clone(),
-                a.spot_kind.clone(),
-                if a.bound { "yes" } else { "no" }.to_owned(),
-            ]
+            std::iter::once(r.node.clone())
+                .chain(cells(&r.entry))
+                .collect()
         })
         .collect();
-    let mut out = table(
+    let mut out = table(headers, &cells);
+    for t in truncated {
+        out += &format!("({t}; raise --limit)\n");
+    }
+    Ok(out)
+}
+
+async fn actors(targets: &[Target], limit: u64, as_json: bool) -> anyhow::Result<String> {
+    listing(
+        targets,
+        limit,
+        as_json,
+        "actors",
+        |t, after, limit| {
+            Box::pin(async move {
+                let page = t
+                    .client
+                    .list_actors(&ListActors { after, limit })
+                    .await
+                    .with_context(|| format!("LIST_ACTORS of {}", t.endpoint))?;
+                Ok((page.actors, page.next, page.total))
+            })
+        },
         &[
             "NODE",
             "ACTOR",
@@ -365,51 +404,39 @@ async fn actors(targets: &[Target], limit: u64, as_json: bool) -> anyhow::Result
             "SPOT_KIND",
             "BOUND",
         ],
-        &cells,
-    );
-    for t in truncated {
-        out += &format!("({t}; raise --limit)\n");
-    }
-    Ok(out)
-}
-
-/// `sessions --json`: one element per session.
-#[derive(Serialize)]
-struct SessionRow {
-    node: String,
-    #[serde(flatten)]
-    session: SessionEntry,
+        |a: &ActorEntry| {
+            vec![
+                a.actor_id.clone(),
+                a.actor_type.clone(),
+                a.object_generation.to_string(),
+                a.spot.clone(),
+                a.spot_kind.clone(),
+                if a.bound { "yes" } else { "no" }.to_owned(),
+            ]
+        },
+    )
+    .await
 }
 
 async fn sessions(targets: &[Target], limit: u64, as_json: bool) -> anyhow::Result<String> {
-    let mut rows = Vec::new();
-    let mut truncated = Vec::new();
-    for t in targets {
-        let node = node_name(t).await?;
-        let (sessions, cut) = paged(&node, "sessions", limit, |after, limit| async move {
-            let page = t
-                .client
-                .list_sessions(&ListSessions { after, limit })
-                .await
-                .with_context(|| format!("LIST_SESSIONS of {}", t.endpoint))?;
-            Ok((page.sessions, page.next, page.total))
-        })
-        .await?;
-        rows.extend(sessions.into_iter().map(|session| SessionRow {
-            node: node.clone(),
-            session,
-        }));
-        truncated.extend(cut);
-    }
-    if as_json {
-        return json(&rows);
-    }
-    let cells: Vec<Vec<String>> = rows
-        .iter()
-        .map(|r| {
-            let s = &r.session;
+    listing(
+        targets,
+        limit,
+        as_json,
+        "sessions",
+        |t, after, limit| {
+            Box::pin(async move {
+                let page = t
+                    .client
+                    .list_sessions(&ListSessions { after, limit })
+                    .await
+                    .with_context(|| format!("LIST_SESSIONS of {}", t.endpoint))?;
+                Ok((page.sessions, page.next, page.total))
+            })
+        },
+        &["NODE", "SESSION", "PHASE", "BINDINGS", "PENDING", "BOUND"],
+        |s: &SessionEntry| {
             vec![
-                r.node.clone(),
                 s.session.to_string(),
                 s.phase.clone(),
                 s.bound.len().to_string(),
@@ -420,16 +447,9 @@ async fn sessions(targets: &[Target], limit: u64, as_json: bool) -> anyhow::Resu
                     s.bound.join(",")
                 },
             ]
-        })
-        .collect();
-    let mut out = table(
-        &["NODE", "SESSION", "PHASE", "BINDINGS", "PENDING", "BOUND"],
-        &cells,
-    );
-    for t in truncated {
-        out += &format!("({t}; raise --limit)\n");
-    }
-    Ok(out)
+        },
+    )
+    .await
 }
 
 /// Every counter of a snapshot as `name → value`, maps flattened as `map.key`.
@@ -539,6 +559,127 @@ async fn counters(targets: &[Target], all: bool, as_json: bool) -> anyhow::Resul
         .chain(snapshots.iter().map(|s| s.node.as_str()))
         .collect();
     Ok(table(&headers, &rows))
+}
+
+async fn relocate(
+    targets: &[Target],
+    actor: String,
+    to: String,
+    as_json: bool,
+) -> anyhow::Result<String> {
+    let req = RelocateActor {
+        actor_id: actor.clone(),
+        to,
+    };
+    let mut not_here = Vec::new();
+    for t in targets {
+        match t.client.relocate(&req).await {
+            Ok(done) => {
+                if as_json {
+                    return json(&done);
+                }
+                let phases = done
+                    .phases
+                    .iter()
+                    .map(|(p, ms)| format!("{p} {ms} ms"))
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                return Ok(format!(
+                    "relocation {} moved {} from {} to {} in {} ms ({} records relayed; {phases})\n",
+                    done.relocation,
+                    done.actor.id(),
+                    done.from,
+                    done.to,
+                    done.duration_ms,
+                    done.relayed
+                ));
+            }
+            Err(e) if e.kind() == zlink_wire::ErrorKind::NotFound => {
+                not_here.push(t.endpoint.clone());
+            }
+            Err(e) => bail!("{}: relocating {actor}: {e}", t.endpoint),
+        }
+    }
+    bail!(
+        "no node asked owns {actor} (asked: {})",
+        not_here.join(", ")
+    )
+}
+
+async fn relocations(targets: &[Target], as_json: bool) -> anyhow::Result<String> {
+    let mut all = Vec::new();
+    for t in targets {
+        let list = t
+            .client
+            .relocations()
+            .await
+            .with_context(|| format!("LIST_RELOCATIONS of {}", t.endpoint))?;
+        all.push((t.endpoint.clone(), list));
+    }
+    if as_json {
+        #[derive(Serialize)]
+        struct Row<'a> {
+            endpoint: &'a str,
+            #[serde(flatten)]
+            list: &'a zlink::node::protocol::RelocationList,
+        }
+        let rows: Vec<Row<'_>> = all
+            .iter()
+            .map(|(e, l)| Row {
+                endpoint: e,
+                list: l,
+            })
+            .collect();
+        return json(&rows);
+    }
+    let mut rows = Vec::new();
+    for (endpoint, list) in &all {
+        for r in &list.relocations {
+            rows.push(vec![
+                endpoint.clone(),
+                r.relocation.to_string(),
+                r.actor.clone(),
+                r.role.clone(),
+                r.peer.clone(),
+                r.phase.clone(),
+                r.phases
+                    .iter()
+                    .map(|(p, ms)| format!("{p}={ms}ms"))
+                    .collect::<Vec<_>>()
+                    .join(" "),
+                r.outcome.clone().unwrap_or_else(|| "running".into()),
+            ]);
+        }
+    }
+    let mut out = table(
+        &[
+            "NODE",
+            "ID",
+            "ACTOR",
+            "ROLE",
+            "PEER",
+            "PHASE",
+            "DURATIONS",
+            "OUTCOME",
+        ],
+        &rows,
+    );
+    for (endpoint, list) in &all {
+        let c = &list.counters;
+        out += &format!(
+            "{endpoint}: started {} committed {} aborted {} failed {} target {} refused {}\n",
+            c.started,
+            c.committed,
+            c.aborted,
+            c.failed,
+            c.target,
+            c.refused_malformed
+                + c.refused_unknown_relocation
+                + c.refused_wrong_peer
+                + c.refused_unknown_actor
+        );
+    }
+    Ok(out)
 }
 
 #[cfg(test)]

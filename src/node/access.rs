@@ -77,11 +77,15 @@ pub enum ClientOperation {
     Counters,
     /// `AUTHENTICATE`: presenting the operator credential (never asked of a policy).
     Authenticate,
+    /// `RELOCATE`: moving an actor to another node.
+    Relocate,
+    /// `LIST_RELOCATIONS`.
+    ListRelocations,
 }
 
 impl ClientOperation {
     /// Every operation, in counter order.
-    pub const ALL: [ClientOperation; 11] = [
+    pub const ALL: [ClientOperation; 13] = [
         ClientOperation::Create,
         ClientOperation::GetOrCreate,
         ClientOperation::Get,
@@ -93,6 +97,8 @@ impl ClientOperation {
         ClientOperation::ListSessions,
         ClientOperation::Counters,
         ClientOperation::Authenticate,
+        ClientOperation::Relocate,
+        ClientOperation::ListRelocations,
     ];
 
     /// The snake_case name used in counters (`create`, `get_or_create`, …).
@@ -110,6 +116,8 @@ impl ClientOperation {
             ClientOperation::ListSessions => "list_sessions",
             ClientOperation::Counters => "counters",
             ClientOperation::Authenticate => "authenticate",
+            ClientOperation::Relocate => "relocate",
+            ClientOperation::ListRelocations => "list_relocations",
         }
     }
 }

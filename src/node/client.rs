@@ -181,6 +181,26 @@ impl NodeClient {
         dec(self.call(protocol::COUNTERS, enc(&())?).await?)
     }
 
+    /// Relocates `actor_id` (owned by the contacted node) to the node `to` (`RELOCATE`,
+    /// operator); answers once the relocation ended.
+    ///
+    /// # Errors
+    /// Request and codec failures; the relocation's refusal or failure as a remote error.
+    pub async fn relocate(
+        &self,
+        req: &protocol::RelocateActor,
+    ) -> Result<protocol::RelocationDone, ClientError> {
+        dec(self.call(protocol::RELOCATE, enc(req)?).await?)
+    }
+
+    /// The node's relocations and their counters (`LIST_RELOCATIONS`, operator).
+    ///
+    /// # Errors
+    /// Request and codec failures.
+    pub async fn relocations(&self) -> Result<protocol::RelocationList, ClientError> {
+        dec(self.call(protocol::LIST_RELOCATIONS, enc(&())?).await?)
+    }
+
     /// One page of the node's own actors (`LIST_ACTORS`).
     ///
     /// # Errors

@@ -808,6 +808,34 @@ async fn on_client_request(
             admit!(reply, None, None);
             answer(reply, protocol::encode(&node.counters()));
         }
+        ClientOperation::Relocate => {
+            let req: protocol::RelocateActor = match protocol::decode(&payload) {
+                Ok(r) => r,
+                Err(e) => return answer(reply, Err(e)),
+            };
+            admit!(reply, None, None);
+            let permit = permit!(reply);
+            let guard = node.inflight().enter();
+            let node2 = node.clone();
+            tokio::spawn(async move {
+                let _permit = (guard, permit);
+                match node2.relocate_op(&req).await {
+                    Ok(done) => answer(reply, protocol::encode(&done)),
+                    Err((kind, detail)) => reply.error(kind, detail),
+                }
+            });
+        }
+        ClientOperation::ListRelocations => {
+            admit!(reply, None, None);
+            let (relocations, counters) = node.relocations();
+            answer(
+                reply,
+                protocol::encode(&protocol::RelocationList {
+                    relocations,
+                    counters,
+                }),
+            );
+        }
         // Answered above; a one-way send never comes as a request.
         ClientOperation::Authenticate | ClientOperation::Send => {
             reply.error(ErrorKind::NotFound, format!("no client operation {key}"));
@@ -828,6 +856,8 @@ fn operation_of(key: DispatchKey) -> Option<ClientOperation> {
         protocol::LIST_SESSIONS => ClientOperation::ListSessions,
         protocol::COUNTERS => ClientOperation::Counters,
         protocol::AUTHENTICATE => ClientOperation::Authenticate,
+        protocol::RELOCATE => ClientOperation::Relocate,
+        protocol::LIST_RELOCATIONS => ClientOperation::ListRelocations,
         _ => return None,
     })
 }

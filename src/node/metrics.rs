@@ -156,11 +156,13 @@ pub(crate) enum ClientOp {
     ListSessions,
     Counters,
     Authenticate,
+    Relocate,
+    ListRelocations,
     Unknown,
 }
 
 impl ClientOp {
-    const ALL: [ClientOp; 12] = [
+    const ALL: [ClientOp; 14] = [
         ClientOp::Create,
         ClientOp::GetOrCreate,
         ClientOp::Get,
@@ -172,6 +174,8 @@ impl ClientOp {
         ClientOp::ListSessions,
         ClientOp::Counters,
         ClientOp::Authenticate,
+        ClientOp::Relocate,
+        ClientOp::ListRelocations,
         ClientOp::Unknown,
     ];
 
@@ -188,6 +192,8 @@ impl ClientOp {
             ClientOp::ListSessions => "list_sessions",
             ClientOp::Counters => "counters",
             ClientOp::Authenticate => "authenticate",
+            ClientOp::Relocate => "relocate",
+            ClientOp::ListRelocations => "list_relocations",
             ClientOp::Unknown => "unknown",
         }
     }
@@ -206,6 +212,8 @@ impl ClientOp {
             p::LIST_SESSIONS => ClientOp::ListSessions,
             p::COUNTERS => ClientOp::Counters,
             p::AUTHENTICATE => ClientOp::Authenticate,
+            p::RELOCATE => ClientOp::Relocate,
+            p::LIST_RELOCATIONS => ClientOp::ListRelocations,
             _ => ClientOp::Unknown,
         }
     }
@@ -483,6 +491,7 @@ impl Node {
             sessions: i.sessions.session_count() as u64,
             bindings: i.sessions.binding_count() as u64,
             session_replacements: i.sessions.replacements(),
+            session_seals: i.sessions.seal_gauges(),
             actors,
             activations: stats.activations,
             calls_in: stats.calls_in,
@@ -511,7 +520,7 @@ impl Node {
             session_rejects,
             client_refusals: i.access.refusals(),
             metrics_refused: i.metrics.endpoint.refused(),
-            relocations: 0,
+            relocations: self.relocations().1.committed,
             store: i.metrics.store.snapshot(),
         }
     }
@@ -645,6 +654,24 @@ impl Collector for NodeCollector {
             "zlink_session_bindings",
             "Bindings of this node's client sessions now",
             c.bindings,
+        )?;
+        gauge(
+            e,
+            "zlink_session_relocation_seals",
+            "Relocation seals this node's sessions hold now (SB-8)",
+            c.session_seals.seals,
+        )?;
+        gauge(
+            e,
+            "zlink_session_relocation_held",
+            "Relays held by those seals now",
+            c.session_seals.held,
+        )?;
+        gauge(
+            e,
+            "zlink_session_relocation_held_bytes",
+            "Payload bytes of the relays held by those seals now",
+            c.session_seals.held_bytes,
         )?;
         counter(
             e,
@@ -810,9 +837,47 @@ impl Collector for NodeCollector {
         counter(
             e,
             "zlink_relocations",
-            "Actor relocations completed here",
+            "Actor relocations this node coordinated that moved the actor away",
             c.relocations,
         )?;
+        let rc = node.relocations().1;
+        family(
+            e,
+            "zlink_relocation_outcomes",
+            "Relocations this node coordinated, by outcome (started, committed, aborted, failed) and as target",
+            MetricType::Counter,
+            [
+                ("started", rc.started),
+                ("committed", rc.committed),
+                ("aborted", rc.aborted),
+                ("failed", rc.failed),
+                ("target", rc.target),
+            ]
+            .into_iter()
+            .map(|(k, v)| (vec![("outcome", k)], v)),
+        )?;
+        family(
+            e,
+            "zlink_relocation_handoff_refused",
+            "Relocation hand-off records refused, by reason (closed vocabulary)",
+            MetricType::Counter,
+            [
+                ("malformed", rc.refused_malformed),
+                ("unknown_relocation", rc.refused_unknown_relocation),
+                ("wrong_peer", rc.refused_wrong_peer),
+                ("unknown_actor", rc.refused_unknown_actor),
+            ]
+            .into_iter()
+            .map(|(k, v)| (vec![("reason", k)], v)),
+        )?;
+        let durations = node.relocation_durations();
+        let m = e.encode_descriptor(
+            "zlink_relocation_duration_seconds",
+            "Duration of the relocations this node coordinated that moved the actor",
+            None,
+            durations.metric_type(),
+        )?;
+        durations.encode(m)?;
         let latency = &node.inner.metrics.store.family;
         let m = e.encode_descriptor(
             "zlink_store_operation_duration_seconds",

@@ -373,17 +373,17 @@ struct Inner {
     metrics_addr: Option<std::net::SocketAddr>,
     /// Client sessions' rights and the refusal counters ([`access`]).
     access: Arc<access::ClientAccessTable>,
-    /// Message Follow of the actors that moved away from here (`follow.rs`); locked after
-    /// `actors` when both are held.
-    follow: crate::sync::Mutex<crate::relocation::FollowTable>,
-    /// The clock Message Follow's deadlines are read on (the session clock).
-    follow_clock: Arc<dyn Clock>,
     /// Relocations in progress, the last finished ones, counters ([`relocate`]).
     relocations: relocate::Relocations,
     /// The timings of the relocations this node takes part in.
     relocation: crate::relocation::RelocationConfig,
     /// The node's clock ([`NodeOptions::clock`]): the relocation drivers' timers.
     clock: Arc<dyn Clock>,
+    /// Message Follow of the actors that moved away from here (`follow.rs`); locked after
+    /// `actors` when both are held.
+    follow: crate::sync::Mutex<crate::relocation::FollowTable>,
+    /// The clock Message Follow's deadlines are read on (the session clock).
+    follow_clock: Arc<dyn Clock>,
 }
 
 /// A running node. Cheap to clone (a handle).
@@ -540,13 +540,13 @@ impl Node {
                 metrics: node_metrics,
                 metrics_addr: metrics_listener.as_ref().map(|(_, a)| *a),
                 access: access::ClientAccessTable::new(options.client_access),
+                relocations: relocate::Relocations::default(),
+                relocation,
+                clock: node_clock,
                 follow: crate::sync::Mutex::new(crate::relocation::FollowTable::new(
                     options.message_follow,
                 )),
                 follow_clock: options.clock,
-                relocations: relocate::Relocations::default(),
-                relocation,
-                clock: node_clock,
             }),
         };
         node.spawn_background(inbound);

@@ -53,6 +53,12 @@ pub const COUNTERS: DispatchKey = DispatchKey::new(0xFFFF_0009);
 /// Present the operator credential (client key 0xFFFF000A, payload [`Authenticate`]): the
 /// session may do every operation from then on.
 pub const AUTHENTICATE: DispatchKey = DispatchKey::new(0xFFFF_000A);
+/// Relocate an actor this node owns to another node of the mesh (client key 0xFFFF000B,
+/// operator, payload [`RelocateActor`], reply [`RelocationDone`] once the relocation ended).
+pub const RELOCATE: DispatchKey = DispatchKey::new(0xFFFF_000B);
+/// The node's relocations in progress and its last finished ones, with the counters (client
+/// key 0xFFFF000C, operator, payload `()`, reply [`RelocationList`]).
+pub const LIST_RELOCATIONS: DispatchKey = DispatchKey::new(0xFFFF_000C);
 
 /// The most entries one `LIST_ACTORS` / `LIST_SESSIONS` reply carries (a larger `limit` is
 /// cut to it).
@@ -64,6 +70,43 @@ pub const MAX_PAGE: u32 = 1_000;
 #[must_use]
 pub fn is_framework_key(key: DispatchKey) -> bool {
     key.get() >= crate::session::RESERVED_KEYS_START
+}
+
+/// Payload of `RELOCATE`: the actor (owned by the contacted node) and the node it moves to.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RelocateActor {
+    /// The actor's id.
+    pub actor_id: String,
+    /// The target node's routing id.
+    pub to: String,
+}
+
+/// Reply of `RELOCATE`: the relocation moved the actor.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RelocationDone {
+    /// The relocation's id.
+    pub relocation: u64,
+    /// The actor's ref at the target (same ActorId and ObjectGeneration).
+    pub actor: ActorRef,
+    /// The node it left.
+    pub from: String,
+    /// The node that owns it now.
+    pub to: String,
+    /// Records captured on the source and relayed to the target.
+    pub relayed: u64,
+    /// From start to the target's result, in milliseconds.
+    pub duration_ms: u64,
+    /// The source's phases with their durations in milliseconds.
+    pub phases: Vec<(String, u64)>,
+}
+
+/// Reply of `LIST_RELOCATIONS`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RelocationList {
+    /// Finished relocations (oldest first, the last 64), then those in progress.
+    pub relocations: Vec<super::RelocationSummary>,
+    /// The node's relocation counters.
+    pub counters: super::RelocationCounters,
 }
 
 /// Node-to-node: activate an actor on the receiving node (payload [`Activate`]).
@@ -280,6 +323,11 @@ pub struct NodeCounters {
     /// each ran the replaced-callback. Absent from older nodes' replies.
     #[serde(default)]
     pub session_replacements: u64,
+    /// Relocation seals the node's sessions hold now (SB-8), the relays they hold and those
+    /// relays' payload bytes (gauges; 0 once every seal ended). Absent from older nodes'
+    /// replies.
+    #[serde(default)]
+    pub session_seals: crate::session::SealGauges,
     /// Actors owned now, by Spot kind (`entry`, `spot_wide`, `per_actor`, `instance`).
     pub actors: std::collections::BTreeMap<String, u64>,
     /// Actors activated here (factory runs that reached Ready).
@@ -332,7 +380,8 @@ pub struct NodeCounters {
     /// `too_many_from_host` (8 open from that IP address). Absent from older nodes' replies.
     #[serde(default)]
     pub metrics_refused: std::collections::BTreeMap<String, u64>,
-    /// Actor relocations completed here (none until relocation exists).
+    /// Actor relocations this node coordinated that moved the actor away (`committed` of
+    /// [`super::RelocationCounters`]; the rest is in `LIST_RELOCATIONS`).
     pub relocations: u64,
     /// Location Store calls by operation (`register_owner`, `renew_owner`, …) with their
     /// summed latency.

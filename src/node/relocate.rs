@@ -33,14 +33,16 @@ use super::{Node, bound, calls::request_error, lock, protocol};
 use crate::actor::exec::{self, EndReason, Mailbox, RtSpot, Work};
 use crate::actor::fence::CallFence;
 use crate::actor::{ActivationInfo, ActorCtx, ActorError, ActorRef, MigrationError, SpotSpec};
+use crate::relocation::SealTarget;
 use crate::relocation::records::{
-    self, CommittedActor, CutoverRecord, HandoffRefusal, RestoreRecord, ResultRecord, WorkRecord,
+    self, BindingRecord, CommittedActor, CutoverRecord, HandoffRefusal, Placement, RestoreRecord,
+    ResultRecord, WorkRecord,
 };
 use crate::relocation::{
     AbortReason, FailReason, MovingActor, RestoreRefusal, SourceEffect, SourceHandoff,
     SourceOutcome, SourcePhaseName, Subject, TargetEffect, TargetHandoff, TargetOutcome,
 };
-use crate::session::BindingSlot;
+use crate::session::{BindingSlot, RegisteredBinding};
 use crate::store::{ActorLocation, ActorOwner, StoreError};
 
 /// Finished relocations remembered for `ctl relocations` (oldest forgotten first).
@@ -80,10 +82,6 @@ pub enum RelocateError {
     /// The actor's type cannot move (not opted in to migration, not stateless).
     #[error(transparent)]
     NotMigratable(#[from] MigrationError),
-    /// The actor has a bound session; relocating bound actors needs the session side of SB-8
-    /// (sealing the session's route), which this node does not run yet.
-    #[error("actor {0} has a bound session: relocation of bound actors is not available")]
-    BoundSession(ActorId),
     /// A relocation of this actor is in progress.
     #[error("actor {0} is relocating already")]
     InProgress(ActorId),
@@ -197,10 +195,23 @@ struct Table {
     counters: RelocationCounters,
 }
 
+/// Bucket bounds of the relocation duration histogram, in seconds (1 ms .. 10 s).
+const DURATION_BUCKETS: [f64; 10] = [0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.5, 1.0, 10.0];
+
 /// The node's relocations in progress, the last finished ones and the counters.
-#[derive(Default)]
 pub(super) struct Relocations {
     table: Mutex<Table>,
+    /// Durations of the committed relocations this node coordinated (metrics endpoint).
+    durations: prometheus_client::metrics::histogram::Histogram,
+}
+
+impl Default for Relocations {
+    fn default() -> Self {
+        Self {
+            table: Mutex::default(),
+            durations: prometheus_client::metrics::histogram::Histogram::new(DURATION_BUCKETS),
+        }
+    }
 }
 
 impl Relocations {
@@ -247,6 +258,8 @@ async fn sleep_until(clock: &dyn crate::clock::Clock, at: Option<Instant>) {
 /// What the source needs of the moving incarnation.
 struct Moving {
     actor_ref: ActorRef,
+    /// Its bound session (sealed before the hand-off, taken over by the target).
+    binding: Option<RegisteredBinding>,
     mailbox: Mailbox,
     spot: SpotSpec,
     rt_spot: RtSpot,
@@ -327,7 +340,20 @@ impl Node {
                 actor: id.clone(),
                 object_generation: loc.object_generation,
                 current_fence: loc.fence(),
-                bindings: Vec::new(),
+                // SB-8.9: the bound session is sealed first (42 → 43 from its owner).
+                bindings: moving
+                    .binding
+                    .iter()
+                    .map(|b| SealTarget {
+                        session_owner: b.session_owner.clone(),
+                        seal: zlink_wire::SealIdentity {
+                            relocation,
+                            session_lifecycle: b.lifecycle,
+                            session: b.session,
+                            binding_generation: b.generation,
+                        },
+                    })
+                    .collect(),
             }],
             to.clone(),
             self.inner.relocation,
@@ -351,10 +377,47 @@ impl Node {
         out
     }
 
-    /// The moving incarnation: local, Ready, no bound session.
+    /// The operator's `RELOCATE` (client protocol): the actor must be owned by this node.
+    pub(super) async fn relocate_op(
+        &self,
+        req: &protocol::RelocateActor,
+    ) -> Result<protocol::RelocationDone, (ErrorKind, String)> {
+        let bad = |e: String| (ErrorKind::InvalidOperation, e);
+        let id = ActorId::new(&req.actor_id).map_err(|e| bad(format!("actor id: {e}")))?;
+        let to = NodeRid::new(&req.to).map_err(|e| bad(format!("node: {e}")))?;
+        let actor = {
+            let actors = lock(&self.inner.actors);
+            actors
+                .live
+                .get(&id)
+                .filter(|a| a.held.is_none())
+                .map(|a| a.actor_ref.clone())
+        }
+        .ok_or_else(|| {
+            (
+                ErrorKind::NotFound,
+                format!("actor {id} is not owned by this node"),
+            )
+        })?;
+        let r = self
+            .relocate(&actor, to)
+            .await
+            .map_err(|e| (e.kind(), e.to_string()))?;
+        Ok(protocol::RelocationDone {
+            relocation: r.relocation.get(),
+            actor: r.actor,
+            from: r.from.to_string(),
+            to: r.to.to_string(),
+            relayed: r.relayed,
+            duration_ms: r.duration.as_millis() as u64,
+            phases: phase_list(&r.phases),
+        })
+    }
+
+    /// The moving incarnation: local and Ready.
     fn moving(&self, actor: &ActorRef) -> Result<Moving, RelocateError> {
         let id = actor.id();
-        let (actor_ref, mailbox, spot) = {
+        let (actor_ref, mailbox, spot, binding) = {
             let actors = lock(&self.inner.actors);
             let a = actors
                 .live
@@ -363,10 +426,12 @@ impl Node {
                     a.actor_ref.object_generation() == actor.object_generation() && a.held.is_none()
                 })
                 .ok_or_else(|| RelocateError::NotOwner(id.clone()))?;
-            if a.binding.current().is_some() {
-                return Err(RelocateError::BoundSession(id.clone()));
-            }
-            (a.actor_ref.clone(), a.mailbox.clone(), a.spot.clone())
+            (
+                a.actor_ref.clone(),
+                a.mailbox.clone(),
+                a.spot.clone(),
+                a.binding.current().cloned(),
+            )
         };
         let spots = lock(&self.inner.spots);
         let s = spots
@@ -374,6 +439,7 @@ impl Node {
             .ok_or_else(|| RelocateError::NotOwner(id.clone()))?;
         Ok(Moving {
             actor_ref,
+            binding,
             mailbox,
             spot: SpotSpec {
                 name: spot,
@@ -381,6 +447,11 @@ impl Node {
             },
             rt_spot: s.spot.clone(),
         })
+    }
+
+    /// The histogram of committed relocation durations (metrics endpoint).
+    pub(super) fn relocation_durations(&self) -> &prometheus_client::metrics::histogram::Histogram {
+        &self.inner.relocations.durations
     }
 
     /// Relocations this node takes part in now (as source or target): each holds an entry
@@ -490,13 +561,6 @@ impl Node {
         });
         // Admitted, or failed before admission (the sender is dropped then).
         let _ = admitted_rx.await;
-    }
-
-    /// Message Follow's place (SB-5.12, stream `follow`): after a commit the old owner hands
-    /// the old route to the follow table here. Until it is installed, what still arrives at this
-    /// node for the moved incarnation is answered as today (`NotFound` / `Unavailable`).
-    fn hand_route_to_follow(&self, old: &ActorRef, new: &ActorLocation) {
-        tracing::debug!(actor = %old, to = %new.owner_node, "moved: route handed to Message Follow");
     }
 
     // ---- target side: the hand-off records' arms of the inbound loop ----
@@ -717,9 +781,10 @@ impl Node {
         relocation: RelocationId,
         source: &NodeRid,
         location: &ActorLocation,
-        spot: &SpotSpec,
+        placement: &Placement,
         instance: Box<dyn crate::actor::ActorInstance>,
     ) -> Result<(), ActorError> {
+        let spot = &placement.spot;
         let rt_spot = self.join_spot(spot)?;
         let actor_ref = ActorRef::from_location(location);
         let ctx = ActorCtx::new(
@@ -761,13 +826,38 @@ impl Node {
                     spot: spot.name.clone(),
                     timers: Vec::new(),
                     held: Some(queue),
-                    binding: BindingSlot::default(),
+                    binding: moved_binding(placement.binding.as_ref()),
                     moved_from: Some(source.clone()),
                 },
             );
         }
         self.open_barrier(&actor_ref, &mailbox).await
     }
+}
+
+/// The moved actor's binding slot on the target: the binding its session owner registered at
+/// the source, so later 24s of that session pass this node's binding check and pushes / 51s
+/// come from here (SB-8.9: the target is the actor owner of every existing binding).
+fn moved_binding(b: Option<&BindingRecord>) -> BindingSlot {
+    let mut slot = BindingSlot::default();
+    if let Some(b) = b {
+        let _ = slot.bind(RegisteredBinding {
+            session_owner: b.session_owner.clone(),
+            lifecycle: b.lifecycle,
+            owner_id: b.owner_id,
+            owner_lease: b.owner_lease,
+            session: b.session,
+            generation: b.generation,
+        });
+    }
+    slot
+}
+
+/// Ends a sealed incarnation: its lane is marked ended, then unsealed so the lifecycle record
+/// that removes it runs (nothing of it runs any more: later work is refused as ended).
+fn retire_sealed(a: &mut LocalActor) {
+    a.end(EndReason::Fenced);
+    a.mailbox.unseal();
 }
 
 struct SourceRun<'a> {
@@ -905,8 +995,13 @@ impl SourceRun<'_> {
                     }
                     Err(e) => Err(e),
                 };
-                // Hold new ingress: what arrives from now on waits behind the barrier.
+                // Hold new ingress: what arrives from now on waits behind the barrier; binds
+                // naming the sealed incarnation answer `Unavailable` until the end (SB-5.12).
                 let held = self.hold_ingress();
+                node.seal_follow(
+                    self.moving.actor_ref.id().clone(),
+                    self.moving.actor_ref.object_generation(),
+                );
                 // A record waiting in the actor's backlog (its lane was full) cannot be taken
                 // back out of it: such a relocation aborts before anything left.
                 let backlogged = node.inner.actor_backlogs.queued(self.moving.actor_ref.id()) > 0;
@@ -924,13 +1019,19 @@ impl SourceRun<'_> {
                 self.core.handle_quiesced(node.inner.clock.now(), state);
             }
             SourceEffect::SendRestore { to, request } => {
-                let rec = RestoreRecord::of(
-                    &request,
-                    &[(
-                        self.moving.actor_ref.actor_type().to_owned(),
-                        self.moving.spot.clone(),
-                    )],
-                );
+                let placement = Placement {
+                    actor_type: self.moving.actor_ref.actor_type().to_owned(),
+                    spot: self.moving.spot.clone(),
+                    binding: self.moving.binding.as_ref().map(|b| BindingRecord {
+                        session_owner: b.session_owner.clone(),
+                        lifecycle: b.lifecycle,
+                        owner_id: b.owner_id,
+                        owner_lease: b.owner_lease,
+                        session: b.session,
+                        generation: b.generation,
+                    }),
+                };
+                let rec = RestoreRecord::of(&request, &[placement]);
                 let tx = lock(&node.inner.relocations.table)
                     .sources
                     .get(&relocation)
@@ -1003,6 +1104,10 @@ impl SourceRun<'_> {
             }
             SourceEffect::UnsealRuntime => {
                 self.moving.mailbox.unseal();
+                node.release_follow(
+                    self.moving.actor_ref.id(),
+                    self.moving.actor_ref.object_generation(),
+                );
                 if let Err(e) = node
                     .open_barrier(&self.moving.actor_ref, &self.moving.mailbox)
                     .await
@@ -1069,33 +1174,71 @@ impl SourceRun<'_> {
     /// follows the captured work to the target.
     async fn end_incarnation(&mut self, location: &ActorLocation) {
         let node = self.node;
+        // One step under the actors lock: the incarnation ends here and Message Follow takes
+        // its old route (SB-5.12), so no record finds the actor neither live nor followed.
         let removed = {
             let mut actors = lock(&node.inner.actors);
             let ours = actors.live.get(&location.actor_id).is_some_and(|a| {
                 a.actor_ref.object_generation() == self.moving.actor_ref.object_generation()
             });
-            if ours {
+            let removed = if ours {
                 actors.live.remove(&location.actor_id)
             } else {
                 None
+            };
+            if let Some(a) = &removed {
+                node.install_follow(&a.fence, location.clone());
             }
+            removed
         };
         let Some(mut a) = removed else {
             return;
         };
         let held = a.held.take().unwrap_or_default();
-        a.end(EndReason::Fenced);
+        retire_sealed(&mut a);
         node.leave_spot(&a.spot);
         for w in held {
             node.relay_work(self.core.id(), &self.target, &location.actor_id, w)
                 .await;
             self.relayed += 1;
         }
-        node.hand_route_to_follow(&self.moving.actor_ref, location);
+    }
+
+    /// After relay-ready a failure never reopens the source (SB-8.6): the sealed incarnation
+    /// ends here; what it still held is answered `Unavailable`, never run.
+    fn end_unserved(&self) {
+        let node = self.node;
+        let removed = {
+            let mut actors = lock(&node.inner.actors);
+            let ours = actors
+                .live
+                .get(self.moving.actor_ref.id())
+                .is_some_and(|a| {
+                    a.actor_ref.object_generation() == self.moving.actor_ref.object_generation()
+                });
+            if ours {
+                actors.live.remove(self.moving.actor_ref.id())
+            } else {
+                None
+            }
+        };
+        node.release_follow(
+            self.moving.actor_ref.id(),
+            self.moving.actor_ref.object_generation(),
+        );
+        if let Some(mut a) = removed {
+            drop(a.held.take());
+            drop(a.mailbox.take_pending());
+            retire_sealed(&mut a);
+            node.leave_spot(&a.spot);
+        }
     }
 
     fn finish(&mut self, outcome: SourceOutcome) -> Result<RelocationReport, RelocateError> {
         let node = self.node;
+        if matches!(outcome, SourceOutcome::Failed(_)) {
+            self.end_unserved();
+        }
         let relocation = self.core.id();
         let duration = self
             .core
@@ -1120,6 +1263,10 @@ impl SourceRun<'_> {
             let c = &mut t.counters;
             match &outcome {
                 SourceOutcome::Moved(_) => {
+                    node.inner
+                        .relocations
+                        .durations
+                        .observe(duration.as_secs_f64());
                     c.committed += 1;
                     c.duration_us_sum = c
                         .duration_us_sum
@@ -1167,12 +1314,12 @@ struct TargetRun<'a> {
     core: TargetHandoff,
     rx: mpsc::Receiver<TargetInput>,
     source: NodeRid,
-    placement: Vec<(String, SpotSpec)>,
+    placement: Vec<Placement>,
     restore_reply: Option<ReplyHandle>,
     /// The moving actors' ids (for the summary).
     actors: String,
     /// The rehydrated instances, until dispatch opens.
-    instances: HashMap<ActorId, (SpotSpec, Box<dyn crate::actor::ActorInstance>)>,
+    instances: HashMap<ActorId, (Placement, Box<dyn crate::actor::ActorInstance>)>,
 }
 
 impl TargetRun<'_> {
@@ -1227,11 +1374,12 @@ impl TargetRun<'_> {
         if node.check_accepting().is_err() || node.standing().admit().is_err() {
             return Err(RestoreRefusal::Unavailable);
         }
-        for (a, (ty, spot)) in request.actors.iter().zip(&self.placement) {
+        for (a, p) in request.actors.iter().zip(&self.placement) {
+            let spot = &p.spot;
             let ty = node
                 .inner
                 .registry
-                .get(ty)
+                .get(&p.actor_type)
                 .ok_or(RestoreRefusal::UnknownType)?;
             if lock(&node.inner.actors).live.contains_key(&a.actor) {
                 return Err(RestoreRefusal::AlreadyHosted);
@@ -1247,7 +1395,7 @@ impl TargetRun<'_> {
                 RestoreRefusal::RehydrateFailed
             })?;
             self.instances
-                .insert(a.actor.clone(), (spot.clone(), instance));
+                .insert(a.actor.clone(), (p.clone(), instance));
         }
         Ok(())
     }
@@ -1298,9 +1446,9 @@ impl TargetRun<'_> {
                 self.core.handle_cas(node.inner.clock.now(), &actor, r);
             }
             TargetEffect::OpenDispatch { actor, location } => {
-                if let Some((spot, instance)) = self.instances.remove(&actor) {
+                if let Some((placement, instance)) = self.instances.remove(&actor) {
                     if let Err(e) = node
-                        .open_moved_in(relocation, &self.source, &location, &spot, instance)
+                        .open_moved_in(relocation, &self.source, &location, &placement, instance)
                         .await
                     {
                         tracing::error!(error = %e, "moved actor not opened after the CAS");

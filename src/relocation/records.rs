@@ -16,8 +16,9 @@
 
 use serde::{Deserialize, Serialize};
 use zlink_wire::{
-    ActorId, AuthorityOwnerGeneration, MeshName, NodeGeneration, NodeRid, ObjectGeneration,
-    OwnerLeaseGeneration, RelocationId, SealIdentity,
+    ActorId, AuthorityOwnerGeneration, BindingGeneration, MeshName, NodeGeneration, NodeRid,
+    ObjectGeneration, OwnerId, OwnerLeaseGeneration, RelocationId, SealIdentity,
+    SessionLifecycleGeneration, SessionRid,
 };
 
 use super::{MigratedState, RestoreRequest, RestoredActor, SealTarget, Subject};
@@ -74,6 +75,36 @@ pub struct SealRecord {
     pub seal: SealIdentity,
 }
 
+/// The moving actor's bound session as its owner registered it (SB-5.6): the target is the
+/// actor owner of this binding after the commit (SB-8.9).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BindingRecord {
+    /// The session owner node.
+    pub session_owner: NodeRid,
+    /// The session owner's lifecycle generation.
+    pub lifecycle: SessionLifecycleGeneration,
+    /// The session owner's host id.
+    pub owner_id: OwnerId,
+    /// The session owner's lease generation at bind.
+    pub owner_lease: OwnerLeaseGeneration,
+    /// The bound session.
+    pub session: SessionRid,
+    /// The binding generation.
+    pub generation: BindingGeneration,
+}
+
+/// Where a moving actor lives on the target: its type, its Spot, its bound session.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Placement {
+    /// The registered type.
+    pub actor_type: String,
+    /// The Spot (same name and kind as on the source).
+    pub spot: SpotSpec,
+    /// The bound session, if any.
+    pub binding: Option<BindingRecord>,
+}
+
 /// One moving actor in a [`RestoreRecord`].
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -95,6 +126,8 @@ pub struct RestoreActor {
     pub state: Option<Vec<u8>>,
     /// The seals whose sessions get the 44 commit from the target.
     pub seals: Vec<SealRecord>,
+    /// The bound session the target takes over.
+    pub binding: Option<BindingRecord>,
 }
 
 /// Restore (source → target): install a temporary queue per actor and rehydrate; no dispatch.
@@ -188,19 +221,21 @@ pub fn decode<T: serde::de::DeserializeOwned>(b: &[u8]) -> Result<T, HandoffRefu
 }
 
 impl RestoreRecord {
-    /// The record for `request`; `placement` gives each actor's type and Spot, in order.
+    /// The record for `request`; `placement` gives each actor's type, Spot and binding, in
+    /// order.
     #[must_use]
-    pub fn of(request: &RestoreRequest, placement: &[(String, SpotSpec)]) -> Self {
+    pub fn of(request: &RestoreRequest, placement: &[Placement]) -> Self {
         RestoreRecord {
             relocation: request.relocation,
             actors: request
                 .actors
                 .iter()
                 .zip(placement)
-                .map(|(a, (ty, spot))| RestoreActor {
+                .map(|(a, p)| RestoreActor {
                     actor: a.actor.clone(),
-                    actor_type: ty.clone(),
-                    spot: spot.clone(),
+                    actor_type: p.actor_type.clone(),
+                    spot: p.spot.clone(),
+                    binding: p.binding.clone(),
                     object_generation: a.object_generation,
                     authority_owner_generation: a.source_fence.authority_owner_generation,
                     version: a.source_fence.version.get(),
@@ -221,15 +256,19 @@ impl RestoreRecord {
         }
     }
 
-    /// The request the target core takes, and each actor's type and Spot.
+    /// The request the target core takes, and each actor's placement.
     #[must_use]
-    pub fn into_request(self) -> (RestoreRequest, Vec<(String, SpotSpec)>) {
+    pub fn into_request(self) -> (RestoreRequest, Vec<Placement>) {
         let mut placement = Vec::with_capacity(self.actors.len());
         let actors = self
             .actors
             .into_iter()
             .map(|a| {
-                placement.push((a.actor_type, a.spot));
+                placement.push(Placement {
+                    actor_type: a.actor_type,
+                    spot: a.spot,
+                    binding: a.binding,
+                });
                 RestoredActor {
                     source_fence: AuthorityFence {
                         object_generation: a.object_generation,

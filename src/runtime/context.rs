@@ -22,12 +22,13 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
+use super::barrier::Barrier;
 use super::core::{LaneClass, LaneId};
-use super::driver::{
-    Barrier, BoxFuture, Domain, GateInner, Handled, LaneHandle, TurnEnv, current_domain,
-    spawn_application, with_deadline,
-};
+use super::domain::{Domain, current_domain, spawn_application, with_deadline};
+use super::driver::TurnEnv;
 use super::error::{InvalidOperation, RuntimeError, Unavailable};
+use super::handled::{BoxFuture, Handled};
+use super::lane::{GateInner, LaneHandle};
 use super::spot::{ActorRef, AskStart, Payload, SpotKind, SpotRef, TimerRef, await_reply};
 
 mod sealed {
@@ -379,7 +380,7 @@ impl<T> CallCell<T> {
 /// the gate up again (the handler was woken by something else, e.g. a `timeout` or `select!`
 /// around the Yield). Dropped at any point, it leaves the record holding the gate in the turn that
 /// polls it: a drop in the poll that asked to yield withdraws the request
-/// ([`super::driver::Slot::cancel_yield`]); any other poll runs with the right held. The
+/// ([`super::slot::Slot::cancel_yield`]); any other poll runs with the right held. The
 /// call's task is aborted.
 struct Yielding<T> {
     lane: Arc<LaneHandle>,

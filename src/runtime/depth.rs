@@ -9,7 +9,7 @@
 
 use std::sync::Arc;
 
-use super::driver::{GateInner, LaneKind};
+use super::lane::{GateInner, LaneKind};
 
 /// Queue lengths of a set of lanes at one moment.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -90,7 +90,7 @@ impl LaneDepthsByKind {
 }
 
 /// One lane's depths (a lane already removed counts as none).
-pub(crate) fn of_lane(lane: &super::driver::LaneHandle) -> LaneDepths {
+pub(crate) fn of_lane(lane: &super::lane::LaneHandle) -> LaneDepths {
     let mut d = LaneDepths::default();
     // read-only: an outstanding batch is left alone (`lock` would end it)
     if let Some((application, lifecycle)) = lane.gate.gate.lock_unquiesced().queue_length(lane.lane)

@@ -16,7 +16,8 @@
 use std::cell::Cell;
 use std::sync::Arc;
 
-use super::driver::{InlineTurn, LaneHandle};
+use super::driver::InlineTurn;
+use super::lane::LaneHandle;
 
 /// The right a submitter keeps between two inline records of one lane (see the module doc).
 /// Owned by one submitter (a mesh I/O thread's sink) and used from its thread only (`!Sync`).

@@ -32,7 +32,9 @@
 use std::marker::PhantomData;
 use std::mem::{ManuallyDrop, MaybeUninit};
 
-use super::driver::{Handled, LaneHandle, TurnEnv};
+use super::driver::TurnEnv;
+use super::handled::Handled;
+use super::lane::LaneHandle;
 
 /// Inline storage: two words, word-aligned (a `u64` message plus a reply sender fits; a queued
 /// record is then 32 bytes, two per cache line).

@@ -15,18 +15,24 @@
 //! actors and timers on them ([`SpotRef::spawn_actor`], [`SpotRef::add_timer`]), then
 //! [`ActorRef::tell`] / [`ActorRef::ask`]; handlers receive a [`Ctx`] typed by the Spot kind.
 
+mod barrier;
 pub mod config;
 mod context;
 pub mod core;
 mod depth;
+mod domain;
 mod driver;
 pub mod error;
 pub mod gate;
+mod handled;
 mod held;
 mod job;
+mod lane;
+mod metrics;
 mod park;
 mod pending;
 pub mod policy;
+mod slot;
 mod spot;
 pub mod status;
 
@@ -45,18 +51,20 @@ pub use context::{
 };
 pub use core::{LaneClass, LaneDecision, LaneStats};
 pub use depth::{LaneDepths, LaneDepthsByKind};
-pub(crate) use driver::LaneHandle;
-pub use driver::{
-    BoxFuture, CompletionEvent, Domain, Handled, LaneKind, MetricsSnapshot, current_domain,
-    require_domain,
-};
+pub use domain::{Domain, current_domain, require_domain};
 #[cfg(all(test, not(feature = "loom")))]
-pub(crate) use driver::{Job, TurnEnv, test_lane_in};
+pub(crate) use driver::{TurnEnv, test_lane_in};
 pub use error::{
     AdmissionError, ApplicationLaneFull, ErrorKind, HandlerError, InvalidOperation, LaneLimitKind,
     LifecycleLaneFull, RuntimeError, Unavailable,
 };
+pub use handled::{BoxFuture, Handled};
 pub(crate) use held::HeldRun;
+#[cfg(all(test, not(feature = "loom")))]
+pub(crate) use job::Job;
+pub(crate) use lane::LaneHandle;
+pub use lane::{CompletionEvent, LaneKind};
+pub use metrics::MetricsSnapshot;
 pub(crate) use pending::{Inline, Offered, Submission};
 pub use pending::{PendingSubmit, TrySubmitError};
 pub use policy::{
@@ -69,7 +77,8 @@ pub use spot::{
 };
 pub use status::{StatusBus, StatusEvent, StatusSubscriber};
 
-use driver::{GateInner, Metrics, RtShared};
+use lane::{GateInner, RtShared};
+use metrics::Metrics;
 use policy::Unit;
 
 struct Owner {
@@ -200,7 +209,7 @@ impl Runtime {
         F: Future + Send + 'static,
         F::Output: Send + 'static,
     {
-        driver::spawn_infrastructure(&self.shared, fut)
+        domain::spawn_infrastructure(&self.shared, fut)
     }
 
     /// Block the calling thread on `fut` (tests, `main`). Called from inside either domain it

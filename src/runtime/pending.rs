@@ -6,9 +6,12 @@
 use std::sync::Arc;
 
 use super::core::LaneClass;
-use super::driver::{Handled, Job, LaneHandle, StartOrSubmit, TurnEnv};
+use super::driver::{StartOrSubmit, TurnEnv};
 use super::error::RuntimeError;
+use super::handled::Handled;
 use super::held::HeldRun;
+use super::job::Job;
+use super::lane::LaneHandle;
 use crate::clock::CycleStamp;
 
 /// A record for one lane that has not been admitted: it has not run and holds no reservation.

@@ -19,8 +19,10 @@ use crate::sync::Mutex;
 
 use super::context::{Ctx, NoYield, YieldMode};
 use super::core::{LaneClass, LaneStats};
-use super::driver::{GateInner, Handled, Job, LaneHandle};
 use super::error::RuntimeError;
+use super::handled::Handled;
+use super::job::Job;
+use super::lane::{GateInner, LaneHandle};
 use super::spot::{ActorRef, lane_stats};
 
 mod sealed {

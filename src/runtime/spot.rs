@@ -24,12 +24,14 @@ use crate::sync::atomic::Ordering;
 
 use super::context::{CanYield, Ctx, NoYield, Target, YieldMode, downcast_actor, gate_target};
 use super::core::{LaneClass, LaneStats};
-use super::driver::{
-    CompletionEvent, GateInner, Handled, HandlerFuture, InlinePoll, Job, LaneHandle, LaneKind,
-    RtShared, TurnEnv, spawn_infrastructure,
-};
+use super::domain::spawn_infrastructure;
+use super::driver::{InlinePoll, TurnEnv};
 use super::error::{HandlerError, RuntimeError, Unavailable};
+use super::handled::Handled;
+use super::job::Job;
+use super::lane::{CompletionEvent, GateInner, LaneHandle, LaneKind, RtShared};
 use super::policy::{SerialLane, SpotLane, Unit};
+use super::slot::HandlerFuture;
 use crate::clock::CycleStamp;
 
 /// Bytes a message reserves in the application lane (plus the fixed cost per work, EG-7.1).

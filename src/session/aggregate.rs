@@ -367,10 +367,10 @@ pub struct SessionBindingAggregate {
     phase: Phase,
     /// Shared: a handle (`BoundActor`) takes a reference, not a copy of the fields' ids.
     bindings: SeededMap<ActorId, Arc<Binding>>,
-    /// The binding the last [`SessionBindingAggregate::relay_current`] went through: a copy of
-    /// its entry in `bindings`, cleared whenever `bindings` changes, so it is always current. A
-    /// client relays to one actor packet after packet: its id's bytes compared with this one's
-    /// find it without a UTF-8 check and a hash lookup.
+    /// The binding the last [`SessionBindingAggregate::relay`] went through: a copy of its
+    /// entry in `bindings`, cleared whenever `bindings` changes, so it is always current. A
+    /// client relays to one actor packet after packet: `find` and `relay` compare its id (and
+    /// generation) with this one's first, without a hash lookup.
     last_relayed: Option<Arc<Binding>>,
     pending: SeededMap<ActorId, BindRequest>,
     /// Pushes for binds in flight, in arrival order (at most [`HELD_PUSH_LIMIT`]).
@@ -532,12 +532,18 @@ impl SessionBindingAggregate {
     }
 
     /// [`SessionBindingAggregate::find`] as a shared handle (one reference count, no copy).
+    /// The binding of the last relay (`last_relayed`) is compared first: a client relays to
+    /// one actor packet after packet, and its packet handler finds that actor by id each time.
     pub(crate) fn find_shared<Q>(&self, actor: &Q) -> Option<Arc<Binding>>
     where
         ActorId: std::borrow::Borrow<Q>,
         Q: std::hash::Hash + Eq + ?Sized,
     {
-        self.bindings.get(actor).cloned()
+        use std::borrow::Borrow;
+        match &self.last_relayed {
+            Some(b) if Borrow::<Q>::borrow(&b.actor) == actor => Some(b.clone()),
+            _ => self.bindings.get(actor).cloned(),
+        }
     }
 
     /// Number of binds waiting for their terminal.
@@ -701,15 +707,22 @@ impl SessionBindingAggregate {
         if let Phase::Closed(_) = self.phase {
             return Err(FlowReject::SessionClosed);
         }
-        let Some(b) = self.bindings.get(actor) else {
-            // A handle of a binding that ended: a stale binding fence (SB-12), unless this
-            // session never held it.
-            return Err(self.stale(generation));
+        let b = match &self.last_relayed {
+            // The binding of the previous relay, still current: no hash lookup.
+            Some(b) if b.generation == generation && b.actor == *actor => b,
+            _ => {
+                let Some(b) = self.bindings.get(actor) else {
+                    // A handle of a binding that ended: a stale binding fence (SB-12), unless
+                    // this session never held it.
+                    return Err(self.stale(generation));
+                };
+                if b.generation != generation {
+                    // A handle of a retired binding never acts on a newer one (SB-4.1).
+                    return Err(self.stale(generation));
+                }
+                &*self.last_relayed.insert(b.clone())
+            }
         };
-        if b.generation != generation {
-            // A handle of a retired binding never acts on a newer one (SB-4.1).
-            return Err(self.stale(generation));
-        }
         let held = !self.seals.is_empty() && self.seals.contains_key(actor);
         Ok(Self::ticket(
             b,
@@ -717,35 +730,6 @@ impl SessionBindingAggregate {
             &mut self.next_sequence,
             held,
         ))
-    }
-
-    /// [`SessionBindingAggregate::relay`] through the current binding of `actor` (its text's
-    /// bytes, not checked for UTF-8: bytes that are not never name a binding), looked up in
-    /// this same step — what `find` and then `relay` with the found binding's generation
-    /// decide, in one lookup: `None` without a current binding (nothing counted, as for a
-    /// `find` that finds nothing); else the ticket, or [`FlowReject::SessionClosed`] with the
-    /// binding's id. The binding of the previous call is compared first (`last_relayed`).
-    pub(crate) fn relay_current(
-        &mut self,
-        actor: &[u8],
-    ) -> Option<Result<RelayTicket, (FlowReject, ActorId)>> {
-        let b = match &self.last_relayed {
-            Some(b) if b.actor.as_bytes() == actor => b,
-            _ => {
-                let b = self.bindings.get(std::str::from_utf8(actor).ok()?)?;
-                &*self.last_relayed.insert(b.clone())
-            }
-        };
-        if let Phase::Closed(_) = self.phase {
-            return Some(Err((FlowReject::SessionClosed, b.actor.clone())));
-        }
-        let held = !self.seals.is_empty() && self.seals.contains_key(&b.actor);
-        Some(Ok(Self::ticket(
-            b,
-            self.id.lifecycle,
-            &mut self.next_sequence,
-            held,
-        )))
     }
 
     /// The ticket of a relay through `b`, with the next session sequence.
@@ -831,6 +815,11 @@ impl SessionBindingAggregate {
         {
             return Err(FlowReject::ReplacedIdentityMismatch);
         }
+        // A session closed (by its close timer or a seal timeout) keeps its bindings until its
+        // connection's disconnect: a 51 then is refused before anything changes (SB-6.6).
+        if let Phase::Closed(_) = self.phase {
+            return Err(FlowReject::SessionClosed);
+        }
         let Some(b) = self.bindings.get(&rec.actor) else {
             return Err(if self.retired.contains(&p.retired_binding_generation) {
                 FlowReject::DuplicateReplacement
@@ -883,7 +872,7 @@ impl SessionBindingAggregate {
                 });
                 Ok(ReplacedOutcome::AlsoClosing { seq, retired })
             }
-            // Unreachable: a closed session holds no binding.
+            // Refused above, before the binding was taken.
             Phase::Closed(_) => Err(FlowReject::SessionClosed),
         }
     }
@@ -1198,7 +1187,14 @@ impl SessionBindingAggregate {
                 self.bindings.insert(actor.clone(), moved.clone());
                 RouteApplied::Committed(moved)
             }
-            SessionRelocationRoute::Abort(_) => RouteApplied::Aborted(b),
+            SessionRelocationRoute::Abort(_) => {
+                // The seal's binding was retired (a rebind while sealed): not this binding's
+                // 44 (its held relays never go through a newer binding, SB-4.1).
+                if b.generation != generation {
+                    return Err(FlowReject::LateRouteUpdate);
+                }
+                RouteApplied::Aborted(b)
+            }
         };
         if let Some(seal) = self.seals.get_mut(&actor) {
             seal.phase = SealPhase::Releasing;
@@ -1247,6 +1243,7 @@ impl SessionBindingAggregate {
             if seal.phase != SealPhase::Releasing {
                 return Released::Done;
             }
+            let sealed = seal.identity.binding_generation;
             let Some(relay) = seal.held.pop_front() else {
                 self.seals.remove(actor);
                 return Released::Done;
@@ -1257,7 +1254,9 @@ impl SessionBindingAggregate {
             if relay.request.as_ref().is_some_and(|r| r.deadline <= now) {
                 return Released::Expired(relay);
             }
-            let Some(b) = self.bindings.get(actor) else {
+            // Only through the binding it was held for: one retired since (a rebind) ends the
+            // seal and its held relays, as a binding that ended does (SB-4.1).
+            let Some(b) = self.bindings.get(actor).filter(|b| b.generation == sealed) else {
                 self.seals.remove(actor);
                 return Released::Done;
             };
@@ -1557,6 +1556,195 @@ mod tests {
         (rid("b"), NodeGeneration::new(11))
     }
 
+    fn seal_rec(b: &Binding, relocation: u64) -> SessionRelocationSeal {
+        SessionRelocationSeal {
+            seal: zlink_wire::SealIdentity {
+                relocation: RelocationId::new(relocation),
+                session_lifecycle: ident().lifecycle,
+                session: ident().session,
+                binding_generation: b.generation,
+            },
+            actor: b.actor.clone(),
+            object_generation: b.object_generation,
+            deadline: Deadline::from_remaining(Duration::from_secs(1)),
+        }
+    }
+
+    fn commit_of(b: &Binding, relocation: u64, to: ActorLocation) -> SessionRelocationRoute {
+        SessionRelocationRoute::Commit(zlink_wire::RouteCommit {
+            relocation: RelocationId::new(relocation),
+            actor: b.actor.clone(),
+            object_generation: b.object_generation,
+            target: to,
+            session_lifecycle: ident().lifecycle,
+            session: ident().session,
+            binding_generation: b.generation,
+        })
+    }
+
+    fn held(i: u8) -> HeldRelay {
+        HeldRelay::one_way(DispatchKey::new(1), bytes::Bytes::from(vec![i]))
+    }
+
+    /// Takes every released relay of `actor` (their payloads, in order) until the seal ends.
+    fn drain(a: &mut SessionBindingAggregate, now: Instant, actor: &ActorId) -> Vec<u8> {
+        let mut out = Vec::new();
+        loop {
+            match a.next_released(now, actor) {
+                Released::Send(t, r) => {
+                    assert!(!t.held());
+                    out.push(r.payload[0]);
+                }
+                Released::Expired(_) => panic!("nothing expires here"),
+                Released::Done => return out,
+            }
+        }
+    }
+
+    // spec: SB-8.1
+    // spec: SB-8.2
+    // spec: SB-8.7
+    #[test]
+    fn a_seal_holds_in_order_and_a_commit_moves_the_route_then_releases() {
+        let now = Instant::now();
+        let mut a = agg();
+        let b = bind(&mut a, target(1, 1), 1);
+        let other = bind(&mut a, target(2, 1), 2);
+        let s = sender();
+        // Only the binding's route may seal it.
+        assert_eq!(
+            a.handle_seal(now, (&rid("x"), s.1), &seal_rec(&b, 9)),
+            Err((FlowReject::NotActorOwner, ErrorKind::Unavailable))
+        );
+        a.handle_seal(now, (&s.0, s.1), &seal_rec(&b, 9)).unwrap();
+        // Idempotent; another relocation's is refused.
+        a.handle_seal(now, (&s.0, s.1), &seal_rec(&b, 9)).unwrap();
+        assert_eq!(
+            a.handle_seal(now, (&s.0, s.1), &seal_rec(&b, 10)),
+            Err((FlowReject::RelocationInProgress, ErrorKind::Unavailable))
+        );
+        for i in 0..3 {
+            let t = a.relay(&b.actor, b.generation).unwrap();
+            assert!(t.held());
+            assert_eq!(
+                a.hold_relay(&b.actor, b.generation, held(i))
+                    .map_err(|_| ()),
+                Ok(true)
+            );
+        }
+        // The other actor is not sealed.
+        assert!(!a.relay(&other.actor, other.generation).unwrap().held());
+        assert!(a.relay(&b.actor, b.generation).unwrap().held());
+        assert_eq!(a.seal_gauges().held, 3);
+        // Nothing is released before the 44.
+        assert!(matches!(a.next_released(now, &b.actor), Released::Done));
+        let to = ActorLocation {
+            node: rid("c"),
+            node_generation: NodeGeneration::new(21),
+            authority_owner_generation: AuthorityOwnerGeneration::new(4),
+            ..loc("c")
+        };
+        let applied = a.handle_route(&commit_of(&b, 9, to.clone())).unwrap();
+        let RouteApplied::Committed(moved) = applied else {
+            panic!("a commit")
+        };
+        assert_eq!(moved.route, to);
+        assert_eq!((moved.generation, moved.token), (b.generation, b.token));
+        assert_eq!(a.find(&b.actor).unwrap().route, to, "the one binding moved");
+        // Relays submitted while releasing queue behind the held ones.
+        let t = a.relay(&b.actor, b.generation).unwrap();
+        assert!(t.held(), "still behind the held relays");
+        a.hold_relay(&b.actor, b.generation, held(3)).unwrap();
+        assert_eq!(drain(&mut a, now, &b.actor), vec![0, 1, 2, 3]);
+        // Then straight to the new route; the pushes of the target pass, the source's not.
+        let t = a.relay(&b.actor, b.generation).unwrap();
+        assert!(!t.held());
+        assert_eq!(t.to(), &rid("c"));
+        assert_eq!(
+            t.record(DispatchKey::new(1), None)
+                .authority_owner_generation,
+            to.authority_owner_generation
+        );
+        let mut p = push_of(&b);
+        assert_eq!(
+            a.check_push(&p).err(),
+            Some(FlowReject::NodeGenerationMismatch)
+        );
+        p.source_node_generation = to.node_generation;
+        p.authority_owner_generation = to.authority_owner_generation;
+        assert!(a.check_push(&p).is_ok());
+        assert_eq!(a.seal_gauges(), SealGauges::default());
+        // The same 44 again is a no-op; an abort of it is late.
+        assert_eq!(
+            a.handle_route(&commit_of(&b, 9, to)),
+            Err(FlowReject::DuplicateRouteUpdate)
+        );
+        let abort = SessionRelocationRoute::Abort(zlink_wire::RouteAbort {
+            seal: seal_rec(&b, 9).seal,
+            action: zlink_wire::AbortAction::ResubmitToSource,
+        });
+        assert_eq!(a.handle_route(&abort), Err(FlowReject::LateRouteUpdate));
+    }
+
+    // spec: SB-8.3
+    #[test]
+    fn the_seal_timeout_closes_the_session_and_a_later_44_is_late() {
+        let now = Instant::now();
+        let mut a = agg().with_seal_limits(Duration::from_millis(3_000), 1024, 1 << 20);
+        let b = bind(&mut a, target(1, 1), 1);
+        let s = sender();
+        a.handle_seal(now, (&s.0, s.1), &seal_rec(&b, 9)).unwrap();
+        a.hold_relay(&b.actor, b.generation, held(0)).unwrap();
+        let due = now + Duration::from_millis(3_000);
+        assert_eq!(a.poll_seal_timeout(), Some(due));
+        let early = a.handle_seal_timeouts(due - Duration::from_millis(1));
+        assert!(early.closed.is_none() && early.expired.is_empty());
+        let fired = a.handle_seal_timeouts(due);
+        assert_eq!(fired.closed.map(|h| h.len()), Some(1));
+        assert_eq!(a.phase(), &Phase::Closed(SessionEnd::RelocationTimeout));
+        assert_eq!(a.seal_gauges(), SealGauges::default());
+        assert_eq!(
+            a.handle_route(&commit_of(&b, 9, loc("c"))),
+            Err(FlowReject::LateRouteUpdate)
+        );
+        assert_eq!(a.find(&b.actor).unwrap().route, loc("b"), "nothing changed");
+        // The binding stays for the disconnect's notification.
+        assert_eq!(a.disconnect().len(), 1);
+    }
+
+    // spec: SB-8.2
+    #[test]
+    fn held_relays_past_the_session_limits_keep_their_admission() {
+        let now = Instant::now();
+        let mut a = agg().with_seal_limits(Duration::from_secs(3), 2, 1 << 20);
+        let b = bind(&mut a, target(1, 1), 1);
+        let s = sender();
+        a.handle_seal(now, (&s.0, s.1), &seal_rec(&b, 9)).unwrap();
+        let mut waits = Vec::new();
+        for i in 0..3 {
+            let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+            let mut r = held(i);
+            r.admitted = Some(tx);
+            waits.push((a.hold_relay(&b.actor, b.generation, r).unwrap(), rx));
+        }
+        let within: Vec<bool> = waits.iter().map(|(w, _)| *w).collect();
+        assert_eq!(within, vec![true, true, false]);
+        let (_, mut third) = waits.pop().unwrap();
+        assert!(
+            third
+                .try_recv()
+                .is_err_and(|e| e == tokio::sync::oneshot::error::TryRecvError::Empty)
+        );
+        // An unbind ends the seal and everything it held.
+        a.remove(&b.actor, b.generation).unwrap();
+        assert_eq!(a.seal_gauges(), SealGauges::default());
+        assert!(
+            third
+                .try_recv()
+                .is_err_and(|e| e == tokio::sync::oneshot::error::TryRecvError::Closed)
+        );
+    }
+
     // spec: SB-7.5
     #[test]
     fn a_notified_binding_takes_pushes_until_the_callback_terminal() {
@@ -1717,18 +1905,18 @@ mod tests {
         assert!(r2.sequence > r1.sequence);
     }
 
-    /// `relay_current` decides what `find` and then `relay` with the found generation decide:
-    /// no binding → `None` (nothing to count); open → the same ticket, the next sequence;
-    /// closed → `SessionClosed`.
+    /// A relay through the binding `find` found: the binding's record and template, the next
+    /// sequence; closed → `SessionClosed`; an id that names no binding finds nothing.
     #[test]
-    fn relay_current_is_find_then_relay_in_one_step() {
+    fn find_then_relay_goes_through_the_current_binding() {
         let mut a = agg();
         let b1 = bind(&mut a, target(1, 1), 1);
         let b2 = bind(&mut a, target(2, 1), 2);
-        assert!(a.relay_current(b"nobody").is_none());
-        assert!(a.relay_current(b"\xff").is_none());
+        assert!(a.find_shared("nobody").is_none());
         let r1 = a.relay(&b1.actor, b1.generation).unwrap();
-        let c1 = a.relay_current(b1.actor.as_bytes()).unwrap().unwrap();
+        let f1 = a.find_shared(b1.actor.as_str()).unwrap();
+        assert_eq!(*f1, b1);
+        let c1 = a.relay(&f1.actor, f1.generation).unwrap();
         assert_eq!(c1.sequence.get(), r1.sequence.get() + 1);
         assert_eq!((&c1.binding, c1.lifecycle), (&r1.binding, r1.lifecycle));
         let key = zlink_wire::DispatchKey::new(3);
@@ -1753,7 +1941,7 @@ mod tests {
             )
             .map_err(|_| bytes::Bytes::new())
         );
-        // Replaced and then closed: the other binding is refused by both, with its id.
+        // Replaced and then closed: the other binding is found, its relay refused.
         let t0 = Instant::now();
         let (s, g) = sender();
         a.handle_replaced(t0, (&s, g), &replaced_of(&b1)).unwrap();
@@ -1764,37 +1952,40 @@ mod tests {
             a.relay(&b2.actor, b2.generation).unwrap_err(),
             FlowReject::SessionClosed
         );
-        assert_eq!(
-            a.relay_current(b2.actor.as_bytes()).unwrap().unwrap_err(),
-            (FlowReject::SessionClosed, b2.actor.clone())
-        );
-        assert!(a.relay_current(b1.actor.as_bytes()).is_none());
+        assert!(a.find_shared(&b1.actor).is_none());
     }
 
-    /// `relay_current` remembers the binding it went through, and never goes through it
-    /// again once the bindings changed: rebound, removed, replaced, disconnected.
+    /// `relay` remembers the binding it went through (`find` and the next `relay` compare it
+    /// first), and neither goes through it again once the bindings changed: rebound, removed,
+    /// replaced, disconnected; nor does a relay through a retired generation.
     #[test]
-    fn relay_current_never_goes_through_a_binding_that_changed() {
+    fn the_remembered_relay_binding_never_outlives_a_change() {
         let mut a = agg();
         let id = actor(1);
         let gen_of = |a: &mut SessionBindingAggregate| {
-            a.relay_current(id.as_bytes())
-                .map(|t| t.map(|t| t.binding.generation.get()))
+            let f = a.find_shared(&id)?;
+            Some(
+                a.relay(&f.actor, f.generation)
+                    .map(|t| t.binding.generation.get()),
+            )
         };
         bind(&mut a, target(1, 1), 1);
         assert_eq!(gen_of(&mut a), Some(Ok(1)));
         assert_eq!(gen_of(&mut a), Some(Ok(1)), "the remembered binding");
-        // Rebound (BindOrGet of a new incarnation): the new binding.
+        // Rebound (BindOrGet of a new incarnation): the new binding; the old handle is stale.
         bind(&mut a, target(1, 2), 2);
         assert_eq!(gen_of(&mut a), Some(Ok(2)));
+        assert!(a.relay(&id, BindingGeneration::new(1)).is_err());
         a.remove(&id, BindingGeneration::new(2)).unwrap();
         assert_eq!(gen_of(&mut a), None);
+        assert!(a.relay(&id, BindingGeneration::new(2)).is_err());
         let b = bind(&mut a, target(1, 1), 3);
         assert_eq!(gen_of(&mut a), Some(Ok(3)));
         let (s, g) = sender();
         a.handle_replaced(Instant::now(), (&s, g), &replaced_of(&b))
             .unwrap();
         assert_eq!(gen_of(&mut a), None);
+        assert!(a.relay(&id, BindingGeneration::new(3)).is_err());
         let mut a = agg();
         bind(&mut a, target(1, 1), 4);
         assert_eq!(gen_of(&mut a), Some(Ok(4)));
@@ -1814,8 +2005,7 @@ mod tests {
         let local = bind(&mut a, here, 2);
         assert!(local.relay.is_none());
         assert!(
-            a.relay_current(local.actor.as_bytes())
-                .unwrap()
+            a.relay(&local.actor, local.generation)
                 .unwrap()
                 .template()
                 .is_none()
@@ -2105,20 +2295,25 @@ mod tests {
                         prop_assert_eq!(out.is_ok(), current && !matches!(a.phase(), Phase::Closed(_)));
                     }
                     Op::RelayCurrent(i) => {
-                        // Through the current binding, whichever binding the previous relay
-                        // went through (never a retired one).
-                        let out = a.relay_current(actor(i).as_bytes());
-                        match (before.get(&actor(i)), out) {
+                        // `find` and then `relay` through the found binding, whichever binding
+                        // the previous relay went through (never a retired one).
+                        let found = a.find_shared(&actor(i));
+                        match (before.get(&actor(i)), found) {
                             (None, None) => {}
-                            (Some(b), Some(Ok(t))) => {
-                                prop_assert!(!matches!(a.phase(), Phase::Closed(_)));
-                                prop_assert_eq!(&*t.binding, b);
+                            (Some(b), Some(f)) => {
+                                prop_assert_eq!(&*f, b);
+                                match a.relay(&f.actor, f.generation) {
+                                    Ok(t) => {
+                                        prop_assert!(!matches!(a.phase(), Phase::Closed(_)));
+                                        prop_assert_eq!(&*t.binding, b);
+                                    }
+                                    Err(r) => {
+                                        prop_assert!(matches!(a.phase(), Phase::Closed(_)));
+                                        prop_assert_eq!(r, FlowReject::SessionClosed);
+                                    }
+                                }
                             }
-                            (Some(b), Some(Err((r, id)))) => {
-                                prop_assert!(matches!(a.phase(), Phase::Closed(_)));
-                                prop_assert_eq!((r, &id), (FlowReject::SessionClosed, &b.actor));
-                            }
-                            (b, out) => prop_assert!(false, "{:?} gave {:?}", b, out.map(|o| o.map(|t| t.binding.generation))),
+                            (b, f) => prop_assert!(false, "{:?} found {:?}", b, f.map(|f| f.generation)),
                         }
                     }
                     Op::Push(i, g) => {

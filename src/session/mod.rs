@@ -7,7 +7,7 @@
 //! # Rooms
 //! | module | holds |
 //! |---|---|
-//! | [`aggregate`] | `SessionBindingAggregate`: the sans-IO serial section of one session (bind, relay tickets, push checks, 51, replacement timers, disconnect snapshot) |
+//! | [`aggregate`] | `SessionBindingAggregate`: the sans-IO serial section of one session (bind, relays and their sequence, push checks, 51, replacement timers, disconnect snapshot) |
 //! | [`slot`] | the actor owner's `BindingSlot` beside each local incarnation (38 registration, 24 check, tombstones) |
 //! | [`flow`] | the closed vocabulary of rejected records and their counters (SB-5.9) |
 //! | `owner` | the thin driver: sessions by SessionRid, session lanes, callbacks, timers, sending 38/24/36/51 through the node's [`SessionHost`] |
@@ -37,10 +37,42 @@
 //!   target and releases them there, a 44 abort releases them to the source; no 44 within
 //!   SessionRelocationSealTimeout closes the session (`RelocationSealTimeout`).
 
+//! # Relaying from a packet handler
+//! The fast path of a session application is public API: a handler registered with
+//! [`SessionHandlers::packet_turn`] finds the packet's actor with
+//! [`SessionActors::find`] and returns [`BoundActor::send_turn`] (a one-way relay) or
+//! [`BoundActor::forward`] (a relay request whose reply answers the client's request):
+//!
+//! ```no_run
+//! # use bytes::Bytes;
+//! # use zlink::session::{PacketTurn, SessionHandlers};
+//! # use zlink_wire::DispatchKey;
+//! # const SEND: DispatchKey = DispatchKey::new(10);
+//! # const TO_ACTOR: DispatchKey = DispatchKey::new(1);
+//! # fn actor_of(_: &Bytes) -> &str { "player-7" }
+//! let app = SessionHandlers::new().packet_turn(SEND, |session, packet| {
+//!     match session.actors().find(actor_of(&packet)) {
+//!         // The packet's bytes travel as the actor message (no copy).
+//!         Some(actor) => actor.send_turn(TO_ACTOR, packet, Bytes::new()),
+//!         None => PacketTurn::Done(Err(session
+//!             .not_bound(zlink::session::FlowRecord::Relay, "player-7".parse().unwrap())
+//!             .into())),
+//!     }
+//! });
+//! ```
+//!
+//! The turn of such a handler allocates nothing beyond the relay itself: the binding's 24 is
+//! written from an envelope encoded once per binding, a relay admitted at once ends the turn
+//! without a future ([`PacketTurn::Done`]), and `find` and the relay compare the binding of
+//! the session's previous relay first (no hash lookup while a client talks to one actor).
+//! `examples/bench_session.rs` measures this path (through the demo application's
+//! `RelaySend` / `RelayRequest`), `docs/PERFORMANCE.md` its cost.
+
 pub mod aggregate;
 mod cell;
 use crate::clock;
 pub mod flow;
+pub mod fuzz_harness;
 mod inline;
 pub(crate) mod owner;
 pub mod seal;
@@ -495,56 +527,6 @@ impl Session {
         self.owner.create_actor(create, true).await
     }
 
-    /// The ticket of a one-way relay to the current binding of `actor` (its text's bytes, not
-    /// checked for UTF-8: bytes that are not name no binding), found and taken in one step:
-    /// what `actors().find(actor)` and then [`BoundActor::send_turn`] decide (the same checks,
-    /// the same counted refusals), without a [`BoundActor`] in between. `None` when there is no
-    /// current binding (nothing counted, as for a `find`); send the ticket with
-    /// [`Session::send_ticket_turn`].
-    pub fn relay_ticket(
-        &self,
-        actor: &[u8],
-    ) -> Option<Result<aggregate::RelayTicket, SessionError>> {
-        self.owner.relay_ticket(&self.entry, actor)
-    }
-
-    /// The one-way 24 of a [`Session::relay_ticket`], as [`BoundActor::send_turn`] ends.
-    pub fn send_ticket_turn(
-        &self,
-        ticket: aggregate::RelayTicket,
-        key: DispatchKey,
-        payload: Bytes,
-        reply: Bytes,
-    ) -> PacketTurn {
-        turn_of(
-            self.owner
-                .send_ticket(&self.entry, ticket, key, payload, None),
-            reply,
-        )
-    }
-
-    /// The relay request of a [`Session::relay_ticket`] forwarded as
-    /// [`BoundActor::forward`] does: the packet turn ends once the 24 is in the actor owner's
-    /// queue, and the actor's reply, converted by `map`, answers the client's request.
-    #[must_use]
-    pub fn forward_ticket_turn(
-        &self,
-        ticket: aggregate::RelayTicket,
-        key: DispatchKey,
-        payload: Bytes,
-        timeout: Duration,
-        map: ReplyMap,
-    ) -> PacketTurn {
-        PacketTurn::Forward(Forward(self.owner.forward_ticket(
-            &self.entry,
-            ticket,
-            key,
-            payload,
-            timeout,
-            map,
-        )))
-    }
-
     /// Refuses an operation on `actor`, of which this session holds no current binding (a
     /// relay the application was asked for, say — `actors().find` found none): counted as
     /// `record`/`session_not_bound` (SB-5.9: `session_rejects` in NODE_INFO and the metrics)
@@ -605,7 +587,11 @@ impl SessionActors<'_> {
             .collect()
     }
 
-    /// The current binding of `actor` (an [`ActorId`], or its text: `find("player-7")`).
+    /// The current binding of `actor` (an [`ActorId`], or its text: `find("player-7")`). The
+    /// binding the session's previous relay went through is compared first, so a packet
+    /// handler that finds its actor for each packet costs no hash lookup while its client
+    /// talks to one actor. `None`, counted nowhere, when the session holds no current binding of
+    /// it ([`Session::not_bound`] counts and refuses).
     #[must_use]
     pub fn find<Q>(&self, actor: &Q) -> Option<BoundActor>
     where
@@ -754,10 +740,12 @@ impl BoundActor {
             .await
     }
 
-    /// A one-way [`BoundActor::relay`] for a [`SessionHandlers::packet_turn`] handler:
+    /// A one-way [`BoundActor::relay`] for a [`SessionHandlers::packet_turn`] handler (the
+    /// session's fast path, "Relaying from a packet handler" in the [module doc](self)):
     /// [`PacketTurn::Done`] with `reply` (or the refusal) when the 24 was admitted at once —
     /// the common case, no future allocated — else the turn that waits for the peer's budget.
-    /// The same checks and the same 24 as `relay` (SB-5.3, SB-5.10).
+    /// The same checks and the same 24 as `relay` (SB-5.3, SB-5.10): a refusal (the binding
+    /// ended since `find`, the session closed) is counted (SB-5.9).
     #[must_use]
     pub fn send_turn(&self, key: DispatchKey, payload: Bytes, reply: Bytes) -> PacketTurn {
         let sent = self.session.owner.relay_start(

@@ -1034,22 +1034,6 @@ impl SessionOwner {
         Ok(self.send_ticket(entry, ticket, key, payload, timeout))
     }
 
-    /// The ticket of a relay through the current binding of `actor` (its text's bytes, UTF-8
-    /// or not), found and taken in one step of the aggregate
-    /// ([`SessionBindingAggregate::relay_current`]): `None` without a current binding (nothing
-    /// counted); a refusal is counted as in [`SessionOwner::relay_start`].
-    pub(crate) fn relay_ticket(
-        &self,
-        entry: &SessionEntry,
-        actor: &[u8],
-    ) -> Option<Result<RelayTicket, SessionError>> {
-        let out = entry.agg().relay_current(actor)?;
-        Some(out.map_err(|(r, actor)| {
-            self.flow.reject(FlowRecord::Relay, r, &actor);
-            SessionError::of_reject(FlowRecord::Relay, &actor, r)
-        }))
-    }
-
     /// The 24 of a relay ticket, handed to the host: [`SessionOwner::relay_start`] after the
     /// aggregate's step. A ticket of a sealed binding is held by the aggregate instead
     /// ([`SessionOwner::hold`]).

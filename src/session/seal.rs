@@ -133,7 +133,8 @@ impl Seal {
 }
 
 /// What a session's seals hold now (the operator's gauges; all 0 once every seal ended).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct SealGauges {
     /// Seals installed or releasing.
     pub seals: u64,

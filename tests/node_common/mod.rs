@@ -93,6 +93,7 @@ pub struct SessionNodeSpec {
     pub clock: Option<Arc<dyn zlink::session::Clock>>,
     pub lease_ttl: Option<Duration>,
     pub max_bindings: Option<usize>,
+    pub seal_timeout: Option<Duration>,
 }
 
 impl SessionNodeSpec {
@@ -106,6 +107,7 @@ impl SessionNodeSpec {
             clock: None,
             lease_ttl: None,
             max_bindings: None,
+            seal_timeout: None,
         }
     }
 }
@@ -129,6 +131,9 @@ pub async fn start_session_node(spec: SessionNodeSpec, store: Arc<dyn LocationSt
     }
     if let Some(m) = spec.max_bindings {
         options.max_bindings_per_session = m;
+    }
+    if let Some(t) = spec.seal_timeout {
+        options.session_relocation_seal_timeout = t;
     }
     Node::start(options).await.unwrap()
 }

@@ -18,6 +18,7 @@
 #![allow(dead_code)]
 
 pub mod ownership;
+pub mod sessions;
 
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap};

@@ -85,7 +85,7 @@ impl Engine {
                         .lock()
                         .unwrap_or_else(|e| e.into_inner()),
                 );
-                for crate::node::Released {
+                for crate::reply::Released {
                     origin,
                     records,
                     bytes,

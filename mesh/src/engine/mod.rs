@@ -48,13 +48,14 @@ use crate::conn::{
 use crate::correlation::{Correlations, ReplyOutcome};
 use crate::counters::{Counters, DropReason, TransportEvent};
 use crate::error::RequestError;
+use crate::events::{ClientCloseCause, ClientEvent, DownReason, PeerEvent};
 use crate::handshake::{Handshake, HandshakeFailure, LocalIdentity, Outcome};
 use crate::hashing::{FastMap, SeededMap};
 use crate::inbound::InboundSender;
-use crate::node::{
-    ClientCloseCause, ClientEvent, DownReason, Inbound, Origin, OutItem, Outbox, PeerEvent,
-    PeerSlot, ReplyHandle, ReplyTarget, Response, Shared,
-};
+use crate::inbound::{Inbound, Origin};
+use crate::node::{Response, Shared};
+use crate::outbox::{OutItem, Outbox, PeerSlot};
+use crate::reply::{ReplyHandle, ReplyTarget};
 use crate::sink::Offer;
 use crate::tap::{TapDirection, WireTap};
 use crate::types::{LinkKind, NodeGeneration, NodeRid, SessionRid};
@@ -73,6 +74,11 @@ use ingress::{Rx, ZmqFrame};
 
 use crate::memo::DecodeMemo;
 
+/// The receive and send buffer of each client connection in libzmq (`ZMQ_IN_BATCH_SIZE`,
+/// `ZMQ_OUT_BATCH_SIZE`; libzmq's default is 8,192 bytes each), which a connection holds for
+/// its whole life: most client connections are idle. Larger frames (a client's batch frames,
+/// the pushes' batch frames) bypass the buffers.
+const CLIENT_BATCH: std::os::raw::c_int = 1024;
 /// Bound on how many messages one socket is read per loop iteration.
 const RECV_BATCH: usize = 512;
 /// Housekeeping cadence (timers, handshake retries, monitor events) while busy.
@@ -496,6 +502,14 @@ impl Engine {
                     // What libzmq holds per client connection (docs/MESH.md, "Slow consumers").
                     s.set_sndhwm(cfg.client_outbound.send_hwm)
                         .map_err(setup_err("client sndhwm"))?;
+                    // Each connection's receive and send buffers, held for its whole life
+                    // (docs/MESH.md, "Memory bounds"): small, since most client connections
+                    // are idle; a frame larger than the buffer is read into (and written
+                    // from) its own message, without the buffer.
+                    crate::zmq_opt::set_int(&mut s, crate::zmq_opt::IN_BATCH_SIZE, CLIENT_BATCH)
+                        .map_err(setup_err("client in_batch_size"))?;
+                    crate::zmq_opt::set_int(&mut s, crate::zmq_opt::OUT_BATCH_SIZE, CLIENT_BATCH)
+                        .map_err(setup_err("client out_batch_size"))?;
                 }
                 s.bind(ep).map_err(setup_err(format!("bind {name} {ep}")))?;
                 Ok(s)

@@ -787,7 +787,9 @@ int zmq::options_t::setsockopt (int option_,
             return do_setsockopt_int_as_bool_relaxed (optval_, optvallen_,
                                                       &multicast_loop);
 
-#ifdef ZMQ_BUILD_DRAFT_API
+        //  ZLINK PATCH (batch sizes): the engine's receive and send buffer sizes are
+        //  settable without the DRAFT API (the client ROUTER sets small ones: an idle
+        //  connection keeps both buffers for its whole life).
         case ZMQ_IN_BATCH_SIZE:
             if (is_int && value > 0) {
                 in_batch_size = value;
@@ -801,6 +803,8 @@ int zmq::options_t::setsockopt (int option_,
                 return 0;
             }
             break;
+
+#ifdef ZMQ_BUILD_DRAFT_API
 
 #ifdef ZMQ_HAVE_WSS
         case ZMQ_WSS_KEY_PEM:
@@ -1257,14 +1261,7 @@ int zmq::options_t::getsockopt (int option_,
             }
             break;
 
-#ifdef ZMQ_BUILD_DRAFT_API
-        case ZMQ_ROUTER_NOTIFY:
-            if (is_int) {
-                *value = router_notify;
-                return 0;
-            }
-            break;
-
+        //  ZLINK PATCH (batch sizes): readable without the DRAFT API.
         case ZMQ_IN_BATCH_SIZE:
             if (is_int) {
                 *value = in_batch_size;
@@ -1278,6 +1275,15 @@ int zmq::options_t::getsockopt (int option_,
                 return 0;
             }
             break;
+
+#ifdef ZMQ_BUILD_DRAFT_API
+        case ZMQ_ROUTER_NOTIFY:
+            if (is_int) {
+                *value = router_notify;
+                return 0;
+            }
+            break;
+
 
         case ZMQ_PRIORITY:
             if (is_int) {
