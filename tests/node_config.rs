@@ -85,6 +85,80 @@ owner_lease_ttl_ms = 4321
     assert_eq!(o.mesh.liveness.heartbeat_timeout, ms(1600));
 }
 
+// Issue 26: every client-port bound of `[client]` (those that were settable only from Rust,
+// `max_clients_per_source` among them), each away from its default, arrives in the options; a
+// zero is a configuration error; unset, the mesh's defaults hold.
+#[test]
+fn from_config_carries_every_client_port_bound() {
+    let c = config(
+        "[client]
+endpoint = \"tcp://127.0.0.1:*\"
+max_clients = 11
+max_clients_per_source = 3
+window_records = 12
+window_bytes = 13000
+outbound_messages = 14
+outbound_bytes = 15000
+slow_consumer_grace_ms = 1600
+send_hwm = 17
+max_strangers = 18
+max_strangers_per_source = 19
+stranger_window_records = 20
+stranger_window_bytes = 21000
+max_operations_per_session = 22
+max_bindings_per_session = 23
+",
+    );
+    let o = options(&c, demo::registry().unwrap());
+    let m = &o.mesh;
+    assert_eq!(m.client_endpoint.as_deref(), Some("tcp://127.0.0.1:*"));
+    assert_eq!((m.max_clients, m.max_clients_per_source), (11, 3));
+    assert_eq!(
+        (m.client_window.messages, m.client_window.bytes),
+        (12, 13_000)
+    );
+    assert_eq!(
+        (m.client_budget.messages, m.client_budget.bytes),
+        (14, 15_000)
+    );
+    assert_eq!(m.client_outbound.grace, Duration::from_millis(1600));
+    assert_eq!(m.client_outbound.send_hwm, 17);
+    let zlink_mesh::ClientAdmission::OnAccept(s) = m.client_admission else {
+        panic!("strangers are admitted on accept: {:?}", m.client_admission);
+    };
+    assert_eq!((s.max, s.max_per_source), (18, 19));
+    assert_eq!((s.window.messages, s.window.bytes), (20, 21_000));
+    assert_eq!(o.client_access.max_operations_per_session, 22);
+    assert_eq!(o.max_bindings_per_session, 23);
+
+    let zero = NodeConfig::from_toml_str(&format!(
+        "{BASE}\n[client]\nendpoint = \"tcp://127.0.0.1:*\"\nmax_clients_per_source = 0\n"
+    ))
+    .unwrap();
+    assert!(matches!(
+        zero.validate(),
+        Err(ConfigError::InvalidValue {
+            field: "client.max_clients_per_source",
+            ..
+        })
+    ));
+
+    let defaults = options(
+        &config("[client]\nendpoint = \"tcp://127.0.0.1:*\"\n"),
+        demo::registry().unwrap(),
+    );
+    let d = zlink_mesh::MeshConfig::new(o.mesh.mesh.clone(), o.mesh.node.clone());
+    let m = &defaults.mesh;
+    assert_eq!(
+        (m.max_clients, m.max_clients_per_source),
+        (d.max_clients, d.max_clients_per_source)
+    );
+    assert_eq!(m.client_budget, zlink_mesh::ClientOutbound::BUDGET);
+    assert_eq!(m.client_budget.bytes, 1024 * 1024, "docs/MESH.md's default");
+    assert_eq!(m.client_outbound, d.client_outbound);
+    assert_eq!(m.client_admission, d.client_admission);
+}
+
 // `NodeOptions::new` and a configuration that sets nothing agree on every default.
 #[test]
 fn node_options_defaults_equal_the_config_defaults() {

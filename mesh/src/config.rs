@@ -93,24 +93,35 @@ impl Default for Batching {
 /// What the node holds for one ClientServer session that does not read (docs/MESH.md, "Slow
 /// consumers"). Pushes and replies to a client count against its outbound budget
 /// (`MeshConfig::client_budget`, bytes and messages): pushes wait for room, replies never
-/// wait. A session whose queue stays over the budget for longer than `grace`, or that a reply
-/// would take over twice the budget's bytes, is closed with `DisconnectReason::SlowConsumer`
-/// and what it holds is dropped.
+/// wait. A session whose queue stays over the budget for longer than `grace`, or that gets a
+/// reply while its queue already holds more than twice the budget's bytes, is closed with
+/// `DisconnectReason::SlowConsumer` and what it holds is dropped. So the session's queue holds
+/// at most twice the budget plus one reply: a reply larger than the budget by itself is
+/// queued whole and leaves as soon as libzmq takes it (a client that reads gets it).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ClientOutbound {
     /// How long a session's queue may stay over its budget. Default 5 s.
     pub grace: Duration,
     /// `ZMQ_SNDHWM` of the client socket: messages per client connection inside libzmq once
     /// they left the session's queue (each a 139 batch frame of at most `Batching::max_bytes`,
-    /// or one record). Default 64.
+    /// or one record). Default 16 (16 × 64 KiB = 1 MiB of batch frames).
     pub send_hwm: i32,
+}
+
+impl ClientOutbound {
+    /// The default outbound budget of a client session (`MeshConfig::client_budget`): 4,096
+    /// messages / 1 MiB.
+    pub const BUDGET: OutboundBudget = OutboundBudget {
+        messages: 4096,
+        bytes: 1024 * 1024,
+    };
 }
 
 impl Default for ClientOutbound {
     fn default() -> Self {
         Self {
             grace: Duration::from_secs(5),
-            send_hwm: 64,
+            send_hwm: 16,
         }
     }
 }
@@ -228,7 +239,9 @@ pub struct MeshConfig {
     /// Natural batching of relay records (and of replies on the completion connection).
     pub batching: Batching,
     /// Outbound budget per ClientServer client: pushes wait for room in it, replies are
-    /// counted in it without waiting ([`ClientOutbound`]).
+    /// counted in it without waiting ([`ClientOutbound`]). Default 4,096 messages / 1 MiB
+    /// ([`ClientOutbound::BUDGET`]): with the slow-consumer rules a session that does not read
+    /// costs at most about 3 MiB (docs/MESH.md, "Slow consumers").
     pub client_budget: OutboundBudget,
     /// Slow consumers: how long a client's queue may stay over `client_budget`, and libzmq's
     /// share per client connection.
@@ -281,7 +294,7 @@ impl MeshConfig {
             peer_budget: OutboundBudget::default(),
             peer_window: InboundWindow::default(),
             batching: Batching::default(),
-            client_budget: OutboundBudget::default(),
+            client_budget: ClientOutbound::BUDGET,
             client_outbound: ClientOutbound::default(),
             // 4,096 records as for peers (64 capped a client's one-way throughput at about
             // 0.1× raw libzmq: the client idled waiting for credit); the bytes stay 1 MiB.

@@ -53,6 +53,19 @@ impl ReplyHandle {
         self.corr
     }
 
+    /// Whether the answer can still reach the requester: `false` once a client session ended
+    /// or began closing (a reply to it is dropped, `ReplyUndeliverable`), so work for it can be
+    /// skipped. A peer's request: always `true` (its lifecycle is checked when the reply goes).
+    pub fn is_live(&self) -> bool {
+        match (&self.target, &self.shared) {
+            (ReplyTarget::Client { session }, Some(shared)) => {
+                shared.client_budget(*session).is_some()
+            }
+            (ReplyTarget::Client { .. }, None) => false,
+            (ReplyTarget::Peer { .. }, _) => true,
+        }
+    }
+
     /// Sends a successful reply (record 145) with `payload` (RouteMesh: on the completion
     /// connection).
     pub fn reply(mut self, payload: Bytes) {

@@ -43,13 +43,9 @@ pub struct CtlArgs {
     #[arg(long, default_value_t = 5_000, value_name = "MS")]
     timeout_ms: u64,
     /// File holding the nodes' operator credential (trimmed), presented to every node first
-    /// (`ZLINK_OPERATOR_CREDENTIAL` holds the credential itself instead).
-    #[arg(
-        long,
-        env = "ZLINK_OPERATOR_CREDENTIAL_FILE",
-        value_name = "FILE",
-        global = true
-    )]
+    /// [env: ZLINK_OPERATOR_CREDENTIAL_FILE] (`ZLINK_OPERATOR_CREDENTIAL` holds the credential
+    /// itself instead).
+    #[arg(long, value_name = "FILE", global = true)]
     credential_file: Option<std::path::PathBuf>,
     #[command(subcommand)]
     command: CtlCommand,
@@ -115,28 +111,57 @@ fn targets(args: &CtlArgs) -> anyhow::Result<Vec<Target>> {
         .collect()
 }
 
+/// The operator credential `ctl` presents: `--credential-file`, else the file named by
+/// `ZLINK_OPERATOR_CREDENTIAL_FILE`, else `ZLINK_OPERATOR_CREDENTIAL` itself; none of them: no
+/// credential. One that is set but empty (after trimming) is an error that names it: presenting
+/// nothing would only be refused by every node.
+fn operator_credential(args: &CtlArgs) -> anyhow::Result<Option<String>> {
+    let file = match &args.credential_file {
+        Some(path) => Some((path.clone(), "--credential-file")),
+        None => match std::env::var_os("ZLINK_OPERATOR_CREDENTIAL_FILE") {
+            Some(v) if v.is_empty() => bail!(
+                "ZLINK_OPERATOR_CREDENTIAL_FILE is set but empty: name the operator credential \
+                 file, or unset it"
+            ),
+            Some(v) => Some((v.into(), "ZLINK_OPERATOR_CREDENTIAL_FILE")),
+            None => None,
+        },
+    };
+    if let Some((path, from)) = file {
+        let text = std::fs::read_to_string(&path).with_context(|| {
+            format!(
+                "reading the operator credential file {} ({from})",
+                path.display()
+            )
+        })?;
+        let c = text.trim();
+        if c.is_empty() {
+            bail!(
+                "the operator credential file {} ({from}) is empty",
+                path.display()
+            );
+        }
+        return Ok(Some(c.to_owned()));
+    }
+    match std::env::var("ZLINK_OPERATOR_CREDENTIAL") {
+        Ok(c) if c.trim().is_empty() => bail!(
+            "ZLINK_OPERATOR_CREDENTIAL is set but empty: give the operator credential, or unset it"
+        ),
+        Ok(c) => Ok(Some(c.trim().to_owned())),
+        Err(std::env::VarError::NotPresent) => Ok(None),
+        Err(std::env::VarError::NotUnicode(_)) => {
+            bail!("ZLINK_OPERATOR_CREDENTIAL is not valid UTF-8")
+        }
+    }
+}
+
 /// Runs `zlink-node ctl`: prints to stdout, fails naming the node that did not answer.
 pub async fn run(args: CtlArgs) -> anyhow::Result<()> {
     let targets = targets(&args)?;
     if targets.is_empty() {
         bail!("no endpoint: give --endpoint or ZLINK_CLIENT_ENDPOINTS");
     }
-    let credential = match (
-        args.credential_file.as_ref(),
-        std::env::var("ZLINK_OPERATOR_CREDENTIAL").ok(),
-    ) {
-        (Some(path), _) => Some(
-            std::fs::read_to_string(path)
-                .with_context(|| {
-                    format!("reading the operator credential file {}", path.display())
-                })?
-                .trim()
-                .to_owned(),
-        ),
-        (None, Some(c)) => Some(c.trim().to_owned()),
-        (None, None) => None,
-    };
-    if let Some(c) = credential {
+    if let Some(c) = operator_credential(&args)? {
         for t in &targets {
             t.client
                 .authenticate(c.as_bytes())

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
 use serde::Deserialize;
 use zlink::config::{
     ClientConfig, MeshConfig, MeshSecretText, NodeConfig, ObjectRoles, PeerConfig,
@@ -65,6 +65,22 @@ CONFIGURATION FILE (TOML, every key optional; flags and environment override it)
                                           a client that presents it (AUTHENTICATE) may do
                                           every operation; `zlink-node ctl` sends it (omit:
                                           no client is the operator)
+  [client_port]                           bounds of the client port, defaults shown
+                                          (docs/MESH.md, \"Bounds at a glance\"):
+  max_clients = 10000                     client sessions at once
+  max_clients_per_source = 1000           ... from one source address
+  window_records = 4096                   a session's receive window
+  window_bytes = 1048576
+  outbound_messages = 4096                a session's outbound budget (replies and pushes
+  outbound_bytes = 1048576                queued for it); over it past the grace, or a reply
+  slow_consumer_grace_ms = 5000           while over twice it: closed SlowConsumer
+  send_hwm = 16                           messages libzmq holds per client connection
+  max_strangers = 1024                    sessions not yet accepted, in all
+  max_strangers_per_source = 64           ... from one source address
+  stranger_window_records = 16            their receive window
+  stranger_window_bytes = 16384
+  max_operations_per_session = 64         framework operations in flight (then `busy`)
+  max_bindings_per_session = 1024         actors one session may be bound to
   [[peers]]                               every node of the mesh (its own entry is skipped);
   name = \"node2\"                          a node dials the peers whose name sorts after its own
   relay = \"tcp://127.0.0.1:7101\"
@@ -198,6 +214,10 @@ struct FileConfig {
     insecure_dev_mode: bool,
     client_policy: Option<String>,
     operator_credential_file: Option<PathBuf>,
+    /// The client port's bounds (`[client_port]`: the keys of the library's `[client]` table
+    /// but `endpoint`, which is `client`).
+    #[serde(default)]
+    client_port: ClientConfig,
     #[serde(default)]
     peers: Vec<FilePeer>,
 }
@@ -348,10 +368,13 @@ fn settings(cli: Cli) -> anyhow::Result<Settings> {
             .unwrap_or_else(|| "tcp://127.0.0.1:*".into()),
         peers: peer_configs,
     }];
-    config.client = cli
-        .client
-        .or(file.client)
-        .map(|endpoint| ClientConfig { endpoint });
+    if !file.client_port.endpoint.is_empty() {
+        bail!("[client_port] has no `endpoint`: set the client endpoint with `client`");
+    }
+    config.client = cli.client.or(file.client).map(|endpoint| ClientConfig {
+        endpoint,
+        ..file.client_port
+    });
     config.metrics = cli.metrics.or(file.metrics);
     if let Some(ms) = cli.lease_ttl_ms.or(file.lease_ttl_ms) {
         config.timeouts.owner_lease_ttl = Duration::from_millis(ms);
@@ -374,6 +397,16 @@ fn settings(cli: Cli) -> anyhow::Result<Settings> {
             .unwrap_or(LogFormat::Text),
         access,
     })
+}
+
+/// The first environment variable of a flag of `cmd` (or of its subcommands) that is set but
+/// empty: clap reports it as the flag's missing value, which names the flag, not the variable.
+fn empty_env(cmd: &clap::Command) -> Option<String> {
+    cmd.get_arguments()
+        .filter_map(|a| a.get_env())
+        .find(|var| std::env::var_os(var).is_some_and(|v| v.is_empty()))
+        .map(|var| var.to_string_lossy().into_owned())
+        .or_else(|| cmd.get_subcommands().find_map(empty_env))
 }
 
 fn init_logs(format: LogFormat) {
@@ -419,7 +452,15 @@ async fn shutdown_signal() -> anyhow::Result<&'static str> {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let mut cli = Cli::parse();
+    let mut cli = Cli::try_parse().unwrap_or_else(|e| {
+        if e.kind() == clap::error::ErrorKind::InvalidValue
+            && let Some(var) = empty_env(&Cli::command())
+        {
+            eprintln!("error: {var} is set but empty: give it a value, or unset it");
+            std::process::exit(2);
+        }
+        e.exit()
+    });
     if let Some(Command::Ctl(args)) = cli.command.take() {
         return ctl::run(args).await;
     }
@@ -442,7 +483,10 @@ async fn main() -> anyhow::Result<()> {
     let sessions = chat.sessions(demo::sessions());
     let mut options =
         NodeOptions::from_config(&s.config, registry, sessions).context("startup configuration")?;
+    // The policy and credential from the settings; the in-flight bound from `[client_port]`.
+    let ops = options.client_access.max_operations_per_session;
     options.client_access = s.access.clone();
+    options.client_access.max_operations_per_session = ops;
     let signal = tokio::spawn(shutdown_signal());
     let node = Node::start(options).await.context("starting the node")?;
     let ep = node.endpoints().clone();

@@ -317,3 +317,40 @@ async fn ctl_lists_nodes_actors_sessions_and_counters() {
     );
     client.close().await;
 }
+
+// Issue 26: `ctl` run with a credential variable that is set but empty (or an empty credential
+// file) fails with a message naming it, not with clap's usage error about a flag it was never
+// given (seen before the fix: "a value is required for '--operator-credential-file <FILE>'",
+// and an empty ZLINK_OPERATOR_CREDENTIAL was presented to the node). No node is needed: the
+// check comes before any request.
+#[test]
+fn ctl_names_a_credential_that_is_set_but_empty() {
+    let dir = tempfile::tempdir().unwrap();
+    let empty = dir.path().join("empty-credential");
+    std::fs::write(&empty, "  \n").unwrap();
+    let run = |env: &[(&str, &str)], extra: &[&str]| {
+        let mut cmd = std::process::Command::new(BIN);
+        cmd.args(["ctl", "-e", "tcp://127.0.0.1:9"])
+            .args(extra)
+            .arg("nodes")
+            .env_remove("ZLINK_OPERATOR_CREDENTIAL_FILE")
+            .env_remove("ZLINK_OPERATOR_CREDENTIAL")
+            .env("RUST_BACKTRACE", "0");
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let out = cmd.output().unwrap();
+        assert!(!out.status.success(), "ctl succeeded");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    for var in [
+        "ZLINK_OPERATOR_CREDENTIAL_FILE",
+        "ZLINK_OPERATOR_CREDENTIAL",
+    ] {
+        let err = run(&[(var, "")], &[]);
+        assert!(err.contains(&format!("{var} is set but empty")), "{err}");
+        assert!(!err.contains("a value is required"), "{err}");
+    }
+    let err = run(&[], &["--credential-file", empty.to_str().unwrap()]);
+    assert!(err.contains("is empty"), "{err}");
+}

@@ -58,12 +58,161 @@ pub struct MeshConfig {
     pub peers: Vec<PeerConfig>,
 }
 
-/// ClientServer endpoint (DEALER-ROUTER).
-#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+/// ClientServer endpoint (DEALER-ROUTER) and the bounds of its sessions (`[client]`). Every
+/// bound is optional; unset, the mesh's default holds (docs/MESH.md, "Bounds at a glance").
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ClientConfig {
     /// Endpoint the client ROUTER binds.
+    #[serde(default)]
     pub endpoint: String,
+    /// Most client sessions at once (default 10,000).
+    #[serde(default)]
+    pub max_clients: Option<usize>,
+    /// Most client sessions from one source address at once (default 1,000).
+    #[serde(default)]
+    pub max_clients_per_source: Option<usize>,
+    /// Receive window of an accepted session, records (default 4,096).
+    #[serde(default)]
+    pub window_records: Option<u32>,
+    /// Receive window of an accepted session, bytes (default 1 MiB).
+    #[serde(default)]
+    pub window_bytes: Option<u64>,
+    /// Outbound budget of a session, messages: replies and pushes queued for it (default
+    /// 4,096).
+    #[serde(default)]
+    pub outbound_messages: Option<u64>,
+    /// Outbound budget of a session, bytes (default 1 MiB): over it past the grace, or
+    /// getting a reply while over twice it, the session is closed `SlowConsumer`.
+    #[serde(default)]
+    pub outbound_bytes: Option<u64>,
+    /// How long a session may stay over its outbound budget, ms (default 5,000).
+    #[serde(default, rename = "slow_consumer_grace_ms")]
+    pub slow_consumer_grace_ms: Option<u64>,
+    /// Messages libzmq holds per client connection once they left the session's queue
+    /// (`ZMQ_SNDHWM`, default 16).
+    #[serde(default)]
+    pub send_hwm: Option<i32>,
+    /// Most sessions not yet accepted at once (default 1,024).
+    #[serde(default)]
+    pub max_strangers: Option<usize>,
+    /// Most sessions not yet accepted from one source address (default 64).
+    #[serde(default)]
+    pub max_strangers_per_source: Option<usize>,
+    /// Receive window of a session not yet accepted, records (default 16).
+    #[serde(default)]
+    pub stranger_window_records: Option<u32>,
+    /// Receive window of a session not yet accepted, bytes (default 16 KiB).
+    #[serde(default)]
+    pub stranger_window_bytes: Option<u64>,
+    /// Framework operations that wait (store, peer) one session may have in flight (default
+    /// 64; one more is refused `busy`).
+    #[serde(default)]
+    pub max_operations_per_session: Option<usize>,
+    /// Actors one session may be bound to (default 1,024).
+    #[serde(default)]
+    pub max_bindings_per_session: Option<usize>,
+}
+
+impl ClientConfig {
+    /// `endpoint` with every bound at its default.
+    #[must_use]
+    pub fn new(endpoint: impl Into<String>) -> Self {
+        Self {
+            endpoint: endpoint.into(),
+            ..Self::default()
+        }
+    }
+
+    /// Checks each bound that is set (each must be at least 1).
+    fn validate(&self) -> Result<(), ConfigError> {
+        let counts = [
+            ("client.max_clients", self.max_clients.map(|v| v as u64)),
+            (
+                "client.max_clients_per_source",
+                self.max_clients_per_source.map(|v| v as u64),
+            ),
+            ("client.window_records", self.window_records.map(u64::from)),
+            ("client.window_bytes", self.window_bytes),
+            ("client.outbound_messages", self.outbound_messages),
+            ("client.outbound_bytes", self.outbound_bytes),
+            ("client.slow_consumer_grace_ms", self.slow_consumer_grace_ms),
+            (
+                "client.send_hwm",
+                self.send_hwm.map(|v| u64::try_from(v).unwrap_or(0)),
+            ),
+            ("client.max_strangers", self.max_strangers.map(|v| v as u64)),
+            (
+                "client.max_strangers_per_source",
+                self.max_strangers_per_source.map(|v| v as u64),
+            ),
+            (
+                "client.stranger_window_records",
+                self.stranger_window_records.map(u64::from),
+            ),
+            ("client.stranger_window_bytes", self.stranger_window_bytes),
+            (
+                "client.max_operations_per_session",
+                self.max_operations_per_session.map(|v| v as u64),
+            ),
+            (
+                "client.max_bindings_per_session",
+                self.max_bindings_per_session.map(|v| v as u64),
+            ),
+        ];
+        for (field, value) in counts {
+            if value == Some(0) {
+                return Err(ConfigError::InvalidValue {
+                    field,
+                    reason: "must be at least 1",
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Applies the bounds that are set to `mc` (the mesh's ClientServer settings).
+    pub fn apply(&self, mc: &mut zlink_mesh::MeshConfig) {
+        mc.client_endpoint = Some(self.endpoint.clone());
+        if let Some(v) = self.max_clients {
+            mc.max_clients = v;
+        }
+        if let Some(v) = self.max_clients_per_source {
+            mc.max_clients_per_source = v;
+        }
+        if let Some(v) = self.window_records {
+            mc.client_window.messages = v;
+        }
+        if let Some(v) = self.window_bytes {
+            mc.client_window.bytes = v;
+        }
+        if let Some(v) = self.outbound_messages {
+            mc.client_budget.messages = v;
+        }
+        if let Some(v) = self.outbound_bytes {
+            mc.client_budget.bytes = v;
+        }
+        if let Some(v) = self.slow_consumer_grace_ms {
+            mc.client_outbound.grace = Duration::from_millis(v);
+        }
+        if let Some(v) = self.send_hwm {
+            mc.client_outbound.send_hwm = v;
+        }
+        if let zlink_mesh::ClientAdmission::OnAccept(s) = &mut mc.client_admission {
+            if let Some(v) = self.max_strangers {
+                s.max = v;
+            }
+            if let Some(v) = self.max_strangers_per_source {
+                s.max_per_source = v;
+            }
+            if let Some(v) = self.stranger_window_records {
+                s.window.messages = v;
+            }
+            if let Some(v) = self.stranger_window_bytes {
+                s.window.bytes = v;
+            }
+        }
+    }
 }
 
 /// The mesh secret (HMAC key of the handshake). Its `Debug` never shows the key.
@@ -194,6 +343,21 @@ fn millis<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
 ///
 /// [client]
 /// endpoint = "tcp://127.0.0.1:6001"
+/// # bounds of the client port, defaults shown (docs/MESH.md, "Bounds at a glance")
+/// max_clients = 10000
+/// max_clients_per_source = 1000
+/// window_records = 4096                 # a session's receive window
+/// window_bytes = 1048576
+/// outbound_messages = 4096              # a session's outbound budget (replies, pushes)
+/// outbound_bytes = 1048576
+/// slow_consumer_grace_ms = 5000         # over the budget this long: closed SlowConsumer
+/// send_hwm = 16                         # messages libzmq holds per connection
+/// max_strangers = 1024                  # sessions not yet accepted
+/// max_strangers_per_source = 64
+/// stranger_window_records = 16
+/// stranger_window_bytes = 16384
+/// max_operations_per_session = 64       # framework operations in flight (then `busy`)
+/// max_bindings_per_session = 1024
 ///
 /// [lanes]            # defaults shown
 /// application_items = 1024
@@ -330,6 +494,7 @@ impl NodeConfig {
         }
         if let Some(client) = &self.client {
             check_endpoint("client endpoint", &client.endpoint)?;
+            client.validate()?;
         }
         match (&self.mesh_secret, self.insecure_dev_mode) {
             (Some(_), true) => return Err(ConfigError::ConflictingSecurity),

@@ -651,6 +651,12 @@ async fn on_client_request(
         reply.error(ErrorKind::Unavailable, ActorError::ShuttingDown.to_string());
         return;
     }
+    if !reply.is_live() {
+        // The session ended (e.g. closed as a slow consumer) while its requests waited here:
+        // nobody can get the answer, so none is computed (the dropped handle's reply is
+        // dropped and counted, `ReplyUndeliverable`).
+        return;
+    }
     let access = node.inner.access.clone();
     let Some(op) = operation_of(key) else {
         reply.error(ErrorKind::NotFound, format!("no client operation {key}"));

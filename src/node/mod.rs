@@ -218,7 +218,9 @@ impl NodeOptions {
         let mut mc = MeshConfig::new(mesh.name.clone(), config.node.clone());
         mc.relay_endpoint = mesh.relay.clone();
         mc.completion_endpoint = mesh.completion.clone();
-        mc.client_endpoint = config.client.as_ref().map(|c| c.endpoint.clone());
+        if let Some(client) = &config.client {
+            client.apply(&mut mc);
+        }
         mc.insecure_dev_mode = config.insecure_dev_mode;
         if let Some(secret) = &config.mesh_secret {
             mc.secret = Some(MeshSecret::new(secret.as_bytes().to_vec()).map_err(NodeError::Mesh)?);
@@ -245,6 +247,14 @@ impl NodeOptions {
         options.session_replacement_callback_timeout = config.timeouts.session_replacement_callback;
         options.session_relocation_seal_timeout = config.timeouts.session_relocation_seal;
         options.inline_delivery_budget = config.timeouts.inline_delivery_budget;
+        if let Some(client) = &config.client {
+            if let Some(v) = client.max_operations_per_session {
+                options.client_access.max_operations_per_session = v;
+            }
+            if let Some(v) = client.max_bindings_per_session {
+                options.max_bindings_per_session = v;
+            }
+        }
         let lanes = &config.lanes;
         options.lanes = LaneLimits {
             application_items: lanes.application_items as usize,

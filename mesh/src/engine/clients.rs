@@ -184,17 +184,21 @@ impl Engine {
         self.remove_client(session, cause);
     }
 
-    /// `session`'s queue went over its outbound budget (a reply, which never waits, put it
-    /// there): past twice the budget's bytes it is closed as a slow consumer now; else the
-    /// moment is noted, and housekeeping closes it once it stayed over for
-    /// `ClientOutbound::grace` ([`Engine::check_slow_consumers`]).
+    /// `session`'s queue went over its outbound budget (a reply of `reply` bytes, which never
+    /// waits, put it there): when the queue held more than twice the budget's bytes before
+    /// that reply, it is closed as a slow consumer now; else the moment is noted, and
+    /// housekeeping closes it once it stayed over for `ClientOutbound::grace`
+    /// ([`Engine::check_slow_consumers`]). The reply itself is not held against the session:
+    /// one larger than the budget is queued whole (a client that reads takes it), and the
+    /// queue holds at most twice the budget plus one reply.
     #[cold]
-    pub(super) fn over_budget(&mut self, session: u64) {
+    pub(super) fn over_budget(&mut self, session: u64, reply: u64) {
         let Some(c) = self.clients.get_mut(&session) else {
             return;
         };
         let limit = c.conn.budget.limit().bytes;
-        if c.conn.budget.reserved_bytes() > limit.saturating_mul(2) {
+        let before = c.conn.budget.reserved_bytes().saturating_sub(reply);
+        if before > limit.saturating_mul(2) {
             self.slow_consumer(session, Instant::now());
         } else if c.over_since.is_none() {
             c.over_since = Some(Instant::now());

@@ -128,7 +128,7 @@ impl Engine {
                 });
                 self.queue_client(session, Out::parts(frames, Some(bytes), 0));
                 if over {
-                    self.over_budget(session);
+                    self.over_budget(session, bytes);
                 }
             }
         }
