@@ -230,6 +230,7 @@ async fn next_relay(t_in: &mut InboundReceiver) -> Inbound {
     }
 }
 
+// spec: SB-8
 // spec: SB-8.1
 // spec: SB-8.2
 // spec: SB-8.7
