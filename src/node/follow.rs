@@ -33,7 +33,7 @@ fn table(node: &Node) -> crate::sync::MutexGuard<'_, FollowTable> {
 
 impl Node {
     fn follow_now(&self) -> Instant {
-        self.inner.follow_clock.now()
+        self.inner.clock.now()
     }
 
     /// Message Follow's counters (forwarded, refused by reason, entries held).

@@ -377,13 +377,12 @@ struct Inner {
     relocations: relocate::Relocations,
     /// The timings of the relocations this node takes part in.
     relocation: crate::relocation::RelocationConfig,
-    /// The node's clock ([`NodeOptions::clock`]): the relocation drivers' timers.
+    /// The node's clock ([`NodeOptions::clock`]): the relocation drivers' timers and Message
+    /// Follow's deadlines.
     clock: Arc<dyn Clock>,
     /// Message Follow of the actors that moved away from here (`follow.rs`); locked after
     /// `actors` when both are held.
     follow: crate::sync::Mutex<crate::relocation::FollowTable>,
-    /// The clock Message Follow's deadlines are read on (the session clock).
-    follow_clock: Arc<dyn Clock>,
     /// Message Follow's ordered sender of forwards (`follow.rs`).
     follow_out: follow::Forwarder,
 }
@@ -548,7 +547,6 @@ impl Node {
                 follow: crate::sync::Mutex::new(crate::relocation::FollowTable::new(
                     options.message_follow,
                 )),
-                follow_clock: options.clock,
                 follow_out: follow::Forwarder::default(),
             }),
         };
