@@ -416,6 +416,7 @@ impl Node {
         if let Some(wait) = options.store.write_wait_limit() {
             crate::config::check_lease_ttl(options.lease_ttl, wait)?;
         }
+        let relocation = options.relocation_config();
         let node_metrics = metrics::NodeMetrics::default();
         let store: Arc<dyn LocationStore> = Arc::new(metrics::TimedStore::new(
             options.store,
@@ -470,10 +471,6 @@ impl Node {
             ..RuntimeConfig::default()
         })
         .map_err(NodeError::Runtime)?;
-        let relocation = crate::relocation::RelocationConfig {
-            seal_timeout: options.session_relocation_seal_timeout,
-            ..crate::relocation::RelocationConfig::default()
-        };
         let node_clock = options.clock.clone();
         let (packets, callbacks) = {
             let registry = options.sessions.registry()?;
