@@ -35,7 +35,9 @@ use crate::config::{Batching, Liveness, MeshConfig, TransportLimits};
 use crate::conn::{self, Conn, Lane, Out, SendOutcome, Transport, Verdict};
 use crate::correlation::{Correlations, ReplyOutcome};
 use crate::counters::{Counters, DropReason, TransportEvent};
-use crate::engine::{configure_network_socket, recv_multipart};
+use crate::engine::{
+    Waiter, close_all, configure_network_socket, ended_before_transmission, expire, recv_multipart,
+};
 use crate::error::{ConfigError, RequestError, SendError};
 use crate::memo::DecodeMemo;
 use crate::node::Response;
@@ -97,8 +99,6 @@ pub struct Push {
     /// Payload.
     pub payload: Option<Bytes>,
 }
-
-type Waiter = oneshot::Sender<Result<Response, RequestError>>;
 
 /// Most pushes handed to the application in one batch (one wake-up).
 const PUSH_BATCH: usize = 64;
@@ -473,7 +473,7 @@ impl MeshClient {
                 shared.budget.clone(),
                 Instant::now(),
             ),
-            rx_now: Instant::now(),
+            now: Instant::now(),
             ping_interval: cfg.liveness.ping_interval,
             limits: codec::limits(cfg.transport.max_message_size),
             tap: cfg.tap,
@@ -798,8 +798,10 @@ struct ClientIo {
     /// DATA go out only within it; none before the node's first grant, which answers the
     /// first Ping). No receive window: what the node sends is bounded by the push channel.
     conn: Conn,
-    /// Time of the current read pass (one clock read per pass, not per record).
-    rx_now: Instant,
+    /// The time of the current pass of the loop: read once per pass (at its start, and again
+    /// after a sleep) and used by everything the pass does — ingress, liveness, Pings, request
+    /// deadlines at transmission.
+    now: Instant,
     /// Mesh Ping interval (the Pings themselves: [`Conn::poll_ping`]).
     ping_interval: Duration,
     tap: Option<WireTap>,
@@ -828,6 +830,8 @@ struct ClientIo {
 impl ClientIo {
     fn run(mut self) {
         loop {
+            // The pass's one clock read.
+            self.now = Instant::now();
             let mut close = false;
             while let Ok(cmd) = self.door.rx.try_recv() {
                 match cmd {
@@ -848,15 +852,12 @@ impl ClientIo {
             if self.stalled.is_some() {
                 self.resume();
             }
-            let now = Instant::now();
+            let now = self.now;
             if self.stalled.is_some() {
                 // Not reading (pushes not taken): silence proves nothing about the node.
-                let ms = (self.shared.epoch.elapsed().as_millis() as u64).max(1);
-                self.shared.last_rx_ms.store(ms, Ordering::Release);
+                self.heard_now();
             }
-            for (_, w) in self.corr.handle_timeout(now) {
-                let _ = w.send(Err(RequestError::DeadlineExceeded));
-            }
+            expire(&mut self.corr, now);
             // Until a Ping got through (the first creates the session on the node, which
             // grants the window on it), it is retried on every pass, not once per interval.
             if let Some(ping) = self.conn.poll_ping(now, self.ping_interval) {
@@ -890,7 +891,10 @@ impl ClientIo {
             let (rd, rs) = if ms == 0 {
                 (false, true)
             } else {
-                self.sleep(ms)
+                let woke = self.sleep(ms);
+                // Slept: what it reads now is a new pass.
+                self.now = Instant::now();
+                woke
             };
             self.shared.bell.awake();
             if rd {
@@ -924,12 +928,7 @@ impl ClientIo {
                 RequestError::Closed
             }
         };
-        for (_, w) in self
-            .corr
-            .handle_timeout(Instant::now() + Duration::from_secs(86_400 * 365))
-        {
-            let _ = w.send(Err(error.clone()));
-        }
+        close_all(&mut self.corr, &error);
         for out in self.conn.queue.drain(..) {
             conn::release(&self.conn.budget, &out);
         }
@@ -1106,7 +1105,7 @@ impl ClientIo {
             {
                 // A new connection is a new session: Ping at once (it grants the window).
                 self.conn.reset();
-                self.conn.ping_again(Instant::now());
+                self.conn.ping_again(self.now);
                 self.shared.counters.event(TransportEvent::Disconnected);
             }
         }
@@ -1129,6 +1128,7 @@ impl ClientIo {
                 tap: self.tap.as_ref(),
                 corr: &mut self.corr,
                 counters: &self.shared.counters,
+                now: self.now,
             };
             conn::flush(
                 &mut self.conn.queue,
@@ -1149,25 +1149,29 @@ impl ClientIo {
         }
         self.read_pass();
         self.pushes.flush();
-        // Liveness: any record from the node counts; one clock read per pass, not per record.
+        // Liveness: any record from the node counts, at the pass's time.
         if std::mem::take(&mut self.heard) {
-            let now_ms = (self.shared.epoch.elapsed().as_millis() as u64).max(1);
-            self.shared.last_rx_ms.store(now_ms, Ordering::Release);
+            self.heard_now();
         }
     }
 
+    /// Marks the node heard from at the pass's time (`MeshClient::server_alive`).
+    fn heard_now(&self) {
+        let ms = self
+            .now
+            .saturating_duration_since(self.shared.epoch)
+            .as_millis() as u64;
+        self.shared.last_rx_ms.store(ms.max(1), Ordering::Release);
+    }
+
     fn read_pass(&mut self) {
-        for i in 0..512 {
+        for _ in 0..512 {
             if self.stalled.is_some() || self.server_closed.is_some() {
                 return;
             }
             let Some((first, rest)) = recv_multipart(&self.dealer) else {
                 return;
             };
-            if i == 0 {
-                // The pass's time, read once it has a record (an empty read reads no clock).
-                self.rx_now = Instant::now();
-            }
             let mut parts = Vec::with_capacity(2);
             parts.push(first);
             parts.extend(rest);
@@ -1332,7 +1336,7 @@ impl ClientIo {
             );
             return None;
         }
-        match self.conn.ingress(Lane::Server, class, 0, self.rx_now) {
+        match self.conn.ingress(Lane::Server, class, 0, self.now) {
             Verdict::Drop(reason) => {
                 self.shared.counters.drop(reason, &"client");
                 None
@@ -1368,6 +1372,8 @@ struct DealerWire<'c> {
     tap: Option<&'c WireTap>,
     corr: &'c mut Correlations<(), Waiter>,
     counters: &'c Counters,
+    /// The pass's time (request deadlines are checked against it at transmission).
+    now: Instant,
 }
 
 impl Transport for DealerWire<'_> {
@@ -1436,24 +1442,12 @@ impl Transport for DealerWire<'_> {
         }
     }
 
-    /// True (and counted) if `corr` is a request that already reached its terminal, or whose
-    /// deadline passed (ended here): it is never transmitted (SB-12, EG-16.26).
     fn ended(&mut self, corr: u64) -> bool {
-        let Some(expired) = self.corr.handle_transmit(corr, Instant::now()) else {
-            return false;
-        };
-        for (_, w) in expired {
-            let _ = w.send(Err(RequestError::DeadlineExceeded));
-        }
-        self.counters.drop(
-            DropReason::RequestEnded,
-            &format_args!("client corr {corr} ended before transmission"),
-        );
-        true
+        ended_before_transmission(self.corr, corr, self.now, self.counters, &"client")
     }
 
     fn expired(&self, corr: u64) -> bool {
-        self.corr.is_ended_at(corr, Instant::now())
+        self.corr.is_ended_at(corr, self.now)
     }
 
     fn lost(&mut self, _out: &Out) {

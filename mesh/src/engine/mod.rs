@@ -9,9 +9,11 @@
 //! verdicts. Modules: [`ingress`] (read, decode, authenticate, act on the verdict),
 //! [`deliver`] (one delivery path for peers and clients), [`send`] (queues and the transport of
 //! the send loop), [`link`] (handshakes, peers up and down), [`clients`] (sessions),
-//! [`commands`] (the API's commands), [`timers`] (housekeeping).
+//! [`commands`] (the API's commands), [`timers`] (housekeeping), [`requests`] (the
+//! request-ending bookkeeping this driver shares with the `MeshClient`'s).
 //!
-//! Loop order (one iteration): drain commands (batch) → flush PAUSED queues and pending
+//! Loop order (one iteration, one pass: the clock is read once at its start, again only after
+//! a sleep, and that `now` serves everything the pass does): drain commands (batch) → flush PAUSED queues and pending
 //! handshake messages → hand stalled inbound records to the layer above → timers (handshake
 //! timeouts, pings, peer timeouts, request deadlines) → `zmq::poll` (doorbell, sockets,
 //! monitors) → read readable sockets in batches.
@@ -65,12 +67,14 @@ mod commands;
 mod deliver;
 mod ingress;
 mod link;
+mod requests;
 mod send;
 mod timers;
 
 use clients::{Client, Tombstones};
 use deliver::{Arrived, Context, Delivered, Delivery, Held, Source};
 use ingress::{Rx, ZmqFrame};
+pub(crate) use requests::{close_all, ended_before_transmission, expire, fail};
 
 use crate::memo::DecodeMemo;
 
@@ -336,8 +340,10 @@ pub(crate) struct Engine {
     /// Receive buffers reused across reads (no allocation per message).
     rx_rid: zmq::Message,
     rx_parts: Vec<zmq::Message>,
-    /// Time of the current read pass (one clock read per batch, not per record).
-    rx_now: Instant,
+    /// The time of the current pass of the loop: read once per pass (at its start, and again
+    /// after a sleep or a test hold) and used by everything the pass does — ingress, timers,
+    /// handshakes, request deadlines at transmission, session bookkeeping.
+    now: Instant,
     clients: FastMap<u64, Client>,
     clients_by_rid: SeededMap<Vec<u8>, u64>,
     /// Session counts and bounds (in all, per source, strangers): sans-IO.
@@ -575,7 +581,7 @@ impl Engine {
                 accepts,
                 rx_rid: zmq::Message::new(),
                 rx_parts: Vec::with_capacity(MAX_PARTS),
-                rx_now: Instant::now(),
+                now: Instant::now(),
                 clients: FastMap::default(),
                 clients_by_rid: SeededMap::default(),
                 admission,
@@ -604,12 +610,14 @@ impl Engine {
 
     pub(crate) fn run(mut self) {
         let _span = tracing::debug_span!("zlink_mesh_io", node = %self.local.node).entered();
-        let mut next_housekeeping = Instant::now();
+        let mut next_housekeeping = self.now;
         // Sockets found quiet since their last receive by the readiness check that ended the
         // previous pass (spin or poll): this pass does not look at them again (what arrives
         // later signals their FD; the next pass or spin sees it).
         let mut quiet = 0u8;
         while self.running {
+            // The pass's one clock read.
+            self.now = Instant::now();
             let mut work = self.drain_commands();
             if !self.running {
                 break;
@@ -620,7 +628,7 @@ impl Engine {
             if !self.up.held.is_empty() {
                 self.retry_stalled();
             }
-            let now = Instant::now();
+            let now = self.now;
             if now >= next_housekeeping {
                 self.flush_handshakes();
                 self.timers(now);
@@ -653,7 +661,7 @@ impl Engine {
                 continue;
             }
             quiet = self.poll_once();
-            next_housekeeping = next_housekeeping.min(Instant::now());
+            next_housekeeping = next_housekeeping.min(self.now);
         }
         self.shutdown_sequence();
     }
@@ -764,8 +772,7 @@ impl Engine {
     /// signal anything new: two syscalls at most where `zmq_poll` made a `poll()` and a
     /// `ZMQ_EVENTS` per socket before and after the sleep.
     fn poll_once(&mut self) -> u8 {
-        let now = Instant::now();
-        let mut timeout = self.next_wake(now);
+        let mut timeout = self.next_wake(self.now);
         let sleeping = self.shared.bell.prepare_sleep();
         if !sleeping {
             timeout = Duration::ZERO;
@@ -811,6 +818,10 @@ impl Engine {
                 // Interrupted: look at everything.
                 None => ready = present,
             }
+            if ms > 0 {
+                // Slept: what it reads now is a new pass.
+                self.now = Instant::now();
+            }
         }
         self.shared.bell.awake();
         if ready & Sockets::DOOR != 0 {
@@ -840,10 +851,6 @@ impl Engine {
             let Some(count) = recv_frames_into(self.socket(kind), &mut rid, &mut parts) else {
                 break;
             };
-            if n == 0 {
-                // The pass's time, read once it has a message (an empty read reads no clock).
-                self.rx_now = Instant::now();
-            }
             n += 1;
             self.rx_source = if kind == LinkKind::Client {
                 // A connection without a session may open one: its source address counts.
@@ -947,8 +954,7 @@ impl Engine {
                         // Our outbound connection dropped: libzmq reconnects; the handshake
                         // re-runs on the new connection.
                         self.peer_down(&node, DownReason::Disconnected, false);
-                        let now = Instant::now();
-                        self.start_initiator(&node, kind, now);
+                        self.start_initiator(&node, kind, self.now);
                     }
                 }
                 zmq::SocketEvent::HANDSHAKE_SUCCEEDED => {
@@ -964,14 +970,10 @@ impl Engine {
     }
 
     fn shutdown_sequence(&mut self) {
+        self.now = Instant::now();
         if self.aborted {
             // A crash as seen from outside: nobody is told; the requests here still end.
-            for (_, w) in self
-                .corr
-                .handle_timeout(Instant::now() + Duration::from_secs(86_400 * 365))
-            {
-                let _ = w.send(Err(RequestError::Closed));
-            }
+            close_all(&mut self.corr, &RequestError::Closed);
             self.shared.mark_closed();
             return;
         }
@@ -992,7 +994,7 @@ impl Engine {
         }
         // Clients: what is queued goes out as far as libzmq takes it now, then Disconnect
         // { Shutdown } (or the reason of a close in progress); each session reports its end.
-        let now = Instant::now();
+        let now = self.now;
         let mut sessions: Vec<u64> = self.clients.keys().copied().collect();
         sessions.sort_unstable();
         for s in sessions {
@@ -1010,12 +1012,7 @@ impl Engine {
                 });
             }
         }
-        for (_, w) in self
-            .corr
-            .handle_timeout(Instant::now() + Duration::from_secs(86_400 * 365))
-        {
-            let _ = w.send(Err(RequestError::Closed));
-        }
+        close_all(&mut self.corr, &RequestError::Closed);
         self.shared.mark_closed();
     }
 }
