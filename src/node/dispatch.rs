@@ -158,7 +158,10 @@ impl InboundSink for Sink {
         };
         // Matched on the record alone (no tuple of origin and record: that copied the record).
         match record {
-            Record::Request(r) => {
+            // A client's packet, request or one-way: the same path; a one-way record has no
+            // reply handle (the codec admits a 147 only with correlation NONE).
+            Record::Request(zlink_wire::Request { key, .. })
+            | Record::OneWay(zlink_wire::OneWay { key }) => {
                 let Origin::Client { session } = origin else {
                     return Offer::Taken; // filtered above
                 };
@@ -166,24 +169,9 @@ impl InboundSink for Sink {
                 offer_of(node.sessions().packet_with(
                     &mut self.sessions,
                     session,
-                    r.key,
+                    key,
                     payload,
                     reply,
-                    done,
-                    mode,
-                ))
-            }
-            Record::OneWay(o) => {
-                let Origin::Client { session } = origin else {
-                    return Offer::Taken; // filtered above
-                };
-                let done = release(Origin::Client { session }, bytes);
-                offer_of(node.sessions().packet_with(
-                    &mut self.sessions,
-                    session,
-                    o.key,
-                    payload,
-                    None,
                     done,
                     mode,
                 ))

@@ -449,7 +449,6 @@ impl Node {
     #[must_use]
     pub fn counters(&self) -> NodeCounters {
         let i = &self.inner;
-        let stats = self.stats();
         let me = self.node_rid();
         let peers = i.peers.iter().filter(|p| p.node != *me);
         let peers_configured = peers.clone().count() as u64;
@@ -493,14 +492,14 @@ impl Node {
             session_replacements: i.sessions.replacements(),
             session_seals: i.sessions.seal_gauges(),
             actors,
-            activations: stats.activations,
-            calls_in: stats.calls_in,
-            calls_out: stats.calls_out,
-            turns: stats.turns,
-            send_failures: stats.send_failures,
-            sends_dropped: stats.sends_dropped,
-            timer_ticks_skipped: stats.timer_ticks_skipped,
-            bindings_owner_lost: stats.bindings_owner_lost,
+            activations: i.activations_done.load(Ordering::Relaxed),
+            calls_in: i.calls_in.load(Ordering::Relaxed),
+            calls_out: i.calls_out.load(Ordering::Relaxed),
+            turns: i.exec.turns.load(Ordering::Relaxed),
+            send_failures: i.exec.send_failures.load(Ordering::Relaxed),
+            sends_dropped: i.sends_dropped.load(Ordering::Relaxed),
+            timer_ticks_skipped: i.timer_ticks_skipped.load(Ordering::Relaxed),
+            bindings_owner_lost: i.bindings_owner_lost.load(Ordering::Relaxed),
             client_operations: i.metrics.client_ops.snapshot(),
             replies,
             backlogs: [
