@@ -631,10 +631,8 @@ async fn on_client_request(
     deadline: Option<Instant>,
     reply: ReplyHandle,
 ) {
-    node.inner
-        .metrics
-        .client_ops
-        .count(super::metrics::ClientOp::of_request(key));
+    let op = operation_of(key);
+    node.inner.metrics.client_ops.count(op);
     if !node.accepting() {
         reply.error(ErrorKind::Unavailable, ActorError::ShuttingDown.to_string());
         return;
@@ -646,7 +644,7 @@ async fn on_client_request(
         return;
     }
     let access = node.inner.access.clone();
-    let Some(op) = operation_of(key) else {
+    let Some(op) = op else {
         reply.error(ErrorKind::NotFound, format!("no client operation {key}"));
         return;
     };
@@ -895,11 +893,7 @@ async fn on_client_send(node: &Node, session: SessionRid, key: DispatchKey, payl
     node.inner
         .metrics
         .client_ops
-        .count(if key == protocol::CALL {
-            super::metrics::ClientOp::Send
-        } else {
-            super::metrics::ClientOp::Unknown
-        });
+        .count((key == protocol::CALL).then_some(ClientOperation::Send));
     if key != protocol::CALL || !node.accepting() {
         node.count_send_dropped();
         return;
