@@ -302,6 +302,24 @@ impl Sockets {
         )
     }
 
+    /// Of the sockets in `undrained` that have a PAUSED queue (`waiting`, see
+    /// [`Engine::waiting_room`]): those with libzmq commands not yet processed (their
+    /// `ZMQ_FD` signaled; one `poll()`, none when no queue waits).
+    ///
+    /// A ROUTER's `ZMQ_EVENTS` says nothing about one connection's pipe, and the command that
+    /// gives a full pipe room back (its write activation, sent when the reader took half of
+    /// the high-water mark) signals the FD once: whatever processes it (`ZMQ_EVENTS`, a
+    /// receive) must be followed by a retry of the waiting queue. So such a socket is read
+    /// in a pass (which retries its queues) rather than asked for `ZMQ_EVENTS` before a
+    /// sleep that only the timer would end.
+    fn commands_for_waiting(&self, undrained: u8, waiting: u8) -> u8 {
+        let ask = undrained & waiting;
+        if ask == 0 {
+            return 0;
+        }
+        self.signaled(ask, 0).unwrap_or(ask)
+    }
+
     /// Of the sockets in `bits`: those not drained, and the drained ones whose `ZMQ_FD` is
     /// signaled, except those in `quiet`. One `poll()` over the FDs of two or more drained
     /// sockets replaces a receive ending in EAGAIN on each (a `poll()` inside libzmq); a
@@ -615,7 +633,7 @@ impl Engine {
                 break;
             }
             if !self.paused.is_empty() || !self.paused_clients.is_empty() {
-                self.flush_paused();
+                work += self.flush_paused();
             }
             if !self.up.held.is_empty() {
                 self.retry_stalled();
@@ -644,6 +662,12 @@ impl Engine {
             // Replies the reads queued (e.g. stale-generation error replies).
             self.flush_dirty();
             self.up.inbound.flush();
+            // A receive processes the socket's libzmq commands, among them the write
+            // activation of a PAUSED queue's pipe (its reader took messages): retry those
+            // queues now, before this pass may end in a sleep that nothing would end early.
+            if work == 0 && read & self.waiting_room() != 0 {
+                work += self.flush_paused();
+            }
             if work > 0 {
                 continue;
             }
@@ -656,6 +680,20 @@ impl Engine {
             next_housekeeping = next_housekeeping.min(Instant::now());
         }
         self.shutdown_sequence();
+    }
+
+    /// The data sockets with a PAUSED queue (HWM): a peer's (relay and completion) or a
+    /// client's (the client socket).
+    #[inline]
+    fn waiting_room(&self) -> u8 {
+        let mut w = 0;
+        if !self.paused.is_empty() {
+            w |= Sockets::RELAY | Sockets::COMPLETION;
+        }
+        if !self.paused_clients.is_empty() {
+            w |= Sockets::CLIENT;
+        }
+        w
     }
 
     // ---------------------------------------------------------------- commands
@@ -716,6 +754,14 @@ impl Engine {
         }
         let all = self.sockets.all();
         let undrained = all & !self.sockets.drained.get();
+        if self
+            .sockets
+            .commands_for_waiting(undrained, self.waiting_room())
+            != 0
+        {
+            // A pass reads it (processing its commands) and retries its PAUSED queues.
+            return Some(0);
+        }
         for kind in [LinkKind::Completion, LinkKind::Relay, LinkKind::Client] {
             let bit = Sockets::bit(kind);
             if undrained & bit == 0 {
@@ -771,13 +817,16 @@ impl Engine {
             timeout = Duration::ZERO;
         }
         let present = self.sockets.all() | self.sockets.monitors() | Sockets::DOOR;
+        let waiting = self.waiting_room();
         let mut ready = 0u8;
         {
             let s = &self.sockets;
             let undrained = present & !s.drained.get();
+            // Commands pending on a socket with a PAUSED queue: read it (see `spin_for_work`).
+            ready |= s.commands_for_waiting(undrained, waiting);
             for i in 0..7 {
                 let bit = 1u8 << i;
-                if undrained & bit == 0 {
+                if (undrained & !ready) & bit == 0 {
                     continue;
                 }
                 let socket = match bit {
