@@ -1264,3 +1264,319 @@ async fn a_bound_actor_moves_back_and_forth_under_relays() {
     assert_eq!(w.a.counters().actors["entry"], 1);
     assert_eq!(w.b.counters().actors["entry"], 0);
 }
+
+// ---------------------------------------------------------------------------------------------
+// Whole-Spot relocation (`Node::relocate_spot`): every member of a SpotWide Spot moves as one
+// unit through the same cores and driver; the Spot's seal never touches the node's other Spots.
+
+fn spotwide(name: &str) -> zlink::actor::SpotSpec {
+    zlink::actor::SpotSpec {
+        name: name.to_owned(),
+        kind: zlink::actor::SpotKind::User(zlink::actor::UserMode::SpotWide),
+    }
+}
+
+// spec: SB-8.9, SB-14.21, SB-1.3, EG-7.5
+// A SpotWide Spot of three counters, one member busy in a turn (which holds the Spot gate) and
+// sends queued behind it for every member, moves from `a` to `b` as a unit: each member's state
+// arrives, its queued work runs there once, in arrival order; ActorIds and ObjectGenerations are
+// kept; the store names `b` for each. Another Spot of `a` keeps serving while the moving Spot is
+// sealed (a request to it is answered while the relocation is still quiescing: measured by
+// events). On `a` the moved Spot is freed — its members, lanes and gate go, and with them the
+// per-object decision counters and reservations (EG-7.5: dropped when the object moves): the
+// runtime's live lanes and gates fall back to what they were before the Spot was created. On
+// `b` each member starts with its own fresh lane counters.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spot_moves_as_a_unit_and_the_source_frees_it() {
+    use live::*;
+    const T: std::time::Duration = node_common::TIMEOUT;
+    let store = node_common::memory_store();
+    let p = pair(store.clone()).await;
+    let lobby =
+        p.a.create(zlink::actor::Create::new("counter", aid("lobby-1")).in_spot(spotwide("lobby")))
+            .await
+            .unwrap();
+    assert_eq!(p.a.request(&lobby, &Add(0), T).await.unwrap(), 1);
+    let base = p.a.runtime_metrics();
+    let ids = ["room-m1", "room-m2", "room-m3"];
+    let mut members = Vec::new();
+    for id in ids {
+        let m =
+            p.a.create(zlink::actor::Create::new("counter", aid(id)).in_spot(spotwide("room")))
+                .await
+                .unwrap();
+        assert_eq!(p.a.request(&m, &Add(0), T).await.unwrap(), 1);
+        members.push(m);
+    }
+    assert!(p.a.runtime_metrics().lanes_live > base.lanes_live);
+    // The first member keeps its turn (and the Spot gate); sends queue behind it.
+    let turns = p.a.stats().turns;
+    let hold = {
+        let (a, m) = (p.a.clone(), members[0].clone());
+        tokio::spawn(async move { a.request(&m, &Hold, T).await })
+    };
+    node_common::wait_until("hold running", || p.a.stats().turns > turns).await;
+    for (k, m) in members.iter().enumerate() {
+        for i in 1..=4 {
+            p.a.send(m, &Add(10 * k as u64 + i)).await.unwrap();
+        }
+    }
+    let queued = p.a.lane_stats(&members[1]).unwrap();
+    assert_eq!(queued.application_queued, 4);
+    assert!(queued.application_reserved_bytes > 0);
+    let relocating = {
+        let a = p.a.clone();
+        tokio::spawn(async move { a.relocate_spot("room", node_common::rid("b")).await })
+    };
+    node_common::wait_until("quiescing", || {
+        p.a.relocations().0.iter().any(|r| r.phase == "Quiescing")
+    })
+    .await;
+    // The moving Spot is sealed behind its held turn; the lobby is not delayed by it.
+    assert_eq!(p.a.request(&lobby, &Add(1), T).await.unwrap(), 2);
+    assert!(
+        p.a.relocations().0.iter().any(|r| r.phase == "Quiescing"),
+        "the lobby answered only once the room had moved"
+    );
+    // A join of the moving Spot is refused meanwhile.
+    let e =
+        p.a.create(zlink::actor::Create::new("counter", aid("late")).in_spot(spotwide("room")))
+            .await
+            .unwrap_err();
+    assert_eq!(e.kind(), zlink_wire::ErrorKind::Unavailable, "{e}");
+    p.gate.send(true).unwrap();
+    hold.await.unwrap().unwrap();
+    let report = tokio::time::timeout(T, relocating)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(report.spot, "room");
+    // What the gate ran before the Spot's seal record (it queues behind the work already
+    // ready, EG-4.1: starting a relocation does not stop processing until the seal) ran here;
+    // the rest was captured and relayed: each record once, the states below say where.
+    assert!(
+        report.relayed > 0 && report.relayed <= 12,
+        "{}",
+        report.relayed
+    );
+    assert_eq!(p.rehydrated.load(std::sync::atomic::Ordering::SeqCst), 3);
+    assert_eq!(report.actors.len(), 3);
+    for (k, (m, moved)) in members.iter().zip(&report.actors).enumerate() {
+        assert_eq!(moved.id(), m.id());
+        assert_eq!(moved.object_generation(), m.object_generation());
+        assert_eq!(moved.node(), &node_common::rid("b"));
+        let loc = store.lookup(m.id().clone()).await.unwrap().unwrap();
+        assert_eq!(loc.owner_node, node_common::rid("b"));
+        let want: Vec<u64> = std::iter::once(0)
+            .chain((1..=4).map(|i| 10 * k as u64 + i))
+            .collect();
+        assert_eq!(p.b.request(moved, &GetSeen, T).await.unwrap(), want);
+        // EG-7.5: the target's lane of the member is its own, nothing carried over (its
+        // last reservation goes at the terminal, after the reply: waited for).
+        node_common::wait_until("the member's lane idle on b", || {
+            p.b.lane_stats(moved).is_some_and(|s| {
+                s.decision == zlink::runtime::LaneDecision::default()
+                    && (s.application_queued, s.application_reserved_items) == (0, 0)
+                    && (s.lifecycle_queued, s.lifecycle_reserved_items) == (0, 0)
+            })
+        })
+        .await;
+        assert!(
+            p.a.lane_stats(m).is_none(),
+            "the source still hosts {}",
+            m.id()
+        );
+    }
+    // The source freed the Spot: members, lanes, gate (counted by its runtime).
+    node_common::wait_until("the moved Spot freed on the source", || {
+        let m = p.a.runtime_metrics();
+        m.lanes_live == base.lanes_live && m.gates_live == base.gates_live
+    })
+    .await;
+    node_common::wait_until("relocation state freed", || {
+        p.a.relocations_in_progress() == 0 && p.b.relocations_in_progress() == 0
+    })
+    .await;
+    assert_eq!(p.a.info().local_actors, 1);
+    let (list, counters) = p.a.relocations();
+    assert_eq!(counters.committed, 1);
+    assert_eq!(list.last().unwrap().actor, "spot room");
+    // The Spot lives on `b` now: a new member joins it there; `a` can host a new "room".
+    p.b.create(zlink::actor::Create::new("counter", aid("room-m4")).in_spot(spotwide("room")))
+        .await
+        .unwrap();
+    // Only SpotWide User and Instance Spots move as a unit; an unknown Spot is NotFound.
+    let solo = zlink::actor::SpotSpec {
+        name: "solo".into(),
+        kind: zlink::actor::SpotKind::User(zlink::actor::UserMode::PerActor),
+    };
+    p.a.create(zlink::actor::Create::new("counter", aid("solo-1")).in_spot(solo))
+        .await
+        .unwrap();
+    match p.a.relocate_spot("solo", node_common::rid("b")).await {
+        Err(Error::SpotNotMovable { .. }) => {}
+        other => panic!("expected SpotNotMovable, got {other:?}"),
+    }
+    match p.a.relocate_spot("room", node_common::rid("b")).await {
+        Err(Error::UnknownSpot(s)) => assert_eq!(s, "room"),
+        other => panic!("expected UnknownSpot, got {other:?}"),
+    }
+}
+
+// spec: EG-4.1
+// A member of a SpotWide Spot awaits a worker with Yield (its turn released the Spot gate and
+// waits for its resume) when its Spot is relocated. The worker returns while the Spot is sealed
+// (its dehydrate hook, which runs in the seal's own turn, releases it): the seal refuses the
+// resume — the continuation never runs, on the source or the target, and the request is
+// answered once with `ResumeRefused` (`Unavailable`); the state the handler wrote before the
+// Yield moves with the actor; the other member's queued work moves and runs on the target.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pending_yield_resume_of_a_relocating_spot_fails() {
+    use live::{Add, GetSeen, aid};
+    use serde::{Deserialize, Serialize};
+    use std::sync::Mutex;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use zlink::actor::{ActorTypeBuilder, DispatchKey, Handled, HandlerError};
+    use zlink::runtime::SpotWideCtx;
+    const T: std::time::Duration = node_common::TIMEOUT;
+
+    #[derive(Serialize, Deserialize)]
+    struct Wait;
+    impl zlink::actor::Message for Wait {
+        const KEY: DispatchKey = DispatchKey::new(30);
+        type Reply = u64;
+    }
+    #[derive(Serialize, Deserialize)]
+    struct Started;
+    impl zlink::actor::Message for Started {
+        const KEY: DispatchKey = DispatchKey::new(31);
+        type Reply = u64;
+    }
+
+    let (value_tx, value_rx) = std::sync::mpsc::channel::<u64>();
+    let value_rx = Arc::new(Mutex::new(value_rx));
+    // The first dehydration (in the Spot's seal turn) lets the parked worker return.
+    let release = Arc::new(Mutex::new(Some(value_tx.clone())));
+    let continued = Arc::new(AtomicU64::new(0));
+    let (entered_tx, mut entered_rx) = tokio::sync::mpsc::unbounded_channel::<()>();
+    let registry = || {
+        let (value_rx, continued, entered_tx, release) = (
+            value_rx.clone(),
+            continued.clone(),
+            entered_tx.clone(),
+            release.clone(),
+        );
+        let (_gate, rx) = tokio::sync::watch::channel(true);
+        let mut r = live::registry(
+            rx,
+            Arc::new(AtomicU64::new(0)),
+            Arc::new(std::sync::atomic::AtomicBool::new(false)),
+        );
+        r.register(
+            ActorTypeBuilder::new("waiter", |_info, _init| Ok(0u64))
+                .handle_yielding(move |started: &mut u64, _ctx, rt: SpotWideCtx, Wait| {
+                    *started += 1;
+                    let (rx, entered, continued) =
+                        (value_rx.clone(), entered_tx.clone(), continued.clone());
+                    Handled::later(async move {
+                        let v = rt
+                            .worker(move || {
+                                let _ = entered.send(());
+                                rx.lock().unwrap().recv().unwrap_or(0)
+                            })
+                            .yielding()
+                            .await
+                            .map_err(|e| HandlerError::new(e.to_string()))?;
+                        continued.fetch_add(1, Ordering::SeqCst);
+                        Ok(v)
+                    })
+                })
+                .handle(|started: &mut u64, _ctx, Started| Handled::ok(*started))
+                .migrate(
+                    move |s: &u64| {
+                        if let Some(tx) = release.lock().unwrap().take() {
+                            let _ = tx.send(7);
+                        }
+                        Ok::<_, HandlerError>(*s)
+                    },
+                    |_info, s: u64| Ok(s),
+                )
+                .build()
+                .unwrap(),
+        )
+        .unwrap();
+        r
+    };
+    let store = node_common::memory_store();
+    let b = node_common::start_node("b", store.clone(), vec![], None, Some(registry())).await;
+    let a = node_common::start_node(
+        "a",
+        store.clone(),
+        vec![b.address()],
+        None,
+        Some(registry()),
+    )
+    .await;
+    node_common::wait_pair_up(&a, &b).await;
+    let hall = spotwide("hall");
+    let waiter = a
+        .create(zlink::actor::Create::new("waiter", aid("w")).in_spot(hall.clone()))
+        .await
+        .unwrap();
+    let counter = a
+        .create(zlink::actor::Create::new("counter", aid("c")).in_spot(hall))
+        .await
+        .unwrap();
+    let refused_before = a.runtime_metrics().resumes_refused;
+    let waiting = {
+        let (a, w) = (a.clone(), waiter.clone());
+        tokio::spawn(async move { a.request(&w, &Wait, T).await })
+    };
+    entered_rx.recv().await.unwrap();
+    // The waiter yielded the gate: the other member runs, and has work queued at the seal.
+    assert_eq!(a.request(&counter, &Add(1), T).await.unwrap(), 1);
+    a.send(&counter, &Add(2)).await.unwrap();
+    let report = a
+        .relocate_spot("hall", node_common::rid("b"))
+        .await
+        .unwrap();
+    // The resume was refused: the request is answered with the documented error, once.
+    let e = tokio::time::timeout(T, waiting)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap_err();
+    assert_eq!(e.kind(), zlink_wire::ErrorKind::Unavailable, "{e}");
+    assert!(
+        matches!(e, zlink::actor::ActorError::ResumeRefused),
+        "{e:?}"
+    );
+    assert!(a.runtime_metrics().resumes_refused > refused_before);
+    assert_eq!(continued.load(Ordering::SeqCst), 0, "a refused resume ran");
+    let moved = |id: &str| {
+        report
+            .actors
+            .iter()
+            .find(|r| r.id().as_str() == id)
+            .unwrap()
+            .clone()
+    };
+    // The state the handler wrote before its Yield moved; nothing ran it again.
+    assert_eq!(b.request(&moved("w"), &Started, T).await.unwrap(), 1);
+    assert_eq!(
+        b.request(&moved("c"), &GetSeen, T).await.unwrap(),
+        vec![1, 2]
+    );
+    // On the target the actor yields and resumes as usual; the refused continuation still
+    // never ran (the only one counted is this one).
+    let again = {
+        let (b, w) = (b.clone(), moved("w"));
+        tokio::spawn(async move { b.request(&w, &Wait, T).await })
+    };
+    entered_rx.recv().await.unwrap();
+    value_tx.send(9).unwrap();
+    assert_eq!(again.await.unwrap().unwrap(), 9);
+    assert_eq!(continued.load(Ordering::SeqCst), 1, "a refused resume ran");
+    assert_eq!(b.request(&moved("w"), &Started, T).await.unwrap(), 2);
+}

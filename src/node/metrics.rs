@@ -158,11 +158,12 @@ pub(crate) enum ClientOp {
     Authenticate,
     Relocate,
     ListRelocations,
+    RelocateSpot,
     Unknown,
 }
 
 impl ClientOp {
-    const ALL: [ClientOp; 14] = [
+    const ALL: [ClientOp; 15] = [
         ClientOp::Create,
         ClientOp::GetOrCreate,
         ClientOp::Get,
@@ -176,6 +177,7 @@ impl ClientOp {
         ClientOp::Authenticate,
         ClientOp::Relocate,
         ClientOp::ListRelocations,
+        ClientOp::RelocateSpot,
         ClientOp::Unknown,
     ];
 
@@ -194,6 +196,7 @@ impl ClientOp {
             ClientOp::Authenticate => "authenticate",
             ClientOp::Relocate => "relocate",
             ClientOp::ListRelocations => "list_relocations",
+            ClientOp::RelocateSpot => "relocate_spot",
             ClientOp::Unknown => "unknown",
         }
     }
@@ -214,6 +217,7 @@ impl ClientOp {
             p::AUTHENTICATE => ClientOp::Authenticate,
             p::RELOCATE => ClientOp::Relocate,
             p::LIST_RELOCATIONS => ClientOp::ListRelocations,
+            p::RELOCATE_SPOT => ClientOp::RelocateSpot,
             _ => ClientOp::Unknown,
         }
     }

@@ -136,6 +136,10 @@ pub struct RestoreActor {
 pub struct RestoreRecord {
     /// The relocation.
     pub relocation: RelocationId,
+    /// A whole-Spot relocation: the Spot's name (every actor below is a member of it); absent
+    /// for one actor.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spot: Option<String>,
     /// The moving actors.
     pub actors: Vec<RestoreActor>,
 }
@@ -227,6 +231,10 @@ impl RestoreRecord {
     pub fn of(request: &RestoreRequest, placement: &[Placement]) -> Self {
         RestoreRecord {
             relocation: request.relocation,
+            spot: match &request.subject {
+                Subject::Actor => None,
+                Subject::Spot(name) => Some(name.clone()),
+            },
             actors: request
                 .actors
                 .iter()
@@ -295,7 +303,7 @@ impl RestoreRecord {
         (
             RestoreRequest {
                 relocation: self.relocation,
-                subject: Subject::Actor,
+                subject: self.spot.map_or(Subject::Actor, Subject::Spot),
                 actors,
             },
             placement,
