@@ -1580,3 +1580,97 @@ async fn a_pending_yield_resume_of_a_relocating_spot_fails() {
     assert_eq!(continued.load(Ordering::SeqCst), 1, "a refused resume ran");
     assert_eq!(b.request(&moved("w"), &Started, T).await.unwrap(), 2);
 }
+
+// spec: SB-8.9, SB-14.20, SB-14.21, SB-14.26
+// Two members of a SpotWide Spot on `a`, both bound to one client session on `s`, move to `b`
+// as one unit while the client relays sequence-numbered requests to both without pause: each
+// binding is sealed (one 42 per bound member to the session owner, its 43 back) and committed
+// (one 44 commit per member from the target, no 45); every relay is processed once, in order,
+// and answered with its own reply; the connection is kept; the session's snapshot names `b`
+// for both, identities kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spot_with_bound_members_moves_under_relays_and_each_session_binding_follows() {
+    use live::{Add, GetSeen, aid};
+    use node_common::{bind, relay_req, rid, tapped};
+    use zlink_mesh::TapDirection;
+    let (w, c) = session_world().await;
+    let mut members = Vec::new();
+    for id in ["table-p1", "table-p2"] {
+        let m =
+            w.a.create(zlink::actor::Create::new("counter", aid(id)).in_spot(spotwide("table")))
+                .await
+                .unwrap();
+        bind(&c, &m).await;
+        members.push(m);
+    }
+    const N: u64 = 200;
+    let sender = {
+        let (c, members) = (c.clone(), members.clone());
+        tokio::spawn(async move {
+            let mut replies = Vec::new();
+            for i in 0..N {
+                for m in &members {
+                    replies.push(relay_req(&c, m, &Add(i)).await);
+                }
+            }
+            replies
+        })
+    };
+    let turns = w.a.stats().turns;
+    node_common::wait_until("relays flowing", || w.a.stats().turns > turns + 20).await;
+    let report = w.a.relocate_spot("table", rid("b")).await.unwrap();
+    let replies = tokio::time::timeout(TIMEOUT, sender)
+        .await
+        .unwrap()
+        .unwrap();
+    for (k, r) in replies.into_iter().enumerate() {
+        assert_eq!(
+            r.unwrap(),
+            (k / 2) as u64 + 1,
+            "relay {k}: lost, doubled or another's reply"
+        );
+    }
+    for (m, moved) in members.iter().zip(&report.actors) {
+        assert_eq!(moved.id(), m.id());
+        assert_eq!(moved.object_generation(), m.object_generation());
+        let seen = w.b.request(moved, &GetSeen, TIMEOUT).await.unwrap();
+        assert_eq!(seen, (0..N).collect::<Vec<u64>>(), "{}", m.id());
+    }
+    let bound = c.packet(&zlink_apps::demo::session::Bound).await.unwrap();
+    assert_eq!(bound.len(), 2);
+    for b in &bound {
+        assert_eq!(b.node(), &rid("b"));
+        let m = members.iter().find(|m| m.id() == b.id()).unwrap();
+        assert_eq!(b.object_generation(), m.object_generation());
+    }
+    // Relays after the commit run on the target, on the same connection.
+    for m in &members {
+        assert_eq!(relay_req(&c, m, &Add(N)).await.unwrap(), N + 1);
+    }
+    // On the wire at the session owner: a 42 and a 43 per bound member, a 44 commit per member
+    // from the target with the relocation's identity, no 45.
+    assert_eq!(tapped(&w.tap_s, TapDirection::Received, 42).len(), 2);
+    assert_eq!(tapped(&w.tap_s, TapDirection::Sent, 43).len(), 2);
+    let routes = tapped(&w.tap_s, TapDirection::Received, 44);
+    assert_eq!(routes.len(), 2);
+    let mut committed: Vec<String> = routes
+        .iter()
+        .map(|r| match &r.decoded.as_ref().unwrap().record {
+            zlink_wire::Record::SessionRelocationRoute(
+                zlink_wire::SessionRelocationRoute::Commit(commit),
+            ) => {
+                assert_eq!(commit.relocation, report.relocation);
+                assert_eq!(commit.target.node, rid("b"));
+                commit.actor.to_string()
+            }
+            other => panic!("not a 44 commit: {other:?}"),
+        })
+        .collect();
+    committed.sort();
+    assert_eq!(committed, vec!["table-p1", "table-p2"]);
+    assert!(tapped(&w.tap_s, TapDirection::Received, 45).is_empty());
+    node_common::wait_until("relocation state freed", || {
+        w.a.relocations_in_progress() == 0 && w.b.relocations_in_progress() == 0
+    })
+    .await;
+}
