@@ -1674,3 +1674,157 @@ async fn a_spot_with_bound_members_moves_under_relays_and_each_session_binding_f
     })
     .await;
 }
+
+// spec: SB-8.5, SB-14.24
+// The target refuses a Spot's Restore (a member's rehydration fails) before relay-ready: the
+// relocation aborts durably, the Spot is unsealed on the source and every member serves there
+// again with its queued work run in arrival order, nothing lost or doubled; the store still
+// names the source for each; the Spot takes joins again; a second relocation then moves it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spot_whose_target_fails_before_relay_ready_serves_again_on_the_source() {
+    use live::*;
+    const T: std::time::Duration = node_common::TIMEOUT;
+    let store = node_common::memory_store();
+    let p = pair(store.clone()).await;
+    let mut members = Vec::new();
+    for id in ["club-1", "club-2"] {
+        let m =
+            p.a.create(zlink::actor::Create::new("counter", aid(id)).in_spot(spotwide("club")))
+                .await
+                .unwrap();
+        assert_eq!(p.a.request(&m, &Add(0), T).await.unwrap(), 1);
+        members.push(m);
+    }
+    p.fail_rehydrate
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    let _ = p.gate.send(false);
+    let turns = p.a.stats().turns;
+    let hold = {
+        let (a, m) = (p.a.clone(), members[0].clone());
+        tokio::spawn(async move { a.request(&m, &Hold, T).await })
+    };
+    node_common::wait_until("hold running", || p.a.stats().turns > turns).await;
+    for m in &members {
+        for i in 1..=3 {
+            p.a.send(m, &Add(i)).await.unwrap();
+        }
+    }
+    let relocating = {
+        let a = p.a.clone();
+        tokio::spawn(async move { a.relocate_spot("club", node_common::rid("b")).await })
+    };
+    node_common::wait_until("quiescing", || {
+        p.a.relocations().0.iter().any(|r| r.phase == "Quiescing")
+    })
+    .await;
+    p.gate.send(true).unwrap();
+    hold.await.unwrap().unwrap();
+    match tokio::time::timeout(T, relocating).await.unwrap().unwrap() {
+        Err(Error::Aborted(Abort::TargetFailed)) => {}
+        other => panic!("expected an abort, got {other:?}"),
+    }
+    for m in &members {
+        assert_eq!(
+            p.a.request(m, &GetSeen, T).await.unwrap(),
+            vec![0, 1, 2, 3],
+            "{}",
+            m.id()
+        );
+        let loc = store.lookup(m.id().clone()).await.unwrap().unwrap();
+        assert_eq!(loc.owner_node, node_common::rid("a"));
+    }
+    assert_eq!(p.a.relocations().1.aborted, 1);
+    p.a.create(zlink::actor::Create::new("counter", aid("club-3")).in_spot(spotwide("club")))
+        .await
+        .unwrap();
+    node_common::wait_until("relocation state freed", || {
+        p.a.relocations_in_progress() == 0 && p.b.relocations_in_progress() == 0
+    })
+    .await;
+    p.fail_rehydrate
+        .store(false, std::sync::atomic::Ordering::SeqCst);
+    let report =
+        p.a.relocate_spot("club", node_common::rid("b"))
+            .await
+            .unwrap();
+    assert_eq!(report.actors.len(), 3);
+    assert_eq!(
+        p.b.request(&report.actors[0], &GetSeen, T).await.unwrap(),
+        vec![0, 1, 2, 3]
+    );
+}
+
+// spec: SB-8.6, SB-14.25
+// After relay-ready the target's owner CAS fails for every member (its store is down): the
+// source never reopens the Spot — no member is served there any more, each request it had
+// accepted is answered once (not run twice) — and the source frees the Spot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spot_whose_cas_fails_after_relay_ready_is_not_reopened() {
+    use live::*;
+    const T: std::time::Duration = node_common::TIMEOUT;
+    let store: Arc<zlink::store::MemoryStore> = Arc::new(zlink::store::MemoryStore::new());
+    let b_store = Arc::new(zlink::store::FaultStore::new(store.clone()));
+    let p = pair_with(store.clone(), b_store.clone()).await;
+    let base = p.a.runtime_metrics();
+    let mut members = Vec::new();
+    for id in ["band-1", "band-2"] {
+        let m =
+            p.a.create(zlink::actor::Create::new("counter", aid(id)).in_spot(spotwide("band")))
+                .await
+                .unwrap();
+        assert_eq!(p.a.request(&m, &Add(0), T).await.unwrap(), 1);
+        members.push(m);
+    }
+    b_store.set_down(true);
+    let _ = p.gate.send(false);
+    let turns = p.a.stats().turns;
+    let hold = {
+        let (a, m) = (p.a.clone(), members[0].clone());
+        tokio::spawn(async move { a.request(&m, &Hold, T).await })
+    };
+    node_common::wait_until("hold running", || p.a.stats().turns > turns).await;
+    let queued = {
+        let (b, m) = (p.b.clone(), members[1].clone());
+        tokio::spawn(async move { b.request(&m, &Add(100), T).await })
+    };
+    node_common::wait_until("the request queued", || {
+        p.a.lane_stats(&members[1])
+            .is_some_and(|s| s.application_queued == 1)
+    })
+    .await;
+    let relocating = {
+        let a = p.a.clone();
+        tokio::spawn(async move { a.relocate_spot("band", node_common::rid("b")).await })
+    };
+    node_common::wait_until("quiescing", || {
+        p.a.relocations().0.iter().any(|r| r.phase == "Quiescing")
+    })
+    .await;
+    p.gate.send(true).unwrap();
+    hold.await.unwrap().unwrap();
+    match tokio::time::timeout(T, relocating).await.unwrap().unwrap() {
+        Err(Error::Failed(Fail::CasFailed(mut ids))) => {
+            ids.sort();
+            assert_eq!(ids, vec![members[0].id().clone(), members[1].id().clone()]);
+        }
+        other => panic!("expected a failed CAS, got {other:?}"),
+    }
+    let _ = tokio::time::timeout(T, queued).await.unwrap().unwrap();
+    for m in &members {
+        let e = p.a.request(m, &GetSeen, T).await.unwrap_err();
+        assert_eq!(e.kind(), zlink_wire::ErrorKind::Unavailable, "{e}");
+        let loc = store.lookup(m.id().clone()).await.unwrap().unwrap();
+        assert_eq!(loc.owner_node, node_common::rid("a"), "no CAS happened");
+    }
+    assert_eq!(p.a.relocations().1.failed, 1);
+    node_common::wait_until("the Spot freed on the source", || {
+        let m = p.a.runtime_metrics();
+        m.lanes_live == base.lanes_live && m.gates_live == base.gates_live
+    })
+    .await;
+    node_common::wait_until("relocation state freed", || {
+        p.a.relocations_in_progress() == 0 && p.b.relocations_in_progress() == 0
+    })
+    .await;
+    b_store.set_down(false);
+}
