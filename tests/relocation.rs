@@ -1828,3 +1828,38 @@ async fn a_spot_whose_cas_fails_after_relay_ready_is_not_reopened() {
     .await;
     b_store.set_down(false);
 }
+
+// spec: SB-8.5
+// A Spot moves in whole: a target that hosts a Spot of the same name refuses the Restore (the
+// moving members would merge into another Spot's gate), so the relocation aborts before
+// relay-ready and every member serves on the source as before; the target's own Spot is
+// untouched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spot_does_not_merge_into_a_spot_of_the_same_name_on_the_target() {
+    use live::*;
+    const T: std::time::Duration = node_common::TIMEOUT;
+    let store = node_common::memory_store();
+    let p = pair(store.clone()).await;
+    let ours =
+        p.a.create(zlink::actor::Create::new("counter", aid("hall-a")).in_spot(spotwide("hall")))
+            .await
+            .unwrap();
+    let theirs =
+        p.b.create(zlink::actor::Create::new("counter", aid("hall-b")).in_spot(spotwide("hall")))
+            .await
+            .unwrap();
+    match p.a.relocate_spot("hall", node_common::rid("b")).await {
+        Err(Error::Aborted(Abort::TargetFailed)) => {}
+        other => panic!("expected an abort, got {other:?}"),
+    }
+    assert_eq!(p.a.request(&ours, &Add(1), T).await.unwrap(), 1);
+    assert_eq!(p.b.request(&theirs, &Add(2), T).await.unwrap(), 1);
+    let loc = store.lookup(ours.id().clone()).await.unwrap().unwrap();
+    assert_eq!(loc.owner_node, node_common::rid("a"));
+    let (list, _) = p.b.relocations();
+    assert!(
+        list.iter()
+            .any(|r| r.outcome.as_deref() == Some("refused: AlreadyHosted")),
+        "{list:?}"
+    );
+}
