@@ -1863,3 +1863,52 @@ async fn a_spot_does_not_merge_into_a_spot_of_the_same_name_on_the_target() {
         "{list:?}"
     );
 }
+
+// spec: EG-7.5
+// Debt and lane decision counters are per serial execution object and dropped when it moves:
+// one member of a SpotWide Spot relocates alone, before any application turn (so on the source
+// its lane counts its factory's lifecycle turn and then its seal's); on the target its lane
+// starts from its own first turn (one lifecycle turn: the rehydration), nothing carried; on the
+// source its lane goes (one live lane fewer, counted) while its sibling under the same gate
+// keeps its own counters, neither cleared nor charged by the move.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_moving_actors_lane_counters_are_dropped_and_its_siblings_kept() {
+    use live::*;
+    use zlink::runtime::LaneDecision;
+    const T: std::time::Duration = node_common::TIMEOUT;
+    let p = pair(node_common::memory_store()).await;
+    let x =
+        p.a.create(zlink::actor::Create::new("counter", aid("duo-x")).in_spot(spotwide("duo")))
+            .await
+            .unwrap();
+    let y =
+        p.a.create(zlink::actor::Create::new("counter", aid("duo-y")).in_spot(spotwide("duo")))
+            .await
+            .unwrap();
+    let after_factory = LaneDecision {
+        consecutive_lifecycle: 1,
+        debt: false,
+    };
+    assert_eq!(p.a.lane_stats(&x).unwrap().decision, after_factory);
+    assert_eq!(p.a.lane_stats(&y).unwrap().decision, after_factory);
+    let lanes = p.a.runtime_metrics().lanes_live;
+    let report = p.a.relocate(&x, node_common::rid("b")).await.unwrap();
+    // The target's lane of x: its own rehydration turn only, not the source's two.
+    assert_eq!(
+        p.b.lane_stats(&report.actor).unwrap().decision,
+        after_factory
+    );
+    assert_eq!(p.b.request(&report.actor, &Add(1), T).await.unwrap(), 1);
+    assert_eq!(
+        p.b.lane_stats(&report.actor).unwrap().decision,
+        LaneDecision::default()
+    );
+    // The source: x's lane and its counters freed; y's untouched.
+    assert!(p.a.lane_stats(&x).is_none());
+    node_common::wait_until("x's lane freed on the source", || {
+        p.a.runtime_metrics().lanes_live == lanes - 1
+    })
+    .await;
+    assert_eq!(p.a.lane_stats(&y).unwrap().decision, after_factory);
+    assert_eq!(p.a.request(&y, &Add(2), T).await.unwrap(), 1);
+}
