@@ -1912,3 +1912,84 @@ async fn a_moving_actors_lane_counters_are_dropped_and_its_siblings_kept() {
     assert_eq!(p.a.lane_stats(&y).unwrap().decision, after_factory);
     assert_eq!(p.a.request(&y, &Add(2), T).await.unwrap(), 1);
 }
+
+// The operator's RELOCATE_SPOT on the client port (`zlink-node ctl relocate-spot`): refused to a
+// session that did not present the operator credential (counted as a refusal of
+// `relocate_spot`), NotFound from a node that does not host the Spot, done for the operator on
+// the hosting node — the reply names every member at the target — and counted among the
+// client operations; LIST_RELOCATIONS shows it as `spot <name>`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_operator_relocates_a_spot_through_the_client_port() {
+    use live::{Add, GetSeen, aid};
+    use node_common::{mesh_config, rid, wait_pair_up};
+    use zlink::node::access::{ClientAccess, OperatorCredential};
+    use zlink::node::client::NodeClient;
+    use zlink::node::protocol::RelocateSpot;
+    use zlink::node::{Node, NodeOptions};
+    let store = node_common::memory_store();
+    let (_gate, rx) = tokio::sync::watch::channel(true);
+    let start = |name: &'static str, peers: Vec<zlink_mesh::PeerAddress>| {
+        let store = store.clone();
+        let rx = rx.clone();
+        async move {
+            let mut mc = mesh_config(name);
+            mc.client_endpoint = Some("tcp://127.0.0.1:*".to_owned());
+            let registry = live::registry(
+                rx,
+                Arc::new(std::sync::atomic::AtomicU64::new(0)),
+                Arc::new(std::sync::atomic::AtomicBool::new(false)),
+            );
+            let mut access = ClientAccess::new();
+            access.operator = Some(OperatorCredential::new(b"op-secret").unwrap());
+            let mut o = NodeOptions::new(mc, store, registry).with_client_access(access);
+            o.peers = peers;
+            Node::start(o).await.unwrap()
+        }
+    };
+    let b = start("b", vec![]).await;
+    let a = start("a", vec![b.address()]).await;
+    wait_pair_up(&a, &b).await;
+    for id in ["deck-1", "deck-2"] {
+        let m = a
+            .create(zlink::actor::Create::new("counter", aid(id)).in_spot(spotwide("deck")))
+            .await
+            .unwrap();
+        a.send(&m, &Add(7)).await.unwrap();
+    }
+    let client =
+        |n: &Node| NodeClient::connect(n.endpoints().client.as_ref().unwrap(), TIMEOUT).unwrap();
+    let req = RelocateSpot {
+        spot: "deck".into(),
+        to: "b".into(),
+    };
+    let stranger = client(&a);
+    let e = stranger.relocate_spot(&req).await.unwrap_err();
+    assert_eq!(e.kind(), zlink_wire::ErrorKind::InvalidOperation, "{e}");
+    assert!(
+        a.counters()
+            .client_refusals
+            .keys()
+            .any(|k| k.starts_with("relocate_spot/")),
+        "{:?}",
+        a.counters().client_refusals
+    );
+    let op_b = client(&b);
+    op_b.authenticate(b"op-secret").await.unwrap();
+    let e = op_b.relocate_spot(&req).await.unwrap_err();
+    assert_eq!(e.kind(), zlink_wire::ErrorKind::NotFound, "{e}");
+    let op_a = client(&a);
+    op_a.authenticate(b"op-secret").await.unwrap();
+    let done = op_a.relocate_spot(&req).await.unwrap();
+    assert_eq!((done.spot.as_str(), done.to.as_str()), ("deck", "b"));
+    let ids: Vec<&str> = done.actors.iter().map(|r| r.id().as_str()).collect();
+    assert_eq!(ids, vec!["deck-1", "deck-2"]);
+    for r in &done.actors {
+        assert_eq!(r.node(), &rid("b"));
+        assert_eq!(b.request(r, &GetSeen, TIMEOUT).await.unwrap(), vec![7]);
+    }
+    assert_eq!(a.counters().client_operations["relocate_spot"], 2);
+    let list = op_a.relocations().await.unwrap();
+    assert_eq!(list.counters.committed, 1);
+    assert_eq!(list.relocations[0].actor, "spot deck");
+    assert_eq!(list.relocations[0].outcome.as_deref(), Some("moved"));
+}

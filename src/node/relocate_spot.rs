@@ -70,6 +70,11 @@ impl Node {
         if self.check_accepting().is_err() {
             return Err(RelocateError::ShuttingDown);
         }
+        // A node that does not host the Spot says so first (the operator's `ctl` asks each
+        // node in turn until the one hosting it answers), the target included.
+        if !lock(&self.inner.spots).contains_key(spot) {
+            return Err(RelocateError::UnknownSpot(spot.to_owned()));
+        }
         if self.is_local(&to) {
             return Err(RelocateError::SameNode);
         }
