@@ -382,6 +382,26 @@ mod tests {
         );
     }
 
+    // A Spot's Restore names the Spot and comes back as a Spot subject; one actor's carries no
+    // `spot` field at all (a node that never moves Spots reads it as before).
+    #[test]
+    fn restore_names_the_spot_of_a_spot_relocation() {
+        let request = |subject| RestoreRequest {
+            relocation: RelocationId::new(5),
+            subject,
+            actors: Vec::new(),
+        };
+        let spot = RestoreRecord::of(&request(Subject::Spot("room".into())), &[]);
+        let back: RestoreRecord = decode(&encode(&spot).unwrap()).unwrap();
+        assert_eq!(back.spot.as_deref(), Some("room"));
+        assert_eq!(back.into_request().0.subject, Subject::Spot("room".into()));
+        let one = RestoreRecord::of(&request(Subject::Actor), &[]);
+        let bytes = encode(&one).unwrap();
+        assert!(!bytes.windows(4).any(|w| w == b"spot"));
+        let back: RestoreRecord = decode(&bytes).unwrap();
+        assert_eq!(back.into_request().0.subject, Subject::Actor);
+    }
+
     #[test]
     fn work_round_trips() {
         let w = WorkRecord {
