@@ -13,7 +13,7 @@
 //! - target killed after relay-ready was accepted, its cutover sent → the source never reopens
 //!   and the session owner, which never receives a 44, closes the session when its seal times
 //!   out (SB-8.6, SB-8.3): exactly the marks accepted after the seal are lost, and the client
-//!   sees `RelocationSealTimeout`.
+//!   sees `RelocationSealTimeout`; the source ends its wait for the target's result as failed.
 //!
 //! The nodes keep the default timings: the session seal timeout (3 s) is started before the
 //! source's Restore, and a fallback that commits 1 s after relay-ready reaches the session
@@ -355,9 +355,15 @@ async fn target_killed_during_cutover_the_seal_timeout_closes_the_session() {
         t.sent,
         t.counted
     );
-    // The source never reopened: it serves no such actor.
-    let list = w.ops[0].relocations().await.unwrap();
-    assert_eq!(list.counters.aborted, 0, "{list:?}");
-    assert_eq!(list.counters.committed, 0, "{list:?}");
-    relocation.abort();
+    // The source never reopened: its wait for the target's result ends (cutover timeout + 2 ×
+    // request timeout) in a failure, with no abort and no commit; RELOCATE says so.
+    let outcome = wait_outcome(&w.ops[0], "source", "failed").await;
+    let e = tokio::time::timeout(TIMEOUT, relocation)
+        .await
+        .unwrap()
+        .unwrap()
+        .expect_err("the relocation failed");
+    assert!(e.contains("relocation failed"), "{e}");
+    let c = w.ops[0].relocations().await.unwrap().counters;
+    assert_eq!((c.aborted, c.committed, c.failed), (0, 0, 1), "{outcome}");
 }
