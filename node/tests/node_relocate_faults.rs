@@ -7,9 +7,10 @@
 //!
 //! - target killed before relay-ready → the source aborts durably, reopens, and the session's
 //!   held relays go to it (SB-8.5): nothing lost, the connection kept;
-//! - source killed after the target's relay-ready, before its cutover (mid-capture) → the
-//!   target's cutover timeout falls back, CASes and commits (SB-8.9): nothing lost, the
-//!   connection kept;
+//! - source killed after the target's relay-ready, before its cutover (mid-capture: a direct
+//!   call held there for the capture) → the target's cutover timeout falls back, CASes and
+//!   commits (SB-8.9): nothing of the session lost, the connection kept; the held call dies
+//!   with the source — its requester gets one terminal, an error, and it never runs;
 //! - target killed after relay-ready was accepted, its cutover sent → the source never reopens
 //!   and the session owner, which never receives a 44, closes the session when its seal times
 //!   out (SB-8.6, SB-8.3): exactly the marks accepted after the seal are lost, and the client
@@ -296,6 +297,22 @@ async fn source_killed_after_relay_ready_the_target_falls_back_and_commits() {
     signal(&w.procs[1], "STOP");
     let relocation = w.start_relocation();
     wait_phase(&w.ops[0], "source", &["Restoring"]).await;
+    // A direct call (not through the session) reaches the sealed source and is held there
+    // for the capture: a CALL to node3, forwarded to the owner (a 160 counted in `calls_in`).
+    let calls_in = w.ops[0].counters().await.unwrap().calls_in;
+    let (actor, endpoint) = (w.actor.clone(), w.procs[2].spec.client.clone());
+    let direct = tokio::spawn(async move {
+        let op = operator(&endpoint).await;
+        op.request(&actor, &Mark { from: 1, seq: 0 }).await
+    });
+    let deadline = Instant::now() + TIMEOUT;
+    while w.ops[0].counters().await.unwrap().calls_in == calls_in {
+        assert!(
+            Instant::now() < deadline,
+            "the direct call did not reach the source"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
     signal(&w.procs[0], "STOP");
     signal(&w.procs[1], "CONT");
     wait_phase(&w.ops[1], "target", &["RelayReady"]).await;
@@ -310,6 +327,16 @@ async fn source_killed_after_relay_ready_the_target_falls_back_and_commits() {
     assert_eq!(w.client.close_reason(), None);
     assert_tally(&w.ops[1], "node2", t.sent).await;
     assert_eq!(w.ops[1].relocations().await.unwrap().counters.target, 1);
+    // The call the source held died with it, before its capture: its requester got one
+    // terminal, an error, and the target never ran it (no mark from sender 1).
+    let r = tokio::time::timeout(TIMEOUT, direct)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(r.is_err(), "{r:?}");
+    let here = w.ops[1].get("faulty").await.unwrap();
+    let tally: Tally = w.ops[1].request(&here, &Tallied).await.unwrap();
+    assert_eq!(tally.counted.get(&1), None);
 }
 
 // spec: SB-8.6, SB-8.3, SB-14.22
