@@ -20,7 +20,7 @@ mod procs;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use procs::{TIMEOUT, operator, setup, start_all};
 use tokio::sync::Notify;
@@ -41,10 +41,12 @@ const SENDS_PER_REQUEST: u64 = 3;
 /// traffic).
 const REQUESTS_BETWEEN_MOVES: u64 = 2;
 
-/// What one client did: marks sent, requests answered, the first failure.
+/// What one client did: marks sent, requests answered, the largest gap between two answered
+/// requests, the first failure.
 #[derive(Debug, Default)]
 struct ClientRun {
     sent: u64,
+    largest_gap: Duration,
     requests: u64,
     failure: Option<String>,
 }
@@ -63,6 +65,7 @@ async fn client_loop(
     progress: Arc<Progress>,
 ) -> ClientRun {
     let mut run = ClientRun::default();
+    let mut last_answer: Option<Instant> = None;
     let a = id as usize;
     let actor_id = actor.id().to_string();
     let mark = |seq: u64| rmp_serde::to_vec_named(&Mark { from: id, seq }).unwrap();
@@ -108,6 +111,11 @@ async fn client_loop(
             return run;
         }
         run.requests += 1;
+        let now = Instant::now();
+        if let Some(last) = last_answer {
+            run.largest_gap = run.largest_gap.max(now - last);
+        }
+        last_answer = Some(now);
         progress.answered[a].fetch_add(1, Ordering::Relaxed);
         progress.notify.notify_waiters();
     }
@@ -255,6 +263,19 @@ async fn relocations_round_three_nodes_under_load_lose_and_double_nothing() {
     assert_eq!((committed, aborted, failed), (RELOCATIONS as u64, 0, 0));
     assert_eq!(target, RELOCATIONS as u64);
     durations.sort_unstable();
+    // The pause: each client's largest gap between two answered requests, the movers' beside
+    // the others' (same load, no relocation).
+    let gaps = |rs: &[ClientRun]| {
+        let mut g: Vec<u128> = rs.iter().map(|r| r.largest_gap.as_millis()).collect();
+        g.sort_unstable();
+        (g[g.len() / 2], g[g.len() - 1])
+    };
+    let (moved_p50, moved_max) = gaps(&runs[..MOVERS]);
+    let (still_p50, still_max) = gaps(&runs[MOVERS..]);
+    eprintln!(
+        "largest gap between two answered requests per client: movers p50 {moved_p50} ms, max \
+         {moved_max} ms; others p50 {still_p50} ms, max {still_max} ms"
+    );
     eprintln!(
         "{} clients, {MOVERS} of their actors moved, {RELOCATIONS} relocations, {sent_total} marks ({} requests) \
          in {:.1} s; relocation p50 {} ms, max {} ms; {relayed} records relayed by sources",
