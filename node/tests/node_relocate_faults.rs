@@ -14,7 +14,10 @@
 //! - target killed after relay-ready was accepted, its cutover sent → the source never reopens
 //!   and the session owner, which never receives a 44, closes the session when its seal times
 //!   out (SB-8.6, SB-8.3): exactly the marks accepted after the seal are lost, and the client
-//!   sees `RelocationSealTimeout`; the source ends its wait for the target's result as failed.
+//!   sees `RelocationSealTimeout`; the source ends its wait for the target's result as failed;
+//! - the session owner killed while its seal is installed → the relocation commits though its
+//!   44 finds no session owner (SB-8.9); what died with the session owner is at most what the
+//!   client sent after its last answer (SB-9), and the target ends the binding it took over.
 //!
 //! The nodes keep the default timings: the session seal timeout (3 s) is started before the
 //! source's Restore, and a fallback that commits 1 s after relay-ready reaches the session
@@ -393,4 +396,47 @@ async fn target_killed_during_cutover_the_seal_timeout_closes_the_session() {
     assert!(e.contains("relocation failed"), "{e}");
     let c = w.ops[0].relocations().await.unwrap().counters;
     assert_eq!((c.aborted, c.committed, c.failed), (0, 0, 1), "{outcome}");
+}
+
+// spec: SB-8.9, SB-9
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn session_owner_killed_during_the_seal_the_relocation_commits_without_its_44() {
+    let mut w = world().await;
+    // The session is sealed (the source is past Sealing) when its owner, node3, is killed;
+    // then the target goes on.
+    signal(&w.procs[1], "STOP");
+    let relocation = w.start_relocation();
+    wait_phase(&w.ops[0], "source", &["Restoring"]).await;
+    w.procs[2].kill().await;
+    signal(&w.procs[1], "CONT");
+    // The 44 commit finds no session owner; the relocation commits all the same.
+    let moved = tokio::time::timeout(TIMEOUT, relocation)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(moved, Ok("node2".to_owned()));
+    w.traffic.abort();
+    // Every mark the client had an answer for was counted once, in order, on the target;
+    // what died with the session owner is at most what it sent after its last answer (the
+    // seal's held relays and the request waiting among them).
+    let answered = w.answered.load(Ordering::Relaxed);
+    let here = w.ops[1].get("faulty").await.unwrap();
+    assert_eq!(here.node().as_str(), "node2");
+    let t: Tally = w.ops[1].request(&here, &Tallied).await.unwrap();
+    assert_eq!(t.out_of_order, 0);
+    let counted = t.counted.get(&0).copied().unwrap_or(0);
+    assert_eq!(t.next.get(&0).copied().unwrap_or(0), counted);
+    assert!(
+        answered * 4 <= counted && counted <= answered * 4 + 4,
+        "{counted} marks counted, {answered} requests answered"
+    );
+    // The target, which owns the binding now, ends it once the session owner is gone.
+    let deadline = Instant::now() + TIMEOUT;
+    while w.ops[1].counters().await.unwrap().bindings_owner_lost == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the binding outlived its session owner"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
