@@ -251,6 +251,19 @@ async fn relocations_round_three_nodes_under_load_lose_and_double_nothing() {
         assert_eq!(tally.counted.len(), 1, "tally-{a}");
         sent_total += r.sent;
     }
+    // No session record was refused on any node (no relay, seal or route update turned away),
+    // and what the old owners forwarded (Message Follow).
+    let mut followed = 0;
+    for op in &ops {
+        let c = op.counters().await.unwrap();
+        assert!(
+            c.session_rejects.values().all(|n| *n == 0),
+            "{}: {:?}",
+            c.node,
+            c.session_rejects
+        );
+        followed += c.message_follow.get("forwarded").copied().unwrap_or(0);
+    }
     // Every relocation moved its actor (the sources' counters), none aborted or failed.
     let (mut committed, mut aborted, mut failed, mut target) = (0, 0, 0, 0);
     for op in &ops {
@@ -278,7 +291,8 @@ async fn relocations_round_three_nodes_under_load_lose_and_double_nothing() {
     );
     eprintln!(
         "{} clients, {MOVERS} of their actors moved, {RELOCATIONS} relocations, {sent_total} marks ({} requests) \
-         in {:.1} s; relocation p50 {} ms, max {} ms; {relayed} records relayed by sources",
+         in {:.1} s; relocation p50 {} ms, max {} ms; {relayed} records relayed by sources, \
+         {followed} forwarded by old owners",
         runs.len(),
         runs.iter().map(|r| r.requests).sum::<u64>(),
         started.elapsed().as_secs_f64(),
