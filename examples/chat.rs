@@ -5,12 +5,17 @@
 //! exchanges lines and checks that every member receives every line of its room and none of the
 //! other, performs a duplicate login (the old client must get `Kicked`, then the close reason
 //! `Replaced`), disconnects a client (the room's other members must see its `Presence`
-//! `Offline`, and it stays a member), and prints the counts. Exit code 0 only when every check
-//! passed. Names carry a per-run tag, so it can run again on the same mesh.
+//! `Offline`, and it stays a member), and prints the counts. With the operator credential it
+//! also relocates both rooms and two players to other nodes and back while every player keeps
+//! saying lines (live relocation, `RELOCATE`), and prints lines sent / processed / lost /
+//! duplicated and the pause (the largest gap between two answered lines of a room). Exit code
+//! 0 only when every check passed. Names carry a per-run tag, so it can run again on the same
+//! mesh.
 //!
 //! Usage: `chat [ENDPOINT,...]` (default: `$ZLINK_CLIENT_ENDPOINTS`).
 
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail, ensure};
@@ -31,6 +36,7 @@ macro_rules! say {
 }
 use zlink::actor::Message;
 use zlink::node::client::NodeClient;
+use zlink::node::protocol::RelocateActor;
 use zlink_apps::chat::{
     self, ChatLine, Kicked, LoggedIn, Login, Member, Presence, PresenceStatus, Say, Who,
 };
@@ -42,6 +48,8 @@ const PER_ROOM: usize = 3;
 const LINES: usize = 5;
 /// Bound on every wait for a push or a close.
 const WAIT: Duration = Duration::from_secs(10);
+/// Lines each room answers between two relocations (so each one moves under traffic).
+const LINES_BETWEEN_MOVES: u64 = 5;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum Got {
@@ -134,7 +142,7 @@ async fn main() -> anyhow::Result<()> {
 }
 
 /// The driver's steps, for the progress.
-const STEPS: u64 = 6;
+const STEPS: u64 = 7;
 
 /// The whole chat driver against the nodes serving clients at `endpoints` (also run by
 /// `node/tests/node_process.rs` on a mesh of `zlink-node` processes); `Err` on the first failed check.
@@ -236,8 +244,12 @@ pub async fn run(endpoints: &[String], credential: Option<&[u8]>) -> anyhow::Res
     say!("checks:");
     let mut cross_node = 0;
     let mut room_nodes = BTreeSet::new();
+    // Where each player's and room's actor lives (the relocation step moves them).
+    let mut owners: BTreeMap<String, String> = BTreeMap::new();
     for p in &mut players {
         let li = p.login().await?;
+        owners.insert(chat::player_id(&p.name), li.player_node.clone());
+        owners.insert(chat::room_id(&p.room), li.room_node.clone());
         ensure!(
             li.session_node == names[p.node],
             "{}: session on {}",
@@ -423,8 +435,18 @@ pub async fn run(endpoints: &[String], credential: Option<&[u8]>) -> anyhow::Res
         "disconnect of {gone_name}: {saw_offline} members saw Presence Offline; still a member, offline"
     ));
 
+    // The new session of the first player takes the replaced one's place.
+    let replaced = std::mem::replace(&mut players[0], again);
+    progress::step("relocating rooms and players under live traffic");
+    match credential {
+        Some(credential) => {
+            relocate_under_traffic(endpoints, &names, credential, &mut players, &owners).await?;
+        }
+        None => say!("  skip relocation (no operator credential)"),
+    }
+
     progress::step("summary");
-    let pushes: usize = players.iter().map(|p| p.got.len()).sum::<usize>() + again.got.len();
+    let pushes: usize = players.iter().map(|p| p.got.len()).sum::<usize>() + replaced.got.len();
     say!("summary:");
     say!(
         "  nodes={} rooms=2 players={} lines_said={said} lines_delivered={delivered} joined_presence={joined} offline_presence={saw_offline} kicked=1 replaced_closes=1 pushes_total={pushes} elapsed={:?}",
@@ -435,7 +457,258 @@ pub async fn run(endpoints: &[String], credential: Option<&[u8]>) -> anyhow::Res
     for p in players {
         p.c.close().await;
     }
-    again.c.close().await;
+    replaced.c.close().await;
     say!("chat: all checks passed");
+    Ok(())
+}
+
+/// One line said during the relocation step: its room's sequence number and when its reply came.
+struct Answered {
+    room: String,
+    seq: u64,
+    at: Instant,
+}
+
+/// The players of `room` say lines in turn, without pause, until `stop`; each answered line is
+/// counted in `answered` (and `notify` woken).
+async fn speak(
+    players: &[Player],
+    room: &str,
+    stop: &AtomicBool,
+    answered: &AtomicU64,
+    notify: &tokio::sync::Notify,
+) -> anyhow::Result<Vec<Answered>> {
+    let mut out = Vec::new();
+    let mut k = 0u64;
+    while !stop.load(Ordering::Relaxed) {
+        for p in players.iter().filter(|p| p.room == room) {
+            let r =
+                p.c.packet(&Say {
+                    text: format!("moving {k} from {}", p.name),
+                })
+                .await
+                .with_context(|| format!("{} says during the relocations", p.name));
+            let r = match r {
+                Ok(r) => r,
+                Err(e) => {
+                    // The relocations stop waiting for lines.
+                    stop.store(true, Ordering::Relaxed);
+                    notify.notify_waiters();
+                    return Err(e);
+                }
+            };
+            out.push(Answered {
+                room: room.to_owned(),
+                seq: r.seq,
+                at: Instant::now(),
+            });
+            answered.fetch_add(1, Ordering::Relaxed);
+            notify.notify_waiters();
+        }
+        k += 1;
+    }
+    Ok(out)
+}
+
+/// Waits until `answered` reached `n` (the speakers wake `notify`); `Err` once `stop` is set
+/// (a speaker failed).
+async fn wait_answered(
+    answered: &AtomicU64,
+    stop: &AtomicBool,
+    notify: &tokio::sync::Notify,
+    n: u64,
+) -> anyhow::Result<()> {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let woken = notify.notified();
+        if answered.load(Ordering::Relaxed) >= n {
+            return Ok(());
+        }
+        ensure!(
+            !stop.load(Ordering::Relaxed),
+            "a player stopped saying lines"
+        );
+        tokio::time::timeout_at(deadline, woken)
+            .await
+            .with_context(|| format!("fewer than {n} lines answered within {WAIT:?}"))?;
+    }
+}
+
+/// Both rooms and the first player of each room move to the next node (`RELOCATE`, operator)
+/// while every player keeps saying lines; then every member must have received every line of
+/// its room said meanwhile exactly once. Prints sent / processed / lost / duplicated and each
+/// room's pause (the largest gap between two answered lines, beside its median gap).
+///
+/// The last step of the driver: the refs a room keeps to its members and a player to its room
+/// are not refreshed when the actor they name moves; they reach it through the old owner's
+/// Message Follow, for its bounded time (5 s by default, SB-5.12).
+async fn relocate_under_traffic(
+    endpoints: &[String],
+    names: &[String],
+    credential: &[u8],
+    players: &mut [Player],
+    owners: &BTreeMap<String, String>,
+) -> anyhow::Result<()> {
+    let mut ops = Vec::new();
+    for ep in endpoints {
+        let c = NodeClient::connect(ep, WAIT)?;
+        c.authenticate(credential)
+            .await
+            .with_context(|| format!("operator credential at {ep}"))?;
+        ops.push(c);
+    }
+    let rooms: Vec<String> = players
+        .iter()
+        .map(|p| p.room.clone())
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    // What moves, in order: each room and the first player of each room, away and back.
+    let mut moving = Vec::new();
+    for room in &rooms {
+        moving.push(chat::room_id(room));
+        let first = players
+            .iter()
+            .find(|p| &p.room == room)
+            .context("a player")?;
+        moving.push(chat::player_id(&first.name));
+    }
+    let stop = AtomicBool::new(false);
+    let answered = AtomicU64::new(0);
+    let notify = tokio::sync::Notify::new();
+    let shared: &[Player] = players;
+    let started = Instant::now();
+    let moves = async {
+        let r: anyhow::Result<Vec<(String, String, String, u64)>> = async {
+            let mut done = Vec::new();
+            for id in &moving {
+                let home = owners.get(id).cloned().context("owner known")?;
+                let home_i = names
+                    .iter()
+                    .position(|n| *n == home)
+                    .context("owner node")?;
+                let away = names[(home_i + 1) % names.len()].clone();
+                {
+                    let (from, to) = (&home, &away);
+                    let seen = answered.load(Ordering::Relaxed);
+                    wait_answered(&answered, &stop, &notify, seen + LINES_BETWEEN_MOVES).await?;
+                    let from_i = names.iter().position(|n| n == from).context("node")?;
+                    let r = ops[from_i]
+                        .relocate(&RelocateActor {
+                            actor_id: id.clone(),
+                            to: to.clone(),
+                        })
+                        .await
+                        .with_context(|| format!("relocating {id} from {from} to {to}"))?;
+                    ensure!(r.to == *to, "{id} moved to {}", r.to);
+                    done.push((id.clone(), from.clone(), to.clone(), r.duration_ms));
+                }
+            }
+            let seen = answered.load(Ordering::Relaxed);
+            wait_answered(&answered, &stop, &notify, seen + LINES_BETWEEN_MOVES).await?;
+            Ok(done)
+        }
+        .await;
+        stop.store(true, Ordering::Relaxed);
+        r
+    };
+    let (moves, a0, a1) = tokio::join!(
+        moves,
+        speak(shared, &rooms[0], &stop, &answered, &notify),
+        speak(shared, &rooms[1], &stop, &answered, &notify)
+    );
+    // A speaker's failure first: it is what stopped the relocations.
+    let mut lines = a0?;
+    lines.extend(a1?);
+    let moves = moves?;
+    let elapsed = started.elapsed();
+    // Processed: each answered line has its own room sequence number, consecutive per room.
+    let mut duplicated = 0u64;
+    let mut per_room: BTreeMap<&str, Vec<&Answered>> = BTreeMap::new();
+    for l in &lines {
+        per_room.entry(l.room.as_str()).or_default().push(l);
+    }
+    let mut pauses = Vec::new();
+    for (room, ls) in &mut per_room {
+        let mut seqs: Vec<u64> = ls.iter().map(|l| l.seq).collect();
+        seqs.sort_unstable();
+        let before = seqs.len();
+        seqs.dedup();
+        duplicated += (before - seqs.len()) as u64;
+        ensure!(
+            seqs.windows(2).all(|w| w[1] == w[0] + 1),
+            "{room}: line numbers not consecutive"
+        );
+        ls.sort_by_key(|l| l.at);
+        let mut gaps: Vec<Duration> = ls.windows(2).map(|w| w[1].at - w[0].at).collect();
+        gaps.sort_unstable();
+        let median = gaps.get(gaps.len() / 2).copied().unwrap_or_default();
+        let largest = gaps.last().copied().unwrap_or_default();
+        pauses.push(format!(
+            "{room}: largest gap {:.1} ms (median {:.1} ms)",
+            largest.as_secs_f64() * 1e3,
+            median.as_secs_f64() * 1e3
+        ));
+    }
+    // Delivered: every member gets every line of its room said meanwhile, once.
+    let sent = lines.len() as u64;
+    let mut lost = 0u64;
+    let mut delivered = 0u64;
+    for p in players.iter_mut() {
+        let room = p.room.clone();
+        let want: BTreeSet<u64> = lines
+            .iter()
+            .filter(|l| l.room == room)
+            .map(|l| l.seq)
+            .collect();
+        for seq in &want {
+            let got = p
+                .expect(
+                    &format!("line {seq} of {room}"),
+                    |g| matches!(g, Got::Line(l) if l.room == room && l.seq == *seq),
+                )
+                .await;
+            match got {
+                Ok(_) => delivered += 1,
+                Err(_) => lost += 1,
+            }
+        }
+        let mut seen = BTreeMap::new();
+        for l in p
+            .lines()
+            .filter(|l| l.room == room && want.contains(&l.seq))
+        {
+            *seen.entry(l.seq).or_insert(0u64) += 1;
+        }
+        duplicated += seen.values().map(|n| n - 1).sum::<u64>();
+    }
+    for (id, from, to, ms) in &moves {
+        ok(format!("relocated {id}: {from} → {to} in {ms} ms"));
+    }
+    say!(
+        "  relocation: moves={} sent={sent} processed={} delivered={delivered} lost={lost} duplicated={duplicated} elapsed={elapsed:?}",
+        moves.len(),
+        per_room.values().map(Vec::len).sum::<usize>()
+    );
+    say!("  pause: {}", pauses.join("; "));
+    ensure!(
+        lost == 0 && duplicated == 0,
+        "relocation under traffic: {lost} lost, {duplicated} duplicated"
+    );
+    for p in players.iter() {
+        ensure!(
+            p.c.close_reason().is_none(),
+            "{}: session closed during the relocations ({:?})",
+            p.name,
+            p.c.close_reason()
+        );
+    }
+    ok(format!(
+        "{} relocations under traffic: {sent} lines sent, all processed once and delivered to every member; none lost, none duplicated; no session closed",
+        moves.len()
+    ));
+    for c in ops {
+        c.close().await;
+    }
     Ok(())
 }

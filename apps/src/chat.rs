@@ -7,6 +7,10 @@
 //! | `chat_player` | `player:<name>` | [`PLAYERS_SPOT`] (User, PerActor) | its name, its room, online |
 //! | `chat_room` | `room:<name>` | [`ROOMS_SPOT`] (User, SpotWide) | members (player, ref, online), line sequence |
 //!
+//! Both types can be relocated (`zlink-node ctl relocate`): their state travels with them (the
+//! migration contract). A ref a room or player keeps to a moved actor reaches it through the
+//! old owner's Message Follow for its bounded time (SB-5.12).
+//!
 //! Both are placed by a stable hash of their id over the mesh's nodes ([`home_node`]); when the
 //! home node cannot activate (down), on the contacted node. So a player's actor, its session and
 //! its room are usually on three different nodes, and relays (24), actor sends (160) and pushes
@@ -389,21 +393,23 @@ use msg::{
 // Actor state and handlers
 // ------------------------------------------------------------------------------------------
 
-#[derive(Debug)]
+/// A player's state (its migration state too: it travels when the player is relocated).
+#[derive(Clone, Debug, Serialize, Deserialize)]
 struct Player {
     name: String,
     room: Option<(String, ActorRef)>,
     online: bool,
 }
 
-#[derive(Debug)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 struct RoomMember {
     player: String,
     actor: ActorRef,
     online: bool,
 }
 
-#[derive(Debug)]
+/// A room's state (its migration state too: it travels when the room is relocated).
+#[derive(Clone, Debug, Serialize, Deserialize)]
 struct Room {
     name: String,
     seq: u64,
@@ -566,6 +572,11 @@ fn player_type() -> Result<zlink::actor::ActorType, ActorConfigError> {
                 .map_err(|e| herr("telling the room", e))
         })
     })
+    // Live relocation: the player's name, room and presence travel.
+    .migrate(
+        |p: &Player| Ok::<_, HandlerError>(p.clone()),
+        |_info, p: Player| Ok(p),
+    )
     .build()
 }
 
@@ -663,6 +674,11 @@ fn room_type() -> Result<zlink::actor::ActorType, ActorConfigError> {
         })
     })
     .handle(|r: &mut Room, _ctx, _: RoomWho| Handled::ok(r.listing()))
+    // Live relocation: the members and the line sequence travel.
+    .migrate(
+        |r: &Room| Ok::<_, HandlerError>(r.clone()),
+        |_info, r: Room| Ok(r),
+    )
     .build()
 }
 

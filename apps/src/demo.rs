@@ -7,6 +7,7 @@
 //! | `room` | [`Enter`] → member count, [`Say`] → message sequence number, [`CallEcho`] → the reply of an `echo` actor the room calls (actor → actor, possibly cross-node) |
 //! | `failing` | [`Fail`] → always a handler error (EG-15 error reply) |
 //! | `sequence` | [`Next`] (sent in order 0, 1, 2, …) → `()`, [`Checked`] → (next expected, out of order) |
+//! | `tally` | [`Mark`] (per sender in order 0, 1, 2, …) → marks counted from that sender, [`Tallied`] → [`Tally`]; migratable (its state travels when it is relocated) |
 
 use std::time::Duration;
 
@@ -134,7 +135,42 @@ impl Message for Checked {
     type Reply = (u64, u64);
 }
 
-/// The demo types: `counter`, `echo`, `room`, `failing`, `sequence`.
+/// One numbered message from one sender to a `tally` actor: each sender numbers its marks 0, 1,
+/// 2, … per actor; the actor counts every mark whose number is not the next one it expects from
+/// that sender (a lost, doubled or reordered mark shows). Replies how many marks it has counted
+/// from `from`, this one included.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
+pub struct Mark {
+    /// The sender's number (chosen by the senders, unique among them).
+    pub from: u32,
+    /// The mark's number in the sender's sequence to this actor.
+    pub seq: u64,
+}
+impl Message for Mark {
+    const KEY: DispatchKey = DispatchKey::new(52);
+    type Reply = u64;
+}
+
+/// Reads a `tally` actor's whole state.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
+pub struct Tallied;
+impl Message for Tallied {
+    const KEY: DispatchKey = DispatchKey::new(53);
+    type Reply = Tally;
+}
+
+/// A `tally` actor's state (its migration state too: it travels when the actor is relocated).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Tally {
+    /// Per sender: the number of the next mark expected (one more than the last one counted).
+    pub next: std::collections::BTreeMap<u32, u64>,
+    /// Per sender: marks counted.
+    pub counted: std::collections::BTreeMap<u32, u64>,
+    /// Marks whose number was not the next expected from their sender.
+    pub out_of_order: u64,
+}
+
+/// The demo types: `counter`, `echo`, `room`, `failing`, `sequence`, `tally`.
 ///
 /// # Errors
 /// Never in practice (the types are valid); registration errors are passed on.
@@ -218,6 +254,25 @@ pub fn registry() -> Result<ActorRegistry, ActorConfigError> {
                 Handled::ok(())
             })
             .handle(|state: &mut (u64, u64), _ctx, Checked| Handled::ok(*state))
+            .build()?,
+    )?;
+    r.register(
+        ActorTypeBuilder::new("tally", |_info, _init| Ok(Tally::default()))
+            .handle(|t: &mut Tally, _ctx, Mark { from, seq }| {
+                let next = t.next.entry(from).or_insert(0);
+                if seq != *next {
+                    t.out_of_order += 1;
+                }
+                *next = seq.saturating_add(1);
+                let counted = t.counted.entry(from).or_insert(0);
+                *counted += 1;
+                Handled::ok(*counted)
+            })
+            .handle(|t: &mut Tally, _ctx, Tallied| Handled::ok(t.clone()))
+            .migrate(
+                |t: &Tally| Ok::<_, HandlerError>(t.clone()),
+                |_info, t: Tally| Ok(t),
+            )
             .build()?,
     )?;
     r.register(

@@ -26,6 +26,7 @@ use tracing::Instrument;
 use zlink_mesh::ReplyHandle;
 use zlink_wire::{
     ActorId, Deadline, DispatchKey, ErrorKind, NodeRid, Record, RelocationId, Request, SealOutcome,
+    SessionRelocationRoute,
 };
 
 use super::local::LocalActor;
@@ -524,6 +525,21 @@ impl Node {
     /// The histogram of committed relocation durations (metrics endpoint).
     pub(super) fn relocation_durations(&self) -> &prometheus_client::metrics::histogram::Histogram {
         &self.inner.relocations.durations
+    }
+
+    /// Sends a 44 to the session owner `to`; to a session of this node it takes a direct call
+    /// (the same checks as from a peer).
+    async fn send_route(&self, to: &NodeRid, record: SessionRelocationRoute) {
+        if to == self.node_rid() {
+            self.sessions().handle_route(&record);
+        } else if let Err(e) = self
+            .inner
+            .mesh
+            .send_record(to, Record::SessionRelocationRoute(record), None)
+            .await
+        {
+            tracing::warn!(error = %e, "44 not sent");
+        }
     }
 
     /// Relocations this node takes part in now (as source or target): each holds an entry
@@ -1086,6 +1102,19 @@ impl SourceRun<'_> {
                     .sources
                     .get(&relocation)
                     .map(|s| s.tx.clone());
+                // A session of this node: the 42 takes a direct call (the same checks as
+                // from a peer), its 43 is the call's outcome.
+                if to == *node.node_rid() {
+                    let outcome = node.sessions().handle_seal(
+                        (node.node_rid(), node.generation()),
+                        &record,
+                        None,
+                    );
+                    if let Some(tx) = tx {
+                        let _ = tx.try_send(SourceInput::Sealed(seal, outcome));
+                    }
+                    return None;
+                }
                 let n = node.clone();
                 let timeout = node.inner.relocation.seal_timeout;
                 tokio::spawn(async move {
@@ -1240,16 +1269,7 @@ impl SourceRun<'_> {
                     }
                 }
             }
-            SourceEffect::SendRoute { to, record } => {
-                if let Err(e) = node
-                    .inner
-                    .mesh
-                    .send_record(&to, Record::SessionRelocationRoute(record), None)
-                    .await
-                {
-                    tracing::warn!(error = %e, "44 not sent");
-                }
-            }
+            SourceEffect::SendRoute { to, record } => node.send_route(&to, record).await,
             SourceEffect::EndIncarnations(locations) => {
                 for l in &locations {
                     self.end_incarnation(l).await;
@@ -1613,16 +1633,7 @@ impl TargetRun<'_> {
                 // Each request in it is answered (`Unavailable`), never run.
                 drop(q);
             }
-            TargetEffect::SendRoute { to, record } => {
-                if let Err(e) = node
-                    .inner
-                    .mesh
-                    .send_record(&to, Record::SessionRelocationRoute(record), None)
-                    .await
-                {
-                    tracing::warn!(error = %e, "44 not sent");
-                }
-            }
+            TargetEffect::SendRoute { to, record } => node.send_route(&to, record).await,
             TargetEffect::ReportToSource {
                 to,
                 committed,

@@ -16,13 +16,14 @@ impl SessionOwner {
 
     /// A 42 from `sender` (SB-8.1): the seal is installed (or was, for a duplicate) and the
     /// 43 says `Installed`, else `Rejected` with the SB-12 kind (counted). The 43 is the 42's
-    /// reply on its correlation (no sequence, no high-water: SB-8.2, SB-14.26).
+    /// reply on its correlation (no sequence, no high-water: SB-8.2, SB-14.26). Returns the
+    /// outcome (the 43 a local actor owner takes by direct call, without `reply`).
     pub(crate) fn handle_seal(
         self: &Arc<Self>,
         sender: (&NodeRid, NodeGeneration),
         rec: &SessionRelocationSeal,
         reply: Option<ReplyHandle>,
-    ) {
+    ) -> SealOutcome {
         let outcome = match self.entry(rec.seal.session) {
             None => {
                 let reason = if rec.seal.session_lifecycle == self.cfg.lifecycle {
@@ -50,7 +51,7 @@ impl SessionOwner {
             }
         };
         let Some(reply) = reply else {
-            return;
+            return outcome;
         };
         let sealed = Record::SessionRelocationSealed(SessionRelocationSealed {
             seal: rec.seal.clone(),
@@ -60,6 +61,7 @@ impl SessionOwner {
             let (reply, e) = *e;
             reply.error(ErrorKind::Internal, e.to_string());
         }
+        outcome
     }
 
     /// A 44 from any mesh peer (SB-8.3, SB-8.7, SB-8.8); never answered (SB-8.4). Applied:
