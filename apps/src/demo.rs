@@ -385,12 +385,13 @@ fn not_bound(id: &str) -> zlink::session::PacketError {
 }
 
 /// The current binding of the actor whose id has these bytes (`None`: no binding, or not
-/// UTF-8; [`relay_target`] then tells which).
+/// UTF-8; [`relay_target`] then tells which). `find_bytes` checks the UTF-8 only for an id
+/// other than the previous relay's.
 fn bound(
     s: &zlink::session::Session,
     id: &[u8],
 ) -> Option<Result<zlink::session::BoundActor, zlink::session::PacketError>> {
-    s.actors().find(std::str::from_utf8(id).ok()?).map(Ok)
+    s.actors().find_bytes(id).map(Ok)
 }
 
 /// A relayed request's reply as the `RelayRequest` packet's reply: MessagePack bin (what

@@ -546,6 +546,17 @@ impl SessionBindingAggregate {
         }
     }
 
+    /// [`SessionBindingAggregate::find_shared`] by the id's text as bytes: the previous
+    /// relay's binding is compared byte for byte, so a packet handler that read the id from
+    /// the client's bytes checks its UTF-8 only when it names another actor (bytes that are not
+    /// UTF-8 name no binding).
+    pub(crate) fn find_shared_bytes(&self, actor: &[u8]) -> Option<Arc<Binding>> {
+        match &self.last_relayed {
+            Some(b) if b.actor.as_bytes() == actor => Some(b.clone()),
+            _ => self.bindings.get(std::str::from_utf8(actor).ok()?).cloned(),
+        }
+    }
+
     /// Number of binds waiting for their terminal.
     #[must_use]
     pub fn pending_binds(&self) -> usize {
@@ -1991,6 +2002,38 @@ mod tests {
         assert_eq!(gen_of(&mut a), Some(Ok(4)));
         assert_eq!(a.disconnect().len(), 1);
         assert_eq!(gen_of(&mut a), None);
+    }
+
+    /// `find_shared_bytes` finds what `find_shared` finds: the remembered binding by its
+    /// bytes, another by its text, nothing for bytes that name no binding or are not UTF-8,
+    /// and not the remembered binding once it ended.
+    #[test]
+    fn find_by_bytes_is_find_by_text() {
+        let mut a = agg();
+        let b1 = bind(&mut a, target(1, 1), 1);
+        let b2 = bind(&mut a, target(2, 1), 2);
+        for b in [&b1, &b2] {
+            assert_eq!(
+                a.find_shared_bytes(b.actor.as_bytes()),
+                a.find_shared(&b.actor)
+            );
+        }
+        a.relay(&b1.actor, b1.generation).unwrap();
+        assert_eq!(
+            a.find_shared_bytes(b1.actor.as_bytes())
+                .map(|b| b.generation),
+            Some(b1.generation)
+        );
+        assert_eq!(
+            a.find_shared_bytes(b2.actor.as_bytes())
+                .map(|b| b.generation),
+            Some(b2.generation)
+        );
+        assert!(a.find_shared_bytes(b"nobody").is_none());
+        assert!(a.find_shared_bytes(&[0xff, 0xfe]).is_none());
+        a.remove(&b1.actor, b1.generation).unwrap();
+        assert!(a.find_shared_bytes(b1.actor.as_bytes()).is_none());
+        assert!(a.find_shared_bytes(b2.actor.as_bytes()).is_some());
     }
 
     /// Only a binding to an actor on another node has a 24 template (its relays cross the

@@ -604,6 +604,18 @@ impl SessionActors<'_> {
         })
     }
 
+    /// [`SessionActors::find`] by the id's text as bytes, as a packet handler reads it from
+    /// the client's packet: the binding of the session's previous relay is compared byte for
+    /// byte first, so the bytes are checked for UTF-8 only when they name another actor. Bytes
+    /// that are not UTF-8 name no binding (`None`).
+    #[must_use]
+    pub fn find_bytes(&self, actor: &[u8]) -> Option<BoundActor> {
+        self.session.entry.find_bytes(actor).map(|b| BoundActor {
+            session: self.session.clone(),
+            binding: b,
+        })
+    }
+
     /// Binds the session to the incarnation `actor` (SB-5.1, SB-5.2, SB-6.1): one 38 to the
     /// ref's location; the terminal is returned once the route is stored (SB-5.7). Binding the
     /// current binding again is idempotent (SB-6.7).
