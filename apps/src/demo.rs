@@ -506,6 +506,41 @@ impl<'a> RawRelay<'a> {
     }
 }
 
+/// An ASCII actor id copied out of a relay packet (at most [`zlink_wire::ActorId::MAX_LEN`]
+/// bytes; `bytes[..len]`).
+struct AsciiId {
+    bytes: [u8; zlink_wire::ActorId::MAX_LEN],
+    len: usize,
+}
+
+impl RawRelay<'_> {
+    /// A `RelaySend` read by the fast reader whose actor id is ASCII (valid UTF-8, so what
+    /// `rmp-serde` reads too): the id copied out, the key, and the packet narrowed to the
+    /// message. Anything else gives the packet back whole, for [`RelayView::parse`], which
+    /// then answers it as without this step (a non-ASCII id's error is `rmp-serde`'s verdict
+    /// on the whole packet).
+    fn ascii_send(mut packet: Bytes) -> Result<(AsciiId, DispatchKey, Bytes), Bytes> {
+        let (id, key, start, len) = {
+            let Some(v) = RawRelay::read(&packet) else {
+                return Err(packet);
+            };
+            if !v.actor_id.is_ascii() || v.actor_id.len() > zlink_wire::ActorId::MAX_LEN {
+                return Err(packet);
+            }
+            let mut id = AsciiId {
+                bytes: [0; zlink_wire::ActorId::MAX_LEN],
+                len: v.actor_id.len(),
+            };
+            id.bytes[..id.len].copy_from_slice(v.actor_id);
+            let start = v.payload.as_ptr() as usize - packet.as_ptr() as usize;
+            (id, v.key, start, v.payload.len())
+        };
+        packet.advance(start);
+        packet.truncate(len);
+        Ok((id, DispatchKey::new(key), packet))
+    }
+}
+
 /// A packet `rmp-serde` refuses, as the application sees it.
 fn payload_error(e: &rmp_serde::decode::Error) -> zlink::session::PacketError {
     zlink::session::PacketError::new(ErrorKind::InvalidOperation, format!("packet payload: {e}"))
@@ -597,8 +632,29 @@ pub fn sessions() -> zlink::session::SessionHandlers {
                 Err(e) => zlink::session::PacketTurn::Done(Err(e)),
             }
         })
-        // A one-way relay admitted at once finishes without a future (`send_turn`).
+        // A one-way relay admitted at once finishes without a future; an ASCII id (every id
+        // a client normally sends) is found and relayed in one step (`send_turn_bytes`).
         .packet_turn(RelaySend::KEY, |s, packet| {
+            let packet = match RawRelay::ascii_send(packet) {
+                Ok((id, key, payload)) => {
+                    let id = &id.bytes[..id.len];
+                    return match s.actors().send_turn_bytes(
+                        id,
+                        key,
+                        payload,
+                        Bytes::from_static(UNIT),
+                    ) {
+                        Some(turn) => turn,
+                        // ASCII, so text: the relay's not-bound refusal, counted.
+                        None => zlink::session::PacketTurn::Done(Err(counted_not_bound(
+                            &s,
+                            FlowRecord::Relay,
+                            std::str::from_utf8(id).unwrap_or_default(),
+                        ))),
+                    };
+                }
+                Err(packet) => packet,
+            };
             match RelayView::parse(packet, |id| relay_target(&s, id, bound(&s, id))) {
                 Ok((actor, key, payload, _)) => {
                     actor.send_turn(key, payload, Bytes::from_static(UNIT))

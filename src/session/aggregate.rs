@@ -743,6 +743,40 @@ impl SessionBindingAggregate {
         ))
     }
 
+    /// [`SessionBindingAggregate::find_shared_bytes`] and [`SessionBindingAggregate::relay`]
+    /// in one step: the current binding of the actor whose id has these bytes (the previous
+    /// relay's compared byte for byte first, UTF-8 checked only for another id) and the ticket
+    /// of a relay through it. `None` when no binding has these bytes.
+    ///
+    /// # Errors
+    /// [`FlowReject::SessionClosed`] (with the binding's actor, for the count).
+    pub(crate) fn relay_bytes(
+        &mut self,
+        actor: &[u8],
+    ) -> Option<Result<RelayTicket, (FlowReject, ActorId)>> {
+        let closed = matches!(self.phase, Phase::Closed(_));
+        let b = match &self.last_relayed {
+            Some(b) if b.actor.as_bytes() == actor => b,
+            _ => {
+                let b = self.bindings.get(std::str::from_utf8(actor).ok()?)?;
+                if closed {
+                    return Some(Err((FlowReject::SessionClosed, b.actor.clone())));
+                }
+                &*self.last_relayed.insert(b.clone())
+            }
+        };
+        if closed {
+            return Some(Err((FlowReject::SessionClosed, b.actor.clone())));
+        }
+        let held = !self.seals.is_empty() && self.seals.contains_key(&b.actor);
+        Some(Ok(Self::ticket(
+            b,
+            self.id.lifecycle,
+            &mut self.next_sequence,
+            held,
+        )))
+    }
+
     /// The ticket of a relay through `b`, with the next session sequence.
     fn ticket(
         b: &Arc<Binding>,
@@ -2034,6 +2068,34 @@ mod tests {
         a.remove(&b1.actor, b1.generation).unwrap();
         assert!(a.find_shared_bytes(b1.actor.as_bytes()).is_none());
         assert!(a.find_shared_bytes(b2.actor.as_bytes()).is_some());
+    }
+
+    /// `relay_bytes` is `find_shared_bytes` then `relay`: the same binding, the next
+    /// sequence, nothing for bytes that name no binding, `SessionClosed` once closed.
+    #[test]
+    fn relay_by_bytes_is_find_then_relay() {
+        let mut a = agg();
+        let b1 = bind(&mut a, target(1, 1), 1);
+        let b2 = bind(&mut a, target(2, 1), 2);
+        let r1 = a.relay(&b1.actor, b1.generation).unwrap();
+        let t1 = a.relay_bytes(b1.actor.as_bytes()).unwrap().unwrap();
+        assert_eq!(t1.sequence.get(), r1.sequence.get() + 1);
+        assert_eq!((&t1.binding, t1.lifecycle), (&r1.binding, r1.lifecycle));
+        let t2 = a.relay_bytes(b2.actor.as_bytes()).unwrap().unwrap();
+        assert_eq!(t2.generation(), b2.generation);
+        assert_eq!(t2.sequence.get(), t1.sequence.get() + 1);
+        assert!(a.relay_bytes(b"nobody").is_none());
+        assert!(a.relay_bytes(&[0xff, 0xfe]).is_none());
+        let (s, g) = sender();
+        let t0 = Instant::now();
+        a.handle_replaced(t0, (&s, g), &replaced_of(&b1)).unwrap();
+        assert!(a.callback_finished(t0, 1));
+        assert!(a.handle_timeout(t0 + REPLACEMENT_CLOSE_DELAY, 1).is_some());
+        assert!(a.relay_bytes(b1.actor.as_bytes()).is_none());
+        assert_eq!(
+            a.relay_bytes(b2.actor.as_bytes()).unwrap().unwrap_err(),
+            (FlowReject::SessionClosed, b2.actor.clone())
+        );
     }
 
     /// Only a binding to an actor on another node has a 24 template (its relays cross the
