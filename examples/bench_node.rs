@@ -14,7 +14,10 @@
 //! - `actor_send`: one-way `Add` sends from node a to a `counter` on node b, counted by the
 //!   actor; baseline: libzmq DEALER→ROUTER one-way throughput of 64-byte messages.
 //!
-//! `BENCH_QUICK=1` shortens every run. `BENCH_SAMPLES=FILE` appends the request round trips
+//! `BENCH_QUICK=1` shortens every run; `BENCH_NODE_ONLY=send` runs only `actor_send`
+//! (`BENCH_SENDS=N` sends: callgrind's per-send cost is the difference of two runs;
+//! `BENCH_SPIN=<yields>` sets the I/O threads' spin, 0 under valgrind).
+//! `BENCH_SAMPLES=FILE` appends the request round trips
 //! (and the libzmq baseline's) to FILE for `bench_plot`'s histograms. Progress on stderr.
 
 use std::time::{Duration, Instant};
@@ -167,6 +170,12 @@ async fn start(
     let mut mc = MeshConfig::new(MeshName::new("bench").unwrap(), NodeRid::new(name).unwrap());
     mc.secret = Some(MeshSecret::new(b"zlink-bench-secret-0123456789abcdef".to_vec()).unwrap());
     mc.client_endpoint = Some("tcp://127.0.0.1:*".into());
+    if let Some(spin) = std::env::var("BENCH_SPIN")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        mc.io_spin_yields = spin;
+    }
     let mut o = NodeOptions::new(mc, store, demo::registry().unwrap())
         .with_client_access(zlink::node::access::ClientAccess::open());
     o.peers = peers;
@@ -180,17 +189,12 @@ async fn main() {
     } else {
         (10_000, 200_000)
     };
+    let send_n = std::env::var("BENCH_SENDS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(send_n);
+    let only_send = std::env::var_os("BENCH_NODE_ONLY").is_some_and(|v| v == "send");
     progress::start("bench_node", 6);
-    progress::step(format!("libzmq round trip baseline ({rt_n})"));
-    let zmq_rt = tokio::task::spawn_blocking(move || zmq_round_trip(rt_n))
-        .await
-        .unwrap();
-
-    progress::step(format!("libzmq two-hop echo baseline ({rt_n})"));
-    let zmq_rt2 = tokio::task::spawn_blocking(move || raw_2hop_echo(rt_n))
-        .await
-        .unwrap();
-
     let store = std::sync::Arc::new(MemoryStore::new());
     let b = start("b", vec![], store.clone()).await;
     let a = start("a", vec![b.address()], store).await;
@@ -211,72 +215,85 @@ async fn main() {
     let timeout = Duration::from_secs(5);
     let msg = Echo(vec![7u8; PAYLOAD]);
 
-    // Node API request/reply.
-    progress::step(format!("actor requests via the node API ({rt_n})"));
-    let mut h = hist();
-    for i in 0..rt_n + 1000 {
-        let t = Instant::now();
-        a.request(&echo, &msg, timeout).await.unwrap();
-        if i >= 1000 {
-            let _ = h.record(t.elapsed().as_micros().max(1) as u64);
-        }
-    }
-    line(
-        "actor_request_node",
-        "p50_us",
-        h.value_at_quantile(0.5) as f64,
-        zmq_rt.0,
-    );
-    line(
-        "actor_request_node",
-        "p99_us",
-        h.value_at_quantile(0.99) as f64,
-        zmq_rt.1,
-    );
-    samples::write(
-        "actor_request_node",
-        samples::ZLINK,
-        &samples::of_histogram(&h),
-    );
-    samples::write("actor_request_node", samples::BASELINE, &zmq_rt.2);
+    if !only_send {
+        progress::step(format!("libzmq round trip baseline ({rt_n})"));
+        let zmq_rt = tokio::task::spawn_blocking(move || zmq_round_trip(rt_n))
+            .await
+            .unwrap();
 
-    // ClientServer client → node a → actor on node b.
-    progress::step(format!("actor requests via a client ({rt_n})"));
-    let client = NodeClient::connect(a.endpoints().client.as_deref().unwrap(), timeout).unwrap();
-    let via = client
-        .get_or_create("echo", "bench-echo", Placement::default())
-        .await
-        .unwrap();
-    assert_eq!(via, echo);
-    let mut h = hist();
-    for i in 0..rt_n + 1000 {
-        let t = Instant::now();
-        client.request(&echo, &msg).await.unwrap();
-        if i >= 1000 {
-            let _ = h.record(t.elapsed().as_micros().max(1) as u64);
-        }
-    }
-    // Two hops each way: against the raw two-hop echo (its samples are this line's baseline,
-    // written by the child).
-    line(
-        "actor_request_client",
-        "p50_us",
-        h.value_at_quantile(0.5) as f64,
-        zmq_rt2.0,
-    );
-    line(
-        "actor_request_client",
-        "p99_us",
-        h.value_at_quantile(0.99) as f64,
-        zmq_rt2.1,
-    );
-    samples::write(
-        "actor_request_client",
-        samples::ZLINK,
-        &samples::of_histogram(&h),
-    );
+        progress::step(format!("libzmq two-hop echo baseline ({rt_n})"));
+        let zmq_rt2 = tokio::task::spawn_blocking(move || raw_2hop_echo(rt_n))
+            .await
+            .unwrap();
 
-    client.close().await;
+        // Node API request/reply.
+        progress::step(format!("actor requests via the node API ({rt_n})"));
+        let mut h = hist();
+        for i in 0..rt_n + 1000 {
+            let t = Instant::now();
+            a.request(&echo, &msg, timeout).await.unwrap();
+            if i >= 1000 {
+                let _ = h.record(t.elapsed().as_micros().max(1) as u64);
+            }
+        }
+        line(
+            "actor_request_node",
+            "p50_us",
+            h.value_at_quantile(0.5) as f64,
+            zmq_rt.0,
+        );
+        line(
+            "actor_request_node",
+            "p99_us",
+            h.value_at_quantile(0.99) as f64,
+            zmq_rt.1,
+        );
+        samples::write(
+            "actor_request_node",
+            samples::ZLINK,
+            &samples::of_histogram(&h),
+        );
+        samples::write("actor_request_node", samples::BASELINE, &zmq_rt.2);
+
+        // ClientServer client → node a → actor on node b.
+        progress::step(format!("actor requests via a client ({rt_n})"));
+        let client =
+            NodeClient::connect(a.endpoints().client.as_deref().unwrap(), timeout).unwrap();
+        let via = client
+            .get_or_create("echo", "bench-echo", Placement::default())
+            .await
+            .unwrap();
+        assert_eq!(via, echo);
+        let mut h = hist();
+        for i in 0..rt_n + 1000 {
+            let t = Instant::now();
+            client.request(&echo, &msg).await.unwrap();
+            if i >= 1000 {
+                let _ = h.record(t.elapsed().as_micros().max(1) as u64);
+            }
+        }
+        // Two hops each way: against the raw two-hop echo (its samples are this line's baseline,
+        // written by the child).
+        line(
+            "actor_request_client",
+            "p50_us",
+            h.value_at_quantile(0.5) as f64,
+            zmq_rt2.0,
+        );
+        line(
+            "actor_request_client",
+            "p99_us",
+            h.value_at_quantile(0.99) as f64,
+            zmq_rt2.1,
+        );
+        samples::write(
+            "actor_request_client",
+            samples::ZLINK,
+            &samples::of_histogram(&h),
+        );
+
+        client.close().await;
+    }
 
     // One-way sends, counted by the actor.
     progress::step(format!(

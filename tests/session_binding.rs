@@ -66,6 +66,44 @@ async fn two_actors_bound_on_one_session_relay_independently() {
     assert_eq!(bound, vec![counter, echo]);
 }
 
+// spec: SB-5.9
+// spec: SB-5.3
+// A one-way RelaySend goes only to the actor its id names, through the session's binding of
+// it: to an actor the session holds no binding of it is refused and counted
+// `relay`/`session_not_bound` — also right after a relay to a bound actor whose binding the
+// session remembers (the id's bytes are compared, not assumed).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relay_send_reaches_only_the_bound_actor_its_id_names() {
+    use zlink::session::{FlowRecord, FlowReject};
+    let (a, _b, _ta, _tb) = session_pair(memory_store(), demo::sessions(), None).await;
+    let c = client_of(&a);
+    let c1 = c.create("counter", "c1", Placement::on("b")).await.unwrap();
+    let c2 = c.create("counter", "c2", Placement::on("b")).await.unwrap();
+    bind(&c, &c1).await;
+    let not_bound = || {
+        a.session_flow()
+            .get(FlowRecord::Relay, FlowReject::NotBound)
+    };
+    let send = |to: &ActorRef| RelaySend {
+        actor_id: to.id().to_string(),
+        key: Add::KEY.get(),
+        payload: enc(&Add(1)),
+    };
+    let before = not_bound();
+    c.packet_send(&send(&c2)).await.unwrap();
+    wait_until("the unbound relay counted", || not_bound() == before + 1).await;
+    for _ in 0..3 {
+        c.packet_send(&send(&c1)).await.unwrap();
+    }
+    c.packet_send(&send(&c2)).await.unwrap();
+    wait_until("the second unbound relay counted", || {
+        not_bound() == before + 2
+    })
+    .await;
+    assert_eq!(relay_req(&c, &c1, &Get).await.unwrap(), 3);
+    assert_eq!(a.request(&c2, &Get, TIMEOUT).await.unwrap(), 0);
+}
+
 // spec: SB-14.3
 // spec: SB-5.1
 // spec: SB-5.10

@@ -440,12 +440,13 @@ fn not_bound(id: &str) -> zlink::session::PacketError {
 }
 
 /// The current binding of the actor whose id has these bytes (`None`: no binding, or not
-/// UTF-8; [`relay_target`] then tells which).
+/// UTF-8; [`relay_target`] then tells which). `find_bytes` checks the UTF-8 only for an id
+/// other than the previous relay's.
 fn bound(
     s: &zlink::session::Session,
     id: &[u8],
 ) -> Option<Result<zlink::session::BoundActor, zlink::session::PacketError>> {
-    s.actors().find(std::str::from_utf8(id).ok()?).map(Ok)
+    s.actors().find_bytes(id).map(Ok)
 }
 
 /// A relayed request's reply as the `RelayRequest` packet's reply: MessagePack bin (what
@@ -560,6 +561,45 @@ impl<'a> RawRelay<'a> {
     }
 }
 
+/// Longest id [`RawRelay::ascii_send`] copies out (longer ones take the packet whole): a
+/// small stack copy, which a full [`zlink_wire::ActorId::MAX_LEN`] buffer is not (its zeroing
+/// and copy cost about 0.14 k instructions per packet).
+const SHORT_ID: usize = 32;
+
+/// An ASCII actor id copied out of a relay packet (`bytes[..len]`).
+struct AsciiId {
+    bytes: [u8; SHORT_ID],
+    len: usize,
+}
+
+impl RawRelay<'_> {
+    /// A `RelaySend` read by the fast reader whose actor id is ASCII (valid UTF-8, so what
+    /// `rmp-serde` reads too) and at most [`SHORT_ID`] bytes: the id copied out, the key, and the packet narrowed to the
+    /// message. Anything else gives the packet back whole, for [`RelayView::parse`], which
+    /// then answers it as without this step (a non-ASCII id's error is `rmp-serde`'s verdict
+    /// on the whole packet).
+    fn ascii_send(mut packet: Bytes) -> Result<(AsciiId, DispatchKey, Bytes), Bytes> {
+        let (id, key, start, len) = {
+            let Some(v) = RawRelay::read(&packet) else {
+                return Err(packet);
+            };
+            if v.actor_id.len() > SHORT_ID || !v.actor_id.is_ascii() {
+                return Err(packet);
+            }
+            let mut id = AsciiId {
+                bytes: [0; SHORT_ID],
+                len: v.actor_id.len(),
+            };
+            id.bytes[..id.len].copy_from_slice(v.actor_id);
+            let start = v.payload.as_ptr() as usize - packet.as_ptr() as usize;
+            (id, v.key, start, v.payload.len())
+        };
+        packet.advance(start);
+        packet.truncate(len);
+        Ok((id, DispatchKey::new(key), packet))
+    }
+}
+
 /// A packet `rmp-serde` refuses, as the application sees it.
 fn payload_error(e: &rmp_serde::decode::Error) -> zlink::session::PacketError {
     zlink::session::PacketError::new(ErrorKind::InvalidOperation, format!("packet payload: {e}"))
@@ -651,8 +691,29 @@ pub fn sessions() -> zlink::session::SessionHandlers {
                 Err(e) => zlink::session::PacketTurn::Done(Err(e)),
             }
         })
-        // A one-way relay admitted at once finishes without a future (`send_turn`).
+        // A one-way relay admitted at once finishes without a future; an ASCII id (every id
+        // a client normally sends) is found and relayed in one step (`send_turn_bytes`).
         .packet_turn(RelaySend::KEY, |s, packet| {
+            let packet = match RawRelay::ascii_send(packet) {
+                Ok((id, key, payload)) => {
+                    let id = &id.bytes[..id.len];
+                    return match s.actors().send_turn_bytes(
+                        id,
+                        key,
+                        payload,
+                        Bytes::from_static(UNIT),
+                    ) {
+                        Some(turn) => turn,
+                        // ASCII, so text: the relay's not-bound refusal, counted.
+                        None => zlink::session::PacketTurn::Done(Err(counted_not_bound(
+                            &s,
+                            FlowRecord::Relay,
+                            std::str::from_utf8(id).unwrap_or_default(),
+                        ))),
+                    };
+                }
+                Err(packet) => packet,
+            };
             match RelayView::parse(packet, |id| relay_target(&s, id, bound(&s, id))) {
                 Ok((actor, key, payload, _)) => {
                     actor.send_turn(key, payload, Bytes::from_static(UNIT))

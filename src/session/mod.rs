@@ -40,7 +40,10 @@
 //! # Relaying from a packet handler
 //! The fast path of a session application is public API: a handler registered with
 //! [`SessionHandlers::packet_turn`] finds the packet's actor with
-//! [`SessionActors::find`] and returns [`BoundActor::send_turn`] (a one-way relay) or
+//! [`SessionActors::find`] (or [`SessionActors::find_bytes`] for an id read from the packet's
+//! bytes: UTF-8 checked only for an id other than the previous relay's) and returns
+//! [`BoundActor::send_turn`] (a one-way relay; [`SessionActors::send_turn_bytes`] finds and
+//! relays in one step, under one lock) or
 //! [`BoundActor::forward`] (a relay request whose reply answers the client's request):
 //!
 //! ```no_run
@@ -601,6 +604,41 @@ impl SessionActors<'_> {
         self.session.entry.find(actor).map(|b| BoundActor {
             session: self.session.clone(),
             binding: b,
+        })
+    }
+
+    /// [`SessionActors::find`] by the id's text as bytes, as a packet handler reads it from
+    /// the client's packet: the binding of the session's previous relay is compared byte for
+    /// byte first, so the bytes are checked for UTF-8 only when they name another actor. Bytes
+    /// that are not UTF-8 name no binding (`None`).
+    #[must_use]
+    pub fn find_bytes(&self, actor: &[u8]) -> Option<BoundActor> {
+        self.session.entry.find_bytes(actor).map(|b| BoundActor {
+            session: self.session.clone(),
+            binding: b,
+        })
+    }
+
+    /// [`SessionActors::find_bytes`] and [`BoundActor::send_turn`] in one step, under one
+    /// lock of the session's bindings and without a [`BoundActor`] in between: the packet turn
+    /// of a one-way relay to the actor whose id has these bytes, with the same checks, the
+    /// same 24 and the same refusals (counted, SB-5.9). `None`, counted nowhere, when the
+    /// session holds no binding with these bytes ([`Session::not_bound`] counts and refuses).
+    #[must_use]
+    pub fn send_turn_bytes(
+        &self,
+        actor: &[u8],
+        key: DispatchKey,
+        payload: Bytes,
+        reply: Bytes,
+    ) -> Option<PacketTurn> {
+        let sent =
+            self.session
+                .owner
+                .relay_bytes_start(&self.session.entry, actor, key, payload)?;
+        Some(match sent {
+            Err(e) => PacketTurn::Done(Err(e.into())),
+            Ok(sent) => turn_of(sent, reply),
         })
     }
 

@@ -1,9 +1,10 @@
-//! Hand-written bodies of the per-message session records — 24 [`ActorSend`] and 36
-//! [`BoundSessionSend`] — beside the serde codec of every record (`frame`).
+//! Hand-written bodies of the per-message records — 24 [`ActorSend`], 36
+//! [`BoundSessionSend`] and 160 [`ActorCall`] — beside the serde codec of every record
+//! (`frame`).
 //!
-//! One of these crosses the mesh per relayed packet or push; through `rmp-serde` the 24's body
-//! cost about 1,200 instructions to decode and 430 to encode (callgrind), most of it the generic
-//! visitor machinery. Invariants:
+//! One of these crosses the mesh per relayed packet, push or direct actor send; through
+//! `rmp-serde` the 24's body cost about 1,200 instructions to decode and 430 to encode
+//! (callgrind), most of it the generic visitor machinery. Invariants:
 //! - **Encode** writes the bytes `rmp-serde` writes (the same `rmp` primitives, in field order:
 //!   an array of the fields, the smallest integer and length markers), so a peer cannot tell
 //!   the two apart; a property test compares them byte for byte.
@@ -26,10 +27,12 @@ use crate::ids::{
     SessionSequence,
 };
 use crate::msgpack::Reader;
-use crate::record::{ActorSend, BoundSessionSend, BoundSessionTail, Record};
+use crate::record::{ActorCall, ActorSend, BoundSessionSend, BoundSessionTail, Record};
 
 /// Fields of a 24 body (one array).
 const ACTOR_SEND_FIELDS: usize = 8;
+/// Fields of a 160 body (one array).
+const ACTOR_CALL_FIELDS: usize = 7;
 /// Fields of a 36 body (one array).
 const BOUND_SESSION_SEND_FIELDS: usize = 8;
 
@@ -124,8 +127,22 @@ fn bound_session_send(r: &BoundSessionSend, o: &mut Out) -> Option<()> {
     o.uint(u64::from(r.key.get()))
 }
 
-/// `header` followed by the body of a 24 or 36 (the bytes `rmp-serde` writes for it); `None`
-/// for any other record (the caller encodes it with `rmp-serde`).
+fn actor_call(r: &ActorCall, o: &mut Out) -> Option<()> {
+    o.array(7)?;
+    o.text(r.actor.as_str())?;
+    o.uint(r.object_generation.get())?;
+    o.uint(r.authority_owner_generation.get())?;
+    o.uint(r.owner_lease_generation.get())?;
+    o.uint(r.target_node_generation.get())?;
+    o.uint(u64::from(r.key.get()))?;
+    match r.deadline {
+        None => o.put(&[0xc0]),
+        Some(d) => o.uint(u64::from(d.as_millis())),
+    }
+}
+
+/// `header` followed by the body of a 24, 36 or 160 (the bytes `rmp-serde` writes for it);
+/// `None` for any other record (the caller encodes it with `rmp-serde`).
 pub(crate) fn envelope(header: &[u8], record: &Record) -> Option<Bytes> {
     let mut o = Out {
         buf: [0; ENVELOPE_MAX],
@@ -135,6 +152,7 @@ pub(crate) fn envelope(header: &[u8], record: &Record) -> Option<Bytes> {
     match record {
         Record::ActorSend(r) => actor_send(r, &mut o)?,
         Record::BoundSessionSend(r) => bound_session_send(r, &mut o)?,
+        Record::ActorCall(r) => actor_call(r, &mut o)?,
         _ => return None,
     }
     Some(Bytes::copy_from_slice(o.buf.get(..o.len)?))
@@ -330,7 +348,7 @@ impl TemplateRecord<'_> {
 
 // ---------------------------------------------------------------- decode
 
-/// The last actor identity the fast decoders built (from a 24 or a 36 body), kept by a
+/// The last actor identity the fast decoders built (from a 24, 36 or 160 body), kept by a
 /// receiver across records: the same actor receives record after record, so a body naming it
 /// again reuses the identity (an `Arc` count increment) instead of checking its UTF-8,
 /// validating and allocating it again, and the record's drop frees nothing.
@@ -399,6 +417,37 @@ pub(crate) fn decode_actor_send(body: &[u8], ids: &mut IdCache) -> Option<ActorS
             binding_generation,
             session_sequence,
         },
+    })
+}
+
+/// The body of a 160 in its canonical form; `None` for anything else (see the module doc).
+#[inline]
+pub(crate) fn decode_actor_call(body: &[u8], ids: &mut IdCache) -> Option<ActorCall> {
+    let mut r = Reader::new(body);
+    if r.array()? != ACTOR_CALL_FIELDS {
+        return None;
+    }
+    let actor = r.text_bytes()?;
+    let object_generation = ObjectGeneration::new(r.uint()?);
+    let authority_owner_generation = AuthorityOwnerGeneration::new(r.uint()?);
+    let owner_lease_generation = OwnerLeaseGeneration::new(r.uint()?);
+    let target_node_generation = NodeGeneration::new(r.uint()?);
+    let key = DispatchKey::new(r.u32()?);
+    let deadline = if r.nil() {
+        None
+    } else {
+        Some(Deadline::from_millis(r.u32()?))
+    };
+    r.end()?;
+    let actor = ids.actor(actor)?;
+    Some(ActorCall {
+        actor,
+        object_generation,
+        authority_owner_generation,
+        owner_lease_generation,
+        target_node_generation,
+        key,
+        deadline,
     })
 }
 
@@ -504,6 +553,21 @@ mod tests {
         }
     }
 
+    prop_compose! {
+        fn actor_call()(actor in id(), og in int(), aog in int(), olg in int(), ng in int(),
+            key in any::<u32>(), deadline in proptest::option::of(any::<u32>())) -> ActorCall {
+            ActorCall {
+                actor,
+                object_generation: ObjectGeneration::new(og),
+                authority_owner_generation: AuthorityOwnerGeneration::new(aog),
+                owner_lease_generation: OwnerLeaseGeneration::new(olg),
+                target_node_generation: NodeGeneration::new(ng),
+                key: DispatchKey::new(key),
+                deadline: deadline.map(Deadline::from_millis),
+            }
+        }
+    }
+
     /// A mutation of valid bytes: a byte changed, a byte dropped or one appended.
     fn mutate(mut b: Vec<u8>, at: usize, byte: u8, how: u8) -> Vec<u8> {
         let i = at % (b.len() + 1);
@@ -543,6 +607,32 @@ mod tests {
             let mut ids = IdCache::default();
             for _ in 0..2 {
                 prop_assert_eq!(decode_bound_session_send(&fast, &mut ids), Some(r.clone()));
+            }
+        }
+
+        #[test]
+        fn actor_call_encodes_as_serde_and_decodes_back(r in actor_call()) {
+            let fast = envelope(&[], &Record::ActorCall(r.clone())).unwrap();
+            prop_assert_eq!(&fast[..], &serde_bytes(&r)[..]);
+            prop_assert_eq!(decode_actor_call(&fast, &mut IdCache::default()), Some(r.clone()));
+            let mut ids = IdCache::default();
+            for _ in 0..2 {
+                prop_assert_eq!(decode_actor_call(&fast, &mut ids), Some(r.clone()));
+            }
+        }
+
+        /// The 160's fast path accepts only what rmp-serde accepts, with the same record.
+        #[test]
+        fn mutated_160_bodies_are_never_accepted_beyond_serde(r in actor_call(),
+            at in any::<usize>(), byte in any::<u8>(), how in any::<u8>()) {
+            let valid = serde_bytes(&r);
+            let b = mutate(valid.clone(), at, byte, how);
+            let mut warm = IdCache::default();
+            prop_assert!(decode_actor_call(&valid, &mut warm).is_some());
+            for ids in [&mut IdCache::default(), &mut warm] {
+                if let Some(fast) = decode_actor_call(&b, ids) {
+                    prop_assert_eq!(Some(fast), serde_decode::<ActorCall>(&b));
+                }
             }
         }
 
@@ -652,6 +742,9 @@ mod tests {
             }
             if let Some(fast) = decode_bound_session_send(&b, &mut IdCache::default()) {
                 prop_assert_eq!(Some(fast), serde_decode::<BoundSessionSend>(&b));
+            }
+            if let Some(fast) = decode_actor_call(&b, &mut IdCache::default()) {
+                prop_assert_eq!(Some(fast), serde_decode::<ActorCall>(&b));
             }
         }
     }

@@ -499,6 +499,7 @@ fn decode_body(header: &Header, bytes: &[u8], ids: &mut IdCache) -> Result<Recor
         Command::BoundSessionSend => {
             fast::decode_bound_session_send(bytes, ids).map(Record::BoundSessionSend)
         }
+        Command::ActorCall => fast::decode_actor_call(bytes, ids).map(Record::ActorCall),
         _ => None,
     };
     if let Some(record) = fast {

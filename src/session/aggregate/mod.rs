@@ -550,6 +550,17 @@ impl SessionBindingAggregate {
         }
     }
 
+    /// [`SessionBindingAggregate::find_shared`] by the id's text as bytes: the previous
+    /// relay's binding is compared byte for byte, so a packet handler that read the id from
+    /// the client's bytes checks its UTF-8 only when it names another actor (bytes that are not
+    /// UTF-8 name no binding).
+    pub(crate) fn find_shared_bytes(&self, actor: &[u8]) -> Option<Arc<Binding>> {
+        match &self.last_relayed {
+            Some(b) if b.actor.as_bytes() == actor => Some(b.clone()),
+            _ => self.bindings.get(std::str::from_utf8(actor).ok()?).cloned(),
+        }
+    }
+
     /// Number of binds waiting for their terminal.
     #[must_use]
     pub fn pending_binds(&self) -> usize {
@@ -734,6 +745,40 @@ impl SessionBindingAggregate {
             &mut self.next_sequence,
             held,
         ))
+    }
+
+    /// [`SessionBindingAggregate::find_shared_bytes`] and [`SessionBindingAggregate::relay`]
+    /// in one step: the current binding of the actor whose id has these bytes (the previous
+    /// relay's compared byte for byte first, UTF-8 checked only for another id) and the ticket
+    /// of a relay through it. `None` when no binding has these bytes.
+    ///
+    /// # Errors
+    /// [`FlowReject::SessionClosed`] (with the binding's actor, for the count).
+    pub(crate) fn relay_bytes(
+        &mut self,
+        actor: &[u8],
+    ) -> Option<Result<RelayTicket, (FlowReject, ActorId)>> {
+        let closed = matches!(self.phase, Phase::Closed(_));
+        let b = match &self.last_relayed {
+            Some(b) if b.actor.as_bytes() == actor => b,
+            _ => {
+                let b = self.bindings.get(std::str::from_utf8(actor).ok()?)?;
+                if closed {
+                    return Some(Err((FlowReject::SessionClosed, b.actor.clone())));
+                }
+                &*self.last_relayed.insert(b.clone())
+            }
+        };
+        if closed {
+            return Some(Err((FlowReject::SessionClosed, b.actor.clone())));
+        }
+        let held = !self.seals.is_empty() && self.seals.contains_key(&b.actor);
+        Some(Ok(Self::ticket(
+            b,
+            self.id.lifecycle,
+            &mut self.next_sequence,
+            held,
+        )))
     }
 
     /// The ticket of a relay through `b`, with the next session sequence.

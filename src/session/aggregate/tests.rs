@@ -547,6 +547,66 @@ fn the_remembered_relay_binding_never_outlives_a_change() {
     assert_eq!(gen_of(&mut a), None);
 }
 
+/// `find_shared_bytes` finds what `find_shared` finds: the remembered binding by its
+/// bytes, another by its text, nothing for bytes that name no binding or are not UTF-8,
+/// and not the remembered binding once it ended.
+#[test]
+fn find_by_bytes_is_find_by_text() {
+    let mut a = agg();
+    let b1 = bind(&mut a, target(1, 1), 1);
+    let b2 = bind(&mut a, target(2, 1), 2);
+    for b in [&b1, &b2] {
+        assert_eq!(
+            a.find_shared_bytes(b.actor.as_bytes()),
+            a.find_shared(&b.actor)
+        );
+    }
+    a.relay(&b1.actor, b1.generation).unwrap();
+    assert_eq!(
+        a.find_shared_bytes(b1.actor.as_bytes())
+            .map(|b| b.generation),
+        Some(b1.generation)
+    );
+    assert_eq!(
+        a.find_shared_bytes(b2.actor.as_bytes())
+            .map(|b| b.generation),
+        Some(b2.generation)
+    );
+    assert!(a.find_shared_bytes(b"nobody").is_none());
+    assert!(a.find_shared_bytes(&[0xff, 0xfe]).is_none());
+    a.remove(&b1.actor, b1.generation).unwrap();
+    assert!(a.find_shared_bytes(b1.actor.as_bytes()).is_none());
+    assert!(a.find_shared_bytes(b2.actor.as_bytes()).is_some());
+}
+
+/// `relay_bytes` is `find_shared_bytes` then `relay`: the same binding, the next
+/// sequence, nothing for bytes that name no binding, `SessionClosed` once closed.
+#[test]
+fn relay_by_bytes_is_find_then_relay() {
+    let mut a = agg();
+    let b1 = bind(&mut a, target(1, 1), 1);
+    let b2 = bind(&mut a, target(2, 1), 2);
+    let r1 = a.relay(&b1.actor, b1.generation).unwrap();
+    let t1 = a.relay_bytes(b1.actor.as_bytes()).unwrap().unwrap();
+    assert_eq!(t1.sequence.get(), r1.sequence.get() + 1);
+    assert_eq!((&t1.binding, t1.lifecycle), (&r1.binding, r1.lifecycle));
+    let t2 = a.relay_bytes(b2.actor.as_bytes()).unwrap().unwrap();
+    assert_eq!(t2.generation(), b2.generation);
+    assert_eq!(t2.sequence.get(), t1.sequence.get() + 1);
+    assert!(a.relay_bytes(b"nobody").is_none());
+    assert!(a.relay_bytes(&[0xff, 0xfe]).is_none());
+    let (s, g) = sender();
+    let t0 = Instant::now();
+    a.handle_replaced(t0, (&s, g), &replaced_of(&b1)).unwrap();
+    assert!(a.callback_finished(t0, 1));
+    assert!(a.handle_timeout(t0 + REPLACEMENT_CLOSE_DELAY, 1).is_some());
+    assert!(a.relay_bytes(b1.actor.as_bytes()).is_none());
+    assert_eq!(
+        a.relay_bytes(b2.actor.as_bytes()).unwrap().unwrap_err(),
+        (FlowReject::SessionClosed, b2.actor.clone())
+    );
+}
+
 /// Only a binding to an actor on another node has a 24 template (its relays cross the
 /// mesh; the session host sends them without comparing the route with its node).
 #[test]

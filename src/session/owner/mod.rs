@@ -230,6 +230,10 @@ impl SessionEntry {
         self.agg().find_shared(actor)
     }
 
+    pub(crate) fn find_bytes(&self, actor: &[u8]) -> Option<Arc<Binding>> {
+        self.agg().find_shared_bytes(actor)
+    }
+
     /// A push reached the client's queue: the session is not stalled (any more).
     fn push_sent(&self) {
         if self.push_stalled.load(Ordering::Relaxed) {

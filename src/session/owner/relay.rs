@@ -40,6 +40,26 @@ impl SessionOwner {
         Ok(self.send_ticket(entry, ticket, key, payload, timeout))
     }
 
+    /// [`SessionOwner::relay_start`] of a one-way relay to the actor whose id has these bytes,
+    /// found and stepped under one lock of the aggregate (`relay_bytes`); `None` when no
+    /// binding has these bytes (nothing counted: the caller decides what that is).
+    pub(crate) fn relay_bytes_start(
+        &self,
+        entry: &Arc<SessionEntry>,
+        actor: &[u8],
+        key: DispatchKey,
+        payload: Bytes,
+    ) -> Option<Result<RelaySent, SessionError>> {
+        let step = entry.agg().relay_bytes(actor)?;
+        Some(match step {
+            Ok(ticket) => Ok(self.send_ticket(entry, ticket, key, payload, None)),
+            Err((r, actor)) => {
+                self.flow.reject(FlowRecord::Relay, r, &actor);
+                Err(SessionError::of_reject(FlowRecord::Relay, &actor, r))
+            }
+        })
+    }
+
     /// The 24 of a relay ticket, handed to the host: [`SessionOwner::relay_start`] after the
     /// aggregate's step. A ticket of a sealed binding is held by the aggregate instead
     /// ([`SessionOwner::hold`]).

@@ -323,5 +323,19 @@ pub fn samples() -> Vec<(&'static str, Record, CorrelationId, Option<Bytes>)> {
             corr,
             Some(Bytes::from_static(b"call")),
         ),
+        (
+            "160_actor_call_send",
+            Record::ActorCall(ActorCall {
+                actor: actor(),
+                object_generation: ObjectGeneration::new(5),
+                authority_owner_generation: AuthorityOwnerGeneration::new(9),
+                owner_lease_generation: OwnerLeaseGeneration::new(4),
+                target_node_generation: NodeGeneration::new(1_700_000_000_002),
+                key: DispatchKey::new(11),
+                deadline: None,
+            }),
+            none,
+            Some(Bytes::from_static(b"send")),
+        ),
     ]
 }

@@ -1,0 +1,323 @@
+//! Relocation benchmark (issue 27, "Benchmark"): three nodes in one process (tokio
+//! multi-thread, 2 workers; TCP loopback, one in-memory Location Store), public API only
+//! (`Node::relocate`, `Node::send`, `Node::create`). Prints JSON lines
+//! `{"bench","metric","value","baseline","ratio"}`.
+//!
+//! - `relocation` `duration_p50_ms` / `duration_p99_ms`: one actor moved back and forth
+//!   between nodes a and b (`Node::relocate` on its owner) while node c sends it a steady
+//!   10,000 messages/s: from the call to its return (the target's result; the actor has no
+//!   bound session, so no 44 follows). Baseline: the same actor's request round trip from c in
+//!   the same run (p50 / p99, `Node::request` between the relocations).
+//! - `relocation` `pause_p50_ms` / `pause_p99_ms`: the moving actor's processing pause, the
+//!   largest gap between two messages it processed around each relocation (from the call to
+//!   25 ms after its return). Baseline: the largest gap in a window of the same length while
+//!   the actor does not move (one per relocation, between the relocations), same run.
+//! - `relocation` `idle_per_s`: idle actors (the demo `counter`, state travelling) relocated
+//!   from a to b, 32 at a time. Baseline: the rate at which the same actors were created on a.
+//!
+//! The sender paces itself on a thread of its own (a sleep to each message's due time, then
+//! `Node::send`), so its messages arrive evenly rather than in timer-tick bursts; the actor
+//! records when it processes each message (handler code, as an application would). A send
+//! with the stale ref after a move is forwarded by the old owner (Message Follow); the sender
+//! takes the new ref once `relocate` returns. `BENCH_QUICK=1`: 5 moves, 200 idle actors;
+//! otherwise 40 moves and 2,000 idle actors (`BENCH_MOVES`, `BENCH_IDLE_ACTORS` override).
+//! Progress on stderr.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use hdrhistogram::Histogram;
+use serde::{Deserialize, Serialize};
+use zlink::actor::{ActorId, ActorRef, ActorTypeBuilder, Handled, HandlerError, Message};
+use zlink::node::{Create, Node, NodeOptions};
+use zlink::store::MemoryStore;
+use zlink_apps::demo;
+use zlink_mesh::{DispatchKey, MeshConfig, MeshName, MeshSecret, NodeRid};
+
+#[path = "support/progress.rs"]
+mod progress;
+
+/// Messages per second the sender keeps up.
+const RATE: u64 = 10_000;
+/// Steady sending between two relocations.
+const STEADY: Duration = Duration::from_millis(300);
+/// What a relocation's pause window covers after `relocate` returns (work the old owner
+/// forwarded, the sender's switch to the new ref).
+const AFTER: Duration = Duration::from_millis(25);
+/// Idle relocations in flight at once.
+const IDLE_CONCURRENCY: usize = 32;
+
+fn quick() -> bool {
+    std::env::var_os("BENCH_QUICK").is_some()
+}
+
+fn env_or(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn line(bench: &str, metric: &str, value: f64, baseline: f64) {
+    let ratio = if baseline > 0.0 {
+        value / baseline
+    } else {
+        0.0
+    };
+    progress::out(format_args!(
+        "{{\"bench\":{},\"metric\":{},\"value\":{:.3},\"baseline\":{:.3},\"ratio\":{:.3}}}",
+        serde_json::Value::from(bench),
+        serde_json::Value::from(metric),
+        value,
+        baseline,
+        ratio
+    ));
+}
+
+/// One paced message to the `mover`.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
+struct Tick(u64);
+impl Message for Tick {
+    const KEY: DispatchKey = DispatchKey::new(900);
+    type Reply = ();
+}
+
+/// A request to the `mover` (the round-trip baseline).
+#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
+struct Ping;
+impl Message for Ping {
+    const KEY: DispatchKey = DispatchKey::new(901);
+    type Reply = u64;
+}
+
+/// When the process started: the mover's processing times are nanoseconds since then.
+fn epoch() -> Instant {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    *EPOCH.get_or_init(Instant::now)
+}
+
+fn since_epoch(t: Instant) -> u64 {
+    u64::try_from(t.saturating_duration_since(epoch()).as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// When the mover processed each `Tick`, in processing order (whichever node ran it).
+fn processed() -> &'static Mutex<Vec<u64>> {
+    static SEEN: Mutex<Vec<u64>> = Mutex::new(Vec::new());
+    &SEEN
+}
+
+/// The demo types and the `mover`: counts its ticks, the count travels when it moves.
+fn registry() -> zlink::actor::ActorRegistry {
+    let mut r = demo::registry().expect("demo types");
+    r.register(
+        ActorTypeBuilder::new("mover", |_info, _init: Bytes| Ok(0u64))
+            .handle(|n: &mut u64, _ctx, Tick(_)| {
+                let now = since_epoch(Instant::now());
+                processed()
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .push(now);
+                *n += 1;
+                Handled::ok(())
+            })
+            .handle(|n: &mut u64, _ctx, Ping| Handled::ok(*n))
+            .migrate(|n: &u64| Ok::<_, HandlerError>(*n), |_info, n: u64| Ok(n))
+            .build()
+            .expect("mover type"),
+    )
+    .expect("register mover");
+    r
+}
+
+async fn start(name: &str, peers: Vec<zlink_mesh::PeerAddress>, store: Arc<MemoryStore>) -> Node {
+    let mut mc = MeshConfig::new(MeshName::new("bench").unwrap(), NodeRid::new(name).unwrap());
+    mc.secret = Some(MeshSecret::new(b"zlink-bench-secret-0123456789abcdef".to_vec()).unwrap());
+    mc.client_endpoint = Some("tcp://127.0.0.1:*".into());
+    let mut o = NodeOptions::new(mc, store, registry());
+    o.peers = peers;
+    Node::start(o).await.unwrap()
+}
+
+fn hist() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 60_000_000, 3).expect("bounds")
+}
+
+fn ms(us: u64) -> f64 {
+    us as f64 / 1000.0
+}
+
+/// The largest gap (µs) between consecutive processing times that overlaps `[from, to]`
+/// (nanoseconds since the epoch); `None` without two times around the window.
+fn largest_gap(times: &[u64], from: u64, to: u64) -> Option<u64> {
+    let first = times.partition_point(|&t| t < from).saturating_sub(1);
+    let last = times.partition_point(|&t| t <= to).min(times.len() - 1);
+    times
+        .get(first..=last)?
+        .windows(2)
+        .map(|w| w[1].saturating_sub(w[0]))
+        .max()
+        .map(|ns| ns / 1000)
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    epoch();
+    let moves = env_or("BENCH_MOVES", if quick() { 5 } else { 40 });
+    let idle = env_or("BENCH_IDLE_ACTORS", if quick() { 200 } else { 2_000 });
+    progress::start("bench_relocation", 3);
+    let store = Arc::new(MemoryStore::new());
+    // Each node dials the nodes whose names sort after its own (as the mesh's tests do).
+    let c = start("c", vec![], store.clone()).await;
+    let b = start("b", vec![c.address()], store.clone()).await;
+    let a = start("a", vec![b.address(), c.address()], store).await;
+    for n in [&a, &b, &c] {
+        let down = n.wait_peers(Duration::from_secs(20)).await;
+        assert!(down.is_empty(), "{}: peers down: {down:?}", n.node_rid());
+    }
+    let timeout = Duration::from_secs(10);
+
+    // One actor moved back and forth under a steady 10 k msg/s from c.
+    progress::step(format!("{moves} relocations under {RATE} msg/s"));
+    let actor = a
+        .create(Create::new("mover", ActorId::new("bench-mover").unwrap()))
+        .await
+        .unwrap();
+    let current = Arc::new(Mutex::new(actor.clone()));
+    let stop = Arc::new(AtomicBool::new(false));
+    let failed = Arc::new(AtomicU64::new(0));
+    let sender = {
+        let (c, current, stop, failed) = (c.clone(), current.clone(), stop.clone(), failed.clone());
+        let rt = tokio::runtime::Handle::current();
+        std::thread::spawn(move || {
+            let interval = Duration::from_nanos(1_000_000_000 / RATE);
+            let mut due = Instant::now();
+            let mut sent = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                due += interval;
+                let now = Instant::now();
+                if due > now {
+                    std::thread::sleep(due - now);
+                }
+                let to: ActorRef = current
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .clone();
+                if rt.block_on(c.send(&to, &Tick(sent))).is_err() {
+                    failed.fetch_add(1, Ordering::Relaxed);
+                }
+                sent += 1;
+            }
+            sent
+        })
+    };
+    let mut durations = hist();
+    let mut pauses = hist();
+    let mut steady_gaps = hist();
+    let mut rtts = hist();
+    let mut windows = Vec::new();
+    let (mut owner, mut other) = (&a, &b);
+    tokio::time::sleep(STEADY).await;
+    for _ in 0..moves {
+        // Round trips while the actor stays put: the baseline of the move's duration.
+        let from = current.lock().unwrap().clone();
+        for _ in 0..20 {
+            let t = Instant::now();
+            c.request(&from, &Ping, timeout).await.unwrap();
+            let _ = rtts.record(t.elapsed().as_micros().max(1) as u64);
+        }
+        let started = Instant::now();
+        let report = owner
+            .relocate(&from, other.node_rid().clone())
+            .await
+            .expect("relocation");
+        let took = started.elapsed();
+        *current.lock().unwrap() = report.actor.clone();
+        let _ = durations.record(took.as_micros().max(1) as u64);
+        windows.push((started, started + took + AFTER));
+        std::mem::swap(&mut owner, &mut other);
+        tokio::time::sleep(STEADY).await;
+    }
+    stop.store(true, Ordering::Relaxed);
+    let sent = tokio::task::spawn_blocking(move || sender.join().unwrap())
+        .await
+        .unwrap();
+    let last = current.lock().unwrap().clone();
+    let counted = c.request(&last, &Ping, timeout).await.unwrap();
+    let times = processed().lock().unwrap().clone();
+    for &(from, to) in &windows {
+        let (from, to) = (since_epoch(from), since_epoch(to));
+        if let Some(gap) = largest_gap(&times, from, to) {
+            let _ = pauses.record(gap.max(1));
+        }
+        // A window of the same length while the actor stays put: the steady state just
+        // before this move (its round trips done, well after the previous move's window).
+        let len = to - from;
+        let steady_to = from.saturating_sub(50_000_000);
+        if let Some(gap) = largest_gap(&times, steady_to.saturating_sub(len), steady_to) {
+            let _ = steady_gaps.record(gap.max(1));
+        }
+    }
+    eprintln!(
+        "bench_relocation: {moves} moves, {sent} sent, {counted} processed, {} send errors",
+        failed.load(Ordering::Relaxed)
+    );
+    for (metric, q) in [("p50", 0.5), ("p99", 0.99)] {
+        line(
+            "relocation",
+            &format!("duration_{metric}_ms"),
+            ms(durations.value_at_quantile(q)),
+            ms(rtts.value_at_quantile(q)),
+        );
+    }
+    for (metric, q) in [("p50", 0.5), ("p99", 0.99)] {
+        line(
+            "relocation",
+            &format!("pause_{metric}_ms"),
+            ms(pauses.value_at_quantile(q)),
+            ms(steady_gaps.value_at_quantile(q)),
+        );
+    }
+
+    // Idle actors: created on a, then relocated to b, 32 at a time.
+    progress::step(format!("{idle} idle actors created, then relocated"));
+    let t = Instant::now();
+    let mut refs = Vec::with_capacity(idle);
+    for i in 0..idle {
+        refs.push(
+            a.create(Create::new(
+                "counter",
+                ActorId::new(format!("idle-{i}")).unwrap(),
+            ))
+            .await
+            .unwrap(),
+        );
+    }
+    let created = idle as f64 / t.elapsed().as_secs_f64();
+    let t = Instant::now();
+    let mut pending = tokio::task::JoinSet::new();
+    let mut moved = 0usize;
+    for r in refs {
+        if pending.len() >= IDLE_CONCURRENCY {
+            pending.join_next().await.unwrap().unwrap();
+            moved += 1;
+        }
+        let (a, to) = (a.clone(), b.node_rid().clone());
+        pending.spawn(async move {
+            a.relocate(&r, to).await.expect("idle relocation");
+        });
+    }
+    while let Some(done) = pending.join_next().await {
+        done.unwrap();
+        moved += 1;
+    }
+    let rate = moved as f64 / t.elapsed().as_secs_f64();
+    line("relocation", "idle_per_s", rate, created);
+
+    progress::step("shutdown");
+    for n in [a, b, c] {
+        n.shutdown(Duration::from_secs(1)).await;
+    }
+    progress::finish();
+}
