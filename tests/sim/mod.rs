@@ -18,6 +18,7 @@
 #![allow(dead_code)]
 
 pub mod ownership;
+pub mod relocation;
 pub mod sessions;
 
 use std::cmp::Ordering;
