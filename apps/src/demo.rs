@@ -174,6 +174,8 @@ pub fn registry() -> Result<ActorRegistry, ActorConfigError> {
                 let ctx = ctx.clone();
                 Handled::later(async move { ctx.close_session().await.map_err(HandlerError::from) })
             })
+            // Live relocation: nothing travels (`scripts/chaos` relocates it).
+            .stateless()
             .build()?,
     )?;
     r.register(
@@ -218,6 +220,11 @@ pub fn registry() -> Result<ActorRegistry, ActorConfigError> {
                 Handled::ok(())
             })
             .handle(|state: &mut (u64, u64), _ctx, Checked| Handled::ok(*state))
+            // Live relocation: the count travels (`scripts/chaos` relocates it mid-sequence).
+            .migrate(
+                |state: &(u64, u64)| Ok::<_, HandlerError>(*state),
+                |_info, state: (u64, u64)| Ok(state),
+            )
             .build()?,
     )?;
     r.register(
