@@ -3,8 +3,9 @@
 //! local actor), on the simulated network. Binds (38 with their terminals), relays (24),
 //! pushes (36), replacements (51, and late copies of them), unbinds and disconnects (38
 //! tombstones), the replaced session's close (its callback terminal and the close timer on the
-//! virtual clock), and crashes with restarts (a new lifecycle generation; a session id may be
-//! handed out again by the new process).
+//! virtual clock), partitions between two nodes (a stall below the peer timeout; past it the
+//! connections break and each side sees the other down), and crashes with restarts (a new
+//! lifecycle generation; a session id may be handed out again by the new process).
 //!
 //! What is written here is only the thin driver the node's tasks are around these cores: the
 //! session owner's sends and completions (`session::owner`), the actor owner's 38/24 handling
@@ -20,8 +21,10 @@
 //! - a late or duplicate 51 changes nothing (SB-6.6);
 //! - at the end, at most one current binding per actor incarnation (SB-1.1): the slot's
 //!   binding is held by exactly that live session, and no live session holds another binding
-//!   of that incarnation;
-//! - after a crash every binding of the dead session owner ends (SB-7.4, SB-6.5).
+//!   of that incarnation (unless the owner watch ended it behind a partition, or its 51 was
+//!   lost to a broken connection: SB-6.5 leaves those to liveness);
+//! - after a crash every binding of the dead session owner ends (SB-7.4, SB-6.5);
+//! - a binding the owner watch ended never has a relay admitted again (SB-7.3).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
