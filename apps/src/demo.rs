@@ -212,6 +212,11 @@ pub fn registry() -> Result<ActorRegistry, ActorConfigError> {
     )?;
     r.register(
         ActorTypeBuilder::new("sequence", |_info, _init| Ok((0u64, 0u64)))
+            // Live relocation: the count travels (`scripts/chaos` relocates it mid-sequence).
+            .migrate(
+                |state: &(u64, u64)| Ok::<_, HandlerError>(*state),
+                |_info, state: (u64, u64)| Ok(state),
+            )
             .handle(|(next, out_of_order): &mut (u64, u64), _ctx, Next(n)| {
                 if n != *next {
                     *out_of_order += 1;
@@ -220,11 +225,6 @@ pub fn registry() -> Result<ActorRegistry, ActorConfigError> {
                 Handled::ok(())
             })
             .handle(|state: &mut (u64, u64), _ctx, Checked| Handled::ok(*state))
-            // Live relocation: the count travels (`scripts/chaos` relocates it mid-sequence).
-            .migrate(
-                |state: &(u64, u64)| Ok::<_, HandlerError>(*state),
-                |_info, state: (u64, u64)| Ok(state),
-            )
             .build()?,
     )?;
     r.register(
