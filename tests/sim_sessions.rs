@@ -1,6 +1,7 @@
 //! Seeded simulation of session bindings on N nodes (docs/RELIABILITY.md): the real session
 //! aggregate and the actor owner's binding slot, with binds, replacements, late 51s, relays and
-//! pushes, unbinds, disconnects and crashes with restarts (`tests/sim/sessions.rs`).
+//! pushes, unbinds, disconnects, partitions between session and actor owners, and crashes with
+//! restarts (`tests/sim/sessions.rs`).
 //!
 //! `SIM_SEEDS` / `SIM_START` choose the seeds of the first test, `SIM_FAULT` switches a driver
 //! rule off (`tests/sim/sessions.rs`, `Faults::named`), `SIM_SEED` replays one seed with its
@@ -59,6 +60,8 @@ fn report(seed: u64, faults: Faults, v: &Violation) -> String {
 // spec: SB-12 — every bind exactly one terminal
 // spec: SB-6.6 — a late or duplicate 51 changes nothing
 // spec: SB-7.4, SB-6.5 — after a crash every binding of the dead session owner ends
+// spec: SB-7.3 — a binding the owner watch ended (a partition past the peer timeout) never
+// processes a relay again
 #[test]
 fn ten_thousand_session_seeds_keep_every_invariant() {
     let (start, count) = seeds_from_env(CI_SEEDS);
@@ -88,6 +91,11 @@ fn ten_thousand_session_seeds_keep_every_invariant() {
         assert!(total.relays_refused > 0, "{total:?}");
         assert!(total.owner_lost > 0, "{total:?}");
         assert!(total.crashes > 0 && total.bind_failures > 0, "{total:?}");
+        assert!(
+            total.partitions > count / 10 && total.stalls > 0,
+            "{total:?}"
+        );
+        assert!(total.partition_ended > 0, "{total:?}");
     }
 }
 
@@ -109,6 +117,7 @@ fn an_injected_session_fault_is_caught_and_shrinks() {
         "keep_dead_owners_bindings",
         "push_skips_check",
         "no_replaced_51",
+        "binds_survive_peer_loss",
     ] {
         let faults = Faults::named(name).unwrap();
         let (_, failure) = run_seeds(0, 2_000, threads_from_env(), |seed| {

@@ -210,6 +210,8 @@ pub fn registry() -> Result<ActorRegistry, ActorConfigError> {
                 let ctx = ctx.clone();
                 Handled::later(async move { ctx.close_session().await.map_err(HandlerError::from) })
             })
+            // Live relocation: nothing travels (`scripts/chaos` relocates it).
+            .stateless()
             .build()?,
     )?;
     r.register(
@@ -246,6 +248,11 @@ pub fn registry() -> Result<ActorRegistry, ActorConfigError> {
     )?;
     r.register(
         ActorTypeBuilder::new("sequence", |_info, _init| Ok((0u64, 0u64)))
+            // Live relocation: the count travels (`scripts/chaos` relocates it mid-sequence).
+            .migrate(
+                |state: &(u64, u64)| Ok::<_, HandlerError>(*state),
+                |_info, state: (u64, u64)| Ok(state),
+            )
             .handle(|(next, out_of_order): &mut (u64, u64), _ctx, Next(n)| {
                 if n != *next {
                     *out_of_order += 1;

@@ -18,6 +18,7 @@
 #![allow(dead_code)]
 
 pub mod ownership;
+pub mod relocation;
 pub mod sessions;
 
 use std::cmp::Ordering;
@@ -261,6 +262,16 @@ impl Network {
         self.cut.insert(pair(a, b));
         self.break_link(a, b);
         self.break_link(b, a);
+    }
+
+    /// Stalls `a`–`b` both ways until `until` without breaking the connections (an outage
+    /// shorter than the peer timeout: TCP retransmits): every message sent meanwhile is
+    /// delivered at `until` or later, still in order on its link.
+    pub fn stall(&mut self, a: Ep, b: Ep, until: Millis) {
+        for (from, to) in [(a, b), (b, a)] {
+            let l = self.links.entry((from, to)).or_default();
+            l.last_at = l.last_at.max(until);
+        }
     }
 
     /// Ends the partition of `a`–`b`.

@@ -3,8 +3,9 @@
 //! local actor), on the simulated network. Binds (38 with their terminals), relays (24),
 //! pushes (36), replacements (51, and late copies of them), unbinds and disconnects (38
 //! tombstones), the replaced session's close (its callback terminal and the close timer on the
-//! virtual clock), and crashes with restarts (a new lifecycle generation; a session id may be
-//! handed out again by the new process).
+//! virtual clock), partitions between two nodes (a stall below the peer timeout; past it the
+//! connections break and each side sees the other down), and crashes with restarts (a new
+//! lifecycle generation; a session id may be handed out again by the new process).
 //!
 //! What is written here is only the thin driver the node's tasks are around these cores: the
 //! session owner's sends and completions (`session::owner`), the actor owner's 38/24 handling
@@ -20,8 +21,10 @@
 //! - a late or duplicate 51 changes nothing (SB-6.6);
 //! - at the end, at most one current binding per actor incarnation (SB-1.1): the slot's
 //!   binding is held by exactly that live session, and no live session holds another binding
-//!   of that incarnation;
-//! - after a crash every binding of the dead session owner ends (SB-7.4, SB-6.5).
+//!   of that incarnation (unless the owner watch ended it behind a partition, or its 51 was
+//!   lost to a broken connection: SB-6.5 leaves those to liveness);
+//! - after a crash every binding of the dead session owner ends (SB-7.4, SB-6.5);
+//! - a binding the owner watch ended never has a relay admitted again (SB-7.3).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
@@ -48,6 +51,9 @@ const DRAIN_MS: Millis = 5_000;
 const CALLBACK_MS: Millis = 10;
 /// A reconnecting client gets a new session this long after its disconnect.
 const RECONNECT_MS: Millis = 50;
+/// A bind's deadline at its session owner (longer than any round trip of the delay model, so
+/// only a lost record lets it pass).
+const BIND_DEADLINE_MS: Millis = 4_000;
 
 /// Driver rules that can be switched off, each a bug the simulator must catch.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -58,6 +64,9 @@ pub struct Faults {
     pub push_skips_check: bool,
     /// The actor owner registers a bind but sends no 51 to the replaced session.
     pub no_replaced_51: bool,
+    /// The session owner keeps its binds in flight to an actor owner it saw down (a partition
+    /// past the peer timeout) waiting, instead of ending them `PeerLost`, and has no deadline.
+    pub binds_survive_peer_loss: bool,
 }
 
 impl Faults {
@@ -69,6 +78,7 @@ impl Faults {
             "keep_dead_owners_bindings" => f.keep_dead_owners_bindings = true,
             "push_skips_check" => f.push_skips_check = true,
             "no_replaced_51" => f.no_replaced_51 = true,
+            "binds_survive_peer_loss" => f.binds_survive_peer_loss = true,
             _ => return None,
         }
         Some(f)
@@ -102,6 +112,12 @@ pub enum Action {
     Late51 { node: usize },
     /// The node dies and restarts `down_ms` later with a new lifecycle.
     Crash { node: usize, down_ms: u64 },
+    /// Nodes `a` and `b` cannot reach each other for `ms`: shorter than the peer timeout, a
+    /// stall (TCP retransmits, nothing is lost or noticed); longer, the connections break
+    /// (what is in flight or sent meanwhile is lost) and each side sees the other down once
+    /// the peer timeout passed: binds in flight end `PeerLost`, the owner watch ends the other
+    /// side's bindings (`DownReason::Timeout` is proof, `node::peers`).
+    Partition { a: usize, b: usize, ms: u64 },
 }
 
 /// A run's input.
@@ -168,6 +184,21 @@ impl Scenario {
             };
             actions.push((at, action));
         }
+        // Partitions come from a stream of their own: the other actions of a seed stay as
+        // they were before partitions were simulated.
+        let mut p = Rng::new(seed ^ 0x9A27_1710);
+        if nodes > 1 {
+            for _ in 0..p.below(4) {
+                let a = p.below(nodes as u64) as usize;
+                let b = (a + 1 + p.below(nodes as u64 - 1) as usize) % nodes;
+                let ms = if p.chance(300) {
+                    p.range(20, PEER_TIMEOUT_MS - 1)
+                } else {
+                    p.range(PEER_TIMEOUT_MS, 3_000)
+                };
+                actions.push((p.below(end_ms), Action::Partition { a, b, ms }));
+            }
+        }
         actions.sort_by_key(|(at, _)| *at);
         Self {
             seed,
@@ -208,6 +239,14 @@ pub struct Stats {
     pub owner_lost: u64,
     /// Crashes.
     pub crashes: u64,
+    /// Partitions that broke the connections (past the peer timeout).
+    pub partitions: u64,
+    /// Partitions shorter than the peer timeout (stalls).
+    pub stalls: u64,
+    /// Bindings a partition ended through the owner watch (of a live session owner).
+    pub partition_ended: u64,
+    /// Binds ended by their deadline.
+    pub bind_timeouts: u64,
     /// Messages lost to broken links.
     pub dropped: u64,
 }
@@ -226,6 +265,10 @@ impl std::ops::AddAssign for Stats {
         self.pushes_refused += o.pushes_refused;
         self.owner_lost += o.owner_lost;
         self.crashes += o.crashes;
+        self.partitions += o.partitions;
+        self.stalls += o.stalls;
+        self.partition_ended += o.partition_ended;
+        self.bind_timeouts += o.bind_timeouts;
         self.dropped += o.dropped;
     }
 }
@@ -304,6 +347,22 @@ enum Event {
         lifecycle: u64,
         session: usize,
     },
+    /// The peer timeout of a partition passed: if it lasts, each side sees the other down.
+    PartitionDetect {
+        a: usize,
+        b: usize,
+        id: u64,
+    },
+    /// A partition ends.
+    Heal {
+        a: usize,
+        b: usize,
+        id: u64,
+    },
+    /// A bind's deadline at its session owner.
+    BindDeadline {
+        id: u64,
+    },
 }
 
 struct Session {
@@ -356,6 +415,17 @@ struct World<'s> {
     pushes_done: BTreeSet<u64>,
     /// Session owner lifecycles that are gone: (node, lifecycle, since).
     dead: Vec<(usize, u64, Millis)>,
+    /// Bindings the owner watch ended: (actor owner node, actor, session owner node, its
+    /// lifecycle, binding generation). Their relays must never be admitted again (SB-7.3).
+    watch_ended: BTreeSet<(usize, usize, usize, u64, u64)>,
+    /// 51s sent and 51s delivered: (replaced session owner node, lifecycle, retired binding
+    /// generation). A 51 lost to a broken connection leaves the replaced session holding a
+    /// binding its actor owner retired (SB-6.5: left to the connection's liveness).
+    sent_51: BTreeSet<(usize, u64, u64)>,
+    delivered_51: BTreeSet<(usize, u64, u64)>,
+    /// The partition of each cut pair (its id), while it lasts.
+    cuts: BTreeMap<(usize, usize), u64>,
+    next_partition: u64,
     stats: Stats,
     trace: Option<Vec<String>>,
 }
@@ -415,6 +485,11 @@ impl<'s> World<'s> {
             relays_done: BTreeSet::new(),
             pushes_done: BTreeSet::new(),
             dead: Vec::new(),
+            watch_ended: BTreeSet::new(),
+            sent_51: BTreeSet::new(),
+            delivered_51: BTreeSet::new(),
+            cuts: BTreeMap::new(),
+            next_partition: 1,
             stats: Stats::default(),
             trace: trace.then(Vec::new),
         };
@@ -517,7 +592,7 @@ impl<'s> World<'s> {
                 peer,
                 lifecycle,
             } => {
-                self.peer_down(node, peer, lifecycle);
+                self.peer_down(node, peer, lifecycle, false);
                 Ok(())
             }
             Event::CallbackDone {
@@ -564,6 +639,35 @@ impl<'s> World<'s> {
                 if s.agg.handle_timeout(now, seq).is_some() {
                     // The connection closes (Replaced): the disconnect path ends the rest.
                     self.end_session(node, session);
+                }
+                Ok(())
+            }
+            Event::PartitionDetect { a, b, id } => {
+                if self.cuts.get(&(a, b)) != Some(&id) {
+                    return Ok(());
+                }
+                self.stats.partitions += 1;
+                self.log(|| format!("n{a} and n{b} see each other down (partition)"));
+                for (node, peer) in [(a, b), (b, a)] {
+                    if self.nodes[peer].up {
+                        let lifecycle = self.nodes[peer].lifecycle;
+                        self.peer_down(node, peer, lifecycle, true);
+                    }
+                }
+                self.check_terminals()
+            }
+            Event::Heal { a, b, id } => {
+                if self.cuts.get(&(a, b)) == Some(&id) {
+                    self.cuts.remove(&(a, b));
+                    self.net.heal(Ep::Node(a), Ep::Node(b));
+                    self.log(|| format!("heal n{a} - n{b}"));
+                }
+                Ok(())
+            }
+            Event::BindDeadline { id } => {
+                if self.binds.get(&id).is_some_and(|b| b.terminals == 0) {
+                    self.stats.bind_timeouts += 1;
+                    self.bind_terminal(id, false);
                 }
                 Ok(())
             }
@@ -633,6 +737,10 @@ impl<'s> World<'s> {
                         },
                     );
                     self.stats.binds += 1;
+                    if !self.faults.binds_survive_peer_loss {
+                        self.queue
+                            .push(self.now + BIND_DEADLINE_MS, Event::BindDeadline { id });
+                    }
                     let reg = RegisteredBinding {
                         session_owner: rid(node),
                         lifecycle: SessionLifecycleGeneration::new(lifecycle),
@@ -766,6 +874,39 @@ impl<'s> World<'s> {
                     .push(self.now + down_ms.max(1), Event::Restart { node });
                 Ok(())
             }
+            Action::Partition { a, b, ms } => {
+                let key = (a.min(b), a.max(b));
+                if a == b || self.cuts.contains_key(&key) {
+                    return Ok(());
+                }
+                if ms < PEER_TIMEOUT_MS {
+                    self.stats.stalls += 1;
+                    self.net
+                        .stall(Ep::Node(a), Ep::Node(b), self.now + ms.max(1));
+                    return Ok(());
+                }
+                let id = self.next_partition;
+                self.next_partition += 1;
+                self.cuts.insert(key, id);
+                self.net.partition(Ep::Node(a), Ep::Node(b));
+                self.queue.push(
+                    self.now + PEER_TIMEOUT_MS,
+                    Event::PartitionDetect {
+                        a: key.0,
+                        b: key.1,
+                        id,
+                    },
+                );
+                self.queue.push(
+                    self.now + ms,
+                    Event::Heal {
+                        a: key.0,
+                        b: key.1,
+                        id,
+                    },
+                );
+                Ok(())
+            }
         }
     }
 
@@ -799,10 +940,15 @@ impl<'s> World<'s> {
         );
     }
 
-    /// `node` sees `peer`'s lifecycle gone: its binds to it end (peer lost), and the owner
-    /// watch ends every binding that lifecycle registered here.
-    fn peer_down(&mut self, node: usize, peer: usize, lifecycle: u64) {
+    /// `node` sees `peer`'s lifecycle gone (crashed, or silent past the peer timeout behind a
+    /// partition): its binds to it end (peer lost), and the owner watch ends every binding
+    /// that lifecycle registered here.
+    fn peer_down(&mut self, node: usize, peer: usize, lifecycle: u64, partition: bool) {
         if !self.nodes[node].up {
+            return;
+        }
+        if partition && self.faults.binds_survive_peer_loss {
+            self.end_bindings_of(node, peer, lifecycle, partition);
             return;
         }
         let my_lifecycle = self.nodes[node].lifecycle;
@@ -821,23 +967,38 @@ impl<'s> World<'s> {
         for id in ids {
             self.bind_terminal(id, false);
         }
-        if self.faults.keep_dead_owners_bindings {
-            return;
-        }
+        self.end_bindings_of(node, peer, lifecycle, partition);
+    }
+
+    /// The owner watch on `node`: every binding `peer`'s `lifecycle` registered here ends
+    /// (its disconnect callback, then the tombstone).
+    fn end_bindings_of(&mut self, node: usize, peer: usize, lifecycle: u64, partition: bool) {
         let peer_rid = rid(peer);
         let mut ended = 0;
-        for slot in self.nodes[node].slots.values_mut() {
-            if let Some(c) = slot.current().cloned()
-                && c.session_owner == peer_rid
-                && c.lifecycle.get() == lifecycle
-                && slot
-                    .tombstone(&c.session_owner, c.lifecycle, c.generation)
-                    .is_some()
+        for (a, slot) in self.nodes[node].slots.iter_mut() {
+            let Some(c) = slot.current().cloned() else {
+                continue;
+            };
+            if c.session_owner != peer_rid || c.lifecycle.get() != lifecycle {
+                continue;
+            }
+            self.watch_ended
+                .insert((node, *a, peer, lifecycle, c.generation.get()));
+            if self.faults.keep_dead_owners_bindings {
+                continue;
+            }
+            if slot
+                .tombstone(&c.session_owner, c.lifecycle, c.generation)
+                .is_some()
             {
                 ended += 1;
             }
         }
-        self.stats.owner_lost += ended;
+        if partition {
+            self.stats.partition_ended += ended;
+        } else {
+            self.stats.owner_lost += ended;
+        }
     }
 
     /// The terminal of bind `id`, delivered to its session (if it is still waiting).
@@ -940,6 +1101,11 @@ impl<'s> World<'s> {
                                             retired_binding_generation: p.generation,
                                         },
                                     };
+                                    self.sent_51.insert((
+                                        prev_node,
+                                        p.lifecycle.get(),
+                                        p.generation.get(),
+                                    ));
                                     // after the reply (SB-6.1)
                                     self.send(to, from, Msg::BindReply { id, ok: true });
                                     self.send(to, prev_node, Msg::Replaced(Box::new(rec)));
@@ -997,6 +1163,16 @@ impl<'s> World<'s> {
                 }
                 if !self.relays_done.insert(id) {
                     return Err(self.violation(format!("relay {id} processed twice")));
+                }
+                // spec: SB-7.3, SB-7.4 — a binding the owner watch ended never processes again
+                if self
+                    .watch_ended
+                    .contains(&(to, actor, from, lifecycle, generation))
+                {
+                    return Err(self.violation(format!(
+                        "relay {id} of n{from}'s binding {generation} of a{actor} was admitted \
+                         after the owner watch ended that binding"
+                    )));
                 }
                 self.stats.relays += 1;
                 // The actor pushes to its bound session (what the slot holds now).
@@ -1066,6 +1242,11 @@ impl<'s> World<'s> {
                 Ok(())
             }
             Msg::Replaced(rec) => {
+                self.delivered_51.insert((
+                    to,
+                    rec.previous.lifecycle.get(),
+                    rec.previous.retired_binding_generation.get(),
+                ));
                 self.nodes[to].last_51 = Some((Ep::Node(from), (*rec).clone()));
                 self.replaced(from, to, *rec)
             }
@@ -1206,6 +1387,19 @@ impl<'s> World<'s> {
                     let on = &self.nodes[owner];
                     if !on.up || on.lifecycle != b.object_generation.get() {
                         continue; // an incarnation that ended: relays are refused
+                    }
+                    if self
+                        .watch_ended
+                        .contains(&(owner, a, i, n.lifecycle, b.generation.get()))
+                    {
+                        // a partition past the peer timeout: the actor owner ended it (its
+                        // relays are refused there); the session learns it from a refusal
+                        continue;
+                    }
+                    let key = (i, n.lifecycle, b.generation.get());
+                    if self.sent_51.contains(&key) && !self.delivered_51.contains(&key) {
+                        // replaced while a partition broke the connection: the 51 was lost
+                        continue;
                     }
                     let current = on.slots.get(&a).and_then(|sl| sl.current());
                     let same = current.is_some_and(|c| {

@@ -1,0 +1,2170 @@
+//! The relocation world: N nodes, each an actor owner (its incarnations, one real
+//! [`BindingSlot`] each), a session owner (one real [`SessionBindingAggregate`] per client
+//! session) and, while a relocation runs, the source ([`SourceHandoff`]) or the target
+//! ([`TargetHandoff`]) of it, and after a commit the old owner's Message Follow
+//! ([`FollowTable`]); one Location Store (`MemoryStore`, the real store core: the relocation
+//! fence, its durable abort and the target's `cas_owner`). Sessions relay sequence-numbered
+//! one-way messages (24) to their bound actors while actors move between nodes (42/43 seals,
+//! Restore, relay-ready, capture and relay of queued work, cutover or its timeout's fallback,
+//! CAS, 44 commit or abort), under the frame's network faults, partitions node–node and
+//! node–store, crashes with restarts and clock jumps on one node.
+//!
+//! What is written here is the thin driver of `node::relocate` around the cores (effects to
+//! records and store calls, results back), the actor owner's ingress (an incarnation serving,
+//! sealed, relaying its captured work, or a target's temporary queue), and the session owner's
+//! 42/44 handling with the held relays' release.
+//!
+//! Invariants, after every step:
+//! - no two nodes serve one actor, and a node serves only while the store names it the owner
+//!   of that incarnation (EG-14, SB-8.6, SB-8.9);
+//! - no relay is processed twice (SB-8.4, SB-5.10 "once");
+//! - per session, per actor, relays are processed in the order the session sent them, across
+//!   relocations (SB-8.7, SB-8.9): a sealed binding's held relays reach the target before
+//!   anything newer;
+//! - every relay has exactly one fate: processed, or dropped for a reason the spec allows (a
+//!   connection broken by a partition or a crash, a session closed by its seal timeout, work of
+//!   an actor left without a serving owner by a crash or a failed relocation, SB-8.3, SB-8.6);
+//!   at the end none is unaccounted for;
+//! - a late or duplicate 44 changes nothing (SB-8.3).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::future::Future;
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use zlink::actor::fence::CallFence;
+use zlink::relocation::{
+    FollowLookup, FollowTable, MigratedState, MovingActor, RelocationConfig, RestoreRefusal,
+    RestoreRequest, SealTarget, SourceEffect, SourceHandoff, SourceOutcome, Subject, TargetEffect,
+    TargetHandoff,
+};
+use zlink::session::aggregate::{
+    BindStart, BindTarget, Released, RouteApplied, SessionBindingAggregate, SessionIdentity,
+};
+use zlink::session::seal::HeldRelay;
+use zlink::session::{BindingSlot, RegisteredBinding};
+use zlink::store::{
+    self, ActivationRequest, ActorLocation, ActorOwner, AuthorityFence, LeaseHolder, LocationStore,
+    MemoryStore, OwnerFence, Reservation, StoreTime,
+};
+use zlink_wire::{
+    ActorId, BindSnapshot, BindingGeneration, DispatchKey, MeshName, NodeGeneration, NodeRid,
+    ObjectGeneration, OwnerId, OwnerLeaseGeneration, RelocationId, SealIdentity, SealOutcome,
+    SessionLifecycleGeneration, SessionRelocationRoute, SessionRelocationSeal, SessionRid,
+};
+
+use super::{Delays, Envelope, Ep, Millis, Network, Queue, Rng, Violation, ms_since};
+
+/// When a peer sees a crashed or cut-off node down.
+const PEER_TIMEOUT_MS: Millis = 300;
+/// How long a node waits for the store's answer.
+const STORE_CALL_TIMEOUT_MS: Millis = 1_000;
+/// After the last action: every partition healed and every timer ran out.
+const DRAIN_MS: Millis = 9_000;
+
+/// Driver rules that can be switched off, each a bug the simulator must catch.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Faults {
+    /// The target dispatches relayed work as it arrives, before its `cas_owner` succeeded.
+    pub target_dispatches_before_cas: bool,
+    /// The source relays its queued work at the capture but drops ingress held after it.
+    pub source_drops_late_ingress: bool,
+    /// The old owner answers records after a commit `Unavailable` instead of following them.
+    pub no_follow: bool,
+    /// The session owner sends relays submitted during the release before the held ones.
+    pub release_after_new: bool,
+}
+
+impl Faults {
+    /// The fault named `name` (`SIM_FAULT`), or none for an empty name.
+    pub fn named(name: &str) -> Option<Self> {
+        let mut f = Self::default();
+        match name {
+            "" | "none" => {}
+            "target_dispatches_before_cas" => f.target_dispatches_before_cas = true,
+            "source_drops_late_ingress" => f.source_drops_late_ingress = true,
+            "no_follow" => f.no_follow = true,
+            "release_after_new" => f.release_after_new = true,
+            _ => return None,
+        }
+        Some(f)
+    }
+}
+
+/// One scheduled action.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Action {
+    /// The session bound to the actor relays the next message of its sequence (24).
+    Relay { actor: usize },
+    /// Node `from` sends a one-way message to the actor through a ref resolved in the store
+    /// now (an actor's or a client's stale-able ref: no binding, no seal).
+    Tell { from: usize, actor: usize },
+    /// The actor's owner relocates it to node `to`.
+    Relocate { actor: usize, to: usize },
+    /// The node dies and restarts `down_ms` later with a new generation (no actors, no sessions).
+    Crash { node: usize, down_ms: u64 },
+    /// The endpoints cannot reach each other for `ms` (connections break).
+    Partition { a: Ep, b: Ep, ms: u64 },
+    /// The node's monotonic clock jumps forward by `ms`.
+    ClockJump { node: usize, ms: u64 },
+    /// The last 44 the node received arrives again (late or duplicate).
+    Late44 { node: usize },
+}
+
+/// A run's input.
+#[derive(Clone, Debug)]
+pub struct Scenario {
+    /// The seed.
+    pub seed: u64,
+    /// Nodes.
+    pub nodes: usize,
+    /// Client sessions per node.
+    pub sessions: usize,
+    /// Actors (actor `a` starts on node `a % nodes`, bound by session `a % (nodes * sessions)`).
+    pub actors: usize,
+    /// The network's delays.
+    pub delays: Delays,
+    /// An actor's turn takes up to this long.
+    pub turn_ms: u64,
+    /// The scenario's length (then the drain).
+    pub end_ms: Millis,
+    /// Actions by time.
+    pub actions: Vec<(Millis, Action)>,
+}
+
+impl Scenario {
+    /// The scenario of `seed`.
+    pub fn generate(seed: u64) -> Self {
+        let mut r = Rng::new(seed ^ 0x0E10_CA7E);
+        let turn_ms = r.range(0, 40);
+        let nodes = r.range(2, 4) as usize;
+        let sessions = r.range(1, 2) as usize;
+        let actors = r.range(1, 4) as usize;
+        let delays = Delays {
+            base_ms: r.range(1, 10),
+            slow_permille: r.below(60),
+            slow_ms: r.range(50, 1_500),
+        };
+        let end_ms = r.range(2_000, 6_000);
+        let count = r.range(20, 70);
+        let mut actions = Vec::with_capacity(count as usize);
+        for _ in 0..count {
+            let at = r.below(end_ms);
+            let node = r.below(nodes as u64) as usize;
+            let actor = r.below(actors as u64) as usize;
+            let action = match r.below(1000) {
+                0..=399 => Action::Relay { actor },
+                400..=539 => Action::Tell { from: node, actor },
+                540..=739 => Action::Relocate { actor, to: node },
+                740..=759 => Action::Crash {
+                    node,
+                    down_ms: r.range(50, 1_500),
+                },
+                760..=869 => {
+                    let a = Ep::Node(node);
+                    let b = if r.chance(250) {
+                        Ep::Store
+                    } else {
+                        Ep::Node((node + 1 + r.below(nodes as u64 - 1) as usize) % nodes)
+                    };
+                    Action::Partition {
+                        a,
+                        b,
+                        ms: r.range(50, 3_000),
+                    }
+                }
+                870..=909 => Action::ClockJump {
+                    node,
+                    ms: r.range(50, 2_000),
+                },
+                _ => Action::Late44 { node },
+            };
+            actions.push((at, action));
+        }
+        actions.sort_by_key(|(at, _)| *at);
+        Self {
+            seed,
+            nodes,
+            sessions,
+            actors,
+            delays,
+            turn_ms,
+            end_ms,
+            actions,
+        }
+    }
+}
+
+/// What a run counted.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Stats {
+    /// Events handled.
+    pub steps: u64,
+    /// Relays a session sent or held (accepted).
+    pub relays: u64,
+    /// Messages sent through a ref resolved in the store (no binding).
+    pub tells: u64,
+    /// Relays held by a seal.
+    pub held: u64,
+    /// Relays processed by an actor.
+    pub processed: u64,
+    /// Relays processed by an actor that had moved since the session bound it.
+    pub processed_after_move: u64,
+    /// Relays the source captured or relayed from its held ingress to the target.
+    pub captured: u64,
+    /// Relays the old owner forwarded (Message Follow).
+    pub followed: u64,
+    /// Relays dropped for a reason the spec allows.
+    pub dropped: u64,
+    /// … of them: lost with a connection a partition or a crash broke.
+    pub dropped_connection: u64,
+    /// … held or queued by a node that crashed, or addressed to its old lifecycle.
+    pub dropped_crash: u64,
+    /// … of an actor left without a serving owner (a crash, or SB-8.6).
+    pub dropped_no_owner: u64,
+    /// … held by a session its seal timeout closed (SB-8.3).
+    pub dropped_seal_timeout: u64,
+    /// … followed once already (SB-5.10).
+    pub dropped_followed_once: u64,
+    /// Relocations started.
+    pub relocations: u64,
+    /// Relocations that moved the actor.
+    pub moved: u64,
+    /// Relocations aborted (the source reopened).
+    pub aborted: u64,
+    /// Relocations that ended with neither side serving (SB-8.6).
+    pub failed: u64,
+    /// Targets that fell back after the cutover timeout.
+    pub cutover_timeouts: u64,
+    /// Sessions closed by their seal timeout.
+    pub seal_timeouts: u64,
+    /// Late or duplicate 44s refused.
+    pub late_44: u64,
+    /// Session relays captured by the source that reached a target after its cutover
+    /// timeout's fallback had dispatched newer ones (out of the session's order).
+    pub reordered_by_fallback: u64,
+    /// Crashes.
+    pub crashes: u64,
+    /// Partitions.
+    pub partitions: u64,
+    /// Messages lost to broken connections.
+    pub lost_messages: u64,
+}
+
+impl std::ops::AddAssign for Stats {
+    fn add_assign(&mut self, o: Self) {
+        self.steps += o.steps;
+        self.relays += o.relays;
+        self.tells += o.tells;
+        self.held += o.held;
+        self.processed += o.processed;
+        self.processed_after_move += o.processed_after_move;
+        self.captured += o.captured;
+        self.followed += o.followed;
+        self.dropped += o.dropped;
+        self.dropped_connection += o.dropped_connection;
+        self.dropped_crash += o.dropped_crash;
+        self.dropped_no_owner += o.dropped_no_owner;
+        self.dropped_seal_timeout += o.dropped_seal_timeout;
+        self.dropped_followed_once += o.dropped_followed_once;
+        self.relocations += o.relocations;
+        self.moved += o.moved;
+        self.aborted += o.aborted;
+        self.failed += o.failed;
+        self.cutover_timeouts += o.cutover_timeouts;
+        self.seal_timeouts += o.seal_timeouts;
+        self.late_44 += o.late_44;
+        self.reordered_by_fallback += o.reordered_by_fallback;
+        self.crashes += o.crashes;
+        self.partitions += o.partitions;
+        self.lost_messages += o.lost_messages;
+    }
+}
+
+/// A run's result.
+#[derive(Debug)]
+pub struct Outcome {
+    /// The first invariant that did not hold.
+    pub violation: Option<Violation>,
+    /// The event trace (when asked for).
+    pub trace: Vec<String>,
+    /// What happened.
+    pub stats: Stats,
+}
+
+/// A relay (24) as it travels: its id and the binding fences it carries.
+#[derive(Clone, Debug)]
+struct Relay {
+    id: u64,
+    actor: usize,
+    object_generation: u64,
+    /// The session owner node and its lifecycle, the binding generation.
+    session_owner: usize,
+    lifecycle: u64,
+    generation: u64,
+    /// The node generation of the route it was sent on.
+    route_generation: u64,
+    /// Forwarded once by Message Follow already.
+    followed: bool,
+    /// A message through a resolved ref, not a binding (no slot check, no session order).
+    tell: bool,
+    /// Captured by a source and relayed to its target.
+    captured: bool,
+    /// Reached, as captured work, a target that had opened by the cutover timeout's fallback.
+    after_fallback: bool,
+}
+
+#[derive(Clone, Debug)]
+enum StoreOp {
+    Fence {
+        actor: usize,
+        expected: AuthorityFence,
+        owner: OwnerFence,
+    },
+    Retire {
+        actor: usize,
+        fence: AuthorityFence,
+        owner: OwnerFence,
+    },
+    Cas {
+        actor: usize,
+        expected: AuthorityFence,
+        owner: ActorOwner,
+    },
+}
+
+#[derive(Clone, Debug)]
+enum Msg {
+    /// 24, from a session, a source relaying captured work, or an old owner following.
+    Relay(Relay),
+    /// 42.
+    Seal {
+        reloc: u64,
+        rec: SessionRelocationSeal,
+    },
+    /// 43.
+    Sealed {
+        reloc: u64,
+        seal: SealIdentity,
+        outcome: SealOutcome,
+    },
+    /// Restore (source → target), with the bindings the target's slot takes over.
+    Restore {
+        reloc: u64,
+        request: RestoreRequest,
+        binding: Option<RegisteredBinding>,
+    },
+    RelayReady {
+        reloc: u64,
+    },
+    RestoreFailed {
+        reloc: u64,
+    },
+    Cutover {
+        reloc: u64,
+    },
+    /// The target's result (committed or failed).
+    Result {
+        reloc: u64,
+        committed: Vec<ActorLocation>,
+        failed: Vec<ActorId>,
+    },
+    /// 44.
+    Route(SessionRelocationRoute),
+    /// A store call and its answer.
+    StoreCall {
+        call: u64,
+        op: StoreOp,
+    },
+    StoreAnswer {
+        call: u64,
+        result: Result<ActorLocation, ()>,
+    },
+}
+
+#[derive(Debug)]
+enum Event {
+    Act(Action),
+    Deliver(Envelope<Msg>),
+    Restart {
+        node: usize,
+    },
+    Heal {
+        a: Ep,
+        b: Ep,
+        id: u64,
+    },
+    /// `node` sees `peer`'s generation `generation` down.
+    PeerDown {
+        node: usize,
+        peer: usize,
+        generation: u64,
+    },
+    PartitionDetect {
+        a: usize,
+        b: usize,
+        id: u64,
+    },
+    /// A timer of a core on `node` (generation `generation`): every due timer of it runs.
+    Timer {
+        node: usize,
+        generation: u64,
+    },
+    StoreTimeout {
+        node: usize,
+        generation: u64,
+        call: u64,
+    },
+    /// The actor's next turn on `node`.
+    Turn {
+        node: usize,
+        generation: u64,
+        actor: usize,
+    },
+}
+
+/// Where an incarnation's ingress goes.
+#[derive(Debug)]
+enum IncState {
+    /// Dispatching: relays are processed.
+    Serving,
+    /// The source sealed its runtime: relays queue (held ingress) until the capture or the
+    /// unseal.
+    Sealed { queue: Vec<Relay> },
+    /// The source captured its work: what arrives goes on to the target, in order.
+    Relaying {
+        target: usize,
+        target_generation: u64,
+    },
+    /// The target's temporary queue of relocation `reloc`: collected, not dispatched.
+    Temp { reloc: u64, queue: Vec<Relay> },
+    /// The source's relocation failed after relay-ready (or its abort was not durable): never
+    /// reopens.
+    Ended,
+}
+
+#[derive(Debug)]
+struct Incarnation {
+    /// Work admitted while serving, not yet run (the actor's queue); captured in arrival order
+    /// when the runtime is sealed.
+    backlog: std::collections::VecDeque<Relay>,
+    /// A turn is scheduled.
+    turn: bool,
+    /// Opened by the cutover timeout's fallback (SB-8.9): work the source relays later is
+    /// appended behind what the target dispatched meanwhile.
+    fell_back: bool,
+    object_generation: u64,
+    state: IncState,
+    slot: BindingSlot,
+    /// The store record the incarnation serves under (None for a target before its CAS).
+    location: Option<ActorLocation>,
+}
+
+struct Session {
+    rid: u64,
+    agg: SessionBindingAggregate,
+    /// The last 44 this session received.
+    last_44: Option<SessionRelocationRoute>,
+}
+
+struct Source {
+    actor: usize,
+    core: SourceHandoff,
+    target: usize,
+    target_generation: u64,
+    owner: OwnerFence,
+}
+
+struct Target {
+    actor: usize,
+    core: TargetHandoff,
+    source: usize,
+    source_generation: u64,
+}
+
+struct Node {
+    up: bool,
+    generation: u64,
+    holder: Option<LeaseHolder>,
+    /// Clock offset of this node (clock jumps), ms.
+    offset: u64,
+    sessions: BTreeMap<usize, Session>,
+    actors: BTreeMap<usize, Incarnation>,
+    follow: FollowTable,
+    sources: BTreeMap<u64, Source>,
+    targets: BTreeMap<u64, Target>,
+    /// Store calls in flight: call id → (relocation, op).
+    calls: BTreeMap<u64, (u64, StoreOp)>,
+    /// The last 44 received (node-wide, for a late copy): (session slot, record).
+    last_44: Option<(usize, SessionRelocationRoute)>,
+}
+
+/// A relay's fate.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Fate {
+    Processed(usize),
+    Dropped(&'static str),
+}
+
+#[derive(Clone, Debug)]
+struct RelayInfo {
+    /// (session owner node, lifecycle, session rid, actor).
+    key: (usize, u64, u64, usize),
+    seq: u64,
+    fate: Option<Fate>,
+}
+
+struct World<'s> {
+    s: &'s Scenario,
+    faults: Faults,
+    now: Millis,
+    base: Instant,
+    queue: Queue<Event>,
+    net: Network,
+    store: MemoryStore,
+    nodes: Vec<Node>,
+    next_generation: u64,
+    next_id: u64,
+    relays: BTreeMap<u64, RelayInfo>,
+    /// Per (session key): the last sequence processed.
+    last_seq: BTreeMap<(usize, u64, u64, usize), u64>,
+    /// Per (session key): the next sequence to send.
+    next_seq: BTreeMap<(usize, u64, u64, usize), u64>,
+    /// Actors left without a serving owner (a crash, a failed relocation).
+    orphaned: BTreeSet<usize>,
+    /// Actors moved at least once.
+    moved: BTreeSet<usize>,
+    cuts: BTreeMap<(Ep, Ep), u64>,
+    next_cut: u64,
+    stats: Stats,
+    trace: Option<Vec<String>>,
+}
+
+fn rid(i: usize) -> NodeRid {
+    NodeRid::new(format!("n{i}")).expect("valid")
+}
+
+fn index_of(node: &NodeRid) -> usize {
+    node.as_str()[1..].parse().unwrap_or(usize::MAX)
+}
+
+fn actor_id(a: usize) -> ActorId {
+    ActorId::new(format!("a{a}")).expect("valid")
+}
+
+fn actor_index(a: &ActorId) -> usize {
+    a.as_str()[1..].parse().unwrap_or(usize::MAX)
+}
+
+fn mesh() -> MeshName {
+    MeshName::new("m").expect("valid")
+}
+
+fn wire_location(loc: &ActorLocation) -> zlink_wire::ActorLocation {
+    zlink_wire::ActorLocation {
+        mesh: loc.mesh.clone(),
+        node: loc.owner_node.clone(),
+        node_generation: loc.node_generation,
+        authority_owner_generation: loc.authority_owner_generation,
+        owner_lease_generation: loc.owner_lease_generation,
+    }
+}
+
+fn call_fence(loc: &ActorLocation) -> CallFence {
+    CallFence {
+        actor_id: loc.actor_id.clone(),
+        object_generation: loc.object_generation,
+        authority_owner_generation: loc.authority_owner_generation,
+        owner_lease_generation: loc.owner_lease_generation,
+        node_generation: loc.node_generation,
+    }
+}
+
+fn poll_now<T>(f: impl Future<Output = T>) -> T {
+    let mut f = std::pin::pin!(f);
+    match f.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
+        Poll::Ready(v) => v,
+        Poll::Pending => panic!("the memory store answers at once"),
+    }
+}
+
+fn relay_id(h: &HeldRelay) -> u64 {
+    let mut b = [0u8; 8];
+    b.copy_from_slice(&h.payload[..8]);
+    u64::from_le_bytes(b)
+}
+
+impl<'s> World<'s> {
+    fn new(s: &'s Scenario, faults: Faults, trace: bool) -> Self {
+        let clock = store::ManualClock::at_wall(StoreTime::from_millis(1_000_000));
+        let mut w = Self {
+            s,
+            faults,
+            now: 0,
+            base: Instant::now(),
+            queue: Queue::default(),
+            net: Network::new(s.seed, s.delays),
+            store: MemoryStore::with_clock(Arc::new(clock)),
+            nodes: Vec::new(),
+            next_generation: 1,
+            next_id: 1,
+            relays: BTreeMap::new(),
+            last_seq: BTreeMap::new(),
+            next_seq: BTreeMap::new(),
+            orphaned: BTreeSet::new(),
+            moved: BTreeSet::new(),
+            cuts: BTreeMap::new(),
+            next_cut: 1,
+            stats: Stats::default(),
+            trace: trace.then(Vec::new),
+        };
+        for i in 0..s.nodes {
+            let n = w.fresh_node(i);
+            w.nodes.push(n);
+        }
+        // Activation of every actor on its first owner, then the binds of its session (set
+        // up directly: binding is the sessions world's subject).
+        for a in 0..s.actors {
+            let owner = a % s.nodes;
+            let holder = w.nodes[owner].holder.clone().expect("registered");
+            let won = poll_now(w.store.reserve_activation(ActivationRequest {
+                actor_id: actor_id(a),
+                actor_type: "t".into(),
+                owner: ActorOwner {
+                    mesh: mesh(),
+                    holder,
+                },
+            }));
+            let Ok(Reservation::Won(loc)) = won else {
+                panic!("activation of a{a}: {won:?}")
+            };
+            let loc = poll_now(w.store.mark_ready(actor_id(a), loc.fence())).expect("ready");
+            let sidx = a % (s.nodes * s.sessions);
+            let (snode, sk) = (sidx / s.sessions, sidx % s.sessions);
+            let g = w.next_id;
+            w.next_id += 1;
+            let lifecycle = w.nodes[snode].generation;
+            let sess = w.nodes[snode].sessions.get_mut(&sk).expect("session");
+            let target = BindTarget {
+                actor: actor_id(a),
+                actor_type: "t".into(),
+                object_generation: loc.object_generation,
+                location: wire_location(&loc),
+            };
+            let Ok(BindStart::Request(_)) = sess.agg.begin_bind(target, BindingGeneration::new(g))
+            else {
+                panic!("bind of a{a}")
+            };
+            let _ = sess.agg.complete_bind(
+                &actor_id(a),
+                BindingGeneration::new(g),
+                OwnerLeaseGeneration::new(lifecycle),
+                Ok(BindSnapshot {
+                    actor: actor_id(a),
+                    object_generation: loc.object_generation,
+                    location: wire_location(&loc),
+                    binding_generation: BindingGeneration::new(g),
+                }),
+            );
+            let reg = RegisteredBinding {
+                session_owner: rid(snode),
+                lifecycle: SessionLifecycleGeneration::new(lifecycle),
+                owner_id: OwnerId::new(1_000 + snode as u64),
+                owner_lease: OwnerLeaseGeneration::new(lifecycle),
+                session: SessionRid::new(sess.rid),
+                generation: BindingGeneration::new(g),
+            };
+            let mut slot = BindingSlot::default();
+            let _ = slot.bind(reg);
+            w.nodes[owner].actors.insert(
+                a,
+                Incarnation {
+                    backlog: Default::default(),
+                    turn: false,
+                    fell_back: false,
+                    object_generation: loc.object_generation.get(),
+                    state: IncState::Serving,
+                    slot,
+                    location: Some(loc),
+                },
+            );
+        }
+        w
+    }
+
+    fn fresh_node(&mut self, i: usize) -> Node {
+        let generation = self.next_generation;
+        self.next_generation += 1;
+        let lease = poll_now(self.store.register_owner(
+            rid(i),
+            NodeGeneration::new(generation),
+            Duration::from_secs(86_400),
+        ))
+        .expect("register");
+        let mut n = Node {
+            up: true,
+            generation,
+            holder: Some(lease.holder),
+            offset: 0,
+            sessions: BTreeMap::new(),
+            actors: BTreeMap::new(),
+            follow: FollowTable::default(),
+            sources: BTreeMap::new(),
+            targets: BTreeMap::new(),
+            calls: BTreeMap::new(),
+            last_44: None,
+        };
+        // Only the first lifecycle has client sessions (a restarted node's clients would bind
+        // anew: the sessions world's subject).
+        if generation as usize <= self.s.nodes {
+            for k in 0..self.s.sessions {
+                let r = 1 + k as u64;
+                let id = SessionIdentity {
+                    owner: rid(i),
+                    lifecycle: SessionLifecycleGeneration::new(generation),
+                    session: SessionRid::new(r),
+                };
+                n.sessions.insert(
+                    k,
+                    Session {
+                        rid: r,
+                        agg: SessionBindingAggregate::new(
+                            id,
+                            OwnerId::new(1_000 + i as u64),
+                            Duration::from_secs(30),
+                        ),
+                        last_44: None,
+                    },
+                );
+            }
+        }
+        n
+    }
+
+    /// `node`'s clock now.
+    fn instant(&self, node: usize) -> Instant {
+        self.base + Duration::from_millis(self.now + self.nodes[node].offset)
+    }
+
+    /// The virtual time at which `node`'s clock reads `at`.
+    fn virtual_at(&self, node: usize, at: Instant) -> Millis {
+        ms_since(self.base, at)
+            .saturating_sub(self.nodes[node].offset)
+            .max(self.now)
+    }
+
+    fn log(&mut self, text: impl FnOnce() -> String) {
+        if let Some(t) = &mut self.trace {
+            t.push(format!("{:>6} {}", self.now, text()));
+        }
+    }
+
+    fn violation(&self, what: String) -> Violation {
+        Violation { at: self.now, what }
+    }
+
+    fn send_ep(&mut self, from: Ep, to: Ep, msg: Msg) {
+        let relay = match &msg {
+            Msg::Relay(r) => Some(r.id),
+            _ => None,
+        };
+        match self.net.send(self.now, from, to, msg) {
+            Some((at, env)) => self.queue.push(at, Event::Deliver(env)),
+            None => {
+                if let Some(id) = relay {
+                    self.fate(id, Fate::Dropped("sent on a broken connection"));
+                }
+            }
+        }
+    }
+
+    fn send(&mut self, from: usize, to: usize, msg: Msg) {
+        self.send_ep(Ep::Node(from), Ep::Node(to), msg);
+    }
+
+    /// Records the fate of relay `id` (exactly one).
+    fn fate(&mut self, id: u64, fate: Fate) {
+        let Some(info) = self.relays.get_mut(&id) else {
+            return;
+        };
+        if let Fate::Dropped(why) = &fate {
+            self.stats.dropped += 1;
+            let why = *why;
+            match why {
+                "sent on a broken connection" | "lost with its connection" => {
+                    self.stats.dropped_connection += 1;
+                }
+                "its node crashed" | "its owner crashed" | "its target crashed" => {
+                    self.stats.dropped_crash += 1;
+                }
+                "its seal's session timed out" | "its session's seal timed out" => {
+                    self.stats.dropped_seal_timeout += 1;
+                }
+                "followed once already (it moved again)" => self.stats.dropped_followed_once += 1,
+                _ => self.stats.dropped_no_owner += 1,
+            }
+            if let Some(t) = &mut self.trace {
+                t.push(format!("{:>6}   relay {id} dropped: {why}", self.now));
+            }
+        }
+        if info.fate.is_none() {
+            info.fate = Some(fate);
+        } else {
+            // a second fate: checked by `check_fates` (kept as the first)
+            info.fate = Some(Fate::Dropped("SECOND FATE"));
+        }
+    }
+
+    fn run(&mut self) -> Result<(), Violation> {
+        for (at, a) in &self.s.actions {
+            self.queue.push(*at, Event::Act(a.clone()));
+        }
+        let end = self.s.end_ms + DRAIN_MS;
+        while let Some((at, ev)) = self.queue.pop_until(end) {
+            self.now = at;
+            self.stats.steps += 1;
+            self.step(ev)?;
+            self.check_step()?;
+        }
+        self.now = end;
+        self.stats.lost_messages = self.net.dropped;
+        self.final_check()
+    }
+
+    fn step(&mut self, ev: Event) -> Result<(), Violation> {
+        match ev {
+            Event::Act(a) => self.act(a),
+            Event::Deliver(env) => {
+                let to = env.to;
+                let accepted = self.net.accept(&env);
+                let up = match to {
+                    Ep::Node(i) => self.nodes[i].up,
+                    Ep::Store => true,
+                };
+                if !accepted || !up {
+                    if let Msg::Relay(r) = &env.msg {
+                        self.fate(r.id, Fate::Dropped("lost with its connection"));
+                    }
+                    return Ok(());
+                }
+                match to {
+                    Ep::Store => {
+                        self.store_call(env.from, env.msg);
+                        Ok(())
+                    }
+                    Ep::Node(i) => {
+                        let from = match env.from {
+                            Ep::Node(f) => f,
+                            Ep::Store => usize::MAX,
+                        };
+                        self.deliver(from, i, env.msg)
+                    }
+                }
+            }
+            Event::Restart { node } => {
+                let n = self.fresh_node(node);
+                self.log(|| format!("n{node} restarts, generation {}", n.generation));
+                self.nodes[node] = n;
+                Ok(())
+            }
+            Event::Heal { a, b, id } => {
+                let key = (a.min(b), a.max(b));
+                if self.cuts.get(&key) == Some(&id) {
+                    self.cuts.remove(&key);
+                    self.net.heal(a, b);
+                    self.log(|| format!("heal {a} - {b}"));
+                }
+                Ok(())
+            }
+            Event::PartitionDetect { a, b, id } => {
+                let key = (Ep::Node(a.min(b)), Ep::Node(a.max(b)));
+                if self.cuts.get(&key) == Some(&id) {
+                    for (x, y) in [(a, b), (b, a)] {
+                        let g = self.nodes[y].generation;
+                        self.peer_down(x, y, g)?;
+                    }
+                }
+                Ok(())
+            }
+            Event::PeerDown {
+                node,
+                peer,
+                generation,
+            } => self.peer_down(node, peer, generation),
+            Event::Timer { node, generation } => {
+                if self.nodes[node].up && self.nodes[node].generation == generation {
+                    self.timers(node)?;
+                }
+                Ok(())
+            }
+            Event::Turn {
+                node,
+                generation,
+                actor,
+            } => {
+                if !(self.nodes[node].up && self.nodes[node].generation == generation) {
+                    return Ok(());
+                }
+                let Some(inc) = self.nodes[node].actors.get_mut(&actor) else {
+                    return Ok(());
+                };
+                inc.turn = false;
+                if !matches!(inc.state, IncState::Serving) {
+                    return Ok(());
+                }
+                let Some(r) = inc.backlog.pop_front() else {
+                    return Ok(());
+                };
+                self.process(node, r)?;
+                self.schedule_turn(node, actor);
+                Ok(())
+            }
+            Event::StoreTimeout {
+                node,
+                generation,
+                call,
+            } => {
+                if self.nodes[node].up && self.nodes[node].generation == generation {
+                    if let Some((reloc, op)) = self.nodes[node].calls.remove(&call) {
+                        self.log(|| format!("n{node}: store call {call} timed out"));
+                        self.store_result(node, reloc, op, Err(()))?;
+                    }
+                }
+                Ok(())
+            }
+        }
+    }
+
+    fn act(&mut self, a: Action) -> Result<(), Violation> {
+        self.log(|| format!("{a:?}"));
+        match a {
+            Action::Relay { actor } => self.relay(actor),
+            Action::Tell { from, actor } => self.tell(from, actor),
+            Action::Relocate { actor, to } => self.relocate(actor, to),
+            Action::Crash { node, down_ms } => self.crash(node, down_ms),
+            Action::Partition { a, b, ms } => {
+                let key = (a.min(b), a.max(b));
+                if a == b || self.cuts.contains_key(&key) {
+                    return Ok(());
+                }
+                self.stats.partitions += 1;
+                let id = self.next_cut;
+                self.next_cut += 1;
+                self.cuts.insert(key, id);
+                self.net.partition(a, b);
+                if let (Ep::Node(x), Ep::Node(y)) = (a, b)
+                    && ms >= PEER_TIMEOUT_MS
+                {
+                    self.queue.push(
+                        self.now + PEER_TIMEOUT_MS,
+                        Event::PartitionDetect { a: x, b: y, id },
+                    );
+                }
+                self.queue.push(self.now + ms, Event::Heal { a, b, id });
+                Ok(())
+            }
+            Action::ClockJump { node, ms } => {
+                if self.nodes[node].up {
+                    self.nodes[node].offset += ms;
+                    self.arm(node);
+                }
+                Ok(())
+            }
+            Action::Late44 { node } => {
+                if !self.nodes[node].up {
+                    return Ok(());
+                }
+                let Some((k, rec)) = self.nodes[node].last_44.clone() else {
+                    return Ok(());
+                };
+                let Some(s) = self.nodes[node].sessions.get_mut(&k) else {
+                    return Ok(());
+                };
+                let before: Vec<_> = s
+                    .agg
+                    .bound()
+                    .map(|b| (b.actor.clone(), b.generation, b.route.clone()))
+                    .collect();
+                let r = s.agg.handle_route(&rec);
+                let after: Vec<_> = s
+                    .agg
+                    .bound()
+                    .map(|b| (b.actor.clone(), b.generation, b.route.clone()))
+                    .collect();
+                // spec: SB-8.3 — a late or duplicate 44 is ignored
+                if r.is_ok() || before != after {
+                    return Err(self.violation(format!(
+                        "a late 44 on n{node} was applied ({r:?}): {before:?} -> {after:?}"
+                    )));
+                }
+                self.stats.late_44 += 1;
+                Ok(())
+            }
+        }
+    }
+
+    /// The session bound to `actor` relays its next message.
+    fn relay(&mut self, actor: usize) -> Result<(), Violation> {
+        let sidx = actor % (self.s.nodes * self.s.sessions);
+        let (node, k) = (sidx / self.s.sessions, sidx % self.s.sessions);
+        if !self.nodes[node].up {
+            return Ok(());
+        }
+        let lifecycle = self.nodes[node].generation;
+        let Some(s) = self.nodes[node].sessions.get_mut(&k) else {
+            return Ok(());
+        };
+        let Some(g) = s.agg.find(&actor_id(actor)).map(|b| b.generation) else {
+            return Ok(());
+        };
+        let Ok(ticket) = s.agg.relay(&actor_id(actor), g) else {
+            return Ok(());
+        };
+        let key = (node, lifecycle, s.rid, actor);
+        let id = self.next_id;
+        self.next_id += 1;
+        let seq = {
+            let n = self.next_seq.entry(key).or_insert(0);
+            *n += 1;
+            *n
+        };
+        self.relays.insert(
+            id,
+            RelayInfo {
+                key,
+                seq,
+                fate: None,
+            },
+        );
+        self.stats.relays += 1;
+        let held = HeldRelay::one_way(DispatchKey::new(1), Bytes::from(id.to_le_bytes().to_vec()));
+        // held by the seal (SB-8.2); a binding whose seal ended meanwhile sends at once
+        if ticket.held() && s.agg.hold_relay(&actor_id(actor), g, held).is_ok() {
+            self.stats.held += 1;
+            self.log(|| format!("  relay {id} (seq {seq}) held by the seal"));
+            return Ok(());
+        }
+        let r = Relay {
+            id,
+            actor,
+            object_generation: ticket.binding.object_generation.get(),
+            session_owner: node,
+            lifecycle,
+            generation: g.get(),
+            route_generation: ticket.binding.route.node_generation.get(),
+            followed: false,
+            tell: false,
+            captured: false,
+            after_fallback: false,
+        };
+        let to = index_of(ticket.to());
+        self.log(|| format!("  relay {id} (seq {seq}) -> n{to}"));
+        self.send(node, to, Msg::Relay(r));
+        Ok(())
+    }
+
+    /// Node `from` resolves the actor in the store and sends it a one-way message there.
+    fn tell(&mut self, from: usize, actor: usize) -> Result<(), Violation> {
+        if !self.nodes[from].up {
+            return Ok(());
+        }
+        let Some(loc) = poll_now(self.store.lookup(actor_id(actor))).ok().flatten() else {
+            return Ok(());
+        };
+        let id = self.next_id;
+        self.next_id += 1;
+        let key = (from, self.nodes[from].generation, 0, actor);
+        let seq = {
+            let n = self.next_seq.entry(key).or_insert(0);
+            *n += 1;
+            *n
+        };
+        self.relays.insert(
+            id,
+            RelayInfo {
+                key,
+                seq,
+                fate: None,
+            },
+        );
+        self.stats.tells += 1;
+        let r = Relay {
+            id,
+            actor,
+            object_generation: loc.object_generation.get(),
+            session_owner: from,
+            lifecycle: self.nodes[from].generation,
+            generation: 0,
+            route_generation: loc.node_generation.get(),
+            followed: false,
+            tell: true,
+            captured: false,
+            after_fallback: false,
+        };
+        let to = index_of(&loc.owner_node);
+        self.log(|| format!("  tell {id} -> n{to}"));
+        self.send(from, to, Msg::Relay(r));
+        Ok(())
+    }
+
+    fn relocate(&mut self, actor: usize, to: usize) -> Result<(), Violation> {
+        let Some(owner) = (0..self.s.nodes).find(|&i| {
+            self.nodes[i].up
+                && self.nodes[i]
+                    .actors
+                    .get(&actor)
+                    .is_some_and(|inc| matches!(inc.state, IncState::Serving))
+                && !self.nodes[i].sources.values().any(|s| s.actor == actor)
+                && !self.nodes[i].targets.values().any(|t| t.actor == actor)
+        }) else {
+            return Ok(());
+        };
+        if owner == to || !self.nodes[to].up {
+            return Ok(());
+        }
+        let inc = &self.nodes[owner].actors[&actor];
+        let loc = inc
+            .location
+            .clone()
+            .expect("a serving incarnation has its record");
+        let reloc = self.next_id;
+        self.next_id += 1;
+        let bindings = inc
+            .slot
+            .current()
+            .map(|c| SealTarget {
+                session_owner: c.session_owner.clone(),
+                seal: SealIdentity {
+                    relocation: RelocationId::new(reloc),
+                    session_lifecycle: c.lifecycle,
+                    session: c.session,
+                    binding_generation: c.generation,
+                },
+            })
+            .into_iter()
+            .collect();
+        let moving = MovingActor {
+            actor: actor_id(actor),
+            object_generation: loc.object_generation,
+            current_fence: loc.fence(),
+            bindings,
+        };
+        let now = self.instant(owner);
+        let core = SourceHandoff::start(
+            RelocationId::new(reloc),
+            Subject::Actor,
+            vec![moving],
+            rid(to),
+            RelocationConfig::default(),
+            now,
+        );
+        self.stats.relocations += 1;
+        self.log(|| format!("  relocation {reloc}: a{actor} n{owner} -> n{to}"));
+        let target_generation = self.nodes[to].generation;
+        self.nodes[owner].sources.insert(
+            reloc,
+            Source {
+                actor,
+                core,
+                target: to,
+                target_generation,
+                owner: loc.owner_fence(),
+            },
+        );
+        self.drive_source(owner, reloc)
+    }
+
+    fn crash(&mut self, node: usize, down_ms: u64) -> Result<(), Violation> {
+        if !self.nodes[node].up {
+            return Ok(());
+        }
+        self.stats.crashes += 1;
+        let generation = self.nodes[node].generation;
+        let later = self.instant(node) + Duration::from_secs(86_400);
+        let mut lost = Vec::new();
+        let n = &mut self.nodes[node];
+        n.up = false;
+        for s in n.sessions.values_mut() {
+            // its held relays go with the process
+            for h in s.agg.handle_seal_timeouts(later).closed.unwrap_or_default() {
+                lost.push(relay_id(&h));
+            }
+        }
+        n.sessions.clear();
+        for (a, inc) in std::mem::take(&mut n.actors) {
+            lost.extend(inc.backlog.iter().map(|r| r.id));
+            if let IncState::Sealed { queue } | IncState::Temp { queue, .. } = inc.state {
+                lost.extend(queue.iter().map(|r| r.id));
+            }
+            self.orphaned.insert(a);
+        }
+        for t in n.targets.values() {
+            self.orphaned.insert(t.actor);
+        }
+        for s in n.sources.values() {
+            self.orphaned.insert(s.actor);
+        }
+        n.sources.clear();
+        n.targets.clear();
+        n.calls.clear();
+        if let Some(h) = n.holder.take() {
+            // its lease ends (the ownership world simulates how long that takes)
+            let _ = poll_now(self.store.release_owner(h));
+        }
+        for id in lost {
+            self.fate(id, Fate::Dropped("its node crashed"));
+        }
+        self.net.reset(Ep::Node(node));
+        for other in 0..self.s.nodes {
+            if other != node {
+                self.queue.push(
+                    self.now + PEER_TIMEOUT_MS,
+                    Event::PeerDown {
+                        node: other,
+                        peer: node,
+                        generation,
+                    },
+                );
+            }
+        }
+        self.queue
+            .push(self.now + down_ms.max(1), Event::Restart { node });
+        Ok(())
+    }
+
+    /// `node` sees `peer`'s generation down: a source whose target it is fails the target;
+    /// a target whose source it is learns it (nothing changes: the cutover timeout decides).
+    fn peer_down(&mut self, node: usize, peer: usize, generation: u64) -> Result<(), Violation> {
+        if !self.nodes[node].up {
+            return Ok(());
+        }
+        let now = self.instant(node);
+        let sources: Vec<u64> = self.nodes[node]
+            .sources
+            .iter()
+            .filter(|(_, s)| s.target == peer && s.target_generation == generation)
+            .map(|(r, _)| *r)
+            .collect();
+        for reloc in sources {
+            if let Some(s) = self.nodes[node].sources.get_mut(&reloc) {
+                s.core.handle_target_failed(now);
+            }
+            self.drive_source(node, reloc)?;
+        }
+        let targets: Vec<u64> = self.nodes[node]
+            .targets
+            .iter()
+            .filter(|(_, t)| t.source == peer && t.source_generation == generation)
+            .map(|(r, _)| *r)
+            .collect();
+        for reloc in targets {
+            if let Some(t) = self.nodes[node].targets.get_mut(&reloc) {
+                t.core.handle_source_lost(now);
+            }
+            self.drive_target(node, reloc)?;
+        }
+        Ok(())
+    }
+
+    /// Pushes a timer event for every core of `node` that has a deadline.
+    fn arm(&mut self, node: usize) {
+        let n = &self.nodes[node];
+        let mut due: Vec<Instant> = Vec::new();
+        due.extend(n.sources.values().filter_map(|s| s.core.poll_timeout()));
+        due.extend(n.targets.values().filter_map(|t| t.core.poll_timeout()));
+        due.extend(
+            n.sessions
+                .values()
+                .filter_map(|s| s.agg.poll_seal_timeout()),
+        );
+        let generation = n.generation;
+        for d in due {
+            let at = self.virtual_at(node, d);
+            self.queue.push(at, Event::Timer { node, generation });
+        }
+    }
+
+    fn timers(&mut self, node: usize) -> Result<(), Violation> {
+        let now = self.instant(node);
+        let relocs: Vec<u64> = self.nodes[node].sources.keys().copied().collect();
+        for reloc in relocs {
+            if let Some(s) = self.nodes[node].sources.get_mut(&reloc)
+                && s.core.poll_timeout().is_some_and(|d| d <= now)
+            {
+                s.core.handle_timeout(now);
+                self.drive_source(node, reloc)?;
+            }
+        }
+        let relocs: Vec<u64> = self.nodes[node].targets.keys().copied().collect();
+        for reloc in relocs {
+            if let Some(t) = self.nodes[node].targets.get_mut(&reloc)
+                && t.core.poll_timeout().is_some_and(|d| d <= now)
+            {
+                t.core.handle_timeout(now);
+                self.drive_target(node, reloc)?;
+            }
+        }
+        let keys: Vec<usize> = self.nodes[node].sessions.keys().copied().collect();
+        for k in keys {
+            let Some(s) = self.nodes[node].sessions.get_mut(&k) else {
+                continue;
+            };
+            if s.agg.poll_seal_timeout().is_none_or(|d| d > now) {
+                continue;
+            }
+            let out = s.agg.handle_seal_timeouts(now);
+            if let Some(dropped) = out.closed {
+                self.stats.seal_timeouts += 1;
+                self.log(|| format!("n{node}: session {k} closed by its seal timeout"));
+                self.nodes[node].sessions.remove(&k);
+                for h in dropped {
+                    self.fate(relay_id(&h), Fate::Dropped("its session's seal timed out"));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Performs the source's effects.
+    fn drive_source(&mut self, node: usize, reloc: u64) -> Result<(), Violation> {
+        loop {
+            let Some(s) = self.nodes[node].sources.get_mut(&reloc) else {
+                return Ok(());
+            };
+            let Some(effect) = s.core.poll_effect() else {
+                break;
+            };
+            let (actor, target, owner) = (s.actor, s.target, s.owner.clone());
+            let now = self.instant(node);
+            self.log(|| format!("  n{node} source {reloc}: {}", short_source(&effect)));
+            match effect {
+                SourceEffect::TakeFence { expected, .. } => {
+                    self.store_send(
+                        node,
+                        reloc,
+                        StoreOp::Fence {
+                            actor,
+                            expected,
+                            owner,
+                        },
+                    );
+                }
+                SourceEffect::SendSeal { to, record } => {
+                    self.send(node, index_of(&to), Msg::Seal { reloc, rec: record });
+                }
+                SourceEffect::SealRuntime => {
+                    let inc = self.nodes[node]
+                        .actors
+                        .get_mut(&actor)
+                        .expect("source incarnation");
+                    // the turn in flight ended (turns are atomic here); what is queued is kept
+                    // in arrival order for the capture
+                    let queue: Vec<Relay> = inc.backlog.drain(..).collect();
+                    inc.state = IncState::Sealed { queue };
+                    let og = ObjectGeneration::new(inc.object_generation);
+                    self.nodes[node].follow.seal(actor_id(actor), og, now);
+                    let s = self.nodes[node].sources.get_mut(&reloc).expect("source");
+                    s.core
+                        .handle_quiesced(now, Ok(vec![MigratedState::Bytes(vec![1])]));
+                }
+                SourceEffect::SendRestore { to, request } => {
+                    let binding = self.nodes[node].actors[&actor].slot.current().cloned();
+                    self.send(
+                        node,
+                        index_of(&to),
+                        Msg::Restore {
+                            reloc,
+                            request,
+                            binding,
+                        },
+                    );
+                }
+                SourceEffect::CaptureAndRelay => {
+                    let tg = self.nodes[target].generation;
+                    let inc = self.nodes[node]
+                        .actors
+                        .get_mut(&actor)
+                        .expect("source incarnation");
+                    let queue = match std::mem::replace(
+                        &mut inc.state,
+                        IncState::Relaying {
+                            target,
+                            target_generation: tg,
+                        },
+                    ) {
+                        IncState::Sealed { queue } => queue,
+                        other => panic!("capture from {other:?}"),
+                    };
+                    for mut r in queue {
+                        self.stats.captured += 1;
+                        r.captured = true;
+                        self.send(node, target, Msg::Relay(r));
+                    }
+                    let s = self.nodes[node].sources.get_mut(&reloc).expect("source");
+                    s.core.handle_relayed(now);
+                }
+                SourceEffect::SendCutover { to } => {
+                    self.send(node, index_of(&to), Msg::Cutover { reloc });
+                }
+                SourceEffect::RetireFence { fence, .. } => {
+                    self.store_send(
+                        node,
+                        reloc,
+                        StoreOp::Retire {
+                            actor,
+                            fence,
+                            owner,
+                        },
+                    );
+                }
+                SourceEffect::UnsealRuntime => {
+                    let og = {
+                        let inc = self.nodes[node]
+                            .actors
+                            .get_mut(&actor)
+                            .expect("incarnation");
+                        let queue = match std::mem::replace(&mut inc.state, IncState::Serving) {
+                            IncState::Sealed { queue } => queue,
+                            other => panic!("unseal from {other:?}"),
+                        };
+                        let og = ObjectGeneration::new(inc.object_generation);
+                        inc.backlog.extend(queue);
+                        og
+                    };
+                    self.schedule_turn(node, actor);
+                    self.nodes[node].follow.release(&actor_id(actor), og);
+                }
+                SourceEffect::SendRoute { to, record } => {
+                    self.send(node, index_of(&to), Msg::Route(record));
+                }
+                SourceEffect::EndIncarnations(locs) => {
+                    for loc in locs {
+                        let a = actor_index(&loc.actor_id);
+                        if let Some(inc) = self.nodes[node].actors.remove(&a) {
+                            let source = inc.location.expect("record");
+                            self.nodes[node]
+                                .follow
+                                .install(call_fence(&source), loc, now);
+                        }
+                    }
+                }
+                SourceEffect::Finished(outcome) => {
+                    self.log(|| format!("  relocation {reloc} at the source: {outcome:?}"));
+                    match outcome {
+                        SourceOutcome::Moved(_) => {
+                            self.stats.moved += 1;
+                            self.moved.insert(actor);
+                        }
+                        SourceOutcome::Aborted(_) => self.stats.aborted += 1,
+                        SourceOutcome::Failed(_) => {
+                            self.stats.failed += 1;
+                            // never reopens: what it holds is never processed here
+                            if let Some(inc) = self.nodes[node].actors.get_mut(&actor) {
+                                let old = std::mem::replace(&mut inc.state, IncState::Ended);
+                                // its pending work goes with it (`node::relocate`'s
+                                // `end_unserved`)
+                                let mut lost: Vec<u64> =
+                                    inc.backlog.drain(..).map(|r| r.id).collect();
+                                if let IncState::Sealed { queue } = old {
+                                    lost.extend(queue.iter().map(|r| r.id));
+                                }
+                                for id in lost {
+                                    self.fate(id, Fate::Dropped("its relocation failed"));
+                                }
+                            }
+                            self.orphaned.insert(actor);
+                        }
+                    }
+                    self.nodes[node].sources.remove(&reloc);
+                }
+            }
+        }
+        self.arm(node);
+        Ok(())
+    }
+
+    /// Performs the target's effects.
+    fn drive_target(&mut self, node: usize, reloc: u64) -> Result<(), Violation> {
+        loop {
+            let Some(t) = self.nodes[node].targets.get_mut(&reloc) else {
+                return Ok(());
+            };
+            let Some(effect) = t.core.poll_effect() else {
+                break;
+            };
+            let (actor, source) = (t.actor, t.source);
+            let now = self.instant(node);
+            self.log(|| format!("  n{node} target {reloc}: {}", short_target(&effect)));
+            match effect {
+                TargetEffect::InstallQueues(_) => {
+                    // installed by `deliver` with the Restore (it carries the binding)
+                    let t = self.nodes[node].targets.get_mut(&reloc).expect("target");
+                    t.core.handle_installed(now, Ok(()));
+                }
+                TargetEffect::ReplyRelayReady { .. } => {
+                    self.send(node, source, Msg::RelayReady { reloc });
+                }
+                TargetEffect::ReplyRestoreFailed { .. } => {
+                    self.send(node, source, Msg::RestoreFailed { reloc });
+                }
+                TargetEffect::WarnCutoverTimeout => {
+                    self.stats.cutover_timeouts += 1;
+                    if let Some(inc) = self.nodes[node].actors.get_mut(&actor) {
+                        inc.fell_back = true;
+                    }
+                }
+                TargetEffect::CasOwner { expected, .. } => {
+                    let holder = self.nodes[node].holder.clone().expect("a live node");
+                    self.store_send(
+                        node,
+                        reloc,
+                        StoreOp::Cas {
+                            actor,
+                            expected,
+                            owner: ActorOwner {
+                                mesh: mesh(),
+                                holder,
+                            },
+                        },
+                    );
+                }
+                TargetEffect::OpenDispatch { location, .. } => {
+                    let inc = self.nodes[node].actors.get_mut(&actor).expect("temp queue");
+                    inc.location = Some(location);
+                    let queue = match std::mem::replace(&mut inc.state, IncState::Serving) {
+                        IncState::Temp { queue, .. } => queue,
+                        other => panic!("open from {other:?}"),
+                    };
+                    inc.backlog.extend(queue);
+                    self.schedule_turn(node, actor);
+                }
+                TargetEffect::DiscardQueue { .. } => {
+                    let ours = self.nodes[node].actors.get(&actor).is_some_and(
+                        |inc| matches!(inc.state, IncState::Temp { reloc: r, .. } if r == reloc),
+                    );
+                    if ours
+                        && let Some(inc) = self.nodes[node].actors.remove(&actor)
+                        && let IncState::Temp { queue, .. } = inc.state
+                    {
+                        for r in queue {
+                            self.fate(r.id, Fate::Dropped("the target's CAS failed"));
+                        }
+                    }
+                }
+                TargetEffect::SendRoute { to, record } => {
+                    self.send(node, index_of(&to), Msg::Route(record));
+                }
+                TargetEffect::ReportToSource {
+                    committed, failed, ..
+                } => {
+                    self.send(
+                        node,
+                        source,
+                        Msg::Result {
+                            reloc,
+                            committed,
+                            failed,
+                        },
+                    );
+                }
+                TargetEffect::Finished(outcome) => {
+                    self.log(|| format!("  relocation {reloc} at the target: {outcome:?}"));
+                    if let zlink::relocation::TargetOutcome::Cas { failed, .. } = &outcome
+                        && !failed.is_empty()
+                    {
+                        // the CAS failed or its answer was lost: the store may name this node
+                        // while nothing serves here (SB-8.6 leaves it to recovery)
+                        self.orphaned.insert(actor);
+                    }
+                    self.nodes[node].targets.remove(&reloc);
+                }
+            }
+        }
+        self.arm(node);
+        Ok(())
+    }
+
+    fn store_send(&mut self, node: usize, reloc: u64, op: StoreOp) {
+        let call = self.next_id;
+        self.next_id += 1;
+        self.nodes[node].calls.insert(call, (reloc, op.clone()));
+        let generation = self.nodes[node].generation;
+        self.queue.push(
+            self.now + STORE_CALL_TIMEOUT_MS,
+            Event::StoreTimeout {
+                node,
+                generation,
+                call,
+            },
+        );
+        self.send_ep(Ep::Node(node), Ep::Store, Msg::StoreCall { call, op });
+    }
+
+    /// The store handles a call from `from` and answers.
+    fn store_call(&mut self, from: Ep, msg: Msg) {
+        let Msg::StoreCall { call, op } = msg else {
+            return;
+        };
+        let result = match &op {
+            StoreOp::Fence {
+                actor,
+                expected,
+                owner,
+            }
+            | StoreOp::Retire {
+                actor,
+                fence: expected,
+                owner,
+            } => poll_now(
+                self.store
+                    .relocation_fence(actor_id(*actor), *expected, owner.clone()),
+            ),
+            StoreOp::Cas {
+                actor,
+                expected,
+                owner,
+            } => poll_now(
+                self.store
+                    .cas_owner(actor_id(*actor), *expected, owner.clone()),
+            ),
+        };
+        self.log(|| {
+            format!(
+                "  store: {op:?} -> {}",
+                result.as_ref().map_or_else(
+                    |e| e.to_string(),
+                    |l| format!("{} v{}", l.owner_node, l.version)
+                )
+            )
+        });
+        self.send_ep(
+            Ep::Store,
+            from,
+            Msg::StoreAnswer {
+                call,
+                result: result.map_err(|_| ()),
+            },
+        );
+    }
+
+    fn store_result(
+        &mut self,
+        node: usize,
+        reloc: u64,
+        op: StoreOp,
+        result: Result<ActorLocation, ()>,
+    ) -> Result<(), Violation> {
+        let now = self.instant(node);
+        match op {
+            StoreOp::Fence { actor, .. } | StoreOp::Retire { actor, .. } if result.is_ok() => {
+                // the record after the write: the incarnation's fence from now on
+                if let (Some(inc), Ok(loc)) = (self.nodes[node].actors.get_mut(&actor), &result) {
+                    inc.location = Some(loc.clone());
+                }
+                self.store_result_core(node, reloc, op, result, now)
+            }
+            op => self.store_result_core(node, reloc, op, result, now),
+        }
+    }
+
+    fn store_result_core(
+        &mut self,
+        node: usize,
+        reloc: u64,
+        op: StoreOp,
+        result: Result<ActorLocation, ()>,
+        now: Instant,
+    ) -> Result<(), Violation> {
+        match op {
+            StoreOp::Fence { actor, .. } => {
+                if let Some(s) = self.nodes[node].sources.get_mut(&reloc) {
+                    s.core
+                        .handle_fenced(now, &actor_id(actor), result.map(|l| l.fence()));
+                }
+                self.drive_source(node, reloc)
+            }
+            StoreOp::Retire { actor, .. } => {
+                if let Some(s) = self.nodes[node].sources.get_mut(&reloc) {
+                    s.core
+                        .handle_fence_retired(now, &actor_id(actor), result.is_ok());
+                }
+                self.drive_source(node, reloc)
+            }
+            StoreOp::Cas { actor, .. } => {
+                if let Some(t) = self.nodes[node].targets.get_mut(&reloc) {
+                    t.core.handle_cas(now, &actor_id(actor), result);
+                }
+                self.drive_target(node, reloc)
+            }
+        }
+    }
+
+    fn deliver(&mut self, from: usize, to: usize, msg: Msg) -> Result<(), Violation> {
+        let now = self.instant(to);
+        match msg {
+            Msg::Relay(r) => self.ingress(to, r),
+            Msg::Seal { reloc, rec } => {
+                let sender = (rid(from), NodeGeneration::new(self.nodes[from].generation));
+                let session = self.nodes[to]
+                    .sessions
+                    .values_mut()
+                    .find(|s| s.rid == rec.seal.session.get());
+                let outcome = match session {
+                    // the session ended: no such session (SB-8.1)
+                    None => SealOutcome::Rejected(zlink_wire::ErrorKind::Unavailable),
+                    Some(s) => match s.agg.handle_seal(now, (&sender.0, sender.1), &rec) {
+                        Ok(()) => SealOutcome::Installed,
+                        Err((_, kind)) => SealOutcome::Rejected(kind),
+                    },
+                };
+                self.log(|| format!("  n{to}: 42 of relocation {reloc} -> {outcome:?}"));
+                self.send(
+                    to,
+                    from,
+                    Msg::Sealed {
+                        reloc,
+                        seal: rec.seal,
+                        outcome,
+                    },
+                );
+                self.arm(to);
+                Ok(())
+            }
+            Msg::Sealed {
+                reloc,
+                seal,
+                outcome,
+            } => {
+                if let Some(s) = self.nodes[to].sources.get_mut(&reloc) {
+                    s.core.handle_sealed(now, &seal, outcome);
+                }
+                self.drive_source(to, reloc)
+            }
+            Msg::Restore {
+                reloc,
+                request,
+                binding,
+            } => {
+                let actor = actor_index(&request.actors[0].actor);
+                let og = request.actors[0].object_generation.get();
+                let core =
+                    TargetHandoff::restore(rid(from), request, RelocationConfig::default(), now);
+                if self.nodes[to].actors.contains_key(&actor) {
+                    let mut t = core;
+                    let _ = t.poll_effect();
+                    t.handle_installed(now, Err(RestoreRefusal::AlreadyHosted));
+                    let source_generation = self.nodes[from].generation;
+                    self.nodes[to].targets.insert(
+                        reloc,
+                        Target {
+                            actor,
+                            core: t,
+                            source: from,
+                            source_generation,
+                        },
+                    );
+                    return self.drive_target(to, reloc);
+                }
+                let mut slot = BindingSlot::default();
+                if let Some(b) = binding {
+                    let _ = slot.bind(b);
+                }
+                self.nodes[to].actors.insert(
+                    actor,
+                    Incarnation {
+                        backlog: Default::default(),
+                        turn: false,
+                        fell_back: false,
+                        object_generation: og,
+                        state: IncState::Temp {
+                            reloc,
+                            queue: Vec::new(),
+                        },
+                        slot,
+                        location: None,
+                    },
+                );
+                let source_generation = self.nodes[from].generation;
+                self.nodes[to].targets.insert(
+                    reloc,
+                    Target {
+                        actor,
+                        core,
+                        source: from,
+                        source_generation,
+                    },
+                );
+                self.drive_target(to, reloc)
+            }
+            Msg::RelayReady { reloc } => {
+                if let Some(s) = self.nodes[to].sources.get_mut(&reloc) {
+                    s.core.handle_relay_ready(now);
+                }
+                self.drive_source(to, reloc)
+            }
+            Msg::RestoreFailed { reloc } => {
+                if let Some(s) = self.nodes[to].sources.get_mut(&reloc) {
+                    s.core.handle_target_failed(now);
+                }
+                self.drive_source(to, reloc)
+            }
+            Msg::Cutover { reloc } => {
+                if let Some(t) = self.nodes[to].targets.get_mut(&reloc) {
+                    t.core.handle_cutover(now);
+                }
+                self.drive_target(to, reloc)
+            }
+            Msg::Result {
+                reloc,
+                committed,
+                failed,
+            } => {
+                if let Some(s) = self.nodes[to].sources.get_mut(&reloc) {
+                    s.core.handle_target_result(now, committed, failed);
+                }
+                self.drive_source(to, reloc)
+            }
+            Msg::Route(rec) => self.route(to, rec),
+            Msg::StoreAnswer { call, result } => {
+                let Some((reloc, op)) = self.nodes[to].calls.remove(&call) else {
+                    return Ok(()); // after its timeout: late, dropped
+                };
+                self.store_result(to, reloc, op, result)
+            }
+            Msg::StoreCall { .. } => Ok(()),
+        }
+    }
+
+    /// A 44 at session owner `node`: applied, then the held relays leave in order over the
+    /// binding's route, before anything newer (SB-8.7).
+    fn route(&mut self, node: usize, rec: SessionRelocationRoute) -> Result<(), Violation> {
+        let (lifecycle, session) = match &rec {
+            SessionRelocationRoute::Commit(c) => (c.session_lifecycle, c.session),
+            SessionRelocationRoute::Abort(a) => (a.seal.session_lifecycle, a.seal.session),
+        };
+        if lifecycle.get() != self.nodes[node].generation {
+            return Ok(());
+        }
+        let Some((&k, s)) = self.nodes[node]
+            .sessions
+            .iter_mut()
+            .find(|(_, s)| s.rid == session.get())
+        else {
+            return Ok(());
+        };
+        s.last_44 = Some(rec.clone());
+        self.nodes[node].last_44 = Some((k, rec.clone()));
+        let s = self.nodes[node].sessions.get_mut(&k).expect("session");
+        let actor = match s.agg.handle_route(&rec) {
+            Ok(RouteApplied::Committed(b) | RouteApplied::Aborted(b)) => b.actor.clone(),
+            Err(e) => {
+                self.stats.late_44 += 1;
+                self.log(|| format!("  n{node}: 44 refused: {e:?}"));
+                return Ok(());
+            }
+        };
+        self.log(|| format!("  n{node}: 44 applied to a{}", actor_index(&actor)));
+        let now = self.instant(node);
+        let mut out = Vec::new();
+        loop {
+            let s = self.nodes[node].sessions.get_mut(&k).expect("session");
+            match s.agg.next_released(now, &actor) {
+                Released::Send(ticket, held) => out.push((ticket, held)),
+                Released::Expired(held) => {
+                    self.fate(
+                        relay_id(&held),
+                        Fate::Dropped("its deadline passed while held"),
+                    );
+                }
+                Released::Done => break,
+            }
+        }
+        if self.faults.release_after_new && out.len() > 1 {
+            out.rotate_left(1);
+        }
+        for (ticket, held) in out {
+            let id = relay_id(&held);
+            let r = Relay {
+                id,
+                actor: actor_index(&actor),
+                object_generation: ticket.binding.object_generation.get(),
+                session_owner: node,
+                lifecycle: lifecycle.get(),
+                generation: ticket.generation().get(),
+                route_generation: ticket.binding.route.node_generation.get(),
+                followed: false,
+                tell: false,
+                captured: false,
+                after_fallback: false,
+            };
+            let to = index_of(ticket.to());
+            self.log(|| format!("  released relay {id} -> n{to}"));
+            self.send(node, to, Msg::Relay(r));
+        }
+        Ok(())
+    }
+
+    /// A relay at actor owner `node`.
+    fn ingress(&mut self, node: usize, mut r: Relay) -> Result<(), Violation> {
+        let now = self.instant(node);
+        let fault_dispatch = self.faults.target_dispatches_before_cas;
+        let r_actor = r.actor;
+        if let Some(inc) = self.nodes[node].actors.get_mut(&r.actor)
+            && inc.object_generation == r.object_generation
+        {
+            if r.captured && inc.fell_back {
+                r.after_fallback = true;
+            }
+            match &mut inc.state {
+                IncState::Serving => {
+                    inc.backlog.push_back(r);
+                    self.schedule_turn(node, r_actor);
+                    return Ok(());
+                }
+                IncState::Sealed { queue } => {
+                    queue.push(r);
+                    return Ok(());
+                }
+                IncState::Temp { reloc, queue } => {
+                    if fault_dispatch {
+                        return self.process(node, r);
+                    }
+                    let reloc = *reloc;
+                    queue.push(r);
+                    if let Some(t) = self.nodes[node].targets.get_mut(&reloc) {
+                        t.core.handle_relayed(1);
+                    }
+                    return Ok(());
+                }
+                IncState::Relaying {
+                    target,
+                    target_generation,
+                } => {
+                    let (target, tg) = (*target, *target_generation);
+                    if self.faults.source_drops_late_ingress {
+                        return Ok(());
+                    }
+                    if !self.nodes[target].up || self.nodes[target].generation != tg {
+                        self.fate(r.id, Fate::Dropped("its target crashed"));
+                        return Ok(());
+                    }
+                    self.stats.captured += 1;
+                    r.captured = true;
+                    self.send(node, target, Msg::Relay(r));
+                    return Ok(());
+                }
+                IncState::Ended => {
+                    self.fate(r.id, Fate::Dropped("its relocation failed"));
+                    return Ok(());
+                }
+            }
+        }
+        // Not live here: Message Follow (SB-5.10), once.
+        let og = ObjectGeneration::new(r.object_generation);
+        let looked = self.nodes[node].follow.lookup(&actor_id(r.actor), og, now);
+        match looked {
+            FollowLookup::Forward(route) if !r.followed && !self.faults.no_follow => {
+                let to = index_of(&route.target.owner_node);
+                r.followed = true;
+                self.stats.followed += 1;
+                self.log(|| format!("  n{node} follows relay {} to n{to}", r.id));
+                self.send(node, to, Msg::Relay(r));
+                Ok(())
+            }
+            FollowLookup::Forward(_) if r.followed => {
+                // spec: SB-5.10 — followed once: the actor moved on again meanwhile
+                self.fate(
+                    r.id,
+                    Fate::Dropped("followed once already (it moved again)"),
+                );
+                Ok(())
+            }
+            other => {
+                if self.orphaned.contains(&r.actor) {
+                    self.fate(r.id, Fate::Dropped("its actor has no serving owner"));
+                    return Ok(());
+                }
+                if r.route_generation != self.nodes[node].generation && !r.followed {
+                    // addressed to a lifecycle of this node that crashed
+                    self.fate(r.id, Fate::Dropped("its owner crashed"));
+                    return Ok(());
+                }
+                Err(self.violation(format!(
+                    "relay {} of a{} refused at n{node} ({other:?}, followed {}) while the \
+                     actor is served elsewhere",
+                    r.id, r.actor, r.followed
+                )))
+            }
+        }
+    }
+
+    /// Schedules the actor's next turn on `node` if it serves, has work and none is scheduled:
+    /// a turn takes 0 to `turn_ms` ms (now and then ten times that: a slow handler).
+    fn schedule_turn(&mut self, node: usize, actor: usize) {
+        let generation = self.nodes[node].generation;
+        let Some(inc) = self.nodes[node].actors.get_mut(&actor) else {
+            return;
+        };
+        if inc.turn || inc.backlog.is_empty() || !matches!(inc.state, IncState::Serving) {
+            return;
+        }
+        inc.turn = true;
+        let h = super::mix(self.s.seed, inc.backlog[0].id);
+        let mut ms = h % (self.s.turn_ms + 1);
+        if h % 100 < 3 {
+            ms *= 10;
+        }
+        self.queue.push(
+            self.now + ms,
+            Event::Turn {
+                node,
+                generation,
+                actor,
+            },
+        );
+    }
+
+    /// `node` processes relay `r` (its actor's turn).
+    fn process(&mut self, node: usize, r: Relay) -> Result<(), Violation> {
+        let inc = &self.nodes[node].actors[&r.actor];
+        // the binding slot's check (SB-5.3)
+        if !r.tell
+            && inc
+                .slot
+                .check_relay(
+                    &rid(r.session_owner),
+                    SessionLifecycleGeneration::new(r.lifecycle),
+                    BindingGeneration::new(r.generation),
+                )
+                .is_err()
+        {
+            return Err(self.violation(format!(
+                "relay {} refused by a{}'s slot on n{node}: {:?}",
+                r.id,
+                r.actor,
+                inc.slot.current()
+            )));
+        }
+        // spec: EG-14, SB-8.9 — only the owner the store names serves
+        let rec = poll_now(self.store.lookup(actor_id(r.actor)))
+            .ok()
+            .flatten();
+        let named = rec.as_ref().is_some_and(|l| {
+            l.owner_node == rid(node)
+                && l.node_generation.get() == self.nodes[node].generation
+                && l.object_generation.get() == r.object_generation
+        });
+        if !named {
+            return Err(self.violation(format!(
+                "n{node} processed relay {} of a{} while the store names {:?}",
+                r.id,
+                r.actor,
+                rec.map(|l| (l.owner_node, l.node_generation))
+            )));
+        }
+        let info = self.relays.get(&r.id).cloned().expect("known relay");
+        // spec: SB-8.4, SB-5.10 — processed once
+        if matches!(info.fate, Some(Fate::Processed(_))) {
+            return Err(self.violation(format!("relay {} processed twice", r.id)));
+        }
+        // spec: SB-8.7, SB-8.9 — per session, per actor, in the order sent (a ref's messages
+        // have no order across a move: SB-9, another connection)
+        let last = self.last_seq.get(&info.key).copied().unwrap_or(0);
+        if !r.tell && info.seq <= last && r.after_fallback {
+            // The target fell back after the cutover timeout (SB-8.9) and dispatched the
+            // session's released relays while the source's captured work was still on its
+            // way: appended behind (`TargetHandoff::late_relayed`), out of the session's
+            // order. Counted; docs/RELIABILITY.md "What the relocation world found".
+            self.stats.reordered_by_fallback += 1;
+            self.log(|| {
+                format!(
+                    "  relay {} (seq {}) arrives after the fallback",
+                    r.id, info.seq
+                )
+            });
+        } else if !r.tell && info.seq <= last {
+            return Err(self.violation(format!(
+                "relay {} (seq {}) of a{} processed on n{node} after seq {last}",
+                r.id, info.seq, r.actor
+            )));
+        }
+        self.last_seq.insert(info.key, info.seq.max(last));
+        self.stats.processed += 1;
+        if self.moved.contains(&r.actor) {
+            self.stats.processed_after_move += 1;
+        }
+        self.log(|| format!("  n{node} processes relay {} (seq {})", r.id, info.seq));
+        self.fate(r.id, Fate::Processed(node));
+        Ok(())
+    }
+
+    /// After every step: at most one node serves each actor.
+    fn check_step(&self) -> Result<(), Violation> {
+        for a in 0..self.s.actors {
+            let serving: Vec<usize> = (0..self.s.nodes)
+                .filter(|&i| {
+                    self.nodes[i].up
+                        && self.nodes[i]
+                            .actors
+                            .get(&a)
+                            .is_some_and(|inc| matches!(inc.state, IncState::Serving))
+                })
+                .collect();
+            // spec: EG-14, SB-8.6 — no two nodes serve one actor
+            if serving.len() > 1 {
+                return Err(self.violation(format!("a{a} is served by {serving:?}")));
+            }
+        }
+        Ok(())
+    }
+
+    fn final_check(&self) -> Result<(), Violation> {
+        for (id, info) in &self.relays {
+            match &info.fate {
+                None => {
+                    return Err(self.violation(format!(
+                        "relay {id} (seq {} of a{}) was neither processed nor dropped for a \
+                         reason",
+                        info.seq, info.key.3
+                    )));
+                }
+                Some(Fate::Dropped(why)) if *why == "SECOND FATE" => {
+                    return Err(self.violation(format!("relay {id} has two fates")));
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+}
+
+fn short_source(e: &SourceEffect) -> String {
+    match e {
+        SourceEffect::SendRestore { to, .. } => format!("SendRestore to {to}"),
+        SourceEffect::SendSeal { to, record } => {
+            format!("SendSeal to {to} (session {})", record.seal.session.get())
+        }
+        other => format!("{other:?}"),
+    }
+}
+
+fn short_target(e: &TargetEffect) -> String {
+    match e {
+        TargetEffect::InstallQueues(_) => "InstallQueues".into(),
+        TargetEffect::SendRoute { to, .. } => format!("SendRoute (44 commit) to {to}"),
+        other => format!("{other:?}"),
+    }
+}
+
+/// Runs `scenario` with `faults`; `trace` records every event.
+pub fn run(scenario: &Scenario, faults: Faults, trace: bool) -> Outcome {
+    let mut w = World::new(scenario, faults, trace);
+    let violation = w.run().err();
+    Outcome {
+        violation,
+        trace: w.trace.take().unwrap_or_default(),
+        stats: w.stats,
+    }
+}
