@@ -1,7 +1,9 @@
 //! The node's relocation drivers (issue 27, SB-8.9's order): thin loops around the sans-IO
 //! cores of [`crate::relocation`] — [`SourceHandoff`] on the actor's owner (the source, which
 //! coordinates) and [`TargetHandoff`] on the node it moves to. Each feeds the core's `handle_*`
-//! with store answers, mesh replies and the node's clock, and performs its effects.
+//! with store answers, mesh replies and the node's clock, and performs its effects. The source
+//! runs one relocation over a set of incarnations (`Node::run_source`): one actor for
+//! [`Node::relocate`], every member of a Spot for [`Node::relocate_spot`] (`relocate_spot.rs`).
 //!
 //! The hand-off records travel as 144 Requests with the node keys
 //! [`protocol::PEER_RELOCATE_RESTORE`], [`protocol::PEER_RELOCATE_WORK`],
