@@ -30,7 +30,13 @@ impl Engine {
                         .peers
                         .get(&node)
                         .is_some_and(|p| p.up && p.generation == Some(generation))
-                    && self.request_ended(out.corr);
+                    && ended_before_transmission(
+                        &mut self.corr,
+                        out.corr,
+                        self.now,
+                        &self.shared.counters,
+                        &node,
+                    );
                 let Some(p) = self.peers.get_mut(&node) else {
                     if let Some(b) = out.bytes {
                         self.release_peer_budget(&node, b);
@@ -45,7 +51,6 @@ impl Engine {
                 }
                 if ended {
                     release(&p.conn.budget, &out);
-                    self.drop_ended(&node, out.corr);
                     return;
                 }
                 // Queued and transmitted at the end of this pass (`flush_dirty`), together
@@ -199,6 +204,7 @@ impl Engine {
             corr: &mut self.corr,
             counters: &self.shared.counters,
             who: node,
+            now: self.now,
         };
         let budget = &p.conn.budget;
         let batching = &self.cfg.batching;
@@ -232,6 +238,7 @@ impl Engine {
             corr: &mut self.corr,
             counters: &self.shared.counters,
             who: &session,
+            now: self.now,
         };
         conn::flush(
             &mut c.conn.queue,
@@ -257,6 +264,8 @@ pub(super) struct Wire<'e> {
     pub(super) counters: &'e Counters,
     /// The other end, as the detail of a drop.
     pub(super) who: &'e dyn std::fmt::Display,
+    /// The pass's time (request deadlines are checked against it at transmission).
+    pub(super) now: Instant,
 }
 
 impl Transport for Wire<'_> {
@@ -315,24 +324,12 @@ impl Transport for Wire<'_> {
         SendOutcome::Sent
     }
 
-    /// Ended: it reached its terminal (timeout, cancel, peer lost), or its deadline has passed
-    /// (every expired request is ended here, with `DeadlineExceeded`, before the timer would).
     fn ended(&mut self, corr: u64) -> bool {
-        let Some(expired) = self.corr.handle_transmit(corr, Instant::now()) else {
-            return false;
-        };
-        for (_, w) in expired {
-            let _ = w.send(Err(RequestError::DeadlineExceeded));
-        }
-        self.counters.drop(
-            DropReason::RequestEnded,
-            &format_args!("{}: corr {corr} ended before transmission", self.who),
-        );
-        true
+        ended_before_transmission(self.corr, corr, self.now, self.counters, self.who)
     }
 
     fn expired(&self, corr: u64) -> bool {
-        self.corr.is_ended_at(corr, Instant::now())
+        self.corr.is_ended_at(corr, self.now)
     }
 
     fn lost(&mut self, out: &Out) {
