@@ -172,6 +172,9 @@ async fn wait_answered(answered: &AtomicU64, n: u64) {
 /// Three nodes, operator clients of each, the `tally` actor on node1 and a client of node3
 /// bound to it, sending.
 struct World {
+    /// The tests of this file run one at a time: each loads the machine with three nodes and
+    /// holds its relocation at a phase by stopping processes.
+    _serial: tokio::sync::MutexGuard<'static, ()>,
     _dir: tempfile::TempDir,
     procs: Vec<Proc>,
     ops: Vec<NodeClient>,
@@ -182,7 +185,10 @@ struct World {
     traffic: tokio::task::JoinHandle<Traffic>,
 }
 
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 async fn world() -> World {
+    let serial = SERIAL.lock().await;
     let dir = tempfile::tempdir().unwrap();
     let specs = setup(dir.path(), 3, "");
     let procs = start_all(&specs).await;
@@ -212,6 +218,7 @@ async fn world() -> World {
     ));
     wait_answered(&answered, 5).await;
     World {
+        _serial: serial,
         _dir: dir,
         procs,
         ops,

@@ -4,7 +4,8 @@
 //! and send it, without pause, numbered marks — three one-way relays then one relayed
 //! request — while the operator relocates 24 of the actors round the three nodes, five times
 //! each, 120 relocations (`RELOCATE`, operator op 0xFFFF000B): each mover leaves its session's
-//! node, comes back to it and leaves again. A `tally` counts per sender and notices every mark
+//! node, comes back to it and leaves again. Between them, 4 SpotWide Spots of 6 of the actors
+//! move whole round the nodes, 20 times (`RELOCATE_SPOT`). A `tally` counts per sender and notices every mark
 //! that is not the next one (lost, doubled or reordered); its state travels with it (the
 //! migration contract).
 //!
@@ -25,16 +26,24 @@ use std::time::{Duration, Instant};
 use procs::{TIMEOUT, operator, setup, start_all};
 use tokio::sync::Notify;
 use zlink::actor::{ActorRef, Message};
+use zlink::actor::{SpotKind, SpotSpec, UserMode};
 use zlink::node::client::{NodeClient, Placement};
-use zlink::node::protocol::RelocateActor;
+use zlink::node::protocol::{RelocateActor, RelocateSpot};
 use zlink_apps::demo::session::{Bind, RelayRequest, RelaySend};
 use zlink_apps::demo::{Mark, Tallied, Tally};
 
 const NODES: usize = 3;
 const CLIENTS_PER_NODE: usize = 34;
-/// The actors relocated (the first ones; the others stay where they were created).
+/// The actors relocated one by one (the first ones).
 const MOVERS: usize = 24;
 const RELOCATIONS: usize = 120;
+/// SpotWide Spots relocated whole, each of `SPOT_MEMBERS` actors (the next ones after the
+/// movers); the actors after them stay where they were created.
+const SPOTS: usize = 4;
+const SPOT_MEMBERS: usize = 6;
+/// Whole-Spot relocations: after every `RELOCATIONS / SPOT_RELOCATIONS` single ones, the next
+/// Spot moves to the next node.
+const SPOT_RELOCATIONS: usize = 20;
 /// One-way relays per actor before each relayed request.
 const SENDS_PER_REQUEST: u64 = 3;
 /// Requests each actor answers between two of its relocations (so each one moves under
@@ -153,14 +162,30 @@ async fn relocations_round_three_nodes_under_load_lose_and_double_nothing() {
     let mut actors = Vec::new();
     let mut owner = Vec::new();
     let mut clients = Vec::new();
+    // `spot_node[s]`: the node hosting Spot `band-s`.
+    let mut spot_node: Vec<usize> = (0..SPOTS).map(|s| s % NODES).collect();
+    let spot_of = |i: usize| {
+        (MOVERS..MOVERS + SPOTS * SPOT_MEMBERS)
+            .contains(&i)
+            .then(|| (i - MOVERS) / SPOT_MEMBERS)
+    };
     for i in 0..clients_n {
-        let on = (i + 1) % NODES;
+        let (on, placement) = match spot_of(i) {
+            Some(s) => (
+                spot_node[s],
+                Placement {
+                    node: Some(specs[spot_node[s]].name.clone()),
+                    spot: Some(SpotSpec {
+                        name: format!("band-{s}"),
+                        kind: SpotKind::User(UserMode::SpotWide),
+                    }),
+                    ..Placement::default()
+                },
+            ),
+            None => ((i + 1) % NODES, Placement::on(&specs[(i + 1) % NODES].name)),
+        };
         let r = ops[on]
-            .create(
-                "tally",
-                &format!("tally-{i}"),
-                Placement::on(&specs[on].name),
-            )
+            .create("tally", &format!("tally-{i}"), placement)
             .await
             .unwrap();
         assert_eq!(r.node().as_str(), specs[on].name);
@@ -193,6 +218,7 @@ async fn relocations_round_three_nodes_under_load_lose_and_double_nothing() {
     // Round the nodes: each mover in turn to the next node, once it has answered more
     // requests since its last move.
     let mut durations = Vec::new();
+    let mut spot_durations = Vec::new();
     let mut relayed = 0u64;
     for k in 0..RELOCATIONS {
         let a = k % MOVERS;
@@ -214,9 +240,34 @@ async fn relocations_round_three_nodes_under_load_lose_and_double_nothing() {
         owner[a] = to;
         durations.push(done.duration_ms);
         relayed += done.relayed;
+        // A whole Spot, once its members answered more requests since its last move.
+        if (k + 1) % (RELOCATIONS / SPOT_RELOCATIONS) == 0 {
+            let s = ((k + 1) / (RELOCATIONS / SPOT_RELOCATIONS) - 1) % SPOTS;
+            let members: Vec<usize> = (0..clients_n).filter(|&i| spot_of(i) == Some(s)).collect();
+            for &m in &members {
+                let seen = progress.answered[m].load(Ordering::Relaxed);
+                wait_answered(&progress, m, seen + REQUESTS_BETWEEN_MOVES).await;
+            }
+            let to = (spot_node[s] + 1) % NODES;
+            let done = ops[spot_node[s]]
+                .relocate_spot(&RelocateSpot {
+                    spot: format!("band-{s}"),
+                    to: specs[to].name.clone(),
+                })
+                .await
+                .unwrap_or_else(|e| panic!("relocation of band-{s} to node{}: {e}", to + 1));
+            assert_eq!(done.to, specs[to].name);
+            assert_eq!(done.actors.len(), SPOT_MEMBERS);
+            spot_node[s] = to;
+            for &m in &members {
+                owner[m] = to;
+            }
+            spot_durations.push(done.duration_ms);
+            relayed += done.relayed;
+        }
     }
     // Traffic after the last move too, then stop.
-    for a in 0..MOVERS {
+    for a in 0..MOVERS + SPOTS * SPOT_MEMBERS {
         let seen = progress.answered[a].load(Ordering::Relaxed);
         wait_answered(&progress, a, seen + REQUESTS_BETWEEN_MOVES).await;
     }
@@ -273,8 +324,9 @@ async fn relocations_round_three_nodes_under_load_lose_and_double_nothing() {
         failed += c.failed;
         target += c.target;
     }
-    assert_eq!((committed, aborted, failed), (RELOCATIONS as u64, 0, 0));
-    assert_eq!(target, RELOCATIONS as u64);
+    let all = (RELOCATIONS + SPOT_RELOCATIONS) as u64;
+    assert_eq!((committed, aborted, failed), (all, 0, 0));
+    assert_eq!(target, all);
     durations.sort_unstable();
     // The pause: each client's largest gap between two answered requests, the movers' beside
     // the others' (same load, no relocation).
@@ -283,21 +335,26 @@ async fn relocations_round_three_nodes_under_load_lose_and_double_nothing() {
         g.sort_unstable();
         (g[g.len() / 2], g[g.len() - 1])
     };
-    let (moved_p50, moved_max) = gaps(&runs[..MOVERS]);
-    let (still_p50, still_max) = gaps(&runs[MOVERS..]);
+    let moving = MOVERS + SPOTS * SPOT_MEMBERS;
+    let (moved_p50, moved_max) = gaps(&runs[..moving]);
+    let (still_p50, still_max) = gaps(&runs[moving..]);
+    spot_durations.sort_unstable();
     eprintln!(
         "largest gap between two answered requests per client: movers p50 {moved_p50} ms, max \
          {moved_max} ms; others p50 {still_p50} ms, max {still_max} ms"
     );
     eprintln!(
-        "{} clients, {MOVERS} of their actors moved, {RELOCATIONS} relocations, {sent_total} marks ({} requests) \
-         in {:.1} s; relocation p50 {} ms, max {} ms; {relayed} records relayed by sources, \
-         {followed} forwarded by old owners",
+        "{} clients; {RELOCATIONS} relocations of {MOVERS} actors (p50 {} ms, max {} ms), \
+         {SPOT_RELOCATIONS} of {SPOTS} SpotWide Spots of {SPOT_MEMBERS} bound actors (p50 {} ms, \
+         max {} ms); {sent_total} marks ({} requests) in {:.1} s; {relayed} records relayed by \
+         sources, {followed} forwarded by old owners",
         runs.len(),
-        runs.iter().map(|r| r.requests).sum::<u64>(),
-        started.elapsed().as_secs_f64(),
         durations[durations.len() / 2],
         durations[durations.len() - 1],
+        spot_durations[spot_durations.len() / 2],
+        spot_durations[spot_durations.len() - 1],
+        runs.iter().map(|r| r.requests).sum::<u64>(),
+        started.elapsed().as_secs_f64(),
     );
     drop(procs);
 }
