@@ -1324,6 +1324,8 @@ impl<'s> World<'s> {
                 }
             }
         }
+        // each core's next deadline (one that was due may have moved on: a seal released)
+        self.arm(node);
         Ok(())
     }
 
