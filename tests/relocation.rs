@@ -580,28 +580,57 @@ mod live {
 
     /// `a` and `b` with their own handles on one store (`store_b` may wrap it).
     pub async fn pair_with(store: Arc<dyn LocationStore>, store_b: Arc<dyn LocationStore>) -> Pair {
+        pair_lanes(store, store_b, None).await
+    }
+
+    /// A node as [`start_node`] starts it, with its actor lanes holding at most `lane_items`
+    /// queued application records when given.
+    async fn start_live(
+        name: &str,
+        store: Arc<dyn LocationStore>,
+        peers: Vec<zlink_mesh::PeerAddress>,
+        tap: Option<WireTap>,
+        registry: ActorRegistry,
+        lane_items: Option<usize>,
+    ) -> Node {
+        let Some(items) = lane_items else {
+            return start_node(name, store, peers, tap, Some(registry)).await;
+        };
+        let mut mc = super::node_common::mesh_config(name);
+        mc.tap = tap;
+        let mut options = zlink::node::NodeOptions::new(mc, store, registry)
+            .with_client_access(zlink::node::access::ClientAccess::open());
+        options.peers = peers;
+        options.lanes.application_items = items;
+        Node::start(options).await.unwrap()
+    }
+
+    /// [`pair_with`] with lanes of `lane_items` queued records on both nodes.
+    pub async fn pair_lanes(
+        store: Arc<dyn LocationStore>,
+        store_b: Arc<dyn LocationStore>,
+        lane_items: Option<usize>,
+    ) -> Pair {
         let (gate, rx) = watch::channel(false);
         let rehydrated = Arc::new(AtomicU64::new(0));
         let fail_rehydrate = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let b = start_node(
+        let b = start_live(
             "b",
             store_b,
             vec![],
             None,
-            Some(registry(
-                rx.clone(),
-                rehydrated.clone(),
-                fail_rehydrate.clone(),
-            )),
+            registry(rx.clone(), rehydrated.clone(), fail_rehydrate.clone()),
+            lane_items,
         )
         .await;
         let tap_a = WireTap::new(100_000);
-        let a = start_node(
+        let a = start_live(
             "a",
             store,
             vec![b.address()],
             Some(tap_a.clone()),
-            Some(registry(rx, rehydrated.clone(), fail_rehydrate.clone())),
+            registry(rx, rehydrated.clone(), fail_rehydrate.clone()),
+            lane_items,
         )
         .await;
         wait_pair_up(&a, &b).await;
@@ -786,6 +815,85 @@ async fn relocate_moves_the_state_and_the_queued_work_in_order() {
     assert_eq!(counters.committed, 1);
     assert_eq!(list.len(), 1);
     assert_eq!(list[0].outcome.as_deref(), Some("moved"));
+}
+
+// spec: SB-8.4, SB-14.21, SB-8.9
+// The moving actor's lane is full and more records wait for it in its backlog (records from `b`
+// that found the lane full on `a`'s mesh I/O thread): the relocation commits, capturing the
+// lane's records and then the backlog's in arrival order; each runs once on the target, in the
+// order `b` sent them, and each request is answered once with its own reply (its original
+// correlation). Nothing waits in `a`'s backlog afterwards. Seen failing (the relocation aborted
+// as busy) with the backlog left out of the capture.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_lane_and_its_backlog_move_in_arrival_order() {
+    use live::*;
+    const T: std::time::Duration = node_common::TIMEOUT;
+    const LANE: usize = 4;
+    const N: u64 = 24;
+    let store = node_common::memory_store();
+    let p = pair_lanes(store.clone(), store.clone(), Some(LANE)).await;
+    let actor = counter_on(&p.a, "c6").await;
+    let turns = p.a.stats().turns;
+    let calls_in = p.a.stats().calls_in;
+    let hold = {
+        let (a, actor) = (p.a.clone(), actor.clone());
+        tokio::spawn(async move { a.request(&actor, &Hold, T).await })
+    };
+    node_common::wait_until("hold running", || p.a.stats().turns > turns).await;
+    // From `b`, in this order: sends, and every fourth record a request (each on the wire
+    // before the next record is sent).
+    let mut replies = Vec::new();
+    for i in 0..N {
+        if i % 4 == 3 {
+            let out = p.b.stats().calls_out;
+            let (b, actor) = (p.b.clone(), actor.clone());
+            replies.push((
+                i,
+                tokio::spawn(async move { b.request(&actor, &Add(i), T).await }),
+            ));
+            node_common::wait_until("request sent", || p.b.stats().calls_out > out).await;
+        } else {
+            p.b.send(&actor, &Add(i)).await.unwrap();
+        }
+    }
+    // The first records fill the lane; the rest wait in the actor's backlog on `a`.
+    node_common::wait_until("the rest wait in the backlog", || {
+        p.a.stats().calls_in >= calls_in + N
+            && p.a.inbound_backlogs().actors.waiting_now >= N - LANE as u64
+    })
+    .await;
+    let relocating = {
+        let (a, actor) = (p.a.clone(), actor.clone());
+        tokio::spawn(async move { a.relocate(&actor, node_common::rid("b")).await })
+    };
+    node_common::wait_until("quiescing", || {
+        p.a.relocations().0.iter().any(|r| r.phase == "Quiescing")
+    })
+    .await;
+    p.gate.send(true).unwrap();
+    hold.await.unwrap().unwrap();
+    let report = tokio::time::timeout(T, relocating)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(report.relayed, N);
+    assert_eq!(report.actor.node(), &node_common::rid("b"));
+    // Once each, in `b`'s order, on the target.
+    let seen = p.b.request(&report.actor, &GetSeen, T).await.unwrap();
+    assert_eq!(seen, (0..N).collect::<Vec<u64>>());
+    for (i, r) in replies {
+        let n = r.await.unwrap().unwrap();
+        assert_eq!(n, i + 1, "request {i} answered with another's reply");
+    }
+    let held = p.a.inbound_backlogs().actors;
+    assert_eq!(held.waiting_now, 0, "{held:?}");
+    assert_eq!(held.refused, 0, "{held:?}");
+    assert_eq!(p.a.stats().sends_dropped, 0);
+    node_common::wait_until("relocation state freed", || {
+        p.a.relocations_in_progress() == 0 && p.b.relocations_in_progress() == 0
+    })
+    .await;
 }
 
 // spec: SB-8.5, SB-14.24

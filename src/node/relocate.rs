@@ -49,6 +49,13 @@ use crate::store::{ActorLocation, ActorOwner, StoreError};
 const HISTORY: usize = 64;
 /// Inputs one relocation's driver may have waiting (each kind arrives once; more are refused).
 const INPUTS: usize = 16;
+/// Records one relocation's temporary queues on the target hold at most, and their payload
+/// bytes. What the source captures for an actor is bounded by its own limits (its lane, its
+/// activation barrier, and its backlog: the senders' windows); these bound what the target
+/// keeps for it before dispatch opens. Beyond them a relayed request is answered `LaneFull`
+/// and a relayed send refused, counted (`sends_dropped`).
+const TARGET_QUEUE_ITEMS: usize = 65_536;
+const TARGET_QUEUE_BYTES: usize = 256 << 20;
 
 /// What [`Node::relocate`] reports for a relocation that moved the actor.
 #[derive(Clone, Debug)]
@@ -183,6 +190,9 @@ struct TargetEntry {
     tx: mpsc::Sender<TargetInput>,
     /// The temporary queue of each moving actor (collecting, never dispatching).
     queues: HashMap<ActorId, VecDeque<Work>>,
+    /// Records and payload bytes in `queues` (bounded by [`TARGET_QUEUE_ITEMS`] and
+    /// [`TARGET_QUEUE_BYTES`]).
+    queued: (usize, usize),
     phase: &'static str,
 }
 
@@ -593,6 +603,7 @@ impl Node {
                         .iter()
                         .map(|a| (a.actor.clone(), VecDeque::new()))
                         .collect(),
+                    queued: (0, 0),
                     phase: "Installing",
                 },
             );
@@ -672,8 +683,10 @@ impl Node {
                     return refused(HandoffRefusal::WrongPeer, ack);
                 }
                 Some(e) if e.queues.contains_key(&rec.actor) => {
-                    let q = e.queues.get_mut(&rec.actor).expect("checked");
-                    if q.len() >= self.inner.held_limit {
+                    let (items, bytes) = e.queued;
+                    if items >= TARGET_QUEUE_ITEMS
+                        || bytes.saturating_add(work.payload.len()) > TARGET_QUEUE_BYTES
+                    {
                         drop(t);
                         let mut work = work;
                         if let Some(r) = work.reply.take() {
@@ -686,7 +699,11 @@ impl Node {
                         }
                         return;
                     }
-                    q.push_back(work);
+                    e.queued = (items + 1, bytes + work.payload.len());
+                    e.queues
+                        .get_mut(&rec.actor)
+                        .expect("checked")
+                        .push_back(work);
                     if let Some(a) = ack {
                         a.reply(Bytes::new());
                     }
@@ -1005,13 +1022,12 @@ impl SourceRun<'_> {
                     self.moving.actor_ref.id().clone(),
                     self.moving.actor_ref.object_generation(),
                 );
-                // A record waiting in the actor's backlog (its lane was full) cannot be taken
-                // back out of it: such a relocation aborts before anything left.
-                let backlogged = node.inner.actor_backlogs.queued(self.moving.actor_ref.id()) > 0;
+                // Records waiting in the actor's backlog (its lane was full) stay there, behind
+                // the sealed lane's, until the capture takes both in arrival order.
                 let state = match state {
-                    Ok(s) if held && !backlogged => Ok(vec![s]),
+                    Ok(s) if held => Ok(vec![s]),
                     Ok(_) => {
-                        tracing::info!(backlogged, "actor busy: relocation aborts");
+                        tracing::info!("incarnation gone: relocation aborts");
                         Err(())
                     }
                     Err(e) => {
@@ -1069,13 +1085,7 @@ impl SourceRun<'_> {
             }
             SourceEffect::CaptureAndRelay => {
                 let id = self.moving.actor_ref.id().clone();
-                let (queued, other) = self.moving.mailbox.take_pending();
-                if other > 0 {
-                    tracing::warn!(
-                        other,
-                        "records of another kind in a moving actor's lane dropped"
-                    );
-                }
+                let queued = self.take_queued().await;
                 let held = self.take_held();
                 for w in queued.into_iter().chain(held) {
                     node.relay_work(relocation, &self.target, &id, w).await;
@@ -1160,6 +1170,41 @@ impl SourceRun<'_> {
             }
             None => false,
         }
+    }
+
+    /// The sealed lane's queued records, then those waiting in the actor's backlog for room in
+    /// it, in arrival order (both older than what waits behind the closed barrier). A refill
+    /// at work moves backlog records into the sealed lane until it is full: the capture waits
+    /// for it to stop, so no record is taken out of order or left behind.
+    async fn take_queued(&self) -> Vec<Work> {
+        let node = self.node;
+        let id = self.moving.actor_ref.id();
+        let mailbox = &self.moving.mailbox;
+        let (queued, backlog) = loop {
+            if let Some(t) = node
+                .inner
+                .actor_backlogs
+                .take_all(id, || mailbox.take_pending())
+            {
+                break t;
+            }
+            tokio::task::yield_now().await;
+        };
+        let (mut out, mut other) = queued;
+        out.reserve(backlog.len());
+        for p in backlog {
+            match p.into_message::<Work, ()>() {
+                Ok(w) => out.push(w),
+                Err(_) => other += 1,
+            }
+        }
+        if other > 0 {
+            tracing::warn!(
+                other,
+                "records of another kind in a moving actor's lane dropped"
+            );
+        }
+        out
     }
 
     /// What waits behind the closed barrier, in arrival order (the barrier stays closed).
