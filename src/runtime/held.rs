@@ -77,8 +77,8 @@ impl HeldRun {
         }
     }
 
-    /// Whether a right is kept.
-    #[cfg(test)]
+    /// Whether a right is kept (the pending-turn unit tests; they are not loom models).
+    #[cfg(all(test, not(feature = "loom"), not(miri)))]
     pub(crate) fn is_held(&self) -> bool {
         let h = self.held.take();
         let held = h.is_some();
