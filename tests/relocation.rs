@@ -941,7 +941,8 @@ async fn target_failing_before_relay_ready_aborts_and_the_source_serves_again() 
 // After relay-ready was accepted the target's owner CAS fails (its store is down): the source
 // never reopens — it does not serve the actor any more, the relocation reports the failure,
 // every request it had accepted is answered (not run twice), and both nodes free the
-// relocation.
+// relocation. The incarnation ends: its record is removed (NotFound from then on), and the next
+// get_or_create activates a new incarnation — the actor is servable again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_cas_after_relay_ready_never_reopens_the_source() {
     use live::*;
@@ -962,18 +963,29 @@ async fn a_failed_cas_after_relay_ready_never_reopens_the_source() {
         Err(Error::Failed(Fail::CasFailed(ids))) => assert_eq!(ids, vec![actor.id().clone()]),
         other => panic!("expected a failed CAS, got {other:?}"),
     }
-    // Answered once, not served anywhere: the source never reopens, it answers at once.
+    // Answered once, not served anywhere: the source never reopens, it answers at once — the
+    // incarnation ended with the failed relocation (`NotFound`: retrying it cannot help).
     let _ = tokio::time::timeout(T, queued).await.unwrap().unwrap();
     let e = p.a.request(&actor, &GetSeen, T).await.unwrap_err();
-    assert_eq!(e.kind(), zlink_wire::ErrorKind::Unavailable, "{e}");
-    let loc = store.lookup(actor.id().clone()).await.unwrap().unwrap();
-    assert_eq!(loc.owner_node, node_common::rid("a"), "no CAS happened");
+    assert_eq!(e.kind(), zlink_wire::ErrorKind::NotFound, "{e}");
+    // No CAS happened and the source removed the record: nobody holds the actor.
+    assert!(store.lookup(actor.id().clone()).await.unwrap().is_none());
     assert_eq!(p.a.relocations().1.failed, 1);
     node_common::wait_until("relocation state freed", || {
         p.a.relocations_in_progress() == 0 && p.b.relocations_in_progress() == 0
     })
     .await;
     b_store.set_down(false);
+    // Servable again: the next get_or_create (from either node) activates a new incarnation.
+    let again =
+        p.b.get_or_create(zlink::actor::Create::new("counter", actor.id().clone()))
+            .await
+            .unwrap();
+    assert!(again.object_generation() > actor.object_generation());
+    assert_eq!(p.b.request(&again, &Add(7), T).await.unwrap(), 1);
+    // The old ref names the ended incarnation: NotFound, never the new one.
+    let e = p.b.request(&actor, &GetSeen, T).await.unwrap_err();
+    assert_eq!(e.kind(), zlink_wire::ErrorKind::NotFound, "{e}");
 }
 
 // spec: SB-8.9
@@ -1057,26 +1069,52 @@ async fn stray_handoff_records_are_refused_and_counted() {
 /// The session owner `s` (with the demo session application and a client endpoint, tapped), the
 /// actor's owner `a` and the target `b`, all hosting the counter type, on one store.
 async fn session_world() -> (Node3, Arc<zlink::node::client::NodeClient>) {
+    session_world_with(WorldFaults::default()).await
+}
+
+/// What [`session_world_with`] changes: the session owner's clock (its seal timeout runs on it),
+/// the target's store handle (it may wrap the shared store), the target's rehydration refusing.
+#[derive(Default)]
+struct WorldFaults {
+    clock: Option<ManualClock>,
+    faulty_b_store: bool,
+    fail_rehydrate: bool,
+}
+
+async fn session_world_with(f: WorldFaults) -> (Node3, Arc<zlink::node::client::NodeClient>) {
     use node_common::*;
     use zlink_apps::demo;
-    let store = memory_store();
+    let shared = Arc::new(MemoryStore::new());
+    let store: Arc<dyn LocationStore> = shared.clone();
+    let b_faults = f
+        .faulty_b_store
+        .then(|| Arc::new(zlink::store::FaultStore::new(shared.clone())));
+    let b_store: Arc<dyn LocationStore> = match &b_faults {
+        Some(b) => b.clone(),
+        None => store.clone(),
+    };
     let (_gate, rx) = tokio::sync::watch::channel(true);
+    let fail = Arc::new(std::sync::atomic::AtomicBool::new(f.fail_rehydrate));
     let reg = || {
         live::registry(
             rx.clone(),
             Arc::new(std::sync::atomic::AtomicU64::new(0)),
-            Arc::new(std::sync::atomic::AtomicBool::new(false)),
+            fail.clone(),
         )
     };
     let tap_s = zlink_mesh::WireTap::new(100_000);
     let mut ss = SessionNodeSpec::new("s", demo::sessions());
     ss.registry = Some(reg());
     ss.tap = Some(tap_s.clone());
+    ss.clock = f
+        .clock
+        .clone()
+        .map(|c| Arc::new(c) as Arc<dyn zlink::session::Clock>);
     let s = start_session_node(ss, store.clone()).await;
     let mut sb = SessionNodeSpec::new("b", demo::sessions());
     sb.registry = Some(reg());
     sb.peers = vec![s.address()];
-    let b = start_session_node(sb, store.clone()).await;
+    let b = start_session_node(sb, b_store).await;
     let mut sa = SessionNodeSpec::new("a", demo::sessions());
     sa.registry = Some(reg());
     sa.peers = vec![b.address(), s.address()];
@@ -1099,6 +1137,7 @@ async fn session_world() -> (Node3, Arc<zlink::node::client::NodeClient>) {
             b,
             tap_s,
             store,
+            b_faults,
         },
         c,
     )
@@ -1110,6 +1149,8 @@ struct Node3 {
     b: zlink::node::Node,
     tap_s: zlink_mesh::WireTap,
     store: Arc<dyn LocationStore>,
+    /// `b`'s store handle when it may fail ([`WorldFaults::faulty_b_store`]).
+    b_faults: Option<Arc<zlink::store::FaultStore<Arc<MemoryStore>>>>,
 }
 
 use node_common::TIMEOUT;
@@ -1371,4 +1412,138 @@ async fn a_bound_actor_moves_back_and_forth_under_relays() {
     // One incarnation in all: on `a`, none left behind on `b`.
     assert_eq!(w.a.counters().actors["entry"], 1);
     assert_eq!(w.b.counters().actors["entry"], 0);
+}
+
+// spec: SB-8.5, SB-8.8, SB-14.24
+// A bound actor under relays; the target refuses the Restore (its rehydration fails) before
+// relay-ready: the source aborts durably, reopens with its queue first, and sends one 44 abort;
+// the session owner releases the seal and resubmits what it held to the source. Every relay is
+// answered once, in order, by the source; the client's connection stays; no 44 commit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_target_failing_before_relay_ready_sends_44_abort_and_the_session_stays() {
+    use live::{Add, Error, GetSeen, aid};
+    use node_common::{bind, relay_req, rid, tapped};
+    use zlink_mesh::TapDirection;
+    let (w, c) = session_world_with(WorldFaults {
+        fail_rehydrate: true,
+        ..WorldFaults::default()
+    })
+    .await;
+    let actor =
+        w.a.create(zlink::actor::Create::new("counter", aid("bound2")))
+            .await
+            .unwrap();
+    bind(&c, &actor).await;
+    const N: u64 = 200;
+    let sender = {
+        let (c, actor) = (c.clone(), actor.clone());
+        tokio::spawn(async move {
+            let mut replies = Vec::new();
+            for i in 0..N {
+                replies.push(relay_req(&c, &actor, &Add(i)).await);
+            }
+            replies
+        })
+    };
+    let turns = w.a.stats().turns;
+    node_common::wait_until("relays flowing", || w.a.stats().turns > turns + 20).await;
+    match w.a.relocate(&actor, rid("b")).await {
+        Err(Error::Aborted(zlink::relocation::AbortReason::TargetFailed)) => {}
+        other => panic!("expected an abort, got {other:?}"),
+    }
+    let replies = tokio::time::timeout(TIMEOUT, sender)
+        .await
+        .unwrap()
+        .unwrap();
+    for (i, r) in replies.into_iter().enumerate() {
+        assert_eq!(
+            r.unwrap(),
+            i as u64 + 1,
+            "relay {i}: lost, doubled or another's reply"
+        );
+    }
+    let seen = w.a.request(&actor, &GetSeen, TIMEOUT).await.unwrap();
+    assert_eq!(seen, (0..N).collect::<Vec<u64>>());
+    // The connection stays, the binding still names the source.
+    assert_eq!(relay_req(&c, &actor, &Add(N)).await.unwrap(), N + 1);
+    let bound = c.packet(&zlink_apps::demo::session::Bound).await.unwrap();
+    assert_eq!(bound[0].node(), &rid("a"));
+    let routes = tapped(&w.tap_s, TapDirection::Received, 44);
+    assert_eq!(routes.len(), 1);
+    assert!(
+        matches!(
+            &routes[0].decoded.as_ref().unwrap().record,
+            zlink_wire::Record::SessionRelocationRoute(zlink_wire::SessionRelocationRoute::Abort(
+                _
+            ))
+        ),
+        "not a 44 abort: {:?}",
+        routes[0].decoded
+    );
+    let loc = w.store.lookup(actor.id().clone()).await.unwrap().unwrap();
+    assert_eq!(loc.owner_node, rid("a"));
+    node_common::wait_until("relocation state freed", || {
+        w.a.relocations_in_progress() == 0 && w.b.relocations_in_progress() == 0
+    })
+    .await;
+}
+
+// spec: SB-8.6, SB-8.3, SB-14.25, SB-14.22
+// A bound actor; after relay-ready the target's owner CAS fails (its store is down): no 44 is
+// sent, the source never reopens, and the session owner's seal — on its injected clock — closes
+// the client's session at SessionRelocationSealTimeout (3 s), not before; the relay it held
+// meanwhile is never delivered. Then the actor is servable again through a new incarnation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_cas_after_relay_ready_leaves_the_session_to_its_seal_timeout() {
+    use live::{Add, Error, aid};
+    use node_common::{bind, relay_req, rid, tapped};
+    use zlink_mesh::TapDirection;
+    use zlink_wire::DisconnectReason;
+    let clock = ManualClock::new();
+    let (w, c) = session_world_with(WorldFaults {
+        clock: Some(clock.clone()),
+        faulty_b_store: true,
+        ..WorldFaults::default()
+    })
+    .await;
+    let actor =
+        w.a.create(zlink::actor::Create::new("counter", aid("bound3")))
+            .await
+            .unwrap();
+    bind(&c, &actor).await;
+    assert_eq!(relay_req(&c, &actor, &Add(0)).await.unwrap(), 1);
+    w.b_faults.as_ref().unwrap().set_down(true);
+    match w.a.relocate(&actor, rid("b")).await {
+        Err(Error::Failed(zlink::relocation::FailReason::CasFailed(ids))) => {
+            assert_eq!(ids, vec![actor.id().clone()]);
+        }
+        other => panic!("expected a failed CAS, got {other:?}"),
+    }
+    // The seal stays: a relay now is held by the session owner, not delivered.
+    let held = {
+        let (c, actor) = (c.clone(), actor.clone());
+        tokio::spawn(async move { relay_req(&c, &actor, &Add(1)).await })
+    };
+    node_common::wait_until("the relay held", || w.s.session_seals().held >= 1).await;
+    clock.advance(Duration::from_millis(2_999));
+    c.info()
+        .await
+        .expect("still served before the seal timeout");
+    clock.advance(Duration::from_millis(1));
+    assert_eq!(
+        tokio::time::timeout(TIMEOUT, c.closed()).await.unwrap(),
+        DisconnectReason::RelocationSealTimeout
+    );
+    assert!(held.await.unwrap().is_err(), "a held relay never delivered");
+    assert!(tapped(&w.tap_s, TapDirection::Received, 44).is_empty());
+    w.b_faults.as_ref().unwrap().set_down(false);
+    node_common::wait_until("relocation state freed", || {
+        w.a.relocations_in_progress() == 0 && w.b.relocations_in_progress() == 0
+    })
+    .await;
+    let again =
+        w.b.get_or_create(zlink::actor::Create::new("counter", actor.id().clone()))
+            .await
+            .unwrap();
+    assert!(again.object_generation() > actor.object_generation());
 }

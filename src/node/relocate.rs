@@ -1143,7 +1143,13 @@ impl SourceRun<'_> {
                     self.end_incarnation(l).await;
                 }
             }
-            SourceEffect::Finished(outcome) => return Some(self.finish(outcome)),
+            SourceEffect::Finished(outcome) => {
+                if matches!(outcome, SourceOutcome::Failed(_)) {
+                    self.end_unserved();
+                    self.release_record().await;
+                }
+                return Some(self.finish(outcome));
+            }
         }
         None
     }
@@ -1282,11 +1288,36 @@ impl SourceRun<'_> {
         }
     }
 
+    /// After a failure past relay-ready (SB-8.6) the incarnation is served nowhere: unless the
+    /// target's CAS won (then the target owns it), its store record is removed with this
+    /// node's owner fence, as a destroy does — atomically against a late CAS of the target,
+    /// which changes the owner — and it is remembered as retired here. A record naming it
+    /// then answers `NotFound` (retrying cannot help), and the next `get_or_create` anywhere
+    /// activates a new incarnation (a new ObjectGeneration, SB-4.1) from the type's factory;
+    /// the sessions bound to it were closed by their seal timeout (SB-8.3).
+    async fn release_record(&self) {
+        let node = self.node;
+        let id = self.moving.actor_ref.id().clone();
+        match node
+            .inner
+            .store
+            .destroy(id.clone(), self.owner.clone())
+            .await
+        {
+            Ok(()) => {
+                lock(&node.inner.actors)
+                    .retired
+                    .insert(id, self.moving.actor_ref.object_generation());
+                tracing::info!("failed relocation: the incarnation's record is removed");
+            }
+            Err(e) => {
+                tracing::info!(error = %e, "failed relocation: the record stays (the target owns it, or the store decides later)");
+            }
+        }
+    }
+
     fn finish(&mut self, outcome: SourceOutcome) -> Result<RelocationReport, RelocateError> {
         let node = self.node;
-        if matches!(outcome, SourceOutcome::Failed(_)) {
-            self.end_unserved();
-        }
         let relocation = self.core.id();
         let duration = self
             .core
