@@ -69,9 +69,52 @@ fn registry(gate: watch::Receiver<bool>) -> ActorRegistry {
         )
         .build()
         .unwrap();
+    // Keeps a ref to another actor and calls it; a call answered `Unavailable` (the ref went
+    // stale) is re-resolved through `ActorCtx::get` once and made again.
+    let keeper = ActorTypeBuilder::new("keeper", |_info, _init| Ok(None::<ActorRef>))
+        .handle(|kept: &mut Option<ActorRef>, _ctx, Keep(r)| {
+            *kept = Some(r);
+            Handled::ok(())
+        })
+        .handle(|kept: &mut Option<ActorRef>, ctx, CallKept(n)| {
+            let target = kept.clone();
+            let ctx = ctx.clone();
+            Handled::later(async move {
+                let target = target.ok_or_else(|| HandlerError::Failed("nothing kept".into()))?;
+                let fail = |e: ActorError| HandlerError::Failed(e.to_string());
+                match ctx.request(&target, &Add(n), TIMEOUT).await {
+                    Ok(total) => Ok((total, false)),
+                    Err(e) if e.kind() == ErrorKind::Unavailable => {
+                        let fresh = ctx.get(target.id()).await.map_err(fail)?;
+                        let total = ctx.request(&fresh, &Add(n), TIMEOUT).await.map_err(fail)?;
+                        Ok((total, true))
+                    }
+                    Err(e) => Err(fail(e)),
+                }
+            })
+        })
+        .build()
+        .unwrap();
     let mut r = ActorRegistry::new();
     r.register(tally).unwrap();
+    r.register(keeper).unwrap();
     r
+}
+
+/// Gives a keeper the ref it calls.
+#[derive(Serialize, Deserialize)]
+struct Keep(ActorRef);
+impl Message for Keep {
+    const KEY: DispatchKey = DispatchKey::new(3);
+    type Reply = ();
+}
+
+/// Makes a keeper call its kept ref with `Add(n)`: the total, and whether it re-resolved.
+#[derive(Serialize, Deserialize)]
+struct CallKept(u64);
+impl Message for CallKept {
+    const KEY: DispatchKey = DispatchKey::new(4);
+    type Reply = (u64, bool);
 }
 
 struct Trio {
@@ -378,4 +421,37 @@ async fn a_bind_during_the_pre_commit_seal_is_unavailable() {
         .unwrap();
     assert_eq!(bind(&on_c, &stale).await, report.actor);
     assert_eq!(t.a.follow_counters().forwarded, 1);
+}
+
+// spec: SB-5.10, SB-12
+// An actor keeps a ref to another that moves there and back (a → b → a): the kept ref names
+// `a` with the fences of the incarnation's first stay there, so its call is refused
+// `Unavailable` by `a` itself (a stale fence is never redirected) — the framework does not
+// re-resolve. The keeper re-resolves through `ActorCtx::get` (one store lookup) and its call
+// with the fresh ref is served once; the moved total shows nothing lost or doubled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_actor_re_resolves_a_ref_gone_stale_after_a_move_there_and_back() {
+    let t = trio(Duration::from_secs(5)).await;
+    let (kept, on_b) = moved(&t, "k1", 5).await;
+    let home = t.b.relocate(&on_b, rid("a")).await.unwrap();
+    assert_eq!(home.actor.node(), &rid("a"));
+    assert_ne!(home.actor, kept, "the ref of the first stay is stale");
+    let keeper =
+        t.c.create(Create::new("keeper", ActorId::new("keeper1").unwrap()))
+            .await
+            .unwrap();
+    t.c.request(&keeper, &Keep(kept.clone()), TIMEOUT)
+        .await
+        .unwrap();
+    assert_eq!(
+        kind(t.c.request(&kept, &Add(1), TIMEOUT).await),
+        ErrorKind::Unavailable
+    );
+    let lookups = t.store.count(StoreOp::Lookup);
+    assert_eq!(
+        t.c.request(&keeper, &CallKept(2), TIMEOUT).await.unwrap(),
+        (7, true)
+    );
+    assert_eq!(t.store.count(StoreOp::Lookup), lookups + 1);
+    assert_eq!(t.a.request(&home.actor, &Add(0), TIMEOUT).await.unwrap(), 7);
 }
