@@ -630,16 +630,19 @@ impl Node {
                     node: &node,
                     core,
                     rx,
-                    source: sender,
+                    source: sender.clone(),
                     placement,
                     restore_reply: Some(reply),
                     actors,
                     instances: HashMap::new(),
+                    opened: Vec::new(),
+                    opened_at: None,
                 };
-                run.drive().await;
+                let (opened, at) = run.drive().await;
                 lock(&node.inner.relocations.table)
                     .targets
                     .remove(&relocation);
+                node.end_moved_from(&sender, opened, at).await;
             }
             .instrument(span),
         );
@@ -788,6 +791,41 @@ impl Node {
             }
             Err(why) => reply_refusal(reply, self.inner.relocations.refuse(why)),
         }
+    }
+
+    /// The moved-in incarnations `opened` (from `source`) take their source's relayed records
+    /// (`LocalActor::moved_from`) for the Message Follow time after their commit, on the
+    /// node's clock — the source relays what it held at the commit right after it, and what
+    /// arrives at it later travels as Message Follow — then no more: a WORK record from
+    /// `source` for them is refused from then on (counted `refused_unknown_relocation`). An
+    /// incarnation that ended or moved on meanwhile is left alone.
+    /// `at`: when dispatch opened (the commit here).
+    async fn end_moved_from(&self, source: &NodeRid, opened: Vec<ActorRef>, at: Instant) {
+        if opened.is_empty() {
+            return;
+        }
+        let ttl = lock(&self.inner.follow).config().ttl;
+        self.inner.clock.sleep_until(at + ttl).await;
+        let mut actors = lock(&self.inner.actors);
+        for r in &opened {
+            if let Some(a) = actors.live.get_mut(r.id()).filter(|a| {
+                a.actor_ref.object_generation() == r.object_generation()
+                    && a.moved_from.as_ref() == Some(source)
+            }) {
+                a.moved_from = None;
+            }
+        }
+    }
+
+    /// Moved-in incarnations here that still take relayed records from the node they came
+    /// from (each until the Message Follow time after its commit).
+    #[must_use]
+    pub fn moved_in_open(&self) -> usize {
+        lock(&self.inner.actors)
+            .live
+            .values()
+            .filter(|a| a.moved_from.is_some())
+            .count()
     }
 
     /// The moved-in actor: its lane on its Spot with the rehydrated instance, published with
@@ -1399,16 +1437,21 @@ struct TargetRun<'a> {
     actors: String,
     /// The rehydrated instances, until dispatch opens.
     instances: HashMap<ActorId, (Placement, Box<dyn crate::actor::ActorInstance>)>,
+    /// The incarnations opened here (their `moved_from` ends later, `Node::end_moved_from`)
+    /// and when the first opened.
+    opened: Vec<ActorRef>,
+    opened_at: Option<Instant>,
 }
 
 impl TargetRun<'_> {
-    async fn drive(mut self) {
+    /// Runs the relocation to its end here; the incarnations it opened and when.
+    async fn drive(mut self) -> (Vec<ActorRef>, Instant) {
         let node = self.node;
         let relocation = self.core.id();
         loop {
             while let Some(e) = self.core.poll_effect() {
                 if self.perform(e).await {
-                    return;
+                    return self.opened();
                 }
             }
             if let Some(e) = lock(&node.inner.relocations.table)
@@ -1431,11 +1474,18 @@ impl TargetRun<'_> {
                         self.core.handle_relayed(n);
                         self.core.handle_cutover(clock.now());
                     }
-                    None => return,
+                    None => return self.opened(),
                 },
                 () = sleep_until(&*clock, at) => self.core.handle_timeout(clock.now()),
             }
         }
+    }
+
+    fn opened(self) -> (Vec<ActorRef>, Instant) {
+        let at = self
+            .opened_at
+            .unwrap_or_else(|| self.node.inner.clock.now());
+        (self.opened, at)
     }
 
     fn queued(&self) -> u64 {
@@ -1525,12 +1575,16 @@ impl TargetRun<'_> {
                 self.core.handle_cas(node.inner.clock.now(), &actor, r);
             }
             TargetEffect::OpenDispatch { actor, location } => {
+                self.opened_at.get_or_insert_with(|| node.inner.clock.now());
                 if let Some((placement, instance)) = self.instances.remove(&actor) {
-                    if let Err(e) = node
+                    match node
                         .open_moved_in(relocation, &self.source, &location, &placement, instance)
                         .await
                     {
-                        tracing::error!(error = %e, "moved actor not opened after the CAS");
+                        Ok(()) => self.opened.push(ActorRef::from_location(&location)),
+                        Err(e) => {
+                            tracing::error!(error = %e, "moved actor not opened after the CAS");
+                        }
                     }
                 }
             }
