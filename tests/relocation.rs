@@ -1547,3 +1547,47 @@ async fn a_failed_cas_after_relay_ready_leaves_the_session_to_its_seal_timeout()
             .unwrap();
     assert!(again.object_generation() > actor.object_generation());
 }
+
+/// Polls `actor`'s seen list through `via` until it holds more than `n` timer ticks (`TICK`
+/// entries); returns their count.
+async fn ticks_beyond(via: &zlink::node::Node, actor: &zlink::actor::ActorRef, n: usize) -> usize {
+    use live::GetSeen;
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    loop {
+        let seen = via.request(actor, &GetSeen, TIMEOUT).await.unwrap();
+        let ticks = seen.iter().filter(|s| **s == TICK).count();
+        if ticks > n {
+            return ticks;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no more than {n} ticks: {seen:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
+const TICK: u64 = 1_000_000;
+
+// spec: SB-8.9, EG-7.1
+// A timer started on the source (`Node::start_timer`) goes on on the target: its ticks kept
+// arriving on the source until the seal (a tick queued then travels as captured work), and
+// once the target opened dispatch the timer ticks there, in the moved state. Seen failing with the target not restarting the timer (no tick after the move).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_timer_goes_on_on_the_target() {
+    use live::*;
+    let store = node_common::memory_store();
+    let p = pair(store.clone()).await;
+    let _ = p.gate.send(true);
+    let actor = counter_on(&p.a, "t1").await;
+    p.a.start_timer(&actor, Duration::from_millis(5), &Add(TICK))
+        .unwrap();
+    ticks_beyond(&p.a, &actor, 1).await;
+    let report = p.a.relocate(&actor, node_common::rid("b")).await.unwrap();
+    let at_move = {
+        let seen = p.b.request(&report.actor, &GetSeen, TIMEOUT).await.unwrap();
+        seen.iter().filter(|s| **s == TICK).count()
+    };
+    assert!(at_move >= 2, "the source's ticks travelled in the state");
+    ticks_beyond(&p.b, &report.actor, at_move + 2).await;
+}

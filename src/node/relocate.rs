@@ -273,6 +273,8 @@ struct Moving {
     mailbox: Mailbox,
     spot: SpotSpec,
     rt_spot: RtSpot,
+    /// Its timers, started again on the target.
+    timers: Vec<records::TimerRecord>,
 }
 
 impl Node {
@@ -427,7 +429,7 @@ impl Node {
     /// The moving incarnation: local and Ready.
     fn moving(&self, actor: &ActorRef) -> Result<Moving, RelocateError> {
         let id = actor.id();
-        let (actor_ref, mailbox, spot, binding) = {
+        let (actor_ref, mailbox, spot, binding, timers) = {
             let actors = lock(&self.inner.actors);
             let a = actors
                 .live
@@ -441,6 +443,7 @@ impl Node {
                 a.mailbox.clone(),
                 a.spot.clone(),
                 a.binding.current().cloned(),
+                a.timers.iter().map(|t| t.spec.clone()).collect(),
             )
         };
         let spots = lock(&self.inner.spots);
@@ -456,6 +459,7 @@ impl Node {
                 kind: s.kind,
             },
             rt_spot: s.spot.clone(),
+            timers,
         })
     }
 
@@ -886,7 +890,19 @@ impl Node {
                 },
             );
         }
-        self.open_barrier(&actor_ref, &mailbox).await
+        self.open_barrier(&actor_ref, &mailbox).await?;
+        // Its timers go on here, behind the work it brought (a tick never overtakes it).
+        let mut actors = lock(&self.inner.actors);
+        if let Some(local) = actors.live.get_mut(&location.actor_id).filter(|a| {
+            a.actor_ref.object_generation() == location.object_generation && a.timers.is_empty()
+        }) {
+            for t in &placement.timers {
+                if let Err(e) = self.start_local_timer(local, t.clone()) {
+                    tracing::warn!(error = %e, "a moved actor's timer not started");
+                }
+            }
+        }
+        Ok(())
     }
 }
 
@@ -1077,6 +1093,7 @@ impl SourceRun<'_> {
             }
             SourceEffect::SendRestore { to, request } => {
                 let placement = Placement {
+                    timers: self.moving.timers.clone(),
                     actor_type: self.moving.actor_ref.actor_type().to_owned(),
                     spot: self.moving.spot.clone(),
                     binding: self.moving.binding.as_ref().map(|b| BindingRecord {
