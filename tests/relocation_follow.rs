@@ -514,3 +514,117 @@ async fn a_moved_in_actor_takes_relayed_work_from_its_source_only_for_the_follow
         6
     );
 }
+
+// spec: SB-5.10, SB-14.3, SB-5.12
+// A 24 that reaches the old owner after the commit — a session owner (played by the raw mesh
+// node `r`) whose relay left on the old route — is followed exactly once: the old owner sends
+// one PEER_FOLLOW (real frames on its tap), the new owner checks it against the binding that
+// travelled with the actor for `r` and runs it once (the moved total shows it), and `r` gets
+// the reply on its own correlation. A second 24 with the same old route is followed once as
+// well (each record once, none twice).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_24_reaching_the_old_owner_after_the_commit_is_followed_once() {
+    use zlink_mesh::MeshNode;
+    use zlink_wire::{
+        ActorSend, BindOperation, BindingGeneration, BoundSessionBind, BoundSessionTail, Deadline,
+        OwnerId, OwnerLeaseGeneration, SealOutcome, SessionLifecycleGeneration,
+        SessionRelocationSealed, SessionRid, SessionSequence,
+    };
+    let t = trio(Duration::from_secs(5)).await;
+    let (r, mut r_in) = MeshNode::start(mesh_config("r")).unwrap();
+    for n in [&t.a, &t.b] {
+        r.connect(n.address()).unwrap();
+        assert!(r.wait_peer_up(n.node_rid(), None, TIMEOUT).await.is_some());
+        assert!(
+            n.mesh()
+                .wait_peer_up(&rid("r"), None, TIMEOUT)
+                .await
+                .is_some()
+        );
+    }
+    // `r` answers the relocation's 42 with 43 Installed (its seal), and ignores the 44.
+    tokio::spawn(async move {
+        while let Some(inb) = r_in.recv().await {
+            if let Record::SessionRelocationSeal(s) = &inb.record {
+                let sealed = Record::SessionRelocationSealed(SessionRelocationSealed {
+                    seal: s.seal.clone(),
+                    outcome: SealOutcome::Installed,
+                });
+                if let Some(reply) = inb.reply {
+                    let _ = reply.reply_record(sealed, None);
+                }
+            }
+        }
+    });
+    let stale =
+        t.a.create(Create::new("tally", ActorId::new("r24").unwrap()))
+            .await
+            .unwrap();
+    let loc = stale.wire_location();
+    let lifecycle = SessionLifecycleGeneration::new(1);
+    let bind = BoundSessionBind {
+        actor: stale.id().clone(),
+        object_generation: stale.object_generation(),
+        target_node_generation: loc.node_generation,
+        authority_owner_generation: loc.authority_owner_generation,
+        owner_lease_generation: loc.owner_lease_generation,
+        session_lifecycle: lifecycle,
+        session_owner: OwnerId::new(77),
+        session_owner_lease_generation: OwnerLeaseGeneration::new(1),
+        session: SessionRid::new(1),
+        binding_generation: BindingGeneration::new(1),
+        operation: BindOperation::Bind,
+        deadline: Deadline::from_remaining(TIMEOUT),
+    };
+    let resp = r
+        .request_record(&rid("a"), Record::BoundSessionBind(bind), None, TIMEOUT)
+        .await
+        .unwrap();
+    assert!(
+        matches!(&resp.record, Record::BoundSessionBindReply(b) if b.result.is_ok()),
+        "{:?}",
+        resp.record
+    );
+    let relay = |seq: u64, n: u64| {
+        let rec = ActorSend {
+            actor: stale.id().clone(),
+            object_generation: stale.object_generation(),
+            authority_owner_generation: loc.authority_owner_generation,
+            owner_lease_generation: loc.owner_lease_generation,
+            session_lifecycle: lifecycle,
+            key: Add::KEY,
+            deadline: Some(Deadline::from_remaining(TIMEOUT)),
+            tail: BoundSessionTail {
+                binding_generation: BindingGeneration::new(1),
+                session_sequence: SessionSequence::new(seq),
+            },
+        };
+        let r = &r;
+        async move {
+            r.request_record(
+                &rid("a"),
+                Record::ActorSend(rec),
+                Some(bytes::Bytes::from(
+                    rmp_serde::to_vec_named(&Add(n)).unwrap(),
+                )),
+                TIMEOUT,
+            )
+            .await
+            .map(|resp| rmp_serde::from_slice::<u64>(&resp.payload.unwrap_or_default()).unwrap())
+            .map_err(|e| e.kind())
+        }
+    };
+    assert_eq!(relay(1, 5).await, Ok(5));
+    let report = t.a.relocate(&stale, rid("b")).await.unwrap();
+    assert_eq!(follows_sent(&t.tap_a), 0);
+    // After the commit, on the old route: followed once each, run once each on `b`.
+    assert_eq!(relay(2, 10).await, Ok(15));
+    assert_eq!(follows_sent(&t.tap_a), 1);
+    assert_eq!(relay(3, 100).await, Ok(115));
+    assert_eq!(follows_sent(&t.tap_a), 2);
+    assert_eq!(t.a.follow_counters().forwarded, 2);
+    assert_eq!(
+        t.b.request(&report.actor, &Add(0), TIMEOUT).await.unwrap(),
+        115
+    );
+}
