@@ -149,6 +149,14 @@ impl<P: PartialEq + Clone, W> Correlations<P, W> {
         out
     }
 
+    /// The driver stops: ends every pending request (recorded as cancelled) and returns them.
+    pub fn handle_close(&mut self) -> Vec<(u64, W)> {
+        let ids: Vec<u64> = self.deadlines.iter().map(|&(_, id)| id).collect();
+        ids.into_iter()
+            .filter_map(|id| self.end(id, Terminal::Cancelled).map(|w| (id, w)))
+            .collect()
+    }
+
     /// The earliest pending deadline.
     #[must_use]
     pub fn poll_timeout(&self) -> Option<Instant> {
@@ -301,5 +309,28 @@ mod tests {
         assert_eq!(c.handle_cancel(3), Some("w3"));
         assert_eq!(c.handle_transmit(3, t0), Some(vec![]), "ended: never sent");
         assert!(c.is_ended_at(3, t0));
+    }
+
+    // spec: SB-12 — a driver that stops ends every pending request exactly once, whatever its
+    // deadline; a reply after that is late, never a second terminal.
+    #[test]
+    fn close_ends_every_pending_request_once() {
+        let t0 = Instant::now();
+        let mut c: Correlations<u8, u32> = Correlations::new();
+        c.register(1, 7, t0 + Duration::from_secs(1), 10).unwrap();
+        c.register(2, 7, t0 + Duration::from_secs(86_400 * 3650), 20)
+            .unwrap();
+        assert_eq!(c.handle_cancel(1), Some(10));
+        c.register(3, 8, t0, 30).unwrap();
+        let mut closed = c.handle_close();
+        closed.sort();
+        assert_eq!(closed, vec![(2, 20), (3, 30)]);
+        assert!(c.is_empty());
+        assert_eq!(c.poll_timeout(), None);
+        assert!(c.handle_close().is_empty());
+        assert_eq!(
+            c.handle_reply(2, &7),
+            ReplyOutcome::Late(Terminal::Cancelled)
+        );
     }
 }

@@ -3,7 +3,7 @@
 //! test's own node `zb` (the actor owner, with a counting `OnDisconnectActor`); the process is
 //! killed (no shutdown at all), or killed and restarted with a new NodeGeneration. The actor
 //! owner runs the callback once and tombstones the binding — observed through the actor's push
-//! (refused `InvalidOperation`, counted), `NodeStats`/`NodeCounters` and the callback log.
+//! (refused `InvalidOperation`, counted), `NodeCounters` and the callback log.
 
 #[path = "../../tests/node_common/mod.rs"]
 mod node_common;

@@ -292,32 +292,9 @@ impl Node {
         deadline: Option<Instant>,
         reply: Option<ReplyTo>,
     ) -> Option<ActorError> {
-        let fence = CallFence {
-            actor_id: rec.actor,
-            object_generation: rec.object_generation,
-            authority_owner_generation: rec.authority_owner_generation,
-            owner_lease_generation: rec.owner_lease_generation,
-            node_generation: self.generation(),
-        };
-        let work = Work {
-            key: rec.key,
-            payload,
-            reply,
-            deadline,
-            guard: Some(self.inflight().enter()),
-        };
-        let bound = super::BoundCheck {
-            node: sender,
-            lifecycle: rec.session_lifecycle,
-            generation: rec.tail.binding_generation,
-            sequence: rec.tail.session_sequence,
-        };
+        let (fence, work, bound) = self.actor_send_parts(sender, rec, payload, deadline, reply);
         let refused = self.submit_checked(&fence, work, Some(&bound)).await;
-        if let Some(e) = &refused {
-            // Counted with its reason where it was decided (`submit_checked`).
-            self.count_send_dropped();
-            tracing::debug!(actor = %fence.actor_id, error = %e, "24 actorSend refused");
-        }
+        self.actor_send_refused(&fence, refused.as_ref());
         refused
     }
 
@@ -333,6 +310,22 @@ impl Node {
         reply: Option<ReplyTo>,
         intake: Intake<'_, impl FnOnce() -> Done>,
     ) -> Admitted {
+        let (fence, work, bound) = self.actor_send_parts(sender, rec, payload, deadline, reply);
+        let (admitted, refused) = self.submit_checked_now(&fence, work, Some(&bound), intake);
+        self.actor_send_refused(&fence, refused.as_ref());
+        admitted
+    }
+
+    /// What both admission paths of a 24 submit: the incarnation fence the record names, its
+    /// work, and the binding check against the incarnation's slot (SB-5.3).
+    fn actor_send_parts<'s>(
+        &self,
+        sender: &'s NodeRid,
+        rec: ActorSend,
+        payload: Bytes,
+        deadline: Option<Instant>,
+        reply: Option<ReplyTo>,
+    ) -> (CallFence, Work, super::BoundCheck<'s>) {
         let fence = CallFence {
             actor_id: rec.actor,
             object_generation: rec.object_generation,
@@ -353,13 +346,16 @@ impl Node {
             generation: rec.tail.binding_generation,
             sequence: rec.tail.session_sequence,
         };
-        let (admitted, refused) = self.submit_checked_now(&fence, work, Some(&bound), intake);
-        if let Some(e) = &refused {
-            // Counted with its reason where it was decided (`submit_checked`).
+        (fence, work, bound)
+    }
+
+    /// A 24 refused by either admission path: counted as a dropped send (its reason was
+    /// counted where it was decided, `submit_checked`) and logged.
+    fn actor_send_refused(&self, fence: &CallFence, refused: Option<&ActorError>) {
+        if let Some(e) = refused {
             self.count_send_dropped();
             tracing::debug!(actor = %fence.actor_id, error = %e, "24 actorSend refused");
         }
-        admitted
     }
 
     /// `ActorCtx::push`: reads the incarnation's binding slot (under the actors lock) and sends

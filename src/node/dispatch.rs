@@ -158,7 +158,10 @@ impl InboundSink for Sink {
         };
         // Matched on the record alone (no tuple of origin and record: that copied the record).
         match record {
-            Record::Request(r) => {
+            // A client's packet, request or one-way: the same path; a one-way record has no
+            // reply handle (the codec admits a 147 only with correlation NONE).
+            Record::Request(zlink_wire::Request { key, .. })
+            | Record::OneWay(zlink_wire::OneWay { key }) => {
                 let Origin::Client { session } = origin else {
                     return Offer::Taken; // filtered above
                 };
@@ -166,24 +169,9 @@ impl InboundSink for Sink {
                 offer_of(node.sessions().packet_with(
                     &mut self.sessions,
                     session,
-                    r.key,
+                    key,
                     payload,
                     reply,
-                    done,
-                    mode,
-                ))
-            }
-            Record::OneWay(o) => {
-                let Origin::Client { session } = origin else {
-                    return Offer::Taken; // filtered above
-                };
-                let done = release(Origin::Client { session }, bytes);
-                offer_of(node.sessions().packet_with(
-                    &mut self.sessions,
-                    session,
-                    o.key,
-                    payload,
-                    None,
                     done,
                     mode,
                 ))
@@ -643,10 +631,8 @@ async fn on_client_request(
     deadline: Option<Instant>,
     reply: ReplyHandle,
 ) {
-    node.inner
-        .metrics
-        .client_ops
-        .count(super::metrics::ClientOp::of_request(key));
+    let op = operation_of(key);
+    node.inner.metrics.client_ops.count(op);
     if !node.accepting() {
         reply.error(ErrorKind::Unavailable, ActorError::ShuttingDown.to_string());
         return;
@@ -658,7 +644,7 @@ async fn on_client_request(
         return;
     }
     let access = node.inner.access.clone();
-    let Some(op) = operation_of(key) else {
+    let Some(op) = op else {
         reply.error(ErrorKind::NotFound, format!("no client operation {key}"));
         return;
     };
@@ -907,11 +893,7 @@ async fn on_client_send(node: &Node, session: SessionRid, key: DispatchKey, payl
     node.inner
         .metrics
         .client_ops
-        .count(if key == protocol::CALL {
-            super::metrics::ClientOp::Send
-        } else {
-            super::metrics::ClientOp::Unknown
-        });
+        .count((key == protocol::CALL).then_some(ClientOperation::Send));
     if key != protocol::CALL || !node.accepting() {
         node.count_send_dropped();
         return;

@@ -35,6 +35,7 @@ use prometheus_client::registry::Registry;
 use zlink_mesh::{DropReason, ReplyOrigin};
 use zlink_wire::ErrorKind;
 
+use super::access::ClientOperation;
 use super::protocol::{LaneDepthStats, NodeCounters, StoreOpStats};
 use super::{Inner, Node, lock};
 use crate::actor::SpotKind;
@@ -142,104 +143,29 @@ impl Drop for Slot {
     }
 }
 
-/// A framework client operation, as counted in `client_operations`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum ClientOp {
-    Create,
-    GetOrCreate,
-    Get,
-    Call,
-    Send,
-    Destroy,
-    NodeInfo,
-    ListActors,
-    ListSessions,
-    Counters,
-    Authenticate,
-    Relocate,
-    ListRelocations,
-    Unknown,
-}
-
-impl ClientOp {
-    const ALL: [ClientOp; 14] = [
-        ClientOp::Create,
-        ClientOp::GetOrCreate,
-        ClientOp::Get,
-        ClientOp::Call,
-        ClientOp::Send,
-        ClientOp::Destroy,
-        ClientOp::NodeInfo,
-        ClientOp::ListActors,
-        ClientOp::ListSessions,
-        ClientOp::Counters,
-        ClientOp::Authenticate,
-        ClientOp::Relocate,
-        ClientOp::ListRelocations,
-        ClientOp::Unknown,
-    ];
-
-    fn as_str(self) -> &'static str {
-        match self {
-            ClientOp::Create => "create",
-            ClientOp::GetOrCreate => "get_or_create",
-            ClientOp::Get => "get",
-            ClientOp::Call => "call",
-            ClientOp::Send => "send",
-            ClientOp::Destroy => "destroy",
-            ClientOp::NodeInfo => "node_info",
-            ClientOp::ListActors => "list_actors",
-            ClientOp::ListSessions => "list_sessions",
-            ClientOp::Counters => "counters",
-            ClientOp::Authenticate => "authenticate",
-            ClientOp::Relocate => "relocate",
-            ClientOp::ListRelocations => "list_relocations",
-            ClientOp::Unknown => "unknown",
-        }
-    }
-
-    /// The operation of a client request key (a framework key).
-    pub(crate) fn of_request(key: zlink_wire::DispatchKey) -> ClientOp {
-        use super::protocol as p;
-        match key {
-            p::CREATE => ClientOp::Create,
-            p::GET_OR_CREATE => ClientOp::GetOrCreate,
-            p::GET => ClientOp::Get,
-            p::CALL => ClientOp::Call,
-            p::DESTROY => ClientOp::Destroy,
-            p::NODE_INFO => ClientOp::NodeInfo,
-            p::LIST_ACTORS => ClientOp::ListActors,
-            p::LIST_SESSIONS => ClientOp::ListSessions,
-            p::COUNTERS => ClientOp::Counters,
-            p::AUTHENTICATE => ClientOp::Authenticate,
-            p::RELOCATE => ClientOp::Relocate,
-            p::LIST_RELOCATIONS => ClientOp::ListRelocations,
-            _ => ClientOp::Unknown,
-        }
-    }
-}
-
-/// Client framework operations received, by [`ClientOp`] (the node's inbound loop counts them;
-/// session packets go to the session lanes and are not counted here).
+/// Client framework operations received, by [`ClientOperation`] and `unknown` (a request key
+/// that names no operation, a one-way send that is not a `CALL`); the node's inbound loop counts
+/// them; session packets go to the session lanes and are not counted here.
 #[derive(Debug, Default)]
 pub(crate) struct ClientOps {
-    counts: [AtomicU64; ClientOp::ALL.len()],
+    /// One counter per operation, in [`ClientOperation::ALL`] order, then `unknown`.
+    counts: [AtomicU64; ClientOperation::ALL.len() + 1],
 }
 
 impl ClientOps {
-    pub(crate) fn count(&self, op: ClientOp) {
-        self.counts[op as usize].fetch_add(1, Ordering::Relaxed);
+    /// Counts one operation (`None`: unknown).
+    pub(crate) fn count(&self, op: Option<ClientOperation>) {
+        let i = op.map_or(ClientOperation::ALL.len(), |op| op as usize);
+        self.counts[i].fetch_add(1, Ordering::Relaxed);
     }
 
     fn snapshot(&self) -> BTreeMap<String, u64> {
-        ClientOp::ALL
+        ClientOperation::ALL
             .iter()
-            .map(|op| {
-                (
-                    op.as_str().to_owned(),
-                    self.counts[*op as usize].load(Ordering::Relaxed),
-                )
-            })
+            .map(|op| op.as_str())
+            .chain(std::iter::once("unknown"))
+            .zip(&self.counts)
+            .map(|(name, n)| (name.to_owned(), n.load(Ordering::Relaxed)))
             .collect()
     }
 }
@@ -449,7 +375,6 @@ impl Node {
     #[must_use]
     pub fn counters(&self) -> NodeCounters {
         let i = &self.inner;
-        let stats = self.stats();
         let me = self.node_rid();
         let peers = i.peers.iter().filter(|p| p.node != *me);
         let peers_configured = peers.clone().count() as u64;
@@ -493,14 +418,14 @@ impl Node {
             session_replacements: i.sessions.replacements(),
             session_seals: i.sessions.seal_gauges(),
             actors,
-            activations: stats.activations,
-            calls_in: stats.calls_in,
-            calls_out: stats.calls_out,
-            turns: stats.turns,
-            send_failures: stats.send_failures,
-            sends_dropped: stats.sends_dropped,
-            timer_ticks_skipped: stats.timer_ticks_skipped,
-            bindings_owner_lost: stats.bindings_owner_lost,
+            activations: i.activations_done.load(Ordering::Relaxed),
+            calls_in: i.calls_in.load(Ordering::Relaxed),
+            calls_out: i.calls_out.load(Ordering::Relaxed),
+            turns: i.exec.turns.load(Ordering::Relaxed),
+            send_failures: i.exec.send_failures.load(Ordering::Relaxed),
+            sends_dropped: i.sends_dropped.load(Ordering::Relaxed),
+            timer_ticks_skipped: i.timer_ticks_skipped.load(Ordering::Relaxed),
+            bindings_owner_lost: i.bindings_owner_lost.load(Ordering::Relaxed),
             client_operations: i.metrics.client_ops.snapshot(),
             replies,
             backlogs: [

@@ -71,7 +71,7 @@ use activation::ActivationWaiter;
 const STARTUP_STORE_PATIENCE: Duration = Duration::from_secs(5);
 use calls::{request_error, send_error};
 use local::{Actors, SpotState};
-use protocol::NodeInfo;
+use protocol::{NodeCounters, NodeInfo};
 
 pub use crate::actor::Create;
 
@@ -296,30 +296,6 @@ pub enum NodeError {
     ActorDispatchDisabled,
 }
 
-/// Counters of one node (monotonic).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct NodeStats {
-    /// Actors activated here (factory runs that reached Ready).
-    pub activations: u64,
-    /// Actor calls received over the mesh.
-    pub calls_in: u64,
-    /// Actor calls sent over the mesh.
-    pub calls_out: u64,
-    /// Handler turns run.
-    pub turns: u64,
-    /// Send-handler failures (EG-15).
-    pub send_failures: u64,
-    /// One-way sends refused (lane full, stale ref) and dropped.
-    pub sends_dropped: u64,
-    /// Timer ticks skipped: the lane was full or ended, or the node may not act as owner
-    /// (past the local lease deadline, shutting down).
-    pub timer_ticks_skipped: u64,
-    /// Bindings of this node's actors ended because their session owner's lifecycle was gone
-    /// (down past its peer timeout, shut down, or restarted with a new NodeGeneration):
-    /// `OnDisconnectActor` ran, then the tombstone.
-    pub bindings_owner_lost: u64,
-}
-
 struct Inner {
     mesh: MeshNode,
     /// The session owner of this node's client connections.
@@ -365,7 +341,7 @@ struct Inner {
     calls_out: AtomicU64,
     sends_dropped: AtomicU64,
     timer_ticks_skipped: Arc<AtomicU64>,
-    /// [`NodeStats::bindings_owner_lost`].
+    /// [`NodeCounters::bindings_owner_lost`].
     bindings_owner_lost: crate::sync::atomic::AtomicU64,
     /// Client operations and store latency ([`metrics`]).
     metrics: metrics::NodeMetrics,
@@ -686,20 +662,10 @@ impl Node {
         self.inner.paused.send_replace(paused);
     }
 
-    /// Counters.
+    /// The node's counters: the snapshot [`Node::counters`] takes (what `COUNTERS` answers).
     #[must_use]
-    pub fn stats(&self) -> NodeStats {
-        let i = &self.inner;
-        NodeStats {
-            activations: i.activations_done.load(Ordering::Relaxed),
-            calls_in: i.calls_in.load(Ordering::Relaxed),
-            calls_out: i.calls_out.load(Ordering::Relaxed),
-            turns: i.exec.turns.load(Ordering::Relaxed),
-            send_failures: i.exec.send_failures.load(Ordering::Relaxed),
-            sends_dropped: i.sends_dropped.load(Ordering::Relaxed),
-            timer_ticks_skipped: i.timer_ticks_skipped.load(Ordering::Relaxed),
-            bindings_owner_lost: i.bindings_owner_lost.load(Ordering::Relaxed),
-        }
+    pub fn stats(&self) -> NodeCounters {
+        self.counters()
     }
 
     /// Identity, peers that are up, hosted types and local actor count.

@@ -82,7 +82,7 @@ impl Engine {
     /// announced.
     #[cold]
     pub(super) fn open_session(&mut self, rid: &[u8], class: &Class) -> Option<u64> {
-        let now = self.rx_now;
+        let now = self.now;
         if let Some(reason) = self.tombstones.get(rid) {
             // The node ended this connection's session: no new one on it.
             self.shared.counters.drop(
@@ -199,9 +199,9 @@ impl Engine {
         let limit = c.conn.budget.limit().bytes;
         let before = c.conn.budget.reserved_bytes().saturating_sub(reply);
         if before > limit.saturating_mul(2) {
-            self.slow_consumer(session, Instant::now());
+            self.slow_consumer(session, self.now);
         } else if c.over_since.is_none() {
-            c.over_since = Some(Instant::now());
+            c.over_since = Some(self.now);
             self.over_budget.push(session);
         }
     }

@@ -73,7 +73,7 @@ impl Engine {
                 }
             }
             Command::CloseClient { session, reason } => {
-                self.close_client(session, ClientCloseCause::Closed(reason), Instant::now());
+                self.close_client(session, ClientCloseCause::Closed(reason), self.now);
             }
             Command::AcceptClient { session } => self.accept_client(session),
             Command::SetSink(sink) => self.up.sink = Some(sink),
@@ -106,6 +106,8 @@ impl Engine {
                 {
                     tracing::warn!("test hold of the mesh I/O thread expired");
                 }
+                // The thread was held: what it does next is a new pass.
+                self.now = Instant::now();
             }
             Command::Shutdown => self.running = false,
             Command::Abort => {
@@ -200,42 +202,6 @@ impl Engine {
             return;
         }
         self.send_app(Dest::Peer { node, generation }, out);
-    }
-
-    /// True if `corr` is a request that must not be transmitted any more: it already reached
-    /// its terminal (timeout, cancel, peer lost), or its deadline has passed (it is ended
-    /// here, with `DeadlineExceeded`, before the timer would). Asked at the moment of
-    /// transmission, so a request queued behind PAUSED data is never sent after its terminal.
-    pub(super) fn request_ended(&mut self, corr: u64) -> bool {
-        if corr == 0 {
-            return false;
-        }
-        match self.corr.pending_deadline(corr) {
-            None => true,
-            Some(d) => {
-                let now = Instant::now();
-                if d <= now {
-                    self.expire_requests(now);
-                    true
-                } else {
-                    false
-                }
-            }
-        }
-    }
-
-    pub(super) fn drop_ended(&self, node: &NodeRid, corr: u64) {
-        self.shared.counters.drop(
-            DropReason::RequestEnded,
-            &format_args!("{node}: corr {corr} ended before transmission"),
-        );
-    }
-
-    /// Ends every request whose deadline passed (`DeadlineExceeded`).
-    pub(super) fn expire_requests(&mut self, now: Instant) {
-        for (_, w) in self.corr.handle_timeout(now) {
-            let _ = w.send(Err(RequestError::DeadlineExceeded));
-        }
     }
 
     pub(super) fn mark_paused(&mut self, node: &NodeRid) {

@@ -170,7 +170,7 @@ impl Engine {
             );
             return None;
         }
-        let now = self.rx_now;
+        let now = self.now;
         // Authenticated: the sender's connection core, found with one lookup.
         let (conn, src) = match from {
             Sender::Peer {
@@ -438,7 +438,7 @@ impl Engine {
                     memo: &self.memo,
                     shared: &self.shared,
                     local: self.local.generation,
-                    now: self.rx_now,
+                    now: self.now,
                 },
                 max_payload: self.limits.max_payload,
                 key,
@@ -471,7 +471,7 @@ impl Engine {
     ) -> Option<zlink_wire::BatchRecord<'a>> {
         let src = Source::Peer { node, generation };
         let lane = Lane::Relay;
-        let now = self.rx_now;
+        let now = self.now;
         loop {
             let Some(p) = self.peers.get_mut(&**node).filter(|p| {
                 p.generation == Some(generation)

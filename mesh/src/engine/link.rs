@@ -67,7 +67,7 @@ impl Engine {
         node: NodeRid,
         msg: HandshakeMsg,
     ) {
-        let now = Instant::now();
+        let now = self.now;
         let outgoing = self
             .peers
             .get(&node)
@@ -236,7 +236,7 @@ impl Engine {
                 let p = self.peers.get_mut(node).expect("peer");
                 if p.addr.is_some() {
                     *p.link_mut(kind) = Link::Retry {
-                        at: Instant::now() + retry,
+                        at: self.now + retry,
                     };
                 } else {
                     *p.link_mut(kind) = Link::Idle;
@@ -275,7 +275,7 @@ impl Engine {
                         *other = Link::Idle;
                     }
                 }
-                let now = Instant::now();
+                let now = self.now;
                 let p = self.peers.get_mut(node).expect("peer");
                 p.generation = Some(id.generation);
                 *p.link_mut(kind) = Link::Up(id.generation);
@@ -336,12 +336,11 @@ impl Engine {
             self.shared.counters.event(TransportEvent::PeerDown);
             let generation = generation.expect("up peer has a generation");
             tracing::debug!(peer = %node, %generation, ?reason, "peer down");
-            for (_, w) in self
-                .corr
-                .handle_peer_lost(&(Arc::new(node.clone()), generation))
-            {
-                let _ = w.send(Err(RequestError::PeerLost));
-            }
+            fail(
+                self.corr
+                    .handle_peer_lost(&(Arc::new(node.clone()), generation)),
+                &RequestError::PeerLost,
+            );
             self.shared.publish(PeerEvent::Down {
                 node: node.clone(),
                 generation,
@@ -351,7 +350,7 @@ impl Engine {
         if restart {
             let p = self.peers.get_mut(node).expect("peer");
             if p.addr.is_some() {
-                let now = Instant::now();
+                let now = self.now;
                 for kind in [LinkKind::Relay, LinkKind::Completion] {
                     self.reconnect(node, kind);
                     self.start_initiator(node, kind, now);
@@ -428,7 +427,7 @@ impl Engine {
         p.addr = Some(addr);
         p.own_rids = own_rids;
         p.rids = [node.as_bytes().to_vec(), node.as_bytes().to_vec()];
-        let now = Instant::now();
+        let now = self.now;
         self.start_initiator(&node, LinkKind::Relay, now);
         self.start_initiator(&node, LinkKind::Completion, now);
     }
@@ -436,7 +435,7 @@ impl Engine {
     pub(super) fn peer_entry(&mut self, node: &NodeRid) -> &mut Peer {
         let budget = self.cfg.peer_budget;
         let peer_window = self.cfg.peer_window;
-        let now = Instant::now();
+        let now = self.now;
         self.peers.entry(node.clone()).or_insert_with(|| Peer {
             node: node.clone(),
             rids: [node.as_bytes().to_vec(), node.as_bytes().to_vec()],

@@ -9,12 +9,15 @@
 //! verdicts. Modules: [`ingress`] (read, decode, authenticate, act on the verdict),
 //! [`deliver`] (one delivery path for peers and clients), [`send`] (queues and the transport of
 //! the send loop), [`link`] (handshakes, peers up and down), [`clients`] (sessions),
-//! [`commands`] (the API's commands), [`timers`] (housekeeping).
+//! [`commands`] (the API's commands), [`timers`] (housekeeping), [`requests`] (the
+//! request-ending bookkeeping this driver shares with the `MeshClient`'s), [`poll`] (the sockets'
+//! readiness, the spin and the sleep, the batched reads).
 //!
-//! Loop order (one iteration): drain commands (batch) → flush PAUSED queues and pending
-//! handshake messages → hand stalled inbound records to the layer above → timers (handshake
-//! timeouts, pings, peer timeouts, request deadlines) → `zmq::poll` (doorbell, sockets,
-//! monitors) → read readable sockets in batches.
+//! Loop order (one iteration, one pass: the clock is read once at its start, again only after
+//! a sleep, and that `now` serves everything the pass does): drain commands (batch) → flush
+//! PAUSED queues and pending handshake messages → hand stalled inbound records to the layer
+//! above → timers (handshake timeouts, pings, peer timeouts, request deadlines) → `zmq::poll`
+//! (doorbell, sockets, monitors) → read readable sockets in batches.
 //!
 //! Invariants:
 //! - no call here blocks: every send is `DONTWAIT` (EAGAIN = PAUSED), every receive too;
@@ -65,12 +68,17 @@ mod commands;
 mod deliver;
 mod ingress;
 mod link;
+mod poll;
+mod requests;
 mod send;
 mod timers;
 
 use clients::{Client, Tombstones};
 use deliver::{Arrived, Context, Delivered, Delivery, Held, Source};
 use ingress::{Rx, ZmqFrame};
+use poll::Sockets;
+pub(crate) use poll::recv_multipart;
+pub(crate) use requests::{close_all, ended_before_transmission, expire, fail};
 
 use crate::memo::DecodeMemo;
 
@@ -208,117 +216,6 @@ impl Peer {
     }
 }
 
-struct Sockets {
-    relay: zmq::Socket,
-    completion: zmq::Socket,
-    client: Option<zmq::Socket>,
-    mon_relay: zmq::Socket,
-    mon_completion: zmq::Socket,
-    mon_client: Option<zmq::Socket>,
-    /// The `ZMQ_FD` of each socket, by bit index ([`Sockets::bit`], the doorbell at
-    /// [`Sockets::DOOR`], the monitors after it); -1 for an absent one. The readiness check of
-    /// the spin, of a pass and of the sleep (see [`Sockets::drained`]).
-    fds: [std::os::fd::RawFd; 7],
-    /// One bit per socket: the last libzmq call on it that can process its commands was a
-    /// receive that ended in EAGAIN (or a `ZMQ_EVENTS` without POLLIN). libzmq then processed
-    /// its commands and marked its empty pipes inactive, so a message arriving later makes
-    /// the writer send `activate_read`, which signals the socket's `ZMQ_FD` (edge-triggered:
-    /// readable while a command waits, not while a message does). Such a socket has nothing
-    /// to read while its FD is quiet. Any other call (send, connect, disconnect) may process
-    /// commands and activate a pipe without the FD: it clears the bit
-    /// ([`Sockets::touched`]), and the socket is read (or asked) again.
-    drained: std::cell::Cell<u8>,
-}
-
-impl Sockets {
-    const RELAY: u8 = 1;
-    const COMPLETION: u8 = 2;
-    const CLIENT: u8 = 4;
-    /// The doorbell (`Door::socket`), only ever received from on this thread.
-    const DOOR: u8 = 8;
-    const MON_RELAY: u8 = 16;
-    const MON_COMPLETION: u8 = 32;
-    const MON_CLIENT: u8 = 64;
-
-    fn bit(kind: LinkKind) -> u8 {
-        match kind {
-            LinkKind::Relay => Self::RELAY,
-            LinkKind::Completion => Self::COMPLETION,
-            LinkKind::Client => Self::CLIENT,
-        }
-    }
-
-    fn mon_bit(kind: LinkKind) -> u8 {
-        Self::bit(kind) << 4
-    }
-
-    /// Every data socket this node has.
-    fn all(&self) -> u8 {
-        if self.client.is_some() {
-            Self::RELAY | Self::COMPLETION | Self::CLIENT
-        } else {
-            Self::RELAY | Self::COMPLETION
-        }
-    }
-
-    /// Every monitor socket this node has.
-    fn monitors(&self) -> u8 {
-        self.all() << 4
-    }
-
-    /// A call other than a receive was made on `kind`'s socket (see [`Sockets::drained`]).
-    #[inline]
-    pub(super) fn touched(&self, kind: LinkKind) {
-        self.drained.set(self.drained.get() & !Self::bit(kind));
-    }
-
-    fn set_drained(&self, bits: u8, drained: bool) {
-        let d = self.drained.get();
-        self.drained.set(if drained { d | bits } else { d & !bits });
-    }
-
-    /// Polls the `ZMQ_FD`s of the sockets in `bits` for at most `ms` (0: without waiting):
-    /// those whose FD is readable (a command waits), or `None` if the poll failed.
-    fn signaled(&self, bits: u8, ms: i64) -> Option<u8> {
-        let mut items: [zmq::PollItem<'_>; 7] =
-            std::array::from_fn(|_| zmq::PollItem::from_fd(-1, zmq::PollEvents::empty()));
-        let mut which = [0u8; 7];
-        let mut n = 0;
-        for (i, fd) in self.fds.iter().enumerate() {
-            let bit = 1u8 << i;
-            if bits & bit != 0 {
-                items[n] = zmq::PollItem::from_fd(*fd, zmq::POLLIN);
-                which[n] = bit;
-                n += 1;
-            }
-        }
-        zmq::poll(&mut items[..n], ms).ok()?;
-        Some(
-            items[..n]
-                .iter()
-                .zip(which)
-                .filter(|(it, _)| it.is_readable())
-                .fold(0, |acc, (_, bit)| acc | bit),
-        )
-    }
-
-    /// Of the sockets in `bits`: those not drained, and the drained ones whose `ZMQ_FD` is
-    /// signaled, except those in `quiet`. One `poll()` over the FDs of two or more drained
-    /// sockets replaces a receive ending in EAGAIN on each (a `poll()` inside libzmq); a
-    /// single one is read directly (the same cost).
-    fn to_read(&self, bits: u8, quiet: u8) -> u8 {
-        let drained = self.drained.get() & bits;
-        let ask = drained & !quiet;
-        let mut read = bits & !drained;
-        if ask.count_ones() >= 2 {
-            read |= self.signaled(ask, 0).unwrap_or(ask);
-        } else {
-            read |= ask;
-        }
-        read
-    }
-}
-
 pub(crate) struct Engine {
     // Dropped last: sockets must close before the context terminates.
     sockets: Sockets,
@@ -336,8 +233,10 @@ pub(crate) struct Engine {
     /// Receive buffers reused across reads (no allocation per message).
     rx_rid: zmq::Message,
     rx_parts: Vec<zmq::Message>,
-    /// Time of the current read pass (one clock read per batch, not per record).
-    rx_now: Instant,
+    /// The time of the current pass of the loop: read once per pass (at its start, and again
+    /// after a sleep or a test hold) and used by everything the pass does — ingress, timers,
+    /// handshakes, request deadlines at transmission, session bookkeeping.
+    now: Instant,
     clients: FastMap<u64, Client>,
     clients_by_rid: SeededMap<Vec<u8>, u64>,
     /// Session counts and bounds (in all, per source, strangers): sans-IO.
@@ -575,7 +474,7 @@ impl Engine {
                 accepts,
                 rx_rid: zmq::Message::new(),
                 rx_parts: Vec::with_capacity(MAX_PARTS),
-                rx_now: Instant::now(),
+                now: Instant::now(),
                 clients: FastMap::default(),
                 clients_by_rid: SeededMap::default(),
                 admission,
@@ -604,23 +503,25 @@ impl Engine {
 
     pub(crate) fn run(mut self) {
         let _span = tracing::debug_span!("zlink_mesh_io", node = %self.local.node).entered();
-        let mut next_housekeeping = Instant::now();
+        let mut next_housekeeping = self.now;
         // Sockets found quiet since their last receive by the readiness check that ended the
         // previous pass (spin or poll): this pass does not look at them again (what arrives
         // later signals their FD; the next pass or spin sees it).
         let mut quiet = 0u8;
         while self.running {
+            // The pass's one clock read.
+            self.now = Instant::now();
             let mut work = self.drain_commands();
             if !self.running {
                 break;
             }
             if !self.paused.is_empty() || !self.paused_clients.is_empty() {
-                self.flush_paused();
+                work += self.flush_paused();
             }
             if !self.up.held.is_empty() {
                 self.retry_stalled();
             }
-            let now = Instant::now();
+            let now = self.now;
             if now >= next_housekeeping {
                 self.flush_handshakes();
                 self.timers(now);
@@ -644,6 +545,12 @@ impl Engine {
             // Replies the reads queued (e.g. stale-generation error replies).
             self.flush_dirty();
             self.up.inbound.flush();
+            // A receive processes the socket's libzmq commands, among them the write
+            // activation of a PAUSED queue's pipe (its reader took messages): retry those
+            // queues now, before this pass may end in a sleep that nothing would end early.
+            if work == 0 && read & self.waiting_room() != 0 {
+                work += self.flush_paused();
+            }
             if work > 0 {
                 continue;
             }
@@ -653,9 +560,23 @@ impl Engine {
                 continue;
             }
             quiet = self.poll_once();
-            next_housekeeping = next_housekeeping.min(Instant::now());
+            next_housekeeping = next_housekeeping.min(self.now);
         }
         self.shutdown_sequence();
+    }
+
+    /// The data sockets with a PAUSED queue (HWM): a peer's (relay and completion) or a
+    /// client's (the client socket).
+    #[inline]
+    pub(super) fn waiting_room(&self) -> u8 {
+        let mut w = 0;
+        if !self.paused.is_empty() {
+            w |= Sockets::RELAY | Sockets::COMPLETION;
+        }
+        if !self.paused_clients.is_empty() {
+            w |= Sockets::CLIENT;
+        }
+        w
     }
 
     // ---------------------------------------------------------------- commands
@@ -701,277 +622,11 @@ impl Engine {
         }
     }
 
-    /// Yields the CPU a few times while watching for commands or readable sockets. `Some`
-    /// with the sockets seen quiet when there is work.
-    ///
-    /// Called after a pass that found no work. A socket not [`Sockets::drained`] is asked once
-    /// for `ZMQ_EVENTS` (level: libzmq processes its commands); after that every socket is
-    /// drained and one `poll()` over their `ZMQ_FD`s per turn sees every new message (and
-    /// other commands: the pass then reads, which processes them) without the `poll()` that
-    /// each `get_events` makes inside libzmq. `poll_once` keeps the level check
-    /// (`zmq_poll` asks each socket's `ZMQ_EVENTS`) before any sleep.
-    fn spin_for_work(&self) -> Option<u8> {
-        if self.cfg.io_spin_yields == 0 {
-            return None;
-        }
-        let all = self.sockets.all();
-        let undrained = all & !self.sockets.drained.get();
-        for kind in [LinkKind::Completion, LinkKind::Relay, LinkKind::Client] {
-            let bit = Sockets::bit(kind);
-            if undrained & bit == 0 {
-                continue;
-            }
-            match self.socket(kind).get_events() {
-                Ok(e) if e.contains(zmq::POLLIN) => return Some(0),
-                Ok(_) => self.sockets.set_drained(bit, true),
-                Err(_) => return Some(0),
-            }
-        }
-        let mut quiet = 0;
-        for _ in 0..self.cfg.io_spin_yields {
-            if !self.door.rx.is_empty() {
-                return Some(quiet);
-            }
-            match self.sockets.signaled(all, 0) {
-                Some(0) => {}
-                Some(signaled) => return Some(all & !signaled),
-                None => return Some(0),
-            }
-            quiet = all;
-            std::thread::yield_now();
-        }
-        None
-    }
-
-    /// Reads the monitors that may have events (see [`Sockets::to_read`]).
-    fn read_monitors(&mut self) {
-        let read = self.sockets.to_read(self.sockets.monitors(), 0);
-        for kind in [LinkKind::Relay, LinkKind::Completion, LinkKind::Client] {
-            if read & Sockets::mon_bit(kind) != 0 {
-                self.read_monitor(kind);
-            }
-        }
-    }
-
-    // ---------------------------------------------------------------- polling
-
-    /// Sleeps until a socket, the doorbell or the next timer, and reads what is readable.
-    /// Returns the data sockets it found quiet (see `run`).
-    ///
-    /// Level check first: a socket not [`Sockets::drained`] is asked for `ZMQ_EVENTS` (libzmq
-    /// processes its commands; without POLLIN it is drained). When none is readable, every
-    /// socket is drained and the thread sleeps in one `poll()` over their `ZMQ_FD`s, which
-    /// signal anything new: two syscalls at most where `zmq_poll` made a `poll()` and a
-    /// `ZMQ_EVENTS` per socket before and after the sleep.
-    fn poll_once(&mut self) -> u8 {
-        let now = Instant::now();
-        let mut timeout = self.next_wake(now);
-        let sleeping = self.shared.bell.prepare_sleep();
-        if !sleeping {
-            timeout = Duration::ZERO;
-        }
-        let present = self.sockets.all() | self.sockets.monitors() | Sockets::DOOR;
-        let mut ready = 0u8;
-        {
-            let s = &self.sockets;
-            let undrained = present & !s.drained.get();
-            for i in 0..7 {
-                let bit = 1u8 << i;
-                if undrained & bit == 0 {
-                    continue;
-                }
-                let socket = match bit {
-                    Sockets::RELAY => &s.relay,
-                    Sockets::COMPLETION => &s.completion,
-                    Sockets::DOOR => &self.door.socket,
-                    Sockets::MON_RELAY => &s.mon_relay,
-                    Sockets::MON_COMPLETION => &s.mon_completion,
-                    Sockets::CLIENT => s.client.as_ref().expect("client socket"),
-                    Sockets::MON_CLIENT => s.mon_client.as_ref().expect("client monitor"),
-                    _ => continue,
-                };
-                match socket.get_events() {
-                    Ok(e) if !e.contains(zmq::POLLIN) => s.set_drained(bit, true),
-                    _ => ready |= bit,
-                }
-            }
-        }
-        let mut quiet = 0;
-        if ready == 0 {
-            let ms = if timeout.is_zero() {
-                0
-            } else {
-                timeout.as_millis().max(1) as i64
-            };
-            match self.sockets.signaled(present, ms) {
-                Some(signaled) => {
-                    ready = signaled;
-                    quiet = self.sockets.all() & !signaled;
-                }
-                // Interrupted: look at everything.
-                None => ready = present,
-            }
-        }
-        self.shared.bell.awake();
-        if ready & Sockets::DOOR != 0 {
-            self.door.drain_rings();
-            self.sockets.set_drained(Sockets::DOOR, true);
-        }
-        for kind in [LinkKind::Completion, LinkKind::Relay, LinkKind::Client] {
-            if ready & Sockets::bit(kind) != 0 {
-                self.read_socket(kind);
-            }
-        }
-        for kind in [LinkKind::Relay, LinkKind::Completion, LinkKind::Client] {
-            if ready & Sockets::mon_bit(kind) != 0 {
-                self.read_monitor(kind);
-            }
-        }
-        quiet
-    }
-
-    fn read_socket(&mut self, kind: LinkKind) -> usize {
-        let mut n = 0;
-        // The receive buffers are reused for every message of the pass (libzmq closes the old
-        // content on each receive): no allocation per message on this path.
-        let mut rid = std::mem::replace(&mut self.rx_rid, zmq::Message::new());
-        let mut parts = std::mem::take(&mut self.rx_parts);
-        while n < RECV_BATCH {
-            let Some(count) = recv_frames_into(self.socket(kind), &mut rid, &mut parts) else {
-                break;
-            };
-            if n == 0 {
-                // The pass's time, read once it has a message (an empty read reads no clock).
-                self.rx_now = Instant::now();
-            }
-            n += 1;
-            self.rx_source = if kind == LinkKind::Client {
-                // A connection without a session may open one: its source address counts.
-                if self.clients_by_rid.contains_key(&rid[..]) {
-                    None
-                } else {
-                    parts
-                        .first_mut()
-                        .and_then(|m| m.gets("Peer-Address"))
-                        .map(Arc::from)
-                }
-            } else if count == 1 && parts[0].get(1) == Some(&zlink_wire::Command::Hello.number()) {
-                // A Hello starts a handshake that counts against its source address.
-                parts[0].gets("Peer-Address").map(Arc::from)
-            } else {
-                None
-            };
-            let rid_bytes: &[u8] = &rid;
-            if count == 1 && self.cfg.tap.is_none() && zlink_wire::is_batch(&parts[0]) {
-                // A batch frame is not copied: the message leaves the receive buffer (a fresh
-                // one takes its slot) and is wrapped as the frame's `Bytes`; it is released at
-                // the end of `on_batch`, which copies each payload out of it.
-                let msg = std::mem::replace(&mut parts[0], zmq::Message::new());
-                let frame = Rx::Batch(Bytes::from_owner(ZmqFrame(msg)));
-                match kind {
-                    LinkKind::Client => self.on_client_message(rid_bytes, frame),
-                    _ => self.on_peer_message(kind, rid_bytes, frame),
-                }
-                continue;
-            }
-            // Each `zmq::Message` deref is two FFI calls (data, size): take the slices once.
-            let mut slices: [&[u8]; MAX_PARTS] = [&[]; MAX_PARTS];
-            for (slot, m) in slices.iter_mut().zip(&parts[..count]) {
-                *slot = m;
-            }
-            let frames = &slices[..count.min(MAX_PARTS)];
-            if let Some(tap) = &self.cfg.tap {
-                let copy: Vec<Bytes> = frames.iter().map(|m| Bytes::copy_from_slice(m)).collect();
-                tap.record(TapDirection::Received, kind, rid_bytes, &copy);
-            }
-            match kind {
-                LinkKind::Client => self.on_client_message(rid_bytes, Rx::Parts(frames)),
-                _ => self.on_peer_message(kind, rid_bytes, Rx::Parts(frames)),
-            }
-        }
-        self.rx_rid = rid;
-        self.rx_parts = parts;
-        // Ended in EAGAIN (not on the batch limit): drained until the next other call.
-        self.sockets.set_drained(Sockets::bit(kind), n < RECV_BATCH);
-        n
-    }
-
-    fn read_monitor(&mut self, kind: LinkKind) {
-        let m = match kind {
-            LinkKind::Relay => &self.sockets.mon_relay,
-            LinkKind::Completion => &self.sockets.mon_completion,
-            LinkKind::Client => match &self.sockets.mon_client {
-                Some(m) => m,
-                None => return,
-            },
-        };
-        let mut events = Vec::new();
-        while let Some((first, parts)) = recv_multipart(m) {
-            if first.len() < 6 {
-                continue;
-            }
-            let ev = u16::from_le_bytes([first[0], first[1]]);
-            let addr = parts
-                .first()
-                .map(|a| String::from_utf8_lossy(a).into_owned())
-                .unwrap_or_default();
-            let value = u32::from_le_bytes([first[2], first[3], first[4], first[5]]);
-            events.push((ev, value, addr));
-        }
-        // Read until EAGAIN: drained (a monitor is never sent on from here).
-        self.sockets.set_drained(Sockets::mon_bit(kind), true);
-        for (ev, value, addr) in events {
-            let ev = zmq::SocketEvent::from_raw(ev);
-            match ev {
-                zmq::SocketEvent::ACCEPTED => self.shared.counters.event(TransportEvent::Accepted),
-                zmq::SocketEvent::HANDSHAKE_FAILED_PROTOCOL
-                    if value == codec::ZMQ_PROTOCOL_ERROR_MESSAGE_TOO_LARGE =>
-                {
-                    self.shared.counters.drop(
-                        DropReason::MessageTooLarge,
-                        &format_args!("{kind:?} {addr}"),
-                    );
-                }
-                zmq::SocketEvent::HANDSHAKE_FAILED_NO_DETAIL
-                | zmq::SocketEvent::HANDSHAKE_FAILED_PROTOCOL
-                | zmq::SocketEvent::HANDSHAKE_FAILED_AUTH => {
-                    self.shared
-                        .counters
-                        .drop(DropReason::ZmtpProtocol, &format_args!("{kind:?} {addr}"));
-                }
-                zmq::SocketEvent::DISCONNECTED => {
-                    self.shared.counters.event(TransportEvent::Disconnected);
-                    if let Some((node, k)) = self.endpoints.get(&addr).cloned()
-                        && k == kind
-                    {
-                        // Our outbound connection dropped: libzmq reconnects; the handshake
-                        // re-runs on the new connection.
-                        self.peer_down(&node, DownReason::Disconnected, false);
-                        let now = Instant::now();
-                        self.start_initiator(&node, kind, now);
-                    }
-                }
-                zmq::SocketEvent::HANDSHAKE_SUCCEEDED => {
-                    if let Some((node, k)) = self.endpoints.get(&addr).cloned()
-                        && k == kind
-                    {
-                        self.pump_handshake(&node, kind);
-                    }
-                }
-                _ => {}
-            }
-        }
-    }
-
     fn shutdown_sequence(&mut self) {
+        self.now = Instant::now();
         if self.aborted {
             // A crash as seen from outside: nobody is told; the requests here still end.
-            for (_, w) in self
-                .corr
-                .handle_timeout(Instant::now() + Duration::from_secs(86_400 * 365))
-            {
-                let _ = w.send(Err(RequestError::Closed));
-            }
+            close_all(&mut self.corr, &RequestError::Closed);
             self.shared.mark_closed();
             return;
         }
@@ -992,7 +647,7 @@ impl Engine {
         }
         // Clients: what is queued goes out as far as libzmq takes it now, then Disconnect
         // { Shutdown } (or the reason of a close in progress); each session reports its end.
-        let now = Instant::now();
+        let now = self.now;
         let mut sessions: Vec<u64> = self.clients.keys().copied().collect();
         sessions.sort_unstable();
         for s in sessions {
@@ -1010,12 +665,7 @@ impl Engine {
                 });
             }
         }
-        for (_, w) in self
-            .corr
-            .handle_timeout(Instant::now() + Duration::from_secs(86_400 * 365))
-        {
-            let _ = w.send(Err(RequestError::Closed));
-        }
+        close_all(&mut self.corr, &RequestError::Closed);
         self.shared.mark_closed();
     }
 }
@@ -1083,59 +733,4 @@ pub(crate) fn reply_result(rec: Record, payload: Option<Bytes>) -> Result<Respon
         }),
         record => Ok(Response { record, payload }),
     }
-}
-
-/// Reads one multipart message without blocking, without copying and without allocating,
-/// into reused buffers: the routing id into `rid`, the remaining parts into `parts[..count]`.
-/// Returns `count`. Messages with more than [`MAX_PARTS`] parts are consumed and returned
-/// with one extra empty part so that they fail decoding.
-pub(crate) fn recv_frames_into(
-    s: &zmq::Socket,
-    rid: &mut zmq::Message,
-    parts: &mut Vec<zmq::Message>,
-) -> Option<usize> {
-    s.recv(rid, zmq::DONTWAIT).ok()?;
-    let mut more = rid.get_more();
-    let mut count = 0;
-    let mut n = 1;
-    while more {
-        if count == parts.len() {
-            parts.push(zmq::Message::new());
-        }
-        if s.recv(&mut parts[count], zmq::DONTWAIT).is_err() {
-            break;
-        }
-        more = parts[count].get_more();
-        n += 1;
-        // Up to MAX_PARTS parts are kept; one more is kept as the marker (decoding fails on
-        // the part count); any further part is received into that scratch slot.
-        if n <= MAX_PARTS + 1 {
-            count += 1;
-        }
-    }
-    Some(count)
-}
-
-/// Reads one multipart message without blocking: (first part, remaining parts). Messages with
-/// more than [`MAX_PARTS`] parts are consumed and returned truncated to one extra empty part
-/// so that they fail decoding.
-pub(crate) fn recv_multipart(s: &zmq::Socket) -> Option<(Bytes, Vec<Bytes>)> {
-    let first = s.recv_msg(zmq::DONTWAIT).ok()?;
-    let first_bytes = Bytes::copy_from_slice(&first);
-    let mut more = first.get_more();
-    let mut parts = Vec::new();
-    let mut n = 1;
-    while more {
-        let Ok(m) = s.recv_msg(zmq::DONTWAIT) else {
-            break;
-        };
-        more = m.get_more();
-        n += 1;
-        if n <= MAX_PARTS {
-            parts.push(Bytes::copy_from_slice(&m));
-        } else if n == MAX_PARTS + 1 {
-            parts.push(Bytes::new());
-        }
-    }
-    Some((first_bytes, parts))
 }

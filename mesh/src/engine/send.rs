@@ -2,6 +2,7 @@
 //! a pass (small records packed into 139 batch frames), PAUSED queues retried.
 
 use super::*;
+use crate::config::Batching;
 
 impl Engine {
     // ---------------------------------------------------------------- sending
@@ -30,7 +31,13 @@ impl Engine {
                         .peers
                         .get(&node)
                         .is_some_and(|p| p.up && p.generation == Some(generation))
-                    && self.request_ended(out.corr);
+                    && ended_before_transmission(
+                        &mut self.corr,
+                        out.corr,
+                        self.now,
+                        &self.shared.counters,
+                        &node,
+                    );
                 let Some(p) = self.peers.get_mut(&node) else {
                     if let Some(b) = out.bytes {
                         self.release_peer_budget(&node, b);
@@ -45,7 +52,6 @@ impl Engine {
                 }
                 if ended {
                     release(&p.conn.budget, &out);
-                    self.drop_ended(&node, out.corr);
                     return;
                 }
                 // Queued and transmitted at the end of this pass (`flush_dirty`), together
@@ -160,26 +166,46 @@ impl Engine {
         }
     }
 
-    pub(super) fn flush_paused(&mut self) {
+    /// Retries the PAUSED queues (peers' and clients'); a closing client whose queue drained
+    /// is finished. Returns how many queues moved (sent something or emptied).
+    pub(super) fn flush_paused(&mut self) -> usize {
+        let mut moved = 0;
         if !self.paused.is_empty() {
             let nodes: Vec<NodeRid> = self.paused.iter().cloned().collect();
             for node in nodes {
+                let before = self
+                    .peers
+                    .get(&node)
+                    .map(|p| (p.conn.queue.len(), p.replies.len()));
                 if self.flush_peer(&node) {
                     self.paused.remove(&node);
+                    moved += 1;
+                } else if self
+                    .peers
+                    .get(&node)
+                    .map(|p| (p.conn.queue.len(), p.replies.len()))
+                    != before
+                {
+                    moved += 1;
                 }
             }
         }
         if !self.paused_clients.is_empty() {
             let sessions: Vec<u64> = self.paused_clients.iter().copied().collect();
             for s in sessions {
+                let before = self.clients.get(&s).map(|c| c.conn.queue.len());
                 if self.flush_client(s) {
+                    moved += 1;
                     self.paused_clients.remove(&s);
                     if self.clients.get(&s).is_some_and(|c| c.closing.is_some()) {
                         self.finish_client(s);
                     }
+                } else if self.clients.get(&s).map(|c| c.conn.queue.len()) != before {
+                    moved += 1;
                 }
             }
         }
+        moved
     }
 
     /// Transmits a peer's queues — replies on the completion connection, then relay data
@@ -199,6 +225,7 @@ impl Engine {
             corr: &mut self.corr,
             counters: &self.shared.counters,
             who: node,
+            now: self.now,
         };
         let budget = &p.conn.budget;
         let batching = &self.cfg.batching;
@@ -217,7 +244,8 @@ impl Engine {
     }
 
     /// Transmits a client's queue (pushes and replies, in order) while libzmq takes it, as for
-    /// peers ([`Engine::flush_peer`]; no credit: pushes are bounded by the session's budget).
+    /// peers ([`Engine::flush_peer`]; no credit: pushes are bounded by the session's budget;
+    /// runs cut at `ClientOutbound::batch_records`).
     /// Returns true when the queue is empty.
     pub(super) fn flush_client(&mut self, session: u64) -> bool {
         let Some(c) = self.clients.get_mut(&session) else {
@@ -232,12 +260,19 @@ impl Engine {
             corr: &mut self.corr,
             counters: &self.shared.counters,
             who: &session,
+            now: self.now,
+        };
+        // Runs of up to `ClientOutbound::batch_records` records (bytes as for peers): the
+        // client socket's pipe holds `send_hwm` messages, so its messages carry more records.
+        let batching = Batching {
+            max_records: self.cfg.client_outbound.batch_records,
+            ..self.cfg.batching
         };
         conn::flush(
             &mut c.conn.queue,
             &mut Unlimited,
             &c.conn.budget,
-            &self.cfg.batching,
+            &batching,
             &mut wire,
         ) == Flushed::Empty
     }
@@ -257,6 +292,8 @@ pub(super) struct Wire<'e> {
     pub(super) counters: &'e Counters,
     /// The other end, as the detail of a drop.
     pub(super) who: &'e dyn std::fmt::Display,
+    /// The pass's time (request deadlines are checked against it at transmission).
+    pub(super) now: Instant,
 }
 
 impl Transport for Wire<'_> {
@@ -315,24 +352,12 @@ impl Transport for Wire<'_> {
         SendOutcome::Sent
     }
 
-    /// Ended: it reached its terminal (timeout, cancel, peer lost), or its deadline has passed
-    /// (every expired request is ended here, with `DeadlineExceeded`, before the timer would).
     fn ended(&mut self, corr: u64) -> bool {
-        let Some(expired) = self.corr.handle_transmit(corr, Instant::now()) else {
-            return false;
-        };
-        for (_, w) in expired {
-            let _ = w.send(Err(RequestError::DeadlineExceeded));
-        }
-        self.counters.drop(
-            DropReason::RequestEnded,
-            &format_args!("{}: corr {corr} ended before transmission", self.who),
-        );
-        true
+        ended_before_transmission(self.corr, corr, self.now, self.counters, self.who)
     }
 
     fn expired(&self, corr: u64) -> bool {
-        self.corr.is_ended_at(corr, Instant::now())
+        self.corr.is_ended_at(corr, self.now)
     }
 
     fn lost(&mut self, out: &Out) {

@@ -6,7 +6,7 @@ use super::*;
 
 impl Engine {
     pub(super) fn timers(&mut self, now: Instant) {
-        self.expire_requests(now);
+        expire(&mut self.corr, now);
         self.shared.counters.summarize(now);
         let mut to_check = Vec::new();
         let mut to_retry = Vec::new();
