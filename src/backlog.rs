@@ -470,6 +470,50 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Backlogs<K> {
         Ok(Admitted::Queued)
     }
 
+    /// Takes everything waiting for `key` out of its backlog, in order, unrun (a relocation
+    /// captures a sealed actor's work: its lane's records first, then these). `first` runs
+    /// under the backlog's lock, before the records are taken, when no refiller is at work for
+    /// `key`: what it takes from the lane is older than every record still waiting here, and
+    /// no record moves from here into the lane meanwhile. `None`, with `first` not run, while a
+    /// refiller is at work (it stops once the sealed lane is full or the backlog empty: try
+    /// again). The records' senders get their credit back (they left the backlog); the
+    /// backlog episode ends (its waiter is disarmed), so a later record for `key` is offered
+    /// to its lane directly.
+    pub(crate) fn take_all<T>(
+        &self,
+        key: &K,
+        first: impl FnOnce() -> T,
+    ) -> Option<(T, Vec<PendingSubmit>)> {
+        let mut map = lock(&self.map);
+        if map.get(key).is_some_and(|w| w.refilling) {
+            return None;
+        }
+        let taken = first();
+        let Some(w) = map.remove(key) else {
+            return Some((taken, Vec::new()));
+        };
+        w.waiter.ended.store(true, Ordering::Relaxed);
+        self.open.fetch_sub(1, Ordering::AcqRel);
+        drop(map);
+        let Waiting {
+            mut front,
+            mut queue,
+            ..
+        } = w;
+        let mut out = Vec::with_capacity(front.len() + queue.len());
+        let mut released = Released::new(&self.credit);
+        for (pending, done) in front.drain(..).chain(queue.drain(..)) {
+            out.push(pending);
+            released.add(done);
+        }
+        released.flush();
+        self.waiting_now
+            .fetch_sub(out.len() as u64, Ordering::Relaxed);
+        self.keep(front);
+        self.keep(queue);
+        Some((taken, out))
+    }
+
     /// A turn of a lane that `key`'s records wait for ended with room (its armed [`Refill`]):
     /// moves them into their lane in order, on this thread. One refiller at a time per key (the
     /// FIFO): a call while another refills only tells it to look again before it stops.

@@ -580,28 +580,57 @@ mod live {
 
     /// `a` and `b` with their own handles on one store (`store_b` may wrap it).
     pub async fn pair_with(store: Arc<dyn LocationStore>, store_b: Arc<dyn LocationStore>) -> Pair {
+        pair_lanes(store, store_b, None).await
+    }
+
+    /// A node as [`start_node`] starts it, with its actor lanes holding at most `lane_items`
+    /// queued application records when given.
+    async fn start_live(
+        name: &str,
+        store: Arc<dyn LocationStore>,
+        peers: Vec<zlink_mesh::PeerAddress>,
+        tap: Option<WireTap>,
+        registry: ActorRegistry,
+        lane_items: Option<usize>,
+    ) -> Node {
+        let Some(items) = lane_items else {
+            return start_node(name, store, peers, tap, Some(registry)).await;
+        };
+        let mut mc = super::node_common::mesh_config(name);
+        mc.tap = tap;
+        let mut options = zlink::node::NodeOptions::new(mc, store, registry)
+            .with_client_access(zlink::node::access::ClientAccess::open());
+        options.peers = peers;
+        options.lanes.application_items = items;
+        Node::start(options).await.unwrap()
+    }
+
+    /// [`pair_with`] with lanes of `lane_items` queued records on both nodes.
+    pub async fn pair_lanes(
+        store: Arc<dyn LocationStore>,
+        store_b: Arc<dyn LocationStore>,
+        lane_items: Option<usize>,
+    ) -> Pair {
         let (gate, rx) = watch::channel(false);
         let rehydrated = Arc::new(AtomicU64::new(0));
         let fail_rehydrate = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let b = start_node(
+        let b = start_live(
             "b",
             store_b,
             vec![],
             None,
-            Some(registry(
-                rx.clone(),
-                rehydrated.clone(),
-                fail_rehydrate.clone(),
-            )),
+            registry(rx.clone(), rehydrated.clone(), fail_rehydrate.clone()),
+            lane_items,
         )
         .await;
         let tap_a = WireTap::new(100_000);
-        let a = start_node(
+        let a = start_live(
             "a",
             store,
             vec![b.address()],
             Some(tap_a.clone()),
-            Some(registry(rx, rehydrated.clone(), fail_rehydrate.clone())),
+            registry(rx, rehydrated.clone(), fail_rehydrate.clone()),
+            lane_items,
         )
         .await;
         wait_pair_up(&a, &b).await;
@@ -788,6 +817,85 @@ async fn relocate_moves_the_state_and_the_queued_work_in_order() {
     assert_eq!(list[0].outcome.as_deref(), Some("moved"));
 }
 
+// spec: SB-8.4, SB-14.21, SB-8.9
+// The moving actor's lane is full and more records wait for it in its backlog (records from `b`
+// that found the lane full on `a`'s mesh I/O thread): the relocation commits, capturing the
+// lane's records and then the backlog's in arrival order; each runs once on the target, in the
+// order `b` sent them, and each request is answered once with its own reply (its original
+// correlation). Nothing waits in `a`'s backlog afterwards. Seen failing (the relocation aborted
+// as busy) with the backlog left out of the capture.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_lane_and_its_backlog_move_in_arrival_order() {
+    use live::*;
+    const T: std::time::Duration = node_common::TIMEOUT;
+    const LANE: usize = 4;
+    const N: u64 = 24;
+    let store = node_common::memory_store();
+    let p = pair_lanes(store.clone(), store.clone(), Some(LANE)).await;
+    let actor = counter_on(&p.a, "c6").await;
+    let turns = p.a.stats().turns;
+    let calls_in = p.a.stats().calls_in;
+    let hold = {
+        let (a, actor) = (p.a.clone(), actor.clone());
+        tokio::spawn(async move { a.request(&actor, &Hold, T).await })
+    };
+    node_common::wait_until("hold running", || p.a.stats().turns > turns).await;
+    // From `b`, in this order: sends, and every fourth record a request (each on the wire
+    // before the next record is sent).
+    let mut replies = Vec::new();
+    for i in 0..N {
+        if i % 4 == 3 {
+            let out = p.b.stats().calls_out;
+            let (b, actor) = (p.b.clone(), actor.clone());
+            replies.push((
+                i,
+                tokio::spawn(async move { b.request(&actor, &Add(i), T).await }),
+            ));
+            node_common::wait_until("request sent", || p.b.stats().calls_out > out).await;
+        } else {
+            p.b.send(&actor, &Add(i)).await.unwrap();
+        }
+    }
+    // The first records fill the lane; the rest wait in the actor's backlog on `a`.
+    node_common::wait_until("the rest wait in the backlog", || {
+        p.a.stats().calls_in >= calls_in + N
+            && p.a.inbound_backlogs().actors.waiting_now >= N - LANE as u64
+    })
+    .await;
+    let relocating = {
+        let (a, actor) = (p.a.clone(), actor.clone());
+        tokio::spawn(async move { a.relocate(&actor, node_common::rid("b")).await })
+    };
+    node_common::wait_until("quiescing", || {
+        p.a.relocations().0.iter().any(|r| r.phase == "Quiescing")
+    })
+    .await;
+    p.gate.send(true).unwrap();
+    hold.await.unwrap().unwrap();
+    let report = tokio::time::timeout(T, relocating)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(report.relayed, N);
+    assert_eq!(report.actor.node(), &node_common::rid("b"));
+    // Once each, in `b`'s order, on the target.
+    let seen = p.b.request(&report.actor, &GetSeen, T).await.unwrap();
+    assert_eq!(seen, (0..N).collect::<Vec<u64>>());
+    for (i, r) in replies {
+        let n = r.await.unwrap().unwrap();
+        assert_eq!(n, i + 1, "request {i} answered with another's reply");
+    }
+    let held = p.a.inbound_backlogs().actors;
+    assert_eq!(held.waiting_now, 0, "{held:?}");
+    assert_eq!(held.refused, 0, "{held:?}");
+    assert_eq!(p.a.stats().sends_dropped, 0);
+    node_common::wait_until("relocation state freed", || {
+        p.a.relocations_in_progress() == 0 && p.b.relocations_in_progress() == 0
+    })
+    .await;
+}
+
 // spec: SB-8.5, SB-14.24
 // The target fails before its relay-ready is accepted (its rehydration refuses the state): the
 // relocation aborts durably, the source reopens with its queued work in order and serves the
@@ -833,7 +941,8 @@ async fn target_failing_before_relay_ready_aborts_and_the_source_serves_again() 
 // After relay-ready was accepted the target's owner CAS fails (its store is down): the source
 // never reopens — it does not serve the actor any more, the relocation reports the failure,
 // every request it had accepted is answered (not run twice), and both nodes free the
-// relocation.
+// relocation. The incarnation ends: its record is removed (NotFound from then on), and the next
+// get_or_create activates a new incarnation — the actor is servable again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_cas_after_relay_ready_never_reopens_the_source() {
     use live::*;
@@ -854,18 +963,29 @@ async fn a_failed_cas_after_relay_ready_never_reopens_the_source() {
         Err(Error::Failed(Fail::CasFailed(ids))) => assert_eq!(ids, vec![actor.id().clone()]),
         other => panic!("expected a failed CAS, got {other:?}"),
     }
-    // Answered once, not served anywhere: the source never reopens, it answers at once.
+    // Answered once, not served anywhere: the source never reopens, it answers at once — the
+    // incarnation ended with the failed relocation (`NotFound`: retrying it cannot help).
     let _ = tokio::time::timeout(T, queued).await.unwrap().unwrap();
     let e = p.a.request(&actor, &GetSeen, T).await.unwrap_err();
-    assert_eq!(e.kind(), zlink_wire::ErrorKind::Unavailable, "{e}");
-    let loc = store.lookup(actor.id().clone()).await.unwrap().unwrap();
-    assert_eq!(loc.owner_node, node_common::rid("a"), "no CAS happened");
+    assert_eq!(e.kind(), zlink_wire::ErrorKind::NotFound, "{e}");
+    // No CAS happened and the source removed the record: nobody holds the actor.
+    assert!(store.lookup(actor.id().clone()).await.unwrap().is_none());
     assert_eq!(p.a.relocations().1.failed, 1);
     node_common::wait_until("relocation state freed", || {
         p.a.relocations_in_progress() == 0 && p.b.relocations_in_progress() == 0
     })
     .await;
     b_store.set_down(false);
+    // Servable again: the next get_or_create (from either node) activates a new incarnation.
+    let again =
+        p.b.get_or_create(zlink::actor::Create::new("counter", actor.id().clone()))
+            .await
+            .unwrap();
+    assert!(again.object_generation() > actor.object_generation());
+    assert_eq!(p.b.request(&again, &Add(7), T).await.unwrap(), 1);
+    // The old ref names the ended incarnation: NotFound, never the new one.
+    let e = p.b.request(&actor, &GetSeen, T).await.unwrap_err();
+    assert_eq!(e.kind(), zlink_wire::ErrorKind::NotFound, "{e}");
 }
 
 // spec: SB-8.9
@@ -949,26 +1069,52 @@ async fn stray_handoff_records_are_refused_and_counted() {
 /// The session owner `s` (with the demo session application and a client endpoint, tapped), the
 /// actor's owner `a` and the target `b`, all hosting the counter type, on one store.
 async fn session_world() -> (Node3, Arc<zlink::node::client::NodeClient>) {
+    session_world_with(WorldFaults::default()).await
+}
+
+/// What [`session_world_with`] changes: the session owner's clock (its seal timeout runs on it),
+/// the target's store handle (it may wrap the shared store), the target's rehydration refusing.
+#[derive(Default)]
+struct WorldFaults {
+    clock: Option<ManualClock>,
+    faulty_b_store: bool,
+    fail_rehydrate: bool,
+}
+
+async fn session_world_with(f: WorldFaults) -> (Node3, Arc<zlink::node::client::NodeClient>) {
     use node_common::*;
     use zlink_apps::demo;
-    let store = memory_store();
+    let shared = Arc::new(MemoryStore::new());
+    let store: Arc<dyn LocationStore> = shared.clone();
+    let b_faults = f
+        .faulty_b_store
+        .then(|| Arc::new(zlink::store::FaultStore::new(shared.clone())));
+    let b_store: Arc<dyn LocationStore> = match &b_faults {
+        Some(b) => b.clone(),
+        None => store.clone(),
+    };
     let (_gate, rx) = tokio::sync::watch::channel(true);
+    let fail = Arc::new(std::sync::atomic::AtomicBool::new(f.fail_rehydrate));
     let reg = || {
         live::registry(
             rx.clone(),
             Arc::new(std::sync::atomic::AtomicU64::new(0)),
-            Arc::new(std::sync::atomic::AtomicBool::new(false)),
+            fail.clone(),
         )
     };
     let tap_s = zlink_mesh::WireTap::new(100_000);
     let mut ss = SessionNodeSpec::new("s", demo::sessions());
     ss.registry = Some(reg());
     ss.tap = Some(tap_s.clone());
+    ss.clock = f
+        .clock
+        .clone()
+        .map(|c| Arc::new(c) as Arc<dyn zlink::session::Clock>);
     let s = start_session_node(ss, store.clone()).await;
     let mut sb = SessionNodeSpec::new("b", demo::sessions());
     sb.registry = Some(reg());
     sb.peers = vec![s.address()];
-    let b = start_session_node(sb, store.clone()).await;
+    let b = start_session_node(sb, b_store).await;
     let mut sa = SessionNodeSpec::new("a", demo::sessions());
     sa.registry = Some(reg());
     sa.peers = vec![b.address(), s.address()];
@@ -991,6 +1137,7 @@ async fn session_world() -> (Node3, Arc<zlink::node::client::NodeClient>) {
             b,
             tap_s,
             store,
+            b_faults,
         },
         c,
     )
@@ -1002,6 +1149,8 @@ struct Node3 {
     b: zlink::node::Node,
     tap_s: zlink_mesh::WireTap,
     store: Arc<dyn LocationStore>,
+    /// `b`'s store handle when it may fail ([`WorldFaults::faulty_b_store`]).
+    b_faults: Option<Arc<zlink::store::FaultStore<Arc<MemoryStore>>>>,
 }
 
 use node_common::TIMEOUT;
@@ -1810,11 +1959,12 @@ async fn a_spot_whose_cas_fails_after_relay_ready_is_not_reopened() {
         other => panic!("expected a failed CAS, got {other:?}"),
     }
     let _ = tokio::time::timeout(T, queued).await.unwrap().unwrap();
+    // No CAS happened: each member's incarnation ended with the failed relocation (SB-8.6),
+    // its record removed with the source's fence; the old refs answer `NotFound`.
     for m in &members {
         let e = p.a.request(m, &GetSeen, T).await.unwrap_err();
-        assert_eq!(e.kind(), zlink_wire::ErrorKind::Unavailable, "{e}");
-        let loc = store.lookup(m.id().clone()).await.unwrap().unwrap();
-        assert_eq!(loc.owner_node, node_common::rid("a"), "no CAS happened");
+        assert_eq!(e.kind(), zlink_wire::ErrorKind::NotFound, "{e}");
+        assert!(store.lookup(m.id().clone()).await.unwrap().is_none());
     }
     assert_eq!(p.a.relocations().1.failed, 1);
     node_common::wait_until("the Spot freed on the source", || {
@@ -1992,4 +2142,182 @@ async fn the_operator_relocates_a_spot_through_the_client_port() {
     assert_eq!(list.counters.committed, 1);
     assert_eq!(list.relocations[0].actor, "spot deck");
     assert_eq!(list.relocations[0].outcome.as_deref(), Some("moved"));
+}
+
+// spec: SB-8.5, SB-8.8, SB-14.24
+// A bound actor under relays; the target refuses the Restore (its rehydration fails) before
+// relay-ready: the source aborts durably, reopens with its queue first, and sends one 44 abort;
+// the session owner releases the seal and resubmits what it held to the source. Every relay is
+// answered once, in order, by the source; the client's connection stays; no 44 commit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_target_failing_before_relay_ready_sends_44_abort_and_the_session_stays() {
+    use live::{Add, Error, GetSeen, aid};
+    use node_common::{bind, relay_req, rid, tapped};
+    use zlink_mesh::TapDirection;
+    let (w, c) = session_world_with(WorldFaults {
+        fail_rehydrate: true,
+        ..WorldFaults::default()
+    })
+    .await;
+    let actor =
+        w.a.create(zlink::actor::Create::new("counter", aid("bound2")))
+            .await
+            .unwrap();
+    bind(&c, &actor).await;
+    const N: u64 = 200;
+    let sender = {
+        let (c, actor) = (c.clone(), actor.clone());
+        tokio::spawn(async move {
+            let mut replies = Vec::new();
+            for i in 0..N {
+                replies.push(relay_req(&c, &actor, &Add(i)).await);
+            }
+            replies
+        })
+    };
+    let turns = w.a.stats().turns;
+    node_common::wait_until("relays flowing", || w.a.stats().turns > turns + 20).await;
+    match w.a.relocate(&actor, rid("b")).await {
+        Err(Error::Aborted(zlink::relocation::AbortReason::TargetFailed)) => {}
+        other => panic!("expected an abort, got {other:?}"),
+    }
+    let replies = tokio::time::timeout(TIMEOUT, sender)
+        .await
+        .unwrap()
+        .unwrap();
+    for (i, r) in replies.into_iter().enumerate() {
+        assert_eq!(
+            r.unwrap(),
+            i as u64 + 1,
+            "relay {i}: lost, doubled or another's reply"
+        );
+    }
+    let seen = w.a.request(&actor, &GetSeen, TIMEOUT).await.unwrap();
+    assert_eq!(seen, (0..N).collect::<Vec<u64>>());
+    // The connection stays, the binding still names the source.
+    assert_eq!(relay_req(&c, &actor, &Add(N)).await.unwrap(), N + 1);
+    let bound = c.packet(&zlink_apps::demo::session::Bound).await.unwrap();
+    assert_eq!(bound[0].node(), &rid("a"));
+    let routes = tapped(&w.tap_s, TapDirection::Received, 44);
+    assert_eq!(routes.len(), 1);
+    assert!(
+        matches!(
+            &routes[0].decoded.as_ref().unwrap().record,
+            zlink_wire::Record::SessionRelocationRoute(zlink_wire::SessionRelocationRoute::Abort(
+                _
+            ))
+        ),
+        "not a 44 abort: {:?}",
+        routes[0].decoded
+    );
+    let loc = w.store.lookup(actor.id().clone()).await.unwrap().unwrap();
+    assert_eq!(loc.owner_node, rid("a"));
+    node_common::wait_until("relocation state freed", || {
+        w.a.relocations_in_progress() == 0 && w.b.relocations_in_progress() == 0
+    })
+    .await;
+}
+
+// spec: SB-8.6, SB-8.3, SB-14.25, SB-14.22
+// A bound actor; after relay-ready the target's owner CAS fails (its store is down): no 44 is
+// sent, the source never reopens, and the session owner's seal — on its injected clock — closes
+// the client's session at SessionRelocationSealTimeout (3 s), not before; the relay it held
+// meanwhile is never delivered. Then the actor is servable again through a new incarnation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_cas_after_relay_ready_leaves_the_session_to_its_seal_timeout() {
+    use live::{Add, Error, aid};
+    use node_common::{bind, relay_req, rid, tapped};
+    use zlink_mesh::TapDirection;
+    use zlink_wire::DisconnectReason;
+    let clock = ManualClock::new();
+    let (w, c) = session_world_with(WorldFaults {
+        clock: Some(clock.clone()),
+        faulty_b_store: true,
+        ..WorldFaults::default()
+    })
+    .await;
+    let actor =
+        w.a.create(zlink::actor::Create::new("counter", aid("bound3")))
+            .await
+            .unwrap();
+    bind(&c, &actor).await;
+    assert_eq!(relay_req(&c, &actor, &Add(0)).await.unwrap(), 1);
+    w.b_faults.as_ref().unwrap().set_down(true);
+    match w.a.relocate(&actor, rid("b")).await {
+        Err(Error::Failed(zlink::relocation::FailReason::CasFailed(ids))) => {
+            assert_eq!(ids, vec![actor.id().clone()]);
+        }
+        other => panic!("expected a failed CAS, got {other:?}"),
+    }
+    // The seal stays: a relay now is held by the session owner, not delivered.
+    let held = {
+        let (c, actor) = (c.clone(), actor.clone());
+        tokio::spawn(async move { relay_req(&c, &actor, &Add(1)).await })
+    };
+    node_common::wait_until("the relay held", || w.s.session_seals().held >= 1).await;
+    clock.advance(Duration::from_millis(2_999));
+    c.info()
+        .await
+        .expect("still served before the seal timeout");
+    clock.advance(Duration::from_millis(1));
+    assert_eq!(
+        tokio::time::timeout(TIMEOUT, c.closed()).await.unwrap(),
+        DisconnectReason::RelocationSealTimeout
+    );
+    assert!(held.await.unwrap().is_err(), "a held relay never delivered");
+    assert!(tapped(&w.tap_s, TapDirection::Received, 44).is_empty());
+    w.b_faults.as_ref().unwrap().set_down(false);
+    node_common::wait_until("relocation state freed", || {
+        w.a.relocations_in_progress() == 0 && w.b.relocations_in_progress() == 0
+    })
+    .await;
+    let again =
+        w.b.get_or_create(zlink::actor::Create::new("counter", actor.id().clone()))
+            .await
+            .unwrap();
+    assert!(again.object_generation() > actor.object_generation());
+}
+
+/// Polls `actor`'s seen list through `via` until it holds more than `n` timer ticks (`TICK`
+/// entries); returns their count.
+async fn ticks_beyond(via: &zlink::node::Node, actor: &zlink::actor::ActorRef, n: usize) -> usize {
+    use live::GetSeen;
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    loop {
+        let seen = via.request(actor, &GetSeen, TIMEOUT).await.unwrap();
+        let ticks = seen.iter().filter(|s| **s == TICK).count();
+        if ticks > n {
+            return ticks;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no more than {n} ticks: {seen:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
+const TICK: u64 = 1_000_000;
+
+// spec: SB-8.9, EG-7.1
+// A timer started on the source (`Node::start_timer`) goes on on the target: its ticks kept
+// arriving on the source until the seal (a tick queued then travels as captured work), and
+// once the target opened dispatch the timer ticks there, in the moved state. Seen failing with the target not restarting the timer (no tick after the move).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_timer_goes_on_on_the_target() {
+    use live::*;
+    let store = node_common::memory_store();
+    let p = pair(store.clone()).await;
+    let _ = p.gate.send(true);
+    let actor = counter_on(&p.a, "t1").await;
+    p.a.start_timer(&actor, Duration::from_millis(5), &Add(TICK))
+        .unwrap();
+    ticks_beyond(&p.a, &actor, 1).await;
+    let report = p.a.relocate(&actor, node_common::rid("b")).await.unwrap();
+    let at_move = {
+        let seen = p.b.request(&report.actor, &GetSeen, TIMEOUT).await.unwrap();
+        seen.iter().filter(|s| **s == TICK).count()
+    };
+    assert!(at_move >= 2, "the source's ticks travelled in the state");
+    ticks_beyond(&p.b, &report.actor, at_move + 2).await;
 }

@@ -6,7 +6,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use zlink_wire::DispatchKey;
+use zlink_wire::{ActorId, DispatchKey};
 
 use super::error::ActorError;
 use super::reference::ActorRef;
@@ -56,6 +56,8 @@ pub trait ActorHost: Send + Sync + std::fmt::Debug + 'static {
         key: DispatchKey,
         payload: Bytes,
     ) -> BoxFuture<Result<(), ActorError>>;
+    /// The Ready ref of `actor_id` from the Location Store (one lookup).
+    fn get(&self, actor_id: &ActorId) -> BoxFuture<Result<ActorRef, ActorError>>;
 }
 
 /// What a handler sees of its turn: its own ref and a narrow handle to the hosting node (calls
@@ -106,6 +108,19 @@ impl ActorCtx {
     /// Local refusals and admission failures.
     pub async fn send<M: Message>(&self, actor: &ActorRef, msg: &M) -> Result<(), ActorError> {
         self.host.send_raw(actor, M::KEY, encode(msg)?).await
+    }
+
+    /// The current Ready ref of `actor_id`, read from the Location Store (one lookup), as
+    /// `Node::get`. The framework never re-resolves a ref by itself (SB-5.10): a ref an actor
+    /// keeps goes stale when its target moves (Message Follow carries it for the follow TTL
+    /// and one hop only), and a call on it is then answered `Unavailable`; the actor
+    /// re-resolves here and calls again if it chooses to.
+    ///
+    /// # Errors
+    /// `NotFound` when there is no incarnation; `Unavailable` while it is activating or the
+    /// store cannot be read.
+    pub async fn get(&self, actor_id: &ActorId) -> Result<ActorRef, ActorError> {
+        self.host.get(actor_id).await
     }
 
     /// Pushes `msg` one-way to this actor's current bound session (36, SB-5.5, SB-5.14). No

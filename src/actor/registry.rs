@@ -592,6 +592,9 @@ mod tests {
         ) -> BoxFuture<Result<(), ActorError>> {
             Box::pin(async { Err(ActorError::Ended) })
         }
+        fn get(&self, _: &ActorId) -> BoxFuture<Result<super::super::ActorRef, ActorError>> {
+            Box::pin(async { Err(ActorError::Ended) })
+        }
     }
 
     fn call(i: &mut Box<dyn ActorInstance>, n: u64) -> u64 {

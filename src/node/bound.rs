@@ -711,6 +711,12 @@ impl ActorHost for NodeActorHost {
         let me = me.clone();
         Box::pin(async move { node?.push_bound_inner(&me, key, payload).await })
     }
+
+    fn get(&self, actor_id: &zlink_wire::ActorId) -> BoxFuture<Result<ActorRef, ActorError>> {
+        let node = self.node();
+        let actor_id = actor_id.clone();
+        Box::pin(async move { node?.get(&actor_id).await })
+    }
 }
 
 impl Node {

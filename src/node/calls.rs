@@ -439,7 +439,8 @@ impl Node {
         let payload = Bytes::from(
             rmp_serde::to_vec_named(msg).map_err(|e| ActorError::Codec(format!("payload: {e}")))?,
         );
-        let mut actors = lock(&self.inner.actors);
+        let mut guard = lock(&self.inner.actors);
+        let actors = &mut *guard;
         let retired = actors.retired.get(actor.id()).copied();
         let fence = CallFence::of_ref(actor);
         fence::check_call(
@@ -454,6 +455,27 @@ impl Node {
                 actor_id: actor.id().clone(),
             });
         };
+        self.start_local_timer(
+            local,
+            crate::relocation::records::TimerRecord {
+                period_us: u64::try_from(period.as_micros()).unwrap_or(u64::MAX),
+                key: M::KEY.get(),
+                payload: payload.to_vec(),
+            },
+        )
+    }
+
+    /// Starts the timer `spec` of the local incarnation `local` (under the actors lock): its
+    /// ticks are sends to the actor's lane from its Spot's timer. A period under 1 ms is
+    /// raised to 1 ms.
+    pub(super) fn start_local_timer(
+        &self,
+        local: &mut super::local::LocalActor,
+        spec: crate::relocation::records::TimerRecord,
+    ) -> Result<(), ActorError> {
+        let period = Duration::from_micros(spec.period_us).max(Duration::from_millis(1));
+        let key = DispatchKey::new(spec.key);
+        let payload = Bytes::from(spec.payload.clone());
         let spot = lock(&self.inner.spots)
             .get(&local.spot)
             .map(|s| s.spot.clone())
@@ -469,7 +491,7 @@ impl Node {
                 return;
             }
             let work = Work {
-                key: M::KEY,
+                key,
                 payload: payload.clone(),
                 reply: None,
                 deadline: None,
@@ -480,7 +502,7 @@ impl Node {
                 tracing::debug!(error = %e, "timer tick skipped");
             }
         })?;
-        local.timers.push(handle);
+        local.timers.push(super::local::LocalTimer { handle, spec });
         Ok(())
     }
 }

@@ -18,7 +18,7 @@ pub(super) struct LocalActor {
     pub(super) fence: CallFence,
     pub(super) mailbox: Mailbox,
     pub(super) spot: String,
-    pub(super) timers: Vec<JoinHandle<()>>,
+    pub(super) timers: Vec<LocalTimer>,
     /// `Some` while the activation barrier is closed (EG-14 (4)): records admitted by the fence
     /// wait here in arrival order and enter the lane after the first record.
     pub(super) held: Option<VecDeque<Work>>,
@@ -26,7 +26,9 @@ pub(super) struct LocalActor {
     /// same lock as submission. Dropped with the incarnation (destroy, lease loss: SB-4.1).
     pub(super) binding: BindingSlot,
     /// The node this incarnation moved in from (live relocation): records that node relays
-    /// for it after the commit are taken (`relocate.rs`). `None` for an activation here.
+    /// for it after the commit are taken (`relocate.rs`), for the Message Follow time after
+    /// the commit (`Node::end_moved_from` clears it). `None` for an activation here, and
+    /// after that time.
     pub(super) moved_from: Option<zlink_wire::NodeRid>,
 }
 
@@ -35,10 +37,17 @@ impl LocalActor {
     /// it ended answers `NotFound` after a destroy, `Unavailable` otherwise).
     pub(super) fn end(&mut self, reason: EndReason) {
         for t in self.timers.drain(..) {
-            t.abort();
+            t.handle.abort();
         }
         self.mailbox.end(reason);
     }
+}
+
+/// A timer of an incarnation (`Node::start_timer`): its task and what it sends, so a
+/// relocation starts it again on the target.
+pub(super) struct LocalTimer {
+    pub(super) handle: JoinHandle<()>,
+    pub(super) spec: crate::relocation::records::TimerRecord,
 }
 
 #[derive(Default)]

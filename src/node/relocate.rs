@@ -52,6 +52,13 @@ use crate::store::{ActorLocation, ActorOwner, StoreError};
 const HISTORY: usize = 64;
 /// Inputs one relocation's driver may have waiting (each kind arrives once; more are refused).
 const INPUTS: usize = 16;
+/// Records one relocation's temporary queues on the target hold at most, and their payload
+/// bytes. What the source captures for an actor is bounded by its own limits (its lane, its
+/// activation barrier, and its backlog: the senders' windows); these bound what the target
+/// keeps for it before dispatch opens. Beyond them a relayed request is answered `LaneFull`
+/// and a relayed send refused, counted (`sends_dropped`).
+const TARGET_QUEUE_ITEMS: usize = 65_536;
+const TARGET_QUEUE_BYTES: usize = 256 << 20;
 
 /// What [`Node::relocate`] reports for a relocation that moved the actor.
 #[derive(Clone, Debug)]
@@ -206,6 +213,9 @@ struct TargetEntry {
     tx: mpsc::Sender<TargetInput>,
     /// The temporary queue of each moving actor (collecting, never dispatching).
     queues: HashMap<ActorId, VecDeque<Work>>,
+    /// Records and payload bytes in `queues` (bounded by [`TARGET_QUEUE_ITEMS`] and
+    /// [`TARGET_QUEUE_BYTES`]).
+    queued: (usize, usize),
     phase: &'static str,
 }
 
@@ -286,6 +296,8 @@ pub(super) struct Moving {
     pub(super) mailbox: Mailbox,
     pub(super) spot: SpotSpec,
     pub(super) rt_spot: RtSpot,
+    /// Its timers, started again on the target.
+    pub(super) timers: Vec<records::TimerRecord>,
 }
 
 /// A relocation the source finished with the actors moved (both public reports are made of it).
@@ -492,7 +504,7 @@ impl Node {
     /// The moving incarnation: local and Ready.
     fn moving(&self, actor: &ActorRef) -> Result<Moving, RelocateError> {
         let id = actor.id();
-        let (actor_ref, mailbox, spot, binding) = {
+        let (actor_ref, mailbox, spot, binding, timers) = {
             let actors = lock(&self.inner.actors);
             let a = actors
                 .live
@@ -506,6 +518,7 @@ impl Node {
                 a.mailbox.clone(),
                 a.spot.clone(),
                 a.binding.current().cloned(),
+                a.timers.iter().map(|t| t.spec.clone()).collect(),
             )
         };
         let spots = lock(&self.inner.spots);
@@ -521,6 +534,7 @@ impl Node {
                 kind: s.kind,
             },
             rt_spot: s.spot.clone(),
+            timers,
         })
     }
 
@@ -683,6 +697,7 @@ impl Node {
                         .iter()
                         .map(|a| (a.actor.clone(), VecDeque::new()))
                         .collect(),
+                    queued: (0, 0),
                     phase: "Installing",
                 },
             );
@@ -709,16 +724,19 @@ impl Node {
                     node: &node,
                     core,
                     rx,
-                    source: sender,
+                    source: sender.clone(),
                     placement,
                     restore_reply: Some(reply),
                     actors,
                     instances: HashMap::new(),
+                    opened: Vec::new(),
+                    opened_at: None,
                 };
-                run.drive().await;
+                let (opened, at) = run.drive().await;
                 lock(&node.inner.relocations.table)
                     .targets
                     .remove(&relocation);
+                node.end_moved_from(&sender, opened, at).await;
             }
             .instrument(span),
         );
@@ -762,8 +780,10 @@ impl Node {
                     return refused(HandoffRefusal::WrongPeer, ack);
                 }
                 Some(e) if e.queues.contains_key(&rec.actor) => {
-                    let q = e.queues.get_mut(&rec.actor).expect("checked");
-                    if q.len() >= self.inner.held_limit {
+                    let (items, bytes) = e.queued;
+                    if items >= TARGET_QUEUE_ITEMS
+                        || bytes.saturating_add(work.payload.len()) > TARGET_QUEUE_BYTES
+                    {
                         drop(t);
                         let mut work = work;
                         if let Some(r) = work.reply.take() {
@@ -776,7 +796,11 @@ impl Node {
                         }
                         return;
                     }
-                    q.push_back(work);
+                    e.queued = (items + 1, bytes + work.payload.len());
+                    e.queues
+                        .get_mut(&rec.actor)
+                        .expect("checked")
+                        .push_back(work);
                     if let Some(a) = ack {
                         a.reply(Bytes::new());
                     }
@@ -863,6 +887,41 @@ impl Node {
         }
     }
 
+    /// The moved-in incarnations `opened` (from `source`) take their source's relayed records
+    /// (`LocalActor::moved_from`) for the Message Follow time after their commit, on the
+    /// node's clock — the source relays what it held at the commit right after it, and what
+    /// arrives at it later travels as Message Follow — then no more: a WORK record from
+    /// `source` for them is refused from then on (counted `refused_unknown_relocation`). An
+    /// incarnation that ended or moved on meanwhile is left alone.
+    /// `at`: when dispatch opened (the commit here).
+    async fn end_moved_from(&self, source: &NodeRid, opened: Vec<ActorRef>, at: Instant) {
+        if opened.is_empty() {
+            return;
+        }
+        let ttl = lock(&self.inner.follow).config().ttl;
+        self.inner.clock.sleep_until(at + ttl).await;
+        let mut actors = lock(&self.inner.actors);
+        for r in &opened {
+            if let Some(a) = actors.live.get_mut(r.id()).filter(|a| {
+                a.actor_ref.object_generation() == r.object_generation()
+                    && a.moved_from.as_ref() == Some(source)
+            }) {
+                a.moved_from = None;
+            }
+        }
+    }
+
+    /// Moved-in incarnations here that still take relayed records from the node they came
+    /// from (each until the Message Follow time after its commit).
+    #[must_use]
+    pub fn moved_in_open(&self) -> usize {
+        lock(&self.inner.actors)
+            .live
+            .values()
+            .filter(|a| a.moved_from.is_some())
+            .count()
+    }
+
     /// The moved-in actor: its lane on its Spot with the rehydrated instance, published with
     /// its temporary queue as the closed barrier, then the barrier opens (queued records first,
     /// in order; what arrives meanwhile behind them).
@@ -921,7 +980,19 @@ impl Node {
                 },
             );
         }
-        self.open_barrier(&actor_ref, &mailbox).await
+        self.open_barrier(&actor_ref, &mailbox).await?;
+        // Its timers go on here, behind the work it brought (a tick never overtakes it).
+        let mut actors = lock(&self.inner.actors);
+        if let Some(local) = actors.live.get_mut(&location.actor_id).filter(|a| {
+            a.actor_ref.object_generation() == location.object_generation && a.timers.is_empty()
+        }) {
+            for t in &placement.timers {
+                if let Err(e) = self.start_local_timer(local, t.clone()) {
+                    tracing::warn!(error = %e, "a moved actor's timer not started");
+                }
+            }
+        }
+        Ok(())
     }
 }
 
@@ -1143,18 +1214,16 @@ impl SourceRun<'_> {
                 // Hold new ingress: what arrives from now on waits behind the barrier; binds
                 // naming the sealed incarnation answer `Unavailable` until the end (SB-5.12).
                 let mut held = true;
-                let mut backlogged = false;
                 for m in &self.moving {
                     held &= self.hold_ingress(m);
                     node.seal_follow(m.actor_ref.id().clone(), m.actor_ref.object_generation());
-                    // A record waiting in the actor's backlog (its lane was full) cannot be
-                    // taken back out of it: such a relocation aborts before anything left.
-                    backlogged |= node.inner.actor_backlogs.queued(m.actor_ref.id()) > 0;
                 }
+                // Records waiting in an actor's backlog (its lane was full) stay there, behind
+                // the sealed lane's, until the capture takes both in arrival order.
                 let state = match state {
-                    Ok(s) if held && !backlogged => Ok(s),
+                    Ok(s) if held => Ok(s),
                     Ok(_) => {
-                        tracing::info!(backlogged, "actor busy: relocation aborts");
+                        tracing::info!("incarnation gone: relocation aborts");
                         Err(())
                     }
                     Err(e) => {
@@ -1171,6 +1240,7 @@ impl SourceRun<'_> {
                     .iter()
                     .filter_map(|a| self.mover(&a.actor))
                     .map(|m| Placement {
+                        timers: m.timers.clone(),
                         actor_type: m.actor_ref.actor_type().to_owned(),
                         spot: m.spot.clone(),
                         binding: m.binding.as_ref().map(|b| BindingRecord {
@@ -1221,13 +1291,7 @@ impl SourceRun<'_> {
                 for i in 0..self.moving.len() {
                     let m = &self.moving[i];
                     let id = m.actor_ref.id().clone();
-                    let (queued, other) = m.mailbox.take_pending();
-                    if other > 0 {
-                        tracing::warn!(
-                            other,
-                            "records of another kind in a moving actor's lane dropped"
-                        );
-                    }
+                    let queued = self.take_queued(m).await;
                     let held = self.take_held(m);
                     for w in queued.into_iter().chain(held) {
                         node.relay_work(relocation, &self.target, &id, w).await;
@@ -1277,7 +1341,20 @@ impl SourceRun<'_> {
                     self.end_incarnation(l).await;
                 }
             }
-            SourceEffect::Finished(outcome) => return Some(self.finish(outcome)),
+            SourceEffect::Finished(outcome) => {
+                match &outcome {
+                    SourceOutcome::Failed(FailReason::CasFailed(ids)) => {
+                        self.end_unserved(|a| ids.contains(a));
+                        self.release_records(|a| ids.contains(a)).await;
+                    }
+                    SourceOutcome::Failed(_) => {
+                        self.end_unserved(|_| true);
+                        self.release_records(|_| true).await;
+                    }
+                    _ => {}
+                }
+                return Some(self.finish(outcome));
+            }
         }
         None
     }
@@ -1306,6 +1383,41 @@ impl SourceRun<'_> {
             }
             None => false,
         }
+    }
+
+    /// The sealed lane's queued records of `m`, then those waiting in its backlog for room in
+    /// the lane, in arrival order (both older than what waits behind the closed barrier). A
+    /// refill at work moves backlog records into the sealed lane until it is full: the capture
+    /// waits for it to stop, so no record is taken out of order or left behind.
+    async fn take_queued(&self, m: &Moving) -> Vec<Work> {
+        let node = self.node;
+        let id = m.actor_ref.id();
+        let mailbox = &m.mailbox;
+        let (queued, backlog) = loop {
+            if let Some(t) = node
+                .inner
+                .actor_backlogs
+                .take_all(id, || mailbox.take_pending())
+            {
+                break t;
+            }
+            tokio::task::yield_now().await;
+        };
+        let (mut out, mut other) = queued;
+        out.reserve(backlog.len());
+        for p in backlog {
+            match p.into_message::<Work, ()>() {
+                Ok(w) => out.push(w),
+                Err(_) => other += 1,
+            }
+        }
+        if other > 0 {
+            tracing::warn!(
+                other,
+                "records of another kind in a moving actor's lane dropped"
+            );
+        }
+        out
     }
 
     /// What waits behind `m`'s closed barrier, in arrival order (the barrier stays closed).
@@ -1387,15 +1499,36 @@ impl SourceRun<'_> {
         }
     }
 
+    /// After a failure past relay-ready (SB-8.6) an incarnation is served nowhere: unless the
+    /// target's CAS won (then the target owns it), its store record is removed with this
+    /// node's owner fence, as a destroy does — atomically against a late CAS of the target,
+    /// which changes the owner — and it is remembered as retired here. A record naming it
+    /// then answers `NotFound` (retrying cannot help), and the next `get_or_create` anywhere
+    /// activates a new incarnation (a new ObjectGeneration, SB-4.1) from the type's factory;
+    /// the sessions bound to it were closed by their seal timeout (SB-8.3).
+    async fn release_records(&self, which: impl Fn(&ActorId) -> bool) {
+        let node = self.node;
+        for m in self.moving.iter().filter(|m| which(m.actor_ref.id())) {
+            let id = m.actor_ref.id().clone();
+            let Some(owner) = self.owners.get(&id).cloned() else {
+                continue;
+            };
+            match node.inner.store.destroy(id.clone(), owner).await {
+                Ok(()) => {
+                    lock(&node.inner.actors)
+                        .retired
+                        .insert(id, m.actor_ref.object_generation());
+                    tracing::info!("failed relocation: the incarnation's record is removed");
+                }
+                Err(e) => {
+                    tracing::info!(error = %e, "failed relocation: the record stays (the target owns it, or the store decides later)");
+                }
+            }
+        }
+    }
+
     fn finish(&mut self, outcome: SourceOutcome) -> Result<Moved, RelocateError> {
         let node = self.node;
-        match &outcome {
-            SourceOutcome::Failed(FailReason::CasFailed(ids)) => {
-                self.end_unserved(|a| ids.contains(a));
-            }
-            SourceOutcome::Failed(_) => self.end_unserved(|_| true),
-            _ => {}
-        }
         let relocation = self.core.id();
         let duration = self
             .core
@@ -1482,16 +1615,21 @@ struct TargetRun<'a> {
     actors: String,
     /// The rehydrated instances, until dispatch opens.
     instances: HashMap<ActorId, (Placement, Box<dyn crate::actor::ActorInstance>)>,
+    /// The incarnations opened here (their `moved_from` ends later, `Node::end_moved_from`)
+    /// and when the first opened.
+    opened: Vec<ActorRef>,
+    opened_at: Option<Instant>,
 }
 
 impl TargetRun<'_> {
-    async fn drive(mut self) {
+    /// Runs the relocation to its end here; the incarnations it opened and when.
+    async fn drive(mut self) -> (Vec<ActorRef>, Instant) {
         let node = self.node;
         let relocation = self.core.id();
         loop {
             while let Some(e) = self.core.poll_effect() {
                 if self.perform(e).await {
-                    return;
+                    return self.opened();
                 }
             }
             if let Some(e) = lock(&node.inner.relocations.table)
@@ -1514,11 +1652,18 @@ impl TargetRun<'_> {
                         self.core.handle_relayed(n);
                         self.core.handle_cutover(clock.now());
                     }
-                    None => return,
+                    None => return self.opened(),
                 },
                 () = sleep_until(&*clock, at) => self.core.handle_timeout(clock.now()),
             }
         }
+    }
+
+    fn opened(self) -> (Vec<ActorRef>, Instant) {
+        let at = self
+            .opened_at
+            .unwrap_or_else(|| self.node.inner.clock.now());
+        (self.opened, at)
     }
 
     fn queued(&self) -> u64 {
@@ -1617,12 +1762,16 @@ impl TargetRun<'_> {
                 self.core.handle_cas(node.inner.clock.now(), &actor, r);
             }
             TargetEffect::OpenDispatch { actor, location } => {
+                self.opened_at.get_or_insert_with(|| node.inner.clock.now());
                 if let Some((placement, instance)) = self.instances.remove(&actor) {
-                    if let Err(e) = node
+                    match node
                         .open_moved_in(relocation, &self.source, &location, &placement, instance)
                         .await
                     {
-                        tracing::error!(error = %e, "moved actor not opened after the CAS");
+                        Ok(()) => self.opened.push(ActorRef::from_location(&location)),
+                        Err(e) => {
+                            tracing::error!(error = %e, "moved actor not opened after the CAS");
+                        }
                     }
                 }
             }

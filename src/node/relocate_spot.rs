@@ -158,6 +158,7 @@ impl Node {
                         kind,
                     },
                     rt_spot: rt_spot.clone(),
+                    timers: a.timers.iter().map(|t| t.spec.clone()).collect(),
                 });
             }
             out

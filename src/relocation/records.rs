@@ -94,7 +94,21 @@ pub struct BindingRecord {
     pub generation: BindingGeneration,
 }
 
-/// Where a moving actor lives on the target: its type, its Spot, its bound session.
+/// A timer of a moving actor (`Node::start_timer`): every `period_us` microseconds a send of
+/// `payload` with `key`. The target starts it again once the actor's dispatch opened there.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TimerRecord {
+    /// The period, in microseconds (at least 1 ms once started: a shorter one is raised).
+    pub period_us: u64,
+    /// The message key of each tick.
+    pub key: u32,
+    /// The message payload of each tick.
+    #[serde(with = "serde_bytes")]
+    pub payload: Vec<u8>,
+}
+
+/// Where a moving actor lives on the target: its type, its Spot, its bound session, its timers.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Placement {
     /// The registered type.
@@ -103,6 +117,8 @@ pub struct Placement {
     pub spot: SpotSpec,
     /// The bound session, if any.
     pub binding: Option<BindingRecord>,
+    /// Its timers, started again on the target.
+    pub timers: Vec<TimerRecord>,
 }
 
 /// One moving actor in a [`RestoreRecord`].
@@ -128,6 +144,9 @@ pub struct RestoreActor {
     pub seals: Vec<SealRecord>,
     /// The bound session the target takes over.
     pub binding: Option<BindingRecord>,
+    /// Its timers (none when absent).
+    #[serde(default)]
+    pub timers: Vec<TimerRecord>,
 }
 
 /// Restore (source → target): install a temporary queue per actor and rehydrate; no dispatch.
@@ -244,6 +263,7 @@ impl RestoreRecord {
                     actor_type: p.actor_type.clone(),
                     spot: p.spot.clone(),
                     binding: p.binding.clone(),
+                    timers: p.timers.clone(),
                     object_generation: a.object_generation,
                     authority_owner_generation: a.source_fence.authority_owner_generation,
                     version: a.source_fence.version.get(),
@@ -276,6 +296,7 @@ impl RestoreRecord {
                     actor_type: a.actor_type,
                     spot: a.spot,
                     binding: a.binding,
+                    timers: a.timers,
                 });
                 RestoredActor {
                     source_fence: AuthorityFence {

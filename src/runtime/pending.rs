@@ -105,6 +105,33 @@ impl PendingSubmit {
         Ok(())
     }
 
+    /// The message of a send prepared for an actor of message type `M` and reply type `R`
+    /// (`prepare_send`), taken out unrun so a relocation can carry a record that waited in a
+    /// backlog to its target in arrival order; any other record is handed back.
+    pub(crate) fn into_message<M: Send + 'static, R: Send + 'static>(self) -> Result<M, Self> {
+        if !self.job.captures::<super::spot::SendRecord<M, R>>() {
+            return Err(self);
+        }
+        let PendingSubmit {
+            lane,
+            class,
+            payload_len,
+            job,
+        } = self;
+        match job.into_captured() {
+            Ok(any) => match any.downcast::<super::spot::SendRecord<M, R>>() {
+                Ok(r) => Ok(r.into_message()),
+                Err(_) => unreachable!("checked: its type"),
+            },
+            Err(job) => Err(PendingSubmit {
+                lane,
+                class,
+                payload_len,
+                job,
+            }),
+        }
+    }
+
     /// The lane it is for.
     pub(crate) fn lane(&self) -> &Arc<LaneHandle> {
         &self.lane
