@@ -101,6 +101,7 @@ outbound_messages = 14
 outbound_bytes = 15000
 slow_consumer_grace_ms = 1600
 send_hwm = 17
+batch_records = 24
 max_strangers = 18
 max_strangers_per_source = 19
 stranger_window_records = 20
@@ -123,6 +124,7 @@ max_bindings_per_session = 23
     );
     assert_eq!(m.client_outbound.grace, Duration::from_millis(1600));
     assert_eq!(m.client_outbound.send_hwm, 17);
+    assert_eq!(m.client_outbound.batch_records, 24);
     let zlink_mesh::ClientAdmission::OnAccept(s) = m.client_admission else {
         panic!("strangers are admitted on accept: {:?}", m.client_admission);
     };

@@ -13,7 +13,8 @@
 //! `BENCH_ONLY_CLIENT=1` (only the ClientServer benchmarks), `BENCH_NO_CLIENT=1` (skip them),
 //! `BENCH_CLIENT_WINDOW=<records>` (the node's receive window per client),
 //! `BENCH_CLIENT_SPIN=<yields>` (the client's `io_spin_yields`), `BENCH_CLIENT_BUDGET=<msgs>`
-//! (the node's push budget per client), `BENCH_PUSH_CAPACITY=<pushes>` (the client's), `BENCH_CLIENT_PARTS=<letters>`
+//! (the node's push budget per client), `BENCH_CLIENT_HWM=<msgs>` (the node's
+//! `ClientOutbound::send_hwm`), `BENCH_CLIENT_BATCH=<records>` (its `batch_records`), `BENCH_PUSH_CAPACITY=<pushes>` (the client's), `BENCH_CLIENT_PARTS=<letters>`
 //! (which ClientServer lines: `o` one-way, `p` push, `r` request/reply; default all).
 //! `BENCH_SAMPLES=FILE` appends the request/reply round trips (ZLink and raw) to FILE for
 //! `bench_plot`'s histograms (`examples/bench_plot.rs`).
@@ -581,6 +582,18 @@ fn client_node_cfg() -> MeshConfig {
         .and_then(|v| v.parse().ok())
     {
         c.client_budget.messages = w;
+    }
+    if let Some(w) = std::env::var("BENCH_CLIENT_HWM")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        c.client_outbound.send_hwm = w;
+    }
+    if let Some(w) = std::env::var("BENCH_CLIENT_BATCH")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        c.client_outbound.batch_records = w;
     }
     c
 }

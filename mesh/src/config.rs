@@ -106,6 +106,13 @@ pub struct ClientOutbound {
     /// they left the session's queue (each a 139 batch frame of at most `Batching::max_bytes`,
     /// or one record). Default 16 (16 × 64 KiB = 1 MiB of batch frames).
     pub send_hwm: i32,
+    /// Most records in one 139 batch frame to a client (at most
+    /// `zlink_wire::MAX_BATCH_RECORDS`; its bytes stay within `Batching::max_bytes`). libzmq
+    /// holds `send_hwm` messages per connection and gives a full pipe room back once its
+    /// reader took half of them: records per message set how many small pushes wait in
+    /// libzmq between two write activations, without raising its byte bound. Default 256
+    /// (docs/PERFORMANCE.md, "Pushes to a client").
+    pub batch_records: usize,
 }
 
 impl ClientOutbound {
@@ -122,6 +129,7 @@ impl Default for ClientOutbound {
         Self {
             grace: Duration::from_secs(5),
             send_hwm: 16,
+            batch_records: 256,
         }
     }
 }

@@ -231,6 +231,9 @@ impl MeshNode {
         if cfg.batching.max_records > zlink_wire::MAX_BATCH_RECORDS as usize {
             return Err(ConfigError::InvalidLimit("batching.max_records"));
         }
+        if cfg.client_outbound.batch_records > zlink_wire::MAX_BATCH_RECORDS as usize {
+            return Err(ConfigError::InvalidLimit("client_outbound.batch_records"));
+        }
         let generation = cfg.generation.unwrap_or_else(fresh_generation);
         let local = LocalIdentity {
             mesh: cfg.mesh.clone(),

@@ -436,17 +436,27 @@ time.sleep(0.2)
 }
 
 // spec: EG-1.2 (the receive window is its own limit), SB-2.1 — an authenticated peer that
-// ignores its window: the excess is dropped and counted, what fit is delivered in order, and
-// memory held for it stays bounded by the window.
+// overdraws its relay window, driven from outside (a raw ROUTER that ran the handshake): the
+// excess is dropped and counted (`CreditExceeded`), what fit is delivered in order, memory
+// held for it stays bounded by the window, and another peer is served meanwhile on its own
+// window. The dropped records' cost still comes back in FlowCredit (docs/MESH.md "Memory
+// bounds", docs/CLIENT-PROTOCOL.md 5.3): once the node has passed up what it held, the grants
+// equal the window plus everything the peer sent, so its counters agree with the node's again
+// and it goes on sending within its window with nothing dropped.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn authenticated_peer_ignoring_its_window_is_bounded() {
+    const WINDOW: u32 = 4;
     let mut c = config("windowed");
     c.inbound_capacity = 1;
     c.peer_window = zlink_mesh::config::InboundWindow {
-        messages: 4,
+        messages: WINDOW,
         bytes: 1 << 20,
     };
+    // The raw peer never answers Pings: it must not be declared down during the test.
+    c.liveness.peer_timeout = WAIT * 3;
     let (node, mut inbound) = MeshNode::start(c).unwrap();
+    let (good, _) = start("good");
+    link(&good, &node).await;
     let raw = RawPeer::connect("greedy", &node);
     for kind in [LinkKind::Relay, LinkKind::Completion] {
         assert!(matches!(
@@ -459,17 +469,41 @@ async fn authenticated_peer_ignoring_its_window_is_bounded() {
             .await
             .is_some()
     );
-    for i in 0..10u8 {
-        let rec = Record::OneWay(OneWay {
-            key: DispatchKey::new(1),
-        });
-        raw.send_record(LinkKind::Relay, &rec, 0, Some(Bytes::from(vec![i])));
+    // What the window is charged for a record: its envelope and payload.
+    let record = |i: u8| {
+        zlink_wire::encode(
+            &Record::OneWay(OneWay {
+                key: DispatchKey::new(1),
+            }),
+            CorrelationId::NONE,
+            Some(Bytes::from(vec![i])),
+        )
+        .unwrap()
+        .into_vec()
+    };
+    let cost = |i: u8| record(i).iter().map(|f| f.len() as u64).sum::<u64>();
+    let send = |i: u8| {
+        let frames = record(i);
+        let parts: Vec<&[u8]> = frames.iter().map(|f| &f[..]).collect();
+        raw.send(LinkKind::Relay, &parts);
+    };
+    let flood = 10u8;
+    for i in 0..flood {
+        send(i);
     }
     // 1 in the inbound channel + 4 held (the window) are accepted, 5 are over the window.
     eventually("excess dropped", || {
         node.counters().dropped(DropReason::CreditExceeded) == 5
     })
     .await;
+    // The other peer's record waits on its own window, behind the held ones (FIFO).
+    good.send(
+        node.node(),
+        DispatchKey::new(1),
+        Bytes::from_static(b"good"),
+    )
+    .await
+    .unwrap();
     for i in 0..5u8 {
         let m = tokio::time::timeout(WAIT, inbound.recv())
             .await
@@ -477,8 +511,53 @@ async fn authenticated_peer_ignoring_its_window_is_bounded() {
             .unwrap();
         assert_eq!(m.payload.as_deref(), Some(&[i][..]));
     }
+    let m = tokio::time::timeout(WAIT, inbound.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        m.payload.as_deref(),
+        Some(&b"good"[..]),
+        "the good peer served"
+    );
     assert!(inbound.try_recv().is_none());
+
+    // Resynchronised: the grants come to the window plus every record sent, dropped or not.
+    let sent = (u64::from(flood), (0..flood).map(cost).sum::<u64>());
+    let mut granted = (0u64, 0u64);
+    let until = Instant::now() + WAIT;
+    while granted != (u64::from(WINDOW) + sent.0, (1 << 20) + sent.1) {
+        let Some(parts) = raw.recv(LinkKind::Completion, until) else {
+            panic!("credit not given back: granted {granted:?}, sent {sent:?}");
+        };
+        let bytes: Vec<Bytes> = parts.into_iter().map(Bytes::from).collect();
+        if let Ok(d) = zlink_wire::decode(&bytes, &zlink_wire::Limits::DEFAULT)
+            && let Record::FlowCredit(g) = d.record
+        {
+            granted.0 += u64::from(g.messages);
+            granted.1 += g.bytes;
+        }
+    }
+    // The peer's counters say the whole window is free again, and it is: a window's worth
+    // while the layer above does not read (1 in the channel + the window held) is all kept.
+    for i in 0..=WINDOW as u8 {
+        send(100 + i);
+    }
+    for i in 0..=WINDOW as u8 {
+        let m = tokio::time::timeout(WAIT, inbound.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(m.payload.as_deref(), Some(&[100 + i][..]), "in order");
+    }
+    assert_eq!(
+        node.counters().dropped(DropReason::CreditExceeded),
+        5,
+        "nothing dropped within the resynchronised window"
+    );
+    still_serves(&node, &good, &mut inbound, "after-overdraw").await;
     node.shutdown().await;
+    good.shutdown().await;
 }
 
 // spec: SB-2.1, EG-4 — a peer's batch of 24s (the relay run: after the first one goes up, the

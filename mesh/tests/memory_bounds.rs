@@ -301,6 +301,7 @@ async fn a_slow_consumer_over_its_budget_is_closed_after_the_grace() {
     c.client_outbound = ClientOutbound {
         grace: GRACE,
         send_hwm: 8,
+        ..ClientOutbound::default()
     };
     let (node, mut inbound) = MeshNode::start(c).unwrap();
     let mut events = node.take_client_events().unwrap();
@@ -407,6 +408,7 @@ async fn slow_consumers_are_bounded_and_closed() {
     c.client_outbound = ClientOutbound {
         grace: Duration::from_millis(500),
         send_hwm: SNDHWM,
+        ..ClientOutbound::default()
     };
     let (node, mut inbound) = MeshNode::start(c).unwrap();
     let mut events = node.take_client_events().unwrap();

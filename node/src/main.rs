@@ -75,6 +75,7 @@ CONFIGURATION FILE (TOML, every key optional; flags and environment override it)
   outbound_bytes = 1048576                queued for it); over it past the grace, or a reply
   slow_consumer_grace_ms = 5000           while over twice it: closed SlowConsumer
   send_hwm = 16                           messages libzmq holds per client connection
+  batch_records = 256                     records per batch frame to a client
   max_strangers = 1024                    sessions not yet accepted, in all
   max_strangers_per_source = 64           ... from one source address
   stranger_window_records = 16            their receive window

@@ -93,6 +93,9 @@ pub struct ClientConfig {
     /// (`ZMQ_SNDHWM`, default 16).
     #[serde(default)]
     pub send_hwm: Option<i32>,
+    /// Most records in one batch frame to a client (default 256, at most 1,024).
+    #[serde(default)]
+    pub batch_records: Option<usize>,
     /// Most sessions not yet accepted at once (default 1,024).
     #[serde(default)]
     pub max_strangers: Option<usize>,
@@ -141,6 +144,7 @@ impl ClientConfig {
                 "client.send_hwm",
                 self.send_hwm.map(|v| u64::try_from(v).unwrap_or(0)),
             ),
+            ("client.batch_records", self.batch_records.map(|v| v as u64)),
             ("client.max_strangers", self.max_strangers.map(|v| v as u64)),
             (
                 "client.max_strangers_per_source",
@@ -197,6 +201,9 @@ impl ClientConfig {
         }
         if let Some(v) = self.send_hwm {
             mc.client_outbound.send_hwm = v;
+        }
+        if let Some(v) = self.batch_records {
+            mc.client_outbound.batch_records = v;
         }
         if let zlink_mesh::ClientAdmission::OnAccept(s) = &mut mc.client_admission {
             if let Some(v) = self.max_strangers {
@@ -352,6 +359,7 @@ fn millis<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
 /// outbound_bytes = 1048576
 /// slow_consumer_grace_ms = 5000         # over the budget this long: closed SlowConsumer
 /// send_hwm = 16                         # messages libzmq holds per connection
+/// batch_records = 256                   # records per batch frame to a client
 /// max_strangers = 1024                  # sessions not yet accepted
 /// max_strangers_per_source = 64
 /// stranger_window_records = 16

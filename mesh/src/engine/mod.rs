@@ -516,7 +516,7 @@ impl Engine {
                 break;
             }
             if !self.paused.is_empty() || !self.paused_clients.is_empty() {
-                self.flush_paused();
+                work += self.flush_paused();
             }
             if !self.up.held.is_empty() {
                 self.retry_stalled();
@@ -545,6 +545,12 @@ impl Engine {
             // Replies the reads queued (e.g. stale-generation error replies).
             self.flush_dirty();
             self.up.inbound.flush();
+            // A receive processes the socket's libzmq commands, among them the write
+            // activation of a PAUSED queue's pipe (its reader took messages): retry those
+            // queues now, before this pass may end in a sleep that nothing would end early.
+            if work == 0 && read & self.waiting_room() != 0 {
+                work += self.flush_paused();
+            }
             if work > 0 {
                 continue;
             }
@@ -557,6 +563,20 @@ impl Engine {
             next_housekeeping = next_housekeeping.min(self.now);
         }
         self.shutdown_sequence();
+    }
+
+    /// The data sockets with a PAUSED queue (HWM): a peer's (relay and completion) or a
+    /// client's (the client socket).
+    #[inline]
+    pub(super) fn waiting_room(&self) -> u8 {
+        let mut w = 0;
+        if !self.paused.is_empty() {
+            w |= Sockets::RELAY | Sockets::COMPLETION;
+        }
+        if !self.paused_clients.is_empty() {
+            w |= Sockets::CLIENT;
+        }
+        w
     }
 
     // ---------------------------------------------------------------- commands

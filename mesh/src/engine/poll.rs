@@ -98,6 +98,24 @@ impl Sockets {
         )
     }
 
+    /// Of the sockets in `undrained` that have a PAUSED queue (`waiting`, see
+    /// [`Engine::waiting_room`]): those with libzmq commands not yet processed (their
+    /// `ZMQ_FD` signaled; one `poll()`, none when no queue waits).
+    ///
+    /// A ROUTER's `ZMQ_EVENTS` says nothing about one connection's pipe, and the command that
+    /// gives a full pipe room back (its write activation, sent when the reader took half of
+    /// the high-water mark) signals the FD once: whatever processes it (`ZMQ_EVENTS`, a
+    /// receive) must be followed by a retry of the waiting queue. So such a socket is read
+    /// in a pass (which retries its queues) rather than asked for `ZMQ_EVENTS` before a
+    /// sleep that only the timer would end.
+    pub(super) fn commands_for_waiting(&self, undrained: u8, waiting: u8) -> u8 {
+        let ask = undrained & waiting;
+        if ask == 0 {
+            return 0;
+        }
+        self.signaled(ask, 0).unwrap_or(ask)
+    }
+
     /// Of the sockets in `bits`: those not drained, and the drained ones whose `ZMQ_FD` is
     /// signaled, except those in `quiet`. One `poll()` over the FDs of two or more drained
     /// sockets replaces a receive ending in EAGAIN on each (a `poll()` inside libzmq); a
@@ -131,6 +149,14 @@ impl Engine {
         }
         let all = self.sockets.all();
         let undrained = all & !self.sockets.drained.get();
+        if self
+            .sockets
+            .commands_for_waiting(undrained, self.waiting_room())
+            != 0
+        {
+            // A pass reads it (processing its commands) and retries its PAUSED queues.
+            return Some(0);
+        }
         for kind in [LinkKind::Completion, LinkKind::Relay, LinkKind::Client] {
             let bit = Sockets::bit(kind);
             if undrained & bit == 0 {
@@ -183,13 +209,16 @@ impl Engine {
             timeout = Duration::ZERO;
         }
         let present = self.sockets.all() | self.sockets.monitors() | Sockets::DOOR;
+        let waiting = self.waiting_room();
         let mut ready = 0u8;
         {
             let s = &self.sockets;
             let undrained = present & !s.drained.get();
+            // Commands pending on a socket with a PAUSED queue: read it (see `spin_for_work`).
+            ready |= s.commands_for_waiting(undrained, waiting);
             for i in 0..7 {
                 let bit = 1u8 << i;
-                if undrained & bit == 0 {
+                if (undrained & !ready) & bit == 0 {
                     continue;
                 }
                 let socket = match bit {

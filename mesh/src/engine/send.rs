@@ -2,6 +2,7 @@
 //! a pass (small records packed into 139 batch frames), PAUSED queues retried.
 
 use super::*;
+use crate::config::Batching;
 
 impl Engine {
     // ---------------------------------------------------------------- sending
@@ -165,26 +166,46 @@ impl Engine {
         }
     }
 
-    pub(super) fn flush_paused(&mut self) {
+    /// Retries the PAUSED queues (peers' and clients'); a closing client whose queue drained
+    /// is finished. Returns how many queues moved (sent something or emptied).
+    pub(super) fn flush_paused(&mut self) -> usize {
+        let mut moved = 0;
         if !self.paused.is_empty() {
             let nodes: Vec<NodeRid> = self.paused.iter().cloned().collect();
             for node in nodes {
+                let before = self
+                    .peers
+                    .get(&node)
+                    .map(|p| (p.conn.queue.len(), p.replies.len()));
                 if self.flush_peer(&node) {
                     self.paused.remove(&node);
+                    moved += 1;
+                } else if self
+                    .peers
+                    .get(&node)
+                    .map(|p| (p.conn.queue.len(), p.replies.len()))
+                    != before
+                {
+                    moved += 1;
                 }
             }
         }
         if !self.paused_clients.is_empty() {
             let sessions: Vec<u64> = self.paused_clients.iter().copied().collect();
             for s in sessions {
+                let before = self.clients.get(&s).map(|c| c.conn.queue.len());
                 if self.flush_client(s) {
+                    moved += 1;
                     self.paused_clients.remove(&s);
                     if self.clients.get(&s).is_some_and(|c| c.closing.is_some()) {
                         self.finish_client(s);
                     }
+                } else if self.clients.get(&s).map(|c| c.conn.queue.len()) != before {
+                    moved += 1;
                 }
             }
         }
+        moved
     }
 
     /// Transmits a peer's queues — replies on the completion connection, then relay data
@@ -223,7 +244,8 @@ impl Engine {
     }
 
     /// Transmits a client's queue (pushes and replies, in order) while libzmq takes it, as for
-    /// peers ([`Engine::flush_peer`]; no credit: pushes are bounded by the session's budget).
+    /// peers ([`Engine::flush_peer`]; no credit: pushes are bounded by the session's budget;
+    /// runs cut at `ClientOutbound::batch_records`).
     /// Returns true when the queue is empty.
     pub(super) fn flush_client(&mut self, session: u64) -> bool {
         let Some(c) = self.clients.get_mut(&session) else {
@@ -240,11 +262,17 @@ impl Engine {
             who: &session,
             now: self.now,
         };
+        // Runs of up to `ClientOutbound::batch_records` records (bytes as for peers): the
+        // client socket's pipe holds `send_hwm` messages, so its messages carry more records.
+        let batching = Batching {
+            max_records: self.cfg.client_outbound.batch_records,
+            ..self.cfg.batching
+        };
         conn::flush(
             &mut c.conn.queue,
             &mut Unlimited,
             &c.conn.budget,
-            &self.cfg.batching,
+            &batching,
             &mut wire,
         ) == Flushed::Empty
     }
