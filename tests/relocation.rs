@@ -1264,3 +1264,732 @@ async fn a_bound_actor_moves_back_and_forth_under_relays() {
     assert_eq!(w.a.counters().actors["entry"], 1);
     assert_eq!(w.b.counters().actors["entry"], 0);
 }
+
+// ---------------------------------------------------------------------------------------------
+// Whole-Spot relocation (`Node::relocate_spot`): every member of a SpotWide Spot moves as one
+// unit through the same cores and driver; the Spot's seal never touches the node's other Spots.
+
+fn spotwide(name: &str) -> zlink::actor::SpotSpec {
+    zlink::actor::SpotSpec {
+        name: name.to_owned(),
+        kind: zlink::actor::SpotKind::User(zlink::actor::UserMode::SpotWide),
+    }
+}
+
+// spec: SB-8.9, SB-14.21, SB-1.3, EG-7.5
+// A SpotWide Spot of three counters, one member busy in a turn (which holds the Spot gate) and
+// sends queued behind it for every member, moves from `a` to `b` as a unit: each member's state
+// arrives, its queued work runs there once, in arrival order; ActorIds and ObjectGenerations are
+// kept; the store names `b` for each. Another Spot of `a` keeps serving while the moving Spot is
+// sealed (a request to it is answered while the relocation is still quiescing: measured by
+// events). On `a` the moved Spot is freed — its members, lanes and gate go, and with them the
+// per-object decision counters and reservations (EG-7.5: dropped when the object moves): the
+// runtime's live lanes and gates fall back to what they were before the Spot was created. On
+// `b` each member starts with its own fresh lane counters.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spot_moves_as_a_unit_and_the_source_frees_it() {
+    use live::*;
+    const T: std::time::Duration = node_common::TIMEOUT;
+    let store = node_common::memory_store();
+    let p = pair(store.clone()).await;
+    let lobby =
+        p.a.create(zlink::actor::Create::new("counter", aid("lobby-1")).in_spot(spotwide("lobby")))
+            .await
+            .unwrap();
+    assert_eq!(p.a.request(&lobby, &Add(0), T).await.unwrap(), 1);
+    let base = p.a.runtime_metrics();
+    let ids = ["room-m1", "room-m2", "room-m3"];
+    let mut members = Vec::new();
+    for id in ids {
+        let m =
+            p.a.create(zlink::actor::Create::new("counter", aid(id)).in_spot(spotwide("room")))
+                .await
+                .unwrap();
+        assert_eq!(p.a.request(&m, &Add(0), T).await.unwrap(), 1);
+        members.push(m);
+    }
+    assert!(p.a.runtime_metrics().lanes_live > base.lanes_live);
+    // The first member keeps its turn (and the Spot gate); sends queue behind it.
+    let turns = p.a.stats().turns;
+    let hold = {
+        let (a, m) = (p.a.clone(), members[0].clone());
+        tokio::spawn(async move { a.request(&m, &Hold, T).await })
+    };
+    node_common::wait_until("hold running", || p.a.stats().turns > turns).await;
+    for (k, m) in members.iter().enumerate() {
+        for i in 1..=4 {
+            p.a.send(m, &Add(10 * k as u64 + i)).await.unwrap();
+        }
+    }
+    let queued = p.a.lane_stats(&members[1]).unwrap();
+    assert_eq!(queued.application_queued, 4);
+    assert!(queued.application_reserved_bytes > 0);
+    let relocating = {
+        let a = p.a.clone();
+        tokio::spawn(async move { a.relocate_spot("room", node_common::rid("b")).await })
+    };
+    node_common::wait_until("quiescing", || {
+        p.a.relocations().0.iter().any(|r| r.phase == "Quiescing")
+    })
+    .await;
+    // The moving Spot is sealed behind its held turn; the lobby is not delayed by it.
+    assert_eq!(p.a.request(&lobby, &Add(1), T).await.unwrap(), 2);
+    assert!(
+        p.a.relocations().0.iter().any(|r| r.phase == "Quiescing"),
+        "the lobby answered only once the room had moved"
+    );
+    // A join of the moving Spot is refused meanwhile.
+    let e =
+        p.a.create(zlink::actor::Create::new("counter", aid("late")).in_spot(spotwide("room")))
+            .await
+            .unwrap_err();
+    assert_eq!(e.kind(), zlink_wire::ErrorKind::Unavailable, "{e}");
+    p.gate.send(true).unwrap();
+    hold.await.unwrap().unwrap();
+    let report = tokio::time::timeout(T, relocating)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(report.spot, "room");
+    // What the gate ran before the Spot's seal record (it queues behind the work already
+    // ready, EG-4.1: starting a relocation does not stop processing until the seal) ran here;
+    // the rest was captured and relayed: each record once, the states below say where.
+    assert!(
+        report.relayed > 0 && report.relayed <= 12,
+        "{}",
+        report.relayed
+    );
+    assert_eq!(p.rehydrated.load(std::sync::atomic::Ordering::SeqCst), 3);
+    assert_eq!(report.actors.len(), 3);
+    for (k, (m, moved)) in members.iter().zip(&report.actors).enumerate() {
+        assert_eq!(moved.id(), m.id());
+        assert_eq!(moved.object_generation(), m.object_generation());
+        assert_eq!(moved.node(), &node_common::rid("b"));
+        let loc = store.lookup(m.id().clone()).await.unwrap().unwrap();
+        assert_eq!(loc.owner_node, node_common::rid("b"));
+        let want: Vec<u64> = std::iter::once(0)
+            .chain((1..=4).map(|i| 10 * k as u64 + i))
+            .collect();
+        assert_eq!(p.b.request(moved, &GetSeen, T).await.unwrap(), want);
+        // EG-7.5: the target's lane of the member is its own, nothing carried over (its
+        // last reservation goes at the terminal, after the reply: waited for).
+        node_common::wait_until("the member's lane idle on b", || {
+            p.b.lane_stats(moved).is_some_and(|s| {
+                s.decision == zlink::runtime::LaneDecision::default()
+                    && (s.application_queued, s.application_reserved_items) == (0, 0)
+                    && (s.lifecycle_queued, s.lifecycle_reserved_items) == (0, 0)
+            })
+        })
+        .await;
+        assert!(
+            p.a.lane_stats(m).is_none(),
+            "the source still hosts {}",
+            m.id()
+        );
+    }
+    // The source freed the Spot: members, lanes, gate (counted by its runtime).
+    node_common::wait_until("the moved Spot freed on the source", || {
+        let m = p.a.runtime_metrics();
+        m.lanes_live == base.lanes_live && m.gates_live == base.gates_live
+    })
+    .await;
+    node_common::wait_until("relocation state freed", || {
+        p.a.relocations_in_progress() == 0 && p.b.relocations_in_progress() == 0
+    })
+    .await;
+    assert_eq!(p.a.info().local_actors, 1);
+    let (list, counters) = p.a.relocations();
+    assert_eq!(counters.committed, 1);
+    assert_eq!(list.last().unwrap().actor, "spot room");
+    // The Spot lives on `b` now: a new member joins it there; `a` can host a new "room".
+    p.b.create(zlink::actor::Create::new("counter", aid("room-m4")).in_spot(spotwide("room")))
+        .await
+        .unwrap();
+    // Only SpotWide User and Instance Spots move as a unit; an unknown Spot is NotFound.
+    let solo = zlink::actor::SpotSpec {
+        name: "solo".into(),
+        kind: zlink::actor::SpotKind::User(zlink::actor::UserMode::PerActor),
+    };
+    p.a.create(zlink::actor::Create::new("counter", aid("solo-1")).in_spot(solo))
+        .await
+        .unwrap();
+    match p.a.relocate_spot("solo", node_common::rid("b")).await {
+        Err(Error::SpotNotMovable { .. }) => {}
+        other => panic!("expected SpotNotMovable, got {other:?}"),
+    }
+    match p.a.relocate_spot("room", node_common::rid("b")).await {
+        Err(Error::UnknownSpot(s)) => assert_eq!(s, "room"),
+        other => panic!("expected UnknownSpot, got {other:?}"),
+    }
+}
+
+// spec: EG-4.1
+// A member of a SpotWide Spot awaits a worker with Yield (its turn released the Spot gate and
+// waits for its resume) when its Spot is relocated. The worker returns while the Spot is sealed
+// (its dehydrate hook, which runs in the seal's own turn, releases it): the seal refuses the
+// resume — the continuation never runs, on the source or the target, and the request is
+// answered once with `ResumeRefused` (`Unavailable`); the state the handler wrote before the
+// Yield moves with the actor; the other member's queued work moves and runs on the target.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pending_yield_resume_of_a_relocating_spot_fails() {
+    use live::{Add, GetSeen, aid};
+    use serde::{Deserialize, Serialize};
+    use std::sync::Mutex;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use zlink::actor::{ActorTypeBuilder, DispatchKey, Handled, HandlerError};
+    use zlink::runtime::SpotWideCtx;
+    const T: std::time::Duration = node_common::TIMEOUT;
+
+    #[derive(Serialize, Deserialize)]
+    struct Wait;
+    impl zlink::actor::Message for Wait {
+        const KEY: DispatchKey = DispatchKey::new(30);
+        type Reply = u64;
+    }
+    #[derive(Serialize, Deserialize)]
+    struct Started;
+    impl zlink::actor::Message for Started {
+        const KEY: DispatchKey = DispatchKey::new(31);
+        type Reply = u64;
+    }
+
+    let (value_tx, value_rx) = std::sync::mpsc::channel::<u64>();
+    let value_rx = Arc::new(Mutex::new(value_rx));
+    // The first dehydration (in the Spot's seal turn) lets the parked worker return.
+    let release = Arc::new(Mutex::new(Some(value_tx.clone())));
+    let continued = Arc::new(AtomicU64::new(0));
+    let (entered_tx, mut entered_rx) = tokio::sync::mpsc::unbounded_channel::<()>();
+    let registry = || {
+        let (value_rx, continued, entered_tx, release) = (
+            value_rx.clone(),
+            continued.clone(),
+            entered_tx.clone(),
+            release.clone(),
+        );
+        let (_gate, rx) = tokio::sync::watch::channel(true);
+        let mut r = live::registry(
+            rx,
+            Arc::new(AtomicU64::new(0)),
+            Arc::new(std::sync::atomic::AtomicBool::new(false)),
+        );
+        r.register(
+            ActorTypeBuilder::new("waiter", |_info, _init| Ok(0u64))
+                .handle_yielding(move |started: &mut u64, _ctx, rt: SpotWideCtx, Wait| {
+                    *started += 1;
+                    let (rx, entered, continued) =
+                        (value_rx.clone(), entered_tx.clone(), continued.clone());
+                    Handled::later(async move {
+                        let v = rt
+                            .worker(move || {
+                                let _ = entered.send(());
+                                rx.lock().unwrap().recv().unwrap_or(0)
+                            })
+                            .yielding()
+                            .await
+                            .map_err(|e| HandlerError::new(e.to_string()))?;
+                        continued.fetch_add(1, Ordering::SeqCst);
+                        Ok(v)
+                    })
+                })
+                .handle(|started: &mut u64, _ctx, Started| Handled::ok(*started))
+                .migrate(
+                    move |s: &u64| {
+                        if let Some(tx) = release.lock().unwrap().take() {
+                            let _ = tx.send(7);
+                        }
+                        Ok::<_, HandlerError>(*s)
+                    },
+                    |_info, s: u64| Ok(s),
+                )
+                .build()
+                .unwrap(),
+        )
+        .unwrap();
+        r
+    };
+    let store = node_common::memory_store();
+    let b = node_common::start_node("b", store.clone(), vec![], None, Some(registry())).await;
+    let a = node_common::start_node(
+        "a",
+        store.clone(),
+        vec![b.address()],
+        None,
+        Some(registry()),
+    )
+    .await;
+    node_common::wait_pair_up(&a, &b).await;
+    let hall = spotwide("hall");
+    let waiter = a
+        .create(zlink::actor::Create::new("waiter", aid("w")).in_spot(hall.clone()))
+        .await
+        .unwrap();
+    let counter = a
+        .create(zlink::actor::Create::new("counter", aid("c")).in_spot(hall))
+        .await
+        .unwrap();
+    let refused_before = a.runtime_metrics().resumes_refused;
+    let waiting = {
+        let (a, w) = (a.clone(), waiter.clone());
+        tokio::spawn(async move { a.request(&w, &Wait, T).await })
+    };
+    entered_rx.recv().await.unwrap();
+    // The waiter yielded the gate: the other member runs, and has work queued at the seal.
+    assert_eq!(a.request(&counter, &Add(1), T).await.unwrap(), 1);
+    a.send(&counter, &Add(2)).await.unwrap();
+    let report = a
+        .relocate_spot("hall", node_common::rid("b"))
+        .await
+        .unwrap();
+    // The resume was refused: the request is answered with the documented error, once.
+    let e = tokio::time::timeout(T, waiting)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap_err();
+    assert_eq!(e.kind(), zlink_wire::ErrorKind::Unavailable, "{e}");
+    assert!(
+        matches!(e, zlink::actor::ActorError::ResumeRefused),
+        "{e:?}"
+    );
+    assert!(a.runtime_metrics().resumes_refused > refused_before);
+    assert_eq!(continued.load(Ordering::SeqCst), 0, "a refused resume ran");
+    let moved = |id: &str| {
+        report
+            .actors
+            .iter()
+            .find(|r| r.id().as_str() == id)
+            .unwrap()
+            .clone()
+    };
+    // The state the handler wrote before its Yield moved; nothing ran it again.
+    assert_eq!(b.request(&moved("w"), &Started, T).await.unwrap(), 1);
+    assert_eq!(
+        b.request(&moved("c"), &GetSeen, T).await.unwrap(),
+        vec![1, 2]
+    );
+    // On the target the actor yields and resumes as usual; the refused continuation still
+    // never ran (the only one counted is this one).
+    let again = {
+        let (b, w) = (b.clone(), moved("w"));
+        tokio::spawn(async move { b.request(&w, &Wait, T).await })
+    };
+    entered_rx.recv().await.unwrap();
+    value_tx.send(9).unwrap();
+    assert_eq!(again.await.unwrap().unwrap(), 9);
+    assert_eq!(continued.load(Ordering::SeqCst), 1, "a refused resume ran");
+    assert_eq!(b.request(&moved("w"), &Started, T).await.unwrap(), 2);
+}
+
+// spec: SB-8.9, SB-14.20, SB-14.21, SB-14.26
+// Two members of a SpotWide Spot on `a`, both bound to one client session on `s`, move to `b`
+// as one unit while the client relays sequence-numbered requests to both without pause: each
+// binding is sealed (one 42 per bound member to the session owner, its 43 back) and committed
+// (one 44 commit per member from the target, no 45); every relay is processed once, in order,
+// and answered with its own reply; the connection is kept; the session's snapshot names `b`
+// for both, identities kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spot_with_bound_members_moves_under_relays_and_each_session_binding_follows() {
+    use live::{Add, GetSeen, aid};
+    use node_common::{bind, relay_req, rid, tapped};
+    use zlink_mesh::TapDirection;
+    let (w, c) = session_world().await;
+    let mut members = Vec::new();
+    for id in ["table-p1", "table-p2"] {
+        let m =
+            w.a.create(zlink::actor::Create::new("counter", aid(id)).in_spot(spotwide("table")))
+                .await
+                .unwrap();
+        bind(&c, &m).await;
+        members.push(m);
+    }
+    const N: u64 = 200;
+    let sender = {
+        let (c, members) = (c.clone(), members.clone());
+        tokio::spawn(async move {
+            let mut replies = Vec::new();
+            for i in 0..N {
+                for m in &members {
+                    replies.push(relay_req(&c, m, &Add(i)).await);
+                }
+            }
+            replies
+        })
+    };
+    let turns = w.a.stats().turns;
+    node_common::wait_until("relays flowing", || w.a.stats().turns > turns + 20).await;
+    let report = w.a.relocate_spot("table", rid("b")).await.unwrap();
+    let replies = tokio::time::timeout(TIMEOUT, sender)
+        .await
+        .unwrap()
+        .unwrap();
+    for (k, r) in replies.into_iter().enumerate() {
+        assert_eq!(
+            r.unwrap(),
+            (k / 2) as u64 + 1,
+            "relay {k}: lost, doubled or another's reply"
+        );
+    }
+    for (m, moved) in members.iter().zip(&report.actors) {
+        assert_eq!(moved.id(), m.id());
+        assert_eq!(moved.object_generation(), m.object_generation());
+        let seen = w.b.request(moved, &GetSeen, TIMEOUT).await.unwrap();
+        assert_eq!(seen, (0..N).collect::<Vec<u64>>(), "{}", m.id());
+    }
+    let bound = c.packet(&zlink_apps::demo::session::Bound).await.unwrap();
+    assert_eq!(bound.len(), 2);
+    for b in &bound {
+        assert_eq!(b.node(), &rid("b"));
+        let m = members.iter().find(|m| m.id() == b.id()).unwrap();
+        assert_eq!(b.object_generation(), m.object_generation());
+    }
+    // Relays after the commit run on the target, on the same connection.
+    for m in &members {
+        assert_eq!(relay_req(&c, m, &Add(N)).await.unwrap(), N + 1);
+    }
+    // On the wire at the session owner: a 42 and a 43 per bound member, a 44 commit per member
+    // from the target with the relocation's identity, no 45.
+    assert_eq!(tapped(&w.tap_s, TapDirection::Received, 42).len(), 2);
+    assert_eq!(tapped(&w.tap_s, TapDirection::Sent, 43).len(), 2);
+    let routes = tapped(&w.tap_s, TapDirection::Received, 44);
+    assert_eq!(routes.len(), 2);
+    let mut committed: Vec<String> = routes
+        .iter()
+        .map(|r| match &r.decoded.as_ref().unwrap().record {
+            zlink_wire::Record::SessionRelocationRoute(
+                zlink_wire::SessionRelocationRoute::Commit(commit),
+            ) => {
+                assert_eq!(commit.relocation, report.relocation);
+                assert_eq!(commit.target.node, rid("b"));
+                commit.actor.to_string()
+            }
+            other => panic!("not a 44 commit: {other:?}"),
+        })
+        .collect();
+    committed.sort();
+    assert_eq!(committed, vec!["table-p1", "table-p2"]);
+    assert!(tapped(&w.tap_s, TapDirection::Received, 45).is_empty());
+    node_common::wait_until("relocation state freed", || {
+        w.a.relocations_in_progress() == 0 && w.b.relocations_in_progress() == 0
+    })
+    .await;
+}
+
+// spec: SB-8.5, SB-14.24
+// The target refuses a Spot's Restore (a member's rehydration fails) before relay-ready: the
+// relocation aborts durably, the Spot is unsealed on the source and every member serves there
+// again with its queued work run in arrival order, nothing lost or doubled; the store still
+// names the source for each; the Spot takes joins again; a second relocation then moves it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spot_whose_target_fails_before_relay_ready_serves_again_on_the_source() {
+    use live::*;
+    const T: std::time::Duration = node_common::TIMEOUT;
+    let store = node_common::memory_store();
+    let p = pair(store.clone()).await;
+    let mut members = Vec::new();
+    for id in ["club-1", "club-2"] {
+        let m =
+            p.a.create(zlink::actor::Create::new("counter", aid(id)).in_spot(spotwide("club")))
+                .await
+                .unwrap();
+        assert_eq!(p.a.request(&m, &Add(0), T).await.unwrap(), 1);
+        members.push(m);
+    }
+    p.fail_rehydrate
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    let _ = p.gate.send(false);
+    let turns = p.a.stats().turns;
+    let hold = {
+        let (a, m) = (p.a.clone(), members[0].clone());
+        tokio::spawn(async move { a.request(&m, &Hold, T).await })
+    };
+    node_common::wait_until("hold running", || p.a.stats().turns > turns).await;
+    for m in &members {
+        for i in 1..=3 {
+            p.a.send(m, &Add(i)).await.unwrap();
+        }
+    }
+    let relocating = {
+        let a = p.a.clone();
+        tokio::spawn(async move { a.relocate_spot("club", node_common::rid("b")).await })
+    };
+    node_common::wait_until("quiescing", || {
+        p.a.relocations().0.iter().any(|r| r.phase == "Quiescing")
+    })
+    .await;
+    p.gate.send(true).unwrap();
+    hold.await.unwrap().unwrap();
+    match tokio::time::timeout(T, relocating).await.unwrap().unwrap() {
+        Err(Error::Aborted(Abort::TargetFailed)) => {}
+        other => panic!("expected an abort, got {other:?}"),
+    }
+    for m in &members {
+        assert_eq!(
+            p.a.request(m, &GetSeen, T).await.unwrap(),
+            vec![0, 1, 2, 3],
+            "{}",
+            m.id()
+        );
+        let loc = store.lookup(m.id().clone()).await.unwrap().unwrap();
+        assert_eq!(loc.owner_node, node_common::rid("a"));
+    }
+    assert_eq!(p.a.relocations().1.aborted, 1);
+    p.a.create(zlink::actor::Create::new("counter", aid("club-3")).in_spot(spotwide("club")))
+        .await
+        .unwrap();
+    node_common::wait_until("relocation state freed", || {
+        p.a.relocations_in_progress() == 0 && p.b.relocations_in_progress() == 0
+    })
+    .await;
+    p.fail_rehydrate
+        .store(false, std::sync::atomic::Ordering::SeqCst);
+    let report =
+        p.a.relocate_spot("club", node_common::rid("b"))
+            .await
+            .unwrap();
+    assert_eq!(report.actors.len(), 3);
+    assert_eq!(
+        p.b.request(&report.actors[0], &GetSeen, T).await.unwrap(),
+        vec![0, 1, 2, 3]
+    );
+}
+
+// spec: SB-8.6, SB-14.25
+// After relay-ready the target's owner CAS fails for every member (its store is down): the
+// source never reopens the Spot — no member is served there any more, each request it had
+// accepted is answered once (not run twice) — and the source frees the Spot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spot_whose_cas_fails_after_relay_ready_is_not_reopened() {
+    use live::*;
+    const T: std::time::Duration = node_common::TIMEOUT;
+    let store: Arc<zlink::store::MemoryStore> = Arc::new(zlink::store::MemoryStore::new());
+    let b_store = Arc::new(zlink::store::FaultStore::new(store.clone()));
+    let p = pair_with(store.clone(), b_store.clone()).await;
+    let base = p.a.runtime_metrics();
+    let mut members = Vec::new();
+    for id in ["band-1", "band-2"] {
+        let m =
+            p.a.create(zlink::actor::Create::new("counter", aid(id)).in_spot(spotwide("band")))
+                .await
+                .unwrap();
+        assert_eq!(p.a.request(&m, &Add(0), T).await.unwrap(), 1);
+        members.push(m);
+    }
+    b_store.set_down(true);
+    let _ = p.gate.send(false);
+    let turns = p.a.stats().turns;
+    let hold = {
+        let (a, m) = (p.a.clone(), members[0].clone());
+        tokio::spawn(async move { a.request(&m, &Hold, T).await })
+    };
+    node_common::wait_until("hold running", || p.a.stats().turns > turns).await;
+    let queued = {
+        let (b, m) = (p.b.clone(), members[1].clone());
+        tokio::spawn(async move { b.request(&m, &Add(100), T).await })
+    };
+    node_common::wait_until("the request queued", || {
+        p.a.lane_stats(&members[1])
+            .is_some_and(|s| s.application_queued == 1)
+    })
+    .await;
+    let relocating = {
+        let a = p.a.clone();
+        tokio::spawn(async move { a.relocate_spot("band", node_common::rid("b")).await })
+    };
+    node_common::wait_until("quiescing", || {
+        p.a.relocations().0.iter().any(|r| r.phase == "Quiescing")
+    })
+    .await;
+    p.gate.send(true).unwrap();
+    hold.await.unwrap().unwrap();
+    match tokio::time::timeout(T, relocating).await.unwrap().unwrap() {
+        Err(Error::Failed(Fail::CasFailed(mut ids))) => {
+            ids.sort();
+            assert_eq!(ids, vec![members[0].id().clone(), members[1].id().clone()]);
+        }
+        other => panic!("expected a failed CAS, got {other:?}"),
+    }
+    let _ = tokio::time::timeout(T, queued).await.unwrap().unwrap();
+    for m in &members {
+        let e = p.a.request(m, &GetSeen, T).await.unwrap_err();
+        assert_eq!(e.kind(), zlink_wire::ErrorKind::Unavailable, "{e}");
+        let loc = store.lookup(m.id().clone()).await.unwrap().unwrap();
+        assert_eq!(loc.owner_node, node_common::rid("a"), "no CAS happened");
+    }
+    assert_eq!(p.a.relocations().1.failed, 1);
+    node_common::wait_until("the Spot freed on the source", || {
+        let m = p.a.runtime_metrics();
+        m.lanes_live == base.lanes_live && m.gates_live == base.gates_live
+    })
+    .await;
+    node_common::wait_until("relocation state freed", || {
+        p.a.relocations_in_progress() == 0 && p.b.relocations_in_progress() == 0
+    })
+    .await;
+    b_store.set_down(false);
+}
+
+// spec: SB-8.5
+// A Spot moves in whole: a target that hosts a Spot of the same name refuses the Restore (the
+// moving members would merge into another Spot's gate), so the relocation aborts before
+// relay-ready and every member serves on the source as before; the target's own Spot is
+// untouched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spot_does_not_merge_into_a_spot_of_the_same_name_on_the_target() {
+    use live::*;
+    const T: std::time::Duration = node_common::TIMEOUT;
+    let store = node_common::memory_store();
+    let p = pair(store.clone()).await;
+    let ours =
+        p.a.create(zlink::actor::Create::new("counter", aid("hall-a")).in_spot(spotwide("hall")))
+            .await
+            .unwrap();
+    let theirs =
+        p.b.create(zlink::actor::Create::new("counter", aid("hall-b")).in_spot(spotwide("hall")))
+            .await
+            .unwrap();
+    match p.a.relocate_spot("hall", node_common::rid("b")).await {
+        Err(Error::Aborted(Abort::TargetFailed)) => {}
+        other => panic!("expected an abort, got {other:?}"),
+    }
+    assert_eq!(p.a.request(&ours, &Add(1), T).await.unwrap(), 1);
+    assert_eq!(p.b.request(&theirs, &Add(2), T).await.unwrap(), 1);
+    let loc = store.lookup(ours.id().clone()).await.unwrap().unwrap();
+    assert_eq!(loc.owner_node, node_common::rid("a"));
+    let (list, _) = p.b.relocations();
+    assert!(
+        list.iter()
+            .any(|r| r.outcome.as_deref() == Some("refused: AlreadyHosted")),
+        "{list:?}"
+    );
+}
+
+// spec: EG-7.5
+// Debt and lane decision counters are per serial execution object and dropped when it moves:
+// one member of a SpotWide Spot relocates alone, before any application turn (so on the source
+// its lane counts its factory's lifecycle turn and then its seal's); on the target its lane
+// starts from its own first turn (one lifecycle turn: the rehydration), nothing carried; on the
+// source its lane goes (one live lane fewer, counted) while its sibling under the same gate
+// keeps its own counters, neither cleared nor charged by the move.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_moving_actors_lane_counters_are_dropped_and_its_siblings_kept() {
+    use live::*;
+    use zlink::runtime::LaneDecision;
+    const T: std::time::Duration = node_common::TIMEOUT;
+    let p = pair(node_common::memory_store()).await;
+    let x =
+        p.a.create(zlink::actor::Create::new("counter", aid("duo-x")).in_spot(spotwide("duo")))
+            .await
+            .unwrap();
+    let y =
+        p.a.create(zlink::actor::Create::new("counter", aid("duo-y")).in_spot(spotwide("duo")))
+            .await
+            .unwrap();
+    let after_factory = LaneDecision {
+        consecutive_lifecycle: 1,
+        debt: false,
+    };
+    assert_eq!(p.a.lane_stats(&x).unwrap().decision, after_factory);
+    assert_eq!(p.a.lane_stats(&y).unwrap().decision, after_factory);
+    let lanes = p.a.runtime_metrics().lanes_live;
+    let report = p.a.relocate(&x, node_common::rid("b")).await.unwrap();
+    // The target's lane of x: its own rehydration turn only, not the source's two.
+    assert_eq!(
+        p.b.lane_stats(&report.actor).unwrap().decision,
+        after_factory
+    );
+    assert_eq!(p.b.request(&report.actor, &Add(1), T).await.unwrap(), 1);
+    assert_eq!(
+        p.b.lane_stats(&report.actor).unwrap().decision,
+        LaneDecision::default()
+    );
+    // The source: x's lane and its counters freed; y's untouched.
+    assert!(p.a.lane_stats(&x).is_none());
+    node_common::wait_until("x's lane freed on the source", || {
+        p.a.runtime_metrics().lanes_live == lanes - 1
+    })
+    .await;
+    assert_eq!(p.a.lane_stats(&y).unwrap().decision, after_factory);
+    assert_eq!(p.a.request(&y, &Add(2), T).await.unwrap(), 1);
+}
+
+// The operator's RELOCATE_SPOT on the client port (`zlink-node ctl relocate-spot`): refused to a
+// session that did not present the operator credential (counted as a refusal of
+// `relocate_spot`), NotFound from a node that does not host the Spot, done for the operator on
+// the hosting node — the reply names every member at the target — and counted among the
+// client operations; LIST_RELOCATIONS shows it as `spot <name>`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_operator_relocates_a_spot_through_the_client_port() {
+    use live::{Add, GetSeen, aid};
+    use node_common::{mesh_config, rid, wait_pair_up};
+    use zlink::node::access::{ClientAccess, OperatorCredential};
+    use zlink::node::client::NodeClient;
+    use zlink::node::protocol::RelocateSpot;
+    use zlink::node::{Node, NodeOptions};
+    let store = node_common::memory_store();
+    let (_gate, rx) = tokio::sync::watch::channel(true);
+    let start = |name: &'static str, peers: Vec<zlink_mesh::PeerAddress>| {
+        let store = store.clone();
+        let rx = rx.clone();
+        async move {
+            let mut mc = mesh_config(name);
+            mc.client_endpoint = Some("tcp://127.0.0.1:*".to_owned());
+            let registry = live::registry(
+                rx,
+                Arc::new(std::sync::atomic::AtomicU64::new(0)),
+                Arc::new(std::sync::atomic::AtomicBool::new(false)),
+            );
+            let mut access = ClientAccess::new();
+            access.operator = Some(OperatorCredential::new(b"op-secret").unwrap());
+            let mut o = NodeOptions::new(mc, store, registry).with_client_access(access);
+            o.peers = peers;
+            Node::start(o).await.unwrap()
+        }
+    };
+    let b = start("b", vec![]).await;
+    let a = start("a", vec![b.address()]).await;
+    wait_pair_up(&a, &b).await;
+    for id in ["deck-1", "deck-2"] {
+        let m = a
+            .create(zlink::actor::Create::new("counter", aid(id)).in_spot(spotwide("deck")))
+            .await
+            .unwrap();
+        a.send(&m, &Add(7)).await.unwrap();
+    }
+    let client =
+        |n: &Node| NodeClient::connect(n.endpoints().client.as_ref().unwrap(), TIMEOUT).unwrap();
+    let req = RelocateSpot {
+        spot: "deck".into(),
+        to: "b".into(),
+    };
+    let stranger = client(&a);
+    let e = stranger.relocate_spot(&req).await.unwrap_err();
+    assert_eq!(e.kind(), zlink_wire::ErrorKind::InvalidOperation, "{e}");
+    assert!(
+        a.counters()
+            .client_refusals
+            .keys()
+            .any(|k| k.starts_with("relocate_spot/")),
+        "{:?}",
+        a.counters().client_refusals
+    );
+    let op_b = client(&b);
+    op_b.authenticate(b"op-secret").await.unwrap();
+    let e = op_b.relocate_spot(&req).await.unwrap_err();
+    assert_eq!(e.kind(), zlink_wire::ErrorKind::NotFound, "{e}");
+    let op_a = client(&a);
+    op_a.authenticate(b"op-secret").await.unwrap();
+    let done = op_a.relocate_spot(&req).await.unwrap();
+    assert_eq!((done.spot.as_str(), done.to.as_str()), ("deck", "b"));
+    let ids: Vec<&str> = done.actors.iter().map(|r| r.id().as_str()).collect();
+    assert_eq!(ids, vec!["deck-1", "deck-2"]);
+    for r in &done.actors {
+        assert_eq!(r.node(), &rid("b"));
+        assert_eq!(b.request(r, &GetSeen, TIMEOUT).await.unwrap(), vec![7]);
+    }
+    assert_eq!(a.counters().client_operations["relocate_spot"], 2);
+    let list = op_a.relocations().await.unwrap();
+    assert_eq!(list.counters.committed, 1);
+    assert_eq!(list.relocations[0].actor, "spot deck");
+    assert_eq!(list.relocations[0].outcome.as_deref(), Some("moved"));
+}

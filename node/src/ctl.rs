@@ -1,8 +1,9 @@
 //! `zlink-node ctl`: an operator's view of running nodes over the client protocol
 //! (`docs/CLIENT-PROTOCOL.md`, section 7): `NODE_INFO`, `LIST_ACTORS`, `LIST_SESSIONS`,
 //! `COUNTERS` and `LIST_RELOCATIONS`, asked of every given client endpoint, and one operation
-//! that changes something: `RELOCATE` (`ctl relocate ACTOR --to NODE`), asked of the endpoints
-//! in turn until the node that owns the actor answers. Output is a table for people, or JSON
+//! that change something: `RELOCATE` (`ctl relocate ACTOR --to NODE`) and `RELOCATE_SPOT`
+//! (`ctl relocate-spot SPOT --to NODE`), asked of the endpoints in turn until the node that owns
+//! the actor (hosts the Spot) answers. Output is a table for people, or JSON
 //! (`--json`, one array with an element per node or entry) for scripts.
 //!
 //! These operations are the operator's: `ctl` first presents the operator credential
@@ -80,6 +81,16 @@ enum CtlCommand {
     Relocate {
         /// The actor's id.
         actor: String,
+        /// The target node's routing id.
+        #[arg(long)]
+        to: String,
+    },
+    /// Moves the Spot SPOT with every member actor to the node NODE as one unit (a SpotWide
+    /// User or Instance Spot; its clients stay connected): asked of each endpoint in turn until
+    /// the node that hosts the Spot does it; prints the outcome.
+    RelocateSpot {
+        /// The Spot's name.
+        spot: String,
         /// The target node's routing id.
         #[arg(long)]
         to: String,
@@ -175,6 +186,9 @@ pub async fn run(args: CtlArgs) -> anyhow::Result<()> {
         CtlCommand::Sessions { limit } => sessions(&targets, limit, args.json).await?,
         CtlCommand::Counters { all } => counters(&targets, all, args.json).await?,
         CtlCommand::Relocate { actor, to } => relocate(&targets, actor, to, args.json).await?,
+        CtlCommand::RelocateSpot { spot, to } => {
+            relocate_spot(&targets, spot, to, args.json).await?
+        }
         CtlCommand::Relocations => relocations(&targets, args.json).await?,
     };
     print!("{out}");
@@ -602,6 +616,58 @@ async fn relocate(
     }
     bail!(
         "no node asked owns {actor} (asked: {})",
+        not_here.join(", ")
+    )
+}
+
+async fn relocate_spot(
+    targets: &[Target],
+    spot: String,
+    to: String,
+    as_json: bool,
+) -> anyhow::Result<String> {
+    let req = zlink::node::protocol::RelocateSpot {
+        spot: spot.clone(),
+        to,
+    };
+    let mut not_here = Vec::new();
+    for t in targets {
+        match t.client.relocate_spot(&req).await {
+            Ok(done) => {
+                if as_json {
+                    return json(&done);
+                }
+                let phases = done
+                    .phases
+                    .iter()
+                    .map(|(p, ms)| format!("{p} {ms} ms"))
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                let actors = done
+                    .actors
+                    .iter()
+                    .map(|a| a.id().to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                return Ok(format!(
+                    "relocation {} moved spot {} ({} actors: {actors}) from {} to {} in {} ms ({} records relayed; {phases})\n",
+                    done.relocation,
+                    done.spot,
+                    done.actors.len(),
+                    done.from,
+                    done.to,
+                    done.duration_ms,
+                    done.relayed
+                ));
+            }
+            Err(e) if e.kind() == zlink_wire::ErrorKind::NotFound => {
+                not_here.push(t.endpoint.clone());
+            }
+            Err(e) => bail!("{}: relocating spot {spot}: {e}", t.endpoint),
+        }
+    }
+    bail!(
+        "no node asked hosts spot {spot} (asked: {})",
         not_here.join(", ")
     )
 }

@@ -1,7 +1,8 @@
 //! Live relocation between two `zlink-node` processes, from outside: `zlink-node ctl relocate
 //! ACTOR --to NODE` moves the demo `counter` (its total travels by the migration contract) from
 //! node1 to node2 and back while a client sends to it; `ctl relocations` shows each relocation
-//! on both nodes. The nodes keep the default client policy with an operator credential.
+//! on both nodes; `ctl relocate-spot SPOT --to NODE` moves a SpotWide Spot of counters as one
+//! unit. The nodes keep the default client policy with an operator credential.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -128,9 +129,14 @@ fn setup(dir: &Path) -> Vec<(PathBuf, PathBuf, String)> {
 /// (`OPERATOR_FILE` in the environment, set by each test to its own directory's file); its
 /// stdout (it must succeed).
 async fn ctl(endpoints: &[&str], args: &[&str]) -> String {
+    ctl_as(operator_file(), endpoints, args).await
+}
+
+/// [`ctl`] with the operator credential file `operator`.
+async fn ctl_as(operator: &Path, endpoints: &[&str], args: &[&str]) -> String {
     let mut cmd = tokio::process::Command::new(BIN);
     cmd.arg("ctl");
-    cmd.env("ZLINK_OPERATOR_CREDENTIAL_FILE", operator_file());
+    cmd.env("ZLINK_OPERATOR_CREDENTIAL_FILE", operator);
     for e in endpoints {
         cmd.args(["-e", e]);
     }
@@ -215,4 +221,99 @@ async fn ctl_relocates_a_counter_between_processes_and_back() {
     let out = cmd.output().await.unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("no node asked owns nobody"));
+}
+
+// spec: SB-8.9, SB-14.21, SB-1.3
+// `ctl relocate-spot` moves a SpotWide Spot of three demo counters from node1 to node2 as one
+// unit while another Spot of node1 stays: every member's total travels, identities are kept,
+// the moved members serve on node2 and the one left behind on node1; `ctl relocations` shows
+// the Spot's relocation on both nodes. A Spot the asked nodes do not host fails by name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ctl_relocates_a_spot_between_processes() {
+    use zlink::actor::{SpotKind, SpotSpec, UserMode};
+    let dir = tempfile::tempdir().unwrap();
+    let operator = dir.path().join("operator");
+    let mut specs = setup(dir.path()).into_iter();
+    let (c1, r1, e1) = specs.next().unwrap();
+    let (c2, r2, e2) = specs.next().unwrap();
+    let mut p1 = Proc::start(c1, r1, e1, &[]);
+    let mut p2 = Proc::start(c2, r2, e2, &[]);
+    p1.wait_ready().await;
+    p2.wait_ready().await;
+    let eps = [p1.client.as_str(), p2.client.as_str()];
+    let client = NodeClient::connect(&p1.client, TIMEOUT).unwrap();
+    client.authenticate(b"ctl-test-operator").await.unwrap();
+    let in_spot = |name: &str| Placement {
+        spot: Some(SpotSpec {
+            name: name.to_owned(),
+            kind: SpotKind::User(UserMode::SpotWide),
+        }),
+        ..Placement::default()
+    };
+    let mut members = Vec::new();
+    for (k, id) in ["arena-1", "arena-2", "arena-3"].into_iter().enumerate() {
+        let a = client
+            .create("counter", id, in_spot("arena"))
+            .await
+            .unwrap();
+        assert_eq!(
+            client.request(&a, &demo::Add(k as u64 + 1)).await.unwrap(),
+            k as u64 + 1
+        );
+        members.push(a);
+    }
+    let stay = client
+        .create("counter", "lobby-1", in_spot("lobby"))
+        .await
+        .unwrap();
+    assert_eq!(client.request(&stay, &demo::Add(5)).await.unwrap(), 5);
+    // The target is asked first: it does not host the Spot (NotFound), so `ctl` goes on.
+    let target_first = [p2.client.as_str(), p1.client.as_str()];
+    let out = ctl_as(
+        &operator,
+        &target_first,
+        &["relocate-spot", "arena", "--to", "node2"],
+    )
+    .await;
+    assert!(
+        out.contains("moved spot arena (3 actors") && out.contains("to node2"),
+        "{out}"
+    );
+    for (k, m) in members.iter().enumerate() {
+        let here = client.get(m.id().as_str()).await.unwrap();
+        assert_eq!(here.node().as_str(), "node2");
+        assert_eq!(here.object_generation(), m.object_generation());
+        // the total travelled: k + 1 before, 10 more now
+        assert_eq!(
+            client.request(&here, &demo::Add(10)).await.unwrap(),
+            k as u64 + 11
+        );
+    }
+    let here = client.get("lobby-1").await.unwrap();
+    assert_eq!(here.node().as_str(), "node1");
+    assert_eq!(client.request(&here, &demo::Add(1)).await.unwrap(), 6);
+    let t = ctl_as(&operator, &eps, &["relocations"]).await;
+    assert!(
+        t.lines()
+            .any(|l| l.contains("spot arena") && l.contains("source") && l.ends_with("moved")),
+        "{t}"
+    );
+    assert!(
+        t.lines()
+            .any(|l| l.contains("target") && l.contains("committed")),
+        "{t}"
+    );
+    let out = tokio::process::Command::new(BIN)
+        .arg("ctl")
+        .env("ZLINK_OPERATOR_CREDENTIAL_FILE", &operator)
+        .args(["-e", eps[0], "relocate-spot", "nowhere", "--to", "node2"])
+        .output()
+        .await
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("no node asked hosts spot nowhere"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

@@ -166,6 +166,11 @@ pub enum ActorError {
     /// The node is shutting down and accepts no new work (`Unavailable`, SB-10).
     #[error("node is shutting down")]
     ShuttingDown,
+    /// The handler's turn was dropped before its terminal: its Yield resume was refused because
+    /// the unit was sealed for relocation or ended while it waited (`Unavailable`, EG-4.1). The
+    /// continuation never ran and never runs; what the handler did before the Yield stands.
+    #[error("the handler's resume was refused: its unit was sealed for relocation or ended")]
+    ResumeRefused,
     /// The deadline passed first; the call is not resent (`DeadlineExceeded`, SB-12).
     #[error("deadline exceeded")]
     DeadlineExceeded,
@@ -237,7 +242,8 @@ impl ActorError {
             | ActorError::LaneFull { .. }
             | ActorError::Ended
             | ActorError::LeaseLapsed
-            | ActorError::ShuttingDown => ErrorKind::Unavailable,
+            | ActorError::ShuttingDown
+            | ActorError::ResumeRefused => ErrorKind::Unavailable,
             ActorError::DeadlineExceeded => ErrorKind::DeadlineExceeded,
             ActorError::Handler(_) => ErrorKind::Internal,
             ActorError::Remote { kind, .. } | ActorError::Refused { kind, .. } => *kind,

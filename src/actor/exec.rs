@@ -351,6 +351,71 @@ impl RtSpot {
         Ok(timer.start(period))
     }
 
+    /// Whole-Spot relocation (source): one lifecycle record of the Spot's own lane seals the
+    /// Spot — every gate of it, so no record of any member starts after this one and a pending
+    /// Yield resume of a member fails (EG-4.1) — and dehydrates each of `members`, in order.
+    /// Only the Spot gate layout (SpotWide User, Instance) runs that record exclusively of every
+    /// member's turns, so only those kinds move as a unit. The record is queued when this
+    /// returns; the receiver resolves with the states. Other Spots of the node are untouched.
+    pub(crate) fn seal_and_dehydrate(
+        &self,
+        members: &[Mailbox],
+    ) -> Result<oneshot::Receiver<Result<Vec<super::MigratedState>, ActorError>>, ActorError> {
+        type Seal = Box<dyn FnOnce() + Send>;
+        fn job<Y>(
+            seal: Seal,
+            cells: Vec<Arc<Cell>>,
+            tx: oneshot::Sender<Result<Vec<super::MigratedState>, ActorError>>,
+        ) -> impl FnOnce(Ctx<Y>) -> runtime::Handled<()> + Send + 'static {
+            move |_ctx| {
+                seal();
+                let out = cells
+                    .iter()
+                    .map(|cell| {
+                        let instance = cell.instance.lock().unwrap_or_else(|e| e.into_inner());
+                        match instance.as_ref() {
+                            Some(i) => i.dehydrate().map_err(ActorError::from),
+                            None => Err(ActorError::NotReady {
+                                actor_id: cell.actor_id.clone(),
+                            }),
+                        }
+                    })
+                    .collect();
+                let _ = tx.send(out);
+                runtime::Handled::ok(())
+            }
+        }
+        let (tx, rx) = oneshot::channel();
+        let cells: Vec<Arc<Cell>> = members.iter().map(Mailbox::cell).collect();
+        let submitted = match self {
+            RtSpot::SpotWide(s) => {
+                let spot = s.clone();
+                s.lifecycle(job(Box::new(move || spot.seal()), cells, tx))
+            }
+            RtSpot::Instance(s) => {
+                let spot = s.clone();
+                s.lifecycle(job(Box::new(move || spot.seal()), cells, tx))
+            }
+            RtSpot::Entry(_) | RtSpot::PerActor(_) => {
+                return Err(ActorError::Codec(
+                    "only a SpotWide User or Instance Spot moves as a unit".into(),
+                ));
+            }
+        };
+        submitted.map_err(|_| ActorError::Ended)?;
+        Ok(rx)
+    }
+
+    /// Lift a whole-Spot relocation seal (relocation aborted): the members' queued records run.
+    pub(crate) fn unseal(&self) {
+        match self {
+            RtSpot::Entry(s) => s.unseal(),
+            RtSpot::SpotWide(s) => s.unseal(),
+            RtSpot::PerActor(s) => s.unseal(),
+            RtSpot::Instance(s) => s.unseal(),
+        }
+    }
+
     /// Ends the Spot (its queued work fails).
     pub(crate) fn end(&self) {
         match self {
@@ -478,14 +543,28 @@ impl Cell {
             Step::Later(f) => {
                 let running = running.into_owned(&self.shared.running);
                 let cell = self.clone();
+                let mut reply = Unanswered(reply);
                 runtime::Handled::later(async move {
                     let _running = running;
                     let out = f.await;
-                    cell.finish(reply, out);
+                    cell.finish(reply.0.take(), out);
                     drop(work);
                     Ok(())
                 })
             }
+        }
+    }
+}
+
+/// The reply of a turn whose handler went `Later`: answered by the turn's end, or — when the
+/// runtime drops the turn before that (its Yield resume refused: the unit was sealed for
+/// relocation or ended, EG-4.1) — answered [`ActorError::ResumeRefused`] here, once.
+struct Unanswered(Option<ReplyTo>);
+
+impl Drop for Unanswered {
+    fn drop(&mut self) {
+        if let Some(r) = self.0.take() {
+            r.complete(Err(ActorError::ResumeRefused));
         }
     }
 }
@@ -633,6 +712,16 @@ impl Mailbox {
         };
         submitted.map_err(|e| runtime_error(&self.actor_id, e))?;
         Ok(rx)
+    }
+
+    /// The instance's cell (a Spot relocation dehydrates every member in one turn).
+    fn cell(&self) -> Arc<Cell> {
+        self.cell.clone()
+    }
+
+    /// The counters of this actor's lane now (queues, reservations, EG-7.4 decision state).
+    pub(crate) fn lane_stats(&self) -> runtime::LaneStats {
+        self.lane.stats()
     }
 
     /// Lift the relocation seal of this actor (relocation aborted): its queued records run.

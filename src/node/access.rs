@@ -81,11 +81,13 @@ pub enum ClientOperation {
     Relocate,
     /// `LIST_RELOCATIONS`.
     ListRelocations,
+    /// `RELOCATE_SPOT`: moving a whole Spot to another node.
+    RelocateSpot,
 }
 
 impl ClientOperation {
     /// Every operation, in counter order.
-    pub const ALL: [ClientOperation; 13] = [
+    pub const ALL: [ClientOperation; 14] = [
         ClientOperation::Create,
         ClientOperation::GetOrCreate,
         ClientOperation::Get,
@@ -99,6 +101,7 @@ impl ClientOperation {
         ClientOperation::Authenticate,
         ClientOperation::Relocate,
         ClientOperation::ListRelocations,
+        ClientOperation::RelocateSpot,
     ];
 
     /// The snake_case name used in counters (`create`, `get_or_create`, …).
@@ -118,6 +121,7 @@ impl ClientOperation {
             ClientOperation::Authenticate => "authenticate",
             ClientOperation::Relocate => "relocate",
             ClientOperation::ListRelocations => "list_relocations",
+            ClientOperation::RelocateSpot => "relocate_spot",
         }
     }
 }

@@ -440,10 +440,17 @@ impl Node {
                     kind: spot.kind,
                     spot: rt_spot,
                     members: 0,
+                    relocating: false,
                 },
             );
         }
         let s = spots.get_mut(&spot.name).ok_or(ActorError::ShuttingDown)?;
+        if s.relocating {
+            return Err(ActorError::Refused {
+                kind: zlink_wire::ErrorKind::Unavailable,
+                detail: format!("spot {:?} is relocating", spot.name),
+            });
+        }
         s.members += 1;
         Ok(s.spot.clone())
     }

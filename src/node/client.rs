@@ -193,6 +193,18 @@ impl NodeClient {
         dec(self.call(protocol::RELOCATE, enc(req)?).await?)
     }
 
+    /// Relocates the Spot `req.spot` (hosted by the contacted node) with every member actor to
+    /// the node `req.to` (`RELOCATE_SPOT`, operator); answers once the relocation ended.
+    ///
+    /// # Errors
+    /// Request and codec failures; the relocation's refusal or failure as a remote error.
+    pub async fn relocate_spot(
+        &self,
+        req: &protocol::RelocateSpot,
+    ) -> Result<protocol::SpotRelocationDone, ClientError> {
+        dec(self.call(protocol::RELOCATE_SPOT, enc(req)?).await?)
+    }
+
     /// The node's relocations and their counters (`LIST_RELOCATIONS`, operator).
     ///
     /// # Errors

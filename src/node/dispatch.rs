@@ -819,6 +819,23 @@ async fn on_client_request(
                 }
             });
         }
+        ClientOperation::RelocateSpot => {
+            let req: protocol::RelocateSpot = match protocol::decode(&payload) {
+                Ok(r) => r,
+                Err(e) => return answer(reply, Err(e)),
+            };
+            admit!(reply, None, None);
+            let permit = permit!(reply);
+            let guard = node.inflight().enter();
+            let node2 = node.clone();
+            tokio::spawn(async move {
+                let _permit = (guard, permit);
+                match node2.relocate_spot_op(&req).await {
+                    Ok(done) => answer(reply, protocol::encode(&done)),
+                    Err((kind, detail)) => reply.error(kind, detail),
+                }
+            });
+        }
         ClientOperation::ListRelocations => {
             admit!(reply, None, None);
             let (relocations, counters) = node.relocations();
@@ -852,6 +869,7 @@ fn operation_of(key: DispatchKey) -> Option<ClientOperation> {
         protocol::AUTHENTICATE => ClientOperation::Authenticate,
         protocol::RELOCATE => ClientOperation::Relocate,
         protocol::LIST_RELOCATIONS => ClientOperation::ListRelocations,
+        protocol::RELOCATE_SPOT => ClientOperation::RelocateSpot,
         _ => return None,
     })
 }

@@ -98,6 +98,9 @@ pub(super) struct SpotState {
     pub(super) kind: SpotKind,
     pub(super) spot: RtSpot,
     pub(super) members: usize,
+    /// A whole-Spot relocation of it is in progress (`relocate_spot.rs`): no actor joins it
+    /// meanwhile.
+    pub(super) relocating: bool,
 }
 
 #[cfg(test)]

@@ -34,7 +34,9 @@ pub mod metrics;
 mod peers;
 pub mod protocol;
 mod relocate;
+mod relocate_spot;
 pub use relocate::{RelocateError, RelocationCounters, RelocationReport, RelocationSummary};
+pub use relocate_spot::SpotRelocationReport;
 mod shutdown;
 
 use std::collections::HashMap;

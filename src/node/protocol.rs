@@ -59,6 +59,10 @@ pub const RELOCATE: DispatchKey = DispatchKey::new(0xFFFF_000B);
 /// The node's relocations in progress and its last finished ones, with the counters (client
 /// key 0xFFFF000C, operator, payload `()`, reply [`RelocationList`]).
 pub const LIST_RELOCATIONS: DispatchKey = DispatchKey::new(0xFFFF_000C);
+/// Relocate a whole Spot this node hosts (every member actor, as one unit) to another node of
+/// the mesh (client key 0xFFFF000D, operator, payload [`RelocateSpot`], reply
+/// [`SpotRelocationDone`] once the relocation ended).
+pub const RELOCATE_SPOT: DispatchKey = DispatchKey::new(0xFFFF_000D);
 
 /// The most entries one `LIST_ACTORS` / `LIST_SESSIONS` reply carries (a larger `limit` is
 /// cut to it).
@@ -91,6 +95,37 @@ pub struct RelocationDone {
     /// The node it left.
     pub from: String,
     /// The node that owns it now.
+    pub to: String,
+    /// Records captured on the source and relayed to the target.
+    pub relayed: u64,
+    /// From start to the target's result, in milliseconds.
+    pub duration_ms: u64,
+    /// The source's phases with their durations in milliseconds.
+    pub phases: Vec<(String, u64)>,
+}
+
+/// Payload of `RELOCATE_SPOT`: the Spot (hosted by the contacted node, SpotWide User or
+/// Instance) and the node it moves to.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RelocateSpot {
+    /// The Spot's name.
+    pub spot: String,
+    /// The target node's routing id.
+    pub to: String,
+}
+
+/// Reply of `RELOCATE_SPOT`: the relocation moved every member of the Spot.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SpotRelocationDone {
+    /// The relocation's id.
+    pub relocation: u64,
+    /// The Spot's name.
+    pub spot: String,
+    /// The members' refs at the target (same ActorIds and ObjectGenerations).
+    pub actors: Vec<ActorRef>,
+    /// The node it left.
+    pub from: String,
+    /// The node that hosts it now.
     pub to: String,
     /// Records captured on the source and relayed to the target.
     pub relayed: u64,

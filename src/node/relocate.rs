@@ -85,6 +85,22 @@ pub enum RelocateError {
     /// A relocation of this actor is in progress.
     #[error("actor {0} is relocating already")]
     InProgress(ActorId),
+    /// No Spot of this name is hosted by this node (relocate a Spot from the node hosting it).
+    #[error("spot {0:?} is not hosted by this node")]
+    UnknownSpot(String),
+    /// The Spot's kind does not move as a unit: only a SpotWide User or an Instance Spot does
+    /// (its one gate is what the relocation seals); move its actors one at a time instead.
+    #[error("spot {spot:?} is {kind:?}: only a SpotWide User or Instance Spot moves as a unit")]
+    SpotNotMovable {
+        /// The Spot.
+        spot: String,
+        /// Its kind.
+        kind: crate::actor::SpotKind,
+    },
+    /// An actor of the Spot is still activating (or its member count is not settled): the
+    /// Spot cannot move now; try again.
+    #[error("spot {0:?} has an activation in progress")]
+    SpotBusy(String),
     /// The relocation was aborted; the source still owns and serves the actor (SB-8.5).
     #[error("relocation aborted, the actor stays here: {0:?}")]
     Aborted(AbortReason),
@@ -105,11 +121,12 @@ impl RelocateError {
     #[must_use]
     pub fn kind(&self) -> ErrorKind {
         match self {
-            RelocateError::NotOwner(_) => ErrorKind::NotFound,
+            RelocateError::NotOwner(_) | RelocateError::UnknownSpot(_) => ErrorKind::NotFound,
             RelocateError::NotMigratable(e) => e.kind(),
-            RelocateError::Store(_) | RelocateError::ShuttingDown | RelocateError::Failed(_) => {
-                ErrorKind::Unavailable
-            }
+            RelocateError::Store(_)
+            | RelocateError::ShuttingDown
+            | RelocateError::Failed(_)
+            | RelocateError::SpotBusy(_) => ErrorKind::Unavailable,
             _ => ErrorKind::InvalidOperation,
         }
     }
@@ -172,7 +189,10 @@ enum TargetInput {
 }
 
 struct SourceEntry {
-    actor: ActorId,
+    /// The moving actors.
+    actors: Vec<ActorId>,
+    /// The subject as `ctl relocations` shows it (the actor, or `spot NAME`).
+    label: String,
     target: NodeRid,
     tx: mpsc::Sender<SourceInput>,
     phase: SourcePhaseName,
@@ -237,7 +257,7 @@ impl Relocations {
     }
 }
 
-fn phase_list<P: std::fmt::Debug>(phases: &[(P, Duration)]) -> Vec<(String, u64)> {
+pub(super) fn phase_list<P: std::fmt::Debug>(phases: &[(P, Duration)]) -> Vec<(String, u64)> {
     phases
         .iter()
         .map(|(p, d)| (format!("{p:?}"), d.as_millis() as u64))
@@ -255,14 +275,24 @@ async fn sleep_until(clock: &dyn crate::clock::Clock, at: Option<Instant>) {
     }
 }
 
-/// What the source needs of the moving incarnation.
-struct Moving {
-    actor_ref: ActorRef,
+/// What the source needs of a moving incarnation.
+pub(super) struct Moving {
+    pub(super) actor_ref: ActorRef,
     /// Its bound session (sealed before the hand-off, taken over by the target).
-    binding: Option<RegisteredBinding>,
-    mailbox: Mailbox,
-    spot: SpotSpec,
-    rt_spot: RtSpot,
+    pub(super) binding: Option<RegisteredBinding>,
+    pub(super) mailbox: Mailbox,
+    pub(super) spot: SpotSpec,
+    pub(super) rt_spot: RtSpot,
+}
+
+/// A relocation the source finished with the actors moved (both public reports are made of it).
+pub(super) struct Moved {
+    pub(super) relocation: RelocationId,
+    /// The moved actors' refs at their new owner, in the order they were given.
+    pub(super) actors: Vec<ActorRef>,
+    pub(super) relayed: u64,
+    pub(super) phases: Vec<(SourcePhaseName, Duration)>,
+    pub(super) duration: Duration,
 }
 
 impl Node {
@@ -277,7 +307,7 @@ impl Node {
     ///
     /// A failure before the target's relay-ready is accepted aborts durably and the actor runs
     /// here again with nothing lost (SB-8.5); after it, this node never serves the actor again
-    /// (SB-8.6).
+    /// (SB-8.6). A whole Spot moves with [`Node::relocate_spot`].
     ///
     /// # Errors
     /// [`RelocateError`]; `Aborted` means the actor is still here.
@@ -300,22 +330,64 @@ impl Node {
             .ok_or_else(|| RelocateError::NotOwner(id.clone()))?;
         ty.relocatable()?;
         let moving = self.moving(actor)?;
-        let loc = self
-            .inner
-            .store
-            .lookup(id.clone())
-            .await?
-            .filter(|l| {
-                l.owner_node == *self.node_rid()
-                    && l.node_generation == self.generation()
-                    && l.object_generation == actor.object_generation()
-            })
-            .ok_or_else(|| RelocateError::NotOwner(id.clone()))?;
+        let m = self
+            .run_source(Subject::Actor, id.to_string(), vec![moving], to.clone())
+            .await?;
+        Ok(RelocationReport {
+            relocation: m.relocation,
+            actor: m.actors.into_iter().next().ok_or(RelocateError::Failed(
+                FailReason::TargetFailedAfterRelayReady,
+            ))?,
+            from: self.node_rid().clone(),
+            to,
+            relayed: m.relayed,
+            phases: m.phases,
+            duration: m.duration,
+        })
+    }
+
+    /// Runs the source's half of one relocation of `moving` (one actor, or every member of a
+    /// Spot, per `subject`) to `to`: each incarnation must be the one the store names here.
+    /// `label` names the subject in `ctl relocations`.
+    pub(super) async fn run_source(
+        &self,
+        subject: Subject,
+        label: String,
+        moving: Vec<Moving>,
+        to: NodeRid,
+    ) -> Result<Moved, RelocateError> {
+        let mut actors = Vec::with_capacity(moving.len());
+        let mut owners = HashMap::with_capacity(moving.len());
+        for m in &moving {
+            let id = m.actor_ref.id().clone();
+            let loc = self
+                .inner
+                .store
+                .lookup(id.clone())
+                .await?
+                .filter(|l| {
+                    l.owner_node == *self.node_rid()
+                        && l.node_generation == self.generation()
+                        && l.object_generation == m.actor_ref.object_generation()
+                })
+                .ok_or_else(|| RelocateError::NotOwner(id.clone()))?;
+            actors.push(MovingActor {
+                actor: id.clone(),
+                object_generation: loc.object_generation,
+                current_fence: loc.fence(),
+                // SB-8.9: the bound session is sealed first (42 → 43 from its owner).
+                bindings: Vec::new(),
+            });
+            owners.insert(id, loc.owner_fence());
+        }
         let (tx, rx) = mpsc::channel(INPUTS);
         let relocation = {
             let mut t = lock(&self.inner.relocations.table);
-            if t.sources.values().any(|s| s.actor == id) {
-                return Err(RelocateError::InProgress(id));
+            if let Some(busy) = actors
+                .iter()
+                .find(|a| t.sources.values().any(|s| s.actors.contains(&a.actor)))
+            {
+                return Err(RelocateError::InProgress(busy.actor.clone()));
             }
             t.next += 1;
             // Unique across the mesh's nodes: this process' generation and a counter.
@@ -323,7 +395,8 @@ impl Node {
             t.sources.insert(
                 rid,
                 SourceEntry {
-                    actor: id.clone(),
+                    actors: actors.iter().map(|a| a.actor.clone()).collect(),
+                    label: label.clone(),
                     target: to.clone(),
                     tx,
                     phase: SourcePhaseName::Fencing,
@@ -332,41 +405,40 @@ impl Node {
             t.counters.started += 1;
             rid
         };
+        for (a, m) in actors.iter_mut().zip(&moving) {
+            a.bindings = m
+                .binding
+                .iter()
+                .map(|b| SealTarget {
+                    session_owner: b.session_owner.clone(),
+                    seal: zlink_wire::SealIdentity {
+                        relocation,
+                        session_lifecycle: b.lifecycle,
+                        session: b.session,
+                        binding_generation: b.generation,
+                    },
+                })
+                .collect();
+        }
         let now = self.inner.clock.now();
         let core = SourceHandoff::start(
             relocation,
-            Subject::Actor,
-            vec![MovingActor {
-                actor: id.clone(),
-                object_generation: loc.object_generation,
-                current_fence: loc.fence(),
-                // SB-8.9: the bound session is sealed first (42 → 43 from its owner).
-                bindings: moving
-                    .binding
-                    .iter()
-                    .map(|b| SealTarget {
-                        session_owner: b.session_owner.clone(),
-                        seal: zlink_wire::SealIdentity {
-                            relocation,
-                            session_lifecycle: b.lifecycle,
-                            session: b.session,
-                            binding_generation: b.generation,
-                        },
-                    })
-                    .collect(),
-            }],
+            subject.clone(),
+            actors,
             to.clone(),
             self.inner.relocation,
             now,
         );
-        let span = tracing::info_span!("relocation", id = relocation.get(), actor = %id, to = %to, role = "source");
+        let span = tracing::info_span!("relocation", id = relocation.get(), subject = %label, to = %to, role = "source");
         let run = SourceRun {
             node: self,
             core,
             rx,
+            subject,
+            label,
             moving,
-            owner: loc.owner_fence(),
-            target: to.clone(),
+            owners,
+            target: to,
             relayed: 0,
             handed_off: None,
         };
@@ -470,7 +542,7 @@ impl Node {
         for (id, s) in &t.sources {
             out.push(RelocationSummary {
                 relocation: id.get(),
-                actor: s.actor.to_string(),
+                actor: s.label.clone(),
                 role: "source".into(),
                 peer: s.target.to_string(),
                 phase: format!("{:?}", s.phase),
@@ -864,8 +936,14 @@ struct SourceRun<'a> {
     node: &'a Node,
     core: SourceHandoff,
     rx: mpsc::Receiver<SourceInput>,
-    moving: Moving,
-    owner: crate::store::OwnerFence,
+    /// One actor (its lane is sealed) or a whole Spot (the Spot is sealed).
+    subject: Subject,
+    /// The subject for `ctl relocations` and the logs.
+    label: String,
+    /// The moving incarnations, in the core's order.
+    moving: Vec<Moving>,
+    /// Each moving actor's owner fence (the relocation fence is written with it).
+    owners: HashMap<ActorId, crate::store::OwnerFence>,
     target: NodeRid,
     relayed: u64,
     /// When the cutover left (the wait for the target's result is bounded from here).
@@ -873,7 +951,7 @@ struct SourceRun<'a> {
 }
 
 impl SourceRun<'_> {
-    async fn drive(mut self) -> Result<RelocationReport, RelocateError> {
+    async fn drive(mut self) -> Result<Moved, RelocateError> {
         let node = self.node;
         loop {
             while let Some(e) = self.core.poll_effect() {
@@ -916,24 +994,57 @@ impl SourceRun<'_> {
         }
     }
 
-    /// No result from the target in time after the cutover: the store names the owner.
+    /// No result from the target in time after the cutover: the store names the owner of each
+    /// moving actor.
     async fn decide_from_store(&mut self, now: Instant) {
-        let id = self.moving.actor_ref.id().clone();
-        match self.node.inner.store.lookup(id.clone()).await {
-            Ok(Some(l))
-                if l.owner_node == self.target
-                    && l.object_generation == self.moving.actor_ref.object_generation() =>
-            {
-                self.core.handle_target_result(now, vec![l], Vec::new());
+        let mut committed = Vec::new();
+        let mut failed = Vec::new();
+        for m in &self.moving {
+            let id = m.actor_ref.id().clone();
+            match self.node.inner.store.lookup(id.clone()).await {
+                Ok(Some(l))
+                    if l.owner_node == self.target
+                        && l.object_generation == m.actor_ref.object_generation() =>
+                {
+                    committed.push(l);
+                }
+                _ => failed.push(id),
             }
-            _ => self.core.handle_target_failed(now),
+        }
+        if committed.is_empty() {
+            self.core.handle_target_failed(now);
+        } else {
+            self.core.handle_target_result(now, committed, failed);
         }
     }
 
-    async fn perform(
-        &mut self,
-        e: SourceEffect,
-    ) -> Option<Result<RelocationReport, RelocateError>> {
+    /// The moving incarnation of `actor`.
+    fn mover(&self, actor: &ActorId) -> Option<&Moving> {
+        self.moving.iter().find(|m| m.actor_ref.id() == actor)
+    }
+
+    /// Seals the moving runtime unit and dehydrates each moving actor after its last turn here:
+    /// one actor's lane alone, or the whole Spot (every gate of it, never another Spot).
+    async fn seal_runtime(&self) -> Result<Vec<crate::actor::MigratedState>, ActorError> {
+        match &self.subject {
+            Subject::Actor => {
+                let m = self.moving.first().ok_or(ActorError::Ended)?;
+                let rx = m.mailbox.seal_and_dehydrate(&m.rt_spot)?;
+                self.set_phase(SourcePhaseName::Quiescing);
+                rx.await.unwrap_or(Err(ActorError::Ended)).map(|s| vec![s])
+            }
+            Subject::Spot(_) => {
+                let m = self.moving.first().ok_or(ActorError::Ended)?;
+                let mailboxes: Vec<Mailbox> =
+                    self.moving.iter().map(|m| m.mailbox.clone()).collect();
+                let rx = m.rt_spot.seal_and_dehydrate(&mailboxes)?;
+                self.set_phase(SourcePhaseName::Quiescing);
+                rx.await.unwrap_or(Err(ActorError::Ended))
+            }
+        }
+    }
+
+    async fn perform(&mut self, e: SourceEffect) -> Option<Result<Moved, RelocateError>> {
         let node = self.node;
         let store = &node.inner.store;
         let relocation = self.core.id();
@@ -942,9 +1053,12 @@ impl SourceRun<'_> {
                 // Binds of the moving incarnation answer `Unavailable` from the fence on, so no
                 // binding registers that the seals do not cover (SB-5.12, Message Follow).
                 node.seal_follow(actor.clone(), expected.object_generation);
-                let r = store
-                    .relocation_fence(actor.clone(), expected, self.owner.clone())
-                    .await;
+                let Some(owner) = self.owners.get(&actor).cloned() else {
+                    self.core
+                        .handle_fenced(node.inner.clock.now(), &actor, Err(()));
+                    return None;
+                };
+                let r = store.relocation_fence(actor.clone(), expected, owner).await;
                 self.core.handle_fenced(
                     node.inner.clock.now(),
                     &actor,
@@ -954,9 +1068,12 @@ impl SourceRun<'_> {
                 );
             }
             SourceEffect::RetireFence { actor, fence } => {
-                let r = store
-                    .relocation_fence(actor.clone(), fence, self.owner.clone())
-                    .await;
+                let Some(owner) = self.owners.get(&actor).cloned() else {
+                    self.core
+                        .handle_fence_retired(node.inner.clock.now(), &actor, false);
+                    return None;
+                };
+                let r = store.relocation_fence(actor.clone(), fence, owner).await;
                 if let Err(e) = &r {
                     tracing::warn!(error = %e, "durable abort not written");
                 }
@@ -991,25 +1108,20 @@ impl SourceRun<'_> {
                 });
             }
             SourceEffect::SealRuntime => {
-                let state = match self.moving.mailbox.seal_and_dehydrate(&self.moving.rt_spot) {
-                    Ok(rx) => {
-                        self.set_phase(SourcePhaseName::Quiescing);
-                        rx.await.unwrap_or(Err(ActorError::Ended))
-                    }
-                    Err(e) => Err(e),
-                };
+                let state = self.seal_runtime().await;
                 // Hold new ingress: what arrives from now on waits behind the barrier; binds
                 // naming the sealed incarnation answer `Unavailable` until the end (SB-5.12).
-                let held = self.hold_ingress();
-                node.seal_follow(
-                    self.moving.actor_ref.id().clone(),
-                    self.moving.actor_ref.object_generation(),
-                );
-                // A record waiting in the actor's backlog (its lane was full) cannot be taken
-                // back out of it: such a relocation aborts before anything left.
-                let backlogged = node.inner.actor_backlogs.queued(self.moving.actor_ref.id()) > 0;
+                let mut held = true;
+                let mut backlogged = false;
+                for m in &self.moving {
+                    held &= self.hold_ingress(m);
+                    node.seal_follow(m.actor_ref.id().clone(), m.actor_ref.object_generation());
+                    // A record waiting in the actor's backlog (its lane was full) cannot be
+                    // taken back out of it: such a relocation aborts before anything left.
+                    backlogged |= node.inner.actor_backlogs.queued(m.actor_ref.id()) > 0;
+                }
                 let state = match state {
-                    Ok(s) if held && !backlogged => Ok(vec![s]),
+                    Ok(s) if held && !backlogged => Ok(s),
                     Ok(_) => {
                         tracing::info!(backlogged, "actor busy: relocation aborts");
                         Err(())
@@ -1022,19 +1134,25 @@ impl SourceRun<'_> {
                 self.core.handle_quiesced(node.inner.clock.now(), state);
             }
             SourceEffect::SendRestore { to, request } => {
-                let placement = Placement {
-                    actor_type: self.moving.actor_ref.actor_type().to_owned(),
-                    spot: self.moving.spot.clone(),
-                    binding: self.moving.binding.as_ref().map(|b| BindingRecord {
-                        session_owner: b.session_owner.clone(),
-                        lifecycle: b.lifecycle,
-                        owner_id: b.owner_id,
-                        owner_lease: b.owner_lease,
-                        session: b.session,
-                        generation: b.generation,
-                    }),
-                };
-                let rec = RestoreRecord::of(&request, &[placement]);
+                // Each actor's placement, in the request's order.
+                let placement: Vec<Placement> = request
+                    .actors
+                    .iter()
+                    .filter_map(|a| self.mover(&a.actor))
+                    .map(|m| Placement {
+                        actor_type: m.actor_ref.actor_type().to_owned(),
+                        spot: m.spot.clone(),
+                        binding: m.binding.as_ref().map(|b| BindingRecord {
+                            session_owner: b.session_owner.clone(),
+                            lifecycle: b.lifecycle,
+                            owner_id: b.owner_id,
+                            owner_lease: b.owner_lease,
+                            session: b.session,
+                            generation: b.generation,
+                        }),
+                    })
+                    .collect();
+                let rec = RestoreRecord::of(&request, &placement);
                 let tx = lock(&node.inner.relocations.table)
                     .sources
                     .get(&relocation)
@@ -1068,18 +1186,22 @@ impl SourceRun<'_> {
                 });
             }
             SourceEffect::CaptureAndRelay => {
-                let id = self.moving.actor_ref.id().clone();
-                let (queued, other) = self.moving.mailbox.take_pending();
-                if other > 0 {
-                    tracing::warn!(
-                        other,
-                        "records of another kind in a moving actor's lane dropped"
-                    );
-                }
-                let held = self.take_held();
-                for w in queued.into_iter().chain(held) {
-                    node.relay_work(relocation, &self.target, &id, w).await;
-                    self.relayed += 1;
+                // Per actor, its queue's order (each actor has its own queue, EG-2.1).
+                for i in 0..self.moving.len() {
+                    let m = &self.moving[i];
+                    let id = m.actor_ref.id().clone();
+                    let (queued, other) = m.mailbox.take_pending();
+                    if other > 0 {
+                        tracing::warn!(
+                            other,
+                            "records of another kind in a moving actor's lane dropped"
+                        );
+                    }
+                    let held = self.take_held(m);
+                    for w in queued.into_iter().chain(held) {
+                        node.relay_work(relocation, &self.target, &id, w).await;
+                        self.relayed += 1;
+                    }
                 }
                 self.core.handle_relayed(node.inner.clock.now());
             }
@@ -1106,16 +1228,16 @@ impl SourceRun<'_> {
                 }
             }
             SourceEffect::UnsealRuntime => {
-                self.moving.mailbox.unseal();
-                node.release_follow(
-                    self.moving.actor_ref.id(),
-                    self.moving.actor_ref.object_generation(),
-                );
-                if let Err(e) = node
-                    .open_barrier(&self.moving.actor_ref, &self.moving.mailbox)
-                    .await
-                {
-                    tracing::warn!(error = %e, "source not reopened");
+                match (&self.subject, self.moving.first()) {
+                    (Subject::Actor, Some(m)) => m.mailbox.unseal(),
+                    (Subject::Spot(_), Some(m)) => m.rt_spot.unseal(),
+                    (_, None) => {}
+                }
+                for m in &self.moving {
+                    node.release_follow(m.actor_ref.id(), m.actor_ref.object_generation());
+                    if let Err(e) = node.open_barrier(&m.actor_ref, &m.mailbox).await {
+                        tracing::warn!(error = %e, "source not reopened");
+                    }
                 }
             }
             SourceEffect::SendRoute { to, record } => {
@@ -1147,13 +1269,15 @@ impl SourceRun<'_> {
         }
     }
 
-    /// Closes the barrier of the moving incarnation (ingress held from now on). `false` when
-    /// the incarnation is gone (destroyed, lease lost meanwhile).
-    fn hold_ingress(&self) -> bool {
+    /// Closes the barrier of the moving incarnation `m` (ingress held from now on). `false`
+    /// when the incarnation is gone (destroyed, lease lost meanwhile).
+    fn hold_ingress(&self, m: &Moving) -> bool {
         let mut actors = lock(&self.node.inner.actors);
-        match actors.live.get_mut(self.moving.actor_ref.id()).filter(|a| {
-            a.actor_ref.object_generation() == self.moving.actor_ref.object_generation()
-        }) {
+        match actors
+            .live
+            .get_mut(m.actor_ref.id())
+            .filter(|a| a.actor_ref.object_generation() == m.actor_ref.object_generation())
+        {
             Some(a) => {
                 a.held.get_or_insert_with(VecDeque::new);
                 true
@@ -1162,28 +1286,36 @@ impl SourceRun<'_> {
         }
     }
 
-    /// What waits behind the closed barrier, in arrival order (the barrier stays closed).
-    fn take_held(&self) -> VecDeque<Work> {
+    /// What waits behind `m`'s closed barrier, in arrival order (the barrier stays closed).
+    fn take_held(&self, m: &Moving) -> VecDeque<Work> {
         let mut actors = lock(&self.node.inner.actors);
         actors
             .live
-            .get_mut(self.moving.actor_ref.id())
+            .get_mut(m.actor_ref.id())
             .and_then(|a| a.held.as_mut())
             .map(std::mem::take)
             .unwrap_or_default()
     }
 
     /// The target owns the actor: the local incarnation ends; what it held since the capture
-    /// follows the captured work to the target.
+    /// follows the captured work to the target. The last member of a moved Spot to leave ends
+    /// the Spot here (its gates and lanes go).
     async fn end_incarnation(&mut self, location: &ActorLocation) {
         let node = self.node;
+        let Some(generation) = self
+            .mover(&location.actor_id)
+            .map(|m| m.actor_ref.object_generation())
+        else {
+            return;
+        };
         // One step under the actors lock: the incarnation ends here and Message Follow takes
         // its old route (SB-5.12), so no record finds the actor neither live nor followed.
         let removed = {
             let mut actors = lock(&node.inner.actors);
-            let ours = actors.live.get(&location.actor_id).is_some_and(|a| {
-                a.actor_ref.object_generation() == self.moving.actor_ref.object_generation()
-            });
+            let ours = actors
+                .live
+                .get(&location.actor_id)
+                .is_some_and(|a| a.actor_ref.object_generation() == generation);
             let removed = if ours {
                 actors.live.remove(&location.actor_id)
             } else {
@@ -1207,40 +1339,40 @@ impl SourceRun<'_> {
         }
     }
 
-    /// After relay-ready a failure never reopens the source (SB-8.6): the sealed incarnation
-    /// ends here; what it still held is answered `Unavailable`, never run.
-    fn end_unserved(&self) {
+    /// After relay-ready a failure never reopens the source (SB-8.6): each sealed incarnation
+    /// `which` names ends here; what it still held is answered `Unavailable`, never run.
+    fn end_unserved(&self, which: impl Fn(&ActorId) -> bool) {
         let node = self.node;
-        let removed = {
-            let mut actors = lock(&node.inner.actors);
-            let ours = actors
-                .live
-                .get(self.moving.actor_ref.id())
-                .is_some_and(|a| {
-                    a.actor_ref.object_generation() == self.moving.actor_ref.object_generation()
+        for m in self.moving.iter().filter(|m| which(m.actor_ref.id())) {
+            let removed = {
+                let mut actors = lock(&node.inner.actors);
+                let ours = actors.live.get(m.actor_ref.id()).is_some_and(|a| {
+                    a.actor_ref.object_generation() == m.actor_ref.object_generation()
                 });
-            if ours {
-                actors.live.remove(self.moving.actor_ref.id())
-            } else {
-                None
+                if ours {
+                    actors.live.remove(m.actor_ref.id())
+                } else {
+                    None
+                }
+            };
+            node.release_follow(m.actor_ref.id(), m.actor_ref.object_generation());
+            if let Some(mut a) = removed {
+                drop(a.held.take());
+                drop(a.mailbox.take_pending());
+                retire_sealed(&mut a);
+                node.leave_spot(&a.spot);
             }
-        };
-        node.release_follow(
-            self.moving.actor_ref.id(),
-            self.moving.actor_ref.object_generation(),
-        );
-        if let Some(mut a) = removed {
-            drop(a.held.take());
-            drop(a.mailbox.take_pending());
-            retire_sealed(&mut a);
-            node.leave_spot(&a.spot);
         }
     }
 
-    fn finish(&mut self, outcome: SourceOutcome) -> Result<RelocationReport, RelocateError> {
+    fn finish(&mut self, outcome: SourceOutcome) -> Result<Moved, RelocateError> {
         let node = self.node;
-        if matches!(outcome, SourceOutcome::Failed(_)) {
-            self.end_unserved();
+        match &outcome {
+            SourceOutcome::Failed(FailReason::CasFailed(ids)) => {
+                self.end_unserved(|a| ids.contains(a));
+            }
+            SourceOutcome::Failed(_) => self.end_unserved(|_| true),
+            _ => {}
         }
         let relocation = self.core.id();
         let duration = self
@@ -1281,7 +1413,7 @@ impl SourceRun<'_> {
         }
         node.inner.relocations.finish(RelocationSummary {
             relocation: relocation.get(),
-            actor: self.moving.actor_ref.id().to_string(),
+            actor: self.label.clone(),
             role: "source".into(),
             peer: self.target.to_string(),
             phase: "Done".into(),
@@ -1290,17 +1422,22 @@ impl SourceRun<'_> {
         });
         match outcome {
             SourceOutcome::Moved(locations) => {
-                let l = locations
-                    .into_iter()
-                    .find(|l| l.actor_id == *self.moving.actor_ref.id())
-                    .ok_or(RelocateError::Failed(
-                        FailReason::TargetFailedAfterRelayReady,
-                    ))?;
-                Ok(RelocationReport {
+                let actors = self
+                    .moving
+                    .iter()
+                    .map(|m| {
+                        locations
+                            .iter()
+                            .find(|l| l.actor_id == *m.actor_ref.id())
+                            .map(ActorRef::from_location)
+                            .ok_or(RelocateError::Failed(
+                                FailReason::TargetFailedAfterRelayReady,
+                            ))
+                    })
+                    .collect::<Result<Vec<_>, _>>()?;
+                Ok(Moved {
                     relocation,
-                    actor: ActorRef::from_location(&l),
-                    from: node.node_rid().clone(),
-                    to: self.target.clone(),
+                    actors,
                     relayed: self.relayed,
                     phases: self.core.phase_durations().to_vec(),
                     duration,
@@ -1376,6 +1513,15 @@ impl TargetRun<'_> {
         let node = self.node;
         if node.check_accepting().is_err() || node.standing().admit().is_err() {
             return Err(RestoreRefusal::Unavailable);
+        }
+        if let crate::relocation::Subject::Spot(name) = &request.subject {
+            // A Spot moves in whole: it does not merge into a Spot of that name here, and each
+            // moving actor is one of its members.
+            if lock(&node.inner.spots).contains_key(name)
+                || self.placement.iter().any(|p| p.spot.name != *name)
+            {
+                return Err(RestoreRefusal::AlreadyHosted);
+            }
         }
         for (a, p) in request.actors.iter().zip(&self.placement) {
             let spot = &p.spot;

@@ -136,6 +136,10 @@ pub struct RestoreActor {
 pub struct RestoreRecord {
     /// The relocation.
     pub relocation: RelocationId,
+    /// A whole-Spot relocation: the Spot's name (every actor below is a member of it); absent
+    /// for one actor.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spot: Option<String>,
     /// The moving actors.
     pub actors: Vec<RestoreActor>,
 }
@@ -227,6 +231,10 @@ impl RestoreRecord {
     pub fn of(request: &RestoreRequest, placement: &[Placement]) -> Self {
         RestoreRecord {
             relocation: request.relocation,
+            spot: match &request.subject {
+                Subject::Actor => None,
+                Subject::Spot(name) => Some(name.clone()),
+            },
             actors: request
                 .actors
                 .iter()
@@ -295,7 +303,7 @@ impl RestoreRecord {
         (
             RestoreRequest {
                 relocation: self.relocation,
-                subject: Subject::Actor,
+                subject: self.spot.map_or(Subject::Actor, Subject::Spot),
                 actors,
             },
             placement,
@@ -372,6 +380,26 @@ mod tests {
             decode::<CutoverRecord>(&b).unwrap_err(),
             HandoffRefusal::Malformed
         );
+    }
+
+    // A Spot's Restore names the Spot and comes back as a Spot subject; one actor's carries no
+    // `spot` field at all (a node that never moves Spots reads it as before).
+    #[test]
+    fn restore_names_the_spot_of_a_spot_relocation() {
+        let request = |subject| RestoreRequest {
+            relocation: RelocationId::new(5),
+            subject,
+            actors: Vec::new(),
+        };
+        let spot = RestoreRecord::of(&request(Subject::Spot("room".into())), &[]);
+        let back: RestoreRecord = decode(&encode(&spot).unwrap()).unwrap();
+        assert_eq!(back.spot.as_deref(), Some("room"));
+        assert_eq!(back.into_request().0.subject, Subject::Spot("room".into()));
+        let one = RestoreRecord::of(&request(Subject::Actor), &[]);
+        let bytes = encode(&one).unwrap();
+        assert!(!bytes.windows(4).any(|w| w == b"spot"));
+        let back: RestoreRecord = decode(&bytes).unwrap();
+        assert_eq!(back.into_request().0.subject, Subject::Actor);
     }
 
     #[test]
