@@ -251,6 +251,44 @@ fn existing<'a>(
     Ok(current)
 }
 
+/// The record of `actor_id` at exactly `expected` (incarnation, AuthorityOwnerGeneration,
+/// version) and Ready: what `cas_owner` and `relocation_fence` act on.
+fn ready_at<'a>(
+    record: Option<&'a ActorLocation>,
+    actor_id: &ActorId,
+    expected: AuthorityFence,
+) -> Result<&'a ActorLocation, StoreError> {
+    let current = existing(record, actor_id, expected.object_generation)?;
+    if current.fence() != expected {
+        return Err(fence_mismatch(actor_id, expected, current));
+    }
+    if current.state != ActivationState::Ready {
+        return Err(StoreError::InvalidState {
+            actor_id: actor_id.clone(),
+            state: current.state,
+        });
+    }
+    Ok(current)
+}
+
+/// `current` names exactly the owner authority `presented` (incarnation,
+/// AuthorityOwnerGeneration, owner lease), else `OwnerMismatch`.
+fn owned_by(
+    current: &ActorLocation,
+    actor_id: &ActorId,
+    presented: &OwnerFence,
+) -> Result<(), StoreError> {
+    let stored = current.owner_fence();
+    if stored != *presented {
+        return Err(StoreError::OwnerMismatch {
+            actor_id: actor_id.clone(),
+            presented: Box::new(presented.clone()),
+            stored: Box::new(stored),
+        });
+    }
+    Ok(())
+}
+
 fn fence_mismatch(
     actor_id: &ActorId,
     expected: AuthorityFence,
@@ -308,16 +346,7 @@ pub(crate) fn cas_owner(
     new_owner: &ActorOwner,
     now: StoreTime,
 ) -> Result<ActorWrite, StoreError> {
-    let current = existing(record, actor_id, expected.object_generation)?;
-    if current.fence() != expected {
-        return Err(fence_mismatch(actor_id, expected, current));
-    }
-    if current.state != ActivationState::Ready {
-        return Err(StoreError::InvalidState {
-            actor_id: actor_id.clone(),
-            state: current.state,
-        });
-    }
+    let current = ready_at(record, actor_id, expected)?;
     require_live(new_owner_lease, &new_owner.holder, now)?;
     let next = ActorCounters {
         object_generation: counters.object_generation,
@@ -353,24 +382,8 @@ pub(crate) fn relocation_fence(
     owner: &OwnerFence,
     now: StoreTime,
 ) -> Result<ActorWrite, StoreError> {
-    let current = existing(record, actor_id, expected.object_generation)?;
-    if current.fence() != expected {
-        return Err(fence_mismatch(actor_id, expected, current));
-    }
-    if current.state != ActivationState::Ready {
-        return Err(StoreError::InvalidState {
-            actor_id: actor_id.clone(),
-            state: current.state,
-        });
-    }
-    let stored = current.owner_fence();
-    if stored != *owner {
-        return Err(StoreError::OwnerMismatch {
-            actor_id: actor_id.clone(),
-            presented: Box::new(owner.clone()),
-            stored: Box::new(stored),
-        });
-    }
+    let current = ready_at(record, actor_id, expected)?;
+    owned_by(current, actor_id, owner)?;
     require_live(owner_lease, &owner.holder, now)?;
     let next = ActorCounters {
         version: bump(counters.version, "record version")?,
@@ -396,14 +409,7 @@ pub(crate) fn destroy(
     now: StoreTime,
 ) -> Result<(), StoreError> {
     let current = existing(record, actor_id, fence.object_generation)?;
-    let stored = current.owner_fence();
-    if stored != *fence {
-        return Err(StoreError::OwnerMismatch {
-            actor_id: actor_id.clone(),
-            presented: Box::new(fence.clone()),
-            stored: Box::new(stored),
-        });
-    }
+    owned_by(current, actor_id, fence)?;
     require_live(owner_lease, &fence.holder, now)
 }
 
