@@ -898,7 +898,13 @@ impl Node {
         if opened.is_empty() {
             return;
         }
-        let ttl = lock(&self.inner.follow).config().ttl;
+        let ttl = self
+            .inner
+            .follow
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .config()
+            .ttl;
         self.inner.clock.sleep_until(at + ttl).await;
         let mut actors = lock(&self.inner.actors);
         for r in &opened {
