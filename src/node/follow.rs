@@ -27,7 +27,9 @@ use crate::relocation::follow::{
 use crate::runtime::{CycleStamp, Inline};
 use crate::store::ActorLocation;
 
-fn table(node: &Node) -> crate::sync::MutexGuard<'_, FollowTable> {
+/// The node's Message Follow table, locked (a poisoned lock is taken over: the table stays
+/// consistent between its own calls).
+pub(super) fn table(node: &Node) -> crate::sync::MutexGuard<'_, FollowTable> {
     node.inner.follow.lock().unwrap_or_else(|e| e.into_inner())
 }
 

@@ -898,13 +898,7 @@ impl Node {
         if opened.is_empty() {
             return;
         }
-        let ttl = self
-            .inner
-            .follow
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .config()
-            .ttl;
+        let ttl = super::follow::table(self).config().ttl;
         self.inner.clock.sleep_until(at + ttl).await;
         let mut actors = lock(&self.inner.actors);
         for r in &opened {
