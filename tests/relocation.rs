@@ -1824,6 +1824,104 @@ async fn a_spot_with_bound_members_moves_under_relays_and_each_session_binding_f
     .await;
 }
 
+// spec: SB-8.5, SB-8.8, SB-14.24
+// Two members of a SpotWide Spot on `a`, both bound to one client session on `s`, under relays
+// to both without pause; the target refuses the Spot's Restore (a rehydration fails) before
+// relay-ready: the source aborts durably, reopens the Spot with its queues first and sends one
+// 44 abort per sealed binding (no commit); the session owner releases each seal and resubmits
+// what it held to the source. Every relay is answered once, in order, by the source; the
+// connection stays; the session's snapshot still names `a` for both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spot_whose_target_fails_sends_44_abort_to_each_bound_session() {
+    use live::{Add, Error, GetSeen, aid};
+    use node_common::{bind, relay_req, rid, tapped};
+    use zlink_mesh::TapDirection;
+    let (w, c) = session_world_with(WorldFaults {
+        fail_rehydrate: true,
+        ..WorldFaults::default()
+    })
+    .await;
+    let mut members = Vec::new();
+    for id in ["booth-p1", "booth-p2"] {
+        let m =
+            w.a.create(zlink::actor::Create::new("counter", aid(id)).in_spot(spotwide("booth")))
+                .await
+                .unwrap();
+        bind(&c, &m).await;
+        members.push(m);
+    }
+    const N: u64 = 200;
+    let sender = {
+        let (c, members) = (c.clone(), members.clone());
+        tokio::spawn(async move {
+            let mut replies = Vec::new();
+            for i in 0..N {
+                for m in &members {
+                    replies.push(relay_req(&c, m, &Add(i)).await);
+                }
+            }
+            replies
+        })
+    };
+    let turns = w.a.stats().turns;
+    node_common::wait_until("relays flowing", || w.a.stats().turns > turns + 20).await;
+    match w.a.relocate_spot("booth", rid("b")).await {
+        Err(Error::Aborted(zlink::relocation::AbortReason::TargetFailed)) => {}
+        other => panic!("expected an abort, got {other:?}"),
+    }
+    let replies = tokio::time::timeout(TIMEOUT, sender)
+        .await
+        .unwrap()
+        .unwrap();
+    for (k, r) in replies.into_iter().enumerate() {
+        assert_eq!(
+            r.unwrap(),
+            (k / 2) as u64 + 1,
+            "relay {k}: lost, doubled or another's reply"
+        );
+    }
+    for m in &members {
+        let seen = w.a.request(m, &GetSeen, TIMEOUT).await.unwrap();
+        assert_eq!(seen, (0..N).collect::<Vec<u64>>(), "{}", m.id());
+        // The connection stays and the binding still routes to the source.
+        assert_eq!(relay_req(&c, m, &Add(N)).await.unwrap(), N + 1);
+        let loc = w.store.lookup(m.id().clone()).await.unwrap().unwrap();
+        assert_eq!(loc.owner_node, rid("a"));
+    }
+    let bound = c.packet(&zlink_apps::demo::session::Bound).await.unwrap();
+    assert_eq!(bound.len(), 2);
+    assert!(bound.iter().all(|b| b.node() == &rid("a")), "{bound:?}");
+    // On the wire at the session owner: a 42 and a 43 per bound member, then one 44 abort per
+    // member naming its own seal, no commit.
+    let seals = tapped(&w.tap_s, TapDirection::Received, 42);
+    assert_eq!(seals.len(), 2);
+    assert_eq!(tapped(&w.tap_s, TapDirection::Sent, 43).len(), 2);
+    let mut sealed: Vec<_> = seals
+        .iter()
+        .map(|r| match &r.decoded.as_ref().unwrap().record {
+            zlink_wire::Record::SessionRelocationSeal(s) => s.seal.clone(),
+            other => panic!("not a 42: {other:?}"),
+        })
+        .collect();
+    let mut aborted: Vec<_> = tapped(&w.tap_s, TapDirection::Received, 44)
+        .iter()
+        .map(|r| match &r.decoded.as_ref().unwrap().record {
+            zlink_wire::Record::SessionRelocationRoute(zlink_wire::SessionRelocationRoute::Abort(
+                a,
+            )) => a.seal.clone(),
+            other => panic!("not a 44 abort: {other:?}"),
+        })
+        .collect();
+    sealed.sort_by_key(|s| format!("{s:?}"));
+    aborted.sort_by_key(|s| format!("{s:?}"));
+    assert_eq!(aborted, sealed, "one 44 abort per seal, each naming its own");
+    assert_eq!(w.a.relocations().1.aborted, 1);
+    node_common::wait_until("relocation state freed", || {
+        w.a.relocations_in_progress() == 0 && w.b.relocations_in_progress() == 0
+    })
+    .await;
+}
+
 // spec: SB-8.5, SB-14.24
 // The target refuses a Spot's Restore (a member's rehydration fails) before relay-ready: the
 // relocation aborts durably, the Spot is unsealed on the source and every member serves there
