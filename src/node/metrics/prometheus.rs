@@ -302,13 +302,14 @@ impl Collector for NodeCollector {
         family(
             e,
             "zlink_relocation_outcomes",
-            "Relocations this node coordinated, by outcome (started, committed, aborted, failed) and as target",
+            "Relocations this node coordinated, by outcome (started, committed, aborted, failed; actors recovered after a failure) and as target",
             MetricType::Counter,
             [
                 ("started", rc.started),
                 ("committed", rc.committed),
                 ("aborted", rc.aborted),
                 ("failed", rc.failed),
+                ("recovered", rc.recovered),
                 ("target", rc.target),
             ]
             .into_iter()
