@@ -477,7 +477,7 @@ async fn handle(node: &Node, inbound: Inbound) {
             }
         }
         (Origin::Peer { node: sender, .. }, Record::Request(r)) => match reply {
-            // The relocation hand-off records, in arrival order on this loop (`relocate.rs`).
+            // The relocation hand-off records, in arrival order on this loop (`relocate/`).
             Some(reply) if r.key == protocol::PEER_RELOCATE_WORK => {
                 node.on_relocate_work(&sender, &payload, deadline, reply)
                     .await;
