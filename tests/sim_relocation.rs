@@ -23,6 +23,8 @@ const CI_SEEDS: u64 = 10_000;
 // spec: EG-14, SB-4 — an actor whose owner crashed is activated again only once the store's
 // lease check lets a new owner win the reservation; its messages are refused only while no
 // owner serves it, and its old binding's relays are refused by the new slot (SB-5.3)
+// spec: EG-14, SB-5.11 — an owner whose lease ran out (mid-relocation too) serves nothing under
+// it; the store's fences decide its relocations in flight
 #[test]
 fn ten_thousand_relocation_seeds_keep_every_invariant() {
     let (count, total) = sim::check_seeds::<Relocation>(CI_SEEDS);
@@ -38,6 +40,10 @@ fn ten_thousand_relocation_seeds_keep_every_invariant() {
         assert!(total.late_44 > 0 && total.crashes > 0, "{total:?}");
         assert!(
             total.reactivated > count / 10 && total.processed_after_reactivation > count / 10,
+            "{total:?}"
+        );
+        assert!(
+            total.lease_expiries_mid_move > count / 100 && total.dropped_lease > 0,
             "{total:?}"
         );
     }
@@ -58,6 +64,8 @@ fn an_injected_relocation_fault_is_caught_and_shrinks() {
         "no_follow",
         "activation_installs_nothing",
         "activate_on_unreachable_owner",
+        "serve_past_lease",
+        "open_under_lost_lease",
     ]);
 }
 
