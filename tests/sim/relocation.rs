@@ -1337,7 +1337,8 @@ impl<'s> World<'s> {
                 Incarnation {
                     backlog: Default::default(),
                     turn: false,
-                    fell_back: false,
+                    behind: None,
+                    late_stream: false,
                     object_generation: won.object_generation.get(),
                     state: IncState::Serving,
                     slot: BindingSlot::default(),
