@@ -29,6 +29,8 @@ const CI_SEEDS: u64 = 10_000;
 // replaced binding's relays are refused, a 51 ends its seal (the held relays go with it), a
 // bind the owner registers is the one the target's slot holds after the move
 // spec: SB-6.6 — a refused 51 changes nothing
+// spec: SB-12 — every request exactly one terminal at its caller (reply, refusal or deadline),
+// and a reply or refusal tells the truth about whether it ran
 #[test]
 fn ten_thousand_relocation_seeds_keep_every_invariant() {
     let (count, total) = sim::check_seeds::<Relocation>(CI_SEEDS);
@@ -58,6 +60,11 @@ fn ten_thousand_relocation_seeds_keep_every_invariant() {
             total.replaced_while_sealed > 0 && total.dropped_replaced > 0,
             "{total:?}"
         );
+        assert!(
+            total.request_replies > count && total.request_refusals > 0,
+            "{total:?}"
+        );
+        assert!(total.request_deadlines > 0, "{total:?}");
     }
 }
 
@@ -79,6 +86,7 @@ fn an_injected_relocation_fault_is_caught_and_shrinks() {
         "serve_past_lease",
         "open_under_lost_lease",
         "bind_until_runtime_seal",
+        "no_request_deadline",
     ]);
 }
 

@@ -73,6 +73,8 @@ const PEER_TIMEOUT_MS: Millis = 300;
 const STORE_CALL_TIMEOUT_MS: Millis = 1_000;
 /// A bind's deadline at its session owner.
 const BIND_DEADLINE_MS: Millis = 4_000;
+/// A request relay's deadline at its caller (the session owner).
+const REQUEST_DEADLINE_MS: Millis = 5_000;
 /// A replaced session's callback runs this long.
 const CALLBACK_MS: Millis = 100;
 /// After the last action: every partition healed and every timer ran out.
@@ -104,6 +106,9 @@ pub struct Faults {
     /// table's seal entry refuses them), though the seal targets and the Restore's binding
     /// were taken at the start.
     pub bind_until_runtime_seal: bool,
+    /// The session owner arms no deadline for a relayed request: a request lost with its
+    /// connection never ends.
+    pub no_request_deadline: bool,
 }
 
 impl Faults {
@@ -121,6 +126,7 @@ impl Faults {
             "serve_past_lease" => f.serve_past_lease = true,
             "open_under_lost_lease" => f.open_under_lost_lease = true,
             "bind_until_runtime_seal" => f.bind_until_runtime_seal = true,
+            "no_request_deadline" => f.no_request_deadline = true,
             _ => return None,
         }
         Some(f)
@@ -352,6 +358,16 @@ pub struct Stats {
     pub reactivated: u64,
     /// Messages processed by a re-activated incarnation.
     pub processed_after_reactivation: u64,
+    /// Session relays that are requests (the caller waits for one terminal).
+    pub requests: u64,
+    /// … whose terminal was the actor's reply.
+    pub request_replies: u64,
+    /// … whose terminal was a refusal (a node's answer, or the session's own close).
+    pub request_refusals: u64,
+    /// … whose terminal was their deadline.
+    pub request_deadlines: u64,
+    /// Terminals that came after a request's first (late: ignored).
+    pub late_terminals: u64,
     /// Binds (38) sent.
     pub binds: u64,
     /// … registered by the actor owner and completed at the session.
@@ -411,6 +427,11 @@ impl std::ops::AddAssign for Stats {
         self.reactivated += o.reactivated;
         self.lease_expiries += o.lease_expiries;
         self.binds += o.binds;
+        self.requests += o.requests;
+        self.request_replies += o.request_replies;
+        self.request_refusals += o.request_refusals;
+        self.request_deadlines += o.request_deadlines;
+        self.late_terminals += o.late_terminals;
         self.bound += o.bound;
         self.bind_refused += o.bind_refused;
         self.bind_timeouts += o.bind_timeouts;
@@ -565,6 +586,10 @@ enum Msg {
     },
     /// 51.
     Replaced(Box<BoundSessionReplaced>),
+    /// A request's reply, from the node that processed it to its caller's session owner.
+    Reply {
+        id: u64,
+    },
     /// A store call and its answer.
     StoreCall {
         call: u64,
@@ -612,6 +637,11 @@ enum Event {
     /// A bind's deadline at its session owner.
     BindDeadline {
         id: u64,
+    },
+    /// A request's terminal reaches its caller (a refusal's answer, or its deadline).
+    Terminal {
+        id: u64,
+        kind: &'static str,
     },
     /// The replaced-callback of replacement `seq` of session `session` ended.
     CallbackDone {
@@ -735,6 +765,10 @@ struct RelayInfo {
     key: (usize, u64, u64, usize),
     seq: u64,
     fate: Option<Fate>,
+    /// A request: its caller waits for exactly one terminal.
+    request: bool,
+    /// The request's first terminal at its caller: "reply", "refused", "deadline".
+    terminal: Option<&'static str>,
 }
 
 struct World<'s> {
@@ -1060,6 +1094,29 @@ impl<'s> World<'s> {
                 t.push(format!("{:>6}   relay {id} dropped: {why}", self.now));
             }
         }
+        if let (true, Fate::Dropped(why)) = (info.request, &fate) {
+            // the caller's terminal: the refusing node's answer, the session owner's own
+            // drop at once, or nothing (the deadline decides) when no one can answer
+            let at = match *why {
+                "sent on a broken connection" | "lost with its connection" | "its node crashed" => {
+                    None
+                }
+                "its session's seal timed out"
+                | "its seal's session timed out"
+                | "its session closed (replaced)"
+                | "its deadline passed while held" => Some(self.now),
+                _ => Some(self.now + 2),
+            };
+            if let Some(at) = at {
+                self.queue.push(
+                    at,
+                    Event::Terminal {
+                        id,
+                        kind: "refused",
+                    },
+                );
+            }
+        }
         if info.fate.is_none() {
             info.fate = Some(fate);
         } else {
@@ -1148,6 +1205,10 @@ impl<'s> World<'s> {
                 if self.nodes[node].up && self.nodes[node].generation == generation {
                     self.timers(node)?;
                 }
+                Ok(())
+            }
+            Event::Terminal { id, kind } => {
+                self.terminal(id, kind);
                 Ok(())
             }
             Event::BindDeadline { id } => {
@@ -1365,6 +1426,8 @@ impl<'s> World<'s> {
         let key = (node, lifecycle, s.rid, actor);
         let id = self.next_id;
         self.next_id += 1;
+        // a third of a session's relays are requests (drawn from the seed and the id)
+        let request = super::mix(self.s.seed ^ 0x24, id) % 3 == 0;
         let seq = {
             let n = self.next_seq.entry(key).or_insert(0);
             *n += 1;
@@ -1376,9 +1439,23 @@ impl<'s> World<'s> {
                 key,
                 seq,
                 fate: None,
+                request,
+                terminal: None,
             },
         );
         self.stats.relays += 1;
+        if request {
+            self.stats.requests += 1;
+            if !self.faults.no_request_deadline {
+                self.queue.push(
+                    self.now + REQUEST_DEADLINE_MS,
+                    Event::Terminal {
+                        id,
+                        kind: "deadline",
+                    },
+                );
+            }
+        }
         let held = HeldRelay::one_way(DispatchKey::new(1), Bytes::from(id.to_le_bytes().to_vec()));
         // held by the seal (SB-8.2); a binding whose seal ended meanwhile sends at once
         if ticket.held() && s.agg.hold_relay(&actor_id(actor), g, held).is_ok() {
@@ -1755,6 +1832,8 @@ impl<'s> World<'s> {
                 key,
                 seq,
                 fate: None,
+                request: false,
+                terminal: None,
             },
         );
         self.stats.tells += 1;
@@ -2732,6 +2811,10 @@ impl<'s> World<'s> {
             ),
             Msg::BindReply { id, result } => self.bind_reply(to, id, result),
             Msg::Replaced(rec) => self.replaced(from, to, *rec),
+            Msg::Reply { id } => {
+                self.terminal(id, "reply");
+                Ok(())
+            }
             Msg::StoreAnswer { call, result } => {
                 let Some((reloc, op)) = self.nodes[to].calls.remove(&call) else {
                     return Ok(()); // after its timeout: late, dropped
@@ -3068,7 +3151,38 @@ impl<'s> World<'s> {
         }
         self.log(|| format!("  n{node} processes relay {} (seq {})", r.id, info.seq));
         self.fate(r.id, Fate::Processed(node));
+        if info.request {
+            self.send(node, info.key.0, Msg::Reply { id: r.id });
+        }
         Ok(())
+    }
+
+    /// A terminal of request `id` at its caller (the session owner that sent it): the first one
+    /// counts, later ones are late; a caller whose process died has no one to tell.
+    fn terminal(&mut self, id: u64, kind: &'static str) {
+        let Some(info) = self.relays.get_mut(&id) else {
+            return;
+        };
+        let (node, lifecycle) = (info.key.0, info.key.1);
+        if !info.request || !self.nodes[node].up || self.nodes[node].generation != lifecycle {
+            return;
+        }
+        if info.terminal.is_some() {
+            // a deadline after the terminal is a timer with nothing left to do
+            if kind != "deadline" {
+                self.stats.late_terminals += 1;
+            }
+            return;
+        }
+        info.terminal = Some(kind);
+        match kind {
+            "reply" => self.stats.request_replies += 1,
+            "refused" => self.stats.request_refusals += 1,
+            _ => self.stats.request_deadlines += 1,
+        }
+        if let Some(t) = &mut self.trace {
+            t.push(format!("{:>6}   request {id}: {kind}", self.now));
+        }
     }
 
     /// After every step: at most one node serves each actor.
@@ -3103,6 +3217,32 @@ impl<'s> World<'s> {
                 }
                 Some(Fate::Dropped(why)) if *why == "SECOND FATE" => {
                     return Err(self.violation(format!("relay {id} has two fates")));
+                }
+                _ => {}
+            }
+            // spec: SB-12 — every request ends with exactly one terminal at its caller (the
+            // first; later ones are ignored), and a reply or a refusal tells the truth
+            if !info.request {
+                continue;
+            }
+            let caller_alive =
+                self.nodes[info.key.0].up && self.nodes[info.key.0].generation == info.key.1;
+            match (info.terminal, &info.fate) {
+                (None, _) if caller_alive => {
+                    return Err(self.violation(format!(
+                        "request {id} (seq {} of a{}) has no terminal",
+                        info.seq, info.key.3
+                    )));
+                }
+                (Some("reply"), f) if !matches!(f, Some(Fate::Processed(_))) => {
+                    return Err(
+                        self.violation(format!("request {id} was answered by a reply but {f:?}"))
+                    );
+                }
+                (Some("refused"), Some(Fate::Processed(_))) => {
+                    return Err(self.violation(format!(
+                        "request {id} was refused to its caller but processed"
+                    )));
                 }
                 _ => {}
             }
