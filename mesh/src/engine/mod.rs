@@ -209,6 +209,14 @@ impl Peer {
         &self.rids[link_index(kind)]
     }
 
+    fn link(&self, kind: LinkKind) -> &Link {
+        if kind == LinkKind::Relay {
+            &self.relay
+        } else {
+            &self.completion
+        }
+    }
+
     fn link_mut(&mut self, kind: LinkKind) -> &mut Link {
         if kind == LinkKind::Relay {
             &mut self.relay
