@@ -102,6 +102,9 @@ pub struct Faults {
     /// A target whose CAS won under a lease that ran out before the answer came opens
     /// dispatch anyway.
     pub open_under_lost_lease: bool,
+    /// After the cutover timeout's fallback the target lets regular ingress in at once
+    /// instead of behind the source's relay stream.
+    pub fallback_ignores_source_stream: bool,
     /// The source registers binds until it seals the runtime (today's node: only the Follow
     /// table's seal entry refuses them), though the seal targets and the Restore's binding
     /// were taken at the start.
@@ -128,6 +131,7 @@ impl Faults {
             "activate_on_unreachable_owner" => f.activate_on_unreachable_owner = true,
             "serve_past_lease" => f.serve_past_lease = true,
             "open_under_lost_lease" => f.open_under_lost_lease = true,
+            "fallback_ignores_source_stream" => f.fallback_ignores_source_stream = true,
             "bind_until_runtime_seal" => f.bind_until_runtime_seal = true,
             "no_request_deadline" => f.no_request_deadline = true,
             "no_recovery" => f.no_recovery = true,
@@ -361,9 +365,15 @@ pub struct Stats {
     pub seal_timeouts: u64,
     /// Late or duplicate 44s refused.
     pub late_44: u64,
-    /// Session relays captured by the source that reached a target after its cutover
-    /// timeout's fallback had dispatched newer ones (out of the session's order).
-    pub reordered_by_fallback: u64,
+    /// Fallbacks whose wait for the source's relay stream ended without its cutover: the
+    /// source was seen gone, or the source wait expired (the source alive and stalled).
+    pub source_waits_cut: u64,
+    /// … of which the source wait expired.
+    pub source_waits_expired: u64,
+    /// Session relays captured by the source that reached a target after its wait for the
+    /// source's relay stream had ended without the cutover, behind newer ones (out of the
+    /// session's order: the one documented case, `TargetHandoff::late_relayed`).
+    pub reordered_after_source_wait: u64,
     /// Crashes.
     pub crashes: u64,
     /// Actors activated again on a new owner after their owner's lease ended (a crash).
@@ -437,7 +447,9 @@ impl std::ops::AddAssign for Stats {
         self.cutover_timeouts += o.cutover_timeouts;
         self.seal_timeouts += o.seal_timeouts;
         self.late_44 += o.late_44;
-        self.reordered_by_fallback += o.reordered_by_fallback;
+        self.source_waits_cut += o.source_waits_cut;
+        self.source_waits_expired += o.source_waits_expired;
+        self.reordered_after_source_wait += o.reordered_after_source_wait;
         self.crashes += o.crashes;
         self.reactivated += o.reactivated;
         self.lease_expiries += o.lease_expiries;
@@ -522,8 +534,9 @@ struct Relay {
     tell: bool,
     /// Captured by a source and relayed to its target.
     captured: bool,
-    /// Reached, as captured work, a target that had opened by the cutover timeout's fallback.
-    after_fallback: bool,
+    /// Reached, as captured work, a target whose wait for the source's relay stream after a
+    /// fallback had ended without the cutover.
+    after_source_wait: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -712,9 +725,12 @@ struct Incarnation {
     backlog: std::collections::VecDeque<Relay>,
     /// A turn is scheduled.
     turn: bool,
-    /// Opened by the cutover timeout's fallback (SB-8.9): work the source relays later is
-    /// appended behind what the target dispatched meanwhile.
-    fell_back: bool,
+    /// Opened by the cutover timeout's fallback (SB-8.9) with the source's relay stream still
+    /// open: regular ingress waits here, behind the captured work, until the stream ends.
+    behind: Option<Vec<Relay>>,
+    /// That wait ended without the source's cutover: captured work the source relays later is
+    /// appended behind what went in meanwhile.
+    late_stream: bool,
     object_generation: u64,
     state: IncState,
     slot: BindingSlot,
@@ -981,7 +997,8 @@ impl<'s> World<'s> {
                 Incarnation {
                     backlog: Default::default(),
                     turn: false,
-                    fell_back: false,
+                    behind: None,
+                    late_stream: false,
                     object_generation: loc.object_generation.get(),
                     state: IncState::Serving,
                     slot,
@@ -1498,7 +1515,7 @@ impl<'s> World<'s> {
             followed: false,
             tell: false,
             captured: false,
-            after_fallback: false,
+            after_source_wait: false,
         };
         let to = index_of(ticket.to());
         self.log(|| format!("  relay {id} (seq {seq}) -> n{to}"));
@@ -1871,7 +1888,7 @@ impl<'s> World<'s> {
             followed: false,
             tell: true,
             captured: false,
-            after_fallback: false,
+            after_source_wait: false,
         };
         let to = index_of(&loc.owner_node);
         self.log(|| format!("  tell {id} -> n{to}"));
@@ -1949,7 +1966,8 @@ impl<'s> World<'s> {
                 Incarnation {
                     backlog: Default::default(),
                     turn: false,
-                    fell_back: false,
+                    behind: None,
+                    late_stream: false,
                     object_generation: won.object_generation.get(),
                     state: IncState::Serving,
                     slot: BindingSlot::default(),
@@ -2121,6 +2139,7 @@ impl<'s> World<'s> {
         n.sessions.clear();
         for (a, inc) in std::mem::take(&mut n.actors) {
             lost.extend(inc.backlog.iter().map(|r| r.id));
+            lost.extend(inc.behind.iter().flatten().map(|r| r.id));
             if let IncState::Sealed { queue } | IncState::Temp { queue, .. } = inc.state {
                 lost.extend(queue.iter().map(|r| r.id));
             }
@@ -2537,8 +2556,23 @@ impl<'s> World<'s> {
                 }
                 TargetEffect::WarnCutoverTimeout => {
                     self.stats.cutover_timeouts += 1;
-                    if let Some(inc) = self.nodes[node].actors.get_mut(&actor) {
-                        inc.fell_back = true;
+                }
+                TargetEffect::WarnSourceWaitExpired => {
+                    self.stats.source_waits_expired += 1;
+                }
+                TargetEffect::ReleaseIngress { .. } => {
+                    let t = &self.nodes[node].targets[&reloc];
+                    let cut =
+                        t.core.source_wait_end() != Some(zlink::relocation::SourceWaitEnd::Cutover);
+                    if cut {
+                        self.stats.source_waits_cut += 1;
+                    }
+                    if let Some(inc) = self.nodes[node].actors.get_mut(&actor)
+                        && let Some(behind) = inc.behind.take()
+                    {
+                        inc.late_stream = cut;
+                        inc.backlog.extend(behind);
+                        self.schedule_turn(node, actor);
                     }
                 }
                 TargetEffect::CasOwner { expected, .. } => {
@@ -2556,7 +2590,11 @@ impl<'s> World<'s> {
                         },
                     );
                 }
-                TargetEffect::OpenDispatch { location, .. } => {
+                TargetEffect::OpenDispatch {
+                    location,
+                    behind_source,
+                    ..
+                } => {
                     let n = &self.nodes[node];
                     if !self.faults.open_under_lost_lease
                         && (!n.lease_live
@@ -2579,6 +2617,9 @@ impl<'s> World<'s> {
                     }
                     let inc = self.nodes[node].actors.get_mut(&actor).expect("temp queue");
                     inc.location = Some(location);
+                    if behind_source && !self.faults.fallback_ignores_source_stream {
+                        inc.behind = Some(Vec::new());
+                    }
                     let queue = match std::mem::replace(&mut inc.state, IncState::Serving) {
                         IncState::Temp { queue, .. } => queue,
                         other => panic!("open from {other:?}"),
@@ -2826,7 +2867,8 @@ impl<'s> World<'s> {
                     Incarnation {
                         backlog: Default::default(),
                         turn: false,
-                        fell_back: false,
+                        behind: None,
+                        late_stream: false,
                         object_generation: og,
                         state: IncState::Temp {
                             reloc,
@@ -2975,7 +3017,7 @@ impl<'s> World<'s> {
                 followed: false,
                 tell: false,
                 captured: false,
-                after_fallback: false,
+                after_source_wait: false,
             };
             let to = index_of(ticket.to());
             self.log(|| format!("  released relay {id} -> n{to}"));
@@ -2992,11 +3034,18 @@ impl<'s> World<'s> {
         if let Some(inc) = self.nodes[node].actors.get_mut(&r.actor)
             && inc.object_generation == r.object_generation
         {
-            if r.captured && inc.fell_back {
-                r.after_fallback = true;
+            if r.captured && inc.late_stream {
+                r.after_source_wait = true;
             }
             match &mut inc.state {
                 IncState::Serving => {
+                    // after a fallback regular ingress waits behind the source's relay stream
+                    if !r.captured
+                        && let Some(behind) = inc.behind.as_mut()
+                    {
+                        behind.push(r);
+                        return Ok(());
+                    }
                     inc.backlog.push_back(r);
                     self.schedule_turn(node, r_actor);
                     return Ok(());
@@ -3212,15 +3261,16 @@ impl<'s> World<'s> {
         // spec: SB-8.7, SB-8.9 — per session, per actor, in the order sent (a ref's messages
         // have no order across a move: SB-9, another connection)
         let last = self.last_seq.get(&info.key).copied().unwrap_or(0);
-        if !r.tell && info.seq <= last && r.after_fallback {
-            // The target fell back after the cutover timeout (SB-8.9) and dispatched the
-            // session's released relays while the source's captured work was still on its
-            // way: appended behind (`TargetHandoff::late_relayed`), out of the session's
-            // order. Counted; docs/RELIABILITY.md "What the relocation world found".
-            self.stats.reordered_by_fallback += 1;
+        if !r.tell && info.seq <= last && r.after_source_wait {
+            // The target fell back after the cutover timeout (SB-8.9) and its wait for the
+            // source's relay stream ended without the cutover (the source seen gone, or the
+            // source wait expired) while captured work was still on its way: appended behind
+            // (`TargetHandoff::late_relayed`), out of the session's order — the one documented
+            // case (docs/ARCHITECTURE.md, "The cutover timeout's fallback"). Counted apart.
+            self.stats.reordered_after_source_wait += 1;
             self.log(|| {
                 format!(
-                    "  relay {} (seq {}) arrives after the fallback",
+                    "  relay {} (seq {}) arrives after the source wait",
                     r.id, info.seq
                 )
             });

@@ -524,7 +524,7 @@ impl Engine {
             completion: Link::Idle,
             up: false,
             replies: VecDeque::new(),
-            conn: Conn::idle(peer_window, Arc::new(Budget::new(budget)), now),
+            conn: Conn::idle(peer_window, Arc::new(SendBudget::new(budget)), now),
         })
     }
 

@@ -39,7 +39,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use tokio::sync::oneshot;
 
-use crate::budget::Budget;
+use crate::outbox::SendBudget;
 use zlink_wire::{Decoded, Disconnect, DisconnectReason, Limits};
 
 use crate::codec::{self, Class, HandshakeMsg, HandshakeReject, Parts, Record};
