@@ -2098,6 +2098,7 @@ impl<'s> World<'s> {
             for a in gone {
                 let inc = n.actors.remove(&a).expect("listed");
                 lost.extend(inc.backlog.iter().map(|r| r.id));
+                lost.extend(inc.behind.iter().flatten().map(|r| r.id));
                 if let IncState::Sealed { queue } = inc.state {
                     lost.extend(queue.iter().map(|r| r.id));
                 }
@@ -2521,7 +2522,8 @@ impl<'s> World<'s> {
             Incarnation {
                 backlog: Default::default(),
                 turn: false,
-                fell_back: false,
+                behind: None,
+                late_stream: false,
                 object_generation: loc.object_generation.get(),
                 state: IncState::Serving,
                 slot: BindingSlot::default(),
