@@ -20,6 +20,9 @@ const CI_SEEDS: u64 = 10_000;
 // the target before anything newer
 // spec: SB-8.3, SB-8.6 — every relay processed or dropped for a reason the spec allows
 // spec: SB-8.3 — a late or duplicate 44 changes nothing
+// spec: EG-14, SB-4 — an actor whose owner crashed is activated again only once the store's
+// lease check lets a new owner win the reservation; its messages are refused only while no
+// owner serves it, and its old binding's relays are refused by the new slot (SB-5.3)
 #[test]
 fn ten_thousand_relocation_seeds_keep_every_invariant() {
     let (count, total) = sim::check_seeds::<Relocation>(CI_SEEDS);
@@ -33,6 +36,10 @@ fn ten_thousand_relocation_seeds_keep_every_invariant() {
             "{total:?}"
         );
         assert!(total.late_44 > 0 && total.crashes > 0, "{total:?}");
+        assert!(
+            total.reactivated > count / 10 && total.processed_after_reactivation > count / 10,
+            "{total:?}"
+        );
     }
 }
 
@@ -49,6 +56,8 @@ fn an_injected_relocation_fault_is_caught_and_shrinks() {
         "source_drops_late_ingress",
         "release_after_new",
         "no_follow",
+        "activation_installs_nothing",
+        "activate_on_unreachable_owner",
     ]);
 }
 

@@ -7,7 +7,9 @@
 //! one-way messages (24) to their bound actors while actors move between nodes (42/43 seals,
 //! Restore, relay-ready, capture and relay of queued work, cutover or its timeout's fallback,
 //! CAS, 44 commit or abort), under the frame's network faults, partitions node–node and
-//! node–store, crashes with restarts and clock jumps on one node.
+//! node–store, crashes with restarts and clock jumps on one node. A node sending through a ref
+//! to an actor whose owner crashed activates it again (the store's reservation decides: the
+//! dead owner's lease ended), under a new authority generation, with an empty binding slot.
 //!
 //! What is written here is the thin driver of `node::relocate` around the cores (effects to
 //! records and store calls, results back), the actor owner's ingress (an incarnation serving,
@@ -23,8 +25,9 @@
 //!   anything newer;
 //! - every relay has exactly one fate: processed, or dropped for a reason the spec allows (a
 //!   connection broken by a partition or a crash, a session closed by its seal timeout, work of
-//!   an actor left without a serving owner by a crash or a failed relocation, SB-8.3, SB-8.6);
-//!   at the end none is unaccounted for;
+//!   an actor left without a serving owner by a crash or a failed relocation and not activated
+//!   again since, a binding that ended with its crashed owner, SB-8.3, SB-8.6, SB-5.3); at the
+//!   end none is unaccounted for;
 //! - a late or duplicate 44 changes nothing (SB-8.3).
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -75,6 +78,12 @@ pub struct Faults {
     pub no_follow: bool,
     /// The session owner sends relays submitted during the release before the held ones.
     pub release_after_new: bool,
+    /// A node re-activating an actor whose owner's lease ended wins the store's reservation
+    /// but installs no incarnation (its messages go nowhere).
+    pub activation_installs_nothing: bool,
+    /// A node activates an actor whose owner it cannot reach (a partition, a crash it saw)
+    /// even when the store answers that a live owner holds it.
+    pub activate_on_unreachable_owner: bool,
 }
 
 impl Faults {
@@ -87,6 +96,8 @@ impl Faults {
             "source_drops_late_ingress" => f.source_drops_late_ingress = true,
             "no_follow" => f.no_follow = true,
             "release_after_new" => f.release_after_new = true,
+            "activation_installs_nothing" => f.activation_installs_nothing = true,
+            "activate_on_unreachable_owner" => f.activate_on_unreachable_owner = true,
             _ => return None,
         }
         Some(f)
@@ -247,6 +258,10 @@ pub struct Stats {
     pub reordered_by_fallback: u64,
     /// Crashes.
     pub crashes: u64,
+    /// Actors activated again on a new owner after their owner's lease ended (a crash).
+    pub reactivated: u64,
+    /// Messages processed by a re-activated incarnation.
+    pub processed_after_reactivation: u64,
     /// Partitions.
     pub partitions: u64,
     /// Messages lost to broken connections.
@@ -278,6 +293,8 @@ impl std::ops::AddAssign for Stats {
         self.late_44 += o.late_44;
         self.reordered_by_fallback += o.reordered_by_fallback;
         self.crashes += o.crashes;
+        self.reactivated += o.reactivated;
+        self.processed_after_reactivation += o.processed_after_reactivation;
         self.partitions += o.partitions;
         self.lost_messages += o.lost_messages;
     }
@@ -558,8 +575,15 @@ struct World<'s> {
     last_seq: BTreeMap<(usize, u64, u64, usize), u64>,
     /// Per (session key): the next sequence to send.
     next_seq: BTreeMap<(usize, u64, u64, usize), u64>,
-    /// Actors left without a serving owner (a crash, a failed relocation).
+    /// Actors left without a serving owner (a crash, a failed relocation) and not activated
+    /// again since: the excuse for a refused message of theirs.
     orphaned: BTreeSet<usize>,
+    /// Actors activated again after their owner's lease ended, with the authority generation
+    /// they were activated under.
+    reactivated: BTreeMap<usize, u64>,
+    /// (actor, binding generation): bindings that ended with a crashed owner whose actor was
+    /// activated again (the new incarnation's slot is empty; SB-5.3 refuses their relays).
+    ended_bindings: BTreeSet<(usize, u64)>,
     /// Actors moved at least once.
     moved: BTreeSet<usize>,
     cuts: BTreeMap<(Ep, Ep), u64>,
@@ -640,6 +664,8 @@ impl<'s> World<'s> {
             last_seq: BTreeMap::new(),
             next_seq: BTreeMap::new(),
             orphaned: BTreeSet::new(),
+            reactivated: BTreeMap::new(),
+            ended_bindings: BTreeSet::new(),
             moved: BTreeSet::new(),
             cuts: BTreeMap::new(),
             next_cut: 1,
@@ -822,7 +848,10 @@ impl<'s> World<'s> {
                 "sent on a broken connection" | "lost with its connection" => {
                     self.stats.dropped_connection += 1;
                 }
-                "its node crashed" | "its owner crashed" | "its target crashed" => {
+                "its node crashed"
+                | "its owner crashed"
+                | "its target crashed"
+                | "its binding ended with its crashed owner" => {
                     self.stats.dropped_crash += 1;
                 }
                 "its seal's session timed out" | "its session's seal timed out" => {
@@ -1096,7 +1125,7 @@ impl<'s> World<'s> {
         if !self.nodes[from].up {
             return Ok(());
         }
-        let Some(loc) = poll_now(self.store.lookup(actor_id(actor))).ok().flatten() else {
+        let Some(loc) = self.resolve(from, actor) else {
             return Ok(());
         };
         let id = self.next_id;
@@ -1133,6 +1162,106 @@ impl<'s> World<'s> {
         self.log(|| format!("  tell {id} -> n{to}"));
         self.send(from, to, Msg::Relay(r));
         Ok(())
+    }
+
+    /// Node `from` resolves `actor` in the store for a message through a ref. When the
+    /// record's owner's lease ended (it crashed), `from` activates the actor first: the store's
+    /// reservation decides (failover keeps the object generation, under a new authority
+    /// generation and `from`'s lease), and the new incarnation serves with no binding (its
+    /// session's binding named the dead owner). The store unreachable, or `from` holding the
+    /// actor already (a target's temporary queue, an ended source), the record is used as it is.
+    fn resolve(&mut self, from: usize, actor: usize) -> Option<ActorLocation> {
+        let loc = poll_now(self.store.lookup(actor_id(actor)))
+            .ok()
+            .flatten()?;
+        if self.net.is_cut(Ep::Node(from), Ep::Store)
+            || self.nodes[from].actors.contains_key(&actor)
+        {
+            return Some(loc);
+        }
+        let holder = self.nodes[from].holder.clone()?;
+        let reservation = poll_now(self.store.reserve_activation(ActivationRequest {
+            actor_id: actor_id(actor),
+            actor_type: "t".into(),
+            owner: ActorOwner {
+                mesh: mesh(),
+                holder,
+            },
+        }));
+        let owner = index_of(&loc.owner_node);
+        let unreachable = owner != from
+            && (self.net.is_cut(Ep::Node(from), Ep::Node(owner)) || !self.nodes[owner].up);
+        let won = match reservation {
+            Ok(Reservation::Won(won)) => {
+                poll_now(self.store.mark_ready(actor_id(actor), won.fence())).ok()?
+            }
+            Ok(Reservation::Held(held))
+                if self.faults.activate_on_unreachable_owner && unreachable =>
+            {
+                held
+            }
+            _ => return Some(loc),
+        };
+        self.stats.reactivated += 1;
+        self.orphaned.remove(&actor);
+        self.reactivated
+            .insert(actor, won.authority_owner_generation.get());
+        // the binding of the actor's session named the dead owner's incarnation: it ended there
+        let sidx = actor % (self.s.nodes * self.s.sessions);
+        let (snode, k) = (sidx / self.s.sessions, sidx % self.s.sessions);
+        if let Some(b) = self.nodes[snode]
+            .sessions
+            .get(&k)
+            .and_then(|s| s.agg.find(&actor_id(actor)))
+        {
+            self.ended_bindings.insert((actor, b.generation.get()));
+        }
+        self.log(|| {
+            format!(
+                "  n{from} activates a{actor} again (authority {}; the store named {} gen {})",
+                won.authority_owner_generation.get(),
+                loc.owner_node,
+                loc.node_generation.get()
+            )
+        });
+        if !self.faults.activation_installs_nothing {
+            self.nodes[from].actors.insert(
+                actor,
+                Incarnation {
+                    backlog: Default::default(),
+                    turn: false,
+                    fell_back: false,
+                    object_generation: won.object_generation.get(),
+                    state: IncState::Serving,
+                    slot: BindingSlot::default(),
+                    location: Some(won.clone()),
+                },
+            );
+        }
+        Some(won)
+    }
+
+    /// `actor` may have been left without a serving owner (a crash, a failed relocation): its
+    /// refused messages are excused from now on unless the owner the store names serves it.
+    fn orphan(&mut self, actor: usize) {
+        let rec = poll_now(self.store.lookup(actor_id(actor))).ok().flatten();
+        let served = rec.is_some_and(|l| {
+            let i = index_of(&l.owner_node);
+            self.nodes.get(i).is_some_and(|n| {
+                n.up && n.generation == l.node_generation.get()
+                    && n.actors.get(&actor).is_some_and(|inc| {
+                        matches!(
+                            inc.state,
+                            IncState::Serving | IncState::Sealed { .. } | IncState::Relaying { .. }
+                        ) && inc.location.as_ref().is_some_and(|x| {
+                            x.authority_owner_generation == l.authority_owner_generation
+                        })
+                    })
+            })
+        });
+        if !served {
+            self.orphaned.insert(actor);
+        }
     }
 
     fn relocate(&mut self, actor: usize, to: usize) -> Result<(), Violation> {
@@ -1210,6 +1339,7 @@ impl<'s> World<'s> {
         let generation = self.nodes[node].generation;
         let later = self.instant(node) + Duration::from_secs(86_400);
         let mut lost = Vec::new();
+        let mut orphans = Vec::new();
         let n = &mut self.nodes[node];
         n.up = false;
         for s in n.sessions.values_mut() {
@@ -1224,14 +1354,10 @@ impl<'s> World<'s> {
             if let IncState::Sealed { queue } | IncState::Temp { queue, .. } = inc.state {
                 lost.extend(queue.iter().map(|r| r.id));
             }
-            self.orphaned.insert(a);
+            orphans.push(a);
         }
-        for t in n.targets.values() {
-            self.orphaned.insert(t.actor);
-        }
-        for s in n.sources.values() {
-            self.orphaned.insert(s.actor);
-        }
+        orphans.extend(n.targets.values().map(|t| t.actor));
+        orphans.extend(n.sources.values().map(|s| s.actor));
         n.sources.clear();
         n.targets.clear();
         n.calls.clear();
@@ -1241,6 +1367,9 @@ impl<'s> World<'s> {
         }
         for id in lost {
             self.fate(id, Fate::Dropped("its node crashed"));
+        }
+        for a in orphans {
+            self.orphan(a);
         }
         self.net.reset(Ep::Node(node));
         for other in 0..self.s.nodes {
@@ -1502,7 +1631,7 @@ impl<'s> World<'s> {
                                     self.fate(id, Fate::Dropped("its relocation failed"));
                                 }
                             }
-                            self.orphaned.insert(actor);
+                            self.orphan(actor);
                         }
                     }
                     self.nodes[node].sources.remove(&reloc);
@@ -1604,7 +1733,7 @@ impl<'s> World<'s> {
                     {
                         // the CAS failed or its answer was lost: the store may name this node
                         // while nothing serves here (SB-8.6 leaves it to recovery)
-                        self.orphaned.insert(actor);
+                        self.orphan(actor);
                     }
                     self.nodes[node].targets.remove(&reloc);
                 }
@@ -2058,6 +2187,24 @@ impl<'s> World<'s> {
     fn process(&mut self, node: usize, r: Relay) -> Result<(), Violation> {
         let inc = &self.nodes[node].actors[&r.actor];
         // the binding slot's check (SB-5.3)
+        let refused = !r.tell
+            && inc
+                .slot
+                .check_relay(
+                    &rid(r.session_owner),
+                    SessionLifecycleGeneration::new(r.lifecycle),
+                    BindingGeneration::new(r.generation),
+                )
+                .is_err();
+        if refused && self.ended_bindings.contains(&(r.actor, r.generation)) {
+            // spec: SB-5.3 — the actor was activated again after its owner crashed: the
+            // binding ended there, the new incarnation's slot refuses its relays
+            self.fate(
+                r.id,
+                Fate::Dropped("its binding ended with its crashed owner"),
+            );
+            return Ok(());
+        }
         if !r.tell
             && inc
                 .slot
@@ -2122,6 +2269,9 @@ impl<'s> World<'s> {
         self.stats.processed += 1;
         if self.moved.contains(&r.actor) {
             self.stats.processed_after_move += 1;
+        }
+        if self.reactivated.contains_key(&r.actor) {
+            self.stats.processed_after_reactivation += 1;
         }
         self.log(|| format!("  n{node} processes relay {} (seq {})", r.id, info.seq));
         self.fate(r.id, Fate::Processed(node));
