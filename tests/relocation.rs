@@ -169,6 +169,8 @@ impl<S: LocationStore> Harness<'_, S> {
             TargetEffect::OpenDispatch { .. }
             | TargetEffect::DiscardQueue { .. }
             | TargetEffect::WarnCutoverTimeout
+            | TargetEffect::WarnSourceWaitExpired
+            | TargetEffect::ReleaseIngress { .. }
             | TargetEffect::ReplyRestoreFailed { .. }
             | TargetEffect::Finished(_) => {}
         }

@@ -39,7 +39,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use tokio::sync::oneshot;
 
-use crate::budget::Budget;
+use crate::outbox::SendBudget;
 use zlink_wire::{Decoded, Disconnect, DisconnectReason, Limits};
 
 use crate::codec::{self, Class, HandshakeMsg, HandshakeReject, Parts, Record};
@@ -207,6 +207,14 @@ fn fresh_rid() -> Vec<u8> {
 impl Peer {
     fn rid(&self, kind: LinkKind) -> &[u8] {
         &self.rids[link_index(kind)]
+    }
+
+    fn link(&self, kind: LinkKind) -> &Link {
+        if kind == LinkKind::Relay {
+            &self.relay
+        } else {
+            &self.completion
+        }
     }
 
     fn link_mut(&mut self, kind: LinkKind) -> &mut Link {

@@ -176,6 +176,20 @@ pub struct RelocationCounters {
     pub refused_wrong_peer: u64,
     /// Hand-off records refused: an actor that is not part of the relocation.
     pub refused_unknown_actor: u64,
+    /// Target: no cutover within the cutover timeout of relay-ready — `cutover_timeout`
+    /// Warning and the fallback (SB-8.9).
+    #[serde(default)]
+    pub cutover_timeouts: u64,
+    /// Target: after a fallback, the source neither sent its cutover nor was seen gone within
+    /// the source wait — `source_wait_expired` Warning; regular ingress went in.
+    #[serde(default)]
+    pub source_waits_expired: u64,
+    /// Target: records the source relayed after the wait for its relay stream ended without its
+    /// cutover (expired, or the source seen gone), before its late cutover: appended behind
+    /// the regular ingress that went in meanwhile (the one case that can reorder a session's
+    /// relays to a moved actor).
+    #[serde(default)]
+    pub relayed_after_source_wait: u64,
     /// Sum of the committed relocations' durations, in microseconds (with `committed`: the
     /// histogram's sum and count).
     pub duration_us_sum: u64,
@@ -214,6 +228,12 @@ struct TargetEntry {
     /// Records and payload bytes in `queues` (bounded by `target::TARGET_QUEUE_ITEMS` and
     /// `target::TARGET_QUEUE_BYTES`).
     queued: (usize, usize),
+    /// After a fallback: the committed actors whose source relay stream is open — their queue
+    /// goes into the lane as it fills, their regular ingress waits behind the barrier.
+    streaming: Vec<ActorId>,
+    /// Woken when a relayed record went into a streaming actor's queue: the driver moves it
+    /// into the lane.
+    relayed: std::sync::Arc<tokio::sync::Notify>,
     phase: &'static str,
 }
 
@@ -222,6 +242,10 @@ struct Table {
     next: u64,
     sources: HashMap<RelocationId, SourceEntry>,
     targets: HashMap<RelocationId, TargetEntry>,
+    /// Relocations whose wait for the source's relay stream ended without its cutover, until
+    /// that cutover or the Message Follow time: what the source relays meanwhile is appended
+    /// behind (counted `relayed_after_source_wait`).
+    late_streams: HashMap<RelocationId, Vec<ActorId>>,
     history: VecDeque<RelocationSummary>,
     counters: RelocationCounters,
 }
