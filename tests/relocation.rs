@@ -1092,6 +1092,100 @@ struct WorldFaults {
     clock: Option<ManualClock>,
     faulty_b_store: bool,
     fail_rehydrate: bool,
+    /// `a`'s store handle holds one lookup when armed ([`GatedLookup`]).
+    gated_a_store: bool,
+}
+
+/// A store handle whose next `lookup` after [`GatedLookup::arm`] waits until
+/// [`GatedLookup::release`] (it says when it waits): the window between a relocation's start
+/// on the source and its first store read.
+#[derive(Debug)]
+struct GatedLookup {
+    inner: Arc<MemoryStore>,
+    armed: std::sync::atomic::AtomicBool,
+    waiting: tokio::sync::Notify,
+    release: tokio::sync::Semaphore,
+}
+
+impl GatedLookup {
+    fn arm(&self) {
+        self.armed.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+    fn release(&self) {
+        self.release.add_permits(1);
+    }
+}
+
+impl LocationStore for GatedLookup {
+    fn register_owner(
+        &self,
+        node: zlink_wire::NodeRid,
+        node_generation: zlink_wire::NodeGeneration,
+        ttl: Duration,
+    ) -> zlink::store::StoreFuture<'_, OwnerLease> {
+        self.inner.register_owner(node, node_generation, ttl)
+    }
+    fn renew_owner(
+        &self,
+        holder: zlink::store::LeaseHolder,
+        ttl: Duration,
+    ) -> zlink::store::StoreFuture<'_, OwnerLease> {
+        self.inner.renew_owner(holder, ttl)
+    }
+    fn release_owner(
+        &self,
+        holder: zlink::store::LeaseHolder,
+    ) -> zlink::store::StoreFuture<'_, ()> {
+        self.inner.release_owner(holder)
+    }
+    fn reserve_activation(
+        &self,
+        request: zlink::store::ActivationRequest,
+    ) -> zlink::store::StoreFuture<'_, zlink::store::Reservation> {
+        self.inner.reserve_activation(request)
+    }
+    fn mark_ready(
+        &self,
+        actor_id: zlink_wire::ActorId,
+        fence: zlink::store::AuthorityFence,
+    ) -> zlink::store::StoreFuture<'_, ActorLocation> {
+        self.inner.mark_ready(actor_id, fence)
+    }
+    fn lookup(
+        &self,
+        actor_id: zlink_wire::ActorId,
+    ) -> zlink::store::StoreFuture<'_, Option<ActorLocation>> {
+        Box::pin(async move {
+            if self.armed.swap(false, std::sync::atomic::Ordering::SeqCst) {
+                self.waiting.notify_one();
+                self.release.acquire().await.unwrap().forget();
+            }
+            self.inner.lookup(actor_id).await
+        })
+    }
+    fn cas_owner(
+        &self,
+        actor_id: zlink_wire::ActorId,
+        expected: zlink::store::AuthorityFence,
+        new_owner: zlink::store::ActorOwner,
+    ) -> zlink::store::StoreFuture<'_, ActorLocation> {
+        self.inner.cas_owner(actor_id, expected, new_owner)
+    }
+    fn relocation_fence(
+        &self,
+        actor_id: zlink_wire::ActorId,
+        expected: zlink::store::AuthorityFence,
+        owner: zlink::store::OwnerFence,
+    ) -> zlink::store::StoreFuture<'_, ActorLocation> {
+        self.inner.relocation_fence(actor_id, expected, owner)
+    }
+    fn destroy(
+        &self,
+        actor_id: zlink_wire::ActorId,
+        fence: zlink::store::OwnerFence,
+    ) -> zlink::store::StoreFuture<'_, ()> {
+        self.inner.destroy(actor_id, fence)
+    }
 }
 
 async fn session_world_with(f: WorldFaults) -> (Node3, Arc<zlink::node::client::NodeClient>) {
@@ -1131,7 +1225,19 @@ async fn session_world_with(f: WorldFaults) -> (Node3, Arc<zlink::node::client::
     let mut sa = SessionNodeSpec::new("a", demo::sessions());
     sa.registry = Some(reg());
     sa.peers = vec![b.address(), s.address()];
-    let a = start_session_node(sa, store.clone()).await;
+    let a_gate = f.gated_a_store.then(|| {
+        Arc::new(GatedLookup {
+            inner: shared.clone(),
+            armed: std::sync::atomic::AtomicBool::new(false),
+            waiting: tokio::sync::Notify::new(),
+            release: tokio::sync::Semaphore::new(0),
+        })
+    });
+    let a_store: Arc<dyn LocationStore> = match &a_gate {
+        Some(g) => g.clone(),
+        None => store.clone(),
+    };
+    let a = start_session_node(sa, a_store).await;
     assert!(a.wait_peers(TIMEOUT).await.is_empty());
     assert!(b.wait_peers(TIMEOUT).await.is_empty());
     for n in ["a", "b"] {
@@ -1151,6 +1257,7 @@ async fn session_world_with(f: WorldFaults) -> (Node3, Arc<zlink::node::client::
             tap_s,
             store,
             b_faults,
+            a_gate,
         },
         c,
     )
@@ -1164,6 +1271,8 @@ struct Node3 {
     store: Arc<dyn LocationStore>,
     /// `b`'s store handle when it may fail ([`WorldFaults::faulty_b_store`]).
     b_faults: Option<Arc<zlink::store::FaultStore<Arc<MemoryStore>>>>,
+    /// `a`'s store handle when it holds a lookup ([`WorldFaults::gated_a_store`]).
+    a_gate: Option<Arc<GatedLookup>>,
 }
 
 use node_common::TIMEOUT;
@@ -2671,4 +2780,62 @@ async fn relocating_an_actor_still_activating_is_refused_as_not_ready() {
         b.request(&done.actor, &GetSeen, TIMEOUT).await.unwrap(),
         vec![5]
     );
+}
+
+// spec: SB-8.9, SB-8.1, SB-5.12, SB-6.3
+// A second session binds the actor after its relocation started on the source but before the
+// source's first store read (the relocation's binding snapshot was taken with the first
+// session's binding): the binding sealed and carried to the target is the one current when
+// the relocation takes the seal — the new session's — so that session gets its 42/44 and its
+// relays run on the target after the move, once each, in order. (Before: the Restore carried
+// the replaced binding, the new session was never sealed, and its relays were refused by the
+// target's binding slot.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bind_during_a_relocations_start_is_the_binding_that_moves() {
+    use live::{Add, GetSeen, aid};
+    use node_common::{bind, client_of, relay_req, rid, tapped};
+    use zlink_mesh::TapDirection;
+    let (w, c1) = session_world_with(WorldFaults {
+        gated_a_store: true,
+        ..WorldFaults::default()
+    })
+    .await;
+    let gate = w.a_gate.clone().unwrap();
+    let actor =
+        w.a.create(zlink::actor::Create::new("counter", aid("rebound")))
+            .await
+            .unwrap();
+    bind(&c1, &actor).await;
+    assert_eq!(relay_req(&c1, &actor, &Add(0)).await.unwrap(), 1);
+    gate.arm();
+    let waiting = gate.waiting.notified();
+    let relocating = {
+        let (a, actor) = (w.a.clone(), actor.clone());
+        tokio::spawn(async move { a.relocate(&actor, rid("b")).await })
+    };
+    tokio::time::timeout(TIMEOUT, waiting)
+        .await
+        .expect("the relocation reads the store");
+    // The relocation started and holds; another session binds the actor now.
+    let c2 = client_of(&w.s);
+    bind(&c2, &actor).await;
+    gate.release();
+    let moved = tokio::time::timeout(TIMEOUT, relocating)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(moved.to, rid("b"));
+    for i in 1..=5u64 {
+        assert_eq!(relay_req(&c2, &actor, &Add(i)).await.unwrap(), i + 1);
+    }
+    assert_eq!(
+        w.b.request(&moved.actor, &GetSeen, TIMEOUT).await.unwrap(),
+        vec![0, 1, 2, 3, 4, 5]
+    );
+    let bound = c2.packet(&zlink_apps::demo::session::Bound).await.unwrap();
+    assert_eq!(bound[0].node(), &rid("b"));
+    // One seal and one commit, both for the new session's binding.
+    assert_eq!(tapped(&w.tap_s, TapDirection::Received, 42).len(), 1);
+    assert_eq!(tapped(&w.tap_s, TapDirection::Received, 44).len(), 1);
 }
