@@ -73,7 +73,7 @@ impl Node {
     /// finds the actor neither live nor followed. Queued work still in its lane answers
     /// `Unavailable` (the hand-off captured it before). `false` when no such incarnation
     /// lives here (nothing installed).
-    #[cfg(test)] // the relocation driver does the same in its own step (`relocate.rs`)
+    #[cfg(test)] // the relocation driver does the same in its own step (`relocate/source.rs`)
     pub(crate) fn end_moved(&self, target: &ActorLocation) -> bool {
         let now = self.follow_now();
         let removed = {

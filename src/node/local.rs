@@ -26,7 +26,7 @@ pub(super) struct LocalActor {
     /// same lock as submission. Dropped with the incarnation (destroy, lease loss: SB-4.1).
     pub(super) binding: BindingSlot,
     /// The node this incarnation moved in from (live relocation): records that node relays
-    /// for it after the commit are taken (`relocate.rs`), for the Message Follow time after
+    /// for it after the commit are taken (`relocate/target.rs`), for the Message Follow time after
     /// the commit (`Node::end_moved_from` clears it). `None` for an activation here, and
     /// after that time.
     pub(super) moved_from: Option<zlink_wire::NodeRid>,

@@ -2,7 +2,7 @@
 //! moves to another node as one unit, in the same SB-8.9 order as one actor
 //! ([`Node::relocate`]) — the same cores ([`crate::relocation::SourceHandoff`] with
 //! [`Subject::Spot`], [`crate::relocation::TargetHandoff`]) and the same driver
-//! (`relocate.rs`), over the set of members.
+//! (`relocate/source.rs`), over the set of members.
 //!
 //! What differs from one actor: the runtime seal is the Spot's (one lifecycle record of the
 //! Spot's own lane seals every gate of the Spot and dehydrates each member, so no member turn

@@ -114,7 +114,7 @@ impl Engine {
         };
         let s = self.next_session;
         self.next_session += 1;
-        let budget = Arc::new(Budget::new(self.cfg.client_budget));
+        let budget = Arc::new(SendBudget::new(self.cfg.client_budget));
         self.clients.insert(
             s,
             Client {

@@ -1,0 +1,149 @@
+//! The moved-in incarnation on the target: its opening behind its temporary queue (lane,
+//! binding slot, timers) and the window in which it takes its source's relayed records
+//! (`LocalActor::moved_from`, until the Message Follow time after its commit).
+
+use std::time::Instant;
+
+use zlink_wire::{NodeRid, RelocationId};
+
+use crate::actor::exec;
+use crate::actor::fence::CallFence;
+use crate::actor::{ActorCtx, ActorError, ActorRef};
+use crate::node::local::LocalActor;
+use crate::node::{Node, bound, lock};
+use crate::relocation::records::{BindingRecord, Placement};
+use crate::session::{BindingSlot, RegisteredBinding};
+use crate::store::ActorLocation;
+
+impl Node {
+    /// The moved-in incarnations `opened` (from `source`) take their source's relayed records
+    /// (`LocalActor::moved_from`) for the Message Follow time after their commit, on the
+    /// node's clock — the source relays what it held at the commit right after it, and what
+    /// arrives at it later travels as Message Follow — then no more: a WORK record from
+    /// `source` for them is refused from then on (counted `refused_unknown_relocation`). An
+    /// incarnation that ended or moved on meanwhile is left alone.
+    /// `at`: when dispatch opened (the commit here).
+    pub(super) async fn end_moved_from(
+        &self,
+        source: &NodeRid,
+        opened: Vec<ActorRef>,
+        at: Instant,
+    ) {
+        if opened.is_empty() {
+            return;
+        }
+        let ttl = crate::node::follow::table(self).config().ttl;
+        self.inner.clock.sleep_until(at + ttl).await;
+        let mut actors = lock(&self.inner.actors);
+        for r in &opened {
+            if let Some(a) = actors.live.get_mut(r.id()).filter(|a| {
+                a.actor_ref.object_generation() == r.object_generation()
+                    && a.moved_from.as_ref() == Some(source)
+            }) {
+                a.moved_from = None;
+            }
+        }
+    }
+
+    /// Moved-in incarnations here that still take relayed records from the node they came
+    /// from (each until the Message Follow time after its commit).
+    #[must_use]
+    pub fn moved_in_open(&self) -> usize {
+        lock(&self.inner.actors)
+            .live
+            .values()
+            .filter(|a| a.moved_from.is_some())
+            .count()
+    }
+
+    /// The moved-in actor: its lane on its Spot with the rehydrated instance, published with
+    /// its temporary queue as the closed barrier, then the barrier opens (queued records first,
+    /// in order; what arrives meanwhile behind them).
+    pub(super) async fn open_moved_in(
+        &self,
+        relocation: RelocationId,
+        source: &NodeRid,
+        location: &ActorLocation,
+        placement: &Placement,
+        instance: Box<dyn crate::actor::ActorInstance>,
+    ) -> Result<(), ActorError> {
+        let spot = &placement.spot;
+        let rt_spot = self.join_spot(spot)?;
+        let actor_ref = ActorRef::from_location(location);
+        let ctx = ActorCtx::new(
+            actor_ref.clone(),
+            std::sync::Arc::new(bound::NodeActorHost(std::sync::Arc::downgrade(&self.inner))),
+        );
+        let factory: exec::Factory = Box::new(move || Ok(instance));
+        let mailbox = match exec::spawn(
+            location.actor_id.clone(),
+            factory,
+            ctx,
+            &rt_spot,
+            self.inner.exec.clone(),
+        )
+        .await
+        {
+            Ok(m) => m,
+            Err(_) => {
+                self.leave_spot(&spot.name);
+                return Err(ActorError::Ended);
+            }
+        };
+        {
+            // Lock order: relocations, then actors (as the WORK arm).
+            let mut t = lock(&self.inner.relocations.table);
+            let queue = t
+                .targets
+                .get_mut(&relocation)
+                .and_then(|e| e.queues.remove(&location.actor_id))
+                .unwrap_or_default();
+            let mut actors = lock(&self.inner.actors);
+            actors.retired.remove(&location.actor_id);
+            actors.live.insert(
+                location.actor_id.clone(),
+                LocalActor {
+                    fence: CallFence::of_ref(&actor_ref),
+                    actor_ref: actor_ref.clone(),
+                    mailbox: mailbox.clone(),
+                    spot: spot.name.clone(),
+                    timers: Vec::new(),
+                    held: Some(queue),
+                    binding: moved_binding(placement.binding.as_ref()),
+                    moved_from: Some(source.clone()),
+                },
+            );
+        }
+        self.open_barrier(&actor_ref, &mailbox).await?;
+        // Its timers go on here, behind the work it brought (a tick never overtakes it).
+        let mut actors = lock(&self.inner.actors);
+        if let Some(local) = actors.live.get_mut(&location.actor_id).filter(|a| {
+            a.actor_ref.object_generation() == location.object_generation && a.timers.is_empty()
+        }) {
+            for t in &placement.timers {
+                if let Err(e) = self.start_local_timer(local, t.clone()) {
+                    tracing::warn!(error = %e, "a moved actor's timer not started");
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The moved actor's binding slot on the target: the binding its session owner registered at
+/// the source, so later 24s of that session pass this node's binding check and pushes / 51s
+/// come from here (SB-8.9: the target is the actor owner of every existing binding).
+fn moved_binding(b: Option<&BindingRecord>) -> BindingSlot {
+    let mut slot = BindingSlot::default();
+    if let Some(b) = b {
+        let _ = slot.bind(RegisteredBinding {
+            session_owner: b.session_owner.clone(),
+            lifecycle: b.lifecycle,
+            owner_id: b.owner_id,
+            owner_lease: b.owner_lease,
+            session: b.session,
+            generation: b.generation,
+        });
+    }
+    slot
+}
