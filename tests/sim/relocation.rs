@@ -1366,8 +1366,10 @@ impl<'s> World<'s> {
                         self.log(|| format!("n{node}: store call {call} timed out"));
                         if let StoreOp::Cas { actor, .. } = &op {
                             // the CAS may have won unseen: the target discards what it
-                            // holds while the store may name it (counted at the end)
+                            // holds while the store may name it, and nothing serves the
+                            // actor there (counted at the end)
                             self.unrecovered.insert(*actor);
+                            self.orphaned.insert(*actor);
                         }
                         self.store_result(node, reloc, op, Err(()))?;
                     }
