@@ -27,7 +27,8 @@ use bytes::Bytes;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::bridge::{Bell, Door};
-use crate::budget::{Budget, OutboundBudget};
+use crate::budget::OutboundBudget;
+use crate::outbox::SendBudget;
 use zlink_wire::{Disconnect, DisconnectReason, Limits};
 
 use crate::codec::{self, Class, Parts, Record};
@@ -181,7 +182,7 @@ struct ClientShared {
     /// put into an outbox seen empty rings, so the thread looks again).
     outbox_full: AtomicBool,
     /// The outbound admission budget (also the connection core's, [`Conn::budget`]).
-    budget: Arc<Budget>,
+    budget: Arc<SendBudget>,
     counters: Counters,
     next_corr: AtomicU64,
     send_timeout: Duration,
@@ -341,7 +342,7 @@ impl MeshClient {
             bell,
             outbox: Mutex::new(Outbox::default()),
             outbox_full: AtomicBool::new(false),
-            budget: Arc::new(Budget::new(cfg.budget)),
+            budget: Arc::new(SendBudget::new(cfg.budget)),
             counters: Counters::default(),
             next_corr: AtomicU64::new(1),
             send_timeout: cfg.send_timeout,
