@@ -329,6 +329,19 @@ impl Collector for NodeCollector {
             .into_iter()
             .map(|(k, v)| (vec![("reason", k)], v)),
         )?;
+        family(
+            e,
+            "zlink_relocation_fallback_events",
+            "Target side of the cutover timeout's fallback: cutover_timeout, source_wait_expired, relayed_after_source_wait (records appended behind)",
+            MetricType::Counter,
+            [
+                ("cutover_timeout", rc.cutover_timeouts),
+                ("source_wait_expired", rc.source_waits_expired),
+                ("relayed_after_source_wait", rc.relayed_after_source_wait),
+            ]
+            .into_iter()
+            .map(|(k, v)| (vec![("event", k)], v)),
+        )?;
         let durations = node.relocation_durations();
         let m = e.encode_descriptor(
             "zlink_relocation_duration_seconds",
