@@ -3123,6 +3123,10 @@ impl<'s> World<'s> {
             FollowLookup::Forward(route) if !r.followed && !self.faults.no_follow => {
                 let to = index_of(&route.target.owner_node);
                 r.followed = true;
+                // forwarded with the new owner's fences in place of its own (`check_moved`)
+                r.route_generation = route.target.node_generation.get();
+                r.route_lease = route.target.owner_lease_generation.get();
+                r.route_authority = route.target.authority_owner_generation.get();
                 self.stats.followed += 1;
                 self.log(|| format!("  n{node} follows relay {} to n{to}", r.id));
                 self.send(node, to, Msg::Relay(r));
@@ -3146,7 +3150,7 @@ impl<'s> World<'s> {
                     self.fate(r.id, Fate::Dropped("its actor has no serving owner"));
                     return Ok(());
                 }
-                if r.route_generation != self.nodes[node].generation && !r.followed {
+                if r.route_generation != self.nodes[node].generation {
                     // addressed to a lifecycle of this node that crashed
                     self.fate(r.id, Fate::Dropped("its owner crashed"));
                     return Ok(());
@@ -3155,7 +3159,7 @@ impl<'s> World<'s> {
                     .holder
                     .as_ref()
                     .map(|h| h.lease_generation.get());
-                if (!self.nodes[node].lease_live || Some(r.route_lease) != lease) && !r.followed {
+                if !self.nodes[node].lease_live || Some(r.route_lease) != lease {
                     // addressed to an incarnation this node ended when its lease ran out
                     self.fate(r.id, Fate::Dropped("its owner's lease ran out"));
                     return Ok(());
