@@ -3111,6 +3111,10 @@ impl<'s> World<'s> {
             owner_lease_generation: OwnerLeaseGeneration::new(r.route_lease),
             node_generation: NodeGeneration::new(r.route_generation),
         };
+        // a record older than the incarnation that last moved away from here (it missed
+        // moves in between): refused as a stale location, never forwarded
+        let stale = matches!(&looked, FollowLookup::Forward(route)
+            if route.source.authority_owner_generation.get() > r.route_authority);
         let looked = match looked {
             FollowLookup::Forward(route)
                 if !r.followed && check_moved(&route.source, &fence, FenceUse::Call).is_err() =>
@@ -3141,6 +3145,11 @@ impl<'s> World<'s> {
                 Ok(())
             }
             other => {
+                if stale && !r.followed {
+                    // spec: SB-5.10 — its fences are older than the move Message Follow knows
+                    self.fate(r.id, Fate::Dropped("its route is older than the last move"));
+                    return Ok(());
+                }
                 if self.retired.contains(&(r.actor, r.object_generation)) {
                     // spec: SB-8.6 — that incarnation's record was removed: NotFound
                     self.fate(r.id, Fate::Dropped("its incarnation was retired"));
