@@ -825,8 +825,9 @@ struct World<'s> {
     /// Actors activated again after their owner's lease ended, with the authority generation
     /// they were activated under.
     reactivated: BTreeMap<usize, u64>,
-    /// (actor, binding generation): bindings that ended with a crashed owner whose actor was
-    /// activated again (the new incarnation's slot is empty; SB-5.3 refuses their relays).
+    /// (actor, binding generation): bindings that ended with their owner's incarnation (a
+    /// crash, a lease that ran out) or with a crashed owner whose actor was activated again
+    /// (the new incarnation's slot is empty; SB-5.3 refuses their relays).
     ended_bindings: BTreeSet<(usize, u64)>,
     /// (actor, binding generation): bindings another session's bind replaced at the owner.
     replaced_bindings: BTreeSet<(usize, u64)>,
@@ -2105,6 +2106,10 @@ impl<'s> World<'s> {
                 .collect();
             for a in gone {
                 let inc = n.actors.remove(&a).expect("listed");
+                // the binding it held ends with it
+                if let Some(b) = inc.slot.current() {
+                    self.ended_bindings.insert((a, b.generation.get()));
+                }
                 lost.extend(inc.backlog.iter().map(|r| r.id));
                 lost.extend(inc.behind.iter().flatten().map(|r| r.id));
                 if let IncState::Sealed { queue } = inc.state {
@@ -2147,6 +2152,10 @@ impl<'s> World<'s> {
         }
         n.sessions.clear();
         for (a, inc) in std::mem::take(&mut n.actors) {
+            // the binding it held ends with it
+            if let Some(b) = inc.slot.current() {
+                self.ended_bindings.insert((a, b.generation.get()));
+            }
             lost.extend(inc.backlog.iter().map(|r| r.id));
             lost.extend(inc.behind.iter().flatten().map(|r| r.id));
             if let IncState::Sealed { queue } | IncState::Temp { queue, .. } = inc.state {
