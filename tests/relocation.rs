@@ -939,12 +939,13 @@ async fn target_failing_before_relay_ready_aborts_and_the_source_serves_again() 
     );
 }
 
-// spec: SB-8.6, SB-14.25
+// spec: SB-8.6, SB-14.25, SB-4.1
 // After relay-ready was accepted the target's owner CAS fails (its store is down): the source
-// never reopens — it does not serve the actor any more, the relocation reports the failure,
-// every request it had accepted is answered (not run twice), and both nodes free the
-// relocation. The incarnation ends: its record is removed (NotFound from then on), and the next
-// get_or_create activates a new incarnation — the actor is servable again.
+// never reopens — it does not serve the sealed incarnation any more, the relocation reports the
+// failure, every request it had accepted is answered (not run twice), and both nodes free the
+// relocation. The incarnation ends (NotFound from then on), and the actor comes back on the
+// source as a new incarnation with the state it dehydrated for the move: get_or_create from
+// either node finds it, its state intact.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_cas_after_relay_ready_never_reopens_the_source() {
     use live::*;
@@ -965,29 +966,39 @@ async fn a_failed_cas_after_relay_ready_never_reopens_the_source() {
         Err(Error::Failed(Fail::CasFailed(ids))) => assert_eq!(ids, vec![actor.id().clone()]),
         other => panic!("expected a failed CAS, got {other:?}"),
     }
-    // Answered once, not served anywhere: the source never reopens, it answers at once — the
-    // incarnation ended with the failed relocation (`NotFound`: retrying it cannot help).
+    // Answered once, not served anywhere: the source never reopens the sealed incarnation, a
+    // ref to it is refused at once as a ref to an ended incarnation (the current one is newer).
     let _ = tokio::time::timeout(T, queued).await.unwrap().unwrap();
-    let e = p.a.request(&actor, &GetSeen, T).await.unwrap_err();
-    assert_eq!(e.kind(), zlink_wire::ErrorKind::NotFound, "{e}");
-    // No CAS happened and the source removed the record: nobody holds the actor.
-    assert!(store.lookup(actor.id().clone()).await.unwrap().is_none());
+    let stale = |e: zlink::actor::ActorError| {
+        assert_eq!(e.kind(), zlink_wire::ErrorKind::InvalidOperation, "{e}");
+        assert!(e.to_string().contains("ref incarnation 1"), "{e}");
+    };
+    stale(p.a.request(&actor, &GetSeen, T).await.unwrap_err());
+    // No CAS happened and the source removed that incarnation's record; the actor is back on
+    // the source as a new incarnation, with the state it had when it was dehydrated for the
+    // move (the sends captured after that never ran, here or there).
     assert_eq!(p.a.relocations().1.failed, 1);
+    assert_eq!(p.a.relocations().1.recovered, 1);
+    let loc = store.lookup(actor.id().clone()).await.unwrap().unwrap();
+    assert_eq!(loc.owner_node, node_common::rid("a"));
+    assert!(loc.object_generation > actor.object_generation());
     node_common::wait_until("relocation state freed", || {
         p.a.relocations_in_progress() == 0 && p.b.relocations_in_progress() == 0
     })
     .await;
     b_store.set_down(false);
-    // Servable again: the next get_or_create (from either node) activates a new incarnation.
+    // get_or_create (from either node) finds the recovered incarnation and its state.
     let again =
         p.b.get_or_create(zlink::actor::Create::new("counter", actor.id().clone()))
             .await
             .unwrap();
-    assert!(again.object_generation() > actor.object_generation());
-    assert_eq!(p.b.request(&again, &Add(7), T).await.unwrap(), 1);
-    // The old ref names the ended incarnation: NotFound, never the new one.
-    let e = p.b.request(&actor, &GetSeen, T).await.unwrap_err();
-    assert_eq!(e.kind(), zlink_wire::ErrorKind::NotFound, "{e}");
+    assert_eq!(again.object_generation(), loc.object_generation);
+    assert_eq!(again.node(), &node_common::rid("a"));
+    assert_eq!(p.b.request(&again, &Add(7), T).await.unwrap(), 2);
+    assert_eq!(p.b.request(&again, &GetSeen, T).await.unwrap(), vec![0, 7]);
+    // The old ref names the ended incarnation: refused, never served by the new one.
+    stale(p.b.request(&actor, &GetSeen, T).await.unwrap_err());
+    assert_eq!(p.b.request(&again, &GetSeen, T).await.unwrap(), vec![0, 7]);
 }
 
 // spec: SB-8.9
@@ -1826,6 +1837,107 @@ async fn a_spot_with_bound_members_moves_under_relays_and_each_session_binding_f
     .await;
 }
 
+// spec: SB-8.5, SB-8.8, SB-14.24
+// Two members of a SpotWide Spot on `a`, both bound to one client session on `s`, under relays
+// to both without pause; the target refuses the Spot's Restore (a rehydration fails) before
+// relay-ready: the source aborts durably, reopens the Spot with its queues first and sends one
+// 44 abort per sealed binding (no commit); the session owner releases each seal and resubmits
+// what it held to the source. Every relay is answered once, in order, by the source; the
+// connection stays; the session's snapshot still names `a` for both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spot_whose_target_fails_sends_44_abort_to_each_bound_session() {
+    use live::{Add, Error, GetSeen, aid};
+    use node_common::{bind, relay_req, rid, tapped};
+    use zlink_mesh::TapDirection;
+    let (w, c) = session_world_with(WorldFaults {
+        fail_rehydrate: true,
+        ..WorldFaults::default()
+    })
+    .await;
+    let mut members = Vec::new();
+    for id in ["booth-p1", "booth-p2"] {
+        let m =
+            w.a.create(zlink::actor::Create::new("counter", aid(id)).in_spot(spotwide("booth")))
+                .await
+                .unwrap();
+        bind(&c, &m).await;
+        members.push(m);
+    }
+    const N: u64 = 200;
+    let sender = {
+        let (c, members) = (c.clone(), members.clone());
+        tokio::spawn(async move {
+            let mut replies = Vec::new();
+            for i in 0..N {
+                for m in &members {
+                    replies.push(relay_req(&c, m, &Add(i)).await);
+                }
+            }
+            replies
+        })
+    };
+    let turns = w.a.stats().turns;
+    node_common::wait_until("relays flowing", || w.a.stats().turns > turns + 20).await;
+    match w.a.relocate_spot("booth", rid("b")).await {
+        Err(Error::Aborted(zlink::relocation::AbortReason::TargetFailed)) => {}
+        other => panic!("expected an abort, got {other:?}"),
+    }
+    let replies = tokio::time::timeout(TIMEOUT, sender)
+        .await
+        .unwrap()
+        .unwrap();
+    for (k, r) in replies.into_iter().enumerate() {
+        assert_eq!(
+            r.unwrap(),
+            (k / 2) as u64 + 1,
+            "relay {k}: lost, doubled or another's reply"
+        );
+    }
+    for m in &members {
+        let seen = w.a.request(m, &GetSeen, TIMEOUT).await.unwrap();
+        assert_eq!(seen, (0..N).collect::<Vec<u64>>(), "{}", m.id());
+        // The connection stays and the binding still routes to the source.
+        assert_eq!(relay_req(&c, m, &Add(N)).await.unwrap(), N + 1);
+        let loc = w.store.lookup(m.id().clone()).await.unwrap().unwrap();
+        assert_eq!(loc.owner_node, rid("a"));
+    }
+    let bound = c.packet(&zlink_apps::demo::session::Bound).await.unwrap();
+    assert_eq!(bound.len(), 2);
+    assert!(bound.iter().all(|b| b.node() == &rid("a")), "{bound:?}");
+    // On the wire at the session owner: a 42 and a 43 per bound member, then one 44 abort per
+    // member naming its own seal, no commit.
+    let seals = tapped(&w.tap_s, TapDirection::Received, 42);
+    assert_eq!(seals.len(), 2);
+    assert_eq!(tapped(&w.tap_s, TapDirection::Sent, 43).len(), 2);
+    let mut sealed: Vec<_> = seals
+        .iter()
+        .map(|r| match &r.decoded.as_ref().unwrap().record {
+            zlink_wire::Record::SessionRelocationSeal(s) => s.seal.clone(),
+            other => panic!("not a 42: {other:?}"),
+        })
+        .collect();
+    let mut aborted: Vec<_> = tapped(&w.tap_s, TapDirection::Received, 44)
+        .iter()
+        .map(|r| match &r.decoded.as_ref().unwrap().record {
+            zlink_wire::Record::SessionRelocationRoute(
+                zlink_wire::SessionRelocationRoute::Abort(a),
+            ) => a.seal.clone(),
+            other => panic!("not a 44 abort: {other:?}"),
+        })
+        .collect();
+    sealed.sort_by_key(|s| format!("{s:?}"));
+    aborted.sort_by_key(|s| format!("{s:?}"));
+    assert_eq!(
+        aborted, sealed,
+        "one 44 abort per seal, each naming its own"
+    );
+    assert_eq!(w.a.relocations().1.aborted, 1);
+    node_common::wait_until("relocation state freed", || {
+        w.a.relocations_in_progress() == 0 && w.b.relocations_in_progress() == 0
+    })
+    .await;
+}
+
 // spec: SB-8.5, SB-14.24
 // The target refuses a Spot's Restore (a member's rehydration fails) before relay-ready: the
 // relocation aborts durably, the Spot is unsealed on the source and every member serves there
@@ -1905,10 +2017,11 @@ async fn a_spot_whose_target_fails_before_relay_ready_serves_again_on_the_source
     );
 }
 
-// spec: SB-8.6, SB-14.25
+// spec: SB-8.6, SB-14.25, SB-4.1
 // After relay-ready the target's owner CAS fails for every member (its store is down): the
-// source never reopens the Spot — no member is served there any more, each request it had
-// accepted is answered once (not run twice) — and the source frees the Spot.
+// source never reopens the Spot — no member's sealed incarnation is served any more, each
+// request it had accepted is answered once (not run twice) — and the source frees the Spot;
+// each member comes back on the source as a new incarnation with its dehydrated state.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_spot_whose_cas_fails_after_relay_ready_is_not_reopened() {
     use live::*;
@@ -1926,6 +2039,8 @@ async fn a_spot_whose_cas_fails_after_relay_ready_is_not_reopened() {
         assert_eq!(p.a.request(&m, &Add(0), T).await.unwrap(), 1);
         members.push(m);
     }
+    let with_members = p.a.runtime_metrics();
+    assert!(with_members.lanes_live > base.lanes_live);
     b_store.set_down(true);
     let _ = p.gate.send(false);
     let turns = p.a.stats().turns;
@@ -1960,18 +2075,42 @@ async fn a_spot_whose_cas_fails_after_relay_ready_is_not_reopened() {
         }
         other => panic!("expected a failed CAS, got {other:?}"),
     }
-    let _ = tokio::time::timeout(T, queued).await.unwrap().unwrap();
-    // No CAS happened: each member's incarnation ended with the failed relocation (SB-8.6),
-    // its record removed with the source's fence; the old refs answer `NotFound`.
+    // Answered once: by the old incarnation before the seal (then its state has it), or
+    // refused, never run.
+    let ran = tokio::time::timeout(T, queued)
+        .await
+        .unwrap()
+        .unwrap()
+        .is_ok();
+    // No CAS happened: each member's sealed incarnation ended with the failed relocation
+    // (SB-8.6), its record removed with the source's fence; its old ref is refused. Each member
+    // is back on the source as a new incarnation in a new Spot of the same name, with the
+    // state dehydrated for the move.
+    assert_eq!(p.a.relocations().1.failed, 1);
+    assert_eq!(p.a.relocations().1.recovered, 2);
     for m in &members {
         let e = p.a.request(m, &GetSeen, T).await.unwrap_err();
-        assert_eq!(e.kind(), zlink_wire::ErrorKind::NotFound, "{e}");
-        assert!(store.lookup(m.id().clone()).await.unwrap().is_none());
+        assert_eq!(e.kind(), zlink_wire::ErrorKind::InvalidOperation, "{e}");
+        let loc = store.lookup(m.id().clone()).await.unwrap().unwrap();
+        assert_eq!(loc.owner_node, node_common::rid("a"));
+        assert!(loc.object_generation > m.object_generation());
+        let back =
+            p.a.get_or_create(zlink::actor::Create::new("counter", m.id().clone()))
+                .await
+                .unwrap();
+        assert_eq!(back.object_generation(), loc.object_generation);
+        let seen = if ran && m.id() == members[1].id() {
+            vec![0, 100]
+        } else {
+            vec![0]
+        };
+        assert_eq!(p.a.request(&back, &GetSeen, T).await.unwrap(), seen);
     }
-    assert_eq!(p.a.relocations().1.failed, 1);
-    node_common::wait_until("the Spot freed on the source", || {
+    // The old Spot's gates and lanes are gone: the source holds exactly one Spot of two
+    // members again, as before the move.
+    node_common::wait_until("the old Spot freed on the source", || {
         let m = p.a.runtime_metrics();
-        m.lanes_live == base.lanes_live && m.gates_live == base.gates_live
+        m.lanes_live == with_members.lanes_live && m.gates_live == with_members.gates_live
     })
     .await;
     node_common::wait_until("relocation state freed", || {

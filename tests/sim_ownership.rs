@@ -9,53 +9,10 @@
 
 mod sim;
 
-use std::sync::Mutex;
-use std::time::Instant;
-
-use sim::ownership::{self, Faults, Scenario, Stats};
-use sim::{Violation, run_seeds, seeds_from_env, shrink, threads_from_env};
+use sim::ownership::Ownership;
 
 /// Seeds every `cargo test` runs.
 const CI_SEEDS: u64 = 10_000;
-
-fn fault_from_env() -> Faults {
-    let name = std::env::var("SIM_FAULT").unwrap_or_default();
-    Faults::named(&name).unwrap_or_else(|| panic!("unknown SIM_FAULT {name:?}"))
-}
-
-/// The shortest scenario of `seed` that still fails under `faults` (delta debugging over its
-/// actions).
-fn shrunk(seed: u64, faults: Faults) -> Scenario {
-    let full = Scenario::generate(seed);
-    let actions = shrink(full.actions.clone(), 3_000, |acts| {
-        let s = Scenario {
-            actions: acts.to_vec(),
-            ..full.clone()
-        };
-        ownership::run(&s, faults, false).violation.is_some()
-    });
-    Scenario { actions, ..full }
-}
-
-/// Prints how to replay a failing seed, its shrunk actions and the shrunk run's trace.
-fn report(seed: u64, faults: Faults, v: &Violation) -> String {
-    let s = shrunk(seed, faults);
-    let out = ownership::run(&s, faults, true);
-    let mut text = format!(
-        "seed {seed} violates: {v}\nreplay: SIM_SEED={seed} scripts/sim --seed {seed} \
-         (faults {faults:?})\nshrunk to {} actions (of {}): {:?}\nshrunk run: {}\ntrace:\n",
-        s.actions.len(),
-        Scenario::generate(seed).actions.len(),
-        s.actions,
-        out.violation
-            .map_or("passes (shrinking lost it)".into(), |v| v.to_string()),
-    );
-    for line in &out.trace {
-        text.push_str(line);
-        text.push('\n');
-    }
-    text
-}
 
 // spec: EG-14 — no two nodes serve one actor under live fences (takeover only after the
 // owner's lease ended; a lapsed or fenced owner admits nothing)
@@ -66,25 +23,7 @@ fn report(seed: u64, faults: Faults, v: &Violation) -> String {
 // spec: SB-4.1 — the store's fences per actor only grow
 #[test]
 fn ten_thousand_seeds_keep_every_invariant() {
-    let (start, count) = seeds_from_env(CI_SEEDS);
-    let faults = fault_from_env();
-    let total = Mutex::new(Stats::default());
-    let t0 = Instant::now();
-    let (ran, failure) = run_seeds(start, count, threads_from_env(), |seed| {
-        let out = ownership::run(&Scenario::generate(seed), faults, false);
-        *total.lock().unwrap() += out.stats;
-        out.violation
-    });
-    let total = total.into_inner().unwrap();
-    eprintln!(
-        "sim_ownership: {ran} seeds from {start} in {:.1?} ({:?}): {total:?}",
-        t0.elapsed(),
-        faults
-    );
-    if let Some((seed, v)) = failure {
-        panic!("{}", report(seed, faults, &v));
-    }
-    assert_eq!(ran, count);
+    let (count, total) = sim::check_seeds::<Ownership>(CI_SEEDS);
     // The runs exercised what the invariants are about.
     if count >= 1_000 {
         assert!(total.served > count, "{total:?}");
@@ -100,18 +39,7 @@ fn ten_thousand_seeds_keep_every_invariant() {
 
 #[test]
 fn a_seed_replays_exactly() {
-    for seed in [1, 77, 4_242] {
-        let s = Scenario::generate(seed);
-        let a = ownership::run(&s, Faults::default(), true);
-        let b = ownership::run(&Scenario::generate(seed), Faults::default(), true);
-        assert!(a.violation.is_none(), "{:?}", a.violation);
-        assert!(
-            a.trace.len() > 50,
-            "a run does something: {}",
-            a.trace.len()
-        );
-        assert_eq!(a.trace, b.trace, "seed {seed} replays event for event");
-    }
+    sim::replays_exactly::<Ownership>(&[1, 77, 4_242], 50);
 }
 
 /// Each driver rule switched off is caught within the first few hundred seeds, and its
@@ -119,42 +47,13 @@ fn a_seed_replays_exactly() {
 /// docs/RELIABILITY.md.
 #[test]
 fn an_injected_fault_is_caught_and_shrinks() {
-    for name in [
+    sim::caught_and_shrinks::<Ownership>(&[
         "keep_incarnations_on_lease_loss",
         "skip_standing_check",
         "relay_skips_binding_check",
         "deadline_from_answer",
         "clock_stops_while_frozen",
-    ] {
-        let faults = Faults::named(name).unwrap();
-        let (_, failure) = run_seeds(0, 2_000, threads_from_env(), |seed| {
-            ownership::run(&Scenario::generate(seed), faults, false).violation
-        });
-        let (seed, v) = failure.unwrap_or_else(|| panic!("{name}: no seed of 2,000 caught it"));
-        let s = shrunk(seed, faults);
-        let replay = ownership::run(&s, faults, true);
-        let full = Scenario::generate(seed).actions.len();
-        eprintln!(
-            "{name}: seed {seed} ({v}); shrunk {full} -> {} actions: {:?} -> {}",
-            s.actions.len(),
-            s.actions,
-            replay
-                .violation
-                .as_ref()
-                .map_or("passes".into(), ToString::to_string)
-        );
-        assert!(
-            replay.violation.is_some(),
-            "{name}: the shrunk scenario fails"
-        );
-        assert!(s.actions.len() <= full);
-        assert!(
-            ownership::run(&s, Faults::default(), false)
-                .violation
-                .is_none(),
-            "{name}: the shrunk scenario passes on the real rules"
-        );
-    }
+    ]);
 }
 
 /// `scripts/sim --seed N`: replays one seed (`SIM_SEED`, with `SIM_FAULT`), prints its trace
@@ -162,18 +61,5 @@ fn an_injected_fault_is_caught_and_shrinks() {
 #[test]
 #[ignore = "a tool: scripts/sim --seed N"]
 fn replay() {
-    let seed: u64 = std::env::var("SIM_SEED")
-        .expect("SIM_SEED")
-        .parse()
-        .expect("SIM_SEED is a number");
-    let faults = fault_from_env();
-    let s = Scenario::generate(seed);
-    let out = ownership::run(&s, faults, true);
-    for line in &out.trace {
-        println!("{line}");
-    }
-    println!("{:?}", out.stats);
-    if let Some(v) = out.violation {
-        panic!("{}", report(seed, faults, &v));
-    }
+    sim::replay::<Ownership>();
 }

@@ -6,145 +6,20 @@
 //! and `ctl` (`--credential-file`) present it.
 
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
-use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use zlink::node::client::{NodeClient, Placement};
 use zlink_apps::demo;
 
-#[path = "../../mesh/tests/common/ports.rs"]
-mod ports;
-use ports::free_port;
-
-const TIMEOUT: Duration = Duration::from_secs(20);
-const BIN: &str = env!("CARGO_BIN_EXE_zlink-node");
-
-/// A `zlink-node` process, killed on drop.
-struct Proc {
-    config: PathBuf,
-    ready: PathBuf,
-    client: String,
-    child: tokio::process::Child,
-}
-
-impl Proc {
-    fn start(config: PathBuf, ready: PathBuf, client: String, args: &[&str]) -> Proc {
-        let log = std::fs::File::create(config.with_extension("log")).unwrap();
-        let child = tokio::process::Command::new(BIN)
-            .arg("--config")
-            .arg(&config)
-            .args(args)
-            .env("RUST_LOG", "info")
-            .stdout(Stdio::from(log.try_clone().unwrap()))
-            .stderr(Stdio::from(log))
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap();
-        Proc {
-            config,
-            ready,
-            client,
-            child,
-        }
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(self.config.with_extension("log")).unwrap_or_default()
-    }
-
-    /// Waits for the ready file (the node serves and its peers are up); its `key=value` fields.
-    async fn wait_ready(&mut self) -> std::collections::HashMap<String, String> {
-        let deadline = Instant::now() + TIMEOUT;
-        loop {
-            if let Ok(s) = std::fs::read_to_string(&self.ready) {
-                return s
-                    .split_whitespace()
-                    .filter_map(|kv| kv.split_once('='))
-                    .map(|(k, v)| (k.to_owned(), v.to_owned()))
-                    .collect();
-            }
-            if let Some(status) = self.child.try_wait().unwrap() {
-                panic!("exited during startup: {status}\n{}", self.log());
-            }
-            assert!(Instant::now() < deadline, "not ready\n{}", self.log());
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    }
-}
-
-fn setup(dir: &Path) -> Vec<(PathBuf, PathBuf, String)> {
-    std::fs::write(dir.join("secret"), "ctl-test-secret-0123456789abcdef-xyz\n").unwrap();
-    std::fs::write(dir.join("operator"), "ctl-test-operator\n").unwrap();
-    let ports: Vec<[u16; 3]> = (0..2)
-        .map(|_| [free_port(), free_port(), free_port()])
-        .collect();
-    let mut peers = String::new();
-    for (i, p) in ports.iter().enumerate() {
-        peers += &format!(
-            "[[peers]]\nname = \"node{}\"\nrelay = \"tcp://127.0.0.1:{}\"\ncompletion = \"tcp://127.0.0.1:{}\"\n",
-            i + 1,
-            p[0],
-            p[1]
-        );
-    }
-    (0..2)
-        .map(|i| {
-            let name = format!("node{}", i + 1);
-            let config = dir.join(format!("{name}.toml"));
-            let ready = dir.join(format!("{name}.ready"));
-            let p = ports[i];
-            // node1 names its metrics address in the file; node2 gets the flag.
-            let metrics = if i == 0 {
-                "metrics = \"127.0.0.1:0\"\n"
-            } else {
-                ""
-            };
-            std::fs::write(
-                &config,
-                format!(
-                    "name = \"{name}\"\nrelay = \"tcp://127.0.0.1:{}\"\n\
-                     completion = \"tcp://127.0.0.1:{}\"\nclient = \"tcp://127.0.0.1:{}\"\n\
-                     secret_file = \"{}\"\nstore = \"sqlite://{}\"\nready_file = \"{}\"\n\
-                     operator_credential_file = \"{}\"\n\
-                     drain_timeout_ms = 2000\n{metrics}\n{peers}",
-                    p[0],
-                    p[1],
-                    p[2],
-                    dir.join("secret").display(),
-                    dir.join("store.db").display(),
-                    ready.display(),
-                    dir.join("operator").display()
-                ),
-            )
-            .unwrap();
-            (config, ready, format!("tcp://127.0.0.1:{}", p[2]))
-        })
-        .collect()
-}
+mod procs;
+use procs::{BIN, OPERATOR, Proc, TIMEOUT, free_port, setup_each};
 
 /// Runs `zlink-node ctl -e EP1 -e EP2 ARGS…` with the nodes' operator credential
-/// (`OPERATOR_FILE` in the environment, set by each test to its own directory's file); its
-/// stdout (it must succeed).
+/// (`OPERATOR_FILE`, set by each test to its own directory's file); its stdout (it must
+/// succeed).
 async fn ctl(endpoints: &[&str], args: &[&str]) -> String {
-    let mut cmd = tokio::process::Command::new(BIN);
-    cmd.arg("ctl");
-    cmd.env("ZLINK_OPERATOR_CREDENTIAL_FILE", operator_file());
-    for e in endpoints {
-        cmd.args(["-e", e]);
-    }
-    let out = tokio::time::timeout(TIMEOUT, cmd.args(args).output())
-        .await
-        .expect("ctl in time")
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "ctl {args:?}: {}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
+    procs::ctl(operator_file(), endpoints, args).await
 }
 
 static OPERATOR_FILE: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
@@ -190,19 +65,24 @@ async fn scrape(addr: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ctl_lists_nodes_actors_sessions_and_counters() {
     let dir = tempfile::tempdir().unwrap();
-    let mut specs = setup(dir.path()).into_iter();
-    let (c1, r1, e1) = specs.next().unwrap();
-    let (c2, r2, e2) = specs.next().unwrap();
-    let mut p1 = Proc::start(c1, r1, e1, &[]);
-    let mut p2 = Proc::start(c2, r2, e2, &["--metrics", "127.0.0.1:0"]);
+    // node1 names its metrics address in the file; node2 gets the flag.
+    let specs = setup_each(dir.path(), 2, |i| {
+        if i == 0 {
+            "metrics = \"127.0.0.1:0\"\n".to_owned()
+        } else {
+            String::new()
+        }
+    });
+    let mut p1 = Proc::start(&specs[0]);
+    let mut p2 = Proc::start_with(&specs[1], &["--metrics", "127.0.0.1:0"]);
     let ready1 = p1.wait_ready().await;
     let ready2 = p2.wait_ready().await;
-    let eps = [p1.client.as_str(), p2.client.as_str()];
+    let eps = [specs[0].client.as_str(), specs[1].client.as_str()];
     set_operator_file(dir.path().join("operator"));
 
     // Known state: a counter on node1, an echo on node2 bound to a session on node1.
-    let client = NodeClient::connect(&p1.client, TIMEOUT).unwrap();
-    client.authenticate(b"ctl-test-operator").await.unwrap();
+    let client = NodeClient::connect(&specs[0].client, TIMEOUT).unwrap();
+    client.authenticate(OPERATOR).await.unwrap();
     client
         .create("counter", "ctl-counter", Placement::default())
         .await
@@ -227,7 +107,7 @@ async fn ctl_lists_nodes_actors_sessions_and_counters() {
     let j = ctl_json(&eps, &["nodes"]).await;
     assert_eq!(j.len(), 2);
     assert_eq!(j[0]["node"], "node1");
-    assert_eq!(j[0]["endpoint"], p1.client.as_str());
+    assert_eq!(j[0]["endpoint"], specs[0].client.as_str());
     assert_eq!(j[0]["peers_up"], serde_json::json!(["node2"]));
     assert_eq!(j[1]["generation"].to_string(), ready2["generation"]);
 

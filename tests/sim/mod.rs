@@ -1,8 +1,11 @@
 //! The seeded, deterministic simulator's frame (docs/RELIABILITY.md): a virtual clock, an event
 //! queue, a simulated network of FIFO links, a seeded random source, the seed runner and the
-//! shrinker. A *world* (one module per set of protocol cores, `ownership.rs` today) owns the
-//! nodes and drives the real sans-IO cores with the events this frame delivers; the frame knows
-//! nothing about what the messages mean.
+//! shrinker. A *world* (one module per set of protocol cores: `ownership.rs`, `sessions.rs`,
+//! `relocation.rs`) owns the nodes and drives the real sans-IO cores with the events this frame
+//! delivers; the frame knows nothing about what the messages mean. Each world implements
+//! [`World`], and the test drivers (`tests/sim_*.rs`) run it through the frame's one seed run,
+//! fault switch, shrinker, failure report and replay ([`check_seeds`], [`fault_from_env`],
+//! [`shrunk`], [`report`], [`replay`]).
 //!
 //! Determinism: every choice comes from [`Rng`] or [`mix`] of the seed; every collection a
 //! world iterates is ordered (`BTreeMap`, `Vec`); time is the virtual [`Millis`] only. The same
@@ -23,6 +26,7 @@ pub mod sessions;
 
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
+use std::fmt::Debug;
 use std::time::{Duration, Instant};
 
 /// Virtual time in milliseconds since the start of a run.
@@ -434,4 +438,175 @@ pub fn ceil_ms(d: Duration) -> u64 {
 /// Milliseconds from `base` to `at` (0 if before), rounded down.
 pub fn ms_since(base: Instant, at: Instant) -> u64 {
     u64::try_from(at.saturating_duration_since(base).as_millis()).unwrap_or(u64::MAX)
+}
+
+/// A run's result, in every world.
+#[derive(Debug)]
+pub struct Outcome<S> {
+    /// The first invariant that did not hold.
+    pub violation: Option<Violation>,
+    /// The event trace (when asked for).
+    pub trace: Vec<String>,
+    /// What happened.
+    pub stats: S,
+}
+
+/// A world as the seed runner, the shrinker and the replay see it: a scenario generated from a
+/// seed (a list of timed actions the shrinker removes from), the driver rules that can be
+/// switched off (`SIM_FAULT`), and a deterministic run.
+pub trait World {
+    /// The world's name (`scripts/sim --world NAME`, the test binary `sim_NAME`).
+    const NAME: &'static str;
+    /// A run's input: everything the seed decides.
+    type Scenario: Clone;
+    /// One scheduled action.
+    type Action: Clone + Debug;
+    /// Driver rules that can be switched off.
+    type Faults: Copy + Debug + Default + Send + Sync;
+    /// What a run counted.
+    type Stats: Copy + Debug + Default + Send + std::ops::AddAssign;
+
+    /// The scenario of `seed`.
+    fn generate(seed: u64) -> Self::Scenario;
+    /// The scenario's actions by time.
+    fn actions(s: &Self::Scenario) -> &[(Millis, Self::Action)];
+    /// `s` with only `actions`.
+    fn with_actions(s: &Self::Scenario, actions: Vec<(Millis, Self::Action)>) -> Self::Scenario;
+    /// The fault named `name`, or none for an empty name; `None` for an unknown one.
+    fn fault_named(name: &str) -> Option<Self::Faults>;
+    /// Runs `s` with `faults`; `trace` records every event.
+    fn run(s: &Self::Scenario, faults: Self::Faults, trace: bool) -> Outcome<Self::Stats>;
+}
+
+/// The fault `SIM_FAULT` names (none when unset).
+pub fn fault_from_env<W: World>() -> W::Faults {
+    let name = std::env::var("SIM_FAULT").unwrap_or_default();
+    W::fault_named(&name)
+        .unwrap_or_else(|| panic!("unknown SIM_FAULT {name:?} for the {} world", W::NAME))
+}
+
+/// The shortest scenario of `seed` that still fails under `faults` (delta debugging over its
+/// actions).
+pub fn shrunk<W: World>(seed: u64, faults: W::Faults) -> W::Scenario {
+    let full = W::generate(seed);
+    let actions = shrink(W::actions(&full).to_vec(), 3_000, |acts| {
+        W::run(&W::with_actions(&full, acts.to_vec()), faults, false)
+            .violation
+            .is_some()
+    });
+    W::with_actions(&full, actions)
+}
+
+/// How to replay a failing seed, its shrunk actions and the shrunk run's trace.
+pub fn report<W: World>(seed: u64, faults: W::Faults, v: &Violation) -> String {
+    let s = shrunk::<W>(seed, faults);
+    let out = W::run(&s, faults, true);
+    let mut text = format!(
+        "seed {seed} violates: {v}\nreplay: scripts/sim --world {} --seed {seed} \
+         (faults {faults:?})\nshrunk to {} actions (of {}): {:?}\nshrunk run: {}\ntrace:\n",
+        W::NAME,
+        W::actions(&s).len(),
+        W::actions(&W::generate(seed)).len(),
+        W::actions(&s),
+        out.violation
+            .map_or("passes (shrinking lost it)".into(), |v| v.to_string()),
+    );
+    for line in &out.trace {
+        text.push_str(line);
+        text.push('\n');
+    }
+    text
+}
+
+/// Runs the seeds `SIM_START`/`SIM_SEEDS` choose (`default_count` from 0) under the fault
+/// `SIM_FAULT` names, on [`threads_from_env`] threads; panics with the smallest failing seed's
+/// [`report`]. Returns how many seeds ran and their summed stats.
+pub fn check_seeds<W: World>(default_count: u64) -> (u64, W::Stats) {
+    let (start, count) = seeds_from_env(default_count);
+    let faults = fault_from_env::<W>();
+    let total = std::sync::Mutex::new(W::Stats::default());
+    let t0 = Instant::now();
+    let (ran, failure) = run_seeds(start, count, threads_from_env(), |seed| {
+        let out = W::run(&W::generate(seed), faults, false);
+        *total.lock().unwrap() += out.stats;
+        out.violation
+    });
+    let total = total.into_inner().unwrap();
+    eprintln!(
+        "sim_{}: {ran} seeds from {start} in {:.1?} ({faults:?}): {total:?}",
+        W::NAME,
+        t0.elapsed(),
+    );
+    if let Some((seed, v)) = failure {
+        panic!("{}", report::<W>(seed, faults, &v));
+    }
+    assert_eq!(ran, count);
+    (count, total)
+}
+
+/// Each seed of `seeds` passes and replays event for event, with a trace longer than
+/// `min_trace` lines.
+pub fn replays_exactly<W: World>(seeds: &[u64], min_trace: usize) {
+    for &seed in seeds {
+        let a = W::run(&W::generate(seed), W::Faults::default(), true);
+        let b = W::run(&W::generate(seed), W::Faults::default(), true);
+        assert!(a.violation.is_none(), "{:?}", a.violation);
+        assert!(
+            a.trace.len() > min_trace,
+            "a run does something: {}",
+            a.trace.len()
+        );
+        assert_eq!(a.trace, b.trace, "seed {seed} replays event for event");
+    }
+}
+
+/// Each fault of `names` is caught within the first 2,000 seeds, and its failing scenario
+/// shrinks to actions that still fail under it and pass on the real rules.
+pub fn caught_and_shrinks<W: World>(names: &[&str]) {
+    for &name in names {
+        let faults = W::fault_named(name).unwrap();
+        let (_, failure) = run_seeds(0, 2_000, threads_from_env(), |seed| {
+            W::run(&W::generate(seed), faults, false).violation
+        });
+        let (seed, v) = failure.unwrap_or_else(|| panic!("{name}: no seed of 2,000 caught it"));
+        let s = shrunk::<W>(seed, faults);
+        let replay = W::run(&s, faults, true);
+        let full = W::actions(&W::generate(seed)).len();
+        eprintln!(
+            "{name}: seed {seed} ({v}); shrunk {full} -> {} actions: {:?} -> {}",
+            W::actions(&s).len(),
+            W::actions(&s),
+            replay
+                .violation
+                .as_ref()
+                .map_or("passes".into(), ToString::to_string)
+        );
+        assert!(
+            replay.violation.is_some(),
+            "{name}: the shrunk scenario fails"
+        );
+        assert!(W::actions(&s).len() <= full);
+        assert!(
+            W::run(&s, W::Faults::default(), false).violation.is_none(),
+            "{name}: the shrunk scenario passes on the real rules"
+        );
+    }
+}
+
+/// `scripts/sim --world NAME --seed N`: replays `SIM_SEED` under `SIM_FAULT`, prints its trace
+/// and stats and, when it fails, panics with its [`report`].
+pub fn replay<W: World>() {
+    let seed: u64 = std::env::var("SIM_SEED")
+        .expect("SIM_SEED")
+        .parse()
+        .expect("SIM_SEED is a number");
+    let faults = fault_from_env::<W>();
+    let out = W::run(&W::generate(seed), faults, true);
+    for line in &out.trace {
+        println!("{line}");
+    }
+    println!("{:?}", out.stats);
+    if let Some(v) = out.violation {
+        panic!("{}", report::<W>(seed, faults, &v));
+    }
 }

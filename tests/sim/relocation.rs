@@ -7,7 +7,9 @@
 //! one-way messages (24) to their bound actors while actors move between nodes (42/43 seals,
 //! Restore, relay-ready, capture and relay of queued work, cutover or its timeout's fallback,
 //! CAS, 44 commit or abort), under the frame's network faults, partitions node–node and
-//! node–store, crashes with restarts and clock jumps on one node.
+//! node–store, crashes with restarts and clock jumps on one node. A node sending through a ref
+//! to an actor whose owner crashed activates it again (the store's reservation decides: the
+//! dead owner's lease ended), under a new authority generation, with an empty binding slot.
 //!
 //! What is written here is the thin driver of `node::relocate` around the cores (effects to
 //! records and store calls, results back), the actor owner's ingress (an incarnation serving,
@@ -23,8 +25,9 @@
 //!   anything newer;
 //! - every relay has exactly one fate: processed, or dropped for a reason the spec allows (a
 //!   connection broken by a partition or a crash, a session closed by its seal timeout, work of
-//!   an actor left without a serving owner by a crash or a failed relocation, SB-8.3, SB-8.6);
-//!   at the end none is unaccounted for;
+//!   an actor left without a serving owner by a crash or a failed relocation and not activated
+//!   again since, a binding that ended with its crashed owner, SB-8.3, SB-8.6, SB-5.3); at the
+//!   end none is unaccounted for;
 //! - a late or duplicate 44 changes nothing (SB-8.3).
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -34,7 +37,7 @@ use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use zlink::actor::fence::CallFence;
+use zlink::actor::fence::{CallFence, FenceUse, check_moved};
 use zlink::relocation::{
     FollowLookup, FollowTable, MigratedState, MovingActor, RelocationConfig, RestoreRefusal,
     RestoreRequest, SealTarget, SourceEffect, SourceHandoff, SourceOutcome, Subject, TargetEffect,
@@ -50,9 +53,10 @@ use zlink::store::{
     MemoryStore, OwnerFence, Reservation, StoreTime,
 };
 use zlink_wire::{
-    ActorId, BindSnapshot, BindingGeneration, DispatchKey, MeshName, NodeGeneration, NodeRid,
-    ObjectGeneration, OwnerId, OwnerLeaseGeneration, RelocationId, SealIdentity, SealOutcome,
-    SessionLifecycleGeneration, SessionRelocationRoute, SessionRelocationSeal, SessionRid,
+    ActorId, AuthorityOwnerGeneration, BindSnapshot, BindingGeneration, DispatchKey, MeshName,
+    NodeGeneration, NodeRid, ObjectGeneration, OwnerId, OwnerLeaseGeneration, RelocationId,
+    SealIdentity, SealOutcome, SessionLifecycleGeneration, SessionRelocationRoute,
+    SessionRelocationSeal, SessionRid,
 };
 
 use super::{Delays, Envelope, Ep, Millis, Network, Queue, Rng, Violation, ms_since};
@@ -78,6 +82,17 @@ pub struct Faults {
     /// After the cutover timeout's fallback the target lets regular ingress in at once
     /// instead of behind the source's relay stream.
     pub fallback_ignores_source_stream: bool,
+    /// A node re-activating an actor whose owner's lease ended wins the store's reservation
+    /// but installs no incarnation (its messages go nowhere).
+    pub activation_installs_nothing: bool,
+    /// A node activates an actor whose owner it cannot reach (a partition, a crash it saw)
+    /// even when the store answers that a live owner holds it.
+    pub activate_on_unreachable_owner: bool,
+    /// A node whose lease ran out keeps its incarnations serving.
+    pub serve_past_lease: bool,
+    /// A target whose CAS won under a lease that ran out before the answer came opens
+    /// dispatch anyway.
+    pub open_under_lost_lease: bool,
 }
 
 impl Faults {
@@ -91,6 +106,10 @@ impl Faults {
             "no_follow" => f.no_follow = true,
             "release_after_new" => f.release_after_new = true,
             "fallback_ignores_source_stream" => f.fallback_ignores_source_stream = true,
+            "activation_installs_nothing" => f.activation_installs_nothing = true,
+            "activate_on_unreachable_owner" => f.activate_on_unreachable_owner = true,
+            "serve_past_lease" => f.serve_past_lease = true,
+            "open_under_lost_lease" => f.open_under_lost_lease = true,
             _ => return None,
         }
         Some(f)
@@ -115,6 +134,12 @@ pub enum Action {
     ClockJump { node: usize, ms: u64 },
     /// The last 44 the node received arrives again (late or duplicate).
     Late44 { node: usize },
+    /// The node's owner lease runs out (its renewals were lost): past its local deadline it
+    /// ends its incarnations (the ownership world proves that deadline comes before the
+    /// store's), the store lets others take its actors, and `down_ms` later it registers a
+    /// new lease (same node generation, a new lease generation). Its relocations in flight
+    /// go on; the store's fences decide them.
+    LeaseExpiry { node: usize, down_ms: u64 },
 }
 
 /// A run's input.
@@ -187,6 +212,31 @@ impl Scenario {
             };
             actions.push((at, action));
         }
+        // Lease expiries from their own stream (the actions above stay the seed's): some just
+        // after a relocation starts (on any node: often its source or target), some anywhere.
+        let mut l = Rng::new(seed ^ 0x1EA5_E0FF);
+        let mut expiries = Vec::new();
+        for (at, a) in &actions {
+            if matches!(a, Action::Relocate { .. }) && l.chance(120) {
+                expiries.push((
+                    at + l.range(0, 400),
+                    Action::LeaseExpiry {
+                        node: l.below(nodes as u64) as usize,
+                        down_ms: l.range(50, 1_500),
+                    },
+                ));
+            }
+        }
+        if l.chance(300) {
+            expiries.push((
+                l.below(end_ms),
+                Action::LeaseExpiry {
+                    node: l.below(nodes as u64) as usize,
+                    down_ms: l.range(50, 1_500),
+                },
+            ));
+        }
+        actions.extend(expiries);
         actions.sort_by_key(|(at, _)| *at);
         Self {
             seed,
@@ -257,6 +307,16 @@ pub struct Stats {
     pub reordered_after_source_wait: u64,
     /// Crashes.
     pub crashes: u64,
+    /// Actors activated again on a new owner after their owner's lease ended (a crash).
+    pub reactivated: u64,
+    /// Messages processed by a re-activated incarnation.
+    pub processed_after_reactivation: u64,
+    /// Owner leases that ran out.
+    pub lease_expiries: u64,
+    /// … of them while the node was the source or the target of a relocation.
+    pub lease_expiries_mid_move: u64,
+    /// Relays dropped with the incarnation of an owner whose lease ran out.
+    pub dropped_lease: u64,
     /// Partitions.
     pub partitions: u64,
     /// Messages lost to broken connections.
@@ -290,20 +350,51 @@ impl std::ops::AddAssign for Stats {
         self.source_waits_expired += o.source_waits_expired;
         self.reordered_after_source_wait += o.reordered_after_source_wait;
         self.crashes += o.crashes;
+        self.reactivated += o.reactivated;
+        self.lease_expiries += o.lease_expiries;
+        self.lease_expiries_mid_move += o.lease_expiries_mid_move;
+        self.dropped_lease += o.dropped_lease;
+        self.processed_after_reactivation += o.processed_after_reactivation;
         self.partitions += o.partitions;
         self.lost_messages += o.lost_messages;
     }
 }
 
 /// A run's result.
-#[derive(Debug)]
-pub struct Outcome {
-    /// The first invariant that did not hold.
-    pub violation: Option<Violation>,
-    /// The event trace (when asked for).
-    pub trace: Vec<String>,
-    /// What happened.
-    pub stats: Stats,
+pub type Outcome = super::Outcome<Stats>;
+
+/// The relocation world as the frame's seed runner, shrinker and replay see it.
+pub struct Relocation;
+
+impl super::World for Relocation {
+    const NAME: &'static str = "relocation";
+    type Scenario = Scenario;
+    type Action = Action;
+    type Faults = Faults;
+    type Stats = Stats;
+
+    fn generate(seed: u64) -> Scenario {
+        Scenario::generate(seed)
+    }
+
+    fn actions(s: &Scenario) -> &[(Millis, Action)] {
+        &s.actions
+    }
+
+    fn with_actions(s: &Scenario, actions: Vec<(Millis, Action)>) -> Scenario {
+        Scenario {
+            actions,
+            ..s.clone()
+        }
+    }
+
+    fn fault_named(name: &str) -> Option<Faults> {
+        Faults::named(name)
+    }
+
+    fn run(s: &Scenario, faults: Faults, trace: bool) -> Outcome {
+        run(s, faults, trace)
+    }
 }
 
 /// A relay (24) as it travels: its id and the binding fences it carries.
@@ -318,6 +409,10 @@ struct Relay {
     generation: u64,
     /// The node generation of the route it was sent on.
     route_generation: u64,
+    /// The owner lease generation of the route it was sent on.
+    route_lease: u64,
+    /// The authority owner generation of the route it was sent on.
+    route_authority: u64,
     /// Forwarded once by Message Follow already.
     followed: bool,
     /// A message through a resolved ref, not a binding (no slot check, no session order).
@@ -430,6 +525,11 @@ enum Event {
         generation: u64,
         call: u64,
     },
+    /// `node` (generation `generation`) registers a new owner lease after its last ran out.
+    Reregister {
+        node: usize,
+        generation: u64,
+    },
     /// The actor's next turn on `node`.
     Turn {
         node: usize,
@@ -504,6 +604,9 @@ struct Node {
     up: bool,
     generation: u64,
     holder: Option<LeaseHolder>,
+    /// Its owner lease is live (false from a lease expiry to the next registration; the
+    /// holder stays the expired one, so what it sends the store is refused).
+    lease_live: bool,
     /// Clock offset of this node (clock jumps), ms.
     offset: u64,
     sessions: BTreeMap<usize, Session>,
@@ -548,8 +651,15 @@ struct World<'s> {
     last_seq: BTreeMap<(usize, u64, u64, usize), u64>,
     /// Per (session key): the next sequence to send.
     next_seq: BTreeMap<(usize, u64, u64, usize), u64>,
-    /// Actors left without a serving owner (a crash, a failed relocation).
+    /// Actors left without a serving owner (a crash, a failed relocation) and not activated
+    /// again since: the excuse for a refused message of theirs.
     orphaned: BTreeSet<usize>,
+    /// Actors activated again after their owner's lease ended, with the authority generation
+    /// they were activated under.
+    reactivated: BTreeMap<usize, u64>,
+    /// (actor, binding generation): bindings that ended with a crashed owner whose actor was
+    /// activated again (the new incarnation's slot is empty; SB-5.3 refuses their relays).
+    ended_bindings: BTreeSet<(usize, u64)>,
     /// Actors moved at least once.
     moved: BTreeSet<usize>,
     cuts: BTreeMap<(Ep, Ep), u64>,
@@ -630,6 +740,8 @@ impl<'s> World<'s> {
             last_seq: BTreeMap::new(),
             next_seq: BTreeMap::new(),
             orphaned: BTreeSet::new(),
+            reactivated: BTreeMap::new(),
+            ended_bindings: BTreeSet::new(),
             moved: BTreeSet::new(),
             cuts: BTreeMap::new(),
             next_cut: 1,
@@ -724,6 +836,7 @@ impl<'s> World<'s> {
             up: true,
             generation,
             holder: Some(lease.holder),
+            lease_live: true,
             offset: 0,
             sessions: BTreeMap::new(),
             actors: BTreeMap::new(),
@@ -813,13 +926,17 @@ impl<'s> World<'s> {
                 "sent on a broken connection" | "lost with its connection" => {
                     self.stats.dropped_connection += 1;
                 }
-                "its node crashed" | "its owner crashed" | "its target crashed" => {
+                "its node crashed"
+                | "its owner crashed"
+                | "its target crashed"
+                | "its binding ended with its crashed owner" => {
                     self.stats.dropped_crash += 1;
                 }
                 "its seal's session timed out" | "its session's seal timed out" => {
                     self.stats.dropped_seal_timeout += 1;
                 }
                 "followed once already (it moved again)" => self.stats.dropped_followed_once += 1,
+                "its owner's lease ran out" => self.stats.dropped_lease += 1,
                 _ => self.stats.dropped_no_owner += 1,
             }
             if let Some(t) = &mut self.trace {
@@ -916,6 +1033,25 @@ impl<'s> World<'s> {
                 }
                 Ok(())
             }
+            Event::Reregister { node, generation } => {
+                if self.nodes[node].up && self.nodes[node].generation == generation {
+                    let lease = poll_now(self.store.register_owner(
+                        rid(node),
+                        NodeGeneration::new(generation),
+                        Duration::from_secs(86_400),
+                    ))
+                    .expect("register again");
+                    self.log(|| {
+                        format!(
+                            "n{node} registers again: lease {}",
+                            lease.holder.lease_generation.get()
+                        )
+                    });
+                    self.nodes[node].holder = Some(lease.holder);
+                    self.nodes[node].lease_live = true;
+                }
+                Ok(())
+            }
             Event::Turn {
                 node,
                 generation,
@@ -989,6 +1125,7 @@ impl<'s> World<'s> {
                 }
                 Ok(())
             }
+            Action::LeaseExpiry { node, down_ms } => self.lease_expiry(node, down_ms),
             Action::Late44 { node } => {
                 if !self.nodes[node].up {
                     return Ok(());
@@ -1071,6 +1208,8 @@ impl<'s> World<'s> {
             lifecycle,
             generation: g.get(),
             route_generation: ticket.binding.route.node_generation.get(),
+            route_lease: ticket.binding.route.owner_lease_generation.get(),
+            route_authority: ticket.binding.route.authority_owner_generation.get(),
             followed: false,
             tell: false,
             captured: false,
@@ -1087,7 +1226,7 @@ impl<'s> World<'s> {
         if !self.nodes[from].up {
             return Ok(());
         }
-        let Some(loc) = poll_now(self.store.lookup(actor_id(actor))).ok().flatten() else {
+        let Some(loc) = self.resolve(from, actor) else {
             return Ok(());
         };
         let id = self.next_id;
@@ -1115,6 +1254,8 @@ impl<'s> World<'s> {
             lifecycle: self.nodes[from].generation,
             generation: 0,
             route_generation: loc.node_generation.get(),
+            route_lease: loc.owner_lease_generation.get(),
+            route_authority: loc.authority_owner_generation.get(),
             followed: false,
             tell: true,
             captured: false,
@@ -1124,6 +1265,111 @@ impl<'s> World<'s> {
         self.log(|| format!("  tell {id} -> n{to}"));
         self.send(from, to, Msg::Relay(r));
         Ok(())
+    }
+
+    /// Node `from` resolves `actor` in the store for a message through a ref. When the
+    /// record's owner's lease ended (it crashed), `from` activates the actor first: the store's
+    /// reservation decides (failover keeps the object generation, under a new authority
+    /// generation and `from`'s lease), and the new incarnation serves with no binding (its
+    /// session's binding named the dead owner). The store unreachable, or `from` holding the
+    /// actor already (a target's temporary queue, an ended source), the record is used as it is.
+    fn resolve(&mut self, from: usize, actor: usize) -> Option<ActorLocation> {
+        let loc = poll_now(self.store.lookup(actor_id(actor)))
+            .ok()
+            .flatten()?;
+        let n = &self.nodes[from];
+        if self.net.is_cut(Ep::Node(from), Ep::Store)
+            || !n.lease_live
+            || n.actors.contains_key(&actor)
+            || n.sources.values().any(|s| s.actor == actor)
+            || n.targets.values().any(|t| t.actor == actor)
+        {
+            return Some(loc);
+        }
+        let holder = self.nodes[from].holder.clone()?;
+        let reservation = poll_now(self.store.reserve_activation(ActivationRequest {
+            actor_id: actor_id(actor),
+            actor_type: "t".into(),
+            owner: ActorOwner {
+                mesh: mesh(),
+                holder,
+            },
+        }));
+        let owner = index_of(&loc.owner_node);
+        let unreachable = owner != from
+            && (self.net.is_cut(Ep::Node(from), Ep::Node(owner)) || !self.nodes[owner].up);
+        let won = match reservation {
+            Ok(Reservation::Won(won)) => {
+                poll_now(self.store.mark_ready(actor_id(actor), won.fence())).ok()?
+            }
+            Ok(Reservation::Held(held))
+                if self.faults.activate_on_unreachable_owner && unreachable =>
+            {
+                held
+            }
+            _ => return Some(loc),
+        };
+        self.stats.reactivated += 1;
+        self.orphaned.remove(&actor);
+        self.reactivated
+            .insert(actor, won.authority_owner_generation.get());
+        // the binding of the actor's session named the dead owner's incarnation: it ended there
+        let sidx = actor % (self.s.nodes * self.s.sessions);
+        let (snode, k) = (sidx / self.s.sessions, sidx % self.s.sessions);
+        if let Some(b) = self.nodes[snode]
+            .sessions
+            .get(&k)
+            .and_then(|s| s.agg.find(&actor_id(actor)))
+        {
+            self.ended_bindings.insert((actor, b.generation.get()));
+        }
+        self.log(|| {
+            format!(
+                "  n{from} activates a{actor} again (authority {}; the store named {} gen {})",
+                won.authority_owner_generation.get(),
+                loc.owner_node,
+                loc.node_generation.get()
+            )
+        });
+        if !self.faults.activation_installs_nothing {
+            self.nodes[from].actors.insert(
+                actor,
+                Incarnation {
+                    backlog: Default::default(),
+                    turn: false,
+                    behind: None,
+                    late_stream: false,
+                    object_generation: won.object_generation.get(),
+                    state: IncState::Serving,
+                    slot: BindingSlot::default(),
+                    location: Some(won.clone()),
+                },
+            );
+        }
+        Some(won)
+    }
+
+    /// `actor` may have been left without a serving owner (a crash, a failed relocation): its
+    /// refused messages are excused from now on unless the owner the store names serves it.
+    fn orphan(&mut self, actor: usize) {
+        let rec = poll_now(self.store.lookup(actor_id(actor))).ok().flatten();
+        let served = rec.is_some_and(|l| {
+            let i = index_of(&l.owner_node);
+            self.nodes.get(i).is_some_and(|n| {
+                n.up && n.generation == l.node_generation.get()
+                    && n.actors.get(&actor).is_some_and(|inc| {
+                        matches!(
+                            inc.state,
+                            IncState::Serving | IncState::Sealed { .. } | IncState::Relaying { .. }
+                        ) && inc.location.as_ref().is_some_and(|x| {
+                            x.authority_owner_generation == l.authority_owner_generation
+                        })
+                    })
+            })
+        });
+        if !served {
+            self.orphaned.insert(actor);
+        }
     }
 
     fn relocate(&mut self, actor: usize, to: usize) -> Result<(), Violation> {
@@ -1193,6 +1439,56 @@ impl<'s> World<'s> {
         self.drive_source(owner, reloc)
     }
 
+    /// `node`'s owner lease ran out: the store lets others take its actors; the node ends
+    /// every incarnation it serves or holds sealed (their queued work is lost), keeps its
+    /// sessions, its relocation cores and its targets' temporary queues, and registers again
+    /// `down_ms` later.
+    fn lease_expiry(&mut self, node: usize, down_ms: u64) -> Result<(), Violation> {
+        if !self.nodes[node].up || !self.nodes[node].lease_live {
+            return Ok(());
+        }
+        self.stats.lease_expiries += 1;
+        if !self.nodes[node].sources.is_empty() || !self.nodes[node].targets.is_empty() {
+            self.stats.lease_expiries_mid_move += 1;
+        }
+        let holder = self.nodes[node].holder.clone().expect("a registered node");
+        let _ = poll_now(self.store.release_owner(holder));
+        self.nodes[node].lease_live = false;
+        let mut lost = Vec::new();
+        let mut ended = Vec::new();
+        if !self.faults.serve_past_lease {
+            let n = &mut self.nodes[node];
+            let gone: Vec<usize> = n
+                .actors
+                .iter()
+                .filter(|(_, inc)| !matches!(inc.state, IncState::Temp { .. }))
+                .map(|(a, _)| *a)
+                .collect();
+            for a in gone {
+                let inc = n.actors.remove(&a).expect("listed");
+                lost.extend(inc.backlog.iter().map(|r| r.id));
+                lost.extend(inc.behind.iter().flatten().map(|r| r.id));
+                if let IncState::Sealed { queue } = inc.state {
+                    lost.extend(queue.iter().map(|r| r.id));
+                }
+                ended.push(a);
+            }
+        }
+        self.log(|| format!("  n{node}'s lease ran out: ends {ended:?}"));
+        for id in lost {
+            self.fate(id, Fate::Dropped("its owner's lease ran out"));
+        }
+        for a in ended {
+            self.orphan(a);
+        }
+        let generation = self.nodes[node].generation;
+        self.queue.push(
+            self.now + down_ms.max(1),
+            Event::Reregister { node, generation },
+        );
+        Ok(())
+    }
+
     fn crash(&mut self, node: usize, down_ms: u64) -> Result<(), Violation> {
         if !self.nodes[node].up {
             return Ok(());
@@ -1201,6 +1497,7 @@ impl<'s> World<'s> {
         let generation = self.nodes[node].generation;
         let later = self.instant(node) + Duration::from_secs(86_400);
         let mut lost = Vec::new();
+        let mut orphans = Vec::new();
         let n = &mut self.nodes[node];
         n.up = false;
         for s in n.sessions.values_mut() {
@@ -1216,14 +1513,10 @@ impl<'s> World<'s> {
             if let IncState::Sealed { queue } | IncState::Temp { queue, .. } = inc.state {
                 lost.extend(queue.iter().map(|r| r.id));
             }
-            self.orphaned.insert(a);
+            orphans.push(a);
         }
-        for t in n.targets.values() {
-            self.orphaned.insert(t.actor);
-        }
-        for s in n.sources.values() {
-            self.orphaned.insert(s.actor);
-        }
+        orphans.extend(n.targets.values().map(|t| t.actor));
+        orphans.extend(n.sources.values().map(|s| s.actor));
         n.sources.clear();
         n.targets.clear();
         n.calls.clear();
@@ -1233,6 +1526,9 @@ impl<'s> World<'s> {
         }
         for id in lost {
             self.fate(id, Fate::Dropped("its node crashed"));
+        }
+        for a in orphans {
+            self.orphan(a);
         }
         self.net.reset(Ep::Node(node));
         for other in 0..self.s.nodes {
@@ -1347,6 +1643,22 @@ impl<'s> World<'s> {
         Ok(())
     }
 
+    /// The incarnation a source on `node` moves: the actor's incarnation there that serves under
+    /// the source's lease (`lease`); none when it ended with that lease (a lease expiry), or
+    /// another incarnation was activated there since.
+    fn source_inc(
+        &mut self,
+        node: usize,
+        actor: usize,
+        lease: OwnerLeaseGeneration,
+    ) -> Option<&mut Incarnation> {
+        self.nodes[node].actors.get_mut(&actor).filter(|inc| {
+            inc.location
+                .as_ref()
+                .is_some_and(|l| l.owner_lease_generation == lease)
+        })
+    }
+
     /// Performs the source's effects.
     fn drive_source(&mut self, node: usize, reloc: u64) -> Result<(), Violation> {
         loop {
@@ -1375,10 +1687,14 @@ impl<'s> World<'s> {
                     self.send(node, index_of(&to), Msg::Seal { reloc, rec: record });
                 }
                 SourceEffect::SealRuntime => {
-                    let inc = self.nodes[node]
-                        .actors
-                        .get_mut(&actor)
-                        .expect("source incarnation");
+                    let lease = owner.holder.lease_generation;
+                    let Some(inc) = self.source_inc(node, actor, lease) else {
+                        // the incarnation ended (its owner's lease ran out): the relocation
+                        // aborts (`node::relocate`: "incarnation gone")
+                        let s = self.nodes[node].sources.get_mut(&reloc).expect("source");
+                        s.core.handle_quiesced(now, Err(()));
+                        continue;
+                    };
                     // the turn in flight ended (turns are atomic here); what is queued is kept
                     // in arrival order for the capture
                     let queue: Vec<Relay> = inc.backlog.drain(..).collect();
@@ -1390,7 +1706,10 @@ impl<'s> World<'s> {
                         .handle_quiesced(now, Ok(vec![MigratedState::Bytes(vec![1])]));
                 }
                 SourceEffect::SendRestore { to, request } => {
-                    let binding = self.nodes[node].actors[&actor].slot.current().cloned();
+                    let lease = owner.holder.lease_generation;
+                    let binding = self
+                        .source_inc(node, actor, lease)
+                        .and_then(|inc| inc.slot.current().cloned());
                     self.send(
                         node,
                         index_of(&to),
@@ -1403,10 +1722,13 @@ impl<'s> World<'s> {
                 }
                 SourceEffect::CaptureAndRelay => {
                     let tg = self.nodes[target].generation;
-                    let inc = self.nodes[node]
-                        .actors
-                        .get_mut(&actor)
-                        .expect("source incarnation");
+                    let lease = owner.holder.lease_generation;
+                    let Some(inc) = self.source_inc(node, actor, lease) else {
+                        // ended with its owner's lease: nothing left to capture
+                        let s = self.nodes[node].sources.get_mut(&reloc).expect("source");
+                        s.core.handle_relayed(now);
+                        continue;
+                    };
                     let queue = match std::mem::replace(
                         &mut inc.state,
                         IncState::Relaying {
@@ -1440,11 +1762,19 @@ impl<'s> World<'s> {
                     );
                 }
                 SourceEffect::UnsealRuntime => {
+                    let lease = owner.holder.lease_generation;
                     let og = {
-                        let inc = self.nodes[node]
-                            .actors
-                            .get_mut(&actor)
-                            .expect("incarnation");
+                        let Some(inc) = self.source_inc(node, actor, lease) else {
+                            // ended with its owner's lease meanwhile: nothing reopens
+                            let og = ObjectGeneration::new(
+                                self.nodes[node].sources[&reloc]
+                                    .owner
+                                    .object_generation
+                                    .get(),
+                            );
+                            self.nodes[node].follow.release(&actor_id(actor), og);
+                            continue;
+                        };
                         let queue = match std::mem::replace(&mut inc.state, IncState::Serving) {
                             IncState::Sealed { queue } => queue,
                             other => panic!("unseal from {other:?}"),
@@ -1460,9 +1790,12 @@ impl<'s> World<'s> {
                     self.send(node, index_of(&to), Msg::Route(record));
                 }
                 SourceEffect::EndIncarnations(locs) => {
+                    let lease = owner.holder.lease_generation;
                     for loc in locs {
                         let a = actor_index(&loc.actor_id);
-                        if let Some(inc) = self.nodes[node].actors.remove(&a) {
+                        if self.source_inc(node, a, lease).is_some()
+                            && let Some(inc) = self.nodes[node].actors.remove(&a)
+                        {
                             let source = inc.location.expect("record");
                             self.nodes[node]
                                 .follow
@@ -1481,7 +1814,8 @@ impl<'s> World<'s> {
                         SourceOutcome::Failed(_) => {
                             self.stats.failed += 1;
                             // never reopens: what it holds is never processed here
-                            if let Some(inc) = self.nodes[node].actors.get_mut(&actor) {
+                            let lease = owner.holder.lease_generation;
+                            if let Some(inc) = self.source_inc(node, actor, lease) {
                                 let old = std::mem::replace(&mut inc.state, IncState::Ended);
                                 // its pending work goes with it (`node::relocate`'s
                                 // `end_unserved`)
@@ -1494,7 +1828,7 @@ impl<'s> World<'s> {
                                     self.fate(id, Fate::Dropped("its relocation failed"));
                                 }
                             }
-                            self.orphaned.insert(actor);
+                            self.orphan(actor);
                         }
                     }
                     self.nodes[node].sources.remove(&reloc);
@@ -1570,6 +1904,26 @@ impl<'s> World<'s> {
                     behind_source,
                     ..
                 } => {
+                    let n = &self.nodes[node];
+                    if !self.faults.open_under_lost_lease
+                        && (!n.lease_live
+                            || n.holder.as_ref().map(|h| h.lease_generation)
+                                != Some(location.owner_lease_generation))
+                    {
+                        // the CAS won under a lease that ran out before its answer came: the
+                        // owner gate admits nothing under it (SB-5.11), so the moved-in
+                        // incarnation never serves; its temporary queue is lost
+                        self.log(|| format!("  n{node}: a{actor} opens under a lost lease"));
+                        if let Some(inc) = self.nodes[node].actors.remove(&actor)
+                            && let IncState::Temp { queue, .. } = inc.state
+                        {
+                            for r in queue {
+                                self.fate(r.id, Fate::Dropped("its owner's lease ran out"));
+                            }
+                        }
+                        self.orphan(actor);
+                        continue;
+                    }
                     let inc = self.nodes[node].actors.get_mut(&actor).expect("temp queue");
                     inc.location = Some(location);
                     if behind_source && !self.faults.fallback_ignores_source_stream {
@@ -1618,7 +1972,7 @@ impl<'s> World<'s> {
                     {
                         // the CAS failed or its answer was lost: the store may name this node
                         // while nothing serves here (SB-8.6 leaves it to recovery)
-                        self.orphaned.insert(actor);
+                        self.orphan(actor);
                     }
                     self.nodes[node].targets.remove(&reloc);
                 }
@@ -1702,7 +2056,11 @@ impl<'s> World<'s> {
         match op {
             StoreOp::Fence { actor, .. } | StoreOp::Retire { actor, .. } if result.is_ok() => {
                 // the record after the write: the incarnation's fence from now on
-                if let (Some(inc), Ok(loc)) = (self.nodes[node].actors.get_mut(&actor), &result) {
+                let (StoreOp::Fence { owner, .. } | StoreOp::Retire { owner, .. }) = &op else {
+                    unreachable!()
+                };
+                let lease = owner.holder.lease_generation;
+                if let (Some(inc), Ok(loc)) = (self.source_inc(node, actor, lease), &result) {
                     inc.location = Some(loc.clone());
                 }
                 self.store_result_core(node, reloc, op, result, now)
@@ -1937,6 +2295,8 @@ impl<'s> World<'s> {
                 lifecycle: lifecycle.get(),
                 generation: ticket.generation().get(),
                 route_generation: ticket.binding.route.node_generation.get(),
+                route_lease: ticket.binding.route.owner_lease_generation.get(),
+                route_authority: ticket.binding.route.authority_owner_generation.get(),
                 followed: false,
                 tell: false,
                 captured: false,
@@ -2014,6 +2374,24 @@ impl<'s> World<'s> {
         // Not live here: Message Follow (SB-5.10), once.
         let og = ObjectGeneration::new(r.object_generation);
         let looked = self.nodes[node].follow.lookup(&actor_id(r.actor), og, now);
+        // the fences the record carries, checked against those the incarnation had here
+        // (`follow::decide`'s `check_moved`: authority and lease; a record of an earlier or a
+        // later incarnation here is not followed)
+        let fence = CallFence {
+            actor_id: actor_id(r.actor),
+            object_generation: og,
+            authority_owner_generation: AuthorityOwnerGeneration::new(r.route_authority),
+            owner_lease_generation: OwnerLeaseGeneration::new(r.route_lease),
+            node_generation: NodeGeneration::new(r.route_generation),
+        };
+        let looked = match looked {
+            FollowLookup::Forward(route)
+                if !r.followed && check_moved(&route.source, &fence, FenceUse::Call).is_err() =>
+            {
+                FollowLookup::None
+            }
+            other => other,
+        };
         match looked {
             FollowLookup::Forward(route) if !r.followed && !self.faults.no_follow => {
                 let to = index_of(&route.target.owner_node);
@@ -2039,6 +2417,15 @@ impl<'s> World<'s> {
                 if r.route_generation != self.nodes[node].generation && !r.followed {
                     // addressed to a lifecycle of this node that crashed
                     self.fate(r.id, Fate::Dropped("its owner crashed"));
+                    return Ok(());
+                }
+                let lease = self.nodes[node]
+                    .holder
+                    .as_ref()
+                    .map(|h| h.lease_generation.get());
+                if (!self.nodes[node].lease_live || Some(r.route_lease) != lease) && !r.followed {
+                    // addressed to an incarnation this node ended when its lease ran out
+                    self.fate(r.id, Fate::Dropped("its owner's lease ran out"));
                     return Ok(());
                 }
                 Err(self.violation(format!(
@@ -2080,6 +2467,24 @@ impl<'s> World<'s> {
     fn process(&mut self, node: usize, r: Relay) -> Result<(), Violation> {
         let inc = &self.nodes[node].actors[&r.actor];
         // the binding slot's check (SB-5.3)
+        let refused = !r.tell
+            && inc
+                .slot
+                .check_relay(
+                    &rid(r.session_owner),
+                    SessionLifecycleGeneration::new(r.lifecycle),
+                    BindingGeneration::new(r.generation),
+                )
+                .is_err();
+        if refused && self.ended_bindings.contains(&(r.actor, r.generation)) {
+            // spec: SB-5.3 — the actor was activated again after its owner crashed: the
+            // binding ended there, the new incarnation's slot refuses its relays
+            self.fate(
+                r.id,
+                Fate::Dropped("its binding ended with its crashed owner"),
+            );
+            return Ok(());
+        }
         if !r.tell
             && inc
                 .slot
@@ -2101,17 +2506,24 @@ impl<'s> World<'s> {
         let rec = poll_now(self.store.lookup(actor_id(r.actor)))
             .ok()
             .flatten();
+        // spec: EG-14, SB-5.11 — and under the node's live lease the record names
+        let n = &self.nodes[node];
         let named = rec.as_ref().is_some_and(|l| {
             l.owner_node == rid(node)
-                && l.node_generation.get() == self.nodes[node].generation
+                && l.node_generation.get() == n.generation
                 && l.object_generation.get() == r.object_generation
+                && n.lease_live
+                && n.holder.as_ref().map(|h| h.lease_generation) == Some(l.owner_lease_generation)
         });
         if !named {
             return Err(self.violation(format!(
-                "n{node} processed relay {} of a{} while the store names {:?}",
+                "n{node} processed relay {} of a{} while the store names {:?} (its lease live {}, \
+                 generation {:?})",
                 r.id,
                 r.actor,
-                rec.map(|l| (l.owner_node, l.node_generation))
+                rec.map(|l| (l.owner_node, l.node_generation, l.owner_lease_generation)),
+                n.lease_live,
+                n.holder.as_ref().map(|h| h.lease_generation)
             )));
         }
         let info = self.relays.get(&r.id).cloned().expect("known relay");
@@ -2145,6 +2557,9 @@ impl<'s> World<'s> {
         self.stats.processed += 1;
         if self.moved.contains(&r.actor) {
             self.stats.processed_after_move += 1;
+        }
+        if self.reactivated.contains_key(&r.actor) {
+            self.stats.processed_after_reactivation += 1;
         }
         self.log(|| format!("  n{node} processes relay {} (seq {})", r.id, info.seq));
         self.fate(r.id, Fate::Processed(node));

@@ -274,14 +274,40 @@ impl std::ops::AddAssign for Stats {
 }
 
 /// A run's result.
-#[derive(Debug)]
-pub struct Outcome {
-    /// The first invariant that did not hold.
-    pub violation: Option<Violation>,
-    /// The event trace (when asked for).
-    pub trace: Vec<String>,
-    /// What happened.
-    pub stats: Stats,
+pub type Outcome = super::Outcome<Stats>;
+
+/// The sessions world as the frame's seed runner, shrinker and replay see it.
+pub struct Sessions;
+
+impl super::World for Sessions {
+    const NAME: &'static str = "sessions";
+    type Scenario = Scenario;
+    type Action = Action;
+    type Faults = Faults;
+    type Stats = Stats;
+
+    fn generate(seed: u64) -> Scenario {
+        Scenario::generate(seed)
+    }
+
+    fn actions(s: &Scenario) -> &[(Millis, Action)] {
+        &s.actions
+    }
+
+    fn with_actions(s: &Scenario, actions: Vec<(Millis, Action)>) -> Scenario {
+        Scenario {
+            actions,
+            ..s.clone()
+        }
+    }
+
+    fn fault_named(name: &str) -> Option<Faults> {
+        Faults::named(name)
+    }
+
+    fn run(s: &Scenario, faults: Faults, trace: bool) -> Outcome {
+        run(s, faults, trace)
+    }
 }
 
 #[derive(Clone, Debug)]

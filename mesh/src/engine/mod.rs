@@ -63,8 +63,10 @@ use crate::sink::Offer;
 use crate::tap::{TapDirection, WireTap};
 use crate::types::{LinkKind, NodeGeneration, NodeRid, SessionRid};
 
+mod batch;
 mod clients;
 mod commands;
+mod decode;
 mod deliver;
 mod ingress;
 mod link;
@@ -74,8 +76,8 @@ mod send;
 mod timers;
 
 use clients::{Client, Tombstones};
+use decode::{Rx, ZmqFrame};
 use deliver::{Arrived, Context, Delivered, Delivery, Held, Source};
-use ingress::{Rx, ZmqFrame};
 use poll::Sockets;
 pub(crate) use poll::recv_multipart;
 pub(crate) use requests::{close_all, ended_before_transmission, expire, fail};
@@ -205,6 +207,14 @@ fn fresh_rid() -> Vec<u8> {
 impl Peer {
     fn rid(&self, kind: LinkKind) -> &[u8] {
         &self.rids[link_index(kind)]
+    }
+
+    fn link(&self, kind: LinkKind) -> &Link {
+        if kind == LinkKind::Relay {
+            &self.relay
+        } else {
+            &self.completion
+        }
     }
 
     fn link_mut(&mut self, kind: LinkKind) -> &mut Link {

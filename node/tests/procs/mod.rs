@@ -1,6 +1,7 @@
-//! A mesh of `zlink-node` processes for the relocation process tests: configuration files in a
-//! temporary directory (one SQLite Location Store, one operator credential), each process
-//! started with its log beside its config and killed on drop, `ctl` and operator clients.
+//! A mesh of `zlink-node` processes for the process tests (`node_ctl`, `node_relocate`,
+//! `node_relocate_load`, `node_relocate_faults`): configuration files in a temporary directory
+//! (one SQLite Location Store, one operator credential), each process started with its log
+//! beside its config and killed on drop, `ctl` and operator clients.
 
 #![allow(dead_code)]
 
@@ -38,6 +39,12 @@ pub struct Spec {
 /// Writes the configuration of an `n`-node mesh into `dir`; `extra` is appended to each
 /// node's file before its peers (e.g. relocation timings).
 pub fn setup(dir: &Path, n: usize, extra: &str) -> Vec<Spec> {
+    setup_each(dir, n, |_| extra.to_owned())
+}
+
+/// [`setup`] with the lines `extra(i)` appended to the file of node `i` (0-based), e.g. a
+/// metrics address for one node only.
+pub fn setup_each(dir: &Path, n: usize, extra: impl Fn(usize) -> String) -> Vec<Spec> {
     std::fs::write(
         dir.join("secret"),
         "reloc-load-secret-0123456789abcdef-xyz\n",
@@ -73,14 +80,15 @@ pub fn setup(dir: &Path, n: usize, extra: &str) -> Vec<Spec> {
                      completion = \"tcp://127.0.0.1:{}\"\nclient = \"tcp://127.0.0.1:{}\"\n\
                      secret_file = \"{}\"\nstore = \"sqlite://{}\"\nready_file = \"{}\"\n\
                      operator_credential_file = \"{}\"\n\
-                     drain_timeout_ms = 2000\n{extra}\n{peers}",
+                     drain_timeout_ms = 2000\n{}\n{peers}",
                     p[0],
                     p[1],
                     p[2],
                     dir.join("secret").display(),
                     dir.join("store.db").display(),
                     ready.display(),
-                    dir.join("operator").display()
+                    dir.join("operator").display(),
+                    extra(i)
                 ),
             )
             .unwrap();
@@ -104,10 +112,16 @@ pub struct Proc {
 impl Proc {
     /// Starts the node of `spec`.
     pub fn start(spec: &Spec) -> Proc {
+        Proc::start_with(spec, &[])
+    }
+
+    /// Starts the node of `spec` with the command-line arguments `args` after its config.
+    pub fn start_with(spec: &Spec, args: &[&str]) -> Proc {
         let log = std::fs::File::create(spec.config.with_extension("log")).unwrap();
         let child = tokio::process::Command::new(BIN)
             .arg("--config")
             .arg(&spec.config)
+            .args(args)
             .env("RUST_LOG", "info")
             .stdout(Stdio::from(log.try_clone().unwrap()))
             .stderr(Stdio::from(log))
@@ -173,4 +187,41 @@ pub async fn operator(endpoint: &str) -> NodeClient {
     let c = NodeClient::connect(endpoint, TIMEOUT).unwrap();
     c.authenticate(OPERATOR).await.unwrap();
     c
+}
+
+/// The operator credential file of the mesh configured in `dir` (for `ctl`).
+pub fn operator_file(dir: &Path) -> PathBuf {
+    dir.join("operator")
+}
+
+/// Runs `zlink-node ctl -e EP… ARGS…` with the operator credential file `operator`; its
+/// stdout (it must succeed).
+pub async fn ctl(operator: &Path, endpoints: &[&str], args: &[&str]) -> String {
+    let out = ctl_output(operator, endpoints, args).await;
+    assert!(
+        out.status.success(),
+        "ctl {args:?}: {}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// Runs `zlink-node ctl -e EP… ARGS…` with the operator credential file `operator`; its
+/// output, whether it succeeded or not.
+pub async fn ctl_output(
+    operator: &Path,
+    endpoints: &[&str],
+    args: &[&str],
+) -> std::process::Output {
+    let mut cmd = tokio::process::Command::new(BIN);
+    cmd.arg("ctl");
+    cmd.env("ZLINK_OPERATOR_CREDENTIAL_FILE", operator);
+    for e in endpoints {
+        cmd.args(["-e", e]);
+    }
+    tokio::time::timeout(TIMEOUT, cmd.args(args).output())
+        .await
+        .expect("ctl in time")
+        .unwrap()
 }
