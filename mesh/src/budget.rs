@@ -1,20 +1,20 @@
-//! Per-destination outbound admission budget (messages and bytes above libzmq's HWM).
+//! Per-destination outbound admission budget (messages and bytes above libzmq's HWM), and the
+//! receive side of a credit window ([`RxWindow`]). Plain counters: no clock, no waiting.
 //!
 //! A send reserves one message and its byte size before it is handed to the I/O thread; the
 //! I/O thread releases the reservation when libzmq accepted the message (or when the message
 //! is discarded because its peer went away). While the budget is exhausted the destination is
 //! PAUSED: admission waits at most the send timeout, then fails with
 //! [`crate::SendError::DeadlineExceeded`] and nothing is queued (SB-6.5). A send that failed
-//! admission therefore can never be delivered later.
+//! admission therefore can never be delivered later. The waiting is the driver's
+//! ([`crate::outbox::SendBudget`]): [`Budget`] decides what is reserved and when a waiting
+//! sender should look again ([`Reserve::Rolledback`], [`Budget::release_n`]).
 //!
 //! This limit is the *outbound admission* limit of EG-1.2. It has its own type and error and
 //! shares no arithmetic with libzmq's HWM (messages inside libzmq) or the inbound application
 //! queue capacity.
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::time::Duration;
-
-use tokio::sync::Notify;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::config::InboundWindow;
 
@@ -36,22 +36,25 @@ impl Default for OutboundBudget {
     }
 }
 
-/// Admission failed: the budget stayed exhausted for the whole send timeout.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-#[error("outbound admission: budget exhausted for {waited:?}")]
-pub struct AdmissionTimeout {
-    /// How long admission waited.
-    pub waited: Duration,
+/// What [`Budget::try_reserve_n`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reserve {
+    /// Reserved.
+    Reserved,
+    /// Refused: no room for the messages.
+    Full,
+    /// Refused for want of bytes, after the messages had been counted for a moment: a sender
+    /// refused meanwhile may have seen a budget fuller than it is, so waiting senders should
+    /// look again.
+    Rolledback,
 }
 
-/// Shared accounting of one destination's budget.
+/// The accounting of one destination's outbound budget: what is reserved, against its limits.
 #[derive(Debug)]
 pub struct Budget {
     limit: OutboundBudget,
     messages: AtomicU64,
     bytes: AtomicU64,
-    waiters: AtomicUsize,
-    notify: Notify,
 }
 
 impl Budget {
@@ -61,34 +64,27 @@ impl Budget {
             limit,
             messages: AtomicU64::new(0),
             bytes: AtomicU64::new(0),
-            waiters: AtomicUsize::new(0),
-            notify: Notify::new(),
         }
     }
 
-    /// Tries to reserve one message of `bytes`; never waits.
+    /// Tries to reserve `n` messages totalling `bytes` at once (all or nothing); never waits.
     ///
     /// A single message larger than the byte budget is admitted only when nothing else is
     /// reserved (otherwise it could never be admitted).
-    pub fn try_reserve(&self, bytes: u64) -> bool {
-        self.try_reserve_n(1, bytes)
-    }
-
-    /// Tries to reserve `n` messages totalling `bytes` at once (all or nothing).
-    pub fn try_reserve_n(&self, n: u64, bytes: u64) -> bool {
+    #[inline]
+    pub fn try_reserve_n(&self, n: u64, bytes: u64) -> Reserve {
         let m = self.messages.fetch_add(n, Ordering::AcqRel);
         if m + n > self.limit.messages {
             self.messages.fetch_sub(n, Ordering::AcqRel);
-            return false;
+            return Reserve::Full;
         }
         let b = self.bytes.fetch_add(bytes, Ordering::AcqRel);
         if b > 0 && b + bytes > self.limit.bytes {
             self.bytes.fetch_sub(bytes, Ordering::AcqRel);
             self.messages.fetch_sub(n, Ordering::AcqRel);
-            self.wake();
-            return false;
+            return Reserve::Rolledback;
         }
-        true
+        Reserve::Reserved
     }
 
     /// Reserves one message of `bytes` whatever is reserved already (a reply to a client:
@@ -103,58 +99,15 @@ impl Budget {
         self.limit
     }
 
-    /// Reserves, waiting at most `timeout` for room.
-    pub async fn reserve(&self, bytes: u64, timeout: Duration) -> Result<(), AdmissionTimeout> {
-        self.reserve_n(1, bytes, timeout).await
-    }
-
-    /// Reserves `n` messages totalling `bytes` (all or nothing), waiting at most `timeout`.
-    pub async fn reserve_n(
-        &self,
-        n: u64,
-        bytes: u64,
-        timeout: Duration,
-    ) -> Result<(), AdmissionTimeout> {
-        if self.try_reserve_n(n, bytes) {
-            return Ok(());
-        }
-        let deadline = tokio::time::Instant::now() + timeout;
-        self.waiters.fetch_add(1, Ordering::AcqRel);
-        let _guard = WaiterGuard(&self.waiters);
-        loop {
-            let notified = self.notify.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            if self.try_reserve_n(n, bytes) {
-                return Ok(());
-            }
-            if tokio::time::timeout_at(deadline, notified).await.is_err() {
-                // One last attempt: room may have appeared exactly at the deadline.
-                return if self.try_reserve_n(n, bytes) {
-                    Ok(())
-                } else {
-                    Err(AdmissionTimeout { waited: timeout })
-                };
-            }
-        }
-    }
-
-    /// Releases one message of `bytes` (called by the I/O thread).
+    /// Releases `n` messages totalling `bytes`; `true` when waiting senders should look again.
     ///
-    /// Waiters are woken with hysteresis: only once usage fell to half of a limit (or to
-    /// zero), so a sender blocked on a full budget is woken once per half budget, not once
-    /// per message.
-    pub fn release(&self, bytes: u64) {
-        self.release_n(1, bytes);
-    }
-
-    /// Releases `n` messages totalling `bytes`.
-    pub fn release_n(&self, n: u64, bytes: u64) {
+    /// With hysteresis: only once usage fell to half of a limit (or to zero), so a sender
+    /// blocked on a full budget is woken once per half budget, not once per message.
+    #[inline]
+    pub fn release_n(&self, n: u64, bytes: u64) -> bool {
         let m = self.messages.fetch_sub(n, Ordering::AcqRel) - n;
         let b = self.bytes.fetch_sub(bytes, Ordering::AcqRel) - bytes;
-        if m <= self.limit.messages / 2 && b <= self.limit.bytes / 2 {
-            self.wake();
-        }
+        m <= self.limit.messages / 2 && b <= self.limit.bytes / 2
     }
 
     /// Messages currently reserved.
@@ -165,20 +118,6 @@ impl Budget {
     /// Bytes currently reserved.
     pub fn reserved_bytes(&self) -> u64 {
         self.bytes.load(Ordering::Acquire)
-    }
-
-    fn wake(&self) {
-        if self.waiters.load(Ordering::Acquire) > 0 {
-            self.notify.notify_waiters();
-        }
-    }
-}
-
-struct WaiterGuard<'a>(&'a AtomicUsize);
-
-impl Drop for WaiterGuard<'_> {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -299,30 +238,6 @@ impl RxWindow {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::Arc;
-
-    // spec: SB-6.5 (admission waits at most the send timeout), EG-1.2 (own limit type)
-    #[tokio::test]
-    async fn admission_times_out_then_succeeds_after_release() {
-        let b = Arc::new(Budget::new(OutboundBudget {
-            messages: 2,
-            bytes: 100,
-        }));
-        assert!(b.try_reserve(10));
-        assert!(b.try_reserve(10));
-        assert!(!b.try_reserve(1));
-        let err = b.reserve(1, Duration::from_millis(20)).await.unwrap_err();
-        assert_eq!(err.waited, Duration::from_millis(20));
-        assert_eq!(b.reserved_messages(), 2);
-
-        let b2 = b.clone();
-        let waiter = tokio::spawn(async move { b2.reserve(5, Duration::from_secs(30)).await });
-        tokio::task::yield_now().await;
-        b.release(10);
-        waiter.await.unwrap().unwrap();
-        assert_eq!(b.reserved_messages(), 2);
-        assert_eq!(b.reserved_bytes(), 15);
-    }
 
     #[test]
     fn byte_limit_and_oversized_single_message() {
@@ -330,15 +245,42 @@ mod tests {
             messages: 10,
             bytes: 100,
         });
-        assert!(
-            b.try_reserve(500),
+        assert_eq!(
+            b.try_reserve_n(1, 500),
+            Reserve::Reserved,
             "alone, an oversized message is admitted"
         );
-        assert!(!b.try_reserve(1));
-        b.release(500);
-        assert!(b.try_reserve(60));
-        assert!(!b.try_reserve(60));
-        assert!(b.try_reserve(40));
+        assert_eq!(b.try_reserve_n(1, 1), Reserve::Rolledback);
+        b.release_n(1, 500);
+        assert_eq!(b.try_reserve_n(1, 60), Reserve::Reserved);
+        assert_eq!(b.try_reserve_n(1, 60), Reserve::Rolledback);
+        assert_eq!(b.try_reserve_n(1, 40), Reserve::Reserved);
+        assert_eq!(b.reserved_messages(), 2);
+        assert_eq!(b.reserved_bytes(), 100);
+    }
+
+    // spec: SB-6.5 (the PAUSED destination's senders are told when room returned). Waking
+    // is decided here, with hysteresis: once usage fell to half of each limit, and after a
+    // refusal that had counted its messages for a moment.
+    #[test]
+    fn waiting_senders_look_again_at_half_budget_and_after_a_rollback() {
+        let b = Budget::new(OutboundBudget {
+            messages: 4,
+            bytes: 1000,
+        });
+        for _ in 0..4 {
+            assert_eq!(b.try_reserve_n(1, 10), Reserve::Reserved);
+        }
+        assert_eq!(b.try_reserve_n(1, 10), Reserve::Full, "messages used up");
+        assert!(!b.release_n(1, 10), "3 of 4 still reserved: no wake");
+        assert!(b.release_n(1, 10), "half the messages free: wake");
+        assert_eq!(b.try_reserve_n(2, 995), Reserve::Rolledback);
+        assert_eq!(
+            b.reserved_messages(),
+            2,
+            "the rollback gave the messages back"
+        );
+        assert!(b.release_n(2, 20), "empty: wake");
     }
 
     #[test]

@@ -1,22 +1,165 @@
 //! A peer's outbox: records queued by tokio callers for the I/O thread, framed into the batch
-//! being filled ([`Outbox`], [`OutItem`], [`Enqueue`]), and the admission a send waits for.
+//! being filled ([`Outbox`], [`OutItem`], [`Enqueue`]), and the admission a send waits for
+//! ([`SendBudget`]: a destination's [`Budget`] and the senders waiting for room in it).
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use tokio::sync::Notify;
 
-use crate::budget::Budget;
+use crate::budget::{Budget, OutboundBudget, Reserve};
 use crate::codec::Parts;
 use crate::config::Batching;
 use crate::conn::Framed;
 use crate::error::SendError;
 use crate::types::{NodeGeneration, NodeRid};
 
+/// Admission failed: the budget stayed exhausted for the whole send timeout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("outbound admission: budget exhausted for {waited:?}")]
+pub(crate) struct AdmissionTimeout {
+    /// How long admission waited.
+    pub waited: Duration,
+}
+
+/// One destination's outbound budget as its senders and the I/O thread share it: the counter
+/// ([`Budget`], which decides) and the senders waiting for room in it (a tokio [`Notify`],
+/// woken when the budget says so). Held by the destination's [`crate::conn::Conn`] (the I/O
+/// thread releases what libzmq took) and by the API handles that send to it.
+#[derive(Debug)]
+pub(crate) struct SendBudget {
+    budget: Budget,
+    waiters: AtomicUsize,
+    room: Notify,
+}
+
+impl SendBudget {
+    /// A budget with the given limits, nothing reserved, nobody waiting.
+    pub(crate) fn new(limit: OutboundBudget) -> Self {
+        Self {
+            budget: Budget::new(limit),
+            waiters: AtomicUsize::new(0),
+            room: Notify::new(),
+        }
+    }
+
+    /// Tries to reserve one message of `bytes`; never waits.
+    #[inline]
+    pub(crate) fn try_reserve(&self, bytes: u64) -> bool {
+        self.try_reserve_n(1, bytes)
+    }
+
+    /// Tries to reserve `n` messages totalling `bytes` at once (all or nothing); never waits.
+    #[inline]
+    pub(crate) fn try_reserve_n(&self, n: u64, bytes: u64) -> bool {
+        match self.budget.try_reserve_n(n, bytes) {
+            Reserve::Reserved => true,
+            Reserve::Full => false,
+            Reserve::Rolledback => {
+                self.wake();
+                false
+            }
+        }
+    }
+
+    /// Reserves one message of `bytes` whatever is reserved already (see
+    /// [`Budget::force_reserve`]).
+    pub(crate) fn force_reserve(&self, bytes: u64) {
+        self.budget.force_reserve(bytes);
+    }
+
+    /// The configured limits.
+    pub(crate) fn limit(&self) -> OutboundBudget {
+        self.budget.limit()
+    }
+
+    /// Reserves one message of `bytes`, waiting at most `timeout` for room.
+    pub(crate) async fn reserve(
+        &self,
+        bytes: u64,
+        timeout: Duration,
+    ) -> Result<(), AdmissionTimeout> {
+        self.reserve_n(1, bytes, timeout).await
+    }
+
+    /// Reserves `n` messages totalling `bytes` (all or nothing), waiting at most `timeout`.
+    pub(crate) async fn reserve_n(
+        &self,
+        n: u64,
+        bytes: u64,
+        timeout: Duration,
+    ) -> Result<(), AdmissionTimeout> {
+        if self.try_reserve_n(n, bytes) {
+            return Ok(());
+        }
+        let deadline = tokio::time::Instant::now() + timeout;
+        self.waiters.fetch_add(1, Ordering::AcqRel);
+        let _guard = WaiterGuard(&self.waiters);
+        loop {
+            let notified = self.room.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.try_reserve_n(n, bytes) {
+                return Ok(());
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                // One last attempt: room may have appeared exactly at the deadline.
+                return if self.try_reserve_n(n, bytes) {
+                    Ok(())
+                } else {
+                    Err(AdmissionTimeout { waited: timeout })
+                };
+            }
+        }
+    }
+
+    /// Releases one message of `bytes` (the I/O thread, once libzmq took it).
+    #[inline]
+    pub(crate) fn release(&self, bytes: u64) {
+        self.release_n(1, bytes);
+    }
+
+    /// Releases `n` messages totalling `bytes`, waking the waiting senders when the budget
+    /// says so ([`Budget::release_n`]).
+    #[inline]
+    pub(crate) fn release_n(&self, n: u64, bytes: u64) {
+        if self.budget.release_n(n, bytes) {
+            self.wake();
+        }
+    }
+
+    /// Messages currently reserved.
+    #[cfg(test)]
+    pub(crate) fn reserved_messages(&self) -> u64 {
+        self.budget.reserved_messages()
+    }
+
+    /// Bytes currently reserved.
+    pub(crate) fn reserved_bytes(&self) -> u64 {
+        self.budget.reserved_bytes()
+    }
+
+    fn wake(&self) {
+        if self.waiters.load(Ordering::Acquire) > 0 {
+            self.room.notify_waiters();
+        }
+    }
+}
+
+struct WaiterGuard<'a>(&'a AtomicUsize);
+
+impl Drop for WaiterGuard<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
 #[derive(Clone, Debug)]
 pub(crate) struct PeerSlot {
     pub generation: NodeGeneration,
-    pub budget: Arc<Budget>,
+    pub budget: Arc<SendBudget>,
     /// Relay data of this lifecycle on its way to the I/O thread.
     pub outbox: Arc<Outbox>,
 }
@@ -72,7 +215,7 @@ pub(crate) struct Outbox {
     pub node: Arc<NodeRid>,
     pub generation: NodeGeneration,
     /// The peer's outbound budget (the same as its slot's).
-    pub budget: Arc<Budget>,
+    pub budget: Arc<SendBudget>,
     /// How runs are cut (the node's [`Batching`]).
     pub(crate) batching: Batching,
     pub(crate) pending: Mutex<Pending>,
@@ -244,7 +387,7 @@ impl Outbox {
     pub(crate) fn new(
         node: Arc<NodeRid>,
         generation: NodeGeneration,
-        budget: Arc<Budget>,
+        budget: Arc<SendBudget>,
         batching: Batching,
     ) -> Self {
         Self {
@@ -280,5 +423,33 @@ impl Outbox {
             g.run_capacity = run.frame_len();
         }
         std::mem::swap(&mut g.items, into);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // spec: SB-6.5 (admission waits at most the send timeout), EG-1.2 (own limit type)
+    #[tokio::test]
+    async fn admission_times_out_then_succeeds_after_release() {
+        let b = Arc::new(SendBudget::new(OutboundBudget {
+            messages: 2,
+            bytes: 100,
+        }));
+        assert!(b.try_reserve(10));
+        assert!(b.try_reserve(10));
+        assert!(!b.try_reserve(1));
+        let err = b.reserve(1, Duration::from_millis(20)).await.unwrap_err();
+        assert_eq!(err.waited, Duration::from_millis(20));
+        assert_eq!(b.reserved_messages(), 2);
+
+        let b2 = b.clone();
+        let waiter = tokio::spawn(async move { b2.reserve(5, Duration::from_secs(30)).await });
+        tokio::task::yield_now().await;
+        b.release(10);
+        waiter.await.unwrap().unwrap();
+        assert_eq!(b.reserved_messages(), 2);
+        assert_eq!(b.reserved_bytes(), 15);
     }
 }

@@ -10,6 +10,9 @@
 //! node–store, crashes with restarts and clock jumps on one node. A node sending through a ref
 //! to an actor whose owner crashed activates it again (the store's reservation decides: the
 //! dead owner's lease ended), under a new authority generation, with an empty binding slot.
+//! Owner leases run out (mid-relocation too): the node ends its incarnations, its relocation
+//! cores go on and the store's fences decide them, and it registers a new lease. Sessions bind
+//! actors while they move (38, the reply, the 51 to the replaced session, its close).
 //!
 //! What is written here is the thin driver of `node::relocate` around the cores (effects to
 //! records and store calls, results back), the actor owner's ingress (an incarnation serving,
@@ -44,17 +47,20 @@ use zlink::relocation::{
     TargetHandoff,
 };
 use zlink::session::aggregate::{
-    BindStart, BindTarget, Released, RouteApplied, SessionBindingAggregate, SessionIdentity,
+    BindCompletion, BindStart, BindTarget, Released, ReplacedOutcome, RouteApplied,
+    SessionBindingAggregate, SessionIdentity,
 };
 use zlink::session::seal::HeldRelay;
+use zlink::session::slot::SlotBind;
 use zlink::session::{BindingSlot, RegisteredBinding};
 use zlink::store::{
     self, ActivationRequest, ActorLocation, ActorOwner, AuthorityFence, LeaseHolder, LocationStore,
     MemoryStore, OwnerFence, Reservation, StoreTime,
 };
 use zlink_wire::{
-    ActorId, AuthorityOwnerGeneration, BindSnapshot, BindingGeneration, DispatchKey, MeshName,
-    NodeGeneration, NodeRid, ObjectGeneration, OwnerId, OwnerLeaseGeneration, RelocationId,
+    ActorId, AuthorityFence as WireAuthorityFence, AuthorityOwnerGeneration, BindSnapshot,
+    BindingGeneration, BoundSessionReplaced, DispatchKey, MeshName, NodeGeneration, NodeRid,
+    ObjectGeneration, OwnerId, OwnerLeaseGeneration, PreviousSessionOwner, RelocationId,
     SealIdentity, SealOutcome, SessionLifecycleGeneration, SessionRelocationRoute,
     SessionRelocationSeal, SessionRid,
 };
@@ -65,6 +71,12 @@ use super::{Delays, Envelope, Ep, Millis, Network, Queue, Rng, Violation, ms_sin
 const PEER_TIMEOUT_MS: Millis = 300;
 /// How long a node waits for the store's answer.
 const STORE_CALL_TIMEOUT_MS: Millis = 1_000;
+/// A bind's deadline at its session owner.
+const BIND_DEADLINE_MS: Millis = 4_000;
+/// A request relay's deadline at its caller (the session owner).
+const REQUEST_DEADLINE_MS: Millis = 5_000;
+/// A replaced session's callback runs this long.
+const CALLBACK_MS: Millis = 100;
 /// After the last action: every partition healed and every timer ran out.
 const DRAIN_MS: Millis = 9_000;
 
@@ -79,9 +91,6 @@ pub struct Faults {
     pub no_follow: bool,
     /// The session owner sends relays submitted during the release before the held ones.
     pub release_after_new: bool,
-    /// After the cutover timeout's fallback the target lets regular ingress in at once
-    /// instead of behind the source's relay stream.
-    pub fallback_ignores_source_stream: bool,
     /// A node re-activating an actor whose owner's lease ended wins the store's reservation
     /// but installs no incarnation (its messages go nowhere).
     pub activation_installs_nothing: bool,
@@ -93,6 +102,19 @@ pub struct Faults {
     /// A target whose CAS won under a lease that ran out before the answer came opens
     /// dispatch anyway.
     pub open_under_lost_lease: bool,
+    /// After the cutover timeout's fallback the target lets regular ingress in at once
+    /// instead of behind the source's relay stream.
+    pub fallback_ignores_source_stream: bool,
+    /// The source registers binds until it seals the runtime (today's node: only the Follow
+    /// table's seal entry refuses them), though the seal targets and the Restore's binding
+    /// were taken at the start.
+    pub bind_until_runtime_seal: bool,
+    /// The session owner arms no deadline for a relayed request: a request lost with its
+    /// connection never ends.
+    pub no_request_deadline: bool,
+    /// A failed relocation's source leaves the record and the actor as they are (no SB-8.6
+    /// recovery).
+    pub no_recovery: bool,
 }
 
 impl Faults {
@@ -105,11 +127,14 @@ impl Faults {
             "source_drops_late_ingress" => f.source_drops_late_ingress = true,
             "no_follow" => f.no_follow = true,
             "release_after_new" => f.release_after_new = true,
-            "fallback_ignores_source_stream" => f.fallback_ignores_source_stream = true,
             "activation_installs_nothing" => f.activation_installs_nothing = true,
             "activate_on_unreachable_owner" => f.activate_on_unreachable_owner = true,
             "serve_past_lease" => f.serve_past_lease = true,
             "open_under_lost_lease" => f.open_under_lost_lease = true,
+            "fallback_ignores_source_stream" => f.fallback_ignores_source_stream = true,
+            "bind_until_runtime_seal" => f.bind_until_runtime_seal = true,
+            "no_request_deadline" => f.no_request_deadline = true,
+            "no_recovery" => f.no_recovery = true,
             _ => return None,
         }
         Some(f)
@@ -140,6 +165,13 @@ pub enum Action {
     /// new lease (same node generation, a new lease generation). Its relocations in flight
     /// go on; the store's fences decide them.
     LeaseExpiry { node: usize, down_ms: u64 },
+    /// Session `session` of node `node` binds the actor (38), replacing its current binding
+    /// (51 to the session it had) — often while the actor moves.
+    Bind {
+        actor: usize,
+        node: usize,
+        session: usize,
+    },
 }
 
 /// A run's input.
@@ -237,6 +269,35 @@ impl Scenario {
             ));
         }
         actions.extend(expiries);
+        // Binds and replacements from their own stream too: a quarter of the relocations race
+        // one (0–300 ms after it starts), and a third of the seeds have one anywhere.
+        let mut b = Rng::new(seed ^ 0xB1ED_0038);
+        let mut binds = Vec::new();
+        for (at, a) in &actions {
+            if let Action::Relocate { actor, .. } = a
+                && b.chance(250)
+            {
+                binds.push((
+                    at + b.range(0, 300),
+                    Action::Bind {
+                        actor: *actor,
+                        node: b.below(nodes as u64) as usize,
+                        session: b.below(sessions as u64) as usize,
+                    },
+                ));
+            }
+        }
+        if b.chance(300) {
+            binds.push((
+                b.below(end_ms),
+                Action::Bind {
+                    actor: b.below(actors as u64) as usize,
+                    node: b.below(nodes as u64) as usize,
+                    session: b.below(sessions as u64) as usize,
+                },
+            ));
+        }
+        actions.extend(binds);
         actions.sort_by_key(|(at, _)| *at);
         Self {
             seed,
@@ -290,6 +351,14 @@ pub struct Stats {
     pub aborted: u64,
     /// Relocations that ended with neither side serving (SB-8.6).
     pub failed: u64,
+    /// … after which the source activated the actor again from its state (SB-8.6 recovery).
+    pub recovered: u64,
+    /// Actors a failed relocation left unserved at the end: the recovery's one removal of the
+    /// record failed (the store unreachable, or the target's CAS won unseen).
+    pub unrecovered: u64,
+    /// Actors unserved at the end because their relocation's source still waits for the
+    /// target's result.
+    pub stuck_sources: u64,
     /// Targets that fell back after the cutover timeout.
     pub cutover_timeouts: u64,
     /// Sessions closed by their seal timeout.
@@ -311,6 +380,35 @@ pub struct Stats {
     pub reactivated: u64,
     /// Messages processed by a re-activated incarnation.
     pub processed_after_reactivation: u64,
+    /// Session relays that are requests (the caller waits for one terminal).
+    pub requests: u64,
+    /// … whose terminal was the actor's reply.
+    pub request_replies: u64,
+    /// … whose terminal was a refusal (a node's answer, or the session's own close).
+    pub request_refusals: u64,
+    /// … whose terminal was their deadline.
+    pub request_deadlines: u64,
+    /// Terminals that came after a request's first (late: ignored).
+    pub late_terminals: u64,
+    /// Binds (38) sent.
+    pub binds: u64,
+    /// … registered by the actor owner and completed at the session.
+    pub bound: u64,
+    /// … refused by the owner (not serving: sealed, moving, gone; stale fences).
+    pub bind_refused: u64,
+    /// … whose deadline passed first.
+    pub bind_timeouts: u64,
+    /// … forwarded by Message Follow.
+    pub bind_followed: u64,
+    /// 51s applied (the replaced session closes).
+    pub replacements: u64,
+    /// … of them while the replaced binding was sealed by a relocation.
+    pub replaced_while_sealed: u64,
+    /// 51s refused by the session (late, duplicate, closed).
+    pub refused_51: u64,
+    /// Relays dropped because their binding was replaced (held by its seal, or refused by
+    /// the slot).
+    pub dropped_replaced: u64,
     /// Owner leases that ran out.
     pub lease_expiries: u64,
     /// … of them while the node was the source or the target of a relocation.
@@ -343,6 +441,9 @@ impl std::ops::AddAssign for Stats {
         self.moved += o.moved;
         self.aborted += o.aborted;
         self.failed += o.failed;
+        self.recovered += o.recovered;
+        self.unrecovered += o.unrecovered;
+        self.stuck_sources += o.stuck_sources;
         self.cutover_timeouts += o.cutover_timeouts;
         self.seal_timeouts += o.seal_timeouts;
         self.late_44 += o.late_44;
@@ -352,6 +453,20 @@ impl std::ops::AddAssign for Stats {
         self.crashes += o.crashes;
         self.reactivated += o.reactivated;
         self.lease_expiries += o.lease_expiries;
+        self.binds += o.binds;
+        self.requests += o.requests;
+        self.request_replies += o.request_replies;
+        self.request_refusals += o.request_refusals;
+        self.request_deadlines += o.request_deadlines;
+        self.late_terminals += o.late_terminals;
+        self.bound += o.bound;
+        self.bind_refused += o.bind_refused;
+        self.bind_timeouts += o.bind_timeouts;
+        self.bind_followed += o.bind_followed;
+        self.replacements += o.replacements;
+        self.replaced_while_sealed += o.replaced_while_sealed;
+        self.refused_51 += o.refused_51;
+        self.dropped_replaced += o.dropped_replaced;
         self.lease_expiries_mid_move += o.lease_expiries_mid_move;
         self.dropped_lease += o.dropped_lease;
         self.processed_after_reactivation += o.processed_after_reactivation;
@@ -481,6 +596,28 @@ enum Msg {
     },
     /// 44.
     Route(SessionRelocationRoute),
+    /// 38 Bind (request `id`), with the fences of the location it is addressed to.
+    Bind {
+        id: u64,
+        actor: usize,
+        reg: RegisteredBinding,
+        object_generation: u64,
+        route_generation: u64,
+        route_authority: u64,
+        /// Forwarded once by Message Follow already.
+        followed: bool,
+    },
+    /// The 38's answer: the owner's record when registered.
+    BindReply {
+        id: u64,
+        result: Option<ActorLocation>,
+    },
+    /// 51.
+    Replaced(Box<BoundSessionReplaced>),
+    /// A request's reply, from the node that processed it to its caller's session owner.
+    Reply {
+        id: u64,
+    },
     /// A store call and its answer.
     StoreCall {
         call: u64,
@@ -524,6 +661,29 @@ enum Event {
         node: usize,
         generation: u64,
         call: u64,
+    },
+    /// A bind's deadline at its session owner.
+    BindDeadline {
+        id: u64,
+    },
+    /// A request's terminal reaches its caller (a refusal's answer, or its deadline).
+    Terminal {
+        id: u64,
+        kind: &'static str,
+    },
+    /// The replaced-callback of replacement `seq` of session `session` ended.
+    CallbackDone {
+        node: usize,
+        generation: u64,
+        session: usize,
+        seq: u64,
+    },
+    /// The close timer of a replaced session.
+    CloseTimer {
+        node: usize,
+        generation: u64,
+        session: usize,
+        seq: u64,
     },
     /// `node` (generation `generation`) registers a new owner lease after its last ran out.
     Reregister {
@@ -591,6 +751,9 @@ struct Source {
     target: usize,
     target_generation: u64,
     owner: OwnerFence,
+    /// The binding taken at the start (`node::relocate`'s `moving`): sealed, and carried by
+    /// the Restore.
+    binding: Option<RegisteredBinding>,
 }
 
 struct Target {
@@ -633,6 +796,10 @@ struct RelayInfo {
     key: (usize, u64, u64, usize),
     seq: u64,
     fate: Option<Fate>,
+    /// A request: its caller waits for exactly one terminal.
+    request: bool,
+    /// The request's first terminal at its caller: "reply", "refused", "deadline".
+    terminal: Option<&'static str>,
 }
 
 struct World<'s> {
@@ -660,6 +827,18 @@ struct World<'s> {
     /// (actor, binding generation): bindings that ended with a crashed owner whose actor was
     /// activated again (the new incarnation's slot is empty; SB-5.3 refuses their relays).
     ended_bindings: BTreeSet<(usize, u64)>,
+    /// (actor, binding generation): bindings another session's bind replaced at the owner.
+    replaced_bindings: BTreeSet<(usize, u64)>,
+    /// The session (node, slot) that last bound each actor: the one that relays to it.
+    binder: BTreeMap<usize, (usize, usize)>,
+    /// Binds in flight: id → (actor, session node, session slot, its lifecycle, terminal).
+    binds: BTreeMap<u64, (usize, usize, usize, u64, bool)>,
+    /// Relays held by a seal now.
+    held: BTreeSet<u64>,
+    /// (actor, object generation): incarnations whose record a failed relocation removed.
+    retired: BTreeSet<(usize, u64)>,
+    /// Actors whose SB-8.6 recovery could not remove the record (one try, as the node does).
+    unrecovered: BTreeSet<usize>,
     /// Actors moved at least once.
     moved: BTreeSet<usize>,
     cuts: BTreeMap<(Ep, Ep), u64>,
@@ -742,6 +921,12 @@ impl<'s> World<'s> {
             orphaned: BTreeSet::new(),
             reactivated: BTreeMap::new(),
             ended_bindings: BTreeSet::new(),
+            replaced_bindings: BTreeSet::new(),
+            binder: BTreeMap::new(),
+            binds: BTreeMap::new(),
+            held: BTreeSet::new(),
+            retired: BTreeSet::new(),
+            unrecovered: BTreeSet::new(),
             moved: BTreeSet::new(),
             cuts: BTreeMap::new(),
             next_cut: 1,
@@ -771,6 +956,7 @@ impl<'s> World<'s> {
             let loc = poll_now(w.store.mark_ready(actor_id(a), loc.fence())).expect("ready");
             let sidx = a % (s.nodes * s.sessions);
             let (snode, sk) = (sidx / s.sessions, sidx % s.sessions);
+            w.binder.insert(a, (snode, sk));
             let g = w.next_id;
             w.next_id += 1;
             let lifecycle = w.nodes[snode].generation;
@@ -937,10 +1123,36 @@ impl<'s> World<'s> {
                 }
                 "followed once already (it moved again)" => self.stats.dropped_followed_once += 1,
                 "its owner's lease ran out" => self.stats.dropped_lease += 1,
+                "its binding was replaced" | "its session closed (replaced)" => {
+                    self.stats.dropped_replaced += 1;
+                }
                 _ => self.stats.dropped_no_owner += 1,
             }
             if let Some(t) = &mut self.trace {
                 t.push(format!("{:>6}   relay {id} dropped: {why}", self.now));
+            }
+        }
+        if let (true, Fate::Dropped(why)) = (info.request, &fate) {
+            // the caller's terminal: the refusing node's answer, the session owner's own
+            // drop at once, or nothing (the deadline decides) when no one can answer
+            let at = match *why {
+                "sent on a broken connection" | "lost with its connection" | "its node crashed" => {
+                    None
+                }
+                "its session's seal timed out"
+                | "its seal's session timed out"
+                | "its session closed (replaced)"
+                | "its deadline passed while held" => Some(self.now),
+                _ => Some(self.now + 2),
+            };
+            if let Some(at) = at {
+                self.queue.push(
+                    at,
+                    Event::Terminal {
+                        id,
+                        kind: "refused",
+                    },
+                );
             }
         }
         if info.fate.is_none() {
@@ -1030,6 +1242,75 @@ impl<'s> World<'s> {
             Event::Timer { node, generation } => {
                 if self.nodes[node].up && self.nodes[node].generation == generation {
                     self.timers(node)?;
+                }
+                Ok(())
+            }
+            Event::Terminal { id, kind } => {
+                self.terminal(id, kind);
+                Ok(())
+            }
+            Event::BindDeadline { id } => {
+                if let Some(b) = self.binds.get_mut(&id)
+                    && !b.4
+                {
+                    b.4 = true;
+                    let (actor, node, k, lifecycle, _) = *b;
+                    self.stats.bind_timeouts += 1;
+                    let n = &mut self.nodes[node];
+                    if n.up
+                        && n.generation == lifecycle
+                        && let Some(s) = n.sessions.get_mut(&k)
+                    {
+                        let _ = s.agg.complete_bind(
+                            &actor_id(actor),
+                            BindingGeneration::new(id),
+                            OwnerLeaseGeneration::new(lifecycle),
+                            Err(zlink_wire::ErrorKind::Unavailable),
+                        );
+                    }
+                }
+                Ok(())
+            }
+            Event::CallbackDone {
+                node,
+                generation,
+                session,
+                seq,
+            } => {
+                if self.nodes[node].up && self.nodes[node].generation == generation {
+                    let now = self.instant(node);
+                    if let Some(s) = self.nodes[node].sessions.get_mut(&session) {
+                        let _ = s.agg.callback_finished(now, seq);
+                        if let Some(due) = s.agg.poll_timeout() {
+                            let at = self.virtual_at(node, due);
+                            self.queue.push(
+                                at,
+                                Event::CloseTimer {
+                                    node,
+                                    generation,
+                                    session,
+                                    seq,
+                                },
+                            );
+                        }
+                    }
+                }
+                Ok(())
+            }
+            Event::CloseTimer {
+                node,
+                generation,
+                session,
+                seq,
+            } => {
+                if self.nodes[node].up && self.nodes[node].generation == generation {
+                    let now = self.instant(node);
+                    if let Some(s) = self.nodes[node].sessions.get_mut(&session)
+                        && s.agg.handle_timeout(now, seq).is_some()
+                    {
+                        self.log(|| format!("n{node}: session {session} closes (replaced)"));
+                        self.close_session(node, session);
+                    }
                 }
                 Ok(())
             }
@@ -1126,6 +1407,11 @@ impl<'s> World<'s> {
                 Ok(())
             }
             Action::LeaseExpiry { node, down_ms } => self.lease_expiry(node, down_ms),
+            Action::Bind {
+                actor,
+                node,
+                session,
+            } => self.bind(actor, node, session),
             Action::Late44 { node } => {
                 if !self.nodes[node].up {
                     return Ok(());
@@ -1161,8 +1447,7 @@ impl<'s> World<'s> {
 
     /// The session bound to `actor` relays its next message.
     fn relay(&mut self, actor: usize) -> Result<(), Violation> {
-        let sidx = actor % (self.s.nodes * self.s.sessions);
-        let (node, k) = (sidx / self.s.sessions, sidx % self.s.sessions);
+        let (node, k) = self.binder[&actor];
         if !self.nodes[node].up {
             return Ok(());
         }
@@ -1179,6 +1464,8 @@ impl<'s> World<'s> {
         let key = (node, lifecycle, s.rid, actor);
         let id = self.next_id;
         self.next_id += 1;
+        // a third of a session's relays are requests (drawn from the seed and the id)
+        let request = super::mix(self.s.seed ^ 0x24, id) % 3 == 0;
         let seq = {
             let n = self.next_seq.entry(key).or_insert(0);
             *n += 1;
@@ -1190,13 +1477,28 @@ impl<'s> World<'s> {
                 key,
                 seq,
                 fate: None,
+                request,
+                terminal: None,
             },
         );
         self.stats.relays += 1;
+        if request {
+            self.stats.requests += 1;
+            if !self.faults.no_request_deadline {
+                self.queue.push(
+                    self.now + REQUEST_DEADLINE_MS,
+                    Event::Terminal {
+                        id,
+                        kind: "deadline",
+                    },
+                );
+            }
+        }
         let held = HeldRelay::one_way(DispatchKey::new(1), Bytes::from(id.to_le_bytes().to_vec()));
         // held by the seal (SB-8.2); a binding whose seal ended meanwhile sends at once
         if ticket.held() && s.agg.hold_relay(&actor_id(actor), g, held).is_ok() {
             self.stats.held += 1;
+            self.held.insert(id);
             self.log(|| format!("  relay {id} (seq {seq}) held by the seal"));
             return Ok(());
         }
@@ -1218,6 +1520,331 @@ impl<'s> World<'s> {
         let to = index_of(ticket.to());
         self.log(|| format!("  relay {id} (seq {seq}) -> n{to}"));
         self.send(node, to, Msg::Relay(r));
+        Ok(())
+    }
+
+    /// Session `k` of `node` binds `actor` (38) at the location the store names now: the
+    /// owner registers it in its slot (replacing the binding it had: a 51 to that session)
+    /// only while its incarnation serves under the fences the bind carries.
+    fn bind(&mut self, actor: usize, node: usize, k: usize) -> Result<(), Violation> {
+        if !self.nodes[node].up || self.net.is_cut(Ep::Node(node), Ep::Store) {
+            return Ok(());
+        }
+        let Some(loc) = poll_now(self.store.lookup(actor_id(actor))).ok().flatten() else {
+            return Ok(());
+        };
+        let lifecycle = self.nodes[node].generation;
+        let g = self.next_id;
+        let Some(s) = self.nodes[node].sessions.get_mut(&k) else {
+            return Ok(());
+        };
+        if s.agg.find(&actor_id(actor)).is_some() {
+            return Ok(());
+        }
+        let target = BindTarget {
+            actor: actor_id(actor),
+            actor_type: "t".into(),
+            object_generation: loc.object_generation,
+            location: wire_location(&loc),
+        };
+        let Ok(BindStart::Request(_)) = s.agg.begin_bind(target, BindingGeneration::new(g)) else {
+            return Ok(());
+        };
+        self.next_id += 1;
+        let reg = RegisteredBinding {
+            session_owner: rid(node),
+            lifecycle: SessionLifecycleGeneration::new(lifecycle),
+            owner_id: OwnerId::new(1_000 + node as u64),
+            owner_lease: OwnerLeaseGeneration::new(lifecycle),
+            session: SessionRid::new(s.rid),
+            generation: BindingGeneration::new(g),
+        };
+        self.binds.insert(g, (actor, node, k, lifecycle, false));
+        self.stats.binds += 1;
+        self.queue
+            .push(self.now + BIND_DEADLINE_MS, Event::BindDeadline { id: g });
+        let to = index_of(&loc.owner_node);
+        self.log(|| format!("  bind {g} of a{actor} by n{node} session {k} -> n{to}"));
+        self.send(
+            node,
+            to,
+            Msg::Bind {
+                id: g,
+                actor,
+                reg,
+                object_generation: loc.object_generation.get(),
+                route_generation: loc.node_generation.get(),
+                route_authority: loc.authority_owner_generation.get(),
+                followed: false,
+            },
+        );
+        Ok(())
+    }
+
+    /// Relays of session `k` of `node` (and of `actor` when given) held by a seal now.
+    fn held_of(&self, node: usize, k: usize, actor: Option<usize>) -> Vec<u64> {
+        let lifecycle = self.nodes[node].generation;
+        let Some(rid) = self.nodes[node].sessions.get(&k).map(|s| s.rid) else {
+            return Vec::new();
+        };
+        self.held
+            .iter()
+            .copied()
+            .filter(|id| {
+                self.relays.get(id).is_some_and(|i| {
+                    i.fate.is_none()
+                        && i.key.0 == node
+                        && i.key.1 == lifecycle
+                        && i.key.2 == rid
+                        && actor.is_none_or(|a| i.key.3 == a)
+                })
+            })
+            .collect()
+    }
+
+    /// Session `k` of `node` closes (its replacement's close timer): what it holds goes.
+    fn close_session(&mut self, node: usize, k: usize) {
+        for id in self.held_of(node, k, None) {
+            self.held.remove(&id);
+            self.fate(id, Fate::Dropped("its session closed (replaced)"));
+        }
+        self.nodes[node].sessions.remove(&k);
+    }
+
+    /// A 38 at actor owner `to`.
+    #[allow(clippy::too_many_arguments)]
+    fn handle_bind(
+        &mut self,
+        to: usize,
+        id: u64,
+        actor: usize,
+        reg: RegisteredBinding,
+        fences: (u64, u64, u64),
+        followed: bool,
+    ) -> Result<(), Violation> {
+        let (og, route_generation, route_authority) = fences;
+        let session_node = index_of(&reg.session_owner);
+        let me = self.nodes[to].generation;
+        let lease_live = self.nodes[to].lease_live;
+        if let Some(inc) = self.nodes[to].actors.get_mut(&actor)
+            && inc.object_generation == og
+        {
+            // the owner's bind approval (SB-5.2: object generation, node generation,
+            // authority — never the lease), only while it serves (SB-5.12: sealed or moving
+            // answers Unavailable)
+            // …nor while a relocation of it runs here: its seal targets and the Restore's
+            // binding were taken at the start
+            let moving = self.nodes[to].sources.values().any(|s| s.actor == actor)
+                && !self.faults.bind_until_runtime_seal;
+            let Some(inc) = self.nodes[to].actors.get_mut(&actor) else {
+                unreachable!()
+            };
+            let serving = matches!(inc.state, IncState::Serving) && lease_live && !moving;
+            let loc = inc.location.clone();
+            let fenced = loc.as_ref().is_some_and(|l| {
+                l.node_generation.get() == route_generation
+                    && route_generation == me
+                    && l.authority_owner_generation.get() == route_authority
+            });
+            if !(serving && fenced) {
+                self.send(to, session_node, Msg::BindReply { id, result: None });
+                return Ok(());
+            }
+            let loc = loc.expect("a serving incarnation has its record");
+            let replaced = match inc.slot.bind(reg) {
+                SlotBind::Registered { replaced } => replaced,
+                SlotBind::Unchanged => None,
+            };
+            // the reply first, then the 51 (SB-6.1)
+            self.send(
+                to,
+                session_node,
+                Msg::BindReply {
+                    id,
+                    result: Some(loc.clone()),
+                },
+            );
+            if let Some(p) = replaced {
+                self.replaced_bindings.insert((actor, p.generation.get()));
+                let fence = WireAuthorityFence {
+                    node: rid(to),
+                    node_generation: NodeGeneration::new(me),
+                    authority_owner_generation: loc.authority_owner_generation,
+                    owner_lease_generation: loc.owner_lease_generation,
+                };
+                let rec = BoundSessionReplaced {
+                    actor: actor_id(actor),
+                    authority_source: fence.clone(),
+                    authority_target: fence,
+                    previous: PreviousSessionOwner {
+                        node: p.session_owner.clone(),
+                        lifecycle: p.lifecycle,
+                        owner: p.owner_id,
+                        owner_lease_generation: p.owner_lease,
+                        session: p.session,
+                        retired_binding_generation: p.generation,
+                    },
+                };
+                let prev = index_of(&p.session_owner);
+                self.log(|| {
+                    format!(
+                        "  n{to} replaces binding {} of a{actor}",
+                        p.generation.get()
+                    )
+                });
+                self.send(to, prev, Msg::Replaced(Box::new(rec)));
+            }
+            return Ok(());
+        }
+        // not live here: Message Follow forwards a bind once (fences: FenceUse::Bind)
+        let now = self.instant(to);
+        let ogen = ObjectGeneration::new(og);
+        let fence = CallFence {
+            actor_id: actor_id(actor),
+            object_generation: ogen,
+            authority_owner_generation: AuthorityOwnerGeneration::new(route_authority),
+            owner_lease_generation: OwnerLeaseGeneration::new(0),
+            node_generation: NodeGeneration::new(route_generation),
+        };
+        if !followed
+            && route_generation == me
+            && let FollowLookup::Forward(route) =
+                self.nodes[to].follow.lookup(&actor_id(actor), ogen, now)
+            && check_moved(&route.source, &fence, FenceUse::Bind).is_ok()
+        {
+            let t = index_of(&route.target.owner_node);
+            self.stats.bind_followed += 1;
+            self.send(
+                to,
+                t,
+                Msg::Bind {
+                    id,
+                    actor,
+                    reg,
+                    object_generation: og,
+                    route_generation: route.target.node_generation.get(),
+                    route_authority: route.target.authority_owner_generation.get(),
+                    followed: true,
+                },
+            );
+            return Ok(());
+        }
+        self.send(to, session_node, Msg::BindReply { id, result: None });
+        Ok(())
+    }
+
+    /// The 38's answer at session owner `node`.
+    fn bind_reply(
+        &mut self,
+        node: usize,
+        id: u64,
+        result: Option<ActorLocation>,
+    ) -> Result<(), Violation> {
+        let Some(b) = self.binds.get_mut(&id) else {
+            return Ok(());
+        };
+        if b.4 {
+            return Ok(()); // after its deadline: late
+        }
+        b.4 = true;
+        let (actor, bnode, k, lifecycle, _) = *b;
+        if bnode != node || self.nodes[node].generation != lifecycle {
+            return Ok(());
+        }
+        let Some(s) = self.nodes[node].sessions.get_mut(&k) else {
+            return Ok(());
+        };
+        let g = BindingGeneration::new(id);
+        let result = result
+            .map(|loc| BindSnapshot {
+                actor: actor_id(actor),
+                object_generation: loc.object_generation,
+                location: wire_location(&loc),
+                binding_generation: g,
+            })
+            .ok_or(zlink_wire::ErrorKind::Unavailable);
+        match s.agg.complete_bind(
+            &actor_id(actor),
+            g,
+            OwnerLeaseGeneration::new(lifecycle),
+            result,
+        ) {
+            BindCompletion::Bound { .. } => {
+                self.stats.bound += 1;
+                self.binder.insert(actor, (node, k));
+                self.log(|| format!("  n{node} session {k} bound a{actor} (binding {id})"));
+            }
+            _ => self.stats.bind_refused += 1,
+        }
+        Ok(())
+    }
+
+    /// A 51 from `from` at session owner `to`.
+    fn replaced(
+        &mut self,
+        from: usize,
+        to: usize,
+        rec: BoundSessionReplaced,
+    ) -> Result<(), Violation> {
+        let now = self.instant(to);
+        let lifecycle = self.nodes[to].generation;
+        let sender = (rid(from), NodeGeneration::new(self.nodes[from].generation));
+        let Some((&k, _)) = self.nodes[to]
+            .sessions
+            .iter()
+            .find(|(_, s)| s.rid == rec.previous.session.get())
+        else {
+            return Ok(());
+        };
+        let actor = actor_index(&rec.actor);
+        let held = self.held_of(to, k, Some(actor));
+        let s = self.nodes[to].sessions.get_mut(&k).expect("session");
+        let before: Vec<_> = s
+            .agg
+            .bound()
+            .map(|b| (b.actor.clone(), b.generation))
+            .collect();
+        match s.agg.handle_replaced(now, (&sender.0, sender.1), &rec) {
+            Ok(outcome) => {
+                let seq = match outcome {
+                    ReplacedOutcome::Closing { seq, .. }
+                    | ReplacedOutcome::AlsoClosing { seq, .. } => seq,
+                };
+                self.stats.replacements += 1;
+                if !held.is_empty() {
+                    self.stats.replaced_while_sealed += 1;
+                }
+                self.log(|| format!("  n{to}: 51 for a{actor} applied, session {k} closing"));
+                // its seal ended with it: the held relays are answered by the drop
+                for id in held {
+                    self.held.remove(&id);
+                    self.fate(id, Fate::Dropped("its binding was replaced"));
+                }
+                self.queue.push(
+                    self.now + CALLBACK_MS,
+                    Event::CallbackDone {
+                        node: to,
+                        generation: lifecycle,
+                        session: k,
+                        seq,
+                    },
+                );
+            }
+            Err(e) => {
+                self.stats.refused_51 += 1;
+                let after: Vec<_> = s
+                    .agg
+                    .bound()
+                    .map(|b| (b.actor.clone(), b.generation))
+                    .collect();
+                // spec: SB-6.6 — a refused 51 changes nothing
+                if before != after {
+                    return Err(self.violation(format!(
+                        "a refused 51 ({e:?}) changed the bindings: {before:?} -> {after:?}"
+                    )));
+                }
+            }
+        }
         Ok(())
     }
 
@@ -1243,6 +1870,8 @@ impl<'s> World<'s> {
                 key,
                 seq,
                 fate: None,
+                request: false,
+                terminal: None,
             },
         );
         self.stats.tells += 1;
@@ -1313,15 +1942,15 @@ impl<'s> World<'s> {
         self.orphaned.remove(&actor);
         self.reactivated
             .insert(actor, won.authority_owner_generation.get());
-        // the binding of the actor's session named the dead owner's incarnation: it ended there
-        let sidx = actor % (self.s.nodes * self.s.sessions);
-        let (snode, k) = (sidx / self.s.sessions, sidx % self.s.sessions);
-        if let Some(b) = self.nodes[snode]
-            .sessions
-            .get(&k)
-            .and_then(|s| s.agg.find(&actor_id(actor)))
-        {
-            self.ended_bindings.insert((actor, b.generation.get()));
+        // the bindings of the actor named the dead owner's incarnation: they ended there
+        let ended: Vec<u64> = self
+            .nodes
+            .iter()
+            .flat_map(|n| n.sessions.values())
+            .filter_map(|s| s.agg.find(&actor_id(actor)).map(|b| b.generation.get()))
+            .collect();
+        for g in ended {
+            self.ended_bindings.insert((actor, g));
         }
         self.log(|| {
             format!(
@@ -1394,6 +2023,7 @@ impl<'s> World<'s> {
             .expect("a serving incarnation has its record");
         let reloc = self.next_id;
         self.next_id += 1;
+        let binding = inc.slot.current().cloned();
         let bindings = inc
             .slot
             .current()
@@ -1434,6 +2064,7 @@ impl<'s> World<'s> {
                 target: to,
                 target_generation,
                 owner: loc.owner_fence(),
+                binding,
             },
         );
         self.drive_source(owner, reloc)
@@ -1706,10 +2337,8 @@ impl<'s> World<'s> {
                         .handle_quiesced(now, Ok(vec![MigratedState::Bytes(vec![1])]));
                 }
                 SourceEffect::SendRestore { to, request } => {
-                    let lease = owner.holder.lease_generation;
-                    let binding = self
-                        .source_inc(node, actor, lease)
-                        .and_then(|inc| inc.slot.current().cloned());
+                    // the binding taken at the start, as `node::relocate` carries it
+                    let binding = self.nodes[node].sources[&reloc].binding.clone();
                     self.send(
                         node,
                         index_of(&to),
@@ -1829,6 +2458,9 @@ impl<'s> World<'s> {
                                 }
                             }
                             self.orphan(actor);
+                            if !self.faults.no_recovery {
+                                self.recover(node, actor, owner);
+                            }
                         }
                     }
                     self.nodes[node].sources.remove(&reloc);
@@ -1837,6 +2469,67 @@ impl<'s> World<'s> {
         }
         self.arm(node);
         Ok(())
+    }
+
+    /// SB-8.6's recovery at the source (`node::relocate`'s `release_records`): the failed
+    /// incarnation's record is removed with the source's owner fence (refused when the target's
+    /// CAS won, or the lease is gone), it is retired here, and the node activates the actor
+    /// again from its dehydrated state: a new object generation, no binding (its sessions'
+    /// seals time out). If another node activated it first, that one serves.
+    fn recover(&mut self, node: usize, actor: usize, owner: OwnerFence) {
+        if self.net.is_cut(Ep::Node(node), Ep::Store) {
+            self.unrecovered.insert(actor);
+            return;
+        }
+        let og = owner.object_generation.get();
+        if poll_now(self.store.destroy(actor_id(actor), owner)).is_err() {
+            self.unrecovered.insert(actor);
+            return;
+        }
+        self.retired.insert((actor, og));
+        self.log(|| format!("  n{node}: a{actor}'s record removed (incarnation {og} retired)"));
+        let Some(holder) = self.nodes[node].holder.clone() else {
+            return;
+        };
+        if !self.nodes[node].lease_live {
+            return;
+        }
+        let won = poll_now(self.store.reserve_activation(ActivationRequest {
+            actor_id: actor_id(actor),
+            actor_type: "t".into(),
+            owner: ActorOwner {
+                mesh: mesh(),
+                holder,
+            },
+        }));
+        let Ok(Reservation::Won(won)) = won else {
+            return;
+        };
+        let Ok(loc) = poll_now(self.store.mark_ready(actor_id(actor), won.fence())) else {
+            return;
+        };
+        self.stats.recovered += 1;
+        self.orphaned.remove(&actor);
+        self.unrecovered.remove(&actor);
+        self.log(|| {
+            format!(
+                "  n{node} activates a{actor} again from its state (incarnation {})",
+                loc.object_generation.get()
+            )
+        });
+        self.nodes[node].actors.insert(
+            actor,
+            Incarnation {
+                backlog: Default::default(),
+                turn: false,
+                behind: None,
+                late_stream: false,
+                object_generation: loc.object_generation.get(),
+                state: IncState::Serving,
+                slot: BindingSlot::default(),
+                location: Some(loc),
+            },
+        );
     }
 
     /// Performs the target's effects.
@@ -2228,6 +2921,28 @@ impl<'s> World<'s> {
                 self.drive_source(to, reloc)
             }
             Msg::Route(rec) => self.route(to, rec),
+            Msg::Bind {
+                id,
+                actor,
+                reg,
+                object_generation,
+                route_generation,
+                route_authority,
+                followed,
+            } => self.handle_bind(
+                to,
+                id,
+                actor,
+                reg,
+                (object_generation, route_generation, route_authority),
+                followed,
+            ),
+            Msg::BindReply { id, result } => self.bind_reply(to, id, result),
+            Msg::Replaced(rec) => self.replaced(from, to, *rec),
+            Msg::Reply { id } => {
+                self.terminal(id, "reply");
+                Ok(())
+            }
             Msg::StoreAnswer { call, result } => {
                 let Some((reloc, op)) = self.nodes[to].calls.remove(&call) else {
                     return Ok(()); // after its timeout: late, dropped
@@ -2272,8 +2987,12 @@ impl<'s> World<'s> {
         loop {
             let s = self.nodes[node].sessions.get_mut(&k).expect("session");
             match s.agg.next_released(now, &actor) {
-                Released::Send(ticket, held) => out.push((ticket, held)),
+                Released::Send(ticket, held) => {
+                    self.held.remove(&relay_id(&held));
+                    out.push((ticket, held));
+                }
                 Released::Expired(held) => {
+                    self.held.remove(&relay_id(&held));
                     self.fate(
                         relay_id(&held),
                         Fate::Dropped("its deadline passed while held"),
@@ -2410,6 +3129,11 @@ impl<'s> World<'s> {
                 Ok(())
             }
             other => {
+                if self.retired.contains(&(r.actor, r.object_generation)) {
+                    // spec: SB-8.6 — that incarnation's record was removed: NotFound
+                    self.fate(r.id, Fate::Dropped("its incarnation was retired"));
+                    return Ok(());
+                }
                 if self.orphaned.contains(&r.actor) {
                     self.fate(r.id, Fate::Dropped("its actor has no serving owner"));
                     return Ok(());
@@ -2476,6 +3200,11 @@ impl<'s> World<'s> {
                     BindingGeneration::new(r.generation),
                 )
                 .is_err();
+        if refused && self.replaced_bindings.contains(&(r.actor, r.generation)) {
+            // spec: SB-5.3, SB-6.1 — another session's bind replaced it at the owner
+            self.fate(r.id, Fate::Dropped("its binding was replaced"));
+            return Ok(());
+        }
         if refused && self.ended_bindings.contains(&(r.actor, r.generation)) {
             // spec: SB-5.3 — the actor was activated again after its owner crashed: the
             // binding ended there, the new incarnation's slot refuses its relays
@@ -2563,7 +3292,38 @@ impl<'s> World<'s> {
         }
         self.log(|| format!("  n{node} processes relay {} (seq {})", r.id, info.seq));
         self.fate(r.id, Fate::Processed(node));
+        if info.request {
+            self.send(node, info.key.0, Msg::Reply { id: r.id });
+        }
         Ok(())
+    }
+
+    /// A terminal of request `id` at its caller (the session owner that sent it): the first one
+    /// counts, later ones are late; a caller whose process died has no one to tell.
+    fn terminal(&mut self, id: u64, kind: &'static str) {
+        let Some(info) = self.relays.get_mut(&id) else {
+            return;
+        };
+        let (node, lifecycle) = (info.key.0, info.key.1);
+        if !info.request || !self.nodes[node].up || self.nodes[node].generation != lifecycle {
+            return;
+        }
+        if info.terminal.is_some() {
+            // a deadline after the terminal is a timer with nothing left to do
+            if kind != "deadline" {
+                self.stats.late_terminals += 1;
+            }
+            return;
+        }
+        info.terminal = Some(kind);
+        match kind {
+            "reply" => self.stats.request_replies += 1,
+            "refused" => self.stats.request_refusals += 1,
+            _ => self.stats.request_deadlines += 1,
+        }
+        if let Some(t) = &mut self.trace {
+            t.push(format!("{:>6}   request {id}: {kind}", self.now));
+        }
     }
 
     /// After every step: at most one node serves each actor.
@@ -2586,7 +3346,42 @@ impl<'s> World<'s> {
         Ok(())
     }
 
-    fn final_check(&self) -> Result<(), Violation> {
+    fn final_check(&mut self) -> Result<(), Violation> {
+        self.stats.unrecovered = self.unrecovered.len() as u64;
+        // spec: SB-8.6 — after the drain, an actor whose record names a live node under its
+        // live lease is served there (a failed relocation's source recovered it)
+        for a in 0..self.s.actors {
+            let Some(l) = poll_now(self.store.lookup(actor_id(a))).ok().flatten() else {
+                continue;
+            };
+            let i = index_of(&l.owner_node);
+            let n = &self.nodes[i];
+            let live = n.up
+                && n.lease_live
+                && n.generation == l.node_generation.get()
+                && n.holder.as_ref().map(|h| h.lease_generation) == Some(l.owner_lease_generation);
+            let served = n.actors.get(&a).is_some_and(|inc| {
+                matches!(inc.state, IncState::Serving)
+                    && inc.object_generation == l.object_generation.get()
+            });
+            // …unless its recovery could not remove the record (the store unreachable, or a
+            // target's CAS won while its answer was lost): `node::relocate` tries once
+            // …or a relocation of it still waits at the end: a source that never learns its
+            // target's result (the record was lost with a connection a short partition broke,
+            // no peer loss was seen) has no timeout past the cutover (counted)
+            let waiting = self
+                .nodes
+                .iter()
+                .any(|n| n.up && n.sources.values().any(|s| s.actor == a));
+            if live && !served && waiting {
+                self.stats.stuck_sources += 1;
+            }
+            if live && !served && !waiting && !self.unrecovered.contains(&a) {
+                return Err(self.violation(format!(
+                    "a{a}: the store names n{i} (live, its lease) but nothing serves it there"
+                )));
+            }
+        }
         for (id, info) in &self.relays {
             match &info.fate {
                 None => {
@@ -2598,6 +3393,32 @@ impl<'s> World<'s> {
                 }
                 Some(Fate::Dropped(why)) if *why == "SECOND FATE" => {
                     return Err(self.violation(format!("relay {id} has two fates")));
+                }
+                _ => {}
+            }
+            // spec: SB-12 — every request ends with exactly one terminal at its caller (the
+            // first; later ones are ignored), and a reply or a refusal tells the truth
+            if !info.request {
+                continue;
+            }
+            let caller_alive =
+                self.nodes[info.key.0].up && self.nodes[info.key.0].generation == info.key.1;
+            match (info.terminal, &info.fate) {
+                (None, _) if caller_alive => {
+                    return Err(self.violation(format!(
+                        "request {id} (seq {} of a{}) has no terminal",
+                        info.seq, info.key.3
+                    )));
+                }
+                (Some("reply"), f) if !matches!(f, Some(Fate::Processed(_))) => {
+                    return Err(
+                        self.violation(format!("request {id} was answered by a reply but {f:?}"))
+                    );
+                }
+                (Some("refused"), Some(Fate::Processed(_))) => {
+                    return Err(self.violation(format!(
+                        "request {id} was refused to its caller but processed"
+                    )));
                 }
                 _ => {}
             }

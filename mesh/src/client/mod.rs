@@ -27,7 +27,8 @@ use bytes::Bytes;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::bridge::{Bell, Door};
-use crate::budget::{Budget, OutboundBudget};
+use crate::budget::OutboundBudget;
+use crate::outbox::SendBudget;
 use zlink_wire::{Disconnect, DisconnectReason, Limits};
 
 use crate::codec::{self, Class, Parts, Record};
@@ -181,7 +182,7 @@ struct ClientShared {
     /// put into an outbox seen empty rings, so the thread looks again).
     outbox_full: AtomicBool,
     /// The outbound admission budget (also the connection core's, [`Conn::budget`]).
-    budget: Arc<Budget>,
+    budget: Arc<SendBudget>,
     counters: Counters,
     next_corr: AtomicU64,
     send_timeout: Duration,
@@ -341,7 +342,7 @@ impl MeshClient {
             bell,
             outbox: Mutex::new(Outbox::default()),
             outbox_full: AtomicBool::new(false),
-            budget: Arc::new(Budget::new(cfg.budget)),
+            budget: Arc::new(SendBudget::new(cfg.budget)),
             counters: Counters::default(),
             next_corr: AtomicU64::new(1),
             send_timeout: cfg.send_timeout,
@@ -670,11 +671,23 @@ impl MeshClient {
     /// Receives the next server push (`None` after close, or once the node closed the session
     /// and the pushes received before its Disconnect were taken).
     pub async fn recv_push(&self) -> Option<Push> {
+        if let Some(p) = self.try_recv_push() {
+            return Some(p);
+        }
         self.pushes.lock().await.recv().await
+    }
+
+    /// A push already received, if any, taken without waiting (nor the lock's wait, nor a
+    /// timer): a reader of a push stream finds most pushes here.
+    fn try_recv_push(&self) -> Option<Push> {
+        self.pushes.try_lock().ok()?.try_recv()
     }
 
     /// Receives a push, waiting at most `timeout`.
     pub async fn recv_push_timeout(&self, timeout: Duration) -> Option<Push> {
+        if let Some(p) = self.try_recv_push() {
+            return Some(p);
+        }
         tokio::time::timeout(timeout, self.recv_push())
             .await
             .ok()

@@ -12,10 +12,11 @@ use std::time::{Duration, Instant};
 
 use zlink_wire::{FlowCredit, Ping, Pong};
 
-use crate::budget::{Budget, RxWindow};
+use crate::budget::RxWindow;
 use crate::codec::Class;
 use crate::config::{InboundWindow, Liveness};
 use crate::counters::DropReason;
+use crate::outbox::SendBudget;
 
 mod send;
 #[cfg(test)]
@@ -91,7 +92,7 @@ pub(crate) struct Conn {
     pub(crate) queue: VecDeque<Out>,
     /// Send side: the outbound admission budget the queued records reserved (also held by
     /// the senders, which wait on it).
-    pub(crate) budget: Arc<Budget>,
+    pub(crate) budget: Arc<SendBudget>,
     /// When the other end was last heard from.
     pub(crate) last_rx: Instant,
     /// When our next Ping is due, and the sequence number of the last one.
@@ -112,7 +113,7 @@ pub(crate) enum Alive {
 
 impl Conn {
     /// A connection whose window is not granted yet (a mesh peer before its lifecycle is up).
-    pub(crate) fn idle(window: InboundWindow, budget: Arc<Budget>, now: Instant) -> Self {
+    pub(crate) fn idle(window: InboundWindow, budget: Arc<SendBudget>, now: Instant) -> Self {
         Self {
             window,
             rx: RxWindow::default(),
@@ -128,7 +129,11 @@ impl Conn {
 
     /// A `MeshClient`'s connection to a node's client port, nothing granted yet: its records
     /// stay within the node's first grant ([`SendCredit::client`]).
-    pub(crate) fn to_client_port(window: InboundWindow, budget: Arc<Budget>, now: Instant) -> Self {
+    pub(crate) fn to_client_port(
+        window: InboundWindow,
+        budget: Arc<SendBudget>,
+        now: Instant,
+    ) -> Self {
         Self {
             credit: SendCredit::client(),
             ..Self::idle(window, budget, now)
@@ -137,7 +142,7 @@ impl Conn {
 
     /// A connection granted its whole `window` at once (the grant leaves with the next
     /// [`Conn::poll_grant`]).
-    pub(crate) fn granted(window: InboundWindow, budget: Arc<Budget>, now: Instant) -> Self {
+    pub(crate) fn granted(window: InboundWindow, budget: Arc<SendBudget>, now: Instant) -> Self {
         Self {
             window,
             rx: RxWindow::initial_grant(window),
@@ -153,7 +158,7 @@ impl Conn {
 
     /// [`Conn::granted`] for a stranger's session: the window's bytes are a hard bound (a
     /// record must fit in what is left of them) until it is widened ([`Conn::widen`]).
-    pub(crate) fn stranger(window: InboundWindow, budget: Arc<Budget>, now: Instant) -> Self {
+    pub(crate) fn stranger(window: InboundWindow, budget: Arc<SendBudget>, now: Instant) -> Self {
         Self {
             strict: true,
             ..Self::granted(window, budget, now)

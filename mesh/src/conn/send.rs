@@ -7,9 +7,9 @@ use std::collections::VecDeque;
 
 use bytes::Bytes;
 
-use crate::budget::Budget;
 use crate::codec::Parts;
 use crate::config::Batching;
+use crate::outbox::SendBudget;
 
 /// Credit the other end granted for our data on this connection. Wire values saturate (a
 /// receiver granting "infinite" credit only gives up its own window).
@@ -369,7 +369,7 @@ pub(crate) enum Flushed {
 pub(crate) fn flush<C: Credit, T: Transport>(
     queue: &mut VecDeque<Out>,
     credit: &mut C,
-    budget: &Budget,
+    budget: &SendBudget,
     batching: &Batching,
     t: &mut T,
 ) -> Flushed {
@@ -656,7 +656,7 @@ pub(crate) fn out_len(out: &Out) -> u64 {
 }
 
 /// Gives a queued record's (or framed run's) reservation back to its budget.
-pub(crate) fn release(budget: &Budget, out: &Out) {
+pub(crate) fn release(budget: &SendBudget, out: &Out) {
     if let Some(b) = out.bytes {
         budget.release_n(out.records() as u64, b);
     }

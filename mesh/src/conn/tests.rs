@@ -11,8 +11,8 @@ const WINDOW: InboundWindow = InboundWindow {
     bytes: 1000,
 };
 
-fn budget() -> Arc<Budget> {
-    Arc::new(Budget::new(crate::budget::OutboundBudget::default()))
+fn budget() -> Arc<SendBudget> {
+    Arc::new(SendBudget::new(crate::budget::OutboundBudget::default()))
 }
 
 fn app(conn: &mut Conn, bytes: u64) -> Verdict {
@@ -297,7 +297,7 @@ impl Transport for Fake {
     }
 }
 
-fn queue_of(records: &[(usize, u64)], budget: &Budget) -> VecDeque<Out> {
+fn queue_of(records: &[(usize, u64)], budget: &SendBudget) -> VecDeque<Out> {
     records
         .iter()
         .map(|&(len, corr)| {
@@ -453,7 +453,7 @@ fn flush_batches_within_credit_and_releases_every_reservation() {
 
 /// A framed run of one-way records of `lens` payload bytes (8-byte envelopes), each
 /// reserved against `budget` as `MeshNode` does before framing it.
-fn framed_of(lens: &[usize], budget: &Budget) -> (Out, Vec<Parts>) {
+fn framed_of(lens: &[usize], budget: &SendBudget) -> (Out, Vec<Parts>) {
     let mut run = Framed::new(0);
     let mut records = Vec::new();
     for (i, &len) in lens.iter().enumerate() {

@@ -410,7 +410,7 @@ mod tests {
     };
 
     fn conn(now: Instant) -> Conn {
-        let budget = Arc::new(Budget::new(crate::budget::OutboundBudget::default()));
+        let budget = Arc::new(SendBudget::new(crate::budget::OutboundBudget::default()));
         let mut c = Conn::granted(WINDOW, budget, now);
         c.grant_sent(c.poll_grant().expect("initial grant"));
         c

@@ -203,8 +203,9 @@ impl Engine {
 
     /// Whether a Hello from `node` on a connection it dialled is refused because our own dial
     /// to it is the link of that kind: both nodes dial each other, our name sorts first, and
-    /// our connection reached it (our Hello went out) or is up on the generation the Hello
-    /// claims. A Hello of a newer generation (the peer restarted) is never refused here.
+    /// our connection is in its handshake and reached it (our Hello went out), or is up on the
+    /// generation the Hello claims. A Hello of a newer generation than the up link's (the peer
+    /// restarted) is not refused here.
     fn own_dial_wins(&self, node: &NodeRid, kind: LinkKind, generation: NodeGeneration) -> bool {
         if self.local.node.as_str() >= node.as_str() {
             return false;
@@ -524,7 +525,7 @@ impl Engine {
             completion: Link::Idle,
             up: false,
             replies: VecDeque::new(),
-            conn: Conn::idle(peer_window, Arc::new(Budget::new(budget)), now),
+            conn: Conn::idle(peer_window, Arc::new(SendBudget::new(budget)), now),
         })
     }
 

@@ -10,10 +10,10 @@ use bytes::Bytes;
 use tokio::sync::broadcast;
 
 use crate::bridge::Bell;
-use crate::budget::Budget;
 use crate::counters::Counters;
 use crate::engine::Command;
 use crate::error::SendError;
+use crate::outbox::SendBudget;
 use crate::types::NodeRid;
 use crate::{events::*, outbox::*, reply::*};
 
@@ -21,7 +21,7 @@ use crate::{events::*, outbox::*, reply::*};
 pub(crate) struct Shared {
     pub bell: Bell<Command>,
     pub(super) peers: RwLock<FastMap<NodeRid, PeerSlot>>,
-    pub(super) clients: RwLock<FastMap<u64, Arc<Budget>>>,
+    pub(super) clients: RwLock<FastMap<u64, Arc<SendBudget>>>,
     pub counters: Counters,
     pub(super) next_corr: AtomicU64,
     pub(super) events: broadcast::Sender<PeerEvent>,
@@ -82,7 +82,7 @@ impl Shared {
         };
     }
 
-    pub(crate) fn client_budget(&self, session: u64) -> Option<Arc<Budget>> {
+    pub(crate) fn client_budget(&self, session: u64) -> Option<Arc<SendBudget>> {
         self.clients
             .read()
             .unwrap_or_else(|e| e.into_inner())
@@ -90,7 +90,7 @@ impl Shared {
             .cloned()
     }
 
-    pub(crate) fn set_client(&self, session: u64, budget: Option<Arc<Budget>>) {
+    pub(crate) fn set_client(&self, session: u64, budget: Option<Arc<SendBudget>>) {
         let mut g = self.clients.write().unwrap_or_else(|e| e.into_inner());
         match budget {
             Some(b) => g.insert(session, b),

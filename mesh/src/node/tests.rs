@@ -4,8 +4,8 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use crate::budget::Budget;
 use crate::codec::{self, Parts, Record};
+use crate::outbox::SendBudget;
 use crate::types::{DispatchKey, NodeGeneration, NodeRid};
 use crate::{envelope::*, outbox::*};
 
@@ -49,7 +49,7 @@ fn the_outbox_frames_small_records_into_runs_in_order() {
     let outbox = Outbox::new(
         Arc::new(NodeRid::new("peer").unwrap()),
         NodeGeneration::new(1),
-        Arc::new(Budget::new(crate::budget::OutboundBudget::default())),
+        Arc::new(SendBudget::new(crate::budget::OutboundBudget::default())),
         batching,
     );
     let record = |i: u8, len: usize| {

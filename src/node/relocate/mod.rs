@@ -100,6 +100,10 @@ pub enum RelocateError {
     /// Spot cannot move now; try again.
     #[error("spot {0:?} has an activation in progress")]
     SpotBusy(String),
+    /// The actor is still activating here (its factory runs or its `Ready` is not committed
+    /// yet): it cannot move before it is Ready; try again (`Unavailable`).
+    #[error("actor {0} is still activating: relocate it once it is Ready")]
+    NotReady(ActorId),
     /// The relocation was aborted; the source still owns and serves the actor (SB-8.5).
     #[error("relocation aborted, the actor stays here: {0:?}")]
     Aborted(AbortReason),
@@ -125,7 +129,8 @@ impl RelocateError {
             RelocateError::Store(_)
             | RelocateError::ShuttingDown
             | RelocateError::Failed(_)
-            | RelocateError::SpotBusy(_) => ErrorKind::Unavailable,
+            | RelocateError::SpotBusy(_)
+            | RelocateError::NotReady(_) => ErrorKind::Unavailable,
             _ => ErrorKind::InvalidOperation,
         }
     }
@@ -346,7 +351,9 @@ impl Node {
     /// (SB-8.6). A whole Spot moves with [`Node::relocate_spot`].
     ///
     /// # Errors
-    /// [`RelocateError`]; `Aborted` means the actor is still here.
+    /// [`RelocateError`]; `Aborted` means the actor is still here. `NotReady` while it is still
+    /// activating here; `InProgress` while it moves already, alone or with its Spot (a Spot
+    /// relocation refuses a member moving alone the same way, naming it).
     pub async fn relocate(
         &self,
         actor: &ActorRef,
@@ -390,20 +397,23 @@ impl Node {
         let bad = |e: String| (ErrorKind::InvalidOperation, e);
         let id = ActorId::new(&req.actor_id).map_err(|e| bad(format!("actor id: {e}")))?;
         let to = NodeRid::new(&req.to).map_err(|e| bad(format!("node: {e}")))?;
-        let actor = {
-            let actors = lock(&self.inner.actors);
-            actors
-                .live
-                .get(&id)
-                .filter(|a| a.held.is_none())
-                .map(|a| a.actor_ref.clone())
-        }
-        .ok_or_else(|| {
-            (
-                ErrorKind::NotFound,
-                format!("actor {id} is not owned by this node"),
-            )
-        })?;
+        let actor = lock(&self.inner.actors)
+            .live
+            .get(&id)
+            .map(|a| a.actor_ref.clone());
+        let actor = match actor {
+            Some(a) => a,
+            None if self.activating(&id) => {
+                let e = RelocateError::NotReady(id);
+                return Err((e.kind(), e.to_string()));
+            }
+            None => {
+                return Err((
+                    ErrorKind::NotFound,
+                    format!("actor {id} is not owned by this node"),
+                ));
+            }
+        };
         let r = self
             .relocate(&actor, to)
             .await
@@ -419,18 +429,46 @@ impl Node {
         })
     }
 
-    /// The moving incarnation: local and Ready.
+    /// Whether an activation of `actor` runs on this node (its local activator holds the id).
+    fn activating(&self, actor: &ActorId) -> bool {
+        lock(&self.inner.activations).contains_key(actor)
+    }
+
+    /// Whether a relocation this node runs as the source moves `actor` (alone or with its Spot).
+    pub(super) fn relocating(&self, actor: &ActorId) -> bool {
+        lock(&self.inner.relocations.table)
+            .sources
+            .values()
+            .any(|s| s.actors.contains(actor))
+    }
+
+    /// The moving incarnation: local and Ready, not moving already (alone or with its Spot).
     fn moving(&self, actor: &ActorRef) -> Result<Moving, RelocateError> {
         let id = actor.id();
         let (actor_ref, mailbox, spot, binding, timers) = {
             let actors = lock(&self.inner.actors);
-            let a = actors
+            let Some(a) = actors
                 .live
                 .get(id)
-                .filter(|a| {
-                    a.actor_ref.object_generation() == actor.object_generation() && a.held.is_none()
-                })
-                .ok_or_else(|| RelocateError::NotOwner(id.clone()))?;
+                .filter(|a| a.actor_ref.object_generation() == actor.object_generation())
+            else {
+                drop(actors);
+                return Err(if self.activating(id) {
+                    RelocateError::NotReady(id.clone())
+                } else {
+                    RelocateError::NotOwner(id.clone())
+                });
+            };
+            if a.held.is_some() {
+                // The barrier is closed: by a relocation of its own or its Spot's, or by its
+                // activation (Ready not committed yet).
+                drop(actors);
+                return Err(if self.relocating(id) {
+                    RelocateError::InProgress(id.clone())
+                } else {
+                    RelocateError::NotReady(id.clone())
+                });
+            }
             (
                 a.actor_ref.clone(),
                 a.mailbox.clone(),
@@ -443,6 +481,10 @@ impl Node {
         let s = spots
             .get(&spot)
             .ok_or_else(|| RelocateError::NotOwner(id.clone()))?;
+        if s.relocating {
+            // its Spot moves as a unit now: the Spot's relocation has it
+            return Err(RelocateError::InProgress(id.clone()));
+        }
         Ok(Moving {
             actor_ref,
             binding,
