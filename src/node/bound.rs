@@ -98,6 +98,21 @@ impl Node {
         let retired = actors.retired.get(&req.actor).copied();
         let live = actors.live.get_mut(&req.actor);
         let flow = self.sessions().flow();
+        // A relocation of this incarnation started after the bind's Message Follow check: it
+        // read the binding to seal under this lock, so the bind is refused as a bind to a
+        // sealed incarnation is (SB-5.12), never registered behind the seals' back.
+        let now = self.inner.clock.now();
+        if super::follow::table(self).lookup(&req.actor, req.object_generation, now)
+            == crate::relocation::follow::FollowLookup::Sealed
+        {
+            self.count_follow_refused(crate::relocation::follow::FollowRefusal::Sealed);
+            let e = ActorError::StaleFence {
+                actor_id: req.actor.clone(),
+                fence: "relocation seal",
+            };
+            flow.reject(FlowRecord::Bind, FlowReject::of_fence(&e), &req.actor);
+            return (Err(refusal(&e)), None);
+        }
         if let Err(e) = fence::check_bind(
             self.standing(),
             self.generation(),

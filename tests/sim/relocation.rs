@@ -353,8 +353,9 @@ pub struct Stats {
     pub failed: u64,
     /// … after which the source activated the actor again from its state (SB-8.6 recovery).
     pub recovered: u64,
-    /// Actors a failed relocation left unserved at the end: the recovery's one removal of the
-    /// record failed (the store unreachable, or the target's CAS won unseen).
+    /// Actors a failed relocation may leave unserved at the end: the recovery's one removal of
+    /// the record failed (the store unreachable, or the target's CAS won unseen), or a target's
+    /// CAS answer was lost (it discarded the actor; the CAS may have won).
     pub unrecovered: u64,
     /// Actors unserved at the end because their relocation's source still waits for the
     /// target's result.
@@ -1363,6 +1364,13 @@ impl<'s> World<'s> {
                 if self.nodes[node].up && self.nodes[node].generation == generation {
                     if let Some((reloc, op)) = self.nodes[node].calls.remove(&call) {
                         self.log(|| format!("n{node}: store call {call} timed out"));
+                        if let StoreOp::Cas { actor, .. } = &op {
+                            // the CAS may have won unseen: the target discards what it
+                            // holds while the store may name it, and nothing serves the
+                            // actor there (counted at the end)
+                            self.unrecovered.insert(*actor);
+                            self.orphaned.insert(*actor);
+                        }
                         self.store_result(node, reloc, op, Err(()))?;
                     }
                 }
@@ -3365,7 +3373,8 @@ impl<'s> World<'s> {
                     && inc.object_generation == l.object_generation.get()
             });
             // …unless its recovery could not remove the record (the store unreachable, or a
-            // target's CAS won while its answer was lost): `node::relocate` tries once
+            // target's CAS won while its answer was lost): `node::relocate` tries once, and a
+            // target whose CAS answer is lost discards the actor
             // …or a relocation of it still waits at the end: a source that never learns its
             // target's result (the record was lost with a connection a short partition broke,
             // no peer loss was seen) has no timeout past the cutover (counted)

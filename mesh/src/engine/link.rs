@@ -225,8 +225,10 @@ impl Engine {
 
     /// A Hello from `node` that our own dial did not win over (`own_dial_wins`): when our name
     /// sorts first and our own dial of that kind has not reached the peer yet (its Hello still
-    /// queued) or waits to retry, it stands back for a handshake timeout, so that only the
-    /// peer's connection completes on both sides; if that handshake fails, our dial retries.
+    /// queued), it stands back for a handshake timeout, so that only the peer's connection
+    /// completes on both sides; if that handshake fails, our dial retries. A dial already
+    /// waiting to retry is not pushed back: a Hello proves nothing yet, so a stranger claiming
+    /// the peer's name delays our dial by one handshake timeout at most.
     fn yield_own_dial(&mut self, node: &NodeRid, kind: LinkKind, now: Instant) {
         if self.local.node.as_str() >= node.as_str() {
             return;
@@ -239,7 +241,7 @@ impl Engine {
             return;
         }
         let link = p.link_mut(kind);
-        if matches!(link, Link::Handshaking { .. } | Link::Retry { .. }) {
+        if matches!(link, Link::Handshaking { .. }) {
             *link = Link::Retry { at: now + timeout };
         }
     }

@@ -430,6 +430,11 @@ impl Engine {
                         .map_err(setup_err("client in_batch_size"))?;
                     crate::zmq_opt::set_int(&mut s, crate::zmq_opt::OUT_BATCH_SIZE, CLIENT_BATCH)
                         .map_err(setup_err("client out_batch_size"))?;
+                    // A record read is copied out of the receive buffer (one allocation for
+                    // a record of more than 33 bytes), so the buffer carries no reference
+                    // counts: 1 KiB per connection instead of 2.3 KiB ("Decoder copies").
+                    crate::zmq_opt::set_int(&mut s, crate::zmq_opt::IN_ZERO_COPY, 0)
+                        .map_err(setup_err("client in_zero_copy"))?;
                 }
                 s.bind(ep).map_err(setup_err(format!("bind {name} {ep}")))?;
                 Ok(s)

@@ -39,7 +39,7 @@ impl Node {
         &self,
         subject: Subject,
         label: String,
-        moving: Vec<Moving>,
+        mut moving: Vec<Moving>,
         to: NodeRid,
     ) -> Result<Moved, RelocateError> {
         let mut actors = Vec::with_capacity(moving.len());
@@ -91,6 +91,25 @@ impl Node {
             t.counters.started += 1;
             rid
         };
+        // From here a bind of a moving incarnation answers `Unavailable` (SB-5.12; the bind
+        // path checks the Follow table under the actors lock), and the binding each seal names
+        // is read in the same step: a bind registered since `moving` was taken is the one
+        // sealed and carried in the Restore, and none registers that the seals do not cover.
+        {
+            let live = lock(&self.inner.actors);
+            for m in &mut moving {
+                let id = m.actor_ref.id().clone();
+                let generation = m.actor_ref.object_generation();
+                self.seal_follow(id.clone(), generation);
+                if let Some(a) = live
+                    .live
+                    .get(&id)
+                    .filter(|a| a.actor_ref.object_generation() == generation)
+                {
+                    m.binding = a.binding.current().cloned();
+                }
+            }
+        }
         for (a, m) in actors.iter_mut().zip(&moving) {
             a.bindings = m
                 .binding
