@@ -1090,6 +1090,8 @@ async fn session_world() -> (Node3, Arc<zlink::node::client::NodeClient>) {
 #[derive(Default)]
 struct WorldFaults {
     clock: Option<ManualClock>,
+    /// The target `b`'s node clock (its cutover timeout and source wait run on it).
+    target_clock: Option<ManualClock>,
     faulty_b_store: bool,
     fail_rehydrate: bool,
     /// `a`'s store handle holds one lookup when armed ([`GatedLookup`]).
@@ -1200,7 +1202,7 @@ async fn session_world_with(f: WorldFaults) -> (Node3, Arc<zlink::node::client::
         Some(b) => b.clone(),
         None => store.clone(),
     };
-    let (_gate, rx) = tokio::sync::watch::channel(true);
+    let (gate, rx) = tokio::sync::watch::channel(true);
     let fail = Arc::new(std::sync::atomic::AtomicBool::new(f.fail_rehydrate));
     let reg = || {
         live::registry(
@@ -1218,9 +1220,15 @@ async fn session_world_with(f: WorldFaults) -> (Node3, Arc<zlink::node::client::
         .clone()
         .map(|c| Arc::new(c) as Arc<dyn zlink::session::Clock>);
     let s = start_session_node(ss, store.clone()).await;
+    let tap_b = zlink_mesh::WireTap::new(100_000);
     let mut sb = SessionNodeSpec::new("b", demo::sessions());
     sb.registry = Some(reg());
     sb.peers = vec![s.address()];
+    sb.tap = Some(tap_b.clone());
+    sb.clock = f
+        .target_clock
+        .clone()
+        .map(|c| Arc::new(c) as Arc<dyn zlink::session::Clock>);
     let b = start_session_node(sb, b_store).await;
     let mut sa = SessionNodeSpec::new("a", demo::sessions());
     sa.registry = Some(reg());
@@ -1255,6 +1263,8 @@ async fn session_world_with(f: WorldFaults) -> (Node3, Arc<zlink::node::client::
             a,
             b,
             tap_s,
+            tap_b,
+            gate,
             store,
             b_faults,
             a_gate,
@@ -1268,6 +1278,9 @@ struct Node3 {
     a: zlink::node::Node,
     b: zlink::node::Node,
     tap_s: zlink_mesh::WireTap,
+    tap_b: zlink_mesh::WireTap,
+    /// Opens the `Hold` turns of the actors (open unless a test closes it).
+    gate: tokio::sync::watch::Sender<bool>,
     store: Arc<dyn LocationStore>,
     /// `b`'s store handle when it may fail ([`WorldFaults::faulty_b_store`]).
     b_faults: Option<Arc<zlink::store::FaultStore<Arc<MemoryStore>>>>,
@@ -2838,6 +2851,128 @@ async fn a_bind_during_a_relocations_start_is_the_binding_that_moves() {
     // One seal and one commit, both for the new session's binding.
     assert_eq!(tapped(&w.tap_s, TapDirection::Received, 42).len(), 1);
     assert_eq!(tapped(&w.tap_s, TapDirection::Received, 44).len(), 1);
+}
+
+// spec: SB-8.9, SB-5.3, SB-8.4, SB-14.21
+// The 1 s cutover fallback through the drivers on an injected clock: a bound actor on `a` has
+// three of its session's relays queued behind a held turn when it starts moving to `b`; the
+// source is only slow (its capture is held after relay-ready), so `b` hears no cutover. Three
+// more relays of the session wait in its seal. At 999 ms on `b`'s clock nothing happens; at
+// 1,000 ms `b` falls back: `cutover_timeout` counted, the CAS names `b`, the 44 releases the
+// held relays to `b`. They reach `b` before the source's captured work, yet run after it: the
+// session's relays run 0..6 in order, each once, and the relocation reports `moved`. Seen
+// failing with the source stream's wait removed (`behind_source` false) and with the fallback
+// removed (no commit: the wait for `b` to own the actor times out).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cutover_fallback_keeps_captured_work_ahead_of_released_relays() {
+    use live::{Add, GetSeen, Hold, aid};
+    use node_common::{bind, relay_packet, rid, tapped, wait_until};
+    use zlink_mesh::TapDirection;
+    let clock = ManualClock::new();
+    let (w, c) = session_world_with(WorldFaults {
+        target_clock: Some(clock.clone()),
+        ..WorldFaults::default()
+    })
+    .await;
+    let actor =
+        w.a.create(zlink::actor::Create::new("counter", aid("fallback1")))
+            .await
+            .unwrap();
+    bind(&c, &actor).await;
+    let send = |i: u64| {
+        let p = relay_packet(&actor, &Add(i));
+        zlink_apps::demo::session::RelaySend {
+            actor_id: p.actor_id,
+            key: p.key,
+            payload: p.payload,
+        }
+    };
+    // A held turn; three relays of the session queue behind it on `a`.
+    w.gate.send(false).unwrap();
+    let turns = w.a.stats().turns;
+    let hold = {
+        let (a, actor) = (w.a.clone(), actor.clone());
+        tokio::spawn(async move { a.request(&actor, &Hold, TIMEOUT).await })
+    };
+    wait_until("hold running", || w.a.stats().turns > turns).await;
+    for i in 0..3 {
+        c.packet_send(&send(i)).await.unwrap();
+    }
+    wait_until("three relays queued on a", || {
+        w.a.lane_stats(&actor)
+            .is_some_and(|l| l.application_queued >= 3)
+    })
+    .await;
+    // The source is slow: it captures only when the test lets it.
+    let capture = w.a.hold_relocation_capture_for_tests();
+    let relocating = {
+        let (a, actor) = (w.a.clone(), actor.clone());
+        tokio::spawn(async move { a.relocate(&actor, rid("b")).await })
+    };
+    wait_until("quiescing", || {
+        w.a.relocations().0.iter().any(|r| r.phase == "Quiescing")
+    })
+    .await;
+    w.gate.send(true).unwrap();
+    hold.await.unwrap().unwrap();
+    wait_until("b relay-ready", || {
+        w.b.relocations().0.iter().any(|r| r.phase == "RelayReady")
+    })
+    .await;
+    // Three more relays wait in the session's seal.
+    for i in 3..6 {
+        c.packet_send(&send(i)).await.unwrap();
+    }
+    wait_until("three relays held by the seal", || {
+        w.s.session_seals().held == 3
+    })
+    .await;
+    clock.advance(std::time::Duration::from_millis(999));
+    assert_eq!(w.b.relocations().1.cutover_timeouts, 0);
+    clock.advance(std::time::Duration::from_millis(1));
+    // The fallback commits: the store names `b`, the 44 releases the held relays to `b`.
+    wait_until("b counted its cutover timeout", || {
+        w.b.relocations().1.cutover_timeouts == 1
+    })
+    .await;
+    let mut owner = None;
+    for _ in 0..20_000 {
+        let l = w.store.lookup(actor.id().clone()).await.unwrap().unwrap();
+        if l.owner_node == rid("b") {
+            owner = Some(l.owner_node);
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(owner, Some(rid("b")), "the fallback's CAS names b");
+    wait_until("the released relays reached b", || {
+        tapped(&w.tap_b, TapDirection::Received, 24).len() >= 3
+    })
+    .await;
+    assert_eq!(w.s.session_seals().held, 0);
+    // The source goes on: its captured work, then its cutover.
+    drop(capture);
+    let report = tokio::time::timeout(TIMEOUT, relocating)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(report.relayed, 3);
+    let seen = w.b.request(&report.actor, &GetSeen, TIMEOUT).await.unwrap();
+    assert_eq!(seen, (0..6).collect::<Vec<u64>>(), "the session's order");
+    let (list, counters) = w.b.relocations();
+    assert_eq!(counters.cutover_timeouts, 1);
+    assert_eq!(counters.source_waits_expired, 0);
+    assert_eq!(counters.relayed_after_source_wait, 0);
+    assert!(
+        list.iter()
+            .any(|r| r.outcome.as_deref() == Some("committed (Timeout)")),
+        "{list:?}"
+    );
+    wait_until("relocation state freed", || {
+        w.a.relocations_in_progress() == 0 && w.b.relocations_in_progress() == 0
+    })
+    .await;
 }
 
 // spec: SB-8.5, SB-14.24

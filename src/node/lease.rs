@@ -74,6 +74,11 @@ impl LeaseState {
         &self.lease
     }
 
+    /// Whether `holder` is this node's lease and not lost: what opens under it may serve.
+    pub fn holds(&self, holder: &LeaseHolder) -> bool {
+        !self.lost && self.lease.holder == *holder
+    }
+
     /// The local lease deadline: past it the node acts as no owner.
     pub fn deadline(&self) -> Instant {
         self.deadline

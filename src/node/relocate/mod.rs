@@ -260,6 +260,9 @@ const DURATION_BUCKETS: [f64; 10] = [0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1,
 /// The node's relocations in progress, the last finished ones and the counters.
 pub(super) struct Relocations {
     table: Mutex<Table>,
+    /// Read by each source before its capture; written only by
+    /// [`Node::hold_relocation_capture_for_tests`].
+    capture: std::sync::Arc<tokio::sync::RwLock<()>>,
     /// Durations of the committed relocations this node coordinated (metrics endpoint).
     durations: prometheus_client::metrics::histogram::Histogram,
 }
@@ -268,6 +271,7 @@ impl Default for Relocations {
     fn default() -> Self {
         Self {
             table: Mutex::default(),
+            capture: std::sync::Arc::default(),
             durations: prometheus_client::metrics::histogram::Histogram::new(DURATION_BUCKETS),
         }
     }
@@ -496,6 +500,23 @@ impl Node {
             rt_spot: s.spot.clone(),
             timers,
         })
+    }
+
+    /// **For tests only.** Makes every relocation this node coordinates wait before its
+    /// capture (after relay-ready) until the returned guard is dropped: a source that is only
+    /// slow, so a test can drive the target's cutover timeout on an injected clock.
+    ///
+    /// # Panics
+    /// When a hold is taken already.
+    #[doc(hidden)]
+    #[must_use]
+    pub fn hold_relocation_capture_for_tests(&self) -> tokio::sync::OwnedRwLockWriteGuard<()> {
+        self.inner
+            .relocations
+            .capture
+            .clone()
+            .try_write_owned()
+            .expect("one capture hold at a time")
     }
 
     /// The histogram of committed relocation durations (metrics endpoint).

@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use zlink_wire::{NodeRid, RelocationId};
 
-use crate::actor::exec::{self, Mailbox};
+use crate::actor::exec::{self, EndReason, Mailbox};
 use crate::actor::fence::CallFence;
 use crate::actor::{ActorCtx, ActorError, ActorRef};
 use crate::node::local::LocalActor;
@@ -98,32 +98,59 @@ impl Node {
                 return Err(ActorError::Ended);
             }
         };
-        {
-            // Lock order: relocations, then actors (as the WORK arm).
+        // The CAS won under the lease it presented; if that lease was lost since (its renewal
+        // found it ended; a new one may be registered already), the store's record names a
+        // dead lease and another node may activate the actor: it never serves here (EG-14).
+        let holder = crate::store::LeaseHolder {
+            node: location.owner_node.clone(),
+            node_generation: location.node_generation,
+            lease_generation: location.owner_lease_generation,
+        };
+        let refused = {
+            // Lock order: relocations, then actors (as the WORK arm), then the lease. The lease
+            // is checked under the actors lock, which the lease driver's `end_every_incarnation`
+            // takes after marking the lease lost: an actor published here before that ends with
+            // the others, and none is published after it.
             let mut t = lock(&self.inner.relocations.table);
-            let queue = match t.targets.get_mut(&relocation) {
-                Some(e) if behind_source => {
-                    e.streaming.push(location.actor_id.clone());
-                    VecDeque::new()
-                }
-                Some(e) => e.queues.remove(&location.actor_id).unwrap_or_default(),
-                None => VecDeque::new(),
-            };
+            let entry = t.targets.get_mut(&relocation);
             let mut actors = lock(&self.inner.actors);
-            actors.retired.remove(&location.actor_id);
-            actors.live.insert(
-                location.actor_id.clone(),
-                LocalActor {
-                    fence: CallFence::of_ref(&actor_ref),
-                    actor_ref: actor_ref.clone(),
-                    mailbox: mailbox.clone(),
-                    spot: spot.name.clone(),
-                    timers: Vec::new(),
-                    held: Some(queue),
-                    binding: moved_binding(placement.binding.as_ref()),
-                    moved_from: Some(source.clone()),
-                },
+            if lock(&self.inner.lease).holds(&holder) {
+                let queue = match entry {
+                    Some(e) if behind_source => {
+                        e.streaming.push(location.actor_id.clone());
+                        VecDeque::new()
+                    }
+                    Some(e) => e.queues.remove(&location.actor_id).unwrap_or_default(),
+                    None => VecDeque::new(),
+                };
+                actors.retired.remove(&location.actor_id);
+                actors.live.insert(
+                    location.actor_id.clone(),
+                    LocalActor {
+                        fence: CallFence::of_ref(&actor_ref),
+                        actor_ref: actor_ref.clone(),
+                        mailbox: mailbox.clone(),
+                        spot: spot.name.clone(),
+                        timers: Vec::new(),
+                        held: Some(queue),
+                        binding: moved_binding(placement.binding.as_ref()),
+                        moved_from: Some(source.clone()),
+                    },
+                );
+                None
+            } else {
+                Some(entry.and_then(|e| e.queues.remove(&location.actor_id)))
+            }
+        };
+        if let Some(queue) = refused {
+            tracing::warn!(
+                "the owner lease the CAS won under is lost: the moved actor does not open"
             );
+            // Each request in its queue is answered (`Unavailable`), never run.
+            drop(queue);
+            mailbox.end(EndReason::Fenced);
+            self.leave_spot(&spot.name);
+            return Err(ActorError::LeaseLapsed);
         }
         if !behind_source {
             self.open_barrier(&actor_ref, &mailbox).await?;

@@ -568,6 +568,9 @@ impl SourceRun<'_> {
                 });
             }
             SourceEffect::CaptureAndRelay => {
+                // Free unless a test holds it (`Node::hold_relocation_capture_for_tests`).
+                let open = node.inner.relocations.capture.clone();
+                let _open = open.read().await;
                 // Per actor, its queue's order (each actor has its own queue, EG-2.1).
                 for i in 0..self.moving.len() {
                     let m = &self.moving[i];
