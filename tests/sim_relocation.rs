@@ -29,6 +29,8 @@ const CI_SEEDS: u64 = 10_000;
 // replaced binding's relays are refused, a 51 ends its seal (the held relays go with it), a
 // bind the owner registers is the one the target's slot holds after the move
 // spec: SB-6.6 — a refused 51 changes nothing
+// spec: SB-8.6 — a failed relocation's source removes the record and activates the actor again
+// from its state; after the drain an actor the store names on a live node is served there
 // spec: SB-12 — every request exactly one terminal at its caller (reply, refusal or deadline),
 // and a reply or refusal tells the truth about whether it ran
 #[test]
@@ -65,6 +67,7 @@ fn ten_thousand_relocation_seeds_keep_every_invariant() {
             "{total:?}"
         );
         assert!(total.request_deadlines > 0, "{total:?}");
+        assert!(total.recovered > 0, "{total:?}");
     }
 }
 
@@ -87,6 +90,7 @@ fn an_injected_relocation_fault_is_caught_and_shrinks() {
         "open_under_lost_lease",
         "bind_until_runtime_seal",
         "no_request_deadline",
+        "no_recovery",
     ]);
 }
 

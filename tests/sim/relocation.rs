@@ -112,6 +112,9 @@ pub struct Faults {
     /// The session owner arms no deadline for a relayed request: a request lost with its
     /// connection never ends.
     pub no_request_deadline: bool,
+    /// A failed relocation's source leaves the record and the actor as they are (no SB-8.6
+    /// recovery).
+    pub no_recovery: bool,
 }
 
 impl Faults {
@@ -131,6 +134,7 @@ impl Faults {
             "fallback_ignores_source_stream" => f.fallback_ignores_source_stream = true,
             "bind_until_runtime_seal" => f.bind_until_runtime_seal = true,
             "no_request_deadline" => f.no_request_deadline = true,
+            "no_recovery" => f.no_recovery = true,
             _ => return None,
         }
         Some(f)
@@ -347,6 +351,15 @@ pub struct Stats {
     pub aborted: u64,
     /// Relocations that ended with neither side serving (SB-8.6).
     pub failed: u64,
+    /// … after which the source activated the actor again from its state (SB-8.6 recovery).
+    pub recovered: u64,
+    /// Actors a failed relocation may leave unserved at the end: the recovery's one removal of
+    /// the record failed (the store unreachable, or the target's CAS won unseen), or a target's
+    /// CAS answer was lost (it discarded the actor; the CAS may have won).
+    pub unrecovered: u64,
+    /// Actors unserved at the end because their relocation's source still waits for the
+    /// target's result.
+    pub stuck_sources: u64,
     /// Targets that fell back after the cutover timeout.
     pub cutover_timeouts: u64,
     /// Sessions closed by their seal timeout.
@@ -429,6 +442,9 @@ impl std::ops::AddAssign for Stats {
         self.moved += o.moved;
         self.aborted += o.aborted;
         self.failed += o.failed;
+        self.recovered += o.recovered;
+        self.unrecovered += o.unrecovered;
+        self.stuck_sources += o.stuck_sources;
         self.cutover_timeouts += o.cutover_timeouts;
         self.seal_timeouts += o.seal_timeouts;
         self.late_44 += o.late_44;
@@ -820,6 +836,10 @@ struct World<'s> {
     binds: BTreeMap<u64, (usize, usize, usize, u64, bool)>,
     /// Relays held by a seal now.
     held: BTreeSet<u64>,
+    /// (actor, object generation): incarnations whose record a failed relocation removed.
+    retired: BTreeSet<(usize, u64)>,
+    /// Actors whose SB-8.6 recovery could not remove the record (one try, as the node does).
+    unrecovered: BTreeSet<usize>,
     /// Actors moved at least once.
     moved: BTreeSet<usize>,
     cuts: BTreeMap<(Ep, Ep), u64>,
@@ -906,6 +926,8 @@ impl<'s> World<'s> {
             binder: BTreeMap::new(),
             binds: BTreeMap::new(),
             held: BTreeSet::new(),
+            retired: BTreeSet::new(),
+            unrecovered: BTreeSet::new(),
             moved: BTreeSet::new(),
             cuts: BTreeMap::new(),
             next_cut: 1,
@@ -1342,6 +1364,13 @@ impl<'s> World<'s> {
                 if self.nodes[node].up && self.nodes[node].generation == generation {
                     if let Some((reloc, op)) = self.nodes[node].calls.remove(&call) {
                         self.log(|| format!("n{node}: store call {call} timed out"));
+                        if let StoreOp::Cas { actor, .. } = &op {
+                            // the CAS may have won unseen: the target discards what it
+                            // holds while the store may name it, and nothing serves the
+                            // actor there (counted at the end)
+                            self.unrecovered.insert(*actor);
+                            self.orphaned.insert(*actor);
+                        }
                         self.store_result(node, reloc, op, Err(()))?;
                     }
                 }
@@ -2077,6 +2106,7 @@ impl<'s> World<'s> {
             for a in gone {
                 let inc = n.actors.remove(&a).expect("listed");
                 lost.extend(inc.backlog.iter().map(|r| r.id));
+                lost.extend(inc.behind.iter().flatten().map(|r| r.id));
                 if let IncState::Sealed { queue } = inc.state {
                     lost.extend(queue.iter().map(|r| r.id));
                 }
@@ -2436,6 +2466,9 @@ impl<'s> World<'s> {
                                 }
                             }
                             self.orphan(actor);
+                            if !self.faults.no_recovery {
+                                self.recover(node, actor, owner);
+                            }
                         }
                     }
                     self.nodes[node].sources.remove(&reloc);
@@ -2444,6 +2477,67 @@ impl<'s> World<'s> {
         }
         self.arm(node);
         Ok(())
+    }
+
+    /// SB-8.6's recovery at the source (`node::relocate`'s `release_records`): the failed
+    /// incarnation's record is removed with the source's owner fence (refused when the target's
+    /// CAS won, or the lease is gone), it is retired here, and the node activates the actor
+    /// again from its dehydrated state: a new object generation, no binding (its sessions'
+    /// seals time out). If another node activated it first, that one serves.
+    fn recover(&mut self, node: usize, actor: usize, owner: OwnerFence) {
+        if self.net.is_cut(Ep::Node(node), Ep::Store) {
+            self.unrecovered.insert(actor);
+            return;
+        }
+        let og = owner.object_generation.get();
+        if poll_now(self.store.destroy(actor_id(actor), owner)).is_err() {
+            self.unrecovered.insert(actor);
+            return;
+        }
+        self.retired.insert((actor, og));
+        self.log(|| format!("  n{node}: a{actor}'s record removed (incarnation {og} retired)"));
+        let Some(holder) = self.nodes[node].holder.clone() else {
+            return;
+        };
+        if !self.nodes[node].lease_live {
+            return;
+        }
+        let won = poll_now(self.store.reserve_activation(ActivationRequest {
+            actor_id: actor_id(actor),
+            actor_type: "t".into(),
+            owner: ActorOwner {
+                mesh: mesh(),
+                holder,
+            },
+        }));
+        let Ok(Reservation::Won(won)) = won else {
+            return;
+        };
+        let Ok(loc) = poll_now(self.store.mark_ready(actor_id(actor), won.fence())) else {
+            return;
+        };
+        self.stats.recovered += 1;
+        self.orphaned.remove(&actor);
+        self.unrecovered.remove(&actor);
+        self.log(|| {
+            format!(
+                "  n{node} activates a{actor} again from its state (incarnation {})",
+                loc.object_generation.get()
+            )
+        });
+        self.nodes[node].actors.insert(
+            actor,
+            Incarnation {
+                backlog: Default::default(),
+                turn: false,
+                behind: None,
+                late_stream: false,
+                object_generation: loc.object_generation.get(),
+                state: IncState::Serving,
+                slot: BindingSlot::default(),
+                location: Some(loc),
+            },
+        );
     }
 
     /// Performs the target's effects.
@@ -3043,6 +3137,11 @@ impl<'s> World<'s> {
                 Ok(())
             }
             other => {
+                if self.retired.contains(&(r.actor, r.object_generation)) {
+                    // spec: SB-8.6 — that incarnation's record was removed: NotFound
+                    self.fate(r.id, Fate::Dropped("its incarnation was retired"));
+                    return Ok(());
+                }
                 if self.orphaned.contains(&r.actor) {
                     self.fate(r.id, Fate::Dropped("its actor has no serving owner"));
                     return Ok(());
@@ -3255,7 +3354,43 @@ impl<'s> World<'s> {
         Ok(())
     }
 
-    fn final_check(&self) -> Result<(), Violation> {
+    fn final_check(&mut self) -> Result<(), Violation> {
+        self.stats.unrecovered = self.unrecovered.len() as u64;
+        // spec: SB-8.6 — after the drain, an actor whose record names a live node under its
+        // live lease is served there (a failed relocation's source recovered it)
+        for a in 0..self.s.actors {
+            let Some(l) = poll_now(self.store.lookup(actor_id(a))).ok().flatten() else {
+                continue;
+            };
+            let i = index_of(&l.owner_node);
+            let n = &self.nodes[i];
+            let live = n.up
+                && n.lease_live
+                && n.generation == l.node_generation.get()
+                && n.holder.as_ref().map(|h| h.lease_generation) == Some(l.owner_lease_generation);
+            let served = n.actors.get(&a).is_some_and(|inc| {
+                matches!(inc.state, IncState::Serving)
+                    && inc.object_generation == l.object_generation.get()
+            });
+            // …unless its recovery could not remove the record (the store unreachable, or a
+            // target's CAS won while its answer was lost): `node::relocate` tries once, and a
+            // target whose CAS answer is lost discards the actor
+            // …or a relocation of it still waits at the end: a source that never learns its
+            // target's result (the record was lost with a connection a short partition broke,
+            // no peer loss was seen) has no timeout past the cutover (counted)
+            let waiting = self
+                .nodes
+                .iter()
+                .any(|n| n.up && n.sources.values().any(|s| s.actor == a));
+            if live && !served && waiting {
+                self.stats.stuck_sources += 1;
+            }
+            if live && !served && !waiting && !self.unrecovered.contains(&a) {
+                return Err(self.violation(format!(
+                    "a{a}: the store names n{i} (live, its lease) but nothing serves it there"
+                )));
+            }
+        }
         for (id, info) in &self.relays {
             match &info.fate {
                 None => {

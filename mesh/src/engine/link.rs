@@ -203,8 +203,9 @@ impl Engine {
 
     /// Whether a Hello from `node` on a connection it dialled is refused because our own dial
     /// to it is the link of that kind: both nodes dial each other, our name sorts first, and
-    /// our connection reached it (our Hello went out) or is up on the generation the Hello
-    /// claims. A Hello of a newer generation (the peer restarted) is never refused here.
+    /// our connection is in its handshake and reached it (our Hello went out), or is up on the
+    /// generation the Hello claims. A Hello of a newer generation than the up link's (the peer
+    /// restarted) is not refused here.
     fn own_dial_wins(&self, node: &NodeRid, kind: LinkKind, generation: NodeGeneration) -> bool {
         if self.local.node.as_str() >= node.as_str() {
             return false;
@@ -224,8 +225,10 @@ impl Engine {
 
     /// A Hello from `node` that our own dial did not win over (`own_dial_wins`): when our name
     /// sorts first and our own dial of that kind has not reached the peer yet (its Hello still
-    /// queued) or waits to retry, it stands back for a handshake timeout, so that only the
-    /// peer's connection completes on both sides; if that handshake fails, our dial retries.
+    /// queued), it stands back for a handshake timeout, so that only the peer's connection
+    /// completes on both sides; if that handshake fails, our dial retries. A dial already
+    /// waiting to retry is not pushed back: a Hello proves nothing yet, so a stranger claiming
+    /// the peer's name delays our dial by one handshake timeout at most.
     fn yield_own_dial(&mut self, node: &NodeRid, kind: LinkKind, now: Instant) {
         if self.local.node.as_str() >= node.as_str() {
             return;
@@ -238,7 +241,7 @@ impl Engine {
             return;
         }
         let link = p.link_mut(kind);
-        if matches!(link, Link::Handshaking { .. } | Link::Retry { .. }) {
+        if matches!(link, Link::Handshaking { .. }) {
             *link = Link::Retry { at: now + timeout };
         }
     }
