@@ -14,13 +14,22 @@
 //!   the actor does not move (one per relocation, between the relocations), same run.
 //! - `relocation` `idle_per_s`: idle actors (the demo `counter`, state travelling) relocated
 //!   from a to b, 32 at a time. Baseline: the rate at which the same actors were created on a.
+//! - `relocation` `last44_p50_ms` / `last44_p99_ms`: a SpotWide Spot of N demo `counter`s,
+//!   each bound to its own client session on node c (the demo session app), moved back and
+//!   forth between a and b (`Node::relocate_spot` on its host): from the call to the moment the
+//!   last of the N sessions applied its 44 commit — the session owner's seal gauge
+//!   (`Node::session_seals().seals`, sampled every ≈ 50 µs by a thread of its own) falls back to
+//!   0 for the last time. Baseline: a relay request's round trip through one of the sessions
+//!   (client → c → the bound actor → c → client), between the moves.
 //!
 //! The sender paces itself on a thread of its own (a sleep to each message's due time, then
 //! `Node::send`), so its messages arrive evenly rather than in timer-tick bursts; the actor
 //! records when it processes each message (handler code, as an application would). A send
 //! with the stale ref after a move is forwarded by the old owner (Message Follow); the sender
-//! takes the new ref once `relocate` returns. `BENCH_QUICK=1`: 5 moves, 200 idle actors;
-//! otherwise 40 moves and 2,000 idle actors (`BENCH_MOVES`, `BENCH_IDLE_ACTORS` override).
+//! takes the new ref once `relocate` returns. `BENCH_QUICK=1`: 5 moves, 200 idle actors, 4
+//! moves of a Spot of 4 bound actors; otherwise 40 moves, 2,000 idle actors and 20 moves of a
+//! Spot of 16 (`BENCH_MOVES`, `BENCH_IDLE_ACTORS`, `BENCH_SPOT_MOVES`, `BENCH_BOUND_SESSIONS`
+//! override).
 //! Progress on stderr.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -31,6 +40,7 @@ use bytes::Bytes;
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 use zlink::actor::{ActorId, ActorRef, ActorTypeBuilder, Handled, HandlerError, Message};
+use zlink::node::client::NodeClient;
 use zlink::node::{Create, Node, NodeOptions};
 use zlink::store::MemoryStore;
 use zlink_apps::demo;
@@ -131,13 +141,63 @@ fn registry() -> zlink::actor::ActorRegistry {
     r
 }
 
-async fn start(name: &str, peers: Vec<zlink_mesh::PeerAddress>, store: Arc<MemoryStore>) -> Node {
+/// Starts node `name`; `sessions`: it hosts the demo session application and takes any client
+/// (the session owner of the bound-session line).
+async fn start(
+    name: &str,
+    peers: Vec<zlink_mesh::PeerAddress>,
+    store: Arc<MemoryStore>,
+    sessions: bool,
+) -> Node {
     let mut mc = MeshConfig::new(MeshName::new("bench").unwrap(), NodeRid::new(name).unwrap());
     mc.secret = Some(MeshSecret::new(b"zlink-bench-secret-0123456789abcdef".to_vec()).unwrap());
     mc.client_endpoint = Some("tcp://127.0.0.1:*".into());
     let mut o = NodeOptions::new(mc, store, registry());
+    if sessions {
+        o = o
+            .with_sessions(demo::sessions())
+            .expect("demo sessions")
+            .with_client_access(zlink::node::access::ClientAccess::open());
+    }
     o.peers = peers;
     Node::start(o).await.unwrap()
+}
+
+/// Samples `node`'s seal gauge every ≈ 50 µs until `stop`: the highest count of seals seen at
+/// once, and when the gauge last fell from non-zero to 0 (the last 44 applied).
+fn sample_seals(
+    node: Node,
+    stop: Arc<AtomicBool>,
+) -> std::thread::JoinHandle<(u64, Option<Instant>)> {
+    std::thread::spawn(move || {
+        let (mut peak, mut released, mut last) = (0u64, None, 0u64);
+        loop {
+            let done = stop.load(Ordering::Acquire);
+            let now = node.session_seals().seals;
+            let at = Instant::now();
+            if now == 0 && last > 0 {
+                released = Some(at);
+            }
+            peak = peak.max(now);
+            last = now;
+            if done {
+                return (peak, released);
+            }
+            std::thread::sleep(Duration::from_micros(50));
+        }
+    })
+}
+
+/// A relay request through the demo session app to the bound `actor`: its reply.
+async fn relay_add(client: &NodeClient, actor: &ActorRef, n: u64) -> u64 {
+    let packet = demo::session::RelayRequest {
+        actor_id: actor.id().to_string(),
+        key: <demo::Add as Message>::KEY.get(),
+        payload: rmp_serde::to_vec_named(&demo::Add(n)).expect("encode"),
+        timeout_ms: 10_000,
+    };
+    let bytes = client.packet(&packet).await.expect("relay");
+    rmp_serde::from_slice(&bytes).expect("reply")
 }
 
 fn hist() -> Histogram<u64> {
@@ -166,12 +226,14 @@ async fn main() {
     epoch();
     let moves = env_or("BENCH_MOVES", if quick() { 5 } else { 40 });
     let idle = env_or("BENCH_IDLE_ACTORS", if quick() { 200 } else { 2_000 });
-    progress::start("bench_relocation", 3);
+    let spot_moves = env_or("BENCH_SPOT_MOVES", if quick() { 4 } else { 20 });
+    let bound = env_or("BENCH_BOUND_SESSIONS", if quick() { 4 } else { 16 });
+    progress::start("bench_relocation", 4);
     let store = Arc::new(MemoryStore::new());
     // Each node dials the nodes whose names sort after its own (as the mesh's tests do).
-    let c = start("c", vec![], store.clone()).await;
-    let b = start("b", vec![c.address()], store.clone()).await;
-    let a = start("a", vec![b.address(), c.address()], store).await;
+    let c = start("c", vec![], store.clone(), true).await;
+    let b = start("b", vec![c.address()], store.clone(), false).await;
+    let a = start("a", vec![b.address(), c.address()], store, false).await;
     for n in [&a, &b, &c] {
         let down = n.wait_peers(Duration::from_secs(20)).await;
         assert!(down.is_empty(), "{}: peers down: {down:?}", n.node_rid());
@@ -314,6 +376,88 @@ async fn main() {
     }
     let rate = moved as f64 / t.elapsed().as_secs_f64();
     line("relocation", "idle_per_s", rate, created);
+
+    // A Spot of `bound` counters, each bound to its own session on c, moved back and forth.
+    progress::step(format!(
+        "{spot_moves} moves of a Spot with {bound} bound sessions"
+    ));
+    let spot = zlink::actor::SpotSpec {
+        name: "bench-bound".to_owned(),
+        kind: zlink::actor::SpotKind::User(zlink::actor::UserMode::SpotWide),
+    };
+    let endpoint = c.endpoints().client.clone().expect("c's client endpoint");
+    let mut members = Vec::with_capacity(bound);
+    for i in 0..bound {
+        let m = a
+            .create(
+                Create::new("counter", ActorId::new(format!("bound-{i}")).unwrap())
+                    .in_spot(spot.clone()),
+            )
+            .await
+            .unwrap();
+        let client = NodeClient::connect(&endpoint, timeout).expect("client");
+        let _: ActorRef = client
+            .packet(&demo::session::Bind { actor: m.clone() })
+            .await
+            .expect("bind");
+        members.push((client, m));
+    }
+    let mut last44 = hist();
+    let mut relay_rtts = hist();
+    let mut counts = vec![0u64; bound];
+    let mut unobserved = 0usize;
+    let (mut owner, mut other) = (&a, &b);
+    for _ in 0..spot_moves {
+        for (k, (client, m)) in members.iter().enumerate() {
+            let t = Instant::now();
+            counts[k] += 1;
+            assert_eq!(
+                relay_add(client, m, 1).await,
+                counts[k],
+                "a relay lost or doubled"
+            );
+            let _ = relay_rtts.record(t.elapsed().as_micros().max(1) as u64);
+        }
+        let stop = Arc::new(AtomicBool::new(false));
+        let started = Instant::now();
+        let sampler = sample_seals(c.clone(), stop.clone());
+        owner
+            .relocate_spot(&spot.name, other.node_rid().clone())
+            .await
+            .expect("spot relocation");
+        // The 44s may still be on their way: wait for every seal to be released.
+        let deadline = Instant::now() + timeout;
+        while c.session_seals().seals > 0 && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_micros(200)).await;
+        }
+        stop.store(true, Ordering::Release);
+        let (peak, released) = tokio::task::spawn_blocking(move || sampler.join().unwrap())
+            .await
+            .unwrap();
+        assert!(peak as usize <= bound, "{peak} seals for {bound} sessions");
+        match released {
+            Some(at) => {
+                let _ = last44.record(at.duration_since(started).as_micros().max(1) as u64);
+            }
+            // the sampler was not scheduled while the seals were up
+            None => unobserved += 1,
+        }
+        std::mem::swap(&mut owner, &mut other);
+    }
+    eprintln!(
+        "bench_relocation: {spot_moves} Spot moves with {bound} bound sessions, {unobserved} with the seals unobserved"
+    );
+    for (metric, q) in [("p50", 0.5), ("p99", 0.99)] {
+        line(
+            "relocation",
+            &format!("last44_{metric}_ms"),
+            ms(last44.value_at_quantile(q)),
+            ms(relay_rtts.value_at_quantile(q)),
+        );
+    }
+    for (client, _) in members {
+        client.close().await;
+    }
 
     progress::step("shutdown");
     for n in [a, b, c] {

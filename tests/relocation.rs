@@ -169,6 +169,8 @@ impl<S: LocationStore> Harness<'_, S> {
             TargetEffect::OpenDispatch { .. }
             | TargetEffect::DiscardQueue { .. }
             | TargetEffect::WarnCutoverTimeout
+            | TargetEffect::WarnSourceWaitExpired
+            | TargetEffect::ReleaseIngress { .. }
             | TargetEffect::ReplyRestoreFailed { .. }
             | TargetEffect::Finished(_) => {}
         }
@@ -937,12 +939,13 @@ async fn target_failing_before_relay_ready_aborts_and_the_source_serves_again() 
     );
 }
 
-// spec: SB-8.6, SB-14.25
+// spec: SB-8.6, SB-14.25, SB-4.1
 // After relay-ready was accepted the target's owner CAS fails (its store is down): the source
-// never reopens — it does not serve the actor any more, the relocation reports the failure,
-// every request it had accepted is answered (not run twice), and both nodes free the
-// relocation. The incarnation ends: its record is removed (NotFound from then on), and the next
-// get_or_create activates a new incarnation — the actor is servable again.
+// never reopens — it does not serve the sealed incarnation any more, the relocation reports the
+// failure, every request it had accepted is answered (not run twice), and both nodes free the
+// relocation. The incarnation ends (NotFound from then on), and the actor comes back on the
+// source as a new incarnation with the state it dehydrated for the move: get_or_create from
+// either node finds it, its state intact.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_cas_after_relay_ready_never_reopens_the_source() {
     use live::*;
@@ -963,29 +966,39 @@ async fn a_failed_cas_after_relay_ready_never_reopens_the_source() {
         Err(Error::Failed(Fail::CasFailed(ids))) => assert_eq!(ids, vec![actor.id().clone()]),
         other => panic!("expected a failed CAS, got {other:?}"),
     }
-    // Answered once, not served anywhere: the source never reopens, it answers at once — the
-    // incarnation ended with the failed relocation (`NotFound`: retrying it cannot help).
+    // Answered once, not served anywhere: the source never reopens the sealed incarnation, a
+    // ref to it is refused at once as a ref to an ended incarnation (the current one is newer).
     let _ = tokio::time::timeout(T, queued).await.unwrap().unwrap();
-    let e = p.a.request(&actor, &GetSeen, T).await.unwrap_err();
-    assert_eq!(e.kind(), zlink_wire::ErrorKind::NotFound, "{e}");
-    // No CAS happened and the source removed the record: nobody holds the actor.
-    assert!(store.lookup(actor.id().clone()).await.unwrap().is_none());
+    let stale = |e: zlink::actor::ActorError| {
+        assert_eq!(e.kind(), zlink_wire::ErrorKind::InvalidOperation, "{e}");
+        assert!(e.to_string().contains("ref incarnation 1"), "{e}");
+    };
+    stale(p.a.request(&actor, &GetSeen, T).await.unwrap_err());
+    // No CAS happened and the source removed that incarnation's record; the actor is back on
+    // the source as a new incarnation, with the state it had when it was dehydrated for the
+    // move (the sends captured after that never ran, here or there).
     assert_eq!(p.a.relocations().1.failed, 1);
+    assert_eq!(p.a.relocations().1.recovered, 1);
+    let loc = store.lookup(actor.id().clone()).await.unwrap().unwrap();
+    assert_eq!(loc.owner_node, node_common::rid("a"));
+    assert!(loc.object_generation > actor.object_generation());
     node_common::wait_until("relocation state freed", || {
         p.a.relocations_in_progress() == 0 && p.b.relocations_in_progress() == 0
     })
     .await;
     b_store.set_down(false);
-    // Servable again: the next get_or_create (from either node) activates a new incarnation.
+    // get_or_create (from either node) finds the recovered incarnation and its state.
     let again =
         p.b.get_or_create(zlink::actor::Create::new("counter", actor.id().clone()))
             .await
             .unwrap();
-    assert!(again.object_generation() > actor.object_generation());
-    assert_eq!(p.b.request(&again, &Add(7), T).await.unwrap(), 1);
-    // The old ref names the ended incarnation: NotFound, never the new one.
-    let e = p.b.request(&actor, &GetSeen, T).await.unwrap_err();
-    assert_eq!(e.kind(), zlink_wire::ErrorKind::NotFound, "{e}");
+    assert_eq!(again.object_generation(), loc.object_generation);
+    assert_eq!(again.node(), &node_common::rid("a"));
+    assert_eq!(p.b.request(&again, &Add(7), T).await.unwrap(), 2);
+    assert_eq!(p.b.request(&again, &GetSeen, T).await.unwrap(), vec![0, 7]);
+    // The old ref names the ended incarnation: refused, never served by the new one.
+    stale(p.b.request(&actor, &GetSeen, T).await.unwrap_err());
+    assert_eq!(p.b.request(&again, &GetSeen, T).await.unwrap(), vec![0, 7]);
 }
 
 // spec: SB-8.9
@@ -1079,6 +1092,100 @@ struct WorldFaults {
     clock: Option<ManualClock>,
     faulty_b_store: bool,
     fail_rehydrate: bool,
+    /// `a`'s store handle holds one lookup when armed ([`GatedLookup`]).
+    gated_a_store: bool,
+}
+
+/// A store handle whose next `lookup` after [`GatedLookup::arm`] waits until
+/// [`GatedLookup::release`] (it says when it waits): the window between a relocation's start
+/// on the source and its first store read.
+#[derive(Debug)]
+struct GatedLookup {
+    inner: Arc<MemoryStore>,
+    armed: std::sync::atomic::AtomicBool,
+    waiting: tokio::sync::Notify,
+    release: tokio::sync::Semaphore,
+}
+
+impl GatedLookup {
+    fn arm(&self) {
+        self.armed.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+    fn release(&self) {
+        self.release.add_permits(1);
+    }
+}
+
+impl LocationStore for GatedLookup {
+    fn register_owner(
+        &self,
+        node: zlink_wire::NodeRid,
+        node_generation: zlink_wire::NodeGeneration,
+        ttl: Duration,
+    ) -> zlink::store::StoreFuture<'_, OwnerLease> {
+        self.inner.register_owner(node, node_generation, ttl)
+    }
+    fn renew_owner(
+        &self,
+        holder: zlink::store::LeaseHolder,
+        ttl: Duration,
+    ) -> zlink::store::StoreFuture<'_, OwnerLease> {
+        self.inner.renew_owner(holder, ttl)
+    }
+    fn release_owner(
+        &self,
+        holder: zlink::store::LeaseHolder,
+    ) -> zlink::store::StoreFuture<'_, ()> {
+        self.inner.release_owner(holder)
+    }
+    fn reserve_activation(
+        &self,
+        request: zlink::store::ActivationRequest,
+    ) -> zlink::store::StoreFuture<'_, zlink::store::Reservation> {
+        self.inner.reserve_activation(request)
+    }
+    fn mark_ready(
+        &self,
+        actor_id: zlink_wire::ActorId,
+        fence: zlink::store::AuthorityFence,
+    ) -> zlink::store::StoreFuture<'_, ActorLocation> {
+        self.inner.mark_ready(actor_id, fence)
+    }
+    fn lookup(
+        &self,
+        actor_id: zlink_wire::ActorId,
+    ) -> zlink::store::StoreFuture<'_, Option<ActorLocation>> {
+        Box::pin(async move {
+            if self.armed.swap(false, std::sync::atomic::Ordering::SeqCst) {
+                self.waiting.notify_one();
+                self.release.acquire().await.unwrap().forget();
+            }
+            self.inner.lookup(actor_id).await
+        })
+    }
+    fn cas_owner(
+        &self,
+        actor_id: zlink_wire::ActorId,
+        expected: zlink::store::AuthorityFence,
+        new_owner: zlink::store::ActorOwner,
+    ) -> zlink::store::StoreFuture<'_, ActorLocation> {
+        self.inner.cas_owner(actor_id, expected, new_owner)
+    }
+    fn relocation_fence(
+        &self,
+        actor_id: zlink_wire::ActorId,
+        expected: zlink::store::AuthorityFence,
+        owner: zlink::store::OwnerFence,
+    ) -> zlink::store::StoreFuture<'_, ActorLocation> {
+        self.inner.relocation_fence(actor_id, expected, owner)
+    }
+    fn destroy(
+        &self,
+        actor_id: zlink_wire::ActorId,
+        fence: zlink::store::OwnerFence,
+    ) -> zlink::store::StoreFuture<'_, ()> {
+        self.inner.destroy(actor_id, fence)
+    }
 }
 
 async fn session_world_with(f: WorldFaults) -> (Node3, Arc<zlink::node::client::NodeClient>) {
@@ -1118,7 +1225,19 @@ async fn session_world_with(f: WorldFaults) -> (Node3, Arc<zlink::node::client::
     let mut sa = SessionNodeSpec::new("a", demo::sessions());
     sa.registry = Some(reg());
     sa.peers = vec![b.address(), s.address()];
-    let a = start_session_node(sa, store.clone()).await;
+    let a_gate = f.gated_a_store.then(|| {
+        Arc::new(GatedLookup {
+            inner: shared.clone(),
+            armed: std::sync::atomic::AtomicBool::new(false),
+            waiting: tokio::sync::Notify::new(),
+            release: tokio::sync::Semaphore::new(0),
+        })
+    });
+    let a_store: Arc<dyn LocationStore> = match &a_gate {
+        Some(g) => g.clone(),
+        None => store.clone(),
+    };
+    let a = start_session_node(sa, a_store).await;
     assert!(a.wait_peers(TIMEOUT).await.is_empty());
     assert!(b.wait_peers(TIMEOUT).await.is_empty());
     for n in ["a", "b"] {
@@ -1138,6 +1257,7 @@ async fn session_world_with(f: WorldFaults) -> (Node3, Arc<zlink::node::client::
             tap_s,
             store,
             b_faults,
+            a_gate,
         },
         c,
     )
@@ -1151,6 +1271,8 @@ struct Node3 {
     store: Arc<dyn LocationStore>,
     /// `b`'s store handle when it may fail ([`WorldFaults::faulty_b_store`]).
     b_faults: Option<Arc<zlink::store::FaultStore<Arc<MemoryStore>>>>,
+    /// `a`'s store handle when it holds a lookup ([`WorldFaults::gated_a_store`]).
+    a_gate: Option<Arc<GatedLookup>>,
 }
 
 use node_common::TIMEOUT;
@@ -1824,6 +1946,107 @@ async fn a_spot_with_bound_members_moves_under_relays_and_each_session_binding_f
     .await;
 }
 
+// spec: SB-8.5, SB-8.8, SB-14.24
+// Two members of a SpotWide Spot on `a`, both bound to one client session on `s`, under relays
+// to both without pause; the target refuses the Spot's Restore (a rehydration fails) before
+// relay-ready: the source aborts durably, reopens the Spot with its queues first and sends one
+// 44 abort per sealed binding (no commit); the session owner releases each seal and resubmits
+// what it held to the source. Every relay is answered once, in order, by the source; the
+// connection stays; the session's snapshot still names `a` for both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spot_whose_target_fails_sends_44_abort_to_each_bound_session() {
+    use live::{Add, Error, GetSeen, aid};
+    use node_common::{bind, relay_req, rid, tapped};
+    use zlink_mesh::TapDirection;
+    let (w, c) = session_world_with(WorldFaults {
+        fail_rehydrate: true,
+        ..WorldFaults::default()
+    })
+    .await;
+    let mut members = Vec::new();
+    for id in ["booth-p1", "booth-p2"] {
+        let m =
+            w.a.create(zlink::actor::Create::new("counter", aid(id)).in_spot(spotwide("booth")))
+                .await
+                .unwrap();
+        bind(&c, &m).await;
+        members.push(m);
+    }
+    const N: u64 = 200;
+    let sender = {
+        let (c, members) = (c.clone(), members.clone());
+        tokio::spawn(async move {
+            let mut replies = Vec::new();
+            for i in 0..N {
+                for m in &members {
+                    replies.push(relay_req(&c, m, &Add(i)).await);
+                }
+            }
+            replies
+        })
+    };
+    let turns = w.a.stats().turns;
+    node_common::wait_until("relays flowing", || w.a.stats().turns > turns + 20).await;
+    match w.a.relocate_spot("booth", rid("b")).await {
+        Err(Error::Aborted(zlink::relocation::AbortReason::TargetFailed)) => {}
+        other => panic!("expected an abort, got {other:?}"),
+    }
+    let replies = tokio::time::timeout(TIMEOUT, sender)
+        .await
+        .unwrap()
+        .unwrap();
+    for (k, r) in replies.into_iter().enumerate() {
+        assert_eq!(
+            r.unwrap(),
+            (k / 2) as u64 + 1,
+            "relay {k}: lost, doubled or another's reply"
+        );
+    }
+    for m in &members {
+        let seen = w.a.request(m, &GetSeen, TIMEOUT).await.unwrap();
+        assert_eq!(seen, (0..N).collect::<Vec<u64>>(), "{}", m.id());
+        // The connection stays and the binding still routes to the source.
+        assert_eq!(relay_req(&c, m, &Add(N)).await.unwrap(), N + 1);
+        let loc = w.store.lookup(m.id().clone()).await.unwrap().unwrap();
+        assert_eq!(loc.owner_node, rid("a"));
+    }
+    let bound = c.packet(&zlink_apps::demo::session::Bound).await.unwrap();
+    assert_eq!(bound.len(), 2);
+    assert!(bound.iter().all(|b| b.node() == &rid("a")), "{bound:?}");
+    // On the wire at the session owner: a 42 and a 43 per bound member, then one 44 abort per
+    // member naming its own seal, no commit.
+    let seals = tapped(&w.tap_s, TapDirection::Received, 42);
+    assert_eq!(seals.len(), 2);
+    assert_eq!(tapped(&w.tap_s, TapDirection::Sent, 43).len(), 2);
+    let mut sealed: Vec<_> = seals
+        .iter()
+        .map(|r| match &r.decoded.as_ref().unwrap().record {
+            zlink_wire::Record::SessionRelocationSeal(s) => s.seal.clone(),
+            other => panic!("not a 42: {other:?}"),
+        })
+        .collect();
+    let mut aborted: Vec<_> = tapped(&w.tap_s, TapDirection::Received, 44)
+        .iter()
+        .map(|r| match &r.decoded.as_ref().unwrap().record {
+            zlink_wire::Record::SessionRelocationRoute(
+                zlink_wire::SessionRelocationRoute::Abort(a),
+            ) => a.seal.clone(),
+            other => panic!("not a 44 abort: {other:?}"),
+        })
+        .collect();
+    sealed.sort_by_key(|s| format!("{s:?}"));
+    aborted.sort_by_key(|s| format!("{s:?}"));
+    assert_eq!(
+        aborted, sealed,
+        "one 44 abort per seal, each naming its own"
+    );
+    assert_eq!(w.a.relocations().1.aborted, 1);
+    node_common::wait_until("relocation state freed", || {
+        w.a.relocations_in_progress() == 0 && w.b.relocations_in_progress() == 0
+    })
+    .await;
+}
+
 // spec: SB-8.5, SB-14.24
 // The target refuses a Spot's Restore (a member's rehydration fails) before relay-ready: the
 // relocation aborts durably, the Spot is unsealed on the source and every member serves there
@@ -1903,10 +2126,11 @@ async fn a_spot_whose_target_fails_before_relay_ready_serves_again_on_the_source
     );
 }
 
-// spec: SB-8.6, SB-14.25
+// spec: SB-8.6, SB-14.25, SB-4.1
 // After relay-ready the target's owner CAS fails for every member (its store is down): the
-// source never reopens the Spot — no member is served there any more, each request it had
-// accepted is answered once (not run twice) — and the source frees the Spot.
+// source never reopens the Spot — no member's sealed incarnation is served any more, each
+// request it had accepted is answered once (not run twice) — and the source frees the Spot;
+// each member comes back on the source as a new incarnation with its dehydrated state.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_spot_whose_cas_fails_after_relay_ready_is_not_reopened() {
     use live::*;
@@ -1924,6 +2148,8 @@ async fn a_spot_whose_cas_fails_after_relay_ready_is_not_reopened() {
         assert_eq!(p.a.request(&m, &Add(0), T).await.unwrap(), 1);
         members.push(m);
     }
+    let with_members = p.a.runtime_metrics();
+    assert!(with_members.lanes_live > base.lanes_live);
     b_store.set_down(true);
     let _ = p.gate.send(false);
     let turns = p.a.stats().turns;
@@ -1958,18 +2184,42 @@ async fn a_spot_whose_cas_fails_after_relay_ready_is_not_reopened() {
         }
         other => panic!("expected a failed CAS, got {other:?}"),
     }
-    let _ = tokio::time::timeout(T, queued).await.unwrap().unwrap();
-    // No CAS happened: each member's incarnation ended with the failed relocation (SB-8.6),
-    // its record removed with the source's fence; the old refs answer `NotFound`.
+    // Answered once: by the old incarnation before the seal (then its state has it), or
+    // refused, never run.
+    let ran = tokio::time::timeout(T, queued)
+        .await
+        .unwrap()
+        .unwrap()
+        .is_ok();
+    // No CAS happened: each member's sealed incarnation ended with the failed relocation
+    // (SB-8.6), its record removed with the source's fence; its old ref is refused. Each member
+    // is back on the source as a new incarnation in a new Spot of the same name, with the
+    // state dehydrated for the move.
+    assert_eq!(p.a.relocations().1.failed, 1);
+    assert_eq!(p.a.relocations().1.recovered, 2);
     for m in &members {
         let e = p.a.request(m, &GetSeen, T).await.unwrap_err();
-        assert_eq!(e.kind(), zlink_wire::ErrorKind::NotFound, "{e}");
-        assert!(store.lookup(m.id().clone()).await.unwrap().is_none());
+        assert_eq!(e.kind(), zlink_wire::ErrorKind::InvalidOperation, "{e}");
+        let loc = store.lookup(m.id().clone()).await.unwrap().unwrap();
+        assert_eq!(loc.owner_node, node_common::rid("a"));
+        assert!(loc.object_generation > m.object_generation());
+        let back =
+            p.a.get_or_create(zlink::actor::Create::new("counter", m.id().clone()))
+                .await
+                .unwrap();
+        assert_eq!(back.object_generation(), loc.object_generation);
+        let seen = if ran && m.id() == members[1].id() {
+            vec![0, 100]
+        } else {
+            vec![0]
+        };
+        assert_eq!(p.a.request(&back, &GetSeen, T).await.unwrap(), seen);
     }
-    assert_eq!(p.a.relocations().1.failed, 1);
-    node_common::wait_until("the Spot freed on the source", || {
+    // The old Spot's gates and lanes are gone: the source holds exactly one Spot of two
+    // members again, as before the move.
+    node_common::wait_until("the old Spot freed on the source", || {
         let m = p.a.runtime_metrics();
-        m.lanes_live == base.lanes_live && m.gates_live == base.gates_live
+        m.lanes_live == with_members.lanes_live && m.gates_live == with_members.gates_live
     })
     .await;
     node_common::wait_until("relocation state freed", || {
@@ -2320,4 +2570,272 @@ async fn a_timer_goes_on_on_the_target() {
     };
     assert!(at_move >= 2, "the source's ticks travelled in the state");
     ticks_beyond(&p.b, &report.actor, at_move + 2).await;
+}
+
+/// Creates a SpotWide Spot `spot` of `ids` on `p.a` (each has seen `Add(0)`), then holds the
+/// Spot's gate with a `Hold` turn of its first member (released by `p.gate`).
+async fn held_spot(
+    p: &live::Pair,
+    spot: &str,
+    ids: &[&str],
+) -> (
+    Vec<zlink::actor::ActorRef>,
+    tokio::task::JoinHandle<Result<(), zlink::actor::ActorError>>,
+) {
+    use live::*;
+    let mut members = Vec::new();
+    for id in ids {
+        let m =
+            p.a.create(zlink::actor::Create::new("counter", aid(id)).in_spot(spotwide(spot)))
+                .await
+                .unwrap();
+        assert_eq!(p.a.request(&m, &Add(0), TIMEOUT).await.unwrap(), 1);
+        members.push(m);
+    }
+    let _ = p.gate.send(false);
+    let turns = p.a.stats().turns;
+    let hold = {
+        let (a, m) = (p.a.clone(), members[0].clone());
+        tokio::spawn(async move { a.request(&m, &Hold, TIMEOUT).await })
+    };
+    node_common::wait_until("hold running", || p.a.stats().turns > turns).await;
+    (members, hold)
+}
+
+// spec: SB-8.9, SB-14.21
+// A member's own relocation and its Spot's race, both ways. A member moving alone (its seal
+// queued behind the Spot's held gate) makes the Spot's move fail at once with `InProgress`
+// naming that member; then the member moves, with the sends queued meanwhile, and its sibling
+// stays. A Spot moving (its seal queued behind the gate) makes a member's own move fail at
+// once with `InProgress`; then the Spot moves whole. Nothing is lost or doubled either way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spot_move_and_a_members_own_move_race_and_one_is_refused() {
+    use live::*;
+    let store = node_common::memory_store();
+    let p = pair(store.clone()).await;
+    // The member first.
+    let (members, hold) = held_spot(&p, "duo", &["duo-1", "duo-2"]).await;
+    let single = {
+        let (a, m) = (p.a.clone(), members[1].clone());
+        tokio::spawn(async move { a.relocate(&m, node_common::rid("b")).await })
+    };
+    node_common::wait_until("the member quiescing", || {
+        p.a.relocations().0.iter().any(|r| r.phase == "Quiescing")
+    })
+    .await;
+    for i in 1..=3 {
+        p.a.send(&members[1], &Add(i)).await.unwrap();
+    }
+    match tokio::time::timeout(TIMEOUT, p.a.relocate_spot("duo", node_common::rid("b")))
+        .await
+        .expect("refused at once")
+    {
+        Err(Error::InProgress(id)) => assert_eq!(&id, members[1].id()),
+        other => panic!("expected InProgress, got {other:?}"),
+    }
+    p.gate.send(true).unwrap();
+    hold.await.unwrap().unwrap();
+    let moved = tokio::time::timeout(TIMEOUT, single)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        p.b.request(&moved.actor, &GetSeen, TIMEOUT).await.unwrap(),
+        vec![0, 1, 2, 3]
+    );
+    assert_eq!(
+        p.a.request(&members[0], &GetSeen, TIMEOUT).await.unwrap(),
+        vec![0]
+    );
+    // The Spot first.
+    let (members, hold) = held_spot(&p, "trio", &["trio-1", "trio-2"]).await;
+    let whole = {
+        let a = p.a.clone();
+        tokio::spawn(async move { a.relocate_spot("trio", node_common::rid("b")).await })
+    };
+    node_common::wait_until("the Spot quiescing", || {
+        p.a.relocations().0.iter().any(|r| r.phase == "Quiescing")
+    })
+    .await;
+    for i in 1..=3 {
+        p.a.send(&members[1], &Add(i)).await.unwrap();
+    }
+    match tokio::time::timeout(TIMEOUT, p.a.relocate(&members[1], node_common::rid("b")))
+        .await
+        .expect("refused at once")
+    {
+        Err(Error::InProgress(id)) => assert_eq!(&id, members[1].id()),
+        other => panic!("expected InProgress, got {other:?}"),
+    }
+    p.gate.send(true).unwrap();
+    hold.await.unwrap().unwrap();
+    let moved = tokio::time::timeout(TIMEOUT, whole)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(moved.actors.len(), 2);
+    assert_eq!(
+        p.b.request(&moved.actors[0], &GetSeen, TIMEOUT)
+            .await
+            .unwrap(),
+        vec![0]
+    );
+    assert_eq!(
+        p.b.request(&moved.actors[1], &GetSeen, TIMEOUT)
+            .await
+            .unwrap(),
+        vec![0, 1, 2, 3]
+    );
+    node_common::wait_until("relocation state freed", || {
+        p.a.relocations_in_progress() == 0 && p.b.relocations_in_progress() == 0
+    })
+    .await;
+}
+
+// spec: SB-8.9, EG-14
+// An actor still activating cannot move: the operator's RELOCATE of it is refused at once as
+// `NotReady` (`Unavailable`, "still activating"), not as an actor this node does not own; once
+// Ready, the same operation moves it. Its factory waits behind its SpotWide Spot's gate, held
+// by a sibling's turn.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn relocating_an_actor_still_activating_is_refused_as_not_ready() {
+    use live::{Add, GetSeen, Hold, aid};
+    use node_common::{mesh_config, wait_pair_up};
+    use zlink::node::access::{ClientAccess, OperatorCredential};
+    use zlink::node::client::NodeClient;
+    use zlink::node::protocol::RelocateActor;
+    use zlink::node::{Node, NodeOptions};
+    let store = node_common::memory_store();
+    let (gate, rx) = tokio::sync::watch::channel(true);
+    let start = |name: &'static str, peers: Vec<zlink_mesh::PeerAddress>| {
+        let store = store.clone();
+        let rx = rx.clone();
+        async move {
+            let mut mc = mesh_config(name);
+            mc.client_endpoint = Some("tcp://127.0.0.1:*".to_owned());
+            let registry = live::registry(
+                rx,
+                Arc::new(std::sync::atomic::AtomicU64::new(0)),
+                Arc::new(std::sync::atomic::AtomicBool::new(false)),
+            );
+            let mut access = ClientAccess::new();
+            access.operator = Some(OperatorCredential::new(b"op-secret").unwrap());
+            let mut o = NodeOptions::new(mc, store, registry).with_client_access(access);
+            o.peers = peers;
+            Node::start(o).await.unwrap()
+        }
+    };
+    let b = start("b", vec![]).await;
+    let a = start("a", vec![b.address()]).await;
+    wait_pair_up(&a, &b).await;
+    let first = a
+        .create(zlink::actor::Create::new("counter", aid("early")).in_spot(spotwide("lobby")))
+        .await
+        .unwrap();
+    let _ = gate.send(false);
+    let turns = a.stats().turns;
+    let hold = {
+        let (a, m) = (a.clone(), first.clone());
+        tokio::spawn(async move { a.request(&m, &Hold, TIMEOUT).await })
+    };
+    node_common::wait_until("hold running", || a.stats().turns > turns).await;
+    let late = {
+        let a = a.clone();
+        tokio::spawn(async move {
+            a.create(zlink::actor::Create::new("counter", aid("late")).in_spot(spotwide("lobby")))
+                .await
+        })
+    };
+    // Reserved in the store (Activating), its factory waiting behind the held gate.
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    while store.lookup(aid("late")).await.unwrap().is_none() {
+        assert!(tokio::time::Instant::now() < deadline, "no reservation");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let op = NodeClient::connect(a.endpoints().client.as_ref().unwrap(), TIMEOUT).unwrap();
+    op.authenticate(b"op-secret").await.unwrap();
+    let req = RelocateActor {
+        actor_id: "late".into(),
+        to: "b".into(),
+    };
+    let e = tokio::time::timeout(TIMEOUT, op.relocate(&req))
+        .await
+        .expect("refused at once")
+        .unwrap_err();
+    assert_eq!(e.kind(), zlink_wire::ErrorKind::Unavailable, "{e}");
+    assert!(e.to_string().contains("still activating"), "{e}");
+    gate.send(true).unwrap();
+    hold.await.unwrap().unwrap();
+    let late = tokio::time::timeout(TIMEOUT, late)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(a.request(&late, &Add(5), TIMEOUT).await.unwrap(), 1);
+    let done = op.relocate(&req).await.unwrap();
+    assert_eq!(done.to, "b");
+    assert_eq!(
+        b.request(&done.actor, &GetSeen, TIMEOUT).await.unwrap(),
+        vec![5]
+    );
+}
+
+// spec: SB-8.9, SB-8.1, SB-5.12, SB-6.3
+// A second session binds the actor after its relocation started on the source but before the
+// source's first store read (the relocation's binding snapshot was taken with the first
+// session's binding): the binding sealed and carried to the target is the one current when
+// the relocation takes the seal — the new session's — so that session gets its 42/44 and its
+// relays run on the target after the move, once each, in order. (Before: the Restore carried
+// the replaced binding, the new session was never sealed, and its relays were refused by the
+// target's binding slot.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bind_during_a_relocations_start_is_the_binding_that_moves() {
+    use live::{Add, GetSeen, aid};
+    use node_common::{bind, client_of, relay_req, rid, tapped};
+    use zlink_mesh::TapDirection;
+    let (w, c1) = session_world_with(WorldFaults {
+        gated_a_store: true,
+        ..WorldFaults::default()
+    })
+    .await;
+    let gate = w.a_gate.clone().unwrap();
+    let actor =
+        w.a.create(zlink::actor::Create::new("counter", aid("rebound")))
+            .await
+            .unwrap();
+    bind(&c1, &actor).await;
+    assert_eq!(relay_req(&c1, &actor, &Add(0)).await.unwrap(), 1);
+    gate.arm();
+    let waiting = gate.waiting.notified();
+    let relocating = {
+        let (a, actor) = (w.a.clone(), actor.clone());
+        tokio::spawn(async move { a.relocate(&actor, rid("b")).await })
+    };
+    tokio::time::timeout(TIMEOUT, waiting)
+        .await
+        .expect("the relocation reads the store");
+    // The relocation started and holds; another session binds the actor now.
+    let c2 = client_of(&w.s);
+    bind(&c2, &actor).await;
+    gate.release();
+    let moved = tokio::time::timeout(TIMEOUT, relocating)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(moved.to, rid("b"));
+    for i in 1..=5u64 {
+        assert_eq!(relay_req(&c2, &actor, &Add(i)).await.unwrap(), i + 1);
+    }
+    assert_eq!(
+        w.b.request(&moved.actor, &GetSeen, TIMEOUT).await.unwrap(),
+        vec![0, 1, 2, 3, 4, 5]
+    );
+    let bound = c2.packet(&zlink_apps::demo::session::Bound).await.unwrap();
+    assert_eq!(bound[0].node(), &rid("b"));
+    // One seal and one commit, both for the new session's binding.
+    assert_eq!(tapped(&w.tap_s, TapDirection::Received, 42).len(), 1);
+    assert_eq!(tapped(&w.tap_s, TapDirection::Received, 44).len(), 1);
 }

@@ -23,6 +23,16 @@ const CI_SEEDS: u64 = 10_000;
 // spec: EG-14, SB-4 — an actor whose owner crashed is activated again only once the store's
 // lease check lets a new owner win the reservation; its messages are refused only while no
 // owner serves it, and its old binding's relays are refused by the new slot (SB-5.3)
+// spec: EG-14, SB-5.11 — an owner whose lease ran out (mid-relocation too) serves nothing under
+// it; the store's fences decide its relocations in flight
+// spec: SB-6.1, SB-5.3, SB-5.12 — binds and replacements race the relocation's 42/43/44: a
+// replaced binding's relays are refused, a 51 ends its seal (the held relays go with it), a
+// bind the owner registers is the one the target's slot holds after the move
+// spec: SB-6.6 — a refused 51 changes nothing
+// spec: SB-8.6 — a failed relocation's source removes the record and activates the actor again
+// from its state; after the drain an actor the store names on a live node is served there
+// spec: SB-12 — every request exactly one terminal at its caller (reply, refusal or deadline),
+// and a reply or refusal tells the truth about whether it ran
 #[test]
 fn ten_thousand_relocation_seeds_keep_every_invariant() {
     let (count, total) = sim::check_seeds::<Relocation>(CI_SEEDS);
@@ -40,6 +50,24 @@ fn ten_thousand_relocation_seeds_keep_every_invariant() {
             total.reactivated > count / 10 && total.processed_after_reactivation > count / 10,
             "{total:?}"
         );
+        assert!(
+            total.lease_expiries_mid_move > count / 100 && total.dropped_lease > 0,
+            "{total:?}"
+        );
+        assert!(
+            total.bound > count / 10 && total.replacements > count / 10,
+            "{total:?}"
+        );
+        assert!(
+            total.replaced_while_sealed > 0 && total.dropped_replaced > 0,
+            "{total:?}"
+        );
+        assert!(
+            total.request_replies > count && total.request_refusals > 0,
+            "{total:?}"
+        );
+        assert!(total.request_deadlines > 0, "{total:?}");
+        assert!(total.recovered > 0, "{total:?}");
     }
 }
 
@@ -58,6 +86,11 @@ fn an_injected_relocation_fault_is_caught_and_shrinks() {
         "no_follow",
         "activation_installs_nothing",
         "activate_on_unreachable_owner",
+        "serve_past_lease",
+        "open_under_lost_lease",
+        "bind_until_runtime_seal",
+        "no_request_deadline",
+        "no_recovery",
     ]);
 }
 

@@ -15,7 +15,9 @@
 //! `BENCH_CLIENT_SPIN=<yields>` (the client's `io_spin_yields`), `BENCH_CLIENT_BUDGET=<msgs>`
 //! (the node's push budget per client), `BENCH_CLIENT_HWM=<msgs>` (the node's
 //! `ClientOutbound::send_hwm`), `BENCH_CLIENT_BATCH=<records>` (its `batch_records`), `BENCH_PUSH_CAPACITY=<pushes>` (the client's), `BENCH_CLIENT_PARTS=<letters>`
-//! (which ClientServer lines: `o` one-way, `p` push, `r` request/reply; default all).
+//! (which ClientServer lines: `o` one-way, `p` push, `r` request/reply; default all),
+//! `BENCH_MESH_PARTS=<letters>` (which RouteMesh lines: `o` one-way and batch64, `r`
+//! request/reply, `s` the stalled peer; default all).
 //! `BENCH_SAMPLES=FILE` appends the request/reply round trips (ZLink and raw) to FILE for
 //! `bench_plot`'s histograms (`examples/bench_plot.rs`).
 //!
@@ -875,50 +877,53 @@ fn main() {
         json("raw_oneway", "msgs_per_s", percentile(&mut raw, 0.5), None);
         return;
     }
+    // Which RouteMesh lines: `o` one-way (mesh_oneway, mesh_oneway_batch64), `r`
+    // request/reply, `s` the stalled peer; default all (the ClientServer lines as before).
+    let mesh_parts = std::env::var("BENCH_MESH_PARTS").unwrap_or_else(|_| "ors".into());
     progress::start("bench_mesh", 5);
-    progress::step(format!("one-way, raw libzmq and mesh, 3 rounds ({n})"));
-    for _ in 0..3 {
-        raw.push(if only_mesh { 1.0 } else { raw_oneway(n) });
-        mesh.push(rt.block_on(mesh_oneway(n)));
-    }
-    progress::step(format!("one-way in batches of 64, 3 rounds ({n})"));
-    let mut batched = Vec::new();
-    for _ in 0..3 {
-        batched.push(rt.block_on(mesh_oneway_batched(n, 64)));
-    }
-    let raw_tp = percentile(&mut raw, 0.5);
-    let mesh_tp = percentile(&mut mesh, 0.5);
-    json("mesh_oneway", "msgs_per_s", mesh_tp, Some(raw_tp));
-    json(
-        "mesh_oneway_batch64",
-        "msgs_per_s",
-        percentile(&mut batched, 0.5),
-        Some(raw_tp),
-    );
-
-    if rtt_n == 0 {
-        if std::env::var_os("BENCH_NO_CLIENT").is_none() {
-            progress::step("ClientServer benchmarks");
-            client_benches(&rt, n, rtt_n);
+    if mesh_parts.contains('o') {
+        progress::step(format!("one-way, raw libzmq and mesh, 3 rounds ({n})"));
+        for _ in 0..3 {
+            raw.push(if only_mesh { 1.0 } else { raw_oneway(n) });
+            mesh.push(rt.block_on(mesh_oneway(n)));
         }
-        progress::finish();
-        return;
+        progress::step(format!("one-way in batches of 64, 3 rounds ({n})"));
+        let mut batched = Vec::new();
+        for _ in 0..3 {
+            batched.push(rt.block_on(mesh_oneway_batched(n, 64)));
+        }
+        let raw_tp = percentile(&mut raw, 0.5);
+        let mesh_tp = percentile(&mut mesh, 0.5);
+        json("mesh_oneway", "msgs_per_s", mesh_tp, Some(raw_tp));
+        json(
+            "mesh_oneway_batch64",
+            "msgs_per_s",
+            percentile(&mut batched, 0.5),
+            Some(raw_tp),
+        );
     }
-    progress::step(format!("request/reply, raw libzmq and mesh ({rtt_n})"));
-    let mut raw_l = raw_rtt(rtt_n);
-    let mut mesh_l = rt.block_on(mesh_rtt(rtt_n));
-    let (r50, r99) = (percentile(&mut raw_l, 0.5), percentile(&mut raw_l, 0.99));
-    let (m50, m99) = (percentile(&mut mesh_l, 0.5), percentile(&mut mesh_l, 0.99));
-    samples::write("mesh_request_reply", samples::ZLINK, &mesh_l);
-    samples::write("mesh_request_reply", samples::BASELINE, &raw_l);
-    json("mesh_request_reply", "p50_us", m50, Some(r50));
-    json("mesh_request_reply", "p99_us", m99, Some(r99));
+
+    if rtt_n > 0 && mesh_parts.contains('r') {
+        progress::step(format!("request/reply, raw libzmq and mesh ({rtt_n})"));
+        let mut raw_l = raw_rtt(rtt_n);
+        let mut mesh_l = rt.block_on(mesh_rtt(rtt_n));
+        let (r50, r99) = (percentile(&mut raw_l, 0.5), percentile(&mut raw_l, 0.99));
+        let (m50, m99) = (percentile(&mut mesh_l, 0.5), percentile(&mut mesh_l, 0.99));
+        samples::write("mesh_request_reply", samples::ZLINK, &mesh_l);
+        samples::write("mesh_request_reply", samples::BASELINE, &raw_l);
+        json("mesh_request_reply", "p50_us", m50, Some(r50));
+        json("mesh_request_reply", "p99_us", m99, Some(r99));
+    }
 
     if std::env::var_os("BENCH_NO_CLIENT").is_none() {
         progress::step("ClientServer benchmarks");
         client_benches(&rt, n, rtt_n);
     }
 
+    if rtt_n == 0 || !mesh_parts.contains('s') {
+        progress::finish();
+        return;
+    }
     progress::step("stalled peer: sender memory (a child process)");
     let out = std::process::Command::new(std::env::current_exe().unwrap())
         .arg("--rss-child")

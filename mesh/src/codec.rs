@@ -221,6 +221,14 @@ impl Parts {
     }
 }
 
+impl Parts {
+    /// The payload part given back (empty without one), the envelope dropped.
+    pub(crate) fn into_payload(self) -> Bytes {
+        let [_, payload] = self.parts;
+        payload
+    }
+}
+
 impl std::ops::Deref for Parts {
     type Target = [Bytes];
     fn deref(&self) -> &[Bytes] {

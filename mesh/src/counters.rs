@@ -76,11 +76,17 @@ pub enum DropReason {
     /// budget (that reply is dropped with it). Counted once per session; the records still
     /// queued are counted `PeerLost`.
     SlowConsumer,
+    /// A Hello on a connection a peer dialled while our own dial to it is the link of that
+    /// kind (both nodes dial each other; the node whose name sorts first keeps its own
+    /// connection: docs/MESH.md, "Who dials whom"). Refused with `Reject{Duplicate}`; the
+    /// peer takes our connection instead. Not an attack: expected once per link kind when
+    /// both sides dial.
+    DuplicateLink,
 }
 
 impl DropReason {
     /// Every reason, in a fixed order.
-    pub const ALL: [DropReason; 21] = [
+    pub const ALL: [DropReason; 22] = [
         DropReason::Malformed,
         DropReason::ReservedCommand,
         DropReason::UnknownCommand,
@@ -102,6 +108,7 @@ impl DropReason {
         DropReason::MessageTooLarge,
         DropReason::SourceCapacity,
         DropReason::SlowConsumer,
+        DropReason::DuplicateLink,
     ];
 
     /// Stable snake_case name (metric label).
@@ -128,6 +135,7 @@ impl DropReason {
             DropReason::MessageTooLarge => "message_too_large",
             DropReason::SourceCapacity => "source_capacity",
             DropReason::SlowConsumer => "slow_consumer",
+            DropReason::DuplicateLink => "duplicate_link",
         }
     }
 

@@ -21,6 +21,10 @@ pub(crate) const IN_BATCH_SIZE: c_int = 101;
 /// 8,192 bytes).
 pub(crate) const OUT_BATCH_SIZE: c_int = 102;
 
+/// `ZMQ_IN_ZERO_COPY` (vendored patch "decoder copies"): 0 makes each connection copy a
+/// received message out of its receive buffer, which then carries no reference counts.
+pub(crate) const IN_ZERO_COPY: c_int = 0x5a4c_0002;
+
 /// Sets the integer socket option `option` of `socket` to `value`.
 pub(crate) fn set_int(socket: &mut zmq::Socket, option: c_int, value: c_int) -> zmq::Result<()> {
     let ptr = socket.as_mut_ptr();

@@ -484,3 +484,54 @@ async fn reconnected_client_waits_for_the_new_sessions_window() {
     }
     assert_eq!(seqs, (0..N).collect::<Vec<_>>());
 }
+
+// spec: EG-6 (flow control: credit a record freed goes back to its sender); issue 28
+// (housekeeping grants owed credit to the sessions listed as owing, not by a scan of all)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn credit_freed_below_a_quarter_of_the_window_comes_back_from_housekeeping() {
+    let tap = zlink_mesh::WireTap::new(10_000);
+    let mut c = config("srv");
+    c.client_endpoint = Some("tcp://127.0.0.1:*".into());
+    c.tap = Some(tap.clone());
+    c.client_admission = zlink_mesh::ClientAdmission::Open;
+    // A grant goes out with the record that frees a quarter (4 messages); 3 never get there.
+    c.client_window = zlink_mesh::InboundWindow {
+        messages: 16,
+        bytes: 1 << 20,
+    };
+    let (node, mut inbound) = MeshNode::start(c).unwrap();
+    let client = MeshClient::connect(client_config(&node)).unwrap();
+    let granted = |tap: &zlink_mesh::WireTap| -> u64 {
+        tap.frames()
+            .iter()
+            .filter(|f| {
+                f.direction == zlink_mesh::TapDirection::Sent
+                    && f.link == zlink_mesh::LinkKind::Client
+            })
+            .filter_map(|f| match &f.decoded {
+                Ok(d) => match &d.record {
+                    zlink_mesh::zlink_wire::Record::FlowCredit(g) => Some(u64::from(g.messages)),
+                    _ => None,
+                },
+                Err(_) => None,
+            })
+            .sum()
+    };
+    for i in 0..3u8 {
+        client
+            .send(DispatchKey::new(1), Bytes::from(vec![i]))
+            .await
+            .unwrap();
+        tokio::time::timeout(WAIT, inbound.recv())
+            .await
+            .unwrap()
+            .unwrap();
+    }
+    // The session's first grant (the whole window), then the 3 freed messages: only
+    // housekeeping grants those (no record after them reaches a quarter).
+    eventually("the 3 freed messages granted back", || {
+        granted(&tap) >= 16 + 3
+    })
+    .await;
+    assert_eq!(granted(&tap), 16 + 3);
+}

@@ -274,3 +274,119 @@ async fn acceptor_restart_on_same_endpoints_reconnects() {
     b2.shutdown().await;
     a.shutdown().await;
 }
+
+/// A node on fixed endpoints below the ephemeral range (its peer keeps dialling them while it
+/// is down), with a given generation.
+fn fixed(
+    name: &str,
+    generation: u64,
+    at: Option<&zlink_mesh::PeerAddress>,
+) -> (MeshNode, zlink_mesh::InboundReceiver) {
+    let mut c = config(name);
+    c.generation = Some(NodeGeneration::new(generation));
+    c.relay_endpoint = at.map_or_else(
+        || format!("tcp://127.0.0.1:{}", free_port()),
+        |a| a.relay.clone(),
+    );
+    c.completion_endpoint = at.map_or_else(
+        || format!("tcp://127.0.0.1:{}", free_port()),
+        |a| a.completion.clone(),
+    );
+    MeshNode::start(c).unwrap()
+}
+
+/// Answers every request on `rx` with its own payload.
+fn echo(mut rx: zlink_mesh::InboundReceiver) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        while let Some(m) = rx.recv().await {
+            if let Some(r) = m.reply {
+                r.reply(m.payload.unwrap_or_default());
+            }
+        }
+    })
+}
+
+/// Both see each other up on the expected generations and a request goes each way.
+async fn linked(x: &MeshNode, y: &MeshNode) {
+    for (p, q) in [(x, y), (y, x)] {
+        assert_eq!(
+            p.wait_peer_up(q.node(), None, WAIT).await,
+            Some(q.generation()),
+            "{:?} sees {:?}",
+            p.node(),
+            q.node()
+        );
+        let r = p
+            .request(
+                q.node(),
+                DispatchKey::new(1),
+                Bytes::from_static(b"hi"),
+                WAIT,
+            )
+            .await;
+        assert_eq!(
+            r.map(|r| r.payload),
+            Ok(Some(Bytes::from_static(b"hi"))),
+            "{:?} -> {:?}",
+            p.node(),
+            q.node()
+        );
+    }
+}
+
+// spec: SB-9 — docs/MESH.md, "Who dials whom": two nodes that dial each other relink after
+// either of them restarts on the same endpoints and dials again (the one whose name sorts
+// second, then the first): both up on the new generation, requests answered both ways. Four
+// pairs at once, so that the restarted node's dial and the other's redial interleave.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodes_that_dial_each_other_relink_after_either_restarts() {
+    trace();
+    let mut pairs = Vec::new();
+    for i in 0..4 {
+        let (a, ra) = fixed(&format!("m{i}a"), 10, None);
+        let (b, rb) = fixed(&format!("m{i}b"), 10, None);
+        a.connect(b.address()).unwrap();
+        b.connect(a.address()).unwrap();
+        pairs.push((a, b, echo(ra), echo(rb)));
+    }
+    for (a, b, ..) in &pairs {
+        linked(a, b).await;
+    }
+    // The second name restarts, then the first.
+    for restart_first in [false, true] {
+        let mut next = Vec::new();
+        for (a, b, ea, eb) in pairs {
+            let (stay, gone, e_stay, e_gone) = if restart_first {
+                (b, a, eb, ea)
+            } else {
+                (a, b, ea, eb)
+            };
+            let mut events = stay.subscribe();
+            let (name, at) = (gone.node().to_string(), gone.address());
+            gone.shutdown().await;
+            let _ = e_gone.await;
+            loop {
+                if let PeerEvent::Down { node, .. } = next_event(&mut events).await {
+                    assert_eq!(node.as_str(), name);
+                    break;
+                }
+            }
+            let (back, rx) = fixed(&name, 20 + u64::from(restart_first), Some(&at));
+            back.connect(stay.address()).unwrap();
+            let e_back = echo(rx);
+            next.push(if restart_first {
+                (back, stay, e_back, e_stay)
+            } else {
+                (stay, back, e_stay, e_back)
+            });
+        }
+        for (a, b, ..) in &next {
+            linked(a, b).await;
+        }
+        pairs = next;
+    }
+    for (a, b, ..) in pairs {
+        a.shutdown().await;
+        b.shutdown().await;
+    }
+}

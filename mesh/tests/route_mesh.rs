@@ -179,3 +179,106 @@ async fn send_batch_keeps_order_and_is_all_or_nothing() {
     a.shutdown().await;
     b.shutdown().await;
 }
+
+/// Answers every request on `rx` with its own payload, until the node shuts down.
+fn echo(mut rx: zlink_mesh::InboundReceiver) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        while let Some(m) = rx.recv().await {
+            if let Some(r) = m.reply {
+                r.reply(m.payload.unwrap_or_default());
+            }
+        }
+    })
+}
+
+// docs/MESH.md, "Who dials whom": two nodes that dial each other, whichever name sorts first and
+// whichever dials first, end on one connection per link kind — the one the node whose name sorts
+// first dialled: each sees the other up once, requests are answered both ways, and no peer
+// event follows for longer than the peer timeout (a link left on two different connections
+// drops every record as `Unauthenticated` and times out). Eight pairs at once, so that the
+// handshakes of the two dials interleave in every way. A node dialling a peer whose name sorts
+// first (and that does not dial back) links as well.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodes_that_dial_each_other_keep_one_link_in_either_name_order() {
+    trace();
+    let tap = WireTap::new(100_000);
+    let mut pairs = Vec::new();
+    for i in 0..8 {
+        let (lo, hi) = (format!("p{i}-a"), format!("p{i}-b"));
+        let mut c = config(&lo);
+        if i == 0 {
+            c.tap = Some(tap.clone());
+        }
+        let (a, ra) = zlink_mesh::MeshNode::start(c).unwrap();
+        let (b, rb) = start(&hi);
+        let (ea, eb) = (a.subscribe(), b.subscribe());
+        // Half the pairs dial lower name first, half higher name first.
+        if i % 2 == 0 {
+            a.connect(b.address()).unwrap();
+            b.connect(a.address()).unwrap();
+        } else {
+            b.connect(a.address()).unwrap();
+            a.connect(b.address()).unwrap();
+        }
+        pairs.push((a, b, ea, eb, echo(ra), echo(rb)));
+    }
+    let (c, rc) = start("q-a");
+    let (d, rd) = start("q-b");
+    let (ec, ed) = (c.subscribe(), d.subscribe());
+    d.connect(c.address()).unwrap();
+    pairs.push((c, d, ec, ed, echo(rc), echo(rd)));
+
+    for (a, b, ..) in &pairs {
+        for (x, y) in [(a, b), (b, a)] {
+            assert!(
+                x.wait_peer_up(y.node(), None, WAIT).await.is_some(),
+                "{:?} sees {:?} up",
+                x.node(),
+                y.node()
+            );
+            let r = x
+                .request(
+                    y.node(),
+                    DispatchKey::new(1),
+                    Bytes::from_static(b"hi"),
+                    WAIT,
+                )
+                .await;
+            assert_eq!(
+                r.map(|r| r.payload),
+                Ok(Some(Bytes::from_static(b"hi"))),
+                "{:?} -> {:?}",
+                x.node(),
+                y.node()
+            );
+        }
+    }
+    // Longer than the peer timeout (4 s) of protocol time: 30 pings at 200 ms.
+    pings_later(&tap, 30).await;
+    for (a, b, ea, eb, ..) in &mut pairs {
+        for (x, y, ev) in [(&*a, &*b, ea), (&*b, &*a, eb)] {
+            let mut seen = Vec::new();
+            while let Ok(e) = ev.try_recv() {
+                seen.push(e);
+            }
+            assert!(
+                matches!(&seen[..], [zlink_mesh::PeerEvent::Up { node, .. }] if node == y.node()),
+                "{:?}: {seen:?}",
+                x.node()
+            );
+            let r = x
+                .request(
+                    y.node(),
+                    DispatchKey::new(1),
+                    Bytes::from_static(b"again"),
+                    WAIT,
+                )
+                .await;
+            assert_eq!(r.map(|r| r.payload), Ok(Some(Bytes::from_static(b"again"))));
+        }
+    }
+    for (a, b, ..) in pairs {
+        a.shutdown().await;
+        b.shutdown().await;
+    }
+}

@@ -83,7 +83,7 @@ CONFIGURATION FILE (TOML, every key optional; flags and environment override it)
   max_operations_per_session = 64         framework operations in flight (then `busy`)
   max_bindings_per_session = 1024         actors one session may be bound to
   [[peers]]                               every node of the mesh (its own entry is skipped);
-  name = \"node2\"                          a node dials the peers whose name sorts after its own
+  name = \"node2\"                          a node dials every peer listed here
   relay = \"tcp://127.0.0.1:7101\"
   completion = \"tcp://127.0.0.1:7102\"
 

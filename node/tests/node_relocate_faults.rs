@@ -14,7 +14,9 @@
 //! - target killed after relay-ready was accepted, its cutover sent → the source never reopens
 //!   and the session owner, which never receives a 44, closes the session when its seal times
 //!   out (SB-8.6, SB-8.3): exactly the marks accepted after the seal are lost, and the client
-//!   sees `RelocationSealTimeout`; the source ends its wait for the target's result as failed;
+//!   sees `RelocationSealTimeout`; the source ends its wait for the target's result as failed
+//!   and activates the actor again from the state it dehydrated (a new incarnation, every
+//!   mark counted before the seal);
 //! - the session owner killed while its seal is installed → the relocation commits though its
 //!   44 finds no session owner (SB-8.9); what died with the session owner is at most what the
 //!   client sent after its last answer (SB-9), and the target ends the binding it took over.
@@ -403,6 +405,23 @@ async fn target_killed_during_cutover_the_seal_timeout_closes_the_session() {
     assert!(e.contains("relocation failed"), "{e}");
     let c = w.ops[0].relocations().await.unwrap().counters;
     assert_eq!((c.aborted, c.committed, c.failed), (0, 0, 1), "{outcome}");
+    // The actor is back on the source with its state, as a new incarnation (SB-8.6's
+    // recovery): every mark it counted before its dehydration, in order — at least all the
+    // last answer counted, never one the seal held.
+    assert_eq!(c.recovered, 1);
+    let back = w.ops[0].get("faulty").await.unwrap();
+    assert_eq!(back.node().as_str(), "node1");
+    assert!(back.object_generation() > w.actor.object_generation());
+    let tally: Tally = w.ops[0].request(&back, &Tallied).await.unwrap();
+    assert_eq!(tally.out_of_order, 0);
+    let counted = tally.counted.get(&0).copied().unwrap_or(0);
+    assert_eq!(tally.next.get(&0).copied().unwrap_or(0), counted);
+    assert!(
+        t.counted <= counted && counted + held <= t.sent,
+        "{counted} marks recovered; {} counted by the last answer, {held} held, {} sent",
+        t.counted,
+        t.sent
+    );
 }
 
 // spec: SB-8.9, SB-9

@@ -56,6 +56,19 @@ pub trait ActorHost: Send + Sync + std::fmt::Debug + 'static {
         key: DispatchKey,
         payload: Bytes,
     ) -> BoxFuture<Result<(), ActorError>>;
+    /// [`ActorHost::push_bound`] without waiting and without a future: `Ok` with the push's
+    /// outcome when it was decided at once (sent, or refused), `Err` with the payload when it
+    /// has to wait (no room yet, or a path that awaits): the caller then awaits
+    /// [`ActorHost::push_bound`] with it. The default decides nothing.
+    fn try_push_bound(
+        &self,
+        me: &ActorRef,
+        key: DispatchKey,
+        payload: Bytes,
+    ) -> Result<Result<(), ActorError>, Bytes> {
+        let _ = (me, key);
+        Err(payload)
+    }
     /// The Ready ref of `actor_id` from the Location Store (one lookup).
     fn get(&self, actor_id: &ActorId) -> BoxFuture<Result<ActorRef, ActorError>>;
 }
@@ -144,7 +157,11 @@ impl ActorCtx {
                 "push key {key} is reserved for the framework"
             )));
         }
-        self.host.push_bound(&self.me, key, payload).await
+        // Most pushes are admitted at once: no boxed future for them.
+        match self.host.try_push_bound(&self.me, key, payload) {
+            Ok(done) => done,
+            Err(payload) => self.host.push_bound(&self.me, key, payload).await,
+        }
     }
 
     /// Asks the session owner to close the bound session's connection (SB-5.14; the client

@@ -15,7 +15,9 @@ use super::protocol::{self, Activate, ActivateMode, DestroyActor, FirstRecord};
 use super::{Create, Node, bound, lock, request_error};
 use crate::actor::exec::{self, EndReason, Mailbox, RtSpot, Work};
 use crate::actor::fence::{self, CallFence};
-use crate::actor::{ActivationInfo, ActorCtx, ActorError, ActorRef, ActorType, SpotKind, SpotSpec};
+use crate::actor::{
+    ActivationInfo, ActorCtx, ActorError, ActorRef, ActorType, MigratedState, SpotKind, SpotSpec,
+};
 use crate::session::BindingSlot;
 use crate::store::{
     ActivationRequest, ActivationState, ActorLocation, ActorOwner, LeaseHolder, OwnerFence,
@@ -24,6 +26,15 @@ use crate::store::{
 
 /// A local caller waiting for the local activator of the same actor id.
 pub(super) type ActivationWaiter = oneshot::Sender<Result<ActorRef, (ErrorKind, String)>>;
+
+/// What a new incarnation's instance is built from.
+enum Seed {
+    /// The type's factory, with the create request's init payload.
+    Init(Bytes),
+    /// The type's rehydrate hook, with the state an incarnation dehydrated for a relocation that
+    /// failed past relay-ready ([`Node::reactivate`]).
+    State(MigratedState),
+}
 
 impl Node {
     /// Creates a new incarnation of `c.actor_id` on `c.node` (default: this node).
@@ -87,7 +98,8 @@ impl Node {
     /// Activation on this node as the candidate owner (EG-14).
     pub(crate) async fn activate_local(&self, mut req: Activate) -> Result<ActorRef, ActorError> {
         let mut first = req.first.take();
-        let result = self.activate_here(req, &mut first).await;
+        let seed = Seed::Init(Bytes::from(req.init.clone()));
+        let result = self.activate_here(req, seed, &mut first).await;
         // The first record did not trigger an activation here: it is an ordinary send to the
         // Ready incarnation (never for a refused `create`).
         if let (Ok(r), Some(f)) = (&result, first) {
@@ -102,9 +114,40 @@ impl Node {
         result
     }
 
+    /// A new incarnation of an actor whose relocation failed past relay-ready (SB-8.6), on this
+    /// node (its source), built from the state it dehydrated for the move: the source route of
+    /// the old incarnation is never reopened — its record was removed with this node's owner
+    /// fence and its ObjectGeneration is retired here — but the actor comes back with its state
+    /// under a new ObjectGeneration (SB-4.1), reserved and committed through the Location Store
+    /// like any activation. Work captured for the target after the dehydration was never run
+    /// here; the sessions bound to the old incarnation are closed by their seal timeout
+    /// (SB-8.3) and bind the new one like any other.
+    ///
+    /// # Errors
+    /// As [`Node::create`]: [`ActorError::AlreadyExists`] when another node activated the actor
+    /// after the record was removed (that incarnation serves it; the state is not used).
+    pub(super) async fn reactivate(
+        &self,
+        actor_type: &str,
+        actor_id: &ActorId,
+        spot: SpotSpec,
+        state: MigratedState,
+    ) -> Result<ActorRef, ActorError> {
+        let req = Activate {
+            mode: ActivateMode::Create,
+            actor_type: actor_type.to_owned(),
+            actor_id: actor_id.to_string(),
+            spot: Some(spot),
+            init: Vec::new(),
+            first: None,
+        };
+        self.activate_here(req, Seed::State(state), &mut None).await
+    }
+
     async fn activate_here(
         &self,
         req: Activate,
+        seed: Seed,
         first: &mut Option<FirstRecord>,
     ) -> Result<ActorRef, ActorError> {
         self.check_accepting()?;
@@ -154,7 +197,9 @@ impl Node {
             actor_id: actor_id.clone(),
             done: false,
         };
-        let result = self.reserve_and_activate(&ty, &actor_id, &req, first).await;
+        let result = self
+            .reserve_and_activate(&ty, &actor_id, &req, seed, first)
+            .await;
         slot.finish(match &result {
             Ok(r) => Ok(r.clone()),
             Err(e) => Err((e.kind(), e.to_string())),
@@ -167,10 +212,12 @@ impl Node {
         ty: &ActorType,
         actor_id: &ActorId,
         req: &Activate,
+        seed: Seed,
         first: &mut Option<FirstRecord>,
     ) -> Result<ActorRef, ActorError> {
         let store = &self.inner.store;
         let mut orphan_cleared = false;
+        let mut seed = Some(seed);
         loop {
             let holder = lock(&self.inner.lease).lease().holder.clone();
             let reservation = store
@@ -184,7 +231,10 @@ impl Node {
                 })
                 .await?;
             let loc = match reservation {
-                Reservation::Won(loc) => return self.run_factory(ty, loc, req, first.take()).await,
+                Reservation::Won(loc) => {
+                    let seed = seed.take().unwrap_or(Seed::Init(Bytes::new()));
+                    return self.run_factory(ty, loc, req, seed, first.take()).await;
+                }
                 Reservation::Held(loc) => loc,
             };
             let mine = loc.owner_node == *self.node_rid()
@@ -233,6 +283,7 @@ impl Node {
         ty: &ActorType,
         loc: ActorLocation,
         req: &Activate,
+        seed: Seed,
         first: Option<FirstRecord>,
     ) -> Result<ActorRef, ActorError> {
         let info = ActivationInfo {
@@ -260,8 +311,13 @@ impl Node {
         );
         let factory: exec::Factory = {
             let ty = ty.clone();
-            let init = Bytes::from(req.init.clone());
-            Box::new(move || ty.instantiate(&info, init))
+            match seed {
+                Seed::Init(init) => Box::new(move || ty.instantiate(&info, init)),
+                Seed::State(state) => Box::new(move || {
+                    ty.rehydrate(&info, state)
+                        .map_err(|e| crate::runtime::HandlerError::Failed(e.to_string()))
+                }),
+            }
         };
         let spawned = exec::spawn(
             loc.actor_id.clone(),

@@ -98,6 +98,21 @@ impl Node {
         let retired = actors.retired.get(&req.actor).copied();
         let live = actors.live.get_mut(&req.actor);
         let flow = self.sessions().flow();
+        // A relocation of this incarnation started after the bind's Message Follow check: it
+        // read the binding to seal under this lock, so the bind is refused as a bind to a
+        // sealed incarnation is (SB-5.12), never registered behind the seals' back.
+        let now = self.inner.clock.now();
+        if super::follow::table(self).lookup(&req.actor, req.object_generation, now)
+            == crate::relocation::follow::FollowLookup::Sealed
+        {
+            self.count_follow_refused(crate::relocation::follow::FollowRefusal::Sealed);
+            let e = ActorError::StaleFence {
+                actor_id: req.actor.clone(),
+                fence: "relocation seal",
+            };
+            flow.reject(FlowRecord::Bind, FlowReject::of_fence(&e), &req.actor);
+            return (Err(refusal(&e)), None);
+        }
         if let Err(e) = fence::check_bind(
             self.standing(),
             self.generation(),
@@ -366,6 +381,55 @@ impl Node {
         key: DispatchKey,
         payload: Bytes,
     ) -> Result<(), ActorError> {
+        let (binding, push) = self.bound_push(me, key)?;
+        if binding == *self.node_rid() {
+            self.sessions().handle_local_push(push, payload).await;
+            return Ok(());
+        }
+        self.inner
+            .mesh
+            .send_record(&binding, Record::BoundSessionSend(push), Some(payload))
+            .await
+            .map_err(|e| send_error(&binding, e))
+    }
+
+    /// [`Node::push_bound_inner`] when it needs no wait: a 36 admitted (or refused) at once;
+    /// the payload back when the push has to wait for room or goes to a session owned here
+    /// (whose push may wait for its client's credit).
+    fn try_push_bound_now(
+        &self,
+        me: &ActorRef,
+        key: DispatchKey,
+        payload: Bytes,
+    ) -> Result<Result<(), ActorError>, Bytes> {
+        let (owner, push) = match self.bound_push(me, key) {
+            Ok(found) => found,
+            Err(refused) => return Ok(Err(refused)),
+        };
+        if owner == *self.node_rid() {
+            return Err(payload);
+        }
+        match self.inner.mesh.try_send_record(
+            &owner,
+            Record::BoundSessionSend(push),
+            Some(payload.clone()),
+        ) {
+            Ok(()) => Ok(Ok(())),
+            Err(zlink_mesh::TrySendError::Full(_)) => Err(payload),
+            Err(zlink_mesh::TrySendError::Failed(e)) => Ok(Err(send_error(&owner, e))),
+            // A refusal this version does not know: the waiting path decides.
+            Err(_) => Err(payload),
+        }
+    }
+
+    /// The 36 of a push from incarnation `me` with `key` and the node that owns its bound
+    /// session, read from the incarnation's binding slot (under the actors lock); without a
+    /// current binding, `SessionNotBound` (SB-12), counted where it is detected (SB-5.9).
+    fn bound_push(
+        &self,
+        me: &ActorRef,
+        key: DispatchKey,
+    ) -> Result<(NodeRid, BoundSessionSend), ActorError> {
         let found = {
             let actors = lock(&self.inner.actors);
             actors
@@ -396,19 +460,7 @@ impl Node {
             binding_generation: binding.generation,
             key,
         };
-        if binding.session_owner == *self.node_rid() {
-            self.sessions().handle_local_push(push, payload).await;
-            return Ok(());
-        }
-        self.inner
-            .mesh
-            .send_record(
-                &binding.session_owner,
-                Record::BoundSessionSend(push),
-                Some(payload),
-            )
-            .await
-            .map_err(|e| send_error(&binding.session_owner, e))
+        Ok((binding.session_owner, push))
     }
 }
 
@@ -710,6 +762,18 @@ impl ActorHost for NodeActorHost {
         let node = self.node();
         let me = me.clone();
         Box::pin(async move { node?.push_bound_inner(&me, key, payload).await })
+    }
+
+    fn try_push_bound(
+        &self,
+        me: &ActorRef,
+        key: DispatchKey,
+        payload: Bytes,
+    ) -> Result<Result<(), ActorError>, Bytes> {
+        match self.node() {
+            Ok(node) => node.try_push_bound_now(me, key, payload),
+            Err(e) => Ok(Err(e)),
+        }
     }
 
     fn get(&self, actor_id: &zlink_wire::ActorId) -> BoxFuture<Result<ActorRef, ActorError>> {

@@ -86,8 +86,9 @@ pub struct NodeOptions {
     pub store: Arc<dyn LocationStore>,
     /// The actor types this node hosts.
     pub registry: ActorRegistry,
-    /// Peers of the mesh (this node dials those whose name sorts after its own; itself is
-    /// skipped).
+    /// Peers of the mesh: this node dials every one of them (its own entry is skipped). Two
+    /// nodes that list each other both dial; the mesh keeps one connection per link
+    /// (docs/MESH.md, "Who dials whom").
     pub peers: Vec<PeerAddress>,
     /// Owner lease time to live; renewed every third of it.
     pub lease_ttl: Duration,
@@ -544,10 +545,10 @@ impl Node {
         }
         let me = node.node_rid().clone();
         for p in &node.inner.peers {
-            if p.node.as_str() > me.as_str() {
-                // A connect failure only means the mesh is closing.
-                let _ = node.inner.mesh.connect(p.clone());
-            }
+            // Every configured peer, whatever its name: when both nodes dial each other the
+            // mesh keeps one connection per link (docs/MESH.md, "Who dials whom"). A connect
+            // failure only means the mesh is closing; the mesh skips our own entry.
+            let _ = node.inner.mesh.connect(p.clone());
         }
         tracing::info!(node = %me, generation = %node.generation(), "node started");
         Ok(node)

@@ -14,7 +14,7 @@
 
 use std::time::Duration;
 
-use zlink_wire::{ErrorKind, NodeRid, RelocationId};
+use zlink_wire::{ActorId, ErrorKind, NodeRid, RelocationId};
 
 use super::relocate::{Moving, phase_list};
 use super::{Node, lock, protocol};
@@ -141,13 +141,14 @@ impl Node {
         rt_spot: crate::actor::exec::RtSpot,
         members: usize,
     ) -> Result<Vec<Moving>, RelocateError> {
-        let mut moving: Vec<Moving> = {
+        let (mut moving, busy): (Vec<Moving>, Option<ActorId>) = {
             let actors = lock(&self.inner.actors);
             let mut out = Vec::new();
+            let mut busy = None;
             for a in actors.live.values().filter(|a| a.spot == spot) {
                 if a.held.is_some() {
-                    // activating, or held by a relocation of its own
-                    return Err(RelocateError::SpotBusy(spot.to_owned()));
+                    busy = Some(a.actor_ref.id().clone());
+                    break;
                 }
                 out.push(Moving {
                     actor_ref: a.actor_ref.clone(),
@@ -161,8 +162,16 @@ impl Node {
                     timers: a.timers.iter().map(|t| t.spec.clone()).collect(),
                 });
             }
-            out
+            (out, busy)
         };
+        if let Some(id) = busy {
+            // held by a relocation of its own (the member moves alone), or activating
+            return Err(if self.relocating(&id) {
+                RelocateError::InProgress(id)
+            } else {
+                RelocateError::SpotBusy(spot.to_owned())
+            });
+        }
         if moving.is_empty() {
             return Err(RelocateError::UnknownSpot(spot.to_owned()));
         }

@@ -46,7 +46,8 @@ pub use source::{
     AbortReason, FailReason, SourceEffect, SourceHandoff, SourceOutcome, SourcePhaseName,
 };
 pub use target::{
-    CutoverCause, RestoreRefusal, TargetEffect, TargetHandoff, TargetOutcome, TargetPhaseName,
+    CutoverCause, RestoreRefusal, SourceWaitEnd, TargetEffect, TargetHandoff, TargetOutcome,
+    TargetPhaseName,
 };
 
 use crate::store::AuthorityFence;
@@ -58,6 +59,10 @@ pub const DEFAULT_SEAL_TIMEOUT: Duration = crate::config::SESSION_RELOCATION_SEA
 pub const DEFAULT_CUTOVER_TIMEOUT: Duration = Duration::from_millis(1_000);
 /// How long the source waits for the target's relay-ready before treating the target as failed.
 pub const DEFAULT_RESTORE_TIMEOUT: Duration = Duration::from_millis(3_000);
+/// After the cutover timeout's fallback, how long the target keeps the source's relay stream
+/// open ahead of regular ingress when the source neither sends its cutover nor is known gone
+/// (the mesh's default peer timeout: a source silent that long is seen down anyway).
+pub const DEFAULT_SOURCE_WAIT: Duration = Duration::from_millis(3_000);
 
 /// Timings of one relocation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -68,6 +73,10 @@ pub struct RelocationConfig {
     pub cutover_timeout: Duration,
     /// The source's wait for relay-ready (a silent target is a failed target, SB-8.5).
     pub restore_timeout: Duration,
+    /// After the cutover timeout's fallback, the target's bounded wait for the source's relay
+    /// stream (its cutover, or the source known gone), during which regular ingress of the
+    /// moved actors waits behind the captured work.
+    pub source_wait: Duration,
 }
 
 impl Default for RelocationConfig {
@@ -76,6 +85,7 @@ impl Default for RelocationConfig {
             seal_timeout: DEFAULT_SEAL_TIMEOUT,
             cutover_timeout: DEFAULT_CUTOVER_TIMEOUT,
             restore_timeout: DEFAULT_RESTORE_TIMEOUT,
+            source_wait: DEFAULT_SOURCE_WAIT,
         }
     }
 }

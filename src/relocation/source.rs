@@ -171,7 +171,11 @@ enum Phase {
         deadline: Instant,
         fences: Vec<AuthorityFence>,
     },
-    Relaying,
+    Relaying {
+        /// The target's result, when it came before the capture ended (its cutover timeout's
+        /// fallback committed): applied once the cutover left.
+        result: Option<(Vec<ActorLocation>, Vec<ActorId>)>,
+    },
     HandedOff,
     Aborting {
         reason: AbortReason,
@@ -251,7 +255,7 @@ impl SourceHandoff {
             Phase::Sealing { .. } => SourcePhaseName::Sealing,
             Phase::Quiescing { .. } => SourcePhaseName::Quiescing,
             Phase::Restoring { .. } => SourcePhaseName::Restoring,
-            Phase::Relaying => SourcePhaseName::Relaying,
+            Phase::Relaying { .. } => SourcePhaseName::Relaying,
             Phase::HandedOff => SourcePhaseName::HandedOff,
             Phase::Aborting { .. } => SourcePhaseName::Aborting,
             Phase::Done => SourcePhaseName::Done,
@@ -464,19 +468,25 @@ impl SourceHandoff {
         if !matches!(self.phase, Phase::Restoring { .. }) {
             return;
         }
-        self.enter(now, Phase::Relaying);
+        self.enter(now, Phase::Relaying { result: None });
         self.effects.push_back(SourceEffect::CaptureAndRelay);
     }
 
-    /// The captured work and the held ingress are on their way to the target: send the cutover.
+    /// The captured work and the held ingress are on their way to the target: send the cutover
+    /// (after a fallback it closes the target's wait for this relay stream). A result that came
+    /// during the capture is applied behind it.
     pub fn handle_relayed(&mut self, now: Instant) {
-        if !matches!(self.phase, Phase::Relaying) {
+        let Phase::Relaying { result } = &mut self.phase else {
             return;
-        }
+        };
+        let result = result.take();
         self.effects.push_back(SourceEffect::SendCutover {
             to: self.target.clone(),
         });
         self.enter(now, Phase::HandedOff);
+        if let Some((committed, failed)) = result {
+            self.handle_target_result(now, committed, failed);
+        }
     }
 
     /// The target failed (an explicit refusal, or the mesh reports it down). Before relay-ready
@@ -494,7 +504,7 @@ impl SourceHandoff {
                     Some(wrap(fences)),
                 );
             }
-            Phase::Relaying | Phase::HandedOff => {
+            Phase::Relaying { .. } | Phase::HandedOff => {
                 self.finish(
                     now,
                     SourceOutcome::Failed(FailReason::TargetFailedAfterRelayReady),
@@ -504,16 +514,40 @@ impl SourceHandoff {
         }
     }
 
-    /// The target's result after the cutover: the locations it committed (`cas_owner`
-    /// succeeded) and the actors whose CAS failed.
+    /// The target's result: the locations it committed (`cas_owner` succeeded) and the actors
+    /// whose CAS failed. After the cutover it ends the relocation. Before it, the target's
+    /// cutover timeout fell back: during the capture the result waits for the cutover (the
+    /// target keeps this relay stream open ahead of regular ingress until it arrives); while
+    /// waiting for relay-ready (its reply is late or lost) a commit is the target's relay-ready
+    /// — the source captures, relays and sends its cutover, then ends — and a result with
+    /// nothing committed is a target that failed before relay-ready was accepted (SB-8.5).
     pub fn handle_target_result(
         &mut self,
         now: Instant,
         committed: Vec<ActorLocation>,
         failed: Vec<ActorId>,
     ) {
-        if !matches!(self.phase, Phase::HandedOff | Phase::Relaying) {
-            return;
+        match &mut self.phase {
+            Phase::HandedOff => {}
+            Phase::Relaying { result } => {
+                *result = Some((committed, failed));
+                return;
+            }
+            Phase::Restoring { .. } if committed.is_empty() => {
+                self.handle_target_failed(now);
+                return;
+            }
+            Phase::Restoring { .. } => {
+                self.enter(
+                    now,
+                    Phase::Relaying {
+                        result: Some((committed, failed)),
+                    },
+                );
+                self.effects.push_back(SourceEffect::CaptureAndRelay);
+                return;
+            }
+            _ => return,
         }
         if !committed.is_empty() {
             self.effects

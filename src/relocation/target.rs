@@ -10,6 +10,15 @@
 //! collects); the CAS presents exactly the source's relocation fence; dispatch opens before the
 //! 44 commits leave, so held session messages arrive behind the captured work; a failed CAS
 //! opens nothing and sends no 44 (SB-8.6).
+//!
+//! The cutover timeout's fallback keeps that order: it commits (CAS, dispatch, 44s, so the
+//! sealed sessions stay up), but the source's relay stream stays open ahead of everything else
+//! — the committed actors' regular ingress (what the 44s release, other senders) waits behind
+//! it ([`TargetEffect::OpenDispatch`] with `behind_source`) until the source's cutover arrives,
+//! the source is known gone ([`TargetHandoff::handle_source_lost`]), or
+//! [`RelocationConfig::source_wait`] passes ([`TargetEffect::WarnSourceWaitExpired`]); then
+//! [`TargetEffect::ReleaseIngress`] lets it in. Only relayed work arriving after that is
+//! appended behind ([`TargetHandoff::late_relayed`]).
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -40,6 +49,19 @@ pub enum CutoverCause {
     Cutover,
     /// No cutover within the cutover timeout: `cutover_timeout` Warning and fallback (SB-8.9).
     Timeout,
+}
+
+/// What ended the wait for the source's relay stream after a fallback.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum SourceWaitEnd {
+    /// The source's cutover arrived: everything it captured is here, in order.
+    Cutover,
+    /// The source is gone (mesh peer down, or a new lifecycle of it): it relays nothing more.
+    SourceLost,
+    /// [`RelocationConfig::source_wait`] passed: what the source relays later is appended
+    /// behind (`source_wait_expired` Warning).
+    Expired,
 }
 
 /// How a relocation ended on the target.
@@ -92,7 +114,22 @@ pub enum TargetEffect {
         actor: ActorId,
         /// Its committed location.
         location: ActorLocation,
+        /// The cutover timeout's fallback committed: the source's relay stream stays open
+        /// ahead of everything else — work relayed by the source goes into the lane as it
+        /// arrives, the actor's regular ingress waits behind it until
+        /// [`TargetEffect::ReleaseIngress`].
+        behind_source: bool,
     },
+    /// The wait for the source's relay stream ended ([`SourceWaitEnd`]): the regular ingress
+    /// `actor` held behind it goes into the lane, in arrival order; work the source relays
+    /// from now on is appended behind.
+    ReleaseIngress {
+        /// The actor.
+        actor: ActorId,
+    },
+    /// Log the `source_wait_expired` Warning and count it: the source, alive as far as the
+    /// mesh knows, sent no cutover within [`RelocationConfig::source_wait`] of the fallback.
+    WarnSourceWaitExpired,
     /// Drop the temporary queue and the rehydrated instance of `actor` (its requests are answered
     /// `Unavailable`, never run twice).
     DiscardQueue {
@@ -129,6 +166,8 @@ pub enum TargetPhaseName {
     RelayReady,
     /// CAS in flight.
     Committing,
+    /// Committed by the fallback; regular ingress waits behind the source's relay stream.
+    AwaitingSource,
     /// Ended.
     Done,
 }
@@ -142,6 +181,12 @@ enum Phase {
     Committing {
         cause: CutoverCause,
         results: Vec<Option<Result<ActorLocation, ()>>>,
+    },
+    AwaitingSource {
+        /// The source wait's end.
+        until: Instant,
+        /// The committed actors whose regular ingress waits.
+        actors: Vec<ActorId>,
     },
     Done,
 }
@@ -159,6 +204,8 @@ pub struct TargetHandoff {
     relayed: u64,
     late_relayed: u64,
     late_cutovers: u64,
+    source_lost: bool,
+    wait_end: Option<SourceWaitEnd>,
     outcome: Option<TargetOutcome>,
 }
 
@@ -182,6 +229,8 @@ impl TargetHandoff {
             relayed: 0,
             late_relayed: 0,
             late_cutovers: 0,
+            source_lost: false,
+            wait_end: None,
             outcome: None,
         };
         t.effects.push_back(TargetEffect::InstallQueues(request));
@@ -199,6 +248,7 @@ impl TargetHandoff {
             Phase::Installing => TargetPhaseName::Installing,
             Phase::RelayReady { .. } => TargetPhaseName::RelayReady,
             Phase::Committing { .. } => TargetPhaseName::Committing,
+            Phase::AwaitingSource { .. } => TargetPhaseName::AwaitingSource,
             Phase::Done => TargetPhaseName::Done,
         }
     }
@@ -208,22 +258,32 @@ impl TargetHandoff {
         &self.durations
     }
 
-    /// Relayed records taken while relay-ready (into the temporary queue).
+    /// Relayed records taken in order: while relay-ready (into the temporary queue), and after
+    /// a fallback while the source's relay stream is open (into the lane, ahead of regular
+    /// ingress).
     pub fn relayed(&self) -> u64 {
         self.relayed
     }
 
-    /// Relayed records that arrived after the cutover timeout's fallback (appended behind).
+    /// Relayed records that arrived after the wait for the source's relay stream ended
+    /// (appended behind what arrived meanwhile).
     pub fn late_relayed(&self) -> u64 {
         self.late_relayed
     }
 
-    /// Cutovers that arrived after the fallback (ignored).
+    /// Cutovers that arrived after the relocation ended here (ignored).
     pub fn late_cutovers(&self) -> u64 {
         self.late_cutovers
     }
 
-    /// The outcome, once [`TargetEffect::Finished`] was emitted.
+    /// What ended the wait for the source's relay stream after a fallback (`None`: no fallback
+    /// committed, or the wait goes on).
+    pub fn source_wait_end(&self) -> Option<SourceWaitEnd> {
+        self.wait_end
+    }
+
+    /// The outcome, once the CAS results are in ([`TargetEffect::Finished`] carries it when
+    /// the relocation ends here; after a fallback that is when the source wait ends).
     pub fn outcome(&self) -> Option<&TargetOutcome> {
         self.outcome.as_ref()
     }
@@ -234,10 +294,12 @@ impl TargetHandoff {
         self.effects.pop_front()
     }
 
-    /// When [`TargetHandoff::handle_timeout`] must be called next (the cutover timeout).
+    /// When [`TargetHandoff::handle_timeout`] must be called next (the cutover timeout, then
+    /// after a fallback the source wait).
     pub fn poll_timeout(&self) -> Option<Instant> {
         match self.phase {
             Phase::RelayReady { since } => Some(since + self.config.cutover_timeout),
+            Phase::AwaitingSource { until, .. } => Some(until),
             _ => None,
         }
     }
@@ -254,6 +316,24 @@ impl TargetHandoff {
         self.enter(now, Phase::Done);
         self.outcome = Some(outcome.clone());
         self.effects.push_back(TargetEffect::Finished(outcome));
+    }
+
+    /// The wait for the source's relay stream ends: regular ingress goes in behind it.
+    fn end_wait(&mut self, now: Instant, end: SourceWaitEnd) {
+        let Phase::AwaitingSource { actors, .. } = &mut self.phase else {
+            return;
+        };
+        let actors = std::mem::take(actors);
+        if end == SourceWaitEnd::Expired {
+            self.effects.push_back(TargetEffect::WarnSourceWaitExpired);
+        }
+        for actor in actors {
+            self.effects
+                .push_back(TargetEffect::ReleaseIngress { actor });
+        }
+        self.wait_end = Some(end);
+        let outcome = self.outcome.clone().expect("decided at the CAS");
+        self.finish(now, outcome);
     }
 
     /// The temporary queues are installed and every actor rehydrated (`Ok`), or not.
@@ -283,35 +363,58 @@ impl TargetHandoff {
         }
     }
 
-    /// `n` relayed records were appended to the temporary queue (counted; a record after the
-    /// fallback still goes behind, counted apart).
+    /// `n` relayed records were taken: in order (the temporary queue while relay-ready, the
+    /// lane ahead of regular ingress while the source's relay stream is open after a fallback),
+    /// or appended behind once the relocation ended here (counted apart).
     pub fn handle_relayed(&mut self, n: u64) {
         match self.phase {
-            Phase::RelayReady { .. } => self.relayed = self.relayed.saturating_add(n),
-            _ => self.late_relayed = self.late_relayed.saturating_add(n),
+            Phase::RelayReady { .. } | Phase::Committing { .. } | Phase::AwaitingSource { .. } => {
+                self.relayed = self.relayed.saturating_add(n);
+            }
+            Phase::Installing | Phase::Done => {
+                self.late_relayed = self.late_relayed.saturating_add(n);
+            }
         }
     }
 
-    /// The source's cutover arrived.
+    /// The source's cutover arrived: before the cutover timeout it commits; after a fallback
+    /// it closes the source's relay stream (everything captured is here, in order).
     pub fn handle_cutover(&mut self, now: Instant) {
-        if matches!(self.phase, Phase::RelayReady { .. }) {
-            self.commit(now, CutoverCause::Cutover);
-        } else {
-            self.late_cutovers = self.late_cutovers.saturating_add(1);
+        match self.phase {
+            Phase::RelayReady { .. } => self.commit(now, CutoverCause::Cutover),
+            Phase::AwaitingSource { .. } => self.end_wait(now, SourceWaitEnd::Cutover),
+            // the fallback's CAS is in flight: its results decide (no wait then)
+            Phase::Committing {
+                cause: CutoverCause::Timeout,
+                ..
+            } => self.wait_end = Some(SourceWaitEnd::Cutover),
+            _ => self.late_cutovers = self.late_cutovers.saturating_add(1),
         }
     }
 
-    /// The source failed (mesh peer down) before the cutover: nothing changes here; the cutover
-    /// timeout decides (the source may have relayed everything already).
-    pub fn handle_source_lost(&mut self, _now: Instant) {}
+    /// The source is gone (mesh peer down, or a new lifecycle of it): it relays nothing more.
+    /// Before the cutover nothing changes (the cutover timeout decides: the source may have
+    /// relayed everything already), but a fallback then opens regular ingress at once; after
+    /// a fallback it ends the wait for the source's relay stream.
+    pub fn handle_source_lost(&mut self, now: Instant) {
+        self.source_lost = true;
+        if matches!(self.phase, Phase::AwaitingSource { .. }) {
+            self.end_wait(now, SourceWaitEnd::SourceLost);
+        }
+    }
 
-    /// The cutover timeout passed without a cutover: Warning and fallback (SB-8.9).
+    /// The deadline of [`TargetHandoff::poll_timeout`] passed: the cutover timeout (Warning and
+    /// fallback, SB-8.9), or after a fallback the source wait.
     pub fn handle_timeout(&mut self, now: Instant) {
-        if let Phase::RelayReady { since } = self.phase {
-            if now >= since + self.config.cutover_timeout {
+        match self.phase {
+            Phase::RelayReady { since } if now >= since + self.config.cutover_timeout => {
                 self.effects.push_back(TargetEffect::WarnCutoverTimeout);
                 self.commit(now, CutoverCause::Timeout);
             }
+            Phase::AwaitingSource { until, .. } if now >= until => {
+                self.end_wait(now, SourceWaitEnd::Expired);
+            }
+            _ => {}
         }
     }
 
@@ -355,6 +458,10 @@ impl TargetHandoff {
             cause,
             results: Vec::new(),
         };
+        // After a fallback the source's relay stream stays open ahead of regular ingress,
+        // unless the source is gone or its cutover came while the CAS ran.
+        let behind_source =
+            cause == CutoverCause::Timeout && !self.source_lost && self.wait_end.is_none();
         let mut committed = Vec::new();
         let mut failed = Vec::new();
         let mut routes = Vec::new();
@@ -364,6 +471,7 @@ impl TargetHandoff {
                     self.effects.push_back(TargetEffect::OpenDispatch {
                         actor: a.actor.clone(),
                         location: location.clone(),
+                        behind_source,
                     });
                     for s in &a.seals {
                         routes.push(TargetEffect::SendRoute {
@@ -402,13 +510,23 @@ impl TargetHandoff {
             committed: committed.clone(),
             failed: failed.clone(),
         });
-        self.finish(
-            now,
-            TargetOutcome::Cas {
-                committed,
-                failed,
-                cause,
-            },
-        );
+        let waiting: Vec<ActorId> = committed.iter().map(|l| l.actor_id.clone()).collect();
+        let outcome = TargetOutcome::Cas {
+            committed,
+            failed,
+            cause,
+        };
+        if behind_source && !waiting.is_empty() {
+            self.outcome = Some(outcome);
+            self.enter(
+                now,
+                Phase::AwaitingSource {
+                    until: now + self.config.source_wait,
+                    actors: waiting,
+                },
+            );
+        } else {
+            self.finish(now, outcome);
+        }
     }
 }

@@ -521,7 +521,8 @@ fn target_runs_the_normal_order() {
         effects[0],
         TargetEffect::OpenDispatch {
             actor: a.clone(),
-            location: location("a")
+            location: location("a"),
+            behind_source: false
         }
     );
     for (e, b) in effects[1..3].iter().zip([1, 2]) {
@@ -553,7 +554,7 @@ fn target_runs_the_normal_order() {
 }
 
 // spec: SB-8.9 — no cutover within 1,000 ms of relay-ready (injected time): `cutover_timeout`
-// Warning, then the CAS (fallback); a cutover after that is counted and ignored.
+// Warning, then the CAS (fallback).
 #[test]
 fn cutover_timeout_falls_back_after_one_second() {
     let t0 = Instant::now();
@@ -569,11 +570,11 @@ fn cutover_timeout_falls_back_after_one_second() {
     let effects = drain_target(&mut t);
     assert_eq!(effects[0], TargetEffect::WarnCutoverTimeout);
     assert!(matches!(effects[1], TargetEffect::CasOwner { .. }));
-    t.handle_cutover(t0 + ms(1_006));
-    t.handle_relayed(1);
-    assert!(drain_target(&mut t).is_empty());
-    assert_eq!((t.late_cutovers(), t.late_relayed()), (1, 1));
-    t.handle_cas(t0, &ActorId::new("a").unwrap(), Ok(location("a")));
+    t.handle_cas(
+        t0 + ms(1_006),
+        &ActorId::new("a").unwrap(),
+        Ok(location("a")),
+    );
     assert!(matches!(
         t.outcome(),
         Some(TargetOutcome::Cas {
@@ -581,6 +582,125 @@ fn cutover_timeout_falls_back_after_one_second() {
             ..
         })
     ));
+}
+
+/// A target that fell back at `t0 + 1,000 ms` and committed `a`: its effects up to the wait.
+fn fallen_back(t0: Instant) -> (TargetHandoff, Vec<TargetEffect>) {
+    let mut t =
+        TargetHandoff::restore(source(), restore_request(), RelocationConfig::default(), t0);
+    drain_target(&mut t);
+    t.handle_installed(t0, Ok(()));
+    drain_target(&mut t);
+    t.handle_timeout(t0 + ms(1_000));
+    drain_target(&mut t);
+    t.handle_cas(
+        t0 + ms(1_001),
+        &ActorId::new("a").unwrap(),
+        Ok(location("a")),
+    );
+    let effects = drain_target(&mut t);
+    (t, effects)
+}
+
+// spec: SB-8.9, SB-5.3, SB-8.4 — the fallback commits (dispatch, the 44s, the result) but keeps
+// the source's relay stream open ahead of regular ingress: the actor opens `behind_source`, and
+// the source's late cutover releases the ingress that waited (nothing lost, order kept).
+#[test]
+fn fallback_keeps_the_source_stream_ahead_until_its_cutover() {
+    let t0 = Instant::now();
+    let (mut t, effects) = fallen_back(t0);
+    let a = ActorId::new("a").unwrap();
+    assert_eq!(
+        effects[0],
+        TargetEffect::OpenDispatch {
+            actor: a.clone(),
+            location: location("a"),
+            behind_source: true
+        }
+    );
+    assert!(matches!(effects[1], TargetEffect::SendRoute { .. }));
+    assert!(matches!(effects[3], TargetEffect::ReportToSource { .. }));
+    assert_eq!(effects.len(), 4, "no Finished while the stream is open");
+    assert_eq!(t.phase(), TargetPhaseName::AwaitingSource);
+    assert_eq!(t.poll_timeout(), Some(t0 + ms(1_001) + DEFAULT_SOURCE_WAIT));
+    // work the slow source relays now is still in order (ahead of regular ingress)
+    t.handle_relayed(2);
+    assert_eq!((t.relayed(), t.late_relayed()), (2, 0));
+    t.handle_cutover(t0 + ms(1_500));
+    assert_eq!(
+        drain_target(&mut t),
+        vec![
+            TargetEffect::ReleaseIngress { actor: a },
+            TargetEffect::Finished(t.outcome().cloned().unwrap())
+        ]
+    );
+    assert_eq!(t.source_wait_end(), Some(SourceWaitEnd::Cutover));
+    // after the end: appended behind, counted apart; a second cutover is late
+    t.handle_relayed(1);
+    t.handle_cutover(t0 + ms(1_600));
+    assert_eq!((t.late_relayed(), t.late_cutovers()), (1, 1));
+}
+
+// spec: SB-8.9 — the wait for the source's relay stream ends when the source is known gone
+// (it relays nothing more), or at the bounded source wait with a `source_wait_expired` Warning.
+#[test]
+fn fallback_wait_ends_with_the_source_or_its_bound() {
+    let t0 = Instant::now();
+    let a = ActorId::new("a").unwrap();
+    let (mut t, _) = fallen_back(t0);
+    t.handle_source_lost(t0 + ms(2_000));
+    assert_eq!(
+        drain_target(&mut t)[0],
+        TargetEffect::ReleaseIngress { actor: a.clone() }
+    );
+    assert_eq!(t.source_wait_end(), Some(SourceWaitEnd::SourceLost));
+
+    let (mut t, _) = fallen_back(t0);
+    let end = t0 + ms(1_001) + DEFAULT_SOURCE_WAIT;
+    t.handle_timeout(end - ms(1));
+    assert!(drain_target(&mut t).is_empty());
+    t.handle_timeout(end);
+    let effects = drain_target(&mut t);
+    assert_eq!(effects[0], TargetEffect::WarnSourceWaitExpired);
+    assert_eq!(effects[1], TargetEffect::ReleaseIngress { actor: a });
+    assert!(matches!(effects[2], TargetEffect::Finished(_)));
+    assert_eq!(t.source_wait_end(), Some(SourceWaitEnd::Expired));
+    assert_eq!(t.poll_timeout(), None);
+}
+
+// spec: SB-8.9 — a source already known gone when the fallback commits, or whose cutover came
+// while the fallback's CAS ran: no wait, regular ingress opens with dispatch.
+#[test]
+fn fallback_without_a_source_to_wait_for_opens_at_once() {
+    let t0 = Instant::now();
+    for lost in [true, false] {
+        let mut t =
+            TargetHandoff::restore(source(), restore_request(), RelocationConfig::default(), t0);
+        drain_target(&mut t);
+        t.handle_installed(t0, Ok(()));
+        if lost {
+            t.handle_source_lost(t0 + ms(500));
+        }
+        t.handle_timeout(t0 + ms(1_000));
+        if !lost {
+            t.handle_cutover(t0 + ms(1_000));
+        }
+        drain_target(&mut t);
+        t.handle_cas(
+            t0 + ms(1_001),
+            &ActorId::new("a").unwrap(),
+            Ok(location("a")),
+        );
+        let effects = drain_target(&mut t);
+        assert!(matches!(
+            effects[0],
+            TargetEffect::OpenDispatch {
+                behind_source: false,
+                ..
+            }
+        ));
+        assert!(matches!(effects.last(), Some(TargetEffect::Finished(_))));
+    }
 }
 
 // spec: SB-8.6, SB-14.25 — a failed CAS opens nothing and sends no 44; the queue is discarded.
@@ -668,4 +788,76 @@ fn source_and_target_together() {
         s.outcome(),
         Some(&SourceOutcome::Moved(vec![location("a")]))
     );
+}
+
+/// A source waiting for relay-ready (the Restore sent).
+fn restoring(t0: Instant) -> SourceHandoff {
+    let mut s = sealing(t0);
+    drain_source(&mut s);
+    s.handle_sealed(t0, &seal(1).seal, SealOutcome::Installed);
+    s.handle_sealed(t0, &seal(2).seal, SealOutcome::Installed);
+    s.handle_quiesced(t0, Ok(vec![MigratedState::Bytes(vec![1])]));
+    drain_source(&mut s);
+    assert_eq!(s.phase(), SourcePhaseName::Restoring);
+    s
+}
+
+// spec: SB-8.9, SB-8.4 — the target's result arrives before its relay-ready (the reply is late
+// or lost and the target fell back): the commit is relay-ready — the source captures, relays,
+// sends its cutover (which ends the target's wait) and only then ends its incarnation; nothing
+// it accepted stays behind.
+#[test]
+fn a_result_before_relay_ready_captures_and_sends_the_cutover_first() {
+    let t0 = Instant::now();
+    let mut s = restoring(t0);
+    s.handle_target_result(t0 + ms(1_100), vec![location("a")], vec![]);
+    assert_eq!(drain_source(&mut s), vec![SourceEffect::CaptureAndRelay]);
+    assert_eq!(
+        s.poll_timeout(),
+        None,
+        "no restore timeout: relay-ready is implied"
+    );
+    // the late relay-ready changes nothing
+    s.handle_relay_ready(t0 + ms(1_200));
+    assert!(drain_source(&mut s).is_empty());
+    s.handle_relayed(t0 + ms(1_300));
+    assert_eq!(
+        drain_source(&mut s),
+        vec![
+            SourceEffect::SendCutover { to: target() },
+            SourceEffect::EndIncarnations(vec![location("a")]),
+            SourceEffect::Finished(SourceOutcome::Moved(vec![location("a")])),
+        ]
+    );
+}
+
+// spec: SB-8.5 — a result with nothing committed before relay-ready is a target that failed
+// before relay-ready was accepted: durable abort.
+#[test]
+fn a_failed_result_before_relay_ready_aborts() {
+    let t0 = Instant::now();
+    let mut s = restoring(t0);
+    s.handle_target_result(t0, vec![], vec![ActorId::new("a").unwrap()]);
+    assert!(matches!(
+        drain_source(&mut s)[0],
+        SourceEffect::RetireFence { .. }
+    ));
+    assert_eq!(s.phase(), SourcePhaseName::Aborting);
+}
+
+// spec: SB-8.9 — a result during the capture waits for the cutover, which leaves first.
+#[test]
+fn a_result_during_the_capture_waits_for_the_cutover() {
+    let t0 = Instant::now();
+    let mut s = relay_ready(t0);
+    assert_eq!(drain_source(&mut s), vec![SourceEffect::CaptureAndRelay]);
+    s.handle_target_result(t0, vec![location("a")], vec![]);
+    assert!(drain_source(&mut s).is_empty());
+    s.handle_relayed(t0);
+    let effects = drain_source(&mut s);
+    assert_eq!(effects[0], SourceEffect::SendCutover { to: target() });
+    assert!(matches!(
+        effects.last(),
+        Some(SourceEffect::Finished(SourceOutcome::Moved(_)))
+    ));
 }

@@ -10,6 +10,9 @@
 //! node–store, crashes with restarts and clock jumps on one node. A node sending through a ref
 //! to an actor whose owner crashed activates it again (the store's reservation decides: the
 //! dead owner's lease ended), under a new authority generation, with an empty binding slot.
+//! Owner leases run out (mid-relocation too): the node ends its incarnations, its relocation
+//! cores go on and the store's fences decide them, and it registers a new lease. Sessions bind
+//! actors while they move (38, the reply, the 51 to the replaced session, its close).
 //!
 //! What is written here is the thin driver of `node::relocate` around the cores (effects to
 //! records and store calls, results back), the actor owner's ingress (an incarnation serving,
@@ -37,25 +40,29 @@ use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use zlink::actor::fence::CallFence;
+use zlink::actor::fence::{CallFence, FenceUse, check_moved};
 use zlink::relocation::{
     FollowLookup, FollowTable, MigratedState, MovingActor, RelocationConfig, RestoreRefusal,
     RestoreRequest, SealTarget, SourceEffect, SourceHandoff, SourceOutcome, Subject, TargetEffect,
     TargetHandoff,
 };
 use zlink::session::aggregate::{
-    BindStart, BindTarget, Released, RouteApplied, SessionBindingAggregate, SessionIdentity,
+    BindCompletion, BindStart, BindTarget, Released, ReplacedOutcome, RouteApplied,
+    SessionBindingAggregate, SessionIdentity,
 };
 use zlink::session::seal::HeldRelay;
+use zlink::session::slot::SlotBind;
 use zlink::session::{BindingSlot, RegisteredBinding};
 use zlink::store::{
     self, ActivationRequest, ActorLocation, ActorOwner, AuthorityFence, LeaseHolder, LocationStore,
     MemoryStore, OwnerFence, Reservation, StoreTime,
 };
 use zlink_wire::{
-    ActorId, BindSnapshot, BindingGeneration, DispatchKey, MeshName, NodeGeneration, NodeRid,
-    ObjectGeneration, OwnerId, OwnerLeaseGeneration, RelocationId, SealIdentity, SealOutcome,
-    SessionLifecycleGeneration, SessionRelocationRoute, SessionRelocationSeal, SessionRid,
+    ActorId, AuthorityFence as WireAuthorityFence, AuthorityOwnerGeneration, BindSnapshot,
+    BindingGeneration, BoundSessionReplaced, DispatchKey, MeshName, NodeGeneration, NodeRid,
+    ObjectGeneration, OwnerId, OwnerLeaseGeneration, PreviousSessionOwner, RelocationId,
+    SealIdentity, SealOutcome, SessionLifecycleGeneration, SessionRelocationRoute,
+    SessionRelocationSeal, SessionRid,
 };
 
 use super::{Delays, Envelope, Ep, Millis, Network, Queue, Rng, Violation, ms_since};
@@ -64,6 +71,12 @@ use super::{Delays, Envelope, Ep, Millis, Network, Queue, Rng, Violation, ms_sin
 const PEER_TIMEOUT_MS: Millis = 300;
 /// How long a node waits for the store's answer.
 const STORE_CALL_TIMEOUT_MS: Millis = 1_000;
+/// A bind's deadline at its session owner.
+const BIND_DEADLINE_MS: Millis = 4_000;
+/// A request relay's deadline at its caller (the session owner).
+const REQUEST_DEADLINE_MS: Millis = 5_000;
+/// A replaced session's callback runs this long.
+const CALLBACK_MS: Millis = 100;
 /// After the last action: every partition healed and every timer ran out.
 const DRAIN_MS: Millis = 9_000;
 
@@ -84,6 +97,24 @@ pub struct Faults {
     /// A node activates an actor whose owner it cannot reach (a partition, a crash it saw)
     /// even when the store answers that a live owner holds it.
     pub activate_on_unreachable_owner: bool,
+    /// A node whose lease ran out keeps its incarnations serving.
+    pub serve_past_lease: bool,
+    /// A target whose CAS won under a lease that ran out before the answer came opens
+    /// dispatch anyway.
+    pub open_under_lost_lease: bool,
+    /// After the cutover timeout's fallback the target lets regular ingress in at once
+    /// instead of behind the source's relay stream.
+    pub fallback_ignores_source_stream: bool,
+    /// The source registers binds until it seals the runtime (today's node: only the Follow
+    /// table's seal entry refuses them), though the seal targets and the Restore's binding
+    /// were taken at the start.
+    pub bind_until_runtime_seal: bool,
+    /// The session owner arms no deadline for a relayed request: a request lost with its
+    /// connection never ends.
+    pub no_request_deadline: bool,
+    /// A failed relocation's source leaves the record and the actor as they are (no SB-8.6
+    /// recovery).
+    pub no_recovery: bool,
 }
 
 impl Faults {
@@ -98,6 +129,12 @@ impl Faults {
             "release_after_new" => f.release_after_new = true,
             "activation_installs_nothing" => f.activation_installs_nothing = true,
             "activate_on_unreachable_owner" => f.activate_on_unreachable_owner = true,
+            "serve_past_lease" => f.serve_past_lease = true,
+            "open_under_lost_lease" => f.open_under_lost_lease = true,
+            "fallback_ignores_source_stream" => f.fallback_ignores_source_stream = true,
+            "bind_until_runtime_seal" => f.bind_until_runtime_seal = true,
+            "no_request_deadline" => f.no_request_deadline = true,
+            "no_recovery" => f.no_recovery = true,
             _ => return None,
         }
         Some(f)
@@ -122,6 +159,19 @@ pub enum Action {
     ClockJump { node: usize, ms: u64 },
     /// The last 44 the node received arrives again (late or duplicate).
     Late44 { node: usize },
+    /// The node's owner lease runs out (its renewals were lost): past its local deadline it
+    /// ends its incarnations (the ownership world proves that deadline comes before the
+    /// store's), the store lets others take its actors, and `down_ms` later it registers a
+    /// new lease (same node generation, a new lease generation). Its relocations in flight
+    /// go on; the store's fences decide them.
+    LeaseExpiry { node: usize, down_ms: u64 },
+    /// Session `session` of node `node` binds the actor (38), replacing its current binding
+    /// (51 to the session it had) — often while the actor moves.
+    Bind {
+        actor: usize,
+        node: usize,
+        session: usize,
+    },
 }
 
 /// A run's input.
@@ -194,6 +244,60 @@ impl Scenario {
             };
             actions.push((at, action));
         }
+        // Lease expiries from their own stream (the actions above stay the seed's): some just
+        // after a relocation starts (on any node: often its source or target), some anywhere.
+        let mut l = Rng::new(seed ^ 0x1EA5_E0FF);
+        let mut expiries = Vec::new();
+        for (at, a) in &actions {
+            if matches!(a, Action::Relocate { .. }) && l.chance(120) {
+                expiries.push((
+                    at + l.range(0, 400),
+                    Action::LeaseExpiry {
+                        node: l.below(nodes as u64) as usize,
+                        down_ms: l.range(50, 1_500),
+                    },
+                ));
+            }
+        }
+        if l.chance(300) {
+            expiries.push((
+                l.below(end_ms),
+                Action::LeaseExpiry {
+                    node: l.below(nodes as u64) as usize,
+                    down_ms: l.range(50, 1_500),
+                },
+            ));
+        }
+        actions.extend(expiries);
+        // Binds and replacements from their own stream too: a quarter of the relocations race
+        // one (0–300 ms after it starts), and a third of the seeds have one anywhere.
+        let mut b = Rng::new(seed ^ 0xB1ED_0038);
+        let mut binds = Vec::new();
+        for (at, a) in &actions {
+            if let Action::Relocate { actor, .. } = a
+                && b.chance(250)
+            {
+                binds.push((
+                    at + b.range(0, 300),
+                    Action::Bind {
+                        actor: *actor,
+                        node: b.below(nodes as u64) as usize,
+                        session: b.below(sessions as u64) as usize,
+                    },
+                ));
+            }
+        }
+        if b.chance(300) {
+            binds.push((
+                b.below(end_ms),
+                Action::Bind {
+                    actor: b.below(actors as u64) as usize,
+                    node: b.below(nodes as u64) as usize,
+                    session: b.below(sessions as u64) as usize,
+                },
+            ));
+        }
+        actions.extend(binds);
         actions.sort_by_key(|(at, _)| *at);
         Self {
             seed,
@@ -247,21 +351,71 @@ pub struct Stats {
     pub aborted: u64,
     /// Relocations that ended with neither side serving (SB-8.6).
     pub failed: u64,
+    /// … after which the source activated the actor again from its state (SB-8.6 recovery).
+    pub recovered: u64,
+    /// Actors a failed relocation may leave unserved at the end: the recovery's one removal of
+    /// the record failed (the store unreachable, or the target's CAS won unseen), or a target's
+    /// CAS answer was lost (it discarded the actor; the CAS may have won).
+    pub unrecovered: u64,
+    /// Actors unserved at the end because their relocation's source still waits for the
+    /// target's result.
+    pub stuck_sources: u64,
     /// Targets that fell back after the cutover timeout.
     pub cutover_timeouts: u64,
     /// Sessions closed by their seal timeout.
     pub seal_timeouts: u64,
     /// Late or duplicate 44s refused.
     pub late_44: u64,
-    /// Session relays captured by the source that reached a target after its cutover
-    /// timeout's fallback had dispatched newer ones (out of the session's order).
-    pub reordered_by_fallback: u64,
+    /// Fallbacks whose wait for the source's relay stream ended without its cutover: the
+    /// source was seen gone, or the source wait expired (the source alive and stalled).
+    pub source_waits_cut: u64,
+    /// … of which the source wait expired.
+    pub source_waits_expired: u64,
+    /// Session relays captured by the source that reached a target after its wait for the
+    /// source's relay stream had ended without the cutover, behind newer ones (out of the
+    /// session's order: the one documented case, `TargetHandoff::late_relayed`).
+    pub reordered_after_source_wait: u64,
     /// Crashes.
     pub crashes: u64,
     /// Actors activated again on a new owner after their owner's lease ended (a crash).
     pub reactivated: u64,
     /// Messages processed by a re-activated incarnation.
     pub processed_after_reactivation: u64,
+    /// Session relays that are requests (the caller waits for one terminal).
+    pub requests: u64,
+    /// … whose terminal was the actor's reply.
+    pub request_replies: u64,
+    /// … whose terminal was a refusal (a node's answer, or the session's own close).
+    pub request_refusals: u64,
+    /// … whose terminal was their deadline.
+    pub request_deadlines: u64,
+    /// Terminals that came after a request's first (late: ignored).
+    pub late_terminals: u64,
+    /// Binds (38) sent.
+    pub binds: u64,
+    /// … registered by the actor owner and completed at the session.
+    pub bound: u64,
+    /// … refused by the owner (not serving: sealed, moving, gone; stale fences).
+    pub bind_refused: u64,
+    /// … whose deadline passed first.
+    pub bind_timeouts: u64,
+    /// … forwarded by Message Follow.
+    pub bind_followed: u64,
+    /// 51s applied (the replaced session closes).
+    pub replacements: u64,
+    /// … of them while the replaced binding was sealed by a relocation.
+    pub replaced_while_sealed: u64,
+    /// 51s refused by the session (late, duplicate, closed).
+    pub refused_51: u64,
+    /// Relays dropped because their binding was replaced (held by its seal, or refused by
+    /// the slot).
+    pub dropped_replaced: u64,
+    /// Owner leases that ran out.
+    pub lease_expiries: u64,
+    /// … of them while the node was the source or the target of a relocation.
+    pub lease_expiries_mid_move: u64,
+    /// Relays dropped with the incarnation of an owner whose lease ran out.
+    pub dropped_lease: u64,
     /// Partitions.
     pub partitions: u64,
     /// Messages lost to broken connections.
@@ -288,12 +442,34 @@ impl std::ops::AddAssign for Stats {
         self.moved += o.moved;
         self.aborted += o.aborted;
         self.failed += o.failed;
+        self.recovered += o.recovered;
+        self.unrecovered += o.unrecovered;
+        self.stuck_sources += o.stuck_sources;
         self.cutover_timeouts += o.cutover_timeouts;
         self.seal_timeouts += o.seal_timeouts;
         self.late_44 += o.late_44;
-        self.reordered_by_fallback += o.reordered_by_fallback;
+        self.source_waits_cut += o.source_waits_cut;
+        self.source_waits_expired += o.source_waits_expired;
+        self.reordered_after_source_wait += o.reordered_after_source_wait;
         self.crashes += o.crashes;
         self.reactivated += o.reactivated;
+        self.lease_expiries += o.lease_expiries;
+        self.binds += o.binds;
+        self.requests += o.requests;
+        self.request_replies += o.request_replies;
+        self.request_refusals += o.request_refusals;
+        self.request_deadlines += o.request_deadlines;
+        self.late_terminals += o.late_terminals;
+        self.bound += o.bound;
+        self.bind_refused += o.bind_refused;
+        self.bind_timeouts += o.bind_timeouts;
+        self.bind_followed += o.bind_followed;
+        self.replacements += o.replacements;
+        self.replaced_while_sealed += o.replaced_while_sealed;
+        self.refused_51 += o.refused_51;
+        self.dropped_replaced += o.dropped_replaced;
+        self.lease_expiries_mid_move += o.lease_expiries_mid_move;
+        self.dropped_lease += o.dropped_lease;
         self.processed_after_reactivation += o.processed_after_reactivation;
         self.partitions += o.partitions;
         self.lost_messages += o.lost_messages;
@@ -349,14 +525,19 @@ struct Relay {
     generation: u64,
     /// The node generation of the route it was sent on.
     route_generation: u64,
+    /// The owner lease generation of the route it was sent on.
+    route_lease: u64,
+    /// The authority owner generation of the route it was sent on.
+    route_authority: u64,
     /// Forwarded once by Message Follow already.
     followed: bool,
     /// A message through a resolved ref, not a binding (no slot check, no session order).
     tell: bool,
     /// Captured by a source and relayed to its target.
     captured: bool,
-    /// Reached, as captured work, a target that had opened by the cutover timeout's fallback.
-    after_fallback: bool,
+    /// Reached, as captured work, a target whose wait for the source's relay stream after a
+    /// fallback had ended without the cutover.
+    after_source_wait: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -416,6 +597,28 @@ enum Msg {
     },
     /// 44.
     Route(SessionRelocationRoute),
+    /// 38 Bind (request `id`), with the fences of the location it is addressed to.
+    Bind {
+        id: u64,
+        actor: usize,
+        reg: RegisteredBinding,
+        object_generation: u64,
+        route_generation: u64,
+        route_authority: u64,
+        /// Forwarded once by Message Follow already.
+        followed: bool,
+    },
+    /// The 38's answer: the owner's record when registered.
+    BindReply {
+        id: u64,
+        result: Option<ActorLocation>,
+    },
+    /// 51.
+    Replaced(Box<BoundSessionReplaced>),
+    /// A request's reply, from the node that processed it to its caller's session owner.
+    Reply {
+        id: u64,
+    },
     /// A store call and its answer.
     StoreCall {
         call: u64,
@@ -460,6 +663,34 @@ enum Event {
         generation: u64,
         call: u64,
     },
+    /// A bind's deadline at its session owner.
+    BindDeadline {
+        id: u64,
+    },
+    /// A request's terminal reaches its caller (a refusal's answer, or its deadline).
+    Terminal {
+        id: u64,
+        kind: &'static str,
+    },
+    /// The replaced-callback of replacement `seq` of session `session` ended.
+    CallbackDone {
+        node: usize,
+        generation: u64,
+        session: usize,
+        seq: u64,
+    },
+    /// The close timer of a replaced session.
+    CloseTimer {
+        node: usize,
+        generation: u64,
+        session: usize,
+        seq: u64,
+    },
+    /// `node` (generation `generation`) registers a new owner lease after its last ran out.
+    Reregister {
+        node: usize,
+        generation: u64,
+    },
     /// The actor's next turn on `node`.
     Turn {
         node: usize,
@@ -495,9 +726,12 @@ struct Incarnation {
     backlog: std::collections::VecDeque<Relay>,
     /// A turn is scheduled.
     turn: bool,
-    /// Opened by the cutover timeout's fallback (SB-8.9): work the source relays later is
-    /// appended behind what the target dispatched meanwhile.
-    fell_back: bool,
+    /// Opened by the cutover timeout's fallback (SB-8.9) with the source's relay stream still
+    /// open: regular ingress waits here, behind the captured work, until the stream ends.
+    behind: Option<Vec<Relay>>,
+    /// That wait ended without the source's cutover: captured work the source relays later is
+    /// appended behind what went in meanwhile.
+    late_stream: bool,
     object_generation: u64,
     state: IncState,
     slot: BindingSlot,
@@ -518,6 +752,9 @@ struct Source {
     target: usize,
     target_generation: u64,
     owner: OwnerFence,
+    /// The binding taken at the start (`node::relocate`'s `moving`): sealed, and carried by
+    /// the Restore.
+    binding: Option<RegisteredBinding>,
 }
 
 struct Target {
@@ -531,6 +768,9 @@ struct Node {
     up: bool,
     generation: u64,
     holder: Option<LeaseHolder>,
+    /// Its owner lease is live (false from a lease expiry to the next registration; the
+    /// holder stays the expired one, so what it sends the store is refused).
+    lease_live: bool,
     /// Clock offset of this node (clock jumps), ms.
     offset: u64,
     sessions: BTreeMap<usize, Session>,
@@ -557,6 +797,10 @@ struct RelayInfo {
     key: (usize, u64, u64, usize),
     seq: u64,
     fate: Option<Fate>,
+    /// A request: its caller waits for exactly one terminal.
+    request: bool,
+    /// The request's first terminal at its caller: "reply", "refused", "deadline".
+    terminal: Option<&'static str>,
 }
 
 struct World<'s> {
@@ -584,6 +828,18 @@ struct World<'s> {
     /// (actor, binding generation): bindings that ended with a crashed owner whose actor was
     /// activated again (the new incarnation's slot is empty; SB-5.3 refuses their relays).
     ended_bindings: BTreeSet<(usize, u64)>,
+    /// (actor, binding generation): bindings another session's bind replaced at the owner.
+    replaced_bindings: BTreeSet<(usize, u64)>,
+    /// The session (node, slot) that last bound each actor: the one that relays to it.
+    binder: BTreeMap<usize, (usize, usize)>,
+    /// Binds in flight: id → (actor, session node, session slot, its lifecycle, terminal).
+    binds: BTreeMap<u64, (usize, usize, usize, u64, bool)>,
+    /// Relays held by a seal now.
+    held: BTreeSet<u64>,
+    /// (actor, object generation): incarnations whose record a failed relocation removed.
+    retired: BTreeSet<(usize, u64)>,
+    /// Actors whose SB-8.6 recovery could not remove the record (one try, as the node does).
+    unrecovered: BTreeSet<usize>,
     /// Actors moved at least once.
     moved: BTreeSet<usize>,
     cuts: BTreeMap<(Ep, Ep), u64>,
@@ -666,6 +922,12 @@ impl<'s> World<'s> {
             orphaned: BTreeSet::new(),
             reactivated: BTreeMap::new(),
             ended_bindings: BTreeSet::new(),
+            replaced_bindings: BTreeSet::new(),
+            binder: BTreeMap::new(),
+            binds: BTreeMap::new(),
+            held: BTreeSet::new(),
+            retired: BTreeSet::new(),
+            unrecovered: BTreeSet::new(),
             moved: BTreeSet::new(),
             cuts: BTreeMap::new(),
             next_cut: 1,
@@ -695,6 +957,7 @@ impl<'s> World<'s> {
             let loc = poll_now(w.store.mark_ready(actor_id(a), loc.fence())).expect("ready");
             let sidx = a % (s.nodes * s.sessions);
             let (snode, sk) = (sidx / s.sessions, sidx % s.sessions);
+            w.binder.insert(a, (snode, sk));
             let g = w.next_id;
             w.next_id += 1;
             let lifecycle = w.nodes[snode].generation;
@@ -735,7 +998,8 @@ impl<'s> World<'s> {
                 Incarnation {
                     backlog: Default::default(),
                     turn: false,
-                    fell_back: false,
+                    behind: None,
+                    late_stream: false,
                     object_generation: loc.object_generation.get(),
                     state: IncState::Serving,
                     slot,
@@ -759,6 +1023,7 @@ impl<'s> World<'s> {
             up: true,
             generation,
             holder: Some(lease.holder),
+            lease_live: true,
             offset: 0,
             sessions: BTreeMap::new(),
             actors: BTreeMap::new(),
@@ -858,10 +1123,37 @@ impl<'s> World<'s> {
                     self.stats.dropped_seal_timeout += 1;
                 }
                 "followed once already (it moved again)" => self.stats.dropped_followed_once += 1,
+                "its owner's lease ran out" => self.stats.dropped_lease += 1,
+                "its binding was replaced" | "its session closed (replaced)" => {
+                    self.stats.dropped_replaced += 1;
+                }
                 _ => self.stats.dropped_no_owner += 1,
             }
             if let Some(t) = &mut self.trace {
                 t.push(format!("{:>6}   relay {id} dropped: {why}", self.now));
+            }
+        }
+        if let (true, Fate::Dropped(why)) = (info.request, &fate) {
+            // the caller's terminal: the refusing node's answer, the session owner's own
+            // drop at once, or nothing (the deadline decides) when no one can answer
+            let at = match *why {
+                "sent on a broken connection" | "lost with its connection" | "its node crashed" => {
+                    None
+                }
+                "its session's seal timed out"
+                | "its seal's session timed out"
+                | "its session closed (replaced)"
+                | "its deadline passed while held" => Some(self.now),
+                _ => Some(self.now + 2),
+            };
+            if let Some(at) = at {
+                self.queue.push(
+                    at,
+                    Event::Terminal {
+                        id,
+                        kind: "refused",
+                    },
+                );
             }
         }
         if info.fate.is_none() {
@@ -954,6 +1246,94 @@ impl<'s> World<'s> {
                 }
                 Ok(())
             }
+            Event::Terminal { id, kind } => {
+                self.terminal(id, kind);
+                Ok(())
+            }
+            Event::BindDeadline { id } => {
+                if let Some(b) = self.binds.get_mut(&id)
+                    && !b.4
+                {
+                    b.4 = true;
+                    let (actor, node, k, lifecycle, _) = *b;
+                    self.stats.bind_timeouts += 1;
+                    let n = &mut self.nodes[node];
+                    if n.up
+                        && n.generation == lifecycle
+                        && let Some(s) = n.sessions.get_mut(&k)
+                    {
+                        let _ = s.agg.complete_bind(
+                            &actor_id(actor),
+                            BindingGeneration::new(id),
+                            OwnerLeaseGeneration::new(lifecycle),
+                            Err(zlink_wire::ErrorKind::Unavailable),
+                        );
+                    }
+                }
+                Ok(())
+            }
+            Event::CallbackDone {
+                node,
+                generation,
+                session,
+                seq,
+            } => {
+                if self.nodes[node].up && self.nodes[node].generation == generation {
+                    let now = self.instant(node);
+                    if let Some(s) = self.nodes[node].sessions.get_mut(&session) {
+                        let _ = s.agg.callback_finished(now, seq);
+                        if let Some(due) = s.agg.poll_timeout() {
+                            let at = self.virtual_at(node, due);
+                            self.queue.push(
+                                at,
+                                Event::CloseTimer {
+                                    node,
+                                    generation,
+                                    session,
+                                    seq,
+                                },
+                            );
+                        }
+                    }
+                }
+                Ok(())
+            }
+            Event::CloseTimer {
+                node,
+                generation,
+                session,
+                seq,
+            } => {
+                if self.nodes[node].up && self.nodes[node].generation == generation {
+                    let now = self.instant(node);
+                    if let Some(s) = self.nodes[node].sessions.get_mut(&session)
+                        && s.agg.handle_timeout(now, seq).is_some()
+                    {
+                        self.log(|| format!("n{node}: session {session} closes (replaced)"));
+                        self.close_session(node, session);
+                    }
+                }
+                Ok(())
+            }
+            Event::Reregister { node, generation } => {
+                if self.nodes[node].up && self.nodes[node].generation == generation {
+                    let lease = poll_now(self.store.register_owner(
+                        rid(node),
+                        NodeGeneration::new(generation),
+                        Duration::from_secs(86_400),
+                    ))
+                    .expect("register again");
+                    self.log(|| {
+                        format!(
+                            "n{node} registers again: lease {}",
+                            lease.holder.lease_generation.get()
+                        )
+                    });
+                    self.nodes[node].holder = Some(lease.holder);
+                    self.nodes[node].lease_live = true;
+                }
+                Ok(())
+            }
             Event::Turn {
                 node,
                 generation,
@@ -984,6 +1364,13 @@ impl<'s> World<'s> {
                 if self.nodes[node].up && self.nodes[node].generation == generation {
                     if let Some((reloc, op)) = self.nodes[node].calls.remove(&call) {
                         self.log(|| format!("n{node}: store call {call} timed out"));
+                        if let StoreOp::Cas { actor, .. } = &op {
+                            // the CAS may have won unseen: the target discards what it
+                            // holds while the store may name it, and nothing serves the
+                            // actor there (counted at the end)
+                            self.unrecovered.insert(*actor);
+                            self.orphaned.insert(*actor);
+                        }
                         self.store_result(node, reloc, op, Err(()))?;
                     }
                 }
@@ -1027,6 +1414,12 @@ impl<'s> World<'s> {
                 }
                 Ok(())
             }
+            Action::LeaseExpiry { node, down_ms } => self.lease_expiry(node, down_ms),
+            Action::Bind {
+                actor,
+                node,
+                session,
+            } => self.bind(actor, node, session),
             Action::Late44 { node } => {
                 if !self.nodes[node].up {
                     return Ok(());
@@ -1062,8 +1455,7 @@ impl<'s> World<'s> {
 
     /// The session bound to `actor` relays its next message.
     fn relay(&mut self, actor: usize) -> Result<(), Violation> {
-        let sidx = actor % (self.s.nodes * self.s.sessions);
-        let (node, k) = (sidx / self.s.sessions, sidx % self.s.sessions);
+        let (node, k) = self.binder[&actor];
         if !self.nodes[node].up {
             return Ok(());
         }
@@ -1080,6 +1472,8 @@ impl<'s> World<'s> {
         let key = (node, lifecycle, s.rid, actor);
         let id = self.next_id;
         self.next_id += 1;
+        // a third of a session's relays are requests (drawn from the seed and the id)
+        let request = super::mix(self.s.seed ^ 0x24, id) % 3 == 0;
         let seq = {
             let n = self.next_seq.entry(key).or_insert(0);
             *n += 1;
@@ -1091,13 +1485,28 @@ impl<'s> World<'s> {
                 key,
                 seq,
                 fate: None,
+                request,
+                terminal: None,
             },
         );
         self.stats.relays += 1;
+        if request {
+            self.stats.requests += 1;
+            if !self.faults.no_request_deadline {
+                self.queue.push(
+                    self.now + REQUEST_DEADLINE_MS,
+                    Event::Terminal {
+                        id,
+                        kind: "deadline",
+                    },
+                );
+            }
+        }
         let held = HeldRelay::one_way(DispatchKey::new(1), Bytes::from(id.to_le_bytes().to_vec()));
         // held by the seal (SB-8.2); a binding whose seal ended meanwhile sends at once
         if ticket.held() && s.agg.hold_relay(&actor_id(actor), g, held).is_ok() {
             self.stats.held += 1;
+            self.held.insert(id);
             self.log(|| format!("  relay {id} (seq {seq}) held by the seal"));
             return Ok(());
         }
@@ -1109,14 +1518,341 @@ impl<'s> World<'s> {
             lifecycle,
             generation: g.get(),
             route_generation: ticket.binding.route.node_generation.get(),
+            route_lease: ticket.binding.route.owner_lease_generation.get(),
+            route_authority: ticket.binding.route.authority_owner_generation.get(),
             followed: false,
             tell: false,
             captured: false,
-            after_fallback: false,
+            after_source_wait: false,
         };
         let to = index_of(ticket.to());
         self.log(|| format!("  relay {id} (seq {seq}) -> n{to}"));
         self.send(node, to, Msg::Relay(r));
+        Ok(())
+    }
+
+    /// Session `k` of `node` binds `actor` (38) at the location the store names now: the
+    /// owner registers it in its slot (replacing the binding it had: a 51 to that session)
+    /// only while its incarnation serves under the fences the bind carries.
+    fn bind(&mut self, actor: usize, node: usize, k: usize) -> Result<(), Violation> {
+        if !self.nodes[node].up || self.net.is_cut(Ep::Node(node), Ep::Store) {
+            return Ok(());
+        }
+        let Some(loc) = poll_now(self.store.lookup(actor_id(actor))).ok().flatten() else {
+            return Ok(());
+        };
+        let lifecycle = self.nodes[node].generation;
+        let g = self.next_id;
+        let Some(s) = self.nodes[node].sessions.get_mut(&k) else {
+            return Ok(());
+        };
+        if s.agg.find(&actor_id(actor)).is_some() {
+            return Ok(());
+        }
+        let target = BindTarget {
+            actor: actor_id(actor),
+            actor_type: "t".into(),
+            object_generation: loc.object_generation,
+            location: wire_location(&loc),
+        };
+        let Ok(BindStart::Request(_)) = s.agg.begin_bind(target, BindingGeneration::new(g)) else {
+            return Ok(());
+        };
+        self.next_id += 1;
+        let reg = RegisteredBinding {
+            session_owner: rid(node),
+            lifecycle: SessionLifecycleGeneration::new(lifecycle),
+            owner_id: OwnerId::new(1_000 + node as u64),
+            owner_lease: OwnerLeaseGeneration::new(lifecycle),
+            session: SessionRid::new(s.rid),
+            generation: BindingGeneration::new(g),
+        };
+        self.binds.insert(g, (actor, node, k, lifecycle, false));
+        self.stats.binds += 1;
+        self.queue
+            .push(self.now + BIND_DEADLINE_MS, Event::BindDeadline { id: g });
+        let to = index_of(&loc.owner_node);
+        self.log(|| format!("  bind {g} of a{actor} by n{node} session {k} -> n{to}"));
+        self.send(
+            node,
+            to,
+            Msg::Bind {
+                id: g,
+                actor,
+                reg,
+                object_generation: loc.object_generation.get(),
+                route_generation: loc.node_generation.get(),
+                route_authority: loc.authority_owner_generation.get(),
+                followed: false,
+            },
+        );
+        Ok(())
+    }
+
+    /// Relays of session `k` of `node` (and of `actor` when given) held by a seal now.
+    fn held_of(&self, node: usize, k: usize, actor: Option<usize>) -> Vec<u64> {
+        let lifecycle = self.nodes[node].generation;
+        let Some(rid) = self.nodes[node].sessions.get(&k).map(|s| s.rid) else {
+            return Vec::new();
+        };
+        self.held
+            .iter()
+            .copied()
+            .filter(|id| {
+                self.relays.get(id).is_some_and(|i| {
+                    i.fate.is_none()
+                        && i.key.0 == node
+                        && i.key.1 == lifecycle
+                        && i.key.2 == rid
+                        && actor.is_none_or(|a| i.key.3 == a)
+                })
+            })
+            .collect()
+    }
+
+    /// Session `k` of `node` closes (its replacement's close timer): what it holds goes.
+    fn close_session(&mut self, node: usize, k: usize) {
+        for id in self.held_of(node, k, None) {
+            self.held.remove(&id);
+            self.fate(id, Fate::Dropped("its session closed (replaced)"));
+        }
+        self.nodes[node].sessions.remove(&k);
+    }
+
+    /// A 38 at actor owner `to`.
+    #[allow(clippy::too_many_arguments)]
+    fn handle_bind(
+        &mut self,
+        to: usize,
+        id: u64,
+        actor: usize,
+        reg: RegisteredBinding,
+        fences: (u64, u64, u64),
+        followed: bool,
+    ) -> Result<(), Violation> {
+        let (og, route_generation, route_authority) = fences;
+        let session_node = index_of(&reg.session_owner);
+        let me = self.nodes[to].generation;
+        let lease_live = self.nodes[to].lease_live;
+        if let Some(inc) = self.nodes[to].actors.get_mut(&actor)
+            && inc.object_generation == og
+        {
+            // the owner's bind approval (SB-5.2: object generation, node generation,
+            // authority — never the lease), only while it serves (SB-5.12: sealed or moving
+            // answers Unavailable)
+            // …nor while a relocation of it runs here: its seal targets and the Restore's
+            // binding were taken at the start
+            let moving = self.nodes[to].sources.values().any(|s| s.actor == actor)
+                && !self.faults.bind_until_runtime_seal;
+            let Some(inc) = self.nodes[to].actors.get_mut(&actor) else {
+                unreachable!()
+            };
+            let serving = matches!(inc.state, IncState::Serving) && lease_live && !moving;
+            let loc = inc.location.clone();
+            let fenced = loc.as_ref().is_some_and(|l| {
+                l.node_generation.get() == route_generation
+                    && route_generation == me
+                    && l.authority_owner_generation.get() == route_authority
+            });
+            if !(serving && fenced) {
+                self.send(to, session_node, Msg::BindReply { id, result: None });
+                return Ok(());
+            }
+            let loc = loc.expect("a serving incarnation has its record");
+            let replaced = match inc.slot.bind(reg) {
+                SlotBind::Registered { replaced } => replaced,
+                SlotBind::Unchanged => None,
+            };
+            // the reply first, then the 51 (SB-6.1)
+            self.send(
+                to,
+                session_node,
+                Msg::BindReply {
+                    id,
+                    result: Some(loc.clone()),
+                },
+            );
+            if let Some(p) = replaced {
+                self.replaced_bindings.insert((actor, p.generation.get()));
+                let fence = WireAuthorityFence {
+                    node: rid(to),
+                    node_generation: NodeGeneration::new(me),
+                    authority_owner_generation: loc.authority_owner_generation,
+                    owner_lease_generation: loc.owner_lease_generation,
+                };
+                let rec = BoundSessionReplaced {
+                    actor: actor_id(actor),
+                    authority_source: fence.clone(),
+                    authority_target: fence,
+                    previous: PreviousSessionOwner {
+                        node: p.session_owner.clone(),
+                        lifecycle: p.lifecycle,
+                        owner: p.owner_id,
+                        owner_lease_generation: p.owner_lease,
+                        session: p.session,
+                        retired_binding_generation: p.generation,
+                    },
+                };
+                let prev = index_of(&p.session_owner);
+                self.log(|| {
+                    format!(
+                        "  n{to} replaces binding {} of a{actor}",
+                        p.generation.get()
+                    )
+                });
+                self.send(to, prev, Msg::Replaced(Box::new(rec)));
+            }
+            return Ok(());
+        }
+        // not live here: Message Follow forwards a bind once (fences: FenceUse::Bind)
+        let now = self.instant(to);
+        let ogen = ObjectGeneration::new(og);
+        let fence = CallFence {
+            actor_id: actor_id(actor),
+            object_generation: ogen,
+            authority_owner_generation: AuthorityOwnerGeneration::new(route_authority),
+            owner_lease_generation: OwnerLeaseGeneration::new(0),
+            node_generation: NodeGeneration::new(route_generation),
+        };
+        if !followed
+            && route_generation == me
+            && let FollowLookup::Forward(route) =
+                self.nodes[to].follow.lookup(&actor_id(actor), ogen, now)
+            && check_moved(&route.source, &fence, FenceUse::Bind).is_ok()
+        {
+            let t = index_of(&route.target.owner_node);
+            self.stats.bind_followed += 1;
+            self.send(
+                to,
+                t,
+                Msg::Bind {
+                    id,
+                    actor,
+                    reg,
+                    object_generation: og,
+                    route_generation: route.target.node_generation.get(),
+                    route_authority: route.target.authority_owner_generation.get(),
+                    followed: true,
+                },
+            );
+            return Ok(());
+        }
+        self.send(to, session_node, Msg::BindReply { id, result: None });
+        Ok(())
+    }
+
+    /// The 38's answer at session owner `node`.
+    fn bind_reply(
+        &mut self,
+        node: usize,
+        id: u64,
+        result: Option<ActorLocation>,
+    ) -> Result<(), Violation> {
+        let Some(b) = self.binds.get_mut(&id) else {
+            return Ok(());
+        };
+        if b.4 {
+            return Ok(()); // after its deadline: late
+        }
+        b.4 = true;
+        let (actor, bnode, k, lifecycle, _) = *b;
+        if bnode != node || self.nodes[node].generation != lifecycle {
+            return Ok(());
+        }
+        let Some(s) = self.nodes[node].sessions.get_mut(&k) else {
+            return Ok(());
+        };
+        let g = BindingGeneration::new(id);
+        let result = result
+            .map(|loc| BindSnapshot {
+                actor: actor_id(actor),
+                object_generation: loc.object_generation,
+                location: wire_location(&loc),
+                binding_generation: g,
+            })
+            .ok_or(zlink_wire::ErrorKind::Unavailable);
+        match s.agg.complete_bind(
+            &actor_id(actor),
+            g,
+            OwnerLeaseGeneration::new(lifecycle),
+            result,
+        ) {
+            BindCompletion::Bound { .. } => {
+                self.stats.bound += 1;
+                self.binder.insert(actor, (node, k));
+                self.log(|| format!("  n{node} session {k} bound a{actor} (binding {id})"));
+            }
+            _ => self.stats.bind_refused += 1,
+        }
+        Ok(())
+    }
+
+    /// A 51 from `from` at session owner `to`.
+    fn replaced(
+        &mut self,
+        from: usize,
+        to: usize,
+        rec: BoundSessionReplaced,
+    ) -> Result<(), Violation> {
+        let now = self.instant(to);
+        let lifecycle = self.nodes[to].generation;
+        let sender = (rid(from), NodeGeneration::new(self.nodes[from].generation));
+        let Some((&k, _)) = self.nodes[to]
+            .sessions
+            .iter()
+            .find(|(_, s)| s.rid == rec.previous.session.get())
+        else {
+            return Ok(());
+        };
+        let actor = actor_index(&rec.actor);
+        let held = self.held_of(to, k, Some(actor));
+        let s = self.nodes[to].sessions.get_mut(&k).expect("session");
+        let before: Vec<_> = s
+            .agg
+            .bound()
+            .map(|b| (b.actor.clone(), b.generation))
+            .collect();
+        match s.agg.handle_replaced(now, (&sender.0, sender.1), &rec) {
+            Ok(outcome) => {
+                let seq = match outcome {
+                    ReplacedOutcome::Closing { seq, .. }
+                    | ReplacedOutcome::AlsoClosing { seq, .. } => seq,
+                };
+                self.stats.replacements += 1;
+                if !held.is_empty() {
+                    self.stats.replaced_while_sealed += 1;
+                }
+                self.log(|| format!("  n{to}: 51 for a{actor} applied, session {k} closing"));
+                // its seal ended with it: the held relays are answered by the drop
+                for id in held {
+                    self.held.remove(&id);
+                    self.fate(id, Fate::Dropped("its binding was replaced"));
+                }
+                self.queue.push(
+                    self.now + CALLBACK_MS,
+                    Event::CallbackDone {
+                        node: to,
+                        generation: lifecycle,
+                        session: k,
+                        seq,
+                    },
+                );
+            }
+            Err(e) => {
+                self.stats.refused_51 += 1;
+                let after: Vec<_> = s
+                    .agg
+                    .bound()
+                    .map(|b| (b.actor.clone(), b.generation))
+                    .collect();
+                // spec: SB-6.6 — a refused 51 changes nothing
+                if before != after {
+                    return Err(self.violation(format!(
+                        "a refused 51 ({e:?}) changed the bindings: {before:?} -> {after:?}"
+                    )));
+                }
+            }
+        }
         Ok(())
     }
 
@@ -1142,6 +1878,8 @@ impl<'s> World<'s> {
                 key,
                 seq,
                 fate: None,
+                request: false,
+                terminal: None,
             },
         );
         self.stats.tells += 1;
@@ -1153,10 +1891,12 @@ impl<'s> World<'s> {
             lifecycle: self.nodes[from].generation,
             generation: 0,
             route_generation: loc.node_generation.get(),
+            route_lease: loc.owner_lease_generation.get(),
+            route_authority: loc.authority_owner_generation.get(),
             followed: false,
             tell: true,
             captured: false,
-            after_fallback: false,
+            after_source_wait: false,
         };
         let to = index_of(&loc.owner_node);
         self.log(|| format!("  tell {id} -> n{to}"));
@@ -1174,8 +1914,12 @@ impl<'s> World<'s> {
         let loc = poll_now(self.store.lookup(actor_id(actor)))
             .ok()
             .flatten()?;
+        let n = &self.nodes[from];
         if self.net.is_cut(Ep::Node(from), Ep::Store)
-            || self.nodes[from].actors.contains_key(&actor)
+            || !n.lease_live
+            || n.actors.contains_key(&actor)
+            || n.sources.values().any(|s| s.actor == actor)
+            || n.targets.values().any(|t| t.actor == actor)
         {
             return Some(loc);
         }
@@ -1206,15 +1950,15 @@ impl<'s> World<'s> {
         self.orphaned.remove(&actor);
         self.reactivated
             .insert(actor, won.authority_owner_generation.get());
-        // the binding of the actor's session named the dead owner's incarnation: it ended there
-        let sidx = actor % (self.s.nodes * self.s.sessions);
-        let (snode, k) = (sidx / self.s.sessions, sidx % self.s.sessions);
-        if let Some(b) = self.nodes[snode]
-            .sessions
-            .get(&k)
-            .and_then(|s| s.agg.find(&actor_id(actor)))
-        {
-            self.ended_bindings.insert((actor, b.generation.get()));
+        // the bindings of the actor named the dead owner's incarnation: they ended there
+        let ended: Vec<u64> = self
+            .nodes
+            .iter()
+            .flat_map(|n| n.sessions.values())
+            .filter_map(|s| s.agg.find(&actor_id(actor)).map(|b| b.generation.get()))
+            .collect();
+        for g in ended {
+            self.ended_bindings.insert((actor, g));
         }
         self.log(|| {
             format!(
@@ -1230,7 +1974,8 @@ impl<'s> World<'s> {
                 Incarnation {
                     backlog: Default::default(),
                     turn: false,
-                    fell_back: false,
+                    behind: None,
+                    late_stream: false,
                     object_generation: won.object_generation.get(),
                     state: IncState::Serving,
                     slot: BindingSlot::default(),
@@ -1286,6 +2031,7 @@ impl<'s> World<'s> {
             .expect("a serving incarnation has its record");
         let reloc = self.next_id;
         self.next_id += 1;
+        let binding = inc.slot.current().cloned();
         let bindings = inc
             .slot
             .current()
@@ -1326,9 +2072,60 @@ impl<'s> World<'s> {
                 target: to,
                 target_generation,
                 owner: loc.owner_fence(),
+                binding,
             },
         );
         self.drive_source(owner, reloc)
+    }
+
+    /// `node`'s owner lease ran out: the store lets others take its actors; the node ends
+    /// every incarnation it serves or holds sealed (their queued work is lost), keeps its
+    /// sessions, its relocation cores and its targets' temporary queues, and registers again
+    /// `down_ms` later.
+    fn lease_expiry(&mut self, node: usize, down_ms: u64) -> Result<(), Violation> {
+        if !self.nodes[node].up || !self.nodes[node].lease_live {
+            return Ok(());
+        }
+        self.stats.lease_expiries += 1;
+        if !self.nodes[node].sources.is_empty() || !self.nodes[node].targets.is_empty() {
+            self.stats.lease_expiries_mid_move += 1;
+        }
+        let holder = self.nodes[node].holder.clone().expect("a registered node");
+        let _ = poll_now(self.store.release_owner(holder));
+        self.nodes[node].lease_live = false;
+        let mut lost = Vec::new();
+        let mut ended = Vec::new();
+        if !self.faults.serve_past_lease {
+            let n = &mut self.nodes[node];
+            let gone: Vec<usize> = n
+                .actors
+                .iter()
+                .filter(|(_, inc)| !matches!(inc.state, IncState::Temp { .. }))
+                .map(|(a, _)| *a)
+                .collect();
+            for a in gone {
+                let inc = n.actors.remove(&a).expect("listed");
+                lost.extend(inc.backlog.iter().map(|r| r.id));
+                lost.extend(inc.behind.iter().flatten().map(|r| r.id));
+                if let IncState::Sealed { queue } = inc.state {
+                    lost.extend(queue.iter().map(|r| r.id));
+                }
+                ended.push(a);
+            }
+        }
+        self.log(|| format!("  n{node}'s lease ran out: ends {ended:?}"));
+        for id in lost {
+            self.fate(id, Fate::Dropped("its owner's lease ran out"));
+        }
+        for a in ended {
+            self.orphan(a);
+        }
+        let generation = self.nodes[node].generation;
+        self.queue.push(
+            self.now + down_ms.max(1),
+            Event::Reregister { node, generation },
+        );
+        Ok(())
     }
 
     fn crash(&mut self, node: usize, down_ms: u64) -> Result<(), Violation> {
@@ -1351,6 +2148,7 @@ impl<'s> World<'s> {
         n.sessions.clear();
         for (a, inc) in std::mem::take(&mut n.actors) {
             lost.extend(inc.backlog.iter().map(|r| r.id));
+            lost.extend(inc.behind.iter().flatten().map(|r| r.id));
             if let IncState::Sealed { queue } | IncState::Temp { queue, .. } = inc.state {
                 lost.extend(queue.iter().map(|r| r.id));
             }
@@ -1484,6 +2282,22 @@ impl<'s> World<'s> {
         Ok(())
     }
 
+    /// The incarnation a source on `node` moves: the actor's incarnation there that serves under
+    /// the source's lease (`lease`); none when it ended with that lease (a lease expiry), or
+    /// another incarnation was activated there since.
+    fn source_inc(
+        &mut self,
+        node: usize,
+        actor: usize,
+        lease: OwnerLeaseGeneration,
+    ) -> Option<&mut Incarnation> {
+        self.nodes[node].actors.get_mut(&actor).filter(|inc| {
+            inc.location
+                .as_ref()
+                .is_some_and(|l| l.owner_lease_generation == lease)
+        })
+    }
+
     /// Performs the source's effects.
     fn drive_source(&mut self, node: usize, reloc: u64) -> Result<(), Violation> {
         loop {
@@ -1512,10 +2326,14 @@ impl<'s> World<'s> {
                     self.send(node, index_of(&to), Msg::Seal { reloc, rec: record });
                 }
                 SourceEffect::SealRuntime => {
-                    let inc = self.nodes[node]
-                        .actors
-                        .get_mut(&actor)
-                        .expect("source incarnation");
+                    let lease = owner.holder.lease_generation;
+                    let Some(inc) = self.source_inc(node, actor, lease) else {
+                        // the incarnation ended (its owner's lease ran out): the relocation
+                        // aborts (`node::relocate`: "incarnation gone")
+                        let s = self.nodes[node].sources.get_mut(&reloc).expect("source");
+                        s.core.handle_quiesced(now, Err(()));
+                        continue;
+                    };
                     // the turn in flight ended (turns are atomic here); what is queued is kept
                     // in arrival order for the capture
                     let queue: Vec<Relay> = inc.backlog.drain(..).collect();
@@ -1527,7 +2345,8 @@ impl<'s> World<'s> {
                         .handle_quiesced(now, Ok(vec![MigratedState::Bytes(vec![1])]));
                 }
                 SourceEffect::SendRestore { to, request } => {
-                    let binding = self.nodes[node].actors[&actor].slot.current().cloned();
+                    // the binding taken at the start, as `node::relocate` carries it
+                    let binding = self.nodes[node].sources[&reloc].binding.clone();
                     self.send(
                         node,
                         index_of(&to),
@@ -1540,10 +2359,13 @@ impl<'s> World<'s> {
                 }
                 SourceEffect::CaptureAndRelay => {
                     let tg = self.nodes[target].generation;
-                    let inc = self.nodes[node]
-                        .actors
-                        .get_mut(&actor)
-                        .expect("source incarnation");
+                    let lease = owner.holder.lease_generation;
+                    let Some(inc) = self.source_inc(node, actor, lease) else {
+                        // ended with its owner's lease: nothing left to capture
+                        let s = self.nodes[node].sources.get_mut(&reloc).expect("source");
+                        s.core.handle_relayed(now);
+                        continue;
+                    };
                     let queue = match std::mem::replace(
                         &mut inc.state,
                         IncState::Relaying {
@@ -1577,11 +2399,19 @@ impl<'s> World<'s> {
                     );
                 }
                 SourceEffect::UnsealRuntime => {
+                    let lease = owner.holder.lease_generation;
                     let og = {
-                        let inc = self.nodes[node]
-                            .actors
-                            .get_mut(&actor)
-                            .expect("incarnation");
+                        let Some(inc) = self.source_inc(node, actor, lease) else {
+                            // ended with its owner's lease meanwhile: nothing reopens
+                            let og = ObjectGeneration::new(
+                                self.nodes[node].sources[&reloc]
+                                    .owner
+                                    .object_generation
+                                    .get(),
+                            );
+                            self.nodes[node].follow.release(&actor_id(actor), og);
+                            continue;
+                        };
                         let queue = match std::mem::replace(&mut inc.state, IncState::Serving) {
                             IncState::Sealed { queue } => queue,
                             other => panic!("unseal from {other:?}"),
@@ -1597,9 +2427,12 @@ impl<'s> World<'s> {
                     self.send(node, index_of(&to), Msg::Route(record));
                 }
                 SourceEffect::EndIncarnations(locs) => {
+                    let lease = owner.holder.lease_generation;
                     for loc in locs {
                         let a = actor_index(&loc.actor_id);
-                        if let Some(inc) = self.nodes[node].actors.remove(&a) {
+                        if self.source_inc(node, a, lease).is_some()
+                            && let Some(inc) = self.nodes[node].actors.remove(&a)
+                        {
                             let source = inc.location.expect("record");
                             self.nodes[node]
                                 .follow
@@ -1618,7 +2451,8 @@ impl<'s> World<'s> {
                         SourceOutcome::Failed(_) => {
                             self.stats.failed += 1;
                             // never reopens: what it holds is never processed here
-                            if let Some(inc) = self.nodes[node].actors.get_mut(&actor) {
+                            let lease = owner.holder.lease_generation;
+                            if let Some(inc) = self.source_inc(node, actor, lease) {
                                 let old = std::mem::replace(&mut inc.state, IncState::Ended);
                                 // its pending work goes with it (`node::relocate`'s
                                 // `end_unserved`)
@@ -1632,6 +2466,9 @@ impl<'s> World<'s> {
                                 }
                             }
                             self.orphan(actor);
+                            if !self.faults.no_recovery {
+                                self.recover(node, actor, owner);
+                            }
                         }
                     }
                     self.nodes[node].sources.remove(&reloc);
@@ -1640,6 +2477,67 @@ impl<'s> World<'s> {
         }
         self.arm(node);
         Ok(())
+    }
+
+    /// SB-8.6's recovery at the source (`node::relocate`'s `release_records`): the failed
+    /// incarnation's record is removed with the source's owner fence (refused when the target's
+    /// CAS won, or the lease is gone), it is retired here, and the node activates the actor
+    /// again from its dehydrated state: a new object generation, no binding (its sessions'
+    /// seals time out). If another node activated it first, that one serves.
+    fn recover(&mut self, node: usize, actor: usize, owner: OwnerFence) {
+        if self.net.is_cut(Ep::Node(node), Ep::Store) {
+            self.unrecovered.insert(actor);
+            return;
+        }
+        let og = owner.object_generation.get();
+        if poll_now(self.store.destroy(actor_id(actor), owner)).is_err() {
+            self.unrecovered.insert(actor);
+            return;
+        }
+        self.retired.insert((actor, og));
+        self.log(|| format!("  n{node}: a{actor}'s record removed (incarnation {og} retired)"));
+        let Some(holder) = self.nodes[node].holder.clone() else {
+            return;
+        };
+        if !self.nodes[node].lease_live {
+            return;
+        }
+        let won = poll_now(self.store.reserve_activation(ActivationRequest {
+            actor_id: actor_id(actor),
+            actor_type: "t".into(),
+            owner: ActorOwner {
+                mesh: mesh(),
+                holder,
+            },
+        }));
+        let Ok(Reservation::Won(won)) = won else {
+            return;
+        };
+        let Ok(loc) = poll_now(self.store.mark_ready(actor_id(actor), won.fence())) else {
+            return;
+        };
+        self.stats.recovered += 1;
+        self.orphaned.remove(&actor);
+        self.unrecovered.remove(&actor);
+        self.log(|| {
+            format!(
+                "  n{node} activates a{actor} again from its state (incarnation {})",
+                loc.object_generation.get()
+            )
+        });
+        self.nodes[node].actors.insert(
+            actor,
+            Incarnation {
+                backlog: Default::default(),
+                turn: false,
+                behind: None,
+                late_stream: false,
+                object_generation: loc.object_generation.get(),
+                state: IncState::Serving,
+                slot: BindingSlot::default(),
+                location: Some(loc),
+            },
+        );
     }
 
     /// Performs the target's effects.
@@ -1668,8 +2566,23 @@ impl<'s> World<'s> {
                 }
                 TargetEffect::WarnCutoverTimeout => {
                     self.stats.cutover_timeouts += 1;
-                    if let Some(inc) = self.nodes[node].actors.get_mut(&actor) {
-                        inc.fell_back = true;
+                }
+                TargetEffect::WarnSourceWaitExpired => {
+                    self.stats.source_waits_expired += 1;
+                }
+                TargetEffect::ReleaseIngress { .. } => {
+                    let t = &self.nodes[node].targets[&reloc];
+                    let cut =
+                        t.core.source_wait_end() != Some(zlink::relocation::SourceWaitEnd::Cutover);
+                    if cut {
+                        self.stats.source_waits_cut += 1;
+                    }
+                    if let Some(inc) = self.nodes[node].actors.get_mut(&actor)
+                        && let Some(behind) = inc.behind.take()
+                    {
+                        inc.late_stream = cut;
+                        inc.backlog.extend(behind);
+                        self.schedule_turn(node, actor);
                     }
                 }
                 TargetEffect::CasOwner { expected, .. } => {
@@ -1687,9 +2600,36 @@ impl<'s> World<'s> {
                         },
                     );
                 }
-                TargetEffect::OpenDispatch { location, .. } => {
+                TargetEffect::OpenDispatch {
+                    location,
+                    behind_source,
+                    ..
+                } => {
+                    let n = &self.nodes[node];
+                    if !self.faults.open_under_lost_lease
+                        && (!n.lease_live
+                            || n.holder.as_ref().map(|h| h.lease_generation)
+                                != Some(location.owner_lease_generation))
+                    {
+                        // the CAS won under a lease that ran out before its answer came: the
+                        // owner gate admits nothing under it (SB-5.11), so the moved-in
+                        // incarnation never serves; its temporary queue is lost
+                        self.log(|| format!("  n{node}: a{actor} opens under a lost lease"));
+                        if let Some(inc) = self.nodes[node].actors.remove(&actor)
+                            && let IncState::Temp { queue, .. } = inc.state
+                        {
+                            for r in queue {
+                                self.fate(r.id, Fate::Dropped("its owner's lease ran out"));
+                            }
+                        }
+                        self.orphan(actor);
+                        continue;
+                    }
                     let inc = self.nodes[node].actors.get_mut(&actor).expect("temp queue");
                     inc.location = Some(location);
+                    if behind_source && !self.faults.fallback_ignores_source_stream {
+                        inc.behind = Some(Vec::new());
+                    }
                     let queue = match std::mem::replace(&mut inc.state, IncState::Serving) {
                         IncState::Temp { queue, .. } => queue,
                         other => panic!("open from {other:?}"),
@@ -1817,7 +2757,11 @@ impl<'s> World<'s> {
         match op {
             StoreOp::Fence { actor, .. } | StoreOp::Retire { actor, .. } if result.is_ok() => {
                 // the record after the write: the incarnation's fence from now on
-                if let (Some(inc), Ok(loc)) = (self.nodes[node].actors.get_mut(&actor), &result) {
+                let (StoreOp::Fence { owner, .. } | StoreOp::Retire { owner, .. }) = &op else {
+                    unreachable!()
+                };
+                let lease = owner.holder.lease_generation;
+                if let (Some(inc), Ok(loc)) = (self.source_inc(node, actor, lease), &result) {
                     inc.location = Some(loc.clone());
                 }
                 self.store_result_core(node, reloc, op, result, now)
@@ -1933,7 +2877,8 @@ impl<'s> World<'s> {
                     Incarnation {
                         backlog: Default::default(),
                         turn: false,
-                        fell_back: false,
+                        behind: None,
+                        late_stream: false,
                         object_generation: og,
                         state: IncState::Temp {
                             reloc,
@@ -1984,6 +2929,28 @@ impl<'s> World<'s> {
                 self.drive_source(to, reloc)
             }
             Msg::Route(rec) => self.route(to, rec),
+            Msg::Bind {
+                id,
+                actor,
+                reg,
+                object_generation,
+                route_generation,
+                route_authority,
+                followed,
+            } => self.handle_bind(
+                to,
+                id,
+                actor,
+                reg,
+                (object_generation, route_generation, route_authority),
+                followed,
+            ),
+            Msg::BindReply { id, result } => self.bind_reply(to, id, result),
+            Msg::Replaced(rec) => self.replaced(from, to, *rec),
+            Msg::Reply { id } => {
+                self.terminal(id, "reply");
+                Ok(())
+            }
             Msg::StoreAnswer { call, result } => {
                 let Some((reloc, op)) = self.nodes[to].calls.remove(&call) else {
                     return Ok(()); // after its timeout: late, dropped
@@ -2028,8 +2995,12 @@ impl<'s> World<'s> {
         loop {
             let s = self.nodes[node].sessions.get_mut(&k).expect("session");
             match s.agg.next_released(now, &actor) {
-                Released::Send(ticket, held) => out.push((ticket, held)),
+                Released::Send(ticket, held) => {
+                    self.held.remove(&relay_id(&held));
+                    out.push((ticket, held));
+                }
                 Released::Expired(held) => {
+                    self.held.remove(&relay_id(&held));
                     self.fate(
                         relay_id(&held),
                         Fate::Dropped("its deadline passed while held"),
@@ -2051,10 +3022,12 @@ impl<'s> World<'s> {
                 lifecycle: lifecycle.get(),
                 generation: ticket.generation().get(),
                 route_generation: ticket.binding.route.node_generation.get(),
+                route_lease: ticket.binding.route.owner_lease_generation.get(),
+                route_authority: ticket.binding.route.authority_owner_generation.get(),
                 followed: false,
                 tell: false,
                 captured: false,
-                after_fallback: false,
+                after_source_wait: false,
             };
             let to = index_of(ticket.to());
             self.log(|| format!("  released relay {id} -> n{to}"));
@@ -2071,11 +3044,18 @@ impl<'s> World<'s> {
         if let Some(inc) = self.nodes[node].actors.get_mut(&r.actor)
             && inc.object_generation == r.object_generation
         {
-            if r.captured && inc.fell_back {
-                r.after_fallback = true;
+            if r.captured && inc.late_stream {
+                r.after_source_wait = true;
             }
             match &mut inc.state {
                 IncState::Serving => {
+                    // after a fallback regular ingress waits behind the source's relay stream
+                    if !r.captured
+                        && let Some(behind) = inc.behind.as_mut()
+                    {
+                        behind.push(r);
+                        return Ok(());
+                    }
                     inc.backlog.push_back(r);
                     self.schedule_turn(node, r_actor);
                     return Ok(());
@@ -2121,6 +3101,24 @@ impl<'s> World<'s> {
         // Not live here: Message Follow (SB-5.10), once.
         let og = ObjectGeneration::new(r.object_generation);
         let looked = self.nodes[node].follow.lookup(&actor_id(r.actor), og, now);
+        // the fences the record carries, checked against those the incarnation had here
+        // (`follow::decide`'s `check_moved`: authority and lease; a record of an earlier or a
+        // later incarnation here is not followed)
+        let fence = CallFence {
+            actor_id: actor_id(r.actor),
+            object_generation: og,
+            authority_owner_generation: AuthorityOwnerGeneration::new(r.route_authority),
+            owner_lease_generation: OwnerLeaseGeneration::new(r.route_lease),
+            node_generation: NodeGeneration::new(r.route_generation),
+        };
+        let looked = match looked {
+            FollowLookup::Forward(route)
+                if !r.followed && check_moved(&route.source, &fence, FenceUse::Call).is_err() =>
+            {
+                FollowLookup::None
+            }
+            other => other,
+        };
         match looked {
             FollowLookup::Forward(route) if !r.followed && !self.faults.no_follow => {
                 let to = index_of(&route.target.owner_node);
@@ -2139,6 +3137,11 @@ impl<'s> World<'s> {
                 Ok(())
             }
             other => {
+                if self.retired.contains(&(r.actor, r.object_generation)) {
+                    // spec: SB-8.6 — that incarnation's record was removed: NotFound
+                    self.fate(r.id, Fate::Dropped("its incarnation was retired"));
+                    return Ok(());
+                }
                 if self.orphaned.contains(&r.actor) {
                     self.fate(r.id, Fate::Dropped("its actor has no serving owner"));
                     return Ok(());
@@ -2146,6 +3149,15 @@ impl<'s> World<'s> {
                 if r.route_generation != self.nodes[node].generation && !r.followed {
                     // addressed to a lifecycle of this node that crashed
                     self.fate(r.id, Fate::Dropped("its owner crashed"));
+                    return Ok(());
+                }
+                let lease = self.nodes[node]
+                    .holder
+                    .as_ref()
+                    .map(|h| h.lease_generation.get());
+                if (!self.nodes[node].lease_live || Some(r.route_lease) != lease) && !r.followed {
+                    // addressed to an incarnation this node ended when its lease ran out
+                    self.fate(r.id, Fate::Dropped("its owner's lease ran out"));
                     return Ok(());
                 }
                 Err(self.violation(format!(
@@ -2196,6 +3208,11 @@ impl<'s> World<'s> {
                     BindingGeneration::new(r.generation),
                 )
                 .is_err();
+        if refused && self.replaced_bindings.contains(&(r.actor, r.generation)) {
+            // spec: SB-5.3, SB-6.1 — another session's bind replaced it at the owner
+            self.fate(r.id, Fate::Dropped("its binding was replaced"));
+            return Ok(());
+        }
         if refused && self.ended_bindings.contains(&(r.actor, r.generation)) {
             // spec: SB-5.3 — the actor was activated again after its owner crashed: the
             // binding ended there, the new incarnation's slot refuses its relays
@@ -2226,17 +3243,24 @@ impl<'s> World<'s> {
         let rec = poll_now(self.store.lookup(actor_id(r.actor)))
             .ok()
             .flatten();
+        // spec: EG-14, SB-5.11 — and under the node's live lease the record names
+        let n = &self.nodes[node];
         let named = rec.as_ref().is_some_and(|l| {
             l.owner_node == rid(node)
-                && l.node_generation.get() == self.nodes[node].generation
+                && l.node_generation.get() == n.generation
                 && l.object_generation.get() == r.object_generation
+                && n.lease_live
+                && n.holder.as_ref().map(|h| h.lease_generation) == Some(l.owner_lease_generation)
         });
         if !named {
             return Err(self.violation(format!(
-                "n{node} processed relay {} of a{} while the store names {:?}",
+                "n{node} processed relay {} of a{} while the store names {:?} (its lease live {}, \
+                 generation {:?})",
                 r.id,
                 r.actor,
-                rec.map(|l| (l.owner_node, l.node_generation))
+                rec.map(|l| (l.owner_node, l.node_generation, l.owner_lease_generation)),
+                n.lease_live,
+                n.holder.as_ref().map(|h| h.lease_generation)
             )));
         }
         let info = self.relays.get(&r.id).cloned().expect("known relay");
@@ -2247,15 +3271,16 @@ impl<'s> World<'s> {
         // spec: SB-8.7, SB-8.9 — per session, per actor, in the order sent (a ref's messages
         // have no order across a move: SB-9, another connection)
         let last = self.last_seq.get(&info.key).copied().unwrap_or(0);
-        if !r.tell && info.seq <= last && r.after_fallback {
-            // The target fell back after the cutover timeout (SB-8.9) and dispatched the
-            // session's released relays while the source's captured work was still on its
-            // way: appended behind (`TargetHandoff::late_relayed`), out of the session's
-            // order. Counted; docs/RELIABILITY.md "What the relocation world found".
-            self.stats.reordered_by_fallback += 1;
+        if !r.tell && info.seq <= last && r.after_source_wait {
+            // The target fell back after the cutover timeout (SB-8.9) and its wait for the
+            // source's relay stream ended without the cutover (the source seen gone, or the
+            // source wait expired) while captured work was still on its way: appended behind
+            // (`TargetHandoff::late_relayed`), out of the session's order — the one documented
+            // case (docs/ARCHITECTURE.md, "The cutover timeout's fallback"). Counted apart.
+            self.stats.reordered_after_source_wait += 1;
             self.log(|| {
                 format!(
-                    "  relay {} (seq {}) arrives after the fallback",
+                    "  relay {} (seq {}) arrives after the source wait",
                     r.id, info.seq
                 )
             });
@@ -2275,7 +3300,38 @@ impl<'s> World<'s> {
         }
         self.log(|| format!("  n{node} processes relay {} (seq {})", r.id, info.seq));
         self.fate(r.id, Fate::Processed(node));
+        if info.request {
+            self.send(node, info.key.0, Msg::Reply { id: r.id });
+        }
         Ok(())
+    }
+
+    /// A terminal of request `id` at its caller (the session owner that sent it): the first one
+    /// counts, later ones are late; a caller whose process died has no one to tell.
+    fn terminal(&mut self, id: u64, kind: &'static str) {
+        let Some(info) = self.relays.get_mut(&id) else {
+            return;
+        };
+        let (node, lifecycle) = (info.key.0, info.key.1);
+        if !info.request || !self.nodes[node].up || self.nodes[node].generation != lifecycle {
+            return;
+        }
+        if info.terminal.is_some() {
+            // a deadline after the terminal is a timer with nothing left to do
+            if kind != "deadline" {
+                self.stats.late_terminals += 1;
+            }
+            return;
+        }
+        info.terminal = Some(kind);
+        match kind {
+            "reply" => self.stats.request_replies += 1,
+            "refused" => self.stats.request_refusals += 1,
+            _ => self.stats.request_deadlines += 1,
+        }
+        if let Some(t) = &mut self.trace {
+            t.push(format!("{:>6}   request {id}: {kind}", self.now));
+        }
     }
 
     /// After every step: at most one node serves each actor.
@@ -2298,7 +3354,43 @@ impl<'s> World<'s> {
         Ok(())
     }
 
-    fn final_check(&self) -> Result<(), Violation> {
+    fn final_check(&mut self) -> Result<(), Violation> {
+        self.stats.unrecovered = self.unrecovered.len() as u64;
+        // spec: SB-8.6 — after the drain, an actor whose record names a live node under its
+        // live lease is served there (a failed relocation's source recovered it)
+        for a in 0..self.s.actors {
+            let Some(l) = poll_now(self.store.lookup(actor_id(a))).ok().flatten() else {
+                continue;
+            };
+            let i = index_of(&l.owner_node);
+            let n = &self.nodes[i];
+            let live = n.up
+                && n.lease_live
+                && n.generation == l.node_generation.get()
+                && n.holder.as_ref().map(|h| h.lease_generation) == Some(l.owner_lease_generation);
+            let served = n.actors.get(&a).is_some_and(|inc| {
+                matches!(inc.state, IncState::Serving)
+                    && inc.object_generation == l.object_generation.get()
+            });
+            // …unless its recovery could not remove the record (the store unreachable, or a
+            // target's CAS won while its answer was lost): `node::relocate` tries once, and a
+            // target whose CAS answer is lost discards the actor
+            // …or a relocation of it still waits at the end: a source that never learns its
+            // target's result (the record was lost with a connection a short partition broke,
+            // no peer loss was seen) has no timeout past the cutover (counted)
+            let waiting = self
+                .nodes
+                .iter()
+                .any(|n| n.up && n.sources.values().any(|s| s.actor == a));
+            if live && !served && waiting {
+                self.stats.stuck_sources += 1;
+            }
+            if live && !served && !waiting && !self.unrecovered.contains(&a) {
+                return Err(self.violation(format!(
+                    "a{a}: the store names n{i} (live, its lease) but nothing serves it there"
+                )));
+            }
+        }
         for (id, info) in &self.relays {
             match &info.fate {
                 None => {
@@ -2310,6 +3402,32 @@ impl<'s> World<'s> {
                 }
                 Some(Fate::Dropped(why)) if *why == "SECOND FATE" => {
                     return Err(self.violation(format!("relay {id} has two fates")));
+                }
+                _ => {}
+            }
+            // spec: SB-12 — every request ends with exactly one terminal at its caller (the
+            // first; later ones are ignored), and a reply or a refusal tells the truth
+            if !info.request {
+                continue;
+            }
+            let caller_alive =
+                self.nodes[info.key.0].up && self.nodes[info.key.0].generation == info.key.1;
+            match (info.terminal, &info.fate) {
+                (None, _) if caller_alive => {
+                    return Err(self.violation(format!(
+                        "request {id} (seq {} of a{}) has no terminal",
+                        info.seq, info.key.3
+                    )));
+                }
+                (Some("reply"), f) if !matches!(f, Some(Fate::Processed(_))) => {
+                    return Err(
+                        self.violation(format!("request {id} was answered by a reply but {f:?}"))
+                    );
+                }
+                (Some("refused"), Some(Fate::Processed(_))) => {
+                    return Err(self.violation(format!(
+                        "request {id} was refused to its caller but processed"
+                    )));
                 }
                 _ => {}
             }

@@ -671,11 +671,23 @@ impl MeshClient {
     /// Receives the next server push (`None` after close, or once the node closed the session
     /// and the pushes received before its Disconnect were taken).
     pub async fn recv_push(&self) -> Option<Push> {
+        if let Some(p) = self.try_recv_push() {
+            return Some(p);
+        }
         self.pushes.lock().await.recv().await
+    }
+
+    /// A push already received, if any, taken without waiting (nor the lock's wait, nor a
+    /// timer): a reader of a push stream finds most pushes here.
+    fn try_recv_push(&self) -> Option<Push> {
+        self.pushes.try_lock().ok()?.try_recv()
     }
 
     /// Receives a push, waiting at most `timeout`.
     pub async fn recv_push_timeout(&self, timeout: Duration) -> Option<Push> {
+        if let Some(p) = self.try_recv_push() {
+            return Some(p);
+        }
         tokio::time::timeout(timeout, self.recv_push())
             .await
             .ok()

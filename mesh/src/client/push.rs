@@ -71,18 +71,32 @@ impl PushReceiver {
     pub(super) async fn recv(&mut self) -> Option<Push> {
         loop {
             if let Some(p) = self.current.next() {
-                // Taken: room for one more push on the I/O thread; once half the capacity is
-                // free, a stalled I/O thread is woken (it also looks again every millisecond).
-                let left = self.queued.fetch_sub(1, Ordering::AcqRel) - 1;
-                if left <= self.capacity / 2
-                    && self.waiting.load(Ordering::Relaxed)
-                    && self.waiting.swap(false, Ordering::SeqCst)
-                {
-                    let _ = self.shared.bell.submit(Cmd::Resume);
-                }
-                return Some(p);
+                return Some(self.taken(p));
             }
             self.current = self.rx.recv().await?.into_iter();
         }
+    }
+
+    /// A push already handed over, without waiting.
+    pub(super) fn try_recv(&mut self) -> Option<Push> {
+        loop {
+            if let Some(p) = self.current.next() {
+                return Some(self.taken(p));
+            }
+            self.current = self.rx.try_recv().ok()?.into_iter();
+        }
+    }
+
+    /// `p` taken: room for one more push on the I/O thread; once half the capacity is free, a
+    /// stalled I/O thread is woken (it also looks again every millisecond).
+    fn taken(&self, p: Push) -> Push {
+        let left = self.queued.fetch_sub(1, Ordering::AcqRel) - 1;
+        if left <= self.capacity / 2
+            && self.waiting.load(Ordering::Relaxed)
+            && self.waiting.swap(false, Ordering::SeqCst)
+        {
+            let _ = self.shared.bell.submit(Cmd::Resume);
+        }
+        p
     }
 }

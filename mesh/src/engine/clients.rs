@@ -22,6 +22,8 @@ pub(super) struct Client {
     /// Since when the session's queue has been over its outbound budget (a slow consumer
     /// once that lasts `ClientOutbound::grace`).
     pub(super) over_since: Option<Instant>,
+    /// Listed in `Engine::owing` (housekeeping grants what it owes).
+    pub(super) owing: bool,
 }
 
 /// Routing ids of client connections whose session the node ended, with the reason it sent.
@@ -126,6 +128,7 @@ impl Engine {
                 closing: None,
                 source,
                 over_since: None,
+                owing: false,
             },
         );
         self.clients_by_rid.insert(rid.to_vec(), s);
@@ -294,6 +297,20 @@ impl Engine {
         c.stranger = false;
         c.conn.widen(self.admission.accepted(c.source.as_ref()));
         self.flush_grant(ConnRef::Client(session));
+        self.note_owing(session);
+    }
+
+    /// `session`'s receive window changed (a record arrived, credit was freed, refunded or
+    /// widened): housekeeping grants what it still owes then. Housekeeping looks only at the
+    /// sessions listed here, not at every session.
+    #[inline]
+    pub(super) fn note_owing(&mut self, session: u64) {
+        if let Some(c) = self.clients.get_mut(&session)
+            && !c.owing
+        {
+            c.owing = true;
+            self.owing.push(session);
+        }
     }
 
     /// Sends a session event on the lossless channel, if it was taken (and is still read).

@@ -335,6 +335,11 @@ impl Engine {
             return self.client_connection_ended(rid);
         }
         self.on_parts(Sender::Client { rid }, msg);
+        // Whatever the record did to the session's window (charged, refunded, freed, a new
+        // session's first grant not taken), housekeeping grants what is still owed.
+        if let Some(&session) = self.clients_by_rid.get(rid) {
+            self.note_owing(session);
+        }
     }
 
     /// The client connection `rid` ended: its session (if it had one) ends now, as if the
@@ -392,6 +397,9 @@ impl Engine {
             .is_some_and(|c| c.released_n(records, bytes))
         {
             self.flush_grant(from);
+        }
+        if let ConnRef::Client(session) = from {
+            self.note_owing(session);
         }
     }
 

@@ -105,6 +105,25 @@ impl Engine {
             node, generation, ..
         } = &msg
         {
+            if self.own_dial_wins(node, kind, *generation) {
+                // Both nodes dial each other: the connection the node whose name sorts first
+                // dialled is the link (docs/MESH.md, "Who dials whom"); the peer's initiator
+                // fails and its side takes ours when our handshake completes there.
+                self.shared.counters.drop(
+                    DropReason::DuplicateLink,
+                    &format_args!("{node} {kind:?}: our own dial is the link"),
+                );
+                self.send_control(
+                    kind,
+                    rid,
+                    HandshakeMsg::Reject {
+                        reason: HandshakeReject::Duplicate,
+                    }
+                    .into_record(),
+                );
+                return;
+            }
+            self.yield_own_dial(node, kind, now);
             let known = self.peers.get(node).and_then(|p| p.generation);
             if known.is_some_and(|g| *generation < g) {
                 self.shared.counters.drop(
@@ -179,6 +198,51 @@ impl Engine {
                     self.install_accepted(kind, rid, id, hs);
                 }
             }
+        }
+    }
+
+    /// Whether a Hello from `node` on a connection it dialled is refused because our own dial
+    /// to it is the link of that kind: both nodes dial each other, our name sorts first, and
+    /// our connection is in its handshake and reached it (our Hello went out), or is up on the
+    /// generation the Hello claims. A Hello of a newer generation than the up link's (the peer
+    /// restarted) is not refused here.
+    fn own_dial_wins(&self, node: &NodeRid, kind: LinkKind, generation: NodeGeneration) -> bool {
+        if self.local.node.as_str() >= node.as_str() {
+            return false;
+        }
+        let Some(p) = self.peers.get(node) else {
+            return false;
+        };
+        if p.addr.is_none() || p.rid(kind) != node.as_bytes() {
+            return false;
+        }
+        match p.link(kind) {
+            Link::Handshaking { out, .. } => out.is_empty(),
+            Link::Up(g) => *g == generation,
+            Link::Idle | Link::Retry { .. } => false,
+        }
+    }
+
+    /// A Hello from `node` that our own dial did not win over (`own_dial_wins`): when our name
+    /// sorts first and our own dial of that kind has not reached the peer yet (its Hello still
+    /// queued), it stands back for a handshake timeout, so that only the peer's connection
+    /// completes on both sides; if that handshake fails, our dial retries. A dial already
+    /// waiting to retry is not pushed back: a Hello proves nothing yet, so a stranger claiming
+    /// the peer's name delays our dial by one handshake timeout at most.
+    fn yield_own_dial(&mut self, node: &NodeRid, kind: LinkKind, now: Instant) {
+        if self.local.node.as_str() >= node.as_str() {
+            return;
+        }
+        let timeout = self.cfg.liveness.handshake_timeout;
+        let Some(p) = self.peers.get_mut(node) else {
+            return;
+        };
+        if p.addr.is_none() || p.rid(kind) != node.as_bytes() {
+            return;
+        }
+        let link = p.link_mut(kind);
+        if matches!(link, Link::Handshaking { .. }) {
+            *link = Link::Retry { at: now + timeout };
         }
     }
 
@@ -405,6 +469,23 @@ impl Engine {
             // Idempotent: already connecting/connected to this address.
             return;
         }
+        if self
+            .peers
+            .get(&addr.node)
+            .is_some_and(|p| p.up && p.addr.is_none())
+        {
+            // Up on connections the peer dialled: they stay the link. The address is kept for
+            // the next reconnect (`peer_down` with a restart dials it).
+            self.endpoints
+                .insert(addr.relay.clone(), (addr.node.clone(), LinkKind::Relay));
+            self.endpoints.insert(
+                addr.completion.clone(),
+                (addr.node.clone(), LinkKind::Completion),
+            );
+            let node = addr.node.clone();
+            self.peer_entry(&node).addr = Some(addr);
+            return;
+        }
         let own_rids = [fresh_rid(), fresh_rid()];
         self.sockets.touched(LinkKind::Relay);
         self.sockets.touched(LinkKind::Completion);
@@ -456,6 +537,9 @@ impl Engine {
         let Some(p) = self.peers.get_mut(node) else {
             return;
         };
+        // Our own connection: the acceptor announces its NodeRid as routing id (a connection
+        // the peer opened and we accepted before is not ours to speak on).
+        p.rids[link_index(kind)] = node.as_bytes().to_vec();
         let hs = Handshake::initiator(
             local,
             kind,

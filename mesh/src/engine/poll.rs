@@ -384,9 +384,14 @@ impl Engine {
                     self.shared.counters.event(TransportEvent::Disconnected);
                     if let Some((node, k)) = self.endpoints.get(&addr).cloned()
                         && k == kind
+                        && self
+                            .peers
+                            .get(&node)
+                            .is_some_and(|p| p.rid(kind) == node.as_bytes())
                     {
                         // Our outbound connection dropped: libzmq reconnects; the handshake
-                        // re-runs on the new connection.
+                        // re-runs on the new connection. (When the link is a connection the
+                        // peer dialled, ours was not in use: nothing to do.)
                         self.peer_down(&node, DownReason::Disconnected, false);
                         self.start_initiator(&node, kind, self.now);
                     }

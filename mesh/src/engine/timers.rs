@@ -60,16 +60,24 @@ impl Engine {
         for (rid, ping) in ping {
             self.send_control(LinkKind::Completion, &rid, Record::Ping(ping));
         }
-        let owed: Vec<u64> = self
-            .clients
-            .iter()
-            .filter(|(_, c)| c.conn.owes())
-            .map(|(s, _)| *s)
-            .collect();
-        for s in owed {
-            self.flush_grant(ConnRef::Client(s));
+        if !self.owing.is_empty() {
+            let listed = std::mem::take(&mut self.owing);
+            for &s in &listed {
+                if let Some(c) = self.clients.get_mut(&s) {
+                    c.owing = false;
+                }
+                self.flush_grant(ConnRef::Client(s));
+                // Not taken by libzmq (its queue full): still owed, listed again.
+                if self.clients.get(&s).is_some_and(|c| c.conn.owes()) {
+                    self.note_owing(s);
+                }
+            }
         }
         self.check_slow_consumers(now);
+        if now < self.next_client_sweep {
+            return;
+        }
+        self.next_client_sweep = now + CLIENT_SWEEP;
         // ClientServer liveness: end the sessions of clients silent for the peer timeout (they
         // are told Disconnect { Timeout }); a closing session whose queue did not drain within
         // the peer timeout is ended with what it still holds dropped.

@@ -453,7 +453,9 @@ impl MeshNode {
         key: DispatchKey,
         payload: Bytes,
     ) -> Result<(), TryPushError> {
-        let frames = push_parts(key, payload.clone()).map_err(TryPushError::Failed)?;
+        // The payload moves into the parts (no clone: a payload read out of a batch frame
+        // would be promoted to a shared one for it) and comes back out of them when full.
+        let frames = push_parts(key, payload).map_err(TryPushError::Failed)?;
         let bytes = self
             .shared
             .check_size(&frames)
@@ -463,7 +465,7 @@ impl MeshNode {
             .client_budget(session.get())
             .ok_or(TryPushError::Failed(SendError::Unavailable))?;
         if !budget.try_reserve(bytes) {
-            return Err(TryPushError::Full(payload));
+            return Err(TryPushError::Full(frames.into_payload()));
         }
         self.submit_push(session, frames, bytes, &budget)
             .map_err(TryPushError::Failed)

@@ -302,13 +302,14 @@ impl Collector for NodeCollector {
         family(
             e,
             "zlink_relocation_outcomes",
-            "Relocations this node coordinated, by outcome (started, committed, aborted, failed) and as target",
+            "Relocations this node coordinated, by outcome (started, committed, aborted, failed; actors recovered after a failure) and as target",
             MetricType::Counter,
             [
                 ("started", rc.started),
                 ("committed", rc.committed),
                 ("aborted", rc.aborted),
                 ("failed", rc.failed),
+                ("recovered", rc.recovered),
                 ("target", rc.target),
             ]
             .into_iter()
@@ -327,6 +328,19 @@ impl Collector for NodeCollector {
             ]
             .into_iter()
             .map(|(k, v)| (vec![("reason", k)], v)),
+        )?;
+        family(
+            e,
+            "zlink_relocation_fallback_events",
+            "Target side of the cutover timeout's fallback: cutover_timeout, source_wait_expired, relayed_after_source_wait (records appended behind)",
+            MetricType::Counter,
+            [
+                ("cutover_timeout", rc.cutover_timeouts),
+                ("source_wait_expired", rc.source_waits_expired),
+                ("relayed_after_source_wait", rc.relayed_after_source_wait),
+            ]
+            .into_iter()
+            .map(|(k, v)| (vec![("event", k)], v)),
         )?;
         let durations = node.relocation_durations();
         let m = e.encode_descriptor(

@@ -100,6 +100,10 @@ pub enum RelocateError {
     /// Spot cannot move now; try again.
     #[error("spot {0:?} has an activation in progress")]
     SpotBusy(String),
+    /// The actor is still activating here (its factory runs or its `Ready` is not committed
+    /// yet): it cannot move before it is Ready; try again (`Unavailable`).
+    #[error("actor {0} is still activating: relocate it once it is Ready")]
+    NotReady(ActorId),
     /// The relocation was aborted; the source still owns and serves the actor (SB-8.5).
     #[error("relocation aborted, the actor stays here: {0:?}")]
     Aborted(AbortReason),
@@ -125,7 +129,8 @@ impl RelocateError {
             RelocateError::Store(_)
             | RelocateError::ShuttingDown
             | RelocateError::Failed(_)
-            | RelocateError::SpotBusy(_) => ErrorKind::Unavailable,
+            | RelocateError::SpotBusy(_)
+            | RelocateError::NotReady(_) => ErrorKind::Unavailable,
             _ => ErrorKind::InvalidOperation,
         }
     }
@@ -171,9 +176,27 @@ pub struct RelocationCounters {
     pub refused_wrong_peer: u64,
     /// Hand-off records refused: an actor that is not part of the relocation.
     pub refused_unknown_actor: u64,
+    /// Target: no cutover within the cutover timeout of relay-ready — `cutover_timeout`
+    /// Warning and the fallback (SB-8.9).
+    #[serde(default)]
+    pub cutover_timeouts: u64,
+    /// Target: after a fallback, the source neither sent its cutover nor was seen gone within
+    /// the source wait — `source_wait_expired` Warning; regular ingress went in.
+    #[serde(default)]
+    pub source_waits_expired: u64,
+    /// Target: records the source relayed after the wait for its relay stream ended without its
+    /// cutover (expired, or the source seen gone), before its late cutover: appended behind
+    /// the regular ingress that went in meanwhile (the one case that can reorder a session's
+    /// relays to a moved actor).
+    #[serde(default)]
+    pub relayed_after_source_wait: u64,
     /// Sum of the committed relocations' durations, in microseconds (with `committed`: the
     /// histogram's sum and count).
     pub duration_us_sum: u64,
+    /// Actors that a relocation failed past relay-ready (SB-8.6) and that this node, their
+    /// source, activated again with the state dehydrated for the move (a new incarnation).
+    #[serde(default)]
+    pub recovered: u64,
 }
 
 enum SourceInput {
@@ -205,6 +228,12 @@ struct TargetEntry {
     /// Records and payload bytes in `queues` (bounded by `target::TARGET_QUEUE_ITEMS` and
     /// `target::TARGET_QUEUE_BYTES`).
     queued: (usize, usize),
+    /// After a fallback: the committed actors whose source relay stream is open — their queue
+    /// goes into the lane as it fills, their regular ingress waits behind the barrier.
+    streaming: Vec<ActorId>,
+    /// Woken when a relayed record went into a streaming actor's queue: the driver moves it
+    /// into the lane.
+    relayed: std::sync::Arc<tokio::sync::Notify>,
     phase: &'static str,
 }
 
@@ -213,6 +242,10 @@ struct Table {
     next: u64,
     sources: HashMap<RelocationId, SourceEntry>,
     targets: HashMap<RelocationId, TargetEntry>,
+    /// Relocations whose wait for the source's relay stream ended without its cutover, until
+    /// that cutover or the Message Follow time: what the source relays meanwhile is appended
+    /// behind (counted `relayed_after_source_wait`).
+    late_streams: HashMap<RelocationId, Vec<ActorId>>,
     history: VecDeque<RelocationSummary>,
     counters: RelocationCounters,
 }
@@ -314,7 +347,9 @@ impl Node {
     /// (SB-8.6). A whole Spot moves with [`Node::relocate_spot`].
     ///
     /// # Errors
-    /// [`RelocateError`]; `Aborted` means the actor is still here.
+    /// [`RelocateError`]; `Aborted` means the actor is still here. `NotReady` while it is still
+    /// activating here; `InProgress` while it moves already, alone or with its Spot (a Spot
+    /// relocation refuses a member moving alone the same way, naming it).
     pub async fn relocate(
         &self,
         actor: &ActorRef,
@@ -358,20 +393,23 @@ impl Node {
         let bad = |e: String| (ErrorKind::InvalidOperation, e);
         let id = ActorId::new(&req.actor_id).map_err(|e| bad(format!("actor id: {e}")))?;
         let to = NodeRid::new(&req.to).map_err(|e| bad(format!("node: {e}")))?;
-        let actor = {
-            let actors = lock(&self.inner.actors);
-            actors
-                .live
-                .get(&id)
-                .filter(|a| a.held.is_none())
-                .map(|a| a.actor_ref.clone())
-        }
-        .ok_or_else(|| {
-            (
-                ErrorKind::NotFound,
-                format!("actor {id} is not owned by this node"),
-            )
-        })?;
+        let actor = lock(&self.inner.actors)
+            .live
+            .get(&id)
+            .map(|a| a.actor_ref.clone());
+        let actor = match actor {
+            Some(a) => a,
+            None if self.activating(&id) => {
+                let e = RelocateError::NotReady(id);
+                return Err((e.kind(), e.to_string()));
+            }
+            None => {
+                return Err((
+                    ErrorKind::NotFound,
+                    format!("actor {id} is not owned by this node"),
+                ));
+            }
+        };
         let r = self
             .relocate(&actor, to)
             .await
@@ -387,18 +425,46 @@ impl Node {
         })
     }
 
-    /// The moving incarnation: local and Ready.
+    /// Whether an activation of `actor` runs on this node (its local activator holds the id).
+    fn activating(&self, actor: &ActorId) -> bool {
+        lock(&self.inner.activations).contains_key(actor)
+    }
+
+    /// Whether a relocation this node runs as the source moves `actor` (alone or with its Spot).
+    pub(super) fn relocating(&self, actor: &ActorId) -> bool {
+        lock(&self.inner.relocations.table)
+            .sources
+            .values()
+            .any(|s| s.actors.contains(actor))
+    }
+
+    /// The moving incarnation: local and Ready, not moving already (alone or with its Spot).
     fn moving(&self, actor: &ActorRef) -> Result<Moving, RelocateError> {
         let id = actor.id();
         let (actor_ref, mailbox, spot, binding, timers) = {
             let actors = lock(&self.inner.actors);
-            let a = actors
+            let Some(a) = actors
                 .live
                 .get(id)
-                .filter(|a| {
-                    a.actor_ref.object_generation() == actor.object_generation() && a.held.is_none()
-                })
-                .ok_or_else(|| RelocateError::NotOwner(id.clone()))?;
+                .filter(|a| a.actor_ref.object_generation() == actor.object_generation())
+            else {
+                drop(actors);
+                return Err(if self.activating(id) {
+                    RelocateError::NotReady(id.clone())
+                } else {
+                    RelocateError::NotOwner(id.clone())
+                });
+            };
+            if a.held.is_some() {
+                // The barrier is closed: by a relocation of its own or its Spot's, or by its
+                // activation (Ready not committed yet).
+                drop(actors);
+                return Err(if self.relocating(id) {
+                    RelocateError::InProgress(id.clone())
+                } else {
+                    RelocateError::NotReady(id.clone())
+                });
+            }
             (
                 a.actor_ref.clone(),
                 a.mailbox.clone(),
@@ -411,6 +477,10 @@ impl Node {
         let s = spots
             .get(&spot)
             .ok_or_else(|| RelocateError::NotOwner(id.clone()))?;
+        if s.relocating {
+            // its Spot moves as a unit now: the Spot's relocation has it
+            return Err(RelocateError::InProgress(id.clone()));
+        }
         Ok(Moving {
             actor_ref,
             binding,

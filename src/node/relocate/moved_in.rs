@@ -2,16 +2,17 @@
 //! binding slot, timers) and the window in which it takes its source's relayed records
 //! (`LocalActor::moved_from`, until the Message Follow time after its commit).
 
+use std::collections::VecDeque;
 use std::time::Instant;
 
 use zlink_wire::{NodeRid, RelocationId};
 
-use crate::actor::exec;
+use crate::actor::exec::{self, Mailbox};
 use crate::actor::fence::CallFence;
 use crate::actor::{ActorCtx, ActorError, ActorRef};
 use crate::node::local::LocalActor;
 use crate::node::{Node, bound, lock};
-use crate::relocation::records::{BindingRecord, Placement};
+use crate::relocation::records::{BindingRecord, Placement, TimerRecord};
 use crate::session::{BindingSlot, RegisteredBinding};
 use crate::store::ActorLocation;
 
@@ -58,7 +59,13 @@ impl Node {
 
     /// The moved-in actor: its lane on its Spot with the rehydrated instance, published with
     /// its temporary queue as the closed barrier, then the barrier opens (queued records first,
-    /// in order; what arrives meanwhile behind them).
+    /// in order; what arrives meanwhile behind them) and its timers start.
+    ///
+    /// `behind_source` (the cutover timeout's fallback committed): it is published with an
+    /// empty closed barrier instead — its regular ingress waits there — and its temporary
+    /// queue stays in the relocation's entry, marked streaming: the target driver moves it
+    /// into the lane as the source relays it ([`TargetRun`](super::target)'s pump) until
+    /// [`Node::release_moved_in`]. Returns its mailbox.
     pub(super) async fn open_moved_in(
         &self,
         relocation: RelocationId,
@@ -66,7 +73,8 @@ impl Node {
         location: &ActorLocation,
         placement: &Placement,
         instance: Box<dyn crate::actor::ActorInstance>,
-    ) -> Result<(), ActorError> {
+        behind_source: bool,
+    ) -> Result<Mailbox, ActorError> {
         let spot = &placement.spot;
         let rt_spot = self.join_spot(spot)?;
         let actor_ref = ActorRef::from_location(location);
@@ -93,11 +101,14 @@ impl Node {
         {
             // Lock order: relocations, then actors (as the WORK arm).
             let mut t = lock(&self.inner.relocations.table);
-            let queue = t
-                .targets
-                .get_mut(&relocation)
-                .and_then(|e| e.queues.remove(&location.actor_id))
-                .unwrap_or_default();
+            let queue = match t.targets.get_mut(&relocation) {
+                Some(e) if behind_source => {
+                    e.streaming.push(location.actor_id.clone());
+                    VecDeque::new()
+                }
+                Some(e) => e.queues.remove(&location.actor_id).unwrap_or_default(),
+                None => VecDeque::new(),
+            };
             let mut actors = lock(&self.inner.actors);
             actors.retired.remove(&location.actor_id);
             actors.live.insert(
@@ -114,19 +125,58 @@ impl Node {
                 },
             );
         }
-        self.open_barrier(&actor_ref, &mailbox).await?;
-        // Its timers go on here, behind the work it brought (a tick never overtakes it).
+        if !behind_source {
+            self.open_barrier(&actor_ref, &mailbox).await?;
+            self.start_moved_timers(&actor_ref, &placement.timers);
+        }
+        Ok(mailbox)
+    }
+
+    /// The source's relay stream of the moved-in `actor_ref` (opened `behind_source`) ends:
+    /// what its temporary queue still holds goes into the lane, then the regular ingress that
+    /// waited behind the barrier (and relayed records that arrived after this, in arrival
+    /// order), then its timers start. Relayed records arriving later are appended behind
+    /// (`moved_from`).
+    pub(super) async fn release_moved_in(
+        &self,
+        relocation: RelocationId,
+        actor_ref: &ActorRef,
+        mailbox: &Mailbox,
+        timers: &[TimerRecord],
+    ) -> Result<(), ActorError> {
+        let rest = {
+            let mut t = lock(&self.inner.relocations.table);
+            t.targets
+                .get_mut(&relocation)
+                .and_then(|e| {
+                    e.streaming.retain(|a| a != actor_ref.id());
+                    e.queues.remove(actor_ref.id())
+                })
+                .unwrap_or_default()
+        };
+        for work in rest {
+            if mailbox.submit(work).await.is_err() {
+                self.count_send_dropped();
+            }
+        }
+        self.open_barrier(actor_ref, mailbox).await?;
+        self.start_moved_timers(actor_ref, timers);
+        Ok(())
+    }
+
+    /// The moved-in actor's timers go on here, behind the work it brought (a tick never
+    /// overtakes it).
+    fn start_moved_timers(&self, actor_ref: &ActorRef, timers: &[TimerRecord]) {
         let mut actors = lock(&self.inner.actors);
-        if let Some(local) = actors.live.get_mut(&location.actor_id).filter(|a| {
-            a.actor_ref.object_generation() == location.object_generation && a.timers.is_empty()
+        if let Some(local) = actors.live.get_mut(actor_ref.id()).filter(|a| {
+            a.actor_ref.object_generation() == actor_ref.object_generation() && a.timers.is_empty()
         }) {
-            for t in &placement.timers {
+            for t in timers {
                 if let Err(e) = self.start_local_timer(local, t.clone()) {
                     tracing::warn!(error = %e, "a moved actor's timer not started");
                 }
             }
         }
-        Ok(())
     }
 }
 

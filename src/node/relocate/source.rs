@@ -18,7 +18,7 @@ use super::{
     reply_refusal, sleep_until,
 };
 use crate::actor::exec::{EndReason, Mailbox, Work};
-use crate::actor::{ActorError, ActorRef};
+use crate::actor::{ActorError, ActorRef, MigratedState};
 use crate::node::local::LocalActor;
 use crate::node::{Node, calls::request_error, lock, protocol};
 use crate::relocation::SealTarget;
@@ -39,7 +39,7 @@ impl Node {
         &self,
         subject: Subject,
         label: String,
-        moving: Vec<Moving>,
+        mut moving: Vec<Moving>,
         to: NodeRid,
     ) -> Result<Moved, RelocateError> {
         let mut actors = Vec::with_capacity(moving.len());
@@ -91,6 +91,25 @@ impl Node {
             t.counters.started += 1;
             rid
         };
+        // From here a bind of a moving incarnation answers `Unavailable` (SB-5.12; the bind
+        // path checks the Follow table under the actors lock), and the binding each seal names
+        // is read in the same step: a bind registered since `moving` was taken is the one
+        // sealed and carried in the Restore, and none registers that the seals do not cover.
+        {
+            let live = lock(&self.inner.actors);
+            for m in &mut moving {
+                let id = m.actor_ref.id().clone();
+                let generation = m.actor_ref.object_generation();
+                self.seal_follow(id.clone(), generation);
+                if let Some(a) = live
+                    .live
+                    .get(&id)
+                    .filter(|a| a.actor_ref.object_generation() == generation)
+                {
+                    m.binding = a.binding.current().cloned();
+                }
+            }
+        }
         for (a, m) in actors.iter_mut().zip(&moving) {
             a.bindings = m
                 .binding
@@ -127,6 +146,7 @@ impl Node {
             target: to,
             relayed: 0,
             handed_off: None,
+            states: HashMap::new(),
         };
         let out = run.drive().instrument(span).await;
         lock(&self.inner.relocations.table)
@@ -237,6 +257,40 @@ fn retire_sealed(a: &mut LocalActor) {
     a.mailbox.unseal();
 }
 
+impl Node {
+    /// SB-8.6's recovery of one moving actor whose record this node removed: a new incarnation
+    /// here from `state` (its dehydrated state), its timers started again; counted
+    /// (`RelocationCounters::recovered`).
+    async fn recover_moving(&self, m: &Moving, state: MigratedState) {
+        let id = m.actor_ref.id();
+        let actor_ref = match self
+            .reactivate(m.actor_ref.actor_type(), id, m.spot.clone(), state)
+            .await
+        {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::warn!(actor = %id, error = %e, "failed relocation: the actor's state is not re-activated");
+                return;
+            }
+        };
+        {
+            let mut actors = lock(&self.inner.actors);
+            if let Some(local) = actors.live.get_mut(id).filter(|a| {
+                a.actor_ref.object_generation() == actor_ref.object_generation()
+                    && a.timers.is_empty()
+            }) {
+                for t in &m.timers {
+                    if let Err(e) = self.start_local_timer(local, t.clone()) {
+                        tracing::warn!(error = %e, "a recovered actor's timer not started");
+                    }
+                }
+            }
+        }
+        lock(&self.inner.relocations.table).counters.recovered += 1;
+        tracing::info!(actor = %actor_ref, "failed relocation: the actor is back here with its state, a new incarnation");
+    }
+}
+
 struct SourceRun<'a> {
     node: &'a Node,
     core: SourceHandoff,
@@ -253,6 +307,9 @@ struct SourceRun<'a> {
     relayed: u64,
     /// When the cutover left (the wait for the target's result is bounded from here).
     handed_off: Option<Instant>,
+    /// Each moving actor's state as dehydrated here, kept until the relocation ends: after a
+    /// failure past relay-ready the actor comes back here with it (`release_records`).
+    states: HashMap<ActorId, MigratedState>,
 }
 
 impl SourceRun<'_> {
@@ -437,7 +494,15 @@ impl SourceRun<'_> {
                 // Records waiting in an actor's backlog (its lane was full) stay there, behind
                 // the sealed lane's, until the capture takes both in arrival order.
                 let state = match state {
-                    Ok(s) if held => Ok(s),
+                    Ok(s) if held => {
+                        self.states = self
+                            .moving
+                            .iter()
+                            .map(|m| m.actor_ref.id().clone())
+                            .zip(s.iter().cloned())
+                            .collect();
+                        Ok(s)
+                    }
                     Ok(_) => {
                         tracing::info!("incarnation gone: relocation aborts");
                         Err(())
@@ -715,14 +780,19 @@ impl SourceRun<'_> {
         }
     }
 
-    /// After a failure past relay-ready (SB-8.6) an incarnation is served nowhere: unless the
-    /// target's CAS won (then the target owns it), its store record is removed with this
-    /// node's owner fence, as a destroy does — atomically against a late CAS of the target,
-    /// which changes the owner — and it is remembered as retired here. A record naming it
-    /// then answers `NotFound` (retrying cannot help), and the next `get_or_create` anywhere
-    /// activates a new incarnation (a new ObjectGeneration, SB-4.1) from the type's factory;
-    /// the sessions bound to it were closed by their seal timeout (SB-8.3).
-    async fn release_records(&self, which: impl Fn(&ActorId) -> bool) {
+    /// After a failure past relay-ready (SB-8.6) the sealed incarnation is served nowhere:
+    /// unless the target's CAS won (then the target owns it), its store record is removed with
+    /// this node's owner fence, as a destroy does — atomically against a late CAS of the
+    /// target, which changes the owner — and it is remembered as retired here. A record naming
+    /// it then answers `NotFound` (retrying cannot help); the sessions bound to it are closed
+    /// by their seal timeout (SB-8.3): the source route is never reopened.
+    ///
+    /// The actor itself comes back: this node activates a new incarnation of it (a new
+    /// ObjectGeneration, SB-4.1, reserved and committed in the store like any activation) from
+    /// the state it dehydrated for the move, with its timers ([`Node::reactivate`]). What was
+    /// captured after the dehydration never ran here and is not replayed. If another node
+    /// activated the actor first, that incarnation serves it and the state is dropped (logged).
+    async fn release_records(&mut self, which: impl Fn(&ActorId) -> bool) {
         let node = self.node;
         for m in self.moving.iter().filter(|m| which(m.actor_ref.id())) {
             let id = m.actor_ref.id().clone();
@@ -733,8 +803,11 @@ impl SourceRun<'_> {
                 Ok(()) => {
                     lock(&node.inner.actors)
                         .retired
-                        .insert(id, m.actor_ref.object_generation());
+                        .insert(id.clone(), m.actor_ref.object_generation());
                     tracing::info!("failed relocation: the incarnation's record is removed");
+                    if let Some(state) = self.states.remove(&id) {
+                        node.recover_moving(m, state).await;
+                    }
                 }
                 Err(e) => {
                     tracing::info!(error = %e, "failed relocation: the record stays (the target owns it, or the store decides later)");

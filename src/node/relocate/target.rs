@@ -4,25 +4,28 @@
 //! the 44, the result to the source).
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
-use tokio::sync::mpsc;
+use tokio::sync::{Notify, broadcast, mpsc};
 use tracing::Instrument;
-use zlink_mesh::ReplyHandle;
-use zlink_wire::{ActorId, DispatchKey, ErrorKind, NodeRid};
+use zlink_mesh::{PeerEvent, ReplyHandle};
+use zlink_wire::{ActorId, DispatchKey, ErrorKind, NodeGeneration, NodeRid, RelocationId};
 
 use super::{
     INPUTS, RelocationSummary, TargetEntry, TargetInput, phase_list, reply_refusal, sleep_until,
 };
-use crate::actor::exec::{self, Work};
+use crate::actor::exec::{self, Mailbox, Work};
 use crate::actor::{ActivationInfo, ActorError, ActorRef};
 use crate::node::{Node, lock, protocol};
 use crate::relocation::records::{
     self, CommittedActor, CutoverRecord, HandoffRefusal, Placement, RestoreRecord, ResultRecord,
-    WorkRecord,
+    TimerRecord, WorkRecord,
 };
-use crate::relocation::{RestoreRefusal, TargetEffect, TargetHandoff, TargetOutcome};
+use crate::relocation::{
+    RestoreRefusal, SourceWaitEnd, TargetEffect, TargetHandoff, TargetOutcome,
+};
 use crate::store::ActorOwner;
 
 /// Records one relocation's temporary queues on the target hold at most, and their payload
@@ -48,6 +51,10 @@ impl Node {
         };
         let relocation = rec.relocation;
         let (tx, rx) = mpsc::channel(INPUTS);
+        let relayed = Arc::new(Notify::new());
+        // The source's lifecycle now: a Down of it, or another one Up, means it is gone.
+        let events = self.inner.mesh.subscribe();
+        let source_generation = self.inner.mesh.peer_generation(&sender);
         {
             let mut t = lock(&self.inner.relocations.table);
             if t.targets.contains_key(&relocation) {
@@ -68,6 +75,8 @@ impl Node {
                         .map(|a| (a.actor.clone(), VecDeque::new()))
                         .collect(),
                     queued: (0, 0),
+                    streaming: Vec::new(),
+                    relayed: relayed.clone(),
                     phase: "Installing",
                 },
             );
@@ -94,6 +103,10 @@ impl Node {
                     node: &node,
                     core,
                     rx,
+                    relayed,
+                    events: Some(events),
+                    source_generation,
+                    streams: Vec::new(),
                     source: sender.clone(),
                     placement,
                     restore_reply: Some(reply),
@@ -107,6 +120,9 @@ impl Node {
                     .targets
                     .remove(&relocation);
                 node.end_moved_from(&sender, opened, at).await;
+                lock(&node.inner.relocations.table)
+                    .late_streams
+                    .remove(&relocation);
             }
             .instrument(span),
         );
@@ -141,6 +157,7 @@ impl Node {
                 reply_refusal(a, why);
             }
         };
+        let late;
         let mailbox = {
             let mut t = lock(&self.inner.relocations.table);
             match t.targets.get_mut(&rec.relocation) {
@@ -171,12 +188,21 @@ impl Node {
                         .get_mut(&rec.actor)
                         .expect("checked")
                         .push_back(work);
+                    if e.streaming.contains(&rec.actor) {
+                        e.relayed.notify_one();
+                    }
                     if let Some(a) = ack {
                         a.reply(Bytes::new());
                     }
                     return;
                 }
                 _ => {
+                    // After the wait for the source's relay stream ended without its cutover:
+                    // appended behind what went in meanwhile (counted below once taken).
+                    late = t
+                        .late_streams
+                        .get(&rec.relocation)
+                        .is_some_and(|a| a.contains(&rec.actor));
                     drop(t);
                     // After the commit: the moved actor, from the node it came from.
                     let mut actors = lock(&self.inner.actors);
@@ -201,6 +227,15 @@ impl Node {
                 }
             }
         };
+        if late {
+            lock(&self.inner.relocations.table)
+                .counters
+                .relayed_after_source_wait += 1;
+            tracing::warn!(
+                relocation = rec.relocation.get(),
+                "relayed record after the source wait: appended behind"
+            );
+        }
         if let Some((mailbox, work)) = mailbox {
             if mailbox.submit(work).await.is_err() {
                 self.count_send_dropped();
@@ -223,16 +258,25 @@ impl Node {
             Err(why) => return reply_refusal(reply, self.inner.relocations.refuse(why)),
         };
         let tx = {
-            let t = lock(&self.inner.relocations.table);
-            match t.targets.get(&rec.relocation) {
+            let mut t = lock(&self.inner.relocations.table);
+            let entry = t
+                .targets
+                .get(&rec.relocation)
+                .map(|e| (e.source.clone(), e.tx.clone()));
+            match entry {
+                // The source's late cutover after its relay stream's wait ended: the stream is
+                // complete (what it relays later is no captured work).
+                None if t.late_streams.remove(&rec.relocation).is_some() => Ok(None),
                 None => Err(HandoffRefusal::UnknownRelocation),
-                Some(e) if e.source != *sender => Err(HandoffRefusal::WrongPeer),
-                Some(e) => Ok(e.tx.clone()),
+                Some((source, _)) if source != *sender => Err(HandoffRefusal::WrongPeer),
+                Some((_, tx)) => Ok(Some(tx)),
             }
         };
         match tx {
             Ok(tx) => {
-                let _ = tx.try_send(TargetInput::Cutover);
+                if let Some(tx) = tx {
+                    let _ = tx.try_send(TargetInput::Cutover);
+                }
                 reply.reply(Bytes::new());
             }
             Err(why) => reply_refusal(reply, self.inner.relocations.refuse(why)),
@@ -244,6 +288,15 @@ struct TargetRun<'a> {
     node: &'a Node,
     core: TargetHandoff,
     rx: mpsc::Receiver<TargetInput>,
+    /// Woken when a streaming actor's queue got a relayed record.
+    relayed: Arc<Notify>,
+    /// The mesh's peer events (the source seen gone), until their stream closes.
+    events: Option<broadcast::Receiver<PeerEvent>>,
+    /// The source's lifecycle when the Restore arrived.
+    source_generation: Option<NodeGeneration>,
+    /// After a fallback, the committed actors whose source relay stream is open: their lane,
+    /// and the timers that start once it closed.
+    streams: Vec<(ActorRef, Mailbox, Vec<TimerRecord>)>,
     source: NodeRid,
     placement: Vec<Placement>,
     restore_reply: Option<ReplyHandle>,
@@ -276,23 +329,41 @@ impl TargetRun<'_> {
                     crate::relocation::TargetPhaseName::Installing => "Installing",
                     crate::relocation::TargetPhaseName::RelayReady => "RelayReady",
                     crate::relocation::TargetPhaseName::Committing => "Committing",
+                    crate::relocation::TargetPhaseName::AwaitingSource => "AwaitingSource",
                     _ => "Done",
                 };
             }
             let clock = node.inner.clock.clone();
             let at = self.core.poll_timeout();
+            let relayed = self.relayed.clone();
             tokio::select! {
                 input = self.rx.recv() => match input {
                     Some(TargetInput::Cutover) => {
+                        // Every record relayed before the cutover went into the queues first
+                        // (the inbound loop handles them in arrival order).
+                        self.pump().await;
                         let n = self.queued();
                         self.core.handle_relayed(n);
                         self.core.handle_cutover(clock.now());
                     }
                     None => return self.opened(),
                 },
+                () = relayed.notified() => self.pump().await,
+                gone = source_gone(&mut self.events, &self.source, self.source_generation) => {
+                    if gone {
+                        tracing::info!("the source is gone");
+                        self.core.handle_source_lost(clock.now());
+                    }
+                }
                 () = sleep_until(&*clock, at) => self.core.handle_timeout(clock.now()),
             }
         }
+    }
+
+    /// Moves what the streaming actors' queues hold into their lanes, in arrival order (the
+    /// only mover while the stream is open, so nothing overtakes).
+    fn pump(&self) -> impl std::future::Future<Output = ()> + Send + '_ {
+        pump(self.node, self.core.id(), &self.streams)
     }
 
     fn opened(self) -> (Vec<ActorRef>, Instant) {
@@ -302,11 +373,12 @@ impl TargetRun<'_> {
         (self.opened, at)
     }
 
+    /// Records taken into this relocation's queues so far.
     fn queued(&self) -> u64 {
         let t = lock(&self.node.inner.relocations.table);
         t.targets
             .get(&self.core.id())
-            .map_or(0, |e| e.queues.values().map(|q| q.len() as u64).sum())
+            .map_or(0, |e| e.queued.0 as u64)
     }
 
     fn install(
@@ -379,10 +451,41 @@ impl TargetRun<'_> {
                 }
             }
             TargetEffect::WarnCutoverTimeout => {
+                lock(&node.inner.relocations.table)
+                    .counters
+                    .cutover_timeouts += 1;
                 tracing::warn!(
                     event = "cutover_timeout",
                     "no cutover from the source within the cutover timeout: falling back to the owner CAS"
                 );
+            }
+            TargetEffect::WarnSourceWaitExpired => {
+                lock(&node.inner.relocations.table)
+                    .counters
+                    .source_waits_expired += 1;
+                tracing::warn!(
+                    event = "source_wait_expired",
+                    "no cutover from the source within the source wait after the fallback: regular ingress goes in, later relayed work behind it"
+                );
+            }
+            TargetEffect::ReleaseIngress { actor } => {
+                let Some(i) = self.streams.iter().position(|(r, ..)| r.id() == &actor) else {
+                    return false;
+                };
+                let (actor_ref, mailbox, timers) = self.streams.swap_remove(i);
+                if self.core.source_wait_end() != Some(SourceWaitEnd::Cutover) {
+                    lock(&node.inner.relocations.table)
+                        .late_streams
+                        .entry(relocation)
+                        .or_default()
+                        .push(actor.clone());
+                }
+                if let Err(e) = node
+                    .release_moved_in(relocation, &actor_ref, &mailbox, &timers)
+                    .await
+                {
+                    tracing::info!(error = %e, "moved actor ended before its ingress opened");
+                }
             }
             TargetEffect::CasOwner { actor, expected } => {
                 let owner = ActorOwner {
@@ -397,14 +500,34 @@ impl TargetRun<'_> {
                     .map_err(|e| tracing::info!(error = %e, "owner CAS failed"));
                 self.core.handle_cas(node.inner.clock.now(), &actor, r);
             }
-            TargetEffect::OpenDispatch { actor, location } => {
+            TargetEffect::OpenDispatch {
+                actor,
+                location,
+                behind_source,
+            } => {
                 self.opened_at.get_or_insert_with(|| node.inner.clock.now());
                 if let Some((placement, instance)) = self.instances.remove(&actor) {
                     match node
-                        .open_moved_in(relocation, &self.source, &location, &placement, instance)
+                        .open_moved_in(
+                            relocation,
+                            &self.source,
+                            &location,
+                            &placement,
+                            instance,
+                            behind_source,
+                        )
                         .await
                     {
-                        Ok(()) => self.opened.push(ActorRef::from_location(&location)),
+                        Ok(mailbox) => {
+                            let actor_ref = ActorRef::from_location(&location);
+                            if behind_source {
+                                self.streams
+                                    .push((actor_ref.clone(), mailbox, placement.timers));
+                                // what the source relayed before the commit goes in first
+                                self.pump().await;
+                            }
+                            self.opened.push(actor_ref);
+                        }
                         Err(e) => {
                             tracing::error!(error = %e, "moved actor not opened after the CAS");
                         }
@@ -473,5 +596,56 @@ impl TargetRun<'_> {
             }
         }
         false
+    }
+}
+
+/// Resolves when the next peer event is read: `true` when it shows `source` gone (a Down of the
+/// lifecycle the Restore came from, another lifecycle Up, or — after missed events — no longer
+/// that lifecycle). Pending for ever once the event stream closed.
+async fn source_gone(
+    events: &mut Option<broadcast::Receiver<PeerEvent>>,
+    source: &NodeRid,
+    generation: Option<NodeGeneration>,
+) -> bool {
+    let Some(rx) = events.as_mut() else {
+        return std::future::pending().await;
+    };
+    match rx.recv().await {
+        Ok(PeerEvent::Down {
+            node,
+            generation: g,
+            ..
+        }) => node == *source && generation.is_none_or(|s| s == g),
+        Ok(PeerEvent::Up {
+            node,
+            generation: g,
+        }) => node == *source && generation.is_some_and(|s| s != g),
+        Ok(_) => false,
+        Err(broadcast::error::RecvError::Lagged(_)) => true,
+        Err(broadcast::error::RecvError::Closed) => {
+            *events = None;
+            false
+        }
+    }
+}
+
+/// [`TargetRun::pump`] (free of the driver, whose rehydrated instances are not `Sync`).
+async fn pump(
+    node: &Node,
+    relocation: RelocationId,
+    streams: &[(ActorRef, Mailbox, Vec<TimerRecord>)],
+) {
+    for (actor_ref, mailbox, _) in streams {
+        loop {
+            let work = lock(&node.inner.relocations.table)
+                .targets
+                .get_mut(&relocation)
+                .and_then(|e| e.queues.get_mut(actor_ref.id()))
+                .and_then(VecDeque::pop_front);
+            let Some(work) = work else { break };
+            if mailbox.submit(work).await.is_err() {
+                node.count_send_dropped();
+            }
+        }
     }
 }

@@ -386,6 +386,10 @@ ZMQ_EXPORT const char *zmq_msg_gets (const zmq_msg_t *msg_,
  *  routing ids its peers announce and gives every connection a generated one.
  *  ZMQ_ROUTER_NOTIFY (97) is settable without the DRAFT API.                  */
 #define ZMQ_ROUTER_ASSIGN_IDS 0x5a4c0001
+/*  ZLINK PATCH (decoder copies): 0 (int) makes the socket's connections copy
+ *  each received message out of the receive buffer (no zero copy), so the
+ *  buffer needs no reference counts; 1 is libzmq's default.                  */
+#define ZMQ_IN_ZERO_COPY 0x5a4c0002
 
 /*  Message options                                                           */
 #define ZMQ_MORE 1

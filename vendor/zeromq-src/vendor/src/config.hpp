@@ -39,12 +39,12 @@ enum
     //  Number of new messages in message pipe needed to trigger new memory
     //  allocation. Setting this parameter to 256 decreases the impact of
     //  memory allocation by approximately 99.6%
-    //  ZLINK PATCH (pipe granularity): 16, not 256. Every connection has a pipe
+    //  ZLINK PATCH (pipe granularity): 4, not 256. Every connection has a pipe
     //  pair whose two queues each hold a chunk for their whole life (and a spare
     //  one once a chunk was passed): 16 KiB each at 256, which an idle client
-    //  connection touches page by page as its pings go through. 1 KiB chunks
-    //  cost one allocation per 16 messages in flight instead.
-    message_pipe_granularity = 16,
+    //  connection touches page by page as its pings go through. 256-byte chunks
+    //  cost one allocation per 4 messages in flight past the spare instead.
+    message_pipe_granularity = 4,
 
     //  Commands in pipe per allocation event.
     command_pipe_granularity = 16,

@@ -66,6 +66,17 @@ class decoder_base_t : public i_decoder
         _buf = _allocator.allocate ();
     }
 
+    //  ZLINK PATCH (decoder copies): an allocator made for at most max_messages_
+    //  zero-copy messages per buffer (0: none, every message is copied out).
+    decoder_base_t (const size_t buf_size_, const size_t max_messages_) :
+        _next (NULL),
+        _read_pos (NULL),
+        _to_read (0),
+        _allocator (buf_size_, max_messages_)
+    {
+        _buf = _allocator.allocate ();
+    }
+
     ~decoder_base_t () ZMQ_OVERRIDE { _allocator.deallocate (); }
 
     //  Returns a buffer to be filled with binary data.

@@ -95,6 +95,8 @@ zmq::epoll_t::handle_t zmq::epoll_t::add_fd (fd_t fd_, i_poll_events *events_)
     pe->ev.events = 0;
     pe->ev.data.ptr = pe;
     pe->events = events_;
+    pe->registered = 0;
+    pe->changed = false;
 
     const int rc = epoll_ctl (_epoll_fd, EPOLL_CTL_ADD, fd_, &pe->ev);
     errno_assert (rc != -1);
@@ -123,8 +125,7 @@ void zmq::epoll_t::set_pollin (handle_t handle_)
     check_thread ();
     poll_entry_t *pe = static_cast<poll_entry_t *> (handle_);
     pe->ev.events |= EPOLLIN;
-    const int rc = epoll_ctl (_epoll_fd, EPOLL_CTL_MOD, pe->fd, &pe->ev);
-    errno_assert (rc != -1);
+    mark_changed (pe);
 }
 
 void zmq::epoll_t::reset_pollin (handle_t handle_)
@@ -132,8 +133,7 @@ void zmq::epoll_t::reset_pollin (handle_t handle_)
     check_thread ();
     poll_entry_t *pe = static_cast<poll_entry_t *> (handle_);
     pe->ev.events &= ~(static_cast<short> (EPOLLIN));
-    const int rc = epoll_ctl (_epoll_fd, EPOLL_CTL_MOD, pe->fd, &pe->ev);
-    errno_assert (rc != -1);
+    mark_changed (pe);
 }
 
 void zmq::epoll_t::set_pollout (handle_t handle_)
@@ -141,8 +141,7 @@ void zmq::epoll_t::set_pollout (handle_t handle_)
     check_thread ();
     poll_entry_t *pe = static_cast<poll_entry_t *> (handle_);
     pe->ev.events |= EPOLLOUT;
-    const int rc = epoll_ctl (_epoll_fd, EPOLL_CTL_MOD, pe->fd, &pe->ev);
-    errno_assert (rc != -1);
+    mark_changed (pe);
 }
 
 void zmq::epoll_t::reset_pollout (handle_t handle_)
@@ -150,8 +149,33 @@ void zmq::epoll_t::reset_pollout (handle_t handle_)
     check_thread ();
     poll_entry_t *pe = static_cast<poll_entry_t *> (handle_);
     pe->ev.events &= ~(static_cast<short> (EPOLLOUT));
-    const int rc = epoll_ctl (_epoll_fd, EPOLL_CTL_MOD, pe->fd, &pe->ev);
-    errno_assert (rc != -1);
+    mark_changed (pe);
+}
+
+void zmq::epoll_t::mark_changed (poll_entry_t *pe_)
+{
+    //  ZLINK PATCH (lazy epoll_ctl): see epoll.hpp.
+    if (!pe_->changed) {
+        pe_->changed = true;
+        _changed.push_back (pe_);
+    }
+}
+
+void zmq::epoll_t::apply_changes ()
+{
+    //  ZLINK PATCH (lazy epoll_ctl): see epoll.hpp. A retired entry was deleted
+    //  from the kernel's set by rm_fd; it is freed only after this ran.
+    for (changed_t::iterator it = _changed.begin (), end = _changed.end ();
+         it != end; ++it) {
+        poll_entry_t *const pe = *it;
+        pe->changed = false;
+        if (pe->fd == retired_fd || pe->ev.events == pe->registered)
+            continue;
+        const int rc = epoll_ctl (_epoll_fd, EPOLL_CTL_MOD, pe->fd, &pe->ev);
+        errno_assert (rc != -1);
+        pe->registered = pe->ev.events;
+    }
+    _changed.clear ();
 }
 
 void zmq::epoll_t::stop ()
@@ -180,6 +204,9 @@ void zmq::epoll_t::loop ()
             continue;
         }
 
+        //  ZLINK PATCH (lazy epoll_ctl): the kernel gets the wanted events.
+        apply_changes ();
+
         //  Wait for events.
         const int n = epoll_wait (_epoll_fd, &ev_buf[0], max_io_events,
                                   timeout ? timeout : -1);
@@ -205,6 +232,10 @@ void zmq::epoll_t::loop ()
             if (ev_buf[i].events & EPOLLIN)
                 pe->events->in_event ();
         }
+
+        //  ZLINK PATCH (lazy epoll_ctl): nothing in _changed points at an entry
+        //  freed below.
+        apply_changes ();
 
         //  Destroy retired event sources.
         for (retired_t::iterator it = _retired.begin (), end = _retired.end ();

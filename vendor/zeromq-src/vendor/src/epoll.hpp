@@ -97,7 +97,22 @@ class epoll_t ZMQ_FINAL : public worker_poller_base_t
         fd_t fd;
         epoll_event ev;
         zmq::i_poll_events *events;
+        //  ZLINK PATCH (lazy epoll_ctl): the events the kernel has for this fd, and
+        //  whether the entry is in _changed.
+        uint32_t registered;
+        bool changed;
     };
+
+    //  ZLINK PATCH (lazy epoll_ctl): set_pollin/out and reset_pollin/out only
+    //  record the wanted events; the entries whose events changed are sent to
+    //  the kernel (one EPOLL_CTL_MOD each, none if the events are back to what
+    //  the kernel has) before the next epoll_wait and before retired entries are
+    //  freed. A speculative write that empties the engine's buffer (set_pollout
+    //  then reset_pollout in one pass) costs no system call.
+    void mark_changed (poll_entry_t *pe_);
+    void apply_changes ();
+    typedef std::vector<poll_entry_t *> changed_t;
+    changed_t _changed;
 
     //  List of retired event sources.
     typedef std::vector<poll_entry_t *> retired_t;

@@ -804,6 +804,15 @@ int zmq::options_t::setsockopt (int option_,
             }
             break;
 
+        //  ZLINK PATCH (decoder copies): zero-copy receive per socket (libzmq has
+        //  it only as the context's ZMQ_ZERO_COPY_RECV, copied into each socket).
+        case ZMQ_IN_ZERO_COPY:
+            if (is_int && (value == 0 || value == 1)) {
+                zero_copy = value != 0;
+                return 0;
+            }
+            break;
+
 #ifdef ZMQ_BUILD_DRAFT_API
 
 #ifdef ZMQ_HAVE_WSS

@@ -330,6 +330,17 @@ bool zmq::stream_engine_base_t::in_event_internal ()
 
 void zmq::stream_engine_base_t::out_event ()
 {
+    //  ZLINK PATCH (lazy epoll_ctl): when a round wrote everything, one more
+    //  round finds the pipe empty and stops polling for output now, in the same
+    //  pass as restart_output's set_pollout (the lazy poller then makes neither
+    //  a system call), instead of on the POLLOUT the kernel reports next. A
+    //  round that finds more writes it; POLLOUT stays set for the rest.
+    if (out_event_internal ())
+        out_event_internal ();
+}
+
+bool zmq::stream_engine_base_t::out_event_internal ()
+{
     zmq_assert (!_io_error);
 
     //  If write buffer is empty, try to read new data from the encoder.
@@ -339,7 +350,7 @@ void zmq::stream_engine_base_t::out_event ()
         //  more time due to 'speculative write' optimisation.
         if (unlikely (_encoder == NULL)) {
             zmq_assert (_handshaking);
-            return;
+            return false;
         }
 
         _outpos = NULL;
@@ -350,7 +361,7 @@ void zmq::stream_engine_base_t::out_event ()
                 //  ws_engine can cause an engine error and delete it, so
                 //  bail out immediately to avoid use-after-free
                 if (errno == ECONNRESET)
-                    return;
+                    return false;
                 else
                     break;
             }
@@ -368,7 +379,7 @@ void zmq::stream_engine_base_t::out_event ()
         if (_outsize == 0) {
             _output_stopped = true;
             reset_pollout ();
-            return;
+            return false;
         }
     }
 
@@ -384,7 +395,7 @@ void zmq::stream_engine_base_t::out_event ()
     //  this is necessary to prevent losing incoming messages.
     if (nbytes == -1) {
         reset_pollout ();
-        return;
+        return false;
     }
 
     _outpos += nbytes;
@@ -392,9 +403,12 @@ void zmq::stream_engine_base_t::out_event ()
 
     //  If we are still handshaking and there are no data
     //  to send, stop polling for output.
-    if (unlikely (_handshaking))
+    if (unlikely (_handshaking)) {
         if (_outsize == 0)
             reset_pollout ();
+        return false;
+    }
+    return _outsize == 0 && nbytes > 0;
 }
 
 void zmq::stream_engine_base_t::restart_output ()

@@ -191,6 +191,10 @@ class stream_engine_base_t : public io_object_t, public i_engine
   private:
     bool in_event_internal ();
 
+    //  ZLINK PATCH (lazy epoll_ctl): one round of out_event; true when it wrote
+    //  the whole buffer after the handshake (the pipe may hold nothing more).
+    bool out_event_internal ();
+
     //  Unplug the engine from the session.
     void unplug ();
 
