@@ -2839,3 +2839,77 @@ async fn a_bind_during_a_relocations_start_is_the_binding_that_moves() {
     assert_eq!(tapped(&w.tap_s, TapDirection::Received, 42).len(), 1);
     assert_eq!(tapped(&w.tap_s, TapDirection::Received, 44).len(), 1);
 }
+
+// spec: SB-8.5, SB-14.24
+// What a Restore can make the target hold is bounded: a target whose `max_restore_timers` is 2
+// refuses the Restore of an actor with 3 timers before relay-ready (counted as
+// `too_many_timers`, nothing started there); the relocation aborts and the actor keeps running
+// on the source, its timers ticking. The same actor with 2 timers moves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restore_with_more_timers_than_the_target_starts_is_refused_and_counted() {
+    use live::{Add, Error, aid};
+    use node_common::{mesh_config, rid, wait_pair_up};
+    use zlink::node::{Node, NodeOptions};
+    let store = node_common::memory_store();
+    let (_gate, rx) = tokio::sync::watch::channel(true);
+    let start = |name: &'static str, peers: Vec<zlink_mesh::PeerAddress>, timers: usize| {
+        let store = store.clone();
+        let rx = rx.clone();
+        async move {
+            let registry = live::registry(
+                rx,
+                Arc::new(std::sync::atomic::AtomicU64::new(0)),
+                Arc::new(std::sync::atomic::AtomicBool::new(false)),
+            );
+            let mut o = NodeOptions::new(mesh_config(name), store, registry);
+            o.peers = peers;
+            o.max_restore_timers = timers;
+            Node::start(o).await.unwrap()
+        }
+    };
+    let b = start("b", vec![], 2).await;
+    let a = start("a", vec![b.address()], 2).await;
+    wait_pair_up(&a, &b).await;
+    let actor = a
+        .create(zlink::actor::Create::new("counter", aid("ticking")))
+        .await
+        .unwrap();
+    for _ in 0..3 {
+        a.start_timer(&actor, Duration::from_millis(5), &Add(TICK))
+            .unwrap();
+    }
+    ticks_beyond(&a, &actor, 3).await;
+    match tokio::time::timeout(TIMEOUT, a.relocate(&actor, rid("b")))
+        .await
+        .unwrap()
+    {
+        Err(Error::Aborted(zlink::relocation::AbortReason::TargetFailed)) => {}
+        other => panic!("expected an abort, got {other:?}"),
+    }
+    assert_eq!(b.relocations().1.refused_too_many_timers, 1);
+    assert_eq!(a.relocations().1.aborted, 1);
+    // Still served here, its timers still ticking.
+    let seen = ticks_beyond(&a, &actor, 3).await;
+    ticks_beyond(&a, &actor, seen).await;
+    node_common::wait_until("relocation state freed", || {
+        a.relocations_in_progress() == 0 && b.relocations_in_progress() == 0
+    })
+    .await;
+    // An actor with two timers moves, and they tick on the target.
+    let two = a
+        .create(zlink::actor::Create::new("counter", aid("ticking-2")))
+        .await
+        .unwrap();
+    for _ in 0..2 {
+        a.start_timer(&two, Duration::from_millis(5), &Add(TICK))
+            .unwrap();
+    }
+    let moved = tokio::time::timeout(TIMEOUT, a.relocate(&two, rid("b")))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(moved.to, rid("b"));
+    let at_move = ticks_beyond(&b, &moved.actor, 0).await;
+    ticks_beyond(&b, &moved.actor, at_move + 2).await;
+    assert_eq!(b.relocations().1.refused_too_many_timers, 1);
+}

@@ -111,6 +111,10 @@ pub struct NodeOptions {
     /// Bindings one session may hold, current and in flight (default 1,024): a bound on what a
     /// client can make its session owner keep; a bind beyond it fails `InvalidOperation`.
     pub max_bindings_per_session: usize,
+    /// The most timers this node starts for one actor moving in (a Restore naming more is
+    /// refused before relay-ready, counted as `too_many_timers`;
+    /// [`crate::relocation::RelocationConfig::max_restore_timers`]).
+    pub max_restore_timers: usize,
     /// The session application: packet handlers by key and session callbacks (SB-5, SB-6).
     pub sessions: SessionHandlers,
     /// The clock of the session timers (the 100 ms replacement close, the callback timeout);
@@ -153,6 +157,7 @@ impl NodeOptions {
             session_relocation_seal_timeout: SESSION_RELOCATION_SEAL_TIMEOUT,
             inline_delivery_budget: INLINE_DELIVERY_BUDGET,
             max_bindings_per_session: crate::session::aggregate::DEFAULT_BINDING_LIMIT,
+            max_restore_timers: crate::relocation::DEFAULT_MAX_RESTORE_TIMERS,
             sessions: SessionHandlers::new(),
             clock: Arc::new(SystemClock),
             lease_clock: Arc::new(crate::clock::BootClock::new()),
@@ -169,6 +174,7 @@ impl NodeOptions {
     pub fn relocation_config(&self) -> crate::relocation::RelocationConfig {
         crate::relocation::RelocationConfig {
             seal_timeout: self.session_relocation_seal_timeout,
+            max_restore_timers: self.max_restore_timers,
             ..crate::relocation::RelocationConfig::default()
         }
     }

@@ -63,6 +63,8 @@ pub const DEFAULT_RESTORE_TIMEOUT: Duration = Duration::from_millis(3_000);
 /// open ahead of regular ingress when the source neither sends its cutover nor is known gone
 /// (the mesh's default peer timeout: a source silent that long is seen down anyway).
 pub const DEFAULT_SOURCE_WAIT: Duration = Duration::from_millis(3_000);
+/// The most timers one moving actor's Restore may ask a target to start, by default.
+pub const DEFAULT_MAX_RESTORE_TIMERS: usize = 1_024;
 
 /// Timings of one relocation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -77,6 +79,11 @@ pub struct RelocationConfig {
     /// stream (its cutover, or the source known gone), during which regular ingress of the
     /// moved actors waits behind the captured work.
     pub source_wait: Duration,
+    /// The most timers the target starts for one moving actor of a Restore: a Restore naming
+    /// more for an actor is refused before relay-ready ([`RestoreRefusal::TooManyTimers`],
+    /// counted), so the source aborts and keeps serving (SB-8.5). The peer is authenticated,
+    /// but what another party can make this node hold is bounded.
+    pub max_restore_timers: usize,
 }
 
 impl Default for RelocationConfig {
@@ -86,6 +93,7 @@ impl Default for RelocationConfig {
             cutover_timeout: DEFAULT_CUTOVER_TIMEOUT,
             restore_timeout: DEFAULT_RESTORE_TIMEOUT,
             source_wait: DEFAULT_SOURCE_WAIT,
+            max_restore_timers: DEFAULT_MAX_RESTORE_TIMERS,
         }
     }
 }

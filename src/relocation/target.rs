@@ -40,6 +40,9 @@ pub enum RestoreRefusal {
     Unavailable,
     /// The target already hosts the actor.
     AlreadyHosted,
+    /// An actor's Restore names more timers than the target starts for one actor
+    /// ([`super::RelocationConfig::max_restore_timers`]).
+    TooManyTimers,
 }
 
 /// What ended the relay-ready wait.

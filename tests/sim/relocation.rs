@@ -825,8 +825,9 @@ struct World<'s> {
     /// Actors activated again after their owner's lease ended, with the authority generation
     /// they were activated under.
     reactivated: BTreeMap<usize, u64>,
-    /// (actor, binding generation): bindings that ended with a crashed owner whose actor was
-    /// activated again (the new incarnation's slot is empty; SB-5.3 refuses their relays).
+    /// (actor, binding generation): bindings that ended with their owner's incarnation (a
+    /// crash, a lease that ran out) or with a crashed owner whose actor was activated again
+    /// (the new incarnation's slot is empty; SB-5.3 refuses their relays).
     ended_bindings: BTreeSet<(usize, u64)>,
     /// (actor, binding generation): bindings another session's bind replaced at the owner.
     replaced_bindings: BTreeSet<(usize, u64)>,
@@ -2105,6 +2106,10 @@ impl<'s> World<'s> {
                 .collect();
             for a in gone {
                 let inc = n.actors.remove(&a).expect("listed");
+                // the binding it held ends with it
+                if let Some(b) = inc.slot.current() {
+                    self.ended_bindings.insert((a, b.generation.get()));
+                }
                 lost.extend(inc.backlog.iter().map(|r| r.id));
                 lost.extend(inc.behind.iter().flatten().map(|r| r.id));
                 if let IncState::Sealed { queue } = inc.state {
@@ -2147,6 +2152,10 @@ impl<'s> World<'s> {
         }
         n.sessions.clear();
         for (a, inc) in std::mem::take(&mut n.actors) {
+            // the binding it held ends with it
+            if let Some(b) = inc.slot.current() {
+                self.ended_bindings.insert((a, b.generation.get()));
+            }
             lost.extend(inc.backlog.iter().map(|r| r.id));
             lost.extend(inc.behind.iter().flatten().map(|r| r.id));
             if let IncState::Sealed { queue } | IncState::Temp { queue, .. } = inc.state {
@@ -3111,6 +3120,10 @@ impl<'s> World<'s> {
             owner_lease_generation: OwnerLeaseGeneration::new(r.route_lease),
             node_generation: NodeGeneration::new(r.route_generation),
         };
+        // a record older than the incarnation that last moved away from here (it missed
+        // moves in between): refused as a stale location, never forwarded
+        let stale = matches!(&looked, FollowLookup::Forward(route)
+            if route.source.authority_owner_generation.get() > r.route_authority);
         let looked = match looked {
             FollowLookup::Forward(route)
                 if !r.followed && check_moved(&route.source, &fence, FenceUse::Call).is_err() =>
@@ -3123,6 +3136,10 @@ impl<'s> World<'s> {
             FollowLookup::Forward(route) if !r.followed && !self.faults.no_follow => {
                 let to = index_of(&route.target.owner_node);
                 r.followed = true;
+                // forwarded with the new owner's fences in place of its own (`check_moved`)
+                r.route_generation = route.target.node_generation.get();
+                r.route_lease = route.target.owner_lease_generation.get();
+                r.route_authority = route.target.authority_owner_generation.get();
                 self.stats.followed += 1;
                 self.log(|| format!("  n{node} follows relay {} to n{to}", r.id));
                 self.send(node, to, Msg::Relay(r));
@@ -3137,6 +3154,11 @@ impl<'s> World<'s> {
                 Ok(())
             }
             other => {
+                if stale && !r.followed {
+                    // spec: SB-5.10 — its fences are older than the move Message Follow knows
+                    self.fate(r.id, Fate::Dropped("its route is older than the last move"));
+                    return Ok(());
+                }
                 if self.retired.contains(&(r.actor, r.object_generation)) {
                     // spec: SB-8.6 — that incarnation's record was removed: NotFound
                     self.fate(r.id, Fate::Dropped("its incarnation was retired"));
@@ -3146,7 +3168,7 @@ impl<'s> World<'s> {
                     self.fate(r.id, Fate::Dropped("its actor has no serving owner"));
                     return Ok(());
                 }
-                if r.route_generation != self.nodes[node].generation && !r.followed {
+                if r.route_generation != self.nodes[node].generation {
                     // addressed to a lifecycle of this node that crashed
                     self.fate(r.id, Fate::Dropped("its owner crashed"));
                     return Ok(());
@@ -3155,7 +3177,7 @@ impl<'s> World<'s> {
                     .holder
                     .as_ref()
                     .map(|h| h.lease_generation.get());
-                if (!self.nodes[node].lease_live || Some(r.route_lease) != lease) && !r.followed {
+                if !self.nodes[node].lease_live || Some(r.route_lease) != lease {
                     // addressed to an incarnation this node ended when its lease ran out
                     self.fate(r.id, Fate::Dropped("its owner's lease ran out"));
                     return Ok(());

@@ -325,6 +325,7 @@ impl Collector for NodeCollector {
                 ("unknown_relocation", rc.refused_unknown_relocation),
                 ("wrong_peer", rc.refused_wrong_peer),
                 ("unknown_actor", rc.refused_unknown_actor),
+                ("too_many_timers", rc.refused_too_many_timers),
             ]
             .into_iter()
             .map(|(k, v)| (vec![("reason", k)], v)),

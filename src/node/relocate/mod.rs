@@ -193,6 +193,10 @@ pub struct RelocationCounters {
     /// Sum of the committed relocations' durations, in microseconds (with `committed`: the
     /// histogram's sum and count).
     pub duration_us_sum: u64,
+    /// Restores refused as a target: an actor named more timers than
+    /// [`crate::relocation::RelocationConfig::max_restore_timers`].
+    #[serde(default)]
+    pub refused_too_many_timers: u64,
     /// Actors that a relocation failed past relay-ready (SB-8.6) and that this node, their
     /// source, activated again with the state dehydrated for the move (a new incarnation).
     #[serde(default)]

@@ -399,6 +399,18 @@ impl TargetRun<'_> {
             }
         }
         for (a, p) in request.actors.iter().zip(&self.placement) {
+            if p.timers.len() > node.inner.relocation.max_restore_timers {
+                lock(&node.inner.relocations.table)
+                    .counters
+                    .refused_too_many_timers += 1;
+                tracing::warn!(
+                    actor = %a.actor,
+                    timers = p.timers.len(),
+                    max = node.inner.relocation.max_restore_timers,
+                    "restore refused: too many timers"
+                );
+                return Err(RestoreRefusal::TooManyTimers);
+            }
             let spot = &p.spot;
             let ty = node
                 .inner
