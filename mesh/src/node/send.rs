@@ -417,6 +417,18 @@ impl MeshNode {
             .reserve(bytes, self.shared.send_timeout)
             .await
             .map_err(|e| SendError::DeadlineExceeded(e.waited))?;
+        self.submit_push(session, frames, bytes, &budget)
+    }
+
+    /// Hands a push admitted against `budget` to the I/O thread; its reservation goes back
+    /// if the hand-off fails.
+    fn submit_push(
+        &self,
+        session: SessionRid,
+        frames: Parts,
+        bytes: u64,
+        budget: &SendBudget,
+    ) -> Result<(), SendError> {
         self.shared
             .submit(Command::Send {
                 dest: Dest::Client {
@@ -455,15 +467,7 @@ impl MeshNode {
         if !budget.try_reserve(bytes) {
             return Err(TryPushError::Full(frames.into_payload()));
         }
-        self.shared
-            .submit(Command::Send {
-                dest: Dest::Client {
-                    session: session.get(),
-                },
-                frames,
-                bytes,
-            })
-            .inspect_err(|_| budget.release(bytes))
+        self.submit_push(session, frames, bytes, &budget)
             .map_err(TryPushError::Failed)
     }
 }
