@@ -52,6 +52,9 @@ CONFIGURATION FILE (TOML, every key optional; flags and environment override it)
   request_timeout_ms = 5000               node-to-node control requests (activate, destroy)
                                           and actor calls that name no timeout
   peer_wait_ms = 20000                    how long to wait for peers before `ready`
+  session_relocation_seal_ms = 3000       SessionRelocationSealTimeout (SB-8.3): how long a
+                                          session holds a binding sealed for a relocation
+                                          without its 44 before it closes the session
   log_format = \"text\"                     text | json
   insecure_dev_mode = false               run without a mesh secret (proves nothing)
   client_policy = \"operator_only\"         what a client that is not the operator may do with
@@ -164,6 +167,10 @@ struct Cli {
     /// How long to wait for the peers before writing the ready file, in ms [default: 20000].
     #[arg(long, env = "ZLINK_PEER_WAIT_MS", value_name = "MS")]
     peer_wait_ms: Option<u64>,
+    /// SessionRelocationSealTimeout (SB-8.3): how long a session holds a binding sealed for a
+    /// relocation without its 44 before it closes the session, in ms [default: 3000].
+    #[arg(long, env = "ZLINK_SESSION_RELOCATION_SEAL_MS", value_name = "MS")]
+    session_relocation_seal_ms: Option<u64>,
     /// Log format [default: text].
     #[arg(long, env = "ZLINK_LOG_FORMAT", value_enum)]
     log_format: Option<LogFormat>,
@@ -210,6 +217,7 @@ struct FileConfig {
     lease_ttl_ms: Option<u64>,
     request_timeout_ms: Option<u64>,
     peer_wait_ms: Option<u64>,
+    session_relocation_seal_ms: Option<u64>,
     log_format: Option<LogFormat>,
     #[serde(default)]
     insecure_dev_mode: bool,
@@ -382,6 +390,12 @@ fn settings(cli: Cli) -> anyhow::Result<Settings> {
     }
     if let Some(ms) = cli.request_timeout_ms.or(file.request_timeout_ms) {
         config.timeouts.request = Duration::from_millis(ms);
+    }
+    if let Some(ms) = cli
+        .session_relocation_seal_ms
+        .or(file.session_relocation_seal_ms)
+    {
+        config.timeouts.session_relocation_seal = Duration::from_millis(ms);
     }
     Ok(Settings {
         config,
