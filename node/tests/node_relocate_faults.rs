@@ -396,8 +396,11 @@ async fn target_killed_during_cutover_the_seal_timeout_closes_the_session() {
         .filter(|(k, _)| k.contains("relocation_timeout"))
         .map(|(_, n)| *n)
         .sum::<u64>();
+    // None may be held: the client's last request can be on its way to the source when the
+    // seal is installed (the 43 travels on another connection and can overtake it); it is then
+    // captured, relayed to the target and lost with it, and the client sends nothing more.
     assert!(
-        held >= 1 && held <= t.sent - t.counted,
+        held <= t.sent - t.counted,
         "held {held}, sent {} after the last count {}: {rejects:?}",
         t.sent,
         t.counted
