@@ -86,9 +86,8 @@ pub struct NodeOptions {
     pub store: Arc<dyn LocationStore>,
     /// The actor types this node hosts.
     pub registry: ActorRegistry,
-    /// Peers of the mesh: this node dials every one of them (its own entry is skipped). Two
-    /// nodes that list each other both dial; the mesh keeps one connection per link
-    /// (docs/MESH.md, "Who dials whom").
+    /// Peers of the mesh: this node dials those whose name sorts after its own (itself is
+    /// skipped), so every node of a mesh must list every other (docs/MESH.md, "Who dials whom").
     pub peers: Vec<PeerAddress>,
     /// Owner lease time to live; renewed every third of it.
     pub lease_ttl: Duration,
@@ -551,10 +550,12 @@ impl Node {
         }
         let me = node.node_rid().clone();
         for p in &node.inner.peers {
-            // Every configured peer, whatever its name: when both nodes dial each other the
-            // mesh keeps one connection per link (docs/MESH.md, "Who dials whom"). A connect
-            // failure only means the mesh is closing; the mesh skips our own entry.
-            let _ = node.inner.mesh.connect(p.clone());
+            // Only the peers whose name sorts after ours (docs/MESH.md, "Who dials whom"): a
+            // pair that lists each other then has one dialler and one connection per link from
+            // the start. A connect failure only means the mesh is closing.
+            if p.node.as_str() > me.as_str() {
+                let _ = node.inner.mesh.connect(p.clone());
+            }
         }
         tracing::info!(node = %me, generation = %node.generation(), "node started");
         Ok(node)
