@@ -592,12 +592,7 @@ async fn relocate(
                 if as_json {
                     return json(&done);
                 }
-                let phases = done
-                    .phases
-                    .iter()
-                    .map(|(p, ms)| format!("{p} {ms} ms"))
-                    .collect::<Vec<_>>()
-                    .join(", ");
+                let phases = phase_text(&done.phases);
                 return Ok(format!(
                     "relocation {} moved {} from {} to {} in {} ms ({} records relayed; {phases})\n",
                     done.relocation,
@@ -620,6 +615,15 @@ async fn relocate(
     )
 }
 
+/// A relocation's phases as `Sealing 1 ms, Restoring 0 ms, …`.
+fn phase_text(phases: &[(String, u64)]) -> String {
+    phases
+        .iter()
+        .map(|(p, ms)| format!("{p} {ms} ms"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 async fn relocate_spot(
     targets: &[Target],
     spot: String,
@@ -637,12 +641,7 @@ async fn relocate_spot(
                 if as_json {
                     return json(&done);
                 }
-                let phases = done
-                    .phases
-                    .iter()
-                    .map(|(p, ms)| format!("{p} {ms} ms"))
-                    .collect::<Vec<_>>()
-                    .join(", ");
+                let phases = phase_text(&done.phases);
                 let actors = done
                     .actors
                     .iter()
