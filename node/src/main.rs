@@ -86,7 +86,7 @@ CONFIGURATION FILE (TOML, every key optional; flags and environment override it)
   max_operations_per_session = 64         framework operations in flight (then `busy`)
   max_bindings_per_session = 1024         actors one session may be bound to
   [[peers]]                               every node of the mesh (its own entry is skipped);
-  name = \"node2\"                          list every node; a node dials those sorting after it
+  name = \"node2\"                          list every node (docs/MESH.md: who dials whom)
   relay = \"tcp://127.0.0.1:7101\"
   completion = \"tcp://127.0.0.1:7102\"
 
