@@ -121,6 +121,24 @@ pub(super) struct Context<'e> {
     pub(super) now: Instant,
 }
 
+impl<'e> Context<'e> {
+    /// The context of the records a pass delivers at `now`.
+    #[inline]
+    pub(super) fn new(
+        memo: &'e DecodeMemo,
+        shared: &'e Arc<Shared>,
+        local: NodeGeneration,
+        now: Instant,
+    ) -> Self {
+        Self {
+            memo,
+            shared,
+            local,
+            now,
+        }
+    }
+}
+
 /// What became of a delivered record; `grant`: it left its sender's window and freed credit
 /// the driver grants now ([`Engine::flush_grant`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -169,12 +169,7 @@ impl Engine {
         };
         let verdict = conn.ingress(lane, &class, bytes, now);
         if verdict == Verdict::Deliver && (record.is_some() || from_memo) {
-            let cx = Context {
-                memo: &self.memo,
-                shared: &self.shared,
-                local: self.local.generation,
-                now,
-            };
+            let cx = Context::new(&self.memo, &self.shared, self.local.generation, now);
             let arrived = Arrived {
                 header,
                 payload,
