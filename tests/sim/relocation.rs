@@ -122,6 +122,8 @@ pub struct Faults {
     /// (today's node: the Restore is installed, and a Spot move starts while a member moves
     /// in); it cannot join the relocating Spot when its CAS has won, so it is never opened.
     pub open_into_moving_spot: bool,
+    /// A Spot move's target sends the 44 commit only to the first member's sessions.
+    pub spot_44_to_first_member: bool,
 }
 
 impl Faults {
@@ -144,6 +146,7 @@ impl Faults {
             "no_recovery" => f.no_recovery = true,
             "spot_seals_one_lane" => f.spot_seals_one_lane = true,
             "open_into_moving_spot" => f.open_into_moving_spot = true,
+            "spot_44_to_first_member" => f.spot_44_to_first_member = true,
             _ => return None,
         }
         Some(f)
@@ -879,6 +882,11 @@ struct Target {
     actors: Vec<usize>,
     /// A whole-Spot move.
     spot: bool,
+    /// The seals of each actor the Restore named: (actor, session lifecycle, session, binding
+    /// generation).
+    seals: BTreeSet<(usize, u64, u64, u64)>,
+    /// The 44 commits sent, by the same key.
+    sent_44: BTreeSet<(usize, u64, u64, u64)>,
     core: TargetHandoff,
     source: usize,
     source_generation: u64,
@@ -2954,6 +2962,19 @@ impl<'s> World<'s> {
                     }
                 }
                 TargetEffect::SendRoute { to, record } => {
+                    if let SessionRelocationRoute::Commit(c) = &record {
+                        let a = actor_index(&c.actor);
+                        let t = self.nodes[node].targets.get_mut(&reloc).expect("target");
+                        if self.faults.spot_44_to_first_member && t.spot && t.actors[0] != a {
+                            continue;
+                        }
+                        t.sent_44.insert((
+                            a,
+                            c.session_lifecycle.get(),
+                            c.session.get(),
+                            c.binding_generation.get(),
+                        ));
+                    }
                     self.send(node, index_of(&to), Msg::Route(record));
                 }
                 TargetEffect::ReportToSource {
@@ -2971,6 +2992,22 @@ impl<'s> World<'s> {
                 }
                 TargetEffect::Finished(outcome) => {
                     self.log(|| format!("  relocation {reloc} at the target: {outcome:?}"));
+                    if let zlink::relocation::TargetOutcome::Cas { committed, .. } = &outcome {
+                        // spec: SB-8.3, SB-8.9 — every session a committed actor's relocation
+                        // sealed gets its 44 commit from the target (each member's, for a Spot)
+                        let t = &self.nodes[node].targets[&reloc];
+                        for l in committed {
+                            let a = actor_index(&l.actor_id);
+                            if let Some(seal) =
+                                t.seals.iter().find(|k| k.0 == a && !t.sent_44.contains(k))
+                            {
+                                return Err(self.violation(format!(
+                                    "relocation {reloc} committed a{a} on n{node} without a 44 \
+                                     to its sealed session {seal:?}"
+                                )));
+                            }
+                        }
+                    }
                     if let zlink::relocation::TargetOutcome::Cas { failed, .. } = &outcome {
                         // the CAS failed or its answer was lost: the store may name this node
                         // while nothing serves here (SB-8.6 leaves it to recovery)
@@ -3162,6 +3199,20 @@ impl<'s> World<'s> {
                     .map(|a| a.object_generation.get())
                     .collect();
                 let spot = matches!(request.subject, Subject::Spot(_));
+                let seals: BTreeSet<(usize, u64, u64, u64)> = request
+                    .actors
+                    .iter()
+                    .flat_map(|a| {
+                        a.seals.iter().map(|t| {
+                            (
+                                actor_index(&a.actor),
+                                t.seal.session_lifecycle.get(),
+                                t.seal.session.get(),
+                                t.seal.binding_generation.get(),
+                            )
+                        })
+                    })
+                    .collect();
                 let core =
                     TargetHandoff::restore(rid(from), request, RelocationConfig::default(), now);
                 let n = &self.nodes[to];
@@ -3194,6 +3245,8 @@ impl<'s> World<'s> {
                         Target {
                             actors,
                             spot,
+                            seals,
+                            sent_44: BTreeSet::new(),
                             core: t,
                             source: from,
                             source_generation,
@@ -3228,6 +3281,8 @@ impl<'s> World<'s> {
                     Target {
                         actors,
                         spot,
+                        seals,
+                        sent_44: BTreeSet::new(),
                         core,
                         source: from,
                         source_generation,
