@@ -180,7 +180,7 @@ impl SessionOwner {
         };
         if let Some(waiting) = map.get_mut(&session) {
             // Behind what waits (for credit, or to be sent by the push that waited).
-            if waiting.items.len() >= limit {
+            if waiting.items.len() + waiting.sending >= limit {
                 q.refused.fetch_add(1, Ordering::Relaxed);
                 drop(map);
                 self.flow
@@ -210,6 +210,7 @@ impl SessionOwner {
             session,
             WaitingPushes {
                 items: VecDeque::new(),
+                sending: 0,
             },
         );
         q.open.fetch_add(1, Ordering::AcqRel);
@@ -259,23 +260,42 @@ impl SessionOwner {
 
     /// The one task of a session's push queue: waits for the client's credit for `next` (the
     /// push that found the budget full), then sends what queued behind it meanwhile, in
-    /// order, under the queue's lock while the budget has room ([`SessionOwner::send_queued`]);
-    /// a push that finds it full again is the next to wait. Ends, closing the queue, once
-    /// nothing is queued: the session's later pushes go out at once again.
+    /// order, while the budget has room ([`SessionOwner::send_queued`]): it takes what is
+    /// queued out under the lock and sends it without the lock (later pushes queue behind
+    /// meanwhile, so the thread delivering them never waits for these sends), until the queue
+    /// is empty; a push that finds the budget full again is the next to wait, and what is
+    /// left of its run goes back in front of the queue. Ends, closing the queue, once nothing
+    /// is queued: the session's later pushes go out at once again.
     async fn drain_pushes(self: Arc<Self>, entry: Arc<SessionEntry>, mut next: QueuedPush) {
+        let mut run = VecDeque::new();
         loop {
             self.push_waiting(&entry, next.key, next.payload).await;
             self.pushes.waiting_now.fetch_sub(1, Ordering::Relaxed);
             let mut credit = next.done;
-            let waits = {
-                let mut map = lock(&self.pushes.map);
-                let queued = &mut map.get_mut(&entry.rid).expect("open push queue").items;
-                let waits = self.send_queued(&entry, queued, &mut credit);
-                if waits.is_none() {
-                    map.remove(&entry.rid);
-                    self.pushes.open.fetch_sub(1, Ordering::AcqRel);
+            let waits = loop {
+                {
+                    let mut map = lock(&self.pushes.map);
+                    let q = map.get_mut(&entry.rid).expect("open push queue");
+                    // The previous run (if any) went.
+                    q.sending = 0;
+                    if q.items.is_empty() {
+                        map.remove(&entry.rid);
+                        self.pushes.open.fetch_sub(1, Ordering::AcqRel);
+                        break None;
+                    }
+                    // `run` is empty: the queue keeps its buffer for what arrives meanwhile.
+                    std::mem::swap(&mut q.items, &mut run);
+                    q.sending = run.len();
                 }
-                waits
+                if let Some(w) = self.send_queued(&entry, &mut run, &mut credit) {
+                    let mut map = lock(&self.pushes.map);
+                    let q = map.get_mut(&entry.rid).expect("open push queue");
+                    // What is left of the run goes before what queued meanwhile.
+                    run.append(&mut q.items);
+                    std::mem::swap(&mut q.items, &mut run);
+                    q.sending = 0;
+                    break Some(w);
+                }
             };
             if let Some(done) = credit {
                 // The session backlogs' place for credit: this node's mesh.
@@ -369,8 +389,8 @@ impl SessionOwner {
 /// exists exactly while its one drain task ([`SessionOwner::drain_pushes`]) waits for the
 /// client's credit for the push at its head (taken out of the queue) or sends what queued
 /// behind it. While it exists, the session's later pushes queue behind, as plain data (no
-/// future per push); once its push went, the drain sends what queued under the lock while
-/// the budget has room, and closes the queue when it is empty. A queue is bounded by the
+/// future per push); once its push went, the drain sends what queued, in runs taken out
+/// under the lock, while the budget has room, and closes the queue when it is empty. A queue is bounded by the
 /// caller's limit (the sender's window, or [`PUSH_BACKLOG`]; refused over it, counted).
 #[derive(Default)]
 pub(crate) struct PushQueues {
@@ -398,6 +418,8 @@ impl PushQueues {
 /// What queued behind a session's push that waits for credit.
 pub(crate) struct WaitingPushes {
     items: VecDeque<QueuedPush>,
+    /// Pushes the queue's task took out to send (counted against the limit meanwhile).
+    sending: usize,
 }
 
 /// A push in a session's queue; `done` returns its sender's credit once it left the queue.
