@@ -2998,7 +2998,7 @@ async fn a_restore_with_more_timers_than_the_target_starts_is_refused_and_counte
             );
             let mut o = NodeOptions::new(mesh_config(name), store, registry);
             o.peers = peers;
-            o.max_restore_timers = timers;
+            o.relocation.max_restore_timers = timers;
             Node::start(o).await.unwrap()
         }
     };
