@@ -642,6 +642,35 @@ impl SessionActors<'_> {
         })
     }
 
+    /// [`SessionActors::find_bytes`] and [`BoundActor::forward`] in one step, under one lock
+    /// of the session's bindings and without a [`BoundActor`] in between: the packet turn of a
+    /// relay request to the actor whose id has these bytes, whose reply (converted by `map`)
+    /// answers the client's packet on its own, with the same checks, the same 24 and the same
+    /// refusals (counted, SB-5.9). `None`, counted nowhere, when the session holds no binding
+    /// with these bytes.
+    #[must_use]
+    pub fn forward_bytes(
+        &self,
+        actor: &[u8],
+        key: DispatchKey,
+        payload: Bytes,
+        timeout: Duration,
+        map: ReplyMap,
+    ) -> Option<PacketTurn> {
+        let f = self.session.owner.forward_bytes_start(
+            &self.session.entry,
+            actor,
+            key,
+            payload,
+            timeout,
+            map,
+        )?;
+        Some(match f {
+            Ok(f) => PacketTurn::Forward(Forward(f)),
+            Err(e) => PacketTurn::Done(Err(e.into())),
+        })
+    }
+
     /// Binds the session to the incarnation `actor` (SB-5.1, SB-5.2, SB-6.1): one 38 to the
     /// ref's location; the terminal is returned once the route is stored (SB-5.7). Binding the
     /// current binding again is idempotent (SB-6.7).
