@@ -44,7 +44,8 @@
 //! bytes: UTF-8 checked only for an id other than the previous relay's) and returns
 //! [`BoundActor::send_turn`] (a one-way relay; [`SessionActors::send_turn_bytes`] finds and
 //! relays in one step, under one lock) or
-//! [`BoundActor::forward`] (a relay request whose reply answers the client's request):
+//! [`BoundActor::forward`] (a relay request whose reply answers the client's request;
+//! [`SessionActors::forward_bytes`] finds and forwards in one step, under one lock):
 //!
 //! ```no_run
 //! # use bytes::Bytes;
