@@ -111,7 +111,7 @@ impl Node {
             // is checked under the actors lock, which the lease driver's `end_every_incarnation`
             // takes after marking the lease lost: an actor published here before that ends with
             // the others, and none is published after it.
-            let mut t = lock(&self.inner.relocations.table);
+            let mut t = self.inner.relocations.table();
             let entry = t.targets.get_mut(&relocation);
             let mut actors = lock(&self.inner.actors);
             if lock(&self.inner.lease).holds(&holder) {
@@ -172,7 +172,7 @@ impl Node {
         timers: &[TimerRecord],
     ) -> Result<(), ActorError> {
         let rest = {
-            let mut t = lock(&self.inner.relocations.table);
+            let mut t = self.inner.relocations.table();
             t.targets
                 .get_mut(&relocation)
                 .and_then(|e| {

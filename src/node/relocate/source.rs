@@ -68,7 +68,7 @@ impl Node {
         }
         let (tx, rx) = mpsc::channel(INPUTS);
         let relocation = {
-            let mut t = lock(&self.inner.relocations.table);
+            let mut t = self.inner.relocations.table();
             if let Some(busy) = actors
                 .iter()
                 .find(|a| t.sources.values().any(|s| s.actors.contains(&a.actor)))
@@ -149,9 +149,7 @@ impl Node {
             states: HashMap::new(),
         };
         let out = run.drive().instrument(span).await;
-        lock(&self.inner.relocations.table)
-            .sources
-            .remove(&relocation);
+        self.inner.relocations.table().sources.remove(&relocation);
         out
     }
 
@@ -233,7 +231,7 @@ impl Node {
             Err(why) => return reply_refusal(reply, self.inner.relocations.refuse(why)),
         };
         let tx = {
-            let t = lock(&self.inner.relocations.table);
+            let t = self.inner.relocations.table();
             match t.sources.get(&rec.relocation) {
                 None => Err(HandoffRefusal::UnknownRelocation),
                 Some(e) if e.target != *sender => Err(HandoffRefusal::WrongPeer),
@@ -286,7 +284,7 @@ impl Node {
                 }
             }
         }
-        lock(&self.inner.relocations.table).counters.recovered += 1;
+        self.inner.relocations.table().counters.recovered += 1;
         tracing::info!(actor = %actor_ref, "failed relocation: the actor is back here with its state, a new incarnation");
     }
 }
@@ -444,7 +442,10 @@ impl SourceRun<'_> {
             }
             SourceEffect::SendSeal { to, record } => {
                 let seal = record.seal.clone();
-                let tx = lock(&node.inner.relocations.table)
+                let tx = node
+                    .inner
+                    .relocations
+                    .table()
                     .sources
                     .get(&relocation)
                     .map(|s| s.tx.clone());
@@ -535,7 +536,10 @@ impl SourceRun<'_> {
                     })
                     .collect();
                 let rec = RestoreRecord::of(&request, &placement);
-                let tx = lock(&node.inner.relocations.table)
+                let tx = node
+                    .inner
+                    .relocations
+                    .table()
                     .sources
                     .get(&relocation)
                     .map(|s| s.tx.clone());
@@ -644,7 +648,11 @@ impl SourceRun<'_> {
     }
 
     fn set_phase(&self, phase: SourcePhaseName) {
-        if let Some(e) = lock(&self.node.inner.relocations.table)
+        if let Some(e) = self
+            .node
+            .inner
+            .relocations
+            .table()
             .sources
             .get_mut(&self.core.id())
         {
@@ -841,7 +849,7 @@ impl SourceRun<'_> {
             "relocation ended"
         );
         {
-            let mut t = lock(&node.inner.relocations.table);
+            let mut t = node.inner.relocations.table();
             let c = &mut t.counters;
             match &outcome {
                 SourceOutcome::Moved(_) => {

@@ -28,14 +28,6 @@ use crate::relocation::{
 };
 use crate::store::ActorOwner;
 
-/// Records one relocation's temporary queues on the target hold at most, and their payload
-/// bytes. What the source captures for an actor is bounded by its own limits (its lane, its
-/// activation barrier, and its backlog: the senders' windows); these bound what the target
-/// keeps for it before dispatch opens. Beyond them a relayed request is answered `LaneFull`
-/// and a relayed send refused, counted (`sends_dropped`).
-const TARGET_QUEUE_ITEMS: usize = 65_536;
-const TARGET_QUEUE_BYTES: usize = 256 << 20;
-
 impl Node {
     /// A Restore from `sender`: starts the target's driver, which answers `reply` with
     /// relay-ready or the refusal.
@@ -56,7 +48,7 @@ impl Node {
         let events = self.inner.mesh.subscribe();
         let source_generation = self.inner.mesh.peer_generation(&sender);
         {
-            let mut t = lock(&self.inner.relocations.table);
+            let mut t = self.inner.relocations.table();
             if t.targets.contains_key(&relocation) {
                 drop(t);
                 return reply_refusal(
@@ -116,11 +108,11 @@ impl Node {
                     opened_at: None,
                 };
                 let (opened, at) = run.drive().await;
-                lock(&node.inner.relocations.table)
-                    .targets
-                    .remove(&relocation);
+                node.inner.relocations.table().targets.remove(&relocation);
                 node.end_moved_from(&sender, opened, at).await;
-                lock(&node.inner.relocations.table)
+                node.inner
+                    .relocations
+                    .table()
                     .late_streams
                     .remove(&relocation);
             }
@@ -159,7 +151,7 @@ impl Node {
         };
         let late;
         let mailbox = {
-            let mut t = lock(&self.inner.relocations.table);
+            let mut t = self.inner.relocations.table();
             match t.targets.get_mut(&rec.relocation) {
                 Some(e) if e.source != *sender => {
                     drop(t);
@@ -168,8 +160,11 @@ impl Node {
                 }
                 Some(e) if e.queues.contains_key(&rec.actor) => {
                     let (items, bytes) = e.queued;
-                    if items >= TARGET_QUEUE_ITEMS
-                        || bytes.saturating_add(work.payload.len()) > TARGET_QUEUE_BYTES
+                    // The bound of what the target keeps before dispatch opens
+                    // (`RelocationConfig::target_queue_records` / `_bytes`).
+                    let cfg = &self.inner.relocation;
+                    if items >= cfg.target_queue_records
+                        || bytes.saturating_add(work.payload.len()) > cfg.target_queue_bytes
                     {
                         drop(t);
                         let mut work = work;
@@ -228,7 +223,9 @@ impl Node {
             }
         };
         if late {
-            lock(&self.inner.relocations.table)
+            self.inner
+                .relocations
+                .table()
                 .counters
                 .relayed_after_source_wait += 1;
             tracing::warn!(
@@ -258,7 +255,7 @@ impl Node {
             Err(why) => return reply_refusal(reply, self.inner.relocations.refuse(why)),
         };
         let tx = {
-            let mut t = lock(&self.inner.relocations.table);
+            let mut t = self.inner.relocations.table();
             let entry = t
                 .targets
                 .get(&rec.relocation)
@@ -321,10 +318,7 @@ impl TargetRun<'_> {
                     return self.opened();
                 }
             }
-            if let Some(e) = lock(&node.inner.relocations.table)
-                .targets
-                .get_mut(&relocation)
-            {
+            if let Some(e) = node.inner.relocations.table().targets.get_mut(&relocation) {
                 e.phase = match self.core.phase() {
                     crate::relocation::TargetPhaseName::Installing => "Installing",
                     crate::relocation::TargetPhaseName::RelayReady => "RelayReady",
@@ -375,7 +369,7 @@ impl TargetRun<'_> {
 
     /// Records taken into this relocation's queues so far.
     fn queued(&self) -> u64 {
-        let t = lock(&self.node.inner.relocations.table);
+        let t = self.node.inner.relocations.table();
         t.targets
             .get(&self.core.id())
             .map_or(0, |e| e.queued.0 as u64)
@@ -400,7 +394,9 @@ impl TargetRun<'_> {
         }
         for (a, p) in request.actors.iter().zip(&self.placement) {
             if p.timers.len() > node.inner.relocation.max_restore_timers {
-                lock(&node.inner.relocations.table)
+                node.inner
+                    .relocations
+                    .table()
                     .counters
                     .refused_too_many_timers += 1;
                 tracing::warn!(
@@ -463,18 +459,14 @@ impl TargetRun<'_> {
                 }
             }
             TargetEffect::WarnCutoverTimeout => {
-                lock(&node.inner.relocations.table)
-                    .counters
-                    .cutover_timeouts += 1;
+                node.inner.relocations.table().counters.cutover_timeouts += 1;
                 tracing::warn!(
                     event = "cutover_timeout",
                     "no cutover from the source within the cutover timeout: falling back to the owner CAS"
                 );
             }
             TargetEffect::WarnSourceWaitExpired => {
-                lock(&node.inner.relocations.table)
-                    .counters
-                    .source_waits_expired += 1;
+                node.inner.relocations.table().counters.source_waits_expired += 1;
                 tracing::warn!(
                     event = "source_wait_expired",
                     "no cutover from the source within the source wait after the fallback: regular ingress goes in, later relayed work behind it"
@@ -486,7 +478,9 @@ impl TargetRun<'_> {
                 };
                 let (actor_ref, mailbox, timers) = self.streams.swap_remove(i);
                 if self.core.source_wait_end() != Some(SourceWaitEnd::Cutover) {
-                    lock(&node.inner.relocations.table)
+                    node.inner
+                        .relocations
+                        .table()
                         .late_streams
                         .entry(relocation)
                         .or_default()
@@ -548,7 +542,10 @@ impl TargetRun<'_> {
             }
             TargetEffect::DiscardQueue { actor } => {
                 self.instances.remove(&actor);
-                let q = lock(&node.inner.relocations.table)
+                let q = node
+                    .inner
+                    .relocations
+                    .table()
                     .targets
                     .get_mut(&relocation)
                     .and_then(|e| e.queues.remove(&actor));
@@ -649,7 +646,10 @@ async fn pump(
 ) {
     for (actor_ref, mailbox, _) in streams {
         loop {
-            let work = lock(&node.inner.relocations.table)
+            let work = node
+                .inner
+                .relocations
+                .table()
                 .targets
                 .get_mut(&relocation)
                 .and_then(|e| e.queues.get_mut(actor_ref.id()))
