@@ -20,7 +20,7 @@ use crate::node::protocol::{self, CallActor, DestroyActor, GetActor};
 /// waits (the store, a peer) holds a place among its session's operations in flight.
 ///
 /// Synchronous (what waits runs in a task of its own, or detached: [`start_permitted`]), so the
-/// mesh I/O thread serves `CALL` and `AUTHENTICATE` itself ([`super::Sink`]).
+/// mesh I/O thread serves a client's operations itself, in arrival order ([`super::Sink`]).
 pub(super) fn on_client_request(
     node: &Node,
     session: SessionRid,
@@ -307,8 +307,8 @@ fn authenticate(node: &Node, session: SessionRid, payload: &Bytes, reply: ReplyH
 /// (at most [`PEER_SEND_BACKLOG`]; more are dropped, counted).
 ///
 /// Synchronous, as [`on_client_request`]: the mesh I/O thread serves it ([`super::Sink`]), in
-/// arrival order with the session's `CALL` requests, within the node's runtime context (what
-/// waits goes on in a task).
+/// arrival order with the session's requests, within the node's runtime context (what waits
+/// goes on in a task).
 pub(super) fn on_client_send(node: &Node, session: SessionRid, key: DispatchKey, payload: Bytes) {
     node.inner
         .metrics
