@@ -204,14 +204,9 @@ pub(super) async fn on_client_request(
             };
             admit!(reply, None, None);
             let permit = permit!(reply);
-            let guard = node.inflight().enter();
             let node2 = node.clone();
-            tokio::spawn(async move {
-                let _permit = (guard, permit);
-                match node2.relocate_op(&req).await {
-                    Ok(done) => answer(reply, protocol::encode(&done)),
-                    Err((kind, detail)) => reply.error(kind, detail),
-                }
+            spawn_relocation(reply, (node.inflight().enter(), permit), async move {
+                node2.relocate_op(&req).await
             });
         }
         ClientOperation::RelocateSpot => {
@@ -221,14 +216,9 @@ pub(super) async fn on_client_request(
             };
             admit!(reply, None, None);
             let permit = permit!(reply);
-            let guard = node.inflight().enter();
             let node2 = node.clone();
-            tokio::spawn(async move {
-                let _permit = (guard, permit);
-                match node2.relocate_spot_op(&req).await {
-                    Ok(done) => answer(reply, protocol::encode(&done)),
-                    Err((kind, detail)) => reply.error(kind, detail),
-                }
+            spawn_relocation(reply, (node.inflight().enter(), permit), async move {
+                node2.relocate_spot_op(&req).await
             });
         }
         ClientOperation::ListRelocations => {
@@ -247,6 +237,28 @@ pub(super) async fn on_client_request(
             reply.error(ErrorKind::NotFound, format!("no client operation {key}"));
         }
     }
+}
+
+/// Runs an operator's relocation (`RELOCATE`, `RELOCATE_SPOT`) off the inbound loop and
+/// answers `reply` with its report or its refusal. Unlike [`spawn_permitted`] it is not
+/// cancelled when the node closes: a relocation is drained by a shutdown and ends as its
+/// protocol ends it (a commit, or an abort with its 44s; `Node::run_source`), bounded by its
+/// own timeouts — dropping it half-way would leave sealed sessions without their 44.
+fn spawn_relocation<F, T>(
+    reply: ReplyHandle,
+    hold: (InflightGuard, crate::node::access::OperationPermit),
+    work: F,
+) where
+    F: std::future::Future<Output = Result<T, (ErrorKind, String)>> + Send + 'static,
+    T: serde::Serialize,
+{
+    tokio::spawn(async move {
+        let _hold = hold;
+        match work.await {
+            Ok(done) => answer(reply, protocol::encode(&done)),
+            Err((kind, detail)) => reply.error(kind, detail),
+        }
+    });
 }
 
 /// The framework operation of a client request key.
