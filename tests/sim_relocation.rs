@@ -37,6 +37,7 @@ const CI_SEEDS: u64 = 10_000;
 // spec: SB-8.9, EG-4.1 — a whole-Spot move (Subject::Spot) seals the Spot's unit: no member runs a
 // turn at the source once its state was taken; every member's bound session is sealed and gets
 // its 44; the same invariants hold for every member
+// spec: SB-8.3 — every session a committed relocation sealed gets its 44 commit from the target
 #[test]
 fn ten_thousand_relocation_seeds_keep_every_invariant() {
     let (count, total) = sim::check_seeds::<Relocation>(CI_SEEDS);
@@ -127,6 +128,8 @@ fn an_injected_relocation_fault_is_caught_and_shrinks() {
         "no_recovery",
         "spot_seals_one_lane",
         "open_into_moving_spot",
+        "spot_44_to_first_member",
+        "source_by_generation",
     ]);
 }
 

@@ -122,6 +122,12 @@ pub struct Faults {
     /// (today's node: the Restore is installed, and a Spot move starts while a member moves
     /// in); it cannot join the relocating Spot when its CAS has won, so it is never opened.
     pub open_into_moving_spot: bool,
+    /// A Spot move's target sends the 44 commit only to the first member's sessions.
+    pub spot_44_to_first_member: bool,
+    /// The source's driver finds the incarnation it moves by its object generation alone
+    /// (today's node: `hold_ingress`, `end_incarnation`, `end_unserved`), so after a lease
+    /// expiry and a failover on the same node it acts on the new incarnation.
+    pub source_by_generation: bool,
 }
 
 impl Faults {
@@ -144,6 +150,8 @@ impl Faults {
             "no_recovery" => f.no_recovery = true,
             "spot_seals_one_lane" => f.spot_seals_one_lane = true,
             "open_into_moving_spot" => f.open_into_moving_spot = true,
+            "spot_44_to_first_member" => f.spot_44_to_first_member = true,
+            "source_by_generation" => f.source_by_generation = true,
             _ => return None,
         }
         Some(f)
@@ -879,6 +887,11 @@ struct Target {
     actors: Vec<usize>,
     /// A whole-Spot move.
     spot: bool,
+    /// The seals of each actor the Restore named: (actor, session lifecycle, session, binding
+    /// generation).
+    seals: BTreeSet<(usize, u64, u64, u64)>,
+    /// The 44 commits sent, by the same key.
+    sent_44: BTreeSet<(usize, u64, u64, u64)>,
     core: TargetHandoff,
     source: usize,
     source_generation: u64,
@@ -2048,7 +2061,6 @@ impl<'s> World<'s> {
         if self.net.is_cut(Ep::Node(from), Ep::Store)
             || !n.lease_live
             || n.actors.contains_key(&actor)
-            || n.sources.values().any(|s| s.moves(actor))
             || n.targets.values().any(|t| t.actors.contains(&actor))
         {
             return Some(loc);
@@ -2505,18 +2517,27 @@ impl<'s> World<'s> {
     }
 
     /// The incarnation a source on `node` moves: the actor's incarnation there that serves under
-    /// the source's lease (`lease`); none when it ended with that lease (a lease expiry), or
-    /// another incarnation was activated there since.
+    /// the source's owner fence (`owner`: its lease and authority); none when it ended with that
+    /// lease (a lease expiry), or another incarnation was activated or moved in there since —
+    /// a failover keeps the object generation, so that alone does not tell them apart
+    /// (`source_by_generation` matches on it, as the node does).
     fn source_inc(
         &mut self,
         node: usize,
         actor: usize,
-        lease: OwnerLeaseGeneration,
+        owner: &OwnerFence,
     ) -> Option<&mut Incarnation> {
+        let by_generation = self.faults.source_by_generation;
         self.nodes[node].actors.get_mut(&actor).filter(|inc| {
-            inc.location
-                .as_ref()
-                .is_some_and(|l| l.owner_lease_generation == lease)
+            if by_generation {
+                // the node's live incarnations (a target's instance is not live before it opens)
+                return inc.object_generation == owner.object_generation.get()
+                    && !matches!(inc.state, IncState::Temp { .. });
+            }
+            inc.location.as_ref().is_some_and(|l| {
+                l.owner_lease_generation == owner.holder.lease_generation
+                    && l.authority_owner_generation == owner.authority_owner_generation
+            })
         })
     }
 
@@ -2559,11 +2580,8 @@ impl<'s> World<'s> {
                     };
                     let mut all = true;
                     for &actor in &actors[..sealing] {
-                        let lease = self.nodes[node].sources[&reloc]
-                            .owner_of(actor)
-                            .holder
-                            .lease_generation;
-                        let Some(inc) = self.source_inc(node, actor, lease) else {
+                        let owner = self.nodes[node].sources[&reloc].owner_of(actor);
+                        let Some(inc) = self.source_inc(node, actor, &owner) else {
                             // the incarnation ended (its owner's lease ran out): the relocation
                             // aborts (`node::relocate`: "incarnation gone")
                             all = false;
@@ -2598,12 +2616,9 @@ impl<'s> World<'s> {
                 SourceEffect::CaptureAndRelay => {
                     let tg = self.nodes[target].generation;
                     for &actor in &actors {
-                        let lease = self.nodes[node].sources[&reloc]
-                            .owner_of(actor)
-                            .holder
-                            .lease_generation;
+                        let owner = self.nodes[node].sources[&reloc].owner_of(actor);
                         // ended with its owner's lease: nothing left to capture
-                        let Some(inc) = self.source_inc(node, actor, lease) else {
+                        let Some(inc) = self.source_inc(node, actor, &owner) else {
                             continue;
                         };
                         if !matches!(inc.state, IncState::Sealed { .. }) {
@@ -2654,9 +2669,8 @@ impl<'s> World<'s> {
                         .sealed = false;
                     for &actor in &actors {
                         let owner = self.nodes[node].sources[&reloc].owner_of(actor);
-                        let lease = owner.holder.lease_generation;
                         let og = {
-                            let Some(inc) = self.source_inc(node, actor, lease) else {
+                            let Some(inc) = self.source_inc(node, actor, &owner) else {
                                 // ended with its owner's lease meanwhile: nothing reopens
                                 let og = ObjectGeneration::new(owner.object_generation.get());
                                 self.nodes[node].follow.release(&actor_id(actor), og);
@@ -2680,11 +2694,8 @@ impl<'s> World<'s> {
                 SourceEffect::EndIncarnations(locs) => {
                     for loc in locs {
                         let a = actor_index(&loc.actor_id);
-                        let lease = self.nodes[node].sources[&reloc]
-                            .owner_of(a)
-                            .holder
-                            .lease_generation;
-                        if self.source_inc(node, a, lease).is_some()
+                        let owner = self.nodes[node].sources[&reloc].owner_of(a);
+                        if self.source_inc(node, a, &owner).is_some()
                             && let Some(inc) = self.nodes[node].actors.remove(&a)
                         {
                             let source = inc.location.expect("record");
@@ -2736,8 +2747,7 @@ impl<'s> World<'s> {
                     // never reopens: what the failed incarnations hold is never processed here
                     for actor in failed {
                         let owner = self.nodes[node].sources[&reloc].owner_of(actor);
-                        let lease = owner.holder.lease_generation;
-                        if let Some(inc) = self.source_inc(node, actor, lease) {
+                        if let Some(inc) = self.source_inc(node, actor, &owner) {
                             let old = std::mem::replace(&mut inc.state, IncState::Ended);
                             // its pending work goes with it (`node::relocate`'s `end_unserved`)
                             let mut lost: Vec<u64> = inc.backlog.drain(..).map(|r| r.id).collect();
@@ -2772,8 +2782,18 @@ impl<'s> World<'s> {
             return;
         }
         let og = owner.object_generation.get();
+        let authority = owner.authority_owner_generation;
         if poll_now(self.store.destroy(actor_id(actor), owner)).is_err() {
-            self.unrecovered.insert(actor);
+            // refused: the target's CAS won (unseen), or the lease is gone (gap 3: exempt);
+            // but a record naming another incarnation on this node (activated again, or moved
+            // back here) is that incarnation's to serve, and the liveness check holds it to it
+            let rec = poll_now(self.store.lookup(actor_id(actor))).ok().flatten();
+            let another_here = rec.is_some_and(|l| {
+                l.owner_node == rid(node) && l.authority_owner_generation != authority
+            });
+            if !another_here {
+                self.unrecovered.insert(actor);
+            }
             return;
         }
         self.retired.insert((actor, og));
@@ -2954,6 +2974,19 @@ impl<'s> World<'s> {
                     }
                 }
                 TargetEffect::SendRoute { to, record } => {
+                    if let SessionRelocationRoute::Commit(c) = &record {
+                        let a = actor_index(&c.actor);
+                        let t = self.nodes[node].targets.get_mut(&reloc).expect("target");
+                        if self.faults.spot_44_to_first_member && t.spot && t.actors[0] != a {
+                            continue;
+                        }
+                        t.sent_44.insert((
+                            a,
+                            c.session_lifecycle.get(),
+                            c.session.get(),
+                            c.binding_generation.get(),
+                        ));
+                    }
                     self.send(node, index_of(&to), Msg::Route(record));
                 }
                 TargetEffect::ReportToSource {
@@ -2971,6 +3004,22 @@ impl<'s> World<'s> {
                 }
                 TargetEffect::Finished(outcome) => {
                     self.log(|| format!("  relocation {reloc} at the target: {outcome:?}"));
+                    if let zlink::relocation::TargetOutcome::Cas { committed, .. } = &outcome {
+                        // spec: SB-8.3, SB-8.9 — every session a committed actor's relocation
+                        // sealed gets its 44 commit from the target (each member's, for a Spot)
+                        let t = &self.nodes[node].targets[&reloc];
+                        for l in committed {
+                            let a = actor_index(&l.actor_id);
+                            if let Some(seal) =
+                                t.seals.iter().find(|k| k.0 == a && !t.sent_44.contains(k))
+                            {
+                                return Err(self.violation(format!(
+                                    "relocation {reloc} committed a{a} on n{node} without a 44 \
+                                     to its sealed session {seal:?}"
+                                )));
+                            }
+                        }
+                    }
                     if let zlink::relocation::TargetOutcome::Cas { failed, .. } = &outcome {
                         // the CAS failed or its answer was lost: the store may name this node
                         // while nothing serves here (SB-8.6 leaves it to recovery)
@@ -3063,8 +3112,7 @@ impl<'s> World<'s> {
                 let (StoreOp::Fence { owner, .. } | StoreOp::Retire { owner, .. }) = &op else {
                     unreachable!()
                 };
-                let lease = owner.holder.lease_generation;
-                if let (Some(inc), Ok(loc)) = (self.source_inc(node, actor, lease), &result) {
+                if let (Some(inc), Ok(loc)) = (self.source_inc(node, actor, owner), &result) {
                     inc.location = Some(loc.clone());
                 }
                 self.store_result_core(node, reloc, op, result, now)
@@ -3162,6 +3210,20 @@ impl<'s> World<'s> {
                     .map(|a| a.object_generation.get())
                     .collect();
                 let spot = matches!(request.subject, Subject::Spot(_));
+                let seals: BTreeSet<(usize, u64, u64, u64)> = request
+                    .actors
+                    .iter()
+                    .flat_map(|a| {
+                        a.seals.iter().map(|t| {
+                            (
+                                actor_index(&a.actor),
+                                t.seal.session_lifecycle.get(),
+                                t.seal.session.get(),
+                                t.seal.binding_generation.get(),
+                            )
+                        })
+                    })
+                    .collect();
                 let core =
                     TargetHandoff::restore(rid(from), request, RelocationConfig::default(), now);
                 let n = &self.nodes[to];
@@ -3194,6 +3256,8 @@ impl<'s> World<'s> {
                         Target {
                             actors,
                             spot,
+                            seals,
+                            sent_44: BTreeSet::new(),
                             core: t,
                             source: from,
                             source_generation,
@@ -3228,6 +3292,8 @@ impl<'s> World<'s> {
                     Target {
                         actors,
                         spot,
+                        seals,
+                        sent_44: BTreeSet::new(),
                         core,
                         source: from,
                         source_generation,
@@ -3613,11 +3679,24 @@ impl<'s> World<'s> {
         }
         // spec: SB-8.9, EG-4.1 — a Spot moves as one unit: once its runtime is sealed no member
         // runs a turn at the source (its state was taken)
-        if let Some((reloc, _)) = self.nodes[node]
-            .sources
-            .iter()
-            .find(|(_, s)| s.spot && s.sealed && s.moves(r.actor))
-        {
+        let inc_fence = inc.location.as_ref().map(|l| {
+            (
+                l.object_generation,
+                l.authority_owner_generation,
+                l.owner_lease_generation,
+            )
+        });
+        if let Some((reloc, _)) = self.nodes[node].sources.iter().find(|(_, s)| {
+            s.spot && s.sealed && s.moves(r.actor) && {
+                let o = s.owner_of(r.actor);
+                inc_fence
+                    == Some((
+                        o.object_generation,
+                        o.authority_owner_generation,
+                        o.holder.lease_generation,
+                    ))
+            }
+        }) {
             return Err(self.violation(format!(
                 "n{node} ran a turn of a{} while its Spot is sealed for relocation {reloc}",
                 r.actor
