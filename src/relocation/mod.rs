@@ -34,6 +34,7 @@ pub mod follow;
 pub mod records;
 mod source;
 mod target;
+pub(crate) mod tombstone;
 
 use std::time::Duration;
 
