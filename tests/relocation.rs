@@ -1208,6 +1208,13 @@ impl LocationStore for GatedLookup {
     ) -> zlink::store::StoreFuture<'_, ActorLocation> {
         self.inner.relocation_fence(actor_id, expected, owner)
     }
+    fn reincarnate(
+        &self,
+        actor_id: zlink_wire::ActorId,
+        owner: zlink::store::OwnerFence,
+    ) -> zlink::store::StoreFuture<'_, ActorLocation> {
+        self.inner.reincarnate(actor_id, owner)
+    }
     fn destroy(
         &self,
         actor_id: zlink_wire::ActorId,
@@ -3176,4 +3183,105 @@ async fn a_disconnect_arriving_while_a_spot_moves_runs_its_hook_once_on_the_targ
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_disconnect_arriving_while_an_actor_moves_runs_its_hook_once_on_the_target() {
     disconnect_mid_move(false, &["hooked-solo"]).await;
+}
+
+// spec: SB-8.6, SB-4.1
+// The recovery after a failed relocation is retried while the store is out of reach: the
+// target's CAS fails (its store is down) and the source's store is down too when the result
+// comes, so the first attempt at bringing the actor back fails. The relocation reports the
+// failure with one retry pending; the record still names the source's sealed incarnation, so
+// another node's get_or_create finds it held (no blank actor is created in the gap). Once the
+// source's store is back, 100 ms later on the source's clock the retry replaces the record in
+// one write and the actor is back on the source with its state, as a new incarnation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recovery_that_cannot_reach_the_store_is_retried_on_the_source_clock() {
+    use live::{Add, Error, Fail, GetSeen, aid};
+    use node_common::{mesh_config, rid, wait_pair_up, wait_until};
+    use zlink::node::{Node, NodeOptions};
+    use zlink::store::FaultStore;
+    let shared = Arc::new(MemoryStore::new());
+    let a_store = Arc::new(FaultStore::new(shared.clone()));
+    let b_store = Arc::new(FaultStore::new(shared.clone()));
+    let clock = ManualClock::new();
+    let (_gate, rx) = tokio::sync::watch::channel(true);
+    let registry = || {
+        live::registry(
+            rx.clone(),
+            Arc::new(std::sync::atomic::AtomicU64::new(0)),
+            Arc::new(std::sync::atomic::AtomicBool::new(false)),
+        )
+    };
+    let b = Node::start(NodeOptions::new(
+        mesh_config("b"),
+        b_store.clone(),
+        registry(),
+    ))
+    .await
+    .unwrap();
+    let mut o = NodeOptions::new(mesh_config("a"), a_store.clone(), registry());
+    o.peers = vec![b.address()];
+    o.clock = Arc::new(clock.clone());
+    let a = Node::start(o).await.unwrap();
+    wait_pair_up(&a, &b).await;
+    let actor = a
+        .create(zlink::actor::Create::new("counter", aid("retried")))
+        .await
+        .unwrap();
+    a.send(&actor, &Add(0)).await.unwrap();
+    assert_eq!(a.request(&actor, &GetSeen, TIMEOUT).await.unwrap(), vec![0]);
+
+    // Past relay-ready both stores go down: the target's CAS fails, and so does the source's
+    // first recovery attempt.
+    let capture = a.hold_relocation_capture_for_tests();
+    let relocating = {
+        let (a, actor) = (a.clone(), actor.clone());
+        tokio::spawn(async move { a.relocate(&actor, rid("b")).await })
+    };
+    wait_until("b relay-ready", || {
+        b.relocations().0.iter().any(|r| r.phase == "RelayReady")
+    })
+    .await;
+    a_store.set_down(true);
+    b_store.set_down(true);
+    drop(capture);
+    match tokio::time::timeout(TIMEOUT, relocating)
+        .await
+        .unwrap()
+        .unwrap()
+    {
+        Err(Error::Failed(Fail::CasFailed(ids))) => assert_eq!(ids, vec![actor.id().clone()]),
+        other => panic!("expected a failed CAS, got {other:?}"),
+    }
+    let c = a.relocations().1;
+    assert_eq!((c.recovered, c.recovery_retries, c.unrecovered), (0, 1, 0));
+
+    // The record was neither removed nor replaced: another node finds the actor held by `a`.
+    b_store.set_down(false);
+    let held = b
+        .get_or_create(zlink::actor::Create::new("counter", actor.id().clone()))
+        .await
+        .unwrap();
+    assert_eq!(
+        (held.node(), held.object_generation()),
+        (&rid("a"), actor.object_generation())
+    );
+
+    // The store is back; the retry is due 100 ms after the first attempt on `a`'s clock.
+    a_store.set_down(false);
+    clock.advance(Duration::from_millis(100));
+    wait_until("recovered by the retry", || {
+        a.relocations().1.recovered == 1
+    })
+    .await;
+    let c = a.relocations().1;
+    assert_eq!((c.recovery_retries, c.unrecovered), (1, 0));
+    let loc = shared.lookup(actor.id().clone()).await.unwrap().unwrap();
+    assert_eq!(loc.owner_node, rid("a"));
+    assert!(loc.object_generation > actor.object_generation());
+    let again = b
+        .get_or_create(zlink::actor::Create::new("counter", actor.id().clone()))
+        .await
+        .unwrap();
+    assert_eq!(again.object_generation(), loc.object_generation);
+    assert_eq!(b.request(&again, &GetSeen, TIMEOUT).await.unwrap(), vec![0]);
 }

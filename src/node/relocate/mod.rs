@@ -200,6 +200,15 @@ pub struct RelocationCounters {
     /// source, activated again with the state dehydrated for the move (a new incarnation).
     #[serde(default)]
     pub recovered: u64,
+    /// Recovery attempts repeated because the store was out of reach (SB-8.6; each waits a
+    /// backoff on the node's clock).
+    #[serde(default)]
+    pub recovery_retries: u64,
+    /// Actors a failed relocation left that this node did not activate again: the record moved
+    /// on (the target's CAS won, or another incarnation), this node could no longer own, or
+    /// the state did not rehydrate.
+    #[serde(default)]
+    pub unrecovered: u64,
 }
 
 enum SourceInput {
