@@ -33,7 +33,7 @@ mod startup;
 
 pub use file::{
     ClientConfig, LaneLimits, MeshConfig, MeshSecretText, NodeConfig, ObjectRoles, PeerConfig,
-    Timeouts,
+    RelocationSettings, Timeouts,
 };
 pub use lease::check_lease_ttl;
 pub use registry::HandlerRegistry;
@@ -43,6 +43,8 @@ pub use startup::{Startup, StartupBuilder, StoreChoice};
 pub const SESSION_REPLACEMENT_CALLBACK_TIMEOUT: Duration = Duration::from_millis(30_000);
 /// Default SessionRelocationSealTimeout (server setting, SB-8.3): 3,000 ms.
 pub const SESSION_RELOCATION_SEAL_TIMEOUT: Duration = Duration::from_millis(3_000);
+/// Default cutover timeout of a relocation's target (SB-8.9): 1,000 ms.
+pub const DEFAULT_RELOCATION_CUTOVER_TIMEOUT: Duration = Duration::from_millis(1_000);
 /// Time one receive pass of a mesh I/O thread may spend running records inline (inline
 /// delivery, `docs/RUNTIME.md`).
 pub const INLINE_DELIVERY_BUDGET: Duration = Duration::from_millis(1);

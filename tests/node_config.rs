@@ -53,7 +53,7 @@ lifecycle_bytes = 90000
 
 [timeouts]
 session_replacement_callback_ms = 1234
-session_relocation_seal_ms = 567
+session_relocation_seal_ms = 1567
 send_ms = 2500
 request_ms = 777
 heartbeat_interval_ms = 400
@@ -74,10 +74,9 @@ owner_lease_ttl_ms = 4321
     );
     let ms = Duration::from_millis;
     assert_eq!(o.session_replacement_callback_timeout, ms(1234));
-    assert_eq!(o.session_relocation_seal_timeout, ms(567));
     // spec: SB-8.3 — it reaches the coordinator's relocation timings
-    assert_eq!(o.relocation_config().seal_timeout, ms(567));
-    assert_eq!(o.relocation_config().cutover_timeout, ms(1_000));
+    assert_eq!(o.relocation.seal_timeout, ms(1_567));
+    assert_eq!(o.relocation.cutover_timeout, ms(1_000));
     assert_eq!(o.request_timeout, ms(777));
     assert_eq!(o.lease_ttl, ms(4321));
     assert_eq!(o.mesh.send_timeout, ms(2500));
@@ -175,14 +174,11 @@ fn node_options_defaults_equal_the_config_defaults() {
         new.session_replacement_callback_timeout,
         from_config.session_replacement_callback_timeout
     );
-    assert_eq!(
-        new.session_relocation_seal_timeout,
-        from_config.session_relocation_seal_timeout
-    );
+    assert_eq!(new.relocation, from_config.relocation);
     assert_eq!(
         (
             new.session_replacement_callback_timeout,
-            new.session_relocation_seal_timeout
+            new.relocation.seal_timeout
         ),
         (Duration::from_millis(30_000), Duration::from_millis(3_000))
     );
@@ -271,4 +267,125 @@ async fn configured_application_item_limit_bounds_the_actor_lane() {
     assert_eq!(entered.recv().await, Some(2));
     assert_eq!(entered.recv().await, Some(3));
     node.shutdown(TIMEOUT).await;
+}
+
+// spec: SB-8.3, SB-8.9 — every `[relocation]` key, each away from its default, reaches the
+// relocation timings and bounds of the options (the coordinator's, the target's and the session
+// owner's seal); the seal's other key, `timeouts.session_relocation_seal_ms`, works alone.
+#[test]
+fn from_config_carries_every_relocation_key() {
+    let c = config(
+        "[relocation]
+seal_ms = 4500
+cutover_timeout_ms = 1500
+restore_timeout_ms = 2500
+source_wait_ms = 3500
+max_restore_timers = 7
+target_queue_records = 99
+target_queue_bytes = 123456
+",
+    );
+    let o = options(&c, demo::registry().unwrap());
+    let ms = Duration::from_millis;
+    let r = o.relocation;
+    assert_eq!(r.seal_timeout, ms(4_500));
+    assert_eq!(r.cutover_timeout, ms(1_500));
+    assert_eq!(r.restore_timeout, ms(2_500));
+    assert_eq!(r.source_wait, ms(3_500));
+    assert_eq!(r.max_restore_timers, 7);
+    assert_eq!(
+        (r.target_queue_records, r.target_queue_bytes),
+        (99, 123_456)
+    );
+
+    let d = options(&config(""), demo::registry().unwrap()).relocation;
+    assert_eq!(d, zlink::relocation::RelocationConfig::default());
+    assert_eq!(
+        (d.seal_timeout, d.cutover_timeout, d.source_wait),
+        (ms(3_000), ms(1_000), ms(3_000))
+    );
+    assert_eq!(
+        (d.target_queue_records, d.target_queue_bytes),
+        (65_536, 256 << 20)
+    );
+
+    let old = options(
+        &config("[timeouts]\nsession_relocation_seal_ms = 2222"),
+        demo::registry().unwrap(),
+    );
+    assert_eq!(old.relocation.seal_timeout, ms(2_222));
+}
+
+// A bad `[relocation]` value is refused at startup with the key that is wrong.
+#[test]
+fn bad_relocation_values_are_refused() {
+    let refused = |extra: &str| match NodeOptions::from_config(
+        &config(extra),
+        demo::registry().unwrap(),
+        SessionHandlers::new(),
+    ) {
+        Err(NodeError::Config(ConfigError::InvalidValue { field, .. })) => field,
+        other => panic!("{extra:?} was not refused: {:?}", other.map(|_| ())),
+    };
+    for (extra, field) in [
+        ("[relocation]\nseal_ms = 0", "relocation.seal_ms"),
+        (
+            "[relocation]\ncutover_timeout_ms = 0",
+            "relocation.cutover_timeout_ms",
+        ),
+        (
+            "[relocation]\nrestore_timeout_ms = 0",
+            "relocation.restore_timeout_ms",
+        ),
+        (
+            "[relocation]\nsource_wait_ms = 0",
+            "relocation.source_wait_ms",
+        ),
+        (
+            "[relocation]\nmax_restore_timers = 0",
+            "relocation.max_restore_timers",
+        ),
+        (
+            "[relocation]\ntarget_queue_records = 0",
+            "relocation.target_queue_records",
+        ),
+        (
+            "[relocation]\ntarget_queue_bytes = 0",
+            "relocation.target_queue_bytes",
+        ),
+        // A cutover timeout as long as the seal: every fallback would find its sessions closed.
+        (
+            "[relocation]\nseal_ms = 2000\ncutover_timeout_ms = 2000",
+            "relocation.cutover_timeout_ms",
+        ),
+        (
+            "[timeouts]\nsession_relocation_seal_ms = 900",
+            "relocation.cutover_timeout_ms",
+        ),
+        // The seal set twice.
+        (
+            "[timeouts]\nsession_relocation_seal_ms = 4000\n[relocation]\nseal_ms = 4000",
+            "relocation.seal_ms",
+        ),
+        (
+            "[timeouts]\nsession_relocation_seal_ms = 0",
+            "timeouts.session_relocation_seal_ms",
+        ),
+    ] {
+        assert_eq!(refused(extra), field, "{extra:?}");
+    }
+    // Unknown keys and wrong types do not parse.
+    for extra in [
+        "[relocation]\ncutover_ms = 10",
+        "[relocation]\nsource_wait_ms = -1",
+        "[relocation]\ntarget_queue_bytes = \"big\"",
+    ] {
+        assert!(
+            matches!(
+                NodeConfig::from_toml_str(&format!("{BASE}\n{extra}")),
+                Err(ConfigError::Parse(_))
+            ),
+            "{extra:?}"
+        );
+    }
 }

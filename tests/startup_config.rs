@@ -273,8 +273,9 @@ fn toml_configuration_parses_with_spec_defaults() {
         cfg.timeouts.session_replacement_callback,
         Duration::from_millis(30_000)
     );
+    assert_eq!(cfg.timeouts.session_relocation_seal, None);
     assert_eq!(
-        cfg.timeouts.session_relocation_seal,
+        cfg.relocation.seal(&cfg.timeouts),
         Duration::from_millis(3_000)
     );
     assert!(
@@ -305,7 +306,10 @@ fn defaults_match_the_spec_table() {
         t.session_replacement_callback,
         SESSION_REPLACEMENT_CALLBACK_TIMEOUT
     );
-    assert_eq!(t.session_relocation_seal, SESSION_RELOCATION_SEAL_TIMEOUT);
+    assert_eq!(
+        zlink::config::RelocationSettings::default().seal(&t),
+        SESSION_RELOCATION_SEAL_TIMEOUT
+    );
     let l = LaneLimits::default();
     assert_eq!(
         (l.application_items, l.application_bytes),

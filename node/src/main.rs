@@ -16,6 +16,7 @@ use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
 use serde::Deserialize;
 use zlink::config::{
     ClientConfig, MeshConfig, MeshSecretText, NodeConfig, ObjectRoles, PeerConfig,
+    RelocationSettings,
 };
 use zlink::node::access::{ClientAccess, ClientPolicy, OperatorCredential};
 use zlink::node::{Node, NodeOptions};
@@ -54,7 +55,8 @@ CONFIGURATION FILE (TOML, every key optional; flags and environment override it)
   peer_wait_ms = 20000                    how long to wait for peers before `ready`
   session_relocation_seal_ms = 3000       SessionRelocationSealTimeout (SB-8.3): how long a
                                           session holds a binding sealed for a relocation
-                                          without its 44 before it closes the session
+                                          without its 44 before it closes the session (or
+                                          `seal_ms` under [relocation]: one of the two)
   log_format = \"text\"                     text | json
   insecure_dev_mode = false               run without a mesh secret (proves nothing)
   client_policy = \"operator_only\"         what a client that is not the operator may do with
@@ -85,8 +87,21 @@ CONFIGURATION FILE (TOML, every key optional; flags and environment override it)
   stranger_window_bytes = 16384
   max_operations_per_session = 64         framework operations in flight (then `busy`)
   max_bindings_per_session = 1024         actors one session may be bound to
+  [relocation]                            live relocation (SB-8), defaults shown; each key
+                                          but seal_ms also as a flag --relocation-KEY (with
+                                          dashes) and ZLINK_RELOCATION_KEY (upper case)
+  seal_ms = 3000                          = session_relocation_seal_ms (set one of the two;
+                                          flag --session-relocation-seal-ms)
+  cutover_timeout_ms = 1000               target: no cutover this long after relay-ready:
+                                          the fallback; shorter than the seal
+  restore_timeout_ms = 3000               source: no relay-ready this long: the target failed
+  source_wait_ms = 3000                   target, after a fallback: how long the source's
+                                          relay stream stays ahead of regular ingress
+  max_restore_timers = 1024               timers one moving actor may bring
+  target_queue_records = 65536            target: one relocation's temporary queues, records
+  target_queue_bytes = 268435456          ... and payload bytes
   [[peers]]                               every node of the mesh (its own entry is skipped);
-  name = \"node2\"                          list every node; a node dials those sorting after it
+  name = \"node2\"                          list every node (docs/MESH.md: who dials whom)
   relay = \"tcp://127.0.0.1:7101\"
   completion = \"tcp://127.0.0.1:7102\"
 
@@ -171,6 +186,32 @@ struct Cli {
     /// relocation without its 44 before it closes the session, in ms [default: 3000].
     #[arg(long, env = "ZLINK_SESSION_RELOCATION_SEAL_MS", value_name = "MS")]
     session_relocation_seal_ms: Option<u64>,
+    /// Relocation target: without the source's cutover this long after relay-ready, the
+    /// cutover_timeout fallback, in ms; shorter than the seal [default: 1000].
+    #[arg(long, env = "ZLINK_RELOCATION_CUTOVER_TIMEOUT_MS", value_name = "MS")]
+    relocation_cutover_timeout_ms: Option<u64>,
+    /// Relocation source: a target without relay-ready this long has failed, in ms
+    /// [default: 3000].
+    #[arg(long, env = "ZLINK_RELOCATION_RESTORE_TIMEOUT_MS", value_name = "MS")]
+    relocation_restore_timeout_ms: Option<u64>,
+    /// Relocation target, after a fallback: how long the source's relay stream stays ahead of
+    /// regular ingress, in ms [default: 3000].
+    #[arg(long, env = "ZLINK_RELOCATION_SOURCE_WAIT_MS", value_name = "MS")]
+    relocation_source_wait_ms: Option<u64>,
+    /// Relocation target: the most timers one moving actor may bring [default: 1024].
+    #[arg(long, env = "ZLINK_RELOCATION_MAX_RESTORE_TIMERS", value_name = "N")]
+    relocation_max_restore_timers: Option<usize>,
+    /// Relocation target: records one relocation's temporary queues hold at most
+    /// [default: 65536].
+    #[arg(long, env = "ZLINK_RELOCATION_TARGET_QUEUE_RECORDS", value_name = "N")]
+    relocation_target_queue_records: Option<usize>,
+    /// Relocation target: payload bytes of those queues at most [default: 268435456].
+    #[arg(
+        long,
+        env = "ZLINK_RELOCATION_TARGET_QUEUE_BYTES",
+        value_name = "BYTES"
+    )]
+    relocation_target_queue_bytes: Option<usize>,
     /// Log format [default: text].
     #[arg(long, env = "ZLINK_LOG_FORMAT", value_enum)]
     log_format: Option<LogFormat>,
@@ -227,6 +268,9 @@ struct FileConfig {
     /// but `endpoint`, which is `client`).
     #[serde(default)]
     client_port: ClientConfig,
+    /// Live relocation's timings and bounds (`[relocation]`, the library's table).
+    #[serde(default)]
+    relocation: RelocationSettings,
     #[serde(default)]
     peers: Vec<FilePeer>,
 }
@@ -391,12 +435,25 @@ fn settings(cli: Cli) -> anyhow::Result<Settings> {
     if let Some(ms) = cli.request_timeout_ms.or(file.request_timeout_ms) {
         config.timeouts.request = Duration::from_millis(ms);
     }
-    if let Some(ms) = cli
-        .session_relocation_seal_ms
-        .or(file.session_relocation_seal_ms)
-    {
-        config.timeouts.session_relocation_seal = Duration::from_millis(ms);
+    // `[relocation]`, each key overridden by its flag or environment variable. The seal has
+    // two keys in the file (`session_relocation_seal_ms`, `[relocation] seal_ms`: one of them);
+    // its flag beats both.
+    let ms = |v: Option<u64>| v.map(Duration::from_millis);
+    config.relocation = file.relocation;
+    config.timeouts.session_relocation_seal = ms(file.session_relocation_seal_ms);
+    if let Some(seal) = ms(cli.session_relocation_seal_ms) {
+        config.relocation.seal_ms = Some(seal);
+        config.timeouts.session_relocation_seal = None;
     }
+    let r = &mut config.relocation;
+    r.cutover_timeout_ms = ms(cli.relocation_cutover_timeout_ms).or(r.cutover_timeout_ms);
+    r.restore_timeout_ms = ms(cli.relocation_restore_timeout_ms).or(r.restore_timeout_ms);
+    r.source_wait_ms = ms(cli.relocation_source_wait_ms).or(r.source_wait_ms);
+    r.max_restore_timers = cli.relocation_max_restore_timers.or(r.max_restore_timers);
+    r.target_queue_records = cli
+        .relocation_target_queue_records
+        .or(r.target_queue_records);
+    r.target_queue_bytes = cli.relocation_target_queue_bytes.or(r.target_queue_bytes);
     Ok(Settings {
         config,
         ready_file: cli.ready_file.or(file.ready_file),

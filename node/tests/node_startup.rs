@@ -115,6 +115,14 @@ fn help_explains_every_option() {
         "--peer-wait-ms",
         "--log-format",
         "--insecure-dev-mode",
+        "--session-relocation-seal-ms",
+        "--relocation-cutover-timeout-ms",
+        "--relocation-restore-timeout-ms",
+        "--relocation-source-wait-ms",
+        "--relocation-max-restore-timers",
+        "--relocation-target-queue-records",
+        "--relocation-target-queue-bytes",
+        "[relocation]",
         "ZLINK_MESH_SECRET",
         "SIGTERM",
         "[[peers]]",
@@ -135,6 +143,106 @@ fn the_binary_refuses_a_mesh_without_a_secret() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("secret"), "{err}");
+}
+
+// `[relocation]` in the binary's file, its flags and its environment variables reach the
+// library's validation: each bad value below stops the process before it serves, naming the key.
+// (`tests/node_config.rs` checks that every key reaches `NodeOptions::relocation`.)
+#[test]
+fn the_binary_reads_and_checks_the_relocation_keys() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |file: &str, args: &[&str], env: &[(&str, &str)]| {
+        let path = dir.path().join("node.toml");
+        std::fs::write(
+            &path,
+            format!("name = \"solo\"\nstore = \"memory:\"\ninsecure_dev_mode = true\n{file}"),
+        )
+        .unwrap();
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_zlink-node"));
+        cmd.arg("--config").arg(&path).args(args);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let child = cmd
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        // A value that is not refused leaves the node serving: 20 s guard, then it is killed.
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(child.wait_with_output());
+        });
+        let Ok(out) = rx.recv_timeout(std::time::Duration::from_secs(20)) else {
+            let _ = std::process::Command::new("kill")
+                .arg(pid.to_string())
+                .status();
+            panic!("{file:?} {args:?} {env:?}: the node started");
+        };
+        let out = out.unwrap();
+        assert!(!out.status.success(), "{file:?} {args:?} {env:?} started");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    for (file, args, env, key) in [
+        (
+            "[relocation]\ntarget_queue_records = 0\n",
+            &[][..],
+            &[][..],
+            "relocation.target_queue_records",
+        ),
+        (
+            "[relocation]\nseal_ms = 2000\ncutover_timeout_ms = 2500\n",
+            &[],
+            &[],
+            "relocation.cutover_timeout_ms",
+        ),
+        // the seal's two keys in one file
+        (
+            "session_relocation_seal_ms = 4000\n[relocation]\nseal_ms = 4000\n",
+            &[],
+            &[],
+            "relocation.seal_ms",
+        ),
+        // the flag beats the file: a cutover as long as the default 3 s seal
+        (
+            "[relocation]\ncutover_timeout_ms = 500\n",
+            &["--relocation-cutover-timeout-ms", "3000"],
+            &[],
+            "relocation.cutover_timeout_ms",
+        ),
+        // the seal's flag, shorter than the file's cutover timeout
+        (
+            "[relocation]\ncutover_timeout_ms = 1500\n",
+            &["--session-relocation-seal-ms", "1500"],
+            &[],
+            "relocation.cutover_timeout_ms",
+        ),
+        (
+            "",
+            &["--relocation-target-queue-bytes", "0"],
+            &[],
+            "relocation.target_queue_bytes",
+        ),
+        (
+            "",
+            &[],
+            &[("ZLINK_RELOCATION_SOURCE_WAIT_MS", "0")],
+            "relocation.source_wait_ms",
+        ),
+        (
+            "",
+            &[],
+            &[("ZLINK_RELOCATION_MAX_RESTORE_TIMERS", "0")],
+            "relocation.max_restore_timers",
+        ),
+    ] {
+        let err = run(file, args, env);
+        assert!(err.contains(key), "{file:?} {args:?} {env:?}: {err}");
+    }
+    // An unknown key of the table does not parse.
+    let err = run("[relocation]\ncutover_ms = 10\n", &[], &[]);
+    assert!(err.contains("cutover_ms"), "{err}");
 }
 
 // spec: SB-3.3 (two session handlers for one packet key → configuration error at startup)

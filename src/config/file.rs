@@ -282,12 +282,10 @@ pub struct Timeouts {
         deserialize_with = "millis"
     )]
     pub session_replacement_callback: Duration,
-    /// SessionRelocationSealTimeout (default 3,000 ms): how long a session owner holds a
-    /// binding's relocation seal without its 44 before it closes the session (SB-8.3). Reaches
-    /// `NodeOptions`, the session owner and the coordinator's timings
-    /// (`NodeOptions::relocation_config`).
-    #[serde(rename = "session_relocation_seal_ms", deserialize_with = "millis")]
-    pub session_relocation_seal: Duration,
+    /// SessionRelocationSealTimeout, the same setting as [`RelocationSettings::seal_ms`]
+    /// (`[relocation] seal_ms`; setting both is a configuration error). Unset, 3,000 ms.
+    #[serde(rename = "session_relocation_seal_ms", deserialize_with = "opt_millis")]
+    pub session_relocation_seal: Option<Duration>,
     /// Send admission timeout (default 5,000 ms).
     #[serde(rename = "send_ms", deserialize_with = "millis")]
     pub send: Duration,
@@ -314,7 +312,7 @@ impl Default for Timeouts {
     fn default() -> Self {
         Self {
             session_replacement_callback: SESSION_REPLACEMENT_CALLBACK_TIMEOUT,
-            session_relocation_seal: SESSION_RELOCATION_SEAL_TIMEOUT,
+            session_relocation_seal: None,
             send: SEND_TIMEOUT,
             request: REQUEST_TIMEOUT,
             heartbeat_interval: HEARTBEAT_INTERVAL,
@@ -327,6 +325,105 @@ impl Default for Timeouts {
 
 fn millis<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
     u64::deserialize(d).map(Duration::from_millis)
+}
+
+fn opt_millis<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+    millis(d).map(Some)
+}
+
+/// Live relocation's timings and bounds (`[relocation]`, SB-8). Every key is optional; unset,
+/// the default holds. Times are integer milliseconds (`*_ms`). The node reads them into
+/// `NodeOptions::relocation`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RelocationSettings {
+    /// SessionRelocationSealTimeout (SB-8.3, default 3,000 ms): how long a session owner holds
+    /// a binding's relocation seal without its 44 before it closes the session, and how long
+    /// the coordinator waits for the 43s. Also accepted as `timeouts.session_relocation_seal_ms`
+    /// (one of the two).
+    #[serde(default, deserialize_with = "opt_millis")]
+    pub seal_ms: Option<Duration>,
+    /// The target's cutover timeout after its relay-ready reply (SB-8.9, default 1,000 ms):
+    /// without the source's cutover by then, a `cutover_timeout` Warning and the fallback.
+    /// Shorter than the seal timeout.
+    #[serde(default, deserialize_with = "opt_millis")]
+    pub cutover_timeout_ms: Option<Duration>,
+    /// The source's wait for the target's relay-ready (default 3,000 ms): a target silent that
+    /// long has failed (SB-8.5: durable abort, the source keeps the actor).
+    #[serde(default, deserialize_with = "opt_millis")]
+    pub restore_timeout_ms: Option<Duration>,
+    /// After the cutover timeout's fallback, how long the target keeps the source's relay
+    /// stream ahead of regular ingress while the source neither sends its cutover nor is seen
+    /// gone (default 3,000 ms).
+    #[serde(default, deserialize_with = "opt_millis")]
+    pub source_wait_ms: Option<Duration>,
+    /// The most timers the target starts for one moving actor (default 1,024): a Restore
+    /// naming more is refused before relay-ready (`too_many_timers`).
+    #[serde(default)]
+    pub max_restore_timers: Option<usize>,
+    /// Records one relocation's temporary queues on the target hold at most before dispatch
+    /// opens (default 65,536); beyond, a relayed request is answered `LaneFull`.
+    #[serde(default)]
+    pub target_queue_records: Option<usize>,
+    /// Payload bytes of those queues at most (default 268,435,456 = 256 MiB).
+    #[serde(default)]
+    pub target_queue_bytes: Option<usize>,
+}
+
+impl RelocationSettings {
+    /// Checks each value that is set against the others and `timeouts` (the seal's other key).
+    fn validate(&self, timeouts: &Timeouts) -> Result<(), ConfigError> {
+        let invalid = |field, reason| Err(ConfigError::InvalidValue { field, reason });
+        if self.seal_ms.is_some() && timeouts.session_relocation_seal.is_some() {
+            return invalid(
+                "relocation.seal_ms",
+                "also set as timeouts.session_relocation_seal_ms: set one of the two",
+            );
+        }
+        for (field, value) in [
+            ("relocation.seal_ms", self.seal_ms),
+            (
+                "timeouts.session_relocation_seal_ms",
+                timeouts.session_relocation_seal,
+            ),
+            ("relocation.cutover_timeout_ms", self.cutover_timeout_ms),
+            ("relocation.restore_timeout_ms", self.restore_timeout_ms),
+            ("relocation.source_wait_ms", self.source_wait_ms),
+        ] {
+            if value.is_some_and(|v| v.is_zero()) {
+                return invalid(field, "must be at least 1 ms");
+            }
+        }
+        for (field, value) in [
+            ("relocation.max_restore_timers", self.max_restore_timers),
+            ("relocation.target_queue_records", self.target_queue_records),
+            ("relocation.target_queue_bytes", self.target_queue_bytes),
+        ] {
+            if value == Some(0) {
+                return invalid(field, "must be at least 1");
+            }
+        }
+        let seal = self.seal(timeouts);
+        let cutover = self
+            .cutover_timeout_ms
+            .unwrap_or(DEFAULT_RELOCATION_CUTOVER_TIMEOUT);
+        if cutover >= seal {
+            return invalid(
+                "relocation.cutover_timeout_ms",
+                "must be shorter than the seal timeout (relocation.seal_ms): a fallback after \
+                 it would find every sealed session closed",
+            );
+        }
+        Ok(())
+    }
+
+    /// The SessionRelocationSealTimeout these settings and `timeouts` name (default 3,000 ms).
+    #[must_use]
+    pub fn seal(&self, timeouts: &Timeouts) -> Duration {
+        self.seal_ms
+            .or(timeouts.session_relocation_seal)
+            .unwrap_or(SESSION_RELOCATION_SEAL_TIMEOUT)
+    }
 }
 
 /// The configuration of one node process, as written in TOML:
@@ -375,13 +472,22 @@ fn millis<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
 ///
 /// [timeouts]         # defaults shown, milliseconds
 /// session_replacement_callback_ms = 30000
-/// session_relocation_seal_ms = 3000     # a session's relocation seal without its 44 (SB-8.3)
 /// send_ms = 5000
 /// request_ms = 5000
 /// heartbeat_interval_ms = 1000
 /// heartbeat_timeout_ms = 3000
 /// owner_lease_ttl_ms = 10000
 /// inline_delivery_budget_ms = 1         # 0: records never run on the mesh I/O thread
+///
+/// [relocation]       # defaults shown (SB-8)
+/// seal_ms = 3000                 # a session's relocation seal without its 44 (SB-8.3); also
+///                                # accepted as timeouts.session_relocation_seal_ms
+/// cutover_timeout_ms = 1000      # target: no cutover this long after relay-ready → fallback
+/// restore_timeout_ms = 3000      # source: no relay-ready this long → the target failed
+/// source_wait_ms = 3000          # target, after a fallback: the source's relay stream first
+/// max_restore_timers = 1024      # timers one moving actor may bring
+/// target_queue_records = 65536   # target: one relocation's temporary queues, records
+/// target_queue_bytes = 268435456 # ... and payload bytes
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -419,6 +525,9 @@ pub struct NodeConfig {
     /// Time settings.
     #[serde(default)]
     pub timeouts: Timeouts,
+    /// Live relocation's timings and bounds (`[relocation]`).
+    #[serde(default)]
+    pub relocation: RelocationSettings,
 }
 
 impl NodeConfig {
@@ -437,6 +546,7 @@ impl NodeConfig {
             metrics: None,
             lanes: LaneLimits::default(),
             timeouts: Timeouts::default(),
+            relocation: RelocationSettings::default(),
         }
     }
 
@@ -533,10 +643,6 @@ impl NodeConfig {
                 "timeouts.session_replacement_callback_ms",
                 t.session_replacement_callback,
             ),
-            (
-                "timeouts.session_relocation_seal_ms",
-                t.session_relocation_seal,
-            ),
             ("timeouts.send_ms", t.send),
             ("timeouts.request_ms", t.request),
             ("timeouts.heartbeat_interval_ms", t.heartbeat_interval),
@@ -559,7 +665,7 @@ impl NodeConfig {
                 reason: "must be longer than the heartbeat interval",
             });
         }
-        Ok(())
+        self.relocation.validate(t)
     }
 }
 

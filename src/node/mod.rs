@@ -59,7 +59,7 @@ pub use crate::backlog::BacklogStats;
 use crate::backlog::{Backlogs, WaitQueues};
 use crate::config::{
     ConfigError, INLINE_DELIVERY_BUDGET, NodeConfig, OWNER_LEASE_TTL, REQUEST_TIMEOUT,
-    SESSION_RELOCATION_SEAL_TIMEOUT, SESSION_REPLACEMENT_CALLBACK_TIMEOUT, StartupBuilder,
+    SESSION_REPLACEMENT_CALLBACK_TIMEOUT, StartupBuilder,
 };
 use crate::runtime::{LaneLimits, Runtime, RuntimeConfig};
 use crate::session::{
@@ -71,6 +71,24 @@ use activation::ActivationWaiter;
 /// How long a starting node asks a store that answers unavailable again before its start fails
 /// (the first owner registration; `Node::start`).
 const STARTUP_STORE_PATIENCE: Duration = Duration::from_secs(5);
+
+/// How long a node waits for a listed peer whose name sorts before its own to dial it before
+/// dialling that peer itself (docs/MESH.md, "Who dials whom").
+const LATE_DIAL_AFTER: Duration = Duration::from_secs(5);
+
+/// The dial of a listed peer whose name sorts first: that peer dials us when it lists us too,
+/// so we wait [`LATE_DIAL_AFTER`] for it to come up, and dial it only if it has not (it may not
+/// list us). Should it dial us after all, the mesh keeps one of the two connections.
+async fn late_dial(inner: std::sync::Weak<Inner>, peer: PeerAddress) {
+    tokio::time::sleep(LATE_DIAL_AFTER).await;
+    let Some(inner) = inner.upgrade() else {
+        return;
+    };
+    if inner.mesh.peer_generation(&peer.node).is_none() {
+        tracing::info!(peer = %peer.node, "listed peer has not dialled us; dialling it");
+        let _ = inner.mesh.connect(peer);
+    }
+}
 use calls::{request_error, send_error};
 use local::{Actors, SpotState};
 use protocol::{NodeCounters, NodeInfo};
@@ -100,8 +118,6 @@ pub struct NodeOptions {
     pub lanes: LaneLimits,
     /// SessionReplacementCallbackTimeout (SB-6.4; `timeouts.session_replacement_callback_ms`).
     pub session_replacement_callback_timeout: Duration,
-    /// SessionRelocationSealTimeout (SB-8.3; `timeouts.session_relocation_seal_ms`).
-    pub session_relocation_seal_timeout: Duration,
     /// Inline delivery (`docs/RUNTIME.md`, "Inline delivery"): how long one receive pass of the
     /// mesh I/O thread may spend running the turns of records whose lane was idle right there,
     /// instead of handing them to the lane runtime's workers (default 1 ms; zero: never). Past
@@ -110,10 +126,13 @@ pub struct NodeOptions {
     /// Bindings one session may hold, current and in flight (default 1,024): a bound on what a
     /// client can make its session owner keep; a bind beyond it fails `InvalidOperation`.
     pub max_bindings_per_session: usize,
-    /// The most timers this node starts for one actor moving in (a Restore naming more is
-    /// refused before relay-ready, counted as `too_many_timers`;
-    /// [`crate::relocation::RelocationConfig::max_restore_timers`]).
-    pub max_restore_timers: usize,
+    /// The timings and bounds of the relocations this node takes part in (`[relocation]`):
+    /// SessionRelocationSealTimeout (SB-8.3, `seal_timeout`, 3,000 ms), which the session owner
+    /// also holds a binding's seal for; the cutover timeout (SB-8.9, 1,000 ms); the source's
+    /// wait for relay-ready (3,000 ms); the target's wait for the source's relay stream after a
+    /// fallback (`source_wait`, 3,000 ms); the most timers one moving actor's Restore may start
+    /// (1,024); the target's temporary queue bound (65,536 records / 256 MiB).
+    pub relocation: crate::relocation::RelocationConfig,
     /// The session application: packet handlers by key and session callbacks (SB-5, SB-6).
     pub sessions: SessionHandlers,
     /// The clock of the session timers (the 100 ms replacement close, the callback timeout);
@@ -153,28 +172,15 @@ impl NodeOptions {
             request_timeout: REQUEST_TIMEOUT,
             lanes: LaneLimits::default(),
             session_replacement_callback_timeout: SESSION_REPLACEMENT_CALLBACK_TIMEOUT,
-            session_relocation_seal_timeout: SESSION_RELOCATION_SEAL_TIMEOUT,
             inline_delivery_budget: INLINE_DELIVERY_BUDGET,
             max_bindings_per_session: crate::session::aggregate::DEFAULT_BINDING_LIMIT,
-            max_restore_timers: crate::relocation::DEFAULT_MAX_RESTORE_TIMERS,
+            relocation: crate::relocation::RelocationConfig::default(),
             sessions: SessionHandlers::new(),
             clock: Arc::new(SystemClock),
             lease_clock: Arc::new(crate::clock::BootClock::new()),
             metrics: None,
             client_access: access::ClientAccess::new(),
             message_follow: crate::relocation::FollowConfig::default(),
-        }
-    }
-
-    /// The timings of a relocation this node coordinates: the seal timeout is
-    /// SessionRelocationSealTimeout (SB-8.3, `timeouts.session_relocation_seal_ms`), the cutover
-    /// timeout SB-8.9's 1,000 ms.
-    #[must_use]
-    pub fn relocation_config(&self) -> crate::relocation::RelocationConfig {
-        crate::relocation::RelocationConfig {
-            seal_timeout: self.session_relocation_seal_timeout,
-            max_restore_timers: self.max_restore_timers,
-            ..crate::relocation::RelocationConfig::default()
         }
     }
 
@@ -253,7 +259,27 @@ impl NodeOptions {
         options.lease_ttl = config.timeouts.owner_lease_ttl;
         options.request_timeout = config.timeouts.request;
         options.session_replacement_callback_timeout = config.timeouts.session_replacement_callback;
-        options.session_relocation_seal_timeout = config.timeouts.session_relocation_seal;
+        let r = &config.relocation;
+        let rc = &mut options.relocation;
+        rc.seal_timeout = r.seal(&config.timeouts);
+        if let Some(v) = r.cutover_timeout_ms {
+            rc.cutover_timeout = v;
+        }
+        if let Some(v) = r.restore_timeout_ms {
+            rc.restore_timeout = v;
+        }
+        if let Some(v) = r.source_wait_ms {
+            rc.source_wait = v;
+        }
+        if let Some(v) = r.max_restore_timers {
+            rc.max_restore_timers = v;
+        }
+        if let Some(v) = r.target_queue_records {
+            rc.target_queue_records = v;
+        }
+        if let Some(v) = r.target_queue_bytes {
+            rc.target_queue_bytes = v;
+        }
         options.inline_delivery_budget = config.timeouts.inline_delivery_budget;
         if let Some(client) = &config.client {
             if let Some(v) = client.max_operations_per_session {
@@ -400,7 +426,7 @@ impl Node {
         if let Some(wait) = options.store.write_wait_limit() {
             crate::config::check_lease_ttl(options.lease_ttl, wait)?;
         }
-        let relocation = options.relocation_config();
+        let relocation = options.relocation;
         let node_metrics = metrics::NodeMetrics::default();
         let store: Arc<dyn LocationStore> = Arc::new(metrics::TimedStore::new(
             options.store,
@@ -467,7 +493,7 @@ impl Node {
             binding_limit: options.max_bindings_per_session,
             request_timeout: options.request_timeout,
             clock: options.clock.clone(),
-            seal_timeout: options.session_relocation_seal_timeout,
+            seal_timeout: options.relocation.seal_timeout,
             held_limit: seal_held_limit,
         };
         let session_runtime = runtime.clone();
@@ -550,11 +576,15 @@ impl Node {
         }
         let me = node.node_rid().clone();
         for p in &node.inner.peers {
-            // Only the peers whose name sorts after ours (docs/MESH.md, "Who dials whom"): a
+            // The peers whose name sorts after ours at once (docs/MESH.md, "Who dials whom"): a
             // pair that lists each other then has one dialler and one connection per link from
-            // the start. A connect failure only means the mesh is closing.
+            // the start. The others only if they have not dialled us within LATE_DIAL_AFTER.
+            // A connect failure only means the mesh is closing.
             if p.node.as_str() > me.as_str() {
                 let _ = node.inner.mesh.connect(p.clone());
+            } else {
+                let late = tokio::spawn(late_dial(Arc::downgrade(&node.inner), p.clone()));
+                lock(&node.inner.tasks).push(late);
             }
         }
         tracing::info!(node = %me, generation = %node.generation(), "node started");

@@ -32,8 +32,10 @@
 
 pub mod follow;
 pub mod records;
+pub mod recovery;
 mod source;
 mod target;
+pub(crate) mod tombstone;
 
 use std::time::Duration;
 
@@ -56,7 +58,7 @@ use crate::store::AuthorityFence;
 /// 43 results, as the session owner waits at most this long for the 44.
 pub const DEFAULT_SEAL_TIMEOUT: Duration = crate::config::SESSION_RELOCATION_SEAL_TIMEOUT;
 /// Cutover timeout of SB-8.9: the target proceeds this long after its relay-ready reply.
-pub const DEFAULT_CUTOVER_TIMEOUT: Duration = Duration::from_millis(1_000);
+pub const DEFAULT_CUTOVER_TIMEOUT: Duration = crate::config::DEFAULT_RELOCATION_CUTOVER_TIMEOUT;
 /// How long the source waits for the target's relay-ready before treating the target as failed.
 pub const DEFAULT_RESTORE_TIMEOUT: Duration = Duration::from_millis(3_000);
 /// After the cutover timeout's fallback, how long the target keeps the source's relay stream
@@ -65,6 +67,11 @@ pub const DEFAULT_RESTORE_TIMEOUT: Duration = Duration::from_millis(3_000);
 pub const DEFAULT_SOURCE_WAIT: Duration = Duration::from_millis(3_000);
 /// The most timers one moving actor's Restore may ask a target to start, by default.
 pub const DEFAULT_MAX_RESTORE_TIMERS: usize = 1_024;
+/// Records one relocation's temporary queues on the target hold at most, by default.
+pub const DEFAULT_TARGET_QUEUE_RECORDS: usize = 65_536;
+/// Payload bytes one relocation's temporary queues on the target hold at most, by default
+/// (256 MiB).
+pub const DEFAULT_TARGET_QUEUE_BYTES: usize = 256 << 20;
 
 /// Timings of one relocation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -84,6 +91,14 @@ pub struct RelocationConfig {
     /// counted), so the source aborts and keeps serving (SB-8.5). The peer is authenticated,
     /// but what another party can make this node hold is bounded.
     pub max_restore_timers: usize,
+    /// Records one relocation's temporary queues on the target hold at most before dispatch
+    /// opens (default 65,536). What the source captures is bounded by its own limits (the
+    /// lane, the activation barrier, the senders' windows); this bounds what the target keeps.
+    /// Beyond it a relayed request is answered `LaneFull` and a relayed send refused.
+    pub target_queue_records: usize,
+    /// Payload bytes one relocation's temporary queues on the target hold at most (default
+    /// 256 MiB); beyond it as for [`RelocationConfig::target_queue_records`].
+    pub target_queue_bytes: usize,
 }
 
 impl Default for RelocationConfig {
@@ -94,6 +109,8 @@ impl Default for RelocationConfig {
             restore_timeout: DEFAULT_RESTORE_TIMEOUT,
             source_wait: DEFAULT_SOURCE_WAIT,
             max_restore_timers: DEFAULT_MAX_RESTORE_TIMERS,
+            target_queue_records: DEFAULT_TARGET_QUEUE_RECORDS,
+            target_queue_bytes: DEFAULT_TARGET_QUEUE_BYTES,
         }
     }
 }

@@ -133,7 +133,7 @@ pub async fn start_session_node(spec: SessionNodeSpec, store: Arc<dyn LocationSt
         options.max_bindings_per_session = m;
     }
     if let Some(t) = spec.seal_timeout {
-        options.session_relocation_seal_timeout = t;
+        options.relocation.seal_timeout = t;
     }
     Node::start(options).await.unwrap()
 }

@@ -154,12 +154,7 @@ impl Engine {
             };
             let mut run = OneWayRun {
                 up: &mut self.up,
-                cx: Context {
-                    memo: &self.memo,
-                    shared: &self.shared,
-                    local: self.local.generation,
-                    now: self.now,
-                },
+                cx: Context::new(&self.memo, &self.shared, self.local.generation, self.now),
                 max_payload: self.limits.max_payload,
                 key,
             };
@@ -172,8 +167,8 @@ impl Engine {
         }
     }
 
-    /// The run of relay records — 24 ActorSend and 36 BoundSessionSend, the per-message
-    /// records between nodes — that follows an application record from peer `node` (up in
+    /// The run of relay records — 24 ActorSend, 36 BoundSessionSend and 160 ActorCall, the
+    /// per-message records between nodes — that follows an application record from peer `node` (up in
     /// `generation` on relay) in one batch frame: the peer is authenticated for the frame
     /// (nothing can change that between two sub-records, as for [`Engine::fast_one_ways`]), so
     /// its connection is looked up once per run instead of once per record. Each record still
@@ -235,12 +230,8 @@ impl Engine {
                             ) {
                                 continue;
                             }
-                            let cx = Context {
-                                memo: &self.memo,
-                                shared: &self.shared,
-                                local: self.local.generation,
-                                now,
-                            };
+                            let cx =
+                                Context::new(&self.memo, &self.shared, self.local.generation, now);
                             match self.up.actor_send(
                                 conn,
                                 src,
@@ -297,12 +288,7 @@ impl Engine {
                 if !run_record_admitted(counters, conn, lane, &class, bytes, now, &src, decoded) {
                     continue;
                 }
-                let cx = Context {
-                    memo: &self.memo,
-                    shared: &self.shared,
-                    local: self.local.generation,
-                    now,
-                };
+                let cx = Context::new(&self.memo, &self.shared, self.local.generation, now);
                 let arrived = Arrived {
                     header,
                     payload,

@@ -343,6 +343,18 @@ impl Collector for NodeCollector {
             .into_iter()
             .map(|(k, v)| (vec![("event", k)], v)),
         )?;
+        family(
+            e,
+            "zlink_relocation_recovery_events",
+            "Source side after a relocation failed past relay-ready (SB-8.6): retried (a recovery attempt repeated, the store out of reach), unrecovered (the actor not activated here again)",
+            MetricType::Counter,
+            [
+                ("retried", rc.recovery_retries),
+                ("unrecovered", rc.unrecovered),
+            ]
+            .into_iter()
+            .map(|(k, v)| (vec![("event", k)], v)),
+        )?;
         let durations = node.relocation_durations();
         let m = e.encode_descriptor(
             "zlink_relocation_duration_seconds",
@@ -373,7 +385,7 @@ impl Collector for NodeCollector {
             .message_follow
             .iter()
             .filter_map(|(k, v)| {
-                let r = if k == "forwarded" {
+                let r = if k == "forwarded" || k == "held" {
                     k.as_str()
                 } else {
                     k.strip_prefix("refused/")?
@@ -384,7 +396,7 @@ impl Collector for NodeCollector {
         family(
             e,
             "zlink_follow_records",
-            "Records for moved actors at their old owner: forwarded once, or refused by reason",
+            "Records for moved actors at their old owner: forwarded once, refused by reason, or (38 tombstones) held for a relocation",
             MetricType::Counter,
             singles(&records, "result"),
         )?;

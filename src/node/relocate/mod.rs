@@ -26,7 +26,6 @@ mod source;
 mod target;
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
@@ -96,8 +95,8 @@ pub enum RelocateError {
         /// Its kind.
         kind: crate::actor::SpotKind,
     },
-    /// An actor of the Spot is still activating (or its member count is not settled): the
-    /// Spot cannot move now; try again.
+    /// An actor of the Spot is still activating or moving in from another node (or its
+    /// member count is not settled): the Spot cannot move now; try again.
     #[error("spot {0:?} has an activation in progress")]
     SpotBusy(String),
     /// The actor is still activating here (its factory runs or its `Ready` is not committed
@@ -201,6 +200,15 @@ pub struct RelocationCounters {
     /// source, activated again with the state dehydrated for the move (a new incarnation).
     #[serde(default)]
     pub recovered: u64,
+    /// Recovery attempts repeated because the store was out of reach (SB-8.6; each waits a
+    /// backoff on the node's clock).
+    #[serde(default)]
+    pub recovery_retries: u64,
+    /// Actors a failed relocation left that this node did not activate again: the record moved
+    /// on (the target's CAS won, or another incarnation), this node could no longer own, or
+    /// the state did not rehydrate.
+    #[serde(default)]
+    pub unrecovered: u64,
 }
 
 enum SourceInput {
@@ -229,8 +237,8 @@ struct TargetEntry {
     tx: mpsc::Sender<TargetInput>,
     /// The temporary queue of each moving actor (collecting, never dispatching).
     queues: HashMap<ActorId, VecDeque<Work>>,
-    /// Records and payload bytes in `queues` (bounded by `target::TARGET_QUEUE_ITEMS` and
-    /// `target::TARGET_QUEUE_BYTES`).
+    /// Records and payload bytes in `queues` (bounded by `RelocationConfig::target_queue_records`
+    /// and `target_queue_bytes`).
     queued: (usize, usize),
     /// After a fallback: the committed actors whose source relay stream is open — their queue
     /// goes into the lane as it fills, their regular ingress waits behind the barrier.
@@ -259,7 +267,8 @@ const DURATION_BUCKETS: [f64; 10] = [0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1,
 
 /// The node's relocations in progress, the last finished ones and the counters.
 pub(super) struct Relocations {
-    table: Mutex<Table>,
+    /// Through the `sync` shim ([`Relocations::table`]); never held across an `.await`.
+    table: crate::sync::Mutex<Table>,
     /// Read by each source before its capture; written only by
     /// [`Node::hold_relocation_capture_for_tests`].
     capture: std::sync::Arc<tokio::sync::RwLock<()>>,
@@ -270,7 +279,7 @@ pub(super) struct Relocations {
 impl Default for Relocations {
     fn default() -> Self {
         Self {
-            table: Mutex::default(),
+            table: crate::sync::Mutex::new(Table::default()),
             capture: std::sync::Arc::default(),
             durations: prometheus_client::metrics::histogram::Histogram::new(DURATION_BUCKETS),
         }
@@ -278,8 +287,14 @@ impl Default for Relocations {
 }
 
 impl Relocations {
+    /// The relocation table, locked (a poisoned lock is taken over: the table stays consistent
+    /// between its own calls).
+    fn table(&self) -> crate::sync::MutexGuard<'_, Table> {
+        self.table.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     fn refuse(&self, why: HandoffRefusal) -> HandoffRefusal {
-        let mut t = lock(&self.table);
+        let mut t = self.table();
         let c = &mut t.counters;
         match why {
             HandoffRefusal::Malformed => c.refused_malformed += 1,
@@ -292,7 +307,7 @@ impl Relocations {
     }
 
     fn finish(&self, summary: RelocationSummary) {
-        let mut t = lock(&self.table);
+        let mut t = self.table();
         if t.history.len() == HISTORY {
             t.history.pop_front();
         }
@@ -440,7 +455,9 @@ impl Node {
 
     /// Whether a relocation this node runs as the source moves `actor` (alone or with its Spot).
     pub(super) fn relocating(&self, actor: &ActorId) -> bool {
-        lock(&self.inner.relocations.table)
+        self.inner
+            .relocations
+            .table()
             .sources
             .values()
             .any(|s| s.actors.contains(actor))
@@ -543,14 +560,14 @@ impl Node {
     /// until it ends.
     #[must_use]
     pub fn relocations_in_progress(&self) -> usize {
-        let t = lock(&self.inner.relocations.table);
+        let t = self.inner.relocations.table();
         t.sources.len() + t.targets.len()
     }
 
     /// The relocations in progress and the last finished ones (oldest first), and the counters.
     #[must_use]
     pub fn relocations(&self) -> (Vec<RelocationSummary>, RelocationCounters) {
-        let t = lock(&self.inner.relocations.table);
+        let t = self.inner.relocations.table();
         let mut out: Vec<RelocationSummary> = t.history.iter().cloned().collect();
         for (id, s) in &t.sources {
             out.push(RelocationSummary {

@@ -28,14 +28,6 @@ use crate::relocation::{
 };
 use crate::store::ActorOwner;
 
-/// Records one relocation's temporary queues on the target hold at most, and their payload
-/// bytes. What the source captures for an actor is bounded by its own limits (its lane, its
-/// activation barrier, and its backlog: the senders' windows); these bound what the target
-/// keeps for it before dispatch opens. Beyond them a relayed request is answered `LaneFull`
-/// and a relayed send refused, counted (`sends_dropped`).
-const TARGET_QUEUE_ITEMS: usize = 65_536;
-const TARGET_QUEUE_BYTES: usize = 256 << 20;
-
 impl Node {
     /// A Restore from `sender`: starts the target's driver, which answers `reply` with
     /// relay-ready or the refusal.
@@ -56,7 +48,7 @@ impl Node {
         let events = self.inner.mesh.subscribe();
         let source_generation = self.inner.mesh.peer_generation(&sender);
         {
-            let mut t = lock(&self.inner.relocations.table);
+            let mut t = self.inner.relocations.table();
             if t.targets.contains_key(&relocation) {
                 drop(t);
                 return reply_refusal(
@@ -116,11 +108,11 @@ impl Node {
                     opened_at: None,
                 };
                 let (opened, at) = run.drive().await;
-                lock(&node.inner.relocations.table)
-                    .targets
-                    .remove(&relocation);
+                node.inner.relocations.table().targets.remove(&relocation);
                 node.end_moved_from(&sender, opened, at).await;
-                lock(&node.inner.relocations.table)
+                node.inner
+                    .relocations
+                    .table()
                     .late_streams
                     .remove(&relocation);
             }
@@ -159,7 +151,7 @@ impl Node {
         };
         let late;
         let mailbox = {
-            let mut t = lock(&self.inner.relocations.table);
+            let mut t = self.inner.relocations.table();
             match t.targets.get_mut(&rec.relocation) {
                 Some(e) if e.source != *sender => {
                     drop(t);
@@ -168,8 +160,11 @@ impl Node {
                 }
                 Some(e) if e.queues.contains_key(&rec.actor) => {
                     let (items, bytes) = e.queued;
-                    if items >= TARGET_QUEUE_ITEMS
-                        || bytes.saturating_add(work.payload.len()) > TARGET_QUEUE_BYTES
+                    // The bound of what the target keeps before dispatch opens
+                    // (`RelocationConfig::target_queue_records` / `_bytes`).
+                    let cfg = &self.inner.relocation;
+                    if items >= cfg.target_queue_records
+                        || bytes.saturating_add(work.payload.len()) > cfg.target_queue_bytes
                     {
                         drop(t);
                         let mut work = work;
@@ -228,7 +223,9 @@ impl Node {
             }
         };
         if late {
-            lock(&self.inner.relocations.table)
+            self.inner
+                .relocations
+                .table()
                 .counters
                 .relayed_after_source_wait += 1;
             tracing::warn!(
@@ -258,7 +255,7 @@ impl Node {
             Err(why) => return reply_refusal(reply, self.inner.relocations.refuse(why)),
         };
         let tx = {
-            let mut t = lock(&self.inner.relocations.table);
+            let mut t = self.inner.relocations.table();
             let entry = t
                 .targets
                 .get(&rec.relocation)
@@ -302,8 +299,15 @@ struct TargetRun<'a> {
     restore_reply: Option<ReplyHandle>,
     /// The moving actors' ids (for the summary).
     actors: String,
-    /// The rehydrated instances, until dispatch opens.
-    instances: HashMap<ActorId, (Placement, Box<dyn crate::actor::ActorInstance>)>,
+    /// The rehydrated instances and the Spot each joined, until dispatch opens.
+    instances: HashMap<
+        ActorId,
+        (
+            Placement,
+            Box<dyn crate::actor::ActorInstance>,
+            exec::RtSpot,
+        ),
+    >,
     /// The incarnations opened here (their `moved_from` ends later, `Node::end_moved_from`)
     /// and when the first opened.
     opened: Vec<ActorRef>,
@@ -321,10 +325,7 @@ impl TargetRun<'_> {
                     return self.opened();
                 }
             }
-            if let Some(e) = lock(&node.inner.relocations.table)
-                .targets
-                .get_mut(&relocation)
-            {
+            if let Some(e) = node.inner.relocations.table().targets.get_mut(&relocation) {
                 e.phase = match self.core.phase() {
                     crate::relocation::TargetPhaseName::Installing => "Installing",
                     crate::relocation::TargetPhaseName::RelayReady => "RelayReady",
@@ -366,7 +367,9 @@ impl TargetRun<'_> {
         pump(self.node, self.core.id(), &self.streams)
     }
 
-    fn opened(self) -> (Vec<ActorRef>, Instant) {
+    fn opened(mut self) -> (Vec<ActorRef>, Instant) {
+        // Instances that never opened leave the Spots they joined.
+        self.drop_instances(None);
         let at = self
             .opened_at
             .unwrap_or_else(|| self.node.inner.clock.now());
@@ -375,7 +378,7 @@ impl TargetRun<'_> {
 
     /// Records taken into this relocation's queues so far.
     fn queued(&self) -> u64 {
-        let t = lock(&self.node.inner.relocations.table);
+        let t = self.node.inner.relocations.table();
         t.targets
             .get(&self.core.id())
             .map_or(0, |e| e.queued.0 as u64)
@@ -400,7 +403,9 @@ impl TargetRun<'_> {
         }
         for (a, p) in request.actors.iter().zip(&self.placement) {
             if p.timers.len() > node.inner.relocation.max_restore_timers {
-                lock(&node.inner.relocations.table)
+                node.inner
+                    .relocations
+                    .table()
                     .counters
                     .refused_too_many_timers += 1;
                 tracing::warn!(
@@ -420,20 +425,49 @@ impl TargetRun<'_> {
             if lock(&node.inner.actors).live.contains_key(&a.actor) {
                 return Err(RestoreRefusal::AlreadyHosted);
             }
-            node.check_spot(spot)
-                .map_err(|_| RestoreRefusal::Unavailable)?;
+            // The moving actor joins its Spot here now, under the spots lock: a Spot that is
+            // moving away refuses it (the source aborts and keeps serving it, SB-8.5), and a
+            // Spot with a member moving in does not start a move of its own (`SpotBusy`: a
+            // member counted but not published), so the actor never commits into a Spot that
+            // cannot open it. The membership is the incarnation's from its opening on, and is
+            // left again if it does not open (`drop_instances`).
+            let rt_spot = node.join_spot(spot).map_err(|e| {
+                tracing::info!(error = %e, spot = %spot.name, "restore refused: its spot takes no member now");
+                RestoreRefusal::Unavailable
+            })?;
             let info = ActivationInfo {
                 actor_id: a.actor.clone(),
                 object_generation: a.object_generation,
             };
-            let instance = ty.rehydrate(&info, a.state.clone()).map_err(|e| {
-                tracing::info!(error = %e, "rehydrate failed");
-                RestoreRefusal::RehydrateFailed
-            })?;
+            let instance = match ty.rehydrate(&info, a.state.clone()) {
+                Ok(i) => i,
+                Err(e) => {
+                    node.leave_spot(&spot.name);
+                    tracing::info!(error = %e, "rehydrate failed");
+                    return Err(RestoreRefusal::RehydrateFailed);
+                }
+            };
             self.instances
-                .insert(a.actor.clone(), (p.clone(), instance));
+                .insert(a.actor.clone(), (p.clone(), instance, rt_spot));
         }
         Ok(())
+    }
+
+    /// Drops the rehydrated instance of `actor` (every one for `None`) that will not open
+    /// here, leaving the Spot it joined at install.
+    fn drop_instances(&mut self, actor: Option<&ActorId>) {
+        let gone: Vec<Placement> = match actor {
+            Some(a) => self
+                .instances
+                .remove(a)
+                .map(|(p, ..)| p)
+                .into_iter()
+                .collect(),
+            None => self.instances.drain().map(|(_, (p, ..))| p).collect(),
+        };
+        for p in gone {
+            self.node.leave_spot(&p.spot.name);
+        }
     }
 
     /// Performs one effect; `true` once the relocation ended here.
@@ -444,7 +478,7 @@ impl TargetRun<'_> {
             TargetEffect::InstallQueues(request) => {
                 let r = self.install(&request);
                 if r.is_err() {
-                    self.instances.clear();
+                    self.drop_instances(None);
                 }
                 self.core.handle_installed(node.inner.clock.now(), r);
             }
@@ -463,18 +497,14 @@ impl TargetRun<'_> {
                 }
             }
             TargetEffect::WarnCutoverTimeout => {
-                lock(&node.inner.relocations.table)
-                    .counters
-                    .cutover_timeouts += 1;
+                node.inner.relocations.table().counters.cutover_timeouts += 1;
                 tracing::warn!(
                     event = "cutover_timeout",
                     "no cutover from the source within the cutover timeout: falling back to the owner CAS"
                 );
             }
             TargetEffect::WarnSourceWaitExpired => {
-                lock(&node.inner.relocations.table)
-                    .counters
-                    .source_waits_expired += 1;
+                node.inner.relocations.table().counters.source_waits_expired += 1;
                 tracing::warn!(
                     event = "source_wait_expired",
                     "no cutover from the source within the source wait after the fallback: regular ingress goes in, later relayed work behind it"
@@ -486,7 +516,9 @@ impl TargetRun<'_> {
                 };
                 let (actor_ref, mailbox, timers) = self.streams.swap_remove(i);
                 if self.core.source_wait_end() != Some(SourceWaitEnd::Cutover) {
-                    lock(&node.inner.relocations.table)
+                    node.inner
+                        .relocations
+                        .table()
                         .late_streams
                         .entry(relocation)
                         .or_default()
@@ -518,7 +550,7 @@ impl TargetRun<'_> {
                 behind_source,
             } => {
                 self.opened_at.get_or_insert_with(|| node.inner.clock.now());
-                if let Some((placement, instance)) = self.instances.remove(&actor) {
+                if let Some((placement, instance, rt_spot)) = self.instances.remove(&actor) {
                     match node
                         .open_moved_in(
                             relocation,
@@ -526,6 +558,7 @@ impl TargetRun<'_> {
                             &location,
                             &placement,
                             instance,
+                            rt_spot,
                             behind_source,
                         )
                         .await
@@ -547,8 +580,11 @@ impl TargetRun<'_> {
                 }
             }
             TargetEffect::DiscardQueue { actor } => {
-                self.instances.remove(&actor);
-                let q = lock(&node.inner.relocations.table)
+                self.drop_instances(Some(&actor));
+                let q = node
+                    .inner
+                    .relocations
+                    .table()
                     .targets
                     .get_mut(&relocation)
                     .and_then(|e| e.queues.remove(&actor));
@@ -649,7 +685,10 @@ async fn pump(
 ) {
     for (actor_ref, mailbox, _) in streams {
         loop {
-            let work = lock(&node.inner.relocations.table)
+            let work = node
+                .inner
+                .relocations
+                .table()
                 .targets
                 .get_mut(&relocation)
                 .and_then(|e| e.queues.get_mut(actor_ref.id()))
