@@ -123,8 +123,9 @@ pub struct Faults {
     /// the Spot's unit: the other members keep running at the source.
     pub spot_seals_one_lane: bool,
     /// A member moving alone into a node whose Spot of its name is moving away is let in
-    /// (today's node: the Restore is installed, and a Spot move starts while a member moves
-    /// in); it cannot join the relocating Spot when its CAS has won, so it is never opened.
+    /// (the node before it joined the Spot at the Restore: the Restore was installed, and a
+    /// Spot move started while a member moved in); it cannot join the relocating Spot when its
+    /// CAS has won, so it is never opened.
     pub open_into_moving_spot: bool,
     /// A Spot move's target sends the 44 commit only to the first member's sessions.
     pub spot_44_to_first_member: bool,
