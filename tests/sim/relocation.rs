@@ -123,8 +123,9 @@ pub struct Faults {
     /// the Spot's unit: the other members keep running at the source.
     pub spot_seals_one_lane: bool,
     /// A member moving alone into a node whose Spot of its name is moving away is let in
-    /// (today's node: the Restore is installed, and a Spot move starts while a member moves
-    /// in); it cannot join the relocating Spot when its CAS has won, so it is never opened.
+    /// (the node before it joined the Spot at the Restore: the Restore was installed, and a
+    /// Spot move started while a member moved in); it cannot join the relocating Spot when its
+    /// CAS has won, so it is never opened.
     pub open_into_moving_spot: bool,
     /// A Spot move's target sends the 44 commit only to the first member's sessions.
     pub spot_44_to_first_member: bool,
@@ -916,6 +917,8 @@ struct Target {
     seals: BTreeSet<(usize, u64, u64, u64)>,
     /// The 44 commits sent, by the same key.
     sent_44: BTreeSet<(usize, u64, u64, u64)>,
+    /// It fell back after the cutover timeout (SB-8.9).
+    fell_back: bool,
     core: TargetHandoff,
     source: usize,
     source_generation: u64,
@@ -2938,6 +2941,8 @@ impl<'s> World<'s> {
                 }
                 TargetEffect::WarnCutoverTimeout => {
                     self.stats.cutover_timeouts += 1;
+                    let t = self.nodes[node].targets.get_mut(&reloc).expect("target");
+                    t.fell_back = true;
                 }
                 TargetEffect::WarnSourceWaitExpired => {
                     self.stats.source_waits_expired += 1;
@@ -3017,8 +3022,20 @@ impl<'s> World<'s> {
                         self.orphan(actor);
                         continue;
                     }
+                    // a fallback that found the source seen gone (a partition past the peer
+                    // timeout: it may live on) opens at once; what the source relays later is
+                    // appended behind (`TargetHandoff::late_relayed`), the documented case
+                    let t = &self.nodes[node].targets[&reloc];
+                    let cut_before_open = t.fell_back
+                        && !behind_source
+                        && t.core.source_wait_end()
+                            != Some(zlink::relocation::SourceWaitEnd::Cutover);
+                    if cut_before_open {
+                        self.stats.source_waits_cut += 1;
+                    }
                     let inc = self.nodes[node].actors.get_mut(&actor).expect("temp queue");
                     inc.location = Some(location);
+                    inc.late_stream |= cut_before_open;
                     if behind_source && !self.faults.fallback_ignores_source_stream {
                         inc.behind = Some(Vec::new());
                     }
@@ -3328,6 +3345,7 @@ impl<'s> World<'s> {
                             spot,
                             seals,
                             sent_44: BTreeSet::new(),
+                            fell_back: false,
                             core: t,
                             source: from,
                             source_generation,
@@ -3364,6 +3382,7 @@ impl<'s> World<'s> {
                         spot,
                         seals,
                         sent_44: BTreeSet::new(),
+                        fell_back: false,
                         core,
                         source: from,
                         source_generation,
