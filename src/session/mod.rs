@@ -95,6 +95,7 @@ use crate::runtime::{BoxFuture, HandlerError};
 pub use aggregate::{Binding, SessionBindingAggregate, SessionIdentity};
 pub use clock::{BootClock, Clock, ManualClock, SystemClock};
 pub use flow::{FlowCounters, FlowRecord, FlowReject};
+pub(crate) use inline::Detached;
 pub(crate) use owner::{SessionHost, SessionOwner, SessionOwnerConfig};
 pub use seal::SealGauges;
 pub use slot::{BindingSlot, RegisteredBinding};

@@ -18,7 +18,10 @@ use crate::node::protocol::{self, CallActor, DestroyActor, GetActor};
 /// A client's Request (144): the client protocol of [`protocol`]. Each operation is decided by
 /// the node's access settings ([`super::access`]) before anything is done for it; one that
 /// waits (the store, a peer) holds a place among its session's operations in flight.
-pub(super) async fn on_client_request(
+///
+/// Synchronous (what waits runs in a task of its own, or detached: [`start_permitted`]), so the
+/// mesh I/O thread serves `CALL` and `AUTHENTICATE` itself ([`super::Sink`]).
+pub(super) fn on_client_request(
     node: &Node,
     session: SessionRid,
     key: DispatchKey,
@@ -108,7 +111,7 @@ pub(super) async fn on_client_request(
                         .await
                     }
                 };
-                spawn_permitted(node.clone(), reply, (guard, Some(permit)), work);
+                start_permitted(node.clone(), reply, (guard, Some(permit)), work);
             }
         }
         ClientOperation::Create | ClientOperation::GetOrCreate => {
@@ -206,7 +209,7 @@ pub(super) async fn on_client_request(
             let permit = permit!(reply);
             let guard = node.inflight().enter();
             let node2 = node.clone();
-            tokio::spawn(async move {
+            node.inner.rt.spawn(async move {
                 let _permit = (guard, permit);
                 match node2.relocate_op(&req).await {
                     Ok(done) => answer(reply, protocol::encode(&done)),
@@ -223,7 +226,7 @@ pub(super) async fn on_client_request(
             let permit = permit!(reply);
             let guard = node.inflight().enter();
             let node2 = node.clone();
-            tokio::spawn(async move {
+            node.inner.rt.spawn(async move {
                 let _permit = (guard, permit);
                 match node2.relocate_spot_op(&req).await {
                     Ok(done) => answer(reply, protocol::encode(&done)),
@@ -302,12 +305,11 @@ fn authenticate(node: &Node, session: SessionRid, payload: &Bytes, reply: ReplyH
 /// waits on the inbound loop: a send that must wait (a full actor lane, a peer's window) waits
 /// in its target node's send queue, in order behind the client sends queued there before it
 /// (at most [`PEER_SEND_BACKLOG`]; more are dropped, counted).
-pub(super) async fn on_client_send(
-    node: &Node,
-    session: SessionRid,
-    key: DispatchKey,
-    payload: Bytes,
-) {
+///
+/// Synchronous, as [`on_client_request`]: the mesh I/O thread serves it ([`super::Sink`]), in
+/// arrival order with the session's `CALL` requests, within the node's runtime context (what
+/// waits goes on in a task).
+pub(super) fn on_client_send(node: &Node, session: SessionRid, key: DispatchKey, payload: Bytes) {
     node.inner
         .metrics
         .client_ops
