@@ -30,8 +30,9 @@ const CI_SEEDS: u64 = 10_000;
 // replaced binding's relays are refused, a 51 ends its seal (the held relays go with it), a
 // bind the owner registers is the one the target's slot holds after the move
 // spec: SB-6.6 — a refused 51 changes nothing
-// spec: SB-8.6 — a failed relocation's source removes the record and activates the actor again
-// from its state; after the drain an actor the store names on a live node is served there
+// spec: SB-8.6 — a failed relocation's source replaces the record with a new incarnation and
+// activates the actor again from its state, retrying while the store is out of reach; after the
+// drain an actor the store names on a live node is served there
 // spec: SB-12 — every request exactly one terminal at its caller (reply, refusal or deadline),
 // and a reply or refusal tells the truth about whether it ran
 // spec: SB-8.9, EG-4.1 — a whole-Spot move (Subject::Spot) seals the Spot's unit: no member runs a
@@ -72,7 +73,10 @@ fn ten_thousand_relocation_seeds_keep_every_invariant() {
             "{total:?}"
         );
         assert!(total.request_deadlines > 0, "{total:?}");
-        assert!(total.recovered > 0, "{total:?}");
+        assert!(
+            total.recovered > 0 && total.recovery_retries > 0,
+            "{total:?}"
+        );
         assert!(
             total.spot_seeds > count / 5 && total.spot_relocations_shared > count / 20,
             "{total:?}"
@@ -130,6 +134,7 @@ fn an_injected_relocation_fault_is_caught_and_shrinks() {
         "open_into_moving_spot",
         "spot_44_to_first_member",
         "source_by_generation",
+        "recovery_tries_once",
     ]);
 }
 

@@ -20,7 +20,7 @@ use crate::node::protocol::{self, CallActor, DestroyActor, GetActor};
 /// waits (the store, a peer) holds a place among its session's operations in flight.
 ///
 /// Synchronous (what waits runs in a task of its own, or detached: [`start_permitted`]), so the
-/// mesh I/O thread serves `CALL` and `AUTHENTICATE` itself ([`super::Sink`]).
+/// mesh I/O thread serves a client's operations itself, in arrival order ([`super::Sink`]).
 pub(super) fn on_client_request(
     node: &Node,
     session: SessionRid,
@@ -207,15 +207,13 @@ pub(super) fn on_client_request(
             };
             admit!(reply, None, None);
             let permit = permit!(reply);
-            let guard = node.inflight().enter();
             let node2 = node.clone();
-            node.inner.rt.spawn(async move {
-                let _permit = (guard, permit);
-                match node2.relocate_op(&req).await {
-                    Ok(done) => answer(reply, protocol::encode(&done)),
-                    Err((kind, detail)) => reply.error(kind, detail),
-                }
-            });
+            spawn_relocation(
+                node,
+                reply,
+                permit,
+                async move { node2.relocate_op(&req).await },
+            );
         }
         ClientOperation::RelocateSpot => {
             let req: protocol::RelocateSpot = match protocol::decode(&payload) {
@@ -224,14 +222,9 @@ pub(super) fn on_client_request(
             };
             admit!(reply, None, None);
             let permit = permit!(reply);
-            let guard = node.inflight().enter();
             let node2 = node.clone();
-            node.inner.rt.spawn(async move {
-                let _permit = (guard, permit);
-                match node2.relocate_spot_op(&req).await {
-                    Ok(done) => answer(reply, protocol::encode(&done)),
-                    Err((kind, detail)) => reply.error(kind, detail),
-                }
+            spawn_relocation(node, reply, permit, async move {
+                node2.relocate_spot_op(&req).await
             });
         }
         ClientOperation::ListRelocations => {
@@ -250,6 +243,30 @@ pub(super) fn on_client_request(
             reply.error(ErrorKind::NotFound, format!("no client operation {key}"));
         }
     }
+}
+
+/// Runs an operator's relocation (`RELOCATE`, `RELOCATE_SPOT`) off the inbound loop and
+/// answers `reply` with its report or its refusal. Unlike [`spawn_permitted`] it is not
+/// cancelled when the node closes: a relocation is drained by a shutdown and ends as its
+/// protocol ends it (a commit, or an abort with its 44s; `Node::run_source`), bounded by its
+/// own timeouts — dropping it half-way would leave sealed sessions without their 44.
+fn spawn_relocation<F, T>(
+    node: &Node,
+    reply: ReplyHandle,
+    permit: crate::node::access::OperationPermit,
+    work: F,
+) where
+    F: std::future::Future<Output = Result<T, (ErrorKind, String)>> + Send + 'static,
+    T: serde::Serialize,
+{
+    let hold = (node.inflight().enter(), permit);
+    node.inner.rt.spawn(async move {
+        let _hold = hold;
+        match work.await {
+            Ok(done) => answer(reply, protocol::encode(&done)),
+            Err((kind, detail)) => reply.error(kind, detail),
+        }
+    });
 }
 
 /// The framework operation of a client request key.
@@ -307,8 +324,8 @@ fn authenticate(node: &Node, session: SessionRid, payload: &Bytes, reply: ReplyH
 /// (at most [`PEER_SEND_BACKLOG`]; more are dropped, counted).
 ///
 /// Synchronous, as [`on_client_request`]: the mesh I/O thread serves it ([`super::Sink`]), in
-/// arrival order with the session's `CALL` requests, within the node's runtime context (what
-/// waits goes on in a task).
+/// arrival order with the session's requests, within the node's runtime context (what waits
+/// goes on in a task).
 pub(super) fn on_client_send(node: &Node, session: SessionRid, key: DispatchKey, payload: Bytes) {
     node.inner
         .metrics

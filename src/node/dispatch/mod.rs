@@ -1,7 +1,8 @@
 //! Inbound records: RouteMesh records from peers and ClientServer records from clients.
 //!
 //! Two ways in. [`Sink`] runs on the mesh I/O thread and takes the per-message records — client
-//! packets (to the session lane) and 24 / 160 from peers (to the actor lane) — straight from
+//! packets (to the session lane) and 24 / 160 from peers (to the actor lane) — and a client's
+//! operations (its framework requests and one-way `CALL`s, in arrival order) straight from
 //! the receive pass, without a hop through a task. [`run`], the inbound loop (a tokio task,
 //! infrastructure domain), takes everything else and the session events. Neither ever runs an
 //! actor handler or waits for one actor or one peer: a full lane keeps what is addressed to it

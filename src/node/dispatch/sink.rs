@@ -111,8 +111,9 @@ impl InboundSink for Sink {
         let Some(node) = pass_node(&mut self.pass, &self.node) else {
             return Offer::Pass(inbound);
         };
-        // A client's `CALL`s to actors (requests and sends), and `AUTHENTICATE` (which a `CALL`
-        // may depend on), are served on this thread, in arrival order.
+        // A client's framework requests (the client operations, `AUTHENTICATE` among them) and
+        // its one-way `CALL`s (actor sends) are served on this thread, in arrival order: what
+        // waits (the store, a peer) goes on in a task or detached.
         if let (Origin::Client { session }, Record::OneWay(o)) = (&inbound.origin, &inbound.record)
             && o.key == protocol::CALL
         {
@@ -123,7 +124,7 @@ impl InboundSink for Sink {
         }
         if let (Origin::Client { session }, Record::Request(r), Some(_)) =
             (&inbound.origin, &inbound.record, &inbound.reply)
-            && matches!(r.key, protocol::CALL | protocol::AUTHENTICATE)
+            && protocol::is_framework_key(r.key)
         {
             let (session, key) = (*session, r.key);
             // No right kept past a record that runs no turn here.
