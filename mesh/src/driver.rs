@@ -302,3 +302,62 @@ impl Ready {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Two connected inproc PAIR sockets: (the one the driver reads, the peer that writes).
+    fn pair(ctx: &zmq::Context, name: &str) -> (zmq::Socket, zmq::Socket) {
+        let ep = format!("inproc://driver-test-{name}");
+        let a = ctx.socket(zmq::PAIR).unwrap();
+        a.bind(&ep).unwrap();
+        let b = ctx.socket(zmq::PAIR).unwrap();
+        b.connect(&ep).unwrap();
+        (a, b)
+    }
+
+    /// Reads `s` until EAGAIN, as a driver's read does before it marks a socket drained.
+    fn drain(s: &zmq::Socket) {
+        while s.recv_msg(zmq::DONTWAIT).is_ok() {}
+    }
+
+    // A drained socket is read again only when its FD signals something new or a call other
+    // than a receive touched it: no message waits unread behind a drained bit.
+    #[test]
+    fn a_drained_socket_is_read_again_after_a_message_or_a_touch() {
+        let ctx = zmq::Context::new();
+        let (a, peer_a) = pair(&ctx, "a");
+        let (b, peer_b) = pair(&ctx, "b");
+        let mut fds = [-1; 8];
+        fds[0] = a.get_fd().unwrap();
+        fds[1] = b.get_fd().unwrap();
+        let ready = Ready::new(fds);
+        // Nothing drained yet: both are read.
+        assert_eq!(ready.to_read(0b11, 0), 0b11);
+        drain(&a);
+        drain(&b);
+        ready.set_drained(0b11, true);
+        // Both drained, nothing new: one poll says neither. With `a` found quiet, `b` is the
+        // only one asked, and a single one is read directly (a receive costs what a poll does).
+        assert_eq!(ready.to_read(0b11, 0), 0);
+        assert_eq!(ready.to_read(0b11, 0b01), 0b10);
+        // A message for `a` signals its FD: `a` alone is read.
+        peer_a.send("x", 0).unwrap();
+        let until = Instant::now() + std::time::Duration::from_secs(20);
+        while ready.to_read(0b11, 0) != 0b01 {
+            assert!(Instant::now() < until, "a's FD never signaled its message");
+            std::thread::yield_now();
+        }
+        assert!(
+            a.recv_msg(zmq::DONTWAIT).is_ok(),
+            "the message was there to read"
+        );
+        drain(&a);
+        // A send on `b` may process its commands without its FD: touched, it is read again.
+        b.send("y", 0).unwrap();
+        ready.touched(0b10);
+        assert_eq!(ready.to_read(0b11, 0) & 0b10, 0b10);
+        drop((peer_a, peer_b));
+    }
+}

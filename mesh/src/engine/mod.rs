@@ -10,8 +10,8 @@
 //! [`deliver`] (one delivery path for peers and clients), [`send`] (queues and the transport of
 //! the send loop), [`link`] (handshakes, peers up and down), [`clients`] (sessions),
 //! [`commands`] (the API's commands), [`timers`] (housekeeping), [`requests`] (the
-//! request-ending bookkeeping this driver shares with the `MeshClient`'s), [`poll`] (the sockets'
-//! readiness, the spin and the sleep, the batched reads).
+//! request-ending bookkeeping this driver shares with the `MeshClient`'s), [`poll`] (the sockets
+//! and their [`crate::driver::Ready`], the spin and the sleep, the batched reads).
 //!
 //! The loop is the mesh's one driver loop ([`crate::driver::run`], also the `MeshClient`'s).
 //! One pass (the clock is read once at its start, again only after a sleep, and that `now`
