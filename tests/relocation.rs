@@ -3556,3 +3556,76 @@ async fn a_target_shutting_down_mid_move_takes_nothing_in_and_the_source_keeps_t
         "the state came back"
     );
 }
+
+// spec: SB-7.3, SB-7.4, SB-8.5
+// A client disconnects while its bound actor's move is quiescing (the actor busy in a turn,
+// its binding read and sealed): the 38 disconnect waits on the source (counted `held`); the
+// target refuses the Restore, the move aborts, and the source then runs the hook once and
+// removes the binding — the actor stays and is served there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_disconnect_held_by_a_move_that_aborts_runs_its_hook_on_the_source() {
+    use live::{Abort, Add, Error, Hold, aid};
+    use node_common::{bind, client_of, rid, wait_until};
+    let runs = HookRuns::default();
+    let (w, _c) = session_world_with(WorldFaults {
+        hooks: Some(runs.clone()),
+        fail_rehydrate: true,
+        ..WorldFaults::default()
+    })
+    .await;
+    let c = client_of(&w.s);
+    let actor =
+        w.a.create(
+            zlink::actor::Create::new("counter", aid("hooked-abort")).in_spot(spotwide("hooked")),
+        )
+        .await
+        .unwrap();
+    bind(&c, &actor).await;
+    w.gate.send(false).unwrap();
+    let turns = w.a.stats().turns;
+    let hold = {
+        let (a, actor) = (w.a.clone(), actor.clone());
+        tokio::spawn(async move { a.request(&actor, &Hold, TIMEOUT).await })
+    };
+    wait_until("hold running", || w.a.stats().turns > turns).await;
+    let relocating = {
+        let (a, actor) = (w.a.clone(), actor.clone());
+        tokio::spawn(async move { a.relocate(&actor, rid("b")).await })
+    };
+    wait_until("quiescing", || {
+        w.a.relocations().0.iter().any(|r| r.phase == "Quiescing")
+    })
+    .await;
+    c.close().await;
+    wait_until("the disconnect held on a", || {
+        w.a.follow_counters().held == 1
+    })
+    .await;
+    assert!(runs.runs().is_empty(), "no hook runs while the move holds");
+    w.gate.send(true).unwrap();
+    hold.await.unwrap().unwrap();
+    match tokio::time::timeout(TIMEOUT, relocating)
+        .await
+        .unwrap()
+        .unwrap()
+    {
+        Err(Error::Aborted(Abort::TargetFailed)) => {}
+        other => panic!("expected an abort, got {other:?}"),
+    }
+    let unbound = || {
+        w.a.list_actors(&zlink::node::protocol::ListActors::default())
+            .actors
+            .iter()
+            .any(|e| e.actor_id == "hooked-abort" && !e.bound)
+    };
+    wait_until("the hook ran and a holds no binding", || {
+        runs.runs().len() == 1 && unbound()
+    })
+    .await;
+    assert_eq!(
+        runs.runs(),
+        vec![("a".to_owned(), "hooked-abort".to_owned())],
+        "once, on the source"
+    );
+    assert_eq!(w.a.request(&actor, &Add(7), TIMEOUT).await.unwrap(), 1);
+}

@@ -586,3 +586,77 @@ fn lazy_buffers_hold_nothing_while_a_connection_is_idle() {
         lazy_buffers_scenario,
     );
 }
+
+/// `ZLINK PATCH (lazy buffers)`: with the buffers freed whenever they are empty and allocated
+/// again on use, every message still arrives intact, whatever its size against the 1 KiB
+/// buffers (smaller, straddling reads, larger than the buffer: read into its own message),
+/// both ways, with many in flight at once, and no connection fails its protocol.
+#[test]
+fn lazy_buffers_carry_every_size_intact() {
+    let ctx = zmq::Context::new();
+    let mut router = ctx.socket(zmq::ROUTER).unwrap();
+    router.set_linger(0).unwrap();
+    router.set_rcvtimeo(WAIT.as_millis() as i32).unwrap();
+    set_int(&mut router, 101, 1024); // ZMQ_IN_BATCH_SIZE
+    set_int(&mut router, 102, 1024); // ZMQ_OUT_BATCH_SIZE
+    set_int(&mut router, 0x5a4c_0002, 0); // ZMQ_IN_ZERO_COPY
+    set_int(&mut router, 0x5a4c_0003, 1); // ZMQ_LAZY_BUFFERS
+    router.bind("tcp://127.0.0.1:*").unwrap();
+    router
+        .monitor(
+            "inproc://lazy-buffers-monitor",
+            zmq::SocketEvent::HANDSHAKE_FAILED_PROTOCOL as i32,
+        )
+        .unwrap();
+    let monitor = ctx.socket(zmq::PAIR).unwrap();
+    monitor.connect("inproc://lazy-buffers-monitor").unwrap();
+    let endpoint = router.get_last_endpoint().unwrap().unwrap();
+    const PEERS: usize = 8;
+    const MESSAGES: usize = 300;
+    // Sizes around and across the buffer: 1 B .. 3 KiB, a different sequence per peer.
+    let size = |peer: usize, i: usize| 1 + (i * 997 + peer * 131) % 3000;
+    let body = |peer: usize, i: usize| -> Vec<u8> {
+        (0..size(peer, i))
+            .map(|k| (k as u8) ^ (i as u8) ^ (peer as u8))
+            .collect()
+    };
+    let dealers: Vec<zmq::Socket> = (0..PEERS)
+        .map(|_| {
+            let d = ctx.socket(zmq::DEALER).unwrap();
+            d.set_linger(0).unwrap();
+            d.set_rcvtimeo(WAIT.as_millis() as i32).unwrap();
+            d.connect(&endpoint).unwrap();
+            d
+        })
+        .collect();
+    // Every peer sends all its messages at once (many reads in a row, partial frames), the
+    // router echoes each (many writes in a row), each peer reads its echoes in order.
+    for (p, d) in dealers.iter().enumerate() {
+        for i in 0..MESSAGES {
+            d.send(body(p, i), 0).unwrap();
+        }
+    }
+    let mut seen = [0usize; PEERS];
+    for _ in 0..PEERS * MESSAGES {
+        let m = router
+            .recv_multipart(0)
+            .expect("a message within the guard");
+        let b = &m[1];
+        // Which peer: the body's sequence at its position says it.
+        let p = (0..PEERS)
+            .find(|&p| b == &body(p, seen[p]))
+            .unwrap_or_else(|| panic!("a message out of order or damaged ({} B)", b.len()));
+        seen[p] += 1;
+        router.send_multipart([&m[0][..], &b[..]], 0).unwrap();
+    }
+    for (p, d) in dealers.iter().enumerate() {
+        for i in 0..MESSAGES {
+            assert_eq!(d.recv_bytes(0).unwrap(), body(p, i), "peer {p} echo {i}");
+        }
+    }
+    assert_eq!(
+        monitor.poll(zmq::POLLIN, 0).unwrap(),
+        0,
+        "a connection failed its protocol"
+    );
+}
