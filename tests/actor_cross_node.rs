@@ -2,6 +2,9 @@
 //! the relay connection, replies on the completion connection, fences, no resend, EG-16.25.
 
 mod node_common;
+// Listen ports below the ephemeral range (a node whose address its peer knows before it starts).
+#[path = "../mesh/tests/common/ports.rs"]
+mod ports;
 
 use std::time::Duration;
 
@@ -264,5 +267,62 @@ async fn calls_do_not_read_the_location_store() {
         StoreOp::Destroy,
     ] {
         assert_eq!(used.get(op), 0, "{op:?} during calls");
+    }
+}
+
+// docs/MESH.md, "Who dials whom": a node links with every peer its options list, whatever the
+// names: `b` lists only `a` (whose name sorts first, and which lists nobody), waits for `a` to
+// dial, then dials it itself, and the pair links; then `d` and `c` list each other (`d` started
+// first, waiting for `c` to dial it), and an actor call goes across both ways.
+#[tokio::test]
+async fn a_node_dials_every_listed_peer_whatever_the_names() {
+    let store = memory_store();
+    let a = start_node("a", store.clone(), vec![], None, None).await;
+    let b = start_node("b", store.clone(), vec![a.address()], None, None).await;
+    assert!(b.wait_peers(TIMEOUT).await.is_empty(), "b sees a");
+    assert!(
+        a.mesh()
+            .wait_peer_up(&rid("b"), None, TIMEOUT)
+            .await
+            .is_some(),
+        "a sees b"
+    );
+    let e = b
+        .create(Create::new("echo", id("echo-on-a")).on(rid("a")))
+        .await
+        .unwrap();
+    let Echo(back) = b.request(&e, &Echo(vec![1]), TIMEOUT).await.unwrap();
+    assert_eq!(back, vec![1]);
+
+    let mut cc = mesh_config("c");
+    let (cr, cp) = (
+        format!("tcp://127.0.0.1:{}", ports::free_port()),
+        format!("tcp://127.0.0.1:{}", ports::free_port()),
+    );
+    cc.relay_endpoint = cr.clone();
+    cc.completion_endpoint = cp.clone();
+    let c_addr = zlink_mesh::PeerAddress {
+        node: rid("c"),
+        relay: cr,
+        completion: cp,
+    };
+    let d = start_node("d", store.clone(), vec![c_addr], None, None).await;
+    let mut options =
+        zlink::node::NodeOptions::new(cc, store, zlink_apps::demo::registry().unwrap())
+            .with_client_access(zlink::node::access::ClientAccess::open());
+    options.peers = vec![d.address()];
+    let c = zlink::node::Node::start(options).await.unwrap();
+    assert!(c.wait_peers(TIMEOUT).await.is_empty(), "c sees d");
+    assert!(d.wait_peers(TIMEOUT).await.is_empty(), "d sees c");
+    for (from, on) in [(&c, "d"), (&d, "c")] {
+        let e = from
+            .create(Create::new("echo", id(&format!("echo-on-{on}"))).on(rid(on)))
+            .await
+            .unwrap();
+        let Echo(back) = from.request(&e, &Echo(vec![2]), TIMEOUT).await.unwrap();
+        assert_eq!(back, vec![2]);
+    }
+    for n in [a, b, c, d] {
+        n.shutdown(Duration::ZERO).await;
     }
 }

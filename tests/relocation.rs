@@ -968,7 +968,17 @@ async fn a_failed_cas_after_relay_ready_never_reopens_the_source() {
     }
     // Answered once, not served anywhere: the source never reopens the sealed incarnation, a
     // ref to it is refused at once as a ref to an ended incarnation (the current one is newer).
-    let _ = tokio::time::timeout(T, queued).await.unwrap().unwrap();
+    // It ran on the source before the seal (it overtook the held turn) or was captured and
+    // refused at the target; the recovered state has it only in the first case.
+    let ran_before_the_seal = tokio::time::timeout(T, queued)
+        .await
+        .unwrap()
+        .unwrap()
+        .is_ok();
+    let mut state = vec![0];
+    if ran_before_the_seal {
+        state.push(100);
+    }
     let stale = |e: zlink::actor::ActorError| {
         assert_eq!(e.kind(), zlink_wire::ErrorKind::InvalidOperation, "{e}");
         assert!(e.to_string().contains("ref incarnation 1"), "{e}");
@@ -994,8 +1004,12 @@ async fn a_failed_cas_after_relay_ready_never_reopens_the_source() {
             .unwrap();
     assert_eq!(again.object_generation(), loc.object_generation);
     assert_eq!(again.node(), &node_common::rid("a"));
-    assert_eq!(p.b.request(&again, &Add(7), T).await.unwrap(), 2);
-    assert_eq!(p.b.request(&again, &GetSeen, T).await.unwrap(), vec![0, 7]);
+    assert_eq!(
+        p.b.request(&again, &Add(7), T).await.unwrap(),
+        state.len() as u64 + 1
+    );
+    state.push(7);
+    assert_eq!(p.b.request(&again, &GetSeen, T).await.unwrap(), state);
     // The old ref names the ended incarnation: refused, never served by the new one.
     stale(p.b.request(&actor, &GetSeen, T).await.unwrap_err());
     assert_eq!(p.b.request(&again, &GetSeen, T).await.unwrap(), vec![0, 7]);
@@ -1096,6 +1110,33 @@ struct WorldFaults {
     fail_rehydrate: bool,
     /// `a`'s store handle holds one lookup when armed ([`GatedLookup`]).
     gated_a_store: bool,
+    /// The Spot `hooked` has an `OnDisconnectActor` on every node that logs (node, actor).
+    hooks: Option<HookRuns>,
+}
+
+/// Where each `OnDisconnectActor` of the Spot `hooked` ran: (node, actor id), in order.
+#[derive(Clone, Default)]
+struct HookRuns(Arc<std::sync::Mutex<Vec<(String, String)>>>);
+
+impl HookRuns {
+    fn runs(&self) -> Vec<(String, String)> {
+        self.0.lock().unwrap().clone()
+    }
+
+    /// The hook of node `node`: logs its run, then succeeds.
+    fn hooks(&self, node: &'static str) -> zlink::actor::SpotHooks {
+        let log = self.0.clone();
+        zlink::actor::SpotHooks::new().on_disconnect_actor(
+            move |_spot: String, ctx: zlink::actor::ActorCtx| {
+                let log = log.clone();
+                let actor = ctx.actor_ref().id().to_string();
+                async move {
+                    log.lock().unwrap().push((node.to_owned(), actor));
+                    Ok(())
+                }
+            },
+        )
+    }
 }
 
 /// A store handle whose next `lookup` after [`GatedLookup::arm`] waits until
@@ -1211,16 +1252,20 @@ async fn session_world_with(f: WorldFaults) -> (Node3, Arc<zlink::node::client::
     };
     let (gate, rx) = tokio::sync::watch::channel(true);
     let fail = Arc::new(std::sync::atomic::AtomicBool::new(f.fail_rehydrate));
-    let reg = || {
-        live::registry(
+    let reg = |node: &'static str| {
+        let mut r = live::registry(
             rx.clone(),
             Arc::new(std::sync::atomic::AtomicU64::new(0)),
             fail.clone(),
-        )
+        );
+        if let Some(h) = &f.hooks {
+            r.spot_hooks("hooked", h.hooks(node));
+        }
+        r
     };
     let tap_s = zlink_mesh::WireTap::new(100_000);
     let mut ss = SessionNodeSpec::new("s", demo::sessions());
-    ss.registry = Some(reg());
+    ss.registry = Some(reg("s"));
     ss.tap = Some(tap_s.clone());
     ss.clock = f
         .clock
@@ -1229,7 +1274,7 @@ async fn session_world_with(f: WorldFaults) -> (Node3, Arc<zlink::node::client::
     let s = start_session_node(ss, store.clone()).await;
     let tap_b = zlink_mesh::WireTap::new(100_000);
     let mut sb = SessionNodeSpec::new("b", demo::sessions());
-    sb.registry = Some(reg());
+    sb.registry = Some(reg("b"));
     sb.peers = vec![s.address()];
     sb.tap = Some(tap_b.clone());
     sb.clock = f
@@ -1238,7 +1283,7 @@ async fn session_world_with(f: WorldFaults) -> (Node3, Arc<zlink::node::client::
         .map(|c| Arc::new(c) as Arc<dyn zlink::session::Clock>);
     let b = start_session_node(sb, b_store).await;
     let mut sa = SessionNodeSpec::new("a", demo::sessions());
-    sa.registry = Some(reg());
+    sa.registry = Some(reg("a"));
     sa.peers = vec![b.address(), s.address()];
     let a_gate = f.gated_a_store.then(|| {
         Arc::new(GatedLookup {
@@ -3155,4 +3200,102 @@ async fn a_recovery_that_cannot_reach_the_store_is_retried_on_the_source_clock()
         .unwrap();
     assert_eq!(again.object_generation(), loc.object_generation);
     assert_eq!(b.request(&again, &GetSeen, TIMEOUT).await.unwrap(), vec![0]);
+}
+
+/// A client session bound to the `counter`s `ids` in the SpotWide Spot `hooked` on `a`
+/// disconnects while they move to `b` (the whole Spot when `spot`, else the one actor), after
+/// the move sealed them and the binding left in the Restore (the source's capture is held):
+/// the two 38 disconnects wait on `a` for the move's end (counted `held`), then travel to `b`
+/// by Message Follow. Each actor's `OnDisconnectActor` runs once, on `b`, and `b` holds no
+/// binding of it afterwards.
+async fn disconnect_mid_move(spot: bool, ids: &[&str]) {
+    use live::aid;
+    use node_common::{bind, client_of, rid, wait_until};
+    let runs = HookRuns::default();
+    let (w, _c) = session_world_with(WorldFaults {
+        hooks: Some(runs.clone()),
+        ..WorldFaults::default()
+    })
+    .await;
+    let c = client_of(&w.s);
+    let mut members = Vec::new();
+    for id in ids {
+        let m =
+            w.a.create(zlink::actor::Create::new("counter", aid(id)).in_spot(spotwide("hooked")))
+                .await
+                .unwrap();
+        bind(&c, &m).await;
+        members.push(m);
+    }
+    let capture = w.a.hold_relocation_capture_for_tests();
+    let relocating = {
+        let (a, first) = (w.a.clone(), members[0].clone());
+        tokio::spawn(async move {
+            if spot {
+                a.relocate_spot("hooked", rid("b")).await.map(|r| r.actors)
+            } else {
+                a.relocate(&first, rid("b")).await.map(|r| vec![r.actor])
+            }
+        })
+    };
+    wait_until("b relay-ready", || {
+        w.b.relocations().0.iter().any(|r| r.phase == "RelayReady")
+    })
+    .await;
+    c.close().await;
+    wait_until("the disconnects held on a", || {
+        w.a.follow_counters().held == ids.len() as u64
+    })
+    .await;
+    assert!(runs.runs().is_empty(), "no hook runs while the move holds");
+    drop(capture);
+    let moved = tokio::time::timeout(TIMEOUT, relocating)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(moved.len(), ids.len());
+    let unbound = |n: &zlink::node::Node| {
+        n.list_actors(&zlink::node::protocol::ListActors::default())
+            .actors
+            .iter()
+            .filter(|e| ids.contains(&e.actor_id.as_str()))
+            .all(|e| !e.bound)
+    };
+    wait_until("each hook ran and b holds no binding", || {
+        runs.runs().len() == ids.len() && unbound(&w.b)
+    })
+    .await;
+    let mut ran = runs.runs();
+    ran.sort();
+    let mut expected: Vec<(String, String)> = ids
+        .iter()
+        .map(|id| ("b".to_owned(), (*id).to_owned()))
+        .collect();
+    expected.sort();
+    assert_eq!(ran, expected, "each hook once, on the target");
+    assert!(w.a.follow_counters().forwarded >= ids.len() as u64);
+    node_common::wait_until("relocation state freed", || {
+        w.a.relocations_in_progress() == 0 && w.b.relocations_in_progress() == 0
+    })
+    .await;
+}
+
+// spec: SB-7.3, SB-7.4, SB-8.4, SB-5.12
+// A session bound to two members of a SpotWide Spot disconnects while the Spot moves, after
+// its seal (the Spot's lane is sealed: a hook queued there would be dropped with the Spot):
+// each member's `OnDisconnectActor` runs exactly once, on the target, which ends the moved
+// binding.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_disconnect_arriving_while_a_spot_moves_runs_its_hook_once_on_the_target() {
+    disconnect_mid_move(true, &["hooked-p1", "hooked-p2"]).await;
+}
+
+// spec: SB-7.3, SB-7.4, SB-8.4, SB-5.12
+// The same for one actor moving alone (its Spot stays and is not sealed): the hook does not
+// run on the source while the binding travels, it runs once on the target, which ends the
+// moved binding.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_disconnect_arriving_while_an_actor_moves_runs_its_hook_once_on_the_target() {
+    disconnect_mid_move(false, &["hooked-solo"]).await;
 }

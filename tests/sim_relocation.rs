@@ -1,7 +1,8 @@
 //! Seeded simulation of live relocation on N nodes (docs/RELIABILITY.md): the real source and
 //! target cores, the session aggregate's seal, the binding slot, Message Follow and the store's
-//! relocation fence and CAS, with sessions relaying sequence-numbered messages while actors move,
-//! under delays, partitions, crashes with restarts and clock jumps (`tests/sim/relocation.rs`).
+//! relocation fence and CAS, with sessions relaying sequence-numbered messages while actors and
+//! whole Spots move, under delays, partitions, crashes with restarts and clock jumps
+//! (`tests/sim/relocation.rs`).
 //!
 //! `SIM_SEEDS` / `SIM_START` choose the seeds of the first test, `SIM_FAULT` switches a driver
 //! rule off (`tests/sim/relocation.rs`, `Faults::named`), `SIM_SEED` replays one seed with its
@@ -33,6 +34,10 @@ const CI_SEEDS: u64 = 10_000;
 // from its state; after the drain an actor the store names on a live node is served there
 // spec: SB-12 — every request exactly one terminal at its caller (reply, refusal or deadline),
 // and a reply or refusal tells the truth about whether it ran
+// spec: SB-8.9, EG-4.1 — a whole-Spot move (Subject::Spot) seals the Spot's unit: no member runs a
+// turn at the source once its state was taken; every member's bound session is sealed and gets
+// its 44; the same invariants hold for every member
+// spec: SB-8.3 — every session a committed relocation sealed gets its 44 commit from the target
 #[test]
 fn ten_thousand_relocation_seeds_keep_every_invariant() {
     let (count, total) = sim::check_seeds::<Relocation>(CI_SEEDS);
@@ -68,12 +73,42 @@ fn ten_thousand_relocation_seeds_keep_every_invariant() {
         );
         assert!(total.request_deadlines > 0, "{total:?}");
         assert!(total.recovered > 0, "{total:?}");
+        assert!(
+            total.spot_seeds > count / 5 && total.spot_relocations_shared > count / 20,
+            "{total:?}"
+        );
+        assert!(
+            total.spot_moved > count / 50
+                && total.spot_aborted > 0
+                && total.spot_failed > 0
+                && total.processed_after_spot_move > count / 10,
+            "{total:?}"
+        );
+        assert!(
+            total.spot_busy > 0 && total.spot_restores_refused > 0,
+            "{total:?}"
+        );
     }
 }
 
 #[test]
 fn a_relocation_seed_replays_exactly() {
     sim::replays_exactly::<Relocation>(&[3, 99, 5_151], 5);
+}
+
+/// The seeds a 150,000-seed run found failing on an older world (docs/RELIABILITY.md, the
+/// relocation world's seven seeds): each was a model error (Message Follow's fences, a record
+/// older than the last move, a binding ended with its owner's lease), fixed in the world; they
+/// pass and replay exactly.
+// spec: SB-5.10 — a followed record carries the new owner's fences; one older than the last
+// move is refused as stale, never forwarded
+// spec: SB-5.3 — a binding ends with the incarnation that held it
+#[test]
+fn seeds_a_long_run_found_pass() {
+    sim::replays_exactly::<Relocation>(
+        &[36_504, 87_313, 99_242, 111_175, 111_199, 120_975, 131_715],
+        5,
+    );
 }
 
 /// Each driver rule switched off is caught within the first 2,000 seeds and shrinks.
@@ -91,6 +126,9 @@ fn an_injected_relocation_fault_is_caught_and_shrinks() {
         "bind_until_runtime_seal",
         "no_request_deadline",
         "no_recovery",
+        "spot_seals_one_lane",
+        "open_into_moving_spot",
+        "spot_44_to_first_member",
     ]);
 }
 

@@ -38,6 +38,7 @@ pub mod config;
 mod conn;
 pub mod correlation;
 pub mod counters;
+mod driver;
 mod engine;
 mod envelope;
 pub mod error;

@@ -390,3 +390,16 @@ async fn nodes_that_dial_each_other_relink_after_either_restarts() {
         b.shutdown().await;
     }
 }
+
+/// The listen ports handed to nodes that have not bound them yet never repeat within a process:
+/// two nodes of one test, or of two tests side by side, never share a port. With a seed read
+/// per call (as before) 1,000 ports repeated almost surely (the birthday bound over ~12,000),
+/// and one node of a pair died at bind, leaving its peer "not ready".
+#[test]
+fn free_ports_never_repeat_within_a_process() {
+    let mut seen = std::collections::HashSet::new();
+    for _ in 0..1000 {
+        let p = free_port();
+        assert!(seen.insert(p), "port {p} handed out twice");
+    }
+}

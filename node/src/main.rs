@@ -101,7 +101,7 @@ CONFIGURATION FILE (TOML, every key optional; flags and environment override it)
   target_queue_records = 65536            target: one relocation's temporary queues, records
   target_queue_bytes = 268435456          ... and payload bytes
   [[peers]]                               every node of the mesh (its own entry is skipped);
-  name = \"node2\"                          list every node; a node dials those sorting after it
+  name = \"node2\"                          list every node (docs/MESH.md: who dials whom)
   relay = \"tcp://127.0.0.1:7101\"
   completion = \"tcp://127.0.0.1:7102\"
 

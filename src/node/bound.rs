@@ -21,6 +21,7 @@ use crate::actor::exec::{ReplyTo, Work};
 use crate::actor::fence::{self, CallFence};
 use crate::actor::{ActorCtx, ActorError, ActorHost, ActorRef};
 use crate::backlog::{Admitted, Done, Intake};
+use crate::relocation::tombstone::{TombstonePlan, TombstoneStep};
 use crate::runtime::BoxFuture;
 use crate::session::aggregate::RelayTicket;
 use crate::session::flow::{FlowRecord, FlowReject};
@@ -29,6 +30,18 @@ use crate::session::{RegisteredBinding, SessionHost, slot::SlotBind};
 
 fn refusal(e: &ActorError) -> Refusal {
     (e.kind(), e.to_string())
+}
+
+/// What one step of a 38 tombstone did under the actors lock.
+enum Locked {
+    /// A relocation holds the incarnation: wait for its end.
+    Hold,
+    /// The disconnect began (the incarnation and its Spot), or the identity is not current.
+    Begun(Option<(ActorRef, String)>),
+    /// The identity was removed here (the incarnation), or was not current.
+    Removed(Option<ActorRef>),
+    /// To the new owner, as this operation.
+    Forward(BindOperation),
 }
 
 /// A binding the actor owner retired by registering another session's binding: the 51 to send
@@ -71,7 +84,7 @@ impl Node {
         }
         match req.operation {
             BindOperation::Bind => self.register_binding(sender, &req),
-            _ => (self.tombstone_binding(sender, &req).await, None),
+            _ => (self.tombstone_binding(sender, &req, arrival).await, None),
         }
     }
 
@@ -171,55 +184,145 @@ impl Node {
         (Ok(snapshot), replacement)
     }
 
+    /// An unbind or disconnect of exactly its identity (SB-6.6, SB-7.3, SB-7.4), stepped by
+    /// [`TombstonePlan`]: applied here while the incarnation is live here; held while a
+    /// relocation has sealed it (its binding travels in the Restore), then applied here after
+    /// an abort or forwarded once by Message Follow after a commit, so the binding is removed
+    /// where it lives and the Spot's `OnDisconnectActor` runs exactly once — here if its turn
+    /// ran here, else on the new owner.
     async fn tombstone_binding(
         &self,
         sender: &NodeRid,
         req: &BoundSessionBind,
+        arrival: Arrival,
     ) -> Result<BindSnapshot, Refusal> {
         let (lifecycle, generation) = (req.session_lifecycle, req.binding_generation);
-        let disconnect = req.operation == BindOperation::Disconnect;
-        // A disconnect keeps the binding current while the Spot callback runs (SB-7.4) and
-        // runs it at most once per identity (SB-7.3); an unbind tombstones at once (SB-6.6).
-        let found = {
-            let mut actors = lock(&self.inner.actors);
-            actors.live.get_mut(&req.actor).and_then(|a| {
-                let ours = if disconnect {
-                    a.binding.begin_disconnect(sender, lifecycle, generation)
-                } else {
-                    a.binding.tombstone(sender, lifecycle, generation).is_some()
-                };
-                ours.then(|| (a.actor_ref.clone(), a.spot.clone()))
-            })
-        };
-        let Some((actor_ref, spot)) = found else {
+        let not_current = || {
             // Not the current identity (already retired, replaced, being notified, or the
             // actor ended): the late record changes nothing (SB-4.1, SB-6.6, SB-7.3).
             self.sessions()
                 .flow()
                 .reject(FlowRecord::Bind, FlowReject::BindingRetired, &req.actor);
-            return Err((
+            Err((
                 ErrorKind::InvalidOperation,
                 format!("actor {}: binding not current", req.actor),
-            ));
+            ))
         };
-        if disconnect {
-            self.run_disconnect_hook(&spot, &actor_ref).await;
-            if let Some(a) = lock(&self.inner.actors).live.get_mut(&req.actor) {
-                a.binding.tombstone(sender, lifecycle, generation);
-            }
-        }
-        Ok(BindSnapshot {
+        let snapshot = |actor_ref: &ActorRef| BindSnapshot {
             actor: req.actor.clone(),
             object_generation: actor_ref.object_generation(),
             location: actor_ref.wire_location(),
             binding_generation: req.binding_generation,
-        })
+        };
+        let mut plan = TombstonePlan::new(req.operation);
+        // The incarnation whose hook ran here (its snapshot is the terminal).
+        let mut hooked: Option<ActorRef> = None;
+        let mut held = false;
+        loop {
+            // Enabled before the look under the lock: a relocation ending in between wakes it.
+            let unsealed = self.follow_unsealed();
+            tokio::pin!(unsealed);
+            unsealed.as_mut().enable();
+            // What the step did under the actors lock (where a relocation reads the binding
+            // it seals): the rest happens without it.
+            let step = {
+                let mut actors = lock(&self.inner.actors);
+                let at = self.whereabouts(&actors, &req.actor, req.object_generation);
+                let step = plan.step(at);
+                let live = actors.live.get_mut(&req.actor);
+                match step {
+                    // Only the binding the relocation carries is held; another identity is
+                    // not current here nor there (binds are refused while sealed).
+                    TombstoneStep::Hold => {
+                        if live.is_some_and(|a| {
+                            a.binding
+                                .current()
+                                .is_some_and(|c| c.same_identity(sender, lifecycle, generation))
+                        }) {
+                            Locked::Hold
+                        } else {
+                            Locked::Removed(None)
+                        }
+                    }
+                    // A disconnect keeps the binding current while the Spot callback runs
+                    // (SB-7.4) and runs it at most once per identity (SB-7.3).
+                    TombstoneStep::RunHook => Locked::Begun(live.and_then(|a| {
+                        a.binding
+                            .begin_disconnect(sender, lifecycle, generation)
+                            .then(|| (a.actor_ref.clone(), a.spot.clone()))
+                    })),
+                    TombstoneStep::TombstoneHere => Locked::Removed(live.and_then(|a| {
+                        a.binding
+                            .tombstone(sender, lifecycle, generation)
+                            .map(|_| a.actor_ref.clone())
+                    })),
+                    TombstoneStep::Forward(operation) => Locked::Forward(operation),
+                }
+            };
+            match step {
+                Locked::Hold => {
+                    if !held {
+                        held = true;
+                        self.count_tombstone_held();
+                    }
+                    tokio::select! {
+                        () = unsealed => {}
+                        () = self.closed() => {
+                            return Err(refusal(&ActorError::ShuttingDown));
+                        }
+                        // A seal entry that ends by its hold time wakes no one: look again.
+                        () = tokio::time::sleep(self.request_timeout()) => {}
+                    }
+                }
+                Locked::Begun(None) => return not_current(),
+                Locked::Begun(Some((actor_ref, spot))) => {
+                    let ran = self.run_disconnect_hook(&spot, &actor_ref).await;
+                    plan.hook_ended(ran);
+                    hooked = Some(actor_ref);
+                }
+                Locked::Removed(found) => {
+                    return match (hooked, found) {
+                        // The hook's terminal answers the disconnect (the binding is gone
+                        // once it ended, whoever removed it).
+                        (Some(actor_ref), _) | (None, Some(actor_ref)) => Ok(snapshot(&actor_ref)),
+                        (None, None) => not_current(),
+                    };
+                }
+                Locked::Forward(operation) => {
+                    let mut rec = req.clone();
+                    rec.operation = operation;
+                    let forwarded = self.follow_bind(sender, &rec, arrival).await;
+                    return match (forwarded, hooked) {
+                        // The hook ran here: only the new owner's copy of the binding was
+                        // left to remove; the hook's terminal answers.
+                        (out, Some(actor_ref)) if operation == BindOperation::Unbind => {
+                            if let Some(Err(e)) = out {
+                                tracing::info!(actor = %req.actor, error = %e, "tombstone of a moved binding not forwarded");
+                            }
+                            Ok(snapshot(&actor_ref))
+                        }
+                        (Some(Ok(s)), _) => Ok(s),
+                        (Some(Err(e)), _) => {
+                            let reason = FlowReject::of_fence(&e);
+                            self.sessions()
+                                .flow()
+                                .reject(FlowRecord::Bind, reason, &req.actor);
+                            Err(refusal(&e))
+                        }
+                        // No route (ended, or the follow time is over): nothing holds it.
+                        (None, _) => not_current(),
+                    };
+                }
+            }
+        }
     }
 
     /// `OnDisconnectActor` of the actor's current Spot, as a lifecycle turn of the Spot's lane,
     /// waited for within the request timeout (SB-7.4); a failure is logged, never retried
-    /// (SB-7.2, SB-7.5). Membership and the actor stay (SB-7.6).
-    pub(super) async fn run_disconnect_hook(&self, spot: &str, actor: &ActorRef) {
+    /// (SB-7.2, SB-7.5). Membership and the actor stay (SB-7.6). `false` when the turn never
+    /// started here: the Spot's lane dropped it (the Spot moved away sealed, or ended) or the
+    /// Spot is not hosted here; `true` otherwise (also without a hook to run).
+    pub(super) async fn run_disconnect_hook(&self, spot: &str, actor: &ActorRef) -> bool {
         let Some(hook) = self
             .inner
             .registry
@@ -227,20 +330,35 @@ impl Node {
             .and_then(|h| h.disconnect_hook())
             .cloned()
         else {
-            return;
+            return true;
         };
         let Some(rt_spot) = lock(&self.inner.spots).get(spot).map(|s| s.spot.clone()) else {
-            return;
+            return false;
         };
         let ctx = ActorCtx::new(
             actor.clone(),
             std::sync::Arc::new(NodeActorHost(std::sync::Arc::downgrade(&self.inner))),
         );
-        let fut = hook(spot.to_owned(), ctx);
+        // Sent when the turn starts: a turn dropped unstarted drops the sender.
+        let (started_tx, mut started) = tokio::sync::oneshot::channel::<()>();
+        let spot_name = spot.to_owned();
+        let fut: BoxFuture<Result<(), crate::actor::HandlerError>> = Box::pin(async move {
+            let _ = started_tx.send(());
+            hook(spot_name, ctx).await
+        });
         match tokio::time::timeout(self.request_timeout(), rt_spot.run_lifecycle(fut)).await {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => tracing::info!(actor = %actor, error = %e, "on_disconnect_actor failed"),
-            Err(_) => tracing::warn!(actor = %actor, "on_disconnect_actor passed its deadline"),
+            Ok(Ok(())) => true,
+            Ok(Err(e)) => {
+                let ran = started.try_recv().is_ok();
+                if ran {
+                    tracing::info!(actor = %actor, error = %e, "on_disconnect_actor failed");
+                }
+                ran
+            }
+            Err(_) => {
+                tracing::warn!(actor = %actor, "on_disconnect_actor passed its deadline");
+                true
+            }
         }
     }
 

@@ -24,6 +24,7 @@ use crate::relocation::FollowTable;
 use crate::relocation::follow::{
     self, FenceUse, FollowCounters, FollowLookup, FollowRefusal, FollowRoute,
 };
+use crate::relocation::tombstone::Whereabouts;
 use crate::runtime::{CycleStamp, Inline};
 use crate::store::ActorLocation;
 
@@ -58,6 +59,7 @@ impl Node {
     /// The relocation of that incarnation aborted: its pre-commit seal entry ends.
     pub(crate) fn release_follow(&self, actor: &ActorId, object_generation: ObjectGeneration) {
         table(self).release(actor, object_generation);
+        self.inner.follow_out.unsealed.notify_waiters();
     }
 
     /// The relocation of the incarnation whose fences here were `source` committed at `target`
@@ -66,6 +68,34 @@ impl Node {
     pub(crate) fn install_follow(&self, source: &CallFence, target: ActorLocation) {
         let now = self.follow_now();
         table(self).install(source.clone(), target, now);
+        self.inner.follow_out.unsealed.notify_waiters();
+    }
+
+    /// Where a 38 tombstone's incarnation is (read under the actors lock `actors`, where a
+    /// relocation reads the binding it seals): live here, sealed by a relocation in progress,
+    /// or not live here.
+    pub(super) fn whereabouts(
+        &self,
+        actors: &super::local::Actors,
+        actor: &ActorId,
+        object_generation: ObjectGeneration,
+    ) -> Whereabouts {
+        if !actors.live.contains_key(actor) {
+            return Whereabouts::Away;
+        }
+        let now = self.follow_now();
+        if table(self).lookup(actor, object_generation, now) == FollowLookup::Sealed {
+            Whereabouts::Sealed
+        } else {
+            Whereabouts::Here
+        }
+    }
+
+    /// Resolves when a relocation's seal entry ends here (commit or abort), or when the node
+    /// closes. Create it before reading [`Node::whereabouts`] (and `enable` it) so an end in
+    /// between is not missed.
+    pub(super) fn follow_unsealed(&self) -> tokio::sync::futures::Notified<'_> {
+        self.inner.follow_out.unsealed.notified()
     }
 
     /// At commit, in one step under the actors lock: ends the local incarnation `target`
@@ -91,6 +121,7 @@ impl Node {
             }
             removed
         };
+        self.inner.follow_out.unsealed.notify_waiters();
         if let Some(mut a) = removed {
             a.end(crate::actor::exec::EndReason::Fenced);
             self.leave_spot(&a.spot);
@@ -134,6 +165,11 @@ impl Node {
     /// Counts a record forwarded to the new owner.
     pub(super) fn count_followed(&self) {
         table(self).count_forwarded();
+    }
+
+    /// Counts a 38 tombstone held for a relocation of its incarnation.
+    pub(super) fn count_tombstone_held(&self) {
+        table(self).count_held();
     }
 }
 
@@ -204,6 +240,10 @@ pub(crate) const FORWARD_QUEUE: usize = 1_024;
 #[derive(Default)]
 pub(crate) struct Forwarder {
     tx: std::sync::OnceLock<mpsc::Sender<Forward>>,
+    /// Woken when a pre-commit seal entry ends (commit or abort): the 38 unbinds and
+    /// disconnects held for a relocation look again, and are applied here or forwarded
+    /// (`relocation::tombstone`).
+    unsealed: tokio::sync::Notify,
 }
 
 impl Forwarder {
@@ -613,6 +653,7 @@ pub(super) fn counters_map(c: &FollowCounters) -> std::collections::BTreeMap<Str
         ("expired", c.expired),
         ("evicted", c.evicted),
         ("forwarded", c.forwarded),
+        ("held", c.held),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_owned(), v))

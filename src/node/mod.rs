@@ -71,6 +71,24 @@ use activation::ActivationWaiter;
 /// How long a starting node asks a store that answers unavailable again before its start fails
 /// (the first owner registration; `Node::start`).
 const STARTUP_STORE_PATIENCE: Duration = Duration::from_secs(5);
+
+/// How long a node waits for a listed peer whose name sorts before its own to dial it before
+/// dialling that peer itself (docs/MESH.md, "Who dials whom").
+const LATE_DIAL_AFTER: Duration = Duration::from_secs(5);
+
+/// The dial of a listed peer whose name sorts first: that peer dials us when it lists us too,
+/// so we wait [`LATE_DIAL_AFTER`] for it to come up, and dial it only if it has not (it may not
+/// list us). Should it dial us after all, the mesh keeps one of the two connections.
+async fn late_dial(inner: std::sync::Weak<Inner>, peer: PeerAddress) {
+    tokio::time::sleep(LATE_DIAL_AFTER).await;
+    let Some(inner) = inner.upgrade() else {
+        return;
+    };
+    if inner.mesh.peer_generation(&peer.node).is_none() {
+        tracing::info!(peer = %peer.node, "listed peer has not dialled us; dialling it");
+        let _ = inner.mesh.connect(peer);
+    }
+}
 use calls::{request_error, send_error};
 use local::{Actors, SpotState};
 use protocol::{NodeCounters, NodeInfo};
@@ -558,11 +576,15 @@ impl Node {
         }
         let me = node.node_rid().clone();
         for p in &node.inner.peers {
-            // Only the peers whose name sorts after ours (docs/MESH.md, "Who dials whom"): a
+            // The peers whose name sorts after ours at once (docs/MESH.md, "Who dials whom"): a
             // pair that lists each other then has one dialler and one connection per link from
-            // the start. A connect failure only means the mesh is closing.
+            // the start. The others only if they have not dialled us within LATE_DIAL_AFTER.
+            // A connect failure only means the mesh is closing.
             if p.node.as_str() > me.as_str() {
                 let _ = node.inner.mesh.connect(p.clone());
+            } else {
+                let late = tokio::spawn(late_dial(Arc::downgrade(&node.inner), p.clone()));
+                lock(&node.inner.tasks).push(late);
             }
         }
         tracing::info!(node = %me, generation = %node.generation(), "node started");

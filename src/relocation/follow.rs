@@ -186,6 +186,10 @@ pub struct FollowCounters {
     pub evicted: u64,
     /// Records forwarded to the new owner (each once).
     pub forwarded: u64,
+    /// 38 unbinds and disconnects that found their incarnation sealed by a relocation and
+    /// waited for its end (each once; then applied here or forwarded,
+    /// `relocation::tombstone`).
+    pub held: u64,
     /// Records refused, by [`FollowRefusal`] (in [`FollowRefusal::ALL`] order).
     pub refused: [u64; 8],
 }
@@ -266,6 +270,11 @@ impl FollowTable {
     /// Counts a forwarded record.
     pub fn count_forwarded(&mut self) {
         self.counters.forwarded += 1;
+    }
+
+    /// Counts a 38 tombstone held until a relocation of its incarnation ends.
+    pub fn count_held(&mut self) {
+        self.counters.held += 1;
     }
 
     /// Counts a refused record.

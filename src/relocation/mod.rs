@@ -35,6 +35,7 @@ pub mod records;
 pub mod recovery;
 mod source;
 mod target;
+pub(crate) mod tombstone;
 
 use std::time::Duration;
 

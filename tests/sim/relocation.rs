@@ -42,9 +42,9 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use zlink::actor::fence::{CallFence, FenceUse, check_moved};
 use zlink::relocation::{
-    FollowLookup, FollowTable, MigratedState, MovingActor, RelocationConfig, RestoreRefusal,
-    RestoreRequest, SealTarget, SourceEffect, SourceHandoff, SourceOutcome, Subject, TargetEffect,
-    TargetHandoff,
+    FailReason, FollowLookup, FollowTable, MigratedState, MovingActor, RelocationConfig,
+    RestoreRefusal, RestoreRequest, SealTarget, SourceEffect, SourceHandoff, SourceOutcome,
+    Subject, TargetEffect, TargetHandoff,
 };
 use zlink::session::aggregate::{
     BindCompletion, BindStart, BindTarget, Released, ReplacedOutcome, RouteApplied,
@@ -115,6 +115,15 @@ pub struct Faults {
     /// A failed relocation's source leaves the record and the actor as they are (no SB-8.6
     /// recovery).
     pub no_recovery: bool,
+    /// A Spot move seals only its first member's lane (`Subject::Actor`'s runtime seal), not
+    /// the Spot's unit: the other members keep running at the source.
+    pub spot_seals_one_lane: bool,
+    /// A member moving alone into a node whose Spot of its name is moving away is let in
+    /// (today's node: the Restore is installed, and a Spot move starts while a member moves
+    /// in); it cannot join the relocating Spot when its CAS has won, so it is never opened.
+    pub open_into_moving_spot: bool,
+    /// A Spot move's target sends the 44 commit only to the first member's sessions.
+    pub spot_44_to_first_member: bool,
 }
 
 impl Faults {
@@ -135,6 +144,9 @@ impl Faults {
             "bind_until_runtime_seal" => f.bind_until_runtime_seal = true,
             "no_request_deadline" => f.no_request_deadline = true,
             "no_recovery" => f.no_recovery = true,
+            "spot_seals_one_lane" => f.spot_seals_one_lane = true,
+            "open_into_moving_spot" => f.open_into_moving_spot = true,
+            "spot_44_to_first_member" => f.spot_44_to_first_member = true,
             _ => return None,
         }
         Some(f)
@@ -172,6 +184,9 @@ pub enum Action {
         node: usize,
         session: usize,
     },
+    /// The node that hosts the seed's Spot (the first one, by index, with a member there)
+    /// moves it whole to node `to` (`Subject::Spot`): every member it hosts, sealed together.
+    RelocateSpot { to: usize },
 }
 
 /// A run's input.
@@ -183,8 +198,14 @@ pub struct Scenario {
     pub nodes: usize,
     /// Client sessions per node.
     pub sessions: usize,
-    /// Actors (actor `a` starts on node `a % nodes`, bound by session `a % (nodes * sessions)`).
+    /// Actors (actor `a` starts on node `a % nodes`, or on `spot_node` when it is a member of
+    /// the Spot, bound by session `a % (nodes * sessions)`).
     pub actors: usize,
+    /// The members of the seed's Spot (a SpotWide Spot: moved whole by
+    /// [`Action::RelocateSpot`]), in ActorId order; empty when the seed has none.
+    pub spot: Vec<usize>,
+    /// Where the Spot's members start.
+    pub spot_node: usize,
     /// The network's delays.
     pub delays: Delays,
     /// An actor's turn takes up to this long.
@@ -298,12 +319,58 @@ impl Scenario {
             ));
         }
         actions.extend(binds);
+        // A Spot, from a stream of its own too (a seed without one keeps its scenario): in 40 %
+        // of the seeds with two actors or more, 2 to all of them form a SpotWide Spot that
+        // starts on one node, moved whole 1–4 times; a quarter of those moves race a bind of a
+        // member, an eighth a lease expiry. Single-actor moves of its members (the actions
+        // above) race the Spot's.
+        let mut sp = Rng::new(seed ^ 0x5B07_5B07);
+        let (mut spot, mut spot_node) = (Vec::new(), 0);
+        if actors >= 2 && sp.chance(400) {
+            let first = sp.below(actors as u64) as usize;
+            let n = sp.range(2, actors as u64) as usize;
+            spot = (0..n).map(|i| (first + i) % actors).collect();
+            spot.sort_unstable();
+            spot_node = sp.below(nodes as u64) as usize;
+            let mut moves = Vec::new();
+            for _ in 0..sp.range(1, 4) {
+                let at = sp.below(end_ms);
+                moves.push((
+                    at,
+                    Action::RelocateSpot {
+                        to: sp.below(nodes as u64) as usize,
+                    },
+                ));
+                if sp.chance(250) {
+                    moves.push((
+                        at + sp.range(0, 300),
+                        Action::Bind {
+                            actor: spot[sp.below(spot.len() as u64) as usize],
+                            node: sp.below(nodes as u64) as usize,
+                            session: sp.below(sessions as u64) as usize,
+                        },
+                    ));
+                }
+                if sp.chance(125) {
+                    moves.push((
+                        at + sp.range(0, 400),
+                        Action::LeaseExpiry {
+                            node: sp.below(nodes as u64) as usize,
+                            down_ms: sp.range(50, 1_500),
+                        },
+                    ));
+                }
+            }
+            actions.extend(moves);
+        }
         actions.sort_by_key(|(at, _)| *at);
         Self {
             seed,
             nodes,
             sessions,
             actors,
+            spot,
+            spot_node,
             delays,
             turn_ms,
             end_ms,
@@ -420,6 +487,27 @@ pub struct Stats {
     pub partitions: u64,
     /// Messages lost to broken connections.
     pub lost_messages: u64,
+    /// Seeds with a Spot.
+    pub spot_seeds: u64,
+    /// Whole-Spot relocations started (`Subject::Spot`).
+    pub spot_relocations: u64,
+    /// … of them with two members or more.
+    pub spot_relocations_shared: u64,
+    /// … that moved every member.
+    pub spot_moved: u64,
+    /// … aborted (the Spot runs at the source again).
+    pub spot_aborted: u64,
+    /// … failed after relay-ready (SB-8.6), in part or whole.
+    pub spot_failed: u64,
+    /// Members moved by Spot relocations.
+    pub spot_members_moved: u64,
+    /// Spot moves refused at the start: a member moving alone, or not serving.
+    pub spot_busy: u64,
+    /// Restores refused because the target hosts the Spot already, or the member's Spot there
+    /// is moving away.
+    pub spot_restores_refused: u64,
+    /// Relays processed by a member after a Spot move of it.
+    pub processed_after_spot_move: u64,
 }
 
 impl std::ops::AddAssign for Stats {
@@ -473,6 +561,16 @@ impl std::ops::AddAssign for Stats {
         self.processed_after_reactivation += o.processed_after_reactivation;
         self.partitions += o.partitions;
         self.lost_messages += o.lost_messages;
+        self.spot_seeds += o.spot_seeds;
+        self.spot_relocations += o.spot_relocations;
+        self.spot_relocations_shared += o.spot_relocations_shared;
+        self.spot_moved += o.spot_moved;
+        self.spot_aborted += o.spot_aborted;
+        self.spot_failed += o.spot_failed;
+        self.spot_members_moved += o.spot_members_moved;
+        self.spot_busy += o.spot_busy;
+        self.spot_restores_refused += o.spot_restores_refused;
+        self.processed_after_spot_move += o.processed_after_spot_move;
     }
 }
 
@@ -574,11 +672,12 @@ enum Msg {
         seal: SealIdentity,
         outcome: SealOutcome,
     },
-    /// Restore (source → target), with the bindings the target's slot takes over.
+    /// Restore (source → target), with the binding each actor's slot takes over at the
+    /// target (in the request's order).
     Restore {
         reloc: u64,
         request: RestoreRequest,
-        binding: Option<RegisteredBinding>,
+        bindings: Vec<Option<RegisteredBinding>>,
     },
     RelayReady {
         reloc: u64,
@@ -747,18 +846,47 @@ struct Session {
 }
 
 struct Source {
-    actor: usize,
+    /// The moving actors: one, or the members of the Spot this node hosts (ActorId order).
+    actors: Vec<usize>,
+    /// A whole-Spot move (`Subject::Spot`): its runtime seal is the Spot's unit.
+    spot: bool,
+    /// The Spot's runtime is sealed (from `SealRuntime` to `UnsealRuntime` or the end).
+    sealed: bool,
     core: SourceHandoff,
     target: usize,
     target_generation: u64,
-    owner: OwnerFence,
-    /// The binding taken at the start (`node::relocate`'s `moving`): sealed, and carried by
-    /// the Restore.
-    binding: Option<RegisteredBinding>,
+    /// Each moving actor's owner fence at the start.
+    owners: Vec<OwnerFence>,
+    /// The binding of each moving actor taken at the start (`node::relocate`'s `moving`):
+    /// sealed, and carried by the Restore.
+    bindings: Vec<Option<RegisteredBinding>>,
+}
+
+impl Source {
+    fn moves(&self, actor: usize) -> bool {
+        self.actors.contains(&actor)
+    }
+
+    fn owner_of(&self, actor: usize) -> OwnerFence {
+        let i = self
+            .actors
+            .iter()
+            .position(|a| *a == actor)
+            .expect("a moving actor");
+        self.owners[i].clone()
+    }
 }
 
 struct Target {
-    actor: usize,
+    /// The actors moving in (the request's order).
+    actors: Vec<usize>,
+    /// A whole-Spot move.
+    spot: bool,
+    /// The seals of each actor the Restore named: (actor, session lifecycle, session, binding
+    /// generation).
+    seals: BTreeSet<(usize, u64, u64, u64)>,
+    /// The 44 commits sent, by the same key.
+    sent_44: BTreeSet<(usize, u64, u64, u64)>,
     core: TargetHandoff,
     source: usize,
     source_generation: u64,
@@ -843,6 +971,8 @@ struct World<'s> {
     unrecovered: BTreeSet<usize>,
     /// Actors moved at least once.
     moved: BTreeSet<usize>,
+    /// Actors moved at least once with their Spot.
+    spot_moved: BTreeSet<usize>,
     cuts: BTreeMap<(Ep, Ep), u64>,
     next_cut: u64,
     stats: Stats,
@@ -930,6 +1060,7 @@ impl<'s> World<'s> {
             retired: BTreeSet::new(),
             unrecovered: BTreeSet::new(),
             moved: BTreeSet::new(),
+            spot_moved: BTreeSet::new(),
             cuts: BTreeMap::new(),
             next_cut: 1,
             stats: Stats::default(),
@@ -941,8 +1072,13 @@ impl<'s> World<'s> {
         }
         // Activation of every actor on its first owner, then the binds of its session (set
         // up directly: binding is the sessions world's subject).
+        w.stats.spot_seeds = u64::from(!s.spot.is_empty());
         for a in 0..s.actors {
-            let owner = a % s.nodes;
+            let owner = if s.spot.contains(&a) {
+                s.spot_node
+            } else {
+                a % s.nodes
+            };
             let holder = w.nodes[owner].holder.clone().expect("registered");
             let won = poll_now(w.store.reserve_activation(ActivationRequest {
                 actor_id: actor_id(a),
@@ -1386,6 +1522,7 @@ impl<'s> World<'s> {
             Action::Relay { actor } => self.relay(actor),
             Action::Tell { from, actor } => self.tell(from, actor),
             Action::Relocate { actor, to } => self.relocate(actor, to),
+            Action::RelocateSpot { to } => self.relocate_spot(to),
             Action::Crash { node, down_ms } => self.crash(node, down_ms),
             Action::Partition { a, b, ms } => {
                 let key = (a.min(b), a.max(b));
@@ -1643,7 +1780,7 @@ impl<'s> World<'s> {
             // answers Unavailable)
             // …nor while a relocation of it runs here: its seal targets and the Restore's
             // binding were taken at the start
-            let moving = self.nodes[to].sources.values().any(|s| s.actor == actor)
+            let moving = self.nodes[to].sources.values().any(|s| s.moves(actor))
                 && !self.faults.bind_until_runtime_seal;
             let Some(inc) = self.nodes[to].actors.get_mut(&actor) else {
                 unreachable!()
@@ -1919,8 +2056,8 @@ impl<'s> World<'s> {
         if self.net.is_cut(Ep::Node(from), Ep::Store)
             || !n.lease_live
             || n.actors.contains_key(&actor)
-            || n.sources.values().any(|s| s.actor == actor)
-            || n.targets.values().any(|t| t.actor == actor)
+            || n.sources.values().any(|s| s.moves(actor))
+            || n.targets.values().any(|t| t.actors.contains(&actor))
         {
             return Some(loc);
         }
@@ -2017,63 +2154,147 @@ impl<'s> World<'s> {
                     .actors
                     .get(&actor)
                     .is_some_and(|inc| matches!(inc.state, IncState::Serving))
-                && !self.nodes[i].sources.values().any(|s| s.actor == actor)
-                && !self.nodes[i].targets.values().any(|t| t.actor == actor)
+                && !self.nodes[i].sources.values().any(|s| s.moves(actor))
+                && !self.nodes[i]
+                    .targets
+                    .values()
+                    .any(|t| t.actors.contains(&actor))
         }) else {
             return Ok(());
         };
         if owner == to || !self.nodes[to].up {
             return Ok(());
         }
-        let inc = &self.nodes[owner].actors[&actor];
-        let loc = inc
-            .location
-            .clone()
-            .expect("a serving incarnation has its record");
+        self.start_source(owner, vec![actor], to, false)
+    }
+
+    /// Whether `node` hosts member `actor` of the Spot (`node::relocate_spot`: a live member,
+    /// not one moving in nor one a failed relocation ended).
+    fn hosts_member(&self, node: usize, actor: usize) -> bool {
+        self.nodes[node]
+            .actors
+            .get(&actor)
+            .is_some_and(|inc| !matches!(inc.state, IncState::Temp { .. } | IncState::Ended))
+    }
+
+    /// The node hosting the seed's Spot moves it whole to `to` (`node::relocate_spot`): every
+    /// member it hosts, each serving and none moving (alone or in, SpotBusy / InProgress
+    /// otherwise), in ActorId order, sealed together.
+    fn relocate_spot(&mut self, to: usize) -> Result<(), Violation> {
+        let members = self.s.spot.clone();
+        let Some(owner) = (0..self.s.nodes)
+            .find(|&i| self.nodes[i].up && members.iter().any(|&m| self.hosts_member(i, m)))
+        else {
+            return Ok(());
+        };
+        if owner == to || !self.nodes[to].up {
+            return Ok(());
+        }
+        let n = &self.nodes[owner];
+        let here: Vec<usize> = members
+            .iter()
+            .copied()
+            .filter(|&m| self.hosts_member(owner, m))
+            .collect();
+        let busy = here.iter().any(|&m| {
+            !matches!(n.actors[&m].state, IncState::Serving)
+                || n.sources.values().any(|s| s.moves(m))
+                || n.targets.values().any(|t| t.actors.contains(&m))
+        })
+            // a member moving in alone (its Restore installed here) is not a member yet; the
+            // Spot does not move before it opened (the world's rule)
+            || (!self.faults.open_into_moving_spot
+                && n.targets
+                    .values()
+                    .any(|t| t.actors.iter().any(|a| members.contains(a))));
+        if busy {
+            self.stats.spot_busy += 1;
+            self.log(|| format!("  the Spot on n{owner} is busy: not moved"));
+            return Ok(());
+        }
+        self.start_source(owner, here, to, true)
+    }
+
+    /// Starts relocation of `actors` (one, or the Spot's members `owner` hosts) from `owner`
+    /// to `to`: the source core, with each actor's binding as its seal target.
+    fn start_source(
+        &mut self,
+        owner: usize,
+        actors: Vec<usize>,
+        to: usize,
+        spot: bool,
+    ) -> Result<(), Violation> {
         let reloc = self.next_id;
         self.next_id += 1;
-        let binding = inc.slot.current().cloned();
-        let bindings = inc
-            .slot
-            .current()
-            .map(|c| SealTarget {
-                session_owner: c.session_owner.clone(),
-                seal: SealIdentity {
-                    relocation: RelocationId::new(reloc),
-                    session_lifecycle: c.lifecycle,
-                    session: c.session,
-                    binding_generation: c.generation,
-                },
-            })
-            .into_iter()
-            .collect();
-        let moving = MovingActor {
-            actor: actor_id(actor),
-            object_generation: loc.object_generation,
-            current_fence: loc.fence(),
-            bindings,
-        };
+        let mut moving = Vec::new();
+        let mut owners = Vec::new();
+        let mut bindings = Vec::new();
+        for &actor in &actors {
+            let inc = &self.nodes[owner].actors[&actor];
+            let loc = inc
+                .location
+                .clone()
+                .expect("a serving incarnation has its record");
+            let binding = inc.slot.current().cloned();
+            let seals = inc
+                .slot
+                .current()
+                .map(|c| SealTarget {
+                    session_owner: c.session_owner.clone(),
+                    seal: SealIdentity {
+                        relocation: RelocationId::new(reloc),
+                        session_lifecycle: c.lifecycle,
+                        session: c.session,
+                        binding_generation: c.generation,
+                    },
+                })
+                .into_iter()
+                .collect();
+            moving.push(MovingActor {
+                actor: actor_id(actor),
+                object_generation: loc.object_generation,
+                current_fence: loc.fence(),
+                bindings: seals,
+            });
+            owners.push(loc.owner_fence());
+            bindings.push(binding);
+        }
         let now = self.instant(owner);
+        let subject = if spot {
+            Subject::Spot("s".into())
+        } else {
+            Subject::Actor
+        };
         let core = SourceHandoff::start(
             RelocationId::new(reloc),
-            Subject::Actor,
-            vec![moving],
+            subject,
+            moving,
             rid(to),
             RelocationConfig::default(),
             now,
         );
         self.stats.relocations += 1;
-        self.log(|| format!("  relocation {reloc}: a{actor} n{owner} -> n{to}"));
+        if spot {
+            self.stats.spot_relocations += 1;
+            if actors.len() > 1 {
+                self.stats.spot_relocations_shared += 1;
+            }
+            self.log(|| format!("  relocation {reloc}: Spot {actors:?} n{owner} -> n{to}"));
+        } else {
+            self.log(|| format!("  relocation {reloc}: a{} n{owner} -> n{to}", actors[0]));
+        }
         let target_generation = self.nodes[to].generation;
         self.nodes[owner].sources.insert(
             reloc,
             Source {
-                actor,
+                actors,
+                spot,
+                sealed: false,
                 core,
                 target: to,
                 target_generation,
-                owner: loc.owner_fence(),
-                binding,
+                owners,
+                bindings,
             },
         );
         self.drive_source(owner, reloc)
@@ -2163,8 +2384,8 @@ impl<'s> World<'s> {
             }
             orphans.push(a);
         }
-        orphans.extend(n.targets.values().map(|t| t.actor));
-        orphans.extend(n.sources.values().map(|s| s.actor));
+        orphans.extend(n.targets.values().flat_map(|t| t.actors.iter().copied()));
+        orphans.extend(n.sources.values().flat_map(|s| s.actors.iter().copied()));
         n.sources.clear();
         n.targets.clear();
         n.calls.clear();
@@ -2316,11 +2537,13 @@ impl<'s> World<'s> {
             let Some(effect) = s.core.poll_effect() else {
                 break;
             };
-            let (actor, target, owner) = (s.actor, s.target, s.owner.clone());
+            let (actors, target, spot) = (s.actors.clone(), s.target, s.spot);
             let now = self.instant(node);
             self.log(|| format!("  n{node} source {reloc}: {}", short_source(&effect)));
             match effect {
-                SourceEffect::TakeFence { expected, .. } => {
+                SourceEffect::TakeFence { actor, expected } => {
+                    let actor = actor_index(&actor);
+                    let owner = self.nodes[node].sources[&reloc].owner_of(actor);
                     self.store_send(
                         node,
                         reloc,
@@ -2335,60 +2558,81 @@ impl<'s> World<'s> {
                     self.send(node, index_of(&to), Msg::Seal { reloc, rec: record });
                 }
                 SourceEffect::SealRuntime => {
-                    let lease = owner.holder.lease_generation;
-                    let Some(inc) = self.source_inc(node, actor, lease) else {
-                        // the incarnation ended (its owner's lease ran out): the relocation
-                        // aborts (`node::relocate`: "incarnation gone")
-                        let s = self.nodes[node].sources.get_mut(&reloc).expect("source");
-                        s.core.handle_quiesced(now, Err(()));
-                        continue;
+                    // the actor's lane, or the Spot's unit: every member together (with the
+                    // fault, only the first member's lane)
+                    let sealing = if spot && self.faults.spot_seals_one_lane {
+                        1
+                    } else {
+                        actors.len()
                     };
-                    // the turn in flight ended (turns are atomic here); what is queued is kept
-                    // in arrival order for the capture
-                    let queue: Vec<Relay> = inc.backlog.drain(..).collect();
-                    inc.state = IncState::Sealed { queue };
-                    let og = ObjectGeneration::new(inc.object_generation);
-                    self.nodes[node].follow.seal(actor_id(actor), og, now);
+                    let mut all = true;
+                    for &actor in &actors[..sealing] {
+                        let lease = self.nodes[node].sources[&reloc]
+                            .owner_of(actor)
+                            .holder
+                            .lease_generation;
+                        let Some(inc) = self.source_inc(node, actor, lease) else {
+                            // the incarnation ended (its owner's lease ran out): the relocation
+                            // aborts (`node::relocate`: "incarnation gone")
+                            all = false;
+                            continue;
+                        };
+                        // the turn in flight ended (turns are atomic here); what is queued is
+                        // kept in arrival order for the capture
+                        let queue: Vec<Relay> = inc.backlog.drain(..).collect();
+                        inc.state = IncState::Sealed { queue };
+                        let og = ObjectGeneration::new(inc.object_generation);
+                        self.nodes[node].follow.seal(actor_id(actor), og, now);
+                    }
                     let s = self.nodes[node].sources.get_mut(&reloc).expect("source");
+                    s.sealed = true;
+                    let states = vec![MigratedState::Bytes(vec![1]); actors.len()];
                     s.core
-                        .handle_quiesced(now, Ok(vec![MigratedState::Bytes(vec![1])]));
+                        .handle_quiesced(now, if all { Ok(states) } else { Err(()) });
                 }
                 SourceEffect::SendRestore { to, request } => {
-                    // the binding taken at the start, as `node::relocate` carries it
-                    let binding = self.nodes[node].sources[&reloc].binding.clone();
+                    // the bindings taken at the start, as `node::relocate` carries them
+                    let bindings = self.nodes[node].sources[&reloc].bindings.clone();
                     self.send(
                         node,
                         index_of(&to),
                         Msg::Restore {
                             reloc,
                             request,
-                            binding,
+                            bindings,
                         },
                     );
                 }
                 SourceEffect::CaptureAndRelay => {
                     let tg = self.nodes[target].generation;
-                    let lease = owner.holder.lease_generation;
-                    let Some(inc) = self.source_inc(node, actor, lease) else {
+                    for &actor in &actors {
+                        let lease = self.nodes[node].sources[&reloc]
+                            .owner_of(actor)
+                            .holder
+                            .lease_generation;
                         // ended with its owner's lease: nothing left to capture
-                        let s = self.nodes[node].sources.get_mut(&reloc).expect("source");
-                        s.core.handle_relayed(now);
-                        continue;
-                    };
-                    let queue = match std::mem::replace(
-                        &mut inc.state,
-                        IncState::Relaying {
-                            target,
-                            target_generation: tg,
-                        },
-                    ) {
-                        IncState::Sealed { queue } => queue,
-                        other => panic!("capture from {other:?}"),
-                    };
-                    for mut r in queue {
-                        self.stats.captured += 1;
-                        r.captured = true;
-                        self.send(node, target, Msg::Relay(r));
+                        let Some(inc) = self.source_inc(node, actor, lease) else {
+                            continue;
+                        };
+                        if !matches!(inc.state, IncState::Sealed { .. }) {
+                            // a member the runtime seal missed (`spot_seals_one_lane`) runs on
+                            continue;
+                        }
+                        let queue = match std::mem::replace(
+                            &mut inc.state,
+                            IncState::Relaying {
+                                target,
+                                target_generation: tg,
+                            },
+                        ) {
+                            IncState::Sealed { queue } => queue,
+                            _ => unreachable!(),
+                        };
+                        for mut r in queue {
+                            self.stats.captured += 1;
+                            r.captured = true;
+                            self.send(node, target, Msg::Relay(r));
+                        }
                     }
                     let s = self.nodes[node].sources.get_mut(&reloc).expect("source");
                     s.core.handle_relayed(now);
@@ -2396,7 +2640,9 @@ impl<'s> World<'s> {
                 SourceEffect::SendCutover { to } => {
                     self.send(node, index_of(&to), Msg::Cutover { reloc });
                 }
-                SourceEffect::RetireFence { fence, .. } => {
+                SourceEffect::RetireFence { actor, fence } => {
+                    let actor = actor_index(&actor);
+                    let owner = self.nodes[node].sources[&reloc].owner_of(actor);
                     self.store_send(
                         node,
                         reloc,
@@ -2408,37 +2654,44 @@ impl<'s> World<'s> {
                     );
                 }
                 SourceEffect::UnsealRuntime => {
-                    let lease = owner.holder.lease_generation;
-                    let og = {
-                        let Some(inc) = self.source_inc(node, actor, lease) else {
-                            // ended with its owner's lease meanwhile: nothing reopens
-                            let og = ObjectGeneration::new(
-                                self.nodes[node].sources[&reloc]
-                                    .owner
-                                    .object_generation
-                                    .get(),
-                            );
-                            self.nodes[node].follow.release(&actor_id(actor), og);
-                            continue;
+                    let missed = spot && self.faults.spot_seals_one_lane;
+                    self.nodes[node]
+                        .sources
+                        .get_mut(&reloc)
+                        .expect("source")
+                        .sealed = false;
+                    for &actor in &actors {
+                        let owner = self.nodes[node].sources[&reloc].owner_of(actor);
+                        let lease = owner.holder.lease_generation;
+                        let og = {
+                            let Some(inc) = self.source_inc(node, actor, lease) else {
+                                // ended with its owner's lease meanwhile: nothing reopens
+                                let og = ObjectGeneration::new(owner.object_generation.get());
+                                self.nodes[node].follow.release(&actor_id(actor), og);
+                                continue;
+                            };
+                            match std::mem::replace(&mut inc.state, IncState::Serving) {
+                                IncState::Sealed { queue } => inc.backlog.extend(queue),
+                                // a member the runtime seal missed kept serving
+                                IncState::Serving if missed => {}
+                                other => panic!("unseal from {other:?}"),
+                            }
+                            ObjectGeneration::new(inc.object_generation)
                         };
-                        let queue = match std::mem::replace(&mut inc.state, IncState::Serving) {
-                            IncState::Sealed { queue } => queue,
-                            other => panic!("unseal from {other:?}"),
-                        };
-                        let og = ObjectGeneration::new(inc.object_generation);
-                        inc.backlog.extend(queue);
-                        og
-                    };
-                    self.schedule_turn(node, actor);
-                    self.nodes[node].follow.release(&actor_id(actor), og);
+                        self.schedule_turn(node, actor);
+                        self.nodes[node].follow.release(&actor_id(actor), og);
+                    }
                 }
                 SourceEffect::SendRoute { to, record } => {
                     self.send(node, index_of(&to), Msg::Route(record));
                 }
                 SourceEffect::EndIncarnations(locs) => {
-                    let lease = owner.holder.lease_generation;
                     for loc in locs {
                         let a = actor_index(&loc.actor_id);
+                        let lease = self.nodes[node].sources[&reloc]
+                            .owner_of(a)
+                            .holder
+                            .lease_generation;
                         if self.source_inc(node, a, lease).is_some()
                             && let Some(inc) = self.nodes[node].actors.remove(&a)
                         {
@@ -2451,33 +2704,61 @@ impl<'s> World<'s> {
                 }
                 SourceEffect::Finished(outcome) => {
                     self.log(|| format!("  relocation {reloc} at the source: {outcome:?}"));
-                    match outcome {
+                    let failed: Vec<usize> = match &outcome {
                         SourceOutcome::Moved(_) => {
                             self.stats.moved += 1;
-                            self.moved.insert(actor);
+                            self.moved.extend(actors.iter().copied());
+                            if spot {
+                                self.stats.spot_moved += 1;
+                                self.stats.spot_members_moved += actors.len() as u64;
+                                self.spot_moved.extend(actors.iter().copied());
+                            }
+                            Vec::new()
                         }
-                        SourceOutcome::Aborted(_) => self.stats.aborted += 1,
-                        SourceOutcome::Failed(_) => {
+                        SourceOutcome::Aborted(_) => {
+                            self.stats.aborted += 1;
+                            if spot {
+                                self.stats.spot_aborted += 1;
+                            }
+                            Vec::new()
+                        }
+                        SourceOutcome::Failed(why) => {
                             self.stats.failed += 1;
-                            // never reopens: what it holds is never processed here
-                            let lease = owner.holder.lease_generation;
-                            if let Some(inc) = self.source_inc(node, actor, lease) {
-                                let old = std::mem::replace(&mut inc.state, IncState::Ended);
-                                // its pending work goes with it (`node::relocate`'s
-                                // `end_unserved`)
-                                let mut lost: Vec<u64> =
-                                    inc.backlog.drain(..).map(|r| r.id).collect();
-                                if let IncState::Sealed { queue } = old {
-                                    lost.extend(queue.iter().map(|r| r.id));
-                                }
-                                for id in lost {
-                                    self.fate(id, Fate::Dropped("its relocation failed"));
-                                }
+                            if spot {
+                                self.stats.spot_failed += 1;
                             }
-                            self.orphan(actor);
-                            if !self.faults.no_recovery {
-                                self.recover(node, actor, owner);
+                            match why {
+                                FailReason::CasFailed(ids) => {
+                                    // the members committed moved (`EndIncarnations`)
+                                    for a in &actors {
+                                        if !ids.contains(&actor_id(*a)) {
+                                            self.moved.insert(*a);
+                                        }
+                                    }
+                                    ids.iter().map(actor_index).collect()
+                                }
+                                _ => actors.clone(),
                             }
+                        }
+                    };
+                    // never reopens: what the failed incarnations hold is never processed here
+                    for actor in failed {
+                        let owner = self.nodes[node].sources[&reloc].owner_of(actor);
+                        let lease = owner.holder.lease_generation;
+                        if let Some(inc) = self.source_inc(node, actor, lease) {
+                            let old = std::mem::replace(&mut inc.state, IncState::Ended);
+                            // its pending work goes with it (`node::relocate`'s `end_unserved`)
+                            let mut lost: Vec<u64> = inc.backlog.drain(..).map(|r| r.id).collect();
+                            if let IncState::Sealed { queue } = old {
+                                lost.extend(queue.iter().map(|r| r.id));
+                            }
+                            for id in lost {
+                                self.fate(id, Fate::Dropped("its relocation failed"));
+                            }
+                        }
+                        self.orphan(actor);
+                        if !self.faults.no_recovery {
+                            self.recover(node, actor, owner);
                         }
                     }
                     self.nodes[node].sources.remove(&reloc);
@@ -2558,7 +2839,7 @@ impl<'s> World<'s> {
             let Some(effect) = t.core.poll_effect() else {
                 break;
             };
-            let (actor, source) = (t.actor, t.source);
+            let (source, spot) = (t.source, t.spot);
             let now = self.instant(node);
             self.log(|| format!("  n{node} target {reloc}: {}", short_target(&effect)));
             match effect {
@@ -2579,7 +2860,8 @@ impl<'s> World<'s> {
                 TargetEffect::WarnSourceWaitExpired => {
                     self.stats.source_waits_expired += 1;
                 }
-                TargetEffect::ReleaseIngress { .. } => {
+                TargetEffect::ReleaseIngress { actor } => {
+                    let actor = actor_index(&actor);
                     let t = &self.nodes[node].targets[&reloc];
                     let cut =
                         t.core.source_wait_end() != Some(zlink::relocation::SourceWaitEnd::Cutover);
@@ -2594,7 +2876,8 @@ impl<'s> World<'s> {
                         self.schedule_turn(node, actor);
                     }
                 }
-                TargetEffect::CasOwner { expected, .. } => {
+                TargetEffect::CasOwner { actor, expected } => {
+                    let actor = actor_index(&actor);
                     let holder = self.nodes[node].holder.clone().expect("a live node");
                     self.store_send(
                         node,
@@ -2610,11 +2893,29 @@ impl<'s> World<'s> {
                     );
                 }
                 TargetEffect::OpenDispatch {
+                    actor,
                     location,
                     behind_source,
-                    ..
                 } => {
+                    let actor = actor_index(&actor);
                     let n = &self.nodes[node];
+                    if !spot && self.s.spot.contains(&actor) && n.sources.values().any(|s| s.spot) {
+                        // a member moving in alone joins its Spot here when it opens; that
+                        // Spot is moving away (`join_spot`: relocating), so the moved-in
+                        // member is never opened although its CAS won ("moved actor not
+                        // opened after the CAS"); the world's rule keeps this from happening
+                        // (`open_into_moving_spot` switches it off)
+                        self.log(|| format!("  n{node}: a{actor} not opened (its Spot moves)"));
+                        if let Some(inc) = self.nodes[node].actors.remove(&actor)
+                            && let IncState::Temp { queue, .. } = inc.state
+                        {
+                            for r in queue {
+                                self.fate(r.id, Fate::Dropped("not opened: its Spot was moving"));
+                            }
+                        }
+                        self.orphan(actor);
+                        continue;
+                    }
                     if !self.faults.open_under_lost_lease
                         && (!n.lease_live
                             || n.holder.as_ref().map(|h| h.lease_generation)
@@ -2646,7 +2947,8 @@ impl<'s> World<'s> {
                     inc.backlog.extend(queue);
                     self.schedule_turn(node, actor);
                 }
-                TargetEffect::DiscardQueue { .. } => {
+                TargetEffect::DiscardQueue { actor } => {
+                    let actor = actor_index(&actor);
                     let ours = self.nodes[node].actors.get(&actor).is_some_and(
                         |inc| matches!(inc.state, IncState::Temp { reloc: r, .. } if r == reloc),
                     );
@@ -2660,6 +2962,19 @@ impl<'s> World<'s> {
                     }
                 }
                 TargetEffect::SendRoute { to, record } => {
+                    if let SessionRelocationRoute::Commit(c) = &record {
+                        let a = actor_index(&c.actor);
+                        let t = self.nodes[node].targets.get_mut(&reloc).expect("target");
+                        if self.faults.spot_44_to_first_member && t.spot && t.actors[0] != a {
+                            continue;
+                        }
+                        t.sent_44.insert((
+                            a,
+                            c.session_lifecycle.get(),
+                            c.session.get(),
+                            c.binding_generation.get(),
+                        ));
+                    }
                     self.send(node, index_of(&to), Msg::Route(record));
                 }
                 TargetEffect::ReportToSource {
@@ -2677,12 +2992,28 @@ impl<'s> World<'s> {
                 }
                 TargetEffect::Finished(outcome) => {
                     self.log(|| format!("  relocation {reloc} at the target: {outcome:?}"));
-                    if let zlink::relocation::TargetOutcome::Cas { failed, .. } = &outcome
-                        && !failed.is_empty()
-                    {
+                    if let zlink::relocation::TargetOutcome::Cas { committed, .. } = &outcome {
+                        // spec: SB-8.3, SB-8.9 — every session a committed actor's relocation
+                        // sealed gets its 44 commit from the target (each member's, for a Spot)
+                        let t = &self.nodes[node].targets[&reloc];
+                        for l in committed {
+                            let a = actor_index(&l.actor_id);
+                            if let Some(seal) =
+                                t.seals.iter().find(|k| k.0 == a && !t.sent_44.contains(k))
+                            {
+                                return Err(self.violation(format!(
+                                    "relocation {reloc} committed a{a} on n{node} without a 44 \
+                                     to its sealed session {seal:?}"
+                                )));
+                            }
+                        }
+                    }
+                    if let zlink::relocation::TargetOutcome::Cas { failed, .. } = &outcome {
                         // the CAS failed or its answer was lost: the store may name this node
                         // while nothing serves here (SB-8.6 leaves it to recovery)
-                        self.orphan(actor);
+                        for a in failed {
+                            self.orphan(actor_index(a));
+                        }
                     }
                     self.nodes[node].targets.remove(&reloc);
                 }
@@ -2855,21 +3186,67 @@ impl<'s> World<'s> {
             Msg::Restore {
                 reloc,
                 request,
-                binding,
+                bindings,
             } => {
-                let actor = actor_index(&request.actors[0].actor);
-                let og = request.actors[0].object_generation.get();
+                let actors: Vec<usize> = request
+                    .actors
+                    .iter()
+                    .map(|a| actor_index(&a.actor))
+                    .collect();
+                let generations: Vec<u64> = request
+                    .actors
+                    .iter()
+                    .map(|a| a.object_generation.get())
+                    .collect();
+                let spot = matches!(request.subject, Subject::Spot(_));
+                let seals: BTreeSet<(usize, u64, u64, u64)> = request
+                    .actors
+                    .iter()
+                    .flat_map(|a| {
+                        a.seals.iter().map(|t| {
+                            (
+                                actor_index(&a.actor),
+                                t.seal.session_lifecycle.get(),
+                                t.seal.session.get(),
+                                t.seal.binding_generation.get(),
+                            )
+                        })
+                    })
+                    .collect();
                 let core =
                     TargetHandoff::restore(rid(from), request, RelocationConfig::default(), now);
-                if self.nodes[to].actors.contains_key(&actor) {
+                let n = &self.nodes[to];
+                let members = &self.s.spot;
+                let refusal = if actors.iter().any(|a| n.actors.contains_key(a)) {
+                    Some(RestoreRefusal::AlreadyHosted)
+                } else if spot && members.iter().any(|&m| self.hosts_member(to, m)) {
+                    // a Spot moves in whole: it does not merge into its namesake here
+                    self.stats.spot_restores_refused += 1;
+                    Some(RestoreRefusal::AlreadyHosted)
+                } else if !spot
+                    && !self.faults.open_into_moving_spot
+                    && members.contains(&actors[0])
+                    && n.sources.values().any(|s| s.spot)
+                {
+                    // a member moving alone into a node whose Spot moves away: refused before
+                    // relay-ready, so the source keeps it (the world's rule; SB-8.5)
+                    self.stats.spot_restores_refused += 1;
+                    Some(RestoreRefusal::Unavailable)
+                } else {
+                    None
+                };
+                let source_generation = self.nodes[from].generation;
+                if let Some(refusal) = refusal {
                     let mut t = core;
                     let _ = t.poll_effect();
-                    t.handle_installed(now, Err(RestoreRefusal::AlreadyHosted));
-                    let source_generation = self.nodes[from].generation;
+                    t.handle_installed(now, Err(refusal));
                     self.nodes[to].targets.insert(
                         reloc,
                         Target {
-                            actor,
+                            actors,
+                            spot,
+                            seals,
+                            sent_44: BTreeSet::new(),
                             core: t,
                             source: from,
                             source_generation,
@@ -2877,31 +3254,35 @@ impl<'s> World<'s> {
                     );
                     return self.drive_target(to, reloc);
                 }
-                let mut slot = BindingSlot::default();
-                if let Some(b) = binding {
-                    let _ = slot.bind(b);
-                }
-                self.nodes[to].actors.insert(
-                    actor,
-                    Incarnation {
-                        backlog: Default::default(),
-                        turn: false,
-                        behind: None,
-                        late_stream: false,
-                        object_generation: og,
-                        state: IncState::Temp {
-                            reloc,
-                            queue: Vec::new(),
+                for ((&actor, og), binding) in actors.iter().zip(generations).zip(bindings) {
+                    let mut slot = BindingSlot::default();
+                    if let Some(b) = binding {
+                        let _ = slot.bind(b);
+                    }
+                    self.nodes[to].actors.insert(
+                        actor,
+                        Incarnation {
+                            backlog: Default::default(),
+                            turn: false,
+                            behind: None,
+                            late_stream: false,
+                            object_generation: og,
+                            state: IncState::Temp {
+                                reloc,
+                                queue: Vec::new(),
+                            },
+                            slot,
+                            location: None,
                         },
-                        slot,
-                        location: None,
-                    },
-                );
-                let source_generation = self.nodes[from].generation;
+                    );
+                }
                 self.nodes[to].targets.insert(
                     reloc,
                     Target {
-                        actor,
+                        actors,
+                        spot,
+                        seals,
+                        sent_44: BTreeSet::new(),
                         core,
                         source: from,
                         source_generation,
@@ -3285,6 +3666,18 @@ impl<'s> World<'s> {
                 n.holder.as_ref().map(|h| h.lease_generation)
             )));
         }
+        // spec: SB-8.9, EG-4.1 — a Spot moves as one unit: once its runtime is sealed no member
+        // runs a turn at the source (its state was taken)
+        if let Some((reloc, _)) = self.nodes[node]
+            .sources
+            .iter()
+            .find(|(_, s)| s.spot && s.sealed && s.moves(r.actor))
+        {
+            return Err(self.violation(format!(
+                "n{node} ran a turn of a{} while its Spot is sealed for relocation {reloc}",
+                r.actor
+            )));
+        }
         let info = self.relays.get(&r.id).cloned().expect("known relay");
         // spec: SB-8.4, SB-5.10 — processed once
         if matches!(info.fate, Some(Fate::Processed(_))) {
@@ -3319,6 +3712,9 @@ impl<'s> World<'s> {
         }
         if self.reactivated.contains_key(&r.actor) {
             self.stats.processed_after_reactivation += 1;
+        }
+        if self.spot_moved.contains(&r.actor) {
+            self.stats.processed_after_spot_move += 1;
         }
         self.log(|| format!("  n{node} processes relay {} (seq {})", r.id, info.seq));
         self.fate(r.id, Fate::Processed(node));
@@ -3403,7 +3799,7 @@ impl<'s> World<'s> {
             let waiting = self
                 .nodes
                 .iter()
-                .any(|n| n.up && n.sources.values().any(|s| s.actor == a));
+                .any(|n| n.up && n.sources.values().any(|s| s.moves(a)));
             if live && !served && waiting {
                 self.stats.stuck_sources += 1;
             }

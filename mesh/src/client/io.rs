@@ -1,11 +1,18 @@
-//! The `MeshClient`'s I/O thread: its loop over the DEALER (the outbox taken, the send queue
-//! flushed through the connection core, reads, Pings, deadlines, one clock read per pass) and the
-//! DEALER as the transport of `conn::flush`.
+//! The `MeshClient`'s I/O thread: its pass over the DEALER (the outbox taken, the send queue
+//! flushed through the connection core, reads, Pings, deadlines), run by the mesh's one driver
+//! loop ([`crate::driver`], also the node engine's: one clock read per pass, the spin, the one
+//! sleeping poll), and the DEALER as the transport of `conn::flush`.
 
 use super::*;
+use crate::driver::{Driver, Pass, Ready};
 
 /// Longest the client's I/O thread spins (yields) watching for work before it sleeps.
 const SPIN_LIMIT: Duration = Duration::from_micros(200);
+
+/// The DEALER's bit in [`ClientIo::ready`].
+const DEALER: u8 = 1;
+/// The monitor's bit in [`ClientIo::ready`].
+const MON: u8 = 16;
 
 pub(super) struct ClientIo {
     pub(super) dealer: zmq::Socket,
@@ -13,11 +20,10 @@ pub(super) struct ClientIo {
     /// it the credit it granted.
     pub(super) mon: zmq::Socket,
     pub(super) door: Door<Cmd>,
-    /// The `ZMQ_FD`s of the doorbell, the monitor and the dealer ([`ClientIo::sleep`]).
-    pub(super) fds: [std::os::fd::RawFd; 3],
-    /// The doorbell was last read until EAGAIN (nothing else is done with it): a ring after
-    /// that signals its FD.
-    pub(super) door_drained: bool,
+    /// The `ZMQ_FD`s and drained bits of the dealer ([`DEALER`]), the doorbell
+    /// ([`Ready::DOOR`]) and the monitor ([`MON`]): the readiness check of a pass and of the
+    /// sleep.
+    pub(super) ready: Ready,
     pub(super) shared: Arc<ClientShared>,
     pub(super) corr: Correlations<(), Waiter>,
     pub(super) pushes: PushSender,
@@ -58,86 +64,41 @@ pub(super) struct ClientIo {
 }
 
 impl ClientIo {
+    /// The `ZMQ_FD`s of the sockets by their bits in [`ClientIo::ready`].
+    pub(super) fn fds(
+        dealer: std::os::fd::RawFd,
+        door: std::os::fd::RawFd,
+        mon: std::os::fd::RawFd,
+    ) -> [std::os::fd::RawFd; 8] {
+        let mut fds = [-1; 8];
+        fds[DEALER.trailing_zeros() as usize] = dealer;
+        fds[Ready::DOOR.trailing_zeros() as usize] = door;
+        fds[MON.trailing_zeros() as usize] = mon;
+        fds
+    }
+
     pub(super) fn run(mut self) {
-        loop {
-            // The pass's one clock read.
-            self.now = Instant::now();
-            let mut close = false;
-            while let Ok(cmd) = self.door.rx.try_recv() {
-                match cmd {
-                    Cmd::Outbox | Cmd::Resume => {}
-                    Cmd::Close => close = true,
-                }
-            }
-            // After the rings: a Close comes behind every record handed over before it.
-            self.take_outbox();
-            if close {
-                // What was admitted before the Close goes out as far as credit and libzmq
-                // allow, as it would have in a pass without the Close.
-                self.flush();
-                break;
-            }
-            self.read_monitor();
-            self.flush();
-            if self.stalled.is_some() {
-                self.resume();
-            }
-            let now = self.now;
-            if self.stalled.is_some() {
-                // Not reading (pushes not taken): silence proves nothing about the node.
-                self.heard_now();
-            }
-            expire(&mut self.corr, now);
-            // Until a Ping got through (the first creates the session on the node, which
-            // grants the window on it), it is retried on every pass, not once per interval.
-            if let Some(ping) = self.conn.poll_ping(now, self.ping_interval) {
-                let f = codec::encode_control(Record::Ping(ping));
-                if !self.raw_send(&f) {
-                    self.conn.ping_again(now);
-                }
-            }
-            let pinged = self.conn.next_ping() > now;
-            let mut t = self.conn.next_ping().saturating_duration_since(now);
-            if let Some(d) = self.corr.poll_timeout() {
-                t = t.min(d.saturating_duration_since(now));
-            }
-            if self.stalled.is_some() || !self.conn.queue.is_empty() || !pinged {
-                t = t.min(Duration::from_millis(1));
-            }
-            self.pushes.flush();
-            // Idle: yield a little before sleeping (a wake-up costs 20-25 µs on small VMs; a
-            // reply usually follows a request within that). Work found: poll without sleeping.
-            let ms = if self.spin_for_work(t) {
-                0
-            } else if self.shared.bell.prepare_sleep() {
-                t.as_millis().max(1) as i64
-            } else {
-                0
-            };
-            // Not sleeping: read the dealer straight away (one receive that ends in EAGAIN
-            // if nothing came) instead of a `zmq_poll`, which costs a `poll()` plus one inside
-            // libzmq per socket (`ZMQ_EVENTS`). The doorbell rings only a sleeping thread; a
-            // ring that lands after a sleep ended is drained by the next sleeping poll.
-            let (rd, rs) = if ms == 0 {
-                (false, true)
-            } else {
-                let woke = self.sleep(ms);
-                // Slept: what it reads now is a new pass.
-                self.now = Instant::now();
-                woke
-            };
-            self.shared.bell.awake();
-            if rd {
-                self.door.drain_rings();
-                self.door_drained = true;
-            }
-            if rs {
-                self.read();
-                if self.server_closed.is_some() {
-                    break;
-                }
-            }
+        crate::driver::run(&mut self);
+    }
+
+    /// Longest the thread may sleep: until the next Ping or request deadline; at most 1 ms
+    /// while a push is stalled, records wait in the send queue or a Ping did not get through.
+    fn timeout(&self) -> Duration {
+        let now = self.now;
+        let pinged = self.conn.next_ping() > now;
+        let mut t = self.conn.next_ping().saturating_duration_since(now);
+        if let Some(d) = self.corr.poll_timeout() {
+            t = t.min(d.saturating_duration_since(now));
         }
+        if self.stalled.is_some() || !self.conn.queue.is_empty() || !pinged {
+            t = t.min(Duration::from_millis(1));
+        }
+        t
+    }
+
+    /// After the last pass: the node's Disconnect made visible, or ours sent; every request
+    /// still open ended and what was never transmitted released.
+    fn finish(&mut self) {
         self.pushes.flush();
         let error = match self.server_closed {
             Some(reason) => {
@@ -262,45 +223,6 @@ impl ClientIo {
     /// (not while a full push channel keeps the socket unread), for at most [`SPIN_LIMIT`] and
     /// never past `timer` (the next ping or deadline): on a busy machine one yield can last a
     /// whole time slice, and a late Ping would make the node look dead.
-    /// Sleeps at most `ms` until the doorbell rings, the monitor has an event (read at the
-    /// top of the next pass) or, unless a push is stalled, the dealer is readable: (rang,
-    /// readable).
-    ///
-    /// Level check first: `ZMQ_EVENTS` of the dealer (sent on in this pass) and of a doorbell
-    /// not drained. Then every socket is drained (the monitor was read until EAGAIN at the top
-    /// of this pass and nothing else is done with it): a later message makes its writer send
-    /// `activate_read`, which signals the socket's `ZMQ_FD`, so one `poll()` over the three
-    /// FDs sleeps, where `zmq_poll` made a `poll()` and a `ZMQ_EVENTS` per socket before and
-    /// after the sleep.
-    fn sleep(&mut self, ms: i64) -> (bool, bool) {
-        let dealer = self.stalled.is_none();
-        let readable = |s: &zmq::Socket| s.get_events().map_or(true, |e| e.contains(zmq::POLLIN));
-        let mut rang = false;
-        if !self.door_drained {
-            rang = readable(&self.door.socket);
-            self.door_drained = !rang;
-        }
-        let ready = dealer && readable(&self.dealer);
-        if rang || ready {
-            return (rang, ready);
-        }
-        let events = if dealer {
-            zmq::POLLIN
-        } else {
-            zmq::PollEvents::empty()
-        };
-        let mut items = [
-            zmq::PollItem::from_fd(self.fds[0], zmq::POLLIN),
-            zmq::PollItem::from_fd(self.fds[1], zmq::POLLIN),
-            zmq::PollItem::from_fd(self.fds[2], events),
-        ];
-        match zmq::poll(&mut items, ms) {
-            Ok(_) => (items[0].is_readable(), dealer && items[2].is_readable()),
-            // Interrupted: look at everything.
-            Err(_) => (true, dealer),
-        }
-    }
-
     fn spin_for_work(&self, timer: Duration) -> bool {
         if self.stalled.is_some() || self.spin == 0 {
             return false;
@@ -328,6 +250,8 @@ impl ClientIo {
     /// A lost connection ends the node's session: the credit it granted is void (the next
     /// connection is a new session with a fresh grant, which the first Ping on it obtains).
     fn read_monitor(&mut self) {
+        // Read until EAGAIN: drained (a monitor is never sent on from here).
+        self.ready.set_drained(MON, true);
         while let Some((first, _)) = recv_multipart(&self.mon) {
             if first.len() >= 2
                 && zmq::SocketEvent::from_raw(u16::from_le_bytes([first[0], first[1]]))
@@ -342,6 +266,7 @@ impl ClientIo {
     }
 
     fn raw_send(&self, frames: &[Bytes]) -> bool {
+        self.ready.touched(DEALER);
         dealer_send(&self.dealer, self.tap.as_ref(), frames)
     }
 
@@ -353,6 +278,9 @@ impl ClientIo {
     /// since the last take follow ([`ClientIo::take_outbox`]).
     fn flush(&mut self) {
         loop {
+            if !self.conn.queue.is_empty() {
+                self.ready.touched(DEALER);
+            }
             let mut wire = DealerWire {
                 dealer: &self.dealer,
                 tap: self.tap.as_ref(),
@@ -394,12 +322,16 @@ impl ClientIo {
         self.shared.last_rx_ms.store(ms.max(1), Ordering::Release);
     }
 
+    /// Reads the dealer until EAGAIN (then it is drained, see [`Ready::drained`]), a stalled
+    /// push, the node's Disconnect or 512 messages.
     fn read_pass(&mut self) {
+        self.ready.set_drained(DEALER, false);
         for _ in 0..512 {
             if self.stalled.is_some() || self.server_closed.is_some() {
                 return;
             }
             let Some((first, rest)) = recv_multipart(&self.dealer) else {
+                self.ready.set_drained(DEALER, true);
                 return;
             };
             let mut parts = Vec::with_capacity(2);
@@ -576,18 +508,109 @@ impl ClientIo {
     }
 }
 
+/// The client's I/O thread as the mesh's one driver loop runs it ([`crate::driver::run`]).
+impl Driver for ClientIo {
+    #[inline]
+    fn begin(&mut self, now: Instant) {
+        self.now = now;
+    }
+
+    /// Commands (rings) → the outbox taken → (a Close: what was admitted flushed, stop) →
+    /// monitor → send queue flushed → a stalled push resumed → request deadlines → Ping →
+    /// the dealer read unless found quiet (or a push is stalled) → pushes handed over.
+    fn pass(&mut self, quiet: u8) -> Pass {
+        let mut close = false;
+        while let Ok(cmd) = self.door.rx.try_recv() {
+            match cmd {
+                Cmd::Outbox | Cmd::Resume => {}
+                Cmd::Close => close = true,
+            }
+        }
+        // After the rings: a Close comes behind every record handed over before it.
+        self.take_outbox();
+        if close {
+            // What was admitted before the Close goes out as far as credit and libzmq
+            // allow, as it would have in a pass without the Close.
+            self.flush();
+            return Pass::Stop;
+        }
+        self.read_monitor();
+        self.flush();
+        if self.stalled.is_some() {
+            self.resume();
+        }
+        let now = self.now;
+        if self.stalled.is_some() {
+            // Not reading (pushes not taken): silence proves nothing about the node.
+            self.heard_now();
+        }
+        expire(&mut self.corr, now);
+        // Until a Ping got through (the first creates the session on the node, which
+        // grants the window on it), it is retried on every pass, not once per interval.
+        if let Some(ping) = self.conn.poll_ping(now, self.ping_interval) {
+            let f = codec::encode_control(Record::Ping(ping));
+            if !self.raw_send(&f) {
+                self.conn.ping_again(now);
+            }
+        }
+        if quiet & DEALER == 0 {
+            self.read();
+            if self.server_closed.is_some() {
+                return Pass::Stop;
+            }
+        }
+        self.pushes.flush();
+        // A reply usually follows a request within a spin; the dealer's level is checked
+        // again before any sleep.
+        Pass::Idle
+    }
+
+    /// Work found while spinning: the next pass reads the dealer at once.
+    fn spin(&mut self) -> Option<u8> {
+        self.spin_for_work(self.timeout()).then_some(0)
+    }
+
+    /// Sleeps at most until the next Ping or deadline ([`ClientIo::timeout`], at least 1 ms)
+    /// until the doorbell rings, the monitor has an event (read at the top of the next pass)
+    /// or, unless a push is stalled, the dealer is readable ([`Ready::wait`]); then reads the
+    /// dealer if it is.
+    fn sleep(&mut self) -> Option<u8> {
+        let ms = self.timeout().as_millis().max(1) as i64;
+        let dealer = if self.stalled.is_none() { DEALER } else { 0 };
+        let woke = self.ready.wait(
+            &self.shared.bell,
+            &self.door,
+            Ready::DOOR | MON | dealer,
+            0,
+            ms,
+            |bit| match bit {
+                DEALER => Some(&self.dealer),
+                MON => Some(&self.mon),
+                _ => None,
+            },
+        );
+        if woke.slept {
+            // Slept: what it reads now is a new pass.
+            self.now = Instant::now();
+        }
+        if woke.ready & dealer != 0 {
+            self.read();
+            if self.server_closed.is_some() {
+                return None;
+            }
+        }
+        Some(woke.quiet & dealer)
+    }
+
+    fn end(&mut self) {
+        self.finish();
+    }
+}
+
 /// Sends one message on the client's DEALER without blocking; false if libzmq refused it.
 fn dealer_send(dealer: &zmq::Socket, tap: Option<&WireTap>, frames: &[Bytes]) -> bool {
-    let last = frames.len().saturating_sub(1);
-    for (i, f) in frames.iter().enumerate() {
-        let flags = if i == last {
-            zmq::DONTWAIT
-        } else {
-            zmq::SNDMORE | zmq::DONTWAIT
-        };
-        if dealer.send(&f[..], flags).is_err() {
-            return false;
-        }
+    if !crate::engine::send_parts(dealer, frames) {
+        return false;
     }
     if let Some(tap) = tap {
         tap.record(TapDirection::Sent, LinkKind::Client, b"", frames);

@@ -373,17 +373,16 @@ impl MeshClient {
             capacity,
             shared: shared.clone(),
         };
-        let fds = [
+        let fds = ClientIo::fds(
+            dealer.get_fd().map_err(terr("dealer fd"))?,
             door.socket.get_fd().map_err(terr("doorbell fd"))?,
             mon.get_fd().map_err(terr("monitor fd"))?,
-            dealer.get_fd().map_err(terr("dealer fd"))?,
-        ];
+        );
         let io = ClientIo {
             dealer,
             mon,
             door,
-            fds,
-            door_drained: false,
+            ready: crate::driver::Ready::new(fds),
             shared: shared.clone(),
             corr: Correlations::new(),
             pushes: push_tx,

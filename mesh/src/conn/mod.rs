@@ -144,15 +144,8 @@ impl Conn {
     /// [`Conn::poll_grant`]).
     pub(crate) fn granted(window: InboundWindow, budget: Arc<SendBudget>, now: Instant) -> Self {
         Self {
-            window,
             rx: RxWindow::initial_grant(window),
-            strict: false,
-            credit: SendCredit::default(),
-            queue: VecDeque::new(),
-            budget,
-            last_rx: now,
-            next_ping: now,
-            ping_seq: 0,
+            ..Self::idle(window, budget, now)
         }
     }
 

@@ -154,12 +154,7 @@ impl Engine {
             };
             let mut run = OneWayRun {
                 up: &mut self.up,
-                cx: Context {
-                    memo: &self.memo,
-                    shared: &self.shared,
-                    local: self.local.generation,
-                    now: self.now,
-                },
+                cx: Context::new(&self.memo, &self.shared, self.local.generation, self.now),
                 max_payload: self.limits.max_payload,
                 key,
             };
@@ -235,12 +230,8 @@ impl Engine {
                             ) {
                                 continue;
                             }
-                            let cx = Context {
-                                memo: &self.memo,
-                                shared: &self.shared,
-                                local: self.local.generation,
-                                now,
-                            };
+                            let cx =
+                                Context::new(&self.memo, &self.shared, self.local.generation, now);
                             match self.up.actor_send(
                                 conn,
                                 src,
@@ -297,12 +288,7 @@ impl Engine {
                 if !run_record_admitted(counters, conn, lane, &class, bytes, now, &src, decoded) {
                     continue;
                 }
-                let cx = Context {
-                    memo: &self.memo,
-                    shared: &self.shared,
-                    local: self.local.generation,
-                    now,
-                };
+                let cx = Context::new(&self.memo, &self.shared, self.local.generation, now);
                 let arrived = Arrived {
                     header,
                     payload,

@@ -121,6 +121,24 @@ pub(super) struct Context<'e> {
     pub(super) now: Instant,
 }
 
+impl<'e> Context<'e> {
+    /// The context of the records a pass delivers at `now`.
+    #[inline]
+    pub(super) fn new(
+        memo: &'e DecodeMemo,
+        shared: &'e Arc<Shared>,
+        local: NodeGeneration,
+        now: Instant,
+    ) -> Self {
+        Self {
+            memo,
+            shared,
+            local,
+            now,
+        }
+    }
+}
+
 /// What became of a delivered record; `grant`: it left its sender's window and freed credit
 /// the driver grants now ([`Engine::flush_grant`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -440,6 +458,42 @@ mod tests {
         up.deliver(conn, src, arrived, record, cx)
     }
 
+    /// What a delivery test's records arrive with: the node's shared state, the decode memo,
+    /// the pass's time, and a peer `a` in generation 7 (this node is in generation 1).
+    struct Fixture {
+        shared: Arc<Shared>,
+        memo: DecodeMemo,
+        now: Instant,
+        node: Arc<NodeRid>,
+    }
+
+    impl Fixture {
+        fn new() -> Self {
+            Self {
+                shared: Shared::for_tests(),
+                memo: DecodeMemo::default(),
+                now: Instant::now(),
+                node: Arc::new(NodeRid::new("a").unwrap()),
+            }
+        }
+
+        fn cx(&self) -> Context<'_> {
+            Context {
+                memo: &self.memo,
+                shared: &self.shared,
+                local: NodeGeneration::new(1),
+                now: self.now,
+            }
+        }
+
+        fn peer(&self) -> Source<'_> {
+            Source::Peer {
+                node: &self.node,
+                generation: NodeGeneration::new(7),
+            }
+        }
+    }
+
     fn one_way(key: u32) -> (Arrived, Option<Record>) {
         arrived(
             Record::OneWay(zlink_wire::OneWay {
@@ -478,22 +532,10 @@ mod tests {
     // compact form is used only with nothing held and room in the channel.
     #[test]
     fn held_records_keep_arrival_order_over_peers_and_clients() {
-        let shared = Shared::for_tests();
-        let memo = DecodeMemo::default();
-        let now = Instant::now();
-        let cx = Context {
-            memo: &memo,
-            shared: &shared,
-            local: NodeGeneration::new(1),
-            now,
-        };
+        let f = Fixture::new();
+        let (now, cx, peer) = (f.now, f.cx(), f.peer());
         let (tx, mut rx) = crate::inbound::channel(1);
         let mut up = Delivery::new(tx);
-        let node = Arc::new(NodeRid::new("a").unwrap());
-        let peer = Source::Peer {
-            node: &node,
-            generation: NodeGeneration::new(7),
-        };
         let (mut pc, mut cc) = (conn(now), conn(now));
         assert_eq!(
             deliver(&mut up, &mut pc, peer, one_way(1), &cx),
@@ -528,7 +570,7 @@ mod tests {
             held,
             vec![
                 ("client 3".to_owned(), 10, CorrelationId::new(5)),
-                (format!("{node} 7"), 10, CorrelationId::NONE),
+                (format!("{} 7", f.node), 10, CorrelationId::NONE),
             ]
         );
         assert!(up.holds_session(3) && !up.holds_session(4));
@@ -541,24 +583,12 @@ mod tests {
     // sender's credit at once, what it passes goes up through the channel.
     #[test]
     fn the_sink_is_offered_every_application_record() {
-        let shared = Shared::for_tests();
-        let memo = DecodeMemo::default();
-        let now = Instant::now();
-        let cx = Context {
-            memo: &memo,
-            shared: &shared,
-            local: NodeGeneration::new(1),
-            now,
-        };
+        let f = Fixture::new();
+        let (now, cx, peer) = (f.now, f.cx(), f.peer());
         let (tx, mut rx) = crate::inbound::channel(16);
         let mut up = Delivery::new(tx);
         let offers = Arc::new(std::sync::Mutex::new(Vec::new()));
         up.sink = Some(Box::new(Recorder(offers.clone())));
-        let node = Arc::new(NodeRid::new("a").unwrap());
-        let peer = Source::Peer {
-            node: &node,
-            generation: NodeGeneration::new(7),
-        };
         // A window of 64 records: a quarter of it freed asks for a grant.
         let mut pc = conn(now);
         let mut grants = 0;
@@ -682,20 +712,8 @@ mod tests {
     // sink each goes up the channel as the decoded `Record::ActorSend`.
     #[test]
     fn a_compact_24_is_delivered_as_its_record() {
-        let shared = Shared::for_tests();
-        let memo = DecodeMemo::default();
-        let now = Instant::now();
-        let cx = Context {
-            memo: &memo,
-            shared: &shared,
-            local: NodeGeneration::new(1),
-            now,
-        };
-        let node = Arc::new(NodeRid::new("a").unwrap());
-        let peer = Source::Peer {
-            node: &node,
-            generation: NodeGeneration::new(7),
-        };
+        let f = Fixture::new();
+        let (shared, now, cx, peer) = (&f.shared, f.now, f.cx(), f.peer());
         let deadline = Some(now + Duration::from_millis(1000));
         let (tx, mut rx) = crate::inbound::channel(16);
         let mut up = Delivery::new(tx);

@@ -169,12 +169,7 @@ impl Engine {
         };
         let verdict = conn.ingress(lane, &class, bytes, now);
         if verdict == Verdict::Deliver && (record.is_some() || from_memo) {
-            let cx = Context {
-                memo: &self.memo,
-                shared: &self.shared,
-                local: self.local.generation,
-                now,
-            };
+            let cx = Context::new(&self.memo, &self.shared, self.local.generation, now);
             let arrived = Arrived {
                 header,
                 payload,
@@ -216,18 +211,7 @@ impl Engine {
             }
             Verdict::Disconnect => match src {
                 Source::Peer { node, .. } => self.peer_down(node, DownReason::Remote, true),
-                Source::Client(session) => {
-                    if self
-                        .clients
-                        .get(&session)
-                        .is_some_and(|c| c.closing.is_some())
-                    {
-                        // The node was already closing it: that close stands.
-                        self.finish_client(session);
-                    } else {
-                        self.remove_client(session, ClientCloseCause::Remote);
-                    }
-                }
+                Source::Client(session) => self.client_said_disconnect(session),
             },
             Verdict::Complete => match (src, record) {
                 (Source::Peer { node, generation }, Some(rec)) => self.complete(
@@ -350,6 +334,12 @@ impl Engine {
         let Some(&session) = self.clients_by_rid.get(rid) else {
             return;
         };
+        self.client_said_disconnect(session);
+    }
+
+    /// The client ended `session` (its Disconnect, or its connection's end): the session ends
+    /// now, unless the node was already closing it: that close stands.
+    fn client_said_disconnect(&mut self, session: u64) {
         if self
             .clients
             .get(&session)

@@ -13,11 +13,13 @@
 //! request-ending bookkeeping this driver shares with the `MeshClient`'s), [`poll`] (the sockets'
 //! readiness, the spin and the sleep, the batched reads).
 //!
-//! Loop order (one iteration, one pass: the clock is read once at its start, again only after
-//! a sleep, and that `now` serves everything the pass does): drain commands (batch) → flush
-//! PAUSED queues and pending handshake messages → hand stalled inbound records to the layer
-//! above → timers (handshake timeouts, pings, peer timeouts, request deadlines) → `zmq::poll`
-//! (doorbell, sockets, monitors) → read readable sockets in batches.
+//! The loop is the mesh's one driver loop ([`crate::driver::run`], also the `MeshClient`'s).
+//! One pass (the clock is read once at its start, again only after a sleep, and that `now`
+//! serves everything the pass does): drain commands (batch) → flush PAUSED queues and pending
+//! handshake messages → hand stalled inbound records to the layer above → timers (handshake
+//! timeouts, pings, peer timeouts, request deadlines) → read the sockets that may have
+//! something in batches; a pass without work is followed by the spin, then one sleeping
+//! `poll()` (doorbell, sockets, monitors) and the reads of what it found readable.
 //!
 //! Invariants:
 //! - no call here blocks: every send is `DONTWAIT` (EAGAIN = PAUSED), every receive too;
@@ -81,6 +83,7 @@ use deliver::{Arrived, Context, Delivered, Delivery, Held, Source};
 use poll::Sockets;
 pub(crate) use poll::recv_multipart;
 pub(crate) use requests::{close_all, ended_before_transmission, expire, fail};
+pub(crate) use send::send_parts;
 
 use crate::memo::DecodeMemo;
 
@@ -270,6 +273,9 @@ pub(crate) struct Engine {
     /// drain (every [`CLIENT_SWEEP`]).
     next_client_sweep: Instant,
     next_session: u64,
+    /// When the next pass runs housekeeping (every [`HOUSEKEEPING`] while busy; at once after
+    /// a sleep).
+    next_housekeeping: Instant,
     corr: Correlations<(Arc<NodeRid>, NodeGeneration), Waiter>,
     /// The layer above: sink, inbound channel, held records ([`deliver`]).
     up: Delivery,
@@ -464,6 +470,7 @@ impl Engine {
             fd(&mon_relay, "monitor fd")?,
             fd(&mon_completion, "monitor fd")?,
             opt_fd(&mon_client, "monitor fd")?,
+            -1,
         ];
         let limits = codec::limits(cfg.transport.max_message_size);
         let bound = Bound {
@@ -486,8 +493,7 @@ impl Engine {
                     mon_relay,
                     mon_completion,
                     mon_client,
-                    fds,
-                    drained: std::cell::Cell::new(0),
+                    ready: crate::driver::Ready::new(fds),
                 },
                 door,
                 shared,
@@ -510,6 +516,7 @@ impl Engine {
                 owing: Vec::new(),
                 next_client_sweep: Instant::now(),
                 next_session: 1,
+                next_housekeeping: Instant::now(),
                 corr: Correlations::new(),
                 up: Delivery::new(inbound),
                 tombstones,
@@ -531,66 +538,8 @@ impl Engine {
 
     pub(crate) fn run(mut self) {
         let _span = tracing::debug_span!("zlink_mesh_io", node = %self.local.node).entered();
-        let mut next_housekeeping = self.now;
-        // Sockets found quiet since their last receive by the readiness check that ended the
-        // previous pass (spin or poll): this pass does not look at them again (what arrives
-        // later signals their FD; the next pass or spin sees it).
-        let mut quiet = 0u8;
-        while self.running {
-            // The pass's one clock read.
-            self.now = Instant::now();
-            let mut work = self.drain_commands();
-            if !self.running {
-                break;
-            }
-            if !self.paused.is_empty() || !self.paused_clients.is_empty() {
-                work += self.flush_paused();
-            }
-            if !self.up.held.is_empty() {
-                self.retry_stalled();
-            }
-            let now = self.now;
-            if now >= next_housekeeping {
-                self.flush_handshakes();
-                self.timers(now);
-                self.read_monitors();
-                next_housekeeping = now + HOUSEKEEPING;
-            }
-            // Busy path: read every socket that may have something, without polling first.
-            let read = self
-                .sockets
-                .to_read(self.sockets.all(), std::mem::take(&mut quiet));
-            if read & Sockets::COMPLETION != 0 {
-                work += self.read_socket(LinkKind::Completion);
-            }
-            if read & Sockets::RELAY != 0 {
-                work += self.read_socket(LinkKind::Relay);
-            }
-            if read & Sockets::CLIENT != 0 {
-                work += self.read_socket(LinkKind::Client);
-            }
-            self.up.end_pass();
-            // Replies the reads queued (e.g. stale-generation error replies).
-            self.flush_dirty();
-            self.up.inbound.flush();
-            // A receive processes the socket's libzmq commands, among them the write
-            // activation of a PAUSED queue's pipe (its reader took messages): retry those
-            // queues now, before this pass may end in a sleep that nothing would end early.
-            if work == 0 && read & self.waiting_room() != 0 {
-                work += self.flush_paused();
-            }
-            if work > 0 {
-                continue;
-            }
-            // Idle: yield a little before sleeping (a wake-up costs 20-25 µs on small VMs).
-            if let Some(q) = self.spin_for_work() {
-                quiet = q;
-                continue;
-            }
-            quiet = self.poll_once();
-            next_housekeeping = next_housekeeping.min(self.now);
-        }
-        self.shutdown_sequence();
+        self.next_housekeeping = self.now;
+        crate::driver::run(&mut self);
     }
 
     /// The data sockets with a PAUSED queue (HWM): a peer's (relay and completion) or a
@@ -695,6 +644,77 @@ impl Engine {
         }
         close_all(&mut self.corr, &RequestError::Closed);
         self.shared.mark_closed();
+    }
+}
+
+/// The engine as the mesh's one driver loop runs it ([`crate::driver::run`]).
+impl crate::driver::Driver for Engine {
+    #[inline]
+    fn begin(&mut self, now: Instant) {
+        self.now = now;
+    }
+
+    /// Commands → PAUSED queues → stalled inbound records → housekeeping (every
+    /// [`HOUSEKEEPING`]: handshake messages, timers, monitors) → reads of every data socket
+    /// that may have something (busy path, without polling first) → what the reads queued.
+    fn pass(&mut self, quiet: u8) -> crate::driver::Pass {
+        let mut work = self.drain_commands();
+        if !self.running {
+            return crate::driver::Pass::Stop;
+        }
+        if !self.paused.is_empty() || !self.paused_clients.is_empty() {
+            work += self.flush_paused();
+        }
+        if !self.up.held.is_empty() {
+            self.retry_stalled();
+        }
+        let now = self.now;
+        if now >= self.next_housekeeping {
+            self.flush_handshakes();
+            self.timers(now);
+            self.read_monitors();
+            self.next_housekeeping = now + HOUSEKEEPING;
+        }
+        // Busy path: read every socket that may have something, without polling first.
+        let read = self.sockets.ready.to_read(self.sockets.all(), quiet);
+        if read & Sockets::COMPLETION != 0 {
+            work += self.read_socket(LinkKind::Completion);
+        }
+        if read & Sockets::RELAY != 0 {
+            work += self.read_socket(LinkKind::Relay);
+        }
+        if read & Sockets::CLIENT != 0 {
+            work += self.read_socket(LinkKind::Client);
+        }
+        self.up.end_pass();
+        // Replies the reads queued (e.g. stale-generation error replies).
+        self.flush_dirty();
+        self.up.inbound.flush();
+        // A receive processes the socket's libzmq commands, among them the write
+        // activation of a PAUSED queue's pipe (its reader took messages): retry those
+        // queues now, before this pass may end in a sleep that nothing would end early.
+        if work == 0 && read & self.waiting_room() != 0 {
+            work += self.flush_paused();
+        }
+        if work > 0 {
+            crate::driver::Pass::Work
+        } else {
+            crate::driver::Pass::Idle
+        }
+    }
+
+    fn spin(&mut self) -> Option<u8> {
+        self.spin_for_work()
+    }
+
+    fn sleep(&mut self) -> Option<u8> {
+        let quiet = self.poll_once();
+        self.next_housekeeping = self.next_housekeeping.min(self.now);
+        Some(quiet)
+    }
+
+    fn end(&mut self) {
+        self.shutdown_sequence();
     }
 }
 

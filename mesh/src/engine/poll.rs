@@ -1,8 +1,9 @@
 //! The engine's sockets and how it waits on them: which sockets may have something to read
-//! (`Sockets`: their `ZMQ_FD`s and drained bits), the idle spin, the one sleeping poll of a
-//! pass, and the batched reads of data sockets and monitors.
+//! (`Sockets`, with their `ZMQ_FD`s and drained bits in a [`Ready`]), the idle spin, the one
+//! sleeping poll of a pass, and the batched reads of data sockets and monitors.
 
 use super::*;
+use crate::driver::Ready;
 
 pub(super) struct Sockets {
     pub(super) relay: zmq::Socket,
@@ -11,19 +12,10 @@ pub(super) struct Sockets {
     pub(super) mon_relay: zmq::Socket,
     pub(super) mon_completion: zmq::Socket,
     pub(super) mon_client: Option<zmq::Socket>,
-    /// The `ZMQ_FD` of each socket, by bit index ([`Sockets::bit`], the doorbell at
-    /// [`Sockets::DOOR`], the monitors after it); -1 for an absent one. The readiness check of
-    /// the spin, of a pass and of the sleep (see [`Sockets::drained`]).
-    pub(super) fds: [std::os::fd::RawFd; 7],
-    /// One bit per socket: the last libzmq call on it that can process its commands was a
-    /// receive that ended in EAGAIN (or a `ZMQ_EVENTS` without POLLIN). libzmq then processed
-    /// its commands and marked its empty pipes inactive, so a message arriving later makes
-    /// the writer send `activate_read`, which signals the socket's `ZMQ_FD` (edge-triggered:
-    /// readable while a command waits, not while a message does). Such a socket has nothing
-    /// to read while its FD is quiet. Any other call (send, connect, disconnect) may process
-    /// commands and activate a pipe without the FD: it clears the bit
-    /// ([`Sockets::touched`]), and the socket is read (or asked) again.
-    pub(super) drained: std::cell::Cell<u8>,
+    /// Their `ZMQ_FD`s and drained bits, by the bits below ([`Sockets::bit`], the doorbell at
+    /// [`Sockets::DOOR`], the monitors after it): the readiness check of the spin, of a pass
+    /// and of the sleep.
+    pub(super) ready: Ready,
 }
 
 impl Sockets {
@@ -31,7 +23,7 @@ impl Sockets {
     pub(super) const COMPLETION: u8 = 2;
     pub(super) const CLIENT: u8 = 4;
     /// The doorbell (`Door::socket`), only ever received from on this thread.
-    pub(super) const DOOR: u8 = 8;
+    pub(super) const DOOR: u8 = Ready::DOOR;
     pub(super) const MON_RELAY: u8 = 16;
     pub(super) const MON_COMPLETION: u8 = 32;
     pub(super) const MON_CLIENT: u8 = 64;
@@ -62,74 +54,23 @@ impl Sockets {
         self.all() << 4
     }
 
-    /// A call other than a receive was made on `kind`'s socket (see [`Sockets::drained`]).
+    /// A call other than a receive was made on `kind`'s socket (see [`Ready::touched`]).
     #[inline]
     pub(super) fn touched(&self, kind: LinkKind) {
-        self.drained.set(self.drained.get() & !Self::bit(kind));
+        self.ready.touched(Self::bit(kind));
     }
 
-    pub(super) fn set_drained(&self, bits: u8, drained: bool) {
-        let d = self.drained.get();
-        self.drained.set(if drained { d | bits } else { d & !bits });
-    }
-
-    /// Polls the `ZMQ_FD`s of the sockets in `bits` for at most `ms` (0: without waiting):
-    /// those whose FD is readable (a command waits), or `None` if the poll failed.
-    pub(super) fn signaled(&self, bits: u8, ms: i64) -> Option<u8> {
-        let mut items: [zmq::PollItem<'_>; 7] =
-            std::array::from_fn(|_| zmq::PollItem::from_fd(-1, zmq::PollEvents::empty()));
-        let mut which = [0u8; 7];
-        let mut n = 0;
-        for (i, fd) in self.fds.iter().enumerate() {
-            let bit = 1u8 << i;
-            if bits & bit != 0 {
-                items[n] = zmq::PollItem::from_fd(*fd, zmq::POLLIN);
-                which[n] = bit;
-                n += 1;
-            }
+    /// The socket at `bit` (not the doorbell), if this node has it.
+    fn by_bit(&self, bit: u8) -> Option<&zmq::Socket> {
+        match bit {
+            Self::RELAY => Some(&self.relay),
+            Self::COMPLETION => Some(&self.completion),
+            Self::CLIENT => self.client.as_ref(),
+            Self::MON_RELAY => Some(&self.mon_relay),
+            Self::MON_COMPLETION => Some(&self.mon_completion),
+            Self::MON_CLIENT => self.mon_client.as_ref(),
+            _ => None,
         }
-        zmq::poll(&mut items[..n], ms).ok()?;
-        Some(
-            items[..n]
-                .iter()
-                .zip(which)
-                .filter(|(it, _)| it.is_readable())
-                .fold(0, |acc, (_, bit)| acc | bit),
-        )
-    }
-
-    /// Of the sockets in `undrained` that have a PAUSED queue (`waiting`, see
-    /// [`Engine::waiting_room`]): those with libzmq commands not yet processed (their
-    /// `ZMQ_FD` signaled; one `poll()`, none when no queue waits).
-    ///
-    /// A ROUTER's `ZMQ_EVENTS` says nothing about one connection's pipe, and the command that
-    /// gives a full pipe room back (its write activation, sent when the reader took half of
-    /// the high-water mark) signals the FD once: whatever processes it (`ZMQ_EVENTS`, a
-    /// receive) must be followed by a retry of the waiting queue. So such a socket is read
-    /// in a pass (which retries its queues) rather than asked for `ZMQ_EVENTS` before a
-    /// sleep that only the timer would end.
-    pub(super) fn commands_for_waiting(&self, undrained: u8, waiting: u8) -> u8 {
-        let ask = undrained & waiting;
-        if ask == 0 {
-            return 0;
-        }
-        self.signaled(ask, 0).unwrap_or(ask)
-    }
-
-    /// Of the sockets in `bits`: those not drained, and the drained ones whose `ZMQ_FD` is
-    /// signaled, except those in `quiet`. One `poll()` over the FDs of two or more drained
-    /// sockets replaces a receive ending in EAGAIN on each (a `poll()` inside libzmq); a
-    /// single one is read directly (the same cost).
-    pub(super) fn to_read(&self, bits: u8, quiet: u8) -> u8 {
-        let drained = self.drained.get() & bits;
-        let ask = drained & !quiet;
-        let mut read = bits & !drained;
-        if ask.count_ones() >= 2 {
-            read |= self.signaled(ask, 0).unwrap_or(ask);
-        } else {
-            read |= ask;
-        }
-        read
     }
 }
 
@@ -137,7 +78,7 @@ impl Engine {
     /// Yields the CPU a few times while watching for commands or readable sockets. `Some`
     /// with the sockets seen quiet when there is work.
     ///
-    /// Called after a pass that found no work. A socket not [`Sockets::drained`] is asked once
+    /// Called after a pass that found no work. A socket not drained ([`Ready::drained`]) is asked once
     /// for `ZMQ_EVENTS` (level: libzmq processes its commands); after that every socket is
     /// drained and one `poll()` over their `ZMQ_FD`s per turn sees every new message (and
     /// other commands: the pass then reads, which processes them) without the `poll()` that
@@ -148,9 +89,10 @@ impl Engine {
             return None;
         }
         let all = self.sockets.all();
-        let undrained = all & !self.sockets.drained.get();
+        let undrained = all & !self.sockets.ready.drained(all);
         if self
             .sockets
+            .ready
             .commands_for_waiting(undrained, self.waiting_room())
             != 0
         {
@@ -164,7 +106,7 @@ impl Engine {
             }
             match self.socket(kind).get_events() {
                 Ok(e) if e.contains(zmq::POLLIN) => return Some(0),
-                Ok(_) => self.sockets.set_drained(bit, true),
+                Ok(_) => self.sockets.ready.set_drained(bit, true),
                 Err(_) => return Some(0),
             }
         }
@@ -173,7 +115,7 @@ impl Engine {
             if !self.door.rx.is_empty() {
                 return Some(quiet);
             }
-            match self.sockets.signaled(all, 0) {
+            match self.sockets.ready.signaled(all, 0) {
                 Some(0) => {}
                 Some(signaled) => return Some(all & !signaled),
                 None => return Some(0),
@@ -184,9 +126,9 @@ impl Engine {
         None
     }
 
-    /// Reads the monitors that may have events (see [`Sockets::to_read`]).
+    /// Reads the monitors that may have events (see [`Ready::to_read`]).
     pub(super) fn read_monitors(&mut self) {
-        let read = self.sockets.to_read(self.sockets.monitors(), 0);
+        let read = self.sockets.ready.to_read(self.sockets.monitors(), 0);
         for kind in [LinkKind::Relay, LinkKind::Completion, LinkKind::Client] {
             if read & Sockets::mon_bit(kind) != 0 {
                 self.read_monitor(kind);
@@ -194,74 +136,30 @@ impl Engine {
         }
     }
 
-    /// Sleeps until a socket, the doorbell or the next timer, and reads what is readable.
-    /// Returns the data sockets it found quiet (see `run`).
-    ///
-    /// Level check first: a socket not [`Sockets::drained`] is asked for `ZMQ_EVENTS` (libzmq
-    /// processes its commands; without POLLIN it is drained). When none is readable, every
-    /// socket is drained and the thread sleeps in one `poll()` over their `ZMQ_FD`s, which
-    /// signal anything new: two syscalls at most where `zmq_poll` made a `poll()` and a
-    /// `ZMQ_EVENTS` per socket before and after the sleep.
+    /// Sleeps until a socket, the doorbell or the next timer ([`Ready::wait`]: the level check,
+    /// then one `poll()` over the `ZMQ_FD`s), and reads what is readable. Returns the data
+    /// sockets it found quiet (see [`crate::driver::Driver::pass`]).
     pub(super) fn poll_once(&mut self) -> u8 {
-        let mut timeout = self.next_wake(self.now);
-        let sleeping = self.shared.bell.prepare_sleep();
-        if !sleeping {
-            timeout = Duration::ZERO;
-        }
+        let timeout = self.next_wake(self.now);
+        let ms = if timeout.is_zero() {
+            0
+        } else {
+            timeout.as_millis().max(1) as i64
+        };
         let present = self.sockets.all() | self.sockets.monitors() | Sockets::DOOR;
-        let waiting = self.waiting_room();
-        let mut ready = 0u8;
-        {
-            let s = &self.sockets;
-            let undrained = present & !s.drained.get();
-            // Commands pending on a socket with a PAUSED queue: read it (see `spin_for_work`).
-            ready |= s.commands_for_waiting(undrained, waiting);
-            for i in 0..7 {
-                let bit = 1u8 << i;
-                if (undrained & !ready) & bit == 0 {
-                    continue;
-                }
-                let socket = match bit {
-                    Sockets::RELAY => &s.relay,
-                    Sockets::COMPLETION => &s.completion,
-                    Sockets::DOOR => &self.door.socket,
-                    Sockets::MON_RELAY => &s.mon_relay,
-                    Sockets::MON_COMPLETION => &s.mon_completion,
-                    Sockets::CLIENT => s.client.as_ref().expect("client socket"),
-                    Sockets::MON_CLIENT => s.mon_client.as_ref().expect("client monitor"),
-                    _ => continue,
-                };
-                match socket.get_events() {
-                    Ok(e) if !e.contains(zmq::POLLIN) => s.set_drained(bit, true),
-                    _ => ready |= bit,
-                }
-            }
+        let woke = self.sockets.ready.wait(
+            &self.shared.bell,
+            &self.door,
+            present,
+            self.waiting_room(),
+            ms,
+            |bit| self.sockets.by_bit(bit),
+        );
+        if woke.slept {
+            // Slept: what it reads now is a new pass.
+            self.now = Instant::now();
         }
-        let mut quiet = 0;
-        if ready == 0 {
-            let ms = if timeout.is_zero() {
-                0
-            } else {
-                timeout.as_millis().max(1) as i64
-            };
-            match self.sockets.signaled(present, ms) {
-                Some(signaled) => {
-                    ready = signaled;
-                    quiet = self.sockets.all() & !signaled;
-                }
-                // Interrupted: look at everything.
-                None => ready = present,
-            }
-            if ms > 0 {
-                // Slept: what it reads now is a new pass.
-                self.now = Instant::now();
-            }
-        }
-        self.shared.bell.awake();
-        if ready & Sockets::DOOR != 0 {
-            self.door.drain_rings();
-            self.sockets.set_drained(Sockets::DOOR, true);
-        }
+        let ready = woke.ready;
         for kind in [LinkKind::Completion, LinkKind::Relay, LinkKind::Client] {
             if ready & Sockets::bit(kind) != 0 {
                 self.read_socket(kind);
@@ -272,7 +170,7 @@ impl Engine {
                 self.read_monitor(kind);
             }
         }
-        quiet
+        woke.quiet & self.sockets.all()
     }
 
     pub(super) fn read_socket(&mut self, kind: LinkKind) -> usize {
@@ -333,7 +231,9 @@ impl Engine {
         self.rx_rid = rid;
         self.rx_parts = parts;
         // Ended in EAGAIN (not on the batch limit): drained until the next other call.
-        self.sockets.set_drained(Sockets::bit(kind), n < RECV_BATCH);
+        self.sockets
+            .ready
+            .set_drained(Sockets::bit(kind), n < RECV_BATCH);
         n
     }
 
@@ -360,7 +260,7 @@ impl Engine {
             events.push((ev, value, addr));
         }
         // Read until EAGAIN: drained (a monitor is never sent on from here).
-        self.sockets.set_drained(Sockets::mon_bit(kind), true);
+        self.sockets.ready.set_drained(Sockets::mon_bit(kind), true);
         for (ev, value, addr) in events {
             let ev = zmq::SocketEvent::from_raw(ev);
             match ev {

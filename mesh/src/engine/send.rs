@@ -399,6 +399,15 @@ pub(super) fn raw_send_on(
     if let Some(tap) = tap {
         tap.record(TapDirection::Sent, kind, rid, frames);
     }
+    // After the routing id was accepted the remaining parts of the message are too.
+    send_parts(s, frames);
+    SendOutcome::Sent
+}
+
+/// Sends `frames` as (the rest of) one message without blocking, each but the last with
+/// MORE; false when libzmq refused a part (the parts after it are not sent).
+#[inline]
+pub(crate) fn send_parts(s: &zmq::Socket, frames: &[Bytes]) -> bool {
     let last = frames.len().saturating_sub(1);
     for (i, f) in frames.iter().enumerate() {
         let flags = if i == last {
@@ -406,10 +415,11 @@ pub(super) fn raw_send_on(
         } else {
             zmq::SNDMORE | zmq::DONTWAIT
         };
-        // After the routing id was accepted the remaining parts of the message are too.
-        let _ = s.send(&f[..], flags);
+        if s.send(&f[..], flags).is_err() {
+            return false;
+        }
     }
-    SendOutcome::Sent
+    true
 }
 
 /// Sends one record given as slices (routing id, envelope, payload if any) without blocking,

@@ -8,8 +8,16 @@ use std::net::TcpListener;
 /// dialling the port, and a dial whose kernel-chosen source port equals it connects to itself
 /// (TCP simultaneous open) and holds the port, so the restarted node cannot bind it.
 pub fn free_port() -> u16 {
+    use std::sync::OnceLock;
     use std::sync::atomic::{AtomicU32, Ordering};
     static NEXT: AtomicU32 = AtomicU32::new(0);
+    // Chosen once per process: the walk below then never hands out one port twice within a
+    // process (7919 is prime and does not divide the range), so two nodes of one test (or of
+    // two tests running side by side) never get the same port before either has bound it. A
+    // seed read per call made that a random collision: about one setup in a hundred started a
+    // node whose port another node also took, which then died at bind and left its peer "not
+    // ready".
+    static SEED: OnceLock<u32> = OnceLock::new();
     let eph_lo: u32 = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
         .ok()
         .and_then(|s| s.split_whitespace().next()?.parse().ok())
@@ -19,14 +27,18 @@ pub fn free_port() -> u16 {
         eph_lo.max(2048) - 1,
     );
     // Spread concurrent test processes over the range: start from the pid and the clock.
-    let seed = std::process::id()
-        ^ std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .subsec_nanos();
-    for _ in 0..(hi - lo) {
+    let seed = *SEED.get_or_init(|| {
+        std::process::id()
+            ^ std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .subsec_nanos()
+    });
+    let span = hi - lo;
+    let stride = if span % 7919 == 0 { 7907 } else { 7919 };
+    for _ in 0..span {
         let n = NEXT.fetch_add(1, Ordering::Relaxed);
-        let port = lo + (seed.wrapping_add(n.wrapping_mul(7919))) % (hi - lo);
+        let port = lo + (seed % span + (n % span) * stride % span) % span;
         if TcpListener::bind(("127.0.0.1", port as u16)).is_ok() {
             return port as u16;
         }

@@ -385,7 +385,7 @@ impl Collector for NodeCollector {
             .message_follow
             .iter()
             .filter_map(|(k, v)| {
-                let r = if k == "forwarded" {
+                let r = if k == "forwarded" || k == "held" {
                     k.as_str()
                 } else {
                     k.strip_prefix("refused/")?
@@ -396,7 +396,7 @@ impl Collector for NodeCollector {
         family(
             e,
             "zlink_follow_records",
-            "Records for moved actors at their old owner: forwarded once, or refused by reason",
+            "Records for moved actors at their old owner: forwarded once, refused by reason, or (38 tombstones) held for a relocation",
             MetricType::Counter,
             singles(&records, "result"),
         )?;
