@@ -279,6 +279,7 @@ fn from_config_carries_every_relocation_key() {
 seal_ms = 4500
 cutover_timeout_ms = 1500
 restore_timeout_ms = 2500
+result_timeout_ms = 7500
 source_wait_ms = 3500
 max_restore_timers = 7
 target_queue_records = 99
@@ -291,6 +292,7 @@ target_queue_bytes = 123456
     assert_eq!(r.seal_timeout, ms(4_500));
     assert_eq!(r.cutover_timeout, ms(1_500));
     assert_eq!(r.restore_timeout, ms(2_500));
+    assert_eq!(r.result_timeout, ms(7_500));
     assert_eq!(r.source_wait, ms(3_500));
     assert_eq!(r.max_restore_timers, 7);
     assert_eq!(
@@ -336,6 +338,10 @@ fn bad_relocation_values_are_refused() {
         (
             "[relocation]\nrestore_timeout_ms = 0",
             "relocation.restore_timeout_ms",
+        ),
+        (
+            "[relocation]\nresult_timeout_ms = 0",
+            "relocation.result_timeout_ms",
         ),
         (
             "[relocation]\nsource_wait_ms = 0",

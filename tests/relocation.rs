@@ -56,6 +56,12 @@ struct Harness<'a, S: LocationStore> {
     sessions: Sessions,
     lose_relay_ready: bool,
     lose_cutover: bool,
+    /// The target's result never reaches the source (lost with its connection).
+    lose_result: bool,
+    /// The store cannot be read when the source asks for its records.
+    store_unreadable: bool,
+    /// The source's `QueryOwners` effects so far.
+    queried: usize,
     unsealed: bool,
     ended: Vec<ActorLocation>,
 }
@@ -141,6 +147,20 @@ impl<S: LocationStore> Harness<'_, S> {
             SourceEffect::UnsealRuntime => self.unsealed = true,
             SourceEffect::SendRoute { record, .. } => self.sessions.routes.push(record),
             SourceEffect::EndIncarnations(l) => self.ended = l,
+            SourceEffect::QueryOwners { actors } => {
+                self.queried += 1;
+                let records = if self.store_unreadable {
+                    Err(())
+                } else {
+                    let mut records = Vec::new();
+                    for id in actors {
+                        let l = self.store.lookup(id.clone()).await.unwrap();
+                        records.push((id, l));
+                    }
+                    Ok(records)
+                };
+                self.source.handle_owners(now, records);
+            }
             SourceEffect::Finished(_) => {}
         }
     }
@@ -165,7 +185,11 @@ impl<S: LocationStore> Harness<'_, S> {
             TargetEffect::SendRoute { record, .. } => self.sessions.routes.push(record),
             TargetEffect::ReportToSource {
                 committed, failed, ..
-            } => self.source.handle_target_result(now, committed, failed),
+            } => {
+                if !self.lose_result {
+                    self.source.handle_target_result(now, committed, failed);
+                }
+            }
             TargetEffect::OpenDispatch { .. }
             | TargetEffect::DiscardQueue { .. }
             | TargetEffect::WarnCutoverTimeout
@@ -203,6 +227,9 @@ async fn harness<S: LocationStore>(store: &S, t0: Instant) -> Harness<'_, S> {
         sessions: Sessions::default(),
         lose_relay_ready: false,
         lose_cutover: false,
+        lose_result: false,
+        store_unreadable: false,
+        queried: 0,
         unsealed: false,
         ended: Vec::new(),
     }
@@ -335,6 +362,117 @@ async fn failed_cas_after_relay_ready_never_reopens<S: LocationStore>(
         .unwrap()
         .unwrap();
     assert_eq!(record.owner_node, h.source_lease.holder.node);
+}
+
+// spec: SB-8.6, SB-8.4 — the target's result is lost after its CAS won (a short partition broke
+// the connection it travelled on): the source does not wait forever. Exactly at the result
+// timeout after the cutover it reads the store, which names the target: moved, the source's
+// incarnation ends. A store that cannot be read is asked again a second later.
+async fn a_lost_result_is_decided_by_the_store<S: LocationStore>(store: &S) {
+    let t0 = Instant::now();
+    let mut h = harness(store, t0).await;
+    h.lose_result = true;
+    h.store_unreadable = true;
+    h.step(t0).await;
+    assert!(matches!(
+        h.target.as_ref().unwrap().outcome(),
+        Some(TargetOutcome::Cas { committed, .. }) if committed.len() == 1
+    ));
+    assert_eq!(h.source.outcome(), None, "still waiting for the result");
+    let due = t0 + RelocationConfig::default().result_timeout;
+    assert_eq!(h.source.poll_timeout(), Some(due));
+    h.source.handle_timeout(due - Duration::from_millis(1));
+    h.step(due - Duration::from_millis(1)).await;
+    assert_eq!(h.queried, 0, "not before the result timeout");
+    h.source.handle_timeout(due);
+    h.step(due).await;
+    assert_eq!(h.queried, 1);
+    assert_eq!(h.source.outcome(), None, "the store could not be read");
+    let again = due + zlink::relocation::RESULT_QUERY_RETRY;
+    assert_eq!(h.source.poll_timeout(), Some(again));
+    h.store_unreadable = false;
+    h.source.handle_timeout(again);
+    h.step(again).await;
+    assert_eq!(h.queried, 2);
+    let record = store
+        .lookup(contract::actor("room-1"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(record.owner_node, h.target_lease.holder.node);
+    assert_eq!(
+        h.source.outcome(),
+        Some(&SourceOutcome::Moved(vec![record.clone()]))
+    );
+    assert_eq!(h.ended, vec![record]);
+    assert!(!h.unsealed);
+    assert_eq!(h.source.poll_timeout(), None);
+}
+
+// spec: SB-8.6, SB-4.1 — the cutover is lost and the target never falls back (it is gone): at
+// the result timeout the store still names the source, so the relocation failed and never
+// reopens. The source's recovery replaces the record with a new incarnation, so the target's
+// CAS with the relocation fence, should it come after all, is refused.
+async fn a_silent_target_after_the_cutover_fails_at_the_result_timeout<S: LocationStore>(
+    store: &S,
+) {
+    let t0 = Instant::now();
+    let mut h = harness(store, t0).await;
+    h.lose_cutover = true;
+    h.step(t0).await;
+    assert_eq!(h.source.outcome(), None);
+    let due = h.source.poll_timeout().expect("the result wait is bounded");
+    assert_eq!(due, t0 + RelocationConfig::default().result_timeout);
+    h.source.handle_timeout(due);
+    h.step(due).await;
+    assert_eq!(
+        h.source.outcome(),
+        Some(&SourceOutcome::Failed(
+            FailReason::TargetFailedAfterRelayReady
+        ))
+    );
+    assert!(!h.unsealed, "SB-8.6: the source route never reopens");
+    assert!(h.ended.is_empty());
+    let fenced = store
+        .lookup(contract::actor("room-1"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(fenced.owner_node, h.source_lease.holder.node);
+    let recovered = store
+        .reincarnate(contract::actor("room-1"), fenced.owner_fence())
+        .await
+        .unwrap();
+    assert!(recovered.object_generation > fenced.object_generation);
+    let late = store
+        .cas_owner(
+            contract::actor("room-1"),
+            fenced.fence(),
+            contract::owner(&h.target_lease),
+        )
+        .await;
+    assert!(late.is_err(), "the target's late CAS: {late:?}");
+}
+
+#[tokio::test]
+async fn a_lost_result_is_decided_by_the_store_memory() {
+    let clock = ManualClock::at_wall(contract::START);
+    a_lost_result_is_decided_by_the_store(&memory(&clock)).await;
+}
+
+#[tokio::test]
+async fn a_lost_result_is_decided_by_the_store_sqlite() {
+    let (dir, clock) = (
+        tempfile::tempdir().unwrap(),
+        ManualClock::at_wall(contract::START),
+    );
+    a_lost_result_is_decided_by_the_store(&sqlite(&dir, &clock)).await;
+}
+
+#[tokio::test]
+async fn a_silent_target_after_the_cutover_fails_at_the_result_timeout_memory() {
+    let clock = ManualClock::at_wall(contract::START);
+    a_silent_target_after_the_cutover_fails_at_the_result_timeout(&memory(&clock)).await;
 }
 
 fn memory(clock: &ManualClock) -> MemoryStore {
@@ -968,7 +1106,17 @@ async fn a_failed_cas_after_relay_ready_never_reopens_the_source() {
     }
     // Answered once, not served anywhere: the source never reopens the sealed incarnation, a
     // ref to it is refused at once as a ref to an ended incarnation (the current one is newer).
-    let _ = tokio::time::timeout(T, queued).await.unwrap().unwrap();
+    // It ran on the source before the seal (it overtook the held turn) or was captured and
+    // refused at the target; the recovered state has it only in the first case.
+    let ran_before_the_seal = tokio::time::timeout(T, queued)
+        .await
+        .unwrap()
+        .unwrap()
+        .is_ok();
+    let mut state = vec![0];
+    if ran_before_the_seal {
+        state.push(100);
+    }
     let stale = |e: zlink::actor::ActorError| {
         assert_eq!(e.kind(), zlink_wire::ErrorKind::InvalidOperation, "{e}");
         assert!(e.to_string().contains("ref incarnation 1"), "{e}");
@@ -994,11 +1142,15 @@ async fn a_failed_cas_after_relay_ready_never_reopens_the_source() {
             .unwrap();
     assert_eq!(again.object_generation(), loc.object_generation);
     assert_eq!(again.node(), &node_common::rid("a"));
-    assert_eq!(p.b.request(&again, &Add(7), T).await.unwrap(), 2);
-    assert_eq!(p.b.request(&again, &GetSeen, T).await.unwrap(), vec![0, 7]);
+    assert_eq!(
+        p.b.request(&again, &Add(7), T).await.unwrap(),
+        state.len() as u64 + 1
+    );
+    state.push(7);
+    assert_eq!(p.b.request(&again, &GetSeen, T).await.unwrap(), state);
     // The old ref names the ended incarnation: refused, never served by the new one.
     stale(p.b.request(&actor, &GetSeen, T).await.unwrap_err());
-    assert_eq!(p.b.request(&again, &GetSeen, T).await.unwrap(), vec![0, 7]);
+    assert_eq!(p.b.request(&again, &GetSeen, T).await.unwrap(), state);
 }
 
 // spec: SB-8.9
@@ -3628,4 +3780,79 @@ async fn a_disconnect_held_by_a_move_that_aborts_runs_its_hook_on_the_source() {
         "once, on the source"
     );
     assert_eq!(w.a.request(&actor, &Add(7), TIMEOUT).await.unwrap(), 1);
+}
+
+// spec: SB-8.6, SB-8.4
+// A target gone after relay-ready (shut down before the cutover reached it): its result never
+// comes. The source does not wait forever: at the result timeout after the cutover (11 s on its
+// own clock, not a tick earlier) it reads the store, which still names it; the relocation fails
+// (never reopened) and the actor comes back on the source with its state, a new incarnation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_source_whose_target_result_never_comes_asks_the_store_at_the_result_timeout() {
+    use live::{Add, Error, Fail, GetSeen, aid};
+    use node_common::{mesh_config, rid, wait_pair_up, wait_until};
+    use zlink::node::{Node, NodeOptions};
+    let store = node_common::memory_store();
+    let (a_clock, b_clock) = (ManualClock::new(), ManualClock::new());
+    let (_gate, rx) = tokio::sync::watch::channel(true);
+    let registry = || {
+        live::registry(
+            rx.clone(),
+            Arc::new(std::sync::atomic::AtomicU64::new(0)),
+            Arc::new(std::sync::atomic::AtomicBool::new(false)),
+        )
+    };
+    let mut o = NodeOptions::new(mesh_config("b"), store.clone(), registry());
+    // `b`'s cutover timeout never fires: it is gone before its clock moves
+    o.clock = Arc::new(b_clock.clone());
+    let b = Node::start(o).await.unwrap();
+    let mut o = NodeOptions::new(mesh_config("a"), store.clone(), registry());
+    o.peers = vec![b.address()];
+    o.clock = Arc::new(a_clock.clone());
+    let a = Node::start(o).await.unwrap();
+    wait_pair_up(&a, &b).await;
+    let actor = a
+        .create(zlink::actor::Create::new("counter", aid("unanswered")))
+        .await
+        .unwrap();
+    assert_eq!(a.request(&actor, &Add(0), TIMEOUT).await.unwrap(), 1);
+
+    let capture = a.hold_relocation_capture_for_tests();
+    let relocating = {
+        let (a, actor) = (a.clone(), actor.clone());
+        tokio::spawn(async move { a.relocate(&actor, rid("b")).await })
+    };
+    wait_until("b relay-ready", || {
+        b.relocations().0.iter().any(|r| r.phase == "RelayReady")
+    })
+    .await;
+    b.shutdown(Duration::ZERO).await;
+    drop(capture);
+    wait_until("the source handed off", || {
+        a.relocations().0.iter().any(|r| r.phase == "HandedOff")
+    })
+    .await;
+    let result_timeout = zlink::relocation::RelocationConfig::default().result_timeout;
+    a_clock.advance(result_timeout - Duration::from_millis(1));
+    assert_eq!(a.relocations().1.result_waits_expired, 0);
+    a_clock.advance(Duration::from_millis(1));
+    match tokio::time::timeout(TIMEOUT, relocating)
+        .await
+        .unwrap()
+        .unwrap()
+    {
+        Err(Error::Failed(Fail::TargetFailedAfterRelayReady)) => {}
+        other => panic!("expected a failure after relay-ready, got {other:?}"),
+    }
+    let c = a.relocations().1;
+    assert_eq!((c.result_waits_expired, c.failed, c.recovered), (1, 1, 1));
+    let loc = store.lookup(actor.id().clone()).await.unwrap().unwrap();
+    assert_eq!(loc.owner_node, rid("a"));
+    assert!(loc.object_generation > actor.object_generation());
+    let again = a
+        .get_or_create(zlink::actor::Create::new("counter", actor.id().clone()))
+        .await
+        .unwrap();
+    assert_eq!(again.object_generation(), loc.object_generation);
+    assert_eq!(a.request(&again, &GetSeen, TIMEOUT).await.unwrap(), vec![0]);
 }

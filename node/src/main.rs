@@ -95,6 +95,8 @@ CONFIGURATION FILE (TOML, every key optional; flags and environment override it)
   cutover_timeout_ms = 1000               target: no cutover this long after relay-ready:
                                           the fallback; shorter than the seal
   restore_timeout_ms = 3000               source: no relay-ready this long: the target failed
+  result_timeout_ms = 11000               source: no result this long after the cutover:
+                                          the store's records decide
   source_wait_ms = 3000                   target, after a fallback: how long the source's
                                           relay stream stays ahead of regular ingress
   max_restore_timers = 1024               timers one moving actor may bring
@@ -194,6 +196,10 @@ struct Cli {
     /// [default: 3000].
     #[arg(long, env = "ZLINK_RELOCATION_RESTORE_TIMEOUT_MS", value_name = "MS")]
     relocation_restore_timeout_ms: Option<u64>,
+    /// Relocation source: without the target's result this long after the cutover, the store
+    /// decides, in ms [default: 11000].
+    #[arg(long, env = "ZLINK_RELOCATION_RESULT_TIMEOUT_MS", value_name = "MS")]
+    relocation_result_timeout_ms: Option<u64>,
     /// Relocation target, after a fallback: how long the source's relay stream stays ahead of
     /// regular ingress, in ms [default: 3000].
     #[arg(long, env = "ZLINK_RELOCATION_SOURCE_WAIT_MS", value_name = "MS")]
@@ -448,6 +454,7 @@ fn settings(cli: Cli) -> anyhow::Result<Settings> {
     let r = &mut config.relocation;
     r.cutover_timeout_ms = ms(cli.relocation_cutover_timeout_ms).or(r.cutover_timeout_ms);
     r.restore_timeout_ms = ms(cli.relocation_restore_timeout_ms).or(r.restore_timeout_ms);
+    r.result_timeout_ms = ms(cli.relocation_result_timeout_ms).or(r.result_timeout_ms);
     r.source_wait_ms = ms(cli.relocation_source_wait_ms).or(r.source_wait_ms);
     r.max_restore_timers = cli.relocation_max_restore_timers.or(r.max_restore_timers);
     r.target_queue_records = cli

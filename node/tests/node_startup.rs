@@ -118,6 +118,7 @@ fn help_explains_every_option() {
         "--session-relocation-seal-ms",
         "--relocation-cutover-timeout-ms",
         "--relocation-restore-timeout-ms",
+        "--relocation-result-timeout-ms",
         "--relocation-source-wait-ms",
         "--relocation-max-restore-timers",
         "--relocation-target-queue-records",

@@ -352,6 +352,10 @@ pub struct RelocationSettings {
     /// long has failed (SB-8.5: durable abort, the source keeps the actor).
     #[serde(default, deserialize_with = "opt_millis")]
     pub restore_timeout_ms: Option<Duration>,
+    /// After the cutover, how long the source waits for the target's result before the store's
+    /// records decide (default 11,000 ms).
+    #[serde(default, deserialize_with = "opt_millis")]
+    pub result_timeout_ms: Option<Duration>,
     /// After the cutover timeout's fallback, how long the target keeps the source's relay
     /// stream ahead of regular ingress while the source neither sends its cutover nor is seen
     /// gone (default 3,000 ms).
@@ -388,6 +392,7 @@ impl RelocationSettings {
             ),
             ("relocation.cutover_timeout_ms", self.cutover_timeout_ms),
             ("relocation.restore_timeout_ms", self.restore_timeout_ms),
+            ("relocation.result_timeout_ms", self.result_timeout_ms),
             ("relocation.source_wait_ms", self.source_wait_ms),
         ] {
             if value.is_some_and(|v| v.is_zero()) {
@@ -484,6 +489,7 @@ impl RelocationSettings {
 ///                                # accepted as timeouts.session_relocation_seal_ms
 /// cutover_timeout_ms = 1000      # target: no cutover this long after relay-ready → fallback
 /// restore_timeout_ms = 3000      # source: no relay-ready this long → the target failed
+/// result_timeout_ms = 11000      # source: no result this long after the cutover → the store decides
 /// source_wait_ms = 3000          # target, after a fallback: the source's relay stream first
 /// max_restore_timers = 1024      # timers one moving actor may bring
 /// target_queue_records = 65536   # target: one relocation's temporary queues, records

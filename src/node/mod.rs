@@ -129,7 +129,8 @@ pub struct NodeOptions {
     /// The timings and bounds of the relocations this node takes part in (`[relocation]`):
     /// SessionRelocationSealTimeout (SB-8.3, `seal_timeout`, 3,000 ms), which the session owner
     /// also holds a binding's seal for; the cutover timeout (SB-8.9, 1,000 ms); the source's
-    /// wait for relay-ready (3,000 ms); the target's wait for the source's relay stream after a
+    /// wait for relay-ready (3,000 ms) and for the target's result after the cutover (11,000
+    /// ms, then the store decides); the target's wait for the source's relay stream after a
     /// fallback (`source_wait`, 3,000 ms); the most timers one moving actor's Restore may start
     /// (1,024); the target's temporary queue bound (65,536 records / 256 MiB).
     pub relocation: crate::relocation::RelocationConfig,
@@ -267,6 +268,9 @@ impl NodeOptions {
         }
         if let Some(v) = r.restore_timeout_ms {
             rc.restore_timeout = v;
+        }
+        if let Some(v) = r.result_timeout_ms {
+            rc.result_timeout = v;
         }
         if let Some(v) = r.source_wait_ms {
             rc.source_wait = v;

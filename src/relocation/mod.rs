@@ -45,7 +45,8 @@ pub use follow::{
     FenceUse, FollowConfig, FollowCounters, FollowLookup, FollowRefusal, FollowRoute, FollowTable,
 };
 pub use source::{
-    AbortReason, FailReason, SourceEffect, SourceHandoff, SourceOutcome, SourcePhaseName,
+    AbortReason, FailReason, RESULT_QUERY_RETRY, SourceEffect, SourceHandoff, SourceOutcome,
+    SourcePhaseName,
 };
 pub use target::{
     CutoverCause, RestoreRefusal, SourceWaitEnd, TargetEffect, TargetHandoff, TargetOutcome,
@@ -65,6 +66,10 @@ pub const DEFAULT_RESTORE_TIMEOUT: Duration = Duration::from_millis(3_000);
 /// open ahead of regular ingress when the source neither sends its cutover nor is known gone
 /// (the mesh's default peer timeout: a source silent that long is seen down anyway).
 pub const DEFAULT_SOURCE_WAIT: Duration = Duration::from_millis(3_000);
+/// After the cutover, how long the source waits for the target's result before the store's
+/// records decide (the cutover timeout plus two default request timeouts: the target's CAS and
+/// its report).
+pub const DEFAULT_RESULT_TIMEOUT: Duration = Duration::from_millis(11_000);
 /// The most timers one moving actor's Restore may ask a target to start, by default.
 pub const DEFAULT_MAX_RESTORE_TIMERS: usize = 1_024;
 /// Records one relocation's temporary queues on the target hold at most, by default.
@@ -82,6 +87,11 @@ pub struct RelocationConfig {
     pub cutover_timeout: Duration,
     /// The source's wait for relay-ready (a silent target is a failed target, SB-8.5).
     pub restore_timeout: Duration,
+    /// After the cutover, the source's wait for the target's result (default 11,000 ms): a
+    /// result lost with a connection a short partition broke, or a target gone, would
+    /// otherwise hold the source forever. Past it the store's records decide: an actor the
+    /// store names at the target moved, any other failed (SB-8.6).
+    pub result_timeout: Duration,
     /// After the cutover timeout's fallback, the target's bounded wait for the source's relay
     /// stream (its cutover, or the source known gone), during which regular ingress of the
     /// moved actors waits behind the captured work.
@@ -107,6 +117,7 @@ impl Default for RelocationConfig {
             seal_timeout: DEFAULT_SEAL_TIMEOUT,
             cutover_timeout: DEFAULT_CUTOVER_TIMEOUT,
             restore_timeout: DEFAULT_RESTORE_TIMEOUT,
+            result_timeout: DEFAULT_RESULT_TIMEOUT,
             source_wait: DEFAULT_SOURCE_WAIT,
             max_restore_timers: DEFAULT_MAX_RESTORE_TIMERS,
             target_queue_records: DEFAULT_TARGET_QUEUE_RECORDS,

@@ -6,6 +6,11 @@
 //! [`SourceHandoff::handle_timeout`] when it fires. The last effect is always
 //! [`SourceEffect::Finished`].
 //!
+//! After the cutover the source waits for the target's result at most
+//! [`RelocationConfig::result_timeout`]; past it the store's records decide
+//! ([`SourceEffect::QueryOwners`]), asked again every [`RESULT_QUERY_RETRY`] while the store
+//! cannot be read.
+//!
 //! Invariants: the source runtime is unsealed only after the durable abort of every fence it
 //! took succeeded and before any 44 abort leaves (SB-8.5); once relay-ready is accepted no
 //! effect reopens the source (SB-8.6); each 42, the Restore, the cutover and each 44 are emitted
@@ -25,6 +30,10 @@ use super::{
 };
 use crate::store::{ActorLocation, AuthorityFence};
 use zlink_wire::ActorId;
+
+/// How long the source waits before it asks the store again when the store could not be read
+/// after the result timeout ([`SourceHandoff::handle_owners`]).
+pub const RESULT_QUERY_RETRY: Duration = Duration::from_millis(1_000);
 
 /// Why a relocation was aborted with the source still the owner (SB-8.5).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -127,6 +136,13 @@ pub enum SourceEffect {
     /// The target owns these actors now: end the local incarnations (Message Follow to the new
     /// locations).
     EndIncarnations(Vec<ActorLocation>),
+    /// No result from the target within [`RelocationConfig::result_timeout`] of the cutover:
+    /// read the store's record of each of these actors (`LocationStore::lookup`); answer with
+    /// [`SourceHandoff::handle_owners`].
+    QueryOwners {
+        /// The moving actors.
+        actors: Vec<ActorId>,
+    },
     /// The relocation ended (always the last effect).
     Finished(SourceOutcome),
 }
@@ -176,7 +192,11 @@ enum Phase {
         /// fallback committed): applied once the cutover left.
         result: Option<(Vec<ActorLocation>, Vec<ActorId>)>,
     },
-    HandedOff,
+    HandedOff {
+        /// When the wait for the target's result ends and the store is asked (`None` while a
+        /// [`SourceEffect::QueryOwners`] is out).
+        deadline: Option<Instant>,
+    },
     Aborting {
         reason: AbortReason,
         /// The runtime unit was sealed (it is unsealed once the abort is durable).
@@ -256,7 +276,7 @@ impl SourceHandoff {
             Phase::Quiescing { .. } => SourcePhaseName::Quiescing,
             Phase::Restoring { .. } => SourcePhaseName::Restoring,
             Phase::Relaying { .. } => SourcePhaseName::Relaying,
-            Phase::HandedOff => SourcePhaseName::HandedOff,
+            Phase::HandedOff { .. } => SourcePhaseName::HandedOff,
             Phase::Aborting { .. } => SourcePhaseName::Aborting,
             Phase::Done => SourcePhaseName::Done,
         }
@@ -287,6 +307,7 @@ impl SourceHandoff {
     pub fn poll_timeout(&self) -> Option<Instant> {
         match &self.phase {
             Phase::Sealing { deadline, .. } | Phase::Restoring { deadline, .. } => Some(*deadline),
+            Phase::HandedOff { deadline } => *deadline,
             _ => None,
         }
     }
@@ -483,7 +504,12 @@ impl SourceHandoff {
         self.effects.push_back(SourceEffect::SendCutover {
             to: self.target.clone(),
         });
-        self.enter(now, Phase::HandedOff);
+        self.enter(
+            now,
+            Phase::HandedOff {
+                deadline: Some(now + self.config.result_timeout),
+            },
+        );
         if let Some((committed, failed)) = result {
             self.handle_target_result(now, committed, failed);
         }
@@ -504,7 +530,7 @@ impl SourceHandoff {
                     Some(wrap(fences)),
                 );
             }
-            Phase::Relaying { .. } | Phase::HandedOff => {
+            Phase::Relaying { .. } | Phase::HandedOff { .. } => {
                 self.finish(
                     now,
                     SourceOutcome::Failed(FailReason::TargetFailedAfterRelayReady),
@@ -528,7 +554,7 @@ impl SourceHandoff {
         failed: Vec<ActorId>,
     ) {
         match &mut self.phase {
-            Phase::HandedOff => {}
+            Phase::HandedOff { .. } => {}
             Phase::Relaying { result } => {
                 *result = Some((committed, failed));
                 return;
@@ -601,7 +627,59 @@ impl SourceHandoff {
                     Some(wrap(fences)),
                 );
             }
+            // No result from the target within the result timeout of the cutover (lost with a
+            // connection a partition broke, or the target gone): the store decides.
+            Phase::HandedOff { deadline } if deadline.is_some_and(|d| now >= d) => {
+                *deadline = None;
+                self.effects.push_back(SourceEffect::QueryOwners {
+                    actors: self.actors.iter().map(|a| a.actor.clone()).collect(),
+                });
+            }
             _ => {}
+        }
+    }
+
+    /// The store's records of the moving actors, asked after the result timeout
+    /// ([`SourceEffect::QueryOwners`]; `Err` when the store could not be read). An actor whose
+    /// record names the target with its ObjectGeneration was committed there (its CAS won); any
+    /// other is failed (SB-8.6: never reopened here; the driver's recovery replaces the record
+    /// only if it still names this node, so a target's CAS that comes later loses). The store
+    /// out of reach: asked again [`RESULT_QUERY_RETRY`] later. The target's own result, if it
+    /// arrives first, decides instead.
+    pub fn handle_owners(
+        &mut self,
+        now: Instant,
+        records: Result<Vec<(ActorId, Option<ActorLocation>)>, ()>,
+    ) {
+        let Phase::HandedOff { deadline: None } = self.phase else {
+            return;
+        };
+        let Ok(records) = records else {
+            self.phase = Phase::HandedOff {
+                deadline: Some(now + RESULT_QUERY_RETRY),
+            };
+            return;
+        };
+        let mut committed = Vec::new();
+        let mut failed = Vec::new();
+        for a in &self.actors {
+            match records.iter().find(|(id, _)| *id == a.actor) {
+                Some((_, Some(l)))
+                    if l.owner_node == self.target
+                        && l.object_generation == a.object_generation =>
+                {
+                    committed.push(l.clone());
+                }
+                _ => failed.push(a.actor.clone()),
+            }
+        }
+        if committed.is_empty() {
+            self.finish(
+                now,
+                SourceOutcome::Failed(FailReason::TargetFailedAfterRelayReady),
+            );
+        } else {
+            self.handle_target_result(now, committed, failed);
         }
     }
 

@@ -2727,6 +2727,21 @@ impl<'s> World<'s> {
                 SourceEffect::SendRoute { to, record } => {
                     self.send(node, index_of(&to), Msg::Route(record));
                 }
+                SourceEffect::QueryOwners { actors } => {
+                    // No result within the source's result timeout of the cutover: it reads
+                    // the store's records (at once here; an error while the store is cut off).
+                    let records = if self.net.is_cut(Ep::Node(node), Ep::Store) {
+                        Err(())
+                    } else {
+                        actors
+                            .into_iter()
+                            .map(|id| poll_now(self.store.lookup(id.clone())).map(|l| (id, l)))
+                            .collect::<Result<Vec<_>, _>>()
+                            .map_err(|_| ())
+                    };
+                    let s = self.nodes[node].sources.get_mut(&reloc).expect("source");
+                    s.core.handle_owners(now, records);
+                }
                 SourceEffect::EndIncarnations(locs) => {
                     for loc in locs {
                         let a = actor_index(&loc.actor_id);

@@ -346,9 +346,10 @@ impl Collector for NodeCollector {
         family(
             e,
             "zlink_relocation_recovery_events",
-            "Source side after a relocation failed past relay-ready (SB-8.6): retried (a recovery attempt repeated, the store out of reach), unrecovered (the actor not activated here again)",
+            "Source side after the hand-off (SB-8.6): result_wait_expired (no result from the target within the result timeout: the store decided), retried (a recovery attempt repeated, the store out of reach), unrecovered (the actor not activated here again)",
             MetricType::Counter,
             [
+                ("result_wait_expired", rc.result_waits_expired),
                 ("retried", rc.recovery_retries),
                 ("unrecovered", rc.unrecovered),
             ]

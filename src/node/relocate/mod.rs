@@ -209,6 +209,10 @@ pub struct RelocationCounters {
     /// the state did not rehydrate.
     #[serde(default)]
     pub unrecovered: u64,
+    /// Source: no result from the target within the result timeout of the cutover — the
+    /// store's records decided (`result_wait_expired` Warning).
+    #[serde(default)]
+    pub result_waits_expired: u64,
 }
 
 enum SourceInput {

@@ -156,7 +156,6 @@ impl Node {
             owners,
             target: to,
             relayed: 0,
-            handed_off: None,
             states: HashMap::new(),
         };
         let out = run.drive().instrument(span).await;
@@ -406,8 +405,6 @@ struct SourceRun<'a> {
     owners: HashMap<ActorId, crate::store::OwnerFence>,
     target: NodeRid,
     relayed: u64,
-    /// When the cutover left (the wait for the target's result is bounded from here).
-    handed_off: Option<Instant>,
     /// Each moving actor's state as dehydrated here, kept until the relocation ends: after a
     /// failure past relay-ready the actor comes back here with it (`release_records`).
     states: HashMap<ActorId, MigratedState>,
@@ -424,11 +421,9 @@ impl SourceRun<'_> {
             }
             self.set_phase(self.core.phase());
             let clock = node.inner.clock.clone();
-            // The result's wait after the cutover is bounded: past it the store decides.
-            let result_guard = self.handed_off.map(|t| {
-                t + node.inner.relocation.cutover_timeout + 2 * node.inner.request_timeout
-            });
-            let at = self.core.poll_timeout().or(result_guard);
+            // Every wait of the core is bounded, the one for the target's result after the
+            // cutover too (`RelocationConfig::result_timeout`; then the store decides).
+            let at = self.core.poll_timeout();
             tokio::select! {
                 input = self.rx.recv() => {
                     let now = clock.now();
@@ -445,39 +440,8 @@ impl SourceRun<'_> {
                         None => self.core.handle_target_failed(now),
                     }
                 }
-                () = sleep_until(&*clock, at) => {
-                    let now = clock.now();
-                    if self.core.poll_timeout().is_some() {
-                        self.core.handle_timeout(now);
-                    } else {
-                        self.decide_from_store(now).await;
-                    }
-                }
+                () = sleep_until(&*clock, at) => self.core.handle_timeout(clock.now()),
             }
-        }
-    }
-
-    /// No result from the target in time after the cutover: the store names the owner of each
-    /// moving actor.
-    async fn decide_from_store(&mut self, now: Instant) {
-        let mut committed = Vec::new();
-        let mut failed = Vec::new();
-        for m in &self.moving {
-            let id = m.actor_ref.id().clone();
-            match self.node.inner.store.lookup(id.clone()).await {
-                Ok(Some(l))
-                    if l.owner_node == self.target
-                        && l.object_generation == m.actor_ref.object_generation() =>
-                {
-                    committed.push(l);
-                }
-                _ => failed.push(id),
-            }
-        }
-        if committed.is_empty() {
-            self.core.handle_target_failed(now);
-        } else {
-            self.core.handle_target_result(now, committed, failed);
         }
     }
 
@@ -692,7 +656,6 @@ impl SourceRun<'_> {
                 self.core.handle_relayed(node.inner.clock.now());
             }
             SourceEffect::SendCutover { to } => {
-                self.handed_off = Some(node.inner.clock.now());
                 let n = node.clone();
                 let timeout = node.inner.request_timeout;
                 if let Ok(body) = records::encode(&CutoverRecord { relocation }) {
@@ -727,6 +690,30 @@ impl SourceRun<'_> {
                 }
             }
             SourceEffect::SendRoute { to, record } => node.send_route(&to, record).await,
+            SourceEffect::QueryOwners { actors } => {
+                // The target's result did not come within the result timeout of the cutover.
+                node.inner.relocations.table().counters.result_waits_expired += 1;
+                tracing::warn!(
+                    event = "result_wait_expired",
+                    "no result from the target after the cutover: the store decides"
+                );
+                let mut records = Ok(Vec::with_capacity(actors.len()));
+                for id in actors {
+                    match store.lookup(id.clone()).await {
+                        Ok(l) => {
+                            if let Ok(r) = &mut records {
+                                r.push((id, l));
+                            }
+                        }
+                        Err(e) => {
+                            tracing::info!(error = %e, "the store cannot be read: asked again later");
+                            records = Err(());
+                            break;
+                        }
+                    }
+                }
+                self.core.handle_owners(node.inner.clock.now(), records);
+            }
             SourceEffect::EndIncarnations(locations) => {
                 for l in &locations {
                     self.end_incarnation(l).await;
