@@ -129,6 +129,9 @@ impl LocationStore for Recording {
     ) -> StoreFuture<'_, ActorLocation> {
         self.inner.relocation_fence(actor_id, expected, owner)
     }
+    fn reincarnate(&self, actor_id: ActorId, owner: OwnerFence) -> StoreFuture<'_, ActorLocation> {
+        self.inner.reincarnate(actor_id, owner)
+    }
     fn destroy(&self, actor_id: ActorId, fence: OwnerFence) -> StoreFuture<'_, ()> {
         self.inner.destroy(actor_id, fence)
     }

@@ -1092,6 +1092,8 @@ struct WorldFaults {
     clock: Option<ManualClock>,
     /// The target `b`'s node clock (its cutover timeout and source wait run on it).
     target_clock: Option<ManualClock>,
+    /// `a`'s node clock (its cutover timeout as a target runs on it).
+    a_clock: Option<ManualClock>,
     faulty_b_store: bool,
     fail_rehydrate: bool,
     /// `a`'s store handle holds one lookup when armed ([`GatedLookup`]).
@@ -1208,6 +1210,13 @@ impl LocationStore for GatedLookup {
     ) -> zlink::store::StoreFuture<'_, ActorLocation> {
         self.inner.relocation_fence(actor_id, expected, owner)
     }
+    fn reincarnate(
+        &self,
+        actor_id: zlink_wire::ActorId,
+        owner: zlink::store::OwnerFence,
+    ) -> zlink::store::StoreFuture<'_, ActorLocation> {
+        self.inner.reincarnate(actor_id, owner)
+    }
     fn destroy(
         &self,
         actor_id: zlink_wire::ActorId,
@@ -1263,6 +1272,10 @@ async fn session_world_with(f: WorldFaults) -> (Node3, Arc<zlink::node::client::
     let b = start_session_node(sb, b_store).await;
     let mut sa = SessionNodeSpec::new("a", demo::sessions());
     sa.registry = Some(reg("a"));
+    sa.clock = f
+        .a_clock
+        .clone()
+        .map(|c| Arc::new(c) as Arc<dyn zlink::session::Clock>);
     sa.peers = vec![b.address(), s.address()];
     let a_gate = f.gated_a_store.then(|| {
         Arc::new(GatedLookup {
@@ -3176,4 +3189,234 @@ async fn a_disconnect_arriving_while_a_spot_moves_runs_its_hook_once_on_the_targ
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_disconnect_arriving_while_an_actor_moves_runs_its_hook_once_on_the_target() {
     disconnect_mid_move(false, &["hooked-solo"]).await;
+}
+
+// spec: SB-8.6, SB-4.1
+// The recovery after a failed relocation is retried while the store is out of reach: the
+// target's CAS fails (its store is down) and the source's store is down too when the result
+// comes, so the first attempt at bringing the actor back fails. The relocation reports the
+// failure with one retry pending; the record still names the source's sealed incarnation, so
+// another node's get_or_create finds it held (no blank actor is created in the gap). Once the
+// source's store is back, 100 ms later on the source's clock the retry replaces the record in
+// one write and the actor is back on the source with its state, as a new incarnation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recovery_that_cannot_reach_the_store_is_retried_on_the_source_clock() {
+    use live::{Add, Error, Fail, GetSeen, aid};
+    use node_common::{mesh_config, rid, wait_pair_up, wait_until};
+    use zlink::node::{Node, NodeOptions};
+    use zlink::store::FaultStore;
+    let shared = Arc::new(MemoryStore::new());
+    let a_store = Arc::new(FaultStore::new(shared.clone()));
+    let b_store = Arc::new(FaultStore::new(shared.clone()));
+    let clock = ManualClock::new();
+    let (_gate, rx) = tokio::sync::watch::channel(true);
+    let registry = || {
+        live::registry(
+            rx.clone(),
+            Arc::new(std::sync::atomic::AtomicU64::new(0)),
+            Arc::new(std::sync::atomic::AtomicBool::new(false)),
+        )
+    };
+    let b = Node::start(NodeOptions::new(
+        mesh_config("b"),
+        b_store.clone(),
+        registry(),
+    ))
+    .await
+    .unwrap();
+    let mut o = NodeOptions::new(mesh_config("a"), a_store.clone(), registry());
+    o.peers = vec![b.address()];
+    o.clock = Arc::new(clock.clone());
+    let a = Node::start(o).await.unwrap();
+    wait_pair_up(&a, &b).await;
+    let actor = a
+        .create(zlink::actor::Create::new("counter", aid("retried")))
+        .await
+        .unwrap();
+    a.send(&actor, &Add(0)).await.unwrap();
+    assert_eq!(a.request(&actor, &GetSeen, TIMEOUT).await.unwrap(), vec![0]);
+
+    // Past relay-ready both stores go down: the target's CAS fails, and so does the source's
+    // first recovery attempt.
+    let capture = a.hold_relocation_capture_for_tests();
+    let relocating = {
+        let (a, actor) = (a.clone(), actor.clone());
+        tokio::spawn(async move { a.relocate(&actor, rid("b")).await })
+    };
+    wait_until("b relay-ready", || {
+        b.relocations().0.iter().any(|r| r.phase == "RelayReady")
+    })
+    .await;
+    a_store.set_down(true);
+    b_store.set_down(true);
+    drop(capture);
+    match tokio::time::timeout(TIMEOUT, relocating)
+        .await
+        .unwrap()
+        .unwrap()
+    {
+        Err(Error::Failed(Fail::CasFailed(ids))) => assert_eq!(ids, vec![actor.id().clone()]),
+        other => panic!("expected a failed CAS, got {other:?}"),
+    }
+    let c = a.relocations().1;
+    assert_eq!((c.recovered, c.recovery_retries, c.unrecovered), (0, 1, 0));
+
+    // The record was neither removed nor replaced: another node finds the actor held by `a`.
+    b_store.set_down(false);
+    let held = b
+        .get_or_create(zlink::actor::Create::new("counter", actor.id().clone()))
+        .await
+        .unwrap();
+    assert_eq!(
+        (held.node(), held.object_generation()),
+        (&rid("a"), actor.object_generation())
+    );
+
+    // The store is back; the retry is due 100 ms after the first attempt on `a`'s clock.
+    a_store.set_down(false);
+    clock.advance(Duration::from_millis(100));
+    wait_until("recovered by the retry", || {
+        a.relocations().1.recovered == 1
+    })
+    .await;
+    let c = a.relocations().1;
+    assert_eq!((c.recovery_retries, c.unrecovered), (1, 0));
+    let loc = shared.lookup(actor.id().clone()).await.unwrap().unwrap();
+    assert_eq!(loc.owner_node, rid("a"));
+    assert!(loc.object_generation > actor.object_generation());
+    let again = b
+        .get_or_create(zlink::actor::Create::new("counter", actor.id().clone()))
+        .await
+        .unwrap();
+    assert_eq!(again.object_generation(), loc.object_generation);
+    assert_eq!(b.request(&again, &GetSeen, TIMEOUT).await.unwrap(), vec![0]);
+}
+
+/// Two members of the SpotWide Spot `grp` on `a`, a third on `b` (a Spot of the same name
+/// there); `a`'s and `s`'s node clocks are manual, so no cutover timeout falls back while a
+/// test holds a capture.
+async fn split_spot() -> (Node3, [zlink::actor::ActorRef; 3]) {
+    use live::aid;
+    let (w, _c) = session_world_with(WorldFaults {
+        clock: Some(ManualClock::new()),
+        a_clock: Some(ManualClock::new()),
+        ..WorldFaults::default()
+    })
+    .await;
+    let on = |n: &zlink::node::Node, id: &'static str| {
+        let n = n.clone();
+        async move {
+            n.create(zlink::actor::Create::new("counter", aid(id)).in_spot(spotwide("grp")))
+                .await
+                .unwrap()
+        }
+    };
+    let m0 = on(&w.a, "grp-0").await;
+    let m1 = on(&w.a, "grp-1").await;
+    let m3 = on(&w.b, "grp-3").await;
+    assert_eq!(m3.node(), &node_common::rid("b"));
+    (w, [m0, m1, m3])
+}
+
+// spec: SB-8.5, SB-8.9, EG-14
+// A member of Spot `grp` moves alone from `b` to `a` while `a`'s Spot `grp` moves to `s` (held
+// after relay-ready): `a` refuses the member's Restore before relay-ready (its Spot takes no
+// member while it moves), so `b` aborts and keeps serving it; the Spot's move then completes,
+// and the member moves to `a` afterwards and is served there. (Before, `a` took the Restore,
+// the CAS named `a`, and the moved actor never opened: nothing served it.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_moving_into_a_node_whose_spot_moves_away_is_refused_and_stays_served() {
+    use live::{Abort, Add, Error, GetSeen};
+    use node_common::{rid, wait_until};
+    let (w, [_m0, _m1, m3]) = split_spot().await;
+    assert_eq!(w.b.request(&m3, &Add(0), TIMEOUT).await.unwrap(), 1);
+    let capture = w.a.hold_relocation_capture_for_tests();
+    let spot_move = {
+        let a = w.a.clone();
+        tokio::spawn(async move { a.relocate_spot("grp", rid("s")).await })
+    };
+    wait_until("s relay-ready", || {
+        w.s.relocations().0.iter().any(|r| r.phase == "RelayReady")
+    })
+    .await;
+    match w.b.relocate(&m3, rid("a")).await {
+        Err(Error::Aborted(Abort::TargetFailed)) => {}
+        other => panic!("expected an abort before relay-ready, got {other:?}"),
+    }
+    assert_eq!(w.b.request(&m3, &Add(1), TIMEOUT).await.unwrap(), 2);
+    drop(capture);
+    let moved = tokio::time::timeout(TIMEOUT, spot_move)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(moved.actors.len(), 2);
+    let report = w.b.relocate(&m3, rid("a")).await.unwrap();
+    assert_eq!(
+        w.a.request(&report.actor, &Add(2), TIMEOUT).await.unwrap(),
+        3
+    );
+    assert_eq!(
+        w.a.request(&report.actor, &GetSeen, TIMEOUT).await.unwrap(),
+        vec![0, 1, 2]
+    );
+    wait_until("relocation state freed", || {
+        [&w.a, &w.b, &w.s]
+            .iter()
+            .all(|n| n.relocations_in_progress() == 0)
+    })
+    .await;
+}
+
+// spec: SB-8.9, EG-14
+// The other order: while a member's Restore is installed on `a` (its source `b` holds the
+// capture after relay-ready), `a`'s Spot `grp` does not start a move (`SpotBusy`: a member
+// moves in). The member then commits and is served on `a`, and the Spot — now three members —
+// moves to `s` whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spot_with_a_member_moving_in_does_not_start_a_move() {
+    use live::{Add, Error, GetSeen};
+    use node_common::{rid, wait_until};
+    let (w, [_m0, _m1, m3]) = split_spot().await;
+    let capture = w.b.hold_relocation_capture_for_tests();
+    let member_move = {
+        let (b, m3) = (w.b.clone(), m3.clone());
+        tokio::spawn(async move { b.relocate(&m3, rid("a")).await })
+    };
+    wait_until("a relay-ready", || {
+        w.a.relocations().0.iter().any(|r| r.phase == "RelayReady")
+    })
+    .await;
+    match w.a.relocate_spot("grp", rid("s")).await {
+        Err(Error::SpotBusy(s)) => assert_eq!(s, "grp"),
+        other => panic!("expected SpotBusy, got {other:?}"),
+    }
+    drop(capture);
+    let report = tokio::time::timeout(TIMEOUT, member_move)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        w.a.request(&report.actor, &Add(0), TIMEOUT).await.unwrap(),
+        1
+    );
+    let moved = w.a.relocate_spot("grp", rid("s")).await.unwrap();
+    assert_eq!(moved.actors.len(), 3);
+    let m3_at_s = moved
+        .actors
+        .iter()
+        .find(|r| r.id() == m3.id())
+        .unwrap()
+        .clone();
+    assert_eq!(
+        w.s.request(&m3_at_s, &GetSeen, TIMEOUT).await.unwrap(),
+        vec![0]
+    );
+    wait_until("relocation state freed", || {
+        [&w.a, &w.b, &w.s]
+            .iter()
+            .all(|n| n.relocations_in_progress() == 0)
+    })
+    .await;
 }

@@ -129,6 +129,7 @@ fn an_injected_relocation_fault_is_caught_and_shrinks() {
         "spot_seals_one_lane",
         "open_into_moving_spot",
         "spot_44_to_first_member",
+        "source_by_generation",
     ]);
 }
 

@@ -79,6 +79,9 @@ contract_tests! {
     // spec: SB-8.5, SB-8.9 — the relocation fence: the only fence a target's CAS wins with;
     // retiring it is a durable abort.
     relocation_fence => check_relocation_fence;
+    // spec: SB-8.6, SB-4.1 — the owner replaces its incarnation in one write: a new
+    // ObjectGeneration, no moment without a record, no CAS with the old fences afterwards.
+    reincarnate => check_reincarnate;
     // spec: SB-4.1 — destroy + re-create gives a new ObjectGeneration.
     destroy_and_recreate => check_destroy_and_recreate;
     // spec: EG-14 — a dead owner's actor is re-reservable after lease expiry or restart.

@@ -27,6 +27,15 @@ use crate::store::{
 /// A local caller waiting for the local activator of the same actor id.
 pub(super) type ActivationWaiter = oneshot::Sender<Result<ActorRef, (ErrorKind, String)>>;
 
+/// How a new incarnation's store record is claimed.
+enum Claim<'a> {
+    /// `reserve_activation`: an ordinary activation (EG-14).
+    Reserve,
+    /// `reincarnate` with this owner fence, then set to the replacement's (SB-8.6's recovery:
+    /// the owner replaces its own incarnation, the record never disappears).
+    Replace(&'a mut OwnerFence),
+}
+
 /// What a new incarnation's instance is built from.
 enum Seed {
     /// The type's factory, with the create request's init payload.
@@ -99,7 +108,9 @@ impl Node {
     pub(crate) async fn activate_local(&self, mut req: Activate) -> Result<ActorRef, ActorError> {
         let mut first = req.first.take();
         let seed = Seed::Init(Bytes::from(req.init.clone()));
-        let result = self.activate_here(req, seed, &mut first).await;
+        let result = self
+            .activate_here(req, seed, &mut first, Claim::Reserve)
+            .await;
         // The first record did not trigger an activation here: it is an ordinary send to the
         // Ready incarnation (never for a refused `create`).
         if let (Ok(r), Some(f)) = (&result, first) {
@@ -114,24 +125,30 @@ impl Node {
         result
     }
 
-    /// A new incarnation of an actor whose relocation failed past relay-ready (SB-8.6), on this
-    /// node (its source), built from the state it dehydrated for the move: the source route of
-    /// the old incarnation is never reopened — its record was removed with this node's owner
-    /// fence and its ObjectGeneration is retired here — but the actor comes back with its state
-    /// under a new ObjectGeneration (SB-4.1), reserved and committed through the Location Store
-    /// like any activation. Work captured for the target after the dehydration was never run
-    /// here; the sessions bound to the old incarnation are closed by their seal timeout
-    /// (SB-8.3) and bind the new one like any other.
+    /// One attempt at a new incarnation of an actor whose relocation failed past relay-ready
+    /// (SB-8.6), on this node (its source), built from the state it dehydrated for the move:
+    /// the source route of the old incarnation is never reopened — its record is replaced in
+    /// one store write (`LocationStore::reincarnate` with `owner`, this node's owner fence) and
+    /// its ObjectGeneration is retired here — but the actor comes back with its state under a
+    /// new ObjectGeneration (SB-4.1), committed `Ready` like any activation. The record never
+    /// disappears, so no other node activates a blank actor meanwhile. Work captured for the
+    /// target after the dehydration was never run here; the sessions bound to the old
+    /// incarnation are closed by their seal timeout (SB-8.3) and bind the new one like any other.
+    ///
+    /// `owner` becomes the replacement's fence once the store wrote it, so an attempt whose
+    /// `Ready` commit did not reach the store is repeated on that record.
     ///
     /// # Errors
-    /// As [`Node::create`]: [`ActorError::AlreadyExists`] when another node activated the actor
-    /// after the record was removed (that incarnation serves it; the state is not used).
+    /// [`ActorError::Store`] with the store's verdict (unavailable, or the record moved on);
+    /// as [`Node::create`] otherwise ([`ActorError::AlreadyExists`] when an incarnation is
+    /// live here already).
     pub(super) async fn reactivate(
         &self,
         actor_type: &str,
         actor_id: &ActorId,
         spot: SpotSpec,
         state: MigratedState,
+        owner: &mut OwnerFence,
     ) -> Result<ActorRef, ActorError> {
         let req = Activate {
             mode: ActivateMode::Create,
@@ -141,7 +158,8 @@ impl Node {
             init: Vec::new(),
             first: None,
         };
-        self.activate_here(req, Seed::State(state), &mut None).await
+        self.activate_here(req, Seed::State(state), &mut None, Claim::Replace(owner))
+            .await
     }
 
     async fn activate_here(
@@ -149,6 +167,7 @@ impl Node {
         req: Activate,
         seed: Seed,
         first: &mut Option<FirstRecord>,
+        claim: Claim<'_>,
     ) -> Result<ActorRef, ActorError> {
         self.check_accepting()?;
         // No activation starts here past the local lease deadline (SB-5.11).
@@ -198,7 +217,7 @@ impl Node {
             done: false,
         };
         let result = self
-            .reserve_and_activate(&ty, &actor_id, &req, seed, first)
+            .reserve_and_activate(&ty, &actor_id, &req, seed, first, claim)
             .await;
         slot.finish(match &result {
             Ok(r) => Ok(r.clone()),
@@ -214,8 +233,18 @@ impl Node {
         req: &Activate,
         seed: Seed,
         first: &mut Option<FirstRecord>,
+        claim: Claim<'_>,
     ) -> Result<ActorRef, ActorError> {
         let store = &self.inner.store;
+        if let Claim::Replace(owner) = claim {
+            let old = owner.object_generation;
+            let loc = store.reincarnate(actor_id.clone(), owner.clone()).await?;
+            *owner = loc.owner_fence();
+            lock(&self.inner.actors)
+                .retired
+                .insert(actor_id.clone(), old);
+            return self.run_factory(ty, loc, req, seed, first.take()).await;
+        }
         let mut orphan_cleared = false;
         let mut seed = Some(seed);
         loop {

@@ -32,6 +32,7 @@
 
 pub mod follow;
 pub mod records;
+pub mod recovery;
 mod source;
 mod target;
 pub(crate) mod tombstone;

@@ -631,6 +631,144 @@ pub async fn check_relocation_fence<S: LocationStore + ?Sized>(store: &S, clock:
     assert_eq!(store.lookup(actor("r")).await.expect("lookup"), Some(moved));
 }
 
+/// SB-8.6's recovery, SB-4.1: the owner replaces its incarnation with a new one in one write —
+/// a new ObjectGeneration, authority and version, `Activating` until `mark_ready` — while the
+/// record never disappears: no other node reserves the actor meanwhile, and no fence of the
+/// old incarnation (a relocation target's CAS with the relocation fence among them) succeeds
+/// afterwards. Fenced as destroy: only the recorded owner, with a live lease. A replacement not
+/// yet committed (`Activating`) can itself be replaced.
+///
+/// # Panics
+/// On a contract violation.
+pub async fn check_reincarnate<S: LocationStore + ?Sized>(store: &S, clock: &ManualClock) {
+    let a = register(store, "node-a", 1).await;
+    let b = register(store, "node-b", 1).await;
+
+    let ready = create_ready(store, "n", "T", &a).await;
+    let fenced = store
+        .relocation_fence(actor("n"), ready.fence(), ready.owner_fence())
+        .await
+        .expect("relocation fence");
+
+    // Only the recorded owner replaces the incarnation.
+    let mut foreign = fenced.owner_fence();
+    foreign.holder = b.holder.clone();
+    let err = store.reincarnate(actor("n"), foreign).await.unwrap_err();
+    assert!(matches!(err, StoreError::OwnerMismatch { .. }), "{err}");
+    let mut other = fenced.owner_fence();
+    other.object_generation = ObjectGeneration::new(fenced.object_generation.get() + 1);
+    let err = store.reincarnate(actor("n"), other).await.unwrap_err();
+    assert!(
+        matches!(err, StoreError::GenerationMismatch { .. }),
+        "{err}"
+    );
+
+    let next = store
+        .reincarnate(actor("n"), fenced.owner_fence())
+        .await
+        .expect("the owner replaces its incarnation");
+    assert!(
+        next.object_generation > fenced.object_generation,
+        "SB-4.1: a new ObjectGeneration ({} then {})",
+        fenced.object_generation,
+        next.object_generation
+    );
+    assert!(next.authority_owner_generation > fenced.authority_owner_generation);
+    assert!(next.version > fenced.version);
+    assert_eq!(next.state, ActivationState::Activating);
+    assert_eq!(
+        (
+            &next.owner_node,
+            next.owner_lease_generation,
+            &next.actor_type
+        ),
+        (
+            &a.holder.node,
+            a.holder.lease_generation,
+            &fenced.actor_type
+        )
+    );
+    assert_eq!(
+        store.lookup(actor("n")).await.expect("lookup"),
+        Some(next.clone())
+    );
+
+    // The record never disappeared: another node's reservation finds it held.
+    match store
+        .reserve_activation(request("n", "T", &b))
+        .await
+        .expect("reserve")
+    {
+        Reservation::Held(l) => assert_eq!(l, next),
+        Reservation::Won(l) => panic!("another node won an actor whose owner replaced it: {l:?}"),
+    }
+    // The relocation fence of the old incarnation no longer wins a CAS, nor a second replace.
+    let err = store
+        .cas_owner(actor("n"), fenced.fence(), owner(&b))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, StoreError::GenerationMismatch { .. }),
+        "SB-8.6: no target CAS after the source's recovery: {err}"
+    );
+    let err = store
+        .reincarnate(actor("n"), fenced.owner_fence())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, StoreError::GenerationMismatch { .. }),
+        "{err}"
+    );
+    // A replacement not committed (its `mark_ready` never reached the store) is replaced again.
+    let again = store
+        .reincarnate(actor("n"), next.owner_fence())
+        .await
+        .expect("the uncommitted replacement is replaced");
+    assert!(again.object_generation > next.object_generation);
+    assert_eq!(again.state, ActivationState::Activating);
+    let err = store
+        .mark_ready(actor("n"), next.fence())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, StoreError::GenerationMismatch { .. }),
+        "{err}"
+    );
+    let ready = store
+        .mark_ready(actor("n"), again.fence())
+        .await
+        .expect("the new incarnation commits Ready");
+
+    // After a target's CAS won, the source's replace is refused and the record stays the
+    // target's.
+    let fenced = store
+        .relocation_fence(actor("n"), ready.fence(), ready.owner_fence())
+        .await
+        .expect("relocation fence");
+    let moved = store
+        .cas_owner(actor("n"), fenced.fence(), owner(&b))
+        .await
+        .expect("the target's CAS");
+    let err = store
+        .reincarnate(actor("n"), fenced.owner_fence())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::OwnerMismatch { .. }), "{err}");
+    assert_eq!(
+        store.lookup(actor("n")).await.expect("lookup"),
+        Some(moved.clone())
+    );
+
+    // The owner's lease must be live.
+    clock.advance(TTL);
+    let err = store
+        .reincarnate(actor("n"), moved.owner_fence())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::LeaseNotLive { .. }), "{err}");
+    assert_eq!(store.lookup(actor("n")).await.expect("lookup"), Some(moved));
+}
+
 /// SB-4.1: destroy ends the incarnation; a re-create gets a new ObjectGeneration, and no fence of
 /// the old incarnation ever matches again.
 ///
@@ -1012,6 +1150,7 @@ where
         check_mark_ready_fences,
         check_cas_owner_fences,
         check_relocation_fence,
+        check_reincarnate,
         check_destroy_and_recreate,
         check_dead_owner_takeover,
         check_stale_destroy_after_takeover,

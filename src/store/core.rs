@@ -397,6 +397,51 @@ pub(crate) fn relocation_fence(
     })
 }
 
+/// `reincarnate`: the owner replaces the incarnation of its record (`Ready`, or `Activating`
+/// when an earlier replacement was not committed) with a new one of its own in one write — a
+/// new `ObjectGeneration` (SB-4.1), a new AuthorityOwnerGeneration and version, `Activating`
+/// (committed with `mark_ready`). Fenced as [`destroy`] (the incarnation,
+/// authority and owner lease the record names, that lease live). The record never disappears,
+/// so no other node can reserve the actor meanwhile, and every fence of the old incarnation
+/// (a relocation target's `cas_owner` among them) is refused afterwards.
+pub(crate) fn reincarnate(
+    record: Option<&ActorLocation>,
+    counters: ActorCounters,
+    owner_lease: Option<&OwnerLease>,
+    actor_id: &ActorId,
+    owner: &OwnerFence,
+    now: StoreTime,
+) -> Result<ActorWrite, StoreError> {
+    let current = existing(record, actor_id, owner.object_generation)?;
+    owned_by(current, actor_id, owner)?;
+    require_live(owner_lease, &owner.holder, now)?;
+    let object_generation = bump(
+        counters
+            .object_generation
+            .max(current.object_generation.get()),
+        "object generation",
+    )?;
+    let next = ActorCounters {
+        object_generation,
+        authority: bump(counters.authority, "authority owner generation")?,
+        version: bump(counters.version, "record version")?,
+    };
+    Ok(ActorWrite {
+        location: located(
+            current.actor_id.clone(),
+            current.actor_type.clone(),
+            ObjectGeneration::new(object_generation),
+            &ActorOwner {
+                mesh: current.mesh.clone(),
+                holder: owner.holder.clone(),
+            },
+            next,
+            ActivationState::Activating,
+        ),
+        counters: next,
+    })
+}
+
 /// `destroy`: `Ok(())` means "delete the record, keep the counters". Fenced by the full owner
 /// authority: the incarnation, the AuthorityOwnerGeneration and the owner lease the record
 /// names, which must be live (`owner_lease` is the lease row of `fence.holder`'s node). A stale

@@ -37,11 +37,13 @@ pub enum StoreOp {
     Destroy,
     /// [`LocationStore::relocation_fence`].
     RelocationFence,
+    /// [`LocationStore::reincarnate`].
+    Reincarnate,
 }
 
 impl StoreOp {
     /// Every operation, in declaration order.
-    pub const ALL: [StoreOp; 9] = [
+    pub const ALL: [StoreOp; 10] = [
         StoreOp::RegisterOwner,
         StoreOp::RenewOwner,
         StoreOp::ReleaseOwner,
@@ -51,6 +53,7 @@ impl StoreOp {
         StoreOp::CasOwner,
         StoreOp::Destroy,
         StoreOp::RelocationFence,
+        StoreOp::Reincarnate,
     ];
 
     /// Stable snake_case name (metric label).
@@ -66,6 +69,7 @@ impl StoreOp {
             StoreOp::CasOwner => "cas_owner",
             StoreOp::Destroy => "destroy",
             StoreOp::RelocationFence => "relocation_fence",
+            StoreOp::Reincarnate => "reincarnate",
         }
     }
 
@@ -80,6 +84,7 @@ impl StoreOp {
             StoreOp::CasOwner => 6,
             StoreOp::Destroy => 7,
             StoreOp::RelocationFence => 8,
+            StoreOp::Reincarnate => 9,
         }
     }
 }
@@ -223,6 +228,11 @@ impl<S: LocationStore> LocationStore for CountingStore<S> {
     ) -> StoreFuture<'_, ActorLocation> {
         self.hit(StoreOp::RelocationFence);
         self.inner.relocation_fence(actor_id, expected, owner)
+    }
+
+    fn reincarnate(&self, actor_id: ActorId, owner: OwnerFence) -> StoreFuture<'_, ActorLocation> {
+        self.hit(StoreOp::Reincarnate);
+        self.inner.reincarnate(actor_id, owner)
     }
 
     fn destroy(&self, actor_id: ActorId, fence: OwnerFence) -> StoreFuture<'_, ()> {

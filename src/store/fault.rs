@@ -163,6 +163,11 @@ impl<S: LocationStore> LocationStore for FaultStore<S> {
             .unwrap_or_else(|| self.inner.relocation_fence(actor_id, expected, owner))
     }
 
+    fn reincarnate(&self, actor_id: ActorId, owner: OwnerFence) -> StoreFuture<'_, ActorLocation> {
+        self.outage()
+            .unwrap_or_else(|| self.inner.reincarnate(actor_id, owner))
+    }
+
     fn destroy(&self, actor_id: ActorId, fence: OwnerFence) -> StoreFuture<'_, ()> {
         self.outage()
             .unwrap_or_else(|| self.inner.destroy(actor_id, fence))

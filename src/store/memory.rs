@@ -228,6 +228,22 @@ impl LocationStore for MemoryStore {
         })
     }
 
+    fn reincarnate(&self, actor_id: ActorId, owner: OwnerFence) -> StoreFuture<'_, ActorLocation> {
+        Box::pin(async move {
+            self.with_state(|s, now| {
+                let write = core::reincarnate(
+                    s.actors.get(&actor_id),
+                    s.counters(&actor_id),
+                    s.leases.get(&owner.holder.node),
+                    &actor_id,
+                    &owner,
+                    now,
+                )?;
+                Ok(s.write(write))
+            })
+        })
+    }
+
     fn destroy(&self, actor_id: ActorId, fence: OwnerFence) -> StoreFuture<'_, ()> {
         Box::pin(async move {
             self.with_state(|s, now| {

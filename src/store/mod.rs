@@ -188,6 +188,22 @@ pub trait LocationStore: Send + Sync + fmt::Debug {
         owner: OwnerFence,
     ) -> StoreFuture<'_, ActorLocation>;
 
+    /// Replaces the incarnation `owner.object_generation` of a record (`Ready`, or `Activating`
+    /// from an earlier replacement that was not committed) by a new one of the same owner, in
+    /// one atomic write (SB-8.6's recovery after a failed relocation): the
+    /// record must name exactly `owner` (AuthorityOwnerGeneration and owner lease) and that
+    /// lease must be live. The returned record has a new `ObjectGeneration` (SB-4.1), a new
+    /// AuthorityOwnerGeneration and version, and is `Activating`: the owner rehydrates the
+    /// instance and commits it with `mark_ready`. The record never disappears, so no other node
+    /// can reserve the actor in between, and no fence of the old incarnation succeeds afterwards
+    /// (a relocation target's late `cas_owner` with the relocation fence among them).
+    ///
+    /// # Errors
+    /// [`StoreError::NotFound`], [`StoreError::GenerationMismatch`],
+    /// [`StoreError::OwnerMismatch`] (taken over: a target's CAS won, or another lease),
+    /// [`StoreError::LeaseNotLive`] (the caller's lease ended).
+    fn reincarnate(&self, actor_id: ActorId, owner: OwnerFence) -> StoreFuture<'_, ActorLocation>;
+
     /// Removes the record of incarnation `fence.object_generation`, by its owner: the record
     /// must name exactly `fence` (AuthorityOwnerGeneration and owner lease) and that lease must
     /// be live. The per-ActorId counters survive, so a later reservation creates a new
@@ -255,6 +271,13 @@ macro_rules! forward_store {
                 owner: OwnerFence,
             ) -> StoreFuture<'_, ActorLocation> {
                 (**self).relocation_fence(actor_id, expected, owner)
+            }
+            fn reincarnate(
+                &self,
+                actor_id: ActorId,
+                owner: OwnerFence,
+            ) -> StoreFuture<'_, ActorLocation> {
+                (**self).reincarnate(actor_id, owner)
             }
             fn destroy(&self, actor_id: ActorId, fence: OwnerFence) -> StoreFuture<'_, ()> {
                 (**self).destroy(actor_id, fence)

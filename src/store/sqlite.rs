@@ -698,6 +698,24 @@ impl LocationStore for SqliteStore {
         })
     }
 
+    fn reincarnate(&self, actor_id: ActorId, owner: OwnerFence) -> StoreFuture<'_, ActorLocation> {
+        self.write(move |tx, now| {
+            let record = load_actor(tx, &actor_id)?;
+            let counters = load_counters(tx, &actor_id)?;
+            let lease = load_lease(tx, &owner.holder.node)?;
+            let write = core::reincarnate(
+                record.as_ref(),
+                counters,
+                lease.as_ref(),
+                &actor_id,
+                &owner,
+                now,
+            )?;
+            store_actor(tx, &write)?;
+            Ok(write.location)
+        })
+    }
+
     fn destroy(&self, actor_id: ActorId, fence: OwnerFence) -> StoreFuture<'_, ()> {
         self.write(move |tx, now| {
             let record = load_actor(tx, &actor_id)?;

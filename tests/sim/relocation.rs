@@ -124,6 +124,10 @@ pub struct Faults {
     pub open_into_moving_spot: bool,
     /// A Spot move's target sends the 44 commit only to the first member's sessions.
     pub spot_44_to_first_member: bool,
+    /// The source's driver finds the incarnation it moves by its object generation alone
+    /// (today's node: `hold_ingress`, `end_incarnation`, `end_unserved`), so after a lease
+    /// expiry and a failover on the same node it acts on the new incarnation.
+    pub source_by_generation: bool,
 }
 
 impl Faults {
@@ -147,6 +151,7 @@ impl Faults {
             "spot_seals_one_lane" => f.spot_seals_one_lane = true,
             "open_into_moving_spot" => f.open_into_moving_spot = true,
             "spot_44_to_first_member" => f.spot_44_to_first_member = true,
+            "source_by_generation" => f.source_by_generation = true,
             _ => return None,
         }
         Some(f)
@@ -2056,7 +2061,6 @@ impl<'s> World<'s> {
         if self.net.is_cut(Ep::Node(from), Ep::Store)
             || !n.lease_live
             || n.actors.contains_key(&actor)
-            || n.sources.values().any(|s| s.moves(actor))
             || n.targets.values().any(|t| t.actors.contains(&actor))
         {
             return Some(loc);
@@ -2513,18 +2517,27 @@ impl<'s> World<'s> {
     }
 
     /// The incarnation a source on `node` moves: the actor's incarnation there that serves under
-    /// the source's lease (`lease`); none when it ended with that lease (a lease expiry), or
-    /// another incarnation was activated there since.
+    /// the source's owner fence (`owner`: its lease and authority); none when it ended with that
+    /// lease (a lease expiry), or another incarnation was activated or moved in there since —
+    /// a failover keeps the object generation, so that alone does not tell them apart
+    /// (`source_by_generation` matches on it, as the node does).
     fn source_inc(
         &mut self,
         node: usize,
         actor: usize,
-        lease: OwnerLeaseGeneration,
+        owner: &OwnerFence,
     ) -> Option<&mut Incarnation> {
+        let by_generation = self.faults.source_by_generation;
         self.nodes[node].actors.get_mut(&actor).filter(|inc| {
-            inc.location
-                .as_ref()
-                .is_some_and(|l| l.owner_lease_generation == lease)
+            if by_generation {
+                // the node's live incarnations (a target's instance is not live before it opens)
+                return inc.object_generation == owner.object_generation.get()
+                    && !matches!(inc.state, IncState::Temp { .. });
+            }
+            inc.location.as_ref().is_some_and(|l| {
+                l.owner_lease_generation == owner.holder.lease_generation
+                    && l.authority_owner_generation == owner.authority_owner_generation
+            })
         })
     }
 
@@ -2567,11 +2580,8 @@ impl<'s> World<'s> {
                     };
                     let mut all = true;
                     for &actor in &actors[..sealing] {
-                        let lease = self.nodes[node].sources[&reloc]
-                            .owner_of(actor)
-                            .holder
-                            .lease_generation;
-                        let Some(inc) = self.source_inc(node, actor, lease) else {
+                        let owner = self.nodes[node].sources[&reloc].owner_of(actor);
+                        let Some(inc) = self.source_inc(node, actor, &owner) else {
                             // the incarnation ended (its owner's lease ran out): the relocation
                             // aborts (`node::relocate`: "incarnation gone")
                             all = false;
@@ -2606,12 +2616,9 @@ impl<'s> World<'s> {
                 SourceEffect::CaptureAndRelay => {
                     let tg = self.nodes[target].generation;
                     for &actor in &actors {
-                        let lease = self.nodes[node].sources[&reloc]
-                            .owner_of(actor)
-                            .holder
-                            .lease_generation;
+                        let owner = self.nodes[node].sources[&reloc].owner_of(actor);
                         // ended with its owner's lease: nothing left to capture
-                        let Some(inc) = self.source_inc(node, actor, lease) else {
+                        let Some(inc) = self.source_inc(node, actor, &owner) else {
                             continue;
                         };
                         if !matches!(inc.state, IncState::Sealed { .. }) {
@@ -2662,9 +2669,8 @@ impl<'s> World<'s> {
                         .sealed = false;
                     for &actor in &actors {
                         let owner = self.nodes[node].sources[&reloc].owner_of(actor);
-                        let lease = owner.holder.lease_generation;
                         let og = {
-                            let Some(inc) = self.source_inc(node, actor, lease) else {
+                            let Some(inc) = self.source_inc(node, actor, &owner) else {
                                 // ended with its owner's lease meanwhile: nothing reopens
                                 let og = ObjectGeneration::new(owner.object_generation.get());
                                 self.nodes[node].follow.release(&actor_id(actor), og);
@@ -2688,11 +2694,8 @@ impl<'s> World<'s> {
                 SourceEffect::EndIncarnations(locs) => {
                     for loc in locs {
                         let a = actor_index(&loc.actor_id);
-                        let lease = self.nodes[node].sources[&reloc]
-                            .owner_of(a)
-                            .holder
-                            .lease_generation;
-                        if self.source_inc(node, a, lease).is_some()
+                        let owner = self.nodes[node].sources[&reloc].owner_of(a);
+                        if self.source_inc(node, a, &owner).is_some()
                             && let Some(inc) = self.nodes[node].actors.remove(&a)
                         {
                             let source = inc.location.expect("record");
@@ -2744,8 +2747,7 @@ impl<'s> World<'s> {
                     // never reopens: what the failed incarnations hold is never processed here
                     for actor in failed {
                         let owner = self.nodes[node].sources[&reloc].owner_of(actor);
-                        let lease = owner.holder.lease_generation;
-                        if let Some(inc) = self.source_inc(node, actor, lease) {
+                        if let Some(inc) = self.source_inc(node, actor, &owner) {
                             let old = std::mem::replace(&mut inc.state, IncState::Ended);
                             // its pending work goes with it (`node::relocate`'s `end_unserved`)
                             let mut lost: Vec<u64> = inc.backlog.drain(..).map(|r| r.id).collect();
@@ -2780,8 +2782,18 @@ impl<'s> World<'s> {
             return;
         }
         let og = owner.object_generation.get();
+        let authority = owner.authority_owner_generation;
         if poll_now(self.store.destroy(actor_id(actor), owner)).is_err() {
-            self.unrecovered.insert(actor);
+            // refused: the target's CAS won (unseen), or the lease is gone (gap 3: exempt);
+            // but a record naming another incarnation on this node (activated again, or moved
+            // back here) is that incarnation's to serve, and the liveness check holds it to it
+            let rec = poll_now(self.store.lookup(actor_id(actor))).ok().flatten();
+            let another_here = rec.is_some_and(|l| {
+                l.owner_node == rid(node) && l.authority_owner_generation != authority
+            });
+            if !another_here {
+                self.unrecovered.insert(actor);
+            }
             return;
         }
         self.retired.insert((actor, og));
@@ -3100,8 +3112,7 @@ impl<'s> World<'s> {
                 let (StoreOp::Fence { owner, .. } | StoreOp::Retire { owner, .. }) = &op else {
                     unreachable!()
                 };
-                let lease = owner.holder.lease_generation;
-                if let (Some(inc), Ok(loc)) = (self.source_inc(node, actor, lease), &result) {
+                if let (Some(inc), Ok(loc)) = (self.source_inc(node, actor, owner), &result) {
                     inc.location = Some(loc.clone());
                 }
                 self.store_result_core(node, reloc, op, result, now)
@@ -3668,11 +3679,24 @@ impl<'s> World<'s> {
         }
         // spec: SB-8.9, EG-4.1 — a Spot moves as one unit: once its runtime is sealed no member
         // runs a turn at the source (its state was taken)
-        if let Some((reloc, _)) = self.nodes[node]
-            .sources
-            .iter()
-            .find(|(_, s)| s.spot && s.sealed && s.moves(r.actor))
-        {
+        let inc_fence = inc.location.as_ref().map(|l| {
+            (
+                l.object_generation,
+                l.authority_owner_generation,
+                l.owner_lease_generation,
+            )
+        });
+        if let Some((reloc, _)) = self.nodes[node].sources.iter().find(|(_, s)| {
+            s.spot && s.sealed && s.moves(r.actor) && {
+                let o = s.owner_of(r.actor);
+                inc_fence
+                    == Some((
+                        o.object_generation,
+                        o.authority_owner_generation,
+                        o.holder.lease_generation,
+                    ))
+            }
+        }) {
             return Err(self.violation(format!(
                 "n{node} ran a turn of a{} while its Spot is sealed for relocation {reloc}",
                 r.actor

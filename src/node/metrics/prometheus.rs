@@ -343,6 +343,18 @@ impl Collector for NodeCollector {
             .into_iter()
             .map(|(k, v)| (vec![("event", k)], v)),
         )?;
+        family(
+            e,
+            "zlink_relocation_recovery_events",
+            "Source side after a relocation failed past relay-ready (SB-8.6): retried (a recovery attempt repeated, the store out of reach), unrecovered (the actor not activated here again)",
+            MetricType::Counter,
+            [
+                ("retried", rc.recovery_retries),
+                ("unrecovered", rc.unrecovered),
+            ]
+            .into_iter()
+            .map(|(k, v)| (vec![("event", k)], v)),
+        )?;
         let durations = node.relocation_durations();
         let m = e.encode_descriptor(
             "zlink_relocation_duration_seconds",

@@ -172,6 +172,13 @@ impl LocationStore for TimedStore {
         )
     }
 
+    fn reincarnate(&self, actor_id: ActorId, owner: OwnerFence) -> StoreFuture<'_, ActorLocation> {
+        self.timed(
+            StoreOp::Reincarnate,
+            self.inner.reincarnate(actor_id, owner),
+        )
+    }
+
     fn destroy(&self, actor_id: ActorId, fence: OwnerFence) -> StoreFuture<'_, ()> {
         self.timed(StoreOp::Destroy, self.inner.destroy(actor_id, fence))
     }

@@ -95,8 +95,8 @@ pub enum RelocateError {
         /// Its kind.
         kind: crate::actor::SpotKind,
     },
-    /// An actor of the Spot is still activating (or its member count is not settled): the
-    /// Spot cannot move now; try again.
+    /// An actor of the Spot is still activating or moving in from another node (or its
+    /// member count is not settled): the Spot cannot move now; try again.
     #[error("spot {0:?} has an activation in progress")]
     SpotBusy(String),
     /// The actor is still activating here (its factory runs or its `Ready` is not committed
@@ -200,6 +200,15 @@ pub struct RelocationCounters {
     /// source, activated again with the state dehydrated for the move (a new incarnation).
     #[serde(default)]
     pub recovered: u64,
+    /// Recovery attempts repeated because the store was out of reach (SB-8.6; each waits a
+    /// backoff on the node's clock).
+    #[serde(default)]
+    pub recovery_retries: u64,
+    /// Actors a failed relocation left that this node did not activate again: the record moved
+    /// on (the target's CAS won, or another incarnation), this node could no longer own, or
+    /// the state did not rehydrate.
+    #[serde(default)]
+    pub unrecovered: u64,
 }
 
 enum SourceInput {

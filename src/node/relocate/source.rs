@@ -17,19 +17,25 @@ use super::{
     INPUTS, Moved, Moving, RelocateError, RelocationSummary, SourceEntry, SourceInput, phase_list,
     reply_refusal, sleep_until,
 };
+use crate::actor::SpotSpec;
 use crate::actor::exec::{EndReason, Mailbox, Work};
 use crate::actor::{ActorError, ActorRef, MigratedState};
 use crate::node::local::LocalActor;
 use crate::node::{Node, calls::request_error, lock, protocol};
 use crate::relocation::SealTarget;
+use crate::relocation::records::TimerRecord;
 use crate::relocation::records::{
     self, BindingRecord, CutoverRecord, HandoffRefusal, Placement, RestoreRecord, ResultRecord,
     WorkRecord,
 };
+use crate::relocation::recovery::{
+    AttemptResult, DEFAULT_RECOVERY_BACKOFF, DEFAULT_RECOVERY_BACKOFF_MAX, Recovery,
+    RecoveryOutcome,
+};
 use crate::relocation::{
     FailReason, MovingActor, SourceEffect, SourceHandoff, SourceOutcome, SourcePhaseName, Subject,
 };
-use crate::store::ActorLocation;
+use crate::store::{ActorLocation, OwnerFence, StoreError};
 
 impl Node {
     /// Runs the source's half of one relocation of `moving` (one actor, or every member of a
@@ -255,37 +261,129 @@ fn retire_sealed(a: &mut LocalActor) {
     a.mailbox.unseal();
 }
 
+/// What the recovery of one moving actor needs (SB-8.6), taken from its sealed incarnation.
+struct Recovering {
+    actor_type: String,
+    actor_id: ActorId,
+    spot: SpotSpec,
+    timers: Vec<TimerRecord>,
+    /// This node's owner fence of the record to replace (then of the replacement).
+    owner: OwnerFence,
+    state: MigratedState,
+}
+
+/// What one recovery attempt's error says about the next ([`Recovery`]).
+fn attempt_result(e: &ActorError) -> AttemptResult {
+    match e {
+        ActorError::Store(StoreError::Unavailable { .. }) | ActorError::LeaseLapsed => {
+            AttemptResult::Unreachable
+        }
+        ActorError::Store(
+            StoreError::LeaseNotLive { .. } | StoreError::StaleNodeGeneration { .. },
+        )
+        | ActorError::ShuttingDown => AttemptResult::LeaseLost,
+        ActorError::Store(_) | ActorError::AlreadyExists { .. } | ActorError::NotReady { .. } => {
+            AttemptResult::Superseded
+        }
+        _ => AttemptResult::Failed,
+    }
+}
+
 impl Node {
-    /// SB-8.6's recovery of one moving actor whose record this node removed: a new incarnation
-    /// here from `state` (its dehydrated state), its timers started again; counted
-    /// (`RelocationCounters::recovered`).
-    async fn recover_moving(&self, m: &Moving, state: MigratedState) {
-        let id = m.actor_ref.id();
-        let actor_ref = match self
-            .reactivate(m.actor_ref.actor_type(), id, m.spot.clone(), state)
-            .await
-        {
-            Ok(r) => r,
-            Err(e) => {
-                tracing::warn!(actor = %id, error = %e, "failed relocation: the actor's state is not re-activated");
-                return;
+    /// SB-8.6's recovery of one moving actor, in a task of its own: a new incarnation here from
+    /// its dehydrated state (the store record replaced in one write, never removed), its timers
+    /// started again. Returns once the first attempt answered; while the store is out of reach
+    /// the task repeats the attempt with a backoff on the node's clock ([`Recovery`]) until the
+    /// actor is back, the record moved on, or this node may no longer own (bounded by its
+    /// lease). Counted: `recovered`, `recovery_retries`, `unrecovered`.
+    async fn recover_moving(&self, r: Recovering) {
+        let (first_tx, first_rx) = oneshot::channel();
+        let node = self.clone();
+        tokio::spawn(async move {
+            let closed = node.closed();
+            tokio::select! {
+                () = node.run_recovery(r, first_tx) => {}
+                () = closed => {}
+            }
+        });
+        let _ = first_rx.await;
+    }
+
+    async fn run_recovery(&self, mut r: Recovering, first: oneshot::Sender<()>) {
+        let clock = self.inner.clock.clone();
+        let mut first = Some(first);
+        let mut core = Recovery::new(
+            clock.now(),
+            DEFAULT_RECOVERY_BACKOFF,
+            DEFAULT_RECOVERY_BACKOFF_MAX,
+        );
+        let outcome = loop {
+            if let Some(o) = core.outcome() {
+                break o;
+            }
+            if !core.poll_attempt(clock.now()) {
+                sleep_until(&*clock, core.poll_timeout()).await;
+                continue;
+            }
+            let attempt = self
+                .reactivate(
+                    &r.actor_type,
+                    &r.actor_id,
+                    r.spot.clone(),
+                    r.state.clone(),
+                    &mut r.owner,
+                )
+                .await;
+            let result = match attempt {
+                Ok(actor_ref) => {
+                    self.restart_recovered_timers(&actor_ref, &r.timers);
+                    AttemptResult::Recovered
+                }
+                Err(e) => {
+                    tracing::info!(actor = %r.actor_id, attempt = core.attempts(), error = %e, "failed relocation: recovery attempt");
+                    attempt_result(&e)
+                }
+            };
+            core.handle_attempt(clock.now(), result);
+            if core.outcome().is_none() {
+                self.inner.relocations.table().counters.recovery_retries += 1;
+                if let Some(f) = first.take() {
+                    let _ = f.send(());
+                }
             }
         };
         {
-            let mut actors = lock(&self.inner.actors);
-            if let Some(local) = actors.live.get_mut(id).filter(|a| {
-                a.actor_ref.object_generation() == actor_ref.object_generation()
-                    && a.timers.is_empty()
-            }) {
-                for t in &m.timers {
-                    if let Err(e) = self.start_local_timer(local, t.clone()) {
-                        tracing::warn!(error = %e, "a recovered actor's timer not started");
-                    }
+            let mut t = self.inner.relocations.table();
+            match outcome {
+                RecoveryOutcome::Recovered { .. } => t.counters.recovered += 1,
+                _ => t.counters.unrecovered += 1,
+            }
+        }
+        match outcome {
+            RecoveryOutcome::Recovered { attempts } => {
+                tracing::info!(actor = %r.actor_id, attempts, "failed relocation: the actor is back here with its state, a new incarnation");
+            }
+            other => {
+                tracing::warn!(actor = %r.actor_id, outcome = ?other, "failed relocation: the actor's state is not re-activated");
+            }
+        }
+        if let Some(f) = first.take() {
+            let _ = f.send(());
+        }
+    }
+
+    /// Starts the moved-out timers of a recovered incarnation again (once).
+    fn restart_recovered_timers(&self, actor_ref: &ActorRef, timers: &[TimerRecord]) {
+        let mut actors = lock(&self.inner.actors);
+        if let Some(local) = actors.live.get_mut(actor_ref.id()).filter(|a| {
+            a.actor_ref.object_generation() == actor_ref.object_generation() && a.timers.is_empty()
+        }) {
+            for t in timers {
+                if let Err(e) = self.start_local_timer(local, t.clone()) {
+                    tracing::warn!(error = %e, "a recovered actor's timer not started");
                 }
             }
         }
-        self.inner.relocations.table().counters.recovered += 1;
-        tracing::info!(actor = %actor_ref, "failed relocation: the actor is back here with its state, a new incarnation");
     }
 }
 
@@ -791,39 +889,34 @@ impl SourceRun<'_> {
         }
     }
 
-    /// After a failure past relay-ready (SB-8.6) the sealed incarnation is served nowhere:
-    /// unless the target's CAS won (then the target owns it), its store record is removed with
-    /// this node's owner fence, as a destroy does — atomically against a late CAS of the
-    /// target, which changes the owner — and it is remembered as retired here. A record naming
-    /// it then answers `NotFound` (retrying cannot help); the sessions bound to it are closed
-    /// by their seal timeout (SB-8.3): the source route is never reopened.
-    ///
-    /// The actor itself comes back: this node activates a new incarnation of it (a new
-    /// ObjectGeneration, SB-4.1, reserved and committed in the store like any activation) from
-    /// the state it dehydrated for the move, with its timers ([`Node::reactivate`]). What was
-    /// captured after the dehydration never ran here and is not replayed. If another node
-    /// activated the actor first, that incarnation serves it and the state is dropped (logged).
+    /// After a failure past relay-ready (SB-8.6) the sealed incarnation is served nowhere and
+    /// the source route is never reopened; the sessions bound to it are closed by their seal
+    /// timeout (SB-8.3). Unless the target's CAS won (then the target owns it), the actor comes
+    /// back here: its store record is replaced in one write by a new incarnation of this node
+    /// (a new ObjectGeneration, SB-4.1; `LocationStore::reincarnate` with this node's owner
+    /// fence — atomic against a late CAS of the target, which changes the owner, and with no
+    /// moment without a record, so no other node activates a blank actor meanwhile), the old
+    /// one remembered as retired here, and the new one rehydrated from the state dehydrated for
+    /// the move, with its timers ([`Node::recover_moving`], retried while the store is out of
+    /// reach). What was captured after the dehydration never ran here and is not replayed.
     async fn release_records(&mut self, which: impl Fn(&ActorId) -> bool) {
         let node = self.node;
         for m in self.moving.iter().filter(|m| which(m.actor_ref.id())) {
             let id = m.actor_ref.id().clone();
-            let Some(owner) = self.owners.get(&id).cloned() else {
+            let (Some(owner), Some(state)) =
+                (self.owners.get(&id).cloned(), self.states.remove(&id))
+            else {
                 continue;
             };
-            match node.inner.store.destroy(id.clone(), owner).await {
-                Ok(()) => {
-                    lock(&node.inner.actors)
-                        .retired
-                        .insert(id.clone(), m.actor_ref.object_generation());
-                    tracing::info!("failed relocation: the incarnation's record is removed");
-                    if let Some(state) = self.states.remove(&id) {
-                        node.recover_moving(m, state).await;
-                    }
-                }
-                Err(e) => {
-                    tracing::info!(error = %e, "failed relocation: the record stays (the target owns it, or the store decides later)");
-                }
-            }
+            node.recover_moving(Recovering {
+                actor_type: m.actor_ref.actor_type().to_owned(),
+                actor_id: id,
+                spot: m.spot.clone(),
+                timers: m.timers.clone(),
+                owner,
+                state,
+            })
+            .await;
         }
     }
 

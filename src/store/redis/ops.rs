@@ -188,6 +188,13 @@ impl LocationStore for RedisStore {
         })
     }
 
+    fn reincarnate(&self, actor_id: ActorId, owner: OwnerFence) -> StoreFuture<'_, ActorLocation> {
+        let node = owner.holder.node.clone();
+        self.owner_fenced_write(actor_id, node, move |record, counters, lease, id, now| {
+            core::reincarnate(record, counters, lease, id, &owner, now)
+        })
+    }
+
     fn destroy(&self, actor_id: ActorId, fence: OwnerFence) -> StoreFuture<'_, ()> {
         Box::pin(self.retry(move |mut tx| {
             let (actor_id, fence) = (actor_id.clone(), fence.clone());
