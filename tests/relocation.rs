@@ -3420,3 +3420,212 @@ async fn a_spot_with_a_member_moving_in_does_not_start_a_move() {
     })
     .await;
 }
+
+// spec: SB-10, SB-8.9, SB-8.4
+// The source begins a graceful shutdown while it moves a bound actor (after the target's
+// relay-ready, before its capture; nothing queued there): the shutdown drains the relocation
+// as infrastructure work before it ends the node's actors — the relocation ends first, and
+// commits: the state arrives on the target, the session gets its 44 commit and its relays go
+// on to the target. Then the shutdown completes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_source_shutting_down_mid_move_drains_the_move_first() {
+    use live::{Add, Error, GetSeen, aid};
+    use node_common::{bind, relay_req, rid, tapped, wait_until};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use zlink_mesh::TapDirection;
+    let (w, c) = session_world().await;
+    let actor =
+        w.a.create(zlink::actor::Create::new("counter", aid("closing1")))
+            .await
+            .unwrap();
+    bind(&c, &actor).await;
+    for i in 0..3 {
+        assert_eq!(relay_req(&c, &actor, &Add(i)).await.unwrap(), i + 1);
+    }
+    let capture = w.a.hold_relocation_capture_for_tests();
+    let moved = Arc::new(AtomicBool::new(false));
+    let relocating = {
+        let (a, actor, moved) = (w.a.clone(), actor.clone(), moved.clone());
+        tokio::spawn(async move {
+            let r = a.relocate(&actor, rid("b")).await;
+            moved.store(true, Ordering::SeqCst);
+            r
+        })
+    };
+    wait_until("b relay-ready", || {
+        w.b.relocations().0.iter().any(|r| r.phase == "RelayReady")
+    })
+    .await;
+    let shutdown = {
+        let (a, moved) = (w.a.clone(), moved.clone());
+        tokio::spawn(async move {
+            a.shutdown(std::time::Duration::from_secs(15)).await;
+            moved.load(Ordering::SeqCst)
+        })
+    };
+    // The shutdown has begun once `a` refuses to start a relocation as shutting down.
+    let began = tokio::time::Instant::now() + TIMEOUT;
+    while !matches!(
+        w.a.relocate(&actor, rid("b")).await,
+        Err(Error::ShuttingDown)
+    ) {
+        assert!(tokio::time::Instant::now() < began, "shutdown never began");
+        tokio::task::yield_now().await;
+    }
+    drop(capture);
+    let drained_first = tokio::time::timeout(TIMEOUT, shutdown)
+        .await
+        .expect("shutdown completes")
+        .unwrap();
+    assert!(drained_first, "the shutdown waited for the relocation");
+    let report = tokio::time::timeout(TIMEOUT, relocating)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    let seen = w.b.request(&report.actor, &GetSeen, TIMEOUT).await.unwrap();
+    assert_eq!(seen, vec![0, 1, 2], "the state moved");
+    let routes = tapped(&w.tap_s, TapDirection::Received, 44);
+    assert_eq!(routes.len(), 1);
+    assert!(matches!(
+        &routes[0].decoded.as_ref().unwrap().record,
+        zlink_wire::Record::SessionRelocationRoute(zlink_wire::SessionRelocationRoute::Commit(_))
+    ));
+    // The session goes on with the moved actor on `b`.
+    assert_eq!(relay_req(&c, &actor, &Add(3)).await.unwrap(), 4);
+}
+
+// spec: SB-10, SB-8.6
+// The target begins a graceful shutdown after its relay-ready, before the cutover: a node that
+// is shutting down takes no actor in (it would end with its other actors once drained, its
+// state with it), so it does not try the owner CAS. The relocation fails past relay-ready
+// (SB-8.6): the source never reopens the sealed incarnation, and brings the actor back as a new
+// incarnation with the state it dehydrated — nothing lost. The target's shutdown completes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_target_shutting_down_mid_move_takes_nothing_in_and_the_source_keeps_the_state() {
+    use live::{Add, Error, Fail, GetSeen, aid};
+    use node_common::{rid, wait_until};
+    let (w, _c) = session_world().await;
+    let actor =
+        w.a.create(zlink::actor::Create::new("counter", aid("closing2")))
+            .await
+            .unwrap();
+    for i in 0..3 {
+        assert_eq!(w.a.request(&actor, &Add(i), TIMEOUT).await.unwrap(), i + 1);
+    }
+    let capture = w.a.hold_relocation_capture_for_tests();
+    let relocating = {
+        let (a, actor) = (w.a.clone(), actor.clone());
+        tokio::spawn(async move { a.relocate(&actor, rid("b")).await })
+    };
+    wait_until("b relay-ready", || {
+        w.b.relocations().0.iter().any(|r| r.phase == "RelayReady")
+    })
+    .await;
+    let shutdown = {
+        let b = w.b.clone();
+        tokio::spawn(async move { b.shutdown(std::time::Duration::from_secs(15)).await })
+    };
+    let began = tokio::time::Instant::now() + TIMEOUT;
+    while !matches!(
+        w.b.relocate(&actor, rid("a")).await,
+        Err(Error::ShuttingDown)
+    ) {
+        assert!(tokio::time::Instant::now() < began, "shutdown never began");
+        tokio::task::yield_now().await;
+    }
+    drop(capture);
+    match tokio::time::timeout(TIMEOUT, relocating)
+        .await
+        .unwrap()
+        .unwrap()
+    {
+        Err(Error::Failed(Fail::CasFailed(ids))) => assert_eq!(ids, vec![actor.id().clone()]),
+        other => panic!("expected a failed CAS, got {other:?}"),
+    }
+    tokio::time::timeout(TIMEOUT, shutdown)
+        .await
+        .expect("shutdown completes")
+        .unwrap();
+    let back = w.a.get(actor.id()).await.unwrap();
+    assert_eq!(back.node(), &rid("a"));
+    assert_ne!(back.object_generation(), actor.object_generation());
+    assert_eq!(
+        w.a.request(&back, &GetSeen, TIMEOUT).await.unwrap(),
+        vec![0, 1, 2],
+        "the state came back"
+    );
+}
+
+// spec: SB-7.3, SB-7.4, SB-8.5
+// A client disconnects while its bound actor's move is quiescing (the actor busy in a turn,
+// its binding read and sealed): the 38 disconnect waits on the source (counted `held`); the
+// target refuses the Restore, the move aborts, and the source then runs the hook once and
+// removes the binding — the actor stays and is served there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_disconnect_held_by_a_move_that_aborts_runs_its_hook_on_the_source() {
+    use live::{Abort, Add, Error, Hold, aid};
+    use node_common::{bind, client_of, rid, wait_until};
+    let runs = HookRuns::default();
+    let (w, _c) = session_world_with(WorldFaults {
+        hooks: Some(runs.clone()),
+        fail_rehydrate: true,
+        ..WorldFaults::default()
+    })
+    .await;
+    let c = client_of(&w.s);
+    let actor =
+        w.a.create(
+            zlink::actor::Create::new("counter", aid("hooked-abort")).in_spot(spotwide("hooked")),
+        )
+        .await
+        .unwrap();
+    bind(&c, &actor).await;
+    w.gate.send(false).unwrap();
+    let turns = w.a.stats().turns;
+    let hold = {
+        let (a, actor) = (w.a.clone(), actor.clone());
+        tokio::spawn(async move { a.request(&actor, &Hold, TIMEOUT).await })
+    };
+    wait_until("hold running", || w.a.stats().turns > turns).await;
+    let relocating = {
+        let (a, actor) = (w.a.clone(), actor.clone());
+        tokio::spawn(async move { a.relocate(&actor, rid("b")).await })
+    };
+    wait_until("quiescing", || {
+        w.a.relocations().0.iter().any(|r| r.phase == "Quiescing")
+    })
+    .await;
+    c.close().await;
+    wait_until("the disconnect held on a", || {
+        w.a.follow_counters().held == 1
+    })
+    .await;
+    assert!(runs.runs().is_empty(), "no hook runs while the move holds");
+    w.gate.send(true).unwrap();
+    hold.await.unwrap().unwrap();
+    match tokio::time::timeout(TIMEOUT, relocating)
+        .await
+        .unwrap()
+        .unwrap()
+    {
+        Err(Error::Aborted(Abort::TargetFailed)) => {}
+        other => panic!("expected an abort, got {other:?}"),
+    }
+    let unbound = || {
+        w.a.list_actors(&zlink::node::protocol::ListActors::default())
+            .actors
+            .iter()
+            .any(|e| e.actor_id == "hooked-abort" && !e.bound)
+    };
+    wait_until("the hook ran and a holds no binding", || {
+        runs.runs().len() == 1 && unbound()
+    })
+    .await;
+    assert_eq!(
+        runs.runs(),
+        vec![("a".to_owned(), "hooked-abort".to_owned())],
+        "once, on the source"
+    );
+    assert_eq!(w.a.request(&actor, &Add(7), TIMEOUT).await.unwrap(), 1);
+}

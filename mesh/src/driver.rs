@@ -105,12 +105,6 @@ impl Ready {
         }
     }
 
-    /// The sockets in `bits` that are drained (see [`Ready::drained`]).
-    #[inline]
-    pub(crate) fn drained(&self, bits: u8) -> u8 {
-        self.drained.get() & bits
-    }
-
     /// A call other than a receive was made on the sockets in `bits` (see [`Ready::drained`]).
     #[inline]
     pub(crate) fn touched(&self, bits: u8) {
@@ -179,6 +173,67 @@ impl Ready {
             read |= ask;
         }
         read
+    }
+
+    /// The idle spin of a driver: yields the CPU up to `yields` times (and not past `until`)
+    /// while watching for commands (`door`) or a readable socket among `data`. `Some` with the
+    /// sockets it saw quiet when there is work.
+    ///
+    /// Called after a pass that found no work. A data socket not drained is asked once for
+    /// `ZMQ_EVENTS` (`socket(bit)`; level: libzmq processes its commands), and one with a
+    /// PAUSED queue (`waiting`) and commands pending is work at once; after that every socket
+    /// is drained and one `poll()` over their `ZMQ_FD`s per turn sees every new message (and
+    /// other commands: the pass then reads, which processes them) without the `poll()` that
+    /// each `ZMQ_EVENTS` makes inside libzmq. The sleep ([`Ready::wait`]) keeps its own level
+    /// check.
+    pub(crate) fn spin<'s, C>(
+        &self,
+        yields: usize,
+        door: &Door<C>,
+        data: u8,
+        waiting: u8,
+        until: Option<Instant>,
+        socket: impl Fn(u8) -> Option<&'s zmq::Socket>,
+    ) -> Option<u8> {
+        if yields == 0 {
+            return None;
+        }
+        let undrained = data & !self.drained.get();
+        if self.commands_for_waiting(undrained, waiting) != 0 {
+            // A pass reads it (processing its commands) and retries its PAUSED queues.
+            return Some(0);
+        }
+        for i in 0..8 {
+            let bit = 1u8 << i;
+            if undrained & bit == 0 {
+                continue;
+            }
+            let Some(s) = socket(bit) else {
+                continue;
+            };
+            match s.get_events() {
+                Ok(e) if e.contains(zmq::POLLIN) => return Some(0),
+                Ok(_) => self.set_drained(bit, true),
+                Err(_) => return Some(0),
+            }
+        }
+        let mut quiet = 0;
+        for _ in 0..yields {
+            if until.is_some_and(|u| Instant::now() >= u) {
+                return None;
+            }
+            if !door.rx.is_empty() {
+                return Some(quiet);
+            }
+            match self.signaled(data, 0) {
+                Some(0) => {}
+                Some(signaled) => return Some(data & !signaled),
+                None => return Some(0),
+            }
+            quiet = data;
+            std::thread::yield_now();
+        }
+        None
     }
 
     /// The one sleeping poll of a pass, over the sockets in `present`, for at most `ms` (0:

@@ -41,6 +41,10 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use zlink::actor::fence::{CallFence, FenceUse, check_moved};
+use zlink::relocation::recovery::{
+    AttemptResult, DEFAULT_RECOVERY_BACKOFF, DEFAULT_RECOVERY_BACKOFF_MAX, Recovery,
+    RecoveryOutcome,
+};
 use zlink::relocation::{
     FailReason, FollowLookup, FollowTable, MigratedState, MovingActor, RelocationConfig,
     RestoreRefusal, RestoreRequest, SealTarget, SourceEffect, SourceHandoff, SourceOutcome,
@@ -119,8 +123,9 @@ pub struct Faults {
     /// the Spot's unit: the other members keep running at the source.
     pub spot_seals_one_lane: bool,
     /// A member moving alone into a node whose Spot of its name is moving away is let in
-    /// (today's node: the Restore is installed, and a Spot move starts while a member moves
-    /// in); it cannot join the relocating Spot when its CAS has won, so it is never opened.
+    /// (the node before it joined the Spot at the Restore: the Restore was installed, and a
+    /// Spot move started while a member moved in); it cannot join the relocating Spot when its
+    /// CAS has won, so it is never opened.
     pub open_into_moving_spot: bool,
     /// A Spot move's target sends the 44 commit only to the first member's sessions.
     pub spot_44_to_first_member: bool,
@@ -128,6 +133,9 @@ pub struct Faults {
     /// (today's node: `hold_ingress`, `end_incarnation`, `end_unserved`), so after a lease
     /// expiry and a failover on the same node it acts on the new incarnation.
     pub source_by_generation: bool,
+    /// The SB-8.6 recovery makes one attempt (the node before its retry): a store out of reach
+    /// at that moment leaves the actor unserved.
+    pub recovery_tries_once: bool,
 }
 
 impl Faults {
@@ -152,6 +160,7 @@ impl Faults {
             "open_into_moving_spot" => f.open_into_moving_spot = true,
             "spot_44_to_first_member" => f.spot_44_to_first_member = true,
             "source_by_generation" => f.source_by_generation = true,
+            "recovery_tries_once" => f.recovery_tries_once = true,
             _ => return None,
         }
         Some(f)
@@ -425,10 +434,16 @@ pub struct Stats {
     pub failed: u64,
     /// … after which the source activated the actor again from its state (SB-8.6 recovery).
     pub recovered: u64,
-    /// Actors a failed relocation may leave unserved at the end: the recovery's one removal of
-    /// the record failed (the store unreachable, or the target's CAS won unseen), or a target's
-    /// CAS answer was lost (it discarded the actor; the CAS may have won).
+    /// Actors a failed relocation may leave unserved at the end: a target's CAS answer was lost
+    /// (it discarded the actor; the CAS may have won, and then the recovery finds the record
+    /// moved on).
     pub unrecovered: u64,
+    /// Recovery attempts repeated (the store out of reach, the lease lapsed).
+    pub recovery_retries: u64,
+    /// Recoveries that found the record moved on (the target's CAS won, another incarnation).
+    pub recoveries_superseded: u64,
+    /// Recoveries stopped because the source's lease ended.
+    pub recoveries_lease_lost: u64,
     /// Actors unserved at the end because their relocation's source still waits for the
     /// target's result.
     pub stuck_sources: u64,
@@ -538,6 +553,9 @@ impl std::ops::AddAssign for Stats {
         self.recovered += o.recovered;
         self.unrecovered += o.unrecovered;
         self.stuck_sources += o.stuck_sources;
+        self.recovery_retries += o.recovery_retries;
+        self.recoveries_superseded += o.recoveries_superseded;
+        self.recoveries_lease_lost += o.recoveries_lease_lost;
         self.cutover_timeouts += o.cutover_timeouts;
         self.seal_timeouts += o.seal_timeouts;
         self.late_44 += o.late_44;
@@ -882,6 +900,13 @@ impl Source {
     }
 }
 
+/// One actor's SB-8.6 recovery at a failed relocation's source.
+struct Recovering {
+    core: Recovery,
+    /// The failed incarnation's owner fence (the record is replaced with it).
+    owner: OwnerFence,
+}
+
 struct Target {
     /// The actors moving in (the request's order).
     actors: Vec<usize>,
@@ -892,6 +917,8 @@ struct Target {
     seals: BTreeSet<(usize, u64, u64, u64)>,
     /// The 44 commits sent, by the same key.
     sent_44: BTreeSet<(usize, u64, u64, u64)>,
+    /// It fell back after the cutover timeout (SB-8.9).
+    fell_back: bool,
     core: TargetHandoff,
     source: usize,
     source_generation: u64,
@@ -913,6 +940,8 @@ struct Node {
     targets: BTreeMap<u64, Target>,
     /// Store calls in flight: call id → (relocation, op).
     calls: BTreeMap<u64, (u64, StoreOp)>,
+    /// SB-8.6 recoveries running here, by actor.
+    recoveries: BTreeMap<usize, Recovering>,
     /// The last 44 received (node-wide, for a late copy): (session slot, record).
     last_44: Option<(usize, SessionRelocationRoute)>,
 }
@@ -1173,6 +1202,7 @@ impl<'s> World<'s> {
             sources: BTreeMap::new(),
             targets: BTreeMap::new(),
             calls: BTreeMap::new(),
+            recoveries: BTreeMap::new(),
             last_44: None,
         };
         // Only the first lifecycle has client sessions (a restarted node's clients would bind
@@ -2393,6 +2423,7 @@ impl<'s> World<'s> {
         n.sources.clear();
         n.targets.clear();
         n.calls.clear();
+        n.recoveries.clear();
         if let Some(h) = n.holder.take() {
             // its lease ends (the ownership world simulates how long that takes)
             let _ = poll_now(self.store.release_owner(h));
@@ -2461,6 +2492,7 @@ impl<'s> World<'s> {
         let mut due: Vec<Instant> = Vec::new();
         due.extend(n.sources.values().filter_map(|s| s.core.poll_timeout()));
         due.extend(n.targets.values().filter_map(|t| t.core.poll_timeout()));
+        due.extend(n.recoveries.values().filter_map(|r| r.core.poll_timeout()));
         due.extend(
             n.sessions
                 .values()
@@ -2492,6 +2524,10 @@ impl<'s> World<'s> {
                 t.core.handle_timeout(now);
                 self.drive_target(node, reloc)?;
             }
+        }
+        let recovering: Vec<usize> = self.nodes[node].recoveries.keys().copied().collect();
+        for actor in recovering {
+            self.run_recovery(node, actor);
         }
         let keys: Vec<usize> = self.nodes[node].sessions.keys().copied().collect();
         for k in keys {
@@ -2760,7 +2796,7 @@ impl<'s> World<'s> {
                         }
                         self.orphan(actor);
                         if !self.faults.no_recovery {
-                            self.recover(node, actor, owner);
+                            self.start_recovery(node, actor, owner);
                         }
                     }
                     self.nodes[node].sources.remove(&reloc);
@@ -2771,59 +2807,95 @@ impl<'s> World<'s> {
         Ok(())
     }
 
-    /// SB-8.6's recovery at the source (`node::relocate`'s `release_records`): the failed
-    /// incarnation's record is removed with the source's owner fence (refused when the target's
-    /// CAS won, or the lease is gone), it is retired here, and the node activates the actor
-    /// again from its dehydrated state: a new object generation, no binding (its sessions'
-    /// seals time out). If another node activated it first, that one serves.
-    fn recover(&mut self, node: usize, actor: usize, owner: OwnerFence) {
-        if self.net.is_cut(Ep::Node(node), Ep::Store) {
-            self.unrecovered.insert(actor);
+    /// SB-8.6's recovery at the source (`node::relocate`'s `release_records` and
+    /// `Node::recover_moving`): the real schedule (`relocation::recovery::Recovery`) on the
+    /// node's clock, whose first attempt runs now. An attempt replaces the failed incarnation's
+    /// record with a new incarnation of the node's own in one write (`reincarnate` with the
+    /// source's owner fence: a new object generation; refused when the target's CAS won or the
+    /// record is another incarnation's) and activates it from the dehydrated state with no
+    /// binding (its sessions' seals time out). The store out of reach (or the node's lease
+    /// lapsed) repeats the attempt after a backoff; the lease ended stops it.
+    fn start_recovery(&mut self, node: usize, actor: usize, owner: OwnerFence) {
+        let now = self.instant(node);
+        let core = Recovery::new(now, DEFAULT_RECOVERY_BACKOFF, DEFAULT_RECOVERY_BACKOFF_MAX);
+        self.nodes[node]
+            .recoveries
+            .insert(actor, Recovering { core, owner });
+        self.run_recovery(node, actor);
+        self.arm(node);
+    }
+
+    /// Runs the recovery attempt of `actor` on `node` if one is due.
+    fn run_recovery(&mut self, node: usize, actor: usize) {
+        let now = self.instant(node);
+        let Some(r) = self.nodes[node].recoveries.get_mut(&actor) else {
             return;
+        };
+        if !r.core.poll_attempt(now) {
+            return;
+        }
+        let owner = r.owner.clone();
+        let mut result = self.recovery_attempt(node, actor, owner);
+        if self.faults.recovery_tries_once && result == AttemptResult::Unreachable {
+            result = AttemptResult::LeaseLost;
+        }
+        self.log(|| format!("  n{node}: a{actor}'s recovery attempt: {result:?}"));
+        let r = self.nodes[node]
+            .recoveries
+            .get_mut(&actor)
+            .expect("recovery");
+        r.core.handle_attempt(now, result);
+        match r.core.outcome() {
+            None => self.stats.recovery_retries += 1,
+            Some(o) => {
+                self.nodes[node].recoveries.remove(&actor);
+                match o {
+                    RecoveryOutcome::Recovered { .. } => self.stats.recovered += 1,
+                    RecoveryOutcome::Superseded => self.stats.recoveries_superseded += 1,
+                    RecoveryOutcome::LeaseLost => self.stats.recoveries_lease_lost += 1,
+                    RecoveryOutcome::Failed => {}
+                }
+            }
+        }
+    }
+
+    /// One recovery attempt (`Node::reactivate` with `Claim::Replace`, `attempt_result`).
+    fn recovery_attempt(&mut self, node: usize, actor: usize, owner: OwnerFence) -> AttemptResult {
+        let n = &self.nodes[node];
+        // past the local lease deadline no activation starts (SB-5.11): `LeaseLapsed`, repeated
+        if !n.lease_live {
+            return AttemptResult::Unreachable;
+        }
+        // a live incarnation here already (`local_ref`): `AlreadyExists`
+        if n.actors
+            .get(&actor)
+            .is_some_and(|inc| matches!(inc.state, IncState::Serving))
+        {
+            return AttemptResult::Superseded;
+        }
+        if self.net.is_cut(Ep::Node(node), Ep::Store) {
+            return AttemptResult::Unreachable;
         }
         let og = owner.object_generation.get();
-        let authority = owner.authority_owner_generation;
-        if poll_now(self.store.destroy(actor_id(actor), owner)).is_err() {
-            // refused: the target's CAS won (unseen), or the lease is gone (gap 3: exempt);
-            // but a record naming another incarnation on this node (activated again, or moved
-            // back here) is that incarnation's to serve, and the liveness check holds it to it
-            let rec = poll_now(self.store.lookup(actor_id(actor))).ok().flatten();
-            let another_here = rec.is_some_and(|l| {
-                l.owner_node == rid(node) && l.authority_owner_generation != authority
-            });
-            if !another_here {
-                self.unrecovered.insert(actor);
-            }
-            return;
-        }
-        self.retired.insert((actor, og));
-        self.log(|| format!("  n{node}: a{actor}'s record removed (incarnation {og} retired)"));
-        let Some(holder) = self.nodes[node].holder.clone() else {
-            return;
-        };
-        if !self.nodes[node].lease_live {
-            return;
-        }
-        let won = poll_now(self.store.reserve_activation(ActivationRequest {
-            actor_id: actor_id(actor),
-            actor_type: "t".into(),
-            owner: ActorOwner {
-                mesh: mesh(),
-                holder,
-            },
-        }));
-        let Ok(Reservation::Won(won)) = won else {
-            return;
+        let won = match poll_now(self.store.reincarnate(actor_id(actor), owner)) {
+            Ok(won) => won,
+            Err(
+                store::StoreError::LeaseNotLive { .. }
+                | store::StoreError::StaleNodeGeneration { .. },
+            ) => return AttemptResult::LeaseLost,
+            Err(store::StoreError::Unavailable { .. }) => return AttemptResult::Unreachable,
+            Err(_) => return AttemptResult::Superseded,
         };
         let Ok(loc) = poll_now(self.store.mark_ready(actor_id(actor), won.fence())) else {
-            return;
+            return AttemptResult::Superseded;
         };
-        self.stats.recovered += 1;
+        self.retired.insert((actor, og));
         self.orphaned.remove(&actor);
         self.unrecovered.remove(&actor);
         self.log(|| {
             format!(
-                "  n{node} activates a{actor} again from its state (incarnation {})",
+                "  n{node} activates a{actor} again from its state (incarnation {}, \
+                 incarnation {og} retired)",
                 loc.object_generation.get()
             )
         });
@@ -2840,6 +2912,7 @@ impl<'s> World<'s> {
                 location: Some(loc),
             },
         );
+        AttemptResult::Recovered
     }
 
     /// Performs the target's effects.
@@ -2868,6 +2941,8 @@ impl<'s> World<'s> {
                 }
                 TargetEffect::WarnCutoverTimeout => {
                     self.stats.cutover_timeouts += 1;
+                    let t = self.nodes[node].targets.get_mut(&reloc).expect("target");
+                    t.fell_back = true;
                 }
                 TargetEffect::WarnSourceWaitExpired => {
                     self.stats.source_waits_expired += 1;
@@ -2947,8 +3022,20 @@ impl<'s> World<'s> {
                         self.orphan(actor);
                         continue;
                     }
+                    // a fallback that found the source seen gone (a partition past the peer
+                    // timeout: it may live on) opens at once; what the source relays later is
+                    // appended behind (`TargetHandoff::late_relayed`), the documented case
+                    let t = &self.nodes[node].targets[&reloc];
+                    let cut_before_open = t.fell_back
+                        && !behind_source
+                        && t.core.source_wait_end()
+                            != Some(zlink::relocation::SourceWaitEnd::Cutover);
+                    if cut_before_open {
+                        self.stats.source_waits_cut += 1;
+                    }
                     let inc = self.nodes[node].actors.get_mut(&actor).expect("temp queue");
                     inc.location = Some(location);
+                    inc.late_stream |= cut_before_open;
                     if behind_source && !self.faults.fallback_ignores_source_stream {
                         inc.behind = Some(Vec::new());
                     }
@@ -3258,6 +3345,7 @@ impl<'s> World<'s> {
                             spot,
                             seals,
                             sent_44: BTreeSet::new(),
+                            fell_back: false,
                             core: t,
                             source: from,
                             source_generation,
@@ -3294,6 +3382,7 @@ impl<'s> World<'s> {
                         spot,
                         seals,
                         sent_44: BTreeSet::new(),
+                        fell_back: false,
                         core,
                         source: from,
                         source_generation,

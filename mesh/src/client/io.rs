@@ -219,31 +219,6 @@ impl ClientIo {
         }
     }
 
-    /// Yields the CPU up to `spin` times while watching for commands or a readable socket
-    /// (not called while a full push channel keeps the socket unread), for at most [`SPIN_LIMIT`] and
-    /// never past `timer` (the next ping or deadline): on a busy machine one yield can last a
-    /// whole time slice, and a late Ping would make the node look dead.
-    fn spin_for_work(&self, timer: Duration) -> bool {
-        let end = Instant::now() + timer.min(SPIN_LIMIT);
-        for _ in 0..self.spin {
-            if Instant::now() >= end {
-                return false;
-            }
-            if !self.door.rx.is_empty() {
-                return true;
-            }
-            if self
-                .dealer
-                .get_events()
-                .is_ok_and(|e| e.contains(zmq::POLLIN))
-            {
-                return true;
-            }
-            std::thread::yield_now();
-        }
-        false
-    }
-
     /// A lost connection ends the node's session: the credit it granted is void (the next
     /// connection is a new session with a fresh grant, which the first Ping on it obtains).
     fn read_monitor(&mut self) {
@@ -571,12 +546,19 @@ impl Driver for ClientIo {
         Pass::Idle
     }
 
-    /// Work found while spinning: the next pass reads the dealer at once.
+    /// Yields the CPU up to `spin` times while watching for commands or a readable dealer
+    /// ([`Ready::spin`]; not while a full push channel keeps the dealer unread), for at most
+    /// [`SPIN_LIMIT`] and never past the next Ping or deadline: on a busy machine one yield
+    /// can last a whole time slice, and a late Ping would make the node look dead.
     fn spin(&mut self) -> Option<u8> {
         if self.stalled.is_some() || self.spin == 0 {
             return None;
         }
-        self.spin_for_work(self.timeout()).then_some(0)
+        let until = Instant::now() + self.timeout().min(SPIN_LIMIT);
+        self.ready
+            .spin(self.spin, &self.door, DEALER, 0, Some(until), |bit| {
+                (bit == DEALER).then_some(&self.dealer)
+            })
     }
 
     /// Sleeps at most until the next Ping or deadline ([`ClientIo::timeout`], at least 1 ms)

@@ -441,6 +441,10 @@ impl Engine {
                     // counts: 1 KiB per connection instead of 2.3 KiB ("Decoder copies").
                     crate::zmq_opt::set_int(&mut s, crate::zmq_opt::IN_ZERO_COPY, 0)
                         .map_err(setup_err("client in_zero_copy"))?;
+                    // Both buffers are held only while in use: an idle connection holds
+                    // neither between its Ping and the next ("Lazy buffers").
+                    crate::zmq_opt::set_int(&mut s, crate::zmq_opt::LAZY_BUFFERS, 1)
+                        .map_err(setup_err("client lazy_buffers"))?;
                 }
                 s.bind(ep).map_err(setup_err(format!("bind {name} {ep}")))?;
                 Ok(s)

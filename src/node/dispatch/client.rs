@@ -207,15 +207,13 @@ pub(super) fn on_client_request(
             };
             admit!(reply, None, None);
             let permit = permit!(reply);
-            let guard = node.inflight().enter();
             let node2 = node.clone();
-            node.inner.rt.spawn(async move {
-                let _permit = (guard, permit);
-                match node2.relocate_op(&req).await {
-                    Ok(done) => answer(reply, protocol::encode(&done)),
-                    Err((kind, detail)) => reply.error(kind, detail),
-                }
-            });
+            spawn_relocation(
+                node,
+                reply,
+                permit,
+                async move { node2.relocate_op(&req).await },
+            );
         }
         ClientOperation::RelocateSpot => {
             let req: protocol::RelocateSpot = match protocol::decode(&payload) {
@@ -224,14 +222,9 @@ pub(super) fn on_client_request(
             };
             admit!(reply, None, None);
             let permit = permit!(reply);
-            let guard = node.inflight().enter();
             let node2 = node.clone();
-            node.inner.rt.spawn(async move {
-                let _permit = (guard, permit);
-                match node2.relocate_spot_op(&req).await {
-                    Ok(done) => answer(reply, protocol::encode(&done)),
-                    Err((kind, detail)) => reply.error(kind, detail),
-                }
+            spawn_relocation(node, reply, permit, async move {
+                node2.relocate_spot_op(&req).await
             });
         }
         ClientOperation::ListRelocations => {
@@ -250,6 +243,30 @@ pub(super) fn on_client_request(
             reply.error(ErrorKind::NotFound, format!("no client operation {key}"));
         }
     }
+}
+
+/// Runs an operator's relocation (`RELOCATE`, `RELOCATE_SPOT`) off the inbound loop and
+/// answers `reply` with its report or its refusal. Unlike [`spawn_permitted`] it is not
+/// cancelled when the node closes: a relocation is drained by a shutdown and ends as its
+/// protocol ends it (a commit, or an abort with its 44s; `Node::run_source`), bounded by its
+/// own timeouts — dropping it half-way would leave sealed sessions without their 44.
+fn spawn_relocation<F, T>(
+    node: &Node,
+    reply: ReplyHandle,
+    permit: crate::node::access::OperationPermit,
+    work: F,
+) where
+    F: std::future::Future<Output = Result<T, (ErrorKind, String)>> + Send + 'static,
+    T: serde::Serialize,
+{
+    let hold = (node.inflight().enter(), permit);
+    node.inner.rt.spawn(async move {
+        let _hold = hold;
+        match work.await {
+            Ok(done) => answer(reply, protocol::encode(&done)),
+            Err((kind, detail)) => reply.error(kind, detail),
+        }
+    });
 }
 
 /// The framework operation of a client request key.

@@ -89,8 +89,11 @@ impl Node {
         );
         let node = self.clone();
         let span = tracing::info_span!("relocation", id = relocation.get(), from = %sender, role = "target");
+        // Drained by a shutdown like the source's run (infrastructure work, SB-10).
+        let drained = self.inner.inflight.enter();
         tokio::spawn(
             async move {
+                let _drained = drained;
                 let run = TargetRun {
                     node: &node,
                     core,
@@ -532,6 +535,15 @@ impl TargetRun<'_> {
                 }
             }
             TargetEffect::CasOwner { actor, expected } => {
+                // A node that is shutting down takes no actor in: it would end with the node's
+                // other actors once the drain is over, its state with it. Past relay-ready that
+                // is a failed CAS (SB-8.6): the source brings the actor back with its state.
+                if node.check_accepting().is_err() {
+                    tracing::info!("shutting down: the owner CAS is not tried");
+                    self.core
+                        .handle_cas(node.inner.clock.now(), &actor, Err(()));
+                    return false;
+                }
                 let owner = ActorOwner {
                     mesh: node.inner.mesh_name.clone(),
                     holder: lock(&node.inner.lease).lease().holder.clone(),
