@@ -165,7 +165,7 @@ impl Drop for Released<'_> {
     }
 }
 
-/// Counters of a [`Backlogs`] (monotonic, except `waiting_now`).
+/// Counters of a `Backlogs` (monotonic, except `waiting_now`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct BacklogStats {
     /// Records that waited in a backlog for their lane (instead of entering it at once).

@@ -1,5 +1,5 @@
 //! Per-destination outbound admission budget (messages and bytes above libzmq's HWM), and the
-//! receive side of a credit window ([`RxWindow`]). Plain counters: no clock, no waiting.
+//! receive side of a credit window (`RxWindow`). Plain counters: no clock, no waiting.
 //!
 //! A send reserves one message and its byte size before it is handed to the I/O thread; the
 //! I/O thread releases the reservation when libzmq accepted the message (or when the message
@@ -7,7 +7,7 @@
 //! PAUSED: admission waits at most the send timeout, then fails with
 //! [`crate::SendError::DeadlineExceeded`] and nothing is queued (SB-6.5). A send that failed
 //! admission therefore can never be delivered later. The waiting is the driver's
-//! ([`crate::outbox::SendBudget`]): [`Budget`] decides what is reserved and when a waiting
+//! (`crate::outbox::SendBudget`): [`Budget`] decides what is reserved and when a waiting
 //! sender should look again ([`Reserve::Rolledback`], [`Budget::release_n`]).
 //!
 //! This limit is the *outbound admission* limit of EG-1.2. It has its own type and error and

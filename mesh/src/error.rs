@@ -124,30 +124,32 @@ impl RequestError {
     }
 }
 
-/// Why [`MeshNode::try_push`] did not push.
+/// Why [`MeshNode::try_push`](crate::MeshNode::try_push) did not push.
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum TryPushError {
     /// The client's outbound budget has no room now: the payload, back.
     Full(Bytes),
-    /// The push cannot be sent (as [`MeshNode::push`] fails).
+    /// The push cannot be sent (as [`MeshNode::push`](crate::MeshNode::push) fails).
     Failed(SendError),
 }
 
-/// A one-way record that [`MeshNode::try_send_record`] encoded but could not admit at once
-/// (the peer's outbound budget is full): wait for admission with [`MeshNode::send_pending`].
+/// A one-way record that [`MeshNode::try_send_record`](crate::MeshNode::try_send_record)
+/// encoded but could not admit at once (the peer's outbound budget is full): wait for admission
+/// with [`MeshNode::send_pending`](crate::MeshNode::send_pending).
 #[derive(Debug)]
 pub struct PendingRecord {
     pub(crate) frames: Parts,
     pub(crate) bytes: u64,
 }
 
-/// Why [`MeshNode::try_send_record`] did not send.
+/// Why [`MeshNode::try_send_record`](crate::MeshNode::try_send_record) did not send.
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum TrySendError {
     /// The peer's outbound budget has no room now: the encoded record, back.
     Full(PendingRecord),
-    /// The record cannot be sent (as [`MeshNode::send_record`] fails).
+    /// The record cannot be sent (as [`MeshNode::send_record`](crate::MeshNode::send_record)
+    /// fails).
     Failed(SendError),
 }

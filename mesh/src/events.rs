@@ -61,7 +61,8 @@ pub enum ClientCloseCause {
     /// The client was silent for longer than the peer timeout; it was sent
     /// Disconnect { `Timeout` }.
     Timeout,
-    /// [`MeshNode::close_client`] closed it; the client was sent Disconnect with this reason.
+    /// [`MeshNode::close_client`](crate::MeshNode::close_client) closed it; the client was sent
+    /// Disconnect with this reason.
     Closed(zlink_wire::DisconnectReason),
     /// The node shut down; the client was sent Disconnect { `Shutdown` }.
     Shutdown,
@@ -86,13 +87,14 @@ impl ClientCloseCause {
 #[non_exhaustive]
 pub enum ClientEvent {
     /// A session began (the connection's first record). Sent before any record of the
-    /// session is handed to the [`InboundReceiver`].
+    /// session is handed to the [`InboundReceiver`](crate::InboundReceiver).
     Connected {
         /// The session.
         session: SessionRid,
     },
     /// A session ended. Sent after the last record of the session was handed to the
-    /// [`InboundReceiver`] (records held while the application queue was full go up first).
+    /// [`InboundReceiver`](crate::InboundReceiver) (records held while the application queue was
+    /// full go up first).
     Disconnected {
         /// The session.
         session: SessionRid,
@@ -101,7 +103,8 @@ pub enum ClientEvent {
     },
 }
 
-/// The lossless stream of [`ClientEvent`]s ([`MeshNode::take_client_events`]).
+/// The lossless stream of [`ClientEvent`]s
+/// ([`MeshNode::take_client_events`](crate::MeshNode::take_client_events)).
 ///
 /// Unbounded, which is bounded in practice by the session count: each session produces at
 /// most two events (Connected, Disconnected) and live sessions are bounded by

@@ -156,8 +156,8 @@ struct Cli {
     /// File holding the mesh secret (>= 32 bytes after trimming; make it random).
     #[arg(long, env = "ZLINK_SECRET_FILE", value_name = "FILE")]
     secret_file: Option<PathBuf>,
-    /// Location Store URL: sqlite:///PATH (shared by every node on the machine),
-    /// redis://HOST[:PORT][/DB][?prefix=NAME] (shared by nodes on any machine) or memory:
+    /// Location Store URL: `sqlite:///PATH` (shared by every node on the machine),
+    /// `redis://HOST[:PORT][/DB][?prefix=NAME]` (shared by nodes on any machine) or `memory:`
     /// [default: sqlite://./zlink-store.db].
     #[arg(long, env = "ZLINK_STORE", value_name = "URL")]
     store: Option<String>,
@@ -168,7 +168,7 @@ struct Cli {
     /// [default: none].
     #[arg(long, env = "ZLINK_METRICS", value_name = "ADDR")]
     metrics: Option<std::net::SocketAddr>,
-    /// A peer, NAME=RELAY,COMPLETION (repeatable; adds to the file's [[peers]]).
+    /// A peer, NAME=RELAY,COMPLETION (repeatable; adds to the file's `[[peers]]`).
     #[arg(long = "peer", value_name = "NAME=RELAY,COMPLETION")]
     peers: Vec<String>,
     /// Graceful shutdown drain deadline in ms [default: 5000].

@@ -7,10 +7,10 @@ use std::time::{Duration, Instant};
 
 use crate::sync::Mutex;
 
-/// A reading of the CPU cycle counter ([`Clock::stamp`]): an instant that budget and lease
-/// checks compare against bounds they computed from clock readings, without reading the clock.
-/// [`CycleStamp::NONE`] where no usable counter exists (or none was read): checks then read
-/// the clock.
+/// A reading of the CPU cycle counter ([`Clock::stamp`](crate::clock::Clock::stamp)): an
+/// instant that budget and lease checks compare against bounds they computed from clock
+/// readings, without reading the clock. [`CycleStamp::NONE`] where no usable counter exists (or
+/// none was read): checks then read the clock.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CycleStamp(u64);
 

@@ -5,7 +5,8 @@ use std::time::Duration;
 use super::*;
 
 /// Refuses an owner lease TTL whose renewal slack is not longer than `write_wait`, the longest
-/// the store may make a write wait ([`LocationStore::write_wait_limit`]).
+/// the store may make a write wait
+/// ([`LocationStore::write_wait_limit`](crate::store::LocationStore::write_wait_limit)).
 ///
 /// # Errors
 /// [`ConfigError::LeaseTtlTooShort`].

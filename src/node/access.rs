@@ -22,7 +22,7 @@
 //!
 //! What the table keeps per session (operator flag, created incarnations, operations in
 //! flight, failed credential attempts) is created only by the session's own records on the
-//! inbound loop and removed when the session ends ([`ClientAccessTable::forget`]); a session
+//! inbound loop and removed when the session ends (`ClientAccessTable::forget`); a session
 //! keeps at most [`MAX_OWNED_PER_SESSION`] created incarnations.
 
 use std::collections::{HashMap, HashSet};

@@ -220,7 +220,7 @@ impl<W, L: Clone> GateShared<W, L> {
     }
 
     /// The holder is gone (or going): give back a big buffer the batch slot kept between
-    /// batches, so an idle gate keeps none ([`IDLE_BATCH_KEEP`]). A batch outstanding meanwhile
+    /// batches, so an idle gate keeps none (`IDLE_BATCH_KEEP`). A batch outstanding meanwhile
     /// (another holder's) is left alone; its holder trims when it goes.
     pub fn trim_idle_batch(&self) {
         let mut slot = self.batch.lock().unwrap();

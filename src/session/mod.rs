@@ -10,7 +10,7 @@
 //! | [`aggregate`] | `SessionBindingAggregate`: the sans-IO serial section of one session (bind, relays and their sequence, push checks, 51, replacement timers, disconnect snapshot) |
 //! | [`slot`] | the actor owner's `BindingSlot` beside each local incarnation (38 registration, 24 check, tombstones) |
 //! | [`flow`] | the closed vocabulary of rejected records and their counters (SB-5.9) |
-//! | `owner` | the thin driver: sessions by SessionRid, session lanes, callbacks, timers, sending 38/24/36/51 through the node's [`SessionHost`] |
+//! | `owner` | the thin driver: sessions by SessionRid, session lanes, callbacks, timers, sending 38/24/36/51 through the node's `SessionHost` |
 //!
 //! # Contract
 //! - Session callbacks (connected, packet handlers, replaced, disconnected) run on the session's

@@ -69,7 +69,7 @@ pub const DEFAULT_PREFIX: &str = "zlink";
 #[non_exhaustive]
 pub struct RedisOptions {
     /// Every key starts with `PREFIX:`; meshes (or test runs) sharing one Redis use distinct
-    /// prefixes. Default [`DEFAULT_PREFIX`]; the URL's `?prefix=NAME` sets it.
+    /// prefixes. Default `zlink` (`DEFAULT_PREFIX`); the URL's `?prefix=NAME` sets it.
     pub prefix: String,
     /// How long one command waits for its answer before the call fails `Unavailable`.
     /// Default 2 s.
