@@ -14,6 +14,8 @@
 //! - `actor_send`: one-way `Add` sends from node a to a `counter` on node b, counted by the
 //!   actor; baseline: libzmq DEALER→ROUTER one-way throughput of 64-byte messages.
 //!
+//! The process runs on mimalloc, the allocator `zlink-node` links (as `bench_session` does).
+//!
 //! `BENCH_QUICK=1` shortens every run; `BENCH_NODE_ONLY=send` runs only `actor_send`
 //! (`BENCH_SENDS=N` sends: callgrind's per-send cost is the difference of two runs;
 //! `BENCH_SPIN=<yields>` sets the I/O threads' spin, 0 under valgrind).
@@ -34,6 +36,9 @@ use zlink_mesh::{MeshConfig, MeshName, MeshSecret, NodeRid};
 mod progress;
 #[path = "support/samples.rs"]
 mod samples;
+/// The allocator `zlink-node` links, so the cross-node path is measured as it ships.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 const PAYLOAD: usize = 64;
 

@@ -104,6 +104,43 @@ async fn a_relay_send_reaches_only_the_bound_actor_its_id_names() {
     assert_eq!(a.request(&c2, &Get, TIMEOUT).await.unwrap(), 0);
 }
 
+// spec: SB-5.3
+// A RelayRequest goes only to the actor its id names, through the session's binding of it
+// (the id found and the relay stepped in one step, `forward_bytes`): to an actor the session
+// holds no binding of it is answered `InvalidOperation` (session-not-bound) and counted
+// `relay`/`session_not_bound` — also right after requests to a bound actor whose binding the
+// session remembers (the id's bytes are compared, not assumed) — and nothing reaches that
+// actor.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relay_request_reaches_only_the_bound_actor_its_id_names() {
+    use zlink::session::{FlowRecord, FlowReject};
+    let (a, _b, _ta, _tb) = session_pair(memory_store(), demo::sessions(), None).await;
+    let c = client_of(&a);
+    let c1 = c.create("counter", "c1", Placement::on("b")).await.unwrap();
+    let c2 = c.create("counter", "c2", Placement::on("b")).await.unwrap();
+    bind(&c, &c1).await;
+    let not_bound = || {
+        a.session_flow()
+            .get(FlowRecord::Relay, FlowReject::NotBound)
+    };
+    let before = not_bound();
+    assert_eq!(
+        kind(relay_req(&c, &c2, &Add(1)).await),
+        ErrorKind::InvalidOperation
+    );
+    assert_eq!(not_bound(), before + 1);
+    for _ in 0..3 {
+        relay_req(&c, &c1, &Add(1)).await.unwrap();
+    }
+    assert_eq!(
+        kind(relay_req(&c, &c2, &Add(1)).await),
+        ErrorKind::InvalidOperation
+    );
+    assert_eq!(not_bound(), before + 2);
+    assert_eq!(relay_req(&c, &c1, &Get).await.unwrap(), 3);
+    assert_eq!(a.request(&c2, &Get, TIMEOUT).await.unwrap(), 0);
+}
+
 // spec: SB-14.3
 // spec: SB-5.1
 // spec: SB-5.10

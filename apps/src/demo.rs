@@ -568,7 +568,7 @@ impl<'a> RawRelay<'a> {
     }
 }
 
-/// Longest id [`RawRelay::ascii_send`] copies out (longer ones take the packet whole): a
+/// Longest id [`RawRelay::ascii`] copies out (longer ones take the packet whole): a
 /// small stack copy, which a full [`zlink_wire::ActorId::MAX_LEN`] buffer is not (its zeroing
 /// and copy cost about 0.14 k instructions per packet).
 const SHORT_ID: usize = 32;
@@ -580,13 +580,14 @@ struct AsciiId {
 }
 
 impl RawRelay<'_> {
-    /// A `RelaySend` read by the fast reader whose actor id is ASCII (valid UTF-8, so what
-    /// `rmp-serde` reads too) and at most [`SHORT_ID`] bytes: the id copied out, the key, and the packet narrowed to the
-    /// message. Anything else gives the packet back whole, for [`RelayView::parse`], which
-    /// then answers it as without this step (a non-ASCII id's error is `rmp-serde`'s verdict
-    /// on the whole packet).
-    fn ascii_send(mut packet: Bytes) -> Result<(AsciiId, DispatchKey, Bytes), Bytes> {
-        let (id, key, start, len) = {
+    /// A relay packet read by the fast reader whose actor id is ASCII (valid UTF-8, so what
+    /// `rmp-serde` reads too) and at most [`SHORT_ID`] bytes: the id copied out, the key, the
+    /// packet narrowed to the message, and the timeout (0 when absent, as a `RelaySend` has
+    /// none). Anything else gives the packet back whole, for [`RelayView::parse`], which then
+    /// answers it as without this step (a non-ASCII id's error is `rmp-serde`'s verdict on the
+    /// whole packet).
+    fn ascii(mut packet: Bytes) -> Result<(AsciiId, DispatchKey, Bytes, u32), Bytes> {
+        let (id, key, start, len, timeout_ms) = {
             let Some(v) = RawRelay::read(&packet) else {
                 return Err(packet);
             };
@@ -599,11 +600,11 @@ impl RawRelay<'_> {
             };
             id.bytes[..id.len].copy_from_slice(v.actor_id);
             let start = v.payload.as_ptr() as usize - packet.as_ptr() as usize;
-            (id, v.key, start, v.payload.len())
+            (id, v.key, start, v.payload.len(), v.timeout_ms)
         };
         packet.advance(start);
         packet.truncate(len);
-        Ok((id, DispatchKey::new(key), packet))
+        Ok((id, DispatchKey::new(key), packet, timeout_ms))
     }
 }
 
@@ -689,8 +690,30 @@ pub fn sessions() -> zlink::session::SessionHandlers {
         // packet) and their bound actor found while the packet is whole: no copy of the
         // message, no allocation beyond the relay's own. A relay request is forwarded
         // (`BoundActor::forward`): the packet's turn ends once the 24 is handed off, and the
-        // actor's reply answers the client on its own (SB-1.5).
+        // actor's reply answers the client on its own (SB-1.5). An ASCII id (every id a client
+        // normally sends) is found and forwarded in one step (`forward_bytes`).
         .packet_turn(RelayRequest::KEY, |s, packet| {
+            let packet = match RawRelay::ascii(packet) {
+                Ok((id, key, payload, timeout_ms)) => {
+                    let id = &id.bytes[..id.len];
+                    return match s.actors().forward_bytes(
+                        id,
+                        key,
+                        payload,
+                        timeout_of(timeout_ms),
+                        bin_reply,
+                    ) {
+                        Some(turn) => turn,
+                        // ASCII, so text: the relay's not-bound refusal, counted.
+                        None => zlink::session::PacketTurn::Done(Err(counted_not_bound(
+                            &s,
+                            FlowRecord::Relay,
+                            std::str::from_utf8(id).unwrap_or_default(),
+                        ))),
+                    };
+                }
+                Err(packet) => packet,
+            };
             match RelayView::parse(packet, |id| relay_target(&s, id, bound(&s, id))) {
                 Ok((actor, key, payload, timeout_ms)) => {
                     actor.forward(key, payload, timeout_of(timeout_ms), bin_reply)
@@ -701,8 +724,8 @@ pub fn sessions() -> zlink::session::SessionHandlers {
         // A one-way relay admitted at once finishes without a future; an ASCII id (every id
         // a client normally sends) is found and relayed in one step (`send_turn_bytes`).
         .packet_turn(RelaySend::KEY, |s, packet| {
-            let packet = match RawRelay::ascii_send(packet) {
-                Ok((id, key, payload)) => {
+            let packet = match RawRelay::ascii(packet) {
+                Ok((id, key, payload, _)) => {
                     let id = &id.bytes[..id.len];
                     return match s.actors().send_turn_bytes(
                         id,

@@ -105,12 +105,6 @@ impl Ready {
         }
     }
 
-    /// The sockets in `bits` that are drained (see [`Ready::drained`]).
-    #[inline]
-    pub(crate) fn drained(&self, bits: u8) -> u8 {
-        self.drained.get() & bits
-    }
-
     /// A call other than a receive was made on the sockets in `bits` (see [`Ready::drained`]).
     #[inline]
     pub(crate) fn touched(&self, bits: u8) {
@@ -181,6 +175,67 @@ impl Ready {
         read
     }
 
+    /// The idle spin of a driver: yields the CPU up to `yields` times (and not past `until`)
+    /// while watching for commands (`door`) or a readable socket among `data`. `Some` with the
+    /// sockets it saw quiet when there is work.
+    ///
+    /// Called after a pass that found no work. A data socket not drained is asked once for
+    /// `ZMQ_EVENTS` (`socket(bit)`; level: libzmq processes its commands), and one with a
+    /// PAUSED queue (`waiting`) and commands pending is work at once; after that every socket
+    /// is drained and one `poll()` over their `ZMQ_FD`s per turn sees every new message (and
+    /// other commands: the pass then reads, which processes them) without the `poll()` that
+    /// each `ZMQ_EVENTS` makes inside libzmq. The sleep ([`Ready::wait`]) keeps its own level
+    /// check.
+    pub(crate) fn spin<'s, C>(
+        &self,
+        yields: usize,
+        door: &Door<C>,
+        data: u8,
+        waiting: u8,
+        until: Option<Instant>,
+        socket: impl Fn(u8) -> Option<&'s zmq::Socket>,
+    ) -> Option<u8> {
+        if yields == 0 {
+            return None;
+        }
+        let undrained = data & !self.drained.get();
+        if self.commands_for_waiting(undrained, waiting) != 0 {
+            // A pass reads it (processing its commands) and retries its PAUSED queues.
+            return Some(0);
+        }
+        for i in 0..8 {
+            let bit = 1u8 << i;
+            if undrained & bit == 0 {
+                continue;
+            }
+            let Some(s) = socket(bit) else {
+                continue;
+            };
+            match s.get_events() {
+                Ok(e) if e.contains(zmq::POLLIN) => return Some(0),
+                Ok(_) => self.set_drained(bit, true),
+                Err(_) => return Some(0),
+            }
+        }
+        let mut quiet = 0;
+        for _ in 0..yields {
+            if until.is_some_and(|u| Instant::now() >= u) {
+                return None;
+            }
+            if !door.rx.is_empty() {
+                return Some(quiet);
+            }
+            match self.signaled(data, 0) {
+                Some(0) => {}
+                Some(signaled) => return Some(data & !signaled),
+                None => return Some(0),
+            }
+            quiet = data;
+            std::thread::yield_now();
+        }
+        None
+    }
+
     /// The one sleeping poll of a pass, over the sockets in `present`, for at most `ms` (0:
     /// without waiting; also when a command is already waiting, [`Bell::prepare_sleep`]).
     ///
@@ -245,5 +300,64 @@ impl Ready {
             quiet,
             slept,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Two connected inproc PAIR sockets: (the one the driver reads, the peer that writes).
+    fn pair(ctx: &zmq::Context, name: &str) -> (zmq::Socket, zmq::Socket) {
+        let ep = format!("inproc://driver-test-{name}");
+        let a = ctx.socket(zmq::PAIR).unwrap();
+        a.bind(&ep).unwrap();
+        let b = ctx.socket(zmq::PAIR).unwrap();
+        b.connect(&ep).unwrap();
+        (a, b)
+    }
+
+    /// Reads `s` until EAGAIN, as a driver's read does before it marks a socket drained.
+    fn drain(s: &zmq::Socket) {
+        while s.recv_msg(zmq::DONTWAIT).is_ok() {}
+    }
+
+    // A drained socket is read again only when its FD signals something new or a call other
+    // than a receive touched it: no message waits unread behind a drained bit.
+    #[test]
+    fn a_drained_socket_is_read_again_after_a_message_or_a_touch() {
+        let ctx = zmq::Context::new();
+        let (a, peer_a) = pair(&ctx, "a");
+        let (b, peer_b) = pair(&ctx, "b");
+        let mut fds = [-1; 8];
+        fds[0] = a.get_fd().unwrap();
+        fds[1] = b.get_fd().unwrap();
+        let ready = Ready::new(fds);
+        // Nothing drained yet: both are read.
+        assert_eq!(ready.to_read(0b11, 0), 0b11);
+        drain(&a);
+        drain(&b);
+        ready.set_drained(0b11, true);
+        // Both drained, nothing new: one poll says neither. With `a` found quiet, `b` is the
+        // only one asked, and a single one is read directly (a receive costs what a poll does).
+        assert_eq!(ready.to_read(0b11, 0), 0);
+        assert_eq!(ready.to_read(0b11, 0b01), 0b10);
+        // A message for `a` signals its FD: `a` alone is read.
+        peer_a.send("x", 0).unwrap();
+        let until = Instant::now() + std::time::Duration::from_secs(20);
+        while ready.to_read(0b11, 0) != 0b01 {
+            assert!(Instant::now() < until, "a's FD never signaled its message");
+            std::thread::yield_now();
+        }
+        assert!(
+            a.recv_msg(zmq::DONTWAIT).is_ok(),
+            "the message was there to read"
+        );
+        drain(&a);
+        // A send on `b` may process its commands without its FD: touched, it is read again.
+        b.send("y", 0).unwrap();
+        ready.touched(0b10);
+        assert_eq!(ready.to_read(0b11, 0) & 0b10, 0b10);
+        drop((peer_a, peer_b));
     }
 }

@@ -25,6 +25,11 @@ pub(crate) const OUT_BATCH_SIZE: c_int = 102;
 /// received message out of its receive buffer, which then carries no reference counts.
 pub(crate) const IN_ZERO_COPY: c_int = 0x5a4c_0002;
 
+/// `ZMQ_LAZY_BUFFERS` (vendored patch "lazy buffers"): 1 makes each connection free its
+/// receive buffer once everything read is decoded and its send buffer once everything encoded
+/// is written, allocating them again on use.
+pub(crate) const LAZY_BUFFERS: c_int = 0x5a4c_0003;
+
 /// Sets the integer socket option `option` of `socket` to `value`.
 pub(crate) fn set_int(socket: &mut zmq::Socket, option: c_int, value: c_int) -> zmq::Result<()> {
     let ptr = socket.as_mut_ptr();

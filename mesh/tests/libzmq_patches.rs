@@ -1,4 +1,5 @@
-//! Regression tests for `ZLINK PATCH (io error)` and `ZLINK PATCH (disconnect mid-message)`
+//! Regression tests for `ZLINK PATCH (io error)`, `ZLINK PATCH (disconnect mid-message)`,
+//! `ZLINK PATCH (lazy buffers)` and `ZLINK PATCH (shared options)`
 //! in the vendored libzmq
 //! (`vendor/zeromq-src/PATCHES.md`), through the `zmq` crate directly (the same libzmq build
 //! the mesh links).
@@ -439,5 +440,223 @@ fn disconnect_after_poll_mid_message_does_not_abort() {
     in_child(
         "disconnect_after_poll_mid_message_does_not_abort",
         disconnect_mid_message_scenario,
+    );
+}
+
+/// glibc's `mallinfo2` (what libzmq's `malloc` holds; this test binary's Rust code allocates
+/// through the same `malloc`).
+#[repr(C)]
+struct MallInfo2 {
+    arena: usize,
+    ordblks: usize,
+    smblks: usize,
+    hblks: usize,
+    hblkhd: usize,
+    usmblks: usize,
+    fsmblks: usize,
+    uordblks: usize,
+    fordblks: usize,
+    keepcost: usize,
+}
+
+unsafe extern "C" {
+    fn mallinfo2() -> MallInfo2;
+}
+
+/// Bytes in use in glibc's heap (all arenas: `uordblks`) and in its `mmap`ed blocks.
+fn heap_in_use() -> usize {
+    // SAFETY: mallinfo2 takes no arguments and returns a plain struct by value.
+    let m = unsafe { mallinfo2() };
+    m.uordblks + m.hblkhd
+}
+
+/// Sets the integer option `option` (a vendored-libzmq one the `zmq` crate has no setter for).
+fn set_int(socket: &mut zmq::Socket, option: i32, value: i32) {
+    // SAFETY: the live socket `socket` borrows exclusively; libzmq copies the int it reads.
+    let rc = unsafe {
+        zmq_sys::zmq_setsockopt(
+            socket.as_mut_ptr(),
+            option,
+            std::ptr::from_ref(&value).cast(),
+            std::mem::size_of::<i32>(),
+        )
+    };
+    assert_eq!(rc, 0, "setsockopt {option:#x}");
+}
+
+/// A data frame (short form, last part) on a raw ZMTP connection.
+fn data(body: &[u8]) -> Vec<u8> {
+    let mut f = vec![0x00u8, body.len() as u8];
+    f.extend_from_slice(body);
+    f
+}
+
+/// The next data frame's body on a raw ZMTP connection (commands, such as READY, skipped).
+fn read_data(s: &mut TcpStream) -> Vec<u8> {
+    loop {
+        let mut head = [0u8; 2];
+        s.read_exact(&mut head).unwrap();
+        assert_eq!(head[0] & 0x02, 0, "a long frame");
+        let mut body = vec![0u8; head[1] as usize];
+        s.read_exact(&mut body).unwrap();
+        if head[0] & 0x04 == 0 {
+            return body;
+        }
+    }
+}
+
+/// Connections per configuration in the lazy buffers scenario.
+const IDLE_CONNECTIONS: usize = 200;
+
+/// What `IDLE_CONNECTIONS` idle connections to a ROUTER set up as the mesh's client port
+/// (1 KiB buffers, no zero-copy receive) hold in libzmq's heap, per connection, with
+/// `ZMQ_LAZY_BUFFERS` set to `lazy`. Each connection has read a record and written one (both
+/// buffers used), and read a second record after its answer went out: so its engine has
+/// finished writing the answer (a connection's input is handled after the output it
+/// caused) and decoding what it read (the router sees a record only after that).
+fn idle_cost(lazy: i32) -> usize {
+    let ctx = zmq::Context::new();
+    let mut router = ctx.socket(zmq::ROUTER).unwrap();
+    router.set_linger(0).unwrap();
+    router.set_rcvtimeo(WAIT.as_millis() as i32).unwrap();
+    set_int(&mut router, 101, 1024); // ZMQ_IN_BATCH_SIZE
+    set_int(&mut router, 102, 1024); // ZMQ_OUT_BATCH_SIZE
+    set_int(&mut router, 0x5a4c_0002, 0); // ZMQ_IN_ZERO_COPY
+    set_int(&mut router, 0x5a4c_0003, lazy); // ZMQ_LAZY_BUFFERS
+    router.bind("tcp://127.0.0.1:*").unwrap();
+    let port: u16 = router
+        .get_last_endpoint()
+        .unwrap()
+        .unwrap()
+        .rsplit(':')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let mut peers = Vec::with_capacity(IDLE_CONNECTIONS);
+    let before = heap_in_use();
+    for _ in 0..IDLE_CONNECTIONS {
+        let mut s = zmtp_open(port);
+        s.write_all(&data(b"first")).unwrap();
+        peers.push(s);
+    }
+    for _ in 0..IDLE_CONNECTIONS {
+        let m = router.recv_multipart(0).unwrap();
+        assert_eq!(m[1], b"first");
+        router.send_multipart([&m[0][..], b"answer"], 0).unwrap();
+    }
+    for s in &mut peers {
+        assert_eq!(read_data(s), b"answer");
+        s.write_all(&data(b"second")).unwrap();
+    }
+    for _ in 0..IDLE_CONNECTIONS {
+        assert_eq!(router.recv_multipart(0).unwrap()[1], b"second");
+    }
+    let per = heap_in_use().saturating_sub(before) / IDLE_CONNECTIONS;
+    drop(peers);
+    per
+}
+
+/// `ZLINK PATCH (lazy buffers)` and `ZLINK PATCH (shared options)`: an idle connection holds
+/// neither of its 1 KiB buffers with `ZMQ_LAZY_BUFFERS`, and no copy of its socket's options
+/// (1,272 bytes each; there were three per connection).
+fn lazy_buffers_scenario() {
+    let kept = idle_cost(0);
+    let lazy = idle_cost(1);
+    println!("libzmq heap per idle connection: {kept} B with its buffers kept, {lazy} B lazy");
+    assert!(
+        kept >= lazy + 1800,
+        "lazy buffers should save both 1 KiB buffers: {kept} B kept, {lazy} B lazy"
+    );
+    assert!(
+        lazy <= LAZY_CONNECTION_BOUND,
+        "an idle connection holds {lazy} B (bound {LAZY_CONNECTION_BOUND} B)"
+    );
+}
+
+/// The stated bound on libzmq's heap per idle connection with lazy buffers: ≈ 3.5 KiB (engine,
+/// session, mechanism, pipes and their chunks, the peer's metadata, the routing-id entry),
+/// below 3.5 KiB + the three option copies' 3.7 KiB that it was.
+const LAZY_CONNECTION_BOUND: usize = 5 * 1024;
+
+#[test]
+fn lazy_buffers_hold_nothing_while_a_connection_is_idle() {
+    in_child(
+        "lazy_buffers_hold_nothing_while_a_connection_is_idle",
+        lazy_buffers_scenario,
+    );
+}
+
+/// `ZLINK PATCH (lazy buffers)`: with the buffers freed whenever they are empty and allocated
+/// again on use, every message still arrives intact, whatever its size against the 1 KiB
+/// buffers (smaller, straddling reads, larger than the buffer: read into its own message),
+/// both ways, with many in flight at once, and no connection fails its protocol.
+#[test]
+fn lazy_buffers_carry_every_size_intact() {
+    let ctx = zmq::Context::new();
+    let mut router = ctx.socket(zmq::ROUTER).unwrap();
+    router.set_linger(0).unwrap();
+    router.set_rcvtimeo(WAIT.as_millis() as i32).unwrap();
+    set_int(&mut router, 101, 1024); // ZMQ_IN_BATCH_SIZE
+    set_int(&mut router, 102, 1024); // ZMQ_OUT_BATCH_SIZE
+    set_int(&mut router, 0x5a4c_0002, 0); // ZMQ_IN_ZERO_COPY
+    set_int(&mut router, 0x5a4c_0003, 1); // ZMQ_LAZY_BUFFERS
+    router.bind("tcp://127.0.0.1:*").unwrap();
+    router
+        .monitor(
+            "inproc://lazy-buffers-monitor",
+            zmq::SocketEvent::HANDSHAKE_FAILED_PROTOCOL as i32,
+        )
+        .unwrap();
+    let monitor = ctx.socket(zmq::PAIR).unwrap();
+    monitor.connect("inproc://lazy-buffers-monitor").unwrap();
+    let endpoint = router.get_last_endpoint().unwrap().unwrap();
+    const PEERS: usize = 8;
+    const MESSAGES: usize = 300;
+    // Sizes around and across the buffer: 1 B .. 3 KiB, a different sequence per peer.
+    let size = |peer: usize, i: usize| 1 + (i * 997 + peer * 131) % 3000;
+    let body = |peer: usize, i: usize| -> Vec<u8> {
+        (0..size(peer, i))
+            .map(|k| (k as u8) ^ (i as u8) ^ (peer as u8))
+            .collect()
+    };
+    let dealers: Vec<zmq::Socket> = (0..PEERS)
+        .map(|_| {
+            let d = ctx.socket(zmq::DEALER).unwrap();
+            d.set_linger(0).unwrap();
+            d.set_rcvtimeo(WAIT.as_millis() as i32).unwrap();
+            d.connect(&endpoint).unwrap();
+            d
+        })
+        .collect();
+    // Every peer sends all its messages at once (many reads in a row, partial frames), the
+    // router echoes each (many writes in a row), each peer reads its echoes in order.
+    for (p, d) in dealers.iter().enumerate() {
+        for i in 0..MESSAGES {
+            d.send(body(p, i), 0).unwrap();
+        }
+    }
+    let mut seen = [0usize; PEERS];
+    for _ in 0..PEERS * MESSAGES {
+        let m = router
+            .recv_multipart(0)
+            .expect("a message within the guard");
+        let b = &m[1];
+        // Which peer: the body's sequence at its position says it.
+        let p = (0..PEERS)
+            .find(|&p| b == &body(p, seen[p]))
+            .unwrap_or_else(|| panic!("a message out of order or damaged ({} B)", b.len()));
+        seen[p] += 1;
+        router.send_multipart([&m[0][..], &b[..]], 0).unwrap();
+    }
+    for (p, d) in dealers.iter().enumerate() {
+        for i in 0..MESSAGES {
+            assert_eq!(d.recv_bytes(0).unwrap(), body(p, i), "peer {p} echo {i}");
+        }
+    }
+    assert_eq!(
+        monitor.poll(zmq::POLLIN, 0).unwrap(),
+        0,
+        "a connection failed its protocol"
     );
 }

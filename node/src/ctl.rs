@@ -15,10 +15,10 @@ use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
 
-use anyhow::{Context, bail};
+use anyhow::{Context, anyhow, bail};
 use clap::{Args, Subcommand};
 use serde::Serialize;
-use zlink::node::client::NodeClient;
+use zlink::node::client::{ClientError, NodeClient};
 use zlink::node::protocol::{
     ActorEntry, ListActors, ListSessions, NodeCounters, NodeInfo, RelocateActor, SessionEntry,
 };
@@ -585,34 +585,45 @@ async fn relocate(
         actor_id: actor.clone(),
         to,
     };
-    let mut not_here = Vec::new();
+    let (t, answer) = match ask_owner(targets, |t| t.client.relocate(&req)).await {
+        Ok(found) => found,
+        Err(asked) => bail!("no node asked owns {actor} (asked: {})", asked.join(", ")),
+    };
+    let done = answer.map_err(|e| anyhow!("{}: relocating {actor}: {e}", t.endpoint))?;
+    if as_json {
+        return json(&done);
+    }
+    let phases = phase_text(&done.phases);
+    Ok(format!(
+        "relocation {} moved {} from {} to {} in {} ms ({} records relayed; {phases})\n",
+        done.relocation,
+        done.actor.id(),
+        done.from,
+        done.to,
+        done.duration_ms,
+        done.relayed
+    ))
+}
+
+/// Asks the targets in turn until one answers other than `NotFound` (it owns what was
+/// asked about): that target and its answer, or the endpoints of every target asked.
+async fn ask_owner<'t, T, F>(
+    targets: &'t [Target],
+    ask: impl Fn(&'t Target) -> F,
+) -> Result<(&'t Target, Result<T, ClientError>), Vec<String>>
+where
+    F: Future<Output = Result<T, ClientError>>,
+{
+    let mut asked = Vec::new();
     for t in targets {
-        match t.client.relocate(&req).await {
-            Ok(done) => {
-                if as_json {
-                    return json(&done);
-                }
-                let phases = phase_text(&done.phases);
-                return Ok(format!(
-                    "relocation {} moved {} from {} to {} in {} ms ({} records relayed; {phases})\n",
-                    done.relocation,
-                    done.actor.id(),
-                    done.from,
-                    done.to,
-                    done.duration_ms,
-                    done.relayed
-                ));
-            }
+        match ask(t).await {
             Err(e) if e.kind() == zlink_wire::ErrorKind::NotFound => {
-                not_here.push(t.endpoint.clone());
+                asked.push(t.endpoint.clone());
             }
-            Err(e) => bail!("{}: relocating {actor}: {e}", t.endpoint),
+            answer => return Ok((t, answer)),
         }
     }
-    bail!(
-        "no node asked owns {actor} (asked: {})",
-        not_here.join(", ")
-    )
+    Err(asked)
 }
 
 /// A relocation's phases as `Sealing 1 ms, Restoring 0 ms, …`.
@@ -634,41 +645,34 @@ async fn relocate_spot(
         spot: spot.clone(),
         to,
     };
-    let mut not_here = Vec::new();
-    for t in targets {
-        match t.client.relocate_spot(&req).await {
-            Ok(done) => {
-                if as_json {
-                    return json(&done);
-                }
-                let phases = phase_text(&done.phases);
-                let actors = done
-                    .actors
-                    .iter()
-                    .map(|a| a.id().to_string())
-                    .collect::<Vec<_>>()
-                    .join(", ");
-                return Ok(format!(
-                    "relocation {} moved spot {} ({} actors: {actors}) from {} to {} in {} ms ({} records relayed; {phases})\n",
-                    done.relocation,
-                    done.spot,
-                    done.actors.len(),
-                    done.from,
-                    done.to,
-                    done.duration_ms,
-                    done.relayed
-                ));
-            }
-            Err(e) if e.kind() == zlink_wire::ErrorKind::NotFound => {
-                not_here.push(t.endpoint.clone());
-            }
-            Err(e) => bail!("{}: relocating spot {spot}: {e}", t.endpoint),
-        }
+    let (t, answer) = match ask_owner(targets, |t| t.client.relocate_spot(&req)).await {
+        Ok(found) => found,
+        Err(asked) => bail!(
+            "no node asked hosts spot {spot} (asked: {})",
+            asked.join(", ")
+        ),
+    };
+    let done = answer.map_err(|e| anyhow!("{}: relocating spot {spot}: {e}", t.endpoint))?;
+    if as_json {
+        return json(&done);
     }
-    bail!(
-        "no node asked hosts spot {spot} (asked: {})",
-        not_here.join(", ")
-    )
+    let phases = phase_text(&done.phases);
+    let actors = done
+        .actors
+        .iter()
+        .map(|a| a.id().to_string())
+        .collect::<Vec<_>>()
+        .join(", ");
+    Ok(format!(
+        "relocation {} moved spot {} ({} actors: {actors}) from {} to {} in {} ms ({} records relayed; {phases})\n",
+        done.relocation,
+        done.spot,
+        done.actors.len(),
+        done.from,
+        done.to,
+        done.duration_ms,
+        done.relayed
+    ))
 }
 
 async fn relocations(targets: &[Target], as_json: bool) -> anyhow::Result<String> {

@@ -22,7 +22,7 @@ use zlink_wire::{ActorId, DispatchKey};
 
 use super::error::ActorError;
 use super::message::{ActorCtx, HandlerError};
-use super::registry::{ActorInstance, Outcome, Step, TurnCtx};
+use super::registry::{ActorInstance, Outcome, ReplyUse, Step, TurnCtx};
 use super::spot::{SpotKind, UserMode};
 use crate::runtime::{
     self, CanYield, Ctx, CycleStamp, EntrySpot, InstanceSpot, NoYield, Payload, PerActorUser,
@@ -465,10 +465,10 @@ impl Cell {
 
     /// Runs the handler; the mutex is never held across an await (the gate already serialises
     /// the turns of one actor, so it is uncontended).
-    fn step(&self, turn: &TurnCtx, key: DispatchKey, payload: Bytes) -> Step {
+    fn step(&self, turn: &TurnCtx, key: DispatchKey, payload: Bytes, reply: ReplyUse) -> Step {
         let mut instance = self.instance.lock().unwrap_or_else(|e| e.into_inner());
         match instance.as_mut() {
-            Some(i) => i.handle(&self.ctx, turn, key, payload),
+            Some(i) => i.handle(&self.ctx, turn, key, payload, reply),
             None => Step::Now(Err(ActorError::NotReady {
                 actor_id: self.actor_id.clone(),
             })),
@@ -507,6 +507,11 @@ impl Cell {
         self.shared.turns.fetch_add(1, Ordering::Relaxed);
         let running = self.shared.running.enter_ref();
         let reply = work.reply.take();
+        // A send's reply is read by nobody: not encoded.
+        let reply_use = match reply {
+            Some(_) => ReplyUse::Read,
+            None => ReplyUse::Unread,
+        };
         if self.paused() {
             let running = running.into_owned(&self.shared.running);
             let cell = self.clone();
@@ -522,7 +527,8 @@ impl Cell {
                     cell.finish(reply, Err(e));
                     return Ok(());
                 }
-                let out = match cell.step(&turn, work.key, std::mem::take(&mut work.payload)) {
+                let payload = std::mem::take(&mut work.payload);
+                let out = match cell.step(&turn, work.key, payload, reply_use) {
                     Step::Now(o) => o,
                     Step::Later(f) => f.await,
                 };
@@ -535,7 +541,12 @@ impl Cell {
             self.finish(reply, Err(e));
             return runtime::Handled::ok(());
         }
-        match self.step(&turn, work.key, std::mem::take(&mut work.payload)) {
+        match self.step(
+            &turn,
+            work.key,
+            std::mem::take(&mut work.payload),
+            reply_use,
+        ) {
             Step::Now(out) => {
                 self.finish(reply, out);
                 runtime::Handled::ok(())

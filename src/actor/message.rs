@@ -82,9 +82,31 @@ pub struct ActorCtx {
 }
 
 fn encode<T: Serialize>(v: &T) -> Result<Bytes, ActorError> {
-    rmp_serde::to_vec_named(v)
-        .map(Bytes::from)
-        .map_err(|e| ActorError::Codec(format!("payload: {e}")))
+    to_bytes(v).map_err(|e| ActorError::Codec(format!("payload: {e}")))
+}
+
+/// Bytes of a message body encoded on the stack first: one that fits takes one allocation
+/// of exactly its size.
+const STACK_ENCODE: usize = 256;
+
+/// `v` as MessagePack (`rmp-serde`, named fields) in a buffer of exactly its size. A value of
+/// at most [`STACK_ENCODE`] bytes is encoded on the stack and copied once: one allocation,
+/// where encoding into a fresh `Vec` grows it (twice for a small message) and `Bytes::from` of
+/// a `Vec` with spare capacity allocates its shared header as well. A larger value is encoded
+/// into a `Vec` as before.
+///
+/// # Errors
+/// `rmp-serde`'s, for a value that does not serialize.
+pub(crate) fn to_bytes<T: Serialize + ?Sized>(v: &T) -> Result<Bytes, rmp_serde::encode::Error> {
+    let mut buf = [0u8; STACK_ENCODE];
+    let mut w = &mut buf[..];
+    if rmp_serde::encode::write_named(&mut w, v).is_ok() {
+        let len = STACK_ENCODE - w.len();
+        return Ok(Bytes::copy_from_slice(&buf[..len]));
+    }
+    // Too large for the stack buffer (or a value that fails: it fails again here, with the
+    // error of a full encode).
+    rmp_serde::to_vec_named(v).map(Bytes::from)
 }
 
 impl ActorCtx {

@@ -32,6 +32,7 @@ pub mod spot;
 
 pub use create::Create;
 pub use error::{ActorConfigError, ActorError, MigrationError};
+pub(crate) use message::to_bytes;
 pub use message::{
     ActorCtx, ActorHost, CLOSE_SESSION_KEY, Handled, HandlerError, Message, RESERVED_KEYS_START,
 };

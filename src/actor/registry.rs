@@ -23,13 +23,25 @@ pub struct ActivationInfo {
 
 pub(crate) type Outcome = Result<Bytes, ActorError>;
 
+/// Whether anyone reads a turn's reply: a request's caller does; a send has no reply route,
+/// so its handler's reply value is dropped without being encoded (a handler error is still
+/// reported, EG-15).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ReplyUse {
+    /// A request: the reply is encoded and answered.
+    Read,
+    /// A send: the reply value is dropped unencoded.
+    Unread,
+}
+
 /// An erased handler result.
 pub(crate) enum Step {
     Now(Outcome),
     Later(BoxFuture<Outcome>),
 }
 
-type ErasedHandler<S> = Arc<dyn Fn(&mut S, &ActorCtx, &TurnCtx, Bytes) -> Step + Send + Sync>;
+type ErasedHandler<S> =
+    Arc<dyn Fn(&mut S, &ActorCtx, &TurnCtx, Bytes, ReplyUse) -> Step + Send + Sync>;
 
 /// The runtime context of the turn running a handler, by the Spot kind of the actor: SpotWide
 /// User and Instance Spots give `Ctx<CanYield>` (EG-16.1); other Spots' turns offer no Yield
@@ -43,7 +55,14 @@ type Factory<S> = Arc<dyn Fn(&ActivationInfo, Bytes) -> Result<S, HandlerError> 
 
 /// One live actor instance with its erased handler table.
 pub(crate) trait ActorInstance: Send + 'static {
-    fn handle(&mut self, ctx: &ActorCtx, turn: &TurnCtx, key: DispatchKey, payload: Bytes) -> Step;
+    fn handle(
+        &mut self,
+        ctx: &ActorCtx,
+        turn: &TurnCtx,
+        key: DispatchKey,
+        payload: Bytes,
+        reply: ReplyUse,
+    ) -> Step;
 
     /// The instance's state for the target (relocation): called on the source after its last
     /// turn there. Refused for a type that did not opt in.
@@ -123,9 +142,16 @@ struct Instance<S> {
 }
 
 impl<S: Send + 'static> ActorInstance for Instance<S> {
-    fn handle(&mut self, ctx: &ActorCtx, turn: &TurnCtx, key: DispatchKey, payload: Bytes) -> Step {
+    fn handle(
+        &mut self,
+        ctx: &ActorCtx,
+        turn: &TurnCtx,
+        key: DispatchKey,
+        payload: Bytes,
+        reply: ReplyUse,
+    ) -> Step {
         match self.handlers.get(&key) {
-            Some(h) => h(&mut self.state, ctx, turn, payload),
+            Some(h) => h(&mut self.state, ctx, turn, payload, reply),
             None => Step::Now(Err(ActorError::UnknownMessage {
                 actor_type: self.type_name.to_string(),
                 key,
@@ -240,12 +266,12 @@ impl<S: Send + 'static> ActorTypeBuilder<S> {
         M: Message,
         F: Fn(&mut S, &ActorCtx, M) -> Handled<M::Reply> + Send + Sync + 'static,
     {
-        let erased: ErasedHandler<S> = Arc::new(move |state, ctx, _turn, payload| {
+        let erased: ErasedHandler<S> = Arc::new(move |state, ctx, _turn, payload, reply| {
             let msg: M = match rmp_serde::from_slice(&payload) {
                 Ok(m) => m,
                 Err(e) => return Step::Now(Err(ActorError::Codec(format!("payload: {e}")))),
             };
-            erase_handled(f(state, ctx, msg))
+            erase_handled(f(state, ctx, msg), reply)
         });
         self.insert(M::KEY, erased)
     }
@@ -263,7 +289,7 @@ impl<S: Send + 'static> ActorTypeBuilder<S> {
         F: Fn(&mut S, &ActorCtx, SpotWideCtx, M) -> Handled<M::Reply> + Send + Sync + 'static,
     {
         self.yields = true;
-        let erased: ErasedHandler<S> = Arc::new(move |state, ctx, turn, payload| {
+        let erased: ErasedHandler<S> = Arc::new(move |state, ctx, turn, payload, reply| {
             let TurnCtx::Yielding(rt) = turn else {
                 return Step::Now(Err(ActorError::YieldNotOffered {
                     actor_type: String::new(),
@@ -274,7 +300,7 @@ impl<S: Send + 'static> ActorTypeBuilder<S> {
                 Ok(m) => m,
                 Err(e) => return Step::Now(Err(ActorError::Codec(format!("payload: {e}")))),
             };
-            erase_handled(f(state, ctx, rt.clone(), msg))
+            erase_handled(f(state, ctx, rt.clone(), msg), reply)
         });
         self.insert(M::KEY, erased)
     }
@@ -360,24 +386,24 @@ impl<S: Send + 'static> ActorTypeBuilder<S> {
     }
 }
 
-fn erase_handled<R: serde::Serialize + Send + 'static>(h: Handled<R>) -> Step {
+fn erase_handled<R: serde::Serialize + Send + 'static>(h: Handled<R>, reply: ReplyUse) -> Step {
     match h {
-        Handled::Now(r) => Step::Now(encode_reply(r)),
-        Handled::Later(fut) => Step::Later(Box::pin(async move { encode_reply(fut.await) })),
+        Handled::Now(r) => Step::Now(encode_reply(r, reply)),
+        Handled::Later(fut) => Step::Later(Box::pin(async move { encode_reply(fut.await, reply) })),
     }
 }
 
 /// MessagePack nil: the encoding of `()`.
 static NIL: &[u8] = &[0xc0];
 
-fn encode_reply<R: serde::Serialize>(r: Result<R, HandlerError>) -> Outcome {
+fn encode_reply<R: serde::Serialize>(r: Result<R, HandlerError>, reply: ReplyUse) -> Outcome {
     match r {
+        // A send's reply: nobody reads it, so it is dropped unencoded.
+        Ok(_) if reply == ReplyUse::Unread => Ok(Bytes::new()),
         // A reply without data (`()`, the reply of most one-way messages) is one static byte:
         // no buffer allocated per message for a reply nobody may read.
         Ok(v) if std::mem::size_of::<R>() == 0 && is_nil(&v) => Ok(Bytes::from_static(NIL)),
-        Ok(v) => rmp_serde::to_vec_named(&v)
-            .map(Bytes::from)
-            .map_err(|e| ActorError::Codec(format!("reply: {e}"))),
+        Ok(v) => super::message::to_bytes(&v).map_err(|e| ActorError::Codec(format!("reply: {e}"))),
         Err(HandlerError::Refused { kind, message }) => Err(ActorError::Refused {
             kind,
             detail: message,
@@ -612,7 +638,7 @@ mod tests {
         );
         let ctx = ActorCtx::new(me, Arc::new(NoHost));
         let payload = Bytes::from(rmp_serde::to_vec_named(&Add(n)).unwrap());
-        match i.handle(&ctx, &TurnCtx::Serial, Add::KEY, payload) {
+        match i.handle(&ctx, &TurnCtx::Serial, Add::KEY, payload, ReplyUse::Read) {
             Step::Now(Ok(b)) => rmp_serde::from_slice(&b).unwrap(),
             _ => panic!("handler did not answer now"),
         }
@@ -722,22 +748,49 @@ mod tests {
 
     #[test]
     fn a_reply_without_data_is_the_static_nil_and_others_encode_as_before() {
-        let nil = encode_reply(Ok(())).unwrap();
+        let nil = encode_reply(Ok(()), ReplyUse::Read).unwrap();
         assert_eq!(&nil[..], NIL);
         assert_eq!(nil.as_ptr(), NIL.as_ptr(), "static, not allocated");
         // Zero-sized but not nil (a unit struct is an empty array here): encoded as before.
         assert_eq!(
-            encode_reply(Ok(Ack)).unwrap(),
+            encode_reply(Ok(Ack), ReplyUse::Read).unwrap(),
             rmp_serde::to_vec_named(&Ack).unwrap()
         );
         let empty: [u8; 0] = [];
         assert_eq!(
-            encode_reply(Ok(empty)).unwrap(),
+            encode_reply(Ok(empty), ReplyUse::Read).unwrap(),
             rmp_serde::to_vec_named(&empty).unwrap()
         );
         assert_eq!(
-            encode_reply(Ok(7u32)).unwrap(),
+            encode_reply(Ok(7u32), ReplyUse::Read).unwrap(),
             rmp_serde::to_vec_named(&7u32).unwrap()
         );
+    }
+
+    /// A value whose encoding fails: a reply that is encoded reports it.
+    struct Unencodable;
+
+    impl serde::Serialize for Unencodable {
+        fn serialize<S: serde::Serializer>(&self, _: S) -> Result<S::Ok, S::Error> {
+            Err(serde::ser::Error::custom("not encodable"))
+        }
+    }
+
+    // EG-15: a send's handler failure is still reported; its reply value is not encoded.
+    #[test]
+    fn a_send_reply_is_dropped_unencoded_and_a_handler_error_still_reported() {
+        // Unread: not encoded (an encoding error would show it was).
+        assert_eq!(
+            &encode_reply(Ok(Unencodable), ReplyUse::Unread).unwrap()[..],
+            b""
+        );
+        assert!(matches!(
+            encode_reply(Ok(Unencodable), ReplyUse::Read),
+            Err(ActorError::Codec(_))
+        ));
+        assert!(matches!(
+            encode_reply::<u64>(Err(HandlerError::Panicked), ReplyUse::Unread),
+            Err(ActorError::Handler(_))
+        ));
     }
 }

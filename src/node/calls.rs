@@ -8,14 +8,14 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use tokio::sync::oneshot;
-use zlink_mesh::{Record, RequestError, SendError};
-use zlink_wire::{ActorCall, Deadline, DispatchKey, NodeRid};
+use zlink_mesh::{Record, RequestError, SendError, TrySendError};
+use zlink_wire::{ActorCall, CorrelationId, Deadline, DispatchKey, NodeRid};
 
 use super::follow::Arrival;
 use super::{BoundCheck, Node, lock};
 use crate::actor::exec::{Mailbox, ReplyTo, Work};
 use crate::actor::fence::{self, CallFence};
-use crate::actor::{ActorError, ActorRef, Message};
+use crate::actor::{ActorError, ActorRef, Message, to_bytes};
 use crate::backlog::{Admitted, Done, Intake};
 use crate::relocation::follow::{FenceUse, FollowRefusal, FollowRoute};
 use crate::runtime::CycleStamp;
@@ -32,11 +32,8 @@ impl Node {
         msg: &M,
         timeout: Duration,
     ) -> Result<M::Reply, ActorError> {
-        let payload =
-            rmp_serde::to_vec_named(msg).map_err(|e| ActorError::Codec(format!("payload: {e}")))?;
-        let reply = self
-            .request_raw(actor, M::KEY, Bytes::from(payload), timeout)
-            .await?;
+        let payload = to_bytes(msg).map_err(|e| ActorError::Codec(format!("payload: {e}")))?;
+        let reply = self.request_raw(actor, M::KEY, payload, timeout).await?;
         rmp_serde::from_slice(&reply).map_err(|e| ActorError::Codec(format!("reply: {e}")))
     }
 
@@ -47,9 +44,8 @@ impl Node {
     /// Local refusals (stale ref, full lane) and admission failures; remote refusals are only
     /// logged on the owner.
     pub async fn send<M: Message>(&self, actor: &ActorRef, msg: &M) -> Result<(), ActorError> {
-        let payload =
-            rmp_serde::to_vec_named(msg).map_err(|e| ActorError::Codec(format!("payload: {e}")))?;
-        self.send_raw(actor, M::KEY, Bytes::from(payload)).await
+        let payload = to_bytes(msg).map_err(|e| ActorError::Codec(format!("payload: {e}")))?;
+        self.send_raw(actor, M::KEY, payload).await
     }
 
     /// A request with an encoded payload: local owner → straight into the actor's queue;
@@ -139,12 +135,20 @@ impl Node {
             return Err(e);
         }
         self.inner.calls_out.fetch_add(1, Ordering::Relaxed);
-        let record = Record::ActorCall(actor_call(actor, key, None));
-        self.inner
-            .mesh
-            .send_record(actor.node(), record, Some(payload))
-            .await
-            .map_err(|e| send_error(actor.node(), e))
+        let to = actor.node();
+        let frames = one_way_call_frames(actor_call(actor, key, None), payload)
+            .map_err(|e| ActorError::Codec(e.to_string()))?;
+        let mesh = &self.inner.mesh;
+        match mesh.try_send_frames(to, frames) {
+            Ok(()) => Ok(()),
+            Err(TrySendError::Full(pending)) => mesh
+                .send_pending(to, pending)
+                .await
+                .map_err(|e| send_error(to, e)),
+            Err(TrySendError::Failed(e)) => Err(send_error(to, e)),
+            // A refusal this version does not know: not sent, as a failure.
+            Err(_) => Err(send_error(to, SendError::Unavailable)),
+        }
     }
 
     /// A ref to another node whose NodeGeneration is not the one this node sees up for that
@@ -505,6 +509,39 @@ impl Node {
         local.timers.push(super::local::LocalTimer { handle, spec });
         Ok(())
     }
+}
+
+/// The frames of a one-way 160 `call` carrying `payload`. A one-way 160's envelope is the same
+/// for every send to one incarnation with one key, so each thread keeps the frames of the last
+/// one it encoded (one entry, its payload empty: a few hundred bytes at most), and a send that
+/// repeats it shares that envelope ([`zlink_wire::Frames::with_payload`]) instead of encoding
+/// and allocating it again.
+fn one_way_call_frames(
+    call: ActorCall,
+    payload: Bytes,
+) -> Result<zlink_wire::Frames, zlink_wire::EncodeError> {
+    thread_local! {
+        static LAST: std::cell::RefCell<Option<(ActorCall, zlink_wire::Frames)>> =
+            const { std::cell::RefCell::new(None) };
+    }
+    LAST.with(|last| {
+        // Nothing below calls back into this: the borrow is never taken twice.
+        let mut last = last.borrow_mut();
+        let payload = match last.as_ref() {
+            Some((c, template)) if *c == call => match template.with_payload(payload) {
+                Ok(frames) => return Ok(frames),
+                Err(payload) => payload,
+            },
+            _ => payload,
+        };
+        let record = Record::ActorCall(call);
+        let frames = zlink_wire::encode(&record, CorrelationId::NONE, Some(payload))?;
+        if let (Ok(template), Record::ActorCall(call)) = (frames.with_payload(Bytes::new()), record)
+        {
+            *last = Some((call, template));
+        }
+        Ok(frames)
+    })
 }
 
 pub(crate) fn actor_call(

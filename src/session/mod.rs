@@ -44,7 +44,8 @@
 //! bytes: UTF-8 checked only for an id other than the previous relay's) and returns
 //! [`BoundActor::send_turn`] (a one-way relay; [`SessionActors::send_turn_bytes`] finds and
 //! relays in one step, under one lock) or
-//! [`BoundActor::forward`] (a relay request whose reply answers the client's request):
+//! [`BoundActor::forward`] (a relay request whose reply answers the client's request;
+//! [`SessionActors::forward_bytes`] finds and forwards in one step, under one lock):
 //!
 //! ```no_run
 //! # use bytes::Bytes;
@@ -95,6 +96,7 @@ use crate::runtime::{BoxFuture, HandlerError};
 pub use aggregate::{Binding, SessionBindingAggregate, SessionIdentity};
 pub use clock::{BootClock, Clock, ManualClock, SystemClock};
 pub use flow::{FlowCounters, FlowRecord, FlowReject};
+pub(crate) use inline::Detached;
 pub(crate) use owner::{SessionHost, SessionOwner, SessionOwnerConfig};
 pub use seal::SealGauges;
 pub use slot::{BindingSlot, RegisteredBinding};
@@ -639,6 +641,35 @@ impl SessionActors<'_> {
         Some(match sent {
             Err(e) => PacketTurn::Done(Err(e.into())),
             Ok(sent) => turn_of(sent, reply),
+        })
+    }
+
+    /// [`SessionActors::find_bytes`] and [`BoundActor::forward`] in one step, under one lock
+    /// of the session's bindings and without a [`BoundActor`] in between: the packet turn of a
+    /// relay request to the actor whose id has these bytes, whose reply (converted by `map`)
+    /// answers the client's packet on its own, with the same checks, the same 24 and the same
+    /// refusals (counted, SB-5.9). `None`, counted nowhere, when the session holds no binding
+    /// with these bytes.
+    #[must_use]
+    pub fn forward_bytes(
+        &self,
+        actor: &[u8],
+        key: DispatchKey,
+        payload: Bytes,
+        timeout: Duration,
+        map: ReplyMap,
+    ) -> Option<PacketTurn> {
+        let f = self.session.owner.forward_bytes_start(
+            &self.session.entry,
+            actor,
+            key,
+            payload,
+            timeout,
+            map,
+        )?;
+        Some(match f {
+            Ok(f) => PacketTurn::Forward(Forward(f)),
+            Err(e) => PacketTurn::Done(Err(e.into())),
         })
     }
 

@@ -41,6 +41,10 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use zlink::actor::fence::{CallFence, FenceUse, check_moved};
+use zlink::relocation::recovery::{
+    AttemptResult, DEFAULT_RECOVERY_BACKOFF, DEFAULT_RECOVERY_BACKOFF_MAX, Recovery,
+    RecoveryOutcome,
+};
 use zlink::relocation::{
     FailReason, FollowLookup, FollowTable, MigratedState, MovingActor, RelocationConfig,
     RestoreRefusal, RestoreRequest, SealTarget, SourceEffect, SourceHandoff, SourceOutcome,
@@ -119,11 +123,19 @@ pub struct Faults {
     /// the Spot's unit: the other members keep running at the source.
     pub spot_seals_one_lane: bool,
     /// A member moving alone into a node whose Spot of its name is moving away is let in
-    /// (today's node: the Restore is installed, and a Spot move starts while a member moves
-    /// in); it cannot join the relocating Spot when its CAS has won, so it is never opened.
+    /// (the node before it joined the Spot at the Restore: the Restore was installed, and a
+    /// Spot move started while a member moved in); it cannot join the relocating Spot when its
+    /// CAS has won, so it is never opened.
     pub open_into_moving_spot: bool,
     /// A Spot move's target sends the 44 commit only to the first member's sessions.
     pub spot_44_to_first_member: bool,
+    /// The source's driver finds the incarnation it moves by its object generation alone
+    /// (today's node: `hold_ingress`, `end_incarnation`, `end_unserved`), so after a lease
+    /// expiry and a failover on the same node it acts on the new incarnation.
+    pub source_by_generation: bool,
+    /// The SB-8.6 recovery makes one attempt (the node before its retry): a store out of reach
+    /// at that moment leaves the actor unserved.
+    pub recovery_tries_once: bool,
 }
 
 impl Faults {
@@ -147,6 +159,8 @@ impl Faults {
             "spot_seals_one_lane" => f.spot_seals_one_lane = true,
             "open_into_moving_spot" => f.open_into_moving_spot = true,
             "spot_44_to_first_member" => f.spot_44_to_first_member = true,
+            "source_by_generation" => f.source_by_generation = true,
+            "recovery_tries_once" => f.recovery_tries_once = true,
             _ => return None,
         }
         Some(f)
@@ -420,10 +434,16 @@ pub struct Stats {
     pub failed: u64,
     /// … after which the source activated the actor again from its state (SB-8.6 recovery).
     pub recovered: u64,
-    /// Actors a failed relocation may leave unserved at the end: the recovery's one removal of
-    /// the record failed (the store unreachable, or the target's CAS won unseen), or a target's
-    /// CAS answer was lost (it discarded the actor; the CAS may have won).
+    /// Actors a failed relocation may leave unserved at the end: a target's CAS answer was lost
+    /// (it discarded the actor; the CAS may have won, and then the recovery finds the record
+    /// moved on).
     pub unrecovered: u64,
+    /// Recovery attempts repeated (the store out of reach, the lease lapsed).
+    pub recovery_retries: u64,
+    /// Recoveries that found the record moved on (the target's CAS won, another incarnation).
+    pub recoveries_superseded: u64,
+    /// Recoveries stopped because the source's lease ended.
+    pub recoveries_lease_lost: u64,
     /// Actors unserved at the end because their relocation's source still waits for the
     /// target's result.
     pub stuck_sources: u64,
@@ -533,6 +553,9 @@ impl std::ops::AddAssign for Stats {
         self.recovered += o.recovered;
         self.unrecovered += o.unrecovered;
         self.stuck_sources += o.stuck_sources;
+        self.recovery_retries += o.recovery_retries;
+        self.recoveries_superseded += o.recoveries_superseded;
+        self.recoveries_lease_lost += o.recoveries_lease_lost;
         self.cutover_timeouts += o.cutover_timeouts;
         self.seal_timeouts += o.seal_timeouts;
         self.late_44 += o.late_44;
@@ -877,6 +900,13 @@ impl Source {
     }
 }
 
+/// One actor's SB-8.6 recovery at a failed relocation's source.
+struct Recovering {
+    core: Recovery,
+    /// The failed incarnation's owner fence (the record is replaced with it).
+    owner: OwnerFence,
+}
+
 struct Target {
     /// The actors moving in (the request's order).
     actors: Vec<usize>,
@@ -887,6 +917,8 @@ struct Target {
     seals: BTreeSet<(usize, u64, u64, u64)>,
     /// The 44 commits sent, by the same key.
     sent_44: BTreeSet<(usize, u64, u64, u64)>,
+    /// It fell back after the cutover timeout (SB-8.9).
+    fell_back: bool,
     core: TargetHandoff,
     source: usize,
     source_generation: u64,
@@ -908,6 +940,8 @@ struct Node {
     targets: BTreeMap<u64, Target>,
     /// Store calls in flight: call id → (relocation, op).
     calls: BTreeMap<u64, (u64, StoreOp)>,
+    /// SB-8.6 recoveries running here, by actor.
+    recoveries: BTreeMap<usize, Recovering>,
     /// The last 44 received (node-wide, for a late copy): (session slot, record).
     last_44: Option<(usize, SessionRelocationRoute)>,
 }
@@ -1168,6 +1202,7 @@ impl<'s> World<'s> {
             sources: BTreeMap::new(),
             targets: BTreeMap::new(),
             calls: BTreeMap::new(),
+            recoveries: BTreeMap::new(),
             last_44: None,
         };
         // Only the first lifecycle has client sessions (a restarted node's clients would bind
@@ -2056,7 +2091,6 @@ impl<'s> World<'s> {
         if self.net.is_cut(Ep::Node(from), Ep::Store)
             || !n.lease_live
             || n.actors.contains_key(&actor)
-            || n.sources.values().any(|s| s.moves(actor))
             || n.targets.values().any(|t| t.actors.contains(&actor))
         {
             return Some(loc);
@@ -2389,6 +2423,7 @@ impl<'s> World<'s> {
         n.sources.clear();
         n.targets.clear();
         n.calls.clear();
+        n.recoveries.clear();
         if let Some(h) = n.holder.take() {
             // its lease ends (the ownership world simulates how long that takes)
             let _ = poll_now(self.store.release_owner(h));
@@ -2457,6 +2492,7 @@ impl<'s> World<'s> {
         let mut due: Vec<Instant> = Vec::new();
         due.extend(n.sources.values().filter_map(|s| s.core.poll_timeout()));
         due.extend(n.targets.values().filter_map(|t| t.core.poll_timeout()));
+        due.extend(n.recoveries.values().filter_map(|r| r.core.poll_timeout()));
         due.extend(
             n.sessions
                 .values()
@@ -2489,6 +2525,10 @@ impl<'s> World<'s> {
                 self.drive_target(node, reloc)?;
             }
         }
+        let recovering: Vec<usize> = self.nodes[node].recoveries.keys().copied().collect();
+        for actor in recovering {
+            self.run_recovery(node, actor);
+        }
         let keys: Vec<usize> = self.nodes[node].sessions.keys().copied().collect();
         for k in keys {
             let Some(s) = self.nodes[node].sessions.get_mut(&k) else {
@@ -2513,18 +2553,27 @@ impl<'s> World<'s> {
     }
 
     /// The incarnation a source on `node` moves: the actor's incarnation there that serves under
-    /// the source's lease (`lease`); none when it ended with that lease (a lease expiry), or
-    /// another incarnation was activated there since.
+    /// the source's owner fence (`owner`: its lease and authority); none when it ended with that
+    /// lease (a lease expiry), or another incarnation was activated or moved in there since —
+    /// a failover keeps the object generation, so that alone does not tell them apart
+    /// (`source_by_generation` matches on it, as the node does).
     fn source_inc(
         &mut self,
         node: usize,
         actor: usize,
-        lease: OwnerLeaseGeneration,
+        owner: &OwnerFence,
     ) -> Option<&mut Incarnation> {
+        let by_generation = self.faults.source_by_generation;
         self.nodes[node].actors.get_mut(&actor).filter(|inc| {
-            inc.location
-                .as_ref()
-                .is_some_and(|l| l.owner_lease_generation == lease)
+            if by_generation {
+                // the node's live incarnations (a target's instance is not live before it opens)
+                return inc.object_generation == owner.object_generation.get()
+                    && !matches!(inc.state, IncState::Temp { .. });
+            }
+            inc.location.as_ref().is_some_and(|l| {
+                l.owner_lease_generation == owner.holder.lease_generation
+                    && l.authority_owner_generation == owner.authority_owner_generation
+            })
         })
     }
 
@@ -2567,11 +2616,8 @@ impl<'s> World<'s> {
                     };
                     let mut all = true;
                     for &actor in &actors[..sealing] {
-                        let lease = self.nodes[node].sources[&reloc]
-                            .owner_of(actor)
-                            .holder
-                            .lease_generation;
-                        let Some(inc) = self.source_inc(node, actor, lease) else {
+                        let owner = self.nodes[node].sources[&reloc].owner_of(actor);
+                        let Some(inc) = self.source_inc(node, actor, &owner) else {
                             // the incarnation ended (its owner's lease ran out): the relocation
                             // aborts (`node::relocate`: "incarnation gone")
                             all = false;
@@ -2606,12 +2652,9 @@ impl<'s> World<'s> {
                 SourceEffect::CaptureAndRelay => {
                     let tg = self.nodes[target].generation;
                     for &actor in &actors {
-                        let lease = self.nodes[node].sources[&reloc]
-                            .owner_of(actor)
-                            .holder
-                            .lease_generation;
+                        let owner = self.nodes[node].sources[&reloc].owner_of(actor);
                         // ended with its owner's lease: nothing left to capture
-                        let Some(inc) = self.source_inc(node, actor, lease) else {
+                        let Some(inc) = self.source_inc(node, actor, &owner) else {
                             continue;
                         };
                         if !matches!(inc.state, IncState::Sealed { .. }) {
@@ -2662,9 +2705,8 @@ impl<'s> World<'s> {
                         .sealed = false;
                     for &actor in &actors {
                         let owner = self.nodes[node].sources[&reloc].owner_of(actor);
-                        let lease = owner.holder.lease_generation;
                         let og = {
-                            let Some(inc) = self.source_inc(node, actor, lease) else {
+                            let Some(inc) = self.source_inc(node, actor, &owner) else {
                                 // ended with its owner's lease meanwhile: nothing reopens
                                 let og = ObjectGeneration::new(owner.object_generation.get());
                                 self.nodes[node].follow.release(&actor_id(actor), og);
@@ -2703,11 +2745,8 @@ impl<'s> World<'s> {
                 SourceEffect::EndIncarnations(locs) => {
                     for loc in locs {
                         let a = actor_index(&loc.actor_id);
-                        let lease = self.nodes[node].sources[&reloc]
-                            .owner_of(a)
-                            .holder
-                            .lease_generation;
-                        if self.source_inc(node, a, lease).is_some()
+                        let owner = self.nodes[node].sources[&reloc].owner_of(a);
+                        if self.source_inc(node, a, &owner).is_some()
                             && let Some(inc) = self.nodes[node].actors.remove(&a)
                         {
                             let source = inc.location.expect("record");
@@ -2759,8 +2798,7 @@ impl<'s> World<'s> {
                     // never reopens: what the failed incarnations hold is never processed here
                     for actor in failed {
                         let owner = self.nodes[node].sources[&reloc].owner_of(actor);
-                        let lease = owner.holder.lease_generation;
-                        if let Some(inc) = self.source_inc(node, actor, lease) {
+                        if let Some(inc) = self.source_inc(node, actor, &owner) {
                             let old = std::mem::replace(&mut inc.state, IncState::Ended);
                             // its pending work goes with it (`node::relocate`'s `end_unserved`)
                             let mut lost: Vec<u64> = inc.backlog.drain(..).map(|r| r.id).collect();
@@ -2773,7 +2811,7 @@ impl<'s> World<'s> {
                         }
                         self.orphan(actor);
                         if !self.faults.no_recovery {
-                            self.recover(node, actor, owner);
+                            self.start_recovery(node, actor, owner);
                         }
                     }
                     self.nodes[node].sources.remove(&reloc);
@@ -2784,49 +2822,95 @@ impl<'s> World<'s> {
         Ok(())
     }
 
-    /// SB-8.6's recovery at the source (`node::relocate`'s `release_records`): the failed
-    /// incarnation's record is removed with the source's owner fence (refused when the target's
-    /// CAS won, or the lease is gone), it is retired here, and the node activates the actor
-    /// again from its dehydrated state: a new object generation, no binding (its sessions'
-    /// seals time out). If another node activated it first, that one serves.
-    fn recover(&mut self, node: usize, actor: usize, owner: OwnerFence) {
-        if self.net.is_cut(Ep::Node(node), Ep::Store) {
-            self.unrecovered.insert(actor);
+    /// SB-8.6's recovery at the source (`node::relocate`'s `release_records` and
+    /// `Node::recover_moving`): the real schedule (`relocation::recovery::Recovery`) on the
+    /// node's clock, whose first attempt runs now. An attempt replaces the failed incarnation's
+    /// record with a new incarnation of the node's own in one write (`reincarnate` with the
+    /// source's owner fence: a new object generation; refused when the target's CAS won or the
+    /// record is another incarnation's) and activates it from the dehydrated state with no
+    /// binding (its sessions' seals time out). The store out of reach (or the node's lease
+    /// lapsed) repeats the attempt after a backoff; the lease ended stops it.
+    fn start_recovery(&mut self, node: usize, actor: usize, owner: OwnerFence) {
+        let now = self.instant(node);
+        let core = Recovery::new(now, DEFAULT_RECOVERY_BACKOFF, DEFAULT_RECOVERY_BACKOFF_MAX);
+        self.nodes[node]
+            .recoveries
+            .insert(actor, Recovering { core, owner });
+        self.run_recovery(node, actor);
+        self.arm(node);
+    }
+
+    /// Runs the recovery attempt of `actor` on `node` if one is due.
+    fn run_recovery(&mut self, node: usize, actor: usize) {
+        let now = self.instant(node);
+        let Some(r) = self.nodes[node].recoveries.get_mut(&actor) else {
             return;
+        };
+        if !r.core.poll_attempt(now) {
+            return;
+        }
+        let owner = r.owner.clone();
+        let mut result = self.recovery_attempt(node, actor, owner);
+        if self.faults.recovery_tries_once && result == AttemptResult::Unreachable {
+            result = AttemptResult::LeaseLost;
+        }
+        self.log(|| format!("  n{node}: a{actor}'s recovery attempt: {result:?}"));
+        let r = self.nodes[node]
+            .recoveries
+            .get_mut(&actor)
+            .expect("recovery");
+        r.core.handle_attempt(now, result);
+        match r.core.outcome() {
+            None => self.stats.recovery_retries += 1,
+            Some(o) => {
+                self.nodes[node].recoveries.remove(&actor);
+                match o {
+                    RecoveryOutcome::Recovered { .. } => self.stats.recovered += 1,
+                    RecoveryOutcome::Superseded => self.stats.recoveries_superseded += 1,
+                    RecoveryOutcome::LeaseLost => self.stats.recoveries_lease_lost += 1,
+                    RecoveryOutcome::Failed => {}
+                }
+            }
+        }
+    }
+
+    /// One recovery attempt (`Node::reactivate` with `Claim::Replace`, `attempt_result`).
+    fn recovery_attempt(&mut self, node: usize, actor: usize, owner: OwnerFence) -> AttemptResult {
+        let n = &self.nodes[node];
+        // past the local lease deadline no activation starts (SB-5.11): `LeaseLapsed`, repeated
+        if !n.lease_live {
+            return AttemptResult::Unreachable;
+        }
+        // a live incarnation here already (`local_ref`): `AlreadyExists`
+        if n.actors
+            .get(&actor)
+            .is_some_and(|inc| matches!(inc.state, IncState::Serving))
+        {
+            return AttemptResult::Superseded;
+        }
+        if self.net.is_cut(Ep::Node(node), Ep::Store) {
+            return AttemptResult::Unreachable;
         }
         let og = owner.object_generation.get();
-        if poll_now(self.store.destroy(actor_id(actor), owner)).is_err() {
-            self.unrecovered.insert(actor);
-            return;
-        }
-        self.retired.insert((actor, og));
-        self.log(|| format!("  n{node}: a{actor}'s record removed (incarnation {og} retired)"));
-        let Some(holder) = self.nodes[node].holder.clone() else {
-            return;
-        };
-        if !self.nodes[node].lease_live {
-            return;
-        }
-        let won = poll_now(self.store.reserve_activation(ActivationRequest {
-            actor_id: actor_id(actor),
-            actor_type: "t".into(),
-            owner: ActorOwner {
-                mesh: mesh(),
-                holder,
-            },
-        }));
-        let Ok(Reservation::Won(won)) = won else {
-            return;
+        let won = match poll_now(self.store.reincarnate(actor_id(actor), owner)) {
+            Ok(won) => won,
+            Err(
+                store::StoreError::LeaseNotLive { .. }
+                | store::StoreError::StaleNodeGeneration { .. },
+            ) => return AttemptResult::LeaseLost,
+            Err(store::StoreError::Unavailable { .. }) => return AttemptResult::Unreachable,
+            Err(_) => return AttemptResult::Superseded,
         };
         let Ok(loc) = poll_now(self.store.mark_ready(actor_id(actor), won.fence())) else {
-            return;
+            return AttemptResult::Superseded;
         };
-        self.stats.recovered += 1;
+        self.retired.insert((actor, og));
         self.orphaned.remove(&actor);
         self.unrecovered.remove(&actor);
         self.log(|| {
             format!(
-                "  n{node} activates a{actor} again from its state (incarnation {})",
+                "  n{node} activates a{actor} again from its state (incarnation {}, \
+                 incarnation {og} retired)",
                 loc.object_generation.get()
             )
         });
@@ -2843,6 +2927,7 @@ impl<'s> World<'s> {
                 location: Some(loc),
             },
         );
+        AttemptResult::Recovered
     }
 
     /// Performs the target's effects.
@@ -2871,6 +2956,8 @@ impl<'s> World<'s> {
                 }
                 TargetEffect::WarnCutoverTimeout => {
                     self.stats.cutover_timeouts += 1;
+                    let t = self.nodes[node].targets.get_mut(&reloc).expect("target");
+                    t.fell_back = true;
                 }
                 TargetEffect::WarnSourceWaitExpired => {
                     self.stats.source_waits_expired += 1;
@@ -2950,8 +3037,20 @@ impl<'s> World<'s> {
                         self.orphan(actor);
                         continue;
                     }
+                    // a fallback that found the source seen gone (a partition past the peer
+                    // timeout: it may live on) opens at once; what the source relays later is
+                    // appended behind (`TargetHandoff::late_relayed`), the documented case
+                    let t = &self.nodes[node].targets[&reloc];
+                    let cut_before_open = t.fell_back
+                        && !behind_source
+                        && t.core.source_wait_end()
+                            != Some(zlink::relocation::SourceWaitEnd::Cutover);
+                    if cut_before_open {
+                        self.stats.source_waits_cut += 1;
+                    }
                     let inc = self.nodes[node].actors.get_mut(&actor).expect("temp queue");
                     inc.location = Some(location);
+                    inc.late_stream |= cut_before_open;
                     if behind_source && !self.faults.fallback_ignores_source_stream {
                         inc.behind = Some(Vec::new());
                     }
@@ -3115,8 +3214,7 @@ impl<'s> World<'s> {
                 let (StoreOp::Fence { owner, .. } | StoreOp::Retire { owner, .. }) = &op else {
                     unreachable!()
                 };
-                let lease = owner.holder.lease_generation;
-                if let (Some(inc), Ok(loc)) = (self.source_inc(node, actor, lease), &result) {
+                if let (Some(inc), Ok(loc)) = (self.source_inc(node, actor, owner), &result) {
                     inc.location = Some(loc.clone());
                 }
                 self.store_result_core(node, reloc, op, result, now)
@@ -3262,6 +3360,7 @@ impl<'s> World<'s> {
                             spot,
                             seals,
                             sent_44: BTreeSet::new(),
+                            fell_back: false,
                             core: t,
                             source: from,
                             source_generation,
@@ -3298,6 +3397,7 @@ impl<'s> World<'s> {
                         spot,
                         seals,
                         sent_44: BTreeSet::new(),
+                        fell_back: false,
                         core,
                         source: from,
                         source_generation,
@@ -3683,11 +3783,24 @@ impl<'s> World<'s> {
         }
         // spec: SB-8.9, EG-4.1 — a Spot moves as one unit: once its runtime is sealed no member
         // runs a turn at the source (its state was taken)
-        if let Some((reloc, _)) = self.nodes[node]
-            .sources
-            .iter()
-            .find(|(_, s)| s.spot && s.sealed && s.moves(r.actor))
-        {
+        let inc_fence = inc.location.as_ref().map(|l| {
+            (
+                l.object_generation,
+                l.authority_owner_generation,
+                l.owner_lease_generation,
+            )
+        });
+        if let Some((reloc, _)) = self.nodes[node].sources.iter().find(|(_, s)| {
+            s.spot && s.sealed && s.moves(r.actor) && {
+                let o = s.owner_of(r.actor);
+                inc_fence
+                    == Some((
+                        o.object_generation,
+                        o.authority_owner_generation,
+                        o.holder.lease_generation,
+                    ))
+            }
+        }) {
             return Err(self.violation(format!(
                 "n{node} ran a turn of a{} while its Spot is sealed for relocation {reloc}",
                 r.actor

@@ -188,6 +188,23 @@ impl Frames {
         self.envelope.len() + self.payload.as_ref().map_or(0, Bytes::len)
     }
 
+    /// The same record with `payload` as its payload part: the envelope is shared, not
+    /// encoded or copied again (it does not depend on the payload's bytes). For a sender whose
+    /// envelope repeats, such as one-way 160s to one actor with one key.
+    ///
+    /// # Errors
+    /// `payload`, handed back, when the record carries no payload part.
+    pub fn with_payload(&self, payload: Bytes) -> Result<Frames, Bytes> {
+        if self.payload.is_none() {
+            return Err(payload);
+        }
+        Ok(Self {
+            header: self.header,
+            envelope: self.envelope.clone(),
+            payload: Some(payload),
+        })
+    }
+
     /// The parts as `(envelope, payload)`.
     #[must_use]
     pub fn into_parts(self) -> (Bytes, Option<Bytes>) {
@@ -608,6 +625,30 @@ mod tests {
             &[1, 136, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x91, 0]
         );
         assert_eq!(frames.into_vec().len(), 1);
+    }
+
+    fn payload_b() -> Bytes {
+        Bytes::from_static(b"b")
+    }
+
+    #[test]
+    fn with_payload_gives_the_frames_encode_gives_for_that_payload() {
+        let call = Record::ActorCall(crate::ActorCall {
+            actor: crate::ActorId::new("counter-1").unwrap(),
+            object_generation: crate::ObjectGeneration::new(3),
+            authority_owner_generation: crate::AuthorityOwnerGeneration::new(4),
+            owner_lease_generation: crate::OwnerLeaseGeneration::new(5),
+            target_node_generation: crate::NodeGeneration::new(6),
+            key: crate::DispatchKey::new(7),
+            deadline: None,
+        });
+        let template = encode(&call, CorrelationId::NONE, Some(Bytes::new())).unwrap();
+        let payload = Bytes::from_static(b"another payload");
+        let direct = encode(&call, CorrelationId::NONE, Some(payload.clone())).unwrap();
+        assert_eq!(template.with_payload(payload).unwrap(), direct);
+        // A record without a payload part has none to replace: the payload comes back.
+        let ping = encode(&Record::Ping(Ping { seq: 0 }), CorrelationId::NONE, None).unwrap();
+        assert_eq!(ping.with_payload(payload_b()), Err(payload_b()));
     }
 
     #[test]

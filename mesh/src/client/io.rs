@@ -219,34 +219,6 @@ impl ClientIo {
         }
     }
 
-    /// Yields the CPU up to `spin` times while watching for commands or a readable socket
-    /// (not while a full push channel keeps the socket unread), for at most [`SPIN_LIMIT`] and
-    /// never past `timer` (the next ping or deadline): on a busy machine one yield can last a
-    /// whole time slice, and a late Ping would make the node look dead.
-    fn spin_for_work(&self, timer: Duration) -> bool {
-        if self.stalled.is_some() || self.spin == 0 {
-            return false;
-        }
-        let end = Instant::now() + timer.min(SPIN_LIMIT);
-        for _ in 0..self.spin {
-            if Instant::now() >= end {
-                return false;
-            }
-            if !self.door.rx.is_empty() {
-                return true;
-            }
-            if self
-                .dealer
-                .get_events()
-                .is_ok_and(|e| e.contains(zmq::POLLIN))
-            {
-                return true;
-            }
-            std::thread::yield_now();
-        }
-        false
-    }
-
     /// A lost connection ends the node's session: the credit it granted is void (the next
     /// connection is a new session with a fresh grant, which the first Ping on it obtains).
     fn read_monitor(&mut self) {
@@ -517,7 +489,9 @@ impl Driver for ClientIo {
 
     /// Commands (rings) → the outbox taken → (a Close: what was admitted flushed, stop) →
     /// monitor → send queue flushed → a stalled push resumed → request deadlines → Ping →
-    /// the dealer read unless found quiet (or a push is stalled) → pushes handed over.
+    /// the dealer read → pushes handed over. The monitor and the dealer are read when they
+    /// may have something ([`Ready::to_read`]: not drained, or their FD signaled, and not
+    /// found quiet by the sleep that ended the previous pass).
     fn pass(&mut self, quiet: u8) -> Pass {
         let mut close = false;
         while let Ok(cmd) = self.door.rx.try_recv() {
@@ -534,7 +508,14 @@ impl Driver for ClientIo {
             self.flush();
             return Pass::Stop;
         }
-        self.read_monitor();
+        // Which of the monitor and the dealer may have something (one `poll()` when both are
+        // drained): the monitor before anything is sent (a lost connection voids the credit).
+        // A send below clears the dealer's drained bit, so the sleep's level check looks at
+        // it again whatever this said.
+        let read = self.ready.to_read(MON | DEALER, quiet);
+        if read & MON != 0 {
+            self.read_monitor();
+        }
         self.flush();
         if self.stalled.is_some() {
             self.resume();
@@ -553,7 +534,7 @@ impl Driver for ClientIo {
                 self.conn.ping_again(now);
             }
         }
-        if quiet & DEALER == 0 {
+        if read & DEALER != 0 {
             self.read();
             if self.server_closed.is_some() {
                 return Pass::Stop;
@@ -565,9 +546,19 @@ impl Driver for ClientIo {
         Pass::Idle
     }
 
-    /// Work found while spinning: the next pass reads the dealer at once.
+    /// Yields the CPU up to `spin` times while watching for commands or a readable dealer
+    /// ([`Ready::spin`]; not while a full push channel keeps the dealer unread), for at most
+    /// [`SPIN_LIMIT`] and never past the next Ping or deadline: on a busy machine one yield
+    /// can last a whole time slice, and a late Ping would make the node look dead.
     fn spin(&mut self) -> Option<u8> {
-        self.spin_for_work(self.timeout()).then_some(0)
+        if self.stalled.is_some() || self.spin == 0 {
+            return None;
+        }
+        let until = Instant::now() + self.timeout().min(SPIN_LIMIT);
+        self.ready
+            .spin(self.spin, &self.door, DEALER, 0, Some(until), |bit| {
+                (bit == DEALER).then_some(&self.dealer)
+            })
     }
 
     /// Sleeps at most until the next Ping or deadline ([`ClientIo::timeout`], at least 1 ms)

@@ -167,8 +167,8 @@ impl Engine {
         }
     }
 
-    /// The run of relay records — 24 ActorSend and 36 BoundSessionSend, the per-message
-    /// records between nodes — that follows an application record from peer `node` (up in
+    /// The run of relay records — 24 ActorSend, 36 BoundSessionSend and 160 ActorCall, the
+    /// per-message records between nodes — that follows an application record from peer `node` (up in
     /// `generation` on relay) in one batch frame: the peer is authenticated for the frame
     /// (nothing can change that between two sub-records, as for [`Engine::fast_one_ways`]), so
     /// its connection is looked up once per run instead of once per record. Each record still

@@ -22,14 +22,17 @@ pub(super) struct Decoding<'e> {
     pub(super) ids: &'e mut zlink_wire::IdCache,
 }
 
-/// A relay record by its envelope's command byte (24 ActorSend, 36 BoundSessionSend): a routing
-/// decision only, the decoder validates the envelope.
+/// A per-message record between nodes by its envelope's command byte (24 ActorSend, 36
+/// BoundSessionSend, 160 ActorCall): a routing decision only, the decoder validates the
+/// envelope.
 #[inline]
 pub(super) fn is_relay_record(envelope: &[u8]) -> bool {
     envelope.get(1).is_some_and(|&c| {
         matches!(
             zlink_wire::Command::from_number(c),
-            Ok(zlink_wire::Command::ActorSend | zlink_wire::Command::BoundSessionSend)
+            Ok(zlink_wire::Command::ActorSend
+                | zlink_wire::Command::BoundSessionSend
+                | zlink_wire::Command::ActorCall)
         )
     })
 }

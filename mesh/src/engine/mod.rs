@@ -10,8 +10,8 @@
 //! [`deliver`] (one delivery path for peers and clients), [`send`] (queues and the transport of
 //! the send loop), [`link`] (handshakes, peers up and down), [`clients`] (sessions),
 //! [`commands`] (the API's commands), [`timers`] (housekeeping), [`requests`] (the
-//! request-ending bookkeeping this driver shares with the `MeshClient`'s), [`poll`] (the sockets'
-//! readiness, the spin and the sleep, the batched reads).
+//! request-ending bookkeeping this driver shares with the `MeshClient`'s), [`poll`] (the sockets
+//! and their [`crate::driver::Ready`], the spin and the sleep, the batched reads).
 //!
 //! The loop is the mesh's one driver loop ([`crate::driver::run`], also the `MeshClient`'s).
 //! One pass (the clock is read once at its start, again only after a sleep, and that `now`
@@ -441,6 +441,10 @@ impl Engine {
                     // counts: 1 KiB per connection instead of 2.3 KiB ("Decoder copies").
                     crate::zmq_opt::set_int(&mut s, crate::zmq_opt::IN_ZERO_COPY, 0)
                         .map_err(setup_err("client in_zero_copy"))?;
+                    // Both buffers are held only while in use: an idle connection holds
+                    // neither between its Ping and the next ("Lazy buffers").
+                    crate::zmq_opt::set_int(&mut s, crate::zmq_opt::LAZY_BUFFERS, 1)
+                        .map_err(setup_err("client lazy_buffers"))?;
                 }
                 s.bind(ep).map_err(setup_err(format!("bind {name} {ep}")))?;
                 Ok(s)

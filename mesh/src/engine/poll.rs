@@ -75,55 +75,17 @@ impl Sockets {
 }
 
 impl Engine {
-    /// Yields the CPU a few times while watching for commands or readable sockets. `Some`
-    /// with the sockets seen quiet when there is work.
-    ///
-    /// Called after a pass that found no work. A socket not drained ([`Ready::drained`]) is asked once
-    /// for `ZMQ_EVENTS` (level: libzmq processes its commands); after that every socket is
-    /// drained and one `poll()` over their `ZMQ_FD`s per turn sees every new message (and
-    /// other commands: the pass then reads, which processes them) without the `poll()` that
-    /// each `get_events` makes inside libzmq. `poll_once` keeps the level check
-    /// (`zmq_poll` asks each socket's `ZMQ_EVENTS`) before any sleep.
+    /// Yields the CPU a few times (`io_spin_yields`) while watching for commands or readable
+    /// data sockets ([`Ready::spin`]). `Some` with the sockets seen quiet when there is work.
     pub(super) fn spin_for_work(&self) -> Option<u8> {
-        if self.cfg.io_spin_yields == 0 {
-            return None;
-        }
-        let all = self.sockets.all();
-        let undrained = all & !self.sockets.ready.drained(all);
-        if self
-            .sockets
-            .ready
-            .commands_for_waiting(undrained, self.waiting_room())
-            != 0
-        {
-            // A pass reads it (processing its commands) and retries its PAUSED queues.
-            return Some(0);
-        }
-        for kind in [LinkKind::Completion, LinkKind::Relay, LinkKind::Client] {
-            let bit = Sockets::bit(kind);
-            if undrained & bit == 0 {
-                continue;
-            }
-            match self.socket(kind).get_events() {
-                Ok(e) if e.contains(zmq::POLLIN) => return Some(0),
-                Ok(_) => self.sockets.ready.set_drained(bit, true),
-                Err(_) => return Some(0),
-            }
-        }
-        let mut quiet = 0;
-        for _ in 0..self.cfg.io_spin_yields {
-            if !self.door.rx.is_empty() {
-                return Some(quiet);
-            }
-            match self.sockets.ready.signaled(all, 0) {
-                Some(0) => {}
-                Some(signaled) => return Some(all & !signaled),
-                None => return Some(0),
-            }
-            quiet = all;
-            std::thread::yield_now();
-        }
-        None
+        self.sockets.ready.spin(
+            self.cfg.io_spin_yields,
+            &self.door,
+            self.sockets.all(),
+            self.waiting_room(),
+            None,
+            |bit| self.sockets.by_bit(bit),
+        )
     }
 
     /// Reads the monitors that may have events (see [`Ready::to_read`]).

@@ -18,7 +18,10 @@ use crate::node::protocol::{self, CallActor, DestroyActor, GetActor};
 /// A client's Request (144): the client protocol of [`protocol`]. Each operation is decided by
 /// the node's access settings ([`super::access`]) before anything is done for it; one that
 /// waits (the store, a peer) holds a place among its session's operations in flight.
-pub(super) async fn on_client_request(
+///
+/// Synchronous (what waits runs in a task of its own, or detached: [`start_permitted`]), so the
+/// mesh I/O thread serves a client's operations itself, in arrival order ([`super::Sink`]).
+pub(super) fn on_client_request(
     node: &Node,
     session: SessionRid,
     key: DispatchKey,
@@ -108,7 +111,7 @@ pub(super) async fn on_client_request(
                         .await
                     }
                 };
-                spawn_permitted(node.clone(), reply, (guard, Some(permit)), work);
+                start_permitted(node.clone(), reply, (guard, Some(permit)), work);
             }
         }
         ClientOperation::Create | ClientOperation::GetOrCreate => {
@@ -204,15 +207,13 @@ pub(super) async fn on_client_request(
             };
             admit!(reply, None, None);
             let permit = permit!(reply);
-            let guard = node.inflight().enter();
             let node2 = node.clone();
-            tokio::spawn(async move {
-                let _permit = (guard, permit);
-                match node2.relocate_op(&req).await {
-                    Ok(done) => answer(reply, protocol::encode(&done)),
-                    Err((kind, detail)) => reply.error(kind, detail),
-                }
-            });
+            spawn_relocation(
+                node,
+                reply,
+                permit,
+                async move { node2.relocate_op(&req).await },
+            );
         }
         ClientOperation::RelocateSpot => {
             let req: protocol::RelocateSpot = match protocol::decode(&payload) {
@@ -221,14 +222,9 @@ pub(super) async fn on_client_request(
             };
             admit!(reply, None, None);
             let permit = permit!(reply);
-            let guard = node.inflight().enter();
             let node2 = node.clone();
-            tokio::spawn(async move {
-                let _permit = (guard, permit);
-                match node2.relocate_spot_op(&req).await {
-                    Ok(done) => answer(reply, protocol::encode(&done)),
-                    Err((kind, detail)) => reply.error(kind, detail),
-                }
+            spawn_relocation(node, reply, permit, async move {
+                node2.relocate_spot_op(&req).await
             });
         }
         ClientOperation::ListRelocations => {
@@ -247,6 +243,30 @@ pub(super) async fn on_client_request(
             reply.error(ErrorKind::NotFound, format!("no client operation {key}"));
         }
     }
+}
+
+/// Runs an operator's relocation (`RELOCATE`, `RELOCATE_SPOT`) off the inbound loop and
+/// answers `reply` with its report or its refusal. Unlike [`spawn_permitted`] it is not
+/// cancelled when the node closes: a relocation is drained by a shutdown and ends as its
+/// protocol ends it (a commit, or an abort with its 44s; `Node::run_source`), bounded by its
+/// own timeouts — dropping it half-way would leave sealed sessions without their 44.
+fn spawn_relocation<F, T>(
+    node: &Node,
+    reply: ReplyHandle,
+    permit: crate::node::access::OperationPermit,
+    work: F,
+) where
+    F: std::future::Future<Output = Result<T, (ErrorKind, String)>> + Send + 'static,
+    T: serde::Serialize,
+{
+    let hold = (node.inflight().enter(), permit);
+    node.inner.rt.spawn(async move {
+        let _hold = hold;
+        match work.await {
+            Ok(done) => answer(reply, protocol::encode(&done)),
+            Err((kind, detail)) => reply.error(kind, detail),
+        }
+    });
 }
 
 /// The framework operation of a client request key.
@@ -302,12 +322,11 @@ fn authenticate(node: &Node, session: SessionRid, payload: &Bytes, reply: ReplyH
 /// waits on the inbound loop: a send that must wait (a full actor lane, a peer's window) waits
 /// in its target node's send queue, in order behind the client sends queued there before it
 /// (at most [`PEER_SEND_BACKLOG`]; more are dropped, counted).
-pub(super) async fn on_client_send(
-    node: &Node,
-    session: SessionRid,
-    key: DispatchKey,
-    payload: Bytes,
-) {
+///
+/// Synchronous, as [`on_client_request`]: the mesh I/O thread serves it ([`super::Sink`]), in
+/// arrival order with the session's requests, within the node's runtime context (what waits
+/// goes on in a task).
+pub(super) fn on_client_send(node: &Node, session: SessionRid, key: DispatchKey, payload: Bytes) {
     node.inner
         .metrics
         .client_ops

@@ -1,7 +1,8 @@
 //! Inbound records: RouteMesh records from peers and ClientServer records from clients.
 //!
 //! Two ways in. [`Sink`] runs on the mesh I/O thread and takes the per-message records — client
-//! packets (to the session lane) and 24 / 160 from peers (to the actor lane) — straight from
+//! packets (to the session lane) and 24 / 160 from peers (to the actor lane) — and a client's
+//! operations (its framework requests and one-way `CALL`s, in arrival order) straight from
 //! the receive pass, without a hop through a task. [`run`], the inbound loop (a tokio task,
 //! infrastructure domain), takes everything else and the session events. Neither ever runs an
 //! actor handler or waits for one actor or one peer: a full lane keeps what is addressed to it
@@ -99,15 +100,51 @@ fn spawn_permitted<F>(
 ) where
     F: std::future::Future<Output = Result<Bytes, ActorError>> + Send + 'static,
 {
-    tokio::spawn(async move {
-        let out = tokio::select! {
-            out = work => out,
-            () = node.closed() => Err(ActorError::ShuttingDown),
-        };
-        answer(reply, out);
-        drop(permit);
-        drop(guard);
-    });
+    let rt = node.inner.rt.clone();
+    rt.spawn(answered(node, reply, (guard, permit), work));
+}
+
+/// [`spawn_permitted`] for work that waits for a peer's reply, started by the mesh I/O thread
+/// that received the client's request ([`Sink`]): polled once right here (its record goes to
+/// the peer's outbox without a task hop), then polled where its reply wakes it — the I/O thread
+/// that received the reply, so the client's answer leaves from there (`Detached`). Anywhere
+/// else (a tokio worker: the inbound loop), as [`spawn_permitted`].
+fn start_permitted<F>(
+    node: Node,
+    reply: ReplyHandle,
+    (guard, permit): (InflightGuard, Option<OperationPermit>),
+    work: F,
+) where
+    F: std::future::Future<Output = Result<Bytes, ActorError>> + Send + 'static,
+{
+    let rt = node.inner.rt.clone();
+    let fut = answered(node, reply, (guard, permit), work);
+    if tokio::runtime::Handle::try_current().is_ok() {
+        rt.spawn(fut);
+        return;
+    }
+    // The mesh's timers and the node's tasks belong to the node's runtime.
+    let _entered = rt.enter();
+    crate::session::Detached::start(Box::pin(fut), rt.clone());
+}
+
+/// `work` answered: its result, or `Unavailable` (`ShuttingDown`) once shutdown stops waiting
+/// for it; then its permit and in-flight guard are released.
+async fn answered<F>(
+    node: Node,
+    reply: ReplyHandle,
+    (guard, permit): (InflightGuard, Option<OperationPermit>),
+    work: F,
+) where
+    F: std::future::Future<Output = Result<Bytes, ActorError>> + Send + 'static,
+{
+    let out = tokio::select! {
+        out = work => out,
+        () = node.closed() => Err(ActorError::ShuttingDown),
+    };
+    answer(reply, out);
+    drop(permit);
+    drop(guard);
 }
 
 async fn handle(node: &Node, inbound: Inbound) {
@@ -201,11 +238,11 @@ async fn handle(node: &Node, inbound: Inbound) {
             None => tracing::debug!("peer request without reply handle"),
         },
         (Origin::Client { session }, Record::Request(r)) => match reply {
-            Some(reply) => on_client_request(node, session, r.key, payload, deadline, reply).await,
+            Some(reply) => on_client_request(node, session, r.key, payload, deadline, reply),
             None => tracing::debug!("client request without reply handle"),
         },
         (Origin::Client { session }, Record::OneWay(o)) => {
-            on_client_send(node, session, o.key, payload).await;
+            on_client_send(node, session, o.key, payload);
         }
         (origin, record) => {
             tracing::debug!(?origin, command = %record.command(), "record not served by the node");

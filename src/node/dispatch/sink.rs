@@ -111,6 +111,42 @@ impl InboundSink for Sink {
         let Some(node) = pass_node(&mut self.pass, &self.node) else {
             return Offer::Pass(inbound);
         };
+        // A client's framework requests (the client operations, `AUTHENTICATE` among them) and
+        // its one-way `CALL`s (actor sends) are served on this thread, in arrival order: what
+        // waits (the store, a peer) goes on in a task or detached.
+        if let (Origin::Client { session }, Record::OneWay(o)) = (&inbound.origin, &inbound.record)
+            && o.key == protocol::CALL
+        {
+            let session = *session;
+            self.held.release();
+            client_send(node, session, inbound.payload.unwrap_or_default());
+            return Offer::Taken;
+        }
+        if let (Origin::Client { session }, Record::Request(r), Some(_)) =
+            (&inbound.origin, &inbound.record, &inbound.reply)
+            && protocol::is_framework_key(r.key)
+        {
+            let (session, key) = (*session, r.key);
+            // No right kept past a record that runs no turn here.
+            self.held.release();
+            let Inbound {
+                payload,
+                deadline,
+                reply,
+                ..
+            } = inbound;
+            if let Some(reply) = reply {
+                super::client::on_client_request(
+                    node,
+                    session,
+                    key,
+                    payload.unwrap_or_default(),
+                    deadline,
+                    reply,
+                );
+            }
+            return Offer::Taken;
+        }
         let direct = match (&inbound.origin, &inbound.record) {
             (Origin::Client { .. }, Record::Request(r)) => !protocol::is_framework_key(r.key),
             (Origin::Client { .. }, Record::OneWay(o)) => !protocol::is_framework_key(o.key),
@@ -220,12 +256,18 @@ impl InboundSink for Sink {
         let Origin::Client { session } = origin else {
             return Offer::Pass(Inbound::one_way(origin, key, payload));
         };
-        if protocol::is_framework_key(key) {
+        if protocol::is_framework_key(key) && key != protocol::CALL {
             return Offer::Pass(Inbound::one_way(origin, key, payload));
         }
         let Some(node) = pass_node(&mut self.pass, &self.node) else {
             return Offer::Pass(Inbound::one_way(origin, key, payload));
         };
+        if key == protocol::CALL {
+            // Served here, as `offer` serves it.
+            self.held.release();
+            client_send(node, session, payload);
+            return Offer::Taken;
+        }
         let (mode, _) = pass_mode(&mut self.budget, &*self.clock, &self.held);
         let done = release(Origin::Client { session }, bytes);
         offer_of(node.sessions().packet_with(
@@ -278,6 +320,14 @@ impl InboundSink for Sink {
         self.sessions.end_pass();
         self.pass = None;
     }
+}
+
+/// A client's one-way `CALL` (an actor send) from `session`, served on this thread
+/// ([`super::client::on_client_send`]) within the node's runtime context: a send that must
+/// wait (a full lane, a peer's window) goes on in the node's tasks.
+fn client_send(node: &Node, session: zlink_wire::SessionRid, payload: Bytes) {
+    let _entered = node.inner.rt.enter();
+    super::client::on_client_send(node, session, protocol::CALL, payload);
 }
 
 /// A peer's 24 (`rec`, from `sender` in `generation`; its payload, local deadline and reply

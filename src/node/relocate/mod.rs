@@ -95,8 +95,8 @@ pub enum RelocateError {
         /// Its kind.
         kind: crate::actor::SpotKind,
     },
-    /// An actor of the Spot is still activating (or its member count is not settled): the
-    /// Spot cannot move now; try again.
+    /// An actor of the Spot is still activating or moving in from another node (or its
+    /// member count is not settled): the Spot cannot move now; try again.
     #[error("spot {0:?} has an activation in progress")]
     SpotBusy(String),
     /// The actor is still activating here (its factory runs or its `Ready` is not committed

@@ -66,6 +66,10 @@ impl Node {
     /// queue stays in the relocation's entry, marked streaming: the target driver moves it
     /// into the lane as the source relays it ([`TargetRun`](super::target)'s pump) until
     /// [`Node::release_moved_in`]. Returns its mailbox.
+    ///
+    /// `rt_spot` is the Spot the Restore joined (`install`): the membership this incarnation
+    /// takes, or leaves again if it does not open.
+    #[allow(clippy::too_many_arguments)]
     pub(super) async fn open_moved_in(
         &self,
         relocation: RelocationId,
@@ -73,10 +77,10 @@ impl Node {
         location: &ActorLocation,
         placement: &Placement,
         instance: Box<dyn crate::actor::ActorInstance>,
+        rt_spot: exec::RtSpot,
         behind_source: bool,
     ) -> Result<Mailbox, ActorError> {
         let spot = &placement.spot;
-        let rt_spot = self.join_spot(spot)?;
         let actor_ref = ActorRef::from_location(location);
         let ctx = ActorCtx::new(
             actor_ref.clone(),

@@ -48,6 +48,11 @@ impl Node {
         mut moving: Vec<Moving>,
         to: NodeRid,
     ) -> Result<Moved, RelocateError> {
+        // A relocation is infrastructure work (SB-10): a shutdown that begins meanwhile drains
+        // it — its seals, capture and hand-off end as the protocol ends them (a commit, or an
+        // abort with its 44s), within the drain deadline — before it ends the node's actors.
+        // Its own timeouts bound it; it is never cancelled half-way.
+        let _drained = self.inner.inflight.enter();
         let mut actors = Vec::with_capacity(moving.len());
         let mut owners = HashMap::with_capacity(moving.len());
         for m in &moving {

@@ -89,8 +89,11 @@ impl Node {
         );
         let node = self.clone();
         let span = tracing::info_span!("relocation", id = relocation.get(), from = %sender, role = "target");
+        // Drained by a shutdown like the source's run (infrastructure work, SB-10).
+        let drained = self.inner.inflight.enter();
         tokio::spawn(
             async move {
+                let _drained = drained;
                 let run = TargetRun {
                     node: &node,
                     core,
@@ -299,8 +302,15 @@ struct TargetRun<'a> {
     restore_reply: Option<ReplyHandle>,
     /// The moving actors' ids (for the summary).
     actors: String,
-    /// The rehydrated instances, until dispatch opens.
-    instances: HashMap<ActorId, (Placement, Box<dyn crate::actor::ActorInstance>)>,
+    /// The rehydrated instances and the Spot each joined, until dispatch opens.
+    instances: HashMap<
+        ActorId,
+        (
+            Placement,
+            Box<dyn crate::actor::ActorInstance>,
+            exec::RtSpot,
+        ),
+    >,
     /// The incarnations opened here (their `moved_from` ends later, `Node::end_moved_from`)
     /// and when the first opened.
     opened: Vec<ActorRef>,
@@ -360,7 +370,9 @@ impl TargetRun<'_> {
         pump(self.node, self.core.id(), &self.streams)
     }
 
-    fn opened(self) -> (Vec<ActorRef>, Instant) {
+    fn opened(mut self) -> (Vec<ActorRef>, Instant) {
+        // Instances that never opened leave the Spots they joined.
+        self.drop_instances(None);
         let at = self
             .opened_at
             .unwrap_or_else(|| self.node.inner.clock.now());
@@ -416,20 +428,49 @@ impl TargetRun<'_> {
             if lock(&node.inner.actors).live.contains_key(&a.actor) {
                 return Err(RestoreRefusal::AlreadyHosted);
             }
-            node.check_spot(spot)
-                .map_err(|_| RestoreRefusal::Unavailable)?;
+            // The moving actor joins its Spot here now, under the spots lock: a Spot that is
+            // moving away refuses it (the source aborts and keeps serving it, SB-8.5), and a
+            // Spot with a member moving in does not start a move of its own (`SpotBusy`: a
+            // member counted but not published), so the actor never commits into a Spot that
+            // cannot open it. The membership is the incarnation's from its opening on, and is
+            // left again if it does not open (`drop_instances`).
+            let rt_spot = node.join_spot(spot).map_err(|e| {
+                tracing::info!(error = %e, spot = %spot.name, "restore refused: its spot takes no member now");
+                RestoreRefusal::Unavailable
+            })?;
             let info = ActivationInfo {
                 actor_id: a.actor.clone(),
                 object_generation: a.object_generation,
             };
-            let instance = ty.rehydrate(&info, a.state.clone()).map_err(|e| {
-                tracing::info!(error = %e, "rehydrate failed");
-                RestoreRefusal::RehydrateFailed
-            })?;
+            let instance = match ty.rehydrate(&info, a.state.clone()) {
+                Ok(i) => i,
+                Err(e) => {
+                    node.leave_spot(&spot.name);
+                    tracing::info!(error = %e, "rehydrate failed");
+                    return Err(RestoreRefusal::RehydrateFailed);
+                }
+            };
             self.instances
-                .insert(a.actor.clone(), (p.clone(), instance));
+                .insert(a.actor.clone(), (p.clone(), instance, rt_spot));
         }
         Ok(())
+    }
+
+    /// Drops the rehydrated instance of `actor` (every one for `None`) that will not open
+    /// here, leaving the Spot it joined at install.
+    fn drop_instances(&mut self, actor: Option<&ActorId>) {
+        let gone: Vec<Placement> = match actor {
+            Some(a) => self
+                .instances
+                .remove(a)
+                .map(|(p, ..)| p)
+                .into_iter()
+                .collect(),
+            None => self.instances.drain().map(|(_, (p, ..))| p).collect(),
+        };
+        for p in gone {
+            self.node.leave_spot(&p.spot.name);
+        }
     }
 
     /// Performs one effect; `true` once the relocation ended here.
@@ -440,7 +481,7 @@ impl TargetRun<'_> {
             TargetEffect::InstallQueues(request) => {
                 let r = self.install(&request);
                 if r.is_err() {
-                    self.instances.clear();
+                    self.drop_instances(None);
                 }
                 self.core.handle_installed(node.inner.clock.now(), r);
             }
@@ -494,6 +535,15 @@ impl TargetRun<'_> {
                 }
             }
             TargetEffect::CasOwner { actor, expected } => {
+                // A node that is shutting down takes no actor in: it would end with the node's
+                // other actors once the drain is over, its state with it. Past relay-ready that
+                // is a failed CAS (SB-8.6): the source brings the actor back with its state.
+                if node.check_accepting().is_err() {
+                    tracing::info!("shutting down: the owner CAS is not tried");
+                    self.core
+                        .handle_cas(node.inner.clock.now(), &actor, Err(()));
+                    return false;
+                }
                 let owner = ActorOwner {
                     mesh: node.inner.mesh_name.clone(),
                     holder: lock(&node.inner.lease).lease().holder.clone(),
@@ -512,7 +562,7 @@ impl TargetRun<'_> {
                 behind_source,
             } => {
                 self.opened_at.get_or_insert_with(|| node.inner.clock.now());
-                if let Some((placement, instance)) = self.instances.remove(&actor) {
+                if let Some((placement, instance, rt_spot)) = self.instances.remove(&actor) {
                     match node
                         .open_moved_in(
                             relocation,
@@ -520,6 +570,7 @@ impl TargetRun<'_> {
                             &location,
                             &placement,
                             instance,
+                            rt_spot,
                             behind_source,
                         )
                         .await
@@ -541,7 +592,7 @@ impl TargetRun<'_> {
                 }
             }
             TargetEffect::DiscardQueue { actor } => {
-                self.instances.remove(&actor);
+                self.drop_instances(Some(&actor));
                 let q = node
                     .inner
                     .relocations

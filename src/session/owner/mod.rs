@@ -31,7 +31,7 @@ use super::seal::{HeldRelay, HeldRequest, SealGauges};
 use super::{CLOSE_SESSION_KEY, Callbacks, PacketHandler, PacketTurn, Session, SessionError};
 use crate::actor::ActorRef;
 use crate::actor::exec::InflightGuard;
-use crate::backlog::{Admitted, BacklogStats, Backlogs, CreditReturn, Done, WaitQueues};
+use crate::backlog::{Admitted, BacklogStats, Backlogs, CreditReturn, Done};
 use crate::config::HandlerRegistry;
 use crate::runtime::{BoxFuture, Handled, Inline, Runtime, SerialLane, SessionLane};
 use crate::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -305,7 +305,7 @@ pub(crate) struct SessionOwner {
     /// Packets (and the disconnected-callback behind them) waiting for a full session lane.
     backlogs: Arc<Backlogs<SessionRid>>,
     /// Pushes waiting for a client's credit, per session.
-    pushes: Arc<WaitQueues<SessionRid>>,
+    pushes: push::PushQueues,
     /// Where the push queues' drain tasks run (pushes arrive on the mesh I/O thread).
     rt: tokio::runtime::Handle,
 }
@@ -342,7 +342,7 @@ impl SessionOwner {
             flow: FlowCounters::default(),
             replacements: AtomicU64::new(0),
             backlogs,
-            pushes: Arc::new(WaitQueues::default()),
+            pushes: push::PushQueues::default(),
             rt,
         }
     }

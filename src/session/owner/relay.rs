@@ -194,6 +194,28 @@ impl SessionOwner {
         Ok(self.forward_ticket(entry, ticket, key, payload, timeout, map))
     }
 
+    /// [`SessionOwner::forward_start`] to the actor whose id has these bytes, found and
+    /// stepped under one lock of the aggregate (`relay_bytes`); `None` when no binding has
+    /// these bytes (nothing counted: the caller decides what that is).
+    pub(crate) fn forward_bytes_start(
+        &self,
+        entry: &Arc<SessionEntry>,
+        actor: &[u8],
+        key: DispatchKey,
+        payload: Bytes,
+        timeout: Duration,
+        map: crate::session::ReplyMap,
+    ) -> Option<Result<Forwarded, SessionError>> {
+        let step = entry.agg().relay_bytes(actor)?;
+        Some(match step {
+            Ok(ticket) => Ok(self.forward_ticket(entry, ticket, key, payload, timeout, map)),
+            Err((r, actor)) => {
+                self.flow.reject(FlowRecord::Relay, r, &actor);
+                Err(SessionError::of_reject(FlowRecord::Relay, &actor, r))
+            }
+        })
+    }
+
     /// The 24 request of a relay ticket whose reply answers the client's packet on its own.
     /// A held one (sealed binding) ends the packet's turn once held: the seal keeps its order.
     pub(crate) fn forward_ticket(

@@ -332,3 +332,253 @@ fn a_session_cache_never_hands_out_an_entry_that_left_the_map() {
     drop((got, first, entered));
     tokio.block_on(runtime.shutdown());
 }
+
+/// What [`PushHost`]'s client budget does: room for `room` pushes at once; a waiting push
+/// (`push`) waits for `credit`, then goes (or, with `time_out`, fails as a push whose credit
+/// never came). `sent` lists the keys of the pushes that went, in the order they went.
+#[derive(Default)]
+struct PushBudget {
+    room: std::sync::atomic::AtomicUsize,
+    credit: Notify,
+    time_out: AtomicBool,
+    sent: Mutex<Vec<u32>>,
+}
+
+/// A host whose client budget is a [`PushBudget`] (everything else as [`Host`]).
+struct PushHost(Arc<PushBudget>);
+
+impl SessionHost for PushHost {
+    fn send_bind(
+        &self,
+        n: &NodeRid,
+        b: BoundSessionBind,
+        t: Duration,
+    ) -> BoxFuture<(Result<BindSnapshot, Refusal>, Option<AfterBind>)> {
+        Host.send_bind(n, b, t)
+    }
+    fn send_relay(
+        &self,
+        t: RelayTicket,
+        k: DispatchKey,
+        p: Bytes,
+        d: Option<Duration>,
+        a: Option<oneshot::Sender<()>>,
+    ) -> RelaySent {
+        Host.send_relay(t, k, p, d, a)
+    }
+    fn try_push(
+        &self,
+        _: SessionRid,
+        key: DispatchKey,
+        payload: Bytes,
+    ) -> Result<(), zlink_mesh::TryPushError> {
+        let room = &self.0.room;
+        if room
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |r| r.checked_sub(1))
+            .is_err()
+        {
+            return Err(zlink_mesh::TryPushError::Full(payload));
+        }
+        lock(&self.0.sent).push(key.get());
+        Ok(())
+    }
+    fn push(&self, _: SessionRid, key: DispatchKey, _: Bytes) -> BoxFuture<Result<(), SendError>> {
+        let budget = self.0.clone();
+        Box::pin(async move {
+            budget.credit.notified().await;
+            if budget.time_out.load(Ordering::Acquire) {
+                return Err(SendError::DeadlineExceeded(Duration::from_secs(1)));
+            }
+            lock(&budget.sent).push(key.get());
+            Ok(())
+        })
+    }
+    fn close(&self, _: SessionRid, _: DisconnectReason) {}
+    fn accept(&self, _: SessionRid) {}
+    fn owner_lease(&self) -> OwnerLeaseGeneration {
+        OwnerLeaseGeneration::new(1)
+    }
+    fn get_actor(&self, a: ActorId) -> BoxFuture<Result<ActorRef, crate::actor::ActorError>> {
+        Host.get_actor(a)
+    }
+    fn create_actor(
+        &self,
+        c: crate::actor::Create,
+        o: bool,
+    ) -> BoxFuture<Result<ActorRef, crate::actor::ActorError>> {
+        Host.create_actor(c, o)
+    }
+    fn enter_work(&self) -> Option<InflightGuard> {
+        None
+    }
+    fn credit_return(&self) -> std::sync::Weak<dyn CreditReturn> {
+        std::sync::Weak::<Nowhere>::new()
+    }
+}
+
+/// A session owner of node "a" whose client budget is `budget`.
+fn push_owner(
+    tokio: &tokio::runtime::Runtime,
+    runtime: &Runtime,
+    budget: &Arc<PushBudget>,
+) -> Arc<SessionOwner> {
+    Arc::new(SessionOwner::new(
+        SessionOwnerConfig {
+            node: NodeRid::new("a").unwrap(),
+            lifecycle: SessionLifecycleGeneration::new(1),
+            callback_timeout: Duration::from_secs(1),
+            binding_limit: 4,
+            request_timeout: Duration::from_secs(1),
+            clock: Arc::new(super::super::clock::SystemClock),
+            seal_timeout: Duration::from_secs(3),
+            held_limit: (1024, 1 << 20),
+        },
+        Box::new(PushHost(budget.clone())),
+        runtime.clone(),
+        HandlerRegistry::default(),
+        Callbacks::default(),
+        tokio.handle().clone(),
+    ))
+}
+
+/// A checked 36 of session `rid` with handler key `key` (what `send_accepted` is given).
+fn push_of(rid: SessionRid, key: u32) -> BoundSessionSend {
+    BoundSessionSend {
+        actor: ActorId::new("p").unwrap(),
+        object_generation: zlink_wire::ObjectGeneration::new(1),
+        source_node_generation: NodeGeneration::new(1),
+        authority_owner_generation: zlink_wire::AuthorityOwnerGeneration::new(1),
+        session_lifecycle: SessionLifecycleGeneration::new(1),
+        session: rid,
+        binding_generation: BindingGeneration::new(1),
+        key: DispatchKey::new(key),
+    }
+}
+
+/// Waits (20 s guard) until `done` holds.
+fn wait_for(what: &str, done: impl Fn() -> bool) {
+    let start = std::time::Instant::now();
+    while !done() {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "timed out waiting for {what}"
+        );
+        std::thread::yield_now();
+    }
+}
+
+// spec: SB-5.5 (a push waits for its client's credit without holding up anything but that
+// session's later pushes, which keep their order)
+// A push that finds the client's budget full opens the session's queue and waits for credit;
+// later pushes queue behind it as data; once it went, those go in order in the same step while
+// the budget has room, the queue closes, and the session's next pushes go at once.
+#[test]
+fn pushes_behind_one_waiting_for_credit_follow_it_in_order_then_go_at_once() {
+    let tokio = tokio::runtime::Runtime::new().unwrap();
+    let runtime = Runtime::new(RuntimeConfig::default()).unwrap();
+    let budget = Arc::new(PushBudget::default());
+    let owner = push_owner(&tokio, &runtime, &budget);
+    let entered = tokio.enter();
+    let rid = SessionRid::new(4);
+    let entry = owner.connected(rid).unwrap();
+    let push = |k: u32| {
+        owner.send_accepted(
+            entry.clone(),
+            &push_of(rid, k),
+            Bytes::new(),
+            None::<fn() -> Done>,
+        )
+    };
+    assert_eq!(push(1), Admitted::Queued, "the budget is full: it waits");
+    for k in 2..=50 {
+        assert_eq!(push(k), Admitted::Queued, "behind the waiting push");
+    }
+    let stats = owner.push_backlog_stats();
+    assert_eq!((stats.opened, stats.waited, stats.waiting_now), (1, 50, 50));
+    assert!(
+        lock(&budget.sent).is_empty(),
+        "nothing overtook the waiting push"
+    );
+    // The budget has room again, but the first push still waits for its credit: a later
+    // push queues behind it all the same.
+    budget.room.store(1000, Ordering::Release);
+    assert_eq!(push(51), Admitted::Queued, "behind the waiting push");
+    assert!(
+        lock(&budget.sent).is_empty(),
+        "a push overtook the waiting one"
+    );
+    // Its credit comes: it goes, then the 50 behind it.
+    budget.credit.notify_one();
+    wait_for("the queue to empty", || {
+        owner.push_backlog_stats().waiting_now == 0
+    });
+    assert_eq!(*lock(&budget.sent), (1..=51).collect::<Vec<_>>());
+    wait_for("the queue to close", || {
+        owner.pushes.open.load(Ordering::Acquire) == 0
+    });
+    for k in 52..=60 {
+        assert_eq!(push(k), Admitted::Now, "the queue closed: sent at once");
+    }
+    assert_eq!(*lock(&budget.sent), (1..=60).collect::<Vec<_>>());
+    let stats = owner.push_backlog_stats();
+    assert_eq!((stats.opened, stats.waited, stats.refused), (1, 51, 0));
+    assert_eq!(owner.flow().total(FlowRecord::Push), 0, "none refused");
+    drop((entry, entered));
+    tokio.block_on(runtime.shutdown());
+}
+
+// spec: SB-5.9 (a push not delivered is counted with its reason)
+// A push whose credit never came stalls the session: what queued behind it goes only if the
+// budget has room at once, else it is refused and counted (`ClientBacklogFull`), and the queue
+// closes (nothing stays held for a client that does not read); a push that goes again ends
+// the stall.
+#[test]
+fn a_stalled_sessions_queued_pushes_are_refused_without_room_and_the_queue_closes() {
+    let tokio = tokio::runtime::Runtime::new().unwrap();
+    let runtime = Runtime::new(RuntimeConfig::default()).unwrap();
+    let budget = Arc::new(PushBudget::default());
+    let owner = push_owner(&tokio, &runtime, &budget);
+    let entered = tokio.enter();
+    let rid = SessionRid::new(6);
+    let entry = owner.connected(rid).unwrap();
+    let push = |k: u32| {
+        owner.send_accepted(
+            entry.clone(),
+            &push_of(rid, k),
+            Bytes::new(),
+            None::<fn() -> Done>,
+        )
+    };
+    for k in 1..=10 {
+        assert_eq!(push(k), Admitted::Queued);
+    }
+    // The waiting push times out, and the budget stays full.
+    budget.time_out.store(true, Ordering::Release);
+    budget.credit.notify_one();
+    wait_for("the queue to close", || {
+        owner.pushes.open.load(Ordering::Acquire) == 0
+    });
+    assert!(lock(&budget.sent).is_empty());
+    assert_eq!(owner.push_backlog_stats().waiting_now, 0);
+    assert_eq!(
+        owner
+            .flow()
+            .get(FlowRecord::Push, FlowReject::ClientBacklogFull),
+        9,
+        "{:?}",
+        owner.flow().snapshot()
+    );
+    assert_eq!(
+        owner
+            .flow()
+            .get(FlowRecord::Push, FlowReject::SessionClosed),
+        1,
+        "the push that timed out"
+    );
+    // With room again the next push goes at once.
+    budget.room.store(1, Ordering::Release);
+    assert_eq!(push(11), Admitted::Now);
+    assert_eq!(*lock(&budget.sent), vec![11]);
+    drop((entry, entered));
+    tokio.block_on(runtime.shutdown());
+}

@@ -390,6 +390,11 @@ ZMQ_EXPORT const char *zmq_msg_gets (const zmq_msg_t *msg_,
  *  each received message out of the receive buffer (no zero copy), so the
  *  buffer needs no reference counts; 1 is libzmq's default.                  */
 #define ZMQ_IN_ZERO_COPY 0x5a4c0002
+/*  ZLINK PATCH (lazy buffers): 1 (int) makes the socket's connections free
+ *  their receive buffer whenever everything read is decoded, and their send
+ *  buffer whenever everything encoded is written, allocating each again on
+ *  use; 0 (libzmq's default) keeps both for the connection's life.           */
+#define ZMQ_LAZY_BUFFERS 0x5a4c0003
 
 /*  Message options                                                           */
 #define ZMQ_MORE 1

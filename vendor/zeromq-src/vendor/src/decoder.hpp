@@ -163,6 +163,10 @@ class decoder_base_t : public i_decoder
         _allocator.resize (new_size_);
     }
 
+    //  ZLINK PATCH (lazy buffers): the allocator drops its buffer (freed unless
+    //  a zero-copy message still refers to it); get_buffer allocates anew.
+    void release_buffer () ZMQ_FINAL { _allocator.deallocate (); }
+
   protected:
     //  Prototype of state machine action. Action should return false if
     //  it is unable to push the data to the system.

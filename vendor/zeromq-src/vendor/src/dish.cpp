@@ -241,7 +241,7 @@ void zmq::dish_t::send_subscriptions (pipe_t *pipe_)
 zmq::dish_session_t::dish_session_t (io_thread_t *io_thread_,
                                      bool connect_,
                                      socket_base_t *socket_,
-                                     const options_t &options_,
+                                     const shared_options_t &options_, //  ZLINK PATCH (shared options)
                                      address_t *addr_) :
     session_base_t (io_thread_, connect_, socket_, options_, addr_),
     _state (group)

@@ -73,11 +73,17 @@ template <typename T> class encoder_base_t : public i_encoder
     //  points to NULL) decoder object will provide buffer of its own.
     size_t encode (unsigned char **data_, size_t size_) ZMQ_FINAL
     {
-        unsigned char *buffer = !*data_ ? _buf : *data_;
-        const size_t buffersize = !*data_ ? _buf_size : size_;
-
         if (in_progress () == NULL)
             return 0;
+
+        //  ZLINK PATCH (lazy buffers): the buffer released is allocated again.
+        if (!*data_ && !_buf) {
+            _buf = static_cast<unsigned char *> (malloc (_buf_size));
+            alloc_assert (_buf);
+        }
+
+        unsigned char *buffer = !*data_ ? _buf : *data_;
+        const size_t buffersize = !*data_ ? _buf_size : size_;
 
         size_t pos = 0;
         while (pos < buffersize) {
@@ -126,6 +132,13 @@ template <typename T> class encoder_base_t : public i_encoder
         return pos;
     }
 
+    //  ZLINK PATCH (lazy buffers)
+    void release_buffer () ZMQ_FINAL
+    {
+        free (_buf);
+        _buf = NULL;
+    }
+
     void load_msg (msg_t *msg_) ZMQ_FINAL
     {
         zmq_assert (in_progress () == NULL);
@@ -167,7 +180,7 @@ template <typename T> class encoder_base_t : public i_encoder
 
     //  The buffer for encoded data.
     const size_t _buf_size;
-    unsigned char *const _buf;
+    unsigned char *_buf; //  ZLINK PATCH (lazy buffers): NULL when released
 
     msg_t *_in_progress;
 

@@ -55,6 +55,11 @@ class i_decoder
     decode (const unsigned char *data_, size_t size_, size_t &processed_) = 0;
 
     virtual msg_t *msg () = 0;
+
+    //  ZLINK PATCH (lazy buffers): frees the receive buffer if no decoded
+    //  message refers to it; get_buffer allocates one again. Only when nothing
+    //  read is left to decode.
+    virtual void release_buffer () {}
 };
 }
 

@@ -52,6 +52,10 @@ struct i_encoder
 
     //  Load a new message into encoder.
     virtual void load_msg (msg_t *msg_) = 0;
+
+    //  ZLINK PATCH (lazy buffers): frees the send buffer; encode allocates it
+    //  again. Only when nothing encoded into it is left to write.
+    virtual void release_buffer () {}
 };
 }
 

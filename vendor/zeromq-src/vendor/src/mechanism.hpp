@@ -129,7 +129,10 @@ class mechanism_t
     virtual int
     property (const std::string &name_, const void *value_, size_t length_);
 
-    const options_t options;
+    //  ZLINK PATCH (shared options): the options of the engine that made this
+    //  mechanism (stream_engine_base_t::_options, in a block the engine keeps
+    //  for its whole life); the engine deletes its mechanism before it ends.
+    const options_t &options;
 
   private:
     //  Properties received from ZMTP peer.

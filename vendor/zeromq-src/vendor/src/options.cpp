@@ -248,6 +248,7 @@ zmq::options_t::options_t () :
     in_batch_size (8192),
     out_batch_size (8192),
     zero_copy (true),
+    lazy_buffers (false),
     router_notify (0),
     monitor_event_version (1),
     wss_trust_system (false),
@@ -809,6 +810,14 @@ int zmq::options_t::setsockopt (int option_,
         case ZMQ_IN_ZERO_COPY:
             if (is_int && (value == 0 || value == 1)) {
                 zero_copy = value != 0;
+                return 0;
+            }
+            break;
+
+        //  ZLINK PATCH (lazy buffers)
+        case ZMQ_LAZY_BUFFERS:
+            if (is_int && (value == 0 || value == 1)) {
+                lazy_buffers = value != 0;
                 return 0;
             }
             break;

@@ -33,6 +33,7 @@
 #include <string>
 #include <vector>
 #include <map>
+#include <memory>
 
 #include "atomic_ptr.hpp"
 #include "stddef.h"
@@ -285,6 +286,10 @@ struct options_t
     // Use zero copy strategy for storing message content when decoding.
     bool zero_copy;
 
+    //  ZLINK PATCH (lazy buffers): engines hold their receive and send buffers
+    //  only while they are in use (ZMQ_LAZY_BUFFERS).
+    bool lazy_buffers;
+
     // Router socket ZMQ_NOTIFY_CONNECT/ZMQ_NOTIFY_DISCONNECT notifications
     int router_notify;
 
@@ -309,6 +314,13 @@ struct options_t
     std::vector<unsigned char> disconnect_msg;
     bool can_recv_disconnect_msg;
 };
+
+//  ZLINK PATCH (shared options): a block of options shared by reference count.
+//  A listener's options are shared, not copied, by every connection it accepts
+//  (its session, engine and, through the engine, handshake mechanism); a
+//  shared block is never changed (only a socket changes its options, and a
+//  socket's block is not shared).
+typedef std::shared_ptr<options_t> shared_options_t;
 
 inline bool get_effective_conflate_option (const options_t &options)
 {

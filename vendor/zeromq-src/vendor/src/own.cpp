@@ -34,6 +34,8 @@
 
 zmq::own_t::own_t (class ctx_t *parent_, uint32_t tid_) :
     object_t (parent_, tid_),
+    _options_block (std::make_shared<options_t> ()),
+    options (*_options_block),
     _terminating (false),
     _sent_seqnum (0),
     _processed_seqnum (0),
@@ -44,7 +46,21 @@ zmq::own_t::own_t (class ctx_t *parent_, uint32_t tid_) :
 
 zmq::own_t::own_t (io_thread_t *io_thread_, const options_t &options_) :
     object_t (io_thread_),
-    options (options_),
+    _options_block (std::make_shared<options_t> (options_)),
+    options (*_options_block),
+    _terminating (false),
+    _sent_seqnum (0),
+    _processed_seqnum (0),
+    _owner (NULL),
+    _term_acks (0)
+{
+}
+
+zmq::own_t::own_t (io_thread_t *io_thread_,
+                   const shared_options_t &options_) :
+    object_t (io_thread_),
+    _options_block (options_),
+    options (*_options_block),
     _terminating (false),
     _sent_seqnum (0),
     _processed_seqnum (0),

@@ -58,6 +58,10 @@ class own_t : public object_t
     //  The object is living within I/O thread.
     own_t (zmq::io_thread_t *io_thread_, const options_t &options_);
 
+    //  ZLINK PATCH (shared options): the object uses the block options_ (no
+    //  copy); nothing may change it.
+    own_t (zmq::io_thread_t *io_thread_, const shared_options_t &options_);
+
     //  When another owned object wants to send command to this object
     //  it calls this function to let it know it should not shut down
     //  before the command is delivered.
@@ -101,8 +105,16 @@ class own_t : public object_t
     //  is to be delayed.
     virtual void process_destroy ();
 
-    //  Socket options associated with this object.
-    options_t options;
+    //  ZLINK PATCH (shared options): the block holding this object's options,
+    //  for the objects that share them (shared_options_t).
+    const shared_options_t &shared_options () const { return _options_block; }
+
+  private:
+    shared_options_t _options_block;
+
+  protected:
+    //  Socket options associated with this object (in _options_block).
+    options_t &options;
 
   private:
     //  Set owner of the object

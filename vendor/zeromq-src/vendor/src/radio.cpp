@@ -200,7 +200,7 @@ bool zmq::radio_t::xhas_in ()
 zmq::radio_session_t::radio_session_t (io_thread_t *io_thread_,
                                        bool connect_,
                                        socket_base_t *socket_,
-                                       const options_t &options_,
+                                       const shared_options_t &options_, //  ZLINK PATCH (shared options)
                                        address_t *addr_) :
     session_base_t (io_thread_, connect_, socket_, options_, addr_),
     _state (group)

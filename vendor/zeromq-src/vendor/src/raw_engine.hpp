@@ -58,7 +58,7 @@ class raw_engine_t ZMQ_FINAL : public stream_engine_base_t
 {
   public:
     raw_engine_t (fd_t fd_,
-                  const options_t &options_,
+                  const shared_options_t &options_, //  ZLINK PATCH (shared options)
                   const endpoint_uri_pair_t &endpoint_uri_pair_);
     ~raw_engine_t ();
 

@@ -259,7 +259,7 @@ int zmq::req_t::recv_reply_pipe (msg_t *msg_)
 zmq::req_session_t::req_session_t (io_thread_t *io_thread_,
                                    bool connect_,
                                    socket_base_t *socket_,
-                                   const options_t &options_,
+                                   const shared_options_t &options_, //  ZLINK PATCH (shared options)
                                    address_t *addr_) :
     session_base_t (io_thread_, connect_, socket_, options_, addr_),
     _state (bottom)

@@ -92,7 +92,7 @@ class req_session_t ZMQ_FINAL : public session_base_t
     req_session_t (zmq::io_thread_t *io_thread_,
                    bool connect_,
                    zmq::socket_base_t *socket_,
-                   const options_t &options_,
+                   const shared_options_t &options_, //  ZLINK PATCH (shared options)
                    address_t *addr_);
     ~req_session_t ();
 

@@ -57,8 +57,19 @@ zmq::session_base_t *zmq::session_base_t::create (class io_thread_t *io_thread_,
                                                   const options_t &options_,
                                                   address_t *addr_)
 {
+    return create (io_thread_, active_, socket_,
+                   std::make_shared<options_t> (options_), addr_);
+}
+
+zmq::session_base_t *
+zmq::session_base_t::create (class io_thread_t *io_thread_,
+                             bool active_,
+                             class socket_base_t *socket_,
+                             const shared_options_t &options_, //  ZLINK PATCH (shared options)
+                             address_t *addr_)
+{
     session_base_t *s = NULL;
-    switch (options_.type) {
+    switch (options_->type) {
         case ZMQ_REQ:
             s = new (std::nothrow)
               req_session_t (io_thread_, active_, socket_, options_, addr_);
@@ -90,7 +101,7 @@ zmq::session_base_t *zmq::session_base_t::create (class io_thread_t *io_thread_,
         case ZMQ_PEER:
         case ZMQ_CHANNEL:
 #ifdef ZMQ_BUILD_DRAFT_API
-            if (options_.can_send_hello_msg && options_.hello_msg.size () > 0)
+            if (options_->can_send_hello_msg && options_->hello_msg.size () > 0) //  ZLINK PATCH (shared options)
                 s = new (std::nothrow) hello_msg_session_t (
                   io_thread_, active_, socket_, options_, addr_);
             else
@@ -115,7 +126,7 @@ zmq::session_base_t *zmq::session_base_t::create (class io_thread_t *io_thread_,
 zmq::session_base_t::session_base_t (class io_thread_t *io_thread_,
                                      bool active_,
                                      class socket_base_t *socket_,
-                                     const options_t &options_,
+                                     const shared_options_t &options_, //  ZLINK PATCH (shared options)
                                      address_t *addr_) :
     own_t (io_thread_, options_),
     io_object_t (io_thread_),
@@ -131,7 +142,7 @@ zmq::session_base_t::session_base_t (class io_thread_t *io_thread_,
     _addr (addr_)
 #ifdef ZMQ_HAVE_WSS
     ,
-    _wss_hostname (options_.wss_hostname)
+    _wss_hostname (options_->wss_hostname) //  ZLINK PATCH (shared options)
 #endif
 {
 }
@@ -777,7 +788,7 @@ void zmq::session_base_t::start_connecting (bool wait_)
 zmq::hello_msg_session_t::hello_msg_session_t (io_thread_t *io_thread_,
                                                bool connect_,
                                                socket_base_t *socket_,
-                                               const options_t &options_,
+                                               const shared_options_t &options_, //  ZLINK PATCH (shared options)
                                                address_t *addr_) :
     session_base_t (io_thread_, connect_, socket_, options_, addr_),
     _new_pipe (true)

@@ -55,6 +55,13 @@ class session_base_t : public own_t, public io_object_t, public i_pipe_events
                                    const options_t &options_,
                                    address_t *addr_);
 
+    //  ZLINK PATCH (shared options): a session sharing the block options_.
+    static session_base_t *create (zmq::io_thread_t *io_thread_,
+                                   bool active_,
+                                   zmq::socket_base_t *socket_,
+                                   const shared_options_t &options_,
+                                   address_t *addr_);
+
     //  To be used once only, when creating the session.
     void attach_pipe (zmq::pipe_t *pipe_);
 
@@ -100,7 +107,7 @@ class session_base_t : public own_t, public io_object_t, public i_pipe_events
     session_base_t (zmq::io_thread_t *io_thread_,
                     bool active_,
                     zmq::socket_base_t *socket_,
-                    const options_t &options_,
+                    const shared_options_t &options_, //  ZLINK PATCH (shared options)
                     address_t *addr_);
     ~session_base_t () ZMQ_OVERRIDE;
 
@@ -180,7 +187,7 @@ class hello_msg_session_t ZMQ_FINAL : public session_base_t
     hello_msg_session_t (zmq::io_thread_t *io_thread_,
                          bool connect_,
                          zmq::socket_base_t *socket_,
-                         const options_t &options_,
+                         const shared_options_t &options_, //  ZLINK PATCH (shared options)
                          address_t *addr_);
     ~hello_msg_session_t ();
 

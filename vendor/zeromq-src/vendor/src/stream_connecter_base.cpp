@@ -175,11 +175,14 @@ void zmq::stream_connecter_base_t::create_engine (
                                              endpoint_type_connect);
 
     //  Create the engine object for this connection.
+    //  ZLINK PATCH (shared options): the engine shares this connecter's options.
     i_engine *engine;
     if (options.raw_socket)
-        engine = new (std::nothrow) raw_engine_t (fd_, options, endpoint_pair);
+        engine = new (std::nothrow)
+          raw_engine_t (fd_, shared_options (), endpoint_pair);
     else
-        engine = new (std::nothrow) zmtp_engine_t (fd_, options, endpoint_pair);
+        engine = new (std::nothrow)
+          zmtp_engine_t (fd_, shared_options (), endpoint_pair);
     alloc_assert (engine);
 
     //  Attach the engine to the corresponding session object.

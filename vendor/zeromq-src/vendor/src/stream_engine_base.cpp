@@ -101,10 +101,11 @@ static std::string get_peer_address (zmq::fd_t s_)
 
 zmq::stream_engine_base_t::stream_engine_base_t (
   fd_t fd_,
-  const options_t &options_,
+  const shared_options_t &options_, //  ZLINK PATCH (shared options)
   const endpoint_uri_pair_t &endpoint_uri_pair_,
   bool has_handshake_stage_) :
-    _options (options_),
+    _options_block (options_),
+    _options (*_options_block),
     _inpos (NULL),
     _insize (0),
     _decoder (NULL),
@@ -312,6 +313,7 @@ bool zmq::stream_engine_base_t::in_event_internal ()
         if (rc == -1)
             break;
     }
+    release_input_buffer ();
 
     //  Tear down the connection if we have failed to decode input data
     //  or the session has rejected the message.
@@ -379,6 +381,9 @@ bool zmq::stream_engine_base_t::out_event_internal ()
         if (_outsize == 0) {
             _output_stopped = true;
             reset_pollout ();
+            //  ZLINK PATCH (lazy buffers): nothing is left in the send buffer.
+            if (_options.lazy_buffers)
+                _encoder->release_buffer ();
             return false;
         }
     }
@@ -409,6 +414,19 @@ bool zmq::stream_engine_base_t::out_event_internal ()
         return false;
     }
     return _outsize == 0 && nbytes > 0;
+}
+
+void zmq::stream_engine_base_t::release_input_buffer ()
+{
+    //  ZLINK PATCH (lazy buffers): with everything read decoded, the receive
+    //  buffer holds nothing the decoder still needs (a message being decoded
+    //  is in its own memory, a zero-copy one keeps its buffer alive). errno is
+    //  kept: the callers still read it.
+    if (_options.lazy_buffers && _insize == 0) {
+        const int err = errno;
+        _decoder->release_buffer ();
+        errno = err;
+    }
 }
 
 void zmq::stream_engine_base_t::restart_output ()
@@ -459,6 +477,7 @@ bool zmq::stream_engine_base_t::restart_input ()
         if (rc == -1)
             break;
     }
+    release_input_buffer ();
 
     if (rc == -1 && errno == EAGAIN)
         _session->flush ();

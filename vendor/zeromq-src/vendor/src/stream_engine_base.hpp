@@ -55,8 +55,9 @@ class mechanism_t;
 class stream_engine_base_t : public io_object_t, public i_engine
 {
   public:
+    //  ZLINK PATCH (shared options): the engine shares its creator's options.
     stream_engine_base_t (fd_t fd_,
-                          const options_t &options_,
+                          const shared_options_t &options_,
                           const endpoint_uri_pair_t &endpoint_uri_pair_,
                           bool has_handshake_stage_);
     ~stream_engine_base_t () ZMQ_OVERRIDE;
@@ -138,7 +139,11 @@ class stream_engine_base_t : public io_object_t, public i_engine
     session_base_t *session () { return _session; }
     socket_base_t *socket () { return _socket; }
 
-    const options_t _options;
+    //  ZLINK PATCH (shared options): the block _options is in (its creator's,
+    //  shared, never changed), kept for the engine's whole life; the engine's
+    //  mechanism refers to _options too.
+    const shared_options_t _options_block;
+    const options_t &_options;
 
     unsigned char *_inpos;
     size_t _insize;
@@ -190,6 +195,10 @@ class stream_engine_base_t : public io_object_t, public i_engine
 
   private:
     bool in_event_internal ();
+
+    //  ZLINK PATCH (lazy buffers): frees the decoder's buffer once everything
+    //  read from it is decoded, when the socket asks for it.
+    void release_input_buffer ();
 
     //  ZLINK PATCH (lazy epoll_ctl): one round of out_event; true when it wrote
     //  the whole buffer after the handshake (the pipe may hold nothing more).

@@ -103,11 +103,15 @@ void zmq::stream_listener_base_t::create_engine (fd_t fd_)
       get_socket_name (fd_, socket_end_local),
       get_socket_name (fd_, socket_end_remote), endpoint_type_bind);
 
+    //  ZLINK PATCH (shared options): the connection's engine and session share
+    //  this listener's options (no copy each).
     i_engine *engine;
     if (options.raw_socket)
-        engine = new (std::nothrow) raw_engine_t (fd_, options, endpoint_pair);
+        engine = new (std::nothrow)
+          raw_engine_t (fd_, shared_options (), endpoint_pair);
     else
-        engine = new (std::nothrow) zmtp_engine_t (fd_, options, endpoint_pair);
+        engine = new (std::nothrow)
+          zmtp_engine_t (fd_, shared_options (), endpoint_pair);
     alloc_assert (engine);
 
     //  Choose I/O thread to run connecter in. Given that we are already
@@ -117,7 +121,7 @@ void zmq::stream_listener_base_t::create_engine (fd_t fd_)
 
     //  Create and launch a session object.
     session_base_t *session =
-      session_base_t::create (io_thread, false, _socket, options, NULL);
+      session_base_t::create (io_thread, false, _socket, shared_options (), NULL);
     errno_assert (session);
     session->inc_seqnum ();
     launch_child (session);

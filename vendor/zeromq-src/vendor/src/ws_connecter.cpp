@@ -285,7 +285,7 @@ void zmq::ws_connecter_t::create_engine (fd_t fd_,
     if (_wss) {
 #ifdef ZMQ_HAVE_WSS
         engine = new (std::nothrow)
-          wss_engine_t (fd_, options, endpoint_pair, *_addr->resolved.ws_addr,
+          wss_engine_t (fd_, shared_options (), endpoint_pair, *_addr->resolved.ws_addr, //  ZLINK PATCH (shared options)
                         true, NULL, _hostname);
 #else
         LIBZMQ_UNUSED (_hostname);
@@ -293,7 +293,7 @@ void zmq::ws_connecter_t::create_engine (fd_t fd_,
 #endif
     } else
         engine = new (std::nothrow) ws_engine_t (
-          fd_, options, endpoint_pair, *_addr->resolved.ws_addr, true);
+          fd_, shared_options (), endpoint_pair, *_addr->resolved.ws_addr, true);
     alloc_assert (engine);
 
     //  Attach the engine to the corresponding session object.

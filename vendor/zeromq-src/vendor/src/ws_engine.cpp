@@ -88,7 +88,7 @@ static void compute_accept_key (char *key_,
                                 unsigned char hash_[SHA_DIGEST_LENGTH]);
 
 zmq::ws_engine_t::ws_engine_t (fd_t fd_,
-                               const options_t &options_,
+                               const shared_options_t &options_, //  ZLINK PATCH (shared options)
                                const endpoint_uri_pair_t &endpoint_uri_pair_,
                                const ws_address_t &address_,
                                bool client_) :

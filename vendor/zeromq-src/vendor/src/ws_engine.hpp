@@ -128,7 +128,7 @@ class ws_engine_t : public stream_engine_base_t
 {
   public:
     ws_engine_t (fd_t fd_,
-                 const options_t &options_,
+                 const shared_options_t &options_, //  ZLINK PATCH (shared options)
                  const endpoint_uri_pair_t &endpoint_uri_pair_,
                  const ws_address_t &address_,
                  bool client_);

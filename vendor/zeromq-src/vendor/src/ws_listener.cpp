@@ -311,14 +311,14 @@ void zmq::ws_listener_t::create_engine (fd_t fd_)
     if (_wss)
 #ifdef ZMQ_HAVE_WSS
         engine = new (std::nothrow)
-          wss_engine_t (fd_, options, endpoint_pair, _address, false, _tls_cred,
+          wss_engine_t (fd_, shared_options (), endpoint_pair, _address, false, _tls_cred, //  ZLINK PATCH (shared options)
                         std::string ());
 #else
         zmq_assert (false);
 #endif
     else
         engine = new (std::nothrow)
-          ws_engine_t (fd_, options, endpoint_pair, _address, false);
+          ws_engine_t (fd_, shared_options (), endpoint_pair, _address, false);
 
     alloc_assert (engine);
 

@@ -53,7 +53,7 @@ static int verify_certificate_callback (gnutls_session_t session)
 
 
 zmq::wss_engine_t::wss_engine_t (fd_t fd_,
-                                 const options_t &options_,
+                                 const shared_options_t &options_, //  ZLINK PATCH (shared options)
                                  const endpoint_uri_pair_t &endpoint_uri_pair_,
                                  ws_address_t &address_,
                                  bool client_,
@@ -70,13 +70,13 @@ zmq::wss_engine_t::wss_engine_t (fd_t fd_,
         rc = gnutls_certificate_allocate_credentials (&_tls_client_cred);
         zmq_assert (rc == 0);
 
-        if (options_.wss_trust_system)
+        if (options_->wss_trust_system) //  ZLINK PATCH (shared options)
             gnutls_certificate_set_x509_system_trust (_tls_client_cred);
 
-        if (options_.wss_trust_pem.length () > 0) {
+        if (options_->wss_trust_pem.length () > 0) {
             gnutls_datum_t trust = {
-              (unsigned char *) options_.wss_trust_pem.c_str (),
-              (unsigned int) options_.wss_trust_pem.length ()};
+              (unsigned char *) options_->wss_trust_pem.c_str (),
+              (unsigned int) options_->wss_trust_pem.length ()};
             rc = gnutls_certificate_set_x509_trust_mem (
               _tls_client_cred, &trust, GNUTLS_X509_FMT_PEM);
             zmq_assert (rc >= 0);

@@ -41,7 +41,7 @@ class wss_engine_t : public ws_engine_t
 {
   public:
     wss_engine_t (fd_t fd_,
-                  const options_t &options_,
+                  const shared_options_t &options_, //  ZLINK PATCH (shared options)
                   const endpoint_uri_pair_t &endpoint_uri_pair_,
                   ws_address_t &address_,
                   bool client_,

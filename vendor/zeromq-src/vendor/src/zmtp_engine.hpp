@@ -64,7 +64,7 @@ class zmtp_engine_t ZMQ_FINAL : public stream_engine_base_t
 {
   public:
     zmtp_engine_t (fd_t fd_,
-                   const options_t &options_,
+                   const shared_options_t &options_, //  ZLINK PATCH (shared options)
                    const endpoint_uri_pair_t &endpoint_uri_pair_);
     ~zmtp_engine_t ();
 
