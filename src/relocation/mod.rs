@@ -49,8 +49,8 @@ pub use source::{
     SourcePhaseName,
 };
 pub use target::{
-    CutoverCause, RestoreRefusal, SourceWaitEnd, TargetEffect, TargetHandoff, TargetOutcome,
-    TargetPhaseName,
+    CAS_READ_BACK_RETRY, CAS_READ_BACK_WAIT, CutoverCause, RestoreRefusal, SourceWaitEnd,
+    TargetEffect, TargetHandoff, TargetOutcome, TargetPhaseName,
 };
 
 use crate::store::AuthorityFence;

@@ -3015,6 +3015,9 @@ impl<'s> World<'s> {
                         },
                     );
                 }
+                // Emitted only after `handle_cas_lost` (a CAS answer lost), which this world
+                // does not report yet: a lost answer is still a failed CAS here.
+                TargetEffect::ReadOwner { .. } => {}
                 TargetEffect::OpenDispatch {
                     actor,
                     location,

@@ -213,6 +213,10 @@ pub struct RelocationCounters {
     /// store's records decided (`result_wait_expired` Warning).
     #[serde(default)]
     pub result_waits_expired: u64,
+    /// Target: owner CASes whose answer was lost (the store timed out or the connection
+    /// dropped; `cas_answer_lost` Warning): the record read back decided.
+    #[serde(default)]
+    pub cas_answers_lost: u64,
 }
 
 enum SourceInput {
