@@ -35,6 +35,8 @@ mod peers;
 pub mod protocol;
 mod relocate;
 mod relocate_spot;
+#[doc(hidden)]
+pub use relocate::RelocationStep;
 pub use relocate::{RelocateError, RelocationCounters, RelocationReport, RelocationSummary};
 pub use relocate_spot::SpotRelocationReport;
 mod shutdown;
