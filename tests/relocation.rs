@@ -3401,6 +3401,88 @@ async fn a_disconnect_arriving_while_an_actor_moves_runs_its_hook_once_on_the_ta
     disconnect_mid_move(false, &["hooked-solo"]).await;
 }
 
+// spec: SB-7.3, SB-7.4, SB-8.4, SB-5.12, SB-9
+// The session owner of a binding dies (its mesh I/O stops, as after `kill -9`: no 38 is sent)
+// while the bound actor moves, after the move sealed it and the binding left in the Restore.
+// The source sees the session owner's lifecycle end while the binding travels: it does not
+// run the hook on its own slot (the target would keep the moved binding, or run the hook a
+// second time when it sees the end after the commit); it holds the end until the move ends,
+// then forwards it once. The hook runs exactly once, on the target, which ends the binding.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_owner_dying_while_its_bound_actor_moves_ends_the_binding_once_on_the_target() {
+    use live::aid;
+    use node_common::{bind, client_of, rid, wait_until};
+    let runs = HookRuns::default();
+    // Manual clocks: no seal timeout on `s`, no cutover fallback on `b` while `a` is held.
+    let (w, _c) = session_world_with(WorldFaults {
+        hooks: Some(runs.clone()),
+        clock: Some(ManualClock::new()),
+        target_clock: Some(ManualClock::new()),
+        a_clock: Some(ManualClock::new()),
+        ..WorldFaults::default()
+    })
+    .await;
+    let c = client_of(&w.s);
+    let id = "owner-lost";
+    let m =
+        w.a.create(zlink::actor::Create::new("counter", aid(id)).in_spot(spotwide("hooked")))
+            .await
+            .unwrap();
+    bind(&c, &m).await;
+    let capture = w.a.hold_relocation_capture_for_tests();
+    let relocating = {
+        let (a, m) = (w.a.clone(), m.clone());
+        tokio::spawn(async move { a.relocate(&m, rid("b")).await })
+    };
+    wait_until("b relay-ready", || {
+        w.b.relocations().0.iter().any(|r| r.phase == "RelayReady")
+    })
+    .await;
+    // The session owner goes silent: `a` and `b` see its lifecycle end (peer timeout).
+    let io = w.s.mesh().hold_io_for_tests();
+    wait_until("a ends the binding of the gone session owner", || {
+        w.a.stats().bindings_owner_lost == 1
+    })
+    .await;
+    wait_until("the end held on a, or its hook run", || {
+        w.a.follow_counters().held == 1 || !runs.runs().is_empty()
+    })
+    .await;
+    assert!(runs.runs().is_empty(), "no hook runs while the move holds");
+    wait_until("s is down at b", || {
+        w.b.mesh().peer_generation(&rid("s")).is_none()
+    })
+    .await;
+    drop(capture);
+    let moved = tokio::time::timeout(TIMEOUT, relocating)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(moved.to, rid("b"));
+    let unbound = |n: &zlink::node::Node| {
+        n.list_actors(&zlink::node::protocol::ListActors::default())
+            .actors
+            .iter()
+            .filter(|e| e.actor_id.as_str() == id)
+            .all(|e| !e.bound)
+    };
+    wait_until("the hook ran and b holds no binding", || {
+        !runs.runs().is_empty() && unbound(&w.b)
+    })
+    .await;
+    node_common::wait_until("relocation state freed", || {
+        w.a.relocations_in_progress() == 0 && w.b.relocations_in_progress() == 0
+    })
+    .await;
+    assert_eq!(
+        runs.runs(),
+        vec![("b".to_owned(), id.to_owned())],
+        "the hook once, on the target"
+    );
+    drop(io);
+}
+
 // spec: SB-8.6, SB-4.1
 // The recovery after a failed relocation is retried while the store is out of reach: the
 // target's CAS fails (its store is down) and the source's store is down too when the result
