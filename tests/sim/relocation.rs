@@ -132,9 +132,10 @@ pub struct Faults {
     pub open_into_moving_spot: bool,
     /// A Spot move's target sends the 44 commit only to the first member's sessions.
     pub spot_44_to_first_member: bool,
-    /// The source's driver finds the incarnation it moves by its object generation alone
-    /// (today's node: `hold_ingress`, `end_incarnation`, `end_unserved`), so after a lease
-    /// expiry and a failover on the same node it acts on the new incarnation.
+    /// The source's driver finds the incarnation it moves by its object generation alone (the
+    /// node before it compared the owner fence: `hold_ingress`, `take_held`,
+    /// `end_incarnation`, `end_unserved`, the unseal), so after a lease expiry and a failover
+    /// on the same node it acts on the new incarnation.
     pub source_by_generation: bool,
     /// The SB-8.6 recovery makes one attempt (the node before its retry): a store out of reach
     /// at that moment leaves the actor unserved.
@@ -2582,10 +2583,11 @@ impl<'s> World<'s> {
     }
 
     /// The incarnation a source on `node` moves: the actor's incarnation there that serves under
-    /// the source's owner fence (`owner`: its lease and authority); none when it ended with that
+    /// the source's owner fence (`owner`: object generation, authority, lease and process, as
+    /// the node's `LocalActor::is_incarnation` compares them); none when it ended with that
     /// lease (a lease expiry), or another incarnation was activated or moved in there since —
     /// a failover keeps the object generation, so that alone does not tell them apart
-    /// (`source_by_generation` matches on it, as the node does).
+    /// (`source_by_generation` matches on it, as the node did).
     fn source_inc(
         &mut self,
         node: usize,
@@ -2600,8 +2602,10 @@ impl<'s> World<'s> {
                     && !matches!(inc.state, IncState::Temp { .. });
             }
             inc.location.as_ref().is_some_and(|l| {
-                l.owner_lease_generation == owner.holder.lease_generation
+                l.object_generation == owner.object_generation
+                    && l.owner_lease_generation == owner.holder.lease_generation
                     && l.authority_owner_generation == owner.authority_owner_generation
+                    && l.node_generation == owner.holder.node_generation
             })
         })
     }
