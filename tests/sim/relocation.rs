@@ -47,9 +47,9 @@ use zlink::relocation::recovery::{
 };
 use zlink::relocation::tombstone::{TombstonePlan, TombstoneStep, Whereabouts};
 use zlink::relocation::{
-    FailReason, FollowLookup, FollowTable, MigratedState, MovingActor, RelocationConfig,
-    RestoreRefusal, RestoreRequest, SealTarget, SourceEffect, SourceHandoff, SourceOutcome,
-    SourcePhaseName, Subject, TargetEffect, TargetHandoff,
+    FailReason, FollowConfig, FollowLookup, FollowTable, MigratedState, MovingActor,
+    RelocationConfig, RestoreRefusal, RestoreRequest, SealTarget, SourceEffect, SourceHandoff,
+    SourceOutcome, SourcePhaseName, Subject, TargetEffect, TargetHandoff,
 };
 use zlink::session::aggregate::{
     BindCompletion, BindStart, BindTarget, Released, ReplacedOutcome, RouteApplied,
@@ -154,9 +154,16 @@ pub struct Faults {
     /// to the source's slot at once (the node before `relocation::tombstone`): the binding
     /// travels in the Restore, and after a commit the target holds it for a session gone.
     pub tombstone_ignores_seal: bool,
-    /// A disconnect whose hook ran here before its incarnation moved is forwarded to the new
-    /// owner as a disconnect (not as the unbind the plan steps to): the hook runs twice.
-    pub forward_ignores_hook: bool,
+    /// A disconnect held through a commit is forwarded to the new owner as an unbind (not as
+    /// the disconnect the plan steps to): the binding is removed there, its
+    /// `OnDisconnectActor` never runs.
+    pub forward_as_unbind: bool,
+    /// The Follow table's seal entry of a moving incarnation ends by its hold time
+    /// (`FollowConfig::seal_hold`, 8 s from the runtime seal) and is released only when the
+    /// source unseals or fails (today's node), not when the relocation ends: a source waiting
+    /// out its 11 s result timeout outlives it, and a tombstone then applies at the source
+    /// while the binding lives at the target.
+    pub seal_entry_expires: bool,
 }
 
 impl Faults {
@@ -184,7 +191,8 @@ impl Faults {
             "recovery_tries_once" => f.recovery_tries_once = true,
             "no_result_timeout" => f.no_result_timeout = true,
             "tombstone_ignores_seal" => f.tombstone_ignores_seal = true,
-            "forward_ignores_hook" => f.forward_ignores_hook = true,
+            "forward_as_unbind" => f.forward_as_unbind = true,
+            "seal_entry_expires" => f.seal_entry_expires = true,
             _ => return None,
         }
         Some(f)
@@ -409,8 +417,8 @@ impl Scenario {
             actions.extend(moves);
         }
         // Unbinds and disconnects from a stream of their own too: a sixth of the relocations
-        // (single or whole-Spot) race one of a moving actor (0–300 ms after the start), and a
-        // third of the seeds have one anywhere.
+        // (single or whole-Spot) race one of a moving actor (40 ms before to 300 ms after the
+        // start), and a third of the seeds have one anywhere.
         let mut t = Rng::new(seed ^ 0x7B0B_D15C);
         let mut tombs = Vec::new();
         for (at, a) in &actions {
@@ -420,7 +428,8 @@ impl Scenario {
                 _ => continue,
             };
             if t.chance(170) {
-                let at = at + t.range(0, 300);
+                // from just before the start (its hook may be running when the move begins)
+                let at = (at + t.range(0, 340)).saturating_sub(40);
                 tombs.push(if t.chance(500) {
                     (at, Action::Disconnect { actor })
                 } else {
@@ -618,6 +627,10 @@ pub struct Stats {
     /// Tombstones refused by a source whose lease ran out mid-move (not live, still sealed):
     /// when the move commits, the target holds the binding (a node gap, exempt).
     pub tombstones_stranded: u64,
+    /// Tombstones that found no follow entry at a source whose failed move the target's CAS
+    /// had won after all (the recovery superseded): the target keeps the binding (a node gap,
+    /// exempt).
+    pub tombstones_superseded: u64,
 }
 
 impl std::ops::AddAssign for Stats {
@@ -698,6 +711,7 @@ impl std::ops::AddAssign for Stats {
         self.hooks_dropped += o.hooks_dropped;
         self.dropped_tombstoned += o.dropped_tombstoned;
         self.tombstones_stranded += o.tombstones_stranded;
+        self.tombstones_superseded += o.tombstones_superseded;
     }
 }
 
@@ -1181,6 +1195,12 @@ struct World<'s> {
     hooks: BTreeMap<(usize, u64), u32>,
     /// (actor, binding generation): bindings their session unbound or disconnected.
     unbound: BTreeSet<(usize, u64)>,
+    /// (node, actor): the actor's incarnation there ended with its owner's lease while a
+    /// relocation of it ran there.
+    lease_ended_mid_move: BTreeSet<(usize, usize)>,
+    /// (node, actor): a failed relocation's recovery there found the record moved on (the
+    /// target's CAS won after the source decided "failed"): no follow entry was installed.
+    superseded: BTreeSet<(usize, usize)>,
     /// Session rids handed out (a new session after a disconnect takes the next).
     next_rid: u64,
     cuts: BTreeMap<(Ep, Ep), u64>,
@@ -1274,6 +1294,8 @@ impl<'s> World<'s> {
             tombs: BTreeMap::new(),
             hooks: BTreeMap::new(),
             unbound: BTreeSet::new(),
+            superseded: BTreeSet::new(),
+            lease_ended_mid_move: BTreeSet::new(),
             next_rid: 100,
             cuts: BTreeMap::new(),
             next_cut: 1,
@@ -1378,7 +1400,16 @@ impl<'s> World<'s> {
             offset: 0,
             sessions: BTreeMap::new(),
             actors: BTreeMap::new(),
-            follow: FollowTable::default(),
+            // the seal entry lasts as long as the relocation (released at its end, whatever the
+            // outcome); its hold time only bounds an entry nothing releases
+            follow: if self.faults.seal_entry_expires {
+                FollowTable::default()
+            } else {
+                FollowTable::new(FollowConfig {
+                    seal_hold: Duration::from_secs(60),
+                    ..FollowConfig::default()
+                })
+            },
             sources: BTreeMap::new(),
             targets: BTreeMap::new(),
             calls: BTreeMap::new(),
@@ -2289,7 +2320,8 @@ impl<'s> World<'s> {
                 }
                 self.nodes[node].tombs.get_mut(&id).expect("tomb").hooking = true;
                 let generation = self.nodes[node].generation;
-                let ms = super::mix(self.s.seed ^ 0x0D15, id) % (self.s.turn_ms + 1);
+                // an application callback: up to four turns long
+                let ms = super::mix(self.s.seed ^ 0x0D15, id) % (4 * self.s.turn_ms + 1);
                 self.queue.push(
                     self.now + ms,
                     Event::HookTurn {
@@ -2320,8 +2352,8 @@ impl<'s> World<'s> {
             }
             TombstoneStep::Forward(operation) => {
                 self.nodes[node].tombs.remove(&id);
-                let operation = if self.faults.forward_ignores_hook {
-                    t.operation
+                let operation = if self.faults.forward_as_unbind {
+                    BindOperation::Unbind
                 } else {
                     operation
                 };
@@ -2341,11 +2373,15 @@ impl<'s> World<'s> {
                 };
                 let me = self.nodes[node].generation;
                 let looked = self.nodes[node].follow.lookup(&actor_id(t.actor), og, now);
-                if looked == FollowLookup::Sealed {
-                    // not live here, and a relocation of that incarnation has not ended: its
-                    // owner's lease ran out mid-move (the incarnation ended with it). Message
-                    // Follow refuses it (`Sealed`), and when the move commits after all the
-                    // target holds the binding it carried (a node gap: counted, reported)
+                if !hooked
+                    && (looked == FollowLookup::Sealed
+                        || self.lease_ended_mid_move.contains(&(node, t.actor)))
+                {
+                    // not live here because its owner's lease ran out mid-move (the
+                    // incarnation ended with it): while the move runs Message Follow refuses it
+                    // (`Sealed`), and when it commits no follow entry is installed (the node
+                    // installs one only with the incarnation it ends), so the target keeps the
+                    // binding it carried (a node gap: counted, reported)
                     self.stats.tombstones_stranded += 1;
                     self.tomb_fate(id, "refused sealed (its owner's lease ran out mid-move)");
                     return Ok(());
@@ -2367,6 +2403,14 @@ impl<'s> World<'s> {
                         ..t
                     };
                     self.send(node, to, Msg::Tombstone(f));
+                    return Ok(());
+                }
+                if !hooked && self.superseded.contains(&(node, t.actor)) {
+                    // the source decided "failed", then its recovery found the target's CAS had
+                    // won: no Message Follow to the target was installed (a node gap: counted,
+                    // reported), so the target keeps the binding
+                    self.stats.tombstones_superseded += 1;
+                    self.tomb_fate(id, "no follow after a move decided failed the target won");
                     return Ok(());
                 }
                 if t.route_generation != me && !hooked {
@@ -3034,6 +3078,9 @@ impl<'s> World<'s> {
                 if let IncState::Sealed { queue } = inc.state {
                     lost.extend(queue.iter().map(|r| r.id));
                 }
+                if n.sources.values().any(|s| s.moves(a)) {
+                    self.lease_ended_mid_move.insert((node, a));
+                }
                 ended.push(a);
             }
         }
@@ -3473,6 +3520,17 @@ impl<'s> World<'s> {
                             }
                         }
                     };
+                    // the seal entries end with the relocation (an installed follow entry stays;
+                    // the node releases them at its unseal and in `end_unserved`)
+                    let owners = self.nodes[node].sources[&reloc].owners.clone();
+                    let failing = matches!(outcome, SourceOutcome::Failed(_));
+                    if failing || !self.faults.seal_entry_expires {
+                        for (&a, o) in actors.iter().zip(&owners) {
+                            self.nodes[node]
+                                .follow
+                                .release(&actor_id(a), o.object_generation);
+                        }
+                    }
                     // never reopens: what the failed incarnations hold is never processed here
                     for actor in failed {
                         let owner = self.nodes[node].sources[&reloc].owner_of(actor);
@@ -3544,7 +3602,10 @@ impl<'s> World<'s> {
                 self.nodes[node].recoveries.remove(&actor);
                 match o {
                     RecoveryOutcome::Recovered { .. } => self.stats.recovered += 1,
-                    RecoveryOutcome::Superseded => self.stats.recoveries_superseded += 1,
+                    RecoveryOutcome::Superseded => {
+                        self.stats.recoveries_superseded += 1;
+                        self.superseded.insert((node, actor));
+                    }
                     RecoveryOutcome::LeaseLost => self.stats.recoveries_lease_lost += 1,
                     RecoveryOutcome::Failed => {}
                 }
@@ -4738,6 +4799,7 @@ impl<'s> World<'s> {
                                 | "its node crashed"
                                 | "refused sealed (its owner's lease ran out mid-move)"
                                 | "its route's owner crashed"
+                                | "no follow after a move decided failed the target won"
                         )
                     )
                 });
