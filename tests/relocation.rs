@@ -3998,12 +3998,12 @@ async fn a_stale_relocation_leaves_a_newer_incarnation_of_the_same_generation_al
 
     // The new incarnation is busy in a turn, with sends queued in its lane behind it.
     gate.send(false).unwrap();
-    let turns = a.stats().turns;
+    let turns = a.counters().turns;
     let hold = {
         let (a, new) = (a.clone(), new.clone());
         tokio::spawn(async move { a.request(&new, &Hold, TIMEOUT).await })
     };
-    wait_until("hold running", || a.stats().turns > turns).await;
+    wait_until("hold running", || a.counters().turns > turns).await;
     for i in 2..5 {
         a.send(&new, &Add(i)).await.unwrap();
     }
@@ -4035,6 +4035,6 @@ async fn a_stale_relocation_leaves_a_newer_incarnation_of_the_same_generation_al
         loc.owner_lease_generation,
         new.location().owner_lease_generation
     );
-    assert_eq!(a.stats().sends_dropped, 0);
+    assert_eq!(a.counters().sends_dropped, 0);
     assert_eq!(a.relocations_in_progress(), 0);
 }
