@@ -6,8 +6,14 @@ pub mod clock;
 pub mod config;
 mod hashing;
 pub mod node;
+// The hand-off cores are public only for the tests' simulator (feature `testing`); what an
+// application names of relocation (its configuration, reports, reasons) is re-exported by `node`.
+#[cfg(feature = "testing")]
 pub mod relocation;
+#[cfg(not(feature = "testing"))]
+#[allow(dead_code, unused_imports)] // the cores' accessors the simulator alone reads
+mod relocation;
 pub mod runtime;
 pub mod session;
 pub mod store;
-pub mod sync;
+mod sync;

@@ -4,9 +4,12 @@
 #[cfg(feature = "loom")]
 pub use loom::sync::atomic;
 #[cfg(feature = "loom")]
-pub use loom::sync::{Arc, Mutex, MutexGuard};
+pub use loom::sync::{Mutex, MutexGuard};
+// `Arc` for the loom models only: types that cross into non-loom callers come from `std`.
+#[cfg(all(test, feature = "loom"))]
+pub use loom::sync::Arc;
 
 #[cfg(not(feature = "loom"))]
 pub use std::sync::atomic;
 #[cfg(not(feature = "loom"))]
-pub use std::sync::{Arc, Mutex, MutexGuard};
+pub use std::sync::{Mutex, MutexGuard};

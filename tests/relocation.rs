@@ -3938,3 +3938,185 @@ async fn a_source_whose_target_result_never_comes_asks_the_store_at_the_result_t
     assert_eq!(again.object_generation(), loc.object_generation);
     assert_eq!(a.request(&again, &GetSeen, TIMEOUT).await.unwrap(), vec![0]);
 }
+
+/// A session owner played by a raw mesh node `s` of the mesh: it binds a session to an actor on
+/// `node` (a 38 with its own identity) and never answers a 42, so a relocation of that actor
+/// waits in its seal until the source's seal timeout (on the source's node clock). Returns `s`
+/// (keep it: its link is what keeps the binding) and a count of the 42s it received.
+async fn silent_session_owner(
+    node: &zlink::node::Node,
+    actor: &zlink::actor::ActorRef,
+) -> (zlink_mesh::MeshNode, Arc<std::sync::atomic::AtomicU64>) {
+    use node_common::{mesh_config, rid};
+    use zlink_wire::{
+        BindOperation, BoundSessionBind, Deadline, OwnerId, OwnerLeaseGeneration, Record,
+    };
+    let (s, mut s_in) = zlink_mesh::MeshNode::start(mesh_config("s")).unwrap();
+    s.connect(node.address()).unwrap();
+    assert!(
+        s.wait_peer_up(node.node_rid(), None, TIMEOUT)
+            .await
+            .is_some()
+    );
+    assert!(
+        node.mesh()
+            .wait_peer_up(&rid("s"), None, TIMEOUT)
+            .await
+            .is_some()
+    );
+    let seals = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    {
+        let seals = seals.clone();
+        tokio::spawn(async move {
+            // Each 42 is kept unanswered for as long as `s` runs.
+            let mut unanswered = Vec::new();
+            while let Some(inb) = s_in.recv().await {
+                if let Record::SessionRelocationSeal(_) = &inb.record {
+                    seals.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    unanswered.push(inb.reply);
+                }
+            }
+        });
+    }
+    let loc = actor.wire_location();
+    let bind = BoundSessionBind {
+        actor: actor.id().clone(),
+        object_generation: actor.object_generation(),
+        target_node_generation: loc.node_generation,
+        authority_owner_generation: loc.authority_owner_generation,
+        owner_lease_generation: loc.owner_lease_generation,
+        session_lifecycle: SessionLifecycleGeneration::new(1),
+        session_owner: OwnerId::new(77),
+        session_owner_lease_generation: OwnerLeaseGeneration::new(1),
+        session: SessionRid::new(1),
+        binding_generation: BindingGeneration::new(1),
+        operation: BindOperation::Bind,
+        deadline: Deadline::from_remaining(TIMEOUT),
+    };
+    let resp = s
+        .request_record(
+            node.node_rid(),
+            Record::BoundSessionBind(bind),
+            None,
+            TIMEOUT,
+        )
+        .await
+        .unwrap();
+    assert!(
+        matches!(&resp.record, Record::BoundSessionBindReply(b) if b.result.is_ok()),
+        "{:?}",
+        resp.record
+    );
+    (s, seals)
+}
+
+// spec: SB-8.5, SB-8.6, EG-14, SB-4.1
+// A relocation of `c` waits in its seal (its session owner never answers the 42). Meanwhile the
+// source's owner lease ends in the store: its renewal learns it (LeaseNotLive), every local
+// incarnation ends, a new lease is registered, and `c` is activated again on the same node —
+// a takeover, so the same ObjectGeneration under a new authority and the new lease. Then the
+// old relocation's seal timeout fires: its durable abort is refused (the record moved on), so
+// it fails. The new incarnation is not the relocation's: it keeps serving, and the work queued
+// in its lane at that moment runs. Seen failing with the driver matching the incarnation on
+// its ObjectGeneration alone (the stale relocation ended the new incarnation and dropped its
+// queue; the store went on naming the node while nothing served the actor there).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_relocation_leaves_a_newer_incarnation_of_the_same_generation_alone() {
+    use live::{Abort, Add, Error, Fail, GetSeen, Hold, aid};
+    use node_common::{mesh_config, rid, wait_until};
+    use zlink::node::{Node, NodeOptions};
+    const TTL: Duration = Duration::from_secs(3);
+    let store_clock = ManualClock::at_wall(contract::START);
+    let store = Arc::new(MemoryStore::with_clock(Arc::new(store_clock.clone())));
+    let (node_clock, lease_clock) = (ManualClock::new(), ManualClock::new());
+    let (gate, rx) = tokio::sync::watch::channel(true);
+    let registry = live::registry(
+        rx,
+        Arc::new(std::sync::atomic::AtomicU64::new(0)),
+        Arc::new(std::sync::atomic::AtomicBool::new(false)),
+    );
+    let mut o = NodeOptions::new(mesh_config("a"), store.clone(), registry);
+    o.clock = Arc::new(node_clock.clone());
+    o.lease_clock = Arc::new(lease_clock.clone());
+    o.lease_ttl = TTL;
+    let a = Node::start(o).await.unwrap();
+    let old = a
+        .create(zlink::actor::Create::new("counter", aid("c")))
+        .await
+        .unwrap();
+    assert_eq!(a.request(&old, &Add(0), TIMEOUT).await.unwrap(), 1);
+    let (_s, seals) = silent_session_owner(&a, &old).await;
+
+    // The relocation seals the binding and waits for the 43 that never comes.
+    let relocating = {
+        let (a, old) = (a.clone(), old.clone());
+        tokio::spawn(async move { a.relocate(&old, rid("b")).await })
+    };
+    wait_until("the 42 at the session owner", || {
+        seals.load(std::sync::atomic::Ordering::SeqCst) == 1
+            && a.relocations().0.iter().any(|r| r.phase == "Sealing")
+    })
+    .await;
+
+    // The lease ends in the store; the renewal finds it gone and a new lease is registered.
+    let lease = a.lease().holder.lease_generation;
+    store_clock.advance(TTL + Duration::from_secs(1));
+    lease_clock.advance(Duration::from_secs(1));
+    wait_until("a new owner lease", || {
+        a.lease().holder.lease_generation != lease
+    })
+    .await;
+    // `c` again on `a`: the same incarnation number, taken over under the new lease (a fresh
+    // instance: a takeover does not carry the state).
+    let new = a
+        .get_or_create(zlink::actor::Create::new("counter", aid("c")))
+        .await
+        .unwrap();
+    assert_eq!(new.node(), &rid("a"));
+    assert_eq!(new.object_generation(), old.object_generation());
+    assert!(new.location().authority_owner_generation > old.location().authority_owner_generation);
+    assert_ne!(new.location().owner_lease_generation, lease);
+    assert_eq!(a.request(&new, &Add(1), TIMEOUT).await.unwrap(), 1);
+
+    // The new incarnation is busy in a turn, with sends queued in its lane behind it.
+    gate.send(false).unwrap();
+    let turns = a.stats().turns;
+    let hold = {
+        let (a, new) = (a.clone(), new.clone());
+        tokio::spawn(async move { a.request(&new, &Hold, TIMEOUT).await })
+    };
+    wait_until("hold running", || a.stats().turns > turns).await;
+    for i in 2..5 {
+        a.send(&new, &Add(i)).await.unwrap();
+    }
+
+    // The old relocation's seal timeout: its abort cannot be made durable, so it fails.
+    node_clock.advance(zlink::relocation::RelocationConfig::default().seal_timeout);
+    match tokio::time::timeout(TIMEOUT, relocating)
+        .await
+        .unwrap()
+        .unwrap()
+    {
+        Err(Error::Failed(Fail::AbortNotDurable(Abort::SealTimeout))) => {}
+        other => panic!("expected a non-durable abort, got {other:?}"),
+    }
+    // Nothing of the new incarnation was touched: its queued work runs, in order, and it serves.
+    gate.send(true).unwrap();
+    tokio::time::timeout(TIMEOUT, hold)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        a.request(&new, &GetSeen, TIMEOUT).await.unwrap(),
+        (1..5).collect::<Vec<u64>>()
+    );
+    let loc = store.lookup(aid("c")).await.unwrap().unwrap();
+    assert_eq!(loc.owner_node, rid("a"));
+    assert_eq!(
+        loc.owner_lease_generation,
+        new.location().owner_lease_generation
+    );
+    assert_eq!(a.stats().sends_dropped, 0);
+    assert_eq!(a.relocations_in_progress(), 0);
+}

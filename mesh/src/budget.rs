@@ -111,6 +111,7 @@ impl Budget {
     }
 
     /// Messages currently reserved.
+    #[cfg(test)]
     pub fn reserved_messages(&self) -> u64 {
         self.messages.load(Ordering::Acquire)
     }

@@ -193,16 +193,19 @@ impl<P: PartialEq + Clone, W> Correlations<P, W> {
     }
 
     /// Number of pending requests.
+    #[cfg(any(test, feature = "testing"))]
     pub fn len(&self) -> usize {
         self.pending.len()
     }
 
     /// True if nothing is pending.
+    #[cfg(any(test, feature = "testing"))]
     pub fn is_empty(&self) -> bool {
         self.pending.is_empty()
     }
 
     /// Replies that arrived after their request had ended.
+    #[cfg(any(test, feature = "testing"))]
     pub fn late_replies(&self) -> u64 {
         self.late_replies
     }

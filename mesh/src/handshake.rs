@@ -333,11 +333,6 @@ impl Handshake {
         self.outcome.as_ref()
     }
 
-    /// Which link this handshake authenticates.
-    pub fn link(&self) -> LinkKind {
-        self.link
-    }
-
     fn fail(&mut self, why: HandshakeFailure, reject: Option<HandshakeReject>) {
         self.state = State::Done;
         if let Some(reason) = reject {

@@ -12,14 +12,14 @@
 //!   bounded reconnect backoff, and ZMTP heartbeats on completion connections only (a
 //!   backpressured relay or client connection must not be cut); ROUTERs use `ROUTER_MANDATORY` (no
 //!   `ROUTER_HANDOVER`: a connection never takes over another's routing id).
-//! - A peer is authenticated by an HMAC-SHA256 challenge-response ([`handshake`]) on each of
+//! - A peer is authenticated by an HMAC-SHA256 challenge-response (keyed by [`MeshSecret`]) on each of
 //!   its two connections, bound to the connection's routing id (fresh and random per
 //!   outgoing connection); afterwards every record is checked for the routing id that proved
 //!   itself, the authenticated RID,
 //!   current NodeGeneration and frame format, else dropped and counted ([`DropReason`]).
-//! - Requests end in exactly one terminal ([`correlation`]); replies travel on the completion
+//! - Requests end in exactly one terminal (a reply or a [`RequestError`]); replies travel on the completion
 //!   connection; nothing is resent.
-//! - Outbound admission is bounded per destination ([`budget`]); a send that fails admission
+//! - Outbound admission is bounded per destination ([`OutboundBudget`]); a send that fails admission
 //!   within the send timeout fails with `DeadlineExceeded` and is never delivered.
 //!
 //! See `docs/MESH.md` for the design, the CURVE note and the limits.
@@ -27,33 +27,49 @@
 // `deny`, not `forbid`: `zmq_opt` (one libzmq call the `zmq` crate does not wrap) is the one
 // module allowed `unsafe`.
 #![deny(unsafe_code)]
+// Every type a public item names is exported (its module is private, its re-export is not).
+#![warn(unnameable_types)]
 
+// The public API is the re-exports below; a module is public only behind the feature `testing`
+// (the crate's own tests, the node's simulator and the fuzz targets drive the sans-IO cores).
 mod accept;
 mod admission;
 mod bridge;
-pub mod budget;
-pub mod client;
+mod budget;
+mod client;
+#[cfg(feature = "testing")]
 pub mod codec;
-pub mod config;
+#[cfg(not(feature = "testing"))]
+mod codec;
+mod config;
 mod conn;
+#[cfg(feature = "testing")]
 pub mod correlation;
-pub mod counters;
+#[cfg(not(feature = "testing"))]
+mod correlation;
+mod counters;
 mod driver;
 mod engine;
 mod envelope;
-pub mod error;
+mod error;
 mod events;
+#[cfg(feature = "testing")]
 pub mod fuzz_harness;
+#[cfg(all(test, not(feature = "testing")))]
+mod fuzz_harness;
+#[cfg(feature = "testing")]
 pub mod handshake;
+#[cfg(not(feature = "testing"))]
+mod handshake;
 mod hashing;
 mod inbound;
 mod memo;
-pub mod node;
+mod node;
 mod outbox;
 mod reply;
-pub mod sink;
-pub mod tap;
-pub mod types;
+mod sink;
+mod tap;
+mod types;
 mod zmq_opt;
 
 pub use budget::OutboundBudget;

@@ -448,7 +448,7 @@ async fn authenticated_peer_ignoring_its_window_is_bounded() {
     const WINDOW: u32 = 4;
     let mut c = config("windowed");
     c.inbound_capacity = 1;
-    c.peer_window = zlink_mesh::config::InboundWindow {
+    c.peer_window = zlink_mesh::InboundWindow {
         messages: WINDOW,
         bytes: 1 << 20,
     };
@@ -834,7 +834,7 @@ async fn batch_with_bad_sub_records_delivers_the_good_ones() {
 // order, the excess is dropped as `CreditExceeded`, exactly as for records sent alone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn batched_repeated_one_ways_are_checked_like_lone_ones() {
-    let window = zlink_mesh::config::InboundWindow {
+    let window = zlink_mesh::InboundWindow {
         messages: 4,
         bytes: 1 << 20,
     };

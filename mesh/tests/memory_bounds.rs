@@ -539,7 +539,7 @@ async fn batch_frames_do_not_pin_junk() {
     let mut c = config("holder");
     c.transport.max_message_size = 256 * 1024;
     c.inbound_capacity = 1;
-    c.peer_window = zlink_mesh::config::InboundWindow {
+    c.peer_window = zlink_mesh::InboundWindow {
         messages: FRAMES,
         bytes: 16 * 1024 * 1024,
     };

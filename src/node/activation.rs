@@ -445,23 +445,24 @@ impl Node {
         mailbox: &Mailbox,
     ) -> Result<(), ActorError> {
         loop {
-            let batch =
-                {
-                    let mut actors = lock(&self.inner.actors);
-                    let Some(local) = actors.live.get_mut(expected.id()).filter(|a| {
-                        a.actor_ref.object_generation() == expected.object_generation()
-                    }) else {
-                        // Ended during activation (destroy, lease lost, shutdown).
-                        return Err(ActorError::Ended);
-                    };
-                    match local.held.as_mut() {
-                        Some(held) if !held.is_empty() => std::mem::take(held),
-                        _ => {
-                            local.held = None;
-                            return Ok(());
-                        }
-                    }
+            let batch = {
+                let mut actors = lock(&self.inner.actors);
+                let Some(local) = actors
+                    .live
+                    .get_mut(expected.id())
+                    .filter(|a| a.is_incarnation(expected))
+                else {
+                    // Ended during activation (destroy, lease lost, shutdown).
+                    return Err(ActorError::Ended);
                 };
+                match local.held.as_mut() {
+                    Some(held) if !held.is_empty() => std::mem::take(held),
+                    _ => {
+                        local.held = None;
+                        return Ok(());
+                    }
+                }
+            };
             for work in batch {
                 // A refused submission dropped the work, which answered its request.
                 if mailbox.submit(work).await.is_err() {
@@ -479,7 +480,7 @@ impl Node {
             let ours = actors
                 .live
                 .get(expected.id())
-                .is_some_and(|a| a.actor_ref.object_generation() == expected.object_generation());
+                .is_some_and(|a| a.is_incarnation(expected));
             if ours {
                 actors.live.remove(expected.id())
             } else {

@@ -33,6 +33,18 @@ pub(super) struct LocalActor {
 }
 
 impl LocalActor {
+    /// Whether this is the incarnation `r` names, under the owner fence `r` carries
+    /// (ObjectGeneration, AuthorityOwnerGeneration, owner lease, process). A failover keeps the
+    /// ObjectGeneration, so a driver that matched on it alone could act on a newer incarnation
+    /// of the same actor that took over under a new lease (a stale relocation ending it).
+    pub(super) fn is_incarnation(&self, r: &ActorRef) -> bool {
+        let l = r.location();
+        self.fence.object_generation == r.object_generation()
+            && self.fence.authority_owner_generation == l.authority_owner_generation
+            && self.fence.owner_lease_generation == l.owner_lease_generation
+            && self.fence.node_generation == l.node_generation
+    }
+
     /// Ends the incarnation: its timers stop and its lane ends for `reason` (work that finds
     /// it ended answers `NotFound` after a destroy, `Unavailable` otherwise).
     pub(super) fn end(&mut self, reason: EndReason) {

@@ -35,6 +35,10 @@ mod peers;
 pub mod protocol;
 mod relocate;
 mod relocate_spot;
+pub use crate::relocation::{
+    AbortReason, FailReason, FollowConfig, FollowCounters, FollowRefusal, RelocationConfig,
+    SourcePhaseName,
+};
 #[doc(hidden)]
 pub use relocate::RelocationStep;
 pub use relocate::{RelocateError, RelocationCounters, RelocationReport, RelocationSummary};

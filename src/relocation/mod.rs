@@ -97,7 +97,7 @@ pub struct RelocationConfig {
     /// moved actors waits behind the captured work.
     pub source_wait: Duration,
     /// The most timers the target starts for one moving actor of a Restore: a Restore naming
-    /// more for an actor is refused before relay-ready ([`RestoreRefusal::TooManyTimers`],
+    /// more for an actor is refused before relay-ready (`TooManyTimers`,
     /// counted), so the source aborts and keeps serving (SB-8.5). The peer is authenticated,
     /// but what another party can make this node hold is bounded.
     pub max_restore_timers: usize,

@@ -76,7 +76,10 @@ pub mod aggregate;
 mod cell;
 use crate::clock;
 pub mod flow;
+#[cfg(feature = "testing")]
 pub mod fuzz_harness;
+#[cfg(all(test, not(feature = "testing")))]
+mod fuzz_harness;
 mod inline;
 pub(crate) mod owner;
 pub mod seal;

@@ -564,33 +564,41 @@ pub fn replays_exactly<W: World>(seeds: &[u64], min_trace: usize) {
 /// shrinks to actions that still fail under it and pass on the real rules.
 pub fn caught_and_shrinks<W: World>(names: &[&str]) {
     for &name in names {
-        let faults = W::fault_named(name).unwrap();
-        let (_, failure) = run_seeds(0, 2_000, threads_from_env(), |seed| {
-            W::run(&W::generate(seed), faults, false).violation
-        });
-        let (seed, v) = failure.unwrap_or_else(|| panic!("{name}: no seed of 2,000 caught it"));
-        let s = shrunk::<W>(seed, faults);
-        let replay = W::run(&s, faults, true);
-        let full = W::actions(&W::generate(seed)).len();
-        eprintln!(
-            "{name}: seed {seed} ({v}); shrunk {full} -> {} actions: {:?} -> {}",
-            W::actions(&s).len(),
-            W::actions(&s),
-            replay
-                .violation
-                .as_ref()
-                .map_or("passes".into(), ToString::to_string)
-        );
-        assert!(
-            replay.violation.is_some(),
-            "{name}: the shrunk scenario fails"
-        );
-        assert!(W::actions(&s).len() <= full);
-        assert!(
-            W::run(&s, W::Faults::default(), false).violation.is_none(),
-            "{name}: the shrunk scenario passes on the real rules"
-        );
+        caught_in_and_shrinks::<W>(name, 0, 2_000);
     }
+}
+
+/// The fault `name` is caught within seeds `start..start + count`, and its failing scenario
+/// shrinks to actions that still fail under it and pass on the real rules. For a fault whose
+/// window is rare (a few seeds in 10,000), `start` is where a longer run found the first ones.
+pub fn caught_in_and_shrinks<W: World>(name: &str, start: u64, count: u64) {
+    let faults = W::fault_named(name).unwrap();
+    let (_, failure) = run_seeds(start, count, threads_from_env(), |seed| {
+        W::run(&W::generate(seed), faults, false).violation
+    });
+    let (seed, v) = failure
+        .unwrap_or_else(|| panic!("{name}: no seed of {start}..{} caught it", start + count));
+    let s = shrunk::<W>(seed, faults);
+    let replay = W::run(&s, faults, true);
+    let full = W::actions(&W::generate(seed)).len();
+    eprintln!(
+        "{name}: seed {seed} ({v}); shrunk {full} -> {} actions: {:?} -> {}",
+        W::actions(&s).len(),
+        W::actions(&s),
+        replay
+            .violation
+            .as_ref()
+            .map_or("passes".into(), ToString::to_string)
+    );
+    assert!(
+        replay.violation.is_some(),
+        "{name}: the shrunk scenario fails"
+    );
+    assert!(W::actions(&s).len() <= full);
+    assert!(
+        W::run(&s, W::Faults::default(), false).violation.is_none(),
+        "{name}: the shrunk scenario passes on the real rules"
+    );
 }
 
 /// `scripts/sim --world NAME --seed N`: replays `SIM_SEED` under `SIM_FAULT`, prints its trace

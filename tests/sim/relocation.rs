@@ -48,7 +48,7 @@ use zlink::relocation::recovery::{
 use zlink::relocation::{
     FailReason, FollowLookup, FollowTable, MigratedState, MovingActor, RelocationConfig,
     RestoreRefusal, RestoreRequest, SealTarget, SourceEffect, SourceHandoff, SourceOutcome,
-    Subject, TargetEffect, TargetHandoff,
+    SourcePhaseName, Subject, TargetEffect, TargetHandoff,
 };
 use zlink::session::aggregate::{
     BindCompletion, BindStart, BindTarget, Released, ReplacedOutcome, RouteApplied,
@@ -81,8 +81,11 @@ const BIND_DEADLINE_MS: Millis = 4_000;
 const REQUEST_DEADLINE_MS: Millis = 5_000;
 /// A replaced session's callback runs this long.
 const CALLBACK_MS: Millis = 100;
-/// After the last action: every partition healed and every timer ran out.
-const DRAIN_MS: Millis = 9_000;
+/// After the last action: every partition healed and every timer ran out — a relocation
+/// started at the end (seal and restore timeouts, 3 s each), its source's result timeout
+/// (11 s, `RelocationConfig::result_timeout`), the store's answer to its query and the SB-8.6
+/// recovery's retries.
+const DRAIN_MS: Millis = 22_000;
 
 /// Driver rules that can be switched off, each a bug the simulator must catch.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -136,6 +139,9 @@ pub struct Faults {
     /// The SB-8.6 recovery makes one attempt (the node before its retry): a store out of reach
     /// at that moment leaves the actor unserved.
     pub recovery_tries_once: bool,
+    /// The source's result timeout never fires (the node before its bounded wait): a source
+    /// whose target's result is lost waits forever, its actor sealed and served nowhere.
+    pub no_result_timeout: bool,
 }
 
 impl Faults {
@@ -161,6 +167,7 @@ impl Faults {
             "spot_44_to_first_member" => f.spot_44_to_first_member = true,
             "source_by_generation" => f.source_by_generation = true,
             "recovery_tries_once" => f.recovery_tries_once = true,
+            "no_result_timeout" => f.no_result_timeout = true,
             _ => return None,
         }
         Some(f)
@@ -444,9 +451,13 @@ pub struct Stats {
     pub recoveries_superseded: u64,
     /// Recoveries stopped because the source's lease ended.
     pub recoveries_lease_lost: u64,
-    /// Actors unserved at the end because their relocation's source still waits for the
-    /// target's result.
-    pub stuck_sources: u64,
+    /// Sources whose wait for the target's result passed the result timeout (the store's
+    /// records decided, `SourceEffect::QueryOwners`).
+    pub result_waits_expired: u64,
+    /// … of them decided moved (the store named the target).
+    pub result_waits_moved: u64,
+    /// Store reads of those decisions repeated (the store out of reach).
+    pub result_queries_retried: u64,
     /// Targets that fell back after the cutover timeout.
     pub cutover_timeouts: u64,
     /// Sessions closed by their seal timeout.
@@ -552,7 +563,9 @@ impl std::ops::AddAssign for Stats {
         self.failed += o.failed;
         self.recovered += o.recovered;
         self.unrecovered += o.unrecovered;
-        self.stuck_sources += o.stuck_sources;
+        self.result_waits_expired += o.result_waits_expired;
+        self.result_waits_moved += o.result_waits_moved;
+        self.result_queries_retried += o.result_queries_retried;
         self.recovery_retries += o.recovery_retries;
         self.recoveries_superseded += o.recoveries_superseded;
         self.recoveries_lease_lost += o.recoveries_lease_lost;
@@ -678,6 +691,8 @@ enum StoreOp {
         expected: AuthorityFence,
         owner: ActorOwner,
     },
+    /// The source's read of the moving actors' records after its result timeout.
+    Lookup { actors: Vec<ActorId> },
 }
 
 #[derive(Clone, Debug)]
@@ -749,6 +764,11 @@ enum Msg {
     StoreAnswer {
         call: u64,
         result: Result<ActorLocation, ()>,
+    },
+    /// The store's answer to a [`StoreOp::Lookup`].
+    Records {
+        call: u64,
+        records: Vec<(ActorId, Option<ActorLocation>)>,
     },
 }
 
@@ -2490,7 +2510,14 @@ impl<'s> World<'s> {
     fn arm(&mut self, node: usize) {
         let n = &self.nodes[node];
         let mut due: Vec<Instant> = Vec::new();
-        due.extend(n.sources.values().filter_map(|s| s.core.poll_timeout()));
+        due.extend(
+            n.sources
+                .values()
+                .filter(|s| {
+                    !(self.faults.no_result_timeout && s.core.phase() == SourcePhaseName::HandedOff)
+                })
+                .filter_map(|s| s.core.poll_timeout()),
+        );
         due.extend(n.targets.values().filter_map(|t| t.core.poll_timeout()));
         due.extend(n.recoveries.values().filter_map(|r| r.core.poll_timeout()));
         due.extend(
@@ -2508,9 +2535,11 @@ impl<'s> World<'s> {
     fn timers(&mut self, node: usize) -> Result<(), Violation> {
         let now = self.instant(node);
         let relocs: Vec<u64> = self.nodes[node].sources.keys().copied().collect();
+        let no_result_timeout = self.faults.no_result_timeout;
         for reloc in relocs {
             if let Some(s) = self.nodes[node].sources.get_mut(&reloc)
                 && s.core.poll_timeout().is_some_and(|d| d <= now)
+                && !(no_result_timeout && s.core.phase() == SourcePhaseName::HandedOff)
             {
                 s.core.handle_timeout(now);
                 self.drive_source(node, reloc)?;
@@ -2729,18 +2758,10 @@ impl<'s> World<'s> {
                 }
                 SourceEffect::QueryOwners { actors } => {
                     // No result within the source's result timeout of the cutover: it reads
-                    // the store's records (at once here; an error while the store is cut off).
-                    let records = if self.net.is_cut(Ep::Node(node), Ep::Store) {
-                        Err(())
-                    } else {
-                        actors
-                            .into_iter()
-                            .map(|id| poll_now(self.store.lookup(id.clone())).map(|l| (id, l)))
-                            .collect::<Result<Vec<_>, _>>()
-                            .map_err(|_| ())
-                    };
-                    let s = self.nodes[node].sources.get_mut(&reloc).expect("source");
-                    s.core.handle_owners(now, records);
+                    // the store's records (a store call with its timeout; no answer is an
+                    // error, and the core asks again after `RESULT_QUERY_RETRY`)
+                    self.stats.result_waits_expired += 1;
+                    self.store_send(node, reloc, StoreOp::Lookup { actors });
                 }
                 SourceEffect::EndIncarnations(locs) => {
                     for loc in locs {
@@ -3158,6 +3179,18 @@ impl<'s> World<'s> {
         let Msg::StoreCall { call, op } = msg else {
             return;
         };
+        if let StoreOp::Lookup { actors } = &op {
+            let records: Vec<(ActorId, Option<ActorLocation>)> = actors
+                .iter()
+                .map(|id| {
+                    let l = poll_now(self.store.lookup(id.clone())).ok().flatten();
+                    (id.clone(), l)
+                })
+                .collect();
+            self.log(|| format!("  store: lookup -> {records:?}"));
+            self.send_ep(Ep::Store, from, Msg::Records { call, records });
+            return;
+        }
         let result = match &op {
             StoreOp::Fence {
                 actor,
@@ -3180,6 +3213,7 @@ impl<'s> World<'s> {
                 self.store
                     .cas_owner(actor_id(*actor), *expected, owner.clone()),
             ),
+            StoreOp::Lookup { .. } => unreachable!("answered above"),
         };
         self.log(|| {
             format!(
@@ -3252,7 +3286,33 @@ impl<'s> World<'s> {
                 }
                 self.drive_target(node, reloc)
             }
+            // no answer within the store call's timeout
+            StoreOp::Lookup { .. } => self.owners_read(node, reloc, Err(())),
         }
+    }
+
+    /// The store's records of a source's moving actors after its result timeout (`Err`: not
+    /// read): the source core decides (the target named with the incarnation: moved; else
+    /// failed and recovered) or asks again later.
+    fn owners_read(
+        &mut self,
+        node: usize,
+        reloc: u64,
+        records: Result<Vec<(ActorId, Option<ActorLocation>)>, ()>,
+    ) -> Result<(), Violation> {
+        let now = self.instant(node);
+        if records.is_err() {
+            self.stats.result_queries_retried += 1;
+        }
+        if let Some(s) = self.nodes[node].sources.get_mut(&reloc) {
+            s.core.handle_owners(now, records);
+            if let Some(SourceOutcome::Moved(_) | SourceOutcome::Failed(FailReason::CasFailed(_))) =
+                s.core.outcome()
+            {
+                self.stats.result_waits_moved += 1;
+            }
+        }
+        self.drive_source(node, reloc)
     }
 
     fn deliver(&mut self, from: usize, to: usize, msg: Msg) -> Result<(), Violation> {
@@ -3461,6 +3521,12 @@ impl<'s> World<'s> {
                     return Ok(()); // after its timeout: late, dropped
                 };
                 self.store_result(to, reloc, op, result)
+            }
+            Msg::Records { call, records } => {
+                let Some((reloc, _)) = self.nodes[to].calls.remove(&call) else {
+                    return Ok(()); // after its timeout: late, dropped
+                };
+                self.owners_read(to, reloc, Ok(records))
             }
             Msg::StoreCall { .. } => Ok(()),
         }
@@ -3902,6 +3968,27 @@ impl<'s> World<'s> {
 
     fn final_check(&mut self) -> Result<(), Violation> {
         self.stats.unrecovered = self.unrecovered.len() as u64;
+        // spec: SB-8.6 — every relocation ends: after the drain (longer than every timeout of
+        // the cores, the source's result timeout included) no live node still runs one; a
+        // source whose target's result was lost asks the store and decides
+        for (i, n) in self.nodes.iter().enumerate() {
+            if let Some((reloc, s)) = n.sources.iter().find(|_| n.up) {
+                return Err(self.violation(format!(
+                    "relocation {reloc} of {:?} still runs at its source n{i} after the drain \
+                     ({:?})",
+                    s.actors,
+                    s.core.phase()
+                )));
+            }
+            if let Some((reloc, t)) = n.targets.iter().find(|_| n.up) {
+                return Err(self.violation(format!(
+                    "relocation {reloc} of {:?} still runs at its target n{i} after the drain \
+                     ({:?})",
+                    t.actors,
+                    t.core.phase()
+                )));
+            }
+        }
         // spec: SB-8.6 — after the drain, an actor whose record names a live node under its
         // live lease is served there (a failed relocation's source recovered it)
         for a in 0..self.s.actors {
@@ -3918,20 +4005,9 @@ impl<'s> World<'s> {
                 matches!(inc.state, IncState::Serving)
                     && inc.object_generation == l.object_generation.get()
             });
-            // …unless its recovery could not remove the record (the store unreachable, or a
-            // target's CAS won while its answer was lost): `node::relocate` tries once, and a
-            // target whose CAS answer is lost discards the actor
-            // …or a relocation of it still waits at the end: a source that never learns its
-            // target's result (the record was lost with a connection a short partition broke,
-            // no peer loss was seen) has no timeout past the cutover (counted)
-            let waiting = self
-                .nodes
-                .iter()
-                .any(|n| n.up && n.sources.values().any(|s| s.moves(a)));
-            if live && !served && waiting {
-                self.stats.stuck_sources += 1;
-            }
-            if live && !served && !waiting && !self.unrecovered.contains(&a) {
+            // …unless a target whose CAS answer was lost discarded the actor while the CAS may
+            // have won (the recovery then finds the record moved on)
+            if live && !served && !self.unrecovered.contains(&a) {
                 return Err(self.violation(format!(
                     "a{a}: the store names n{i} (live, its lease) but nothing serves it there"
                 )));

@@ -117,7 +117,11 @@ pub mod command;
 pub mod error;
 mod fast;
 pub mod frame;
+// The functions behind the fuzz targets, public for `wire/fuzz` and the tests only.
+#[cfg(feature = "testing")]
 pub mod fuzz_harness;
+#[cfg(all(test, not(feature = "testing")))]
+mod fuzz_harness;
 pub mod ids;
 pub mod msgpack;
 pub mod record;

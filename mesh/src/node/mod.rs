@@ -251,7 +251,7 @@ impl MeshNode {
         })
     }
 
-    /// Installs the direct-delivery sink ([`crate::sink`]): from the I/O thread's next pass on,
+    /// Installs the direct-delivery sink ([`InboundSink`](crate::InboundSink)): from the I/O thread's next pass on,
     /// every application record is offered to it before the inbound channel. Install it before
     /// records arrive (right after [`MeshNode::start`]): records already in the channel are
     /// not offered again.

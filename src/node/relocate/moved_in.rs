@@ -37,10 +37,11 @@ impl Node {
         self.inner.clock.sleep_until(at + ttl).await;
         let mut actors = lock(&self.inner.actors);
         for r in &opened {
-            if let Some(a) = actors.live.get_mut(r.id()).filter(|a| {
-                a.actor_ref.object_generation() == r.object_generation()
-                    && a.moved_from.as_ref() == Some(source)
-            }) {
+            if let Some(a) = actors
+                .live
+                .get_mut(r.id())
+                .filter(|a| a.is_incarnation(r) && a.moved_from.as_ref() == Some(source))
+            {
                 a.moved_from = None;
             }
         }
@@ -199,9 +200,11 @@ impl Node {
     /// overtakes it).
     fn start_moved_timers(&self, actor_ref: &ActorRef, timers: &[TimerRecord]) {
         let mut actors = lock(&self.inner.actors);
-        if let Some(local) = actors.live.get_mut(actor_ref.id()).filter(|a| {
-            a.actor_ref.object_generation() == actor_ref.object_generation() && a.timers.is_empty()
-        }) {
+        if let Some(local) = actors
+            .live
+            .get_mut(actor_ref.id())
+            .filter(|a| a.is_incarnation(actor_ref) && a.timers.is_empty())
+        {
             for t in timers {
                 if let Err(e) = self.start_local_timer(local, t.clone()) {
                     tracing::warn!(error = %e, "a moved actor's timer not started");

@@ -63,9 +63,12 @@ impl Node {
                 .lookup(id.clone())
                 .await?
                 .filter(|l| {
+                    let ours = m.actor_ref.location();
                     l.owner_node == *self.node_rid()
                         && l.node_generation == self.generation()
                         && l.object_generation == m.actor_ref.object_generation()
+                        && l.authority_owner_generation == ours.authority_owner_generation
+                        && l.owner_lease_generation == ours.owner_lease_generation
                 })
                 .ok_or_else(|| RelocateError::NotOwner(id.clone()))?;
             actors.push(MovingActor {
@@ -110,12 +113,11 @@ impl Node {
             let live = lock(&self.inner.actors);
             for m in &mut moving {
                 let id = m.actor_ref.id().clone();
-                let generation = m.actor_ref.object_generation();
-                self.seal_follow(id.clone(), generation);
+                self.seal_follow(id.clone(), m.actor_ref.object_generation());
                 if let Some(a) = live
                     .live
                     .get(&id)
-                    .filter(|a| a.actor_ref.object_generation() == generation)
+                    .filter(|a| a.is_incarnation(&m.actor_ref))
                 {
                     m.binding = a.binding.current().cloned();
                 }
@@ -379,9 +381,11 @@ impl Node {
     /// Starts the moved-out timers of a recovered incarnation again (once).
     fn restart_recovered_timers(&self, actor_ref: &ActorRef, timers: &[TimerRecord]) {
         let mut actors = lock(&self.inner.actors);
-        if let Some(local) = actors.live.get_mut(actor_ref.id()).filter(|a| {
-            a.actor_ref.object_generation() == actor_ref.object_generation() && a.timers.is_empty()
-        }) {
+        if let Some(local) = actors
+            .live
+            .get_mut(actor_ref.id())
+            .filter(|a| a.is_incarnation(actor_ref) && a.timers.is_empty())
+        {
             for t in timers {
                 if let Err(e) = self.start_local_timer(local, t.clone()) {
                     tracing::warn!(error = %e, "a recovered actor's timer not started");
@@ -751,13 +755,15 @@ impl SourceRun<'_> {
     }
 
     /// Closes the barrier of the moving incarnation `m` (ingress held from now on). `false`
-    /// when the incarnation is gone (destroyed, lease lost meanwhile).
+    /// when the incarnation is gone (destroyed, lease lost meanwhile): a newer incarnation of
+    /// the actor here (a takeover under a new lease keeps the ObjectGeneration) is not `m`'s
+    /// and is left alone, here and in every other step of the driver.
     fn hold_ingress(&self, m: &Moving) -> bool {
         let mut actors = lock(&self.node.inner.actors);
         match actors
             .live
             .get_mut(m.actor_ref.id())
-            .filter(|a| a.actor_ref.object_generation() == m.actor_ref.object_generation())
+            .filter(|a| a.is_incarnation(&m.actor_ref))
         {
             Some(a) => {
                 a.held.get_or_insert_with(VecDeque::new);
@@ -808,6 +814,7 @@ impl SourceRun<'_> {
         actors
             .live
             .get_mut(m.actor_ref.id())
+            .filter(|a| a.is_incarnation(&m.actor_ref))
             .and_then(|a| a.held.as_mut())
             .map(std::mem::take)
             .unwrap_or_default()
@@ -818,10 +825,7 @@ impl SourceRun<'_> {
     /// the Spot here (its gates and lanes go).
     async fn end_incarnation(&mut self, location: &ActorLocation) {
         let node = self.node;
-        let Some(generation) = self
-            .mover(&location.actor_id)
-            .map(|m| m.actor_ref.object_generation())
-        else {
+        let Some(moving) = self.mover(&location.actor_id).map(|m| m.actor_ref.clone()) else {
             return;
         };
         // One step under the actors lock: the incarnation ends here and Message Follow takes
@@ -831,7 +835,7 @@ impl SourceRun<'_> {
             let ours = actors
                 .live
                 .get(&location.actor_id)
-                .is_some_and(|a| a.actor_ref.object_generation() == generation);
+                .is_some_and(|a| a.is_incarnation(&moving));
             let removed = if ours {
                 actors.live.remove(&location.actor_id)
             } else {
@@ -862,9 +866,10 @@ impl SourceRun<'_> {
         for m in self.moving.iter().filter(|m| which(m.actor_ref.id())) {
             let removed = {
                 let mut actors = lock(&node.inner.actors);
-                let ours = actors.live.get(m.actor_ref.id()).is_some_and(|a| {
-                    a.actor_ref.object_generation() == m.actor_ref.object_generation()
-                });
+                let ours = actors
+                    .live
+                    .get(m.actor_ref.id())
+                    .is_some_and(|a| a.is_incarnation(&m.actor_ref));
                 if ours {
                     actors.live.remove(m.actor_ref.id())
                 } else {
