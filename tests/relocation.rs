@@ -3441,7 +3441,7 @@ async fn a_session_owner_dying_while_its_bound_actor_moves_ends_the_binding_once
     // The session owner goes silent: `a` and `b` see its lifecycle end (peer timeout).
     let io = w.s.mesh().hold_io_for_tests();
     wait_until("a ends the binding of the gone session owner", || {
-        w.a.stats().bindings_owner_lost == 1
+        w.a.counters().bindings_owner_lost == 1
     })
     .await;
     wait_until("the end held on a, or its hook run", || {
@@ -4402,12 +4402,12 @@ async fn a_moved_in_actor_whose_cas_lease_ended_meanwhile_does_not_open() {
     // A request waits in the actor's queue behind a busy turn: the relocation captures it and
     // relays it into the target's temporary queue.
     gate.send(false).unwrap();
-    let turns = a.stats().turns;
+    let turns = a.counters().turns;
     let hold = {
         let (a, actor) = (a.clone(), actor.clone());
         tokio::spawn(async move { a.request(&actor, &Hold, TIMEOUT).await })
     };
-    wait_until("hold running", || a.stats().turns > turns).await;
+    wait_until("hold running", || a.counters().turns > turns).await;
     let captured = {
         let (a, actor) = (a.clone(), actor.clone());
         tokio::spawn(async move { a.request(&actor, &Add(1), TIMEOUT).await })
