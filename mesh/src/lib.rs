@@ -72,12 +72,11 @@ mod tap;
 mod types;
 mod zmq_opt;
 
-pub use budget::OutboundBudget;
 pub use client::{ClientConfig, MeshClient, Push, SEND_MANY_CHUNK, SendManyError};
 pub use codec::{ErrorKind, Record};
 pub use config::{
-    Batching, ClientAdmission, ClientOutbound, InboundWindow, Liveness, MeshConfig, PeerAddress,
-    Strangers, TransportLimits,
+    Batching, ClientAdmission, ClientOutbound, InboundWindow, Liveness, MeshConfig, OutboundBudget,
+    PeerAddress, Strangers, TransportLimits,
 };
 pub use counters::{Counters, DropReason, ReplyOrigin, TransportEvent};
 pub use error::{ConfigError, RequestError, SendError};
