@@ -84,7 +84,7 @@ pub use error::{PendingRecord, TryPushError, TrySendError};
 pub use events::{ClientCloseCause, ClientEvent, ClientEvents, DownReason, PeerEvent};
 pub use handshake::MeshSecret;
 pub use inbound::{Inbound, InboundReceiver, Origin};
-#[doc(hidden)]
+#[cfg(feature = "testing")]
 pub use node::IoHold;
 pub use node::{BoundEndpoints, MeshNode, Response};
 pub use reply::ReplyHandle;

@@ -529,7 +529,7 @@ impl Node {
     ///
     /// # Panics
     /// When a hold is taken already.
-    #[doc(hidden)]
+    #[cfg(feature = "testing")]
     #[must_use]
     pub fn hold_relocation_capture_for_tests(&self) -> tokio::sync::OwnedRwLockWriteGuard<()> {
         self.inner
