@@ -598,7 +598,7 @@ impl Node {
     ///
     /// # Panics
     /// When a hold is taken already.
-    #[doc(hidden)]
+    #[cfg(feature = "testing")]
     #[must_use]
     pub fn hold_relocation_capture_for_tests(&self) -> tokio::sync::OwnedRwLockWriteGuard<()> {
         self.hold_relocation_step_for_tests(RelocationStep::Capture)
