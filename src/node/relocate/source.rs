@@ -19,6 +19,7 @@ use super::{
 };
 use crate::actor::SpotSpec;
 use crate::actor::exec::{EndReason, Mailbox, Work};
+use crate::actor::fence::CallFence;
 use crate::actor::{ActorError, ActorRef, MigratedState};
 use crate::node::local::LocalActor;
 use crate::node::{Node, calls::request_error, lock, protocol};
@@ -276,6 +277,10 @@ struct Recovering {
     /// This node's owner fence of the record to replace (then of the replacement).
     owner: OwnerFence,
     state: MigratedState,
+    /// The ended incarnation's fences here, and the relocation's target: when the target's
+    /// CAS won after all, the old route follows it there.
+    fence: CallFence,
+    target: NodeRid,
 }
 
 /// What one recovery attempt's error says about the next ([`Recovery`]).
@@ -369,12 +374,37 @@ impl Node {
             RecoveryOutcome::Recovered { attempts } => {
                 tracing::info!(actor = %r.actor_id, attempts, "failed relocation: the actor is back here with its state, a new incarnation");
             }
+            RecoveryOutcome::Superseded => {
+                tracing::warn!(actor = %r.actor_id, "failed relocation: the record moved on, the actor's state is not re-activated");
+                self.follow_superseded(&r).await;
+            }
             other => {
                 tracing::warn!(actor = %r.actor_id, outcome = ?other, "failed relocation: the actor's state is not re-activated");
             }
         }
         if let Some(f) = first.take() {
             let _ = f.send(());
+        }
+    }
+}
+
+impl Node {
+    /// A recovery that found the record moved on: when it names the relocation's target under
+    /// the ended incarnation's ObjectGeneration (the target's CAS won after this node had
+    /// decided the move failed), the old route follows it there for the Message Follow time,
+    /// as after a commit (SB-5.12), instead of answering as for an ended incarnation.
+    async fn follow_superseded(&self, r: &Recovering) {
+        match self.inner.store.lookup(r.actor_id.clone()).await {
+            Ok(Some(l))
+                if l.owner_node == r.target && l.object_generation == r.fence.object_generation =>
+            {
+                tracing::info!(actor = %r.actor_id, to = %r.target, "the target's CAS won: its old route follows it there");
+                self.install_follow(&r.fence, l);
+            }
+            Ok(_) => {}
+            Err(e) => {
+                tracing::info!(actor = %r.actor_id, error = %e, "the moved-on record not read: no Message Follow");
+            }
         }
     }
 }
@@ -871,6 +901,8 @@ impl SourceRun<'_> {
                 timers: m.timers.clone(),
                 owner,
                 state,
+                fence: CallFence::of_ref(&m.actor_ref),
+                target: self.target.clone(),
             })
             .await;
         }
