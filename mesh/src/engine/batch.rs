@@ -359,7 +359,7 @@ mod tests {
             bytes: 1 << 20,
         };
         let now = Instant::now();
-        let budget = Arc::new(SendBudget::new(crate::budget::OutboundBudget::default()));
+        let budget = Arc::new(SendBudget::new(crate::config::OutboundBudget::default()));
         let mut conn = Conn::granted(window, budget, now - Duration::from_secs(1));
         conn.grant_sent(conn.poll_grant().expect("initial grant"));
         let mut run = OneWayRun {

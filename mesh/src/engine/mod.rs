@@ -113,6 +113,7 @@ const MAX_QUEUED_REPLIES: usize = 65_536;
 const MAX_PARTS: usize = 3;
 /// Longest a test hold ([`Command::Hold`]) keeps the I/O thread, so a leaked guard can
 /// never wedge a node (or a `shutdown` waiting for its thread) for good.
+#[cfg(feature = "testing")]
 const HOLD_LIMIT: Duration = Duration::from_secs(60);
 
 pub(crate) type Waiter = oneshot::Sender<Result<Response, RequestError>>;
@@ -161,6 +162,7 @@ pub(crate) enum Command {
     /// Test hook ([`crate::MeshNode::hold_io_for_tests`]): the I/O thread blocks until the
     /// sender of this channel is dropped (at most [`HOLD_LIMIT`]). Commands submitted behind
     /// it are drained in the same pass once it is released.
+    #[cfg(feature = "testing")]
     Hold {
         /// Dropped (disconnected) by the guard to release the thread.
         release: crossbeam_channel::Receiver<()>,
@@ -170,6 +172,7 @@ pub(crate) enum Command {
     Shutdown,
     /// Test hook ([`crate::MeshNode::abort_for_tests`]): stop like a crashed process, without
     /// telling peers or clients (no Disconnect, nothing queued flushed).
+    #[cfg(feature = "testing")]
     Abort,
 }
 
