@@ -882,12 +882,12 @@ mod live {
         n: u64,
     ) -> Result<zlink::node::RelocationReport, RelocateError> {
         let _ = p.gate.send(false);
-        let turns = p.a.stats().turns;
+        let turns = p.a.counters().turns;
         let hold = {
             let (a, actor) = (p.a.clone(), actor.clone());
             tokio::spawn(async move { a.request(&actor, &Hold, TIMEOUT).await })
         };
-        super::node_common::wait_until("hold running", || p.a.stats().turns > turns).await;
+        super::node_common::wait_until("hold running", || p.a.counters().turns > turns).await;
         for i in from..from + n {
             p.a.send(actor, &Add(i)).await.unwrap();
         }
@@ -935,7 +935,7 @@ async fn relocate_moves_the_state_and_the_queued_work_in_order() {
         let (a, actor) = (p.a.clone(), actor.clone());
         tokio::spawn(async move { a.request(&actor, &Hold, T).await })
     };
-    node_common::wait_until("hold running", || p.a.stats().turns >= 4).await;
+    node_common::wait_until("hold running", || p.a.counters().turns >= 4).await;
     let mut replies = Vec::new();
     for i in 3..8 {
         // requests from the owner itself and from the other node, alternating
@@ -952,7 +952,7 @@ async fn relocate_moves_the_state_and_the_queued_work_in_order() {
     for i in 8..10 {
         p.a.send(&actor, &Add(i)).await.unwrap();
     }
-    node_common::wait_until("work queued", || p.b.stats().calls_out >= 3).await;
+    node_common::wait_until("work queued", || p.b.counters().calls_out >= 3).await;
     let relocating = {
         let (a, actor) = (p.a.clone(), actor.clone());
         tokio::spawn(async move { a.relocate(&actor, node_common::rid("b")).await })
@@ -1031,32 +1031,32 @@ async fn a_full_lane_and_its_backlog_move_in_arrival_order() {
     let store = node_common::memory_store();
     let p = pair_lanes(store.clone(), store.clone(), Some(LANE)).await;
     let actor = counter_on(&p.a, "c6").await;
-    let turns = p.a.stats().turns;
-    let calls_in = p.a.stats().calls_in;
+    let turns = p.a.counters().turns;
+    let calls_in = p.a.counters().calls_in;
     let hold = {
         let (a, actor) = (p.a.clone(), actor.clone());
         tokio::spawn(async move { a.request(&actor, &Hold, T).await })
     };
-    node_common::wait_until("hold running", || p.a.stats().turns > turns).await;
+    node_common::wait_until("hold running", || p.a.counters().turns > turns).await;
     // From `b`, in this order: sends, and every fourth record a request (each on the wire
     // before the next record is sent).
     let mut replies = Vec::new();
     for i in 0..N {
         if i % 4 == 3 {
-            let out = p.b.stats().calls_out;
+            let out = p.b.counters().calls_out;
             let (b, actor) = (p.b.clone(), actor.clone());
             replies.push((
                 i,
                 tokio::spawn(async move { b.request(&actor, &Add(i), T).await }),
             ));
-            node_common::wait_until("request sent", || p.b.stats().calls_out > out).await;
+            node_common::wait_until("request sent", || p.b.counters().calls_out > out).await;
         } else {
             p.b.send(&actor, &Add(i)).await.unwrap();
         }
     }
     // The first records fill the lane; the rest wait in the actor's backlog on `a`.
     node_common::wait_until("the rest wait in the backlog", || {
-        p.a.stats().calls_in >= calls_in + N
+        p.a.counters().calls_in >= calls_in + N
             && p.a.inbound_backlogs().actors.waiting_now >= N - LANE as u64
     })
     .await;
@@ -1087,7 +1087,7 @@ async fn a_full_lane_and_its_backlog_move_in_arrival_order() {
     let held = p.a.inbound_backlogs().actors;
     assert_eq!(held.waiting_now, 0, "{held:?}");
     assert_eq!(held.refused, 0, "{held:?}");
-    assert_eq!(p.a.stats().sends_dropped, 0);
+    assert_eq!(p.a.counters().sends_dropped, 0);
     node_common::wait_until("relocation state freed", || {
         p.a.relocations_in_progress() == 0 && p.b.relocations_in_progress() == 0
     })
@@ -1573,8 +1573,8 @@ async fn a_bound_actor_moves_under_relays_and_its_session_follows() {
             replies
         })
     };
-    let turns = w.a.stats().turns;
-    node_common::wait_until("relays flowing", || w.a.stats().turns > turns + 20).await;
+    let turns = w.a.counters().turns;
+    node_common::wait_until("relays flowing", || w.a.counters().turns > turns + 20).await;
     let report = w.a.relocate(&actor, rid("b")).await.unwrap();
     let replies = tokio::time::timeout(TIMEOUT, sender)
         .await
@@ -1599,9 +1599,9 @@ async fn a_bound_actor_moves_under_relays_and_its_session_follows() {
     let loc = w.store.lookup(actor.id().clone()).await.unwrap().unwrap();
     assert_eq!(loc.owner_node, rid("b"));
     // Relays after the commit run on the target, on the same connection.
-    let turns_b = w.b.stats().turns;
+    let turns_b = w.b.counters().turns;
     assert_eq!(relay_req(&c, &actor, &Add(N)).await.unwrap(), N + 1);
-    assert!(w.b.stats().turns > turns_b);
+    assert!(w.b.counters().turns > turns_b);
     // On the wire at the session owner: one 42, one 43 back (a reply), one 44 commit naming
     // the target with the relocation's identity, no 45 (SB-14.26).
     assert_eq!(tapped(&w.tap_s, TapDirection::Received, 42).len(), 1);
@@ -1848,12 +1848,12 @@ async fn a_spot_moves_as_a_unit_and_the_source_frees_it() {
     }
     assert!(p.a.runtime_metrics().lanes_live > base.lanes_live);
     // The first member keeps its turn (and the Spot gate); sends queue behind it.
-    let turns = p.a.stats().turns;
+    let turns = p.a.counters().turns;
     let hold = {
         let (a, m) = (p.a.clone(), members[0].clone());
         tokio::spawn(async move { a.request(&m, &Hold, T).await })
     };
-    node_common::wait_until("hold running", || p.a.stats().turns > turns).await;
+    node_common::wait_until("hold running", || p.a.counters().turns > turns).await;
     for (k, m) in members.iter().enumerate() {
         for i in 1..=4 {
             p.a.send(m, &Add(10 * k as u64 + i)).await.unwrap();
@@ -2154,8 +2154,8 @@ async fn a_spot_with_bound_members_moves_under_relays_and_each_session_binding_f
             replies
         })
     };
-    let turns = w.a.stats().turns;
-    node_common::wait_until("relays flowing", || w.a.stats().turns > turns + 20).await;
+    let turns = w.a.counters().turns;
+    node_common::wait_until("relays flowing", || w.a.counters().turns > turns + 20).await;
     let report = w.a.relocate_spot("table", rid("b")).await.unwrap();
     let replies = tokio::time::timeout(TIMEOUT, sender)
         .await
@@ -2252,8 +2252,8 @@ async fn a_spot_whose_target_fails_sends_44_abort_to_each_bound_session() {
             replies
         })
     };
-    let turns = w.a.stats().turns;
-    node_common::wait_until("relays flowing", || w.a.stats().turns > turns + 20).await;
+    let turns = w.a.counters().turns;
+    node_common::wait_until("relays flowing", || w.a.counters().turns > turns + 20).await;
     match w.a.relocate_spot("booth", rid("b")).await {
         Err(Error::Aborted(zlink::relocation::AbortReason::TargetFailed)) => {}
         other => panic!("expected an abort, got {other:?}"),
@@ -2337,12 +2337,12 @@ async fn a_spot_whose_target_fails_before_relay_ready_serves_again_on_the_source
     p.fail_rehydrate
         .store(true, std::sync::atomic::Ordering::SeqCst);
     let _ = p.gate.send(false);
-    let turns = p.a.stats().turns;
+    let turns = p.a.counters().turns;
     let hold = {
         let (a, m) = (p.a.clone(), members[0].clone());
         tokio::spawn(async move { a.request(&m, &Hold, T).await })
     };
-    node_common::wait_until("hold running", || p.a.stats().turns > turns).await;
+    node_common::wait_until("hold running", || p.a.counters().turns > turns).await;
     for m in &members {
         for i in 1..=3 {
             p.a.send(m, &Add(i)).await.unwrap();
@@ -2419,12 +2419,12 @@ async fn a_spot_whose_cas_fails_after_relay_ready_is_not_reopened() {
     assert!(with_members.lanes_live > base.lanes_live);
     b_store.set_down(true);
     let _ = p.gate.send(false);
-    let turns = p.a.stats().turns;
+    let turns = p.a.counters().turns;
     let hold = {
         let (a, m) = (p.a.clone(), members[0].clone());
         tokio::spawn(async move { a.request(&m, &Hold, T).await })
     };
-    node_common::wait_until("hold running", || p.a.stats().turns > turns).await;
+    node_common::wait_until("hold running", || p.a.counters().turns > turns).await;
     let queued = {
         let (b, m) = (p.b.clone(), members[1].clone());
         tokio::spawn(async move { b.request(&m, &Add(100), T).await })
@@ -2692,8 +2692,8 @@ async fn a_target_failing_before_relay_ready_sends_44_abort_and_the_session_stay
             replies
         })
     };
-    let turns = w.a.stats().turns;
-    node_common::wait_until("relays flowing", || w.a.stats().turns > turns + 20).await;
+    let turns = w.a.counters().turns;
+    node_common::wait_until("relays flowing", || w.a.counters().turns > turns + 20).await;
     match w.a.relocate(&actor, rid("b")).await {
         Err(Error::Aborted(zlink::relocation::AbortReason::TargetFailed)) => {}
         other => panic!("expected an abort, got {other:?}"),
@@ -2860,12 +2860,12 @@ async fn held_spot(
         members.push(m);
     }
     let _ = p.gate.send(false);
-    let turns = p.a.stats().turns;
+    let turns = p.a.counters().turns;
     let hold = {
         let (a, m) = (p.a.clone(), members[0].clone());
         tokio::spawn(async move { a.request(&m, &Hold, TIMEOUT).await })
     };
-    node_common::wait_until("hold running", || p.a.stats().turns > turns).await;
+    node_common::wait_until("hold running", || p.a.counters().turns > turns).await;
     (members, hold)
 }
 
@@ -3002,12 +3002,12 @@ async fn relocating_an_actor_still_activating_is_refused_as_not_ready() {
         .await
         .unwrap();
     let _ = gate.send(false);
-    let turns = a.stats().turns;
+    let turns = a.counters().turns;
     let hold = {
         let (a, m) = (a.clone(), first.clone());
         tokio::spawn(async move { a.request(&m, &Hold, TIMEOUT).await })
     };
-    node_common::wait_until("hold running", || a.stats().turns > turns).await;
+    node_common::wait_until("hold running", || a.counters().turns > turns).await;
     let late = {
         let a = a.clone();
         tokio::spawn(async move {
@@ -3143,12 +3143,12 @@ async fn the_cutover_fallback_keeps_captured_work_ahead_of_released_relays() {
     };
     // A held turn; three relays of the session queue behind it on `a`.
     w.gate.send(false).unwrap();
-    let turns = w.a.stats().turns;
+    let turns = w.a.counters().turns;
     let hold = {
         let (a, actor) = (w.a.clone(), actor.clone());
         tokio::spawn(async move { a.request(&actor, &Hold, TIMEOUT).await })
     };
-    wait_until("hold running", || w.a.stats().turns > turns).await;
+    wait_until("hold running", || w.a.counters().turns > turns).await;
     for i in 0..3 {
         c.packet_send(&send(i)).await.unwrap();
     }
@@ -3399,6 +3399,88 @@ async fn a_disconnect_arriving_while_a_spot_moves_runs_its_hook_once_on_the_targ
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_disconnect_arriving_while_an_actor_moves_runs_its_hook_once_on_the_target() {
     disconnect_mid_move(false, &["hooked-solo"]).await;
+}
+
+// spec: SB-7.3, SB-7.4, SB-8.4, SB-5.12, SB-9
+// The session owner of a binding dies (its mesh I/O stops, as after `kill -9`: no 38 is sent)
+// while the bound actor moves, after the move sealed it and the binding left in the Restore.
+// The source sees the session owner's lifecycle end while the binding travels: it does not
+// run the hook on its own slot (the target would keep the moved binding, or run the hook a
+// second time when it sees the end after the commit); it holds the end until the move ends,
+// then forwards it once. The hook runs exactly once, on the target, which ends the binding.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_owner_dying_while_its_bound_actor_moves_ends_the_binding_once_on_the_target() {
+    use live::aid;
+    use node_common::{bind, client_of, rid, wait_until};
+    let runs = HookRuns::default();
+    // Manual clocks: no seal timeout on `s`, no cutover fallback on `b` while `a` is held.
+    let (w, _c) = session_world_with(WorldFaults {
+        hooks: Some(runs.clone()),
+        clock: Some(ManualClock::new()),
+        target_clock: Some(ManualClock::new()),
+        a_clock: Some(ManualClock::new()),
+        ..WorldFaults::default()
+    })
+    .await;
+    let c = client_of(&w.s);
+    let id = "owner-lost";
+    let m =
+        w.a.create(zlink::actor::Create::new("counter", aid(id)).in_spot(spotwide("hooked")))
+            .await
+            .unwrap();
+    bind(&c, &m).await;
+    let capture = w.a.hold_relocation_capture_for_tests();
+    let relocating = {
+        let (a, m) = (w.a.clone(), m.clone());
+        tokio::spawn(async move { a.relocate(&m, rid("b")).await })
+    };
+    wait_until("b relay-ready", || {
+        w.b.relocations().0.iter().any(|r| r.phase == "RelayReady")
+    })
+    .await;
+    // The session owner goes silent: `a` and `b` see its lifecycle end (peer timeout).
+    let io = w.s.mesh().hold_io_for_tests();
+    wait_until("a ends the binding of the gone session owner", || {
+        w.a.counters().bindings_owner_lost == 1
+    })
+    .await;
+    wait_until("the end held on a, or its hook run", || {
+        w.a.follow_counters().held == 1 || !runs.runs().is_empty()
+    })
+    .await;
+    assert!(runs.runs().is_empty(), "no hook runs while the move holds");
+    wait_until("s is down at b", || {
+        w.b.mesh().peer_generation(&rid("s")).is_none()
+    })
+    .await;
+    drop(capture);
+    let moved = tokio::time::timeout(TIMEOUT, relocating)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(moved.to, rid("b"));
+    let unbound = |n: &zlink::node::Node| {
+        n.list_actors(&zlink::node::protocol::ListActors::default())
+            .actors
+            .iter()
+            .filter(|e| e.actor_id.as_str() == id)
+            .all(|e| !e.bound)
+    };
+    wait_until("the hook ran and b holds no binding", || {
+        !runs.runs().is_empty() && unbound(&w.b)
+    })
+    .await;
+    node_common::wait_until("relocation state freed", || {
+        w.a.relocations_in_progress() == 0 && w.b.relocations_in_progress() == 0
+    })
+    .await;
+    assert_eq!(
+        runs.runs(),
+        vec![("b".to_owned(), id.to_owned())],
+        "the hook once, on the target"
+    );
+    drop(io);
 }
 
 // spec: SB-8.6, SB-4.1
@@ -3792,12 +3874,12 @@ async fn a_disconnect_held_by_a_move_that_aborts_runs_its_hook_on_the_source() {
         .unwrap();
     bind(&c, &actor).await;
     w.gate.send(false).unwrap();
-    let turns = w.a.stats().turns;
+    let turns = w.a.counters().turns;
     let hold = {
         let (a, actor) = (w.a.clone(), actor.clone());
         tokio::spawn(async move { a.request(&actor, &Hold, TIMEOUT).await })
     };
-    wait_until("hold running", || w.a.stats().turns > turns).await;
+    wait_until("hold running", || w.a.counters().turns > turns).await;
     let relocating = {
         let (a, actor) = (w.a.clone(), actor.clone());
         tokio::spawn(async move { a.relocate(&actor, rid("b")).await })
@@ -4056,12 +4138,12 @@ async fn a_stale_relocation_leaves_a_newer_incarnation_of_the_same_generation_al
 
     // The new incarnation is busy in a turn, with sends queued in its lane behind it.
     gate.send(false).unwrap();
-    let turns = a.stats().turns;
+    let turns = a.counters().turns;
     let hold = {
         let (a, new) = (a.clone(), new.clone());
         tokio::spawn(async move { a.request(&new, &Hold, TIMEOUT).await })
     };
-    wait_until("hold running", || a.stats().turns > turns).await;
+    wait_until("hold running", || a.counters().turns > turns).await;
     for i in 2..5 {
         a.send(&new, &Add(i)).await.unwrap();
     }
@@ -4093,7 +4175,7 @@ async fn a_stale_relocation_leaves_a_newer_incarnation_of_the_same_generation_al
         loc.owner_lease_generation,
         new.location().owner_lease_generation
     );
-    assert_eq!(a.stats().sends_dropped, 0);
+    assert_eq!(a.counters().sends_dropped, 0);
     assert_eq!(a.relocations_in_progress(), 0);
 }
 
@@ -4347,12 +4429,12 @@ async fn a_moved_in_actor_whose_cas_lease_ended_meanwhile_does_not_open() {
     // A request waits in the actor's queue behind a busy turn: the relocation captures it and
     // relays it into the target's temporary queue.
     gate.send(false).unwrap();
-    let turns = a.stats().turns;
+    let turns = a.counters().turns;
     let hold = {
         let (a, actor) = (a.clone(), actor.clone());
         tokio::spawn(async move { a.request(&actor, &Hold, TIMEOUT).await })
     };
-    wait_until("hold running", || a.stats().turns > turns).await;
+    wait_until("hold running", || a.counters().turns > turns).await;
     let captured = {
         let (a, actor) = (a.clone(), actor.clone());
         tokio::spawn(async move { a.request(&actor, &Add(1), TIMEOUT).await })

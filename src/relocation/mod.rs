@@ -35,7 +35,7 @@ pub mod records;
 pub mod recovery;
 mod source;
 mod target;
-pub(crate) mod tombstone;
+pub mod tombstone;
 
 use std::time::{Duration, Instant};
 
