@@ -60,6 +60,10 @@ struct Harness<'a, S: LocationStore> {
     lose_result: bool,
     /// The store cannot be read when the source asks for its records.
     store_unreadable: bool,
+    /// The target's next CAS is applied but its answer is lost (`handle_cas_lost`).
+    lose_cas_answer: bool,
+    /// The target's record reads after a lost CAS answer so far.
+    read_back: usize,
     /// The source's `QueryOwners` effects so far.
     queried: usize,
     unsealed: bool,
@@ -180,7 +184,16 @@ impl<S: LocationStore> Harness<'_, S> {
                     .cas_owner(actor.clone(), expected, contract::owner(&self.target_lease))
                     .await
                     .map_err(|_| ());
-                t.handle_cas(now, &actor, r);
+                if std::mem::take(&mut self.lose_cas_answer) {
+                    t.handle_cas_lost(now, &actor, self.target_lease.holder.clone());
+                } else {
+                    t.handle_cas(now, &actor, r);
+                }
+            }
+            TargetEffect::ReadOwner { actor } => {
+                self.read_back += 1;
+                let r = self.store.lookup(actor.clone()).await.map_err(|_| ());
+                t.handle_owner_read(now, &actor, r);
             }
             TargetEffect::SendRoute { record, .. } => self.sessions.routes.push(record),
             TargetEffect::ReportToSource {
@@ -229,6 +242,8 @@ async fn harness<S: LocationStore>(store: &S, t0: Instant) -> Harness<'_, S> {
         lose_cutover: false,
         lose_result: false,
         store_unreadable: false,
+        lose_cas_answer: false,
+        read_back: 0,
         queried: 0,
         unsealed: false,
         ended: Vec::new(),
@@ -467,6 +482,49 @@ async fn a_lost_result_is_decided_by_the_store_sqlite() {
         ManualClock::at_wall(contract::START),
     );
     a_lost_result_is_decided_by_the_store(&sqlite(&dir, &clock)).await;
+}
+
+// spec: SB-8.6, SB-8.9 — the target's CAS is applied but its answer is lost: the target reads
+// the record back, finds its own lease under the moving incarnation, and commits (dispatch,
+// the 44 commits, its result); the source ends its incarnation on that result (the other
+// decisions of the read-back: `src/relocation/tests.rs`). Seen failing (the relocation failed,
+// no 44 commit) with the lost answer taken as a refusal.
+async fn a_lost_cas_answer_is_decided_by_the_record<S: LocationStore>(store: &S) {
+    let t0 = Instant::now();
+    let mut h = harness(store, t0).await;
+    h.lose_cas_answer = true;
+    h.step(t0).await;
+    let record = store
+        .lookup(contract::actor("room-1"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(record.owner_node, h.target_lease.holder.node);
+    assert!(matches!(
+        h.target.as_ref().unwrap().outcome(),
+        Some(TargetOutcome::Cas { committed, failed, .. })
+            if committed == &vec![record.clone()] && failed.is_empty()
+    ));
+    assert_eq!(commits(&h.sessions), 2);
+    assert_eq!(
+        h.source.outcome(),
+        Some(&SourceOutcome::Moved(vec![record.clone()]))
+    );
+    assert_eq!(h.ended, vec![record]);
+    assert_eq!(h.read_back, 1);
+}
+
+#[tokio::test]
+async fn a_lost_cas_answer_is_decided_by_the_record_memory() {
+    let clock = ManualClock::at_wall(contract::START);
+    a_lost_cas_answer_is_decided_by_the_record(&memory(&clock)).await;
+}
+
+#[tokio::test]
+async fn a_lost_cas_answer_is_decided_by_the_record_sqlite() {
+    let clock = ManualClock::at_wall(contract::START);
+    let dir = tempfile::tempdir().unwrap();
+    a_lost_cas_answer_is_decided_by_the_record(&sqlite(&dir, &clock)).await;
 }
 
 #[tokio::test]
@@ -3343,6 +3401,88 @@ async fn a_disconnect_arriving_while_an_actor_moves_runs_its_hook_once_on_the_ta
     disconnect_mid_move(false, &["hooked-solo"]).await;
 }
 
+// spec: SB-7.3, SB-7.4, SB-8.4, SB-5.12, SB-9
+// The session owner of a binding dies (its mesh I/O stops, as after `kill -9`: no 38 is sent)
+// while the bound actor moves, after the move sealed it and the binding left in the Restore.
+// The source sees the session owner's lifecycle end while the binding travels: it does not
+// run the hook on its own slot (the target would keep the moved binding, or run the hook a
+// second time when it sees the end after the commit); it holds the end until the move ends,
+// then forwards it once. The hook runs exactly once, on the target, which ends the binding.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_owner_dying_while_its_bound_actor_moves_ends_the_binding_once_on_the_target() {
+    use live::aid;
+    use node_common::{bind, client_of, rid, wait_until};
+    let runs = HookRuns::default();
+    // Manual clocks: no seal timeout on `s`, no cutover fallback on `b` while `a` is held.
+    let (w, _c) = session_world_with(WorldFaults {
+        hooks: Some(runs.clone()),
+        clock: Some(ManualClock::new()),
+        target_clock: Some(ManualClock::new()),
+        a_clock: Some(ManualClock::new()),
+        ..WorldFaults::default()
+    })
+    .await;
+    let c = client_of(&w.s);
+    let id = "owner-lost";
+    let m =
+        w.a.create(zlink::actor::Create::new("counter", aid(id)).in_spot(spotwide("hooked")))
+            .await
+            .unwrap();
+    bind(&c, &m).await;
+    let capture = w.a.hold_relocation_capture_for_tests();
+    let relocating = {
+        let (a, m) = (w.a.clone(), m.clone());
+        tokio::spawn(async move { a.relocate(&m, rid("b")).await })
+    };
+    wait_until("b relay-ready", || {
+        w.b.relocations().0.iter().any(|r| r.phase == "RelayReady")
+    })
+    .await;
+    // The session owner goes silent: `a` and `b` see its lifecycle end (peer timeout).
+    let io = w.s.mesh().hold_io_for_tests();
+    wait_until("a ends the binding of the gone session owner", || {
+        w.a.counters().bindings_owner_lost == 1
+    })
+    .await;
+    wait_until("the end held on a, or its hook run", || {
+        w.a.follow_counters().held == 1 || !runs.runs().is_empty()
+    })
+    .await;
+    assert!(runs.runs().is_empty(), "no hook runs while the move holds");
+    wait_until("s is down at b", || {
+        w.b.mesh().peer_generation(&rid("s")).is_none()
+    })
+    .await;
+    drop(capture);
+    let moved = tokio::time::timeout(TIMEOUT, relocating)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(moved.to, rid("b"));
+    let unbound = |n: &zlink::node::Node| {
+        n.list_actors(&zlink::node::protocol::ListActors::default())
+            .actors
+            .iter()
+            .filter(|e| e.actor_id.as_str() == id)
+            .all(|e| !e.bound)
+    };
+    wait_until("the hook ran and b holds no binding", || {
+        !runs.runs().is_empty() && unbound(&w.b)
+    })
+    .await;
+    node_common::wait_until("relocation state freed", || {
+        w.a.relocations_in_progress() == 0 && w.b.relocations_in_progress() == 0
+    })
+    .await;
+    assert_eq!(
+        runs.runs(),
+        vec![("b".to_owned(), id.to_owned())],
+        "the hook once, on the target"
+    );
+    drop(io);
+}
+
 // spec: SB-8.6, SB-4.1
 // The recovery after a failed relocation is retried while the store is out of reach: the
 // target's CAS fails (its store is down) and the source's store is down too when the result
@@ -4037,4 +4177,304 @@ async fn a_stale_relocation_leaves_a_newer_incarnation_of_the_same_generation_al
     );
     assert_eq!(a.counters().sends_dropped, 0);
     assert_eq!(a.relocations_in_progress(), 0);
+}
+
+/// What [`CasAnswer`] does with the next `cas_owner` once armed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum CasFault {
+    /// Applied to the store, its answer lost: `Unavailable`, as a timeout or a dropped
+    /// connection answers.
+    LoseAnswer,
+    /// Applied to the store, its answer held until [`CasAnswer::release`].
+    HoldAnswer,
+}
+
+/// A relocation target's store handle: its next `cas_owner` after [`CasAnswer::arm`] reaches
+/// the shared store and is applied there, then its answer is lost or held ([`CasFault`]).
+/// Every other operation (lookups, lease renewals) passes through.
+#[derive(Debug)]
+struct CasAnswer {
+    inner: Arc<MemoryStore>,
+    armed: std::sync::Mutex<Option<CasFault>>,
+    /// CASes applied whose answer was lost or held.
+    applied: std::sync::atomic::AtomicU64,
+    release: tokio::sync::Semaphore,
+}
+
+impl CasAnswer {
+    fn new(inner: Arc<MemoryStore>) -> Self {
+        Self {
+            inner,
+            armed: std::sync::Mutex::new(None),
+            applied: std::sync::atomic::AtomicU64::new(0),
+            release: tokio::sync::Semaphore::new(0),
+        }
+    }
+    fn arm(&self, fault: CasFault) {
+        *self.armed.lock().unwrap() = Some(fault);
+    }
+    fn applied(&self) -> u64 {
+        self.applied.load(std::sync::atomic::Ordering::SeqCst)
+    }
+    fn release(&self) {
+        self.release.add_permits(1);
+    }
+}
+
+impl LocationStore for CasAnswer {
+    fn register_owner(
+        &self,
+        node: zlink_wire::NodeRid,
+        node_generation: zlink_wire::NodeGeneration,
+        ttl: Duration,
+    ) -> zlink::store::StoreFuture<'_, OwnerLease> {
+        self.inner.register_owner(node, node_generation, ttl)
+    }
+    fn renew_owner(
+        &self,
+        holder: zlink::store::LeaseHolder,
+        ttl: Duration,
+    ) -> zlink::store::StoreFuture<'_, OwnerLease> {
+        self.inner.renew_owner(holder, ttl)
+    }
+    fn release_owner(
+        &self,
+        holder: zlink::store::LeaseHolder,
+    ) -> zlink::store::StoreFuture<'_, ()> {
+        self.inner.release_owner(holder)
+    }
+    fn reserve_activation(
+        &self,
+        request: zlink::store::ActivationRequest,
+    ) -> zlink::store::StoreFuture<'_, zlink::store::Reservation> {
+        self.inner.reserve_activation(request)
+    }
+    fn mark_ready(
+        &self,
+        actor_id: zlink_wire::ActorId,
+        fence: zlink::store::AuthorityFence,
+    ) -> zlink::store::StoreFuture<'_, ActorLocation> {
+        self.inner.mark_ready(actor_id, fence)
+    }
+    fn lookup(
+        &self,
+        actor_id: zlink_wire::ActorId,
+    ) -> zlink::store::StoreFuture<'_, Option<ActorLocation>> {
+        self.inner.lookup(actor_id)
+    }
+    fn cas_owner(
+        &self,
+        actor_id: zlink_wire::ActorId,
+        expected: zlink::store::AuthorityFence,
+        new_owner: zlink::store::ActorOwner,
+    ) -> zlink::store::StoreFuture<'_, ActorLocation> {
+        Box::pin(async move {
+            let fault = self.armed.lock().unwrap().take();
+            let answer = self.inner.cas_owner(actor_id, expected, new_owner).await;
+            match fault {
+                None => answer,
+                Some(fault) => {
+                    assert!(answer.is_ok(), "the CAS applies: {answer:?}");
+                    self.applied
+                        .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    if fault == CasFault::HoldAnswer {
+                        self.release.acquire().await.unwrap().forget();
+                        return answer;
+                    }
+                    Err(zlink::store::StoreError::Unavailable {
+                        backend: "test",
+                        source: "the CAS answer was lost".into(),
+                    })
+                }
+            }
+        })
+    }
+    fn relocation_fence(
+        &self,
+        actor_id: zlink_wire::ActorId,
+        expected: zlink::store::AuthorityFence,
+        owner: zlink::store::OwnerFence,
+    ) -> zlink::store::StoreFuture<'_, ActorLocation> {
+        self.inner.relocation_fence(actor_id, expected, owner)
+    }
+    fn reincarnate(
+        &self,
+        actor_id: zlink_wire::ActorId,
+        owner: zlink::store::OwnerFence,
+    ) -> zlink::store::StoreFuture<'_, ActorLocation> {
+        self.inner.reincarnate(actor_id, owner)
+    }
+    fn destroy(
+        &self,
+        actor_id: zlink_wire::ActorId,
+        fence: zlink::store::OwnerFence,
+    ) -> zlink::store::StoreFuture<'_, ()> {
+        self.inner.destroy(actor_id, fence)
+    }
+}
+
+// spec: SB-8.6, SB-8.9
+// The target's owner CAS is applied in the store but its answer is lost (the store handle
+// answers `Unavailable`, as a timeout or a dropped connection does). The target does not take
+// the missing answer for a failure: it reads the record back, finds it names its own lease
+// under the moving incarnation, and commits — the relocation moves the actor with its state,
+// the target serves it, the source does not recover it behind the target's back. Counted
+// (`cas_answers_lost`). Seen failing (the relocation failed with CasFailed while the store
+// named `b`, and `b` served nothing) with the driver treating the lost answer as a refusal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_target_whose_cas_answer_is_lost_reads_the_record_back_and_commits() {
+    use live::{Add, GetSeen, aid};
+    use node_common::rid;
+    let shared = Arc::new(MemoryStore::new());
+    let b_store = Arc::new(CasAnswer::new(shared.clone()));
+    let p = live::pair_with(shared.clone(), b_store.clone()).await;
+    let actor = live::counter_on(&p.a, "lost-answer").await;
+    for i in 0..3 {
+        assert_eq!(p.a.request(&actor, &Add(i), TIMEOUT).await.unwrap(), i + 1);
+    }
+    b_store.arm(CasFault::LoseAnswer);
+    let report = tokio::time::timeout(TIMEOUT, p.a.relocate(&actor, rid("b")))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(b_store.applied(), 1);
+    assert_eq!(report.actor.node(), &rid("b"));
+    let loc = shared.lookup(aid("lost-answer")).await.unwrap().unwrap();
+    assert_eq!(loc.owner_node, rid("b"));
+    assert_eq!(loc.object_generation, actor.object_generation());
+    assert_eq!(p.b.relocations().1.cas_answers_lost, 1);
+    assert_eq!(p.a.relocations().1.committed, 1);
+    assert_eq!(p.a.relocations().1.recovered, 0);
+    // `b` serves it with its state; the old ref follows there once.
+    assert_eq!(
+        p.b.request(&report.actor, &Add(3), TIMEOUT).await.unwrap(),
+        4
+    );
+    assert_eq!(
+        p.a.request(&actor, &GetSeen, TIMEOUT).await.unwrap(),
+        vec![0, 1, 2, 3]
+    );
+}
+
+// spec: EG-14, SB-5.11, SB-8.9
+// The target's CAS wins under its owner lease, but its answer is held (a slow store) while that
+// lease ends in the store: the target's lease driver learns it (LeaseNotLive), ends its
+// incarnations and registers a new lease. When the answer comes, the moved-in actor does not
+// open under the lease its CAS won under: its lane ends and what its temporary queue held (a
+// request the source captured) is answered `Unavailable`, never run; the target serves nothing
+// of it, and another node takes the actor over from the store (the record names a dead lease).
+// Seen failing (the captured request ran on the target and the target served the actor) with
+// the lease guard of `open_moved_in` removed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_moved_in_actor_whose_cas_lease_ended_meanwhile_does_not_open() {
+    use live::{Add, GetSeen, Hold, aid};
+    use node_common::{mesh_config, rid, wait_pair_up, wait_until};
+    use zlink::node::{Node, NodeOptions};
+    const TTL: Duration = Duration::from_secs(3);
+    let store_clock = ManualClock::at_wall(contract::START);
+    let shared = Arc::new(MemoryStore::with_clock(Arc::new(store_clock.clone())));
+    let b_store = Arc::new(CasAnswer::new(shared.clone()));
+    let b_lease_clock = ManualClock::new();
+    let (gate, rx) = tokio::sync::watch::channel(true);
+    let registry = || {
+        live::registry(
+            rx.clone(),
+            Arc::new(std::sync::atomic::AtomicU64::new(0)),
+            Arc::new(std::sync::atomic::AtomicBool::new(false)),
+        )
+    };
+    let mut o = NodeOptions::new(mesh_config("b"), b_store.clone(), registry());
+    o.lease_ttl = TTL;
+    o.lease_clock = Arc::new(b_lease_clock.clone());
+    let b = Node::start(o).await.unwrap();
+    let mut o = NodeOptions::new(mesh_config("a"), shared.clone(), registry());
+    o.peers = vec![b.address()];
+    // `a`'s lease outlives the store time this test moves on
+    o.lease_ttl = Duration::from_secs(60);
+    let a = Node::start(o).await.unwrap();
+    wait_pair_up(&a, &b).await;
+    let actor = a
+        .create(zlink::actor::Create::new("counter", aid("guarded")))
+        .await
+        .unwrap();
+    assert_eq!(a.request(&actor, &Add(0), TIMEOUT).await.unwrap(), 1);
+
+    // A request waits in the actor's queue behind a busy turn: the relocation captures it and
+    // relays it into the target's temporary queue.
+    gate.send(false).unwrap();
+    let turns = a.counters().turns;
+    let hold = {
+        let (a, actor) = (a.clone(), actor.clone());
+        tokio::spawn(async move { a.request(&actor, &Hold, TIMEOUT).await })
+    };
+    wait_until("hold running", || a.counters().turns > turns).await;
+    let captured = {
+        let (a, actor) = (a.clone(), actor.clone());
+        tokio::spawn(async move { a.request(&actor, &Add(1), TIMEOUT).await })
+    };
+    wait_until("the request queued", || {
+        a.lane_stats(&actor)
+            .is_some_and(|s| s.application_queued == 1)
+    })
+    .await;
+    b_store.arm(CasFault::HoldAnswer);
+    let relocating = {
+        let (a, actor) = (a.clone(), actor.clone());
+        tokio::spawn(async move { a.relocate(&actor, rid("b")).await })
+    };
+    wait_until("quiescing", || {
+        a.relocations().0.iter().any(|r| r.phase == "Quiescing")
+    })
+    .await;
+    gate.send(true).unwrap();
+    hold.await.unwrap().unwrap();
+    wait_until("the target's CAS applied, its answer held", || {
+        b_store.applied() == 1
+    })
+    .await;
+
+    // `b`'s lease ends in the store; its renewal learns it and registers a new one.
+    let lease = b.lease().holder.lease_generation;
+    store_clock.advance(TTL + Duration::from_secs(1));
+    b_lease_clock.advance(Duration::from_secs(1));
+    wait_until("b's new owner lease", || {
+        b.lease().holder.lease_generation != lease
+    })
+    .await;
+    b_store.release();
+
+    // The target committed in the store (the source ends its incarnation) but never opened.
+    let report = tokio::time::timeout(TIMEOUT, relocating)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(report.actor.location().owner_lease_generation, lease);
+    let refused = tokio::time::timeout(TIMEOUT, captured)
+        .await
+        .unwrap()
+        .unwrap()
+        .expect_err("the captured request never runs on the target");
+    assert_eq!(
+        refused.kind(),
+        zlink_wire::ErrorKind::Unavailable,
+        "{refused}"
+    );
+    let err = b
+        .request(&report.actor, &GetSeen, TIMEOUT)
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), zlink_wire::ErrorKind::Unavailable, "{err}");
+    wait_until("relocation state freed", || {
+        a.relocations_in_progress() == 0 && b.relocations_in_progress() == 0
+    })
+    .await;
+    // The store names `b` under its dead lease: another node takes the actor over.
+    let again = a
+        .get_or_create(zlink::actor::Create::new("counter", aid("guarded")))
+        .await
+        .unwrap();
+    assert_eq!(again.node(), &rid("a"));
+    assert_eq!(again.object_generation(), actor.object_generation());
+    assert_eq!(a.request(&again, &Add(2), TIMEOUT).await.unwrap(), 1);
 }

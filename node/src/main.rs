@@ -519,6 +519,28 @@ fn write_ready(path: &Path, node: &Node) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// **Debug builds only (the process tests' fault points):** the relocation steps named in
+/// `ZLINK_TEST_HOLD_RELOCATION` (comma-separated: `capture`, `cutover`, `route`) are held for
+/// the process' life — every relocation this node takes part in stops there (the node logs
+/// "relocation step held by a test" when one does), so a test can kill a node exactly in that
+/// window. A release build has no such variable.
+#[cfg(debug_assertions)]
+fn test_holds(node: &Node) -> anyhow::Result<Vec<tokio::sync::OwnedRwLockWriteGuard<()>>> {
+    use zlink::node::RelocationStep;
+    let Ok(names) = std::env::var("ZLINK_TEST_HOLD_RELOCATION") else {
+        return Ok(Vec::new());
+    };
+    let mut holds = Vec::new();
+    for name in names.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+        let Some(step) = RelocationStep::ALL.into_iter().find(|s| s.as_str() == name) else {
+            bail!("ZLINK_TEST_HOLD_RELOCATION: no relocation step {name:?}");
+        };
+        tracing::warn!(step = name, "test build: relocation step held");
+        holds.push(node.hold_relocation_step_for_tests(step));
+    }
+    Ok(holds)
+}
+
 async fn shutdown_signal() -> anyhow::Result<&'static str> {
     use tokio::signal::unix::{SignalKind, signal};
     let mut term = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
@@ -568,6 +590,8 @@ async fn main() -> anyhow::Result<()> {
     options.client_access.max_operations_per_session = ops;
     let signal = tokio::spawn(shutdown_signal());
     let node = Node::start(options).await.context("starting the node")?;
+    #[cfg(debug_assertions)]
+    let _test_holds = test_holds(&node)?;
     let ep = node.endpoints().clone();
     tracing::info!(
         node = %node.node_rid(),

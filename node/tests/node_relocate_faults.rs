@@ -31,7 +31,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use procs::{Proc, TIMEOUT, operator, setup, start_all};
+use procs::{Proc, TIMEOUT, operator, setup};
 use zlink::actor::{ActorRef, Message};
 use zlink::node::client::{NodeClient, Placement};
 use zlink::node::protocol::RelocateActor;
@@ -195,10 +195,22 @@ async fn world() -> World {
 
 /// [`world`] with `extra` lines in every node's configuration file.
 async fn world_with(extra: &str) -> World {
+    world_env(extra, |_| Vec::new()).await
+}
+
+/// [`world_with`], node `i` (0-based) started with the environment variables `env(i)`.
+async fn world_env(extra: &str, env: impl Fn(usize) -> Vec<(&'static str, &'static str)>) -> World {
     let serial = SERIAL.lock().await;
     let dir = tempfile::tempdir().unwrap();
     let specs = setup(dir.path(), 3, extra);
-    let procs = start_all(&specs).await;
+    let mut procs: Vec<Proc> = specs
+        .iter()
+        .enumerate()
+        .map(|(i, s)| Proc::start_env(s, &[], &env(i)))
+        .collect();
+    for p in &mut procs {
+        p.wait_ready().await;
+    }
     let mut ops = Vec::new();
     for p in &procs {
         ops.push(operator(&p.spec.client).await);
@@ -474,6 +486,188 @@ async fn session_owner_killed_during_the_seal_the_relocation_commits_without_its
             Instant::now() < deadline,
             "the binding outlived its session owner"
         );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Waits until `p`'s log says a relocation stopped at the test hold of `step`
+/// (`ZLINK_TEST_HOLD_RELOCATION`, a debug build's fault point).
+#[cfg(debug_assertions)]
+async fn wait_held(p: &Proc, step: &str) {
+    let deadline = Instant::now() + TIMEOUT;
+    let line = format!("step=\"{step}\"");
+    loop {
+        let log = p.log();
+        if log
+            .lines()
+            .any(|l| l.contains("relocation step held by a test") && l.contains(&line))
+        {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{step} not reached:\n{log}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// Whether `op`'s node lists the actor `faulty` live there.
+async fn serves(op: &NodeClient) -> bool {
+    op.list_actors(&zlink::node::protocol::ListActors::default())
+        .await
+        .unwrap()
+        .actors
+        .iter()
+        .any(|e| e.actor_id.as_str() == "faulty")
+}
+
+// spec: SB-8.9, SB-8.4, SB-14.24
+// Fault window (a), at a fault point: the source is killed after it read relay-ready and
+// relayed what it captured, before its cutover leaves (`ZLINK_TEST_HOLD_RELOCATION=cutover` on
+// node1 stops it exactly there; a debug build's hook). The target's cutover timeout falls back,
+// CASes with the source's fence and commits; the 44 reaches the session owner, whose held
+// relays go to the target: nothing the session sent is lost or counted twice, in order, the
+// connection kept, and the actor is served by the target alone.
+#[cfg(debug_assertions)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn source_killed_between_relay_ready_and_its_cutover_the_target_commits_by_the_fallback() {
+    // The seal runs from before the Restore through the 1 s fallback: on a loaded machine that
+    // can pass the default 3 s, which this case is not about.
+    let mut w = world_env("session_relocation_seal_ms = 15000", |i| {
+        if i == 0 {
+            vec![("ZLINK_TEST_HOLD_RELOCATION", "cutover")]
+        } else {
+            Vec::new()
+        }
+    })
+    .await;
+    let relocation = w.start_relocation();
+    wait_held(&w.procs[0], "cutover").await;
+    w.procs[0].kill().await;
+    relocation.abort();
+    let outcome = wait_outcome(&w.ops[1], "target", "committed").await;
+    assert!(outcome.contains("Timeout"), "{outcome}");
+    // More traffic, then stop it. A request that reached the source as the seal was installed
+    // (the 43 can overtake it) was captured there and relayed: its answer's route died with
+    // the source, so its requester gets one terminal, an error (the caller-retry contract,
+    // SB-8.4), and the client stops there.
+    let seen = w.answered.load(Ordering::Relaxed);
+    let deadline = Instant::now() + TIMEOUT;
+    while w.answered.load(Ordering::Relaxed) < seen + 5 && !w.traffic.is_finished() {
+        assert!(Instant::now() < deadline, "no traffic after the commit");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    w.stop.store(true, Ordering::Relaxed);
+    let t = tokio::time::timeout(TIMEOUT, &mut w.traffic)
+        .await
+        .unwrap()
+        .unwrap();
+    let lost_answer = match &t.failure {
+        None => 0,
+        Some(f) => {
+            assert!(f.starts_with("request "), "{f}");
+            1
+        }
+    };
+    assert_eq!(w.client.close_reason(), None);
+    // Every mark exactly once, in order, on the target (the failed request's at most once);
+    // the actor lives there only (the source is gone, the store names the target).
+    let here = w.ops[1].get("faulty").await.unwrap();
+    assert_eq!(here.node().as_str(), "node2");
+    let tally: Tally = w.ops[1].request(&here, &Tallied).await.unwrap();
+    assert_eq!(tally.out_of_order, 0);
+    let counted = tally.counted.get(&0).copied().unwrap_or(0);
+    assert_eq!(tally.next.get(&0).copied().unwrap_or(0), counted);
+    assert!(
+        counted <= t.sent && counted + lost_answer >= t.sent,
+        "{counted} counted of {} sent ({:?})",
+        t.sent,
+        t.failure
+    );
+    assert!(serves(&w.ops[1]).await);
+    assert_eq!(
+        w.ops[2].get("faulty").await.unwrap().node().as_str(),
+        "node2"
+    );
+    let c = w.ops[1].relocations().await.unwrap().counters;
+    assert_eq!(c.target, 1);
+}
+
+// spec: SB-8.3, SB-8.4, SB-8.7, SB-14.22
+// Fault window (b), at a fault point: the relocation commits but the live session owner never
+// gets its 44 (`ZLINK_TEST_HOLD_RELOCATION=route` on the target holds every 44 it sends). The
+// session owner's seal times out: it closes the session with `RelocationSealTimeout` and drops
+// what the seal held (counted `relocation_timeout`). Nothing else is lost and nothing counted
+// twice: every mark the client sent before the seal is counted once, in order, on the target,
+// which alone serves the actor; the session's disconnect reaches it through the source's
+// Message Follow and ends the binding there.
+#[cfg(debug_assertions)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_live_session_owner_that_never_gets_its_44_closes_the_session_at_the_seal_timeout() {
+    let mut w = world_env("", |i| {
+        if i == 1 {
+            vec![("ZLINK_TEST_HOLD_RELOCATION", "route")]
+        } else {
+            Vec::new()
+        }
+    })
+    .await;
+    let relocation = w.start_relocation();
+    let moved = tokio::time::timeout(TIMEOUT, relocation)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(moved, Ok("node2".to_owned()));
+    wait_held(&w.procs[1], "route").await;
+    let reason = tokio::time::timeout(TIMEOUT, w.client.closed())
+        .await
+        .expect("the session closed");
+    assert_eq!(reason, DisconnectReason::RelocationSealTimeout);
+    w.stop.store(true, Ordering::Relaxed);
+    let t = tokio::time::timeout(TIMEOUT, &mut w.traffic)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(t.failure.is_some());
+    // The actor: on the target only, each mark once and in order; at least every mark the
+    // last answer counted, never one the seal held.
+    assert!(serves(&w.ops[1]).await);
+    assert!(!serves(&w.ops[0]).await);
+    assert_eq!(
+        w.ops[2].get("faulty").await.unwrap().node().as_str(),
+        "node2"
+    );
+    let here = w.ops[1].get("faulty").await.unwrap();
+    let tally: Tally = w.ops[1].request(&here, &Tallied).await.unwrap();
+    assert_eq!(tally.out_of_order, 0);
+    let counted = tally.counted.get(&0).copied().unwrap_or(0);
+    assert_eq!(tally.next.get(&0).copied().unwrap_or(0), counted);
+    let rejects = w.ops[2].counters().await.unwrap().session_rejects;
+    let held = rejects
+        .iter()
+        .filter(|(k, _)| k.contains("relocation_timeout"))
+        .map(|(_, n)| *n)
+        .sum::<u64>();
+    assert!(
+        t.counted <= counted && counted + held <= t.sent,
+        "{counted} marks counted on the target; {} counted by the last answer, {held} held, {} sent",
+        t.counted,
+        t.sent
+    );
+    // The closed session's disconnect took its stored route (the source) and Message Follow:
+    // the target ends the binding.
+    let deadline = Instant::now() + TIMEOUT;
+    loop {
+        let list = w.ops[1]
+            .list_actors(&zlink::node::protocol::ListActors::default())
+            .await
+            .unwrap();
+        if list
+            .actors
+            .iter()
+            .any(|e| e.actor_id.as_str() == "faulty" && !e.bound)
+        {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the target kept the binding");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }

@@ -196,6 +196,20 @@ impl Node {
         req: &BoundSessionBind,
         arrival: Arrival,
     ) -> Result<BindSnapshot, Refusal> {
+        self.step_tombstone(sender, req, arrival, false).await
+    }
+
+    /// [`Node::tombstone_binding`] for a disconnect whose notification the caller may have
+    /// begun already (`begun`: [`BindingSlot::begin_disconnect`](crate::session::slot::BindingSlot::begin_disconnect)
+    /// returned `true` for this identity under the actors lock, as the session-owner-lost path
+    /// does): the Spot's hook then runs for it here without beginning it again.
+    pub(super) async fn step_tombstone(
+        &self,
+        sender: &NodeRid,
+        req: &BoundSessionBind,
+        arrival: Arrival,
+        begun: bool,
+    ) -> Result<BindSnapshot, Refusal> {
         let (lifecycle, generation) = (req.session_lifecycle, req.binding_generation);
         let not_current = || {
             // Not the current identity (already retired, replaced, being notified, or the
@@ -225,12 +239,13 @@ impl Node {
             unsealed.as_mut().enable();
             // What the step did under the actors lock (where a relocation reads the binding
             // it seals): the rest happens without it.
-            let step = {
+            // `sealed_until`: when the seal entry a hold waits on ends by its time.
+            let (step, sealed_until) = {
                 let mut actors = lock(&self.inner.actors);
-                let at = self.whereabouts(&actors, &req.actor, req.object_generation);
+                let (at, until) = self.whereabouts(&actors, &req.actor, req.object_generation);
                 let step = plan.step(at);
                 let live = actors.live.get_mut(&req.actor);
-                match step {
+                let locked = match step {
                     // Only the binding the relocation carries is held; another identity is
                     // not current here nor there (binds are refused while sealed).
                     TombstoneStep::Hold => {
@@ -246,10 +261,16 @@ impl Node {
                     }
                     // A disconnect keeps the binding current while the Spot callback runs
                     // (SB-7.4) and runs it at most once per identity (SB-7.3).
+                    // One the caller began runs its hook while its identity is current.
                     TombstoneStep::RunHook => Locked::Begun(live.and_then(|a| {
-                        a.binding
-                            .begin_disconnect(sender, lifecycle, generation)
-                            .then(|| (a.actor_ref.clone(), a.spot.clone()))
+                        let go = if begun {
+                            a.binding
+                                .current()
+                                .is_some_and(|c| c.same_identity(sender, lifecycle, generation))
+                        } else {
+                            a.binding.begin_disconnect(sender, lifecycle, generation)
+                        };
+                        go.then(|| (a.actor_ref.clone(), a.spot.clone()))
                     })),
                     TombstoneStep::TombstoneHere => Locked::Removed(live.and_then(|a| {
                         a.binding
@@ -257,7 +278,8 @@ impl Node {
                             .map(|_| a.actor_ref.clone())
                     })),
                     TombstoneStep::Forward(operation) => Locked::Forward(operation),
-                }
+                };
+                (locked, until)
             };
             match step {
                 Locked::Hold => {
@@ -270,8 +292,9 @@ impl Node {
                         () = self.closed() => {
                             return Err(refusal(&ActorError::ShuttingDown));
                         }
-                        // A seal entry that ends by its hold time wakes no one: look again.
-                        () = tokio::time::sleep(self.request_timeout()) => {}
+                        // The seal entry ends by its hold time (a relocation that has
+                        // neither committed nor aborted by then has failed): look again.
+                        () = self.follow_seal_ends(sealed_until) => {}
                     }
                 }
                 Locked::Begun(None) => return not_current(),

@@ -53,7 +53,16 @@ impl Node {
     /// [`Node::end_moved`] (commit) or [`Node::release_follow`] (abort).
     pub(crate) fn seal_follow(&self, actor: ActorId, object_generation: ObjectGeneration) {
         let now = self.follow_now();
-        table(self).seal(actor, object_generation, now);
+        let evicted = {
+            let mut t = table(self);
+            let before = t.counters().evicted;
+            t.seal(actor, object_generation, now);
+            t.counters().evicted != before
+        };
+        // An entry dropped for room may be a seal entry a held tombstone waits on.
+        if evicted {
+            self.inner.follow_out.unsealed.notify_waiters();
+        }
     }
 
     /// The relocation of that incarnation aborted: its pre-commit seal entry ends.
@@ -72,30 +81,45 @@ impl Node {
     }
 
     /// Where a 38 tombstone's incarnation is (read under the actors lock `actors`, where a
-    /// relocation reads the binding it seals): live here, sealed by a relocation in progress,
+    /// relocation reads the binding it seals): live here, sealed by a relocation in progress
+    /// (with the time its seal entry ends by, [`FollowConfig::seal_hold`](crate::relocation::FollowConfig::seal_hold)),
     /// or not live here.
     pub(super) fn whereabouts(
         &self,
         actors: &super::local::Actors,
         actor: &ActorId,
         object_generation: ObjectGeneration,
-    ) -> Whereabouts {
+    ) -> (Whereabouts, Option<Instant>) {
         if !actors.live.contains_key(actor) {
-            return Whereabouts::Away;
+            return (Whereabouts::Away, None);
         }
         let now = self.follow_now();
-        if table(self).lookup(actor, object_generation, now) == FollowLookup::Sealed {
-            Whereabouts::Sealed
+        let mut t = table(self);
+        if t.lookup(actor, object_generation, now) == FollowLookup::Sealed {
+            (
+                Whereabouts::Sealed,
+                t.sealed_until(actor, object_generation),
+            )
         } else {
-            Whereabouts::Here
+            (Whereabouts::Here, None)
         }
     }
 
-    /// Resolves when a relocation's seal entry ends here (commit or abort), or when the node
-    /// closes. Create it before reading [`Node::whereabouts`] (and `enable` it) so an end in
-    /// between is not missed.
+    /// Resolves when a relocation's seal entry ends here (commit, abort, or dropped for room),
+    /// or when the node closes. Create it before reading [`Node::whereabouts`] (and `enable`
+    /// it) so an end in between is not missed; an entry that ends by its time is waited for
+    /// on the node clock ([`Node::follow_seal_ends`]).
     pub(super) fn follow_unsealed(&self) -> tokio::sync::futures::Notified<'_> {
         self.inner.follow_out.unsealed.notified()
+    }
+
+    /// Resolves when the node clock reaches `until`, the time a seal entry ends by (never
+    /// without one).
+    pub(super) async fn follow_seal_ends(&self, until: Option<Instant>) {
+        match until {
+            Some(at) => self.inner.clock.sleep_until(at).await,
+            None => std::future::pending().await,
+        }
     }
 
     /// At commit, in one step under the actors lock: ends the local incarnation `target`

@@ -260,3 +260,81 @@ async fn the_old_owner_forwards_only_within_its_own_lease() {
     }
     assert_eq!(p.a.request(&stale, &Add(1), t).await.unwrap(), 2);
 }
+
+/// The 38 of session `session` (from the session owner `s`, lifecycle 1) for the binding
+/// generation 1 of `actor`, as `operation`.
+fn bind_record(
+    actor: &ActorRef,
+    operation: zlink_wire::BindOperation,
+) -> zlink_wire::BoundSessionBind {
+    let loc = actor.wire_location();
+    zlink_wire::BoundSessionBind {
+        actor: actor.id().clone(),
+        object_generation: actor.object_generation(),
+        target_node_generation: loc.node_generation,
+        authority_owner_generation: loc.authority_owner_generation,
+        owner_lease_generation: loc.owner_lease_generation,
+        session_lifecycle: zlink_wire::SessionLifecycleGeneration::new(1),
+        session_owner: zlink_wire::OwnerId::new(1),
+        session_owner_lease_generation: OwnerLeaseGeneration::new(1),
+        session: zlink_wire::SessionRid::new(1),
+        binding_generation: zlink_wire::BindingGeneration::new(1),
+        operation,
+        deadline: zlink_wire::Deadline::from_remaining(WAIT),
+    }
+}
+
+// spec: SB-8.4, SB-5.12, SB-7.4
+// A disconnect held for a relocation whose seal entry ends by its own time (the relocation
+// neither committed nor aborted within `seal_hold`) is decided again when the entry ends, on
+// the node clock — not a request timeout later. The request timeout here is far past the
+// test's guard: only the seal entry's end can wake it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_disconnect_held_on_a_seal_entry_that_ends_by_its_time_wakes_then() {
+    let store: Arc<dyn LocationStore> = Arc::new(MemoryStore::new());
+    let clock = Arc::new(ManualClock::new());
+    let mut o = NodeOptions::new(mesh("a"), store, registry());
+    o.clock = clock.clone();
+    o.request_timeout = Duration::from_secs(600);
+    let seal_hold = FollowConfig::default().seal_hold;
+    let a = Node::start(o).await.unwrap();
+    let x = a
+        .create(Create::new("tally", ActorId::new("x").unwrap()))
+        .await
+        .unwrap();
+    let s = zlink_mesh::NodeRid::new("s").unwrap();
+    let (bound, _) = a
+        .bind_at_owner(&s, bind_record(&x, zlink_wire::BindOperation::Bind))
+        .await;
+    bound.unwrap();
+    // A relocation sealed the incarnation and never ends.
+    a.seal_follow(x.id().clone(), x.object_generation());
+    let disconnect = {
+        let a = a.clone();
+        let rec = bind_record(&x, zlink_wire::BindOperation::Disconnect);
+        tokio::spawn(async move { a.bind_at_owner(&s, rec).await.0 })
+    };
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while a.follow_counters().held == 0 {
+        assert!(tokio::time::Instant::now() < deadline, "not held");
+        tokio::task::yield_now().await;
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    // Not yet: the entry holds it until its time.
+    clock.advance(seal_hold - Duration::from_millis(1));
+    for _ in 0..100 {
+        tokio::task::yield_now().await;
+    }
+    assert!(
+        !disconnect.is_finished(),
+        "decided before the seal entry ended"
+    );
+    clock.advance(Duration::from_millis(1));
+    let out = tokio::time::timeout(WAIT, disconnect)
+        .await
+        .expect("woken when the seal entry ended")
+        .unwrap();
+    // The incarnation is still here: the disconnect is applied here.
+    assert_eq!(out.unwrap().object_generation, x.object_generation());
+    assert_eq!(a.follow_counters().held, 1);
+}

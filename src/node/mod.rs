@@ -39,6 +39,8 @@ pub use crate::relocation::{
     AbortReason, FailReason, FollowConfig, FollowCounters, FollowRefusal, RelocationConfig,
     SourcePhaseName,
 };
+#[doc(hidden)]
+pub use relocate::RelocationStep;
 pub use relocate::{RelocateError, RelocationCounters, RelocationReport, RelocationSummary};
 pub use relocate_spot::SpotRelocationReport;
 mod shutdown;

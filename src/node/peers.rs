@@ -20,9 +20,13 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::broadcast;
 use zlink_mesh::{DownReason, PeerEvent};
-use zlink_wire::{NodeGeneration, NodeRid, SessionLifecycleGeneration};
+use zlink_wire::{
+    BindOperation, BoundSessionBind, Deadline, NodeGeneration, NodeRid, SessionLifecycleGeneration,
+};
 
+use super::follow::Arrival;
 use super::{Inner, Node, lock};
+use crate::actor::fence::CallFence;
 use crate::session::RegisteredBinding;
 use crate::sync::atomic::Ordering;
 
@@ -167,8 +171,15 @@ impl Node {
     /// begins its disconnect notification once (SB-7.3: a 38 Disconnect racing it does not run
     /// the callback twice), runs the current Spot's `OnDisconnectActor` and is tombstoned after
     /// its terminal (SB-7.4), each on its own (SB-7.2). Returns how many began.
+    ///
+    /// Each is stepped as a 38 Disconnect from its session owner is
+    /// ([`Node::step_tombstone`], `relocation::tombstone`): a binding whose incarnation a
+    /// relocation has sealed travels in the Restore, so its end waits for the relocation's end
+    /// — applied here after an abort, forwarded once to the new owner after a commit (which
+    /// runs the hook unless it ran here) — and the hook runs once, on the side that holds the
+    /// binding, even when the source and the target both see the lifecycle end.
     pub(crate) fn end_bindings_of(&self, gone: &Gone) -> usize {
-        let ended: Vec<(crate::actor::ActorRef, String, RegisteredBinding)> = {
+        let ended: Vec<(RegisteredBinding, BoundSessionBind)> = {
             let mut actors = lock(&self.inner.actors);
             actors
                 .live
@@ -180,7 +191,10 @@ impl Node {
                     }
                     a.binding
                         .begin_disconnect(&c.session_owner, c.lifecycle, c.generation)
-                        .then(|| (a.actor_ref.clone(), a.spot.clone(), c))
+                        .then(|| {
+                            let record = self.disconnect_record(&a.fence, &c);
+                            (c, record)
+                        })
                 })
                 .collect()
         };
@@ -197,19 +211,39 @@ impl Node {
             "session owner gone: its bindings end"
         );
         let n = ended.len();
-        for (actor, spot, b) in ended {
+        for (b, record) in ended {
             let node = self.clone();
             let guard = self.inner.inflight.enter();
             tokio::spawn(async move {
                 let _guard = guard;
-                node.run_disconnect_hook(&spot, &actor).await;
-                if let Some(a) = lock(&node.inner.actors).live.get_mut(actor.id()) {
-                    a.binding
-                        .tombstone(&b.session_owner, b.lifecycle, b.generation);
+                if let Err((kind, detail)) = node
+                    .step_tombstone(&b.session_owner, &record, Arrival::Direct, true)
+                    .await
+                {
+                    tracing::info!(actor = %record.actor, ?kind, %detail, "binding of a gone session owner not ended here");
                 }
             });
         }
         n
+    }
+
+    /// The 38 Disconnect the session owner of `b` would send for it to the incarnation whose
+    /// fences here are `fence` (the route it stored).
+    fn disconnect_record(&self, fence: &CallFence, b: &RegisteredBinding) -> BoundSessionBind {
+        BoundSessionBind {
+            actor: fence.actor_id.clone(),
+            object_generation: fence.object_generation,
+            target_node_generation: fence.node_generation,
+            authority_owner_generation: fence.authority_owner_generation,
+            owner_lease_generation: fence.owner_lease_generation,
+            session_lifecycle: b.lifecycle,
+            session_owner: b.owner_id,
+            session_owner_lease_generation: b.owner_lease,
+            session: b.session,
+            binding_generation: b.generation,
+            operation: BindOperation::Disconnect,
+            deadline: Deadline::from_remaining(self.inner.request_timeout),
+        }
     }
 
     /// The session owners (other nodes) of the bindings held here, each lifecycle once.

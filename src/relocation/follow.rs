@@ -344,6 +344,25 @@ impl FollowTable {
         );
     }
 
+    /// When the pre-commit seal entry of `actor`'s incarnation `object_generation` ends by its
+    /// time ([`FollowConfig::seal_hold`]), if there is one: a waiter for the relocation's end
+    /// wakes then at the latest.
+    #[must_use]
+    pub fn sealed_until(
+        &self,
+        actor: &ActorId,
+        object_generation: ObjectGeneration,
+    ) -> Option<Instant> {
+        match self.entries.get(actor) {
+            Some(Entry {
+                state: State::Sealed(g),
+                until,
+                ..
+            }) if *g == object_generation => Some(*until),
+            _ => None,
+        }
+    }
+
     /// Frees every entry whose time is over at `now`; returns how many.
     pub fn expire(&mut self, now: Instant) -> usize {
         let mut n = 0;

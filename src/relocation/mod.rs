@@ -35,7 +35,7 @@ pub mod records;
 pub mod recovery;
 mod source;
 mod target;
-pub(crate) mod tombstone;
+pub mod tombstone;
 
 use std::time::Duration;
 
@@ -49,8 +49,8 @@ pub use source::{
     SourcePhaseName,
 };
 pub use target::{
-    CutoverCause, RestoreRefusal, SourceWaitEnd, TargetEffect, TargetHandoff, TargetOutcome,
-    TargetPhaseName,
+    CAS_READ_BACK_RETRY, CAS_READ_BACK_WAIT, CutoverCause, RestoreRefusal, SourceWaitEnd,
+    TargetEffect, TargetHandoff, TargetOutcome, TargetPhaseName,
 };
 
 use crate::store::AuthorityFence;

@@ -175,7 +175,7 @@ where
             stamp,
         };
         let ran = catch_unwind(AssertUnwindSafe(move || work(env, lane)))
-            .unwrap_or(Handled::Now(Err(HandlerError::Panicked)));
+            .unwrap_or_else(|_| Handled::Now(Err(HandlerError::Panicked)));
         let terminal = |turn: InlineTurn, r: Result<(), HandlerError>| {
             if keep {
                 end_record(&lane.gate, lane, invocation, r);
@@ -211,7 +211,7 @@ where
 
 fn run_job(job: Job, env: TurnEnv, lane: &LaneHandle) -> Handled<()> {
     catch_unwind(AssertUnwindSafe(move || job.run(env, lane)))
-        .unwrap_or(Handled::Now(Err(HandlerError::Panicked)))
+        .unwrap_or_else(|_| Handled::Now(Err(HandlerError::Panicked)))
 }
 
 /// The record reached its terminal while the right is held: post-processing (EG-8), barriers

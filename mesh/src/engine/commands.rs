@@ -107,8 +107,8 @@ impl Engine {
                 {
                     tracing::warn!("test hold of the mesh I/O thread expired");
                 }
-                // The thread was held: what it does next is a new pass.
-                self.now = Instant::now();
+                // The thread was held: what it does next is a new pass, after a time away.
+                self.resume_at(Instant::now());
             }
             Command::Shutdown => self.running = false,
             #[cfg(feature = "testing")]

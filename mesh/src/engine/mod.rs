@@ -101,6 +101,10 @@ const HOUSEKEEPING: Duration = Duration::from_millis(1);
 /// its timeout. Owed credit and slow consumers are looked at every pass, for the sessions
 /// listed as needing it only, so an idle session costs housekeeping nothing in between.
 const CLIENT_SWEEP: Duration = Duration::from_millis(50);
+/// A gap between two passes of the I/O thread at least this long is time it was away: not
+/// counted as its peers' and clients' silence ([`Engine::away`]), and logged (debug, target
+/// `zlink_mesh::stall`).
+const AWAY: Duration = Duration::from_millis(100);
 /// Bound on commands drained per loop iteration.
 const CMD_BATCH: usize = 1024;
 /// Bound on replies waiting for a PAUSED completion connection, per peer.
@@ -606,6 +610,36 @@ impl Engine {
         }
     }
 
+    /// Sets the time of the pass starting at `now`. `self.now` is the previous pass's time (or
+    /// the wake-up's, after a sleep): a gap of [`AWAY`] or more since is a pass, spin or read
+    /// that kept this thread, the thread descheduled or stopped, or a test hold.
+    fn resume_at(&mut self, now: Instant) {
+        let gap = now.saturating_duration_since(self.now);
+        if gap >= AWAY {
+            self.away(gap);
+        }
+        self.now = now;
+    }
+
+    /// The I/O thread ran no pass for `gap` (descheduled, stopped, held, or one long pass):
+    /// what peers and clients sent meanwhile waits unread in the sockets, and a liveness check
+    /// at the next pass would run before the reads that find it. That time is not their
+    /// silence: each connection's silence is measured over the time this thread was there
+    /// ([`Conn::away`]).
+    fn away(&mut self, gap: Duration) {
+        tracing::debug!(
+            target: "zlink_mesh::stall",
+            gap_ms = gap.as_millis() as u64,
+            "the I/O thread ran no pass for a while"
+        );
+        for p in self.peers.values_mut() {
+            p.conn.away(gap);
+        }
+        for c in self.clients.values_mut() {
+            c.conn.away(gap);
+        }
+    }
+
     fn shutdown_sequence(&mut self) {
         self.now = Instant::now();
         if self.aborted {
@@ -658,7 +692,7 @@ impl Engine {
 impl crate::driver::Driver for Engine {
     #[inline]
     fn begin(&mut self, now: Instant) {
-        self.now = now;
+        self.resume_at(now);
     }
 
     /// Commands → PAUSED queues → stalled inbound records → housekeeping (every

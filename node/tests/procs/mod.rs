@@ -117,11 +117,17 @@ impl Proc {
 
     /// Starts the node of `spec` with the command-line arguments `args` after its config.
     pub fn start_with(spec: &Spec, args: &[&str]) -> Proc {
+        Proc::start_env(spec, args, &[])
+    }
+
+    /// [`Proc::start_with`] with the environment variables `env` set too.
+    pub fn start_env(spec: &Spec, args: &[&str], env: &[(&str, &str)]) -> Proc {
         let log = std::fs::File::create(spec.config.with_extension("log")).unwrap();
         let child = tokio::process::Command::new(BIN)
             .arg("--config")
             .arg(&spec.config)
             .args(args)
+            .envs(env.iter().copied())
             .env("RUST_LOG", "info")
             .stdout(Stdio::from(log.try_clone().unwrap()))
             .stderr(Stdio::from(log))

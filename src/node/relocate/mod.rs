@@ -213,6 +213,10 @@ pub struct RelocationCounters {
     /// store's records decided (`result_wait_expired` Warning).
     #[serde(default)]
     pub result_waits_expired: u64,
+    /// Target: owner CASes whose answer was lost (the store timed out or the connection
+    /// dropped; `cas_answer_lost` Warning): the record read back decided.
+    #[serde(default)]
+    pub cas_answers_lost: u64,
 }
 
 enum SourceInput {
@@ -273,9 +277,9 @@ const DURATION_BUCKETS: [f64; 10] = [0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1,
 pub(super) struct Relocations {
     /// Through the `sync` shim ([`Relocations::table`]); never held across an `.await`.
     table: crate::sync::Mutex<Table>,
-    /// Read by each source before its capture; written only by
-    /// [`Node::hold_relocation_capture_for_tests`].
-    capture: std::sync::Arc<tokio::sync::RwLock<()>>,
+    /// One per [`RelocationStep`], read where the step begins; written only by
+    /// [`Node::hold_relocation_step_for_tests`].
+    holds: [std::sync::Arc<tokio::sync::RwLock<()>>; RelocationStep::ALL.len()],
     /// Durations of the committed relocations this node coordinated (metrics endpoint).
     durations: prometheus_client::metrics::histogram::Histogram,
 }
@@ -284,13 +288,71 @@ impl Default for Relocations {
     fn default() -> Self {
         Self {
             table: crate::sync::Mutex::new(Table::default()),
-            capture: std::sync::Arc::default(),
+            holds: Default::default(),
             durations: prometheus_client::metrics::histogram::Histogram::new(DURATION_BUCKETS),
         }
     }
 }
 
+/// **For tests only.** A step of a relocation that a test can hold
+/// ([`Node::hold_relocation_step_for_tests`]): fault injection at a named point, so a process
+/// test can kill a node exactly there. Free unless held.
+#[doc(hidden)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RelocationStep {
+    /// The source, after relay-ready, before its capture.
+    Capture,
+    /// The source, after it relayed what it captured, before it sends its cutover.
+    Cutover,
+    /// Each 44 this node sends (commit or abort): held back (the relocation goes on without
+    /// it, as when it is lost on the way).
+    Route,
+}
+
+impl RelocationStep {
+    /// Every step.
+    pub const ALL: [RelocationStep; 3] = [
+        RelocationStep::Capture,
+        RelocationStep::Cutover,
+        RelocationStep::Route,
+    ];
+
+    /// Its name (as `zlink-node`'s test hold names it).
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RelocationStep::Capture => "capture",
+            RelocationStep::Cutover => "cutover",
+            RelocationStep::Route => "route",
+        }
+    }
+
+    fn index(self) -> usize {
+        match self {
+            RelocationStep::Capture => 0,
+            RelocationStep::Cutover => 1,
+            RelocationStep::Route => 2,
+        }
+    }
+}
+
 impl Relocations {
+    /// Whether a test holds `step` now.
+    fn held(&self, step: RelocationStep) -> bool {
+        self.holds[step.index()].try_read().is_err()
+    }
+
+    /// Waits while a test holds `step` (at once when it is free, the only case outside
+    /// tests); says so in the log when it waits, so a process test sees the step reached.
+    pub(super) async fn pass(&self, step: RelocationStep) {
+        if !self.held(step) {
+            return;
+        }
+        tracing::warn!(step = step.as_str(), "relocation step held by a test");
+        let lock = self.holds[step.index()].clone();
+        drop(lock.read().await);
+    }
+
     /// The relocation table, locked (a poisoned lock is taken over: the table stays consistent
     /// between its own calls).
     fn table(&self) -> crate::sync::MutexGuard<'_, Table> {
@@ -532,12 +594,25 @@ impl Node {
     #[cfg(feature = "testing")]
     #[must_use]
     pub fn hold_relocation_capture_for_tests(&self) -> tokio::sync::OwnedRwLockWriteGuard<()> {
-        self.inner
-            .relocations
-            .capture
+        self.hold_relocation_step_for_tests(RelocationStep::Capture)
+    }
+
+    /// **For tests only.** Holds `step` of every relocation this node takes part in until the
+    /// returned guard is dropped (see [`RelocationStep`]): the fault points of the process
+    /// tests (`zlink-node` takes them from `ZLINK_TEST_HOLD_RELOCATION` in a debug build only).
+    ///
+    /// # Panics
+    /// When that step is held already.
+    #[doc(hidden)]
+    #[must_use]
+    pub fn hold_relocation_step_for_tests(
+        &self,
+        step: RelocationStep,
+    ) -> tokio::sync::OwnedRwLockWriteGuard<()> {
+        self.inner.relocations.holds[step.index()]
             .clone()
             .try_write_owned()
-            .expect("one capture hold at a time")
+            .expect("one hold of a step at a time")
     }
 
     /// The histogram of committed relocation durations (metrics endpoint).
@@ -546,8 +621,21 @@ impl Node {
     }
 
     /// Sends a 44 to the session owner `to`; to a session of this node it takes a direct call
-    /// (the same checks as from a peer).
+    /// (the same checks as from a peer). One that a test holds back
+    /// ([`RelocationStep::Route`]) leaves once the hold ends; the relocation goes on.
     async fn send_route(&self, to: &NodeRid, record: SessionRelocationRoute) {
+        if self.inner.relocations.held(RelocationStep::Route) {
+            let (node, to) = (self.clone(), to.clone());
+            tokio::spawn(async move {
+                node.inner.relocations.pass(RelocationStep::Route).await;
+                node.send_route_now(&to, record).await;
+            });
+            return;
+        }
+        self.send_route_now(to, record).await;
+    }
+
+    async fn send_route_now(&self, to: &NodeRid, record: SessionRelocationRoute) {
         if to == self.node_rid() {
             self.sessions().handle_route(&record);
         } else if let Err(e) = self

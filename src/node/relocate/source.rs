@@ -14,8 +14,8 @@ use zlink_wire::{
 };
 
 use super::{
-    INPUTS, Moved, Moving, RelocateError, RelocationSummary, SourceEntry, SourceInput, phase_list,
-    reply_refusal, sleep_until,
+    INPUTS, Moved, Moving, RelocateError, RelocationStep, RelocationSummary, SourceEntry,
+    SourceInput, phase_list, reply_refusal, sleep_until,
 };
 use crate::actor::SpotSpec;
 use crate::actor::exec::{EndReason, Mailbox, Work};
@@ -643,9 +643,8 @@ impl SourceRun<'_> {
                 });
             }
             SourceEffect::CaptureAndRelay => {
-                // Free unless a test holds it (`Node::hold_relocation_capture_for_tests`).
-                let open = node.inner.relocations.capture.clone();
-                let _open = open.read().await;
+                // Free unless a test holds it (`Node::hold_relocation_step_for_tests`).
+                node.inner.relocations.pass(RelocationStep::Capture).await;
                 // Per actor, its queue's order (each actor has its own queue, EG-2.1).
                 for i in 0..self.moving.len() {
                     let m = &self.moving[i];
@@ -660,6 +659,7 @@ impl SourceRun<'_> {
                 self.core.handle_relayed(node.inner.clock.now());
             }
             SourceEffect::SendCutover { to } => {
+                node.inner.relocations.pass(RelocationStep::Cutover).await;
                 let n = node.clone();
                 let timeout = node.inner.request_timeout;
                 if let Ok(body) = records::encode(&CutoverRecord { relocation }) {
