@@ -30,6 +30,7 @@ const CI_SEEDS: u64 = 10_000;
 // replaced binding's relays are refused, a 51 ends its seal (the held relays go with it), a
 // bind the owner registers is the one the target's slot holds after the move
 // spec: SB-6.6 — a refused 51 changes nothing
+// spec: SB-8.6 — a target whose CAS answer is lost reads the record back and the store decides
 // spec: SB-8.6 — a failed relocation's source replaces the record with a new incarnation and
 // activates the actor again from its state, retrying while the store is out of reach; after the
 // drain an actor the store names on a live node is served there
@@ -99,6 +100,10 @@ fn ten_thousand_relocation_seeds_keep_every_invariant() {
             "{total:?}"
         );
         assert!(
+            total.cas_answers_lost > count / 100 && total.cas_read_backs > count / 100,
+            "{total:?}"
+        );
+        assert!(
             total.spot_seeds > count / 5 && total.spot_relocations_shared > count / 20,
             "{total:?}"
         );
@@ -164,6 +169,7 @@ fn an_injected_relocation_fault_is_caught_and_shrinks() {
         "no_result_timeout",
         "tombstone_ignores_seal",
         "forward_as_unbind",
+        "cas_loss_is_failure",
     ]);
 }
 

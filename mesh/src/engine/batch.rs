@@ -78,6 +78,8 @@ impl Engine {
     /// Payloads are copied out of the frame ([`unpin`]): a held record pins only its bytes,
     /// and the frame is released when this returns.
     pub(super) fn on_batch(&mut self, from: Sender<'_>, frame: Bytes) {
+        // Only application records travel in a batch.
+        self.app_work = true;
         let batch = match zlink_wire::BatchFrame::parse(frame) {
             Ok(b) => b,
             Err(e) => {

@@ -296,6 +296,11 @@ pub(crate) struct Engine {
     /// The lossless session event channel, once taken ([`Command::ClientEvents`]).
     client_events: Option<tokio::sync::mpsc::UnboundedSender<ClientEvent>>,
     running: bool,
+    /// Since the thread last slept: an application record was delivered or completed, or
+    /// the API handed over commands. Without it (only control: Pings answered, credit) an
+    /// idle pass sleeps at once instead of spinning ([`Engine::spin_for_work`]): nothing that
+    /// follows a Ping is worth a spin's yields.
+    app_work: bool,
     /// Stopped by [`Command::Abort`]: no goodbyes at shutdown.
     aborted: bool,
     limits: Limits,
@@ -534,6 +539,7 @@ impl Engine {
                 tomb_answered: false,
                 client_events: None,
                 running: true,
+                app_work: false,
                 aborted: false,
                 limits,
                 memo: DecodeMemo::default(),
@@ -708,7 +714,10 @@ impl crate::driver::Driver for Engine {
         }
         if !self.up.held.is_empty() {
             self.retry_stalled();
+            self.app_work = true;
         }
+        // Commands from the API and queued data that moved: application work.
+        self.app_work |= work > 0;
         let now = self.now;
         if now >= self.next_housekeeping {
             self.flush_handshakes();
@@ -749,6 +758,7 @@ impl crate::driver::Driver for Engine {
     }
 
     fn sleep(&mut self) -> Option<u8> {
+        self.app_work = false;
         let quiet = self.poll_once();
         self.next_housekeeping = self.next_housekeeping.min(self.now);
         Some(quiet)
