@@ -342,7 +342,7 @@ impl Node {
                 .await;
             let result = match attempt {
                 Ok(actor_ref) => {
-                    self.restart_recovered_timers(&actor_ref, &r.timers);
+                    self.start_carried_timers(&actor_ref, &r.timers);
                     AttemptResult::Recovered
                 }
                 Err(e) => {
@@ -375,22 +375,6 @@ impl Node {
         }
         if let Some(f) = first.take() {
             let _ = f.send(());
-        }
-    }
-
-    /// Starts the moved-out timers of a recovered incarnation again (once).
-    fn restart_recovered_timers(&self, actor_ref: &ActorRef, timers: &[TimerRecord]) {
-        let mut actors = lock(&self.inner.actors);
-        if let Some(local) = actors
-            .live
-            .get_mut(actor_ref.id())
-            .filter(|a| a.is_incarnation(actor_ref) && a.timers.is_empty())
-        {
-            for t in timers {
-                if let Err(e) = self.start_local_timer(local, t.clone()) {
-                    tracing::warn!(error = %e, "a recovered actor's timer not started");
-                }
-            }
         }
     }
 }
@@ -513,13 +497,7 @@ impl SourceRun<'_> {
             }
             SourceEffect::SendSeal { to, record } => {
                 let seal = record.seal.clone();
-                let tx = node
-                    .inner
-                    .relocations
-                    .table()
-                    .sources
-                    .get(&relocation)
-                    .map(|s| s.tx.clone());
+                let tx = node.inner.relocations.source_tx(relocation);
                 // A session of this node: the 42 takes a direct call (the same checks as
                 // from a peer), its 43 is the call's outcome.
                 if to == *node.node_rid() {
@@ -607,13 +585,7 @@ impl SourceRun<'_> {
                     })
                     .collect();
                 let rec = RestoreRecord::of(&request, &placement);
-                let tx = node
-                    .inner
-                    .relocations
-                    .table()
-                    .sources
-                    .get(&relocation)
-                    .map(|s| s.tx.clone());
+                let tx = node.inner.relocations.source_tx(relocation);
                 let n = node.clone();
                 let timeout = node.inner.relocation.restore_timeout;
                 tokio::spawn(async move {
@@ -660,25 +632,12 @@ impl SourceRun<'_> {
             }
             SourceEffect::SendCutover { to } => {
                 node.inner.relocations.pass(RelocationStep::Cutover).await;
-                let n = node.clone();
-                let timeout = node.inner.request_timeout;
-                if let Ok(body) = records::encode(&CutoverRecord { relocation }) {
-                    tokio::spawn(async move {
-                        if let Err(e) = n
-                            .inner
-                            .mesh
-                            .request(
-                                &to,
-                                protocol::PEER_RELOCATE_CUTOVER,
-                                Bytes::from(body),
-                                timeout,
-                            )
-                            .await
-                        {
-                            tracing::info!(error = %e, "cutover not acknowledged");
-                        }
-                    });
-                }
+                node.send_handoff(
+                    to,
+                    protocol::PEER_RELOCATE_CUTOVER,
+                    &CutoverRecord { relocation },
+                    "cutover",
+                );
             }
             SourceEffect::UnsealRuntime => {
                 match (&self.subject, self.moving.first()) {
