@@ -4894,6 +4894,10 @@ impl<'s> World<'s> {
                 // that reached the source found no route and the target keeps the binding
                 let superseded = self.decided_failed.contains(&(i, a))
                     && fates.iter().all(|f| *f == Some("not current"));
+                if superseded {
+                    superseded_held += 1;
+                    continue;
+                }
                 // removed while sealed: the 44 that would have moved its route on was lost, and
                 // its 38 reached the old owner after its follow entry ended (Message Follow is
                 // time-bounded, SB-5.10; the session's seal timeout closes it, SB-8.3)
@@ -4901,10 +4905,6 @@ impl<'s> World<'s> {
                     && fates.iter().all(|f| *f == Some("not current"))
                 {
                     stale_route_held += 1;
-                    continue;
-                }
-                if superseded {
-                    superseded_held += 1;
                     continue;
                 }
                 if !lost {
