@@ -30,6 +30,7 @@ const CI_SEEDS: u64 = 10_000;
 // replaced binding's relays are refused, a 51 ends its seal (the held relays go with it), a
 // bind the owner registers is the one the target's slot holds after the move
 // spec: SB-6.6 — a refused 51 changes nothing
+// spec: SB-8.6 — a target whose CAS answer is lost reads the record back and the store decides
 // spec: SB-8.6 — a failed relocation's source replaces the record with a new incarnation and
 // activates the actor again from its state, retrying while the store is out of reach; after the
 // drain an actor the store names on a live node is served there
@@ -99,6 +100,10 @@ fn ten_thousand_relocation_seeds_keep_every_invariant() {
             "{total:?}"
         );
         assert!(
+            total.cas_answers_lost > count / 100 && total.cas_read_backs > count / 100,
+            "{total:?}"
+        );
+        assert!(
             total.spot_seeds > count / 5 && total.spot_relocations_shared > count / 20,
             "{total:?}"
         );
@@ -124,8 +129,11 @@ fn a_relocation_seed_replays_exactly() {
 /// The seeds long runs found failing on an older world (docs/RELIABILITY.md: the relocation
 /// world's seven seeds of a 150,000-seed run, and seed 287,656 of the million): each was a
 /// model error (Message Follow's fences, a record older than the last move, a binding ended
-/// with its owner's lease, a fallback that found its source seen gone), fixed in the world;
-/// they pass and replay exactly.
+/// with its owner's lease, a fallback that found its source seen gone; seed 28,726: a binding
+/// left at a target whose CAS won after its source decided "failed", exempt only when the
+/// source's recovery ended superseded, not when it ended with the source's lease; seed 47,069:
+/// an unbind sent while sealed, its 44 lost, reaching the old owner after its follow entry
+/// ended), fixed in the world; they pass and replay exactly.
 // spec: SB-5.10 — a followed record carries the new owner's fences; one older than the last
 // move is refused as stale, never forwarded
 // spec: SB-5.3 — a binding ends with the incarnation that held it
@@ -135,7 +143,7 @@ fn a_relocation_seed_replays_exactly() {
 fn seeds_a_long_run_found_pass() {
     sim::replays_exactly::<Relocation>(
         &[
-            36_504, 87_313, 99_242, 111_175, 111_199, 120_975, 131_715, 287_656,
+            28_726, 36_504, 47_069, 87_313, 99_242, 111_175, 111_199, 120_975, 131_715, 287_656,
         ],
         5,
     );
@@ -164,6 +172,7 @@ fn an_injected_relocation_fault_is_caught_and_shrinks() {
         "no_result_timeout",
         "tombstone_ignores_seal",
         "forward_as_unbind",
+        "cas_loss_is_failure",
     ]);
 }
 

@@ -37,7 +37,7 @@ mod source;
 mod target;
 pub mod tombstone;
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use zlink_wire::{ActorId, NodeRid, ObjectGeneration, SealIdentity};
 
@@ -54,6 +54,34 @@ pub use target::{
 };
 
 use crate::store::AuthorityFence;
+
+/// The phases a relocation core left, each with the time spent in it (for the relocation's span,
+/// `ctl relocations` and the metrics).
+#[derive(Debug)]
+struct PhaseTimes<P> {
+    since: Instant,
+    left: Vec<(P, Duration)>,
+}
+
+impl<P> PhaseTimes<P> {
+    fn new(now: Instant) -> Self {
+        Self {
+            since: now,
+            left: Vec::new(),
+        }
+    }
+
+    /// `phase` was left at `now` (the next one starts).
+    fn leave(&mut self, phase: P, now: Instant) {
+        self.left
+            .push((phase, now.saturating_duration_since(self.since)));
+        self.since = now;
+    }
+
+    fn left(&self) -> &[(P, Duration)] {
+        &self.left
+    }
+}
 
 /// Default SessionRelocationSealTimeout (SB-8.3): the coordinator waits at most this long for the
 /// 43 results, as the session owner waits at most this long for the 44.

@@ -37,7 +37,7 @@ use std::time::{Duration, Instant};
 
 use zlink_wire::{ActorId, NodeRid, RelocationId, RouteCommit, SessionRelocationRoute};
 
-use super::{RelocationConfig, RestoreRequest};
+use super::{PhaseTimes, RelocationConfig, RestoreRequest};
 use crate::store::{ActivationState, ActorLocation, AuthorityFence, LeaseHolder};
 
 /// How often the target reads the record of an actor whose CAS answer was lost while the store
@@ -250,8 +250,7 @@ pub struct TargetHandoff {
     config: RelocationConfig,
     phase: Phase,
     effects: VecDeque<TargetEffect>,
-    phase_since: Instant,
-    durations: Vec<(TargetPhaseName, Duration)>,
+    times: PhaseTimes<TargetPhaseName>,
     relayed: u64,
     late_relayed: u64,
     late_cutovers: u64,
@@ -275,8 +274,7 @@ impl TargetHandoff {
             config,
             phase: Phase::Installing,
             effects: VecDeque::new(),
-            phase_since: now,
-            durations: Vec::new(),
+            times: PhaseTimes::new(now),
             relayed: 0,
             late_relayed: 0,
             late_cutovers: 0,
@@ -306,7 +304,7 @@ impl TargetHandoff {
 
     /// Each phase left so far with the time spent in it.
     pub fn phase_durations(&self) -> &[(TargetPhaseName, Duration)] {
-        &self.durations
+        self.times.left()
     }
 
     /// Relayed records taken in order: while relay-ready (into the temporary queue), and after
@@ -363,10 +361,7 @@ impl TargetHandoff {
     }
 
     fn enter(&mut self, now: Instant, phase: Phase) {
-        let left = self.phase();
-        self.durations
-            .push((left, now.saturating_duration_since(self.phase_since)));
-        self.phase_since = now;
+        self.times.leave(self.phase(), now);
         self.phase = phase;
     }
 
@@ -521,17 +516,24 @@ impl TargetHandoff {
     /// presented) got no answer: the store timed out or the connection dropped, so it may have
     /// been applied. The record is read back ([`TargetEffect::ReadOwner`]) and decides.
     pub fn handle_cas_lost(&mut self, now: Instant, actor: &ActorId, holder: LeaseHolder) {
-        let Some(i) = self.request.actors.iter().position(|a| &a.actor == actor) else {
+        let Some((i, lost)) = self.sent_cas(actor) else {
             return;
         };
-        let Phase::Committing { results, .. } = &mut self.phase else {
-            return;
-        };
-        let Cas::Sent { lost } = &results[i] else {
-            return;
-        };
-        let until = lost.as_ref().map_or(now + CAS_READ_BACK_WAIT, |(_, u)| *u);
+        let until = lost.map_or(now + CAS_READ_BACK_WAIT, |(_, u)| u);
         self.read_back(now, i, holder, until);
+    }
+
+    /// The index of `actor` and its earlier lost answer, while its CAS is out (`None`
+    /// otherwise: an answer that is late, duplicate or for another actor changes nothing).
+    fn sent_cas(&self, actor: &ActorId) -> Option<(usize, Option<(LeaseHolder, Instant)>)> {
+        let i = self.request.actors.iter().position(|a| &a.actor == actor)?;
+        match &self.phase {
+            Phase::Committing { results, .. } => match &results[i] {
+                Cas::Sent { lost } => Some((i, lost.clone())),
+                _ => None,
+            },
+            _ => None,
+        }
     }
 
     fn read_back(&mut self, now: Instant, i: usize, holder: LeaseHolder, until: Instant) {
@@ -617,19 +619,15 @@ impl TargetHandoff {
     /// (the first one may have landed). An answer that was lost goes to
     /// [`TargetHandoff::handle_cas_lost`] instead.
     pub fn handle_cas(&mut self, now: Instant, actor: &ActorId, result: Result<ActorLocation, ()>) {
-        let Some(i) = self.request.actors.iter().position(|a| &a.actor == actor) else {
+        let Some((i, lost)) = self.sent_cas(actor) else {
             return;
         };
-        let Phase::Committing { results, .. } = &mut self.phase else {
-            return;
-        };
-        let Cas::Sent { lost } = &results[i] else {
-            return;
-        };
-        match (result, lost.clone()) {
+        match (result, lost) {
             (Err(()), Some((holder, until))) => self.read_back(now, i, holder, until),
             (result, _) => {
-                results[i] = Cas::Done(result);
+                if let Phase::Committing { results, .. } = &mut self.phase {
+                    results[i] = Cas::Done(result);
+                }
                 self.try_decide(now);
             }
         }

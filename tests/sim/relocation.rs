@@ -164,6 +164,10 @@ pub struct Faults {
     /// out its 11 s result timeout outlives it, and a tombstone then applies at the source
     /// while the binding lives at the target.
     pub seal_entry_expires: bool,
+    /// A target whose CAS answer is lost takes it for a refusal (the node before it read the
+    /// record back): it discards the actor while the CAS may have won, and the store names it
+    /// with nothing serving there.
+    pub cas_loss_is_failure: bool,
 }
 
 impl Faults {
@@ -193,6 +197,7 @@ impl Faults {
             "tombstone_ignores_seal" => f.tombstone_ignores_seal = true,
             "forward_as_unbind" => f.forward_as_unbind = true,
             "seal_entry_expires" => f.seal_entry_expires = true,
+            "cas_loss_is_failure" => f.cas_loss_is_failure = true,
             _ => return None,
         }
         Some(f)
@@ -505,9 +510,13 @@ pub struct Stats {
     /// … after which the source activated the actor again from its state (SB-8.6 recovery).
     pub recovered: u64,
     /// Actors a failed relocation may leave unserved at the end: a target's CAS answer was lost
-    /// (it discarded the actor; the CAS may have won, and then the recovery finds the record
-    /// moved on).
+    /// and its record could not be read back within `CAS_READ_BACK_WAIT` (the store out of
+    /// reach): it failed while the CAS may have won (exempt, counted).
     pub unrecovered: u64,
+    /// CAS answers lost (the store call timed out).
+    pub cas_answers_lost: u64,
+    /// Records read back after a lost CAS answer.
+    pub cas_read_backs: u64,
     /// Recovery attempts repeated (the store out of reach, the lease lapsed).
     pub recovery_retries: u64,
     /// Recoveries that found the record moved on (the target's CAS won, another incarnation).
@@ -631,6 +640,9 @@ pub struct Stats {
     /// had won after all (the recovery superseded): the target keeps the binding (a node gap,
     /// exempt).
     pub tombstones_superseded: u64,
+    /// Bindings left at a new owner because their session removed them while sealed, its 44
+    /// was lost and the 38 reached the old owner after its follow entry ended (exempt).
+    pub tombstones_after_follow: u64,
 }
 
 impl std::ops::AddAssign for Stats {
@@ -655,6 +667,8 @@ impl std::ops::AddAssign for Stats {
         self.failed += o.failed;
         self.recovered += o.recovered;
         self.unrecovered += o.unrecovered;
+        self.cas_answers_lost += o.cas_answers_lost;
+        self.cas_read_backs += o.cas_read_backs;
         self.result_waits_expired += o.result_waits_expired;
         self.result_waits_moved += o.result_waits_moved;
         self.result_queries_retried += o.result_queries_retried;
@@ -712,6 +726,7 @@ impl std::ops::AddAssign for Stats {
         self.dropped_tombstoned += o.dropped_tombstoned;
         self.tombstones_stranded += o.tombstones_stranded;
         self.tombstones_superseded += o.tombstones_superseded;
+        self.tombstones_after_follow += o.tombstones_after_follow;
     }
 }
 
@@ -798,6 +813,8 @@ enum StoreOp {
     },
     /// The source's read of the moving actors' records after its result timeout.
     Lookup { actors: Vec<ActorId> },
+    /// The target's read of the record after its CAS answer was lost.
+    ReadOwner { actor: usize },
 }
 
 #[derive(Clone, Debug)]
@@ -1183,8 +1200,9 @@ struct World<'s> {
     held: BTreeSet<u64>,
     /// (actor, object generation): incarnations whose record a failed relocation removed.
     retired: BTreeSet<(usize, u64)>,
-    /// Actors whose SB-8.6 recovery could not remove the record (one try, as the node does).
-    unrecovered: BTreeSet<usize>,
+    /// Actors whose target could not read their record back after a lost CAS answer (the
+    /// store out of reach past `CAS_READ_BACK_WAIT`).
+    read_back_unreadable: BTreeSet<usize>,
     /// Actors moved at least once.
     moved: BTreeSet<usize>,
     /// Actors moved at least once with their Spot.
@@ -1201,6 +1219,12 @@ struct World<'s> {
     /// (node, actor): a failed relocation's recovery there found the record moved on (the
     /// target's CAS won after the source decided "failed"): no follow entry was installed.
     superseded: BTreeSet<(usize, usize)>,
+    /// (target node, actor): a relocation its source decided "failed" (its CAS may still win
+    /// at that target).
+    decided_failed: BTreeSet<(usize, usize)>,
+    /// (actor, binding generation): removed by its session while a relocation's seal held it
+    /// (no 44 yet: its route may name an old owner whose follow entry ends before it arrives).
+    sent_sealed: BTreeSet<(usize, u64)>,
     /// Session rids handed out (a new session after a disconnect takes the next).
     next_rid: u64,
     cuts: BTreeMap<(Ep, Ep), u64>,
@@ -1288,13 +1312,15 @@ impl<'s> World<'s> {
             binds: BTreeMap::new(),
             held: BTreeSet::new(),
             retired: BTreeSet::new(),
-            unrecovered: BTreeSet::new(),
+            read_back_unreadable: BTreeSet::new(),
             moved: BTreeSet::new(),
             spot_moved: BTreeSet::new(),
             tombs: BTreeMap::new(),
             hooks: BTreeMap::new(),
             unbound: BTreeSet::new(),
             superseded: BTreeSet::new(),
+            decided_failed: BTreeSet::new(),
+            sent_sealed: BTreeSet::new(),
             lease_ended_mid_move: BTreeSet::new(),
             next_rid: 100,
             cuts: BTreeMap::new(),
@@ -1843,12 +1869,25 @@ impl<'s> World<'s> {
                 if self.nodes[node].up && self.nodes[node].generation == generation {
                     if let Some((reloc, op)) = self.nodes[node].calls.remove(&call) {
                         self.log(|| format!("n{node}: store call {call} timed out"));
-                        if let StoreOp::Cas { actor, .. } = &op {
-                            // the CAS may have won unseen: the target discards what it
-                            // holds while the store may name it, and nothing serves the
-                            // actor there (counted at the end)
-                            self.unrecovered.insert(*actor);
-                            self.orphaned.insert(*actor);
+                        if let StoreOp::Cas { actor, owner, .. } = &op {
+                            self.stats.cas_answers_lost += 1;
+                            if self.faults.cas_loss_is_failure {
+                                // the CAS may have won unseen: the target discards what it
+                                // holds while the store may name it
+                                self.orphaned.insert(*actor);
+                            } else {
+                                // the answer was lost: the target reads the record back and
+                                // the store decides (`handle_cas_lost`, `ReadOwner`)
+                                let now = self.instant(node);
+                                if let Some(t) = self.nodes[node].targets.get_mut(&reloc) {
+                                    t.core.handle_cas_lost(
+                                        now,
+                                        &actor_id(*actor),
+                                        owner.holder.clone(),
+                                    );
+                                }
+                                return self.drive_target(node, reloc);
+                            }
                         }
                         self.store_result(node, reloc, op, Err(()))?;
                     }
@@ -2117,9 +2156,13 @@ impl<'s> World<'s> {
         let Some(g) = s.agg.find(&actor_id(actor)).map(|b| b.generation) else {
             return Ok(());
         };
+        let sealed = s.agg.is_sealed(&actor_id(actor));
         let Ok(b) = s.agg.remove(&actor_id(actor), g) else {
             return Ok(());
         };
+        if sealed {
+            self.sent_sealed.insert((actor, g.get()));
+        }
         for id in held {
             self.held.remove(&id);
             self.fate(id, Fate::Dropped("its binding was unbound"));
@@ -2150,6 +2193,13 @@ impl<'s> World<'s> {
         let lifecycle = self.nodes[node].generation;
         let held = self.held_of(node, k, None);
         let mut s = self.nodes[node].sessions.remove(&k).expect("session");
+        let sealed: Vec<(usize, u64)> = s
+            .agg
+            .bound()
+            .filter(|b| s.agg.is_sealed(&b.actor))
+            .map(|b| (actor_index(&b.actor), b.generation.get()))
+            .collect();
+        self.sent_sealed.extend(sealed);
         let bindings = s.agg.disconnect();
         for id in held {
             self.held.remove(&id);
@@ -2403,14 +2453,6 @@ impl<'s> World<'s> {
                         ..t
                     };
                     self.send(node, to, Msg::Tombstone(f));
-                    return Ok(());
-                }
-                if !hooked && self.superseded.contains(&(node, t.actor)) {
-                    // the source decided "failed", then its recovery found the target's CAS had
-                    // won: no Message Follow to the target was installed (a node gap: counted,
-                    // reported), so the target keeps the binding
-                    self.stats.tombstones_superseded += 1;
-                    self.tomb_fate(id, "no follow after a move decided failed the target won");
                     return Ok(());
                 }
                 if t.route_generation != me && !hooked {
@@ -3531,6 +3573,9 @@ impl<'s> World<'s> {
                                 .release(&actor_id(a), o.object_generation);
                         }
                     }
+                    for &actor in &failed {
+                        self.decided_failed.insert((target, actor));
+                    }
                     // never reopens: what the failed incarnations hold is never processed here
                     for actor in failed {
                         let owner = self.nodes[node].sources[&reloc].owner_of(actor);
@@ -3645,7 +3690,7 @@ impl<'s> World<'s> {
         };
         self.retired.insert((actor, og));
         self.orphaned.remove(&actor);
-        self.unrecovered.remove(&actor);
+        self.read_back_unreadable.remove(&actor);
         self.log(|| {
             format!(
                 "  n{node} activates a{actor} again from its state (incarnation {}, \
@@ -3733,9 +3778,12 @@ impl<'s> World<'s> {
                         },
                     );
                 }
-                // Emitted only after `handle_cas_lost` (a CAS answer lost), which this world
-                // does not report yet: a lost answer is still a failed CAS here.
-                TargetEffect::ReadOwner { .. } => {}
+                TargetEffect::ReadOwner { actor } => {
+                    // a store call with its timeout (no answer: unreadable, asked again)
+                    self.stats.cas_read_backs += 1;
+                    let actor = actor_index(&actor);
+                    self.store_send(node, reloc, StoreOp::ReadOwner { actor });
+                }
                 TargetEffect::OpenDispatch {
                     actor,
                     location,
@@ -3900,7 +3948,12 @@ impl<'s> World<'s> {
         let Msg::StoreCall { call, op } = msg else {
             return;
         };
-        if let StoreOp::Lookup { actors } = &op {
+        let read = match &op {
+            StoreOp::Lookup { actors } => Some(actors.clone()),
+            StoreOp::ReadOwner { actor } => Some(vec![actor_id(*actor)]),
+            _ => None,
+        };
+        if let Some(actors) = read {
             let records: Vec<(ActorId, Option<ActorLocation>)> = actors
                 .iter()
                 .map(|id| {
@@ -3934,7 +3987,7 @@ impl<'s> World<'s> {
                 self.store
                     .cas_owner(actor_id(*actor), *expected, owner.clone()),
             ),
-            StoreOp::Lookup { .. } => unreachable!("answered above"),
+            StoreOp::Lookup { .. } | StoreOp::ReadOwner { .. } => unreachable!("answered above"),
         };
         self.log(|| {
             format!(
@@ -4009,7 +4062,27 @@ impl<'s> World<'s> {
             }
             // no answer within the store call's timeout
             StoreOp::Lookup { .. } => self.owners_read(node, reloc, Err(())),
+            StoreOp::ReadOwner { actor } => self.owner_read(node, reloc, actor, Err(())),
         }
+    }
+
+    /// The record read back by a target whose CAS answer was lost (`Err`: not read): the target
+    /// core decides (committed, the CAS sent again, failed) or reads again later.
+    fn owner_read(
+        &mut self,
+        node: usize,
+        reloc: u64,
+        actor: usize,
+        record: Result<Option<ActorLocation>, ()>,
+    ) -> Result<(), Violation> {
+        let now = self.instant(node);
+        if record.is_err() {
+            self.read_back_unreadable.insert(actor);
+        }
+        if let Some(t) = self.nodes[node].targets.get_mut(&reloc) {
+            t.core.handle_owner_read(now, &actor_id(actor), record);
+        }
+        self.drive_target(node, reloc)
     }
 
     /// The store's records of a source's moving actors after its result timeout (`Err`: not
@@ -4259,9 +4332,13 @@ impl<'s> World<'s> {
                 self.store_result(to, reloc, op, result)
             }
             Msg::Records { call, records } => {
-                let Some((reloc, _)) = self.nodes[to].calls.remove(&call) else {
+                let Some((reloc, op)) = self.nodes[to].calls.remove(&call) else {
                     return Ok(()); // after its timeout: late, dropped
                 };
+                if let StoreOp::ReadOwner { actor } = op {
+                    let record = records.into_iter().next().and_then(|(_, l)| l);
+                    return self.owner_read(to, reloc, actor, Ok(record));
+                }
                 self.owners_read(to, reloc, Ok(records))
             }
             Msg::StoreCall { .. } => Ok(()),
@@ -4708,7 +4785,6 @@ impl<'s> World<'s> {
     }
 
     fn final_check(&mut self) -> Result<(), Violation> {
-        self.stats.unrecovered = self.unrecovered.len() as u64;
         // spec: SB-8.6 — every relocation ends: after the drain (longer than every timeout of
         // the cores, the source's result timeout included) no live node still runs one; a
         // source whose target's result was lost asks the store and decides
@@ -4746,9 +4822,14 @@ impl<'s> World<'s> {
                 matches!(inc.state, IncState::Serving)
                     && inc.object_generation == l.object_generation.get()
             });
-            // …unless a target whose CAS answer was lost discarded the actor while the CAS may
-            // have won (the recovery then finds the record moved on)
-            if live && !served && !self.unrecovered.contains(&a) {
+            // …unless a target whose CAS answer was lost could not read the record back within
+            // `CAS_READ_BACK_WAIT` (the store out of reach) and failed while the CAS may have
+            // won (the recovery then finds the record moved on; counted)
+            if live && !served && self.read_back_unreadable.contains(&a) {
+                self.stats.unrecovered += 1;
+                continue;
+            }
+            if live && !served {
                 return Err(self.violation(format!(
                     "a{a}: the store names n{i} (live, its lease) but nothing serves it there"
                 )));
@@ -4774,6 +4855,8 @@ impl<'s> World<'s> {
         }
         // …and no live incarnation holds a binding its session unbound or disconnected, unless
         // every tombstone of it was lost (a broken connection, a crashed node)
+        let mut superseded_held = 0;
+        let mut stale_route_held = 0;
         for (i, n) in self.nodes.iter().enumerate() {
             if !n.up {
                 continue;
@@ -4802,10 +4885,28 @@ impl<'s> World<'s> {
                                 | "its node crashed"
                                 | "refused sealed (its owner's lease ran out mid-move)"
                                 | "its route's owner crashed"
-                                | "no follow after a move decided failed the target won"
                         )
                     )
                 });
+                // a source decided "failed" (its target seen gone, no result), then that target's
+                // CAS won after all (read back and sent again, or answered late): no Message
+                // Follow to the target was installed (a node gap: counted, reported), so a 38
+                // that reached the source found no route and the target keeps the binding
+                let superseded = self.decided_failed.contains(&(i, a))
+                    && fates.iter().all(|f| *f == Some("not current"));
+                if superseded {
+                    superseded_held += 1;
+                    continue;
+                }
+                // removed while sealed: the 44 that would have moved its route on was lost, and
+                // its 38 reached the old owner after its follow entry ended (Message Follow is
+                // time-bounded, SB-5.10; the session's seal timeout closes it, SB-8.3)
+                if self.sent_sealed.contains(&(a, g))
+                    && fates.iter().all(|f| *f == Some("not current"))
+                {
+                    stale_route_held += 1;
+                    continue;
+                }
                 if !lost {
                     return Err(self.violation(format!(
                         "a{a} on n{i} still holds binding {g}, which its session unbound or \
@@ -4814,6 +4915,8 @@ impl<'s> World<'s> {
                 }
             }
         }
+        self.stats.tombstones_superseded += superseded_held;
+        self.stats.tombstones_after_follow += stale_route_held;
         for (id, info) in &self.relays {
             match &info.fate {
                 None => {

@@ -12,7 +12,7 @@ const WINDOW: InboundWindow = InboundWindow {
 };
 
 fn budget() -> Arc<SendBudget> {
-    Arc::new(SendBudget::new(crate::budget::OutboundBudget::default()))
+    Arc::new(SendBudget::new(crate::config::OutboundBudget::default()))
 }
 
 fn app(conn: &mut Conn, bytes: u64) -> Verdict {

@@ -98,6 +98,7 @@ impl Engine {
                     self.credit_freed(from, records, bytes);
                 }
             }
+            #[cfg(feature = "testing")]
             Command::Hold { release, held } => {
                 let _ = held.send(());
                 // Released when the guard (the only sender) is dropped: `recv` then fails.
@@ -110,6 +111,7 @@ impl Engine {
                 self.resume_at(Instant::now());
             }
             Command::Shutdown => self.running = false,
+            #[cfg(feature = "testing")]
             Command::Abort => {
                 self.running = false;
                 self.aborted = true;

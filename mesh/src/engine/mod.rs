@@ -113,6 +113,7 @@ const MAX_QUEUED_REPLIES: usize = 65_536;
 const MAX_PARTS: usize = 3;
 /// Longest a test hold ([`Command::Hold`]) keeps the I/O thread, so a leaked guard can
 /// never wedge a node (or a `shutdown` waiting for its thread) for good.
+#[cfg(feature = "testing")]
 const HOLD_LIMIT: Duration = Duration::from_secs(60);
 
 pub(crate) type Waiter = oneshot::Sender<Result<Response, RequestError>>;
@@ -161,6 +162,7 @@ pub(crate) enum Command {
     /// Test hook ([`crate::MeshNode::hold_io_for_tests`]): the I/O thread blocks until the
     /// sender of this channel is dropped (at most [`HOLD_LIMIT`]). Commands submitted behind
     /// it are drained in the same pass once it is released.
+    #[cfg(feature = "testing")]
     Hold {
         /// Dropped (disconnected) by the guard to release the thread.
         release: crossbeam_channel::Receiver<()>,
@@ -170,6 +172,7 @@ pub(crate) enum Command {
     Shutdown,
     /// Test hook ([`crate::MeshNode::abort_for_tests`]): stop like a crashed process, without
     /// telling peers or clients (no Disconnect, nothing queued flushed).
+    #[cfg(feature = "testing")]
     Abort,
 }
 
@@ -293,6 +296,11 @@ pub(crate) struct Engine {
     /// The lossless session event channel, once taken ([`Command::ClientEvents`]).
     client_events: Option<tokio::sync::mpsc::UnboundedSender<ClientEvent>>,
     running: bool,
+    /// Since the thread last slept: an application record was delivered or completed, or
+    /// the API handed over commands. Without it (only control: Pings answered, credit) an
+    /// idle pass sleeps at once instead of spinning ([`Engine::spin_for_work`]): nothing that
+    /// follows a Ping is worth a spin's yields.
+    app_work: bool,
     /// Stopped by [`Command::Abort`]: no goodbyes at shutdown.
     aborted: bool,
     limits: Limits,
@@ -531,6 +539,7 @@ impl Engine {
                 tomb_answered: false,
                 client_events: None,
                 running: true,
+                app_work: false,
                 aborted: false,
                 limits,
                 memo: DecodeMemo::default(),
@@ -705,7 +714,10 @@ impl crate::driver::Driver for Engine {
         }
         if !self.up.held.is_empty() {
             self.retry_stalled();
+            self.app_work = true;
         }
+        // Commands from the API and queued data that moved: application work.
+        self.app_work |= work > 0;
         let now = self.now;
         if now >= self.next_housekeeping {
             self.flush_handshakes();
@@ -746,6 +758,7 @@ impl crate::driver::Driver for Engine {
     }
 
     fn sleep(&mut self) -> Option<u8> {
+        self.app_work = false;
         let quiet = self.poll_once();
         self.next_housekeeping = self.next_housekeeping.min(self.now);
         Some(quiet)

@@ -634,25 +634,7 @@ impl TargetRun<'_> {
                     committed: committed.iter().map(CommittedActor::from).collect(),
                     failed,
                 };
-                if let Ok(body) = records::encode(&rec) {
-                    let n = node.clone();
-                    let timeout = node.inner.request_timeout;
-                    tokio::spawn(async move {
-                        if let Err(e) = n
-                            .inner
-                            .mesh
-                            .request(
-                                &to,
-                                protocol::PEER_RELOCATE_RESULT,
-                                Bytes::from(body),
-                                timeout,
-                            )
-                            .await
-                        {
-                            tracing::info!(error = %e, "result not acknowledged by the source");
-                        }
-                    });
-                }
+                node.send_handoff(to, protocol::PEER_RELOCATE_RESULT, &rec, "result");
             }
             TargetEffect::Finished(outcome) => {
                 let label = match &outcome {
