@@ -4187,18 +4187,23 @@ enum CasFault {
     LoseAnswer,
     /// Applied to the store, its answer held until [`CasAnswer::release`].
     HoldAnswer,
+    /// Held before it reaches the store until [`CasAnswer::release`], then applied (a CAS
+    /// that lands late).
+    Late,
 }
 
-/// A relocation target's store handle: its next `cas_owner` after [`CasAnswer::arm`] reaches
-/// the shared store and is applied there, then its answer is lost or held ([`CasFault`]).
-/// Every other operation (lookups, lease renewals) passes through.
+/// A relocation node's store handle: its next `cas_owner` after [`CasAnswer::arm`] is applied
+/// with its answer lost or held, or held and applied late ([`CasFault`]); `reincarnate` answers
+/// `Unavailable` while [`CasAnswer::fail_reincarnate`] is set. Every other operation (lookups,
+/// lease renewals) passes through.
 #[derive(Debug)]
 struct CasAnswer {
     inner: Arc<MemoryStore>,
     armed: std::sync::Mutex<Option<CasFault>>,
-    /// CASes applied whose answer was lost or held.
+    /// CASes that reached the armed fault (applied with the answer lost or held, or held).
     applied: std::sync::atomic::AtomicU64,
     release: tokio::sync::Semaphore,
+    fail_reincarnate: std::sync::atomic::AtomicBool,
 }
 
 impl CasAnswer {
@@ -4208,7 +4213,12 @@ impl CasAnswer {
             armed: std::sync::Mutex::new(None),
             applied: std::sync::atomic::AtomicU64::new(0),
             release: tokio::sync::Semaphore::new(0),
+            fail_reincarnate: std::sync::atomic::AtomicBool::new(false),
         }
+    }
+    fn fail_reincarnate(&self, fail: bool) {
+        self.fail_reincarnate
+            .store(fail, std::sync::atomic::Ordering::SeqCst);
     }
     fn arm(&self, fault: CasFault) {
         *self.armed.lock().unwrap() = Some(fault);
@@ -4270,6 +4280,12 @@ impl LocationStore for CasAnswer {
     ) -> zlink::store::StoreFuture<'_, ActorLocation> {
         Box::pin(async move {
             let fault = self.armed.lock().unwrap().take();
+            if fault == Some(CasFault::Late) {
+                self.applied
+                    .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                self.release.acquire().await.unwrap().forget();
+                return self.inner.cas_owner(actor_id, expected, new_owner).await;
+            }
             let answer = self.inner.cas_owner(actor_id, expected, new_owner).await;
             match fault {
                 None => answer,
@@ -4302,6 +4318,17 @@ impl LocationStore for CasAnswer {
         actor_id: zlink_wire::ActorId,
         owner: zlink::store::OwnerFence,
     ) -> zlink::store::StoreFuture<'_, ActorLocation> {
+        if self
+            .fail_reincarnate
+            .load(std::sync::atomic::Ordering::SeqCst)
+        {
+            return Box::pin(async {
+                Err(zlink::store::StoreError::Unavailable {
+                    backend: "test",
+                    source: "reincarnate refused by the test".into(),
+                })
+            });
+        }
         self.inner.reincarnate(actor_id, owner)
     }
     fn destroy(
@@ -4477,4 +4504,190 @@ async fn a_moved_in_actor_whose_cas_lease_ended_meanwhile_does_not_open() {
     assert_eq!(again.node(), &rid("a"));
     assert_eq!(again.object_generation(), actor.object_generation());
     assert_eq!(a.request(&again, &Add(2), TIMEOUT).await.unwrap(), 1);
+}
+
+// spec: SB-5.12, SB-8.6, SB-14.3
+// The source decides the move failed (no result within its result timeout, and the store
+// still names it), but the target's CAS lands after that, before the source's recovery could
+// replace the record (its first attempt found the store out of reach): the recovery finds the
+// record moved on (`unrecovered`), the target owns and serves the actor. The source's old
+// route then follows it to the target (Message Follow), as after a commit: a ref to the old
+// incarnation reaches the actor on `b` through `a`. Seen failing (the old ref was refused as a
+// ref to an ended incarnation, nothing forwarded) without the follow of a superseded recovery.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recovery_superseded_by_the_targets_late_cas_follows_it_there() {
+    use live::{Add, Error, Fail, GetSeen, aid};
+    use node_common::{mesh_config, rid, wait_pair_up, wait_until};
+    use zlink::node::{Node, NodeOptions};
+    let shared = Arc::new(MemoryStore::new());
+    let a_store = Arc::new(CasAnswer::new(shared.clone()));
+    let b_store = Arc::new(CasAnswer::new(shared.clone()));
+    let a_clock = ManualClock::new();
+    let (_gate, rx) = tokio::sync::watch::channel(true);
+    let registry = || {
+        live::registry(
+            rx.clone(),
+            Arc::new(std::sync::atomic::AtomicU64::new(0)),
+            Arc::new(std::sync::atomic::AtomicBool::new(false)),
+        )
+    };
+    let b = Node::start(NodeOptions::new(
+        mesh_config("b"),
+        b_store.clone(),
+        registry(),
+    ))
+    .await
+    .unwrap();
+    let mut o = NodeOptions::new(mesh_config("a"), a_store.clone(), registry());
+    o.peers = vec![b.address()];
+    o.clock = Arc::new(a_clock.clone());
+    let a = Node::start(o).await.unwrap();
+    wait_pair_up(&a, &b).await;
+    let actor = a
+        .create(zlink::actor::Create::new("counter", aid("late")))
+        .await
+        .unwrap();
+    assert_eq!(a.request(&actor, &Add(0), TIMEOUT).await.unwrap(), 1);
+
+    // The target's CAS is held before it reaches the store; the source waits for the result.
+    b_store.arm(CasFault::Late);
+    let relocating = {
+        let (a, actor) = (a.clone(), actor.clone());
+        tokio::spawn(async move { a.relocate(&actor, rid("b")).await })
+    };
+    wait_until("the target's CAS held", || b_store.applied() == 1).await;
+    wait_until("the source handed off", || {
+        a.relocations().0.iter().any(|r| r.phase == "HandedOff")
+    })
+    .await;
+    // At the result timeout the store still names `a`: failed; the recovery's first attempt
+    // cannot replace the record.
+    a_store.fail_reincarnate(true);
+    a_clock.advance(zlink::relocation::RelocationConfig::default().result_timeout);
+    match tokio::time::timeout(TIMEOUT, relocating)
+        .await
+        .unwrap()
+        .unwrap()
+    {
+        Err(Error::Failed(Fail::TargetFailedAfterRelayReady)) => {}
+        other => panic!("expected a failure after relay-ready, got {other:?}"),
+    }
+    assert_eq!(a.relocations().1.recovery_retries, 1);
+    // The target's CAS lands now: `b` owns the actor and serves it with its state.
+    b_store.release();
+    wait_until("b committed", || {
+        b.relocations().0.iter().any(|r| {
+            r.role == "target"
+                && r.outcome
+                    .as_deref()
+                    .is_some_and(|o| o.starts_with("committed"))
+        })
+    })
+    .await;
+    let loc = shared.lookup(aid("late")).await.unwrap().unwrap();
+    assert_eq!(loc.owner_node, rid("b"));
+    let moved = b
+        .get_or_create(zlink::actor::Create::new("counter", aid("late")))
+        .await
+        .unwrap();
+    assert_eq!(moved.object_generation(), actor.object_generation());
+    assert_eq!(b.request(&moved, &GetSeen, TIMEOUT).await.unwrap(), vec![0]);
+    // The recovery's retry finds the record moved on.
+    a_store.fail_reincarnate(false);
+    a_clock.advance(Duration::from_millis(100));
+    wait_until("the recovery superseded", || {
+        a.relocations().1.unrecovered == 1
+    })
+    .await;
+    assert_eq!(a.relocations().1.recovered, 0);
+    // The old route follows the actor to `b`, once per record.
+    wait_until("the old route follows", || {
+        a.follow_counters().installed >= 1
+    })
+    .await;
+    assert_eq!(a.request(&actor, &Add(1), TIMEOUT).await.unwrap(), 2);
+    assert_eq!(a.follow_counters().forwarded, 1);
+    assert_eq!(
+        b.request(&moved, &GetSeen, TIMEOUT).await.unwrap(),
+        vec![0, 1]
+    );
+}
+
+// spec: SB-5.12, SB-14.3, EG-14
+// The source's owner lease ends while its move waits past relay-ready (the capture held): its
+// lease driver ends every local incarnation, the sealed one too, and registers a new lease.
+// The target's CAS with the relocation fence still wins (the record kept it) and the move
+// commits. The source's old route follows the actor to the target all the same, as after any
+// commit: a ref to the old incarnation reaches it on `b` through `a` once `a` may act as an
+// owner again. Seen failing (the old ref was refused, nothing forwarded) with the commit
+// installing the follow entry only for an incarnation still live at the source.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_source_whose_lease_ended_mid_move_still_follows_the_committed_actor() {
+    use live::{Add, GetSeen, aid};
+    use node_common::{mesh_config, rid, wait_pair_up, wait_until};
+    use zlink::node::{Node, NodeOptions};
+    const TTL: Duration = Duration::from_secs(3);
+    let store_clock = ManualClock::at_wall(contract::START);
+    let shared = Arc::new(MemoryStore::with_clock(Arc::new(store_clock.clone())));
+    let a_lease_clock = ManualClock::new();
+    let (_gate, rx) = tokio::sync::watch::channel(true);
+    let registry = || {
+        live::registry(
+            rx.clone(),
+            Arc::new(std::sync::atomic::AtomicU64::new(0)),
+            Arc::new(std::sync::atomic::AtomicBool::new(false)),
+        )
+    };
+    let mut o = NodeOptions::new(mesh_config("b"), shared.clone(), registry());
+    // no cutover timeout on `b` while the test holds the source's capture
+    o.clock = Arc::new(ManualClock::new());
+    let b = Node::start(o).await.unwrap();
+    let mut o = NodeOptions::new(mesh_config("a"), shared.clone(), registry());
+    o.peers = vec![b.address()];
+    o.lease_ttl = TTL;
+    o.lease_clock = Arc::new(a_lease_clock.clone());
+    let a = Node::start(o).await.unwrap();
+    wait_pair_up(&a, &b).await;
+    let actor = a
+        .create(zlink::actor::Create::new("counter", aid("leased")))
+        .await
+        .unwrap();
+    assert_eq!(a.request(&actor, &Add(0), TIMEOUT).await.unwrap(), 1);
+
+    let capture = a.hold_relocation_capture_for_tests();
+    let relocating = {
+        let (a, actor) = (a.clone(), actor.clone());
+        tokio::spawn(async move { a.relocate(&actor, rid("b")).await })
+    };
+    wait_until("b relay-ready", || {
+        b.relocations().0.iter().any(|r| r.phase == "RelayReady")
+    })
+    .await;
+    // `a`'s lease ends in the store; its renewal learns it: every incarnation ends, a new
+    // lease is registered.
+    let lease = a.lease().holder.lease_generation;
+    store_clock.advance(TTL + Duration::from_secs(1));
+    a_lease_clock.advance(Duration::from_secs(1));
+    wait_until("a's new owner lease", || {
+        a.lease().holder.lease_generation != lease
+    })
+    .await;
+    drop(capture);
+    let report = tokio::time::timeout(TIMEOUT, relocating)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(report.actor.node(), &rid("b"));
+    assert_eq!(
+        b.request(&report.actor, &GetSeen, TIMEOUT).await.unwrap(),
+        vec![0]
+    );
+    // The old ref, through `a`: forwarded once to `b`.
+    assert_eq!(a.request(&actor, &Add(1), TIMEOUT).await.unwrap(), 2);
+    assert_eq!(a.follow_counters().forwarded, 1);
+    assert_eq!(
+        b.request(&report.actor, &GetSeen, TIMEOUT).await.unwrap(),
+        vec![0, 1]
+    );
 }

@@ -19,6 +19,7 @@ use super::{
 };
 use crate::actor::SpotSpec;
 use crate::actor::exec::{EndReason, Mailbox, Work};
+use crate::actor::fence::CallFence;
 use crate::actor::{ActorError, ActorRef, MigratedState};
 use crate::node::local::LocalActor;
 use crate::node::{Node, calls::request_error, lock, protocol};
@@ -276,6 +277,10 @@ struct Recovering {
     /// This node's owner fence of the record to replace (then of the replacement).
     owner: OwnerFence,
     state: MigratedState,
+    /// The ended incarnation's fences here, and the relocation's target: when the target's
+    /// CAS won after all, the old route follows it there.
+    fence: CallFence,
+    target: NodeRid,
 }
 
 /// What one recovery attempt's error says about the next ([`Recovery`]).
@@ -371,10 +376,34 @@ impl Node {
             }
             other => {
                 tracing::warn!(actor = %r.actor_id, outcome = ?other, "failed relocation: the actor's state is not re-activated");
+                self.follow_superseded(&r).await;
             }
         }
         if let Some(f) = first.take() {
             let _ = f.send(());
+        }
+    }
+}
+
+impl Node {
+    /// A recovery that did not bring the actor back (the record moved on, this node's lease
+    /// ended, the state did not rehydrate): when the record names the relocation's target
+    /// under the ended incarnation's ObjectGeneration (the target's CAS won after this node had
+    /// decided the move failed), the old route follows it there for the Message Follow time,
+    /// as after a commit (SB-5.12), instead of answering as for an ended incarnation (it is
+    /// forwarded once this node may act as an owner again).
+    async fn follow_superseded(&self, r: &Recovering) {
+        match self.inner.store.lookup(r.actor_id.clone()).await {
+            Ok(Some(l))
+                if l.owner_node == r.target && l.object_generation == r.fence.object_generation =>
+            {
+                tracing::info!(actor = %r.actor_id, to = %r.target, "the target's CAS won: its old route follows it there");
+                self.install_follow(&r.fence, l);
+            }
+            Ok(_) => {}
+            Err(e) => {
+                tracing::info!(actor = %r.actor_id, error = %e, "the moved-on record not read: no Message Follow");
+            }
         }
     }
 }
@@ -788,22 +817,21 @@ impl SourceRun<'_> {
             return;
         };
         // One step under the actors lock: the incarnation ends here and Message Follow takes
-        // its old route (SB-5.12), so no record finds the actor neither live nor followed.
+        // its old route (SB-5.12), so no record finds the actor neither live nor followed. An
+        // incarnation that ended here meanwhile (its owner lease was lost mid-move) leaves its
+        // route to the follow entry all the same: the actor lives on at the target.
         let removed = {
             let mut actors = lock(&node.inner.actors);
-            let ours = actors
-                .live
-                .get(&location.actor_id)
-                .is_some_and(|a| a.is_incarnation(&moving));
-            let removed = if ours {
+            let live = actors.live.get(&location.actor_id);
+            let ours = live.is_some_and(|a| a.is_incarnation(&moving));
+            if ours || live.is_none() {
+                node.install_follow(&CallFence::of_ref(&moving), location.clone());
+            }
+            if ours {
                 actors.live.remove(&location.actor_id)
             } else {
                 None
-            };
-            if let Some(a) = &removed {
-                node.install_follow(&a.fence, location.clone());
             }
-            removed
         };
         let Some(mut a) = removed else {
             return;
@@ -871,6 +899,8 @@ impl SourceRun<'_> {
                 timers: m.timers.clone(),
                 owner,
                 state,
+                fence: CallFence::of_ref(&m.actor_ref),
+                target: self.target.clone(),
             })
             .await;
         }
