@@ -360,6 +360,16 @@ fn main() {
         line("runtime_ask_1_base_only", "asks_per_s", median(b), 0.0);
         return;
     }
+    // `--ask-ext N [ROUNDS] [WORKERS]`: only the external-asker ZLink figure
+    // (`runtime_ask_1`'s ZLink side), no baseline (profiling: callgrind, perf)
+    if let Some(i) = args.iter().position(|a| a == "--ask-ext") {
+        let n: usize = arg(&args, i + 1, 200_000);
+        let rounds: usize = arg(&args, i + 2, 1);
+        let workers: usize = arg(&args, i + 3, WORKERS);
+        let z: Vec<f64> = (0..rounds).map(|_| zlink_ask(n, workers).0).collect();
+        line("runtime_ask_1_only", "asks_per_s", median(z), 0.0);
+        return;
+    }
     // `--ask1 N [ROUNDS]`: only the ask figures (profiling)
     if let Some(i) = args.iter().position(|a| a == "--ask1") {
         let n: usize = arg(&args, i + 1, 200_000);

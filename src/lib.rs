@@ -1,4 +1,6 @@
 //! ZLink node runtime: lane runtime, actors and Spots, session binding, Location Store.
+// Every type a public item names is exported (a private module's type is re-exported).
+#![warn(unnameable_types)]
 
 pub mod actor;
 mod backlog;
@@ -11,7 +13,7 @@ pub mod node;
 #[cfg(feature = "testing")]
 pub mod relocation;
 #[cfg(not(feature = "testing"))]
-#[allow(dead_code, unused_imports)] // the cores' accessors the simulator alone reads
+#[allow(dead_code, unused_imports, unnameable_types)] // what the simulator alone reads
 mod relocation;
 pub mod runtime;
 pub mod session;

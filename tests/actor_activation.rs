@@ -168,8 +168,8 @@ async fn the_first_record_runs_first_and_records_held_by_the_barrier_follow_in_o
         node.request(&r, &Seen, TIMEOUT).await.unwrap(),
         vec![1, 2, 3, 4, 5]
     );
-    assert_eq!(node.stats().activations, 1);
-    assert_eq!(node.stats().sends_dropped, 0);
+    assert_eq!(node.counters().activations, 1);
+    assert_eq!(node.counters().sends_dropped, 0);
 }
 
 // spec: EG-14 (get-or-create of an existing actor: the first record is an ordinary send; a

@@ -201,7 +201,7 @@ async fn started_cross_node_request_completes_while_the_application_is_paused() 
     let other = a.create(Create::new("counter", id("other"))).await.unwrap();
     // Hold b's echo so the room's inner request stays in flight.
     b.set_application_paused(true);
-    let calls_before = b.stats().calls_in;
+    let calls_before = b.counters().calls_in;
     let a2 = a.clone();
     let relay = tokio::spawn(async move {
         a2.request(
@@ -217,7 +217,7 @@ async fn started_cross_node_request_completes_while_the_application_is_paused() 
     });
     // The room's turn has started and sent its request to b.
     wait_until("the room's request at b", || {
-        b.stats().calls_in > calls_before
+        b.counters().calls_in > calls_before
     })
     .await;
     // Now pause a's application domain: no new turn of any of a's actors may run.

@@ -138,7 +138,7 @@ async fn handler_errors_become_error_replies_and_send_failures_are_counted() {
     assert_eq!(e.kind(), ErrorKind::Internal);
     assert!(e.to_string().contains("deliberate failure"), "{e}");
     a.send(&f, &Fail).await.unwrap();
-    wait_until("the send failure on b", || b.stats().send_failures == 1).await;
+    wait_until("the send failure on b", || b.counters().send_failures == 1).await;
     // The actor keeps serving after failures.
     assert_eq!(
         a.request(&f, &Fail, TIMEOUT).await.unwrap_err().kind(),
@@ -232,15 +232,15 @@ async fn a_spot_timer_sends_to_its_actor_until_the_actor_is_destroyed() {
     b.destroy(&c).await.unwrap();
     // A re-created incarnation does not inherit the old incarnation's timer.
     let c2 = b.create(Create::new("counter", id("ticks"))).await.unwrap();
-    let turns = b.stats().turns;
+    let turns = b.counters().turns;
     a.request(&c2, &Add(0), TIMEOUT).await.unwrap();
     assert_eq!(a.request(&c2, &Get, TIMEOUT).await.unwrap(), 0);
-    assert_eq!(b.stats().turns, turns + 2);
+    assert_eq!(b.counters().turns, turns + 2);
     // The old timer ended with its incarnation: while a new timer of the same period ticks six
     // times on the new incarnation, an old timer still running would have had its ticks
     // refused by the ended lane and counted as skipped (one tick in flight at the destroy may
     // still be).
-    let skipped = b.stats().timer_ticks_skipped;
+    let skipped = b.counters().timer_ticks_skipped;
     b.start_timer(&c2, std::time::Duration::from_millis(5), &Add(1))
         .unwrap();
     let deadline = tokio::time::Instant::now() + TIMEOUT;
@@ -248,7 +248,7 @@ async fn a_spot_timer_sends_to_its_actor_until_the_actor_is_destroyed() {
         assert!(tokio::time::Instant::now() < deadline, "timer did not tick");
         tokio::time::sleep(std::time::Duration::from_millis(5)).await;
     }
-    let late = b.stats().timer_ticks_skipped - skipped;
+    let late = b.counters().timer_ticks_skipped - skipped;
     assert!(
         late <= 1,
         "the destroyed incarnation's timer still ticks ({late} skipped)"
@@ -351,5 +351,5 @@ async fn the_factory_runs_in_a_lifecycle_turn_of_the_actors_lane() {
     );
     let q = node.create(Create::new("probed", id("q"))).await.unwrap();
     assert_eq!(node.request(&q, &Add(1), TIMEOUT).await.unwrap(), 1);
-    assert_eq!(node.stats().activations, 2);
+    assert_eq!(node.counters().activations, 2);
 }

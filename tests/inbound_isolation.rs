@@ -151,7 +151,7 @@ async fn one_full_actor_lane_does_not_hold_up_records_for_other_actors() {
     .await;
     let held = b.inbound_backlogs().actors;
     assert!(held.waited > 0, "{held:?}");
-    assert_eq!(b.stats().sends_dropped, 0);
+    assert_eq!(b.counters().sends_dropped, 0);
 }
 
 #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
@@ -325,7 +325,7 @@ async fn a_stalled_peer_holds_up_only_what_is_addressed_to_it() {
         tokio::time::sleep(std::time::Duration::from_millis(5)).await;
     }
     assert_eq!(total, sends);
-    assert_eq!(a.stats().sends_dropped, 0);
+    assert_eq!(a.counters().sends_dropped, 0);
     wait_until("c's send queue is empty", || {
         a.inbound_backlogs().peer_sends.waiting_now == 0
     })

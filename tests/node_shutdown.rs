@@ -39,13 +39,16 @@ async fn shutdown_refuses_new_work_and_drains_accepted_work() {
     assert_eq!(client.request(&c, &Add(1)).await.unwrap(), 1);
     // Accept a request that cannot run yet.
     node.set_application_paused(true);
-    let turns = node.stats().turns;
+    let turns = node.counters().turns;
     let accepted = tokio::spawn({
         let client = NodeClient::connect(&endpoint, TIMEOUT).unwrap();
         let c = c.clone();
         async move { client.request(&c, &Add(1)).await }
     });
-    wait_until("the accepted request's turn", || node.stats().turns > turns).await;
+    wait_until("the accepted request's turn", || {
+        node.counters().turns > turns
+    })
+    .await;
     let handle = node.clone();
     // a drain deadline well past every wait below: the drain ends when the accepted work does
     let shutdown = tokio::spawn(node.shutdown(3 * TIMEOUT));
@@ -181,5 +184,5 @@ async fn shutdown_runs_each_sessions_disconnect_cleanup_before_it_closes_the_con
     })
     .await;
     assert_eq!(runs.load(Ordering::SeqCst), 1);
-    assert_eq!(b.stats().bindings_owner_lost, 0);
+    assert_eq!(b.counters().bindings_owner_lost, 0);
 }

@@ -55,7 +55,7 @@ async fn an_owner_frozen_past_its_lease_never_serves_after_the_takeover() {
         .await
         .unwrap();
     assert_eq!(a.node.request(&old, &Add(1), TIMEOUT).await.unwrap(), 1);
-    let turns = b.node.stats().turns;
+    let turns = b.node.counters().turns;
 
     // b freezes: its clock stands still, so it renews nothing. Time passes for everyone else;
     // a keeps its lease renewed, b's expires in the store.
@@ -103,7 +103,7 @@ async fn an_owner_frozen_past_its_lease_never_serves_after_the_takeover() {
     let after = a.node.request(&old, &Get, TIMEOUT).await.unwrap_err();
     assert_eq!(after.kind(), ErrorKind::Unavailable, "{after}");
     assert_eq!(
-        b.node.stats().turns,
+        b.node.counters().turns,
         turns,
         "no turn ran on the old owner after the freeze"
     );

@@ -60,6 +60,10 @@ struct Harness<'a, S: LocationStore> {
     lose_result: bool,
     /// The store cannot be read when the source asks for its records.
     store_unreadable: bool,
+    /// The target's next CAS is applied but its answer is lost (`handle_cas_lost`).
+    lose_cas_answer: bool,
+    /// The target's record reads after a lost CAS answer so far.
+    read_back: usize,
     /// The source's `QueryOwners` effects so far.
     queried: usize,
     unsealed: bool,
@@ -180,7 +184,16 @@ impl<S: LocationStore> Harness<'_, S> {
                     .cas_owner(actor.clone(), expected, contract::owner(&self.target_lease))
                     .await
                     .map_err(|_| ());
-                t.handle_cas(now, &actor, r);
+                if std::mem::take(&mut self.lose_cas_answer) {
+                    t.handle_cas_lost(now, &actor, self.target_lease.holder.clone());
+                } else {
+                    t.handle_cas(now, &actor, r);
+                }
+            }
+            TargetEffect::ReadOwner { actor } => {
+                self.read_back += 1;
+                let r = self.store.lookup(actor.clone()).await.map_err(|_| ());
+                t.handle_owner_read(now, &actor, r);
             }
             TargetEffect::SendRoute { record, .. } => self.sessions.routes.push(record),
             TargetEffect::ReportToSource {
@@ -229,6 +242,8 @@ async fn harness<S: LocationStore>(store: &S, t0: Instant) -> Harness<'_, S> {
         lose_cutover: false,
         lose_result: false,
         store_unreadable: false,
+        lose_cas_answer: false,
+        read_back: 0,
         queried: 0,
         unsealed: false,
         ended: Vec::new(),
@@ -467,6 +482,49 @@ async fn a_lost_result_is_decided_by_the_store_sqlite() {
         ManualClock::at_wall(contract::START),
     );
     a_lost_result_is_decided_by_the_store(&sqlite(&dir, &clock)).await;
+}
+
+// spec: SB-8.6, SB-8.9 — the target's CAS is applied but its answer is lost: the target reads
+// the record back, finds its own lease under the moving incarnation, and commits (dispatch,
+// the 44 commits, its result); the source ends its incarnation on that result (the other
+// decisions of the read-back: `src/relocation/tests.rs`). Seen failing (the relocation failed,
+// no 44 commit) with the lost answer taken as a refusal.
+async fn a_lost_cas_answer_is_decided_by_the_record<S: LocationStore>(store: &S) {
+    let t0 = Instant::now();
+    let mut h = harness(store, t0).await;
+    h.lose_cas_answer = true;
+    h.step(t0).await;
+    let record = store
+        .lookup(contract::actor("room-1"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(record.owner_node, h.target_lease.holder.node);
+    assert!(matches!(
+        h.target.as_ref().unwrap().outcome(),
+        Some(TargetOutcome::Cas { committed, failed, .. })
+            if committed == &vec![record.clone()] && failed.is_empty()
+    ));
+    assert_eq!(commits(&h.sessions), 2);
+    assert_eq!(
+        h.source.outcome(),
+        Some(&SourceOutcome::Moved(vec![record.clone()]))
+    );
+    assert_eq!(h.ended, vec![record]);
+    assert_eq!(h.read_back, 1);
+}
+
+#[tokio::test]
+async fn a_lost_cas_answer_is_decided_by_the_record_memory() {
+    let clock = ManualClock::at_wall(contract::START);
+    a_lost_cas_answer_is_decided_by_the_record(&memory(&clock)).await;
+}
+
+#[tokio::test]
+async fn a_lost_cas_answer_is_decided_by_the_record_sqlite() {
+    let clock = ManualClock::at_wall(contract::START);
+    let dir = tempfile::tempdir().unwrap();
+    a_lost_cas_answer_is_decided_by_the_record(&sqlite(&dir, &clock)).await;
 }
 
 #[tokio::test]
@@ -824,12 +882,12 @@ mod live {
         n: u64,
     ) -> Result<zlink::node::RelocationReport, RelocateError> {
         let _ = p.gate.send(false);
-        let turns = p.a.stats().turns;
+        let turns = p.a.counters().turns;
         let hold = {
             let (a, actor) = (p.a.clone(), actor.clone());
             tokio::spawn(async move { a.request(&actor, &Hold, TIMEOUT).await })
         };
-        super::node_common::wait_until("hold running", || p.a.stats().turns > turns).await;
+        super::node_common::wait_until("hold running", || p.a.counters().turns > turns).await;
         for i in from..from + n {
             p.a.send(actor, &Add(i)).await.unwrap();
         }
@@ -877,7 +935,7 @@ async fn relocate_moves_the_state_and_the_queued_work_in_order() {
         let (a, actor) = (p.a.clone(), actor.clone());
         tokio::spawn(async move { a.request(&actor, &Hold, T).await })
     };
-    node_common::wait_until("hold running", || p.a.stats().turns >= 4).await;
+    node_common::wait_until("hold running", || p.a.counters().turns >= 4).await;
     let mut replies = Vec::new();
     for i in 3..8 {
         // requests from the owner itself and from the other node, alternating
@@ -894,7 +952,7 @@ async fn relocate_moves_the_state_and_the_queued_work_in_order() {
     for i in 8..10 {
         p.a.send(&actor, &Add(i)).await.unwrap();
     }
-    node_common::wait_until("work queued", || p.b.stats().calls_out >= 3).await;
+    node_common::wait_until("work queued", || p.b.counters().calls_out >= 3).await;
     let relocating = {
         let (a, actor) = (p.a.clone(), actor.clone());
         tokio::spawn(async move { a.relocate(&actor, node_common::rid("b")).await })
@@ -973,32 +1031,32 @@ async fn a_full_lane_and_its_backlog_move_in_arrival_order() {
     let store = node_common::memory_store();
     let p = pair_lanes(store.clone(), store.clone(), Some(LANE)).await;
     let actor = counter_on(&p.a, "c6").await;
-    let turns = p.a.stats().turns;
-    let calls_in = p.a.stats().calls_in;
+    let turns = p.a.counters().turns;
+    let calls_in = p.a.counters().calls_in;
     let hold = {
         let (a, actor) = (p.a.clone(), actor.clone());
         tokio::spawn(async move { a.request(&actor, &Hold, T).await })
     };
-    node_common::wait_until("hold running", || p.a.stats().turns > turns).await;
+    node_common::wait_until("hold running", || p.a.counters().turns > turns).await;
     // From `b`, in this order: sends, and every fourth record a request (each on the wire
     // before the next record is sent).
     let mut replies = Vec::new();
     for i in 0..N {
         if i % 4 == 3 {
-            let out = p.b.stats().calls_out;
+            let out = p.b.counters().calls_out;
             let (b, actor) = (p.b.clone(), actor.clone());
             replies.push((
                 i,
                 tokio::spawn(async move { b.request(&actor, &Add(i), T).await }),
             ));
-            node_common::wait_until("request sent", || p.b.stats().calls_out > out).await;
+            node_common::wait_until("request sent", || p.b.counters().calls_out > out).await;
         } else {
             p.b.send(&actor, &Add(i)).await.unwrap();
         }
     }
     // The first records fill the lane; the rest wait in the actor's backlog on `a`.
     node_common::wait_until("the rest wait in the backlog", || {
-        p.a.stats().calls_in >= calls_in + N
+        p.a.counters().calls_in >= calls_in + N
             && p.a.inbound_backlogs().actors.waiting_now >= N - LANE as u64
     })
     .await;
@@ -1029,7 +1087,7 @@ async fn a_full_lane_and_its_backlog_move_in_arrival_order() {
     let held = p.a.inbound_backlogs().actors;
     assert_eq!(held.waiting_now, 0, "{held:?}");
     assert_eq!(held.refused, 0, "{held:?}");
-    assert_eq!(p.a.stats().sends_dropped, 0);
+    assert_eq!(p.a.counters().sends_dropped, 0);
     node_common::wait_until("relocation state freed", || {
         p.a.relocations_in_progress() == 0 && p.b.relocations_in_progress() == 0
     })
@@ -1515,8 +1573,8 @@ async fn a_bound_actor_moves_under_relays_and_its_session_follows() {
             replies
         })
     };
-    let turns = w.a.stats().turns;
-    node_common::wait_until("relays flowing", || w.a.stats().turns > turns + 20).await;
+    let turns = w.a.counters().turns;
+    node_common::wait_until("relays flowing", || w.a.counters().turns > turns + 20).await;
     let report = w.a.relocate(&actor, rid("b")).await.unwrap();
     let replies = tokio::time::timeout(TIMEOUT, sender)
         .await
@@ -1541,9 +1599,9 @@ async fn a_bound_actor_moves_under_relays_and_its_session_follows() {
     let loc = w.store.lookup(actor.id().clone()).await.unwrap().unwrap();
     assert_eq!(loc.owner_node, rid("b"));
     // Relays after the commit run on the target, on the same connection.
-    let turns_b = w.b.stats().turns;
+    let turns_b = w.b.counters().turns;
     assert_eq!(relay_req(&c, &actor, &Add(N)).await.unwrap(), N + 1);
-    assert!(w.b.stats().turns > turns_b);
+    assert!(w.b.counters().turns > turns_b);
     // On the wire at the session owner: one 42, one 43 back (a reply), one 44 commit naming
     // the target with the relocation's identity, no 45 (SB-14.26).
     assert_eq!(tapped(&w.tap_s, TapDirection::Received, 42).len(), 1);
@@ -1790,12 +1848,12 @@ async fn a_spot_moves_as_a_unit_and_the_source_frees_it() {
     }
     assert!(p.a.runtime_metrics().lanes_live > base.lanes_live);
     // The first member keeps its turn (and the Spot gate); sends queue behind it.
-    let turns = p.a.stats().turns;
+    let turns = p.a.counters().turns;
     let hold = {
         let (a, m) = (p.a.clone(), members[0].clone());
         tokio::spawn(async move { a.request(&m, &Hold, T).await })
     };
-    node_common::wait_until("hold running", || p.a.stats().turns > turns).await;
+    node_common::wait_until("hold running", || p.a.counters().turns > turns).await;
     for (k, m) in members.iter().enumerate() {
         for i in 1..=4 {
             p.a.send(m, &Add(10 * k as u64 + i)).await.unwrap();
@@ -2096,8 +2154,8 @@ async fn a_spot_with_bound_members_moves_under_relays_and_each_session_binding_f
             replies
         })
     };
-    let turns = w.a.stats().turns;
-    node_common::wait_until("relays flowing", || w.a.stats().turns > turns + 20).await;
+    let turns = w.a.counters().turns;
+    node_common::wait_until("relays flowing", || w.a.counters().turns > turns + 20).await;
     let report = w.a.relocate_spot("table", rid("b")).await.unwrap();
     let replies = tokio::time::timeout(TIMEOUT, sender)
         .await
@@ -2194,8 +2252,8 @@ async fn a_spot_whose_target_fails_sends_44_abort_to_each_bound_session() {
             replies
         })
     };
-    let turns = w.a.stats().turns;
-    node_common::wait_until("relays flowing", || w.a.stats().turns > turns + 20).await;
+    let turns = w.a.counters().turns;
+    node_common::wait_until("relays flowing", || w.a.counters().turns > turns + 20).await;
     match w.a.relocate_spot("booth", rid("b")).await {
         Err(Error::Aborted(zlink::relocation::AbortReason::TargetFailed)) => {}
         other => panic!("expected an abort, got {other:?}"),
@@ -2279,12 +2337,12 @@ async fn a_spot_whose_target_fails_before_relay_ready_serves_again_on_the_source
     p.fail_rehydrate
         .store(true, std::sync::atomic::Ordering::SeqCst);
     let _ = p.gate.send(false);
-    let turns = p.a.stats().turns;
+    let turns = p.a.counters().turns;
     let hold = {
         let (a, m) = (p.a.clone(), members[0].clone());
         tokio::spawn(async move { a.request(&m, &Hold, T).await })
     };
-    node_common::wait_until("hold running", || p.a.stats().turns > turns).await;
+    node_common::wait_until("hold running", || p.a.counters().turns > turns).await;
     for m in &members {
         for i in 1..=3 {
             p.a.send(m, &Add(i)).await.unwrap();
@@ -2361,12 +2419,12 @@ async fn a_spot_whose_cas_fails_after_relay_ready_is_not_reopened() {
     assert!(with_members.lanes_live > base.lanes_live);
     b_store.set_down(true);
     let _ = p.gate.send(false);
-    let turns = p.a.stats().turns;
+    let turns = p.a.counters().turns;
     let hold = {
         let (a, m) = (p.a.clone(), members[0].clone());
         tokio::spawn(async move { a.request(&m, &Hold, T).await })
     };
-    node_common::wait_until("hold running", || p.a.stats().turns > turns).await;
+    node_common::wait_until("hold running", || p.a.counters().turns > turns).await;
     let queued = {
         let (b, m) = (p.b.clone(), members[1].clone());
         tokio::spawn(async move { b.request(&m, &Add(100), T).await })
@@ -2634,8 +2692,8 @@ async fn a_target_failing_before_relay_ready_sends_44_abort_and_the_session_stay
             replies
         })
     };
-    let turns = w.a.stats().turns;
-    node_common::wait_until("relays flowing", || w.a.stats().turns > turns + 20).await;
+    let turns = w.a.counters().turns;
+    node_common::wait_until("relays flowing", || w.a.counters().turns > turns + 20).await;
     match w.a.relocate(&actor, rid("b")).await {
         Err(Error::Aborted(zlink::relocation::AbortReason::TargetFailed)) => {}
         other => panic!("expected an abort, got {other:?}"),
@@ -2802,12 +2860,12 @@ async fn held_spot(
         members.push(m);
     }
     let _ = p.gate.send(false);
-    let turns = p.a.stats().turns;
+    let turns = p.a.counters().turns;
     let hold = {
         let (a, m) = (p.a.clone(), members[0].clone());
         tokio::spawn(async move { a.request(&m, &Hold, TIMEOUT).await })
     };
-    node_common::wait_until("hold running", || p.a.stats().turns > turns).await;
+    node_common::wait_until("hold running", || p.a.counters().turns > turns).await;
     (members, hold)
 }
 
@@ -2944,12 +3002,12 @@ async fn relocating_an_actor_still_activating_is_refused_as_not_ready() {
         .await
         .unwrap();
     let _ = gate.send(false);
-    let turns = a.stats().turns;
+    let turns = a.counters().turns;
     let hold = {
         let (a, m) = (a.clone(), first.clone());
         tokio::spawn(async move { a.request(&m, &Hold, TIMEOUT).await })
     };
-    node_common::wait_until("hold running", || a.stats().turns > turns).await;
+    node_common::wait_until("hold running", || a.counters().turns > turns).await;
     let late = {
         let a = a.clone();
         tokio::spawn(async move {
@@ -3085,12 +3143,12 @@ async fn the_cutover_fallback_keeps_captured_work_ahead_of_released_relays() {
     };
     // A held turn; three relays of the session queue behind it on `a`.
     w.gate.send(false).unwrap();
-    let turns = w.a.stats().turns;
+    let turns = w.a.counters().turns;
     let hold = {
         let (a, actor) = (w.a.clone(), actor.clone());
         tokio::spawn(async move { a.request(&actor, &Hold, TIMEOUT).await })
     };
-    wait_until("hold running", || w.a.stats().turns > turns).await;
+    wait_until("hold running", || w.a.counters().turns > turns).await;
     for i in 0..3 {
         c.packet_send(&send(i)).await.unwrap();
     }
@@ -3383,7 +3441,7 @@ async fn a_session_owner_dying_while_its_bound_actor_moves_ends_the_binding_once
     // The session owner goes silent: `a` and `b` see its lifecycle end (peer timeout).
     let io = w.s.mesh().hold_io_for_tests();
     wait_until("a ends the binding of the gone session owner", || {
-        w.a.stats().bindings_owner_lost == 1
+        w.a.counters().bindings_owner_lost == 1
     })
     .await;
     wait_until("the end held on a, or its hook run", || {
@@ -3816,12 +3874,12 @@ async fn a_disconnect_held_by_a_move_that_aborts_runs_its_hook_on_the_source() {
         .unwrap();
     bind(&c, &actor).await;
     w.gate.send(false).unwrap();
-    let turns = w.a.stats().turns;
+    let turns = w.a.counters().turns;
     let hold = {
         let (a, actor) = (w.a.clone(), actor.clone());
         tokio::spawn(async move { a.request(&actor, &Hold, TIMEOUT).await })
     };
-    wait_until("hold running", || w.a.stats().turns > turns).await;
+    wait_until("hold running", || w.a.counters().turns > turns).await;
     let relocating = {
         let (a, actor) = (w.a.clone(), actor.clone());
         tokio::spawn(async move { a.relocate(&actor, rid("b")).await })
@@ -4080,12 +4138,12 @@ async fn a_stale_relocation_leaves_a_newer_incarnation_of_the_same_generation_al
 
     // The new incarnation is busy in a turn, with sends queued in its lane behind it.
     gate.send(false).unwrap();
-    let turns = a.stats().turns;
+    let turns = a.counters().turns;
     let hold = {
         let (a, new) = (a.clone(), new.clone());
         tokio::spawn(async move { a.request(&new, &Hold, TIMEOUT).await })
     };
-    wait_until("hold running", || a.stats().turns > turns).await;
+    wait_until("hold running", || a.counters().turns > turns).await;
     for i in 2..5 {
         a.send(&new, &Add(i)).await.unwrap();
     }
@@ -4117,6 +4175,440 @@ async fn a_stale_relocation_leaves_a_newer_incarnation_of_the_same_generation_al
         loc.owner_lease_generation,
         new.location().owner_lease_generation
     );
-    assert_eq!(a.stats().sends_dropped, 0);
+    assert_eq!(a.counters().sends_dropped, 0);
     assert_eq!(a.relocations_in_progress(), 0);
+}
+
+/// What [`CasAnswer`] does with the next `cas_owner` once armed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum CasFault {
+    /// Applied to the store, its answer lost: `Unavailable`, as a timeout or a dropped
+    /// connection answers.
+    LoseAnswer,
+    /// Applied to the store, its answer held until [`CasAnswer::release`].
+    HoldAnswer,
+    /// Held before it reaches the store until [`CasAnswer::release`], then applied (a CAS
+    /// that lands late).
+    Late,
+}
+
+/// A relocation node's store handle: its next `cas_owner` after [`CasAnswer::arm`] is applied
+/// with its answer lost or held, or held and applied late ([`CasFault`]); `reincarnate` answers
+/// `Unavailable` while [`CasAnswer::fail_reincarnate`] is set. Every other operation (lookups,
+/// lease renewals) passes through.
+#[derive(Debug)]
+struct CasAnswer {
+    inner: Arc<MemoryStore>,
+    armed: std::sync::Mutex<Option<CasFault>>,
+    /// CASes that reached the armed fault (applied with the answer lost or held, or held).
+    applied: std::sync::atomic::AtomicU64,
+    release: tokio::sync::Semaphore,
+    fail_reincarnate: std::sync::atomic::AtomicBool,
+}
+
+impl CasAnswer {
+    fn new(inner: Arc<MemoryStore>) -> Self {
+        Self {
+            inner,
+            armed: std::sync::Mutex::new(None),
+            applied: std::sync::atomic::AtomicU64::new(0),
+            release: tokio::sync::Semaphore::new(0),
+            fail_reincarnate: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+    fn fail_reincarnate(&self, fail: bool) {
+        self.fail_reincarnate
+            .store(fail, std::sync::atomic::Ordering::SeqCst);
+    }
+    fn arm(&self, fault: CasFault) {
+        *self.armed.lock().unwrap() = Some(fault);
+    }
+    fn applied(&self) -> u64 {
+        self.applied.load(std::sync::atomic::Ordering::SeqCst)
+    }
+    fn release(&self) {
+        self.release.add_permits(1);
+    }
+}
+
+impl LocationStore for CasAnswer {
+    fn register_owner(
+        &self,
+        node: zlink_wire::NodeRid,
+        node_generation: zlink_wire::NodeGeneration,
+        ttl: Duration,
+    ) -> zlink::store::StoreFuture<'_, OwnerLease> {
+        self.inner.register_owner(node, node_generation, ttl)
+    }
+    fn renew_owner(
+        &self,
+        holder: zlink::store::LeaseHolder,
+        ttl: Duration,
+    ) -> zlink::store::StoreFuture<'_, OwnerLease> {
+        self.inner.renew_owner(holder, ttl)
+    }
+    fn release_owner(
+        &self,
+        holder: zlink::store::LeaseHolder,
+    ) -> zlink::store::StoreFuture<'_, ()> {
+        self.inner.release_owner(holder)
+    }
+    fn reserve_activation(
+        &self,
+        request: zlink::store::ActivationRequest,
+    ) -> zlink::store::StoreFuture<'_, zlink::store::Reservation> {
+        self.inner.reserve_activation(request)
+    }
+    fn mark_ready(
+        &self,
+        actor_id: zlink_wire::ActorId,
+        fence: zlink::store::AuthorityFence,
+    ) -> zlink::store::StoreFuture<'_, ActorLocation> {
+        self.inner.mark_ready(actor_id, fence)
+    }
+    fn lookup(
+        &self,
+        actor_id: zlink_wire::ActorId,
+    ) -> zlink::store::StoreFuture<'_, Option<ActorLocation>> {
+        self.inner.lookup(actor_id)
+    }
+    fn cas_owner(
+        &self,
+        actor_id: zlink_wire::ActorId,
+        expected: zlink::store::AuthorityFence,
+        new_owner: zlink::store::ActorOwner,
+    ) -> zlink::store::StoreFuture<'_, ActorLocation> {
+        Box::pin(async move {
+            let fault = self.armed.lock().unwrap().take();
+            if fault == Some(CasFault::Late) {
+                self.applied
+                    .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                self.release.acquire().await.unwrap().forget();
+                return self.inner.cas_owner(actor_id, expected, new_owner).await;
+            }
+            let answer = self.inner.cas_owner(actor_id, expected, new_owner).await;
+            match fault {
+                None => answer,
+                Some(fault) => {
+                    assert!(answer.is_ok(), "the CAS applies: {answer:?}");
+                    self.applied
+                        .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    if fault == CasFault::HoldAnswer {
+                        self.release.acquire().await.unwrap().forget();
+                        return answer;
+                    }
+                    Err(zlink::store::StoreError::Unavailable {
+                        backend: "test",
+                        source: "the CAS answer was lost".into(),
+                    })
+                }
+            }
+        })
+    }
+    fn relocation_fence(
+        &self,
+        actor_id: zlink_wire::ActorId,
+        expected: zlink::store::AuthorityFence,
+        owner: zlink::store::OwnerFence,
+    ) -> zlink::store::StoreFuture<'_, ActorLocation> {
+        self.inner.relocation_fence(actor_id, expected, owner)
+    }
+    fn reincarnate(
+        &self,
+        actor_id: zlink_wire::ActorId,
+        owner: zlink::store::OwnerFence,
+    ) -> zlink::store::StoreFuture<'_, ActorLocation> {
+        if self
+            .fail_reincarnate
+            .load(std::sync::atomic::Ordering::SeqCst)
+        {
+            return Box::pin(async {
+                Err(zlink::store::StoreError::Unavailable {
+                    backend: "test",
+                    source: "reincarnate refused by the test".into(),
+                })
+            });
+        }
+        self.inner.reincarnate(actor_id, owner)
+    }
+    fn destroy(
+        &self,
+        actor_id: zlink_wire::ActorId,
+        fence: zlink::store::OwnerFence,
+    ) -> zlink::store::StoreFuture<'_, ()> {
+        self.inner.destroy(actor_id, fence)
+    }
+}
+
+// spec: SB-8.6, SB-8.9
+// The target's owner CAS is applied in the store but its answer is lost (the store handle
+// answers `Unavailable`, as a timeout or a dropped connection does). The target does not take
+// the missing answer for a failure: it reads the record back, finds it names its own lease
+// under the moving incarnation, and commits — the relocation moves the actor with its state,
+// the target serves it, the source does not recover it behind the target's back. Counted
+// (`cas_answers_lost`). Seen failing (the relocation failed with CasFailed while the store
+// named `b`, and `b` served nothing) with the driver treating the lost answer as a refusal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_target_whose_cas_answer_is_lost_reads_the_record_back_and_commits() {
+    use live::{Add, GetSeen, aid};
+    use node_common::rid;
+    let shared = Arc::new(MemoryStore::new());
+    let b_store = Arc::new(CasAnswer::new(shared.clone()));
+    let p = live::pair_with(shared.clone(), b_store.clone()).await;
+    let actor = live::counter_on(&p.a, "lost-answer").await;
+    for i in 0..3 {
+        assert_eq!(p.a.request(&actor, &Add(i), TIMEOUT).await.unwrap(), i + 1);
+    }
+    b_store.arm(CasFault::LoseAnswer);
+    let report = tokio::time::timeout(TIMEOUT, p.a.relocate(&actor, rid("b")))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(b_store.applied(), 1);
+    assert_eq!(report.actor.node(), &rid("b"));
+    let loc = shared.lookup(aid("lost-answer")).await.unwrap().unwrap();
+    assert_eq!(loc.owner_node, rid("b"));
+    assert_eq!(loc.object_generation, actor.object_generation());
+    assert_eq!(p.b.relocations().1.cas_answers_lost, 1);
+    assert_eq!(p.a.relocations().1.committed, 1);
+    assert_eq!(p.a.relocations().1.recovered, 0);
+    // `b` serves it with its state; the old ref follows there once.
+    assert_eq!(
+        p.b.request(&report.actor, &Add(3), TIMEOUT).await.unwrap(),
+        4
+    );
+    assert_eq!(
+        p.a.request(&actor, &GetSeen, TIMEOUT).await.unwrap(),
+        vec![0, 1, 2, 3]
+    );
+}
+
+// spec: EG-14, SB-5.11, SB-8.9
+// The target's CAS wins under its owner lease, but its answer is held (a slow store) while that
+// lease ends in the store: the target's lease driver learns it (LeaseNotLive), ends its
+// incarnations and registers a new lease. When the answer comes, the moved-in actor does not
+// open under the lease its CAS won under: its lane ends and what its temporary queue held (a
+// request the source captured) is answered `Unavailable`, never run; the target serves nothing
+// of it, and another node takes the actor over from the store (the record names a dead lease).
+// Seen failing (the captured request ran on the target and the target served the actor) with
+// the lease guard of `open_moved_in` removed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_moved_in_actor_whose_cas_lease_ended_meanwhile_does_not_open() {
+    use live::{Add, GetSeen, Hold, aid};
+    use node_common::{mesh_config, rid, wait_pair_up, wait_until};
+    use zlink::node::{Node, NodeOptions};
+    const TTL: Duration = Duration::from_secs(3);
+    let store_clock = ManualClock::at_wall(contract::START);
+    let shared = Arc::new(MemoryStore::with_clock(Arc::new(store_clock.clone())));
+    let b_store = Arc::new(CasAnswer::new(shared.clone()));
+    let b_lease_clock = ManualClock::new();
+    let (gate, rx) = tokio::sync::watch::channel(true);
+    let registry = || {
+        live::registry(
+            rx.clone(),
+            Arc::new(std::sync::atomic::AtomicU64::new(0)),
+            Arc::new(std::sync::atomic::AtomicBool::new(false)),
+        )
+    };
+    let mut o = NodeOptions::new(mesh_config("b"), b_store.clone(), registry());
+    o.lease_ttl = TTL;
+    o.lease_clock = Arc::new(b_lease_clock.clone());
+    let b = Node::start(o).await.unwrap();
+    let mut o = NodeOptions::new(mesh_config("a"), shared.clone(), registry());
+    o.peers = vec![b.address()];
+    // `a`'s lease outlives the store time this test moves on
+    o.lease_ttl = Duration::from_secs(60);
+    let a = Node::start(o).await.unwrap();
+    wait_pair_up(&a, &b).await;
+    let actor = a
+        .create(zlink::actor::Create::new("counter", aid("guarded")))
+        .await
+        .unwrap();
+    assert_eq!(a.request(&actor, &Add(0), TIMEOUT).await.unwrap(), 1);
+
+    // A request waits in the actor's queue behind a busy turn: the relocation captures it and
+    // relays it into the target's temporary queue.
+    gate.send(false).unwrap();
+    let turns = a.counters().turns;
+    let hold = {
+        let (a, actor) = (a.clone(), actor.clone());
+        tokio::spawn(async move { a.request(&actor, &Hold, TIMEOUT).await })
+    };
+    wait_until("hold running", || a.counters().turns > turns).await;
+    let captured = {
+        let (a, actor) = (a.clone(), actor.clone());
+        tokio::spawn(async move { a.request(&actor, &Add(1), TIMEOUT).await })
+    };
+    wait_until("the request queued", || {
+        a.lane_stats(&actor)
+            .is_some_and(|s| s.application_queued == 1)
+    })
+    .await;
+    b_store.arm(CasFault::HoldAnswer);
+    let relocating = {
+        let (a, actor) = (a.clone(), actor.clone());
+        tokio::spawn(async move { a.relocate(&actor, rid("b")).await })
+    };
+    wait_until("quiescing", || {
+        a.relocations().0.iter().any(|r| r.phase == "Quiescing")
+    })
+    .await;
+    gate.send(true).unwrap();
+    hold.await.unwrap().unwrap();
+    wait_until("the target's CAS applied, its answer held", || {
+        b_store.applied() == 1
+    })
+    .await;
+
+    // `b`'s lease ends in the store; its renewal learns it and registers a new one.
+    let lease = b.lease().holder.lease_generation;
+    store_clock.advance(TTL + Duration::from_secs(1));
+    b_lease_clock.advance(Duration::from_secs(1));
+    wait_until("b's new owner lease", || {
+        b.lease().holder.lease_generation != lease
+    })
+    .await;
+    b_store.release();
+
+    // The target committed in the store (the source ends its incarnation) but never opened.
+    let report = tokio::time::timeout(TIMEOUT, relocating)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(report.actor.location().owner_lease_generation, lease);
+    let refused = tokio::time::timeout(TIMEOUT, captured)
+        .await
+        .unwrap()
+        .unwrap()
+        .expect_err("the captured request never runs on the target");
+    assert_eq!(
+        refused.kind(),
+        zlink_wire::ErrorKind::Unavailable,
+        "{refused}"
+    );
+    let err = b
+        .request(&report.actor, &GetSeen, TIMEOUT)
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), zlink_wire::ErrorKind::Unavailable, "{err}");
+    wait_until("relocation state freed", || {
+        a.relocations_in_progress() == 0 && b.relocations_in_progress() == 0
+    })
+    .await;
+    // The store names `b` under its dead lease: another node takes the actor over.
+    let again = a
+        .get_or_create(zlink::actor::Create::new("counter", aid("guarded")))
+        .await
+        .unwrap();
+    assert_eq!(again.node(), &rid("a"));
+    assert_eq!(again.object_generation(), actor.object_generation());
+    assert_eq!(a.request(&again, &Add(2), TIMEOUT).await.unwrap(), 1);
+}
+
+// spec: SB-5.12, SB-8.6, SB-14.3
+// The source decides the move failed (no result within its result timeout, and the store
+// still names it), but the target's CAS lands after that, before the source's recovery could
+// replace the record (its first attempt found the store out of reach): the recovery finds the
+// record moved on (`unrecovered`), the target owns and serves the actor. The source's old
+// route then follows it to the target (Message Follow), as after a commit: a ref to the old
+// incarnation reaches the actor on `b` through `a`. Seen failing (the old ref was refused as a
+// ref to an ended incarnation, nothing forwarded) without the follow of a superseded recovery.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recovery_superseded_by_the_targets_late_cas_follows_it_there() {
+    use live::{Add, Error, Fail, GetSeen, aid};
+    use node_common::{mesh_config, rid, wait_pair_up, wait_until};
+    use zlink::node::{Node, NodeOptions};
+    let shared = Arc::new(MemoryStore::new());
+    let a_store = Arc::new(CasAnswer::new(shared.clone()));
+    let b_store = Arc::new(CasAnswer::new(shared.clone()));
+    let a_clock = ManualClock::new();
+    let (_gate, rx) = tokio::sync::watch::channel(true);
+    let registry = || {
+        live::registry(
+            rx.clone(),
+            Arc::new(std::sync::atomic::AtomicU64::new(0)),
+            Arc::new(std::sync::atomic::AtomicBool::new(false)),
+        )
+    };
+    let b = Node::start(NodeOptions::new(
+        mesh_config("b"),
+        b_store.clone(),
+        registry(),
+    ))
+    .await
+    .unwrap();
+    let mut o = NodeOptions::new(mesh_config("a"), a_store.clone(), registry());
+    o.peers = vec![b.address()];
+    o.clock = Arc::new(a_clock.clone());
+    let a = Node::start(o).await.unwrap();
+    wait_pair_up(&a, &b).await;
+    let actor = a
+        .create(zlink::actor::Create::new("counter", aid("late")))
+        .await
+        .unwrap();
+    assert_eq!(a.request(&actor, &Add(0), TIMEOUT).await.unwrap(), 1);
+
+    // The target's CAS is held before it reaches the store; the source waits for the result.
+    b_store.arm(CasFault::Late);
+    let relocating = {
+        let (a, actor) = (a.clone(), actor.clone());
+        tokio::spawn(async move { a.relocate(&actor, rid("b")).await })
+    };
+    wait_until("the target's CAS held", || b_store.applied() == 1).await;
+    wait_until("the source handed off", || {
+        a.relocations().0.iter().any(|r| r.phase == "HandedOff")
+    })
+    .await;
+    // At the result timeout the store still names `a`: failed; the recovery's first attempt
+    // cannot replace the record.
+    a_store.fail_reincarnate(true);
+    a_clock.advance(zlink::relocation::RelocationConfig::default().result_timeout);
+    match tokio::time::timeout(TIMEOUT, relocating)
+        .await
+        .unwrap()
+        .unwrap()
+    {
+        Err(Error::Failed(Fail::TargetFailedAfterRelayReady)) => {}
+        other => panic!("expected a failure after relay-ready, got {other:?}"),
+    }
+    assert_eq!(a.relocations().1.recovery_retries, 1);
+    // The target's CAS lands now: `b` owns the actor and serves it with its state.
+    b_store.release();
+    wait_until("b committed", || {
+        b.relocations().0.iter().any(|r| {
+            r.role == "target"
+                && r.outcome
+                    .as_deref()
+                    .is_some_and(|o| o.starts_with("committed"))
+        })
+    })
+    .await;
+    let loc = shared.lookup(aid("late")).await.unwrap().unwrap();
+    assert_eq!(loc.owner_node, rid("b"));
+    let moved = b
+        .get_or_create(zlink::actor::Create::new("counter", aid("late")))
+        .await
+        .unwrap();
+    assert_eq!(moved.object_generation(), actor.object_generation());
+    assert_eq!(b.request(&moved, &GetSeen, TIMEOUT).await.unwrap(), vec![0]);
+    // The recovery's retry finds the record moved on.
+    a_store.fail_reincarnate(false);
+    a_clock.advance(Duration::from_millis(100));
+    wait_until("the recovery superseded", || {
+        a.relocations().1.unrecovered == 1
+    })
+    .await;
+    assert_eq!(a.relocations().1.recovered, 0);
+    // The old route follows the actor to `b`, once per record.
+    wait_until("the old route follows", || {
+        a.follow_counters().installed >= 1
+    })
+    .await;
+    assert_eq!(a.request(&actor, &Add(1), TIMEOUT).await.unwrap(), 2);
+    assert_eq!(a.follow_counters().forwarded, 1);
+    assert_eq!(
+        b.request(&moved, &GetSeen, TIMEOUT).await.unwrap(),
+        vec![0, 1]
+    );
 }

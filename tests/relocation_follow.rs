@@ -387,7 +387,7 @@ async fn a_bind_during_the_pre_commit_seal_is_unavailable() {
         let (a, x) = (t.a.clone(), stale.clone());
         tokio::spawn(async move { a.request(&x, &Hold, TIMEOUT).await })
     };
-    node_common::wait_until("hold running", || t.a.stats().turns >= 1).await;
+    node_common::wait_until("hold running", || t.a.counters().turns >= 1).await;
     let relocating = {
         let (a, x) = (t.a.clone(), stale.clone());
         tokio::spawn(async move { a.relocate(&x, rid("b")).await })

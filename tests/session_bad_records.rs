@@ -287,7 +287,7 @@ async fn a_replayed_24_after_a_rebind_or_a_new_incarnation_is_refused() {
         Ok(3)
     );
     // Replays of the legitimate 24s of the old incarnation: a stale target, never enqueued.
-    let dropped = b.stats().sends_dropped;
+    let dropped = b.counters().sends_dropped;
     c.send_record(
         &rid("b"),
         Record::ActorSend(legit_2.clone()),
@@ -296,7 +296,7 @@ async fn a_replayed_24_after_a_rebind_or_a_new_incarnation_is_refused() {
     .await
     .unwrap();
     wait_until("the replay was dropped", || {
-        b.stats().sends_dropped > dropped
+        b.counters().sends_dropped > dropped
     })
     .await;
     let kind = request_24(&c, &b, legit_2.clone(), &Add(100))

@@ -30,6 +30,7 @@ const CI_SEEDS: u64 = 10_000;
 // replaced binding's relays are refused, a 51 ends its seal (the held relays go with it), a
 // bind the owner registers is the one the target's slot holds after the move
 // spec: SB-6.6 — a refused 51 changes nothing
+// spec: SB-8.6 — a target whose CAS answer is lost reads the record back and the store decides
 // spec: SB-8.6 — a failed relocation's source replaces the record with a new incarnation and
 // activates the actor again from its state, retrying while the store is out of reach; after the
 // drain an actor the store names on a live node is served there
@@ -41,6 +42,10 @@ const CI_SEEDS: u64 = 10_000;
 // spec: SB-8.3 — every session a committed relocation sealed gets its 44 commit from the target
 // spec: SB-8.6 — every relocation ends: a source whose target's result is lost decides from the
 // store's records after its result timeout
+// spec: SB-6.6, SB-7.3, SB-7.4, SB-8.4 — a 38 unbind or disconnect mid-move waits on the source
+// (held by the seal): applied there after an abort, forwarded once to the target after a commit;
+// no binding its session removed stays anywhere, and the Spot's OnDisconnectActor runs exactly
+// once per disconnected binding
 #[test]
 fn ten_thousand_relocation_seeds_keep_every_invariant() {
     let (count, total) = sim::check_seeds::<Relocation>(CI_SEEDS);
@@ -84,6 +89,21 @@ fn ten_thousand_relocation_seeds_keep_every_invariant() {
             "{total:?}"
         );
         assert!(
+            total.tombstones > count / 2
+                && total.disconnects > count / 4
+                && total.tombstones_held > count / 10
+                && total.tombstones_forwarded > count / 100,
+            "{total:?}"
+        );
+        assert!(
+            total.hooks_run > count / 10 && total.hooks_run_forwarded > count / 100,
+            "{total:?}"
+        );
+        assert!(
+            total.cas_answers_lost > count / 100 && total.cas_read_backs > count / 100,
+            "{total:?}"
+        );
+        assert!(
             total.spot_seeds > count / 5 && total.spot_relocations_shared > count / 20,
             "{total:?}"
         );
@@ -109,8 +129,10 @@ fn a_relocation_seed_replays_exactly() {
 /// The seeds long runs found failing on an older world (docs/RELIABILITY.md: the relocation
 /// world's seven seeds of a 150,000-seed run, and seed 287,656 of the million): each was a
 /// model error (Message Follow's fences, a record older than the last move, a binding ended
-/// with its owner's lease, a fallback that found its source seen gone), fixed in the world;
-/// they pass and replay exactly.
+/// with its owner's lease, a fallback that found its source seen gone; seed 28,726: a binding
+/// left at a target whose CAS won after its source decided "failed", exempt only when the
+/// source's recovery ended superseded, not when it ended with the source's lease), fixed in the
+/// world; they pass and replay exactly.
 // spec: SB-5.10 — a followed record carries the new owner's fences; one older than the last
 // move is refused as stale, never forwarded
 // spec: SB-5.3 — a binding ends with the incarnation that held it
@@ -120,7 +142,7 @@ fn a_relocation_seed_replays_exactly() {
 fn seeds_a_long_run_found_pass() {
     sim::replays_exactly::<Relocation>(
         &[
-            36_504, 87_313, 99_242, 111_175, 111_199, 120_975, 131_715, 287_656,
+            28_726, 36_504, 87_313, 99_242, 111_175, 111_199, 120_975, 131_715, 287_656,
         ],
         5,
     );
@@ -147,17 +169,31 @@ fn an_injected_relocation_fault_is_caught_and_shrinks() {
         "source_by_generation",
         "recovery_tries_once",
         "no_result_timeout",
+        "tombstone_ignores_seal",
+        "forward_as_unbind",
+        "cas_loss_is_failure",
     ]);
 }
 
 /// The cutover fallback's order (SB-8.9): with regular ingress let in at once after the
 /// fallback, a session's relay overtakes captured work still on its way from the source. The
 /// window is rare (a fallback with relays in flight on both paths: about 1 seed in 5,000), so
-/// it is searched where the long runs found it (seeds 8,827 and 9,952).
+/// it is searched where the long runs found it (seed 9,952).
 // spec: SB-8.9, SB-8.7
 #[test]
 fn the_fallback_that_ignores_the_source_stream_is_caught_and_shrinks() {
     sim::caught_in_and_shrinks::<Relocation>("fallback_ignores_source_stream", 8_000, 2_000);
+}
+
+/// The Follow table's seal entry ends with the relocation: with today's node rule (released
+/// only at the unseal or a failure, else ending by its 8 s hold time) a source that waits out its
+/// 11 s result timeout outlives it, and a held tombstone then applies at the source while the
+/// moved binding lives at the target. The window is rare (a lost result and a tombstone in the
+/// same move), so it is searched where the long run found it (seed 2,735).
+// spec: SB-7.3, SB-8.4, SB-5.12
+#[test]
+fn a_seal_entry_that_expires_before_the_move_ends_is_caught_and_shrinks() {
+    sim::caught_in_and_shrinks::<Relocation>("seal_entry_expires", 2_000, 2_000);
 }
 
 /// Replays one seed (`SIM_SEED`, with `SIM_FAULT`), prints its trace and, when it fails, the

@@ -16,25 +16,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::config::InboundWindow;
-
-/// Outbound admission limits for one destination.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct OutboundBudget {
-    /// Messages admitted but not yet accepted by libzmq.
-    pub messages: u64,
-    /// Bytes (all frames) admitted but not yet accepted by libzmq.
-    pub bytes: u64,
-}
-
-impl Default for OutboundBudget {
-    fn default() -> Self {
-        Self {
-            messages: 4096,
-            bytes: 16 * 1024 * 1024,
-        }
-    }
-}
+use crate::config::{InboundWindow, OutboundBudget};
 
 /// What [`Budget::try_reserve_n`] did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

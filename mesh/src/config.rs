@@ -2,10 +2,27 @@
 
 use std::time::Duration;
 
-use crate::budget::OutboundBudget;
 use crate::handshake::MeshSecret;
 use crate::tap::WireTap;
 use crate::types::{MeshName, NodeGeneration, NodeRid};
+
+/// Outbound admission limits for one destination.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OutboundBudget {
+    /// Messages admitted but not yet accepted by libzmq.
+    pub messages: u64,
+    /// Bytes (all frames) admitted but not yet accepted by libzmq.
+    pub bytes: u64,
+}
+
+impl Default for OutboundBudget {
+    fn default() -> Self {
+        Self {
+            messages: 4096,
+            bytes: 16 * 1024 * 1024,
+        }
+    }
+}
 
 /// Limits of the libzmq sockets (the *transport* limits of EG-1.2; distinct from the
 /// outbound admission budgets and from the inbound application channel capacity).

@@ -72,12 +72,11 @@ mod tap;
 mod types;
 mod zmq_opt;
 
-pub use budget::OutboundBudget;
 pub use client::{ClientConfig, MeshClient, Push, SEND_MANY_CHUNK, SendManyError};
 pub use codec::{ErrorKind, Record};
 pub use config::{
-    Batching, ClientAdmission, ClientOutbound, InboundWindow, Liveness, MeshConfig, PeerAddress,
-    Strangers, TransportLimits,
+    Batching, ClientAdmission, ClientOutbound, InboundWindow, Liveness, MeshConfig, OutboundBudget,
+    PeerAddress, Strangers, TransportLimits,
 };
 pub use counters::{Counters, DropReason, ReplyOrigin, TransportEvent};
 pub use error::{ConfigError, RequestError, SendError};
@@ -85,7 +84,7 @@ pub use error::{PendingRecord, TryPushError, TrySendError};
 pub use events::{ClientCloseCause, ClientEvent, ClientEvents, DownReason, PeerEvent};
 pub use handshake::MeshSecret;
 pub use inbound::{Inbound, InboundReceiver, Origin};
-#[doc(hidden)]
+#[cfg(feature = "testing")]
 pub use node::IoHold;
 pub use node::{BoundEndpoints, MeshNode, Response};
 pub use reply::ReplyHandle;

@@ -9,9 +9,10 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use tokio::sync::Notify;
 
-use crate::budget::{Budget, OutboundBudget, Reserve};
+use crate::budget::{Budget, Reserve};
 use crate::codec::Parts;
 use crate::config::Batching;
+use crate::config::OutboundBudget;
 use crate::conn::Framed;
 use crate::error::SendError;
 use crate::types::{NodeGeneration, NodeRid};

@@ -316,6 +316,73 @@ async fn silent_client_times_out_and_its_connection_stays_closed() {
     node.shutdown().await;
 }
 
+// A node whose I/O thread was away for longer than the peer timeout (descheduled on a loaded
+// machine, stopped, or one long pass; here held) does not count that time as its clients'
+// silence: a client that kept pinging meanwhile, its Pings waiting unread in the socket, keeps
+// its session (its next record from the node is a Pong, not Disconnect { Timeout }); once it
+// really goes silent it is still ended after the peer timeout. (Before, the first pass after
+// the hold ran the liveness sweep before reading the socket and ended the session.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn time_the_io_thread_was_away_is_not_a_clients_silence() {
+    // The timeout the test relies on not firing during the hold's pings: at least 3 s.
+    const PEER_TIMEOUT: Duration = Duration::from_secs(3);
+    let mut cfg = server_config();
+    cfg.liveness.peer_timeout = PEER_TIMEOUT;
+    let (node, _inbound, mut events) = server(cfg);
+    let ctx = zmq::Context::new();
+    let raw = raw_dealer(&ctx, &node);
+    let ping = |seq| encode(Record::Ping(Ping { seq }), None);
+    raw_send(&raw, &ping(1));
+    let session = connected(&mut events).await;
+    let raw = tokio::task::spawn_blocking(move || {
+        // The session's grant and the first Pong: everything the node sent before the hold.
+        loop {
+            match raw_recv(&raw) {
+                Record::Pong(_) => break raw,
+                Record::FlowCredit(_) => {}
+                r => panic!("unexpected record {r:?}"),
+            }
+        }
+    })
+    .await
+    .unwrap();
+    let hold = node.hold_io_for_tests();
+    // Held for longer than the peer timeout, the client pinging every 200 ms all along.
+    let raw = tokio::task::spawn_blocking(move || {
+        let start = std::time::Instant::now();
+        let mut seq = 2;
+        while start.elapsed() < PEER_TIMEOUT + Duration::from_secs(1) {
+            raw_send(&raw, &ping(seq));
+            seq += 1;
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        raw
+    })
+    .await
+    .unwrap();
+    drop(hold);
+    let raw = tokio::task::spawn_blocking(move || {
+        match raw_recv(&raw) {
+            Record::Pong(_) => {}
+            r => panic!("the session was ended for the I/O thread's absence: {r:?}"),
+        }
+        // Silent from now on: ended after the peer timeout as any silent client.
+        assert_eq!(raw_recv_disconnect(&raw), DisconnectReason::Timeout);
+        raw
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        next_event(&mut events).await,
+        ClientEvent::Disconnected {
+            session,
+            cause: ClientCloseCause::Timeout,
+        }
+    );
+    drop(raw);
+    node.shutdown().await;
+}
+
 // Lossless events: many sessions begin and end while nobody reads the event stream; then every
 // session has exactly one Connected followed by one Disconnected. (The PeerEvent broadcast
 // holds 1,024 events and loses the rest for a subscriber this slow.)

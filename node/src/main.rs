@@ -616,7 +616,7 @@ async fn main() -> anyhow::Result<()> {
         Err(e) => bail!("signal task failed: {e}"),
     };
     tracing::info!(signal = which, "shutting down");
-    let stats = node.stats();
+    let stats = node.counters();
     node.shutdown(s.drain).await;
     tracing::info!(
         activations = stats.activations,

@@ -173,7 +173,7 @@ async fn a_killed_session_owners_binding_ends_at_the_actor_owner_after_its_peer_
     let mut node1 = SessionOwnerProcess::new(dir.path(), &zb);
     node1.start().await;
     let (actor, _c, observer) = bound_from_process(&zb, &node1, "ghost").await;
-    assert_eq!(zb.stats().bindings_owner_lost, 0);
+    assert_eq!(zb.counters().bindings_owner_lost, 0);
     assert_eq!(log.total(), 0);
 
     node1.kill();
@@ -183,7 +183,7 @@ async fn a_killed_session_owners_binding_ends_at_the_actor_owner_after_its_peer_
     })
     .await;
     wait_unbound_at_owner(&observer, &actor).await;
-    assert_eq!(zb.stats().bindings_owner_lost, 1);
+    assert_eq!(zb.counters().bindings_owner_lost, 1);
     // The operator sees it (COUNTERS, the metrics endpoint).
     assert_eq!(zb.counters().bindings_owner_lost, 1);
     assert_eq!(log.count("watched", "ghost"), 1);
@@ -239,12 +239,12 @@ async fn a_session_owner_restarted_with_a_new_generation_ends_its_old_bindings()
     })
     .await;
     wait_unbound_at_owner(&observer, &actor).await;
-    assert_eq!(zb.stats().bindings_owner_lost, 1);
+    assert_eq!(zb.counters().bindings_owner_lost, 1);
     assert_eq!(log.count("watched", "phoenix"), 1);
     // A session of the new lifecycle binds it afresh.
     let c = NodeClient::connect(&node1.client, TIMEOUT).unwrap();
     bind(&c, &actor).await;
     assert!(bound_at_owner(&observer, &actor).await);
-    assert_eq!(zb.stats().bindings_owner_lost, 1);
+    assert_eq!(zb.counters().bindings_owner_lost, 1);
     assert_eq!(log.total(), 1);
 }

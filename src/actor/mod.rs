@@ -14,21 +14,24 @@
 //!   **Ready** actors are handed out as [`ActorRef`]s.
 //! - Every payload for an actor lands in that actor's own queue (EG-2.1) and its handler runs in
 //!   a serial turn: one message at a time per actor; a SpotWide Spot also serialises its member
-//!   actors behind one Spot gate (EG-1.3) — see [`spot`].
+//!   actors behind one Spot gate (EG-1.3) — see [`SpotKind`].
 //! - A request handler's error becomes an error reply for that request (kind `Internal`); a send
 //!   handler's error is logged and counted (EG-15).
-//! - Calls are validated on the owner against the ref's fences ([`fence::check_call`]): another
+//! - Calls are validated on the owner against the ref's fences (`fence::check_call`): another
 //!   incarnation is `InvalidOperation`, a stale node/authority/lease fence is `Unavailable`, never
 //!   redirected (SB-12).
 
 mod create;
 mod error;
 pub(crate) mod exec;
+#[cfg(feature = "testing")]
 pub mod fence;
+#[cfg(not(feature = "testing"))]
+pub(crate) mod fence;
 mod message;
 mod reference;
 mod registry;
-pub mod spot;
+pub(crate) mod spot;
 
 pub use create::Create;
 pub use error::{ActorConfigError, ActorError, MigrationError};

@@ -15,7 +15,7 @@ use crate::store::{self, LocationStore, StoreError, StoreUrl};
 pub enum StoreChoice {
     /// Opened from a URL at startup ([`Startup::open_store`]).
     Url(StoreUrl),
-    /// Provided by the embedding program (tests: a [`crate::store::CountingStore`]).
+    /// Provided by the embedding program (tests: a `CountingStore`).
     Provided(Arc<dyn LocationStore>),
 }
 

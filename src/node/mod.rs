@@ -12,7 +12,7 @@
 //!   handed out.
 //! - A call to an actor goes to the owner in the ref's location snapshot — as a 160 ActorCall on
 //!   the relay connection when it is another node, its reply on the completion connection. The
-//!   owner validates the fences ([`crate::actor::fence::check_call`]) and appends the payload to
+//!   owner validates the fences (`actor::fence::check_call`) and appends the payload to
 //!   the actor's own queue (EG-2.1). Nothing is resent after a timeout or a failure (SB-12);
 //!   the Location Store is not read per call (SB-1.2).
 //! - [`Node::shutdown`] (SB-10): refuse new work of every origin, drain accepted work until a
@@ -97,7 +97,7 @@ async fn late_dial(inner: std::sync::Weak<Inner>, peer: PeerAddress) {
 }
 use calls::{request_error, send_error};
 use local::{Actors, SpotState};
-use protocol::{NodeCounters, NodeInfo};
+use protocol::NodeInfo;
 
 pub use crate::actor::Create;
 
@@ -710,12 +710,6 @@ impl Node {
     /// (EG-16.25). Turns already running continue.
     pub fn set_application_paused(&self, paused: bool) {
         self.inner.paused.send_replace(paused);
-    }
-
-    /// The node's counters: the snapshot [`Node::counters`] takes (what `COUNTERS` answers).
-    #[must_use]
-    pub fn stats(&self) -> NodeCounters {
-        self.counters()
     }
 
     /// Identity, peers that are up, hosted types and local actor count.

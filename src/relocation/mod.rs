@@ -35,9 +35,9 @@ pub mod records;
 pub mod recovery;
 mod source;
 mod target;
-pub(crate) mod tombstone;
+pub mod tombstone;
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use zlink_wire::{ActorId, NodeRid, ObjectGeneration, SealIdentity};
 
@@ -49,11 +49,39 @@ pub use source::{
     SourcePhaseName,
 };
 pub use target::{
-    CutoverCause, RestoreRefusal, SourceWaitEnd, TargetEffect, TargetHandoff, TargetOutcome,
-    TargetPhaseName,
+    CAS_READ_BACK_RETRY, CAS_READ_BACK_WAIT, CutoverCause, RestoreRefusal, SourceWaitEnd,
+    TargetEffect, TargetHandoff, TargetOutcome, TargetPhaseName,
 };
 
 use crate::store::AuthorityFence;
+
+/// The phases a relocation core left, each with the time spent in it (for the relocation's span,
+/// `ctl relocations` and the metrics).
+#[derive(Debug)]
+struct PhaseTimes<P> {
+    since: Instant,
+    left: Vec<(P, Duration)>,
+}
+
+impl<P> PhaseTimes<P> {
+    fn new(now: Instant) -> Self {
+        Self {
+            since: now,
+            left: Vec::new(),
+        }
+    }
+
+    /// `phase` was left at `now` (the next one starts).
+    fn leave(&mut self, phase: P, now: Instant) {
+        self.left
+            .push((phase, now.saturating_duration_since(self.since)));
+        self.since = now;
+    }
+
+    fn left(&self) -> &[(P, Duration)] {
+        &self.left
+    }
+}
 
 /// Default SessionRelocationSealTimeout (SB-8.3): the coordinator waits at most this long for the
 /// 43 results, as the session owner waits at most this long for the 44.

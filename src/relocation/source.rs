@@ -25,8 +25,8 @@ use zlink_wire::{
 };
 
 use super::{
-    MigratedState, MovingActor, RelocationConfig, RestoreRequest, RestoredActor, SealTarget,
-    Subject,
+    MigratedState, MovingActor, PhaseTimes, RelocationConfig, RestoreRequest, RestoredActor,
+    SealTarget, Subject,
 };
 use crate::store::{ActorLocation, AuthorityFence};
 use zlink_wire::ActorId;
@@ -219,8 +219,7 @@ pub struct SourceHandoff {
     phase: Phase,
     effects: VecDeque<SourceEffect>,
     started: Instant,
-    phase_since: Instant,
-    durations: Vec<(SourcePhaseName, Duration)>,
+    times: PhaseTimes<SourcePhaseName>,
     outcome: Option<SourceOutcome>,
 }
 
@@ -247,8 +246,7 @@ impl SourceHandoff {
             actors,
             effects: VecDeque::new(),
             started: now,
-            phase_since: now,
-            durations: Vec::new(),
+            times: PhaseTimes::new(now),
             outcome: None,
         };
         for a in &s.actors {
@@ -284,7 +282,7 @@ impl SourceHandoff {
 
     /// Each phase left so far with the time spent in it (for the relocation's span and metrics).
     pub fn phase_durations(&self) -> &[(SourcePhaseName, Duration)] {
-        &self.durations
+        self.times.left()
     }
 
     /// When the relocation started.
@@ -313,10 +311,7 @@ impl SourceHandoff {
     }
 
     fn enter(&mut self, now: Instant, phase: Phase) {
-        let left = self.phase();
-        self.durations
-            .push((left, now.saturating_duration_since(self.phase_since)));
-        self.phase_since = now;
+        self.times.leave(self.phase(), now);
         self.phase = phase;
     }
 

@@ -19,14 +19,35 @@
 //! [`RelocationConfig::source_wait`] passes ([`TargetEffect::WarnSourceWaitExpired`]); then
 //! [`TargetEffect::ReleaseIngress`] lets it in. Only relayed work arriving after that is
 //! appended behind ([`TargetHandoff::late_relayed`]).
+//!
+//! A CAS whose answer was lost (the store timed out or the connection dropped:
+//! [`TargetHandoff::handle_cas_lost`]) may have been applied. The target never decides it from
+//! the missing answer: it reads the record back ([`TargetEffect::ReadOwner`]) and the store
+//! decides ([`TargetHandoff::handle_owner_read`]) — the record names this node's lease under the
+//! moving ObjectGeneration: committed (with that record); the record still carries the
+//! source's relocation fence: the CAS was not applied, it is sent again (an answer lost again,
+//! or a refusal, is read back again: the earlier CAS may have landed meanwhile); anything else
+//! (the fence retired, the actor recovered or taken over, no record): failed. While the store
+//! cannot be read it is asked again every [`CAS_READ_BACK_RETRY`]; the actor whose CAS is still
+//! undecided [`CAS_READ_BACK_WAIT`] after its answer was first lost is failed (SB-8.6), well
+//! within the source's result timeout.
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use zlink_wire::{ActorId, NodeRid, RelocationId, RouteCommit, SessionRelocationRoute};
 
-use super::{RelocationConfig, RestoreRequest};
-use crate::store::{ActorLocation, AuthorityFence};
+use super::{PhaseTimes, RelocationConfig, RestoreRequest};
+use crate::store::{ActivationState, ActorLocation, AuthorityFence, LeaseHolder};
+
+/// How often the target reads the record of an actor whose CAS answer was lost while the store
+/// cannot be read ([`TargetHandoff::handle_owner_read`]).
+pub const CAS_READ_BACK_RETRY: Duration = Duration::from_millis(200);
+
+/// How long after a CAS answer was first lost the target keeps reading the record back (and
+/// sending the CAS again while the record shows it was not applied) before the actor fails
+/// (SB-8.6). Below the source's result timeout, so the source hears the target's result.
+pub const CAS_READ_BACK_WAIT: Duration = Duration::from_millis(3_000);
 
 /// Why the target refused a Restore (answered instead of relay-ready).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -103,12 +124,19 @@ pub enum TargetEffect {
     },
     /// Log the `cutover_timeout` Warning (SB-8.9) and count it.
     WarnCutoverTimeout,
-    /// `cas_owner(actor, expected, this node)`; answer with [`TargetHandoff::handle_cas`].
+    /// `cas_owner(actor, expected, this node)`; answer with [`TargetHandoff::handle_cas`], or
+    /// [`TargetHandoff::handle_cas_lost`] when its answer was lost.
     CasOwner {
         /// The actor.
         actor: ActorId,
         /// The source's relocation fence.
         expected: AuthorityFence,
+    },
+    /// The CAS answer of `actor` was lost: read its record (`LocationStore::lookup`); answer
+    /// with [`TargetHandoff::handle_owner_read`].
+    ReadOwner {
+        /// The actor.
+        actor: ActorId,
     },
     /// Merge the temporary queue into the actor's lane, switch the regular route to `location`,
     /// open dispatch.
@@ -183,7 +211,7 @@ enum Phase {
     },
     Committing {
         cause: CutoverCause,
-        results: Vec<Option<Result<ActorLocation, ()>>>,
+        results: Vec<Cas>,
     },
     AwaitingSource {
         /// The source wait's end.
@@ -194,6 +222,26 @@ enum Phase {
     Done,
 }
 
+/// One actor's owner CAS while the target commits.
+#[derive(Clone, Debug)]
+enum Cas {
+    /// Sent; `lost` once an earlier answer of it was lost (its holder and the read-back's end):
+    /// a refusal may then be of a CAS sent again after the first one landed, so it is read
+    /// back too.
+    Sent {
+        lost: Option<(LeaseHolder, Instant)>,
+    },
+    /// Its answer was lost: the record is read back (`retry`: when to ask again, `None` while
+    /// a read is out), until `until`.
+    ReadingBack {
+        holder: LeaseHolder,
+        until: Instant,
+        retry: Option<Instant>,
+    },
+    /// Decided.
+    Done(Result<ActorLocation, ()>),
+}
+
 /// The target's relocation core.
 #[derive(Debug)]
 pub struct TargetHandoff {
@@ -202,8 +250,7 @@ pub struct TargetHandoff {
     config: RelocationConfig,
     phase: Phase,
     effects: VecDeque<TargetEffect>,
-    phase_since: Instant,
-    durations: Vec<(TargetPhaseName, Duration)>,
+    times: PhaseTimes<TargetPhaseName>,
     relayed: u64,
     late_relayed: u64,
     late_cutovers: u64,
@@ -227,8 +274,7 @@ impl TargetHandoff {
             config,
             phase: Phase::Installing,
             effects: VecDeque::new(),
-            phase_since: now,
-            durations: Vec::new(),
+            times: PhaseTimes::new(now),
             relayed: 0,
             late_relayed: 0,
             late_cutovers: 0,
@@ -258,7 +304,7 @@ impl TargetHandoff {
 
     /// Each phase left so far with the time spent in it.
     pub fn phase_durations(&self) -> &[(TargetPhaseName, Duration)] {
-        &self.durations
+        self.times.left()
     }
 
     /// Relayed records taken in order: while relay-ready (into the temporary queue), and after
@@ -300,18 +346,22 @@ impl TargetHandoff {
     /// When [`TargetHandoff::handle_timeout`] must be called next (the cutover timeout, then
     /// after a fallback the source wait).
     pub fn poll_timeout(&self) -> Option<Instant> {
-        match self.phase {
-            Phase::RelayReady { since } => Some(since + self.config.cutover_timeout),
-            Phase::AwaitingSource { until, .. } => Some(until),
+        match &self.phase {
+            Phase::RelayReady { since } => Some(*since + self.config.cutover_timeout),
+            Phase::AwaitingSource { until, .. } => Some(*until),
+            Phase::Committing { results, .. } => results
+                .iter()
+                .filter_map(|c| match c {
+                    Cas::ReadingBack { retry, .. } => *retry,
+                    _ => None,
+                })
+                .min(),
             _ => None,
         }
     }
 
     fn enter(&mut self, now: Instant, phase: Phase) {
-        let left = self.phase();
-        self.durations
-            .push((left, now.saturating_duration_since(self.phase_since)));
-        self.phase_since = now;
+        self.times.leave(self.phase(), now);
         self.phase = phase;
     }
 
@@ -417,8 +467,33 @@ impl TargetHandoff {
             Phase::AwaitingSource { until, .. } if now >= until => {
                 self.end_wait(now, SourceWaitEnd::Expired);
             }
+            Phase::Committing { .. } => self.retry_reads(now),
             _ => {}
         }
+    }
+
+    /// The reads back that are due: sent again, or failed past their wait.
+    fn retry_reads(&mut self, now: Instant) {
+        let Phase::Committing { results, .. } = &mut self.phase else {
+            return;
+        };
+        for (a, c) in self.request.actors.iter().zip(results.iter_mut()) {
+            let Cas::ReadingBack { until, retry, .. } = c else {
+                continue;
+            };
+            if retry.is_none_or(|r| now < r) {
+                continue;
+            }
+            if now >= *until {
+                *c = Cas::Done(Err(()));
+            } else {
+                *retry = None;
+                self.effects.push_back(TargetEffect::ReadOwner {
+                    actor: a.actor.clone(),
+                });
+            }
+        }
+        self.try_decide(now);
     }
 
     fn commit(&mut self, now: Instant, cause: CutoverCause) {
@@ -432,25 +507,138 @@ impl TargetHandoff {
             now,
             Phase::Committing {
                 cause,
-                results: vec![None; self.request.actors.len()],
+                results: vec![Cas::Sent { lost: None }; self.request.actors.len()],
             },
         );
     }
 
-    /// A `cas_owner` answered: the new record, or a failure (fence mismatch after a durable
-    /// abort, store unavailable, lease not live).
-    pub fn handle_cas(&mut self, now: Instant, actor: &ActorId, result: Result<ActorLocation, ()>) {
+    /// The CAS of `actor` (whose record's owner would be `holder`: this node's lease the CAS
+    /// presented) got no answer: the store timed out or the connection dropped, so it may have
+    /// been applied. The record is read back ([`TargetEffect::ReadOwner`]) and decides.
+    pub fn handle_cas_lost(&mut self, now: Instant, actor: &ActorId, holder: LeaseHolder) {
+        let Some((i, lost)) = self.sent_cas(actor) else {
+            return;
+        };
+        let until = lost.map_or(now + CAS_READ_BACK_WAIT, |(_, u)| u);
+        self.read_back(now, i, holder, until);
+    }
+
+    /// The index of `actor` and its earlier lost answer, while its CAS is out (`None`
+    /// otherwise: an answer that is late, duplicate or for another actor changes nothing).
+    fn sent_cas(&self, actor: &ActorId) -> Option<(usize, Option<(LeaseHolder, Instant)>)> {
+        let i = self.request.actors.iter().position(|a| &a.actor == actor)?;
+        match &self.phase {
+            Phase::Committing { results, .. } => match &results[i] {
+                Cas::Sent { lost } => Some((i, lost.clone())),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+
+    fn read_back(&mut self, now: Instant, i: usize, holder: LeaseHolder, until: Instant) {
+        let Phase::Committing { results, .. } = &mut self.phase else {
+            return;
+        };
+        if now >= until {
+            results[i] = Cas::Done(Err(()));
+            self.try_decide(now);
+            return;
+        }
+        results[i] = Cas::ReadingBack {
+            holder,
+            until,
+            retry: None,
+        };
+        self.effects.push_back(TargetEffect::ReadOwner {
+            actor: self.request.actors[i].actor.clone(),
+        });
+    }
+
+    /// The record of `actor` read back after its CAS answer was lost (`Err`: the store could
+    /// not be read; `Ok(None)`: no record). See the module documentation for the decision.
+    pub fn handle_owner_read(
+        &mut self,
+        now: Instant,
+        actor: &ActorId,
+        record: Result<Option<ActorLocation>, ()>,
+    ) {
         let Some(i) = self.request.actors.iter().position(|a| &a.actor == actor) else {
             return;
         };
         let Phase::Committing { results, .. } = &mut self.phase else {
             return;
         };
-        if results[i].is_some() {
+        let Cas::ReadingBack {
+            holder,
+            until,
+            retry: None,
+        } = &results[i]
+        else {
             return;
+        };
+        let (holder, until) = (holder.clone(), *until);
+        let moving = &self.request.actors[i];
+        match record {
+            Ok(Some(l))
+                if l.object_generation == moving.object_generation
+                    && l.holder() == holder
+                    && l.state == ActivationState::Ready =>
+            {
+                results[i] = Cas::Done(Ok(l));
+            }
+            Ok(Some(l)) if l.fence() == moving.source_fence => {
+                // Not applied: the CAS goes again (its answer decides, or is read back).
+                if now >= until {
+                    results[i] = Cas::Done(Err(()));
+                } else {
+                    results[i] = Cas::Sent {
+                        lost: Some((holder, until)),
+                    };
+                    self.effects.push_back(TargetEffect::CasOwner {
+                        actor: moving.actor.clone(),
+                        expected: moving.source_fence,
+                    });
+                }
+            }
+            Ok(_) => results[i] = Cas::Done(Err(())),
+            Err(()) if now >= until => results[i] = Cas::Done(Err(())),
+            Err(()) => {
+                results[i] = Cas::ReadingBack {
+                    holder,
+                    until,
+                    retry: Some(now + CAS_READ_BACK_RETRY),
+                };
+            }
         }
-        results[i] = Some(result);
-        if results.iter().any(Option::is_none) {
+        self.try_decide(now);
+    }
+
+    /// A `cas_owner` answered: the new record, or a refusal (fence mismatch after a durable
+    /// abort, lease not live). A refusal of a CAS sent again after a lost answer is read back
+    /// (the first one may have landed). An answer that was lost goes to
+    /// [`TargetHandoff::handle_cas_lost`] instead.
+    pub fn handle_cas(&mut self, now: Instant, actor: &ActorId, result: Result<ActorLocation, ()>) {
+        let Some((i, lost)) = self.sent_cas(actor) else {
+            return;
+        };
+        match (result, lost) {
+            (Err(()), Some((holder, until))) => self.read_back(now, i, holder, until),
+            (result, _) => {
+                if let Phase::Committing { results, .. } = &mut self.phase {
+                    results[i] = Cas::Done(result);
+                }
+                self.try_decide(now);
+            }
+        }
+    }
+
+    /// Once every CAS is decided: open what committed, discard the rest, 44s, the result.
+    fn try_decide(&mut self, now: Instant) {
+        let Phase::Committing { results, .. } = &self.phase else {
+            return;
+        };
+        if results.iter().any(|c| !matches!(c, Cas::Done(_))) {
             return;
         }
         let Phase::Committing { cause, results } = std::mem::replace(&mut self.phase, Phase::Done)
@@ -470,7 +658,7 @@ impl TargetHandoff {
         let mut routes = Vec::new();
         for (a, r) in self.request.actors.iter().zip(results) {
             match r {
-                Some(Ok(location)) => {
+                Cas::Done(Ok(location)) => {
                     self.effects.push_back(TargetEffect::OpenDispatch {
                         actor: a.actor.clone(),
                         location: location.clone(),

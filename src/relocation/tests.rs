@@ -730,6 +730,169 @@ fn failed_cas_opens_nothing_and_sends_no_44() {
     assert!(drain_target(&mut t).is_empty());
 }
 
+/// A target in `Committing` with its CAS of `a` sent (cutover at `t0`).
+fn committing(t0: Instant) -> TargetHandoff {
+    let mut t =
+        TargetHandoff::restore(source(), restore_request(), RelocationConfig::default(), t0);
+    drain_target(&mut t);
+    t.handle_installed(t0, Ok(()));
+    t.handle_cutover(t0);
+    drain_target(&mut t);
+    t
+}
+
+/// The lease the target's CAS presented (the holder of [`location`]).
+fn target_holder() -> crate::store::LeaseHolder {
+    location("a").holder()
+}
+
+/// The record still as the source's relocation fence left it (owned by the source).
+fn unchanged_record() -> ActorLocation {
+    let mut l = location("a");
+    l.owner_node = source();
+    l.node_generation = NodeGeneration::new(3);
+    l.owner_lease_generation = OwnerLeaseGeneration::new(1);
+    l.authority_owner_generation = fence(11).authority_owner_generation;
+    l.version = fence(11).version;
+    l
+}
+
+// spec: SB-8.6, SB-8.9 — a CAS whose answer was lost is decided by the record read back: the
+// record names this node's lease under the moving incarnation, so the CAS was applied: the
+// target commits with it (dispatch, 44s, result) as if the answer had come.
+#[test]
+fn a_lost_cas_answer_is_decided_by_the_record_read_back() {
+    let t0 = Instant::now();
+    let a = ActorId::new("a").unwrap();
+    let mut t = committing(t0);
+    t.handle_cas_lost(t0 + ms(5), &a, target_holder());
+    assert_eq!(
+        drain_target(&mut t),
+        vec![TargetEffect::ReadOwner { actor: a.clone() }]
+    );
+    assert_eq!(t.phase(), TargetPhaseName::Committing);
+    // The store cannot be read: asked again after the retry interval, not before.
+    t.handle_owner_read(t0 + ms(10), &a, Err(()));
+    assert!(drain_target(&mut t).is_empty());
+    assert_eq!(t.poll_timeout(), Some(t0 + ms(10) + CAS_READ_BACK_RETRY));
+    t.handle_timeout(t0 + ms(11));
+    assert!(drain_target(&mut t).is_empty());
+    t.handle_timeout(t0 + ms(10) + CAS_READ_BACK_RETRY);
+    assert_eq!(
+        drain_target(&mut t),
+        vec![TargetEffect::ReadOwner { actor: a.clone() }]
+    );
+    t.handle_owner_read(t0 + ms(300), &a, Ok(Some(location("a"))));
+    let effects = drain_target(&mut t);
+    assert_eq!(
+        effects[0],
+        TargetEffect::OpenDispatch {
+            actor: a.clone(),
+            location: location("a"),
+            behind_source: false
+        }
+    );
+    assert_eq!(
+        effects
+            .iter()
+            .filter(|e| matches!(e, TargetEffect::SendRoute { .. }))
+            .count(),
+        2
+    );
+    assert!(matches!(
+        effects.last(),
+        Some(TargetEffect::Finished(TargetOutcome::Cas { committed, failed, .. }))
+            if committed == &vec![location("a")] && failed.is_empty()
+    ));
+}
+
+// spec: SB-8.6 — the record read back still carries the source's relocation fence: the CAS was
+// not applied and is sent again; a refusal of that second CAS is read back too (the first may
+// have landed in between), and the record decides.
+#[test]
+fn a_lost_cas_that_was_not_applied_is_sent_again() {
+    let t0 = Instant::now();
+    let a = ActorId::new("a").unwrap();
+    let mut t = committing(t0);
+    t.handle_cas_lost(t0, &a, target_holder());
+    drain_target(&mut t);
+    t.handle_owner_read(t0 + ms(1), &a, Ok(Some(unchanged_record())));
+    assert_eq!(
+        drain_target(&mut t),
+        vec![TargetEffect::CasOwner {
+            actor: a.clone(),
+            expected: fence(11)
+        }]
+    );
+    // the first CAS landed meanwhile: the second is refused (fence mismatch) → read back
+    t.handle_cas(t0 + ms(2), &a, Err(()));
+    assert_eq!(
+        drain_target(&mut t),
+        vec![TargetEffect::ReadOwner { actor: a.clone() }]
+    );
+    t.handle_owner_read(t0 + ms(3), &a, Ok(Some(location("a"))));
+    assert!(matches!(
+        drain_target(&mut t).last(),
+        Some(TargetEffect::Finished(TargetOutcome::Cas { committed, .. })) if committed.len() == 1
+    ));
+}
+
+// spec: SB-8.6 — a record that moved on (the fence retired by a durable abort, the actor
+// recovered or taken over, no record) fails the actor at once; a store that stays unreadable
+// fails it once the read-back's wait is over. Either way nothing opens and no 44 leaves.
+#[test]
+fn a_lost_cas_fails_when_the_record_moved_on_or_cannot_be_read_in_time() {
+    let t0 = Instant::now();
+    let a = ActorId::new("a").unwrap();
+    let failed_only = |effects: &[TargetEffect]| {
+        assert!(!effects.iter().any(|e| matches!(
+            e,
+            TargetEffect::OpenDispatch { .. } | TargetEffect::SendRoute { .. }
+        )));
+        assert!(matches!(
+            effects.last(),
+            Some(TargetEffect::Finished(TargetOutcome::Cas { committed, failed, .. }))
+                if committed.is_empty() && failed.len() == 1
+        ));
+    };
+    let mut retired = unchanged_record();
+    retired.version = StoreVersion::new(12);
+    for record in [Some(retired), None] {
+        let mut t = committing(t0);
+        t.handle_cas_lost(t0, &a, target_holder());
+        drain_target(&mut t);
+        t.handle_owner_read(t0 + ms(1), &a, Ok(record));
+        failed_only(&drain_target(&mut t));
+    }
+    // Unreadable until the wait is over: asked again every retry interval, then failed.
+    let mut t = committing(t0);
+    t.handle_cas_lost(t0, &a, target_holder());
+    assert_eq!(
+        drain_target(&mut t),
+        vec![TargetEffect::ReadOwner { actor: a.clone() }]
+    );
+    let (mut now, mut reads) = (t0, 1);
+    let last = loop {
+        t.handle_owner_read(now, &a, Err(()));
+        let effects = drain_target(&mut t);
+        if !effects.is_empty() {
+            break effects;
+        }
+        now = t.poll_timeout().expect("asked again");
+        t.handle_timeout(now);
+        let effects = drain_target(&mut t);
+        if effects != vec![TargetEffect::ReadOwner { actor: a.clone() }] {
+            break effects;
+        }
+        reads += 1;
+    };
+    failed_only(&last);
+    assert!(now >= t0 + CAS_READ_BACK_WAIT, "failed early");
+    assert!(now < t0 + CAS_READ_BACK_WAIT + CAS_READ_BACK_RETRY);
+    assert_eq!(reads, 15);
+    assert!(t.outcome().is_some());
+}
+
 // spec: SB-8.5 — a target that cannot install or rehydrate refuses before relay-ready.
 #[test]
 fn target_refuses_restore_it_cannot_install() {

@@ -31,6 +31,7 @@ use super::handled::{BoxFuture, Handled};
 use super::lane::{GateInner, LaneHandle};
 use super::spot::{ActorRef, AskStart, Payload, SpotKind, SpotRef, TimerRef, await_reply};
 
+#[allow(unnameable_types)] // sealed: nameable inside the crate only, by design
 mod sealed {
     pub trait Sealed {}
 }

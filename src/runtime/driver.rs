@@ -175,7 +175,7 @@ where
             stamp,
         };
         let ran = catch_unwind(AssertUnwindSafe(move || work(env, lane)))
-            .unwrap_or(Handled::Now(Err(HandlerError::Panicked)));
+            .unwrap_or_else(|_| Handled::Now(Err(HandlerError::Panicked)));
         let terminal = |turn: InlineTurn, r: Result<(), HandlerError>| {
             if keep {
                 end_record(&lane.gate, lane, invocation, r);
@@ -211,7 +211,7 @@ where
 
 fn run_job(job: Job, env: TurnEnv, lane: &LaneHandle) -> Handled<()> {
     catch_unwind(AssertUnwindSafe(move || job.run(env, lane)))
-        .unwrap_or(Handled::Now(Err(HandlerError::Panicked)))
+        .unwrap_or_else(|_| Handled::Now(Err(HandlerError::Panicked)))
 }
 
 /// The record reached its terminal while the right is held: post-processing (EG-8), barriers
@@ -362,6 +362,9 @@ pub(super) async fn drain(gate: Arc<GateInner>, mut fence: Fence, mut first: Opt
     let mut spare: std::collections::VecDeque<Queued<Job>> = std::collections::VecDeque::new();
     // the budget check after the last handler, when a batch made it already
     let mut checked: Option<bool> = None;
+    // the turn being run came with a batch (only this holder starts one): a lone record's
+    // terminal does not look for the batch's next record
+    let mut batched = false;
     loop {
         let (next, room) = match first.take() {
             Some(f) => (Some(Step::InFlight(f)), false),
@@ -395,6 +398,7 @@ pub(super) async fn drain(gate: Arc<GateInner>, mut fence: Fence, mut first: Opt
                     None => false,
                 };
                 let turn = g.poll_turn_batch(&mut core, BATCH_EXTRA, &mut spare);
+                batched = core.batch_active();
                 (turn.map(Step::Turn), room)
             }
         };
@@ -473,7 +477,12 @@ pub(super) async fn drain(gate: Arc<GateInner>, mut fence: Fence, mut first: Opt
                         finished = Some((lane, invocation));
                         break;
                     }
-                    match gate.gate.batch_next() {
+                    let next = if batched {
+                        gate.gate.batch_next()
+                    } else {
+                        None
+                    };
+                    match next {
                         Some(next) => {
                             invocation += 1;
                             item = next;

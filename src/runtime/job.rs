@@ -175,48 +175,39 @@ impl Job {
     where
         F: FnOnce(TurnEnv, &LaneHandle) -> Handled<()> + Send + 'static,
     {
-        let mut storage = MaybeUninit::<Inline>::uninit();
-        let fits = size_of::<F>() <= size_of::<Inline>() && align_of::<F>() <= align_of::<Inline>();
-        if fits {
-            // SAFETY: size and alignment checked just above.
-            unsafe { storage.as_mut_ptr().cast::<F>().write(f) };
-            Job {
-                storage,
-                vtable: &Direct::<F>::VTABLE,
-                _not_sync: PhantomData,
-            }
-        } else {
-            // SAFETY: a `Box<F>` is one pointer: it always fits the word-aligned storage.
-            unsafe { storage.as_mut_ptr().cast::<Box<F>>().write(Box::new(f)) };
-            Job {
-                storage,
-                vtable: &Boxed::<F>::VTABLE,
-                _not_sync: PhantomData,
-            }
-        }
+        // SAFETY: `Direct<F>` and `Boxed<F>` are the vtables of `F` inline and boxed.
+        unsafe { Job::store(f, &Direct::<F>::VTABLE, &Boxed::<F>::VTABLE) }
     }
 
     /// Store the record `t`: inline when it fits, boxed otherwise; unlike a closure it can be
     /// taken back out unrun ([`Job::into_captured`]).
     pub fn capturable<T: Capturable>(t: T) -> Job {
+        // SAFETY: `DirectCap<T>` and `BoxedCap<T>` are the vtables of `T` inline and boxed.
+        unsafe { Job::store(t, &DirectCap::<T>::VTABLE, &BoxedCap::<T>::VTABLE) }
+    }
+
+    /// Store `t` inline with the vtable `direct` when it fits, else boxed with `boxed`.
+    ///
+    /// # Safety
+    /// `direct` must read a `T` from the storage and `boxed` a `Box<T>` (`Direct`/`Boxed` of a
+    /// closure, `DirectCap`/`BoxedCap` of a record).
+    #[inline(always)]
+    unsafe fn store<T>(t: T, direct: &'static VTable, boxed: &'static VTable) -> Job {
         let mut storage = MaybeUninit::<Inline>::uninit();
         let fits = size_of::<T>() <= size_of::<Inline>() && align_of::<T>() <= align_of::<Inline>();
-        if fits {
+        let vtable = if fits {
             // SAFETY: size and alignment checked just above.
             unsafe { storage.as_mut_ptr().cast::<T>().write(t) };
-            Job {
-                storage,
-                vtable: &DirectCap::<T>::VTABLE,
-                _not_sync: PhantomData,
-            }
+            direct
         } else {
             // SAFETY: a `Box<T>` is one pointer: it always fits the word-aligned storage.
             unsafe { storage.as_mut_ptr().cast::<Box<T>>().write(Box::new(t)) };
-            Job {
-                storage,
-                vtable: &BoxedCap::<T>::VTABLE,
-                _not_sync: PhantomData,
-            }
+            boxed
+        };
+        Job {
+            storage,
+            vtable,
+            _not_sync: PhantomData,
         }
     }
 

@@ -2,28 +2,35 @@
 //! lanes per serial execution object, Yield, Defer/Join, budgets and progress domains.
 //!
 //! Layers (see `docs/RUNTIME.md`):
-//! * [`core`] — the sans-IO scheduling core: lanes, ready set, lane decision, reservations;
-//! * [`gate`] — the right to run: one atomic word, fencing numbers, the acquire/release protocol
+//! * `core` — the sans-IO scheduling core: lanes, ready set, lane decision, reservations;
+//! * `gate` — the right to run: one atomic word, fencing numbers, the acquire/release protocol
 //!   (loom-modelled);
 //! * `driver` — the thin async layer on tokio: drain tasks, inline handlers, Yield detachment,
 //!   budgets, progress domains;
-//! * [`policy`] — lane policy types (SB-11.2); `spot` — Spots, actors, timers and their gate
+//! * `policy` — lane policy types ([`LanePolicy`], SB-11.2); `spot` — Spots, actors, timers and their gate
 //!   layout (EG-1.3, EG-2); `context` — handler contexts (Yield by type, EG-16.1–16.4);
-//!   [`status`] — bounded coalescing status subscribers (EG-13).
+//!   `status` — bounded coalescing status subscribers (EG-13).
 //!
 //! Call order for a user: build a [`Runtime`], create Spots ([`Runtime::create_spot`]), spawn
 //! actors and timers on them ([`SpotRef::spawn_actor`], [`SpotRef::add_timer`]), then
 //! [`ActorRef::tell`] / [`ActorRef::ask`]; handlers receive a [`Ctx`] typed by the Spot kind.
 
 mod barrier;
-pub mod config;
+pub(crate) mod config;
 mod context;
+#[cfg(feature = "testing")]
 pub mod core;
+#[cfg(not(feature = "testing"))]
+#[allow(dead_code)] // the accessors only tests read
+pub(crate) mod core;
 mod depth;
 mod domain;
 mod driver;
-pub mod error;
+pub(crate) mod error;
+#[cfg(feature = "testing")]
 pub mod gate;
+#[cfg(not(feature = "testing"))]
+pub(crate) mod gate;
 mod handled;
 mod held;
 mod job;
@@ -31,10 +38,10 @@ mod lane;
 mod metrics;
 mod park;
 mod pending;
-pub mod policy;
+pub(crate) mod policy;
 mod slot;
 mod spot;
-pub mod status;
+pub(crate) mod status;
 
 use std::future::Future;
 use std::sync::Arc;

@@ -25,6 +25,7 @@ use super::job::Job;
 use super::lane::{GateInner, LaneHandle};
 use super::spot::{ActorRef, lane_stats};
 
+#[allow(unnameable_types)] // sealed: nameable inside the crate only, by design
 mod sealed {
     pub trait Sealed {}
 }

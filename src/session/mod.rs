@@ -7,9 +7,9 @@
 //! # Rooms
 //! | module | holds |
 //! |---|---|
-//! | [`aggregate`] | `SessionBindingAggregate`: the sans-IO serial section of one session (bind, relays and their sequence, push checks, 51, replacement timers, disconnect snapshot) |
-//! | [`slot`] | the actor owner's `BindingSlot` beside each local incarnation (38 registration, 24 check, tombstones) |
-//! | [`flow`] | the closed vocabulary of rejected records and their counters (SB-5.9) |
+//! | `aggregate` | `SessionBindingAggregate`: the sans-IO serial section of one session (bind, relays and their sequence, push checks, 51, replacement timers, disconnect snapshot) |
+//! | `slot` | the actor owner's `BindingSlot` beside each local incarnation (38 registration, 24 check, tombstones) |
+//! | `flow` | the closed vocabulary of rejected records and their counters (SB-5.9: [`FlowReject`]) |
 //! | `owner` | the thin driver: sessions by SessionRid, session lanes, callbacks, timers, sending 38/24/36/51 through the node's `SessionHost` |
 //!
 //! # Contract
@@ -72,18 +72,30 @@
 //! `examples/bench_session.rs` measures this path (through the demo application's
 //! `RelaySend` / `RelayRequest`), `docs/PERFORMANCE.md` its cost.
 
+#[cfg(feature = "testing")]
 pub mod aggregate;
+#[cfg(not(feature = "testing"))]
+#[allow(dead_code)] // what only the tests read
+pub(crate) mod aggregate;
 mod cell;
 use crate::clock;
-pub mod flow;
+pub(crate) mod flow;
 #[cfg(feature = "testing")]
 pub mod fuzz_harness;
 #[cfg(all(test, not(feature = "testing")))]
 mod fuzz_harness;
 mod inline;
 pub(crate) mod owner;
+#[cfg(feature = "testing")]
 pub mod seal;
+#[cfg(not(feature = "testing"))]
+#[allow(dead_code)] // what only the tests read
+pub(crate) mod seal;
+#[cfg(feature = "testing")]
 pub mod slot;
+#[cfg(not(feature = "testing"))]
+#[allow(dead_code)] // what only the tests read
+pub(crate) mod slot;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -96,13 +108,18 @@ use crate::actor::{ActorError, ActorRef, Message};
 use crate::config::{ConfigError, HandlerRegistry};
 use crate::runtime::{BoxFuture, HandlerError};
 
-pub use aggregate::{Binding, SessionBindingAggregate, SessionIdentity};
+pub use aggregate::{Binding, BindingToken};
+#[cfg(feature = "testing")]
+pub use aggregate::{SessionBindingAggregate, SessionIdentity};
 pub use clock::{BootClock, Clock, ManualClock, SystemClock};
 pub use flow::{FlowCounters, FlowRecord, FlowReject};
 pub(crate) use inline::Detached;
 pub(crate) use owner::{SessionHost, SessionOwner, SessionOwnerConfig};
 pub use seal::SealGauges;
+#[cfg(feature = "testing")]
 pub use slot::{BindingSlot, RegisteredBinding};
+#[cfg(not(feature = "testing"))]
+pub(crate) use slot::{BindingSlot, RegisteredBinding};
 
 pub use crate::actor::{CLOSE_SESSION_KEY, RESERVED_KEYS_START};
 

@@ -37,8 +37,10 @@
 //! - [`MemoryStore`]: one process, for unit tests.
 //! - [`SqliteStore`]: the embedded default; one file shared by every node process of a machine.
 //! - [`RedisStore`]: a Redis server shared by the nodes of a mesh on any number of machines.
-//! - [`CountingStore`]: wraps any store and counts every call per operation (SB-14.6).
-//! - [`FaultStore`]: wraps any store and injects an outage (every call `Unavailable`).
+//!
+//! For tests (the feature `testing`): `CountingStore` wraps any store and counts every call per
+//! operation (SB-14.6); `FaultStore` wraps any store and injects an outage (every call
+//! `Unavailable`).
 //!
 //! [`open`] builds a backend from a [`StoreUrl`] (`memory:`, `sqlite:///path`,
 //! `redis://HOST[:PORT][/DB][?prefix=NAME&lease_timeout_ms=N]`).
@@ -49,8 +51,11 @@ mod time;
 #[cfg(any(test, feature = "testing"))]
 pub mod contract;
 mod core;
+// `StoreOp` is the metrics' vocabulary; the counting wrapper is for tests.
+#[cfg_attr(not(any(test, feature = "testing")), allow(dead_code))]
 mod counting;
 mod error;
+#[cfg(any(test, feature = "testing"))]
 mod fault;
 mod memory;
 mod redis;
@@ -66,8 +71,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use crate::clock::{Clock, ManualClock, SystemClock};
-pub use counting::{CountingStore, StoreCallCounts, StoreOp};
+pub use counting::StoreOp;
+#[cfg(any(test, feature = "testing"))]
+pub use counting::{CountingStore, StoreCallCounts};
 pub use error::StoreError;
+#[cfg(any(test, feature = "testing"))]
 pub use fault::FaultStore;
 pub use memory::MemoryStore;
 pub use redis::{RedisOptions, RedisStore};

@@ -45,10 +45,11 @@ use zlink::relocation::recovery::{
     AttemptResult, DEFAULT_RECOVERY_BACKOFF, DEFAULT_RECOVERY_BACKOFF_MAX, Recovery,
     RecoveryOutcome,
 };
+use zlink::relocation::tombstone::{TombstonePlan, TombstoneStep, Whereabouts};
 use zlink::relocation::{
-    FailReason, FollowLookup, FollowTable, MigratedState, MovingActor, RelocationConfig,
-    RestoreRefusal, RestoreRequest, SealTarget, SourceEffect, SourceHandoff, SourceOutcome,
-    SourcePhaseName, Subject, TargetEffect, TargetHandoff,
+    FailReason, FollowConfig, FollowLookup, FollowTable, MigratedState, MovingActor,
+    RelocationConfig, RestoreRefusal, RestoreRequest, SealTarget, SourceEffect, SourceHandoff,
+    SourceOutcome, SourcePhaseName, Subject, TargetEffect, TargetHandoff,
 };
 use zlink::session::aggregate::{
     BindCompletion, BindStart, BindTarget, Released, ReplacedOutcome, RouteApplied,
@@ -62,9 +63,9 @@ use zlink::store::{
     MemoryStore, OwnerFence, Reservation, StoreTime,
 };
 use zlink_wire::{
-    ActorId, AuthorityFence as WireAuthorityFence, AuthorityOwnerGeneration, BindSnapshot,
-    BindingGeneration, BoundSessionReplaced, DispatchKey, MeshName, NodeGeneration, NodeRid,
-    ObjectGeneration, OwnerId, OwnerLeaseGeneration, PreviousSessionOwner, RelocationId,
+    ActorId, AuthorityFence as WireAuthorityFence, AuthorityOwnerGeneration, BindOperation,
+    BindSnapshot, BindingGeneration, BoundSessionReplaced, DispatchKey, MeshName, NodeGeneration,
+    NodeRid, ObjectGeneration, OwnerId, OwnerLeaseGeneration, PreviousSessionOwner, RelocationId,
     SealIdentity, SealOutcome, SessionLifecycleGeneration, SessionRelocationRoute,
     SessionRelocationSeal, SessionRid,
 };
@@ -81,6 +82,12 @@ const BIND_DEADLINE_MS: Millis = 4_000;
 const REQUEST_DEADLINE_MS: Millis = 5_000;
 /// A replaced session's callback runs this long.
 const CALLBACK_MS: Millis = 100;
+/// A session binds its actor again this long after its unbind, and a disconnected client's new
+/// session binds it this long after the disconnect.
+const REBIND_MS: Millis = 300;
+/// A tombstone held by a relocation's seal looks again this long after it last looked (the
+/// node's request timeout), when no relocation end woke it.
+const TOMBSTONE_WAKE_MS: Millis = 5_000;
 /// After the last action: every partition healed and every timer ran out — a relocation
 /// started at the end (seal and restore timeouts, 3 s each), its source's result timeout
 /// (11 s, `RelocationConfig::result_timeout`), the store's answer to its query and the SB-8.6
@@ -132,9 +139,10 @@ pub struct Faults {
     pub open_into_moving_spot: bool,
     /// A Spot move's target sends the 44 commit only to the first member's sessions.
     pub spot_44_to_first_member: bool,
-    /// The source's driver finds the incarnation it moves by its object generation alone
-    /// (today's node: `hold_ingress`, `end_incarnation`, `end_unserved`), so after a lease
-    /// expiry and a failover on the same node it acts on the new incarnation.
+    /// The source's driver finds the incarnation it moves by its object generation alone (the
+    /// node before it compared the owner fence: `hold_ingress`, `take_held`,
+    /// `end_incarnation`, `end_unserved`, the unseal), so after a lease expiry and a failover
+    /// on the same node it acts on the new incarnation.
     pub source_by_generation: bool,
     /// The SB-8.6 recovery makes one attempt (the node before its retry): a store out of reach
     /// at that moment leaves the actor unserved.
@@ -142,6 +150,24 @@ pub struct Faults {
     /// The source's result timeout never fires (the node before its bounded wait): a source
     /// whose target's result is lost waits forever, its actor sealed and served nowhere.
     pub no_result_timeout: bool,
+    /// A 38 unbind or disconnect that finds its incarnation sealed by a relocation is applied
+    /// to the source's slot at once (the node before `relocation::tombstone`): the binding
+    /// travels in the Restore, and after a commit the target holds it for a session gone.
+    pub tombstone_ignores_seal: bool,
+    /// A disconnect held through a commit is forwarded to the new owner as an unbind (not as
+    /// the disconnect the plan steps to): the binding is removed there, its
+    /// `OnDisconnectActor` never runs.
+    pub forward_as_unbind: bool,
+    /// The Follow table's seal entry of a moving incarnation ends by its hold time
+    /// (`FollowConfig::seal_hold`, 8 s from the runtime seal) and is released only when the
+    /// source unseals or fails (today's node), not when the relocation ends: a source waiting
+    /// out its 11 s result timeout outlives it, and a tombstone then applies at the source
+    /// while the binding lives at the target.
+    pub seal_entry_expires: bool,
+    /// A target whose CAS answer is lost takes it for a refusal (the node before it read the
+    /// record back): it discards the actor while the CAS may have won, and the store names it
+    /// with nothing serving there.
+    pub cas_loss_is_failure: bool,
 }
 
 impl Faults {
@@ -168,6 +194,10 @@ impl Faults {
             "source_by_generation" => f.source_by_generation = true,
             "recovery_tries_once" => f.recovery_tries_once = true,
             "no_result_timeout" => f.no_result_timeout = true,
+            "tombstone_ignores_seal" => f.tombstone_ignores_seal = true,
+            "forward_as_unbind" => f.forward_as_unbind = true,
+            "seal_entry_expires" => f.seal_entry_expires = true,
+            "cas_loss_is_failure" => f.cas_loss_is_failure = true,
             _ => return None,
         }
         Some(f)
@@ -208,6 +238,13 @@ pub enum Action {
     /// The node that hosts the seed's Spot (the first one, by index, with a member there)
     /// moves it whole to node `to` (`Subject::Spot`): every member it hosts, sealed together.
     RelocateSpot { to: usize },
+    /// The session bound to the actor unbinds it (38 Unbind to the owner its route names), and
+    /// binds it again a while later.
+    Unbind { actor: usize },
+    /// The client of the session bound to the actor disconnects (38 Disconnect for each of its
+    /// bindings: the Spot's `OnDisconnectActor` runs once per binding); its new session binds
+    /// the actors again a while later.
+    Disconnect { actor: usize },
 }
 
 /// A run's input.
@@ -384,6 +421,37 @@ impl Scenario {
             }
             actions.extend(moves);
         }
+        // Unbinds and disconnects from a stream of their own too: a sixth of the relocations
+        // (single or whole-Spot) race one of a moving actor (40 ms before to 300 ms after the
+        // start), and a third of the seeds have one anywhere.
+        let mut t = Rng::new(seed ^ 0x7B0B_D15C);
+        let mut tombs = Vec::new();
+        for (at, a) in &actions {
+            let actor = match a {
+                Action::Relocate { actor, .. } => *actor,
+                Action::RelocateSpot { .. } => spot[0],
+                _ => continue,
+            };
+            if t.chance(170) {
+                // from just before the start (its hook may be running when the move begins)
+                let at = (at + t.range(0, 340)).saturating_sub(40);
+                tombs.push(if t.chance(500) {
+                    (at, Action::Disconnect { actor })
+                } else {
+                    (at, Action::Unbind { actor })
+                });
+            }
+        }
+        if t.chance(300) {
+            let actor = t.below(actors as u64) as usize;
+            let at = t.below(end_ms);
+            tombs.push(if t.chance(500) {
+                (at, Action::Disconnect { actor })
+            } else {
+                (at, Action::Unbind { actor })
+            });
+        }
+        actions.extend(tombs);
         actions.sort_by_key(|(at, _)| *at);
         Self {
             seed,
@@ -442,9 +510,13 @@ pub struct Stats {
     /// … after which the source activated the actor again from its state (SB-8.6 recovery).
     pub recovered: u64,
     /// Actors a failed relocation may leave unserved at the end: a target's CAS answer was lost
-    /// (it discarded the actor; the CAS may have won, and then the recovery finds the record
-    /// moved on).
+    /// and its record could not be read back within `CAS_READ_BACK_WAIT` (the store out of
+    /// reach): it failed while the CAS may have won (exempt, counted).
     pub unrecovered: u64,
+    /// CAS answers lost (the store call timed out).
+    pub cas_answers_lost: u64,
+    /// Records read back after a lost CAS answer.
+    pub cas_read_backs: u64,
     /// Recovery attempts repeated (the store out of reach, the lease lapsed).
     pub recovery_retries: u64,
     /// Recoveries that found the record moved on (the target's CAS won, another incarnation).
@@ -539,6 +611,35 @@ pub struct Stats {
     pub spot_restores_refused: u64,
     /// Relays processed by a member after a Spot move of it.
     pub processed_after_spot_move: u64,
+    /// 38 unbinds and disconnects sent (one per binding).
+    pub tombstones: u64,
+    /// … of them disconnects.
+    pub disconnects: u64,
+    /// … held by a relocation's seal at their owner.
+    pub tombstones_held: u64,
+    /// … forwarded once by Message Follow (after a commit).
+    pub tombstones_forwarded: u64,
+    /// … that removed the binding.
+    pub tombstones_applied: u64,
+    /// … refused as not current (replaced, ended with its incarnation, removed already).
+    pub tombstones_not_current: u64,
+    /// … lost with a connection or a crashed node.
+    pub tombstones_lost: u64,
+    /// `OnDisconnectActor` runs.
+    pub hooks_run: u64,
+    /// … of them by a node the disconnect was forwarded to.
+    pub hooks_run_forwarded: u64,
+    /// Hook turns dropped unstarted (the incarnation moved or ended under them).
+    pub hooks_dropped: u64,
+    /// Relays dropped with their binding's unbind or their session's disconnect.
+    pub dropped_tombstoned: u64,
+    /// Tombstones refused by a source whose lease ran out mid-move (not live, still sealed):
+    /// when the move commits, the target holds the binding (a node gap, exempt).
+    pub tombstones_stranded: u64,
+    /// Tombstones that found no follow entry at a source whose failed move the target's CAS
+    /// had won after all (the recovery superseded): the target keeps the binding (a node gap,
+    /// exempt).
+    pub tombstones_superseded: u64,
 }
 
 impl std::ops::AddAssign for Stats {
@@ -563,6 +664,8 @@ impl std::ops::AddAssign for Stats {
         self.failed += o.failed;
         self.recovered += o.recovered;
         self.unrecovered += o.unrecovered;
+        self.cas_answers_lost += o.cas_answers_lost;
+        self.cas_read_backs += o.cas_read_backs;
         self.result_waits_expired += o.result_waits_expired;
         self.result_waits_moved += o.result_waits_moved;
         self.result_queries_retried += o.result_queries_retried;
@@ -607,6 +710,19 @@ impl std::ops::AddAssign for Stats {
         self.spot_busy += o.spot_busy;
         self.spot_restores_refused += o.spot_restores_refused;
         self.processed_after_spot_move += o.processed_after_spot_move;
+        self.tombstones += o.tombstones;
+        self.disconnects += o.disconnects;
+        self.tombstones_held += o.tombstones_held;
+        self.tombstones_forwarded += o.tombstones_forwarded;
+        self.tombstones_applied += o.tombstones_applied;
+        self.tombstones_not_current += o.tombstones_not_current;
+        self.tombstones_lost += o.tombstones_lost;
+        self.hooks_run += o.hooks_run;
+        self.hooks_run_forwarded += o.hooks_run_forwarded;
+        self.hooks_dropped += o.hooks_dropped;
+        self.dropped_tombstoned += o.dropped_tombstoned;
+        self.tombstones_stranded += o.tombstones_stranded;
+        self.tombstones_superseded += o.tombstones_superseded;
     }
 }
 
@@ -693,6 +809,8 @@ enum StoreOp {
     },
     /// The source's read of the moving actors' records after its result timeout.
     Lookup { actors: Vec<ActorId> },
+    /// The target's read of the record after its CAS answer was lost.
+    ReadOwner { actor: usize },
 }
 
 #[derive(Clone, Debug)]
@@ -765,11 +883,44 @@ enum Msg {
         call: u64,
         result: Result<ActorLocation, ()>,
     },
+    /// 38 Unbind / Disconnect of one binding identity (tombstone `id`), to the owner its route
+    /// names, with the fences of that route.
+    Tombstone(Tomb),
     /// The store's answer to a [`StoreOp::Lookup`].
     Records {
         call: u64,
         records: Vec<(ActorId, Option<ActorLocation>)>,
     },
+}
+
+/// A 38 tombstone as it travels.
+#[derive(Clone, Debug)]
+struct Tomb {
+    id: u64,
+    actor: usize,
+    operation: BindOperation,
+    /// The binding identity: session owner node, lifecycle, binding generation.
+    session_owner: usize,
+    lifecycle: u64,
+    generation: u64,
+    object_generation: u64,
+    /// The fences of the route it was sent on.
+    route_generation: u64,
+    route_authority: u64,
+    /// Forwarded once by Message Follow already.
+    followed: bool,
+}
+
+/// A tombstone at its actor owner, stepped by the real [`TombstonePlan`].
+struct HeldTomb {
+    tomb: Tomb,
+    plan: TombstonePlan,
+    /// Its hook's turn is scheduled (the binding is being notified).
+    hooking: bool,
+    /// Counted as held once.
+    held: bool,
+    /// Its hook ran here.
+    hooked: bool,
 }
 
 #[derive(Debug)]
@@ -832,6 +983,26 @@ enum Event {
     Reregister {
         node: usize,
         generation: u64,
+    },
+    /// The turn of tombstone `id`'s `OnDisconnectActor` on `node` comes.
+    HookTurn {
+        node: usize,
+        generation: u64,
+        id: u64,
+    },
+    /// Tombstones held on `node` look again (a seal entry that ended by its hold time).
+    TombWake {
+        node: usize,
+        generation: u64,
+    },
+    /// Session `session` of `node` binds `actors` again (after its unbind; a new session of the
+    /// client after its disconnect, `new`).
+    Rebind {
+        node: usize,
+        generation: u64,
+        session: usize,
+        actors: Vec<usize>,
+        new: bool,
     },
     /// The actor's next turn on `node`.
     Turn {
@@ -964,6 +1135,10 @@ struct Node {
     recoveries: BTreeMap<usize, Recovering>,
     /// The last 44 received (node-wide, for a late copy): (session slot, record).
     last_44: Option<(usize, SessionRelocationRoute)>,
+    /// 38 tombstones at this actor owner not decided yet (held, or running their hook).
+    tombs: BTreeMap<u64, HeldTomb>,
+    /// A [`Event::TombWake`] is scheduled.
+    tomb_wake: bool,
 }
 
 /// A relay's fate.
@@ -1021,12 +1196,30 @@ struct World<'s> {
     held: BTreeSet<u64>,
     /// (actor, object generation): incarnations whose record a failed relocation removed.
     retired: BTreeSet<(usize, u64)>,
-    /// Actors whose SB-8.6 recovery could not remove the record (one try, as the node does).
-    unrecovered: BTreeSet<usize>,
+    /// Actors whose target could not read their record back after a lost CAS answer (the
+    /// store out of reach past `CAS_READ_BACK_WAIT`).
+    read_back_unreadable: BTreeSet<usize>,
     /// Actors moved at least once.
     moved: BTreeSet<usize>,
     /// Actors moved at least once with their Spot.
     spot_moved: BTreeSet<usize>,
+    /// Every tombstone sent: id → (actor, binding generation, disconnect, fate).
+    tombs: BTreeMap<u64, (usize, u64, bool, Option<&'static str>)>,
+    /// (actor, binding generation) → how often its `OnDisconnectActor` ran.
+    hooks: BTreeMap<(usize, u64), u32>,
+    /// (actor, binding generation): bindings their session unbound or disconnected.
+    unbound: BTreeSet<(usize, u64)>,
+    /// (node, actor): the actor's incarnation there ended with its owner's lease while a
+    /// relocation of it ran there.
+    lease_ended_mid_move: BTreeSet<(usize, usize)>,
+    /// (node, actor): a failed relocation's recovery there found the record moved on (the
+    /// target's CAS won after the source decided "failed"): no follow entry was installed.
+    superseded: BTreeSet<(usize, usize)>,
+    /// (target node, actor): a relocation its source decided "failed" (its CAS may still win
+    /// at that target).
+    decided_failed: BTreeSet<(usize, usize)>,
+    /// Session rids handed out (a new session after a disconnect takes the next).
+    next_rid: u64,
     cuts: BTreeMap<(Ep, Ep), u64>,
     next_cut: u64,
     stats: Stats,
@@ -1112,9 +1305,16 @@ impl<'s> World<'s> {
             binds: BTreeMap::new(),
             held: BTreeSet::new(),
             retired: BTreeSet::new(),
-            unrecovered: BTreeSet::new(),
+            read_back_unreadable: BTreeSet::new(),
             moved: BTreeSet::new(),
             spot_moved: BTreeSet::new(),
+            tombs: BTreeMap::new(),
+            hooks: BTreeMap::new(),
+            unbound: BTreeSet::new(),
+            superseded: BTreeSet::new(),
+            decided_failed: BTreeSet::new(),
+            lease_ended_mid_move: BTreeSet::new(),
+            next_rid: 100,
             cuts: BTreeMap::new(),
             next_cut: 1,
             stats: Stats::default(),
@@ -1218,12 +1418,23 @@ impl<'s> World<'s> {
             offset: 0,
             sessions: BTreeMap::new(),
             actors: BTreeMap::new(),
-            follow: FollowTable::default(),
+            // the seal entry lasts as long as the relocation (released at its end, whatever the
+            // outcome); its hold time only bounds an entry nothing releases
+            follow: if self.faults.seal_entry_expires {
+                FollowTable::default()
+            } else {
+                FollowTable::new(FollowConfig {
+                    seal_hold: Duration::from_secs(60),
+                    ..FollowConfig::default()
+                })
+            },
             sources: BTreeMap::new(),
             targets: BTreeMap::new(),
             calls: BTreeMap::new(),
             recoveries: BTreeMap::new(),
             last_44: None,
+            tombs: BTreeMap::new(),
+            tomb_wake: false,
         };
         // Only the first lifecycle has client sessions (a restarted node's clients would bind
         // anew: the sessions world's subject).
@@ -1279,13 +1490,39 @@ impl<'s> World<'s> {
             Msg::Relay(r) => Some(r.id),
             _ => None,
         };
+        let tomb = match &msg {
+            Msg::Tombstone(t) => Some(t.id),
+            _ => None,
+        };
         match self.net.send(self.now, from, to, msg) {
             Some((at, env)) => self.queue.push(at, Event::Deliver(env)),
             None => {
                 if let Some(id) = relay {
                     self.fate(id, Fate::Dropped("sent on a broken connection"));
                 }
+                if let Some(id) = tomb {
+                    self.tomb_fate(id, "lost with its connection");
+                }
             }
+        }
+    }
+
+    /// Records how tombstone `id` ended (once).
+    fn tomb_fate(&mut self, id: u64, fate: &'static str) {
+        let Some(t) = self.tombs.get_mut(&id) else {
+            return;
+        };
+        if t.3.is_some() {
+            return;
+        }
+        t.3 = Some(fate);
+        match fate {
+            "applied" => self.stats.tombstones_applied += 1,
+            "lost with its connection" | "its node crashed" => self.stats.tombstones_lost += 1,
+            _ => self.stats.tombstones_not_current += 1,
+        }
+        if let Some(tr) = &mut self.trace {
+            tr.push(format!("{:>6}   tombstone {id}: {fate}", self.now));
         }
     }
 
@@ -1319,6 +1556,9 @@ impl<'s> World<'s> {
                 "its binding was replaced" | "its session closed (replaced)" => {
                     self.stats.dropped_replaced += 1;
                 }
+                "its binding was unbound" | "its session disconnected" => {
+                    self.stats.dropped_tombstoned += 1;
+                }
                 _ => self.stats.dropped_no_owner += 1,
             }
             if let Some(t) = &mut self.trace {
@@ -1335,6 +1575,8 @@ impl<'s> World<'s> {
                 "its session's seal timed out"
                 | "its seal's session timed out"
                 | "its session closed (replaced)"
+                | "its binding was unbound"
+                | "its session disconnected"
                 | "its deadline passed while held" => Some(self.now),
                 _ => Some(self.now + 2),
             };
@@ -1385,6 +1627,9 @@ impl<'s> World<'s> {
                 if !accepted || !up {
                     if let Msg::Relay(r) = &env.msg {
                         self.fate(r.id, Fate::Dropped("lost with its connection"));
+                    }
+                    if let Msg::Tombstone(t) = &env.msg {
+                        self.tomb_fate(t.id, "lost with its connection");
                     }
                     return Ok(());
                 }
@@ -1526,6 +1771,66 @@ impl<'s> World<'s> {
                 }
                 Ok(())
             }
+            Event::HookTurn {
+                node,
+                generation,
+                id,
+            } => {
+                if self.nodes[node].up && self.nodes[node].generation == generation {
+                    self.hook_turn(node, id)?;
+                }
+                Ok(())
+            }
+            Event::TombWake { node, generation } => {
+                if self.nodes[node].up && self.nodes[node].generation == generation {
+                    self.nodes[node].tomb_wake = false;
+                    self.step_tombs(node)?;
+                    if self.nodes[node]
+                        .tombs
+                        .values()
+                        .any(|h| h.held && !h.hooking)
+                    {
+                        self.arm_tomb_wake(node);
+                    }
+                }
+                Ok(())
+            }
+            Event::Rebind {
+                node,
+                generation,
+                session,
+                actors,
+                new,
+            } => {
+                if !(self.nodes[node].up && self.nodes[node].generation == generation) {
+                    return Ok(());
+                }
+                if new {
+                    let r = self.next_rid;
+                    self.next_rid += 1;
+                    let id = SessionIdentity {
+                        owner: rid(node),
+                        lifecycle: SessionLifecycleGeneration::new(generation),
+                        session: SessionRid::new(r),
+                    };
+                    self.nodes[node].sessions.insert(
+                        session,
+                        Session {
+                            rid: r,
+                            agg: SessionBindingAggregate::new(
+                                id,
+                                OwnerId::new(1_000 + node as u64),
+                                Duration::from_secs(30),
+                            ),
+                            last_44: None,
+                        },
+                    );
+                }
+                for a in actors {
+                    self.bind(a, node, session)?;
+                }
+                Ok(())
+            }
             Event::Turn {
                 node,
                 generation,
@@ -1556,12 +1861,25 @@ impl<'s> World<'s> {
                 if self.nodes[node].up && self.nodes[node].generation == generation {
                     if let Some((reloc, op)) = self.nodes[node].calls.remove(&call) {
                         self.log(|| format!("n{node}: store call {call} timed out"));
-                        if let StoreOp::Cas { actor, .. } = &op {
-                            // the CAS may have won unseen: the target discards what it
-                            // holds while the store may name it, and nothing serves the
-                            // actor there (counted at the end)
-                            self.unrecovered.insert(*actor);
-                            self.orphaned.insert(*actor);
+                        if let StoreOp::Cas { actor, owner, .. } = &op {
+                            self.stats.cas_answers_lost += 1;
+                            if self.faults.cas_loss_is_failure {
+                                // the CAS may have won unseen: the target discards what it
+                                // holds while the store may name it
+                                self.orphaned.insert(*actor);
+                            } else {
+                                // the answer was lost: the target reads the record back and
+                                // the store decides (`handle_cas_lost`, `ReadOwner`)
+                                let now = self.instant(node);
+                                if let Some(t) = self.nodes[node].targets.get_mut(&reloc) {
+                                    t.core.handle_cas_lost(
+                                        now,
+                                        &actor_id(*actor),
+                                        owner.holder.clone(),
+                                    );
+                                }
+                                return self.drive_target(node, reloc);
+                            }
                         }
                         self.store_result(node, reloc, op, Err(()))?;
                     }
@@ -1608,6 +1926,8 @@ impl<'s> World<'s> {
                 Ok(())
             }
             Action::LeaseExpiry { node, down_ms } => self.lease_expiry(node, down_ms),
+            Action::Unbind { actor } => self.unbind(actor),
+            Action::Disconnect { actor } => self.disconnect(actor),
             Action::Bind {
                 actor,
                 node,
@@ -1810,6 +2130,390 @@ impl<'s> World<'s> {
             self.fate(id, Fate::Dropped("its session closed (replaced)"));
         }
         self.nodes[node].sessions.remove(&k);
+    }
+
+    /// The session bound to `actor` unbinds it (SB-6.6): the binding leaves the aggregate (its
+    /// seal and held relays with it), a 38 Unbind goes to the owner its route names, and the
+    /// session binds the actor again later.
+    fn unbind(&mut self, actor: usize) -> Result<(), Violation> {
+        let (node, k) = self.binder[&actor];
+        if !self.nodes[node].up {
+            return Ok(());
+        }
+        let lifecycle = self.nodes[node].generation;
+        let held = self.held_of(node, k, Some(actor));
+        let Some(s) = self.nodes[node].sessions.get_mut(&k) else {
+            return Ok(());
+        };
+        let Some(g) = s.agg.find(&actor_id(actor)).map(|b| b.generation) else {
+            return Ok(());
+        };
+        let Ok(b) = s.agg.remove(&actor_id(actor), g) else {
+            return Ok(());
+        };
+        for id in held {
+            self.held.remove(&id);
+            self.fate(id, Fate::Dropped("its binding was unbound"));
+        }
+        self.send_tomb(node, lifecycle, &b, BindOperation::Unbind);
+        self.queue.push(
+            self.now + REBIND_MS,
+            Event::Rebind {
+                node,
+                generation: lifecycle,
+                session: k,
+                actors: vec![actor],
+                new: false,
+            },
+        );
+        Ok(())
+    }
+
+    /// The client of the session bound to `actor` disconnects (SB-7.1): the session closes with
+    /// its snapshot, one 38 Disconnect per binding to the owner its route names (each owner runs
+    /// the Spot's `OnDisconnectActor` once, SB-7.3, SB-7.4); a new session of the client binds
+    /// the actors again later.
+    fn disconnect(&mut self, actor: usize) -> Result<(), Violation> {
+        let (node, k) = self.binder[&actor];
+        if !self.nodes[node].up || !self.nodes[node].sessions.contains_key(&k) {
+            return Ok(());
+        }
+        let lifecycle = self.nodes[node].generation;
+        let held = self.held_of(node, k, None);
+        let mut s = self.nodes[node].sessions.remove(&k).expect("session");
+        let bindings = s.agg.disconnect();
+        for id in held {
+            self.held.remove(&id);
+            self.fate(id, Fate::Dropped("its session disconnected"));
+        }
+        let mut actors = Vec::new();
+        for b in &bindings {
+            actors.push(actor_index(&b.actor));
+            self.send_tomb(node, lifecycle, b, BindOperation::Disconnect);
+        }
+        self.log(|| format!("  n{node} session {k} disconnects: {actors:?}"));
+        self.queue.push(
+            self.now + REBIND_MS,
+            Event::Rebind {
+                node,
+                generation: lifecycle,
+                session: k,
+                actors,
+                new: true,
+            },
+        );
+        Ok(())
+    }
+
+    /// Sends the 38 tombstone `operation` of binding `b` of a session of `node`.
+    fn send_tomb(
+        &mut self,
+        node: usize,
+        lifecycle: u64,
+        b: &zlink::session::aggregate::Binding,
+        operation: BindOperation,
+    ) {
+        let id = self.next_id;
+        self.next_id += 1;
+        let actor = actor_index(&b.actor);
+        let disconnect = operation == BindOperation::Disconnect;
+        self.tombs
+            .insert(id, (actor, b.generation.get(), disconnect, None));
+        self.unbound.insert((actor, b.generation.get()));
+        self.stats.tombstones += 1;
+        if disconnect {
+            self.stats.disconnects += 1;
+        }
+        let to = index_of(&b.route.node);
+        self.log(|| {
+            format!(
+                "  tombstone {id} ({operation:?}) of a{actor} binding {} -> n{to}",
+                b.generation.get()
+            )
+        });
+        let t = Tomb {
+            id,
+            actor,
+            operation,
+            session_owner: node,
+            lifecycle,
+            generation: b.generation.get(),
+            object_generation: b.object_generation.get(),
+            route_generation: b.route.node_generation.get(),
+            route_authority: b.route.authority_owner_generation.get(),
+            followed: false,
+        };
+        self.send(node, to, Msg::Tombstone(t));
+    }
+
+    /// Where a tombstone's incarnation is on `node` (`Node::whereabouts`): not live here; sealed
+    /// by a relocation that has neither committed nor aborted (the Follow table's seal entry of
+    /// that object generation); or here.
+    fn whereabouts(&mut self, node: usize, actor: usize, og: u64) -> Whereabouts {
+        let live = self.nodes[node]
+            .actors
+            .get(&actor)
+            .is_some_and(|inc| !matches!(inc.state, IncState::Temp { .. } | IncState::Ended));
+        if !live {
+            return Whereabouts::Away;
+        }
+        let now = self.instant(node);
+        let sealed =
+            self.nodes[node]
+                .follow
+                .lookup(&actor_id(actor), ObjectGeneration::new(og), now)
+                == FollowLookup::Sealed;
+        if sealed && !self.faults.tombstone_ignores_seal {
+            Whereabouts::Sealed
+        } else {
+            Whereabouts::Here
+        }
+    }
+
+    fn arm_tomb_wake(&mut self, node: usize) {
+        if !self.nodes[node].tomb_wake {
+            self.nodes[node].tomb_wake = true;
+            let generation = self.nodes[node].generation;
+            self.queue.push(
+                self.now + TOMBSTONE_WAKE_MS,
+                Event::TombWake { node, generation },
+            );
+        }
+    }
+
+    /// Every tombstone of `node` not running its hook takes its next step.
+    fn step_tombs(&mut self, node: usize) -> Result<(), Violation> {
+        let ids: Vec<u64> = self.nodes[node]
+            .tombs
+            .iter()
+            .filter(|(_, h)| !h.hooking)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in ids {
+            self.step_tomb(node, id)?;
+        }
+        Ok(())
+    }
+
+    /// Tombstone `id` at actor owner `node` takes its steps (`Node::tombstone_binding`): the
+    /// real [`TombstonePlan`] decides from where the incarnation is; this driver holds it, runs
+    /// the hook, removes the binding from the slot, or forwards it once by Message Follow.
+    fn step_tomb(&mut self, node: usize, id: u64) -> Result<(), Violation> {
+        let Some(h) = self.nodes[node].tombs.get(&id) else {
+            return Ok(());
+        };
+        if h.hooking {
+            return Ok(());
+        }
+        let t = h.tomb.clone();
+        let at = self.whereabouts(node, t.actor, t.object_generation);
+        let h = self.nodes[node].tombs.get_mut(&id).expect("tomb");
+        let step = h.plan.step(at);
+        let hooked = h.hooked;
+        let (sender, lc, g) = (
+            rid(t.session_owner),
+            SessionLifecycleGeneration::new(t.lifecycle),
+            BindingGeneration::new(t.generation),
+        );
+        match step {
+            TombstoneStep::Hold => {
+                // only the binding the relocation carries is held; another identity is not
+                // current here nor there (binds are refused while sealed)
+                let current = self.nodes[node].actors.get(&t.actor).is_some_and(|inc| {
+                    inc.slot
+                        .current()
+                        .is_some_and(|c| c.same_identity(&sender, lc, g))
+                });
+                if !current {
+                    self.nodes[node].tombs.remove(&id);
+                    self.tomb_fate(id, if hooked { "applied" } else { "not current" });
+                    return Ok(());
+                }
+                let h = self.nodes[node].tombs.get_mut(&id).expect("tomb");
+                if !h.held {
+                    h.held = true;
+                    self.stats.tombstones_held += 1;
+                    self.log(|| format!("  n{node} holds tombstone {id} (sealed)"));
+                }
+                self.arm_tomb_wake(node);
+                Ok(())
+            }
+            TombstoneStep::RunHook => {
+                // the binding stays current while the hook runs (SB-7.4), once (SB-7.3)
+                let begun = self.nodes[node]
+                    .actors
+                    .get_mut(&t.actor)
+                    .is_some_and(|inc| inc.slot.begin_disconnect(&sender, lc, g));
+                if !begun {
+                    self.nodes[node].tombs.remove(&id);
+                    self.tomb_fate(id, "not current");
+                    return Ok(());
+                }
+                self.nodes[node].tombs.get_mut(&id).expect("tomb").hooking = true;
+                let generation = self.nodes[node].generation;
+                // an application callback: up to four turns long
+                let ms = super::mix(self.s.seed ^ 0x0D15, id) % (4 * self.s.turn_ms + 1);
+                self.queue.push(
+                    self.now + ms,
+                    Event::HookTurn {
+                        node,
+                        generation,
+                        id,
+                    },
+                );
+                Ok(())
+            }
+            TombstoneStep::TombstoneHere => {
+                let removed = self.nodes[node]
+                    .actors
+                    .get_mut(&t.actor)
+                    .and_then(|inc| inc.slot.tombstone(&sender, lc, g))
+                    .is_some();
+                self.nodes[node].tombs.remove(&id);
+                self.log(|| format!("  n{node} tombstone {id}: removed {removed}"));
+                self.tomb_fate(
+                    id,
+                    if removed || hooked {
+                        "applied"
+                    } else {
+                        "not current"
+                    },
+                );
+                Ok(())
+            }
+            TombstoneStep::Forward(operation) => {
+                self.nodes[node].tombs.remove(&id);
+                let operation = if self.faults.forward_as_unbind {
+                    BindOperation::Unbind
+                } else {
+                    operation
+                };
+                if t.followed {
+                    // forwarded once already: the new owner moved it on again
+                    self.tomb_fate(id, "followed once already");
+                    return Ok(());
+                }
+                let now = self.instant(node);
+                let og = ObjectGeneration::new(t.object_generation);
+                let fence = CallFence {
+                    actor_id: actor_id(t.actor),
+                    object_generation: og,
+                    authority_owner_generation: AuthorityOwnerGeneration::new(t.route_authority),
+                    owner_lease_generation: OwnerLeaseGeneration::new(0),
+                    node_generation: NodeGeneration::new(t.route_generation),
+                };
+                let me = self.nodes[node].generation;
+                let looked = self.nodes[node].follow.lookup(&actor_id(t.actor), og, now);
+                if !hooked
+                    && (looked == FollowLookup::Sealed
+                        || self.lease_ended_mid_move.contains(&(node, t.actor)))
+                {
+                    // not live here because its owner's lease ran out mid-move (the
+                    // incarnation ended with it): while the move runs Message Follow refuses it
+                    // (`Sealed`), and when it commits no follow entry is installed (the node
+                    // installs one only with the incarnation it ends), so the target keeps the
+                    // binding it carried (a node gap: counted, reported)
+                    self.stats.tombstones_stranded += 1;
+                    self.tomb_fate(id, "refused sealed (its owner's lease ran out mid-move)");
+                    return Ok(());
+                }
+                if t.route_generation == me
+                    && let FollowLookup::Forward(route) = looked
+                    && check_moved(&route.source, &fence, FenceUse::Bind).is_ok()
+                {
+                    let to = index_of(&route.target.owner_node);
+                    self.stats.tombstones_forwarded += 1;
+                    self.log(|| {
+                        format!("  n{node} forwards tombstone {id} ({operation:?}) to n{to}")
+                    });
+                    let f = Tomb {
+                        operation,
+                        route_generation: route.target.node_generation.get(),
+                        route_authority: route.target.authority_owner_generation.get(),
+                        followed: true,
+                        ..t
+                    };
+                    self.send(node, to, Msg::Tombstone(f));
+                    return Ok(());
+                }
+                if t.route_generation != me && !hooked {
+                    // addressed to a lifecycle of this node that crashed (the 44 that would have
+                    // moved the route on was lost): nothing here knows where the binding went
+                    self.tomb_fate(id, "its route's owner crashed");
+                    return Ok(());
+                }
+                // no route (ended, or the follow time is over): nothing holds it
+                self.tomb_fate(id, if hooked { "applied" } else { "not current" });
+                Ok(())
+            }
+        }
+    }
+
+    /// The turn of tombstone `id`'s `OnDisconnectActor` comes on `node`: it runs as a lifecycle
+    /// turn of the actor's Spot lane. A Spot sealed by its relocation holds the turn (it runs
+    /// after an abort); an incarnation that moved or ended drops it unstarted.
+    fn hook_turn(&mut self, node: usize, id: u64) -> Result<(), Violation> {
+        let Some(h) = self.nodes[node].tombs.get(&id) else {
+            return Ok(());
+        };
+        let t = h.tomb.clone();
+        let n = &self.nodes[node];
+        let inc = n.actors.get(&t.actor).filter(|inc| {
+            inc.object_generation == t.object_generation
+                && !matches!(inc.state, IncState::Temp { .. } | IncState::Ended)
+        });
+        let ran = match inc {
+            None => false,
+            Some(inc) => {
+                let spot_sealed = matches!(
+                    inc.state,
+                    IncState::Sealed { .. } | IncState::Relaying { .. }
+                ) && n.sources.values().any(|s| s.spot && s.moves(t.actor));
+                if spot_sealed {
+                    let generation = n.generation;
+                    self.queue.push(
+                        self.now + 20,
+                        Event::HookTurn {
+                            node,
+                            generation,
+                            id,
+                        },
+                    );
+                    return Ok(());
+                }
+                true
+            }
+        };
+        if ran {
+            let runs = self.hooks.entry((t.actor, t.generation)).or_insert(0);
+            *runs += 1;
+            let runs = *runs;
+            self.stats.hooks_run += 1;
+            if t.followed {
+                self.stats.hooks_run_forwarded += 1;
+            }
+            self.log(|| {
+                format!(
+                    "  n{node}: OnDisconnectActor of a{} (tombstone {id})",
+                    t.actor
+                )
+            });
+            // spec: SB-7.3, SB-7.4 — the Spot's OnDisconnectActor runs exactly once per binding
+            if runs > 1 {
+                return Err(self.violation(format!(
+                    "OnDisconnectActor of a{} ran {runs} times for binding {} (on n{node}, \
+                     tombstone {id})",
+                    t.actor, t.generation
+                )));
+            }
+        } else {
+            self.stats.hooks_dropped += 1;
+        }
+        let h = self.nodes[node].tombs.get_mut(&id).expect("tomb");
+        h.plan.hook_ended(ran);
+        h.hooking = false;
+        h.hooked |= ran;
+        self.step_tomb(node, id)
     }
 
     /// A 38 at actor owner `to`.
@@ -2314,6 +3018,13 @@ impl<'s> World<'s> {
             bindings.push(binding);
         }
         let now = self.instant(owner);
+        // the Follow table's seal entry from the start, as `node::relocate` installs it with the
+        // binding it reads (a tombstone finds the incarnation sealed from here on)
+        for (&actor, o) in actors.iter().zip(&owners) {
+            self.nodes[owner]
+                .follow
+                .seal(actor_id(actor), o.object_generation, now);
+        }
         let subject = if spot {
             Subject::Spot("s".into())
         } else {
@@ -2390,6 +3101,9 @@ impl<'s> World<'s> {
                 if let IncState::Sealed { queue } = inc.state {
                     lost.extend(queue.iter().map(|r| r.id));
                 }
+                if n.sources.values().any(|s| s.moves(a)) {
+                    self.lease_ended_mid_move.insert((node, a));
+                }
                 ended.push(a);
             }
         }
@@ -2444,12 +3158,16 @@ impl<'s> World<'s> {
         n.targets.clear();
         n.calls.clear();
         n.recoveries.clear();
+        let tombs: Vec<u64> = std::mem::take(&mut n.tombs).into_keys().collect();
         if let Some(h) = n.holder.take() {
             // its lease ends (the ownership world simulates how long that takes)
             let _ = poll_now(self.store.release_owner(h));
         }
         for id in lost {
             self.fate(id, Fate::Dropped("its node crashed"));
+        }
+        for id in tombs {
+            self.tomb_fate(id, "its node crashed");
         }
         for a in orphans {
             self.orphan(a);
@@ -2582,10 +3300,11 @@ impl<'s> World<'s> {
     }
 
     /// The incarnation a source on `node` moves: the actor's incarnation there that serves under
-    /// the source's owner fence (`owner`: its lease and authority); none when it ended with that
+    /// the source's owner fence (`owner`: object generation, authority, lease and process, as
+    /// the node's `LocalActor::is_incarnation` compares them); none when it ended with that
     /// lease (a lease expiry), or another incarnation was activated or moved in there since —
     /// a failover keeps the object generation, so that alone does not tell them apart
-    /// (`source_by_generation` matches on it, as the node does).
+    /// (`source_by_generation` matches on it, as the node did).
     fn source_inc(
         &mut self,
         node: usize,
@@ -2600,14 +3319,22 @@ impl<'s> World<'s> {
                     && !matches!(inc.state, IncState::Temp { .. });
             }
             inc.location.as_ref().is_some_and(|l| {
-                l.owner_lease_generation == owner.holder.lease_generation
+                l.object_generation == owner.object_generation
+                    && l.owner_lease_generation == owner.holder.lease_generation
                     && l.authority_owner_generation == owner.authority_owner_generation
+                    && l.node_generation == owner.holder.node_generation
             })
         })
     }
 
-    /// Performs the source's effects.
+    /// Performs the source's effects; then the tombstones held on `node` look again (a
+    /// relocation's step may end a seal entry: commit, abort).
     fn drive_source(&mut self, node: usize, reloc: u64) -> Result<(), Violation> {
+        self.source_effects(node, reloc)?;
+        self.step_tombs(node)
+    }
+
+    fn source_effects(&mut self, node: usize, reloc: u64) -> Result<(), Violation> {
         loop {
             let Some(s) = self.nodes[node].sources.get_mut(&reloc) else {
                 return Ok(());
@@ -2816,6 +3543,20 @@ impl<'s> World<'s> {
                             }
                         }
                     };
+                    // the seal entries end with the relocation (an installed follow entry stays;
+                    // the node releases them at its unseal and in `end_unserved`)
+                    let owners = self.nodes[node].sources[&reloc].owners.clone();
+                    let failing = matches!(outcome, SourceOutcome::Failed(_));
+                    if failing || !self.faults.seal_entry_expires {
+                        for (&a, o) in actors.iter().zip(&owners) {
+                            self.nodes[node]
+                                .follow
+                                .release(&actor_id(a), o.object_generation);
+                        }
+                    }
+                    for &actor in &failed {
+                        self.decided_failed.insert((target, actor));
+                    }
                     // never reopens: what the failed incarnations hold is never processed here
                     for actor in failed {
                         let owner = self.nodes[node].sources[&reloc].owner_of(actor);
@@ -2887,7 +3628,10 @@ impl<'s> World<'s> {
                 self.nodes[node].recoveries.remove(&actor);
                 match o {
                     RecoveryOutcome::Recovered { .. } => self.stats.recovered += 1,
-                    RecoveryOutcome::Superseded => self.stats.recoveries_superseded += 1,
+                    RecoveryOutcome::Superseded => {
+                        self.stats.recoveries_superseded += 1;
+                        self.superseded.insert((node, actor));
+                    }
                     RecoveryOutcome::LeaseLost => self.stats.recoveries_lease_lost += 1,
                     RecoveryOutcome::Failed => {}
                 }
@@ -2927,7 +3671,7 @@ impl<'s> World<'s> {
         };
         self.retired.insert((actor, og));
         self.orphaned.remove(&actor);
-        self.unrecovered.remove(&actor);
+        self.read_back_unreadable.remove(&actor);
         self.log(|| {
             format!(
                 "  n{node} activates a{actor} again from its state (incarnation {}, \
@@ -3014,6 +3758,12 @@ impl<'s> World<'s> {
                             },
                         },
                     );
+                }
+                TargetEffect::ReadOwner { actor } => {
+                    // a store call with its timeout (no answer: unreadable, asked again)
+                    self.stats.cas_read_backs += 1;
+                    let actor = actor_index(&actor);
+                    self.store_send(node, reloc, StoreOp::ReadOwner { actor });
                 }
                 TargetEffect::OpenDispatch {
                     actor,
@@ -3179,7 +3929,12 @@ impl<'s> World<'s> {
         let Msg::StoreCall { call, op } = msg else {
             return;
         };
-        if let StoreOp::Lookup { actors } = &op {
+        let read = match &op {
+            StoreOp::Lookup { actors } => Some(actors.clone()),
+            StoreOp::ReadOwner { actor } => Some(vec![actor_id(*actor)]),
+            _ => None,
+        };
+        if let Some(actors) = read {
             let records: Vec<(ActorId, Option<ActorLocation>)> = actors
                 .iter()
                 .map(|id| {
@@ -3213,7 +3968,7 @@ impl<'s> World<'s> {
                 self.store
                     .cas_owner(actor_id(*actor), *expected, owner.clone()),
             ),
-            StoreOp::Lookup { .. } => unreachable!("answered above"),
+            StoreOp::Lookup { .. } | StoreOp::ReadOwner { .. } => unreachable!("answered above"),
         };
         self.log(|| {
             format!(
@@ -3288,7 +4043,27 @@ impl<'s> World<'s> {
             }
             // no answer within the store call's timeout
             StoreOp::Lookup { .. } => self.owners_read(node, reloc, Err(())),
+            StoreOp::ReadOwner { actor } => self.owner_read(node, reloc, actor, Err(())),
         }
+    }
+
+    /// The record read back by a target whose CAS answer was lost (`Err`: not read): the target
+    /// core decides (committed, the CAS sent again, failed) or reads again later.
+    fn owner_read(
+        &mut self,
+        node: usize,
+        reloc: u64,
+        actor: usize,
+        record: Result<Option<ActorLocation>, ()>,
+    ) -> Result<(), Violation> {
+        let now = self.instant(node);
+        if record.is_err() {
+            self.read_back_unreadable.insert(actor);
+        }
+        if let Some(t) = self.nodes[node].targets.get_mut(&reloc) {
+            t.core.handle_owner_read(now, &actor_id(actor), record);
+        }
+        self.drive_target(node, reloc)
     }
 
     /// The store's records of a source's moving actors after its result timeout (`Err`: not
@@ -3494,6 +4269,21 @@ impl<'s> World<'s> {
                 self.drive_source(to, reloc)
             }
             Msg::Route(rec) => self.route(to, rec),
+            Msg::Tombstone(t) => {
+                let id = t.id;
+                let plan = TombstonePlan::new(t.operation);
+                self.nodes[to].tombs.insert(
+                    id,
+                    HeldTomb {
+                        tomb: t,
+                        plan,
+                        hooking: false,
+                        held: false,
+                        hooked: false,
+                    },
+                );
+                self.step_tomb(to, id)
+            }
             Msg::Bind {
                 id,
                 actor,
@@ -3523,9 +4313,13 @@ impl<'s> World<'s> {
                 self.store_result(to, reloc, op, result)
             }
             Msg::Records { call, records } => {
-                let Some((reloc, _)) = self.nodes[to].calls.remove(&call) else {
+                let Some((reloc, op)) = self.nodes[to].calls.remove(&call) else {
                     return Ok(()); // after its timeout: late, dropped
                 };
+                if let StoreOp::ReadOwner { actor } = op {
+                    let record = records.into_iter().next().and_then(|(_, l)| l);
+                    return self.owner_read(to, reloc, actor, Ok(record));
+                }
                 self.owners_read(to, reloc, Ok(records))
             }
             Msg::StoreCall { .. } => Ok(()),
@@ -3797,6 +4591,11 @@ impl<'s> World<'s> {
             self.fate(r.id, Fate::Dropped("its binding was replaced"));
             return Ok(());
         }
+        if refused && self.unbound.contains(&(r.actor, r.generation)) {
+            // spec: SB-6.6 — its session unbound it (or disconnected): the tombstone removed it
+            self.fate(r.id, Fate::Dropped("its binding was unbound"));
+            return Ok(());
+        }
         if refused && self.ended_bindings.contains(&(r.actor, r.generation)) {
             // spec: SB-5.3 — the actor was activated again after its owner crashed: the
             // binding ended there, the new incarnation's slot refuses its relays
@@ -3967,7 +4766,6 @@ impl<'s> World<'s> {
     }
 
     fn final_check(&mut self) -> Result<(), Violation> {
-        self.stats.unrecovered = self.unrecovered.len() as u64;
         // spec: SB-8.6 — every relocation ends: after the drain (longer than every timeout of
         // the cores, the source's result timeout included) no live node still runs one; a
         // source whose target's result was lost asks the store and decides
@@ -4005,14 +4803,90 @@ impl<'s> World<'s> {
                 matches!(inc.state, IncState::Serving)
                     && inc.object_generation == l.object_generation.get()
             });
-            // …unless a target whose CAS answer was lost discarded the actor while the CAS may
-            // have won (the recovery then finds the record moved on)
-            if live && !served && !self.unrecovered.contains(&a) {
+            // …unless a target whose CAS answer was lost could not read the record back within
+            // `CAS_READ_BACK_WAIT` (the store out of reach) and failed while the CAS may have
+            // won (the recovery then finds the record moved on; counted)
+            if live && !served && self.read_back_unreadable.contains(&a) {
+                self.stats.unrecovered += 1;
+                continue;
+            }
+            if live && !served {
                 return Err(self.violation(format!(
                     "a{a}: the store names n{i} (live, its lease) but nothing serves it there"
                 )));
             }
         }
+        // spec: SB-6.6, SB-7.3, SB-7.4, SB-8 — every 38 unbind or disconnect ends (applied where
+        // the binding lives, or refused as not current, or lost with its connection or node);
+        // a disconnect that removed its binding ran the Spot's OnDisconnectActor exactly once
+        // (here, or on the new owner it was forwarded to)
+        for (&id, &(actor, g, disconnect, fate)) in &self.tombs {
+            let Some(fate) = fate else {
+                return Err(self.violation(format!(
+                    "tombstone {id} of a{actor} binding {g} was neither applied nor refused"
+                )));
+            };
+            let runs = self.hooks.get(&(actor, g)).copied().unwrap_or(0);
+            if disconnect && fate == "applied" && runs != 1 {
+                return Err(self.violation(format!(
+                    "disconnect {id} of a{actor} removed binding {g} but its OnDisconnectActor \
+                     ran {runs} times"
+                )));
+            }
+        }
+        // …and no live incarnation holds a binding its session unbound or disconnected, unless
+        // every tombstone of it was lost (a broken connection, a crashed node)
+        let mut superseded_held = 0;
+        for (i, n) in self.nodes.iter().enumerate() {
+            if !n.up {
+                continue;
+            }
+            for (&a, inc) in &n.actors {
+                if matches!(inc.state, IncState::Temp { .. } | IncState::Ended) {
+                    continue;
+                }
+                let Some(g) = inc.slot.current().map(|c| c.generation.get()) else {
+                    continue;
+                };
+                if !self.unbound.contains(&(a, g)) {
+                    continue;
+                }
+                let fates: Vec<Option<&str>> = self
+                    .tombs
+                    .values()
+                    .filter(|t| t.0 == a && t.1 == g)
+                    .map(|t| t.3)
+                    .collect();
+                let lost = fates.iter().all(|f| {
+                    matches!(
+                        f,
+                        Some(
+                            "lost with its connection"
+                                | "its node crashed"
+                                | "refused sealed (its owner's lease ran out mid-move)"
+                                | "its route's owner crashed"
+                        )
+                    )
+                });
+                // a source decided "failed" (its target seen gone, no result), then that target's
+                // CAS won after all (read back and sent again, or answered late): no Message
+                // Follow to the target was installed (a node gap: counted, reported), so a 38
+                // that reached the source found no route and the target keeps the binding
+                let superseded = self.decided_failed.contains(&(i, a))
+                    && fates.iter().all(|f| *f == Some("not current"));
+                if superseded {
+                    superseded_held += 1;
+                    continue;
+                }
+                if !lost {
+                    return Err(self.violation(format!(
+                        "a{a} on n{i} still holds binding {g}, which its session unbound or \
+                         disconnected (tombstones: {fates:?})"
+                    )));
+                }
+            }
+        }
+        self.stats.tombstones_superseded += superseded_held;
         for (id, info) in &self.relays {
             match &info.fate {
                 None => {

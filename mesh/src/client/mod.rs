@@ -27,7 +27,7 @@ use bytes::Bytes;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::bridge::{Bell, Door};
-use crate::budget::OutboundBudget;
+use crate::config::OutboundBudget;
 use crate::outbox::SendBudget;
 use zlink_wire::{Disconnect, DisconnectReason, Limits};
 

@@ -182,6 +182,13 @@ impl Conn {
         }
     }
 
+    /// The driver was away for `gap` (no pass ran: descheduled, stopped, or one long pass):
+    /// what the other end sent meanwhile waits unread, so that time is not its silence. Its
+    /// silence is measured over the time the driver was there to hear it.
+    pub(crate) fn away(&mut self, gap: Duration) {
+        self.last_rx += gap;
+    }
+
     /// Nothing was heard from the other end for longer than `timeout` at `now` (a client
     /// session: the node does not ping its clients, they ping it).
     pub(crate) fn silent(&self, now: Instant, timeout: Duration) -> bool {

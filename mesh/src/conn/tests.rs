@@ -12,7 +12,7 @@ const WINDOW: InboundWindow = InboundWindow {
 };
 
 fn budget() -> Arc<SendBudget> {
-    Arc::new(SendBudget::new(crate::budget::OutboundBudget::default()))
+    Arc::new(SendBudget::new(crate::config::OutboundBudget::default()))
 }
 
 fn app(conn: &mut Conn, bytes: u64) -> Verdict {
@@ -646,4 +646,19 @@ fn liveness_pings_per_interval_and_times_out_on_silence() {
         conn.poll_liveness(t0 + 5 * s + s / 2, &liveness),
         Alive::TimedOut
     );
+}
+
+// The driver's time away is not the other end's silence: silent for 4 s of which the driver
+// was away 2 s is 2 s of silence; the rest of the timeout still runs.
+#[test]
+fn time_the_driver_was_away_is_not_silence() {
+    let t0 = Instant::now();
+    let s = Duration::from_secs(1);
+    let mut conn = Conn::idle(WINDOW, budget(), t0);
+    conn.came_up(t0, s);
+    assert!(conn.silent(t0 + 4 * s, 3 * s));
+    conn.away(2 * s);
+    assert!(!conn.silent(t0 + 4 * s, 3 * s));
+    assert!(!conn.silent(t0 + 5 * s, 3 * s));
+    assert!(conn.silent(t0 + 5 * s + s / 2, 3 * s));
 }

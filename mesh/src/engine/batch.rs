@@ -78,6 +78,8 @@ impl Engine {
     /// Payloads are copied out of the frame ([`unpin`]): a held record pins only its bytes,
     /// and the frame is released when this returns.
     pub(super) fn on_batch(&mut self, from: Sender<'_>, frame: Bytes) {
+        // Only application records travel in a batch.
+        self.app_work = true;
         let batch = match zlink_wire::BatchFrame::parse(frame) {
             Ok(b) => b,
             Err(e) => {
@@ -357,7 +359,7 @@ mod tests {
             bytes: 1 << 20,
         };
         let now = Instant::now();
-        let budget = Arc::new(SendBudget::new(crate::budget::OutboundBudget::default()));
+        let budget = Arc::new(SendBudget::new(crate::config::OutboundBudget::default()));
         let mut conn = Conn::granted(window, budget, now - Duration::from_secs(1));
         conn.grant_sent(conn.poll_grant().expect("initial grant"));
         let mut run = OneWayRun {

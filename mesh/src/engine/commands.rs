@@ -98,6 +98,7 @@ impl Engine {
                     self.credit_freed(from, records, bytes);
                 }
             }
+            #[cfg(feature = "testing")]
             Command::Hold { release, held } => {
                 let _ = held.send(());
                 // Released when the guard (the only sender) is dropped: `recv` then fails.
@@ -106,10 +107,11 @@ impl Engine {
                 {
                     tracing::warn!("test hold of the mesh I/O thread expired");
                 }
-                // The thread was held: what it does next is a new pass.
-                self.now = Instant::now();
+                // The thread was held: what it does next is a new pass, after a time away.
+                self.resume_at(Instant::now());
             }
             Command::Shutdown => self.running = false,
+            #[cfg(feature = "testing")]
             Command::Abort => {
                 self.running = false;
                 self.aborted = true;

@@ -428,7 +428,7 @@ mod tests {
     };
 
     fn conn(now: Instant) -> Conn {
-        let budget = Arc::new(SendBudget::new(crate::budget::OutboundBudget::default()));
+        let budget = Arc::new(SendBudget::new(crate::config::OutboundBudget::default()));
         let mut c = Conn::granted(WINDOW, budget, now);
         c.grant_sent(c.poll_grant().expect("initial grant"));
         c

@@ -169,6 +169,7 @@ impl Engine {
         };
         let verdict = conn.ingress(lane, &class, bytes, now);
         if verdict == Verdict::Deliver && (record.is_some() || from_memo) {
+            self.app_work = true;
             let cx = Context::new(&self.memo, &self.shared, self.local.generation, now);
             let arrived = Arrived {
                 header,
@@ -214,12 +215,15 @@ impl Engine {
                 Source::Client(session) => self.client_said_disconnect(session),
             },
             Verdict::Complete => match (src, record) {
-                (Source::Peer { node, generation }, Some(rec)) => self.complete(
-                    header.correlation.get(),
-                    (node.clone(), generation),
-                    rec,
-                    payload,
-                ),
+                (Source::Peer { node, generation }, Some(rec)) => {
+                    self.app_work = true;
+                    self.complete(
+                        header.correlation.get(),
+                        (node.clone(), generation),
+                        rec,
+                        payload,
+                    )
+                }
                 _ => self.shared.counters.drop(DropReason::WrongConnection, &src),
             },
             // CreditExceeded: the sender ignored its window, a protocol violation.

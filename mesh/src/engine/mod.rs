@@ -101,6 +101,10 @@ const HOUSEKEEPING: Duration = Duration::from_millis(1);
 /// its timeout. Owed credit and slow consumers are looked at every pass, for the sessions
 /// listed as needing it only, so an idle session costs housekeeping nothing in between.
 const CLIENT_SWEEP: Duration = Duration::from_millis(50);
+/// A gap between two passes of the I/O thread at least this long is time it was away: not
+/// counted as its peers' and clients' silence ([`Engine::away`]), and logged (debug, target
+/// `zlink_mesh::stall`).
+const AWAY: Duration = Duration::from_millis(100);
 /// Bound on commands drained per loop iteration.
 const CMD_BATCH: usize = 1024;
 /// Bound on replies waiting for a PAUSED completion connection, per peer.
@@ -109,6 +113,7 @@ const MAX_QUEUED_REPLIES: usize = 65_536;
 const MAX_PARTS: usize = 3;
 /// Longest a test hold ([`Command::Hold`]) keeps the I/O thread, so a leaked guard can
 /// never wedge a node (or a `shutdown` waiting for its thread) for good.
+#[cfg(feature = "testing")]
 const HOLD_LIMIT: Duration = Duration::from_secs(60);
 
 pub(crate) type Waiter = oneshot::Sender<Result<Response, RequestError>>;
@@ -157,6 +162,7 @@ pub(crate) enum Command {
     /// Test hook ([`crate::MeshNode::hold_io_for_tests`]): the I/O thread blocks until the
     /// sender of this channel is dropped (at most [`HOLD_LIMIT`]). Commands submitted behind
     /// it are drained in the same pass once it is released.
+    #[cfg(feature = "testing")]
     Hold {
         /// Dropped (disconnected) by the guard to release the thread.
         release: crossbeam_channel::Receiver<()>,
@@ -166,6 +172,7 @@ pub(crate) enum Command {
     Shutdown,
     /// Test hook ([`crate::MeshNode::abort_for_tests`]): stop like a crashed process, without
     /// telling peers or clients (no Disconnect, nothing queued flushed).
+    #[cfg(feature = "testing")]
     Abort,
 }
 
@@ -289,6 +296,11 @@ pub(crate) struct Engine {
     /// The lossless session event channel, once taken ([`Command::ClientEvents`]).
     client_events: Option<tokio::sync::mpsc::UnboundedSender<ClientEvent>>,
     running: bool,
+    /// Since the thread last slept: an application record was delivered or completed, or
+    /// the API handed over commands. Without it (only control: Pings answered, credit) an
+    /// idle pass sleeps at once instead of spinning ([`Engine::spin_for_work`]): nothing that
+    /// follows a Ping is worth a spin's yields.
+    app_work: bool,
     /// Stopped by [`Command::Abort`]: no goodbyes at shutdown.
     aborted: bool,
     limits: Limits,
@@ -527,6 +539,7 @@ impl Engine {
                 tomb_answered: false,
                 client_events: None,
                 running: true,
+                app_work: false,
                 aborted: false,
                 limits,
                 memo: DecodeMemo::default(),
@@ -603,6 +616,36 @@ impl Engine {
         }
     }
 
+    /// Sets the time of the pass starting at `now`. `self.now` is the previous pass's time (or
+    /// the wake-up's, after a sleep): a gap of [`AWAY`] or more since is a pass, spin or read
+    /// that kept this thread, the thread descheduled or stopped, or a test hold.
+    fn resume_at(&mut self, now: Instant) {
+        let gap = now.saturating_duration_since(self.now);
+        if gap >= AWAY {
+            self.away(gap);
+        }
+        self.now = now;
+    }
+
+    /// The I/O thread ran no pass for `gap` (descheduled, stopped, held, or one long pass):
+    /// what peers and clients sent meanwhile waits unread in the sockets, and a liveness check
+    /// at the next pass would run before the reads that find it. That time is not their
+    /// silence: each connection's silence is measured over the time this thread was there
+    /// ([`Conn::away`]).
+    fn away(&mut self, gap: Duration) {
+        tracing::debug!(
+            target: "zlink_mesh::stall",
+            gap_ms = gap.as_millis() as u64,
+            "the I/O thread ran no pass for a while"
+        );
+        for p in self.peers.values_mut() {
+            p.conn.away(gap);
+        }
+        for c in self.clients.values_mut() {
+            c.conn.away(gap);
+        }
+    }
+
     fn shutdown_sequence(&mut self) {
         self.now = Instant::now();
         if self.aborted {
@@ -655,7 +698,7 @@ impl Engine {
 impl crate::driver::Driver for Engine {
     #[inline]
     fn begin(&mut self, now: Instant) {
-        self.now = now;
+        self.resume_at(now);
     }
 
     /// Commands → PAUSED queues → stalled inbound records → housekeeping (every
@@ -671,7 +714,10 @@ impl crate::driver::Driver for Engine {
         }
         if !self.up.held.is_empty() {
             self.retry_stalled();
+            self.app_work = true;
         }
+        // Commands from the API and queued data that moved: application work.
+        self.app_work |= work > 0;
         let now = self.now;
         if now >= self.next_housekeeping {
             self.flush_handshakes();
@@ -712,6 +758,7 @@ impl crate::driver::Driver for Engine {
     }
 
     fn sleep(&mut self) -> Option<u8> {
+        self.app_work = false;
         let quiet = self.poll_once();
         self.next_housekeeping = self.next_housekeeping.min(self.now);
         Some(quiet)

@@ -76,8 +76,13 @@ impl Sockets {
 
 impl Engine {
     /// Yields the CPU a few times (`io_spin_yields`) while watching for commands or readable
-    /// data sockets ([`Ready::spin`]). `Some` with the sockets seen quiet when there is work.
+    /// data sockets ([`Ready::spin`]), once application work was done since the last sleep.
+    /// `Some` with the sockets seen quiet when there is work.
     pub(super) fn spin_for_work(&self) -> Option<u8> {
+        if !self.app_work {
+            // Only control since the last sleep (an idle session's Ping): sleep at once.
+            return None;
+        }
         self.sockets.ready.spin(
             self.cfg.io_spin_yields,
             &self.door,

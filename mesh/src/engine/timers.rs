@@ -95,6 +95,14 @@ impl Engine {
             if closing {
                 self.finish_client(s);
             } else {
+                if let Some(c) = self.clients.get(&s) {
+                    tracing::debug!(
+                        target: "zlink_mesh::stall",
+                        session = s,
+                        silent_ms = now.saturating_duration_since(c.conn.last_rx).as_millis() as u64,
+                        "client session silent past the peer timeout"
+                    );
+                }
                 self.close_client(s, ClientCloseCause::Timeout, now);
                 // A silent client is not waited for: what did not go out now is dropped.
                 if self.clients.contains_key(&s) {

@@ -344,7 +344,7 @@ impl MeshNode {
     /// read nor written while held; keep the hold short (peers time out after
     /// `peer_timeout`). Returns once the thread is held (what it received before was handled
     /// first); blocks the caller for that long (at most 20 s).
-    #[doc(hidden)]
+    #[cfg(feature = "testing")]
     pub fn hold_io_for_tests(&self) -> IoHold {
         let (release, held_rx) = crossbeam_channel::bounded(0);
         let (held, is_held) = crossbeam_channel::bounded(1);
@@ -359,7 +359,7 @@ impl MeshNode {
     /// **For tests only.** Stops the I/O thread like a crashed process and waits for it: no
     /// peer or client is told (no Disconnect, nothing queued is flushed), so they see the
     /// connection drop, as after `kill -9`.
-    #[doc(hidden)]
+    #[cfg(feature = "testing")]
     pub async fn abort_for_tests(mut self) {
         let _ = self.shared.bell.submit(Command::Abort);
         if let Some(t) = self.thread.take() {
@@ -379,7 +379,7 @@ impl MeshNode {
 }
 
 /// Guard of [`MeshNode::hold_io_for_tests`] (tests only): dropping it releases the I/O thread.
-#[doc(hidden)]
+#[cfg(feature = "testing")]
 #[derive(Debug)]
 #[must_use = "the I/O thread is released when the hold is dropped"]
 pub struct IoHold {

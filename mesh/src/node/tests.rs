@@ -49,7 +49,7 @@ fn the_outbox_frames_small_records_into_runs_in_order() {
     let outbox = Outbox::new(
         Arc::new(NodeRid::new("peer").unwrap()),
         NodeGeneration::new(1),
-        Arc::new(SendBudget::new(crate::budget::OutboundBudget::default())),
+        Arc::new(SendBudget::new(crate::config::OutboundBudget::default())),
         batching,
     );
     let record = |i: u8, len: usize| {

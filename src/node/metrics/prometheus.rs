@@ -333,12 +333,13 @@ impl Collector for NodeCollector {
         family(
             e,
             "zlink_relocation_fallback_events",
-            "Target side of the cutover timeout's fallback: cutover_timeout, source_wait_expired, relayed_after_source_wait (records appended behind)",
+            "Target side of the cutover timeout's fallback: cutover_timeout, source_wait_expired, relayed_after_source_wait (records appended behind); and cas_answer_lost (an owner CAS unanswered: the record read back decided)",
             MetricType::Counter,
             [
                 ("cutover_timeout", rc.cutover_timeouts),
                 ("source_wait_expired", rc.source_waits_expired),
                 ("relayed_after_source_wait", rc.relayed_after_source_wait),
+                ("cas_answer_lost", rc.cas_answers_lost),
             ]
             .into_iter()
             .map(|(k, v)| (vec![("event", k)], v)),

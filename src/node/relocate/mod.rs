@@ -28,11 +28,13 @@ mod target;
 use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 use zlink_mesh::ReplyHandle;
 use zlink_wire::{
-    ActorId, ErrorKind, NodeRid, Record, RelocationId, SealOutcome, SessionRelocationRoute,
+    ActorId, DispatchKey, ErrorKind, NodeRid, Record, RelocationId, SealOutcome,
+    SessionRelocationRoute,
 };
 
 use super::{Node, lock, protocol};
@@ -213,6 +215,10 @@ pub struct RelocationCounters {
     /// store's records decided (`result_wait_expired` Warning).
     #[serde(default)]
     pub result_waits_expired: u64,
+    /// Target: owner CASes whose answer was lost (the store timed out or the connection
+    /// dropped; `cas_answer_lost` Warning): the record read back decided.
+    #[serde(default)]
+    pub cas_answers_lost: u64,
 }
 
 enum SourceInput {
@@ -353,6 +359,11 @@ impl Relocations {
     /// between its own calls).
     fn table(&self) -> crate::sync::MutexGuard<'_, Table> {
         self.table.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The input channel of the source driver of `relocation` (`None` once it ended).
+    fn source_tx(&self, relocation: RelocationId) -> Option<mpsc::Sender<SourceInput>> {
+        self.table().sources.get(&relocation).map(|s| s.tx.clone())
     }
 
     fn refuse(&self, why: HandoffRefusal) -> HandoffRefusal {
@@ -587,7 +598,7 @@ impl Node {
     ///
     /// # Panics
     /// When a hold is taken already.
-    #[doc(hidden)]
+    #[cfg(feature = "testing")]
     #[must_use]
     pub fn hold_relocation_capture_for_tests(&self) -> tokio::sync::OwnedRwLockWriteGuard<()> {
         self.hold_relocation_step_for_tests(RelocationStep::Capture)
@@ -609,6 +620,51 @@ impl Node {
             .clone()
             .try_write_owned()
             .expect("one hold of a step at a time")
+    }
+
+    /// Starts the timers an incarnation brought with it (moved in here, or recovered here from
+    /// its relocation's state), once: behind the work it brought, so a tick never overtakes it.
+    /// Nothing when `actor_ref`'s incarnation is not live here or has timers already.
+    fn start_carried_timers(&self, actor_ref: &ActorRef, timers: &[records::TimerRecord]) {
+        let mut actors = lock(&self.inner.actors);
+        if let Some(local) = actors
+            .live
+            .get_mut(actor_ref.id())
+            .filter(|a| a.is_incarnation(actor_ref) && a.timers.is_empty())
+        {
+            for t in timers {
+                if let Err(e) = self.start_local_timer(local, t.clone()) {
+                    tracing::warn!(error = %e, actor = %actor_ref, "a carried timer not started");
+                }
+            }
+        }
+    }
+
+    /// Sends the hand-off record `record` to `to` as a 144 Request with the node key `key`, in
+    /// a task of its own; a missing acknowledgement is logged (`what`), nothing else (the
+    /// cutover and the target's result are sent once, SB-8.4).
+    fn send_handoff<T: Serialize>(
+        &self,
+        to: NodeRid,
+        key: DispatchKey,
+        record: &T,
+        what: &'static str,
+    ) {
+        let Ok(body) = records::encode(record) else {
+            return;
+        };
+        let node = self.clone();
+        let timeout = self.inner.request_timeout;
+        tokio::spawn(async move {
+            if let Err(e) = node
+                .inner
+                .mesh
+                .request(&to, key, Bytes::from(body), timeout)
+                .await
+            {
+                tracing::info!(error = %e, "{what} not acknowledged");
+            }
+        });
     }
 
     /// The histogram of committed relocation durations (metrics endpoint).

@@ -159,7 +159,7 @@ impl Node {
         }
         if !behind_source {
             self.open_barrier(&actor_ref, &mailbox).await?;
-            self.start_moved_timers(&actor_ref, &placement.timers);
+            self.start_carried_timers(&actor_ref, &placement.timers);
         }
         Ok(mailbox)
     }
@@ -192,25 +192,8 @@ impl Node {
             }
         }
         self.open_barrier(actor_ref, mailbox).await?;
-        self.start_moved_timers(actor_ref, timers);
+        self.start_carried_timers(actor_ref, timers);
         Ok(())
-    }
-
-    /// The moved-in actor's timers go on here, behind the work it brought (a tick never
-    /// overtakes it).
-    fn start_moved_timers(&self, actor_ref: &ActorRef, timers: &[TimerRecord]) {
-        let mut actors = lock(&self.inner.actors);
-        if let Some(local) = actors
-            .live
-            .get_mut(actor_ref.id())
-            .filter(|a| a.is_incarnation(actor_ref) && a.timers.is_empty())
-        {
-            for t in timers {
-                if let Err(e) = self.start_local_timer(local, t.clone()) {
-                    tracing::warn!(error = %e, "a moved actor's timer not started");
-                }
-            }
-        }
     }
 }
 

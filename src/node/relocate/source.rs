@@ -19,6 +19,7 @@ use super::{
 };
 use crate::actor::SpotSpec;
 use crate::actor::exec::{EndReason, Mailbox, Work};
+use crate::actor::fence::CallFence;
 use crate::actor::{ActorError, ActorRef, MigratedState};
 use crate::node::local::LocalActor;
 use crate::node::{Node, calls::request_error, lock, protocol};
@@ -276,6 +277,10 @@ struct Recovering {
     /// This node's owner fence of the record to replace (then of the replacement).
     owner: OwnerFence,
     state: MigratedState,
+    /// The ended incarnation's fences here, and the relocation's target: when the target's
+    /// CAS won after all, the old route follows it there.
+    fence: CallFence,
+    target: NodeRid,
 }
 
 /// What one recovery attempt's error says about the next ([`Recovery`]).
@@ -342,7 +347,7 @@ impl Node {
                 .await;
             let result = match attempt {
                 Ok(actor_ref) => {
-                    self.restart_recovered_timers(&actor_ref, &r.timers);
+                    self.start_carried_timers(&actor_ref, &r.timers);
                     AttemptResult::Recovered
                 }
                 Err(e) => {
@@ -369,6 +374,10 @@ impl Node {
             RecoveryOutcome::Recovered { attempts } => {
                 tracing::info!(actor = %r.actor_id, attempts, "failed relocation: the actor is back here with its state, a new incarnation");
             }
+            RecoveryOutcome::Superseded => {
+                tracing::warn!(actor = %r.actor_id, "failed relocation: the record moved on, the actor's state is not re-activated");
+                self.follow_superseded(&r).await;
+            }
             other => {
                 tracing::warn!(actor = %r.actor_id, outcome = ?other, "failed relocation: the actor's state is not re-activated");
             }
@@ -377,19 +386,24 @@ impl Node {
             let _ = f.send(());
         }
     }
+}
 
-    /// Starts the moved-out timers of a recovered incarnation again (once).
-    fn restart_recovered_timers(&self, actor_ref: &ActorRef, timers: &[TimerRecord]) {
-        let mut actors = lock(&self.inner.actors);
-        if let Some(local) = actors
-            .live
-            .get_mut(actor_ref.id())
-            .filter(|a| a.is_incarnation(actor_ref) && a.timers.is_empty())
-        {
-            for t in timers {
-                if let Err(e) = self.start_local_timer(local, t.clone()) {
-                    tracing::warn!(error = %e, "a recovered actor's timer not started");
-                }
+impl Node {
+    /// A recovery that found the record moved on: when it names the relocation's target under
+    /// the ended incarnation's ObjectGeneration (the target's CAS won after this node had
+    /// decided the move failed), the old route follows it there for the Message Follow time,
+    /// as after a commit (SB-5.12), instead of answering as for an ended incarnation.
+    async fn follow_superseded(&self, r: &Recovering) {
+        match self.inner.store.lookup(r.actor_id.clone()).await {
+            Ok(Some(l))
+                if l.owner_node == r.target && l.object_generation == r.fence.object_generation =>
+            {
+                tracing::info!(actor = %r.actor_id, to = %r.target, "the target's CAS won: its old route follows it there");
+                self.install_follow(&r.fence, l);
+            }
+            Ok(_) => {}
+            Err(e) => {
+                tracing::info!(actor = %r.actor_id, error = %e, "the moved-on record not read: no Message Follow");
             }
         }
     }
@@ -513,13 +527,7 @@ impl SourceRun<'_> {
             }
             SourceEffect::SendSeal { to, record } => {
                 let seal = record.seal.clone();
-                let tx = node
-                    .inner
-                    .relocations
-                    .table()
-                    .sources
-                    .get(&relocation)
-                    .map(|s| s.tx.clone());
+                let tx = node.inner.relocations.source_tx(relocation);
                 // A session of this node: the 42 takes a direct call (the same checks as
                 // from a peer), its 43 is the call's outcome.
                 if to == *node.node_rid() {
@@ -607,13 +615,7 @@ impl SourceRun<'_> {
                     })
                     .collect();
                 let rec = RestoreRecord::of(&request, &placement);
-                let tx = node
-                    .inner
-                    .relocations
-                    .table()
-                    .sources
-                    .get(&relocation)
-                    .map(|s| s.tx.clone());
+                let tx = node.inner.relocations.source_tx(relocation);
                 let n = node.clone();
                 let timeout = node.inner.relocation.restore_timeout;
                 tokio::spawn(async move {
@@ -660,25 +662,12 @@ impl SourceRun<'_> {
             }
             SourceEffect::SendCutover { to } => {
                 node.inner.relocations.pass(RelocationStep::Cutover).await;
-                let n = node.clone();
-                let timeout = node.inner.request_timeout;
-                if let Ok(body) = records::encode(&CutoverRecord { relocation }) {
-                    tokio::spawn(async move {
-                        if let Err(e) = n
-                            .inner
-                            .mesh
-                            .request(
-                                &to,
-                                protocol::PEER_RELOCATE_CUTOVER,
-                                Bytes::from(body),
-                                timeout,
-                            )
-                            .await
-                        {
-                            tracing::info!(error = %e, "cutover not acknowledged");
-                        }
-                    });
-                }
+                node.send_handoff(
+                    to,
+                    protocol::PEER_RELOCATE_CUTOVER,
+                    &CutoverRecord { relocation },
+                    "cutover",
+                );
             }
             SourceEffect::UnsealRuntime => {
                 match (&self.subject, self.moving.first()) {
@@ -912,6 +901,8 @@ impl SourceRun<'_> {
                 timers: m.timers.clone(),
                 owner,
                 state,
+                fence: CallFence::of_ref(&m.actor_ref),
+                target: self.target.clone(),
             })
             .await;
         }

@@ -26,7 +26,7 @@ use crate::relocation::records::{
 use crate::relocation::{
     RestoreRefusal, SourceWaitEnd, TargetEffect, TargetHandoff, TargetOutcome,
 };
-use crate::store::ActorOwner;
+use crate::store::{ActorOwner, StoreError};
 
 impl Node {
     /// A Restore from `sender`: starts the target's driver, which answers `reply` with
@@ -544,17 +544,37 @@ impl TargetRun<'_> {
                         .handle_cas(node.inner.clock.now(), &actor, Err(()));
                     return false;
                 }
+                let holder = lock(&node.inner.lease).lease().holder.clone();
                 let owner = ActorOwner {
                     mesh: node.inner.mesh_name.clone(),
-                    holder: lock(&node.inner.lease).lease().holder.clone(),
+                    holder: holder.clone(),
                 };
                 let r = node
                     .inner
                     .store
                     .cas_owner(actor.clone(), expected, owner)
-                    .await
-                    .map_err(|e| tracing::info!(error = %e, "owner CAS failed"));
-                self.core.handle_cas(node.inner.clock.now(), &actor, r);
+                    .await;
+                let now = node.inner.clock.now();
+                match r {
+                    // No answer (timeout, connection dropped): it may have been applied; the
+                    // record read back decides.
+                    Err(e @ StoreError::Unavailable { .. }) => {
+                        node.inner.relocations.table().counters.cas_answers_lost += 1;
+                        tracing::warn!(error = %e, event = "cas_answer_lost", "owner CAS unanswered: the record is read back");
+                        self.core.handle_cas_lost(now, &actor, holder);
+                    }
+                    r => {
+                        let r = r.map_err(|e| tracing::info!(error = %e, "owner CAS failed"));
+                        self.core.handle_cas(now, &actor, r);
+                    }
+                }
+            }
+            TargetEffect::ReadOwner { actor } => {
+                let r = node.inner.store.lookup(actor.clone()).await.map_err(
+                    |e| tracing::info!(error = %e, "owner record not read back: asked again"),
+                );
+                self.core
+                    .handle_owner_read(node.inner.clock.now(), &actor, r);
             }
             TargetEffect::OpenDispatch {
                 actor,
@@ -614,25 +634,7 @@ impl TargetRun<'_> {
                     committed: committed.iter().map(CommittedActor::from).collect(),
                     failed,
                 };
-                if let Ok(body) = records::encode(&rec) {
-                    let n = node.clone();
-                    let timeout = node.inner.request_timeout;
-                    tokio::spawn(async move {
-                        if let Err(e) = n
-                            .inner
-                            .mesh
-                            .request(
-                                &to,
-                                protocol::PEER_RELOCATE_RESULT,
-                                Bytes::from(body),
-                                timeout,
-                            )
-                            .await
-                        {
-                            tracing::info!(error = %e, "result not acknowledged by the source");
-                        }
-                    });
-                }
+                node.send_handoff(to, protocol::PEER_RELOCATE_RESULT, &rec, "result");
             }
             TargetEffect::Finished(outcome) => {
                 let label = match &outcome {

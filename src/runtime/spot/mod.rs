@@ -84,6 +84,7 @@ pub enum GateLayout {
     PerActor,
 }
 
+#[allow(unnameable_types)] // sealed: nameable inside the crate only, by design
 mod sealed {
     pub trait Sealed {}
 }
