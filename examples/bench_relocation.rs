@@ -330,7 +330,7 @@ async fn main() {
             format!(
                 "{}: {} sends dropped, follow refusals {refused:?}",
                 n.node_rid(),
-                n.stats().sends_dropped
+                n.counters().sends_dropped
             )
         })
         .collect();
