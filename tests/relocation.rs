@@ -4659,3 +4659,82 @@ async fn a_recovery_superseded_by_the_targets_late_cas_follows_it_there() {
         vec![0, 1]
     );
 }
+
+// spec: SB-5.12, SB-14.3, EG-14
+// The source's owner lease ends while its move waits past relay-ready (the capture held): its
+// lease driver ends every local incarnation, the sealed one too, and registers a new lease.
+// The target's CAS with the relocation fence still wins (the record kept it) and the move
+// commits. The source's old route follows the actor to the target all the same, as after any
+// commit: a ref to the old incarnation reaches it on `b` through `a` once `a` may act as an
+// owner again. Seen failing (the old ref was refused, nothing forwarded) with the commit
+// installing the follow entry only for an incarnation still live at the source.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_source_whose_lease_ended_mid_move_still_follows_the_committed_actor() {
+    use live::{Add, GetSeen, aid};
+    use node_common::{mesh_config, rid, wait_pair_up, wait_until};
+    use zlink::node::{Node, NodeOptions};
+    const TTL: Duration = Duration::from_secs(3);
+    let store_clock = ManualClock::at_wall(contract::START);
+    let shared = Arc::new(MemoryStore::with_clock(Arc::new(store_clock.clone())));
+    let a_lease_clock = ManualClock::new();
+    let (_gate, rx) = tokio::sync::watch::channel(true);
+    let registry = || {
+        live::registry(
+            rx.clone(),
+            Arc::new(std::sync::atomic::AtomicU64::new(0)),
+            Arc::new(std::sync::atomic::AtomicBool::new(false)),
+        )
+    };
+    let mut o = NodeOptions::new(mesh_config("b"), shared.clone(), registry());
+    // no cutover timeout on `b` while the test holds the source's capture
+    o.clock = Arc::new(ManualClock::new());
+    let b = Node::start(o).await.unwrap();
+    let mut o = NodeOptions::new(mesh_config("a"), shared.clone(), registry());
+    o.peers = vec![b.address()];
+    o.lease_ttl = TTL;
+    o.lease_clock = Arc::new(a_lease_clock.clone());
+    let a = Node::start(o).await.unwrap();
+    wait_pair_up(&a, &b).await;
+    let actor = a
+        .create(zlink::actor::Create::new("counter", aid("leased")))
+        .await
+        .unwrap();
+    assert_eq!(a.request(&actor, &Add(0), TIMEOUT).await.unwrap(), 1);
+
+    let capture = a.hold_relocation_capture_for_tests();
+    let relocating = {
+        let (a, actor) = (a.clone(), actor.clone());
+        tokio::spawn(async move { a.relocate(&actor, rid("b")).await })
+    };
+    wait_until("b relay-ready", || {
+        b.relocations().0.iter().any(|r| r.phase == "RelayReady")
+    })
+    .await;
+    // `a`'s lease ends in the store; its renewal learns it: every incarnation ends, a new
+    // lease is registered.
+    let lease = a.lease().holder.lease_generation;
+    store_clock.advance(TTL + Duration::from_secs(1));
+    a_lease_clock.advance(Duration::from_secs(1));
+    wait_until("a's new owner lease", || {
+        a.lease().holder.lease_generation != lease
+    })
+    .await;
+    drop(capture);
+    let report = tokio::time::timeout(TIMEOUT, relocating)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(report.actor.node(), &rid("b"));
+    assert_eq!(
+        b.request(&report.actor, &GetSeen, TIMEOUT).await.unwrap(),
+        vec![0]
+    );
+    // The old ref, through `a`: forwarded once to `b`.
+    assert_eq!(a.request(&actor, &Add(1), TIMEOUT).await.unwrap(), 2);
+    assert_eq!(a.follow_counters().forwarded, 1);
+    assert_eq!(
+        b.request(&report.actor, &GetSeen, TIMEOUT).await.unwrap(),
+        vec![0, 1]
+    );
+}

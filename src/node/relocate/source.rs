@@ -384,12 +384,9 @@ impl Node {
             RecoveryOutcome::Recovered { attempts } => {
                 tracing::info!(actor = %r.actor_id, attempts, "failed relocation: the actor is back here with its state, a new incarnation");
             }
-            RecoveryOutcome::Superseded => {
-                tracing::warn!(actor = %r.actor_id, "failed relocation: the record moved on, the actor's state is not re-activated");
-                self.follow_superseded(&r).await;
-            }
             other => {
                 tracing::warn!(actor = %r.actor_id, outcome = ?other, "failed relocation: the actor's state is not re-activated");
+                self.follow_superseded(&r).await;
             }
         }
         if let Some(f) = first.take() {
@@ -399,10 +396,12 @@ impl Node {
 }
 
 impl Node {
-    /// A recovery that found the record moved on: when it names the relocation's target under
-    /// the ended incarnation's ObjectGeneration (the target's CAS won after this node had
+    /// A recovery that did not bring the actor back (the record moved on, this node's lease
+    /// ended, the state did not rehydrate): when the record names the relocation's target
+    /// under the ended incarnation's ObjectGeneration (the target's CAS won after this node had
     /// decided the move failed), the old route follows it there for the Message Follow time,
-    /// as after a commit (SB-5.12), instead of answering as for an ended incarnation.
+    /// as after a commit (SB-5.12), instead of answering as for an ended incarnation (it is
+    /// forwarded once this node may act as an owner again).
     async fn follow_superseded(&self, r: &Recovering) {
         match self.inner.store.lookup(r.actor_id.clone()).await {
             Ok(Some(l))
@@ -828,22 +827,21 @@ impl SourceRun<'_> {
             return;
         };
         // One step under the actors lock: the incarnation ends here and Message Follow takes
-        // its old route (SB-5.12), so no record finds the actor neither live nor followed.
+        // its old route (SB-5.12), so no record finds the actor neither live nor followed. An
+        // incarnation that ended here meanwhile (its owner lease was lost mid-move) leaves its
+        // route to the follow entry all the same: the actor lives on at the target.
         let removed = {
             let mut actors = lock(&node.inner.actors);
-            let ours = actors
-                .live
-                .get(&location.actor_id)
-                .is_some_and(|a| a.is_incarnation(&moving));
-            let removed = if ours {
+            let live = actors.live.get(&location.actor_id);
+            let ours = live.is_some_and(|a| a.is_incarnation(&moving));
+            if ours || live.is_none() {
+                node.install_follow(&CallFence::of_ref(&moving), location.clone());
+            }
+            if ours {
                 actors.live.remove(&location.actor_id)
             } else {
                 None
-            };
-            if let Some(a) = &removed {
-                node.install_follow(&a.fence, location.clone());
             }
-            removed
         };
         let Some(mut a) = removed else {
             return;
