@@ -3483,6 +3483,53 @@ async fn a_session_owner_dying_while_its_bound_actor_moves_ends_the_binding_once
     drop(io);
 }
 
+// spec: SB-5.12, SB-8.5
+// A relocation that aborts before it sealed the runtime (a session refuses the seal: it still
+// holds the seal of the move before, whose 44 b holds back) ends its Follow seal entry: the
+// actor serves on, and a new bind is registered at once (not refused `Unavailable` until the
+// entry's hold time).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relocation_aborted_at_its_seals_ends_its_seal_entry() {
+    use live::aid;
+    use node_common::{bind, client_of, rid};
+    use zlink::node::RelocationStep;
+    let (w, _c) = session_world_with(WorldFaults {
+        clock: Some(ManualClock::new()),
+        target_clock: Some(ManualClock::new()),
+        a_clock: Some(ManualClock::new()),
+        ..WorldFaults::default()
+    })
+    .await;
+    let c = client_of(&w.s);
+    let m =
+        w.a.create(zlink::actor::Create::new("counter", aid("resealed")))
+            .await
+            .unwrap();
+    bind(&c, &m).await;
+    let routes = w.b.hold_relocation_step_for_tests(RelocationStep::Route);
+    let on_b = tokio::time::timeout(TIMEOUT, w.a.relocate(&m, rid("b")))
+        .await
+        .unwrap()
+        .unwrap()
+        .actor;
+    match tokio::time::timeout(TIMEOUT, w.b.relocate(&on_b, rid("s")))
+        .await
+        .unwrap()
+    {
+        Err(zlink::node::RelocateError::Aborted(AbortReason::SealRejected)) => {}
+        other => panic!("expected a refused seal, got {other:?}"),
+    }
+    let c2 = client_of(&w.s);
+    let bound = c2
+        .packet(&zlink_apps::demo::session::Bind {
+            actor: on_b.clone(),
+        })
+        .await
+        .expect("bound at once after the abort");
+    assert_eq!(bound.node(), &rid("b"));
+    drop(routes);
+}
+
 // spec: SB-8.6, SB-4.1
 // The recovery after a failed relocation is retried while the store is out of reach: the
 // target's CAS fails (its store is down) and the source's store is down too when the result

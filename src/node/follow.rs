@@ -19,13 +19,12 @@ use super::{BoundCheck, Inner, Node, lock, protocol, request_error};
 use crate::actor::ActorError;
 use crate::actor::exec::{InflightGuard, ReplyTo, Work};
 use crate::actor::fence::CallFence;
-use crate::backlog::{Done, Intake};
+use crate::backlog::Done;
 use crate::relocation::FollowTable;
 use crate::relocation::follow::{
     self, FenceUse, FollowCounters, FollowLookup, FollowRefusal, FollowRoute,
 };
 use crate::relocation::tombstone::Whereabouts;
-use crate::runtime::{CycleStamp, Inline};
 use crate::store::ActorLocation;
 
 /// The node's Message Follow table, locked (a poisoned lock is taken over: the table stays
@@ -592,10 +591,10 @@ impl Node {
 
     /// `PEER_FOLLOW` on the new owner (from the inbound loop, in the order the old owner sent
     /// them): the forwarded record takes the ordinary admission path with its origin as the
-    /// sender and is never forwarded again. A call or relay is submitted without waiting (a full
-    /// lane keeps it in the actor's backlog up to the lane's item limit, then `LaneFull`), so
-    /// forwards keep their order; a request is answered by the actor's turn (through the 144's
-    /// reply), a send once admitted or refused. A bind is one owning step, as a 38 is; an
+    /// sender and is never forwarded again. A call or relay waits for room in the actor's lane
+    /// (never refused for a full lane: the old owner's forwards are bounded by its senders'
+    /// windows and this loop's pace), so forwards keep their order; a request is answered by
+    /// the actor's turn (through the 144's reply), a send once admitted or refused. A bind is one owning step, as a 38 is; an
     /// unbind or disconnect (which waits for the Spot callback) runs in its own task; both
     /// answer with their terminal (then the 51 if a bind replaced a binding).
     pub(super) async fn on_followed(&self, payload: &[u8], reply: ReplyHandle) {
@@ -613,11 +612,6 @@ impl Node {
         } = followed;
         let payload = Bytes::from(payload);
         let deadline_of = |d: Option<Deadline>| d.map(|d| Instant::now() + d.as_duration());
-        let queued = Intake {
-            release: None::<fn() -> Done>,
-            mode: Inline::No,
-            at: CycleStamp::NONE,
-        };
         match record {
             FollowedRecord::Call(call) => {
                 self.count_call_in();
@@ -630,8 +624,9 @@ impl Node {
                     deadline: deadline_of(call.deadline),
                     guard: Some(self.inflight().enter()),
                 };
-                let (_, refused) =
-                    self.submit_routed_now(&fence, work, None, queued, Arrival::Followed);
+                let refused = self
+                    .submit_routed(&fence, work, None, Arrival::Followed)
+                    .await;
                 if refused.is_some() {
                     self.count_send_dropped();
                 }
@@ -659,8 +654,9 @@ impl Node {
                     generation: rec.tail.binding_generation,
                     sequence: rec.tail.session_sequence,
                 };
-                let (_, refused) =
-                    self.submit_routed_now(&fence, work, Some(&bound), queued, Arrival::Followed);
+                let refused = self
+                    .submit_routed(&fence, work, Some(&bound), Arrival::Followed)
+                    .await;
                 if refused.is_some() {
                     self.count_send_dropped();
                 }

@@ -10,7 +10,8 @@ use tokio::sync::{mpsc, oneshot};
 use tracing::Instrument;
 use zlink_mesh::ReplyHandle;
 use zlink_wire::{
-    ActorId, Deadline, ErrorKind, NodeRid, Record, RelocationId, Request, SealOutcome,
+    ActorId, Deadline, ErrorKind, NodeRid, ObjectGeneration, Record, RelocationId, Request,
+    SealOutcome,
 };
 
 use super::{
@@ -149,6 +150,10 @@ impl Node {
             now,
         );
         let span = tracing::info_span!("relocation", id = relocation.get(), subject = %label, to = %to, role = "source");
+        let sealed: Vec<(ActorId, ObjectGeneration)> = moving
+            .iter()
+            .map(|m| (m.actor_ref.id().clone(), m.actor_ref.object_generation()))
+            .collect();
         let run = SourceRun {
             node: self,
             core,
@@ -162,6 +167,11 @@ impl Node {
             states: HashMap::new(),
         };
         let out = run.drive().instrument(span).await;
+        // The seal entries last as long as the relocation: released at its end whatever the
+        // outcome (an early abort emits no unseal; a commit's Forward entry stays).
+        for (id, generation) in &sealed {
+            self.release_follow(id, *generation);
+        }
         self.inner.relocations.table().sources.remove(&relocation);
         out
     }
