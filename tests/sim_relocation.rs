@@ -129,8 +129,10 @@ fn a_relocation_seed_replays_exactly() {
 /// The seeds long runs found failing on an older world (docs/RELIABILITY.md: the relocation
 /// world's seven seeds of a 150,000-seed run, and seed 287,656 of the million): each was a
 /// model error (Message Follow's fences, a record older than the last move, a binding ended
-/// with its owner's lease, a fallback that found its source seen gone), fixed in the world;
-/// they pass and replay exactly.
+/// with its owner's lease, a fallback that found its source seen gone; seed 28,726: a binding
+/// left at a target whose CAS won after its source decided "failed", exempt only when the
+/// source's recovery ended superseded, not when it ended with the source's lease), fixed in the
+/// world; they pass and replay exactly.
 // spec: SB-5.10 — a followed record carries the new owner's fences; one older than the last
 // move is refused as stale, never forwarded
 // spec: SB-5.3 — a binding ends with the incarnation that held it
@@ -140,7 +142,7 @@ fn a_relocation_seed_replays_exactly() {
 fn seeds_a_long_run_found_pass() {
     sim::replays_exactly::<Relocation>(
         &[
-            36_504, 87_313, 99_242, 111_175, 111_199, 120_975, 131_715, 287_656,
+            28_726, 36_504, 87_313, 99_242, 111_175, 111_199, 120_975, 131_715, 287_656,
         ],
         5,
     );

@@ -1215,6 +1215,9 @@ struct World<'s> {
     /// (node, actor): a failed relocation's recovery there found the record moved on (the
     /// target's CAS won after the source decided "failed"): no follow entry was installed.
     superseded: BTreeSet<(usize, usize)>,
+    /// (target node, actor): a relocation its source decided "failed" (its CAS may still win
+    /// at that target).
+    decided_failed: BTreeSet<(usize, usize)>,
     /// Session rids handed out (a new session after a disconnect takes the next).
     next_rid: u64,
     cuts: BTreeMap<(Ep, Ep), u64>,
@@ -1309,6 +1312,7 @@ impl<'s> World<'s> {
             hooks: BTreeMap::new(),
             unbound: BTreeSet::new(),
             superseded: BTreeSet::new(),
+            decided_failed: BTreeSet::new(),
             lease_ended_mid_move: BTreeSet::new(),
             next_rid: 100,
             cuts: BTreeMap::new(),
@@ -3550,6 +3554,9 @@ impl<'s> World<'s> {
                                 .release(&actor_id(a), o.object_generation);
                         }
                     }
+                    for &actor in &failed {
+                        self.decided_failed.insert((target, actor));
+                    }
                     // never reopens: what the failed incarnations hold is never processed here
                     for actor in failed {
                         let owner = self.nodes[node].sources[&reloc].owner_of(actor);
@@ -4861,10 +4868,11 @@ impl<'s> World<'s> {
                         )
                     )
                 });
-                // the source decided "failed", then its recovery found the target's CAS had won:
-                // no Message Follow to the target was installed (a node gap: counted, reported),
-                // so a 38 that reached the source found no route and the target keeps the binding
-                let superseded = self.superseded.iter().any(|&(_, x)| x == a)
+                // a source decided "failed" (its target seen gone, no result), then that target's
+                // CAS won after all (read back and sent again, or answered late): no Message
+                // Follow to the target was installed (a node gap: counted, reported), so a 38
+                // that reached the source found no route and the target keeps the binding
+                let superseded = self.decided_failed.contains(&(i, a))
                     && fates.iter().all(|f| *f == Some("not current"));
                 if superseded {
                     superseded_held += 1;
