@@ -307,6 +307,37 @@ async fn main() {
         .unwrap();
     let last = current.lock().unwrap().clone();
     let counted = c.request(&last, &Ping, timeout).await.unwrap();
+    // The count above can overtake sends still on their way (an old owner's forwards): the
+    // processed log settles once nothing more arrives for a second (or all arrived).
+    let processed_now = || processed().lock().unwrap().len() as u64;
+    let (mut settled, mut still) = (processed_now(), Instant::now());
+    while settled < sent && still.elapsed() < Duration::from_secs(1) {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        let n = processed_now();
+        if n != settled {
+            (settled, still) = (n, Instant::now());
+        }
+    }
+    let dropped: Vec<String> = [&a, &b, &c]
+        .iter()
+        .map(|n| {
+            let f = n.follow_counters();
+            let refused: Vec<String> = zlink::node::FollowRefusal::ALL
+                .iter()
+                .filter(|r| f.refused(**r) > 0)
+                .map(|r| format!("{} {}", r.as_str(), f.refused(*r)))
+                .collect();
+            format!(
+                "{}: {} sends dropped, follow refusals {refused:?}",
+                n.node_rid(),
+                n.counters().sends_dropped
+            )
+        })
+        .collect();
+    eprintln!(
+        "bench_relocation: settled {settled} processed of {sent} sent; {}",
+        dropped.join("; ")
+    );
     let times = processed().lock().unwrap().clone();
     for &(from, to) in &windows {
         let (from, to) = (since_epoch(from), since_epoch(to));

@@ -75,6 +75,11 @@ impl Done {
         })
     }
 
+    /// Whether it returns any credit (the record is charged to its sender's window).
+    pub(crate) fn holds_credit(&self) -> bool {
+        matches!(self.0, Credit::Held { .. })
+    }
+
     /// Adds `other` to this release when both return credit of one sender (or `other` returns
     /// nothing); else hands `other` back.
     pub(crate) fn absorb(&mut self, other: Done) -> Result<(), Done> {

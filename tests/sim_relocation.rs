@@ -131,8 +131,9 @@ fn a_relocation_seed_replays_exactly() {
 /// model error (Message Follow's fences, a record older than the last move, a binding ended
 /// with its owner's lease, a fallback that found its source seen gone; seed 28,726: a binding
 /// left at a target whose CAS won after its source decided "failed", exempt only when the
-/// source's recovery ended superseded, not when it ended with the source's lease), fixed in the
-/// world; they pass and replay exactly.
+/// source's recovery ended superseded, not when it ended with the source's lease; seed 47,069:
+/// an unbind sent while sealed, its 44 lost, reaching the old owner after its follow entry
+/// ended), fixed in the world; they pass and replay exactly.
 // spec: SB-5.10 — a followed record carries the new owner's fences; one older than the last
 // move is refused as stale, never forwarded
 // spec: SB-5.3 — a binding ends with the incarnation that held it
@@ -142,7 +143,7 @@ fn a_relocation_seed_replays_exactly() {
 fn seeds_a_long_run_found_pass() {
     sim::replays_exactly::<Relocation>(
         &[
-            28_726, 36_504, 87_313, 99_242, 111_175, 111_199, 120_975, 131_715, 287_656,
+            28_726, 36_504, 47_069, 87_313, 99_242, 111_175, 111_199, 120_975, 131_715, 287_656,
         ],
         5,
     );

@@ -198,11 +198,13 @@ impl Node {
             // A failed submission dropped the work, which answered a request already.
             Checked::Ready(mailbox, _) => mailbox.submit(work).await.err(),
             // A send's refusal by the new owner comes back to a sender that waits here.
-            Checked::Follow(route) => match self.follow_work(&route, call, work, bound, true) {
-                Ok(Some(rx)) => rx.await.unwrap_or(None),
-                Ok(None) => None,
-                Err(e) => Some(e),
-            },
+            Checked::Follow(route) => {
+                match self.follow_work(&route, call, work, bound, true, Done::nothing()) {
+                    Ok(Some(rx)) => rx.await.unwrap_or(None),
+                    Ok(None) => None,
+                    Err(e) => Some(e),
+                }
+            }
         }
     }
 
@@ -238,11 +240,22 @@ impl Node {
         let (mailbox, at) = match self.check_submit(call, &mut work, bound, at, arrival) {
             Checked::Done(e) => return (Admitted::Now, e),
             Checked::Ready(m, at) => (m, at),
-            // Forwarded in arrival order; a request is answered through its reply route.
+            // Forwarded in arrival order; a request is answered through its reply route. A
+            // record charged to its sender's window keeps the charge until the forward is in
+            // the new owner's send queue: the sender's window, not a refusal, bounds what
+            // waits for the forwarder.
             Checked::Follow(route) => {
-                return match self.follow_work(&route, call, work, bound, false) {
-                    Ok(_) => (Admitted::Now, None),
-                    Err(e) => (Admitted::Now, Some(e)),
+                let credit = release.map_or_else(Done::nothing, |r| r());
+                let charged = credit.holds_credit();
+                // The forward returns a charge once, whatever becomes of it.
+                let admitted = if charged {
+                    Admitted::Queued
+                } else {
+                    Admitted::Now
+                };
+                return match self.follow_work(&route, call, work, bound, false, credit) {
+                    Ok(_) => (admitted, None),
+                    Err(e) => (admitted, Some(e)),
                 };
             }
         };

@@ -252,10 +252,15 @@ struct Forward {
     /// The send's refusal goes back to a local sender that waits for it.
     done: Option<oneshot::Sender<Option<ActorError>>>,
     guard: Option<InflightGuard>,
+    /// The record's charge to its sender's receive window, returned once the forward is in
+    /// the new owner's send queue (or failed).
+    credit: Done,
 }
 
-/// Forwards waiting for the ordered sender at most (beyond: `Unavailable`, counted
-/// `queue_full`).
+/// Forwards not charged to a sender's window (a local sender's, a followed record's) waiting
+/// for the ordered sender at most (beyond: `Unavailable`, counted `queue_full`). Forwards
+/// charged to a peer's window are bounded by that window: the peer sends no more than it
+/// allows until the forwarder returned their charge.
 pub(crate) const FORWARD_QUEUE: usize = 1_024;
 
 /// The old owner's ordered sender of forwards: one task takes them in arrival order and puts
@@ -263,7 +268,9 @@ pub(crate) const FORWARD_QUEUE: usize = 1_024;
 /// one moved actor keep their order; the replies are awaited concurrently.
 #[derive(Default)]
 pub(crate) struct Forwarder {
-    tx: std::sync::OnceLock<mpsc::Sender<Forward>>,
+    tx: std::sync::OnceLock<mpsc::UnboundedSender<Forward>>,
+    /// Uncharged forwards queued now (at most [`FORWARD_QUEUE`]).
+    uncharged: crate::sync::atomic::AtomicUsize,
     /// Woken when a pre-commit seal entry ends (commit or abort): the 38 unbinds and
     /// disconnects held for a relocation look again, and are applied here or forwarded
     /// (`relocation::tombstone`).
@@ -271,9 +278,9 @@ pub(crate) struct Forwarder {
 }
 
 impl Forwarder {
-    fn sender(&self, node: &Node) -> &mpsc::Sender<Forward> {
+    fn sender(&self, node: &Node) -> &mpsc::UnboundedSender<Forward> {
         self.tx.get_or_init(|| {
-            let (tx, rx) = mpsc::channel(FORWARD_QUEUE);
+            let (tx, rx) = mpsc::unbounded_channel();
             let weak = Arc::downgrade(&node.inner);
             node.inner.rt.spawn(run_forwarder(weak, rx));
             tx
@@ -281,7 +288,7 @@ impl Forwarder {
     }
 }
 
-async fn run_forwarder(node: Weak<Inner>, mut rx: mpsc::Receiver<Forward>) {
+async fn run_forwarder(node: Weak<Inner>, mut rx: mpsc::UnboundedReceiver<Forward>) {
     while let Some(f) = rx.recv().await {
         let Some(inner) = node.upgrade() else {
             break;
@@ -295,7 +302,14 @@ async fn run_forwarder(node: Weak<Inner>, mut rx: mpsc::Receiver<Forward>) {
             reply,
             done,
             guard,
+            credit,
         } = f;
+        if !credit.holds_credit() {
+            node.inner
+                .follow_out
+                .uncharged
+                .fetch_sub(1, crate::sync::atomic::Ordering::Relaxed);
+        }
         let sender = node.clone();
         tokio::spawn(async move {
             let record = Record::Request(zlink_wire::Request {
@@ -334,8 +348,10 @@ async fn run_forwarder(node: Weak<Inner>, mut rx: mpsc::Receiver<Forward>) {
             }
             drop(guard);
         });
-        // In the new owner's send queue (or failed): the next forward may go.
+        // In the new owner's send queue (or failed): its sender's charge goes back, and the
+        // next forward may go.
         let _ = admitted_rx.await;
+        node.inner.actor_backlogs.release(credit);
     }
 }
 
@@ -352,6 +368,7 @@ impl Node {
         work: Work,
         bound: Option<&BoundCheck<'_>>,
         wait: bool,
+        credit: Done,
     ) -> Result<Option<oneshot::Receiver<Option<ActorError>>>, ActorError> {
         let target = route.target_fence();
         let now = Instant::now();
@@ -407,6 +424,7 @@ impl Node {
         let body = match body {
             Ok(b) => b,
             Err(e) => {
+                self.inner.actor_backlogs.release(credit);
                 return match reply {
                     Some(r) => {
                         r.complete(Err(e));
@@ -422,6 +440,17 @@ impl Node {
         } else {
             (None, None)
         };
+        let out = &self.inner.follow_out;
+        let charged = credit.holds_credit();
+        let room = charged
+            || out
+                .uncharged
+                .fetch_update(
+                    crate::sync::atomic::Ordering::Relaxed,
+                    crate::sync::atomic::Ordering::Relaxed,
+                    |n| (n < FORWARD_QUEUE).then_some(n + 1),
+                )
+                .is_ok();
         let forward = Forward {
             to: route.target.owner_node.clone(),
             body,
@@ -429,21 +458,34 @@ impl Node {
             reply,
             done,
             guard,
+            credit,
         };
-        match self.inner.follow_out.sender(self).try_send(forward) {
-            Ok(()) => {
+        let refused = if room {
+            match out.sender(self).send(forward) {
+                Ok(()) => None,
+                Err(mpsc::error::SendError(f)) => {
+                    if !charged {
+                        out.uncharged
+                            .fetch_sub(1, crate::sync::atomic::Ordering::Relaxed);
+                    }
+                    Some(f)
+                }
+            }
+        } else {
+            Some(forward)
+        };
+        match refused {
+            None => {
                 self.count_followed();
                 Ok(rx)
             }
-            Err(e) => {
+            Some(f) => {
                 self.count_follow_refused(FollowRefusal::QueueFull);
                 let error = ActorError::StaleFence {
                     actor_id: call.actor_id.clone(),
                     fence: "location",
                 };
-                let f = match e {
-                    mpsc::error::TrySendError::Full(f) | mpsc::error::TrySendError::Closed(f) => f,
-                };
+                self.inner.actor_backlogs.release(f.credit);
                 match f.reply {
                     Some(r) => {
                         r.complete(Err(error));

@@ -338,3 +338,24 @@ async fn a_disconnect_held_on_a_seal_entry_that_ends_by_its_time_wakes_then() {
     assert_eq!(out.unwrap().object_generation, x.object_generation());
     assert_eq!(a.follow_counters().held, 1);
 }
+
+// spec: SB-5.10, SB-14.3 (every record the old owner accepted reaches the new owner once)
+// A burst of one-way sends from another node with a stale ref, far more than the forward queue
+// holds, while the ordered forwarder admits one at a time: none is dropped (`queue_full`),
+// the sender's receive window holds the rest back; the new owner counts every one, and the
+// request behind them sees them all (one sender, one order).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_sends_to_a_stale_ref_is_forwarded_whole() {
+    let p = pair(Duration::from_secs(60)).await;
+    let (stale, on_b) = moved(&p, "x").await;
+    let n = 8 * super::super::follow::FORWARD_QUEUE as u64;
+    for _ in 0..n {
+        p.b.send(&stale, &Add(1)).await.unwrap();
+    }
+    let t = Duration::from_secs(20);
+    assert_eq!(p.b.request(&stale, &Add(0), t).await.unwrap(), n);
+    assert_eq!(p.b.request(&on_b, &Add(0), t).await.unwrap(), n);
+    let c = p.a.follow_counters();
+    assert_eq!(c.refused(FollowRefusal::QueueFull), 0);
+    assert_eq!(c.forwarded, n + 1);
+}
